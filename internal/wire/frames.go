@@ -1,0 +1,369 @@
+package wire
+
+import "fmt"
+
+// Version is the protocol version this package speaks (HELLO and WELCOME carry it).
+const Version = 1
+
+// ALPN is the TLS application protocol of client connections.
+const ALPN = "quicmq/1"
+
+// Type is a frame's type byte.
+type Type byte
+
+// Frame types. The first frame on a stream names the stream's kind: HELLO opens the control
+// stream, PUBLISH a publish stream, SUBSCRIBE a subscription stream, TOPICS a listing.
+const (
+	TypeHello        Type = 0x01 // client -> node, first frame of the control stream
+	TypeWelcome      Type = 0x02 // node -> client, answer to HELLO
+	TypeError        Type = 0x03 // either way; ends the stream's operation
+	TypePublish      Type = 0x10 // client -> node
+	TypePublishAck   Type = 0x11 // node -> client, after the record is durable
+	TypePublishError Type = 0x12 // node -> client, the publish failed; the stream goes on
+	TypeSubscribe    Type = 0x20 // client -> node, first frame of a subscription stream
+	TypeSubscribed   Type = 0x21 // node -> client, the subscription is set up
+	TypeTopic        Type = 0x22 // node -> client, binds a stream-local topic index to a name
+	TypeRecord       Type = 0x23 // node -> client
+	TypeAck          Type = 0x24 // client -> node, cumulative per topic
+	TypeGap          Type = 0x25 // node -> client, records the subscription skipped (retention)
+	TypeTopics       Type = 0x30 // client -> node, first frame of a listing stream
+	TypeTopicInfo    Type = 0x31 // node -> client, one per topic, then FIN
+)
+
+var typeNames = map[Type]string{
+	TypeHello: "HELLO", TypeWelcome: "WELCOME", TypeError: "ERROR",
+	TypePublish: "PUBLISH", TypePublishAck: "PUBLISH_ACK", TypePublishError: "PUBLISH_ERROR",
+	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
+	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP",
+	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
+}
+
+func (t Type) String() string {
+	if s, ok := typeNames[t]; ok {
+		return s
+	}
+	return fmt.Sprintf("type 0x%02x", byte(t))
+}
+
+// Frame is one decoded frame. The concrete types below are the only implementations.
+type Frame interface {
+	Type() Type
+	appendBody(e enc) enc
+	decodeBody(d *dec)
+}
+
+// Header is one record header. Keys are strings; values are bytes.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Hello opens the control stream.
+type Hello struct {
+	Version uint64
+	Client  string // free-form client name, for logs
+	Token   string // authentication token; empty when the node allows anonymous clients
+}
+
+// Welcome answers Hello and tells the client the node's limits.
+type Welcome struct {
+	Version          uint64
+	Node             string
+	Region           string
+	MaxPayload       uint64
+	MaxFrame         uint64
+	MaxSubscriptions uint64 // open subscription streams per connection
+	MaxStreams       uint64 // open streams of any kind per connection
+}
+
+// ErrorFrame reports a failure and ends the stream's operation (the connection, for the
+// control stream). It converts to *Error with AsError.
+type ErrorFrame struct {
+	Code    Code
+	Message string
+}
+
+// AsError converts the frame to the error type applications see.
+func (f *ErrorFrame) AsError() *Error { return &Error{Code: f.Code, Message: f.Message} }
+
+// Publish appends one record to a topic. Seq is chosen by the client, increasing per stream,
+// and echoed in the answer.
+type Publish struct {
+	Seq        uint64
+	Topic      string
+	ProducerID string
+	Sequence   uint64
+	Headers    []Header
+	Payload    []byte
+}
+
+// PublishAck says the record of Seq is durable at Offset.
+type PublishAck struct {
+	Seq    uint64
+	Offset uint64
+	Time   int64 // unix nanoseconds assigned by the node
+}
+
+// PublishError says the publish of Seq failed; nothing was appended.
+type PublishError struct {
+	Seq     uint64
+	Code    Code
+	Message string
+}
+
+// StartKind says where a subscription starts when it has no stored durable position.
+type StartKind byte
+
+const (
+	StartEarliest StartKind = 0 // the first retained record of each matching topic
+	StartLatest   StartKind = 1 // only records appended after the subscription was set up
+	StartOffset   StartKind = 2 // StartValue is an offset (applied to each matching topic)
+	StartTime     StartKind = 3 // StartValue is unix nanoseconds: first record at or after it
+)
+
+func (k StartKind) String() string {
+	switch k {
+	case StartEarliest:
+		return "earliest"
+	case StartLatest:
+		return "latest"
+	case StartOffset:
+		return "offset"
+	case StartTime:
+		return "time"
+	}
+	return fmt.Sprintf("start(%d)", byte(k))
+}
+
+// Subscribe opens a subscription stream.
+type Subscribe struct {
+	Pattern    string
+	Start      StartKind
+	StartValue uint64
+	// Durable names a consumer whose acknowledged positions the node stores; when one is
+	// stored for a topic the subscription resumes after it and Start applies only to topics
+	// without a position.
+	Durable string
+}
+
+// Subscribed confirms a subscription.
+type Subscribed struct{}
+
+// Topic binds a stream-local index to a topic name before the first record of that topic.
+type Topic struct {
+	Index uint64
+	Name  string
+}
+
+// Record is one record delivered on a subscription stream.
+type Record struct {
+	Index        uint64 // stream-local topic index (see Topic)
+	Offset       uint64
+	Time         int64
+	OriginRegion string
+	OriginOffset uint64
+	ProducerID   string
+	Sequence     uint64
+	Headers      []Header
+	Payload      []byte
+}
+
+// Ack acknowledges, cumulatively, every record of the topic up to and including Offset.
+type Ack struct {
+	Index  uint64
+	Offset uint64
+}
+
+// Gap says the records [From, To) of a topic were deleted by retention before this
+// subscription reached them: they are skipped, and the skip is never silent.
+type Gap struct {
+	Index uint64
+	From  uint64
+	To    uint64
+}
+
+// Topics asks for the topics matching Pattern.
+type Topics struct {
+	Pattern string
+}
+
+// TopicInfo describes one topic in a listing.
+type TopicInfo struct {
+	Name  string
+	First uint64 // first retained offset
+	Next  uint64 // the next offset to be written (the durable high-watermark)
+	Bytes uint64 // approximate stored bytes
+}
+
+func (*Hello) Type() Type        { return TypeHello }
+func (*Welcome) Type() Type      { return TypeWelcome }
+func (*ErrorFrame) Type() Type   { return TypeError }
+func (*Publish) Type() Type      { return TypePublish }
+func (*PublishAck) Type() Type   { return TypePublishAck }
+func (*PublishError) Type() Type { return TypePublishError }
+func (*Subscribe) Type() Type    { return TypeSubscribe }
+func (*Subscribed) Type() Type   { return TypeSubscribed }
+func (*Topic) Type() Type        { return TypeTopic }
+func (*Record) Type() Type       { return TypeRecord }
+func (*Ack) Type() Type          { return TypeAck }
+func (*Gap) Type() Type          { return TypeGap }
+func (*Topics) Type() Type       { return TypeTopics }
+func (*TopicInfo) Type() Type    { return TypeTopicInfo }
+
+// newFrame returns an empty frame of type t, or nil for an unknown type.
+func newFrame(t Type) Frame {
+	switch t {
+	case TypeHello:
+		return new(Hello)
+	case TypeWelcome:
+		return new(Welcome)
+	case TypeError:
+		return new(ErrorFrame)
+	case TypePublish:
+		return new(Publish)
+	case TypePublishAck:
+		return new(PublishAck)
+	case TypePublishError:
+		return new(PublishError)
+	case TypeSubscribe:
+		return new(Subscribe)
+	case TypeSubscribed:
+		return new(Subscribed)
+	case TypeTopic:
+		return new(Topic)
+	case TypeRecord:
+		return new(Record)
+	case TypeAck:
+		return new(Ack)
+	case TypeGap:
+		return new(Gap)
+	case TypeTopics:
+		return new(Topics)
+	case TypeTopicInfo:
+		return new(TopicInfo)
+	}
+	return nil
+}
+
+func (f *Hello) appendBody(e enc) enc { return e.uvarint(f.Version).str(f.Client).str(f.Token) }
+func (f *Hello) decodeBody(d *dec) {
+	f.Version = d.uvarint("version")
+	f.Client = d.str("client")
+	f.Token = d.str("token")
+}
+
+func (f *Welcome) appendBody(e enc) enc {
+	return e.uvarint(f.Version).str(f.Node).str(f.Region).uvarint(f.MaxPayload).
+		uvarint(f.MaxFrame).uvarint(f.MaxSubscriptions).uvarint(f.MaxStreams)
+}
+func (f *Welcome) decodeBody(d *dec) {
+	f.Version = d.uvarint("version")
+	f.Node = d.str("node")
+	f.Region = d.str("region")
+	f.MaxPayload = d.uvarint("max payload")
+	f.MaxFrame = d.uvarint("max frame")
+	f.MaxSubscriptions = d.uvarint("max subscriptions")
+	f.MaxStreams = d.uvarint("max streams")
+}
+
+func (f *ErrorFrame) appendBody(e enc) enc { return e.uvarint(uint64(f.Code)).str(f.Message) }
+func (f *ErrorFrame) decodeBody(d *dec) {
+	f.Code = Code(d.uvarint("code"))
+	f.Message = d.str("message")
+}
+
+func (f *Publish) appendBody(e enc) enc {
+	return e.uvarint(f.Seq).str(f.Topic).str(f.ProducerID).uvarint(f.Sequence).
+		headers(f.Headers).bytes(f.Payload)
+}
+func (f *Publish) decodeBody(d *dec) {
+	f.Seq = d.uvarint("seq")
+	f.Topic = d.str("topic")
+	f.ProducerID = d.str("producer id")
+	f.Sequence = d.uvarint("sequence")
+	f.Headers = d.headers()
+	f.Payload = d.bytesMax("payload", d.lim.MaxPayload)
+}
+
+func (f *PublishAck) appendBody(e enc) enc {
+	return e.uvarint(f.Seq).uvarint(f.Offset).uvarint(uint64(f.Time))
+}
+func (f *PublishAck) decodeBody(d *dec) {
+	f.Seq = d.uvarint("seq")
+	f.Offset = d.uvarint("offset")
+	f.Time = int64(d.uvarint("time"))
+}
+
+func (f *PublishError) appendBody(e enc) enc {
+	return e.uvarint(f.Seq).uvarint(uint64(f.Code)).str(f.Message)
+}
+func (f *PublishError) decodeBody(d *dec) {
+	f.Seq = d.uvarint("seq")
+	f.Code = Code(d.uvarint("code"))
+	f.Message = d.str("message")
+}
+
+func (f *Subscribe) appendBody(e enc) enc {
+	return e.str(f.Pattern).byte1(byte(f.Start)).uvarint(f.StartValue).str(f.Durable)
+}
+func (f *Subscribe) decodeBody(d *dec) {
+	f.Pattern = d.str("pattern")
+	f.Start = StartKind(d.byte1("start"))
+	f.StartValue = d.uvarint("start value")
+	f.Durable = d.str("durable")
+	if d.err == nil && f.Start > StartTime {
+		d.fail("start: unknown kind %d", f.Start)
+	}
+}
+
+func (f *Subscribed) appendBody(e enc) enc { return e }
+func (f *Subscribed) decodeBody(d *dec)    {}
+
+func (f *Topic) appendBody(e enc) enc { return e.uvarint(f.Index).str(f.Name) }
+func (f *Topic) decodeBody(d *dec) {
+	f.Index = d.uvarint("index")
+	f.Name = d.str("name")
+}
+
+func (f *Record) appendBody(e enc) enc {
+	return e.uvarint(f.Index).uvarint(f.Offset).uvarint(uint64(f.Time)).str(f.OriginRegion).
+		uvarint(f.OriginOffset).str(f.ProducerID).uvarint(f.Sequence).
+		headers(f.Headers).bytes(f.Payload)
+}
+func (f *Record) decodeBody(d *dec) {
+	f.Index = d.uvarint("index")
+	f.Offset = d.uvarint("offset")
+	f.Time = int64(d.uvarint("time"))
+	f.OriginRegion = d.str("origin region")
+	f.OriginOffset = d.uvarint("origin offset")
+	f.ProducerID = d.str("producer id")
+	f.Sequence = d.uvarint("sequence")
+	f.Headers = d.headers()
+	f.Payload = d.bytesMax("payload", d.lim.MaxPayload)
+}
+
+func (f *Ack) appendBody(e enc) enc { return e.uvarint(f.Index).uvarint(f.Offset) }
+func (f *Ack) decodeBody(d *dec) {
+	f.Index = d.uvarint("index")
+	f.Offset = d.uvarint("offset")
+}
+
+func (f *Gap) appendBody(e enc) enc { return e.uvarint(f.Index).uvarint(f.From).uvarint(f.To) }
+func (f *Gap) decodeBody(d *dec) {
+	f.Index = d.uvarint("index")
+	f.From = d.uvarint("from")
+	f.To = d.uvarint("to")
+}
+
+func (f *Topics) appendBody(e enc) enc { return e.str(f.Pattern) }
+func (f *Topics) decodeBody(d *dec)    { f.Pattern = d.str("pattern") }
+
+func (f *TopicInfo) appendBody(e enc) enc {
+	return e.str(f.Name).uvarint(f.First).uvarint(f.Next).uvarint(f.Bytes)
+}
+func (f *TopicInfo) decodeBody(d *dec) {
+	f.Name = d.str("name")
+	f.First = d.uvarint("first")
+	f.Next = d.uvarint("next")
+	f.Bytes = d.uvarint("bytes")
+}

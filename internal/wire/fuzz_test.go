@@ -1,0 +1,121 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"reflect"
+	"testing"
+)
+
+func addSeeds(f *testing.F) {
+	var all []byte
+	for _, fr := range sampleFrames() {
+		b := Append(nil, fr)
+		f.Add(b)
+		all = append(all, b...)
+	}
+	f.Add(all)
+	f.Add([]byte{byte(TypePublish), 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{})
+}
+
+// FuzzDecode: whatever bytes arrive, decoding never panics, and every frame that decodes
+// re-encodes to bytes that decode to the same frame (decode -> encode -> decode is stable).
+func FuzzDecode(f *testing.F) {
+	addSeeds(f)
+	lim := Limits{MaxFrame: 1 << 16, MaxPayload: 1 << 15, MaxHeaders: 8, MaxHeaderBytes: 256, MaxString: 300}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := NewReader(bytes.NewReader(data), lim)
+		for {
+			fr, err := r.Read()
+			if err != nil {
+				if err != io.EOF && !errors.Is(err, io.ErrUnexpectedEOF) &&
+					!errors.Is(err, ErrMalformed) && !errors.Is(err, ErrFrameTooLarge) {
+					t.Fatalf("unexpected error kind: %v", err)
+				}
+				return
+			}
+			again, n, err := Decode(Append(nil, fr), lim)
+			if err != nil {
+				t.Fatalf("re-encoded %s does not decode: %v", fr.Type(), err)
+			}
+			if !reflect.DeepEqual(normalize(again), normalize(fr)) {
+				t.Fatalf("round trip changed %s:\n%#v\n%#v", fr.Type(), fr, again)
+			}
+			_ = n
+		}
+	})
+}
+
+// FuzzSplit: a valid frame sequence split into two writes at any byte decodes to the same
+// frames as the whole.
+func FuzzSplit(f *testing.F) {
+	addSeeds(f)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		// Keep only the valid prefix of frames, so the property is about splitting.
+		var frames []Frame
+		var valid []byte
+		for rest := data; len(rest) > 0; {
+			fr, n, err := Decode(rest, Limits{})
+			if err != nil {
+				break
+			}
+			frames = append(frames, fr)
+			valid = append(valid, rest[:n]...)
+			rest = rest[n:]
+		}
+		if len(frames) == 0 {
+			return
+		}
+		at := int(uint(len(data)) % uint(len(valid)+1))
+		r := NewReader(io.MultiReader(bytes.NewReader(valid[:at]), bytes.NewReader(valid[at:])), Limits{})
+		for i, want := range frames {
+			got, err := r.Read()
+			if err != nil {
+				t.Fatalf("split at %d, frame %d: %v", at, i, err)
+			}
+			if !reflect.DeepEqual(normalize(got), normalize(want)) {
+				t.Fatalf("split at %d, frame %d differs", at, i)
+			}
+		}
+		if _, err := r.Read(); err != io.EOF {
+			t.Fatalf("split at %d: trailing read %v", at, err)
+		}
+	})
+}
+
+// normalize maps empty byte slices to nil so that DeepEqual compares content only.
+func normalize(f Frame) Frame {
+	switch v := f.(type) {
+	case *Publish:
+		c := *v
+		c.Payload = nilIfEmpty(c.Payload)
+		c.Headers = normHeaders(c.Headers)
+		return &c
+	case *Record:
+		c := *v
+		c.Payload = nilIfEmpty(c.Payload)
+		c.Headers = normHeaders(c.Headers)
+		return &c
+	}
+	return f
+}
+
+func normHeaders(hs []Header) []Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]Header, len(hs))
+	for i, h := range hs {
+		out[i] = Header{Key: h.Key, Value: nilIfEmpty(h.Value)}
+	}
+	return out
+}
+
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}

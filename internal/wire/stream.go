@@ -1,0 +1,146 @@
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Append encodes f as one frame (header and body) onto dst.
+func Append(dst []byte, f Frame) []byte {
+	start := len(dst)
+	dst = append(dst, byte(f.Type()), 0, 0, 0, 0)
+	dst = f.appendBody(enc(dst))
+	binary.BigEndian.PutUint32(dst[start+1:], uint32(len(dst)-start-headerLen))
+	return dst
+}
+
+// Decode decodes the first frame in b and returns it with the number of bytes it used.
+// An incomplete frame returns io.ErrUnexpectedEOF (and no bytes used) so that callers with
+// their own buffering can wait for more; a declared length over lim.MaxFrame returns
+// ErrFrameTooLarge before any body byte is needed.
+func Decode(b []byte, lim Limits) (Frame, int, error) {
+	lim = lim.WithDefaults()
+	if len(b) < headerLen {
+		return nil, 0, io.ErrUnexpectedEOF
+	}
+	t, n, err := parseHeader(b[:headerLen], &lim)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(b)-headerLen < n {
+		return nil, 0, io.ErrUnexpectedEOF
+	}
+	body := make([]byte, n)
+	copy(body, b[headerLen:headerLen+n])
+	f, err := decodeBody(t, body, &lim)
+	if err != nil {
+		return nil, 0, err
+	}
+	return f, headerLen + n, nil
+}
+
+func parseHeader(h []byte, lim *Limits) (Type, int, error) {
+	t := Type(h[0])
+	n := binary.BigEndian.Uint32(h[1:headerLen])
+	if newFrame(t) == nil {
+		return t, 0, fmt.Errorf("%w: unknown frame type 0x%02x", ErrMalformed, byte(t))
+	}
+	if uint64(n) > uint64(lim.MaxFrame) {
+		return t, 0, fmt.Errorf("%w: %s frame declares %d bytes, limit %d", ErrFrameTooLarge, t, n, lim.MaxFrame)
+	}
+	return t, int(n), nil
+}
+
+// decodeBody parses body as a frame of type t. Decoded byte slices alias body.
+func decodeBody(t Type, body []byte, lim *Limits) (Frame, error) {
+	f := newFrame(t)
+	d := dec{b: body, lim: lim, typ: t}
+	f.decodeBody(&d)
+	if err := d.end(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Reader reads frames from a stream. It is not safe for concurrent use: one goroutine owns
+// each stream's reading side.
+type Reader struct {
+	r   *bufio.Reader
+	lim Limits
+	hdr [headerLen]byte
+}
+
+// NewReader returns a Reader enforcing lim (zero fields take defaults).
+func NewReader(r io.Reader, lim Limits) *Reader {
+	return &Reader{r: bufio.NewReaderSize(r, 32<<10), lim: lim.WithDefaults()}
+}
+
+// Read returns the next frame. At a clean end of stream (between frames) it returns io.EOF;
+// a stream that ends inside a frame returns io.ErrUnexpectedEOF. The body is allocated only
+// after its declared length passed the limit check.
+func (r *Reader) Read() (Frame, error) {
+	if _, err := io.ReadFull(r.r, r.hdr[:1]); err != nil {
+		return nil, err // io.EOF between frames, or the stream's error
+	}
+	if _, err := io.ReadFull(r.r, r.hdr[1:]); err != nil {
+		return nil, noEOF(err)
+	}
+	t, n, err := parseHeader(r.hdr[:], &r.lim)
+	if err != nil {
+		return nil, err
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r.r, body); err != nil {
+		return nil, noEOF(err)
+	}
+	return decodeBody(t, body, &r.lim)
+}
+
+// Buffered reports whether a complete frame header or more is already buffered, so that a
+// reader that batches work can tell "more is here" from "would block".
+func (r *Reader) Buffered() int { return r.r.Buffered() }
+
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// Writer buffers frames for one stream; Flush sends them. One goroutine owns each Writer.
+type Writer struct {
+	w   io.Writer
+	buf []byte
+}
+
+// NewWriter returns a Writer on w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w, buf: make([]byte, 0, 32<<10)} }
+
+// Write appends f to the buffer, flushing first when the buffer is large.
+func (w *Writer) Write(f Frame) error {
+	w.buf = Append(w.buf, f)
+	if len(w.buf) >= 64<<10 {
+		return w.Flush()
+	}
+	return nil
+}
+
+// Buffered is the number of encoded bytes not yet flushed.
+func (w *Writer) Buffered() int { return len(w.buf) }
+
+// Flush writes the buffered frames to the stream.
+func (w *Writer) Flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	_, err := w.w.Write(w.buf)
+	if cap(w.buf) > 1<<20 {
+		w.buf = make([]byte, 0, 32<<10) // do not keep a large payload's buffer for the stream's life
+	} else {
+		w.buf = w.buf[:0]
+	}
+	return err
+}

@@ -1,0 +1,205 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// sampleFrames has one frame of every type, with every field set, plus edge values.
+func sampleFrames() []Frame {
+	hs := []Header{{Key: "k", Value: []byte("v")}, {Key: "content-type", Value: []byte("text/plain")}}
+	return []Frame{
+		&Hello{Version: 1, Client: "cli", Token: "secret"},
+		&Welcome{Version: 1, Node: "n1", Region: "eu", MaxPayload: 1 << 20, MaxFrame: 2 << 20, MaxSubscriptions: 1000, MaxStreams: 2000},
+		&ErrorFrame{Code: CodeInvalidTopic, Message: `invalid topic "a..b"`},
+		&Publish{Seq: 7, Topic: "orders.eu", ProducerID: "p1", Sequence: 42, Headers: hs, Payload: []byte("hello")},
+		&Publish{Seq: 0, Topic: "t"},
+		&PublishAck{Seq: 7, Offset: 1<<63 + 5, Time: 1_700_000_000_000_000_000},
+		&PublishAck{Seq: 1, Offset: 0, Time: -1},
+		&PublishError{Seq: 9, Code: CodeTooLarge, Message: "payload 2000000 bytes, limit 1048576"},
+		&Subscribe{Pattern: "orders.>", Start: StartTime, StartValue: 123, Durable: "billing"},
+		&Subscribed{},
+		&Topic{Index: 3, Name: "orders.eu"},
+		&Record{Index: 3, Offset: 99, Time: 5, OriginRegion: "us", OriginOffset: 12, ProducerID: "p", Sequence: 1, Headers: hs, Payload: bytes.Repeat([]byte{0xff}, 300)},
+		&Ack{Index: 3, Offset: 99},
+		&Gap{Index: 3, From: 10, To: 20},
+		&Topics{Pattern: ">"},
+		&TopicInfo{Name: "a.b", First: 1, Next: 10, Bytes: 4096},
+	}
+}
+
+func TestRoundTripEveryType(t *testing.T) {
+	var stream []byte
+	for _, f := range sampleFrames() {
+		b := Append(nil, f)
+		got, n, err := Decode(b, Limits{})
+		if err != nil {
+			t.Fatalf("%s: decode: %v", f.Type(), err)
+		}
+		if n != len(b) {
+			t.Fatalf("%s: used %d of %d bytes", f.Type(), n, len(b))
+		}
+		if !reflect.DeepEqual(normalize(got), normalize(f)) {
+			t.Fatalf("%s: round trip\n got %#v\nwant %#v", f.Type(), got, f)
+		}
+		stream = append(stream, b...)
+	}
+	r := NewReader(bytes.NewReader(stream), Limits{})
+	for i, want := range sampleFrames() {
+		got, err := r.Read()
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if !reflect.DeepEqual(normalize(got), normalize(want)) {
+			t.Fatalf("frame %d: got %#v want %#v", i, got, want)
+		}
+	}
+	if _, err := r.Read(); err != io.EOF {
+		t.Fatalf("after last frame: %v, want io.EOF", err)
+	}
+}
+
+func TestReaderSplitAtEveryByte(t *testing.T) {
+	var stream []byte
+	for _, f := range sampleFrames() {
+		stream = Append(stream, f)
+	}
+	r := NewReader(iotest.OneByteReader(bytes.NewReader(stream)), Limits{})
+	for i, want := range sampleFrames() {
+		got, err := r.Read()
+		if err != nil || !reflect.DeepEqual(normalize(got), normalize(want)) {
+			t.Fatalf("frame %d: %v %#v", i, err, got)
+		}
+	}
+}
+
+func TestTruncatedStream(t *testing.T) {
+	b := Append(nil, &Publish{Seq: 1, Topic: "a", Payload: []byte("xyz")})
+	for cut := 1; cut < len(b); cut++ {
+		_, err := NewReader(bytes.NewReader(b[:cut]), Limits{}).Read()
+		if !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("cut at %d: %v, want ErrUnexpectedEOF", cut, err)
+		}
+		if _, _, err := Decode(b[:cut], Limits{}); !errors.Is(err, io.ErrUnexpectedEOF) {
+			t.Fatalf("Decode cut at %d: %v", cut, err)
+		}
+	}
+}
+
+// A huge declared length is refused from the 5-byte header alone, before any allocation.
+func TestFrameTooLargeRefusedBeforeAllocation(t *testing.T) {
+	hdr := []byte{byte(TypePublish), 0xff, 0xff, 0xff, 0xff} // 4 GiB
+	r := NewReader(bytes.NewReader(hdr), Limits{MaxFrame: 1024})
+	allocs := testing.AllocsPerRun(1, func() {
+		r = NewReader(bytes.NewReader(hdr), Limits{MaxFrame: 1024})
+		if _, err := r.Read(); !errors.Is(err, ErrFrameTooLarge) {
+			t.Fatalf("got %v, want ErrFrameTooLarge", err)
+		}
+	})
+	if allocs > 10 {
+		t.Fatalf("%v allocations for a refused frame", allocs)
+	}
+	_, err := NewReader(bytes.NewReader(hdr), Limits{MaxFrame: 1024}).Read()
+	if !strings.Contains(err.Error(), "PUBLISH frame declares 4294967295 bytes, limit 1024") {
+		t.Fatalf("message does not name the problem: %v", err)
+	}
+}
+
+func TestLimitsAndMalformed(t *testing.T) {
+	lim := Limits{MaxPayload: 10, MaxHeaders: 2, MaxHeaderBytes: 8, MaxString: 5}
+	cases := []struct {
+		name string
+		f    Frame
+		want string
+	}{
+		{"payload", &Publish{Topic: "a", Payload: make([]byte, 11)}, "payload: 11 bytes over the limit of 10"},
+		{"topic", &Publish{Topic: "abcdef"}, "topic: 6 bytes over the limit of 5"},
+		{"header count", &Publish{Topic: "a", Headers: []Header{{"a", nil}, {"b", nil}, {"c", nil}}}, "3 headers over the limit of 2"},
+		{"header bytes", &Publish{Topic: "a", Headers: []Header{{"abcd", []byte("ef")}, {"gh", []byte("ij")}}}, "headers: 10 bytes over the limit of 8"},
+	}
+	for _, c := range cases {
+		_, _, err := Decode(Append(nil, c.f), lim)
+		if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", c.name, err, c.want)
+		}
+	}
+
+	bad := map[string][]byte{
+		"unknown type":     {0x7f, 0, 0, 0, 0},
+		"trailing":         frameBytes(TypeAck, []byte{1, 2, 3}),
+		"varint overflow":  frameBytes(TypeAck, bytes.Repeat([]byte{0xff}, 11)),
+		"string past body": frameBytes(TypeTopics, []byte{4, 'a'}),
+		"bad start":        frameBytes(TypeSubscribe, []byte{1, 'a', 9, 0, 0}),
+		"header count big": frameBytes(TypePublish, []byte{0, 1, 'a', 0, 0, 60}),
+	}
+	for name, b := range bad {
+		if _, _, err := Decode(b, Limits{}); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: got %v, want ErrMalformed", name, err)
+		}
+	}
+}
+
+func frameBytes(t Type, body []byte) []byte {
+	b := []byte{byte(t), 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(b[1:], uint32(len(body)))
+	return append(b, body...)
+}
+
+func TestErrorText(t *testing.T) {
+	e := Errorf(CodeTooLarge, "payload %d bytes", 5)
+	if e.Error() != "quicmq: too large: payload 5 bytes" {
+		t.Fatal(e.Error())
+	}
+	if Code(99).String() != "code 99" {
+		t.Fatal(Code(99).String())
+	}
+}
+
+func TestWriterFlushes(t *testing.T) {
+	var out bytes.Buffer
+	w := NewWriter(&out)
+	for _, f := range sampleFrames() {
+		if err := w.Write(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out.Len() != 0 {
+		t.Fatal("small frames written before Flush")
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(&out, Limits{})
+	for range sampleFrames() {
+		if _, err := r.Read(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEncodeRecord(b *testing.B) {
+	rec := &Record{Index: 1, Offset: 1 << 30, Time: 1_700_000_000_000_000_000, Payload: make([]byte, 1024)}
+	buf := make([]byte, 0, 4096)
+	b.SetBytes(1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = Append(buf[:0], rec)
+	}
+}
+
+func BenchmarkDecodeRecord(b *testing.B) {
+	raw := Append(nil, &Record{Index: 1, Offset: 1 << 30, Time: 1_700_000_000_000_000_000, Payload: make([]byte, 1024)})
+	b.SetBytes(1024)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := Decode(raw, Limits{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
