@@ -1,0 +1,35 @@
+# QuicMQ. `make test` is what CI runs (see .ci/run); `make dev` starts a local broker.
+GO ?= go
+FUZZTIME ?= 5s
+
+.PHONY: build dev test vet unit fuzz-short fuzz bench clean
+
+build:
+	$(GO) build -o bin/quicmq ./cmd/quicmq
+
+dev: build
+	./bin/quicmq dev
+
+# The whole suite: vet, unit and integration tests with the race detector, then each fuzz
+# target briefly.
+test: vet unit fuzz-short
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+# Each fuzz target for FUZZTIME (CI: seconds each; locally e.g. make fuzz FUZZTIME=10m).
+fuzz-short:
+	@./scripts/fuzz.sh $(FUZZTIME)
+
+fuzz:
+	@./scripts/fuzz.sh $(FUZZTIME)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./wal ./node ./routing ./internal/wire
+
+clean:
+	rm -rf bin

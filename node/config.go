@@ -1,0 +1,188 @@
+package node
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quicmq/quicmq/wal"
+)
+
+// Config configures a Node. The zero value plus DataDir is a working single node on
+// 127.0.0.1:7400; every field documents its unit and default.
+type Config struct {
+	// DataDir holds the Pebble store (DATA/log) and, without TLS, the generated CA and node
+	// certificate (DATA/tls). Required.
+	DataDir string
+	// Listen is the UDP address of the client listener. Default "127.0.0.1:7400"; port 0
+	// picks a free port (Addr reports it).
+	Listen string
+	// Name identifies the node in logs, WELCOME and metrics. Default: the host name.
+	Name string
+	// Region is the node's region. Default "local".
+	Region string
+
+	// TLS is the server configuration (certificates, client CAs). Nil: the node uses the CA in
+	// CADir (creating it if absent) and issues itself a certificate for its addresses.
+	TLS *tls.Config
+	// CADir is where the generated CA lives when TLS is nil. Default DATA/tls.
+	CADir string
+	// Tokens, when not empty, are the tokens clients must present in HELLO. Empty: anonymous
+	// clients are accepted (the node logs a warning).
+	Tokens []string
+
+	// MaxPayload is the largest record payload in bytes. Default 1 MiB.
+	MaxPayload int
+	// MaxHeaderBytes caps one record's header keys and values, in bytes. Default 16 KiB.
+	MaxHeaderBytes int
+	// MaxStreamsPerConn caps the streams a client may have open at once (QUIC stream limit).
+	// Default 2048.
+	MaxStreamsPerConn int
+	// MaxSubscriptionsPerConn caps open subscription streams per connection. Default 1024.
+	MaxSubscriptionsPerConn int
+	// MaxPendingPublishes caps unanswered publishes per publish stream; past it the node
+	// stops reading the stream, so QUIC flow control slows the publisher. Default 4096.
+	MaxPendingPublishes int
+	// StreamWindow is the largest receive window of one stream, in bytes. Default 1 MiB.
+	StreamWindow int
+	// ConnWindow is the largest receive window of one connection, in bytes. Default 16 MiB.
+	ConnWindow int
+	// ReadAhead is how many bytes of records a subscription reads from the log at a time:
+	// the bound on what a slow subscriber costs in memory beyond QUIC's send buffer.
+	// Default 256 KiB.
+	ReadAhead int
+	// HandshakeTimeout bounds how long a connection may take to send HELLO. Default 10 s.
+	HandshakeTimeout time.Duration
+	// ShutdownTimeout bounds how long Close waits for pending acks to be sent. Default 5 s.
+	ShutdownTimeout time.Duration
+	// IdleTimeout closes a connection that sent nothing (not even keep-alives). Default 30 s.
+	IdleTimeout time.Duration
+
+	// Retention applies to every topic. Zero: keep forever.
+	Retention wal.Retention
+	// MaxSeriesPerMetric caps the label sets of each per-subscription metric; further
+	// subscriptions are counted under pattern "_other". Default 1000.
+	MaxSeriesPerMetric int
+
+	// Logger receives the node's logs. Default: slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the node's metrics. Default: a new registry, returned by Registry.
+	Registerer prometheus.Registerer
+	// FS is the filesystem of the Pebble store; nil is the disk. Tests pass crash-simulating
+	// filesystems.
+	FS vfs.FS
+	// Now is the clock; nil is time.Now.
+	Now func() time.Time
+}
+
+// nameRE is the grammar of node, region and durable consumer names: the topic token grammar.
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+func (c Config) withDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:7400"
+	}
+	if c.Name == "" {
+		if h, err := os.Hostname(); err == nil && nameRE.MatchString(h) {
+			c.Name = h
+		} else {
+			c.Name = "node"
+		}
+	}
+	if c.Region == "" {
+		c.Region = "local"
+	}
+	if c.CADir == "" && c.DataDir != "" {
+		c.CADir = c.DataDir + "/tls"
+	}
+	setDefault(&c.MaxPayload, 1<<20)
+	setDefault(&c.MaxHeaderBytes, 16<<10)
+	setDefault(&c.MaxStreamsPerConn, 2048)
+	setDefault(&c.MaxSubscriptionsPerConn, 1024)
+	setDefault(&c.MaxPendingPublishes, 4096)
+	setDefault(&c.StreamWindow, 1<<20)
+	setDefault(&c.ConnWindow, 16<<20)
+	setDefault(&c.ReadAhead, 256<<10)
+	setDefault(&c.MaxSeriesPerMetric, 1000)
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 5 * time.Second
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func setDefault(v *int, d int) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
+// Validate reports every problem of the configuration at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("node: config: "+format, args...)) }
+	if c.DataDir == "" {
+		bad("DataDir is required (where the log and certificates live)")
+	}
+	if c.Listen != "" {
+		if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+			bad("Listen %q: want HOST:PORT: %v", c.Listen, err)
+		}
+	}
+	if c.Name != "" && !nameRE.MatchString(c.Name) {
+		bad("Name %q: want 1-64 characters of [A-Za-z0-9_-]", c.Name)
+	}
+	if c.Region != "" && !nameRE.MatchString(c.Region) {
+		bad("Region %q: want 1-64 characters of [A-Za-z0-9_-]", c.Region)
+	}
+	for i, t := range c.Tokens {
+		if len(t) < 16 {
+			bad("Tokens[%d]: at least 16 characters, got %d", i, len(t))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxPayload", c.MaxPayload}, {"MaxHeaderBytes", c.MaxHeaderBytes},
+		{"MaxStreamsPerConn", c.MaxStreamsPerConn}, {"MaxSubscriptionsPerConn", c.MaxSubscriptionsPerConn},
+		{"MaxPendingPublishes", c.MaxPendingPublishes}, {"StreamWindow", c.StreamWindow},
+		{"ConnWindow", c.ConnWindow}, {"ReadAhead", c.ReadAhead}, {"MaxSeriesPerMetric", c.MaxSeriesPerMetric},
+	} {
+		if f.v < 0 {
+			bad("%s must not be negative, got %d", f.name, f.v)
+		}
+	}
+	if c.MaxPayload > 64<<20 {
+		bad("MaxPayload %d over the 64 MiB the protocol allows", c.MaxPayload)
+	}
+	if c.StreamWindow > 0 && c.ConnWindow > 0 && c.StreamWindow > c.ConnWindow {
+		bad("StreamWindow %d larger than ConnWindow %d", c.StreamWindow, c.ConnWindow)
+	}
+	if c.MaxSubscriptionsPerConn > 0 && c.MaxStreamsPerConn > 0 && c.MaxSubscriptionsPerConn > c.MaxStreamsPerConn {
+		bad("MaxSubscriptionsPerConn %d larger than MaxStreamsPerConn %d", c.MaxSubscriptionsPerConn, c.MaxStreamsPerConn)
+	}
+	if c.Retention.MaxAge < 0 || c.Retention.MaxBytes < 0 {
+		bad("Retention must not be negative")
+	}
+	return errors.Join(errs...)
+}

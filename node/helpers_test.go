@@ -1,0 +1,185 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// tLogWriter sends log lines to t.Log so they show only for failing tests.
+type tLogWriter struct{ t testing.TB }
+
+func (w tLogWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("QUICMQ_TEST_LOG") == "" {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return slog.New(slog.NewTextHandler(tLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// newTestNode starts a node on 127.0.0.1 port 0 with its data in t.TempDir(); it is stopped
+// by t.Cleanup. mod may change the configuration.
+func newTestNode(t testing.TB, mod ...func(*Config)) *Node {
+	t.Helper()
+	cfg := Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "n1", Region: "test", Logger: testLogger(t)}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	n, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("node Run: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("node did not stop within 20 s")
+		}
+	})
+	return n
+}
+
+// rawConn speaks the wire protocol directly, so tests can send what the SDK never would.
+type rawConn struct {
+	t    testing.TB
+	conn *quic.Conn
+	ctl  *quic.Stream
+	w    *wire.Welcome
+}
+
+func dialRaw(t testing.TB, n *Node, token string) (*rawConn, error) {
+	t.Helper()
+	return dialRawConfig(t, n, token, &quic.Config{KeepAlivePeriod: time.Second, MaxIncomingStreams: -1})
+}
+
+func dialRawConfig(t testing.TB, n *Node, token string, qc *quic.Config) (*rawConn, error) {
+	t.Helper()
+	pem, err := os.ReadFile(n.CAFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, n.Addr().String(),
+		&tls.Config{RootCAs: pool, ServerName: "localhost", NextProtos: []string{wire.ALPN}, MinVersion: tls.VersionTLS13},
+		qc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.CloseWithError(0, "") })
+	ctl, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &rawConn{t: t, conn: conn, ctl: ctl}
+	writeFrames(t, ctl, &wire.Hello{Version: wire.Version, Client: "raw", Token: token})
+	f, err := wire.NewReader(ctl, wire.Limits{}).Read()
+	if err != nil {
+		return nil, err
+	}
+	switch f := f.(type) {
+	case *wire.Welcome:
+		rc.w = f
+		return rc, nil
+	case *wire.ErrorFrame:
+		return nil, f.AsError()
+	}
+	t.Fatalf("unexpected %s", f.Type())
+	return nil, nil
+}
+
+func mustDial(t testing.TB, n *Node) *rawConn {
+	t.Helper()
+	rc, err := dialRaw(t, n, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+// rawStream is one stream with its frame reader.
+type rawStream struct {
+	t   testing.TB
+	str *quic.Stream
+	r   *wire.Reader
+}
+
+func (rc *rawConn) open(frames ...wire.Frame) *rawStream {
+	rc.t.Helper()
+	str, err := rc.conn.OpenStreamSync(context.Background())
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	writeFrames(rc.t, str, frames...)
+	return &rawStream{t: rc.t, str: str, r: wire.NewReader(str, wire.Limits{MaxFrame: 8 << 20, MaxPayload: 8 << 20})}
+}
+
+func (s *rawStream) send(frames ...wire.Frame) { writeFrames(s.t, s.str, frames...) }
+
+// next reads one frame within 10 s.
+func (s *rawStream) next() wire.Frame {
+	s.t.Helper()
+	f, err := s.read(10 * time.Second)
+	if err != nil {
+		s.t.Fatalf("read: %v", err)
+	}
+	return f
+}
+
+func (s *rawStream) read(timeout time.Duration) (wire.Frame, error) {
+	s.str.SetReadDeadline(time.Now().Add(timeout))
+	defer s.str.SetReadDeadline(time.Time{})
+	return s.r.Read()
+}
+
+// expectError reads until an ERROR frame and returns it.
+func (s *rawStream) expectError() *wire.Error {
+	s.t.Helper()
+	for {
+		f := s.next()
+		if e, ok := f.(*wire.ErrorFrame); ok {
+			return e.AsError()
+		}
+	}
+}
+
+func writeFrames(t testing.TB, w io.Writer, frames ...wire.Frame) {
+	t.Helper()
+	var b []byte
+	for _, f := range frames {
+		b = wire.Append(b, f)
+	}
+	if _, err := w.Write(b); err != nil {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+func isCode(err error, code wire.Code) bool {
+	var e *wire.Error
+	return errors.As(err, &e) && e.Code == code
+}

@@ -1,0 +1,319 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/routing"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// Node is one broker node. New binds its socket and opens its log; Run serves until its
+// context ends or Close is called; Close stops it gracefully and waits for every goroutine.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	reg     prometheus.Registerer
+	gather  prometheus.Gatherer // set when the node made its own registry
+	metrics *metrics
+	wal     *wal.Log
+	udp     *net.UDPConn
+	tr      *quic.Transport
+	ln      *quic.Listener
+	caFile  string
+	limits  wire.Limits // for decoding what clients send
+	tokens  [][]byte
+
+	// interest maps subscription patterns to the subscriptions that want to hear of new
+	// topics. Owned by no goroutine: routing.Table is safe for concurrent use.
+	interest *routing.Table[*subscription]
+
+	stop      chan struct{} // closed by Close: every session drains
+	stopOnce  sync.Once
+	runDone   chan struct{} // closed when Run returns
+	runMu     sync.Mutex
+	running   bool
+	closeOnce sync.Once
+	closeErr  error
+	wg        sync.WaitGroup // sessions and the topic watcher
+
+	mu struct {
+		sync.Mutex
+		sessions map[*session]struct{}
+		subs     map[*subscription]struct{}
+	}
+}
+
+// New validates cfg, opens the log in DataDir/log, prepares TLS and binds the UDP socket.
+// It starts no goroutine of its own (the log's committer belongs to the log).
+func New(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger.With("node", cfg.Name, "region", cfg.Region),
+		reg:      cfg.Registerer,
+		interest: routing.NewTable[*subscription](),
+		stop:     make(chan struct{}),
+		runDone:  make(chan struct{}),
+	}
+	n.mu.sessions = make(map[*session]struct{})
+	n.mu.subs = make(map[*subscription]struct{})
+	if n.reg == nil {
+		r := prometheus.NewRegistry()
+		n.reg, n.gather = r, r
+	} else if g, ok := n.reg.(prometheus.Gatherer); ok {
+		n.gather = g
+	}
+	for _, t := range cfg.Tokens {
+		n.tokens = append(n.tokens, []byte(t))
+	}
+	// The decoder lets payloads up to the frame size through so that an over-large payload
+	// gets a PUBLISH_ERROR naming the sizes, not a protocol error that kills the stream.
+	n.limits = wire.Limits{
+		MaxFrame:       cfg.MaxPayload + cfg.MaxHeaderBytes + 64<<10,
+		MaxPayload:     cfg.MaxPayload + cfg.MaxHeaderBytes + 64<<10,
+		MaxHeaderBytes: cfg.MaxHeaderBytes,
+	}.WithDefaults()
+
+	tlsConf, err := n.setupTLS()
+	if err != nil {
+		return nil, err
+	}
+	n.metrics = newMetrics(n.reg, cfg.MaxSeriesPerMetric)
+	n.reg.MustRegister(newLagCollector(n))
+	n.wal, err = wal.Open(filepath.Join(cfg.DataDir, "log"), wal.Options{
+		FS:         cfg.FS,
+		Logger:     n.log,
+		Registerer: n.reg,
+		Now:        cfg.Now,
+		Retention:  cfg.Retention,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: open log: %w", err)
+	}
+	if err := n.listen(tlsConf); err != nil {
+		n.wal.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) listen(tlsConf *tls.Config) error {
+	addr, err := net.ResolveUDPAddr("udp", n.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("node: listen %s: %w", n.cfg.Listen, err)
+	}
+	n.udp, err = net.ListenUDP("udp", addr)
+	if err != nil {
+		return fmt.Errorf("node: listen %s: %w", n.cfg.Listen, err)
+	}
+	n.tr = &quic.Transport{Conn: n.udp}
+	n.ln, err = n.tr.Listen(tlsConf, n.quicConfig())
+	if err != nil {
+		n.tr.Close()
+		return fmt.Errorf("node: listen %s: %w", n.cfg.Listen, err)
+	}
+	return nil
+}
+
+func (n *Node) quicConfig() *quic.Config {
+	c := n.cfg
+	return &quic.Config{
+		MaxIncomingStreams:             int64(c.MaxStreamsPerConn),
+		MaxIncomingUniStreams:          -1, // the protocol uses bidirectional streams only
+		InitialStreamReceiveWindow:     uint64(min(c.StreamWindow, 256<<10)),
+		MaxStreamReceiveWindow:         uint64(c.StreamWindow),
+		InitialConnectionReceiveWindow: uint64(min(c.ConnWindow, 1<<20)),
+		MaxConnectionReceiveWindow:     uint64(c.ConnWindow),
+		MaxIdleTimeout:                 c.IdleTimeout,
+		KeepAlivePeriod:                c.IdleTimeout / 3,
+		HandshakeIdleTimeout:           c.HandshakeTimeout,
+	}
+}
+
+// Addr is the bound UDP address of the client listener (right after New).
+func (n *Node) Addr() net.Addr { return n.udp.LocalAddr() }
+
+// CAFile is the PEM file of the CA that clients should trust, when the node generated its
+// own TLS material; "" when Config.TLS was given.
+func (n *Node) CAFile() string { return n.caFile }
+
+// Name and Region are the node's identity.
+func (n *Node) Name() string   { return n.cfg.Name }
+func (n *Node) Region() string { return n.cfg.Region }
+
+// Gatherer returns the registry the node's metrics are on, for serving /metrics; nil when
+// the configured Registerer is not also a Gatherer.
+func (n *Node) Gatherer() prometheus.Gatherer { return n.gather }
+
+// Log returns the node's topic log (for tests and tools in this module).
+func (n *Node) Log() *wal.Log { return n.wal }
+
+// Run accepts connections until ctx ends or Close is called, then shuts down gracefully:
+// no new connections or publishes are taken, pending publishes are answered, subscriptions
+// are told the node is shutting down. It returns when every goroutine has exited.
+func (n *Node) Run(ctx context.Context) error {
+	n.runMu.Lock()
+	if n.running {
+		n.runMu.Unlock()
+		return errors.New("node: Run called twice or after Close")
+	}
+	n.running = true
+	n.runMu.Unlock()
+	defer close(n.runDone)
+
+	n.log.Info("node listening", "addr", n.Addr().String(), "ca", n.caFile, "anonymous", len(n.tokens) == 0)
+	if len(n.tokens) == 0 {
+		n.log.Warn("no client tokens configured: ANY client that trusts the CA can publish and subscribe (anonymous mode)")
+	}
+
+	n.wg.Add(1)
+	go n.watchTopics()
+
+	acceptErr := make(chan error, 1)
+	go func() { acceptErr <- n.acceptLoop() }() // ends when the listener closes below
+	var err error
+	select {
+	case <-ctx.Done():
+	case <-n.stop:
+	case err = <-acceptErr:
+	}
+	n.shutdown()
+	if e := <-acceptErr; err == nil && !errors.Is(e, quic.ErrServerClosed) && !errors.Is(e, net.ErrClosed) {
+		err = e
+	}
+	n.wg.Wait()
+	if cerr := n.wal.Close(); err == nil {
+		err = cerr
+	}
+	n.tr.Close()
+	return err
+}
+
+func (n *Node) acceptLoop() error {
+	for {
+		conn, err := n.ln.Accept(context.Background())
+		if err != nil {
+			return err
+		}
+		s := newSession(n, conn)
+		n.mu.Lock()
+		select {
+		case <-n.stop:
+			n.mu.Unlock()
+			conn.CloseWithError(wire.AppShutdown, "shutting down")
+			continue
+		default:
+		}
+		n.mu.sessions[s] = struct{}{}
+		n.wg.Add(1)
+		n.mu.Unlock()
+		go func() {
+			defer n.wg.Done()
+			s.run()
+			n.mu.Lock()
+			delete(n.mu.sessions, s)
+			n.mu.Unlock()
+		}()
+	}
+}
+
+// shutdown stops accepting and drains every session: publish streams answer what they
+// have read, subscriptions end with ERROR shutting-down. Sessions that do not finish within
+// ShutdownTimeout are closed hard; nothing acknowledged is lost either way (acks follow the
+// fsync).
+func (n *Node) shutdown() {
+	n.stopOnce.Do(func() { close(n.stop) })
+	n.ln.Close()
+	n.mu.Lock()
+	sessions := make([]*session, 0, len(n.mu.sessions))
+	for s := range n.mu.sessions {
+		sessions = append(sessions, s)
+	}
+	n.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for _, s := range sessions {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.drain() }()
+		}
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(n.cfg.ShutdownTimeout):
+		n.log.Warn("shutdown timeout: closing connections with work pending", "timeout", n.cfg.ShutdownTimeout)
+	}
+	for _, s := range sessions {
+		s.conn.CloseWithError(wire.AppShutdown, "node shutting down")
+	}
+	<-done
+}
+
+// Close stops the node and waits until Run has returned (if it was started) and the log is
+// closed. It is safe to call more than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.stopOnce.Do(func() { close(n.stop) })
+		n.runMu.Lock()
+		running := n.running
+		n.running = true // a Run after Close fails
+		n.runMu.Unlock()
+		if running {
+			<-n.runDone
+			return
+		}
+		n.ln.Close()
+		n.closeErr = n.wal.Close()
+		n.tr.Close()
+	})
+	return n.closeErr
+}
+
+// MetricsHandler serves the node's metrics in the Prometheus text and OpenMetrics formats.
+func (n *Node) MetricsHandler() http.Handler {
+	if n.gather == nil {
+		return http.NotFoundHandler()
+	}
+	return promhttp.HandlerFor(n.gather, promhttp.HandlerOpts{EnableOpenMetrics: true})
+}
+
+func (n *Node) addSubscription(s *subscription) {
+	n.mu.Lock()
+	n.mu.subs[s] = struct{}{}
+	n.mu.Unlock()
+}
+
+func (n *Node) removeSubscription(s *subscription) {
+	n.mu.Lock()
+	delete(n.mu.subs, s)
+	n.mu.Unlock()
+}
+
+func (n *Node) liveSubscriptions() []*subscription {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]*subscription, 0, len(n.mu.subs))
+	for s := range n.mu.subs {
+		out = append(out, s)
+	}
+	return out
+}

@@ -1,0 +1,306 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/routing"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// Batching bounds for one append request built from consecutive publishes to one topic.
+const (
+	maxBatchRecords = 512
+	maxBatchBytes   = 4 << 20
+)
+
+// publisher serves one publish stream. Its run goroutine reads frames and submits appends;
+// its writer goroutine sends the answers in the order the publishes were read. Between them
+// is a FIFO of pending batches (mu) and a window of unanswered publishes: when the window is
+// full the reader stops reading, and QUIC flow control stops the client.
+type publisher struct {
+	s      *session
+	str    *quic.Stream
+	r      *wire.Reader
+	window chan struct{} // one token per unanswered publish
+	wake   chan struct{} // a batch completed, or reading ended
+
+	draining atomic.Bool
+
+	mu struct {
+		sync.Mutex
+		queue    []*pendingBatch
+		readDone bool
+	}
+
+	batch *pendingBatch // being built by the reader; not yet submitted
+}
+
+// pendingBatch is one append request (or one refused publish) waiting for its answer.
+type pendingBatch struct {
+	topic   string
+	seqs    []uint64
+	records []wal.Record
+	bytes   int
+	read    time.Time
+	err     *wire.Error // refused before or by the append
+	res     wal.AppendResult
+	done    bool
+}
+
+func newPublisher(s *session, str *quic.Stream, r *wire.Reader) *publisher {
+	return &publisher{
+		s:      s,
+		str:    str,
+		r:      r,
+		window: make(chan struct{}, s.n.cfg.MaxPendingPublishes),
+		wake:   make(chan struct{}, 1),
+	}
+}
+
+func (p *publisher) drain() {
+	p.draining.Store(true)
+	p.str.CancelRead(wire.AppShutdown) // unblocks the reader; pending publishes still get answers
+}
+
+// run reads publishes until the stream ends, then waits for every answer to be written.
+func (p *publisher) run(first *wire.Publish) {
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		p.writeAnswers()
+	}()
+
+	streamErr := p.readLoop(first)
+
+	p.submit()
+	p.mu.Lock()
+	p.mu.readDone = true
+	p.mu.Unlock()
+	p.signal()
+	<-writerDone
+
+	if streamErr != nil {
+		p.s.failStream(p.str, streamErr)
+		return
+	}
+	p.str.Close()
+}
+
+// readLoop reads and batches publishes. It returns a protocol error to send, or nil when the
+// stream ended (FIN, reset, drain or connection loss).
+func (p *publisher) readLoop(f wire.Frame) *wire.Error {
+	for {
+		pub, ok := f.(*wire.Publish)
+		if !ok {
+			return wire.Errorf(wire.CodeProtocol, "a publish stream carries only PUBLISH frames, got %s", f.Type())
+		}
+		if !p.acquire() {
+			return nil
+		}
+		p.add(pub)
+		// Keep building the batch while frames are already buffered; submit before blocking.
+		if p.r.Buffered() == 0 {
+			p.submit()
+		}
+		var err error
+		f, err = p.r.Read()
+		if err != nil {
+			return p.readError(err)
+		}
+	}
+}
+
+func (p *publisher) readError(err error) *wire.Error {
+	var se *quic.StreamError
+	switch {
+	case errors.Is(err, io.EOF), p.draining.Load(), p.s.ctx.Err() != nil, errors.As(err, &se):
+		return nil
+	case errors.Is(err, wire.ErrFrameTooLarge):
+		return &wire.Error{Code: wire.CodeTooLarge, Message: err.Error()}
+	case errors.Is(err, wire.ErrMalformed), errors.Is(err, io.ErrUnexpectedEOF):
+		return &wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
+	}
+	return nil // the connection is gone
+}
+
+// acquire takes a window slot, submitting the batch under construction before it waits
+// (its answers are what frees slots).
+func (p *publisher) acquire() bool {
+	select {
+	case p.window <- struct{}{}:
+		return true
+	default:
+	}
+	p.submit()
+	select {
+	case p.window <- struct{}{}:
+		return true
+	case <-p.s.ctx.Done():
+		return false
+	}
+}
+
+// add validates one publish and appends it to the batch under construction, or queues its
+// refusal in order.
+func (p *publisher) add(pub *wire.Publish) {
+	if e := p.s.n.checkPublish(pub); e != nil {
+		p.submit()
+		p.enqueue(&pendingBatch{seqs: []uint64{pub.Seq}, err: e, done: true, read: time.Now()})
+		return
+	}
+	if b := p.batch; b != nil && (b.topic != pub.Topic || len(b.seqs) >= maxBatchRecords || b.bytes >= maxBatchBytes) {
+		p.submit()
+	}
+	if p.batch == nil {
+		p.batch = &pendingBatch{topic: pub.Topic, read: time.Now()}
+	}
+	b := p.batch
+	b.seqs = append(b.seqs, pub.Seq)
+	b.bytes += len(pub.Payload)
+	b.records = append(b.records, wal.Record{
+		ProducerID: pub.ProducerID,
+		Sequence:   pub.Sequence,
+		Headers:    walHeaders(pub.Headers),
+		Payload:    pub.Payload,
+	})
+}
+
+// checkPublish refuses what must not be appended, naming the problem.
+func (n *Node) checkPublish(pub *wire.Publish) *wire.Error {
+	if err := routing.ValidateTopic(pub.Topic); err != nil {
+		return &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
+	}
+	if len(pub.Payload) > n.cfg.MaxPayload {
+		return wire.Errorf(wire.CodeTooLarge, "payload of %d bytes over the limit of %d", len(pub.Payload), n.cfg.MaxPayload)
+	}
+	hb := 0
+	for _, h := range pub.Headers {
+		hb += len(h.Key) + len(h.Value)
+	}
+	if hb > n.cfg.MaxHeaderBytes {
+		return wire.Errorf(wire.CodeTooLarge, "headers of %d bytes over the limit of %d", hb, n.cfg.MaxHeaderBytes)
+	}
+	return nil
+}
+
+func walHeaders(hs []wire.Header) []wal.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]wal.Header, len(hs))
+	for i, h := range hs {
+		out[i] = wal.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}
+
+// submit hands the batch under construction to the log. The log calls back from its
+// committer after the synced commit; the callback only records the result and wakes the
+// writer.
+func (p *publisher) submit() {
+	b := p.batch
+	if b == nil {
+		return
+	}
+	p.batch = nil
+	p.enqueue(b)
+	p.s.n.wal.AppendAsync(wal.AppendRequest{Topic: b.topic, Records: b.records}, func(res wal.AppendResult) {
+		p.mu.Lock()
+		b.res, b.done = res, true
+		b.records = nil // the payloads are on disk; do not hold them until the ack is written
+		p.mu.Unlock()
+		p.signal()
+	})
+}
+
+func (p *publisher) enqueue(b *pendingBatch) {
+	p.mu.Lock()
+	p.mu.queue = append(p.mu.queue, b)
+	p.mu.Unlock()
+	if b.done {
+		p.signal()
+	}
+}
+
+func (p *publisher) signal() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// writeAnswers sends PUBLISH_ACK / PUBLISH_ERROR for completed batches, strictly in read
+// order, and returns once reading has ended and every batch is answered. A write error (the
+// client went away) stops writing but not the bookkeeping: every submitted batch is still
+// waited for, so the stream's goroutines never outlive its appends.
+func (p *publisher) writeAnswers() {
+	w := wire.NewWriter(p.str)
+	m := p.s.n.metrics
+	writeFailed := false
+	for {
+		p.mu.Lock()
+		var ready []*pendingBatch
+		for len(p.mu.queue) > 0 && p.mu.queue[0].done {
+			ready = append(ready, p.mu.queue[0])
+			p.mu.queue[0] = nil
+			p.mu.queue = p.mu.queue[1:]
+		}
+		finished := p.mu.readDone && len(p.mu.queue) == 0
+		p.mu.Unlock()
+
+		for _, b := range ready {
+			if b.err == nil && b.res.Err != nil {
+				b.err = appendError(b.res.Err)
+			}
+			for i, seq := range b.seqs {
+				var f wire.Frame
+				if b.err != nil {
+					f = &wire.PublishError{Seq: seq, Code: b.err.Code, Message: b.err.Message}
+					m.publishErrors.WithLabelValues(strconv.FormatUint(uint64(b.err.Code), 10)).Inc()
+				} else {
+					f = &wire.PublishAck{Seq: seq, Offset: b.res.First + uint64(i), Time: b.res.Time}
+				}
+				if !writeFailed && w.Write(f) != nil {
+					writeFailed = true
+					p.str.CancelRead(wire.AppCancelled)
+				}
+				<-p.window
+			}
+			if b.err == nil {
+				m.publishRecords.Add(float64(len(b.seqs)))
+				m.publishBytes.Add(float64(b.bytes))
+				m.publishLatency.Observe(time.Since(b.read).Seconds())
+			}
+		}
+		if !writeFailed && len(ready) > 0 && w.Flush() != nil {
+			writeFailed = true
+			p.str.CancelRead(wire.AppCancelled)
+		}
+		if finished {
+			return
+		}
+		<-p.wake
+	}
+}
+
+// appendError maps a log error to what the client is told.
+func appendError(err error) *wire.Error {
+	switch {
+	case errors.Is(err, wal.ErrClosed):
+		return wire.Errorf(wire.CodeShuttingDown, "node shutting down: nothing was appended")
+	case errors.Is(err, wal.ErrTooLarge):
+		return &wire.Error{Code: wire.CodeTooLarge, Message: err.Error()}
+	case errors.Is(err, wal.ErrInvalidRequest):
+		return &wire.Error{Code: wire.CodeInvalidArgument, Message: err.Error()}
+	}
+	return &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("append failed: %v", err)}
+}

@@ -1,0 +1,274 @@
+package node
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// session is one client connection. Its run goroutine owns the control stream and accepts
+// streams; each stream gets its own goroutine(s), tracked by wg, so that one stream blocked
+// on flow control never holds up another (invariant I4/I5).
+type session struct {
+	n    *Node
+	conn *quic.Conn
+	log  *slog.Logger
+
+	ctx    context.Context // ends when the connection ends
+	cancel context.CancelFunc
+	ready  chan struct{} // closed after WELCOME: streams wait for it
+
+	draining atomic.Bool
+	subs     atomic.Int64 // open subscription streams
+	wg       sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		control  *quic.Stream
+		handlers map[streamHandler]struct{}
+	}
+}
+
+// streamHandler is an open stream's handler, told to finish when the node drains.
+type streamHandler interface {
+	drain()
+}
+
+func newSession(n *Node, conn *quic.Conn) *session {
+	ctx, cancel := context.WithCancel(conn.Context())
+	s := &session{
+		n:      n,
+		conn:   conn,
+		log:    n.log.With("remote", conn.RemoteAddr().String()),
+		ctx:    ctx,
+		cancel: cancel,
+		ready:  make(chan struct{}),
+	}
+	s.mu.handlers = make(map[streamHandler]struct{})
+	return s
+}
+
+// run serves the connection until it ends, then waits for every stream goroutine.
+func (s *session) run() {
+	s.n.metrics.connections.Inc()
+	defer s.n.metrics.connections.Dec()
+	defer s.wg.Wait()
+	defer s.cancel()
+
+	// The first stream is the control stream (QUIC hands streams over in the order of their
+	// IDs). Its goroutine runs the handshake; streams accepted meanwhile wait for ready.
+	ctx, cancel := context.WithTimeout(s.ctx, s.n.cfg.HandshakeTimeout)
+	ctl, err := s.conn.AcceptStream(ctx)
+	cancel()
+	if err != nil {
+		s.conn.CloseWithError(wire.AppProtocol, "no control stream")
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.handshake(ctl); err != nil {
+			s.log.Info("connection refused", "err", err)
+			s.cancel()
+		}
+	}()
+	for {
+		str, err := s.conn.AcceptStream(s.ctx)
+		if err != nil {
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.serveStream(str)
+		}()
+	}
+}
+
+// handshake runs the control stream: HELLO in, WELCOME (or ERROR and close) out, then waits
+// for the connection to end so the stream stays open.
+func (s *session) handshake(str *quic.Stream) error {
+	s.mu.Lock()
+	s.mu.control = str
+	s.mu.Unlock()
+	str.SetReadDeadline(time.Now().Add(s.n.cfg.HandshakeTimeout))
+	f, err := wire.NewReader(str, s.n.limits).Read()
+	str.SetReadDeadline(time.Time{})
+	if err != nil {
+		s.conn.CloseWithError(wire.AppProtocol, "no HELLO")
+		return err
+	}
+	hello, ok := f.(*wire.Hello)
+	if !ok {
+		return s.refuse(str, wire.AppProtocol, wire.Errorf(wire.CodeProtocol, "the first stream must start with HELLO, got %s", f.Type()))
+	}
+	if hello.Version != wire.Version {
+		return s.refuse(str, wire.AppProtocol, wire.Errorf(wire.CodeVersion, "protocol version %d not supported; this node speaks %d", hello.Version, wire.Version))
+	}
+	if !s.n.authorized(hello.Token) {
+		return s.refuse(str, wire.AppUnauthorized, wire.Errorf(wire.CodeUnauthorized, "the token is missing or not valid on this node"))
+	}
+	c := s.n.cfg
+	w := wire.NewWriter(str)
+	w.Write(&wire.Welcome{
+		Version: wire.Version, Node: c.Name, Region: c.Region,
+		MaxPayload: uint64(c.MaxPayload), MaxFrame: uint64(s.n.limits.MaxFrame),
+		MaxSubscriptions: uint64(c.MaxSubscriptionsPerConn), MaxStreams: uint64(c.MaxStreamsPerConn),
+	})
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	s.log = s.log.With("client", hello.Client)
+	close(s.ready)
+	// The client sends nothing more on the control stream; reading detects its end.
+	io.Copy(io.Discard, str)
+	return nil
+}
+
+func (s *session) refuse(str *quic.Stream, app quic.ApplicationErrorCode, e *wire.Error) error {
+	w := wire.NewWriter(str)
+	w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
+	w.Flush()
+	str.Close()
+	// Give the ERROR frame a moment to leave before the connection closes.
+	select {
+	case <-time.After(50 * time.Millisecond):
+	case <-s.ctx.Done():
+	}
+	s.conn.CloseWithError(app, e.Message)
+	return e
+}
+
+func (n *Node) authorized(token string) bool {
+	if len(n.tokens) == 0 {
+		return true
+	}
+	ok := 0
+	for _, t := range n.tokens {
+		ok |= subtle.ConstantTimeCompare(t, []byte(token))
+	}
+	return ok == 1
+}
+
+// serveStream waits for the handshake, reads the stream's first frame and hands the stream
+// to the handler of its kind.
+func (s *session) serveStream(str *quic.Stream) {
+	select {
+	case <-s.ready:
+	case <-s.ctx.Done():
+		str.CancelRead(wire.AppProtocol)
+		str.CancelWrite(wire.AppProtocol)
+		return
+	}
+	r := wire.NewReader(str, s.n.limits)
+	f, err := r.Read()
+	if err != nil {
+		s.streamError(str, err)
+		return
+	}
+	switch f := f.(type) {
+	case *wire.Publish:
+		p := newPublisher(s, str, r)
+		if s.track(p) {
+			p.run(f)
+			s.untrack(p)
+		}
+	case *wire.Subscribe:
+		s.subscribe(str, r, f)
+	case *wire.Topics:
+		s.listTopics(str, f)
+	default:
+		s.failStream(str, wire.Errorf(wire.CodeProtocol, "a stream cannot start with %s", f.Type()))
+	}
+}
+
+// track registers h to be drained at shutdown; false if the node is already draining.
+func (s *session) track(h streamHandler) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining.Load() {
+		return false
+	}
+	s.mu.handlers[h] = struct{}{}
+	return true
+}
+
+func (s *session) untrack(h streamHandler) {
+	s.mu.Lock()
+	delete(s.mu.handlers, h)
+	s.mu.Unlock()
+}
+
+// drain asks every stream to finish (publishers answer what they read, subscriptions end),
+// tells the client on the control stream, and waits for the stream goroutines.
+func (s *session) drain() {
+	s.mu.Lock()
+	s.draining.Store(true)
+	hs := make([]streamHandler, 0, len(s.mu.handlers))
+	for h := range s.mu.handlers {
+		hs = append(hs, h)
+	}
+	control := s.mu.control
+	s.mu.Unlock()
+	for _, h := range hs {
+		h.drain()
+	}
+	if control != nil {
+		w := wire.NewWriter(control)
+		w.Write(&wire.ErrorFrame{Code: wire.CodeShuttingDown, Message: "node shutting down"})
+		w.Flush()
+	}
+	// Stream goroutines end once their handlers finished; the accept loop and the control
+	// stream end when the connection closes, which the node does after this returns.
+	s.waitHandlers()
+}
+
+func (s *session) waitHandlers() {
+	for {
+		s.mu.Lock()
+		n := len(s.mu.handlers)
+		s.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// streamError answers a stream whose frames could not be read.
+func (s *session) streamError(str *quic.Stream, err error) {
+	var se *quic.StreamError
+	var ae *quic.ApplicationError
+	switch {
+	case errors.Is(err, io.EOF), errors.As(err, &se), errors.As(err, &ae), s.ctx.Err() != nil:
+		str.CancelRead(wire.AppCancelled)
+		str.CancelWrite(wire.AppCancelled)
+	case errors.Is(err, wire.ErrFrameTooLarge):
+		s.failStream(str, &wire.Error{Code: wire.CodeTooLarge, Message: err.Error()})
+	default:
+		s.failStream(str, &wire.Error{Code: wire.CodeProtocol, Message: err.Error()})
+	}
+}
+
+// failStream sends ERROR and ends the stream in both directions.
+func (s *session) failStream(str *quic.Stream, e *wire.Error) {
+	w := wire.NewWriter(str)
+	w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
+	w.Flush()
+	str.Close()
+	str.CancelRead(wire.AppProtocol)
+	s.log.Debug("stream failed", "err", e)
+}

@@ -1,0 +1,455 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io"
+	"regexp"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/routing"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// durableRE is the grammar of durable consumer names.
+var durableRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,255}$`)
+
+// subscription serves one subscription stream: a cursor per matching topic over the durable
+// log, plus a bounded read-ahead (Config.ReadAhead). Its run goroutine owns the cursors and
+// is the only writer of the stream; its ack goroutine is the only reader. When the client
+// reads slowly, QUIC flow control blocks the run goroutine's writes, and nothing else: no
+// queue grows, no other stream waits (invariants I4, I5).
+type subscription struct {
+	s       *session
+	str     *quic.Stream
+	r       *wire.Reader
+	req     *wire.Subscribe
+	label   string // subscription label for metrics: the durable name or "-"
+	series  *subSeries
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wake    chan struct{} // a matching topic advanced, a new topic matched, or the stream ended
+	started time.Time
+
+	draining atomic.Bool
+	ackErr   atomic.Pointer[wire.Error] // a protocol error found by the ack goroutine
+
+	// Owned by the run goroutine.
+	cursors []*cursor
+	byTopic map[string]*cursor
+	w       *wire.Writer
+	latest  map[string]uint64 // for start=latest: each topic's head when the subscription began
+
+	mu struct {
+		sync.Mutex
+		newTopics []string          // pushed by the node's topic watcher
+		bound     []boundTopic      // by stream-local index: for validating ACKs
+		next      map[string]uint64 // every cursor's next offset: for the lag metric
+	}
+}
+
+type cursor struct {
+	topic  string
+	index  uint64
+	bound  bool // TOPIC frame sent
+	next   uint64
+	cancel func() // stops the log's notifications
+}
+
+type boundTopic struct {
+	name      string
+	delivered uint64 // offset after the last record sent
+}
+
+// subscribe validates the request and runs the subscription until it ends.
+func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscribe) {
+	n := s.n
+	refuse := func(e *wire.Error) {
+		n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
+		s.failStream(str, e)
+	}
+	if err := routing.ValidatePattern(req.Pattern); err != nil {
+		refuse(&wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()})
+		return
+	}
+	if req.Durable != "" && !durableRE.MatchString(req.Durable) {
+		refuse(wire.Errorf(wire.CodeInvalidArgument, "durable name %q: want 1-255 characters of [A-Za-z0-9_.-]", req.Durable))
+		return
+	}
+	if got := s.subs.Add(1); got > int64(n.cfg.MaxSubscriptionsPerConn) {
+		s.subs.Add(-1)
+		refuse(wire.Errorf(wire.CodeLimit, "%d subscriptions open on this connection, the limit is %d", got-1, n.cfg.MaxSubscriptionsPerConn))
+		return
+	}
+	defer s.subs.Add(-1)
+
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	label := req.Durable
+	if label == "" {
+		label = "-"
+	}
+	sub := &subscription{
+		s: s, str: str, r: r, req: req, label: label,
+		ctx: ctx, cancel: cancel,
+		wake:    make(chan struct{}, 1),
+		byTopic: make(map[string]*cursor),
+		w:       wire.NewWriter(str),
+		started: time.Now(),
+	}
+	if !s.track(sub) {
+		refuse(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
+		return
+	}
+	defer s.untrack(sub)
+	sub.series = n.metrics.sub.acquire(req.Pattern, label)
+	defer sub.series.release()
+	sub.mu.next = make(map[string]uint64)
+	n.addSubscription(sub)
+	defer n.removeSubscription(sub)
+	n.metrics.subscriptions.Inc()
+	defer n.metrics.subscriptions.Dec()
+
+	err := sub.run()
+	switch {
+	case sub.draining.Load():
+		sub.end(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
+	case err != nil:
+		n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(err.Code), 10)).Inc()
+		sub.end(err)
+	default:
+		sub.end(nil)
+	}
+}
+
+func (sub *subscription) drain() {
+	sub.draining.Store(true)
+	sub.cancel()
+	// A write blocked on flow control must give up so the ERROR frame can be attempted.
+	sub.str.SetWriteDeadline(time.Now().Add(time.Second))
+}
+
+// end closes the stream, first sending e if not nil.
+func (sub *subscription) end(e *wire.Error) {
+	sub.str.CancelRead(wire.AppCancelled) // stops the ack goroutine if it still runs
+	if e != nil {
+		sub.str.SetWriteDeadline(time.Now().Add(time.Second))
+		sub.w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
+		sub.w.Flush()
+	}
+	sub.str.Close()
+}
+
+// run sets the subscription up and streams records until the client ends it, the
+// connection ends or the node drains. It returns an error to send, or nil.
+func (sub *subscription) run() *wire.Error {
+	n := sub.s.n
+	// Register interest before listing topics, so that no topic created in between is missed
+	// (a topic seen twice is ignored the second time).
+	if err := n.interest.Add(sub.req.Pattern, sub); err != nil {
+		return &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
+	}
+	defer n.interest.Remove(sub.req.Pattern, sub)
+	defer func() {
+		for _, c := range sub.cursors {
+			c.cancel()
+		}
+	}()
+
+	if sub.req.Start == wire.StartLatest {
+		sub.latest = make(map[string]uint64)
+	}
+	for _, t := range n.wal.Topics() {
+		if routing.Match(sub.req.Pattern, t.Name) {
+			if sub.req.Start == wire.StartLatest {
+				sub.latest[t.Name] = t.Next
+			}
+			if err := sub.addTopic(t.Name, false); err != nil {
+				return err
+			}
+		}
+	}
+	sub.w.Write(&wire.Subscribed{})
+	if err := sub.flush(); err != nil {
+		return nil
+	}
+
+	ackDone := make(chan struct{})
+	go func() {
+		defer close(ackDone)
+		defer sub.cancel()
+		if e := sub.readAcks(); e != nil {
+			sub.ackErr.Store(e)
+		}
+	}()
+	defer func() { <-ackDone }()
+	defer sub.str.CancelRead(wire.AppCancelled)
+
+	for {
+		sent, err := sub.sendAvailable()
+		if e := sub.ackErr.Load(); e != nil {
+			return e
+		}
+		if err != nil || sub.ctx.Err() != nil {
+			return err
+		}
+		if sent > 0 {
+			if err := sub.flush(); err != nil {
+				return nil // the client is gone or reset the stream
+			}
+			continue
+		}
+		select {
+		case <-sub.ctx.Done():
+			return sub.ackErr.Load()
+		case <-sub.wake:
+		}
+		if err := sub.takeNewTopics(); err != nil {
+			return err
+		}
+	}
+}
+
+// notifyNewTopic is called by the node's topic watcher for a new topic matching the
+// pattern. It must not block.
+func (sub *subscription) notifyNewTopic(topic string) {
+	sub.mu.Lock()
+	sub.mu.newTopics = append(sub.mu.newTopics, topic)
+	sub.mu.Unlock()
+	select {
+	case sub.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (sub *subscription) takeNewTopics() *wire.Error {
+	sub.mu.Lock()
+	topics := sub.mu.newTopics
+	sub.mu.newTopics = nil
+	sub.mu.Unlock()
+	for _, t := range topics {
+		if err := sub.addTopic(t, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addTopic starts a cursor on topic, unless one exists. created says the topic appeared
+// after the subscription began: it is read from its start whatever the start position.
+func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
+	if _, ok := sub.byTopic[topic]; ok {
+		return nil
+	}
+	n := sub.s.n
+	c := &cursor{topic: topic}
+	// Register for wake-ups before reading the bounds, so no append is missed.
+	c.cancel = n.wal.Notify(topic, sub.wake)
+	next, err := sub.startOffset(topic, created)
+	if err != nil {
+		c.cancel()
+		return err
+	}
+	c.next = next
+	sub.mu.Lock()
+	sub.mu.next[topic] = next
+	sub.mu.Unlock()
+	sub.byTopic[topic] = c
+	sub.cursors = append(sub.cursors, c)
+	return nil
+}
+
+func (sub *subscription) startOffset(topic string, created bool) (uint64, *wire.Error) {
+	n := sub.s.n
+	if sub.req.Durable != "" {
+		pos, ok, err := n.wal.Position(sub.req.Durable, topic)
+		if err != nil {
+			return 0, wire.Errorf(wire.CodeInternal, "read position of %q on %q: %v", sub.req.Durable, topic, err)
+		}
+		if ok {
+			return pos + 1, nil
+		}
+	}
+	first, next, _ := n.wal.Bounds(topic)
+	if created {
+		return first, nil
+	}
+	switch sub.req.Start {
+	case wire.StartLatest:
+		if v, ok := sub.latest[topic]; ok {
+			return v, nil
+		}
+		return next, nil
+	case wire.StartOffset:
+		return max(sub.req.StartValue, first), nil
+	case wire.StartTime:
+		off, err := n.wal.OffsetForTime(topic, int64(sub.req.StartValue))
+		if err != nil && !errors.Is(err, wal.ErrUnknownTopic) {
+			return 0, wire.Errorf(wire.CodeInternal, "find time %d in %q: %v", sub.req.StartValue, topic, err)
+		}
+		return max(off, first), nil
+	}
+	return first, nil
+}
+
+// sendAvailable reads each cursor's available records (at most ReadAhead bytes per cursor
+// per round, so one busy topic cannot starve the others) and writes them to the stream.
+// Writes block when the client's flow-control window is full: that is the backpressure.
+func (sub *subscription) sendAvailable() (int, *wire.Error) {
+	n := sub.s.n
+	sent := 0
+	for _, c := range sub.cursors {
+		recs, err := n.wal.Read(c.topic, c.next, 1024, n.cfg.ReadAhead)
+		var oor *wal.OffsetOutOfRangeError
+		switch {
+		case errors.As(err, &oor):
+			// Retention deleted records this subscription had not reached: say so, skip them.
+			if err := sub.bind(c); err != nil {
+				return sent, nil
+			}
+			sub.w.Write(&wire.Gap{Index: c.index, From: c.next, To: oor.First})
+			c.next = oor.First
+			sub.mu.Lock()
+			sub.mu.next[c.topic] = c.next
+			sub.mu.Unlock()
+			sent++
+			continue
+		case errors.Is(err, wal.ErrUnknownTopic):
+			continue
+		case errors.Is(err, wal.ErrClosed):
+			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+		case err != nil:
+			n.log.Error("subscription read failed", "topic", c.topic, "offset", c.next, "err", err)
+			return sent, wire.Errorf(wire.CodeInternal, "read %q at offset %d: %v", c.topic, c.next, err)
+		}
+		if len(recs) == 0 {
+			continue
+		}
+		if err := sub.bind(c); err != nil {
+			return sent, nil
+		}
+		bytes := 0
+		for i := range recs {
+			rec := &recs[i]
+			if err := sub.w.Write(&wire.Record{
+				Index: c.index, Offset: rec.Offset, Time: rec.Time,
+				OriginRegion: rec.OriginRegion, OriginOffset: rec.OriginOffset,
+				ProducerID: rec.ProducerID, Sequence: rec.Sequence,
+				Headers: wireHeaders(rec.Headers), Payload: rec.Payload,
+			}); err != nil {
+				return sent, nil
+			}
+			bytes += len(rec.Payload)
+		}
+		c.next = recs[len(recs)-1].Offset + 1
+		sent += len(recs)
+		sub.series.records.Add(float64(len(recs)))
+		sub.series.bytes.Add(float64(bytes))
+		sub.mu.Lock()
+		sub.mu.bound[c.index].delivered = c.next
+		sub.mu.next[c.topic] = c.next
+		sub.mu.Unlock()
+	}
+	return sent, nil
+}
+
+// bind sends the TOPIC frame for c before its first record or gap.
+func (sub *subscription) bind(c *cursor) error {
+	if c.bound {
+		return nil
+	}
+	sub.mu.Lock()
+	c.index = uint64(len(sub.mu.bound))
+	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next})
+	sub.mu.Unlock()
+	c.bound = true
+	return sub.w.Write(&wire.Topic{Index: c.index, Name: c.topic})
+}
+
+// flush writes buffered frames, counting the time the write was blocked.
+func (sub *subscription) flush() error {
+	start := time.Now()
+	err := sub.w.Flush()
+	if d := time.Since(start); d > 100*time.Microsecond {
+		sub.series.blocked.Add(d.Seconds())
+	}
+	return err
+}
+
+// lag is the number of durable records in the subscription's topics not yet handed to the
+// stream. Called by the metrics collector from any goroutine.
+func (sub *subscription) lag() uint64 {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	var lag uint64
+	for topic, pos := range sub.mu.next {
+		if _, head, ok := sub.s.n.wal.Bounds(topic); ok && head > pos {
+			lag += head - pos
+		}
+	}
+	return lag
+}
+
+// readAcks is the ack goroutine: it reads ACK frames, checks them against what was sent,
+// and for a durable consumer stores the positions (synced), coalescing ACKs that arrive
+// together. It returns when the client closes or resets its side.
+func (sub *subscription) readAcks() *wire.Error {
+	n := sub.s.n
+	pending := make(map[string]uint64)
+	for {
+		f, err := sub.r.Read()
+		switch {
+		case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
+			return &wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
+		case err != nil:
+			return nil // FIN, reset, or the connection ended: the subscription is over
+		}
+		ack, ok := f.(*wire.Ack)
+		if !ok {
+			return wire.Errorf(wire.CodeProtocol, "unexpected %s on a subscription stream: only ACK may follow SUBSCRIBE", f.Type())
+		}
+		sub.mu.Lock()
+		if ack.Index >= uint64(len(sub.mu.bound)) || ack.Offset >= sub.mu.bound[ack.Index].delivered {
+			sub.mu.Unlock()
+			return wire.Errorf(wire.CodeInvalidArgument, "ACK of topic index %d offset %d: no such record was delivered on this stream", ack.Index, ack.Offset)
+		}
+		topic := sub.mu.bound[ack.Index].name
+		sub.mu.Unlock()
+		sub.series.acks.Inc()
+		if sub.req.Durable == "" {
+			continue
+		}
+		if ack.Offset >= pending[topic] {
+			pending[topic] = ack.Offset
+		}
+		if sub.r.Buffered() > 0 {
+			continue // more ACKs are here: store them together
+		}
+		for t, off := range pending {
+			if err := n.wal.SetPosition(sub.ctx, wal.Position{Name: sub.req.Durable, Topic: t, Value: off}); err != nil {
+				if sub.ctx.Err() != nil {
+					return nil
+				}
+				return wire.Errorf(wire.CodeInternal, "store position of %q on %q: %v", sub.req.Durable, t, err)
+			}
+			delete(pending, t)
+		}
+	}
+}
+
+func wireHeaders(hs []wal.Header) []wire.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]wire.Header, len(hs))
+	for i, h := range hs {
+		out[i] = wire.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}

@@ -1,0 +1,64 @@
+// Package wal owns the durable topic logs of one QuicMQ node: one log per
+// topic with dense offsets 0,1,2,..., all stored in one Pebble DB.
+//
+// Why it exists: every record is fsynced before its publish is acknowledged
+// (invariant I2), nothing past the durable high-watermark is ever served
+// (I3), and a mirrored batch and its cursor are stored atomically (I7). The
+// package hides the Pebble key layout, group commit, the high-watermark,
+// retention and recovery behind Append, Read and Position.
+//
+// # Key layout
+//
+// Topic names map to uint32 IDs so that names cannot prefix-collide and
+// record keys sort numerically:
+//
+//	't' | topic name               -> topic ID (written in the batch of the topic's first records)
+//	'm' | topicID u32 BE | off u64 BE -> record value (see record.go)
+//	'r' | topicID u32 BE            -> retention state: first retained offset and its byte position
+//	'p' | uvarint len | topic | name -> named position (consumer position, mirror cursor)
+//
+// Every value is versioned and carries a CRC32-C over its key and value; a
+// mismatch is ErrCorrupt naming the topic and offset, and is never served.
+// Each record stores its byte position (cumulative stored bytes of its topic
+// before it), so the stored size of any offset range, and retention by
+// bytes, cost two point reads instead of a scan.
+//
+// # Group commit and the high-watermark
+//
+// Goroutines: Open starts three, all stopped and waited for by Close.
+//
+//   - The committer owns offset assignment. It takes everything queued by
+//     Append/AppendAsync, builds one Pebble batch (bounded by
+//     Options.MaxBatchRecords/MaxBatchBytes), and hands it to Pebble with
+//     ApplyNoSyncWait(pebble.Sync). It does not wait for the fsync: several
+//     batches are in flight at once, and Pebble merges their syncs into one
+//     fsync. Because a single goroutine enters batches into Pebble's commit
+//     pipeline, the order of batches in Pebble's WAL is the order of offsets,
+//     so a crash can lose a suffix of the log but never leave a hole.
+//     (Pebble marks ApplyNoSyncWait experimental; CockroachDB uses it for
+//     the same reason. Several goroutines calling Commit(pebble.Sync) would
+//     give the same fsync sharing but no control over the WAL order.)
+//   - The completer takes applied batches in the same order, waits for each
+//     batch's sync, then advances the topics' high-watermarks, publishes
+//     positions, wakes Notify watchers and calls the done callbacks. Since it
+//     completes strictly in order, a high-watermark never passes a batch that
+//     is not yet durable, even when a later batch's fsync returned first.
+//   - The retention loop runs EnforceRetention every
+//     Options.RetentionInterval.
+//
+// Pebble makes a batch visible to its readers as soon as it is applied, before
+// the fsync; Read, OffsetForTime and Bounds are therefore bounded by the
+// high-watermark, never by what Pebble shows.
+//
+// # Failure
+//
+// A failed synced commit leaves the WAL in an unknown state (a later fsync
+// may succeed without the failed data having reached the disk). The log then
+// fails that batch and every later one, and refuses all further appends with
+// ErrFailed: offsets are never reused and no hole is ever created. Reads of
+// what was durable keep working. Reopening the log (after fixing the disk)
+// recovers whatever Pebble recovered, which is always a dense prefix.
+// Pebble itself treats a WAL write after a failed WAL sync as fatal (it
+// panics), so a batch the committer applied before it learned of the failure
+// can still end the process: fail-stop, never a hole.
+package wal

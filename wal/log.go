@@ -1,0 +1,340 @@
+package wal
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Log is the set of topic logs of one node, stored in one Pebble DB.
+// All methods are safe for concurrent use.
+type Log struct {
+	opts Options
+	log  *slog.Logger
+	m    *metrics
+
+	// pdb is Pebble. Methods that use it hold db.RLock and check db.closed,
+	// so Close never closes Pebble under a reader.
+	pdb *pebble.DB
+	db  struct {
+		sync.RWMutex
+		closed bool
+	}
+
+	// q is the append queue: producers push requests, the committer takes
+	// them all at once.
+	q struct {
+		sync.Mutex
+		reqs   []*request
+		closed bool
+	}
+	wake     chan struct{}  // capacity 1: a queued request or Close wakes the committer
+	inflight chan *inflight // committer -> completer, in commit (= offset) order
+	// failed holds the first commit failure; once set, nothing is appended.
+	failed atomic.Pointer[error]
+
+	// c is owned by the committer goroutine (and by Open before it starts).
+	c struct {
+		topics map[string]*topic // every topic that has offsets assigned, durable or not
+		nextID uint32
+		slab   []*topic // scratch: topics touched by the batch being built
+	}
+
+	// mu guards what readers see: only durable state.
+	mu struct {
+		sync.RWMutex
+		topics    map[string]*topic // durable topics only
+		positions map[posName]uint64
+		retention map[string]Retention // per-topic overrides (in memory only)
+	}
+
+	watch watchers
+
+	stats struct {
+		appends, records, bytes, commits atomic.Uint64
+	}
+
+	retentionMu sync.Mutex // serializes EnforceRetention passes
+
+	ctx       context.Context // cancelled by Close: stops retention work
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // committer, completer, retention loop
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// topic is one topic's log.
+type topic struct {
+	name string
+	id   uint32
+
+	// Owned by the committer: the next offset to assign, its byte position,
+	// and the Time of the last assigned record.
+	next, nextPos uint64
+	lastTime      int64
+	touched       bool // in the batch being built (committer scratch)
+
+	// Guarded by Log.mu: the first retained offset and the high-watermark
+	// (next durable offset), each with its byte position.
+	first, firstPos uint64
+	hwm, hwmPos     uint64
+}
+
+type posName struct{ name, topic string }
+
+// Open opens (creating if needed) the log stored in dir, recovers every
+// topic's first offset, next offset, high-watermark and every position, and
+// starts the committer, completer and retention goroutines; Close stops them.
+func Open(dir string, opts Options) (*Log, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("wal: open: %w: empty directory", ErrInvalidRequest)
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	l := &Log{
+		opts:     opts,
+		log:      opts.Logger.With("component", "wal"),
+		wake:     make(chan struct{}, 1),
+		inflight: make(chan *inflight, 1024),
+	}
+	l.c.topics = make(map[string]*topic)
+	l.mu.topics = make(map[string]*topic)
+	l.mu.positions = make(map[posName]uint64)
+	l.mu.retention = make(map[string]Retention)
+	l.watch.init()
+
+	pdb, err := pebble.Open(dir, &pebble.Options{
+		FS:                 opts.FS,
+		Logger:             pebbleLogger{opts.Logger.With("component", "pebble")},
+		FormatMajorVersion: pebble.FormatNewest,
+		MemTableSize:       uint64(opts.MemTableSize),
+		CacheSize:          opts.CacheSize,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
+	}
+	l.pdb = pdb
+	if err := l.recover(); err != nil {
+		return nil, errors.Join(err, pdb.Close())
+	}
+	m, err := newMetrics(opts.Registerer, l)
+	if err != nil {
+		return nil, errors.Join(err, pdb.Close())
+	}
+	l.m = m
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Add(2)
+	go l.commitLoop()
+	go l.completeLoop()
+	if opts.RetentionInterval > 0 {
+		l.wg.Add(1)
+		go l.retentionLoop()
+	}
+	l.log.Info("opened", "dir", dir, "topics", len(l.mu.topics), "positions", len(l.mu.positions))
+	return l, nil
+}
+
+// Close fails appends still queued with ErrClosed, waits for batches already
+// handed to Pebble to become durable (their callbacks run), stops every
+// goroutine and closes Pebble. It is safe to call twice.
+func (l *Log) Close() error {
+	l.closeOnce.Do(func() {
+		l.q.Lock()
+		l.q.closed = true
+		l.q.Unlock()
+		l.signal()
+		l.cancel()
+		l.wg.Wait()
+		l.db.Lock()
+		l.db.closed = true
+		err := l.pdb.Close()
+		l.db.Unlock()
+		l.m.unregister()
+		if err != nil {
+			l.closeErr = fmt.Errorf("wal: close: %w", err)
+		}
+		l.log.Info("closed")
+	})
+	return l.closeErr
+}
+
+// readDB returns Pebble with db.RLock held, or ErrClosed. The caller must
+// call l.db.RUnlock when it is done with Pebble.
+func (l *Log) readDB() (*pebble.DB, error) {
+	l.db.RLock()
+	if l.db.closed {
+		l.db.RUnlock()
+		return nil, ErrClosed
+	}
+	return l.pdb, nil
+}
+
+// recover loads topics and positions. It runs in Open before any goroutine.
+func (l *Log) recover() error {
+	it, err := l.pdb.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixTopic},
+		UpperBound: []byte{prefixTopic + 1},
+	})
+	if err != nil {
+		return fmt.Errorf("wal: recover topics: %w", err)
+	}
+	var topics []*topic
+	for ok := it.First(); ok; ok = it.Next() {
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return errors.Join(fmt.Errorf("wal: recover topics: %w", err), it.Close())
+		}
+		p, reason := openMeta(it.Key(), val, 4)
+		name := string(it.Key()[1:])
+		if reason != "" {
+			return errors.Join(&CorruptError{Topic: name, Reason: reason}, it.Close())
+		}
+		t := &topic{name: name, id: binary.BigEndian.Uint32(p)}
+		topics = append(topics, t)
+		if t.id >= l.c.nextID {
+			l.c.nextID = t.id + 1
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return fmt.Errorf("wal: recover topics: %w", err)
+	}
+	for _, t := range topics {
+		if err := l.recoverTopic(t); err != nil {
+			return err
+		}
+		l.c.topics[t.name] = t
+		l.mu.topics[t.name] = t
+	}
+	return l.recoverPositions()
+}
+
+// recoverTopic sets t's bounds from its retention state and its first and
+// last stored records. Everything Pebble recovered is durable now, so the
+// high-watermark is the next offset.
+func (l *Log) recoverTopic(t *topic) error {
+	rk := retentionKey(t.id)
+	switch val, closer, err := l.pdb.Get(rk); {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("wal: recover %q: %w", t.name, err)
+	default:
+		p, reason := openMeta(rk, val, 16)
+		if reason == "" {
+			t.first = binary.LittleEndian.Uint64(p)
+			t.firstPos = binary.LittleEndian.Uint64(p[8:])
+		}
+		_ = closer.Close()
+		if reason != "" {
+			return &CorruptError{Topic: t.name, Reason: "retention state: " + reason}
+		}
+	}
+	it, err := l.pdb.NewIter(&pebble.IterOptions{
+		LowerBound: recordKey(t.id, 0),
+		UpperBound: recordKey(t.id, math.MaxUint64),
+	})
+	if err != nil {
+		return fmt.Errorf("wal: recover %q: %w", t.name, err)
+	}
+	defer it.Close()
+	t.next, t.nextPos = t.first, t.firstPos
+	if it.First() {
+		off, _, pos, err := l.checkIter(t, it)
+		if err != nil {
+			return err
+		}
+		if off >= t.first {
+			t.first, t.firstPos = off, pos
+		}
+		if !it.Last() {
+			return fmt.Errorf("wal: recover %q: %w", t.name, it.Error())
+		}
+		off, tm, pos, err := l.checkIter(t, it)
+		if err != nil {
+			return err
+		}
+		t.next = off + 1
+		t.nextPos = pos + uint64(len(it.Key())+len(it.Value()))
+		t.lastTime = tm
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("wal: recover %q: %w", t.name, err)
+	}
+	t.hwm, t.hwmPos = t.next, t.nextPos
+	return nil
+}
+
+// checkIter verifies the record under it and returns its offset, time and
+// byte position.
+func (l *Log) checkIter(t *topic, it *pebble.Iterator) (off uint64, tm int64, pos uint64, err error) {
+	_, off, ok := parseRecordKey(it.Key())
+	val, err := it.ValueAndErr()
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("wal: read %q: %w", t.name, err)
+	}
+	if !ok {
+		return 0, 0, 0, &CorruptError{Topic: t.name, Reason: "malformed key"}
+	}
+	tm, pos, reason := checkRecord(it.Key(), val)
+	if reason != "" {
+		return 0, 0, 0, &CorruptError{Topic: t.name, Offset: off, Reason: reason}
+	}
+	return off, tm, pos, nil
+}
+
+func (l *Log) recoverPositions() error {
+	it, err := l.pdb.NewIter(&pebble.IterOptions{
+		LowerBound: []byte{prefixPosition},
+		UpperBound: []byte{prefixPosition + 1},
+	})
+	if err != nil {
+		return fmt.Errorf("wal: recover positions: %w", err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		topic, name, ok := parsePositionKey(it.Key())
+		if !ok {
+			return &CorruptError{Reason: fmt.Sprintf("malformed position key %q", it.Key())}
+		}
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return fmt.Errorf("wal: recover positions: %w", err)
+		}
+		p, reason := openMeta(it.Key(), val, 8)
+		if reason != "" {
+			return &CorruptError{Reason: fmt.Sprintf("position %q of %q: %s", name, topic, reason)}
+		}
+		l.mu.positions[posName{name: name, topic: topic}] = binary.LittleEndian.Uint64(p)
+	}
+	if err := it.Error(); err != nil {
+		return fmt.Errorf("wal: recover positions: %w", err)
+	}
+	return nil
+}
+
+// pebbleLogger routes Pebble's messages to slog. Pebble expects Fatalf not
+// to return; it panics after logging, as Pebble's own default does by
+// exiting.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...))
+}
+
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "fatal", true)
+	panic("wal: pebble fatal: " + msg)
+}

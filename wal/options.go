@@ -1,0 +1,148 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults filled in by Open for zero fields of Options.
+const (
+	DefaultMaxBatchRecords   = 4096
+	DefaultMaxBatchBytes     = 8 << 20
+	DefaultRetentionInterval = time.Minute
+	DefaultMemTableSize      = 64 << 20
+	DefaultCacheSize         = 64 << 20
+)
+
+// MaxNameLen is the longest topic or position name the log stores, in bytes.
+const MaxNameLen = 255
+
+// Options configures a Log. The zero value is valid: disk, no metrics, no
+// retention, the defaults above.
+type Options struct {
+	// FS is the filesystem Pebble uses. nil: vfs.Default (the disk). Tests
+	// use vfs.NewCrashableMem().
+	FS vfs.FS
+	// Logger receives the log's and Pebble's messages. nil: discard.
+	Logger *slog.Logger
+	// Registerer gets the quicmq_wal_* metrics. nil: no metrics registered.
+	// They are unregistered by Close, so a reopened log can use the same
+	// registry.
+	Registerer prometheus.Registerer
+	// Now is the clock for record timestamps and retention by age. nil:
+	// time.Now.
+	Now func() time.Time
+	// MaxBatchRecords bounds the records of one synced commit. A single
+	// request with more records is refused with ErrTooLarge. 0: 4096.
+	MaxBatchRecords int
+	// MaxBatchBytes bounds the encoded bytes of one synced commit. A single
+	// request with more is refused with ErrTooLarge. 0: 8 MiB.
+	MaxBatchBytes int
+	// Retention is the default for every topic (zero: keep forever).
+	// SetRetention overrides it per topic.
+	Retention Retention
+	// RetentionInterval is how often retention runs. 0: 1 minute; <0: never
+	// (EnforceRetention can still be called).
+	RetentionInterval time.Duration
+	// MemTableSize is Pebble's memtable size in bytes. It must stay well
+	// above MaxBatchBytes: Pebble handles a batch of half a memtable or more
+	// as a separate flushable, which is slow. 0: 64 MiB.
+	MemTableSize int64
+	// CacheSize is Pebble's block cache in bytes. 0: 64 MiB.
+	CacheSize int64
+
+	// testHooks is set by internal tests only.
+	testHooks *testHooks
+}
+
+// testHooks lets internal tests observe and delay the pipeline.
+type testHooks struct {
+	// afterApply runs on the committer after a batch was applied to Pebble
+	// (visible to Pebble readers, not yet known durable).
+	afterApply func()
+	// beforeSyncWait runs on the completer before it waits for a batch's
+	// sync; blocking here models a slow fsync.
+	beforeSyncWait func()
+}
+
+// Retention limits one topic's log. Zero fields are unlimited.
+type Retention struct {
+	// MaxAge deletes records whose Time is older than now-MaxAge.
+	MaxAge time.Duration
+	// MaxBytes deletes the oldest records while the topic's stored bytes
+	// (keys and encoded values) exceed it.
+	MaxBytes int64
+}
+
+func (r Retention) validate(prefix string) error {
+	var errs []error
+	if r.MaxAge < 0 {
+		errs = append(errs, fmt.Errorf("wal: %sMaxAge %v is negative", prefix, r.MaxAge))
+	}
+	if r.MaxBytes < 0 {
+		errs = append(errs, fmt.Errorf("wal: %sMaxBytes %d is negative", prefix, r.MaxBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate reports every problem of o at once (errors.Join). Zero fields are
+// valid: they take their defaults.
+func (o Options) Validate() error {
+	var errs []error
+	if o.MaxBatchRecords < 0 {
+		errs = append(errs, fmt.Errorf("wal: MaxBatchRecords %d is negative", o.MaxBatchRecords))
+	}
+	if o.MaxBatchBytes < 0 {
+		errs = append(errs, fmt.Errorf("wal: MaxBatchBytes %d is negative", o.MaxBatchBytes))
+	}
+	if o.MemTableSize < 0 {
+		errs = append(errs, fmt.Errorf("wal: MemTableSize %d is negative", o.MemTableSize))
+	}
+	if o.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("wal: CacheSize %d is negative", o.CacheSize))
+	}
+	if err := o.Retention.validate("Retention."); err != nil {
+		errs = append(errs, err)
+	}
+	d := o.withDefaults()
+	if d.MemTableSize < 4*int64(d.MaxBatchBytes) {
+		errs = append(errs, fmt.Errorf("wal: MemTableSize %d must be at least 4 x MaxBatchBytes (%d)",
+			d.MemTableSize, d.MaxBatchBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// withDefaults returns o with every zero field set to its default: the one
+// place defaults are filled in.
+func (o Options) withDefaults() Options {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.MaxBatchRecords == 0 {
+		o.MaxBatchRecords = DefaultMaxBatchRecords
+	}
+	if o.MaxBatchBytes == 0 {
+		o.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if o.RetentionInterval == 0 {
+		o.RetentionInterval = DefaultRetentionInterval
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = DefaultMemTableSize
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	return o
+}

@@ -1,0 +1,211 @@
+package wal
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// TopicInfo describes one durable topic.
+type TopicInfo struct {
+	Name    string
+	First   uint64 // first retained offset
+	Next    uint64 // high-watermark: the next offset to become durable
+	Bytes   uint64 // stored bytes of [First, Next): keys and encoded values
+	Records uint64 // Next - First
+}
+
+// view is a consistent copy of a topic's reader-visible state.
+type view struct {
+	t               *topic
+	first, firstPos uint64
+	hwm, hwmPos     uint64
+}
+
+func (l *Log) view(name string) (view, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	t := l.mu.topics[name]
+	if t == nil {
+		return view{}, false
+	}
+	return view{t: t, first: t.first, firstPos: t.firstPos, hwm: t.hwm, hwmPos: t.hwmPos}, true
+}
+
+// Bounds returns the first retained offset and the high-watermark (the next
+// offset to become durable) of a topic; ok is false for an unknown topic.
+func (l *Log) Bounds(topic string) (first, next uint64, ok bool) {
+	v, ok := l.view(topic)
+	return v.first, v.hwm, ok
+}
+
+// Topics lists the durable topics, sorted by name.
+func (l *Log) Topics() []TopicInfo {
+	l.mu.RLock()
+	out := make([]TopicInfo, 0, len(l.mu.topics))
+	for _, t := range l.mu.topics {
+		out = append(out, TopicInfo{
+			Name: t.name, First: t.first, Next: t.hwm,
+			Bytes: t.hwmPos - t.firstPos, Records: t.hwm - t.first,
+		})
+	}
+	l.mu.RUnlock()
+	slices.SortFunc(out, func(a, b TopicInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Read returns the records [from, min(HWM, from+maxRecords)) of a topic,
+// stopping early before the encoded values would exceed maxBytes; it returns
+// at least one record if any is available, even one larger than maxBytes.
+// maxRecords or maxBytes <= 0 means no such limit. The result is empty when
+// from >= HWM. A read before the first retained offset returns an
+// *OffsetOutOfRangeError; an unknown topic ErrUnknownTopic. The records own
+// their bytes (copied out of Pebble).
+func (l *Log) Read(topic string, from uint64, maxRecords int, maxBytes int) ([]Record, error) {
+	v, ok := l.view(topic)
+	if !ok {
+		return nil, fmt.Errorf("wal: read %q: %w", topic, ErrUnknownTopic)
+	}
+	if from < v.first {
+		return nil, &OffsetOutOfRangeError{Topic: topic, Offset: from, First: v.first, Next: v.hwm}
+	}
+	if from >= v.hwm {
+		return nil, nil
+	}
+	end := v.hwm
+	if maxRecords > 0 && uint64(maxRecords) < end-from {
+		end = from + uint64(maxRecords)
+	}
+	db, err := l.readDB()
+	if err != nil {
+		return nil, fmt.Errorf("wal: read %q: %w", topic, err)
+	}
+	defer l.db.RUnlock()
+	it, err := db.NewIter(&pebble.IterOptions{
+		LowerBound: recordKey(v.t.id, from),
+		UpperBound: recordKey(v.t.id, end),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("wal: read %q: %w", topic, err)
+	}
+	defer it.Close()
+
+	var s slab
+	out := make([]Record, 0, min(end-from, 1024))
+	next, size := from, 0
+	for ok := it.First(); ok; ok = it.Next() {
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return nil, fmt.Errorf("wal: read %q at %d: %w", topic, next, err)
+		}
+		if maxBytes > 0 && len(out) > 0 && size+len(val) > maxBytes {
+			return out, nil
+		}
+		if _, off, _ := parseRecordKey(it.Key()); off != next {
+			return nil, l.missing(v, next)
+		}
+		rec, reason := decodeRecord(it.Key(), val, &s)
+		if reason != "" {
+			return nil, &CorruptError{Topic: topic, Offset: next, Reason: reason}
+		}
+		out = append(out, rec)
+		size += len(val)
+		next++
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("wal: read %q at %d: %w", topic, next, err)
+	}
+	if next < end {
+		return nil, l.missing(v, next)
+	}
+	return out, nil
+}
+
+// missing explains a durable offset that Pebble did not return: retention
+// deleted it after the caller looked at the bounds (out of range), or the
+// store lost it (corrupt).
+func (l *Log) missing(v view, off uint64) error {
+	if now, ok := l.view(v.t.name); ok && off < now.first {
+		return &OffsetOutOfRangeError{Topic: v.t.name, Offset: off, First: now.first, Next: now.hwm}
+	}
+	return &CorruptError{Topic: v.t.name, Offset: off, Reason: "durable record missing"}
+}
+
+// OffsetForTime returns the first offset whose record has Time >= t, or the
+// high-watermark if there is none. Timestamps never decrease within a log,
+// so this is a binary search over offsets.
+func (l *Log) OffsetForTime(topic string, t int64) (uint64, error) {
+	v, ok := l.view(topic)
+	if !ok {
+		return 0, fmt.Errorf("wal: offset for time %q: %w", topic, ErrUnknownTopic)
+	}
+	off, _, err := l.search(v, func(tm int64, _ uint64) bool { return tm >= t })
+	if err != nil {
+		return 0, fmt.Errorf("wal: offset for time %q: %w", topic, err)
+	}
+	return off, nil
+}
+
+// search returns the first offset in [first, hwm) of v whose record
+// satisfies pred, and that record's byte position; or hwm and its byte
+// position if none does. pred must be monotone in the offset (time and byte
+// position both are). One iterator gives a consistent snapshot even while
+// retention deletes the head of the log.
+func (l *Log) search(v view, pred func(time int64, pos uint64) bool) (uint64, uint64, error) {
+	if v.first >= v.hwm {
+		return v.hwm, v.hwmPos, nil
+	}
+	db, err := l.readDB()
+	if err != nil {
+		return 0, 0, err
+	}
+	defer l.db.RUnlock()
+	it, err := db.NewIter(&pebble.IterOptions{
+		LowerBound: recordKey(v.t.id, v.first),
+		UpperBound: recordKey(v.t.id, v.hwm),
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer it.Close()
+	if !it.First() {
+		if err := it.Error(); err != nil {
+			return 0, 0, err
+		}
+		// Retention deleted everything we were going to look at.
+		return v.hwm, v.hwmPos, nil
+	}
+	lo, tm, pos, err := l.checkIter(v.t, it)
+	if err != nil {
+		return 0, 0, err
+	}
+	if pred(tm, pos) {
+		return lo, pos, nil
+	}
+	// pred is false at lo and taken to be true at hwm.
+	hi, hiPos := v.hwm, v.hwmPos
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if !it.SeekGE(recordKey(v.t.id, mid)) {
+			if err := it.Error(); err != nil {
+				return 0, 0, err
+			}
+			return 0, 0, &CorruptError{Topic: v.t.name, Offset: mid, Reason: "durable record missing"}
+		}
+		off, tm, pos, err := l.checkIter(v.t, it)
+		if err != nil {
+			return 0, 0, err
+		}
+		if off != mid {
+			return 0, 0, &CorruptError{Topic: v.t.name, Offset: mid, Reason: "durable record missing"}
+		}
+		if pred(tm, pos) {
+			hi, hiPos = mid, pos
+		} else {
+			lo = mid
+		}
+	}
+	return hi, hiPos, nil
+}
