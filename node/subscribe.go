@@ -334,12 +334,23 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 		if err := sub.bind(c); err != nil {
 			return sent, nil
 		}
+		// Count the batch as delivered before writing it: the writer flushes on its own as
+		// its buffer fills, and the client may ACK a record before this loop ends.
+		c.next = recs[len(recs)-1].Offset + 1
+		sub.mu.Lock()
+		sub.mu.bound[c.index].delivered = c.next
+		sub.mu.next[c.topic] = c.next
+		sub.mu.Unlock()
 		bytes := 0
 		for i := range recs {
 			rec := &recs[i]
+			origin := rec.OriginRegion
+			if origin == "" {
+				origin = n.cfg.Region
+			}
 			if err := sub.w.Write(&wire.Record{
 				Index: c.index, Offset: rec.Offset, Time: rec.Time,
-				OriginRegion: rec.OriginRegion, OriginOffset: rec.OriginOffset,
+				OriginRegion: origin, OriginOffset: rec.OriginOffset,
 				ProducerID: rec.ProducerID, Sequence: rec.Sequence,
 				Headers: wireHeaders(rec.Headers), Payload: rec.Payload,
 			}); err != nil {
@@ -347,14 +358,9 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			}
 			bytes += len(rec.Payload)
 		}
-		c.next = recs[len(recs)-1].Offset + 1
 		sent += len(recs)
 		sub.series.records.Add(float64(len(recs)))
 		sub.series.bytes.Add(float64(bytes))
-		sub.mu.Lock()
-		sub.mu.bound[c.index].delivered = c.next
-		sub.mu.next[c.topic] = c.next
-		sub.mu.Unlock()
 	}
 	return sent, nil
 }

@@ -1,0 +1,290 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// Conn is one QUIC connection to a node. All its methods are safe for concurrent use.
+type Conn struct {
+	addr   string
+	opts   Options
+	udp    *net.UDPConn
+	tr     *quic.Transport // owned by the Conn: closed by Close after the connection
+	qc     *quic.Conn
+	node   string
+	region string
+	lim    wire.Limits // what the node announced in WELCOME (payload, frame), defaults otherwise
+
+	window  chan struct{} // one token per unanswered publish (the pipelining window)
+	closing chan struct{} // closed by Close before the connection is torn down
+	once    sync.Once
+	wg      sync.WaitGroup // the control reader and the publisher's two goroutines
+
+	pubMu sync.Mutex // serialises starting a publish stream, which may wait for stream credit
+	mu    struct {
+		sync.Mutex
+		closed bool       // set with closing; after it no goroutine may be added to wg
+		pub    *publisher // the current publish stream; replaced when it failed
+		cause  error      // why the node ended the connection (ERROR on the control stream)
+	}
+}
+
+// Dial connects to the node at addr ("host:port"): a QUIC handshake with TLS 1.3 and ALPN
+// "quicmq/1", then HELLO on the control stream. It returns when the node answered WELCOME,
+// or with the node's refusal as an *Error (CodeUnauthorized for a bad token). ctx bounds the
+// whole exchange; it does not affect the Conn afterwards.
+func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
+	opts = opts.withDefaults()
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial %q: %w", addr, err)
+	}
+	tlsConf, err := opts.tlsConfig(host)
+	if err != nil {
+		return nil, err
+	}
+	raddr, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+	}
+	network, local := "udp4", &net.UDPAddr{IP: net.IPv4zero}
+	if raddr.IP.To4() == nil {
+		network, local = "udp6", &net.UDPAddr{IP: net.IPv6unspecified}
+	}
+	udp, err := net.ListenUDP(network, local)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial %s: local socket: %w", addr, err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	qc, err := tr.Dial(ctx, raddr, tlsConf, opts.quicConfig())
+	if err != nil {
+		tr.Close()
+		udp.Close()
+		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+	}
+	c := &Conn{
+		addr:    addr,
+		opts:    opts,
+		udp:     udp,
+		tr:      tr,
+		qc:      qc,
+		lim:     wire.DefaultLimits(),
+		window:  make(chan struct{}, opts.MaxPendingPublishes),
+		closing: make(chan struct{}),
+	}
+	r, err := c.hello(ctx)
+	if err != nil {
+		qc.CloseWithError(wire.AppNoError, "")
+		tr.Close()
+		udp.Close()
+		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+	}
+	c.wg.Add(1)
+	go c.readControl(r)
+	return c, nil
+}
+
+// hello opens the control stream, sends HELLO and waits for WELCOME. The returned Reader
+// continues on the control stream.
+func (c *Conn) hello(ctx context.Context) (*wire.Reader, error) {
+	// Cancelling ctx tears the connection down, which unblocks every read below; Dial then
+	// throws the connection away.
+	stop := context.AfterFunc(ctx, func() { c.qc.CloseWithError(wire.AppCancelled, "dial cancelled") })
+	r, err := c.helloExchange(ctx)
+	if !stop() && err == nil {
+		return nil, ctx.Err() // cancelled just as WELCOME arrived: the connection is closing
+	}
+	return r, err
+}
+
+func (c *Conn) helloExchange(ctx context.Context) (*wire.Reader, error) {
+	ctrl, err := c.qc.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, c.ctxOr(ctx, err)
+	}
+	hello := &wire.Hello{Version: wire.Version, Client: c.opts.Name, Token: c.opts.Token}
+	if _, err := ctrl.Write(wire.Append(nil, hello)); err != nil {
+		return nil, c.ctxOr(ctx, err)
+	}
+	r := wire.NewReader(ctrl, wire.Limits{})
+	f, err := r.Read()
+	if err != nil {
+		return nil, c.ctxOr(ctx, err)
+	}
+	switch f := f.(type) {
+	case *wire.Welcome:
+		if f.Version != wire.Version {
+			return nil, errorf(CodeVersion, "node speaks version %d, this client %d", f.Version, wire.Version)
+		}
+		c.node, c.region = f.Node, f.Region
+		c.lim.MaxPayload = clampLimit(f.MaxPayload, c.lim.MaxPayload)
+		c.lim.MaxFrame = clampLimit(f.MaxFrame, c.lim.MaxFrame)
+		return r, nil
+	case *wire.ErrorFrame:
+		return nil, fromWire(f.Code, f.Message)
+	default:
+		return nil, errorf(CodeProtocol, "node answered HELLO with %s", f.Type())
+	}
+}
+
+// ctxOr reports ctx's error when ctx ended the handshake, else the connection's error.
+func (c *Conn) ctxOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return c.streamErr(err)
+}
+
+// clampLimit takes a limit the node announced; zero (not announced) keeps the default and a
+// value beyond what a frame can carry is capped.
+func clampLimit(announced uint64, def int) int {
+	switch {
+	case announced == 0:
+		return def
+	case announced > 1<<31:
+		return 1 << 31
+	}
+	return int(announced)
+}
+
+// readControl owns the control stream's reading side after WELCOME, for the Conn's life. The
+// node sends only ERROR on it (e.g. shutting down) before closing the connection; that error
+// becomes the cause every later failure names.
+func (c *Conn) readControl(r *wire.Reader) {
+	defer c.wg.Done()
+	for {
+		f, err := r.Read()
+		if err != nil {
+			return // the connection is gone; its context holds the reason
+		}
+		if e, ok := f.(*wire.ErrorFrame); ok {
+			c.setCause(fromWire(e.Code, e.Message))
+			continue
+		}
+		c.setCause(errorf(CodeProtocol, "node sent %s on the control stream", f.Type()))
+		c.qc.CloseWithError(wire.AppProtocol, "unexpected frame on the control stream")
+		return
+	}
+}
+
+func (c *Conn) setCause(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mu.cause == nil {
+		c.mu.cause = err
+	}
+}
+
+// streamErr turns the error of a stream operation into what applications see: ErrClosed
+// after Close; the node's reason when it ended the connection; a lost connection named as
+// such; the node's code when it reset the stream.
+func (c *Conn) streamErr(err error) error {
+	select {
+	case <-c.closing:
+		return ErrClosed
+	default:
+	}
+	c.mu.Lock()
+	cause := c.mu.cause
+	c.mu.Unlock()
+	if cause == nil && isConnError(err) {
+		cause = connCause(err)
+	}
+	if cause == nil && c.qc.Context().Err() != nil {
+		cause = connCause(context.Cause(c.qc.Context()))
+	}
+	if cause != nil {
+		return fmt.Errorf("client: connection to %s lost: %w", c.addr, cause)
+	}
+	var se *quic.StreamError
+	if errors.As(err, &se) && se.Remote {
+		if e := appError(quic.ApplicationErrorCode(se.ErrorCode), "stream reset by the node"); e != nil {
+			return e
+		}
+	}
+	return err
+}
+
+// isConnError reports whether err is the failure of the whole connection, which stream
+// operations return once it is closed (possibly before the connection's context is done).
+func isConnError(err error) bool {
+	var (
+		ae *quic.ApplicationError
+		te *quic.TransportError
+		it *quic.IdleTimeoutError
+		ht *quic.HandshakeTimeoutError
+		sr *quic.StatelessResetError
+	)
+	return errors.As(err, &ae) || errors.As(err, &te) || errors.As(err, &it) || errors.As(err, &ht) || errors.As(err, &sr)
+}
+
+// connCause maps the reason a connection closed to an *Error when the node closed it with
+// one of the protocol's application error codes.
+func connCause(err error) error {
+	var ae *quic.ApplicationError
+	if errors.As(err, &ae) && ae.Remote {
+		if e := appError(ae.ErrorCode, ae.ErrorMessage); e != nil {
+			return e
+		}
+	}
+	return err
+}
+
+func appError(code quic.ApplicationErrorCode, msg string) *Error {
+	var c Code
+	switch code {
+	case wire.AppProtocol:
+		c = CodeProtocol
+	case wire.AppUnauthorized:
+		c = CodeUnauthorized
+	case wire.AppShutdown:
+		c = CodeShuttingDown
+	case wire.AppLimit:
+		c = CodeLimit
+	default:
+		return nil
+	}
+	return &Error{Code: c, Message: msg}
+}
+
+// Node returns the name and region of the node, as it announced them in WELCOME.
+func (c *Conn) Node() (name, region string) { return c.node, c.region }
+
+// Close closes the connection at once: publishes still pending fail with ErrClosed (wait for
+// their Futures first to keep them), subscriptions end. It returns after every goroutine of
+// the Conn exited and the socket is closed. Safe to call more than once.
+func (c *Conn) Close() error {
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.mu.closed = true
+		close(c.closing)
+		c.mu.Unlock()
+		c.qc.CloseWithError(wire.AppNoError, "client closed")
+		c.wg.Wait()
+		c.tr.Close()
+		c.udp.Close()
+	})
+	return nil
+}
+
+// openStream opens a new stream for one operation, waiting for stream credit within ctx.
+func (c *Conn) openStream(ctx context.Context) (*quic.Stream, error) {
+	select {
+	case <-c.closing:
+		return nil, ErrClosed
+	default:
+	}
+	s, err := c.qc.OpenStreamSync(ctx)
+	if err != nil {
+		return nil, c.ctxOr(ctx, err)
+	}
+	return s, nil
+}

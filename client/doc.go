@@ -1,0 +1,25 @@
+// Package client is the Go SDK for QuicMQ: applications import it to publish records to a
+// node and to subscribe to topic patterns, over one QUIC connection per [Conn].
+//
+// It owns the client side of the protocol in docs/protocol.md and nothing else; it depends
+// only on internal/wire (the frame codec shared with the node), quic-go and the standard
+// library, so that applications pull in no broker code.
+//
+// The protocol's shape shows through the API on purpose:
+//   - [Dial] opens the connection and its control stream (HELLO, then WELCOME or an error).
+//   - Publishes share one publish stream per Conn and are pipelined: [Conn.PublishAsync]
+//     returns a [Future] at once and blocks only while MaxPendingPublishes are unanswered;
+//     [Conn.Publish] waits for the durable acknowledgement. Acks come back in send order.
+//   - Every [Conn.Subscribe] opens its own QUIC stream (one stream per subscription), so a
+//     slow or lossy subscription never stalls another one. [Subscription.Next] reads straight
+//     from that stream: there is no goroutine and no queue per subscription, only a read
+//     buffer (32 KiB, or one larger frame), so a consumer that stops reading stops its stream
+//     through QUIC flow control and costs the node a cursor, not memory.
+//   - Errors that come from the node are [*Error] values carrying a [Code]; retention gaps are
+//     reported once as [*GapError]; a closed Conn fails with [ErrClosed].
+//
+// Goroutines: a Conn runs one goroutine reading the control stream and, once something was
+// published, two for the publish stream (a writer that batches frames, a reader that matches
+// acks to futures). All of them belong to the Conn and have exited when [Conn.Close] returns.
+// Subscriptions and topic listings run on the caller's goroutine.
+package client

@@ -1,0 +1,156 @@
+package client
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// fakeNode is a scripted node for the client's own tests: it answers HELLO with WELCOME and
+// hands every further stream (with its reader, after the first frame) to handle, so tests can send what a real node never would.
+type fakeNode struct {
+	t      *testing.T
+	ln     *quic.Listener
+	caFile string
+	handle func(s *quic.Stream, r *wire.Reader, first wire.Frame)
+	wg     sync.WaitGroup
+
+	mu    sync.Mutex
+	conns []*quic.Conn
+}
+
+func newFakeNode(t *testing.T, handle func(s *quic.Stream, r *wire.Reader, first wire.Frame)) *fakeNode {
+	t.Helper()
+	cert, caFile := selfSigned(t)
+	ln, err := quic.ListenAddr("127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		NextProtos:   []string{wire.ALPN},
+		MinVersion:   tls.VersionTLS13,
+	}, &quic.Config{MaxIncomingStreams: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeNode{t: t, ln: ln, caFile: caFile, handle: handle}
+	f.wg.Add(1)
+	go f.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		f.mu.Lock()
+		for _, c := range f.conns {
+			c.CloseWithError(0, "")
+		}
+		f.mu.Unlock()
+		f.wg.Wait()
+	})
+	return f
+}
+
+func (f *fakeNode) addr() string { return f.ln.Addr().String() }
+
+func (f *fakeNode) accept() {
+	defer f.wg.Done()
+	for {
+		c, err := f.ln.Accept(context.Background())
+		if err != nil {
+			return
+		}
+		f.mu.Lock()
+		f.conns = append(f.conns, c)
+		f.mu.Unlock()
+		f.wg.Add(1)
+		go f.serve(c)
+	}
+}
+
+func (f *fakeNode) serve(c *quic.Conn) {
+	defer f.wg.Done()
+	ctrl, err := c.AcceptStream(context.Background())
+	if err != nil {
+		return
+	}
+	r := wire.NewReader(ctrl, wire.Limits{})
+	if fr, err := r.Read(); err != nil || fr.Type() != wire.TypeHello {
+		c.CloseWithError(wire.AppProtocol, "no hello")
+		return
+	}
+	ctrl.Write(wire.Append(nil, &wire.Welcome{Version: wire.Version, Node: "fake", Region: "test", MaxPayload: 200 << 10, MaxFrame: 256 << 10}))
+	for {
+		s, err := c.AcceptStream(context.Background())
+		if err != nil {
+			return
+		}
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			r := wire.NewReader(s, wire.Limits{})
+			fr, err := r.Read()
+			if err != nil {
+				return
+			}
+			f.handle(s, r, fr)
+		}()
+	}
+}
+
+// conn returns the i-th accepted connection.
+func (f *fakeNode) conn(i int) *quic.Conn {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.conns[i]
+}
+
+func selfSigned(t *testing.T) (tls.Certificate, string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "fake"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, caFile
+}
+
+func dialFake(t *testing.T, f *fakeNode) *Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, f.addr(), Options{CAFile: f.caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}

@@ -1,0 +1,192 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// The frame reader keeps a partial frame across a cancelled wait and returns frames already
+// buffered even with a done context.
+func TestFrameReaderResumesAfterCancel(t *testing.T) {
+	release := make(chan struct{})
+	rec := &wire.Record{Index: 0, Offset: 9, Payload: bytes.Repeat([]byte("p"), 100<<10)}
+	f := newFakeNode(t, func(s *quic.Stream, _ *wire.Reader, first wire.Frame) {
+		b := wire.Append(nil, &wire.Subscribed{})
+		b = wire.Append(b, &wire.Topic{Index: 0, Name: "t"})
+		whole := wire.Append(nil, rec)
+		s.Write(append(b, whole[:3]...)) // stop inside the record's header
+		<-release
+		s.Write(whole[3 : 50<<10])
+		time.Sleep(20 * time.Millisecond)
+		s.Write(whole[50<<10:])
+		small := &wire.Record{Index: 0, Offset: 10, Payload: []byte("small")}
+		s.Write(wire.Append(wire.Append(nil, small), small))
+		s.Close()
+	})
+	c := dialFake(t, f)
+	sub, err := c.Subscribe(context.Background(), "t", SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		_, err := sub.Next(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Next with nothing to read: %v", err)
+		}
+	}
+	close(release)
+	r, err := sub.Next(context.Background())
+	if err != nil || r.Topic != "t" || r.Offset != 9 || !bytes.Equal(r.Payload, rec.Payload) {
+		t.Fatalf("record after resume: %v, offset %d, %d bytes", err, r.Offset, len(r.Payload))
+	}
+	// The last two records arrive in one write, so one read buffers both: then even a done
+	// context gets the second.
+	time.Sleep(100 * time.Millisecond)
+	if r, err = sub.Next(context.Background()); err != nil || string(r.Payload) != "small" {
+		t.Fatalf("first small record: %v %q", err, r.Payload)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if r, err = sub.Next(done); err != nil || string(r.Payload) != "small" {
+		t.Fatalf("buffered record with a done context: %v %q", err, r.Payload)
+	}
+	_, err = sub.Next(context.Background())
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("after the node's FIN: %v", err)
+	}
+	if _, again := sub.Next(context.Background()); again != err {
+		t.Fatalf("terminal error not sticky: %v then %v", err, again)
+	}
+	sub.Close()
+}
+
+// A misbehaving node's answers are protocol errors; out-of-order publish acks fail every
+// pending future, and the next publish uses a new stream.
+func TestPublishProtocolErrors(t *testing.T) {
+	streams := make(chan *quic.Stream, 4)
+	f := newFakeNode(t, func(s *quic.Stream, r *wire.Reader, first wire.Frame) {
+		streams <- s
+		p := first.(*wire.Publish)
+		second, err := r.Read()
+		if err != nil {
+			return
+		}
+		// Answer the second publish first.
+		s.Write(wire.Append(nil, &wire.PublishAck{Seq: second.(*wire.Publish).Seq, Offset: 1}))
+		s.Write(wire.Append(nil, &wire.PublishAck{Seq: p.Seq, Offset: 0}))
+		io.Copy(io.Discard, s)
+	})
+	c := dialFake(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f1, err := c.PublishAsync(ctx, Message{Topic: "t", Payload: []byte("1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f2, err := c.PublishAsync(ctx, Message{Topic: "t", Payload: []byte("2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fut := range []*Future{f1, f2} {
+		_, err := fut.Wait(ctx)
+		var e *Error
+		if !errors.As(err, &e) || e.Code != CodeProtocol || !strings.Contains(err.Error(), "answered publish 2, expected 1") {
+			t.Fatalf("out of order ack: %v", err)
+		}
+	}
+	<-streams
+	// The failed stream is replaced.
+	if _, err := c.PublishAsync(ctx, Message{Topic: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-streams:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no new publish stream")
+	}
+	// Limits from WELCOME are enforced before sending.
+	_, err = c.PublishAsync(ctx, Message{Topic: "t", Payload: make([]byte, 200<<10+1)})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeTooLarge || !strings.Contains(err.Error(), "limit of 204800") {
+		t.Fatalf("payload over WELCOME's max: %v", err)
+	}
+}
+
+// A connection the node closes with an application error code surfaces as that code on every
+// operation, and a Future pending at that moment fails naming the connection.
+func TestConnectionLossFailsFutures(t *testing.T) {
+	got := make(chan struct{}, 1)
+	f := newFakeNode(t, func(s *quic.Stream, _ *wire.Reader, first wire.Frame) {
+		got <- struct{}{}
+		io.Copy(io.Discard, s) // never answers
+	})
+	c := dialFake(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	fut, err := c.PublishAsync(ctx, Message{Topic: "t", Payload: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-got
+	f.conn(0).CloseWithError(wire.AppShutdown, "node shutting down")
+	select {
+	case <-fut.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("pending future not failed after the connection was lost")
+	}
+	_, err = fut.Wait(ctx)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeShuttingDown || !strings.Contains(err.Error(), "connection to "+f.addr()+" lost") {
+		t.Fatalf("future after connection loss: %v", err)
+	}
+	if _, err := c.Subscribe(ctx, "t", SubscribeOptions{}); !errors.As(err, &e) || e.Code != CodeShuttingDown {
+		t.Fatalf("subscribe after connection loss: %v", err)
+	}
+}
+
+// Dial fails clearly on a CA that did not sign the node's certificate and on a missing CA
+// file, and a cancelled context ends a Dial that waits for WELCOME.
+func TestDialErrors(t *testing.T) {
+	f := newFakeNode(t, func(*quic.Stream, *wire.Reader, wire.Frame) {})
+	other := newFakeNode(t, func(*quic.Stream, *wire.Reader, wire.Frame) {})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := Dial(ctx, f.addr(), Options{CAFile: other.caFile})
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("wrong CA: %v", err)
+	}
+	_, err = Dial(ctx, f.addr(), Options{CAFile: "/nonexistent/ca.pem"})
+	if err == nil || !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
+		t.Fatalf("missing CA file: %v", err)
+	}
+	_, err = Dial(ctx, "no-port", Options{})
+	if err == nil {
+		t.Fatal("address without port accepted")
+	}
+}
+
+func TestStartString(t *testing.T) {
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	for s, want := range map[Start]string{
+		Earliest:                  "earliest",
+		Latest:                    "latest",
+		AtOffset(42):              "offset 42",
+		AtTime(at):                "time 2025-01-02T03:04:05Z",
+		AtTime(time.Unix(-10, 0)): "time 1970-01-01T00:00:00Z",
+	} {
+		if got := s.String(); got != want {
+			t.Errorf("%#v: %q, want %q", s, got, want)
+		}
+	}
+}

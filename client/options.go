@@ -1,0 +1,112 @@
+package client
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// Options configure a Conn. The zero value works against a node whose certificate the
+// system trusts and that requires no token.
+type Options struct {
+	// CAFile is a PEM bundle of the certificate authorities to trust for the node's
+	// certificate, for example DATA/tls/ca.pem of a node that generated its own CA. It
+	// replaces TLSConfig.RootCAs when both are set. Empty: TLSConfig's roots, or the system's.
+	CAFile string
+	// TLSConfig is the base TLS configuration (roots, client certificates, ServerName). Dial
+	// copies it and enforces TLS 1.3 and the ALPN "quicmq/1". ServerName defaults to the host
+	// part of the address.
+	TLSConfig *tls.Config
+	// Token is sent in HELLO; a node that requires tokens refuses a connection without a
+	// valid one (an *Error with CodeUnauthorized).
+	Token string
+	// Name identifies the client in the node's logs. Default "quicmq-go".
+	Name string
+	// KeepAlive is the period of QUIC keep-alive PINGs, which must be shorter than the node's
+	// idle timeout (30 s). Default 10 s; negative disables keep-alives.
+	KeepAlive time.Duration
+	// MaxPendingPublishes is the pipelining window: how many publishes may be unanswered at
+	// once on the Conn. PublishAsync blocks while it is full. Default 1024; keep it below the
+	// node's per-stream limit (4096 by default) so the node never has to stop reading.
+	MaxPendingPublishes int
+}
+
+const (
+	defaultKeepAlive    = 10 * time.Second
+	defaultMaxPending   = 1024
+	defaultClientName   = "quicmq-go"
+	closeDrainTimeout   = 2 * time.Second // how long Subscription.Close waits for the node's FIN
+	streamWindow        = 512 << 10
+	maxStreamWindow     = 2 << 20
+	connectionWindow    = 8 << 20
+	maxConnectionWindow = 256 << 20
+)
+
+// withDefaults fills every zero field; it is the only place defaults live.
+func (o Options) withDefaults() Options {
+	if o.Name == "" {
+		o.Name = defaultClientName
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = defaultKeepAlive
+	}
+	if o.MaxPendingPublishes <= 0 {
+		o.MaxPendingPublishes = defaultMaxPending
+	}
+	return o
+}
+
+// tlsConfig builds the handshake's TLS configuration for a node reached as host.
+func (o Options) tlsConfig(host string) (*tls.Config, error) {
+	conf := &tls.Config{}
+	if o.TLSConfig != nil {
+		conf = o.TLSConfig.Clone()
+	}
+	if o.CAFile != "" {
+		pem, err := os.ReadFile(o.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("client: read CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("client: CA file %s holds no PEM certificate", o.CAFile)
+		}
+		conf.RootCAs = pool
+	}
+	if conf.MinVersion < tls.VersionTLS13 {
+		conf.MinVersion = tls.VersionTLS13
+	}
+	conf.NextProtos = []string{wire.ALPN}
+	if conf.ServerName == "" {
+		conf.ServerName = host
+	}
+	return conf, nil
+}
+
+// quicConfig is the connection's QUIC configuration. The node never opens streams, so none
+// are accepted. Receive windows bound what the client buffers: per subscription stream at most
+// maxStreamWindow, for the whole connection at most maxConnectionWindow. Unread data of a
+// subscription the application does not read holds connection credit too, so the connection
+// window is sized for 100 such stalled streams at their full window: fewer stalled streams can
+// never starve the others through connection-level flow control.
+func (o Options) quicConfig() *quic.Config {
+	keepAlive := o.KeepAlive
+	if keepAlive < 0 {
+		keepAlive = 0
+	}
+	return &quic.Config{
+		KeepAlivePeriod:                keepAlive,
+		MaxIncomingStreams:             -1,
+		MaxIncomingUniStreams:          -1,
+		InitialStreamReceiveWindow:     streamWindow,
+		MaxStreamReceiveWindow:         maxStreamWindow,
+		InitialConnectionReceiveWindow: connectionWindow,
+		MaxConnectionReceiveWindow:     maxConnectionWindow,
+	}
+}

@@ -1,0 +1,370 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// Header is one record header: a string key and a byte value.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Message is a record to publish.
+type Message struct {
+	Topic   string // dot-separated tokens of [A-Za-z0-9_-]+, at most 255 bytes; no wildcards
+	Payload []byte // at most the node's max payload (1 MiB by default)
+	Headers []Header
+	// ProducerID and Sequence are stored with the record, for consumers that deduplicate.
+	ProducerID string
+	Sequence   uint64
+}
+
+// Ack is the node's answer to a successful publish: the record is durable (fsynced) at
+// Offset of Topic's log, with the timestamp the node gave it.
+type Ack struct {
+	Topic  string
+	Offset uint64
+	Time   time.Time
+}
+
+// Future is the pending result of PublishAsync.
+type Future struct {
+	done chan struct{}
+	ack  Ack   // set before done is closed
+	err  error // set before done is closed
+	c    *Conn
+
+	// Set by the writer goroutine before the future is queued, read by the reader goroutine
+	// under the publisher's mutex.
+	seq   uint64
+	topic string
+	frame wire.Publish // owned by the writer goroutine
+}
+
+// Done is closed when the result is known.
+func (f *Future) Done() <-chan struct{} { return f.done }
+
+// Wait waits for the result: the Ack once the record is durable, or why it is not (an
+// *Error from the node, ErrClosed, a lost connection). A ctx that ends first returns ctx's
+// error and leaves the publish in flight.
+func (f *Future) Wait(ctx context.Context) (Ack, error) {
+	select {
+	case <-f.done:
+		return f.ack, f.err
+	default:
+	}
+	select {
+	case <-f.done:
+		return f.ack, f.err
+	case <-ctx.Done():
+		return Ack{}, ctx.Err()
+	}
+}
+
+// complete resolves the future and frees its slot of the window. Exactly one owner calls it:
+// PublishAsync's caller never sees an unqueued future, and a queued one is resolved either by
+// the reader (in order) or by fail.
+func (f *Future) complete(a Ack, err error) {
+	f.ack, f.err = a, err
+	close(f.done)
+	<-f.c.window
+}
+
+// Publish publishes m and waits until the node acknowledged it as durable. For throughput,
+// use PublishAsync and wait for many Futures at once.
+func (c *Conn) Publish(ctx context.Context, m Message) (Ack, error) {
+	f, err := c.PublishAsync(ctx, m)
+	if err != nil {
+		return Ack{}, err
+	}
+	return f.Wait(ctx)
+}
+
+// PublishAsync sends m without waiting for the acknowledgement; the Future resolves when it
+// arrives. Publishes of one Conn travel on one stream, so records to one topic are appended
+// in the order of PublishAsync calls (calls that do not overlap in time). It blocks only
+// while MaxPendingPublishes publishes are unanswered; ctx bounds that wait.
+//
+// m.Payload and m.Headers must not be modified until the Future is done. Limits the node
+// announced are checked first: a payload over them fails at once with CodeTooLarge.
+func (c *Conn) PublishAsync(ctx context.Context, m Message) (*Future, error) {
+	if err := c.checkMessage(&m); err != nil {
+		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
+	}
+	p, err := c.publisher(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
+	}
+	select {
+	case c.window <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.closing:
+		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, ErrClosed)
+	case <-p.dead:
+		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, p.failure())
+	}
+	f := &Future{done: make(chan struct{}), c: c, frame: wire.Publish{
+		Topic:      m.Topic,
+		ProducerID: m.ProducerID,
+		Sequence:   m.Sequence,
+		Headers:    toWireHeaders(m.Headers),
+		Payload:    m.Payload,
+	}}
+	var fail error
+	select {
+	case p.reqs <- f:
+		return f, nil
+	case <-ctx.Done():
+		fail = ctx.Err()
+	case <-c.closing:
+		fail = fmt.Errorf("client: publish to %q: %w", m.Topic, ErrClosed)
+	case <-p.dead:
+		fail = fmt.Errorf("client: publish to %q: %w", m.Topic, p.failure())
+	}
+	<-c.window
+	return nil, fail
+}
+
+// checkMessage refuses, before anything is sent, what the node could only answer by closing
+// the publish stream (a frame over its limits would fail every publish pending on it).
+func (c *Conn) checkMessage(m *Message) error {
+	d := wire.DefaultLimits()
+	if len(m.Payload) > c.lim.MaxPayload {
+		return errorf(CodeTooLarge, "payload of %d bytes is over the node's limit of %d bytes", len(m.Payload), c.lim.MaxPayload)
+	}
+	if len(m.Topic) > d.MaxString {
+		return errorf(CodeInvalidTopic, "topic of %d bytes is over the limit of 255 bytes", len(m.Topic))
+	}
+	if len(m.ProducerID) > d.MaxString {
+		return errorf(CodeTooLarge, "producer id of %d bytes is over the limit of %d bytes", len(m.ProducerID), d.MaxString)
+	}
+	if len(m.Headers) > d.MaxHeaders {
+		return errorf(CodeTooLarge, "%d headers are over the limit of %d", len(m.Headers), d.MaxHeaders)
+	}
+	size, hdrBytes := 5+6*10+len(m.Topic)+len(m.ProducerID)+len(m.Payload), 0
+	for _, h := range m.Headers {
+		hdrBytes += len(h.Key) + len(h.Value)
+		size += 20 + len(h.Key) + len(h.Value)
+	}
+	if hdrBytes > d.MaxHeaderBytes {
+		return errorf(CodeTooLarge, "headers of %d bytes are over the limit of %d bytes", hdrBytes, d.MaxHeaderBytes)
+	}
+	if size > c.lim.MaxFrame {
+		return errorf(CodeTooLarge, "frame of up to %d bytes is over the node's limit of %d bytes", size, c.lim.MaxFrame)
+	}
+	return nil
+}
+
+func toWireHeaders(hs []Header) []wire.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]wire.Header, len(hs))
+	for i, h := range hs {
+		out[i] = wire.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}
+
+// publisher returns the Conn's publish stream, opening it on first use or after the previous
+// one failed.
+func (c *Conn) publisher(ctx context.Context) (*publisher, error) {
+	if p := c.currentPublisher(); p != nil {
+		return p, nil
+	}
+	c.pubMu.Lock()
+	defer c.pubMu.Unlock()
+	if p := c.currentPublisher(); p != nil {
+		return p, nil
+	}
+	s, err := c.openStream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := &publisher{c: c, s: s, reqs: make(chan *Future), dead: make(chan struct{})}
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		s.CancelWrite(wire.AppCancelled)
+		s.CancelRead(wire.AppCancelled)
+		return nil, ErrClosed
+	}
+	c.mu.pub = p
+	c.wg.Add(2)
+	c.mu.Unlock()
+	go p.writeLoop()
+	go p.readLoop()
+	return p, nil
+}
+
+func (c *Conn) currentPublisher() *publisher {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.mu.pub; p != nil && p.failure() == nil {
+		return p
+	}
+	return nil
+}
+
+// publisher is one publish stream. The writer goroutine owns the sending side (sequence
+// numbers, encoding, batching); the reader goroutine owns the receiving side and resolves the
+// futures in pending, which the node answers in order. Both belong to the Conn.
+type publisher struct {
+	c    *Conn
+	s    *quic.Stream
+	reqs chan *Future  // PublishAsync -> writer
+	dead chan struct{} // closed by fail
+	mu   struct {
+		sync.Mutex
+		pending []*Future // sent, unanswered, in send order
+		err     error     // why the stream failed; set once
+	}
+}
+
+func (p *publisher) failure() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.mu.err
+}
+
+// writeLoop sends queued publishes. It takes every publish already waiting before it flushes,
+// so under load many frames share one stream write; when idle each publish goes out at once.
+func (p *publisher) writeLoop() {
+	defer p.c.wg.Done()
+	w := wire.NewWriter(p.s)
+	var seq uint64
+	for {
+		var f *Future
+		select {
+		case f = <-p.reqs:
+		case <-p.dead:
+			return
+		case <-p.c.closing:
+			return
+		}
+		for f != nil {
+			seq++
+			f.seq, f.topic, f.frame.Seq = seq, f.frame.Topic, seq
+			if !p.enqueue(f) {
+				return
+			}
+			err := w.Write(&f.frame)
+			f.frame = wire.Publish{} // encoded: drop the references to the caller's buffers
+			if err != nil {
+				p.fail(p.c.streamErr(err))
+				return
+			}
+			select {
+			case f = <-p.reqs:
+			default:
+				f = nil
+			}
+		}
+		if err := w.Flush(); err != nil {
+			p.fail(p.c.streamErr(err))
+			return
+		}
+	}
+}
+
+// enqueue appends f to the pending queue before its frame is written, so that its answer
+// always finds it. On a failed stream it resolves f with the failure instead.
+func (p *publisher) enqueue(f *Future) bool {
+	p.mu.Lock()
+	err := p.mu.err
+	if err == nil {
+		p.mu.pending = append(p.mu.pending, f)
+	}
+	p.mu.Unlock()
+	if err != nil {
+		f.complete(Ack{}, fmt.Errorf("client: publish to %q: %w", f.topic, err))
+		return false
+	}
+	return true
+}
+
+// readLoop matches the node's answers to pending futures until the stream fails.
+func (p *publisher) readLoop() {
+	defer p.c.wg.Done()
+	r := wire.NewReader(p.s, p.c.lim)
+	for {
+		fr, err := r.Read()
+		if err != nil {
+			if err == io.EOF {
+				err = errorf(CodeProtocol, "the node closed the publish stream")
+			} else {
+				err = p.c.streamErr(err)
+			}
+			p.fail(err)
+			return
+		}
+		switch f := fr.(type) {
+		case *wire.PublishAck:
+			err = p.resolve(f.Seq, f.Offset, time.Unix(0, f.Time), nil)
+		case *wire.PublishError:
+			err = p.resolve(f.Seq, 0, time.Time{}, fromWire(f.Code, f.Message))
+		case *wire.ErrorFrame:
+			err = fmt.Errorf("client: the node ended the publish stream: %w", fromWire(f.Code, f.Message))
+		default:
+			err = errorf(CodeProtocol, "the node sent %s on a publish stream", f.Type())
+		}
+		if err != nil {
+			p.fail(err)
+			return
+		}
+	}
+}
+
+// resolve completes the oldest pending future, which must be the one seq names.
+func (p *publisher) resolve(seq, offset uint64, t time.Time, perr error) error {
+	p.mu.Lock()
+	if len(p.mu.pending) == 0 || p.mu.pending[0].seq != seq {
+		want := "none"
+		if len(p.mu.pending) > 0 {
+			want = fmt.Sprint(p.mu.pending[0].seq)
+		}
+		p.mu.Unlock()
+		return errorf(CodeProtocol, "the node answered publish %d, expected %s", seq, want)
+	}
+	f := p.mu.pending[0]
+	p.mu.pending[0] = nil
+	p.mu.pending = p.mu.pending[1:]
+	p.mu.Unlock()
+	if perr != nil {
+		f.complete(Ack{}, fmt.Errorf("client: publish to %q: %w", f.topic, perr))
+	} else {
+		f.complete(Ack{Topic: f.topic, Offset: offset, Time: t}, nil)
+	}
+	return nil
+}
+
+// fail ends the stream: every pending future fails with err (wrapped with its topic), later
+// publishes go to a new stream. Called by either goroutine; the first call wins.
+func (p *publisher) fail(err error) {
+	p.mu.Lock()
+	if p.mu.err != nil {
+		p.mu.Unlock()
+		return
+	}
+	p.mu.err = err
+	pending := p.mu.pending
+	p.mu.pending = nil
+	close(p.dead)
+	p.mu.Unlock()
+	for _, f := range pending {
+		f.complete(Ack{}, fmt.Errorf("client: publish to %q: %w", f.topic, err))
+	}
+	// Unblock the other goroutine: a writer stuck on flow control, a reader waiting for data.
+	p.s.CancelWrite(wire.AppCancelled)
+	p.s.CancelRead(wire.AppCancelled)
+}

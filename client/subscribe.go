@@ -1,0 +1,317 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// Start says where a subscription reads each matching topic from when it has no stored
+// durable position for it. The zero value is Earliest.
+type Start struct {
+	kind  wire.StartKind
+	value uint64
+}
+
+var (
+	// Earliest starts at the first retained record of each topic.
+	Earliest = Start{}
+	// Latest delivers only records appended after the subscription was set up.
+	Latest = Start{kind: wire.StartLatest}
+)
+
+// AtOffset starts at offset n of every matching topic (clamped to what is retained).
+func AtOffset(n uint64) Start { return Start{kind: wire.StartOffset, value: n} }
+
+// AtTime starts at the first record stamped at or after t. Times before 1970 mean Earliest.
+func AtTime(t time.Time) Start {
+	if t.Before(time.Unix(0, 0)) {
+		return Start{kind: wire.StartTime}
+	}
+	return Start{kind: wire.StartTime, value: uint64(t.UnixNano())}
+}
+
+// String describes the start: "earliest", "latest", "offset 42" or "time 2025-01-02T...".
+func (s Start) String() string {
+	switch s.kind {
+	case wire.StartOffset:
+		return "offset " + strconv.FormatUint(s.value, 10)
+	case wire.StartTime:
+		return "time " + time.Unix(0, int64(s.value)).UTC().Format(time.RFC3339Nano)
+	}
+	return s.kind.String()
+}
+
+// SubscribeOptions configure a subscription.
+type SubscribeOptions struct {
+	// From applies to topics without a stored durable position. Default Earliest.
+	From Start
+	// Durable names a durable consumer. The node stores, per topic, the highest offset acked
+	// under this name, and a later subscription with the same name resumes right after it.
+	Durable string
+}
+
+// Record is one record delivered to a subscription.
+type Record struct {
+	Topic        string
+	Offset       uint64    // dense per topic and region: 0, 1, 2, ...
+	Time         time.Time // assigned by the topic's owner at append; never decreases in a topic
+	OriginRegion string    // the region the record was first published in
+	OriginOffset uint64    // its offset in that region's log
+	ProducerID   string
+	Sequence     uint64
+	Headers      []Header
+	Payload      []byte
+}
+
+// Subscription is one subscription: its own QUIC stream, read on the caller's goroutine.
+//
+// Next (and Records) must be called by one goroutine at a time. Ack and Close may be called
+// from any goroutine, also while Next waits.
+type Subscription struct {
+	c       *Conn
+	s       *quic.Stream
+	pattern string
+	closed  atomic.Bool
+
+	readMu sync.Mutex // held by Next, and by Close while it drains; guards the fields below
+	fr     *frameReader
+	topics map[uint64]string // stream-local index -> topic name, from TOPIC frames
+	err    error             // terminal: every later Next returns it
+
+	wmu      sync.Mutex // guards the sending side and the fields below
+	names    map[string]uint64
+	ackBuf   []byte
+	sendDone bool // FIN sent; no more writes
+}
+
+// Subscribe opens a new stream for a subscription to pattern (a topic, or a pattern with
+// "*" for one token and a trailing ">" for one or more) and waits until the node confirmed
+// it. The node's refusal is an *Error (CodeInvalidTopic for a bad pattern). ctx bounds the
+// setup only; pass a context to each Next for the records.
+func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOptions) (*Subscription, error) {
+	if err := checkSubscribe(pattern, opts); err != nil {
+		return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
+	}
+	s, err := c.openStream(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
+	}
+	sub := &Subscription{
+		c:       c,
+		s:       s,
+		pattern: pattern,
+		fr:      newFrameReader(s, c.lim),
+		topics:  make(map[uint64]string),
+		names:   make(map[string]uint64),
+	}
+	req := &wire.Subscribe{Pattern: pattern, Start: opts.From.kind, StartValue: opts.From.value, Durable: opts.Durable}
+	if _, err = s.Write(wire.Append(nil, req)); err == nil {
+		var f wire.Frame
+		if f, err = sub.fr.next(ctx); err == nil {
+			switch f := f.(type) {
+			case *wire.Subscribed:
+				return sub, nil
+			case *wire.ErrorFrame:
+				err = fromWire(f.Code, f.Message)
+			default:
+				err = errorf(CodeProtocol, "the node answered SUBSCRIBE with %s", f.Type())
+			}
+		} else if ctx.Err() == nil {
+			err = sub.readErr(err)
+		}
+	} else {
+		err = c.ctxOr(ctx, err)
+	}
+	s.CancelWrite(wire.AppCancelled)
+	s.CancelRead(wire.AppCancelled)
+	return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
+}
+
+// checkSubscribe refuses what would make a malformed frame (the grammar is the node's).
+func checkSubscribe(pattern string, opts SubscribeOptions) error {
+	max := wire.DefaultLimits().MaxString
+	if len(pattern) > max {
+		return errorf(CodeInvalidTopic, "pattern of %d bytes is over the limit of 255 bytes", len(pattern))
+	}
+	if len(opts.Durable) > max {
+		return errorf(CodeInvalidArgument, "durable name of %d bytes is over the limit of %d bytes", len(opts.Durable), max)
+	}
+	return nil
+}
+
+// Next returns the next record. It reads straight from the subscription's stream: while the
+// caller does not call Next, the node is held back by QUIC flow control on this stream only.
+//
+// A record already received is returned even when ctx is done; ctx ends only a wait, and
+// the subscription stays usable after it. Records the node lost to retention are reported
+// once as a *GapError, after which Next continues. Any other error ends the subscription:
+// ErrClosed after Close, the node's *Error, or the connection's failure. The record's
+// Payload and Headers are never reused by the client.
+func (s *Subscription) Next(ctx context.Context) (Record, error) {
+	s.readMu.Lock()
+	defer s.readMu.Unlock()
+	if s.err != nil {
+		return Record{}, s.err
+	}
+	if s.closed.Load() {
+		return Record{}, ErrClosed
+	}
+	for {
+		f, err := s.fr.next(ctx)
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil && err == ctxErr {
+				return Record{}, err
+			}
+			return Record{}, s.end(s.readErr(err))
+		}
+		switch f := f.(type) {
+		case *wire.Record:
+			name, ok := s.topics[f.Index]
+			if !ok {
+				return Record{}, s.end(errorf(CodeProtocol, "RECORD for topic index %d before its TOPIC", f.Index))
+			}
+			return Record{
+				Topic:        name,
+				Offset:       f.Offset,
+				Time:         time.Unix(0, f.Time),
+				OriginRegion: f.OriginRegion,
+				OriginOffset: f.OriginOffset,
+				ProducerID:   f.ProducerID,
+				Sequence:     f.Sequence,
+				Headers:      fromWireHeaders(f.Headers),
+				Payload:      f.Payload,
+			}, nil
+		case *wire.Topic:
+			s.topics[f.Index] = f.Name
+			s.wmu.Lock()
+			s.names[f.Name] = f.Index
+			s.wmu.Unlock()
+		case *wire.Gap:
+			name, ok := s.topics[f.Index]
+			if !ok {
+				return Record{}, s.end(errorf(CodeProtocol, "GAP for topic index %d before its TOPIC", f.Index))
+			}
+			return Record{}, &GapError{Topic: name, From: f.From, To: f.To}
+		case *wire.ErrorFrame:
+			return Record{}, s.end(fmt.Errorf("client: subscription %q ended by the node: %w", s.pattern, fromWire(f.Code, f.Message)))
+		default:
+			return Record{}, s.end(errorf(CodeProtocol, "the node sent %s on a subscription stream", f.Type()))
+		}
+	}
+}
+
+// Records iterates over the subscription's records, calling Next with ctx. A *GapError is
+// yielded and the iteration goes on; any other error is yielded last. Breaking out of the
+// loop leaves the subscription open.
+func (s *Subscription) Records(ctx context.Context) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		for {
+			r, err := s.Next(ctx)
+			if err != nil {
+				var gap *GapError
+				if !yield(Record{}, err) || !errors.As(err, &gap) {
+					return
+				}
+				continue
+			}
+			if !yield(r, nil) {
+				return
+			}
+		}
+	}
+}
+
+// end makes err the subscription's terminal error and stops receiving.
+func (s *Subscription) end(err error) error {
+	s.err = err
+	s.s.CancelRead(wire.AppCancelled)
+	return err
+}
+
+// readErr names the failure of a read from the stream.
+func (s *Subscription) readErr(err error) error {
+	switch {
+	case s.closed.Load():
+		return ErrClosed
+	case errors.Is(err, io.EOF):
+		return fmt.Errorf("client: subscription %q: the node ended the stream: %w", s.pattern, io.EOF)
+	case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
+		return errorf(CodeProtocol, "subscription %q: %v", s.pattern, err)
+	}
+	return s.c.streamErr(err)
+}
+
+// Ack acknowledges, cumulatively, r and every earlier record of r.Topic on this
+// subscription. For a durable consumer the node stores the position; for others it only
+// counts it. Acking every record is correct; acking the last of a batch is cheaper.
+func (s *Subscription) Ack(r Record) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.sendDone {
+		return ErrClosed
+	}
+	idx, ok := s.names[r.Topic]
+	if !ok {
+		return fmt.Errorf("client: ack: topic %q has no record on subscription %q", r.Topic, s.pattern)
+	}
+	s.ackBuf = wire.Append(s.ackBuf[:0], &wire.Ack{Index: idx, Offset: r.Offset})
+	if _, err := s.s.Write(s.ackBuf); err != nil {
+		var se *quic.StreamError
+		if errors.As(err, &se) && se.Remote {
+			// The node stopped reading: it ended the subscription, and its ERROR frame, the
+			// reason, is next on the receiving side.
+			return fmt.Errorf("client: ack %s@%d: the node ended the subscription (Next returns its reason): %w", r.Topic, r.Offset, err)
+		}
+		return fmt.Errorf("client: ack %s@%d: %w", r.Topic, r.Offset, s.c.streamErr(err))
+	}
+	return nil
+}
+
+// Close ends the subscription: it closes the sending side and, unless Next is blocked in
+// another goroutine (which then returns ErrClosed), waits up to two seconds for the node to
+// close its side, so that every Ack sent before Close has reached the node even if the Conn
+// is closed right after. Safe to call more than once.
+func (s *Subscription) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.wmu.Lock()
+	if !s.sendDone {
+		s.sendDone = true
+		s.s.Close()
+	}
+	s.wmu.Unlock()
+	if !s.readMu.TryLock() {
+		s.s.CancelRead(wire.AppCancelled)
+		return nil
+	}
+	defer s.readMu.Unlock()
+	if s.err == nil {
+		s.s.SetReadDeadline(time.Now().Add(closeDrainTimeout))
+		io.Copy(io.Discard, s.s) // records still in flight are dropped; the node's FIN ends it
+	}
+	s.s.CancelRead(wire.AppCancelled)
+	return nil
+}
+
+func fromWireHeaders(hs []wire.Header) []Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]Header, len(hs))
+	for i, h := range hs {
+		out[i] = Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}

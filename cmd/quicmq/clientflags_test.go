@@ -1,0 +1,136 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/node"
+)
+
+// cliNode is a node on 127.0.0.1 port 0 for the client commands' tests; t.Cleanup stops it.
+type cliNode struct {
+	addr, ca string
+}
+
+func startCLINode(t *testing.T, mod ...func(*node.Config)) *cliNode {
+	t.Helper()
+	cfg := node.Config{
+		DataDir: t.TempDir(),
+		Listen:  "127.0.0.1:0",
+		Name:    "cli",
+		Region:  "test",
+		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	n, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("node Run: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("node did not stop within 20 s")
+		}
+	})
+	return &cliNode{addr: n.Addr().String(), ca: n.CAFile()}
+}
+
+// conn returns the connection flags for n.
+func (n *cliNode) conn() []string { return []string{"--server", n.addr, "--ca", n.ca} }
+
+// runCLI runs quicmq in-process with stdin as standard input, bounded to 30 s.
+func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	code = runMain(ctx, &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut}, args)
+	return code, out.String(), errOut.String()
+}
+
+func TestClientCommandsBadFlags(t *testing.T) {
+	conn := []string{"--server", "127.0.0.1:7400", "--ca", "ca.pem"}
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"pub", "--topic", "a"}, []string{"--ca is required", "DATA/tls/ca.pem", "quicmq dev"}},
+		{append([]string{"pub"}, conn...), []string{"--topic is required"}},
+		{append([]string{"pub", "--topic", "a", "--size", "10"}, conn...), []string{"add --count"}},
+		{append([]string{"pub", "--topic", "a", "--count", "-1"}, conn...), []string{"--count must not be negative"}},
+		{append([]string{"pub", "--topic", "a", "--window", "0"}, conn...), []string{"--window must be positive"}},
+		{append([]string{"pub", "--topic", "a", "--token", "x", "--token-file", "f"}, conn...), []string{"--token and --token-file"}},
+		{[]string{"pub", "--bogus"}, []string{"flag provided but not defined: -bogus"}},
+		{append([]string{"sub"}, conn...), []string{"--topic is required"}},
+		{append([]string{"sub", "--topic", "a", "--from", "yesterday"}, conn...), []string{`--from "yesterday"`, "RFC 3339"}},
+		{append([]string{"sub", "--topic", "a", "--idle", "-1s"}, conn...), []string{"--idle must not be negative"}},
+		{[]string{"sub", "--topic", "a"}, []string{"--ca is required"}},
+		{append([]string{"topics", "extra"}, conn...), []string{`unexpected argument "extra"`}},
+		{append([]string{"topics", "--pattern", ""}, conn...), []string{"--pattern must not be empty"}},
+		{append([]string{"topics", "--timeout", "0s"}, conn...), []string{"--timeout must be positive"}},
+	}
+	for _, c := range cases {
+		code, _, stderr := runCLI(t, "", c.args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2; stderr:\n%s", c.args, code, stderr)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v: stderr does not say %q:\n%s", c.args, w, stderr)
+			}
+		}
+	}
+}
+
+func TestClientCommandsHelp(t *testing.T) {
+	for cmd, flags := range map[string][]string{
+		"pub":    {"-server", "-ca", "-token", "-token-file", "-timeout", "-topic", "-count", "-size", "-rate", "-print", "-window"},
+		"sub":    {"-server", "-ca", "-token", "-topic", "-from", "-durable", "-count", "-idle"},
+		"topics": {"-server", "-ca", "-token", "-pattern"},
+	} {
+		code, _, stderr := runCLI(t, "", cmd, "--help")
+		if code != 0 {
+			t.Errorf("%s --help: exit %d", cmd, code)
+		}
+		for _, f := range flags {
+			if !strings.Contains(stderr, "  "+f+" ") && !strings.Contains(stderr, "  "+f+"\n") {
+				t.Errorf("%s --help does not explain %s:\n%s", cmd, f, stderr)
+			}
+		}
+	}
+}
+
+func TestClientDialErrors(t *testing.T) {
+	n := startCLINode(t, func(c *node.Config) { c.Tokens = []string{"0123456789abcdef-cli"} })
+	code, _, stderr := runCLI(t, "x\n", append([]string{"pub", "--topic", "a"}, n.conn()...)...)
+	if code != 1 || !strings.Contains(stderr, "unauthorized") || !strings.Contains(stderr, "--token") {
+		t.Fatalf("missing token: exit %d:\n%s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "x\n", append([]string{"pub", "--topic", "a", "--token", "0123456789abcdef-cli"}, n.conn()...)...)
+	if code != 0 || stdout != "0\tx\n" {
+		t.Fatalf("with token: exit %d, stdout %q:\n%s", code, stdout, stderr)
+	}
+	code, _, stderr = runCLI(t, "", "topics", "--server", n.addr, "--ca", "/nonexistent/ca.pem")
+	if code != 1 || !strings.Contains(stderr, "/nonexistent/ca.pem") {
+		t.Fatalf("missing CA file: exit %d:\n%s", code, stderr)
+	}
+	code, _, stderr = runCLI(t, "", "topics", "--server", "127.0.0.1:1", "--ca", n.ca, "--timeout", "300ms")
+	if code != 1 || !strings.Contains(stderr, "is a node listening there?") {
+		t.Fatalf("nothing listening: exit %d:\n%s", code, stderr)
+	}
+}

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/bits"
+	"sync"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+func init() {
+	register("pub", "publish records: each line of standard input, or generated ones (--count)", runPub)
+}
+
+// pubOpts is what the pub flags say, beyond the connection.
+type pubOpts struct {
+	topic          string
+	count, size    int
+	rate           float64
+	print          bool
+	window         int
+	progressPeriod time.Duration // progress lines on stderr in generate mode
+}
+
+func runPub(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "pub", "--ca FILE --topic TOPIC [--server HOST:PORT] [--count N [--size BYTES] [--rate R] [--print]]")
+	var cf clientFlags
+	cf.register(fs)
+	o := pubOpts{progressPeriod: time.Second}
+	fs.StringVar(&o.topic, "topic", "", "topic to publish to, e.g. orders.eu.created (required)")
+	fs.IntVar(&o.count, "count", 0, "generate this many records instead of reading standard input;\n"+
+		"progress (rate, acked, latency p50/p99) goes to standard error every second")
+	fs.IntVar(&o.size, "size", 128, "with --count: payload bytes of each generated record")
+	fs.Float64Var(&o.rate, "rate", 0, "with --count: records per second (0: as fast as the window allows)")
+	fs.BoolVar(&o.print, "print", false, "with --count: print each record's offset, one per line, as it is acknowledged")
+	fs.IntVar(&o.window, "window", 1024, "publishes awaiting their acknowledgement at once (the pipelining window)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if o.topic == "" {
+		return usageError("--topic is required: the topic to publish to, e.g. --topic orders.eu.created")
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	switch {
+	case o.count < 0:
+		return usageError("--count must not be negative, got %d", o.count)
+	case o.size < 0:
+		return usageError("--size must not be negative, got %d", o.size)
+	case o.rate < 0:
+		return usageError("--rate must not be negative, got %v", o.rate)
+	case o.window <= 0:
+		return usageError("--window must be positive, got %d", o.window)
+	case o.count == 0 && (set["size"] || set["rate"] || set["print"]):
+		return usageError("--size, --rate and --print describe generated records: add --count N (without it, lines of standard input are published)")
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	conn, err := cf.dial(ctx, client.Options{MaxPendingPublishes: o.window})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if o.count > 0 {
+		return pubGenerate(ctx, e, conn, o)
+	}
+	return pubLines(ctx, e, conn, o)
+}
+
+// maxLine is the longest line pub reads; the node's payload limit (announced when connecting,
+// 1 MiB by default) is checked per line by the client and fails only that line.
+const maxLine = 64<<20 + 1
+
+// pubLines publishes each line of standard input as one record, pipelined, and prints
+// "OFFSET\tLINE" per record in input order as soon as its ack arrives.
+func pubLines(ctx context.Context, e *env, conn *client.Conn, o pubOpts) error {
+	// The reader goroutine owns standard input. It ends at the end of the input, or at its
+	// next line once stop is closed. A read blocked on a terminal cannot be interrupted: after
+	// an interrupt it is left to the process exit.
+	lines := make(chan []byte)
+	stop := make(chan struct{})
+	defer close(stop)
+	var readErr error // written before lines is closed
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(e.stdin)
+		sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+		for sc.Scan() {
+			select {
+			case lines <- bytes.Clone(sc.Bytes()):
+			case <-stop:
+				return
+			}
+		}
+		readErr = sc.Err()
+	}()
+
+	// The printer goroutine owns standard output and the counters; it gets the records in
+	// input order, so failures are reported in order too.
+	type sent struct {
+		n    int
+		line []byte
+		f    *client.Future
+		err  error // PublishAsync's refusal
+	}
+	queue := make(chan sent, o.window)
+	var failed, unconfirmed int
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		out := bufio.NewWriter(e.stdout)
+		defer out.Flush()
+		for s := range queue {
+			err := s.err
+			if err == nil {
+				select {
+				case <-s.f.Done():
+				default:
+					out.Flush() // about to wait: show what is acked so far
+				}
+				var a client.Ack
+				if a, err = s.f.Wait(ctx); err == nil {
+					fmt.Fprintf(out, "%d\t%s\n", a.Offset, s.line)
+					continue
+				}
+			}
+			if ctx.Err() != nil {
+				unconfirmed++
+				continue
+			}
+			failed++
+			out.Flush()
+			fmt.Fprintf(e.stderr, "quicmq pub: line %d not published: %v\n", s.n, err)
+		}
+	})
+
+	n := 0
+	var fatal error
+loop:
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				break loop
+			}
+			n++
+			f, err := conn.PublishAsync(ctx, client.Message{Topic: o.topic, Payload: line})
+			var ce *client.Error
+			if err != nil && !errors.As(err, &ce) {
+				fatal = err // the connection is gone or ctx ended: later lines would fail alike
+				break loop
+			}
+			queue <- sent{n: n, line: line, f: f, err: err} // err: this line refused (too large)
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	close(queue)
+	wg.Wait()
+	switch {
+	case ctx.Err() != nil && unconfirmed > 0:
+		return fmt.Errorf("interrupted: %d published records not confirmed", unconfirmed)
+	case ctx.Err() != nil:
+		return nil
+	case fatal != nil:
+		return fmt.Errorf("stopped at line %d: %w", n, fatal)
+	case failed > 0:
+		return fmt.Errorf("%d of %d records failed (see above)", failed, n)
+	}
+	select {
+	case <-lines: // closed: readErr is set
+		if errors.Is(readErr, bufio.ErrTooLong) {
+			return fmt.Errorf("standard input: line %d is longer than %d bytes", n+1, maxLine-1)
+		}
+		if readErr != nil {
+			return fmt.Errorf("standard input: %w", readErr)
+		}
+	default:
+	}
+	return nil
+}
+
+// pubGenerate publishes o.count generated records, paced by o.rate, and reports progress and
+// a summary on standard error.
+func pubGenerate(ctx context.Context, e *env, conn *client.Conn, o pubOpts) error {
+	payload := bytes.Repeat([]byte{'x'}, o.size) // shared: never modified
+	type sent struct {
+		at time.Time
+		f  *client.Future
+	}
+	queue := make(chan sent, o.window)
+	st := &pubStats{total: o.count, size: o.size, start: time.Now()}
+	st.last = st.start
+
+	// The collector goroutine owns st and standard output: it waits for the futures in
+	// order (the node answers in order) and prints progress every period.
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		out := bufio.NewWriter(e.stdout)
+		defer out.Flush()
+		tick := time.NewTicker(o.progressPeriod)
+		defer tick.Stop()
+		for {
+			var s sent
+			var ok bool
+			select {
+			case s, ok = <-queue:
+				if !ok {
+					return
+				}
+			case <-tick.C:
+				out.Flush()
+				st.progress(e.stderr)
+				continue
+			}
+			for waiting := true; waiting; {
+				select {
+				case <-s.f.Done():
+					waiting = false
+				case <-ctx.Done():
+					waiting = false
+				case <-tick.C:
+					out.Flush()
+					st.progress(e.stderr)
+				}
+			}
+			a, err := s.f.Wait(ctx)
+			switch {
+			case err == nil:
+				st.acked(time.Since(s.at))
+				if o.print {
+					fmt.Fprintf(out, "%d\n", a.Offset)
+				}
+			case ctx.Err() != nil:
+				st.unconfirmed++
+			default:
+				st.fail(e.stderr, err)
+			}
+		}
+	})
+
+	var fatal error
+	for i := 0; i < o.count && ctx.Err() == nil; i++ {
+		if o.rate > 0 {
+			due := st.start.Add(time.Duration(float64(i) / o.rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-t.C:
+				case <-ctx.Done():
+					t.Stop()
+				}
+				if ctx.Err() != nil {
+					break
+				}
+			}
+		}
+		f, err := conn.PublishAsync(ctx, client.Message{Topic: o.topic, Payload: payload})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			fatal = err
+			break
+		}
+		queue <- sent{at: time.Now(), f: f}
+	}
+	close(queue)
+	wg.Wait()
+	st.summary(e.stderr)
+	switch {
+	case fatal != nil:
+		return fmt.Errorf("stopped after %d records: %w", st.ok+st.failed, fatal)
+	case st.failed > 0:
+		return fmt.Errorf("%d of %d records failed", st.failed, st.ok+st.failed)
+	case st.unconfirmed > 0:
+		return fmt.Errorf("interrupted: %d published records not confirmed", st.unconfirmed)
+	}
+	return nil
+}
+
+// pubStats is the generate mode's bookkeeping, owned by the collector goroutine.
+type pubStats struct {
+	total, size             int
+	start, last             time.Time
+	ok, failed, unconfirmed int
+	sinceLast               int
+	all, window             latencyHist
+}
+
+func (s *pubStats) acked(d time.Duration) {
+	s.ok++
+	s.sinceLast++
+	s.all.add(d)
+	s.window.add(d)
+}
+
+// fail reports the first few failures in full and counts the rest.
+func (s *pubStats) fail(w io.Writer, err error) {
+	s.failed++
+	if s.failed <= 10 {
+		fmt.Fprintf(w, "quicmq pub: record %d not published: %v\n", s.ok+s.failed, err)
+	} else if s.failed == 11 {
+		fmt.Fprintln(w, "quicmq pub: more failures; counting them in the summary")
+	}
+}
+
+func (s *pubStats) progress(w io.Writer) {
+	now := time.Now()
+	rate := float64(s.sinceLast) / now.Sub(s.last).Seconds()
+	fmt.Fprintf(w, "quicmq pub: %.0f rec/s, acked %d/%d, latency p50 %v p99 %v\n",
+		rate, s.ok, s.total, s.window.quantile(0.5), s.window.quantile(0.99))
+	s.last, s.sinceLast = now, 0
+	s.window = latencyHist{}
+}
+
+func (s *pubStats) summary(w io.Writer) {
+	el := time.Since(s.start)
+	rate := float64(s.ok) / el.Seconds()
+	fmt.Fprintf(w, "quicmq pub: %d records of %d bytes acked in %v: %.0f rec/s, %s/s; latency p50 %v p99 %v max %v",
+		s.ok, s.size, el.Round(time.Millisecond), rate, humanBytes(uint64(rate*float64(s.size))),
+		s.all.quantile(0.5), s.all.quantile(0.99), s.all.max.Round(time.Microsecond))
+	if s.failed > 0 {
+		fmt.Fprintf(w, "; %d failed", s.failed)
+	}
+	if s.unconfirmed > 0 {
+		fmt.Fprintf(w, "; %d not confirmed (interrupted)", s.unconfirmed)
+	}
+	fmt.Fprintln(w)
+}
+
+// latencyHist is a log-linear histogram of durations in microseconds: exact below 32 µs,
+// then 16 buckets per power of two (about 6% resolution), constant memory for any count.
+type latencyHist struct {
+	counts [640]uint64
+	n      uint64
+	max    time.Duration
+}
+
+func (h *latencyHist) add(d time.Duration) {
+	u := uint64(max(d, 0) / time.Microsecond)
+	i := 0
+	if u < 32 {
+		i = int(u)
+	} else {
+		e := bits.Len64(u) - 5
+		i = 32 + (e-1)*16 + int(u>>e) - 16
+	}
+	h.counts[min(i, len(h.counts)-1)]++
+	h.n++
+	h.max = max(h.max, d)
+}
+
+// quantile returns the midpoint of the bucket holding the q-quantile, rounded for display.
+func (h *latencyHist) quantile(q float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	rank := uint64(q*float64(h.n-1)) + 1
+	if rank >= h.n {
+		return h.max
+	}
+	var seen uint64
+	for i, c := range h.counts {
+		if seen += c; seen >= rank {
+			lo, width := uint64(i), uint64(1)
+			if i >= 32 {
+				e := (i-32)/16 + 1
+				lo, width = uint64((i-32)%16+16)<<e, 1<<e
+			}
+			d := time.Duration(lo)*time.Microsecond + time.Duration(width)*time.Microsecond/2
+			return min(d, h.max).Round(time.Microsecond)
+		}
+	}
+	return h.max
+}

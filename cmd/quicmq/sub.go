@@ -1,0 +1,165 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+func init() {
+	register("sub", "subscribe to a topic pattern and print its records", runSub)
+}
+
+// ackEvery bounds how many printed records may wait for their ack while records keep
+// coming; when the stream goes quiet everything printed is acked at once.
+const ackEvery = 256
+
+func runSub(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "sub", "--ca FILE --topic PATTERN [--server HOST:PORT] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--count N] [--idle DURATION]")
+	var cf clientFlags
+	cf.register(fs)
+	pattern := fs.String("topic", "", "topic or pattern to subscribe to ('*' one token, trailing '>' one or more), e.g. 'orders.>' (required)")
+	from := fs.String("from", "earliest", "where to start in each topic without a stored durable position:\n"+
+		"earliest, latest, an offset (42) or an RFC 3339 time (2025-01-02T15:04:05Z)")
+	durable := fs.String("durable", "", "durable consumer name: resume after the last acknowledged record, and store progress")
+	count := fs.Int("count", 0, "exit after this many records (0: no limit)")
+	idle := fs.Duration("idle", 0, "exit when no record arrived for this long, e.g. 5s (0: wait forever)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *pattern == "" {
+		return usageError("--topic is required: the topic or pattern to subscribe to, e.g. --topic 'orders.>'")
+	}
+	start, err := parseStart(*from)
+	if err != nil {
+		return err
+	}
+	if *count < 0 {
+		return usageError("--count must not be negative, got %d", *count)
+	}
+	if *idle < 0 {
+		return usageError("--idle must not be negative, got %v", *idle)
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+
+	conn, err := cf.dial(ctx, client.Options{})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	sctx, cancel := cf.requestCtx(ctx)
+	sub, err := conn.Subscribe(sctx, *pattern, client.SubscribeOptions{From: start, Durable: *durable})
+	cancel()
+	if err != nil {
+		return err
+	}
+	s := &subPrinter{e: e, sub: sub, out: bufio.NewWriter(e.stdout), unacked: map[string]client.Record{}}
+	err = s.run(ctx, *count, *idle)
+	if aerr := s.ackAll(); err == nil {
+		err = aerr
+	}
+	sub.Close() // waits for the node to have read every ack
+	return err
+}
+
+// parseStart reads --from.
+func parseStart(v string) (client.Start, error) {
+	switch v {
+	case "earliest", "":
+		return client.Earliest, nil
+	case "latest":
+		return client.Latest, nil
+	}
+	if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+		return client.AtOffset(n), nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return client.AtTime(t), nil
+	}
+	return client.Start{}, usageError("--from %q: want earliest, latest, an offset (e.g. 42) or an RFC 3339 time (e.g. 2025-01-02T15:04:05Z)", v)
+}
+
+// subPrinter prints records and acks them once printed (and flushed).
+type subPrinter struct {
+	e       *env
+	sub     *client.Subscription
+	out     *bufio.Writer
+	unacked map[string]client.Record // per topic, the last printed record not yet acked
+	pending int
+	printed int
+}
+
+// run prints records until count were printed, the stream was idle for idle, ctx ended
+// (an interrupt: not an error) or the subscription failed.
+func (s *subPrinter) run(ctx context.Context, count int, idle time.Duration) error {
+	// Records already received are taken without waiting (a done context); only before
+	// waiting for more are output and acks flushed, so a fast stream is printed in large
+	// writes and a slow one at once.
+	drained, cancelDrained := context.WithCancel(ctx)
+	cancelDrained()
+	for count == 0 || s.printed < count {
+		rec, err := s.sub.Next(drained)
+		if err != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil {
+			if err := s.ackAll(); err != nil {
+				return err
+			}
+			rec, err = s.wait(ctx, idle)
+		}
+		if err != nil {
+			var gap *client.GapError
+			switch {
+			case errors.As(err, &gap):
+				fmt.Fprintf(s.e.stderr, "quicmq sub: gap: %v\n", err)
+				continue
+			case ctx.Err() != nil:
+				return nil // interrupted
+			case errors.Is(err, context.DeadlineExceeded):
+				fmt.Fprintf(s.e.stderr, "quicmq sub: no record for %v, exiting after %d records\n", idle, s.printed)
+				return nil
+			}
+			return err
+		}
+		fmt.Fprintf(s.out, "%d\t%s\t%s\n", rec.Offset, rec.Topic, rec.Payload)
+		s.printed++
+		s.unacked[rec.Topic] = rec
+		if s.pending++; s.pending >= ackEvery {
+			if err := s.ackAll(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// wait blocks for the next record, at most idle (0: no limit).
+func (s *subPrinter) wait(ctx context.Context, idle time.Duration) (client.Record, error) {
+	if idle <= 0 {
+		return s.sub.Next(ctx)
+	}
+	ictx, cancel := context.WithTimeout(ctx, idle)
+	defer cancel()
+	return s.sub.Next(ictx)
+}
+
+// ackAll flushes the output, then acks the last printed record of every topic: nothing is
+// acknowledged before it was written out.
+func (s *subPrinter) ackAll() error {
+	if err := s.out.Flush(); err != nil {
+		return fmt.Errorf("write output: %w", err)
+	}
+	for topic, rec := range s.unacked {
+		if err := s.sub.Ack(rec); err != nil {
+			return err
+		}
+		delete(s.unacked, topic)
+	}
+	s.pending = 0
+	return nil
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+// publishLines publishes lines to topic through the pub command.
+func publishLines(t *testing.T, n *cliNode, topic string, lines ...string) {
+	t.Helper()
+	code, _, stderr := runCLI(t, strings.Join(lines, "\n")+"\n", append([]string{"pub", "--topic", topic}, n.conn()...)...)
+	if code != 0 {
+		t.Fatalf("pub: exit %d:\n%s", code, stderr)
+	}
+}
+
+func TestSubCountAndIdle(t *testing.T) {
+	n := startCLINode(t)
+	publishLines(t, n, "demo.a", "a0", "a1", "a2", "a3")
+	publishLines(t, n, "demo.b", "b0")
+	publishLines(t, n, "other", "o0")
+
+	code, stdout, stderr := runCLI(t, "", append([]string{"sub", "--topic", "demo.a", "--count", "3"}, n.conn()...)...)
+	if code != 0 || stdout != "0\tdemo.a\ta0\n1\tdemo.a\ta1\n2\tdemo.a\ta2\n" {
+		t.Fatalf("--count 3: exit %d, stdout %q:\n%s", code, stdout, stderr)
+	}
+
+	start := time.Now()
+	code, stdout, stderr = runCLI(t, "", append([]string{"sub", "--topic", "demo.>", "--idle", "300ms"}, n.conn()...)...)
+	if code != 0 {
+		t.Fatalf("--idle: exit %d:\n%s", code, stderr)
+	}
+	if el := time.Since(start); el < 300*time.Millisecond {
+		t.Fatalf("exited after %v, before the idle time", el)
+	}
+	got := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if len(got) != 5 || !contains(got, "3\tdemo.a\ta3") || !contains(got, "0\tdemo.b\tb0") || contains(got, "0\tother\to0") {
+		t.Fatalf("demo.> printed %q", got)
+	}
+	if !strings.Contains(stderr, "no record for 300ms") {
+		t.Fatalf("no idle notice:\n%s", stderr)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, l := range list {
+		if l == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestSubFrom(t *testing.T) {
+	n := startCLINode(t)
+	publishLines(t, n, "from.t", "r0", "r1", "r2")
+	mid := time.Now()
+	time.Sleep(20 * time.Millisecond)
+	publishLines(t, n, "from.t", "r3")
+	sub := func(from string) string {
+		t.Helper()
+		code, stdout, stderr := runCLI(t, "", append([]string{"sub", "--topic", "from.t", "--from", from, "--idle", "200ms"}, n.conn()...)...)
+		if code != 0 {
+			t.Fatalf("--from %s: exit %d:\n%s", from, code, stderr)
+		}
+		return stdout
+	}
+	if got := sub("2"); got != "2\tfrom.t\tr2\n3\tfrom.t\tr3\n" {
+		t.Errorf("--from 2: %q", got)
+	}
+	if got := sub("latest"); got != "" {
+		t.Errorf("--from latest: %q", got)
+	}
+	if got := sub(mid.Format(time.RFC3339Nano)); got != "3\tfrom.t\tr3\n" {
+		t.Errorf("--from %s: %q", mid.Format(time.RFC3339Nano), got)
+	}
+	if got := sub("earliest"); strings.Count(got, "\n") != 4 {
+		t.Errorf("--from earliest: %q", got)
+	}
+}
+
+// sub acks what it printed before it exits: a durable consumer continues where it stopped.
+func TestSubDurable(t *testing.T) {
+	n := startCLINode(t)
+	publishLines(t, n, "dur.t", "d0", "d1", "d2", "d3", "d4")
+	args := append([]string{"sub", "--topic", "dur.t", "--durable", "cli", "--count", "2"}, n.conn()...)
+	for _, want := range []string{"0\tdur.t\td0\n1\tdur.t\td1\n", "2\tdur.t\td2\n3\tdur.t\td3\n"} {
+		code, stdout, stderr := runCLI(t, "", args...)
+		if code != 0 || stdout != want {
+			t.Fatalf("exit %d, stdout %q, want %q:\n%s", code, stdout, want, stderr)
+		}
+	}
+	code, stdout, stderr := runCLI(t, "", append([]string{"sub", "--topic", "dur.t", "--durable", "cli", "--idle", "200ms"}, n.conn()...)...)
+	if code != 0 || stdout != "4\tdur.t\td4\n" {
+		t.Fatalf("resume after idle exit: exit %d, stdout %q:\n%s", code, stdout, stderr)
+	}
+}
+
+func TestSubErrors(t *testing.T) {
+	n := startCLINode(t)
+	code, _, stderr := runCLI(t, "", append([]string{"sub", "--topic", "bad..pattern"}, n.conn()...)...)
+	if code != 1 || !strings.Contains(stderr, "invalid topic") {
+		t.Fatalf("invalid pattern: exit %d:\n%s", code, stderr)
+	}
+}
+
+func TestParseStart(t *testing.T) {
+	at := time.Date(2025, 1, 2, 15, 4, 5, 0, time.UTC)
+	for in, want := range map[string]client.Start{
+		"earliest":                  client.Earliest,
+		"latest":                    client.Latest,
+		"0":                         client.AtOffset(0),
+		"42":                        client.AtOffset(42),
+		"2025-01-02T15:04:05Z":      client.AtTime(at),
+		"2025-01-02T16:04:05+01:00": client.AtTime(at),
+	} {
+		got, err := parseStart(in)
+		if err != nil || got != want {
+			t.Errorf("parseStart(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"-1", "yesterday", "2025-01-02", "1e3"} {
+		if _, err := parseStart(bad); err == nil {
+			t.Errorf("parseStart(%q) accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+func init() {
+	register("topics", "list topics with their offsets and sizes", runTopics)
+}
+
+func runTopics(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "topics", "--ca FILE [--server HOST:PORT] [--pattern PATTERN]")
+	var cf clientFlags
+	cf.register(fs)
+	pattern := fs.String("pattern", ">", "topics to list: a topic or a pattern ('*' one token, trailing '>' one or more)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	if *pattern == "" {
+		return usageError("--pattern must not be empty ('>' lists every topic)")
+	}
+	conn, err := cf.dial(ctx, client.Options{})
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	rctx, cancel := cf.requestCtx(ctx)
+	defer cancel()
+	list, err := conn.Topics(rctx, *pattern)
+	if err != nil {
+		return err
+	}
+	printTopics(e, list)
+	if len(list) == 0 {
+		fmt.Fprintf(e.stderr, "no topic matches %q\n", *pattern)
+	}
+	return nil
+}
+
+// printTopics writes the table: one row per topic, numbers as they are, bytes human-sized.
+func printTopics(e *env, list []client.TopicInfo) {
+	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tFIRST\tNEXT\tRECORDS\tBYTES")
+	for _, t := range list {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", t.Name, t.First, t.Next, t.Records(), humanBytes(t.Bytes))
+	}
+	tw.Flush()
+}
+
+// humanBytes formats n in binary units: "512 B", "1.5 KiB", "3.0 GiB".
+func humanBytes(n uint64) string {
+	if n < 1024 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, unit := float64(n)/1024, 0
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	for v >= 1024 && unit < len(units)-1 {
+		v /= 1024
+		unit++
+	}
+	return fmt.Sprintf("%.1f %s", v, units[unit])
+}

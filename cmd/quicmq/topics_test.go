@@ -1,0 +1,38 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestTopicsTable(t *testing.T) {
+	n := startCLINode(t)
+	publishLines(t, n, "shop.orders", "o1", "o2", "o3")
+	publishLines(t, n, "shop.carts", "c1")
+	publishLines(t, n, "billing", "b1", "b2")
+
+	code, stdout, stderr := runCLI(t, "", append([]string{"topics"}, n.conn()...)...)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	rows := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if len(rows) != 4 || strings.Join(strings.Fields(rows[0]), " ") != "TOPIC FIRST NEXT RECORDS BYTES" {
+		t.Fatalf("table:\n%s", stdout)
+	}
+	want := []string{"billing 0 2 2", "shop.carts 0 1 1", "shop.orders 0 3 3"}
+	for i, w := range want {
+		f := strings.Fields(rows[i+1])
+		if len(f) != 6 || strings.Join(f[:4], " ") != w || f[5] != "B" && f[5] != "KiB" {
+			t.Errorf("row %d = %q, want %q and a size", i+1, rows[i+1], w)
+		}
+	}
+
+	code, stdout, stderr = runCLI(t, "", append([]string{"topics", "--pattern", "shop.*"}, n.conn()...)...)
+	if code != 0 || strings.Count(stdout, "\n") != 3 || strings.Contains(stdout, "billing") {
+		t.Fatalf("--pattern shop.*: exit %d:\n%s\n%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "", append([]string{"topics", "--pattern", "none.>"}, n.conn()...)...)
+	if code != 0 || strings.Count(stdout, "\n") != 1 || !strings.Contains(stderr, `no topic matches "none.>"`) {
+		t.Fatalf("no match: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
