@@ -1,0 +1,105 @@
+package gossip
+
+import (
+	"log"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/serf"
+)
+
+// eventBuffer is the capacity of each pool's serf event channel. serf sends on it while
+// holding its member lock, and serf's internal query relay goroutine blocks on it, so it
+// must be drained (Run does); the buffer only absorbs a burst, or the gap between New and
+// Run.
+const eventBuffer = 1024
+
+// serfConfig builds the serf (and memberlist) config of one pool from the profile, the
+// bind and advertise addresses, the label and the key.
+func (c Config) serfConfig(pool Pool, tags map[string]string, events chan<- serf.Event, logger *log.Logger) *serf.Config {
+	sc := serf.DefaultConfig()
+	var ml *memberlist.Config
+	switch c.Profile {
+	case ProfileLocal, ProfileTest:
+		ml = memberlist.DefaultLocalConfig()
+	default:
+		if pool == PoolWAN {
+			ml = memberlist.DefaultWANConfig()
+		} else {
+			ml = memberlist.DefaultLANConfig()
+		}
+	}
+	if c.Profile == ProfileTest {
+		applyTestTimers(sc, ml)
+	}
+
+	bind, adv := c.LANAddr, c.AdvertiseLAN
+	ml.Label = c.lanLabel()
+	if pool == PoolWAN {
+		bind, adv = c.WANAddr, c.AdvertiseWAN
+		ml.Label = wanLabel
+	}
+	host, port, _ := parseBind(bind) // checked by Validate
+	ml.BindAddr, ml.BindPort = host, port
+	ml.AdvertiseAddr, ml.AdvertisePort = "", port
+	if adv != "" {
+		ah, ap, _ := parseBind(adv)
+		ml.AdvertiseAddr = ah
+		if ap != 0 {
+			ml.AdvertisePort = ap
+		}
+		// With port 0, memberlist sets AdvertisePort to the port it bound.
+	}
+	if c.Key != nil {
+		ml.SecretKey = append([]byte(nil), c.Key...)
+	}
+	ml.Logger = logger
+	ml.LogOutput = nil
+
+	sc.NodeName = c.Name
+	sc.Tags = tags
+	sc.EventCh = events
+	sc.Logger = logger
+	sc.LogOutput = nil
+	sc.MemberlistConfig = ml
+	sc.SnapshotPath = "" // the table is rebuilt by joining; no snapshots
+	return sc
+}
+
+// applyTestTimers makes failure detection, dissemination and reaping fast on loopback.
+// SuspicionMult 2 gives k = 0 confirmations, so a suspect is declared dead after the
+// minimum suspicion timeout (2 x ProbeInterval) even in a two-node pool, where nobody could
+// confirm the suspicion.
+func applyTestTimers(sc *serf.Config, ml *memberlist.Config) {
+	ml.ProbeInterval = 250 * time.Millisecond
+	ml.ProbeTimeout = 150 * time.Millisecond
+	ml.SuspicionMult = 2
+	ml.SuspicionMaxTimeoutMult = 2
+	ml.GossipInterval = 50 * time.Millisecond
+	ml.GossipNodes = 3
+	ml.RetransmitMult = 4 // DefaultLocalConfig's 2 loses joins among 6+ nodes under -race
+	ml.PushPullInterval = 2 * time.Second
+	ml.TCPTimeout = time.Second
+	ml.GossipToTheDeadTime = 2 * time.Second
+	ml.DeadNodeReclaimTime = time.Millisecond // a restarted node may take its name back at once
+
+	sc.BroadcastTimeout = time.Second
+	sc.LeavePropagateDelay = 300 * time.Millisecond
+	sc.ReapInterval = 250 * time.Millisecond
+	sc.ReconnectInterval = 500 * time.Millisecond
+	sc.ReconnectTimeout = 3 * time.Second
+	sc.TombstoneTimeout = 3 * time.Second
+	sc.FlapTimeout = time.Second
+	sc.QueueCheckInterval = time.Second
+}
+
+// leaveBound is the longest a graceful leave of one pool can take: serf waits up to
+// BroadcastTimeout for its leave intent to go out, memberlist as long again for its dead
+// message, then serf sleeps LeavePropagateDelay. Both pools leave in parallel.
+func (c Config) leaveBound() time.Duration {
+	sc := serf.DefaultConfig()
+	if c.Profile == ProfileTest {
+		applyTestTimers(sc, memberlist.DefaultLocalConfig())
+	}
+	return 2*sc.BroadcastTimeout + sc.LeavePropagateDelay
+}
