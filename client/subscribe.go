@@ -59,6 +59,10 @@ type SubscribeOptions struct {
 	// Durable names a durable consumer. The node stores, per topic, the highest offset acked
 	// under this name, and a later subscription with the same name resumes right after it.
 	Durable string
+	// Region, when set to another region than the node's, replays that region's log of the
+	// matching topics directly over the node's link to it, without storing it locally
+	// ("T in region R from offset N"). Offsets are then region R's.
+	Region string
 }
 
 // Record is one record delivered to a subscription.
@@ -115,7 +119,7 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 		topics:  make(map[uint64]string),
 		names:   make(map[string]uint64),
 	}
-	req := &wire.Subscribe{Pattern: pattern, Start: opts.From.kind, StartValue: opts.From.value, Durable: opts.Durable}
+	req := &wire.Subscribe{Pattern: pattern, Start: opts.From.kind, StartValue: opts.From.value, Durable: opts.Durable, Region: opts.Region}
 	if _, err = s.Write(wire.Append(nil, req)); err == nil {
 		var f wire.Frame
 		if f, err = sub.fr.next(ctx); err == nil {

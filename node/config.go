@@ -13,6 +13,8 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -65,6 +67,26 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// IdleTimeout closes a connection that sent nothing (not even keep-alives). Default 30 s.
 	IdleTimeout time.Duration
+
+	// Advertise is the QUIC address other nodes dial, published in gossip. Default: the bound
+	// address (set it when listening on 0.0.0.0 or behind NAT).
+	Advertise string
+	// GossipLAN is the HOST:PORT of the region's serf LAN pool. Empty: no gossip and no
+	// federation (a standalone node).
+	GossipLAN string
+	// GossipWAN is the HOST:PORT of the serf WAN pool across regions. Empty: this node does
+	// not join the WAN pool (and has no links to other regions).
+	GossipWAN string
+	// Join and WANJoin are gossip addresses of nodes to join at start (LAN, WAN).
+	Join, WANJoin []string
+	// GossipKey is the 32-byte key that encrypts gossip. Nil: unencrypted (dev only; logged).
+	GossipKey []byte
+	// GossipProfile selects memberlist timers: gossip.ProfileDefault (LAN/WAN presets),
+	// ProfileLocal, or ProfileTest (fast, for tests).
+	GossipProfile gossip.Profile
+	// Mirror lists topic patterns mirrored from every other region, whether or not a local
+	// subscription wants them.
+	Mirror []string
 
 	// Retention applies to every topic. Zero: keep forever.
 	Retention wal.Retention
@@ -180,6 +202,25 @@ func (c Config) Validate() error {
 	}
 	if c.MaxSubscriptionsPerConn > 0 && c.MaxStreamsPerConn > 0 && c.MaxSubscriptionsPerConn > c.MaxStreamsPerConn {
 		bad("MaxSubscriptionsPerConn %d larger than MaxStreamsPerConn %d", c.MaxSubscriptionsPerConn, c.MaxStreamsPerConn)
+	}
+	if c.Advertise != "" {
+		if _, _, err := net.SplitHostPort(c.Advertise); err != nil {
+			bad("Advertise %q: want HOST:PORT: %v", c.Advertise, err)
+		}
+	}
+	if c.GossipWAN != "" && c.GossipLAN == "" {
+		bad("GossipWAN needs GossipLAN: a node joins its region's pool first")
+	}
+	if c.GossipKey != nil && len(c.GossipKey) != 32 {
+		bad("GossipKey: want 32 bytes, got %d", len(c.GossipKey))
+	}
+	if c.TLS != nil && c.GossipLAN != "" {
+		bad("TLS and GossipLAN: links between nodes need the mesh CA in CADir; leave TLS unset")
+	}
+	for _, p := range c.Mirror {
+		if err := routing.ValidatePattern(p); err != nil {
+			bad("Mirror: %v", err)
+		}
 	}
 	if c.Retention.MaxAge < 0 || c.Retention.MaxBytes < 0 {
 		bad("Retention must not be negative")

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/federation"
+	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
@@ -40,6 +42,9 @@ type Node struct {
 	// interest maps subscription patterns to the subscriptions that want to hear of new
 	// topics. Owned by no goroutine: routing.Table is safe for concurrent use.
 	interest *routing.Table[*subscription]
+
+	gossip *gossip.Gossip          // nil without GossipLAN
+	fed    *federation.Federation // nil without GossipWAN
 
 	stop      chan struct{} // closed by Close: every session drains
 	stopOnce  sync.Once
@@ -91,7 +96,7 @@ func New(cfg Config) (*Node, error) {
 		MaxHeaderBytes: cfg.MaxHeaderBytes,
 	}.WithDefaults()
 
-	tlsConf, err := n.setupTLS()
+	tlsSet, err := n.setupTLS()
 	if err != nil {
 		return nil, err
 	}
@@ -107,12 +112,84 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: open log: %w", err)
 	}
-	if err := n.listen(tlsConf); err != nil {
+	if err := n.listen(tlsSet.server); err != nil {
+		n.wal.Close()
+		return nil, err
+	}
+	if err := n.setupMesh(tlsSet); err != nil {
+		n.tr.Close()
 		n.wal.Close()
 		return nil, err
 	}
 	return n, nil
 }
+
+// setupMesh creates the gossip pools and the federation when configured. Gossip binds its
+// ports here (serf starts its own goroutines on creation); Run serves both.
+func (n *Node) setupMesh(t *tlsSetup) error {
+	c := n.cfg
+	if c.GossipLAN == "" {
+		return nil
+	}
+	g, err := gossip.New(gossip.Config{
+		Name: c.Name, Region: c.Region,
+		LANAddr: c.GossipLAN, WANAddr: c.GossipWAN,
+		Key:        c.GossipKey,
+		Tags:       map[string]string{tagQUIC: n.advertise()},
+		Profile:    c.GossipProfile,
+		Logger:     n.log,
+		Registerer: n.reg,
+	})
+	if err != nil {
+		return fmt.Errorf("node: gossip: %w", err)
+	}
+	n.gossip = g
+	if c.GossipWAN == "" {
+		return nil
+	}
+	n.fed, err = federation.New(federation.Config{
+		Region: c.Region, Name: c.Name,
+		Log:        n.wal,
+		TLS:        t.peer,
+		Peers:      n.peers,
+		Mirror:     c.Mirror,
+		Logger:     n.log,
+		Registerer: n.reg,
+		Now:        c.Now,
+	})
+	if err != nil {
+		g.Close()
+		return fmt.Errorf("node: federation: %w", err)
+	}
+	return nil
+}
+
+// tagQUIC is the gossip tag holding a node's QUIC address.
+const tagQUIC = "quic"
+
+func (n *Node) advertise() string {
+	if n.cfg.Advertise != "" {
+		return n.cfg.Advertise
+	}
+	return n.Addr().String()
+}
+
+// peers lists the nodes of other regions that have not left, for the federation's links.
+func (n *Node) peers() []federation.Peer {
+	var out []federation.Peer
+	for _, m := range n.gossip.Members() {
+		if m.Region == n.cfg.Region || m.Status == gossip.StatusLeft || m.Tags[tagQUIC] == "" {
+			continue
+		}
+		out = append(out, federation.Peer{Region: m.Region, Name: m.Name, Addr: m.Tags[tagQUIC]})
+	}
+	return out
+}
+
+// Gossip is the node's gossip (nil for a standalone node); Federation its links (nil without
+// a WAN pool).
+func (n *Node) Gossip() *gossip.Gossip             { return n.gossip }
+func (n *Node) Federation() *federation.Federation { return n.fed }
 
 func (n *Node) listen(tlsConf *tls.Config) error {
 	addr, err := net.ResolveUDPAddr("udp", n.cfg.Listen)
@@ -185,6 +262,9 @@ func (n *Node) Run(ctx context.Context) error {
 
 	n.wg.Add(1)
 	go n.watchTopics()
+	meshCtx, stopMesh := context.WithCancel(context.Background())
+	defer stopMesh()
+	meshDone := n.runMesh(meshCtx)
 
 	acceptErr := make(chan error, 1)
 	go func() { acceptErr <- n.acceptLoop() }() // ends when the listener closes below
@@ -194,6 +274,8 @@ func (n *Node) Run(ctx context.Context) error {
 	case <-n.stop:
 	case err = <-acceptErr:
 	}
+	stopMesh() // links stop first; gossip leaves gracefully
+	meshDone.Wait()
 	n.shutdown()
 	if e := <-acceptErr; err == nil && !errors.Is(e, quic.ErrServerClosed) && !errors.Is(e, net.ErrClosed) {
 		err = e
@@ -282,10 +364,63 @@ func (n *Node) Close() error {
 			return
 		}
 		n.ln.Close()
+		if n.gossip != nil {
+			n.gossip.Close()
+		}
 		n.closeErr = n.wal.Close()
 		n.tr.Close()
 	})
 	return n.closeErr
+}
+
+// runMesh starts gossip (joining the configured addresses) and the federation, and feeds
+// gossip events to the federation. The returned group is done when all have stopped.
+func (n *Node) runMesh(ctx context.Context) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	if n.gossip == nil {
+		return &wg
+	}
+	g := n.gossip
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := g.Run(ctx); err != nil {
+			n.log.Warn("gossip stopped", "err", err)
+		}
+	}()
+	if len(n.cfg.Join) > 0 {
+		if _, err := g.JoinLAN(n.cfg.Join); err != nil {
+			n.log.Warn("could not join the region's gossip pool; will be joined by others", "err", err)
+		}
+	}
+	if len(n.cfg.WANJoin) > 0 && n.cfg.GossipWAN != "" {
+		if _, err := g.JoinWAN(n.cfg.WANJoin); err != nil {
+			n.log.Warn("could not join the WAN gossip pool; will be joined by others", "err", err)
+		}
+	}
+	if n.fed == nil {
+		return &wg
+	}
+	events := make(chan gossip.Event, 64)
+	cancel := g.Subscribe(events)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		defer cancel()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-events:
+				n.fed.PeersChanged()
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		n.fed.Run(ctx)
+	}()
+	return &wg
 }
 
 // MetricsHandler serves the node's metrics in the Prometheus text and OpenMetrics formats.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -27,6 +28,7 @@ type session struct {
 	cancel context.CancelFunc
 	ready  chan struct{} // closed after WELCOME: streams wait for it
 
+	peer     bool // a node of another region (ALPN quicmq-peer/1, mutual TLS)
 	draining atomic.Bool
 	subs     atomic.Int64 // open subscription streams
 	wg       sync.WaitGroup
@@ -54,6 +56,10 @@ func newSession(n *Node, conn *quic.Conn) *session {
 		ready:  make(chan struct{}),
 	}
 	s.mu.handlers = make(map[streamHandler]struct{})
+	s.peer = conn.ConnectionState().TLS.NegotiatedProtocol == wire.PeerALPN
+	if s.peer {
+		s.log = s.log.With("peer", conn.ConnectionState().TLS.PeerCertificates[0].Subject.CommonName)
+	}
 	return s
 }
 
@@ -64,6 +70,12 @@ func (s *session) run() {
 	defer s.wg.Wait()
 	defer s.cancel()
 
+	if s.peer {
+		// Peers are authenticated by mutual TLS: no control stream, no HELLO.
+		close(s.ready)
+		s.acceptStreams()
+		return
+	}
 	// The first stream is the control stream (QUIC hands streams over in the order of their
 	// IDs). Its goroutine runs the handshake; streams accepted meanwhile wait for ready.
 	ctx, cancel := context.WithTimeout(s.ctx, s.n.cfg.HandshakeTimeout)
@@ -81,6 +93,10 @@ func (s *session) run() {
 			s.cancel()
 		}
 	}()
+	s.acceptStreams()
+}
+
+func (s *session) acceptStreams() {
 	for {
 		str, err := s.conn.AcceptStream(s.ctx)
 		if err != nil {
@@ -175,8 +191,22 @@ func (s *session) serveStream(str *quic.Stream) {
 		s.streamError(str, err)
 		return
 	}
+	if federation.IsPeerFrame(f) {
+		if !s.peer || s.n.fed == nil {
+			s.failStream(str, wire.Errorf(wire.CodeForbidden, "%s is for node-to-node links of a mesh", f.Type()))
+			return
+		}
+		if err := s.n.fed.ServeStream(s.ctx, str, r, f); err != nil {
+			s.log.Debug("peer stream ended", "err", err)
+		}
+		return
+	}
 	switch f := f.(type) {
 	case *wire.Publish:
+		if s.peer {
+			s.failStream(str, wire.Errorf(wire.CodeForbidden, "peers do not publish; records cross regions by mirroring"))
+			return
+		}
 		p := newPublisher(s, str, r)
 		if s.track(p) {
 			p.run(f)

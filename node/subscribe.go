@@ -82,6 +82,14 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		refuse(wire.Errorf(wire.CodeInvalidArgument, "durable name %q: want 1-255 characters of [A-Za-z0-9_.-]", req.Durable))
 		return
 	}
+	if req.Region != "" && req.Region != n.cfg.Region {
+		if s.peer {
+			refuse(wire.Errorf(wire.CodeInvalidArgument, "a replay passed through from another region cannot be passed on to region %q", req.Region))
+			return
+		}
+		s.passThrough(str, r, req, refuse)
+		return
+	}
 	if got := s.subs.Add(1); got > int64(n.cfg.MaxSubscriptionsPerConn) {
 		s.subs.Add(-1)
 		refuse(wire.Errorf(wire.CodeLimit, "%d subscriptions open on this connection, the limit is %d", got-1, n.cfg.MaxSubscriptionsPerConn))
@@ -115,6 +123,12 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 	defer n.removeSubscription(sub)
 	n.metrics.subscriptions.Inc()
 	defer n.metrics.subscriptions.Dec()
+	// A local subscriber's pattern is interest that other regions' records should be mirrored
+	// here. A peer's replay is not: it reads this region's log only.
+	if n.fed != nil && !s.peer {
+		n.fed.AddInterest(req.Pattern)
+		defer n.fed.RemoveInterest(req.Pattern)
+	}
 
 	err := sub.run()
 	switch {

@@ -2,23 +2,33 @@ package node
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 
 	"github.com/quicmq/quicmq/internal/certs"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
-// setupTLS returns the listener's TLS configuration: the configured one (with the ALPN and
-// TLS 1.3 floor enforced), or one built from the CA in CADir, created on first start, with a
-// node certificate for the listen address, localhost and the host's name.
-func (n *Node) setupTLS() (*tls.Config, error) {
+// tlsSetup is the node's TLS material: the listener's configuration, which serves clients
+// (ALPN quicmq/1) and peers (ALPN quicmq-peer/1, mutual TLS against the mesh CA) on one
+// socket, and the client-side configuration for dialing peers.
+type tlsSetup struct {
+	server *tls.Config
+	peer   *tls.Config // nil when the node has no mesh CA (Config.TLS given)
+}
+
+// setupTLS builds the configuration from Config.TLS, or from the CA in CADir (created on
+// first start, shared by every node of a mesh) and a node certificate issued from it for the
+// node's name and addresses.
+func (n *Node) setupTLS() (*tlsSetup, error) {
 	if n.cfg.TLS != nil {
 		c := n.cfg.TLS.Clone()
 		c.MinVersion = tls.VersionTLS13
 		c.NextProtos = []string{wire.ALPN}
-		return c, nil
+		return &tlsSetup{server: c}, nil
 	}
 	ca, created, err := certs.EnsureCA(n.cfg.CADir)
 	if err != nil {
@@ -27,18 +37,50 @@ func (n *Node) setupTLS() (*tls.Config, error) {
 	if created {
 		n.log.Info("created a certificate authority; clients trust it with --ca", "ca", filepath.Join(n.cfg.CADir, "ca.pem"))
 	}
-	hosts := []string{"localhost", "127.0.0.1", "::1"}
-	if h, _, err := net.SplitHostPort(n.cfg.Listen); err == nil && h != "" {
-		hosts = append(hosts, h)
+	// The node's name is a SAN too: peers dial by address but verify the name they learnt
+	// from gossip.
+	hosts := []string{n.cfg.Name, "localhost", "127.0.0.1", "::1"}
+	for _, a := range []string{n.cfg.Listen, n.cfg.Advertise} {
+		if h, _, err := net.SplitHostPort(a); err == nil && h != "" && !net.ParseIP(h).IsUnspecified() && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
 	}
 	cert, err := certs.EnsureNodeCert(filepath.Join(n.cfg.DataDir, "tls"), ca, n.cfg.Name, hosts)
 	if err != nil {
 		return nil, fmt.Errorf("node: node certificate: %w", err)
 	}
 	n.caFile = filepath.Join(n.cfg.CADir, "ca.pem")
-	return &tls.Config{
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+
+	clients := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
 		NextProtos:   []string{wire.ALPN},
-	}, nil
+	}
+	peers := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		NextProtos:   []string{wire.PeerALPN},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+	}
+	server := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		NextProtos: []string{wire.ALPN, wire.PeerALPN},
+		// A peer offers only the peer ALPN and must present a certificate of the mesh CA;
+		// a client offers the client ALPN and is authenticated by its token.
+		GetConfigForClient: func(hello *tls.ClientHelloInfo) (*tls.Config, error) {
+			if slices.Contains(hello.SupportedProtos, wire.PeerALPN) {
+				return peers, nil
+			}
+			return clients, nil
+		},
+	}
+	dial := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		RootCAs:      pool,
+	}
+	return &tlsSetup{server: server, peer: dial}, nil
 }

@@ -8,6 +8,12 @@ const Version = 1
 // ALPN is the TLS application protocol of client connections.
 const ALPN = "quicmq/1"
 
+// PeerALPN is the TLS application protocol of node-to-node links (mutual TLS).
+const PeerALPN = "quicmq-peer/1"
+
+// maxWatchPatterns caps the patterns of one WATCH frame.
+const maxWatchPatterns = 4096
+
 // Type is a frame's type byte.
 type Type byte
 
@@ -28,6 +34,11 @@ const (
 	TypeGap          Type = 0x25 // node -> client, records the subscription skipped (retention)
 	TypeTopics       Type = 0x30 // client -> node, first frame of a listing stream
 	TypeTopicInfo    Type = 0x31 // node -> client, one per topic, then FIN
+
+	// Node-to-node frames (ALPN quicmq-peer/1).
+	TypeWatch  Type = 0x40 // first frame of a catalog stream; later WATCH frames replace the patterns
+	TypeMirror Type = 0x41 // first frame of a mirror stream
+	TypeHead   Type = 0x42 // serving node -> mirroring node: the origin log's head, when caught up
 )
 
 var typeNames = map[Type]string{
@@ -36,6 +47,7 @@ var typeNames = map[Type]string{
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
+	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD",
 }
 
 func (t Type) String() string {
@@ -144,6 +156,9 @@ type Subscribe struct {
 	// stored for a topic the subscription resumes after it and Start applies only to topics
 	// without a position.
 	Durable string
+	// Region, when not empty and not the node's own, replays that region's log of the
+	// topic directly over the node's link to it, without storing it locally.
+	Region string
 }
 
 // Subscribed confirms a subscription.
@@ -195,6 +210,32 @@ type TopicInfo struct {
 	Bytes uint64 // approximate stored bytes
 }
 
+// Watch asks a peer to announce (with TOPIC frames, index 0) each of its topics matching one
+// of Patterns, now and whenever one is created. A later Watch on the same stream replaces
+// the patterns.
+type Watch struct {
+	Patterns []string
+}
+
+// Mirror asks a peer for the records of Topic that originated in the peer's region, starting
+// at origin offset From, then follows the log.
+type Mirror struct {
+	Topic string
+	From  uint64
+}
+
+// Head tells a mirroring node how far behind it is: sent by the serving node after each batch
+// it sent and whenever it has caught up.
+type Head struct {
+	Next     uint64 // the origin log's high-watermark
+	Position uint64 // the serving node's scan position in that log (records before it are sent or skipped)
+	Lag      int64  // nanoseconds between the log's last record and the last record scanned
+}
+
+func (*Watch) Type() Type  { return TypeWatch }
+func (*Mirror) Type() Type { return TypeMirror }
+func (*Head) Type() Type   { return TypeHead }
+
 func (*Hello) Type() Type        { return TypeHello }
 func (*Welcome) Type() Type      { return TypeWelcome }
 func (*ErrorFrame) Type() Type   { return TypeError }
@@ -241,6 +282,12 @@ func newFrame(t Type) Frame {
 		return new(Topics)
 	case TypeTopicInfo:
 		return new(TopicInfo)
+	case TypeWatch:
+		return new(Watch)
+	case TypeMirror:
+		return new(Mirror)
+	case TypeHead:
+		return new(Head)
 	}
 	return nil
 }
@@ -304,13 +351,14 @@ func (f *PublishError) decodeBody(d *dec) {
 }
 
 func (f *Subscribe) appendBody(e enc) enc {
-	return e.str(f.Pattern).byte1(byte(f.Start)).uvarint(f.StartValue).str(f.Durable)
+	return e.str(f.Pattern).byte1(byte(f.Start)).uvarint(f.StartValue).str(f.Durable).str(f.Region)
 }
 func (f *Subscribe) decodeBody(d *dec) {
 	f.Pattern = d.str("pattern")
 	f.Start = StartKind(d.byte1("start"))
 	f.StartValue = d.uvarint("start value")
 	f.Durable = d.str("durable")
+	f.Region = d.str("region")
 	if d.err == nil && f.Start > StartTime {
 		d.fail("start: unknown kind %d", f.Start)
 	}
@@ -366,4 +414,41 @@ func (f *TopicInfo) decodeBody(d *dec) {
 	f.First = d.uvarint("first")
 	f.Next = d.uvarint("next")
 	f.Bytes = d.uvarint("bytes")
+}
+
+func (f *Watch) appendBody(e enc) enc {
+	e = e.uvarint(uint64(len(f.Patterns)))
+	for _, p := range f.Patterns {
+		e = e.str(p)
+	}
+	return e
+}
+func (f *Watch) decodeBody(d *dec) {
+	n := d.uvarint("pattern count")
+	if d.err != nil {
+		return
+	}
+	if n > maxWatchPatterns || n > uint64(len(d.b)) {
+		d.fail("%d patterns: over the limit of %d or the frame's size", n, maxWatchPatterns)
+		return
+	}
+	f.Patterns = make([]string, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		f.Patterns = append(f.Patterns, d.str("pattern"))
+	}
+}
+
+func (f *Mirror) appendBody(e enc) enc { return e.str(f.Topic).uvarint(f.From) }
+func (f *Mirror) decodeBody(d *dec) {
+	f.Topic = d.str("topic")
+	f.From = d.uvarint("from")
+}
+
+func (f *Head) appendBody(e enc) enc {
+	return e.uvarint(f.Next).uvarint(f.Position).uvarint(uint64(f.Lag))
+}
+func (f *Head) decodeBody(d *dec) {
+	f.Next = d.uvarint("next")
+	f.Position = d.uvarint("position")
+	f.Lag = int64(d.uvarint("lag"))
 }

@@ -88,6 +88,10 @@ func FuzzSplit(f *testing.F) {
 // normalize maps empty byte slices to nil so that DeepEqual compares content only.
 func normalize(f Frame) Frame {
 	switch v := f.(type) {
+	case *Watch:
+		if len(v.Patterns) == 0 {
+			return &Watch{}
+		}
 	case *Publish:
 		c := *v
 		c.Payload = nilIfEmpty(c.Payload)

@@ -99,6 +99,10 @@ func (r *Reader) Read() (Frame, error) {
 	return decodeBody(t, body, &r.lim)
 }
 
+// Bytes returns the stream's remaining bytes, starting with what the Reader has buffered,
+// for a caller that passes the rest of the stream through unparsed.
+func (r *Reader) Bytes() io.Reader { return r.r }
+
 // Buffered reports whether a complete frame header or more is already buffered, so that a
 // reader that batches work can tell "more is here" from "would block".
 func (r *Reader) Buffered() int { return r.r.Buffered() }

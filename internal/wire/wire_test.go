@@ -23,7 +23,7 @@ func sampleFrames() []Frame {
 		&PublishAck{Seq: 7, Offset: 1<<63 + 5, Time: 1_700_000_000_000_000_000},
 		&PublishAck{Seq: 1, Offset: 0, Time: -1},
 		&PublishError{Seq: 9, Code: CodeTooLarge, Message: "payload 2000000 bytes, limit 1048576"},
-		&Subscribe{Pattern: "orders.>", Start: StartTime, StartValue: 123, Durable: "billing"},
+		&Subscribe{Pattern: "orders.>", Start: StartTime, StartValue: 123, Durable: "billing", Region: "us"},
 		&Subscribed{},
 		&Topic{Index: 3, Name: "orders.eu"},
 		&Record{Index: 3, Offset: 99, Time: 5, OriginRegion: "us", OriginOffset: 12, ProducerID: "p", Sequence: 1, Headers: hs, Payload: bytes.Repeat([]byte{0xff}, 300)},
@@ -31,6 +31,10 @@ func sampleFrames() []Frame {
 		&Gap{Index: 3, From: 10, To: 20},
 		&Topics{Pattern: ">"},
 		&TopicInfo{Name: "a.b", First: 1, Next: 10, Bytes: 4096},
+		&Watch{Patterns: []string{"orders.>", "a.*.c"}},
+		&Watch{},
+		&Mirror{Topic: "orders.eu", From: 17},
+		&Head{Next: 99, Position: 90, Lag: 1_500_000_000},
 	}
 }
 
@@ -135,7 +139,7 @@ func TestLimitsAndMalformed(t *testing.T) {
 		"trailing":         frameBytes(TypeAck, []byte{1, 2, 3}),
 		"varint overflow":  frameBytes(TypeAck, bytes.Repeat([]byte{0xff}, 11)),
 		"string past body": frameBytes(TypeTopics, []byte{4, 'a'}),
-		"bad start":        frameBytes(TypeSubscribe, []byte{1, 'a', 9, 0, 0}),
+		"bad start":        frameBytes(TypeSubscribe, []byte{1, 'a', 9, 0, 0, 0}),
 		"header count big": frameBytes(TypePublish, []byte{0, 1, 'a', 0, 0, 60}),
 	}
 	for name, b := range bad {

@@ -1,0 +1,108 @@
+package federation
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quicmq/quicmq/routing"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// Peer is a node of another region that links may be dialed to.
+type Peer struct {
+	Region string
+	Name   string // also the TLS server name its certificate is checked against
+	Addr   string // UDP address of its QUIC listener
+}
+
+// Config configures a Federation.
+type Config struct {
+	// Region and Name identify this node. Required.
+	Region, Name string
+	// Log is this node's topic log: mirrored records and cursors are appended to it, and
+	// peers are served from it. Required.
+	Log *wal.Log
+	// TLS is the client-side configuration for dialing peers: this node's certificate and the
+	// mesh CA as roots. The ALPN and server name are set per link. Required.
+	TLS *tls.Config
+	// Peers returns the nodes of other regions that have not left. Required. It is called
+	// from the reconcile loop, after PeersChanged and every ReconcileInterval.
+	Peers func() []Peer
+	// Mirror lists topic patterns mirrored from every region whether or not anyone here
+	// subscribes to them.
+	Mirror []string
+	// BindHost is the local host of the UDP sockets links dial from (and migrate to).
+	// Default: all interfaces.
+	BindHost string
+	// ReconnectMin and ReconnectMax bound the exponential back-off between dial attempts.
+	// Defaults 100 ms and 5 s.
+	ReconnectMin, ReconnectMax time.Duration
+	// ReconcileInterval is how often links are checked against Peers. Default 5 s.
+	ReconcileInterval time.Duration
+	// MaxMirrorSeries caps the per-mirror metric label sets. Default 1000.
+	MaxMirrorSeries int
+	// Logger, Registerer: as everywhere. Nil Registerer: no metrics.
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("federation: config: "+format, args...))
+	}
+	if c.Region == "" || c.Name == "" {
+		bad("Region and Name are required")
+	}
+	if c.Log == nil {
+		bad("Log is required")
+	}
+	if c.TLS == nil {
+		bad("TLS is required (node certificate and mesh CA)")
+	}
+	if c.Peers == nil {
+		bad("Peers is required")
+	}
+	for _, p := range c.Mirror {
+		if err := routing.ValidatePattern(p); err != nil {
+			bad("Mirror: %v", err)
+		}
+	}
+	if c.ReconnectMin < 0 || c.ReconnectMax < 0 || (c.ReconnectMax > 0 && c.ReconnectMin > c.ReconnectMax) {
+		bad("ReconnectMin %v and ReconnectMax %v: want 0 <= min <= max", c.ReconnectMin, c.ReconnectMax)
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) withDefaults() Config {
+	if c.ReconnectMin <= 0 {
+		c.ReconnectMin = 100 * time.Millisecond
+	}
+	if c.ReconnectMax <= 0 {
+		c.ReconnectMax = 5 * time.Second
+	}
+	if c.ReconcileInterval <= 0 {
+		c.ReconcileInterval = 5 * time.Second
+	}
+	if c.MaxMirrorSeries <= 0 {
+		c.MaxMirrorSeries = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// cursorName is the wal position name of the mirror cursor of records from region.
+func cursorName(region string) string { return "mirror/" + region }

@@ -1,0 +1,19 @@
+// Package federation owns the node-to-node links between regions: dialing peers over QUIC
+// (ALPN quicmq-peer/1, mutual TLS, keep-alives), one catalog stream per link announcing the
+// peer's topics that match local interest, one mirror stream per mirrored topic, the mirror
+// cursors that make cross-region mirroring exactly-once (I7), connection migration of the
+// dialing side, and the per-link and per-mirror metrics.
+//
+// Mirroring, from region A's side: A's node dials a node of region R and sends WATCH with the
+// patterns A is interested in (local subscriptions plus the configured mirror list). R announces
+// each matching topic T. A then opens a MIRROR stream asking for the records of T that
+// originated in R, from the origin offset after its stored cursor (T, R). R serves them from its
+// own log, skipping records that originated elsewhere (so a full mesh has no loops). A appends
+// each batch to its own log of T together with the new cursor in one synced Pebble batch, so a
+// crash or link loss can neither lose nor duplicate a record: A resumes from the cursor.
+//
+// Goroutines: Run owns one goroutine per link. A link's goroutine dials, runs the catalog
+// stream and one goroutine per mirror stream, and redials (resuming every mirror from its
+// cursor) when the connection is lost. The serving side runs on the stream goroutines the node
+// hands it (ServeStream).
+package federation

@@ -1,0 +1,243 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/routing"
+)
+
+// ErrNoLink is returned for a region this node has no established link to.
+var ErrNoLink = errors.New("federation: no link to region")
+
+// Federation maintains this node's links to the nodes of other regions.
+type Federation struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	wake    chan struct{} // peers changed
+
+	mu struct {
+		sync.Mutex
+		interest map[string]int // local subscription patterns, reference-counted
+		links    map[string]*link
+		closed   bool
+	}
+	wg sync.WaitGroup // link goroutines
+}
+
+// New validates cfg. It starts nothing: Run does.
+func New(cfg Config) (*Federation, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	f := &Federation{
+		cfg:  cfg,
+		log:  cfg.Logger.With("component", "federation"),
+		wake: make(chan struct{}, 1),
+	}
+	f.mu.interest = make(map[string]int)
+	f.mu.links = make(map[string]*link)
+	f.metrics = newMetrics(f, cfg.Registerer, cfg.MaxMirrorSeries)
+	return f, nil
+}
+
+// Run keeps one link to every peer until ctx ends, then closes them all and returns when
+// every link goroutine has exited.
+func (f *Federation) Run(ctx context.Context) error {
+	t := time.NewTicker(f.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		f.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			f.mu.Lock()
+			f.mu.closed = true
+			for _, l := range f.mu.links {
+				l.stop()
+			}
+			f.mu.Unlock()
+			f.wg.Wait()
+			return nil
+		case <-f.wake:
+		case <-t.C:
+		}
+	}
+}
+
+// PeersChanged asks Run to compare its links with Peers now (e.g. on a gossip event).
+func (f *Federation) PeersChanged() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// reconcile starts a link for each new peer and stops the links of peers that are gone.
+func (f *Federation) reconcile(ctx context.Context) {
+	want := make(map[string]Peer)
+	for _, p := range f.cfg.Peers() {
+		if p.Region != f.cfg.Region && p.Addr != "" {
+			want[p.Name] = p
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mu.closed {
+		return
+	}
+	for name, l := range f.mu.links {
+		if p, ok := want[name]; !ok || p != l.peer {
+			l.stop()
+			delete(f.mu.links, name)
+		}
+	}
+	for name, p := range want {
+		if _, ok := f.mu.links[name]; ok {
+			continue
+		}
+		l := newLink(f, p)
+		f.mu.links[name] = l
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			l.run(ctx)
+		}()
+	}
+}
+
+// AddInterest records a local subscription pattern; RemoveInterest drops one. Links
+// re-announce their watch patterns on change.
+func (f *Federation) AddInterest(pattern string) { f.changeInterest(pattern, 1) }
+
+// RemoveInterest drops one reference to pattern.
+func (f *Federation) RemoveInterest(pattern string) { f.changeInterest(pattern, -1) }
+
+func (f *Federation) changeInterest(pattern string, d int) {
+	f.mu.Lock()
+	before := len(f.mu.interest)
+	f.mu.interest[pattern] += d
+	if f.mu.interest[pattern] <= 0 {
+		delete(f.mu.interest, pattern)
+	}
+	changed := len(f.mu.interest) != before
+	links := f.linksLocked()
+	f.mu.Unlock()
+	if changed {
+		for _, l := range links {
+			l.interestChanged()
+		}
+	}
+}
+
+// patterns is the set of patterns links watch: local interest plus the mirror list.
+func (f *Federation) patterns() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := slices.Clone(f.cfg.Mirror)
+	for p := range f.mu.interest {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// wanted reports whether topic matches any watched pattern.
+func (f *Federation) wanted(topic string, patterns []string) bool {
+	for _, p := range patterns {
+		if routing.Match(p, topic) {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *Federation) linksLocked() []*link {
+	out := make([]*link, 0, len(f.mu.links))
+	for _, l := range f.mu.links {
+		out = append(out, l)
+	}
+	return out
+}
+
+func (f *Federation) links() []*link {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ls := f.linksLocked()
+	slices.SortFunc(ls, func(a, b *link) int {
+		if a.peer.Region != b.peer.Region {
+			return cmpString(a.peer.Region, b.peer.Region)
+		}
+		return cmpString(a.peer.Name, b.peer.Name)
+	})
+	return ls
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Links describes every link.
+func (f *Federation) Links() []LinkInfo {
+	var out []LinkInfo
+	for _, l := range f.links() {
+		out = append(out, l.info())
+	}
+	return out
+}
+
+// Migrate moves the links to region's nodes (every link if region is "") to new local UDP
+// sockets by QUIC connection migration. A link whose migration fails reconnects and resumes
+// every mirror from its cursor.
+func (f *Federation) Migrate(ctx context.Context, region string) error {
+	var errs []error
+	n := 0
+	for _, l := range f.links() {
+		if region != "" && l.peer.Region != region {
+			continue
+		}
+		n++
+		if err := l.migrate(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("link to %s/%s: %w", l.peer.Region, l.peer.Name, err))
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("%w %q", ErrNoLink, region)
+	}
+	return errors.Join(errs...)
+}
+
+// OpenStream opens a stream on an established link to a node of region, for requests that
+// pass through to that region (a direct replay of its log). The caller owns the stream.
+func (f *Federation) OpenStream(ctx context.Context, region string) (*quic.Stream, error) {
+	for _, l := range f.links() {
+		if l.peer.Region != region {
+			continue
+		}
+		l.mu.Lock()
+		conn := l.mu.conn
+		l.mu.Unlock()
+		if conn == nil {
+			continue
+		}
+		str, err := conn.OpenStreamSync(ctx)
+		if err == nil {
+			return str, nil
+		}
+	}
+	return nil, fmt.Errorf("%w %q: no connected link", ErrNoLink, region)
+}

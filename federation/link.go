@@ -1,0 +1,363 @@
+package federation
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// errMigrationFailed closes a connection whose migration could not complete, so the link
+// reconnects and resumes from its cursors.
+const appMigrationFailed = 0x10
+
+// link is this node's connection to one peer. Its run goroutine owns the connection's
+// lifecycle and the set of mirror goroutines; other goroutines read its state under mu.
+type link struct {
+	f      *Federation
+	peer   Peer
+	log    *slog.Logger
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	interestWake chan struct{}
+	migrations   atomic.Uint64
+	reconnects   atomic.Uint64
+
+	mu struct {
+		sync.Mutex
+		conn       *quic.Conn
+		transports []*quic.Transport // every socket the connection used: kept for its life
+		local      string            // the socket in use; quic-go's Conn.LocalAddr races with a path switch
+		since      time.Time
+		mirrors    map[string]*mirror
+		lastErr    string
+	}
+}
+
+// LinkInfo describes a link for `quicmq links` and tests.
+type LinkInfo struct {
+	Region, Node, Addr string
+	Connected          bool
+	Since              time.Time // when the current connection was established
+	LocalAddr          string
+	RTT, MinRTT        time.Duration
+	CongestionWindow   uint64
+	BytesSent          uint64
+	BytesReceived      uint64
+	PacketsLost        uint64
+	Mirrors            []string // topics mirrored over this link
+	Migrations         uint64
+	Reconnects         uint64
+	LastError          string
+}
+
+func newLink(f *Federation, p Peer) *link {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &link{
+		f: f, peer: p, ctx: ctx, cancel: cancel,
+		log:          f.log.With("peer", p.Name, "peer_region", p.Region),
+		interestWake: make(chan struct{}, 1),
+	}
+	l.mu.mirrors = make(map[string]*mirror)
+	return l
+}
+
+func (l *link) stop() { l.cancel() }
+
+func (l *link) interestChanged() {
+	select {
+	case l.interestWake <- struct{}{}:
+	default:
+	}
+}
+
+// run dials, serves and redials with back-off until ctx or the link is stopped.
+func (l *link) run(parent context.Context) {
+	ctx, cancel := context.WithCancel(l.ctx)
+	defer cancel()
+	stop := context.AfterFunc(parent, cancel)
+	defer stop()
+	defer l.f.metrics.dropLink(l)
+
+	backoff := l.f.cfg.ReconnectMin
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		conn, err := l.dial(ctx)
+		if err != nil {
+			l.setError(err)
+			if attempt%10 == 0 {
+				l.log.Info("link dial failed; retrying", "addr", l.peer.Addr, "err", err, "backoff", backoff)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
+			}
+			backoff = min(backoff*2, l.f.cfg.ReconnectMax)
+			continue
+		}
+		backoff = l.f.cfg.ReconnectMin
+		if attempt > 0 || l.reconnects.Load() > 0 {
+			l.log.Info("link reconnected", "addr", l.peer.Addr)
+		} else {
+			l.log.Info("link up", "addr", l.peer.Addr)
+		}
+		err = l.serve(ctx, conn)
+		l.closeConn(conn, err)
+		if ctx.Err() == nil {
+			l.reconnects.Add(1)
+			l.setError(err)
+			l.log.Warn("link lost; reconnecting and resuming every mirror from its cursor", "err", err)
+		}
+	}
+}
+
+func (l *link) setError(err error) {
+	if err == nil {
+		return
+	}
+	l.mu.Lock()
+	l.mu.lastErr = err.Error()
+	l.mu.Unlock()
+}
+
+func (l *link) newTransport() (*quic.Transport, error) {
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(l.f.cfg.BindHost)})
+	if err != nil {
+		return nil, err
+	}
+	return &quic.Transport{Conn: udp}, nil
+}
+
+func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
+	tr, err := l.newTransport()
+	if err != nil {
+		return nil, fmt.Errorf("bind: %w", err)
+	}
+	addr, err := net.ResolveUDPAddr("udp", l.peer.Addr)
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	tlsConf := l.f.cfg.TLS.Clone()
+	tlsConf.NextProtos = []string{wire.PeerALPN}
+	tlsConf.ServerName = l.peer.Name
+	tlsConf.MinVersion = tls.VersionTLS13
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := tr.Dial(dctx, addr, tlsConf, &quic.Config{
+		KeepAlivePeriod:                5 * time.Second,
+		MaxIdleTimeout:                 30 * time.Second,
+		MaxIncomingStreams:             -1,
+		MaxIncomingUniStreams:          -1,
+		InitialStreamReceiveWindow:     512 << 10,
+		MaxStreamReceiveWindow:         2 << 20,
+		InitialConnectionReceiveWindow: 4 << 20,
+		MaxConnectionReceiveWindow:     256 << 20, // 100 stalled mirror streams cannot starve the rest
+	})
+	if err != nil {
+		tr.Close()
+		return nil, err
+	}
+	l.mu.Lock()
+	l.mu.conn = conn
+	l.mu.transports = []*quic.Transport{tr}
+	l.mu.local = tr.Conn.LocalAddr().String()
+	l.mu.since = l.f.cfg.Now()
+	l.mu.Unlock()
+	return conn, nil
+}
+
+func (l *link) closeConn(conn *quic.Conn, err error) {
+	conn.CloseWithError(0, "link closing")
+	l.mu.Lock()
+	trs := l.mu.transports
+	l.mu.conn, l.mu.transports, l.mu.local = nil, nil, ""
+	l.mu.Unlock()
+	for _, tr := range trs {
+		tr.Close()
+	}
+}
+
+// serve runs the catalog stream and the mirrors over one connection until it ends.
+func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(conn.Context(), cancel)
+	defer stop()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // mirrors stop before wg.Wait returns
+
+	str, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		return err
+	}
+	defer str.CancelRead(wire.AppCancelled)
+	w := wire.NewWriter(str)
+	patterns := l.f.patterns()
+	w.Write(&wire.Watch{Patterns: patterns})
+	if err := w.Flush(); err != nil {
+		return err
+	}
+
+	// The catalog reader announces the peer's topics; this goroutine owns the mirror set.
+	announced := make(chan string, 64)
+	catalogErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		catalogErr <- readCatalog(ctx, str, announced)
+	}()
+
+	topics := make(map[string]bool)
+	for {
+		l.syncMirrors(ctx, conn, &wg, topics, patterns)
+		select {
+		case <-ctx.Done():
+			return context.Cause(conn.Context())
+		case err := <-catalogErr:
+			return fmt.Errorf("catalog stream: %w", err)
+		case t := <-announced:
+			topics[t] = true
+		case <-l.interestWake:
+			patterns = l.f.patterns()
+			w.Write(&wire.Watch{Patterns: patterns})
+			if err := w.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func readCatalog(ctx context.Context, str *quic.Stream, announced chan<- string) error {
+	r := wire.NewReader(str, wire.Limits{})
+	for {
+		f, err := r.Read()
+		if err != nil {
+			return err
+		}
+		switch f := f.(type) {
+		case *wire.Topic:
+			select {
+			case announced <- f.Name:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case *wire.ErrorFrame:
+			return f.AsError()
+		default:
+			return fmt.Errorf("unexpected %s on the catalog stream", f.Type())
+		}
+	}
+}
+
+// syncMirrors starts a mirror for each announced topic that is wanted, and stops the mirrors
+// of topics no longer wanted (their cursors stay, so returning interest resumes them).
+func (l *link) syncMirrors(ctx context.Context, conn *quic.Conn, wg *sync.WaitGroup, topics map[string]bool, patterns []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for t, m := range l.mu.mirrors {
+		if m.ended() || !l.f.wanted(t, patterns) {
+			m.stop()
+			delete(l.mu.mirrors, t)
+		}
+	}
+	for t := range topics {
+		if _, ok := l.mu.mirrors[t]; ok || !l.f.wanted(t, patterns) {
+			continue
+		}
+		m := newMirror(l, t)
+		l.mu.mirrors[t] = m
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.run(ctx, conn)
+			l.interestChanged() // let the run loop notice the end and restart it if still wanted
+		}()
+	}
+}
+
+// migrate moves the connection to a new UDP socket: AddPath, Probe, Switch. The old socket
+// stays open for the connection's life (closing it would kill the connection). If migration
+// fails, the connection is closed so the link reconnects and resumes from its cursors.
+func (l *link) migrate(ctx context.Context) error {
+	l.mu.Lock()
+	conn := l.mu.conn
+	l.mu.Unlock()
+	if conn == nil {
+		return errors.New("not connected")
+	}
+	tr, err := l.newTransport()
+	if err != nil {
+		return err
+	}
+	fail := func(step string, err error) error {
+		tr.Close()
+		l.log.Warn("migration failed; reconnecting", "step", step, "err", err)
+		conn.CloseWithError(appMigrationFailed, "migration failed")
+		return fmt.Errorf("migration %s: %w (reconnecting instead)", step, err)
+	}
+	path, err := conn.AddPath(tr)
+	if err != nil {
+		return fail("add path", err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := path.Probe(pctx); err != nil {
+		path.Close()
+		return fail("probe", err)
+	}
+	if err := path.Switch(); err != nil {
+		path.Close()
+		return fail("switch", err)
+	}
+	l.mu.Lock()
+	local := tr.Conn.LocalAddr().String()
+	if l.mu.conn == conn {
+		l.mu.transports = append(l.mu.transports, tr)
+		l.mu.local = local
+		tr = nil
+	}
+	l.mu.Unlock()
+	if tr != nil { // the connection ended meanwhile
+		tr.Close()
+		return errors.New("connection ended during migration")
+	}
+	l.migrations.Add(1)
+	l.log.Info("link migrated", "local", local)
+	return nil
+}
+
+func (l *link) info() LinkInfo {
+	l.mu.Lock()
+	conn := l.mu.conn
+	li := LinkInfo{
+		Region: l.peer.Region, Node: l.peer.Name, Addr: l.peer.Addr,
+		Connected: conn != nil, Since: l.mu.since, LastError: l.mu.lastErr, LocalAddr: l.mu.local,
+		Migrations: l.migrations.Load(), Reconnects: l.reconnects.Load(),
+	}
+	for t := range l.mu.mirrors {
+		li.Mirrors = append(li.Mirrors, t)
+	}
+	l.mu.Unlock()
+	slices.Sort(li.Mirrors)
+	if conn != nil {
+		st := conn.ConnectionStats()
+		li.RTT, li.MinRTT = st.SmoothedRTT, st.MinRTT
+		li.CongestionWindow = uint64(st.CongestionWindow)
+		li.BytesSent, li.BytesReceived = st.BytesSent, st.BytesReceived
+		li.PacketsLost = st.PacketsLost
+	}
+	return li
+}

@@ -1,0 +1,112 @@
+package federation
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics: counters that outlive a connection are ordinary counters; per-link and per-mirror
+// figures are read at scrape time (ConnectionStats, the mirrors' atomics), so a link's series
+// exist exactly while the link does and need no cleanup beyond dropLink.
+type metrics struct {
+	f        *Federation
+	mirrored prometheus.Counter
+	gaps     prometheus.Counter
+	max      int
+
+	linkRTT, linkMinRTT, linkCwnd, linkSent, linkRecv, linkLost, linkStreams, linkUp *prometheus.Desc
+	linkMigrations, linkReconnects                                                  *prometheus.Desc
+	mirrorLag, mirrorLagSeconds, mirrorRecords                                      *prometheus.Desc
+}
+
+func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metrics {
+	link := []string{"peer_region", "peer_node"}
+	mir := []string{"topic", "origin_region"}
+	d := func(name, help string, labels []string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	m := &metrics{
+		f:   f,
+		max: maxSeries,
+		mirrored: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quicmq_mirror_appended_records_total", Help: "Records mirrored from other regions into the local log."}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quicmq_mirror_gap_records_total",
+			Help: "Records deleted by an origin's retention before they could be mirrored (reported, never hidden)."}),
+		linkUp:         d("quicmq_link_up", "1 if the link's QUIC connection is established.", link),
+		linkRTT:        d("quicmq_link_rtt_seconds", "Smoothed round-trip time of the link.", link),
+		linkMinRTT:     d("quicmq_link_min_rtt_seconds", "Minimum round-trip time of the link.", link),
+		linkCwnd:       d("quicmq_link_congestion_window_bytes", "Congestion window of the link's sender.", link),
+		linkSent:       d("quicmq_link_sent_bytes", "Bytes sent on the link's current connection.", link),
+		linkRecv:       d("quicmq_link_received_bytes", "Bytes received on the link's current connection.", link),
+		linkLost:       d("quicmq_link_lost_packets", "Packets declared lost on the link's current connection.", link),
+		linkStreams:    d("quicmq_link_mirror_streams", "Mirror streams open on the link.", link),
+		linkMigrations: d("quicmq_link_migrations_total", "Connection migrations of the link to a new local socket.", link),
+		linkReconnects: d("quicmq_link_reconnects_total", "Times the link was re-established after losing its connection.", link),
+		mirrorLag: d("quicmq_mirror_lag_records",
+			"Records of the origin's log not yet scanned by this mirror (upper bound).", mir),
+		mirrorLagSeconds: d("quicmq_mirror_lag_seconds", "Origin time between the origin's last record and the last one scanned.", mir),
+		mirrorRecords:    d("quicmq_mirror_records", "Records mirrored by this mirror stream since it started.", mir),
+	}
+	if reg != nil {
+		reg.MustRegister(m.mirrored, m.gaps, m)
+	}
+	return m
+}
+
+// dropLink is a hook for when a link ends: its series vanish with it (they are computed
+// from live links), so nothing is left to delete.
+func (m *metrics) dropLink(*link) {}
+
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.linkUp, m.linkRTT, m.linkMinRTT, m.linkCwnd, m.linkSent,
+		m.linkRecv, m.linkLost, m.linkStreams, m.linkMigrations, m.linkReconnects,
+		m.mirrorLag, m.mirrorLagSeconds, m.mirrorRecords} {
+		ch <- d
+	}
+}
+
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, l...)
+	}
+	counter := func(d *prometheus.Desc, v float64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
+	}
+	series := 0
+	for _, l := range m.f.links() {
+		li := l.info()
+		r, n := l.peer.Region, l.peer.Name
+		up := 0.0
+		if li.Connected {
+			up = 1
+		}
+		gauge(m.linkUp, up, r, n)
+		counter(m.linkMigrations, float64(li.Migrations), r, n)
+		counter(m.linkReconnects, float64(li.Reconnects), r, n)
+		gauge(m.linkStreams, float64(len(li.Mirrors)), r, n)
+		if li.Connected {
+			gauge(m.linkRTT, li.RTT.Seconds(), r, n)
+			gauge(m.linkMinRTT, li.MinRTT.Seconds(), r, n)
+			gauge(m.linkCwnd, float64(li.CongestionWindow), r, n)
+			gauge(m.linkSent, float64(li.BytesSent), r, n)
+			gauge(m.linkRecv, float64(li.BytesReceived), r, n)
+			gauge(m.linkLost, float64(li.PacketsLost), r, n)
+		}
+		l.mu.Lock()
+		mirrors := make([]*mirror, 0, len(l.mu.mirrors))
+		for _, mi := range l.mu.mirrors {
+			mirrors = append(mirrors, mi)
+		}
+		l.mu.Unlock()
+		for _, mi := range mirrors {
+			if series >= m.max {
+				break // cardinality cap: the totals above still count everything
+			}
+			series++
+			recs, secs := mi.lag()
+			gauge(m.mirrorLag, float64(recs), mi.topic, r)
+			gauge(m.mirrorLagSeconds, secs, mi.topic, r)
+			counter(m.mirrorRecords, float64(mi.records.Load()), mi.topic, r)
+		}
+	}
+}

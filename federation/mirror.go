@@ -1,0 +1,202 @@
+package federation
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// Bounds of one mirrored append (one synced batch with its cursor).
+const (
+	mirrorBatchRecords = 1024
+	mirrorBatchBytes   = 4 << 20
+)
+
+// mirror copies the records of one topic that originated in the link's peer region into the
+// local log, one QUIC stream per mirrored topic (so a slow or lossy topic holds up no other).
+// Its run goroutine owns the stream; the metrics collector reads the atomics.
+type mirror struct {
+	l      *link
+	topic  string
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	cursor   atomic.Int64  // last mirrored origin offset, -1 for none
+	lagRecs  atomic.Uint64 // from the last HEAD
+	lagNanos atomic.Int64  // from the last HEAD
+	records  atomic.Uint64
+	gaps     atomic.Uint64 // records lost to the origin's retention before they were mirrored
+}
+
+func newMirror(l *link, topic string) *mirror {
+	ctx, cancel := context.WithCancel(l.ctx)
+	m := &mirror{l: l, topic: topic, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	m.cursor.Store(-1)
+	return m
+}
+
+func (m *mirror) stop() { m.cancel() }
+
+func (m *mirror) ended() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// run mirrors until the mirror is stopped or the connection ends, retrying a failed stream
+// after a pause (the cursor makes every retry exactly-once).
+func (m *mirror) run(parent context.Context, conn *quic.Conn) {
+	defer close(m.done)
+	ctx, cancel := context.WithCancel(m.ctx)
+	defer cancel()
+	stop := context.AfterFunc(parent, cancel)
+	defer stop()
+	for ctx.Err() == nil && conn.Context().Err() == nil {
+		err := m.once(ctx, conn)
+		if ctx.Err() != nil || conn.Context().Err() != nil {
+			return
+		}
+		m.l.log.Warn("mirror stream ended; retrying from the cursor", "topic", m.topic, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// once runs one mirror stream from the stored cursor.
+func (m *mirror) once(ctx context.Context, conn *quic.Conn) error {
+	log := m.l.f.cfg.Log
+	region := m.l.peer.Region
+	from := uint64(0)
+	if pos, ok, err := log.Position(cursorName(region), m.topic); err != nil {
+		return fmt.Errorf("read cursor: %w", err)
+	} else if ok {
+		from = pos + 1
+		m.cursor.Store(int64(pos))
+	}
+	str, err := conn.OpenStreamSync(ctx)
+	if err != nil {
+		return err
+	}
+	defer str.CancelRead(wire.AppCancelled)
+	defer str.CancelWrite(wire.AppCancelled)
+	stop := context.AfterFunc(ctx, func() { str.CancelRead(wire.AppCancelled) })
+	defer stop()
+	w := wire.NewWriter(str)
+	w.Write(&wire.Mirror{Topic: m.topic, From: from})
+	if err := w.Flush(); err != nil {
+		return err
+	}
+
+	r := wire.NewReader(str, wire.Limits{MaxFrame: 8 << 20, MaxPayload: 8 << 20})
+	var batch []wal.Record
+	var batchBytes int
+	next := from
+	for {
+		f, err := r.Read()
+		if err != nil {
+			return err
+		}
+		switch f := f.(type) {
+		case *wire.Record:
+			if f.OriginRegion != region {
+				return fmt.Errorf("record of %q from origin %q on a mirror of region %q: refused (loop)", m.topic, f.OriginRegion, region)
+			}
+			if f.OriginOffset < next {
+				return fmt.Errorf("record of %q at origin offset %d, expected %d or later: out of order", m.topic, f.OriginOffset, next)
+			}
+			next = f.OriginOffset + 1
+			batch = append(batch, wal.Record{
+				OriginRegion: region, OriginOffset: f.OriginOffset,
+				ProducerID: f.ProducerID, Sequence: f.Sequence,
+				Headers: walHeaders(f.Headers), Payload: f.Payload,
+			})
+			batchBytes += len(f.Payload)
+		case *wire.Head:
+			if f.Next >= f.Position {
+				m.lagRecs.Store(f.Next - f.Position)
+			}
+			m.lagNanos.Store(max(f.Lag, 0))
+		case *wire.Gap:
+			if err := m.flush(ctx, &batch, &batchBytes); err != nil {
+				return err
+			}
+			m.gaps.Add(f.To - f.From)
+			m.l.f.metrics.gaps.Add(float64(f.To - f.From))
+			m.l.log.Error("records deleted at the origin before they were mirrored: gap", "topic", m.topic,
+				"from", f.From, "to", f.To, "origin", region)
+			if f.To > 0 {
+				if err := log.SetPosition(ctx, wal.Position{Name: cursorName(region), Topic: m.topic, Value: f.To - 1}); err != nil {
+					return err
+				}
+				m.cursor.Store(int64(f.To - 1))
+			}
+			next = f.To
+		case *wire.ErrorFrame:
+			return f.AsError()
+		default:
+			return fmt.Errorf("unexpected %s on a mirror stream", f.Type())
+		}
+		// Append when nothing more is buffered, or the batch is full: one synced commit with
+		// the cursor per batch.
+		if len(batch) > 0 && (r.Buffered() == 0 || len(batch) >= mirrorBatchRecords || batchBytes >= mirrorBatchBytes) {
+			if err := m.flush(ctx, &batch, &batchBytes); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// flush appends the batch and the cursor in one synced Pebble batch (I7).
+func (m *mirror) flush(ctx context.Context, batch *[]wal.Record, batchBytes *int) error {
+	b := *batch
+	if len(b) == 0 {
+		return nil
+	}
+	last := b[len(b)-1].OriginOffset
+	res := m.l.f.cfg.Log.Append(ctx, wal.AppendRequest{
+		Topic:    m.topic,
+		Records:  b,
+		Position: &wal.Position{Name: cursorName(m.l.peer.Region), Topic: m.topic, Value: last},
+	})
+	if res.Err != nil {
+		// Also for wal.ErrOutcomeUnknown: the batch may still commit, and the retry starts
+		// from whatever cursor is then durable, so nothing is appended twice.
+		return fmt.Errorf("append mirrored records: %w", res.Err)
+	}
+	m.cursor.Store(int64(last))
+	m.records.Add(uint64(len(b)))
+	m.l.f.metrics.mirrored.Add(float64(len(b)))
+	*batch = (*batch)[:0:0]
+	*batchBytes = 0
+	return nil
+}
+
+func walHeaders(hs []wire.Header) []wal.Header {
+	if len(hs) == 0 {
+		return nil
+	}
+	out := make([]wal.Header, len(hs))
+	for i, h := range hs {
+		out[i] = wal.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}
+
+// lag is the mirror's distance behind the origin, from the serving node's last HEAD: records
+// not yet scanned in the origin's log (an upper bound: it counts records the origin mirrored
+// from other regions, which are skipped), and the time between them.
+func (m *mirror) lag() (records uint64, seconds float64) {
+	return m.lagRecs.Load(), time.Duration(m.lagNanos.Load()).Seconds()
+}
