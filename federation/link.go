@@ -17,7 +17,7 @@ import (
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
-// errMigrationFailed closes a connection whose migration could not complete, so the link
+// appMigrationFailed closes a connection whose migration could not complete, so the link
 // reconnects and resumes from its cursors.
 const appMigrationFailed = 0x10
 
@@ -88,7 +88,6 @@ func (l *link) run(parent context.Context) {
 	defer cancel()
 	stop := context.AfterFunc(parent, cancel)
 	defer stop()
-	defer l.f.metrics.dropLink(l)
 
 	backoff := l.f.cfg.ReconnectMin
 	for attempt := 0; ctx.Err() == nil; attempt++ {

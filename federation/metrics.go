@@ -14,8 +14,8 @@ type metrics struct {
 	max      int
 
 	linkRTT, linkMinRTT, linkCwnd, linkSent, linkRecv, linkLost, linkStreams, linkUp *prometheus.Desc
-	linkMigrations, linkReconnects                                                  *prometheus.Desc
-	mirrorLag, mirrorLagSeconds, mirrorRecords                                      *prometheus.Desc
+	linkMigrations, linkReconnects                                                   *prometheus.Desc
+	mirrorLag, mirrorLagSeconds, mirrorRecords                                       *prometheus.Desc
 }
 
 func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metrics {
@@ -53,10 +53,6 @@ func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metric
 	return m
 }
 
-// dropLink is a hook for when a link ends: its series vanish with it (they are computed
-// from live links), so nothing is left to delete.
-func (m *metrics) dropLink(*link) {}
-
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.linkUp, m.linkRTT, m.linkMinRTT, m.linkCwnd, m.linkSent,
 		m.linkRecv, m.linkLost, m.linkStreams, m.linkMigrations, m.linkReconnects,
@@ -73,6 +69,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, l...)
 	}
 	series := 0
+	seen := make(map[[2]string]bool) // a topic held by two nodes of one region (a conflict) must not repeat a series
 	for _, l := range m.f.links() {
 		li := l.info()
 		r, n := l.peer.Region, l.peer.Name
@@ -99,9 +96,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 		l.mu.Unlock()
 		for _, mi := range mirrors {
-			if series >= m.max {
-				break // cardinality cap: the totals above still count everything
+			key := [2]string{mi.topic, r}
+			if series >= m.max || seen[key] {
+				continue // cardinality cap: the totals above still count everything
 			}
+			seen[key] = true
 			series++
 			recs, secs := mi.lag()
 			gauge(m.mirrorLag, float64(recs), mi.topic, r)

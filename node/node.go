@@ -43,7 +43,7 @@ type Node struct {
 	// topics. Owned by no goroutine: routing.Table is safe for concurrent use.
 	interest *routing.Table[*subscription]
 
-	gossip *gossip.Gossip          // nil without GossipLAN
+	gossip *gossip.Gossip         // nil without GossipLAN
 	fed    *federation.Federation // nil without GossipWAN
 
 	stop      chan struct{} // closed by Close: every session drains
