@@ -47,19 +47,22 @@ type link struct {
 
 // LinkInfo describes a link for `quicmq links` and tests.
 type LinkInfo struct {
-	Region, Node, Addr string
-	Connected          bool
-	Since              time.Time // when the current connection was established
-	LocalAddr          string
-	RTT, MinRTT        time.Duration
-	CongestionWindow   uint64
-	BytesSent          uint64
-	BytesReceived      uint64
-	PacketsLost        uint64
-	Mirrors            []string // topics mirrored over this link
-	Migrations         uint64
-	Reconnects         uint64
-	LastError          string
+	Region           string        `json:"region"`
+	Node             string        `json:"node"`
+	Addr             string        `json:"addr"`
+	Connected        bool          `json:"connected"`
+	Since            time.Time     `json:"since"` // when the current connection was established
+	LocalAddr        string        `json:"local_addr"`
+	RTT              time.Duration `json:"rtt_ns"`
+	MinRTT           time.Duration `json:"min_rtt_ns"`
+	CongestionWindow uint64        `json:"congestion_window"`
+	BytesSent        uint64        `json:"bytes_sent"`
+	BytesReceived    uint64        `json:"bytes_received"`
+	PacketsLost      uint64        `json:"packets_lost"`
+	Mirrors          []string      `json:"mirrors"` // topics mirrored over this link
+	Migrations       uint64        `json:"migrations"`
+	Reconnects       uint64        `json:"reconnects"`
+	LastError        string        `json:"last_error,omitempty"`
 }
 
 func newLink(f *Federation, p Peer) *link {

@@ -3,61 +3,123 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 
+	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/node"
 )
 
 func init() {
-	register("dev", "run a local development broker with data in a temporary directory", runDev)
+	register("dev", "run a local mesh: three regions, one node each, in one process, data in a temporary directory", runDev)
 }
 
 func runDev(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "dev", "[--listen HOST:PORT] [--metrics HOST:PORT] [--data DIR] [--keep]")
+	fs := newFlagSet(e, "dev", "[--regions eu,us,ap] [--listen HOST:PORT] [--metrics HOST:PORT] [--data DIR] [--keep]")
 	var f nodeFlags
-	f.register(fs, true)
+	f.register(fs, false)
+	listen := fs.String("listen", "127.0.0.1:7400", "QUIC address of the first region's node; the others take the next ports (port 0: any free ports)")
+	metrics := fs.String("metrics", "127.0.0.1:9400", "metrics and admin address of the first node; the others take the next ports (empty: off)")
+	data := fs.String("data", "", "data directory (default: a new temporary directory)")
+	regions := fs.String("regions", "eu,us,ap", "comma-separated regions, one node each")
 	keep := fs.Bool("keep", false, "keep the temporary data directory on exit")
-	fs.Lookup("metrics").DefValue = "127.0.0.1:9400"
-	f.metrics = "127.0.0.1:9400"
-	f.region = "dev"
-	f.name = "dev-1"
-	fs.Lookup("region").DefValue = "dev"
-	fs.Lookup("name").DefValue = "dev-1"
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if f.data == "" {
+	names := splitList(*regions)
+	if len(names) == 0 {
+		return usageError("--regions: name at least one region")
+	}
+	if *data == "" {
 		dir, err := os.MkdirTemp("", "quicmq-dev-")
 		if err != nil {
 			return err
 		}
-		f.data = dir
+		*data = dir
 		if !*keep {
 			defer os.RemoveAll(dir)
 		}
 	}
-	cfg, err := f.config(e)
+	base, err := f.config(e)
 	if err != nil {
 		return err
 	}
-	n, err := node.New(cfg)
-	if err != nil {
-		return err
+	var nodes []served
+	var wan []string
+	for i, r := range names {
+		addr, err := nthPort(*listen, i)
+		if err != nil {
+			return usageError("--listen: %v", err)
+		}
+		maddr := ""
+		if *metrics != "" {
+			if maddr, err = nthPort(*metrics, i); err != nil {
+				return usageError("--metrics: %v", err)
+			}
+		}
+		cfg := base
+		cfg.DataDir = filepath.Join(*data, r)
+		cfg.CADir = filepath.Join(*data, "ca")
+		cfg.Listen = addr
+		cfg.Name = "dev-" + r
+		cfg.Region = r
+		cfg.GossipLAN = "127.0.0.1:0"
+		cfg.GossipWAN = "127.0.0.1:0"
+		cfg.GossipProfile = gossip.ProfileLocal
+		cfg.WANJoin = wan
+		cfg.Logger = cfg.Logger.With("dev_region", r)
+		n, err := node.New(cfg)
+		if err != nil {
+			for _, s := range nodes {
+				s.node.Close()
+			}
+			return err
+		}
+		wan = append(wan, n.Gossip().WANAddr())
+		nodes = append(nodes, served{n, maddr})
 	}
-	addr := n.Addr().String()
-	fmt.Fprintf(e.stdout, `QuicMQ dev node %q (region %q) is up.
-  listening  %s (QUIC)
-  data       %s%s
-  CA         %s
 
-Try, in another terminal:
+	ca := nodes[0].node.CAFile()
+	fmt.Fprintf(e.stdout, "QuicMQ dev mesh is up: %d regions, one node each, joined over WAN gossip.\n", len(nodes))
+	for _, s := range nodes {
+		admin := ""
+		if s.metrics != "" {
+			admin = "  metrics/admin http://" + s.metrics
+		}
+		fmt.Fprintf(e.stdout, "  region %-6s node %-10s %s%s\n", s.node.Region(), s.node.Name(), s.node.Addr(), admin)
+	}
+	a, b := nodes[0].node.Addr(), nodes[len(nodes)-1].node.Addr()
+	fmt.Fprintf(e.stdout, `  data %s%s
+  CA   %s
+
+Try, in other terminals (records published in one region reach subscribers in every region):
+  quicmq sub --server %s --ca %s --topic 'demo.>'
   echo hello | quicmq pub --server %s --ca %s --topic demo.hello
-  quicmq sub --server %s --ca %s --topic 'demo.>' --from earliest
   quicmq topics --server %s --ca %s
+`, *data, tempNote(*keep), ca, b, ca, a, ca, b, ca)
+	if *metrics != "" {
+		fmt.Fprintf(e.stdout, "  quicmq members --admin %s\n  quicmq links --admin %s\n", nodes[0].metrics, nodes[0].metrics)
+	}
+	fmt.Fprintln(e.stdout, "\nPress Ctrl-C to stop.")
+	return serveNodes(ctx, e, nodes...)
+}
 
-Press Ctrl-C to stop.
-`, cfg.Name, cfg.Region, addr, f.data, tempNote(*keep), n.CAFile(), addr, n.CAFile(), addr, n.CAFile(), addr, n.CAFile())
-	return serveNodes(ctx, e, f.metrics, n)
+// nthPort returns addr with its port increased by i (port 0 stays 0).
+func nthPort(addr string, i int) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p+i > 65535 {
+		return "", fmt.Errorf("bad port %q", port)
+	}
+	if p == 0 {
+		return addr, nil
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+i)), nil
 }
 
 func tempNote(keep bool) string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,7 +10,9 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/quicmq/quicmq/node"
@@ -28,6 +31,9 @@ type nodeFlags struct {
 	retentionBytes                      int64
 	maxPayload                          int
 	logLevel                            string
+	caDir, advertise                    string
+	gossipLAN, gossipWAN                string
+	join, wanJoin, gossipKey, mirror    string
 }
 
 func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
@@ -37,6 +43,14 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.metrics, "metrics", "", "HTTP address for Prometheus metrics at /metrics, e.g. 127.0.0.1:9400 (empty: off)")
 		fs.StringVar(&f.region, "region", "local", "region this node belongs to")
 		fs.StringVar(&f.name, "name", "", "node name (default: the host name)")
+		fs.StringVar(&f.caDir, "ca-dir", "", "the mesh CA directory (ca.pem + ca-key.pem), created if absent; every node started with the same directory trusts the others (default DATA/tls)")
+		fs.StringVar(&f.advertise, "advertise", "", "QUIC address other nodes dial (default: the --listen address)")
+		fs.StringVar(&f.gossipLAN, "gossip", "", "HOST:PORT of the region's gossip pool (LAN); empty: a standalone node")
+		fs.StringVar(&f.gossipWAN, "wan", "", "HOST:PORT of the gossip pool across regions (WAN); needs --gossip")
+		fs.StringVar(&f.join, "join", "", "comma-separated gossip addresses of nodes of this region to join")
+		fs.StringVar(&f.wanJoin, "wan-join", "", "comma-separated WAN gossip addresses of nodes of other regions to join")
+		fs.StringVar(&f.gossipKey, "gossip-key", "", "base64 of the 32-byte key that encrypts gossip, the same on every node of the mesh")
+		fs.StringVar(&f.mirror, "mirror", "", "comma-separated topic patterns mirrored from every other region even without local subscribers")
 	}
 	fs.StringVar(&f.tokens, "tokens", "", "comma-separated client tokens (16+ characters each); empty: anonymous clients allowed")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file with one client token per line (added to --tokens)")
@@ -51,12 +65,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return node.Config{}, usageError("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
-	var tokens []string
-	for _, t := range strings.Split(f.tokens, ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			tokens = append(tokens, t)
-		}
-	}
+	tokens := splitList(f.tokens)
 	if f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)
 		if err != nil {
@@ -74,6 +83,14 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 	if f.maxPayload <= 0 {
 		return node.Config{}, usageError("--max-payload must be positive, got %d", f.maxPayload)
 	}
+	var key []byte
+	if f.gossipKey != "" {
+		k, err := base64.StdEncoding.DecodeString(f.gossipKey)
+		if err != nil || len(k) != 32 {
+			return node.Config{}, usageError("--gossip-key: want the base64 of 32 bytes (e.g. from 'head -c32 /dev/urandom | base64')")
+		}
+		key = k
+	}
 	return node.Config{
 		DataDir:    f.data,
 		Listen:     f.listen,
@@ -83,7 +100,25 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		MaxPayload: f.maxPayload,
 		Retention:  wal.Retention{MaxAge: f.retentionAge, MaxBytes: f.retentionBytes},
 		Logger:     slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
+		CADir:      f.caDir,
+		Advertise:  f.advertise,
+		GossipLAN:  f.gossipLAN,
+		GossipWAN:  f.gossipWAN,
+		Join:       splitList(f.join),
+		WANJoin:    splitList(f.wanJoin),
+		GossipKey:  key,
+		Mirror:     splitList(f.mirror),
 	}, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 func runNode(ctx context.Context, e *env, args []string) error {
@@ -104,42 +139,67 @@ func runNode(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveNodes(ctx, e, f.metrics, n)
+	return serveNodes(ctx, e, served{n, f.metrics})
 }
 
-// serveNodes runs the nodes (and a metrics endpoint for the first, if addr is set) until ctx
-// ends, then stops them all.
-func serveNodes(ctx context.Context, e *env, metricsAddr string, nodes ...*node.Node) error {
+// served is a node with the address of its metrics and admin endpoint ("" for none).
+type served struct {
+	node    *node.Node
+	metrics string
+}
+
+// serveNodes runs the nodes and their metrics/admin endpoints until ctx ends, then stops them
+// all. SIGUSR1 migrates every link of every node to a new local socket.
+func serveNodes(ctx context.Context, e *env, nodes ...served) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errs := make(chan error, len(nodes)+1)
-	for _, n := range nodes {
-		go func() { errs <- n.Run(ctx) }()
-	}
-	var srv *http.Server
-	if metricsAddr != "" {
-		ln, err := net.Listen("tcp", metricsAddr)
+	var servers []*http.Server
+	for _, s := range nodes {
+		if s.metrics == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", s.metrics)
 		if err != nil {
-			cancel()
-			for range nodes {
-				<-errs
+			for _, srv := range servers {
+				srv.Close()
 			}
-			return fmt.Errorf("--metrics %s: %w", metricsAddr, err)
+			for _, s := range nodes {
+				s.node.Close()
+			}
+			return fmt.Errorf("--metrics %s: %w", s.metrics, err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", nodes[0].MetricsHandler())
-		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: s.node.AdminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, srv)
 		go srv.Serve(ln)
-		fmt.Fprintf(e.stderr, "metrics on http://%s/metrics\n", ln.Addr())
+		fmt.Fprintf(e.stderr, "node %s: metrics on http://%s/metrics, admin API on http://%s/v1/\n", s.node.Name(), ln.Addr(), ln.Addr())
 	}
+	errs := make(chan error, len(nodes))
+	for _, s := range nodes {
+		go func() { errs <- s.node.Run(ctx) }()
+	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	var first error
-	for range nodes {
-		if err := <-errs; err != nil && first == nil {
-			first = err
-			cancel() // one node failed: stop the others
+	for pending := len(nodes); pending > 0; {
+		select {
+		case <-usr1:
+			for _, s := range nodes {
+				if f := s.node.Federation(); f != nil {
+					if err := f.Migrate(ctx, ""); err != nil {
+						fmt.Fprintf(e.stderr, "node %s: migrate: %v\n", s.node.Name(), err)
+					}
+				}
+			}
+		case err := <-errs:
+			pending--
+			if err != nil && first == nil {
+				first = err
+				cancel() // one node failed: stop the others
+			}
 		}
 	}
-	if srv != nil {
+	for _, srv := range servers {
 		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
 		srv.Shutdown(sctx)
 		scancel()

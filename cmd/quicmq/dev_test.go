@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// `quicmq dev` (the README's first command) starts three regions whose nodes mirror each
+// other: a record published in the first region reaches a subscriber of the last.
+func TestDevMeshCrossRegion(t *testing.T) {
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	exit := make(chan int, 1)
+	go func() {
+		exit <- runMain(ctx, &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr},
+			[]string{"dev", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"})
+	}()
+	regionRE := regexp.MustCompile(`region (\S+)\s+node \S+\s+(127\.0\.0\.1:\d+)`)
+	caRE := regexp.MustCompile(`CA\s+(\S+)`)
+	var addrs [][]string
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(stdout.String(), "Press Ctrl-C") {
+		if time.Now().After(deadline) {
+			t.Fatalf("dev did not start: %s\n%s", stdout.String(), stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	addrs = regionRE.FindAllStringSubmatch(stdout.String(), -1)
+	if len(addrs) != 3 {
+		t.Fatalf("want 3 regions in:\n%s", stdout.String())
+	}
+	ca := caRE.FindStringSubmatch(stdout.String())[1]
+
+	dialT := func(addr string) *client.Conn {
+		c, err := client.Dial(context.Background(), addr, client.Options{CAFile: ca})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	sub, err := dialT(addrs[2][2]).Subscribe(context.Background(), "demo.>", client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Interest travels to the other regions' links; publish until the record shows up.
+	pub := dialT(addrs[0][2])
+	if _, err := pub.Publish(context.Background(), client.Message{Topic: "demo.hello", Payload: []byte("hello")}); err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer rcancel()
+	rec, err := sub.Next(rctx)
+	if err != nil {
+		t.Fatalf("no record in region %s: %v\n%s", addrs[2][1], err, stderr.String())
+	}
+	if string(rec.Payload) != "hello" || rec.OriginRegion != addrs[0][1] {
+		t.Fatalf("got %q from %q", rec.Payload, rec.OriginRegion)
+	}
+	cancel()
+	select {
+	case code := <-exit:
+		if code != 0 {
+			t.Fatalf("dev exited %d: %s", code, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("dev did not stop within 30 s of its context ending")
+	}
+}
