@@ -10,7 +10,7 @@ import (
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
-// passThrough serves a subscription on another region's log ("T in region R from offset N"):
+// passThrough serves a subscription (already counted against the connection's limit) on another region's log ("T in region R from offset N"):
 // it opens a stream on the link to R, forwards the SUBSCRIBE, and copies bytes both ways
 // without storing anything locally. Flow control stays end to end: when the client stops
 // reading, the copy stops, the link stream's window fills and R's subscription blocks, with
@@ -21,12 +21,6 @@ func (s *session) passThrough(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		refuse(wire.Errorf(wire.CodeUnavailable, "region %q: this node has no links to other regions", req.Region))
 		return
 	}
-	if got := s.subs.Add(1); got > int64(n.cfg.MaxSubscriptionsPerConn) {
-		s.subs.Add(-1)
-		refuse(wire.Errorf(wire.CodeLimit, "%d subscriptions open on this connection, the limit is %d", got-1, n.cfg.MaxSubscriptionsPerConn))
-		return
-	}
-	defer s.subs.Add(-1)
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	remote, err := n.fed.OpenStream(ctx, req.Region)

@@ -82,12 +82,8 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		refuse(wire.Errorf(wire.CodeInvalidArgument, "durable name %q: want 1-255 characters of [A-Za-z0-9_.-]", req.Durable))
 		return
 	}
-	if req.Region != "" && req.Region != n.cfg.Region {
-		if s.peer {
-			refuse(wire.Errorf(wire.CodeInvalidArgument, "a replay passed through from another region cannot be passed on to region %q", req.Region))
-			return
-		}
-		s.passThrough(str, r, req, refuse)
+	if req.Region != "" && req.Region != n.cfg.Region && s.peer {
+		refuse(wire.Errorf(wire.CodeInvalidArgument, "a replay passed through from another region cannot be passed on to region %q", req.Region))
 		return
 	}
 	if got := s.subs.Add(1); got > int64(n.cfg.MaxSubscriptionsPerConn) {
@@ -96,6 +92,10 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		return
 	}
 	defer s.subs.Add(-1)
+	if req.Region != "" && req.Region != n.cfg.Region {
+		s.passThrough(str, r, req, refuse)
+		return
+	}
 
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
