@@ -26,7 +26,8 @@ type Federation struct {
 
 	mu struct {
 		sync.Mutex
-		interest map[string]int // local subscription patterns, reference-counted
+		mirrorLocks map[[2]string]chan struct{} // (origin region, topic): one mirror at a time
+		interest    map[string]int              // local subscription patterns, reference-counted
 		links    map[string]*link
 		closed   bool
 	}
@@ -45,6 +46,7 @@ func New(cfg Config) (*Federation, error) {
 		wake: make(chan struct{}, 1),
 	}
 	f.mu.interest = make(map[string]int)
+	f.mu.mirrorLocks = make(map[[2]string]chan struct{})
 	f.mu.links = make(map[string]*link)
 	f.metrics = newMetrics(f, cfg.Registerer, cfg.MaxMirrorSeries)
 	return f, nil
@@ -240,4 +242,23 @@ func (f *Federation) OpenStream(ctx context.Context, region string) (*quic.Strea
 		}
 	}
 	return nil, fmt.Errorf("%w %q: no connected link", ErrNoLink, region)
+}
+
+// lockMirror takes the lock of the mirror of topic from region, waiting for a previous
+// holder to finish, or for ctx.
+func (f *Federation) lockMirror(ctx context.Context, region, topic string) (unlock func(), err error) {
+	key := [2]string{region, topic}
+	f.mu.Lock()
+	ch, ok := f.mu.mirrorLocks[key]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		f.mu.mirrorLocks[key] = ch
+	}
+	f.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }

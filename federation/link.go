@@ -270,8 +270,11 @@ func (l *link) syncMirrors(ctx context.Context, conn *quic.Conn, wg *sync.WaitGr
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for t, m := range l.mu.mirrors {
-		if m.ended() || !l.f.wanted(t, patterns) {
+		if !l.f.wanted(t, patterns) {
 			m.stop()
+		}
+		// A stopped mirror stays until it has ended, so its successor never overlaps it.
+		if m.ended() {
 			delete(l.mu.mirrors, t)
 		}
 	}

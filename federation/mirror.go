@@ -74,10 +74,18 @@ func (m *mirror) run(parent context.Context, conn *quic.Conn) {
 	}
 }
 
-// once runs one mirror stream from the stored cursor.
+// once runs one mirror stream from the stored cursor. It holds the federation's lock of
+// (origin region, topic) throughout: a second mirror of the same records (after a quick
+// reconnect, or an old link still finishing) waits instead of reading a cursor that a batch
+// in flight is about to move.
 func (m *mirror) once(ctx context.Context, conn *quic.Conn) error {
 	log := m.l.f.cfg.Log
 	region := m.l.peer.Region
+	unlock, err := m.l.f.lockMirror(ctx, region, m.topic)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	from := uint64(0)
 	if pos, ok, err := log.Position(cursorName(region), m.topic); err != nil {
 		return fmt.Errorf("read cursor: %w", err)
@@ -165,14 +173,14 @@ func (m *mirror) flush(ctx context.Context, batch *[]wal.Record, batchBytes *int
 		return nil
 	}
 	last := b[len(b)-1].OriginOffset
-	res := m.l.f.cfg.Log.Append(ctx, wal.AppendRequest{
+	// Not ctx: an append abandoned half-way would leave its outcome unknown to the next
+	// mirror. It completes (or fails) in about one fsync, or when the log closes.
+	res := m.l.f.cfg.Log.Append(context.Background(), wal.AppendRequest{
 		Topic:    m.topic,
 		Records:  b,
 		Position: &wal.Position{Name: cursorName(m.l.peer.Region), Topic: m.topic, Value: last},
 	})
 	if res.Err != nil {
-		// Also for wal.ErrOutcomeUnknown: the batch may still commit, and the retry starts
-		// from whatever cursor is then durable, so nothing is appended twice.
 		return fmt.Errorf("append mirrored records: %w", res.Err)
 	}
 	m.cursor.Store(int64(last))

@@ -1,0 +1,44 @@
+package federation
+
+import "github.com/quic-go/quic-go"
+
+// appCutByTest is the application error code a test closes a link's connection with.
+const appCutByTest quic.ApplicationErrorCode = 0x7e57
+
+// cutLinks closes, from this side, the QUIC connection of every link to a node of region,
+// as a lost path noticed by the idle timer would, without stopping the links: each one
+// reconnects and resumes its mirrors from their cursors. It returns how many connections
+// it closed.
+func (f *Federation) cutLinks(region string) int {
+	n := 0
+	for _, l := range f.links() {
+		if l.peer.Region != region {
+			continue
+		}
+		l.mu.Lock()
+		conn := l.mu.conn
+		l.mu.Unlock()
+		if conn != nil {
+			conn.CloseWithError(appCutByTest, "cut by test")
+			n++
+		}
+	}
+	return n
+}
+
+// mirrorCursors returns the in-memory cursor (last mirrored origin offset, -1 for none) of
+// every running mirror on the links to region, by topic.
+func (f *Federation) mirrorCursors(region string) map[string]int64 {
+	out := make(map[string]int64)
+	for _, l := range f.links() {
+		if l.peer.Region != region {
+			continue
+		}
+		l.mu.Lock()
+		for t, m := range l.mu.mirrors {
+			out[t] = m.cursor.Load()
+		}
+		l.mu.Unlock()
+	}
+	return out
+}

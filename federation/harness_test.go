@@ -1,0 +1,639 @@
+package federation
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/certs"
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// The harness runs one node per region in this process: a real wal.Log on disk in
+// t.TempDir(), a real QUIC listener on 127.0.0.1 port 0 (mutual TLS from one test CA) whose
+// accepted streams go to ServeStream exactly as node's sessions hand them over, and a
+// Federation whose Peers are the other regions' listeners. Fault controls: cut a link's
+// connection (export_test.go), drop the packets a listener receives (packetFilter), stop and
+// restart a node's Federation or the whole node on its data directory and address.
+
+// tLogWriter sends log lines to t.Log, so they show only for failing tests (QUICMQ_TEST_LOG=1).
+type tLogWriter struct {
+	t    testing.TB
+	done *atomic.Bool
+}
+
+func (w tLogWriter) Write(p []byte) (int, error) {
+	if !w.done.Load() {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
+	return len(p), nil
+}
+
+func testLogger(t testing.TB) *slog.Logger {
+	if os.Getenv("QUICMQ_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	done := new(atomic.Bool)
+	t.Cleanup(func() { done.Store(true) })
+	return slog.New(slog.NewTextHandler(tLogWriter{t, done}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+// fedMesh is a set of regions with one node each, sharing a test CA.
+type fedMesh struct {
+	t    *testing.T
+	ca   *certs.CA
+	pool *x509.CertPool
+
+	mu    sync.Mutex
+	nodes map[string]*fedNode // by region
+}
+
+// nodeOpts adjusts one node.
+type nodeOpts struct {
+	mirror []string
+	walFS  func() wal.Options // nil: the disk, no retention loop
+}
+
+func newFedMesh(t *testing.T) *fedMesh {
+	t.Helper()
+	ca, _, err := certs.EnsureCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	m := &fedMesh{t: t, ca: ca, pool: pool, nodes: map[string]*fedNode{}}
+	// Registered first, so it runs last: after every node's cleanup.
+	t.Cleanup(func() { checkNoLinkGoroutines(t) })
+	return m
+}
+
+// peers is every other region's listening node: the Peers of a Federation.
+func (m *fedMesh) peers() []Peer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Peer
+	for _, n := range m.nodes {
+		if a := n.addr.Load(); a != nil {
+			out = append(out, Peer{Region: n.region, Name: n.name, Addr: *a})
+		}
+	}
+	return out
+}
+
+// fedNode is one region's node: log, listener and federation.
+type fedNode struct {
+	m            *fedMesh
+	region, name string
+	dir          string
+	opts         nodeOpts
+	cert         tls.Certificate
+
+	log    *wal.Log
+	filter *packetFilter // the listener's socket
+	tr     *quic.Transport
+	ln     *quic.Listener
+	addr   atomic.Pointer[string] // nil while not listening
+	listen string                 // the address to listen on again after a restart
+
+	serveCtx    context.Context
+	serveCancel context.CancelFunc
+	serveWG     sync.WaitGroup
+	connsMu     sync.Mutex
+	conns       map[*quic.Conn]struct{}
+
+	fedMu  sync.Mutex
+	fed    *Federation
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// addNode starts region's node: it listens, and its federation links to every other node.
+func (m *fedMesh) addNode(region string, opts nodeOpts) *fedNode {
+	m.t.Helper()
+	name := "node-" + region
+	cert, err := m.ca.Issue(name, []string{name, "127.0.0.1"})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	n := &fedNode{m: m, region: region, name: name, dir: m.t.TempDir(), opts: opts, cert: cert, listen: "127.0.0.1:0"}
+	m.mu.Lock()
+	m.nodes[region] = n
+	m.mu.Unlock()
+	n.openLog()
+	n.startListener()
+	n.startFed()
+	m.t.Cleanup(n.stop)
+	for _, o := range m.all() {
+		if o != n {
+			o.fedNow().PeersChanged()
+		}
+	}
+	return n
+}
+
+func (m *fedMesh) all() []*fedNode {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*fedNode, 0, len(m.nodes))
+	for _, n := range m.nodes {
+		out = append(out, n)
+	}
+	return out
+}
+
+func (n *fedNode) openLog() {
+	t := n.m.t
+	t.Helper()
+	var o wal.Options
+	if n.opts.walFS != nil {
+		o = n.opts.walFS()
+	}
+	o.Logger = testLogger(t)
+	if o.RetentionInterval == 0 {
+		o.RetentionInterval = -1 // tests enforce retention themselves
+	}
+	l, err := wal.Open(n.dir, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.log = l
+}
+
+func (n *fedNode) startListener() {
+	t := n.m.t
+	t.Helper()
+	addr, err := net.ResolveUDPAddr("udp", n.listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var udp *net.UDPConn
+	for i := 0; ; i++ { // a restart rebinds the same port, which the kernel may hold briefly
+		udp, err = net.ListenUDP("udp", addr)
+		if err == nil || i == 50 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.listen = udp.LocalAddr().String()
+	n.filter = &packetFilter{conn: udp}
+	n.tr = &quic.Transport{Conn: n.filter}
+	n.ln, err = n.tr.Listen(&tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{n.cert},
+		NextProtos:   []string{wire.PeerALPN},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    n.m.pool,
+	}, &quic.Config{
+		MaxIncomingStreams:    4096,
+		MaxIncomingUniStreams: -1,
+		KeepAlivePeriod:       5 * time.Second,
+		MaxIdleTimeout:        30 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.serveCtx, n.serveCancel = context.WithCancel(context.Background())
+	n.conns = make(map[*quic.Conn]struct{})
+	a := n.listen
+	n.addr.Store(&a)
+	n.serveWG.Add(1)
+	go n.acceptLoop(n.ln)
+}
+
+func (n *fedNode) acceptLoop(ln *quic.Listener) {
+	defer n.serveWG.Done()
+	for {
+		conn, err := ln.Accept(n.serveCtx)
+		if err != nil {
+			return
+		}
+		n.connsMu.Lock()
+		n.conns[conn] = struct{}{}
+		n.connsMu.Unlock()
+		n.serveWG.Add(1)
+		go func() {
+			defer n.serveWG.Done()
+			n.serveConn(conn)
+			n.connsMu.Lock()
+			delete(n.conns, conn)
+			n.connsMu.Unlock()
+		}()
+	}
+}
+
+// serveConn does what node's session does for a peer: read each stream's first frame and
+// hand the stream to ServeStream.
+func (n *fedNode) serveConn(conn *quic.Conn) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		str, err := conn.AcceptStream(conn.Context())
+		if err != nil {
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := wire.NewReader(str, wire.Limits{})
+			f, err := r.Read()
+			fed := n.fedNow()
+			if err != nil || fed == nil || !IsPeerFrame(f) {
+				str.CancelRead(wire.AppProtocol)
+				str.CancelWrite(wire.AppProtocol)
+				return
+			}
+			fed.ServeStream(conn.Context(), str, r, f)
+		}()
+	}
+}
+
+// stopListener closes the listener and every accepted connection (with CONNECTION_CLOSE, as
+// a node shutting down does), and waits for their streams.
+func (n *fedNode) stopListener() {
+	if n.ln == nil {
+		return
+	}
+	n.addr.Store(nil)
+	n.serveCancel()
+	n.ln.Close()
+	n.connsMu.Lock()
+	for c := range n.conns {
+		c.CloseWithError(wire.AppShutdown, "node stopping")
+	}
+	n.connsMu.Unlock()
+	n.serveWG.Wait()
+	n.tr.Close()
+	n.filter.Close() // a Transport given a socket does not close it
+	n.ln = nil
+}
+
+// startFed starts a new Federation on the node's log, with a new metrics registry.
+func (n *fedNode) startFed() {
+	t := n.m.t
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	f, err := New(Config{
+		Region: n.region, Name: n.name,
+		Log: n.log,
+		TLS: &tls.Config{Certificates: []tls.Certificate{n.cert}, RootCAs: n.m.pool},
+		Peers: func() []Peer {
+			var out []Peer
+			for _, p := range n.m.peers() {
+				if p.Region != n.region {
+					out = append(out, p)
+				}
+			}
+			return out
+		},
+		Mirror:            n.opts.mirror,
+		BindHost:          "127.0.0.1",
+		ReconnectMin:      20 * time.Millisecond,
+		ReconnectMax:      200 * time.Millisecond,
+		ReconcileInterval: 100 * time.Millisecond,
+		Logger:            testLogger(t).With("node", n.name),
+		Registerer:        reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.Run(ctx)
+	}()
+	n.fedMu.Lock()
+	n.fed, n.reg, n.cancel, n.done = f, reg, cancel, done
+	n.fedMu.Unlock()
+}
+
+func (n *fedNode) fedNow() *Federation {
+	n.fedMu.Lock()
+	defer n.fedMu.Unlock()
+	return n.fed
+}
+
+func (n *fedNode) registry() *prometheus.Registry {
+	n.fedMu.Lock()
+	defer n.fedMu.Unlock()
+	return n.reg
+}
+
+// stopFed stops the Federation (every link and mirror) and waits for Run to return.
+func (n *fedNode) stopFed() {
+	n.fedMu.Lock()
+	cancel, done := n.cancel, n.done
+	n.cancel, n.done = nil, nil
+	n.fedMu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		n.m.t.Errorf("%s: federation Run did not return within 20 s", n.name)
+	}
+}
+
+// stop stops everything; restart opens the log again from its directory and listens on the
+// same address.
+func (n *fedNode) stop() {
+	n.stopFed()
+	n.stopListener()
+	if n.log != nil {
+		if err := n.log.Close(); err != nil {
+			n.m.t.Errorf("%s: close log: %v", n.name, err)
+		}
+		n.log = nil
+	}
+}
+
+func (n *fedNode) restart() {
+	n.m.t.Helper()
+	n.openLog()
+	n.startListener()
+	n.startFed()
+	for _, o := range n.m.all() {
+		if o != n {
+			o.fedNow().PeersChanged()
+		}
+	}
+}
+
+// link returns this node's link to region.
+func (n *fedNode) link(region string) (LinkInfo, bool) {
+	for _, li := range n.fedNow().Links() {
+		if li.Region == region {
+			return li, true
+		}
+	}
+	return LinkInfo{}, false
+}
+
+// packetFilter is the listener's UDP socket with a switch that drops received packets: a
+// partition (drop all) or a path the peer cannot use (drop all but one source port). It is
+// not a *net.UDPConn, so quic-go reads it through ReadFrom only.
+type packetFilter struct {
+	conn      *net.UDPConn
+	mode      atomic.Int32 // filterPass, filterDropAll, filterOnlyPort
+	onlyPort  atomic.Int32
+	dropped   atomic.Uint64
+	delivered atomic.Uint64
+}
+
+const (
+	filterPass = iota
+	filterDropAll
+	filterOnlyPort
+)
+
+func (c *packetFilter) ReadFrom(b []byte) (int, net.Addr, error) {
+	for {
+		n, addr, err := c.conn.ReadFrom(b)
+		if err != nil {
+			return n, addr, err
+		}
+		switch c.mode.Load() {
+		case filterDropAll:
+			c.dropped.Add(1)
+			continue
+		case filterOnlyPort:
+			if ua, ok := addr.(*net.UDPAddr); !ok || int32(ua.Port) != c.onlyPort.Load() {
+				c.dropped.Add(1)
+				continue
+			}
+		}
+		c.delivered.Add(1)
+		return n, addr, nil
+	}
+}
+
+func (c *packetFilter) WriteTo(b []byte, addr net.Addr) (int, error) { return c.conn.WriteTo(b, addr) }
+func (c *packetFilter) Close() error                                  { return c.conn.Close() }
+func (c *packetFilter) LocalAddr() net.Addr                           { return c.conn.LocalAddr() }
+func (c *packetFilter) SetDeadline(t time.Time) error                 { return c.conn.SetDeadline(t) }
+func (c *packetFilter) SetReadDeadline(t time.Time) error             { return c.conn.SetReadDeadline(t) }
+func (c *packetFilter) SetWriteDeadline(t time.Time) error            { return c.conn.SetWriteDeadline(t) }
+
+// publish appends records with the given payloads to topic, in one synced commit, as a
+// publish in the node's region would.
+func (n *fedNode) publish(t testing.TB, topic string, payloads ...string) {
+	t.Helper()
+	recs := make([]wal.Record, len(payloads))
+	for i, p := range payloads {
+		recs[i] = wal.Record{Payload: []byte(p)}
+	}
+	if res := n.log.Append(context.Background(), wal.AppendRequest{Topic: topic, Records: recs}); res.Err != nil {
+		t.Fatalf("%s: publish to %s: %v", n.name, topic, res.Err)
+	}
+}
+
+// publishSeq publishes payloads "<region>-<i>" for i in [from, to).
+func (n *fedNode) publishSeq(t testing.TB, topic string, from, to int) {
+	t.Helper()
+	var ps []string
+	for i := from; i < to; i++ {
+		ps = append(ps, fmt.Sprintf("%s-%d", n.region, i))
+		if len(ps) == 512 {
+			n.publish(t, topic, ps...)
+			ps = ps[:0]
+		}
+	}
+	if len(ps) > 0 {
+		n.publish(t, topic, ps...)
+	}
+}
+
+// next is the high-watermark of topic in the node's log (0 for an unknown topic).
+func (n *fedNode) next(topic string) uint64 {
+	_, next, _ := n.log.Bounds(topic)
+	return next
+}
+
+// readAll returns every retained record of topic.
+func readAll(t testing.TB, l *wal.Log, topic string) []wal.Record {
+	t.Helper()
+	first, next, ok := l.Bounds(topic)
+	if !ok {
+		return nil
+	}
+	var out []wal.Record
+	for from := first; from < next; {
+		recs, err := l.Read(topic, from, 4096, 0)
+		if err != nil {
+			t.Fatalf("read %s at %d: %v", topic, from, err)
+		}
+		if len(recs) == 0 {
+			break
+		}
+		out = append(out, recs...)
+		from = recs[len(recs)-1].Offset + 1
+	}
+	return out
+}
+
+// checkMirrored checks that dst's log of topic holds origin's own records of topic (those
+// published in origin's region) exactly once each, in origin order, each with OriginRegion
+// and OriginOffset naming its place in origin's log, and nothing that originated in dst
+// itself under another region's name. dst may be behind: it must hold a prefix. It returns
+// how many records of origin dst holds.
+func checkMirrored(t testing.TB, dst, origin *fedNode, topic string) int {
+	t.Helper()
+	var want []wal.Record
+	for _, r := range readAll(t, origin.log, topic) {
+		if r.OriginRegion == "" {
+			want = append(want, r)
+		}
+	}
+	var got []wal.Record
+	for _, r := range readAll(t, dst.log, topic) {
+		switch r.OriginRegion {
+		case origin.region:
+			got = append(got, r)
+		case dst.region:
+			t.Fatalf("%s's log of %s: record at offset %d names its own region as origin (a loop)", dst.region, topic, r.Offset)
+		}
+	}
+	if err := comparePrefix(got, want); err != nil {
+		t.Fatalf("%s's log of %s, records from %s (%d held, %d at the origin): %v",
+			dst.region, topic, origin.region, len(got), len(want), err)
+	}
+	return len(got)
+}
+
+// comparePrefix reports the first difference between got and a prefix of want, naming
+// duplicates and gaps.
+func comparePrefix(got, want []wal.Record) error {
+	seen := make(map[uint64]uint64, len(got)) // origin offset -> local offset
+	var dups []string
+	for _, r := range got {
+		if prev, ok := seen[r.OriginOffset]; ok && len(dups) < 5 {
+			dups = append(dups, fmt.Sprintf("origin offset %d at local offsets %d and %d", r.OriginOffset, prev, r.Offset))
+		}
+		seen[r.OriginOffset] = r.Offset
+	}
+	if len(dups) > 0 {
+		return fmt.Errorf("%d records but only %d distinct origin offsets: DUPLICATES, e.g. %s",
+			len(got), len(seen), strings.Join(dups, "; "))
+	}
+	if len(got) > len(want) {
+		return fmt.Errorf("more records than the origin has")
+	}
+	for i := range got {
+		g, w := &got[i], &want[i]
+		if g.OriginOffset != w.Offset || string(g.Payload) != string(w.Payload) {
+			return fmt.Errorf("record %d (local offset %d): origin offset %d payload %q, want origin offset %d payload %q (a gap or a reorder)",
+				i, g.Offset, g.OriginOffset, g.Payload, w.Offset, w.Payload)
+		}
+	}
+	return nil
+}
+
+// waitFor polls cond until it holds or d passed.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// metricValue sums the samples of a metric family whose labels include want.
+func metricValue(t testing.TB, reg prometheus.Gatherer, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metric:
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			for k, v := range want {
+				if labels[k] != v {
+					continue metric
+				}
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				sum += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+// linkCodeRE matches the functions of this package's non-test files in a goroutine stack.
+var linkCodeRE = regexp.MustCompile(`quicmq/federation/(federation|link|mirror|serve)\.go`)
+
+// checkNoLinkGoroutines fails if a goroutine still runs federation code after every node
+// stopped (a goleak equivalent without the dependency).
+func checkNoLinkGoroutines(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		var leaked []string
+		for _, g := range strings.Split(string(buf), "\n\n") {
+			if linkCodeRE.MatchString(g) {
+				leaked = append(leaked, g)
+			}
+		}
+		if len(leaked) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d goroutines still run federation code after stop; first:\n%s", len(leaked), leaked[0])
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// errorsIsAny is errors.Is for any of targets.
+func errorsIsAny(err error, targets ...error) bool {
+	for _, t := range targets {
+		if errors.Is(err, t) {
+			return true
+		}
+	}
+	return false
+}
+
+var _ = io.EOF
