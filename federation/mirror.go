@@ -158,7 +158,7 @@ func (m *mirror) once(ctx context.Context, conn *quic.Conn) error {
 		}
 		// Append when nothing more is buffered, or the batch is full: one synced commit with
 		// the cursor per batch.
-		if len(batch) > 0 && (r.Buffered() == 0 || len(batch) >= mirrorBatchRecords || batchBytes >= mirrorBatchBytes) {
+		if len(batch) > 0 && (!r.FrameBuffered() || len(batch) >= mirrorBatchRecords || batchBytes >= mirrorBatchBytes) {
 			if err := m.flush(ctx, &batch, &batchBytes); err != nil {
 				return err
 			}

@@ -108,7 +108,7 @@ func (p *publisher) readLoop(f wire.Frame) *wire.Error {
 		}
 		p.add(pub)
 		// Keep building the batch while frames are already buffered; submit before blocking.
-		if p.r.Buffered() == 0 {
+		if !p.r.FrameBuffered() {
 			p.submit()
 		}
 		var err error

@@ -448,7 +448,7 @@ func (sub *subscription) readAcks() *wire.Error {
 		if ack.Offset >= pending[topic] {
 			pending[topic] = ack.Offset
 		}
-		if sub.r.Buffered() > 0 {
+		if sub.r.FrameBuffered() {
 			continue // more ACKs are here: store them together
 		}
 		for t, off := range pending {

@@ -103,9 +103,22 @@ func (r *Reader) Read() (Frame, error) {
 // for a caller that passes the rest of the stream through unparsed.
 func (r *Reader) Bytes() io.Reader { return r.r }
 
-// Buffered reports whether a complete frame header or more is already buffered, so that a
-// reader that batches work can tell "more is here" from "would block".
+// Buffered is the number of bytes read from the stream but not yet decoded.
 func (r *Reader) Buffered() int { return r.r.Buffered() }
+
+// FrameBuffered reports whether a whole frame is already buffered, so that a reader that
+// batches work can tell "the next Read will not block" from "it may".
+func (r *Reader) FrameBuffered() bool {
+	b := r.r.Buffered()
+	if b < headerLen {
+		return false
+	}
+	h, err := r.r.Peek(headerLen)
+	if err != nil {
+		return false
+	}
+	return uint64(b) >= headerLen+uint64(binary.BigEndian.Uint32(h[1:]))
+}
 
 func noEOF(err error) error {
 	if errors.Is(err, io.EOF) {

@@ -207,3 +207,18 @@ func BenchmarkDecodeRecord(b *testing.B) {
 		}
 	}
 }
+
+func TestFrameBuffered(t *testing.T) {
+	whole := Append(nil, &Ack{Index: 1, Offset: 2})
+	two := append(append([]byte{}, whole...), whole[:len(whole)-1]...) // one frame and most of another
+	r := NewReader(bytes.NewReader(two), Limits{})
+	if r.FrameBuffered() {
+		t.Fatal("nothing read yet, but FrameBuffered")
+	}
+	if _, err := r.Read(); err != nil {
+		t.Fatal(err)
+	}
+	if r.Buffered() == 0 || r.FrameBuffered() {
+		t.Fatalf("a partial frame (%d bytes) counts as a whole one", r.Buffered())
+	}
+}
