@@ -147,7 +147,7 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 	}
 	addr, err := net.ResolveUDPAddr("udp", l.peer.Addr)
 	if err != nil {
-		tr.Close()
+		closeTransport(tr)
 		return nil, err
 	}
 	tlsConf := l.f.cfg.TLS.Clone()
@@ -167,7 +167,7 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 		MaxConnectionReceiveWindow:     256 << 20, // 100 stalled mirror streams cannot starve the rest
 	})
 	if err != nil {
-		tr.Close()
+		closeTransport(tr)
 		return nil, err
 	}
 	l.mu.Lock()
@@ -186,7 +186,7 @@ func (l *link) closeConn(conn *quic.Conn, err error) {
 	l.mu.conn, l.mu.transports, l.mu.local = nil, nil, ""
 	l.mu.Unlock()
 	for _, tr := range trs {
-		tr.Close()
+		closeTransport(tr)
 	}
 }
 
@@ -308,7 +308,7 @@ func (l *link) migrate(ctx context.Context) error {
 		return err
 	}
 	fail := func(step string, err error) error {
-		tr.Close()
+		closeTransport(tr)
 		l.log.Warn("migration failed; reconnecting", "step", step, "err", err)
 		conn.CloseWithError(appMigrationFailed, "migration failed")
 		return fmt.Errorf("migration %s: %w (reconnecting instead)", step, err)
@@ -336,7 +336,7 @@ func (l *link) migrate(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	if tr != nil { // the connection ended meanwhile
-		tr.Close()
+		closeTransport(tr)
 		return errors.New("connection ended during migration")
 	}
 	l.migrations.Add(1)
@@ -365,4 +365,11 @@ func (l *link) info() LinkInfo {
 		li.PacketsLost = st.PacketsLost
 	}
 	return li
+}
+
+// closeTransport closes a transport and its socket: quic-go leaves a socket it was given
+// open.
+func closeTransport(tr *quic.Transport) {
+	tr.Close()
+	tr.Conn.Close()
 }

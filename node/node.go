@@ -117,7 +117,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if err := n.setupMesh(tlsSet); err != nil {
-		n.tr.Close()
+		n.closeSocket()
 		n.wal.Close()
 		return nil, err
 	}
@@ -203,7 +203,7 @@ func (n *Node) listen(tlsConf *tls.Config) error {
 	n.tr = &quic.Transport{Conn: n.udp}
 	n.ln, err = n.tr.Listen(tlsConf, n.quicConfig())
 	if err != nil {
-		n.tr.Close()
+		n.closeSocket()
 		return fmt.Errorf("node: listen %s: %w", n.cfg.Listen, err)
 	}
 	return nil
@@ -284,7 +284,7 @@ func (n *Node) Run(ctx context.Context) error {
 	if cerr := n.wal.Close(); err == nil {
 		err = cerr
 	}
-	n.tr.Close()
+	n.closeSocket()
 	return err
 }
 
@@ -368,7 +368,7 @@ func (n *Node) Close() error {
 			n.gossip.Close()
 		}
 		n.closeErr = n.wal.Close()
-		n.tr.Close()
+		n.closeSocket()
 	})
 	return n.closeErr
 }
@@ -451,4 +451,11 @@ func (n *Node) liveSubscriptions() []*subscription {
 		out = append(out, s)
 	}
 	return out
+}
+
+// closeSocket closes the listener's transport and its socket (quic-go leaves a socket it was
+// given open).
+func (n *Node) closeSocket() {
+	n.tr.Close()
+	n.udp.Close()
 }
