@@ -28,8 +28,8 @@ type Federation struct {
 		sync.Mutex
 		mirrorLocks map[[2]string]chan struct{} // (origin region, topic): one mirror at a time
 		interest    map[string]int              // local subscription patterns, reference-counted
-		links    map[string]*link
-		closed   bool
+		links       map[string]*link
+		closed      bool
 	}
 	wg sync.WaitGroup // link goroutines
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -432,11 +430,11 @@ func (c *packetFilter) ReadFrom(b []byte) (int, net.Addr, error) {
 }
 
 func (c *packetFilter) WriteTo(b []byte, addr net.Addr) (int, error) { return c.conn.WriteTo(b, addr) }
-func (c *packetFilter) Close() error                                  { return c.conn.Close() }
-func (c *packetFilter) LocalAddr() net.Addr                           { return c.conn.LocalAddr() }
-func (c *packetFilter) SetDeadline(t time.Time) error                 { return c.conn.SetDeadline(t) }
-func (c *packetFilter) SetReadDeadline(t time.Time) error             { return c.conn.SetReadDeadline(t) }
-func (c *packetFilter) SetWriteDeadline(t time.Time) error            { return c.conn.SetWriteDeadline(t) }
+func (c *packetFilter) Close() error                                 { return c.conn.Close() }
+func (c *packetFilter) LocalAddr() net.Addr                          { return c.conn.LocalAddr() }
+func (c *packetFilter) SetDeadline(t time.Time) error                { return c.conn.SetDeadline(t) }
+func (c *packetFilter) SetReadDeadline(t time.Time) error            { return c.conn.SetReadDeadline(t) }
+func (c *packetFilter) SetWriteDeadline(t time.Time) error           { return c.conn.SetWriteDeadline(t) }
 
 // publish appends records with the given payloads to topic, in one synced commit, as a
 // publish in the node's region would.
@@ -625,15 +623,3 @@ func checkNoLinkGoroutines(t testing.TB) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-// errorsIsAny is errors.Is for any of targets.
-func errorsIsAny(err error, targets ...error) bool {
-	for _, t := range targets {
-		if errors.Is(err, t) {
-			return true
-		}
-	}
-	return false
-}
-
-var _ = io.EOF

@@ -27,8 +27,7 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 		}
 	}
 	w.Flush()
-	str.Close()
-	str.CancelRead(wire.AppNoError)
+	str.Close() // the client closes its side after TOPICS; nothing more to read
 }
 
 // watchTopics is the node's topic watcher goroutine: when the log reports a new topic, it

@@ -115,10 +115,16 @@ func (d *dec) byte1(field string) byte {
 // bytesMax reads a length-prefixed byte string of at most max bytes. The result aliases the
 // frame body, which the Reader allocates per frame, so it stays valid.
 func (d *dec) bytesMax(field string, max int) []byte {
-	n := d.uvarint(field + " length")
 	if d.err != nil {
 		return nil
 	}
+	// Inline varint read: building the field's error label here would allocate per field.
+	n, w := binary.Uvarint(d.b)
+	if w <= 0 {
+		d.uvarint(field + " length") // records the precise error
+		return nil
+	}
+	d.b = d.b[w:]
 	if n > uint64(max) {
 		d.fail("%s: %d bytes over the limit of %d", field, n, max)
 		return nil

@@ -1,0 +1,412 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+// meshProcess is a `quicmq node` child process of a mesh; it reports when it listens and
+// when its links come up, and keeps the tail of its log for failure messages.
+type meshProcess struct {
+	name    string
+	cmd     *exec.Cmd
+	addr    string
+	begin   time.Time
+	listen  time.Duration // exec -> "node listening"
+	linkUp  chan time.Duration
+	exited  chan struct{}
+	tailMu  sync.Mutex
+	tailLog []string
+}
+
+var linkUpRE = regexp.MustCompile(`msg="link (up|reconnected)"`)
+
+func startMeshProcess(t *testing.T, bin, name string, args ...string) *meshProcess {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"node", "--listen", "127.0.0.1:0", "--name", name}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &meshProcess{name: name, cmd: cmd, begin: time.Now(), linkUp: make(chan time.Duration, 16), exited: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.tailMu.Lock()
+			p.tailLog = append(p.tailLog, line)
+			if len(p.tailLog) > 40 {
+				p.tailLog = p.tailLog[1:]
+			}
+			p.tailMu.Unlock()
+			if m := listeningRE.FindStringSubmatch(line); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+			if linkUpRE.MatchString(line) {
+				select {
+				case p.linkUp <- time.Since(p.begin):
+				default:
+				}
+			}
+		}
+		cmd.Wait()
+		close(p.exited)
+	}()
+	select {
+	case p.addr = <-addr:
+		p.listen = time.Since(p.begin)
+	case <-p.exited:
+		t.Fatalf("%s exited before listening: %v\n%s", name, cmd.ProcessState, p.tail())
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("%s did not listen within 30 s\n%s", name, p.tail())
+	}
+	t.Cleanup(p.kill)
+	return p
+}
+
+func (p *meshProcess) kill() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+func (p *meshProcess) tail() string {
+	p.tailMu.Lock()
+	defer p.tailMu.Unlock()
+	return strings.Join(p.tailLog, "\n")
+}
+
+// freeAddr returns a 127.0.0.1 address whose port is free for both TCP and UDP (serf uses
+// both), for a node that must come back on the same gossip address after a kill. The port is
+// taken below the kernel's ephemeral range, so that no socket bound to port 0 meanwhile (the
+// links' dialing sockets) can take it while the node is down.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	for i := 0; i < 200; i++ {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(20000+rand.IntN(12000)))
+		tl, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
+		ul, err := net.ListenPacket("udp", addr)
+		tl.Close()
+		if err == nil {
+			ul.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free port for TCP and UDP")
+	return ""
+}
+
+// k9Payload is the payload of the record published with sequence number i: the origin
+// offset it must land at (one publisher, one stream, one topic) plus padding.
+func k9Payload(i uint64) string { return fmt.Sprintf("k9-%d-%s", i, strings.Repeat("x", 400)) }
+
+// verifyMirror reads the mirroring node's log of topic from earliest with client.Subscribe
+// and checks that it holds exactly the origin's records, once each, in origin order: at
+// offset i, origin eu, origin offset i, the payload published with sequence i. It returns
+// the number of records the log holds.
+func verifyMirror(t *testing.T, conn *client.Conn, topic string, when string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	topics, err := conn.Topics(ctx, topic)
+	if err != nil {
+		t.Fatalf("%s: topics: %v", when, err)
+	}
+	if len(topics) == 0 {
+		return 0
+	}
+	next := topics[0].Next
+	sub, err := conn.Subscribe(ctx, topic, client.SubscribeOptions{From: client.Earliest})
+	if err != nil {
+		t.Fatalf("%s: subscribe: %v", when, err)
+	}
+	defer sub.Close()
+	for off := uint64(0); off < next; off++ {
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("%s: reading offset %d of %d: %v", when, off, next, err)
+		}
+		if rec.Offset != off || rec.OriginRegion != "eu" || rec.OriginOffset != off || string(rec.Payload) != k9Payload(off) {
+			p := string(rec.Payload)
+			if len(p) > 20 {
+				p = p[:20] + "..."
+			}
+			t.Fatalf("%s: offset %d holds origin %s@%d payload %q, want eu@%d %q...: a gap, a duplicate or a reorder",
+				when, rec.Offset, rec.OriginRegion, rec.OriginOffset, p, off, k9Payload(off)[:len(fmt.Sprint(off))+4])
+		}
+	}
+	return next
+}
+
+// topicsRaces counts Topics calls that failed with "close called for canceled stream": the
+// node answered and stopped reading before the client closed its side (see the report).
+var topicsRaces atomic.Int64
+
+func topicNext(ctx context.Context, conn *client.Conn, topic string) (uint64, error) {
+	for {
+		ts, err := conn.Topics(ctx, topic)
+		if err != nil && strings.Contains(err.Error(), "close called for canceled stream") && ctx.Err() == nil {
+			topicsRaces.Add(1)
+			continue
+		}
+		if err != nil || len(ts) == 0 {
+			return 0, err
+		}
+		return ts[0].Next, nil
+	}
+}
+
+func dialCA(t *testing.T, addr, caDir string) *client.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := client.Dial(ctx, addr, client.Options{CAFile: filepath.Join(caDir, "ca.pem")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// Two real node processes, regions eu and us, one mesh CA. eu is published to without pause
+// (client SDK); us mirrors k9.> (--mirror). us is killed with SIGKILL in the middle of its
+// catch-up, again and again: after each restart its log of the topic holds exactly eu's
+// records, once each, in eu's order, and in the end all of them (I7 across kill -9).
+// QUICMQ_FED_KILL_CYCLES sets the number of kills in the middle of a catch-up (default 10).
+func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills node processes")
+	}
+	cycles := 10
+	if v, err := strconv.Atoi(os.Getenv("QUICMQ_FED_KILL_CYCLES")); err == nil && v > 0 {
+		cycles = v
+	}
+	bin := quicmqBinary(t)
+	caDir, euData, usData := t.TempDir(), t.TempDir(), t.TempDir()
+	euWAN := freeAddr(t)
+	usLAN, usWAN := freeAddr(t), freeAddr(t)
+	eu := startMeshProcess(t, bin, "eu1", "--data", euData, "--region", "eu", "--ca-dir", caDir,
+		"--gossip", freeAddr(t), "--wan", euWAN)
+	startUS := func() *meshProcess {
+		return startMeshProcess(t, bin, "us1", "--data", usData, "--region", "us", "--ca-dir", caDir,
+			"--gossip", usLAN, "--wan", usWAN, "--wan-join", euWAN, "--mirror", "k9.>")
+	}
+	const topic = "k9.t"
+
+	// The publisher: one stream, pipelined, a steady 100 records/s plus a burst while us is
+	// down before each kill in the middle of a catch-up. The records are sequence-numbered:
+	// with one publisher on one stream, record i lands at eu's offset i; acked counts the
+	// records eu acknowledged (in order).
+	pubConn := dialCA(t, eu.addr, caDir)
+	var acked atomic.Uint64
+	burst := make(chan int, 1)
+	pubCtx, stopPub := context.WithCancel(context.Background())
+	futures := make(chan *client.Future, 8192)
+	pubErr := make(chan error, 2)
+	go func() {
+		defer close(futures)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for seq := uint64(0); ; {
+			n := 1
+			select {
+			case <-pubCtx.Done():
+				return
+			case <-tick.C:
+			case n = <-burst:
+			}
+			for range n {
+				f, err := pubConn.PublishAsync(pubCtx, client.Message{Topic: topic, Payload: []byte(k9Payload(seq))})
+				if err != nil {
+					if pubCtx.Err() == nil {
+						pubErr <- err
+					}
+					return
+				}
+				futures <- f
+				seq++
+			}
+		}
+	}()
+	ackDone := make(chan struct{})
+	go func() {
+		defer close(ackDone)
+		for f := range futures {
+			ack, err := f.Wait(context.Background())
+			if err != nil {
+				if pubCtx.Err() == nil {
+					pubErr <- err
+				}
+				continue
+			}
+			if ack.Offset != acked.Load() {
+				pubErr <- fmt.Errorf("ack at offset %d, expected %d: the origin reordered one stream", ack.Offset, acked.Load())
+				return
+			}
+			acked.Add(1)
+		}
+	}()
+	defer func() { stopPub(); <-ackDone }()
+
+	type killFigure struct {
+		recovered, backlog, atKill, originAtKill uint64
+		listen, linkUp, firstProgress            time.Duration
+	}
+	var figs []killFigure
+	var verified []uint64
+	midCatchUp := 0
+	for attempt := 0; midCatchUp < cycles; attempt++ {
+		if attempt >= 3*cycles {
+			t.Fatalf("only %d of %d kills landed in the middle of a catch-up in %d attempts", midCatchUp, cycles, attempt)
+		}
+		select {
+		case err := <-pubErr:
+			t.Fatalf("publisher: %v", err)
+		default:
+		}
+		// Restart, verify what the last kill left, and kill again (a plain kill).
+		us := startUS()
+		usConn := dialCA(t, us.addr, caDir)
+		verified = append(verified, verifyMirror(t, usConn, topic, fmt.Sprintf("after kill %d", attempt)))
+		if n := len(figs); n > 0 && verified[len(verified)-1] < figs[n-1].atKill {
+			t.Fatalf("after kill %d: us holds %d records, but %d were durable before the kill", attempt, verified[len(verified)-1], figs[n-1].atKill)
+		}
+		us.kill()
+		usConn.Close()
+		burst <- 1500 // a backlog of several mirror batches (1024 records each) builds up at eu
+		time.Sleep(300 * time.Millisecond)
+
+		// Restart and kill as soon as the catch-up is seen to make progress.
+		us = startUS()
+		usConn = dialCA(t, us.addr, caDir)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		recovered, err := topicNext(ctx, usConn, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := verified[len(verified)-1]; recovered < v {
+			t.Fatalf("after kill %d: us holds %d records, but %d were durable before the kill", attempt, recovered, v)
+		}
+		origin := acked.Load()
+		var now uint64
+		for {
+			if now, err = topicNext(ctx, usConn, topic); err != nil {
+				t.Fatalf("us topics: %v\n%s", err, us.tail())
+			}
+			if now > recovered {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		progress := time.Since(us.begin)
+		originAtKill := acked.Load()
+		mid := now < origin // eu's records of before the restart not all mirrored yet
+		us.kill()
+		cancel()
+		usConn.Close()
+		var linkUp time.Duration
+		select {
+		case linkUp = <-us.linkUp:
+		default:
+		}
+		f := killFigure{recovered: recovered, backlog: origin - min(origin, recovered), atKill: now, originAtKill: originAtKill,
+			listen: us.listen, linkUp: linkUp, firstProgress: progress}
+		figs = append(figs, f)
+		if mid {
+			midCatchUp++
+		}
+		t.Logf("kill %d: recovered %d, backlog %d; killed %v after exec (listening %v, link up %v) with %d mirrored of %d at eu%s",
+			attempt, recovered, f.backlog, progress.Round(time.Millisecond), us.listen.Round(time.Millisecond),
+			linkUp.Round(time.Millisecond), now, originAtKill, map[bool]string{true: " (mid catch-up)", false: " (caught up: not counted)"}[mid])
+	}
+
+	// Final: a last burst while us is down, then stop publishing, restart, catch up
+	// completely, verify everything.
+	const finalBurst = 10000
+	burst <- finalBurst
+	for acked.Load() < figs[len(figs)-1].originAtKill+finalBurst {
+		time.Sleep(5 * time.Millisecond)
+	}
+	stopPub()
+	<-ackDone
+	select {
+	case err := <-pubErr:
+		t.Fatalf("publisher: %v", err)
+	default:
+	}
+	total := acked.Load()
+	us := startUS()
+	usConn := dialCA(t, us.addr, caDir)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	recovered, _ := topicNext(ctx, usConn, topic)
+	start := time.Now()
+	for {
+		n, err := topicNext(ctx, usConn, topic)
+		if err != nil {
+			t.Fatalf("us topics: %v\n%s", err, us.tail())
+		}
+		if n >= total {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	catchUp := time.Since(start)
+	euNext, _ := topicNext(ctx, dialCA(t, eu.addr, caDir), topic)
+	if euNext != total {
+		t.Fatalf("eu's log has %d records, %d were acknowledged", euNext, total)
+	}
+	if n := verifyMirror(t, usConn, topic, "final"); n != total {
+		t.Fatalf("us's log has %d records, eu %d", n, total)
+	}
+
+	var listens, links []time.Duration
+	for _, f := range figs {
+		listens = append(listens, f.listen)
+		if f.linkUp > 0 {
+			links = append(links, f.linkUp)
+		}
+	}
+	slices.Sort(listens)
+	slices.Sort(links)
+	med := func(ds []time.Duration) time.Duration {
+		if len(ds) == 0 {
+			return 0
+		}
+		return ds[len(ds)/2].Round(time.Millisecond)
+	}
+	t.Logf("%d kills mid catch-up (%d kills in all, every restart verified from earliest: %v records)", midCatchUp, 2*len(figs), verified)
+	if n := topicsRaces.Load(); n > 0 {
+		t.Logf("client Topics failed %d times with \"close called for canceled stream\" (retried)", n)
+	}
+	t.Logf("restart figures (median): exec -> listening %v, exec -> link up %v", med(listens), med(links))
+	t.Logf("final: %d records at eu; us recovered %d and caught up %d records in %v (%.0f records/s); all once, in order",
+		total, recovered, total-recovered, catchUp.Round(time.Millisecond), float64(total-recovered)/catchUp.Seconds())
+}
