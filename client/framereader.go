@@ -24,17 +24,21 @@ import (
 type frameReader struct {
 	s    *quic.Stream
 	lim  wire.Limits
-	buf  []byte
-	r, w int // unread bytes are buf[r:w]
+	buf   []byte
+	r, w  int // unread bytes are buf[r:w]
+	chunk int // read size: small until the stream shows it carries more (most subscriptions start idle)
 
 	mu  sync.Mutex
 	gen uint64 // incremented after each read; a late callback of an older read does nothing
 }
 
-const readChunk = 32 << 10
+const (
+	readChunk      = 32 << 10
+	firstReadChunk = 2 << 10
+)
 
 func newFrameReader(s *quic.Stream, lim wire.Limits) *frameReader {
-	return &frameReader{s: s, lim: lim}
+	return &frameReader{s: s, lim: lim, chunk: firstReadChunk}
 }
 
 // next returns the next frame. A frame already buffered is returned even when ctx is done;
@@ -73,7 +77,7 @@ func (fr *frameReader) next(ctx context.Context) (wire.Frame, error) {
 // reserve makes room for a frame of need bytes starting at r, and for at least one chunk of
 // reading beyond what is buffered.
 func (fr *frameReader) reserve(need int) {
-	size := max(need, fr.w-fr.r+readChunk)
+	size := max(need, fr.w-fr.r+fr.chunk)
 	if len(fr.buf)-fr.r >= size {
 		return
 	}
@@ -90,6 +94,9 @@ func (fr *frameReader) reserve(need int) {
 
 // fill reads once from the stream into buf[w:].
 func (fr *frameReader) fill(ctx context.Context) error {
+	if fr.w == len(fr.buf) {
+		fr.chunk = readChunk // the last read filled the buffer: the stream is busy
+	}
 	if ctx.Done() == nil {
 		n, err := fr.s.Read(fr.buf[fr.w:])
 		fr.w += n

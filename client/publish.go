@@ -267,13 +267,39 @@ func (p *publisher) writeLoop() {
 			select {
 			case f = <-p.reqs:
 			default:
-				f = nil
+				f = p.linger(w)
 			}
 		}
 		if err := w.Flush(); err != nil {
 			p.fail(p.c.streamErr(err))
 			return
 		}
+	}
+}
+
+// linger decides whether to wait a moment for another publish before flushing. With many
+// publishes unanswered the acks are coming anyway, and a fuller write lets QUIC send fewer,
+// larger packets (each one costs a system call and an ack on both sides). With few pending,
+// it flushes at once, so a lone publish is never delayed.
+func (p *publisher) linger(w *wire.Writer) *Future {
+	const (
+		minPending = 64
+		maxBuffer  = 32 << 10
+		wait       = 200 * time.Microsecond
+	)
+	p.mu.Lock()
+	pending := len(p.mu.pending)
+	p.mu.Unlock()
+	if pending < minPending || w.Buffered() >= maxBuffer {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case f := <-p.reqs:
+		return f
+	case <-t.C:
+		return nil
 	}
 }
 

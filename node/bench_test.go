@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,7 +42,9 @@ import (
 //
 // A baseline leaf runs after the leaves it is compared with (source order), and reports
 // "node/raw" (or "quic/tls"): its partner's median records/s over this process's runs,
-// divided by its own.
+// divided by its own. Every leaf also reports the CPU time the whole test process (node,
+// client, Pebble's background work, GC) spent per unit of work ("cpu-µs/record"), which the
+// other load of a shared machine disturbs much less than the wall-clock rates.
 //
 // Environment: QUICMQ_BENCH_REPLAY_RECORDS (default 1000000) sizes the replay data set;
 // QUICMQ_BENCH_RAW_BATCH fixes the raw baseline's records per commit.
@@ -155,6 +158,22 @@ func fsyncCount(db *pebble.DB) uint64 {
 	return 0
 }
 
+// processCPU is the CPU time (user and system) this process used so far. Divided by the
+// work done it gives a cost that depends much less than wall-clock rates on what else the
+// (shared) machine runs at the same time.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process's CPU time since start per unit of work.
+func reportCPU(b *testing.B, start time.Duration, units float64, unit string) {
+	b.ReportMetric(float64((processCPU(b)-start).Microseconds())/units, "cpu-µs/"+unit)
+}
+
 // recordKey is the log's key of a record: 'm' | topic id (uint32 BE) | offset (uint64 BE).
 func recordKey(id uint32, off uint64) []byte {
 	k := make([]byte, 13)
@@ -239,6 +258,7 @@ func benchNodePublish(b *testing.B, clients int, payload []byte) {
 	before := n.Log().Stats()
 	b.SetBytes(publishSize)
 	b.ResetTimer()
+	cpu := processCPU(b)
 	start := time.Now()
 	var wg sync.WaitGroup
 	var failed atomic.Value
@@ -271,6 +291,7 @@ func benchNodePublish(b *testing.B, clients int, payload []byte) {
 	perCommit := recs / float64(max(after.Commits-before.Commits, 1))
 	b.ReportMetric(perCommit, "records/commit")
 	b.ReportMetric(recs/float64(max(after.Fsyncs-before.Fsyncs, 1)), "records/fsync")
+	reportCPU(b, cpu, recs, "record")
 	key := fmt.Sprintf("publish/%d", clients)
 	medians.add(key+"/rate", b.N, rate)
 	medians.add(key+"/perCommit", b.N, perCommit)
@@ -321,6 +342,7 @@ func benchRawPublish(b *testing.B, writers int, payload []byte) {
 	var failed atomic.Value
 	b.SetBytes(publishSize)
 	b.ResetTimer()
+	cpu := processCPU(b)
 	start := time.Now()
 	for range writers {
 		wg.Add(1)
@@ -354,6 +376,7 @@ func benchRawPublish(b *testing.B, writers int, payload []byte) {
 	b.ReportMetric(rate, "records/s")
 	b.ReportMetric(float64(batch), "records/commit")
 	b.ReportMetric(float64(b.N)/float64(max(fsyncCount(db)-fsyncs, 1)), "records/fsync")
+	reportCPU(b, cpu, float64(b.N), "record")
 	if nodeRate, ok := medians.median(fmt.Sprintf("publish/%d/rate", writers)); ok {
 		b.ReportMetric(nodeRate/rate, "node/raw")
 	}
@@ -421,6 +444,7 @@ func BenchmarkReplay(b *testing.B) {
 		defer c.Close()
 		b.SetBytes(int64(count) * replaySize)
 		b.ResetTimer()
+		cpu := processCPU(b)
 		start := time.Now()
 		for range b.N {
 			if err := replayAll(c, count); err != nil {
@@ -430,6 +454,7 @@ func BenchmarkReplay(b *testing.B) {
 		rate := float64(count) * float64(b.N) / time.Since(start).Seconds()
 		b.StopTimer()
 		b.ReportMetric(rate, "records/s")
+		reportCPU(b, cpu, float64(count)*float64(b.N), "record")
 		medians.add("replay", b.N, rate)
 	})
 	b.Run("raw-pebble/scan", func(b *testing.B) {
@@ -437,6 +462,7 @@ func BenchmarkReplay(b *testing.B) {
 		defer db.Close()
 		b.SetBytes(int64(count) * replaySize)
 		b.ResetTimer()
+		cpu := processCPU(b)
 		start := time.Now()
 		for range b.N {
 			if err := scanAll(db, count); err != nil {
@@ -446,6 +472,7 @@ func BenchmarkReplay(b *testing.B) {
 		rate := float64(count) * float64(b.N) / time.Since(start).Seconds()
 		b.StopTimer()
 		b.ReportMetric(rate, "records/s")
+		reportCPU(b, cpu, float64(count)*float64(b.N), "record")
 		if nodeRate, ok := medians.median("replay"); ok {
 			b.ReportMetric(nodeRate/rate, "node/raw")
 		}
@@ -550,12 +577,14 @@ func modeName(par int) string {
 	return fmt.Sprintf("parallel-%d", par)
 }
 
-// runParallel runs op b.N times on par goroutines and returns the rate in ops per second.
+// runParallel runs op b.N times on par goroutines, reports the CPU time per op and returns
+// the rate in ops per second.
 func runParallel(b *testing.B, par int, op func() error) float64 {
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var failed atomic.Value
 	b.ResetTimer()
+	cpu := processCPU(b)
 	start := time.Now()
 	for range par {
 		wg.Add(1)
@@ -575,6 +604,7 @@ func runParallel(b *testing.B, par int, op func() error) float64 {
 	if err := failed.Load(); err != nil {
 		b.Fatal(err)
 	}
+	reportCPU(b, cpu, float64(b.N), "op")
 	return float64(b.N) / elapsed.Seconds()
 }
 

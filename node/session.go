@@ -185,7 +185,9 @@ func (s *session) serveStream(str *quic.Stream) {
 		str.CancelWrite(wire.AppProtocol)
 		return
 	}
-	r := wire.NewReader(str, s.n.limits)
+	// Most streams carry little from the client (a SUBSCRIBE and ACKs): start with a small
+	// buffer; a publish stream gets a larger one on top of it.
+	r := wire.NewReaderSize(str, s.n.limits, 2<<10)
 	f, err := r.Read()
 	if err != nil {
 		s.streamError(str, err)
@@ -207,7 +209,7 @@ func (s *session) serveStream(str *quic.Stream) {
 			s.failStream(str, wire.Errorf(wire.CodeForbidden, "peers do not publish; records cross regions by mirroring"))
 			return
 		}
-		p := newPublisher(s, str, r)
+		p := newPublisher(s, str, wire.NewReaderSize(r.Bytes(), s.n.limits, 32<<10))
 		if s.track(p) {
 			p.run(f)
 			s.untrack(p)

@@ -44,6 +44,7 @@ type subscription struct {
 	cursors []*cursor
 	byTopic map[string]*cursor
 	w       *wire.Writer
+	rec     wire.Record       // the frame being written, reused
 	latest  map[string]uint64 // for start=latest: each topic's head when the subscription began
 
 	mu struct {
@@ -362,12 +363,13 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			if origin == "" {
 				origin = n.cfg.Region
 			}
-			if err := sub.w.Write(&wire.Record{
+			sub.rec = wire.Record{ // one frame value, reused: Write encodes it at once
 				Index: c.index, Offset: rec.Offset, Time: rec.Time,
 				OriginRegion: origin, OriginOffset: rec.OriginOffset,
 				ProducerID: rec.ProducerID, Sequence: rec.Sequence,
 				Headers: wireHeaders(rec.Headers), Payload: rec.Payload,
-			}); err != nil {
+			}
+			if err := sub.w.Write(&sub.rec); err != nil {
 				return sent, nil
 			}
 			bytes += len(rec.Payload)

@@ -73,9 +73,13 @@ type Reader struct {
 	hdr [headerLen]byte
 }
 
-// NewReader returns a Reader enforcing lim (zero fields take defaults).
-func NewReader(r io.Reader, lim Limits) *Reader {
-	return &Reader{r: bufio.NewReaderSize(r, 32<<10), lim: lim.WithDefaults()}
+// NewReader returns a Reader enforcing lim (zero fields take defaults), buffering 16 KiB.
+func NewReader(r io.Reader, lim Limits) *Reader { return NewReaderSize(r, lim, 16<<10) }
+
+// NewReaderSize returns a Reader with a buffer of size bytes: small for streams that carry
+// little (a subscription's ACKs), as frames larger than the buffer are read past it.
+func NewReaderSize(r io.Reader, lim Limits, size int) *Reader {
+	return &Reader{r: bufio.NewReaderSize(r, size), lim: lim.WithDefaults()}
 }
 
 // Read returns the next frame. At a clean end of stream (between frames) it returns io.EOF;
@@ -133,8 +137,8 @@ type Writer struct {
 	buf []byte
 }
 
-// NewWriter returns a Writer on w.
-func NewWriter(w io.Writer) *Writer { return &Writer{w: w, buf: make([]byte, 0, 32<<10)} }
+// NewWriter returns a Writer on w. Its buffer starts small and grows with what is written.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w, buf: make([]byte, 0, 1<<10)} }
 
 // Write appends f to the buffer, flushing first when the buffer is large.
 func (w *Writer) Write(f Frame) error {
@@ -155,7 +159,7 @@ func (w *Writer) Flush() error {
 	}
 	_, err := w.w.Write(w.buf)
 	if cap(w.buf) > 1<<20 {
-		w.buf = make([]byte, 0, 32<<10) // do not keep a large payload's buffer for the stream's life
+		w.buf = make([]byte, 0, 64<<10) // do not keep a large payload's buffer for the stream's life
 	} else {
 		w.buf = w.buf[:0]
 	}
