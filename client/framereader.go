@@ -22,8 +22,8 @@ import (
 // One goroutine at a time calls next (the Subscription's readMu); the deadline callback runs
 // on a context goroutine and is fenced by mu and gen.
 type frameReader struct {
-	s    *quic.Stream
-	lim  wire.Limits
+	s     *quic.Stream
+	lim   wire.Limits
 	buf   []byte
 	r, w  int // unread bytes are buf[r:w]
 	chunk int // read size: small until the stream shows it carries more (most subscriptions start idle)
