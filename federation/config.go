@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,6 +45,11 @@ type Config struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// ReconcileInterval is how often links are checked against Peers. Default 5 s.
 	ReconcileInterval time.Duration
+	// AddrWatchInterval is how often the host's addresses are compared with the last seen
+	// set; on a change every link migrates to a new socket. Default 5 s; negative disables.
+	AddrWatchInterval time.Duration
+	// LocalAddrs lists the host's addresses. Default net.InterfaceAddrs; tests replace it.
+	LocalAddrs func() ([]net.Addr, error)
 	// MaxMirrorSeries caps the per-mirror metric label sets. Default 1000.
 	MaxMirrorSeries int
 	// Logger, Registerer: as everywhere. Nil Registerer: no metrics.
@@ -91,6 +97,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconcileInterval <= 0 {
 		c.ReconcileInterval = 5 * time.Second
+	}
+	if c.AddrWatchInterval == 0 {
+		c.AddrWatchInterval = 5 * time.Second
+	}
+	if c.LocalAddrs == nil {
+		c.LocalAddrs = net.InterfaceAddrs
 	}
 	if c.MaxMirrorSeries <= 0 {
 		c.MaxMirrorSeries = 1000

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -57,9 +58,24 @@ func New(cfg Config) (*Federation, error) {
 func (f *Federation) Run(ctx context.Context) error {
 	t := time.NewTicker(f.cfg.ReconcileInterval)
 	defer t.Stop()
+	var addrTick <-chan time.Time
+	if f.cfg.AddrWatchInterval > 0 {
+		at := time.NewTicker(f.cfg.AddrWatchInterval)
+		defer at.Stop()
+		addrTick = at.C
+	}
+	lastAddrs := f.localAddrs()
 	for {
 		f.reconcile(ctx)
 		select {
+		case <-addrTick:
+			if now := f.localAddrs(); now != lastAddrs && now != "" {
+				f.log.Info("host addresses changed: migrating links", "before", lastAddrs, "after", now)
+				lastAddrs = now
+				if err := f.Migrate(ctx, ""); err != nil && !errors.Is(err, ErrNoLink) {
+					f.log.Warn("migration after an address change", "err", err)
+				}
+			}
 		case <-ctx.Done():
 			f.mu.Lock()
 			f.mu.closed = true
@@ -261,4 +277,18 @@ func (f *Federation) lockMirror(ctx context.Context, region, topic string) (unlo
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// localAddrs is the host's address set as a comparable string ("" when it cannot be read).
+func (f *Federation) localAddrs() string {
+	addrs, err := f.cfg.LocalAddrs()
+	if err != nil {
+		return ""
+	}
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, a.String())
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
 }

@@ -65,7 +65,8 @@ type fedMesh struct {
 
 // nodeOpts adjusts one node.
 type nodeOpts struct {
-	mirror []string
+	mirror     []string
+	localAddrs func() ([]net.Addr, error) // nil: the address watch is off
 	walFS  func() wal.Options // nil: the disk, no retention loop
 }
 
@@ -306,6 +307,8 @@ func (n *fedNode) startFed() {
 			return out
 		},
 		Mirror:            n.opts.mirror,
+		LocalAddrs:        n.opts.localAddrs,
+		AddrWatchInterval: addrWatch(n.opts.localAddrs),
 		BindHost:          "127.0.0.1",
 		ReconnectMin:      20 * time.Millisecond,
 		ReconnectMax:      200 * time.Millisecond,
@@ -622,4 +625,12 @@ func checkNoLinkGoroutines(t testing.TB) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// addrWatch is the address-watch interval for a node: fast when the test gives addresses.
+func addrWatch(f func() ([]net.Addr, error)) time.Duration {
+	if f == nil {
+		return -1
+	}
+	return 20 * time.Millisecond
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -243,4 +244,32 @@ func TestMigrationUnderTrafficOn100Streams(t *testing.T) {
 	t.Logf("failed migration: probe gave up after %v (%v); reconnected %v later; largest gap %v (%s); reconnects 1",
 		probeFailed.Sub(fail0).Round(time.Millisecond), err, reconnected.Sub(probeFailed).Round(time.Millisecond),
 		failGap.Round(time.Millisecond), failTopic)
+}
+
+// When the host's addresses change, every link migrates to a new socket on its own: same
+// connection, counted as a migration, and mirroring carries on exactly once.
+func TestAddressChangeMigratesLinks(t *testing.T) {
+	var addrs atomic.Value
+	addrs.Store([]net.Addr{&net.IPNet{IP: net.ParseIP("10.0.0.1"), Mask: net.CIDRMask(24, 32)}})
+	m := newFedMesh(t)
+	a := m.addNode("a", nodeOpts{mirror: []string{"addr.>"}, localAddrs: func() ([]net.Addr, error) {
+		return addrs.Load().([]net.Addr), nil
+	}})
+	b := m.addNode("b", nodeOpts{})
+	b.publishSeq(t, "addr.t", 0, 100)
+	waitFor(t, 20*time.Second, "first mirror", func() bool { return a.next("addr.t") == 100 })
+	before, _ := a.link("b")
+
+	addrs.Store([]net.Addr{&net.IPNet{IP: net.ParseIP("10.0.0.2"), Mask: net.CIDRMask(24, 32)}})
+	waitFor(t, 10*time.Second, "a migration", func() bool {
+		li, _ := a.link("b")
+		return li.Migrations == 1
+	})
+	b.publishSeq(t, "addr.t", 100, 200)
+	waitFor(t, 20*time.Second, "mirror after the migration", func() bool { return a.next("addr.t") == 200 })
+	after, _ := a.link("b")
+	if after.Reconnects != 0 || !after.Since.Equal(before.Since) || after.LocalAddr == before.LocalAddr {
+		t.Fatalf("before %+v\nafter %+v: want the same connection on a new socket", before, after)
+	}
+	checkMirrored(t, a, b, "addr.t")
 }
