@@ -67,7 +67,7 @@ type fedMesh struct {
 type nodeOpts struct {
 	mirror     []string
 	localAddrs func() ([]net.Addr, error) // nil: the address watch is off
-	walFS  func() wal.Options // nil: the disk, no retention loop
+	walFS      func() wal.Options         // nil: the disk, no retention loop
 }
 
 func newFedMesh(t *testing.T) *fedMesh {
