@@ -137,7 +137,7 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		Key:        c.GossipKey,
 		Tags:       map[string]string{tagQUIC: n.advertise()},
 		Profile:    c.GossipProfile,
-		Logger:     n.log,
+		Logger:     c.Logger, // gossip names the node and region itself
 		Registerer: n.reg,
 	})
 	if err != nil {
