@@ -3,9 +3,6 @@ package client_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -13,23 +10,8 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/nodetest"
 )
-
-// tLogWriter sends log lines to t.Log, so they show only for failing tests.
-type tLogWriter struct{ t testing.TB }
-
-func (w tLogWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-// testLogger logs to t.Log when QUICMQ_TEST_LOG is set, and nowhere otherwise.
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("QUICMQ_TEST_LOG") == "" {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return slog.New(slog.NewTextHandler(tLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
 
 // testNode is a node on 127.0.0.1 port 0 with its data in a temporary directory.
 type testNode struct {
@@ -39,34 +21,7 @@ type testNode struct {
 
 func newTestNode(t testing.TB, mod ...func(*node.Config)) *testNode {
 	t.Helper()
-	cfg := node.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "n1", Region: "eu", Logger: testLogger(t)}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	stopped := false
-	stop := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("node Run: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("node did not stop within 20 s")
-		}
-	}
-	t.Cleanup(stop)
+	n, stop := nodetest.Start(t, mod...)
 	return &testNode{Node: n, stop: stop}
 }
 

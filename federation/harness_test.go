@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"regexp"
 	"runtime"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/certs"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -31,27 +31,7 @@ import (
 // connection (export_test.go), drop the packets a listener receives (packetFilter), stop and
 // restart a node's Federation or the whole node on its data directory and address.
 
-// tLogWriter sends log lines to t.Log, so they show only for failing tests (QUICMQ_TEST_LOG=1).
-type tLogWriter struct {
-	t    testing.TB
-	done *atomic.Bool
-}
-
-func (w tLogWriter) Write(p []byte) (int, error) {
-	if !w.done.Load() {
-		w.t.Log(strings.TrimRight(string(p), "\n"))
-	}
-	return len(p), nil
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("QUICMQ_TEST_LOG") == "" {
-		return slog.New(slog.DiscardHandler)
-	}
-	done := new(atomic.Bool)
-	t.Cleanup(func() { done.Store(true) })
-	return slog.New(slog.NewTextHandler(tLogWriter{t, done}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func testLogger(t testing.TB) *slog.Logger { return testlog.New(t) }
 
 // fedMesh is a set of regions with one node each, sharing a test CA.
 type fedMesh struct {

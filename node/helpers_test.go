@@ -8,30 +8,16 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
-// tLogWriter sends log lines to t.Log so they show only for failing tests.
-type tLogWriter struct{ t testing.TB }
-
-func (w tLogWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	if os.Getenv("QUICMQ_TEST_LOG") == "" {
-		return slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	return slog.New(slog.NewTextHandler(tLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
+func testLogger(t testing.TB) *slog.Logger { return testlog.New(t) }
 
 // newTestNode starts a node on 127.0.0.1 port 0 with its data in t.TempDir(); it is stopped
 // by t.Cleanup. mod may change the configuration.

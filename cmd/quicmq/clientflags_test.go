@@ -3,13 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/nodetest"
 )
 
 // cliNode is a node on 127.0.0.1 port 0 for the client commands' tests; t.Cleanup stops it.
@@ -19,34 +18,7 @@ type cliNode struct {
 
 func startCLINode(t *testing.T, mod ...func(*node.Config)) *cliNode {
 	t.Helper()
-	cfg := node.Config{
-		DataDir: t.TempDir(),
-		Listen:  "127.0.0.1:0",
-		Name:    "cli",
-		Region:  "test",
-		Logger:  slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}
-	for _, m := range mod {
-		m(&cfg)
-	}
-	n, err := node.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("node Run: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("node did not stop within 20 s")
-		}
-	})
+	n, _ := nodetest.Start(t, mod...)
 	return &cliNode{addr: n.Addr().String(), ca: n.CAFile()}
 }
 

@@ -1,0 +1,46 @@
+// Package nodetest starts real nodes for the tests of other packages (the SDK, the CLI): on
+// 127.0.0.1 port 0, data in t.TempDir(), stopped by t.Cleanup.
+package nodetest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/node"
+)
+
+// Start starts a node named n1 in region eu; mod may change its configuration. stop stops it
+// and waits for Run (it is also run by t.Cleanup; calling it twice is fine).
+func Start(t testing.TB, mod ...func(*node.Config)) (n *node.Node, stop func()) {
+	t.Helper()
+	cfg := node.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "n1", Region: "eu", Logger: testlog.New(t)}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	n, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- n.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("node Run: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Errorf("node did not stop within 20 s")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return n, stop
+}
