@@ -18,12 +18,14 @@ import (
 // context per call. Unlike wire.Reader it can be interrupted between any two bytes without
 // losing its place: bytes read so far stay in buf, and the next call decodes from there. A
 // cancelled context interrupts a blocked read by setting a past read deadline on the stream.
+// RECORD frames are decoded in place (wire.Decoder): the *wire.Record next returns, and the
+// bytes it points into, are valid only until the following call.
 //
 // One goroutine at a time calls next (the Subscription's readMu); the deadline callback runs
 // on a context goroutine and is fenced by mu and gen.
 type frameReader struct {
 	s     *quic.Stream
-	lim   wire.Limits
+	dec   *wire.Decoder
 	buf   []byte
 	r, w  int // unread bytes are buf[r:w]
 	chunk int // read size: small until the stream shows it carries more (most subscriptions start idle)
@@ -38,25 +40,28 @@ const (
 )
 
 func newFrameReader(s *quic.Stream, lim wire.Limits) *frameReader {
-	return &frameReader{s: s, lim: lim, chunk: firstReadChunk}
+	return &frameReader{s: s, dec: wire.NewDecoder(lim), chunk: firstReadChunk}
 }
 
-// next returns the next frame. A frame already buffered is returned even when ctx is done;
-// ctx ends only a wait for more bytes, and then next returns ctx's error with the partial
-// frame kept for the next call.
+// next returns the next frame; a *wire.Record and the bytes it points into are valid only
+// until the next call. A frame already buffered is returned even when ctx is done; ctx ends
+// only a wait for more bytes, and then next returns ctx's error with the partial frame kept
+// for the next call.
 func (fr *frameReader) next(ctx context.Context) (wire.Frame, error) {
+	if fr.r == fr.w {
+		fr.r, fr.w = 0, 0
+		if cap(fr.buf) > 4*readChunk {
+			fr.buf = nil // a large frame passed; do not keep its buffer
+		}
+	}
 	for {
 		need := 5
 		if fr.w-fr.r >= 5 {
-			f, n, err := wire.Decode(fr.buf[fr.r:fr.w], fr.lim)
+			f, n, err := fr.dec.Decode(fr.buf[fr.r:fr.w])
 			if err == nil {
+				// The frame may alias buf[r:r+n]: the bytes stay in place until the next call,
+				// which is the first to move or drop them.
 				fr.r += n
-				if fr.r == fr.w {
-					fr.r, fr.w = 0, 0
-					if cap(fr.buf) > 4*readChunk {
-						fr.buf = nil // a large frame passed; do not keep its buffer
-					}
-				}
 				return f, nil
 			}
 			if !errors.Is(err, io.ErrUnexpectedEOF) {

@@ -190,3 +190,55 @@ func TestStartString(t *testing.T) {
 		}
 	}
 }
+
+// Records are decoded in place from the frame reader's buffer, which the next frames
+// overwrite: every delivered record must keep its own payload and header values, however
+// many frames came after it and whatever the caller appends to them.
+func TestDeliveredRecordsOwnTheirBytes(t *testing.T) {
+	const n = 3000
+	payload := func(i int) []byte {
+		switch {
+		case i%1000 == 7:
+			return bytes.Repeat([]byte{byte(i)}, slabMax+1+i) // its own allocation
+		case i%500 == 3:
+			return nil
+		}
+		return []byte(strings.Repeat(string(rune('a'+i%26)), 1+i%200))
+	}
+	f := newFakeNode(t, func(s *quic.Stream, _ *wire.Reader, first wire.Frame) {
+		b := wire.Append(nil, &wire.Subscribed{})
+		b = wire.Append(b, &wire.Topic{Index: 0, Name: "t"})
+		for i := range n {
+			b = wire.Append(b, &wire.Record{
+				Index: 0, Offset: uint64(i), OriginRegion: "eu", ProducerID: "p",
+				Headers: []wire.Header{{Key: "h", Value: []byte{byte(i), byte(i >> 8)}}},
+				Payload: payload(i),
+			})
+		}
+		s.Write(b)
+		s.Close()
+	})
+	c := dialFake(t, f)
+	sub, err := c.Subscribe(context.Background(), "t", SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	recs := make([]Record, 0, n)
+	for range n {
+		r, err := sub.Next(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+		_ = append(r.Payload, "overwrite?"...) // must not reach the next record's bytes
+	}
+	for i, r := range recs {
+		want := payload(i)
+		if r.Offset != uint64(i) || !bytes.Equal(r.Payload, want) || r.Payload == nil ||
+			r.OriginRegion != "eu" || r.ProducerID != "p" ||
+			len(r.Headers) != 1 || !bytes.Equal(r.Headers[0].Value, []byte{byte(i), byte(i >> 8)}) {
+			t.Fatalf("record %d changed after later reads: %+v", i, r)
+		}
+	}
+}

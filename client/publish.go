@@ -242,6 +242,10 @@ func (p *publisher) failure() error {
 func (p *publisher) writeLoop() {
 	defer p.c.wg.Done()
 	w := wire.NewWriter(p.s)
+	// One timer for every linger: a new one per flush would be an allocation per write.
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	defer t.Stop()
 	var seq uint64
 	for {
 		var f *Future
@@ -267,7 +271,7 @@ func (p *publisher) writeLoop() {
 			select {
 			case f = <-p.reqs:
 			default:
-				f = p.linger(w)
+				f = p.linger(w, t)
 			}
 		}
 		if err := w.Flush(); err != nil {
@@ -281,7 +285,7 @@ func (p *publisher) writeLoop() {
 // publishes unanswered the acks are coming anyway, and a fuller write lets QUIC send fewer,
 // larger packets (each one costs a system call and an ack on both sides). With few pending,
 // it flushes at once, so a lone publish is never delayed.
-func (p *publisher) linger(w *wire.Writer) *Future {
+func (p *publisher) linger(w *wire.Writer, t *time.Timer) *Future {
 	const (
 		minPending = 64
 		maxBuffer  = 32 << 10
@@ -293,7 +297,7 @@ func (p *publisher) linger(w *wire.Writer) *Future {
 	if pending < minPending || w.Buffered() >= maxBuffer {
 		return nil
 	}
-	t := time.NewTimer(wait)
+	t.Reset(wait) // stopped or expired: since Go 1.23 no stale tick is left in t.C
 	defer t.Stop()
 	select {
 	case f := <-p.reqs:

@@ -92,6 +92,7 @@ type Subscription struct {
 	fr     *frameReader
 	topics map[uint64]string // stream-local index -> topic name, from TOPIC frames
 	err    error             // terminal: every later Next returns it
+	slab   slab              // owns the delivered payloads
 
 	wmu      sync.Mutex // guards the sending side and the fields below
 	names    map[string]uint64
@@ -193,8 +194,8 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 				OriginOffset: f.OriginOffset,
 				ProducerID:   f.ProducerID,
 				Sequence:     f.Sequence,
-				Headers:      fromWireHeaders(f.Headers),
-				Payload:      f.Payload,
+				Headers:      s.slab.headers(f.Headers),
+				Payload:      s.slab.copy(f.Payload),
 			}, nil
 		case *wire.Topic:
 			s.topics[f.Index] = f.Name
@@ -309,13 +310,39 @@ func (s *Subscription) Close() error {
 	return nil
 }
 
-func fromWireHeaders(hs []wire.Header) []Header {
+// slab copies delivered payloads out of the frame reader's buffer (which the next frame
+// overwrites) into shared chunks that are never reused, so small records cost an allocation
+// per chunk instead of one per record. A record kept by the application keeps at most one
+// chunk alive. Owned by the goroutine holding readMu.
+type slab struct{ buf []byte }
+
+const (
+	slabChunk = 8 << 10 // bounds what one retained small record keeps alive
+	slabMax   = 2 << 10 // larger values get their own allocation
+)
+
+func (s *slab) copy(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte{}
+	}
+	if len(b) > slabMax {
+		return append(make([]byte, 0, len(b)), b...)
+	}
+	if cap(s.buf)-len(s.buf) < len(b) {
+		s.buf = make([]byte, 0, slabChunk)
+	}
+	start := len(s.buf)
+	s.buf = append(s.buf, b...)
+	return s.buf[start:len(s.buf):len(s.buf)]
+}
+
+func (s *slab) headers(hs []wire.Header) []Header {
 	if len(hs) == 0 {
 		return nil
 	}
 	out := make([]Header, len(hs))
 	for i, h := range hs {
-		out[i] = Header{Key: h.Key, Value: h.Value}
+		out[i] = Header{Key: h.Key, Value: s.copy(h.Value)}
 	}
 	return out
 }

@@ -172,8 +172,22 @@ func checkRecord(key, val []byte) (time int64, pos uint64, reason string) {
 }
 
 // slab hands out copies of small byte slices from shared chunks, so decoding
-// a batch of records costs a few allocations instead of one per payload.
-type slab struct{ buf []byte }
+// a batch of records costs a few allocations instead of one per payload. It
+// also keeps the last origin region and producer ID decoded, which repeat from
+// record to record, so that each is converted to a string once per batch.
+type slab struct {
+	buf              []byte
+	region, producer string
+}
+
+// str returns b as a string, reusing *last when it has the same bytes.
+func (s *slab) str(b []byte, last *string) string {
+	if *last == string(b) { // the comparison does not allocate
+		return *last
+	}
+	*last = string(b)
+	return *last
+}
 
 const slabChunk = 64 << 10
 
@@ -207,14 +221,14 @@ func decodeRecord(key, val []byte, s *slab) (rec Record, reason string) {
 	flags := val[5]
 	d := decoder{b: val[recordFixedLen:]}
 	if flags&flagOrigin != 0 {
-		rec.OriginRegion = d.str()
+		rec.OriginRegion = s.str(d.bytes(), &s.region)
 		rec.OriginOffset = d.uvarint()
 		if d.bad == "" && rec.OriginRegion == "" {
 			d.bad = "empty origin region"
 		}
 	}
 	if flags&flagProducer != 0 {
-		rec.ProducerID = d.str()
+		rec.ProducerID = s.str(d.bytes(), &s.producer)
 		rec.Sequence = d.uvarint()
 		if d.bad == "" && rec.ProducerID == "" && rec.Sequence == 0 {
 			d.bad = "empty producer"

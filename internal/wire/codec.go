@@ -69,11 +69,39 @@ func (e enc) headers(hs []Header) enc {
 // dec reads body fields. The first error sticks; later reads return zero values, so decode
 // functions read every field and check d.err once at the end.
 type dec struct {
-	b    []byte
-	lim  *Limits
-	typ  Type
-	err  error
-	what string // the field being read, for error messages
+	b     []byte
+	lim   *Limits
+	typ   Type
+	err   error
+	what  string    // the field being read, for error messages
+	cache *strCache // nil: every string is a new allocation
+}
+
+// strCache keeps the last string decoded into each slot, for the fields that repeat from one
+// frame to the next of a stream (the topic of every PUBLISH, the origin region and producer
+// of every RECORD): a repeated value is converted once instead of allocated per frame. It
+// belongs to one stream's reading goroutine.
+type strCache [numSlots]string
+
+const (
+	slotTopic = iota
+	slotProducer
+	slotRegion
+	numSlots
+)
+
+// strSlot is str, reusing the previous string of slot when the bytes are the same.
+func (d *dec) strSlot(field string, slot int) string {
+	b := d.bytesMax(field, d.lim.MaxString)
+	if d.cache == nil || len(b) == 0 {
+		return string(b)
+	}
+	if s := d.cache[slot]; s == string(b) { // the comparison does not allocate
+		return s
+	}
+	s := string(b)
+	d.cache[slot] = s
+	return s
 }
 
 func (d *dec) fail(format string, args ...any) {
@@ -83,6 +111,17 @@ func (d *dec) fail(format string, args ...any) {
 }
 
 func (d *dec) uvarint(field string) uint64 {
+	// Most varints on the wire (indexes, lengths, small counters) are one byte: that case
+	// skips binary.Uvarint's loop. It does not look at d.err: after an error every value
+	// read is discarded with the frame.
+	if b := d.b; len(b) > 0 && b[0] < 0x80 {
+		d.b = b[1:]
+		return uint64(b[0])
+	}
+	return d.uvarintSlow(field)
+}
+
+func (d *dec) uvarintSlow(field string) uint64 {
 	if d.err != nil {
 		return 0
 	}
@@ -113,7 +152,8 @@ func (d *dec) byte1(field string) byte {
 }
 
 // bytesMax reads a length-prefixed byte string of at most max bytes. The result aliases the
-// frame body, which the Reader allocates per frame, so it stays valid.
+// frame body, which the Reader allocates per frame for the frame types that keep such slices
+// (aliasesBody), so it stays valid.
 func (d *dec) bytesMax(field string, max int) []byte {
 	if d.err != nil {
 		return nil

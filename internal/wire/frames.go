@@ -325,8 +325,8 @@ func (f *Publish) appendBody(e enc) enc {
 }
 func (f *Publish) decodeBody(d *dec) {
 	f.Seq = d.uvarint("seq")
-	f.Topic = d.str("topic")
-	f.ProducerID = d.str("producer id")
+	f.Topic = d.strSlot("topic", slotTopic)
+	f.ProducerID = d.strSlot("producer id", slotProducer)
 	f.Sequence = d.uvarint("sequence")
 	f.Headers = d.headers()
 	f.Payload = d.bytesMax("payload", d.lim.MaxPayload)
@@ -382,9 +382,9 @@ func (f *Record) decodeBody(d *dec) {
 	f.Index = d.uvarint("index")
 	f.Offset = d.uvarint("offset")
 	f.Time = int64(d.uvarint("time"))
-	f.OriginRegion = d.str("origin region")
+	f.OriginRegion = d.strSlot("origin region", slotRegion)
 	f.OriginOffset = d.uvarint("origin offset")
-	f.ProducerID = d.str("producer id")
+	f.ProducerID = d.strSlot("producer id", slotProducer)
 	f.Sequence = d.uvarint("sequence")
 	f.Headers = d.headers()
 	f.Payload = d.bytesMax("payload", d.lim.MaxPayload)

@@ -23,29 +23,88 @@ func Append(dst []byte, f Frame) []byte {
 // ErrFrameTooLarge before any body byte is needed.
 func Decode(b []byte, lim Limits) (Frame, int, error) {
 	lim = lim.WithDefaults()
-	if len(b) < headerLen {
-		return nil, 0, io.ErrUnexpectedEOF
-	}
-	t, n, err := parseHeader(b[:headerLen], &lim)
+	t, n, err := frameAt(b, &lim)
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(b)-headerLen < n {
-		return nil, 0, io.ErrUnexpectedEOF
-	}
 	body := make([]byte, n)
 	copy(body, b[headerLen:headerLen+n])
-	f, err := decodeBody(t, body, &lim)
+	f, err := decodeBody(t, body, &lim, nil)
 	if err != nil {
 		return nil, 0, err
 	}
 	return f, headerLen + n, nil
 }
 
+// frameAt checks the header of the frame at the start of b and that its body is complete.
+func frameAt(b []byte, lim *Limits) (Type, int, error) {
+	if len(b) < headerLen {
+		return 0, 0, io.ErrUnexpectedEOF
+	}
+	t, n, err := parseHeader(b[:headerLen], lim)
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(b)-headerLen < n {
+		return 0, 0, io.ErrUnexpectedEOF
+	}
+	return t, n, nil
+}
+
+// Decoder decodes the frames of one stream from the caller's buffer, like Decode, but
+// without Decode's per-frame costs on the hot path of a subscription: a RECORD frame is
+// decoded into one Record the Decoder reuses, its byte slices aliasing the caller's buffer
+// instead of a copy of the body, and repeated strings (origin region, producer) are
+// converted once. One goroutine owns a Decoder.
+type Decoder struct {
+	lim   Limits
+	cache strCache
+	rec   Record
+}
+
+// NewDecoder returns a Decoder enforcing lim (zero fields take defaults).
+func NewDecoder(lim Limits) *Decoder { return &Decoder{lim: lim.WithDefaults()} }
+
+// Decode is Decode(b, lim), except that a RECORD frame comes back as the Decoder's own
+// *Record: it is overwritten by the next call, and its Payload and header values alias b.
+// A caller that keeps them past the next change of b copies them first.
+func (d *Decoder) Decode(b []byte) (Frame, int, error) {
+	t, n, err := frameAt(b, &d.lim)
+	if err != nil {
+		return nil, 0, err
+	}
+	if t != TypeRecord {
+		body := b[headerLen : headerLen+n : headerLen+n]
+		if aliasesBody(t) {
+			body = append([]byte(nil), body...)
+		}
+		f, err := decodeBody(t, body, &d.lim, &d.cache)
+		if err != nil {
+			return nil, 0, err
+		}
+		return f, headerLen + n, nil
+	}
+	dc := dec{b: b[headerLen : headerLen+n : headerLen+n], lim: &d.lim, typ: t, cache: &d.cache}
+	d.rec.decodeBody(&dc)
+	if err := dc.end(); err != nil {
+		d.rec = Record{}
+		return nil, 0, err
+	}
+	return &d.rec, headerLen + n, nil
+}
+
+// knownType[t] says whether t is a frame type: newFrame's answer without its allocation.
+var knownType = func() (k [256]bool) {
+	for t := range typeNames {
+		k[t] = true
+	}
+	return k
+}()
+
 func parseHeader(h []byte, lim *Limits) (Type, int, error) {
 	t := Type(h[0])
 	n := binary.BigEndian.Uint32(h[1:headerLen])
-	if newFrame(t) == nil {
+	if !knownType[t] {
 		return t, 0, fmt.Errorf("%w: unknown frame type 0x%02x", ErrMalformed, byte(t))
 	}
 	if uint64(n) > uint64(lim.MaxFrame) {
@@ -55,9 +114,9 @@ func parseHeader(h []byte, lim *Limits) (Type, int, error) {
 }
 
 // decodeBody parses body as a frame of type t. Decoded byte slices alias body.
-func decodeBody(t Type, body []byte, lim *Limits) (Frame, error) {
+func decodeBody(t Type, body []byte, lim *Limits, cache *strCache) (Frame, error) {
 	f := newFrame(t)
-	d := dec{b: body, lim: lim, typ: t}
+	d := dec{b: body, lim: lim, typ: t, cache: cache}
 	f.decodeBody(&d)
 	if err := d.end(); err != nil {
 		return nil, err
@@ -68,10 +127,20 @@ func decodeBody(t Type, body []byte, lim *Limits) (Frame, error) {
 // Reader reads frames from a stream. It is not safe for concurrent use: one goroutine owns
 // each stream's reading side.
 type Reader struct {
-	r   *bufio.Reader
-	lim Limits
-	hdr [headerLen]byte
+	r       *bufio.Reader
+	lim     Limits
+	hdr     [headerLen]byte
+	cache   strCache // repeated topics and producers are converted once
+	scratch []byte   // body of the last frame whose decoded value does not alias it
 }
+
+// maxScratch bounds the body buffer a Reader keeps between frames.
+const maxScratch = 4 << 10
+
+// aliasesBody reports whether a decoded frame of type t keeps slices of its body (payloads,
+// header values: every frame type whose decoder calls bytesMax or headers), which then needs
+// a body of its own per frame. A new frame type with a bytes field must be added here.
+func aliasesBody(t Type) bool { return t == TypePublish || t == TypeRecord }
 
 // NewReader returns a Reader enforcing lim (zero fields take defaults), buffering 16 KiB.
 func NewReader(r io.Reader, lim Limits) *Reader { return NewReaderSize(r, lim, 16<<10) }
@@ -96,11 +165,19 @@ func (r *Reader) Read() (Frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	body := make([]byte, n)
+	var body []byte
+	if aliasesBody(t) || n > maxScratch {
+		body = make([]byte, n)
+	} else {
+		if cap(r.scratch) < n {
+			r.scratch = make([]byte, max(n, 256))
+		}
+		body = r.scratch[:n]
+	}
 	if _, err := io.ReadFull(r.r, body); err != nil {
 		return nil, noEOF(err)
 	}
-	return decodeBody(t, body, &r.lim)
+	return decodeBody(t, body, &r.lim, &r.cache)
 }
 
 // Bytes returns the stream's remaining bytes, starting with what the Reader has buffered,
