@@ -40,7 +40,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	if withData {
 		fs.StringVar(&f.data, "data", "", "data directory: the log (DATA/log) and generated TLS material (DATA/tls) (required)")
 		fs.StringVar(&f.listen, "listen", "127.0.0.1:7400", "UDP address of the QUIC client listener (port 0: any free port)")
-		fs.StringVar(&f.metrics, "metrics", "", "HTTP address for Prometheus metrics at /metrics, e.g. 127.0.0.1:9400 (empty: off)")
+		fs.StringVar(&f.metrics, "metrics", "", "HTTP address of /metrics (Prometheus) and the admin API /v1/ (members, links, migrate), e.g. 127.0.0.1:9400; operators only (empty: off)")
 		fs.StringVar(&f.region, "region", "local", "region this node belongs to")
 		fs.StringVar(&f.name, "name", "", "node name (default: the host name)")
 		fs.StringVar(&f.caDir, "ca-dir", "", "the mesh CA directory (ca.pem + ca-key.pem), created if absent; every node started with the same directory trusts the others (default DATA/tls)")
