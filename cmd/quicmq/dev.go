@@ -25,6 +25,9 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	data := fs.String("data", "", "data directory (default: a new temporary directory)")
 	regions := fs.String("regions", "eu,us,ap", "comma-separated regions, one node each")
 	keep := fs.Bool("keep", false, "keep the temporary data directory on exit")
+	// Three nodes logging at info would bury the banner that says how to connect.
+	f.logLevel = "warn"
+	fs.Lookup("log-level").DefValue = "warn"
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
