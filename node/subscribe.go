@@ -320,9 +320,26 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 	n := sub.s.n
 	sent := 0
 	for _, c := range sub.cursors {
-		recs, err := n.wal.Read(c.topic, c.next, 1024, n.cfg.ReadAhead)
+		got, bytes, err := sub.readCursor(c)
+		if got > 0 {
+			// Count the batch as delivered before it is written: the client may ACK a
+			// record as soon as it arrives.
+			sub.mu.Lock()
+			sub.mu.bound[c.index].delivered = c.next
+			sub.mu.next[c.topic] = c.next
+			sub.mu.Unlock()
+			sent += got
+			sub.series.records.Add(float64(got))
+			sub.series.bytes.Add(float64(bytes))
+			// Write this cursor's batch (at most ReadAhead bytes) before reading the next:
+			// the read-ahead bounds what a subscription holds, whatever its lag.
+			if sub.flush() != nil {
+				return sent, nil
+			}
+		}
 		var oor *wal.OffsetOutOfRangeError
 		switch {
+		case err == nil:
 		case errors.As(err, &oor):
 			// Retention deleted records this subscription had not reached: say so, skip them.
 			if err := sub.bind(c); err != nil {
@@ -334,54 +351,47 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			sub.mu.next[c.topic] = c.next
 			sub.mu.Unlock()
 			sent++
-			continue
 		case errors.Is(err, wal.ErrUnknownTopic):
-			continue
 		case errors.Is(err, wal.ErrClosed):
 			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
-		case err != nil:
+		default:
 			n.log.Error("subscription read failed", "topic", c.topic, "offset", c.next, "err", err)
 			return sent, wire.Errorf(wire.CodeInternal, "read %q at offset %d: %v", c.topic, c.next, err)
 		}
-		if len(recs) == 0 {
-			continue
-		}
-		if err := sub.bind(c); err != nil {
-			return sent, nil
-		}
-		// Count the batch as delivered before writing it: the writer flushes on its own as
-		// its buffer fills, and the client may ACK a record before this loop ends.
-		c.next = recs[len(recs)-1].Offset + 1
-		sub.mu.Lock()
-		sub.mu.bound[c.index].delivered = c.next
-		sub.mu.next[c.topic] = c.next
-		sub.mu.Unlock()
-		bytes := 0
-		for i := range recs {
-			rec := &recs[i]
-			origin := rec.OriginRegion
-			if origin == "" {
-				origin = n.cfg.Region
-			}
-			sub.rec = wire.Record{ // one frame value, reused: Write encodes it at once
-				Index: c.index, Offset: rec.Offset, Time: rec.Time,
-				OriginRegion: origin, OriginOffset: rec.OriginOffset,
-				ProducerID: rec.ProducerID, Sequence: rec.Sequence,
-				Headers: wireHeaders(rec.Headers), Payload: rec.Payload,
-			}
-			if err := sub.w.Write(&sub.rec); err != nil {
-				return sent, nil
-			}
-			bytes += len(rec.Payload)
-		}
-		sent += len(recs)
-		sub.series.records.Add(float64(len(recs)))
-		sub.series.bytes.Add(float64(bytes))
 	}
 	return sent, nil
 }
 
-// bind sends the TOPIC frame for c before its first record or gap.
+// readCursor encodes c's available records (at most ReadAhead bytes) into the stream's
+// buffer straight from the log's memory, with no copy and no blocking while the log's
+// iterator is open, and advances c. It returns the records and payload bytes encoded, and
+// the log's error, if any, about the record after them.
+func (sub *subscription) readCursor(c *cursor) (int, int, error) {
+	n := sub.s.n
+	bytes := 0
+	got, err := n.wal.ReadFunc(c.topic, c.next, 1024, n.cfg.ReadAhead, func(rec *wal.Record) error {
+		if !c.bound {
+			sub.bind(c)
+		}
+		origin := rec.OriginRegion
+		if origin == "" {
+			origin = n.cfg.Region
+		}
+		sub.rec = wire.Record{ // one frame value, reused: Buffer encodes it at once
+			Index: c.index, Offset: rec.Offset, Time: rec.Time,
+			OriginRegion: origin, OriginOffset: rec.OriginOffset,
+			ProducerID: rec.ProducerID, Sequence: rec.Sequence,
+			Headers: wireHeaders(rec.Headers), Payload: rec.Payload,
+		}
+		sub.w.Buffer(&sub.rec)
+		bytes += len(rec.Payload)
+		c.next = rec.Offset + 1
+		return nil
+	})
+	return got, bytes, err
+}
+
+// bind buffers the TOPIC frame for c before its first record or gap. It never blocks.
 func (sub *subscription) bind(c *cursor) error {
 	if c.bound {
 		return nil
@@ -391,7 +401,8 @@ func (sub *subscription) bind(c *cursor) error {
 	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next})
 	sub.mu.Unlock()
 	c.bound = true
-	return sub.w.Write(&wire.Topic{Index: c.index, Name: c.topic})
+	sub.w.Buffer(&wire.Topic{Index: c.index, Name: c.topic})
+	return nil
 }
 
 // flush writes buffered frames, counting the time the write was blocked.

@@ -64,15 +64,39 @@ func (l *Log) Topics() []TopicInfo {
 // *OffsetOutOfRangeError; an unknown topic ErrUnknownTopic. The records own
 // their bytes (copied out of Pebble).
 func (l *Log) Read(topic string, from uint64, maxRecords int, maxBytes int) ([]Record, error) {
+	var s slab
+	var out []Record
+	if _, err := l.scan(topic, from, maxRecords, maxBytes, &s, func(r *Record) error {
+		out = append(out, *r)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReadFunc is Read without the copies: it calls fn for each record in offset order, with a
+// record whose byte slices point into Pebble's memory and are valid only until fn returns
+// (strings stay valid). fn must not block: the read holds an iterator open. It returns how
+// many records fn accepted; on an error after some records (a corrupt one, a retention race)
+// those records were good, and the error concerns the next one. An error from fn stops the
+// read and is returned as it is.
+func (l *Log) ReadFunc(topic string, from uint64, maxRecords int, maxBytes int, fn func(*Record) error) (int, error) {
+	s := slab{alias: true}
+	return l.scan(topic, from, maxRecords, maxBytes, &s, fn)
+}
+
+// scan is the loop of Read and ReadFunc; s decides whether values are copied.
+func (l *Log) scan(topic string, from uint64, maxRecords int, maxBytes int, s *slab, fn func(*Record) error) (int, error) {
 	v, ok := l.view(topic)
 	if !ok {
-		return nil, fmt.Errorf("wal: read %q: %w", topic, ErrUnknownTopic)
+		return 0, fmt.Errorf("wal: read %q: %w", topic, ErrUnknownTopic)
 	}
 	if from < v.first {
-		return nil, &OffsetOutOfRangeError{Topic: topic, Offset: from, First: v.first, Next: v.hwm}
+		return 0, &OffsetOutOfRangeError{Topic: topic, Offset: from, First: v.first, Next: v.hwm}
 	}
 	if from >= v.hwm {
-		return nil, nil
+		return 0, nil
 	}
 	end := v.hwm
 	if maxRecords > 0 && uint64(maxRecords) < end-from {
@@ -80,7 +104,7 @@ func (l *Log) Read(topic string, from uint64, maxRecords int, maxBytes int) ([]R
 	}
 	db, err := l.readDB()
 	if err != nil {
-		return nil, fmt.Errorf("wal: read %q: %w", topic, err)
+		return 0, fmt.Errorf("wal: read %q: %w", topic, err)
 	}
 	defer l.db.RUnlock()
 	it, err := db.NewIter(&pebble.IterOptions{
@@ -88,39 +112,41 @@ func (l *Log) Read(topic string, from uint64, maxRecords int, maxBytes int) ([]R
 		UpperBound: recordKey(v.t.id, end),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("wal: read %q: %w", topic, err)
+		return 0, fmt.Errorf("wal: read %q: %w", topic, err)
 	}
 	defer it.Close()
 
-	var s slab
-	out := make([]Record, 0, min(end-from, 1024))
+	n := 0
 	next, size := from, 0
 	for ok := it.First(); ok; ok = it.Next() {
 		val, err := it.ValueAndErr()
 		if err != nil {
-			return nil, fmt.Errorf("wal: read %q at %d: %w", topic, next, err)
+			return n, fmt.Errorf("wal: read %q at %d: %w", topic, next, err)
 		}
-		if maxBytes > 0 && len(out) > 0 && size+len(val) > maxBytes {
-			return out, nil
+		if maxBytes > 0 && n > 0 && size+len(val) > maxBytes {
+			return n, nil
 		}
 		if _, off, _ := parseRecordKey(it.Key()); off != next {
-			return nil, l.missing(v, next)
+			return n, l.missing(v, next)
 		}
-		rec, reason := decodeRecord(it.Key(), val, &s)
+		rec, reason := decodeRecord(it.Key(), val, s)
 		if reason != "" {
-			return nil, &CorruptError{Topic: topic, Offset: next, Reason: reason}
+			return n, &CorruptError{Topic: topic, Offset: next, Reason: reason}
 		}
-		out = append(out, rec)
+		if err := fn(&rec); err != nil {
+			return n, err
+		}
+		n++
 		size += len(val)
 		next++
 	}
 	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("wal: read %q at %d: %w", topic, next, err)
+		return n, fmt.Errorf("wal: read %q at %d: %w", topic, next, err)
 	}
 	if next < end {
-		return nil, l.missing(v, next)
+		return n, l.missing(v, next)
 	}
-	return out, nil
+	return n, nil
 }
 
 // missing explains a durable offset that Pebble did not return: retention

@@ -178,6 +178,7 @@ func checkRecord(key, val []byte) (time int64, pos uint64, reason string) {
 type slab struct {
 	buf              []byte
 	region, producer string
+	alias            bool // copy returns its argument: for ReadFunc, whose records live in the callback only
 }
 
 // str returns b as a string, reusing *last when it has the same bytes.
@@ -192,6 +193,9 @@ func (s *slab) str(b []byte, last *string) string {
 const slabChunk = 64 << 10
 
 func (s *slab) copy(b []byte) []byte {
+	if s.alias {
+		return b
+	}
 	if len(b) > slabChunk/4 {
 		return append(make([]byte, 0, len(b)), b...)
 	}

@@ -226,6 +226,10 @@ func (w *Writer) Write(f Frame) error {
 	return nil
 }
 
+// Buffer appends f to the buffer and never writes, for callers that must not block (the
+// buffer grows; the caller bounds it and calls Flush).
+func (w *Writer) Buffer(f Frame) { w.buf = Append(w.buf, f) }
+
 // Buffered is the number of encoded bytes not yet flushed.
 func (w *Writer) Buffered() int { return len(w.buf) }
 
