@@ -129,44 +129,40 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 	log := f.cfg.Log
 	next := req.From
 	for ctx.Err() == nil {
-		recs, err := log.Read(req.Topic, next, 1024, 256<<10)
-		var oor *wal.OffsetOutOfRangeError
-		switch {
-		case errors.As(err, &oor):
-			w.Write(&wire.Gap{From: next, To: oor.First})
-			next = oor.First
-			continue
-		case errors.Is(err, wal.ErrUnknownTopic):
-			recs = nil
-		case errors.Is(err, wal.ErrClosed):
-			return fail(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
-		case err != nil:
-			return fail(wire.Errorf(wire.CodeInternal, "read %q at %d: %v", req.Topic, next, err))
-		}
-		for i := range recs {
-			rec := &recs[i]
+		// Encode straight from the log's memory into the stream buffer (never blocking while
+		// the log's iterator is open), then write the batch.
+		var scannedTime int64
+		got, err := log.ReadFunc(req.Topic, next, 1024, 256<<10, func(rec *wal.Record) error {
+			next, scannedTime = rec.Offset+1, rec.Time
 			if rec.OriginRegion != "" {
-				continue // mirrored here from another region: that region serves it
+				return nil // mirrored here from another region: that region serves it
 			}
-			if err := w.Write(&wire.Record{
+			w.Buffer(&wire.Record{
 				Offset: rec.Offset, Time: rec.Time,
 				OriginRegion: f.cfg.Region, OriginOffset: rec.Offset,
 				ProducerID: rec.ProducerID, Sequence: rec.Sequence,
 				Headers: wireHeaders(rec.Headers), Payload: rec.Payload,
-			}); err != nil {
-				return err
-			}
+			})
+			return nil
+		})
+		var oor *wal.OffsetOutOfRangeError
+		switch {
+		case err == nil, errors.Is(err, wal.ErrUnknownTopic):
+		case errors.As(err, &oor):
+			w.Buffer(&wire.Gap{From: next, To: oor.First})
+			next = oor.First
+			continue
+		case errors.Is(err, wal.ErrClosed):
+			return fail(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
+		default:
+			w.Flush() // the records before the failed one are good
+			return fail(wire.Errorf(wire.CodeInternal, "read %q at %d: %v", req.Topic, next, err))
 		}
-		var scannedTime int64
-		if len(recs) > 0 {
-			next = recs[len(recs)-1].Offset + 1
-			scannedTime = recs[len(recs)-1].Time
-		}
-		w.Write(f.head(req.Topic, next, scannedTime))
+		w.Buffer(f.head(req.Topic, next, scannedTime))
 		if err := w.Flush(); err != nil {
 			return err
 		}
-		if len(recs) > 0 {
+		if got > 0 {
 			continue
 		}
 		select {
