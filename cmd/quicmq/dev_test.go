@@ -92,3 +92,45 @@ func TestDevMeshCrossRegion(t *testing.T) {
 		t.Fatal("dev did not stop within 30 s of its context ending")
 	}
 }
+
+// quicmq sub --region replays another region's log through the link, from an offset.
+func TestSubRegionReplay(t *testing.T) {
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	exit := make(chan int, 1)
+	go func() {
+		exit <- runMain(ctx, &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr},
+			[]string{"dev", "--listen", "127.0.0.1:0", "--metrics", "", "--regions", "eu,us"})
+	}()
+	defer func() {
+		cancel()
+		<-exit
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(stdout.String(), "Press Ctrl-C") {
+		if time.Now().After(deadline) {
+			t.Fatalf("dev did not start: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	addrs := regexp.MustCompile(`region (\S+)\s+node \S+\s+(127\.0\.0\.1:\d+)`).FindAllStringSubmatch(stdout.String(), -1)
+	ca := regexp.MustCompile(`CA\s+(\S+)`).FindStringSubmatch(stdout.String())[1]
+	eu, us := addrs[0][2], addrs[1][2]
+
+	code, _, errOut := runCLI(t, "a\nb\nc\nd\n", "pub", "--server", eu, "--ca", ca, "--topic", "replay.t")
+	if code != 0 {
+		t.Fatalf("pub: %d %s", code, errOut)
+	}
+	// The us node needs its link to eu; retry until the replay is served.
+	for {
+		code, out, errOut := runCLI(t, "", "sub", "--server", us, "--ca", ca, "--topic", "replay.t",
+			"--region", "eu", "--from", "2", "--count", "2", "--idle", "3s")
+		if code == 0 && out == "2\treplay.t\tc\n3\treplay.t\td\n" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sub --region eu: %d %q %s", code, out, errOut)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

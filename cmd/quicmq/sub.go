@@ -20,13 +20,14 @@ func init() {
 const ackEvery = 256
 
 func runSub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "sub", "--ca FILE --topic PATTERN [--server HOST:PORT] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--count N] [--idle DURATION]")
+	fs := newFlagSet(e, "sub", "--ca FILE --topic PATTERN [--server HOST:PORT] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--region R] [--count N] [--idle DURATION]")
 	var cf clientFlags
 	cf.register(fs)
 	pattern := fs.String("topic", "", "topic or pattern to subscribe to ('*' one token, trailing '>' one or more), e.g. 'orders.>' (required)")
 	from := fs.String("from", "earliest", "where to start in each topic without a stored durable position:\n"+
 		"earliest, latest, an offset (42) or an RFC 3339 time (2025-01-02T15:04:05Z)")
 	durable := fs.String("durable", "", "durable consumer name: resume after the last acknowledged record, and store progress")
+	region := fs.String("region", "", "replay another region's log of the topic directly, through the node's link to it, without storing it here (offsets are that region's)")
 	count := fs.Int("count", 0, "exit after this many records (0: no limit)")
 	idle := fs.Duration("idle", 0, "exit when no record arrived for this long, e.g. 5s (0: wait forever)")
 	if err := parseFlags(fs, args); err != nil {
@@ -55,7 +56,7 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	}
 	defer conn.Close()
 	sctx, cancel := cf.requestCtx(ctx)
-	sub, err := conn.Subscribe(sctx, *pattern, client.SubscribeOptions{From: start, Durable: *durable})
+	sub, err := conn.Subscribe(sctx, *pattern, client.SubscribeOptions{From: start, Durable: *durable, Region: *region})
 	cancel()
 	if err != nil {
 		return err
