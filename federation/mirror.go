@@ -128,7 +128,7 @@ func (m *mirror) once(ctx context.Context, conn *quic.Conn) error {
 			batch = append(batch, wal.Record{
 				OriginRegion: region, OriginOffset: f.OriginOffset,
 				ProducerID: f.ProducerID, Sequence: f.Sequence,
-				Headers: walHeaders(f.Headers), Payload: f.Payload,
+				Headers: f.Headers, Payload: f.Payload,
 			})
 			batchBytes += len(f.Payload)
 		case *wire.Head:
@@ -189,17 +189,6 @@ func (m *mirror) flush(ctx context.Context, batch *[]wal.Record, batchBytes *int
 	*batch = (*batch)[:0:0]
 	*batchBytes = 0
 	return nil
-}
-
-func walHeaders(hs []wire.Header) []wal.Header {
-	if len(hs) == 0 {
-		return nil
-	}
-	out := make([]wal.Header, len(hs))
-	for i, h := range hs {
-		out[i] = wal.Header{Key: h.Key, Value: h.Value}
-	}
-	return out
 }
 
 // lag is the mirror's distance behind the origin, from the serving node's last HEAD: records

@@ -141,7 +141,7 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 				Offset: rec.Offset, Time: rec.Time,
 				OriginRegion: f.cfg.Region, OriginOffset: rec.Offset,
 				ProducerID: rec.ProducerID, Sequence: rec.Sequence,
-				Headers: wireHeaders(rec.Headers), Payload: rec.Payload,
+				Headers: rec.Headers, Payload: rec.Payload,
 			})
 			return nil
 		})
@@ -184,15 +184,4 @@ func (f *Federation) head(topic string, position uint64, scannedTime int64) *wir
 		}
 	}
 	return h
-}
-
-func wireHeaders(hs []wal.Header) []wire.Header {
-	if len(hs) == 0 {
-		return nil
-	}
-	out := make([]wire.Header, len(hs))
-	for i, h := range hs {
-		out[i] = wire.Header{Key: h.Key, Value: h.Value}
-	}
-	return out
 }

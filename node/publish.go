@@ -169,7 +169,7 @@ func (p *publisher) add(pub *wire.Publish) {
 	b.records = append(b.records, wal.Record{
 		ProducerID: pub.ProducerID,
 		Sequence:   pub.Sequence,
-		Headers:    walHeaders(pub.Headers),
+		Headers:    pub.Headers,
 		Payload:    pub.Payload,
 	})
 }
@@ -190,17 +190,6 @@ func (n *Node) checkPublish(pub *wire.Publish) *wire.Error {
 		return wire.Errorf(wire.CodeTooLarge, "headers of %d bytes over the limit of %d", hb, n.cfg.MaxHeaderBytes)
 	}
 	return nil
-}
-
-func walHeaders(hs []wire.Header) []wal.Header {
-	if len(hs) == 0 {
-		return nil
-	}
-	out := make([]wal.Header, len(hs))
-	for i, h := range hs {
-		out[i] = wal.Header{Key: h.Key, Value: h.Value}
-	}
-	return out
 }
 
 // submit hands the batch under construction to the log. The log calls back from its

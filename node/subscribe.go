@@ -381,7 +381,7 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 			Index: c.index, Offset: rec.Offset, Time: rec.Time,
 			OriginRegion: origin, OriginOffset: rec.OriginOffset,
 			ProducerID: rec.ProducerID, Sequence: rec.Sequence,
-			Headers: wireHeaders(rec.Headers), Payload: rec.Payload,
+			Headers: rec.Headers, Payload: rec.Payload,
 		}
 		sub.w.Buffer(&sub.rec)
 		bytes += len(rec.Payload)
@@ -474,15 +474,4 @@ func (sub *subscription) readAcks() *wire.Error {
 			delete(pending, t)
 		}
 	}
-}
-
-func wireHeaders(hs []wal.Header) []wire.Header {
-	if len(hs) == 0 {
-		return nil
-	}
-	out := make([]wire.Header, len(hs))
-	for i, h := range hs {
-		out[i] = wire.Header{Key: h.Key, Value: h.Value}
-	}
-	return out
 }

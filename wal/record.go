@@ -4,13 +4,13 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 	"math/bits"
+
+	"github.com/quicmq/quicmq/internal/wire"
 )
 
-// Header is one record header. Keys need not be unique.
-type Header struct {
-	Key   string
-	Value []byte
-}
+// Header is one record header (a string key, a byte value; keys need not be unique). It is
+// the codec's type, so headers pass between the wire and the log without conversion.
+type Header = wire.Header
 
 // Record is one entry of a topic's log.
 type Record struct {
