@@ -30,6 +30,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/nodetest"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -270,7 +271,7 @@ func benchNodePublish(b *testing.B, clients int, payload []byte) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := publishPipelined(c, topic, payload, share); err != nil {
+			if err := nodetest.PublishPipelined(context.Background(), c, topic, payload, share); err != nil {
 				failed.Store(err)
 			}
 		}()
@@ -295,33 +296,6 @@ func benchNodePublish(b *testing.B, clients int, payload []byte) {
 	key := fmt.Sprintf("publish/%d", clients)
 	medians.add(key+"/rate", b.N, rate)
 	medians.add(key+"/perCommit", b.N, perCommit)
-}
-
-// publishPipelined publishes count records with PublishAsync on c; a second goroutine waits
-// for the acks in order, so the window of unanswered publishes stays full.
-func publishPipelined(c *client.Conn, topic string, payload []byte, count int) error {
-	ctx := context.Background()
-	futures := make(chan *client.Future, 4096)
-	errc := make(chan error, 1)
-	go func() {
-		var first error
-		for f := range futures {
-			if _, err := f.Wait(ctx); err != nil && first == nil {
-				first = err
-			}
-		}
-		errc <- first
-	}()
-	var err error
-	for range count {
-		var f *client.Future
-		if f, err = c.PublishAsync(ctx, client.Message{Topic: topic, Payload: payload}); err != nil {
-			break
-		}
-		futures <- f
-	}
-	close(futures)
-	return errors.Join(err, <-errc)
 }
 
 func benchRawPublish(b *testing.B, writers int, payload []byte) {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/node/nodetest"
 )
 
 // BenchmarkLaggingSubscriberMemory checks invariant I5 on a real `quicmq node` process: a
@@ -113,7 +114,7 @@ func lagRun(b *testing.B, bin string, stalled bool) float64 {
 
 	b.StartTimer()
 	start := time.Now()
-	if err := publishLag(ctx, pub, payload, records); err != nil {
+	if err := nodetest.PublishPipelined(ctx, pub, lagTopic, payload, records); err != nil {
 		b.Fatal(err)
 	}
 	elapsed := time.Since(start)
@@ -148,31 +149,6 @@ func lagRun(b *testing.B, bin string, stalled bool) float64 {
 	b.ReportMetric(float64(records)/elapsed.Seconds(), "records/s")
 	b.ReportMetric(cpu.Seconds()*1e6/float64(records), "node-cpu-µs/record")
 	return growth
-}
-
-// publishLag publishes count records pipelined on c; a second goroutine waits for the acks.
-func publishLag(ctx context.Context, c *client.Conn, payload []byte, count int) error {
-	futures := make(chan *client.Future, 4096)
-	errc := make(chan error, 1)
-	go func() {
-		var first error
-		for f := range futures {
-			if _, err := f.Wait(ctx); err != nil && first == nil {
-				first = err
-			}
-		}
-		errc <- first
-	}()
-	var err error
-	for range count {
-		var f *client.Future
-		if f, err = c.PublishAsync(ctx, client.Message{Topic: lagTopic, Payload: payload}); err != nil {
-			break
-		}
-		futures <- f
-	}
-	close(futures)
-	return errors.Join(err, <-errc)
 }
 
 // lagBinary builds this command into b's temporary directory, so that the benchmark runs

@@ -1,13 +1,16 @@
-// Package nodetest starts real nodes for the tests of other packages (the SDK, the CLI): on
-// 127.0.0.1 port 0, data in t.TempDir(), stopped by t.Cleanup.
+// Package nodetest starts real nodes for the tests and benchmarks of other packages (the SDK,
+// the CLI): on 127.0.0.1 port 0, data in t.TempDir(), stopped by t.Cleanup. It also holds the
+// pipelined publisher those benchmarks share.
 package nodetest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
 )
@@ -43,4 +46,31 @@ func Start(t testing.TB, mod ...func(*node.Config)) (n *node.Node, stop func()) 
 	}
 	t.Cleanup(stop)
 	return n, stop
+}
+
+// PublishPipelined publishes count records of payload to topic with PublishAsync; a second
+// goroutine waits for the acks in order, so the window of unanswered publishes stays full.
+// It returns the first failure.
+func PublishPipelined(ctx context.Context, c *client.Conn, topic string, payload []byte, count int) error {
+	futures := make(chan *client.Future, 4096)
+	errc := make(chan error, 1)
+	go func() {
+		var first error
+		for f := range futures {
+			if _, err := f.Wait(ctx); err != nil && first == nil {
+				first = err
+			}
+		}
+		errc <- first
+	}()
+	var err error
+	for range count {
+		var f *client.Future
+		if f, err = c.PublishAsync(ctx, client.Message{Topic: topic, Payload: payload}); err != nil {
+			break
+		}
+		futures <- f
+	}
+	close(futures)
+	return errors.Join(err, <-errc)
 }
