@@ -14,7 +14,8 @@ import (
 	"github.com/quicmq/quicmq/wal"
 )
 
-// Peer is a node of another region that links may be dialed to.
+// Peer is a node that links may be dialed to: a node of another region (mirroring) or of
+// this node's own region (placement: the catalog of the topics it owns, and relayed streams).
 type Peer struct {
 	Region string
 	Name   string // also the TLS server name its certificate is checked against
@@ -31,12 +32,22 @@ type Config struct {
 	// TLS is the client-side configuration for dialing peers: this node's certificate and the
 	// mesh CA as roots. The ALPN and server name are set per link. Required.
 	TLS *tls.Config
-	// Peers returns the nodes of other regions that have not left. Required. It is called
-	// from the reconcile loop, after PeersChanged and every ReconcileInterval.
+	// Peers returns the nodes of the mesh that have not left, this region's included (this
+	// node itself is ignored). Required. It is called from the reconcile loop, after
+	// PeersChanged and every ReconcileInterval.
 	Peers func() []Peer
 	// Mirror lists topic patterns mirrored from every region whether or not anyone here
 	// subscribes to them.
 	Mirror []string
+	// ShouldMirror reports whether this node is the one of its region that mirrors topic
+	// (its owner: invariant I6). Nil: every wanted topic is mirrored (a one-node region).
+	// Called from link goroutines; it must not block.
+	ShouldMirror func(topic string) bool
+	// OnCatalog is told of each topic whose log a node of this region holds, as that node
+	// announces it; OnCatalogSynced when a node has announced every topic it held when the
+	// link came up. Both are called from the link's goroutines and must not block.
+	OnCatalog       func(peer Peer, topic string)
+	OnCatalogSynced func(peer Peer)
 	// BindHost is the local host of the UDP sockets links dial from (and migrate to).
 	// Default: all interfaces.
 	BindHost string

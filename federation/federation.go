@@ -16,9 +16,11 @@ import (
 )
 
 // ErrNoLink is returned for a region this node has no established link to.
-var ErrNoLink = errors.New("federation: no link to region")
+var ErrNoLink = errors.New("federation: no link to")
 
-// Federation maintains this node's links to the nodes of other regions.
+// Federation maintains this node's links to the other nodes of the mesh: to other regions'
+// nodes for mirroring and pass-through replays, to its own region's nodes for the catalog of
+// which node holds which topic's log, and for relayed publishes and subscriptions.
 type Federation struct {
 	cfg     Config
 	log     *slog.Logger
@@ -103,7 +105,7 @@ func (f *Federation) PeersChanged() {
 func (f *Federation) reconcile(ctx context.Context) {
 	want := make(map[string]Peer)
 	for _, p := range f.cfg.Peers() {
-		if p.Region != f.cfg.Region && p.Addr != "" {
+		if p.Name != f.cfg.Name && p.Addr != "" {
 			want[p.Name] = p
 		}
 	}
@@ -166,6 +168,11 @@ func (f *Federation) patterns() []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// mirrored reports whether topic is wanted and this node is its region's mirror of it.
+func (f *Federation) mirrored(topic string, patterns []string) bool {
+	return f.wanted(topic, patterns) && (f.cfg.ShouldMirror == nil || f.cfg.ShouldMirror(topic))
 }
 
 // wanted reports whether topic matches any watched pattern.
@@ -242,8 +249,39 @@ func (f *Federation) Migrate(ctx context.Context, region string) error {
 // OpenStream opens a stream on an established link to a node of region, for requests that
 // pass through to that region (a direct replay of its log). The caller owns the stream.
 func (f *Federation) OpenStream(ctx context.Context, region string) (*quic.Stream, error) {
+	return f.openStream(ctx, region, func(p Peer) bool { return p.Region == region })
+}
+
+// OpenStreamTo opens a stream on the established link to the node named name (a node of this
+// region, for a relayed publish or subscription). The caller owns the stream.
+func (f *Federation) OpenStreamTo(ctx context.Context, name string) (*quic.Stream, error) {
+	return f.openStream(ctx, name, func(p Peer) bool { return p.Name == name })
+}
+
+// Connected reports whether the link to the node named name is up.
+func (f *Federation) Connected(name string) bool {
+	f.mu.Lock()
+	l := f.mu.links[name]
+	f.mu.Unlock()
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.conn != nil
+}
+
+// Resync asks every link to compare its mirrors with what is wanted now (e.g. after a
+// placement change made this node the owner of a topic).
+func (f *Federation) Resync() {
 	for _, l := range f.links() {
-		if l.peer.Region != region {
+		l.interestChanged()
+	}
+}
+
+func (f *Federation) openStream(ctx context.Context, what string, match func(Peer) bool) (*quic.Stream, error) {
+	for _, l := range f.links() {
+		if !match(l.peer) {
 			continue
 		}
 		l.mu.Lock()
@@ -257,7 +295,7 @@ func (f *Federation) OpenStream(ctx context.Context, region string) (*quic.Strea
 			return str, nil
 		}
 	}
-	return nil, fmt.Errorf("%w %q: no connected link", ErrNoLink, region)
+	return nil, fmt.Errorf("%w %q: no connected link", ErrNoLink, what)
 }
 
 // lockMirror takes the lock of the mirror of topic from region, waiting for a previous

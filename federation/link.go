@@ -207,7 +207,13 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 	}
 	defer str.CancelRead(wire.AppCancelled)
 	w := wire.NewWriter(str)
-	patterns := l.f.patterns()
+	// A node of this region announces every topic it holds (placement needs them all) and
+	// is never mirrored from: its records reach this node's clients by relay.
+	local := l.peer.Region == l.f.cfg.Region
+	patterns := []string{">"}
+	if !local {
+		patterns = l.f.patterns()
+	}
 	w.Write(&wire.Watch{Patterns: patterns})
 	if err := w.Flush(); err != nil {
 		return err
@@ -219,12 +225,14 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		catalogErr <- readCatalog(ctx, str, announced)
+		catalogErr <- l.readCatalog(ctx, str, announced)
 	}()
 
 	topics := make(map[string]bool)
 	for {
-		l.syncMirrors(ctx, conn, &wg, topics, patterns)
+		if !local {
+			l.syncMirrors(ctx, conn, &wg, topics, patterns)
+		}
 		select {
 		case <-ctx.Done():
 			return context.Cause(conn.Context())
@@ -233,6 +241,9 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 		case t := <-announced:
 			topics[t] = true
 		case <-l.interestWake:
+			if local {
+				continue
+			}
 			patterns = l.f.patterns()
 			w.Write(&wire.Watch{Patterns: patterns})
 			if err := w.Flush(); err != nil {
@@ -242,7 +253,9 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 	}
 }
 
-func readCatalog(ctx context.Context, str *quic.Stream, announced chan<- string) error {
+// readCatalog reads the peer's TOPIC announcements, and the SUBSCRIBED that follows the
+// topics it held when the stream began.
+func (l *link) readCatalog(ctx context.Context, str *quic.Stream, announced chan<- string) error {
 	r := wire.NewReader(str, wire.Limits{})
 	for {
 		f, err := r.Read()
@@ -251,10 +264,17 @@ func readCatalog(ctx context.Context, str *quic.Stream, announced chan<- string)
 		}
 		switch f := f.(type) {
 		case *wire.Topic:
+			if cb := l.f.cfg.OnCatalog; cb != nil {
+				cb(l.peer, f.Name)
+			}
 			select {
 			case announced <- f.Name:
 			case <-ctx.Done():
 				return ctx.Err()
+			}
+		case *wire.Subscribed:
+			if cb := l.f.cfg.OnCatalogSynced; cb != nil {
+				cb(l.peer)
 			}
 		case *wire.ErrorFrame:
 			return f.AsError()
@@ -270,7 +290,7 @@ func (l *link) syncMirrors(ctx context.Context, conn *quic.Conn, wg *sync.WaitGr
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for t, m := range l.mu.mirrors {
-		if !l.f.wanted(t, patterns) {
+		if !l.f.mirrored(t, patterns) {
 			m.stop()
 		}
 		// A stopped mirror stays until it has ended, so its successor never overlaps it.
@@ -279,7 +299,7 @@ func (l *link) syncMirrors(ctx context.Context, conn *quic.Conn, wg *sync.WaitGr
 		}
 	}
 	for t := range topics {
-		if _, ok := l.mu.mirrors[t]; ok || !l.f.wanted(t, patterns) {
+		if _, ok := l.mu.mirrors[t]; ok || !l.f.mirrored(t, patterns) {
 			continue
 		}
 		m := newMirror(l, t)

@@ -66,6 +66,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	patterns := validPatterns(first.Patterns)
 	announced := make(map[string]bool)
 	w := wire.NewWriter(str)
+	synced := false
 	for {
 		for _, t := range f.cfg.Log.Topics() {
 			if announced[t.Name] || !f.wanted(t.Name, patterns) {
@@ -73,6 +74,12 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			}
 			announced[t.Name] = true
 			w.Write(&wire.Topic{Name: t.Name})
+		}
+		if !synced {
+			// Every topic held when the stream began is announced: the peer may now decide
+			// that a topic it has not heard of is not held here.
+			w.Write(&wire.Subscribed{})
+			synced = true
 		}
 		if err := w.Flush(); err != nil {
 			return err

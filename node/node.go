@@ -44,7 +44,8 @@ type Node struct {
 	interest *routing.Table[*subscription]
 
 	gossip *gossip.Gossip         // nil without GossipLAN
-	fed    *federation.Federation // nil without GossipWAN
+	fed    *federation.Federation // links to the other nodes of the mesh; nil without GossipLAN
+	place  *placement             // which node of the region owns which topic; nil without GossipLAN
 
 	stop      chan struct{} // closed by Close: every session drains
 	stopOnce  sync.Once
@@ -144,18 +145,19 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		return fmt.Errorf("node: gossip: %w", err)
 	}
 	n.gossip = g
-	if c.GossipWAN == "" {
-		return nil
-	}
+	n.place = newPlacement(n)
 	n.fed, err = federation.New(federation.Config{
 		Region: c.Region, Name: c.Name,
-		Log:        n.wal,
-		TLS:        t.peer,
-		Peers:      n.peers,
-		Mirror:     c.Mirror,
-		Logger:     n.log,
-		Registerer: n.reg,
-		Now:        c.Now,
+		Log:             n.wal,
+		TLS:             t.peer,
+		Peers:           n.peers,
+		Mirror:          c.Mirror,
+		ShouldMirror:    n.place.shouldMirror,
+		OnCatalog:       n.place.onCatalog,
+		OnCatalogSynced: n.place.onCatalogSynced,
+		Logger:          n.log,
+		Registerer:      n.reg,
+		Now:             c.Now,
 	})
 	if err != nil {
 		g.Close()
@@ -174,11 +176,12 @@ func (n *Node) advertise() string {
 	return n.Addr().String()
 }
 
-// peers lists the nodes of other regions that have not left, for the federation's links.
+// peers lists the other nodes of the mesh that have not left, for the federation's links:
+// other regions' nodes (mirroring) and this region's (placement catalogs and relays).
 func (n *Node) peers() []federation.Peer {
 	var out []federation.Peer
 	for _, m := range n.gossip.Members() {
-		if m.Region == n.cfg.Region || m.Status == gossip.StatusLeft || m.Tags[tagQUIC] == "" {
+		if m.Name == n.cfg.Name || m.Region == "" || m.Status == gossip.StatusLeft || m.Tags[tagQUIC] == "" {
 			continue
 		}
 		out = append(out, federation.Peer{Region: m.Region, Name: m.Name, Addr: m.Tags[tagQUIC]})
@@ -413,6 +416,7 @@ func (n *Node) runMesh(ctx context.Context) *sync.WaitGroup {
 				return
 			case <-events:
 				n.fed.PeersChanged()
+				n.place.membersChanged()
 			}
 		}
 	}()

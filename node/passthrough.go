@@ -1,8 +1,13 @@
 package node
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/quic-go/quic-go"
@@ -10,29 +15,54 @@ import (
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
-// passThrough serves a subscription (already counted against the connection's limit) on another region's log ("T in region R from offset N"):
-// it opens a stream on the link to R, forwards the SUBSCRIBE, and copies bytes both ways
-// without storing anything locally. Flow control stays end to end: when the client stops
-// reading, the copy stops, the link stream's window fills and R's subscription blocks, with
-// no buffer here beyond the copy's.
-func (s *session) passThrough(str *quic.Stream, r *wire.Reader, req *wire.Subscribe, refuse func(*wire.Error)) {
+// upstreamTarget is where a subscription is passed on to: a node of another region (a
+// direct replay of that region's log) or the node of this region that owns the topic.
+type upstreamTarget struct {
+	what   string // for errors: `region "us"` or `node "eu-2" (owner of "orders")`
+	region string // the Region the forwarded SUBSCRIBE carries
+	open   func(ctx context.Context) (*quic.Stream, error)
+}
+
+func (n *Node) regionTarget(region string) upstreamTarget {
+	return upstreamTarget{
+		what: fmt.Sprintf("region %q", region),
+		open: func(ctx context.Context) (*quic.Stream, error) { return n.fed.OpenStream(ctx, region) },
+	}
+}
+
+func (n *Node) ownerTarget(owner, topic string) upstreamTarget {
+	return upstreamTarget{
+		what:   fmt.Sprintf("node %q (owner of %q in region %q)", owner, topic, n.cfg.Region),
+		region: n.cfg.Region,
+		open:   func(ctx context.Context) (*quic.Stream, error) { return n.fed.OpenStreamTo(ctx, owner) },
+	}
+}
+
+// passThrough serves a subscription (already counted against the connection's limit) from
+// another node's log: another region's ("T in region R from offset N"), or the owner of the
+// topic in this region. It opens a stream on the link, forwards the SUBSCRIBE, and copies
+// whole frames both ways without storing anything. Flow control stays end to end: when the
+// client stops reading, the copy stops, the link stream's window fills and the upstream
+// subscription blocks, with no buffer here beyond the copy's. When the upstream fails, the
+// client gets an ERROR naming it (the copy keeps frames whole so that one can follow).
+func (s *session) passThrough(str *quic.Stream, r *wire.Reader, req *wire.Subscribe, t upstreamTarget, refuse func(*wire.Error)) {
 	n := s.n
 	if n.fed == nil {
-		refuse(wire.Errorf(wire.CodeUnavailable, "region %q: this node has no links to other regions", req.Region))
+		refuse(wire.Errorf(wire.CodeUnavailable, "%s: this node has no links to other nodes", t.what))
 		return
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	remote, err := n.fed.OpenStream(ctx, req.Region)
+	remote, err := t.open(ctx)
 	if err != nil {
-		refuse(wire.Errorf(wire.CodeUnavailable, "region %q: %v", req.Region, err))
+		refuse(wire.Errorf(wire.CodeUnavailable, "%s: %v", t.what, err))
 		return
 	}
 	fwd := *req
-	fwd.Region = ""
+	fwd.Region = t.region
 	if _, err := remote.Write(wire.Append(nil, &fwd)); err != nil {
 		remote.CancelRead(wire.AppCancelled)
-		refuse(wire.Errorf(wire.CodeUnavailable, "region %q: %v", req.Region, err))
+		refuse(wire.Errorf(wire.CodeUnavailable, "%s: %v", t.what, err))
 		return
 	}
 	n.metrics.subscriptions.Inc()
@@ -42,9 +72,14 @@ func (s *session) passThrough(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	wg.Add(2)
 	go func() { // records: remote -> client
 		defer wg.Done()
-		io.Copy(str, remote)
+		defer cancel()
+		err := copyFrames(str, remote, n.limits.MaxFrame)
+		if err != nil && ctx.Err() == nil && !errors.Is(err, errDownstream) {
+			w := wire.NewWriter(str)
+			w.Write(&wire.ErrorFrame{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: the stream from it broke: %v", t.what, err)})
+			w.Flush()
+		}
 		str.Close()
-		cancel()
 	}()
 	go func() { // acks: client -> remote, starting with what the client already sent
 		defer wg.Done()
@@ -56,4 +91,45 @@ func (s *session) passThrough(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	remote.CancelWrite(wire.AppCancelled)
 	str.CancelRead(wire.AppCancelled)
 	wg.Wait()
+}
+
+// errDownstream marks a failed write to the client: nothing can be told to it.
+var errDownstream = errors.New("node: client stream write failed")
+
+// copyFrames copies whole frames from src to dst until src ends cleanly (nil) or fails. It
+// writes whatever complete frames it has before it blocks on src, so latency is that of the
+// upstream, and never writes part of a frame.
+func copyFrames(dst io.Writer, src io.Reader, maxFrame int) error {
+	br := bufio.NewReaderSize(src, 32<<10)
+	out := make([]byte, 0, 32<<10)
+	var hdr [5]byte
+	for {
+		if len(out) > 0 && (br.Buffered() < len(hdr) || len(out) >= 256<<10) {
+			if _, err := dst.Write(out); err != nil {
+				return errDownstream
+			}
+			out = out[:0]
+		}
+		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				if len(out) > 0 {
+					if _, err := dst.Write(out); err != nil {
+						return errDownstream
+					}
+				}
+				return nil
+			}
+			return err
+		}
+		size := int(binary.BigEndian.Uint32(hdr[1:]))
+		if size > maxFrame {
+			return fmt.Errorf("%w: a frame of %d bytes from upstream", wire.ErrFrameTooLarge, size)
+		}
+		out = append(out, hdr[:]...)
+		start := len(out)
+		out = slices.Grow(out, size)[:start+size]
+		if _, err := io.ReadFull(br, out[start:]); err != nil {
+			return fmt.Errorf("frame cut short: %w", err)
+		}
+	}
 }

@@ -41,7 +41,9 @@ type publisher struct {
 		readDone bool
 	}
 
-	batch *pendingBatch // being built by the reader; not yet submitted
+	batch   *pendingBatch           // being built by the reader; not yet submitted
+	relays  map[string]*relayStream // by owner node: owned by the reader goroutine
+	relayWG sync.WaitGroup          // relay answer readers
 }
 
 // pendingBatch is one append request (or one refused publish) waiting for its answer.
@@ -54,6 +56,13 @@ type pendingBatch struct {
 	err     *wire.Error // refused before or by the append
 	res     wal.AppendResult
 	done    bool
+
+	// A batch relayed to the topic's owner is answered record by record.
+	relayTo  string        // the owner node, or "" for this node's log
+	offsets  []uint64      // per record, from the owner's acks
+	times    []int64       // per record
+	errs     []*wire.Error // per record, from the owner's refusals
+	answered int
 }
 
 func newPublisher(s *session, str *quic.Stream, r *wire.Reader) *publisher {
@@ -86,7 +95,11 @@ func (p *publisher) run(first *wire.Publish) {
 	p.mu.readDone = true
 	p.mu.Unlock()
 	p.signal()
+	for _, rs := range p.relays {
+		rs.str.Close() // the owner answers what it read, then ends its side
+	}
 	<-writerDone
+	p.relayWG.Wait()
 
 	if streamErr != nil {
 		p.s.failStream(p.str, streamErr)
@@ -161,7 +174,12 @@ func (p *publisher) add(pub *wire.Publish) {
 		p.submit()
 	}
 	if p.batch == nil {
-		p.batch = &pendingBatch{topic: pub.Topic, read: time.Now()}
+		owner, e := p.route(pub.Topic)
+		if e != nil {
+			p.enqueue(&pendingBatch{seqs: []uint64{pub.Seq}, err: e, done: true, read: time.Now()})
+			return
+		}
+		p.batch = &pendingBatch{topic: pub.Topic, read: time.Now(), relayTo: owner}
 	}
 	b := p.batch
 	b.seqs = append(b.seqs, pub.Seq)
@@ -202,6 +220,10 @@ func (p *publisher) submit() {
 	}
 	p.batch = nil
 	p.enqueue(b)
+	if b.relayTo != "" {
+		p.relay(b)
+		return
+	}
 	p.s.n.wal.AppendAsync(wal.AppendRequest{Topic: b.topic, Records: b.records}, func(res wal.AppendResult) {
 		p.mu.Lock()
 		b.res, b.done = res, true
@@ -250,13 +272,23 @@ func (p *publisher) writeAnswers() {
 			if b.err == nil && b.res.Err != nil {
 				b.err = appendError(b.res.Err)
 			}
+			ok := 0
 			for i, seq := range b.seqs {
 				var f wire.Frame
-				if b.err != nil {
-					f = &wire.PublishError{Seq: seq, Code: b.err.Code, Message: b.err.Message}
-					m.publishErrors.WithLabelValues(strconv.FormatUint(uint64(b.err.Code), 10)).Inc()
-				} else {
+				e := b.err
+				if e == nil && b.errs != nil {
+					e = b.errs[i]
+				}
+				switch {
+				case e != nil:
+					f = &wire.PublishError{Seq: seq, Code: e.Code, Message: e.Message}
+					m.publishErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
+				case b.offsets != nil:
+					f = &wire.PublishAck{Seq: seq, Offset: b.offsets[i], Time: b.times[i]}
+					ok++
+				default:
 					f = &wire.PublishAck{Seq: seq, Offset: b.res.First + uint64(i), Time: b.res.Time}
+					ok++
 				}
 				if !writeFailed && w.Write(f) != nil {
 					writeFailed = true
@@ -264,9 +296,11 @@ func (p *publisher) writeAnswers() {
 				}
 				<-p.window
 			}
-			if b.err == nil {
-				m.publishRecords.Add(float64(len(b.seqs)))
-				m.publishBytes.Add(float64(b.bytes))
+			if ok > 0 && b.relayTo == "" { // relayed records count on their owner
+				m.publishRecords.Add(float64(ok))
+				if ok == len(b.seqs) {
+					m.publishBytes.Add(float64(b.bytes))
+				}
 				m.publishLatency.Observe(time.Since(b.read).Seconds())
 			}
 		}

@@ -28,7 +28,8 @@ type session struct {
 	cancel context.CancelFunc
 	ready  chan struct{} // closed after WELCOME: streams wait for it
 
-	peer     bool // a node of another region (ALPN quicmq-peer/1, mutual TLS)
+	peer     bool   // another node of the mesh (ALPN quicmq-peer/1, mutual TLS)
+	peerName string // its name, from its certificate
 	draining atomic.Bool
 	subs     atomic.Int64 // open subscription streams
 	wg       sync.WaitGroup
@@ -58,7 +59,8 @@ func newSession(n *Node, conn *quic.Conn) *session {
 	s.mu.handlers = make(map[streamHandler]struct{})
 	s.peer = conn.ConnectionState().TLS.NegotiatedProtocol == wire.PeerALPN
 	if s.peer {
-		s.log = s.log.With("peer", conn.ConnectionState().TLS.PeerCertificates[0].Subject.CommonName)
+		s.peerName = conn.ConnectionState().TLS.PeerCertificates[0].Subject.CommonName
+		s.log = s.log.With("peer", s.peerName)
 	}
 	return s
 }
@@ -164,6 +166,19 @@ func (s *session) refuse(str *quic.Stream, app quic.ApplicationErrorCode, e *wir
 	return e
 }
 
+// peerRegion is the region gossip places the peer in ("" when gossip does not know it).
+func (s *session) peerRegion() string {
+	if s.n.gossip == nil {
+		return ""
+	}
+	for _, m := range s.n.gossip.Members() {
+		if m.Name == s.peerName {
+			return m.Region
+		}
+	}
+	return ""
+}
+
 func (n *Node) authorized(token string) bool {
 	if len(n.tokens) == 0 {
 		return true
@@ -205,8 +220,8 @@ func (s *session) serveStream(str *quic.Stream) {
 	}
 	switch f := f.(type) {
 	case *wire.Publish:
-		if s.peer {
-			s.failStream(str, wire.Errorf(wire.CodeForbidden, "peers do not publish; records cross regions by mirroring"))
+		if s.peer && s.peerRegion() != s.n.cfg.Region {
+			s.failStream(str, wire.Errorf(wire.CodeForbidden, "nodes of other regions do not publish here; records cross regions by mirroring"))
 			return
 		}
 		p := newPublisher(s, str, wire.NewReaderSize(r.Bytes(), s.n.limits, 32<<10))

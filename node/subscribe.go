@@ -87,15 +87,32 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		refuse(wire.Errorf(wire.CodeInvalidArgument, "a replay passed through from another region cannot be passed on to region %q", req.Region))
 		return
 	}
-	if got := s.subs.Add(1); got > int64(n.cfg.MaxSubscriptionsPerConn) {
+	// A peer's connection carries the subscriptions of many clients (each already counted on
+	// its own connection): only QUIC's stream limit bounds it.
+	if got := s.subs.Add(1); got > int64(n.cfg.MaxSubscriptionsPerConn) && !s.peer {
 		s.subs.Add(-1)
 		refuse(wire.Errorf(wire.CodeLimit, "%d subscriptions open on this connection, the limit is %d", got-1, n.cfg.MaxSubscriptionsPerConn))
 		return
 	}
 	defer s.subs.Add(-1)
 	if req.Region != "" && req.Region != n.cfg.Region {
-		s.passThrough(str, r, req, refuse)
+		s.passThrough(str, r, req, n.regionTarget(req.Region), refuse)
 		return
+	}
+	// A subscription relayed by another node of this region is served from this node's log
+	// alone; a client's subscription to a topic another node owns is relayed to it.
+	relayed := s.peer && req.Region == n.cfg.Region
+	if n.place != nil && !s.peer && routing.IsLiteral(req.Pattern) {
+		owner, e := n.place.owner(s.ctx, req.Pattern)
+		if e != nil {
+			refuse(e)
+			return
+		}
+		if owner != n.cfg.Name {
+			n.place.relayedSubs.Inc()
+			s.passThrough(str, r, req, n.ownerTarget(owner, req.Pattern), refuse)
+			return
+		}
 	}
 
 	ctx, cancel := context.WithCancel(s.ctx)
@@ -124,9 +141,10 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 	defer n.removeSubscription(sub)
 	n.metrics.subscriptions.Inc()
 	defer n.metrics.subscriptions.Dec()
-	// A local subscriber's pattern is interest that other regions' records should be mirrored
-	// here. A peer's replay is not: it reads this region's log only.
-	if n.fed != nil && !s.peer {
+	// A subscriber's pattern (local, or relayed by another node of this region) is interest
+	// that other regions' records should be mirrored here. Another region's replay is not:
+	// it reads this region's log only.
+	if n.fed != nil && (!s.peer || relayed) {
 		n.fed.AddInterest(req.Pattern)
 		defer n.fed.RemoveInterest(req.Pattern)
 	}

@@ -53,6 +53,9 @@ func (n *Node) watchTopics() {
 				continue
 			}
 			known[t.Name] = struct{}{}
+			if n.place != nil {
+				n.place.localTopicCreated(t.Name)
+			}
 			for _, sub := range n.interest.Match(t.Name) {
 				sub.notifyNewTopic(t.Name)
 			}

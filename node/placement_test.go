@@ -1,0 +1,278 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/gossip"
+)
+
+// regionMesh is a mesh of several regions with several nodes each, in this process, sharing
+// one CA. Nodes are named REGION-I (I from 1).
+type regionMesh struct {
+	t     *testing.T
+	nodes map[string]*Node
+	names []string // in start order
+}
+
+func newRegionMesh(t *testing.T, regions []string, perRegion int) *regionMesh {
+	t.Helper()
+	m := &regionMesh{t: t, nodes: map[string]*Node{}}
+	caDir := t.TempDir()
+	var wanJoin []string
+	for _, r := range regions {
+		var lanJoin []string
+		for i := 1; i <= perRegion; i++ {
+			name := fmt.Sprintf("%s-%d", r, i)
+			n, err := New(Config{
+				DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: name, Region: r, CADir: caDir,
+				GossipLAN: "127.0.0.1:0", GossipWAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest,
+				Join: lanJoin, WANJoin: wanJoin,
+				Logger: testLogger(t),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- n.Run(ctx) }()
+			t.Cleanup(func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("node %s: %v", name, err)
+				}
+			})
+			m.nodes[name] = n
+			m.names = append(m.names, name)
+			lanJoin = append(lanJoin, n.Gossip().LANAddr())
+			wanJoin = append(wanJoin, n.Gossip().WANAddr())
+		}
+	}
+	m.waitReady()
+	return m
+}
+
+// waitReady waits until every node has a connected link to every other node and has the
+// catalog of every node of its region.
+func (m *regionMesh) waitReady() {
+	m.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ok := true
+		for _, n := range m.nodes {
+			up := 0
+			for _, l := range n.Federation().Links() {
+				if l.Connected {
+					up++
+				}
+			}
+			if _, ready, _ := n.place.ownerNow("probe"); up != len(m.nodes)-1 || !ready {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			for name, n := range m.nodes {
+				m.t.Logf("%s links: %+v", name, n.Federation().Links())
+			}
+			m.t.Fatal("mesh not ready within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (m *regionMesh) dial(name string) *client.Conn {
+	m.t.Helper()
+	n := m.nodes[name]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, n.Addr().String(), client.Options{CAFile: n.CAFile()})
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	m.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// owner is topic's owner in region as the region's first node sees it.
+func (m *regionMesh) owner(region, topic string) string {
+	m.t.Helper()
+	o, ready, _ := m.nodes[region+"-1"].place.ownerNow(topic)
+	if !ready {
+		m.t.Fatalf("placement of %q in %s not ready", topic, region)
+	}
+	return o
+}
+
+// other is the node of region that is not name (two nodes per region).
+func other(region, name string) string {
+	if name == region+"-1" {
+		return region + "-2"
+	}
+	return region + "-1"
+}
+
+type delivered struct {
+	topic, origin string
+	offset        uint64
+	payload       string
+}
+
+// readAll reads count records from sub, failing after timeout.
+func readAll(t *testing.T, sub *client.Subscription, count int, timeout time.Duration) []delivered {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var out []delivered
+	for len(out) < count {
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d records: %v", len(out), count, err)
+		}
+		out = append(out, delivered{rec.Topic, rec.OriginRegion, rec.Offset, string(rec.Payload)})
+	}
+	return out
+}
+
+// TestRegionPlacement3x2 is the issue's first demonstration: 3 regions x 2 nodes in one
+// process. Each topic's log lives on one node per region (its owner); records published in
+// any region, through either node, reach subscribers of the topic in every region exactly
+// once and in their origin's order; a subscriber on the non-owner node gets the same stream
+// as one on the owner.
+func TestRegionPlacement3x2(t *testing.T) {
+	regions := []string{"eu", "us", "ap"}
+	m := newRegionMesh(t, regions, 2)
+	const perRegion = 50
+	topics := []string{"orders.a", "orders.b", "orders.c", "orders.d"}
+
+	// Publish through both nodes of every region: half of each region's records go through
+	// the owner, half are relayed by the other node. Acks carry the owner's offsets, dense.
+	for _, r := range regions {
+		for _, topic := range topics {
+			owner := m.owner(r, topic)
+			var offsets []uint64
+			for i, via := range []string{owner, other(r, owner)} {
+				c := m.dial(via)
+				for j := range perRegion / 2 {
+					ack, err := c.Publish(context.Background(), client.Message{Topic: topic, Payload: fmt.Appendf(nil, "%s-%d", r, i*perRegion/2+j)})
+					if err != nil {
+						t.Fatalf("publish %s via %s: %v", topic, via, err)
+					}
+					offsets = append(offsets, ack.Offset)
+				}
+			}
+			for i := 1; i < len(offsets); i++ {
+				if offsets[i] <= offsets[i-1] {
+					t.Fatalf("%s in %s: acked offsets not increasing: %v", topic, r, offsets)
+				}
+			}
+		}
+	}
+
+	// Every region ends with 3 x perRegion records per topic, on its owner only.
+	for _, r := range regions {
+		for _, topic := range topics {
+			owner := m.owner(r, topic)
+			c := m.dial(owner)
+			subOwner, err := c.Subscribe(context.Background(), topic, client.SubscribeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := readAll(t, subOwner, 3*perRegion, 30*time.Second)
+			subOwner.Close()
+
+			c2 := m.dial(other(r, owner))
+			subRelay, err := c2.Subscribe(context.Background(), topic, client.SubscribeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			relayed := readAll(t, subRelay, 3*perRegion, 30*time.Second)
+			subRelay.Close()
+			if !slices.Equal(got, relayed) {
+				t.Fatalf("%s in %s: the stream through %s differs from the owner's:\nowner %v\nrelay %v", topic, r, other(r, owner), got, relayed)
+			}
+			checkExactlyOnce(t, r, topic, got, regions, perRegion)
+			if _, _, ok := m.nodes[other(r, owner)].Log().Bounds(topic); ok {
+				t.Fatalf("%s in %s: the non-owner %s has a log of it too (I6)", topic, r, other(r, owner))
+			}
+		}
+	}
+	for name, n := range m.nodes {
+		if c := n.Conflicts(); len(c) > 0 {
+			t.Errorf("%s reports placement conflicts: %v", name, c)
+		}
+	}
+}
+
+// checkExactlyOnce checks that got holds each origin's records once, in their order, at
+// dense offsets.
+func checkExactlyOnce(t *testing.T, region, topic string, got []delivered, regions []string, perRegion int) {
+	t.Helper()
+	next := map[string]int{}
+	for i, d := range got {
+		if d.offset != uint64(i) {
+			t.Fatalf("%s in %s: record %d at offset %d", topic, region, i, d.offset)
+		}
+		want := fmt.Sprintf("%s-%d", d.origin, next[d.origin])
+		if d.payload != want {
+			t.Fatalf("%s in %s: offset %d from %s is %q, want %q (duplicate, gap or reorder)", topic, region, d.offset, d.origin, d.payload, want)
+		}
+		next[d.origin]++
+	}
+	for _, r := range regions {
+		if next[r] != perRegion {
+			t.Fatalf("%s in %s: %d records from %s, want %d", topic, region, next[r], r, perRegion)
+		}
+	}
+}
+
+// TestRegionPlacementOwnerGone: a topic whose owner left the region cannot be published to
+// or subscribed through the remaining node; the error names the owner.
+func TestRegionPlacementOwnerGone(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 2)
+	topic := ""
+	for i := range 100 {
+		tp := fmt.Sprintf("t.%d", i)
+		if m.owner("eu", tp) == "eu-2" {
+			topic = tp
+			break
+		}
+	}
+	c := m.dial("eu-1")
+	if _, err := c.Publish(context.Background(), client.Message{Topic: topic, Payload: []byte("x")}); err != nil {
+		t.Fatalf("publish via eu-1 to %s owned by eu-2: %v", topic, err)
+	}
+	if _, _, ok := m.nodes["eu-2"].Log().Bounds(topic); !ok {
+		t.Fatalf("%s was not appended on its owner eu-2", topic)
+	}
+	if err := m.nodes["eu-2"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Publish(context.Background(), client.Message{Topic: topic, Payload: []byte("y")})
+	var we *client.Error
+	if !errors.As(err, &we) || we.Code != client.CodeUnavailable || !containsAll(we.Message, `"eu-2"`, topic) {
+		t.Fatalf("publish to %s after its owner left: %v; want unavailable naming eu-2", topic, err)
+	}
+	_, err = c.Subscribe(context.Background(), topic, client.SubscribeOptions{})
+	if !errors.As(err, &we) || we.Code != client.CodeUnavailable || !containsAll(we.Message, `"eu-2"`) {
+		t.Fatalf("subscribe to %s after its owner left: %v; want unavailable naming eu-2", topic, err)
+	}
+	t.Logf("the error: %v", err)
+}
+
+func containsAll(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}

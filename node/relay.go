@@ -1,0 +1,206 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// route decides where a publish to topic goes: "" for this node's log, or the name of the
+// node of this region that owns the topic. A publish relayed here by another node is never
+// relayed on: if this node does not own the topic, the nodes disagree on placement (a member
+// change in flight) and the publish is refused, to be retried.
+func (p *publisher) route(topic string) (string, *wire.Error) {
+	n := p.s.n
+	if n.place == nil {
+		return "", nil
+	}
+	owner, e := n.place.owner(p.s.ctx, topic)
+	switch {
+	case e != nil:
+		return "", e
+	case owner == n.cfg.Name:
+		return "", nil
+	case p.s.peer:
+		return "", wire.Errorf(wire.CodeUnavailable,
+			"node %q was asked to append to %q but node %q owns it as far as it knows: placement is changing (a node joined or failed); retry",
+			n.cfg.Name, topic, owner)
+	}
+	return owner, nil
+}
+
+// relayStream carries one publish stream's records for the topics one other node of the
+// region owns: the publisher's reader goroutine writes PUBLISH frames, the stream's own
+// reader goroutine matches the owner's answers (in order) to the waiting batches.
+type relayStream struct {
+	p     *publisher
+	owner string
+	str   *quic.Stream
+	w     *wire.Writer
+	seq   uint64 // owned by the publisher's reader goroutine
+
+	mu struct {
+		sync.Mutex
+		waiting []*pendingBatch // sent, not fully answered, in order
+		dead    *wire.Error     // the stream failed: no more batches
+	}
+}
+
+// relay sends b to its owner. b is already queued for answering; every record of it gets
+// an answer: the owner's, or an error saying the owner could not be reached.
+func (p *publisher) relay(b *pendingBatch) {
+	b.offsets = make([]uint64, len(b.seqs))
+	b.times = make([]int64, len(b.seqs))
+	b.errs = make([]*wire.Error, len(b.seqs))
+	rs, e := p.relayTo(b.relayTo)
+	if e == nil {
+		e = rs.send(b)
+	}
+	if e != nil {
+		p.failBatch(b, 0, e)
+	}
+}
+
+// relayTo returns the open relay stream to owner, opening one if needed.
+func (p *publisher) relayTo(owner string) (*relayStream, *wire.Error) {
+	if rs := p.relays[owner]; rs != nil {
+		rs.mu.Lock()
+		dead := rs.mu.dead != nil
+		rs.mu.Unlock()
+		if !dead {
+			return rs, nil
+		}
+		delete(p.relays, owner)
+	}
+	n := p.s.n
+	ctx, cancel := context.WithTimeout(p.s.ctx, 5*time.Second)
+	defer cancel()
+	str, err := n.fed.OpenStreamTo(ctx, owner)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeUnavailable, "the owner of the topic, node %q of region %q, cannot be reached: %v; nothing was appended", owner, n.cfg.Region, err)
+	}
+	rs := &relayStream{p: p, owner: owner, str: str, w: wire.NewWriter(str)}
+	if p.relays == nil {
+		p.relays = make(map[string]*relayStream)
+	}
+	p.relays[owner] = rs
+	p.relayWG.Add(1)
+	go func() {
+		defer p.relayWG.Done()
+		rs.readAnswers()
+	}()
+	return rs, nil
+}
+
+// send writes b's records as PUBLISH frames. Called by the publisher's reader goroutine.
+func (rs *relayStream) send(b *pendingBatch) *wire.Error {
+	rs.mu.Lock()
+	if e := rs.mu.dead; e != nil {
+		rs.mu.Unlock()
+		return e
+	}
+	rs.mu.waiting = append(rs.mu.waiting, b)
+	rs.mu.Unlock()
+	for _, r := range b.records {
+		rs.w.Buffer(&wire.Publish{
+			Seq: rs.seq, Topic: b.topic,
+			ProducerID: r.ProducerID, Sequence: r.Sequence,
+			Headers: r.Headers, Payload: r.Payload,
+		})
+		rs.seq++
+	}
+	b.records = nil // the frames hold copies
+	if err := rs.w.Flush(); err != nil {
+		// The reader sees the stream fail too and answers every waiting record.
+		rs.str.CancelRead(wire.AppCancelled)
+	}
+	return nil
+}
+
+// readAnswers matches the owner's PUBLISH_ACK / PUBLISH_ERROR frames, which come in the
+// order the publishes were sent, to the waiting batches. When the stream ends early, every
+// record still waiting is answered with an error naming the owner.
+func (rs *relayStream) readAnswers() {
+	p, n := rs.p, rs.p.s.n
+	r := wire.NewReader(rs.str, wire.Limits{})
+	for {
+		f, err := r.Read()
+		if err != nil {
+			rs.fail(wire.Errorf(wire.CodeUnavailable,
+				"the owner of the topic, node %q of region %q, went away before answering (%v): the record may or may not have been appended",
+				rs.owner, n.cfg.Region, err))
+			return
+		}
+		var e *wire.Error
+		var off uint64
+		var t int64
+		switch f := f.(type) {
+		case *wire.PublishAck:
+			off, t = f.Offset, f.Time
+		case *wire.PublishError:
+			e = &wire.Error{Code: f.Code, Message: fmt.Sprintf("node %q (the topic's owner): %s", rs.owner, f.Message)}
+		case *wire.ErrorFrame:
+			rs.fail(wire.Errorf(wire.CodeUnavailable, "the owner of the topic, node %q, ended the relay: %s", rs.owner, f.Message))
+			return
+		default:
+			rs.fail(wire.Errorf(wire.CodeInternal, "the owner of the topic, node %q, answered with %s", rs.owner, f.Type()))
+			return
+		}
+		rs.mu.Lock()
+		if len(rs.mu.waiting) == 0 {
+			rs.mu.Unlock()
+			rs.fail(wire.Errorf(wire.CodeInternal, "node %q answered a publish that was not sent", rs.owner))
+			return
+		}
+		b := rs.mu.waiting[0]
+		i := b.answered
+		b.answered++
+		if b.answered == len(b.seqs) {
+			rs.mu.waiting = rs.mu.waiting[1:]
+		}
+		rs.mu.Unlock()
+		b.offsets[i], b.times[i], b.errs[i] = off, t, e
+		if i+1 == len(b.seqs) {
+			if e == nil {
+				n.place.relayedPubs.Add(float64(len(b.seqs)))
+			}
+			p.mu.Lock()
+			b.done = true
+			p.mu.Unlock()
+			p.signal()
+		}
+	}
+}
+
+// fail marks the stream dead and answers every waiting record with e.
+func (rs *relayStream) fail(e *wire.Error) {
+	rs.mu.Lock()
+	if rs.mu.dead == nil {
+		rs.mu.dead = e
+	}
+	waiting := rs.mu.waiting
+	rs.mu.waiting = nil
+	rs.mu.Unlock()
+	rs.str.CancelRead(wire.AppCancelled)
+	rs.str.CancelWrite(wire.AppCancelled)
+	for _, b := range waiting {
+		rs.p.failBatch(b, b.answered, e)
+	}
+}
+
+// failBatch answers b's records from index from on with e.
+func (p *publisher) failBatch(b *pendingBatch, from int, e *wire.Error) {
+	for i := from; i < len(b.seqs); i++ {
+		b.errs[i] = e
+	}
+	b.records = nil
+	p.mu.Lock()
+	b.done = true
+	p.mu.Unlock()
+	p.signal()
+}
