@@ -156,6 +156,13 @@ func TestRegionPlacement3x2(t *testing.T) {
 	// Publish through both nodes of every region: half of each region's records go through
 	// the owner, half are relayed by the other node. Acks carry the owner's offsets, dense.
 	for _, r := range regions {
+		owners := map[string]bool{}
+		for _, topic := range topics {
+			owners[m.owner(r, topic)] = true
+		}
+		if len(owners) < 2 {
+			t.Fatalf("%s: all of %v placed on one node; the test wants both owners", r, topics)
+		}
 		for _, topic := range topics {
 			owner := m.owner(r, topic)
 			var offsets []uint64
@@ -205,6 +212,33 @@ func TestRegionPlacement3x2(t *testing.T) {
 			}
 		}
 	}
+	// A wildcard subscription on either node of a region spans both owners and gets every
+	// topic's records, the same per topic as a literal subscription on the owner.
+	for _, r := range regions {
+		var streams []map[string][]delivered
+		for _, via := range []string{r + "-1", r + "-2"} {
+			c := m.dial(via)
+			sub, err := c.Subscribe(context.Background(), "orders.>", client.SubscribeOptions{})
+			if err != nil {
+				t.Fatalf("wildcard via %s: %v", via, err)
+			}
+			byTopic := map[string][]delivered{}
+			for _, d := range readAll(t, sub, len(topics)*3*perRegion, 30*time.Second) {
+				byTopic[d.topic] = append(byTopic[d.topic], d)
+			}
+			sub.Close()
+			for _, topic := range topics {
+				checkExactlyOnce(t, r, topic, byTopic[topic], regions, perRegion)
+			}
+			streams = append(streams, byTopic)
+		}
+		for _, topic := range topics {
+			if !slices.Equal(streams[0][topic], streams[1][topic]) {
+				t.Fatalf("wildcard in %s: %s differs between the two nodes", r, topic)
+			}
+		}
+	}
+
 	for name, n := range m.nodes {
 		if c := n.Conflicts(); len(c) > 0 {
 			t.Errorf("%s reports placement conflicts: %v", name, c)
@@ -275,4 +309,77 @@ func containsAll(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// TestRegionPlacementDurableRelay: a durable wildcard consumer connected to one node acks
+// records of topics another node owns; its positions are stored on the owners, so it
+// resumes after the last ack whichever node it reconnects to.
+func TestRegionPlacementDurableRelay(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 2)
+	topics := []string{"jobs.a", "jobs.b", "jobs.c", "jobs.d", "jobs.e"}
+	owners := map[string]bool{}
+	pub := m.dial("eu-1")
+	for _, topic := range topics {
+		owners[m.owner("eu", topic)] = true
+		for i := range 10 {
+			if _, err := pub.Publish(context.Background(), client.Message{Topic: topic, Payload: fmt.Appendf(nil, "%d", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(owners) < 2 {
+		t.Fatalf("all of %v placed on one node", topics)
+	}
+	consume := func(via string, count int, ack bool) map[string][]uint64 {
+		c := m.dial(via)
+		sub, err := c.Subscribe(context.Background(), "jobs.*", client.SubscribeOptions{Durable: "worker"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Close()
+		got := map[string][]uint64{}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		for range count {
+			rec, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatalf("via %s: %v", via, err)
+			}
+			got[rec.Topic] = append(got[rec.Topic], rec.Offset)
+			if ack && rec.Offset < 5 {
+				if err := sub.Ack(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return got
+	}
+	// Read everything through eu-2, acking offsets 0-4 of every topic.
+	consume("eu-2", len(topics)*10, true)
+	// Positions are stored asynchronously after the ACK frames arrive: wait for them on the
+	// owners.
+	deadline := time.Now().Add(10 * time.Second)
+	for _, topic := range topics {
+		owner := m.nodes[m.owner("eu", topic)]
+		for {
+			pos, ok, err := owner.Log().Position("worker", topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok && pos == 4 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("position of worker on %s at its owner: %d %v, want 4", topic, pos, ok)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Resume through eu-1: offsets 5-9 of every topic, nothing before.
+	got := consume("eu-1", len(topics)*5, false)
+	for _, topic := range topics {
+		if want := []uint64{5, 6, 7, 8, 9}; !slices.Equal(got[topic], want) {
+			t.Fatalf("%s resumed at %v, want %v", topic, got[topic], want)
+		}
+	}
 }

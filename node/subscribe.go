@@ -44,8 +44,11 @@ type subscription struct {
 	cursors []*cursor
 	byTopic map[string]*cursor
 	w       *wire.Writer
-	rec     wire.Record       // the frame being written, reused
-	latest  map[string]uint64 // for start=latest: each topic's head when the subscription began
+	rec     wire.Record          // the frame being written, reused
+	latest  map[string]uint64    // for start=latest: each topic's head when the subscription began
+	ups     map[string]*upstream // by node: this region's other owners (upstream.go)
+	upCh    chan upMsg           // upstream frames, handed over one at a time
+	upWG    sync.WaitGroup       // upstream readers
 
 	mu struct {
 		sync.Mutex
@@ -64,8 +67,10 @@ type cursor struct {
 }
 
 type boundTopic struct {
-	name      string
-	delivered uint64 // offset after the last record sent
+	name        string
+	delivered   uint64    // offset after the last record sent
+	up          *upstream // the node serving the topic, nil for this node's log
+	remoteIndex uint64    // the topic's index on the upstream
 }
 
 // subscribe validates the request and runs the subscription until it ends.
@@ -208,6 +213,16 @@ func (sub *subscription) run() *wire.Error {
 			}
 		}
 	}
+	var placeChanged <-chan struct{}
+	if sub.spansRegion() {
+		sub.ups = make(map[string]*upstream)
+		sub.upCh = make(chan upMsg)
+		defer sub.closeUpstreams()
+		placeChanged = n.place.changedCh()
+		if err := sub.openUpstreams(); err != nil {
+			return err
+		}
+	}
 	sub.w.Write(&wire.Subscribed{})
 	if err := sub.flush(); err != nil {
 		return nil
@@ -226,6 +241,11 @@ func (sub *subscription) run() *wire.Error {
 
 	for {
 		sent, err := sub.sendAvailable()
+		if err == nil && sub.upCh != nil {
+			var n int
+			n, err = sub.takeUpstreams()
+			sent += n
+		}
 		if e := sub.ackErr.Load(); e != nil {
 			return e
 		}
@@ -242,6 +262,20 @@ func (sub *subscription) run() *wire.Error {
 		case <-sub.ctx.Done():
 			return sub.ackErr.Load()
 		case <-sub.wake:
+		case m := <-sub.upCh:
+			if err := sub.takeUpstream(m); err != nil {
+				return err
+			}
+			if _, err := sub.takeUpstreams(); err != nil {
+				return err
+			}
+			if err := sub.flush(); err != nil {
+				return nil
+			}
+		case <-placeChanged:
+			// A node joined or returned: it may own matching topics from now on.
+			placeChanged = n.place.changedCh()
+			sub.addUpstreams()
 		}
 		if err := sub.takeNewTopics(); err != nil {
 			return err
@@ -470,16 +504,22 @@ func (sub *subscription) readAcks() *wire.Error {
 			sub.mu.Unlock()
 			return wire.Errorf(wire.CodeInvalidArgument, "ACK of topic index %d offset %d: no such record was delivered on this stream", ack.Index, ack.Offset)
 		}
-		topic := sub.mu.bound[ack.Index].name
+		bt := sub.mu.bound[ack.Index]
 		sub.mu.Unlock()
+		topic := bt.name
 		sub.series.acks.Inc()
-		if sub.req.Durable == "" {
-			continue
+		switch {
+		case bt.up != nil:
+			// The owner checks it again and stores a durable consumer's position.
+			if err := bt.up.ack(bt.remoteIndex, ack.Offset); err != nil && sub.ctx.Err() == nil {
+				return wire.Errorf(wire.CodeUnavailable, "forward ACK of %q to node %q: %v", topic, bt.up.node, err)
+			}
+		case sub.req.Durable != "":
+			if ack.Offset >= pending[topic] {
+				pending[topic] = ack.Offset
+			}
 		}
-		if ack.Offset >= pending[topic] {
-			pending[topic] = ack.Offset
-		}
-		if sub.r.FrameBuffered() {
+		if len(pending) == 0 || sub.r.FrameBuffered() {
 			continue // more ACKs are here: store them together
 		}
 		for t, off := range pending {
