@@ -176,12 +176,15 @@ func (n *Node) advertise() string {
 	return n.Addr().String()
 }
 
-// peers lists the other nodes of the mesh that have not left, for the federation's links:
-// other regions' nodes (mirroring) and this region's (placement catalogs and relays).
+// peers lists the other live nodes of the mesh, for the federation's links: other regions'
+// nodes (mirroring) and this region's (placement catalogs and relays). A node gossip
+// declares failed loses its link at once, so that streams relayed to it end with an error
+// naming it instead of waiting for QUIC's idle timeout; the link is dialed again when the
+// node is back.
 func (n *Node) peers() []federation.Peer {
 	var out []federation.Peer
 	for _, m := range n.gossip.Members() {
-		if m.Name == n.cfg.Name || m.Region == "" || m.Status == gossip.StatusLeft || m.Tags[tagQUIC] == "" {
+		if m.Name == n.cfg.Name || m.Region == "" || m.Status != gossip.StatusAlive || m.Tags[tagQUIC] == "" {
 			continue
 		}
 		out = append(out, federation.Peer{Region: m.Region, Name: m.Name, Addr: m.Tags[tagQUIC]})

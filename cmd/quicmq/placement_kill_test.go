@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/routing"
+)
+
+// The issue's sixth demonstration: two real node processes of one region. A topic's owner
+// is killed with SIGKILL; publishing and subscribing to its topics through the other node
+// fail with an error naming the owner (at once while the link is down, and "failed" once
+// gossip declares it), while the other node's topics keep working; when the owner returns on
+// the same data directory everything resumes, with every acknowledged record in place.
+// QUICMQ_PLACEMENT_KILL_CYCLES sets the number of kills (default 2).
+func TestKill9OwnerMakesItsTopicsUnavailable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills node processes")
+	}
+	cycles := 2
+	if v, err := strconv.Atoi(os.Getenv("QUICMQ_PLACEMENT_KILL_CYCLES")); err == nil && v > 0 {
+		cycles = v
+	}
+	bin := quicmqBinary(t)
+	caDir, data1, data2 := t.TempDir(), t.TempDir(), t.TempDir()
+	g1, g2 := freeAddr(t), freeAddr(t)
+	startEU1 := func() *meshProcess {
+		return startMeshProcess(t, bin, "eu1", "--data", data1, "--region", "eu", "--ca-dir", caDir, "--gossip", g1)
+	}
+	startEU2 := func() *meshProcess {
+		return startMeshProcess(t, bin, "eu2", "--data", data2, "--region", "eu", "--ca-dir", caDir, "--gossip", g2, "--join", g1)
+	}
+	eu1 := startEU1()
+	eu2 := startEU2()
+	// Topics are placed over the members known when they are created: publish only once
+	// both nodes know each other (their links are up).
+	for _, p := range []*meshProcess{eu1, eu2} {
+		select {
+		case <-p.linkUp:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no link up within 30 s\n%s", p.name, p.tail())
+		}
+	}
+	conn := dialCA(t, eu1.addr, caDir)
+
+	// One topic per owner, as both nodes compute it.
+	var onEU1, onEU2 string
+	for i := 0; onEU1 == "" || onEU2 == ""; i++ {
+		topic := fmt.Sprintf("place.t%d", i)
+		if routing.Owner(topic, []string{"eu1", "eu2"}) == "eu2" {
+			onEU2 = topic
+		} else {
+			onEU1 = topic
+		}
+	}
+
+	// publish sends one record through eu1, bounded in time.
+	publish := func(topic, payload string) (client.Ack, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return conn.Publish(ctx, client.Message{Topic: topic, Payload: []byte(payload)})
+	}
+	// waitPublish retries until a publish to topic succeeds (placement ready, link up).
+	waitPublish := func(topic, payload string, within time.Duration) (client.Ack, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		for {
+			ack, err := publish(topic, payload)
+			if err == nil {
+				return ack, time.Since(start)
+			}
+			if time.Since(start) > within {
+				t.Fatalf("publish to %s not accepted within %v: %v\neu2 log:\n%s", topic, within, err, eu2.tail())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	acked := map[uint64]string{} // onEU2's acknowledged records
+	seq := 0
+	publishBatch := func(count int) {
+		for range count {
+			p := fmt.Sprintf("r%d", seq)
+			ack, _ := waitPublish(onEU2, p, 30*time.Second)
+			if prev, dup := acked[ack.Offset]; dup {
+				t.Fatalf("offset %d of %s acknowledged twice (%q, %q)", ack.Offset, onEU2, prev, p)
+			}
+			acked[ack.Offset] = p
+			seq++
+		}
+	}
+	publishBatch(100)
+	waitPublish(onEU1, "x", 10*time.Second)
+
+	for cycle := range cycles {
+		eu2.kill()
+		killed := time.Now()
+		var firstErr, failedErr time.Duration
+		var lastErr error
+		for failedErr == 0 {
+			_, err := publish(onEU2, "during-outage")
+			var ce *client.Error
+			switch {
+			case err == nil:
+				t.Fatalf("cycle %d: a publish to %s was acknowledged while its owner eu2 was dead", cycle, onEU2)
+			case errors.As(err, &ce) && ce.Code == client.CodeUnavailable && strings.Contains(ce.Message, `"eu2"`):
+				if firstErr == 0 {
+					firstErr = time.Since(killed)
+				}
+				if strings.Contains(ce.Message, "has failed") {
+					failedErr = time.Since(killed)
+				}
+			}
+			lastErr = err
+			if time.Since(killed) > 30*time.Second {
+				t.Fatalf("cycle %d: no error saying eu2 failed within 30 s; last: %v", cycle, lastErr)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("cycle %d: first error naming eu2 %v after the kill, gossip's failure %v after; the error: %v",
+			cycle, firstErr.Round(time.Millisecond), failedErr.Round(time.Millisecond), lastErr)
+
+		// eu1's own topics are unaffected, and subscribing to eu2's says why it cannot.
+		if _, err := publish(onEU1, "y"); err != nil {
+			t.Fatalf("cycle %d: publish to %s (owned by the live eu1) failed: %v", cycle, onEU1, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := conn.Subscribe(ctx, onEU2, client.SubscribeOptions{})
+		cancel()
+		var ce *client.Error
+		if !errors.As(err, &ce) || ce.Code != client.CodeUnavailable || !strings.Contains(ce.Message, `"eu2"`) {
+			t.Fatalf("cycle %d: subscribe to %s while eu2 is dead: %v; want unavailable naming eu2", cycle, onEU2, err)
+		}
+
+		eu2 = startEU2()
+		p := fmt.Sprintf("r%d", seq)
+		ack, back := waitPublish(onEU2, p, 60*time.Second)
+		acked[ack.Offset] = p
+		t.Logf("cycle %d: eu2 restarted; publishes through eu1 accepted again %v after its start", cycle, back.Round(time.Millisecond))
+		seq++
+		publishBatch(50)
+	}
+
+	// Every acknowledged record is there, at its offset, once.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sub, err := conn.Subscribe(ctx, onEU2, client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	var last uint64
+	for found := 0; found < len(acked); {
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %d of %d acknowledged records: %v", found, len(acked), err)
+		}
+		if want, ok := acked[rec.Offset]; ok {
+			if string(rec.Payload) != want {
+				t.Fatalf("offset %d holds %q, acknowledged as %q", rec.Offset, rec.Payload, want)
+			}
+			found++
+		}
+		last = rec.Offset
+	}
+	t.Logf("%d acknowledged records of %s read back through eu1, all at their offsets (last offset %d)", len(acked), onEU2, last)
+}
