@@ -276,6 +276,15 @@ func (p *placement) shouldMirror(topic string) bool {
 	return ready && owner == p.n.cfg.Name
 }
 
+// servedElsewhere reports whether topic's log here is a conflict's copy that another holder
+// serves.
+func (p *placement) servedElsewhere(topic string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h, ok := p.mu.conflicts[topic]
+	return ok && routing.Owner(topic, h) != p.n.cfg.Name
+}
+
 // changedCh is closed at the next placement change.
 func (p *placement) changedCh() <-chan struct{} {
 	p.mu.Lock()

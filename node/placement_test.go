@@ -239,6 +239,25 @@ func TestRegionPlacement3x2(t *testing.T) {
 		}
 	}
 
+	// Listing topics through any node shows the region's topics, wherever they live.
+	for _, name := range m.names {
+		infos, err := m.dial(name).Topics(context.Background(), "orders.>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ti := range infos {
+			if ti.Next != 3*perRegion {
+				t.Errorf("%s lists %s with next offset %d, want %d", name, ti.Name, ti.Next, 3*perRegion)
+			}
+			got = append(got, ti.Name)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, topics) {
+			t.Errorf("%s lists %v, want %v", name, got, topics)
+		}
+	}
+
 	for name, n := range m.nodes {
 		if c := n.Conflicts(); len(c) > 0 {
 			t.Errorf("%s reports placement conflicts: %v", name, c)
@@ -382,4 +401,80 @@ func TestRegionPlacementDurableRelay(t *testing.T) {
 			t.Fatalf("%s resumed at %v, want %v", topic, got[topic], want)
 		}
 	}
+}
+
+// TestRegionPlacementConflict: two nodes of one region that did not know each other (a
+// partition at start) both create a log of one topic. When they meet, both report the
+// conflict (metric and Conflicts), route the topic to the same log, and leave the other
+// log as it was: nothing is merged.
+func TestRegionPlacementConflict(t *testing.T) {
+	caDir := t.TempDir()
+	start := func(name string) *Node {
+		n, err := New(Config{
+			DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: name, Region: "eu", CADir: caDir,
+			GossipLAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest, Logger: testLogger(t),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return n
+	}
+	a, b := start("eu-1"), start("eu-2")
+	dial := func(n *Node) *client.Conn {
+		c, err := client.Dial(context.Background(), n.Addr().String(), client.Options{CAFile: n.CAFile()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	ca, cb := dial(a), dial(b)
+	const topic = "split.brain"
+	for i := range 3 {
+		if _, err := ca.Publish(context.Background(), client.Message{Topic: topic, Payload: fmt.Appendf(nil, "a%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		if _, err := cb.Publish(context.Background(), client.Message{Topic: topic, Payload: fmt.Appendf(nil, "b%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Gossip().JoinLAN([]string{a.Gossip().LANAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(a.Conflicts()[topic]) != 2 || len(b.Conflicts()[topic]) != 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("conflict not reported within 20 s: eu-1 %v, eu-2 %v", a.Conflicts(), b.Conflicts())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, n := range []*Node{a, b} {
+		if v := fedGauge(t, n, "quicmq_placement_conflicts"); v != 1 {
+			t.Errorf("%s: quicmq_placement_conflicts = %v, want 1", n.Name(), v)
+		}
+	}
+	// Both nodes send the topic to the same log; the other keeps exactly what it had.
+	ackA, err := ca.Publish(context.Background(), client.Message{Topic: topic, Payload: []byte("after-a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ackB, err := cb.Publish(context.Background(), client.Message{Topic: topic, Payload: []byte("after-b")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ackB.Offset != ackA.Offset+1 {
+		t.Fatalf("after the conflict the nodes append to different logs: offsets %d and %d", ackA.Offset, ackB.Offset)
+	}
+	_, nextA, _ := a.Log().Bounds(topic)
+	_, nextB, _ := b.Log().Bounds(topic)
+	if !((nextA == 3 && nextB == 7) || (nextA == 5 && nextB == 5)) {
+		t.Fatalf("logs after the conflict: eu-1 next %d, eu-2 next %d; want one untouched and the other +2", nextA, nextB)
+	}
+	t.Logf("conflict on %q: holders %v; eu-1 log next %d, eu-2 log next %d", topic, a.Conflicts()[topic], nextA, nextB)
 }

@@ -1,8 +1,15 @@
 package node
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/routing"
 )
@@ -22,12 +29,72 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 		if !routing.Match(pattern, t.Name) {
 			continue
 		}
+		if s.n.place != nil && s.n.place.servedElsewhere(t.Name) {
+			continue // a conflict's other log: the listing shows the one that is served
+		}
 		if w.Write(&wire.TopicInfo{Name: t.Name, First: t.First, Next: t.Next, Bytes: uint64(max(t.Bytes, 0))}) != nil {
 			return
 		}
 	}
+	if s.n.place != nil && !s.peer {
+		s.listRegionTopics(w, pattern)
+	}
 	w.Flush()
 	str.Close() // the client closes its side after TOPICS; nothing more to read
+}
+
+// listRegionTopics adds the topics the region's other live nodes own to a client's listing,
+// asking each over its link. A node that cannot be asked is logged and left out.
+func (s *session) listRegionTopics(w *wire.Writer, pattern string) {
+	n := s.n
+	for _, m := range n.place.members() {
+		if m.name == n.cfg.Name || m.status != gossip.StatusAlive {
+			continue
+		}
+		if err := s.copyTopics(w, m.name, pattern); err != nil {
+			n.log.Warn("topic listing: a node of the region could not be asked; its topics are left out", "node", m.name, "err", err)
+		}
+	}
+}
+
+func (s *session) copyTopics(w *wire.Writer, node, pattern string) error {
+	n := s.n
+	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	defer cancel()
+	str, err := n.fed.OpenStreamTo(ctx, node)
+	if err != nil {
+		return err
+	}
+	defer str.CancelRead(wire.AppCancelled)
+	stop := context.AfterFunc(ctx, func() { str.CancelRead(wire.AppCancelled) })
+	defer stop()
+	if _, err := str.Write(wire.Append(nil, &wire.Topics{Pattern: pattern})); err != nil {
+		return err
+	}
+	str.Close()
+	r := wire.NewReader(str, wire.Limits{})
+	for {
+		f, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		switch f := f.(type) {
+		case *wire.TopicInfo:
+			if owner, _, _ := n.place.ownerNow(f.Name); owner != node {
+				continue
+			}
+			if err := w.Write(f); err != nil {
+				return err
+			}
+		case *wire.ErrorFrame:
+			return f.AsError()
+		default:
+			return fmt.Errorf("unexpected %s in a topic listing", f.Type())
+		}
+	}
 }
 
 // watchTopics is the node's topic watcher goroutine: when the log reports a new topic, it
