@@ -35,6 +35,10 @@ type Options struct {
 	// once on the Conn. PublishAsync blocks while it is full. Default 1024; keep it below the
 	// node's per-stream limit (4096 by default) so the node never has to stop reading.
 	MaxPendingPublishes int
+	// AblationSharedStream allows OpenSharedStream: all subscriptions made through it share
+	// ONE QUIC stream, as on one TCP connection. A measurement aid for benchmarks (the node
+	// must allow it: node.Config.AblationSharedStream); never for production. Default false.
+	AblationSharedStream bool
 }
 
 const (

@@ -88,6 +88,12 @@ type Config struct {
 	// subscription wants them.
 	Mirror []string
 
+	// AblationSharedStream lets clients that ask for it (client.Options.AblationSharedStream)
+	// carry all their subscriptions on ONE shared stream instead of one stream each: a
+	// measurement aid for benchmarks (bench/, docs/benchmarks.md) that isolates head-of-line
+	// blocking, never for production. Default false: such a request is refused.
+	AblationSharedStream bool
+
 	// Retention applies to every topic. Zero: keep forever.
 	Retention wal.Retention
 	// MaxSeriesPerMetric caps the label sets of each per-subscription metric; further

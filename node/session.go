@@ -230,6 +230,10 @@ func (s *session) serveStream(str *quic.Stream) {
 			s.untrack(p)
 		}
 	case *wire.Subscribe:
+		if f.Region == ablationSharedRegion {
+			s.serveShared(str, r, f) // node/ablation.go: a measurement aid, off by default
+			return
+		}
 		s.subscribe(str, r, f)
 	case *wire.Topics:
 		s.listTopics(str, f)
