@@ -37,9 +37,17 @@ type Config struct {
 	TLS *tls.Config
 	// CADir is where the generated CA lives when TLS is nil. Default DATA/tls.
 	CADir string
-	// Tokens, when not empty, are the tokens clients must present in HELLO. Empty: anonymous
+	// Tokens, when not empty, are the tokens clients must present in HELLO; each gives the
+	// whole namespace and every permission. Tokens and Credentials both empty: anonymous
 	// clients are accepted (the node logs a warning).
 	Tokens []string
+	// Credentials are tokens and client certificates with a tenant and permissions.
+	Credentials []Credential
+	// MaxConnsPerTenant caps a tenant's open connections to this node. Default 1000.
+	MaxConnsPerTenant int
+	// MaxDurablesPerTenant caps the durable consumers a tenant has stored on this node.
+	// Default 1000.
+	MaxDurablesPerTenant int
 
 	// MaxPayload is the largest record payload in bytes. Default 1 MiB.
 	MaxPayload int
@@ -135,6 +143,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxHeaderBytes, 16<<10)
 	setDefault(&c.MaxStreamsPerConn, 2048)
 	setDefault(&c.MaxSubscriptionsPerConn, 1024)
+	setDefault(&c.MaxConnsPerTenant, 1000)
+	setDefault(&c.MaxDurablesPerTenant, 1000)
 	setDefault(&c.MaxPendingPublishes, 4096)
 	setDefault(&c.StreamWindow, 1<<20)
 	setDefault(&c.ConnWindow, 16<<20)
@@ -187,6 +197,20 @@ func (c Config) Validate() error {
 			bad("Tokens[%d]: at least 16 characters, got %d", i, len(t))
 		}
 	}
+	seen := make(map[string]bool)
+	for i, cr := range c.Credentials {
+		if err := cr.validate(); err != nil {
+			bad("Credentials[%d]: %v", i, err)
+		}
+		key := "token:" + cr.Token
+		if cr.Subject != "" {
+			key = "subject:" + cr.Subject
+		}
+		if seen[key] {
+			bad("Credentials[%d]: the same token or subject is given twice", i)
+		}
+		seen[key] = true
+	}
 	for _, f := range []struct {
 		name string
 		v    int
@@ -195,6 +219,7 @@ func (c Config) Validate() error {
 		{"MaxStreamsPerConn", c.MaxStreamsPerConn}, {"MaxSubscriptionsPerConn", c.MaxSubscriptionsPerConn},
 		{"MaxPendingPublishes", c.MaxPendingPublishes}, {"StreamWindow", c.StreamWindow},
 		{"ConnWindow", c.ConnWindow}, {"ReadAhead", c.ReadAhead}, {"MaxSeriesPerMetric", c.MaxSeriesPerMetric},
+		{"MaxConnsPerTenant", c.MaxConnsPerTenant}, {"MaxDurablesPerTenant", c.MaxDurablesPerTenant},
 	} {
 		if f.v < 0 {
 			bad("%s must not be negative, got %d", f.name, f.v)

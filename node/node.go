@@ -36,8 +36,8 @@ type Node struct {
 	tr      *quic.Transport
 	ln      *quic.Listener
 	caFile  string
-	limits  wire.Limits // for decoding what clients send
-	tokens  [][]byte
+	limits  wire.Limits  // for decoding what clients send
+	creds   []Credential // tokens and client certificates; empty: anonymous
 
 	// interest maps subscription patterns to the subscriptions that want to hear of new
 	// topics. Owned by no goroutine: routing.Table is safe for concurrent use.
@@ -60,6 +60,7 @@ type Node struct {
 		sync.Mutex
 		sessions map[*session]struct{}
 		subs     map[*subscription]struct{}
+		tenants  map[string]int // open client connections per tenant
 	}
 }
 
@@ -80,6 +81,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.mu.sessions = make(map[*session]struct{})
 	n.mu.subs = make(map[*subscription]struct{})
+	n.mu.tenants = make(map[string]int)
 	if n.reg == nil {
 		r := prometheus.NewRegistry()
 		n.reg, n.gather = r, r
@@ -87,8 +89,9 @@ func New(cfg Config) (*Node, error) {
 		n.gather = g
 	}
 	for _, t := range cfg.Tokens {
-		n.tokens = append(n.tokens, []byte(t))
+		n.creds = append(n.creds, Credential{Token: t})
 	}
+	n.creds = append(n.creds, cfg.Credentials...)
 	// The decoder lets payloads up to the frame size through so that an over-large payload
 	// gets a PUBLISH_ERROR naming the sizes, not a protocol error that kills the stream.
 	n.limits = wire.Limits{
@@ -261,8 +264,8 @@ func (n *Node) Run(ctx context.Context) error {
 	n.runMu.Unlock()
 	defer close(n.runDone)
 
-	n.log.Info("node listening", "addr", n.Addr().String(), "ca", n.caFile, "anonymous", len(n.tokens) == 0)
-	if len(n.tokens) == 0 {
+	n.log.Info("node listening", "addr", n.Addr().String(), "ca", n.caFile, "anonymous", len(n.creds) == 0)
+	if len(n.creds) == 0 {
 		n.log.Warn("no client tokens configured: ANY client that trusts the CA can publish and subscribe (anonymous mode)")
 	}
 

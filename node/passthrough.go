@@ -73,7 +73,11 @@ func (s *session) passThrough(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	go func() { // records: remote -> client
 		defer wg.Done()
 		defer cancel()
-		err := copyFrames(str, remote, n.limits.MaxFrame)
+		var rename func(string) string
+		if s.actor.prefix != "" {
+			rename = s.actor.clientName
+		}
+		err := copyFrames(str, remote, n.limits.MaxFrame, rename)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, errDownstream) {
 			w := wire.NewWriter(str)
 			w.Write(&wire.ErrorFrame{Code: wire.CodeUnavailable, Message: fmt.Sprintf("%s: the stream from it broke: %v", t.what, err)})
@@ -98,8 +102,9 @@ var errDownstream = errors.New("node: client stream write failed")
 
 // copyFrames copies whole frames from src to dst until src ends cleanly (nil) or fails. It
 // writes whatever complete frames it has before it blocks on src, so latency is that of the
-// upstream, and never writes part of a frame.
-func copyFrames(dst io.Writer, src io.Reader, maxFrame int) error {
+// upstream, and never writes part of a frame. With rename, the topic names of TOPIC frames
+// are rewritten (a tenant's namespace taken off); every other frame passes as it is.
+func copyFrames(dst io.Writer, src io.Reader, maxFrame int, rename func(string) string) error {
 	br := bufio.NewReaderSize(src, 32<<10)
 	out := make([]byte, 0, 32<<10)
 	var hdr [5]byte
@@ -130,6 +135,15 @@ func copyFrames(dst io.Writer, src io.Reader, maxFrame int) error {
 		out = slices.Grow(out, size)[:start+size]
 		if _, err := io.ReadFull(br, out[start:]); err != nil {
 			return fmt.Errorf("frame cut short: %w", err)
+		}
+		if rename != nil && wire.Type(hdr[0]) == wire.TypeTopic {
+			f, _, err := wire.Decode(out[start-len(hdr):], wire.Limits{MaxFrame: maxFrame})
+			if err != nil {
+				return fmt.Errorf("upstream TOPIC frame: %w", err)
+			}
+			t := f.(*wire.Topic)
+			t.Name = rename(t.Name)
+			out = wire.Append(out[:start-len(hdr)], t)
 		}
 	}
 }

@@ -21,7 +21,7 @@ type regionMesh struct {
 	names []string // in start order
 }
 
-func newRegionMesh(t *testing.T, regions []string, perRegion int) *regionMesh {
+func newRegionMesh(t *testing.T, regions []string, perRegion int, mod ...func(*Config)) *regionMesh {
 	t.Helper()
 	m := &regionMesh{t: t, nodes: map[string]*Node{}}
 	caDir := t.TempDir()
@@ -30,12 +30,16 @@ func newRegionMesh(t *testing.T, regions []string, perRegion int) *regionMesh {
 		var lanJoin []string
 		for i := 1; i <= perRegion; i++ {
 			name := fmt.Sprintf("%s-%d", r, i)
-			n, err := New(Config{
+			cfg := Config{
 				DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: name, Region: r, CADir: caDir,
 				GossipLAN: "127.0.0.1:0", GossipWAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest,
 				Join: lanJoin, WANJoin: wanJoin,
 				Logger: testLogger(t),
-			})
+			}
+			for _, f := range mod {
+				f(&cfg)
+			}
+			n, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -477,4 +481,69 @@ func TestRegionPlacementConflict(t *testing.T) {
 		t.Fatalf("logs after the conflict: eu-1 next %d, eu-2 next %d; want one untouched and the other +2", nextA, nextB)
 	}
 	t.Logf("conflict on %q: holders %v; eu-1 log next %d, eu-2 log next %d", topic, a.Conflicts()[topic], nextA, nextB)
+}
+
+// TestRegionPlacementTenantRelay: a tenant's names stay its own through relays: a literal
+// subscription passed through to the owner, a wildcard spanning both nodes and a listing all
+// show the tenant's names, never the namespace.
+func TestRegionPlacementTenantRelay(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 2, func(c *Config) {
+		c.Credentials = []Credential{{Token: acmeToken, Tenant: "acme"}}
+	})
+	ctx := context.Background()
+	dial := func(name string) *client.Conn {
+		c, err := client.Dial(ctx, m.nodes[name].Addr().String(), client.Options{CAFile: m.nodes[name].CAFile(), Token: acmeToken})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	c := dial("eu-1")
+	topics := []string{"t.a", "t.b", "t.c", "t.d", "t.e", "t.f"}
+	remote := ""
+	for _, topic := range topics {
+		if m.owner("eu", "acme."+topic) == "eu-2" {
+			remote = topic
+		}
+		if _, err := c.Publish(ctx, client.Message{Topic: topic, Payload: []byte(topic)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if remote == "" {
+		t.Fatal("no topic placed on eu-2")
+	}
+	sub, err := c.Subscribe(ctx, remote, client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, sub, 1, 10*time.Second); got[0].topic != remote {
+		t.Fatalf("relayed literal subscription delivered %q, want %q", got[0].topic, remote)
+	}
+	sub.Close()
+	sub, err = c.Subscribe(ctx, "t.*", client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range readAll(t, sub, len(topics), 10*time.Second) {
+		got = append(got, d.topic)
+	}
+	sub.Close()
+	slices.Sort(got)
+	if !slices.Equal(got, topics) {
+		t.Fatalf("wildcard across nodes delivered %v, want %v", got, topics)
+	}
+	infos, err := c.Topics(ctx, ">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for _, ti := range infos {
+		got = append(got, ti.Name)
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, topics) {
+		t.Fatalf("listing through eu-1 shows %v, want %v", got, topics)
+	}
 }

@@ -165,7 +165,15 @@ func (p *publisher) acquire() bool {
 // add validates one publish and appends it to the batch under construction, or queues its
 // refusal in order.
 func (p *publisher) add(pub *wire.Publish) {
-	if e := p.s.n.checkPublish(pub); e != nil {
+	e := p.s.actor.checkTopic(pub.Topic, false)
+	if e == nil {
+		e = p.s.actor.mayPublish(pub.Topic)
+	}
+	if e == nil {
+		pub.Topic = p.s.actor.topic(pub.Topic)
+		e = p.s.n.checkPublish(pub)
+	}
+	if e != nil {
 		p.submit()
 		p.enqueue(&pendingBatch{seqs: []uint64{pub.Seq}, err: e, done: true, read: time.Now()})
 		return

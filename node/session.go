@@ -2,8 +2,8 @@ package node
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -28,8 +28,9 @@ type session struct {
 	cancel context.CancelFunc
 	ready  chan struct{} // closed after WELCOME: streams wait for it
 
-	peer     bool   // another node of the mesh (ALPN quicmq-peer/1, mutual TLS)
-	peerName string // its name, from its certificate
+	peer     bool       // another node of the mesh (ALPN quicmq-peer/1, mutual TLS)
+	peerName string     // its name, from its certificate
+	actor    *principal // who the session acts for: set before ready closes
 	draining atomic.Bool
 	subs     atomic.Int64 // open subscription streams
 	wg       sync.WaitGroup
@@ -61,6 +62,7 @@ func newSession(n *Node, conn *quic.Conn) *session {
 	if s.peer {
 		s.peerName = conn.ConnectionState().TLS.PeerCertificates[0].Subject.CommonName
 		s.log = s.log.With("peer", s.peerName)
+		s.actor = peerActor
 	}
 	return s
 }
@@ -132,9 +134,25 @@ func (s *session) handshake(str *quic.Stream) error {
 	if hello.Version != wire.Version {
 		return s.refuse(str, wire.AppProtocol, wire.Errorf(wire.CodeVersion, "protocol version %d not supported; this node speaks %d", hello.Version, wire.Version))
 	}
-	if !s.n.authorized(hello.Token) {
-		return s.refuse(str, wire.AppUnauthorized, wire.Errorf(wire.CodeUnauthorized, "the token is missing or not valid on this node"))
+	subject := ""
+	if certs := s.conn.ConnectionState().TLS.PeerCertificates; len(certs) > 0 {
+		subject = certs[0].Subject.CommonName // verified against the mesh CA by the handshake
 	}
+	actor := s.n.authenticate(hello.Token, subject)
+	if actor == nil {
+		what := "the token is missing or not valid on this node"
+		if subject != "" {
+			what = fmt.Sprintf("the token is missing or not valid, and the client certificate %q is not a credential on this node", subject)
+		}
+		return s.refuse(str, wire.AppUnauthorized, wire.Errorf(wire.CodeUnauthorized, "%s", what))
+	}
+	if actor.tenant != "" {
+		if e := s.n.addTenantConn(actor.tenant); e != nil {
+			return s.refuse(str, wire.AppUnauthorized, e)
+		}
+		defer s.n.removeTenantConn(actor.tenant)
+	}
+	s.actor = actor
 	c := s.n.cfg
 	w := wire.NewWriter(str)
 	w.Write(&wire.Welcome{
@@ -145,7 +163,7 @@ func (s *session) handshake(str *quic.Stream) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	s.log = s.log.With("client", hello.Client)
+	s.log = s.log.With("client", hello.Client, "as", actor.name)
 	close(s.ready)
 	// The client sends nothing more on the control stream; reading detects its end.
 	io.Copy(io.Discard, str)
@@ -179,15 +197,23 @@ func (s *session) peerRegion() string {
 	return ""
 }
 
-func (n *Node) authorized(token string) bool {
-	if len(n.tokens) == 0 {
-		return true
+// addTenantConn counts a connection of tenant, refusing it past MaxConnsPerTenant.
+func (n *Node) addTenantConn(tenant string) *wire.Error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if got := n.mu.tenants[tenant]; got >= n.cfg.MaxConnsPerTenant {
+		return wire.Errorf(wire.CodeLimit, "tenant %q has %d connections open to this node, the limit is %d", tenant, got, n.cfg.MaxConnsPerTenant)
 	}
-	ok := 0
-	for _, t := range n.tokens {
-		ok |= subtle.ConstantTimeCompare(t, []byte(token))
+	n.mu.tenants[tenant]++
+	return nil
+}
+
+func (n *Node) removeTenantConn(tenant string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.mu.tenants[tenant]--; n.mu.tenants[tenant] <= 0 {
+		delete(n.mu.tenants, tenant)
 	}
-	return ok == 1
 }
 
 // serveStream waits for the handshake, reads the stream's first frame and hands the stream

@@ -17,8 +17,12 @@ import (
 	"github.com/quicmq/quicmq/wal"
 )
 
-// durableRE is the grammar of durable consumer names.
-var durableRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,255}$`)
+// durableRE is the grammar of durable consumer names; peerDurableRE that of the names a
+// sibling relays, which may carry a tenant's namespace ("tenant/T/NAME").
+var (
+	durableRE     = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,255}$`)
+	peerDurableRE = regexp.MustCompile(`^[A-Za-z0-9_./-]{1,400}$`)
+)
 
 // subscription serves one subscription stream: a cursor per matching topic over the durable
 // log, plus a bounded read-ahead (Config.ReadAhead). Its run goroutine owns the cursors and
@@ -80,13 +84,31 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
 		s.failStream(str, e)
 	}
-	if err := routing.ValidatePattern(req.Pattern); err != nil {
-		refuse(&wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()})
+	a := s.actor
+	if e := a.checkTopic(req.Pattern, true); e != nil {
+		refuse(e)
 		return
 	}
-	if req.Durable != "" && !durableRE.MatchString(req.Durable) {
+	if e := a.maySubscribe(req.Pattern); e != nil {
+		refuse(e)
+		return
+	}
+	durableOK := durableRE.MatchString
+	if s.peer {
+		durableOK = peerDurableRE.MatchString
+	}
+	if req.Durable != "" && !durableOK(req.Durable) {
 		refuse(wire.Errorf(wire.CodeInvalidArgument, "durable name %q: want 1-255 characters of [A-Za-z0-9_.-]", req.Durable))
 		return
+	}
+	if a.tenant != "" {
+		r := *req
+		r.Pattern, r.Durable = a.topic(req.Pattern), a.durable(req.Durable)
+		req = &r
+		if e := n.checkDurables(a, req.Durable); e != nil {
+			refuse(e)
+			return
+		}
 	}
 	if req.Region != "" && req.Region != n.cfg.Region && s.peer {
 		refuse(wire.Errorf(wire.CodeInvalidArgument, "a replay passed through from another region cannot be passed on to region %q", req.Region))
@@ -453,7 +475,7 @@ func (sub *subscription) bind(c *cursor) error {
 	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next})
 	sub.mu.Unlock()
 	c.bound = true
-	sub.w.Buffer(&wire.Topic{Index: c.index, Name: c.topic})
+	sub.w.Buffer(&wire.Topic{Index: c.index, Name: sub.s.actor.clientName(c.topic)})
 	return nil
 }
 

@@ -3,6 +3,7 @@ package node
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
@@ -53,10 +54,22 @@ func (n *Node) setupTLS() (*tlsSetup, error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(ca.Cert)
 
+	// Each listener refuses the other's credentials: a client may present a certificate of
+	// the mesh CA made for clients only (client-authentication usage; it maps to a
+	// Credential by Subject), never a node's; a peer must present a node's (server and
+	// client usages).
 	clients := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
 		NextProtos:   []string{wire.ALPN},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    pool,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) > 0 && slices.Contains(cs.PeerCertificates[0].ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+				return fmt.Errorf("node: %q is a node certificate: clients authenticate with a token or a client certificate", cs.PeerCertificates[0].Subject.CommonName)
+			}
+			return nil
+		},
 	}
 	peers := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
@@ -64,6 +77,12 @@ func (n *Node) setupTLS() (*tlsSetup, error) {
 		NextProtos:   []string{wire.PeerALPN},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    pool,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 || !slices.Contains(cs.PeerCertificates[0].ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+				return errors.New("node: node-to-node links need a node certificate of the mesh CA, not a client's")
+			}
+			return nil
+		},
 	}
 	server := &tls.Config{
 		MinVersion: tls.VersionTLS13,

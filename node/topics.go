@@ -20,11 +20,12 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 	if pattern == "" {
 		pattern = ">"
 	}
-	if err := routing.ValidatePattern(pattern); err != nil {
-		s.failStream(str, &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()})
+	if e := s.actor.checkTopic(pattern, true); e != nil {
+		s.failStream(str, e)
 		return
 	}
-	w := wire.NewWriter(str)
+	pattern = s.actor.topic(pattern)
+	w := &topicLister{w: wire.NewWriter(str), actor: s.actor}
 	for _, t := range s.n.wal.Topics() {
 		if !routing.Match(pattern, t.Name) {
 			continue
@@ -39,13 +40,32 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 	if s.n.place != nil && !s.peer {
 		s.listRegionTopics(w, pattern)
 	}
-	w.Flush()
+	w.w.Flush()
 	str.Close() // the client closes its side after TOPICS; nothing more to read
+}
+
+// topicLister writes a listing in the client's view: its namespace taken off the names, and
+// only the topics it may publish or subscribe to.
+type topicLister struct {
+	w     *wire.Writer
+	actor *principal
+}
+
+func (l *topicLister) Write(t *wire.TopicInfo) error {
+	if l.actor.prefix != "" {
+		c := *t
+		c.Name = l.actor.clientName(t.Name)
+		t = &c
+	}
+	if l.actor.maySubscribe(t.Name) != nil && l.actor.mayPublish(t.Name) != nil {
+		return nil
+	}
+	return l.w.Write(t)
 }
 
 // listRegionTopics adds the topics the region's other live nodes own to a client's listing,
 // asking each over its link. A node that cannot be asked is logged and left out.
-func (s *session) listRegionTopics(w *wire.Writer, pattern string) {
+func (s *session) listRegionTopics(w *topicLister, pattern string) {
 	n := s.n
 	for _, m := range n.place.members() {
 		if m.name == n.cfg.Name || m.status != gossip.StatusAlive {
@@ -57,7 +77,7 @@ func (s *session) listRegionTopics(w *wire.Writer, pattern string) {
 	}
 }
 
-func (s *session) copyTopics(w *wire.Writer, node, pattern string) error {
+func (s *session) copyTopics(w *topicLister, node, pattern string) error {
 	n := s.n
 	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
 	defer cancel()

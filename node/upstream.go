@@ -188,7 +188,7 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 		sub.mu.bound = append(sub.mu.bound, boundTopic{name: f.Name, up: up, remoteIndex: f.Index})
 		sub.mu.Unlock()
 		up.remote[f.Index] = idx
-		sub.w.Buffer(&wire.Topic{Index: idx, Name: f.Name})
+		sub.w.Buffer(&wire.Topic{Index: idx, Name: sub.s.actor.clientName(f.Name)})
 	case *wire.Record:
 		idx, ok := up.remote[f.Index]
 		if !ok {
