@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 5s
 
-.PHONY: build dev test vet unit fuzz-short fuzz bench clean
+.PHONY: build dev test vet unit fuzz-short fuzz bench clean tofu-check
 
 build:
 	$(GO) build -o bin/quicmq ./cmd/quicmq
@@ -30,6 +30,11 @@ fuzz:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./wal ./node ./routing ./internal/wire
+
+# Terraform: fmt, validate, plan and tofu test of terraform/ against the real provider
+# schemas, offline (OpenTofu and a stub provider built from tools/, cached in ~/.cache/quicmq).
+tofu-check:
+	@./scripts/tofu-check.sh
 
 clean:
 	rm -rf bin

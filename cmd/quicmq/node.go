@@ -34,6 +34,8 @@ type nodeFlags struct {
 	caDir, advertise                    string
 	gossipLAN, gossipWAN                string
 	join, wanJoin, gossipKey, mirror    string
+	configFile, gossipKeyFile           string
+	ablationSharedStream                bool
 }
 
 func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
@@ -51,6 +53,8 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.wanJoin, "wan-join", "", "comma-separated WAN gossip addresses of nodes of other regions to join")
 		fs.StringVar(&f.gossipKey, "gossip-key", "", "base64 of the 32-byte key that encrypts gossip, the same on every node of the mesh")
 		fs.StringVar(&f.mirror, "mirror", "", "comma-separated topic patterns mirrored from every other region even without local subscribers")
+		fs.StringVar(&f.gossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip key (--gossip-key wins if both are set)")
+		fs.StringVar(&f.configFile, "config", os.Getenv("QUICMQ_CONFIG"), "configuration file (HCL; see 'quicmq config check -h'); flags, then QUICMQ_* environment variables, override it (default $QUICMQ_CONFIG)")
 	}
 	fs.StringVar(&f.tokens, "tokens", "", "comma-separated client tokens (16+ characters each); empty: anonymous clients allowed")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file with one client token per line (added to --tokens)")
@@ -58,6 +62,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.Int64Var(&f.retentionBytes, "retention-bytes", 0, "keep at most this many bytes per topic, oldest deleted first (0: no limit)")
 	fs.IntVar(&f.maxPayload, "max-payload", 1<<20, "largest record payload in bytes")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&f.ablationSharedStream, "ablation-shared-stream", false, "measurement aid for benchmarks: let clients that ask carry all subscriptions on one shared stream (docs/benchmarks.md); never in production")
 }
 
 func (f *nodeFlags) config(e *env) (node.Config, error) {
@@ -84,10 +89,18 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		return node.Config{}, usageError("--max-payload must be positive, got %d", f.maxPayload)
 	}
 	var key []byte
+	keySrc := "--gossip-key"
+	if f.gossipKey == "" && f.gossipKeyFile != "" {
+		b, err := os.ReadFile(f.gossipKeyFile)
+		if err != nil {
+			return node.Config{}, fmt.Errorf("--gossip-key-file: %w", err)
+		}
+		f.gossipKey, keySrc = strings.TrimSpace(string(b)), "--gossip-key-file "+f.gossipKeyFile
+	}
 	if f.gossipKey != "" {
 		k, err := base64.StdEncoding.DecodeString(f.gossipKey)
 		if err != nil || len(k) != 32 {
-			return node.Config{}, usageError("--gossip-key: want the base64 of 32 bytes (e.g. from 'head -c32 /dev/urandom | base64')")
+			return node.Config{}, usageError("%s: want the base64 of 32 bytes (e.g. from 'head -c32 /dev/urandom | base64')", keySrc)
 		}
 		key = k
 	}
@@ -108,6 +121,8 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		WANJoin:    splitList(f.wanJoin),
 		GossipKey:  key,
 		Mirror:     splitList(f.mirror),
+
+		AblationSharedStream: f.ablationSharedStream,
 	}, nil
 }
 
@@ -126,6 +141,9 @@ func runNode(ctx context.Context, e *env, args []string) error {
 	var f nodeFlags
 	f.register(fs, true)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := applyConfig(fs, f.configFile); err != nil {
 		return err
 	}
 	if f.data == "" {

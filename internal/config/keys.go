@@ -1,0 +1,222 @@
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quicmq/quicmq/routing"
+)
+
+// Kind is the type of a key's value and how it is checked.
+type Kind int
+
+const (
+	String    Kind = iota // any non-empty string
+	Addr                  // HOST:PORT
+	Name                  // a node or region name: 1-64 of [A-Za-z0-9_-]
+	AddrList              // list of HOST:PORT
+	Patterns              // list of topic patterns
+	Tokens                // list of client tokens, 16+ characters each
+	TokenFile             // path of a readable file of tokens, one a line
+	KeyFile               // path of a readable file holding a gossip key
+	GossipKey             // base64 of 32 bytes
+	Duration              // Go duration string ("168h"), not negative
+	Size                  // whole number, not negative
+	Positive              // whole number above zero
+	LogLevel              // debug, info, warn or error
+)
+
+// Key is one setting of the file.
+type Key struct {
+	Name string // key in the file, e.g. "wan_join"
+	Flag string // the `quicmq node` flag it stands for, e.g. "wan-join"
+	Kind Kind
+	Doc  string
+}
+
+// Env is the environment variable that overrides the key (and is overridden by the flag).
+func (k Key) Env() string { return "QUICMQ_" + strings.ToUpper(k.Name) }
+
+// Keys are the settings a file may hold, one per `quicmq node` flag (cmd/quicmq tests that the
+// two lists match). max_payload's 64 MiB cap is the protocol's.
+var Keys = []Key{
+	{"data", "data", String, "data directory: the log and generated TLS material"},
+	{"listen", "listen", Addr, "UDP address of the QUIC client listener"},
+	{"advertise", "advertise", Addr, "QUIC address other nodes dial"},
+	{"metrics", "metrics", Addr, "HTTP address of /metrics and the admin API"},
+	{"region", "region", Name, "region this node belongs to"},
+	{"name", "name", Name, "node name"},
+	{"ca_dir", "ca-dir", String, "the mesh CA directory (ca.pem + ca-key.pem)"},
+	{"gossip", "gossip", Addr, "HOST:PORT of the region's gossip pool (LAN)"},
+	{"wan", "wan", Addr, "HOST:PORT of the gossip pool across regions (WAN)"},
+	{"join", "join", AddrList, "gossip addresses of nodes of this region to join"},
+	{"wan_join", "wan-join", AddrList, "WAN gossip addresses of nodes of other regions to join"},
+	{"gossip_key", "gossip-key", GossipKey, "base64 of the 32-byte gossip key"},
+	{"gossip_key_file", "gossip-key-file", KeyFile, "file holding the base64 gossip key"},
+	{"mirror", "mirror", Patterns, "topic patterns mirrored from every other region"},
+	{"tokens", "tokens", Tokens, "client tokens (16+ characters each)"},
+	{"token_file", "token-file", TokenFile, "file with one client token per line"},
+	{"retention_age", "retention-age", Duration, "delete records older than this (0: keep)"},
+	{"retention_bytes", "retention-bytes", Size, "keep at most this many bytes per topic (0: no limit)"},
+	{"max_payload", "max-payload", Positive, "largest record payload in bytes"},
+	{"log_level", "log-level", LogLevel, "debug, info, warn or error"},
+}
+
+// KeyByName returns the key called name.
+func KeyByName(name string) (Key, bool) {
+	for _, k := range Keys {
+		if k.Name == name {
+			return k, true
+		}
+	}
+	return Key{}, false
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// maxPayload is the protocol's cap on a record payload (node.Config.Validate says the same).
+const maxPayload = 64 << 20
+
+// checkScalar checks a string-typed value of a key; "" means fine.
+func checkScalar(k Kind, s string) string {
+	switch k {
+	case String:
+		if s == "" {
+			return "must not be empty"
+		}
+	case Addr:
+		return checkAddr(s)
+	case Name:
+		if !nameRE.MatchString(s) {
+			return fmt.Sprintf("%q: want 1-64 characters of [A-Za-z0-9_-]", s)
+		}
+	case GossipKey:
+		return checkKey(s)
+	case TokenFile:
+		_, msg := readTokens(s)
+		return msg
+	case KeyFile:
+		b, err := os.ReadFile(s)
+		if err != nil {
+			return fmt.Sprintf("cannot read: %v", unwrapPath(err))
+		}
+		if msg := checkKey(strings.TrimSpace(string(b))); msg != "" {
+			return s + ": " + msg
+		}
+	case Duration:
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Sprintf("%q: want a duration such as \"168h\" or \"30m\"", s)
+		}
+		if d < 0 {
+			return "must not be negative"
+		}
+	case LogLevel:
+		switch s {
+		case "debug", "info", "warn", "error":
+		default:
+			return fmt.Sprintf("%q: want debug, info, warn or error", s)
+		}
+	}
+	return ""
+}
+
+// checkItem checks one element of a list-typed key.
+func checkItem(k Kind, s string) string {
+	switch k {
+	case AddrList:
+		return checkAddr(s)
+	case Patterns:
+		if err := routing.ValidatePattern(s); err != nil {
+			return err.Error()
+		}
+	case Tokens:
+		return checkToken(s)
+	}
+	if strings.Contains(s, ",") {
+		return fmt.Sprintf("%q: a list element must not contain ','", s)
+	}
+	return ""
+}
+
+// checkNumber checks a number-typed key.
+func checkNumber(k Kind, v int64) string {
+	switch {
+	case k == Size && v < 0:
+		return fmt.Sprintf("must not be negative, got %d", v)
+	case k == Positive && v <= 0:
+		return fmt.Sprintf("must be above zero, got %d", v)
+	case k == Positive && v > maxPayload:
+		return fmt.Sprintf("%d is over the protocol's 64 MiB", v)
+	}
+	return ""
+}
+
+func checkAddr(s string) string {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Sprintf("%q: want HOST:PORT", s)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Sprintf("%q: port %q is not a number from 0 to 65535", s, port)
+	}
+	if strings.ContainsAny(host, " ,") {
+		return fmt.Sprintf("%q: bad host %q", s, host)
+	}
+	return ""
+}
+
+func checkKey(s string) string {
+	k, err := base64.StdEncoding.DecodeString(s)
+	if err != nil || len(k) != 32 {
+		return "want the base64 of 32 bytes (e.g. from 'head -c32 /dev/urandom | base64')"
+	}
+	return ""
+}
+
+func checkToken(s string) string {
+	if len(s) < 16 {
+		return fmt.Sprintf("a token needs at least 16 characters, got %d", len(s))
+	}
+	if strings.ContainsAny(s, ", \t") {
+		return "a token must not contain ',' or spaces"
+	}
+	return ""
+}
+
+// readTokens reads a token file as `quicmq node --token-file` does: one token a line, blank
+// lines and lines starting with '#' skipped.
+func readTokens(path string) ([]string, string) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Sprintf("cannot read: %v", unwrapPath(err))
+	}
+	var out []string
+	for i, line := range strings.Split(string(b), "\n") {
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		if msg := checkToken(t); msg != "" {
+			return nil, fmt.Sprintf("%s:%d: %s", path, i+1, msg)
+		}
+		out = append(out, t)
+	}
+	return out, ""
+}
+
+// unwrapPath drops os.PathError's repetition of the operation and path.
+func unwrapPath(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Path, pe.Err)
+	}
+	return err
+}

@@ -1,0 +1,47 @@
+# One QuicMQ region on GCP (europe-west1), one node.
+terraform {
+  required_version = ">= 1.6.0"
+  required_providers {
+    google = {
+      source  = "hashicorp/google"
+      version = ">= 6.0"
+    }
+  }
+}
+
+provider "google" {
+  project = var.project
+  region  = "europe-west1"
+}
+
+module "eu" {
+  source = "../../modules/gcp-region"
+
+  project       = var.project
+  gcp_region    = "europe-west1"
+  zone          = "europe-west1-b"
+  region        = "eu"
+  admin_cidrs   = var.admin_cidrs
+  gossip_key    = var.gossip_key
+  ca_cert_pem   = var.ca_cert_pem
+  ca_key_pem    = var.ca_key_pem
+  tokens        = var.tokens
+  binary_url    = var.binary_url
+  binary_sha256 = var.binary_sha256
+}
+
+output "node_addresses" {
+  value = module.eu.node_addresses
+}
+
+output "quic_addresses" {
+  value = module.eu.quic_addresses
+}
+
+output "wan_join" {
+  value = module.eu.wan_join
+}
+
+output "metrics_endpoints" {
+  value = module.eu.metrics_endpoints
+}

@@ -1,0 +1,42 @@
+variable "gossip_key" {
+  description = "Base64 of the 32-byte gossip key (head -c32 /dev/urandom | base64)."
+  type        = string
+  sensitive   = true
+}
+
+variable "ca_cert_pem" {
+  description = "PEM of the mesh CA certificate: e.g. file(\"ca/ca.pem\") after 'quicmq node' created one, see docs/operations.md."
+  type        = string
+}
+
+variable "ca_key_pem" {
+  description = "PEM of the mesh CA key."
+  type        = string
+  sensitive   = true
+}
+
+variable "tokens" {
+  description = "Client tokens (16+ characters each)."
+  type        = list(string)
+  sensitive   = true
+}
+
+variable "binary_url" {
+  description = "URL of the quicmq linux/amd64 binary (e.g. a release asset or a bucket object)."
+  type        = string
+}
+
+variable "binary_sha256" {
+  description = "SHA-256 of that binary."
+  type        = string
+}
+
+variable "admin_cidrs" {
+  description = "Ranges that may scrape metrics and use the admin API and SSH."
+  type        = list(string)
+}
+
+variable "project" {
+  description = "GCP project id."
+  type        = string
+}

@@ -1,0 +1,118 @@
+variable "region" {
+  description = "QuicMQ region name of these nodes (1-64 of [A-Za-z0-9_-])."
+  type        = string
+  validation {
+    condition     = can(regex("^[A-Za-z0-9_-]{1,64}$", var.region))
+    error_message = "region: want 1-64 characters of [A-Za-z0-9_-]."
+  }
+}
+
+variable "nodes" {
+  description = "The region's nodes: name, the private address the node binds, and the static public address other regions and clients reach."
+  type = list(object({
+    name       = string
+    private_ip = string
+    public_ip  = string
+  }))
+  validation {
+    condition     = length(var.nodes) > 0 && alltrue([for n in var.nodes : can(regex("^[A-Za-z0-9_-]{1,64}$", n.name))])
+    error_message = "nodes: at least one, each named with 1-64 characters of [A-Za-z0-9_-]."
+  }
+}
+
+variable "wan_join" {
+  description = "WAN gossip addresses (IP:PORT) of nodes of other regions to join. Empty for the first region."
+  type        = list(string)
+  default     = []
+}
+
+variable "gossip_key" {
+  description = "Base64 of the 32-byte gossip key, the same on every node of the mesh."
+  type        = string
+  sensitive   = true
+  validation {
+    condition     = can(base64decode(var.gossip_key)) && length(var.gossip_key) == 44
+    error_message = "gossip_key: want the base64 of 32 bytes (head -c32 /dev/urandom | base64)."
+  }
+}
+
+variable "ca_cert_pem" {
+  description = "PEM of the mesh CA certificate (ca.pem), shared by every node of the mesh."
+  type        = string
+}
+
+variable "ca_key_pem" {
+  description = "PEM of the mesh CA key (ca-key.pem): nodes issue their own certificate from it."
+  type        = string
+  sensitive   = true
+}
+
+variable "tokens" {
+  description = "Client tokens (16+ characters each). Empty: anonymous clients (not for production)."
+  type        = list(string)
+  default     = []
+  sensitive   = true
+  validation {
+    condition     = alltrue([for t in var.tokens : length(t) >= 16])
+    error_message = "tokens: each at least 16 characters."
+  }
+}
+
+variable "mirror" {
+  description = "Topic patterns mirrored from every other region even without local subscribers."
+  type        = list(string)
+  default     = []
+}
+
+variable "retention_age" {
+  description = "Delete records older than this, per topic (Go duration; \"0s\": keep forever)."
+  type        = string
+  default     = "168h"
+}
+
+variable "retention_bytes" {
+  description = "Keep at most this many bytes per topic (0: no limit)."
+  type        = number
+  default     = 0
+}
+
+variable "max_payload" {
+  description = "Largest record payload in bytes."
+  type        = number
+  default     = 1048576
+}
+
+variable "log_level" {
+  description = "debug, info, warn or error."
+  type        = string
+  default     = "info"
+  validation {
+    condition     = contains(["debug", "info", "warn", "error"], var.log_level)
+    error_message = "log_level: want debug, info, warn or error."
+  }
+}
+
+variable "ports" {
+  description = "QUIC (UDP), LAN gossip (TCP+UDP), WAN gossip (TCP+UDP) and metrics (TCP) ports."
+  type = object({
+    quic    = optional(number, 7400)
+    gossip  = optional(number, 7946)
+    wan     = optional(number, 7947)
+    metrics = optional(number, 9400)
+  })
+  default = {}
+}
+
+variable "binary_url" {
+  description = "URL of the quicmq linux binary the boot script downloads."
+  type        = string
+}
+
+variable "binary_sha256" {
+  description = "SHA-256 (hex) of that binary; the boot script refuses any other."
+  type        = string
+  validation {
+    condition     = can(regex("^[0-9a-f]{64}$", var.binary_sha256))
+    error_message = "binary_sha256: want 64 lower-case hex digits (sha256sum quicmq)."
+  }
+}

@@ -1,0 +1,138 @@
+variable "project" {
+  description = "GCP project id."
+  type        = string
+}
+
+variable "gcp_region" {
+  description = "GCP region, e.g. europe-west1."
+  type        = string
+}
+
+variable "zone" {
+  description = "Zone of the instances, e.g. europe-west1-b."
+  type        = string
+}
+
+variable "region" {
+  description = "QuicMQ region name of these nodes."
+  type        = string
+}
+
+variable "node_count" {
+  description = "Nodes in this region. Several nodes split the region's topics (placement, docs/operations.md): they start together, before the first publish."
+  type        = number
+  default     = 1
+  validation {
+    condition     = var.node_count >= 1 && var.node_count <= 16
+    error_message = "node_count: from 1 to 16."
+  }
+}
+
+variable "machine_type" {
+  description = "GCE machine type."
+  type        = string
+  default     = "n2-standard-2"
+}
+
+variable "image" {
+  description = "Boot image (runs the boot script as a startup script; GCE Debian images have no cloud-init)."
+  type        = string
+  default     = "debian-cloud/debian-12"
+}
+
+variable "subnet_cidr" {
+  description = "CIDR of the subnetwork this module creates."
+  type        = string
+  default     = "10.50.1.0/24"
+}
+
+variable "disk_size_gb" {
+  description = "Boot disk size in GB (holds the log)."
+  type        = number
+  default     = 100
+}
+
+variable "admin_cidrs" {
+  description = "Ranges allowed to reach the metrics/admin port and SSH (e.g. the Prometheus hosts). Never 0.0.0.0/0."
+  type        = list(string)
+  validation {
+    condition     = length(var.admin_cidrs) > 0 && !contains(var.admin_cidrs, "0.0.0.0/0")
+    error_message = "admin_cidrs: at least one range, and not 0.0.0.0/0: the admin API can migrate links."
+  }
+}
+
+variable "client_cidrs" {
+  description = "Ranges allowed to reach the QUIC port (clients)."
+  type        = list(string)
+  default     = ["0.0.0.0/0"]
+}
+
+variable "peer_cidrs" {
+  description = "Other regions' node addresses (/32s) allowed to reach the WAN gossip port and QUIC links."
+  type        = list(string)
+  default     = []
+}
+
+variable "labels" {
+  description = "Labels added to every resource that takes them."
+  type        = map(string)
+  default     = {}
+}
+
+# Passed through to modules/config.
+variable "wan_join" {
+  description = "WAN gossip addresses of nodes of other regions."
+  type        = list(string)
+  default     = []
+}
+
+variable "gossip_key" {
+  description = "Base64 of the 32-byte gossip key, the same on every node of the mesh."
+  type        = string
+  sensitive   = true
+}
+
+variable "ca_cert_pem" {
+  description = "PEM of the mesh CA certificate."
+  type        = string
+}
+
+variable "ca_key_pem" {
+  description = "PEM of the mesh CA key."
+  type        = string
+  sensitive   = true
+}
+
+variable "tokens" {
+  description = "Client tokens (16+ characters each)."
+  type        = list(string)
+  default     = []
+  sensitive   = true
+}
+
+variable "mirror" {
+  description = "Topic patterns mirrored from every other region."
+  type        = list(string)
+  default     = []
+}
+
+variable "binary_url" {
+  description = "URL of the quicmq linux/amd64 binary."
+  type        = string
+}
+
+variable "binary_sha256" {
+  description = "SHA-256 (hex) of that binary."
+  type        = string
+}
+
+variable "ports" {
+  description = "Ports (see modules/config)."
+  type = object({
+    quic    = optional(number, 7400)
+    gossip  = optional(number, 7946)
+    wan     = optional(number, 7947)
+    metrics = optional(number, 9400)
+  })
+  default = {}
+}
