@@ -45,7 +45,7 @@ func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metric
 		mirrorLag: d("quicmq_mirror_lag_records",
 			"Records of the origin's log not yet scanned by this mirror (upper bound).", mir),
 		mirrorLagSeconds: d("quicmq_mirror_lag_seconds", "Origin time between the origin's last record and the last one scanned.", mir),
-		mirrorRecords:    d("quicmq_mirror_records", "Records mirrored by this mirror stream since it started.", mir),
+		mirrorRecords:    d("quicmq_mirror_records_total", "Records mirrored by this mirror stream since it started.", mir),
 	}
 	if reg != nil {
 		reg.MustRegister(m.mirrored, m.gaps, m)

@@ -45,8 +45,8 @@ func TestInterestMirrorsMatchingTopics(t *testing.T) {
 	if got := metricValue(t, a.registry(), "quicmq_mirror_appended_records_total", nil); got != 200 {
 		t.Fatalf("quicmq_mirror_appended_records_total %v, want 200", got)
 	}
-	if got := metricValue(t, a.registry(), "quicmq_mirror_records", map[string]string{"topic": "orders.eu", "origin_region": "b"}); got != 150 {
-		t.Fatalf("quicmq_mirror_records{orders.eu} %v, want 150", got)
+	if got := metricValue(t, a.registry(), "quicmq_mirror_records_total", map[string]string{"topic": "orders.eu", "origin_region": "b"}); got != 150 {
+		t.Fatalf("quicmq_mirror_records_total{orders.eu} %v, want 150", got)
 	}
 	// Nothing flows the other way: b has no interest in a's records.
 	if _, _, ok := b.log.Bounds("orders.eu"); ok && b.next("orders.eu") != 150 {
