@@ -85,6 +85,10 @@ type Config struct {
 	// GossipWAN is the HOST:PORT of the serf WAN pool across regions. Empty: this node does
 	// not join the WAN pool (and has no links to other regions).
 	GossipWAN string
+	// GossipAdvertiseLAN and GossipAdvertiseWAN are the IP:PORT other members reach the
+	// pools at, when that is not the bound address (NAT, a cloud's public address that is
+	// not on the host). Empty: the bound address.
+	GossipAdvertiseLAN, GossipAdvertiseWAN string
 	// Join and WANJoin are gossip addresses of nodes to join at start (LAN, WAN).
 	Join, WANJoin []string
 	// GossipKey is the 32-byte key that encrypts gossip. Nil: unencrypted (dev only; logged).

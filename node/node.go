@@ -138,6 +138,7 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 	g, err := gossip.New(gossip.Config{
 		Name: c.Name, Region: c.Region,
 		LANAddr: c.GossipLAN, WANAddr: c.GossipWAN,
+		AdvertiseLAN: c.GossipAdvertiseLAN, AdvertiseWAN: c.GossipAdvertiseWAN,
 		Key:        c.GossipKey,
 		Tags:       map[string]string{tagQUIC: n.advertise()},
 		Profile:    c.GossipProfile,

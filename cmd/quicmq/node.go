@@ -33,6 +33,7 @@ type nodeFlags struct {
 	logLevel                            string
 	caDir, advertise                    string
 	gossipLAN, gossipWAN                string
+	gossipAdvertise, wanAdvertise       string
 	join, wanJoin, gossipKey, mirror    string
 	configFile, gossipKeyFile           string
 	ablationSharedStream                bool
@@ -49,6 +50,8 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.advertise, "advertise", "", "QUIC address other nodes dial (default: the --listen address)")
 		fs.StringVar(&f.gossipLAN, "gossip", "", "HOST:PORT of the region's gossip pool (LAN); empty: a standalone node")
 		fs.StringVar(&f.gossipWAN, "wan", "", "HOST:PORT of the gossip pool across regions (WAN); needs --gossip")
+		fs.StringVar(&f.gossipAdvertise, "gossip-advertise", "", "IP:PORT the region's nodes reach the LAN gossip pool at, if not the --gossip address (NAT)")
+		fs.StringVar(&f.wanAdvertise, "wan-advertise", "", "IP:PORT other regions reach the WAN gossip pool at, if not the --wan address (e.g. a cloud's public IP)")
 		fs.StringVar(&f.join, "join", "", "comma-separated gossip addresses of nodes of this region to join")
 		fs.StringVar(&f.wanJoin, "wan-join", "", "comma-separated WAN gossip addresses of nodes of other regions to join")
 		fs.StringVar(&f.gossipKey, "gossip-key", "", "base64 of the 32-byte key that encrypts gossip, the same on every node of the mesh")
@@ -105,22 +108,23 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		key = k
 	}
 	return node.Config{
-		DataDir:    f.data,
-		Listen:     f.listen,
-		Name:       f.name,
-		Region:     f.region,
-		Tokens:     tokens,
-		MaxPayload: f.maxPayload,
-		Retention:  wal.Retention{MaxAge: f.retentionAge, MaxBytes: f.retentionBytes},
-		Logger:     slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
-		CADir:      f.caDir,
-		Advertise:  f.advertise,
-		GossipLAN:  f.gossipLAN,
-		GossipWAN:  f.gossipWAN,
-		Join:       splitList(f.join),
-		WANJoin:    splitList(f.wanJoin),
-		GossipKey:  key,
-		Mirror:     splitList(f.mirror),
+		DataDir:            f.data,
+		Listen:             f.listen,
+		Name:               f.name,
+		Region:             f.region,
+		Tokens:             tokens,
+		MaxPayload:         f.maxPayload,
+		Retention:          wal.Retention{MaxAge: f.retentionAge, MaxBytes: f.retentionBytes},
+		Logger:             slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
+		CADir:              f.caDir,
+		Advertise:          f.advertise,
+		GossipAdvertiseLAN: f.gossipAdvertise, GossipAdvertiseWAN: f.wanAdvertise,
+		GossipLAN: f.gossipLAN,
+		GossipWAN: f.gossipWAN,
+		Join:      splitList(f.join),
+		WANJoin:   splitList(f.wanJoin),
+		GossipKey: key,
+		Mirror:    splitList(f.mirror),
 
 		AblationSharedStream: f.ablationSharedStream,
 	}, nil

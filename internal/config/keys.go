@@ -56,6 +56,8 @@ var Keys = []Key{
 	{"ca_dir", "ca-dir", String, "the mesh CA directory (ca.pem + ca-key.pem)"},
 	{"gossip", "gossip", Addr, "HOST:PORT of the region's gossip pool (LAN)"},
 	{"wan", "wan", Addr, "HOST:PORT of the gossip pool across regions (WAN)"},
+	{"gossip_advertise", "gossip-advertise", Addr, "IP:PORT the region's nodes reach the LAN gossip pool at (NAT)"},
+	{"wan_advertise", "wan-advertise", Addr, "IP:PORT other regions reach the WAN gossip pool at (a public IP not on the host)"},
 	{"join", "join", AddrList, "gossip addresses of nodes of this region to join"},
 	{"wan_join", "wan-join", AddrList, "WAN gossip addresses of nodes of other regions to join"},
 	{"gossip_key", "gossip-key", GossipKey, "base64 of the 32-byte gossip key"},

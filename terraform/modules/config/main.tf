@@ -17,6 +17,7 @@ locals {
       metrics         = "${n.private_ip}:${var.ports.metrics}"
       gossip          = "${n.private_ip}:${var.ports.gossip}"
       wan             = "${n.private_ip}:${var.ports.wan}"
+      wan_advertise   = "${n.public_ip}:${var.ports.wan}" # other regions dial the public address
       join            = [for a in local.lan_join : a if a != "${n.private_ip}:${var.ports.gossip}"]
       wan_join        = var.wan_join
       mirror          = var.mirror

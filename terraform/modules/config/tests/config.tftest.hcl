@@ -35,6 +35,10 @@ run "renders_each_node" {
     error_message = "wan_join must reach the configuration"
   }
   assert {
+    condition     = strcontains(output.configs["eu-2"], "wan_advertise   = \"${var.nodes[1].public_ip}:7947\"")
+    error_message = "other regions must be told the public WAN gossip address"
+  }
+  assert {
     condition     = strcontains(output.configs["eu-1"], "token_file      = \"/etc/quicmq/tokens\"") && !strcontains(output.configs["eu-1"], var.gossip_key)
     error_message = "secrets stay in their own files, not in the configuration"
   }
