@@ -64,6 +64,7 @@ func parseNode(t *testing.T, args ...string) (*nodeFlags, error) {
 func TestConfigPrecedence(t *testing.T) {
 	file := writeTemp(t, "node.hcl", `
 data        = "/from/file"
+anonymous   = true
 region      = "file-region"
 name        = "file-name"
 listen      = "127.0.0.1:7001"
@@ -131,8 +132,8 @@ token_file = "`+tokens+`"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if string(cfg.GossipKey) != "0123456789abcdef0123456789abcdef" || len(cfg.Tokens) != 1 || cfg.Tokens[0] != "token-0123456789abcdef" {
-		t.Errorf("secrets: key %q tokens %q", cfg.GossipKey, cfg.Tokens)
+	if string(cfg.GossipKey) != "0123456789abcdef0123456789abcdef" || len(cfg.Credentials) != 1 || cfg.Credentials[0].Token != "token-0123456789abcdef" {
+		t.Errorf("secrets: key %q credentials %+v", cfg.GossipKey, cfg.Credentials)
 	}
 }
 
@@ -180,6 +181,7 @@ metrics = "127.0.0.1:0"
 region = "cfg-region"
 name = "cfg-node"
 log_level = "info"
+anonymous = true
 `)
 	var stderr syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())

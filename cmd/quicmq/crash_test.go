@@ -58,7 +58,7 @@ var listeningRE = regexp.MustCompile(`msg="node listening".* addr=(\S+)`)
 
 func startNodeProcess(t *testing.T, bin, data string) *nodeProcess {
 	t.Helper()
-	cmd := exec.Command(bin, "node", "--data", data, "--listen", "127.0.0.1:0", "--name", "crash", "--region", "test")
+	cmd := exec.Command(bin, "node", "--anonymous", "--data", data, "--listen", "127.0.0.1:0", "--name", "crash", "--region", "test")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -31,6 +31,8 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	// The dev mesh is the one place anonymous clients are the default (the nodes say so).
+	f.anonymous = f.tokens == "" && f.tokenFile == ""
 	names := splitList(*regions)
 	if len(names) == 0 {
 		return usageError("--regions: name at least one region")

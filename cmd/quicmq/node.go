@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quicmq/quicmq/internal/config"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -36,6 +37,7 @@ type nodeFlags struct {
 	gossipAdvertise, wanAdvertise       string
 	join, wanJoin, gossipKey, mirror    string
 	configFile, gossipKeyFile           string
+	anonymous                           bool
 	ablationSharedStream                bool
 }
 
@@ -59,8 +61,9 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.gossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip key (--gossip-key wins if both are set)")
 		fs.StringVar(&f.configFile, "config", os.Getenv("QUICMQ_CONFIG"), "configuration file (HCL; see 'quicmq config check -h'); flags, then QUICMQ_* environment variables, override it (default $QUICMQ_CONFIG)")
 	}
-	fs.StringVar(&f.tokens, "tokens", "", "comma-separated client tokens (16+ characters each); empty: anonymous clients allowed")
-	fs.StringVar(&f.tokenFile, "token-file", "", "file with one client token per line (added to --tokens)")
+	fs.StringVar(&f.tokens, "tokens", "", "comma-separated client tokens (16+ characters each), each with full access")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file of client credentials, one a line: 'TOKEN' or 'cert:COMMON_NAME', then optional tenant=NAME publish=P,... subscribe=P,... ('-': nothing); see docs/security.md")
+	fs.BoolVar(&f.anonymous, "anonymous", false, "accept any client that trusts the CA, without a token (development only; needed when no --tokens or --token-file is given)")
 	fs.DurationVar(&f.retentionAge, "retention-age", 0, "delete records older than this, per topic (0: keep forever)")
 	fs.Int64Var(&f.retentionBytes, "retention-bytes", 0, "keep at most this many bytes per topic, oldest deleted first (0: no limit)")
 	fs.IntVar(&f.maxPayload, "max-payload", 1<<20, "largest record payload in bytes")
@@ -74,16 +77,25 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		return node.Config{}, usageError("--log-level %q: want debug, info, warn or error", f.logLevel)
 	}
 	tokens := splitList(f.tokens)
+	var creds []node.Credential
 	if f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)
 		if err != nil {
 			return node.Config{}, fmt.Errorf("--token-file: %w", err)
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
-				tokens = append(tokens, t)
-			}
+		parsed, problems := config.ParseCredentials(string(b))
+		if len(problems) > 0 {
+			return node.Config{}, usageError("--token-file %s: %s", f.tokenFile, strings.Join(problems, "; "))
 		}
+		for _, c := range parsed {
+			creds = append(creds, node.Credential{Token: c.Token, Subject: c.Subject, Tenant: c.Tenant, Publish: c.Publish, Subscribe: c.Subscribe})
+		}
+	}
+	if len(tokens) == 0 && len(creds) == 0 && !f.anonymous {
+		return node.Config{}, usageError("no client credentials: give --tokens or --token-file, or --anonymous to accept any client that trusts the CA (development only)")
+	}
+	if f.anonymous && (len(tokens) > 0 || len(creds) > 0) {
+		return node.Config{}, usageError("--anonymous and client credentials (--tokens, --token-file) exclude each other")
 	}
 	if f.retentionAge < 0 || f.retentionBytes < 0 {
 		return node.Config{}, usageError("--retention-age and --retention-bytes must not be negative")
@@ -113,6 +125,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		Name:               f.name,
 		Region:             f.region,
 		Tokens:             tokens,
+		Credentials:        creds,
 		MaxPayload:         f.maxPayload,
 		Retention:          wal.Retention{MaxAge: f.retentionAge, MaxBytes: f.retentionBytes},
 		Logger:             slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),

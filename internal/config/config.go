@@ -184,6 +184,12 @@ func (p *parser) attr(a *hcl.Attribute) {
 		value = p.list(k, a.Expr, v)
 	case Size, Positive:
 		value = p.number(k, a.Expr, v)
+	case Bool:
+		if v.Type() != cty.Bool {
+			p.bad(a.Expr.Range(), "%s: want true or false, got %s", k.Name, v.Type().FriendlyName())
+			return
+		}
+		value = fmt.Sprint(v.True())
 	default:
 		if v.Type() != cty.String {
 			p.bad(a.Expr.Range(), "%s: want a string, got %s", k.Name, v.Type().FriendlyName())

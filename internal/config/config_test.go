@@ -32,6 +32,9 @@ name      = "eu-1"
 ca_dir    = "/etc/quicmq/ca"
 gossip    = "10.0.0.5:7946"
 wan       = "10.0.0.5:7947"
+gossip_advertise = "203.0.113.10:7946"
+wan_advertise    = "203.0.113.10:7947"
+anonymous = false
 join      = ["10.0.0.6:7946", "10.0.0.7:7946"]
 wan_join  = ["198.51.100.1:7947"]
 gossip_key_file = "` + keyFile + `"
@@ -48,7 +51,7 @@ log_level       = "debug"
 		t.Fatal(err)
 	}
 	if len(f.Settings) != len(Keys)-1 { // all but gossip_key
-		t.Fatalf("got %d settings, want 19", len(f.Settings))
+		t.Fatalf("got %d settings, want %d", len(f.Settings), len(Keys)-1)
 	}
 	want := map[string]string{
 		"join": "10.0.0.6:7946,10.0.0.7:7946", "mirror": "orders.>,audit.*",

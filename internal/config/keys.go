@@ -31,6 +31,7 @@ const (
 	Size                  // whole number, not negative
 	Positive              // whole number above zero
 	LogLevel              // debug, info, warn or error
+	Bool                  // true or false
 )
 
 // Key is one setting of the file.
@@ -64,7 +65,8 @@ var Keys = []Key{
 	{"gossip_key_file", "gossip-key-file", KeyFile, "file holding the base64 gossip key"},
 	{"mirror", "mirror", Patterns, "topic patterns mirrored from every other region"},
 	{"tokens", "tokens", Tokens, "client tokens (16+ characters each)"},
-	{"token_file", "token-file", TokenFile, "file with one client token per line"},
+	{"token_file", "token-file", TokenFile, "file of client credentials, one a line: TOKEN or cert:NAME, with optional tenant=, publish=, subscribe="},
+	{"anonymous", "anonymous", Bool, "accept clients without a credential (development only)"},
 	{"retention_age", "retention-age", Duration, "delete records older than this (0: keep)"},
 	{"retention_bytes", "retention-bytes", Size, "keep at most this many bytes per topic (0: no limit)"},
 	{"max_payload", "max-payload", Positive, "largest record payload in bytes"},
@@ -193,23 +195,22 @@ func checkToken(s string) string {
 	return ""
 }
 
-// readTokens reads a token file as `quicmq node --token-file` does: one token a line, blank
-// lines and lines starting with '#' skipped.
+// readTokens reads a token file as `quicmq node --token-file` does (see Credential for the
+// format) and returns its tokens; the problem names the file and line.
 func readTokens(path string) ([]string, string) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Sprintf("cannot read: %v", unwrapPath(err))
 	}
+	creds, problems := ParseCredentials(string(b))
+	if len(problems) > 0 {
+		return nil, path + ": " + strings.Join(problems, "; ")
+	}
 	var out []string
-	for i, line := range strings.Split(string(b), "\n") {
-		t := strings.TrimSpace(line)
-		if t == "" || strings.HasPrefix(t, "#") {
-			continue
+	for _, c := range creds {
+		if c.Token != "" {
+			out = append(out, c.Token)
 		}
-		if msg := checkToken(t); msg != "" {
-			return nil, fmt.Sprintf("%s:%d: %s", path, i+1, msg)
-		}
-		out = append(out, t)
 	}
 	return out, ""
 }
