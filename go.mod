@@ -2,6 +2,8 @@ module github.com/quicmq/quicmq
 
 go 1.26.0
 
+toolchain go1.26.10
+
 require (
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/hashicorp/hcl/v2 v2.25.0
@@ -54,7 +56,7 @@ require (
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/exp v0.0.0-20230626212559-97b1e661b5df // indirect
 	golang.org/x/mod v0.41.0 // indirect
-	golang.org/x/net v0.59.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect

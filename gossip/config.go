@@ -89,6 +89,11 @@ type Config struct {
 	// Key is the 32-byte AES-GCM gossip key, used for both pools. nil disables encryption:
 	// for development only (a warning is logged).
 	Key []byte
+	// ExtraKeys are further keys this node accepts (decrypts with) but does not send
+	// with: the old or the next key while a rotation is under way, so that a node
+	// restarted in the middle of one still understands the pool. Each is KeySize bytes;
+	// they need Key.
+	ExtraKeys [][]byte
 	// Tags are extra tags published to both pools (for example "quic": the node's client
 	// QUIC address, "peer": its node-to-node QUIC address). The package adds "region" and
 	// "role"; those keys are reserved. The encoded tags must fit in MaxTagsSize bytes.
@@ -152,6 +157,14 @@ func (c Config) Validate() error {
 	}
 	if c.Key != nil && len(c.Key) != KeySize {
 		bad("Key is %d bytes, want %d (AES-256-GCM) or nil", len(c.Key), KeySize)
+	}
+	for i, k := range c.ExtraKeys {
+		if len(k) != KeySize {
+			bad("ExtraKeys[%d] is %d bytes, want %d", i, len(k), KeySize)
+		}
+	}
+	if len(c.ExtraKeys) > 0 && c.Key == nil {
+		bad("ExtraKeys need Key: an unencrypted pool has no keyring")
 	}
 	if _, err := c.fullTags(c.Tags); err != nil {
 		errs = append(errs, fmt.Errorf("gossip: config: Tags: %w", err))

@@ -12,6 +12,13 @@
 // by rendezvous hashing), which member owns a topic, and where to dial peers in other
 // regions.
 //
+// Encryption. With Config.Key both pools encrypt and authenticate every packet (AES-GCM)
+// and verify both ways: plaintext or wrongly keyed packets are dropped, and a node with
+// another key cannot join. Without a key the pools are plaintext (development only; a
+// warning is logged). InstallKey, UseKey and RemoveKey rotate the key while the pools run,
+// without membership flapping (see keys.go); ExtraKeys lets a node restarted mid-rotation
+// accept the old key too.
+//
 // Lifecycle and goroutines. New validates the config and creates both serf instances,
 // which binds their ports (LANAddr and WANAddr are right at once). serf cannot be created
 // unstarted: its own goroutines (memberlist listeners, probes, gossip, serf's reaper) start

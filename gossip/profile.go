@@ -51,7 +51,17 @@ func (c Config) serfConfig(pool Pool, tags map[string]string, events chan<- serf
 		// With port 0, memberlist sets AdvertisePort to the port it bound.
 	}
 	if c.Key != nil {
-		ml.SecretKey = append([]byte(nil), c.Key...)
+		// A keyring with Key as the primary and ExtraKeys accepted; verification on both
+		// ways (memberlist's default with a keyring, set here so that it cannot be lost):
+		// a plaintext or wrongly keyed packet is dropped, never processed. Validate
+		// checked the key sizes, which is all NewKeyring can fail on.
+		keys := make([][]byte, 0, 1+len(c.ExtraKeys))
+		for _, k := range c.ExtraKeys {
+			keys = append(keys, append([]byte(nil), k...))
+		}
+		ml.Keyring, _ = memberlist.NewKeyring(keys, append([]byte(nil), c.Key...))
+		ml.GossipVerifyIncoming = true
+		ml.GossipVerifyOutgoing = true
 	}
 	ml.Logger = logger
 	ml.LogOutput = nil

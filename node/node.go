@@ -92,13 +92,11 @@ func New(cfg Config) (*Node, error) {
 		n.creds = append(n.creds, Credential{Token: t})
 	}
 	n.creds = append(n.creds, cfg.Credentials...)
-	// The decoder lets payloads up to the frame size through so that an over-large payload
-	// gets a PUBLISH_ERROR naming the sizes, not a protocol error that kills the stream.
-	n.limits = wire.Limits{
-		MaxFrame:       cfg.MaxPayload + cfg.MaxHeaderBytes + 64<<10,
-		MaxPayload:     cfg.MaxPayload + cfg.MaxHeaderBytes + 64<<10,
-		MaxHeaderBytes: cfg.MaxHeaderBytes,
-	}.WithDefaults()
+	// The decoder lets payloads and headers up to the frame size through so that an
+	// over-large one gets a PUBLISH_ERROR naming the sizes (checkPublish), not a protocol
+	// error that kills the stream; the frame cap still bounds every allocation.
+	frame := cfg.MaxPayload + cfg.MaxHeaderBytes + 64<<10
+	n.limits = wire.Limits{MaxFrame: frame, MaxPayload: frame, MaxHeaderBytes: frame}.WithDefaults()
 
 	tlsSet, err := n.setupTLS()
 	if err != nil {

@@ -324,7 +324,14 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 		return
 	}
 	f.start = time.Now()
-	if err := l.pdb.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+	if h := l.opts.testHooks; h != nil && h.ackBeforeSync {
+		err := l.pdb.Apply(b, pebble.NoSync)
+		_ = b.Close()
+		if err != nil {
+			l.fail(err)
+			f.err = fmt.Errorf("%w: %w", ErrFailed, err)
+		}
+	} else if err := l.pdb.ApplyNoSyncWait(b, pebble.Sync); err != nil {
 		// Pebble's pipeline state is unknown: do not reuse or close the batch.
 		l.fail(err)
 		f.err = fmt.Errorf("%w: %w", ErrFailed, err)

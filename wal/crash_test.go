@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"context"
 	"encoding/binary"
 	"flag"
 	"fmt"
@@ -65,7 +66,7 @@ func TestCrashRecovery(t *testing.T) {
 	for s := 0; points > 0; s++ {
 		n := min(points, perSession)
 		points -= n
-		runCrashSession(t, seed+uint64(s), n, &stats)
+		runCrashSession(t, seed+uint64(s), n, &stats, nil)
 		if t.Failed() {
 			t.Fatalf("session %d (seed %d) failed", s, seed+uint64(s))
 		}
@@ -89,6 +90,14 @@ func (fs crashFS) ReuseForWrite(oldname, newname string, category vfs.DiskWriteC
 		return nil, err
 	}
 	return fs.Create(newname, category)
+}
+
+// crashT is what the crash session needs of a test: *testing.T, or a recorder
+// for the test that expects the checker to fail.
+type crashT interface {
+	Errorf(format string, args ...any)
+	Failed() bool
+	Context() context.Context
 }
 
 type crashStats struct {
@@ -153,7 +162,7 @@ type snapshot struct {
 	fs        *vfs.MemFS
 }
 
-func runCrashSession(t *testing.T, seed uint64, clones int, stats *crashStats) {
+func runCrashSession(t crashT, seed uint64, clones int, stats *crashStats, hooks *testHooks) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	fs := vfs.NewCrashableMem()
 	opts := Options{
@@ -164,10 +173,12 @@ func runCrashSession(t *testing.T, seed uint64, clones int, stats *crashStats) {
 		MemTableSize:      512 << 10, // small: flushes and compactions happen under the crashes
 		CacheSize:         1 << 20,
 		RetentionInterval: -1,
+		testHooks:         hooks,
 	}
 	l, err := Open("db", opts)
 	if err != nil {
-		t.Fatal(err)
+		t.Errorf("open: %v", err)
+		return
 	}
 	a := &acks{records: map[string]map[uint64]id{}, positions: map[posName]uint64{}}
 	for _, topic := range crashTopics {
@@ -204,7 +215,8 @@ func runCrashSession(t *testing.T, seed uint64, clones int, stats *crashStats) {
 	stop.Store(true)
 	wg.Wait()
 	if err := l.Close(); err != nil {
-		t.Fatal(err)
+		t.Errorf("close: %v", err)
+		return
 	}
 	for i, s := range snaps {
 		verifyCrashClone(t, fmt.Sprintf("seed %d clone %d", seed, i), s, stats)
@@ -218,7 +230,7 @@ func runCrashSession(t *testing.T, seed uint64, clones int, stats *crashStats) {
 // each carrying the position "w<w>" on that topic = its last sequence number,
 // and now and then a position set alone. Pipelined writers keep up to 8
 // requests in flight with AppendAsync.
-func crashWriter(t *testing.T, l *Log, a *acks, w int, seed uint64, pipelined bool, stop *atomic.Bool) {
+func crashWriter(t crashT, l *Log, a *acks, w int, seed uint64, pipelined bool, stop *atomic.Bool) {
 	rng := rand.New(rand.NewPCG(seed, uint64(w)))
 	var seq uint64
 	var inflight sync.WaitGroup
@@ -272,7 +284,7 @@ func crashWriter(t *testing.T, l *Log, a *acks, w int, seed uint64, pipelined bo
 	}
 }
 
-func verifyCrashClone(t *testing.T, name string, s snapshot, stats *crashStats) {
+func verifyCrashClone(t crashT, name string, s snapshot, stats *crashStats) {
 	l, err := Open("db", Options{FS: crashFS{s.fs}, Logger: slog.New(slog.DiscardHandler), RetentionInterval: -1,
 		MaxBatchBytes: 64 << 10, MemTableSize: 256 << 10, CacheSize: 1 << 20})
 	if err != nil {
@@ -346,7 +358,8 @@ func verifyCrashClone(t *testing.T, name string, s snapshot, stats *crashStats) 
 		for w := range crashWriters {
 			v, ok, err := l.Position(fmt.Sprintf("w%d", w), topic)
 			if err != nil {
-				t.Fatal(err)
+				t.Errorf("%s: position: %v", name, err)
+				return
 			}
 			if ok != (maxSeq[w] > 0) || v != maxSeq[w] {
 				t.Errorf("%s: position w%d of %s = %d (%v), but its last record present has seq %d", name, w, topic, v, ok, maxSeq[w])

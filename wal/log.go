@@ -19,6 +19,7 @@ type Log struct {
 	opts Options
 	log  *slog.Logger
 	m    *metrics
+	dir  string // Pebble's directory, also of the clean-close marker
 
 	// pdb is Pebble. Methods that use it hold db.RLock and check db.closed,
 	// so Close never closes Pebble under a reader.
@@ -102,6 +103,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	opts = opts.withDefaults()
 	l := &Log{
 		opts:     opts,
+		dir:      dir,
 		log:      opts.Logger.With("component", "wal"),
 		wake:     make(chan struct{}, 1),
 		inflight: make(chan *inflight, 1024),
@@ -118,6 +120,14 @@ func Open(dir string, opts Options) (*Log, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		MemTableSize:       uint64(opts.MemTableSize),
 		CacheSize:          opts.CacheSize,
+		// Pebble's default answer to a checksum mismatch is Logger.Fatalf,
+		// which would take the whole node down for one damaged block. The
+		// read that found it gets the error (naming the file) anyway; the
+		// node stays up for every topic that is intact.
+		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
+			l.log.Error("on-disk corruption: reads of the damaged range fail; restore this store from a replica or backup",
+				"file", info.Path, "err", info.Details)
+		}},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("wal: open %s: %w", dir, err)
@@ -125,6 +135,16 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.pdb = pdb
 	if err := l.recover(); err != nil {
 		return nil, errors.Join(err, pdb.Close())
+	}
+	if err := l.checkCloseMark(); err != nil {
+		return nil, errors.Join(err, pdb.Close())
+	}
+	if opts.VerifyOnOpen {
+		st, err := l.verify(context.Background(), pdb)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("wal: open %s: verify: %w", dir, err), pdb.Close())
+		}
+		l.log.Info("verified", "topics", st.Topics, "records", st.Records, "bytes", st.Bytes)
 	}
 	m, err := newMetrics(opts.Registerer, l)
 	if err != nil {
@@ -159,6 +179,13 @@ func (l *Log) Close() error {
 		err := l.pdb.Close()
 		l.db.Unlock()
 		l.m.unregister()
+		if err == nil && l.failed.Load() == nil {
+			// Every high-watermark is durable now: record them for the next
+			// Open (see closemark.go).
+			if merr := l.writeCloseMark(); merr != nil {
+				err = fmt.Errorf("write %s: %w", closeMarkFile, merr)
+			}
+		}
 		if err != nil {
 			l.closeErr = fmt.Errorf("wal: close: %w", err)
 		}

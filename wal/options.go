@@ -55,6 +55,13 @@ type Options struct {
 	MemTableSize int64
 	// CacheSize is Pebble's block cache in bytes. 0: 64 MiB.
 	CacheSize int64
+	// VerifyOnOpen makes Open read back every stored record (Pebble checks
+	// each block's checksum, the log each record's CRC and that offsets are
+	// dense) and refuse to open on the first problem, naming the file or
+	// the topic and offset. It costs a full read of the store; without it
+	// damage is found when the damaged part is read (and then reported,
+	// never served). Default false.
+	VerifyOnOpen bool
 
 	// testHooks is set by internal tests only.
 	testHooks *testHooks
@@ -68,6 +75,10 @@ type testHooks struct {
 	// beforeSyncWait runs on the completer before it waits for a batch's
 	// sync; blocking here models a slow fsync.
 	beforeSyncWait func()
+	// ackBeforeSync breaks I2 on purpose: batches are committed without an
+	// fsync and acknowledged at once. Only the crash checker's own test sets
+	// it, to show that the checker catches exactly this bug.
+	ackBeforeSync bool
 }
 
 // Retention limits one topic's log. Zero fields are unlimited.

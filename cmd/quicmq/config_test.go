@@ -65,6 +65,7 @@ func TestConfigPrecedence(t *testing.T) {
 	file := writeTemp(t, "node.hcl", `
 data        = "/from/file"
 anonymous   = true
+insecure_gossip = true
 region      = "file-region"
 name        = "file-name"
 listen      = "127.0.0.1:7001"

@@ -40,7 +40,7 @@ var linkUpRE = regexp.MustCompile(`msg="link (up|reconnected)"`)
 
 func startMeshProcess(t *testing.T, bin, name string, args ...string) *meshProcess {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"node", "--anonymous", "--listen", "127.0.0.1:0", "--name", name}, args...)...)
+	cmd := exec.Command(bin, append([]string{"node", "--anonymous", "--insecure-gossip", "--listen", "127.0.0.1:0", "--name", name}, args...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ type nodeFlags struct {
 	gossipAdvertise, wanAdvertise       string
 	join, wanJoin, gossipKey, mirror    string
 	configFile, gossipKeyFile           string
-	anonymous                           bool
+	anonymous, insecureGossip           bool
 	ablationSharedStream                bool
 }
 
@@ -59,6 +59,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.gossipKey, "gossip-key", "", "base64 of the 32-byte key that encrypts gossip, the same on every node of the mesh")
 		fs.StringVar(&f.mirror, "mirror", "", "comma-separated topic patterns mirrored from every other region even without local subscribers")
 		fs.StringVar(&f.gossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip key (--gossip-key wins if both are set)")
+		fs.BoolVar(&f.insecureGossip, "insecure-gossip", false, "gossip in plaintext, without --gossip-key (development only)")
 		fs.StringVar(&f.configFile, "config", os.Getenv("QUICMQ_CONFIG"), "configuration file (HCL; see 'quicmq config check -h'); flags, then QUICMQ_* environment variables, override it (default $QUICMQ_CONFIG)")
 	}
 	fs.StringVar(&f.tokens, "tokens", "", "comma-separated client tokens (16+ characters each), each with full access")
@@ -90,6 +91,9 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		for _, c := range parsed {
 			creds = append(creds, node.Credential{Token: c.Token, Subject: c.Subject, Tenant: c.Tenant, Publish: c.Publish, Subscribe: c.Subscribe})
 		}
+	}
+	if f.gossipLAN != "" && f.gossipKey == "" && f.gossipKeyFile == "" && !f.insecureGossip {
+		return node.Config{}, usageError("--gossip without a key: give --gossip-key or --gossip-key-file (the same 32-byte key on every node of the mesh), or --insecure-gossip to gossip in plaintext (development only)")
 	}
 	if len(tokens) == 0 && len(creds) == 0 && !f.anonymous {
 		return node.Config{}, usageError("no client credentials: give --tokens or --token-file, or --anonymous to accept any client that trusts the CA (development only)")

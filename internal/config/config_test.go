@@ -35,6 +35,7 @@ wan       = "10.0.0.5:7947"
 gossip_advertise = "203.0.113.10:7946"
 wan_advertise    = "203.0.113.10:7947"
 anonymous = false
+insecure_gossip = false
 join      = ["10.0.0.6:7946", "10.0.0.7:7946"]
 wan_join  = ["198.51.100.1:7947"]
 gossip_key_file = "` + keyFile + `"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Runs the in-process trust campaigns at length (CI runs each briefly as part of the
+# ordinary test suite). docs/reliability.md says what each proves and quotes figures.
+#
+#   scripts/campaign.sh powerloss [CRASH_POINTS]   campaign 1: simulated power loss (default 1000)
+#   scripts/campaign.sh corruption [TRIALS]        campaign 5: bit flips and truncation (default 400)
+#   scripts/campaign.sh abuse                      campaign 6: resource abuse and caps (long variants)
+#   scripts/campaign.sh gossip-keys                gossip key rotation under traffic
+#   scripts/campaign.sh all
+#
+# Each prints the tests' own figures and exits non-zero if any check failed. Seeds are
+# printed; rerun one with WAL_CRASH_SEED=... or WAL_CORRUPT_SEED=....
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Keep the tests' verdicts and figures, drop the node's and Pebble's log lines.
+figures() { grep --line-buffered -E '^(=== RUN|--- |ok |FAIL|PASS|panic)|_test\.go:[0-9]+: ' || true; }
+
+run() { # run DESCRIPTION go-test-args...
+  echo "== $1"
+  shift
+  local start=$SECONDS
+  set +e
+  go test -count=1 -v "$@" 2>&1 | figures
+  local rc=${PIPESTATUS[0]}
+  set -e
+  echo "== done in $((SECONDS - start)) s (exit $rc)"
+  return "$rc"
+}
+
+powerloss() {
+  WAL_CRASH_POINTS=${1:-1000} run "campaign 1: power loss, ${1:-1000} crash points, and the checker against an ack-before-fsync build" \
+    -timeout 60m -run '^(TestCrashRecovery|TestCrashCheckerCatchesAckBeforeSync)$' ./wal
+}
+
+corruption() {
+  WAL_CORRUPT_TRIALS=${1:-400} run "campaign 5: disk corruption, ${1:-400} random trials plus the targeted cases" \
+    -timeout 30m -run '^(TestCorruptionCampaign|TestCorruptWALTailAfterCleanClose|TestCorruptSSTableFoundOnRead|TestCorruptValueIsNeverServed)$' ./wal
+}
+
+abuse() {
+  ABUSE_LONG=1 run "campaign 6: resource abuse and every cap exceeded" \
+    -timeout 30m -run '^(TestAbuse|TestLimit)' ./node
+}
+
+gossipkeys() {
+  run "gossip key rotation under traffic" -timeout 10m -run '^TestKey' ./gossip
+}
+
+case "${1:-}" in
+  powerloss) powerloss "${2:-}" ;;
+  corruption) corruption "${2:-}" ;;
+  abuse) abuse ;;
+  gossip-keys) gossipkeys ;;
+  all)
+    rc=0
+    powerloss || rc=1
+    corruption || rc=1
+    abuse || rc=1
+    gossipkeys || rc=1
+    exit $rc
+    ;;
+  *)
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac
