@@ -37,6 +37,13 @@ type Config struct {
 	TLS *tls.Config
 	// CADir is where the generated CA lives when TLS is nil. Default DATA/tls.
 	CADir string
+	// CertFile and KeyFile are the node's certificate and key (PEM, e.g. from
+	// `quicmq certs node`): with them the node issues nothing and needs no CA key.
+	CertFile, KeyFile string
+	// CABundle is a PEM file of the CAs trusted for peers' and clients' certificates (and
+	// the one clients are told to trust). Default CADir/ca.pem. A bundle of the old and new
+	// CA keeps every link up during a CA rotation.
+	CABundle string
 	// Tokens, when not empty, are the tokens clients must present in HELLO; each gives the
 	// whole namespace and every permission. Tokens and Credentials both empty: anonymous
 	// clients are accepted (the node logs a warning).
@@ -248,6 +255,12 @@ func (c Config) Validate() error {
 	}
 	if c.GossipKey != nil && len(c.GossipKey) != 32 {
 		bad("GossipKey: want 32 bytes, got %d", len(c.GossipKey))
+	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		bad("CertFile and KeyFile go together: got only one")
+	}
+	if c.TLS != nil && (c.CertFile != "" || c.CABundle != "") {
+		bad("TLS excludes CertFile, KeyFile and CABundle")
 	}
 	if c.TLS != nil && c.GossipLAN != "" {
 		bad("TLS and GossipLAN: links between nodes need the mesh CA in CADir; leave TLS unset")

@@ -31,28 +31,10 @@ func (n *Node) setupTLS() (*tlsSetup, error) {
 		c.NextProtos = []string{wire.ALPN}
 		return &tlsSetup{server: c}, nil
 	}
-	ca, created, err := certs.EnsureCA(n.cfg.CADir)
+	cert, pool, err := n.nodeCertificate()
 	if err != nil {
-		return nil, fmt.Errorf("node: certificate authority in %s: %w", n.cfg.CADir, err)
+		return nil, err
 	}
-	if created {
-		n.log.Info("created a certificate authority; clients trust it with --ca", "ca", filepath.Join(n.cfg.CADir, "ca.pem"))
-	}
-	// The node's name is a SAN too: peers dial by address but verify the name they learnt
-	// from gossip.
-	hosts := []string{n.cfg.Name, "localhost", "127.0.0.1", "::1"}
-	for _, a := range []string{n.cfg.Listen, n.cfg.Advertise} {
-		if h, _, err := net.SplitHostPort(a); err == nil && h != "" && !net.ParseIP(h).IsUnspecified() && !slices.Contains(hosts, h) {
-			hosts = append(hosts, h)
-		}
-	}
-	cert, err := certs.EnsureNodeCert(filepath.Join(n.cfg.DataDir, "tls"), ca, n.cfg.Name, hosts)
-	if err != nil {
-		return nil, fmt.Errorf("node: node certificate: %w", err)
-	}
-	n.caFile = filepath.Join(n.cfg.CADir, "ca.pem")
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
 
 	// Each listener refuses the other's credentials: a client may present a certificate of
 	// the mesh CA made for clients only (client-authentication usage; it maps to a
@@ -102,4 +84,56 @@ func (n *Node) setupTLS() (*tlsSetup, error) {
 		RootCAs:      pool,
 	}
 	return &tlsSetup{server: server, peer: dial}, nil
+}
+
+// nodeCertificate returns the node's certificate and the pool of trusted CAs: from
+// CertFile/KeyFile and CABundle when given (no CA key on the node), else issued from the CA
+// in CADir, created there on first start.
+func (n *Node) nodeCertificate() (tls.Certificate, *x509.CertPool, error) {
+	c := n.cfg
+	n.caFile = c.CABundle
+	if n.caFile == "" {
+		n.caFile = filepath.Join(c.CADir, "ca.pem")
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return tls.Certificate{}, nil, fmt.Errorf("node: certificate %s / key %s: %w", c.CertFile, c.KeyFile, err)
+		}
+		pool, err := certs.LoadCAPool(n.caFile)
+		if err != nil {
+			return tls.Certificate{}, nil, fmt.Errorf("node: trusted CAs: %w", err)
+		}
+		return cert, pool, nil
+	}
+	ca, created, err := certs.EnsureCA(c.CADir)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("node: certificate authority in %s: %w", c.CADir, err)
+	}
+	if created {
+		n.log.Info("created a certificate authority; clients trust it with --ca", "ca", filepath.Join(c.CADir, "ca.pem"))
+	}
+	// The node's name is a SAN too: peers dial by address but verify the name they learnt
+	// from gossip.
+	hosts := []string{c.Name, "localhost", "127.0.0.1", "::1"}
+	for _, a := range []string{c.Listen, c.Advertise} {
+		if h, _, err := net.SplitHostPort(a); err == nil && h != "" && !net.ParseIP(h).IsUnspecified() && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	cert, err := certs.EnsureNodeCert(filepath.Join(c.DataDir, "tls"), ca, c.Name, hosts)
+	if err != nil {
+		return tls.Certificate{}, nil, fmt.Errorf("node: node certificate: %w", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.Cert)
+	if c.CABundle != "" { // a CA rotation: trust the bundle's CAs too
+		bundle, err := certs.LoadCAPool(c.CABundle)
+		if err != nil {
+			return tls.Certificate{}, nil, fmt.Errorf("node: trusted CAs: %w", err)
+		}
+		pool = bundle
+		pool.AddCert(ca.Cert)
+	}
+	return cert, pool, nil
 }

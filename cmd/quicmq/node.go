@@ -38,6 +38,7 @@ type nodeFlags struct {
 	join, wanJoin, gossipKey, mirror    string
 	configFile, gossipKeyFile           string
 	anonymous, insecureGossip           bool
+	certFile, keyFile, caBundle         string
 	ablationSharedStream                bool
 }
 
@@ -49,6 +50,9 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.region, "region", "local", "region this node belongs to")
 		fs.StringVar(&f.name, "name", "", "node name (default: the host name)")
 		fs.StringVar(&f.caDir, "ca-dir", "", "the mesh CA directory (ca.pem + ca-key.pem), created if absent; every node started with the same directory trusts the others (default DATA/tls)")
+		fs.StringVar(&f.certFile, "cert", "", "the node's certificate (PEM, from 'quicmq certs node'); with --key, the node needs no CA key")
+		fs.StringVar(&f.keyFile, "key", "", "the key of --cert (PEM)")
+		fs.StringVar(&f.caBundle, "ca-bundle", "", "PEM file of the CAs trusted for peers and client certificates (default CA-DIR/ca.pem); old + new CA during a CA rotation")
 		fs.StringVar(&f.advertise, "advertise", "", "QUIC address other nodes dial (default: the --listen address)")
 		fs.StringVar(&f.gossipLAN, "gossip", "", "HOST:PORT of the region's gossip pool (LAN); empty: a standalone node")
 		fs.StringVar(&f.gossipWAN, "wan", "", "HOST:PORT of the gossip pool across regions (WAN); needs --gossip")
@@ -134,6 +138,9 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		Retention:          wal.Retention{MaxAge: f.retentionAge, MaxBytes: f.retentionBytes},
 		Logger:             slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
 		CADir:              f.caDir,
+		CertFile:           f.certFile,
+		KeyFile:            f.keyFile,
+		CABundle:           f.caBundle,
 		Advertise:          f.advertise,
 		GossipAdvertiseLAN: f.gossipAdvertise, GossipAdvertiseWAN: f.wanAdvertise,
 		GossipLAN: f.gossipLAN,
