@@ -2,8 +2,15 @@ package node
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/quicmq/quicmq/federation"
@@ -22,13 +29,36 @@ type MemberInfo struct {
 	IsLocal bool              `json:"local"`
 }
 
-// AdminHandler serves, on the node's metrics address: /metrics (Prometheus), GET
-// /v1/members (the gossip member table), GET /v1/links (each link with its figures) and POST
-// /v1/links/migrate?region=R (migrate the links to R, or all, to new local sockets). Bind it
-// to an address only operators reach: it can trigger migrations.
+// AdminHandler serves /metrics (Prometheus) and the admin API: GET /v1/members (the gossip
+// member table), GET /v1/links (each link with its figures), POST /v1/links/migrate?region=R
+// (migrate the links to R, or all, to new local sockets), GET /v1/gossip/keys (the keyring,
+// as fingerprints) and POST /v1/gossip/keys/{install,use,remove} with the base64 key as the
+// body (a pool-wide key rotation step). Bind it to an address only operators reach: it can
+// trigger migrations and change the gossip keyring. It never shows a key or a payload.
 func (n *Node) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", n.MetricsHandler())
+	mux.HandleFunc("GET /v1/gossip/keys", func(w http.ResponseWriter, r *http.Request) {
+		n.gossipKeys(w, "list", nil)
+	})
+	mux.HandleFunc("POST /v1/gossip/keys/{op}", func(w http.ResponseWriter, r *http.Request) {
+		op := r.PathValue("op")
+		if op != "install" && op != "use" && op != "remove" {
+			http.Error(w, fmt.Sprintf("unknown key operation %q: want install, use or remove", op), http.StatusNotFound)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<10))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(string(body)))
+		if err != nil || len(key) != gossip.KeySize {
+			http.Error(w, fmt.Sprintf("the body must be the base64 of a %d-byte key", gossip.KeySize), http.StatusBadRequest)
+			return
+		}
+		n.gossipKeys(w, op, key)
+	})
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, n.Members())
 	})
@@ -53,6 +83,70 @@ func (n *Node) AdminHandler() http.Handler {
 		writeJSON(w, n.fed.Links())
 	})
 	return mux
+}
+
+// KeyringStatus is the outcome of a gossip key operation in one pool: keys are shown by
+// fingerprint (the first 8 bytes of their SHA-256, hex), never themselves.
+type KeyringStatus struct {
+	Pool      string            `json:"pool"`
+	Members   int               `json:"members"`
+	Responses int               `json:"responses"`
+	Failures  map[string]string `json:"failures,omitempty"`
+	Keys      map[string]int    `json:"keys,omitempty"`    // fingerprint -> members holding it
+	Primary   map[string]int    `json:"primary,omitempty"` // fingerprint -> members using it
+}
+
+// KeyFingerprint names a gossip key without revealing it.
+func KeyFingerprint(key []byte) string {
+	sum := sha256.Sum256(key)
+	return hex.EncodeToString(sum[:8])
+}
+
+func (n *Node) gossipKeys(w http.ResponseWriter, op string, key []byte) {
+	if n.gossip == nil {
+		http.Error(w, "this node has no gossip", http.StatusConflict)
+		return
+	}
+	var st []gossip.KeyStatus
+	var err error
+	switch op {
+	case "list":
+		st, err = n.gossip.ListKeys()
+	case "install":
+		st, err = n.gossip.InstallKey(key)
+	case "use":
+		st, err = n.gossip.UseKey(key)
+	case "remove":
+		st, err = n.gossip.RemoveKey(key)
+	}
+	if errors.Is(err, gossip.ErrNotEncrypted) {
+		http.Error(w, err.Error(), http.StatusConflict)
+		return
+	}
+	fp := func(m map[string]int) map[string]int {
+		if m == nil {
+			return nil
+		}
+		out := make(map[string]int, len(m))
+		for k, v := range m {
+			raw, _ := base64.StdEncoding.DecodeString(k)
+			out[KeyFingerprint(raw)] = v
+		}
+		return out
+	}
+	out := []KeyringStatus{}
+	for _, s := range st {
+		out = append(out, KeyringStatus{Pool: s.Pool.String(), Members: s.Members, Responses: s.Responses,
+			Failures: s.Failures, Keys: fp(s.Keys), Primary: fp(s.Primary)})
+	}
+	if err != nil {
+		n.log.Warn("gossip key operation incomplete", "op", op, "err", err)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		json.NewEncoder(w).Encode(map[string]any{"error": err.Error(), "pools": out})
+		return
+	}
+	writeJSON(w, out)
 }
 
 // Members is the gossip member table (empty for a standalone node).

@@ -84,7 +84,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		wan = append(wan, n.Gossip().WANAddr())
-		nodes = append(nodes, served{n, maddr})
+		nodes = append(nodes, served{node: n, metrics: maddr})
 	}
 
 	ca := nodes[0].node.CAFile()

@@ -39,6 +39,7 @@ type nodeFlags struct {
 	configFile, gossipKeyFile           string
 	anonymous, insecureGossip           bool
 	certFile, keyFile, caBundle         string
+	admin                               string
 	ablationSharedStream                bool
 }
 
@@ -46,7 +47,8 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	if withData {
 		fs.StringVar(&f.data, "data", "", "data directory: the log (DATA/log) and generated TLS material (DATA/tls) (required)")
 		fs.StringVar(&f.listen, "listen", "127.0.0.1:7400", "UDP address of the QUIC client listener (port 0: any free port)")
-		fs.StringVar(&f.metrics, "metrics", "", "HTTP address of /metrics (Prometheus) and the admin API /v1/ (members, links, migrate), e.g. 127.0.0.1:9400; operators only (empty: off)")
+		fs.StringVar(&f.metrics, "metrics", "", "HTTP address of /metrics (Prometheus), and of the admin API /v1/ unless --admin is given, e.g. 127.0.0.1:9400 (empty: off)")
+		fs.StringVar(&f.admin, "admin", "", "HTTP address of the admin API /v1/ (members, links, migrate, gossip keys), apart from --metrics; operators only, e.g. 127.0.0.1:9500")
 		fs.StringVar(&f.region, "region", "local", "region this node belongs to")
 		fs.StringVar(&f.name, "name", "", "node name (default: the host name)")
 		fs.StringVar(&f.caDir, "ca-dir", "", "the mesh CA directory (ca.pem + ca-key.pem), created if absent; every node started with the same directory trusts the others (default DATA/tls)")
@@ -185,13 +187,14 @@ func runNode(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveNodes(ctx, e, served{n, f.metrics})
+	return serveNodes(ctx, e, served{node: n, metrics: f.metrics, admin: f.admin})
 }
 
-// served is a node with the address of its metrics and admin endpoint ("" for none).
+// served is a node with the addresses of its metrics and admin endpoints ("" for none).
+// Without a separate admin address the admin API is served with the metrics.
 type served struct {
-	node    *node.Node
-	metrics string
+	node           *node.Node
+	metrics, admin string
 }
 
 // serveNodes runs the nodes and their metrics/admin endpoints until ctx ends, then stops them
@@ -200,11 +203,8 @@ func serveNodes(ctx context.Context, e *env, nodes ...served) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var servers []*http.Server
-	for _, s := range nodes {
-		if s.metrics == "" {
-			continue
-		}
-		ln, err := net.Listen("tcp", s.metrics)
+	listen := func(flag, addr string, h http.Handler) (net.Addr, error) {
+		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			for _, srv := range servers {
 				srv.Close()
@@ -212,12 +212,39 @@ func serveNodes(ctx context.Context, e *env, nodes ...served) error {
 			for _, s := range nodes {
 				s.node.Close()
 			}
-			return fmt.Errorf("--metrics %s: %w", s.metrics, err)
+			return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
 		}
-		srv := &http.Server{Handler: s.node.AdminHandler(), ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, srv)
 		go srv.Serve(ln)
-		fmt.Fprintf(e.stderr, "node %s: metrics on http://%s/metrics, admin API on http://%s/v1/\n", s.node.Name(), ln.Addr(), ln.Addr())
+		return ln.Addr(), nil
+	}
+	for _, s := range nodes {
+		switch {
+		case s.admin != "":
+			var maddr net.Addr
+			if s.metrics != "" {
+				mux := http.NewServeMux()
+				mux.Handle("GET /metrics", s.node.MetricsHandler())
+				a, err := listen("--metrics", s.metrics, mux)
+				if err != nil {
+					return err
+				}
+				maddr = a
+				fmt.Fprintf(e.stderr, "node %s: metrics on http://%s/metrics\n", s.node.Name(), maddr)
+			}
+			a, err := listen("--admin", s.admin, s.node.AdminHandler())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stderr, "node %s: admin API on http://%s/v1/\n", s.node.Name(), a)
+		case s.metrics != "":
+			a, err := listen("--metrics", s.metrics, s.node.AdminHandler())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stderr, "node %s: metrics on http://%s/metrics, admin API on http://%s/v1/\n", s.node.Name(), a, a)
+		}
 	}
 	errs := make(chan error, len(nodes))
 	for _, s := range nodes {

@@ -54,6 +54,7 @@ var Keys = []Key{
 	{"metrics", "metrics", Addr, "HTTP address of /metrics and the admin API"},
 	{"region", "region", Name, "region this node belongs to"},
 	{"name", "name", Name, "node name"},
+	{"admin", "admin", Addr, "HTTP address of the admin API /v1/, apart from metrics (operators only)"},
 	{"ca_dir", "ca-dir", String, "the mesh CA directory (ca.pem + ca-key.pem)"},
 	{"cert", "cert", String, "the node's certificate (PEM, from quicmq certs node)"},
 	{"key", "key", String, "the key of cert (PEM)"},
