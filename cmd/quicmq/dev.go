@@ -17,13 +17,14 @@ func init() {
 }
 
 func runDev(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "dev", "[--regions eu,us,ap] [--listen HOST:PORT] [--metrics HOST:PORT] [--data DIR] [--keep]")
+	fs := newFlagSet(e, "dev", "[--regions eu,us,ap] [--nodes N] [--listen HOST:PORT] [--metrics HOST:PORT] [--data DIR] [--keep]")
 	var f nodeFlags
 	f.register(fs, false)
 	listen := fs.String("listen", "127.0.0.1:7400", "QUIC address of the first region's node; the others take the next ports (port 0: any free ports)")
 	metrics := fs.String("metrics", "127.0.0.1:9400", "metrics and admin address of the first node; the others take the next ports (empty: off)")
 	data := fs.String("data", "", "data directory (default: a new temporary directory)")
-	regions := fs.String("regions", "eu,us,ap", "comma-separated regions, one node each")
+	regions := fs.String("regions", "eu,us,ap", "comma-separated regions")
+	perRegion := fs.Int("nodes", 1, "nodes per region (2 or more: each topic lives on one of them, the others relay)")
 	keep := fs.Bool("keep", false, "keep the temporary data directory on exit")
 	// Three nodes logging at info would bury the banner that says how to connect.
 	f.logLevel = "warn"
@@ -37,6 +38,9 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	names := splitList(*regions)
 	if len(names) == 0 {
 		return usageError("--regions: name at least one region")
+	}
+	if *perRegion < 1 || *perRegion > 16 {
+		return usageError("--nodes %d: want 1 to 16 nodes per region", *perRegion)
 	}
 	if *data == "" {
 		dir, err := os.MkdirTemp("", "quicmq-dev-")
@@ -54,41 +58,55 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	}
 	var nodes []served
 	var wan []string
-	for i, r := range names {
-		addr, err := nthPort(*listen, i)
-		if err != nil {
-			return usageError("--listen: %v", err)
-		}
-		maddr := ""
-		if *metrics != "" {
-			if maddr, err = nthPort(*metrics, i); err != nil {
-				return usageError("--metrics: %v", err)
+	for ri, r := range names {
+		var lan []string
+		for j := range *perRegion {
+			i := ri**perRegion + j
+			addr, err := nthPort(*listen, i)
+			if err != nil {
+				return usageError("--listen: %v", err)
 			}
-		}
-		cfg := base
-		cfg.DataDir = filepath.Join(*data, r)
-		cfg.CADir = filepath.Join(*data, "ca")
-		cfg.Listen = addr
-		cfg.Name = "dev-" + r
-		cfg.Region = r
-		cfg.GossipLAN = "127.0.0.1:0"
-		cfg.GossipWAN = "127.0.0.1:0"
-		cfg.GossipProfile = gossip.ProfileLocal
-		cfg.WANJoin = wan
-		cfg.Logger = cfg.Logger.With("dev_region", r)
-		n, err := node.New(cfg)
-		if err != nil {
-			for _, s := range nodes {
-				s.node.Close()
+			maddr := ""
+			if *metrics != "" {
+				if maddr, err = nthPort(*metrics, i); err != nil {
+					return usageError("--metrics: %v", err)
+				}
 			}
-			return err
+			cfg := base
+			cfg.DataDir = filepath.Join(*data, r)
+			cfg.Name = "dev-" + r
+			if *perRegion > 1 {
+				cfg.DataDir = filepath.Join(*data, r, strconv.Itoa(j+1))
+				cfg.Name = fmt.Sprintf("dev-%s-%d", r, j+1)
+			}
+			cfg.CADir = filepath.Join(*data, "ca")
+			cfg.Listen = addr
+			cfg.Region = r
+			cfg.GossipLAN = "127.0.0.1:0"
+			cfg.GossipWAN = "127.0.0.1:0"
+			cfg.GossipProfile = gossip.ProfileLocal
+			cfg.Join = lan
+			cfg.WANJoin = wan
+			cfg.Logger = cfg.Logger.With("dev_node", cfg.Name)
+			n, err := node.New(cfg)
+			if err != nil {
+				for _, s := range nodes {
+					s.node.Close()
+				}
+				return err
+			}
+			lan = append(lan, n.Gossip().LANAddr())
+			wan = append(wan, n.Gossip().WANAddr())
+			nodes = append(nodes, served{node: n, metrics: maddr})
 		}
-		wan = append(wan, n.Gossip().WANAddr())
-		nodes = append(nodes, served{node: n, metrics: maddr})
 	}
 
 	ca := nodes[0].node.CAFile()
-	fmt.Fprintf(e.stdout, "QuicMQ dev mesh is up: %d regions, one node each, joined over WAN gossip.\n", len(nodes))
+	each := "one node each"
+	if *perRegion > 1 {
+		each = fmt.Sprintf("%d nodes each (a topic lives on one of them; the others relay)", *perRegion)
+	}
+	fmt.Fprintf(e.stdout, "QuicMQ dev mesh is up: %d regions, %s, joined over WAN gossip.\n", len(names), each)
 	for _, s := range nodes {
 		admin := ""
 		if s.metrics != "" {

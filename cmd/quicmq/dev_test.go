@@ -134,3 +134,75 @@ func TestSubRegionReplay(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// `quicmq dev --nodes 2`: two nodes per region. Records published through every node of one
+// region reach subscribers on every node of the other, once each, in order.
+func TestDevMeshTwoNodesPerRegion(t *testing.T) {
+	var stdout, stderr syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	exit := make(chan int, 1)
+	go func() {
+		exit <- runMain(ctx, &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr},
+			[]string{"dev", "--listen", "127.0.0.1:0", "--metrics", "", "--regions", "eu,us", "--nodes", "2"})
+	}()
+	defer func() {
+		cancel()
+		<-exit
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stdout.String(), "Press Ctrl-C") {
+		if time.Now().After(deadline) {
+			t.Fatalf("dev did not start: %s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	addrs := regexp.MustCompile(`region (\S+)\s+node (\S+)\s+(127\.0\.0\.1:\d+)`).FindAllStringSubmatch(stdout.String(), -1)
+	if len(addrs) != 4 || addrs[1][2] != "dev-eu-2" {
+		t.Fatalf("want 4 nodes dev-eu-1 .. dev-us-2 in:\n%s", stdout.String())
+	}
+	ca := regexp.MustCompile(`CA\s+(\S+)`).FindStringSubmatch(stdout.String())[1]
+	dialT := func(addr string) *client.Conn {
+		c, err := client.Dial(context.Background(), addr, client.Options{CAFile: ca})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// The us subscribers first (interest travels to eu), then publish through both eu nodes:
+	// the first publish of a topic waits until every node has the others' catalogs.
+	var subs []*client.Subscription
+	for _, a := range addrs[2:] {
+		sub, err := dialT(a[3]).Subscribe(context.Background(), "demo.>", client.SubscribeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	topics := []string{"demo.a", "demo.b", "demo.c", "demo.d"}
+	for i, a := range addrs[:2] {
+		c := dialT(a[3])
+		for _, topic := range topics {
+			if _, err := c.Publish(context.Background(), client.Message{Topic: topic, Payload: []byte{byte('0' + i)}}); err != nil {
+				t.Fatalf("publish %s through %s: %v", topic, a[2], err)
+			}
+		}
+	}
+	for si, sub := range subs {
+		rctx, rcancel := context.WithTimeout(context.Background(), 20*time.Second)
+		got := map[string]string{}
+		for range 2 * len(topics) {
+			rec, err := sub.Next(rctx)
+			if err != nil {
+				t.Fatalf("subscriber on %s: %v\n%s", addrs[2+si][2], err, stderr.String())
+			}
+			got[rec.Topic] += string(rec.Payload)
+		}
+		rcancel()
+		for _, topic := range topics {
+			if got[topic] != "01" {
+				t.Fatalf("subscriber on %s got %q for %s, want the records of both eu nodes in order", addrs[2+si][2], got[topic], topic)
+			}
+		}
+	}
+}
