@@ -153,4 +153,13 @@ func TestCertsClientAuthenticatesToNode(t *testing.T) {
 	if err := dial("rogue", "node.pem", "node-key.pem"); err == nil {
 		t.Fatal("a node certificate was accepted as a client's")
 	}
+	// The CLI's --cert/--key: alice publishes into her tenant's namespace.
+	code, out, errOut := runCLI(t, "hello\n", "pub", "--server", n.Addr().String(), "--ca", filepath.Join(root, "alice", "ca.pem"),
+		"--cert", filepath.Join(root, "alice", "client.pem"), "--key", filepath.Join(root, "alice", "client-key.pem"), "--topic", "orders")
+	if code != 0 || out != "1\thello\n" {
+		t.Fatalf("pub --cert: exit %d, %q %s", code, out, errOut)
+	}
+	if _, next, _ := n.Log().Bounds("acme.orders"); next != 2 {
+		t.Fatalf("acme.orders next offset %d, want 2", next)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 // clientFlags are the connection flags shared by pub, sub and topics.
 type clientFlags struct {
 	server, ca, token, tokenFile, name string
+	cert, key                          string
 	timeout                            time.Duration
 }
 
@@ -24,6 +26,8 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 		"a node that generated its own CA wrote it to DATA/tls/ca.pem, and 'quicmq dev' prints its path")
 	fs.StringVar(&f.token, "token", "", "client token, when the node requires one (visible in the process list: prefer --token-file)")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file whose first line is the client token")
+	fs.StringVar(&f.cert, "cert", "", "client certificate (PEM, from 'quicmq certs client'), instead of a token")
+	fs.StringVar(&f.key, "key", "", "the key of --cert (PEM)")
 	fs.StringVar(&f.name, "name", "quicmq-cli", "client name shown in the node's logs")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the connection and for the node to answer a request")
 }
@@ -40,6 +44,9 @@ func (f *clientFlags) check() error {
 	}
 	if f.token != "" && f.tokenFile != "" {
 		return usageError("--token and --token-file both given: use one")
+	}
+	if (f.cert == "") != (f.key == "") {
+		return usageError("--cert and --key go together")
 	}
 	if f.timeout <= 0 {
 		return usageError("--timeout must be positive, got %v", f.timeout)
@@ -60,6 +67,13 @@ func (f *clientFlags) dial(ctx context.Context, opts client.Options) (*client.Co
 		token = strings.TrimSpace(token)
 	}
 	opts.CAFile, opts.Token, opts.Name = f.ca, token, f.name
+	if f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert %s / --key %s: %w", f.cert, f.key, err)
+		}
+		opts.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}}
+	}
 	dctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	c, err := client.Dial(dctx, f.server, opts)
@@ -69,7 +83,7 @@ func (f *clientFlags) dial(ctx context.Context, opts client.Options) (*client.Co
 	var ce *client.Error
 	switch {
 	case errors.As(err, &ce) && ce.Code == client.CodeUnauthorized:
-		return nil, fmt.Errorf("%w\n(the node requires a valid token: pass it with --token-file or --token)", err)
+		return nil, fmt.Errorf("%w\n(the node requires a valid credential: a token with --token-file or --token, or a client certificate with --cert and --key)", err)
 	case strings.Contains(err.Error(), "certificate"):
 		return nil, fmt.Errorf("%w\n(is --ca %s the CA of the node at %s?)", err, f.ca, f.server)
 	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout"):
