@@ -245,6 +245,27 @@ func (p *placement) owner(ctx context.Context, topic string) (string, *wire.Erro
 	}
 }
 
+// waitCatalogs waits (up to wait, or ctx) until the catalog of every live node of the region
+// has arrived, so that a subscription spanning the region finds every node's topics.
+func (p *placement) waitCatalogs(ctx context.Context) *wire.Error {
+	timeout := time.NewTimer(p.wait)
+	defer timeout.Stop()
+	for {
+		_, ready, changed := p.ownerNow("")
+		if ready {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return wire.Errorf(wire.CodeUnavailable, "waiting for the region's catalogs: %v", ctx.Err())
+		case <-timeout.C:
+			return wire.Errorf(wire.CodeUnavailable,
+				"the catalogs of this region's nodes have not all arrived within %v (a node just started or its link is down); retry", p.wait)
+		}
+	}
+}
+
 // available says why owner cannot serve topic now, or nil.
 func (p *placement) available(owner, topic string) *wire.Error {
 	if owner == p.n.cfg.Name {

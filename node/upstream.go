@@ -56,6 +56,9 @@ func (sub *subscription) spansRegion() bool {
 // the subscription cannot be served whole, and the error names the node.
 func (sub *subscription) openUpstreams() *wire.Error {
 	n := sub.s.n
+	if err := n.place.waitCatalogs(sub.ctx); err != nil {
+		return err
+	}
 	for _, m := range n.place.members() {
 		if m.name == n.cfg.Name || sub.ups[m.name] != nil {
 			continue
