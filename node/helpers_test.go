@@ -13,6 +13,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
@@ -27,6 +28,12 @@ func newTestNode(t testing.TB, mod ...func(*Config)) *Node {
 	for _, m := range mod {
 		m(&cfg)
 	}
+	return startNode(t, cfg)
+}
+
+// startNode starts a node with cfg; it is stopped by t.Cleanup.
+func startNode(t testing.TB, cfg Config) *Node {
+	t.Helper()
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +53,53 @@ func newTestNode(t testing.TB, mod ...func(*Config)) *Node {
 		}
 	})
 	return n
+}
+
+// waitLinksUp waits until each of nodes has a connected link to every other one and ready
+// (when not nil) says it is ready too; it logs the links and fails after timeout.
+func waitLinksUp(t testing.TB, nodes map[string]*Node, timeout time.Duration, ready func(*Node) bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok := true
+		for _, n := range nodes {
+			up := 0
+			for _, l := range n.Federation().Links() {
+				if l.Connected {
+					up++
+				}
+			}
+			if up != len(nodes)-1 || (ready != nil && !ready(n)) {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			for name, n := range nodes {
+				t.Logf("%s links: %+v", name, n.Federation().Links())
+			}
+			t.Fatalf("mesh not ready within %v", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dialNode connects an SDK client to n (trusting its CA); closed by t.Cleanup.
+func dialNode(t testing.TB, n *Node, opts client.Options) *client.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if opts.CAFile == "" {
+		opts.CAFile = n.CAFile()
+	}
+	c, err := client.Dial(ctx, n.Addr().String(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // rawConn speaks the wire protocol directly, so tests can send what the SDK never would.

@@ -86,44 +86,12 @@ func (m *testMesh) stop(r string) {
 // waitLinks waits until every node has a connected link to every other node.
 func (m *testMesh) waitLinks() {
 	m.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ok := true
-		for _, n := range m.nodes {
-			up := 0
-			for _, l := range n.Federation().Links() {
-				if l.Connected {
-					up++
-				}
-			}
-			if up != len(m.nodes)-1 {
-				ok = false
-			}
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			for r, n := range m.nodes {
-				m.t.Logf("%s links: %+v", r, n.Federation().Links())
-			}
-			m.t.Fatal("links not up within 20 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLinksUp(m.t, m.nodes, 20*time.Second, nil)
 }
 
 func (m *testMesh) dial(r string) *client.Conn {
 	m.t.Helper()
-	n := m.nodes[r]
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, n.Addr().String(), client.Options{CAFile: n.CAFile()})
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	m.t.Cleanup(func() { c.Close() })
-	return c
+	return dialNode(m.t, m.nodes[r], client.Options{})
 }
 
 // collect reads count records from sub and checks that each origin region's records arrive

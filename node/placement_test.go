@@ -39,19 +39,7 @@ func newRegionMesh(t *testing.T, regions []string, perRegion int, mod ...func(*C
 			for _, f := range mod {
 				f(&cfg)
 			}
-			n, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- n.Run(ctx) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("node %s: %v", name, err)
-				}
-			})
+			n := startNode(t, cfg)
 			m.nodes[name] = n
 			m.names = append(m.names, name)
 			lanJoin = append(lanJoin, n.Gossip().LANAddr())
@@ -66,44 +54,15 @@ func newRegionMesh(t *testing.T, regions []string, perRegion int, mod ...func(*C
 // catalog of every node of its region.
 func (m *regionMesh) waitReady() {
 	m.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok := true
-		for _, n := range m.nodes {
-			up := 0
-			for _, l := range n.Federation().Links() {
-				if l.Connected {
-					up++
-				}
-			}
-			if _, ready, _ := n.place.ownerNow("probe"); up != len(m.nodes)-1 || !ready {
-				ok = false
-			}
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			for name, n := range m.nodes {
-				m.t.Logf("%s links: %+v", name, n.Federation().Links())
-			}
-			m.t.Fatal("mesh not ready within 30 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitLinksUp(m.t, m.nodes, 30*time.Second, func(n *Node) bool {
+		_, ready, _ := n.place.ownerNow("probe")
+		return ready
+	})
 }
 
 func (m *regionMesh) dial(name string) *client.Conn {
 	m.t.Helper()
-	n := m.nodes[name]
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, n.Addr().String(), client.Options{CAFile: n.CAFile()})
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	m.t.Cleanup(func() { c.Close() })
-	return c
+	return dialNode(m.t, m.nodes[name], client.Options{})
 }
 
 // owner is topic's owner in region as the region's first node sees it.
@@ -414,28 +373,13 @@ func TestRegionPlacementDurableRelay(t *testing.T) {
 func TestRegionPlacementConflict(t *testing.T) {
 	caDir := t.TempDir()
 	start := func(name string) *Node {
-		n, err := New(Config{
+		return startNode(t, Config{
 			DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: name, Region: "eu", CADir: caDir,
 			GossipLAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest, Logger: testLogger(t),
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- n.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		return n
 	}
 	a, b := start("eu-1"), start("eu-2")
-	dial := func(n *Node) *client.Conn {
-		c, err := client.Dial(context.Background(), n.Addr().String(), client.Options{CAFile: n.CAFile()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func(n *Node) *client.Conn { return dialNode(t, n, client.Options{}) }
 	ca, cb := dial(a), dial(b)
 	const topic = "split.brain"
 	for i := range 3 {
@@ -491,14 +435,7 @@ func TestRegionPlacementTenantRelay(t *testing.T) {
 		c.Credentials = []Credential{{Token: acmeToken, Tenant: "acme"}}
 	})
 	ctx := context.Background()
-	dial := func(name string) *client.Conn {
-		c, err := client.Dial(ctx, m.nodes[name].Addr().String(), client.Options{CAFile: m.nodes[name].CAFile(), Token: acmeToken})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func(name string) *client.Conn { return dialNode(t, m.nodes[name], client.Options{Token: acmeToken}) }
 	c := dial("eu-1")
 	topics := []string{"t.a", "t.b", "t.c", "t.d", "t.e", "t.f"}
 	remote := ""
