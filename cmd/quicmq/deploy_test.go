@@ -121,42 +121,14 @@ func scrapeNames(page string) map[string]bool {
 // is served; then runs promtool on the scrapes and the rules when it is installed (CI
 // installs it and fails without it).
 func TestDashboardAndAlertMetricsExist(t *testing.T) {
-	var stdout, stderr syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	exit := make(chan int, 1)
-	go func() {
-		exit <- runMain(ctx, &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr},
-			[]string{"dev", "--regions", "eu,us", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-exit:
-		case <-time.After(20 * time.Second):
-			t.Error("dev mesh did not stop")
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(stdout.String(), "Press Ctrl-C") {
-		if time.Now().After(deadline) {
-			t.Fatalf("dev did not start: %s\n%s", stdout.String(), stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	addrs := regexp.MustCompile(`region (\S+)\s+node \S+\s+(127\.0\.0\.1:\d+)`).FindAllStringSubmatch(stdout.String(), -1)
+	d := startDev(t, "--regions", "eu,us", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
+	stdout, stderr := d.stdout, d.stderr
 	metrics := regexp.MustCompile(`metrics on (http://\S+/metrics)`).FindAllStringSubmatch(stderr.String(), -1)
-	if len(addrs) != 2 || len(metrics) != 2 {
+	if len(d.nodes) != 2 || len(metrics) != 2 {
 		t.Fatalf("want 2 nodes and 2 metrics endpoints:\n%s\n%s", stdout.String(), stderr.String())
 	}
-	ca := regexp.MustCompile(`CA\s+(\S+)`).FindStringSubmatch(stdout.String())[1]
-	dialT := func(addr string) *client.Conn {
-		c, err := client.Dial(context.Background(), addr, client.Options{CAFile: ca})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dialT := func(addr string) *client.Conn { return d.dial(t, addr) }
+	addrs := [][]string{{"", d.nodes[0].region, d.nodes[0].addr}, {"", d.nodes[1].region, d.nodes[1].addr}}
 	sub, err := dialT(addrs[1][2]).Subscribe(context.Background(), "demo.>", client.SubscribeOptions{})
 	if err != nil {
 		t.Fatal(err)

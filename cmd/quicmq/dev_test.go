@@ -30,46 +30,80 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// `quicmq dev` (the README's first command) starts three regions whose nodes mirror each
-// other: a record published in the first region reaches a subscriber of the last.
-func TestDevMeshCrossRegion(t *testing.T) {
-	var stdout, stderr syncBuffer
+// devMesh is a `quicmq dev` running in this process for a test.
+type devMesh struct {
+	stdout, stderr *syncBuffer
+	ca             string
+	nodes          []devNode // in the order dev printed them
+	stop           func()    // stops it and checks that it exited cleanly; also run by t.Cleanup
+}
+
+type devNode struct{ region, name, addr string }
+
+var devNodeRE = regexp.MustCompile(`region (\S+)\s+node (\S+)\s+(127\.0\.0\.1:\d+)`)
+
+// startDev runs `quicmq dev ARGS...` and waits until it says how to connect.
+func startDev(t *testing.T, args ...string) *devMesh {
+	t.Helper()
+	d := &devMesh{stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	exit := make(chan int, 1)
 	go func() {
-		exit <- runMain(ctx, &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr},
-			[]string{"dev", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"})
+		exit <- runMain(ctx, &env{stdin: strings.NewReader(""), stdout: d.stdout, stderr: d.stderr}, append([]string{"dev"}, args...))
 	}()
-	regionRE := regexp.MustCompile(`region (\S+)\s+node \S+\s+(127\.0\.0\.1:\d+)`)
-	caRE := regexp.MustCompile(`CA\s+(\S+)`)
-	var addrs [][]string
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(stdout.String(), "Press Ctrl-C") {
+	var once sync.Once
+	d.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case code := <-exit:
+				if code != 0 {
+					t.Errorf("dev exited %d: %s", code, d.stderr.String())
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("dev did not stop within 30 s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(d.stop)
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(d.stdout.String(), "Press Ctrl-C") {
 		if time.Now().After(deadline) {
-			t.Fatalf("dev did not start: %s\n%s", stdout.String(), stderr.String())
+			t.Fatalf("dev did not start: %s\n%s", d.stdout.String(), d.stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	addrs = regionRE.FindAllStringSubmatch(stdout.String(), -1)
-	if len(addrs) != 3 {
-		t.Fatalf("want 3 regions in:\n%s", stdout.String())
+	for _, m := range devNodeRE.FindAllStringSubmatch(d.stdout.String(), -1) {
+		d.nodes = append(d.nodes, devNode{region: m[1], name: m[2], addr: m[3]})
 	}
-	ca := caRE.FindStringSubmatch(stdout.String())[1]
+	d.ca = regexp.MustCompile(`CA\s+(\S+)`).FindStringSubmatch(d.stdout.String())[1]
+	return d
+}
 
-	dialT := func(addr string) *client.Conn {
-		c, err := client.Dial(context.Background(), addr, client.Options{CAFile: ca})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	sub, err := dialT(addrs[2][2]).Subscribe(context.Background(), "demo.>", client.SubscribeOptions{})
+// dial connects an SDK client to addr, trusting the dev mesh's CA.
+func (d *devMesh) dial(t *testing.T, addr string) *client.Conn {
+	t.Helper()
+	c, err := client.Dial(context.Background(), addr, client.Options{CAFile: d.ca})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Interest travels to the other regions' links; publish until the record shows up.
-	pub := dialT(addrs[0][2])
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// `quicmq dev` (the README's first command) starts three regions whose nodes mirror each
+// other: a record published in the first region reaches a subscriber of the last.
+func TestDevMeshCrossRegion(t *testing.T) {
+	d := startDev(t, "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
+	if len(d.nodes) != 3 {
+		t.Fatalf("want 3 regions in:\n%s", d.stdout.String())
+	}
+	sub, err := d.dial(t, d.nodes[2].addr).Subscribe(context.Background(), "demo.>", client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Interest travels to the other regions' links; the record shows up once it has.
+	pub := d.dial(t, d.nodes[0].addr)
 	if _, err := pub.Publish(context.Background(), client.Message{Topic: "demo.hello", Payload: []byte("hello")}); err != nil {
 		t.Fatal(err)
 	}
@@ -77,45 +111,19 @@ func TestDevMeshCrossRegion(t *testing.T) {
 	defer rcancel()
 	rec, err := sub.Next(rctx)
 	if err != nil {
-		t.Fatalf("no record in region %s: %v\n%s", addrs[2][1], err, stderr.String())
+		t.Fatalf("no record in region %s: %v\n%s", d.nodes[2].region, err, d.stderr.String())
 	}
-	if string(rec.Payload) != "hello" || rec.OriginRegion != addrs[0][1] {
+	if string(rec.Payload) != "hello" || rec.OriginRegion != d.nodes[0].region {
 		t.Fatalf("got %q from %q", rec.Payload, rec.OriginRegion)
 	}
-	cancel()
-	select {
-	case code := <-exit:
-		if code != 0 {
-			t.Fatalf("dev exited %d: %s", code, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("dev did not stop within 30 s of its context ending")
-	}
+	d.stop()
 }
 
 // quicmq sub --region replays another region's log through the link, from an offset.
 func TestSubRegionReplay(t *testing.T) {
-	var stdout, stderr syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	exit := make(chan int, 1)
-	go func() {
-		exit <- runMain(ctx, &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr},
-			[]string{"dev", "--listen", "127.0.0.1:0", "--metrics", "", "--regions", "eu,us"})
-	}()
-	defer func() {
-		cancel()
-		<-exit
-	}()
+	d := startDev(t, "--listen", "127.0.0.1:0", "--metrics", "", "--regions", "eu,us")
+	ca, eu, us := d.ca, d.nodes[0].addr, d.nodes[1].addr
 	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(stdout.String(), "Press Ctrl-C") {
-		if time.Now().After(deadline) {
-			t.Fatalf("dev did not start: %s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	addrs := regexp.MustCompile(`region (\S+)\s+node \S+\s+(127\.0\.0\.1:\d+)`).FindAllStringSubmatch(stdout.String(), -1)
-	ca := regexp.MustCompile(`CA\s+(\S+)`).FindStringSubmatch(stdout.String())[1]
-	eu, us := addrs[0][2], addrs[1][2]
 
 	code, _, errOut := runCLI(t, "a\nb\nc\nd\n", "pub", "--server", eu, "--ca", ca, "--topic", "replay.t")
 	if code != 0 {
@@ -138,42 +146,17 @@ func TestSubRegionReplay(t *testing.T) {
 // `quicmq dev --nodes 2`: two nodes per region. Records published through every node of one
 // region reach subscribers on every node of the other, once each, in order.
 func TestDevMeshTwoNodesPerRegion(t *testing.T) {
-	var stdout, stderr syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	exit := make(chan int, 1)
-	go func() {
-		exit <- runMain(ctx, &env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr},
-			[]string{"dev", "--listen", "127.0.0.1:0", "--metrics", "", "--regions", "eu,us", "--nodes", "2"})
-	}()
-	defer func() {
-		cancel()
-		<-exit
-	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(stdout.String(), "Press Ctrl-C") {
-		if time.Now().After(deadline) {
-			t.Fatalf("dev did not start: %s", stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	d := startDev(t, "--listen", "127.0.0.1:0", "--metrics", "", "--regions", "eu,us", "--nodes", "2")
+	if len(d.nodes) != 4 || d.nodes[1].name != "dev-eu-2" {
+		t.Fatalf("want 4 nodes dev-eu-1 .. dev-us-2 in:\n%s", d.stdout.String())
 	}
-	addrs := regexp.MustCompile(`region (\S+)\s+node (\S+)\s+(127\.0\.0\.1:\d+)`).FindAllStringSubmatch(stdout.String(), -1)
-	if len(addrs) != 4 || addrs[1][2] != "dev-eu-2" {
-		t.Fatalf("want 4 nodes dev-eu-1 .. dev-us-2 in:\n%s", stdout.String())
-	}
-	ca := regexp.MustCompile(`CA\s+(\S+)`).FindStringSubmatch(stdout.String())[1]
-	dialT := func(addr string) *client.Conn {
-		c, err := client.Dial(context.Background(), addr, client.Options{CAFile: ca})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dialT := func(addr string) *client.Conn { return d.dial(t, addr) }
+	addrs := d.nodes
 	// The us subscribers first (interest travels to eu), then publish through both eu nodes:
 	// the first publish of a topic waits until every node has the others' catalogs.
 	var subs []*client.Subscription
 	for _, a := range addrs[2:] {
-		sub, err := dialT(a[3]).Subscribe(context.Background(), "demo.>", client.SubscribeOptions{})
+		sub, err := dialT(a.addr).Subscribe(context.Background(), "demo.>", client.SubscribeOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,10 +164,10 @@ func TestDevMeshTwoNodesPerRegion(t *testing.T) {
 	}
 	topics := []string{"demo.a", "demo.b", "demo.c", "demo.d"}
 	for i, a := range addrs[:2] {
-		c := dialT(a[3])
+		c := dialT(a.addr)
 		for _, topic := range topics {
 			if _, err := c.Publish(context.Background(), client.Message{Topic: topic, Payload: []byte{byte('0' + i)}}); err != nil {
-				t.Fatalf("publish %s through %s: %v", topic, a[2], err)
+				t.Fatalf("publish %s through %s: %v", topic, a.name, err)
 			}
 		}
 	}
@@ -194,14 +177,14 @@ func TestDevMeshTwoNodesPerRegion(t *testing.T) {
 		for range 2 * len(topics) {
 			rec, err := sub.Next(rctx)
 			if err != nil {
-				t.Fatalf("subscriber on %s: %v\n%s", addrs[2+si][2], err, stderr.String())
+				t.Fatalf("subscriber on %s: %v\n%s", addrs[2+si].name, err, d.stderr.String())
 			}
 			got[rec.Topic] += string(rec.Payload)
 		}
 		rcancel()
 		for _, topic := range topics {
 			if got[topic] != "01" {
-				t.Fatalf("subscriber on %s got %q for %s, want the records of both eu nodes in order", addrs[2+si][2], got[topic], topic)
+				t.Fatalf("subscriber on %s got %q for %s, want the records of both eu nodes in order", addrs[2+si].name, got[topic], topic)
 			}
 		}
 	}
