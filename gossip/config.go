@@ -45,8 +45,8 @@ const (
 	// ProfileLocal: memberlist DefaultLocalConfig for both pools (one host or a fast network);
 	// serf's defaults otherwise.
 	ProfileLocal
-	// ProfileTest: fast timers for tests on loopback: probes every 250 ms, gossip every 50 ms,
-	// a failure noticed within about a second, failed and left members reaped after 3 s, a
+	// ProfileTest: fast timers for tests on loopback: probes every 400 ms, gossip every 50 ms,
+	// a failure noticed within about 3 s, failed and left members reaped after 6 s, a
 	// dead node's name reclaimable at a new address at once. Never for production:
 	// it is chatty and quick to declare failures.
 	ProfileTest

@@ -244,11 +244,12 @@ func TestLabelsIsolatePools(t *testing.T) {
 }
 
 // failWindow bounds failure detection with ProfileTest: probes go round-robin every
-// 250 ms (up to n intervals to reach a given node among n), a probe fails after 150 ms plus
-// indirect and TCP fallbacks within the interval, and a suspect is declared dead 500 ms
-// later (SuspicionMult 2 x ProbeInterval); Lifeguard may stretch the interval on a loaded
-// host. About 1.5 s nominal; 4 s leaves room for the race detector on 2 cores.
-const failWindow = 4 * time.Second
+// 400 ms (up to n intervals to reach a given node among n), a probe fails after 400 ms plus
+// indirect and TCP fallbacks within the interval, and a suspect is declared dead 1.2-2.4 s
+// later (SuspicionMult 3 x ProbeInterval, up to SuspicionMaxTimeoutMult 2 times that without
+// confirmations); Lifeguard may stretch the interval on a loaded host. About 3-4 s nominal;
+// 6 s leaves room for a loaded host.
+const failWindow = 6 * time.Second
 
 func TestLeaveFailRestartReap(t *testing.T) {
 	key := newKey(t)
@@ -350,8 +351,8 @@ func TestLeaveFailRestartReap(t *testing.T) {
 	}
 	t.Logf("restarted b alive again at a and d after %v", time.Since(start))
 
-	// c's tombstone is reaped (TombstoneTimeout 3 s with ProfileTest).
-	_, reapedAt := a.waitEvent(0, 3*time.Second+failWindow-time.Since(leftAt), EventReap, PoolLAN, "c")
+	// c's tombstone is reaped (TombstoneTimeout 6 s with ProfileTest).
+	_, reapedAt := a.waitEvent(0, 6*time.Second+failWindow-time.Since(leftAt), EventReap, PoolLAN, "c")
 	waitFor(t, 3*time.Second, "c reaped from both pools", func() string {
 		if m := a.member("c"); m.Name != "" {
 			return fmt.Sprintf("a still has c: %+v", m)

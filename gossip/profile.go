@@ -81,9 +81,12 @@ func (c Config) serfConfig(pool Pool, tags map[string]string, events chan<- serf
 // minimum suspicion timeout (2 x ProbeInterval) even in a two-node pool, where nobody could
 // confirm the suspicion.
 func applyTestTimers(sc *serf.Config, ml *memberlist.Config) {
-	ml.ProbeInterval = 250 * time.Millisecond
-	ml.ProbeTimeout = 150 * time.Millisecond
-	ml.SuspicionMult = 2
+	// Fast, but not so fast that a node of a loaded test machine (2 cores, -race, several
+	// packages at once) stalls past a probe and is declared failed: a node declared failed
+	// loses its links (node.peers), which a test sees as a broken relay.
+	ml.ProbeInterval = 400 * time.Millisecond
+	ml.ProbeTimeout = 400 * time.Millisecond
+	ml.SuspicionMult = 3
 	ml.SuspicionMaxTimeoutMult = 2
 	ml.GossipInterval = 50 * time.Millisecond
 	ml.GossipNodes = 3
@@ -97,8 +100,8 @@ func applyTestTimers(sc *serf.Config, ml *memberlist.Config) {
 	sc.LeavePropagateDelay = 300 * time.Millisecond
 	sc.ReapInterval = 250 * time.Millisecond
 	sc.ReconnectInterval = 500 * time.Millisecond
-	sc.ReconnectTimeout = 3 * time.Second
-	sc.TombstoneTimeout = 3 * time.Second
+	sc.ReconnectTimeout = 6 * time.Second
+	sc.TombstoneTimeout = 6 * time.Second
 	sc.FlapTimeout = time.Second
 	sc.QueueCheckInterval = time.Second
 }
