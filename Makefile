@@ -5,7 +5,7 @@ FUZZTIME ?= 5s
 # go command fetches it from the module proxy (~76 MB, once). It overrides a local setting.
 export GOTOOLCHAIN := go1.26.10
 
-.PHONY: build dev test vet unit fuzz-short fuzz bench clean vulncheck tofu-check
+.PHONY: build dev test vet unit fuzz-short fuzz bench bench-smoke clean vulncheck tofu-check
 
 build:
 	$(GO) build -o bin/quicmq ./cmd/quicmq
@@ -15,7 +15,7 @@ dev: build
 
 # The whole suite: vet, unit and integration tests with the race detector, then each fuzz
 # target briefly.
-test: vet unit fuzz-short
+test: vet unit fuzz-short bench-smoke
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -30,6 +30,12 @@ fuzz-short:
 
 fuzz:
 	@./scripts/fuzz.sh $(FUZZTIME)
+
+# The bench/ module (its own go.mod: NATS is never a dependency of QuicMQ): vet, and a few
+# seconds of the fan-out scenario per system at 1% loss (~15 s once built). The harness tests
+# skip unless run as root with nftables installed (see docs/benchmarks.md).
+bench-smoke:
+	cd bench && $(GO) vet ./... && $(GO) test -short -count=1 -timeout 5m ./lossy/... ./cmd/...
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./wal ./node ./routing ./internal/wire

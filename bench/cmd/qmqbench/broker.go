@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/quicmq/quicmq/node"
+)
+
+// Broker addresses inside a scenario's own network namespace (nothing else listens there).
+const (
+	quicmqAddr = "127.0.0.1:7400"
+	natsAddr   = "127.0.0.1:4222"
+)
+
+// runBroker is the hidden "broker" command: a QuicMQ node or a NATS server in this process,
+// which a worker starts as its child so that the broker's CPU, memory and GC are its own. It
+// prints "READY" on stdout once clients may connect and runs until stdin closes or SIGTERM.
+func runBroker(args []string) error {
+	fs := flag.NewFlagSet("broker", flag.ExitOnError)
+	kind := fs.String("kind", "quicmq", "quicmq or nats")
+	dir := fs.String("dir", "", "data directory")
+	js := fs.Bool("jetstream", false, "nats: enable JetStream (file storage in --dir)")
+	syncAlways := fs.Bool("sync-always", false, "nats: JetStream fsyncs every write before acking")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the broker's life to this file")
+	fs.Parse(args)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	go func() { // the worker closes our stdin when it is done (or dies)
+		io.Copy(io.Discard, os.Stdin)
+		stop()
+	}()
+	switch *kind {
+	case "quicmq":
+		n, err := node.New(node.Config{
+			DataDir: *dir, Listen: quicmqAddr, Name: "bench", Region: "bench",
+			AblationSharedStream: true, // the client decides per connection
+			Logger:               slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+		if err != nil {
+			return err
+		}
+		done := make(chan error, 1)
+		go func() { done <- n.Run(ctx) }()
+		fmt.Println("READY")
+		return <-done
+	case "nats":
+		s, err := server.NewServer(&server.Options{
+			Host: "127.0.0.1", Port: 4222, NoSigs: true, NoLog: true,
+			JetStream: *js, StoreDir: *dir, SyncAlways: *syncAlways,
+		})
+		if err != nil {
+			return err
+		}
+		go s.Start()
+		if !s.ReadyForConnections(10 * time.Second) {
+			return errors.New("nats server not ready within 10 s")
+		}
+		fmt.Println("READY")
+		<-ctx.Done()
+		s.Shutdown()
+		s.WaitForShutdown()
+		return nil
+	}
+	return fmt.Errorf("unknown broker kind %q", *kind)
+}
+
+// brokerProc is a running broker child.
+type brokerProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	dir   string
+}
+
+// startBroker starts this binary's "broker" command as a child (in the caller's network
+// namespace) and waits for READY.
+func startBroker(kind string, extra ...string) (*brokerProc, error) {
+	dir, err := os.MkdirTemp("", "qmqbench-broker-")
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"broker", "--kind", kind, "--dir", filepath.Join(dir, "data")}, extra...)
+	cmd := exec.Command("/proc/self/exe", args...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	b := &brokerProc{cmd: cmd, stdin: stdin, dir: dir}
+	ready := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64)
+		n, err := io.ReadAtLeast(out, buf, 5)
+		if err == nil && !strings.HasPrefix(string(buf[:n]), "READY") {
+			err = fmt.Errorf("broker said %q", buf[:n])
+		}
+		ready <- err
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case err = <-ready:
+	case <-time.After(30 * time.Second):
+		err = errors.New("broker not ready within 30 s")
+	}
+	if err != nil {
+		b.stop()
+		return nil, fmt.Errorf("start %s broker: %w", kind, err)
+	}
+	return b, nil
+}
+
+func (b *brokerProc) pid() int { return b.cmd.Process.Pid }
+
+// stop asks the broker to end (stdin closed), kills it after 10 s, removes its data.
+func (b *brokerProc) stop() {
+	b.stdin.Close()
+	done := make(chan struct{})
+	go func() { b.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		b.cmd.Process.Kill()
+		<-done
+	}
+	os.RemoveAll(b.dir)
+}
+
+// rssMiB reads a process's resident set size from /proc.
+func rssMiB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%f", &kb)
+			return kb / 1024
+		}
+	}
+	return 0
+}

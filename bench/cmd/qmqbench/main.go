@@ -1,0 +1,64 @@
+// Command qmqbench runs QuicMQ's side-by-side scenarios against NATS over lossy networks
+// (issue 4; docs/benchmarks.md). Each scenario is one command; progress goes to stderr,
+// JSON results and PNG plots to --out (default bench/results).
+//
+//	qmqbench fanout [--loss 0,0.5,1,2,5] [--systems quicmq,ablation,nats,jetstream] ...
+//	qmqbench slow   [--systems ...] ...
+//	qmqbench publish [--publishers 1,16] [--systems quicmq,jetstream-sync,jetstream]
+//	qmqbench replay  [--records 1000000]
+//
+// Every run starts a fresh network namespace (bench/lossy), a worker process inside it
+// (this binary's hidden "worker" command) and the broker as the worker's child ("broker"),
+// so loss applies to every packet between clients and broker and nothing else shares the
+// namespace. It needs root and nftables; without them it says so and exits.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "fanout":
+		err = runFanout(os.Args[2:], false)
+	case "slow":
+		err = runFanout(os.Args[2:], true)
+	case "publish":
+		err = runDurable(os.Args[2:], "publish")
+	case "replay":
+		err = runDurable(os.Args[2:], "replay")
+	case "report":
+		err = runReport(os.Args[2:])
+	case "worker":
+		err = runWorker(os.Args[2:])
+	case "durworker":
+		err = runDurWorker(os.Args[2:])
+	case "broker":
+		err = runBroker(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qmqbench %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, `usage: qmqbench COMMAND [flags]
+
+  fanout   scenario 1: 1 publisher, N subscriptions on one connection, packet loss rates
+  slow     scenario 2: the same without loss, one subscription stops reading
+  publish  scenario 3: durable publish throughput, QuicMQ against JetStream
+  replay   scenario 4: replay of stored records from offset 0, QuicMQ against JetStream
+  report   tables and plots again from a fanout or slow JSON file
+
+Run "qmqbench COMMAND -h" for the flags. Needs root and nftables (apt-get install -y nftables).
+`)
+	os.Exit(2)
+}

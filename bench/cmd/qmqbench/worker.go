@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quicmq/quicmq/bench/lossy"
+)
+
+// runParams is one run of the fan-out measurement: one system, one loss rate.
+type runParams struct {
+	System   string
+	NS       string // the namespace the worker runs in (for the loss rule); "" = no loss control
+	Loss     float64
+	Rate     int // records per second, all topics together
+	Subs     int
+	Size     int
+	Warmup   time.Duration
+	Duration time.Duration
+	Drain    time.Duration
+	Slow     int // subscriptions (from 0) whose application stops reading after the warm-up
+	// Wild subscriptions (from 0) subscribe to every topic ("fan.>"), a busy subscription
+	// for the slow-consumer scenario. They and the slow ones are left out of the figures.
+	Wild int
+	// LossPath says which packets may be lost: "all" (every packet in the namespace, both
+	// directions of both connections) or "delivery" (only packets the broker sends).
+	LossPath string
+	// Profile, when not empty, is a directory for a CPU profile of the broker.
+	Profile string
+}
+
+func (p *runParams) flags(fs *flag.FlagSet) {
+	fs.IntVar(&p.Rate, "rate", 5000, "records per second published, all topics together")
+	fs.IntVar(&p.Subs, "subs", 100, "subscriptions (one topic each) on the one subscriber connection")
+	fs.IntVar(&p.Size, "size", 128, "payload bytes (at least 16: send time and sequence)")
+	fs.DurationVar(&p.Warmup, "warmup", time.Second, "publishing before the measured window")
+	fs.DurationVar(&p.Duration, "duration", 10*time.Second, "measured window")
+	fs.DurationVar(&p.Drain, "drain", 10*time.Second, "how long to wait after the window for records in flight")
+	fs.StringVar(&p.Profile, "profile", "", "directory for CPU profiles of the brokers (SYSTEM-lossL-slowS.pprof)")
+	fs.StringVar(&p.LossPath, "loss-path", "all", `which packets may be lost: "all" (both directions of both connections) or "delivery" (only packets the broker sends: records to the subscriber, acks to the publisher)`)
+}
+
+func (p runParams) args() []string {
+	return []string{"--system", p.System, "--ns", p.NS, "--loss", fmt.Sprint(p.Loss),
+		"--rate", fmt.Sprint(p.Rate), "--subs", fmt.Sprint(p.Subs), "--size", fmt.Sprint(p.Size),
+		"--warmup", p.Warmup.String(), "--duration", p.Duration.String(), "--drain", p.Drain.String(),
+		"--slow", fmt.Sprint(p.Slow), "--wild", fmt.Sprint(p.Wild), "--loss-path", p.LossPath, "--profile", p.Profile}
+}
+
+// runResult is what a worker reports for one run (times in milliseconds).
+type runResult struct {
+	runParams
+	Repeat         int
+	Sent           int // records published in the window
+	Received       int // of those, received by the subscriptions that kept reading
+	Missing        int // published in the window, never received by a reading subscription
+	PubRate        float64
+	P50, P99, P999 float64
+	Max            float64
+	// Per subscription (reading ones): the longest gap between two records beyond the
+	// publish interval, and the number of such gaps over 50 ms.
+	LongestStall     float64
+	MedianLongest    float64
+	Stalls           int
+	SubsStalled      int
+	PerSubLongest    []float64
+	StallEvents      [][3]float64 // subscription, seconds into the window, stall ms
+	CDF              [][2]float64 // latency ms, quantile
+	DroppedPackets   int64
+	BrokerRSSStart   float64
+	BrokerRSSMax     float64
+	BrokerRSSEnd     float64
+	SlowReceived     int     // records the stalled subscriptions took before stopping
+	ClientRSSMax     float64 // the worker (both clients) at its largest, MiB
+	Notes            []string
+	LoadAvg          float64 // the machine's 1-minute load average at the end of the run
+	SetupSeconds     float64
+	SubscribeSeconds float64
+}
+
+type sample struct{ sent, arrived int64 }
+
+// runWorker is the hidden "worker" command: it runs inside the scenario's namespace,
+// starts the broker as its child, measures one run and prints its runResult as JSON.
+func runWorker(args []string) error {
+	var p runParams
+	fs := flag.NewFlagSet("worker", flag.ExitOnError)
+	fs.StringVar(&p.System, "system", "quicmq", "system under test")
+	fs.StringVar(&p.NS, "ns", "", "network namespace of the loss rule")
+	fs.Float64Var(&p.Loss, "loss", 0, "packet loss, fraction")
+	fs.IntVar(&p.Slow, "slow", 0, "subscriptions that stop reading")
+	fs.IntVar(&p.Wild, "wild", 0, "subscriptions to every topic")
+	p.flags(fs)
+	fs.Parse(args)
+	res, err := measure(p)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+func measure(p runParams) (*runResult, error) {
+	if p.Size < 16 {
+		p.Size = 16
+	}
+	kind, extra := brokerKind(p.System)
+	if kind == "" {
+		return nil, fmt.Errorf("unknown system %q", p.System)
+	}
+	setupStart := time.Now()
+	if p.Profile != "" {
+		extra = append(extra, "--cpuprofile", fmt.Sprintf("%s/%s-loss%.1f-slow%d.pprof", p.Profile, p.System, p.Loss*100, p.Slow))
+	}
+	b, err := startBroker(kind, extra...)
+	if err != nil {
+		return nil, err
+	}
+	defer b.stop()
+	sys, err := newSystem(p.System, b.dir)
+	if err != nil {
+		return nil, err
+	}
+	defer sys.close()
+
+	samples := make([][]sample, p.Subs)
+	release := make(chan struct{})
+	var slowFrom atomic.Int64 // unix ns after which slow subscriptions stop; 0: not yet
+	slowGot := make([]int, p.Slow)
+	inWin := make([]atomic.Int64, p.Subs) // records of the window received, per subscription
+	var winFrom, winTo atomic.Int64
+	deliver := func(sub int, payload []byte) {
+		now := time.Now().UnixNano()
+		if len(payload) < 16 {
+			return // the warm-up record that created the topic
+		}
+		if sub < p.Slow {
+			if f := slowFrom.Load(); f != 0 && now > f {
+				<-release // the application stopped reading this subscription
+				return
+			}
+			slowGot[sub]++
+		}
+		sent := int64(binary.BigEndian.Uint64(payload))
+		samples[sub] = append(samples[sub], sample{sent, now})
+		if sent >= winFrom.Load() && sent < winTo.Load() {
+			inWin[sub].Add(1)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	subStart := time.Now()
+	patterns := make([]string, p.Subs)
+	for i := range patterns {
+		patterns[i] = topicName(i)
+		if i < p.Wild {
+			patterns[i] = "fan.>"
+		}
+	}
+	if err := sys.setup(ctx, patterns, deliver); err != nil {
+		close(release)
+		return nil, fmt.Errorf("%s: setup: %w", p.System, err)
+	}
+	res := &runResult{runParams: p, SubscribeSeconds: time.Since(subStart).Seconds()}
+	var ns *lossy.Namespace
+	if p.NS != "" {
+		ns = &lossy.Namespace{Name: p.NS}
+		match := ""
+		switch p.LossPath {
+		case "all", "":
+		case "delivery":
+			match = "th sport { 7400, 4222 }" // the brokers' ports: see quicmqAddr, natsAddr
+		default:
+			close(release)
+			return nil, fmt.Errorf("--loss-path %q: want all or delivery", p.LossPath)
+		}
+		if err := ns.SetLossMatch(p.Loss, match); err != nil {
+			close(release)
+			return nil, err
+		}
+	}
+	res.SetupSeconds = time.Since(setupStart).Seconds()
+
+	// Broker memory, sampled while publishing.
+	res.BrokerRSSStart = rssMiB(b.pid())
+	stopRSS := make(chan struct{})
+	var rssWG sync.WaitGroup
+	rssWG.Add(1)
+	go func() {
+		defer rssWG.Done()
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopRSS:
+				return
+			case <-t.C:
+				res.BrokerRSSMax = max(res.BrokerRSSMax, rssMiB(b.pid()))
+				res.ClientRSSMax = max(res.ClientRSSMax, rssMiB(os.Getpid()))
+			}
+		}
+	}()
+
+	// Publish at the fixed rate: each millisecond, whatever is due.
+	start := time.Now()
+	winStart := start.Add(p.Warmup)
+	winEnd := winStart.Add(p.Duration)
+	slowFrom.Store(winStart.UnixNano())
+	winFrom.Store(winStart.UnixNano())
+	winTo.Store(winEnd.UnixNano())
+	sentPerSub := make([]int, p.Subs)
+	var k int
+	var pubErr error
+	for pubErr == nil {
+		now := time.Now()
+		if !now.Before(winEnd) {
+			break
+		}
+		due := int(now.Sub(start).Seconds() * float64(p.Rate))
+		for ; k < due && pubErr == nil; k++ {
+			payload := make([]byte, p.Size)
+			t := time.Now()
+			binary.BigEndian.PutUint64(payload, uint64(t.UnixNano()))
+			binary.BigEndian.PutUint64(payload[8:], uint64(k))
+			i := k % p.Subs
+			if !t.Before(winStart) && t.Before(winEnd) {
+				sentPerSub[i]++
+				res.Sent++
+			}
+			pubErr = sys.publish(ctx, i, payload)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if pubErr != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("publish failed: %v", pubErr))
+	}
+	res.PubRate = float64(res.Sent) / p.Duration.Seconds()
+	fctx, fcancel := context.WithTimeout(ctx, p.Drain)
+	if err := sys.flush(fctx); err != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("flush: %v", err))
+	}
+	fcancel()
+	// Wait until every reading subscription has its window's records, or the drain ends.
+	drainEnd := time.Now().Add(p.Drain)
+	for time.Now().Before(drainEnd) {
+		done := true
+		for i := p.skip(); i < p.Subs && done; i++ {
+			done = inWin[i].Load() >= int64(sentPerSub[i])
+		}
+		if done {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stopRSS)
+	rssWG.Wait()
+	res.BrokerRSSEnd = rssMiB(b.pid())
+	res.LoadAvg = loadAvg()
+	if ns != nil {
+		res.DroppedPackets, _ = ns.Dropped()
+		ns.SetLoss(0)
+	}
+	close(release)
+	sys.close()
+	res.Notes = append(res.Notes, sys.notes()...)
+	for _, n := range slowGot {
+		res.SlowReceived += n
+	}
+	analyse(res, samples, sentPerSub, winStart, winEnd)
+	return res, nil
+}
+
+// analyse computes latency quantiles and stalls over the reading subscriptions' records
+// published in the window. It runs after every delivering goroutine ended.
+func analyse(res *runResult, samples [][]sample, sentPerSub []int, winStart, winEnd time.Time) {
+	p := res.runParams
+	interval := float64(p.Subs) / float64(p.Rate) * 1000 // ms between two records of a topic
+	var lat []float64
+	for i := p.skip(); i < p.Subs; i++ {
+		var prev int64
+		longest := 0.0
+		n := 0
+		for _, s := range samples[i] {
+			if s.sent < winStart.UnixNano() || s.sent >= winEnd.UnixNano() {
+				continue
+			}
+			n++
+			lat = append(lat, float64(s.arrived-s.sent)/1e6)
+			if prev != 0 {
+				stall := float64(s.arrived-prev)/1e6 - interval
+				longest = max(longest, stall)
+				if stall > 50 {
+					res.Stalls++
+					res.StallEvents = append(res.StallEvents, [3]float64{float64(i), float64(s.arrived-winStart.UnixNano()) / 1e9, stall})
+				}
+			}
+			prev = s.arrived
+		}
+		if n < sentPerSub[i] {
+			// Records never came: the subscription stalled from its last record (or the
+			// window's start) to the end of the window at least.
+			if prev == 0 {
+				prev = winStart.UnixNano()
+			}
+			if stall := float64(winEnd.UnixNano()-prev)/1e6 - interval; stall > 0 {
+				longest = max(longest, stall)
+				if stall > 50 {
+					res.Stalls++
+					res.StallEvents = append(res.StallEvents, [3]float64{float64(i), p.Duration.Seconds(), stall})
+				}
+			}
+		}
+		res.Received += n
+		res.Missing += max(0, sentPerSub[i]-n)
+		res.PerSubLongest = append(res.PerSubLongest, longest)
+		if longest > 50 {
+			res.SubsStalled++
+		}
+	}
+	if len(res.PerSubLongest) > 0 {
+		s := slices.Clone(res.PerSubLongest)
+		slices.Sort(s)
+		res.LongestStall = s[len(s)-1]
+		res.MedianLongest = s[len(s)/2]
+	}
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	q := func(f float64) float64 { return lat[int(f*float64(len(lat)-1))] }
+	res.P50, res.P99, res.P999, res.Max = q(0.5), q(0.99), q(0.999), lat[len(lat)-1]
+	for _, f := range cdfQuantiles() {
+		res.CDF = append(res.CDF, [2]float64{q(f), f})
+	}
+}
+
+// cdfQuantiles are the points kept for the latency plots: dense in the tail.
+func cdfQuantiles() []float64 {
+	var qs []float64
+	for i := 0; i < 100; i++ {
+		qs = append(qs, float64(i)/100)
+	}
+	for i := 1; i < 10; i++ {
+		qs = append(qs, 0.99+float64(i)/1000)
+	}
+	for i := 1; i <= 10; i++ {
+		qs = append(qs, 0.999+float64(i)/10000)
+	}
+	return qs
+}
+
+// loadAvg is the 1-minute load average: other work on the machine shows in the figures.
+func loadAvg() float64 {
+	b, _ := os.ReadFile("/proc/loadavg")
+	var v float64
+	fmt.Sscanf(string(b), "%f", &v)
+	return v
+}
+
+// skip is how many leading subscriptions the figures leave out: the slow and the wild ones.
+func (p runParams) skip() int { return max(p.Slow, p.Wild) }

@@ -1,0 +1,240 @@
+package lossy
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func needHarness(t *testing.T) {
+	t.Helper()
+	if err := Check(); err != nil {
+		t.Skipf("lossy-network harness unavailable: %v", err)
+	}
+}
+
+// TestMain lets the test binary run as a helper inside a namespace (see udpHelper).
+func TestMain(m *testing.M) {
+	if mode := os.Getenv("LOSSY_HELPER"); mode != "" {
+		if f := strings.Fields(mode); len(f) > 1 {
+			os.Exit(linkHelper(f))
+		}
+		os.Exit(udpHelper(mode))
+	}
+	os.Exit(m.Run())
+}
+
+// linkHelper, inside a namespace: "recv ADDR" counts datagrams arriving on ADDR for a second
+// after the first (or two seconds without any) and prints the count; "send ADDR N" sends N.
+func linkHelper(args []string) int {
+	switch args[0] {
+	case "recv":
+		la, _ := net.ResolveUDPAddr("udp4", args[1])
+		c, err := net.ListenUDP("udp4", la)
+		if err != nil {
+			return 2
+		}
+		c.SetReadBuffer(8 << 20)
+		os.Stdout.WriteString("ready\n")
+		buf := make([]byte, 64)
+		n := 0
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			c.SetReadDeadline(deadline)
+			if _, _, err := c.ReadFromUDP(buf); err != nil {
+				break
+			}
+			if n == 0 {
+				deadline = time.Now().Add(time.Second)
+			}
+			n++
+		}
+		os.Stdout.WriteString(strconv.Itoa(n) + "\n")
+	case "send":
+		ra, _ := net.ResolveUDPAddr("udp4", args[1])
+		c, err := net.DialUDP("udp4", nil, ra)
+		if err != nil {
+			return 2
+		}
+		n, _ := strconv.Atoi(args[2])
+		for i := 0; i < n; i++ {
+			c.Write([]byte("x"))
+			if i%20 == 19 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	return 0
+}
+
+// udpHelper sends N datagrams from one socket to another on 127.0.0.1 (each crosses lo's
+// input hook once) and prints how many arrived.
+func udpHelper(mode string) int {
+	n, _ := strconv.Atoi(mode)
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return 2
+	}
+	rx.SetReadBuffer(8 << 20) // a starved reader must not lose datagrams to a full buffer
+	tx, err := net.DialUDP("udp4", nil, rx.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		return 2
+	}
+	got := make(chan int)
+	go func() {
+		buf := make([]byte, 64)
+		c := 0
+		for {
+			rx.SetReadDeadline(time.Now().Add(time.Second))
+			if _, _, err := rx.ReadFromUDP(buf); err != nil {
+				got <- c
+				return
+			}
+			c++
+		}
+	}()
+	for i := 0; i < n; i++ {
+		tx.Write([]byte("x"))
+		if i%20 == 19 {
+			time.Sleep(time.Millisecond) // stay under the socket buffer
+		}
+	}
+	os.Stdout.WriteString(strconv.Itoa(<-got))
+	return 0
+}
+
+func countInside(t *testing.T, ns *Namespace, n int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := ns.Command(ctx, os.Args[0])
+	cmd.Env = append(os.Environ(), "LOSSY_HELPER="+strconv.Itoa(n))
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helper in %s: %v", ns.Name, err)
+	}
+	got, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("helper output %q", out)
+	}
+	return got
+}
+
+func TestLossDropsOnInput(t *testing.T) {
+	needHarness(t)
+	ns, err := New("loss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	const n = 4000
+	if got := countInside(t, ns, n); got != n {
+		t.Fatalf("no loss set: %d of %d datagrams arrived", got, n)
+	}
+	if err := ns.SetLoss(0.2); err != nil {
+		t.Fatal(err)
+	}
+	got := countInside(t, ns, n)
+	dropped, err := ns.Dropped()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 20% of 4000: 800 expected, standard deviation ~25.
+	if lost := n - got; lost < 650 || lost > 950 {
+		t.Fatalf("20%% loss: %d of %d datagrams lost", lost, n)
+	}
+	if dropped < int64(n-got) {
+		t.Fatalf("nft counted %d drops, %d datagrams lost", dropped, n-got)
+	}
+	if err := ns.SetLoss(0); err != nil {
+		t.Fatal(err)
+	}
+	if got := countInside(t, ns, n); got != n {
+		t.Fatalf("loss removed: %d of %d arrived", got, n)
+	}
+}
+
+// crossLink sends n datagrams from a to b's end of l and returns how many arrived.
+func crossLink(t *testing.T, l *Link, n int) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	addr := l.AddrB + ":9999"
+	recv := l.B.Command(ctx, os.Args[0])
+	recv.Env = append(os.Environ(), "LOSSY_HELPER=recv "+addr)
+	out, err := recv.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Wait()
+	r := bufio.NewReader(out)
+	if line, err := r.ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("receiver: %q %v", line, err)
+	}
+	send := l.A.Command(ctx, os.Args[0])
+	send.Env = append(os.Environ(), "LOSSY_HELPER=send "+addr+" "+strconv.Itoa(n))
+	if err := send.Run(); err != nil {
+		t.Fatalf("sender: %v", err)
+	}
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatalf("receiver: %v", err)
+	}
+	got, _ := strconv.Atoi(strings.TrimSpace(line))
+	return got
+}
+
+// A link carries datagrams between two namespaces until Partition, and again after Heal;
+// CloseAll removes both namespaces (and with them the link).
+func TestLinkPartitionAndCleanup(t *testing.T) {
+	needHarness(t)
+	a, err := New("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer CloseAll()
+	l, err := Connect(a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 500
+	if got := crossLink(t, l, n); got != n {
+		t.Fatalf("link up: %d of %d datagrams arrived", got, n)
+	}
+	if err := l.Partition(); err != nil {
+		t.Fatal(err)
+	}
+	if got := crossLink(t, l, n); got != 0 {
+		t.Fatalf("partitioned: %d of %d datagrams arrived", got, n)
+	}
+	if err := l.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	if got := crossLink(t, l, n); got != n {
+		t.Fatalf("healed: %d of %d datagrams arrived", got, n)
+	}
+	CloseAll()
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), a.Name) || strings.Contains(string(out), b.Name) {
+		t.Fatalf("namespaces left after CloseAll:\n%s", out)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
