@@ -100,7 +100,9 @@ func (sh *SharedStream) Subscribe(ctx context.Context, pattern string, opts Subs
 		q: make(chan sharedItem, sharedQueue), closed: make(chan struct{}),
 		names: make(map[string]uint64),
 	}
-	req := &wire.Subscribe{Pattern: pattern, Start: opts.From.kind, StartValue: opts.From.value, Region: ablationSharedRegion}
+	// RECORDS frames, as a subscription's own stream gets them: the two modes differ only in
+	// the stream mapping.
+	req := &wire.Subscribe{Pattern: pattern, Start: opts.From.kind, StartValue: opts.From.value, Region: ablationSharedRegion, Flags: wire.SubscribeRecords}
 	_, err := sh.s.Write(wire.Append(nil, req))
 	if err == nil {
 		sh.subs = append(sh.subs, sub)

@@ -120,7 +120,7 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 		topics:  make(map[uint64]string),
 		names:   make(map[string]uint64),
 	}
-	req := &wire.Subscribe{Pattern: pattern, Start: opts.From.kind, StartValue: opts.From.value, Durable: opts.Durable, Region: opts.Region}
+	req := &wire.Subscribe{Pattern: pattern, Start: opts.From.kind, StartValue: opts.From.value, Durable: opts.Durable, Region: opts.Region, Flags: wire.SubscribeRecords}
 	if _, err = s.Write(wire.Append(nil, req)); err == nil {
 		var f wire.Frame
 		if f, err = sub.fr.next(ctx); err == nil {

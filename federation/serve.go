@@ -135,6 +135,7 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 
 	log := f.cfg.Log
 	next := req.From
+	var out wire.Record
 	for ctx.Err() == nil {
 		// Encode straight from the log's memory into the stream buffer (never blocking while
 		// the log's iterator is open), then write the batch.
@@ -144,12 +145,13 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 			if rec.OriginRegion != "" {
 				return nil // mirrored here from another region: that region serves it
 			}
-			w.Buffer(&wire.Record{
+			out = wire.Record{ // one value, reused: Buffer encodes it at once
 				Offset: rec.Offset, Time: rec.Time,
 				OriginRegion: f.cfg.Region, OriginOffset: rec.Offset,
 				ProducerID: rec.ProducerID, Sequence: rec.Sequence,
 				Headers: rec.Headers, Payload: rec.Payload,
-			})
+			}
+			w.Buffer(&out)
 			return nil
 		})
 		var oor *wal.OffsetOutOfRangeError

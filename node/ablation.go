@@ -63,6 +63,8 @@ type sharedStream struct {
 	readErr  atomic.Pointer[wire.Error] // a protocol error found by the reader goroutine
 	opened   atomic.Int64               // subscriptions counted in s.subs and the gauge
 
+	batch bool // the client takes RECORDS frames, as on a stream per subscription
+
 	// Owned by the run goroutine.
 	subs []*sharedSub
 	w    *wire.Writer
@@ -108,6 +110,7 @@ func (s *session) serveShared(str *quic.Stream, r *wire.Reader, first *wire.Subs
 		return
 	}
 	defer s.untrack(ss)
+	ss.batch = first.Flags&wire.SubscribeRecords != 0
 	ss.mu.pending = []*wire.Subscribe{first}
 	defer func() {
 		n := ss.opened.Load()
@@ -294,7 +297,11 @@ func (ss *sharedStream) sendAvailable() (int, *wire.Error) {
 					ProducerID: rec.ProducerID, Sequence: rec.Sequence,
 					Headers: rec.Headers, Payload: rec.Payload,
 				}
-				ss.w.Buffer(&ss.rec)
+				if ss.batch {
+					ss.w.BufferRecord(&ss.rec)
+				} else {
+					ss.w.Buffer(&ss.rec)
+				}
 				c.next = rec.Offset + 1
 				return nil
 			})

@@ -35,6 +35,7 @@ type subscription struct {
 	r       *wire.Reader
 	req     *wire.Subscribe
 	label   string // subscription label for metrics: the durable name or "-"
+	batch   bool   // the client accepts RECORDS frames (wire.SubscribeRecords)
 	series  *subSeries
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -53,6 +54,8 @@ type subscription struct {
 	ups     map[string]*upstream // by node: this region's other owners (upstream.go)
 	upCh    chan upMsg           // upstream frames, handed over one at a time
 	upWG    sync.WaitGroup       // upstream readers
+	writing chan error           // the result of the batch being written by flush's goroutine; nil if none
+	spare   []byte               // the buffer of the last batch written, reused for the next
 
 	mu struct {
 		sync.Mutex
@@ -142,6 +145,14 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		}
 	}
 
+	// The RECORDS option applies to this stream only: the requests this subscription sends
+	// on to other nodes of the region (upstream.go) read RECORD frames.
+	batch := req.Flags&wire.SubscribeRecords != 0
+	if req.Flags != 0 {
+		r := *req
+		r.Flags = 0
+		req = &r
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	label := req.Durable
@@ -149,7 +160,7 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		label = "-"
 	}
 	sub := &subscription{
-		s: s, str: str, r: r, req: req, label: label,
+		s: s, str: str, r: r, req: req, label: label, batch: batch,
 		ctx: ctx, cancel: cancel,
 		wake:    make(chan struct{}, 1),
 		byTopic: make(map[string]*cursor),
@@ -198,6 +209,7 @@ func (sub *subscription) drain() {
 // end closes the stream, first sending e if not nil.
 func (sub *subscription) end(e *wire.Error) {
 	sub.str.CancelRead(wire.AppCancelled) // stops the ack goroutine if it still runs
+	sub.waitWrite()
 	if e != nil {
 		sub.str.SetWriteDeadline(time.Now().Add(time.Second))
 		sub.w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
@@ -419,7 +431,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			if err := sub.bind(c); err != nil {
 				return sent, nil
 			}
-			sub.w.Write(&wire.Gap{Index: c.index, From: c.next, To: oor.First})
+			sub.w.Buffer(&wire.Gap{Index: c.index, From: c.next, To: oor.First})
 			c.next = oor.First
 			sub.mu.Lock()
 			sub.mu.next[c.topic] = c.next
@@ -436,6 +448,10 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 	return sent, nil
 }
 
+// maxReadRecords bounds the records of one read of a cursor, beside ReadAhead's bytes: 4096
+// records of 100 B are 400-500 KiB stored, so for small records the bytes bound comes first.
+const maxReadRecords = 4096
+
 // readCursor encodes c's available records (at most ReadAhead bytes) into the stream's
 // buffer straight from the log's memory, with no copy and no blocking while the log's
 // iterator is open, and advances c. It returns the records and payload bytes encoded, and
@@ -443,7 +459,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 	n := sub.s.n
 	bytes := 0
-	got, err := n.wal.ReadFunc(c.topic, c.next, 1024, n.cfg.ReadAhead, func(rec *wal.Record) error {
+	got, err := n.wal.ReadFunc(c.topic, c.next, maxReadRecords, n.cfg.ReadAhead, func(rec *wal.Record) error {
 		if !c.bound {
 			sub.bind(c)
 		}
@@ -457,7 +473,11 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 			ProducerID: rec.ProducerID, Sequence: rec.Sequence,
 			Headers: rec.Headers, Payload: rec.Payload,
 		}
-		sub.w.Buffer(&sub.rec)
+		if sub.batch {
+			sub.w.BufferRecord(&sub.rec)
+		} else {
+			sub.w.Buffer(&sub.rec)
+		}
 		bytes += len(rec.Payload)
 		c.next = rec.Offset + 1
 		return nil
@@ -479,13 +499,44 @@ func (sub *subscription) bind(c *cursor) error {
 	return nil
 }
 
-// flush writes buffered frames, counting the time the write was blocked.
+// flush hands the buffered frames to a goroutine that writes them, counting the time the
+// write was blocked, and returns once the previous batch is written: the run goroutine reads
+// and encodes the next batch from the log while QUIC packs this one, so a subscription holds
+// at most two batches (2 x ReadAhead), whatever its lag. The error is that of the previous
+// batch: a failed write is seen one flush later. end waits for the last batch.
 func (sub *subscription) flush() error {
-	start := time.Now()
-	err := sub.w.Flush()
-	if d := time.Since(start); d > 100*time.Microsecond {
-		sub.series.blocked.Add(d.Seconds())
+	if err := sub.waitWrite(); err != nil {
+		return err
 	}
+	if sub.w.Buffered() == 0 {
+		return nil
+	}
+	buf := sub.w.Swap(sub.spare)
+	sub.spare = nil
+	done := make(chan error, 1)
+	sub.writing = done
+	go func() {
+		start := time.Now()
+		_, err := sub.str.Write(buf)
+		if d := time.Since(start); d > 100*time.Microsecond {
+			sub.series.blocked.Add(d.Seconds())
+		}
+		if cap(buf) <= 1<<20 {
+			sub.spare = buf[:0] // read by the run goroutine only after it received from done
+		}
+		done <- err
+	}()
+	return nil
+}
+
+// waitWrite waits until the batch flush handed over, if any, is written, and returns the
+// write's error.
+func (sub *subscription) waitWrite() error {
+	if sub.writing == nil {
+		return nil
+	}
+	err := <-sub.writing
+	sub.writing = nil
 	return err
 }
 

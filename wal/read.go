@@ -77,7 +77,7 @@ func (l *Log) Read(topic string, from uint64, maxRecords int, maxBytes int) ([]R
 
 // ReadFunc is Read without the copies: it calls fn for each record in offset order, with a
 // record whose byte slices point into Pebble's memory and are valid only until fn returns
-// (strings stay valid). fn must not block: the read holds an iterator open. It returns how
+// (strings stay valid); the *Record itself is reused from call to call. fn must not block: the read holds an iterator open. It returns how
 // many records fn accepted; on an error after some records (a corrupt one, a retention race)
 // those records were good, and the error concerns the next one. An error from fn stops the
 // read and is returned as it is.
@@ -118,6 +118,9 @@ func (l *Log) scan(topic string, from uint64, maxRecords int, maxBytes int, s *s
 
 	n := 0
 	next, size := from, 0
+	// One Record for the whole scan: fn is a func value, so the record it is given escapes;
+	// a variable per record would be a heap allocation per record.
+	rec := new(Record)
 	for ok := it.First(); ok; ok = it.Next() {
 		val, err := it.ValueAndErr()
 		if err != nil {
@@ -129,11 +132,12 @@ func (l *Log) scan(topic string, from uint64, maxRecords int, maxBytes int, s *s
 		if _, off, _ := parseRecordKey(it.Key()); off != next {
 			return n, l.missing(v, next)
 		}
-		rec, reason := decodeRecord(it.Key(), val, s)
+		var reason string
+		*rec, reason = decodeRecord(it.Key(), val, s)
 		if reason != "" {
 			return n, &CorruptError{Topic: topic, Offset: next, Reason: reason}
 		}
-		if err := fn(&rec); err != nil {
+		if err := fn(rec); err != nil {
 			return n, err
 		}
 		n++

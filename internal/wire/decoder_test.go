@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"io"
 	"reflect"
@@ -137,6 +138,14 @@ func FuzzDecoder(f *testing.F) {
 		for rest := data; ; {
 			want, wn, werr := Decode(rest, lim)
 			got, gn, gerr := d.Decode(rest)
+			if len(rest) >= headerLen && Type(rest[0]) == TypeRecords && gerr == nil {
+				checkDecoderRecords(t, d, rest, want, wn, werr, got, gn)
+				if werr != nil {
+					return
+				}
+				rest = rest[wn:]
+				continue
+			}
 			if (werr == nil) != (gerr == nil) || gn != wn {
 				t.Fatalf("Decode: %d, %v; Decoder: %d, %v", wn, werr, gn, gerr)
 			}
@@ -152,6 +161,41 @@ func FuzzDecoder(f *testing.F) {
 			rest = rest[wn:]
 		}
 	})
+}
+
+// checkDecoderRecords: for a RECORDS frame whose first record the Decoder returned (got, gn),
+// the Decoder returns the frame's records one per call, the records Decode returned, using the
+// frame's bytes exactly; or, where Decode refused the frame, the same error after the records
+// before the bad one.
+func checkDecoderRecords(t *testing.T, d *Decoder, rest []byte, want Frame, wn int, werr error, got Frame, gn int) {
+	t.Helper()
+	frameLen := headerLen + int(binary.BigEndian.Uint32(rest[1:headerLen]))
+	var recs []Record
+	used := 0
+	var gerr error
+	for {
+		recs = append(recs, *normalize(got).(*Record))
+		used += gn
+		if used >= frameLen {
+			break
+		}
+		got, gn, gerr = d.Decode(rest[used:])
+		if gerr != nil {
+			break
+		}
+	}
+	if werr != nil {
+		if gerr == nil || gerr.Error() != werr.Error() {
+			t.Fatalf("Decode: %v; Decoder after %d records: %v", werr, len(recs), gerr)
+		}
+		return
+	}
+	if gerr != nil || used != wn {
+		t.Fatalf("Decode used %d bytes; Decoder %d, %v", wn, used, gerr)
+	}
+	if w := normalize(want).(*Records).Records; !reflect.DeepEqual(recs, w) {
+		t.Fatalf("records differ:\n%#v\n%#v", recs, w)
+	}
 }
 
 func BenchmarkDecoderRecord(b *testing.B) {

@@ -32,6 +32,7 @@ const (
 	TypeRecord       Type = 0x23 // node -> client
 	TypeAck          Type = 0x24 // client -> node, cumulative per topic
 	TypeGap          Type = 0x25 // node -> client, records the subscription skipped (retention)
+	TypeRecords      Type = 0x26 // node -> client, a run of records of one topic (records.go)
 	TypeTopics       Type = 0x30 // client -> node, first frame of a listing stream
 	TypeTopicInfo    Type = 0x31 // node -> client, one per topic, then FIN
 
@@ -45,7 +46,7 @@ var typeNames = map[Type]string{
 	TypeHello: "HELLO", TypeWelcome: "WELCOME", TypeError: "ERROR",
 	TypePublish: "PUBLISH", TypePublishAck: "PUBLISH_ACK", TypePublishError: "PUBLISH_ERROR",
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
-	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP",
+	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
 	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD",
 }
@@ -159,6 +160,10 @@ type Subscribe struct {
 	// Region, when not empty and not the node's own, replays that region's log of the
 	// topic directly over the node's link to it, without storing it locally.
 	Region string
+	// Flags are options of the subscriber (SubscribeRecords). Encoded only when not zero, as
+	// an optional last field, so SUBSCRIBE without flags is what it always was; a node
+	// ignores bits it does not know.
+	Flags uint64
 }
 
 // Subscribed confirms a subscription.
@@ -274,6 +279,8 @@ func newFrame(t Type) Frame {
 		return new(Topic)
 	case TypeRecord:
 		return new(Record)
+	case TypeRecords:
+		return new(Records)
 	case TypeAck:
 		return new(Ack)
 	case TypeGap:
@@ -351,7 +358,11 @@ func (f *PublishError) decodeBody(d *dec) {
 }
 
 func (f *Subscribe) appendBody(e enc) enc {
-	return e.str(f.Pattern).byte1(byte(f.Start)).uvarint(f.StartValue).str(f.Durable).str(f.Region)
+	e = e.str(f.Pattern).byte1(byte(f.Start)).uvarint(f.StartValue).str(f.Durable).str(f.Region)
+	if f.Flags != 0 {
+		e = e.uvarint(f.Flags)
+	}
+	return e
 }
 func (f *Subscribe) decodeBody(d *dec) {
 	f.Pattern = d.str("pattern")
@@ -359,6 +370,11 @@ func (f *Subscribe) decodeBody(d *dec) {
 	f.StartValue = d.uvarint("start value")
 	f.Durable = d.str("durable")
 	f.Region = d.str("region")
+	if d.err == nil && len(d.b) > 0 {
+		if f.Flags = d.uvarint("flags"); d.err == nil && f.Flags == 0 {
+			d.fail("flags: 0 is sent by leaving the field out")
+		}
+	}
 	if d.err == nil && f.Start > StartTime {
 		d.fail("start: unknown kind %d", f.Start)
 	}

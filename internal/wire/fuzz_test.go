@@ -16,6 +16,8 @@ func addSeeds(f *testing.F) {
 		all = append(all, b...)
 	}
 	f.Add(all)
+	f.Add(recordsSeed())
+	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Flags: SubscribeRecords}))
 	f.Add([]byte{byte(TypePublish), 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{})
 }
@@ -44,8 +46,33 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("round trip changed %s:\n%#v\n%#v", fr.Type(), fr, again)
 			}
 			_ = n
+			if rs, ok := fr.(*Records); ok {
+				checkDecoderRun(t, rs, lim)
+			}
 		}
 	})
+}
+
+// checkDecoderRun: the Decoder returns the records of a RECORDS frame one by one, equal to
+// what Decode returns for the whole frame, and uses exactly the frame's bytes.
+func checkDecoderRun(t *testing.T, rs *Records, lim Limits) {
+	b := Append(nil, rs)
+	d := NewDecoder(lim)
+	used := 0
+	for i := range rs.Records {
+		f, n, err := d.Decode(b[used:])
+		if err != nil {
+			t.Fatalf("Decoder, record %d of %d: %v", i, len(rs.Records), err)
+		}
+		want := normalize(&rs.Records[i])
+		if got := normalize(f); !reflect.DeepEqual(got, want) {
+			t.Fatalf("Decoder, record %d:\n%#v\n%#v", i, got, want)
+		}
+		used += n
+	}
+	if used != len(b) {
+		t.Fatalf("Decoder used %d of %d bytes", used, len(b))
+	}
 }
 
 // FuzzSplit: a valid frame sequence split into two writes at any byte decodes to the same
@@ -102,6 +129,12 @@ func normalize(f Frame) Frame {
 		c.Payload = nilIfEmpty(c.Payload)
 		c.Headers = normHeaders(c.Headers)
 		return &c
+	case *Records:
+		c := Records{Index: v.Index, Records: make([]Record, len(v.Records))}
+		for i := range v.Records {
+			c.Records[i] = *normalize(&v.Records[i]).(*Record)
+		}
+		return &c
 	}
 	return f
 }
@@ -122,4 +155,16 @@ func nilIfEmpty(b []byte) []byte {
 		return nil
 	}
 	return b
+}
+
+// recordsSeed is a RECORDS frame built by a Writer, then a RECORD it had to fall back to.
+func recordsSeed() []byte {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	hs := []Header{{Key: "k", Value: []byte("v")}}
+	w.BufferRecord(&Record{Index: 2, Offset: 7, Time: 100, OriginRegion: "eu", OriginOffset: 7, Payload: []byte("a")})
+	w.BufferRecord(&Record{Index: 2, Offset: 8, Time: 100, OriginRegion: "eu", OriginOffset: 8, ProducerID: "p", Sequence: 3, Headers: hs, Payload: []byte("bc")})
+	w.BufferRecord(&Record{Index: 2, Offset: 9, Time: 250, OriginRegion: "eu", OriginOffset: 40})
+	w.Flush()
+	return buf.Bytes()
 }

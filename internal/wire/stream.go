@@ -55,11 +55,14 @@ func frameAt(b []byte, lim *Limits) (Type, int, error) {
 // without Decode's per-frame costs on the hot path of a subscription: a RECORD frame is
 // decoded into one Record the Decoder reuses, its byte slices aliasing the caller's buffer
 // instead of a copy of the body, and repeated strings (origin region, producer) are
-// converted once. One goroutine owns a Decoder.
+// converted once. A RECORDS frame comes back one record at a time, as *Record too. One
+// goroutine owns a Decoder.
 type Decoder struct {
 	lim   Limits
 	cache strCache
 	rec   Record
+	run   recordsRun // of the RECORDS frame being returned record by record
+	left  int        // its body bytes not yet decoded; 0 outside one
 }
 
 // NewDecoder returns a Decoder enforcing lim (zero fields take defaults).
@@ -67,30 +70,70 @@ func NewDecoder(lim Limits) *Decoder { return &Decoder{lim: lim.WithDefaults()} 
 
 // Decode is Decode(b, lim), except that a RECORD frame comes back as the Decoder's own
 // *Record: it is overwritten by the next call, and its Payload and header values alias b.
-// A caller that keeps them past the next change of b copies them first.
+// A caller that keeps them past the next change of b copies them first. A RECORDS frame
+// (checked to be complete, like any frame) comes back as one *Record per call: the first
+// call uses the frame header and the first record's bytes, each later call the next
+// record's, so the caller passes the bytes that follow what was used, as for frames. A
+// malformed record ends decoding with an error after the records before it were returned.
 func (d *Decoder) Decode(b []byte) (Frame, int, error) {
+	if d.left > 0 {
+		return d.entry(b, 0)
+	}
 	t, n, err := frameAt(b, &d.lim)
 	if err != nil {
 		return nil, 0, err
 	}
-	if t != TypeRecord {
-		body := b[headerLen : headerLen+n : headerLen+n]
-		if aliasesBody(t) {
-			body = append([]byte(nil), body...)
-		}
-		f, err := decodeBody(t, body, &d.lim, &d.cache)
-		if err != nil {
+	switch t {
+	case TypeRecord:
+		dc := dec{b: b[headerLen : headerLen+n : headerLen+n], lim: &d.lim, typ: t, cache: &d.cache}
+		d.rec.decodeBody(&dc)
+		if err := dc.end(); err != nil {
+			d.rec = Record{}
 			return nil, 0, err
 		}
-		return f, headerLen + n, nil
+		return &d.rec, headerLen + n, nil
+	case TypeRecords:
+		dc := dec{b: b[headerLen : headerLen+n : headerLen+n], lim: &d.lim, typ: t, cache: &d.cache}
+		d.run.header(&dc)
+		if dc.err == nil && len(dc.b) == 0 {
+			dc.fail("no records")
+		}
+		if dc.err != nil {
+			return nil, 0, dc.err
+		}
+		used := headerLen + n - len(dc.b)
+		d.left = len(dc.b)
+		return d.entry(b[used:], used)
 	}
-	dc := dec{b: b[headerLen : headerLen+n : headerLen+n], lim: &d.lim, typ: t, cache: &d.cache}
-	d.rec.decodeBody(&dc)
-	if err := dc.end(); err != nil {
-		d.rec = Record{}
+	body := b[headerLen : headerLen+n : headerLen+n]
+	if aliasesBody(t) {
+		body = append([]byte(nil), body...)
+	}
+	f, err := decodeBody(t, body, &d.lim, &d.cache)
+	if err != nil {
 		return nil, 0, err
 	}
-	return &d.rec, headerLen + n, nil
+	return f, headerLen + n, nil
+}
+
+// entry decodes the next record of the current RECORDS frame from b, which starts with it;
+// used is what the call already used of b's caller's bytes (the frame header).
+func (d *Decoder) entry(b []byte, used int) (Frame, int, error) {
+	if len(b) < d.left {
+		left := d.left
+		d.left = 0
+		return nil, 0, fmt.Errorf("%w: RECORDS: %d bytes of the frame given, %d left in it", ErrMalformed, len(b), left)
+	}
+	dc := dec{b: b[:d.left:d.left], lim: &d.lim, typ: TypeRecords, cache: &d.cache}
+	d.run.entry(&dc, &d.rec)
+	if dc.err != nil {
+		d.left = 0
+		d.rec = Record{}
+		return nil, 0, dc.err
+	}
+	k := d.left - len(dc.b)
+	d.left = len(dc.b)
+	return &d.rec, used + k, nil
 }
 
 // knownType[t] says whether t is a frame type: newFrame's answer without its allocation.
@@ -140,7 +183,7 @@ const maxScratch = 4 << 10
 // aliasesBody reports whether a decoded frame of type t keeps slices of its body (payloads,
 // header values: every frame type whose decoder calls bytesMax or headers), which then needs
 // a body of its own per frame. A new frame type with a bytes field must be added here.
-func aliasesBody(t Type) bool { return t == TypePublish || t == TypeRecord }
+func aliasesBody(t Type) bool { return t == TypePublish || t == TypeRecord || t == TypeRecords }
 
 // NewReader returns a Reader enforcing lim (zero fields take defaults), buffering 16 KiB.
 func NewReader(r io.Reader, lim Limits) *Reader { return NewReaderSize(r, lim, 16<<10) }
@@ -212,6 +255,12 @@ func noEOF(err error) error {
 type Writer struct {
 	w   io.Writer
 	buf []byte
+
+	// The RECORDS frame BufferRecord is building: it starts at buf[recStart], and its length
+	// is written when it is closed (by any other method).
+	recOpen  bool
+	recStart int
+	run      recordsRun
 }
 
 // NewWriter returns a Writer on w. Its buffer starts small and grows with what is written.
@@ -219,6 +268,7 @@ func NewWriter(w io.Writer) *Writer { return &Writer{w: w, buf: make([]byte, 0, 
 
 // Write appends f to the buffer, flushing first when the buffer is large.
 func (w *Writer) Write(f Frame) error {
+	w.closeRecords()
 	w.buf = Append(w.buf, f)
 	if len(w.buf) >= 64<<10 {
 		return w.Flush()
@@ -228,13 +278,30 @@ func (w *Writer) Write(f Frame) error {
 
 // Buffer appends f to the buffer and never writes, for callers that must not block (the
 // buffer grows; the caller bounds it and calls Flush).
-func (w *Writer) Buffer(f Frame) { w.buf = Append(w.buf, f) }
+func (w *Writer) Buffer(f Frame) {
+	w.closeRecords()
+	w.buf = Append(w.buf, f)
+}
 
 // Buffered is the number of encoded bytes not yet flushed.
 func (w *Writer) Buffered() int { return len(w.buf) }
 
+// Swap returns the buffered frames without writing them and continues with spare (emptied)
+// as the buffer, or a new small one when spare is nil: for a caller that writes a batch on
+// another goroutine while it encodes the next. The returned bytes belong to the caller.
+func (w *Writer) Swap(spare []byte) []byte {
+	w.closeRecords()
+	b := w.buf
+	if spare == nil {
+		spare = make([]byte, 0, 1<<10)
+	}
+	w.buf = spare[:0]
+	return b
+}
+
 // Flush writes the buffered frames to the stream.
 func (w *Writer) Flush() error {
+	w.closeRecords()
 	if len(w.buf) == 0 {
 		return nil
 	}
