@@ -1,0 +1,407 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/campaign"
+	"github.com/quicmq/quicmq/routing"
+)
+
+// Campaign 2 (docs/reliability.md): the kill -9 loop. Three regions of two real `quicmq
+// node` processes each, one mesh CA, every node mirroring c2.>. Producers with unique ids
+// publish sequence-numbered records to a set of topics through random nodes; every ack is
+// recorded. Random nodes are killed with SIGKILL and restarted at once on the same data
+// directory and gossip addresses. At the end, once every region holds the same number of
+// records of each topic, every region's logs are read back and judged by campaign.Check (internal/campaign):
+// nothing acknowledged lost, nothing stored twice, no two records at one offset, every
+// record of every region mirrored to every other region exactly once.
+//
+// QUICMQ_CAMPAIGN_KILLS sets the number of kills (default 3), QUICMQ_CAMPAIGN_RATE the
+// publish rate in records/s (default 2000), QUICMQ_CAMPAIGN_TOPICS the topics (default 8).
+func TestCampaignKill9Loop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills six node processes")
+	}
+	kills := envInt("QUICMQ_CAMPAIGN_KILLS", 3)
+	rate := envInt("QUICMQ_CAMPAIGN_RATE", 2000)
+	nTopics := envInt("QUICMQ_CAMPAIGN_TOPICS", 8)
+	const producers = 8
+	bin := quicmqBinary(t)
+	caDir := t.TempDir()
+
+	// The mesh: names, data directories and gossip addresses fixed for the whole run.
+	regions := []string{"eu", "us", "ap"}
+	type nodeSpec struct {
+		name, region, data, lan, wan string
+	}
+	var specs []*nodeSpec
+	for _, r := range regions {
+		for i := 1; i <= 2; i++ {
+			specs = append(specs, &nodeSpec{name: fmt.Sprintf("%s%d", r, i), region: r, data: t.TempDir(), lan: freeAddr(t), wan: freeAddr(t)})
+		}
+	}
+	args := func(s *nodeSpec) []string {
+		var join, wanJoin []string
+		for _, o := range specs {
+			if o == s {
+				continue
+			}
+			if o.region == s.region {
+				join = append(join, o.lan)
+			}
+			wanJoin = append(wanJoin, o.wan)
+		}
+		return []string{"--data", s.data, "--region", s.region, "--ca-dir", caDir, "--gossip", s.lan, "--wan", s.wan,
+			"--join", strings.Join(join, ","), "--wan-join", strings.Join(wanJoin, ","), "--mirror", "c2.>"}
+	}
+	var procMu sync.Mutex // guards procs: the kill loop replaces entries, publishers read addresses
+	procs := make([]*meshProcess, len(specs))
+	for i, s := range specs {
+		procs[i] = startMeshProcess(t, bin, s.name, args(s)...)
+	}
+	// Topics are placed over the members known when they are created: wait until every node
+	// has its links up (to its sibling and to the other regions) before publishing.
+	for i, p := range procs {
+		deadline := time.After(30 * time.Second)
+		for n := 0; n < len(specs)-1; n++ {
+			select {
+			case <-p.linkUp:
+			case <-deadline:
+				t.Fatalf("%s: only %d of %d links up within 30 s\n%s", specs[i].name, n, len(specs)-1, p.tail())
+			}
+		}
+	}
+	meshUp := time.Now()
+
+	var topics []string
+	for i := range nTopics {
+		topics = append(topics, fmt.Sprintf("c2.t%d", i))
+	}
+	// owned[name] lists the topics each node owns in its region, as every node computes it.
+	owned := map[string][]string{}
+	for _, tp := range topics {
+		for _, r := range regions {
+			o := routing.Owner(tp, []string{r + "1", r + "2"})
+			owned[o] = append(owned[o], tp)
+		}
+	}
+
+	// The recorder: every ack with the region of the node that gave it.
+	var ackMu sync.Mutex
+	var acks []campaign.Ack
+	record := func(region, topic string, offset uint64, k campaign.Key) {
+		ackMu.Lock()
+		acks = append(acks, campaign.Ack{Region: region, Topic: topic, Offset: offset, Key: k})
+		ackMu.Unlock()
+	}
+	var seqs [producers + 1]atomic.Uint64 // the last is the recovery probe's producer
+	producerID := func(p int) string {
+		if p == producers {
+			return "probe"
+		}
+		return fmt.Sprintf("p%d", p)
+	}
+	var unavailable, broken, sessions, timedOut atomic.Int64
+	const answerWithin = 3 * time.Second
+	var slowMu sync.Mutex
+	var slowest time.Duration
+	var slowestWhat string
+	noteSlow := func(d time.Duration, what string) {
+		slowMu.Lock()
+		if d > slowest {
+			slowest, slowestWhat = d, what
+		}
+		slowMu.Unlock()
+	}
+	var errMu sync.Mutex
+	errSamples := map[string]int{} // failed publishes by error text (offsets and names cut)
+	noteErr := func(err error) {
+		msg := err.Error()
+		if len(msg) > 90 {
+			msg = msg[:90]
+		}
+		errMu.Lock()
+		errSamples[msg]++
+		errMu.Unlock()
+	}
+	dial := func(i int) (*client.Conn, error) {
+		procMu.Lock()
+		addr := procs[i].addr
+		procMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		return client.Dial(ctx, addr, client.Options{CAFile: filepath.Join(caDir, "ca.pem")})
+	}
+
+	// Producers: each publishes rate/producers records/s, pipelined, through a random node;
+	// when its connection breaks it moves to another random node. A publish refused as
+	// unavailable (its owner is down) is simply not acknowledged.
+	pubCtx, stopPub := context.WithCancel(context.Background())
+	var pubWG sync.WaitGroup
+	for p := range producers {
+		pubWG.Add(1)
+		go func() {
+			defer pubWG.Done()
+			rng := rand.New(rand.NewPCG(uint64(p), 42))
+			perTick := max(1, rate/producers/100)
+			for pubCtx.Err() == nil {
+				node := rng.IntN(len(specs))
+				conn, err := dial(node)
+				if err != nil {
+					time.Sleep(100 * time.Millisecond)
+					continue
+				}
+				sessions.Add(1)
+				region := specs[node].region
+				type pending struct {
+					f     *client.Future
+					topic string
+					k     campaign.Key
+					sent  time.Time
+				}
+				futures := make(chan pending, 4096)
+				var sessionBroken atomic.Bool
+				readerDone := make(chan struct{})
+				go func() {
+					defer close(readerDone)
+					for pd := range futures {
+						ctx, cancel := context.WithTimeout(context.Background(), answerWithin)
+						ack, err := pd.f.Wait(ctx)
+						cancel()
+						noteSlow(time.Since(pd.sent), fmt.Sprintf("publish %v to %s through %s (region owner %s), sent %v after the mesh was up: err %v",
+							pd.k, pd.topic, specs[node].name, routing.Owner(pd.topic, []string{region + "1", region + "2"}), pd.sent.Sub(meshUp).Round(time.Millisecond), err))
+						var ce *client.Error
+						switch {
+						case err == nil:
+							record(region, pd.topic, ack.Offset, pd.k)
+						case errors.As(err, &ce) && ce.Code == client.CodeUnavailable:
+							unavailable.Add(1)
+							noteErr(err)
+						case errors.Is(err, context.DeadlineExceeded):
+							// The node is probably dead: a client learns it only from QUIC's
+							// idle timeout (30 s), so give up on the connection as an
+							// application would and move on (this publish may be stored).
+							timedOut.Add(1)
+							sessionBroken.Store(true)
+							conn.Close()
+						default:
+							if pubCtx.Err() == nil {
+								noteErr(err)
+							}
+							sessionBroken.Store(true)
+						}
+					}
+				}()
+				tick := time.NewTicker(10 * time.Millisecond)
+				for pubCtx.Err() == nil && !sessionBroken.Load() {
+					<-tick.C
+					for range perTick {
+						k := campaign.Key{Producer: producerID(p), Seq: seqs[p].Add(1) - 1}
+						topic := topics[rng.IntN(len(topics))]
+						f, err := conn.PublishAsync(pubCtx, client.Message{Topic: topic, Payload: []byte(campaign.Payload(k)), ProducerID: k.Producer, Sequence: k.Seq})
+						if err != nil {
+							sessionBroken.Store(true)
+							break
+						}
+						futures <- pending{f, topic, k, time.Now()}
+					}
+				}
+				tick.Stop()
+				close(futures)
+				<-readerDone
+				conn.Close()
+				if sessionBroken.Load() {
+					broken.Add(1)
+				}
+			}
+		}()
+	}
+	defer func() { stopPub(); pubWG.Wait() }()
+
+	// The kill loop: a random node every 1-3 s, restarted at once; its recovery time is from
+	// the kill to the first record acknowledged through it on a topic it owns.
+	rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	var recoveries []time.Duration
+	killCount := map[string]int{}
+	for k := range kills {
+		time.Sleep(time.Second + time.Duration(rng.IntN(2000))*time.Millisecond)
+		i := rng.IntN(len(specs))
+		s := specs[i]
+		procMu.Lock()
+		victim := procs[i]
+		procMu.Unlock()
+		victim.kill()
+		killed := time.Now()
+		p := startMeshProcess(t, bin, s.name, args(s)...)
+		procMu.Lock()
+		procs[i] = p
+		procMu.Unlock()
+		killCount[s.name]++
+		probeTopic := topics[0]
+		if len(owned[s.name]) > 0 {
+			probeTopic = owned[s.name][0]
+		}
+		for {
+			if time.Since(killed) > 60*time.Second {
+				t.Fatalf("kill %d: %s not serving %s within 60 s\n%s", k, s.name, probeTopic, p.tail())
+			}
+			conn, err := dial(i)
+			if err != nil {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			key := campaign.Key{Producer: "probe", Seq: seqs[producers].Add(1) - 1}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			ack, err := conn.Publish(ctx, client.Message{Topic: probeTopic, Payload: []byte(campaign.Payload(key)), ProducerID: key.Producer, Sequence: key.Seq})
+			cancel()
+			conn.Close()
+			if err == nil {
+				record(s.region, probeTopic, ack.Offset, key)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		rec := time.Since(killed)
+		recoveries = append(recoveries, rec)
+		t.Logf("kill %d at %v: %s (owner of %v) killed, restarted, serving its topics again %v after the kill (listening %v after exec)",
+			k, killed.Sub(meshUp).Round(time.Millisecond), s.name, owned[s.name], rec.Round(time.Millisecond), p.listen.Round(time.Millisecond))
+	}
+	time.Sleep(2 * time.Second)
+	stopPub()
+	pubTime := time.Since(meshUp)
+	pubWG.Wait()
+	pubStopped := time.Now()
+	t.Logf("publishers stopped; their last acks arrived %v later", pubStopped.Sub(meshUp.Add(pubTime)).Round(time.Millisecond))
+
+	// Convergence: every region holds the same number of records of every topic (each
+	// region's log has every region's records) and the count stays put.
+	conns := map[string]*client.Conn{}
+	for i, s := range specs {
+		if _, ok := conns[s.region]; !ok {
+			procMu.Lock()
+			conns[s.region] = dialCA(t, procs[i].addr, caDir)
+			procMu.Unlock()
+		}
+	}
+	counts := func(ctx context.Context) (map[string]map[string]uint64, error) {
+		out := map[string]map[string]uint64{}
+		for _, r := range regions {
+			out[r] = map[string]uint64{}
+			for _, tp := range topics {
+				n, err := topicNext(ctx, conns[r], tp)
+				if err != nil {
+					return nil, fmt.Errorf("%s %s: %w", r, tp, err)
+				}
+				out[r][tp] = n
+			}
+		}
+		return out, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	var last map[string]map[string]uint64
+	var converge time.Duration
+	for {
+		c, err := counts(ctx)
+		if err != nil {
+			t.Fatalf("convergence: %v", err)
+		}
+		equal := true
+		for _, tp := range topics {
+			for _, r := range regions {
+				equal = equal && c[r][tp] == c[regions[0]][tp]
+			}
+		}
+		if equal && fmt.Sprint(c) == fmt.Sprint(last) {
+			break
+		}
+		if equal && converge == 0 {
+			converge = time.Since(pubStopped)
+		}
+		if !equal {
+			converge = 0
+		}
+		last = c
+		if ctx.Err() != nil {
+			t.Fatalf("regions did not converge within 120 s: %v", c)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Read every region's log of every topic from offset 0 and judge.
+	logs := map[string]map[string][]campaign.Rec{}
+	for _, r := range regions {
+		logs[r] = map[string][]campaign.Rec{}
+		for _, tp := range topics {
+			logs[r][tp] = readLog(t, ctx, conns[r], tp, last[r][tp])
+		}
+	}
+	attempted := map[string]uint64{}
+	for p := range seqs {
+		attempted[producerID(p)] = seqs[p].Load()
+	}
+	report := campaign.Check(acks, logs, attempted)
+	slices.Sort(recoveries)
+	pct := func(q float64) time.Duration {
+		return recoveries[min(len(recoveries)-1, int(q*float64(len(recoveries))))].Round(time.Millisecond)
+	}
+	var attempts uint64
+	for _, n := range attempted {
+		attempts += n
+	}
+	t.Logf("%d kills %v over %v of publishing; %d publishes attempted (%.0f/s), %d acknowledged, %d refused as unavailable, %d unanswered after %v, %d sessions (%d ended by an error)",
+		kills, killCount, pubTime.Round(time.Second), attempts, float64(attempts)/pubTime.Seconds(), len(acks), unavailable.Load(), timedOut.Load(), answerWithin, sessions.Load(), broken.Load())
+	t.Logf("publish errors: %v", errSamples)
+	t.Logf("slowest answer to a publish: %v: %s", slowest.Round(time.Millisecond), slowestWhat)
+	if len(recoveries) > 0 {
+		t.Logf("recovery (kill -> restarted node acknowledging its own topic): p50 %v, p99 %v, max %v", pct(0.5), pct(0.99), pct(1))
+	}
+	t.Logf("converged %v after publishing stopped (every region: the same count of every topic)", converge.Round(time.Millisecond))
+	t.Logf("judge: %v", report)
+	if !report.OK() {
+		t.Fatal("campaign 2 failed the judge")
+	}
+}
+
+// readLog reads a region's whole log of topic (n records) through conn.
+func readLog(t *testing.T, ctx context.Context, conn *client.Conn, topic string, n uint64) []campaign.Rec {
+	t.Helper()
+	if n == 0 {
+		return nil
+	}
+	sub, err := conn.Subscribe(ctx, topic, client.SubscribeOptions{From: client.Earliest})
+	if err != nil {
+		t.Fatalf("subscribe %s: %v", topic, err)
+	}
+	defer sub.Close()
+	out := make([]campaign.Rec, 0, n)
+	for uint64(len(out)) < n {
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("reading %s after %d of %d records: %v", topic, len(out), n, err)
+		}
+		out = append(out, campaign.Rec{Offset: rec.Offset, OriginRegion: rec.OriginRegion, OriginOffset: rec.OriginOffset,
+			Producer: rec.ProducerID, Seq: rec.Sequence, Payload: string(rec.Payload)})
+	}
+	return out
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
