@@ -2,12 +2,14 @@ package node
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -208,7 +210,15 @@ func (n *Node) listen(tlsConf *tls.Config) error {
 	if err != nil {
 		return fmt.Errorf("node: listen %s: %w", n.cfg.Listen, err)
 	}
-	n.tr = &quic.Transport{Conn: n.udp}
+	key, err := statelessResetKey(n.cfg.DataDir)
+	if err != nil {
+		n.udp.Close()
+		return err
+	}
+	// With the same key across restarts, a restarted node answers packets of its
+	// predecessor's connections with a stateless reset, so clients and peers notice at once
+	// instead of after their idle timeout.
+	n.tr = &quic.Transport{Conn: n.udp, StatelessResetKey: key}
 	n.ln, err = n.tr.Listen(tlsConf, n.quicConfig())
 	if err != nil {
 		n.closeSocket()
@@ -460,6 +470,38 @@ func (n *Node) liveSubscriptions() []*subscription {
 		out = append(out, s)
 	}
 	return out
+}
+
+// statelessResetKey loads the node's stateless reset key from DATA/reset.key, creating it
+// (32 random bytes, mode 0600) on first start. It must stay secret: anyone holding it can end
+// the node's connections.
+func statelessResetKey(dataDir string) (*quic.StatelessResetKey, error) {
+	file := filepath.Join(dataDir, "reset.key")
+	var key quic.StatelessResetKey
+	b, err := os.ReadFile(file)
+	switch {
+	case err == nil && len(b) == len(key):
+		copy(key[:], b)
+		return &key, nil
+	case err == nil:
+		return nil, fmt.Errorf("node: %s holds %d bytes, want %d: remove it and a new key is made", file, len(b), len(key))
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("node: stateless reset key: %w", err)
+	}
+	if _, err := rand.Read(key[:]); err != nil {
+		return nil, fmt.Errorf("node: stateless reset key: %w", err)
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("node: stateless reset key: %w", err)
+	}
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, key[:], 0o600); err != nil {
+		return nil, fmt.Errorf("node: stateless reset key: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return nil, fmt.Errorf("node: stateless reset key: %w", err)
+	}
+	return &key, nil
 }
 
 // closeSocket closes the listener's transport and its socket (quic-go leaves a socket it was
