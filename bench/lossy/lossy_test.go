@@ -3,6 +3,7 @@ package lossy
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -236,5 +237,51 @@ func TestLinkPartitionAndCleanup(t *testing.T) {
 	}
 	if err := a.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestRelayDelays: a packet through the relay and back takes at least twice the delay, and
+// arrives whole. Needs no root.
+func TestRelayDelays(t *testing.T) {
+	echo, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, a, err := echo.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			echo.WriteToUDP(buf[:n], a)
+		}
+	}()
+	r, err := NewRelay(echo.LocalAddr().String(), 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c, err := net.Dial("udp", r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 3 {
+		start := time.Now()
+		msg := []byte(fmt.Sprintf("ping %d", i))
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 64)
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rtt := time.Since(start); rtt < 40*time.Millisecond || string(buf[:n]) != string(msg) {
+			t.Fatalf("round trip %v with %q, want >= 40 ms and %q", rtt, buf[:n], msg)
+		}
 	}
 }

@@ -67,8 +67,9 @@ func topicName(i int) string { return fmt.Sprintf("fan.%03d", i) }
 
 // quicmqSys drives a QuicMQ node through the Go SDK.
 type quicmqSys struct {
-	ca     string
-	shared bool
+	ca      string
+	shared  bool
+	subAddr string // where the subscriber dials: the node, or a delaying relay in front of it
 
 	pub, sub *client.Conn
 	sh       *client.SharedStream
@@ -86,7 +87,11 @@ func (q *quicmqSys) setup(ctx context.Context, patterns []string, deliver func(i
 	if q.pub, err = client.Dial(ctx, quicmqAddr, client.Options{CAFile: q.ca, Name: "bench-pub"}); err != nil {
 		return err
 	}
-	if q.sub, err = client.Dial(ctx, quicmqAddr, client.Options{CAFile: q.ca, Name: "bench-sub", AblationSharedStream: q.shared}); err != nil {
+	subAddr := quicmqAddr
+	if q.subAddr != "" {
+		subAddr = q.subAddr
+	}
+	if q.sub, err = client.Dial(ctx, subAddr, client.Options{CAFile: q.ca, Name: "bench-sub", AblationSharedStream: q.shared}); err != nil {
 		return err
 	}
 	// Create the topics first, so that every subscription starts at their head.

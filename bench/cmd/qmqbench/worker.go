@@ -35,6 +35,9 @@ type runParams struct {
 	LossPath string
 	// Profile, when not empty, is a directory for a CPU profile of the broker.
 	Profile string
+	// Delay is a one-way delay added each way on the subscriber's connection by a userspace
+	// UDP relay (lossy.Relay): QUIC systems only.
+	Delay time.Duration
 }
 
 func (p *runParams) flags(fs *flag.FlagSet) {
@@ -45,6 +48,7 @@ func (p *runParams) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&p.Duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&p.Drain, "drain", 10*time.Second, "how long to wait after the window for records in flight")
 	fs.StringVar(&p.Profile, "profile", "", "directory for CPU profiles of the brokers (SYSTEM-lossL-slowS.pprof)")
+	fs.DurationVar(&p.Delay, "delay", 0, "one-way delay added each way on the subscriber's connection by a userspace UDP relay (QuicMQ and its ablation only; loss also applies to the relay's hops)")
 	fs.StringVar(&p.LossPath, "loss-path", "all", `which packets may be lost: "all" (both directions of both connections) or "delivery" (only packets the broker sends: records to the subscriber, acks to the publisher)`)
 }
 
@@ -52,7 +56,8 @@ func (p runParams) args() []string {
 	return []string{"--system", p.System, "--ns", p.NS, "--loss", fmt.Sprint(p.Loss),
 		"--rate", fmt.Sprint(p.Rate), "--subs", fmt.Sprint(p.Subs), "--size", fmt.Sprint(p.Size),
 		"--warmup", p.Warmup.String(), "--duration", p.Duration.String(), "--drain", p.Drain.String(),
-		"--slow", fmt.Sprint(p.Slow), "--wild", fmt.Sprint(p.Wild), "--loss-path", p.LossPath, "--profile", p.Profile}
+		"--slow", fmt.Sprint(p.Slow), "--wild", fmt.Sprint(p.Wild), "--loss-path", p.LossPath, "--profile", p.Profile,
+		"--delay", p.Delay.String()}
 }
 
 // runResult is what a worker reports for one run (times in milliseconds).
@@ -129,6 +134,18 @@ func measure(p runParams) (*runResult, error) {
 		return nil, err
 	}
 	defer sys.close()
+	if p.Delay > 0 {
+		q, ok := sys.(*quicmqSys)
+		if !ok {
+			return nil, fmt.Errorf("--delay: the relay carries UDP only: QuicMQ and its ablation, not %s", p.System)
+		}
+		relay, err := lossy.NewRelay(quicmqAddr, p.Delay)
+		if err != nil {
+			return nil, fmt.Errorf("--delay: %w", err)
+		}
+		defer relay.Close()
+		q.subAddr = relay.Addr()
+	}
 
 	samples := make([][]sample, p.Subs)
 	release := make(chan struct{})

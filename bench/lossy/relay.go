@@ -1,0 +1,104 @@
+package lossy
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"time"
+)
+
+// Relay is a userspace UDP relay that adds a fixed one-way delay in each direction between
+// one client and an upstream address: the kernel here has no delay emulation (no tc netem),
+// and loss on loopback costs a round trip of microseconds, which hides what a lost packet
+// costs on a real path. Packets keep their order. Use it for QUIC runs (it relays UDP only);
+// nftables loss in the namespace applies to its hops as well.
+type Relay struct {
+	ln, up *net.UDPConn
+	delay  time.Duration
+	wg     sync.WaitGroup
+
+	mu     sync.Mutex
+	client *net.UDPAddr // the first (and only) client seen
+}
+
+type delayed struct {
+	at  time.Time
+	buf []byte
+}
+
+// NewRelay listens on 127.0.0.1 (port chosen by the kernel) and forwards to upstream, each
+// packet delay later, in both directions.
+func NewRelay(upstream string, delay time.Duration) (*Relay, error) {
+	ua, err := net.ResolveUDPAddr("udp", upstream)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, err
+	}
+	up, err := net.DialUDP("udp", nil, ua)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	r := &Relay{ln: ln, up: up, delay: delay}
+	toUp := make(chan delayed, 1<<16)
+	toClient := make(chan delayed, 1<<16)
+	r.wg.Add(4)
+	go r.read(ln, toUp, true)
+	go r.read(up, toClient, false)
+	go r.send(toUp, func(b []byte) { up.Write(b) })
+	go r.send(toClient, func(b []byte) {
+		r.mu.Lock()
+		c := r.client
+		r.mu.Unlock()
+		if c != nil {
+			ln.WriteToUDP(b, c)
+		}
+	})
+	return r, nil
+}
+
+// Addr is the address clients dial instead of upstream.
+func (r *Relay) Addr() string { return r.ln.LocalAddr().String() }
+
+// Close stops the relay and waits for its goroutines.
+func (r *Relay) Close() error {
+	err := errors.Join(r.ln.Close(), r.up.Close())
+	r.wg.Wait()
+	return err
+}
+
+func (r *Relay) read(c *net.UDPConn, out chan<- delayed, fromClient bool) {
+	defer r.wg.Done()
+	defer close(out)
+	buf := make([]byte, 65536)
+	for {
+		n, addr, err := c.ReadFromUDP(buf)
+		if err != nil {
+			return
+		}
+		if fromClient {
+			r.mu.Lock()
+			if r.client == nil {
+				r.client = addr
+			}
+			r.mu.Unlock()
+		}
+		select {
+		case out <- delayed{at: time.Now().Add(r.delay), buf: append([]byte(nil), buf[:n]...)}:
+		default: // the queue is full: drop, as a router would
+		}
+	}
+}
+
+func (r *Relay) send(in <-chan delayed, write func([]byte)) {
+	defer r.wg.Done()
+	for d := range in {
+		if wait := time.Until(d.at); wait > 0 {
+			time.Sleep(wait)
+		}
+		write(d.buf)
+	}
+}
