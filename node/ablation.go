@@ -287,16 +287,7 @@ func (ss *sharedStream) sendAvailable() (int, *wire.Error) {
 		for _, c := range sub.cursors {
 			got, err := n.wal.ReadFunc(c.topic, c.next, 1024, n.cfg.ReadAhead, func(rec *wal.Record) error {
 				ss.bind(c)
-				origin := rec.OriginRegion
-				if origin == "" {
-					origin = n.cfg.Region
-				}
-				ss.rec = wire.Record{
-					Index: c.index, Offset: rec.Offset, Time: rec.Time,
-					OriginRegion: origin, OriginOffset: rec.OriginOffset,
-					ProducerID: rec.ProducerID, Sequence: rec.Sequence,
-					Headers: rec.Headers, Payload: rec.Payload,
-				}
+				ss.rec = recordFrame(c.index, rec, n.cfg.Region)
 				if ss.batch {
 					ss.w.BufferRecord(&ss.rec)
 				} else {

@@ -463,16 +463,7 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 		if !c.bound {
 			sub.bind(c)
 		}
-		origin := rec.OriginRegion
-		if origin == "" {
-			origin = n.cfg.Region
-		}
-		sub.rec = wire.Record{ // one frame value, reused: Buffer encodes it at once
-			Index: c.index, Offset: rec.Offset, Time: rec.Time,
-			OriginRegion: origin, OriginOffset: rec.OriginOffset,
-			ProducerID: rec.ProducerID, Sequence: rec.Sequence,
-			Headers: rec.Headers, Payload: rec.Payload,
-		}
+		sub.rec = recordFrame(c.index, rec, n.cfg.Region) // one value, reused: encoded at once
 		if sub.batch {
 			sub.w.BufferRecord(&sub.rec)
 		} else {
@@ -483,6 +474,21 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 		return nil
 	})
 	return got, bytes, err
+}
+
+// recordFrame is the RECORD a subscriber gets for rec of this node's log, under the stream's
+// topic index. Records published here carry no origin region in the log: it is region.
+func recordFrame(index uint64, rec *wal.Record, region string) wire.Record {
+	origin := rec.OriginRegion
+	if origin == "" {
+		origin = region
+	}
+	return wire.Record{
+		Index: index, Offset: rec.Offset, Time: rec.Time,
+		OriginRegion: origin, OriginOffset: rec.OriginOffset,
+		ProducerID: rec.ProducerID, Sequence: rec.Sequence,
+		Headers: rec.Headers, Payload: rec.Payload,
+	}
 }
 
 // bind buffers the TOPIC frame for c before its first record or gap. It never blocks.
