@@ -54,7 +54,9 @@ type subscription struct {
 	ups     map[string]*upstream // by node: this region's other owners (upstream.go)
 	upCh    chan upMsg           // upstream frames, handed over one at a time
 	upWG    sync.WaitGroup       // upstream readers
-	writing chan error           // the result of the batch being written by flush's goroutine; nil if none
+	writeq  chan []byte          // batches for the writer goroutine (started by the first flush)
+	written chan error           // the writer's result for each batch
+	writing bool                 // a batch was handed over and its result not yet taken
 	spare   []byte               // the buffer of the last batch written, reused for the next
 
 	mu struct {
@@ -210,6 +212,9 @@ func (sub *subscription) drain() {
 func (sub *subscription) end(e *wire.Error) {
 	sub.str.CancelRead(wire.AppCancelled) // stops the ack goroutine if it still runs
 	sub.waitWrite()
+	if sub.writeq != nil {
+		close(sub.writeq) // the writer goroutine ends
+	}
 	if e != nil {
 		sub.str.SetWriteDeadline(time.Now().Add(time.Second))
 		sub.w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
@@ -505,11 +510,12 @@ func (sub *subscription) bind(c *cursor) error {
 	return nil
 }
 
-// flush hands the buffered frames to a goroutine that writes them, counting the time the
-// write was blocked, and returns once the previous batch is written: the run goroutine reads
-// and encodes the next batch from the log while QUIC packs this one, so a subscription holds
-// at most two batches (2 x ReadAhead), whatever its lag. The error is that of the previous
-// batch: a failed write is seen one flush later. end waits for the last batch.
+// flush hands the buffered frames to the subscription's writer goroutine, which writes
+// them, counting the time the write was blocked, and returns once the previous batch is
+// written: the run goroutine reads and encodes the next batch from the log while QUIC packs
+// this one, so a subscription holds at most two batches (2 x ReadAhead), whatever its lag.
+// The error is that of the previous batch: a failed write is seen one flush later. end
+// waits for the last batch and stops the writer.
 func (sub *subscription) flush() error {
 	if err := sub.waitWrite(); err != nil {
 		return err
@@ -517,33 +523,41 @@ func (sub *subscription) flush() error {
 	if sub.w.Buffered() == 0 {
 		return nil
 	}
+	if sub.writeq == nil {
+		sub.writeq, sub.written = make(chan []byte), make(chan error, 1)
+		go sub.writer()
+	}
 	buf := sub.w.Swap(sub.spare)
 	sub.spare = nil
-	done := make(chan error, 1)
-	sub.writing = done
-	go func() {
+	sub.writing = true
+	sub.writeq <- buf
+	return nil
+}
+
+// writer is the subscription's writer goroutine: one per subscription, for its life, so a
+// live tail does not start a goroutine per batch.
+func (sub *subscription) writer() {
+	for buf := range sub.writeq {
 		start := time.Now()
 		_, err := sub.str.Write(buf)
 		if d := time.Since(start); d > 100*time.Microsecond {
 			sub.series.blocked.Add(d.Seconds())
 		}
 		if cap(buf) <= 1<<20 {
-			sub.spare = buf[:0] // read by the run goroutine only after it received from done
+			sub.spare = buf[:0] // read by the run goroutine only after it received from written
 		}
-		done <- err
-	}()
-	return nil
+		sub.written <- err
+	}
 }
 
 // waitWrite waits until the batch flush handed over, if any, is written, and returns the
 // write's error.
 func (sub *subscription) waitWrite() error {
-	if sub.writing == nil {
+	if !sub.writing {
 		return nil
 	}
-	err := <-sub.writing
-	sub.writing = nil
-	return err
+	sub.writing = false
+	return <-sub.written
 }
 
 // lag is the number of durable records in the subscription's topics not yet handed to the
