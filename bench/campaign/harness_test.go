@@ -388,6 +388,8 @@ func runWorker(mode string) error {
 		return client.Dial(ctx, addr, client.Options{CAFile: ca})
 	}
 	switch mode {
+	case "gossip":
+		return workerGossip()
 	case "pub":
 		return workerPublish(dial, strings.Split(os.Getenv("W_ADDRS"), ","), topics)
 	case "count", "read":
