@@ -61,6 +61,11 @@ type Config struct {
 	AddrWatchInterval time.Duration
 	// LocalAddrs lists the host's addresses. Default net.InterfaceAddrs; tests replace it.
 	LocalAddrs func() ([]net.Addr, error)
+	// AblationSharedLink carries all of a link's mirrors on ONE QUIC stream instead of one
+	// stream each, and lets peers that ask do the same here: a measurement aid for
+	// benchmarks (federation/ablation.go, docs/benchmarks.md) that isolates head-of-line
+	// blocking on a link, never for production. Default false: a peer's request is refused.
+	AblationSharedLink bool
 	// MaxMirrorSeries caps the per-mirror metric label sets. Default 1000.
 	MaxMirrorSeries int
 	// Logger, Registerer: as everywhere. Nil Registerer: no metrics.

@@ -48,6 +48,7 @@ type nodeOpts struct {
 	mirror     []string
 	localAddrs func() ([]net.Addr, error) // nil: the address watch is off
 	walFS      func() wal.Options         // nil: the disk, no retention loop
+	sharedLink bool                       // Config.AblationSharedLink (ablation_test.go)
 }
 
 func newFedMesh(t *testing.T) *fedMesh {
@@ -295,6 +296,8 @@ func (n *fedNode) startFed() {
 		ReconcileInterval: 100 * time.Millisecond,
 		Logger:            testLogger(t).With("node", n.name),
 		Registerer:        reg,
+
+		AblationSharedLink: n.opts.sharedLink,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -33,6 +33,7 @@ type link struct {
 	interestWake chan struct{}
 	migrations   atomic.Uint64
 	reconnects   atomic.Uint64
+	shared       atomic.Pointer[sharedLink] // the ablation's shared stream (ablation.go); nil when off
 
 	mu struct {
 		sync.Mutex
@@ -213,6 +214,9 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 	patterns := []string{">"}
 	if !local {
 		patterns = l.f.patterns()
+	}
+	if l.f.cfg.AblationSharedLink && !local {
+		l.startShared(ctx, conn, &wg)
 	}
 	w.Write(&wire.Watch{Patterns: patterns})
 	if err := w.Flush(); err != nil {

@@ -62,7 +62,7 @@ func (m *mirror) run(parent context.Context, conn *quic.Conn) {
 	stop := context.AfterFunc(parent, cancel)
 	defer stop()
 	for ctx.Err() == nil && conn.Context().Err() == nil {
-		err := m.once(ctx, conn)
+		err := m.onceOn(ctx, conn) // once, or its place on the ablation's shared stream
 		if ctx.Err() != nil || conn.Context().Err() != nil {
 			return
 		}

@@ -22,6 +22,9 @@ func (f *Federation) ServeStream(ctx context.Context, str *quic.Stream, r *wire.
 	case *wire.Watch:
 		return f.serveCatalog(ctx, cancel, str, r, fr)
 	case *wire.Mirror:
+		if fr.Topic == sharedLinkMarker {
+			return f.serveShared(ctx, cancel, str, r)
+		}
 		return f.serveMirror(ctx, cancel, str, r, fr)
 	}
 	return fmt.Errorf("federation: a peer stream cannot start with %s", first.Type())

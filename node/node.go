@@ -162,6 +162,8 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		Logger:          n.log,
 		Registerer:      n.reg,
 		Now:             c.Now,
+
+		AblationSharedLink: c.AblationSharedLink,
 	})
 	if err != nil {
 		g.Close()

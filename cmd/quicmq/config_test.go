@@ -26,7 +26,7 @@ func writeTemp(t *testing.T, name, content string) string {
 
 // flagOnly are node flags deliberately without a config key: the file's own path, and
 // measurement aids that must never end up in a deployed configuration.
-var flagOnly = map[string]bool{"config": true, "ablation-shared-stream": true}
+var flagOnly = map[string]bool{"config": true, "ablation-shared-stream": true, "ablation-shared-link": true}
 
 // Every `quicmq node` flag has a config key and every key a flag, so a flag added to node.go
 // without a key (or the reverse) fails here rather than silently missing from the file.

@@ -41,6 +41,7 @@ type nodeFlags struct {
 	certFile, keyFile, caBundle         string
 	admin                               string
 	ablationSharedStream                bool
+	ablationSharedLink                  bool
 }
 
 func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
@@ -75,6 +76,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.Int64Var(&f.retentionBytes, "retention-bytes", 0, "keep at most this many bytes per topic, oldest deleted first (0: no limit)")
 	fs.IntVar(&f.maxPayload, "max-payload", 1<<20, "largest record payload in bytes")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&f.ablationSharedLink, "ablation-shared-link", false, "measurement aid for benchmarks: carry all mirrors of each federation link on one shared stream, and accept that from peers (docs/benchmarks.md, scenario 6); never in production")
 	fs.BoolVar(&f.ablationSharedStream, "ablation-shared-stream", false, "measurement aid for benchmarks: let clients that ask carry all subscriptions on one shared stream (docs/benchmarks.md); never in production")
 }
 
@@ -153,6 +155,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		Mirror:    splitList(f.mirror),
 
 		AblationSharedStream: f.ablationSharedStream,
+		AblationSharedLink:   f.ablationSharedLink,
 	}, nil
 }
 
