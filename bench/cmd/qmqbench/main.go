@@ -32,6 +32,10 @@ func main() {
 		err = runDurable(os.Args[2:], "publish")
 	case "replay":
 		err = runDurable(os.Args[2:], "replay")
+	case "setup":
+		err = runSetup(os.Args[2:])
+	case "cross", "crosspub", "crosssub", "crossrelay":
+		err = runCrossCommand(os.Args[1], os.Args[2:])
 	case "report":
 		err = runReport(os.Args[2:])
 	case "worker":
@@ -56,6 +60,8 @@ func usage() {
   slow     scenario 2: the same without loss, one subscription stops reading
   publish  scenario 3: durable publish throughput, QuicMQ against JetStream
   replay   scenario 4: replay of stored records from offset 0, QuicMQ against JetStream
+  setup    scenario 5: new subscriptions/s on one connection, against a TLS-over-TCP connection each
+  cross    scenario 6: two regions, loss on the link, a stream per mirrored topic vs one shared
   report   tables and plots again from a fanout or slow JSON file
 
 Run "qmqbench COMMAND -h" for the flags. Needs root and nftables (apt-get install -y nftables).

@@ -1,0 +1,858 @@
+package main
+
+// Scenario 6, cross-region: two regions in two network namespaces joined by one veth pair,
+// loss on that pair only, one real `quicmq node` process per region. Region b mirrors every
+// topic of region a (--mirror cross.>) over the one federation link; a publisher in a
+// publishes to 100 topics at a fixed total rate with timestamps; a subscriber in b, on b's
+// node over b's loopback (no loss on its path), reads the 100 mirrored topics. The same
+// run is made with the link's mirrors on a stream each ("quicmq") and on one shared stream
+// (--ablation-shared-link on both nodes: "ablation"), side by side, at each loss rate.
+//
+// Processes: this command (the host namespace) creates the namespaces, starts the nodes and
+// three helpers of this binary: "crosspub" in a, "crosssub" in b and, with --delay,
+// "crossrelay" in b (a lossy.Relay through which b's node dials a's: a advertises the
+// relay's address). They talk over stdin/stdout, one line per step.
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"gonum.org/v1/plot/vg"
+
+	"github.com/quicmq/quicmq/bench/lossy"
+	"github.com/quicmq/quicmq/client"
+)
+
+// crossModes are the two stream mappings of a federation link, named as the fan-out's
+// systems so that the tables, ratios and plot colours are shared.
+var crossModes = []string{"quicmq", "ablation"}
+
+func crossTopic(i int) string { return fmt.Sprintf("cross.%03d", i) }
+
+// runCrossCommand dispatches "cross" and its hidden helpers.
+func runCrossCommand(cmd string, args []string) error {
+	switch cmd {
+	case "crosspub":
+		return runCrossPub(args)
+	case "crosssub":
+		return runCrossSub(args)
+	case "crossrelay":
+		return runCrossRelay(args)
+	}
+	return runCross(args)
+}
+
+// runCross is the "cross" command.
+func runCross(args []string) error {
+	fs := flag.NewFlagSet("cross", flag.ExitOnError)
+	var p runParams
+	p.flags(fs)
+	p.Rate, fs.Lookup("rate").DefValue = 2000, "2000"
+	fs.Lookup("subs").Usage = "mirrored topics (one subscription each, on one subscriber connection in region b)"
+	fs.Lookup("delay").Usage = "one-way delay added each way on the federation link by a userspace UDP relay (lossy.Relay) in region b"
+	lossFlag := fs.String("loss", "0,1,2,5", "packet loss rates on the link in percent, comma-separated")
+	modesFlag := fs.String("modes", strings.Join(crossModes, ","), "link stream mappings: quicmq (a stream per mirrored topic), ablation (one shared stream)")
+	repeat := fs.Int("repeat", 1, "repetitions of the whole set (medians are reported)")
+	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	bin := fs.String("quicmq", "", "the quicmq binary (default: built from ./cmd/quicmq, run from the repository root)")
+	fs.Parse(args)
+	if p.Profile != "" || p.LossPath != "all" {
+		return errors.New("--profile and --loss-path are fan-out flags: the loss here is on the federation link only")
+	}
+	if err := lossy.Check(); err != nil {
+		return fmt.Errorf("%w; this scenario needs the lossy-network harness and is skipped", err)
+	}
+	if stale, _ := lossy.RemoveStale(); len(stale) > 0 {
+		fmt.Fprintf(os.Stderr, "removed namespaces left by killed runs: %v\n", stale)
+	}
+	var losses []float64
+	for _, s := range strings.Split(*lossFlag, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return fmt.Errorf("--loss %q: %w", s, err)
+		}
+		losses = append(losses, v/100)
+	}
+	modes := strings.Split(*modesFlag, ",")
+	for _, m := range modes {
+		if m != "quicmq" && m != "ablation" {
+			return fmt.Errorf("--modes: %q is neither quicmq nor ablation", m)
+		}
+	}
+	if *bin == "" {
+		b, cleanup, err := buildQuicmq(".")
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		*bin = b
+	}
+	stop := lossy.CleanupOnSignal(killCrossProcs)
+	defer stop()
+
+	var results []*crossResult
+	total := *repeat * len(losses) * len(modes)
+	started := time.Now()
+	for r := 1; r <= *repeat; r++ {
+		for _, loss := range losses {
+			for _, mode := range modes {
+				q := p
+				q.System, q.Loss, q.LossPath = mode, loss, "link"
+				fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, loss %.1f%% ...",
+					len(results)+1, total, time.Since(started).Round(time.Second), r, mode, loss*100)
+				res, err := crossOnce(*bin, q)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, " failed: %v\n", err)
+					continue
+				}
+				res.Repeat = r
+				fmt.Fprintf(os.Stderr, " p50 %.1f p99 %.1f p999 %.1f ms, longest stall %.0f ms, %d stalls>50ms, missing %d, %d packets dropped\n",
+					res.P50, res.P99, res.P999, res.LongestStall, res.Stalls, res.Missing, res.DroppedPackets)
+				results = append(results, res)
+			}
+		}
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	stamp := time.Now().UTC().Format("20060102-150405")
+	jsonPath := filepath.Join(*out, fmt.Sprintf("cross-%s.json", stamp))
+	b, _ := json.MarshalIndent(results, "", " ")
+	if err := os.WriteFile(jsonPath, b, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "results: %s\n", jsonPath)
+	rs := make([]*runResult, len(results))
+	for i, r := range results {
+		rs[i] = r.runResult
+	}
+	printCross(results, rs, losses, modes)
+	plots, err := plotCross(rs, stamp, *out, losses, modes)
+	for _, f := range plots {
+		fmt.Fprintf(os.Stderr, "plot: %s\n", f)
+	}
+	if len(results) < total {
+		return fmt.Errorf("%d of %d runs failed", total-len(results), total)
+	}
+	return err
+}
+
+// buildQuicmq builds ./cmd/quicmq of the main module in dir into a temporary directory.
+func buildQuicmq(dir string) (string, func(), error) {
+	if _, err := os.Stat(filepath.Join(dir, "cmd", "quicmq")); err != nil {
+		return "", nil, fmt.Errorf("no %s/cmd/quicmq: run from the repository root or pass --quicmq", dir)
+	}
+	tmp, err := os.MkdirTemp("", "qmqbench-quicmq-")
+	if err != nil {
+		return "", nil, err
+	}
+	bin := filepath.Join(tmp, "quicmq")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/quicmq")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(tmp)
+		return "", nil, fmt.Errorf("go build ./cmd/quicmq: %w\n%s", err, out)
+	}
+	return bin, func() { os.RemoveAll(tmp) }, nil
+}
+
+// crossProcs holds every child process running, for killCrossProcs on SIGINT.
+var crossProcs struct {
+	sync.Mutex
+	m map[*exec.Cmd]struct{}
+}
+
+func killCrossProcs() {
+	crossProcs.Lock()
+	defer crossProcs.Unlock()
+	for c := range crossProcs.m {
+		if c.Process != nil {
+			syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// proc is a child process in a namespace: its stdout lines arrive on lines, its stderr is
+// scanned for patterns (and kept, the last 30 lines, for errors) by one goroutine each.
+type proc struct {
+	name  string
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	done  chan struct{} // closed when the process was reaped
+
+	mu      sync.Mutex
+	tail    []string
+	matched map[*regexp.Regexp][]string
+	wg      sync.WaitGroup // the output readers
+}
+
+func startProc(ns *lossy.Namespace, name, bin string, watch []*regexp.Regexp, args ...string) (*proc, error) {
+	cmd := ns.Command(context.Background(), bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	p := &proc{name: name, cmd: cmd, stdin: stdin, lines: make(chan string, 16), done: make(chan struct{}),
+		matched: make(map[*regexp.Regexp][]string)}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	crossProcs.Lock()
+	if crossProcs.m == nil {
+		crossProcs.m = make(map[*exec.Cmd]struct{})
+	}
+	crossProcs.m[cmd] = struct{}{}
+	crossProcs.Unlock()
+	p.wg.Add(2)
+	go func() {
+		defer p.wg.Done()
+		defer close(p.lines)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 256<<20)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+	}()
+	go func() {
+		defer p.wg.Done()
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.tail = append(p.tail, line)
+			if len(p.tail) > 30 {
+				p.tail = p.tail[1:]
+			}
+			for _, re := range watch {
+				if m := re.FindStringSubmatch(line); m != nil {
+					p.matched[re] = m
+				}
+			}
+			p.mu.Unlock()
+		}
+	}()
+	go func() {
+		p.wg.Wait()
+		cmd.Wait()
+		crossProcs.Lock()
+		delete(crossProcs.m, cmd)
+		crossProcs.Unlock()
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// waitMatch waits until a stderr line matched re, and returns its submatches.
+func (p *proc) waitMatch(re *regexp.Regexp, d time.Duration) ([]string, error) {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		p.mu.Lock()
+		m := p.matched[re]
+		p.mu.Unlock()
+		if m != nil {
+			return m, nil
+		}
+		select {
+		case <-p.done:
+			return nil, fmt.Errorf("%s exited before %q:\n%s", p.name, re, p.tailText())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return nil, fmt.Errorf("%s: no %q within %v:\n%s", p.name, re, d, p.tailText())
+}
+
+// line waits for the next stdout line.
+func (p *proc) line(d time.Duration) (string, error) {
+	select {
+	case l, ok := <-p.lines:
+		if ok {
+			return l, nil
+		}
+		<-p.done
+		return "", fmt.Errorf("%s ended (%v):\n%s", p.name, p.cmd.ProcessState, p.tailText())
+	case <-time.After(d):
+		return "", fmt.Errorf("%s: no answer within %v:\n%s", p.name, d, p.tailText())
+	}
+}
+
+func (p *proc) tailText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.tail, "\n")
+}
+
+// stop closes stdin (the helpers' signal to end) and kills the process group after grace.
+// The nodes get none: their data is thrown away, and a graceful leave takes seconds.
+func (p *proc) stop(grace time.Duration) {
+	p.stdin.Close()
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+var (
+	nodeListeningRE = regexp.MustCompile(`msg="node listening".* ca=(\S+)`)
+	nodeLinkUpRE    = regexp.MustCompile(`msg="link up"`)
+)
+
+// crossResult is one run: the fan-out's figures, and what crossed the link.
+type crossResult struct {
+	*runResult
+	Published int       // records published from GO to the window's end (warm-up included)
+	LinkAB    linkCount // packets region b received over the link (records, after the loss rule)
+	LinkBA    linkCount // packets region a received over the link (acknowledgements)
+}
+
+type linkCount struct{ Packets, Bytes int64 }
+
+// countLink adds an nftables counter of the packets that arrive in ns over ifname and pass
+// the loss rule (a chain of its own, after the harness's).
+func countLink(ns *lossy.Namespace, ifname string) error {
+	cmd := exec.Command("ip", "netns", "exec", ns.Name, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(fmt.Sprintf("add table inet x6count\nadd chain inet x6count in { type filter hook input priority 10; policy accept; }\nflush chain inet x6count in\nadd rule inet x6count in iifname %q counter\n", ifname))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("nft counter in %s: %w: %s", ns.Name, err, out)
+	}
+	return nil
+}
+
+func readLinkCount(ns *lossy.Namespace) linkCount {
+	out, _ := exec.Command("ip", "netns", "exec", ns.Name, "nft", "list", "chain", "inet", "x6count", "in").CombinedOutput()
+	var c linkCount
+	if i := strings.Index(string(out), "counter packets "); i >= 0 {
+		fmt.Sscanf(string(out[i:]), "counter packets %d bytes %d", &c.Packets, &c.Bytes)
+	}
+	return c
+}
+
+// crossWindow is what the publisher reports and the subscriber is told: the measured
+// window and how many of its records each topic got.
+type crossWindow struct {
+	WinStart, WinEnd int64 // unix ns
+	SentPerSub       []int
+	Sent             int
+	Published        int // every timestamped record, warm-up of the window included
+	Drain            time.Duration
+	Notes            []string
+}
+
+// crossOnce runs one measurement: fresh namespaces, nodes and helpers.
+func crossOnce(bin string, p runParams) (*crossResult, error) {
+	nsA, err := lossy.New("x6a")
+	if err != nil {
+		return nil, err
+	}
+	defer nsA.Close()
+	nsB, err := lossy.New("x6b")
+	if err != nil {
+		return nil, err
+	}
+	defer nsB.Close()
+	link, err := lossy.Connect(nsA, nsB)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "qmqbench-cross-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	setupStart := time.Now()
+	var procs []*proc
+	defer func() { // helpers first, nodes last
+		for i := len(procs) - 1; i >= 0; i-- {
+			grace := 10 * time.Second
+			if strings.HasPrefix(procs[i].name, "node ") {
+				grace = 0
+			}
+			procs[i].stop(grace)
+		}
+	}()
+	start := func(ns *lossy.Namespace, name, bin string, watch []*regexp.Regexp, args ...string) (*proc, error) {
+		pr, err := startProc(ns, name, bin, watch, args...)
+		if err == nil {
+			procs = append(procs, pr)
+		}
+		return pr, err
+	}
+
+	advertise := link.AddrA + ":7400"
+	if p.Delay > 0 {
+		relay, err := start(nsB, "relay", self, nil, "crossrelay", "--upstream", advertise, "--delay", p.Delay.String())
+		if err != nil {
+			return nil, err
+		}
+		if advertise, err = relay.line(10 * time.Second); err != nil {
+			return nil, err
+		}
+	}
+	caDir := filepath.Join(tmp, "ca")
+	nodeArgs := func(name, region, ip string) []string {
+		a := []string{"node", "--anonymous", "--insecure-gossip", "--name", name, "--region", region,
+			"--listen", ip + ":7400", "--gossip", ip + ":7500", "--wan", ip + ":7600",
+			"--data", filepath.Join(tmp, name), "--ca-dir", caDir}
+		if p.System == "ablation" {
+			a = append(a, "--ablation-shared-link")
+		}
+		return a
+	}
+	watch := []*regexp.Regexp{nodeListeningRE, nodeLinkUpRE}
+	nodeA, err := start(nsA, "node a1", bin, watch, append(nodeArgs("a1", "a", link.AddrA), "--advertise", advertise)...)
+	if err != nil {
+		return nil, err
+	}
+	m, err := nodeA.waitMatch(nodeListeningRE, 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	caFile := m[1]
+	nodeB, err := start(nsB, "node b1", bin, watch, append(nodeArgs("b1", "b", link.AddrB),
+		"--wan-join", link.AddrA+":7600", "--mirror", "cross.>")...)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := nodeB.waitMatch(nodeLinkUpRE, 30*time.Second); err != nil {
+		return nil, err
+	}
+
+	common := []string{"--ca", caFile, "--subs", strconv.Itoa(p.Subs)}
+	pub, err := start(nsA, "crosspub", self, nil, append([]string{"crosspub", "--addr", link.AddrA + ":7400",
+		"--rate", strconv.Itoa(p.Rate), "--size", strconv.Itoa(p.Size),
+		"--warmup", p.Warmup.String(), "--duration", p.Duration.String()}, common...)...)
+	if err != nil {
+		return nil, err
+	}
+	if l, err := pub.line(60 * time.Second); err != nil || l != "WARM" {
+		return nil, fmt.Errorf("crosspub: %q %v", l, err)
+	}
+	sub, err := start(nsB, "crosssub", self, nil, append([]string{"crosssub", "--addr", link.AddrB + ":7400"}, common...)...)
+	if err != nil {
+		return nil, err
+	}
+	if l, err := sub.line(60 * time.Second); err != nil || l != "READY" {
+		return nil, fmt.Errorf("crosssub (waiting for every topic's warm-up record to be mirrored): %q %v", l, err)
+	}
+	// Loss on the link only: packets arriving over the veth pair, in both namespaces.
+	for _, ns := range []*lossy.Namespace{nsA, nsB} {
+		ifname, err := vethOf(ns)
+		if err != nil {
+			return nil, err
+		}
+		if err := ns.SetLossMatch(p.Loss, fmt.Sprintf("iifname %q", ifname)); err != nil {
+			return nil, err
+		}
+		if err := countLink(ns, ifname); err != nil {
+			return nil, err
+		}
+	}
+	res := &runResult{runParams: p, SetupSeconds: time.Since(setupStart).Seconds()}
+	res.BrokerRSSStart = rssMiB(nodeB.cmd.Process.Pid)
+
+	fmt.Fprintln(pub.stdin, "GO")
+	l, err := pub.line(p.Warmup + p.Duration + p.Drain + 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	var win crossWindow
+	if err := json.Unmarshal([]byte(l), &win); err != nil {
+		return nil, fmt.Errorf("crosspub output: %w", err)
+	}
+	win.Drain = p.Drain
+	wb, _ := json.Marshal(win)
+	fmt.Fprintf(sub.stdin, "%s\n", wb)
+	l, err = sub.line(p.Drain + 30*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	var got [][][2]int64
+	if err := json.Unmarshal([]byte(l), &got); err != nil {
+		return nil, fmt.Errorf("crosssub output: %w", err)
+	}
+	res.BrokerRSSEnd = rssMiB(nodeB.cmd.Process.Pid)
+	res.LoadAvg = loadAvg()
+	cr := &crossResult{runResult: res, Published: win.Published, LinkAB: readLinkCount(nsB), LinkBA: readLinkCount(nsA)}
+	for _, ns := range []*lossy.Namespace{nsA, nsB} {
+		d, _ := ns.Dropped()
+		res.DroppedPackets += d
+		ns.SetLoss(0)
+	}
+	res.Sent, res.Notes = win.Sent, win.Notes
+	res.PubRate = float64(win.Sent) / p.Duration.Seconds()
+	samples := make([][]sample, p.Subs)
+	for i := range samples {
+		if i < len(got) {
+			for _, s := range got[i] {
+				samples[i] = append(samples[i], sample{s[0], s[1]})
+			}
+		}
+	}
+	if len(win.SentPerSub) != p.Subs {
+		return nil, fmt.Errorf("crosspub reported %d topics, want %d", len(win.SentPerSub), p.Subs)
+	}
+	analyse(res, samples, win.SentPerSub, time.Unix(0, win.WinStart), time.Unix(0, win.WinEnd))
+	return cr, nil
+}
+
+// vethOf is the name of the namespace's end of its veth pair.
+func vethOf(ns *lossy.Namespace) (string, error) {
+	out, err := exec.Command("ip", "-n", ns.Name, "-o", "link", "show", "type", "veth").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("list veth of %s: %w: %s", ns.Name, err, out)
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		if fs := strings.Fields(l); len(fs) > 1 {
+			return strings.SplitN(strings.TrimSuffix(fs[1], ":"), "@", 2)[0], nil
+		}
+	}
+	return "", fmt.Errorf("no veth in %s", ns.Name)
+}
+
+// helperFlags are the flags crosspub and crosssub share.
+func helperFlags(name string) (*flag.FlagSet, *string, *string, *int) {
+	fs := flag.NewFlagSet(name, flag.ExitOnError)
+	addr := fs.String("addr", "", "the node's client address")
+	ca := fs.String("ca", "", "the node's CA file")
+	subs := fs.Int("subs", 100, "topics")
+	return fs, addr, ca, subs
+}
+
+// runCrossPub is the hidden "crosspub" command, in region a: it creates the topics (one
+// record each, acknowledged), says WARM, waits for GO on stdin, publishes at the fixed rate
+// with the send time in each payload, waits for every ack, and prints its crossWindow.
+func runCrossPub(args []string) error {
+	fs, addr, ca, subs := helperFlags("crosspub")
+	rate := fs.Int("rate", 2000, "records per second, all topics together")
+	size := fs.Int("size", 128, "payload bytes")
+	warmup := fs.Duration("warmup", time.Second, "publishing before the window")
+	duration := fs.Duration("duration", 10*time.Second, "the window")
+	fs.Parse(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, *addr, client.Options{CAFile: *ca, Name: "cross-pub"})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	for i := range *subs {
+		if _, err := c.Publish(ctx, client.Message{Topic: crossTopic(i), Payload: []byte("warm-up")}); err != nil {
+			return err
+		}
+	}
+	fmt.Println("WARM")
+	in := bufio.NewReader(os.Stdin)
+	if l, err := in.ReadString('\n'); err != nil || strings.TrimSpace(l) != "GO" {
+		return fmt.Errorf("expected GO on stdin: %q %v", l, err)
+	}
+
+	futures := make(chan *client.Future, 1<<16)
+	var failed int
+	var acks sync.WaitGroup
+	acks.Add(1)
+	go func() {
+		defer acks.Done()
+		for f := range futures {
+			if _, err := f.Wait(context.Background()); err != nil {
+				failed++
+			}
+		}
+	}()
+	size16 := max(*size, 16)
+	start := time.Now()
+	winStart, winEnd := start.Add(*warmup), start.Add(*warmup+*duration)
+	w := crossWindow{WinStart: winStart.UnixNano(), WinEnd: winEnd.UnixNano(), SentPerSub: make([]int, *subs)}
+	var pubErr error
+	for k := 0; pubErr == nil; {
+		now := time.Now()
+		if !now.Before(winEnd) {
+			break
+		}
+		due := int(now.Sub(start).Seconds() * float64(*rate))
+		for ; k < due && pubErr == nil; k++ {
+			payload := make([]byte, size16)
+			t := time.Now()
+			binary.BigEndian.PutUint64(payload, uint64(t.UnixNano()))
+			binary.BigEndian.PutUint64(payload[8:], uint64(k))
+			i := k % *subs
+			if !t.Before(winStart) && t.Before(winEnd) {
+				w.SentPerSub[i]++
+				w.Sent++
+			}
+			w.Published++
+			var f *client.Future
+			if f, pubErr = c.PublishAsync(ctx, client.Message{Topic: crossTopic(i), Payload: payload}); pubErr == nil {
+				futures <- f
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(futures)
+	acks.Wait()
+	if pubErr != nil {
+		w.Notes = append(w.Notes, fmt.Sprintf("publish failed: %v", pubErr))
+	}
+	if failed > 0 {
+		w.Notes = append(w.Notes, fmt.Sprintf("%d publishes not acknowledged", failed))
+	}
+	return json.NewEncoder(os.Stdout).Encode(w)
+}
+
+// runCrossSub is the hidden "crosssub" command, in region b: one subscription per mirrored
+// topic on one connection to b's node. It says READY once every topic's warm-up record was
+// mirrored and delivered, reads the crossWindow from stdin, waits until every topic has its
+// window's records (or the drain ends) and prints, per topic, [send, arrival] unix ns of
+// every timestamped record.
+func runCrossSub(args []string) error {
+	fs, addr, ca, subs := helperFlags("crosssub")
+	fs.Parse(args)
+	n := *subs
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, *addr, client.Options{CAFile: *ca, Name: "cross-sub"})
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex // guards samples and warm
+	samples := make([][][2]int64, n)
+	warm := 0
+	warmed := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		s, err := c.Subscribe(ctx, crossTopic(i), client.SubscribeOptions{From: client.Earliest})
+		if err != nil {
+			c.Close()
+			return fmt.Errorf("subscribe %s: %w", crossTopic(i), err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				r, err := s.Next(context.Background()) // ends when the connection closes
+				if err != nil {
+					return
+				}
+				now := time.Now().UnixNano()
+				mu.Lock()
+				if len(r.Payload) < 16 {
+					if warm++; warm == n {
+						close(warmed)
+					}
+				} else {
+					samples[i] = append(samples[i], [2]int64{int64(binary.BigEndian.Uint64(r.Payload)), now})
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	defer func() {
+		c.Close()
+		wg.Wait()
+	}()
+	select {
+	case <-warmed:
+	case <-time.After(60 * time.Second):
+		return errors.New("the topics' warm-up records were not all mirrored within 60 s")
+	}
+	fmt.Println("READY")
+	l, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("read window: %w", err)
+	}
+	var w crossWindow
+	if err := json.Unmarshal([]byte(l), &w); err != nil {
+		return err
+	}
+	complete := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range n {
+			got := 0
+			for _, s := range samples[i] {
+				if s[0] >= w.WinStart && s[0] < w.WinEnd {
+					got++
+				}
+			}
+			if i < len(w.SentPerSub) && got < w.SentPerSub[i] {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(w.Drain); !complete() && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.Close()
+	wg.Wait()
+	return json.NewEncoder(os.Stdout).Encode(samples)
+}
+
+// runCrossRelay is the hidden "crossrelay" command, in region b: a lossy.Relay to
+// --upstream (a's node) with --delay each way. It prints the address to dial and runs until
+// stdin closes.
+func runCrossRelay(args []string) error {
+	fs := flag.NewFlagSet("crossrelay", flag.ExitOnError)
+	upstream := fs.String("upstream", "", "address to relay to")
+	delay := fs.Duration("delay", 0, "one-way delay, each way")
+	fs.Parse(args)
+	r, err := lossy.NewRelay(*upstream, *delay)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	fmt.Println(r.Addr())
+	io.Copy(io.Discard, os.Stdin)
+	return nil
+}
+
+func printCross(crs []*crossResult, rs []*runResult, losses []float64, modes []string) {
+	fmt.Println("| loss | link mapping | p50 ms | p99 ms | p999 ms | longest stall ms | median topic's longest stall ms | stalls > 50 ms | topics stalled > 50 ms | missing | packets dropped |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, loss := range losses {
+		for _, mode := range modes {
+			g := pick(rs, func(r *runResult) bool { return r.System == mode && r.Loss == loss })
+			if len(g) == 0 {
+				continue
+			}
+			fmt.Printf("| %.1f%% | %s | %v | %v | %v | %v | %v | %v | %v | %v | %v |\n", loss*100, crossLabel(mode),
+				field(g, func(r *runResult) float64 { return r.P50 }),
+				field(g, func(r *runResult) float64 { return r.P99 }),
+				field(g, func(r *runResult) float64 { return r.P999 }),
+				field(g, func(r *runResult) float64 { return r.LongestStall }),
+				field(g, func(r *runResult) float64 { return r.MedianLongest }),
+				field(g, func(r *runResult) float64 { return float64(r.Stalls) }),
+				field(g, func(r *runResult) float64 { return float64(r.SubsStalled) }),
+				field(g, func(r *runResult) float64 { return float64(r.Missing) }),
+				field(g, func(r *runResult) float64 { return float64(r.DroppedPackets) }))
+		}
+	}
+	fmt.Println()
+	fmt.Println("| loss | p50 stream/shared | p99 stream/shared | p999 stream/shared | longest stall stream/shared | stalls > 50 ms stream/shared |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, loss := range losses {
+		var cells []string
+		for _, f := range []func(*runResult) float64{
+			func(r *runResult) float64 { return r.P50 },
+			func(r *runResult) float64 { return r.P99 },
+			func(r *runResult) float64 { return r.P999 },
+			func(r *runResult) float64 { return r.LongestStall },
+			func(r *runResult) float64 { return float64(r.Stalls) },
+		} {
+			if s, ok := ratio(rs, loss, "quicmq", "ablation", f); ok {
+				cells = append(cells, s.String())
+			} else {
+				cells = append(cells, "-")
+			}
+		}
+		fmt.Printf("| %.1f%% | %s |\n", loss*100, strings.Join(cells, " | "))
+	}
+	fmt.Println()
+	fmt.Println("| loss | link mapping | packets a->b per record | bytes a->b per record | packets b->a per record | load avg |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, loss := range losses {
+		for _, mode := range modes {
+			var g []*crossResult
+			for _, r := range crs {
+				if r.System == mode && r.Loss == loss && r.Published > 0 {
+					g = append(g, r)
+				}
+			}
+			if len(g) == 0 {
+				continue
+			}
+			per := func(f func(*crossResult) int64) stat {
+				var vs []float64
+				for _, r := range g {
+					vs = append(vs, float64(f(r))/float64(r.Published))
+				}
+				return median(vs)
+			}
+			var loads []float64
+			for _, r := range g {
+				loads = append(loads, r.LoadAvg)
+			}
+			fmt.Printf("| %.1f%% | %s | %v | %v | %v | %v |\n", loss*100, crossLabel(mode),
+				per(func(r *crossResult) int64 { return r.LinkAB.Packets }),
+				per(func(r *crossResult) int64 { return r.LinkAB.Bytes }),
+				per(func(r *crossResult) int64 { return r.LinkBA.Packets }),
+				median(loads))
+		}
+	}
+}
+
+func crossLabel(mode string) string {
+	if mode == "ablation" {
+		return "one shared stream (ablation)"
+	}
+	return "stream per mirrored topic"
+}
+
+// plotCross draws, per loss rate, the latency tails of both mappings and (above 0%) their
+// per-topic stall timelines.
+func plotCross(rs []*runResult, stamp, out string, losses []float64, modes []string) ([]string, error) {
+	var files []string
+	for _, loss := range losses {
+		var reps []*runResult
+		title := fmt.Sprintf("cross-region, %.1f%% loss on the link: latency tail (100 mirrored topics)", loss*100)
+		if len(rs) > 0 && rs[0].Delay > 0 {
+			title = fmt.Sprintf("cross-region, %.1f%% loss, +%v each way: latency tail (%d mirrored topics)", loss*100, rs[0].Delay, rs[0].Subs)
+		}
+		p := tailPlot(title)
+		for _, mode := range modes {
+			r := representative(pick(rs, func(r *runResult) bool { return r.System == mode && r.Loss == loss }))
+			if r == nil {
+				continue
+			}
+			reps = append(reps, r)
+			if err := addTail(p, r, crossLabel(mode), false); err != nil {
+				return files, err
+			}
+		}
+		if len(reps) == 0 {
+			continue
+		}
+		f := filepath.Join(out, fmt.Sprintf("cross-%s-latency-loss%.1f.png", stamp, loss*100))
+		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, f); err != nil {
+			return files, err
+		}
+		files = append(files, f)
+		if loss > 0 {
+			f := filepath.Join(out, fmt.Sprintf("cross-%s-stalls-loss%.1f.png", stamp, loss*100))
+			if err := stallTimeline(reps, fmt.Sprintf("%.1f%% loss on the link", loss*100), f); err != nil {
+				return files, err
+			}
+			files = append(files, f)
+		}
+	}
+	return files, nil
+}
