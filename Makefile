@@ -5,7 +5,7 @@ FUZZTIME ?= 5s
 # go command fetches it from the module proxy (~76 MB, once). It overrides a local setting.
 export GOTOOLCHAIN := go1.26.10
 
-.PHONY: build dev test vet unit fuzz-short fuzz bench bench-smoke clean vulncheck tofu-check
+.PHONY: build dev test vet unit fuzz-short fuzz bench bench-smoke campaigns-short clean vulncheck tofu-check
 
 build:
 	$(GO) build -o bin/quicmq ./cmd/quicmq
@@ -15,7 +15,7 @@ dev: build
 
 # The whole suite: vet, unit and integration tests with the race detector, then each fuzz
 # target briefly.
-test: vet unit fuzz-short bench-smoke
+test: vet unit fuzz-short bench-smoke campaigns-short
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
@@ -36,6 +36,12 @@ fuzz:
 # skip unless run as root with nftables installed (see docs/benchmarks.md).
 bench-smoke:
 	cd bench && $(GO) vet ./... && $(GO) test -short -count=1 -timeout 5m ./lossy/... ./cmd/...
+
+# The network campaigns 3 and 4 (bench/campaign: partitions, packet loss, gossip under 20 %
+# loss) in their short default form, ~100 s; they skip without root, nft and ip.
+# scripts/campaign.sh runs them at length.
+campaigns-short:
+	cd bench && $(GO) test -count=1 -timeout 15m ./campaign
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./wal ./node ./routing ./internal/wire

@@ -9,6 +9,7 @@
 #   scripts/campaign.sh kill9 [KILLS] [RATE]       campaign 2: kill -9 loop, 3 regions x 2 node processes (default 50 kills, 2000 records/s)
 #   scripts/campaign.sh partitions                 campaign 3: region cut 30 s and 5 min, one-way, flapping (root, nft, ip)
 #   scripts/campaign.sh loss                       campaign 4: 0/1/5/20 % packet loss, 2 min each (root, nft, ip)
+#   scripts/campaign.sh gossip-loss [LOSS%]        campaign 4, gossip only: 8 meshes for 3 min at 20 % (root, nft, ip)
 #   scripts/campaign.sh all
 #
 # Each prints the tests' own figures and exits non-zero if any check failed. Seeds are
@@ -67,6 +68,12 @@ loss() {
     -timeout 60m -run '^TestCampaignPacketLoss$' ./campaign)
 }
 
+gossiploss() {
+  (cd bench && QUICMQ_CAMPAIGN_LONG=1 QUICMQ_CAMPAIGN_GOSSIP_MESHES=8 QUICMQ_CAMPAIGN_GOSSIP_LOSS=${1:-20} \
+    run "campaign 4, gossip only: 8 meshes of 2 regions x 2 nodes, ${1:-20} % loss for 3 min" \
+    -timeout 20m -run '^TestCampaignGossipLoss$' ./campaign)
+}
+
 case "${1:-}" in
   powerloss) powerloss "${2:-}" ;;
   corruption) corruption "${2:-}" ;;
@@ -75,6 +82,7 @@ case "${1:-}" in
   kill9) kill9 "${2:-}" "${3:-}" ;;
   partitions) partitions ;;
   loss) loss ;;
+  gossip-loss) gossiploss "${2:-}" ;;
   all)
     rc=0
     powerloss || rc=1
@@ -84,10 +92,11 @@ case "${1:-}" in
     kill9 || rc=1
     partitions || rc=1
     loss || rc=1
+    gossiploss || rc=1
     exit $rc
     ;;
   *)
-    sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
