@@ -2,15 +2,25 @@
 // (issue 4; docs/benchmarks.md). Each scenario is one command; progress goes to stderr,
 // JSON results and PNG plots to --out (default bench/results).
 //
-//	qmqbench fanout [--loss 0,0.5,1,2,5] [--systems quicmq,ablation,nats,jetstream] ...
-//	qmqbench slow   [--systems ...] ...
-//	qmqbench publish [--publishers 1,16] [--systems quicmq,jetstream-sync,jetstream]
-//	qmqbench replay  [--records 1000000]
+//	qmqbench fanout  scenario 1: 1 publisher, 100 subscriptions on one connection, loss rates
+//	                 (quicmq, ablation, nats, jetstream; --delay adds a round trip, QuicMQ only)
+//	qmqbench slow    scenario 2: the same without loss, one subscription stops reading
+//	qmqbench publish scenario 3: durable publish rate, QuicMQ against JetStream with and
+//	                 without an fsync per write (--publishers 1,16)
+//	qmqbench replay  scenario 4: read stored records from offset 0 (--records 1000000)
+//	qmqbench setup   scenario 5: new subscriptions/s on one connection, against a
+//	                 TLS-over-TCP connection per subscription (and NATS SUB for context)
+//	qmqbench cross   scenario 6: two regions, loss on the link, a stream per mirrored topic
+//	                 against the federation's shared-link ablation
+//	qmqbench report  tables and plots again from a fanout or slow JSON file
 //
 // Every run starts a fresh network namespace (bench/lossy), a worker process inside it
-// (this binary's hidden "worker" command) and the broker as the worker's child ("broker"),
-// so loss applies to every packet between clients and broker and nothing else shares the
-// namespace. It needs root and nftables; without them it says so and exits.
+// (this binary's hidden "worker", "durworker" or "setup worker" command) and the broker as
+// the worker's child ("broker" or "setup broker"), so loss applies to every packet between
+// clients and broker and nothing else shares the namespace. A cross run instead joins two
+// namespaces with a veth pair and runs a quicmq node in each, with its publisher,
+// subscriber and relay as hidden commands ("crosspub", "crosssub", "crossrelay").
+// It needs root and nftables; without them it says so and exits.
 package main
 
 import (
