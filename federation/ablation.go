@@ -218,20 +218,11 @@ func (m *mirror) onceOn(ctx context.Context, conn *quic.Conn) error {
 // onceShared is mirror.once on the shared stream: the same lock, cursor, checks, batches and
 // synced appends, fed by the stream's demux instead of a stream of the topic's own.
 func (m *mirror) onceShared(ctx context.Context, sl *sharedLink) error {
-	log := m.l.f.cfg.Log
-	region := m.l.peer.Region
-	unlock, err := m.l.f.lockMirror(ctx, region, m.topic)
+	from, unlock, err := m.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	from := uint64(0)
-	if pos, ok, err := log.Position(cursorName(region), m.topic); err != nil {
-		return fmt.Errorf("read cursor: %w", err)
-	} else if ok {
-		from = pos + 1
-		m.cursor.Store(int64(pos))
-	}
 	s, err := sl.stream(ctx)
 	if err != nil {
 		return err
@@ -242,9 +233,7 @@ func (m *mirror) onceShared(ctx context.Context, sl *sharedLink) error {
 	}
 	defer leave()
 
-	var batch []wal.Record
-	var batchBytes int
-	next := from
+	b := mirrorBatch{next: from}
 	for {
 		var f wire.Frame
 		select {
@@ -254,45 +243,12 @@ func (m *mirror) onceShared(ctx context.Context, sl *sharedLink) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		switch f := f.(type) {
-		case *wire.Record:
-			if f.OriginRegion != region {
-				return fmt.Errorf("record of %q from origin %q on a mirror of region %q: refused (loop)", m.topic, f.OriginRegion, region)
-			}
-			if f.OriginOffset < next {
-				return fmt.Errorf("record of %q at origin offset %d, expected %d or later: out of order", m.topic, f.OriginOffset, next)
-			}
-			next = f.OriginOffset + 1
-			batch = append(batch, wal.Record{
-				OriginRegion: region, OriginOffset: f.OriginOffset,
-				ProducerID: f.ProducerID, Sequence: f.Sequence,
-				Headers: f.Headers, Payload: f.Payload,
-			})
-			batchBytes += len(f.Payload)
-		case *wire.Head:
-			if f.Next >= f.Position {
-				m.lagRecs.Store(f.Next - f.Position)
-			}
-			m.lagNanos.Store(max(f.Lag, 0))
-		case *wire.Gap:
-			if err := m.flush(ctx, &batch, &batchBytes); err != nil {
-				return err
-			}
-			m.gaps.Add(f.To - f.From)
-			m.l.f.metrics.gaps.Add(float64(f.To - f.From))
-			m.l.log.Error("records deleted at the origin before they were mirrored: gap", "topic", m.topic,
-				"from", f.From, "to", f.To, "origin", region)
-			if f.To > 0 {
-				if err := log.SetPosition(ctx, wal.Position{Name: cursorName(region), Topic: m.topic, Value: f.To - 1}); err != nil {
-					return err
-				}
-				m.cursor.Store(int64(f.To - 1))
-			}
-			next = f.To
+		if err := m.apply(ctx, &b, f); err != nil {
+			return err
 		}
 		// As on a stream of its own: append when nothing more is queued, or the batch is full.
-		if len(batch) > 0 && (len(sub.q) == 0 || len(batch) >= mirrorBatchRecords || batchBytes >= mirrorBatchBytes) {
-			if err := m.flush(ctx, &batch, &batchBytes); err != nil {
+		if b.due(len(sub.q) == 0) {
+			if err := m.flush(&b); err != nil {
 				return err
 			}
 		}

@@ -79,20 +79,11 @@ func (m *mirror) run(parent context.Context, conn *quic.Conn) {
 // reconnect, or an old link still finishing) waits instead of reading a cursor that a batch
 // in flight is about to move.
 func (m *mirror) once(ctx context.Context, conn *quic.Conn) error {
-	log := m.l.f.cfg.Log
-	region := m.l.peer.Region
-	unlock, err := m.l.f.lockMirror(ctx, region, m.topic)
+	from, unlock, err := m.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	from := uint64(0)
-	if pos, ok, err := log.Position(cursorName(region), m.topic); err != nil {
-		return fmt.Errorf("read cursor: %w", err)
-	} else if ok {
-		from = pos + 1
-		m.cursor.Store(int64(pos))
-	}
 	str, err := conn.OpenStreamSync(ctx)
 	if err != nil {
 		return err
@@ -108,86 +99,128 @@ func (m *mirror) once(ctx context.Context, conn *quic.Conn) error {
 	}
 
 	r := wire.NewReader(str, wire.Limits{MaxFrame: 8 << 20, MaxPayload: 8 << 20})
-	var batch []wal.Record
-	var batchBytes int
-	next := from
+	b := mirrorBatch{next: from}
 	for {
 		f, err := r.Read()
 		if err != nil {
 			return err
 		}
-		switch f := f.(type) {
-		case *wire.Record:
-			if f.OriginRegion != region {
-				return fmt.Errorf("record of %q from origin %q on a mirror of region %q: refused (loop)", m.topic, f.OriginRegion, region)
-			}
-			if f.OriginOffset < next {
-				return fmt.Errorf("record of %q at origin offset %d, expected %d or later: out of order", m.topic, f.OriginOffset, next)
-			}
-			next = f.OriginOffset + 1
-			batch = append(batch, wal.Record{
-				OriginRegion: region, OriginOffset: f.OriginOffset,
-				ProducerID: f.ProducerID, Sequence: f.Sequence,
-				Headers: f.Headers, Payload: f.Payload,
-			})
-			batchBytes += len(f.Payload)
-		case *wire.Head:
-			if f.Next >= f.Position {
-				m.lagRecs.Store(f.Next - f.Position)
-			}
-			m.lagNanos.Store(max(f.Lag, 0))
-		case *wire.Gap:
-			if err := m.flush(ctx, &batch, &batchBytes); err != nil {
-				return err
-			}
-			m.gaps.Add(f.To - f.From)
-			m.l.f.metrics.gaps.Add(float64(f.To - f.From))
-			m.l.log.Error("records deleted at the origin before they were mirrored: gap", "topic", m.topic,
-				"from", f.From, "to", f.To, "origin", region)
-			if f.To > 0 {
-				if err := log.SetPosition(ctx, wal.Position{Name: cursorName(region), Topic: m.topic, Value: f.To - 1}); err != nil {
-					return err
-				}
-				m.cursor.Store(int64(f.To - 1))
-			}
-			next = f.To
-		case *wire.ErrorFrame:
-			return f.AsError()
-		default:
-			return fmt.Errorf("unexpected %s on a mirror stream", f.Type())
+		if e, ok := f.(*wire.ErrorFrame); ok {
+			return e.AsError()
+		}
+		if err := m.apply(ctx, &b, f); err != nil {
+			return err
 		}
 		// Append when nothing more is buffered, or the batch is full: one synced commit with
 		// the cursor per batch.
-		if len(batch) > 0 && (!r.FrameBuffered() || len(batch) >= mirrorBatchRecords || batchBytes >= mirrorBatchBytes) {
-			if err := m.flush(ctx, &batch, &batchBytes); err != nil {
+		if b.due(!r.FrameBuffered()) {
+			if err := m.flush(&b); err != nil {
 				return err
 			}
 		}
 	}
 }
 
+// begin takes the topic's mirror lock (one mirror per origin region and topic at a time, on
+// any link) and reads the cursor: the first origin offset still to mirror.
+func (m *mirror) begin(ctx context.Context) (from uint64, unlock func(), err error) {
+	region := m.l.peer.Region
+	unlock, err = m.l.f.lockMirror(ctx, region, m.topic)
+	if err != nil {
+		return 0, nil, err
+	}
+	pos, ok, err := m.l.f.cfg.Log.Position(cursorName(region), m.topic)
+	if err != nil {
+		unlock()
+		return 0, nil, fmt.Errorf("read cursor: %w", err)
+	}
+	if ok {
+		from = pos + 1
+		m.cursor.Store(int64(pos))
+	}
+	return from, unlock, nil
+}
+
+// mirrorBatch is what a mirror session holds between synced appends: the records received
+// since the last one, and the next origin offset it accepts.
+type mirrorBatch struct {
+	records []wal.Record
+	bytes   int
+	next    uint64
+}
+
+// due reports whether the batch should be appended now: it is full, or it is not empty and
+// nothing more is waiting (idle).
+func (b *mirrorBatch) due(idle bool) bool {
+	return len(b.records) > 0 && (idle || len(b.records) >= mirrorBatchRecords || b.bytes >= mirrorBatchBytes)
+}
+
+// apply takes one frame of the topic's mirror traffic, from its own stream or from the
+// ablation's shared one: it checks and batches a RECORD, notes a HEAD's lag, or skips a GAP
+// (appending what came before it first). Any other frame is a protocol error.
+func (m *mirror) apply(ctx context.Context, b *mirrorBatch, f wire.Frame) error {
+	region := m.l.peer.Region
+	switch f := f.(type) {
+	case *wire.Record:
+		if f.OriginRegion != region {
+			return fmt.Errorf("record of %q from origin %q on a mirror of region %q: refused (loop)", m.topic, f.OriginRegion, region)
+		}
+		if f.OriginOffset < b.next {
+			return fmt.Errorf("record of %q at origin offset %d, expected %d or later: out of order", m.topic, f.OriginOffset, b.next)
+		}
+		b.next = f.OriginOffset + 1
+		b.records = append(b.records, wal.Record{
+			OriginRegion: region, OriginOffset: f.OriginOffset,
+			ProducerID: f.ProducerID, Sequence: f.Sequence,
+			Headers: f.Headers, Payload: f.Payload,
+		})
+		b.bytes += len(f.Payload)
+	case *wire.Head:
+		if f.Next >= f.Position {
+			m.lagRecs.Store(f.Next - f.Position)
+		}
+		m.lagNanos.Store(max(f.Lag, 0))
+	case *wire.Gap:
+		if err := m.flush(b); err != nil {
+			return err
+		}
+		m.gaps.Add(f.To - f.From)
+		m.l.f.metrics.gaps.Add(float64(f.To - f.From))
+		m.l.log.Error("records deleted at the origin before they were mirrored: gap", "topic", m.topic,
+			"from", f.From, "to", f.To, "origin", region)
+		if f.To > 0 {
+			if err := m.l.f.cfg.Log.SetPosition(ctx, wal.Position{Name: cursorName(region), Topic: m.topic, Value: f.To - 1}); err != nil {
+				return err
+			}
+			m.cursor.Store(int64(f.To - 1))
+		}
+		b.next = f.To
+	default:
+		return fmt.Errorf("unexpected %s on a mirror stream", f.Type())
+	}
+	return nil
+}
+
 // flush appends the batch and the cursor in one synced Pebble batch (I7).
-func (m *mirror) flush(ctx context.Context, batch *[]wal.Record, batchBytes *int) error {
-	b := *batch
-	if len(b) == 0 {
+func (m *mirror) flush(b *mirrorBatch) error {
+	if len(b.records) == 0 {
 		return nil
 	}
-	last := b[len(b)-1].OriginOffset
+	last := b.records[len(b.records)-1].OriginOffset
 	// Not ctx: an append abandoned half-way would leave its outcome unknown to the next
 	// mirror. It completes (or fails) in about one fsync, or when the log closes.
 	res := m.l.f.cfg.Log.Append(context.Background(), wal.AppendRequest{
 		Topic:    m.topic,
-		Records:  b,
+		Records:  b.records,
 		Position: &wal.Position{Name: cursorName(m.l.peer.Region), Topic: m.topic, Value: last},
 	})
 	if res.Err != nil {
 		return fmt.Errorf("append mirrored records: %w", res.Err)
 	}
 	m.cursor.Store(int64(last))
-	m.records.Add(uint64(len(b)))
-	m.l.f.metrics.mirrored.Add(float64(len(b)))
-	*batch = (*batch)[:0:0]
-	*batchBytes = 0
+	m.records.Add(uint64(len(b.records)))
+	m.l.f.metrics.mirrored.Add(float64(len(b.records)))
+	b.records, b.bytes = nil, 0 // the log may keep the slice: a new one
 	return nil
 }
 
