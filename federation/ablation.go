@@ -332,7 +332,6 @@ func (f *Federation) serveShared(ctx context.Context, cancel context.CancelFunc,
 		}
 	}()
 	log := f.cfg.Log
-	var out wire.Record
 	for {
 		mu.Lock()
 		reqs, e := mu.pending, mu.err
@@ -352,21 +351,8 @@ func (f *Federation) serveShared(ctx context.Context, cancel context.CancelFunc,
 		}
 		sent := 0
 		for _, c := range cursors {
-			var scannedTime int64
-			got, err := log.ReadFunc(c.topic, c.next, 1024, 256<<10, func(rec *wal.Record) error {
-				c.next, scannedTime = rec.Offset+1, rec.Time
-				if rec.OriginRegion != "" {
-					return nil // mirrored here from another region: that region serves it
-				}
-				out = wire.Record{
-					Index: c.index, Offset: rec.Offset, Time: rec.Time,
-					OriginRegion: f.cfg.Region, OriginOffset: rec.Offset,
-					ProducerID: rec.ProducerID, Sequence: rec.Sequence,
-					Headers: rec.Headers, Payload: rec.Payload,
-				}
-				w.Buffer(&out)
-				return nil
-			})
+			got, after, scannedTime, err := f.bufferRecords(w, c.topic, c.index, c.next)
+			c.next = after
 			var oor *wal.OffsetOutOfRangeError
 			switch {
 			case err == nil, errors.Is(err, wal.ErrUnknownTopic):

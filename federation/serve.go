@@ -136,27 +136,10 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 	stop := f.cfg.Log.Notify(req.Topic, wake)
 	defer stop()
 
-	log := f.cfg.Log
 	next := req.From
-	var out wire.Record
 	for ctx.Err() == nil {
-		// Encode straight from the log's memory into the stream buffer (never blocking while
-		// the log's iterator is open), then write the batch.
-		var scannedTime int64
-		got, err := log.ReadFunc(req.Topic, next, 1024, 256<<10, func(rec *wal.Record) error {
-			next, scannedTime = rec.Offset+1, rec.Time
-			if rec.OriginRegion != "" {
-				return nil // mirrored here from another region: that region serves it
-			}
-			out = wire.Record{ // one value, reused: Buffer encodes it at once
-				Offset: rec.Offset, Time: rec.Time,
-				OriginRegion: f.cfg.Region, OriginOffset: rec.Offset,
-				ProducerID: rec.ProducerID, Sequence: rec.Sequence,
-				Headers: rec.Headers, Payload: rec.Payload,
-			}
-			w.Buffer(&out)
-			return nil
-		})
+		got, after, scannedTime, err := f.bufferRecords(w, req.Topic, 0, next)
+		next = after
 		var oor *wal.OffsetOutOfRangeError
 		switch {
 		case err == nil, errors.Is(err, wal.ErrUnknownTopic):
@@ -196,4 +179,30 @@ func (f *Federation) head(topic string, position uint64, scannedTime int64) *wir
 		}
 	}
 	return h
+}
+
+// bufferRecords encodes the next batch of topic's log from offset next straight from the
+// log's memory into w's buffer (never blocking while the log's iterator is open), as RECORD
+// frames with index (0 on a mirror stream of its own; the topic's number on the ablation's
+// shared stream), skipping records mirrored here from other regions (their region serves
+// them). It returns how many records it scanned, the offset after them and the time of the
+// last, and ReadFunc's error.
+func (f *Federation) bufferRecords(w *wire.Writer, topic string, index, next uint64) (got int, after uint64, scannedTime int64, err error) {
+	after = next
+	var out wire.Record // one value, reused: Buffer encodes it at once
+	got, err = f.cfg.Log.ReadFunc(topic, next, 1024, 256<<10, func(rec *wal.Record) error {
+		after, scannedTime = rec.Offset+1, rec.Time
+		if rec.OriginRegion != "" {
+			return nil
+		}
+		out = wire.Record{
+			Index: index, Offset: rec.Offset, Time: rec.Time,
+			OriginRegion: f.cfg.Region, OriginOffset: rec.Offset,
+			ProducerID: rec.ProducerID, Sequence: rec.Sequence,
+			Headers: rec.Headers, Payload: rec.Payload,
+		}
+		w.Buffer(&out)
+		return nil
+	})
+	return got, after, scannedTime, err
 }
