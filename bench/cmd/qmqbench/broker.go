@@ -100,12 +100,19 @@ type brokerProc struct {
 // startBroker starts this binary's "broker" command as a child (in the caller's network
 // namespace) and waits for READY.
 func startBroker(kind string, extra ...string) (*brokerProc, error) {
+	return startChild(kind, func(dir string) []string {
+		return append([]string{"broker", "--kind", kind, "--dir", filepath.Join(dir, "data")}, extra...)
+	})
+}
+
+// startChild starts this binary with the arguments args returns for a new temporary
+// directory (removed by stop) as a broker child, and waits until it prints READY.
+func startChild(what string, args func(dir string) []string) (*brokerProc, error) {
 	dir, err := os.MkdirTemp("", "qmqbench-broker-")
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"broker", "--kind", kind, "--dir", filepath.Join(dir, "data")}, extra...)
-	cmd := exec.Command("/proc/self/exe", args...)
+	cmd := exec.Command("/proc/self/exe", args(dir)...)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
@@ -137,7 +144,7 @@ func startBroker(kind string, extra ...string) (*brokerProc, error) {
 	}
 	if err != nil {
 		b.stop()
-		return nil, fmt.Errorf("start %s broker: %w", kind, err)
+		return nil, fmt.Errorf("start %s broker: %w", what, err)
 	}
 	return b, nil
 }

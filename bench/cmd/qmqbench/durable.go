@@ -10,13 +10,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -433,15 +431,7 @@ func runDurable(args []string, mode string) error {
 		}
 	}
 	systems := strings.Split(*systemsFlag, ",")
-	var mu sync.Mutex
-	var current *exec.Cmd
-	stop := lossy.CleanupOnSignal(func() {
-		mu.Lock()
-		if current != nil && current.Process != nil {
-			syscall.Kill(-current.Process.Pid, syscall.SIGKILL)
-		}
-		mu.Unlock()
-	})
+	slot, stop := killOnSignal()
 	defer stop()
 	var results []*durResult
 	started := time.Now()
@@ -453,7 +443,7 @@ func runDurable(args []string, mode string) error {
 				fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s %s, %d publishers ...", len(results)+1, total,
 					time.Since(started).Round(time.Second), r, mode, sys, np)
 				var res durResult
-				if err := workerIn(sys, 15*time.Minute, func(string) []string { return p.args() }, &res, &mu, &current); err != nil {
+				if err := workerIn(sys, 15*time.Minute, func(string) []string { return p.args() }, &res, slot); err != nil {
 					fmt.Fprintf(os.Stderr, " failed: %v\n", err)
 					continue
 				}

@@ -57,15 +57,7 @@ func runFanout(args []string, slow bool) error {
 		slows = []int{0, 1}
 	}
 
-	var mu sync.Mutex
-	var current *exec.Cmd
-	stop := lossy.CleanupOnSignal(func() {
-		mu.Lock()
-		if current != nil && current.Process != nil {
-			syscall.Kill(-current.Process.Pid, syscall.SIGKILL)
-		}
-		mu.Unlock()
-	})
+	slot, stop := killOnSignal()
 	defer stop()
 
 	var results []*runResult
@@ -82,7 +74,7 @@ func runFanout(args []string, slow bool) error {
 					}
 					fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, loss %.1f%%, slow %d ...",
 						len(results)+1, total, time.Since(started).Round(time.Second), r, sys, loss*100, sl)
-					res, err := runInNamespace(q, &mu, &current)
+					res, err := runInNamespace(q, slot)
 					if err != nil {
 						fmt.Fprintf(os.Stderr, " failed: %v\n", err)
 						continue
@@ -118,22 +110,49 @@ func runFanout(args []string, slow bool) error {
 }
 
 // runInNamespace runs one fan-out measurement in a fresh namespace.
-func runInNamespace(p runParams, mu *sync.Mutex, current **exec.Cmd) (*runResult, error) {
+func runInNamespace(p runParams, slot *workerSlot) (*runResult, error) {
 	var res runResult
 	budget := p.Warmup + p.Duration + 3*p.Drain + 2*time.Minute
 	err := workerIn(p.System, budget, func(ns string) []string {
 		p.NS = ns
 		return append([]string{"worker"}, p.args()...)
-	}, &res, mu, current)
+	}, &res, slot)
 	if err != nil {
 		return nil, err
 	}
 	return &res, nil
 }
 
+// workerSlot is the worker process of the run in progress, which SIGINT or SIGTERM kills with
+// its process group before the namespaces are removed.
+type workerSlot struct {
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// killOnSignal returns an empty slot watched by lossy.CleanupOnSignal, and the function that
+// stops watching.
+func killOnSignal() (*workerSlot, func()) {
+	w := &workerSlot{}
+	stop := lossy.CleanupOnSignal(func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.cmd != nil && w.cmd.Process != nil {
+			syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+		}
+	})
+	return w, stop
+}
+
+func (w *workerSlot) set(cmd *exec.Cmd) {
+	w.mu.Lock()
+	w.cmd = cmd
+	w.mu.Unlock()
+}
+
 // workerIn creates a namespace, runs this binary inside it with the arguments args returns
 // for the namespace's name, decodes its JSON output into out and removes the namespace.
-func workerIn(tag string, budget time.Duration, args func(ns string) []string, out any, mu *sync.Mutex, current **exec.Cmd) error {
+func workerIn(tag string, budget time.Duration, args func(ns string) []string, out any, slot *workerSlot) error {
 	ns, err := lossy.New(tag)
 	if err != nil {
 		return err
@@ -151,13 +170,9 @@ func workerIn(tag string, budget time.Duration, args func(ns string) []string, o
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = os.Stderr
-	mu.Lock()
-	*current = cmd
-	mu.Unlock()
+	slot.set(cmd)
 	err = cmd.Run()
-	mu.Lock()
-	*current = nil
-	mu.Unlock()
+	slot.set(nil)
 	if err != nil {
 		return fmt.Errorf("%s: %w", a[0], err)
 	}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -54,9 +53,7 @@ func TestFanoutSmoke(t *testing.T) {
 		t.Run(sys, func(t *testing.T) {
 			p := runParams{System: sys, Loss: 0.01, Rate: 1000, Subs: 10, Size: 64,
 				Warmup: 300 * time.Millisecond, Duration: time.Second, Drain: 5 * time.Second, LossPath: "all", Slow: 0}
-			var mu sync.Mutex
-			var cur *exec.Cmd
-			res, err := runInNamespace(p, &mu, &cur)
+			res, err := runInNamespace(p, &workerSlot{})
 			if err != nil {
 				t.Fatal(err)
 			}

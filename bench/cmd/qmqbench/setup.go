@@ -37,7 +37,6 @@ import (
 	"math/big"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -180,15 +179,7 @@ func runSetup(args []string) error {
 	if stale, _ := lossy.RemoveStale(); len(stale) > 0 {
 		fmt.Fprintf(os.Stderr, "removed namespaces left by killed runs: %v\n", stale)
 	}
-	var mu sync.Mutex
-	var current *exec.Cmd
-	stop := lossy.CleanupOnSignal(func() {
-		mu.Lock()
-		if current != nil && current.Process != nil {
-			syscall.Kill(-current.Process.Pid, syscall.SIGKILL)
-		}
-		mu.Unlock()
-	})
+	slot, stop := killOnSignal()
 	defer stop()
 
 	var results []*setupResult
@@ -203,7 +194,7 @@ func runSetup(args []string) error {
 				fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, loss %.1f%%, %d subscriptions at parallel %v\n",
 					runs, total, time.Since(started).Round(time.Second), r, sys, loss*100, q.Subs, q.Parallel)
 				var levels []*setupResult
-				err := workerIn(sys, 6*time.Minute, func(ns string) []string { q.NS = ns; return q.args() }, &levels, &mu, &current)
+				err := workerIn(sys, 6*time.Minute, func(ns string) []string { q.NS = ns; return q.args() }, &levels, slot)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "  failed: %v\n", err)
 					continue
@@ -816,43 +807,5 @@ func runSetupBroker(args []string) error {
 
 // startSetupBroker starts "setup broker" as a child, as startBroker does for "broker".
 func startSetupBroker(extra ...string) (*brokerProc, error) {
-	dir, err := os.MkdirTemp("", "qmqbench-broker-")
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command("/proc/self/exe", append([]string{"setup", "broker"}, extra...)...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	b := &brokerProc{cmd: cmd, stdin: stdin, dir: dir}
-	ready := make(chan error, 1)
-	go func() {
-		buf := make([]byte, 64)
-		n, err := io.ReadAtLeast(out, buf, 5)
-		if err == nil && !strings.HasPrefix(string(buf[:n]), "READY") {
-			err = fmt.Errorf("broker said %q", buf[:n])
-		}
-		ready <- err
-		io.Copy(io.Discard, out)
-	}()
-	select {
-	case err = <-ready:
-	case <-time.After(30 * time.Second):
-		err = errors.New("broker not ready within 30 s")
-	}
-	if err != nil {
-		b.stop()
-		return nil, fmt.Errorf("start nats-tls broker: %w", err)
-	}
-	return b, nil
+	return startChild("nats-tls", func(string) []string { return append([]string{"setup", "broker"}, extra...) })
 }
