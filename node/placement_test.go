@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,12 +19,13 @@ import (
 type regionMesh struct {
 	t     *testing.T
 	nodes map[string]*Node
-	names []string // in start order
+	cfgs  map[string]Config // what each node was started with, for restart
+	names []string          // in start order
 }
 
 func newRegionMesh(t *testing.T, regions []string, perRegion int, mod ...func(*Config)) *regionMesh {
 	t.Helper()
-	m := &regionMesh{t: t, nodes: map[string]*Node{}}
+	m := &regionMesh{t: t, nodes: map[string]*Node{}, cfgs: map[string]Config{}}
 	caDir := t.TempDir()
 	var wanJoin []string
 	for _, r := range regions {
@@ -41,6 +43,7 @@ func newRegionMesh(t *testing.T, regions []string, perRegion int, mod ...func(*C
 			}
 			n := startNode(t, cfg)
 			m.nodes[name] = n
+			m.cfgs[name] = cfg
 			m.names = append(m.names, name)
 			lanJoin = append(lanJoin, n.Gossip().LANAddr())
 			wanJoin = append(wanJoin, n.Gossip().WANAddr())
@@ -48,6 +51,14 @@ func newRegionMesh(t *testing.T, regions []string, perRegion int, mod ...func(*C
 	}
 	m.waitReady()
 	return m
+}
+
+// restart starts node name again on its data directory (after Close), and waits until the
+// mesh is whole again.
+func (m *regionMesh) restart(name string) {
+	m.t.Helper()
+	m.nodes[name] = startNode(m.t, m.cfgs[name])
+	m.waitReady()
 }
 
 // waitReady waits until every node has a connected link to every other node and has the
@@ -482,5 +493,111 @@ func TestRegionPlacementTenantRelay(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, topics) {
 		t.Fatalf("listing through eu-1 shows %v, want %v", got, topics)
+	}
+}
+
+// TestRegionPlacementWildcardResume: a durable wildcard consumer connected to eu-1 reads
+// topics of both nodes. While eu-2 is down the subscription goes on with eu-1's topics (it
+// used to end with an error); when eu-2 is back, its topics resume on the same stream, at the
+// same stream indexes, with nothing delivered twice and nothing missed, and the ACKs made
+// while eu-2 was down reach it.
+func TestRegionPlacementWildcardResume(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 2)
+	var ta, tb string // owned by eu-1 and eu-2
+	for i := 0; ta == "" || tb == ""; i++ {
+		tp := fmt.Sprintf("w.%d", i)
+		switch m.owner("eu", tp) {
+		case "eu-1":
+			ta = cmp.Or(ta, tp)
+		case "eu-2":
+			tb = cmp.Or(tb, tp)
+		}
+	}
+	c := m.dial("eu-1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	publish := func(topic string, from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := c.Publish(ctx, client.Message{Topic: topic, Payload: fmt.Appendf(nil, "%s-%d", topic, i)}); err != nil {
+				t.Fatalf("publish %s #%d: %v", topic, i, err)
+			}
+		}
+	}
+	publish(ta, 0, 5)
+	publish(tb, 0, 5)
+	sub, err := c.Subscribe(ctx, "w.>", client.SubscribeOptions{Durable: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]uint64{}
+	byOffset := map[string]map[uint64]client.Record{ta: {}, tb: {}}
+	read := func(count int) {
+		t.Helper()
+		for range count {
+			rec, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatalf("after %v: %v", got, err)
+			}
+			if want := fmt.Sprintf("%s-%d", rec.Topic, rec.Offset); string(rec.Payload) != want {
+				t.Fatalf("%s at %d: payload %q, want %q", rec.Topic, rec.Offset, rec.Payload, want)
+			}
+			got[rec.Topic] = append(got[rec.Topic], rec.Offset)
+			byOffset[rec.Topic][rec.Offset] = rec
+		}
+	}
+	ack := func(topic string, offsets ...uint64) {
+		t.Helper()
+		for _, o := range offsets {
+			if err := sub.Ack(byOffset[topic][o]); err != nil {
+				t.Fatalf("ack %s %d: %v", topic, o, err)
+			}
+		}
+	}
+	waitPosition := func(node, topic string, want uint64) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			pos, ok, err := m.nodes[node].Log().Position("d", topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok && pos == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("position of d on %s at %s: %d %v, want %d", topic, node, pos, ok, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	read(10)
+	ack(ta, 0, 1, 2, 3, 4)
+	ack(tb, 0, 1, 2)
+	waitPosition("eu-2", tb, 2)
+
+	if err := m.nodes["eu-2"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	ack(tb, 3, 4) // while eu-2 is down: kept for its return
+	publish(ta, 5, 10)
+	read(5) // eu-1's topic goes on
+
+	m.restart("eu-2")
+	waitPosition("eu-2", tb, 4) // the ACKs made while it was down
+	publish(tb, 5, 10)
+	read(5)
+	for topic, offsets := range got {
+		if want := []uint64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; !slices.Equal(offsets, want) {
+			t.Errorf("%s delivered %v, want %v (each once, in order)", topic, offsets, want)
+		}
+	}
+	ack(tb, 5, 6, 7, 8, 9)
+	waitPosition("eu-2", tb, 9)
+	// Nothing more is delivered (no redelivery of what eu-2 had before the restart).
+	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer stop()
+	if rec, err := sub.Next(short); err == nil {
+		t.Fatalf("an extra record: %s at %d", rec.Topic, rec.Offset)
 	}
 }

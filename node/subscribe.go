@@ -52,6 +52,8 @@ type subscription struct {
 	rec     wire.Record          // the frame being written, reused
 	latest  map[string]uint64    // for start=latest: each topic's head when the subscription began
 	ups     map[string]*upstream // by node: this region's other owners (upstream.go)
+	upIndex map[string]uint64    // upstream topic name -> its index on the client's stream
+	upRetry map[string]bool      // nodes whose upstream failed and has not been opened again
 	upCh    chan upMsg           // upstream frames, handed over one at a time
 	upWG    sync.WaitGroup       // upstream readers
 	writeq  chan []byte          // batches for the writer goroutine (started by the first flush)
@@ -80,6 +82,7 @@ type boundTopic struct {
 	delivered   uint64    // offset after the last record sent
 	up          *upstream // the node serving the topic, nil for this node's log
 	remoteIndex uint64    // the topic's index on the upstream
+	unsentAck   uint64    // 1 + the highest ACK not forwarded yet (its upstream failed); 0: none
 }
 
 // subscribe validates the request and runs the subscription until it ends.
@@ -255,6 +258,8 @@ func (sub *subscription) run() *wire.Error {
 	var placeChanged <-chan struct{}
 	if sub.spansRegion() {
 		sub.ups = make(map[string]*upstream)
+		sub.upIndex = make(map[string]uint64)
+		sub.upRetry = make(map[string]bool)
 		sub.upCh = make(chan upMsg)
 		defer sub.closeUpstreams()
 		placeChanged = n.place.changedCh()
@@ -604,9 +609,7 @@ func (sub *subscription) readAcks() *wire.Error {
 		switch {
 		case bt.up != nil:
 			// The owner checks it again and stores a durable consumer's position.
-			if err := bt.up.ack(bt.remoteIndex, ack.Offset); err != nil && sub.ctx.Err() == nil {
-				return wire.Errorf(wire.CodeUnavailable, "forward ACK of %q to node %q: %v", topic, bt.up.node, err)
-			}
+			sub.forwardAck(ack.Index, bt, ack.Offset)
 		case sub.req.Durable != "":
 			if ack.Offset >= pending[topic] {
 				pending[topic] = ack.Offset

@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -21,6 +23,16 @@ import (
 // index of the client's stream; the ack goroutine forwards the client's ACKs of upstream
 // topics to their upstream, where a durable consumer's position is stored (on the owner).
 //
+// An upstream that fails (its node failed, restarted or left, or the link broke) is given up
+// without ending the subscription: the other nodes' topics keep flowing, and when the node is
+// back (a placement change: it is alive and its catalog arrived again) a new upstream resumes
+// its topics. They keep their indexes on the client's stream, what the client already has is
+// not sent again (records below a topic's delivered offset are dropped), and ACKs of those
+// topics made meanwhile are forwarded to the new upstream. A durable consumer resumes at its
+// stored positions; other subscriptions ask again from their original start, except that
+// start=latest becomes "records stored since the subscription began" (less a second for the
+// clocks of two nodes), so that a topic first created during the outage is not missed.
+//
 // Backpressure stays per stream: an upstream's reader hands one frame at a time to the run
 // goroutine over an unbuffered hand-off; when the client stops reading, the run goroutine
 // stops taking frames, the upstream's QUIC window fills and the owner's subscription blocks.
@@ -30,6 +42,7 @@ import (
 type upstream struct {
 	node string
 	str  *quic.Stream
+	gone atomic.Bool // given up by the run goroutine: its topics wait for the next upstream
 
 	mu sync.Mutex
 	w  *wire.Writer
@@ -91,6 +104,9 @@ func (sub *subscription) openUpstream(node string) *wire.Error {
 	up := &upstream{node: node, str: str, w: wire.NewWriter(str), remote: make(map[uint64]uint64)}
 	fwd := *sub.req
 	fwd.Region = n.cfg.Region
+	if sub.resumes(node) && fwd.Start == wire.StartLatest && fwd.Durable == "" {
+		fwd.Start, fwd.StartValue = wire.StartTime, uint64(sub.started.Add(-clockSkew).UnixNano())
+	}
 	up.mu.Lock()
 	err = up.w.Write(&fwd)
 	if err == nil {
@@ -177,20 +193,31 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 	n := sub.s.n
 	up := m.up
 	if m.err != nil {
-		return wire.Errorf(wire.CodeUnavailable,
-			"node %q of region %q, which owns topics matching %q, stopped serving them: %v; resubscribe (a durable consumer resumes where it acked)",
-			up.node, n.cfg.Region, sub.req.Pattern, m.err)
+		if sub.ctx.Err() != nil {
+			return nil
+		}
+		var we *wire.Error
+		if errors.As(m.err, &we) && we.Code != wire.CodeUnavailable && we.Code != wire.CodeShuttingDown {
+			return wire.Errorf(we.Code, "node %q of region %q, which owns topics matching %q: %s", up.node, n.cfg.Region, sub.req.Pattern, we.Message)
+		}
+		sub.giveUp(up, m.err)
+		return nil
 	}
 	bad := func(i uint64) *wire.Error {
 		return wire.Errorf(wire.CodeInternal, "node %q sent a record of topic index %d before its TOPIC", up.node, i)
 	}
 	switch f := m.frame.(type) {
 	case *wire.Topic:
+		if idx, ok := sub.upIndex[f.Name]; ok {
+			sub.rebind(idx, up, f.Index)
+			return nil
+		}
 		sub.mu.Lock()
 		idx := uint64(len(sub.mu.bound))
 		sub.mu.bound = append(sub.mu.bound, boundTopic{name: f.Name, up: up, remoteIndex: f.Index})
 		sub.mu.Unlock()
 		up.remote[f.Index] = idx
+		sub.upIndex[f.Name] = idx
 		sub.w.Buffer(&wire.Topic{Index: idx, Name: sub.s.actor.clientName(f.Name)})
 	case *wire.Record:
 		idx, ok := up.remote[f.Index]
@@ -199,6 +226,10 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 		}
 		f.Index = idx
 		sub.mu.Lock()
+		if f.Offset < sub.mu.bound[idx].delivered {
+			sub.mu.Unlock()
+			return nil // a resumed upstream sends again what the client already has
+		}
 		sub.mu.bound[idx].delivered = f.Offset + 1
 		sub.mu.Unlock()
 		sub.series.records.Inc()
@@ -211,11 +242,92 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 		}
 		f.Index = idx
 		sub.mu.Lock()
-		sub.mu.bound[idx].delivered = max(sub.mu.bound[idx].delivered, f.To)
+		if f.To <= sub.mu.bound[idx].delivered {
+			sub.mu.Unlock()
+			return nil
+		}
+		f.From = max(f.From, sub.mu.bound[idx].delivered)
+		sub.mu.bound[idx].delivered = f.To
 		sub.mu.Unlock()
 		sub.w.Buffer(f)
 	}
 	return nil
+}
+
+// clockSkew is how far the clocks of two nodes of a region are assumed to differ at most:
+// a resumed start=latest upstream asks for records stored since the subscription began, less
+// this much.
+const clockSkew = time.Second
+
+// resumes reports whether an upstream to node would resume topics of an earlier one. Run
+// goroutine.
+func (sub *subscription) resumes(node string) bool {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	for _, bt := range sub.mu.bound {
+		if bt.up != nil && bt.up.node == node {
+			return true
+		}
+	}
+	return false
+}
+
+// giveUp ends a failed upstream without ending the subscription: its topics resume when
+// addUpstreams opens a new one to the node. Run goroutine.
+func (sub *subscription) giveUp(up *upstream, err error) {
+	up.gone.Store(true)
+	up.close()
+	if sub.ups[up.node] == up {
+		delete(sub.ups, up.node)
+	}
+	sub.upRetry[up.node] = true
+	sub.s.n.log.Warn("wildcard subscription: upstream node stopped serving its topics; they resume when it is back",
+		"node", up.node, "pattern", sub.req.Pattern, "err", err)
+}
+
+// retryLater makes addUpstreams run again in a second, by a placement change. The return
+// of a node is such a change; this is for an upstream to a node that is alive and linked
+// but could not be opened, which would otherwise wait for the next unrelated change.
+func (sub *subscription) retryLater() {
+	p := sub.s.n.place
+	t := time.AfterFunc(time.Second, p.membersChanged)
+	context.AfterFunc(sub.ctx, func() { t.Stop() })
+}
+
+// rebind moves the client stream's topic idx to a new upstream (remote index remote) and
+// forwards the ACK the client made while it had none. Run goroutine.
+func (sub *subscription) rebind(idx uint64, up *upstream, remote uint64) {
+	up.remote[remote] = idx
+	sub.mu.Lock()
+	bt := &sub.mu.bound[idx]
+	bt.up, bt.remoteIndex = up, remote
+	unsent := bt.unsentAck
+	bt.unsentAck = 0
+	sub.mu.Unlock()
+	if unsent > 0 {
+		sub.forwardAck(idx, boundTopic{up: up, remoteIndex: remote}, unsent-1)
+	}
+}
+
+// forwardAck sends the client's ACK of topic idx (bound as bt) to its upstream. If that
+// upstream failed, the ACK waits in the topic's unsentAck for the next one (rebind), unless
+// the topic was rebound meanwhile: then it goes to the new upstream.
+func (sub *subscription) forwardAck(idx uint64, bt boundTopic, offset uint64) {
+	for {
+		if !bt.up.gone.Load() && bt.up.ack(bt.remoteIndex, offset) == nil {
+			return
+		}
+		sub.mu.Lock()
+		cur := &sub.mu.bound[idx]
+		if cur.up != bt.up && !cur.up.gone.Load() {
+			bt = *cur
+			sub.mu.Unlock()
+			continue
+		}
+		cur.unsentAck = max(cur.unsentAck, offset+1)
+		sub.mu.Unlock()
+		return
+	}
 }
 
 // takeUpstreams takes the upstream frames that are ready, without waiting, and returns how
@@ -238,13 +350,23 @@ func (sub *subscription) takeUpstreams() (int, *wire.Error) {
 // began. A node that cannot be reached yet is tried again at the next placement change.
 func (sub *subscription) addUpstreams() {
 	n := sub.s.n
+	failed := false
 	for _, m := range n.place.members() {
 		if m.name == n.cfg.Name || sub.ups[m.name] != nil || m.status != gossip.StatusAlive || !n.fed.Connected(m.name) {
 			continue
 		}
 		if err := sub.openUpstream(m.name); err != nil {
 			n.log.Debug("wildcard subscription: upstream not opened yet", "node", m.name, "pattern", sub.req.Pattern, "err", err)
+			failed = true
+			continue
 		}
+		if sub.upRetry[m.name] {
+			delete(sub.upRetry, m.name)
+			n.log.Info("wildcard subscription: upstream node serves its topics again", "node", m.name, "pattern", sub.req.Pattern)
+		}
+	}
+	if failed {
+		sub.retryLater()
 	}
 }
 
