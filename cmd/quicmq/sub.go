@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/quicmq/quicmq/client"
 )
@@ -30,6 +32,8 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	region := fs.String("region", "", "replay another region's log of the topic directly, through the node's link to it, without storing it here (offsets are that region's)")
 	count := fs.Int("count", 0, "exit after this many records (0: no limit)")
 	idle := fs.Duration("idle", 0, "exit when no record arrived for this long, e.g. 5s (0: wait forever)")
+	format := fs.String("format", "text", "output: text (OFFSET<TAB>TOPIC<TAB>PAYLOAD per line, the payload as it is) or\n"+
+		"json (one object per line with every field of the record; the payload as a string when it is UTF-8, else payload_base64)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -46,6 +50,9 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	if *idle < 0 {
 		return usageError("--idle must not be negative, got %v", *idle)
 	}
+	if *format != "text" && *format != "json" {
+		return usageError("--format %q: want text or json", *format)
+	}
 	if err := cf.check(); err != nil {
 		return err
 	}
@@ -61,7 +68,7 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	s := &subPrinter{e: e, sub: sub, out: bufio.NewWriter(e.stdout), unacked: map[string]client.Record{}}
+	s := &subPrinter{e: e, sub: sub, out: bufio.NewWriter(e.stdout), json: *format == "json", unacked: map[string]client.Record{}}
 	err = s.run(ctx, *count, *idle)
 	if aerr := s.ackAll(); err == nil {
 		err = aerr
@@ -92,6 +99,7 @@ type subPrinter struct {
 	e       *env
 	sub     *client.Subscription
 	out     *bufio.Writer
+	json    bool                     // --format json
 	unacked map[string]client.Record // per topic, the last printed record not yet acked
 	pending int
 	printed int
@@ -127,7 +135,9 @@ func (s *subPrinter) run(ctx context.Context, count int, idle time.Duration) err
 			}
 			return err
 		}
-		fmt.Fprintf(s.out, "%d\t%s\t%s\n", rec.Offset, rec.Topic, rec.Payload)
+		if err := s.print(rec); err != nil {
+			return err
+		}
 		s.printed++
 		s.unacked[rec.Topic] = rec
 		if s.pending++; s.pending >= ackEvery {
@@ -163,4 +173,45 @@ func (s *subPrinter) ackAll() error {
 	}
 	s.pending = 0
 	return nil
+}
+
+// jsonRecord is a record as --format json prints it.
+type jsonRecord struct {
+	Topic         string            `json:"topic"`
+	Offset        uint64            `json:"offset"`
+	Time          time.Time         `json:"time"`
+	OriginRegion  string            `json:"origin_region,omitempty"`
+	OriginOffset  uint64            `json:"origin_offset"`
+	ProducerID    string            `json:"producer_id,omitempty"`
+	Sequence      uint64            `json:"sequence,omitempty"`
+	Headers       map[string]string `json:"headers,omitempty"` // values as strings: bytes that are not UTF-8 become U+FFFD
+	Payload       *string           `json:"payload,omitempty"`
+	PayloadBase64 []byte            `json:"payload_base64,omitempty"`
+}
+
+func (s *subPrinter) print(rec client.Record) error {
+	if !s.json {
+		_, err := fmt.Fprintf(s.out, "%d\t%s\t%s\n", rec.Offset, rec.Topic, rec.Payload)
+		return err
+	}
+	j := jsonRecord{Topic: rec.Topic, Offset: rec.Offset, Time: rec.Time, OriginRegion: rec.OriginRegion,
+		OriginOffset: rec.OriginOffset, ProducerID: rec.ProducerID, Sequence: rec.Sequence}
+	if utf8.Valid(rec.Payload) {
+		p := string(rec.Payload)
+		j.Payload = &p
+	} else {
+		j.PayloadBase64 = rec.Payload
+	}
+	if len(rec.Headers) > 0 {
+		j.Headers = make(map[string]string, len(rec.Headers))
+		for _, h := range rec.Headers {
+			j.Headers[h.Key] = string(h.Value)
+		}
+	}
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	s.out.Write(b)
+	return s.out.WriteByte('\n')
 }

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -126,5 +129,44 @@ func TestParseStart(t *testing.T) {
 		if _, err := parseStart(bad); err == nil {
 			t.Errorf("parseStart(%q) accepted", bad)
 		}
+	}
+}
+
+// TestSubFormatJSON: --format json prints one object per record with every field; a payload
+// that is not UTF-8 comes as payload_base64, so nothing is mangled.
+func TestSubFormatJSON(t *testing.T) {
+	n := startCLINode(t)
+	publishLines(t, n, "fmt.t", "hello\tworld")
+	c, err := client.Dial(context.Background(), n.addr, client.Options{CAFile: n.ca})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Publish(context.Background(), client.Message{Topic: "fmt.t", Payload: []byte{0xff, 0x00, '\n'},
+		Headers: []client.Header{{Key: "k", Value: []byte("v")}}}); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, "", append([]string{"sub", "--topic", "fmt.t", "--count", "2", "--format", "json"}, n.conn()...)...)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("want 2 lines, got %q", stdout)
+	}
+	var recs [2]jsonRecord
+	for i, l := range lines {
+		if err := json.Unmarshal([]byte(l), &recs[i]); err != nil {
+			t.Fatalf("line %d %q: %v", i, l, err)
+		}
+	}
+	if r := recs[0]; r.Topic != "fmt.t" || r.Offset != 0 || r.Payload == nil || *r.Payload != "hello\tworld" || r.Time.IsZero() {
+		t.Fatalf("first record: %+v", r)
+	}
+	if r := recs[1]; r.Offset != 1 || r.Payload != nil || !bytes.Equal(r.PayloadBase64, []byte{0xff, 0x00, '\n'}) || r.Headers["k"] != "v" {
+		t.Fatalf("second record: %+v", r)
+	}
+	if code, _, stderr := runCLI(t, "", append([]string{"sub", "--topic", "fmt.t", "--format", "yaml"}, n.conn()...)...); code == 0 || !strings.Contains(stderr, `--format "yaml"`) {
+		t.Fatalf("--format yaml: exit %d:\n%s", code, stderr)
 	}
 }
