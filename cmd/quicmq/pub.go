@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,11 +27,26 @@ type pubOpts struct {
 	rate           float64
 	print          bool
 	window         int
+	headers        headerFlags
 	progressPeriod time.Duration // progress lines on stderr in generate mode
 }
 
+// headerFlags collects repeated --header KEY=VALUE flags.
+type headerFlags []client.Header
+
+func (h *headerFlags) String() string { return "" }
+
+func (h *headerFlags) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want KEY=VALUE, got %q", v)
+	}
+	*h = append(*h, client.Header{Key: k, Value: []byte(val)})
+	return nil
+}
+
 func runPub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "pub", "--ca FILE --topic TOPIC [--server HOST:PORT] [--count N [--size BYTES] [--rate R] [--print]]")
+	fs := newFlagSet(e, "pub", "--ca FILE --topic TOPIC [--server HOST:PORT] [--header K=V]... [--count N [--size BYTES] [--rate R] [--print]]")
 	var cf clientFlags
 	cf.register(fs)
 	o := pubOpts{progressPeriod: time.Second}
@@ -41,6 +57,7 @@ func runPub(ctx context.Context, e *env, args []string) error {
 	fs.Float64Var(&o.rate, "rate", 0, "with --count: records per second (0: as fast as the window allows)")
 	fs.BoolVar(&o.print, "print", false, "with --count: print each record's offset, one per line, as it is acknowledged")
 	fs.IntVar(&o.window, "window", 1024, "publishes awaiting their acknowledgement at once (the pipelining window)")
+	fs.Var(&o.headers, "header", "a header KEY=VALUE for every record (repeat the flag for more)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -151,7 +168,7 @@ loop:
 				break loop
 			}
 			n++
-			f, err := conn.PublishAsync(ctx, client.Message{Topic: o.topic, Payload: line})
+			f, err := conn.PublishAsync(ctx, client.Message{Topic: o.topic, Headers: o.headers, Payload: line})
 			var ce *client.Error
 			if err != nil && !errors.As(err, &ce) {
 				fatal = err // the connection is gone or ctx ended: later lines would fail alike
@@ -262,7 +279,7 @@ func pubGenerate(ctx context.Context, e *env, conn *client.Conn, o pubOpts) erro
 				}
 			}
 		}
-		f, err := conn.PublishAsync(ctx, client.Message{Topic: o.topic, Payload: payload})
+		f, err := conn.PublishAsync(ctx, client.Message{Topic: o.topic, Headers: o.headers, Payload: payload})
 		if err != nil {
 			if ctx.Err() != nil {
 				break

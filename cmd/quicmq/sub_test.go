@@ -136,7 +136,13 @@ func TestParseStart(t *testing.T) {
 // that is not UTF-8 comes as payload_base64, so nothing is mangled.
 func TestSubFormatJSON(t *testing.T) {
 	n := startCLINode(t)
-	publishLines(t, n, "fmt.t", "hello\tworld")
+	code, _, stderr := runCLI(t, "hello\tworld\n", append([]string{"pub", "--topic", "fmt.t", "--header", "h1=a=b", "--header", "h2="}, n.conn()...)...)
+	if code != 0 {
+		t.Fatalf("pub --header: exit %d:\n%s", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "x\n", append([]string{"pub", "--topic", "fmt.t", "--header", "novalue"}, n.conn()...)...); code == 0 || !strings.Contains(stderr, "KEY=VALUE") {
+		t.Fatalf("pub --header novalue: exit %d:\n%s", code, stderr)
+	}
 	c, err := client.Dial(context.Background(), n.addr, client.Options{CAFile: n.ca})
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +166,8 @@ func TestSubFormatJSON(t *testing.T) {
 			t.Fatalf("line %d %q: %v", i, l, err)
 		}
 	}
-	if r := recs[0]; r.Topic != "fmt.t" || r.Offset != 0 || r.Payload == nil || *r.Payload != "hello\tworld" || r.Time.IsZero() {
+	if r := recs[0]; r.Topic != "fmt.t" || r.Offset != 0 || r.Payload == nil || *r.Payload != "hello\tworld" || r.Time.IsZero() ||
+		len(r.Headers) != 2 || r.Headers["h1"] != "a=b" || r.Headers["h2"] != "" {
 		t.Fatalf("first record: %+v", r)
 	}
 	if r := recs[1]; r.Offset != 1 || r.Payload != nil || !bytes.Equal(r.PayloadBase64, []byte{0xff, 0x00, '\n'}) || r.Headers["k"] != "v" {
