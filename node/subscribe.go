@@ -60,6 +60,8 @@ type subscription struct {
 	written chan error           // the writer's result for each batch
 	writing bool                 // a batch was handed over and its result not yet taken
 	spare   []byte               // the buffer of the last batch written, reused for the next
+	holding bool                 // a cursor's scanner may hold a log iterator (releaseScans)
+	hold    *time.Timer          // bounds how long waitWrite keeps them (scanHold)
 
 	mu struct {
 		sync.Mutex
@@ -74,7 +76,8 @@ type cursor struct {
 	index  uint64
 	bound  bool // TOPIC frame sent
 	next   uint64
-	cancel func() // stops the log's notifications
+	cancel func()       // stops the log's notifications
+	scan   *wal.Scanner // keeps the log's iterator between reads while the cursor catches up
 }
 
 type boundTopic struct {
@@ -237,6 +240,7 @@ func (sub *subscription) run() *wire.Error {
 	}
 	defer n.interest.Remove(sub.req.Pattern, sub)
 	defer func() {
+		sub.releaseScans()
 		for _, c := range sub.cursors {
 			c.cancel()
 		}
@@ -302,6 +306,7 @@ func (sub *subscription) run() *wire.Error {
 			}
 			continue
 		}
+		sub.releaseScans() // caught up: hold no iterator while idle
 		select {
 		case <-sub.ctx.Done():
 			return sub.ackErr.Load()
@@ -359,7 +364,7 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 		return nil
 	}
 	n := sub.s.n
-	c := &cursor{topic: topic}
+	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic)}
 	// Register for wake-ups before reading the bounds, so no append is missed.
 	c.cancel = n.wal.Notify(topic, sub.wake)
 	next, err := sub.startOffset(topic, created)
@@ -469,7 +474,8 @@ const maxReadRecords = 4096
 func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 	n := sub.s.n
 	bytes := 0
-	got, err := n.wal.ReadFunc(c.topic, c.next, maxReadRecords, n.cfg.ReadAhead, func(rec *wal.Record) error {
+	sub.holding = true
+	got, err := c.scan.ReadFunc(c.next, maxReadRecords, n.cfg.ReadAhead, func(rec *wal.Record) error {
 		if !c.bound {
 			sub.bind(c)
 		}
@@ -555,14 +561,50 @@ func (sub *subscription) writer() {
 	}
 }
 
+// scanHold is how long waitWrite keeps the cursors' log iterators open while the writer is
+// still busy: longer than writing one batch takes when the client keeps up, so a replay reads
+// the log with one iterator from batch to batch (wal.Scanner), and short enough that a stalled
+// subscriber pins nothing of the store.
+const scanHold = 5 * time.Millisecond
+
 // waitWrite waits until the batch flush handed over, if any, is written, and returns the
-// write's error.
+// write's error. A wait longer than scanHold releases the log iterators first.
 func (sub *subscription) waitWrite() error {
 	if !sub.writing {
 		return nil
 	}
 	sub.writing = false
+	if sub.holding {
+		select {
+		case err := <-sub.written:
+			return err
+		default:
+		}
+		if sub.hold == nil {
+			sub.hold = time.NewTimer(scanHold)
+		} else {
+			sub.hold.Reset(scanHold) // stopped or fired: since Go 1.23 no stale tick is left
+		}
+		select {
+		case err := <-sub.written:
+			sub.hold.Stop()
+			return err
+		case <-sub.hold.C:
+			sub.releaseScans()
+		}
+	}
 	return <-sub.written
+}
+
+// releaseScans closes the log iterators the cursors' scanners hold.
+func (sub *subscription) releaseScans() {
+	if !sub.holding {
+		return
+	}
+	for _, c := range sub.cursors {
+		c.scan.Release()
+	}
+	sub.holding = false
 }
 
 // lag is the number of durable records in the subscription's topics not yet handed to the

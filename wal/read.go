@@ -64,9 +64,9 @@ func (l *Log) Topics() []TopicInfo {
 // *OffsetOutOfRangeError; an unknown topic ErrUnknownTopic. The records own
 // their bytes (copied out of Pebble).
 func (l *Log) Read(topic string, from uint64, maxRecords int, maxBytes int) ([]Record, error) {
-	var s slab
 	var out []Record
-	if _, err := l.scan(topic, from, maxRecords, maxBytes, &s, func(r *Record) error {
+	sc := Scanner{l: l, topic: topic}
+	if _, err := l.scan(&sc, false, from, maxRecords, maxBytes, func(r *Record) error {
 		out = append(out, *r)
 		return nil
 	}); err != nil {
@@ -77,19 +77,79 @@ func (l *Log) Read(topic string, from uint64, maxRecords int, maxBytes int) ([]R
 
 // ReadFunc is Read without the copies: it calls fn for each record in offset order, with a
 // record whose byte slices point into Pebble's memory and are valid only until fn returns
-// (strings stay valid); the *Record itself is reused from call to call. fn must not block: the read holds an iterator open. It returns how
-// many records fn accepted; on an error after some records (a corrupt one, a retention race)
-// those records were good, and the error concerns the next one. An error from fn stops the
-// read and is returned as it is.
+// (strings stay valid); the *Record itself is reused from call to call. fn must not block:
+// the read holds an iterator open. It returns how many records fn accepted; on an error after
+// some records (a corrupt one, a retention race) those records were good, and the error
+// concerns the next one. An error from fn stops the read and is returned as it is.
 func (l *Log) ReadFunc(topic string, from uint64, maxRecords int, maxBytes int, fn func(*Record) error) (int, error) {
-	s := slab{alias: true}
-	return l.scan(topic, from, maxRecords, maxBytes, &s, fn)
+	sc := Scanner{l: l, topic: topic, s: slab{alias: true}}
+	return l.scan(&sc, false, from, maxRecords, maxBytes, fn)
 }
 
-// scan is the loop of Read and ReadFunc; s decides whether values are copied.
-func (l *Log) scan(topic string, from uint64, maxRecords int, maxBytes int, s *slab, fn func(*Record) error) (int, error) {
+// Scanner reads one topic in batches, like ReadFunc, but keeps its Pebble iterator from one
+// batch to the next while the reads continue where the last one stopped: a subscription that
+// catches up reads the log in batches of its read-ahead, and a new iterator per batch costs
+// the scan about half again (each one re-positions and restarts Pebble's sequential
+// read-ahead). The iterator sees only records below the high-watermark it was opened at; a
+// read past that opens a new one.
+//
+// An open iterator pins the store's files and memtables, so a caller releases it (Release)
+// before anything that may wait for long: a Scanner must never hold one while its consumer is
+// stalled. Release before the Log is closed. One goroutine owns a Scanner.
+type Scanner struct {
+	l     *Log
+	topic string
+	s     slab
+	rec   Record // reused for every record handed to fn
+
+	it    *pebble.Iterator // nil when released
+	t     *topic           // the topic it reads
+	lower uint64           // it sees the offsets from lower
+	upper uint64           // up to, not including, upper
+	at    uint64           // the offset of the record it is positioned on, when valid
+	valid bool
+	opens int // iterators opened so far (for tests)
+}
+
+// NewScanner returns a Scanner of topic; it opens no iterator until the first read.
+func (l *Log) NewScanner(topic string) *Scanner {
+	return &Scanner{l: l, topic: topic, s: slab{alias: true}}
+}
+
+// ReadFunc is Log.ReadFunc on the Scanner's topic, with the same contract, continuing with
+// the iterator of the previous read when it can.
+func (sc *Scanner) ReadFunc(from uint64, maxRecords int, maxBytes int, fn func(*Record) error) (int, error) {
+	return sc.l.scan(sc, true, from, maxRecords, maxBytes, fn)
+}
+
+// Release closes the Scanner's iterator, if one is open; the next read opens a new one.
+func (sc *Scanner) Release() {
+	if sc.it == nil {
+		return
+	}
+	sc.l.db.RLock()
+	if !sc.l.db.closed { // after Close, Pebble has reported the iterator as leaked
+		sc.closeLocked()
+	}
+	sc.l.db.RUnlock()
+	sc.it = nil
+}
+
+// closeLocked closes the iterator; the caller holds l.db's read lock.
+func (sc *Scanner) closeLocked() {
+	if sc.it != nil {
+		_ = sc.it.Close() // a read that met an error has returned it already
+	}
+	sc.it, sc.t, sc.valid = nil, nil, false
+}
+
+// scan is the loop of Read, ReadFunc and Scanner.ReadFunc: it reads with sc's iterator,
+// opening or re-positioning it as needed, and closes it at the end unless keep.
+func (l *Log) scan(sc *Scanner, keep bool, from uint64, maxRecords int, maxBytes int, fn func(*Record) error) (int, error) {
+	topic := sc.topic
 	v, ok := l.view(topic)
 	if !ok {
+		sc.Release()
 		return 0, fmt.Errorf("wal: read %q: %w", topic, ErrUnknownTopic)
 	}
 	if from < v.first {
@@ -107,21 +167,50 @@ func (l *Log) scan(topic string, from uint64, maxRecords int, maxBytes int, s *s
 		return 0, fmt.Errorf("wal: read %q: %w", topic, err)
 	}
 	defer l.db.RUnlock()
-	it, err := db.NewIter(&pebble.IterOptions{
-		LowerBound: recordKey(v.t.id, from),
-		UpperBound: recordKey(v.t.id, end),
-	})
-	if err != nil {
-		return 0, fmt.Errorf("wal: read %q: %w", topic, err)
+	if !keep {
+		defer sc.closeLocked()
 	}
-	defer it.Close()
+	if sc.it != nil && (sc.t != v.t || from < sc.lower || from >= sc.upper) {
+		sc.closeLocked()
+	}
+	switch {
+	case sc.it == nil:
+		// Bounded by the high-watermark, not by end: a Scanner goes on with it.
+		upper := v.hwm
+		if !keep {
+			upper = end
+		}
+		it, err := db.NewIter(&pebble.IterOptions{
+			LowerBound: recordKey(v.t.id, from),
+			UpperBound: recordKey(v.t.id, upper),
+		})
+		if err != nil {
+			return 0, fmt.Errorf("wal: read %q: %w", topic, err)
+		}
+		sc.it, sc.t, sc.lower, sc.upper = it, v.t, from, upper
+		sc.opens++
+		sc.valid = it.First()
+	case sc.valid && sc.at == from:
+	case sc.valid && sc.at+1 == from:
+		sc.valid = sc.it.Next()
+	default:
+		sc.valid = sc.it.SeekGE(recordKey(v.t.id, from))
+	}
+	end = min(end, sc.upper)
 
 	n := 0
 	next, size := from, 0
 	// One Record for the whole scan: fn is a func value, so the record it is given escapes;
 	// a variable per record would be a heap allocation per record.
-	rec := new(Record)
-	for ok := it.First(); ok; ok = it.Next() {
+	rec := &sc.rec
+	it := sc.it
+	for ; sc.valid; sc.valid = it.Next() {
+		key := it.Key()
+		_, off, _ := parseRecordKey(key)
+		sc.at = off
+		if next >= end {
+			return n, nil // positioned on the next record, for the next read
+		}
 		val, err := it.ValueAndErr()
 		if err != nil {
 			return n, fmt.Errorf("wal: read %q at %d: %w", topic, next, err)
@@ -129,11 +218,11 @@ func (l *Log) scan(topic string, from uint64, maxRecords int, maxBytes int, s *s
 		if maxBytes > 0 && n > 0 && size+len(val) > maxBytes {
 			return n, nil
 		}
-		if _, off, _ := parseRecordKey(it.Key()); off != next {
+		if off != next {
 			return n, l.missing(v, next)
 		}
 		var reason string
-		*rec, reason = decodeRecord(it.Key(), val, s)
+		*rec, reason = decodeRecord(key, val, &sc.s)
 		if reason != "" {
 			return n, &CorruptError{Topic: topic, Offset: next, Reason: reason}
 		}
