@@ -77,14 +77,18 @@ func TestPublishProtocolErrors(t *testing.T) {
 	streams := make(chan *quic.Stream, 4)
 	f := newFakeNode(t, func(s *quic.Stream, r *wire.Reader, first wire.Frame) {
 		streams <- s
-		p := first.(*wire.Publish)
-		second, err := r.Read()
-		if err != nil {
-			return
+		// The two publishes come in one PUBLISH_BATCH or in two frames.
+		seqs := publishSeqs(first)
+		for len(seqs) < 2 {
+			f, err := r.Read()
+			if err != nil {
+				return
+			}
+			seqs = append(seqs, publishSeqs(f)...)
 		}
 		// Answer the second publish first.
-		s.Write(wire.Append(nil, &wire.PublishAck{Seq: second.(*wire.Publish).Seq, Offset: 1}))
-		s.Write(wire.Append(nil, &wire.PublishAck{Seq: p.Seq, Offset: 0}))
+		s.Write(wire.Append(nil, &wire.PublishAck{Seq: seqs[1], Offset: 1}))
+		s.Write(wire.Append(nil, &wire.PublishAck{Seq: seqs[0], Offset: 0}))
 		io.Copy(io.Discard, s)
 	})
 	c := dialFake(t, f)
@@ -120,6 +124,48 @@ func TestPublishProtocolErrors(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || e.Code != CodeTooLarge || !strings.Contains(err.Error(), "limit of 204800") {
 		t.Fatalf("payload over WELCOME's max: %v", err)
+	}
+}
+
+// PUBLISH_ACKS resolves a run of futures at consecutive offsets with one time, in order, and
+// mixes with PUBLISH_ACK on the same stream.
+func TestPublishAcksResolveRuns(t *testing.T) {
+	f := newFakeNode(t, func(s *quic.Stream, r *wire.Reader, first wire.Frame) {
+		seqs := publishSeqs(first)
+		for len(seqs) < 5 {
+			f, err := r.Read()
+			if err != nil {
+				return
+			}
+			seqs = append(seqs, publishSeqs(f)...)
+		}
+		var b []byte
+		b = wire.Append(b, &wire.PublishAcks{Seq: seqs[0], Count: 3, Offset: 100, Time: 42})
+		b = wire.Append(b, &wire.PublishAck{Seq: seqs[3], Offset: 7, Time: 43})
+		b = wire.Append(b, &wire.PublishAcks{Seq: seqs[4], Count: 1, Offset: 9, Time: 44})
+		s.Write(b)
+		io.Copy(io.Discard, s)
+	})
+	c := dialFake(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var futures []*Future
+	for i := range 5 {
+		fut, err := c.PublishAsync(ctx, Message{Topic: "t", Payload: []byte{byte(i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, fut)
+	}
+	want := []struct {
+		off uint64
+		tm  int64
+	}{{100, 42}, {101, 42}, {102, 42}, {7, 43}, {9, 44}}
+	for i, fut := range futures {
+		ack, err := fut.Wait(ctx)
+		if err != nil || ack.Offset != want[i].off || ack.Time.UnixNano() != want[i].tm || ack.Topic != "t" {
+			t.Fatalf("publish %d: %+v, %v; want offset %d time %d", i, ack, err, want[i].off, want[i].tm)
+		}
 	}
 }
 
@@ -241,4 +287,19 @@ func TestDeliveredRecordsOwnTheirBytes(t *testing.T) {
 			t.Fatalf("record %d changed after later reads: %+v", i, r)
 		}
 	}
+}
+
+// publishSeqs returns the seqs of the publishes a PUBLISH or PUBLISH_BATCH frame carries.
+func publishSeqs(f wire.Frame) []uint64 {
+	switch f := f.(type) {
+	case *wire.Publish:
+		return []uint64{f.Seq}
+	case *wire.PublishBatch:
+		var seqs []uint64
+		for _, p := range f.Publishes {
+			seqs = append(seqs, p.Seq)
+		}
+		return seqs
+	}
+	return nil
 }

@@ -43,11 +43,11 @@ type Future struct {
 	err  error // set before done is closed
 	c    *Conn
 
-	// Set by the writer goroutine before the future is queued, read by the reader goroutine
-	// under the publisher's mutex.
-	seq   uint64
 	topic string
-	frame wire.Publish // owned by the writer goroutine
+	// seq is set when the writer takes the future (under the publisher's mutex), and read by
+	// the reader goroutine under the same mutex.
+	seq   uint64
+	frame wire.Publish // owned by the writer goroutine once queued
 }
 
 // Done is closed when the result is known.
@@ -113,26 +113,18 @@ func (c *Conn) PublishAsync(ctx context.Context, m Message) (*Future, error) {
 	case <-p.dead:
 		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, p.failure())
 	}
-	f := &Future{done: make(chan struct{}), c: c, frame: wire.Publish{
+	f := &Future{done: make(chan struct{}), c: c, topic: m.Topic, frame: wire.Publish{
 		Topic:      m.Topic,
 		ProducerID: m.ProducerID,
 		Sequence:   m.Sequence,
 		Headers:    toWireHeaders(m.Headers),
 		Payload:    m.Payload,
 	}}
-	var fail error
-	select {
-	case p.reqs <- f:
-		return f, nil
-	case <-ctx.Done():
-		fail = ctx.Err()
-	case <-c.closing:
-		fail = fmt.Errorf("client: publish to %q: %w", m.Topic, ErrClosed)
-	case <-p.dead:
-		fail = fmt.Errorf("client: publish to %q: %w", m.Topic, p.failure())
+	if err := p.queue(f); err != nil {
+		<-c.window
+		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
 	}
-	<-c.window
-	return nil, fail
+	return f, nil
 }
 
 // checkMessage refuses, before anything is sent, what the node could only answer by closing
@@ -191,7 +183,7 @@ func (c *Conn) publisher(ctx context.Context) (*publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &publisher{c: c, s: s, reqs: make(chan *Future), dead: make(chan struct{})}
+	p := &publisher{c: c, s: s, kick: make(chan struct{}, 1), dead: make(chan struct{})}
 	c.mu.Lock()
 	if c.mu.closed {
 		c.mu.Unlock()
@@ -216,19 +208,61 @@ func (c *Conn) currentPublisher() *publisher {
 	return nil
 }
 
-// publisher is one publish stream. The writer goroutine owns the sending side (sequence
-// numbers, encoding, batching); the reader goroutine owns the receiving side and resolves the
-// futures in pending, which the node answers in order. Both belong to the Conn.
+// publisher is one publish stream. PublishAsync queues futures under the mutex and kicks the
+// writer goroutine, which owns the sending side (sequence numbers, encoding, batching) and
+// takes everything queued at once: no goroutine hand-off per publish. The reader goroutine
+// owns the receiving side and resolves the futures in pending, which the node answers in
+// order. Both goroutines belong to the Conn.
 type publisher struct {
 	c    *Conn
 	s    *quic.Stream
-	reqs chan *Future  // PublishAsync -> writer
+	kick chan struct{} // 1-buffered: the queue became non-empty
 	dead chan struct{} // closed by fail
 	mu   struct {
 		sync.Mutex
-		pending []*Future // sent, unanswered, in send order
+		queued  []*Future // from PublishAsync, not yet taken by the writer, in call order
+		pending []*Future // taken by the writer (sent or being encoded), unanswered, in seq order
 		err     error     // why the stream failed; set once
 	}
+}
+
+// queue hands f to the writer, or returns the stream's failure. A future queued before the
+// stream fails is resolved by fail, like a pending one.
+func (p *publisher) queue(f *Future) error {
+	p.mu.Lock()
+	if err := p.mu.err; err != nil {
+		p.mu.Unlock()
+		return err
+	}
+	p.mu.queued = append(p.mu.queued, f)
+	first := len(p.mu.queued) == 1
+	p.mu.Unlock()
+	if first {
+		select {
+		case p.kick <- struct{}{}:
+		default: // a kick is already waiting
+		}
+	}
+	return nil
+}
+
+// take moves every queued future to pending, numbering them, and returns them; spare (its
+// futures already encoded) becomes the new queue. ok is false once the stream failed.
+func (p *publisher) take(seq *uint64, spare []*Future) (taken []*Future, ok bool) {
+	clear(spare)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mu.err != nil {
+		return nil, false
+	}
+	taken = p.mu.queued
+	p.mu.queued = spare[:0]
+	for _, f := range taken {
+		*seq++
+		f.seq, f.frame.Seq = *seq, *seq
+		p.mu.pending = append(p.mu.pending, f)
+	}
+	return taken, true
 }
 
 func (p *publisher) failure() error {
@@ -238,40 +272,44 @@ func (p *publisher) failure() error {
 }
 
 // writeLoop sends queued publishes. It takes every publish already waiting before it flushes,
-// so under load many frames share one stream write; when idle each publish goes out at once.
+// so under load many publishes share one stream write, and consecutive publishes to one topic
+// share one PUBLISH_BATCH frame (at most batchBody bytes; the node answers them with
+// PUBLISH_ACKS); when idle each publish goes out at once.
 func (p *publisher) writeLoop() {
 	defer p.c.wg.Done()
 	w := wire.NewWriter(p.s)
+	batchBody := min(maxBatchBody, p.c.lim.MaxFrame)
 	// One timer for every linger: a new one per flush would be an allocation per write.
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
 	var seq uint64
+	var taken []*Future
 	for {
-		var f *Future
 		select {
-		case f = <-p.reqs:
+		case <-p.kick:
 		case <-p.dead:
 			return
 		case <-p.c.closing:
 			return
 		}
-		for f != nil {
-			seq++
-			f.seq, f.topic, f.frame.Seq = seq, f.frame.Topic, seq
-			if !p.enqueue(f) {
-				return
+		for {
+			var ok bool
+			if taken, ok = p.take(&seq, taken); !ok {
+				return // fail resolved every future
 			}
-			err := w.Write(&f.frame)
-			f.frame = wire.Publish{} // encoded: drop the references to the caller's buffers
-			if err != nil {
-				p.fail(p.c.streamErr(err))
-				return
+			for _, f := range taken {
+				w.BufferPublish(&f.frame, batchBody)
+				f.frame = wire.Publish{} // encoded: drop the references to the caller's buffers
+				if w.Buffered() >= maxWrite {
+					if err := w.Flush(); err != nil {
+						p.fail(p.c.streamErr(err))
+						return
+					}
+				}
 			}
-			select {
-			case f = <-p.reqs:
-			default:
-				f = p.linger(w, t)
+			if len(taken) == 0 && !p.linger(w, t) {
+				break
 			}
 		}
 		if err := w.Flush(); err != nil {
@@ -281,11 +319,16 @@ func (p *publisher) writeLoop() {
 	}
 }
 
+const (
+	maxBatchBody = 64 << 10 // body bytes of one PUBLISH_BATCH frame
+	maxWrite     = 64 << 10 // buffered bytes that are written without waiting for more
+)
+
 // linger decides whether to wait a moment for another publish before flushing. With many
 // publishes unanswered the acks are coming anyway, and a fuller write lets QUIC send fewer,
 // larger packets (each one costs a system call and an ack on both sides). With few pending,
 // it flushes at once, so a lone publish is never delayed.
-func (p *publisher) linger(w *wire.Writer, t *time.Timer) *Future {
+func (p *publisher) linger(w *wire.Writer, t *time.Timer) bool {
 	const (
 		minPending = 64
 		maxBuffer  = 32 << 10
@@ -295,40 +338,26 @@ func (p *publisher) linger(w *wire.Writer, t *time.Timer) *Future {
 	pending := len(p.mu.pending)
 	p.mu.Unlock()
 	if pending < minPending || w.Buffered() >= maxBuffer {
-		return nil
+		return false
 	}
 	t.Reset(wait) // stopped or expired: since Go 1.23 no stale tick is left in t.C
 	defer t.Stop()
 	select {
-	case f := <-p.reqs:
-		return f
+	case <-p.kick:
+		return true
 	case <-t.C:
-		return nil
-	}
-}
-
-// enqueue appends f to the pending queue before its frame is written, so that its answer
-// always finds it. On a failed stream it resolves f with the failure instead.
-func (p *publisher) enqueue(f *Future) bool {
-	p.mu.Lock()
-	err := p.mu.err
-	if err == nil {
-		p.mu.pending = append(p.mu.pending, f)
-	}
-	p.mu.Unlock()
-	if err != nil {
-		f.complete(Ack{}, fmt.Errorf("client: publish to %q: %w", f.topic, err))
 		return false
 	}
-	return true
 }
 
 // readLoop matches the node's answers to pending futures until the stream fails.
 func (p *publisher) readLoop() {
 	defer p.c.wg.Done()
-	r := wire.NewReader(p.s, p.c.lim)
+	// Decoded in place (wire.Decoder): each answer is used before the next is read, so a
+	// PUBLISH_ACK costs no allocation.
+	r := newFrameReader(p.s, p.c.lim)
 	for {
-		fr, err := r.Read()
+		fr, err := r.next(context.Background())
 		if err != nil {
 			if err == io.EOF {
 				err = errorf(CodeProtocol, "the node closed the publish stream")
@@ -341,6 +370,11 @@ func (p *publisher) readLoop() {
 		switch f := fr.(type) {
 		case *wire.PublishAck:
 			err = p.resolve(f.Seq, f.Offset, time.Unix(0, f.Time), nil)
+		case *wire.PublishAcks:
+			t := time.Unix(0, f.Time)
+			for k := uint64(0); k < f.Count && err == nil; k++ {
+				err = p.resolve(f.Seq+k, f.Offset+k, t, nil)
+			}
 		case *wire.PublishError:
 			err = p.resolve(f.Seq, 0, time.Time{}, fromWire(f.Code, f.Message))
 		case *wire.ErrorFrame:
@@ -387,8 +421,8 @@ func (p *publisher) fail(err error) {
 		return
 	}
 	p.mu.err = err
-	pending := p.mu.pending
-	p.mu.pending = nil
+	pending := append(p.mu.pending, p.mu.queued...)
+	p.mu.pending, p.mu.queued = nil, nil
 	close(p.dead)
 	p.mu.Unlock()
 	for _, f := range pending {

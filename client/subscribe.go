@@ -91,8 +91,12 @@ type Subscription struct {
 	readMu sync.Mutex // held by Next, and by Close while it drains; guards the fields below
 	fr     *frameReader
 	topics map[uint64]string // stream-local index -> topic name, from TOPIC frames
-	err    error             // terminal: every later Next returns it
-	slab   slab              // owns the delivered payloads
+	// The last topic looked up in topics: records come in runs of one topic, so most
+	// records skip the map.
+	lastIndex uint64
+	lastTopic string
+	err       error // terminal: every later Next returns it
+	slab      slab  // owns the delivered payloads
 
 	wmu      sync.Mutex // guards the sending side and the fields below
 	names    map[string]uint64
@@ -182,9 +186,12 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 		}
 		switch f := f.(type) {
 		case *wire.Record:
-			name, ok := s.topics[f.Index]
+			name, ok := s.lastTopic, s.lastIndex == f.Index && s.lastTopic != ""
 			if !ok {
-				return Record{}, s.end(errorf(CodeProtocol, "RECORD for topic index %d before its TOPIC", f.Index))
+				if name, ok = s.topics[f.Index]; !ok {
+					return Record{}, s.end(errorf(CodeProtocol, "RECORD for topic index %d before its TOPIC", f.Index))
+				}
+				s.lastIndex, s.lastTopic = f.Index, name
 			}
 			return Record{
 				Topic:        name,
@@ -199,6 +206,9 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			}, nil
 		case *wire.Topic:
 			s.topics[f.Index] = f.Name
+			if f.Index == s.lastIndex {
+				s.lastTopic = "" // rebound: look it up again
+			}
 			s.wmu.Lock()
 			s.names[f.Name] = f.Index
 			s.wmu.Unlock()

@@ -406,9 +406,10 @@ func replaySet(b *testing.B) (dir string, count int) {
 }
 
 // BenchmarkReplay: a subscription from offset 0 (client.Subscribe with Earliest) reading the
-// whole data set through a node on loopback; then the baseline, a raw Pebble scan of the same
-// store's record keys copying each value out (into shared chunks, as any reader that keeps a
-// record past Next must). One op is one full replay.
+// whole data set through a node on loopback; "wal/scan", the node's log read alone, for the
+// reading; then the baseline, a raw Pebble scan of the same store's record keys copying each
+// value out (into shared chunks, as any reader that keeps a record past Next must). One op is
+// one full replay.
 func BenchmarkReplay(b *testing.B) {
 	dir, count := replaySet(b)
 	b.Run("node/subscribe", func(b *testing.B) {
@@ -430,6 +431,29 @@ func BenchmarkReplay(b *testing.B) {
 		b.ReportMetric(rate, "records/s")
 		reportCPU(b, cpu, float64(count)*float64(b.N), "record")
 		medians.add("replay", b.N, rate)
+	})
+	// Not a partner of the ratio: the node's log read alone (a wal.Scanner in batches of the
+	// node's read-ahead, as a subscription reads it, records decoded and checked), to tell the
+	// log's share of node/subscribe from QUIC's and the client's.
+	b.Run("wal/scan", func(b *testing.B) {
+		l, err := wal.Open(filepath.Join(dir, "log"), wal.Options{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer l.Close()
+		b.SetBytes(int64(count) * replaySize)
+		b.ResetTimer()
+		cpu := processCPU(b)
+		start := time.Now()
+		for range b.N {
+			if err := walScanAll(l, count); err != nil {
+				b.Fatal(err)
+			}
+		}
+		rate := float64(count) * float64(b.N) / time.Since(start).Seconds()
+		b.StopTimer()
+		b.ReportMetric(rate, "records/s")
+		reportCPU(b, cpu, float64(count)*float64(b.N), "record")
 	})
 	b.Run("raw-pebble/scan", func(b *testing.B) {
 		db := rawPebble(b, filepath.Join(dir, "log"))
@@ -469,6 +493,30 @@ func replayAll(c *client.Conn, count int) error {
 		}
 		if rec.Offset != off || len(rec.Payload) != replaySize {
 			return fmt.Errorf("got offset %d (%d B), want %d (%d B)", rec.Offset, len(rec.Payload), off, replaySize)
+		}
+	}
+	return nil
+}
+
+// walScanAll reads the replay set's topic through one wal.Scanner in batches of the node's
+// default read-ahead (256 KiB) and at most 4,096 records, as a subscription does.
+func walScanAll(l *wal.Log, count int) error {
+	sc := l.NewScanner("bench.replay")
+	defer sc.Release()
+	next := uint64(0)
+	for next < uint64(count) {
+		n, err := sc.ReadFunc(next, 4096, 256<<10, func(r *wal.Record) error {
+			if r.Offset != next || len(r.Payload) != replaySize {
+				return fmt.Errorf("got offset %d (%d B), want %d", r.Offset, len(r.Payload), next)
+			}
+			next++
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("read stopped at %d of %d records", next, count)
 		}
 	}
 	return nil

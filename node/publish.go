@@ -34,6 +34,9 @@ type publisher struct {
 	wake   chan struct{} // a batch completed, or reading ended
 
 	draining atomic.Bool
+	// ranges is set once the stream carried a PUBLISH_BATCH: its client then understands
+	// PUBLISH_ACKS, and the writer answers runs of successes with one.
+	ranges atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -80,8 +83,9 @@ func (p *publisher) drain() {
 	p.str.CancelRead(wire.AppShutdown) // unblocks the reader; pending publishes still get answers
 }
 
-// run reads publishes until the stream ends, then waits for every answer to be written.
-func (p *publisher) run(first *wire.Publish) {
+// run reads publishes (first is the stream's first frame, PUBLISH or PUBLISH_BATCH) until
+// the stream ends, then waits for every answer to be written.
+func (p *publisher) run(first wire.Frame) {
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -112,14 +116,23 @@ func (p *publisher) run(first *wire.Publish) {
 // stream ended (FIN, reset, drain or connection loss).
 func (p *publisher) readLoop(f wire.Frame) *wire.Error {
 	for {
-		pub, ok := f.(*wire.Publish)
-		if !ok {
-			return wire.Errorf(wire.CodeProtocol, "a publish stream carries only PUBLISH frames, got %s", f.Type())
+		switch f := f.(type) {
+		case *wire.Publish:
+			if !p.acquire() {
+				return nil
+			}
+			p.add(f)
+		case *wire.PublishBatch:
+			p.ranges.Store(true)
+			for i := range f.Publishes {
+				if !p.acquire() {
+					return nil
+				}
+				p.add(&f.Publishes[i])
+			}
+		default:
+			return wire.Errorf(wire.CodeProtocol, "a publish stream carries only PUBLISH and PUBLISH_BATCH frames, got %s", f.Type())
 		}
-		if !p.acquire() {
-			return nil
-		}
-		p.add(pub)
 		// Keep building the batch while frames are already buffered; submit before blocking.
 		if !p.r.FrameBuffered() {
 			p.submit()
@@ -265,6 +278,11 @@ func (p *publisher) writeAnswers() {
 	w := wire.NewWriter(p.str)
 	m := p.s.n.metrics
 	writeFailed := false
+	// One frame value of each kind, reused: Write encodes at once, and a new one per answer
+	// would be a heap allocation per record.
+	var ack wire.PublishAck
+	var acks wire.PublishAcks
+	var perr wire.PublishError
 	for {
 		p.mu.Lock()
 		var ready []*pendingBatch
@@ -281,7 +299,28 @@ func (p *publisher) writeAnswers() {
 				b.err = appendError(b.res.Err)
 			}
 			ok := 0
-			for i, seq := range b.seqs {
+			seqs := b.seqs // those still to answer one by one
+			if b.err == nil && b.offsets == nil && p.ranges.Load() {
+				// Appended at consecutive offsets with one time: one PUBLISH_ACKS per run
+				// of consecutive seqs.
+				for i := 0; i < len(b.seqs); {
+					j := i + 1
+					for j < len(b.seqs) && b.seqs[j] == b.seqs[j-1]+1 {
+						j++
+					}
+					acks = wire.PublishAcks{Seq: b.seqs[i], Count: uint64(j - i), Offset: b.res.First + uint64(i), Time: b.res.Time}
+					if !writeFailed && w.Write(&acks) != nil {
+						writeFailed = true
+						p.str.CancelRead(wire.AppCancelled)
+					}
+					i = j
+				}
+				for range b.seqs {
+					<-p.window
+				}
+				ok, seqs = len(b.seqs), nil
+			}
+			for i, seq := range seqs {
 				var f wire.Frame
 				e := b.err
 				if e == nil && b.errs != nil {
@@ -289,13 +328,16 @@ func (p *publisher) writeAnswers() {
 				}
 				switch {
 				case e != nil:
-					f = &wire.PublishError{Seq: seq, Code: e.Code, Message: e.Message}
+					perr = wire.PublishError{Seq: seq, Code: e.Code, Message: e.Message}
+					f = &perr
 					m.publishErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
 				case b.offsets != nil:
-					f = &wire.PublishAck{Seq: seq, Offset: b.offsets[i], Time: b.times[i]}
+					ack = wire.PublishAck{Seq: seq, Offset: b.offsets[i], Time: b.times[i]}
+					f = &ack
 					ok++
 				default:
-					f = &wire.PublishAck{Seq: seq, Offset: b.res.First + uint64(i), Time: b.res.Time}
+					ack = wire.PublishAck{Seq: seq, Offset: b.res.First + uint64(i), Time: b.res.Time}
+					f = &ack
 					ok++
 				}
 				if !writeFailed && w.Write(f) != nil {

@@ -245,7 +245,7 @@ func (s *session) serveStream(str *quic.Stream) {
 		return
 	}
 	switch f := f.(type) {
-	case *wire.Publish:
+	case *wire.Publish, *wire.PublishBatch:
 		if s.peer && s.peerRegion() != s.n.cfg.Region {
 			s.failStream(str, wire.Errorf(wire.CodeForbidden, "nodes of other regions do not publish here; records cross regions by mirroring"))
 			return

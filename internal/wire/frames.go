@@ -26,6 +26,8 @@ const (
 	TypePublish      Type = 0x10 // client -> node
 	TypePublishAck   Type = 0x11 // node -> client, after the record is durable
 	TypePublishError Type = 0x12 // node -> client, the publish failed; the stream goes on
+	TypePublishBatch Type = 0x13 // client -> node, a run of publishes to one topic (publishbatch.go)
+	TypePublishAcks  Type = 0x14 // node -> client, a run of publishes is durable
 	TypeSubscribe    Type = 0x20 // client -> node, first frame of a subscription stream
 	TypeSubscribed   Type = 0x21 // node -> client, the subscription is set up
 	TypeTopic        Type = 0x22 // node -> client, binds a stream-local topic index to a name
@@ -45,6 +47,7 @@ const (
 var typeNames = map[Type]string{
 	TypeHello: "HELLO", TypeWelcome: "WELCOME", TypeError: "ERROR",
 	TypePublish: "PUBLISH", TypePublishAck: "PUBLISH_ACK", TypePublishError: "PUBLISH_ERROR",
+	TypePublishBatch: "PUBLISH_BATCH", TypePublishAcks: "PUBLISH_ACKS",
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
@@ -271,6 +274,10 @@ func newFrame(t Type) Frame {
 		return new(PublishAck)
 	case TypePublishError:
 		return new(PublishError)
+	case TypePublishBatch:
+		return new(PublishBatch)
+	case TypePublishAcks:
+		return new(PublishAcks)
 	case TypeSubscribe:
 		return new(Subscribe)
 	case TypeSubscribed:

@@ -17,6 +17,7 @@ func addSeeds(f *testing.F) {
 	}
 	f.Add(all)
 	f.Add(recordsSeed())
+	f.Add(publishBatchSeed())
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Flags: SubscribeRecords}))
 	f.Add([]byte{byte(TypePublish), 0xff, 0xff, 0xff, 0xff})
 	f.Add([]byte{})
@@ -129,6 +130,12 @@ func normalize(f Frame) Frame {
 		c.Payload = nilIfEmpty(c.Payload)
 		c.Headers = normHeaders(c.Headers)
 		return &c
+	case *PublishBatch:
+		c := PublishBatch{Seq: v.Seq, Topic: v.Topic, Publishes: make([]Publish, len(v.Publishes))}
+		for i := range v.Publishes {
+			c.Publishes[i] = *normalize(&v.Publishes[i]).(*Publish)
+		}
+		return &c
 	case *Records:
 		c := Records{Index: v.Index, Records: make([]Record, len(v.Records))}
 		for i := range v.Records {
@@ -165,6 +172,21 @@ func recordsSeed() []byte {
 	w.BufferRecord(&Record{Index: 2, Offset: 7, Time: 100, OriginRegion: "eu", OriginOffset: 7, Payload: []byte("a")})
 	w.BufferRecord(&Record{Index: 2, Offset: 8, Time: 100, OriginRegion: "eu", OriginOffset: 8, ProducerID: "p", Sequence: 3, Headers: hs, Payload: []byte("bc")})
 	w.BufferRecord(&Record{Index: 2, Offset: 9, Time: 250, OriginRegion: "eu", OriginOffset: 40})
+	w.Flush()
+	return buf.Bytes()
+}
+
+// publishBatchSeed is a stream of PUBLISH_BATCH frames as a client's Writer builds them (a
+// topic change and a seq gap start new frames), then a PUBLISH_ACKS.
+func publishBatchSeed() []byte {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	hs := []Header{{Key: "k", Value: []byte("v")}}
+	w.BufferPublish(&Publish{Seq: 1, Topic: "a.b", Payload: []byte("x")}, 1<<10)
+	w.BufferPublish(&Publish{Seq: 2, Topic: "a.b", ProducerID: "p", Sequence: 9, Headers: hs, Payload: []byte("yz")}, 1<<10)
+	w.BufferPublish(&Publish{Seq: 3, Topic: "a.c"}, 1<<10)
+	w.BufferPublish(&Publish{Seq: 5, Topic: "a.c", Payload: []byte("w")}, 1<<10)
+	w.Buffer(&PublishAcks{Seq: 1, Count: 4, Offset: 10, Time: 99})
 	w.Flush()
 	return buf.Bytes()
 }

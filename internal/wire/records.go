@@ -97,12 +97,10 @@ func (run *recordsRun) header(d *dec) {
 // entry decodes the next entry into r, checking that offsets, times and origin offsets do
 // not overflow.
 func (run *recordsRun) entry(d *dec, r *Record) {
-	dt := d.uvarint("time delta")
-	gap := d.uvarint("origin gap")
-	r.ProducerID = d.strSlot("producer id", slotProducer)
-	r.Sequence = d.uvarint("sequence")
-	r.Headers = d.headers()
-	r.Payload = d.bytesMax("payload", d.lim.MaxPayload)
+	var dt, gap uint64
+	if !simpleEntry(d, r, &dt, &gap) {
+		dt, gap = entryFields(d, r)
+	}
 	if d.err != nil {
 		return
 	}
@@ -130,6 +128,44 @@ func (run *recordsRun) entry(d *dec, r *Record) {
 	run.wrapped = run.next == 0
 }
 
+// entryFields decodes the fields of an entry into r and returns its time delta and origin
+// gap: the general path, for any entry.
+func entryFields(d *dec, r *Record) (dt, gap uint64) {
+	dt = d.uvarint("time delta")
+	gap = d.uvarint("origin gap")
+	r.ProducerID = d.strSlot("producer id", slotProducer)
+	r.Sequence = d.uvarint("sequence")
+	r.Headers = d.headers()
+	r.Payload = d.bytesMax("payload", d.lim.MaxPayload)
+	return dt, gap
+}
+
+// simpleEntry decodes the entry most logs are made of (a time delta and an origin gap under
+// 128, no producer, no sequence, no headers) without the general path's per-field calls, and
+// reports whether it did; for any other entry, or bytes that are not well formed, it leaves
+// d alone and the general path decodes it (and finds any error). Both give the same record.
+func simpleEntry(d *dec, r *Record, dt, gap *uint64) bool {
+	b := d.b
+	if len(b) < 6 || b[0] >= 0x80 || b[1] >= 0x80 || b[2] != 0 || b[3] != 0 || b[4] != 0 {
+		return false
+	}
+	n, w := uint64(b[5]), 1
+	if n >= 0x80 {
+		if n, w = binary.Uvarint(b[5:]); w <= 0 {
+			return false
+		}
+	}
+	rest := b[5+w:]
+	if n > uint64(len(rest)) || n > uint64(d.lim.MaxPayload) {
+		return false
+	}
+	*dt, *gap = uint64(b[0]), uint64(b[1])
+	r.ProducerID, r.Sequence, r.Headers = "", 0, nil
+	r.Payload = rest[:n:n]
+	d.b = rest[n:]
+	return true
+}
+
 // BufferRecord appends r to the buffer like Buffer, but as part of a RECORDS frame: it
 // continues the frame being built when r is the next record of the same topic index and
 // origin region, with a time and origin offset that do not go back, and the frame stays under
@@ -137,24 +173,36 @@ func (run *recordsRun) entry(d *dec, r *Record) {
 // RECORDS frame goes as a RECORD frame. Only for streams whose reader accepts RECORDS
 // (Subscribe.Flags has SubscribeRecords). It never writes.
 func (w *Writer) BufferRecord(r *Record) {
-	size := recordEntryMax(r)
-	if w.recOpen && (r.Index != w.run.index || r.Offset != w.run.next || w.run.wrapped ||
-		r.OriginRegion != w.run.region || r.Time < w.run.time || r.Time-w.run.time < 0 ||
-		r.OriginOffset <= w.run.origin || len(w.buf)-w.recStart-headerLen+size > maxRecordsBody) {
-		w.closeRecords()
+	simple := r.ProducerID == "" && r.Sequence == 0 && len(r.Headers) == 0
+	size := 5*binary.MaxVarintLen64 + len(r.Payload)
+	if !simple {
+		size = recordEntryMax(r)
 	}
-	if !w.recOpen {
+	if w.open == TypeRecords && (r.Index != w.run.index || r.Offset != w.run.next || w.run.wrapped ||
+		r.OriginRegion != w.run.region || r.Time < w.run.time || r.Time-w.run.time < 0 ||
+		r.OriginOffset <= w.run.origin || len(w.buf)-w.openStart-headerLen+size > maxRecordsBody) {
+		w.closeOpen()
+	}
+	if w.open != TypeRecords {
+		w.closeOpen()
 		if size+4*binary.MaxVarintLen64+len(r.OriginRegion) > maxRecordsBody {
 			w.buf = Append(w.buf, r)
 			return
 		}
-		w.recOpen, w.recStart = true, len(w.buf)
+		w.open, w.openStart = TypeRecords, len(w.buf)
 		e := enc(append(w.buf, byte(TypeRecords), 0, 0, 0, 0))
 		w.buf = e.uvarint(r.Index).uvarint(r.Offset).uvarint(uint64(r.Time)).str(r.OriginRegion).uvarint(r.OriginOffset)
 		// The base origin offset minus 1 (wrapping at 0): the first entry's gap is then 0.
 		w.run = recordsRun{index: r.Index, next: r.Offset, time: r.Time, region: r.OriginRegion, origin: r.OriginOffset - 1}
 	}
-	w.buf = r.appendEntry(enc(w.buf), w.run.time, w.run.origin)
+	if simple {
+		// The common entry, written without the general path's per-field appends.
+		b := binary.AppendUvarint(w.buf, uint64(r.Time-w.run.time))
+		b = append(binary.AppendUvarint(b, r.OriginOffset-w.run.origin-1), 0, 0, 0)
+		w.buf = append(binary.AppendUvarint(b, uint64(len(r.Payload))), r.Payload...)
+	} else {
+		w.buf = r.appendEntry(enc(w.buf), w.run.time, w.run.origin)
+	}
 	w.run.time, w.run.origin = r.Time, r.OriginOffset
 	w.run.next++
 	w.run.wrapped = w.run.next == 0
@@ -169,11 +217,12 @@ func recordEntryMax(r *Record) int {
 	return n
 }
 
-// closeRecords ends the RECORDS frame being built, if any, by writing its length.
-func (w *Writer) closeRecords() {
-	if !w.recOpen {
+// closeOpen ends the RECORDS or PUBLISH_BATCH frame being built, if any, by writing its
+// length.
+func (w *Writer) closeOpen() {
+	if w.open == 0 {
 		return
 	}
-	binary.BigEndian.PutUint32(w.buf[w.recStart+1:], uint32(len(w.buf)-w.recStart-headerLen))
-	w.recOpen = false
+	binary.BigEndian.PutUint32(w.buf[w.openStart+1:], uint32(len(w.buf)-w.openStart-headerLen))
+	w.open = 0
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"math/rand/v2"
 	"reflect"
 	"testing"
 )
@@ -208,5 +209,91 @@ func BenchmarkRecordRuns(b *testing.B) {
 			b.ReportMetric(float64(sink.Len())/float64(len(recs)), "B/record")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
 		})
+	}
+}
+
+// The Writer's shortcut for records without producer, sequence or headers writes exactly the
+// bytes the general encoding writes, whatever the payload size, time delta and origin gap.
+func TestRecordsSimpleEntryEncoding(t *testing.T) {
+	var in []Record
+	off, origin, tm := uint64(1000), uint64(5000), int64(1<<40)
+	for i, size := range []int{0, 1, 100, 127, 128, 129, 1024, 16 << 10} {
+		for _, step := range []struct {
+			dt  int64
+			gap uint64
+		}{{0, 0}, {1, 0}, {127, 1}, {128, 127}, {1 << 20, 128}, {0, 1 << 33}} {
+			tm += step.dt
+			origin += step.gap + 1
+			in = append(in, Record{Index: 3, Offset: off, Time: tm, OriginRegion: "eu", OriginOffset: origin,
+				Payload: bytes.Repeat([]byte{byte(i)}, size)})
+			off++
+		}
+	}
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	for i := range in {
+		w.BufferRecord(&in[i])
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The same runs, encoded field by field (Append uses appendEntry for every entry).
+	var want []byte
+	for rest := buf.Bytes(); len(rest) > 0; {
+		f, n, err := Decode(rest, Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = Append(want, f)
+		rest = rest[n:]
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Fatalf("the shortcut's %d bytes differ from the general encoding's %d", buf.Len(), len(want))
+	}
+}
+
+// The Decoder's shortcut for simple entries gives the same record, bytes used and error as
+// the general field-by-field path, for well-formed and malformed entries alike.
+func TestRecordsSimpleEntryDecoding(t *testing.T) {
+	lim := Limits{MaxPayload: 200}.WithDefaults()
+	cases := [][]byte{
+		{0, 0, 0, 0, 0, 0},
+		{5, 7, 0, 0, 0, 3, 'a', 'b', 'c', 9},
+		{5, 7, 0, 0, 0, 4, 'a', 'b', 'c'},  // payload past the end
+		{5, 7, 0, 0, 0, 0x80},              // truncated length
+		{5, 7, 0, 0, 0, 0x81, 0x80, 0x80},  // truncated length
+		{5, 7, 0, 0, 0, 0x80, 0x00},        // non-canonical zero
+		{5, 7, 0, 0, 0, 0xc9, 0x01},        // 201: over MaxPayload
+		{0x80, 1, 0, 0, 0, 0, 0, 0},        // two-byte delta: general path
+		{1, 2, 1, 'p', 0, 0, 0},            // producer: general path
+		{1, 2, 0, 9, 0, 0},                 // sequence: general path
+		{1, 2, 0, 0, 1, 1, 'k', 1, 'v', 0}, // headers: general path
+		{1, 2, 0, 0, 0},                    // too short
+	}
+	long := append([]byte{3, 4, 0, 0, 0, 0xc8, 0x01}, bytes.Repeat([]byte{1}, 200)...)
+	cases = append(cases, long, long[:len(long)-1])
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		b := make([]byte, 6+rnd.IntN(10))
+		for i := range b {
+			if rnd.IntN(3) == 0 {
+				b[i] = byte(rnd.IntN(256))
+			}
+		}
+		cases = append(cases, b)
+	}
+	for _, c := range cases {
+		d1 := dec{b: c, lim: &lim, typ: TypeRecords}
+		d2 := dec{b: c, lim: &lim, typ: TypeRecords}
+		var r1, r2 Record
+		var dt1, gap1 uint64
+		if !simpleEntry(&d1, &r1, &dt1, &gap1) {
+			continue
+		}
+		dt2, gap2 := entryFields(&d2, &r2)
+		if d2.err != nil || dt1 != dt2 || gap1 != gap2 || len(d1.b) != len(d2.b) || !reflect.DeepEqual(normalize(&r1), normalize(&r2)) {
+			t.Fatalf("% x: shortcut gave %+v (%d, %d, %d left), general %+v (%d, %d, %d left, %v)",
+				c, r1, dt1, gap1, len(d1.b), r2, dt2, gap2, len(d2.b), d2.err)
+		}
 	}
 }

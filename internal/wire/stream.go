@@ -55,12 +55,14 @@ func frameAt(b []byte, lim *Limits) (Type, int, error) {
 // without Decode's per-frame costs on the hot path of a subscription: a RECORD frame is
 // decoded into one Record the Decoder reuses, its byte slices aliasing the caller's buffer
 // instead of a copy of the body, and repeated strings (origin region, producer) are
-// converted once. A RECORDS frame comes back one record at a time, as *Record too. One
+// converted once. A RECORDS frame comes back one record at a time, as *Record too; a
+// PUBLISH_ACK as one *PublishAck the Decoder reuses (a publisher's answers, one per record). One
 // goroutine owns a Decoder.
 type Decoder struct {
 	lim   Limits
 	cache strCache
 	rec   Record
+	ack   PublishAck
 	run   recordsRun // of the RECORDS frame being returned record by record
 	left  int        // its body bytes not yet decoded; 0 outside one
 }
@@ -69,7 +71,7 @@ type Decoder struct {
 func NewDecoder(lim Limits) *Decoder { return &Decoder{lim: lim.WithDefaults()} }
 
 // Decode is Decode(b, lim), except that a RECORD frame comes back as the Decoder's own
-// *Record: it is overwritten by the next call, and its Payload and header values alias b.
+// *Record (and a PUBLISH_ACK as its own *PublishAck): it is overwritten by the next call, and its Payload and header values alias b.
 // A caller that keeps them past the next change of b copies them first. A RECORDS frame
 // (checked to be complete, like any frame) comes back as one *Record per call: the first
 // call uses the frame header and the first record's bytes, each later call the next
@@ -84,6 +86,13 @@ func (d *Decoder) Decode(b []byte) (Frame, int, error) {
 		return nil, 0, err
 	}
 	switch t {
+	case TypePublishAck:
+		dc := dec{b: b[headerLen : headerLen+n : headerLen+n], lim: &d.lim, typ: t}
+		d.ack.decodeBody(&dc)
+		if err := dc.end(); err != nil {
+			return nil, 0, err
+		}
+		return &d.ack, headerLen + n, nil
 	case TypeRecord:
 		dc := dec{b: b[headerLen : headerLen+n : headerLen+n], lim: &d.lim, typ: t, cache: &d.cache}
 		d.rec.decodeBody(&dc)
@@ -183,7 +192,9 @@ const maxScratch = 4 << 10
 // aliasesBody reports whether a decoded frame of type t keeps slices of its body (payloads,
 // header values: every frame type whose decoder calls bytesMax or headers), which then needs
 // a body of its own per frame. A new frame type with a bytes field must be added here.
-func aliasesBody(t Type) bool { return t == TypePublish || t == TypeRecord || t == TypeRecords }
+func aliasesBody(t Type) bool {
+	return t == TypePublish || t == TypePublishBatch || t == TypeRecord || t == TypeRecords
+}
 
 // NewReader returns a Reader enforcing lim (zero fields take defaults), buffering 16 KiB.
 func NewReader(r io.Reader, lim Limits) *Reader { return NewReaderSize(r, lim, 16<<10) }
@@ -256,11 +267,15 @@ type Writer struct {
 	w   io.Writer
 	buf []byte
 
-	// The RECORDS frame BufferRecord is building: it starts at buf[recStart], and its length
-	// is written when it is closed (by any other method).
-	recOpen  bool
-	recStart int
-	run      recordsRun
+	// The RECORDS (BufferRecord) or PUBLISH_BATCH (BufferPublish) frame being built: open is
+	// its type (0: none), it starts at buf[openStart], and its length is written when it is
+	// closed (by any other method).
+	open      Type
+	openStart int
+	run       recordsRun // of the open RECORDS frame
+	pubTopic  string     // of the open PUBLISH_BATCH frame
+	pubNext   uint64     // the seq its next entry must have
+	pubCount  int        // its entries
 }
 
 // NewWriter returns a Writer on w. Its buffer starts small and grows with what is written.
@@ -268,7 +283,7 @@ func NewWriter(w io.Writer) *Writer { return &Writer{w: w, buf: make([]byte, 0, 
 
 // Write appends f to the buffer, flushing first when the buffer is large.
 func (w *Writer) Write(f Frame) error {
-	w.closeRecords()
+	w.closeOpen()
 	w.buf = Append(w.buf, f)
 	if len(w.buf) >= 64<<10 {
 		return w.Flush()
@@ -279,7 +294,7 @@ func (w *Writer) Write(f Frame) error {
 // Buffer appends f to the buffer and never writes, for callers that must not block (the
 // buffer grows; the caller bounds it and calls Flush).
 func (w *Writer) Buffer(f Frame) {
-	w.closeRecords()
+	w.closeOpen()
 	w.buf = Append(w.buf, f)
 }
 
@@ -290,7 +305,7 @@ func (w *Writer) Buffered() int { return len(w.buf) }
 // as the buffer, or a new small one when spare is nil: for a caller that writes a batch on
 // another goroutine while it encodes the next. The returned bytes belong to the caller.
 func (w *Writer) Swap(spare []byte) []byte {
-	w.closeRecords()
+	w.closeOpen()
 	b := w.buf
 	if spare == nil {
 		spare = make([]byte, 0, 1<<10)
@@ -301,7 +316,7 @@ func (w *Writer) Swap(spare []byte) []byte {
 
 // Flush writes the buffered frames to the stream.
 func (w *Writer) Flush() error {
-	w.closeRecords()
+	w.closeOpen()
 	if len(w.buf) == 0 {
 		return nil
 	}

@@ -24,6 +24,12 @@ func sampleFrames() []Frame {
 		&PublishAck{Seq: 7, Offset: 1<<63 + 5, Time: 1_700_000_000_000_000_000},
 		&PublishAck{Seq: 1, Offset: 0, Time: -1},
 		&PublishError{Seq: 9, Code: CodeTooLarge, Message: "payload 2000000 bytes, limit 1048576"},
+		&PublishBatch{Seq: 11, Topic: "orders.eu", Publishes: []Publish{
+			{Seq: 11, Topic: "orders.eu", Payload: []byte("one")},
+			{Seq: 12, Topic: "orders.eu", ProducerID: "p1", Sequence: 43, Headers: hs, Payload: []byte("two")},
+			{Seq: 13, Topic: "orders.eu"},
+		}},
+		&PublishAcks{Seq: 11, Count: 3, Offset: 1 << 40, Time: 1_700_000_000_000_000_000},
 		&Subscribe{Pattern: "orders.>", Start: StartTime, StartValue: 123, Durable: "billing", Region: "us"},
 		&Subscribed{},
 		&Topic{Index: 3, Name: "orders.eu"},
