@@ -2,7 +2,8 @@
 # Offline checks of terraform/ (issue 6): OpenTofu built from the Go module proxy, a stub
 # provider serving the real AWS and Google schemas (tools/tfstub), then
 #   tofu fmt -check; init + validate of every module and example; plan of every example;
-#   tofu test of every module; the rendered node configuration through 'quicmq config check';
+#   tofu test of every module; the rendered node configuration through 'quicmq config check'
+#   (with ca_key_pem and with node_certs, and the messages refusing a wrong choice of the two);
 #   tflint (QUICMQ_TFLINT=0 skips it); and negative checks: a misspelt argument and a missing
 #   required one must each make validate fail.
 # Binaries are cached in $QUICMQ_CACHE (default $HOME/.cache/quicmq), keyed by the hash of
@@ -106,6 +107,13 @@ for d in "$tf"/modules/* "$tf"/examples/*; do
   esac
 done
 
+step "plan examples/multi-cloud with node_certs instead of ca_key_pem"
+pemv() { printf -- '{ cert_pem = "-----BEGIN CERTIFICATE-----\\n%s\\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\\n%s\\n-----END PRIVATE KEY-----" }' "$1" "$1"; }
+{ grep -v '^ca_key_pem' "$work/ci.tfvars"
+  echo "node_certs = { us-1 = $(pemv us-1), eu-1 = $(pemv eu-1), eu-gcp-1 = $(pemv eu-gcp-1) }"; } > "$work/certs.tfvars"
+run "$tf/examples/multi-cloud" "$tofu" plan -refresh=false -input=false -no-color -lock=false -var-file="$work/certs.tfvars" &&
+  grep -m1 '^Plan:' <<<"$out" | sed 's/^/   /'
+
 step "rendered configuration passes 'quicmq config check'"
 render=$tf/render-check # inside the tree: modules read ../../deploy/quicmq.service
 mkdir -p "$render/etc"
@@ -142,6 +150,47 @@ if run "$render" "$tofu" init -backend=false -input=false -no-color &&
   run "$render" bash -n "$render/boot.sh"
   grep -q 'sha256sum --check --strict' "$render/boot.sh" || { echo "tofu-check: boot script lacks the checksum"; fail=1; }
 fi
+
+# The same with node_certs (pre-issued certificates, no CA key on the nodes), and the
+# messages that refuse a wrong choice between ca_key_pem and node_certs.
+pem() { printf -- '-----BEGIN %s-----\\n%s\\n-----END %s-----' "$1" "$2" "$1"; }
+certs="{ eu-1 = { cert_pem = \"$(pem CERTIFICATE eu-1)\", key_pem = \"$(pem 'PRIVATE KEY' eu-1-key)\" }, eu-2 = { cert_pem = \"$(pem CERTIFICATE eu-2)\", key_pem = \"$(pem 'PRIVATE KEY' eu-2-key)\" } }"
+render_mode() { # render_mode NAME LINES: the render-check module, its CA key line replaced
+  rm -rf "$render-$1" && mkdir -p "$render-$1" && cp -r "$render/etc" "$render-$1/"
+  local l
+  while IFS= read -r l; do
+    if [ "$l" = '  ca_key_pem    = "x"' ]; then printf '%s\n' "$2"; else printf '%s\n' "$l"; fi
+  done < "$render/main.tf" > "$render-$1/main.tf"
+}
+render_mode certs "  node_certs    = $certs"
+if run "$render-certs" "$tofu" init -backend=false -input=false -no-color &&
+  run "$render-certs" "$tofu" apply -auto-approve -input=false -no-color -lock=false; then
+  (cd "$render-certs" && "$tofu" output -raw eu_1) | sed "s#/etc/quicmq/#$render-certs/etc/#g" > "$render-certs/eu_1.hcl"
+  run "$render-certs" "$quicmq" config check "$render-certs/eu_1.hcl" && echo "   node_certs: ${out#$render-certs/}"
+  grep -q '^ca_bundle = "/var/lib/quicmq/certs/ca.pem"' "$render-certs/eu_1.hcl" || { echo "tofu-check: node_certs config lacks ca_bundle"; fail=1; }
+  (cd "$render-certs" && "$tofu" output -raw boot) > "$render-certs/boot.sh"
+  run "$render-certs" bash -n "$render-certs/boot.sh"
+  if grep -q 'ca-key.pem <<' "$render-certs/boot.sh" || ! grep -q 'eu-1-key' "$render-certs/boot.sh"; then
+    echo "tofu-check: node_certs boot script must carry the node key and no CA key"; fail=1
+  fi
+fi
+refused() { # refused NAME LINES EXPECT: plan must fail, saying EXPECT
+  render_mode "$1" "$2"
+  (cd "$render-$1" && "$tofu" init -backend=false -input=false -no-color >/dev/null 2>&1) || true
+  local out
+  if out=$(cd "$render-$1" && "$tofu" plan -input=false -no-color -lock=false 2>&1); then
+    echo "tofu-check: FAILED: $1 was not refused"; fail=1
+  elif ! tr -s '\n│ ' ' ' <<<"$out" | grep -q "$3"; then
+    echo "$out"; echo "tofu-check: FAILED: $1 refused for another reason"; fail=1
+  else
+    echo "   refused: $1 ($3)"
+  fi
+}
+refused both-modes "  ca_key_pem    = \"x\"
+  node_certs    = $certs" "give either ca_key_pem .* not both"
+refused no-mode "" "give ca_key_pem .* or node_certs"
+refused missing-cert "  node_certs    = { eu-1 = { cert_pem = \"$(pem CERTIFICATE eu-1)\", key_pem = \"$(pem 'PRIVATE KEY' k)\" } }" "node_certs has no entry for node(s) eu-2"
+rm -rf "$render"-*
 
 step "negative checks: broken arguments must fail validate"
 neg() { # neg NAME FILE SED EXPECT

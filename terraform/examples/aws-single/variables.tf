@@ -10,9 +10,20 @@ variable "ca_cert_pem" {
 }
 
 variable "ca_key_pem" {
-  description = "PEM of the mesh CA key."
+  description = "PEM of the mesh CA key: every node gets it and issues its own certificate. Give either this or node_certs."
   type        = string
+  default     = null
   sensitive   = true
+}
+
+variable "node_certs" {
+  description = "Pre-issued node certificates by node name (quicmq certs node, see docs/operations.md): { \"eu-1\" = { cert_pem = file(\"eu-1/node.pem\"), key_pem = file(\"eu-1/node-key.pem\") } }. Instead of ca_key_pem: no node holds the CA key."
+  type = map(object({
+    cert_pem = string
+    key_pem  = string
+  }))
+  default   = null
+  sensitive = true
 }
 
 variable "tokens" {

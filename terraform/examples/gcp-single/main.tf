@@ -25,6 +25,7 @@ module "eu" {
   gossip_key    = var.gossip_key
   ca_cert_pem   = var.ca_cert_pem
   ca_key_pem    = var.ca_key_pem
+  node_certs    = var.node_certs
   tokens        = var.tokens
   binary_url    = var.binary_url
   binary_sha256 = var.binary_sha256

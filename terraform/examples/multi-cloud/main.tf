@@ -31,6 +31,7 @@ locals {
     gossip_key    = var.gossip_key
     ca_cert_pem   = var.ca_cert_pem
     ca_key_pem    = var.ca_key_pem
+    node_certs    = var.node_certs # one map for the whole mesh: each region takes its nodes'
     tokens        = var.tokens
     binary_url    = var.binary_url
     binary_sha256 = var.binary_sha256
@@ -52,6 +53,7 @@ module "us" {
   gossip_key    = local.common.gossip_key
   ca_cert_pem   = local.common.ca_cert_pem
   ca_key_pem    = local.common.ca_key_pem
+  node_certs    = local.common.node_certs
   tokens        = local.common.tokens
   binary_url    = local.common.binary_url
   binary_sha256 = local.common.binary_sha256
@@ -71,6 +73,7 @@ module "eu" {
   gossip_key    = local.common.gossip_key
   ca_cert_pem   = local.common.ca_cert_pem
   ca_key_pem    = local.common.ca_key_pem
+  node_certs    = local.common.node_certs
   tokens        = local.common.tokens
   binary_url    = local.common.binary_url
   binary_sha256 = local.common.binary_sha256
@@ -92,6 +95,7 @@ module "gcp" {
   gossip_key    = local.common.gossip_key
   ca_cert_pem   = local.common.ca_cert_pem
   ca_key_pem    = local.common.ca_key_pem
+  node_certs    = local.common.node_certs
   tokens        = local.common.tokens
   binary_url    = local.common.binary_url
   binary_sha256 = local.common.binary_sha256

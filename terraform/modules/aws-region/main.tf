@@ -121,6 +121,7 @@ module "config" {
   gossip_key    = var.gossip_key
   ca_cert_pem   = var.ca_cert_pem
   ca_key_pem    = var.ca_key_pem
+  node_certs    = var.node_certs
   tokens        = var.tokens
   mirror        = var.mirror
   binary_url    = var.binary_url

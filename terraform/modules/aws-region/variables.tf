@@ -89,14 +89,25 @@ variable "gossip_key" {
 }
 
 variable "ca_cert_pem" {
-  description = "PEM of the mesh CA certificate."
+  description = "PEM of the mesh CA certificate (with node_certs: may be a bundle of several CAs)."
   type        = string
 }
 
 variable "ca_key_pem" {
-  description = "PEM of the mesh CA key."
+  description = "PEM of the mesh CA key: every node gets it and issues its own certificate. Give either this or node_certs."
   type        = string
+  default     = null
   sensitive   = true
+}
+
+variable "node_certs" {
+  description = "Pre-issued node certificates (quicmq certs node) by node name (REGION-1, REGION-2, ...): cert_pem and key_pem. Instead of ca_key_pem: no node holds the CA key. Entries for other regions' nodes are ignored."
+  type = map(object({
+    cert_pem = string
+    key_pem  = string
+  }))
+  default   = null
+  sensitive = true
 }
 
 variable "tokens" {

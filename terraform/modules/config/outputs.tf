@@ -1,12 +1,20 @@
 output "configs" {
   description = "Each node's /etc/quicmq/quicmq.hcl, by node name."
   value       = local.configs
+  precondition {
+    condition     = local.mode_problem == ""
+    error_message = "config: ${local.mode_problem}."
+  }
 }
 
 output "boot_scripts" {
   description = "Each node's boot script (cloud-init user data or GCE startup script), by node name. Holds the secrets."
   value       = local.boot_scripts
   sensitive   = true
+  precondition {
+    condition     = local.mode_problem == ""
+    error_message = "config: ${local.mode_problem}."
+  }
 }
 
 output "quic_addresses" {

@@ -37,14 +37,31 @@ variable "gossip_key" {
 }
 
 variable "ca_cert_pem" {
-  description = "PEM of the mesh CA certificate (ca.pem), shared by every node of the mesh."
+  description = "PEM of the mesh CA certificate (ca.pem), shared by every node of the mesh. With node_certs it may be a bundle of several CAs (during a CA rotation)."
   type        = string
 }
 
 variable "ca_key_pem" {
-  description = "PEM of the mesh CA key (ca-key.pem): nodes issue their own certificate from it."
+  description = "PEM of the mesh CA key (ca-key.pem): every node gets it and issues its own certificate from it. Give either this or node_certs."
   type        = string
+  default     = null
   sensitive   = true
+}
+
+variable "node_certs" {
+  description = "Pre-issued node certificates (quicmq certs node), by node name: cert_pem (node.pem) and key_pem (node-key.pem). Instead of ca_key_pem: no node holds the CA key. Needs an entry for every node; entries for other regions' nodes are ignored."
+  type = map(object({
+    cert_pem = string
+    key_pem  = string
+  }))
+  default   = null
+  sensitive = true
+  validation {
+    condition = nonsensitive(alltrue([
+      for c in values(coalesce(var.node_certs, {})) : strcontains(c.cert_pem, "-----BEGIN CERTIFICATE-----") && strcontains(c.key_pem, "PRIVATE KEY-----")
+    ]))
+    error_message = "node_certs: each entry wants cert_pem = file(\"DIR/node.pem\") and key_pem = file(\"DIR/node-key.pem\") from 'quicmq certs node' (PEM)."
+  }
 }
 
 variable "tokens" {

@@ -56,3 +56,28 @@ run "refuses_metrics_open_to_the_world" {
   }
   expect_failures = [var.admin_cidrs]
 }
+
+# node_certs instead of ca_key_pem: the user data carries the node's own certificate and key
+# and no CA key. (The user data is gzipped, so the check reads the script it is made from.)
+run "node_certs_keep_the_ca_key_off_the_nodes" {
+  command = plan
+  override_resource {
+    target = aws_eip.node
+    values = { public_ip = "198.51.100.30" }
+  }
+  variables {
+    ca_key_pem = null
+    node_certs = {
+      "eu-1" = { cert_pem = "-----BEGIN CERTIFICATE-----\nN1-CERT\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\nN1-KEY\n-----END PRIVATE KEY-----" }
+      "eu-2" = { cert_pem = "-----BEGIN CERTIFICATE-----\nN2-CERT\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\nN2-KEY\n-----END PRIVATE KEY-----" }
+    }
+  }
+  assert {
+    condition     = aws_instance.node["eu-1"].user_data_base64 == base64gzip(module.config.boot_scripts["eu-1"]) && strcontains(module.config.boot_scripts["eu-1"], "N1-KEY") && !strcontains(module.config.boot_scripts["eu-1"], "N2-")
+    error_message = "each node's user data carries its own certificate and key"
+  }
+  assert {
+    condition     = alltrue([for s in values(module.config.boot_scripts) : !strcontains(s, "cat > /var/lib/quicmq/ca/ca-key.pem") && strcontains(s, "ca_bundle = \"/var/lib/quicmq/certs/ca.pem\"")])
+    error_message = "with node_certs no CA key reaches the user data; the configuration names cert, key and ca_bundle"
+  }
+}

@@ -8,7 +8,7 @@ variables {
   wan_join      = ["203.0.113.1:7947"]
   gossip_key    = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
   ca_cert_pem   = "-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----"
-  ca_key_pem    = "-----BEGIN PRIVATE KEY-----\nKEY\n-----END PRIVATE KEY-----"
+  ca_key_pem    = "-----BEGIN PRIVATE KEY-----\nCA-KEY\n-----END PRIVATE KEY-----"
   tokens        = ["test-token-0123456789"]
   mirror        = ["audit.>"]
   binary_url    = "https://example.com/quicmq"
@@ -93,4 +93,103 @@ run "refuses_a_bad_region_name" {
     region = "eu west"
   }
   expect_failures = [var.region]
+}
+
+run "ca_key_by_default" {
+  command = plan
+
+  assert {
+    condition     = alltrue([for c in values(output.configs) : strcontains(c, "ca_dir    = \"/var/lib/quicmq/ca\"") && !strcontains(c, "ca_bundle") && !strcontains(c, "cert      =")])
+    error_message = "with ca_key_pem a node issues its own certificate from ca_dir"
+  }
+  assert {
+    condition     = strcontains(output.boot_scripts["eu-1"], "cat > /var/lib/quicmq/ca/ca-key.pem <<'QUICMQ_EOF'\n${var.ca_key_pem}\nQUICMQ_EOF") && strcontains(output.boot_scripts["eu-1"], "chmod 0600 /var/lib/quicmq/ca/ca-key.pem")
+    error_message = "with ca_key_pem the boot script writes the CA key, mode 0600"
+  }
+}
+
+# node_certs: each node gets only its own pre-issued certificate and key, never the CA key.
+run "node_certs_without_the_ca_key" {
+  command = plan
+  variables {
+    ca_key_pem = null
+    node_certs = {
+      "eu-1" = { cert_pem = "-----BEGIN CERTIFICATE-----\nEU1-CERT\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\nEU1-KEY\n-----END PRIVATE KEY-----" }
+      "eu-2" = { cert_pem = "-----BEGIN CERTIFICATE-----\nEU2-CERT\n-----END CERTIFICATE-----", key_pem = "-----BEGIN EC PRIVATE KEY-----\nEU2-KEY\n-----END EC PRIVATE KEY-----" }
+      # Another region's node: ignored (a mesh-wide map may be passed to every region).
+      "us-1" = { cert_pem = "-----BEGIN CERTIFICATE-----\nUS1-CERT\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\nUS1-KEY\n-----END PRIVATE KEY-----" }
+    }
+  }
+
+  assert {
+    condition = alltrue([for c in values(output.configs) : strcontains(c, <<-EOT
+      cert      = "/var/lib/quicmq/certs/node.pem"
+      key       = "/var/lib/quicmq/certs/node-key.pem"
+      ca_bundle = "/var/lib/quicmq/certs/ca.pem"
+      EOT
+    ) && !strcontains(c, "ca_dir")])
+    error_message = "with node_certs the configuration names cert, key and ca_bundle, and no ca_dir"
+  }
+  assert {
+    condition     = alltrue([for s in values(output.boot_scripts) : !strcontains(s, "CA-KEY") && !strcontains(s, "cat > /var/lib/quicmq/ca/ca-key.pem") && !strcontains(s, "US1-")])
+    error_message = "with node_certs no CA key (and no other node's key) may reach a boot script"
+  }
+  assert {
+    condition     = strcontains(output.boot_scripts["eu-2"], "cat > /var/lib/quicmq/certs/node-key.pem <<'QUICMQ_EOF'\n${var.node_certs["eu-2"].key_pem}\nQUICMQ_EOF") && strcontains(output.boot_scripts["eu-2"], "cat > /var/lib/quicmq/certs/node.pem <<'QUICMQ_EOF'\n${var.node_certs["eu-2"].cert_pem}\nQUICMQ_EOF") && !strcontains(output.boot_scripts["eu-2"], "EU1-")
+    error_message = "each boot script writes its own node's certificate and key, not another node's"
+  }
+  assert {
+    condition     = strcontains(output.boot_scripts["eu-1"], "cat > /var/lib/quicmq/certs/ca.pem <<'QUICMQ_EOF'\n${var.ca_cert_pem}\nQUICMQ_EOF")
+    error_message = "the boot script writes ca_cert_pem as the trusted bundle"
+  }
+  assert {
+    condition     = strcontains(output.boot_scripts["eu-1"], "chown quicmq:quicmq /var/lib/quicmq/certs/ca.pem /var/lib/quicmq/certs/node.pem /var/lib/quicmq/certs/node-key.pem\nchmod 0600 /var/lib/quicmq/certs/node-key.pem\n")
+    error_message = "the node key belongs to quicmq, mode 0600"
+  }
+  assert {
+    condition     = strcontains(output.boot_scripts["eu-1"], "rm -f /var/lib/quicmq/ca/ca-key.pem")
+    error_message = "a node switched to node_certs must drop a CA key an earlier boot left behind"
+  }
+}
+
+run "refuses_both_ca_key_and_node_certs" {
+  command = plan
+  variables {
+    node_certs = {
+      "eu-1" = { cert_pem = "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\nA\n-----END PRIVATE KEY-----" }
+      "eu-2" = { cert_pem = "-----BEGIN CERTIFICATE-----\nB\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\nB\n-----END PRIVATE KEY-----" }
+    }
+  }
+  expect_failures = [output.configs, output.boot_scripts]
+}
+
+run "refuses_neither_ca_key_nor_node_certs" {
+  command = plan
+  variables {
+    ca_key_pem = null
+  }
+  expect_failures = [output.configs, output.boot_scripts]
+}
+
+run "refuses_node_certs_missing_a_node" {
+  command = plan
+  variables {
+    ca_key_pem = null
+    node_certs = {
+      "eu-1" = { cert_pem = "-----BEGIN CERTIFICATE-----\nA\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\nA\n-----END PRIVATE KEY-----" }
+    }
+  }
+  expect_failures = [output.configs, output.boot_scripts]
+}
+
+run "refuses_node_certs_that_are_not_pem" {
+  command = plan
+  variables {
+    ca_key_pem = null
+    node_certs = {
+      "eu-1" = { cert_pem = "eu-1/node.pem", key_pem = "eu-1/node-key.pem" }
+      "eu-2" = { cert_pem = "eu-2/node.pem", key_pem = "eu-2/node-key.pem" }
+    }
+  }
+  expect_failures = [var.node_certs]
 }

@@ -53,3 +53,28 @@ run "no_peers_no_peer_rule" {
     error_message = "no peer rule without peers"
   }
 }
+
+# node_certs instead of ca_key_pem: the startup script (instance metadata) carries the node's
+# own certificate and key and no CA key.
+run "node_certs_keep_the_ca_key_off_the_nodes" {
+  command = plan
+  override_resource {
+    target = google_compute_address.node
+    values = { address = "198.51.100.20" }
+  }
+  variables {
+    ca_key_pem = null
+    node_certs = {
+      "eu-gcp-1" = { cert_pem = "-----BEGIN CERTIFICATE-----\nN1-CERT\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\nN1-KEY\n-----END PRIVATE KEY-----" }
+      "eu-gcp-2" = { cert_pem = "-----BEGIN CERTIFICATE-----\nN2-CERT\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\nN2-KEY\n-----END PRIVATE KEY-----" }
+    }
+  }
+  assert {
+    condition     = strcontains(google_compute_instance.node["eu-gcp-2"].metadata_startup_script, "N2-KEY") && strcontains(google_compute_instance.node["eu-gcp-2"].metadata_startup_script, "cert      = \"/var/lib/quicmq/certs/node.pem\"") && !strcontains(google_compute_instance.node["eu-gcp-2"].metadata_startup_script, "N1-")
+    error_message = "each node's startup script carries its own certificate and key, and its configuration names them"
+  }
+  assert {
+    condition     = alltrue([for i in google_compute_instance.node : !strcontains(i.metadata_startup_script, "cat > /var/lib/quicmq/ca/ca-key.pem") && !strcontains(i.metadata_startup_script, "ca_dir")])
+    error_message = "with node_certs no CA key reaches the instance metadata"
+  }
+}
