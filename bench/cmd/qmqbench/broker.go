@@ -70,24 +70,30 @@ func runBroker(args []string) error {
 		fmt.Println("READY")
 		return <-done
 	case "nats":
-		s, err := server.NewServer(&server.Options{
+		return serveNATS(ctx, &server.Options{
 			Host: "127.0.0.1", Port: 4222, NoSigs: true, NoLog: true,
 			JetStream: *js, StoreDir: *dir, SyncAlways: *syncAlways,
 		})
-		if err != nil {
-			return err
-		}
-		go s.Start()
-		if !s.ReadyForConnections(10 * time.Second) {
-			return errors.New("nats server not ready within 10 s")
-		}
-		fmt.Println("READY")
-		<-ctx.Done()
-		s.Shutdown()
-		s.WaitForShutdown()
-		return nil
 	}
 	return fmt.Errorf("unknown broker kind %q", *kind)
+}
+
+// serveNATS runs a NATS server with opts, prints READY once it takes connections, and
+// shuts it down when ctx ends.
+func serveNATS(ctx context.Context, opts *server.Options) error {
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return err
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		return errors.New("nats server not ready within 10 s")
+	}
+	fmt.Println("READY")
+	<-ctx.Done()
+	s.Shutdown()
+	s.WaitForShutdown()
+	return nil
 }
 
 // brokerProc is a running broker child.

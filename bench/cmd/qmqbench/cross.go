@@ -80,13 +80,9 @@ func runCross(args []string) error {
 	if stale, _ := lossy.RemoveStale(); len(stale) > 0 {
 		fmt.Fprintf(os.Stderr, "removed namespaces left by killed runs: %v\n", stale)
 	}
-	var losses []float64
-	for _, s := range strings.Split(*lossFlag, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil {
-			return fmt.Errorf("--loss %q: %w", s, err)
-		}
-		losses = append(losses, v/100)
+	losses, err := parsePercents(*lossFlag)
+	if err != nil {
+		return fmt.Errorf("--loss: %w", err)
 	}
 	modes := strings.Split(*modesFlag, ",")
 	for _, m := range modes {

@@ -42,13 +42,9 @@ func runFanout(args []string, slow bool) error {
 	}
 	losses := []float64{0}
 	if !slow {
-		losses = nil
-		for _, s := range strings.Split(*lossFlag, ",") {
-			v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-			if err != nil {
-				return fmt.Errorf("--loss %q: %w", s, err)
-			}
-			losses = append(losses, v/100)
+		var err error
+		if losses, err = parsePercents(*lossFlag); err != nil {
+			return fmt.Errorf("--loss: %w", err)
 		}
 	}
 	systems := strings.Split(*systemsFlag, ",")

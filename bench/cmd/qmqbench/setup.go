@@ -786,23 +786,11 @@ func runSetupBroker(args []string) error {
 		io.Copy(io.Discard, os.Stdin)
 		stop()
 	}()
-	s, err := server.NewServer(&server.Options{
+	return serveNATS(ctx, &server.Options{
 		Host: "127.0.0.1", Port: 4222, NoSigs: true, NoLog: true,
 		TLSConfig:  &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13},
 		TLSTimeout: 30, TLSHandshakeFirst: true,
 	})
-	if err != nil {
-		return err
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		return errors.New("nats server not ready within 10 s")
-	}
-	fmt.Println("READY")
-	<-ctx.Done()
-	s.Shutdown()
-	s.WaitForShutdown()
-	return nil
 }
 
 // startSetupBroker starts "setup broker" as a child, as startBroker does for "broker".
