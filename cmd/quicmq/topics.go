@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"text/tabwriter"
 
@@ -13,12 +14,16 @@ func init() {
 }
 
 func runTopics(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "topics", "--ca FILE [--server HOST:PORT] [--pattern PATTERN]")
+	fs := newFlagSet(e, "topics", "--ca FILE [--server HOST:PORT] [--pattern PATTERN] [--format table|json]")
 	var cf clientFlags
 	cf.register(fs)
 	pattern := fs.String("pattern", ">", "topics to list: a topic or a pattern ('*' one token, trailing '>' one or more)")
+	format := fs.String("format", "table", "output: table, or json (one object per topic per line, sizes in bytes)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *format != "table" && *format != "json" {
+		return usageError("--format %q: want table or json", *format)
 	}
 	if err := cf.check(); err != nil {
 		return err
@@ -37,7 +42,13 @@ func runTopics(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	printTopics(e, list)
+	if *format == "json" {
+		if err := printTopicsJSON(e, list); err != nil {
+			return err
+		}
+	} else {
+		printTopics(e, list)
+	}
 	if len(list) == 0 {
 		fmt.Fprintf(e.stderr, "no topic matches %q\n", *pattern)
 	}
@@ -52,6 +63,25 @@ func printTopics(e *env, list []client.TopicInfo) {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", t.Name, t.First, t.Next, t.Records(), humanBytes(t.Bytes))
 	}
 	tw.Flush()
+}
+
+// jsonTopic is a topic as --format json prints it.
+type jsonTopic struct {
+	Topic   string `json:"topic"`
+	First   uint64 `json:"first"`
+	Next    uint64 `json:"next"`
+	Records uint64 `json:"records"`
+	Bytes   uint64 `json:"bytes"`
+}
+
+func printTopicsJSON(e *env, list []client.TopicInfo) error {
+	enc := json.NewEncoder(e.stdout)
+	for _, t := range list {
+		if err := enc.Encode(jsonTopic{Topic: t.Name, First: t.First, Next: t.Next, Records: t.Records(), Bytes: t.Bytes}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // humanBytes formats n in binary units: "512 B", "1.5 KiB", "3.0 GiB".

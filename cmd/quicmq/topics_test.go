@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -34,5 +35,30 @@ func TestTopicsTable(t *testing.T) {
 	code, stdout, stderr = runCLI(t, "", append([]string{"topics", "--pattern", "none.>"}, n.conn()...)...)
 	if code != 0 || strings.Count(stdout, "\n") != 1 || !strings.Contains(stderr, `no topic matches "none.>"`) {
 		t.Fatalf("no match: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+func TestTopicsJSON(t *testing.T) {
+	n := startCLINode(t)
+	publishLines(t, n, "j.a", "1", "2")
+	publishLines(t, n, "j.b", "3")
+	code, stdout, stderr := runCLI(t, "", append([]string{"topics", "--format", "json"}, n.conn()...)...)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	var got []jsonTopic
+	for _, l := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+		var jt jsonTopic
+		if err := json.Unmarshal([]byte(l), &jt); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		got = append(got, jt)
+	}
+	if len(got) != 2 || got[0].Topic != "j.a" || got[0].Records != 2 || got[0].Next != 2 || got[0].Bytes == 0 ||
+		got[1].Topic != "j.b" || got[1].Records != 1 {
+		t.Fatalf("topics: %+v", got)
+	}
+	if code, _, stderr := runCLI(t, "", append([]string{"topics", "--format", "xml"}, n.conn()...)...); code == 0 || !strings.Contains(stderr, `--format "xml"`) {
+		t.Fatalf("--format xml: exit %d:\n%s", code, stderr)
 	}
 }
