@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -16,25 +17,42 @@ import (
 type Conn struct {
 	addr   string
 	opts   Options
-	udp    *net.UDPConn
-	tr     *quic.Transport // owned by the Conn: closed by Close after the connection
-	qc     *quic.Conn
+	raddr  *net.UDPAddr
+	tls    *tls.Config
 	node   string
 	region string
-	lim    wire.Limits // what the node announced in WELCOME (payload, frame), defaults otherwise
+	lim    wire.Limits // what the node announced in the first WELCOME (payload, frame), defaults otherwise
 
 	window  chan struct{} // one token per unanswered publish (the pipelining window)
 	closing chan struct{} // closed by Close before the connection is torn down
 	once    sync.Once
 	wg      sync.WaitGroup // the control reader and the publisher's two goroutines
 
-	pubMu sync.Mutex // serialises starting a publish stream, which may wait for stream credit
-	mu    struct {
+	pubMu    sync.Mutex // serialises starting a publish stream, which may wait for stream credit
+	redialMu sync.Mutex // serialises reconnecting (Options.Reconnect)
+	mu       struct {
 		sync.Mutex
 		closed bool       // set with closing; after it no goroutine may be added to wg
+		cur    *link      // the current connection; replaced by redial after it was lost
 		pub    *publisher // the current publish stream; replaced when it failed
-		cause  error      // why the node ended the connection (ERROR on the control stream)
 	}
+}
+
+// link is one QUIC connection of a Conn, with the socket and transport it owns.
+type link struct {
+	udp *net.UDPConn
+	tr  *quic.Transport
+	qc  *quic.Conn
+
+	mu    sync.Mutex
+	cause error // why the node ended the connection (ERROR on the control stream)
+}
+
+// close closes the connection with code and reason, then its transport and socket.
+func (l *link) close(code quic.ApplicationErrorCode, reason string) {
+	l.qc.CloseWithError(code, reason)
+	l.tr.Close()
+	l.udp.Close()
 }
 
 // Dial connects to the node at addr ("host:port"): a QUIC handshake with TLS 1.3 and ALPN
@@ -55,78 +73,134 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
 	}
-	network, local := "udp4", &net.UDPAddr{IP: net.IPv4zero}
-	if raddr.IP.To4() == nil {
-		network, local = "udp6", &net.UDPAddr{IP: net.IPv6unspecified}
-	}
-	udp, err := net.ListenUDP(network, local)
-	if err != nil {
-		return nil, fmt.Errorf("client: dial %s: local socket: %w", addr, err)
-	}
-	tr := &quic.Transport{Conn: udp}
-	qc, err := tr.Dial(ctx, raddr, tlsConf, opts.quicConfig())
-	if err != nil {
-		tr.Close()
-		udp.Close()
-		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
-	}
 	c := &Conn{
 		addr:    addr,
 		opts:    opts,
-		udp:     udp,
-		tr:      tr,
-		qc:      qc,
+		raddr:   raddr,
+		tls:     tlsConf,
 		lim:     wire.DefaultLimits(),
 		window:  make(chan struct{}, opts.MaxPendingPublishes),
 		closing: make(chan struct{}),
 	}
-	r, err := c.hello(ctx)
+	l, r, err := c.dialLink(ctx)
 	if err != nil {
-		qc.CloseWithError(wire.AppNoError, "")
+		return nil, err
+	}
+	c.mu.cur = l
+	c.wg.Add(1)
+	go c.readControl(l, r)
+	return c, nil
+}
+
+// dialLink makes a new connection to the node: the QUIC handshake on a socket of its own,
+// then HELLO and WELCOME. The returned Reader continues on the control stream.
+func (c *Conn) dialLink(ctx context.Context) (*link, *wire.Reader, error) {
+	network, local := "udp4", &net.UDPAddr{IP: net.IPv4zero}
+	if c.raddr.IP.To4() == nil {
+		network, local = "udp6", &net.UDPAddr{IP: net.IPv6unspecified}
+	}
+	udp, err := net.ListenUDP(network, local)
+	if err != nil {
+		return nil, nil, fmt.Errorf("client: dial %s: local socket: %w", c.addr, err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	qc, err := tr.Dial(ctx, c.raddr, c.tls, c.opts.quicConfig())
+	if err != nil {
 		tr.Close()
 		udp.Close()
-		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
+		return nil, nil, fmt.Errorf("client: dial %s: %w", c.addr, err)
 	}
+	l := &link{udp: udp, tr: tr, qc: qc}
+	r, err := c.hello(ctx, l)
+	if err != nil {
+		l.close(wire.AppNoError, "")
+		return nil, nil, fmt.Errorf("client: dial %s: %w", c.addr, err)
+	}
+	return l, r, nil
+}
+
+// current returns the connection in use.
+func (c *Conn) current() *link {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.cur
+}
+
+// live returns the connection to open a stream on: the current one, or, with
+// Options.Reconnect, a new one when the current one was lost.
+func (c *Conn) live(ctx context.Context) (*link, error) {
+	l := c.current()
+	if !c.opts.Reconnect || l.qc.Context().Err() == nil {
+		return l, nil
+	}
+	c.redialMu.Lock()
+	defer c.redialMu.Unlock()
+	if l = c.current(); l.qc.Context().Err() == nil {
+		return l, nil // another operation reconnected meanwhile
+	}
+	nl, r, err := c.dialLink(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.mu.closed {
+		c.mu.Unlock()
+		nl.close(wire.AppNoError, "client closed")
+		return nil, ErrClosed
+	}
+	old := c.mu.cur
+	c.mu.cur = nl
 	c.wg.Add(1)
-	go c.readControl(r)
-	return c, nil
+	c.mu.Unlock()
+	go c.readControl(nl, r)
+	old.tr.Close() // its connection is gone already; this frees the socket
+	old.udp.Close()
+	return nl, nil
 }
 
 // hello opens the control stream, sends HELLO and waits for WELCOME. The returned Reader
 // continues on the control stream.
-func (c *Conn) hello(ctx context.Context) (*wire.Reader, error) {
-	// Cancelling ctx tears the connection down, which unblocks every read below; Dial then
-	// throws the connection away.
-	stop := context.AfterFunc(ctx, func() { c.qc.CloseWithError(wire.AppCancelled, "dial cancelled") })
-	r, err := c.helloExchange(ctx)
+func (c *Conn) hello(ctx context.Context, l *link) (*wire.Reader, error) {
+	// Cancelling ctx tears the connection down, which unblocks every read below; the dial
+	// then throws the connection away.
+	stop := context.AfterFunc(ctx, func() { l.qc.CloseWithError(wire.AppCancelled, "dial cancelled") })
+	r, err := c.helloExchange(ctx, l)
 	if !stop() && err == nil {
 		return nil, ctx.Err() // cancelled just as WELCOME arrived: the connection is closing
 	}
 	return r, err
 }
 
-func (c *Conn) helloExchange(ctx context.Context) (*wire.Reader, error) {
-	ctrl, err := c.qc.OpenStreamSync(ctx)
+func (c *Conn) helloExchange(ctx context.Context, l *link) (*wire.Reader, error) {
+	fail := func(err error) error {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return c.linkErr(l, err)
+	}
+	ctrl, err := l.qc.OpenStreamSync(ctx)
 	if err != nil {
-		return nil, c.ctxOr(ctx, err)
+		return nil, fail(err)
 	}
 	hello := &wire.Hello{Version: wire.Version, Client: c.opts.Name, Token: c.opts.Token}
 	if _, err := ctrl.Write(wire.Append(nil, hello)); err != nil {
-		return nil, c.ctxOr(ctx, err)
+		return nil, fail(err)
 	}
 	r := wire.NewReader(ctrl, wire.Limits{})
 	f, err := r.Read()
 	if err != nil {
-		return nil, c.ctxOr(ctx, err)
+		return nil, fail(err)
 	}
 	switch f := f.(type) {
 	case *wire.Welcome:
 		if f.Version != wire.Version {
 			return nil, errorf(CodeVersion, "node speaks version %d, this client %d", f.Version, wire.Version)
 		}
-		c.node, c.region = f.Node, f.Region
-		c.lim.MaxPayload = clampLimit(f.MaxPayload, c.lim.MaxPayload)
-		c.lim.MaxFrame = clampLimit(f.MaxFrame, c.lim.MaxFrame)
+		if c.node == "" { // the first WELCOME: the Conn keeps these (read without a lock)
+			c.node, c.region = f.Node, f.Region
+			c.lim.MaxPayload = clampLimit(f.MaxPayload, c.lim.MaxPayload)
+			c.lim.MaxFrame = clampLimit(f.MaxFrame, c.lim.MaxFrame)
+		}
 		return r, nil
 	case *wire.ErrorFrame:
 		return nil, fromWire(f.Code, f.Message)
@@ -158,7 +232,7 @@ func clampLimit(announced uint64, def int) int {
 // readControl owns the control stream's reading side after WELCOME, for the Conn's life. The
 // node sends only ERROR on it (e.g. shutting down) before closing the connection; that error
 // becomes the cause every later failure names.
-func (c *Conn) readControl(r *wire.Reader) {
+func (c *Conn) readControl(l *link, r *wire.Reader) {
 	defer c.wg.Done()
 	for {
 		f, err := r.Read()
@@ -166,40 +240,46 @@ func (c *Conn) readControl(r *wire.Reader) {
 			return // the connection is gone; its context holds the reason
 		}
 		if e, ok := f.(*wire.ErrorFrame); ok {
-			c.setCause(fromWire(e.Code, e.Message))
+			l.setCause(fromWire(e.Code, e.Message))
 			continue
 		}
-		c.setCause(errorf(CodeProtocol, "node sent %s on the control stream", f.Type()))
-		c.qc.CloseWithError(wire.AppProtocol, "unexpected frame on the control stream")
+		l.setCause(errorf(CodeProtocol, "node sent %s on the control stream", f.Type()))
+		l.qc.CloseWithError(wire.AppProtocol, "unexpected frame on the control stream")
 		return
 	}
 }
 
-func (c *Conn) setCause(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.mu.cause == nil {
-		c.mu.cause = err
+func (l *link) setCause(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cause == nil {
+		l.cause = err
 	}
 }
 
 // streamErr turns the error of a stream operation into what applications see: ErrClosed
 // after Close; the node's reason when it ended the connection; a lost connection named as
 // such; the node's code when it reset the stream.
-func (c *Conn) streamErr(err error) error {
+func (c *Conn) streamErr(err error) error { return c.linkErr(c.current(), err) }
+
+// linkErr is streamErr for an operation on connection l (nil: none yet).
+func (c *Conn) linkErr(l *link, err error) error {
 	select {
 	case <-c.closing:
 		return ErrClosed
 	default:
 	}
-	c.mu.Lock()
-	cause := c.mu.cause
-	c.mu.Unlock()
+	var cause error
+	if l != nil {
+		l.mu.Lock()
+		cause = l.cause
+		l.mu.Unlock()
+	}
 	if cause == nil && isConnError(err) {
 		cause = connCause(err)
 	}
-	if cause == nil && c.qc.Context().Err() != nil {
-		cause = connCause(context.Cause(c.qc.Context()))
+	if cause == nil && l != nil && l.qc.Context().Err() != nil {
+		cause = connCause(context.Cause(l.qc.Context()))
 	}
 	if cause != nil {
 		return fmt.Errorf("client: connection to %s lost: %w", c.addr, cause)
@@ -263,14 +343,17 @@ func (c *Conn) Node() (name, region string) { return c.node, c.region }
 // the Conn exited and the socket is closed. Safe to call more than once.
 func (c *Conn) Close() error {
 	c.once.Do(func() {
+		// After closed is set no reconnect installs a connection (live closes its own), so
+		// the current one is the last.
 		c.mu.Lock()
 		c.mu.closed = true
 		close(c.closing)
+		l := c.mu.cur
 		c.mu.Unlock()
-		c.qc.CloseWithError(wire.AppNoError, "client closed")
+		l.qc.CloseWithError(wire.AppNoError, "client closed")
 		c.wg.Wait()
-		c.tr.Close()
-		c.udp.Close()
+		l.tr.Close()
+		l.udp.Close()
 	})
 	return nil
 }
@@ -282,7 +365,11 @@ func (c *Conn) openStream(ctx context.Context) (*quic.Stream, error) {
 		return nil, ErrClosed
 	default:
 	}
-	s, err := c.qc.OpenStreamSync(ctx)
+	l, err := c.live(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s, err := l.qc.OpenStreamSync(ctx)
 	if err != nil {
 		return nil, c.ctxOr(ctx, err)
 	}

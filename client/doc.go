@@ -17,6 +17,9 @@
 //     through QUIC flow control and costs the node a cursor, not memory.
 //   - Errors that come from the node are [*Error] values carrying a [Code]; retention gaps are
 //     reported once as [*GapError]; a closed Conn fails with [ErrClosed].
+//   - A lost connection fails what was under way on it. With Options.Reconnect the next
+//     operation dials the node again (within its context); subscriptions are made again by
+//     the application, a durable consumer resuming after its last ack.
 //
 // Goroutines: a Conn runs one goroutine reading the control stream and, once something was
 // published, two for the publish stream (a writer that batches frames, a reader that matches

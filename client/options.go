@@ -35,6 +35,14 @@ type Options struct {
 	// once on the Conn. PublishAsync blocks while it is full. Default 1024; keep it below the
 	// node's per-stream limit (4096 by default) so the node never has to stop reading.
 	MaxPendingPublishes int
+	// Reconnect makes the Conn dial its node again when the connection was lost (the node
+	// restarted, the network failed): the next operation that needs a stream (a publish, a
+	// subscription, a listing) dials first, within that operation's context. What was under
+	// way on the lost connection still fails: publishes awaiting their ack (they may or may
+	// not be stored; a retry may store a record twice) and open subscriptions (subscribe
+	// again; a durable consumer resumes after its last ack). Default false: a lost
+	// connection fails every later operation.
+	Reconnect bool
 	// AblationSharedStream allows OpenSharedStream: all subscriptions made through it share
 	// ONE QUIC stream, as on one TCP connection. A measurement aid for benchmarks (the node
 	// must allow it: node.Config.AblationSharedStream); never for production. Default false.
