@@ -18,8 +18,8 @@
 //   - Errors that come from the node are [*Error] values carrying a [Code]; retention gaps are
 //     reported once as [*GapError]; a closed Conn fails with [ErrClosed].
 //   - A lost connection fails what was under way on it. With Options.Reconnect the next
-//     operation dials the node again (within its context); subscriptions are made again by
-//     the application, a durable consumer resuming after its last ack.
+//     operation dials the node again (within its context), and each open subscription is
+//     made again by its next Next, from where it was, delivering nothing twice.
 //
 // Goroutines: a Conn runs one goroutine reading the control stream and, once something was
 // published, two for the publish stream (a writer that batches frames, a reader that matches

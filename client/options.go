@@ -37,11 +37,14 @@ type Options struct {
 	MaxPendingPublishes int
 	// Reconnect makes the Conn dial its node again when the connection was lost (the node
 	// restarted, the network failed): the next operation that needs a stream (a publish, a
-	// subscription, a listing) dials first, within that operation's context. What was under
-	// way on the lost connection still fails: publishes awaiting their ack (they may or may
-	// not be stored; a retry may store a record twice) and open subscriptions (subscribe
-	// again; a durable consumer resumes after its last ack). Default false: a lost
-	// connection fails every later operation.
+	// subscription, a listing) dials first, within that operation's context, and open
+	// subscriptions are made again by their next Next: a durable consumer from its stored
+	// positions, a topic from the record after the last one delivered, start=latest from
+	// when the subscription was set up (less a second for clocks), anything else from its
+	// start; records already delivered are never delivered again. Publishes awaiting their
+	// ack when the connection was lost fail (they may or may not be stored: a retry may
+	// store a record twice). Default false: a lost connection fails every later operation
+	// and ends every subscription.
 	Reconnect bool
 	// AblationSharedStream allows OpenSharedStream: all subscriptions made through it share
 	// ONE QUIC stream, as on one TCP connection. A measurement aid for benchmarks (the node

@@ -3,6 +3,8 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -84,5 +86,80 @@ func TestReconnect(t *testing.T) {
 	c.Close()
 	if _, err := c.Publish(ctx, client.Message{Topic: "re.t", Payload: []byte("y")}); !errors.Is(err, client.ErrClosed) {
 		t.Fatalf("publish after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestReconnectResumesSubscriptions: with Options.Reconnect, open subscriptions outlive a
+// restart of their node: Next makes them again and goes on where they were, delivering
+// nothing twice. A durable consumer resumes from its stored position (records acked before
+// are not delivered again, unacked ones already delivered are skipped), a topic subscription
+// from the record after its last, a start=latest pattern with what was stored since it began.
+func TestReconnectResumesSubscriptions(t *testing.T) {
+	data := t.TempDir()
+	n, stop := nodetest.Start(t, func(c *node.Config) { c.DataDir = data })
+	addr := n.Addr().String()
+	ctx := testCtx(t)
+	c, err := client.Dial(ctx, addr, client.Options{CAFile: n.CAFile(), Reconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	publishN(t, c, "rs.a", "a", 3)
+	time.Sleep(1100 * time.Millisecond) // past the second a resumed start=latest reads back
+	dur, err := c.Subscribe(ctx, "rs.a", client.SubscribeOptions{Durable: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lit, err := c.Subscribe(ctx, "rs.a", client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wild, err := c.Subscribe(ctx, "rs.>", client.SubscribeOptions{From: client.Latest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := nextN(t, dur, 3)
+	for _, rec := range got[:2] {
+		if err := dur.Ack(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nextN(t, lit, 3)
+	time.Sleep(200 * time.Millisecond) // the acks reach the node (stored with its next commit)
+
+	stop()
+	nodetest.Start(t, func(c *node.Config) { c.DataDir, c.Listen = data, addr })
+	for {
+		_, err := c.Publish(ctx, client.Message{Topic: "rs.a", Payload: []byte("a3")})
+		if err == nil {
+			break
+		}
+		t.Logf("publish after the restart: %v (retrying)", err)
+		time.Sleep(50 * time.Millisecond)
+	}
+	publishN(t, c, "rs.b", "b", 1)
+	if _, err := c.Publish(ctx, client.Message{Topic: "rs.a", Payload: []byte("a4")}); err != nil {
+		t.Fatal(err)
+	}
+
+	offsets := func(recs []client.Record) (out []string) {
+		for _, r := range recs {
+			out = append(out, fmt.Sprintf("%s@%d", r.Topic, r.Offset))
+		}
+		return out
+	}
+	if g := offsets(nextN(t, dur, 2)); !slices.Equal(g, []string{"rs.a@3", "rs.a@4"}) {
+		t.Errorf("durable consumer after the restart: %v, want rs.a@3 rs.a@4", g)
+	}
+	if g := offsets(nextN(t, lit, 2)); !slices.Equal(g, []string{"rs.a@3", "rs.a@4"}) {
+		t.Errorf("topic subscription after the restart: %v, want rs.a@3 rs.a@4", g)
+	}
+	g := offsets(nextN(t, wild, 3))
+	slices.Sort(g)
+	if !slices.Equal(g, []string{"rs.a@3", "rs.a@4", "rs.b@0"}) {
+		t.Errorf("start=latest pattern after the restart: %v, want rs.a@3 rs.a@4 rs.b@0", g)
+	}
+	for _, s := range []*client.Subscription{dur, lit, wild} {
+		expectQuiet(t, s, 300*time.Millisecond)
 	}
 }

@@ -84,8 +84,9 @@ type Record struct {
 // from any goroutine, also while Next waits.
 type Subscription struct {
 	c       *Conn
-	s       *quic.Stream
 	pattern string
+	opts    SubscribeOptions
+	begun   time.Time // when it was set up: where a resumed start=latest subscription reads from
 	closed  atomic.Bool
 
 	readMu sync.Mutex // held by Next, and by Close while it drains; guards the fields below
@@ -97,11 +98,19 @@ type Subscription struct {
 	lastTopic string
 	err       error // terminal: every later Next returns it
 	slab      slab  // owns the delivered payloads
+	// With Options.Reconnect: per topic, the offset after the last record delivered, so that
+	// a subscription made again on a new connection delivers nothing twice.
+	delivered map[string]uint64
 
-	wmu      sync.Mutex // guards the sending side and the fields below
+	wmu      sync.Mutex   // guards the sending side and the fields below
+	s        *quic.Stream // the subscription's stream; replaced by resubscribe (Reconnect)
 	names    map[string]uint64
 	ackBuf   []byte
 	sendDone bool // FIN sent; no more writes
+	// With Options.Reconnect: ACKs of topics not announced yet on the current stream (it
+	// replaced a lost one), sent when their TOPIC arrives; and every topic ever announced.
+	unsent map[string]uint64
+	known  map[string]bool
 }
 
 // Subscribe opens a new stream for a subscription to pattern (a topic, or a pattern with
@@ -112,25 +121,43 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 	if err := checkSubscribe(pattern, opts); err != nil {
 		return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
 	}
-	s, err := c.openStream(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
-	}
 	sub := &Subscription{
 		c:       c,
-		s:       s,
 		pattern: pattern,
-		fr:      newFrameReader(s, c.lim),
+		opts:    opts,
+		begun:   time.Now(),
 		topics:  make(map[uint64]string),
 		names:   make(map[string]uint64),
 	}
-	req := &wire.Subscribe{Pattern: pattern, Start: opts.From.kind, StartValue: opts.From.value, Durable: opts.Durable, Region: opts.Region, Flags: wire.SubscribeRecords}
+	if c.opts.Reconnect {
+		sub.delivered = make(map[string]uint64)
+		sub.unsent = make(map[string]uint64)
+		sub.known = make(map[string]bool)
+	}
+	str, fr, err := sub.open(ctx, opts.From)
+	if err != nil {
+		return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
+	}
+	sub.s, sub.fr = str, fr
+	return sub, nil
+}
+
+// open opens a stream for the subscription starting at from and waits until the node
+// confirmed it.
+func (sub *Subscription) open(ctx context.Context, from Start) (*quic.Stream, *frameReader, error) {
+	c := sub.c
+	s, err := c.openStream(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	fr := newFrameReader(s, c.lim)
+	req := &wire.Subscribe{Pattern: sub.pattern, Start: from.kind, StartValue: from.value, Durable: sub.opts.Durable, Region: sub.opts.Region, Flags: wire.SubscribeRecords}
 	if _, err = s.Write(wire.Append(nil, req)); err == nil {
 		var f wire.Frame
-		if f, err = sub.fr.next(ctx); err == nil {
+		if f, err = fr.next(ctx); err == nil {
 			switch f := f.(type) {
 			case *wire.Subscribed:
-				return sub, nil
+				return s, fr, nil
 			case *wire.ErrorFrame:
 				err = fromWire(f.Code, f.Message)
 			default:
@@ -144,7 +171,51 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 	}
 	s.CancelWrite(wire.AppCancelled)
 	s.CancelRead(wire.AppCancelled)
-	return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
+	return nil, nil, err
+}
+
+// resumable reports whether the subscription should be made again after err ended its
+// stream: Options.Reconnect is on and err is the loss of the connection (or the node shutting
+// down), not a decision of the node about this subscription.
+func (s *Subscription) resumable(err error) bool {
+	if !s.c.opts.Reconnect || s.closed.Load() {
+		return false
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code == CodeShuttingDown
+	}
+	return isConnError(err)
+}
+
+// resubscribe makes the subscription again on a live connection (dialing if needed), from
+// where it was: a durable consumer from its stored positions, a topic from the record after
+// the last one delivered, start=latest from when the subscription was first set up; records
+// already delivered are skipped by Next. Called by Next, with readMu held.
+func (s *Subscription) resubscribe(ctx context.Context) error {
+	from := s.opts.From
+	if s.opts.Durable == "" {
+		if next, ok := s.delivered[s.pattern]; ok { // a literal topic: exactly from there
+			from = AtOffset(next)
+		} else if from.kind == wire.StartLatest {
+			from = AtTime(s.begun.Add(-time.Second)) // a second for the clocks of client and node
+		}
+	}
+	str, fr, err := s.open(ctx, from)
+	if err != nil {
+		return err
+	}
+	s.wmu.Lock()
+	if s.sendDone { // closed meanwhile
+		s.wmu.Unlock()
+		str.CancelWrite(wire.AppCancelled)
+		str.CancelRead(wire.AppCancelled)
+		return ErrClosed
+	}
+	s.s, s.names = str, make(map[string]uint64)
+	s.wmu.Unlock()
+	s.fr, s.topics, s.lastTopic = fr, make(map[uint64]string), ""
+	return nil
 }
 
 // checkSubscribe refuses what would make a malformed frame (the grammar is the node's).
@@ -182,7 +253,15 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			if ctxErr := ctx.Err(); ctxErr != nil && err == ctxErr {
 				return Record{}, err
 			}
-			return Record{}, s.end(s.readErr(err))
+			if err = s.readErr(err); s.resumable(err) {
+				if err = s.resubscribe(ctx); err == nil {
+					continue
+				}
+				if ctx.Err() != nil {
+					return Record{}, err // still resumable: the next Next tries again
+				}
+			}
+			return Record{}, s.end(err)
 		}
 		switch f := f.(type) {
 		case *wire.Record:
@@ -192,6 +271,12 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 					return Record{}, s.end(errorf(CodeProtocol, "RECORD for topic index %d before its TOPIC", f.Index))
 				}
 				s.lastIndex, s.lastTopic = f.Index, name
+			}
+			if s.delivered != nil {
+				if next, ok := s.delivered[name]; ok && f.Offset < next {
+					continue // delivered before the connection was lost
+				}
+				s.delivered[name] = f.Offset + 1
 			}
 			return Record{
 				Topic:        name,
@@ -211,7 +296,16 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			}
 			s.wmu.Lock()
 			s.names[f.Name] = f.Index
+			var unsent uint64
+			if s.known != nil {
+				s.known[f.Name] = true
+				unsent = s.unsent[f.Name]
+				delete(s.unsent, f.Name)
+			}
 			s.wmu.Unlock()
+			if unsent > 0 { // acked while the topic had no index on this stream
+				s.Ack(Record{Topic: f.Name, Offset: unsent - 1})
+			}
 		case *wire.Gap:
 			name, ok := s.topics[f.Index]
 			if !ok {
@@ -219,7 +313,17 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			}
 			return Record{}, &GapError{Topic: name, From: f.From, To: f.To}
 		case *wire.ErrorFrame:
-			return Record{}, s.end(fmt.Errorf("client: subscription %q ended by the node: %w", s.pattern, fromWire(f.Code, f.Message)))
+			var err error = fromWire(f.Code, f.Message)
+			if s.resumable(err) { // the node is shutting down: make it again elsewhere, later
+				if err = s.resubscribe(ctx); err == nil {
+					continue
+				}
+				if ctx.Err() != nil {
+					return Record{}, err
+				}
+				return Record{}, s.end(err)
+			}
+			return Record{}, s.end(fmt.Errorf("client: subscription %q ended by the node: %w", s.pattern, err))
 		default:
 			return Record{}, s.end(errorf(CodeProtocol, "the node sent %s on a subscription stream", f.Type()))
 		}
@@ -277,11 +381,22 @@ func (s *Subscription) Ack(r Record) error {
 		return ErrClosed
 	}
 	idx, ok := s.names[r.Topic]
+	if !ok && s.known[r.Topic] {
+		// Announced on a lost connection, not yet on this one: sent when it is.
+		s.unsent[r.Topic] = max(s.unsent[r.Topic], r.Offset+1)
+		return nil
+	}
 	if !ok {
 		return fmt.Errorf("client: ack: topic %q has no record on subscription %q", r.Topic, s.pattern)
 	}
 	s.ackBuf = wire.Append(s.ackBuf[:0], &wire.Ack{Index: idx, Offset: r.Offset})
 	if _, err := s.s.Write(s.ackBuf); err != nil {
+		if s.known != nil && isConnError(err) {
+			// The connection is lost: Next makes the subscription again, and the ACK goes
+			// to the new stream once the topic is announced there.
+			s.unsent[r.Topic] = max(s.unsent[r.Topic], r.Offset+1)
+			return nil
+		}
 		var se *quic.StreamError
 		if errors.As(err, &se) && se.Remote {
 			// The node stopped reading: it ended the subscription, and its ERROR frame, the
@@ -306,9 +421,10 @@ func (s *Subscription) Close() error {
 		s.sendDone = true
 		s.s.Close()
 	}
+	str := s.s // after sendDone no resubscribe replaces it
 	s.wmu.Unlock()
 	if !s.readMu.TryLock() {
-		s.s.CancelRead(wire.AppCancelled)
+		str.CancelRead(wire.AppCancelled)
 		return nil
 	}
 	defer s.readMu.Unlock()
