@@ -516,14 +516,7 @@ func TestRegionPlacementWildcardResume(t *testing.T) {
 	c := m.dial("eu-1")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	publish := func(topic string, from, to int) {
-		t.Helper()
-		for i := from; i < to; i++ {
-			if _, err := c.Publish(ctx, client.Message{Topic: topic, Payload: fmt.Appendf(nil, "%s-%d", topic, i)}); err != nil {
-				t.Fatalf("publish %s #%d: %v", topic, i, err)
-			}
-		}
-	}
+	publish := func(topic string, from, to int) { t.Helper(); publishNumbered(ctx, t, c, topic, from, to) }
 	publish(ta, 0, 5)
 	publish(tb, 0, 5)
 	sub, err := c.Subscribe(ctx, "w.>", client.SubscribeOptions{Durable: "d"})
@@ -620,14 +613,7 @@ func TestRegionPlacementWildcardResumeLatest(t *testing.T) {
 	c := m.dial("eu-1")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	publish := func(topic string, from, to int) {
-		t.Helper()
-		for i := from; i < to; i++ {
-			if _, err := c.Publish(ctx, client.Message{Topic: topic, Payload: fmt.Appendf(nil, "%s-%d", topic, i)}); err != nil {
-				t.Fatalf("publish %s #%d: %v", topic, i, err)
-			}
-		}
-	}
+	publish := func(topic string, from, to int) { t.Helper(); publishNumbered(ctx, t, c, topic, from, to) }
 	publish(tb, 0, 3) // before the subscription: not delivered
 	sub, err := c.Subscribe(ctx, "v.>", client.SubscribeOptions{From: client.Latest})
 	if err != nil {
@@ -663,5 +649,15 @@ func TestRegionPlacementWildcardResumeLatest(t *testing.T) {
 	defer stop()
 	if rec, err := sub.Next(short); err == nil {
 		t.Fatalf("an extra record: %s at %d", rec.Topic, rec.Offset)
+	}
+}
+
+// publishNumbered publishes records from..to-1 of topic with the payloads "TOPIC-I".
+func publishNumbered(ctx context.Context, t *testing.T, c *client.Conn, topic string, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if _, err := c.Publish(ctx, client.Message{Topic: topic, Payload: fmt.Appendf(nil, "%s-%d", topic, i)}); err != nil {
+			t.Fatalf("publish %s #%d: %v", topic, i, err)
+		}
 	}
 }
