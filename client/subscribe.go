@@ -188,6 +188,31 @@ func (s *Subscription) resumable(err error) bool {
 	return isConnError(err)
 }
 
+// resume makes the subscription again (resubscribe), trying until it works, ctx ends, or
+// the node refuses it for good: while the node is down or restarting each attempt fails on
+// the network, and the next one waits a little longer (up to 5 s).
+func (s *Subscription) resume(ctx context.Context) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := s.resubscribe(ctx)
+		var e *Error
+		switch {
+		case err == nil, ctx.Err() != nil, errors.Is(err, ErrClosed):
+			return err
+		case errors.As(err, &e) && e.Code != CodeShuttingDown && e.Code != CodeUnavailable:
+			return err // refused: unauthorized, forbidden, an invalid request...
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
 // resubscribe makes the subscription again on a live connection (dialing if needed), from
 // where it was: a durable consumer from its stored positions, a topic from the record after
 // the last one delivered, start=latest from when the subscription was first set up; records
@@ -254,7 +279,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 				return Record{}, err
 			}
 			if err = s.readErr(err); s.resumable(err) {
-				if err = s.resubscribe(ctx); err == nil {
+				if err = s.resume(ctx); err == nil {
 					continue
 				}
 				if ctx.Err() != nil {
@@ -314,8 +339,8 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			return Record{}, &GapError{Topic: name, From: f.From, To: f.To}
 		case *wire.ErrorFrame:
 			var err error = fromWire(f.Code, f.Message)
-			if s.resumable(err) { // the node is shutting down: make it again elsewhere, later
-				if err = s.resubscribe(ctx); err == nil {
+			if s.resumable(err) { // the node is shutting down: make it again when it is back
+				if err = s.resume(ctx); err == nil {
 					continue
 				}
 				if ctx.Err() != nil {
