@@ -22,7 +22,7 @@ func init() {
 const ackEvery = 256
 
 func runSub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "sub", "--ca FILE --topic PATTERN [--server HOST:PORT] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--region R] [--count N] [--idle DURATION]")
+	fs := newFlagSet(e, "sub", "--ca FILE --topic PATTERN [--server HOST:PORT] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--region R] [--count N] [--idle DURATION] [--reconnect]")
 	var cf clientFlags
 	cf.register(fs)
 	pattern := fs.String("topic", "", "topic or pattern to subscribe to ('*' one token, trailing '>' one or more), e.g. 'orders.>' (required)")
@@ -32,6 +32,8 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	region := fs.String("region", "", "replay another region's log of the topic directly, through the node's link to it, without storing it here (offsets are that region's)")
 	count := fs.Int("count", 0, "exit after this many records (0: no limit)")
 	idle := fs.Duration("idle", 0, "exit when no record arrived for this long, e.g. 5s (0: wait forever)")
+	reconnect := fs.Bool("reconnect", false, "when the connection to the node is lost (it restarted), dial it again and go on where the\n"+
+		"subscription was, printing nothing twice (with --durable: from the last acknowledged record)")
 	format := fs.String("format", "text", "output: text (OFFSET<TAB>TOPIC<TAB>PAYLOAD per line, the payload as it is) or\n"+
 		"json (one object per line with every field of the record; the payload as a string when it is UTF-8, else payload_base64)")
 	if err := parseFlags(fs, args); err != nil {
@@ -57,7 +59,7 @@ func runSub(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 
-	conn, err := cf.dial(ctx, client.Options{})
+	conn, err := cf.dial(ctx, client.Options{Reconnect: *reconnect})
 	if err != nil {
 		return err
 	}

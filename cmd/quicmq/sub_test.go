@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/nodetest"
 )
 
 // publishLines publishes lines to topic through the pub command.
@@ -175,5 +177,31 @@ func TestSubFormatJSON(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, "", append([]string{"sub", "--topic", "fmt.t", "--format", "yaml"}, n.conn()...)...); code == 0 || !strings.Contains(stderr, `--format "yaml"`) {
 		t.Fatalf("--format yaml: exit %d:\n%s", code, stderr)
+	}
+}
+
+// TestSubReconnect: sub --reconnect goes on across a restart of its node, printing each
+// record once.
+func TestSubReconnect(t *testing.T) {
+	data := t.TempDir()
+	n, stop := nodetest.Start(t, func(c *node.Config) { c.DataDir = data })
+	cn := &cliNode{addr: n.Addr().String(), ca: n.CAFile()}
+	publishLines(t, cn, "rc.t", "before")
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, stdout, stderr := runCLI(t, "", append([]string{"sub", "--topic", "rc.t", "--count", "2", "--reconnect"}, cn.conn()...)...)
+		done <- result{code, stdout, stderr}
+	}()
+	time.Sleep(500 * time.Millisecond) // it has printed "before"
+	stop()
+	nodetest.Start(t, func(c *node.Config) { c.DataDir, c.Listen = data, cn.addr })
+	publishLines(t, cn, "rc.t", "after")
+	r := <-done
+	if r.code != 0 || r.stdout != "0\trc.t\tbefore\n1\trc.t\tafter\n" {
+		t.Fatalf("exit %d, stdout %q:\n%s", r.code, r.stdout, r.stderr)
 	}
 }
