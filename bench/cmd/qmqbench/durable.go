@@ -200,37 +200,20 @@ func (q *quicmqDur) connect(ctx context.Context, n int) error {
 }
 
 func (q *quicmqDur) publishUntil(ctx context.Context, i int, payload []byte, stop <-chan struct{}, done func(error)) {
-	futures := make(chan *client.Future, 4096)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for f := range futures {
-			_, err := f.Wait(ctx)
-			done(err)
-		}
-	}()
-	defer wg.Wait()
-	defer close(futures)
-	for {
+	q.pipeline(ctx, i, "pub.bench", payload, func() bool {
 		select {
 		case <-stop:
-			return
+			return false
 		default:
+			return true
 		}
-		f, err := q.conns[i].PublishAsync(ctx, client.Message{Topic: "pub.bench", Payload: payload})
-		if err != nil {
-			done(err)
-			return
-		}
-		futures <- f
-	}
+	}, done)
 }
 
 func (q *quicmqDur) load(ctx context.Context, n int, payload []byte) error {
 	var once sync.Once
 	var firstErr error
-	q.publishUntilN(ctx, n, payload, func(err error) {
+	q.pipeline(ctx, 0, "replay.bench", payload, func() bool { n--; return n >= 0 }, func(err error) {
 		if err != nil {
 			once.Do(func() { firstErr = err })
 		}
@@ -238,27 +221,28 @@ func (q *quicmqDur) load(ctx context.Context, n int, payload []byte) error {
 	return firstErr
 }
 
-func (q *quicmqDur) publishUntilN(ctx context.Context, n int, payload []byte, done func(error)) {
+// pipeline publishes payload to topic on connection i with PublishAsync while more says so,
+// or until a publish fails; a second goroutine waits for the acks in order, calling done
+// with each result (and done is called once with the failure of a publish).
+func (q *quicmqDur) pipeline(ctx context.Context, i int, topic string, payload []byte, more func() bool, done func(error)) {
 	futures := make(chan *client.Future, 4096)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	wg.Go(func() {
 		for f := range futures {
 			_, err := f.Wait(ctx)
 			done(err)
 		}
-	}()
-	for range n {
-		f, err := q.conns[0].PublishAsync(ctx, client.Message{Topic: "replay.bench", Payload: payload})
+	})
+	defer wg.Wait()
+	defer close(futures)
+	for more() {
+		f, err := q.conns[i].PublishAsync(ctx, client.Message{Topic: topic, Payload: payload})
 		if err != nil {
 			done(err)
-			break
+			return
 		}
 		futures <- f
 	}
-	close(futures)
-	wg.Wait()
 }
 
 func (q *quicmqDur) replay(ctx context.Context, n int) (int, error) {
