@@ -100,7 +100,8 @@ type Subscription struct {
 	slab      slab  // owns the delivered payloads
 	// With Options.Reconnect: per topic, the offset after the last record delivered, so that
 	// a subscription made again on a new connection delivers nothing twice.
-	delivered map[string]uint64
+	delivered map[string]*uint64
+	lastNext  *uint64 // delivered[lastTopic]: a run of one topic's records skips the map
 
 	wmu      sync.Mutex   // guards the sending side and the fields below
 	s        *quic.Stream // the subscription's stream; replaced by resubscribe (Reconnect)
@@ -130,7 +131,7 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 		names:   make(map[string]uint64),
 	}
 	if c.opts.Reconnect {
-		sub.delivered = make(map[string]uint64)
+		sub.delivered = make(map[string]*uint64)
 		sub.unsent = make(map[string]uint64)
 		sub.known = make(map[string]bool)
 	}
@@ -221,7 +222,7 @@ func (s *Subscription) resubscribe(ctx context.Context) error {
 	from := s.opts.From
 	if s.opts.Durable == "" {
 		if next, ok := s.delivered[s.pattern]; ok { // a literal topic: exactly from there
-			from = AtOffset(next)
+			from = AtOffset(*next)
 		} else if from.kind == wire.StartLatest {
 			from = AtTime(s.begun.Add(-time.Second)) // a second for the clocks of client and node
 		}
@@ -296,12 +297,18 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 					return Record{}, s.end(errorf(CodeProtocol, "RECORD for topic index %d before its TOPIC", f.Index))
 				}
 				s.lastIndex, s.lastTopic = f.Index, name
+				if s.delivered != nil {
+					if s.lastNext = s.delivered[name]; s.lastNext == nil {
+						s.lastNext = new(uint64)
+						s.delivered[name] = s.lastNext
+					}
+				}
 			}
-			if s.delivered != nil {
-				if next, ok := s.delivered[name]; ok && f.Offset < next {
+			if s.lastNext != nil {
+				if f.Offset < *s.lastNext {
 					continue // delivered before the connection was lost
 				}
-				s.delivered[name] = f.Offset + 1
+				*s.lastNext = f.Offset + 1
 			}
 			return Record{
 				Topic:        name,
