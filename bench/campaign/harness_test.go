@@ -210,6 +210,43 @@ func waitLinks(t *testing.T, nodes []*node, want int) {
 	}
 }
 
+// meshNode is one node of a campaign's mesh: its name, region, the IP it listens on and its
+// namespace.
+type meshNode struct {
+	name, region, ip string
+	ns               *lossy.Namespace
+}
+
+// startMesh starts the nodes of specs, node i on ports 7400+i (clients), 7500+i (gossip),
+// 7600+i (WAN gossip) and 7700+i (metrics) of its IP, each joined to the other nodes of its
+// region and, over WAN, to all, mirroring mirror; it waits until every node links to every
+// other one. It returns the nodes in specs' order and by region.
+func startMesh(t *testing.T, specs []meshNode, caDir, mirror string) ([]*node, map[string][]*node) {
+	t.Helper()
+	port := func(base, i int) string { return fmt.Sprintf("%s:%d", specs[i].ip, base+i) }
+	var nodes []*node
+	byRegion := map[string][]*node{}
+	for i, s := range specs {
+		var join, wanJoin []string
+		for j, o := range specs {
+			if j == i {
+				continue
+			}
+			if o.region == s.region {
+				join = append(join, port(7500, j))
+			}
+			wanJoin = append(wanJoin, port(7600, j))
+		}
+		n := startNode(t, s.ns, s.name, s.region, port(7400, i), port(7700, i), caDir,
+			"--gossip", port(7500, i), "--wan", port(7600, i), "--join", strings.Join(join, ","),
+			"--wan-join", strings.Join(wanJoin, ","), "--mirror", mirror)
+		nodes = append(nodes, n)
+		byRegion[s.region] = append(byRegion[s.region], n)
+	}
+	waitLinks(t, nodes, len(nodes)-1)
+	return nodes, byRegion
+}
+
 // worker runs this test binary in mode inside ns with env and returns its stdout lines.
 func worker(ctx context.Context, ns *lossy.Namespace, mode string, env ...string) ([]string, error) {
 	self, err := os.Executable()

@@ -38,29 +38,11 @@ func TestCampaignPacketLoss(t *testing.T) {
 	t.Cleanup(func() { ns.Close() })
 	caDir := t.TempDir()
 
-	type spec struct{ name, region string }
-	specs := []spec{{"eu1", "eu"}, {"eu2", "eu"}, {"us1", "us"}, {"us2", "us"}}
-	port := func(base, i int) string { return fmt.Sprintf("127.0.0.1:%d", base+i) }
-	var nodes []*node
-	byRegion := map[string][]*node{}
-	for i, s := range specs {
-		var join, wanJoin []string
-		for j, o := range specs {
-			if j == i {
-				continue
-			}
-			if o.region == s.region {
-				join = append(join, port(7500, j))
-			}
-			wanJoin = append(wanJoin, port(7600, j))
-		}
-		n := startNode(t, ns, s.name, s.region, port(7400, i), port(7700, i), caDir,
-			"--gossip", port(7500, i), "--wan", port(7600, i), "--join", strings.Join(join, ","),
-			"--wan-join", strings.Join(wanJoin, ","), "--mirror", "c4.>")
-		nodes = append(nodes, n)
-		byRegion[s.region] = append(byRegion[s.region], n)
+	var specs []meshNode
+	for _, n := range [][2]string{{"eu1", "eu"}, {"eu2", "eu"}, {"us1", "us"}, {"us2", "us"}} {
+		specs = append(specs, meshNode{name: n[0], region: n[1], ip: "127.0.0.1", ns: ns})
 	}
-	waitLinks(t, nodes, len(nodes)-1)
+	nodes, byRegion := startMesh(t, specs, caDir, "c4.>")
 	topics := []string{"c4.a", "c4.b", "c4.c", "c4.d"}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*(phase+steady)+5*time.Minute)

@@ -50,32 +50,8 @@ func TestCampaignPartitions(t *testing.T) {
 	}
 	caDir := t.TempDir()
 
-	type spec struct {
-		name, region, ip string
-		ns               *lossy.Namespace
-	}
-	specs := []spec{{"eu1", "eu", link.AddrA, nsEU}, {"eu2", "eu", link.AddrA, nsEU}, {"us1", "us", link.AddrB, nsUS}, {"us2", "us", link.AddrB, nsUS}}
-	port := func(base, i int) string { return fmt.Sprintf("%s:%d", specs[i].ip, base+i) }
-	var nodes []*node
-	byRegion := map[string][]*node{}
-	for i, s := range specs {
-		var join, wanJoin []string
-		for j, o := range specs {
-			if j == i {
-				continue
-			}
-			if o.region == s.region {
-				join = append(join, port(7500, j))
-			}
-			wanJoin = append(wanJoin, port(7600, j))
-		}
-		n := startNode(t, s.ns, s.name, s.region, port(7400, i), port(7700, i), caDir,
-			"--gossip", port(7500, i), "--wan", port(7600, i), "--join", strings.Join(join, ","),
-			"--wan-join", strings.Join(wanJoin, ","), "--mirror", "c3.>")
-		nodes = append(nodes, n)
-		byRegion[s.region] = append(byRegion[s.region], n)
-	}
-	waitLinks(t, nodes, len(nodes)-1)
+	specs := []meshNode{{"eu1", "eu", link.AddrA, nsEU}, {"eu2", "eu", link.AddrA, nsEU}, {"us1", "us", link.AddrB, nsUS}, {"us2", "us", link.AddrB, nsUS}}
+	nodes, byRegion := startMesh(t, specs, caDir, "c3.>")
 	topics := []string{"c3.a", "c3.b", "c3.c", "c3.d"}
 	nss := map[string]*lossy.Namespace{"eu": nsEU, "us": nsUS}
 
