@@ -110,7 +110,8 @@ func (ns *Namespace) nft(script string) error {
 }
 
 // SetLoss replaces the namespace's random loss with rate (0 to 1, e.g. 0.01 for 1%), applied
-// to every packet arriving on any interface of the namespace, on the input hook. Rates are
+// to every packet arriving on any interface of the namespace, on the input hook, except
+// packets a Relay sends (each relayed datagram meets the loss once). Rates are
 // rounded to 1/100,000. Zero removes the loss.
 func (ns *Namespace) SetLoss(rate float64) error { return ns.SetLossMatch(rate, "") }
 
@@ -123,6 +124,8 @@ func (ns *Namespace) SetLossMatch(rate float64, match string) error {
 	}
 	script := "flush chain inet lossy in\n"
 	if per := int(rate*100000 + 0.5); per > 0 {
+		// What a Relay sends was exposed to the loss on its way in.
+		script += fmt.Sprintf("add rule inet lossy in udp sport %d-%d accept\n", RelayPortLow, RelayPortHigh)
 		script += fmt.Sprintf("add rule inet lossy in %s numgen random mod 100000 < %d counter drop\n", match, per)
 	}
 	// Partitions live in their own chain ("cut") and survive a loss change.

@@ -75,15 +75,26 @@ func linkHelper(args []string) int {
 }
 
 // udpHelper sends N datagrams from one socket to another on 127.0.0.1 (each crosses lo's
-// input hook once) and prints how many arrived.
+// input hook once) and prints how many arrived. "relay:N" sends them through a Relay, where
+// each crosses the input hook twice: into the relay and out of it.
 func udpHelper(mode string) int {
-	n, _ := strconv.Atoi(mode)
+	viaRelay := strings.HasPrefix(mode, "relay:")
+	n, _ := strconv.Atoi(strings.TrimPrefix(mode, "relay:"))
 	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return 2
 	}
 	rx.SetReadBuffer(8 << 20) // a starved reader must not lose datagrams to a full buffer
-	tx, err := net.DialUDP("udp4", nil, rx.LocalAddr().(*net.UDPAddr))
+	to := rx.LocalAddr().(*net.UDPAddr)
+	if viaRelay {
+		r, err := NewRelay(to.String(), 0)
+		if err != nil {
+			return 2
+		}
+		defer r.Close()
+		to, _ = net.ResolveUDPAddr("udp4", r.Addr())
+	}
+	tx, err := net.DialUDP("udp4", nil, to)
 	if err != nil {
 		return 2
 	}
@@ -112,10 +123,15 @@ func udpHelper(mode string) int {
 
 func countInside(t *testing.T, ns *Namespace, n int) int {
 	t.Helper()
+	return countHelper(t, ns, strconv.Itoa(n))
+}
+
+func countHelper(t *testing.T, ns *Namespace, mode string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cmd := ns.Command(ctx, os.Args[0])
-	cmd.Env = append(os.Environ(), "LOSSY_HELPER="+strconv.Itoa(n))
+	cmd.Env = append(os.Environ(), "LOSSY_HELPER="+mode)
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("helper in %s: %v", ns.Name, err)
@@ -158,6 +174,26 @@ func TestLossDropsOnInput(t *testing.T) {
 	}
 	if got := countInside(t, ns, n); got != n {
 		t.Fatalf("loss removed: %d of %d arrived", got, n)
+	}
+}
+
+// TestRelayLossOnce: a datagram through a Relay meets the namespace's loss once, so the rate
+// set is the rate of the relayed path (before the relay's ports were exempt, 20% set cost 36%).
+func TestRelayLossOnce(t *testing.T) {
+	needHarness(t)
+	ns, err := New("relayloss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if err := ns.SetLoss(0.2); err != nil {
+		t.Fatal(err)
+	}
+	const n = 4000
+	got := countHelper(t, ns, "relay:"+strconv.Itoa(n))
+	// 20% of 4000: 800 expected, standard deviation ~25; twice exposed would be 1440.
+	if lost := n - got; lost < 650 || lost > 950 {
+		t.Fatalf("20%% loss through the relay: %d of %d datagrams lost", lost, n)
 	}
 }
 

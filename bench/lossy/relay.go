@@ -2,16 +2,28 @@ package lossy
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"sync"
+	"syscall"
 	"time"
+)
+
+// RelayPortLow and RelayPortHigh bound the UDP ports a Relay binds. The namespace's loss rule
+// exempts packets sent from them (see SetLossMatch), so a datagram that crosses the relay is
+// exposed to the loss once per direction, on its way into the relay, not twice: the loss rate
+// set is the loss rate of the path.
+const (
+	RelayPortLow  = 7600
+	RelayPortHigh = 7699
 )
 
 // Relay is a userspace UDP relay that adds a fixed one-way delay in each direction between
 // one client and an upstream address: the kernel here has no delay emulation (no tc netem),
 // and loss on loopback costs a round trip of microseconds, which hides what a lost packet
-// costs on a real path. Packets keep their order. Use it for QUIC runs (it relays UDP only);
-// nftables loss in the namespace applies to its hops as well.
+// costs on a real path. Packets keep their order. Use it for QUIC runs (it relays UDP only).
+// nftables loss in the namespace applies to what enters the relay and not to what it sends,
+// so each direction of the relayed path has the namespace's loss rate once.
 type Relay struct {
 	ln, up *net.UDPConn
 	delay  time.Duration
@@ -33,11 +45,15 @@ func NewRelay(upstream string, delay time.Duration) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	ln, err := bindRelayPort(func(port int) (*net.UDPConn, error) {
+		return net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port})
+	})
 	if err != nil {
 		return nil, err
 	}
-	up, err := net.DialUDP("udp", nil, ua)
+	up, err := bindRelayPort(func(port int) (*net.UDPConn, error) {
+		return net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}, ua)
+	})
 	if err != nil {
 		ln.Close()
 		return nil, err
@@ -58,6 +74,20 @@ func NewRelay(upstream string, delay time.Duration) (*Relay, error) {
 		}
 	})
 	return r, nil
+}
+
+// bindRelayPort calls bind with the ports of the relay range in turn until one is free.
+func bindRelayPort(bind func(port int) (*net.UDPConn, error)) (*net.UDPConn, error) {
+	for port := RelayPortLow; port <= RelayPortHigh; port++ {
+		c, err := bind(port)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("lossy: relay: %w", err)
+		}
+	}
+	return nil, fmt.Errorf("lossy: relay: every UDP port of %d-%d is in use", RelayPortLow, RelayPortHigh)
 }
 
 // Addr is the address clients dial instead of upstream.
