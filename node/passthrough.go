@@ -15,12 +15,12 @@ import (
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
-// upstreamTarget is where a subscription is passed on to: a node of another region (a
-// direct replay of that region's log) or the node of this region that owns the topic.
+// upstreamTarget is where a subscription is passed on to: a node of another region, for a
+// direct replay of that region's log. (A topic another node of this region owns is served
+// through an upstream to that node instead, see upstream.go, which survives its restart.)
 type upstreamTarget struct {
-	what   string // for errors: `region "us"` or `node "eu-2" (owner of "orders")`
-	region string // the Region the forwarded SUBSCRIBE carries
-	open   func(ctx context.Context) (*quic.Stream, error)
+	what string // for errors: `region "us"`
+	open func(ctx context.Context) (*quic.Stream, error)
 }
 
 func (n *Node) regionTarget(region string) upstreamTarget {
@@ -30,17 +30,8 @@ func (n *Node) regionTarget(region string) upstreamTarget {
 	}
 }
 
-func (n *Node) ownerTarget(owner, topic string) upstreamTarget {
-	return upstreamTarget{
-		what:   fmt.Sprintf("node %q (owner of %q in region %q)", owner, topic, n.cfg.Region),
-		region: n.cfg.Region,
-		open:   func(ctx context.Context) (*quic.Stream, error) { return n.fed.OpenStreamTo(ctx, owner) },
-	}
-}
-
 // passThrough serves a subscription (already counted against the connection's limit) from
-// another node's log: another region's ("T in region R from offset N"), or the owner of the
-// topic in this region. It opens a stream on the link, forwards the SUBSCRIBE, and copies
+// another region's log ("T in region R from offset N"). It opens a stream on the link, forwards the SUBSCRIBE, and copies
 // whole frames both ways without storing anything. Flow control stays end to end: when the
 // client stops reading, the copy stops, the link stream's window fills and the upstream
 // subscription blocks, with no buffer here beyond the copy's. When the upstream fails, the
@@ -59,7 +50,7 @@ func (s *session) passThrough(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		return
 	}
 	fwd := *req
-	fwd.Region = t.region
+	fwd.Region = "" // served there from that region's own log
 	if _, err := remote.Write(wire.Append(nil, &fwd)); err != nil {
 		remote.CancelRead(wire.AppCancelled)
 		refuse(wire.Errorf(wire.CodeUnavailable, "%s: %v", t.what, err))

@@ -652,6 +652,101 @@ func TestRegionPlacementWildcardResumeLatest(t *testing.T) {
 	}
 }
 
+// TestRegionPlacementLiteralResume: subscriptions through eu-1 to one topic that eu-2 owns
+// (a durable consumer and a plain one from earliest) survive eu-2's restart: nothing is
+// delivered twice or missed, and the ACKs made while eu-2 was down reach it once it is back.
+// Before, such a subscription was a pass-through that ended with an ERROR naming eu-2.
+func TestRegionPlacementLiteralResume(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 2)
+	topic := ""
+	for i := 0; topic == ""; i++ {
+		if tp := fmt.Sprintf("lit.%d", i); m.owner("eu", tp) == "eu-2" {
+			topic = tp
+		}
+	}
+	c := m.dial("eu-1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	publishNumbered(ctx, t, c, topic, 0, 5)
+	durable, err := c.Subscribe(ctx, topic, client.SubscribeOptions{Durable: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := c.Subscribe(ctx, topic, client.SubscribeOptions{From: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs := map[string]*client.Subscription{"durable": durable, "plain": plain}
+	got := map[string][]uint64{}
+	kept := map[uint64]client.Record{}
+	read := func(count int) {
+		t.Helper()
+		for name, sub := range subs {
+			for range count {
+				rec, err := sub.Next(ctx)
+				if err != nil {
+					t.Fatalf("%s after %v: %v", name, got[name], err)
+				}
+				if want := fmt.Sprintf("%s-%d", topic, rec.Offset); rec.Topic != topic || string(rec.Payload) != want {
+					t.Fatalf("%s: %s at %d = %q, want %s", name, rec.Topic, rec.Offset, rec.Payload, want)
+				}
+				got[name] = append(got[name], rec.Offset)
+				if name == "durable" {
+					kept[rec.Offset] = rec
+				}
+			}
+		}
+	}
+	ack := func(offsets ...uint64) {
+		t.Helper()
+		for _, o := range offsets {
+			if err := durable.Ack(kept[o]); err != nil {
+				t.Fatalf("ack %d: %v", o, err)
+			}
+		}
+	}
+	waitPosition := func(want uint64) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			pos, ok, err := m.nodes["eu-2"].Log().Position("d", topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok && pos == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("position of d on %s at eu-2: %d %v, want %d", topic, pos, ok, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	read(5)
+	ack(0, 1, 2)
+	waitPosition(2)
+	if err := m.nodes["eu-2"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	ack(3, 4) // while eu-2 is down: kept for its return
+	m.restart("eu-2")
+	waitPosition(4)
+	publishNumbered(ctx, t, c, topic, 5, 10)
+	read(5)
+	for name, offsets := range got {
+		if want := []uint64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}; !slices.Equal(offsets, want) {
+			t.Errorf("%s delivered %v, want %v (each once, in order)", name, offsets, want)
+		}
+	}
+	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer stop()
+	for name, sub := range subs {
+		if rec, err := sub.Next(short); err == nil {
+			t.Fatalf("%s: an extra record at %d", name, rec.Offset)
+		}
+	}
+}
+
 // publishNumbered publishes records from..to-1 of topic with the payloads "TOPIC-I".
 func publishNumbered(ctx context.Context, t *testing.T, c *client.Conn, topic string, from, to int) {
 	t.Helper()

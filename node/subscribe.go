@@ -36,6 +36,7 @@ type subscription struct {
 	req     *wire.Subscribe
 	label   string // subscription label for metrics: the durable name or "-"
 	batch   bool   // the client accepts RECORDS frames (wire.SubscribeRecords)
+	owner   string // a literal topic that node of the region owns: served by it alone
 	series  *subSeries
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -138,18 +139,19 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		return
 	}
 	// A subscription relayed by another node of this region is served from this node's log
-	// alone; a client's subscription to a topic another node owns is relayed to it.
+	// alone; a client's subscription to a topic another node owns is served from an upstream
+	// to that node (upstream.go), which resumes where it was when the owner fails or restarts.
 	relayed := s.peer && req.Region == n.cfg.Region
+	owner := ""
 	if n.place != nil && !s.peer && routing.IsLiteral(req.Pattern) {
-		owner, e := n.place.owner(s.ctx, req.Pattern)
+		o, e := n.place.owner(s.ctx, req.Pattern)
 		if e != nil {
 			refuse(e)
 			return
 		}
-		if owner != n.cfg.Name {
+		if o != n.cfg.Name {
 			n.place.relayedSubs.Inc()
-			s.passThrough(str, r, req, n.ownerTarget(owner, req.Pattern), refuse)
-			return
+			owner = o
 		}
 	}
 
@@ -168,7 +170,7 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		label = "-"
 	}
 	sub := &subscription{
-		s: s, str: str, r: r, req: req, label: label, batch: batch,
+		s: s, str: str, r: r, req: req, label: label, batch: batch, owner: owner,
 		ctx: ctx, cancel: cancel,
 		wake:    make(chan struct{}, 1),
 		byTopic: make(map[string]*cursor),
@@ -189,8 +191,9 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 	defer n.metrics.subscriptions.Dec()
 	// A subscriber's pattern (local, or relayed by another node of this region) is interest
 	// that other regions' records should be mirrored here. Another region's replay is not:
-	// it reads this region's log only.
-	if n.fed != nil && (!s.peer || relayed) {
+	// it reads this region's log only. A topic another node owns is mirrored by that node,
+	// which registers the interest of the upstream it serves.
+	if n.fed != nil && (!s.peer || relayed) && owner == "" {
 		n.fed.AddInterest(req.Pattern)
 		defer n.fed.RemoveInterest(req.Pattern)
 	}
@@ -250,7 +253,7 @@ func (sub *subscription) run() *wire.Error {
 		sub.latest = make(map[string]uint64)
 	}
 	for _, t := range n.wal.Topics() {
-		if routing.Match(sub.req.Pattern, t.Name) {
+		if sub.owner == "" && routing.Match(sub.req.Pattern, t.Name) {
 			if sub.req.Start == wire.StartLatest {
 				sub.latest[t.Name] = t.Next
 			}
@@ -324,6 +327,9 @@ func (sub *subscription) run() *wire.Error {
 		case <-placeChanged:
 			// A node joined or returned: it may own matching topics from now on.
 			placeChanged = n.place.changedCh()
+			if err := sub.ownerMoved(); err != nil {
+				return err
+			}
 			sub.addUpstreams()
 		}
 		if err := sub.takeNewTopics(); err != nil {

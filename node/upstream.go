@@ -22,6 +22,8 @@ import (
 // merges the upstreams' frames into the client's stream, giving each upstream topic an
 // index of the client's stream; the ack goroutine forwards the client's ACKs of upstream
 // topics to their upstream, where a durable consumer's position is stored (on the owner).
+// A client's subscription to one topic that another node owns is the same with a single
+// upstream, to the owner, and nothing from this node's log.
 //
 // An upstream that fails (its node failed, restarted or left, or the link broke) is given up
 // without ending the subscription: the other nodes' topics keep flowing, and when the node is
@@ -58,10 +60,34 @@ type upMsg struct {
 }
 
 // spansRegion reports whether the subscription must gather topics from other nodes: a
-// client's wildcard subscription on a node of a multi-node region.
+// client's wildcard subscription on a node of a multi-node region, or its subscription to a
+// topic another node of the region owns (sub.owner).
 func (sub *subscription) spansRegion() bool {
 	s := sub.s
-	return s.n.place != nil && !s.peer && !routing.IsLiteral(sub.req.Pattern)
+	return s.n.place != nil && !s.peer && (sub.owner != "" || !routing.IsLiteral(sub.req.Pattern))
+}
+
+// serves reports whether node may hold topics of the subscription: any other node of the
+// region for a wildcard, the owner alone for a topic another node owns.
+func (sub *subscription) serves(node string) bool {
+	return node != sub.s.n.cfg.Name && (sub.owner == "" || node == sub.owner)
+}
+
+// ownerMoved ends a subscription to a topic another node owns when placement now names
+// another owner (the topic had no log yet and the region's membership changed, or two logs
+// were found and the other one wins): the client subscribes again and is sent to the new
+// owner. A failed or restarting owner is no move: its topics wait for it. Run goroutine.
+func (sub *subscription) ownerMoved() *wire.Error {
+	if sub.owner == "" {
+		return nil
+	}
+	n := sub.s.n
+	now, ready, _ := n.place.ownerNow(sub.req.Pattern)
+	if !ready || now == sub.owner {
+		return nil
+	}
+	return wire.Errorf(wire.CodeUnavailable, "topic %q of region %q is now served by node %q, no longer by %q: subscribe again",
+		sub.req.Pattern, n.cfg.Region, now, sub.owner)
 }
 
 // openUpstreams opens an upstream to every other node of the region that has not left. A
@@ -73,7 +99,7 @@ func (sub *subscription) openUpstreams() *wire.Error {
 		return err
 	}
 	for _, m := range n.place.members() {
-		if m.name == n.cfg.Name || sub.ups[m.name] != nil {
+		if !sub.serves(m.name) || sub.ups[m.name] != nil {
 			continue
 		}
 		if m.status != gossip.StatusAlive {
@@ -281,7 +307,7 @@ func (sub *subscription) giveUp(up *upstream, err error) {
 		delete(sub.ups, up.node)
 	}
 	sub.upRetry[up.node] = true
-	sub.s.n.log.Warn("wildcard subscription: upstream node stopped serving its topics; they resume when it is back",
+	sub.s.n.log.Warn("subscription: upstream node stopped serving its topics; they resume when it is back",
 		"node", up.node, "pattern", sub.req.Pattern, "err", err)
 }
 
@@ -352,17 +378,17 @@ func (sub *subscription) addUpstreams() {
 	n := sub.s.n
 	failed := false
 	for _, m := range n.place.members() {
-		if m.name == n.cfg.Name || sub.ups[m.name] != nil || m.status != gossip.StatusAlive || !n.fed.Connected(m.name) {
+		if !sub.serves(m.name) || sub.ups[m.name] != nil || m.status != gossip.StatusAlive || !n.fed.Connected(m.name) {
 			continue
 		}
 		if err := sub.openUpstream(m.name); err != nil {
-			n.log.Debug("wildcard subscription: upstream not opened yet", "node", m.name, "pattern", sub.req.Pattern, "err", err)
+			n.log.Debug("subscription: upstream not opened yet", "node", m.name, "pattern", sub.req.Pattern, "err", err)
 			failed = true
 			continue
 		}
 		if sub.upRetry[m.name] {
 			delete(sub.upRetry, m.name)
-			n.log.Info("wildcard subscription: upstream node serves its topics again", "node", m.name, "pattern", sub.req.Pattern)
+			n.log.Info("subscription: upstream node serves its topics again", "node", m.name, "pattern", sub.req.Pattern)
 		}
 	}
 	if failed {
