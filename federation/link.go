@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlog"
 
 	"github.com/quicmq/quicmq/internal/wire"
 )
@@ -166,6 +167,8 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 		MaxStreamReceiveWindow:         2 << 20,
 		InitialConnectionReceiveWindow: 4 << 20,
 		MaxConnectionReceiveWindow:     256 << 20, // 100 stalled mirror streams cannot starve the rest
+		// A qlog file per connection when QLOGDIR is set.
+		Tracer: qlog.DefaultConnectionTracer,
 	})
 	if err != nil {
 		closeTransport(tr)

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlog"
 
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/gossip"
@@ -241,6 +242,7 @@ func (n *Node) quicConfig() *quic.Config {
 		MaxIdleTimeout:                 c.IdleTimeout,
 		KeepAlivePeriod:                c.IdleTimeout / 3,
 		HandshakeIdleTimeout:           c.HandshakeTimeout,
+		Tracer:                         qlog.DefaultConnectionTracer, // a qlog file per connection when QLOGDIR is set
 	}
 }
 
