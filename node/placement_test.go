@@ -12,6 +12,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/routing"
 )
 
 // regionMesh is a mesh of several regions with several nodes each, in this process, sharing
@@ -743,6 +744,62 @@ func TestRegionPlacementLiteralResume(t *testing.T) {
 	for name, sub := range subs {
 		if rec, err := sub.Next(short); err == nil {
 			t.Fatalf("%s: an extra record at %d", name, rec.Offset)
+		}
+	}
+}
+
+// TestRegionPlacementLiteralOwnerMoved: a subscription through eu-1 to a topic with no log
+// yet waits on the node placement names, eu-2; when eu-3 rejoins and placement names it
+// instead (publishes now create the log there), the subscription ends with unavailable naming
+// eu-3 rather than wait on eu-2 forever, and subscribing again gets the records.
+func TestRegionPlacementLiteralOwnerMoved(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 3)
+	topic := ""
+	for i := 0; topic == ""; i++ {
+		tp := fmt.Sprintf("mv.%d", i)
+		if routing.Owner(tp, []string{"eu-1", "eu-2", "eu-3"}) == "eu-3" && routing.Owner(tp, []string{"eu-1", "eu-2"}) == "eu-2" {
+			topic = tp
+		}
+	}
+	if err := m.nodes["eu-3"].Close(); err != nil { // a graceful leave
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if o, ready, _ := m.nodes["eu-1"].place.ownerNow(topic); ready && o == "eu-2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("eu-1 does not place %s on eu-2 after eu-3 left", topic)
+		}
+	}
+	c := m.dial("eu-1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sub, err := c.Subscribe(ctx, topic, client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.restart("eu-3")
+	short, stop := context.WithTimeout(ctx, 15*time.Second)
+	defer stop()
+	_, err = sub.Next(short)
+	var we *client.Error
+	if !errors.As(err, &we) || we.Code != client.CodeUnavailable || !containsAll(we.Message, `"eu-3"`, topic) {
+		t.Fatalf("subscription after %s moved to eu-3: %v; want unavailable naming eu-3", topic, err)
+	}
+	t.Logf("the error: %v", err)
+	again, err := c.Subscribe(ctx, topic, client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishNumbered(ctx, t, c, topic, 0, 3)
+	if _, _, ok := m.nodes["eu-3"].Log().Bounds(topic); !ok {
+		t.Fatalf("%s was not created on eu-3", topic)
+	}
+	for i := range 3 {
+		rec, err := again.Next(ctx)
+		if err != nil || rec.Offset != uint64(i) {
+			t.Fatalf("record %d: %+v %v", i, rec, err)
 		}
 	}
 }
