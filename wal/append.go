@@ -20,7 +20,10 @@ type Position struct {
 }
 
 // AppendRequest is one atomic append: its records get consecutive offsets and
-// become durable, with its position, in one synced commit.
+// become durable, with its position, in one synced commit. Records that
+// repeat a stored (topic, producer, sequence), or whose sequence is too old to
+// tell, are left out (AppendResult.Skipped); the others are still appended
+// together.
 type AppendRequest struct {
 	// Topic is validated by the caller (routing); the log only checks that
 	// it is non-empty and at most MaxNameLen bytes. It may be "" when
@@ -39,11 +42,37 @@ type AppendRequest struct {
 // AppendResult reports an append: the offsets First..First+Count-1 and the
 // Time of its records, or Err. For a request without records, First is the
 // topic's next offset (0 when Topic is "" or new).
+//
+// Records with a producer (see dedup.go) may be skipped: Skipped lists them
+// (nil when every record was appended), and the other records, in request
+// order, got the offsets First..First+Count-1. Without skips Count is
+// len(Records).
 type AppendResult struct {
-	First uint64
-	Count int
-	Time  int64 // of the last record (all records of a request share it)
-	Err   error
+	First   uint64
+	Count   int
+	Time    int64 // of the last record (all records of a request share it)
+	Err     error
+	Skipped []Skipped // duplicates and refused sequences, by increasing Index
+}
+
+// RecordOutcome is what happened to one record of an append request.
+type RecordOutcome struct {
+	Offset    uint64 // where it is stored (a duplicate: where the earlier copy is)
+	Time      int64
+	Duplicate bool  // not appended: the same (producer, sequence) is stored at Offset
+	Err       error // refused (a *SequenceError): not stored
+}
+
+// Outcome returns what happened to record i of a request whose result has no
+// Err. Call it for i = 0, 1, 2, ... in order with the same *skip, which
+// starts at 0 (it walks Skipped along).
+func (r *AppendResult) Outcome(i int, skip *int) RecordOutcome {
+	if k := *skip; k < len(r.Skipped) && r.Skipped[k].Index == i {
+		*skip = k + 1
+		s := &r.Skipped[k]
+		return RecordOutcome{Offset: s.Offset, Time: s.Time, Duplicate: s.Err == nil, Err: s.Err}
+	}
+	return RecordOutcome{Offset: r.First + uint64(i-*skip), Time: r.Time}
 }
 
 // Request states: the committer takes a queued request; Append cancels one
@@ -59,7 +88,8 @@ type request struct {
 	records []Record
 	pos     Position
 	hasPos  bool
-	size    int // stored bytes of the records: keys and encoded values
+	size    int  // stored bytes of the records: keys and encoded values
+	dedup   bool // some record has a producer: the committer checks them (dedup.go)
 	done    func(AppendResult)
 	state   atomic.Int32
 	res     AppendResult // written by the committer or completer before done
@@ -161,8 +191,12 @@ func (l *Log) newRequest(req AppendRequest, done func(AppendResult)) (*request, 
 		return nil, r.wrap(fmt.Errorf("%w: %d records, at most %d per commit",
 			ErrTooLarge, len(r.records), l.opts.MaxBatchRecords))
 	}
+	dedupOn := l.opts.DedupWindow > 0
 	for i := range r.records {
 		r.size += recordKeyLen + encodedLen(&r.records[i])
+		if dedupOn && dedupKeyed(&r.records[i]) {
+			r.dedup = true
+		}
 	}
 	if r.size > l.opts.MaxBatchBytes {
 		return nil, r.wrap(fmt.Errorf("%w: %d bytes, at most %d per commit",
@@ -270,6 +304,7 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 	b := l.pdb.NewBatchWithSize(nbytes + 8*nrec + 256*len(reqs) + 64)
 	now := l.opts.Now().UnixNano()
 	touched := l.c.slab[:0]
+	dedupUsed := false
 	for _, r := range reqs {
 		if !r.state.CompareAndSwap(stateQueued, stateTaken) {
 			continue // withdrawn by Append: no offsets, no callback
@@ -277,7 +312,7 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 		if len(r.records) > 0 {
 			t := l.c.topics[r.topic]
 			if t == nil {
-				t = &topic{name: r.topic, id: l.c.nextID}
+				t = &topic{name: r.topic, id: l.c.nextID, dedupReady: true}
 				l.c.nextID++
 				l.c.topics[t.name] = t
 				k := topicKey(t.name)
@@ -291,9 +326,25 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 			ts := max(now, t.lastTime)
 			t.lastTime = ts
 			r.res = AppendResult{First: t.next, Count: len(r.records), Time: ts}
+			if r.dedup {
+				dedupUsed = true
+				if !t.dedupReady {
+					l.rebuildDedup(t, now)
+				}
+			}
+			skippedBytes := 0
 			for i := range r.records {
 				rec := &r.records[i]
 				n := encodedLen(rec)
+				if r.dedup && dedupKeyed(rec) {
+					if sk, skip := l.dedupCheck(t, rec, t.next, ts, now); skip {
+						sk.Index = i
+						r.res.Skipped = append(r.res.Skipped, sk)
+						r.res.Count--
+						skippedBytes += recordKeyLen + n
+						continue
+					}
+				}
 				op := b.SetDeferred(recordKeyLen, n)
 				putRecordKey(op.Key, t.id, t.next)
 				encodeRecord(op.Value, op.Key, rec, ts, t.nextPos)
@@ -301,8 +352,8 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 				t.next++
 				t.nextPos += uint64(recordKeyLen + n)
 			}
-			f.records += len(r.records)
-			f.bytes += r.size
+			f.records += r.res.Count
+			f.bytes += r.size - skippedBytes
 		} else if t := l.c.topics[r.topic]; t != nil {
 			r.res.First = t.next
 		}
@@ -311,6 +362,13 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 			_ = b.Set(k, sealMeta(k, binary.LittleEndian.AppendUint64(nil, r.pos.Value)), nil)
 			f.positions = append(f.positions, r.pos)
 		}
+	}
+	if dedupUsed {
+		l.c.dedup.trim(now)
+		l.m.dedupProducers.Set(float64(l.c.dedup.producers))
+		l.m.dedupEntries.Set(float64(l.c.dedup.entries))
+		l.stats.dedupStates.Store(int64(l.c.dedup.producers))
+		l.stats.dedupEntries.Store(int64(l.c.dedup.entries))
 	}
 	for _, t := range touched {
 		t.touched = false

@@ -50,6 +50,15 @@
 // the fsync; Read, OffsetForTime and Bounds are therefore bounded by the
 // high-watermark, never by what Pebble shows.
 //
+// # Idempotent publish
+//
+// A record with a ProducerID and a Sequence > 0, published in this region, is
+// stored at most once per (topic, ProducerID, Sequence): the committer checks
+// it against a bounded window of that producer's last sequences before it
+// assigns an offset, and reports a repeat in AppendResult.Skipped with the
+// original offset and time instead of appending it (dedup.go). The windows
+// live in memory only and are rebuilt from each topic's tail after Open.
+//
 // # Failure
 //
 // A failed synced commit leaves the WAL in an unknown state (a later fsync

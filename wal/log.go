@@ -46,6 +46,7 @@ type Log struct {
 		topics map[string]*topic // every topic that has offsets assigned, durable or not
 		nextID uint32
 		slab   []*topic // scratch: topics touched by the batch being built
+		dedup  dedup    // producer windows (dedup.go)
 	}
 
 	// mu guards what readers see: only durable state.
@@ -59,7 +60,9 @@ type Log struct {
 	watch watchers
 
 	stats struct {
-		appends, records, bytes, commits atomic.Uint64
+		appends, records, bytes, commits           atomic.Uint64
+		duplicates, refused, rebuilt, rebuildNanos atomic.Uint64
+		dedupStates, dedupEntries                  atomic.Int64
 	}
 
 	retentionMu sync.Mutex // serializes EnforceRetention passes
@@ -81,6 +84,10 @@ type topic struct {
 	next, nextPos uint64
 	lastTime      int64
 	touched       bool // in the batch being built (committer scratch)
+	// Owned by the committer: the de-duplication windows by producer ID, and
+	// whether they were rebuilt from the log since Open (dedup.go).
+	producers  map[string]*producerState
+	dedupReady bool
 
 	// Guarded by Log.mu: the first retained offset and the high-watermark
 	// (next durable offset), each with its byte position.
@@ -109,6 +116,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		inflight: make(chan *inflight, 1024),
 	}
 	l.c.topics = make(map[string]*topic)
+	l.c.dedup.init(opts)
 	l.mu.topics = make(map[string]*topic)
 	l.mu.positions = make(map[posName]uint64)
 	l.mu.retention = make(map[string]Retention)

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -20,6 +21,10 @@ type metrics struct {
 	topics           prometheus.Gauge
 	commitErrors     prometheus.Counter
 	retentionDeleted prometheus.Counter
+	duplicates       prometheus.Counter
+	refused          prometheus.Counter
+	dedupProducers   prometheus.Gauge
+	dedupEntries     prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, l *Log) (*metrics, error) {
@@ -59,10 +64,29 @@ func newMetrics(reg prometheus.Registerer, l *Log) (*metrics, error) {
 			Name: "quicmq_wal_retention_deleted_records_total",
 			Help: "Records deleted by retention.",
 		}),
+		// Named for what a node's operator looks for: the log is where publishes are
+		// de-duplicated, and every node has one log.
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quicmq_publish_duplicates_total",
+			Help: "Publishes not stored because the same (topic, producer, sequence) was stored before; answered with the original offset.",
+		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quicmq_publish_sequence_refused_total",
+			Help: "Publishes refused because their sequence is older than the producer's de-duplication window.",
+		}),
+		dedupProducers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "quicmq_wal_dedup_producers",
+			Help: "(topic, producer) states kept for de-duplication.",
+		}),
+		dedupEntries: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "quicmq_wal_dedup_entries",
+			Help: "Sequences remembered for de-duplication, over all producers.",
+		}),
 	}
 	m.collectors = []prometheus.Collector{
 		m.fsyncSeconds, m.recordsPerCommit, m.appendedRecords, m.appendedBytes,
 		m.logBytes, m.topics, m.commitErrors, m.retentionDeleted,
+		m.duplicates, m.refused, m.dedupProducers, m.dedupEntries,
 	}
 	for _, t := range l.mu.topics {
 		m.logBytes.Add(float64(t.hwmPos - t.firstPos))
@@ -101,6 +125,13 @@ type Stats struct {
 	Fsyncs   uint64 // WAL fsyncs done by Pebble (several commits share one)
 	LogBytes uint64 // stored bytes of all retained records
 	Failed   error  // the commit failure that stopped appends, or nil
+
+	Duplicates   uint64        // records not stored: a duplicate of a stored (topic, producer, sequence)
+	Refused      uint64        // records refused: sequence older than the de-duplication window
+	Rebuilt      uint64        // records scanned to rebuild de-duplication state after Open
+	RebuildTime  time.Duration // time spent on those scans (on the committer)
+	DedupStates  int           // (topic, producer) states; read by the committer's last batch with producers
+	DedupEntries int           // sequences remembered; likewise
 }
 
 // Stats returns a snapshot of the counters.
@@ -110,6 +141,13 @@ func (l *Log) Stats() Stats {
 		Records: l.stats.records.Load(),
 		Bytes:   l.stats.bytes.Load(),
 		Commits: l.stats.commits.Load(),
+
+		Duplicates:   l.stats.duplicates.Load(),
+		Refused:      l.stats.refused.Load(),
+		Rebuilt:      l.stats.rebuilt.Load(),
+		RebuildTime:  time.Duration(l.stats.rebuildNanos.Load()),
+		DedupStates:  int(l.stats.dedupStates.Load()),
+		DedupEntries: int(l.stats.dedupEntries.Load()),
 	}
 	if p := l.failed.Load(); p != nil {
 		s.Failed = *p

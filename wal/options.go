@@ -63,6 +63,25 @@ type Options struct {
 	// never served). Default false.
 	VerifyOnOpen bool
 
+	// DedupWindow is how many sequences per (topic, producer) the log
+	// remembers to answer a retried publish with its original offset (see
+	// dedup.go). It must be at least the publishes a producer has in flight
+	// at once. 0: 4096; negative: no de-duplication.
+	DedupWindow int
+	// DedupMaxProducers caps the (topic, producer) states kept node-wide; the
+	// least recently used are dropped first. 0: 65,536.
+	DedupMaxProducers int
+	// DedupMaxEntries caps the remembered sequences of all producers together
+	// (24 bytes each, plus up to as much again of unused ring space). 0: 1 Mi.
+	DedupMaxEntries int
+	// DedupIdle drops the state of a producer that published nothing to a
+	// topic for this long; a retry after it may be stored twice. It also
+	// bounds how far back the rebuild after Open looks. 0: 10 minutes.
+	DedupIdle time.Duration
+	// DedupRebuildRecords bounds the records of a topic's tail scanned to
+	// rebuild its producer states after Open. 0: 65,536.
+	DedupRebuildRecords int
+
 	// testHooks is set by internal tests only.
 	testHooks *testHooks
 }
@@ -114,6 +133,15 @@ func (o Options) Validate() error {
 	if o.MemTableSize < 0 {
 		errs = append(errs, fmt.Errorf("wal: MemTableSize %d is negative", o.MemTableSize))
 	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"DedupMaxProducers", int64(o.DedupMaxProducers)}, {"DedupMaxEntries", int64(o.DedupMaxEntries)},
+		{"DedupIdle", int64(o.DedupIdle)}, {"DedupRebuildRecords", int64(o.DedupRebuildRecords)}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("wal: %s %d is negative", f.name, f.v))
+		}
+	}
 	if o.CacheSize < 0 {
 		errs = append(errs, fmt.Errorf("wal: CacheSize %d is negative", o.CacheSize))
 	}
@@ -154,6 +182,21 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CacheSize == 0 {
 		o.CacheSize = DefaultCacheSize
+	}
+	if o.DedupWindow == 0 {
+		o.DedupWindow = DefaultDedupWindow
+	}
+	if o.DedupMaxProducers == 0 {
+		o.DedupMaxProducers = DefaultDedupMaxProducers
+	}
+	if o.DedupMaxEntries == 0 {
+		o.DedupMaxEntries = DefaultDedupMaxEntries
+	}
+	if o.DedupIdle == 0 {
+		o.DedupIdle = DefaultDedupIdle
+	}
+	if o.DedupRebuildRecords == 0 {
+		o.DedupRebuildRecords = DefaultDedupRebuildRecords
 	}
 	return o
 }

@@ -26,7 +26,9 @@ type Record struct {
 	// OriginOffset is the offset in the origin region's log; Append sets it
 	// to Offset when OriginRegion is "".
 	OriginOffset uint64
-	// ProducerID and Sequence are optional, for dedupe later.
+	// ProducerID and Sequence are optional. With both set (Sequence > 0) on a
+	// record of this region, Append stores each (topic, ProducerID,
+	// Sequence) once (dedup.go).
 	ProducerID string
 	Sequence   uint64
 	Headers    []Header
