@@ -33,6 +33,7 @@ const (
 	CodeShuttingDown     Code = 11 // the node is stopping; reconnect elsewhere or later
 	CodeVersion          Code = 12 // unsupported protocol version
 	CodeInvalidArgument  Code = 13 // a field has a value the node does not accept
+	CodeSequence         Code = 14 // a publish's sequence is older than its producer's de-duplication window
 )
 
 var codeNames = map[Code]string{
@@ -49,6 +50,7 @@ var codeNames = map[Code]string{
 	CodeShuttingDown:     "shutting down",
 	CodeVersion:          "unsupported version",
 	CodeInvalidArgument:  "invalid argument",
+	CodeSequence:         "sequence outside the de-duplication window",
 }
 
 func (c Code) String() string {

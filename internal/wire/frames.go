@@ -118,7 +118,17 @@ type PublishAck struct {
 	Seq    uint64
 	Offset uint64
 	Time   int64 // unix nanoseconds assigned by the node
+	// Flags (AckDuplicate) are encoded only when not zero, as an optional last field, so a
+	// PUBLISH_ACK without flags is what it always was.
+	Flags uint64
 }
+
+// PUBLISH_ACK flags.
+const (
+	// AckDuplicate: the publish carried a (producer id, sequence) the node had already stored
+	// for the topic; nothing was appended, and Offset and Time are those of the stored record.
+	AckDuplicate uint64 = 1 << 0
+)
 
 // PublishError says the publish of Seq failed; nothing was appended.
 type PublishError struct {
@@ -347,12 +357,22 @@ func (f *Publish) decodeBody(d *dec) {
 }
 
 func (f *PublishAck) appendBody(e enc) enc {
-	return e.uvarint(f.Seq).uvarint(f.Offset).uvarint(uint64(f.Time))
+	e = e.uvarint(f.Seq).uvarint(f.Offset).uvarint(uint64(f.Time))
+	if f.Flags != 0 {
+		e = e.uvarint(f.Flags)
+	}
+	return e
 }
 func (f *PublishAck) decodeBody(d *dec) {
 	f.Seq = d.uvarint("seq")
 	f.Offset = d.uvarint("offset")
 	f.Time = int64(d.uvarint("time"))
+	f.Flags = 0 // decoded in place (Decoder): a frame without the field has none
+	if d.err == nil && len(d.b) > 0 {
+		if f.Flags = d.uvarint("flags"); d.err == nil && f.Flags == 0 {
+			d.fail("flags: 0 is sent by leaving the field out")
+		}
+	}
 }
 
 func (f *PublishError) appendBody(e enc) enc {

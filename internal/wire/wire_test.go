@@ -23,6 +23,8 @@ func sampleFrames() []Frame {
 		&Publish{Seq: 0, Topic: "t"},
 		&PublishAck{Seq: 7, Offset: 1<<63 + 5, Time: 1_700_000_000_000_000_000},
 		&PublishAck{Seq: 1, Offset: 0, Time: -1},
+		&PublishAck{Seq: 8, Offset: 3, Time: 1_700_000_000_000_000_001, Flags: AckDuplicate},
+		&PublishError{Seq: 10, Code: CodeSequence, Message: `sequence 3 of producer "p" on topic "a" is older than the node's de-duplication window`},
 		&PublishError{Seq: 9, Code: CodeTooLarge, Message: "payload 2000000 bytes, limit 1048576"},
 		&PublishBatch{Seq: 11, Topic: "orders.eu", Publishes: []Publish{
 			{Seq: 11, Topic: "orders.eu", Payload: []byte("one")},
