@@ -2,11 +2,15 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/quic-go/quic-go"
 
@@ -25,8 +29,23 @@ type Conn struct {
 
 	window  chan struct{} // one token per unanswered publish (the pipelining window)
 	closing chan struct{} // closed by Close before the connection is torn down
+	stop    context.CancelFunc
+	stopCtx context.Context // cancelled by Close: ends a resend in progress
 	once    sync.Once
-	wg      sync.WaitGroup // the control reader and the publisher's two goroutines
+	wg      sync.WaitGroup // the control reader, the publisher's two goroutines, the resender
+
+	// Options.Idempotent: the Conn's producer ID and the last Sequence it gave a publish.
+	producer string
+	lastSeq  atomic.Uint64
+	// resend is set with Idempotent and Reconnect: publishes in flight when their stream was
+	// lost are sent again (publish.go, resend.go).
+	resend bool
+	rs     struct {
+		sync.Mutex
+		active  bool            // the resender runs: new publishes join backlog instead of a stream
+		backlog []*Future       // to send, in order, on the next publish stream
+		waits   []chan struct{} // writerDone of failed streams whose futures were handed over
+	}
 
 	pubMu    sync.Mutex // serialises starting a publish stream, which may wait for stream credit
 	redialMu sync.Mutex // serialises reconnecting (Options.Reconnect)
@@ -81,11 +100,20 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 		lim:     wire.DefaultLimits(),
 		window:  make(chan struct{}, opts.MaxPendingPublishes),
 		closing: make(chan struct{}),
+		resend:  opts.Idempotent && opts.Reconnect,
+	}
+	if opts.Idempotent {
+		var id [16]byte
+		if _, err := rand.Read(id[:]); err != nil {
+			return nil, fmt.Errorf("client: dial %s: producer id: %w", addr, err)
+		}
+		c.producer = hex.EncodeToString(id[:])
 	}
 	l, r, err := c.dialLink(ctx)
 	if err != nil {
 		return nil, err
 	}
+	c.stopCtx, c.stop = context.WithCancel(context.Background())
 	c.mu.cur = l
 	c.wg.Add(1)
 	go c.readControl(l, r)
@@ -156,6 +184,33 @@ func (c *Conn) live(ctx context.Context) (*link, error) {
 	old.tr.Close() // its connection is gone already; this frees the socket
 	old.udp.Close()
 	return nl, nil
+}
+
+// retryReconnect is the Options.Reconnect policy, shared by subscriptions that resume and
+// publishes that are resent: it calls attempt until it works, ctx ends, the Conn is closed,
+// or the node refuses for good (any *Error but shutting down or unavailable). While the node
+// is down or restarting each attempt fails on the network, and the next one waits a little
+// longer (100 ms, doubling up to 5 s).
+func retryReconnect(ctx context.Context, attempt func(context.Context) error) error {
+	wait := 100 * time.Millisecond
+	for {
+		err := attempt(ctx)
+		var e *Error
+		switch {
+		case err == nil, ctx.Err() != nil, errors.Is(err, ErrClosed):
+			return err
+		case errors.As(err, &e) && e.Code != CodeShuttingDown && e.Code != CodeUnavailable:
+			return err // refused: unauthorized, forbidden, an invalid request...
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
 }
 
 // hello opens the control stream, sends HELLO and waits for WELCOME. The returned Reader
@@ -339,7 +394,9 @@ func appError(code quic.ApplicationErrorCode, msg string) *Error {
 func (c *Conn) Node() (name, region string) { return c.node, c.region }
 
 // Close closes the connection at once: publishes still pending fail with ErrClosed (wait for
-// their Futures first to keep them), subscriptions end. It returns after every goroutine of
+// their Futures first to keep them; those already sent fail with an *OutcomeUnknownError
+// wrapping ErrClosed, since the node may have stored them), subscriptions end, and a resend
+// under way stops. It returns after every goroutine of
 // the Conn exited and the socket is closed. Safe to call more than once.
 func (c *Conn) Close() error {
 	c.once.Do(func() {
@@ -350,6 +407,7 @@ func (c *Conn) Close() error {
 		close(c.closing)
 		l := c.mu.cur
 		c.mu.Unlock()
+		c.stop()
 		l.qc.CloseWithError(wire.AppNoError, "client closed")
 		c.wg.Wait()
 		l.tr.Close()

@@ -20,9 +20,16 @@
 //   - A lost connection fails what was under way on it. With Options.Reconnect the next
 //     operation dials the node again (within its context), and each open subscription is
 //     made again by its next Next, from where it was, delivering nothing twice.
+//   - With Options.Idempotent the Conn numbers its publishes (a random producer ID and one
+//     increasing sequence), and the node stores each (topic, producer, sequence) once: with
+//     Reconnect too, publishes in flight on a lost connection are resent in order on the next
+//     one, and those already stored come back with [Ack].Duplicate and their original offset.
+//     Publishes cut off without Reconnect fail with an [*OutcomeUnknownError].
 //
 // Goroutines: a Conn runs one goroutine reading the control stream and, once something was
 // published, two for the publish stream (a writer that batches frames, a reader that matches
-// acks to futures). All of them belong to the Conn and have exited when [Conn.Close] returns.
+// acks to futures), and, while publishes are being resent after a lost connection, the
+// resender, which dials and hands them to a new publish stream. All of them belong to the Conn
+// and have exited when [Conn.Close] returns.
 // Subscriptions and topic listings run on the caller's goroutine.
 package client

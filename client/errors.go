@@ -30,6 +30,7 @@ const (
 	CodeShuttingDown     Code = 11 // the node is stopping; reconnect later or elsewhere
 	CodeVersion          Code = 12 // the node does not speak this protocol version
 	CodeInvalidArgument  Code = 13 // a field value is not accepted
+	CodeSequence         Code = 14 // the publish's sequence is older than its producer's de-duplication window: nothing stored
 )
 
 // String names the code as the protocol does ("invalid topic").
@@ -66,3 +67,32 @@ type GapError struct {
 func (e *GapError) Error() string {
 	return fmt.Sprintf("client: topic %q: records [%d, %d) were deleted by retention before this subscription reached them", e.Topic, e.From, e.To)
 }
+
+// ErrOutcomeUnknown is matched (errors.Is) by *OutcomeUnknownError.
+var ErrOutcomeUnknown = errors.New("client: publish outcome unknown")
+
+// OutcomeUnknownError fails a publish that was sent but not answered: the connection was
+// lost (or the Conn closed, or a resend gave up), so the record may or may not be stored.
+// With a ProducerID and Sequence, publishing the same Message again (with these two) is
+// safe: a node that stored it answers with its offset and Ack.Duplicate. Without them a
+// retry may store the record twice. Err is why the publish was cut off.
+type OutcomeUnknownError struct {
+	Topic      string
+	ProducerID string
+	Sequence   uint64
+	Err        error
+}
+
+func (e *OutcomeUnknownError) Error() string {
+	if e.ProducerID != "" && e.Sequence > 0 {
+		return fmt.Sprintf("client: publish to %q: %v: it may or may not be stored; publishing it again with ProducerID %q and Sequence %d is safe (a stored copy is answered as a duplicate)",
+			e.Topic, e.Err, e.ProducerID, e.Sequence)
+	}
+	return fmt.Sprintf("client: publish to %q: %v: it may or may not be stored; publishing it again may store it twice (Options.Idempotent makes retries safe)", e.Topic, e.Err)
+}
+
+// Unwrap returns why the publish was cut off.
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrOutcomeUnknown) true.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }

@@ -147,3 +147,31 @@ func ExampleConn_Topics() {
 		fmt.Printf("%s: offsets %d..%d, %d records\n", t.Name, t.First, t.Next, t.Records())
 	}
 }
+
+// Idempotent publishing across restarts: with Idempotent and Reconnect, publishes in flight
+// when the node restarts are resent on a new connection, and the node stores each once; an
+// ack for a record an earlier attempt had stored says so.
+func ExampleOptions_idempotent() {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, "127.0.0.1:7400", client.Options{CAFile: "data/tls/ca.pem", Reconnect: true, Idempotent: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	ack, err := c.Publish(ctx, client.Message{Topic: "orders.eu.created", Payload: []byte(`{"id":1}`)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("stored once, at offset", ack.Offset, "(resent and already stored:", ack.Duplicate, ")")
+
+	// Retrying a Message by hand is safe when it carries its own producer and sequence.
+	m := client.Message{Topic: "orders.eu.created", ProducerID: "billing-7", Sequence: 42, Payload: []byte(`{"id":2}`)}
+	ack, err = c.Publish(ctx, m)
+	if errors.Is(err, client.ErrOutcomeUnknown) {
+		ack, err = c.Publish(ctx, m) // a duplicate if the first attempt was stored
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("order 2 at offset", ack.Offset)
+}

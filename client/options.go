@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/qlog"
 
 	"github.com/quicmq/quicmq/internal/wire"
 )
@@ -42,10 +43,32 @@ type Options struct {
 	// positions, a topic from the record after the last one delivered, start=latest from
 	// when the subscription was set up (less a second for clocks), anything else from its
 	// start; records already delivered are never delivered again. Publishes awaiting their
-	// ack when the connection was lost fail (they may or may not be stored: a retry may
-	// store a record twice). Default false: a lost connection fails every later operation
-	// and ends every subscription.
+	// ack when the connection was lost fail with an *OutcomeUnknownError (they may or may
+	// not be stored: a retry without a producer may store a record twice); with Idempotent
+	// too, they are sent again instead. Default false: a lost connection fails every later
+	// operation and ends every subscription.
 	Reconnect bool
+	// Idempotent makes retried publishes be stored once. Dial picks a random producer ID
+	// (16 random bytes, hex), and every publish whose Message has no ProducerID gets it and
+	// the Conn's next Sequence (1, 2, 3, ... per Conn, so per topic the sequences increase,
+	// with gaps). A node that already stored a publish with the same topic, producer and
+	// sequence stores nothing and answers with the stored record's offset and time
+	// (Ack.Duplicate). Messages with their own ProducerID and Sequence are de-duplicated
+	// whether this is set or not.
+	//
+	// With Reconnect too, publishes awaiting their ack when the connection was lost are not
+	// failed: they are sent again, in order and ahead of later publishes, on a new
+	// connection, with the same producer and sequence, trying for ReconnectTimeout (with
+	// the backoff subscriptions use to resume). Those the node had stored come back as
+	// duplicates with their original offsets. Without Reconnect, such publishes fail with an
+	// *OutcomeUnknownError naming their producer and sequence, with which a retry is safe.
+	//
+	// The node remembers the last 4096 sequences of each producer per topic for 10 minutes
+	// (its de-duplication window): keep MaxPendingPublishes below that. Default false.
+	Idempotent bool
+	// ReconnectTimeout bounds how long (Idempotent and Reconnect) the publishes in flight
+	// on a lost connection are resent before their Futures fail. Default 1 minute.
+	ReconnectTimeout time.Duration
 	// AblationSharedStream allows OpenSharedStream: all subscriptions made through it share
 	// ONE QUIC stream, as on one TCP connection. A measurement aid for benchmarks (the node
 	// must allow it: node.Config.AblationSharedStream); never for production. Default false.
@@ -55,6 +78,7 @@ type Options struct {
 const (
 	defaultKeepAlive    = 10 * time.Second
 	defaultMaxPending   = 1024
+	defaultResendTime   = time.Minute
 	defaultClientName   = "quicmq-go"
 	closeDrainTimeout   = 2 * time.Second // how long Subscription.Close waits for the node's FIN
 	streamWindow        = 512 << 10
@@ -73,6 +97,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxPendingPublishes <= 0 {
 		o.MaxPendingPublishes = defaultMaxPending
+	}
+	if o.ReconnectTimeout <= 0 {
+		o.ReconnectTimeout = defaultResendTime
 	}
 	return o
 }
@@ -123,5 +150,6 @@ func (o Options) quicConfig() *quic.Config {
 		MaxStreamReceiveWindow:         maxStreamWindow,
 		InitialConnectionReceiveWindow: connectionWindow,
 		MaxConnectionReceiveWindow:     maxConnectionWindow,
+		Tracer:                         qlog.DefaultConnectionTracer, // a qlog file per connection when QLOGDIR is set
 	}
 }

@@ -23,7 +23,11 @@ type Message struct {
 	Topic   string // dot-separated tokens of [A-Za-z0-9_-]+, at most 255 bytes; no wildcards
 	Payload []byte // at most the node's max payload (1 MiB by default)
 	Headers []Header
-	// ProducerID and Sequence are stored with the record, for consumers that deduplicate.
+	// ProducerID and Sequence are stored with the record. With both set (Sequence > 0), the
+	// node stores a (topic, ProducerID, Sequence) once: publishing the same Message again
+	// after an unknown outcome (a lost connection) is answered with the stored record's
+	// offset and Ack.Duplicate. Options.Idempotent fills them in for Messages without a
+	// ProducerID.
 	ProducerID string
 	Sequence   uint64
 }
@@ -34,6 +38,10 @@ type Ack struct {
 	Topic  string
 	Offset uint64
 	Time   time.Time
+	// Duplicate: the node had already stored this topic, producer and sequence (an earlier
+	// attempt of this publish, e.g. one resent after a lost connection): nothing was stored
+	// again, and Offset and Time are the stored record's.
+	Duplicate bool
 }
 
 // Future is the pending result of PublishAsync.
@@ -44,6 +52,9 @@ type Future struct {
 	c    *Conn
 
 	topic string
+	// producer and sequence are the publish's de-duplication key (Sequence 0: none).
+	producer string
+	sequence uint64
 	// seq is set when the writer takes the future (under the publisher's mutex), and read by
 	// the reader goroutine under the same mutex.
 	seq   uint64
@@ -100,6 +111,9 @@ func (c *Conn) PublishAsync(ctx context.Context, m Message) (*Future, error) {
 	if err := c.checkMessage(&m); err != nil {
 		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
 	}
+	if c.resend {
+		return c.publishResendable(ctx, m)
+	}
 	p, err := c.publisher(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
@@ -113,18 +127,27 @@ func (c *Conn) PublishAsync(ctx context.Context, m Message) (*Future, error) {
 	case <-p.dead:
 		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, p.failure())
 	}
-	f := &Future{done: make(chan struct{}), c: c, topic: m.Topic, frame: wire.Publish{
-		Topic:      m.Topic,
-		ProducerID: m.ProducerID,
-		Sequence:   m.Sequence,
-		Headers:    toWireHeaders(m.Headers),
-		Payload:    m.Payload,
-	}}
+	f := c.newFuture(m)
 	if err := p.queue(f); err != nil {
 		<-c.window
 		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
 	}
 	return f, nil
+}
+
+// newFuture makes m's future, numbering it when the Conn is idempotent.
+func (c *Conn) newFuture(m Message) *Future {
+	if c.opts.Idempotent && m.ProducerID == "" {
+		m.ProducerID, m.Sequence = c.producer, c.lastSeq.Add(1)
+	}
+	return &Future{done: make(chan struct{}), c: c, topic: m.Topic,
+		producer: m.ProducerID, sequence: m.Sequence, frame: wire.Publish{
+			Topic:      m.Topic,
+			ProducerID: m.ProducerID,
+			Sequence:   m.Sequence,
+			Headers:    toWireHeaders(m.Headers),
+			Payload:    m.Payload,
+		}}
 }
 
 // checkMessage refuses, before anything is sent, what the node could only answer by closing
@@ -179,30 +202,57 @@ func (c *Conn) publisher(ctx context.Context) (*publisher, error) {
 	if p := c.currentPublisher(); p != nil {
 		return p, nil
 	}
+	if c.resending() {
+		return nil, nil // the resender makes the next stream
+	}
 	s, err := c.openStream(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &publisher{c: c, s: s, kick: make(chan struct{}, 1), dead: make(chan struct{})}
+	p := c.newPublisher(s)
+	// A resend that began meanwhile goes first: this stream is not used.
+	c.rs.Lock()
+	defer c.rs.Unlock()
+	if c.rs.active {
+		s.CancelWrite(wire.AppCancelled)
+		s.CancelRead(wire.AppCancelled)
+		return nil, nil
+	}
+	if err := c.install(p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (c *Conn) newPublisher(s *quic.Stream) *publisher {
+	return &publisher{c: c, s: s, kick: make(chan struct{}, 1), dead: make(chan struct{}), writerDone: make(chan struct{})}
+}
+
+// install makes p the Conn's publish stream and starts its goroutines. Called with pubMu
+// held (and rs, when a resend may be under way).
+func (c *Conn) install(p *publisher) error {
 	c.mu.Lock()
 	if c.mu.closed {
 		c.mu.Unlock()
-		s.CancelWrite(wire.AppCancelled)
-		s.CancelRead(wire.AppCancelled)
-		return nil, ErrClosed
+		p.s.CancelWrite(wire.AppCancelled)
+		p.s.CancelRead(wire.AppCancelled)
+		return ErrClosed
 	}
 	c.mu.pub = p
 	c.wg.Add(2)
 	c.mu.Unlock()
 	go p.writeLoop()
 	go p.readLoop()
-	return p, nil
+	return nil
 }
 
+// currentPublisher returns the publish stream if it has not failed. It does not hold c.mu
+// while it asks the stream (p.mu is taken before c.rs, which is taken before c.mu).
 func (c *Conn) currentPublisher() *publisher {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if p := c.mu.pub; p != nil && p.failure() == nil {
+	p := c.mu.pub
+	c.mu.Unlock()
+	if p != nil && p.failure() == nil {
 		return p
 	}
 	return nil
@@ -218,11 +268,15 @@ type publisher struct {
 	s    *quic.Stream
 	kick chan struct{} // 1-buffered: the queue became non-empty
 	dead chan struct{} // closed by fail
-	mu   struct {
+	// writerDone is closed when writeLoop returned: from then on no goroutine of this stream
+	// touches a future's frame, so a resend may encode it again.
+	writerDone chan struct{}
+	mu         struct {
 		sync.Mutex
 		queued  []*Future // from PublishAsync, not yet taken by the writer, in call order
 		pending []*Future // taken by the writer (sent or being encoded), unanswered, in seq order
 		err     error     // why the stream failed; set once
+		resent  bool      // its futures went to the resender (Idempotent and Reconnect)
 	}
 }
 
@@ -231,6 +285,9 @@ type publisher struct {
 func (p *publisher) queue(f *Future) error {
 	p.mu.Lock()
 	if err := p.mu.err; err != nil {
+		if p.mu.resent && p.c.joinBacklog(f) {
+			err = nil // behind the futures this stream's failure handed to the resender
+		}
 		p.mu.Unlock()
 		return err
 	}
@@ -277,6 +334,7 @@ func (p *publisher) failure() error {
 // PUBLISH_ACKS); when idle each publish goes out at once.
 func (p *publisher) writeLoop() {
 	defer p.c.wg.Done()
+	defer close(p.writerDone)
 	w := wire.NewWriter(p.s)
 	batchBody := min(maxBatchBody, p.c.lim.MaxFrame)
 	// One timer for every linger: a new one per flush would be an allocation per write.
@@ -300,7 +358,9 @@ func (p *publisher) writeLoop() {
 			}
 			for _, f := range taken {
 				w.BufferPublish(&f.frame, batchBody)
-				f.frame = wire.Publish{} // encoded: drop the references to the caller's buffers
+				if !p.c.resend {
+					f.frame = wire.Publish{} // encoded: drop the references to the caller's buffers
+				}
 				if w.Buffered() >= maxWrite {
 					if err := w.Flush(); err != nil {
 						p.fail(p.c.streamErr(err))
@@ -360,7 +420,7 @@ func (p *publisher) readLoop() {
 		fr, err := r.next(context.Background())
 		if err != nil {
 			if err == io.EOF {
-				err = errorf(CodeProtocol, "the node closed the publish stream")
+				err = errPublishEOF
 			} else {
 				err = p.c.streamErr(err)
 			}
@@ -369,14 +429,20 @@ func (p *publisher) readLoop() {
 		}
 		switch f := fr.(type) {
 		case *wire.PublishAck:
-			err = p.resolve(f.Seq, f.Offset, time.Unix(0, f.Time), nil)
+			err = p.resolve(f.Seq, f.Offset, time.Unix(0, f.Time), f.Flags&wire.AckDuplicate != 0, nil)
 		case *wire.PublishAcks:
 			t := time.Unix(0, f.Time)
 			for k := uint64(0); k < f.Count && err == nil; k++ {
-				err = p.resolve(f.Seq+k, f.Offset+k, t, nil)
+				err = p.resolve(f.Seq+k, f.Offset+k, t, false, nil)
 			}
 		case *wire.PublishError:
-			err = p.resolve(f.Seq, 0, time.Time{}, fromWire(f.Code, f.Message))
+			if p.c.resend && f.Code == wire.CodeShuttingDown {
+				// Nothing was appended: this publish and every later one go to the next
+				// connection, in order.
+				err = fromWire(f.Code, f.Message)
+				break
+			}
+			err = p.resolve(f.Seq, 0, time.Time{}, false, fromWire(f.Code, f.Message))
 		case *wire.ErrorFrame:
 			err = fmt.Errorf("client: the node ended the publish stream: %w", fromWire(f.Code, f.Message))
 		default:
@@ -390,7 +456,7 @@ func (p *publisher) readLoop() {
 }
 
 // resolve completes the oldest pending future, which must be the one seq names.
-func (p *publisher) resolve(seq, offset uint64, t time.Time, perr error) error {
+func (p *publisher) resolve(seq, offset uint64, t time.Time, dup bool, perr error) error {
 	p.mu.Lock()
 	if len(p.mu.pending) == 0 || p.mu.pending[0].seq != seq {
 		want := "none"
@@ -407,13 +473,15 @@ func (p *publisher) resolve(seq, offset uint64, t time.Time, perr error) error {
 	if perr != nil {
 		f.complete(Ack{}, fmt.Errorf("client: publish to %q: %w", f.topic, perr))
 	} else {
-		f.complete(Ack{Topic: f.topic, Offset: offset, Time: t}, nil)
+		f.complete(Ack{Topic: f.topic, Offset: offset, Time: t, Duplicate: dup}, nil)
 	}
 	return nil
 }
 
-// fail ends the stream: every pending future fails with err (wrapped with its topic), later
-// publishes go to a new stream. Called by either goroutine; the first call wins.
+// fail ends the stream: every pending future fails with err (wrapped with its topic; those
+// that were sent, with an *OutcomeUnknownError), or, with Idempotent and Reconnect when the
+// connection was lost, goes to the resender (resend.go). Later publishes go to a new
+// stream. Called by either goroutine; the first call wins.
 func (p *publisher) fail(err error) {
 	p.mu.Lock()
 	if p.mu.err != nil {
@@ -421,11 +489,23 @@ func (p *publisher) fail(err error) {
 		return
 	}
 	p.mu.err = err
-	pending := append(p.mu.pending, p.mu.queued...)
+	sent, queued := p.mu.pending, p.mu.queued
 	p.mu.pending, p.mu.queued = nil, nil
 	close(p.dead)
+	startResender := false
+	if p.c.mayResend(err) {
+		p.mu.resent = true
+		startResender = p.c.handOver(p, append(sent, queued...))
+		sent, queued = nil, nil
+	}
 	p.mu.Unlock()
-	for _, f := range pending {
+	if startResender {
+		p.c.startResender()
+	}
+	for _, f := range sent {
+		f.complete(Ack{}, &OutcomeUnknownError{Topic: f.topic, ProducerID: f.producer, Sequence: f.sequence, Err: err})
+	}
+	for _, f := range queued {
 		f.complete(Ack{}, fmt.Errorf("client: publish to %q: %w", f.topic, err))
 	}
 	// Unblock the other goroutine: a writer stuck on flow control, a reader waiting for data.

@@ -190,28 +190,9 @@ func (s *Subscription) resumable(err error) bool {
 }
 
 // resume makes the subscription again (resubscribe), trying until it works, ctx ends, or
-// the node refuses it for good: while the node is down or restarting each attempt fails on
-// the network, and the next one waits a little longer (up to 5 s).
+// the node refuses it for good, with the Reconnect policy's backoff (retryReconnect).
 func (s *Subscription) resume(ctx context.Context) error {
-	wait := 100 * time.Millisecond
-	for {
-		err := s.resubscribe(ctx)
-		var e *Error
-		switch {
-		case err == nil, ctx.Err() != nil, errors.Is(err, ErrClosed):
-			return err
-		case errors.As(err, &e) && e.Code != CodeShuttingDown && e.Code != CodeUnavailable:
-			return err // refused: unauthorized, forbidden, an invalid request...
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-		wait = min(2*wait, 5*time.Second)
-	}
+	return retryReconnect(ctx, s.resubscribe)
 }
 
 // resubscribe makes the subscription again on a live connection (dialing if needed), from

@@ -113,6 +113,9 @@ func New(cfg Config) (*Node, error) {
 		Registerer: n.reg,
 		Now:        cfg.Now,
 		Retention:  cfg.Retention,
+		// A client never has more publishes in flight on a stream than the node accepts, so
+		// every retry of an unanswered publish is still in its producer's window.
+		DedupWindow: cfg.MaxPendingPublishes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: open log: %w", err)

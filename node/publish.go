@@ -65,6 +65,7 @@ type pendingBatch struct {
 	offsets  []uint64      // per record, from the owner's acks
 	times    []int64       // per record
 	errs     []*wire.Error // per record, from the owner's refusals
+	dups     []bool        // per record: the owner answered it as a duplicate
 	answered int
 }
 
@@ -300,7 +301,9 @@ func (p *publisher) writeAnswers() {
 			}
 			ok := 0
 			seqs := b.seqs // those still to answer one by one
-			if b.err == nil && b.offsets == nil && p.ranges.Load() {
+			// A batch with a duplicate or a refused sequence (wal dedup) is answered record by
+			// record: its offsets are not one run, and a duplicate's ack carries a flag.
+			if b.err == nil && b.offsets == nil && p.ranges.Load() && len(b.res.Skipped) == 0 {
 				// Appended at consecutive offsets with one time: one PUBLISH_ACKS per run
 				// of consecutive seqs.
 				for i := 0; i < len(b.seqs); {
@@ -320,25 +323,35 @@ func (p *publisher) writeAnswers() {
 				}
 				ok, seqs = len(b.seqs), nil
 			}
+			skip := 0 // walks b.res.Skipped along with i
 			for i, seq := range seqs {
 				var f wire.Frame
 				e := b.err
 				if e == nil && b.errs != nil {
 					e = b.errs[i]
 				}
+				var o wal.RecordOutcome
 				switch {
 				case e != nil:
+				case b.offsets != nil:
+					o = wal.RecordOutcome{Offset: b.offsets[i], Time: b.times[i], Duplicate: b.dups[i]}
+				default:
+					if o = b.res.Outcome(i, &skip); o.Err != nil {
+						e = sequenceError(o.Err)
+					}
+				}
+				if e != nil {
 					perr = wire.PublishError{Seq: seq, Code: e.Code, Message: e.Message}
 					f = &perr
 					m.publishErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
-				case b.offsets != nil:
-					ack = wire.PublishAck{Seq: seq, Offset: b.offsets[i], Time: b.times[i]}
+				} else {
+					ack = wire.PublishAck{Seq: seq, Offset: o.Offset, Time: o.Time}
+					if o.Duplicate {
+						ack.Flags = wire.AckDuplicate // stored by an earlier attempt: not counted again
+					} else {
+						ok++
+					}
 					f = &ack
-					ok++
-				default:
-					ack = wire.PublishAck{Seq: seq, Offset: b.res.First + uint64(i), Time: b.res.Time}
-					f = &ack
-					ok++
 				}
 				if !writeFailed && w.Write(f) != nil {
 					writeFailed = true
@@ -363,6 +376,19 @@ func (p *publisher) writeAnswers() {
 		}
 		<-p.wake
 	}
+}
+
+// sequenceError tells a publisher that its sequence is older than what the log remembers of
+// its producer (wal.SequenceError). The topic is left out: the log's name of it carries the
+// tenant's namespace.
+func sequenceError(err error) *wire.Error {
+	var se *wal.SequenceError
+	if !errors.As(err, &se) {
+		return appendError(err)
+	}
+	return wire.Errorf(wire.CodeSequence,
+		"sequence %d of producer %q is older than the node's de-duplication window for this topic (the last %d publishes, sequences above %d); the node cannot tell whether it was stored, so it stored nothing",
+		se.Sequence, se.ProducerID, se.Window, se.Floor)
 }
 
 // appendError maps a log error to what the client is told.

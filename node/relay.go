@@ -57,6 +57,7 @@ func (p *publisher) relay(b *pendingBatch) {
 	b.offsets = make([]uint64, len(b.seqs))
 	b.times = make([]int64, len(b.seqs))
 	b.errs = make([]*wire.Error, len(b.seqs))
+	b.dups = make([]bool, len(b.seqs))
 	rs, e := p.relayTo(b.relayTo)
 	if e == nil {
 		e = rs.send(b)
@@ -139,9 +140,10 @@ func (rs *relayStream) readAnswers() {
 		var e *wire.Error
 		var off uint64
 		var t int64
+		var dup bool
 		switch f := f.(type) {
 		case *wire.PublishAck:
-			off, t = f.Offset, f.Time
+			off, t, dup = f.Offset, f.Time, f.Flags&wire.AckDuplicate != 0
 		case *wire.PublishError:
 			e = &wire.Error{Code: f.Code, Message: fmt.Sprintf("node %q (the topic's owner): %s", rs.owner, f.Message)}
 		case *wire.ErrorFrame:
@@ -164,7 +166,7 @@ func (rs *relayStream) readAnswers() {
 			rs.mu.waiting = rs.mu.waiting[1:]
 		}
 		rs.mu.Unlock()
-		b.offsets[i], b.times[i], b.errs[i] = off, t, e
+		b.offsets[i], b.times[i], b.errs[i], b.dups[i] = off, t, e, dup
 		if i+1 == len(b.seqs) {
 			if e == nil {
 				n.place.relayedPubs.Add(float64(len(b.seqs)))

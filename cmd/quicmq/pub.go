@@ -28,6 +28,7 @@ type pubOpts struct {
 	print          bool
 	window         int
 	headers        headerFlags
+	reconnect      bool          // resend in-flight publishes across a lost connection (idempotent)
 	progressPeriod time.Duration // progress lines on stderr in generate mode
 }
 
@@ -46,7 +47,7 @@ func (h *headerFlags) Set(v string) error {
 }
 
 func runPub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "pub", "--ca FILE --topic TOPIC [--server HOST:PORT] [--header K=V]... [--count N [--size BYTES] [--rate R] [--print]]")
+	fs := newFlagSet(e, "pub", "--ca FILE --topic TOPIC [--server HOST:PORT] [--header K=V]... [--reconnect] [--count N [--size BYTES] [--rate R] [--print]]")
 	var cf clientFlags
 	cf.register(fs)
 	o := pubOpts{progressPeriod: time.Second}
@@ -58,6 +59,9 @@ func runPub(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&o.print, "print", false, "with --count: print each record's offset, one per line, as it is acknowledged")
 	fs.IntVar(&o.window, "window", 1024, "publishes awaiting their acknowledgement at once (the pipelining window)")
 	fs.Var(&o.headers, "header", "a header KEY=VALUE for every record (repeat the flag for more)")
+	fs.BoolVar(&o.reconnect, "reconnect", false, "when the connection to the node is lost (it restarted), dial it again and resend the\n"+
+		"publishes not yet acknowledged; the node stores each once (idempotent publish): one it had\n"+
+		"stored is printed with its original offset, and the count of those goes to standard error")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -81,7 +85,7 @@ func runPub(ctx context.Context, e *env, args []string) error {
 	if err := cf.check(); err != nil {
 		return err
 	}
-	conn, err := cf.dial(ctx, client.Options{MaxPendingPublishes: o.window})
+	conn, err := cf.dial(ctx, client.Options{MaxPendingPublishes: o.window, Reconnect: o.reconnect, Idempotent: o.reconnect})
 	if err != nil {
 		return err
 	}
@@ -129,7 +133,7 @@ func pubLines(ctx context.Context, e *env, conn *client.Conn, o pubOpts) error {
 		err  error // PublishAsync's refusal
 	}
 	queue := make(chan sent, o.window)
-	var failed, unconfirmed int
+	var failed, unconfirmed, dups int
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		out := bufio.NewWriter(e.stdout)
@@ -145,6 +149,9 @@ func pubLines(ctx context.Context, e *env, conn *client.Conn, o pubOpts) error {
 				var a client.Ack
 				if a, err = s.f.Wait(ctx); err == nil {
 					fmt.Fprintf(out, "%d\t%s\n", a.Offset, s.line)
+					if a.Duplicate {
+						dups++
+					}
 					continue
 				}
 			}
@@ -181,6 +188,7 @@ loop:
 	}
 	close(queue)
 	wg.Wait()
+	reportDuplicates(e.stderr, dups)
 	switch {
 	case ctx.Err() != nil && unconfirmed > 0:
 		return fmt.Errorf("interrupted: %d published records not confirmed", unconfirmed)
@@ -252,6 +260,9 @@ func pubGenerate(ctx context.Context, e *env, conn *client.Conn, o pubOpts) erro
 			switch {
 			case err == nil:
 				st.acked(time.Since(s.at))
+				if a.Duplicate {
+					st.dups++
+				}
 				if o.print {
 					fmt.Fprintf(out, "%d\n", a.Offset)
 				}
@@ -292,6 +303,7 @@ func pubGenerate(ctx context.Context, e *env, conn *client.Conn, o pubOpts) erro
 	close(queue)
 	wg.Wait()
 	st.summary(e.stderr)
+	reportDuplicates(e.stderr, st.dups)
 	switch {
 	case fatal != nil:
 		return fmt.Errorf("stopped after %d records: %w", st.ok+st.failed, fatal)
@@ -303,11 +315,20 @@ func pubGenerate(ctx context.Context, e *env, conn *client.Conn, o pubOpts) erro
 	return nil
 }
 
+// reportDuplicates says on w how many acks were for records stored by an earlier attempt:
+// publishes resent after a lost connection that the node had stored before it was lost.
+func reportDuplicates(w io.Writer, dups int) {
+	if dups > 0 {
+		fmt.Fprintf(w, "quicmq pub: %d records were already stored by an attempt before the connection was lost (resent, not stored again; their original offsets are printed)\n", dups)
+	}
+}
+
 // pubStats is the generate mode's bookkeeping, owned by the collector goroutine.
 type pubStats struct {
 	total, size             int
 	start, last             time.Time
 	ok, failed, unconfirmed int
+	dups                    int // acks of publishes an earlier attempt had stored (--reconnect)
 	sinceLast               int
 	all, window             latencyHist
 }

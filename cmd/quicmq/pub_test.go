@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/nodetest"
 )
 
 func TestPubLines(t *testing.T) {
@@ -109,4 +111,48 @@ func TestHumanBytes(t *testing.T) {
 			t.Errorf("humanBytes(%d) = %q, want %q", n, got, want)
 		}
 	}
+}
+
+// TestPubReconnect: pub --reconnect goes on across a restart of its node: every generated
+// record is acknowledged and stored exactly once, and the resent ones the node had stored
+// are counted on standard error.
+func TestPubReconnect(t *testing.T) {
+	data := t.TempDir()
+	n, stop := nodetest.Start(t, func(c *node.Config) { c.DataDir = data })
+	cn := &cliNode{addr: n.Addr().String(), ca: n.CAFile()}
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	const count = 3000
+	go func() {
+		code, stdout, stderr := runCLI(t, "", append([]string{"pub", "--topic", "rc.p", "--count", fmt.Sprint(count),
+			"--size", "8", "--rate", "3000", "--print", "--reconnect"}, cn.conn()...)...)
+		done <- result{code, stdout, stderr}
+	}()
+	time.Sleep(300 * time.Millisecond) // about 900 published
+	stop()
+	time.Sleep(200 * time.Millisecond)
+	n2, _ := nodetest.Start(t, func(c *node.Config) { c.DataDir, c.Listen = data, cn.addr })
+	r := <-done
+	if r.code != 0 {
+		t.Fatalf("exit %d:\n%s", r.code, r.stderr)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	for i, l := range lines {
+		if l != fmt.Sprint(i) {
+			t.Fatalf("offset line %d is %q: a record was lost, stored twice or reordered\n%s", i, l, r.stderr)
+		}
+	}
+	if len(lines) != count {
+		t.Fatalf("%d offsets printed, want %d", len(lines), count)
+	}
+	if first, next, _ := n2.Log().Bounds("rc.p"); first != 0 || next != count {
+		t.Fatalf("the log holds offsets [%d, %d), want [0, %d)", first, next, count)
+	}
+	if d := n2.Log().Stats().Duplicates; d > 0 && !strings.Contains(r.stderr, fmt.Sprintf("quicmq pub: %d records were already stored", d)) {
+		t.Fatalf("%d duplicates, not reported:\n%s", d, r.stderr)
+	}
+	t.Logf("stderr:\n%s", r.stderr)
 }
