@@ -114,7 +114,7 @@ func TestCampaignKill9Loop(t *testing.T) {
 		}
 		return fmt.Sprintf("p%d", p)
 	}
-	var unavailable, broken, sessions, timedOut atomic.Int64
+	var unavailable, broken, sessions, timedOut, retried, duplicates atomic.Int64
 	const answerWithin = 3 * time.Second
 	var slowMu sync.Mutex
 	var slowest time.Duration
@@ -146,9 +146,22 @@ func TestCampaignKill9Loop(t *testing.T) {
 		return client.Dial(ctx, addr, client.Options{CAFile: filepath.Join(caDir, "ca.pem")})
 	}
 
-	// Producers: each publishes rate/producers records/s, pipelined, through a random node;
-	// when its connection breaks it moves to another random node. A publish refused as
-	// unavailable (its owner is down) is simply not acknowledged.
+	// Producers: each publishes rate/producers records/s, pipelined, through a random node of
+	// its region; when its connection breaks it moves to another random node of the region. A
+	// publish refused as unavailable (its owner is down) is not stored and not acknowledged. A
+	// publish whose outcome is unknown (unanswered within 3 s, or its connection broke) may
+	// have been stored: it is published again, same topic, producer and sequence, at the start
+	// of the next session, until it is answered. The node's de-duplication must then answer it
+	// with the offset of the stored copy (the judge checks the acked offset against the log
+	// and counts every (producer, sequence) stored twice). Retries stay in the region: a copy
+	// published in another region is another region's record, which de-duplication does not
+	// cover (docs/architecture.md, "Idempotent publish").
+	type pending struct {
+		f     *client.Future
+		topic string
+		k     campaign.Key
+		sent  time.Time
+	}
 	pubCtx, stopPub := context.WithCancel(context.Background())
 	var pubWG sync.WaitGroup
 	for p := range producers {
@@ -157,8 +170,17 @@ func TestCampaignKill9Loop(t *testing.T) {
 			defer pubWG.Done()
 			rng := rand.New(rand.NewPCG(uint64(p), 42))
 			perTick := max(1, rate/producers/100)
+			home := regions[p%len(regions)]
+			var nodes []int // the indexes of specs in the producer's region
+			for i, s := range specs {
+				if s.region == home {
+					nodes = append(nodes, i)
+				}
+			}
+			var retryMu sync.Mutex
+			var retry []pending // outcome unknown: published again in the next session
 			for pubCtx.Err() == nil {
-				node := rng.IntN(len(specs))
+				node := nodes[rng.IntN(len(nodes))]
 				conn, err := dial(node)
 				if err != nil {
 					time.Sleep(100 * time.Millisecond)
@@ -166,12 +188,6 @@ func TestCampaignKill9Loop(t *testing.T) {
 				}
 				sessions.Add(1)
 				region := specs[node].region
-				type pending struct {
-					f     *client.Future
-					topic string
-					k     campaign.Key
-					sent  time.Time
-				}
 				futures := make(chan pending, 4096)
 				var sessionBroken atomic.Bool
 				readerDone := make(chan struct{})
@@ -184,9 +200,13 @@ func TestCampaignKill9Loop(t *testing.T) {
 						noteSlow(time.Since(pd.sent), fmt.Sprintf("publish %v to %s through %s (region owner %s), sent %v after the mesh was up: err %v",
 							pd.k, pd.topic, specs[node].name, routing.Owner(pd.topic, []string{region + "1", region + "2"}), pd.sent.Sub(meshUp).Round(time.Millisecond), err))
 						var ce *client.Error
+						unknown := false
 						switch {
 						case err == nil:
 							record(region, pd.topic, ack.Offset, pd.k)
+							if ack.Duplicate {
+								duplicates.Add(1)
+							}
 						case errors.As(err, &ce) && ce.Code == client.CodeUnavailable:
 							unavailable.Add(1)
 							noteErr(err)
@@ -197,14 +217,39 @@ func TestCampaignKill9Loop(t *testing.T) {
 							timedOut.Add(1)
 							sessionBroken.Store(true)
 							conn.Close()
+							unknown = true
 						default:
 							if pubCtx.Err() == nil {
 								noteErr(err)
 							}
 							sessionBroken.Store(true)
+							// A refusal by the node stored nothing; anything else may have.
+							unknown = errors.Is(err, client.ErrOutcomeUnknown) || !errors.As(err, &ce)
+						}
+						if unknown && pubCtx.Err() == nil {
+							retryMu.Lock()
+							retry = append(retry, pd)
+							retryMu.Unlock()
 						}
 					}
 				}()
+				// First the publishes of earlier sessions whose outcome is unknown, in order.
+				retryMu.Lock()
+				again := retry
+				retry = nil
+				retryMu.Unlock()
+				for i, pd := range again {
+					f, err := conn.PublishAsync(pubCtx, client.Message{Topic: pd.topic, Payload: []byte(campaign.Payload(pd.k)), ProducerID: pd.k.Producer, Sequence: pd.k.Seq})
+					if err != nil {
+						sessionBroken.Store(true)
+						retryMu.Lock()
+						retry = append(retry, again[i:]...)
+						retryMu.Unlock()
+						break
+					}
+					retried.Add(1)
+					futures <- pending{f, pd.topic, pd.k, time.Now()}
+				}
 				tick := time.NewTicker(10 * time.Millisecond)
 				for pubCtx.Err() == nil && !sessionBroken.Load() {
 					<-tick.C
@@ -364,6 +409,7 @@ func TestCampaignKill9Loop(t *testing.T) {
 	}
 	t.Logf("%d kills %v over %v of publishing; %d publishes attempted (%.0f/s), %d acknowledged, %d refused as unavailable, %d unanswered after %v, %d sessions (%d ended by an error)",
 		kills, killCount, pubTime.Round(time.Second), attempts, float64(attempts)/pubTime.Seconds(), len(acks), unavailable.Load(), timedOut.Load(), answerWithin, sessions.Load(), broken.Load())
+	t.Logf("%d publishes of unknown outcome published again (same producer and sequence), %d of them answered as duplicates of a stored copy", retried.Load(), duplicates.Load())
 	t.Logf("publish errors: %v", errSamples)
 	t.Logf("slowest answer to a publish: %v: %s", slowest.Round(time.Millisecond), slowestWhat)
 	if len(recoveries) > 0 {
