@@ -135,6 +135,9 @@ func (l *Log) Append(ctx context.Context, req AppendRequest) AppendResult {
 	if err != nil {
 		return AppendResult{Err: err}
 	}
+	if r.dedup {
+		l.awaitRebuild(r.topic)
+	}
 	if err := l.enqueue(r); err != nil {
 		return AppendResult{Err: r.wrap(err)}
 	}
@@ -149,7 +152,9 @@ func (l *Log) Append(ctx context.Context, req AppendRequest) AppendResult {
 	}
 }
 
-// AppendAsync queues req and returns without waiting for the fsync. done is
+// AppendAsync queues req and returns without waiting for the fsync (the first
+// request with a producer to a topic recovered at Open waits, once, for the
+// read of the topic's tail that rebuilds its de-duplication state). done is
 // called once, from the completer goroutine, after the synced commit (or the
 // failure), in submission order for all requests (so also per topic); it
 // must not block. A request refused at once (invalid, or the log is closed)
@@ -160,6 +165,9 @@ func (l *Log) AppendAsync(req AppendRequest, done func(AppendResult)) {
 	if err != nil {
 		done(AppendResult{Err: err})
 		return
+	}
+	if r.dedup {
+		l.awaitRebuild(r.topic)
 	}
 	if err := l.enqueue(r); err != nil {
 		done(AppendResult{Err: r.wrap(err)})

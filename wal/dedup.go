@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -39,9 +41,10 @@ import (
 // retry after its producer's state was dropped is stored again.
 //
 // Nothing new is persisted: after Open, the first publish with a producer to
-// a topic that existed at Open makes the committer scan that topic's tail (at
-// most the last DedupRebuildRecords records, and none older than DedupIdle)
-// and fill the windows before it checks the publish.
+// a topic that existed at Open reads that topic's tail (at most the last
+// DedupRebuildRecords records, and none older than DedupIdle) on its caller's
+// goroutine, and the committer fills the windows from it before it checks the
+// publish (see awaitRebuild): other topics' appends do not wait for the read.
 
 // Defaults of the de-duplication options.
 const (
@@ -158,15 +161,15 @@ func (p *producerState) insert(i int, e dedupEntry, window int) int {
 
 // dedup is the committer's de-duplication state.
 type dedup struct {
-	window, maxProducers, maxEntries, rebuild int
-	idle                                      int64 // nanoseconds
-	producers, entries                        int
-	lru                                       producerState // sentinel of the LRU list
+	window, maxProducers, maxEntries int
+	idle                             int64 // nanoseconds
+	producers, entries               int
+	lru                              producerState // sentinel of the LRU list
 }
 
 func (d *dedup) init(o Options) {
 	d.window, d.maxProducers, d.maxEntries = o.DedupWindow, o.DedupMaxProducers, o.DedupMaxEntries
-	d.rebuild, d.idle = o.DedupRebuildRecords, int64(o.DedupIdle)
+	d.idle = int64(o.DedupIdle)
 	d.lru.next, d.lru.prev = &d.lru, &d.lru
 }
 
@@ -240,103 +243,207 @@ func (l *Log) dedupCheck(t *topic, rec *Record, off uint64, ts int64, now int64)
 	return Skipped{}, false
 }
 
-// rebuildDedup fills t's windows from the tail of its log, before the first
-// record with a producer is checked after Open. It runs on the committer, so
-// nothing is appended meanwhile; records applied but not yet durable are
-// visible to the scan, as they should be (they got offsets). The scan goes
-// forward (Pebble's fast direction) over the last DedupRebuildRecords
-// offsets, skipping records older than DedupIdle.
-func (l *Log) rebuildDedup(t *topic, now int64) {
-	t.dedupReady = true
+// A topic recovered at Open has no windows until its tail is read. The first
+// caller that appends a record with a producer to it reads the tail on its own
+// goroutine (awaitRebuild), and the committer applies what it found when it
+// checks that record (applyRebuild): the committer, which every topic's
+// appends go through, never waits on the scan, and the topic's callers wait
+// for it only once. This is correct because no record with a producer reaches
+// the topic before its scan is done (every such request waits for it in
+// newRequest first), so the records appended after the scan's end have no
+// producer and change no window. Should the committer meet such a record
+// without a scan (a caller that did not wait), it reads the tail itself
+// (rebuildDedup), as a fallback.
+
+// tailScan is what the read of a topic's tail found: the records with a
+// producer, in offset order, below upTo.
+type tailScan struct {
+	upTo     uint64
+	complete bool // the scan started at the log's first record
+	scanned  int
+	recs     []scannedRecord
+	took     time.Duration
+}
+
+type scannedRecord struct {
+	producer string
+	seq, off uint64
+	time     int64
+}
+
+// rebuildGate is a recovered topic's tail scan (guarded by its mutex).
+type rebuildGate struct {
+	sync.Mutex
+	needed  bool          // recovered at Open: set before the log is shared, then read-only
+	done    atomic.Bool   // scan is set, or the windows were rebuilt by the committer
+	running chan struct{} // closed when the scan that runs ends
+	scan    *tailScan
+}
+
+// awaitRebuild makes sure the tail of topic name was read before a record with
+// a producer is queued for it: the first caller reads it, the others wait.
+// Called by Append and AppendAsync on the caller's goroutine.
+func (l *Log) awaitRebuild(name string) {
 	l.mu.RLock()
-	first := t.first
+	t := l.mu.topics[name]
+	var first, upTo uint64
+	if t != nil {
+		first, upTo = t.first, t.hwm
+	}
 	l.mu.RUnlock()
-	if t.next <= first {
+	if t == nil || !t.rb.needed || t.rb.done.Load() {
 		return
 	}
-	start := first
-	if t.next-first > uint64(l.c.dedup.rebuild) {
-		start = t.next - uint64(l.c.dedup.rebuild)
+	t.rb.Lock()
+	if t.rb.done.Load() {
+		t.rb.Unlock()
+		return
+	}
+	if ch := t.rb.running; ch != nil {
+		t.rb.Unlock()
+		<-ch
+		return
+	}
+	ch := make(chan struct{})
+	t.rb.running = ch
+	t.rb.Unlock()
+	if h := l.opts.testHooks; h != nil && h.beforeTailScan != nil {
+		h.beforeTailScan(name)
+	}
+	var s *tailScan
+	if db, err := l.readDB(); err == nil {
+		s = l.scanTail(db, t, first, upTo, l.opts.Now().UnixNano())
+		l.db.RUnlock()
+	}
+	t.rb.Lock()
+	t.rb.running = nil
+	if s != nil {
+		t.rb.scan = s
+		t.rb.done.Store(true)
+	}
+	t.rb.Unlock()
+	close(ch) // without a scan (the log closed, or Pebble failed) the committer reads the tail
+}
+
+// rebuildDedup fills t's windows from the tail of its log, before the first
+// record with a producer is checked after Open, with the scan a caller made
+// (awaitRebuild) or else reading the tail now. Committer goroutine.
+func (l *Log) rebuildDedup(t *topic, now int64) {
+	t.dedupReady = true
+	t.rb.Lock()
+	s := t.rb.scan
+	t.rb.scan = nil // applied once; the memory goes
+	t.rb.done.Store(true)
+	t.rb.Unlock()
+	if s == nil {
+		l.mu.RLock()
+		first := t.first
+		l.mu.RUnlock()
+		s = l.scanTail(l.pdb, t, first, t.next, now)
+	}
+	l.applyRebuild(t, s, now)
+}
+
+// scanTail reads t's records [max(first, upTo-DedupRebuildRecords), upTo) forward
+// (Pebble's fast direction), keeping those with a producer and not older than
+// DedupIdle. Records applied but not yet durable are visible to it, as they
+// should be (they got offsets). Any goroutine; it touches no committer state.
+func (l *Log) scanTail(db *pebble.DB, t *topic, first, upTo uint64, now int64) *tailScan {
+	s := &tailScan{upTo: upTo}
+	if upTo <= first {
+		s.complete = true
+		return s
 	}
 	began := time.Now()
-	d := &l.c.dedup
-	horizon := now - d.idle
-	it, err := l.pdb.NewIter(&pebble.IterOptions{
+	defer func() { s.took = time.Since(began) }()
+	start := first
+	if upTo-first > uint64(l.opts.DedupRebuildRecords) {
+		start = upTo - uint64(l.opts.DedupRebuildRecords)
+	}
+	horizon := now - int64(l.opts.DedupIdle)
+	it, err := db.NewIter(&pebble.IterOptions{
 		LowerBound: recordKey(t.id, start),
-		UpperBound: recordKey(t.id, t.next),
+		UpperBound: recordKey(t.id, upTo),
 	})
 	if err != nil {
 		l.log.Warn("de-duplication: cannot scan the topic's tail; publishes retried across the restart may be stored twice", "topic", t.name, "err", err)
-		return
+		return s
 	}
 	defer it.Close()
-	var (
-		seen    []*producerState
-		lowest  = map[*producerState]uint64{}
-		scanned int
-		s       slab
-	)
-	complete := start == first
+	s.complete = start == first
 	// A log whose last record is older than the horizon has nothing to remember.
 	if it.Last() {
 		if tm, _, reason := checkRecord(it.Key(), it.Value()); reason == "" && tm < horizon {
-			return
+			s.complete = false
+			return s
 		}
 	}
+	var sl slab
 	for ok := it.First(); ok; ok = it.Next() {
 		val, err := it.ValueAndErr()
 		if err != nil {
-			complete = false
+			s.complete = false
 			break
 		}
-		rec, reason := decodeProducer(it.Key(), val, &s)
-		scanned++
+		rec, reason := decodeProducer(it.Key(), val, &sl)
+		s.scanned++
 		if reason != "" {
-			// Start again after it: what came before may be incomplete.
+			// What came before may be incomplete.
 			l.log.Warn("de-duplication: skipped an undecodable record in the tail scan", "topic", t.name, "offset", rec.Offset, "reason", reason)
-			complete = false
+			s.complete = false
 			continue
 		}
 		if rec.Time < horizon {
-			complete = false // older sequences of a producer seen later are unknown
+			s.complete = false // older sequences of a producer seen later are unknown
 			continue
 		}
-		if !dedupKeyed(&rec) {
-			continue
+		if dedupKeyed(&rec) {
+			s.recs = append(s.recs, scannedRecord{producer: rec.ProducerID, seq: rec.Sequence, off: rec.Offset, time: rec.Time})
 		}
-		p := t.producers[rec.ProducerID]
+	}
+	return s
+}
+
+// applyRebuild fills t's windows with what scan found. Committer goroutine.
+func (l *Log) applyRebuild(t *topic, scan *tailScan, now int64) {
+	d := &l.c.dedup
+	var seen []*producerState
+	lowest := map[*producerState]uint64{}
+	for _, rec := range scan.recs {
+		p := t.producers[rec.producer]
 		if p == nil {
-			p = &producerState{t: t, id: rec.ProducerID}
+			p = &producerState{t: t, id: rec.producer}
 			if t.producers == nil {
 				t.producers = make(map[string]*producerState)
 			}
 			t.producers[p.id] = p
 			d.producers++
 			seen = append(seen, p)
-			lowest[p] = rec.Sequence
+			lowest[p] = rec.seq
 		}
-		p.lastUse = rec.Time
-		lowest[p] = min(lowest[p], rec.Sequence)
-		if i, found := p.find(rec.Sequence); !found {
-			d.entries += p.insert(i, dedupEntry{seq: rec.Sequence, off: rec.Offset, time: rec.Time}, d.window)
+		p.lastUse = rec.time
+		lowest[p] = min(lowest[p], rec.seq)
+		if i, found := p.find(rec.seq); !found {
+			d.entries += p.insert(i, dedupEntry{seq: rec.seq, off: rec.off, time: rec.time}, d.window)
 		}
 	}
 	// Least recently used first, so that the most recent ends up at the front.
 	sort.Slice(seen, func(i, j int) bool { return seen[i].lastUse < seen[j].lastUse })
 	for _, p := range seen {
-		if !complete && lowest[p] > 0 {
+		if !scan.complete && lowest[p] > 0 {
 			// Sequences below those seen may have been stored before the scan's start.
 			p.floor = max(p.floor, lowest[p]-1)
 		}
 		d.pushFront(p)
 	}
 	d.trim(now)
-	el := time.Since(began)
-	l.stats.rebuilt.Add(uint64(scanned))
-	l.stats.rebuildNanos.Add(uint64(el))
+	l.stats.rebuilt.Add(uint64(scan.scanned))
+	l.stats.rebuildNanos.Add(uint64(scan.took))
 	l.m.dedupProducers.Set(float64(d.producers))
-	l.log.Info("de-duplication state rebuilt from the topic's tail", "topic", t.name, "records", scanned,
-		"producers", len(seen), "complete", complete, "took", el)
+	if scan.scanned > 0 {
+		l.log.Info("de-duplication state rebuilt from the topic's tail", "topic", t.name, "records", scan.scanned,
+			"producers", len(seen), "complete", scan.complete, "took", scan.took)
+	}
 }
 
 // decodeProducer decodes only what the rebuild needs of a stored record:

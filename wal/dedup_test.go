@@ -274,6 +274,77 @@ func TestDedupAfterReopen(t *testing.T) {
 	}
 }
 
+// TestDedupRebuildOffCommitter: the read of a recovered topic's tail runs on the caller that
+// needs it, not on the committer. While it is held, appends to other topics (with producers
+// too) and producer-less appends to the same topic complete; callers with producers for that
+// topic wait for it; and once it is done a retry of a record stored before the reopen is a
+// duplicate, with the records appended meanwhile kept.
+func TestDedupRebuildOffCommitter(t *testing.T) {
+	l, dir := newTestLog(t, Options{})
+	for s := uint64(1); s <= 5; s++ {
+		appendRecs(t, l, "a", prec("p", s, fmt.Sprint(s)))
+	}
+	appendRecs(t, l, "b", prec("p", 1, "b1"))
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	scanning, release := make(chan struct{}), make(chan struct{})
+	hooks := &testHooks{beforeTailScan: func(topic string) {
+		if topic == "a" {
+			close(scanning)
+			<-release
+		}
+	}}
+	l = openTestLog(t, dir, Options{testHooks: hooks})
+	type result struct {
+		o   []RecordOutcome
+		err error
+	}
+	retried := make(chan result, 2)
+	retry := func(seq uint64, payload string) {
+		res := l.Append(context.Background(), AppendRequest{Topic: "a", Records: []Record{prec("p", seq, payload)}})
+		retried <- result{outcomes(res, 1), res.Err}
+	}
+	go retry(3, "3-again")
+	<-scanning
+	go retry(6, "6")
+	// Held: a's tail is being read. Everything else goes through the committer.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		appendRecs(t, l, "b", prec("p", 2, "b2"))
+		appendRecs(t, l, "b", prec("p", 1, "b1-again"))
+		appendRecs(t, l, "a", Record{Payload: []byte("plain")})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("appends to other topics waited for a's tail scan")
+	}
+	select {
+	case r := <-retried:
+		t.Fatalf("a publish with a producer to a passed a's unfinished scan: %+v", r)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	got := map[string]RecordOutcome{}
+	for range 2 {
+		r := <-retried
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		got[fmt.Sprint(r.o[0].Duplicate)] = r.o[0]
+	}
+	if d := got["true"]; d.Offset != 2 {
+		t.Fatalf("retry of p/3: %+v, want a duplicate at offset 2", got)
+	}
+	if n := got["false"]; n.Duplicate || n.Err != nil || n.Offset < 6 {
+		t.Fatalf("p/6: %+v, want stored after the plain record", got)
+	}
+	wantPayloads(t, l, "a", "1", "2", "3", "4", "5", "plain", "6")
+	wantPayloads(t, l, "b", "b1", "b2")
+}
+
 // TestDedupRebuildHorizon: the rebuild after Open skips records older than DedupIdle (a
 // producer idle that long would have been forgotten anyway), and a topic whose last record is
 // that old costs no scan at all.

@@ -89,6 +89,10 @@ type topic struct {
 	producers  map[string]*producerState
 	dedupReady bool
 
+	// The read of a recovered topic's tail for its de-duplication windows,
+	// made by the first caller that needs them (dedup.go).
+	rb rebuildGate
+
 	// Guarded by Log.mu: the first retained offset and the high-watermark
 	// (next durable offset), each with its byte position.
 	first, firstPos uint64
@@ -246,6 +250,7 @@ func (l *Log) recover() error {
 		if err := l.recoverTopic(t); err != nil {
 			return err
 		}
+		t.rb.needed = true
 		l.c.topics[t.name] = t
 		l.mu.topics[t.name] = t
 	}

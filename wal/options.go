@@ -98,6 +98,9 @@ type testHooks struct {
 	// fsync and acknowledged at once. Only the crash checker's own test sets
 	// it, to show that the checker catches exactly this bug.
 	ackBeforeSync bool
+	// beforeTailScan runs on the caller that reads a recovered topic's tail
+	// for its de-duplication windows (awaitRebuild), before it reads.
+	beforeTailScan func(topic string)
 }
 
 // Retention limits one topic's log. Zero fields are unlimited.
