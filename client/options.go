@@ -30,8 +30,15 @@ type Options struct {
 	// Name identifies the client in the node's logs. Default "quicmq-go".
 	Name string
 	// KeepAlive is the period of QUIC keep-alive PINGs, which must be shorter than the node's
-	// idle timeout (30 s). Default 10 s; negative disables keep-alives.
+	// idle timeout (30 s) and than IdleTimeout. Default 10 s, or a third of a shorter
+	// IdleTimeout; negative disables keep-alives.
 	KeepAlive time.Duration
+	// IdleTimeout is how long the connection may go without a packet from the node before it
+	// is taken as lost (QUIC's idle timeout; the shorter of the client's and the node's
+	// applies). A node that restarts ends its old connections at once (stateless reset); one
+	// that is down or cut off is noticed only after this long, so an application that must
+	// move on quickly sets it low, e.g. 3 s. Default 30 s.
+	IdleTimeout time.Duration
 	// MaxPendingPublishes is the pipelining window: how many publishes may be unanswered at
 	// once on the Conn. PublishAsync blocks while it is full. Default 1024; keep it below the
 	// node's per-stream limit (4096 by default) so the node never has to stop reading.
@@ -77,6 +84,7 @@ type Options struct {
 
 const (
 	defaultKeepAlive    = 10 * time.Second
+	defaultIdleTimeout  = 30 * time.Second
 	defaultMaxPending   = 1024
 	defaultResendTime   = time.Minute
 	defaultClientName   = "quicmq-go"
@@ -92,8 +100,11 @@ func (o Options) withDefaults() Options {
 	if o.Name == "" {
 		o.Name = defaultClientName
 	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = defaultIdleTimeout
+	}
 	if o.KeepAlive == 0 {
-		o.KeepAlive = defaultKeepAlive
+		o.KeepAlive = min(defaultKeepAlive, o.IdleTimeout/3)
 	}
 	if o.MaxPendingPublishes <= 0 {
 		o.MaxPendingPublishes = defaultMaxPending
@@ -144,6 +155,7 @@ func (o Options) quicConfig() *quic.Config {
 	}
 	return &quic.Config{
 		KeepAlivePeriod:                keepAlive,
+		MaxIdleTimeout:                 o.IdleTimeout,
 		MaxIncomingStreams:             -1,
 		MaxIncomingUniStreams:          -1,
 		InitialStreamReceiveWindow:     streamWindow,
