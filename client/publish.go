@@ -81,6 +81,25 @@ func (f *Future) Wait(ctx context.Context) (Ack, error) {
 	}
 }
 
+// takeSlot waits for a slot of the pipelining window. With p, waiting also ends when p's
+// stream fails, with its failure.
+func (c *Conn) takeSlot(ctx context.Context, topic string, p *publisher) error {
+	var dead <-chan struct{} // nil: never ready
+	if p != nil {
+		dead = p.dead
+	}
+	select {
+	case c.window <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closing:
+		return fmt.Errorf("client: publish to %q: %w", topic, ErrClosed)
+	case <-dead:
+		return fmt.Errorf("client: publish to %q: %w", topic, p.failure())
+	}
+}
+
 // complete resolves the future and frees its slot of the window. Exactly one owner calls it:
 // PublishAsync's caller never sees an unqueued future, and a queued one is resolved either by
 // the reader (in order) or by fail.
@@ -118,14 +137,8 @@ func (c *Conn) PublishAsync(ctx context.Context, m Message) (*Future, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
 	}
-	select {
-	case c.window <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.closing:
-		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, ErrClosed)
-	case <-p.dead:
-		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, p.failure())
+	if err := c.takeSlot(ctx, m.Topic, p); err != nil {
+		return nil, err
 	}
 	f := c.newFuture(m)
 	if err := p.queue(f); err != nil {

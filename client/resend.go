@@ -25,12 +25,8 @@ var errPublishEOF = errorf(CodeProtocol, "the node closed the publish stream")
 
 // publishResendable is PublishAsync for a Conn that resends.
 func (c *Conn) publishResendable(ctx context.Context, m Message) (*Future, error) {
-	select {
-	case c.window <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.closing:
-		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, ErrClosed)
+	if err := c.takeSlot(ctx, m.Topic, nil); err != nil {
+		return nil, err
 	}
 	f := c.newFuture(m)
 	for {
