@@ -110,10 +110,16 @@ func (ns *Namespace) nft(script string) error {
 }
 
 // SetLoss replaces the namespace's random loss with rate (0 to 1, e.g. 0.01 for 1%), applied
-// to every packet arriving on any interface of the namespace, on the input hook, except
-// packets a Relay sends (each relayed datagram meets the loss once). Rates are
+// to every packet arriving on any interface of the namespace, on the input hook. Rates are
 // rounded to 1/100,000. Zero removes the loss.
 func (ns *Namespace) SetLoss(rate float64) error { return ns.SetLossMatch(rate, "") }
+
+// ExceptRelays is a SetLossMatch expression for a namespace with a Relay in it: every UDP
+// packet but those the relay sends, so that a relayed datagram meets the loss once per
+// direction (on its way into the relay), as on a direct path, instead of twice. Only for a
+// relay inside the lossy namespace: a relay elsewhere has its packets cross the loss once
+// anyway (and TCP packets do not match it).
+var ExceptRelays = fmt.Sprintf("udp sport != %d-%d", RelayPortLow, RelayPortHigh)
 
 // SetLossMatch is SetLoss for the packets that match, an nftables expression such as
 // "th sport { 7400, 4222 }" (packets sent from those ports) or "iifname lo"; empty matches
@@ -124,8 +130,6 @@ func (ns *Namespace) SetLossMatch(rate float64, match string) error {
 	}
 	script := "flush chain inet lossy in\n"
 	if per := int(rate*100000 + 0.5); per > 0 {
-		// What a Relay sends was exposed to the loss on its way in.
-		script += fmt.Sprintf("add rule inet lossy in udp sport %d-%d accept\n", RelayPortLow, RelayPortHigh)
 		script += fmt.Sprintf("add rule inet lossy in %s numgen random mod 100000 < %d counter drop\n", match, per)
 	}
 	// Partitions live in their own chain ("cut") and survive a loss change.

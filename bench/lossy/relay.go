@@ -9,12 +9,12 @@ import (
 	"time"
 )
 
-// RelayPortLow and RelayPortHigh bound the UDP ports a Relay binds. The namespace's loss rule
-// exempts packets sent from them (see SetLossMatch), so a datagram that crosses the relay is
-// exposed to the loss once per direction, on its way into the relay, not twice: the loss rate
-// set is the loss rate of the path. The range is clear of the ports the scenarios and
-// campaigns give nodes (7400 QUIC, 7500 and 7600 gossip, 7700 metrics, plus an index) and of
-// the kernel's ephemeral ports: a node's packets must never be exempt.
+// RelayPortLow and RelayPortHigh bound the UDP ports a Relay binds, so that a loss rule can
+// spare what it sends (ExceptRelays): a datagram that crosses a relay inside the lossy
+// namespace then meets the loss once per direction, on its way into the relay, not twice,
+// and the loss rate set is the loss rate of the path. The range is clear of the ports the
+// scenarios and campaigns give nodes (7400 QUIC, 7500 and 7600 gossip, 7700 metrics, plus an
+// index) and of the kernel's ephemeral ports: a node's packets must never be spared.
 const (
 	RelayPortLow  = 29100
 	RelayPortHigh = 29199
@@ -24,8 +24,8 @@ const (
 // one client and an upstream address: the kernel here has no delay emulation (no tc netem),
 // and loss on loopback costs a round trip of microseconds, which hides what a lost packet
 // costs on a real path. Packets keep their order. Use it for QUIC runs (it relays UDP only).
-// nftables loss in the namespace applies to what enters the relay and not to what it sends,
-// so each direction of the relayed path has the namespace's loss rate once.
+// With the relay inside a lossy namespace, set the loss with ExceptRelays, or each relayed
+// datagram meets it twice.
 type Relay struct {
 	ln, up *net.UDPConn
 	delay  time.Duration

@@ -445,7 +445,11 @@ func measureSetup(p setupParams) ([]*setupResult, error) {
 	var ns *lossy.Namespace
 	if p.NS != "" {
 		ns = &lossy.Namespace{Name: p.NS}
-		if err := ns.SetLoss(p.Loss); err != nil {
+		match := ""
+		if p.Delay > 0 { // the levels' relays are in this namespace: their hops meet the loss once
+			match = lossy.ExceptRelays
+		}
+		if err := ns.SetLossMatch(p.Loss, match); err != nil {
 			return nil, err
 		}
 		defer ns.SetLoss(0)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -197,6 +198,9 @@ func measure(p runParams) (*runResult, error) {
 		default:
 			close(release)
 			return nil, fmt.Errorf("--loss-path %q: want all or delivery", p.LossPath)
+		}
+		if p.Delay > 0 { // the relay is in this namespace: its hops meet the loss once
+			match = strings.TrimSpace(match + " " + lossy.ExceptRelays)
 		}
 		if err := ns.SetLossMatch(p.Loss, match); err != nil {
 			close(release)
