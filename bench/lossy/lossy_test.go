@@ -57,8 +57,17 @@ func linkHelper(args []string) int {
 			n++
 		}
 		os.Stdout.WriteString(strconv.Itoa(n) + "\n")
-	case "send":
+	case "send", "relaysend":
 		ra, _ := net.ResolveUDPAddr("udp4", args[1])
+		if args[0] == "relaysend" { // through a Relay in this namespace, as scenario 6 does
+			r, err := NewRelay(args[1], 0)
+			if err != nil {
+				os.Stderr.WriteString(err.Error() + "\n")
+				return 2
+			}
+			defer r.Close()
+			ra, _ = net.ResolveUDPAddr("udp4", r.Addr())
+		}
 		c, err := net.DialUDP("udp4", nil, ra)
 		if err != nil {
 			return 2
@@ -200,6 +209,13 @@ func TestRelayLossOnce(t *testing.T) {
 // crossLink sends n datagrams from a to b's end of l and returns how many arrived.
 func crossLink(t *testing.T, l *Link, n int) int {
 	t.Helper()
+	return crossLinkBy(t, l, n, "send")
+}
+
+// crossLinkBy is crossLink with the sender's mode: "send", or "relaysend" through a Relay
+// in a.
+func crossLinkBy(t *testing.T, l *Link, n int, mode string) int {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	addr := l.AddrB + ":9999"
@@ -218,9 +234,9 @@ func crossLink(t *testing.T, l *Link, n int) int {
 		t.Fatalf("receiver: %q %v", line, err)
 	}
 	send := l.A.Command(ctx, os.Args[0])
-	send.Env = append(os.Environ(), "LOSSY_HELPER=send "+addr+" "+strconv.Itoa(n))
-	if err := send.Run(); err != nil {
-		t.Fatalf("sender: %v", err)
+	send.Env = append(os.Environ(), "LOSSY_HELPER="+mode+" "+addr+" "+strconv.Itoa(n))
+	if out, err := send.CombinedOutput(); err != nil {
+		t.Fatalf("sender (%s): %v %s", mode, err, out)
 	}
 	line, err := r.ReadString('\n')
 	if err != nil {
@@ -250,6 +266,10 @@ func TestLinkPartitionAndCleanup(t *testing.T) {
 	const n = 500
 	if got := crossLink(t, l, n); got != n {
 		t.Fatalf("link up: %d of %d datagrams arrived", got, n)
+	}
+	// A relay whose upstream is across the link (scenario 6's) reaches it.
+	if got := crossLinkBy(t, l, n, "relaysend"); got != n {
+		t.Fatalf("through a relay across the link: %d of %d datagrams arrived", got, n)
 	}
 	if err := l.Partition(); err != nil {
 		t.Fatal(err)

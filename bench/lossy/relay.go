@@ -54,7 +54,8 @@ func NewRelay(upstream string, delay time.Duration) (*Relay, error) {
 		return nil, err
 	}
 	up, err := bindRelayPort(func(port int) (*net.UDPConn, error) {
-		return net.DialUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}, ua)
+		// Any local address: upstream may be across a link (scenario 6), not on loopback.
+		return net.DialUDP("udp", &net.UDPAddr{Port: port}, ua)
 	})
 	if err != nil {
 		ln.Close()
