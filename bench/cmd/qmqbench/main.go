@@ -13,6 +13,8 @@
 //	qmqbench cross   scenario 6: two regions, loss on the link, a stream per mirrored topic
 //	                 against the federation's shared-link ablation
 //	qmqbench report  tables and plots again from a fanout or slow JSON file
+//	qmqbench qlog    a connection's congestion window, losses and sending rate from a qlog
+//	                 trace (QLOGDIR=DIR on a node, a link or the SDK)
 //
 // Every run starts a fresh network namespace (bench/lossy), a worker process inside it
 // (this binary's hidden "worker", "durworker" or "setup worker" command) and the broker as
@@ -48,6 +50,8 @@ func main() {
 		err = runCrossCommand(os.Args[1], os.Args[2:])
 	case "report":
 		err = runReport(os.Args[2:])
+	case "qlog":
+		err = runQlog(os.Args[2:])
 	case "worker":
 		err = runWorker(os.Args[2:])
 	case "durworker":
@@ -73,6 +77,7 @@ func usage() {
   setup    scenario 5: new subscriptions/s on one connection, against a TLS-over-TCP connection each
   cross    scenario 6: two regions, loss on the link, a stream per mirrored topic vs one shared
   report   tables and plots again from a fanout or slow JSON file
+  qlog     plot a QUIC connection's congestion window and losses from a qlog trace (QLOGDIR)
 
 Run "qmqbench COMMAND -h" for the flags. Needs root and nftables (apt-get install -y nftables).
 `)
