@@ -123,7 +123,14 @@ func scrapeNames(page string) map[string]bool {
 func TestDashboardAndAlertMetricsExist(t *testing.T) {
 	d := startDev(t, "--regions", "eu,us", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
 	stdout, stderr := d.stdout, d.stderr
-	metrics := regexp.MustCompile(`metrics on (http://\S+/metrics)`).FindAllStringSubmatch(stderr.String(), -1)
+	// Each node logs its bound metrics address from its own goroutine, which may come after
+	// the banner startDev waits for.
+	metricsRE := regexp.MustCompile(`metrics on (http://\S+/metrics)`)
+	metrics := metricsRE.FindAllStringSubmatch(stderr.String(), -1)
+	for deadline := time.Now().Add(10 * time.Second); len(metrics) < 2 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		metrics = metricsRE.FindAllStringSubmatch(stderr.String(), -1)
+	}
 	if len(d.nodes) != 2 || len(metrics) != 2 {
 		t.Fatalf("want 2 nodes and 2 metrics endpoints:\n%s\n%s", stdout.String(), stderr.String())
 	}
