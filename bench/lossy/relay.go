@@ -61,6 +61,12 @@ func NewRelay(upstream string, delay time.Duration) (*Relay, error) {
 		ln.Close()
 		return nil, err
 	}
+	// Room for bursts while the relay's goroutines wait for a CPU: a datagram dropped by a
+	// full socket buffer here would be loss the namespace's rule did not decide.
+	for _, c := range []*net.UDPConn{ln, up} {
+		c.SetReadBuffer(4 << 20)
+		c.SetWriteBuffer(4 << 20)
+	}
 	r := &Relay{ln: ln, up: up, delay: delay}
 	toUp := make(chan delayed, 1<<16)
 	toClient := make(chan delayed, 1<<16)
