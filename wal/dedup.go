@@ -378,18 +378,19 @@ func (l *Log) scanTail(db *pebble.DB, t *topic, first, upTo uint64, now int64) *
 			return s
 		}
 	}
-	var sl slab
+	sl := slab{alias: true} // the payloads are not kept: no copies
 	for ok := it.First(); ok; ok = it.Next() {
 		val, err := it.ValueAndErr()
 		if err != nil {
 			s.complete = false
 			break
 		}
-		rec, reason := decodeProducer(it.Key(), val, &sl)
+		rec, reason := decodeRecord(it.Key(), val, &sl)
 		s.scanned++
 		if reason != "" {
 			// What came before may be incomplete.
-			l.log.Warn("de-duplication: skipped an undecodable record in the tail scan", "topic", t.name, "offset", rec.Offset, "reason", reason)
+			_, off, _ := parseRecordKey(it.Key())
+			l.log.Warn("de-duplication: skipped an undecodable record in the tail scan", "topic", t.name, "offset", off, "reason", reason)
 			s.complete = false
 			continue
 		}
@@ -444,30 +445,4 @@ func (l *Log) applyRebuild(t *topic, scan *tailScan, now int64) {
 		l.log.Info("de-duplication state rebuilt from the topic's tail", "topic", t.name, "records", scan.scanned,
 			"producers", len(seen), "complete", scan.complete, "took", scan.took)
 	}
-}
-
-// decodeProducer decodes only what the rebuild needs of a stored record:
-// offset, time, origin and producer. The CRC is checked.
-func decodeProducer(key, val []byte, s *slab) (rec Record, reason string) {
-	_, off, ok := parseRecordKey(key)
-	if !ok {
-		return Record{}, "malformed key"
-	}
-	rec.Offset = off
-	t, _, reason := checkRecord(key, val)
-	if reason != "" {
-		return rec, reason
-	}
-	rec.Time = t
-	flags := val[5]
-	dc := decoder{b: val[recordFixedLen:]}
-	if flags&flagOrigin != 0 {
-		rec.OriginRegion = s.str(dc.bytes(), &s.region)
-		rec.OriginOffset = dc.uvarint()
-	}
-	if flags&flagProducer != 0 {
-		rec.ProducerID = s.str(dc.bytes(), &s.producer)
-		rec.Sequence = dc.uvarint()
-	}
-	return rec, dc.bad
 }
