@@ -87,6 +87,26 @@ func (m *regionMesh) owner(region, topic string) string {
 	return o
 }
 
+// waitPosition waits until durable consumer name's stored position on topic at node is want:
+// positions are stored asynchronously after the ACK frames arrive.
+func (m *regionMesh) waitPosition(node, name, topic string, want uint64) {
+	m.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		pos, ok, err := m.nodes[node].Log().Position(name, topic)
+		if err != nil {
+			m.t.Fatal(err)
+		}
+		if ok && pos == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("position of %s on %s at %s: %d %v, want %d", name, topic, node, pos, ok, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // other is the node of region that is not name (two nodes per region).
 func other(region, name string) string {
 	if name == region+"-1" {
@@ -352,22 +372,8 @@ func TestRegionPlacementDurableRelay(t *testing.T) {
 	consume("eu-2", len(topics)*10, true)
 	// Positions are stored asynchronously after the ACK frames arrive: wait for them on the
 	// owners.
-	deadline := time.Now().Add(10 * time.Second)
 	for _, topic := range topics {
-		owner := m.nodes[m.owner("eu", topic)]
-		for {
-			pos, ok, err := owner.Log().Position("worker", topic)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok && pos == 4 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("position of worker on %s at its owner: %d %v, want 4", topic, pos, ok)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		m.waitPosition(m.owner("eu", topic), "worker", topic, 4)
 	}
 	// Resume through eu-1: offsets 5-9 of every topic, nothing before.
 	got := consume("eu-1", len(topics)*5, false)
@@ -548,27 +554,10 @@ func TestRegionPlacementWildcardResume(t *testing.T) {
 			}
 		}
 	}
-	waitPosition := func(node, topic string, want uint64) {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			pos, ok, err := m.nodes[node].Log().Position("d", topic)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok && pos == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("position of d on %s at %s: %d %v, want %d", topic, node, pos, ok, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	read(10)
 	ack(ta, 0, 1, 2, 3, 4)
 	ack(tb, 0, 1, 2)
-	waitPosition("eu-2", tb, 2)
+	m.waitPosition("eu-2", "d", tb, 2)
 
 	if err := m.nodes["eu-2"].Close(); err != nil {
 		t.Fatal(err)
@@ -578,7 +567,7 @@ func TestRegionPlacementWildcardResume(t *testing.T) {
 	read(5) // eu-1's topic goes on
 
 	m.restart("eu-2")
-	waitPosition("eu-2", tb, 4) // the ACKs made while it was down
+	m.waitPosition("eu-2", "d", tb, 4) // the ACKs made while it was down
 	publish(tb, 5, 10)
 	read(5)
 	for topic, offsets := range got {
@@ -587,7 +576,7 @@ func TestRegionPlacementWildcardResume(t *testing.T) {
 		}
 	}
 	ack(tb, 5, 6, 7, 8, 9)
-	waitPosition("eu-2", tb, 9)
+	m.waitPosition("eu-2", "d", tb, 9)
 	// Nothing more is delivered (no redelivery of what eu-2 had before the restart).
 	short, stop := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer stop()
@@ -706,32 +695,15 @@ func TestRegionPlacementLiteralResume(t *testing.T) {
 			}
 		}
 	}
-	waitPosition := func(want uint64) {
-		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			pos, ok, err := m.nodes["eu-2"].Log().Position("d", topic)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok && pos == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("position of d on %s at eu-2: %d %v, want %d", topic, pos, ok, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
 	read(5)
 	ack(0, 1, 2)
-	waitPosition(2)
+	m.waitPosition("eu-2", "d", topic, 2)
 	if err := m.nodes["eu-2"].Close(); err != nil {
 		t.Fatal(err)
 	}
 	ack(3, 4) // while eu-2 is down: kept for its return
 	m.restart("eu-2")
-	waitPosition(4)
+	m.waitPosition("eu-2", "d", topic, 4)
 	publishNumbered(ctx, t, c, topic, 5, 10)
 	read(5)
 	for name, offsets := range got {
