@@ -237,12 +237,14 @@ func (m *runMedians) median(key string) (float64, bool) {
 // connection), from one connection and from 16; then the raw Pebble baseline: 16 writers,
 // each committing synced batches (batch.Commit(pebble.Sync)) of as many records as the node
 // put in each of its commits in the clients=16 runs (median), with the same keys and value
-// sizes the log stores, to a fresh store with the log's Pebble options.
+// sizes the log stores, to a fresh store with the log's Pebble options; last the transport
+// alone (benchQUICFloor), which bounds what the node could reach.
 func BenchmarkPublish(b *testing.B) {
 	payload := randomBytes(publishSize)
 	b.Run("node/clients=1", func(b *testing.B) { benchNodePublish(b, 1, payload) })
 	b.Run("node/clients=16", func(b *testing.B) { benchNodePublish(b, 16, payload) })
 	b.Run("raw-pebble/writers=16", func(b *testing.B) { benchRawPublish(b, 16, payload) })
+	b.Run("quic-only/conns=16", func(b *testing.B) { benchQUICFloor(b, 16, payload) })
 }
 
 func benchNodePublish(b *testing.B, clients int, payload []byte) {
@@ -350,7 +352,10 @@ func benchRawPublish(b *testing.B, writers int, payload []byte) {
 	b.ReportMetric(rate, "records/s")
 	b.ReportMetric(float64(batch), "records/commit")
 	b.ReportMetric(float64(b.N)/float64(max(fsyncCount(db)-fsyncs, 1)), "records/fsync")
-	reportCPU(b, cpu, float64(b.N), "record")
+	rawCPU := float64((processCPU(b) - cpu).Microseconds()) / float64(b.N)
+	b.ReportMetric(rawCPU, "cpu-µs/record")
+	medians.add(fmt.Sprintf("publish/raw/%d/rate", writers), b.N, rate)
+	medians.add(fmt.Sprintf("publish/raw/%d/cpu", writers), b.N, rawCPU)
 	if nodeRate, ok := medians.median(fmt.Sprintf("publish/%d/rate", writers)); ok {
 		b.ReportMetric(nodeRate/rate, "node/raw")
 	}
@@ -651,33 +656,9 @@ func tlsRoundTrip(addr string, conf *tls.Config) error {
 // connections end with the benchmark.
 func startTLSEcho(b *testing.B) (string, *x509.CertPool) {
 	b.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:         true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		b.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		b.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(leaf)
+	cert, roots := selfSigned(b)
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
-		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}},
+		Certificates: []tls.Certificate{cert},
 		MinVersion:   tls.VersionTLS13,
 	})
 	if err != nil {
@@ -709,4 +690,36 @@ func startTLSEcho(b *testing.B) (string, *x509.CertPool) {
 		wg.Wait()
 	})
 	return ln.Addr().String(), roots
+}
+
+// selfSigned makes a fresh self-signed ECDSA P-256 certificate for localhost and 127.0.0.1,
+// and a pool that trusts it.
+func selfSigned(b *testing.B) (tls.Certificate, *x509.CertPool) {
+	b.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA:         true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		b.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, roots
 }

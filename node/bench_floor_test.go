@@ -1,0 +1,184 @@
+package node_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// floorChunk is what the floor's clients write at a time: the most a client's PUBLISH_BATCH
+// frame carries (64 KiB), so the transport sees writes as large as the SDK's.
+const floorChunk = 64 << 10
+
+// benchQUICFloor measures the transport alone, the floor under any durable publish path:
+// conns QUIC connections on loopback (TLS 1.3, the node's default stream and connection
+// windows), each carrying b.N/conns records of 1 KiB on one stream in writes of 64 KiB. The
+// server reads and discards them and answers 16 bytes per 64 KiB (an ack's worth). No
+// framing, no log, no Pebble: what is left is quic-go, crypto/tls, the kernel's UDP path
+// and the Go runtime, at both ends, as in the node benchmarks.
+//
+// Beside the raw Pebble leaf of the same run it reports "bound/raw": the highest node/raw
+// ratio that GOMAXPROCS fully busy cores could reach if a publish cost nothing beyond this
+// transport and raw Pebble's own work, i.e. GOMAXPROCS / (floor + raw cpu-µs per record)
+// against the raw rate. It is an upper bound: it leaves out the protocol, the log's
+// encoding, acks, and any wait.
+func benchQUICFloor(b *testing.B, conns int, payload []byte) {
+	cert, roots := selfSigned(b)
+	qconf := &quic.Config{
+		MaxIncomingStreams:             16,
+		InitialStreamReceiveWindow:     256 << 10,
+		MaxStreamReceiveWindow:         1 << 20,
+		InitialConnectionReceiveWindow: 1 << 20,
+		MaxConnectionReceiveWindow:     16 << 20,
+		MaxIdleTimeout:                 30 * time.Second,
+	}
+	ln, err := quic.ListenAddr("127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13, NextProtos: []string{"floor"},
+	}, qconf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var served sync.WaitGroup
+	served.Add(1)
+	go func() {
+		defer served.Done()
+		for {
+			c, err := ln.Accept(context.Background())
+			if err != nil {
+				return // closed below
+			}
+			served.Add(1)
+			go func() {
+				defer served.Done()
+				serveFloor(c)
+			}()
+		}
+	}()
+	defer func() {
+		ln.Close()
+		served.Wait()
+	}()
+
+	clientTLS := &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13, NextProtos: []string{"floor"}}
+	streams := make([]*quic.Stream, conns)
+	for i := range streams {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := quic.DialAddr(ctx, ln.Addr().String(), clientTLS, qconf)
+		if err == nil {
+			streams[i], err = c.OpenStreamSync(ctx)
+		}
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.CloseWithError(0, "")
+	}
+	chunk := make([]byte, 0, floorChunk)
+	for len(chunk)+len(payload) <= floorChunk {
+		chunk = append(chunk, payload...)
+	}
+	perChunk := len(chunk) / len(payload)
+
+	b.SetBytes(int64(len(payload)))
+	b.ResetTimer()
+	cpu := processCPU(b)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for i, s := range streams {
+		share := b.N / conns
+		if i < b.N%conns {
+			share++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := sendFloor(s, chunk, perChunk, share, len(payload)); err != nil {
+				failed.Store(err)
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(err)
+	}
+	rate := float64(b.N) / elapsed.Seconds()
+	b.ReportMetric(rate, "records/s")
+	floorCPU := float64((processCPU(b) - cpu).Microseconds()) / float64(b.N)
+	b.ReportMetric(floorCPU, "cpu-µs/record")
+	rawRate, ok1 := medians.median(fmt.Sprintf("publish/raw/%d/rate", conns))
+	rawCPU, ok2 := medians.median(fmt.Sprintf("publish/raw/%d/cpu", conns))
+	if ok1 && ok2 {
+		bound := float64(runtime.GOMAXPROCS(0)) * 1e6 / (floorCPU + rawCPU)
+		b.ReportMetric(bound/rawRate, "bound/raw")
+	}
+}
+
+// sendFloor writes records records of size bytes on s, in chunks, then closes its side and
+// reads the answers to the end.
+func sendFloor(s *quic.Stream, chunk []byte, perChunk, records, size int) error {
+	answers := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(io.Discard, s)
+		answers <- err
+	}()
+	for records > 0 {
+		n := min(records, perChunk)
+		if _, err := s.Write(chunk[:n*size]); err != nil {
+			return err
+		}
+		records -= n
+	}
+	if err := s.Close(); err != nil {
+		return err
+	}
+	return <-answers
+}
+
+// serveFloor reads every stream of c to its end, answering 16 bytes per 64 KiB read and at
+// the end.
+func serveFloor(c *quic.Conn) {
+	var streams sync.WaitGroup
+	defer func() {
+		c.CloseWithError(0, "")
+		streams.Wait()
+	}()
+	for {
+		s, err := c.AcceptStream(context.Background())
+		if err != nil {
+			return
+		}
+		streams.Add(1)
+		go func() {
+			defer streams.Done()
+			buf := make([]byte, floorChunk)
+			var ack [16]byte
+			for {
+				_, err := io.ReadFull(s, buf)
+				if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+					s.CancelRead(1)
+					s.CancelWrite(1)
+					return
+				}
+				if _, werr := s.Write(ack[:]); werr != nil {
+					return
+				}
+				if err != nil { // the end of the stream
+					s.Close()
+					return
+				}
+			}
+		}()
+	}
+}
