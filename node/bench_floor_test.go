@@ -3,6 +3,7 @@ package node_test
 import (
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -32,56 +33,7 @@ const floorChunk = 64 << 10
 // against the raw rate. It is an upper bound: it leaves out the protocol, the log's
 // encoding, acks, and any wait.
 func benchQUICFloor(b *testing.B, conns int, payload []byte) {
-	cert, roots := selfSigned(b)
-	qconf := &quic.Config{
-		MaxIncomingStreams:             16,
-		InitialStreamReceiveWindow:     256 << 10,
-		MaxStreamReceiveWindow:         1 << 20,
-		InitialConnectionReceiveWindow: 1 << 20,
-		MaxConnectionReceiveWindow:     16 << 20,
-		MaxIdleTimeout:                 30 * time.Second,
-	}
-	ln, err := quic.ListenAddr("127.0.0.1:0", &tls.Config{
-		Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13, NextProtos: []string{"floor"},
-	}, qconf)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var served sync.WaitGroup
-	served.Add(1)
-	go func() {
-		defer served.Done()
-		for {
-			c, err := ln.Accept(context.Background())
-			if err != nil {
-				return // closed below
-			}
-			served.Add(1)
-			go func() {
-				defer served.Done()
-				serveFloor(c)
-			}()
-		}
-	}()
-	defer func() {
-		ln.Close()
-		served.Wait()
-	}()
-
-	clientTLS := &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13, NextProtos: []string{"floor"}}
-	streams := make([]*quic.Stream, conns)
-	for i := range streams {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		c, err := quic.DialAddr(ctx, ln.Addr().String(), clientTLS, qconf)
-		if err == nil {
-			streams[i], err = c.OpenStreamSync(ctx)
-		}
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer c.CloseWithError(0, "")
-	}
+	streams := startFloor(b, conns, serveFloorSink)
 	chunk := make([]byte, 0, floorChunk)
 	for len(chunk)+len(payload) <= floorChunk {
 		chunk = append(chunk, payload...)
@@ -146,9 +98,90 @@ func sendFloor(s *quic.Stream, chunk []byte, perChunk, records, size int) error 
 	return <-answers
 }
 
-// serveFloor reads every stream of c to its end, answering 16 bytes per 64 KiB read and at
-// the end.
-func serveFloor(c *quic.Conn) {
+// serveFloorSink reads s to its end, answering 16 bytes per 64 KiB read and at the end.
+func serveFloorSink(s *quic.Stream) {
+	buf := make([]byte, floorChunk)
+	var ack [16]byte
+	for {
+		_, err := io.ReadFull(s, buf)
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			s.CancelRead(1)
+			s.CancelWrite(1)
+			return
+		}
+		if _, werr := s.Write(ack[:]); werr != nil {
+			return
+		}
+		if err != nil { // the end of the stream
+			s.Close()
+			return
+		}
+	}
+}
+
+// startFloor serves QUIC on loopback (TLS 1.3, the node's default stream and connection
+// windows) with serve on every stream a client opens, and dials conns connections with one
+// stream each. Everything is closed when the benchmark ends.
+func startFloor(b *testing.B, conns int, serve func(*quic.Stream)) []*quic.Stream {
+	b.Helper()
+	cert, roots := selfSigned(b)
+	qconf := &quic.Config{
+		MaxIncomingStreams:             1000,
+		InitialStreamReceiveWindow:     256 << 10,
+		MaxStreamReceiveWindow:         1 << 20,
+		InitialConnectionReceiveWindow: 1 << 20,
+		MaxConnectionReceiveWindow:     16 << 20,
+		MaxIdleTimeout:                 30 * time.Second,
+	}
+	ln, err := quic.ListenAddr("127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13, NextProtos: []string{"floor"},
+	}, qconf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var served sync.WaitGroup
+	served.Add(1)
+	go func() {
+		defer served.Done()
+		for {
+			c, err := ln.Accept(context.Background())
+			if err != nil {
+				return // closed by Cleanup
+			}
+			served.Add(1)
+			go func() {
+				defer served.Done()
+				serveFloorConn(c, serve)
+			}()
+		}
+	}()
+	var dialed []*quic.Conn
+	b.Cleanup(func() {
+		for _, c := range dialed {
+			c.CloseWithError(0, "")
+		}
+		ln.Close()
+		served.Wait()
+	})
+	clientTLS := &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13, NextProtos: []string{"floor"}}
+	streams := make([]*quic.Stream, conns)
+	for i := range streams {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c, err := quic.DialAddr(ctx, ln.Addr().String(), clientTLS, qconf)
+		if err == nil {
+			dialed = append(dialed, c)
+			streams[i], err = c.OpenStreamSync(ctx)
+		}
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return streams
+}
+
+// serveFloorConn runs serve on every stream of c until c ends.
+func serveFloorConn(c *quic.Conn, serve func(*quic.Stream)) {
 	var streams sync.WaitGroup
 	defer func() {
 		c.CloseWithError(0, "")
@@ -162,23 +195,63 @@ func serveFloor(c *quic.Conn) {
 		streams.Add(1)
 		go func() {
 			defer streams.Done()
-			buf := make([]byte, floorChunk)
-			var ack [16]byte
-			for {
-				_, err := io.ReadFull(s, buf)
-				if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-					s.CancelRead(1)
-					s.CancelWrite(1)
-					return
-				}
-				if _, werr := s.Write(ack[:]); werr != nil {
-					return
-				}
-				if err != nil { // the end of the stream
-					s.Close()
-					return
-				}
-			}
+			serve(s)
 		}()
+	}
+}
+
+// benchQUICReplayFloor measures the transport alone under a replay: one QUIC connection on
+// loopback, the server writing count records of size bytes each (payload only, no framing)
+// in 256 KiB writes on the client's stream, the client reading them all. Its rate bounds what
+// one subscription could reach if the log's read, the codec and the SDK cost nothing;
+// "bound/raw" is that rate over the raw scan's median in the same run.
+func benchQUICReplayFloor(b *testing.B, count, size int) {
+	s := startFloor(b, 1, serveFloorSource)[0]
+	var req [8]byte
+	binary.BigEndian.PutUint32(req[:4], uint32(count))
+	binary.BigEndian.PutUint32(req[4:], uint32(size))
+	buf := make([]byte, 256<<10)
+	b.SetBytes(int64(count) * int64(size))
+	b.ResetTimer()
+	cpu := processCPU(b)
+	start := time.Now()
+	for range b.N {
+		if _, err := s.Write(req[:]); err != nil {
+			b.Fatal(err)
+		}
+		for left := count * size; left > 0; {
+			n, err := io.ReadFull(s, buf[:min(left, len(buf))])
+			if err != nil {
+				b.Fatalf("%d bytes short: %v", left, err)
+			}
+			left -= n
+		}
+	}
+	rate := float64(count) * float64(b.N) / time.Since(start).Seconds()
+	b.StopTimer()
+	b.ReportMetric(rate, "records/s")
+	reportCPU(b, cpu, float64(count)*float64(b.N), "record")
+	if raw, ok := medians.median("replay/raw"); ok {
+		b.ReportMetric(rate/raw, "bound/raw")
+	}
+}
+
+// serveFloorSource answers each request on s (record count and size, uint32 each) with that
+// many bytes, until the client closes its side.
+func serveFloorSource(s *quic.Stream) {
+	defer s.Close()
+	chunk := make([]byte, 256<<10)
+	var req [8]byte
+	for {
+		if _, err := io.ReadFull(s, req[:]); err != nil {
+			return
+		}
+		for left := int(binary.BigEndian.Uint32(req[:4])) * int(binary.BigEndian.Uint32(req[4:])); left > 0; {
+			n, err := s.Write(chunk[:min(left, len(chunk))])
+			if err != nil {
+				return
+			}
+			left -= n
+		}
 	}
 }

@@ -476,10 +476,13 @@ func BenchmarkReplay(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(rate, "records/s")
 		reportCPU(b, cpu, float64(count)*float64(b.N), "record")
+		medians.add("replay/raw", b.N, rate)
 		if nodeRate, ok := medians.median("replay"); ok {
 			b.ReportMetric(nodeRate/rate, "node/raw")
 		}
 	})
+	// Not a partner of the ratio either: the transport alone, which bounds node/subscribe.
+	b.Run("quic-only/stream", func(b *testing.B) { benchQUICReplayFloor(b, count, replaySize) })
 }
 
 // replayAll reads count records from offset 0 and checks that they come dense and in order.
