@@ -101,21 +101,22 @@ func runDev(ctx context.Context, e *env, args []string) error {
 		}
 	}
 
-	ca := nodes[0].node.CAFile()
-	each := "one node each"
-	if *perRegion > 1 {
-		each = fmt.Sprintf("%d nodes each (a topic lives on one of them; the others relay)", *perRegion)
-	}
-	fmt.Fprintf(e.stdout, "QuicMQ dev mesh is up: %d regions, %s, joined over WAN gossip.\n", len(names), each)
-	for _, s := range nodes {
-		admin := ""
-		if s.metrics != "" {
-			admin = "  metrics/admin http://" + s.metrics
+	banner := func(nodes []served) {
+		ca := nodes[0].node.CAFile()
+		each := "one node each"
+		if *perRegion > 1 {
+			each = fmt.Sprintf("%d nodes each (a topic lives on one of them; the others relay)", *perRegion)
 		}
-		fmt.Fprintf(e.stdout, "  region %-6s node %-10s %s%s\n", s.node.Region(), s.node.Name(), s.node.Addr(), admin)
-	}
-	a, b := nodes[0].node.Addr(), nodes[len(nodes)-1].node.Addr()
-	fmt.Fprintf(e.stdout, `  data %s%s
+		fmt.Fprintf(e.stdout, "QuicMQ dev mesh is up: %d regions, %s, joined over WAN gossip.\n", len(names), each)
+		for _, s := range nodes {
+			admin := ""
+			if s.metrics != "" {
+				admin = "  metrics/admin http://" + s.metrics
+			}
+			fmt.Fprintf(e.stdout, "  region %-6s node %-10s %s%s\n", s.node.Region(), s.node.Name(), s.node.Addr(), admin)
+		}
+		a, b := nodes[0].node.Addr(), nodes[len(nodes)-1].node.Addr()
+		fmt.Fprintf(e.stdout, `  data %s%s
   CA   %s
 
 Try, in other terminals (records published in one region reach subscribers in every region):
@@ -123,11 +124,12 @@ Try, in other terminals (records published in one region reach subscribers in ev
   echo hello | quicmq pub --server %s --ca %s --topic demo.hello
   quicmq topics --server %s --ca %s
 `, *data, tempNote(*keep), ca, b, ca, a, ca, b, ca)
-	if *metrics != "" {
-		fmt.Fprintf(e.stdout, "  quicmq members --admin %s\n  quicmq links --admin %s\n", nodes[0].metrics, nodes[0].metrics)
+		if *metrics != "" {
+			fmt.Fprintf(e.stdout, "  quicmq members --admin %s\n  quicmq links --admin %s\n", nodes[0].metrics, nodes[0].metrics)
+		}
+		fmt.Fprintln(e.stdout, "\nPress Ctrl-C to stop.")
 	}
-	fmt.Fprintln(e.stdout, "\nPress Ctrl-C to stop.")
-	return serveNodes(ctx, e, nodes...)
+	return serveNodes(ctx, e, banner, nodes...)
 }
 
 // nthPort returns addr with its port increased by i (port 0 stays 0).

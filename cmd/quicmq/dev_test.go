@@ -98,6 +98,23 @@ func TestDevMeshCrossRegion(t *testing.T) {
 	if len(d.nodes) != 3 {
 		t.Fatalf("want 3 regions in:\n%s", d.stdout.String())
 	}
+	// With --metrics on port 0 the banner shows the ports the endpoints got, and the members
+	// command it suggests works as printed.
+	admins := regexp.MustCompile(`metrics/admin http://(127\.0\.0\.1:\d+)`).FindAllStringSubmatch(d.stdout.String(), -1)
+	if len(admins) != 3 {
+		t.Fatalf("want 3 metrics/admin addresses in:\n%s", d.stdout.String())
+	}
+	for _, a := range admins {
+		if strings.HasSuffix(a[1], ":0") {
+			t.Fatalf("the banner shows the configured port 0, not the bound one:\n%s", d.stdout.String())
+		}
+	}
+	if !strings.Contains(d.stdout.String(), "quicmq members --admin "+admins[0][1]+"\n") {
+		t.Fatalf("the members hint does not name %s:\n%s", admins[0][1], d.stdout.String())
+	}
+	if code, out, errOut := runCLI(t, "", "members", "--admin", admins[0][1]); code != 0 || !strings.Contains(out, d.nodes[0].name) {
+		t.Fatalf("members --admin %s: %d %q %s", admins[0][1], code, out, errOut)
+	}
 	sub, err := d.dial(t, d.nodes[2].addr).Subscribe(context.Background(), "demo.>", client.SubscribeOptions{})
 	if err != nil {
 		t.Fatal(err)

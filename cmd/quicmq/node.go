@@ -190,7 +190,7 @@ func runNode(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveNodes(ctx, e, served{node: n, metrics: f.metrics, admin: f.admin})
+	return serveNodes(ctx, e, nil, served{node: n, metrics: f.metrics, admin: f.admin})
 }
 
 // served is a node with the addresses of its metrics and admin endpoints ("" for none).
@@ -201,12 +201,14 @@ type served struct {
 }
 
 // serveNodes runs the nodes and their metrics/admin endpoints until ctx ends, then stops them
-// all. SIGUSR1 migrates every link of every node to a new local socket.
-func serveNodes(ctx context.Context, e *env, nodes ...served) error {
+// all. SIGUSR1 migrates every link of every node to a new local socket. The endpoints are
+// bound first; then ready, if not nil, is given the nodes with the addresses bound (a port 0
+// resolved), and the nodes start. Without ready each endpoint is announced on stderr.
+func serveNodes(ctx context.Context, e *env, ready func([]served), nodes ...served) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var servers []*http.Server
-	listen := func(flag, addr string, h http.Handler) (net.Addr, error) {
+	listen := func(flag, addr string, h http.Handler) (string, error) {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			for _, srv := range servers {
@@ -215,39 +217,44 @@ func serveNodes(ctx context.Context, e *env, nodes ...served) error {
 			for _, s := range nodes {
 				s.node.Close()
 			}
-			return nil, fmt.Errorf("%s %s: %w", flag, addr, err)
+			return "", fmt.Errorf("%s %s: %w", flag, addr, err)
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		servers = append(servers, srv)
 		go srv.Serve(ln)
-		return ln.Addr(), nil
+		return ln.Addr().String(), nil
 	}
-	for _, s := range nodes {
+	announce := func(format string, args ...any) {
+		if ready == nil {
+			fmt.Fprintf(e.stderr, format, args...)
+		}
+	}
+	for i, s := range nodes {
+		var err error
 		switch {
 		case s.admin != "":
-			var maddr net.Addr
 			if s.metrics != "" {
 				mux := http.NewServeMux()
 				mux.Handle("GET /metrics", s.node.MetricsHandler())
-				a, err := listen("--metrics", s.metrics, mux)
-				if err != nil {
+				if s.metrics, err = listen("--metrics", s.metrics, mux); err != nil {
 					return err
 				}
-				maddr = a
-				fmt.Fprintf(e.stderr, "node %s: metrics on http://%s/metrics\n", s.node.Name(), maddr)
+				announce("node %s: metrics on http://%s/metrics\n", s.node.Name(), s.metrics)
 			}
-			a, err := listen("--admin", s.admin, s.node.AdminHandler())
-			if err != nil {
+			if s.admin, err = listen("--admin", s.admin, s.node.AdminHandler()); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stderr, "node %s: admin API on http://%s/v1/\n", s.node.Name(), a)
+			announce("node %s: admin API on http://%s/v1/\n", s.node.Name(), s.admin)
 		case s.metrics != "":
-			a, err := listen("--metrics", s.metrics, s.node.AdminHandler())
-			if err != nil {
+			if s.metrics, err = listen("--metrics", s.metrics, s.node.AdminHandler()); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stderr, "node %s: metrics on http://%s/metrics, admin API on http://%s/v1/\n", s.node.Name(), a, a)
+			announce("node %s: metrics on http://%s/metrics, admin API on http://%s/v1/\n", s.node.Name(), s.metrics, s.metrics)
 		}
+		nodes[i] = s
+	}
+	if ready != nil {
+		ready(nodes)
 	}
 	errs := make(chan error, len(nodes))
 	for _, s := range nodes {
