@@ -9,7 +9,6 @@ import (
 	"io"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,27 +43,10 @@ func benchQUICFloor(b *testing.B, conns int, payload []byte) {
 	b.ResetTimer()
 	cpu := processCPU(b)
 	start := time.Now()
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for i, s := range streams {
-		share := b.N / conns
-		if i < b.N%conns {
-			share++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := sendFloor(s, chunk, perChunk, share, len(payload)); err != nil {
-				failed.Store(err)
-			}
-		}()
-	}
-	wg.Wait()
+	runShares(b, conns, func(i, share int) error {
+		return sendFloor(streams[i], chunk, perChunk, share, len(payload))
+	})
 	elapsed := time.Since(start)
-	b.StopTimer()
-	if err := failed.Load(); err != nil {
-		b.Fatal(err)
-	}
 	rate := float64(b.N) / elapsed.Seconds()
 	b.ReportMetric(rate, "records/s")
 	floorCPU := float64((processCPU(b) - cpu).Microseconds()) / float64(b.N)

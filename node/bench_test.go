@@ -263,27 +263,10 @@ func benchNodePublish(b *testing.B, clients int, payload []byte) {
 	b.ResetTimer()
 	cpu := processCPU(b)
 	start := time.Now()
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for i, c := range conns {
-		share := b.N / clients
-		if i < b.N%clients {
-			share++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := nodetest.PublishPipelined(context.Background(), c, topic, payload, share); err != nil {
-				failed.Store(err)
-			}
-		}()
-	}
-	wg.Wait()
+	runShares(b, clients, func(i, share int) error {
+		return nodetest.PublishPipelined(context.Background(), conns[i], topic, payload, share)
+	})
 	elapsed := time.Since(start)
-	b.StopTimer()
-	if err := failed.Load(); err != nil {
-		b.Fatal(err)
-	}
 	after := n.Log().Stats()
 	recs := float64(after.Records - before.Records)
 	if int(recs) != b.N {
@@ -358,6 +341,31 @@ func benchRawPublish(b *testing.B, writers int, payload []byte) {
 	medians.add(fmt.Sprintf("publish/raw/%d/cpu", writers), b.N, rawCPU)
 	if nodeRate, ok := medians.median(fmt.Sprintf("publish/%d/rate", writers)); ok {
 		b.ReportMetric(nodeRate/rate, "node/raw")
+	}
+}
+
+// runShares splits b.N into shares for workers goroutines, runs fn(i, share) on each and
+// waits for them all; then it stops the timer, and fails the benchmark if any fn failed.
+func runShares(b *testing.B, workers int, fn func(i, share int) error) {
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for i := range workers {
+		share := b.N / workers
+		if i < b.N%workers {
+			share++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(i, share); err != nil {
+				failed.Store(err)
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(err)
 	}
 }
 
