@@ -123,13 +123,10 @@ func scrapeNames(page string) map[string]bool {
 func TestDashboardAndAlertMetricsExist(t *testing.T) {
 	d := startDev(t, "--regions", "eu,us", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0")
 	stdout, stderr := d.stdout, d.stderr
-	// Each node logs its bound metrics address from its own goroutine, which may come after
-	// the banner startDev waits for.
-	metricsRE := regexp.MustCompile(`metrics on (http://\S+/metrics)`)
-	metrics := metricsRE.FindAllStringSubmatch(stderr.String(), -1)
-	for deadline := time.Now().Add(10 * time.Second); len(metrics) < 2 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-		metrics = metricsRE.FindAllStringSubmatch(stderr.String(), -1)
+	// The banner names each node's bound metrics/admin address.
+	metrics := regexp.MustCompile(`metrics/admin (http://\S+)`).FindAllStringSubmatch(stdout.String(), -1)
+	for _, m := range metrics {
+		m[1] += "/metrics"
 	}
 	if len(d.nodes) != 2 || len(metrics) != 2 {
 		t.Fatalf("want 2 nodes and 2 metrics endpoints:\n%s\n%s", stdout.String(), stderr.String())
