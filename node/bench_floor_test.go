@@ -184,9 +184,11 @@ func serveFloorConn(c *quic.Conn, serve func(*quic.Stream)) {
 
 // benchQUICReplayFloor measures the transport alone under a replay: one QUIC connection on
 // loopback, the server writing count records of size bytes each (payload only, no framing)
-// in 256 KiB writes on the client's stream, the client reading them all. Its rate bounds what
-// one subscription could reach if the log's read, the codec and the SDK cost nothing;
-// "bound/raw" is that rate over the raw scan's median in the same run.
+// in 256 KiB writes on the client's stream, the client reading them all. Like the publish
+// floor it reports "bound/raw", the highest node/raw ratio GOMAXPROCS fully busy cores could
+// reach if a replay cost nothing beyond this transport and the raw scan's own work:
+// GOMAXPROCS / (floor + raw scan cpu-µs per record) against the raw scan's rate (medians of
+// the same run).
 func benchQUICReplayFloor(b *testing.B, count, size int) {
 	s := startFloor(b, 1, serveFloorSource)[0]
 	var req [8]byte
@@ -212,9 +214,13 @@ func benchQUICReplayFloor(b *testing.B, count, size int) {
 	rate := float64(count) * float64(b.N) / time.Since(start).Seconds()
 	b.StopTimer()
 	b.ReportMetric(rate, "records/s")
-	reportCPU(b, cpu, float64(count)*float64(b.N), "record")
-	if raw, ok := medians.median("replay/raw"); ok {
-		b.ReportMetric(rate/raw, "bound/raw")
+	floorCPU := float64((processCPU(b) - cpu).Microseconds()) / (float64(count) * float64(b.N))
+	b.ReportMetric(floorCPU, "cpu-µs/record")
+	rawRate, ok1 := medians.median("replay/raw")
+	rawCPU, ok2 := medians.median("replay/raw/cpu")
+	if ok1 && ok2 {
+		bound := float64(runtime.GOMAXPROCS(0)) * 1e6 / (floorCPU + rawCPU)
+		b.ReportMetric(bound/rawRate, "bound/raw")
 	}
 }
 

@@ -483,8 +483,10 @@ func BenchmarkReplay(b *testing.B) {
 		rate := float64(count) * float64(b.N) / time.Since(start).Seconds()
 		b.StopTimer()
 		b.ReportMetric(rate, "records/s")
-		reportCPU(b, cpu, float64(count)*float64(b.N), "record")
+		rawCPU := float64((processCPU(b) - cpu).Microseconds()) / (float64(count) * float64(b.N))
+		b.ReportMetric(rawCPU, "cpu-µs/record")
 		medians.add("replay/raw", b.N, rate)
+		medians.add("replay/raw/cpu", b.N, rawCPU)
 		if nodeRate, ok := medians.median("replay"); ok {
 			b.ReportMetric(nodeRate/rate, "node/raw")
 		}
