@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 )
 
@@ -78,6 +79,12 @@ var errUsage = errors.New("usage")
 // usageError wraps a message as a usage error.
 func usageError(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+// flagSyntaxError is the usage error of a topic or pattern flag that routing refused: it is
+// told before any connection is made, in the grammar's words without the package prefix.
+func flagSyntaxError(flag string, err error) error {
+	return usageError("%s: %s", flag, strings.TrimPrefix(err.Error(), "routing: "))
 }
 
 // newFlagSet returns a FlagSet that writes its usage to the env's stderr and returns errors

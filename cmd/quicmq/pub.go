@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/routing"
 )
 
 func init() {
@@ -67,6 +68,9 @@ func runPub(ctx context.Context, e *env, args []string) error {
 	}
 	if o.topic == "" {
 		return usageError("--topic is required: the topic to publish to, e.g. --topic orders.eu.created")
+	}
+	if err := routing.ValidateTopic(o.topic); err != nil {
+		return flagSyntaxError("--topic", err)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })

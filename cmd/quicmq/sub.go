@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/routing"
 )
 
 func init() {
@@ -41,6 +42,9 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	}
 	if *pattern == "" {
 		return usageError("--topic is required: the topic or pattern to subscribe to, e.g. --topic 'orders.>'")
+	}
+	if err := routing.ValidatePattern(*pattern); err != nil {
+		return flagSyntaxError("--topic", err)
 	}
 	start, err := parseStart(*from)
 	if err != nil {

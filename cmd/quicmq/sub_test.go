@@ -107,7 +107,7 @@ func TestSubDurable(t *testing.T) {
 func TestSubErrors(t *testing.T) {
 	n := startCLINode(t)
 	code, _, stderr := runCLI(t, "", append([]string{"sub", "--topic", "bad..pattern"}, n.conn()...)...)
-	if code != 1 || !strings.Contains(stderr, "invalid topic") {
+	if code != 2 || !strings.Contains(stderr, `--topic: invalid pattern "bad..pattern"`) {
 		t.Fatalf("invalid pattern: exit %d:\n%s", code, stderr)
 	}
 }

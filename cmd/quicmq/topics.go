@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/routing"
 )
 
 func init() {
@@ -30,6 +31,9 @@ func runTopics(ctx context.Context, e *env, args []string) error {
 	}
 	if *pattern == "" {
 		return usageError("--pattern must not be empty ('>' lists every topic)")
+	}
+	if err := routing.ValidatePattern(*pattern); err != nil {
+		return flagSyntaxError("--pattern", err)
 	}
 	conn, err := cf.dial(ctx, client.Options{})
 	if err != nil {
