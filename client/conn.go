@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,12 +20,9 @@ import (
 
 // Conn is one QUIC connection to a node. All its methods are safe for concurrent use.
 type Conn struct {
-	addr   string
+	addrs  []nodeAddr // the nodes Dial was given, in order; a reconnect tries the next one first
 	opts   Options
-	raddr  *net.UDPAddr
-	tls    *tls.Config
-	node   string
-	region string
+	region string      // the region of the first WELCOME: every later connection must be in it
 	lim    wire.Limits // what the node announced in the first WELCOME (payload, frame), defaults otherwise
 
 	window  chan struct{} // one token per unanswered publish (the pipelining window)
@@ -57,11 +55,22 @@ type Conn struct {
 	}
 }
 
+// nodeAddr is one address Dial was given, resolved, with its TLS configuration (the server
+// name is its host).
+type nodeAddr struct {
+	addr  string
+	raddr *net.UDPAddr
+	tls   *tls.Config
+}
+
 // link is one QUIC connection of a Conn, with the socket and transport it owns.
 type link struct {
-	udp *net.UDPConn
-	tr  *quic.Transport
-	qc  *quic.Conn
+	at   int // index in Conn.addrs
+	addr string
+	node string // the node's name, from its WELCOME
+	udp  *net.UDPConn
+	tr   *quic.Transport
+	qc   *quic.Conn
 
 	mu    sync.Mutex
 	cause error // why the node ended the connection (ERROR on the control stream)
@@ -78,29 +87,37 @@ func (l *link) close(code quic.ApplicationErrorCode, reason string) {
 // "quicmq/1", then HELLO on the control stream. It returns when the node answered WELCOME,
 // or with the node's refusal as an *Error (CodeUnauthorized for a bad token). ctx bounds the
 // whole exchange; it does not affect the Conn afterwards.
+//
+// addr may list several nodes of one region, comma-separated ("10.0.0.1:7400,10.0.0.2:7400"):
+// Dial takes the first that answers, in order, and with Options.Reconnect a lost connection
+// is dialed again starting with the next node in the list, so the Conn outlives any one node
+// of the region. Every node must be in the region of the first that answered (offsets,
+// durable positions and de-duplication are the region's); one of another region is skipped.
+// A node that does not answer costs its handshake timeout (5 s) before the next is tried.
 func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	opts = opts.withDefaults()
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("client: dial %q: %w", addr, err)
-	}
-	tlsConf, err := opts.tlsConfig(host)
-	if err != nil {
-		return nil, err
-	}
-	raddr, err := net.ResolveUDPAddr("udp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("client: dial %s: %w", addr, err)
-	}
 	c := &Conn{
-		addr:    addr,
 		opts:    opts,
-		raddr:   raddr,
-		tls:     tlsConf,
 		lim:     wire.DefaultLimits(),
 		window:  make(chan struct{}, opts.MaxPendingPublishes),
 		closing: make(chan struct{}),
 		resend:  opts.Idempotent && opts.Reconnect,
+	}
+	for _, a := range strings.Split(addr, ",") {
+		a = strings.TrimSpace(a)
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("client: dial %q: %w", a, err)
+		}
+		tlsConf, err := opts.tlsConfig(host)
+		if err != nil {
+			return nil, err
+		}
+		raddr, err := net.ResolveUDPAddr("udp", a)
+		if err != nil {
+			return nil, fmt.Errorf("client: dial %s: %w", a, err)
+		}
+		c.addrs = append(c.addrs, nodeAddr{addr: a, raddr: raddr, tls: tlsConf})
 	}
 	if opts.Idempotent {
 		var id [16]byte
@@ -109,7 +126,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 		}
 		c.producer = hex.EncodeToString(id[:])
 	}
-	l, r, err := c.dialLink(ctx)
+	l, r, err := c.dialLink(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -120,29 +137,90 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	return c, nil
 }
 
-// dialLink makes a new connection to the node: the QUIC handshake on a socket of its own,
-// then HELLO and WELCOME. The returned Reader continues on the control stream.
-func (c *Conn) dialLink(ctx context.Context) (*link, *wire.Reader, error) {
+// dialLink makes a new connection, trying the nodes in order from the one at index first
+// (round the list): the first that completes the handshake and answers WELCOME in the Conn's
+// region wins. With one node its error is returned as it is; with several, each node's.
+func (c *Conn) dialLink(ctx context.Context, first int) (*link, *wire.Reader, error) {
+	var errs []error
+	for i := range c.addrs {
+		at := (first + i) % len(c.addrs)
+		l, r, err := c.dialNode(ctx, at)
+		if err == nil {
+			return l, r, nil
+		}
+		if len(c.addrs) == 1 {
+			return nil, nil, err
+		}
+		if refused(err, func(c Code) bool { return c == CodeUnauthorized }) {
+			return nil, nil, err // credentials every node of the region would refuse
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, nil, nodesError(errs)
+}
+
+// nodesError is the failure of a dial that tried several nodes: each node's error, in the
+// order they were tried.
+type nodesError []error
+
+func (e nodesError) Error() string {
+	msgs := make([]string, len(e))
+	for i, err := range e {
+		msgs[i] = err.Error()
+	}
+	return strings.Join(msgs, "; ")
+}
+
+func (e nodesError) Unwrap() []error { return e }
+
+// refused reports whether err is the node's refusal with a code for which is true. A dial
+// of several nodes counts as refused only when every node refused so.
+func refused(err error, is func(Code) bool) bool {
+	var ne nodesError
+	if errors.As(err, &ne) {
+		for _, err := range ne {
+			if !refused(err, is) {
+				return false
+			}
+		}
+		return len(ne) > 0
+	}
+	var e *Error
+	return errors.As(err, &e) && is(e.Code)
+}
+
+// forGood is true of the codes a node refuses with for good (unauthorized, forbidden, an
+// invalid request...), not of those of a node stopping or of a topic's owner out of reach.
+func forGood(c Code) bool { return c != CodeShuttingDown && c != CodeUnavailable }
+
+// dialNode makes a new connection to the node at index at of the Conn's list: the QUIC
+// handshake on a socket of its own, then HELLO and WELCOME. The returned Reader continues on
+// the control stream.
+func (c *Conn) dialNode(ctx context.Context, at int) (*link, *wire.Reader, error) {
+	a := c.addrs[at]
 	network, local := "udp4", &net.UDPAddr{IP: net.IPv4zero}
-	if c.raddr.IP.To4() == nil {
+	if a.raddr.IP.To4() == nil {
 		network, local = "udp6", &net.UDPAddr{IP: net.IPv6unspecified}
 	}
 	udp, err := net.ListenUDP(network, local)
 	if err != nil {
-		return nil, nil, fmt.Errorf("client: dial %s: local socket: %w", c.addr, err)
+		return nil, nil, fmt.Errorf("client: dial %s: local socket: %w", a.addr, err)
 	}
 	tr := &quic.Transport{Conn: udp}
-	qc, err := tr.Dial(ctx, c.raddr, c.tls, c.opts.quicConfig())
+	qc, err := tr.Dial(ctx, a.raddr, a.tls, c.opts.quicConfig())
 	if err != nil {
 		tr.Close()
 		udp.Close()
-		return nil, nil, fmt.Errorf("client: dial %s: %w", c.addr, err)
+		return nil, nil, fmt.Errorf("client: dial %s: %w", a.addr, err)
 	}
-	l := &link{udp: udp, tr: tr, qc: qc}
+	l := &link{at: at, addr: a.addr, udp: udp, tr: tr, qc: qc}
 	r, err := c.hello(ctx, l)
 	if err != nil {
 		l.close(wire.AppNoError, "")
-		return nil, nil, fmt.Errorf("client: dial %s: %w", c.addr, err)
+		return nil, nil, fmt.Errorf("client: dial %s: %w", a.addr, err)
 	}
 	return l, r, nil
 }
@@ -166,7 +244,7 @@ func (c *Conn) live(ctx context.Context) (*link, error) {
 	if l = c.current(); l.qc.Context().Err() == nil {
 		return l, nil // another operation reconnected meanwhile
 	}
-	nl, r, err := c.dialLink(ctx)
+	nl, r, err := c.dialLink(ctx, l.at+1)
 	if err != nil {
 		return nil, err
 	}
@@ -195,11 +273,10 @@ func retryReconnect(ctx context.Context, attempt func(context.Context) error) er
 	wait := 100 * time.Millisecond
 	for {
 		err := attempt(ctx)
-		var e *Error
 		switch {
 		case err == nil, ctx.Err() != nil, errors.Is(err, ErrClosed):
 			return err
-		case errors.As(err, &e) && e.Code != CodeShuttingDown && e.Code != CodeUnavailable:
+		case refused(err, forGood):
 			return err // refused: unauthorized, forbidden, an invalid request...
 		}
 		t := time.NewTimer(wait)
@@ -251,11 +328,16 @@ func (c *Conn) helloExchange(ctx context.Context, l *link) (*wire.Reader, error)
 		if f.Version != wire.Version {
 			return nil, errorf(CodeVersion, "node speaks version %d, this client %d", f.Version, wire.Version)
 		}
-		if c.node == "" { // the first WELCOME: the Conn keeps these (read without a lock)
-			c.node, c.region = f.Node, f.Region
+		if c.region == "" { // the first WELCOME: the Conn keeps these (read without a lock)
+			c.region = f.Region
 			c.lim.MaxPayload = clampLimit(f.MaxPayload, c.lim.MaxPayload)
 			c.lim.MaxFrame = clampLimit(f.MaxFrame, c.lim.MaxFrame)
+		} else if f.Region != c.region {
+			return nil, errorf(CodeInvalidArgument, "node %q is in region %q, this connection's region is %q: "+
+				"a connection moves only between nodes of one region (offsets and de-duplication are per region)",
+				f.Node, f.Region, c.region)
 		}
+		l.node = f.Node
 		return r, nil
 	case *wire.ErrorFrame:
 		return nil, fromWire(f.Code, f.Message)
@@ -337,7 +419,11 @@ func (c *Conn) linkErr(l *link, err error) error {
 		cause = connCause(context.Cause(l.qc.Context()))
 	}
 	if cause != nil {
-		return fmt.Errorf("client: connection to %s lost: %w", c.addr, cause)
+		name := "the node"
+		if l != nil {
+			name = l.addr
+		}
+		return fmt.Errorf("client: connection to %s lost: %w", name, cause)
 	}
 	var se *quic.StreamError
 	if errors.As(err, &se) && se.Remote {
@@ -390,8 +476,10 @@ func appError(code quic.ApplicationErrorCode, msg string) *Error {
 	return &Error{Code: c, Message: msg}
 }
 
-// Node returns the name and region of the node, as it announced them in WELCOME.
-func (c *Conn) Node() (name, region string) { return c.node, c.region }
+// Node returns the name and region of the node of the current connection, as it announced
+// them in WELCOME (with several addresses and Options.Reconnect, the node may change; the
+// region does not).
+func (c *Conn) Node() (name, region string) { return c.current().node, c.region }
 
 // Close closes the connection at once: publishes still pending fail with ErrClosed (wait for
 // their Futures first to keep them; those already sent fail with an *OutcomeUnknownError

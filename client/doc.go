@@ -19,7 +19,9 @@
 //     reported once as [*GapError]; a closed Conn fails with [ErrClosed].
 //   - A lost connection fails what was under way on it. With Options.Reconnect the next
 //     operation dials the node again (within its context), and each open subscription is
-//     made again by its next Next, from where it was, delivering nothing twice.
+//     made again by its next Next, from where it was, delivering nothing twice. Given
+//     several nodes of one region ("host:port,host:port"), [Dial] takes the first that
+//     answers and a reconnect starts with the next, so the Conn outlives any one node.
 //   - With Options.Idempotent the Conn numbers its publishes (a random producer ID and one
 //     increasing sequence), and the node stores each (topic, producer, sequence) once: with
 //     Reconnect too, publishes in flight on a lost connection are resent in order on the next

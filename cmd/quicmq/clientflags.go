@@ -21,7 +21,8 @@ type clientFlags struct {
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.server, "server", "127.0.0.1:7400", "HOST:PORT of the node's QUIC listener (UDP)")
+	fs.StringVar(&f.server, "server", "127.0.0.1:7400", "HOST:PORT of the node's QUIC listener (UDP); several nodes of one region,\n"+
+		"comma-separated, are tried in order, and with --reconnect a lost connection moves to the next")
 	fs.StringVar(&f.ca, "ca", "", "PEM file of the CA that signed the node's certificate (required);\n"+
 		"a node that generated its own CA wrote it to DATA/tls/ca.pem, and 'quicmq dev' prints its path")
 	fs.StringVar(&f.token, "token", "", "client token, when the node requires one (visible in the process list: prefer --token-file)")

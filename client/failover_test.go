@@ -1,0 +1,124 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/nodetest"
+	"github.com/quicmq/quicmq/routing"
+)
+
+// A Conn given two nodes of one region outlives the one it is connected to: after that node
+// stops, publishes go on through the other, a subscription resumes there with no record
+// missing or repeated, and Node names the new node.
+func TestFailoverWithinRegion(t *testing.T) {
+	caDir := t.TempDir()
+	n1, stop1 := nodetest.Start(t, func(c *node.Config) {
+		c.CADir, c.GossipLAN, c.GossipProfile = caDir, "127.0.0.1:0", gossip.ProfileTest
+	})
+	n2, _ := nodetest.Start(t, func(c *node.Config) {
+		c.Name, c.CADir, c.GossipLAN, c.GossipProfile = "n2", caDir, "127.0.0.1:0", gossip.ProfileTest
+		c.Join = []string{n1.Gossip().LANAddr()}
+	})
+	// A topic n2 owns, so that it stays available when n1 stops.
+	topic := ""
+	for i := 0; topic == ""; i++ {
+		if cand := fmt.Sprintf("fo.t%d", i); routing.Owner(cand, []string{"n1", "n2"}) == "n2" {
+			topic = cand
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, n1.Addr().String()+", "+n2.Addr().String(),
+		client.Options{CAFile: n1.CAFile(), Reconnect: true, Idempotent: true, Name: "failover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if name, region := c.Node(); name != "n1" || region != "eu" {
+		t.Fatalf("connected to %s in %s, want n1 in eu (the first address)", name, region)
+	}
+	// n1 relays to n2 once it knows n2 and has a link to it.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		_, err := c.Publish(ctx, client.Message{Topic: "fo.warmup", Payload: []byte("x")})
+		if err == nil && len(n1.Gossip().RegionMembers("eu")) == 2 {
+			if _, err = c.Publish(ctx, client.Message{Topic: topic, Payload: []byte("0")}); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 did not relay to n2: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sub, err := c.Subscribe(ctx, topic, client.SubscribeOptions{From: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := uint64(0)
+	read := func(upTo uint64) {
+		t.Helper()
+		for ; next < upTo; next++ {
+			rec, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatalf("record %d: %v", next, err)
+			}
+			if rec.Offset != next || string(rec.Payload) != fmt.Sprint(next) {
+				t.Fatalf("got offset %d %q, want %d", rec.Offset, rec.Payload, next)
+			}
+		}
+	}
+	publish := func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			ack, err := c.Publish(ctx, client.Message{Topic: topic, Payload: []byte(fmt.Sprint(i))})
+			if err != nil {
+				t.Fatalf("publish %d: %v", i, err)
+			}
+			if ack.Offset != uint64(i) {
+				t.Fatalf("publish %d stored at %d", i, ack.Offset)
+			}
+		}
+	}
+	publish(1, 50)
+	read(50)
+
+	stop1()
+	publish(50, 100)
+	read(100)
+	if name, region := c.Node(); name != "n2" || region != "eu" {
+		t.Fatalf("after n1 stopped: connected to %s in %s, want n2 in eu", name, region)
+	}
+}
+
+// A Conn never moves to a node of another region (offsets and de-duplication are per
+// region): it says so, naming both regions, and keeps trying its own region's nodes.
+func TestFailoverRefusesAnotherRegion(t *testing.T) {
+	caDir := t.TempDir()
+	eu, stopEU := nodetest.Start(t, func(c *node.Config) { c.CADir = caDir })
+	us, _ := nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, eu.Addr().String()+","+us.Addr().String(),
+		client.Options{CAFile: eu.CAFile(), Reconnect: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stopEU()
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	defer pcancel()
+	_, err = c.Publish(pctx, client.Message{Topic: "fo.x", Payload: []byte("x")})
+	if err == nil {
+		t.Fatal("published with the region's only node stopped")
+	}
+	if !strings.Contains(err.Error(), `node "u1" is in region "us", this connection's region is "eu"`) {
+		t.Fatalf("the error does not say why the us node was not used: %v", err)
+	}
+}
