@@ -299,9 +299,12 @@ func (n *Node) Run(ctx context.Context) error {
 	case <-n.stop:
 	case err = <-acceptErr:
 	}
-	stopMesh() // links stop first; gossip leaves gracefully
-	meshDone.Wait()
+	// Client sessions drain first, while the links are up: a publish this node relays to its
+	// topic's owner in the region is answered by the owner, not refused for a link that
+	// shutting down took away. Then the links stop and gossip leaves gracefully.
 	n.shutdown()
+	stopMesh()
+	meshDone.Wait()
 	if e := <-acceptErr; err == nil && !errors.Is(e, quic.ErrServerClosed) && !errors.Is(e, net.ErrClosed) {
 		err = e
 	}
