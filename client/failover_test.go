@@ -89,9 +89,31 @@ func TestFailoverWithinRegion(t *testing.T) {
 	publish(1, 50)
 	read(50)
 
-	stop1()
-	publish(50, 100)
-	read(100)
+	// Pipelined publishes with n1 stopped under them: those in flight, or queued, when its
+	// connection ends are sent again through n2 and stored once, in order.
+	const total = 2050
+	futures := make([]*client.Future, 0, total)
+	for i := 50; i < total; i++ {
+		f, err := c.PublishAsync(ctx, client.Message{Topic: topic, Payload: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		futures = append(futures, f)
+		if i == 1000 {
+			go stop1()
+		}
+	}
+	for i, f := range futures {
+		ack, err := f.Wait(ctx)
+		if err != nil {
+			t.Fatalf("publish %d: %v", 50+i, err)
+		}
+		if ack.Offset != uint64(50+i) {
+			t.Fatalf("publish %d stored at %d", 50+i, ack.Offset)
+		}
+	}
+	publish(total, total+10)
+	read(total + 10)
 	if name, region := c.Node(); name != "n2" || region != "eu" {
 		t.Fatalf("after n1 stopped: connected to %s in %s, want n2 in eu", name, region)
 	}
