@@ -16,7 +16,8 @@ import (
 // all: a node that went silent without closing anything (a crash without restart, a cable).
 type cutter struct {
 	ln, up *net.UDPConn
-	cut    atomic.Bool
+	cut    atomic.Bool // drop both ways
+	mute   atomic.Bool // drop what the node sends, pass what the client sends
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	client *net.UDPAddr
@@ -62,7 +63,7 @@ func (c *cutter) pump(from *net.UDPConn, to func([]byte), fromClient bool) {
 			c.client = addr
 			c.mu.Unlock()
 		}
-		if !c.cut.Load() {
+		if !c.cut.Load() && (fromClient || !c.mute.Load()) {
 			to(buf[:n])
 		}
 	}
