@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/node"
@@ -115,15 +116,30 @@ func runDev(ctx context.Context, e *env, args []string) error {
 			}
 			fmt.Fprintf(e.stdout, "  region %-6s node %-10s %s%s\n", s.node.Region(), s.node.Name(), s.node.Addr(), admin)
 		}
-		a, b := nodes[0].node.Addr(), nodes[len(nodes)-1].node.Addr()
+		// The hints name every node of the first and the last region: a client given a
+		// region's nodes moves to the next one when its node is lost (--reconnect).
+		region := func(r string) string {
+			var addrs []string
+			for _, s := range nodes {
+				if s.node.Region() == r {
+					addrs = append(addrs, s.node.Addr().String())
+				}
+			}
+			return strings.Join(addrs, ",")
+		}
+		a, b := region(nodes[0].node.Region()), region(nodes[len(nodes)-1].node.Region())
+		reconnect := ""
+		if *perRegion > 1 {
+			reconnect = " --reconnect"
+		}
 		fmt.Fprintf(e.stdout, `  data %s%s
   CA   %s
 
 Try, in other terminals (records published in one region reach subscribers in every region):
-  quicmq sub --server %s --ca %s --topic 'demo.>'
-  echo hello | quicmq pub --server %s --ca %s --topic demo.hello
+  quicmq sub --server %s --ca %s --topic 'demo.>'%s
+  echo hello | quicmq pub --server %s --ca %s --topic demo.hello%s
   quicmq topics --server %s --ca %s
-`, *data, tempNote(*keep), ca, b, ca, a, ca, b, ca)
+`, *data, tempNote(*keep), ca, b, ca, reconnect, a, ca, reconnect, b, ca)
 		if *metrics != "" {
 			fmt.Fprintf(e.stdout, "  quicmq members --admin %s\n  quicmq links --admin %s\n", nodes[0].metrics, nodes[0].metrics)
 		}
