@@ -167,6 +167,10 @@ func TestDevMeshTwoNodesPerRegion(t *testing.T) {
 	if len(d.nodes) != 4 || d.nodes[1].name != "dev-eu-2" {
 		t.Fatalf("want 4 nodes dev-eu-1 .. dev-us-2 in:\n%s", d.stdout.String())
 	}
+	// The suggested commands name both nodes of a region, so a client can move between them.
+	if want := "quicmq sub --server " + d.nodes[2].addr + "," + d.nodes[3].addr + " "; !strings.Contains(d.stdout.String(), want) {
+		t.Fatalf("the banner does not suggest %q:\n%s", want, d.stdout.String())
+	}
 	dialT := func(addr string) *client.Conn { return d.dial(t, addr) }
 	addrs := d.nodes
 	// The us subscribers first (interest travels to eu), then publish through both eu nodes:
