@@ -127,10 +127,10 @@ func TestFailoverRefusesAnotherRegion(t *testing.T) {
 // the offset its ack gave.
 func TestFailoverAfterCutStoresOnce(t *testing.T) {
 	n1, _, n2, topic := twoNodeRegion(t)
-	path := newCutter(t, n1.Addr().String())
+	path := nodetest.NewCutter(t, n1.Addr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, path.ln.LocalAddr().String()+","+n2.Addr().String(),
+	c, err := client.Dial(ctx, path.Addr()+","+n2.Addr().String(),
 		client.Options{CAFile: n1.CAFile(), Reconnect: true, Idempotent: true, IdleTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func TestFailoverAfterCutStoresOnce(t *testing.T) {
 	for acked.Load() < 1000 {
 		time.Sleep(time.Millisecond)
 	}
-	path.mute.Store(true)
+	path.Mute()
 	// The reader takes the answers that got through before the mute; when its count has
 	// stood still for a second it waits on a future no answer will come for. The Conn keeps
 	// n1 until its idle timeout (3 s), so what n2 stores meanwhile came through n1.
@@ -206,7 +206,7 @@ func TestFailoverAfterCutStoresOnce(t *testing.T) {
 			t.Fatalf("n2 stored no publish beyond the %d answered within 1 s", answered)
 		}
 	}
-	path.cut.Store(true)
+	path.Cut()
 	// The Conn notices the silence after its idle timeout and moves to n2; a few more
 	// publishes go there before the publisher stops.
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
