@@ -17,7 +17,7 @@ import (
 type clientFlags struct {
 	server, ca, token, tokenFile, name string
 	cert, key                          string
-	timeout                            time.Duration
+	timeout, idleTimeout               time.Duration
 }
 
 func (f *clientFlags) register(fs *flag.FlagSet) {
@@ -31,6 +31,9 @@ func (f *clientFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.key, "key", "", "the key of --cert (PEM)")
 	fs.StringVar(&f.name, "name", "quicmq-cli", "client name shown in the node's logs")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the connection and for the node to answer a request")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", 0, "how long the node may stay silent before the connection counts as lost (QUIC's idle\n"+
+		"timeout; 0: 30s); with --reconnect the client then dials again, moving to the next --server.\n"+
+		"A node that stops or restarts says so at once; this bounds the wait for one that died or was cut off")
 }
 
 // check reports a missing or contradictory connection flag as a usage error.
@@ -52,6 +55,9 @@ func (f *clientFlags) check() error {
 	if f.timeout <= 0 {
 		return usageError("--timeout must be positive, got %v", f.timeout)
 	}
+	if f.idleTimeout < 0 {
+		return usageError("--idle-timeout must not be negative, got %v", f.idleTimeout)
+	}
 	return nil
 }
 
@@ -67,7 +73,7 @@ func (f *clientFlags) dial(ctx context.Context, opts client.Options) (*client.Co
 		token, _, _ = strings.Cut(string(b), "\n")
 		token = strings.TrimSpace(token)
 	}
-	opts.CAFile, opts.Token, opts.Name = f.ca, token, f.name
+	opts.CAFile, opts.Token, opts.Name, opts.IdleTimeout = f.ca, token, f.name, f.idleTimeout
 	if f.cert != "" {
 		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
 		if err != nil {

@@ -59,6 +59,7 @@ func TestClientCommandsBadFlags(t *testing.T) {
 		{append([]string{"topics", "extra"}, conn...), []string{`unexpected argument "extra"`}},
 		{append([]string{"topics", "--pattern", ""}, conn...), []string{"--pattern must not be empty"}},
 		{append([]string{"topics", "--timeout", "0s"}, conn...), []string{"--timeout must be positive"}},
+		{append([]string{"sub", "--topic", "a", "--idle-timeout", "-1s"}, conn...), []string{"--idle-timeout must not be negative"}},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCLI(t, "", c.args...)
