@@ -9,10 +9,8 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
-	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
-	"github.com/quicmq/quicmq/routing"
 )
 
 // A Conn given two nodes of one region outlives the one it is connected to: after that node
@@ -31,7 +29,7 @@ func TestFailoverWithinRegion(t *testing.T) {
 	if name, region := c.Node(); name != "n1" || region != "eu" {
 		t.Fatalf("connected to %s in %s, want n1 in eu (the first address)", name, region)
 	}
-	waitRelay(t, c, n1, topic)
+	waitRelay(t, c, topic)
 	sub, err := c.Subscribe(ctx, topic, client.SubscribeOptions{From: client.Earliest})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +134,7 @@ func TestFailoverAfterCutStoresOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	waitRelay(t, c, n1, topic)
+	waitRelay(t, c, topic)
 
 	// A publisher sends records "1", "2", ... pipelined until told to stop; a reader takes
 	// their acks in order.
@@ -270,38 +268,24 @@ func TestFailoverAfterCutStoresOnce(t *testing.T) {
 	}
 }
 
-// twoNodeRegion starts nodes n1 and n2 of region eu, joined, and returns a topic n2 owns (so
-// that it stays available when n1 stops or is cut off).
+// twoNodeRegion starts nodes n1 and n2 of region eu and returns a topic n2 owns (so that it
+// stays available when n1 stops or is cut off).
 func twoNodeRegion(t *testing.T) (n1 *node.Node, stop1 func(), n2 *node.Node, topic string) {
 	t.Helper()
-	caDir := t.TempDir()
-	n1, stop1 = nodetest.Start(t, func(c *node.Config) {
-		c.CADir, c.GossipLAN, c.GossipProfile = caDir, "127.0.0.1:0", gossip.ProfileTest
-	})
-	n2, _ = nodetest.Start(t, func(c *node.Config) {
-		c.Name, c.CADir, c.GossipLAN, c.GossipProfile = "n2", caDir, "127.0.0.1:0", gossip.ProfileTest
-		c.Join = []string{n1.Gossip().LANAddr()}
-	})
-	for i := 0; topic == ""; i++ {
-		if cand := fmt.Sprintf("fo.t%d", i); routing.Owner(cand, []string{"n1", "n2"}) == "n2" {
-			topic = cand
-		}
-	}
-	return n1, stop1, n2, topic
+	n1, stop1, n2 = nodetest.StartTwo(t)
+	return n1, stop1, n2, nodetest.OwnedBy("fo", "n2", "n1", "n2")
 }
 
 // waitRelay publishes one record (payload "0") to topic through c, connected to n1, once n1
-// knows n2 and relays to it.
-func waitRelay(t *testing.T, c *client.Conn, n1 *node.Node, topic string) {
+// relays to n2, its owner.
+func waitRelay(t *testing.T, c *client.Conn, topic string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for {
-		var err error
-		if len(n1.Gossip().RegionMembers("eu")) == 2 {
-			if _, err = c.Publish(ctx, client.Message{Topic: topic, Payload: []byte("0")}); err == nil {
-				return
-			}
+		_, err := c.Publish(ctx, client.Message{Topic: topic, Payload: []byte("0")})
+		if err == nil {
+			return
 		}
 		if ctx.Err() != nil {
 			t.Fatalf("n1 did not relay to n2: %v", err)

@@ -4,16 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
-	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
-	"github.com/quicmq/quicmq/routing"
 )
 
 // publishLines publishes lines to topic through the pub command.
@@ -213,29 +210,11 @@ func TestSubReconnect(t *testing.T) {
 // given up after about that long instead of QUIC's default 30 s; with two servers and
 // --reconnect the subscription goes on through the other node of the region.
 func TestSubIdleTimeoutFailover(t *testing.T) {
-	caDir := t.TempDir()
-	n1, _ := nodetest.Start(t, func(c *node.Config) {
-		c.CADir, c.GossipLAN, c.GossipProfile = caDir, "127.0.0.1:0", gossip.ProfileTest
-	})
-	n2, _ := nodetest.Start(t, func(c *node.Config) {
-		c.Name, c.CADir, c.GossipLAN, c.GossipProfile = "n2", caDir, "127.0.0.1:0", gossip.ProfileTest
-		c.Join = []string{n1.Gossip().LANAddr()}
-	})
-	topic := ""
-	for i := 0; topic == ""; i++ { // one n2 owns, so that it stays available through n2
-		if cand := fmt.Sprintf("it.t%d", i); routing.Owner(cand, []string{"n1", "n2"}) == "n2" {
-			topic = cand
-		}
-	}
+	n1, _, n2 := nodetest.StartTwo(t)
+	topic := nodetest.OwnedBy("it", "n2", "n1", "n2") // available through n2 alone
 	direct := &cliNode{addr: n2.Addr().String(), ca: n1.CAFile()}
 	publishLines(t, direct, topic, "before")
 	path := nodetest.NewCutter(t, n1.Addr().String())
-	// n1 must know n2 to serve n2's topic: wait until it does.
-	for deadline := time.Now().Add(20 * time.Second); len(n1.Gossip().RegionMembers("eu")) < 2; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("n1 and n2 did not meet")
-		}
-	}
 	stdout, stderr := &syncBuffer{}, &syncBuffer{}
 	done := make(chan int, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -6,13 +6,16 @@ package nodetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/routing"
 )
 
 // Start starts a node named n1 in region eu; mod may change its configuration. stop stops it
@@ -73,4 +76,34 @@ func PublishPipelined(ctx context.Context, c *client.Conn, topic string, payload
 	}
 	close(futures)
 	return errors.Join(err, <-errc)
+}
+
+// StartTwo starts nodes n1 and n2 of region eu, joined by gossip and sharing one CA (n1's
+// CAFile is the clients' CA), and waits until n1 knows n2. stop1 stops n1.
+func StartTwo(t testing.TB) (n1 *node.Node, stop1 func(), n2 *node.Node) {
+	t.Helper()
+	caDir := t.TempDir()
+	n1, stop1 = Start(t, func(c *node.Config) {
+		c.CADir, c.GossipLAN, c.GossipProfile = caDir, "127.0.0.1:0", gossip.ProfileTest
+	})
+	n2, _ = Start(t, func(c *node.Config) {
+		c.Name, c.CADir, c.GossipLAN, c.GossipProfile = "n2", caDir, "127.0.0.1:0", gossip.ProfileTest
+		c.Join = []string{n1.Gossip().LANAddr()}
+	})
+	for deadline := time.Now().Add(20 * time.Second); len(n1.Gossip().RegionMembers("eu")) < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("nodes n1 and n2 did not meet within 20 s")
+		}
+	}
+	return n1, stop1, n2
+}
+
+// OwnedBy returns the first topic prefix.0, prefix.1, ... that routing places on owner among
+// the region's members.
+func OwnedBy(prefix, owner string, members ...string) string {
+	for i := 0; ; i++ {
+		if topic := fmt.Sprintf("%s.%d", prefix, i); routing.Owner(topic, members) == owner {
+			return topic
+		}
+	}
 }
