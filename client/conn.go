@@ -103,21 +103,25 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 		closing: make(chan struct{}),
 		resend:  opts.Idempotent && opts.Reconnect,
 	}
+	base, err := opts.tlsConfig() // the CA file is read once, whatever the number of nodes
+	if err != nil {
+		return nil, err
+	}
 	for _, a := range strings.Split(addr, ",") {
 		a = strings.TrimSpace(a)
 		host, _, err := net.SplitHostPort(a)
 		if err != nil {
 			return nil, fmt.Errorf("client: dial %q: %w", a, err)
 		}
-		tlsConf, err := opts.tlsConfig(host)
-		if err != nil {
-			return nil, err
-		}
 		raddr, err := net.ResolveUDPAddr("udp", a)
 		if err != nil {
 			return nil, fmt.Errorf("client: dial %s: %w", a, err)
 		}
-		c.addrs = append(c.addrs, nodeAddr{addr: a, raddr: raddr, tls: tlsConf})
+		conf := base.Clone()
+		if conf.ServerName == "" {
+			conf.ServerName = host
+		}
+		c.addrs = append(c.addrs, nodeAddr{addr: a, raddr: raddr, tls: conf})
 	}
 	if opts.Idempotent {
 		var id [16]byte

@@ -115,8 +115,9 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// tlsConfig builds the handshake's TLS configuration for a node reached as host.
-func (o Options) tlsConfig(host string) (*tls.Config, error) {
+// tlsConfig builds the handshake's TLS configuration without a server name: Dial clones it
+// for each node, naming the node's host unless Options.TLSConfig named one.
+func (o Options) tlsConfig() (*tls.Config, error) {
 	conf := &tls.Config{}
 	if o.TLSConfig != nil {
 		conf = o.TLSConfig.Clone()
@@ -136,9 +137,6 @@ func (o Options) tlsConfig(host string) (*tls.Config, error) {
 		conf.MinVersion = tls.VersionTLS13
 	}
 	conf.NextProtos = []string{wire.ALPN}
-	if conf.ServerName == "" {
-		conf.ServerName = host
-	}
 	return conf, nil
 }
 
