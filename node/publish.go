@@ -61,11 +61,9 @@ type pendingBatch struct {
 	done    bool
 
 	// A batch relayed to the topic's owner is answered record by record.
-	relayTo  string        // the owner node, or "" for this node's log
-	offsets  []uint64      // per record, from the owner's acks
-	times    []int64       // per record
-	errs     []*wire.Error // per record, from the owner's refusals
-	dups     []bool        // per record: the owner answered it as a duplicate
+	relayTo  string              // the owner node, or "" for this node's log
+	outcomes []wal.RecordOutcome // per record, from the owner's acks (offset, time, duplicate)
+	errs     []*wire.Error       // per record, from the owner's refusals
 	answered int
 }
 
@@ -303,7 +301,7 @@ func (p *publisher) writeAnswers() {
 			seqs := b.seqs // those still to answer one by one
 			// A batch with a duplicate or a refused sequence (wal dedup) is answered record by
 			// record: its offsets are not one run, and a duplicate's ack carries a flag.
-			if b.err == nil && b.offsets == nil && p.ranges.Load() && len(b.res.Skipped) == 0 {
+			if b.err == nil && b.outcomes == nil && p.ranges.Load() && len(b.res.Skipped) == 0 {
 				// Appended at consecutive offsets with one time: one PUBLISH_ACKS per run
 				// of consecutive seqs.
 				for i := 0; i < len(b.seqs); {
@@ -333,8 +331,8 @@ func (p *publisher) writeAnswers() {
 				var o wal.RecordOutcome
 				switch {
 				case e != nil:
-				case b.offsets != nil:
-					o = wal.RecordOutcome{Offset: b.offsets[i], Time: b.times[i], Duplicate: b.dups[i]}
+				case b.outcomes != nil:
+					o = b.outcomes[i]
 				default:
 					if o = b.res.Outcome(i, &skip); o.Err != nil {
 						e = sequenceError(o.Err)

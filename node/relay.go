@@ -9,6 +9,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/wal"
 )
 
 // route decides where a publish to topic goes: "" for this node's log, or the name of the
@@ -54,10 +55,8 @@ type relayStream struct {
 // relay sends b to its owner. b is already queued for answering; every record of it gets
 // an answer: the owner's, or an error saying the owner could not be reached.
 func (p *publisher) relay(b *pendingBatch) {
-	b.offsets = make([]uint64, len(b.seqs))
-	b.times = make([]int64, len(b.seqs))
+	b.outcomes = make([]wal.RecordOutcome, len(b.seqs))
 	b.errs = make([]*wire.Error, len(b.seqs))
-	b.dups = make([]bool, len(b.seqs))
 	rs, e := p.relayTo(b.relayTo)
 	if e == nil {
 		e = rs.send(b)
@@ -166,7 +165,7 @@ func (rs *relayStream) readAnswers() {
 			rs.mu.waiting = rs.mu.waiting[1:]
 		}
 		rs.mu.Unlock()
-		b.offsets[i], b.times[i], b.errs[i], b.dups[i] = off, t, e, dup
+		b.outcomes[i], b.errs[i] = wal.RecordOutcome{Offset: off, Time: t, Duplicate: dup}, e
 		if i+1 == len(b.seqs) {
 			if e == nil {
 				n.place.relayedPubs.Add(float64(len(b.seqs)))
