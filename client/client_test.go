@@ -357,11 +357,11 @@ func TestErrorsAreTyped(t *testing.T) {
 		}
 		return e.Code
 	}
-	_, err := client.Dial(ctx, n.Addr().String(), client.Options{CAFile: n.CAFile(), Token: "wrong-token-wrong-token"})
+	_, err := client.Dial(ctx, client.Options{CAFile: n.CAFile(), Token: "wrong-token-wrong-token"}, n.Addr().String())
 	if code := codeOf(err); code != client.CodeUnauthorized {
 		t.Fatalf("bad token: code %v (%v)", code, err)
 	}
-	_, err = client.Dial(ctx, n.Addr().String(), client.Options{CAFile: n.CAFile()})
+	_, err = client.Dial(ctx, client.Options{CAFile: n.CAFile()}, n.Addr().String())
 	if code := codeOf(err); code != client.CodeUnauthorized {
 		t.Fatalf("no token: code %v (%v)", code, err)
 	}

@@ -83,18 +83,25 @@ func (l *link) close(code quic.ApplicationErrorCode, reason string) {
 	l.udp.Close()
 }
 
-// Dial connects to the node at addr ("host:port"): a QUIC handshake with TLS 1.3 and ALPN
-// "quicmq/1", then HELLO on the control stream. It returns when the node answered WELCOME,
-// or with the node's refusal as an *Error (CodeUnauthorized for a bad token). ctx bounds the
-// whole exchange; it does not affect the Conn afterwards.
+// Dial connects to a node of one region: a QUIC handshake with TLS 1.3 and ALPN "quicmq/1",
+// then HELLO on the control stream. It returns when the node answered WELCOME, or with the
+// node's refusal as an *Error (CodeUnauthorized for a bad token). ctx bounds the whole
+// exchange; it does not affect the Conn afterwards.
 //
-// addr may list several nodes of one region, comma-separated ("10.0.0.1:7400,10.0.0.2:7400"):
-// Dial takes the first that answers, in order, and with Options.Reconnect a lost connection
-// is dialed again starting with the next node in the list, so the Conn outlives any one node
-// of the region. Every node must be in the region of the first that answered (offsets,
-// durable positions and de-duplication are the region's); one of another region is skipped.
-// A node that does not answer costs its handshake timeout (5 s) before the next is tried.
-func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
+// addrs ("host:port" each, or Options.Addrs when none is given) may name several nodes of one
+// region: Dial takes the first that answers, in order, and with Options.Reconnect a lost
+// connection is dialed again starting with the next node in the list, so the Conn outlives
+// any one node of the region. Every node must be in the region of the first that answered
+// (offsets, durable positions and de-duplication are the region's); one of another region is
+// skipped. A node that does not answer costs its handshake timeout (5 s) before the next is
+// tried; one that refuses the connection (nothing listens on its port) is skipped at once.
+func Dial(ctx context.Context, opts Options, addrs ...string) (*Conn, error) {
+	if len(addrs) == 0 {
+		addrs = opts.Addrs
+	}
+	if len(addrs) == 0 {
+		return nil, errors.New("client: dial: no node address given (pass one or more host:port, or set Options.Addrs)")
+	}
 	opts = opts.withDefaults()
 	c := &Conn{
 		opts:    opts,
@@ -107,7 +114,10 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, a := range strings.Split(addr, ",") {
+	for _, a := range addrs {
+		if strings.Contains(a, ",") {
+			return nil, fmt.Errorf("client: dial %q: an address holds one node; pass several nodes as separate addresses", a)
+		}
 		a = strings.TrimSpace(a)
 		host, _, err := net.SplitHostPort(a)
 		if err != nil {
@@ -126,7 +136,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Conn, error) {
 	if opts.Idempotent {
 		var id [16]byte
 		if _, err := rand.Read(id[:]); err != nil {
-			return nil, fmt.Errorf("client: dial %s: producer id: %w", addr, err)
+			return nil, fmt.Errorf("client: dial %s: producer id: %w", addrs[0], err)
 		}
 		c.producer = hex.EncodeToString(id[:])
 	}

@@ -16,7 +16,7 @@ import (
 func ExampleDial() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, "127.0.0.1:7400", client.Options{CAFile: "data/tls/ca.pem"})
+	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func ExampleDial() {
 
 func ExampleConn_Publish() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:7400", client.Options{CAFile: "data/tls/ca.pem"})
+	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func ExampleConn_Publish() {
 // flight at once; PublishAsync blocks while the window is full.
 func ExampleConn_PublishAsync() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:7400", client.Options{CAFile: "data/tls/ca.pem", MaxPendingPublishes: 512})
+	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem", MaxPendingPublishes: 512}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func ExampleConn_PublishAsync() {
 // A durable consumer: it resumes after the last record it acknowledged, also after a restart.
 func ExampleConn_Subscribe() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:7400", client.Options{CAFile: "data/tls/ca.pem"})
+	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func ExampleConn_Subscribe() {
 // Records from a point in time, with a range loop; stop after a quiet second.
 func ExampleSubscription_Records() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:7400", client.Options{CAFile: "data/tls/ca.pem"})
+	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func ExampleSubscription_Records() {
 // Errors from the node carry a code.
 func ExampleError() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:7400", client.Options{CAFile: "data/tls/ca.pem"})
+	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func ExampleError() {
 
 func ExampleConn_Topics() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:7400", client.Options{CAFile: "data/tls/ca.pem"})
+	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func ExampleConn_Topics() {
 // ack for a record an earlier attempt had stored says so.
 func ExampleOptions_idempotent() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, "127.0.0.1:7400", client.Options{CAFile: "data/tls/ca.pem", Reconnect: true, Idempotent: true})
+	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem", Reconnect: true, Idempotent: true}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}

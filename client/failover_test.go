@@ -20,8 +20,8 @@ func TestFailoverWithinRegion(t *testing.T) {
 	n1, stop1, n2, topic := twoNodeRegion(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, n1.Addr().String()+", "+n2.Addr().String(),
-		client.Options{CAFile: n1.CAFile(), Reconnect: true, Idempotent: true, Name: "failover"})
+	c, err := client.Dial(ctx, client.Options{CAFile: n1.CAFile(), Reconnect: true, Idempotent: true, Name: "failover"}, n1.Addr().String(), n2.Addr().String())
+
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +100,8 @@ func TestFailoverRefusesAnotherRegion(t *testing.T) {
 	us, _ := nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, eu.Addr().String()+","+us.Addr().String(),
-		client.Options{CAFile: eu.CAFile(), Reconnect: true})
+	c, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Reconnect: true}, eu.Addr().String(), us.Addr().String())
+
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,8 +128,8 @@ func TestFailoverAfterCutStoresOnce(t *testing.T) {
 	path := nodetest.NewCutter(t, n1.Addr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, path.Addr()+","+n2.Addr().String(),
-		client.Options{CAFile: n1.CAFile(), Reconnect: true, Idempotent: true, IdleTimeout: 3 * time.Second})
+	c, err := client.Dial(ctx, client.Options{CAFile: n1.CAFile(), Reconnect: true, Idempotent: true, IdleTimeout: 3 * time.Second}, path.Addr(), n2.Addr().String())
+
 	if err != nil {
 		t.Fatal(err)
 	}

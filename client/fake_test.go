@@ -147,7 +147,7 @@ func dialFake(t *testing.T, f *fakeNode) *Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := Dial(ctx, f.addr(), Options{CAFile: f.caFile})
+	c, err := Dial(ctx, Options{CAFile: f.caFile}, f.addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func dial(t testing.TB, n *testNode, opts ...func(*client.Options)) *client.Conn
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, n.Addr().String(), o)
+	c, err := client.Dial(ctx, o, n.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestIdempotentResendAcrossRestart(t *testing.T) {
 	n, stop := nodetest.Start(t, func(c *node.Config) { c.DataDir = data })
 	addr := n.Addr().String()
 	ctx := testCtx(t)
-	c, err := client.Dial(ctx, addr, client.Options{CAFile: n.CAFile(), Reconnect: true, Idempotent: true, Name: t.Name()})
+	c, err := client.Dial(ctx, client.Options{CAFile: n.CAFile(), Reconnect: true, Idempotent: true, Name: t.Name()}, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

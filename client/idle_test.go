@@ -18,7 +18,7 @@ func TestIdleTimeout(t *testing.T) {
 	path := nodetest.NewCutter(t, n.Addr().String())
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, path.Addr(), client.Options{CAFile: n.CAFile(), IdleTimeout: time.Second})
+	c, err := client.Dial(ctx, client.Options{CAFile: n.CAFile(), IdleTimeout: time.Second}, path.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,15 +208,15 @@ func TestDialErrors(t *testing.T) {
 	other := newFakeNode(t, func(*quic.Stream, *wire.Reader, wire.Frame) {})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := Dial(ctx, f.addr(), Options{CAFile: other.caFile})
+	_, err := Dial(ctx, Options{CAFile: other.caFile}, f.addr())
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("wrong CA: %v", err)
 	}
-	_, err = Dial(ctx, f.addr(), Options{CAFile: "/nonexistent/ca.pem"})
+	_, err = Dial(ctx, Options{CAFile: "/nonexistent/ca.pem"}, f.addr())
 	if err == nil || !strings.Contains(err.Error(), "/nonexistent/ca.pem") {
 		t.Fatalf("missing CA file: %v", err)
 	}
-	_, err = Dial(ctx, "no-port", Options{})
+	_, err = Dial(ctx, Options{}, "no-port")
 	if err == nil {
 		t.Fatal("address without port accepted")
 	}

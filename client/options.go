@@ -16,6 +16,9 @@ import (
 // Options configure a Conn. The zero value works against a node whose certificate the
 // system trusts and that requires no token.
 type Options struct {
+	// Addrs are the nodes of one region to dial ("host:port" each), in order, when Dial is
+	// given no address. Default none.
+	Addrs []string
 	// CAFile is a PEM bundle of the certificate authorities to trust for the node's
 	// certificate, for example DATA/tls/ca.pem of a node that generated its own CA. It
 	// replaces TLSConfig.RootCAs when both are set. Empty: TLSConfig's roots, or the system's.

@@ -22,7 +22,7 @@ func TestReconnect(t *testing.T) {
 	addr := n.Addr().String()
 	ctx := testCtx(t)
 	open := func(reconnect bool) *client.Conn {
-		c, err := client.Dial(ctx, addr, client.Options{CAFile: n.CAFile(), Reconnect: reconnect})
+		c, err := client.Dial(ctx, client.Options{CAFile: n.CAFile(), Reconnect: reconnect}, addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestReconnectResumesSubscriptions(t *testing.T) {
 	n, stop := nodetest.Start(t, func(c *node.Config) { c.DataDir = data })
 	addr := n.Addr().String()
 	ctx := testCtx(t)
-	c, err := client.Dial(ctx, addr, client.Options{CAFile: n.CAFile(), Reconnect: true})
+	c, err := client.Dial(ctx, client.Options{CAFile: n.CAFile(), Reconnect: true}, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func dialAs(t *testing.T, n *Node, token string) (*client.Conn, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, n.Addr().String(), client.Options{CAFile: n.CAFile(), Token: token})
+	c, err := client.Dial(ctx, client.Options{CAFile: n.CAFile(), Token: token}, n.Addr().String())
 	if err == nil {
 		t.Cleanup(func() { c.Close() })
 	}
@@ -232,10 +232,11 @@ func TestClientCertificates(t *testing.T) {
 	dialCert := func(cert tls.Certificate, token string) (*client.Conn, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		c, err := client.Dial(ctx, n.Addr().String(), client.Options{
+		c, err := client.Dial(ctx, client.Options{
 			CAFile: filepath.Join(caDir, "ca.pem"), Token: token,
 			TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}},
-		})
+		}, n.Addr().String())
+
 		if err == nil {
 			t.Cleanup(func() { c.Close() })
 		}

@@ -122,7 +122,7 @@ func dialBench(b *testing.B, n *benchNode) *client.Conn {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, n.Addr().String(), client.Options{CAFile: n.CAFile(), Name: "bench"})
+	c, err := client.Dial(ctx, client.Options{CAFile: n.CAFile(), Name: "bench"}, n.Addr().String())
 	if err != nil {
 		b.Fatal(err)
 	}

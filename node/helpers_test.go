@@ -94,7 +94,7 @@ func dialNode(t testing.TB, n *Node, opts client.Options) *client.Conn {
 	if opts.CAFile == "" {
 		opts.CAFile = n.CAFile()
 	}
-	c, err := client.Dial(ctx, n.Addr().String(), opts)
+	c, err := client.Dial(ctx, opts, n.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

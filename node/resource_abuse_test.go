@@ -121,7 +121,7 @@ func checkHealthy(t testing.TB, n *node.Node, what string) time.Duration {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, n.Addr().String(), client.Options{CAFile: n.CAFile(), Name: "healthy"})
+	c, err := client.Dial(ctx, client.Options{CAFile: n.CAFile(), Name: "healthy"}, n.Addr().String())
 	if err != nil {
 		t.Fatalf("%s: a well-behaved client cannot connect: %v", what, err)
 	}
@@ -298,7 +298,7 @@ func TestAbuseSubscriberNeverReads(t *testing.T) {
 	n, _ := nodetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, err := client.Dial(ctx, n.Addr().String(), client.Options{CAFile: n.CAFile()})
+	pub, err := client.Dial(ctx, client.Options{CAFile: n.CAFile()}, n.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -422,7 +422,7 @@ func runWorker(mode string) error {
 	dial := func(addr string) (*client.Conn, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return client.Dial(ctx, addr, client.Options{CAFile: ca})
+		return client.Dial(ctx, client.Options{CAFile: ca}, addr)
 	}
 	switch mode {
 	case "gossip":

@@ -241,7 +241,7 @@ func dialLag(b *testing.B, addr, data string) *client.Conn {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, addr, client.Options{CAFile: filepath.Join(data, "tls", "ca.pem"), Name: "lag-bench"})
+	c, err := client.Dial(ctx, client.Options{CAFile: filepath.Join(data, "tls", "ca.pem"), Name: "lag-bench"}, addr)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func TestCampaignKill9Loop(t *testing.T) {
 		procMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		return client.Dial(ctx, addr, client.Options{CAFile: filepath.Join(caDir, "ca.pem")})
+		return client.Dial(ctx, client.Options{CAFile: filepath.Join(caDir, "ca.pem")}, addr)
 	}
 
 	// Producers: each publishes rate/producers records/s, pipelined, through a random node of

@@ -136,10 +136,11 @@ func TestCertsClientAuthenticatesToNode(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		c, err := client.Dial(ctx, n.Addr().String(), client.Options{
+		c, err := client.Dial(ctx, client.Options{
 			CAFile:    filepath.Join(root, dir, "ca.pem"),
 			TLSConfig: &tls.Config{Certificates: []tls.Certificate{pair}},
-		})
+		}, n.Addr().String())
+
 		if err != nil {
 			return err
 		}

@@ -83,7 +83,7 @@ func (f *clientFlags) dial(ctx context.Context, opts client.Options) (*client.Co
 	}
 	dctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	c, err := client.Dial(dctx, f.server, opts)
+	c, err := client.Dial(dctx, opts, splitServers(f.server)...)
 	if err == nil {
 		return c, nil
 	}
@@ -102,4 +102,15 @@ func (f *clientFlags) dial(ctx context.Context, opts client.Options) (*client.Co
 // requestCtx bounds one request to the node by --timeout.
 func (f *clientFlags) requestCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, f.timeout)
+}
+
+// splitServers turns --server's comma-separated list into one address per node.
+func splitServers(list string) []string {
+	var addrs []string
+	for _, a := range strings.Split(list, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			addrs = append(addrs, a)
+		}
+	}
+	return addrs
 }

@@ -207,7 +207,7 @@ anonymous = true
 		time.Sleep(20 * time.Millisecond)
 	}
 	addr := addrRE.FindStringSubmatch(stderr.String())[1]
-	c, err := client.Dial(context.Background(), addr, client.Options{CAFile: filepath.Join(data, "tls", "ca.pem")})
+	c, err := client.Dial(context.Background(), client.Options{CAFile: filepath.Join(data, "tls", "ca.pem")}, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -182,7 +182,7 @@ func dial(t *testing.T, addr, data string) *client.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := client.Dial(ctx, addr, client.Options{CAFile: filepath.Join(data, "tls", "ca.pem")})
+	conn, err := client.Dial(ctx, client.Options{CAFile: filepath.Join(data, "tls", "ca.pem")}, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

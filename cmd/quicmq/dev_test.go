@@ -83,7 +83,7 @@ func startDev(t *testing.T, args ...string) *devMesh {
 // dial connects an SDK client to addr, trusting the dev mesh's CA.
 func (d *devMesh) dial(t *testing.T, addr string) *client.Conn {
 	t.Helper()
-	c, err := client.Dial(context.Background(), addr, client.Options{CAFile: d.ca})
+	c, err := client.Dial(context.Background(), client.Options{CAFile: d.ca}, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

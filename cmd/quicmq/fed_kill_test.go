@@ -202,7 +202,7 @@ func dialCA(t *testing.T, addr, caDir string) *client.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := client.Dial(ctx, addr, client.Options{CAFile: filepath.Join(caDir, "ca.pem")})
+	conn, err := client.Dial(ctx, client.Options{CAFile: filepath.Join(caDir, "ca.pem")}, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestRestartedNodeResetsOldConnections(t *testing.T) {
 	bin := quicmqBinary(t)
 	data, addr := t.TempDir(), freeAddr(t)
 	p := startMeshProcess(t, bin, "reset", "--data", data, "--listen", addr)
-	conn, err := client.Dial(context.Background(), addr, client.Options{CAFile: data + "/tls/ca.pem"})
+	conn, err := client.Dial(context.Background(), client.Options{CAFile: data + "/tls/ca.pem"}, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestRestartedNodeResetsOldConnections(t *testing.T) {
 		t.Fatalf("the old connection was not reset: %v after %v", err, took)
 	}
 	t.Logf("old connection ended %v after the restart: %v", took.Round(time.Millisecond), err)
-	c2, err := client.Dial(context.Background(), addr, client.Options{CAFile: data + "/tls/ca.pem"})
+	c2, err := client.Dial(context.Background(), client.Options{CAFile: data + "/tls/ca.pem"}, addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func TestSubFormatJSON(t *testing.T) {
 	if code, _, stderr := runCLI(t, "x\n", append([]string{"pub", "--topic", "fmt.t", "--header", "novalue"}, n.conn()...)...); code == 0 || !strings.Contains(stderr, "KEY=VALUE") {
 		t.Fatalf("pub --header novalue: exit %d:\n%s", code, stderr)
 	}
-	c, err := client.Dial(context.Background(), n.addr, client.Options{CAFile: n.ca})
+	c, err := client.Dial(context.Background(), client.Options{CAFile: n.ca}, n.addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -556,7 +556,7 @@ func runCrossPub(args []string) error {
 	fs.Parse(args)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, *addr, client.Options{CAFile: *ca, Name: "cross-pub"})
+	c, err := client.Dial(ctx, client.Options{CAFile: *ca, Name: "cross-pub"}, *addr)
 	if err != nil {
 		return err
 	}
@@ -635,7 +635,7 @@ func runCrossSub(args []string) error {
 	n := *subs
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	c, err := client.Dial(ctx, *addr, client.Options{CAFile: *ca, Name: "cross-sub"})
+	c, err := client.Dial(ctx, client.Options{CAFile: *ca, Name: "cross-sub"}, *addr)
 	if err != nil {
 		return err
 	}

@@ -190,7 +190,7 @@ type quicmqDur struct {
 
 func (q *quicmqDur) connect(ctx context.Context, n int) error {
 	for range max(n, 1) {
-		c, err := client.Dial(ctx, quicmqAddr, client.Options{CAFile: q.ca, Name: "bench"})
+		c, err := client.Dial(ctx, client.Options{CAFile: q.ca, Name: "bench"}, quicmqAddr)
 		if err != nil {
 			return err
 		}

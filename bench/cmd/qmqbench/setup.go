@@ -561,7 +561,7 @@ type quicmqSetup struct {
 // prefill stores one record on each of n topics, over a connection of its own (not through
 // the relay), before any clock starts.
 func (q *quicmqSetup) prefill(ctx context.Context, n int, payload []byte) error {
-	c, err := client.Dial(ctx, quicmqAddr, client.Options{CAFile: q.ca, Name: "setup-prefill"})
+	c, err := client.Dial(ctx, client.Options{CAFile: q.ca, Name: "setup-prefill"}, quicmqAddr)
 	if err != nil {
 		return err
 	}
@@ -591,7 +591,7 @@ func (q *quicmqSetup) open(ctx context.Context, _ int) error {
 		}
 		q.relay, addr = r, r.Addr()
 	}
-	c, err := client.Dial(ctx, addr, client.Options{CAFile: q.ca, Name: "setup-sub"})
+	c, err := client.Dial(ctx, client.Options{CAFile: q.ca, Name: "setup-sub"}, addr)
 	if err != nil {
 		return err
 	}

@@ -84,14 +84,14 @@ type quicmqSys struct {
 func (q *quicmqSys) setup(ctx context.Context, patterns []string, deliver func(int, []byte)) error {
 	n := len(patterns)
 	var err error
-	if q.pub, err = client.Dial(ctx, quicmqAddr, client.Options{CAFile: q.ca, Name: "bench-pub"}); err != nil {
+	if q.pub, err = client.Dial(ctx, client.Options{CAFile: q.ca, Name: "bench-pub"}, quicmqAddr); err != nil {
 		return err
 	}
 	subAddr := quicmqAddr
 	if q.subAddr != "" {
 		subAddr = q.subAddr
 	}
-	if q.sub, err = client.Dial(ctx, subAddr, client.Options{CAFile: q.ca, Name: "bench-sub", AblationSharedStream: q.shared}); err != nil {
+	if q.sub, err = client.Dial(ctx, client.Options{CAFile: q.ca, Name: "bench-sub", AblationSharedStream: q.shared}, subAddr); err != nil {
 		return err
 	}
 	// Create the topics first, so that every subscription starts at their head.
