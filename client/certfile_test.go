@@ -2,8 +2,8 @@ package client_test
 
 import (
 	"context"
-	"errors"
 	"crypto/x509"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"

@@ -76,7 +76,7 @@ func TestCodesMatchWire(t *testing.T) {
 			t.Errorf("client.%s = %d, wire.%s = %d", name, cv, name, v)
 		}
 		if s := Code(v).String(); s != wire.Code(v).String() || strings.HasPrefix(s, "code ") {
-			t.Errorf("Code(%d).String() = %q, want the name the protocol gives it (wire.%s has none)", v, s, name)
+			t.Errorf("Code(%d).String() = %q, wire.Code(%d).String() = %q: want one protocol name (in wire.codeNames)", v, s, v, wire.Code(v).String())
 		}
 	}
 	for name, v := range clientCodes {
