@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/node"
 )
 
 // The node's refusals read as one sentence through the SDK: the operation, the code, the
@@ -31,4 +32,14 @@ func TestNodeErrorsReadOnce(t *testing.T) {
 		t.Errorf("topics with a bad pattern: %v", err)
 	}
 	t.Logf("topics: %v", err)
+
+	// A refused HELLO names the dial and the node's reason, once.
+	secured := newTestNode(t, func(c *node.Config) { c.Tokens = []string{"0123456789abcdef0123"} })
+	_, err = client.Dial(ctx, client.Options{CAFile: secured.CAFile(), Token: "wrong-token-wrong-token"}, secured.Addr().String())
+	prefix := "client: dial " + secured.Addr().String() + ": unauthorized: "
+	if errorCode(err) != client.CodeUnauthorized || err == nil || !strings.HasPrefix(err.Error(), prefix) ||
+		strings.Count(err.Error(), "unauthorized") != 1 || strings.Count(err.Error(), "client: ") != 1 {
+		t.Errorf("dial with a wrong token: %v, want %q and the reason", err, prefix)
+	}
+	t.Logf("wrong token: %v", err)
 }

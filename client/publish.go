@@ -70,7 +70,8 @@ func (f *Future) Done() <-chan struct{} { return f.done }
 
 // Wait waits for the result: the Ack once the record is durable, or why it is not (an
 // *Error from the node, ErrClosed, a lost connection). A ctx that ends first returns ctx's
-// error and leaves the publish in flight.
+// error (wrapped with the publish: errors.Is(err, context.DeadlineExceeded)) and leaves the
+// publish in flight.
 func (f *Future) Wait(ctx context.Context) (Ack, error) {
 	select {
 	case <-f.done:
