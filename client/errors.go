@@ -69,7 +69,8 @@ func fromWire(code wire.Code, msg string) *Error {
 
 // reason strips from a node's message the prefixes that repeat the error's code or
 // operation: "quicmq: CODE: ", "CODE: ", and a Go package's "pkg: invalid topic "..."...: "
-// (the subject is named by the SDK's operation).
+// (the subject is named by the SDK's operation), also where a node's sentence quotes such an
+// error after its own ": ".
 func reason(code Code, msg string) string {
 	for {
 		before := msg
@@ -79,7 +80,17 @@ func reason(code Code, msg string) string {
 			msg = rest
 		}
 		if msg == before {
+			break
+		}
+	}
+	for i := 0; ; {
+		j := strings.Index(msg[i:], ": ")
+		if j < 0 {
 			return msg
+		}
+		i += j + 2
+		if rest, ok := cutSubjectPrefix(msg[i:]); ok {
+			msg = msg[:i] + rest
 		}
 	}
 }

@@ -26,6 +26,8 @@ func TestErrorStrings(t *testing.T) {
 			`client: subscribe "a.>.b": invalid topic: '>' must be the last token at byte 2`, CodeInvalidTopic, nil},
 		{wrap(publishOp("long"), fromWire(4, `routing: invalid topic "aaaa"...: longer than 255 bytes at byte 255`)),
 			`client: publish to "long": invalid topic: longer than 255 bytes at byte 255`, CodeInvalidTopic, nil},
+		{wrap(publishOp("x"), fromWire(4, `"x" is too long or has too many tokens inside tenant "acme"'s namespace ("acme."): routing: invalid topic "acme.x"...: longer than 255 bytes at byte 255`)),
+			`client: publish to "x": invalid topic: "x" is too long or has too many tokens inside tenant "acme"'s namespace ("acme."): longer than 255 bytes at byte 255`, CodeInvalidTopic, nil},
 		{wrap(publishOp("t"), fromWire(5, "quicmq: too large: payload of 9 bytes over the limit of 8")),
 			`client: publish to "t": too large: payload of 9 bytes over the limit of 8`, CodeTooLarge, nil},
 		{wrap(publishOp("t"), fromWire(3, `token #1 (tenant acme) may not publish to "t" (allowed: orders.>)`)),
