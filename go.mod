@@ -2,8 +2,6 @@ module github.com/quicmq/quicmq
 
 go 1.26.0
 
-toolchain go1.26.10
-
 require (
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/hashicorp/hcl/v2 v2.25.0

@@ -26,6 +26,7 @@ type Conn struct {
 	lim    wire.Limits // what the node announced in the first WELCOME (payload, frame), defaults otherwise
 
 	window  chan struct{} // one token per unanswered publish (the pipelining window)
+	flush   flushEpochs   // unanswered publishes by Flush epoch
 	closing chan struct{} // closed by Close before the connection is torn down
 	stop    context.CancelFunc
 	stopCtx context.Context // cancelled by Close: ends a resend in progress
@@ -94,7 +95,10 @@ func (l *link) close(code quic.ApplicationErrorCode, reason string) {
 // any one node of the region. Every node must be in the region of the first that answered
 // (offsets, durable positions and de-duplication are the region's); one of another region is
 // skipped. A node that does not answer costs its handshake timeout (5 s) before the next is
-// tried; one that refuses the connection (nothing listens on its port) is skipped at once.
+// tried; an address where nothing listens on the UDP port fails within a round trip
+// (errors.Is(err, syscall.ECONNREFUSED), "connection refused") and the next is tried at once,
+// as long as the host answers with ICMP port unreachable (loopback and most LANs do; a
+// firewall that drops ICMP leaves the handshake timeout).
 func Dial(ctx context.Context, opts Options, addrs ...string) (*Conn, error) {
 	if len(addrs) == 0 {
 		addrs = opts.Addrs
@@ -110,6 +114,7 @@ func Dial(ctx context.Context, opts Options, addrs ...string) (*Conn, error) {
 		closing: make(chan struct{}),
 		resend:  opts.Idempotent && opts.Reconnect,
 	}
+	c.flush.init()
 	base, err := opts.tlsConfig() // the CA file is read once, whatever the number of nodes
 	if err != nil {
 		return nil, err
@@ -183,9 +188,9 @@ type nodesError []error
 func (e nodesError) Error() string {
 	msgs := make([]string, len(e))
 	for i, err := range e {
-		msgs[i] = err.Error()
+		msgs[i] = text(err)
 	}
-	return strings.Join(msgs, "; ")
+	return "client: " + strings.Join(msgs, "; ")
 }
 
 func (e nodesError) Unwrap() []error { return e }
@@ -221,20 +226,29 @@ func (c *Conn) dialNode(ctx context.Context, at int) (*link, *wire.Reader, error
 	}
 	udp, err := net.ListenUDP(network, local)
 	if err != nil {
-		return nil, nil, fmt.Errorf("client: dial %s: local socket: %w", a.addr, err)
+		return nil, nil, wrap("dial "+a.addr, fmt.Errorf("local socket: %w", err))
 	}
 	tr := &quic.Transport{Conn: udp}
-	qc, err := tr.Dial(ctx, a.raddr, a.tls, c.opts.quicConfig())
+	// The probe (probe.go) ends the handshake at once when nothing listens on the port.
+	hctx, cancel := context.WithCancelCause(ctx)
+	stopProbe := startProbe(network, a.raddr, func(err error) { cancel(&refusedError{err: err}) })
+	qc, err := tr.Dial(hctx, a.raddr, a.tls, c.opts.quicConfig())
+	stopProbe()
+	var re *refusedError
+	if err != nil && ctx.Err() == nil && errors.As(context.Cause(hctx), &re) {
+		err = re
+	}
+	cancel(nil) // the connection does not depend on hctx after the handshake
 	if err != nil {
 		tr.Close()
 		udp.Close()
-		return nil, nil, fmt.Errorf("client: dial %s: %w", a.addr, err)
+		return nil, nil, wrap("dial "+a.addr, err)
 	}
 	l := &link{at: at, addr: a.addr, udp: udp, tr: tr, qc: qc}
 	r, err := c.hello(ctx, l)
 	if err != nil {
 		l.close(wire.AppNoError, "")
-		return nil, nil, fmt.Errorf("client: dial %s: %w", a.addr, err)
+		return nil, nil, wrap("dial "+a.addr, err)
 	}
 	return l, r, nil
 }
@@ -321,6 +335,10 @@ func (c *Conn) helloExchange(ctx context.Context, l *link) (*wire.Reader, error)
 	fail := func(err error) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		var e *Error
+		if isConnError(err) && errors.As(connCause(err), &e) {
+			return e // the node refused the connection: its reason is the dial's
 		}
 		return c.linkErr(l, err)
 	}
@@ -437,7 +455,7 @@ func (c *Conn) linkErr(l *link, err error) error {
 		if l != nil {
 			name = l.addr
 		}
-		return fmt.Errorf("client: connection to %s lost: %w", name, cause)
+		return wrap("connection to "+name+" lost", cause)
 	}
 	var se *quic.StreamError
 	if errors.As(err, &se) && se.Remote {

@@ -1,6 +1,44 @@
 // Package client is the Go SDK for QuicMQ: applications import it to publish records to a
 // node and to subscribe to topic patterns, over one QUIC connection per [Conn].
 //
+// # Quick start
+//
+// With `quicmq dev` running (it prints its nodes' addresses and the CA it wrote, e.g.
+// /tmp/quicmq-dev-XXXX/ca/ca.pem, or DIR/ca/ca.pem with --data DIR), dial a node, publish,
+// then read the topic back and acknowledge each record:
+//
+//	ctx := context.Background()
+//	conn, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem"}, "127.0.0.1:7400")
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer conn.Close()
+//	ack, err := conn.Publish(ctx, client.Message{Topic: "demo.hello", Payload: []byte("hi")})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	fmt.Println("stored at offset", ack.Offset)
+//	sub, err := conn.Subscribe(ctx, "demo.>", client.SubscribeOptions{Durable: "quickstart"})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer sub.Close()
+//	for rec, err := range sub.Records(ctx) {
+//		if err != nil {
+//			log.Fatal(err) // or skip a *client.GapError: records retention deleted
+//		}
+//		fmt.Printf("%s@%d: %s\n", rec.Topic, rec.Offset, rec.Payload)
+//		if err := sub.Ack(rec); err != nil { // a durable consumer resumes after its last ack
+//			log.Fatal(err)
+//		}
+//	}
+//
+// The same program is the package's Example. [Conn.Flush] waits for every publish issued so
+// far; errors read as one sentence ("client: publish to "a..b": invalid topic: empty token at
+// byte 2") and carry the node's [Code] in an [*Error].
+//
+// # What it owns
+//
 // It owns the client side of the protocol in docs/protocol.md and nothing else; it depends
 // only on internal/wire (the frame codec shared with the node), quic-go and the standard
 // library, so that applications pull in no broker code.
@@ -20,8 +58,9 @@
 //   - A lost connection fails what was under way on it. With Options.Reconnect the next
 //     operation dials the node again (within its context), and each open subscription is
 //     made again by its next Next, from where it was, delivering nothing twice. Given
-//     several nodes of one region ("host:port,host:port"), [Dial] takes the first that
-//     answers and a reconnect starts with the next, so the Conn outlives any one node.
+//     several nodes of one region (Dial(ctx, opts, "host:port", "host:port")), [Dial] takes
+//     the first that answers and a reconnect starts with the next, so the Conn outlives any
+//     one node; an address where nothing listens is skipped at once.
 //   - With Options.Idempotent the Conn numbers its publishes (a random producer ID and one
 //     increasing sequence), and the node stores each (topic, producer, sequence) once: with
 //     Reconnect too, publishes in flight on a lost connection are resent in order on the next

@@ -3,6 +3,8 @@ package client
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/quicmq/quicmq/internal/wire"
 )
@@ -37,7 +39,10 @@ const (
 func (c Code) String() string { return wire.Code(c).String() }
 
 // Error is an error reported by a node (an ERROR or PUBLISH_ERROR frame, or the application
-// error code of a closed connection), or a limit the client checked before sending.
+// error code of a closed connection), or a limit the client checked before sending. Its text
+// is the code's name and the reason ("invalid topic: empty token at byte 4"); the SDK returns
+// it wrapped in the operation that failed, as in
+// `client: publish to "bad..topic": invalid topic: empty token at byte 4`.
 type Error struct {
 	Code    Code
 	Message string
@@ -45,16 +50,89 @@ type Error struct {
 
 func (e *Error) Error() string {
 	if e.Message == "" {
-		return "quicmq: " + e.Code.String()
+		return e.Code.String()
 	}
-	return "quicmq: " + e.Code.String() + ": " + e.Message
+	return e.Code.String() + ": " + e.Message
 }
 
 func errorf(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-func fromWire(code wire.Code, msg string) *Error { return &Error{Code: Code(code), Message: msg} }
+// fromWire is the *Error for a node's ERROR or PUBLISH_ERROR frame. The node's message may
+// repeat what the SDK's text says already (the code's name, or a package prefix and the
+// subject as in `routing: invalid topic "a..b": empty token at byte 2`); that is cut, so the
+// reason reads once.
+func fromWire(code wire.Code, msg string) *Error {
+	return &Error{Code: Code(code), Message: reason(Code(code), msg)}
+}
+
+// reason strips from a node's message the prefixes that repeat the error's code or
+// operation: "quicmq: CODE: ", "CODE: ", and a Go package's "pkg: invalid topic "..."...: "
+// (the subject is named by the SDK's operation), also where a node's sentence quotes such an
+// error after its own ": ".
+func reason(code Code, msg string) string {
+	for {
+		before := msg
+		msg = strings.TrimPrefix(msg, "quicmq: ")
+		msg = strings.TrimPrefix(msg, code.String()+": ")
+		if rest, ok := cutSubjectPrefix(msg); ok {
+			msg = rest
+		}
+		if msg == before {
+			break
+		}
+	}
+	for i := 0; ; {
+		j := strings.Index(msg[i:], ": ")
+		if j < 0 {
+			return msg
+		}
+		i += j + 2
+		if rest, ok := cutSubjectPrefix(msg[i:]); ok {
+			msg = msg[:i] + rest
+		}
+	}
+}
+
+// cutSubjectPrefix cuts `pkg: invalid topic "SUBJECT"...: ` (or pattern) off msg.
+func cutSubjectPrefix(msg string) (string, bool) {
+	pkg, rest, ok := strings.Cut(msg, ": ")
+	if !ok || pkg == "" || strings.ContainsAny(pkg, " \"") {
+		return msg, false
+	}
+	for _, kind := range []string{"invalid topic ", "invalid pattern "} {
+		if after, ok := strings.CutPrefix(rest, kind); ok {
+			subject, err := strconv.QuotedPrefix(after)
+			if err != nil {
+				return msg, false
+			}
+			after = strings.TrimPrefix(after[len(subject):], "...")
+			if tail, ok := strings.CutPrefix(after, ": "); ok {
+				return tail, true
+			}
+		}
+	}
+	return msg, false
+}
+
+// opError is an error of one SDK operation: "client: OP: REASON". The reason's own "client: "
+// (an SDK error wrapped again) is dropped, so every error the SDK returns names the package
+// once.
+type opError struct {
+	op  string
+	err error
+}
+
+// wrap names the operation err failed (op, e.g. `publish to "orders"`).
+func wrap(op string, err error) error { return &opError{op: op, err: err} }
+
+func (e *opError) Error() string { return "client: " + e.op + ": " + text(e.err) }
+
+// text is err's message without a leading "client: ", for use inside another SDK error.
+func text(err error) string { return strings.TrimPrefix(err.Error(), "client: ") }
+
+func (e *opError) Unwrap() error { return e.err }
 
 // GapError reports that the records [From, To) of Topic were deleted by retention before the
 // subscription reached them. Subscription.Next returns it once, in place of those records,
@@ -85,10 +163,10 @@ type OutcomeUnknownError struct {
 
 func (e *OutcomeUnknownError) Error() string {
 	if e.ProducerID != "" && e.Sequence > 0 {
-		return fmt.Sprintf("client: publish to %q: %v: it may or may not be stored; publishing it again with ProducerID %q and Sequence %d is safe (a stored copy is answered as a duplicate)",
-			e.Topic, e.Err, e.ProducerID, e.Sequence)
+		return fmt.Sprintf("client: publish to %q: %s: it may or may not be stored; publishing it again with ProducerID %q and Sequence %d is safe (a stored copy is answered as a duplicate)",
+			e.Topic, text(e.Err), e.ProducerID, e.Sequence)
 	}
-	return fmt.Sprintf("client: publish to %q: %v: it may or may not be stored; publishing it again may store it twice (Options.Idempotent makes retries safe)", e.Topic, e.Err)
+	return fmt.Sprintf("client: publish to %q: %s: it may or may not be stored; publishing it again may store it twice (Options.Idempotent makes retries safe)", e.Topic, text(e.Err))
 }
 
 // Unwrap returns why the publish was cut off.

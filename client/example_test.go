@@ -10,13 +10,80 @@ import (
 	"github.com/quicmq/quicmq/client"
 )
 
-// The examples expect a node on 127.0.0.1:7400 whose CA is in ./data/tls/ca.pem, such as
-// the one 'quicmq dev' starts (it prints the CA's path). They are compiled, not run.
+// The examples expect a node on 127.0.0.1:7400 such as the first one 'quicmq dev' starts,
+// and its CA where dev writes it: /tmp/quicmq-dev-XXXX/ca/ca.pem (XXXX is random: dev prints
+// the path; with --data DIR it is DIR/ca/ca.pem). They are compiled, not run.
+
+// Quick start: dial a node, publish a record, then read the topic as a durable consumer and
+// acknowledge each record (a durable consumer resumes after its last acknowledged record).
+func Example() {
+	ctx := context.Background()
+	conn, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem"}, "127.0.0.1:7400")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	ack, err := conn.Publish(ctx, client.Message{Topic: "demo.hello", Payload: []byte("hi")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("stored at offset", ack.Offset)
+	sub, err := conn.Subscribe(ctx, "demo.>", client.SubscribeOptions{Durable: "quickstart"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer sub.Close()
+	for rec, err := range sub.Records(ctx) {
+		if err != nil {
+			log.Fatal(err) // or skip a *client.GapError: records retention deleted
+		}
+		fmt.Printf("%s@%d: %s\n", rec.Topic, rec.Offset, rec.Payload)
+		if err := sub.Ack(rec); err != nil {
+			log.Fatal(err)
+		}
+	}
+}
+
+// Flush waits for every publish issued before it, without keeping the Futures.
+func ExampleConn_Flush() {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem"}, "127.0.0.1:7400")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 1000 {
+		if _, err := c.PublishAsync(ctx, client.Message{Topic: "metrics.cpu", Payload: fmt.Appendf(nil, "sample %d", i)}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if err := c.Flush(ctx); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("every publish answered")
+}
+
+// A client certificate from 'quicmq certs client --name billing --out billing', for a node
+// that knows its clients by certificate (a credential "cert:billing" in its token file).
+func ExampleOptions_clientCertificate() {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, client.Options{
+		CAFile:   "billing/ca.pem",
+		CertFile: "billing/client.pem",
+		KeyFile:  "billing/client-key.pem",
+	}, "10.0.0.1:7400", "10.0.0.2:7400")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	name, region := c.Node()
+	fmt.Println("authenticated by certificate to", name, "in", region)
+}
 
 func ExampleDial() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
+	c, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -27,7 +94,7 @@ func ExampleDial() {
 
 func ExampleConn_Publish() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
+	c, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -43,7 +110,7 @@ func ExampleConn_Publish() {
 // flight at once; PublishAsync blocks while the window is full.
 func ExampleConn_PublishAsync() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem", MaxPendingPublishes: 512}, "127.0.0.1:7400")
+	c, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem", MaxPendingPublishes: 512}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -67,7 +134,7 @@ func ExampleConn_PublishAsync() {
 // A durable consumer: it resumes after the last record it acknowledged, also after a restart.
 func ExampleConn_Subscribe() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
+	c, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -97,7 +164,7 @@ func ExampleConn_Subscribe() {
 // Records from a point in time, with a range loop; stop after a quiet second.
 func ExampleSubscription_Records() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
+	c, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -120,7 +187,7 @@ func ExampleSubscription_Records() {
 // Errors from the node carry a code.
 func ExampleError() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
+	c, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -134,7 +201,7 @@ func ExampleError() {
 
 func ExampleConn_Topics() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem"}, "127.0.0.1:7400")
+	c, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem"}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -153,7 +220,7 @@ func ExampleConn_Topics() {
 // ack for a record an earlier attempt had stored says so.
 func ExampleOptions_idempotent() {
 	ctx := context.Background()
-	c, err := client.Dial(ctx, client.Options{CAFile: "data/tls/ca.pem", Reconnect: true, Idempotent: true}, "127.0.0.1:7400")
+	c, err := client.Dial(ctx, client.Options{CAFile: "/tmp/quicmq-dev-XXXX/ca/ca.pem", Reconnect: true, Idempotent: true}, "127.0.0.1:7400")
 	if err != nil {
 		log.Fatal(err)
 	}

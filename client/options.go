@@ -23,6 +23,14 @@ type Options struct {
 	// certificate, for example DATA/tls/ca.pem of a node that generated its own CA. It
 	// replaces TLSConfig.RootCAs when both are set. Empty: TLSConfig's roots, or the system's.
 	CAFile string
+	// CertFile and KeyFile are a client certificate and its private key (PEM files, such as
+	// client.pem and client-key.pem from `quicmq certs client`), presented in the TLS
+	// handshake to a node that authenticates clients by certificate: the node maps the
+	// certificate's Common Name to a credential (and its tenant) without a token. Both or
+	// neither; they replace TLSConfig.Certificates when set. Empty: no client certificate
+	// (unless TLSConfig has one).
+	CertFile string
+	KeyFile  string
 	// TLSConfig is the base TLS configuration (roots, client certificates, ServerName). Dial
 	// copies it and enforces TLS 1.3 and the ALPN "quicmq/1". ServerName defaults to the host
 	// part of the address.
@@ -135,6 +143,18 @@ func (o Options) tlsConfig() (*tls.Config, error) {
 			return nil, fmt.Errorf("client: CA file %s holds no PEM certificate", o.CAFile)
 		}
 		conf.RootCAs = pool
+	}
+	switch {
+	case o.CertFile != "" && o.KeyFile == "":
+		return nil, fmt.Errorf("client: client certificate %s: KeyFile is not set (a certificate needs its key: set both, or neither)", o.CertFile)
+	case o.KeyFile != "" && o.CertFile == "":
+		return nil, fmt.Errorf("client: client key %s: CertFile is not set (a key needs its certificate: set both, or neither)", o.KeyFile)
+	case o.CertFile != "":
+		cert, err := tls.LoadX509KeyPair(o.CertFile, o.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client: client certificate %s with key %s: %w", o.CertFile, o.KeyFile, err)
+		}
+		conf.Certificates = []tls.Certificate{cert}
 	}
 	if conf.MinVersion < tls.VersionTLS13 {
 		conf.MinVersion = tls.VersionTLS13

@@ -59,14 +59,19 @@ type Future struct {
 	// the reader goroutine under the same mutex.
 	seq   uint64
 	frame wire.Publish // owned by the writer goroutine once queued
+	epoch *flushEpoch  // the Flush epoch the publish counts in until it is answered
 }
+
+// publishOp names a publish in errors: `publish to "orders"`.
+func publishOp(topic string) string { return fmt.Sprintf("publish to %q", topic) }
 
 // Done is closed when the result is known.
 func (f *Future) Done() <-chan struct{} { return f.done }
 
 // Wait waits for the result: the Ack once the record is durable, or why it is not (an
 // *Error from the node, ErrClosed, a lost connection). A ctx that ends first returns ctx's
-// error and leaves the publish in flight.
+// error (wrapped with the publish: errors.Is(err, context.DeadlineExceeded)) and leaves the
+// publish in flight.
 func (f *Future) Wait(ctx context.Context) (Ack, error) {
 	select {
 	case <-f.done:
@@ -77,7 +82,7 @@ func (f *Future) Wait(ctx context.Context) (Ack, error) {
 	case <-f.done:
 		return f.ack, f.err
 	case <-ctx.Done():
-		return Ack{}, ctx.Err()
+		return Ack{}, wrap(publishOp(f.topic), ctx.Err())
 	}
 }
 
@@ -92,11 +97,11 @@ func (c *Conn) takeSlot(ctx context.Context, topic string, p *publisher) error {
 	case c.window <- struct{}{}:
 		return nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return wrap(publishOp(topic), ctx.Err())
 	case <-c.closing:
-		return fmt.Errorf("client: publish to %q: %w", topic, ErrClosed)
+		return wrap(publishOp(topic), ErrClosed)
 	case <-dead:
-		return fmt.Errorf("client: publish to %q: %w", topic, p.failure())
+		return wrap(publishOp(topic), p.failure())
 	}
 }
 
@@ -107,6 +112,14 @@ func (f *Future) complete(a Ack, err error) {
 	f.ack, f.err = a, err
 	close(f.done)
 	<-f.c.window
+	f.epoch.release()
+}
+
+// abandon gives back the slot and the Flush count of a future PublishAsync did not queue
+// (its caller gets an error instead).
+func (f *Future) abandon() {
+	<-f.c.window
+	f.epoch.release()
 }
 
 // Publish publishes m and waits until the node acknowledged it as durable. For throughput,
@@ -128,22 +141,22 @@ func (c *Conn) Publish(ctx context.Context, m Message) (Ack, error) {
 // announced are checked first: a payload over them fails at once with CodeTooLarge.
 func (c *Conn) PublishAsync(ctx context.Context, m Message) (*Future, error) {
 	if err := c.checkMessage(&m); err != nil {
-		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
+		return nil, wrap(publishOp(m.Topic), err)
 	}
 	if c.resend {
 		return c.publishResendable(ctx, m)
 	}
 	p, err := c.publisher(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
+		return nil, wrap(publishOp(m.Topic), err)
 	}
 	if err := c.takeSlot(ctx, m.Topic, p); err != nil {
 		return nil, err
 	}
 	f := c.newFuture(m)
 	if err := p.queue(f); err != nil {
-		<-c.window
-		return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
+		f.abandon()
+		return nil, wrap(publishOp(m.Topic), err)
 	}
 	return f, nil
 }
@@ -153,7 +166,7 @@ func (c *Conn) newFuture(m Message) *Future {
 	if c.opts.Idempotent && m.ProducerID == "" {
 		m.ProducerID, m.Sequence = c.producer, c.lastSeq.Add(1)
 	}
-	return &Future{done: make(chan struct{}), c: c, topic: m.Topic,
+	return &Future{done: make(chan struct{}), c: c, topic: m.Topic, epoch: c.flush.acquire(),
 		producer: m.ProducerID, sequence: m.Sequence, frame: wire.Publish{
 			Topic:      m.Topic,
 			ProducerID: m.ProducerID,
@@ -457,7 +470,7 @@ func (p *publisher) readLoop() {
 			}
 			err = p.resolve(f.Seq, 0, time.Time{}, false, fromWire(f.Code, f.Message))
 		case *wire.ErrorFrame:
-			err = fmt.Errorf("client: the node ended the publish stream: %w", fromWire(f.Code, f.Message))
+			err = fmt.Errorf("the node ended the publish stream: %w", fromWire(f.Code, f.Message))
 		default:
 			err = errorf(CodeProtocol, "the node sent %s on a publish stream", f.Type())
 		}
@@ -484,7 +497,7 @@ func (p *publisher) resolve(seq, offset uint64, t time.Time, dup bool, perr erro
 	p.mu.pending = p.mu.pending[1:]
 	p.mu.Unlock()
 	if perr != nil {
-		f.complete(Ack{}, fmt.Errorf("client: publish to %q: %w", f.topic, perr))
+		f.complete(Ack{}, wrap(publishOp(f.topic), perr))
 	} else {
 		f.complete(Ack{Topic: f.topic, Offset: offset, Time: t, Duplicate: dup}, nil)
 	}
@@ -519,7 +532,7 @@ func (p *publisher) fail(err error) {
 		f.complete(Ack{}, &OutcomeUnknownError{Topic: f.topic, ProducerID: f.producer, Sequence: f.sequence, Err: err})
 	}
 	for _, f := range queued {
-		f.complete(Ack{}, fmt.Errorf("client: publish to %q: %w", f.topic, err))
+		f.complete(Ack{}, wrap(publishOp(f.topic), err))
 	}
 	// Unblock the other goroutine: a writer stuck on flow control, a reader waiting for data.
 	p.s.CancelWrite(wire.AppCancelled)

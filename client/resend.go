@@ -35,22 +35,22 @@ func (c *Conn) publishResendable(ctx context.Context, m Message) (*Future, error
 		}
 		p, err := c.publisher(ctx)
 		if err != nil {
-			<-c.window
-			return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
+			f.abandon()
+			return nil, wrap(publishOp(m.Topic), err)
 		}
 		if p != nil {
 			if err = p.queue(f); err == nil {
 				return f, nil
 			}
 			if !c.mayResend(err) {
-				<-c.window
-				return nil, fmt.Errorf("client: publish to %q: %w", m.Topic, err)
+				f.abandon()
+				return nil, wrap(publishOp(m.Topic), err)
 			}
 		}
 		// The stream failed, or a resend began: try again (it queues behind the resend).
 		if err := ctx.Err(); err != nil {
-			<-c.window
-			return nil, err
+			f.abandon()
+			return nil, wrap(publishOp(m.Topic), err)
 		}
 	}
 }

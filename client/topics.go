@@ -34,11 +34,11 @@ func (c *Conn) Topics(ctx context.Context, pattern string) ([]TopicInfo, error) 
 		pattern = ">"
 	}
 	if err := checkSubscribe(pattern, SubscribeOptions{}); err != nil {
-		return nil, fmt.Errorf("client: topics %q: %w", pattern, err)
+		return nil, wrap(fmt.Sprintf("topics %q", pattern), err)
 	}
 	s, err := c.openStream(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("client: topics %q: %w", pattern, err)
+		return nil, wrap(fmt.Sprintf("topics %q", pattern), err)
 	}
 	// The stream serves this call only, so an ended ctx simply aborts it.
 	stop := context.AfterFunc(ctx, func() {
@@ -53,7 +53,7 @@ func (c *Conn) Topics(ctx context.Context, pattern string) ([]TopicInfo, error) 
 			err = ctx.Err()
 		}
 		s.CancelWrite(wire.AppCancelled)
-		return nil, fmt.Errorf("client: topics %q: %w", pattern, err)
+		return nil, wrap(fmt.Sprintf("topics %q", pattern), err)
 	}
 	return list, nil
 }

@@ -107,7 +107,7 @@ func TestClientDialErrors(t *testing.T) {
 		t.Fatalf("missing CA file: exit %d:\n%s", code, stderr)
 	}
 	code, _, stderr = runCLI(t, "", "topics", "--server", "127.0.0.1:1", "--ca", n.ca, "--timeout", "300ms")
-	if code != 1 || !strings.Contains(stderr, "is a node listening there?") {
+	if code != 1 || !strings.Contains(stderr, "client: dial 127.0.0.1:1: connection refused (nothing listens on that UDP port)") {
 		t.Fatalf("nothing listening: exit %d:\n%s", code, stderr)
 	}
 }
