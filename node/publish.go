@@ -177,7 +177,10 @@ func (p *publisher) acquire() bool {
 // add validates one publish and appends it to the batch under construction, or queues its
 // refusal in order.
 func (p *publisher) add(pub *wire.Publish) {
-	e := p.s.actor.checkTopic(pub.Topic, false)
+	e := pub.Refused // over a per-publish limit the decoder checks (wire.Limits)
+	if e == nil {
+		e = p.s.actor.checkTopic(pub.Topic, false)
+	}
 	if e == nil {
 		e = p.s.actor.mayPublish(pub.Topic)
 	}
@@ -212,20 +215,22 @@ func (p *publisher) add(pub *wire.Publish) {
 	})
 }
 
-// checkPublish refuses what must not be appended, naming the problem.
+// checkPublish refuses what must not be appended, naming the limit and the value: the topic
+// grammar and the node's MaxPayload and MaxHeaderBytes. (The decoder refuses what is over
+// the wire limits: header count and key, producer id, topic length; see pub.Refused.)
 func (n *Node) checkPublish(pub *wire.Publish) *wire.Error {
 	if err := routing.ValidateTopic(pub.Topic); err != nil {
 		return &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
 	}
 	if len(pub.Payload) > n.cfg.MaxPayload {
-		return wire.Errorf(wire.CodeTooLarge, "payload of %d bytes over the limit of %d", len(pub.Payload), n.cfg.MaxPayload)
+		return wire.Errorf(wire.CodeTooLarge, "payload of %d bytes is over the limit of %d bytes", len(pub.Payload), n.cfg.MaxPayload)
 	}
 	hb := 0
 	for _, h := range pub.Headers {
 		hb += len(h.Key) + len(h.Value)
 	}
 	if hb > n.cfg.MaxHeaderBytes {
-		return wire.Errorf(wire.CodeTooLarge, "headers of %d bytes over the limit of %d", hb, n.cfg.MaxHeaderBytes)
+		return wire.Errorf(wire.CodeTooLarge, "headers of %d bytes (keys and values) are over the limit of %d bytes", hb, n.cfg.MaxHeaderBytes)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -20,6 +21,13 @@ func addSeeds(f *testing.F) {
 	f.Add(publishBatchSeed())
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Flags: SubscribeRecords}))
 	f.Add([]byte{byte(TypePublish), 0xff, 0xff, 0xff, 0xff})
+	// Publishes over per-publish limits (refused, not malformed) between good ones.
+	var refused []byte
+	refused = Append(refused, &Publish{Seq: 1, Topic: strings.Repeat("t", 41), Payload: []byte("x")})
+	refused = Append(refused, &Publish{Seq: 2, Topic: "a", Headers: make([]Header, 9)})
+	refused = Append(refused, &Publish{Seq: 3, Topic: "a", Headers: []Header{{Key: strings.Repeat("k", 301)}}})
+	refused = Append(refused, &PublishBatch{Seq: 4, Topic: "a", Publishes: []Publish{{}, {ProducerID: strings.Repeat("p", 301)}, {}}})
+	f.Add(refused)
 	f.Add([]byte{})
 }
 
