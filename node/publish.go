@@ -54,7 +54,8 @@ type pendingBatch struct {
 	topic   string
 	seqs    []uint64
 	records []wal.Record
-	bytes   int
+	bytes   int // payload bytes of records
+	stored  int // payload bytes of the records appended (not duplicates nor refused), once done
 	read    time.Time
 	err     *wire.Error // refused before or by the append
 	res     wal.AppendResult
@@ -250,8 +251,15 @@ func (p *publisher) submit() {
 		return
 	}
 	p.s.n.wal.AppendAsync(wal.AppendRequest{Topic: b.topic, Records: b.records}, func(res wal.AppendResult) {
+		stored := 0
+		if res.Err == nil {
+			stored = b.bytes
+			for _, sk := range res.Skipped {
+				stored -= len(b.records[sk.Index].Payload)
+			}
+		}
 		p.mu.Lock()
-		b.res, b.done = res, true
+		b.res, b.done, b.stored = res, true, stored
 		b.records = nil // the payloads are on disk; do not hold them until the ack is written
 		p.mu.Unlock()
 		p.signal()
@@ -282,6 +290,8 @@ func (p *publisher) writeAnswers() {
 	w := wire.NewWriter(p.str)
 	m := p.s.n.metrics
 	writeFailed := false
+	var topic *topicSeries // of lastTopic, the topic of the last batch counted
+	lastTopic := ""
 	// One frame value of each kind, reused: Write encodes at once, and a new one per answer
 	// would be a heap allocation per record.
 	var ack wire.PublishAck
@@ -363,10 +373,13 @@ func (p *publisher) writeAnswers() {
 				<-p.window
 			}
 			if ok > 0 && b.relayTo == "" { // relayed records count on their owner
-				m.publishRecords.Add(float64(ok))
-				if ok == len(b.seqs) {
-					m.publishBytes.Add(float64(b.bytes))
+				if topic == nil || b.topic != lastTopic {
+					topic, lastTopic = m.topic.of(b.topic), b.topic
 				}
+				m.publishRecords.Add(float64(ok))
+				m.publishBytes.Add(float64(b.stored))
+				topic.records.Add(float64(ok))
+				topic.bytes.Add(float64(b.stored))
 				m.publishLatency.Observe(time.Since(b.read).Seconds())
 			}
 		}
