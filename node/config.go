@@ -129,6 +129,11 @@ type Config struct {
 
 	// Retention applies to every topic. Zero: keep forever.
 	Retention wal.Retention
+	// RetentionInterval is how often retention deletes what Retention no longer keeps: a
+	// record lives up to Retention.MaxAge plus this, and a topic may exceed
+	// Retention.MaxBytes by what is appended in this time. Default 1 minute
+	// (wal.DefaultRetentionInterval); negative: retention never runs on its own.
+	RetentionInterval time.Duration
 	// MaxSeriesPerMetric caps the label sets of each per-subscription metric; further
 	// subscriptions are counted under pattern "_other". Default 1000.
 	MaxSeriesPerMetric int

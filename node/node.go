@@ -117,6 +117,8 @@ func New(cfg Config) (*Node, error) {
 		// A client never has more publishes in flight on a stream than the node accepts, so
 		// every retry of an unanswered publish is still in its producer's window.
 		DedupWindow: cfg.MaxPendingPublishes,
+		// How often retention runs (docs/protocol.md, retention's schedule).
+		RetentionInterval: cfg.RetentionInterval,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: open log: %w", err)
