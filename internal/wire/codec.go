@@ -14,7 +14,7 @@ import (
 // that publish only: it decodes with Publish.Refused set, so one bad publish does not end a
 // stream of pipelined good ones.
 type Limits struct {
-	MaxFrame       int // body bytes of one frame; default 1 MiB + 64 KiB
+	MaxFrame       int // body bytes of one frame; default 1 MiB + 64 KiB (a node announces its own in WELCOME)
 	MaxPayload     int // payload bytes of one record; default 1 MiB
 	MaxHeaders     int // headers per record; default 64
 	MaxHeaderBytes int // keys plus values of one record's headers; default 16 KiB
