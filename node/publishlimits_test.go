@@ -180,3 +180,28 @@ func TestPublishFrameOverLimitEndsStream(t *testing.T) {
 		t.Fatalf("oversized frame: %v, want ERROR 5 naming the frame limit", e)
 	}
 }
+
+// Through a relay: publishes to a topic another node of the region owns, with bad ones
+// between them, are refused by the relaying node in their place in the answer order, and the
+// good ones are stored on the owner and acknowledged in order.
+func TestPublishLimitThroughRelay(t *testing.T) {
+	n1, _, _ := nodetest.StartTwo(t)
+	topic := nodetest.OwnedBy("relayed", "n2", "n1", "n2")
+	a := dialAbuse(t, n1)
+	many := make([]wire.Header, 65)
+	var raw []byte
+	raw = wire.Append(raw, &wire.Publish{Seq: 1, Topic: topic, Payload: []byte("a")})
+	raw = wire.Append(raw, &wire.Publish{Seq: 2, Topic: topic, Headers: many})
+	raw = wire.Append(raw, &wire.Publish{Seq: 3, Topic: topic, Payload: []byte("b")})
+	raw = wire.Append(raw, &wire.Publish{Seq: 4, Topic: topic + "..", Payload: []byte("c")})
+	raw = wire.Append(raw, &wire.Publish{Seq: 5, Topic: topic, Payload: []byte("d")})
+	s, r := a.stream(raw)
+	s.Close()
+	got := readAnswers(t, s, r, 5)
+	want := []answer{{seq: 1, offset: 0}, {seq: 2, code: wire.CodeTooLarge}, {seq: 3, offset: 1}, {seq: 4, code: wire.CodeInvalidTopic}, {seq: 5, offset: 2}}
+	for i, g := range got {
+		if w := want[i]; g.seq != w.seq || g.code != w.code || (w.code == 0 && g.offset != w.offset) {
+			t.Errorf("answer %d: %+v, want %+v", i, g, w)
+		}
+	}
+}
