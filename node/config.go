@@ -134,8 +134,9 @@ type Config struct {
 	// Retention.MaxBytes by what is appended in this time. Default 1 minute
 	// (wal.DefaultRetentionInterval); negative: retention never runs on its own.
 	RetentionInterval time.Duration
-	// MaxSeriesPerMetric caps the label sets of each per-subscription metric; further
-	// subscriptions are counted under pattern "_other". Default 1000.
+	// MaxSeriesPerMetric caps the label sets of each per-subscription metric (further
+	// subscriptions are counted under pattern "_other") and the topics of the per-topic
+	// publish metrics (further topics are counted under topic "_other"). Default 1000.
 	MaxSeriesPerMetric int
 
 	// Logger receives the node's logs. Default: slog.Default().
