@@ -36,6 +36,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	// The dev mesh is the one place anonymous clients are the default (the nodes say so).
 	f.anonymous = f.tokens == "" && f.tokenFile == ""
 	f.insecureGossip = f.gossipKey == "" && f.gossipKeyFile == "" // loopback only
+	f.adminAPI = true
 	names := splitList(*regions)
 	if len(names) == 0 {
 		return usageError("--regions: name at least one region")

@@ -40,6 +40,7 @@ type nodeFlags struct {
 	anonymous, insecureGossip           bool
 	certFile, keyFile, caBundle         string
 	admin                               string
+	adminAPI                            bool
 	ablationSharedStream                bool
 	ablationSharedLink                  bool
 }
@@ -50,6 +51,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.listen, "listen", "127.0.0.1:7400", "UDP address of the QUIC client listener (port 0: any free port)")
 		fs.StringVar(&f.metrics, "metrics", "", "HTTP address of /metrics (Prometheus), and of the admin API /v1/ unless --admin is given, e.g. 127.0.0.1:9400 (empty: off)")
 		fs.StringVar(&f.admin, "admin", "", "HTTP address of the admin API /v1/ (members, links, migrate, gossip keys), apart from --metrics; operators only, e.g. 127.0.0.1:9500")
+		fs.BoolVar(&f.adminAPI, "admin-api", false, "serve the admin API's state-changing endpoints (links --migrate, gossip-keys install/use/remove); off: they are refused with 403")
 		fs.StringVar(&f.region, "region", "local", "region this node belongs to")
 		fs.StringVar(&f.name, "name", "", "node name (default: the host name)")
 		fs.StringVar(&f.caDir, "ca-dir", "", "the mesh CA directory (ca.pem + ca-key.pem), created if absent; every node started with the same directory trusts the others (default DATA/tls)")
@@ -153,6 +155,8 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		WANJoin:   splitList(f.wanJoin),
 		GossipKey: key,
 		Mirror:    splitList(f.mirror),
+
+		AdminAPI: f.adminAPI,
 
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,

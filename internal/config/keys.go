@@ -55,6 +55,7 @@ var Keys = []Key{
 	{"region", "region", Name, "region this node belongs to"},
 	{"name", "name", Name, "node name"},
 	{"admin", "admin", Addr, "HTTP address of the admin API /v1/, apart from metrics (operators only)"},
+	{"admin_api", "admin-api", Bool, "serve the admin API's state-changing endpoints (link migration, gossip key changes)"},
 	{"ca_dir", "ca-dir", String, "the mesh CA directory (ca.pem + ca-key.pem)"},
 	{"cert", "cert", String, "the node's certificate (PEM, from quicmq certs node)"},
 	{"key", "key", String, "the key of cert (PEM)"},
