@@ -25,6 +25,7 @@ type Federation struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	mapping streamMapping // how links map mirrors onto streams (Config.AblationSharedLink)
 	wake    chan struct{} // peers changed
 
 	mu struct {
@@ -45,8 +46,9 @@ func New(cfg Config) (*Federation, error) {
 	cfg = cfg.withDefaults()
 	f := &Federation{
 		cfg:  cfg,
-		log:  cfg.Logger.With("component", "federation"),
-		wake: make(chan struct{}, 1),
+		log:     cfg.Logger.With("component", "federation"),
+		mapping: cfg.mapping(),
+		wake:    make(chan struct{}, 1),
 	}
 	f.mu.interest = make(map[string]int)
 	f.mu.mirrorLocks = make(map[[2]string]chan struct{})
