@@ -118,6 +118,7 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 	stopWrites := context.AfterFunc(ctx, func() { str.CancelWrite(wire.AppCancelled) })
 	defer stopWrites()
 	fail := func(e *wire.Error) error {
+		stopWrites() // the reader's cancel, when the stream ends, must not reset the ERROR away
 		w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
 		w.Flush()
 		str.Close()
