@@ -45,7 +45,7 @@ func New(cfg Config) (*Federation, error) {
 	}
 	cfg = cfg.withDefaults()
 	f := &Federation{
-		cfg:  cfg,
+		cfg:     cfg,
 		log:     cfg.Logger.With("component", "federation"),
 		mapping: cfg.mapping(),
 		wake:    make(chan struct{}, 1),
