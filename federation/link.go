@@ -32,6 +32,7 @@ type link struct {
 	cancel context.CancelFunc
 
 	interestWake chan struct{}
+	counters     *linkCounters // the peer's, shared with the links to it before and after this one
 	migrations   atomic.Uint64
 	reconnects   atomic.Uint64
 
@@ -67,10 +68,10 @@ type LinkInfo struct {
 	LastError        string        `json:"last_error,omitempty"`
 }
 
-func newLink(f *Federation, p Peer) *link {
+func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &link{
-		f: f, peer: p, ctx: ctx, cancel: cancel,
+		f: f, peer: p, ctx: ctx, cancel: cancel, counters: counters,
 		log:          f.log.With("peer", p.Name, "peer_region", p.Region),
 		interestWake: make(chan struct{}, 1),
 	}
@@ -116,8 +117,22 @@ func (l *link) run(parent context.Context) {
 			l.log.Info("link up", "addr", l.peer.Addr)
 		}
 		err = l.serve(ctx, conn)
-		l.closeConn(conn, err)
-		if ctx.Err() == nil {
+		switch {
+		case parent.Err() != nil:
+			// A deliberate end: the peer is told this node is stopping, and neither side
+			// reports a lost link.
+			l.closeConn(conn, wire.AppShutdown, "node stopping")
+			l.log.Info("link closed: node stopping")
+		case ctx.Err() != nil:
+			l.closeConn(conn, wire.AppNoError, "link closing")
+			l.log.Info("link closed: the peer left the mesh or moved")
+		case peerStopping(err):
+			l.closeConn(conn, wire.AppNoError, "link closing")
+			l.reconnects.Add(1)
+			l.setError(err)
+			l.log.Info("link closed: peer stopping; redialing until it returns or leaves the mesh")
+		default:
+			l.closeConn(conn, wire.AppNoError, "link closing")
 			l.reconnects.Add(1)
 			l.setError(err)
 			l.log.Warn("link lost; reconnecting and resuming every mirror from its cursor", "err", err)
@@ -174,6 +189,7 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 		closeTransport(tr)
 		return nil, err
 	}
+	l.counters.opened(conn)
 	l.mu.Lock()
 	l.mu.conn = conn
 	l.mu.transports = []*quic.Transport{tr}
@@ -183,8 +199,11 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 	return conn, nil
 }
 
-func (l *link) closeConn(conn *quic.Conn, err error) {
-	conn.CloseWithError(0, "link closing")
+// closeConn closes conn with code (a no-op if it has ended already) and drops what was
+// kept for it; its final figures go to the peer's counters.
+func (l *link) closeConn(conn *quic.Conn, code quic.ApplicationErrorCode, reason string) {
+	conn.CloseWithError(code, reason)
+	l.counters.ended(conn)
 	l.mu.Lock()
 	trs := l.mu.transports
 	l.mu.conn, l.mu.transports, l.mu.local, l.mu.opener = nil, nil, "", nil
