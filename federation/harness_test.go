@@ -627,7 +627,9 @@ type logRecorder struct {
 	records []slog.Record
 }
 
-func (r *logRecorder) handler(next slog.Handler) slog.Handler { return &recordingHandler{r: r, next: next} }
+func (r *logRecorder) handler(next slog.Handler) slog.Handler {
+	return &recordingHandler{r: r, next: next}
+}
 
 // find returns the records at level or above whose message contains msg ("" for any).
 func (r *logRecorder) find(level slog.Level, msg string) []slog.Record {
