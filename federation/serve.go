@@ -112,7 +112,7 @@ func validPatterns(ps []string) []string {
 // has no loops. Topics take turns of one log batch each, each batch flushed with its HEAD
 // before the next is read. Writes block on the stream's flow control when the mirroring node
 // is slow: nothing else waits. This goroutine is the only writer and owns the cursors; the
-// reader goroutine hands later requests over under mu.
+// reader goroutine hands later requests over through a requestQueue.
 func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc, str *quic.Stream, r *wire.Reader, first *wire.Mirror) error {
 	w := wire.NewWriter(str)
 	stopWrites := context.AfterFunc(ctx, func() { str.CancelWrite(wire.AppCancelled) })
@@ -153,48 +153,19 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 		}
 	}
 
-	var mu struct {
-		sync.Mutex
-		pending []*wire.Mirror
-		err     *wire.Error
-	}
+	var q requestQueue
 	readDone := make(chan struct{})
 	go func() { // the stream's reader: later requests, or the end of the stream
 		defer close(readDone)
-		for {
-			fr, err := r.Read()
-			if err != nil {
-				cancel() // the peer's end of the stream ends the mirror
-				return
-			}
-			req, e := mp.later(fr)
-			if req == nil && e == nil {
-				continue
-			}
-			mu.Lock()
-			if e != nil {
-				mu.err = e
-			} else {
-				mu.pending = append(mu.pending, req)
-			}
-			mu.Unlock()
-			select {
-			case wake <- struct{}{}:
-			default:
-			}
-			if e != nil {
-				return
-			}
+		if q.read(r, mp, wake) {
+			cancel() // the peer's end of the stream ends the mirror
 		}
 	}()
 	defer func() { <-readDone }()
 	defer str.CancelRead(wire.AppCancelled)
 
 	for {
-		mu.Lock()
-		reqs, e := mu.pending, mu.err
-		mu.pending = nil
-		mu.Unlock()
+		reqs, e := q.take()
 		if e != nil {
 			return fail(e)
 		}
@@ -229,6 +200,52 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 		case <-wake:
 		}
 	}
+}
+
+// requestQueue hands the requests a mirror stream's reader goroutine reads to the serving
+// goroutine.
+type requestQueue struct {
+	mu      sync.Mutex
+	pending []*wire.Mirror
+	err     *wire.Error // a frame the mapping does not allow: it ends the stream
+}
+
+// read reads r until the stream ends (true) or sends a frame the mapping refuses (false),
+// queueing each request and waking the serving goroutine.
+func (q *requestQueue) read(r *wire.Reader, mp streamMapping, wake chan<- struct{}) (ended bool) {
+	for {
+		fr, err := r.Read()
+		if err != nil {
+			return true
+		}
+		req, e := mp.later(fr)
+		if req == nil && e == nil {
+			continue
+		}
+		q.mu.Lock()
+		if e != nil {
+			q.err = e
+		} else {
+			q.pending = append(q.pending, req)
+		}
+		q.mu.Unlock()
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+		if e != nil {
+			return false
+		}
+	}
+}
+
+// take returns the requests queued since the last call, or the error that ends the stream.
+func (q *requestQueue) take() ([]*wire.Mirror, *wire.Error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	reqs := q.pending
+	q.pending = nil
+	return reqs, q.err
 }
 
 // serveCursor is one topic served on a mirror stream, owned by serveMirror's goroutine.
