@@ -10,7 +10,7 @@ import (
 // The link's byte and packet figures are counters over all its connections: after a link
 // cut and after the peer restarts (each a new connection, whose own figures start at zero)
 // they are at least what they were before, and they go on rising. The old per-connection
-// gauges are gone.
+// gauges are gone, and the series end with the link when the peer leaves the mesh.
 func TestLinkCountersSurviveReconnects(t *testing.T) {
 	m := newFedMesh(t)
 	a := m.addNode("a", nodeOpts{mirror: []string{"cnt.>"}})
@@ -56,9 +56,13 @@ func TestLinkCountersSurviveReconnects(t *testing.T) {
 	afterReconnect("after a link cut", v)
 	v = round("after a link cut", v)
 
+	// b restarts on its address while the mesh still lists it (as gossip lists a node that
+	// crashed until it is reaped): a's link to it reconnects.
 	li, _ = a.link("b")
+	b.listed.Store(b.addr.Load())
 	b.stop()
 	b.restart()
+	b.listed.Store(nil)
 	waitReconnected(t, a, "b", li.Since, 20*time.Second)
 	afterReconnect("after the peer restarted", v)
 	round("after the peer restarted", v)
@@ -81,4 +85,19 @@ func TestLinkCountersSurviveReconnects(t *testing.T) {
 			t.Errorf("the per-connection gauge %s is still exported", old)
 		}
 	}
+
+	// b leaves the mesh: the link ends for good, and its series go with it.
+	b.stop()
+	waitFor(t, 10*time.Second, "the series of the link to b deleted", func() bool {
+		mfs, err := a.registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "quicmq_link_sent_bytes_total" && len(mf.GetMetric()) > 0 {
+				return false
+			}
+		}
+		return true
+	})
 }

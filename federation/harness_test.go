@@ -72,7 +72,11 @@ func (m *fedMesh) peers() []Peer {
 	defer m.mu.Unlock()
 	var out []Peer
 	for _, n := range m.nodes {
-		if a := n.addr.Load(); a != nil {
+		a := n.addr.Load()
+		if a == nil {
+			a = n.listed.Load()
+		}
+		if a != nil {
 			out = append(out, Peer{Region: n.region, Name: n.name, Addr: *a})
 		}
 	}
@@ -92,6 +96,7 @@ type fedNode struct {
 	tr     *quic.Transport
 	ln     *quic.Listener
 	addr   atomic.Pointer[string] // nil while not listening
+	listed atomic.Pointer[string] // the address Peers gives while not listening (nil: none), as gossip lists a crashed node
 	listen string                 // the address to listen on again after a restart
 
 	serveCtx    context.Context

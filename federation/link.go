@@ -117,22 +117,22 @@ func (l *link) run(parent context.Context) {
 			l.log.Info("link up", "addr", l.peer.Addr)
 		}
 		err = l.serve(ctx, conn)
-		switch {
-		case parent.Err() != nil:
+		if parent.Err() != nil {
 			// A deliberate end: the peer is told this node is stopping, and neither side
 			// reports a lost link.
 			l.closeConn(conn, wire.AppShutdown, "node stopping")
 			l.log.Info("link closed: node stopping")
+			return
+		}
+		l.closeConn(conn, wire.AppNoError, "link closing")
+		switch {
 		case ctx.Err() != nil:
-			l.closeConn(conn, wire.AppNoError, "link closing")
 			l.log.Info("link closed: the peer left the mesh or moved")
 		case peerStopping(err):
-			l.closeConn(conn, wire.AppNoError, "link closing")
 			l.reconnects.Add(1)
 			l.setError(err)
 			l.log.Info("link closed: peer stopping; redialing until it returns or leaves the mesh")
 		default:
-			l.closeConn(conn, wire.AppNoError, "link closing")
 			l.reconnects.Add(1)
 			l.setError(err)
 			l.log.Warn("link lost; reconnecting and resuming every mirror from its cursor", "err", err)
