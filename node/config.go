@@ -112,10 +112,12 @@ type Config struct {
 	// measurement aid for benchmarks (bench/, docs/benchmarks.md) that isolates head-of-line
 	// blocking, never for production. Default false: such a request is refused.
 	AblationSharedStream bool
-	// AblationSharedLink carries all mirrors of each federation link on ONE QUIC stream
-	// instead of one stream per mirrored topic, and accepts the same from peers: the
-	// federation's measurement aid (federation/ablation.go, scenario 6 in
-	// docs/benchmarks.md), never for production. Default false: a peer's request is refused.
+	// AblationSharedLink selects the federation's shared-link stream mapping: all mirrors of
+	// each link to another region on ONE QUIC stream instead of one stream per mirrored
+	// topic, and the same accepted from peers. A measurement aid (federation/ablation.go,
+	// scenario 6 in docs/benchmarks.md), never for production; only the mapping differs,
+	// every check and the mirror core are the product's. Default false: a peer's request is
+	// refused.
 	AblationSharedLink bool
 
 	// AdminAPI serves the admin API's state-changing endpoints from AdminHandler: POST
