@@ -7,8 +7,11 @@ export GOTOOLCHAIN := go1.26.10
 
 .PHONY: build dev test vet unit fuzz-short fuzz bench bench-smoke campaigns-short clean vulncheck tofu-check
 
+# VERSION is what `quicmq version` prints (the commit and Go version are recorded by go build).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
 build:
-	$(GO) build -o bin/quicmq ./cmd/quicmq
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/quicmq ./cmd/quicmq
 
 dev: build
 	./bin/quicmq dev

@@ -135,7 +135,7 @@ func TestEncodedTagsSizeMatchesSerf(t *testing.T) {
 
 func TestLogBridgeLevels(t *testing.T) {
 	var buf bytes.Buffer
-	l := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	l := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), nil)
 	l.Printf("[DEBUG] memberlist: hidden")
 	l.Printf("[INFO] serf: EventMemberJoin: a 127.0.0.1")
 	l.Printf("[WARN] memberlist: was slow")
