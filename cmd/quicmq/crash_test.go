@@ -24,6 +24,9 @@ var (
 	buildErr  error
 )
 
+// testVersion is the version quicmqBinary stamps into the binary it builds.
+const testVersion = "v0.0.0-clitest"
+
 // quicmqBinary builds this command once per test process, so tests can run real node
 // processes and kill them.
 func quicmqBinary(t *testing.T) string {
@@ -35,7 +38,7 @@ func quicmqBinary(t *testing.T) string {
 			return
 		}
 		builtBin = filepath.Join(dir, "quicmq")
-		out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-buildvcs=auto", "-ldflags", "-X main.version="+testVersion, "-o", builtBin, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
