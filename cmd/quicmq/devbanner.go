@@ -73,15 +73,16 @@ func printBanner(w io.Writer, b devBanner) {
 		if b.tokenFile != "" {
 			s += " --token-file " + shellQuote(b.tokenFile)
 		}
-		if b.perRegion > 1 {
-			s += " --reconnect"
-		}
 		return s
+	}
+	reconnect := "" // sub and pub move to the region's next node when theirs stops
+	if b.perRegion > 1 {
+		reconnect = " --reconnect"
 	}
 	first, last := b.regions[0], b.regions[len(b.regions)-1]
 	fmt.Fprintf(w, "\nTry, in other terminals (records published in one region reach subscribers in every region):\n")
-	fmt.Fprintf(w, "  %s sub %s --topic 'demo.>'\n", b.bin, conn(last))
-	fmt.Fprintf(w, "  echo hello | %s pub %s --topic demo.hello\n", b.bin, conn(first))
+	fmt.Fprintf(w, "  %s sub %s --topic 'demo.>'%s\n", b.bin, conn(last), reconnect)
+	fmt.Fprintf(w, "  echo hello | %s pub %s --topic demo.hello%s\n", b.bin, conn(first), reconnect)
 	fmt.Fprintf(w, "  %s topics %s\n", b.bin, conn(last))
 	if m := b.nodes[0].metrics; m != "" {
 		fmt.Fprintf(w, "  %s members --admin http://%s\n  %s links --admin http://%s\n", b.bin, m, b.bin, m)
