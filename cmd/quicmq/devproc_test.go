@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	osexec "os/exec"
 	"regexp"
@@ -306,5 +307,73 @@ func TestInvocation(t *testing.T) {
 	// A relative path becomes absolute: the banner's commands work from any directory.
 	if got := invocationOf("./bin/quicmq", onPath, root); !strings.HasPrefix(got, "/") || !strings.HasSuffix(got, "/bin/quicmq") {
 		t.Errorf("./bin/quicmq: %q", got)
+	}
+}
+
+// The README's "Using it" commands run as printed against 'quicmq dev' on its default ports,
+// with the random part of the CA path filled in and the built binary for 'go run
+// ./cmd/quicmq' (the same program). Skipped when the default ports are taken.
+func TestReadmeUsingItRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real processes")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "## Using it\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	var lines []string
+	for _, l := range strings.Split(section, "\n") {
+		if strings.HasPrefix(l, "    ") && strings.TrimSpace(l) != "" {
+			lines = append(lines, strings.TrimSpace(l))
+		}
+	}
+	if len(lines) < 6 {
+		t.Fatalf("want the export line and five commands in README's Using it:\n%s", section)
+	}
+	for _, p := range []string{"127.0.0.1:7400", "127.0.0.1:7401", "127.0.0.1:7402"} {
+		if pc, err := net.ListenPacket("udp", p); err != nil {
+			t.Skipf("default port %s is taken: %v", p, err)
+		} else {
+			pc.Close()
+		}
+	}
+	if ln, err := net.Listen("tcp", "127.0.0.1:9400"); err != nil {
+		t.Skipf("default admin port is taken: %v", err)
+	} else {
+		ln.Close()
+	}
+	d := startDevProcess(t)
+	ca := regexp.MustCompile(`CA\s+(\S+)`).FindStringSubmatch(d.banner)[1]
+	xxxx := regexp.MustCompile(`quicmq-dev-([^/]+)/ca`).FindStringSubmatch(ca)[1]
+	bin := quicmqBinary(t)
+	fill := func(l string) string {
+		return strings.ReplaceAll(strings.ReplaceAll(l, "quicmq-dev-XXXX", "quicmq-dev-"+xxxx), "go run ./cmd/quicmq", bin)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// The export line is one dev prints (but for the comment's spacing) and works.
+	export := fill(lines[0])
+	if !strings.Contains(d.banner, strings.SplitN(export, "   #", 2)[0]) {
+		t.Errorf("dev does not print %q:\n%s", export, d.banner)
+	}
+	if out, err := shell(t, ctx, export+"; "+bin+" topics"); err != nil {
+		t.Errorf("%s: %v\n%s", export, err, out)
+	}
+	sub := osexec.CommandContext(ctx, "sh", "-c", "exec "+fill(lines[1])+" --count 1")
+	sub.Env = cleanEnv()
+	subOut := &syncBuffer{}
+	sub.Stdout, sub.Stderr = subOut, subOut
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range lines[2:] {
+		if out, err := shell(t, ctx, fill(l)); err != nil {
+			t.Errorf("%s: %v\n%s", l, err, out)
+		}
+	}
+	if err := sub.Wait(); err != nil || !strings.Contains(subOut.String(), "\tdemo.hello\thello\n") {
+		t.Errorf("%s: %v\n%s", lines[1], err, subOut.String())
 	}
 }
