@@ -152,7 +152,7 @@ func runCertsShow(e *env, args []string) error {
 			kind = "CA"
 		}
 		left := in.NotAfter.Sub(now).Round(time.Hour)
-		status := fmt.Sprintf("expires in %d days", int(left.Hours()/24))
+		status := "expires in " + plural(int(left.Hours()/24), "day")
 		if left <= 0 {
 			status = "EXPIRED"
 		}

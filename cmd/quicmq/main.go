@@ -184,7 +184,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-8s %s\n", n, commands[n].summary)
+		fmt.Fprintf(w, "  %-12s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'quicmq <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'quicmq help <command>' (or 'quicmq <command> -h') for a command's flags; 'quicmq --version' for the build.")
 }
