@@ -294,6 +294,16 @@ func TestConfigCheckAppliesNodeChecks(t *testing.T) {
 		!strings.Contains(nodeErr, "gossip_key_file (--gossip-key-file): want the base64 of 32 bytes") {
 		t.Errorf("short key: exit %d\n%s\nnode: %s", code, stdout, nodeErr)
 	}
+	// TLS files the node would load at its start: missing ones are named by their keys.
+	file3 := writeTemp(t, "node3.hcl", "data = \""+t.TempDir()+"\"\nanonymous = true\ncert = \"/nonexistent/node.pem\"\n"+
+		"ca_bundle = \"/nonexistent/ca.pem\"\n")
+	code, stdout, _ = runCLI(t, "", "config", "check", file3)
+	_, _, nodeErr = runCLI(t, "", "node", "--config", file3)
+	for _, w := range []string{"cert (--cert): goes with key (--key)", "ca_bundle (--ca-bundle): open /nonexistent/ca.pem"} {
+		if code != 1 || !strings.Contains(stdout, w) || !strings.Contains(nodeErr, w) {
+			t.Errorf("TLS files: want %q: exit %d\n%s\nnode: %s", w, code, stdout, nodeErr)
+		}
+	}
 	t.Setenv("QUICMQ_GOSSIP_KEY_FILE", writeTemp(t, "good.key", "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=\n"))
 	if code, stdout, stderr := runCLI(t, "", "config", "check", file2); code != 0 || !strings.Contains(stdout, "ok (3 settings)") {
 		t.Errorf("good key from the environment: exit %d %s %s", code, stdout, stderr)

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/quicmq/quicmq/internal/certs"
 	"github.com/quicmq/quicmq/internal/config"
 	"github.com/quicmq/quicmq/node"
 )
@@ -52,6 +54,21 @@ func (f *nodeFlags) nodeConfig(e *env) (node.Config, error) {
 	var probs problems
 	if f.data == "" {
 		probs.add("data", "required: the directory where this node keeps its log and certificates")
+	}
+	// The TLS files node.New would load first thing: told here with their keys, and by
+	// 'config check' before a deploy rather than at the node's start.
+	switch {
+	case (f.certFile == "") != (f.keyFile == ""):
+		probs.add("cert", "goes with %s: give both, or neither (the node then issues its own from the CA)", keyFlag("key"))
+	case f.certFile != "":
+		if _, err := tls.LoadX509KeyPair(f.certFile, f.keyFile); err != nil {
+			probs.add("cert", "%s with key %s: %v", f.certFile, f.keyFile, err)
+		}
+	}
+	if f.caBundle != "" {
+		if _, err := certs.LoadCAPool(f.caBundle); err != nil {
+			probs.add("ca-bundle", "%s", strings.TrimPrefix(err.Error(), "certs: load CA pool: "))
+		}
 	}
 	cfg, err := f.config(e)
 	var more problems
