@@ -53,7 +53,7 @@ func (h *headerFlags) Set(v string) error {
 }
 
 func runPub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "pub", "--ca FILE --topic TOPIC [--server HOST:PORT] [--header K=V]... [--reconnect] [--quiet]\n"+
+	fs := newFlagSet(e, "pub", "--topic TOPIC [--server HOST:PORT] [--ca FILE] [--header K=V]... [--reconnect] [--quiet]\n"+
 		"                  [PAYLOAD | --file FILE | --count N [--size BYTES] [--rate R] [--print]]\n\n"+
 		"  quicmq pub --topic t 'hello'        one record, the argument as its payload\n"+
 		"  quicmq pub --topic t --file x.bin   one record, the whole file (any bytes) as its payload\n"+

@@ -23,7 +23,7 @@ func init() {
 const ackEvery = 256
 
 func runSub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "sub", "--ca FILE --topic PATTERN [--server HOST:PORT] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--region R] [--count N] [--idle DURATION] [--reconnect]")
+	fs := newFlagSet(e, "sub", "--topic PATTERN [--server HOST:PORT] [--ca FILE] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--region R] [--count N] [--idle DURATION] [--reconnect]")
 	var cf clientFlags
 	cf.register(e, fs)
 	pattern := fs.String("topic", "", "topic or pattern to subscribe to ('*' one token, trailing '>' one or more), e.g. 'orders.>' (required)")
