@@ -163,7 +163,7 @@ func (f *clientFlags) dial(ctx context.Context, opts client.Options) (*client.Co
 	case strings.Contains(err.Error(), "certificate"):
 		return nil, fmt.Errorf("%w\n(is %s %s the CA of the node at %s?)", err, f.from["ca"], f.ca, f.server)
 	case strings.Contains(err.Error(), "refused"):
-		return nil, fmt.Errorf("%w\n(nothing listens at %s: is the node running, and is this its QUIC port? 'quicmq dev' starts one)", err, f.server)
+		return nil, fmt.Errorf("%w\n(is the node running, and is %s its QUIC port? 'quicmq dev' starts one)", err, f.server)
 	case errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), "timeout"):
 		return nil, fmt.Errorf("%w\n(no answer from %s within %v: is a node listening there? 'quicmq dev' starts one)", err, f.server, f.timeout)
 	}

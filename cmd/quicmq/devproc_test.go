@@ -218,6 +218,7 @@ func TestDevStopsFastAndQuietly(t *testing.T) {
 	if err := sub.Wait(); err != nil {
 		t.Fatalf("%s: %v", cmds[0], err)
 	}
+	t.Logf("the record crossed regions")
 	before := len(d.stderr.String())
 	start := time.Now()
 	if err := d.cmd.Process.Signal(syscall.SIGINT); err != nil {
