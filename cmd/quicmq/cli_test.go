@@ -75,7 +75,7 @@ func TestVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "commit unknown"
+	want := "commit " + testCommit[:12]
 	for _, s := range bi.Settings {
 		if s.Key == "vcs.revision" {
 			want = "commit " + s.Value[:12]

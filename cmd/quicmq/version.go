@@ -12,6 +12,11 @@ import (
 // built without it.
 var version = "dev"
 
+// commit is the commit built, for builds where the go command records none (GOFLAGS
+// -buildvcs=false, a source tarball): -ldflags "-X main.commit=$(git rev-parse HEAD)", as the
+// Makefile passes. What go build recorded (vcs.revision) wins.
+var commit = ""
+
 func init() {
 	register("version", "print the version, commit and Go version of this binary (also: quicmq --version)", runVersion)
 }
@@ -29,17 +34,17 @@ func runVersion(ctx context.Context, e *env, args []string) error {
 // -X variable and what the go command recorded in the binary (vcs.* settings exist when it
 // was built from a git checkout with `go build`; `go run` and test binaries have none).
 func versionLine() string {
-	commit, modified, when := "unknown", false, ""
+	rev, modified, when := "unknown", false, ""
+	if commit != "" {
+		rev = commit
+	}
 	goVersion := runtime.Version()
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		goVersion = bi.GoVersion
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
-				commit = s.Value
-				if len(commit) > 12 {
-					commit = commit[:12]
-				}
+				rev = s.Value
 			case "vcs.modified":
 				modified = s.Value == "true"
 			case "vcs.time":
@@ -47,12 +52,15 @@ func versionLine() string {
 			}
 		}
 	}
-	rev := "commit " + commit
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	desc := "commit " + rev
 	if modified {
-		rev += ", modified"
+		desc += ", modified"
 	}
 	if when != "" {
-		rev += ", " + when
+		desc += ", " + when
 	}
-	return fmt.Sprintf("quicmq %s (%s) %s %s/%s", version, rev, goVersion, runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("quicmq %s (%s) %s %s/%s", version, desc, goVersion, runtime.GOOS, runtime.GOARCH)
 }
