@@ -42,8 +42,19 @@ type Key struct {
 	Doc  string
 }
 
-// Env is the environment variable that overrides the key (and is overridden by the flag).
-func (k Key) Env() string { return "QUICMQ_" + strings.ToUpper(k.Name) }
+// Env is the environment variable that overrides the key (and is overridden by the flag):
+// QUICMQ_<KEY>, except where that name is one the client commands read (QUICMQ_TOKEN_FILE is
+// the client's token; the node's credential file is QUICMQ_NODE_TOKEN_FILE), so that one shell
+// can set both. cmd/quicmq tests that the two sets stay apart.
+func (k Key) Env() string {
+	if v, ok := envRenamed[k.Name]; ok {
+		return v
+	}
+	return "QUICMQ_" + strings.ToUpper(k.Name)
+}
+
+// envRenamed are the keys whose variable is not QUICMQ_<KEY>.
+var envRenamed = map[string]string{"token_file": "QUICMQ_NODE_TOKEN_FILE"}
 
 // Keys are the settings a file may hold, one per `quicmq node` flag (cmd/quicmq tests that the
 // two lists match). max_payload's 64 MiB cap is the protocol's.
