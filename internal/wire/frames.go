@@ -111,6 +111,11 @@ type Publish struct {
 	Sequence   uint64
 	Headers    []Header
 	Payload    []byte
+	// Refused is set by decoding a well-formed publish that breaks a per-publish limit of
+	// the Limits it was decoded with (see Limits); it names the limit and the value. The
+	// publish then keeps only Seq and Topic (empty when the topic was over MaxTopic): the
+	// receiver answers it with PUBLISH_ERROR and goes on with the stream. Never encoded.
+	Refused *Error
 }
 
 // PublishAck says the record of Seq is durable at Offset.
@@ -348,12 +353,9 @@ func (f *Publish) appendBody(e enc) enc {
 		headers(f.Headers).bytes(f.Payload)
 }
 func (f *Publish) decodeBody(d *dec) {
-	f.Seq = d.uvarint("seq")
-	f.Topic = d.strSlot("topic", slotTopic)
-	f.ProducerID = d.strSlot("producer id", slotProducer)
-	f.Sequence = d.uvarint("sequence")
-	f.Headers = d.headers()
-	f.Payload = d.bytesMax("payload", d.lim.MaxPayload)
+	*f = Publish{Seq: d.uvarint("seq")}
+	f.Topic, f.Refused = d.publishTopic()
+	f.decodeEntry(d)
 }
 
 func (f *PublishAck) appendBody(e enc) enc {

@@ -133,10 +133,10 @@ func TestLimitsAndMalformed(t *testing.T) {
 		f    Frame
 		want string
 	}{
-		{"payload", &Publish{Topic: "a", Payload: make([]byte, 11)}, "payload: 11 bytes over the limit of 10"},
-		{"topic", &Publish{Topic: "abcdef"}, "topic: 6 bytes over the limit of 5"},
-		{"header count", &Publish{Topic: "a", Headers: []Header{{"a", nil}, {"b", nil}, {"c", nil}}}, "3 headers over the limit of 2"},
-		{"header bytes", &Publish{Topic: "a", Headers: []Header{{"abcd", []byte("ef")}, {"gh", []byte("ij")}}}, "headers: 10 bytes over the limit of 8"},
+		{"payload", &Record{Payload: make([]byte, 11)}, "payload: 11 bytes over the limit of 10"},
+		{"string", &Topics{Pattern: "abcdef"}, "pattern: 6 bytes over the limit of 5"},
+		{"header count", &Record{Headers: []Header{{"a", nil}, {"b", nil}, {"c", nil}}}, "3 headers over the limit of 2"},
+		{"header bytes", &Record{Headers: []Header{{"abcd", []byte("ef")}, {"gh", []byte("ij")}}}, "headers: 10 bytes over the limit of 8"},
 	}
 	for _, c := range cases {
 		_, _, err := Decode(Append(nil, c.f), lim)
