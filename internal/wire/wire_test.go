@@ -38,6 +38,8 @@ func sampleFrames() []Frame {
 		&Record{Index: 3, Offset: 99, Time: 5, OriginRegion: "us", OriginOffset: 12, ProducerID: "p", Sequence: 1, Headers: hs, Payload: bytes.Repeat([]byte{0xff}, 300)},
 		&Ack{Index: 3, Offset: 99},
 		&Gap{Index: 3, From: 10, To: 20},
+		&CaughtUp{Topics: 3},
+		&CaughtUp{},
 		&Topics{Pattern: ">"},
 		&TopicInfo{Name: "a.b", First: 1, Next: 10, Bytes: 4096},
 		&Watch{Patterns: []string{"orders.>", "a.*.c"}},
