@@ -135,17 +135,7 @@ func TestCaughtUp(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := map[string]int{}
-		for {
-			r, err := s.Next(ctx)
-			if errors.Is(err, client.ErrCaughtUp) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: after %v: %v", pattern, got, err)
-			}
-			got[r.Topic]++
-		}
+		got := readToCaughtUp(t, s)
 		select {
 		case <-s.CaughtUp():
 		default:
@@ -198,20 +188,27 @@ func TestCaughtUpAcrossNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := map[string]int{}
-		for {
-			r, err := s.Next(ctx)
-			if errors.Is(err, client.ErrCaughtUp) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("%s: after %v: %v", pattern, got, err)
-			}
-			got[r.Topic]++
-		}
+		got := readToCaughtUp(t, s)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("%s: caught up with %v, want %v", pattern, got, want)
 		}
 		s.Close()
+	}
+}
+
+// readToCaughtUp reads s until ErrCaughtUp and returns the records it got per topic.
+func readToCaughtUp(t *testing.T, s *client.Subscription) map[string]int {
+	t.Helper()
+	ctx := testCtx(t)
+	got := map[string]int{}
+	for {
+		r, err := s.Next(ctx)
+		if errors.Is(err, client.ErrCaughtUp) {
+			return got
+		}
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		got[r.Topic]++
 	}
 }
