@@ -51,7 +51,7 @@ var typeNames = map[Type]string{
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS",
 	TypeCaughtUp: "CAUGHT_UP",
-	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
+	TypeTopics:   "TOPICS", TypeTopicInfo: "TOPIC_INFO",
 	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD",
 }
 
