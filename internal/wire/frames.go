@@ -49,9 +49,8 @@ var typeNames = map[Type]string{
 	TypePublish: "PUBLISH", TypePublishAck: "PUBLISH_ACK", TypePublishError: "PUBLISH_ERROR",
 	TypePublishBatch: "PUBLISH_BATCH", TypePublishAcks: "PUBLISH_ACKS",
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
-	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS",
-	TypeCaughtUp: "CAUGHT_UP",
-	TypeTopics:   "TOPICS", TypeTopicInfo: "TOPIC_INFO",
+	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
+	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
 	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD",
 }
 
