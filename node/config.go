@@ -107,10 +107,13 @@ type Config struct {
 	// subscription wants them.
 	Mirror []string
 
-	// AblationSharedStream lets clients that ask for it (client.Options.AblationSharedStream)
-	// carry all their subscriptions on ONE shared stream instead of one stream each: a
-	// measurement aid for benchmarks (bench/, docs/benchmarks.md) that isolates head-of-line
-	// blocking, never for production. Default false: such a request is refused.
+	// AblationSharedStream accepts the shared-stream mapping (node/ablation.go): a client that
+	// asks for it (the bench module, through internal/sharedstream; the SDK has no such API)
+	// carries all its subscriptions on ONE stream instead of one stream each. Only the stream
+	// mapping differs: the subscriptions are authorized, read, batched and acknowledged as
+	// on streams of their own. A measurement aid for benchmarks (bench/, docs/benchmarks.md)
+	// that isolates head-of-line blocking, never for production. Default false: such a
+	// stream is refused with ERROR code 3 (forbidden).
 	AblationSharedStream bool
 	// AblationSharedLink selects the federation's shared-link stream mapping: all mirrors of
 	// each link to another region on ONE QUIC stream instead of one stream per mirrored

@@ -49,7 +49,7 @@ var typeNames = map[Type]string{
 	TypePublish: "PUBLISH", TypePublishAck: "PUBLISH_ACK", TypePublishError: "PUBLISH_ERROR",
 	TypePublishBatch: "PUBLISH_BATCH", TypePublishAcks: "PUBLISH_ACKS",
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
-	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS",
+	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
 	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD",
 }
@@ -307,6 +307,8 @@ func newFrame(t Type) Frame {
 		return new(Ack)
 	case TypeGap:
 		return new(Gap)
+	case TypeCaughtUp:
+		return new(CaughtUp)
 	case TypeTopics:
 		return new(Topics)
 	case TypeTopicInfo:
@@ -404,9 +406,8 @@ func (f *Subscribe) decodeBody(d *dec) {
 			d.fail("flags: 0 is sent by leaving the field out")
 		}
 	}
-	if d.err == nil && f.Start > StartTime {
-		d.fail("start: unknown kind %d", f.Start)
-	}
+	// An unknown start kind is not malformed: the node answers it with ERROR 13 (invalid
+	// argument), naming the kind.
 }
 
 func (f *Subscribed) appendBody(e enc) enc { return e }
