@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -135,7 +136,7 @@ type Subscription struct {
 // setup only; pass a context to each Next for the records.
 func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOptions) (*Subscription, error) {
 	if err := checkSubscribe(pattern, opts); err != nil {
-		return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
+		return nil, wrap(fmt.Sprintf("subscribe %q", pattern), err)
 	}
 	sub := &Subscription{
 		c:       c,
@@ -153,7 +154,7 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 	}
 	str, fr, err := sub.open(ctx, opts.From)
 	if err != nil {
-		return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
+		return nil, wrap(fmt.Sprintf("subscribe %q", pattern), err)
 	}
 	sub.s, sub.fr = str, fr
 	return sub, nil
@@ -397,6 +398,9 @@ func (s *Subscription) CaughtUp() <-chan struct{} { return s.caught }
 // end makes err the subscription's terminal error and stops receiving (Close, when closing,
 // still reads to the node's FIN).
 func (s *Subscription) end(err error) error {
+	if !strings.HasPrefix(err.Error(), "client: ") { // a node's *Error or a stream's failure
+		err = wrap(fmt.Sprintf("subscription %q", s.pattern), err)
+	}
 	s.err = err
 	if !s.closed.Load() {
 		s.s.CancelRead(wire.AppCancelled)
@@ -447,9 +451,9 @@ func (s *Subscription) Ack(r Record) error {
 		if errors.As(err, &se) && se.Remote {
 			// The node stopped reading: it ended the subscription, and its ERROR frame, the
 			// reason, is next on the receiving side.
-			return fmt.Errorf("client: ack %s@%d: the node ended the subscription (Next returns its reason): %w", r.Topic, r.Offset, err)
+			return wrap(fmt.Sprintf("ack %s@%d: the node ended the subscription (Next returns its reason)", r.Topic, r.Offset), err)
 		}
-		return fmt.Errorf("client: ack %s@%d: %w", r.Topic, r.Offset, s.c.streamErr(err))
+		return wrap(fmt.Sprintf("ack %s@%d", r.Topic, r.Offset), s.c.streamErr(err))
 	}
 	return nil
 }
