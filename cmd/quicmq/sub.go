@@ -23,7 +23,7 @@ func init() {
 const ackEvery = 256
 
 func runSub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "sub", "--topic PATTERN [--server HOST:PORT] [--ca FILE] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--region R] [--count N] [--idle DURATION] [--reconnect]")
+	fs := newFlagSet(e, "sub", "--topic PATTERN [--server HOST:PORT] [--ca FILE] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--region R] [--count N] [--idle DURATION] [--until-caught-up] [--reconnect]")
 	var cf clientFlags
 	cf.register(e, fs)
 	pattern := fs.String("topic", "", "topic or pattern to subscribe to ('*' one token, trailing '>' one or more), e.g. 'orders.>' (required)")
@@ -33,6 +33,8 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	durable := fs.String("durable", "", "durable consumer name: resume after the last acknowledged record, and store progress")
 	region := fs.String("region", "", "replay another region's log of the topic directly, through the node's link to it, without storing it here (offsets are that region's)")
 	count := fs.Int("count", 0, "exit after this many records (0: no limit)")
+	untilCaughtUp := fs.Bool("until-caught-up", false, "exit once every record stored when the subscription was set up has been printed\n"+
+		"(the node says so: no timeout needed to read a topic to its end)")
 	idle := fs.Duration("idle", 0, "exit when no record arrived for this long, e.g. 5s (0: wait forever)")
 	reconnect := fs.Bool("reconnect", false, "when the connection to the node is lost (it restarted), dial it again and go on where the\n"+
 		"subscription was, printing nothing twice (with --durable: from the last acknowledged record)")
@@ -70,7 +72,7 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	}
 	defer conn.Close()
 	sctx, cancel := cf.requestCtx(ctx)
-	sub, err := conn.Subscribe(sctx, *pattern, client.SubscribeOptions{From: start, Durable: *durable, Region: *region})
+	sub, err := conn.Subscribe(sctx, *pattern, client.SubscribeOptions{From: start, Durable: *durable, Region: *region, NotifyCaughtUp: *untilCaughtUp})
 	cancel()
 	if err != nil {
 		return err
@@ -80,7 +82,11 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	if aerr := s.ackAll(); err == nil {
 		err = aerr
 	}
-	sub.Close() // waits for the node to have read every ack
+	// Close waits for the node to have stored every ack (its FIN follows them): an error
+	// means the position may not be stored, which a durable consumer must hear about.
+	if cerr := sub.Close(); err == nil && cerr != nil && *durable != "" {
+		err = cerr
+	}
 	return err
 }
 
@@ -149,6 +155,9 @@ func (s *subPrinter) run(ctx context.Context, count int, idle time.Duration) err
 				continue
 			case ctx.Err() != nil:
 				return nil // interrupted
+			case errors.Is(err, client.ErrCaughtUp):
+				fmt.Fprintf(s.e.stderr, "quicmq sub: caught up after %s\n", plural(s.printed, "record"))
+				return nil
 			case errors.Is(err, context.DeadlineExceeded):
 				fmt.Fprintf(s.e.stderr, "quicmq sub: no record for %v, exiting after %s\n", idle, plural(s.printed, "record"))
 				return nil

@@ -50,6 +50,25 @@ func TestSubCountAndIdle(t *testing.T) {
 	}
 }
 
+// TestSubUntilCaughtUp reads a topic to its end with no idle timeout: the node's CAUGHT_UP
+// ends the command, after exactly the records stored before it subscribed.
+func TestSubUntilCaughtUp(t *testing.T) {
+	n := startCLINode(t)
+	publishLines(t, n, "cu.a", "r0", "r1", "r2")
+	code, stdout, stderr := runCLI(t, "", append([]string{"sub", "--topic", "cu.>", "--until-caught-up"}, n.conn()...)...)
+	if code != 0 || stdout != "0\tcu.a\tr0\n1\tcu.a\tr1\n2\tcu.a\tr2\n" {
+		t.Fatalf("exit %d, stdout %q:\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "caught up after 3 records") {
+		t.Fatalf("no caught-up notice:\n%s", stderr)
+	}
+	// An empty topic pattern is caught up at once.
+	code, stdout, stderr = runCLI(t, "", append([]string{"sub", "--topic", "nothing.here", "--until-caught-up"}, n.conn()...)...)
+	if code != 0 || stdout != "" || !strings.Contains(stderr, "caught up after 0 records") {
+		t.Fatalf("empty: exit %d, stdout %q:\n%s", code, stdout, stderr)
+	}
+}
+
 func contains(list []string, s string) bool {
 	for _, l := range list {
 		if l == s {
