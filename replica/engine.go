@@ -138,26 +138,30 @@ func (e *engine) tick() {
 		if g.quiet {
 			continue
 		}
+		// Checked before the tick, when the last round has left nothing
+		// ready (a leader's tick readies heartbeats).
+		if !e.cfg.DisableQuiescence && g.idle >= e.cfg.QuiesceAfterTicks {
+			if e.maybeQuiesce(g) {
+				continue
+			}
+		}
 		g.rn.Tick()
 		g.idle++
 		e.stats.GroupTicks++
-		if !e.cfg.DisableQuiescence && g.idle >= e.cfg.QuiesceAfterTicks {
-			e.maybeQuiesce(g)
-		}
 	}
 }
 
 // maybeQuiesce quiets an idle group whose leader this node is and whose
 // followers have everything, telling them with a last heartbeat that
 // carries the commit index.
-func (e *engine) maybeQuiesce(g *group) {
+func (e *engine) maybeQuiesce(g *group) bool {
 	if len(g.pending) > 0 || g.rn.HasReady() {
-		return
+		return false
 	}
 	bs := g.rn.BasicStatus()
 	last, _ := g.st.LastIndex()
 	if bs.RaftState != raft.StateLeader || bs.LeadTransferee != 0 || bs.GetCommit() != last || bs.Applied != last {
-		return
+		return false
 	}
 	caught := true
 	var peers []uint64
@@ -170,7 +174,7 @@ func (e *engine) maybeQuiesce(g *group) {
 		}
 	})
 	if !caught {
-		return
+		return false
 	}
 	slices.Sort(peers)
 	for _, to := range peers {
@@ -180,6 +184,7 @@ func (e *engine) maybeQuiesce(g *group) {
 		}})
 	}
 	e.setQuiet(g, true)
+	return true
 }
 
 func (e *engine) setQuiet(g *group, q bool) {

@@ -43,7 +43,7 @@ type simConfig struct {
 
 func defaultSimConfig(nodes int) simConfig {
 	return simConfig{
-		nodes: nodes, groups: 2, steps: 1500, healSteps: 6000, tickEvery: 10, maxDelay: 12,
+		nodes: nodes, groups: 2, steps: 2000, healSteps: 6000, tickEvery: 10, maxDelay: 12,
 		dropRate: 0.05, proposeRate: 0.15, crashRate: 0.002, partitionRate: 0.002,
 	}
 }
@@ -98,6 +98,23 @@ type sim struct {
 	acked   []simAck
 	props   int
 	err     error
+	stats   simStats
+}
+
+// simStats counts what a run exercised, so that a test can show the faults
+// and paths it claims to cover did happen.
+type simStats struct {
+	crashes, partitions, leaderTerms, quiesced, clamped, notLeader, dropped int
+}
+
+func (a *simStats) add(b simStats) {
+	a.crashes += b.crashes
+	a.partitions += b.partitions
+	a.leaderTerms += b.leaderTerms
+	a.quiesced += b.quiesced
+	a.clamped += b.clamped
+	a.notLeader += b.notLeader
+	a.dropped += b.dropped
 }
 
 type simTransport struct {
@@ -129,7 +146,7 @@ func newSim(cfg simConfig, seed uint64) (*sim, error) {
 		s.groups = append(s.groups, uint64(100+g))
 	}
 	for i := range cfg.nodes {
-		n := &simNode{id: uint64(i + 1), fs: vfs.NewCrashableMem(), skew: s.rng.Int64N(100e6) - 50e6, phase: s.rng.IntN(cfg.tickEvery)}
+		n := &simNode{id: uint64(i + 1), fs: vfs.NewCrashableMem(), skew: s.rng.Int64N(1000e6) - 500e6, phase: s.rng.IntN(cfg.tickEvery)}
 		s.nodes = append(s.nodes, n)
 		if err := s.openDB(n); err != nil {
 			return nil, err
@@ -173,7 +190,7 @@ func (s *sim) start(n *simNode) error {
 	n.sm = NewLogSM(n.db)
 	cfg := Config{
 		NodeID: n.id, DB: n.db, StateMachine: n.sm, Transport: simTransport{s, n.id},
-		ElectionTicks: 10, HeartbeatTicks: 1, QuiesceAfterTicks: 20,
+		ElectionTicks: 10, HeartbeatTicks: 1,
 		Now:                     func() time.Time { return time.Unix(0, int64(s.now)*1e6+n.skew) },
 		brokenApplyBeforeCommit: s.cfg.broken,
 	}
@@ -201,6 +218,7 @@ func (s *sim) crash(n *simNode) error {
 	n.fs = crashed
 	n.e = nil
 	n.sm = nil
+	s.stats.crashes++
 	n.downTil = s.now + 20 + s.rng.IntN(400)
 	return s.openDB(n)
 }
@@ -251,7 +269,11 @@ func (s *sim) step(faults bool) error {
 	s.net = s.net[i:]
 	for _, n := range s.nodes {
 		if n.e != nil && (s.now+n.phase)%s.cfg.tickEvery == 0 {
+			q := n.e.stats.Quiesced
 			n.e.tick()
+			if n.e.stats.Quiesced > q {
+				s.stats.quiesced++
+			}
 		}
 	}
 	if faults {
@@ -267,9 +289,14 @@ func (s *sim) step(faults bool) error {
 			s.partition()
 		}
 	}
+	// Bursts of proposals with idle gaps, so that groups also quiesce (and
+	// must wake again).
 	rate := s.cfg.proposeRate
+	if (s.now/400)%2 == 1 {
+		rate = 0
+	}
 	if !faults {
-		rate /= 4
+		rate = s.cfg.proposeRate / 4
 	}
 	if s.rng.Float64() < rate {
 		s.propose()
@@ -296,6 +323,7 @@ func (s *sim) partition() {
 	for _, i := range perm[:k] {
 		side[uint64(i+1)] = true
 	}
+	s.stats.partitions++
 	oneWay := s.rng.IntN(4) == 0
 	for _, a := range s.nodes {
 		for _, b := range s.nodes {
@@ -320,8 +348,13 @@ func (s *sim) propose() {
 	data := fmt.Sprintf("p%d@%d", s.props, n.id)
 	node := n
 	n.e.propose(g, []byte(data), func(r Result, err error) {
-		if err == nil {
+		switch {
+		case err == nil:
 			s.onAck(node, g, data, r)
+		case errors.Is(err, ErrNotLeader):
+			s.stats.notLeader++
+		case errors.Is(err, ErrDropped):
+			s.stats.dropped++
 		}
 	})
 }
@@ -371,8 +404,12 @@ func (s *sim) check() error {
 			bs, _ := n.e.status(g)
 			if bs.RaftState == raft.StateLeader {
 				k := [2]uint64{g, bs.GetTerm()}
-				if l, ok := s.leaders[k]; ok && l != n.id {
+				l, ok := s.leaders[k]
+				if ok && l != n.id {
 					return fmt.Errorf("group %d has two leaders in term %d: nodes %d and %d", g, bs.GetTerm(), l, n.id)
+				}
+				if !ok {
+					s.stats.leaderTerms++
 				}
 				s.leaders[k] = n.id
 			}
@@ -410,6 +447,9 @@ func (s *sim) checkLog(n *simNode, g uint64) error {
 		case r.Offset == uint64(len(gl)):
 			if len(gl) > 0 && got.time < gl[len(gl)-1].time {
 				return fmt.Errorf("node %d group %d: time went back at offset %d", n.id, g, r.Offset)
+			}
+			if len(gl) > 0 && got.time == gl[len(gl)-1].time {
+				s.stats.clamped++ // (or two proposals in one virtual ms)
 			}
 			if len(gl) > 0 && got.index <= gl[len(gl)-1].index {
 				return fmt.Errorf("node %d group %d: raft index went back at offset %d", n.id, g, r.Offset)
@@ -460,15 +500,15 @@ func (s *sim) close() {
 // runSim runs one seed. raft draws its randomized election timeouts from
 // crypto/rand; cryptotest.SetGlobalRandom makes that stream seeded too, so
 // a seed replays the same run.
-func runSim(t *testing.T, cfg simConfig, seed uint64) (acked int, err error) {
+func runSim(t *testing.T, cfg simConfig, seed uint64) (acked int, st simStats, err error) {
 	cryptotest.SetGlobalRandom(t, seed)
 	s, err := newSim(cfg, seed)
 	if err != nil {
-		return 0, err
+		return 0, st, err
 	}
 	defer s.close()
 	err = s.run()
-	return len(s.acked), err
+	return len(s.acked), s.stats, err
 }
 
 // simSeeds returns the seeds to run: one from -seed or QUICMQ_SIM_SEED, or
@@ -502,23 +542,29 @@ func simSeeds(t *testing.T, n int) []uint64 {
 }
 
 func TestSimRegion(t *testing.T) {
-	var acked, runs int
-	for _, seed := range simSeeds(t, 200) {
+	var (
+		acked, runs int
+		total       simStats
+	)
+	seeds := simSeeds(t, 200)
+	for _, seed := range seeds {
 		nodes := 3
 		if seed%2 == 1 {
 			nodes = 5
 		}
-		a, err := runSim(t, defaultSimConfig(nodes), seed)
+		a, st, err := runSim(t, defaultSimConfig(nodes), seed)
 		if err != nil {
 			t.Fatalf("%v\nrerun: go test -run TestSimRegion ./replica -seed %d", err, seed)
 		}
 		acked += a
 		runs++
+		total.add(st)
 	}
-	if acked == 0 {
-		t.Fatal("no proposal was acknowledged in any run: the simulation checks nothing")
+	t.Logf("%d runs, %d acknowledged proposals checked; %+v", runs, acked, total)
+	if len(seeds) >= 20 && (acked == 0 || total.crashes == 0 || total.partitions == 0 || total.quiesced == 0 ||
+		total.leaderTerms <= runs || total.clamped == 0 || total.notLeader == 0) {
+		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}
-	t.Logf("%d runs, %d acknowledged proposals checked", runs, acked)
 }
 
 // TestSimCatchesApplyBeforeCommit shows the checker failing on a driver
@@ -529,7 +575,7 @@ func TestSimCatchesApplyBeforeCommit(t *testing.T) {
 	for seed := range uint64(seeds) {
 		cfg := defaultSimConfig(3)
 		cfg.broken = true
-		_, err := runSim(t, cfg, seed)
+		_, _, err := runSim(t, cfg, seed)
 		if err != nil {
 			caught++
 			if caught == 1 {
