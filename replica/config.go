@@ -55,6 +55,9 @@ type Config struct {
 	// entries as soon as they are appended, before they commit: the
 	// simulation must catch it.
 	brokenApplyBeforeCommit bool
+	// brokenNoSync, test only, never syncs its batches: messages and
+	// acknowledgements then run ahead of durability.
+	brokenNoSync bool
 }
 
 // Validate reports every problem of the configuration at once.

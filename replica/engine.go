@@ -374,7 +374,7 @@ func (e *engine) round(rds []*readyGroup) error {
 	}
 	if !b.Empty() {
 		opt := pebble.NoSync
-		if sync {
+		if sync && !e.cfg.brokenNoSync {
 			opt = pebble.Sync
 			e.stats.SyncCommits++
 		}
