@@ -100,6 +100,7 @@ type sim struct {
 	props   int
 	err     error
 	stats   simStats
+	onSend  func(from, to uint64, msgs []Message) // tests' observer
 }
 
 // simStats counts what a run exercised, so that a test can show the faults
@@ -125,6 +126,9 @@ type simTransport struct {
 
 func (t simTransport) Send(to uint64, msgs []Message) {
 	s := t.s
+	if s.onSend != nil {
+		s.onSend(t.from, to, msgs)
+	}
 	if s.cut[[2]uint64{t.from, to}] || s.rng.Float64() < s.cfg.dropRate {
 		return
 	}
