@@ -42,6 +42,10 @@ type Config struct {
 	// MaxInflightMsgs bounds the append messages in flight per follower.
 	// Default 256.
 	MaxInflightMsgs int
+	// MaxUncommittedBytes bounds the payload bytes a leader holds
+	// uncommitted per group; proposals past it are refused
+	// (raft.ErrProposalDropped). Default 64 MiB.
+	MaxUncommittedBytes uint64
 	// InboxSize is the number of inbound message batches Run buffers; when
 	// full, Deliver drops (raft recovers lost messages). Default 1024.
 	InboxSize int
@@ -112,6 +116,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSizePerMsg == 0 {
 		c.MaxSizePerMsg = 1 << 20
+	}
+	if c.MaxUncommittedBytes == 0 {
+		c.MaxUncommittedBytes = 64 << 20
 	}
 	if c.MaxInflightMsgs == 0 {
 		c.MaxInflightMsgs = 256

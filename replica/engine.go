@@ -106,7 +106,7 @@ func (e *engine) addGroup(id uint64, peers []uint64) error {
 		Applied:                   applied,
 		MaxSizePerMsg:             e.cfg.MaxSizePerMsg,
 		MaxInflightMsgs:           e.cfg.MaxInflightMsgs,
-		MaxUncommittedEntriesSize: 64 << 20,
+		MaxUncommittedEntriesSize: e.cfg.MaxUncommittedBytes,
 		CheckQuorum:               true,
 		PreVote:                   true,
 		DisableProposalForwarding: true,

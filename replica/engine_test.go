@@ -11,7 +11,7 @@ import (
 func newCalmSim(t *testing.T, nodes int) *sim {
 	t.Helper()
 	cfg := defaultSimConfig(nodes)
-	cfg.dropRate, cfg.crashRate, cfg.partitionRate, cfg.proposeRate = 0, 0, 0, 0
+	cfg.dropRate, cfg.dupRate, cfg.crashRate, cfg.partitionRate, cfg.proposeRate = 0, 0, 0, 0, 0
 	s, err := newSim(cfg, 1)
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,7 @@ type simConfig struct {
 	tickEvery     int     // virtual ms per raft tick
 	maxDelay      int     // ms
 	dropRate      float64 // per message batch
+	dupRate       float64 // per message batch
 	proposeRate   float64 // per step
 	crashRate     float64 // per step
 	partitionRate float64 // per step
@@ -45,7 +46,7 @@ type simConfig struct {
 func defaultSimConfig(nodes int) simConfig {
 	return simConfig{
 		nodes: nodes, groups: 2, steps: 2000, healSteps: 6000, tickEvery: 10, maxDelay: 12,
-		dropRate: 0.05, proposeRate: 0.15, crashRate: 0.002, partitionRate: 0.002,
+		dropRate: 0.05, dupRate: 0.02, proposeRate: 0.15, crashRate: 0.002, partitionRate: 0.002,
 	}
 }
 
@@ -139,6 +140,11 @@ func (t simTransport) Send(to uint64, msgs []Message) {
 	}
 	s.pseq++
 	s.net = append(s.net, simPacket{at: s.now + 1 + s.rng.IntN(s.cfg.maxDelay), seq: s.pseq, from: t.from, to: to, msgs: cp})
+	if s.rng.Float64() < s.cfg.dupRate {
+		// Delivered twice, the second time later: raft must ignore it.
+		s.pseq++
+		s.net = append(s.net, simPacket{at: s.now + 1 + s.rng.IntN(4*s.cfg.maxDelay), seq: s.pseq, from: t.from, to: to, msgs: cp})
+	}
 }
 
 func newSim(cfg simConfig, seed uint64) (*sim, error) {
