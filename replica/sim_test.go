@@ -75,6 +75,11 @@ type simRec struct {
 	data  string
 }
 
+type simEntry struct {
+	term uint64
+	data string
+}
+
 type simAck struct {
 	group  uint64
 	offset uint64
@@ -94,9 +99,11 @@ type sim struct {
 	cut    map[[2]uint64]bool // directional: from -> to dropped
 	healAt int
 
-	leaders map[[2]uint64]uint64 // (group, term) -> leader
-	global  map[uint64][]simRec  // group -> the longest applied log seen
-	checked map[[2]uint64]uint64 // (node, group) -> offsets compared
+	leaders map[[2]uint64]uint64  // (group, term) -> leader
+	global  map[uint64][]simRec   // group -> the longest applied log seen
+	checked map[[2]uint64]uint64  // (node, group) -> offsets compared
+	commits map[uint64][]simEntry // group -> committed raft entries seen (index i at i-1)
+	ccheck  map[[2]uint64]uint64  // (node, group) -> committed index compared
 	acked   []simAck
 	props   int
 	err     error
@@ -151,7 +158,7 @@ func newSim(cfg simConfig, seed uint64) (*sim, error) {
 	s := &sim{
 		cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		cut: map[[2]uint64]bool{}, leaders: map[[2]uint64]uint64{}, global: map[uint64][]simRec{},
-		checked: map[[2]uint64]uint64{},
+		checked: map[[2]uint64]uint64{}, commits: map[uint64][]simEntry{}, ccheck: map[[2]uint64]uint64{},
 	}
 	for g := range cfg.groups {
 		s.groups = append(s.groups, uint64(100+g))
@@ -425,11 +432,52 @@ func (s *sim) check() error {
 				}
 				s.leaders[k] = n.id
 			}
+			if err := s.checkCommitted(n, g); err != nil {
+				return err
+			}
 			if err := s.checkLog(n, g); err != nil {
 				return err
 			}
 		}
 	}
+	return nil
+}
+
+// checkCommitted compares every node's raft log up to its commit index with
+// what the other nodes committed: no two nodes commit different entries at
+// one index (raft's entries, empty ones and all, not only records).
+func (s *sim) checkCommitted(n *simNode, g uint64) error {
+	k := [2]uint64{n.id, g}
+	st := n.st[slices.Index(s.groups, g)]
+	hs, _, _ := st.InitialState()
+	commit := hs.GetCommit()
+	from := s.ccheck[k]
+	if commit <= from {
+		s.ccheck[k] = commit
+		return nil
+	}
+	ents, err := st.Entries(from+1, commit+1, ^uint64(0))
+	if err != nil {
+		return fmt.Errorf("node %d group %d: committed entries (%d, %d]: %w", n.id, g, from, commit, err)
+	}
+	gl := s.commits[g]
+	for _, e := range ents {
+		got := simEntry{term: e.GetTerm(), data: string(e.GetData())}
+		i := e.GetIndex() - 1
+		switch {
+		case i < uint64(len(gl)):
+			if gl[i] != got {
+				return fmt.Errorf("node %d group %d: committed index %d is term %d, another node committed term %d there",
+					n.id, g, e.GetIndex(), got.term, gl[i].term)
+			}
+		case i == uint64(len(gl)):
+			gl = append(gl, got)
+		default:
+			return fmt.Errorf("node %d group %d: committed index %d past the longest committed log %d", n.id, g, e.GetIndex(), len(gl))
+		}
+	}
+	s.commits[g] = gl
+	s.ccheck[k] = commit
 	return nil
 }
 
