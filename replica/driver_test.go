@@ -314,3 +314,64 @@ func TestConfigValidateReportsEverything(t *testing.T) {
 		t.Errorf("error %q lacks the package prefix", err)
 	}
 }
+
+// failingSM fails Apply once armed, standing in for a failed write.
+type failingSM struct {
+	*LogSM
+	mu    sync.Mutex
+	armed bool
+}
+
+func (f *failingSM) Apply(b *pebble.Batch, group, applied uint64, ents []Entry) ([]Result, error) {
+	f.mu.Lock()
+	armed := f.armed
+	f.mu.Unlock()
+	if armed && len(ents) > 0 {
+		return nil, errors.New("injected apply failure")
+	}
+	return f.LogSM.Apply(b, group, applied, ents)
+}
+
+// TestDriverFailStop: when a round cannot be written, Run returns the error,
+// the proposal is answered with it (never acknowledged), and the driver
+// refuses everything after.
+func TestDriverFailStop(t *testing.T) {
+	db := openTestDB(t, nil)
+	sm := &failingSM{LogSM: NewLogSM(db)}
+	net := &testNet{drivers: map[uint64]*Driver{}, down: map[uint64]bool{}}
+	d, err := New(Config{NodeID: 1, DB: db, StateMachine: sm, Transport: netTransport{1, net}, TickInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runErr := make(chan error, 1)
+	go func() { runErr <- d.Run(context.Background()) }()
+	ctx := context.Background()
+	if err := d.AddGroup(ctx, 1, []uint64{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Campaign(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a single-node leader", func() bool {
+		st, err := d.Status(ctx, 1)
+		return err == nil && st.RaftState == raft.StateLeader
+	})
+	if r, err := d.Propose(ctx, 1, []byte("ok")); err != nil || r.Offset != 0 {
+		t.Fatalf("first proposal: %+v, %v", r, err)
+	}
+	sm.mu.Lock()
+	sm.armed = true
+	sm.mu.Unlock()
+	if r, err := d.Propose(ctx, 1, []byte("lost")); err == nil || !strings.Contains(err.Error(), "injected apply failure") {
+		t.Fatalf("proposal whose apply failed: %+v, %v; want the failure", r, err)
+	}
+	if err := <-runErr; err == nil || !strings.Contains(err.Error(), "injected apply failure") {
+		t.Fatalf("Run returned %v, want the failure", err)
+	}
+	if _, err := d.Propose(ctx, 1, []byte("after")); !errors.Is(err, ErrStopped) {
+		t.Fatalf("proposal after the failure: %v, want ErrStopped", err)
+	}
+	if n, _ := sm.Next(1); n != 1 {
+		t.Fatalf("records after the failure: %d, want 1", n)
+	}
+}
