@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -117,19 +118,9 @@ func (e *engine) addGroup(id uint64, peers []uint64) error {
 	}
 	g := &group{id: id, rn: rn, st: st}
 	e.groups[id] = g
-	i, _ := slices.BinarySearchFunc(e.order, id, func(g *group, id uint64) int { return cmpU64(g.id, id) })
+	i, _ := slices.BinarySearchFunc(e.order, id, func(g *group, id uint64) int { return cmp.Compare(g.id, id) })
 	e.order = slices.Insert(e.order, i, g)
 	return nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // tick advances every active group by one tick and quiesces the idle ones.

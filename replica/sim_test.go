@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -276,7 +277,7 @@ func (s *sim) step(faults bool) error {
 		if a.at != b.at {
 			return a.at - b.at
 		}
-		return cmpU64(a.seq, b.seq)
+		return cmp.Compare(a.seq, b.seq)
 	})
 	i := 0
 	for ; i < len(s.net) && s.net[i].at <= s.now; i++ {
@@ -634,37 +635,13 @@ func TestSimRegion(t *testing.T) {
 	}
 }
 
-// TestSimCatchesApplyBeforeCommit shows the checker failing on a driver
-// that applies and acknowledges entries before a quorum has them.
-func TestSimCatchesApplyBeforeCommit(t *testing.T) {
+// caughtIn runs seeds 0..seeds-1 of a broken variant and returns in how
+// many the checker reported a violation.
+func caughtIn(t *testing.T, seeds uint64, broken func(*simConfig)) int {
 	caught := 0
-	const seeds = 10
-	for seed := range uint64(seeds) {
+	for seed := range seeds {
 		cfg := defaultSimConfig(3)
-		cfg.broken = true
-		_, _, err := runSim(t, cfg, seed)
-		if err != nil {
-			caught++
-			if caught == 1 {
-				t.Logf("caught: %v", err)
-			}
-		}
-	}
-	if caught < seeds/2 {
-		t.Fatalf("the simulation caught the broken driver in %d of %d seeds", caught, seeds)
-	}
-}
-
-// TestSimCatchesMissingSync shows the checker failing on a driver that
-// answers and sends before its writes are synced: crashes then lose entries
-// a quorum was counted on.
-func TestSimCatchesMissingSync(t *testing.T) {
-	caught := 0
-	const seeds = 20
-	for seed := range uint64(seeds) {
-		cfg := defaultSimConfig(3)
-		cfg.brokenNoSync = true
-		cfg.crashRate = 0.01
+		broken(&cfg)
 		if _, _, err := runSim(t, cfg, seed); err != nil {
 			caught++
 			if caught == 1 {
@@ -672,8 +649,23 @@ func TestSimCatchesMissingSync(t *testing.T) {
 			}
 		}
 	}
-	if caught == 0 {
-		t.Fatalf("the simulation did not catch the unsynced driver in %d seeds", seeds)
-	}
 	t.Logf("caught in %d of %d seeds", caught, seeds)
+	return caught
+}
+
+// TestSimCatchesApplyBeforeCommit shows the checker failing on a driver
+// that applies and acknowledges entries before a quorum has them.
+func TestSimCatchesApplyBeforeCommit(t *testing.T) {
+	if n := caughtIn(t, 10, func(c *simConfig) { c.broken = true }); n < 5 {
+		t.Fatalf("the simulation caught the broken driver in %d of 10 seeds", n)
+	}
+}
+
+// TestSimCatchesMissingSync shows the checker failing on a driver that
+// answers and sends before its writes are synced: crashes then lose entries
+// a quorum was counted on, or votes.
+func TestSimCatchesMissingSync(t *testing.T) {
+	if n := caughtIn(t, 20, func(c *simConfig) { c.brokenNoSync, c.crashRate = true, 0.01 }); n == 0 {
+		t.Fatal("the simulation did not catch the unsynced driver in 20 seeds")
+	}
 }
