@@ -669,3 +669,15 @@ func TestSimCatchesMissingSync(t *testing.T) {
 		t.Fatal("the simulation did not catch the unsynced driver in 20 seeds")
 	}
 }
+
+// TestSimIsReproducible: a seed replays the same run, so a failing seed can
+// be rerun and debugged.
+func TestSimIsReproducible(t *testing.T) {
+	for _, nodes := range []int{3, 5} {
+		a1, s1, err1 := runSim(t, defaultSimConfig(nodes), 7)
+		a2, s2, err2 := runSim(t, defaultSimConfig(nodes), 7)
+		if a1 != a2 || s1 != s2 || (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%d nodes, seed 7 twice: %d acks %+v %v, then %d acks %+v %v", nodes, a1, s1, err1, a2, s2, err2)
+		}
+	}
+}
