@@ -165,7 +165,7 @@ func (d *Driver) Campaign(ctx context.Context, group uint64) error {
 	err := d.exec(ctx, func(e *engine) {
 		g, ok := e.groups[group]
 		if !ok {
-			errc <- ErrUnknownGroup
+			errc <- fmt.Errorf("%w %d", ErrUnknownGroup, group)
 			return
 		}
 		e.setQuiet(g, false)
@@ -199,7 +199,7 @@ func (d *Driver) Status(ctx context.Context, group uint64) (raft.BasicStatus, er
 	}
 	a := <-ch
 	if !a.ok {
-		return raft.BasicStatus{}, fmt.Errorf("replica: status of group %d: %w", group, ErrUnknownGroup)
+		return raft.BasicStatus{}, fmt.Errorf("%w %d", ErrUnknownGroup, group)
 	}
 	return a.s, nil
 }

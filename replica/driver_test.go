@@ -73,7 +73,7 @@ func startReplica(t *testing.T, net *testNet, id uint64, fs vfs.FS, groups []uin
 	r := &testReplica{id: id, fs: fs, db: db, sm: NewLogSM(db), done: make(chan error, 1)}
 	d, err := New(Config{
 		NodeID: id, DB: db, StateMachine: r.sm, Transport: netTransport{id, net},
-		TickInterval: 5 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
+		TickInterval: 10 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,10 @@ func startRegion(t *testing.T, n int, groups []uint64) ([]*testReplica, *testNet
 	return rs, net
 }
 
-func proposeAll(t *testing.T, d *Driver, g uint64, n int, prefix string) []Result {
+// proposeAll makes n concurrent proposals to group g, each retried at the
+// current leader while it is refused or dropped by a leader change (a
+// dropped proposal never commits, so a retry cannot store it twice).
+func proposeAll(t *testing.T, rs []*testReplica, g uint64, n int, prefix string) []Result {
 	t.Helper()
 	res := make([]Result, n)
 	errs := make([]error, n)
@@ -164,7 +167,17 @@ func proposeAll(t *testing.T, d *Driver, g uint64, n int, prefix string) []Resul
 		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			res[i], errs[i] = d.Propose(ctx, g, []byte(fmt.Sprintf("%s%d", prefix, i)))
+			for {
+				d := currentLeader(ctx, rs, g)
+				if d == nil {
+					errs[i] = fmt.Errorf("no leader: %w", ctx.Err())
+					return
+				}
+				res[i], errs[i] = d.Propose(ctx, g, []byte(fmt.Sprintf("%s%d", prefix, i)))
+				if !errors.Is(errs[i], ErrNotLeader) && !errors.Is(errs[i], ErrDropped) || ctx.Err() != nil {
+					return
+				}
+			}
 		})
 	}
 	wg.Wait()
@@ -176,12 +189,28 @@ func proposeAll(t *testing.T, d *Driver, g uint64, n int, prefix string) []Resul
 	return res
 }
 
+// currentLeader returns the driver that leads g, polling until ctx ends.
+func currentLeader(ctx context.Context, rs []*testReplica, g uint64) *Driver {
+	for ctx.Err() == nil {
+		for _, r := range rs {
+			if r.cancel == nil {
+				continue
+			}
+			if st, err := r.d.Status(ctx, g); err == nil && st.RaftState == raft.StateLeader {
+				return r.d
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
 func TestDriverReplicatesWithDenseOffsets(t *testing.T) {
 	groups := []uint64{1, 2}
 	rs, _ := startRegion(t, 3, groups)
 	for _, g := range groups {
-		l := leaderOf(t, rs, g)
-		res := proposeAll(t, l.d, g, 40, "r")
+		leaderOf(t, rs, g)
+		res := proposeAll(t, rs, g, 40, "r")
 		seen := map[uint64]bool{}
 		for _, r := range res {
 			seen[r.Offset] = true
@@ -242,7 +271,7 @@ func TestDriverNotLeaderNamesTheLeader(t *testing.T) {
 func TestDriverQuiescesAndWakesOnLeaderLoss(t *testing.T) {
 	rs, net := startRegion(t, 3, []uint64{1})
 	l := leaderOf(t, rs, 1)
-	proposeAll(t, l.d, 1, 5, "a")
+	proposeAll(t, rs, 1, 5, "a")
 	for _, r := range rs {
 		waitFor(t, fmt.Sprintf("node %d to quiesce", r.id), func() bool {
 			st, err := r.d.Stats(context.Background())
@@ -264,7 +293,7 @@ func TestDriverQuiescesAndWakesOnLeaderLoss(t *testing.T) {
 	if nl == l {
 		t.Fatal("the stopped leader is still reported as leader")
 	}
-	res := proposeAll(t, nl.d, 1, 1, "c")
+	res := proposeAll(t, rs, 1, 1, "c")
 	if res[0].Offset != 5 {
 		t.Fatalf("first offset under the new leader = %d, want 5", res[0].Offset)
 	}
@@ -278,8 +307,7 @@ func TestDriverRestartKeepsLogAndOffsets(t *testing.T) {
 	for i, id := range peers {
 		rs = append(rs, startReplica(t, net, id, fss[i], []uint64{7}, peers))
 	}
-	l := leaderOf(t, rs, 7)
-	proposeAll(t, l.d, 7, 10, "x")
+	proposeAll(t, rs, 7, 10, "x")
 	for _, r := range rs {
 		waitFor(t, "every node to apply", func() bool { n, _ := r.sm.Next(7); return n == 10 })
 		r.stop(t, net)
@@ -293,8 +321,7 @@ func TestDriverRestartKeepsLogAndOffsets(t *testing.T) {
 			t.Fatalf("node %d after restart: next offset %d, want 10", r.id, n)
 		}
 	}
-	l = leaderOf(t, rs, 7)
-	res := proposeAll(t, l.d, 7, 1, "y")
+	res := proposeAll(t, rs, 7, 1, "y")
 	if res[0].Offset != 10 {
 		t.Fatalf("first offset after restart = %d, want 10", res[0].Offset)
 	}

@@ -242,7 +242,7 @@ func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) 
 	}
 	g, ok := e.groups[groupID]
 	if !ok {
-		done(Result{}, fmt.Errorf("replica: propose to group %d: %w", groupID, ErrUnknownGroup))
+		done(Result{}, fmt.Errorf("%w %d", ErrUnknownGroup, groupID))
 		return
 	}
 	e.setQuiet(g, false)
@@ -459,7 +459,7 @@ func (e *engine) complete(r *readyGroup) {
 		for len(g.pending) > 0 && g.pending[0].term < ent.GetTerm() {
 			p := g.pending[0]
 			g.pending = g.pending[1:]
-			p.done(Result{}, fmt.Errorf("replica: group %d: %w", g.id, ErrDropped))
+			p.done(Result{}, fmt.Errorf("%w (group %d)", ErrDropped, g.id))
 		}
 		if len(g.pending) == 0 {
 			return
