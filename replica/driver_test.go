@@ -64,9 +64,13 @@ type testReplica struct {
 
 // startReplica opens (or reopens) a node on fs and runs its driver until
 // the test ends or stopReplica.
-func startReplica(t *testing.T, net *testNet, id uint64, fs vfs.FS, groups []uint64, peers []uint64) *testReplica {
+func startReplica(t testing.TB, net *testNet, id uint64, fs vfs.FS, groups []uint64, peers []uint64) *testReplica {
 	t.Helper()
-	db, err := pebble.Open("db", &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}})
+	dir := "db"
+	if fs == vfs.Default {
+		dir = t.TempDir() // real files, real fsyncs
+	}
+	db, err := pebble.Open(dir, &pebble.Options{FS: fs, FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +99,7 @@ func startReplica(t *testing.T, net *testNet, id uint64, fs vfs.FS, groups []uin
 	return r
 }
 
-func (r *testReplica) stop(t *testing.T, net *testNet) {
+func (r *testReplica) stop(t testing.TB, net *testNet) {
 	if r.cancel == nil {
 		return
 	}
@@ -113,7 +117,7 @@ func (r *testReplica) stop(t *testing.T, net *testNet) {
 }
 
 // waitFor polls cond until it holds; it fails the test after 20 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for !cond() {
@@ -124,7 +128,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func leaderOf(t *testing.T, rs []*testReplica, g uint64) *testReplica {
+func leaderOf(t testing.TB, rs []*testReplica, g uint64) *testReplica {
 	t.Helper()
 	var leader *testReplica
 	waitFor(t, fmt.Sprintf("a leader of group %d", g), func() bool {
@@ -142,7 +146,11 @@ func leaderOf(t *testing.T, rs []*testReplica, g uint64) *testReplica {
 	return leader
 }
 
-func startRegion(t *testing.T, n int, groups []uint64) ([]*testReplica, *testNet) {
+func startRegion(t testing.TB, n int, groups []uint64) ([]*testReplica, *testNet) {
+	return startRegionOn(t, n, groups, func() vfs.FS { return vfs.NewMem() })
+}
+
+func startRegionOn(t testing.TB, n int, groups []uint64, fs func() vfs.FS) ([]*testReplica, *testNet) {
 	net := &testNet{drivers: map[uint64]*Driver{}, down: map[uint64]bool{}}
 	var peers []uint64
 	for i := range n {
@@ -150,7 +158,7 @@ func startRegion(t *testing.T, n int, groups []uint64) ([]*testReplica, *testNet
 	}
 	var rs []*testReplica
 	for _, id := range peers {
-		rs = append(rs, startReplica(t, net, id, vfs.NewMem(), groups, peers))
+		rs = append(rs, startReplica(t, net, id, fs(), groups, peers))
 	}
 	return rs, net
 }
