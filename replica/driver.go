@@ -212,7 +212,7 @@ func (d *Driver) Stats(ctx context.Context) (Stats, error) {
 	}
 	s := <-ch
 	d.mu.Lock()
-	s.Dropped += d.mu.dropped
+	s.InboxFull = d.mu.dropped
 	d.mu.Unlock()
 	return s, nil
 }

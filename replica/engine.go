@@ -39,7 +39,8 @@ type Stats struct {
 	Messages    uint64 // raft messages sent
 	GroupTicks  uint64 // RawNode ticks, summed over groups
 	Quiesced    int    // groups quiet now
-	Dropped     uint64 // inbound messages for groups this node does not hold
+	Unknown     uint64 // inbound messages for groups this node does not hold
+	InboxFull   uint64 // inbound batches Deliver dropped because Run was behind
 }
 
 type group struct {
@@ -196,7 +197,7 @@ func (e *engine) step(msgs []Message) {
 	for _, m := range msgs {
 		g, ok := e.groups[m.Group]
 		if !ok || m.Raft == nil {
-			e.stats.Dropped++
+			e.stats.Unknown++
 			continue
 		}
 		t := m.Raft.GetType()
@@ -221,9 +222,9 @@ func (e *engine) step(msgs []Message) {
 	}
 }
 
-// wake makes quiet groups tick again: the one named, or all whose leader is
-// the node given (for a failure detector: a quiet group does not notice its
-// leader's death by itself).
+// wakeLedBy makes the quiet groups whose leader is node tick again, for a
+// failure detector: a quiet group does not notice its leader's death by
+// itself.
 func (e *engine) wakeLedBy(node uint64) {
 	for _, g := range e.order {
 		if g.quiet && g.rn.BasicStatus().Lead == node {
