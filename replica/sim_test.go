@@ -299,6 +299,9 @@ func (s *sim) step(faults bool) error {
 	if faults {
 		if s.rng.Float64() < s.cfg.crashRate {
 			n := s.nodes[s.rng.IntN(len(s.nodes))]
+			if s.rng.IntN(2) == 0 {
+				n = s.leaderOrAny(s.groups[s.rng.IntN(len(s.groups))], n) // leaders are the interesting victims
+			}
 			if n.e != nil {
 				if err := s.crash(n); err != nil {
 					return err
@@ -332,6 +335,18 @@ func (s *sim) step(faults bool) error {
 		return s.err
 	}
 	return s.check()
+}
+
+// leaderOrAny returns the node leading g, or fallback when none does.
+func (s *sim) leaderOrAny(g uint64, fallback *simNode) *simNode {
+	for _, n := range s.nodes {
+		if n.e != nil {
+			if bs, _ := n.e.status(g); bs.RaftState == raft.StateLeader {
+				return n
+			}
+		}
+	}
+	return fallback
 }
 
 // partition isolates one node, or splits the nodes in two, both ways, or
