@@ -50,7 +50,9 @@
 // proposal whose term has been passed by an applied entry of a later term is
 // answered with ErrDropped: it can no longer commit.
 //
-// Groups run with PreVote and CheckQuorum. An idle group (no pending
+// All groups tick on the one ticker, so a round's heartbeats of every group
+// for one peer leave together, in one Send. Groups run with PreVote and
+// CheckQuorum. An idle group (no pending
 // proposal, every follower's match at the leader's last index, everything
 // committed and applied, for Config.QuiesceAfterTicks ticks) quiesces: the
 // leader sends one last heartbeat marked Quiesce carrying the commit index,
@@ -69,9 +71,11 @@
 //     into wal's 'm' space in the same batch and serves reads up to the
 //     applied index (I3, I9).
 //   - A Transport over the peer QUIC links with stream priorities (votes and
-//     heartbeats ahead of appends), and true heartbeat coalescing (one
-//     heartbeat per node pair for all groups, as CockroachDB does): today a
-//     round's messages for a peer share one Send, and idle groups are quiet.
+//     heartbeats ahead of appends). Its wire form exists (codec.go): one
+//     batch per Send, in which heartbeats and their responses are coalesced
+//     to a few bytes each (group, term, commit), as CockroachDB coalesces
+//     them per node pair; the simulation and tests pass every batch through
+//     it.
 //   - Membership changes (learners that catch up before they vote, I8),
 //     log compaction and snapshots (Storage supports ApplySnapshot and
 //     Compact; the driver refuses a received snapshot), metrics, an entry

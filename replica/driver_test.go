@@ -12,8 +12,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
-	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // netTransport delivers between drivers of one process, encoding every
@@ -37,17 +35,13 @@ func (t netTransport) Send(to uint64, msgs []Message) {
 	if d == nil || down {
 		return
 	}
-	cp := make([]Message, len(msgs))
-	for i, m := range msgs {
-		b, err := proto.Marshal(m.Raft)
-		if err != nil {
-			panic(err)
-		}
-		r := &pb.Message{}
-		if err := proto.Unmarshal(b, r); err != nil {
-			panic(err)
-		}
-		cp[i] = Message{Group: m.Group, Quiesce: m.Quiesce, Raft: r}
+	b, err := EncodeBatch(nil, t.from, to, msgs)
+	if err != nil {
+		panic(err)
+	}
+	_, _, cp, err := DecodeBatch(b)
+	if err != nil {
+		panic(err)
 	}
 	d.Deliver(cp)
 }

@@ -16,8 +16,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
-	pb "go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 )
 
 // The deterministic simulation: N replicas of G groups in one process, each
@@ -141,10 +139,16 @@ func (t simTransport) Send(to uint64, msgs []Message) {
 	if s.cut[[2]uint64{t.from, to}] || s.rng.Float64() < s.cfg.dropRate {
 		return
 	}
-	cp := make([]Message, len(msgs))
-	for i, m := range msgs {
-		// A copy, as a real transport would deliver a decoded one.
-		cp[i] = Message{Group: m.Group, Quiesce: m.Quiesce, Raft: proto.Clone(m.Raft).(*pb.Message)}
+	// Through the wire form, as a real transport delivers them.
+	b, err := EncodeBatch(nil, t.from, to, msgs)
+	if err != nil {
+		s.err = err
+		return
+	}
+	from, dest, cp, err := DecodeBatch(b)
+	if err != nil || from != t.from || dest != to || len(cp) != len(msgs) {
+		s.err = fmt.Errorf("batch from %d to %d did not survive its wire form: %d of %d messages, %v", t.from, to, len(cp), len(msgs), err)
+		return
 	}
 	s.pseq++
 	s.net = append(s.net, simPacket{at: s.now + 1 + s.rng.IntN(s.cfg.maxDelay), seq: s.pseq, from: t.from, to: to, msgs: cp})

@@ -19,8 +19,9 @@ type Message struct {
 // Transport carries raft messages to other nodes. Send is called on the
 // driver's goroutine, at most once per peer per round with every message of
 // that round for the peer, after the round's state is durable. It must not
-// block for long; it may drop (raft resends). The receiving side hands the
-// messages to the peer's Driver.Deliver.
+// block for long, nor modify msgs; it may drop (raft resends). EncodeBatch
+// gives the batch's wire form, and the receiving side hands what
+// DecodeBatch returns to its Driver.Deliver.
 type Transport interface {
 	Send(to uint64, msgs []Message)
 }
