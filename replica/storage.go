@@ -252,17 +252,23 @@ func (s *Storage) commit(b *pebble.Batch, after ...func()) error {
 	return nil
 }
 
-// Append stores entries in one synced batch, replacing any conflicting
-// suffix of the log (as raft.MemoryStorage.Append does). Entries before the
-// first index are ignored; entries that would leave a hole are refused.
-func (s *Storage) Append(ents []*pb.Entry) error {
+// write stages one change into a batch, commits it synced and then runs
+// the change's in-memory update.
+func (s *Storage) write(stage func(*pebble.Batch) (func(), error)) error {
 	b := s.db.NewBatch()
 	defer b.Close()
-	after, err := s.stageAppend(b, ents)
+	after, err := stage(b)
 	if err != nil || after == nil {
 		return err
 	}
 	return s.commit(b, after)
+}
+
+// Append stores entries in one synced batch, replacing any conflicting
+// suffix of the log (as raft.MemoryStorage.Append does). Entries before the
+// first index are ignored; entries that would leave a hole are refused.
+func (s *Storage) Append(ents []*pb.Entry) error {
+	return s.write(func(b *pebble.Batch) (func(), error) { return s.stageAppend(b, ents) })
 }
 
 // stageAppend writes ents into b and returns the update of the in-memory
@@ -315,13 +321,7 @@ func (s *Storage) stageAppend(b *pebble.Batch, ents []*pb.Entry) (func(), error)
 
 // SetHardState stores hs in one synced batch.
 func (s *Storage) SetHardState(hs *pb.HardState) error {
-	b := s.db.NewBatch()
-	defer b.Close()
-	after, err := s.stageHardState(b, hs)
-	if err != nil {
-		return err
-	}
-	return s.commit(b, after)
+	return s.write(func(b *pebble.Batch) (func(), error) { return s.stageHardState(b, hs) })
 }
 
 func (s *Storage) stageHardState(b *pebble.Batch, hs *pb.HardState) (func(), error) {
@@ -362,13 +362,7 @@ func (s *Storage) setProto(b *pebble.Batch, k []byte, m proto.Message) error {
 // refused with raft.ErrSnapOutOfDate; index 0 is allowed on an empty group to
 // bootstrap its configuration, as with raft.MemoryStorage.
 func (s *Storage) ApplySnapshot(snap *pb.Snapshot) error {
-	b := s.db.NewBatch()
-	defer b.Close()
-	after, err := s.stageSnapshot(b, snap)
-	if err != nil {
-		return err
-	}
-	return s.commit(b, after)
+	return s.write(func(b *pebble.Batch) (func(), error) { return s.stageSnapshot(b, snap) })
 }
 
 func (s *Storage) stageSnapshot(b *pebble.Batch, snap *pb.Snapshot) (func(), error) {
