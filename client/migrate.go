@@ -158,8 +158,14 @@ func (c *Conn) migrateLink(ctx context.Context, l *link) error {
 	}
 	pctx, cancel := context.WithTimeout(ctx, c.opts.MigrateTimeout)
 	defer cancel()
+	// quic-go's probe does not end with the connection: a connection that ended (a node
+	// restarted answers the probe with a stateless reset) ends it here.
+	defer context.AfterFunc(l.qc.Context(), cancel)()
 	if err := path.Probe(pctx); err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		switch {
+		case l.qc.Context().Err() != nil:
+			err = c.linkErr(l, context.Cause(l.qc.Context()))
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 			err = fmt.Errorf("no answer within %v", c.opts.MigrateTimeout)
 		}
 		return fail("probe", err)

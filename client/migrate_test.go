@@ -156,13 +156,7 @@ func TestMigrateOnRouteChange(t *testing.T) {
 	n := newTestNode(t)
 	var src atomic.Value
 	src.Store("192.0.2.1")
-	route := func(*net.UDPAddr) (string, error) {
-		s := src.Load().(string)
-		if s == "" {
-			return "", errors.New("network is unreachable")
-		}
-		return s, nil
-	}
+	route := func(*net.UDPAddr) (string, error) { return src.Load().(string), nil }
 	c := dial(t, n, func(o *client.Options) {
 		*o = client.WithRouteSource(*o, route)
 		o.MigrateCheck = 5 * time.Millisecond
@@ -174,7 +168,6 @@ func TestMigrateOnRouteChange(t *testing.T) {
 	}
 	publishN(t, c, "route.t", "a", 10)
 	nextN(t, sub, 10)
-	src.Store("") // no route for a while: nothing to migrate to
 	src.Store("198.51.100.7")
 	waitFor(t, "a migration after the route changed", func() bool { return c.Stats().Migrations == 1 })
 	publishN(t, c, "route.t", "b", 10)
@@ -185,6 +178,36 @@ func TestMigrateOnRouteChange(t *testing.T) {
 	}
 	if st := c.Stats(); st.Handshakes != 1 || st.Migrations != 1 {
 		t.Errorf("Stats = %+v, want 1 handshake and 1 migration", st)
+	}
+}
+
+// TestMigrateLostConnection: Migrate on a connection that was lost (its node stopped and
+// started again) reconnects with Reconnect, and reports the loss without it.
+func TestMigrateLostConnection(t *testing.T) {
+	data := t.TempDir()
+	n := newTestNode(t, func(c *node.Config) { c.DataDir = data })
+	addr := n.Addr().String()
+	opts := func(reconnect bool) func(*client.Options) {
+		return func(o *client.Options) { o.Reconnect, o.MigrateCheck = reconnect, -1 }
+	}
+	c, plain := dial(t, n, opts(true)), dial(t, n, opts(false))
+	publishN(t, c, "lost.t", "a", 1)
+	n.stop()
+	newTestNode(t, func(c *node.Config) { c.DataDir, c.Listen = data, addr })
+	ctx := testCtx(t)
+	if err := c.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate with Reconnect after the node restarted: %v", err)
+	}
+	if st := c.Stats(); st.Handshakes != 2 || st.Fallbacks != 1 || st.Migrations != 0 {
+		t.Errorf("Stats = %+v, want 2 handshakes and 1 fallback", st)
+	}
+	if a := publishN(t, c, "lost.t", "b", 1); a[0].Offset != 1 {
+		t.Errorf("publish after the fallback at offset %d, want 1", a[0].Offset)
+	}
+	if err := plain.Migrate(ctx); err == nil {
+		t.Error("Migrate without Reconnect after the node restarted: no error")
+	} else {
+		t.Logf("without Reconnect: %v", err)
 	}
 }
 
