@@ -10,7 +10,8 @@ import (
 // natRelay stands between clients and a node as a NAT does: each client address it hears
 // from gets a flow with its own upstream socket, so the node sees the relay's port for that
 // flow, never the client's. Rebind gives every flow a new upstream socket without telling
-// the client (a NAT rebinding). With refuseNew it admits a new client address only when its
+// the client (a NAT rebinding): its next datagram leaves from a new port, and the old
+// mapping is dropped then. With refuseNew it admits a new client address only when its
 // first datagram is a QUIC long-header packet (a handshake), so a migration's path probe
 // from a new socket is dropped while a new connection gets through, as with a stateful
 // firewall. It is closed by t.Cleanup.
@@ -29,6 +30,7 @@ type natRelay struct {
 type relayFlow struct {
 	client *net.UDPAddr
 	up     atomic.Pointer[net.UDPConn]
+	rebind bool // guarded by natRelay.mu: the next datagram from the client gets a new mapping
 }
 
 func newNATRelay(t testing.TB, node string) *natRelay {
@@ -59,14 +61,14 @@ func newNATRelay(t testing.TB, node string) *natRelay {
 // Addr is what clients dial to reach the node through the relay.
 func (r *natRelay) Addr() string { return r.ln.LocalAddr().String() }
 
-// Rebind moves every flow to a new upstream socket (a new source port at the node) and
-// closes the old ones: what the node sends to an old port is lost, as behind a real NAT.
+// Rebind moves every flow to a new upstream socket (a new source port at the node) at its
+// next datagram from the client, and closes the old socket then: what the node still sends
+// to the old port is lost, as behind a real NAT.
 func (r *natRelay) Rebind() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, f := range r.flows {
-		old := f.up.Swap(r.upstream(f))
-		old.Close()
+		f.rebind = true
 	}
 }
 
@@ -112,6 +114,10 @@ func (r *natRelay) fromClients() {
 			f = &relayFlow{client: addr}
 			f.up.Store(r.upstream(f))
 			r.flows[addr.String()] = f
+		}
+		if f.rebind {
+			f.rebind = false
+			f.up.Swap(r.upstream(f)).Close()
 		}
 		r.mu.Unlock()
 		f.up.Load().WriteToUDP(buf[:n], r.node)
