@@ -82,7 +82,8 @@ func (c *Conn) Stats() Stats {
 // Conn cannot see itself (Options.MigrateCheck watches the local routes), e.g. on a signal.
 //
 // When the migration fails, the connection stays on its old path and Migrate returns the
-// error; with Options.Reconnect the Conn instead reconnects (on a new socket, with a new
+// error (the attempt's socket stays open until the connection ends: quic-go ties a
+// connection to every socket a path was added on); with Options.Reconnect the Conn instead reconnects (on a new socket, with a new
 // handshake) as it does after a lost connection, and Migrate returns nil once it has, or the
 // reconnect's error. A Conn whose connection was lost already just reconnects (Reconnect) or
 // returns the loss. Stats counts each outcome. Safe for concurrent use; migrations run one
@@ -120,8 +121,8 @@ func (c *Conn) Migrate(ctx context.Context) error {
 	return c.fallback(ctx, l, err)
 }
 
-// migrateLink moves l to a new socket: AddPath, Probe, Switch. On failure the new socket is
-// closed and l stays on its path.
+// migrateLink moves l to a new socket: AddPath, Probe, Switch. On failure l stays on its
+// path.
 func (c *Conn) migrateLink(ctx context.Context, l *link) error {
 	_, udp, err := newSocket(c.addrs[l.at].raddr)
 	if err != nil {
