@@ -82,6 +82,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// IdleTimeout closes a connection that sent nothing (not even keep-alives). Default 30 s.
 	IdleTimeout time.Duration
+	// ClientPathInterval is how often the node compares each client connection's remote
+	// address with the last one seen, counting a change (a client migration or a NAT
+	// rebinding) in quicmq_client_migrations_total. Default 1 s.
+	ClientPathInterval time.Duration
 
 	// Advertise is the QUIC address other nodes dial, published in gossip. Default: the bound
 	// address (set it when listening on 0.0.0.0 or behind NAT).
@@ -194,6 +198,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 30 * time.Second
+	}
+	if c.ClientPathInterval <= 0 {
+		c.ClientPathInterval = time.Second
 	}
 	if c.MigrateTimeout <= 0 {
 		c.MigrateTimeout = 15 * time.Second
