@@ -480,6 +480,9 @@ func (l *Log) goneLocked(name string) error {
 // publishAdminLocked makes a durable admin batch visible. Completer, with
 // l.mu held.
 func (l *Log) publishAdminLocked(op *adminOp) {
+	if !op.applied {
+		return
+	}
 	switch op.kind {
 	case opCreate, opConfigure:
 		if op.t != nil {
