@@ -87,8 +87,8 @@ type request struct {
 	records []Record
 	pos     Position
 	hasPos  bool
-	size    int  // stored bytes of the records: keys and encoded values
-	dedup   bool // some record has a producer: the committer checks them (dedup.go)
+	size    int      // stored bytes of the records: keys and encoded values
+	dedup   bool     // some record has a producer: the committer checks them (dedup.go)
 	admin   *adminOp // a topic or position operation (topics_admin.go): committed alone
 	done    func(AppendResult)
 	state   atomic.Int32

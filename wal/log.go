@@ -47,9 +47,9 @@ type Log struct {
 		// deleted names the topics deleted since Open and not created again:
 		// a position written alone for one of them is refused.
 		deleted map[string]struct{}
-		nextID  uint32 // the next topic ID to hand out (stored at nextIDKey)
-		slab   []*topic // scratch: topics touched by the batch being built
-		dedup  dedup    // producer windows (dedup.go)
+		nextID  uint32   // the next topic ID to hand out (stored at nextIDKey)
+		slab    []*topic // scratch: topics touched by the batch being built
+		dedup   dedup    // producer windows (dedup.go)
 	}
 
 	// mu guards what readers see: only durable state.

@@ -23,7 +23,7 @@ func TestPurgeDeleteUnderLoad(t *testing.T) {
 		seq int
 	}
 	var (
-		stop    atomic.Bool
+		stop atomic.Bool
 		// phase: 0 before the purge, 1 during it, 2 after it, 3 during the
 		// delete, 4 after it. Appends acknowledged across a change of phase,
 		// or during an operation, are not checked.
