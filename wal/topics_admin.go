@@ -304,11 +304,18 @@ func (l *Log) commitAdmin(r *request) {
 	}
 	op.applied = true
 	f.start = time.Now()
-	if err := l.pdb.ApplyNoSyncWait(b, pebble.Sync); err != nil {
-		l.fail(err)
-		f.err = fmt.Errorf("%w: %w", ErrFailed, err)
+	apply := func() {
+		if err := l.pdb.ApplyNoSyncWait(b, pebble.Sync); err != nil {
+			l.fail(err)
+			f.err = fmt.Errorf("%w: %w", ErrFailed, err)
+		} else {
+			f.batch = b
+		}
+	}
+	if h := l.opts.testHooks; h != nil && h.adminApply != nil {
+		h.adminApply(apply)
 	} else {
-		f.batch = b
+		apply()
 	}
 	l.inflight <- f
 }
