@@ -223,7 +223,9 @@ type PurgeResult struct {
 // batch as the deletion, as retention stores it, so a crash leaves the purge
 // wholly done or not at all, and a reader of a purged offset gets the
 // *OffsetOutOfRangeError that retention gives. Records appended concurrently
-// are either purged (queued before) or kept (queued after).
+// are either purged (queued before) or kept (queued after). A retried
+// idempotent publish of a purged record is still answered with its original
+// (now purged) offset while its producer's window remembers it.
 func (l *Log) PurgeTopic(ctx context.Context, name string) (PurgeResult, error) {
 	op := &adminOp{kind: opPurge}
 	if err := l.submitAdmin(ctx, name, op); err != nil {
@@ -392,8 +394,8 @@ func (l *Log) buildAdmin(b *pebble.Batch, name string, op *adminOp, f *inflight)
 		}
 		return l.cutLocked(b, t, op, op.cut, op.cutPos)
 	case opPurge:
-		if hwm != t.next {
-			panic(fmt.Sprintf("wal: purge %q: high-watermark %d below next offset %d after drain", name, hwm, t.next))
+		if hwm != t.next { // cannot happen after a drain without a failure: refuse rather than cut past durable records
+			return fmt.Errorf("%w: high-watermark %d below next offset %d after the drain", ErrFailed, hwm, t.next)
 		}
 		if t.next <= first {
 			op.cutTo, op.cutToPos = first, firstPos
