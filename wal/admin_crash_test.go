@@ -27,13 +27,7 @@ func TestAdminCrash(t *testing.T) {
 	if testing.Short() {
 		sessions = 6
 	}
-	seed := *crashSeed
-	if seed == 0 {
-		seed = envInt("WAL_CRASH_SEED")
-	}
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
+	seed := crashTestSeed()
 	t.Logf("seed %d (rerun with -wal.crashseed=%d)", seed, seed)
 	var before, after int
 	for s := range sessions {
