@@ -61,9 +61,10 @@ func runAdminCrash(t *testing.T, seed uint64, op adminKind) (notThere, there int
 	var clones []adminClone
 	var opReturned atomic.Bool
 	var byAcked atomic.Uint64
+	crng := rand.New(rand.NewPCG(seed, 0xc1)) // clone's own: it runs on the committer too (under mu)
 	clone := func() {
 		c := adminClone{returned: opReturned.Load(), byAcked: byAcked.Load()}
-		pct := []int{0, 20, 50, 80, 100}[rng.IntN(5)]
+		pct := []int{0, 20, 50, 80, 100}[crng.IntN(5)]
 		c.fs = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pct, RNG: rand.New(rand.NewPCG(seed, uint64(len(clones))))})
 		clones = append(clones, c)
 	}

@@ -105,7 +105,7 @@ func TestPositionV1Readable(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	db, err := pebble.Open(dir, &pebble.Options{})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: pebbleLogger{testLogger(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
