@@ -2,6 +2,7 @@ package wal
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -233,5 +234,41 @@ func TestResolveStartResetPending(t *testing.T) {
 	}
 	if r, _, _ := l.Resume("w", "a"); r != 0 {
 		t.Errorf("a refused reset wrote a: resume %d", r)
+	}
+}
+
+// BenchmarkPositions lists 10,000 positions (100 names on 100 topics each):
+// all of them, one tenant's prefix, and one name (each a full pass over the
+// position keys), and one topic's (a pass over that topic's keys only).
+func BenchmarkPositions(b *testing.B) {
+	l, _ := newTestLog(b, Options{})
+	const names, topics = 100, 100
+	for n := range names {
+		resume := make(map[string]uint64, topics)
+		for tp := range topics {
+			resume[fmt.Sprintf("topic.%d", tp)] = uint64(n)
+		}
+		if err := l.ResetPositions(b.Context(), fmt.Sprintf("tenant/t%d/c%d", n%10, n), resume); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		f    PositionFilter
+		want int
+	}{
+		{"all", PositionFilter{}, names * topics},
+		{"prefix", PositionFilter{NamePrefix: "tenant/t3/"}, names / 10 * topics},
+		{"name", PositionFilter{Name: "tenant/t3/c13"}, topics},
+		{"topic", PositionFilter{Topic: "topic.7"}, names},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				n := 0
+				if err := l.Positions(c.f, func(PositionInfo) bool { n++; return true }); err != nil || n != c.want {
+					b.Fatalf("listed %d, want %d: %v", n, c.want, err)
+				}
+			}
+		})
 	}
 }
