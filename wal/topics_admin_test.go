@@ -351,3 +351,38 @@ func TestDeleteTopicIDNotReused(t *testing.T) {
 		t.Errorf("recreated topic got ID %d, the deleted one had %d", id, idB)
 	}
 }
+
+// TestRetentionAfterPurgeNeverMovesBack: a retention cut computed before a
+// purge (a pass that raced it) is applied after it without moving the first
+// offset back, also after a reopen, and offsets are not reused.
+func TestRetentionAfterPurgeNeverMovesBack(t *testing.T) {
+	dir := t.TempDir()
+	l := openTestLog(t, dir, Options{})
+	mustAppend(t, l, "r", 0, 100)
+	stale, _ := l.view("r")
+	if _, err := l.PurgeTopic(t.Context(), "r"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.retain(stale, Retention{MaxBytes: 1}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if first, next, _ := l.Bounds("r"); first != 100 || next != 100 {
+		t.Fatalf("after a stale retention cut: %d %d, want 100 100", first, next)
+	}
+	// The same against a later topic of the name: the cut is not applied to it.
+	if _, err := l.DeleteTopic(t.Context(), "r"); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, l, "r", 0, 10)
+	if err := l.retain(stale, Retention{MaxBytes: 1}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if first, next, _ := l.Bounds("r"); first != 0 || next != 10 {
+		t.Fatalf("a cut of the deleted topic applied to the new one: %d %d", first, next)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openTestLog(t, dir, Options{})
+	mustAppend(t, l, "r", 10, 1)
+}
