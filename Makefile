@@ -7,8 +7,13 @@ export GOTOOLCHAIN := go1.26.10
 
 .PHONY: build dev test vet unit fuzz-short fuzz bench bench-smoke campaigns-short clean vulncheck tofu-check
 
+# VERSION and COMMIT are what `quicmq version` prints, with the Go version (a commit go build
+# records itself, without GOFLAGS=-buildvcs=false, wins over COMMIT).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+
 build:
-	$(GO) build -o bin/quicmq ./cmd/quicmq
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/quicmq ./cmd/quicmq
 
 dev: build
 	./bin/quicmq dev

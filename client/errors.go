@@ -26,7 +26,7 @@ const (
 	CodeTooLarge         Code = 5  // payload, headers or frame over a limit
 	CodeLimit            Code = 6  // too many streams, subscriptions or pending publishes
 	CodeNotFound         Code = 7  // unknown topic or durable consumer
-	CodeOffsetOutOfRange Code = 8  // the offset is no longer retained
+	CodeOffsetOutOfRange Code = 8  // a start offset past the topic's head
 	CodeUnavailable      Code = 9  // the topic's owner cannot be reached
 	CodeInternal         Code = 10 // a failure inside the node (disk); a retry may work
 	CodeShuttingDown     Code = 11 // the node is stopping; reconnect later or elsewhere

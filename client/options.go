@@ -87,10 +87,6 @@ type Options struct {
 	// ReconnectTimeout bounds how long (Idempotent and Reconnect) the publishes in flight
 	// on a lost connection are resent before their Futures fail. Default 1 minute.
 	ReconnectTimeout time.Duration
-	// AblationSharedStream allows OpenSharedStream: all subscriptions made through it share
-	// ONE QUIC stream, as on one TCP connection. A measurement aid for benchmarks (the node
-	// must allow it: node.Config.AblationSharedStream); never for production. Default false.
-	AblationSharedStream bool
 }
 
 const (

@@ -7,6 +7,7 @@ import (
 	"io"
 	"iter"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,7 +31,10 @@ var (
 	Latest = Start{kind: wire.StartLatest}
 )
 
-// AtOffset starts at offset n of every matching topic (clamped to what is retained).
+// AtOffset starts at offset n of every matching topic: raised to the first retained record
+// when n is below it; a topic whose head (the offset its next record gets) is below n
+// refuses the subscription with CodeOffsetOutOfRange, and n equal to the head waits for the
+// next record.
 func AtOffset(n uint64) Start { return Start{kind: wire.StartOffset, value: n} }
 
 // AtTime starts at the first record stamped at or after t. Times before 1970 mean Earliest.
@@ -63,7 +67,17 @@ type SubscribeOptions struct {
 	// matching topics directly over the node's link to it, without storing it locally
 	// ("T in region R from offset N"). Offsets are then region R's.
 	Region string
+	// NotifyCaughtUp asks the node to say when the subscription has delivered every record
+	// up to the head each matching topic had when it was set up (for a pattern: every topic
+	// matching then). Next then returns ErrCaughtUp once, in order after those records, and
+	// CaughtUp's channel closes: reading a topic to its end needs no timeout. Default false.
+	NotifyCaughtUp bool
 }
+
+// ErrCaughtUp is returned once by Next (and yielded once by Records) on a subscription made
+// with SubscribeOptions.NotifyCaughtUp, after the last record that was stored when the
+// subscription was set up. It does not end the subscription: later records follow.
+var ErrCaughtUp = errors.New("client: subscription caught up: every record stored when it was set up has been delivered")
 
 // Record is one record delivered to a subscription.
 type Record struct {
@@ -88,6 +102,7 @@ type Subscription struct {
 	opts    SubscribeOptions
 	begun   time.Time // when it was set up: where a resumed start=latest subscription reads from
 	closed  atomic.Bool
+	caught  chan struct{} // closed when the node's CAUGHT_UP arrived (NotifyCaughtUp)
 
 	readMu sync.Mutex // held by Next, and by Close while it drains; guards the fields below
 	fr     *frameReader
@@ -97,6 +112,7 @@ type Subscription struct {
 	lastIndex uint64
 	lastTopic string
 	err       error // terminal: every later Next returns it
+	isCaught  bool  // caught is closed
 	slab      slab  // owns the delivered payloads
 	// With Options.Reconnect: per topic, the offset after the last record delivered, so that
 	// a subscription made again on a new connection delivers nothing twice.
@@ -120,7 +136,7 @@ type Subscription struct {
 // setup only; pass a context to each Next for the records.
 func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOptions) (*Subscription, error) {
 	if err := checkSubscribe(pattern, opts); err != nil {
-		return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
+		return nil, wrap(fmt.Sprintf("subscribe %q", pattern), err)
 	}
 	sub := &Subscription{
 		c:       c,
@@ -129,6 +145,7 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 		begun:   time.Now(),
 		topics:  make(map[uint64]string),
 		names:   make(map[string]uint64),
+		caught:  make(chan struct{}),
 	}
 	if c.opts.Reconnect {
 		sub.delivered = make(map[string]*uint64)
@@ -137,7 +154,7 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 	}
 	str, fr, err := sub.open(ctx, opts.From)
 	if err != nil {
-		return nil, fmt.Errorf("client: subscribe %q: %w", pattern, err)
+		return nil, wrap(fmt.Sprintf("subscribe %q", pattern), err)
 	}
 	sub.s, sub.fr = str, fr
 	return sub, nil
@@ -153,6 +170,9 @@ func (sub *Subscription) open(ctx context.Context, from Start) (*quic.Stream, *f
 	}
 	fr := newFrameReader(s, c.lim)
 	req := &wire.Subscribe{Pattern: sub.pattern, Start: from.kind, StartValue: from.value, Durable: sub.opts.Durable, Region: sub.opts.Region, Flags: wire.SubscribeRecords}
+	if sub.opts.NotifyCaughtUp {
+		req.Flags |= wire.SubscribeCaughtUp
+	}
 	if _, err = s.Write(wire.Append(nil, req)); err == nil {
 		var f wire.Frame
 		if f, err = fr.next(ctx); err == nil {
@@ -325,6 +345,12 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 				return Record{}, s.end(errorf(CodeProtocol, "GAP for topic index %d before its TOPIC", f.Index))
 			}
 			return Record{}, &GapError{Topic: name, From: f.From, To: f.To}
+		case *wire.CaughtUp:
+			if !s.isCaught { // a subscription made again after a lost connection says it again
+				s.isCaught = true
+				close(s.caught)
+				return Record{}, ErrCaughtUp
+			}
 		case *wire.ErrorFrame:
 			var err error = fromWire(f.Code, f.Message)
 			if s.resumable(err) { // the node is shutting down: make it again when it is back
@@ -343,16 +369,16 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 	}
 }
 
-// Records iterates over the subscription's records, calling Next with ctx. A *GapError is
-// yielded and the iteration goes on; any other error is yielded last. Breaking out of the
-// loop leaves the subscription open.
+// Records iterates over the subscription's records, calling Next with ctx. A *GapError and
+// ErrCaughtUp are yielded and the iteration goes on; any other error is yielded last.
+// Breaking out of the loop leaves the subscription open.
 func (s *Subscription) Records(ctx context.Context) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		for {
 			r, err := s.Next(ctx)
 			if err != nil {
 				var gap *GapError
-				if !yield(Record{}, err) || !errors.As(err, &gap) {
+				if !yield(Record{}, err) || !errors.As(err, &gap) && err != ErrCaughtUp {
 					return
 				}
 				continue
@@ -364,10 +390,21 @@ func (s *Subscription) Records(ctx context.Context) iter.Seq2[Record, error] {
 	}
 }
 
-// end makes err the subscription's terminal error and stops receiving.
+// CaughtUp returns a channel closed when the subscription (made with
+// SubscribeOptions.NotifyCaughtUp) has delivered every record stored when it was set up; it
+// closes when Next returns ErrCaughtUp. Without NotifyCaughtUp it never closes.
+func (s *Subscription) CaughtUp() <-chan struct{} { return s.caught }
+
+// end makes err the subscription's terminal error and stops receiving (Close, when closing,
+// still reads to the node's FIN).
 func (s *Subscription) end(err error) error {
+	if !strings.HasPrefix(err.Error(), "client: ") { // a node's *Error or a stream's failure
+		err = wrap(fmt.Sprintf("subscription %q", s.pattern), err)
+	}
 	s.err = err
-	s.s.CancelRead(wire.AppCancelled)
+	if !s.closed.Load() {
+		s.s.CancelRead(wire.AppCancelled)
+	}
 	return err
 }
 
@@ -414,17 +451,20 @@ func (s *Subscription) Ack(r Record) error {
 		if errors.As(err, &se) && se.Remote {
 			// The node stopped reading: it ended the subscription, and its ERROR frame, the
 			// reason, is next on the receiving side.
-			return fmt.Errorf("client: ack %s@%d: the node ended the subscription (Next returns its reason): %w", r.Topic, r.Offset, err)
+			return wrap(fmt.Sprintf("ack %s@%d: the node ended the subscription (Next returns its reason)", r.Topic, r.Offset), err)
 		}
-		return fmt.Errorf("client: ack %s@%d: %w", r.Topic, r.Offset, s.c.streamErr(err))
+		return wrap(fmt.Sprintf("ack %s@%d", r.Topic, r.Offset), s.c.streamErr(err))
 	}
 	return nil
 }
 
-// Close ends the subscription: it closes the sending side and, unless Next is blocked in
-// another goroutine (which then returns ErrClosed), waits up to two seconds for the node to
-// close its side, so that every Ack sent before Close has reached the node even if the Conn
-// is closed right after. Safe to call more than once.
+// Close ends the subscription: it closes the sending side (FIN) and waits, at most two
+// seconds, for the node to close its side. The node does that only after it has stored every
+// ACK it read before the FIN, so when Close returns nil, every Ack made before it is stored
+// (a durable consumer resumes after it), even if the Conn is closed right after. A Next
+// waiting in another goroutine is interrupted and returns ErrClosed. Close returns an error
+// when the node's end did not come (a lost connection, or the bound passed). Safe to call
+// more than once.
 func (s *Subscription) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
@@ -436,16 +476,31 @@ func (s *Subscription) Close() error {
 	}
 	str := s.s // after sendDone no resubscribe replaces it
 	s.wmu.Unlock()
+	deadline := time.Now().Add(closeDrainTimeout)
 	if !s.readMu.TryLock() {
-		str.CancelRead(wire.AppCancelled)
-		return nil
+		// Next waits in another goroutine: a past deadline makes its read return (with
+		// ErrClosed, as closed is set); then this goroutine reads to the node's FIN.
+		str.SetReadDeadline(time.Unix(1, 0))
+		locked := make(chan struct{})
+		go func() { s.readMu.Lock(); close(locked) }()
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case <-locked:
+		case <-t.C: // Next is resubscribing (Reconnect): it sees sendDone and ends
+			go func() { <-locked; s.readMu.Unlock() }()
+			str.CancelRead(wire.AppCancelled)
+			return fmt.Errorf("client: close subscription %q: the node did not end the stream within %v: ACKs sent may not be stored", s.pattern, closeDrainTimeout)
+		}
 	}
 	defer s.readMu.Unlock()
-	if s.err == nil {
-		s.s.SetReadDeadline(time.Now().Add(closeDrainTimeout))
-		io.Copy(io.Discard, s.s) // records still in flight are dropped; the node's FIN ends it
+	live := s.err == nil || errors.Is(s.err, ErrClosed)
+	str.SetReadDeadline(deadline)
+	_, err := io.Copy(io.Discard, str) // records still in flight are dropped; the node's FIN ends it
+	str.CancelRead(wire.AppCancelled)
+	if err != nil && live {
+		return fmt.Errorf("client: close subscription %q: the node did not end the stream (ACKs sent may not be stored): %w", s.pattern, s.c.streamErr(err))
 	}
-	s.s.CancelRead(wire.AppCancelled)
 	return nil
 }
 

@@ -108,7 +108,7 @@ func TestSharedLinkAblationRefusedWhenOff(t *testing.T) {
 	b.publishSeq(t, "abl.t", 0, 10)
 	waitFor(t, 10*time.Second, "link a->b", func() bool { li, ok := a.link("b"); return ok && li.Connected })
 	waitFor(t, 10*time.Second, "a shared stream opened and refused", func() bool {
-		sl := a.fedNow().links()[0].shared.Load()
+		sl := a.fedNow().links()[0].sharedLink()
 		if sl == nil {
 			return false
 		}
@@ -134,7 +134,7 @@ func TestSharedLinkAblationRefusedWhenOff(t *testing.T) {
 func sharedOpened(f *Federation) uint64 {
 	var n uint64
 	for _, l := range f.links() {
-		if sl := l.shared.Load(); sl != nil {
+		if sl := l.sharedLink(); sl != nil {
 			n += sl.opened.Load()
 		}
 	}

@@ -54,6 +54,9 @@ type Config struct {
 	// ReconnectMin and ReconnectMax bound the exponential back-off between dial attempts.
 	// Defaults 100 ms and 5 s.
 	ReconnectMin, ReconnectMax time.Duration
+	// MirrorRetry is the pause before a mirror whose stream failed (while its link stayed
+	// up) asks again from its cursor. Default 1 s.
+	MirrorRetry time.Duration
 	// ReconcileInterval is how often links are checked against Peers. Default 5 s.
 	ReconcileInterval time.Duration
 	// AddrWatchInterval is how often the host's addresses are compared with the last seen
@@ -61,10 +64,12 @@ type Config struct {
 	AddrWatchInterval time.Duration
 	// LocalAddrs lists the host's addresses. Default net.InterfaceAddrs; tests replace it.
 	LocalAddrs func() ([]net.Addr, error)
-	// AblationSharedLink carries all of a link's mirrors on ONE QUIC stream instead of one
-	// stream each, and lets peers that ask do the same here: a measurement aid for
-	// benchmarks (federation/ablation.go, docs/benchmarks.md) that isolates head-of-line
-	// blocking on a link, never for production. Default false: a peer's request is refused.
+	// AblationSharedLink selects the shared-link stream mapping: all of a link's mirrors on
+	// ONE QUIC stream instead of one stream each, and peers that ask may do the same here. A
+	// measurement aid for benchmarks (federation/ablation.go, docs/benchmarks.md) that
+	// isolates head-of-line blocking on a link, never for production; only the mapping
+	// differs, every check runs as in the product. Default false: a peer's request is
+	// refused.
 	AblationSharedLink bool
 	// MaxMirrorSeries caps the per-mirror metric label sets. Default 1000.
 	MaxMirrorSeries int
@@ -110,6 +115,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ReconnectMax <= 0 {
 		c.ReconnectMax = 5 * time.Second
+	}
+	if c.MirrorRetry <= 0 {
+		c.MirrorRetry = time.Second
 	}
 	if c.ReconcileInterval <= 0 {
 		c.ReconcileInterval = 5 * time.Second

@@ -11,6 +11,12 @@
 // own log, skipping records that originated elsewhere (so a full mesh has no loops). A appends
 // each batch to its own log of T together with the new cursor in one synced Pebble batch, so a
 // crash or link loss can neither lose nor duplicate a record: A resumes from the cursor.
+// How mirrors map onto QUIC streams is one pluggable piece (streamMapping, mapping.go): a
+// stream per mirrored topic, or the shared-link ablation's one stream per link
+// (ablation.go), a measurement aid; both run the same mirror core on either side.
+//
+// A node stopping closes its links with wire.AppShutdown; a peer that receives it logs the
+// departure at INFO and redials, where any other loss of a link is a WARN.
 //
 // Goroutines: Run owns one goroutine per link. A link's goroutine dials, runs the catalog
 // stream and one goroutine per mirror stream, and redials (resuming every mirror from its

@@ -42,3 +42,12 @@ func (f *Federation) mirrorCursors(region string) map[string]int64 {
 	}
 	return out
 }
+
+// sharedLink is the shared-link mapping's state on the link's current connection, nil when
+// the link uses another mapping or is not connected.
+func (l *link) sharedLink() *sharedLink {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sl, _ := l.mu.opener.(*sharedLink)
+	return sl
+}

@@ -25,6 +25,7 @@ type Federation struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *metrics
+	mapping streamMapping // how links map mirrors onto streams (Config.AblationSharedLink)
 	wake    chan struct{} // peers changed
 
 	mu struct {
@@ -32,6 +33,7 @@ type Federation struct {
 		mirrorLocks map[[2]string]chan struct{} // (origin region, topic): one mirror at a time
 		interest    map[string]int              // local subscription patterns, reference-counted
 		links       map[string]*link
+		counters    map[[2]string]*linkCounters // by peer (region, name), while it is in the mesh
 		closed      bool
 	}
 	wg sync.WaitGroup // link goroutines
@@ -44,13 +46,15 @@ func New(cfg Config) (*Federation, error) {
 	}
 	cfg = cfg.withDefaults()
 	f := &Federation{
-		cfg:  cfg,
-		log:  cfg.Logger.With("component", "federation"),
-		wake: make(chan struct{}, 1),
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "federation"),
+		mapping: cfg.mapping(),
+		wake:    make(chan struct{}, 1),
 	}
 	f.mu.interest = make(map[string]int)
 	f.mu.mirrorLocks = make(map[[2]string]chan struct{})
 	f.mu.links = make(map[string]*link)
+	f.mu.counters = make(map[[2]string]*linkCounters)
 	f.metrics = newMetrics(f, cfg.Registerer, cfg.MaxMirrorSeries)
 	return f, nil
 }
@@ -120,11 +124,24 @@ func (f *Federation) reconcile(ctx context.Context) {
 			delete(f.mu.links, name)
 		}
 	}
+	// A peer's counters outlive its links (a reconnect, a link replaced after an address
+	// change) and go with the peer: the series of a link that ended for good are dropped.
+	for key := range f.mu.counters {
+		if p, ok := want[key[1]]; !ok || p.Region != key[0] {
+			delete(f.mu.counters, key)
+		}
+	}
 	for name, p := range want {
 		if _, ok := f.mu.links[name]; ok {
 			continue
 		}
-		l := newLink(f, p)
+		key := [2]string{p.Region, p.Name}
+		c := f.mu.counters[key]
+		if c == nil {
+			c = newLinkCounters()
+			f.mu.counters[key] = c
+		}
+		l := newLink(f, p, c)
 		f.mu.links[name] = l
 		f.wg.Add(1)
 		go func() {

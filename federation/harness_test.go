@@ -9,6 +9,7 @@ import (
 	"net"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,7 +72,11 @@ func (m *fedMesh) peers() []Peer {
 	defer m.mu.Unlock()
 	var out []Peer
 	for _, n := range m.nodes {
-		if a := n.addr.Load(); a != nil {
+		a := n.addr.Load()
+		if a == nil {
+			a = n.listed.Load()
+		}
+		if a != nil {
 			out = append(out, Peer{Region: n.region, Name: n.name, Addr: *a})
 		}
 	}
@@ -91,6 +96,7 @@ type fedNode struct {
 	tr     *quic.Transport
 	ln     *quic.Listener
 	addr   atomic.Pointer[string] // nil while not listening
+	listed atomic.Pointer[string] // the address Peers gives while not listening (nil: none), as gossip lists a crashed node
 	listen string                 // the address to listen on again after a restart
 
 	serveCtx    context.Context
@@ -98,6 +104,8 @@ type fedNode struct {
 	serveWG     sync.WaitGroup
 	connsMu     sync.Mutex
 	conns       map[*quic.Conn]struct{}
+
+	logs *logRecorder // every record the node's federations logged
 
 	fedMu  sync.Mutex
 	fed    *Federation
@@ -114,7 +122,7 @@ func (m *fedMesh) addNode(region string, opts nodeOpts) *fedNode {
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	n := &fedNode{m: m, region: region, name: name, dir: m.t.TempDir(), opts: opts, cert: cert, listen: "127.0.0.1:0"}
+	n := &fedNode{m: m, region: region, name: name, dir: m.t.TempDir(), opts: opts, cert: cert, listen: "127.0.0.1:0", logs: &logRecorder{}}
 	m.mu.Lock()
 	m.nodes[region] = n
 	m.mu.Unlock()
@@ -294,7 +302,7 @@ func (n *fedNode) startFed() {
 		ReconnectMin:      20 * time.Millisecond,
 		ReconnectMax:      200 * time.Millisecond,
 		ReconcileInterval: 100 * time.Millisecond,
-		Logger:            testLogger(t).With("node", n.name),
+		Logger:            slog.New(n.logs.handler(testLogger(t).Handler())).With("node", n.name),
 		Registerer:        reg,
 
 		AblationSharedLink: n.opts.sharedLink,
@@ -616,4 +624,65 @@ func addrWatch(f func() ([]net.Addr, error)) time.Duration {
 		return -1
 	}
 	return 20 * time.Millisecond
+}
+
+// logRecorder keeps the records of the loggers made with handler, besides passing them on.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (r *logRecorder) handler(next slog.Handler) slog.Handler {
+	return &recordingHandler{r: r, next: next}
+}
+
+// find returns the records at level or above whose message contains msg ("" for any).
+func (r *logRecorder) find(level slog.Level, msg string) []slog.Record {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []slog.Record
+	for _, rec := range r.records {
+		if rec.Level >= level && strings.Contains(rec.Message, msg) {
+			out = append(out, rec)
+		}
+	}
+	return out
+}
+
+// fmtRecords renders records for a failure message.
+func fmtRecords(recs []slog.Record) string {
+	var b strings.Builder
+	for _, rec := range recs {
+		fmt.Fprintf(&b, "\n  %s %s", rec.Level, rec.Message)
+		rec.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s", a); return true })
+	}
+	return b.String()
+}
+
+type recordingHandler struct {
+	r     *logRecorder
+	attrs []slog.Attr
+	next  slog.Handler
+}
+
+func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *recordingHandler) Handle(ctx context.Context, rec slog.Record) error {
+	c := rec.Clone()
+	c.AddAttrs(h.attrs...)
+	h.r.mu.Lock()
+	h.r.records = append(h.r.records, c)
+	h.r.mu.Unlock()
+	if h.next.Enabled(ctx, rec.Level) {
+		return h.next.Handle(ctx, rec)
+	}
+	return nil
+}
+
+func (h *recordingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &recordingHandler{r: h.r, attrs: append(slices.Clip(h.attrs), as...), next: h.next.WithAttrs(as)}
+}
+
+func (h *recordingHandler) WithGroup(name string) slog.Handler {
+	return &recordingHandler{r: h.r, attrs: h.attrs, next: h.next.WithGroup(name)}
 }

@@ -32,9 +32,9 @@ type link struct {
 	cancel context.CancelFunc
 
 	interestWake chan struct{}
+	counters     *linkCounters // the peer's, shared with the links to it before and after this one
 	migrations   atomic.Uint64
 	reconnects   atomic.Uint64
-	shared       atomic.Pointer[sharedLink] // the ablation's shared stream (ablation.go); nil when off
 
 	mu struct {
 		sync.Mutex
@@ -43,6 +43,7 @@ type link struct {
 		local      string            // the socket in use; quic-go's Conn.LocalAddr races with a path switch
 		since      time.Time
 		mirrors    map[string]*mirror
+		opener     mirrorOpener // the stream mapping on conn (nil on a link within the region)
 		lastErr    string
 	}
 }
@@ -67,10 +68,10 @@ type LinkInfo struct {
 	LastError        string        `json:"last_error,omitempty"`
 }
 
-func newLink(f *Federation, p Peer) *link {
+func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &link{
-		f: f, peer: p, ctx: ctx, cancel: cancel,
+		f: f, peer: p, ctx: ctx, cancel: cancel, counters: counters,
 		log:          f.log.With("peer", p.Name, "peer_region", p.Region),
 		interestWake: make(chan struct{}, 1),
 	}
@@ -116,8 +117,22 @@ func (l *link) run(parent context.Context) {
 			l.log.Info("link up", "addr", l.peer.Addr)
 		}
 		err = l.serve(ctx, conn)
-		l.closeConn(conn, err)
-		if ctx.Err() == nil {
+		if parent.Err() != nil {
+			// A deliberate end: the peer is told this node is stopping, and neither side
+			// reports a lost link.
+			l.closeConn(conn, wire.AppShutdown, "node stopping")
+			l.log.Info("link closed: node stopping")
+			return
+		}
+		l.closeConn(conn, wire.AppNoError, "link closing")
+		switch {
+		case ctx.Err() != nil:
+			l.log.Info("link closed: the peer left the mesh or moved")
+		case peerStopping(err):
+			l.reconnects.Add(1)
+			l.setError(err)
+			l.log.Info("link closed: peer stopping; redialing until it returns or leaves the mesh")
+		default:
 			l.reconnects.Add(1)
 			l.setError(err)
 			l.log.Warn("link lost; reconnecting and resuming every mirror from its cursor", "err", err)
@@ -174,6 +189,7 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 		closeTransport(tr)
 		return nil, err
 	}
+	l.counters.opened(conn)
 	l.mu.Lock()
 	l.mu.conn = conn
 	l.mu.transports = []*quic.Transport{tr}
@@ -183,11 +199,14 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 	return conn, nil
 }
 
-func (l *link) closeConn(conn *quic.Conn, err error) {
-	conn.CloseWithError(0, "link closing")
+// closeConn closes conn with code (a no-op if it has ended already) and drops what was
+// kept for it; its final figures go to the peer's counters.
+func (l *link) closeConn(conn *quic.Conn, code quic.ApplicationErrorCode, reason string) {
+	conn.CloseWithError(code, reason)
+	l.counters.ended(conn)
 	l.mu.Lock()
 	trs := l.mu.transports
-	l.mu.conn, l.mu.transports, l.mu.local = nil, nil, ""
+	l.mu.conn, l.mu.transports, l.mu.local, l.mu.opener = nil, nil, "", nil
 	l.mu.Unlock()
 	for _, tr := range trs {
 		closeTransport(tr)
@@ -218,8 +237,12 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 	if !local {
 		patterns = l.f.patterns()
 	}
-	if l.f.cfg.AblationSharedLink && !local {
-		l.startShared(ctx, conn, &wg)
+	var opener mirrorOpener
+	if !local {
+		opener = l.f.mapping.connect(ctx, conn, &wg)
+		l.mu.Lock()
+		l.mu.opener = opener
+		l.mu.Unlock()
 	}
 	w.Write(&wire.Watch{Patterns: patterns})
 	if err := w.Flush(); err != nil {
@@ -238,7 +261,7 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 	topics := make(map[string]bool)
 	for {
 		if !local {
-			l.syncMirrors(ctx, conn, &wg, topics, patterns)
+			l.syncMirrors(ctx, conn, opener, &wg, topics, patterns)
 		}
 		select {
 		case <-ctx.Done():
@@ -293,7 +316,7 @@ func (l *link) readCatalog(ctx context.Context, str *quic.Stream, announced chan
 
 // syncMirrors starts a mirror for each announced topic that is wanted, and stops the mirrors
 // of topics no longer wanted (their cursors stay, so returning interest resumes them).
-func (l *link) syncMirrors(ctx context.Context, conn *quic.Conn, wg *sync.WaitGroup, topics map[string]bool, patterns []string) {
+func (l *link) syncMirrors(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg *sync.WaitGroup, topics map[string]bool, patterns []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for t, m := range l.mu.mirrors {
@@ -314,7 +337,7 @@ func (l *link) syncMirrors(ctx context.Context, conn *quic.Conn, wg *sync.WaitGr
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m.run(ctx, conn)
+			m.run(ctx, conn, o)
 			l.interestChanged() // let the run loop notice the end and restart it if still wanted
 		}()
 	}
@@ -399,4 +422,29 @@ func (l *link) info() LinkInfo {
 func closeTransport(tr *quic.Transport) {
 	tr.Close()
 	tr.Conn.Close()
+}
+
+// connectionEnded reports whether err is the end of the whole connection (closed by either
+// side, an idle timeout, a stateless reset), which the link reports, rather than of one
+// stream.
+func connectionEnded(err error) bool {
+	var (
+		ae *quic.ApplicationError
+		te *quic.TransportError
+		ie *quic.IdleTimeoutError
+		sr *quic.StatelessResetError
+	)
+	return errors.As(err, &ae) || errors.As(err, &te) || errors.As(err, &ie) || errors.As(err, &sr) ||
+		errors.Is(err, quic.ErrTransportClosed)
+}
+
+// peerStopping reports whether err says the peer is shutting down deliberately: it closed
+// the connection with wire.AppShutdown, or ended a stream with ERROR shutting-down.
+func peerStopping(err error) bool {
+	var ae *quic.ApplicationError
+	if errors.As(err, &ae) && ae.Remote && ae.ErrorCode == wire.AppShutdown {
+		return true
+	}
+	var we *wire.Error
+	return errors.As(err, &we) && we.Code == wire.CodeShuttingDown
 }

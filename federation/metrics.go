@@ -5,17 +5,20 @@ import (
 )
 
 // metrics: counters that outlive a connection are ordinary counters; per-link and per-mirror
-// figures are read at scrape time (ConnectionStats, the mirrors' atomics), so a link's series
-// exist exactly while the link does and need no cleanup beyond dropLink.
+// figures are read at scrape time (ConnectionStats, the links' counters, the mirrors'
+// atomics), so a link's series exist exactly while the link does and need no cleanup. The
+// link's byte and packet totals are counters over every connection to the peer
+// (linkCounters): a reconnect or a migration does not reset them.
 type metrics struct {
 	f        *Federation
 	mirrored prometheus.Counter
 	gaps     prometheus.Counter
 	max      int
 
-	linkRTT, linkMinRTT, linkCwnd, linkSent, linkRecv, linkLost, linkStreams, linkUp *prometheus.Desc
-	linkMigrations, linkReconnects                                                   *prometheus.Desc
-	mirrorLag, mirrorLagSeconds, mirrorRecords                                       *prometheus.Desc
+	linkRTT, linkMinRTT, linkCwnd, linkStreams, linkUp                      *prometheus.Desc
+	linkSent, linkRecv, linkLost, linkSentPkts, linkRecvPkts, linkLostBytes *prometheus.Desc
+	linkMigrations, linkReconnects                                          *prometheus.Desc
+	mirrorLag, mirrorLagSeconds, mirrorRecords                              *prometheus.Desc
 }
 
 func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metrics {
@@ -32,13 +35,18 @@ func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metric
 		gaps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "quicmq_mirror_gap_records_total",
 			Help: "Records deleted by an origin's retention before they could be mirrored (reported, never hidden)."}),
-		linkUp:         d("quicmq_link_up", "1 if the link's QUIC connection is established.", link),
-		linkRTT:        d("quicmq_link_rtt_seconds", "Smoothed round-trip time of the link.", link),
-		linkMinRTT:     d("quicmq_link_min_rtt_seconds", "Minimum round-trip time of the link.", link),
-		linkCwnd:       d("quicmq_link_congestion_window_bytes", "Congestion window of the link's sender.", link),
-		linkSent:       d("quicmq_link_sent_bytes", "Bytes sent on the link's current connection.", link),
-		linkRecv:       d("quicmq_link_received_bytes", "Bytes received on the link's current connection.", link),
-		linkLost:       d("quicmq_link_lost_packets", "Packets declared lost on the link's current connection.", link),
+		linkUp:     d("quicmq_link_up", "1 if the link's QUIC connection is established.", link),
+		linkRTT:    d("quicmq_link_rtt_seconds", "Smoothed round-trip time of the link.", link),
+		linkMinRTT: d("quicmq_link_min_rtt_seconds", "Minimum round-trip time of the link.", link),
+		linkCwnd:   d("quicmq_link_congestion_window_bytes", "Congestion window of the link's sender.", link),
+		linkSent: d("quicmq_link_sent_bytes_total",
+			"Bytes sent on the link (QUIC payload, retransmissions included), over all its connections.", link),
+		linkRecv: d("quicmq_link_received_bytes_total", "Bytes received on the link, over all its connections.", link),
+		linkLost: d("quicmq_link_lost_packets_total",
+			"Packets of the link declared lost, over all its connections (one declared lost and received later still counts).", link),
+		linkSentPkts:   d("quicmq_link_sent_packets_total", "Packets sent on the link, lost ones included, over all its connections.", link),
+		linkRecvPkts:   d("quicmq_link_received_packets_total", "Packets received on the link, over all its connections.", link),
+		linkLostBytes:  d("quicmq_link_lost_bytes_total", "Bytes of the link's packets declared lost, over all its connections.", link),
 		linkStreams:    d("quicmq_link_mirror_streams", "Mirror streams open on the link.", link),
 		linkMigrations: d("quicmq_link_migrations_total", "Connection migrations of the link to a new local socket.", link),
 		linkReconnects: d("quicmq_link_reconnects_total", "Times the link was re-established after losing its connection.", link),
@@ -55,7 +63,8 @@ func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metric
 
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.linkUp, m.linkRTT, m.linkMinRTT, m.linkCwnd, m.linkSent,
-		m.linkRecv, m.linkLost, m.linkStreams, m.linkMigrations, m.linkReconnects,
+		m.linkRecv, m.linkLost, m.linkSentPkts, m.linkRecvPkts, m.linkLostBytes, m.linkStreams,
+		m.linkMigrations, m.linkReconnects,
 		m.mirrorLag, m.mirrorLagSeconds, m.mirrorRecords} {
 		ch <- d
 	}
@@ -81,13 +90,17 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(m.linkMigrations, float64(li.Migrations), r, n)
 		counter(m.linkReconnects, float64(li.Reconnects), r, n)
 		gauge(m.linkStreams, float64(len(li.Mirrors)), r, n)
+		tot := l.counters.total()
+		counter(m.linkSent, float64(tot.BytesSent), r, n)
+		counter(m.linkRecv, float64(tot.BytesReceived), r, n)
+		counter(m.linkLost, float64(tot.PacketsLost), r, n)
+		counter(m.linkSentPkts, float64(tot.PacketsSent), r, n)
+		counter(m.linkRecvPkts, float64(tot.PacketsReceived), r, n)
+		counter(m.linkLostBytes, float64(tot.BytesLost), r, n)
 		if li.Connected {
 			gauge(m.linkRTT, li.RTT.Seconds(), r, n)
 			gauge(m.linkMinRTT, li.MinRTT.Seconds(), r, n)
 			gauge(m.linkCwnd, float64(li.CongestionWindow), r, n)
-			gauge(m.linkSent, float64(li.BytesSent), r, n)
-			gauge(m.linkRecv, float64(li.BytesReceived), r, n)
-			gauge(m.linkLost, float64(li.PacketsLost), r, n)
 		}
 		l.mu.Lock()
 		mirrors := make([]*mirror, 0, len(l.mu.mirrors))

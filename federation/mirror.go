@@ -53,67 +53,59 @@ func (m *mirror) ended() bool {
 	}
 }
 
-// run mirrors until the mirror is stopped or the connection ends, retrying a failed stream
-// after a pause (the cursor makes every retry exactly-once).
-func (m *mirror) run(parent context.Context, conn *quic.Conn) {
+// run mirrors over the connection's feeds until the mirror is stopped or the connection
+// ends, retrying a failed feed after a pause (the cursor makes every retry exactly-once). An
+// error of the connection itself is the link's to report, not the mirror's.
+func (m *mirror) run(parent context.Context, conn *quic.Conn, o mirrorOpener) {
 	defer close(m.done)
 	ctx, cancel := context.WithCancel(m.ctx)
 	defer cancel()
 	stop := context.AfterFunc(parent, cancel)
 	defer stop()
 	for ctx.Err() == nil && conn.Context().Err() == nil {
-		err := m.onceOn(ctx, conn) // once, or its place on the ablation's shared stream
-		if ctx.Err() != nil || conn.Context().Err() != nil {
+		err := m.once(ctx, o)
+		if ctx.Err() != nil || conn.Context().Err() != nil || connectionEnded(err) {
 			return
 		}
-		m.l.log.Warn("mirror stream ended; retrying from the cursor", "topic", m.topic, "err", err)
+		if peerStopping(err) {
+			m.l.log.Info("mirror stream ended: peer stopping; retrying from the cursor", "topic", m.topic)
+		} else {
+			m.l.log.Warn("mirror stream ended; retrying from the cursor", "topic", m.topic, "err", err)
+		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(time.Second):
+		case <-time.After(m.l.f.cfg.MirrorRetry):
 		}
 	}
 }
 
-// once runs one mirror stream from the stored cursor. It holds the federation's lock of
+// once runs one mirror feed from the stored cursor. It holds the federation's lock of
 // (origin region, topic) throughout: a second mirror of the same records (after a quick
 // reconnect, or an old link still finishing) waits instead of reading a cursor that a batch
 // in flight is about to move.
-func (m *mirror) once(ctx context.Context, conn *quic.Conn) error {
+func (m *mirror) once(ctx context.Context, o mirrorOpener) error {
 	from, unlock, err := m.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	str, err := conn.OpenStreamSync(ctx)
+	feed, err := o.open(ctx, m.topic, from)
 	if err != nil {
 		return err
 	}
-	defer str.CancelRead(wire.AppCancelled)
-	defer str.CancelWrite(wire.AppCancelled)
-	stop := context.AfterFunc(ctx, func() { str.CancelRead(wire.AppCancelled) })
-	defer stop()
-	w := wire.NewWriter(str)
-	w.Write(&wire.Mirror{Topic: m.topic, From: from})
-	if err := w.Flush(); err != nil {
-		return err
-	}
-
-	r := wire.NewReader(str, wire.Limits{MaxFrame: 8 << 20, MaxPayload: 8 << 20})
+	defer feed.close()
 	b := mirrorBatch{next: from}
 	for {
-		f, err := r.Read()
+		f, err := feed.next()
 		if err != nil {
 			return err
-		}
-		if e, ok := f.(*wire.ErrorFrame); ok {
-			return e.AsError()
 		}
 		if err := m.apply(ctx, &b, f); err != nil {
 			return err
 		}
-		// Append when nothing more is buffered, or the batch is full: one synced commit with
+		// Append when nothing more is waiting, or the batch is full: one synced commit with
 		// the cursor per batch.
-		if b.due(!r.FrameBuffered()) {
+		if b.due(feed.idle()) {
 			if err := m.flush(&b); err != nil {
 				return err
 			}
@@ -155,8 +147,7 @@ func (b *mirrorBatch) due(idle bool) bool {
 	return len(b.records) > 0 && (idle || len(b.records) >= mirrorBatchRecords || b.bytes >= mirrorBatchBytes)
 }
 
-// apply takes one frame of the topic's mirror traffic, from its own stream or from the
-// ablation's shared one: it checks and batches a RECORD, notes a HEAD's lag, or skips a GAP
+// apply takes one frame of the topic's mirror feed, whichever the stream mapping: it checks and batches a RECORD, notes a HEAD's lag, or skips a GAP
 // (appending what came before it first). Any other frame is a protocol error.
 func (m *mirror) apply(ctx context.Context, b *mirrorBatch, f wire.Frame) error {
 	region := m.l.peer.Region

@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -100,6 +101,15 @@ type Config struct {
 	Tags map[string]string
 	// Profile selects the timers (default ProfileDefault).
 	Profile Profile
+	// LeaveTimeout bounds a graceful leave of each pool (both leave at once, in Close or when
+	// Run's context ends): serf waits up to 2/5 of it for its leave intent to go out and as
+	// long for memberlist's dead message, then lingers 1/5 of it answering probes. Peers that
+	// are up hear a leave within milliseconds; the bound matters when they are stopping too
+	// (a whole mesh stopping) or unreachable, and they then see a failure instead of a leave.
+	// It also bounds SetTags' wait for its broadcast (2/5 of it). 0: the profile's: 11 s for
+	// ProfileDefault (serf's 5 s + 5 s + 1 s), 1 s for ProfileLocal (one host or a fast
+	// network), 2.3 s for ProfileTest. Must not be negative.
+	LeaveTimeout time.Duration
 	// Logger receives serf's and memberlist's logs (at their levels) and the package's own.
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -168,6 +178,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.fullTags(c.Tags); err != nil {
 		errs = append(errs, fmt.Errorf("gossip: config: Tags: %w", err))
+	}
+	if c.LeaveTimeout < 0 {
+		bad("LeaveTimeout must not be negative, got %v", c.LeaveTimeout)
 	}
 	if c.Profile < ProfileDefault || c.Profile > ProfileTest {
 		bad("unknown Profile %d", int(c.Profile))

@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func TestValidate(t *testing.T) {
@@ -135,7 +137,7 @@ func TestEncodedTagsSizeMatchesSerf(t *testing.T) {
 
 func TestLogBridgeLevels(t *testing.T) {
 	var buf bytes.Buffer
-	l := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	l := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), nil)
 	l.Printf("[DEBUG] memberlist: hidden")
 	l.Printf("[INFO] serf: EventMemberJoin: a 127.0.0.1")
 	l.Printf("[WARN] memberlist: was slow")
@@ -188,5 +190,59 @@ func TestNoKeyWarns(t *testing.T) {
 	}
 	if !strings.Contains(buf.String(), "no gossip key") {
 		t.Fatalf("no warning about the missing key:\n%s", buf.String())
+	}
+}
+
+// While this node leaves on purpose, the warnings its leave causes are logged at INFO; the
+// same lines at any other time, and other warnings while leaving, keep their level.
+func TestLogBridgeLowersDeliberateLeaveNoise(t *testing.T) {
+	var buf bytes.Buffer
+	var leaving atomic.Bool
+	l := newStdLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})), &leaving)
+	l.Printf("[WARN] serf: timeout waiting for leave broadcast: timeout waiting for leave broadcast")
+	leaving.Store(true)
+	l.Printf("[WARN] serf: timeout waiting for leave broadcast: timeout waiting for leave broadcast")
+	l.Printf("[ERR] memberlist: Failed fallback TCP ping: dial tcp 127.0.0.1:1: connect: connection refused")
+	l.Printf("[ERR] memberlist: failed to decrypt packet from 127.0.0.1:2")
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	want := []string{
+		`level=WARN msg="serf: timeout waiting for leave broadcast`,
+		`level=INFO msg="serf: timeout waiting for leave broadcast`,
+		`level=INFO msg="memberlist: Failed fallback TCP ping`,
+		`level=ERROR msg="memberlist: failed to decrypt packet`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d lines, want %d:\n%s", len(lines), len(want), buf.String())
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d: %s, want %s", i, lines[i], w)
+		}
+	}
+}
+
+func TestLeaveTimeout(t *testing.T) {
+	base := Config{Name: "n", Region: "r", LANAddr: "127.0.0.1:0"}
+	for _, c := range []struct {
+		profile Profile
+		timeout time.Duration
+		want    time.Duration
+	}{
+		{ProfileDefault, 0, 11 * time.Second},
+		{ProfileLocal, 0, time.Second},
+		{ProfileTest, 0, 2300 * time.Millisecond},
+		{ProfileDefault, 500 * time.Millisecond, 500 * time.Millisecond},
+		{ProfileTest, 5 * time.Second, 5 * time.Second},
+	} {
+		cfg := base
+		cfg.Profile, cfg.LeaveTimeout = c.profile, c.timeout
+		if got := cfg.leaveBound(); got != c.want {
+			t.Errorf("%v, LeaveTimeout %v: leave bound %v, want %v", c.profile, c.timeout, got, c.want)
+		}
+	}
+	cfg := base
+	cfg.LeaveTimeout = -time.Second
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "LeaveTimeout must not be negative") {
+		t.Errorf("negative LeaveTimeout: %v", err)
 	}
 }

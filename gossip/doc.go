@@ -26,9 +26,12 @@
 // both serf event channels (serf blocks when they are not drained; they are buffered so a
 // short gap before Run is harmless), maintains the member table, updates metrics and
 // dispatches events to subscribers. When ctx ends or Close is called, Run leaves both pools
-// gracefully (in parallel, bounded by the profile's broadcast timeout and propagation
-// delay), shuts serf down while it keeps draining, and returns. Close waits for that, or
-// does it itself when Run was never started.
+// gracefully (in parallel, bounded by Config.LeaveTimeout or the profile's), shuts serf down
+// while it keeps draining, and returns. Close waits for that, or does it itself when Run was
+// never started. serf's and memberlist's log lines go to the Logger at their levels
+// (logging.go), except that once a deliberate leave has begun, the warnings the leave itself
+// causes (its broadcast timing out when the peers stop too, closed sockets, peers that
+// stopped first) are logged at INFO: stopping is not a failure.
 //
 // The member table has one entry per node name and pool; Members merges the two pools of a
 // name into one Member, preferring what the LAN pool says (it is the faster and closer

@@ -35,6 +35,7 @@ func (c Config) serfConfig(pool Pool, tags map[string]string, events chan<- serf
 	case ProfileDefault:
 		ml.RetransmitMult = lossyRetransmitMult
 	}
+	c.applyLeaveTimeout(sc)
 
 	bind, adv := c.LANAddr, c.AdvertiseLAN
 	ml.Label = c.lanLabel()
@@ -123,6 +124,24 @@ func applyTestTimers(sc *serf.Config, ml *memberlist.Config) {
 	sc.QueueCheckInterval = time.Second
 }
 
+// localLeaveTimeout is ProfileLocal's LeaveTimeout: on one host a leave reaches the live
+// peers in a few milliseconds, and 'quicmq dev' stopping as a whole must not wait serf's 11 s
+// for peers that are stopping too.
+const localLeaveTimeout = time.Second
+
+// applyLeaveTimeout sets serf's leave timers from LeaveTimeout (or ProfileLocal's default);
+// with neither, the profile's timers stay.
+func (c Config) applyLeaveTimeout(sc *serf.Config) {
+	lt := c.LeaveTimeout
+	if lt == 0 && c.Profile == ProfileLocal {
+		lt = localLeaveTimeout
+	}
+	if lt > 0 {
+		sc.BroadcastTimeout = lt * 2 / 5
+		sc.LeavePropagateDelay = lt / 5
+	}
+}
+
 // leaveBound is the longest a graceful leave of one pool can take: serf waits up to
 // BroadcastTimeout for its leave intent to go out, memberlist as long again for its dead
 // message, then serf sleeps LeavePropagateDelay. Both pools leave in parallel.
@@ -131,5 +150,6 @@ func (c Config) leaveBound() time.Duration {
 	if c.Profile == ProfileTest {
 		applyTestTimers(sc, memberlist.DefaultLocalConfig())
 	}
+	c.applyLeaveTimeout(sc)
 	return 2*sc.BroadcastTimeout + sc.LeavePropagateDelay
 }

@@ -4,25 +4,27 @@ package node
 //
 // QuicMQ's claim is that one QUIC stream per subscription keeps a lossy or slow subscription
 // from stalling the others on the same connection. To measure that claim against the same
-// node, client, transport and code paths, this mode carries all of a connection's
-// subscriptions on ONE stream, as a TCP broker carries them on one socket. Everything else
-// stays: records are read from the log with the same ReadFunc, at most ReadAhead bytes per
-// topic per round, encoded as the same RECORD frames and written by one goroutine per
-// stream. What changes is only the stream mapping, so that:
+// node, client and transport, this mapping carries all of a connection's subscriptions on
+// ONE stream, as a TCP broker carries them on one socket. It is a stream mapping (subStream)
+// beneath the one subscription core and nothing more: each subscription on a shared stream
+// is set up, authorized (authorizeSubscribe: tenant namespace and subscribe grants, the same
+// errors), read from the log, batched, written by its own writer goroutine and acknowledged
+// exactly as on a stream of its own. What changes is only where its frames go and how its
+// topics are numbered, so that:
 //   - a lost packet holds up the delivery of every later byte of the stream, whichever
 //     subscription those bytes belong to (transport head-of-line blocking), and
 //   - a subscription the application stops reading fills the stream's flow-control window
 //     (the client stops reading the shared stream once that subscription's small queue is
 //     full) and so stops every other subscription on it, as a full TCP socket would.
 //
-// Protocol (docs/protocol.md, "Shared-stream ablation"): the client opens one stream whose
-// first frame is a SUBSCRIBE with region "~shared-stream" (never a region name: regions
+// Protocol (docs/protocol.md, appendix "Shared-stream ablation"): the client opens one stream
+// whose first frame is a SUBSCRIBE with region "~shared-stream" (never a region name: regions
 // match [A-Za-z0-9_-]). Further SUBSCRIBE frames on the same stream (region empty or the
 // same marker) add subscriptions, numbered 0, 1, 2, ... in the order sent; each is answered
-// by SUBSCRIBED in that order. TOPIC, RECORD, GAP and ACK use the index
-// subscription<<32 | topic, so the client routes frames by index>>32. Subscriptions on the
-// stream end together when the stream ends; durable consumers and region replays are not
-// supported there (refused with ERROR, which ends the stream).
+// by SUBSCRIBED in that order. TOPIC, RECORD, RECORDS, GAP, CAUGHT_UP's subscription and ACK
+// use the index subscription<<32 | topic, so the client routes frames by index>>32.
+// Subscriptions on the stream end together when the stream ends; an ERROR for any of them
+// (a refused SUBSCRIBE included) ends the stream. Region replays are not carried.
 
 import (
 	"context"
@@ -36,94 +38,77 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
-	"github.com/quicmq/quicmq/routing"
-	"github.com/quicmq/quicmq/wal"
 )
 
-// ablationSharedRegion marks a SUBSCRIBE that opens a shared stream (client/ablation.go
+// ablationSharedRegion marks a SUBSCRIBE that opens a shared stream (internal/sharedstream
 // sends the same constant).
 const ablationSharedRegion = "~shared-stream"
 
 // sharedIndexBits is where the subscription number sits in a shared stream's topic index.
 const sharedIndexBits = 32
 
-// sharedStream serves one shared stream. Its run goroutine owns the subscriptions and
-// cursors and is the only writer of the stream; its reader goroutine is the only reader
-// (SUBSCRIBE and ACK frames) and hands new subscriptions over through mu.
+// errSharedEnded is the write error of a subscription whose shared stream has ended.
+var errSharedEnded = errors.New("node: the shared stream has ended")
+
+// sharedStream is one shared stream. The session's stream goroutine is its reader (SUBSCRIBE
+// and ACK frames, and so the ack reader of every subscription on it); each subscription has
+// its run and writer goroutines, as on a stream of its own; wmu serialises their writes.
 type sharedStream struct {
 	s      *session
 	str    *quic.Stream
 	r      *wire.Reader
-	ctx    context.Context
+	ctx    context.Context // parent of the subscriptions' contexts
 	cancel context.CancelFunc
-	wake   chan struct{} // a topic advanced or a SUBSCRIBE arrived
-	born   chan struct{} // a topic appeared
+	wg     sync.WaitGroup // the subscriptions' run goroutines
 
 	draining atomic.Bool
-	readErr  atomic.Pointer[wire.Error] // a protocol error found by the reader goroutine
-	opened   atomic.Int64               // subscriptions counted in s.subs and the gauge
+	subs     []*subscription // by number; reader goroutine only
 
-	batch bool // the client takes RECORDS frames, as on a stream per subscription
-
-	// Owned by the run goroutine.
-	subs []*sharedSub
-	w    *wire.Writer
-	rec  wire.Record // the frame being written, reused
-
-	mu struct {
-		sync.Mutex
-		pending   []*wire.Subscribe // SUBSCRIBE frames not yet set up, in order
-		delivered map[uint64]uint64 // topic index -> offset after the last record sent
-	}
+	wmu    sync.Mutex // held across a write, so batches never interleave; guards ended
+	ended  bool
+	ending sync.Once
 }
 
-type sharedSub struct {
-	no      uint64
-	pattern string
-	start   wire.StartKind
-	value   uint64
-	cursors []*cursor
-	byTopic map[string]*cursor
+// sharedPart is a subscription's mapping onto a shared stream.
+type sharedPart struct {
+	ss *sharedStream
+	no uint64
+}
+
+func (p sharedPart) write(b []byte) error         { return p.ss.write(b) }
+func (p sharedPart) index(n uint64) uint64        { return p.no<<sharedIndexBits | n }
+func (p sharedPart) setWriteDeadline(t time.Time) { p.ss.str.SetWriteDeadline(t) }
+func (p sharedPart) stopReading()                 {} // the stream's reader serves the others
+func (p sharedPart) finish(e *wire.Error) {
+	if e != nil {
+		p.ss.end(e) // one subscription's ERROR ends them all: there is no frame to end one
+	}
 }
 
 // serveShared serves a shared stream whose first frame is first, if the node allows it.
 func (s *session) serveShared(str *quic.Stream, r *wire.Reader, first *wire.Subscribe) {
-	if !s.n.cfg.AblationSharedStream {
+	n := s.n
+	if !n.cfg.AblationSharedStream {
 		s.failStream(str, wire.Errorf(wire.CodeForbidden, "the shared-stream ablation is off on this node (a measurement aid: Config.AblationSharedStream, --ablation-shared-stream)"))
 		return
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	ss := &sharedStream{
-		s: s, str: str, r: r, ctx: ctx, cancel: cancel,
-		wake: make(chan struct{}, 1),
-		born: make(chan struct{}, 1),
-		w:    wire.NewWriter(str),
-	}
-	ss.mu.delivered = make(map[uint64]uint64)
-	if e := ss.checkSubscribe(first); e != nil {
-		s.failStream(str, e)
-		return
-	}
+	ss := &sharedStream{s: s, str: str, r: r, ctx: ctx, cancel: cancel}
 	if !s.track(ss) {
 		s.failStream(str, wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
 		return
 	}
 	defer s.untrack(ss)
-	ss.batch = first.Flags&wire.SubscribeRecords != 0
-	ss.mu.pending = []*wire.Subscribe{first}
-	defer func() {
-		n := ss.opened.Load()
-		s.subs.Add(-n)
-		s.n.metrics.subscriptions.Sub(float64(n))
-	}()
-
-	err := ss.run()
+	err := ss.read(first)
+	// The client's FIN (or an error) ends every subscription on the stream; each writes its
+	// last batch, then the stream ends with the node's FIN, or the ERROR.
+	ss.cancel()
+	ss.wg.Wait()
 	if ss.draining.Load() {
 		err = wire.Errorf(wire.CodeShuttingDown, "node shutting down")
-	}
-	if err != nil {
-		s.n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(err.Code), 10)).Inc()
+	} else if err != nil {
+		n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(err.Code), 10)).Inc()
 	}
 	ss.end(err)
 }
@@ -131,245 +116,122 @@ func (s *session) serveShared(str *quic.Stream, r *wire.Reader, first *wire.Subs
 func (ss *sharedStream) drain() {
 	ss.draining.Store(true)
 	ss.cancel()
-	ss.str.SetWriteDeadline(time.Now().Add(time.Second))
+	ss.str.SetWriteDeadline(time.Now().Add(endWriteTimeout))
+	ss.str.CancelRead(wire.AppCancelled) // the reader returns; the subscriptions drain themselves
 }
 
-// end closes the stream, first sending e if not nil.
+// write writes one subscription's batch, whole.
+func (ss *sharedStream) write(b []byte) error {
+	ss.wmu.Lock()
+	defer ss.wmu.Unlock()
+	if ss.ended {
+		return errSharedEnded
+	}
+	_, err := ss.str.Write(b)
+	return err
+}
+
+// end ends the stream once: ERROR e (if not nil) and FIN, and stops its reader and every
+// subscription on it.
 func (ss *sharedStream) end(e *wire.Error) {
-	ss.str.CancelRead(wire.AppCancelled)
-	if e != nil {
-		ss.str.SetWriteDeadline(time.Now().Add(time.Second))
-		ss.w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
-		ss.w.Flush()
-	}
-	ss.str.Close()
-}
-
-// checkSubscribe refuses what a shared stream does not carry.
-func (ss *sharedStream) checkSubscribe(req *wire.Subscribe) *wire.Error {
-	if err := routing.ValidatePattern(req.Pattern); err != nil {
-		return &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
-	}
-	if req.Durable != "" || (req.Region != "" && req.Region != ablationSharedRegion) {
-		return wire.Errorf(wire.CodeInvalidArgument, "a shared stream (ablation) carries neither durable consumers nor region replays")
-	}
-	if req.Start == wire.StartTime {
-		return wire.Errorf(wire.CodeInvalidArgument, "a shared stream (ablation) starts at earliest, latest or an offset")
-	}
-	return nil
-}
-
-// run streams records of every subscription on the stream until the client ends it, the
-// connection ends or the node drains. It returns an error to send, or nil.
-func (ss *sharedStream) run() *wire.Error {
-	n := ss.s.n
-	cancelTopics := n.wal.NotifyNewTopics(ss.born)
-	defer cancelTopics()
-	defer func() {
-		for _, sub := range ss.subs {
-			for _, c := range sub.cursors {
-				c.cancel()
-			}
+	ss.ending.Do(func() {
+		if e != nil {
+			// A subscription's write blocked on flow control holds wmu: bound it.
+			ss.str.SetWriteDeadline(time.Now().Add(endWriteTimeout))
 		}
-	}()
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		defer ss.cancel()
-		if e := ss.readFrames(); e != nil {
-			ss.readErr.Store(e)
+		ss.wmu.Lock()
+		ss.ended = true
+		if e != nil {
+			ss.str.SetWriteDeadline(time.Now().Add(endWriteTimeout))
+			ss.str.Write(wire.Append(nil, &wire.ErrorFrame{Code: e.Code, Message: e.Message}))
 		}
-	}()
-	defer func() { <-readDone }()
-	defer ss.str.CancelRead(wire.AppCancelled)
-
-	for {
-		if e := ss.takeSubscribes(); e != nil {
-			return e
-		}
-		sent, err := ss.sendAvailable()
-		if e := ss.readErr.Load(); e != nil {
-			return e
-		}
-		if err != nil || ss.ctx.Err() != nil {
-			return err
-		}
-		if sent > 0 {
-			if ss.w.Flush() != nil {
-				return nil
-			}
-			continue
-		}
-		select {
-		case <-ss.ctx.Done():
-			return ss.readErr.Load()
-		case <-ss.wake:
-		case <-ss.born:
-			ss.addNewTopics()
-		}
-	}
-}
-
-// takeSubscribes sets up the subscriptions the reader handed over and answers SUBSCRIBED
-// for each, in the order they were sent.
-func (ss *sharedStream) takeSubscribes() *wire.Error {
-	ss.mu.Lock()
-	reqs := ss.mu.pending
-	ss.mu.pending = nil
-	ss.mu.Unlock()
-	if len(reqs) == 0 {
-		return nil
-	}
-	n := ss.s.n
-	for _, req := range reqs {
-		if got := ss.s.subs.Add(1); got > int64(n.cfg.MaxSubscriptionsPerConn) {
-			ss.s.subs.Add(-1)
-			return wire.Errorf(wire.CodeLimit, "%d subscriptions open on this connection, the limit is %d", got-1, n.cfg.MaxSubscriptionsPerConn)
-		}
-		ss.opened.Add(1)
-		n.metrics.subscriptions.Inc()
-		sub := &sharedSub{
-			no: uint64(len(ss.subs)), pattern: req.Pattern, start: req.Start, value: req.StartValue,
-			byTopic: make(map[string]*cursor),
-		}
-		ss.subs = append(ss.subs, sub)
-		for _, t := range n.wal.Topics() {
-			if routing.Match(sub.pattern, t.Name) {
-				ss.addCursor(sub, t, false)
-			}
-		}
-		ss.w.Buffer(&wire.Subscribed{})
-	}
-	if ss.w.Flush() != nil {
+		ss.str.Close()
+		ss.wmu.Unlock()
+		ss.str.CancelRead(wire.AppCancelled)
 		ss.cancel()
-	}
-	return nil
+	})
 }
 
-// addNewTopics starts cursors on topics that appeared since the subscriptions were set up
-// (read from their start, as on a stream of its own).
-func (ss *sharedStream) addNewTopics() {
-	var topics []wal.TopicInfo
-	for _, sub := range ss.subs {
-		if topics == nil {
-			topics = ss.s.n.wal.Topics()
-		}
-		for _, t := range topics {
-			if _, ok := sub.byTopic[t.Name]; !ok && routing.Match(sub.pattern, t.Name) {
-				ss.addCursor(sub, t, true)
-			}
-		}
-	}
-}
-
-func (ss *sharedStream) addCursor(sub *sharedSub, t wal.TopicInfo, created bool) {
-	c := &cursor{topic: t.Name, index: sub.no<<sharedIndexBits | uint64(len(sub.cursors))}
-	c.cancel = ss.s.n.wal.Notify(t.Name, ss.wake)
-	first, next, _ := ss.s.n.wal.Bounds(t.Name)
-	switch {
-	case created || sub.start == wire.StartEarliest:
-		c.next = first
-	case sub.start == wire.StartLatest:
-		c.next = t.Next
-	case sub.start == wire.StartOffset:
-		c.next = min(max(sub.value, first), next)
-	}
-	sub.byTopic[t.Name] = c
-	sub.cursors = append(sub.cursors, c)
-}
-
-// sendAvailable is subscription.sendAvailable over every cursor of every subscription: each
-// cursor's batch (at most ReadAhead bytes) is written before the next is read.
-func (ss *sharedStream) sendAvailable() (int, *wire.Error) {
-	n := ss.s.n
-	sent := 0
-	for _, sub := range ss.subs {
-		for _, c := range sub.cursors {
-			got, err := n.wal.ReadFunc(c.topic, c.next, 1024, n.cfg.ReadAhead, func(rec *wal.Record) error {
-				ss.bind(c)
-				ss.rec = recordFrame(c.index, rec, n.cfg.Region)
-				if ss.batch {
-					ss.w.BufferRecord(&ss.rec)
-				} else {
-					ss.w.Buffer(&ss.rec)
-				}
-				c.next = rec.Offset + 1
-				return nil
-			})
-			if got > 0 {
-				ss.mu.Lock()
-				ss.mu.delivered[c.index] = c.next
-				ss.mu.Unlock()
-				sent += got
-				if ss.w.Flush() != nil {
-					return sent, nil
-				}
-			}
-			var oor *wal.OffsetOutOfRangeError
-			switch {
-			case err == nil, errors.Is(err, wal.ErrUnknownTopic):
-			case errors.As(err, &oor):
-				ss.bind(c)
-				ss.w.Write(&wire.Gap{Index: c.index, From: c.next, To: oor.First})
-				c.next = oor.First
-				sent++
-			case errors.Is(err, wal.ErrClosed):
-				return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
-			default:
-				return sent, wire.Errorf(wire.CodeInternal, "read %q at offset %d: %v", c.topic, c.next, err)
-			}
-		}
-	}
-	return sent, nil
-}
-
-// bind buffers the TOPIC frame for c before its first record or gap.
-func (ss *sharedStream) bind(c *cursor) {
-	if c.bound {
-		return
-	}
-	c.bound = true
-	ss.mu.Lock()
-	if _, ok := ss.mu.delivered[c.index]; !ok {
-		ss.mu.delivered[c.index] = c.next
-	}
-	ss.mu.Unlock()
-	ss.w.Buffer(&wire.Topic{Index: c.index, Name: c.topic})
-}
-
-// readFrames is the reader goroutine: SUBSCRIBE frames add subscriptions (handed to the run
-// goroutine), ACK frames are checked against what was sent and counted. It returns when the
-// client closes or resets its side.
-func (ss *sharedStream) readFrames() *wire.Error {
+// read is the stream's reader, starting with its first frame f: SUBSCRIBE frames add
+// subscriptions, ACK frames go to their subscription's takeAck, and durable positions are
+// stored whenever no further frame is buffered, so that after the client's FIN every ACK
+// read before it is stored. It returns when the client closes or resets its side, or with
+// the error that ends the stream.
+func (ss *sharedStream) read(f wire.Frame) *wire.Error {
 	for {
-		f, err := ss.r.Read()
-		switch {
-		case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
-			return &wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
-		case err != nil:
-			return nil
-		}
 		switch f := f.(type) {
 		case *wire.Subscribe:
-			if e := ss.checkSubscribe(f); e != nil {
+			if e := ss.add(f); e != nil {
 				return e
 			}
-			ss.mu.Lock()
-			ss.mu.pending = append(ss.mu.pending, f)
-			ss.mu.Unlock()
-			select {
-			case ss.wake <- struct{}{}:
-			default:
-			}
 		case *wire.Ack:
-			ss.mu.Lock()
-			d, ok := ss.mu.delivered[f.Index]
-			ss.mu.Unlock()
-			if !ok || f.Offset >= d {
+			no := f.Index >> sharedIndexBits
+			if no >= uint64(len(ss.subs)) {
 				return wire.Errorf(wire.CodeInvalidArgument, "ACK of topic index %d offset %d: no such record was delivered on this stream", f.Index, f.Offset)
+			}
+			if e := ss.subs[no].takeAck(f.Index&(1<<sharedIndexBits-1), f.Index, f.Offset); e != nil {
+				return e
 			}
 		default:
 			return wire.Errorf(wire.CodeProtocol, "unexpected %s on a shared stream: only SUBSCRIBE and ACK", f.Type())
 		}
+		if !ss.r.FrameBuffered() {
+			if e := ss.storeAcks(); e != nil {
+				return e
+			}
+		}
+		var err error
+		f, err = ss.r.Read()
+		switch {
+		case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
+			return &wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
+		case err != nil:
+			return ss.storeAcks()
+		}
 	}
+}
+
+func (ss *sharedStream) storeAcks() *wire.Error {
+	for _, sub := range ss.subs {
+		if e := sub.storeAcks(); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// add sets up one more subscription on the stream, through the same authorization, limits
+// and core as a subscription on a stream of its own, and waits until its SUBSCRIBED is
+// written (so the answers keep the order of the requests).
+func (ss *sharedStream) add(req *wire.Subscribe) *wire.Error {
+	s := ss.s
+	if req.Region != "" && req.Region != ablationSharedRegion {
+		return wire.Errorf(wire.CodeInvalidArgument, "a shared stream (ablation) carries no region replays: region %q", req.Region)
+	}
+	r := *req
+	r.Region = ""
+	auth, e := s.authorizeSubscribe(&r)
+	if e != nil {
+		return e
+	}
+	if e := s.countSubscription(); e != nil {
+		return e
+	}
+	sub, e := s.newSubscription(ss.ctx, auth, sharedPart{ss: ss, no: uint64(len(ss.subs))})
+	if e != nil {
+		s.subs.Add(-1)
+		return e
+	}
+	ss.subs = append(ss.subs, sub)
+	ss.wg.Add(1)
+	go func() {
+		defer ss.wg.Done()
+		defer s.subs.Add(-1)
+		sub.serve()
+	}()
+	select {
+	case <-sub.setUp:
+	case <-ss.ctx.Done():
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/quicmq/quicmq/internal/wire"
@@ -97,12 +98,13 @@ func TestSharedStreamDeliversEverySubscription(t *testing.T) {
 	}
 }
 
-// A shared stream takes no durable consumer.
-func TestSharedStreamRefusesDurable(t *testing.T) {
+// A shared stream carries no region replay: a later SUBSCRIBE naming a region is refused.
+func TestSharedStreamRefusesRegion(t *testing.T) {
 	n := newTestNode(t, func(c *Config) { c.AblationSharedStream = true })
 	rc := mustDial(t, n)
-	s := rc.open(&wire.Subscribe{Pattern: "a", Region: ablationSharedRegion, Durable: "d"})
-	if e := s.expectError(); e.Code != wire.CodeInvalidArgument {
-		t.Fatalf("got %v, want code %d", e, wire.CodeInvalidArgument)
+	s := rc.open(&wire.Subscribe{Pattern: "a", Region: ablationSharedRegion})
+	s.send(&wire.Subscribe{Pattern: "a", Region: "elsewhere"})
+	if e := s.expectError(); e.Code != wire.CodeInvalidArgument || !strings.Contains(e.Message, "elsewhere") {
+		t.Fatalf("got %v, want code %d naming the region", e, wire.CodeInvalidArgument)
 	}
 }

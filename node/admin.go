@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/gossip"
@@ -33,15 +32,16 @@ type MemberInfo struct {
 // member table), GET /v1/links (each link with its figures), POST /v1/links/migrate?region=R
 // (migrate the links to R, or all, to new local sockets), GET /v1/gossip/keys (the keyring,
 // as fingerprints) and POST /v1/gossip/keys/{install,use,remove} with the base64 key as the
-// body (a pool-wide key rotation step). Bind it to an address only operators reach: it can
-// trigger migrations and change the gossip keyring. It never shows a key or a payload.
+// body (a pool-wide key rotation step). The POSTs change state: they are served only with
+// Config.AdminAPI, and refused with 403 otherwise. Bind it to an address only operators
+// reach. It never shows a key or a payload.
 func (n *Node) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", n.MetricsHandler())
 	mux.HandleFunc("GET /v1/gossip/keys", func(w http.ResponseWriter, r *http.Request) {
 		n.gossipKeys(w, "list", nil)
 	})
-	mux.HandleFunc("POST /v1/gossip/keys/{op}", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /v1/gossip/keys/{op}", n.stateChanging(func(w http.ResponseWriter, r *http.Request) {
 		op := r.PathValue("op")
 		if op != "install" && op != "use" && op != "remove" {
 			http.Error(w, fmt.Sprintf("unknown key operation %q: want install, use or remove", op), http.StatusNotFound)
@@ -58,7 +58,7 @@ func (n *Node) AdminHandler() http.Handler {
 			return
 		}
 		n.gossipKeys(w, op, key)
-	})
+	}))
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, n.Members())
 	})
@@ -69,20 +69,33 @@ func (n *Node) AdminHandler() http.Handler {
 		}
 		writeJSON(w, n.fed.Links())
 	})
-	mux.HandleFunc("POST /v1/links/migrate", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("POST /v1/links/migrate", n.stateChanging(func(w http.ResponseWriter, r *http.Request) {
 		if n.fed == nil {
 			http.Error(w, "this node has no links (no WAN gossip pool)", http.StatusConflict)
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+		ctx, cancel := context.WithTimeout(r.Context(), n.cfg.MigrateTimeout)
 		defer cancel()
 		if err := n.fed.Migrate(ctx, r.URL.Query().Get("region")); err != nil {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
 		writeJSON(w, n.fed.Links())
-	})
+	}))
 	return mux
+}
+
+// stateChanging serves h only when the operator enabled the state-changing endpoints
+// (Config.AdminAPI); otherwise it answers 403 saying how to enable them.
+func (n *Node) stateChanging(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !n.cfg.AdminAPI {
+			http.Error(w, fmt.Sprintf("%s %s changes the node's state and is off on this node: start it with --admin-api (config key admin_api = true) to enable it",
+				r.Method, r.URL.Path), http.StatusForbidden)
+			return
+		}
+		h(w, r)
+	}
 }
 
 // KeyringStatus is the outcome of a gossip key operation in one pool: keys are shown by

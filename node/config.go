@@ -107,21 +107,41 @@ type Config struct {
 	// subscription wants them.
 	Mirror []string
 
-	// AblationSharedStream lets clients that ask for it (client.Options.AblationSharedStream)
-	// carry all their subscriptions on ONE shared stream instead of one stream each: a
-	// measurement aid for benchmarks (bench/, docs/benchmarks.md) that isolates head-of-line
-	// blocking, never for production. Default false: such a request is refused.
+	// AblationSharedStream accepts the shared-stream mapping (node/ablation.go): a client that
+	// asks for it (the bench module, through internal/sharedstream; the SDK has no such API)
+	// carries all its subscriptions on ONE stream instead of one stream each. Only the stream
+	// mapping differs: the subscriptions are authorized, read, batched and acknowledged as
+	// on streams of their own. A measurement aid for benchmarks (bench/, docs/benchmarks.md)
+	// that isolates head-of-line blocking, never for production. Default false: such a
+	// stream is refused with ERROR code 3 (forbidden).
 	AblationSharedStream bool
-	// AblationSharedLink carries all mirrors of each federation link on ONE QUIC stream
-	// instead of one stream per mirrored topic, and accepts the same from peers: the
-	// federation's measurement aid (federation/ablation.go, scenario 6 in
-	// docs/benchmarks.md), never for production. Default false: a peer's request is refused.
+	// AblationSharedLink selects the federation's shared-link stream mapping: all mirrors of
+	// each link to another region on ONE QUIC stream instead of one stream per mirrored
+	// topic, and the same accepted from peers. A measurement aid (federation/ablation.go,
+	// scenario 6 in docs/benchmarks.md), never for production; only the mapping differs,
+	// every check and the mirror core are the product's. Default false: a peer's request is
+	// refused.
 	AblationSharedLink bool
+
+	// AdminAPI serves the admin API's state-changing endpoints from AdminHandler: POST
+	// /v1/links/migrate and POST /v1/gossip/keys/{install,use,remove}. Default false: they
+	// answer 403 naming `quicmq node --admin-api` (config key admin_api); /metrics and the
+	// read-only GETs (members, links, gossip key fingerprints) are served either way.
+	AdminAPI bool
+	// MigrateTimeout bounds one POST /v1/links/migrate (probing and switching every link).
+	// Default 15 s.
+	MigrateTimeout time.Duration
 
 	// Retention applies to every topic. Zero: keep forever.
 	Retention wal.Retention
-	// MaxSeriesPerMetric caps the label sets of each per-subscription metric; further
-	// subscriptions are counted under pattern "_other". Default 1000.
+	// RetentionInterval is how often retention deletes what Retention no longer keeps: a
+	// record lives up to Retention.MaxAge plus this, and a topic may exceed
+	// Retention.MaxBytes by what is appended in this time. Default 1 minute
+	// (wal.DefaultRetentionInterval); negative: retention never runs on its own.
+	RetentionInterval time.Duration
+	// MaxSeriesPerMetric caps the label sets of each per-subscription metric (further
+	// subscriptions are counted under pattern "_other") and the topics of the per-topic
+	// publish metrics (further topics are counted under topic "_other"). Default 1000.
 	MaxSeriesPerMetric int
 
 	// Logger receives the node's logs. Default: slog.Default().
@@ -174,6 +194,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 30 * time.Second
+	}
+	if c.MigrateTimeout <= 0 {
+		c.MigrateTimeout = 15 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

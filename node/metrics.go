@@ -19,7 +19,29 @@ type metrics struct {
 	subscriptions   prometheus.Gauge
 	subscribeErrors *prometheus.CounterVec
 
-	sub subMetrics
+	sub   subMetrics
+	topic topicMetrics
+}
+
+// topicMetrics are the per-topic publish series, labelled by the topic's name in the log (a
+// tenant's topics with their namespace). A topic's series live as long as the node: past
+// the cap of distinct topics, further topics are counted under topic "_other", as streams
+// past the cap of subscription series are.
+type topicMetrics struct {
+	records *prometheus.CounterVec
+	bytes   *prometheus.CounterVec
+
+	max int
+	mu  struct {
+		sync.Mutex
+		series map[string]*topicSeries
+	}
+}
+
+// topicSeries are one topic's handles on its publish series.
+type topicSeries struct {
+	records prometheus.Counter
+	bytes   prometheus.Counter
 }
 
 type subMetrics struct {
@@ -73,10 +95,41 @@ func newMetrics(reg prometheus.Registerer, maxSeries int) *metrics {
 		},
 	}
 	m.sub.mu.refs = make(map[[2]string]int)
+	m.topic = topicMetrics{
+		max: maxSeries,
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quicmq_topic_published_records_total",
+			Help: "Records published to the topic and acknowledged (durable), counted on the topic's owner; duplicates are not counted."},
+			[]string{"topic"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quicmq_topic_published_bytes_total",
+			Help: "Payload bytes of the records counted by quicmq_topic_published_records_total."},
+			[]string{"topic"}),
+	}
+	m.topic.mu.series = make(map[string]*topicSeries)
 	reg.MustRegister(m.connections, m.publishRecords, m.publishBytes, m.publishErrors, m.publishLatency,
 		m.subscriptions, m.subscribeErrors,
-		m.sub.records, m.sub.bytes, m.sub.acks, m.sub.blocked, m.sub.streams)
+		m.sub.records, m.sub.bytes, m.sub.acks, m.sub.blocked, m.sub.streams,
+		m.topic.records, m.topic.bytes)
 	return m
+}
+
+// of returns topic's series, creating them if the cap allows; past it, the "_other" series.
+func (t *topicMetrics) of(topic string) *topicSeries {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ts, ok := t.mu.series[topic]; ok {
+		return ts
+	}
+	label := topic
+	if len(t.mu.series) >= t.max {
+		label = "_other"
+	}
+	ts := &topicSeries{records: t.records.WithLabelValues(label), bytes: t.bytes.WithLabelValues(label)}
+	if label == topic {
+		t.mu.series[topic] = ts
+	}
+	return ts
 }
 
 // subSeries are one subscription stream's handles on its (possibly shared) series.

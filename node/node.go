@@ -97,9 +97,10 @@ func New(cfg Config) (*Node, error) {
 	n.creds = append(n.creds, cfg.Credentials...)
 	// The decoder lets payloads and headers up to the frame size through so that an
 	// over-large one gets a PUBLISH_ERROR naming the sizes (checkPublish), not a protocol
-	// error that kills the stream; the frame cap still bounds every allocation.
+	// error that kills the stream; the frame cap still bounds every allocation. The other
+	// per-publish limits refuse one publish in the decoder (wire.Publish.Refused).
 	frame := cfg.MaxPayload + cfg.MaxHeaderBytes + 64<<10
-	n.limits = wire.Limits{MaxFrame: frame, MaxPayload: frame, MaxHeaderBytes: frame}.WithDefaults()
+	n.limits = wire.Limits{MaxFrame: frame, MaxPayload: frame, MaxHeaderBytes: frame, MaxTopic: routing.MaxTopicLen}.WithDefaults()
 
 	tlsSet, err := n.setupTLS()
 	if err != nil {
@@ -116,6 +117,8 @@ func New(cfg Config) (*Node, error) {
 		// A client never has more publishes in flight on a stream than the node accepts, so
 		// every retry of an unanswered publish is still in its producer's window.
 		DedupWindow: cfg.MaxPendingPublishes,
+		// How often retention runs (docs/protocol.md, retention's schedule).
+		RetentionInterval: cfg.RetentionInterval,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: open log: %w", err)

@@ -54,7 +54,8 @@ type pendingBatch struct {
 	topic   string
 	seqs    []uint64
 	records []wal.Record
-	bytes   int
+	bytes   int // payload bytes of records
+	stored  int // payload bytes of the records appended (not duplicates nor refused), once done
 	read    time.Time
 	err     *wire.Error // refused before or by the append
 	res     wal.AppendResult
@@ -177,7 +178,10 @@ func (p *publisher) acquire() bool {
 // add validates one publish and appends it to the batch under construction, or queues its
 // refusal in order.
 func (p *publisher) add(pub *wire.Publish) {
-	e := p.s.actor.checkTopic(pub.Topic, false)
+	e := pub.Refused // over a per-publish limit the decoder checks (wire.Limits)
+	if e == nil {
+		e = p.s.actor.checkTopic(pub.Topic, false)
+	}
 	if e == nil {
 		e = p.s.actor.mayPublish(pub.Topic)
 	}
@@ -212,20 +216,22 @@ func (p *publisher) add(pub *wire.Publish) {
 	})
 }
 
-// checkPublish refuses what must not be appended, naming the problem.
+// checkPublish refuses what must not be appended, naming the limit and the value: the topic
+// grammar and the node's MaxPayload and MaxHeaderBytes. (The decoder refuses what is over
+// the wire limits: header count and key, producer id, topic length; see pub.Refused.)
 func (n *Node) checkPublish(pub *wire.Publish) *wire.Error {
 	if err := routing.ValidateTopic(pub.Topic); err != nil {
 		return &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
 	}
 	if len(pub.Payload) > n.cfg.MaxPayload {
-		return wire.Errorf(wire.CodeTooLarge, "payload of %d bytes over the limit of %d", len(pub.Payload), n.cfg.MaxPayload)
+		return wire.Errorf(wire.CodeTooLarge, "payload of %d bytes is over the limit of %d bytes", len(pub.Payload), n.cfg.MaxPayload)
 	}
 	hb := 0
 	for _, h := range pub.Headers {
 		hb += len(h.Key) + len(h.Value)
 	}
 	if hb > n.cfg.MaxHeaderBytes {
-		return wire.Errorf(wire.CodeTooLarge, "headers of %d bytes over the limit of %d", hb, n.cfg.MaxHeaderBytes)
+		return wire.Errorf(wire.CodeTooLarge, "headers of %d bytes (keys and values) are over the limit of %d bytes", hb, n.cfg.MaxHeaderBytes)
 	}
 	return nil
 }
@@ -245,8 +251,15 @@ func (p *publisher) submit() {
 		return
 	}
 	p.s.n.wal.AppendAsync(wal.AppendRequest{Topic: b.topic, Records: b.records}, func(res wal.AppendResult) {
+		stored := 0
+		if res.Err == nil {
+			stored = b.bytes
+			for _, sk := range res.Skipped {
+				stored -= len(b.records[sk.Index].Payload)
+			}
+		}
 		p.mu.Lock()
-		b.res, b.done = res, true
+		b.res, b.done, b.stored = res, true, stored
 		b.records = nil // the payloads are on disk; do not hold them until the ack is written
 		p.mu.Unlock()
 		p.signal()
@@ -277,6 +290,8 @@ func (p *publisher) writeAnswers() {
 	w := wire.NewWriter(p.str)
 	m := p.s.n.metrics
 	writeFailed := false
+	var topic *topicSeries // of lastTopic, the topic of the last batch counted
+	lastTopic := ""
 	// One frame value of each kind, reused: Write encodes at once, and a new one per answer
 	// would be a heap allocation per record.
 	var ack wire.PublishAck
@@ -358,10 +373,13 @@ func (p *publisher) writeAnswers() {
 				<-p.window
 			}
 			if ok > 0 && b.relayTo == "" { // relayed records count on their owner
-				m.publishRecords.Add(float64(ok))
-				if ok == len(b.seqs) {
-					m.publishBytes.Add(float64(b.bytes))
+				if topic == nil || b.topic != lastTopic {
+					topic, lastTopic = m.topic.of(b.topic), b.topic
 				}
+				m.publishRecords.Add(float64(ok))
+				m.publishBytes.Add(float64(b.stored))
+				topic.records.Add(float64(ok))
+				topic.bytes.Add(float64(b.stored))
 				m.publishLatency.Observe(time.Since(b.read).Seconds())
 			}
 		}

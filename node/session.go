@@ -148,7 +148,7 @@ func (s *session) handshake(str *quic.Stream) error {
 	}
 	if actor.tenant != "" {
 		if e := s.n.addTenantConn(actor.tenant); e != nil {
-			return s.refuse(str, wire.AppUnauthorized, e)
+			return s.refuse(str, wire.AppLimit, e)
 		}
 		defer s.n.removeTenantConn(actor.tenant)
 	}

@@ -24,59 +24,77 @@ var (
 	peerDurableRE = regexp.MustCompile(`^[A-Za-z0-9_./-]{1,400}$`)
 )
 
-// subscription serves one subscription stream: a cursor per matching topic over the durable
-// log, plus a bounded read-ahead (Config.ReadAhead). Its run goroutine owns the cursors and
-// is the only writer of the stream; its ack goroutine is the only reader. When the client
-// reads slowly, QUIC flow control blocks the run goroutine's writes, and nothing else: no
-// queue grows, no other stream waits (invariants I4, I5).
+// subscription is the subscription core: a cursor per matching topic over the durable log,
+// plus a bounded read-ahead (Config.ReadAhead), the frames it sends, the checks of the ACKs
+// it gets and a durable consumer's positions. How its frames reach the client is its
+// stream mapping, out (substream.go): a stream of its own, or its part of a shared stream
+// (the ablation, ablation.go); nothing else differs between the two.
+//
+// Goroutines: the run goroutine owns the cursors and everything marked below, and encodes
+// frames; the writer goroutine is the only one writing to the mapping; the ack reader (the
+// own stream's ack goroutine, or a shared stream's reader) checks ACKs and stores
+// positions. They share only mu. When the client reads slowly, QUIC flow control blocks the
+// writer, then the run goroutine, and nothing else: no queue grows, no other stream waits
+// (invariants I4, I5).
 type subscription struct {
-	s       *session
-	str     *quic.Stream
-	r       *wire.Reader
-	req     *wire.Subscribe
-	label   string // subscription label for metrics: the durable name or "-"
-	batch   bool   // the client accepts RECORDS frames (wire.SubscribeRecords)
-	owner   string // a literal topic that node of the region owns: served by it alone
-	series  *subSeries
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wake    chan struct{} // a matching topic advanced, a new topic matched, or the stream ended
-	started time.Time
+	s        *session
+	out      subStream
+	req      *wire.Subscribe
+	label    string // subscription label for metrics: the durable name or "-"
+	batch    bool   // the client accepts RECORDS frames (wire.SubscribeRecords)
+	caughtUp bool   // the client asked for CAUGHT_UP (wire.SubscribeCaughtUp)
+	owner    string // a literal topic that node of the region owns: served by it alone
+	series   *subSeries
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wake     chan struct{} // a matching topic advanced, a new topic matched, or the stream ended
+	setUp    chan struct{} // closed once SUBSCRIBED is written, or the subscription failed first
+	started  time.Time
 
 	draining atomic.Bool
-	ackErr   atomic.Pointer[wire.Error] // a protocol error found by the ack goroutine
+	ackErr   atomic.Pointer[wire.Error] // a protocol error found by the ack reader
 
 	// Owned by the run goroutine.
-	cursors []*cursor
-	byTopic map[string]*cursor
-	w       *wire.Writer
-	rec     wire.Record          // the frame being written, reused
-	latest  map[string]uint64    // for start=latest: each topic's head when the subscription began
-	ups     map[string]*upstream // by node: this region's other owners (upstream.go)
-	upIndex map[string]uint64    // upstream topic name -> its index on the client's stream
-	upRetry map[string]bool      // nodes whose upstream failed and has not been opened again
-	upCh    chan upMsg           // upstream frames, handed over one at a time
-	upWG    sync.WaitGroup       // upstream readers
-	writeq  chan []byte          // batches for the writer goroutine (started by the first flush)
-	written chan error           // the writer's result for each batch
-	writing bool                 // a batch was handed over and its result not yet taken
-	spare   []byte               // the buffer of the last batch written, reused for the next
-	holding bool                 // a cursor's scanner may hold a log iterator (releaseScans)
-	hold    *time.Timer          // bounds how long waitWrite keeps them (scanHold)
+	cursors  []*cursor
+	byTopic  map[string]*cursor
+	w        *wire.Writer
+	rec      wire.Record          // the frame being written, reused
+	latest   map[string]uint64    // for start=latest: each topic's head when the subscription began
+	ups      map[string]*upstream // by node: this region's other owners (upstream.go)
+	upIndex  map[string]uint64    // upstream topic name -> its number on the subscription
+	upRetry  map[string]bool      // nodes whose upstream failed and has not been opened again
+	upCh     chan upMsg           // upstream frames, handed over one at a time
+	upWG     sync.WaitGroup       // upstream readers
+	writeq   chan []byte          // batches for the writer goroutine (started by the first flush)
+	written  chan error           // the writer's result for each batch
+	writing  bool                 // a batch was handed over and its result not yet taken
+	spare    []byte               // the buffer of the last batch written, reused for the next
+	holding  bool                 // a cursor's scanner may hold a log iterator (releaseScans)
+	hold     *time.Timer          // bounds how long waitWrite keeps them (scanHold)
+	isSetUp  bool                 // setUp is closed
+	catchUp  map[*cursor]uint64   // with caughtUp: cursors not yet at their head at set-up
+	upWait   map[string]bool      // with caughtUp: upstream nodes whose CAUGHT_UP has not come
+	upTopics uint64               // with caughtUp: topics the upstreams' CAUGHT_UP frames counted
+	setupN   uint64               // topics of this node's log matching at set-up
+	caughtOK bool                 // CAUGHT_UP buffered
+
+	// Owned by the ack reader.
+	pending map[string]uint64 // durable positions read, not yet stored
 
 	mu struct {
 		sync.Mutex
 		newTopics []string          // pushed by the node's topic watcher
-		bound     []boundTopic      // by stream-local index: for validating ACKs
+		bound     []boundTopic      // by topic number: for validating ACKs
 		next      map[string]uint64 // every cursor's next offset: for the lag metric
 	}
 }
 
 type cursor struct {
 	topic  string
-	index  uint64
-	bound  bool // TOPIC frame sent
+	index  uint64 // the topic's number on the subscription (the wire index is out.index of it)
+	bound  bool   // TOPIC frame sent
 	next   uint64
+	stored uint64       // 1 + the durable consumer's stored position at the start; 0: none
 	cancel func()       // stops the log's notifications
 	scan   *wal.Scanner // keeps the log's iterator between reads while the cursor catches up
 }
@@ -84,53 +102,74 @@ type cursor struct {
 type boundTopic struct {
 	name        string
 	delivered   uint64    // offset after the last record sent
+	floor       uint64    // 1 + the highest position stored or staged (durable, this node's log)
 	up          *upstream // the node serving the topic, nil for this node's log
 	remoteIndex uint64    // the topic's index on the upstream
 	unsentAck   uint64    // 1 + the highest ACK not forwarded yet (its upstream failed); 0: none
 }
 
-// subscribe validates the request and runs the subscription until it ends.
-func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscribe) {
+// authorizeSubscribe checks a SUBSCRIBE for the session's principal and returns the request
+// as the node serves it (a tenant's namespace added). Every mapping goes through it, so the
+// ablation can never skip a tenant or grant check.
+func (s *session) authorizeSubscribe(req *wire.Subscribe) (*wire.Subscribe, *wire.Error) {
 	n := s.n
-	refuse := func(e *wire.Error) {
-		n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
-		s.failStream(str, e)
-	}
 	a := s.actor
 	if e := a.checkTopic(req.Pattern, true); e != nil {
-		refuse(e)
-		return
+		return nil, e
 	}
 	if e := a.maySubscribe(req.Pattern); e != nil {
-		refuse(e)
-		return
+		return nil, e
 	}
 	durableOK := durableRE.MatchString
 	if s.peer {
 		durableOK = peerDurableRE.MatchString
 	}
 	if req.Durable != "" && !durableOK(req.Durable) {
-		refuse(wire.Errorf(wire.CodeInvalidArgument, "durable name %q: want 1-255 characters of [A-Za-z0-9_.-]", req.Durable))
-		return
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "durable name %q: want 1-255 characters of [A-Za-z0-9_.-]", req.Durable)
+	}
+	if req.Start > wire.StartTime {
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "start kind %d: want 0 (earliest), 1 (latest), 2 (offset) or 3 (time)", req.Start)
 	}
 	if a.tenant != "" {
 		r := *req
 		r.Pattern, r.Durable = a.topic(req.Pattern), a.durable(req.Durable)
 		req = &r
 		if e := n.checkDurables(a, req.Durable); e != nil {
-			refuse(e)
-			return
+			return nil, e
 		}
 	}
 	if req.Region != "" && req.Region != n.cfg.Region && s.peer {
-		refuse(wire.Errorf(wire.CodeInvalidArgument, "a replay passed through from another region cannot be passed on to region %q", req.Region))
-		return
+		return nil, wire.Errorf(wire.CodeInvalidArgument, "a replay passed through from another region cannot be passed on to region %q", req.Region)
 	}
-	// A peer's connection carries the subscriptions of many clients (each already counted on
-	// its own connection): only QUIC's stream limit bounds it.
-	if got := s.subs.Add(1); got > int64(n.cfg.MaxSubscriptionsPerConn) && !s.peer {
+	return req, nil
+}
+
+// countSubscription counts a subscription against the connection's limit; the caller
+// uncounts it (s.subs.Add(-1)) when it ends. A peer's connection carries the subscriptions
+// of many clients (each already counted on its own connection): only QUIC's stream limit
+// bounds it.
+func (s *session) countSubscription() *wire.Error {
+	if got := s.subs.Add(1); got > int64(s.n.cfg.MaxSubscriptionsPerConn) && !s.peer {
 		s.subs.Add(-1)
-		refuse(wire.Errorf(wire.CodeLimit, "%d subscriptions open on this connection, the limit is %d", got-1, n.cfg.MaxSubscriptionsPerConn))
+		return wire.Errorf(wire.CodeLimit, "%d subscriptions open on this connection, the limit is %d", got-1, s.n.cfg.MaxSubscriptionsPerConn)
+	}
+	return nil
+}
+
+// subscribe serves a subscription stream (the product mapping: a stream of its own) until
+// it ends.
+func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscribe) {
+	n := s.n
+	refuse := func(e *wire.Error) {
+		n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
+		s.failStream(str, e)
+	}
+	req, e := s.authorizeSubscribe(req)
+	if e == nil {
+		e = s.countSubscription()
+	}
+	if e != nil {
+		refuse(e)
 		return
 	}
 	defer s.subs.Add(-1)
@@ -138,53 +177,88 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		s.passThrough(str, r, req, n.regionTarget(req.Region), refuse)
 		return
 	}
+	sub, e := s.newSubscription(s.ctx, req, ownStream{str})
+	if e != nil {
+		refuse(e)
+		return
+	}
+	defer sub.cancel()
+	ackDone := make(chan struct{})
+	go func() {
+		defer close(ackDone)
+		// Wait for the set-up: ACKs are checked against topics it binds.
+		select {
+		case <-sub.setUp:
+		case <-sub.ctx.Done():
+			return
+		}
+		defer sub.cancel() // the client's FIN ends the subscription, after its ACKs are stored
+		if e := sub.readAcks(r); e != nil {
+			sub.ackErr.Store(e)
+		}
+	}()
+	sub.serve()
+	<-ackDone
+}
+
+// newSubscription makes the core of a subscription authorized by authorizeSubscribe, on
+// mapping out, its context a child of parent. It resolves the owner of a literal topic.
+func (s *session) newSubscription(parent context.Context, req *wire.Subscribe, out subStream) (*subscription, *wire.Error) {
+	n := s.n
 	// A subscription relayed by another node of this region is served from this node's log
 	// alone; a client's subscription to a topic another node owns is served from an upstream
 	// to that node (upstream.go), which resumes where it was when the owner fails or restarts.
-	relayed := s.peer && req.Region == n.cfg.Region
 	owner := ""
 	if n.place != nil && !s.peer && routing.IsLiteral(req.Pattern) {
 		o, e := n.place.owner(s.ctx, req.Pattern)
 		if e != nil {
-			refuse(e)
-			return
+			return nil, e
 		}
 		if o != n.cfg.Name {
 			n.place.relayedSubs.Inc()
 			owner = o
 		}
 	}
-
-	// The RECORDS option applies to this stream only: the requests this subscription sends
-	// on to other nodes of the region (upstream.go) read RECORD frames.
+	// The options apply to this stream only: the requests this subscription sends on to
+	// other nodes of the region (upstream.go) read RECORD frames.
 	batch := req.Flags&wire.SubscribeRecords != 0
+	caughtUp := req.Flags&wire.SubscribeCaughtUp != 0
 	if req.Flags != 0 {
 		r := *req
 		r.Flags = 0
 		req = &r
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
 	label := req.Durable
 	if label == "" {
 		label = "-"
 	}
+	ctx, cancel := context.WithCancel(parent)
 	sub := &subscription{
-		s: s, str: str, r: r, req: req, label: label, batch: batch, owner: owner,
+		s: s, out: out, req: req, label: label, batch: batch, caughtUp: caughtUp, owner: owner,
 		ctx: ctx, cancel: cancel,
 		wake:    make(chan struct{}, 1),
+		setUp:   make(chan struct{}),
 		byTopic: make(map[string]*cursor),
-		w:       wire.NewWriter(str),
+		pending: make(map[string]uint64),
 		started: time.Now(),
 	}
+	sub.w = wire.NewWriter(writerFunc(out.write))
+	sub.mu.next = make(map[string]uint64)
+	return sub, nil
+}
+
+// serve registers the subscription with the node, runs it and ends it. Its goroutine is the
+// run goroutine.
+func (sub *subscription) serve() {
+	s, n := sub.s, sub.s.n
+	defer sub.cancel()
 	if !s.track(sub) {
-		refuse(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
+		sub.end(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
 		return
 	}
 	defer s.untrack(sub)
-	sub.series = n.metrics.sub.acquire(req.Pattern, label)
+	sub.series = n.metrics.sub.acquire(sub.req.Pattern, sub.label)
 	defer sub.series.release()
-	sub.mu.next = make(map[string]uint64)
 	n.addSubscription(sub)
 	defer n.removeSubscription(sub)
 	n.metrics.subscriptions.Inc()
@@ -193,9 +267,10 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 	// that other regions' records should be mirrored here. Another region's replay is not:
 	// it reads this region's log only. A topic another node owns is mirrored by that node,
 	// which registers the interest of the upstream it serves.
-	if n.fed != nil && (!s.peer || relayed) && owner == "" {
-		n.fed.AddInterest(req.Pattern)
-		defer n.fed.RemoveInterest(req.Pattern)
+	relayed := s.peer && sub.req.Region == n.cfg.Region
+	if n.fed != nil && (!s.peer || relayed) && sub.owner == "" {
+		n.fed.AddInterest(sub.req.Pattern)
+		defer n.fed.RemoveInterest(sub.req.Pattern)
 	}
 
 	err := sub.run()
@@ -203,7 +278,6 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 	case sub.draining.Load():
 		sub.end(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
 	case err != nil:
-		n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(err.Code), 10)).Inc()
 		sub.end(err)
 	default:
 		sub.end(nil)
@@ -214,22 +288,30 @@ func (sub *subscription) drain() {
 	sub.draining.Store(true)
 	sub.cancel()
 	// A write blocked on flow control must give up so the ERROR frame can be attempted.
-	sub.str.SetWriteDeadline(time.Now().Add(time.Second))
+	sub.out.setWriteDeadline(time.Now().Add(endWriteTimeout))
 }
 
-// end closes the stream, first sending e if not nil.
+// end ends the subscription's part of the stream, first sending e if not nil. Run
+// goroutine, last.
 func (sub *subscription) end(e *wire.Error) {
-	sub.str.CancelRead(wire.AppCancelled) // stops the ack goroutine if it still runs
+	if e != nil && !sub.draining.Load() {
+		sub.s.n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
+	}
+	sub.out.stopReading() // stops the ack reader if it still runs
 	sub.waitWrite()
 	if sub.writeq != nil {
 		close(sub.writeq) // the writer goroutine ends
 	}
-	if e != nil {
-		sub.str.SetWriteDeadline(time.Now().Add(time.Second))
-		sub.w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
-		sub.w.Flush()
+	sub.out.finish(e)
+	sub.markSetUp()
+}
+
+// markSetUp closes setUp once. Run goroutine.
+func (sub *subscription) markSetUp() {
+	if !sub.isSetUp {
+		sub.isSetUp = true
+		close(sub.setUp)
 	}
-	sub.str.Close()
 }
 
 // run sets the subscription up and streams records until the client ends it, the
@@ -252,6 +334,10 @@ func (sub *subscription) run() *wire.Error {
 	if sub.req.Start == wire.StartLatest {
 		sub.latest = make(map[string]uint64)
 	}
+	if sub.caughtUp {
+		sub.catchUp = make(map[*cursor]uint64)
+		sub.upWait = make(map[string]bool)
+	}
 	for _, t := range n.wal.Topics() {
 		if sub.owner == "" && routing.Match(sub.req.Pattern, t.Name) {
 			if sub.req.Start == wire.StartLatest {
@@ -259,6 +345,10 @@ func (sub *subscription) run() *wire.Error {
 			}
 			if err := sub.addTopic(t.Name, false); err != nil {
 				return err
+			}
+			if sub.caughtUp {
+				sub.catchUp[sub.byTopic[t.Name]] = t.Next
+				sub.setupN++
 			}
 		}
 	}
@@ -273,22 +363,19 @@ func (sub *subscription) run() *wire.Error {
 		if err := sub.openUpstreams(); err != nil {
 			return err
 		}
+		if sub.caughtUp {
+			for node := range sub.ups {
+				sub.upWait[node] = true
+			}
+		}
 	}
-	sub.w.Write(&wire.Subscribed{})
-	if err := sub.flush(); err != nil {
+	// SUBSCRIBED is written before the set-up counts as done, so that on a shared stream
+	// the answers come in the order of the SUBSCRIBE frames.
+	sub.w.Buffer(&wire.Subscribed{})
+	if sub.flush() != nil || sub.waitWrite() != nil {
 		return nil
 	}
-
-	ackDone := make(chan struct{})
-	go func() {
-		defer close(ackDone)
-		defer sub.cancel()
-		if e := sub.readAcks(); e != nil {
-			sub.ackErr.Store(e)
-		}
-	}()
-	defer func() { <-ackDone }()
-	defer sub.str.CancelRead(wire.AppCancelled)
+	sub.markSetUp()
 
 	for {
 		sent, err := sub.sendAvailable()
@@ -302,6 +389,9 @@ func (sub *subscription) run() *wire.Error {
 		}
 		if err != nil || sub.ctx.Err() != nil {
 			return err
+		}
+		if sub.checkCaughtUp() {
+			sent++
 		}
 		if sent > 0 {
 			if err := sub.flush(); err != nil {
@@ -321,6 +411,7 @@ func (sub *subscription) run() *wire.Error {
 			if _, err := sub.takeUpstreams(); err != nil {
 				return err
 			}
+			sub.checkCaughtUp()
 			if err := sub.flush(); err != nil {
 				return nil
 			}
@@ -336,6 +427,26 @@ func (sub *subscription) run() *wire.Error {
 			return err
 		}
 	}
+}
+
+// checkCaughtUp buffers CAUGHT_UP, once, when the client asked for it and every topic
+// matching at set-up has been sent up to its head at set-up (this node's cursors, and each
+// upstream's own CAUGHT_UP). It reports whether it buffered the frame. Run goroutine.
+func (sub *subscription) checkCaughtUp() bool {
+	if !sub.caughtUp || sub.caughtOK {
+		return false
+	}
+	for c, head := range sub.catchUp {
+		if c.next >= head {
+			delete(sub.catchUp, c)
+		}
+	}
+	if len(sub.catchUp) > 0 || len(sub.upWait) > 0 {
+		return false
+	}
+	sub.caughtOK = true
+	sub.w.Buffer(&wire.CaughtUp{Topics: sub.setupN + sub.upTopics})
+	return true
 }
 
 // notifyNewTopic is called by the node's topic watcher for a new topic matching the
@@ -373,12 +484,12 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic)}
 	// Register for wake-ups before reading the bounds, so no append is missed.
 	c.cancel = n.wal.Notify(topic, sub.wake)
-	next, err := sub.startOffset(topic, created)
+	next, stored, err := sub.startOffset(topic, created)
 	if err != nil {
 		c.cancel()
 		return err
 	}
-	c.next = next
+	c.next, c.stored = next, stored
 	sub.mu.Lock()
 	sub.mu.next[topic] = next
 	sub.mu.Unlock()
@@ -387,37 +498,45 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 	return nil
 }
 
-func (sub *subscription) startOffset(topic string, created bool) (uint64, *wire.Error) {
+// startOffset is where the cursor on topic starts, and 1 + the durable consumer's stored
+// position there (0: none). An explicit offset past the topic's head (beyond the offset the
+// next record gets) is refused with CodeOffsetOutOfRange naming the head, for a topic that
+// exists at set-up; one below the first retained record is raised to it.
+func (sub *subscription) startOffset(topic string, created bool) (uint64, uint64, *wire.Error) {
 	n := sub.s.n
 	if sub.req.Durable != "" {
 		pos, ok, err := n.wal.Position(sub.req.Durable, topic)
 		if err != nil {
-			return 0, wire.Errorf(wire.CodeInternal, "read position of %q on %q: %v", sub.req.Durable, topic, err)
+			return 0, 0, wire.Errorf(wire.CodeInternal, "read position of %q on %q: %v", sub.req.Durable, topic, err)
 		}
 		if ok {
-			return pos + 1, nil
+			return pos + 1, pos + 1, nil
 		}
 	}
 	first, next, _ := n.wal.Bounds(topic)
 	if created {
-		return first, nil
+		return first, 0, nil
 	}
 	switch sub.req.Start {
 	case wire.StartLatest:
 		if v, ok := sub.latest[topic]; ok {
-			return v, nil
+			return v, 0, nil
 		}
-		return next, nil
+		return next, 0, nil
 	case wire.StartOffset:
-		return max(sub.req.StartValue, first), nil
+		if sub.req.StartValue > next {
+			return 0, 0, wire.Errorf(wire.CodeOffsetOutOfRange, "start offset %d of topic %q is past its head: the next record gets offset %d (start at most there)",
+				sub.req.StartValue, sub.s.actor.clientName(topic), next)
+		}
+		return max(sub.req.StartValue, first), 0, nil
 	case wire.StartTime:
 		off, err := n.wal.OffsetForTime(topic, int64(sub.req.StartValue))
 		if err != nil && !errors.Is(err, wal.ErrUnknownTopic) {
-			return 0, wire.Errorf(wire.CodeInternal, "find time %d in %q: %v", sub.req.StartValue, topic, err)
+			return 0, 0, wire.Errorf(wire.CodeInternal, "find time %d in %q: %v", sub.req.StartValue, topic, err)
 		}
-		return max(off, first), nil
+		return max(off, first), 0, nil
 	}
-	return first, nil
+	return first, 0, nil
 }
 
 // sendAvailable reads each cursor's available records (at most ReadAhead bytes per cursor
@@ -452,7 +571,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			if err := sub.bind(c); err != nil {
 				return sent, nil
 			}
-			sub.w.Buffer(&wire.Gap{Index: c.index, From: c.next, To: oor.First})
+			sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: oor.First})
 			c.next = oor.First
 			sub.mu.Lock()
 			sub.mu.next[c.topic] = c.next
@@ -485,7 +604,7 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 		if !c.bound {
 			sub.bind(c)
 		}
-		sub.rec = recordFrame(c.index, rec, n.cfg.Region) // one value, reused: encoded at once
+		sub.rec = recordFrame(sub.out.index(c.index), rec, n.cfg.Region) // one value, reused: encoded at once
 		if sub.batch {
 			sub.w.BufferRecord(&sub.rec)
 		} else {
@@ -520,10 +639,10 @@ func (sub *subscription) bind(c *cursor) error {
 	}
 	sub.mu.Lock()
 	c.index = uint64(len(sub.mu.bound))
-	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next})
+	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next, floor: c.stored})
 	sub.mu.Unlock()
 	c.bound = true
-	sub.w.Buffer(&wire.Topic{Index: c.index, Name: sub.s.actor.clientName(c.topic)})
+	sub.w.Buffer(&wire.Topic{Index: sub.out.index(c.index), Name: sub.s.actor.clientName(c.topic)})
 	return nil
 }
 
@@ -556,7 +675,7 @@ func (sub *subscription) flush() error {
 func (sub *subscription) writer() {
 	for buf := range sub.writeq {
 		start := time.Now()
-		_, err := sub.str.Write(buf)
+		err := sub.out.write(buf)
 		if d := time.Since(start); d > 100*time.Microsecond {
 			sub.series.blocked.Add(d.Seconds())
 		}
@@ -627,53 +746,78 @@ func (sub *subscription) lag() uint64 {
 	return lag
 }
 
-// readAcks is the ack goroutine: it reads ACK frames, checks them against what was sent,
-// and for a durable consumer stores the positions (synced), coalescing ACKs that arrive
-// together. It returns when the client closes or resets its side.
-func (sub *subscription) readAcks() *wire.Error {
-	n := sub.s.n
-	pending := make(map[string]uint64)
+// readAcks is the ack goroutine of a subscription on its own stream: it reads ACK frames
+// and hands them to takeAck, storing a durable consumer's positions whenever no further
+// frame is buffered (ACKs that arrive together are stored together). It returns when the
+// client closes or resets its side; after the client's FIN, every ACK read before it is
+// stored when it returns, and only then does the subscription end and the node send FIN.
+func (sub *subscription) readAcks(r *wire.Reader) *wire.Error {
 	for {
-		f, err := sub.r.Read()
+		f, err := r.Read()
 		switch {
 		case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
 			return &wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
 		case err != nil:
-			return nil // FIN, reset, or the connection ended: the subscription is over
+			return sub.storeAcks() // FIN, reset, or the connection ended: the subscription is over
 		}
 		ack, ok := f.(*wire.Ack)
 		if !ok {
 			return wire.Errorf(wire.CodeProtocol, "unexpected %s on a subscription stream: only ACK may follow SUBSCRIBE", f.Type())
 		}
-		sub.mu.Lock()
-		if ack.Index >= uint64(len(sub.mu.bound)) || ack.Offset >= sub.mu.bound[ack.Index].delivered {
-			sub.mu.Unlock()
-			return wire.Errorf(wire.CodeInvalidArgument, "ACK of topic index %d offset %d: no such record was delivered on this stream", ack.Index, ack.Offset)
+		if e := sub.takeAck(ack.Index, ack.Index, ack.Offset); e != nil {
+			return e
 		}
-		bt := sub.mu.bound[ack.Index]
-		sub.mu.Unlock()
-		topic := bt.name
-		sub.series.acks.Inc()
-		switch {
-		case bt.up != nil:
-			// The owner checks it again and stores a durable consumer's position.
-			sub.forwardAck(ack.Index, bt, ack.Offset)
-		case sub.req.Durable != "":
-			if ack.Offset >= pending[topic] {
-				pending[topic] = ack.Offset
+		if !r.FrameBuffered() {
+			if e := sub.storeAcks(); e != nil {
+				return e
 			}
-		}
-		if len(pending) == 0 || sub.r.FrameBuffered() {
-			continue // more ACKs are here: store them together
-		}
-		for t, off := range pending {
-			if err := n.wal.SetPosition(sub.ctx, wal.Position{Name: sub.req.Durable, Topic: t, Value: off}); err != nil {
-				if sub.ctx.Err() != nil {
-					return nil
-				}
-				return wire.Errorf(wire.CodeInternal, "store position of %q on %q: %v", sub.req.Durable, t, err)
-			}
-			delete(pending, t)
 		}
 	}
+}
+
+// takeAck checks the client's ACK of the subscription's topic number n (wireIndex on the
+// wire) at offset against what was sent: the topic must be bound on the stream and the
+// record delivered on it, else the ACK is wrong and ends the subscription with
+// CodeInvalidArgument. A durable consumer's position only moves forward: an ACK at or below
+// the highest one stored (or staged) is accepted and ignored. An ACK of a topic another node
+// serves is forwarded to it. Ack reader.
+func (sub *subscription) takeAck(n, wireIndex, offset uint64) *wire.Error {
+	sub.mu.Lock()
+	if n >= uint64(len(sub.mu.bound)) || offset >= sub.mu.bound[n].delivered {
+		sub.mu.Unlock()
+		return wire.Errorf(wire.CodeInvalidArgument, "ACK of topic index %d offset %d: no such record was delivered on this stream", wireIndex, offset)
+	}
+	bt := &sub.mu.bound[n]
+	staged := false
+	if bt.up == nil && sub.req.Durable != "" && offset+1 > bt.floor {
+		bt.floor = offset + 1
+		staged = true
+	}
+	cur := *bt
+	sub.mu.Unlock()
+	sub.series.acks.Inc()
+	switch {
+	case cur.up != nil:
+		// The owner checks it again and stores a durable consumer's position.
+		sub.forwardAck(n, cur, offset)
+	case staged:
+		sub.pending[cur.name] = offset
+	}
+	return nil
+}
+
+// storeAcks stores (synced) the durable positions takeAck staged. A position read from the
+// client is stored even when the connection has ended meanwhile. Ack reader.
+func (sub *subscription) storeAcks() *wire.Error {
+	n := sub.s.n
+	for t, off := range sub.pending {
+		if err := n.wal.SetPosition(context.WithoutCancel(sub.ctx), wal.Position{Name: sub.req.Durable, Topic: t, Value: off}); err != nil {
+			if errors.Is(err, wal.ErrClosed) {
+				return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+			}
+			return wire.Errorf(wire.CodeInternal, "store position of %q on %q: %v", sub.req.Durable, t, err)
+		}
+		delete(sub.pending, t)
+	}
+	return nil
 }

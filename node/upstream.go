@@ -52,7 +52,8 @@ type upstream struct {
 	remote map[uint64]uint64 // upstream topic index -> client stream index; run goroutine
 }
 
-// upMsg is one frame from an upstream (a TOPIC, RECORD or GAP), or the error that ended it.
+// upMsg is one frame from an upstream (a TOPIC, RECORD, GAP or CAUGHT_UP), or the error
+// that ended it.
 type upMsg struct {
 	up    *upstream
 	frame wire.Frame
@@ -130,6 +131,9 @@ func (sub *subscription) openUpstream(node string) *wire.Error {
 	up := &upstream{node: node, str: str, w: wire.NewWriter(str), remote: make(map[uint64]uint64)}
 	fwd := *sub.req
 	fwd.Region = n.cfg.Region
+	if sub.caughtUp {
+		fwd.Flags = wire.SubscribeCaughtUp // the owner says when its topics are caught up
+	}
 	if sub.resumes(node) && fwd.Start == wire.StartLatest && fwd.Durable == "" {
 		fwd.Start, fwd.StartValue = wire.StartTime, uint64(sub.started.Add(-clockSkew).UnixNano())
 	}
@@ -184,7 +188,7 @@ func (up *upstream) read(ctx context.Context, r *wire.Reader, out chan<- upMsg) 
 			return
 		}
 		switch f := f.(type) {
-		case *wire.Topic, *wire.Record, *wire.Gap:
+		case *wire.Topic, *wire.Record, *wire.Gap, *wire.CaughtUp:
 			if !send(upMsg{up: up, frame: f}) {
 				return
 			}
@@ -244,13 +248,13 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 		sub.mu.Unlock()
 		up.remote[f.Index] = idx
 		sub.upIndex[f.Name] = idx
-		sub.w.Buffer(&wire.Topic{Index: idx, Name: sub.s.actor.clientName(f.Name)})
+		sub.w.Buffer(&wire.Topic{Index: sub.out.index(idx), Name: sub.s.actor.clientName(f.Name)})
 	case *wire.Record:
 		idx, ok := up.remote[f.Index]
 		if !ok {
 			return bad(f.Index)
 		}
-		f.Index = idx
+		f.Index = sub.out.index(idx)
 		sub.mu.Lock()
 		if f.Offset < sub.mu.bound[idx].delivered {
 			sub.mu.Unlock()
@@ -266,7 +270,7 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 		if !ok {
 			return bad(f.Index)
 		}
-		f.Index = idx
+		f.Index = sub.out.index(idx)
 		sub.mu.Lock()
 		if f.To <= sub.mu.bound[idx].delivered {
 			sub.mu.Unlock()
@@ -276,6 +280,12 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 		sub.mu.bound[idx].delivered = f.To
 		sub.mu.Unlock()
 		sub.w.Buffer(f)
+	case *wire.CaughtUp:
+		// Counted once per node: a resumed upstream says it again.
+		if sub.upWait[up.node] {
+			delete(sub.upWait, up.node)
+			sub.upTopics += f.Topics
+		}
 	}
 	return nil
 }

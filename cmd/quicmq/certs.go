@@ -26,10 +26,10 @@ const certsSynopsis = `<ca|node|client|show|verify> [flags]
 
 func runCerts(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintf(e.stderr, "usage: quicmq certs %s\n\nSee docs/security.md for rotation.\n", certsSynopsis)
 		if len(args) == 0 {
 			return usageError("a subcommand is required: ca, node, client, show or verify")
 		}
+		fmt.Fprintf(e.stdout, "usage: quicmq certs %s\n\nSee docs/security.md for rotation.\n", certsSynopsis)
 		return nil
 	}
 	switch args[0] {
@@ -152,7 +152,7 @@ func runCertsShow(e *env, args []string) error {
 			kind = "CA"
 		}
 		left := in.NotAfter.Sub(now).Round(time.Hour)
-		status := fmt.Sprintf("expires in %d days", int(left.Hours()/24))
+		status := "expires in " + plural(int(left.Hours()/24), "day")
 		if left <= 0 {
 			status = "EXPIRED"
 		}

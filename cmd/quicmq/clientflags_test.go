@@ -25,13 +25,21 @@ func startCLINode(t *testing.T, mod ...func(*node.Config)) *cliNode {
 // conn returns the connection flags for n.
 func (n *cliNode) conn() []string { return []string{"--server", n.addr, "--ca", n.ca} }
 
-// runCLI runs quicmq in-process with stdin as standard input, bounded to 30 s.
+// runCLI runs quicmq in-process with stdin as standard input and an empty environment,
+// bounded to 30 s.
 func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return runCLIEnv(t, nil, stdin, args...)
+}
+
+// runCLIEnv is runCLI with the environment vars (the client commands' QUICMQ_* settings).
+func runCLIEnv(t *testing.T, vars map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out, errOut bytes.Buffer
-	code = runMain(ctx, &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut}, args)
+	e := &env{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, getenv: func(k string) string { return vars[k] }}
+	code = runMain(ctx, e, args)
 	return code, out.String(), errOut.String()
 }
 
@@ -53,7 +61,7 @@ func TestClientCommandsBadFlags(t *testing.T) {
 		{append([]string{"sub"}, conn...), []string{"--topic is required"}},
 		{append([]string{"sub", "--topic", "a.>.b"}, conn...), []string{`--topic: invalid pattern "a.>.b"`, "last token"}},
 		{append([]string{"topics", "--pattern", "a..>"}, conn...), []string{`--pattern: invalid pattern "a..>"`}},
-		{append([]string{"sub", "--topic", "a", "--from", "yesterday"}, conn...), []string{`--from "yesterday"`, "RFC 3339"}},
+		{append([]string{"sub", "--topic", "a", "--from", "yesterday"}, conn...), []string{`--from "yesterday"`, "a time ago (5m", "2025-01-02T15:04:05Z"}},
 		{append([]string{"sub", "--topic", "a", "--idle", "-1s"}, conn...), []string{"--idle must not be negative"}},
 		{[]string{"sub", "--topic", "a"}, []string{"--ca is required"}},
 		{append([]string{"topics", "extra"}, conn...), []string{`unexpected argument "extra"`}},
@@ -80,13 +88,18 @@ func TestClientCommandsHelp(t *testing.T) {
 		"sub":    {"-server", "-ca", "-token", "-topic", "-from", "-durable", "-count", "-idle"},
 		"topics": {"-server", "-ca", "-token", "-pattern"},
 	} {
-		code, _, stderr := runCLI(t, "", cmd, "--help")
+		code, stdout, _ := runCLI(t, "", cmd, "--help")
 		if code != 0 {
 			t.Errorf("%s --help: exit %d", cmd, code)
 		}
 		for _, f := range flags {
-			if !strings.Contains(stderr, "  "+f+" ") && !strings.Contains(stderr, "  "+f+"\n") {
-				t.Errorf("%s --help does not explain %s:\n%s", cmd, f, stderr)
+			if !strings.Contains(stdout, "  "+f+" ") && !strings.Contains(stdout, "  "+f+"\n") {
+				t.Errorf("%s --help does not explain %s:\n%s", cmd, f, stdout)
+			}
+		}
+		for _, v := range clientEnv {
+			if !strings.Contains(stdout, v) {
+				t.Errorf("%s --help does not name %s:\n%s", cmd, v, stdout)
 			}
 		}
 	}

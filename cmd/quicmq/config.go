@@ -15,24 +15,23 @@ func init() {
 }
 
 // runConfig is `quicmq config check FILE`: every problem of the file at once, as
-// file:line:col, and a non-zero exit when there is any.
+// file:line:col, then every problem 'quicmq node --config FILE' would refuse to start with (the
+// QUICMQ_* environment applied as node applies it), and a non-zero exit when there is any.
 func runConfig(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "config", "check FILE")
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: quicmq config check FILE\n\n"+
-			"Checks a node configuration file (HCL, or JSON when FILE ends in .json) and prints every\n"+
-			"problem as FILE:LINE:COL. Keys are the 'quicmq node' flags with '-' spelt '_'; the\n"+
-			"environment variables override the file and take values as the flag does (lists\n"+
-			"comma-separated); flags override both.\n\n")
+		fmt.Fprintf(e.stdout, "usage: quicmq config check FILE\n\n"+
+			"Checks a node configuration file (HCL, or JSON when FILE ends in .json) as 'quicmq node --config FILE'\n"+
+			"would: it prints every problem of the file as FILE:LINE:COL, then every setting node would refuse\n"+
+			"(no client credentials, gossip without a key, ...), each named by its key and flag. Keys are the\n"+
+			"'quicmq node' flags with '-' spelt '_'; the environment variables override the file (they are\n"+
+			"applied here too) and take values as the flag does (lists comma-separated); flags override both.\n\n")
 		for _, k := range config.Keys {
-			fmt.Fprintf(e.stderr, "  %-16s %-22s %s\n", k.Name, k.Env(), k.Doc)
+			fmt.Fprintf(e.stdout, "  %-16s %-26s %s\n", k.Name, k.Env(), k.Doc)
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseOnly(fs, args); err != nil {
+		return err
 	}
 	for _, a := range fs.Args() {
 		if a == "-h" || a == "-help" || a == "--help" {
@@ -45,18 +44,33 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 	}
 	path := fs.Arg(1)
 	f, err := config.Load(path)
-	if err == nil {
-		err = f.Require("data")
-	}
 	var cerr *config.Error
 	if errors.As(err, &cerr) {
 		fmt.Fprintln(e.stdout, cerr.Error())
-		return fmt.Errorf("%s: %d problem(s)", path, len(cerr.Problems))
+		return fmt.Errorf("%s: %s", path, plural(len(cerr.Problems), "problem"))
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s: ok (%d settings)\n", path, len(f.Settings))
+	// The file parses: now what node does with it. The node flags are applied as runNode
+	// applies them (environment over file), then node's own checks run.
+	nfs := newFlagSet(e, "node", "")
+	var nf nodeFlags
+	nf.register(nfs, true)
+	if err := applyConfig(nfs, path); err != nil {
+		return err
+	}
+	if _, err := nf.nodeConfig(e); err != nil {
+		var probs problems
+		if !errors.As(err, &probs) {
+			probs = problems{err.Error()}
+		}
+		for _, p := range probs {
+			fmt.Fprintf(e.stdout, "%s: %s\n", path, p)
+		}
+		return fmt.Errorf("%s: %s ('quicmq node' would refuse to start)", path, plural(len(probs), "problem"))
+	}
+	fmt.Fprintf(e.stdout, "%s: ok (%s)\n", path, plural(len(f.Settings), "setting"))
 	return nil
 }
 
@@ -72,7 +86,7 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 		if file, err = config.Load(path); err != nil {
 			var cerr *config.Error
 			if errors.As(err, &cerr) {
-				return fmt.Errorf("--config %s: %d problem(s) (see 'quicmq config check'):\n%w", path, len(cerr.Problems), err)
+				return fmt.Errorf("--config %s: %s (see 'quicmq config check'):\n%w", path, plural(len(cerr.Problems), "problem"), err)
 			}
 			return fmt.Errorf("--config: %w", err)
 		}

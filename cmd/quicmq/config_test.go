@@ -139,14 +139,14 @@ token_file = "`+tokens+`"
 }
 
 func TestConfigCheckCommand(t *testing.T) {
-	good := writeTemp(t, "good.hcl", "data = \"/var/lib/quicmq\"\nlisten = \"0.0.0.0:7400\"\n")
+	good := writeTemp(t, "good.hcl", "data = \"/var/lib/quicmq\"\nlisten = \"0.0.0.0:7400\"\nanonymous = true\n")
 	code, out, errOut := runCLI(t, "", "config", "check", good)
-	if code != 0 || !strings.Contains(out, "good.hcl: ok (2 settings)") {
+	if code != 0 || !strings.Contains(out, "good.hcl: ok (3 settings)") {
 		t.Errorf("good file: exit %d\n%s%s", code, out, errOut)
 	}
 	bad := writeTemp(t, "bad.hcl", "listen = \"nope\"\nmax_payload = -1\nlisetn = \"x\"\n")
 	code, out, errOut = runCLI(t, "", "config", "check", bad)
-	if code != 1 || !strings.Contains(errOut, "3 problem(s)") {
+	if code != 1 || !strings.Contains(errOut, "3 problems") {
 		t.Errorf("bad file: exit %d, stderr %s", code, errOut)
 	}
 	for _, want := range []string{bad + ":1:10: listen", bad + ":2:15: max_payload", bad + ":3:1: unknown key \"lisetn\" (did you mean \"listen\"?)"} {
@@ -154,11 +154,11 @@ func TestConfigCheckCommand(t *testing.T) {
 			t.Errorf("want %q in\n%s", want, out)
 		}
 	}
-	if code, out, _ = runCLI(t, "", "config", "check", writeTemp(t, "nodata.hcl", "region = \"eu\"\n")); code != 1 || !strings.Contains(out, "data: required") {
+	if code, out, _ = runCLI(t, "", "config", "check", writeTemp(t, "nodata.hcl", "region = \"eu\"\n")); code != 1 || !strings.Contains(out, "data (--data): required") {
 		t.Errorf("no data: exit %d %s", code, out)
 	}
-	if code, _, errOut = runCLI(t, "", "config", "check", "-h"); code != 0 || !strings.Contains(errOut, "QUICMQ_WAN_JOIN") {
-		t.Errorf("help: exit %d %s", code, errOut)
+	if code, out, _ = runCLI(t, "", "config", "check", "-h"); code != 0 || !strings.Contains(out, "QUICMQ_WAN_JOIN") {
+		t.Errorf("help: exit %d %s", code, out)
 	}
 	if code, _, _ = runCLI(t, "", "config", "check"); code != 2 {
 		t.Errorf("no file: exit %d", code)
@@ -168,7 +168,7 @@ func TestConfigCheckCommand(t *testing.T) {
 	}
 	// A node refuses a bad file and names every problem.
 	code, _, errOut = runCLI(t, "", "node", "--config", bad)
-	if code != 1 || !strings.Contains(errOut, "--config "+bad+": 3 problem(s)") || !strings.Contains(errOut, bad+":2:15") {
+	if code != 1 || !strings.Contains(errOut, "--config "+bad+": 3 problems") || !strings.Contains(errOut, bad+":2:15") {
 		t.Errorf("node with bad file: exit %d %s", code, errOut)
 	}
 }

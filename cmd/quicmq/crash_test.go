@@ -24,6 +24,12 @@ var (
 	buildErr  error
 )
 
+// testVersion is the version quicmqBinary stamps into the binary it builds.
+const testVersion = "v0.0.0-clitest"
+
+// testCommit is the -X commit quicmqBinary stamps: printed unless go build recorded one.
+const testCommit = "0123456789abcdef0123"
+
 // quicmqBinary builds this command once per test process, so tests can run real node
 // processes and kill them.
 func quicmqBinary(t *testing.T) string {
@@ -35,7 +41,7 @@ func quicmqBinary(t *testing.T) string {
 			return
 		}
 		builtBin = filepath.Join(dir, "quicmq")
-		out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput()
+		out, err := exec.Command("go", "build", "-buildvcs=auto", "-ldflags", "-X main.version="+testVersion+" -X main.commit="+testCommit, "-o", builtBin, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

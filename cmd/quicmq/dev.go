@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/node"
@@ -23,10 +22,11 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	f.register(fs, false)
 	listen := fs.String("listen", "127.0.0.1:7400", "QUIC address of the first region's node; the others take the next ports (port 0: any free ports)")
 	metrics := fs.String("metrics", "127.0.0.1:9400", "metrics and admin address of the first node; the others take the next ports (empty: off)")
-	data := fs.String("data", "", "data directory (default: a new temporary directory)")
+	data := fs.String("data", "", "data directory, kept on exit: a later 'quicmq dev --data DIR' resumes its topics\n"+
+		"(default: a new temporary directory, removed on exit unless --keep)")
 	regions := fs.String("regions", "eu,us,ap", "comma-separated regions")
 	perRegion := fs.Int("nodes", 1, "nodes per region (2 or more: each topic lives on one of them, the others relay)")
-	keep := fs.Bool("keep", false, "keep the temporary data directory on exit")
+	keep := fs.Bool("keep", false, "keep the temporary data directory on exit (a --data directory is always kept)")
 	// Three nodes logging at info would bury the banner that says how to connect.
 	f.logLevel = "warn"
 	fs.Lookup("log-level").DefValue = "warn"
@@ -36,6 +36,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	// The dev mesh is the one place anonymous clients are the default (the nodes say so).
 	f.anonymous = f.tokens == "" && f.tokenFile == ""
 	f.insecureGossip = f.gossipKey == "" && f.gossipKeyFile == "" // loopback only
+	f.adminAPI = true
 	names := splitList(*regions)
 	if len(names) == 0 {
 		return usageError("--regions: name at least one region")
@@ -43,19 +44,28 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	if *perRegion < 1 || *perRegion > 16 {
 		return usageError("--nodes %d: want 1 to 16 nodes per region", *perRegion)
 	}
+	dataNote := "(kept on exit: --data; started again with it, dev resumes its topics)"
 	if *data == "" {
 		dir, err := os.MkdirTemp("", "quicmq-dev-")
 		if err != nil {
 			return err
 		}
 		*data = dir
+		dataNote = "(a new temporary directory, kept on exit: --keep)"
 		if !*keep {
+			dataNote = "(a new temporary directory, removed on exit; --keep keeps it, --data DIR uses DIR)"
 			defer os.RemoveAll(dir)
 		}
 	}
 	base, err := f.config(e)
 	if err != nil {
 		return err
+	}
+	var clientToken string // a client token file the suggested commands use, with --token-file
+	if f.tokenFile != "" {
+		if clientToken, err = writeClientToken(f.tokenFile, *data); err != nil {
+			return err
+		}
 	}
 	var nodes []served
 	var wan []string
@@ -103,47 +113,10 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	}
 
 	banner := func(nodes []served) {
-		ca := nodes[0].node.CAFile()
-		each := "one node each"
-		if *perRegion > 1 {
-			each = fmt.Sprintf("%d nodes each (a topic lives on one of them; the others relay)", *perRegion)
-		}
-		fmt.Fprintf(e.stdout, "QuicMQ dev mesh is up: %d regions, %s, joined over WAN gossip.\n", len(names), each)
-		for _, s := range nodes {
-			admin := ""
-			if s.metrics != "" {
-				admin = "  metrics/admin http://" + s.metrics
-			}
-			fmt.Fprintf(e.stdout, "  region %-6s node %-10s %s%s\n", s.node.Region(), s.node.Name(), s.node.Addr(), admin)
-		}
-		// The hints name every node of the first and the last region: a client given a
-		// region's nodes moves to the next one when its node is lost (--reconnect).
-		region := func(r string) string {
-			var addrs []string
-			for _, s := range nodes {
-				if s.node.Region() == r {
-					addrs = append(addrs, s.node.Addr().String())
-				}
-			}
-			return strings.Join(addrs, ",")
-		}
-		a, b := region(nodes[0].node.Region()), region(nodes[len(nodes)-1].node.Region())
-		reconnect := ""
-		if *perRegion > 1 {
-			reconnect = " --reconnect"
-		}
-		fmt.Fprintf(e.stdout, `  data %s%s
-  CA   %s
-
-Try, in other terminals (records published in one region reach subscribers in every region):
-  quicmq sub --server %s --ca %s --topic 'demo.>'%s
-  echo hello | quicmq pub --server %s --ca %s --topic demo.hello%s
-  quicmq topics --server %s --ca %s
-`, *data, tempNote(*keep), ca, b, ca, reconnect, a, ca, reconnect, b, ca)
-		if *metrics != "" {
-			fmt.Fprintf(e.stdout, "  quicmq members --admin %s\n  quicmq links --admin %s\n", nodes[0].metrics, nodes[0].metrics)
-		}
-		fmt.Fprintln(e.stdout, "\nPress Ctrl-C to stop.")
+		printBanner(e.stdout, devBanner{
+			nodes: nodes, regions: names, perRegion: *perRegion, data: *data, dataNote: dataNote,
+			tokenFile: clientToken, tokenSource: f.tokenFile, bin: invocation(),
+		})
 	}
 	return serveNodes(ctx, e, banner, nodes...)
 }
@@ -162,11 +135,4 @@ func nthPort(addr string, i int) (string, error) {
 		return addr, nil
 	}
 	return net.JoinHostPort(host, strconv.Itoa(p+i)), nil
-}
-
-func tempNote(keep bool) string {
-	if keep {
-		return " (kept on exit)"
-	}
-	return " (removed on exit; --keep keeps it)"
 }

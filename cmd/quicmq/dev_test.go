@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"regexp"
 	"strings"
 	"sync"
@@ -109,11 +110,35 @@ func TestDevMeshCrossRegion(t *testing.T) {
 			t.Fatalf("the banner shows the configured port 0, not the bound one:\n%s", d.stdout.String())
 		}
 	}
-	if !strings.Contains(d.stdout.String(), "quicmq members --admin "+admins[0][1]+"\n") {
+	if !strings.Contains(d.stdout.String(), " members --admin http://"+admins[0][1]+"\n") {
 		t.Fatalf("the members hint does not name %s:\n%s", admins[0][1], d.stdout.String())
 	}
 	if code, out, errOut := runCLI(t, "", "members", "--admin", admins[0][1]); code != 0 || !strings.Contains(out, d.nodes[0].name) {
 		t.Fatalf("members --admin %s: %d %q %s", admins[0][1], code, out, errOut)
+	}
+	// --format json: one document, an array of objects with the documented fields.
+	code, out, errOut := runCLI(t, "", "members", "--admin", "http://"+admins[0][1], "--format", "json")
+	var members []map[string]any
+	if err := json.Unmarshal([]byte(out), &members); code != 0 || err != nil || len(members) == 0 {
+		t.Fatalf("members --format json: %d %v %q %s", code, err, out, errOut)
+	}
+	for _, f := range []string{"name", "region", "status", "quic", "gossip", "pools", "tags", "local"} {
+		if _, ok := members[0][f]; !ok {
+			t.Errorf("members --format json: no %q in %v", f, members[0])
+		}
+	}
+	code, out, errOut = runCLI(t, "", "links", "--admin", "http://"+admins[0][1]+"/", "--format", "json")
+	var links []map[string]any
+	if err := json.Unmarshal([]byte(out), &links); code != 0 || err != nil || links == nil {
+		t.Fatalf("links --format json: %d %v %q %s", code, err, out, errOut)
+	}
+	for _, l := range links {
+		for _, f := range []string{"region", "node", "addr", "local_addr", "connected", "since", "last_error", "rtt_ms", "min_rtt_ms",
+			"congestion_window_bytes", "sent_bytes", "received_bytes", "lost_packets", "mirrors", "migrations", "reconnects"} {
+			if _, ok := l[f]; !ok {
+				t.Errorf("links --format json: no %q in %v", f, l)
+			}
+		}
 	}
 	sub, err := d.dial(t, d.nodes[2].addr).Subscribe(context.Background(), "demo.>", client.SubscribeOptions{})
 	if err != nil {
@@ -168,7 +193,7 @@ func TestDevMeshTwoNodesPerRegion(t *testing.T) {
 		t.Fatalf("want 4 nodes dev-eu-1 .. dev-us-2 in:\n%s", d.stdout.String())
 	}
 	// The suggested commands name both nodes of a region, so a client can move between them.
-	if want := "quicmq sub --server " + d.nodes[2].addr + "," + d.nodes[3].addr + " "; !strings.Contains(d.stdout.String(), want) {
+	if want := " sub --server " + d.nodes[2].addr + "," + d.nodes[3].addr + " "; !strings.Contains(d.stdout.String(), want) {
 		t.Fatalf("the banner does not suggest %q:\n%s", want, d.stdout.String())
 	}
 	dialT := func(addr string) *client.Conn { return d.dial(t, addr) }

@@ -25,10 +25,13 @@ func init() {
 // 'remove' the old one; 'list' shows which keys (by fingerprint) the members hold.
 func runGossipKeys(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "gossip-keys", "list|install|use|remove [--admin HOST:PORT] [--key BASE64 | --key-file FILE]")
-	admin := fs.String("admin", "127.0.0.1:9400", "the node's admin address (quicmq node --admin, or --metrics without --admin)")
+	admin := fs.String("admin", "127.0.0.1:9400", adminFlagDoc)
 	key := fs.String("key", "", "the key (base64 of 32 bytes) for install, use or remove")
 	keyFile := fs.String("key-file", "", "file holding the key instead of --key")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for every member's answer")
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		return parseFlags(fs, args) // prints the help
+	}
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		return usageError("name the operation first: quicmq gossip-keys list|install|use|remove [flags]")
 	}
@@ -58,7 +61,11 @@ func runGossipKeys(ctx context.Context, e *env, args []string) error {
 	if op != "list" {
 		method, path, body = http.MethodPost, "/v1/gossip/keys/"+op, *key
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+*admin+path, bytes.NewBufferString(body))
+	base, err := adminBase(*admin)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewBufferString(body))
 	if err != nil {
 		return err
 	}

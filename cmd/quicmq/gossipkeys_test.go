@@ -22,6 +22,7 @@ func TestGossipKeyRotationCLI(t *testing.T) {
 	caDir := t.TempDir()
 	n1, _ := nodetest.Start(t, func(c *node.Config) {
 		c.CADir, c.GossipLAN, c.GossipProfile, c.GossipKey = caDir, "127.0.0.1:0", gossip.ProfileTest, oldKey
+		c.AdminAPI = true // key changes are state-changing admin calls
 	})
 	nodetest.Start(t, func(c *node.Config) {
 		c.Name, c.CADir, c.GossipLAN, c.GossipProfile, c.GossipKey = "n2", caDir, "127.0.0.1:0", gossip.ProfileTest, oldKey

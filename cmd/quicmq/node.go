@@ -40,6 +40,7 @@ type nodeFlags struct {
 	anonymous, insecureGossip           bool
 	certFile, keyFile, caBundle         string
 	admin                               string
+	adminAPI                            bool
 	ablationSharedStream                bool
 	ablationSharedLink                  bool
 }
@@ -50,6 +51,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.listen, "listen", "127.0.0.1:7400", "UDP address of the QUIC client listener (port 0: any free port)")
 		fs.StringVar(&f.metrics, "metrics", "", "HTTP address of /metrics (Prometheus), and of the admin API /v1/ unless --admin is given, e.g. 127.0.0.1:9400 (empty: off)")
 		fs.StringVar(&f.admin, "admin", "", "HTTP address of the admin API /v1/ (members, links, migrate, gossip keys), apart from --metrics; operators only, e.g. 127.0.0.1:9500")
+		fs.BoolVar(&f.adminAPI, "admin-api", false, "serve the admin API's state-changing endpoints (links --migrate, gossip-keys install/use/remove); off: they are refused with 403")
 		fs.StringVar(&f.region, "region", "local", "region this node belongs to")
 		fs.StringVar(&f.name, "name", "", "node name (default: the host name)")
 		fs.StringVar(&f.caDir, "ca-dir", "", "the mesh CA directory (ca.pem + ca-key.pem), created if absent; every node started with the same directory trusts the others (default DATA/tls)")
@@ -77,59 +79,70 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.IntVar(&f.maxPayload, "max-payload", 1<<20, "largest record payload in bytes")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&f.ablationSharedLink, "ablation-shared-link", false, "measurement aid for benchmarks: carry all mirrors of each federation link on one shared stream, and accept that from peers (docs/benchmarks.md, scenario 6); never in production")
-	fs.BoolVar(&f.ablationSharedStream, "ablation-shared-stream", false, "measurement aid for benchmarks: let clients that ask carry all subscriptions on one shared stream (docs/benchmarks.md); never in production")
+	fs.BoolVar(&f.ablationSharedStream, "ablation-shared-stream", false, "measurement aid for benchmarks: accept the shared-stream mapping, all of a connection's subscriptions on one stream, same authorization (docs/benchmarks.md); never in production")
 }
 
 func (f *nodeFlags) config(e *env) (node.Config, error) {
+	// Every problem is collected, each naming its config key and flag (nodecheck.go), so
+	// that 'quicmq config check' reports what 'quicmq node' would refuse, all at once.
+	var probs problems
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
-		return node.Config{}, usageError("--log-level %q: want debug, info, warn or error", f.logLevel)
+		probs.add("log-level", "%q: want debug, info, warn or error", f.logLevel)
 	}
 	tokens := splitList(f.tokens)
 	var creds []node.Credential
 	if f.tokenFile != "" {
 		b, err := os.ReadFile(f.tokenFile)
 		if err != nil {
-			return node.Config{}, fmt.Errorf("--token-file: %w", err)
+			probs.add("token-file", "%v", err)
 		}
-		parsed, problems := config.ParseCredentials(string(b))
-		if len(problems) > 0 {
-			return node.Config{}, usageError("--token-file %s: %s", f.tokenFile, strings.Join(problems, "; "))
+		parsed, bad := config.ParseCredentials(string(b))
+		if err == nil && len(bad) > 0 {
+			probs.add("token-file", "%s: %s", f.tokenFile, strings.Join(bad, "; "))
 		}
 		for _, c := range parsed {
 			creds = append(creds, node.Credential{Token: c.Token, Subject: c.Subject, Tenant: c.Tenant, Publish: c.Publish, Subscribe: c.Subscribe})
 		}
 	}
 	if f.gossipLAN != "" && f.gossipKey == "" && f.gossipKeyFile == "" && !f.insecureGossip {
-		return node.Config{}, usageError("--gossip without a key: give --gossip-key or --gossip-key-file (the same 32-byte key on every node of the mesh), or --insecure-gossip to gossip in plaintext (development only)")
+		probs.add("gossip-key", "%s is set without a gossip key: give %s or %s (the same 32-byte key on every node of the mesh), "+
+			"or %s to gossip in plaintext (development only)", keyFlag("gossip"), keyFlag("gossip-key"), keyFlag("gossip-key-file"), keyFlag("insecure-gossip"))
 	}
-	if len(tokens) == 0 && len(creds) == 0 && !f.anonymous {
-		return node.Config{}, usageError("no client credentials: give --tokens or --token-file, or --anonymous to accept any client that trusts the CA (development only)")
+	if len(tokens) == 0 && len(creds) == 0 && !f.anonymous && f.tokenFile == "" {
+		probs.add("tokens", "no client credentials: give %s or %s, or %s to accept any client that trusts the CA (development only)",
+			keyFlag("tokens"), keyFlag("token-file"), keyFlag("anonymous"))
 	}
 	if f.anonymous && (len(tokens) > 0 || len(creds) > 0) {
-		return node.Config{}, usageError("--anonymous and client credentials (--tokens, --token-file) exclude each other")
+		probs.add("anonymous", "excludes client credentials (%s, %s)", keyFlag("tokens"), keyFlag("token-file"))
 	}
-	if f.retentionAge < 0 || f.retentionBytes < 0 {
-		return node.Config{}, usageError("--retention-age and --retention-bytes must not be negative")
+	if f.retentionAge < 0 {
+		probs.add("retention-age", "must not be negative, got %v", f.retentionAge)
+	}
+	if f.retentionBytes < 0 {
+		probs.add("retention-bytes", "must not be negative, got %d", f.retentionBytes)
 	}
 	if f.maxPayload <= 0 {
-		return node.Config{}, usageError("--max-payload must be positive, got %d", f.maxPayload)
+		probs.add("max-payload", "must be positive, got %d", f.maxPayload)
 	}
 	var key []byte
-	keySrc := "--gossip-key"
+	keySrc := "gossip-key"
 	if f.gossipKey == "" && f.gossipKeyFile != "" {
 		b, err := os.ReadFile(f.gossipKeyFile)
 		if err != nil {
-			return node.Config{}, fmt.Errorf("--gossip-key-file: %w", err)
+			probs.add("gossip-key-file", "%v", err)
 		}
-		f.gossipKey, keySrc = strings.TrimSpace(string(b)), "--gossip-key-file "+f.gossipKeyFile
+		f.gossipKey, keySrc = strings.TrimSpace(string(b)), "gossip-key-file"
 	}
 	if f.gossipKey != "" {
 		k, err := base64.StdEncoding.DecodeString(f.gossipKey)
 		if err != nil || len(k) != 32 {
-			return node.Config{}, usageError("%s: want the base64 of 32 bytes (e.g. from 'head -c32 /dev/urandom | base64')", keySrc)
+			probs.add(keySrc, "want the base64 of 32 bytes (e.g. from 'head -c32 /dev/urandom | base64')")
 		}
 		key = k
+	}
+	if err := probs.err(); err != nil {
+		return node.Config{}, err
 	}
 	return node.Config{
 		DataDir:            f.data,
@@ -153,6 +166,8 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		WANJoin:   splitList(f.wanJoin),
 		GossipKey: key,
 		Mirror:    splitList(f.mirror),
+
+		AdminAPI: f.adminAPI,
 
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,
@@ -179,10 +194,7 @@ func runNode(ctx context.Context, e *env, args []string) error {
 	if err := applyConfig(fs, f.configFile); err != nil {
 		return err
 	}
-	if f.data == "" {
-		return usageError("--data is required: the directory where this node keeps its log and certificates")
-	}
-	cfg, err := f.config(e)
+	cfg, err := f.nodeConfig(e)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math/bits"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -18,7 +19,7 @@ import (
 )
 
 func init() {
-	register("pub", "publish records: each line of standard input, or generated ones (--count)", runPub)
+	register("pub", "publish records: a payload given as an argument, a whole file (--file), each line of standard input, or generated ones (--count)", runPub)
 }
 
 // pubOpts is what the pub flags say, beyond the connection.
@@ -27,6 +28,10 @@ type pubOpts struct {
 	count, size    int
 	rate           float64
 	print          bool
+	quiet          bool   // no echo of acknowledged records on standard output
+	payload        []byte // one record: the positional argument or the --file content
+	payloadName    string // what the echo says of it: the argument, or "FILE (N bytes)"
+	single         bool   // payload is set: publish one record, not lines of stdin
 	window         int
 	headers        headerFlags
 	reconnect      bool          // resend in-flight publishes across a lost connection (idempotent)
@@ -48,9 +53,15 @@ func (h *headerFlags) Set(v string) error {
 }
 
 func runPub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "pub", "--ca FILE --topic TOPIC [--server HOST:PORT] [--header K=V]... [--reconnect] [--count N [--size BYTES] [--rate R] [--print]]")
+	fs := newFlagSet(e, "pub", "--topic TOPIC [--server HOST:PORT] [--ca FILE] [--header K=V]... [--reconnect] [--quiet]\n"+
+		"                  [PAYLOAD | --file FILE | --count N [--size BYTES] [--rate R] [--print]]\n\n"+
+		"  quicmq pub --topic t 'hello'        one record, the argument as its payload\n"+
+		"  quicmq pub --topic t --file x.bin   one record, the whole file (any bytes) as its payload\n"+
+		"  echo hello | quicmq pub --topic t   one record per line of standard input\n"+
+		"  quicmq pub --topic t --count 1000   generated records, with progress\n"+
+		"Each acknowledged record is echoed as OFFSET<TAB>PAYLOAD (--quiet: nothing).")
 	var cf clientFlags
-	cf.register(fs)
+	cf.register(e, fs)
 	o := pubOpts{progressPeriod: time.Second}
 	fs.StringVar(&o.topic, "topic", "", "topic to publish to, e.g. orders.eu.created (required)")
 	fs.IntVar(&o.count, "count", 0, "generate this many records instead of reading standard input;\n"+
@@ -58,12 +69,15 @@ func runPub(ctx context.Context, e *env, args []string) error {
 	fs.IntVar(&o.size, "size", 128, "with --count: payload bytes of each generated record")
 	fs.Float64Var(&o.rate, "rate", 0, "with --count: records per second (0: as fast as the window allows)")
 	fs.BoolVar(&o.print, "print", false, "with --count: print each record's offset, one per line, as it is acknowledged")
+	fs.BoolVar(&o.quiet, "quiet", false, "do not echo acknowledged records on standard output (failures still go to standard error)")
+	file := fs.String("file", "", "publish one record whose payload is this whole file, byte for byte ('-': all of standard input)")
 	fs.IntVar(&o.window, "window", 1024, "publishes awaiting their acknowledgement at once (the pipelining window)")
 	fs.Var(&o.headers, "header", "a header KEY=VALUE for every record (repeat the flag for more)")
 	fs.BoolVar(&o.reconnect, "reconnect", false, "when the connection to the node is lost (it restarted), dial it again and resend the\n"+
 		"publishes not yet acknowledged; the node stores each once (idempotent publish): one it had\n"+
 		"stored is printed with its original offset, and the count of those goes to standard error")
-	if err := parseFlags(fs, args); err != nil {
+	args, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
 	if o.topic == "" {
@@ -85,6 +99,32 @@ func runPub(ctx context.Context, e *env, args []string) error {
 		return usageError("--window must be positive, got %d", o.window)
 	case o.count == 0 && (set["size"] || set["rate"] || set["print"]):
 		return usageError("--size, --rate and --print describe generated records: add --count N (without it, lines of standard input are published)")
+	case len(args) > 1:
+		return usageError("%d payload arguments: give the payload as one argument (quote it: 'hello world'), or use --file or standard input", len(args))
+	case len(args) == 1 && set["file"]:
+		return usageError("a payload argument and --file both given: publish one or the other")
+	case (len(args) == 1 || set["file"]) && o.count > 0:
+		return usageError("--count generates records: it excludes a payload argument and --file")
+	case o.quiet && o.print:
+		return usageError("--quiet and --print exclude each other")
+	case set["file"] && *file == "":
+		return usageError("--file: name a file ('-' for standard input)")
+	}
+	switch {
+	case len(args) == 1:
+		o.single, o.payload, o.payloadName = true, []byte(args[0]), args[0]
+	case set["file"]:
+		var b []byte
+		var err error
+		if *file == "-" {
+			b, err = io.ReadAll(e.stdin)
+		} else {
+			b, err = os.ReadFile(*file)
+		}
+		if err != nil {
+			return fmt.Errorf("--file: %w", err)
+		}
+		o.single, o.payload, o.payloadName = true, b, fmt.Sprintf("%s (%s)", *file, plural(len(b), "byte"))
 	}
 	if err := cf.check(); err != nil {
 		return err
@@ -94,10 +134,30 @@ func runPub(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer conn.Close()
-	if o.count > 0 {
+	switch {
+	case o.count > 0:
 		return pubGenerate(ctx, e, conn, o)
+	case o.single:
+		return pubOne(ctx, e, conn, cf, o)
 	}
 	return pubLines(ctx, e, conn, o)
+}
+
+// pubOne publishes the one record of a payload argument or --file and echoes its offset.
+func pubOne(ctx context.Context, e *env, conn *client.Conn, cf clientFlags, o pubOpts) error {
+	rctx, cancel := cf.requestCtx(ctx)
+	defer cancel()
+	a, err := conn.Publish(rctx, client.Message{Topic: o.topic, Headers: o.headers, Payload: o.payload})
+	if err != nil {
+		return err
+	}
+	if !o.quiet {
+		fmt.Fprintf(e.stdout, "%d\t%s\n", a.Offset, o.payloadName)
+	}
+	if a.Duplicate {
+		reportDuplicates(e.stderr, 1)
+	}
+	return nil
 }
 
 // maxLine is the longest line pub reads; the node's payload limit (announced when connecting,
@@ -152,7 +212,9 @@ func pubLines(ctx context.Context, e *env, conn *client.Conn, o pubOpts) error {
 				}
 				var a client.Ack
 				if a, err = s.f.Wait(ctx); err == nil {
-					fmt.Fprintf(out, "%d\t%s\n", a.Offset, s.line)
+					if !o.quiet {
+						fmt.Fprintf(out, "%d\t%s\n", a.Offset, s.line)
+					}
 					if a.Duplicate {
 						dups++
 					}
@@ -195,13 +257,13 @@ loop:
 	reportDuplicates(e.stderr, dups)
 	switch {
 	case ctx.Err() != nil && unconfirmed > 0:
-		return fmt.Errorf("interrupted: %d published records not confirmed", unconfirmed)
+		return fmt.Errorf("interrupted: %s not confirmed", plural(unconfirmed, "published record"))
 	case ctx.Err() != nil:
 		return nil
 	case fatal != nil:
 		return fmt.Errorf("stopped at line %d: %w", n, fatal)
 	case failed > 0:
-		return fmt.Errorf("%d of %d records failed (see above)", failed, n)
+		return fmt.Errorf("%d of %s failed (see above)", failed, plural(n, "record"))
 	}
 	select {
 	case <-lines: // closed: readErr is set
@@ -310,11 +372,11 @@ func pubGenerate(ctx context.Context, e *env, conn *client.Conn, o pubOpts) erro
 	reportDuplicates(e.stderr, st.dups)
 	switch {
 	case fatal != nil:
-		return fmt.Errorf("stopped after %d records: %w", st.ok+st.failed, fatal)
+		return fmt.Errorf("stopped after %s: %w", plural(st.ok+st.failed, "record"), fatal)
 	case st.failed > 0:
-		return fmt.Errorf("%d of %d records failed", st.failed, st.ok+st.failed)
+		return fmt.Errorf("%d of %s failed", st.failed, plural(st.ok+st.failed, "record"))
 	case st.unconfirmed > 0:
-		return fmt.Errorf("interrupted: %d published records not confirmed", st.unconfirmed)
+		return fmt.Errorf("interrupted: %s not confirmed", plural(st.unconfirmed, "published record"))
 	}
 	return nil
 }
@@ -323,7 +385,11 @@ func pubGenerate(ctx context.Context, e *env, conn *client.Conn, o pubOpts) erro
 // publishes resent after a lost connection that the node had stored before it was lost.
 func reportDuplicates(w io.Writer, dups int) {
 	if dups > 0 {
-		fmt.Fprintf(w, "quicmq pub: %d records were already stored by an attempt before the connection was lost (resent, not stored again; their original offsets are printed)\n", dups)
+		verb := "were"
+		if dups == 1 {
+			verb = "was"
+		}
+		fmt.Fprintf(w, "quicmq pub: %s %s already stored by an attempt before the connection was lost (resent, not stored again; original offsets printed)\n", plural(dups, "record"), verb)
 	}
 }
 
@@ -366,8 +432,8 @@ func (s *pubStats) progress(w io.Writer) {
 func (s *pubStats) summary(w io.Writer) {
 	el := time.Since(s.start)
 	rate := float64(s.ok) / el.Seconds()
-	fmt.Fprintf(w, "quicmq pub: %d records of %d bytes acked in %v: %.0f rec/s, %s/s; latency p50 %v p99 %v max %v",
-		s.ok, s.size, el.Round(time.Millisecond), rate, humanBytes(uint64(rate*float64(s.size))),
+	fmt.Fprintf(w, "quicmq pub: %s of %s acked in %v: %.0f rec/s, %s/s; latency p50 %v p99 %v max %v",
+		plural(s.ok, "record"), plural(s.size, "byte"), el.Round(time.Millisecond), rate, humanBytes(uint64(rate*float64(s.size))),
 		s.all.quantile(0.5), s.all.quantile(0.99), s.all.max.Round(time.Microsecond))
 	if s.failed > 0 {
 		fmt.Fprintf(w, "; %d failed", s.failed)

@@ -23,15 +23,18 @@ func init() {
 const ackEvery = 256
 
 func runSub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "sub", "--ca FILE --topic PATTERN [--server HOST:PORT] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--region R] [--count N] [--idle DURATION] [--reconnect]")
+	fs := newFlagSet(e, "sub", "--topic PATTERN [--server HOST:PORT] [--ca FILE] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--region R] [--count N] [--idle DURATION] [--until-caught-up] [--reconnect]")
 	var cf clientFlags
-	cf.register(fs)
+	cf.register(e, fs)
 	pattern := fs.String("topic", "", "topic or pattern to subscribe to ('*' one token, trailing '>' one or more), e.g. 'orders.>' (required)")
-	from := fs.String("from", "earliest", "where to start in each topic without a stored durable position:\n"+
-		"earliest, latest, an offset (42) or an RFC 3339 time (2025-01-02T15:04:05Z)")
+	from := fs.String("from", "earliest", "where to start in each topic without a stored durable position: earliest, latest,\n"+
+		"an offset (42), a time ago (5m, 2h30m: that long before now), or a date and time: RFC 3339\n"+
+		"(2025-01-02T15:04:05Z, 2025-01-02T15:04:05+02:00), 2025-01-02T15:04 or 2025-01-02 (local time)")
 	durable := fs.String("durable", "", "durable consumer name: resume after the last acknowledged record, and store progress")
 	region := fs.String("region", "", "replay another region's log of the topic directly, through the node's link to it, without storing it here (offsets are that region's)")
 	count := fs.Int("count", 0, "exit after this many records (0: no limit)")
+	untilCaughtUp := fs.Bool("until-caught-up", false, "exit once every record stored when the subscription was set up has been printed\n"+
+		"(the node says so: no timeout needed to read a topic to its end)")
 	idle := fs.Duration("idle", 0, "exit when no record arrived for this long, e.g. 5s (0: wait forever)")
 	reconnect := fs.Bool("reconnect", false, "when the connection to the node is lost (it restarted), dial it again and go on where the\n"+
 		"subscription was, printing nothing twice (with --durable: from the last acknowledged record)")
@@ -46,7 +49,7 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	if err := routing.ValidatePattern(*pattern); err != nil {
 		return flagSyntaxError("--topic", err)
 	}
-	start, err := parseStart(*from)
+	start, err := parseStart(*from, time.Now())
 	if err != nil {
 		return err
 	}
@@ -69,7 +72,7 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	}
 	defer conn.Close()
 	sctx, cancel := cf.requestCtx(ctx)
-	sub, err := conn.Subscribe(sctx, *pattern, client.SubscribeOptions{From: start, Durable: *durable, Region: *region})
+	sub, err := conn.Subscribe(sctx, *pattern, client.SubscribeOptions{From: start, Durable: *durable, Region: *region, NotifyCaughtUp: *untilCaughtUp})
 	cancel()
 	if err != nil {
 		return err
@@ -79,12 +82,16 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	if aerr := s.ackAll(); err == nil {
 		err = aerr
 	}
-	sub.Close() // waits for the node to have read every ack
+	// Close waits for the node to have stored every ack (its FIN follows them): an error
+	// means the position may not be stored, which a durable consumer must hear about.
+	if cerr := sub.Close(); err == nil && cerr != nil && *durable != "" {
+		err = cerr
+	}
 	return err
 }
 
-// parseStart reads --from.
-func parseStart(v string) (client.Start, error) {
+// parseStart reads --from; now is the instant a relative time counts back from.
+func parseStart(v string, now time.Time) (client.Start, error) {
 	switch v {
 	case "earliest", "":
 		return client.Earliest, nil
@@ -94,10 +101,23 @@ func parseStart(v string) (client.Start, error) {
 	if n, err := strconv.ParseUint(v, 10, 64); err == nil {
 		return client.AtOffset(n), nil
 	}
+	if d, err := time.ParseDuration(v); err == nil {
+		if d < 0 {
+			return client.Start{}, usageError("--from %q: a time ago must not be negative (5m means 5 minutes ago)", v)
+		}
+		return client.AtTime(now.Add(-d)), nil
+	}
 	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
 		return client.AtTime(t), nil
 	}
-	return client.Start{}, usageError("--from %q: want earliest, latest, an offset (e.g. 42) or an RFC 3339 time (e.g. 2025-01-02T15:04:05Z)", v)
+	// Without a zone, the date is the user's local time, as a shell's `date` shows it.
+	for _, layout := range []string{"2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02 15:04", time.DateOnly} {
+		if t, err := time.ParseInLocation(layout, v, now.Location()); err == nil {
+			return client.AtTime(t), nil
+		}
+	}
+	return client.Start{}, usageError("--from %q: want earliest, latest, an offset (42), a time ago (5m, 2h) "+
+		"or a date and time (2025-01-02T15:04:05Z, 2025-01-02T15:04, 2025-01-02)", v)
 }
 
 // subPrinter prints records and acks them once printed (and flushed).
@@ -135,8 +155,11 @@ func (s *subPrinter) run(ctx context.Context, count int, idle time.Duration) err
 				continue
 			case ctx.Err() != nil:
 				return nil // interrupted
+			case errors.Is(err, client.ErrCaughtUp):
+				fmt.Fprintf(s.e.stderr, "quicmq sub: caught up after %s\n", plural(s.printed, "record"))
+				return nil
 			case errors.Is(err, context.DeadlineExceeded):
-				fmt.Fprintf(s.e.stderr, "quicmq sub: no record for %v, exiting after %d records\n", idle, s.printed)
+				fmt.Fprintf(s.e.stderr, "quicmq sub: no record for %v, exiting after %s\n", idle, plural(s.printed, "record"))
 				return nil
 			}
 			return err

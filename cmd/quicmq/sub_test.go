@@ -50,6 +50,25 @@ func TestSubCountAndIdle(t *testing.T) {
 	}
 }
 
+// TestSubUntilCaughtUp reads a topic to its end with no idle timeout: the node's CAUGHT_UP
+// ends the command, after exactly the records stored before it subscribed.
+func TestSubUntilCaughtUp(t *testing.T) {
+	n := startCLINode(t)
+	publishLines(t, n, "cu.a", "r0", "r1", "r2")
+	code, stdout, stderr := runCLI(t, "", append([]string{"sub", "--topic", "cu.>", "--until-caught-up"}, n.conn()...)...)
+	if code != 0 || stdout != "0\tcu.a\tr0\n1\tcu.a\tr1\n2\tcu.a\tr2\n" {
+		t.Fatalf("exit %d, stdout %q:\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "caught up after 3 records") {
+		t.Fatalf("no caught-up notice:\n%s", stderr)
+	}
+	// An empty topic pattern is caught up at once.
+	code, stdout, stderr = runCLI(t, "", append([]string{"sub", "--topic", "nothing.here", "--until-caught-up"}, n.conn()...)...)
+	if code != 0 || stdout != "" || !strings.Contains(stderr, "caught up after 0 records") {
+		t.Fatalf("empty: exit %d, stdout %q:\n%s", code, stdout, stderr)
+	}
+}
+
 func contains(list []string, s string) bool {
 	for _, l := range list {
 		if l == s {
@@ -114,6 +133,8 @@ func TestSubErrors(t *testing.T) {
 
 func TestParseStart(t *testing.T) {
 	at := time.Date(2025, 1, 2, 15, 4, 5, 0, time.UTC)
+	zone := time.FixedZone("test", 2*3600) // dates without a zone are in now's location
+	now := time.Date(2025, 3, 4, 10, 0, 0, 0, zone)
 	for in, want := range map[string]client.Start{
 		"earliest":                  client.Earliest,
 		"latest":                    client.Latest,
@@ -121,15 +142,21 @@ func TestParseStart(t *testing.T) {
 		"42":                        client.AtOffset(42),
 		"2025-01-02T15:04:05Z":      client.AtTime(at),
 		"2025-01-02T16:04:05+01:00": client.AtTime(at),
+		"5m":                        client.AtTime(now.Add(-5 * time.Minute)),
+		"2h30m":                     client.AtTime(now.Add(-150 * time.Minute)),
+		"0s":                        client.AtTime(now),
+		"2025-01-02":                client.AtTime(time.Date(2025, 1, 2, 0, 0, 0, 0, zone)),
+		"2025-01-02T15:04":          client.AtTime(time.Date(2025, 1, 2, 15, 4, 0, 0, zone)),
+		"2025-01-02T15:04:05":       client.AtTime(time.Date(2025, 1, 2, 15, 4, 5, 0, zone)),
 	} {
-		got, err := parseStart(in)
+		got, err := parseStart(in, now)
 		if err != nil || got != want {
 			t.Errorf("parseStart(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"-1", "yesterday", "2025-01-02", "1e3"} {
-		if _, err := parseStart(bad); err == nil {
-			t.Errorf("parseStart(%q) accepted", bad)
+	for _, bad := range []string{"-1", "yesterday", "-5m", "2025-13-02", "2025-01-02T25:00", "1e3", "5 minutes"} {
+		if _, err := parseStart(bad, now); err == nil || !strings.Contains(err.Error(), `--from "`+bad+`"`) || !strings.Contains(err.Error(), "5m") {
+			t.Errorf("parseStart(%q): %v, want a refusal saying what is accepted", bad, err)
 		}
 	}
 }

@@ -15,9 +15,9 @@ func init() {
 }
 
 func runTopics(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "topics", "--ca FILE [--server HOST:PORT] [--pattern PATTERN] [--format table|json]")
+	fs := newFlagSet(e, "topics", "[--server HOST:PORT] [--ca FILE] [--pattern PATTERN] [--format table|json]")
 	var cf clientFlags
-	cf.register(fs)
+	cf.register(e, fs)
 	pattern := fs.String("pattern", ">", "topics to list: a topic or a pattern ('*' one token, trailing '>' one or more)")
 	format := fs.String("format", "table", "output: table, or json (one object per topic per line, sizes in bytes)")
 	if err := parseFlags(fs, args); err != nil {

@@ -31,6 +31,7 @@ region    = "eu-west"
 name      = "eu-1"
 ca_dir    = "/etc/quicmq/ca"
 admin     = "127.0.0.1:9500"
+admin_api = true
 cert      = "/etc/quicmq/node.pem"
 key       = "/etc/quicmq/node-key.pem"
 ca_bundle = "/etc/quicmq/ca-bundle.pem"

@@ -42,8 +42,19 @@ type Key struct {
 	Doc  string
 }
 
-// Env is the environment variable that overrides the key (and is overridden by the flag).
-func (k Key) Env() string { return "QUICMQ_" + strings.ToUpper(k.Name) }
+// Env is the environment variable that overrides the key (and is overridden by the flag):
+// QUICMQ_<KEY>, except where that name is one the client commands read (QUICMQ_TOKEN_FILE is
+// the client's token; the node's credential file is QUICMQ_NODE_TOKEN_FILE), so that one shell
+// can set both. cmd/quicmq tests that the two sets stay apart.
+func (k Key) Env() string {
+	if v, ok := envRenamed[k.Name]; ok {
+		return v
+	}
+	return "QUICMQ_" + strings.ToUpper(k.Name)
+}
+
+// envRenamed are the keys whose variable is not QUICMQ_<KEY>.
+var envRenamed = map[string]string{"token_file": "QUICMQ_NODE_TOKEN_FILE"}
 
 // Keys are the settings a file may hold, one per `quicmq node` flag (cmd/quicmq tests that the
 // two lists match). max_payload's 64 MiB cap is the protocol's.
@@ -55,6 +66,7 @@ var Keys = []Key{
 	{"region", "region", Name, "region this node belongs to"},
 	{"name", "name", Name, "node name"},
 	{"admin", "admin", Addr, "HTTP address of the admin API /v1/, apart from metrics (operators only)"},
+	{"admin_api", "admin-api", Bool, "serve the admin API's state-changing endpoints (link migration, gossip key changes)"},
 	{"ca_dir", "ca-dir", String, "the mesh CA directory (ca.pem + ca-key.pem)"},
 	{"cert", "cert", String, "the node's certificate (PEM, from quicmq certs node)"},
 	{"key", "key", String, "the key of cert (PEM)"},

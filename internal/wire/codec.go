@@ -3,15 +3,23 @@ package wire
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 )
 
 // Limits caps every length a peer controls. Zero fields take the defaults of DefaultLimits.
+//
+// Over MaxFrame, or over a limit in any frame but PUBLISH and PUBLISH_BATCH, a frame is not
+// decoded (ErrFrameTooLarge, ErrMalformed). In a publish, the per-publish limits (MaxPayload,
+// MaxHeaders, MaxHeaderBytes, MaxString for header keys and the producer id, MaxTopic) refuse
+// that publish only: it decodes with Publish.Refused set, so one bad publish does not end a
+// stream of pipelined good ones.
 type Limits struct {
-	MaxFrame       int // body bytes of one frame; default 1 MiB + 64 KiB
+	MaxFrame       int // body bytes of one frame; default 1 MiB + 64 KiB (a node announces its own in WELCOME)
 	MaxPayload     int // payload bytes of one record; default 1 MiB
 	MaxHeaders     int // headers per record; default 64
 	MaxHeaderBytes int // keys plus values of one record's headers; default 16 KiB
-	MaxString      int // any other string (topic, pattern, names, messages); default 4 KiB
+	MaxString      int // any other string (header key, pattern, names, messages); default 4 KiB
+	MaxTopic       int // topic bytes of a PUBLISH or PUBLISH_BATCH; default MaxString
 }
 
 // DefaultLimits are the limits of a node and client that configure none.
@@ -22,6 +30,7 @@ func DefaultLimits() Limits {
 		MaxHeaders:     64,
 		MaxHeaderBytes: 16 << 10,
 		MaxString:      4 << 10,
+		MaxTopic:       4 << 10,
 	}
 }
 
@@ -42,6 +51,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.MaxString <= 0 {
 		l.MaxString = d.MaxString
+	}
+	if l.MaxTopic <= 0 {
+		l.MaxTopic = l.MaxString
 	}
 	return l
 }
@@ -92,7 +104,11 @@ const (
 
 // strSlot is str, reusing the previous string of slot when the bytes are the same.
 func (d *dec) strSlot(field string, slot int) string {
-	b := d.bytesMax(field, d.lim.MaxString)
+	return d.intern(d.bytesMax(field, d.lim.MaxString), slot)
+}
+
+// intern converts b, reusing the previous string of slot when the bytes are the same.
+func (d *dec) intern(b []byte, slot int) string {
 	if d.cache == nil || len(b) == 0 {
 		return string(b)
 	}
@@ -177,6 +193,12 @@ func (d *dec) bytesMax(field string, max int) []byte {
 	d.b = d.b[n:]
 	return v
 }
+
+// span reads a length-prefixed byte string that has only to fit in the frame, for a field
+// whose limit the caller checks itself (a publish's, which refuses the publish, not the
+// frame). Like every read it checks the length before taking anything: the result aliases
+// the body.
+func (d *dec) span(field string) []byte { return d.bytesMax(field, math.MaxInt) }
 
 func (d *dec) str(field string) string {
 	return string(d.bytesMax(field, d.lim.MaxString))

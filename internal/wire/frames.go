@@ -49,7 +49,7 @@ var typeNames = map[Type]string{
 	TypePublish: "PUBLISH", TypePublishAck: "PUBLISH_ACK", TypePublishError: "PUBLISH_ERROR",
 	TypePublishBatch: "PUBLISH_BATCH", TypePublishAcks: "PUBLISH_ACKS",
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
-	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS",
+	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
 	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD",
 }
@@ -111,6 +111,11 @@ type Publish struct {
 	Sequence   uint64
 	Headers    []Header
 	Payload    []byte
+	// Refused is set by decoding a well-formed publish that breaks a per-publish limit of
+	// the Limits it was decoded with (see Limits); it names the limit and the value. The
+	// publish then keeps only Seq and Topic (empty when the topic was over MaxTopic): the
+	// receiver answers it with PUBLISH_ERROR and goes on with the stream. Never encoded.
+	Refused *Error
 }
 
 // PublishAck says the record of Seq is durable at Offset.
@@ -302,6 +307,8 @@ func newFrame(t Type) Frame {
 		return new(Ack)
 	case TypeGap:
 		return new(Gap)
+	case TypeCaughtUp:
+		return new(CaughtUp)
 	case TypeTopics:
 		return new(Topics)
 	case TypeTopicInfo:
@@ -348,12 +355,9 @@ func (f *Publish) appendBody(e enc) enc {
 		headers(f.Headers).bytes(f.Payload)
 }
 func (f *Publish) decodeBody(d *dec) {
-	f.Seq = d.uvarint("seq")
-	f.Topic = d.strSlot("topic", slotTopic)
-	f.ProducerID = d.strSlot("producer id", slotProducer)
-	f.Sequence = d.uvarint("sequence")
-	f.Headers = d.headers()
-	f.Payload = d.bytesMax("payload", d.lim.MaxPayload)
+	*f = Publish{Seq: d.uvarint("seq")}
+	f.Topic, f.Refused = d.publishTopic()
+	f.decodeEntry(d)
 }
 
 func (f *PublishAck) appendBody(e enc) enc {
@@ -402,9 +406,8 @@ func (f *Subscribe) decodeBody(d *dec) {
 			d.fail("flags: 0 is sent by leaving the field out")
 		}
 	}
-	if d.err == nil && f.Start > StartTime {
-		d.fail("start: unknown kind %d", f.Start)
-	}
+	// An unknown start kind is not malformed: the node answers it with ERROR 13 (invalid
+	// argument), naming the kind.
 }
 
 func (f *Subscribed) appendBody(e enc) enc { return e }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -19,7 +20,16 @@ func addSeeds(f *testing.F) {
 	f.Add(recordsSeed())
 	f.Add(publishBatchSeed())
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Flags: SubscribeRecords}))
+	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Start: 9, Flags: SubscribeRecords | SubscribeCaughtUp}))
+	f.Add([]byte{byte(TypeCaughtUp), 0, 0, 0, 1, 0x80}) // a varint cut short
 	f.Add([]byte{byte(TypePublish), 0xff, 0xff, 0xff, 0xff})
+	// Publishes over per-publish limits (refused, not malformed) between good ones.
+	var refused []byte
+	refused = Append(refused, &Publish{Seq: 1, Topic: strings.Repeat("t", 41), Payload: []byte("x")})
+	refused = Append(refused, &Publish{Seq: 2, Topic: "a", Headers: make([]Header, 9)})
+	refused = Append(refused, &Publish{Seq: 3, Topic: "a", Headers: []Header{{Key: strings.Repeat("k", 301)}}})
+	refused = Append(refused, &PublishBatch{Seq: 4, Topic: "a", Publishes: []Publish{{}, {ProducerID: strings.Repeat("p", 301)}, {}}})
+	f.Add(refused)
 	f.Add([]byte{})
 }
 
@@ -27,7 +37,7 @@ func addSeeds(f *testing.F) {
 // re-encodes to bytes that decode to the same frame (decode -> encode -> decode is stable).
 func FuzzDecode(f *testing.F) {
 	addSeeds(f)
-	lim := Limits{MaxFrame: 1 << 16, MaxPayload: 1 << 15, MaxHeaders: 8, MaxHeaderBytes: 256, MaxString: 300}
+	lim := Limits{MaxFrame: 1 << 16, MaxPayload: 1 << 15, MaxHeaders: 8, MaxHeaderBytes: 256, MaxString: 300, MaxTopic: 40}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := NewReader(bytes.NewReader(data), lim)
 		for {
@@ -47,11 +57,47 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("round trip changed %s:\n%#v\n%#v", fr.Type(), fr, again)
 			}
 			_ = n
+			checkPublishLimits(t, fr, lim)
 			if rs, ok := fr.(*Records); ok {
 				checkDecoderRun(t, rs, lim)
 			}
 		}
 	})
+}
+
+// checkPublishLimits: a decoded publish either holds every per-publish limit, or is refused
+// (with the code of the limit) and carries nothing but its Seq and Topic.
+func checkPublishLimits(t *testing.T, fr Frame, lim Limits) {
+	var ps []Publish
+	switch v := fr.(type) {
+	case *Publish:
+		ps = []Publish{*v}
+	case *PublishBatch:
+		ps = v.Publishes
+	}
+	for _, p := range ps {
+		if p.Refused != nil {
+			if p.Refused.Code != CodeTooLarge && p.Refused.Code != CodeInvalidTopic {
+				t.Fatalf("publish %d refused with code %d: %v", p.Seq, p.Refused.Code, p.Refused)
+			}
+			if p.ProducerID != "" || p.Sequence != 0 || p.Headers != nil || p.Payload != nil {
+				t.Fatalf("refused publish %d keeps fields: %#v", p.Seq, p)
+			}
+			continue
+		}
+		hb := 0
+		for _, h := range p.Headers {
+			hb += len(h.Key) + len(h.Value)
+			if len(h.Key) > lim.MaxString {
+				t.Fatalf("publish %d: header key of %d bytes accepted", p.Seq, len(h.Key))
+			}
+		}
+		if len(p.Topic) > lim.MaxTopic || len(p.ProducerID) > lim.MaxString || len(p.Payload) > lim.MaxPayload ||
+			len(p.Headers) > lim.MaxHeaders || hb > lim.MaxHeaderBytes {
+			t.Fatalf("publish %d over a limit accepted: topic %d, producer %d, payload %d, %d headers of %d bytes",
+				p.Seq, len(p.Topic), len(p.ProducerID), len(p.Payload), len(p.Headers), hb)
+		}
+	}
 }
 
 // checkDecoderRun: the Decoder returns the records of a RECORDS frame one by one, equal to
@@ -122,6 +168,7 @@ func normalize(f Frame) Frame {
 		}
 	case *Publish:
 		c := *v
+		c.Refused = nil // never encoded: a refused publish re-encodes as its Seq and Topic
 		c.Payload = nilIfEmpty(c.Payload)
 		c.Headers = normHeaders(c.Headers)
 		return &c

@@ -56,7 +56,8 @@ func (p *Publish) appendEntry(e enc) enc {
 
 func (f *PublishBatch) decodeBody(d *dec) {
 	f.Seq = d.uvarint("seq")
-	f.Topic = d.strSlot("topic", slotTopic)
+	var refused *Error // the frame's topic, over MaxTopic: every entry is refused
+	f.Topic, refused = d.publishTopic()
 	if d.err == nil && len(d.b) == 0 {
 		d.fail("no publishes")
 	}
@@ -70,11 +71,8 @@ func (f *PublishBatch) decodeBody(d *dec) {
 			d.fail("more than %d publishes", MaxBatchPublishes)
 			return
 		}
-		p := Publish{Seq: seq, Topic: f.Topic}
-		p.ProducerID = d.strSlot("producer id", slotProducer)
-		p.Sequence = d.uvarint("sequence")
-		p.Headers = d.headers()
-		p.Payload = d.bytesMax("payload", d.lim.MaxPayload)
+		p := Publish{Seq: seq, Topic: f.Topic, Refused: refused}
+		p.decodeEntry(d)
 		f.Publishes = append(f.Publishes, p)
 		seq++
 	}

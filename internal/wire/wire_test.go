@@ -38,6 +38,8 @@ func sampleFrames() []Frame {
 		&Record{Index: 3, Offset: 99, Time: 5, OriginRegion: "us", OriginOffset: 12, ProducerID: "p", Sequence: 1, Headers: hs, Payload: bytes.Repeat([]byte{0xff}, 300)},
 		&Ack{Index: 3, Offset: 99},
 		&Gap{Index: 3, From: 10, To: 20},
+		&CaughtUp{Topics: 3},
+		&CaughtUp{},
 		&Topics{Pattern: ">"},
 		&TopicInfo{Name: "a.b", First: 1, Next: 10, Bytes: 4096},
 		&Watch{Patterns: []string{"orders.>", "a.*.c"}},
@@ -133,10 +135,10 @@ func TestLimitsAndMalformed(t *testing.T) {
 		f    Frame
 		want string
 	}{
-		{"payload", &Publish{Topic: "a", Payload: make([]byte, 11)}, "payload: 11 bytes over the limit of 10"},
-		{"topic", &Publish{Topic: "abcdef"}, "topic: 6 bytes over the limit of 5"},
-		{"header count", &Publish{Topic: "a", Headers: []Header{{"a", nil}, {"b", nil}, {"c", nil}}}, "3 headers over the limit of 2"},
-		{"header bytes", &Publish{Topic: "a", Headers: []Header{{"abcd", []byte("ef")}, {"gh", []byte("ij")}}}, "headers: 10 bytes over the limit of 8"},
+		{"payload", &Record{Payload: make([]byte, 11)}, "payload: 11 bytes over the limit of 10"},
+		{"string", &Topics{Pattern: "abcdef"}, "pattern: 6 bytes over the limit of 5"},
+		{"header count", &Record{Headers: []Header{{"a", nil}, {"b", nil}, {"c", nil}}}, "3 headers over the limit of 2"},
+		{"header bytes", &Record{Headers: []Header{{"abcd", []byte("ef")}, {"gh", []byte("ij")}}}, "headers: 10 bytes over the limit of 8"},
 	}
 	for _, c := range cases {
 		_, _, err := Decode(Append(nil, c.f), lim)
@@ -150,7 +152,7 @@ func TestLimitsAndMalformed(t *testing.T) {
 		"trailing":         frameBytes(TypeAck, []byte{1, 2, 3}),
 		"varint overflow":  frameBytes(TypeAck, bytes.Repeat([]byte{0xff}, 11)),
 		"string past body": frameBytes(TypeTopics, []byte{4, 'a'}),
-		"bad start":        frameBytes(TypeSubscribe, []byte{1, 'a', 9, 0, 0, 0}),
+		"caught_up extra":  frameBytes(TypeCaughtUp, []byte{1, 0}),
 		"header count big": frameBytes(TypePublish, []byte{0, 1, 'a', 0, 0, 60}),
 	}
 	for name, b := range bad {
@@ -231,5 +233,14 @@ func TestFrameBuffered(t *testing.T) {
 	}
 	if r.Buffered() == 0 || r.FrameBuffered() {
 		t.Fatalf("a partial frame (%d bytes) counts as a whole one", r.Buffered())
+	}
+}
+
+// An unknown start kind decodes (the node answers it with CodeInvalidArgument, naming it):
+// it is a value the node refuses, not a malformed frame.
+func TestSubscribeUnknownStartDecodes(t *testing.T) {
+	f, _, err := Decode(frameBytes(TypeSubscribe, []byte{1, 'a', 9, 0, 0, 0}), Limits{})
+	if err != nil || f.(*Subscribe).Start != 9 {
+		t.Fatalf("got %#v, %v; want a SUBSCRIBE with start 9", f, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/sharedstream"
 )
 
 // system is one broker under test, seen from the worker: a publisher connection and ONE
@@ -32,7 +33,8 @@ type system interface {
 }
 
 // Systems by name. "quicmq" is stream-per-subscription, "ablation" the same node and
-// client with all subscriptions on one shared stream (node/ablation.go).
+// SDK connection with all subscriptions on one shared stream: the stream mapping of
+// node/ablation.go, driven by internal/sharedstream (a measurement aid outside the SDK's API).
 var systemNames = []string{"quicmq", "ablation", "nats", "jetstream"}
 
 func brokerKind(sys string) (string, []string) {
@@ -72,7 +74,7 @@ type quicmqSys struct {
 	subAddr string // where the subscriber dials: the node, or a delaying relay in front of it
 
 	pub, sub *client.Conn
-	sh       *client.SharedStream
+	sh       *sharedstream.Stream
 	futures  chan pending
 	ackLat   []float64 // publish to ack, ms: owned by the ack goroutine until acked.Wait
 	pubErrs  atomic.Int64
@@ -91,7 +93,7 @@ func (q *quicmqSys) setup(ctx context.Context, patterns []string, deliver func(i
 	if q.subAddr != "" {
 		subAddr = q.subAddr
 	}
-	if q.sub, err = client.Dial(ctx, client.Options{CAFile: q.ca, Name: "bench-sub", AblationSharedStream: q.shared}, subAddr); err != nil {
+	if q.sub, err = client.Dial(ctx, client.Options{CAFile: q.ca, Name: "bench-sub"}, subAddr); err != nil {
 		return err
 	}
 	// Create the topics first, so that every subscription starts at their head.
@@ -101,7 +103,7 @@ func (q *quicmqSys) setup(ctx context.Context, patterns []string, deliver func(i
 		}
 	}
 	if q.shared {
-		if q.sh, err = q.sub.OpenSharedStream(ctx); err != nil {
+		if q.sh, err = sharedstream.Open(ctx, q.sub); err != nil {
 			return err
 		}
 	}

@@ -124,6 +124,7 @@ module "config" {
   node_certs    = var.node_certs
   tokens        = var.tokens
   mirror        = var.mirror
+  admin_api     = var.admin_api
   binary_url    = var.binary_url
   binary_sha256 = var.binary_sha256
   ports         = var.ports

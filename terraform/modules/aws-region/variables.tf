@@ -117,6 +117,12 @@ variable "tokens" {
   sensitive   = true
 }
 
+variable "admin_api" {
+  description = "Serve the admin API's state-changing endpoints (link migration, gossip key changes) on the metrics port, reachable from admin_cidrs. Off: refused (403)."
+  type        = bool
+  default     = false
+}
+
 variable "mirror" {
   description = "Topic patterns mirrored from every other region."
   type        = list(string)

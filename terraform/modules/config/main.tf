@@ -47,6 +47,7 @@ locals {
       retention_bytes = var.retention_bytes
       max_payload     = var.max_payload
       log_level       = var.log_level
+      admin_api       = var.admin_api
     })
   }
 

@@ -99,6 +99,12 @@ variable "max_payload" {
   default     = 1048576
 }
 
+variable "admin_api" {
+  description = "Serve the admin API's state-changing endpoints (quicmq links --migrate, quicmq gossip-keys install/use/remove) on the metrics port. Off: they are refused (403); /metrics, members and links are served either way."
+  type        = bool
+  default     = false
+}
+
 variable "log_level" {
   description = "debug, info, warn or error."
   type        = string

@@ -58,6 +58,10 @@ run "renders_each_node" {
     condition     = output.metrics_endpoints == ["http://10.0.1.10:9400/metrics", "http://10.0.1.11:9400/metrics"]
     error_message = "metrics: private addresses only"
   }
+  assert {
+    condition     = !strcontains(output.configs["eu-1"], "admin_api")
+    error_message = "the admin API's state-changing endpoints are off unless admin_api is set"
+  }
 }
 
 run "no_tokens_no_token_file" {
@@ -192,4 +196,15 @@ run "refuses_node_certs_that_are_not_pem" {
     }
   }
   expect_failures = [var.node_certs]
+}
+
+run "admin_api_when_asked" {
+  command = plan
+  variables {
+    admin_api = true
+  }
+  assert {
+    condition     = strcontains(output.configs["eu-1"], "admin_api = true")
+    error_message = "admin_api = true must reach the configuration"
+  }
 }

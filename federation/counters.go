@@ -1,0 +1,83 @@
+package federation
+
+import (
+	"sync"
+
+	"github.com/quic-go/quic-go"
+)
+
+// linkCounts are the cumulative figures of a link's connections, as quic-go counts them.
+type linkCounts struct {
+	BytesSent, BytesReceived, BytesLost       uint64
+	PacketsSent, PacketsReceived, PacketsLost uint64
+}
+
+func countsOf(st quic.ConnectionStats) linkCounts {
+	return linkCounts{
+		BytesSent: st.BytesSent, BytesReceived: st.BytesReceived, BytesLost: st.BytesLost,
+		PacketsSent: st.PacketsSent, PacketsReceived: st.PacketsReceived, PacketsLost: st.PacketsLost,
+	}
+}
+
+// raise keeps, field by field, the higher of c and o: quic-go's lost figures can fall (a
+// packet declared lost that arrives after all), a counter never does.
+func (c *linkCounts) raise(o linkCounts) {
+	c.BytesSent, c.BytesReceived, c.BytesLost = max(c.BytesSent, o.BytesSent), max(c.BytesReceived, o.BytesReceived), max(c.BytesLost, o.BytesLost)
+	c.PacketsSent, c.PacketsReceived, c.PacketsLost = max(c.PacketsSent, o.PacketsSent), max(c.PacketsReceived, o.PacketsReceived), max(c.PacketsLost, o.PacketsLost)
+}
+
+func (c *linkCounts) add(o linkCounts) {
+	c.BytesSent += o.BytesSent
+	c.BytesReceived += o.BytesReceived
+	c.BytesLost += o.BytesLost
+	c.PacketsSent += o.PacketsSent
+	c.PacketsReceived += o.PacketsReceived
+	c.PacketsLost += o.PacketsLost
+}
+
+// linkCounters sums a peer's link figures over every connection any link to it has had, so
+// the _total metrics survive reconnects, migrations (one connection throughout) and a link
+// replaced after the peer's address changed: the closed connections' final figures plus each
+// open connection's, read at scrape time. The Federation keeps one per peer while the peer
+// is in the mesh (reconcile); it is shared by that peer's successive links.
+type linkCounters struct {
+	mu     sync.Mutex
+	closed linkCounts
+	open   map[*quic.Conn]*linkCounts // the highest figures seen so far on each open connection
+}
+
+func newLinkCounters() *linkCounters {
+	return &linkCounters{open: make(map[*quic.Conn]*linkCounts)}
+}
+
+// opened starts counting conn.
+func (c *linkCounters) opened(conn *quic.Conn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.open[conn] = &linkCounts{}
+}
+
+// ended folds conn's final figures into the sum of closed connections.
+func (c *linkCounters) ended(conn *quic.Conn) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen, ok := c.open[conn]
+	if !ok {
+		return
+	}
+	seen.raise(countsOf(conn.ConnectionStats()))
+	c.closed.add(*seen)
+	delete(c.open, conn)
+}
+
+// total is the sum over every connection so far, never lower than a previous total.
+func (c *linkCounters) total() linkCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	sum := c.closed
+	for conn, seen := range c.open {
+		seen.raise(countsOf(conn.ConnectionStats()))
+		sum.add(*seen)
+	}
+	return sum
+}

@@ -1,0 +1,136 @@
+package replica
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Config configures a Driver. Fields left zero take the defaults named on
+// each; NodeID, DB, StateMachine and Transport are required.
+type Config struct {
+	// NodeID is this node's raft ID in every group; never 0, never reused.
+	NodeID uint64
+	// DB is the node's Pebble DB; the driver writes the 'R' key space of
+	// every group in it (and the state machine its own). Not closed by the
+	// driver.
+	DB *pebble.DB
+	// StateMachine receives committed entries.
+	StateMachine StateMachine
+	// Transport carries raft messages to the other nodes.
+	Transport Transport
+
+	// TickInterval is the duration of one raft tick in Run. Default 100 ms.
+	TickInterval time.Duration
+	// ElectionTicks is raft's election timeout in ticks. Default 10.
+	ElectionTicks int
+	// HeartbeatTicks is the leader's heartbeat interval in ticks. Default 1.
+	HeartbeatTicks int
+	// QuiesceAfterTicks is how many ticks a group must be idle (no
+	// proposal, every follower caught up, everything applied) before its
+	// leader quiesces it: one last heartbeat, then no ticks or heartbeats
+	// until a proposal or a message wakes it. Default ElectionTicks.
+	QuiesceAfterTicks int
+	// DisableQuiescence keeps every group ticking.
+	DisableQuiescence bool
+	// MaxSizePerMsg bounds the bytes of entries in one append message.
+	// Default 1 MiB.
+	MaxSizePerMsg uint64
+	// MaxInflightMsgs bounds the append messages in flight per follower.
+	// Default 256.
+	MaxInflightMsgs int
+	// MaxUncommittedBytes bounds the payload bytes a leader holds
+	// uncommitted per group; proposals past it are refused
+	// (raft.ErrProposalDropped). Default 64 MiB.
+	MaxUncommittedBytes uint64
+	// InboxSize is the number of inbound message batches Run buffers; when
+	// full, Deliver drops (raft recovers lost messages). Default 1024.
+	InboxSize int
+	// Now is the clock whose reading a proposal carries as its timestamp.
+	// Default time.Now.
+	Now func() time.Time
+	// Logger receives the driver's and raft's logs. Default: discarded.
+	Logger *slog.Logger
+
+	// brokenApplyBeforeCommit, test only, applies (and acknowledges)
+	// entries as soon as they are appended, before they commit: the
+	// simulation must catch it.
+	brokenApplyBeforeCommit bool
+	// brokenNoSync, test only, never syncs its batches: messages and
+	// acknowledgements then run ahead of durability.
+	brokenNoSync bool
+}
+
+// Validate reports every problem of the configuration at once.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.NodeID == 0 {
+		errs = append(errs, errors.New("NodeID must not be 0"))
+	}
+	if c.DB == nil {
+		errs = append(errs, errors.New("DB is required"))
+	}
+	if c.StateMachine == nil {
+		errs = append(errs, errors.New("StateMachine is required"))
+	}
+	if c.Transport == nil {
+		errs = append(errs, errors.New("Transport is required"))
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"TickInterval", int64(c.TickInterval)}, {"ElectionTicks", int64(c.ElectionTicks)},
+		{"HeartbeatTicks", int64(c.HeartbeatTicks)}, {"QuiesceAfterTicks", int64(c.QuiesceAfterTicks)},
+		{"MaxInflightMsgs", int64(c.MaxInflightMsgs)}, {"InboxSize", int64(c.InboxSize)},
+	} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", f.name, f.v))
+		}
+	}
+	d := c.withDefaults()
+	if d.ElectionTicks <= d.HeartbeatTicks {
+		errs = append(errs, fmt.Errorf("ElectionTicks (%d) must be greater than HeartbeatTicks (%d)", d.ElectionTicks, d.HeartbeatTicks))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("replica: config: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func (c Config) withDefaults() Config {
+	if c.TickInterval == 0 {
+		c.TickInterval = 100 * time.Millisecond
+	}
+	if c.ElectionTicks == 0 {
+		c.ElectionTicks = 10
+	}
+	if c.HeartbeatTicks == 0 {
+		c.HeartbeatTicks = 1
+	}
+	if c.QuiesceAfterTicks == 0 {
+		c.QuiesceAfterTicks = c.ElectionTicks
+	}
+	if c.MaxSizePerMsg == 0 {
+		c.MaxSizePerMsg = 1 << 20
+	}
+	if c.MaxUncommittedBytes == 0 {
+		c.MaxUncommittedBytes = 64 << 20
+	}
+	if c.MaxInflightMsgs == 0 {
+		c.MaxInflightMsgs = 256
+	}
+	if c.InboxSize == 0 {
+		c.InboxSize = 1024
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}

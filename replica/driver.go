@@ -1,0 +1,218 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3"
+)
+
+// Driver runs every raft group of one node on one goroutine (Run): a single
+// ticker ticks the active groups, inbound messages are stepped, and each
+// round of Readys is persisted in one batch before its messages leave.
+// There is no goroutine or timer per group. Its methods may be called from
+// any goroutine; they hand work to Run.
+type Driver struct {
+	cfg   Config
+	e     *engine // owned by Run's goroutine
+	inbox chan []Message
+	ops   chan func()
+	done  chan struct{}
+
+	mu struct {
+		sync.Mutex
+		running, stopped bool
+		dropped          uint64
+	}
+}
+
+// New validates cfg and returns a driver; it starts nothing (see Run).
+func New(cfg Config) (*Driver, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	return &Driver{
+		cfg:   cfg,
+		e:     newEngine(cfg),
+		inbox: make(chan []Message, cfg.InboxSize),
+		ops:   make(chan func()),
+		done:  make(chan struct{}),
+	}, nil
+}
+
+// Run drives the groups until ctx ends or a commit fails (the error is
+// returned: the driver then refuses everything, as wal does after a failed
+// sync). Pending proposals are answered with ErrStopped.
+func (d *Driver) Run(ctx context.Context) error {
+	d.mu.Lock()
+	if d.mu.running || d.mu.stopped {
+		d.mu.Unlock()
+		return fmt.Errorf("replica: run: %w", ErrStopped)
+	}
+	d.mu.running = true
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		d.mu.stopped = true
+		d.mu.Unlock()
+		close(d.done)
+	}()
+	t := time.NewTicker(d.cfg.TickInterval)
+	defer t.Stop()
+	e := d.e
+	for {
+		select {
+		case <-ctx.Done():
+			e.abort(ErrStopped)
+			return nil
+		case <-t.C:
+			e.tick()
+		case msgs := <-d.inbox:
+			e.step(msgs)
+		case op := <-d.ops:
+			op()
+		}
+		// Take whatever else is waiting, so that one round carries it all.
+	drain:
+		for range 256 {
+			select {
+			case msgs := <-d.inbox:
+				e.step(msgs)
+			case op := <-d.ops:
+				op()
+			default:
+				break drain
+			}
+		}
+		if err := e.process(); err != nil {
+			return err
+		}
+	}
+}
+
+// exec runs f on Run's goroutine.
+func (d *Driver) exec(ctx context.Context, f func(e *engine)) error {
+	select {
+	case d.ops <- func() { f(d.e) }:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-d.done:
+		return ErrStopped
+	}
+}
+
+// AddGroup opens a group this node holds, creating it with peers (raft IDs
+// of all its replicas, this node included) if nothing of it is stored.
+func (d *Driver) AddGroup(ctx context.Context, group uint64, peers []uint64) error {
+	errc := make(chan error, 1)
+	if err := d.exec(ctx, func(e *engine) { errc <- e.addGroup(group, peers) }); err != nil {
+		return fmt.Errorf("replica: add group %d: %w", group, err)
+	}
+	return <-errc
+}
+
+// Deliver hands messages from a peer to their groups. It never blocks: when
+// the inbox is full the messages are dropped, and raft resends.
+func (d *Driver) Deliver(msgs []Message) {
+	select {
+	case d.inbox <- msgs:
+	default:
+		d.mu.Lock()
+		d.mu.dropped++
+		d.mu.Unlock()
+	}
+}
+
+// Propose appends data to the group's log and returns once the entry is
+// committed by a quorum and applied here, with the offset and time it was
+// given. It fails at once with a *NotLeaderError when this node does not
+// lead the group, with ErrDropped when a leader change discarded the entry;
+// an error from ctx leaves the outcome unknown.
+func (d *Driver) Propose(ctx context.Context, group uint64, data []byte) (Result, error) {
+	type answer struct {
+		r   Result
+		err error
+	}
+	ch := make(chan answer, 1)
+	err := d.exec(ctx, func(e *engine) {
+		e.propose(group, data, func(r Result, err error) { ch <- answer{r, err} })
+	})
+	if err != nil {
+		return Result{}, fmt.Errorf("replica: propose to group %d: %w", group, err)
+	}
+	select {
+	case a := <-ch:
+		return a.r, a.err
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("replica: propose to group %d: %w", group, ctx.Err())
+	case <-d.done:
+		select {
+		case a := <-ch:
+			return a.r, a.err
+		default:
+			return Result{}, fmt.Errorf("replica: propose to group %d: %w", group, ErrStopped)
+		}
+	}
+}
+
+// Campaign makes this node stand for election in the group at once.
+func (d *Driver) Campaign(ctx context.Context, group uint64) error {
+	errc := make(chan error, 1)
+	err := d.exec(ctx, func(e *engine) {
+		g, ok := e.groups[group]
+		if !ok {
+			errc <- fmt.Errorf("%w %d", ErrUnknownGroup, group)
+			return
+		}
+		e.setQuiet(g, false)
+		errc <- g.rn.Campaign()
+	})
+	if err == nil {
+		err = <-errc
+	}
+	if err != nil {
+		return fmt.Errorf("replica: campaign in group %d: %w", group, err)
+	}
+	return nil
+}
+
+// WakeLedBy makes the quiet groups led by node tick again; the node's
+// failure detector calls it when node is suspected, since a quiet group
+// does not notice its leader's death by itself.
+func (d *Driver) WakeLedBy(ctx context.Context, node uint64) error {
+	return d.exec(ctx, func(e *engine) { e.wakeLedBy(node) })
+}
+
+// Status returns the group's raft status.
+func (d *Driver) Status(ctx context.Context, group uint64) (raft.BasicStatus, error) {
+	type answer struct {
+		s  raft.BasicStatus
+		ok bool
+	}
+	ch := make(chan answer, 1)
+	if err := d.exec(ctx, func(e *engine) { s, ok := e.status(group); ch <- answer{s, ok} }); err != nil {
+		return raft.BasicStatus{}, fmt.Errorf("replica: status of group %d: %w", group, err)
+	}
+	a := <-ch
+	if !a.ok {
+		return raft.BasicStatus{}, fmt.Errorf("%w %d", ErrUnknownGroup, group)
+	}
+	return a.s, nil
+}
+
+// Stats returns a snapshot of the driver's counters.
+func (d *Driver) Stats(ctx context.Context) (Stats, error) {
+	ch := make(chan Stats, 1)
+	if err := d.exec(ctx, func(e *engine) { ch <- e.stats }); err != nil {
+		return Stats{}, fmt.Errorf("replica: stats: %w", err)
+	}
+	s := <-ch
+	d.mu.Lock()
+	s.InboxFull = d.mu.dropped
+	d.mu.Unlock()
+	return s, nil
+}

@@ -1,0 +1,710 @@
+package replica
+
+import (
+	"cmp"
+	"errors"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"testing/cryptotest"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3"
+)
+
+// The deterministic simulation: N replicas of G groups in one process, each
+// with its engine and Pebble on a crash-simulating FS, over a simulated
+// network with seeded drops, delays (hence reorders), partitions and
+// crash-restarts, on a virtual clock. Invariants are checked after every
+// step. Rerun one seed with -seed N (or QUICMQ_SIM_SEED=N); run many with
+// QUICMQ_SIM_SEEDS=5000.
+
+var simSeedFlag = flag.Int64("seed", -1, "run the replica simulation for this seed only")
+
+type simConfig struct {
+	nodes, groups int
+	steps         int     // fault phase, virtual milliseconds
+	healSteps     int     // bound of the phase that must converge
+	tickEvery     int     // virtual ms per raft tick
+	maxDelay      int     // ms
+	dropRate      float64 // per message batch
+	dupRate       float64 // per message batch
+	proposeRate   float64 // per step
+	crashRate     float64 // per step
+	partitionRate float64 // per step
+	broken        bool    // apply before commit
+	brokenNoSync  bool    // never sync
+	maxSizePerMsg uint64  // raft's paging of appends (0: the default)
+	maxInflight   int     // raft's appends in flight per follower (0: the default)
+}
+
+func defaultSimConfig(nodes int) simConfig {
+	return simConfig{
+		nodes: nodes, groups: 2, steps: 2000, healSteps: 6000, tickEvery: 10, maxDelay: 12,
+		dropRate: 0.05, dupRate: 0.02, proposeRate: 0.15, crashRate: 0.002, partitionRate: 0.002,
+	}
+}
+
+type simNode struct {
+	id      uint64
+	fs      *vfs.MemFS
+	db      *pebble.DB
+	sm      *LogSM
+	e       *engine    // nil while down
+	st      []*Storage // per group, readable while down too
+	skew    int64
+	phase   int
+	downTil int
+}
+
+type simPacket struct {
+	at       int
+	seq      uint64
+	from, to uint64
+	msgs     []Message
+}
+
+type simRec struct {
+	index uint64
+	time  int64
+	data  string
+}
+
+type simEntry struct {
+	term uint64
+	data string
+}
+
+type simAck struct {
+	group  uint64
+	offset uint64
+	index  uint64
+	data   string
+}
+
+type sim struct {
+	cfg    simConfig
+	seed   uint64
+	rng    *rand.Rand
+	now    int
+	nodes  []*simNode
+	groups []uint64
+	net    []simPacket
+	pseq   uint64
+	cut    map[[2]uint64]bool // directional: from -> to dropped
+	healAt int
+
+	leaders map[[2]uint64]uint64  // (group, term) -> leader
+	global  map[uint64][]simRec   // group -> the longest applied log seen
+	checked map[[2]uint64]uint64  // (node, group) -> offsets compared
+	commits map[uint64][]simEntry // group -> committed raft entries seen (index i at i-1)
+	ccheck  map[[2]uint64]uint64  // (node, group) -> committed index compared
+	acked   []simAck
+	props   int
+	err     error
+	stats   simStats
+	onSend  func(from, to uint64, msgs []Message) // tests' observer
+}
+
+// simStats counts what a run exercised, so that a test can show the faults
+// and paths it claims to cover did happen.
+type simStats struct {
+	crashes, partitions, leaderTerms, quiesced, clamped, notLeader, dropped int
+}
+
+func (a *simStats) add(b simStats) {
+	a.crashes += b.crashes
+	a.partitions += b.partitions
+	a.leaderTerms += b.leaderTerms
+	a.quiesced += b.quiesced
+	a.clamped += b.clamped
+	a.notLeader += b.notLeader
+	a.dropped += b.dropped
+}
+
+type simTransport struct {
+	s    *sim
+	from uint64
+}
+
+func (t simTransport) Send(to uint64, msgs []Message) {
+	s := t.s
+	if s.onSend != nil {
+		s.onSend(t.from, to, msgs)
+	}
+	if s.cut[[2]uint64{t.from, to}] || s.rng.Float64() < s.cfg.dropRate {
+		return
+	}
+	// Through the wire form, as a real transport delivers them.
+	b, err := EncodeBatch(nil, t.from, to, msgs)
+	if err != nil {
+		s.err = err
+		return
+	}
+	from, dest, cp, err := DecodeBatch(b)
+	if err != nil || from != t.from || dest != to || len(cp) != len(msgs) {
+		s.err = fmt.Errorf("batch from %d to %d did not survive its wire form: %d of %d messages, %v", t.from, to, len(cp), len(msgs), err)
+		return
+	}
+	s.pseq++
+	s.net = append(s.net, simPacket{at: s.now + 1 + s.rng.IntN(s.cfg.maxDelay), seq: s.pseq, from: t.from, to: to, msgs: cp})
+	if s.rng.Float64() < s.cfg.dupRate {
+		// Delivered twice, the second time later: raft must ignore it.
+		s.pseq++
+		s.net = append(s.net, simPacket{at: s.now + 1 + s.rng.IntN(4*s.cfg.maxDelay), seq: s.pseq, from: t.from, to: to, msgs: cp})
+	}
+}
+
+func newSim(cfg simConfig, seed uint64) (*sim, error) {
+	s := &sim{
+		cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
+		cut: map[[2]uint64]bool{}, leaders: map[[2]uint64]uint64{}, global: map[uint64][]simRec{},
+		checked: map[[2]uint64]uint64{}, commits: map[uint64][]simEntry{}, ccheck: map[[2]uint64]uint64{},
+	}
+	for g := range cfg.groups {
+		s.groups = append(s.groups, uint64(100+g))
+	}
+	for i := range cfg.nodes {
+		n := &simNode{id: uint64(i + 1), fs: vfs.NewCrashableMem(), skew: s.rng.Int64N(1000e6) - 500e6, phase: s.rng.IntN(cfg.tickEvery)}
+		s.nodes = append(s.nodes, n)
+		if err := s.openDB(n); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range s.nodes {
+		if err := s.start(n); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *sim) peers() []uint64 {
+	var p []uint64
+	for _, n := range s.nodes {
+		p = append(p, n.id)
+	}
+	return p
+}
+
+func (s *sim) openDB(n *simNode) error {
+	db, err := pebble.Open("db", &pebble.Options{FS: n.fs, FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}})
+	if err != nil {
+		return fmt.Errorf("node %d: open pebble: %w", n.id, err)
+	}
+	n.db = db
+	n.st = nil
+	st := NewStore(db)
+	for _, g := range s.groups {
+		gs, err := st.Group(g)
+		if err != nil {
+			return err
+		}
+		n.st = append(n.st, gs)
+	}
+	return nil
+}
+
+func (s *sim) start(n *simNode) error {
+	n.sm = NewLogSM(n.db)
+	cfg := Config{
+		NodeID: n.id, DB: n.db, StateMachine: n.sm, Transport: simTransport{s, n.id},
+		ElectionTicks: 10, HeartbeatTicks: 1, MaxSizePerMsg: s.cfg.maxSizePerMsg, MaxInflightMsgs: s.cfg.maxInflight,
+		Now:                     func() time.Time { return time.Unix(0, int64(s.now)*1e6+n.skew) },
+		brokenApplyBeforeCommit: s.cfg.broken,
+		brokenNoSync:            s.cfg.brokenNoSync,
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	n.e = newEngine(cfg.withDefaults())
+	for i, g := range s.groups {
+		if err := n.e.addGroup(g, s.peers()); err != nil {
+			return fmt.Errorf("node %d: %w", n.id, err)
+		}
+		n.st[i] = n.e.groups[g].st
+		next, _ := n.sm.Next(g)
+		k := [2]uint64{n.id, g}
+		s.checked[k] = min(s.checked[k], next)
+	}
+	return nil
+}
+
+// crash drops what the node had not synced and keeps it down for a while;
+// its storage stays readable for the quorum check.
+func (s *sim) crash(n *simNode) error {
+	crashed := n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: s.rng.IntN(60), RNG: rand.New(rand.NewPCG(s.rng.Uint64(), 1))})
+	_ = n.db.Close()
+	n.fs = crashed
+	n.e = nil
+	n.sm = nil
+	s.stats.crashes++
+	n.downTil = s.now + 20 + s.rng.IntN(400)
+	return s.openDB(n)
+}
+
+func (s *sim) run() error {
+	for s.now = 1; s.now <= s.cfg.steps+s.cfg.healSteps; s.now++ {
+		faults := s.now <= s.cfg.steps
+		if err := s.step(faults); err != nil {
+			return s.fail(err)
+		}
+		if !faults && s.converged() {
+			return s.finalCheck()
+		}
+	}
+	return s.fail(errors.New("no convergence after the faults stopped (liveness)"))
+}
+
+func (s *sim) fail(err error) error {
+	return fmt.Errorf("seed %d, nodes %d, t=%dms: %w", s.seed, s.cfg.nodes, s.now, err)
+}
+
+func (s *sim) step(faults bool) error {
+	// Restarts and healing.
+	for _, n := range s.nodes {
+		if n.e == nil && (s.now >= n.downTil || !faults) {
+			if err := s.start(n); err != nil {
+				return err
+			}
+		}
+	}
+	if len(s.cut) > 0 && (s.now >= s.healAt || !faults) {
+		clear(s.cut)
+	}
+	// Deliveries due now, in order of due time then sending order.
+	slices.SortStableFunc(s.net, func(a, b simPacket) int {
+		if a.at != b.at {
+			return a.at - b.at
+		}
+		return cmp.Compare(a.seq, b.seq)
+	})
+	i := 0
+	for ; i < len(s.net) && s.net[i].at <= s.now; i++ {
+		p := s.net[i]
+		if n := s.nodes[p.to-1]; n.e != nil && !s.cut[[2]uint64{p.from, p.to}] {
+			n.e.step(p.msgs)
+		}
+	}
+	s.net = s.net[i:]
+	for _, n := range s.nodes {
+		if n.e != nil && (s.now+n.phase)%s.cfg.tickEvery == 0 {
+			q := n.e.stats.Quiesced
+			n.e.tick()
+			if n.e.stats.Quiesced > q {
+				s.stats.quiesced++
+			}
+		}
+	}
+	if faults {
+		if s.rng.Float64() < s.cfg.crashRate {
+			n := s.nodes[s.rng.IntN(len(s.nodes))]
+			if s.rng.IntN(2) == 0 {
+				n = s.leaderOrAny(s.groups[s.rng.IntN(len(s.groups))], n) // leaders are the interesting victims
+			}
+			if n.e != nil {
+				if err := s.crash(n); err != nil {
+					return err
+				}
+			}
+		}
+		if len(s.cut) == 0 && s.rng.Float64() < s.cfg.partitionRate {
+			s.partition()
+		}
+	}
+	// Bursts of proposals with idle gaps, so that groups also quiesce (and
+	// must wake again).
+	rate := s.cfg.proposeRate
+	if (s.now/400)%2 == 1 {
+		rate = 0
+	}
+	if !faults {
+		rate = s.cfg.proposeRate / 4
+	}
+	if s.rng.Float64() < rate {
+		s.propose()
+	}
+	for _, n := range s.nodes {
+		if n.e != nil {
+			if err := n.e.process(); err != nil {
+				return fmt.Errorf("node %d: %w", n.id, err)
+			}
+		}
+	}
+	if s.err != nil {
+		return s.err
+	}
+	return s.check()
+}
+
+// leaderOrAny returns the node leading g, or fallback when none does.
+func (s *sim) leaderOrAny(g uint64, fallback *simNode) *simNode {
+	for _, n := range s.nodes {
+		if n.e != nil {
+			if bs, _ := n.e.status(g); bs.RaftState == raft.StateLeader {
+				return n
+			}
+		}
+	}
+	return fallback
+}
+
+// partition isolates one node, or splits the nodes in two, both ways, or
+// (sometimes) one way only.
+func (s *sim) partition() {
+	perm := s.rng.Perm(len(s.nodes))
+	k := 1 + s.rng.IntN(len(s.nodes)/2)
+	side := map[uint64]bool{}
+	for _, i := range perm[:k] {
+		side[uint64(i+1)] = true
+	}
+	s.stats.partitions++
+	oneWay := s.rng.IntN(4) == 0
+	for _, a := range s.nodes {
+		for _, b := range s.nodes {
+			if side[a.id] && !side[b.id] {
+				s.cut[[2]uint64{a.id, b.id}] = true
+				if !oneWay {
+					s.cut[[2]uint64{b.id, a.id}] = true
+				}
+			}
+		}
+	}
+	s.healAt = s.now + 50 + s.rng.IntN(600)
+}
+
+func (s *sim) propose() {
+	n := s.nodes[s.rng.IntN(len(s.nodes))]
+	if n.e == nil {
+		return
+	}
+	g := s.groups[s.rng.IntN(len(s.groups))]
+	s.props++
+	data := fmt.Sprintf("p%d@%d", s.props, n.id)
+	node := n
+	n.e.propose(g, []byte(data), func(r Result, err error) {
+		switch {
+		case err == nil:
+			s.onAck(node, g, data, r)
+		case errors.Is(err, ErrNotLeader):
+			s.stats.notLeader++
+		case errors.Is(err, ErrDropped):
+			s.stats.dropped++
+		}
+	})
+}
+
+// onAck checks an acknowledged proposal: its entry is durable on a quorum,
+// and nothing else was ever seen at its offset.
+func (s *sim) onAck(n *simNode, g uint64, data string, r Result) {
+	gi := slices.Index(s.groups, g)
+	term, err := n.st[gi].Term(r.Index)
+	if err != nil {
+		s.err = fmt.Errorf("node %d acknowledged %q at index %d, which it does not hold: %v", n.id, data, r.Index, err)
+		return
+	}
+	have := 0
+	for _, m := range s.nodes {
+		if t, err := m.st[gi].Term(r.Index); err == nil && t == term {
+			have++
+		}
+	}
+	if have < len(s.nodes)/2+1 {
+		var detail []string
+		for _, m := range s.nodes {
+			t, err := m.st[gi].Term(r.Index)
+			l, _ := m.st[gi].LastIndex()
+			detail = append(detail, fmt.Sprintf("node %d: last %d, term %d %v", m.id, l, t, err))
+		}
+		s.err = fmt.Errorf("node %d acknowledged %q (group %d, index %d, term %d, offset %d) held durably by %d of %d nodes: %v",
+			n.id, data, g, r.Index, term, r.Offset, have, len(s.nodes), detail)
+		return
+	}
+	if gl := s.global[g]; r.Offset < uint64(len(gl)) && gl[r.Offset].data != data {
+		s.err = fmt.Errorf("node %d acknowledged %q at offset %d of group %d where %q was applied", n.id, data, r.Offset, g, gl[r.Offset].data)
+		return
+	}
+	s.acked = append(s.acked, simAck{group: g, offset: r.Offset, index: r.Index, data: data})
+}
+
+// check verifies the invariants after a step: one leader per term; every
+// node's applied log a prefix of the longest (same entry, offset and time
+// at every offset, offsets dense); timestamps never decreasing.
+func (s *sim) check() error {
+	for _, n := range s.nodes {
+		if n.e == nil {
+			continue
+		}
+		for _, g := range s.groups {
+			bs, _ := n.e.status(g)
+			if bs.RaftState == raft.StateLeader {
+				k := [2]uint64{g, bs.GetTerm()}
+				l, ok := s.leaders[k]
+				if ok && l != n.id {
+					return fmt.Errorf("group %d has two leaders in term %d: nodes %d and %d", g, bs.GetTerm(), l, n.id)
+				}
+				if !ok {
+					s.stats.leaderTerms++
+				}
+				s.leaders[k] = n.id
+			}
+			if err := s.checkCommitted(n, g); err != nil {
+				return err
+			}
+			if err := s.checkLog(n, g); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkCommitted compares every node's raft log up to its commit index with
+// what the other nodes committed: no two nodes commit different entries at
+// one index (raft's entries, empty ones and all, not only records).
+func (s *sim) checkCommitted(n *simNode, g uint64) error {
+	k := [2]uint64{n.id, g}
+	st := n.st[slices.Index(s.groups, g)]
+	hs, _, _ := st.InitialState()
+	commit := hs.GetCommit()
+	from := s.ccheck[k]
+	if commit <= from {
+		s.ccheck[k] = commit
+		return nil
+	}
+	ents, err := st.Entries(from+1, commit+1, ^uint64(0))
+	if err != nil {
+		return fmt.Errorf("node %d group %d: committed entries (%d, %d]: %w", n.id, g, from, commit, err)
+	}
+	gl := s.commits[g]
+	for _, e := range ents {
+		got := simEntry{term: e.GetTerm(), data: string(e.GetData())}
+		i := e.GetIndex() - 1
+		switch {
+		case i < uint64(len(gl)):
+			if gl[i] != got {
+				return fmt.Errorf("node %d group %d: committed index %d is term %d, another node committed term %d there",
+					n.id, g, e.GetIndex(), got.term, gl[i].term)
+			}
+		case i == uint64(len(gl)):
+			gl = append(gl, got)
+		default:
+			return fmt.Errorf("node %d group %d: committed index %d past the longest committed log %d", n.id, g, e.GetIndex(), len(gl))
+		}
+	}
+	s.commits[g] = gl
+	s.ccheck[k] = commit
+	return nil
+}
+
+func (s *sim) checkLog(n *simNode, g uint64) error {
+	k := [2]uint64{n.id, g}
+	next, _ := n.sm.Next(g)
+	from := s.checked[k]
+	if next <= from {
+		s.checked[k] = next
+		return nil
+	}
+	recs, err := n.sm.Read(g, from, int(next-from))
+	if err != nil {
+		return fmt.Errorf("node %d group %d: read: %w", n.id, g, err)
+	}
+	if uint64(len(recs)) != next-from {
+		return fmt.Errorf("node %d group %d: read %d records from %d, want %d (offsets not dense)", n.id, g, len(recs), from, next-from)
+	}
+	gl := s.global[g]
+	for _, r := range recs {
+		got := simRec{index: r.Index, time: r.Time, data: string(r.Data)}
+		switch {
+		case r.Offset < uint64(len(gl)):
+			if gl[r.Offset] != got {
+				return fmt.Errorf("node %d group %d: offset %d is %+v, another node applied %+v", n.id, g, r.Offset, got, gl[r.Offset])
+			}
+		case r.Offset == uint64(len(gl)):
+			if len(gl) > 0 && got.time < gl[len(gl)-1].time {
+				return fmt.Errorf("node %d group %d: time went back at offset %d", n.id, g, r.Offset)
+			}
+			if len(gl) > 0 && got.time == gl[len(gl)-1].time {
+				s.stats.clamped++ // (or two proposals in one virtual ms)
+			}
+			if len(gl) > 0 && got.index <= gl[len(gl)-1].index {
+				return fmt.Errorf("node %d group %d: raft index went back at offset %d", n.id, g, r.Offset)
+			}
+			gl = append(gl, got)
+		default:
+			return fmt.Errorf("node %d group %d: offset %d past the longest log %d", n.id, g, r.Offset, len(gl))
+		}
+	}
+	s.global[g] = gl
+	s.checked[k] = next
+	return nil
+}
+
+func (s *sim) converged() bool {
+	for _, g := range s.groups {
+		want := uint64(len(s.global[g]))
+		for _, n := range s.nodes {
+			if n.e == nil {
+				return false
+			}
+			if next, _ := n.sm.Next(g); next != want {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// finalCheck: once everything is healed and converged, every acknowledged
+// proposal is on every node at its offset.
+func (s *sim) finalCheck() error {
+	for _, a := range s.acked {
+		gl := s.global[a.group]
+		if a.offset >= uint64(len(gl)) || gl[a.offset].data != a.data || gl[a.offset].index != a.index {
+			return s.fail(fmt.Errorf("acknowledged %q (group %d, offset %d) lost", a.data, a.group, a.offset))
+		}
+	}
+	return nil
+}
+
+func (s *sim) close() {
+	for _, n := range s.nodes {
+		_ = n.db.Close()
+	}
+}
+
+// runSim runs one seed. raft draws its randomized election timeouts from
+// crypto/rand; cryptotest.SetGlobalRandom makes that stream seeded too, so
+// a seed replays the same run.
+func runSim(t *testing.T, cfg simConfig, seed uint64) (acked int, st simStats, err error) {
+	cryptotest.SetGlobalRandom(t, seed)
+	s, err := newSim(cfg, seed)
+	if err != nil {
+		return 0, st, err
+	}
+	defer s.close()
+	defer func() {
+		// raft panics when it finds its log lost or corrupted: a violation
+		// of the run, reported with its seed like any other.
+		if r := recover(); r != nil {
+			err = s.fail(fmt.Errorf("panic: %v", r))
+		}
+	}()
+	err = s.run()
+	return len(s.acked), s.stats, err
+}
+
+// simSeeds returns the seeds to run: one from -seed or QUICMQ_SIM_SEED, or
+// QUICMQ_SIM_SEEDS of them (default n).
+func simSeeds(t *testing.T, n int) []uint64 {
+	if *simSeedFlag >= 0 {
+		return []uint64{uint64(*simSeedFlag)}
+	}
+	if v := os.Getenv("QUICMQ_SIM_SEED"); v != "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("QUICMQ_SIM_SEED=%q: %v", v, err)
+		}
+		return []uint64{s}
+	}
+	if v := os.Getenv("QUICMQ_SIM_SEEDS"); v != "" {
+		c, err := strconv.Atoi(v)
+		if err != nil || c <= 0 {
+			t.Fatalf("QUICMQ_SIM_SEEDS=%q: want a positive count", v)
+		}
+		n = c
+	}
+	if testing.Short() {
+		n = min(n, 20)
+	}
+	seeds := make([]uint64, n)
+	for i := range seeds {
+		seeds[i] = uint64(i)
+	}
+	return seeds
+}
+
+func TestSimRegion(t *testing.T) {
+	var (
+		acked, runs int
+		total       simStats
+	)
+	seeds := simSeeds(t, 200)
+	for _, seed := range seeds {
+		nodes := 3
+		if seed%2 == 1 {
+			nodes = 5
+		}
+		cfg := defaultSimConfig(nodes)
+		if seed%3 == 2 {
+			// Tiny appends and a short pipeline: catching up pages through
+			// Storage.Entries' size limit and raft's flow control.
+			cfg.maxSizePerMsg, cfg.maxInflight = 64, 2
+		}
+		a, st, err := runSim(t, cfg, seed)
+		if err != nil {
+			t.Fatalf("%v\nrerun: go test -run TestSimRegion ./replica -seed %d", err, seed)
+		}
+		acked += a
+		runs++
+		total.add(st)
+	}
+	t.Logf("%d runs, %d acknowledged proposals checked; %+v", runs, acked, total)
+	if len(seeds) >= 20 && (acked == 0 || total.crashes == 0 || total.partitions == 0 || total.quiesced == 0 ||
+		total.leaderTerms <= runs || total.clamped == 0 || total.notLeader == 0) {
+		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
+	}
+}
+
+// caughtIn runs seeds 0..seeds-1 of a broken variant and returns in how
+// many the checker reported a violation.
+func caughtIn(t *testing.T, seeds uint64, broken func(*simConfig)) int {
+	caught := 0
+	for seed := range seeds {
+		cfg := defaultSimConfig(3)
+		broken(&cfg)
+		if _, _, err := runSim(t, cfg, seed); err != nil {
+			caught++
+			if caught == 1 {
+				t.Logf("caught: %v", err)
+			}
+		}
+	}
+	t.Logf("caught in %d of %d seeds", caught, seeds)
+	return caught
+}
+
+// TestSimCatchesApplyBeforeCommit shows the checker failing on a driver
+// that applies and acknowledges entries before a quorum has them.
+func TestSimCatchesApplyBeforeCommit(t *testing.T) {
+	if n := caughtIn(t, 10, func(c *simConfig) { c.broken = true }); n < 5 {
+		t.Fatalf("the simulation caught the broken driver in %d of 10 seeds", n)
+	}
+}
+
+// TestSimCatchesMissingSync shows the checker failing on a driver that
+// answers and sends before its writes are synced: crashes then lose entries
+// a quorum was counted on, or votes.
+func TestSimCatchesMissingSync(t *testing.T) {
+	if n := caughtIn(t, 20, func(c *simConfig) { c.brokenNoSync, c.crashRate = true, 0.01 }); n == 0 {
+		t.Fatal("the simulation did not catch the unsynced driver in 20 seeds")
+	}
+}
+
+// TestSimIsReproducible: a seed replays the same run, so a failing seed can
+// be rerun and debugged.
+func TestSimIsReproducible(t *testing.T) {
+	for _, nodes := range []int{3, 5} {
+		a1, s1, err1 := runSim(t, defaultSimConfig(nodes), 7)
+		a2, s2, err2 := runSim(t, defaultSimConfig(nodes), 7)
+		if a1 != a2 || s1 != s2 || (err1 == nil) != (err2 == nil) {
+			t.Fatalf("%d nodes, seed 7 twice: %d acks %+v %v, then %d acks %+v %v", nodes, a1, s1, err1, a2, s2, err2)
+		}
+	}
+}
