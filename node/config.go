@@ -106,6 +106,10 @@ type Config struct {
 	// Mirror lists topic patterns mirrored from every other region, whether or not a local
 	// subscription wants them.
 	Mirror []string
+	// MirrorStallAfter is how long a mirror may carry no records while the origin reports
+	// its head moving before it is reported stalled (federation.Config.StallAfter). Default
+	// 30 s.
+	MirrorStallAfter time.Duration
 
 	// AblationSharedStream lets clients that ask for it (client.Options.AblationSharedStream)
 	// carry all their subscriptions on ONE shared stream instead of one stream each: a
