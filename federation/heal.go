@@ -34,7 +34,9 @@ type acceptedPeer struct {
 // Called on the catalog stream's goroutine.
 func (f *Federation) peerHello(conn *quic.Conn, incarnation uint64) {
 	name := peerName(conn)
-	if name == "" {
+	if name == "" || conn.Context().Err() != nil {
+		// Ended already: a catalog stream read late must not supersede the newer connection
+		// that replaced it.
 		return
 	}
 	f.mu.Lock()

@@ -145,9 +145,17 @@ func (l *link) run(parent context.Context) {
 			l.setError(err)
 			l.log.Info("link to the peer's previous process closed; redialing its new one")
 		case supersededByPeer(err):
+			// The peer closes only connections it holds a newer one for, and this link holds
+			// one at a time: another node presents this node's name. Back off rather than
+			// take turns with it at handshake speed.
 			l.reconnects.Add(1)
 			l.setError(err)
-			l.log.Info("link connection superseded by a newer one at the peer; redialing")
+			l.log.Warn("link connection superseded at the peer by a newer one that is not this link's (another node with this node's name?); redialing after a back-off",
+				"backoff", l.f.cfg.ReconnectMax)
+			select {
+			case <-ctx.Done():
+			case <-time.After(l.f.cfg.ReconnectMax):
+			}
 		case peerStopping(err):
 			l.reconnects.Add(1)
 			l.setError(err)
