@@ -79,3 +79,47 @@ func TestStalledMirrorIsReported(t *testing.T) {
 		t.Fatalf("%d WARN lines for one stall:%s", len(w), fmtRecords(w))
 	}
 }
+
+// mirrorHealth's decisions, step by step on a fake clock: behind only against a reported
+// head, stalled after StallAfter without progress (not before), progress restarts the clock,
+// caught up clears it, and the lag is in origin time once a record's time is known.
+func TestMirrorHealthDecisions(t *testing.T) {
+	const after = 10 * time.Second
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	sec := int64(time.Second)
+	var h mirrorHealth
+	type step struct {
+		name    string
+		do      func()
+		now     int
+		stalled bool
+		changed bool
+		lag     float64
+	}
+	steps := []step{
+		{"nothing reported: not behind", func() {}, 0, false, false, 0},
+		{"caught up at the head", func() { h.reported(10, 100*sec, at(0)); h.scanned(10, 100*sec, at(0)) }, 1, false, false, 0},
+		{"the head moves: behind, not yet stalled", func() { h.reported(20, 105*sec, at(2)) }, 11, false, false, 5},
+		{"StallAfter without progress: stalled", func() {}, 12, true, true, 5},
+		{"still stalled: no change", func() { h.reported(30, 110*sec, at(13)) }, 13, true, false, 10},
+		{"progress: not stalled, clock restarts", func() { h.scanned(25, 108*sec, at(14)) }, 14, false, true, 2},
+		{"no progress again for StallAfter", func() {}, 24, true, true, 2},
+		{"caught up: lag 0, not stalled", func() { h.scanned(30, 110*sec, at(25)) }, 25, false, true, 0},
+	}
+	for _, s := range steps {
+		s.do()
+		stalled, changed := h.check(at(s.now), after)
+		lag, _ := h.lag(at(s.now))
+		if stalled != s.stalled || changed != s.changed || lag != s.lag {
+			t.Fatalf("%s: stalled %v changed %v lag %v, want %v %v %v", s.name, stalled, changed, lag, s.stalled, s.changed, s.lag)
+		}
+	}
+
+	// Behind before any record's time is known: the lag is the time behind, by the local clock.
+	var fresh mirrorHealth
+	fresh.reported(5, 50*sec, at(0))
+	if lag, _ := fresh.lag(at(3)); lag != 3 {
+		t.Fatalf("fresh mirror behind for 3 s: lag %v", lag)
+	}
+}
