@@ -110,6 +110,10 @@ type Config struct {
 	// Mirror lists topic patterns mirrored from every other region, whether or not a local
 	// subscription wants them.
 	Mirror []string
+	// MirrorStallAfter is how long a mirror may carry no records while the origin reports
+	// its head moving before it is reported stalled (federation.Config.StallAfter). Default
+	// 30 s.
+	MirrorStallAfter time.Duration
 
 	// AblationSharedStream accepts the shared-stream mapping (node/ablation.go): a client that
 	// asks for it (the bench module, through internal/sharedstream; the SDK has no such API)

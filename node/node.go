@@ -165,6 +165,7 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		TLS:             t.peer,
 		Peers:           n.peers,
 		Mirror:          c.Mirror,
+		StallAfter:      c.MirrorStallAfter,
 		ShouldMirror:    n.place.shouldMirror,
 		OnCatalog:       n.place.onCatalog,
 		OnCatalogSynced: n.place.onCatalogSynced,
