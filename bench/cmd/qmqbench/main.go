@@ -56,6 +56,8 @@ func main() {
 		err = runWorker(os.Args[2:])
 	case "durworker":
 		err = runDurWorker(os.Args[2:])
+	case "rawpebble":
+		err = runRawPebble(os.Args[2:])
 	case "broker":
 		err = runBroker(os.Args[2:])
 	default:
