@@ -58,6 +58,10 @@ func main() {
 		err = runDurWorker(os.Args[2:])
 	case "rawpebble":
 		err = runRawPebble(os.Args[2:])
+	case "truefanout":
+		err = runTrueFanout(os.Args[2:])
+	case "tfworker":
+		err = runTFWorker(os.Args[2:])
 	case "broker":
 		err = runBroker(os.Args[2:])
 	default:
@@ -78,6 +82,7 @@ func usage() {
   replay   scenario 4: replay of stored records from offset 0, QuicMQ against JetStream
   setup    scenario 5: new subscriptions/s on one connection, against a TLS-over-TCP connection each
   cross    scenario 6: two regions, loss on the link, a stream per mirrored topic vs one shared
+  truefanout  one topic, S subscriptions over C connections, rising rate: deliveries/s held, CPU/delivery
   report   tables and plots again from a fanout or slow JSON file
   qlog     plot a QUIC connection's congestion window and losses from a qlog trace (QLOGDIR)
 
