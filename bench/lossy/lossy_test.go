@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -340,5 +341,55 @@ func TestRelayDelays(t *testing.T) {
 		if rtt := time.Since(start); rtt < 40*time.Millisecond || string(buf[:n]) != string(msg) {
 			t.Fatalf("round trip %v with %q, want >= 40 ms and %q", rtt, buf[:n], msg)
 		}
+	}
+}
+
+// TestTCPRelayDelays: bytes through the TCP relay and back take at least twice the delay and
+// arrive whole and in order; closing the relay ends its connections. Needs no root.
+func TestTCPRelayDelays(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	r, err := NewTCPRelay(echo.Addr().String(), 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 3 {
+		start := time.Now()
+		msg := fmt.Sprintf("ping %d", i)
+		if _, err := c.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+		if rtt := time.Since(start); rtt < 40*time.Millisecond || string(buf) != msg {
+			t.Fatalf("round trip %v with %q, want >= 40 ms and %q", rtt, buf, msg)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read after the relay closed: want an error")
 	}
 }
