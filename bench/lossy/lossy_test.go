@@ -393,3 +393,57 @@ func TestTCPRelayDelays(t *testing.T) {
 		t.Fatal("read after the relay closed: want an error")
 	}
 }
+
+// TestRelayIgnoresProbe: a datagram that is no QUIC packet (the SDK's one zero byte from a
+// socket of its own while it dials) does not make its sender the relay's client.
+func TestRelayIgnoresProbe(t *testing.T) {
+	echo, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, a, err := echo.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			echo.WriteToUDP(buf[:n], a)
+		}
+	}()
+	r, err := NewRelay(echo.LocalAddr().String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	probe, err := net.Dial("udp", r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if _, err := probe.Write([]byte{0}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("udp", r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := []byte{0x40, 'q'} // fixed bit set: a QUIC packet's first byte
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 64)
+	for {
+		// The probe's echo may come back to the client (the relay has one): skip it.
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("client: %v; want its own datagram back", err)
+		}
+		if string(buf[:n]) == string(msg) {
+			return
+		}
+	}
+}

@@ -32,7 +32,7 @@ type Relay struct {
 	wg     sync.WaitGroup
 
 	mu     sync.Mutex
-	client *net.UDPAddr // the first (and only) client seen
+	client *net.UDPAddr // the first sender of a QUIC packet (and the only client)
 }
 
 type delayed struct {
@@ -118,7 +118,9 @@ func (r *Relay) read(c *net.UDPConn, out chan<- delayed, fromClient bool) {
 		if err != nil {
 			return
 		}
-		if fromClient {
+		if fromClient && n > 0 && buf[0]&0x40 != 0 {
+			// Only a QUIC packet (fixed bit set, RFC 9000 17) makes its sender the client: the
+			// SDK sends one zero byte from a socket of its own while it dials (client/probe.go).
 			r.mu.Lock()
 			if r.client == nil {
 				r.client = addr

@@ -126,7 +126,7 @@ func (r *TCPRelay) pipe(src, dst net.Conn) {
 				time.Sleep(wait)
 			}
 			if _, err := dst.Write(d.buf); err != nil {
-				src.Close() // ends the reader below
+				src.Close()   // ends the reader below
 				for range q { // drain so the reader never blocks on a dead writer
 				}
 				return
