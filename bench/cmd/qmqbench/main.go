@@ -62,6 +62,10 @@ func main() {
 		err = runTrueFanout(os.Args[2:])
 	case "tfworker":
 		err = runTFWorker(os.Args[2:])
+	case "hetero":
+		err = runHetero(os.Args[2:])
+	case "hetworker":
+		err = runHetWorker(os.Args[2:])
 	case "broker":
 		err = runBroker(os.Args[2:])
 	default:
@@ -83,6 +87,7 @@ func usage() {
   setup    scenario 5: new subscriptions/s on one connection, against a TLS-over-TCP connection each
   cross    scenario 6: two regions, loss on the link, a stream per mirrored topic vs one shared
   truefanout  one topic, S subscriptions over C connections, rising rate: deliveries/s held, CPU/delivery
+  hetero   one topic over 100 connections, one behind loss and a round trip: the clean ones' p99
   report   tables and plots again from a fanout or slow JSON file
   qlog     plot a QUIC connection's congestion window and losses from a qlog trace (QLOGDIR)
 
