@@ -74,7 +74,7 @@ type tfStep struct {
 	Delivered    int64 // of them, arrived within the step and the drain
 	Deliveries   float64
 	P50, P99     float64 // +Inf (JSON: -1) when more than 1% never arrived
-	BrokerCPUus  float64 // broker process (utime+stime from /proc) per delivery
+	BrokerCPUus  float64 // broker process (utime+stime from /proc, 10 ms ticks) per delivery
 	ClientCPUus  float64 // this worker (publisher and every subscriber) per delivery
 	DrainSeconds float64
 	Held         bool
