@@ -37,6 +37,23 @@ type fanSys interface {
 	close()
 }
 
+// startFan starts the broker of sys as this process's child and the clients' fanSys for it;
+// stop ends both.
+func startFan(sys string) (b *brokerProc, f fanSys, stop func(), err error) {
+	kind, extra := brokerKind(sys)
+	if kind == "" {
+		return nil, nil, nil, fmt.Errorf("unknown system %q (want one of %v)", sys, fanSystemNames)
+	}
+	if b, err = startBroker(kind, extra...); err != nil {
+		return nil, nil, nil, err
+	}
+	if f, err = newFanSys(sys, b.dir); err != nil {
+		b.stop()
+		return nil, nil, nil, err
+	}
+	return b, f, func() { f.close(); b.stop() }, nil
+}
+
 func newFanSys(sys, brokerDir string) (fanSys, error) {
 	switch sys {
 	case "quicmq":

@@ -91,20 +91,14 @@ func runHetWorker(args []string) error {
 	if p.Conns < 2 || p.Rate < 1 {
 		return fmt.Errorf("--conns %d --rate %d: want at least 2 connections and 1 record/s", p.Conns, p.Rate)
 	}
-	kind, extra := brokerKind(p.System)
-	if kind == "" || p.System == "jetstream" {
+	if p.System != "quicmq" && p.System != "nats" {
 		return fmt.Errorf("system %q: want quicmq or nats", p.System)
 	}
-	b, err := startBroker(kind, extra...)
+	b, sys, stop, err := startFan(p.System)
 	if err != nil {
 		return err
 	}
-	defer b.stop()
-	sys, err := newFanSys(p.System, b.dir)
-	if err != nil {
-		return err
-	}
-	defer sys.close()
+	defer stop()
 	conns := p.Conns - 1 // the clean ones
 	addr := func(int) string { return brokerAddr(p.System) }
 	if p.Bad {

@@ -33,6 +33,7 @@ type tfParams struct {
 	Drain              time.Duration // longest wait after a step for its records
 	P99Limit           float64       // ms: a step whose p99 is above it breaks
 	MinShare           float64       // a step whose deliveries are below this share of Subs x published breaks
+	Retries            int           // a broken step is run again this many times before the run stops
 }
 
 func (p *tfParams) flags(fs *flag.FlagSet) {
@@ -43,6 +44,7 @@ func (p *tfParams) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&p.Step, "step", 3*time.Second, "publishing per step")
 	fs.DurationVar(&p.Drain, "drain", 3*time.Second, "longest wait after a step for its records (a record not in by then counts as lost)")
 	fs.Float64Var(&p.P99Limit, "p99", 50, "p99 delivery latency limit in ms: a step above it breaks")
+	fs.IntVar(&p.Retries, "retries", 1, "a broken step is run again this many times (same target) before the run stops: one fsync stall on a shared disk can break a 50 ms p99 once")
 	fs.Float64Var(&p.MinShare, "min-share", 0.98, "a step breaks when fewer than this share of its deliveries arrive, or the publisher reaches less than it of the target rate")
 }
 
@@ -50,7 +52,7 @@ func (p tfParams) args() []string {
 	return []string{"tfworker", "--system", p.System, "--subs", fmt.Sprint(p.Subs), "--conns", fmt.Sprint(p.Conns),
 		"--size", fmt.Sprint(p.Size), "--start", fmt.Sprint(p.Start), "--factor", fmt.Sprint(p.Factor),
 		"--max", fmt.Sprint(p.Max), "--step", p.Step.String(), "--drain", p.Drain.String(),
-		"--p99", fmt.Sprint(p.P99Limit), "--min-share", fmt.Sprint(p.MinShare)}
+		"--p99", fmt.Sprint(p.P99Limit), "--min-share", fmt.Sprint(p.MinShare), "--retries", fmt.Sprint(p.Retries)}
 }
 
 func (p tfParams) validate() error {
@@ -59,8 +61,8 @@ func (p tfParams) validate() error {
 		return fmt.Errorf("%d subscriptions over %d connections: want 1 <= connections <= subscriptions", p.Subs, p.Conns)
 	case p.Start <= 0 || p.Factor <= 1 || p.Max < p.Start:
 		return fmt.Errorf("--start %v --factor %v --max %v: want start > 0, factor > 1, max >= start", p.Start, p.Factor, p.Max)
-	case p.Step <= 0 || p.P99Limit <= 0 || p.MinShare <= 0 || p.MinShare > 1:
-		return fmt.Errorf("--step %v --p99 %v --min-share %v: want positive, min-share at most 1", p.Step, p.P99Limit, p.MinShare)
+	case p.Step <= 0 || p.P99Limit <= 0 || p.MinShare <= 0 || p.MinShare > 1 || p.Retries < 0:
+		return fmt.Errorf("--step %v --p99 %v --min-share %v --retries %d: want positive, min-share at most 1, retries at least 0", p.Step, p.P99Limit, p.MinShare, p.Retries)
 	}
 	return nil
 }
@@ -105,30 +107,23 @@ func runTFWorker(args []string) error {
 		return err
 	}
 	p.Size = max(p.Size, 17)
-	kind, extra := brokerKind(p.System)
-	if kind == "" {
-		return fmt.Errorf("unknown system %q", p.System)
-	}
-	b, err := startBroker(kind, extra...)
+	b, sys, stop, err := startFan(p.System)
 	if err != nil {
 		return err
 	}
-	defer b.stop()
-	sys, err := newFanSys(p.System, b.dir)
-	if err != nil {
-		return err
-	}
-	defer sys.close()
+	defer stop()
 	nsteps := 1
-	for t := p.Start; t*p.Factor <= p.Max*(1+1e-9) && nsteps < 255; t *= p.Factor {
+	for t := p.Start; t*p.Factor <= p.Max*(1+1e-9); t *= p.Factor {
 		nsteps++
 	}
-	hists := make([]latHist, nsteps)
+	// One histogram per attempt: its index travels in the payload's byte 16.
+	attempts := min(nsteps*(p.Retries+1), 255)
+	hists := make([]latHist, attempts)
 	deliver := func(_, _ int, payload []byte) {
 		if len(payload) < 17 {
 			return // the record that created the topic
 		}
-		if k := int(payload[16]); k < nsteps {
+		if k := int(payload[16]); k < attempts {
 			hists[k].add(time.Now().UnixNano() - int64(binary.BigEndian.Uint64(payload)))
 		}
 	}
@@ -140,7 +135,8 @@ func runTFWorker(args []string) error {
 	res := &tfResult{tfParams: p}
 	var seq int64
 	target := p.Start
-	for k := range nsteps {
+	retried := 0
+	for k := range attempts {
 		st := tfStep{Target: target}
 		rate := target / float64(p.Subs)
 		// Record j of the step is due j/rate after its start: total in the step.
@@ -200,9 +196,16 @@ func runTFWorker(args []string) error {
 		}
 		res.Steps = append(res.Steps, st)
 		if !st.Held {
+			if retried < p.Retries {
+				retried++
+				continue // the same target again
+			}
 			break
 		}
-		target *= p.Factor
+		retried = 0
+		if target *= p.Factor; target > p.Max*(1+1e-9) {
+			break
+		}
 	}
 	res.LoadAvg = loadAvg()
 	sys.close()
@@ -288,7 +291,7 @@ machine it can bound every system.
 				fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, %d subscriptions over %d connections\n",
 					n, total, time.Since(started).Round(time.Second), r, sys, cb.s, cb.c)
 				var res tfResult
-				steps := math.Ceil(math.Log(p.Max/p.Start)/math.Log(p.Factor)) + 1
+				steps := (math.Ceil(math.Log(p.Max/p.Start)/math.Log(p.Factor)) + 1) * float64(p.Retries+1)
 				budget := time.Duration(steps)*(p.Step+p.Drain) + 3*time.Minute
 				if err := workerIn(sys, budget, func(string) []string { return q.args() }, &res, slot); err != nil {
 					fmt.Fprintf(os.Stderr, "  failed: %v\n", err)
@@ -343,7 +346,10 @@ func pickTF(rs []*tfResult, sys string, s, c int) []*tfResult {
 	return out
 }
 
-func medianTF(rs []*tfResult, f func(*tfResult) float64) stat {
+func medianTF(rs []*tfResult, f func(*tfResult) float64) stat { return medianOf(rs, f) }
+
+// medianOf is field (fanout.go) for any kind of result.
+func medianOf[T any](rs []T, f func(T) float64) stat {
 	var vs []float64
 	for _, r := range rs {
 		vs = append(vs, f(r))
