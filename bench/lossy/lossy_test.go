@@ -301,21 +301,7 @@ func TestLinkPartitionAndCleanup(t *testing.T) {
 // TestRelayDelays: a packet through the relay and back takes at least twice the delay, and
 // arrives whole. Needs no root.
 func TestRelayDelays(t *testing.T) {
-	echo, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, a, err := echo.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			echo.WriteToUDP(buf[:n], a)
-		}
-	}()
+	echo := udpEcho(t)
 	r, err := NewRelay(echo.LocalAddr().String(), 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -397,21 +383,7 @@ func TestTCPRelayDelays(t *testing.T) {
 // TestRelayIgnoresProbe: a datagram that is no QUIC packet (the SDK's one zero byte from a
 // socket of its own while it dials) does not make its sender the relay's client.
 func TestRelayIgnoresProbe(t *testing.T) {
-	echo, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, a, err := echo.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			echo.WriteToUDP(buf[:n], a)
-		}
-	}()
+	echo := udpEcho(t)
 	r, err := NewRelay(echo.LocalAddr().String(), 0)
 	if err != nil {
 		t.Fatal(err)
@@ -446,4 +418,25 @@ func TestRelayIgnoresProbe(t *testing.T) {
 			return
 		}
 	}
+}
+
+// udpEcho is a UDP server on loopback that sends every datagram back, closed by t.Cleanup.
+func udpEcho(t *testing.T) *net.UDPConn {
+	t.Helper()
+	echo, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { echo.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, a, err := echo.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			echo.WriteToUDP(buf[:n], a)
+		}
+	}()
+	return echo
 }

@@ -1,11 +1,9 @@
 package lossy
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -43,15 +41,11 @@ type TCPRelay struct {
 // NewTCPRelay listens on 127.0.0.1 (a port of the relay range) and relays every connection to
 // upstream, delay later each way.
 func NewTCPRelay(upstream string, delay time.Duration) (*TCPRelay, error) {
-	var ln net.Listener
-	var err error
-	for port := TCPRelayPortLow; port <= TCPRelayPortHigh; port++ {
-		if ln, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-			break
-		}
-	}
+	ln, err := bindInRange("tcp relay", "TCP", TCPRelayPortLow, TCPRelayPortHigh, func(port int) (net.Listener, error) {
+		return net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	})
 	if err != nil {
-		return nil, fmt.Errorf("lossy: tcp relay: %w", err)
+		return nil, err
 	}
 	r := &TCPRelay{ln: ln, upstream: upstream, delay: delay}
 	r.wg.Go(r.accept)
@@ -100,18 +94,10 @@ func (r *TCPRelay) accept() {
 // dialUpstream connects from a local port of the relay range, so that packets upstream sends
 // to the relay match TCPRelayHops.
 func (r *TCPRelay) dialUpstream() (net.Conn, error) {
-	var err error
-	for port := TCPRelayPortLow; port <= TCPRelayPortHigh; port++ {
+	return bindInRange("tcp relay: dial "+r.upstream, "TCP", TCPRelayPortLow, TCPRelayPortHigh, func(port int) (net.Conn, error) {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}, Timeout: 5 * time.Second}
-		var c net.Conn
-		if c, err = d.Dial("tcp", r.upstream); err == nil {
-			return c, nil
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
-			break
-		}
-	}
-	return nil, fmt.Errorf("lossy: tcp relay: dial %s: %w", r.upstream, err)
+		return d.Dial("tcp", r.upstream)
+	})
 }
 
 // pipe copies from src to dst, each chunk delay after it was read. When either side ends,

@@ -323,7 +323,7 @@ machine it can bound every system.
 				continue
 			}
 			labels = append(labels, fmt.Sprintf("%s %d/%d", sys, cb.s, cb.c))
-			values = append(values, medianTF(g, func(r *tfResult) float64 { return r.Held }).med)
+			values = append(values, medianOf(g, func(r *tfResult) float64 { return r.Held }).med)
 		}
 	}
 	if len(values) > 0 {
@@ -345,8 +345,6 @@ func pickTF(rs []*tfResult, sys string, s, c int) []*tfResult {
 	}
 	return out
 }
-
-func medianTF(rs []*tfResult, f func(*tfResult) float64) stat { return medianOf(rs, f) }
 
 // medianOf is field (fanout.go) for any kind of result.
 func medianOf[T any](rs []T, f func(T) float64) stat {
@@ -382,10 +380,10 @@ func printTrueFanout(rs []*tfResult, systems []string) {
 				broke = st[len(st)-1].Broke
 			}
 			fmt.Printf("| %d | %d | %s | %v | %v | %v | %v | %s |\n", k.s, k.c, sys,
-				medianTF(g, func(r *tfResult) float64 { return r.Held }),
-				medianTF(g, func(r *tfResult) float64 { return r.HeldP99 }),
-				medianTF(g, func(r *tfResult) float64 { return r.HeldCPUus }),
-				medianTF(g, func(r *tfResult) float64 { return heldStep(r).ClientCPUus }), broke)
+				medianOf(g, func(r *tfResult) float64 { return r.Held }),
+				medianOf(g, func(r *tfResult) float64 { return r.HeldP99 }),
+				medianOf(g, func(r *tfResult) float64 { return r.HeldCPUus }),
+				medianOf(g, func(r *tfResult) float64 { return heldStep(r).ClientCPUus }), broke)
 		}
 	}
 	fmt.Println()
