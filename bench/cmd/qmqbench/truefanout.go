@@ -21,6 +21,12 @@ import (
 	"github.com/quicmq/quicmq/bench/lossy"
 )
 
+// pubShare is the share of a step's publish rate below which the publisher, not the
+// subscriptions, broke the step (its window of unacknowledged publishes stayed full). Lower
+// than --min-share: a wake-up of the pacing loop that comes late on a loaded machine stretches
+// a step by tens of milliseconds without anything blocking.
+const pubShare = 0.9
+
 type tfParams struct {
 	System string
 	Subs   int
@@ -45,7 +51,7 @@ func (p *tfParams) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&p.Drain, "drain", 3*time.Second, "longest wait after a step for its records (a record not in by then counts as lost)")
 	fs.Float64Var(&p.P99Limit, "p99", 50, "p99 delivery latency limit in ms: a step above it breaks")
 	fs.IntVar(&p.Retries, "retries", 1, "a broken step is run again this many times (same target) before the run stops: one fsync stall on a shared disk can break a 50 ms p99 once")
-	fs.Float64Var(&p.MinShare, "min-share", 0.98, "a step breaks when fewer than this share of its deliveries arrive, or the publisher reaches less than it of the target rate")
+	fs.Float64Var(&p.MinShare, "min-share", 0.98, "a step breaks when fewer than this share of its deliveries arrive (or when the publisher reaches less than 90% of the target rate: its window is full)")
 }
 
 func (p tfParams) args() []string {
@@ -178,7 +184,7 @@ func runTFWorker(args []string) error {
 		switch {
 		case pubErr != nil:
 			st.Broke = fmt.Sprintf("publish failed: %v", pubErr)
-		case st.PubRate < p.MinShare*rate:
+		case st.PubRate < pubShare*rate:
 			st.Broke = fmt.Sprintf("the publisher reached %.0f of %.0f records/s", st.PubRate, rate)
 		case float64(st.Delivered) < p.MinShare*float64(st.Expected):
 			st.Broke = fmt.Sprintf("%d of %d deliveries arrived", st.Delivered, st.Expected)
