@@ -3,6 +3,7 @@ package wal
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -199,6 +200,9 @@ func (l *Log) newRequest(req AppendRequest, done func(AppendResult)) (*request, 
 		return nil, r.wrap(fmt.Errorf("%w: %d records, at most %d per commit",
 			ErrTooLarge, len(r.records), l.opts.MaxBatchRecords))
 	}
+	if err := errors.Join(l.refuseReplicated(r.topic), l.refuseReplicated(r.pos.Topic)); err != nil { // replicated.go
+		return nil, r.wrap(err)
+	}
 	dedupOn := l.opts.DedupWindow > 0
 	for i := range r.records {
 		r.size += recordKeyLen + encodedLen(&r.records[i])
@@ -320,11 +324,11 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 		if len(r.records) > 0 {
 			t := l.c.topics[r.topic]
 			if t == nil {
-				t = &topic{name: r.topic, id: l.c.nextID, dedupReady: true}
-				l.c.nextID++
-				l.c.topics[t.name] = t
-				k := topicKey(t.name)
-				_ = b.Set(k, sealMeta(k, binary.BigEndian.AppendUint32(nil, t.id)), nil)
+				var err error
+				if t, err = l.newLocalTopic(b, r.topic); err != nil { // replicated.go
+					r.res = AppendResult{Err: r.wrap(err)}
+					continue
+				}
 				f.newTopics = append(f.newTopics, t)
 			}
 			if !t.touched {
