@@ -247,6 +247,9 @@ func DecodeEntry(p []byte) (*WalEntry, error) {
 			if flags&recFlagProducer != 0 {
 				r.ProducerID = d.str()
 				r.Sequence = d.uvarint()
+				if d.bad == "" && r.ProducerID == "" && r.Sequence == 0 {
+					d.fail("empty producer")
+				}
 			}
 			if e.Kind == EntryMirrorAppend {
 				r.OriginOffset = d.uvarint()
