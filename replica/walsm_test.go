@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/wal"
-	"go.etcd.io/raft/v3"
 )
 
 // walReplica is one node of a region whose replicated topics live in its
@@ -42,34 +41,16 @@ func startWalReplica(t *testing.T, net *testNet, id uint64, dir string, groups, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &walReplica{id: id, dir: dir, log: l, sm: sm, d: d, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- d.Run(ctx) }()
-	for _, g := range groups {
-		if err := d.AddGroup(ctx, g, peers); err != nil {
-			t.Fatal(err)
-		}
-	}
-	net.mu.Lock()
-	net.drivers[id] = d
-	delete(net.down, id)
-	net.mu.Unlock()
+	r := &walReplica{id: id, dir: dir, log: l, sm: sm, d: d, done: make(chan error, 1)}
+	r.cancel = runDriver(t, net, id, d, groups, peers, r.done)
 	t.Cleanup(func() { r.stop(t, net) })
 	return r
 }
 
 // stop stops the driver, then closes the log (the driver uses its DB).
 func (r *walReplica) stop(t *testing.T, net *testNet) {
-	if r.cancel == nil {
+	if !haltDriver(t, net, r.id, &r.cancel, r.done) {
 		return
-	}
-	net.mu.Lock()
-	net.down[r.id] = true
-	net.mu.Unlock()
-	r.cancel()
-	r.cancel = nil
-	if err := <-r.done; err != nil {
-		t.Errorf("node %d: run: %v", r.id, err)
 	}
 	if err := r.log.Close(); err != nil {
 		t.Errorf("node %d: close wal: %v", r.id, err)
@@ -86,22 +67,11 @@ func startWalRegion(t *testing.T, groups []uint64) ([]*walReplica, *testNet, []u
 	return rs, net, peers
 }
 
-func walLeader(t *testing.T, rs []*walReplica, g uint64) *walReplica {
-	t.Helper()
-	var leader *walReplica
-	waitFor(t, fmt.Sprintf("a leader of group %d", g), func() bool {
-		for _, r := range rs {
-			if r.cancel == nil {
-				continue
-			}
-			if st, err := r.d.Status(context.Background(), g); err == nil && st.RaftState == raft.StateLeader {
-				leader = r
-				return true
-			}
-		}
-		return false
-	})
-	return leader
+func (r *walReplica) running() *Driver {
+	if r.cancel == nil {
+		return nil
+	}
+	return r.d
 }
 
 // proposeWal proposes e at the current leader, again while the proposal is
@@ -111,7 +81,7 @@ func proposeWal(t *testing.T, rs []*walReplica, e *WalEntry) wal.AppendResult {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for {
-		l := walLeader(t, rs, rs[0].sm.Group(e.Topic))
+		l := leaderOf(t, rs, rs[0].sm.Group(e.Topic))
 		res := l.sm.Propose(ctx, l.d, e)
 		if !errors.Is(res.Err, ErrNotLeader) && !errors.Is(res.Err, ErrDropped) || ctx.Err() != nil {
 			return res
@@ -184,7 +154,7 @@ func TestWalSMReplicatedTopic(t *testing.T) {
 
 	// A retry of (prod, 3) after a leader change gets its original offset
 	// on every replica and is stored once.
-	old := walLeader(t, rs, g)
+	old := leaderOf(t, rs, g)
 	old.stop(t, net)
 	dup := proposeWal(t, rs, &WalEntry{Kind: EntryAppend, Topic: topic, Records: []wal.Record{
 		{Payload: []byte("keyed-2"), ProducerID: "prod", Sequence: 3},
@@ -193,7 +163,7 @@ func TestWalSMReplicatedTopic(t *testing.T) {
 	if dup.Err != nil || len(dup.Skipped) != 1 || dup.Skipped[0].Offset != 5 || dup.Skipped[0].Err != nil || dup.Count != 1 || dup.First != want {
 		t.Fatalf("retry after a leader change: %+v, want (prod, 3) skipped at its original offset 5", dup)
 	}
-	if nl := walLeader(t, rs, g); nl == old {
+	if nl := leaderOf(t, rs, g); nl == old {
 		t.Fatal("the stopped node still leads")
 	}
 	want++
@@ -329,7 +299,7 @@ func TestWalSMServesNothingUncommitted(t *testing.T) {
 
 	// Cut the leader off: its next entry is appended (and synced) to its
 	// own raft log but cannot commit, so its wal must not serve it.
-	l := walLeader(t, rs, g)
+	l := leaderOf(t, rs, g)
 	net.mu.Lock()
 	for _, r := range rs {
 		if r != l {
