@@ -47,8 +47,10 @@ type WalSMConfig struct {
 	// which records are stored). Each costs about 100 bytes of memory and
 	// one small key. Default 4096.
 	DedupWindow int
-	// GroupOf maps a topic to the raft group that holds it. Default
-	// TopicGroup: one group per topic. Groups may hold several topics.
+	// GroupOf maps a topic to the raft group that holds it; every replica
+	// must use the same mapping (an entry in another topic's group applies
+	// as a no-op). Default TopicGroup: one group per topic. Groups may hold
+	// several topics.
 	GroupOf func(topic string) uint64
 }
 

@@ -128,6 +128,14 @@ func TestWalSMReplicatedTopic(t *testing.T) {
 	g := TopicGroup(topic)
 	rs, net, peers := startWalRegion(t, []uint64{g})
 
+	// Every replica's Notify watchers wake when applied records become
+	// readable there.
+	woken := make([]chan struct{}, len(rs))
+	for i, r := range rs {
+		woken[i] = make(chan struct{}, 1)
+		defer r.log.Notify(topic, woken[i])()
+	}
+
 	// Appends from the leader, some with a producer: served at the same
 	// offsets, byte for byte, by every replica's wal.
 	var want uint64
@@ -143,6 +151,13 @@ func TestWalSMReplicatedTopic(t *testing.T) {
 		want += 2
 	}
 	readAll(t, rs, topic, want)
+	for i, r := range rs {
+		select {
+		case <-woken[i]:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("node %d serves the records but did not wake its watchers", r.id)
+		}
+	}
 
 	// Every replica refuses a local append to the topic.
 	for _, r := range rs {
