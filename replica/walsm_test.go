@@ -24,7 +24,7 @@ type walReplica struct {
 	done   chan error
 }
 
-func startWalReplica(t *testing.T, net *testNet, id uint64, dir string, groups, peers []uint64) *walReplica {
+func startWalReplica(t testing.TB, net *testNet, id uint64, dir string, groups, peers []uint64) *walReplica {
 	t.Helper()
 	l, err := wal.Open(dir, wal.Options{RetentionInterval: -1})
 	if err != nil {
@@ -48,7 +48,7 @@ func startWalReplica(t *testing.T, net *testNet, id uint64, dir string, groups, 
 }
 
 // stop stops the driver, then closes the log (the driver uses its DB).
-func (r *walReplica) stop(t *testing.T, net *testNet) {
+func (r *walReplica) stop(t testing.TB, net *testNet) {
 	if !haltDriver(t, net, r.id, &r.cancel, r.done) {
 		return
 	}
@@ -57,7 +57,7 @@ func (r *walReplica) stop(t *testing.T, net *testNet) {
 	}
 }
 
-func startWalRegion(t *testing.T, groups []uint64) ([]*walReplica, *testNet, []uint64) {
+func startWalRegion(t testing.TB, groups []uint64) ([]*walReplica, *testNet, []uint64) {
 	net := &testNet{drivers: map[uint64]*Driver{}, down: map[uint64]bool{}}
 	peers := []uint64{1, 2, 3}
 	var rs []*walReplica
