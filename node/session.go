@@ -239,7 +239,7 @@ func (s *session) serveStream(str *quic.Stream) {
 			s.failStream(str, wire.Errorf(wire.CodeForbidden, "%s is for node-to-node links of a mesh", f.Type()))
 			return
 		}
-		if err := s.n.fed.ServeStream(s.ctx, str, r, f); err != nil {
+		if err := s.n.fed.ServeStream(s.ctx, s.conn, str, r, f); err != nil {
 			s.log.Debug("peer stream ended", "err", err)
 		}
 		return

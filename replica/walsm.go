@@ -366,7 +366,7 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 	ts := max(e.Time, st.lastTime)
 	switch we.Kind {
 	case EntrySetPosition:
-		if err := s.w.SetPosition(b, wal.Position{Name: we.Name, Topic: we.Topic, Value: we.Value}); err != nil {
+		if err := s.w.SetPosition(b, wal.Position{Name: we.Name, Topic: we.Topic, Value: we.Value}, ts); err != nil {
 			return Result{}, err
 		}
 		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
@@ -383,7 +383,7 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 		if err != nil {
 			return Result{}, err
 		}
-		if err := s.w.SetPosition(b, wal.Position{Name: we.Name, Topic: we.Topic, Value: we.Value}); err != nil {
+		if err := s.w.SetPosition(b, wal.Position{Name: we.Name, Topic: we.Topic, Value: we.Value}, ts); err != nil {
 			return Result{}, err
 		}
 		return Result{Index: e.Index, Offset: first, Time: ts,

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -30,7 +31,7 @@ const prefixReplicated = 'g'
 // user of the Log's Pebble DB (see DB) must keep to keys that start with
 // other bytes.
 func KeyPrefixes() []byte {
-	return []byte{prefixReplicated, prefixRecord, prefixPosition, prefixRetention, prefixTopic}
+	return []byte{prefixConfig, prefixReplicated, prefixNextID, prefixRecord, prefixPosition, prefixRetention, prefixTopic}
 }
 
 // DB returns the Pebble DB the log is stored in, for state that must be
@@ -59,7 +60,14 @@ func (e *ReplicatedError) Is(target error) bool { return target == ErrReplicated
 
 // replState is which topics are replicated and which are local; mu also
 // guards the topic ID counter (l.c.nextID) after Open, since both the
-// committer and a ReplicaWriter create topics.
+// committer and a ReplicaWriter create topics. Lock order: repl.mu before
+// Log.mu, never the other way.
+//
+// Only the committer stores the counter (putNextID), in offset order, so
+// the stored value never goes back; a replicated topic's ID is covered by
+// its 't' key, which is never deleted (delete and purge refuse replicated
+// topics), so Open's maximum over the stored IDs and the counter never
+// hands out an ID twice.
 type replState struct {
 	once    sync.Once
 	loadErr error
@@ -128,13 +136,39 @@ func (l *Log) newLocalTopic(b *pebble.Batch, name string) (*topic, error) {
 	if g, ok := l.repl.topics[name]; ok {
 		return nil, &ReplicatedError{Topic: name, Group: g}
 	}
-	t := &topic{name: name, id: l.c.nextID, dedupReady: true}
-	l.c.nextID++
-	l.c.topics[name] = t
+	t, err := l.newTopic(b, name)
+	if err != nil {
+		return nil, err
+	}
 	l.repl.local[name] = struct{}{}
-	k := topicKey(name)
-	_ = b.Set(k, sealMeta(k, binary.BigEndian.AppendUint32(nil, t.id)), nil)
 	return t, nil
+}
+
+// nextTopicID reads the topic ID counter for putNextID.
+func (l *Log) nextTopicID() uint32 {
+	l.repl.mu.RLock()
+	defer l.repl.mu.RUnlock()
+	return l.c.nextID
+}
+
+// refuseReplicatedAdmin refuses a topic operation (create, configure, purge,
+// delete) on a replicated topic, and positions written or deleted on one:
+// those change replicated state, which only the topic's group may.
+// Retention is not applied to replicated topics yet (retain skips them):
+// each replica would cut at its own time.
+func (l *Log) refuseReplicatedAdmin(topic string, op *adminOp) error {
+	switch op.kind {
+	case opRetain:
+		return nil
+	case opPositions:
+		for _, p := range op.positions {
+			if err := l.refuseReplicated(p.key.topic); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return l.refuseReplicated(topic)
 }
 
 func replicatedKey(name string) []byte {
@@ -156,7 +190,7 @@ type ReplicaWriter struct {
 	// Staged since the last Published.
 	touched   []*topic
 	newTopics []*topic
-	positions []Position
+	positions []posWrite
 	staged    map[posName]uint64
 }
 
@@ -206,6 +240,9 @@ func (w *ReplicaWriter) Bind(b *pebble.Batch, name string, group uint64) error {
 	l.mu.RUnlock()
 	if _, created := l.repl.local[name]; created || durable {
 		return fmt.Errorf("wal: bind %q to raft group %d: %w: the topic has a local log on this node", name, group, ErrInvalidRequest)
+	}
+	if l.c.nextID == math.MaxUint32 {
+		return fmt.Errorf("wal: bind %q: %w: every topic ID was used once", name, ErrInvalidRequest)
 	}
 	t := &topic{name: name, id: l.c.nextID, dedupReady: true}
 	l.c.nextID++
@@ -269,20 +306,18 @@ func (w *ReplicaWriter) Append(b *pebble.Batch, topic string, recs []Record, ts 
 	return first, nil
 }
 
-// SetPosition writes a named position of a bound topic into b.
-func (w *ReplicaWriter) SetPosition(b *pebble.Batch, p Position) error {
+// SetPosition writes a named position of a bound topic into b, updated at
+// the given time (unix nanoseconds).
+func (w *ReplicaWriter) SetPosition(b *pebble.Batch, p Position, updated int64) error {
 	if err := errors.Join(checkName("position name", p.Name), checkName("position topic", p.Topic)); err != nil {
 		return fmt.Errorf("wal: replicated position %q of %q: %w", p.Name, p.Topic, err)
 	}
 	if w.bound[p.Topic] == nil {
 		return fmt.Errorf("wal: replicated position %q of %q: %w: topic not bound", p.Name, p.Topic, ErrInvalidRequest)
 	}
-	k := positionKey(p.Topic, p.Name)
-	if err := b.Set(k, sealMeta(k, binary.LittleEndian.AppendUint64(nil, p.Value)), nil); err != nil {
-		return fmt.Errorf("wal: replicated position %q of %q: %w", p.Name, p.Topic, err)
-	}
-	w.positions = append(w.positions, p)
-	w.staged[posName{name: p.Name, topic: p.Topic}] = p.Value
+	pw := putPosition(b, p.Topic, p.Name, posValue{v: p.Value, updated: updated})
+	w.positions = append(w.positions, pw)
+	w.staged[pw.key] = p.Value
 	return nil
 }
 
@@ -292,9 +327,9 @@ func (w *ReplicaWriter) Position(name, topic string) (uint64, bool) {
 		return v, true
 	}
 	w.l.mu.RLock()
-	v, ok := w.l.mu.positions[posName{name: name, topic: topic}]
+	pv, ok := w.l.mu.positions[posName{name: name, topic: topic}]
 	w.l.mu.RUnlock()
-	return v, ok
+	return pv.v, ok
 }
 
 // Published reports that every batch written so far is committed: the
@@ -320,7 +355,7 @@ func (w *ReplicaWriter) Published() {
 		l.mu.topics[t.name] = t
 	}
 	for _, p := range w.positions {
-		l.mu.positions[posName{name: p.Name, topic: p.Topic}] = p.Value
+		l.mu.positions[p.key] = p.val
 	}
 	l.mu.Unlock()
 	l.stats.records.Add(records)

@@ -78,6 +78,20 @@ func TestReplicatedTopicServedAfterPublished(t *testing.T) {
 	if err := l.SetPosition(context.Background(), Position{Name: "c", Topic: "r.a", Value: 1}); !errors.Is(err, ErrReplicated) {
 		t.Fatalf("local position of a replicated topic: %v", err)
 	}
+	// So are the topic and position operations that change replicated state.
+	ctx := context.Background()
+	if _, err := l.CreateTopic(ctx, "r.a", TopicConfig{}); !errors.Is(err, ErrReplicated) {
+		t.Fatalf("create of a replicated topic: %v", err)
+	}
+	if _, err := l.PurgeTopic(ctx, "r.a"); !errors.Is(err, ErrReplicated) {
+		t.Fatalf("purge of a replicated topic: %v", err)
+	}
+	if _, err := l.DeleteTopic(ctx, "r.a"); !errors.Is(err, ErrReplicated) {
+		t.Fatalf("delete of a replicated topic: %v", err)
+	}
+	if err := l.ResetPositions(ctx, "c", map[string]uint64{"r.a": 0}); !errors.Is(err, ErrReplicated) {
+		t.Fatalf("reset of a position of a replicated topic: %v", err)
+	}
 	// A local topic cannot be bound.
 	if err := l.Append(context.Background(), AppendRequest{Topic: "local", Records: []Record{{Payload: []byte("x")}}}).Err; err != nil {
 		t.Fatal(err)
@@ -93,7 +107,7 @@ func TestReplicatedTopicServedAfterPublished(t *testing.T) {
 
 	// Positions are written and published like records.
 	b = l.DB().NewBatch()
-	if err := w.SetPosition(b, Position{Name: "mirror/eu", Topic: "r.a", Value: 41}); err != nil {
+	if err := w.SetPosition(b, Position{Name: "mirror/eu", Topic: "r.a", Value: 41}, 100); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
@@ -116,7 +130,7 @@ func TestReplicatedTopicServedAfterPublished(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	l = openTestLog(t, dir, Options{})
+	l = openTestLog(t, dir, Options{Retention: Retention{MaxBytes: 1}})
 	if err := l.Append(context.Background(), AppendRequest{Topic: "r.a", Records: []Record{{Payload: []byte("x")}}}).Err; !errors.Is(err, ErrReplicated) {
 		t.Fatalf("local append after reopen: %v", err)
 	}
@@ -133,6 +147,16 @@ func TestReplicatedTopicServedAfterPublished(t *testing.T) {
 	w.Published()
 	if _, next, _ := l.Bounds("r.a"); next != 3 {
 		t.Fatalf("high-watermark %d after reopen", next)
+	}
+	// Retention cuts the local topic, not the replicated one.
+	if err := l.EnforceRetention(); err != nil {
+		t.Fatal(err)
+	}
+	if first, _, _ := l.Bounds("local"); first != 1 {
+		t.Fatalf("retention left the local topic at %d", first)
+	}
+	if first, _, _ := l.Bounds("r.a"); first != 0 {
+		t.Fatalf("retention cut the replicated topic to %d", first)
 	}
 	checkKeyPrefixes(t, l)
 }
