@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/quicmq/quicmq/wal"
 )
 
 // BenchmarkPropose measures quorum-durable proposals through three drivers
@@ -67,5 +68,40 @@ func BenchmarkPropose(b *testing.B) {
 				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "proposals/s")
 			})
 		}
+	}
+}
+
+// BenchmarkProposeWal is BenchmarkPropose's one-group case through WalSM:
+// each proposal is an append entry of one 1 KiB record to a replicated
+// topic, applied into wal's layout (run both in one invocation to compare).
+func BenchmarkProposeWal(b *testing.B) {
+	rec := []wal.Record{{Payload: make([]byte, 1024)}}
+	for _, par := range []int{1, 64} {
+		b.Run(fmt.Sprintf("proposers=%d", par), func(b *testing.B) {
+			const topic = "bench"
+			g := TopicGroup(topic)
+			rs, _, _ := startWalRegion(b, []uint64{g})
+			ctx := context.Background()
+			if err := rs[0].d.Campaign(ctx, g); err != nil {
+				b.Fatal(err)
+			}
+			if l := leaderOf(b, rs, g); l != rs[0] {
+				b.Skipf("node %d won the group", l.id)
+			}
+			b.SetBytes(1024)
+			b.SetParallelism(max(par/2, 1))
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					res := rs[0].sm.Propose(ctx, rs[0].d, &WalEntry{Kind: EntryAppend, Topic: topic, Records: rec})
+					if res.Err != nil && !errors.Is(res.Err, ErrDropped) {
+						b.Error(res.Err)
+						return
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "proposals/s")
+		})
 	}
 }

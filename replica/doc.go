@@ -1,14 +1,16 @@
 // Package replica owns the raft groups of one QuicMQ node: the raft storage
 // of every group in the node's Pebble DB, one driver that runs all of them
 // on etcd raft's RawNode, and a state machine that assigns a group's record
-// offsets when committed entries are applied (invariant I9). It is the
-// foundation of replicated topics; it is not yet wired into the node.
+// offsets when committed entries are applied (invariant I9), either in a
+// log of its own (LogSM) or as a topic of wal (WalSM). It is the foundation
+// of replicated topics; it is not yet wired into the node.
 //
 // # Key layout
 //
-// Two key spaces of their own in the Pebble DB shared with wal (which uses
-// 'm', 'p', 'r' and 't'). Group IDs and indexes are big-endian so that byte
-// order is numeric order and one group's keys are contiguous:
+// Two key spaces of their own in the Pebble DB shared with wal (whose
+// first bytes are wal.KeyPrefixes; NewWalSM refuses to start should they
+// meet). Group IDs and indexes are big-endian so that byte order is numeric
+// order and one group's keys are contiguous:
 //
 //	'R' | group u64 | 'e' | index u64 -> raft entry: term u64 | protobuf Entry
 //	'R' | group u64 | 'h'             -> HardState (protobuf)
@@ -17,6 +19,10 @@
 //	'R' | group u64 | 't'             -> index u64 | term u64 of the entry before the first one kept
 //	'L' | group u64 | 'a'             -> applied index u64 | next offset u64 | last time i64
 //	'L' | group u64 | 'o' | offset u64 -> record: raft index u64 | time i64 | payload
+//	'L' | group u64 | 'w'             -> WalSM: applied index u64 | records with a producer applied u64
+//	'L' | group u64 | 'T' | topic     -> WalSM: next offset u64 | last time i64 of a topic of the group
+//	'L' | group u64 | 'd' | n u64     -> WalSM: the de-duplication window's n-th record with a producer:
+//	                                     topic | producer | sequence | offset | time
 //
 // Every value is framed as version u8 | crc32c(key, payload) u32 | payload; a
 // mismatch is reported as corruption, never served.
@@ -61,15 +67,39 @@
 // leader's death by itself: a proposal to it (refused, but waking it), any
 // message, or Driver.WakeLedBy from the node's failure detector wakes it.
 //
+// # Replicated topics on wal
+//
+// WalSM is the state machine of replicated topics. The driver runs on the
+// wal.Log's own Pebble DB (Log.DB), and a proposal is a WalEntry (entry.go:
+// versioned, CRC'd, fuzzed decoder): an append, a mirror append (origin
+// region, expected cursor, new cursor, records: applied as a no-op with a
+// *CursorMismatchError when the stored cursor is another, so a stale link
+// never writes twice) or a set position. Applying writes, in the round's
+// batch, the records at dense offsets in wal's key layout and encoding
+// (through wal.ReplicaWriter), the de-duplication window, cursors,
+// positions and the applied index (I9, I10); after the batch is committed
+// the topics' high-watermarks advance and Notify watchers wake, so wal's
+// Read, Scanner, Notify, OffsetForTime and retention serve replicated
+// topics unchanged and never past the applied index (I3). Times are the
+// proposer's clock, clamped never to decrease; de-duplication looks only at
+// the last DedupWindow records with a producer that the group applied,
+// stored in the group's state, so every replica and every restart answers
+// a retried publish alike (a retry after a leader change gets its original
+// offset). A topic maps to a group by WalSMConfig.GroupOf (one group per
+// topic by default); wal refuses local appends and positions to it. A
+// follower's apply batch may be unsynced: a crash can lose it, and it is
+// applied again, identically, from the synced raft log.
+//
 // # Not built yet
 //
-//   - Wiring into the node: wal.Open owns its Pebble DB today; the node must
-//     share it (wal exposing its DB, or both opened on one) so that a
-//     replicated topic's records, dedup windows, mirror cursors and consumer
-//     positions are written in the apply batch (I10). LogSM is the stand-in
-//     for that: the integration replaces it by a StateMachine that appends
-//     into wal's 'm' space in the same batch and serves reads up to the
-//     applied index (I3, I9).
+//   - Wiring into the node: a publish to a replicated topic becomes
+//     WalSM.Propose on the group's leader (a node that does not lead relays
+//     to the one a *NotLeaderError names), mirror links propose mirror
+//     appends with the cursor they resumed from, durable consumers' ACKs
+//     propose set positions; subscriptions read wal as today on any replica
+//     (a follower serves up to what it applied); the CLI's --replicas sets
+//     the replica count of new topics. The driver must be stopped before
+//     wal.Close.
 //   - A Transport over the peer QUIC links with stream priorities (votes and
 //     heartbeats ahead of appends). Its wire form exists (codec.go): one
 //     batch per Send, in which heartbeats and their responses are coalesced

@@ -77,9 +77,17 @@ func startReplica(t testing.TB, net *testNet, id uint64, fs vfs.FS, groups []uin
 		t.Fatal(err)
 	}
 	r.d = d
+	r.cancel = runDriver(t, net, id, d, groups, peers, r.done)
+	t.Cleanup(func() { r.stop(t, net) })
+	return r
+}
+
+// runDriver runs d (its result goes to done), opens groups on it and joins
+// it to the network; the function returned stops it.
+func runDriver(t testing.TB, net *testNet, id uint64, d *Driver, groups, peers []uint64, done chan<- error) context.CancelFunc {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go func() { r.done <- d.Run(ctx) }()
+	go func() { done <- d.Run(ctx) }()
 	for _, g := range groups {
 		if err := d.AddGroup(ctx, g, peers); err != nil {
 			t.Fatal(err)
@@ -89,25 +97,33 @@ func startReplica(t testing.TB, net *testNet, id uint64, fs vfs.FS, groups []uin
 	net.drivers[id] = d
 	delete(net.down, id)
 	net.mu.Unlock()
-	t.Cleanup(func() { r.stop(t, net) })
-	return r
+	return cancel
 }
 
 func (r *testReplica) stop(t testing.TB, net *testNet) {
-	if r.cancel == nil {
+	if !haltDriver(t, net, r.id, &r.cancel, r.done) {
 		return
-	}
-	net.mu.Lock()
-	net.down[r.id] = true
-	net.mu.Unlock()
-	r.cancel()
-	r.cancel = nil
-	if err := <-r.done; err != nil {
-		t.Errorf("node %d: run: %v", r.id, err)
 	}
 	if err := r.db.Close(); err != nil {
 		t.Errorf("node %d: close pebble: %v", r.id, err)
 	}
+}
+
+// haltDriver cuts node id off the network and stops its driver, unless it
+// is stopped already (*cancel nil); it reports whether it stopped it.
+func haltDriver(t testing.TB, net *testNet, id uint64, cancel *context.CancelFunc, done <-chan error) bool {
+	if *cancel == nil {
+		return false
+	}
+	net.mu.Lock()
+	net.down[id] = true
+	net.mu.Unlock()
+	(*cancel)()
+	*cancel = nil
+	if err := <-done; err != nil {
+		t.Errorf("node %d: run: %v", id, err)
+	}
+	return true
 }
 
 // waitFor polls cond until it holds; it fails the test after 20 s.
@@ -122,15 +138,27 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-func leaderOf(t testing.TB, rs []*testReplica, g uint64) *testReplica {
+// runningDriver is a test node: its driver, nil while it is stopped.
+type runningDriver interface{ running() *Driver }
+
+func (r *testReplica) running() *Driver {
+	if r.cancel == nil {
+		return nil
+	}
+	return r.d
+}
+
+// leaderOf waits for a running node that leads group g.
+func leaderOf[R runningDriver](t testing.TB, rs []R, g uint64) R {
 	t.Helper()
-	var leader *testReplica
+	var leader R
 	waitFor(t, fmt.Sprintf("a leader of group %d", g), func() bool {
 		for _, r := range rs {
-			if r.cancel == nil {
+			d := r.running()
+			if d == nil {
 				continue
 			}
-			if st, err := r.d.Status(context.Background(), g); err == nil && st.RaftState == raft.StateLeader {
+			if st, err := d.Status(context.Background(), g); err == nil && st.RaftState == raft.StateLeader {
 				leader = r
 				return true
 			}

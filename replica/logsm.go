@@ -23,6 +23,9 @@ type Result struct {
 	Index  uint64 // raft index of the entry
 	Offset uint64 // offset assigned at apply (I9)
 	Time   int64  // timestamp assigned at apply, Unix nanoseconds; never decreases within a group
+	// Detail is what a state machine reports beyond the offset: WalSM's is
+	// a *wal.AppendResult. nil for LogSM.
+	Detail any
 }
 
 // StateMachine receives the committed entries of every group of a node, in

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/quicmq/quicmq/wal"
 	"go.etcd.io/raft/v3"
 )
 
@@ -42,6 +43,8 @@ type simConfig struct {
 	brokenNoSync  bool    // never sync
 	maxSizePerMsg uint64  // raft's paging of appends (0: the default)
 	maxInflight   int     // raft's appends in flight per follower (0: the default)
+	wal           bool    // WalSM on a wal.Log instead of LogSM (walsm_sim_test.go)
+	dedupWindow   int     // WalSM's window, with wal
 }
 
 func defaultSimConfig(nodes int) simConfig {
@@ -55,7 +58,9 @@ type simNode struct {
 	id      uint64
 	fs      *vfs.MemFS
 	db      *pebble.DB
-	sm      *LogSM
+	sm      *LogSM     // without cfg.wal
+	log     *wal.Log   // with cfg.wal: the node's log, whose DB is db
+	wsm     *WalSM     // with cfg.wal
 	e       *engine    // nil while down
 	st      []*Storage // per group, readable while down too
 	skew    int64
@@ -107,6 +112,7 @@ type sim struct {
 	ccheck  map[[2]uint64]uint64  // (node, group) -> committed index compared
 	acked   []simAck
 	props   int
+	retries []simRetry // with cfg.wal: recent keyed proposals, proposed again
 	err     error
 	stats   simStats
 	onSend  func(from, to uint64, msgs []Message) // tests' observer
@@ -116,6 +122,7 @@ type sim struct {
 // and paths it claims to cover did happen.
 type simStats struct {
 	crashes, partitions, leaderTerms, quiesced, clamped, notLeader, dropped int
+	duplicates                                                              int // with wal: retries answered with the original offset
 }
 
 func (a *simStats) add(b simStats) {
@@ -126,6 +133,7 @@ func (a *simStats) add(b simStats) {
 	a.clamped += b.clamped
 	a.notLeader += b.notLeader
 	a.dropped += b.dropped
+	a.duplicates += b.duplicates
 }
 
 type simTransport struct {
@@ -194,11 +202,18 @@ func (s *sim) peers() []uint64 {
 }
 
 func (s *sim) openDB(n *simNode) error {
-	db, err := pebble.Open("db", &pebble.Options{FS: n.fs, FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}})
-	if err != nil {
-		return fmt.Errorf("node %d: open pebble: %w", n.id, err)
+	if s.cfg.wal {
+		if err := s.openWal(n); err != nil {
+			return err
+		}
+	} else {
+		db, err := pebble.Open("db", &pebble.Options{FS: n.fs, FormatMajorVersion: pebble.FormatNewest, Logger: quietLogger{}})
+		if err != nil {
+			return fmt.Errorf("node %d: open pebble: %w", n.id, err)
+		}
+		n.db = db
 	}
-	n.db = db
+	db := n.db
 	n.st = nil
 	st := NewStore(db)
 	for _, g := range s.groups {
@@ -212,9 +227,12 @@ func (s *sim) openDB(n *simNode) error {
 }
 
 func (s *sim) start(n *simNode) error {
-	n.sm = NewLogSM(n.db)
+	sm, err := s.newSM(n)
+	if err != nil {
+		return err
+	}
 	cfg := Config{
-		NodeID: n.id, DB: n.db, StateMachine: n.sm, Transport: simTransport{s, n.id},
+		NodeID: n.id, DB: n.db, StateMachine: sm, Transport: simTransport{s, n.id},
 		ElectionTicks: 10, HeartbeatTicks: 1, MaxSizePerMsg: s.cfg.maxSizePerMsg, MaxInflightMsgs: s.cfg.maxInflight,
 		Now:                     func() time.Time { return time.Unix(0, int64(s.now)*1e6+n.skew) },
 		brokenApplyBeforeCommit: s.cfg.broken,
@@ -229,7 +247,7 @@ func (s *sim) start(n *simNode) error {
 			return fmt.Errorf("node %d: %w", n.id, err)
 		}
 		n.st[i] = n.e.groups[g].st
-		next, _ := n.sm.Next(g)
+		next := s.next(n, g)
 		k := [2]uint64{n.id, g}
 		s.checked[k] = min(s.checked[k], next)
 	}
@@ -240,10 +258,10 @@ func (s *sim) start(n *simNode) error {
 // its storage stays readable for the quorum check.
 func (s *sim) crash(n *simNode) error {
 	crashed := n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: s.rng.IntN(60), RNG: rand.New(rand.NewPCG(s.rng.Uint64(), 1))})
-	_ = n.db.Close()
+	s.closeDB(n)
 	n.fs = crashed
 	n.e = nil
-	n.sm = nil
+	n.sm, n.wsm = nil, nil
 	s.stats.crashes++
 	n.downTil = s.now + 20 + s.rng.IntN(400)
 	return s.openDB(n)
@@ -387,8 +405,15 @@ func (s *sim) propose() {
 	g := s.groups[s.rng.IntN(len(s.groups))]
 	s.props++
 	data := fmt.Sprintf("p%d@%d", s.props, n.id)
+	prop := []byte(data)
+	if s.cfg.wal {
+		data, prop = s.walProposal(n, g, data)
+	}
 	node := n
-	n.e.propose(g, []byte(data), func(r Result, err error) {
+	n.e.propose(g, prop, func(r Result, err error) {
+		if err == nil && s.cfg.wal {
+			r, err = s.walOutcome(r)
+		}
 		switch {
 		case err == nil:
 			s.onAck(node, g, data, r)
@@ -505,13 +530,13 @@ func (s *sim) checkCommitted(n *simNode, g uint64) error {
 
 func (s *sim) checkLog(n *simNode, g uint64) error {
 	k := [2]uint64{n.id, g}
-	next, _ := n.sm.Next(g)
+	next := s.next(n, g)
 	from := s.checked[k]
 	if next <= from {
 		s.checked[k] = next
 		return nil
 	}
-	recs, err := n.sm.Read(g, from, int(next-from))
+	recs, err := s.read(n, g, from, int(next-from))
 	if err != nil {
 		return fmt.Errorf("node %d group %d: read: %w", n.id, g, err)
 	}
@@ -533,7 +558,7 @@ func (s *sim) checkLog(n *simNode, g uint64) error {
 			if len(gl) > 0 && got.time == gl[len(gl)-1].time {
 				s.stats.clamped++ // (or two proposals in one virtual ms)
 			}
-			if len(gl) > 0 && got.index <= gl[len(gl)-1].index {
+			if len(gl) > 0 && got.index <= gl[len(gl)-1].index && !s.cfg.wal { // wal records carry no raft index
 				return fmt.Errorf("node %d group %d: raft index went back at offset %d", n.id, g, r.Offset)
 			}
 			gl = append(gl, got)
@@ -553,7 +578,7 @@ func (s *sim) converged() bool {
 			if n.e == nil {
 				return false
 			}
-			if next, _ := n.sm.Next(g); next != want {
+			if s.next(n, g) != want {
 				return false
 			}
 		}
@@ -566,16 +591,19 @@ func (s *sim) converged() bool {
 func (s *sim) finalCheck() error {
 	for _, a := range s.acked {
 		gl := s.global[a.group]
-		if a.offset >= uint64(len(gl)) || gl[a.offset].data != a.data || gl[a.offset].index != a.index {
+		if a.offset >= uint64(len(gl)) || gl[a.offset].data != a.data || gl[a.offset].index != a.index && !s.cfg.wal {
 			return s.fail(fmt.Errorf("acknowledged %q (group %d, offset %d) lost", a.data, a.group, a.offset))
 		}
+	}
+	if s.cfg.wal {
+		return s.checkStoredOnce()
 	}
 	return nil
 }
 
 func (s *sim) close() {
 	for _, n := range s.nodes {
-		_ = n.db.Close()
+		s.closeDB(n)
 	}
 }
 

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -211,6 +212,9 @@ func (l *Log) newRequest(req AppendRequest, done func(AppendResult)) (*request, 
 		return nil, r.wrap(fmt.Errorf("%w: %d records, at most %d per commit",
 			ErrTooLarge, len(r.records), l.opts.MaxBatchRecords))
 	}
+	if err := errors.Join(l.refuseReplicated(r.topic), l.refuseReplicated(r.pos.Topic)); err != nil { // replicated.go
+		return nil, r.wrap(err)
+	}
 	dedupOn := l.opts.DedupWindow > 0
 	for i := range r.records {
 		r.size += recordKeyLen + encodedLen(&r.records[i])
@@ -348,7 +352,7 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 			t := l.c.topics[r.topic]
 			if t == nil {
 				var err error
-				if t, err = l.newTopic(b, r.topic); err != nil {
+				if t, err = l.newLocalTopic(b, r.topic); err != nil { // replicated.go
 					r.res = AppendResult{Err: r.wrap(err)}
 					continue
 				}
@@ -398,7 +402,7 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 		}
 	}
 	if newID {
-		putNextID(b, l.c.nextID)
+		putNextID(b, l.nextTopicID())
 	}
 	if dedupUsed {
 		l.c.dedup.trim(now)

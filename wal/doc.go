@@ -92,6 +92,25 @@
 // original offset and time instead of appending it (dedup.go). The windows
 // live in memory only and are rebuilt from each topic's tail after Open.
 //
+// # Replicated topics
+//
+// A topic replicated by a raft group (package replica) is written not by
+// Append but by the one goroutine that applies the group's committed
+// entries, through a ReplicaWriter, into the raft driver's batch on the
+// Log's own Pebble DB (DB; replica keeps to key bytes outside KeyPrefixes).
+// Its records, positions and topic ID use the layout above, and a marker
+// 'g' | topic name -> group u64 says it is replicated; from Open on, Append,
+// SetPosition and the topic and position operations (create, configure,
+// purge, delete, reset, delete position) refuse it with a *ReplicatedError,
+// and retention skips it (a cut must be the group's decision, not each
+// replica's). The writer
+// advances the high-watermark and wakes watchers only once the driver has
+// committed the batch (Published), as the completer does for appends (I3);
+// it assigns no times of its own: the state machine passes times clamped
+// so that every replica stores the same (replicated.go). The node does not
+// use it yet: publishes, mirror appends and durable positions of a
+// replicated topic must then go through its group, reads stay as they are.
+//
 // # Failure
 //
 // A failed synced commit leaves the WAL in an unknown state (a later fsync

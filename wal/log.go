@@ -64,6 +64,8 @@ type Log struct {
 
 	watch watchers
 
+	repl replState // which topics are replicated (replicated.go)
+
 	stats struct {
 		appends, records, bytes, commits           atomic.Uint64
 		duplicates, refused, rebuilt, rebuildNanos atomic.Uint64

@@ -61,6 +61,9 @@ func (l *Log) EnforceRetention() error {
 
 // retain applies r to one topic as seen in v.
 func (l *Log) retain(v view, r Retention, now time.Time) error {
+	if l.refuseReplicated(v.t.name) != nil {
+		return nil // not yet: see replicated.go
+	}
 	cut, cutPos := v.first, v.firstPos
 	if r.MaxAge > 0 {
 		oldest := now.Add(-r.MaxAge).UnixNano()

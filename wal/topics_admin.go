@@ -275,6 +275,9 @@ func (l *Log) submitAdmin(ctx context.Context, topic string, op *adminOp) error 
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("wal: %s %q: %w", op.kind, topic, err)
 	}
+	if err := l.refuseReplicatedAdmin(topic, op); err != nil { // replicated.go
+		return fmt.Errorf("wal: %s %q: %w", op.kind, topic, err)
+	}
 	ch := make(chan AppendResult, 1)
 	r := &request{topic: topic, admin: op, done: func(res AppendResult) { ch <- res }}
 	return l.await(ctx, r, ch).Err
@@ -338,10 +341,10 @@ func (l *Log) buildAdmin(b *pebble.Batch, name string, op *adminOp, f *inflight)
 	case opCreate, opConfigure:
 		if t == nil {
 			var err error
-			if t, err = l.newTopic(b, name); err != nil {
+			if t, err = l.newLocalTopic(b, name); err != nil { // replicated.go
 				return err
 			}
-			putNextID(b, l.c.nextID)
+			putNextID(b, l.nextTopicID())
 			op.created = t
 			f.newTopics = append(f.newTopics, t)
 		} else if t.ccfg == op.cfg {

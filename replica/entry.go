@@ -1,0 +1,347 @@
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math/bits"
+
+	"github.com/quicmq/quicmq/wal"
+)
+
+// EntryKind says what a WalEntry does when it is applied.
+type EntryKind uint8
+
+// The kinds of WalEntry.
+const (
+	// EntryAppend appends records published in this region to a topic.
+	EntryAppend EntryKind = 1
+	// EntryMirrorAppend appends records mirrored from another region and
+	// advances that region's cursor, only if the cursor is still the one
+	// the link expects (I7, I10).
+	EntryMirrorAppend EntryKind = 2
+	// EntrySetPosition stores a named position (a durable consumer's).
+	EntrySetPosition EntryKind = 3
+)
+
+func (k EntryKind) String() string {
+	switch k {
+	case EntryAppend:
+		return "append"
+	case EntryMirrorAppend:
+		return "mirror append"
+	case EntrySetPosition:
+		return "set position"
+	}
+	return fmt.Sprintf("kind %d", uint8(k))
+}
+
+// WalEntry is the command a raft entry of a replicated topic carries, as
+// WalSM applies it.
+type WalEntry struct {
+	Kind  EntryKind
+	Topic string
+	// Records of an append or mirror append. Offset and Time are assigned
+	// at apply; OriginRegion is ignored (a mirror append's records get
+	// Region); OriginOffset is carried by a mirror append only.
+	Records []wal.Record
+	// Region is a mirror append's origin region.
+	Region string
+	// Name is the position's name: the mirror cursor of a mirror append
+	// (the name federation stores it under), or the consumer's position of
+	// a set position.
+	Name string
+	// HasExpected and Expected are the cursor a mirror append expects to
+	// find stored (absent when !HasExpected); anything else makes the entry
+	// a no-op.
+	HasExpected bool
+	Expected    uint64
+	// Value is the cursor a mirror append leaves behind, or the position a
+	// set position stores.
+	Value uint64
+}
+
+// Entry layout, version 1 (integers are uvarints unless noted; str is
+// uvarint length | bytes):
+//
+//	version u8 = 1 | crc32c u32 LE over everything after it | kind u8 | topic str
+//	append:        count | record...
+//	mirror append: region str | name str | flags u8 (1: has expected) | expected | value | count | record...
+//	set position:  name str | value
+//	record:        flags u8 (1: producer, 2: headers) | [producer str | sequence]
+//	               | [origin offset, mirror append only] | [count | (key str | value str)...] | payload str
+const (
+	entryVersion     = 1
+	entryHeaderLen   = 1 + 4 + 1
+	recFlagProducer  = 1 << 0
+	recFlagHeaders   = 1 << 1
+	knownRecFlags    = recFlagProducer | recFlagHeaders
+	mirrorHasCursor  = 1 << 0
+	maxEntryStrBytes = wal.MaxNameLen
+)
+
+// errEntry is wrapped by every decoding error.
+var errEntry = errors.New("replica: malformed entry")
+
+func appendStr(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b, s []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func uvLen(x uint64) int { return (bits.Len64(x|1) + 6) / 7 }
+
+// Validate reports what makes e impossible to apply.
+func (e *WalEntry) Validate() error {
+	var errs []error
+	name := func(what, s string) {
+		switch {
+		case s == "":
+			errs = append(errs, fmt.Errorf("empty %s", what))
+		case len(s) > maxEntryStrBytes:
+			errs = append(errs, fmt.Errorf("%s of %d bytes, at most %d", what, len(s), maxEntryStrBytes))
+		}
+	}
+	name("topic", e.Topic)
+	switch e.Kind {
+	case EntryAppend:
+		if len(e.Records) == 0 {
+			errs = append(errs, errors.New("an append without records"))
+		}
+	case EntryMirrorAppend:
+		name("origin region", e.Region)
+		name("cursor name", e.Name)
+	case EntrySetPosition:
+		name("position name", e.Name)
+		if len(e.Records) > 0 {
+			errs = append(errs, errors.New("a set position with records"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown entry %v", e.Kind))
+	}
+	for i := range e.Records {
+		if len(e.Records[i].ProducerID) > maxEntryStrBytes {
+			errs = append(errs, fmt.Errorf("record %d: producer ID of %d bytes, at most %d", i, len(e.Records[i].ProducerID), maxEntryStrBytes))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("replica: %v entry of %q: %w", e.Kind, e.Topic, errors.Join(errs...))
+	}
+	return nil
+}
+
+// EncodeEntry appends e's encoding to dst, after checking it.
+func EncodeEntry(dst []byte, e *WalEntry) ([]byte, error) {
+	if err := e.Validate(); err != nil {
+		return dst, err
+	}
+	start := len(dst)
+	dst = append(dst, entryVersion, 0, 0, 0, 0, byte(e.Kind))
+	dst = appendStr(dst, e.Topic)
+	switch e.Kind {
+	case EntryMirrorAppend:
+		dst = appendStr(dst, e.Region)
+		dst = appendStr(dst, e.Name)
+		var flags byte
+		if e.HasExpected {
+			flags |= mirrorHasCursor
+		}
+		dst = append(dst, flags)
+		dst = binary.AppendUvarint(dst, e.Expected)
+		dst = binary.AppendUvarint(dst, e.Value)
+	case EntrySetPosition:
+		dst = appendStr(dst, e.Name)
+		dst = binary.AppendUvarint(dst, e.Value)
+	}
+	if e.Kind != EntrySetPosition {
+		dst = binary.AppendUvarint(dst, uint64(len(e.Records)))
+		for i := range e.Records {
+			r := &e.Records[i]
+			var flags byte
+			if r.ProducerID != "" || r.Sequence != 0 {
+				flags |= recFlagProducer
+			}
+			if len(r.Headers) > 0 {
+				flags |= recFlagHeaders
+			}
+			dst = append(dst, flags)
+			if flags&recFlagProducer != 0 {
+				dst = appendStr(dst, r.ProducerID)
+				dst = binary.AppendUvarint(dst, r.Sequence)
+			}
+			if e.Kind == EntryMirrorAppend {
+				dst = binary.AppendUvarint(dst, r.OriginOffset)
+			}
+			if flags&recFlagHeaders != 0 {
+				dst = binary.AppendUvarint(dst, uint64(len(r.Headers)))
+				for _, h := range r.Headers {
+					dst = appendStr(dst, h.Key)
+					dst = appendBytes(dst, h.Value)
+				}
+			}
+			dst = appendBytes(dst, r.Payload)
+		}
+	}
+	crc := crc32.Checksum(dst[start+5:], castagnoli)
+	binary.LittleEndian.PutUint32(dst[start+1:start+5], crc)
+	return dst, nil
+}
+
+// DecodeEntry decodes an entry. The bytes come from the network (raft
+// appends from a leader): every length is checked before it is used, nothing
+// panics, and the result shares no memory with p.
+func DecodeEntry(p []byte) (*WalEntry, error) {
+	if len(p) < entryHeaderLen {
+		return nil, fmt.Errorf("%w: %d bytes", errEntry, len(p))
+	}
+	if p[0] != entryVersion {
+		return nil, fmt.Errorf("%w: unknown version %d", errEntry, p[0])
+	}
+	if crc32.Checksum(p[5:], castagnoli) != binary.LittleEndian.Uint32(p[1:5]) {
+		return nil, fmt.Errorf("%w: checksum mismatch", errEntry)
+	}
+	d := entryDecoder{b: p[entryHeaderLen:]}
+	e := &WalEntry{Kind: EntryKind(p[5]), Topic: d.str()}
+	switch e.Kind {
+	case EntryAppend:
+	case EntryMirrorAppend:
+		e.Region = d.str()
+		e.Name = d.str()
+		flags := d.byte()
+		if flags&^mirrorHasCursor != 0 {
+			d.fail("unknown mirror flags")
+		}
+		e.HasExpected = flags&mirrorHasCursor != 0
+		e.Expected = d.uvarint()
+		e.Value = d.uvarint()
+	case EntrySetPosition:
+		e.Name = d.str()
+		e.Value = d.uvarint()
+	default:
+		return nil, fmt.Errorf("%w: unknown kind %d", errEntry, p[5])
+	}
+	if e.Kind != EntrySetPosition {
+		n := d.uvarint()
+		// A record takes at least two bytes (flags, payload length): bound
+		// the allocation by what the entry can hold.
+		if n > uint64(len(d.b))/2 {
+			d.fail("record count past the end")
+		}
+		if d.bad == "" && n > 0 {
+			e.Records = make([]wal.Record, n)
+		}
+		for i := range e.Records {
+			if d.bad != "" {
+				break
+			}
+			r := &e.Records[i]
+			flags := d.byte()
+			if flags&^knownRecFlags != 0 {
+				d.fail("unknown record flags")
+			}
+			if flags&recFlagProducer != 0 {
+				r.ProducerID = d.str()
+				r.Sequence = d.uvarint()
+				if d.bad == "" && r.ProducerID == "" && r.Sequence == 0 {
+					d.fail("empty producer")
+				}
+			}
+			if e.Kind == EntryMirrorAppend {
+				r.OriginOffset = d.uvarint()
+			}
+			if flags&recFlagHeaders != 0 {
+				hn := d.uvarint()
+				if hn == 0 || hn > uint64(len(d.b))/2 {
+					d.fail("bad header count")
+					break
+				}
+				r.Headers = make([]wal.Header, hn)
+				for j := range r.Headers {
+					r.Headers[j].Key = d.longStr()
+					r.Headers[j].Value = d.bytes()
+				}
+			}
+			r.Payload = d.bytes()
+		}
+	}
+	if d.bad == "" && len(d.b) > 0 {
+		d.fail(fmt.Sprintf("%d bytes after the end", len(d.b)))
+	}
+	if d.bad != "" {
+		return nil, fmt.Errorf("%w: %v of %q: %s", errEntry, e.Kind, e.Topic, d.bad)
+	}
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errEntry, err)
+	}
+	return e, nil
+}
+
+// entryDecoder reads an entry's fields; the first problem sticks in bad.
+type entryDecoder struct {
+	b   []byte
+	bad string
+}
+
+func (d *entryDecoder) fail(why string) {
+	if d.bad == "" {
+		d.bad = why
+	}
+	d.b = nil
+}
+
+func (d *entryDecoder) byte() byte {
+	if len(d.b) == 0 {
+		d.fail("truncated")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *entryDecoder) uvarint() uint64 {
+	if d.bad != "" {
+		return 0
+	}
+	x, n := binary.Uvarint(d.b)
+	if n <= 0 || n != uvLen(x) { // canonical only: one encoding per value
+		d.fail("bad varint")
+		return 0
+	}
+	d.b = d.b[n:]
+	return x
+}
+
+func (d *entryDecoder) raw(limit uint64) []byte {
+	n := d.uvarint()
+	if d.bad != "" {
+		return nil
+	}
+	if n > uint64(len(d.b)) || n > limit {
+		d.fail("length past the end")
+		return nil
+	}
+	s := d.b[:n]
+	d.b = d.b[n:]
+	return s
+}
+
+// str reads a name (at most wal.MaxNameLen bytes).
+func (d *entryDecoder) str() string { return string(d.raw(maxEntryStrBytes)) }
+
+// longStr reads a string of any length the entry holds (a header key).
+func (d *entryDecoder) longStr() string { return string(d.raw(uint64(len(d.b)))) }
+
+// bytes reads a copied byte string of any length the entry holds.
+func (d *entryDecoder) bytes() []byte {
+	s := d.raw(uint64(len(d.b)))
+	if s == nil {
+		return nil
+	}
+	return append([]byte(nil), s...)
+}

@@ -1,0 +1,418 @@
+package replica
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// WalSM is the StateMachine of replicated topics: applying a group's
+// committed entries (WalEntry) writes, into the driver's round batch, the
+// records at dense offsets in wal's own key layout and encoding (so wal's
+// Read, Scanner, Notify, OffsetForTime and retention serve them unchanged),
+// the de-duplication window, mirror cursors and consumer positions, and the
+// group's applied index (I9, I10). Once the driver reports the batch
+// committed, the topics' high-watermarks advance and Notify watchers wake
+// (I3: nothing past the applied index is served).
+//
+// Every replica given the same entries writes the same state: times are the
+// proposer's clock clamped to never decrease, de-duplication looks only at a
+// window stored in the group's state, and a malformed entry is a no-op with
+// an error result on every replica alike.
+//
+// The driver's goroutine owns all of it; Propose may be called from any
+// goroutine.
+type WalSM struct {
+	w       *wal.ReplicaWriter
+	db      *pebble.DB
+	window  int
+	groupOf func(topic string) uint64
+	groups  map[uint64]*walGroup
+}
+
+// WalSMConfig configures a WalSM.
+type WalSMConfig struct {
+	// Log holds the replicated topics; its DB (Log.DB) must be the
+	// driver's Config.DB. Required.
+	Log *wal.Log
+	// DedupWindow is how many records with a producer and sequence each
+	// group remembers, to answer a retried publish with its original
+	// offset. Every replica of a group must use the same value (it decides
+	// which records are stored). Each costs about 100 bytes of memory and
+	// one small key. Default 4096.
+	DedupWindow int
+	// GroupOf maps a topic to the raft group that holds it; every replica
+	// must use the same mapping (an entry in another topic's group applies
+	// as a no-op). Default TopicGroup: one group per topic. Groups may hold
+	// several topics.
+	GroupOf func(topic string) uint64
+}
+
+// DefaultDedupWindow is WalSMConfig.DedupWindow's default.
+const DefaultDedupWindow = 4096
+
+// TopicGroup is the default mapping of topics to groups: one group per
+// topic, named by the FNV-1a hash of its name (never 0). Two topics that
+// share a hash share a group, which is correct (entries name their topic),
+// only less parallel.
+func TopicGroup(topic string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(topic))
+	return max(h.Sum64(), 1)
+}
+
+// Key kinds of WalSM in a group's 'L' key space (see doc.go).
+const (
+	kindWalApplied = 'w' // applied index u64 | keyed records u64
+	kindWalTopic   = 'T' // + topic: next offset u64 | last time i64
+	kindWalDedup   = 'd' // + ordinal u64: topic str | producer str | sequence | offset | time
+)
+
+type walGroup struct {
+	id      uint64
+	applied uint64
+	keyed   uint64 // records with a producer applied so far: the next ordinal
+	topics  map[string]*walTopic
+	dedup   map[dedupKey]*dedupProducer
+	ring    []ringEnt // the window's ordinals [keyed-len(ring), keyed), oldest first
+}
+
+type walTopic struct {
+	next     uint64
+	lastTime int64
+	dirty    bool
+}
+
+// NewWalSM returns the state machine of cfg.Log's replicated topics. It
+// checks that replica's key spaces and wal's cannot collide.
+func NewWalSM(cfg WalSMConfig) (*WalSM, error) {
+	if cfg.Log == nil {
+		return nil, errors.New("replica: wal state machine: Log is required")
+	}
+	if cfg.DedupWindow < 0 {
+		return nil, fmt.Errorf("replica: wal state machine: DedupWindow must not be negative, got %d", cfg.DedupWindow)
+	}
+	for _, p := range []byte{prefixRaft, prefixLog} {
+		if slices.Contains(wal.KeyPrefixes(), p) {
+			return nil, fmt.Errorf("replica: wal state machine: key prefix %q is used by both wal and replica", p)
+		}
+	}
+	w, err := cfg.Log.ReplicaWriter()
+	if err != nil {
+		return nil, fmt.Errorf("replica: wal state machine: %w", err)
+	}
+	s := &WalSM{w: w, db: cfg.Log.DB(), window: cfg.DedupWindow, groupOf: cfg.GroupOf, groups: make(map[uint64]*walGroup)}
+	if s.window == 0 {
+		s.window = DefaultDedupWindow
+	}
+	if s.groupOf == nil {
+		s.groupOf = TopicGroup
+	}
+	return s, nil
+}
+
+// Group returns the group that holds topic.
+func (s *WalSM) Group(topic string) uint64 { return s.groupOf(topic) }
+
+// Applied implements StateMachine: it loads the group's state.
+func (s *WalSM) Applied(group uint64) (uint64, error) {
+	if g := s.groups[group]; g != nil {
+		return g.applied, nil
+	}
+	g := &walGroup{id: group, topics: make(map[string]*walTopic), dedup: make(map[dedupKey]*dedupProducer)}
+	k := groupKey(prefixLog, kindWalApplied, group)
+	switch v, closer, err := s.db.Get(k); {
+	case errors.Is(err, pebble.ErrNotFound):
+	case err != nil:
+		return 0, fmt.Errorf("replica: group %d: applied state: %w", group, err)
+	default:
+		p, err := unseal(k, v)
+		if err == nil && len(p) != 16 {
+			err = fmt.Errorf("%w: key %x: applied state of %d bytes", errCorrupt, k, len(p))
+		}
+		if err != nil {
+			_ = closer.Close()
+			return 0, err
+		}
+		g.applied = binary.BigEndian.Uint64(p[0:8])
+		g.keyed = binary.BigEndian.Uint64(p[8:16])
+		_ = closer.Close()
+	}
+	if err := s.loadTopics(g); err != nil {
+		return 0, err
+	}
+	if err := s.loadDedup(g); err != nil {
+		return 0, err
+	}
+	s.groups[group] = g
+	return g.applied, nil
+}
+
+// scanGroup calls fn for every key of the group's kind, in order.
+func (s *WalSM) scanGroup(group uint64, kind byte, fn func(k, p []byte) error) error {
+	lo := groupKey(prefixLog, kind, group)
+	hi := groupKey(prefixLog, kind+1, group)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("replica: group %d: load: %w", group, err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		p, err := unseal(it.Key(), it.Value())
+		if err == nil {
+			err = fn(it.Key()[len(lo):], p)
+		}
+		if err != nil {
+			return errors.Join(err, it.Close())
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return fmt.Errorf("replica: group %d: load: %w", group, err)
+	}
+	return nil
+}
+
+func (s *WalSM) loadTopics(g *walGroup) error {
+	return s.scanGroup(g.id, kindWalTopic, func(k, p []byte) error {
+		if len(p) != 16 {
+			return fmt.Errorf("%w: group %d: topic state of %d bytes", errCorrupt, g.id, len(p))
+		}
+		name := string(k)
+		st := &walTopic{next: binary.BigEndian.Uint64(p[0:8]), lastTime: int64(binary.BigEndian.Uint64(p[8:16]))}
+		// The records and this state are written in one batch: they agree
+		// unless the store is damaged.
+		if next, _, ok := s.w.Next(name); !ok || next != st.next {
+			return fmt.Errorf("%w: group %d: topic %q: applied state says next offset %d, the log has %d (bound %v)", errCorrupt, g.id, name, st.next, next, ok)
+		}
+		g.topics[name] = st
+		return nil
+	})
+}
+
+// Apply implements StateMachine.
+func (s *WalSM) Apply(b *pebble.Batch, group, applied uint64, ents []Entry) ([]Result, error) {
+	g := s.groups[group]
+	if g == nil {
+		return nil, fmt.Errorf("replica: group %d: apply before Applied opened it", group)
+	}
+	if applied <= g.applied {
+		return nil, nil // re-applied after a restart: already stored
+	}
+	var res []Result
+	for _, e := range ents {
+		if e.Index <= g.applied {
+			continue
+		}
+		if e.Index > applied {
+			return nil, fmt.Errorf("replica: group %d: entry %d past the applied index %d", group, e.Index, applied)
+		}
+		r, err := s.applyEntry(b, g, e)
+		if err != nil {
+			return nil, fmt.Errorf("replica: group %d: entry %d: %w", group, e.Index, err)
+		}
+		res = append(res, r)
+	}
+	g.applied = applied
+	for name, st := range g.topics {
+		if !st.dirty {
+			continue
+		}
+		st.dirty = false
+		k := append(groupKey(prefixLog, kindWalTopic, group), name...)
+		var p [16]byte
+		binary.BigEndian.PutUint64(p[0:8], st.next)
+		binary.BigEndian.PutUint64(p[8:16], uint64(st.lastTime))
+		if err := b.Set(k, seal(k, p[:]), nil); err != nil {
+			return nil, err
+		}
+	}
+	k := groupKey(prefixLog, kindWalApplied, group)
+	var p [16]byte
+	binary.BigEndian.PutUint64(p[0:8], g.applied)
+	binary.BigEndian.PutUint64(p[8:16], g.keyed)
+	if err := b.Set(k, seal(k, p[:]), nil); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// applyEntry applies one entry. An entry that cannot apply the same way on
+// every replica (it is malformed, its topic belongs to another group) is a
+// no-op with an error result; an error returned is this replica's own
+// failure (its store, a topic local to this node) and stops the driver.
+func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error) {
+	noop := func(err error) (Result, error) {
+		return Result{Index: e.Index, Detail: &wal.AppendResult{Err: err}}, nil
+	}
+	we, err := DecodeEntry(e.Data)
+	if err != nil {
+		return noop(err)
+	}
+	if got := s.groupOf(we.Topic); got != g.id {
+		return noop(fmt.Errorf("replica: %v entry of %q in group %d: the topic belongs to group %d", we.Kind, we.Topic, g.id, got))
+	}
+	if err := s.w.Bind(b, we.Topic, g.id); err != nil {
+		return Result{}, err
+	}
+	st := g.topics[we.Topic]
+	if st == nil {
+		next, lastTime, _ := s.w.Next(we.Topic)
+		st = &walTopic{next: next, lastTime: lastTime}
+		g.topics[we.Topic] = st
+	}
+	ts := max(e.Time, st.lastTime)
+	switch we.Kind {
+	case EntrySetPosition:
+		if err := s.w.SetPosition(b, wal.Position{Name: we.Name, Topic: we.Topic, Value: we.Value}, ts); err != nil {
+			return Result{}, err
+		}
+		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
+	case EntryMirrorAppend:
+		cur, ok := s.w.Position(we.Name, we.Topic)
+		if ok != we.HasExpected || ok && cur != we.Expected {
+			return noop(&CursorMismatchError{Topic: we.Topic, Region: we.Region, Name: we.Name,
+				Expected: we.Expected, HasExpected: we.HasExpected, Stored: cur, HasStored: ok})
+		}
+		for i := range we.Records {
+			we.Records[i].OriginRegion = we.Region
+		}
+		first, err := s.appendRecords(b, we.Topic, st, we.Records, ts)
+		if err != nil {
+			return Result{}, err
+		}
+		if err := s.w.SetPosition(b, wal.Position{Name: we.Name, Topic: we.Topic, Value: we.Value}, ts); err != nil {
+			return Result{}, err
+		}
+		return Result{Index: e.Index, Offset: first, Time: ts,
+			Detail: &wal.AppendResult{First: first, Count: len(we.Records), Time: ts}}, nil
+	}
+	// EntryAppend: de-duplicate against the group's window, then append.
+	ar := &wal.AppendResult{First: st.next, Time: ts}
+	kept := we.Records[:0:0]
+	type fresh struct {
+		key dedupKey
+		seq uint64
+	}
+	var added []fresh
+	for i := range we.Records {
+		rec := &we.Records[i]
+		rec.OriginRegion = ""
+		if rec.ProducerID == "" || rec.Sequence == 0 {
+			kept = append(kept, *rec)
+			continue
+		}
+		key := dedupKey{topic: we.Topic, producer: rec.ProducerID}
+		if p := g.dedup[key]; p != nil {
+			if j, found := p.find(rec.Sequence); found {
+				ar.Skipped = append(ar.Skipped, wal.Skipped{Index: i, Offset: p.ents[j].off, Time: p.ents[j].time})
+				continue
+			}
+			if rec.Sequence < p.ents[0].seq {
+				ar.Skipped = append(ar.Skipped, wal.Skipped{Index: i, Err: &wal.SequenceError{
+					Topic: we.Topic, ProducerID: rec.ProducerID, Sequence: rec.Sequence,
+					Floor: p.ents[0].seq - 1, Window: s.window}})
+				continue
+			}
+		}
+		off := st.next + uint64(len(kept))
+		s.remember(g, key, dedupEnt{seq: rec.Sequence, off: off, time: ts})
+		added = append(added, fresh{key, rec.Sequence})
+		kept = append(kept, *rec)
+	}
+	// Store what entered the window; drop (in memory and stored) what left it.
+	for _, a := range added {
+		p := g.dedup[a.key]
+		j, _ := p.find(a.seq)
+		if err := s.storeDedup(b, g, a.key, p.ents[j]); err != nil {
+			return Result{}, err
+		}
+		g.keyed++
+	}
+	for len(g.ring) > s.window {
+		ord := s.forgetOldest(g, g.keyed)
+		if err := b.Delete(indexKey(prefixLog, kindWalDedup, g.id, ord), nil); err != nil {
+			return Result{}, err
+		}
+	}
+	first, err := s.appendRecords(b, we.Topic, st, kept, ts)
+	if err != nil {
+		return Result{}, err
+	}
+	ar.First, ar.Count = first, len(kept)
+	if len(kept) == 0 {
+		ts = st.lastTime
+		ar.Time = ts
+	}
+	return Result{Index: e.Index, Offset: first, Time: ts, Detail: ar}, nil
+}
+
+func (s *WalSM) appendRecords(b *pebble.Batch, topic string, st *walTopic, recs []wal.Record, ts int64) (uint64, error) {
+	first, err := s.w.Append(b, topic, recs, ts)
+	if err != nil {
+		return 0, err
+	}
+	if len(recs) > 0 {
+		st.next = first + uint64(len(recs))
+		st.lastTime = ts
+		st.dirty = true
+	}
+	return first, nil
+}
+
+// Committed implements StateMachine: the topics' high-watermarks advance to
+// what was applied and Notify watchers wake.
+func (s *WalSM) Committed() { s.w.Published() }
+
+// CursorMismatchError is the result of a mirror append whose expected cursor
+// is not the stored one: a link left behind by a leader change, or a retry
+// of an append that was already applied. Nothing was written.
+type CursorMismatchError struct {
+	Topic, Region, Name string
+	Expected            uint64
+	HasExpected         bool
+	Stored              uint64
+	HasStored           bool
+}
+
+func (e *CursorMismatchError) Error() string {
+	show := func(v uint64, ok bool) string {
+		if !ok {
+			return "none"
+		}
+		return fmt.Sprint(v)
+	}
+	return fmt.Sprintf("replica: mirror append of %q from region %q: cursor %q is %s, the link expected %s: nothing written",
+		e.Topic, e.Region, e.Name, show(e.Stored, e.HasStored), show(e.Expected, e.HasExpected))
+}
+
+// Is makes errors.Is(err, ErrCursorMismatch) true.
+func (e *CursorMismatchError) Is(target error) bool { return target == ErrCursorMismatch }
+
+// ErrCursorMismatch is matched by *CursorMismatchError.
+var ErrCursorMismatch = errors.New("replica: mirror cursor mismatch")
+
+// Propose proposes e to its topic's group through d (which must lead it)
+// and returns, once the entry is committed and applied here, what applying
+// it did: the offsets of its records (a duplicate's in Skipped), or Err: a
+// *NotLeaderError, ErrDropped, a *CursorMismatchError, a malformed entry,
+// or ctx's error (the outcome then unknown).
+func (s *WalSM) Propose(ctx context.Context, d *Driver, e *WalEntry) wal.AppendResult {
+	data, err := EncodeEntry(nil, e)
+	if err != nil {
+		return wal.AppendResult{Err: err}
+	}
+	r, err := d.Propose(ctx, s.groupOf(e.Topic), data)
+	if err != nil {
+		return wal.AppendResult{Err: fmt.Errorf("replica: %v %q: %w", e.Kind, e.Topic, err)}
+	}
+	ar, ok := r.Detail.(*wal.AppendResult)
+	if !ok {
+		return wal.AppendResult{Err: fmt.Errorf("replica: %v %q: entry %d applied without a result", e.Kind, e.Topic, r.Index)}
+	}
+	return *ar
+}

@@ -1,0 +1,375 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Replicated topics: a topic whose log is kept in agreement by a raft group
+// (package replica) is written only by the one goroutine that applies the
+// group's committed entries, through a ReplicaWriter, into the batch that
+// also carries the raft state of the round. Its records use the key layout
+// and record encoding of every other topic, so Read, Scanner, Notify,
+// OffsetForTime and retention serve it unchanged; the writer advances its
+// high-watermark only after that batch is committed (Published).
+//
+// A topic is either local (Append) or replicated, never both: Append and
+// SetPosition refuse a replicated topic with a *ReplicatedError, and Bind
+// refuses a topic that has a local log. Which topics are replicated is
+// stored ('g' | topic name -> raft group u64), so the refusal holds from
+// Open on, before the raft groups are opened.
+
+// prefixReplicated marks a replicated topic; see the package doc.
+const prefixReplicated = 'g'
+
+// KeyPrefixes returns the first bytes of every key the log writes. Another
+// user of the Log's Pebble DB (see DB) must keep to keys that start with
+// other bytes.
+func KeyPrefixes() []byte {
+	return []byte{prefixConfig, prefixReplicated, prefixNextID, prefixRecord, prefixPosition, prefixRetention, prefixTopic}
+}
+
+// DB returns the Pebble DB the log is stored in, for state that must be
+// written in the same batches as replicated topics (the raft log of
+// package replica). It is valid until Close: whoever uses it must stop
+// before the log is closed, and must not write keys that start with one of
+// KeyPrefixes.
+func (l *Log) DB() *pebble.DB { return l.pdb }
+
+// ErrReplicated is matched (errors.Is) by *ReplicatedError.
+var ErrReplicated = errors.New("wal: topic is replicated")
+
+// ReplicatedError refuses a local append or position write to a topic whose
+// log is replicated: it is written only through its raft group.
+type ReplicatedError struct {
+	Topic string
+	Group uint64 // the raft group that holds it
+}
+
+func (e *ReplicatedError) Error() string {
+	return fmt.Sprintf("wal: topic %q is replicated by raft group %d: it is written only through that group, not by a local append", e.Topic, e.Group)
+}
+
+// Is makes errors.Is(err, ErrReplicated) true.
+func (e *ReplicatedError) Is(target error) bool { return target == ErrReplicated }
+
+// replState is which topics are replicated and which are local; mu also
+// guards the topic ID counter (l.c.nextID) after Open, since both the
+// committer and a ReplicaWriter create topics. Lock order: repl.mu before
+// Log.mu, never the other way.
+//
+// Only the committer stores the counter (putNextID), in offset order, so
+// the stored value never goes back; a replicated topic's ID is covered by
+// its 't' key, which is never deleted (delete and purge refuse replicated
+// topics), so Open's maximum over the stored IDs and the counter never
+// hands out an ID twice.
+type replState struct {
+	once    sync.Once
+	loadErr error
+	mu      sync.RWMutex
+	topics  map[string]uint64   // replicated topic -> group (stored, or staged by a Bind)
+	local   map[string]struct{} // local topics the committer created since Open
+	writer  bool                // a ReplicaWriter exists
+}
+
+// loadReplicated reads the stored markers once (the first time anything asks).
+func (l *Log) loadReplicated() error {
+	l.repl.once.Do(func() {
+		l.repl.topics = make(map[string]uint64)
+		l.repl.local = make(map[string]struct{})
+		db, err := l.readDB()
+		if err != nil {
+			l.repl.loadErr = err
+			return
+		}
+		defer l.db.RUnlock()
+		it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixReplicated}, UpperBound: []byte{prefixReplicated + 1}})
+		if err != nil {
+			l.repl.loadErr = fmt.Errorf("wal: load replicated topics: %w", err)
+			return
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			p, reason := openMeta(it.Key(), it.Value(), 8)
+			if reason != "" {
+				l.repl.loadErr = &CorruptError{Topic: string(it.Key()[1:]), Reason: "replicated topic marker: " + reason}
+				break
+			}
+			l.repl.topics[string(it.Key()[1:])] = binary.LittleEndian.Uint64(p)
+		}
+		if err := errors.Join(it.Error(), it.Close()); err != nil && l.repl.loadErr == nil {
+			l.repl.loadErr = fmt.Errorf("wal: load replicated topics: %w", err)
+		}
+	})
+	return l.repl.loadErr
+}
+
+// refuseReplicated is the check of Append and SetPosition (caller's goroutine).
+func (l *Log) refuseReplicated(topic string) error {
+	if topic == "" {
+		return nil
+	}
+	if err := l.loadReplicated(); err != nil {
+		return err
+	}
+	l.repl.mu.RLock()
+	g, ok := l.repl.topics[topic]
+	l.repl.mu.RUnlock()
+	if ok {
+		return &ReplicatedError{Topic: topic, Group: g}
+	}
+	return nil
+}
+
+// newLocalTopic creates a local topic in b for the committer, unless a
+// ReplicaWriter bound the name meanwhile. Committer goroutine.
+func (l *Log) newLocalTopic(b *pebble.Batch, name string) (*topic, error) {
+	if err := l.loadReplicated(); err != nil {
+		return nil, err
+	}
+	l.repl.mu.Lock()
+	defer l.repl.mu.Unlock()
+	if g, ok := l.repl.topics[name]; ok {
+		return nil, &ReplicatedError{Topic: name, Group: g}
+	}
+	t, err := l.newTopic(b, name)
+	if err != nil {
+		return nil, err
+	}
+	l.repl.local[name] = struct{}{}
+	return t, nil
+}
+
+// nextTopicID reads the topic ID counter for putNextID.
+func (l *Log) nextTopicID() uint32 {
+	l.repl.mu.RLock()
+	defer l.repl.mu.RUnlock()
+	return l.c.nextID
+}
+
+// refuseReplicatedAdmin refuses a topic operation (create, configure, purge,
+// delete) on a replicated topic, and positions written or deleted on one:
+// those change replicated state, which only the topic's group may.
+// Retention is not applied to replicated topics yet (retain skips them):
+// each replica would cut at its own time.
+func (l *Log) refuseReplicatedAdmin(topic string, op *adminOp) error {
+	switch op.kind {
+	case opRetain:
+		return nil
+	case opPositions:
+		for _, p := range op.positions {
+			if err := l.refuseReplicated(p.key.topic); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return l.refuseReplicated(topic)
+}
+
+func replicatedKey(name string) []byte {
+	k := make([]byte, 1+len(name))
+	k[0] = prefixReplicated
+	copy(k[1:], name)
+	return k
+}
+
+// ReplicaWriter writes replicated topics into batches that their caller
+// commits (the raft driver's round batch), and publishes what it wrote once
+// told the batch is committed. One goroutine owns it: the one that applies
+// committed entries. For its topics it owns what the committer owns for a
+// local topic (next offset, byte position, last time).
+type ReplicaWriter struct {
+	l     *Log
+	bound map[string]*topic
+
+	// Staged since the last Published.
+	touched   []*topic
+	newTopics []*topic
+	positions []posWrite
+	staged    map[posName]uint64
+}
+
+// ReplicaWriter returns the writer of the log's replicated topics; a log has
+// at most one.
+func (l *Log) ReplicaWriter() (*ReplicaWriter, error) {
+	if err := l.loadReplicated(); err != nil {
+		return nil, err
+	}
+	l.repl.mu.Lock()
+	defer l.repl.mu.Unlock()
+	if l.repl.writer {
+		return nil, fmt.Errorf("wal: replica writer: %w: the log has one already", ErrInvalidRequest)
+	}
+	w := &ReplicaWriter{l: l, bound: make(map[string]*topic), staged: make(map[posName]uint64)}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for name := range l.repl.topics {
+		t := l.mu.topics[name]
+		if t == nil {
+			return nil, &CorruptError{Topic: name, Reason: "replicated topic marker without its topic ID"}
+		}
+		w.bound[name] = t
+	}
+	l.repl.writer = true
+	return w, nil
+}
+
+// Bind makes topic a replicated topic of group, creating it (in b) if the
+// log does not hold it. It fails for a topic with a local log, or bound to
+// another group.
+func (w *ReplicaWriter) Bind(b *pebble.Batch, name string, group uint64) error {
+	l := w.l
+	if err := checkName("topic", name); err != nil {
+		return fmt.Errorf("wal: bind %q: %w", name, err)
+	}
+	l.repl.mu.Lock()
+	defer l.repl.mu.Unlock()
+	if g, ok := l.repl.topics[name]; ok {
+		if g != group {
+			return fmt.Errorf("wal: bind %q to raft group %d: %w: it is replicated by group %d", name, group, ErrInvalidRequest, g)
+		}
+		return nil
+	}
+	l.mu.RLock()
+	_, durable := l.mu.topics[name]
+	l.mu.RUnlock()
+	if _, created := l.repl.local[name]; created || durable {
+		return fmt.Errorf("wal: bind %q to raft group %d: %w: the topic has a local log on this node", name, group, ErrInvalidRequest)
+	}
+	if l.c.nextID == math.MaxUint32 {
+		return fmt.Errorf("wal: bind %q: %w: every topic ID was used once", name, ErrInvalidRequest)
+	}
+	t := &topic{name: name, id: l.c.nextID, dedupReady: true}
+	l.c.nextID++
+	k := topicKey(name)
+	if err := b.Set(k, sealMeta(k, binary.BigEndian.AppendUint32(nil, t.id)), nil); err != nil {
+		return fmt.Errorf("wal: bind %q: %w", name, err)
+	}
+	rk := replicatedKey(name)
+	if err := b.Set(rk, sealMeta(rk, binary.LittleEndian.AppendUint64(nil, group)), nil); err != nil {
+		return fmt.Errorf("wal: bind %q: %w", name, err)
+	}
+	l.repl.topics[name] = group
+	w.bound[name] = t
+	w.newTopics = append(w.newTopics, t)
+	return nil
+}
+
+// Next returns the next offset of a bound topic and the time of the record
+// before it, as written (published or not); ok is false for a topic not bound.
+func (w *ReplicaWriter) Next(topic string) (next uint64, lastTime int64, ok bool) {
+	t := w.bound[topic]
+	if t == nil {
+		return 0, 0, false
+	}
+	return t.next, t.lastTime, true
+}
+
+// Append writes recs into b at the bound topic's next offsets, all with time
+// ts, and returns the first offset. Offset and Time of recs are ignored
+// (OriginOffset = Offset for a record without OriginRegion, as in Append).
+// ts must not be below the topic's last time: the caller clamps, so that
+// every replica assigns the same times.
+func (w *ReplicaWriter) Append(b *pebble.Batch, topic string, recs []Record, ts int64) (uint64, error) {
+	t := w.bound[topic]
+	if t == nil {
+		return 0, fmt.Errorf("wal: replicated append %q: %w: topic not bound", topic, ErrInvalidRequest)
+	}
+	if ts < t.lastTime {
+		return 0, fmt.Errorf("wal: replicated append %q: %w: time %d before the last record's %d", topic, ErrInvalidRequest, ts, t.lastTime)
+	}
+	first := t.next
+	for i := range recs {
+		rec := &recs[i]
+		n := encodedLen(rec)
+		op := b.SetDeferred(recordKeyLen, n)
+		putRecordKey(op.Key, t.id, t.next)
+		encodeRecord(op.Value, op.Key, rec, ts, t.nextPos)
+		if err := op.Finish(); err != nil {
+			return 0, fmt.Errorf("wal: replicated append %q: %w", topic, err)
+		}
+		t.next++
+		t.nextPos += uint64(recordKeyLen + n)
+	}
+	if len(recs) > 0 {
+		t.lastTime = ts
+		if !t.touched {
+			t.touched = true
+			w.touched = append(w.touched, t)
+		}
+	}
+	return first, nil
+}
+
+// SetPosition writes a named position of a bound topic into b, updated at
+// the given time (unix nanoseconds).
+func (w *ReplicaWriter) SetPosition(b *pebble.Batch, p Position, updated int64) error {
+	if err := errors.Join(checkName("position name", p.Name), checkName("position topic", p.Topic)); err != nil {
+		return fmt.Errorf("wal: replicated position %q of %q: %w", p.Name, p.Topic, err)
+	}
+	if w.bound[p.Topic] == nil {
+		return fmt.Errorf("wal: replicated position %q of %q: %w: topic not bound", p.Name, p.Topic, ErrInvalidRequest)
+	}
+	pw := putPosition(b, p.Topic, p.Name, posValue{v: p.Value, updated: updated})
+	w.positions = append(w.positions, pw)
+	w.staged[pw.key] = p.Value
+	return nil
+}
+
+// Position returns a position as written (published or not).
+func (w *ReplicaWriter) Position(name, topic string) (uint64, bool) {
+	if v, ok := w.staged[posName{name: name, topic: topic}]; ok {
+		return v, true
+	}
+	w.l.mu.RLock()
+	pv, ok := w.l.mu.positions[posName{name: name, topic: topic}]
+	w.l.mu.RUnlock()
+	return pv.v, ok
+}
+
+// Published reports that every batch written so far is committed: the
+// topics' high-watermarks advance to what was written, new topics and
+// positions become visible, and Notify watchers wake, as the completer does
+// for a local append.
+func (w *ReplicaWriter) Published() {
+	if len(w.touched) == 0 && len(w.newTopics) == 0 && len(w.positions) == 0 {
+		return
+	}
+	l := w.l
+	advances := make([]advance, 0, len(w.touched))
+	var records, bytes uint64
+	l.mu.Lock()
+	for _, t := range w.touched {
+		t.touched = false
+		records += t.next - t.hwm
+		bytes += t.nextPos - t.hwmPos
+		t.hwm, t.hwmPos = t.next, t.nextPos
+		advances = append(advances, advance{t: t, hwm: t.next, hwmPs: t.nextPos})
+	}
+	for _, t := range w.newTopics {
+		l.mu.topics[t.name] = t
+	}
+	for _, p := range w.positions {
+		l.mu.positions[p.key] = p.val
+	}
+	l.mu.Unlock()
+	l.stats.records.Add(records)
+	l.stats.bytes.Add(bytes)
+	l.m.appendedRecords.Add(float64(records))
+	l.m.appendedBytes.Add(float64(bytes))
+	l.m.logBytes.Add(float64(bytes))
+	if len(w.newTopics) > 0 {
+		l.m.topics.Add(float64(len(w.newTopics)))
+	}
+	l.watch.wake(advances, len(w.newTopics) > 0)
+	clear(w.touched)
+	w.touched = w.touched[:0]
+	w.newTopics = nil
+	w.positions = w.positions[:0]
+	clear(w.staged)
+}
