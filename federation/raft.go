@@ -122,6 +122,8 @@ type raftClass struct {
 	}
 	sentMsgs, sentBytes, recvMsgs, recvBytes atomic.Uint64
 	dropFull, dropDown, dropLarge            atomic.Uint64
+	opened                                   atomic.Uint64 // streams of the class opened to the peer
+	serving                                  atomic.Int64  // streams of the peer's this node serves
 }
 
 type raftQueued struct {
@@ -234,6 +236,12 @@ func (c *raftClass) take() []raftQueued {
 	return q
 }
 
+func (c *raftClass) open() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.up
+}
+
 func (c *raftClass) queued() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -314,6 +322,7 @@ func (f *Federation) writeRaft(ctx context.Context, l *link, conn *quic.Conn, cl
 		return err
 	}
 	c.setUp(true)
+	c.opened.Add(1)
 	defer c.setUp(false)
 	limit := f.cfg.Raft.MaxFrame - 64 // room for the batch's header
 	var batch []byte
@@ -392,29 +401,41 @@ func (f *Federation) ServeRaft(ctx context.Context, conn *quic.Conn, str *quic.S
 		return fail(e)
 	}
 	c := &f.raft.peer(peer, true).class[open.Class]
+	c.serving.Add(1)
+	defer c.serving.Add(-1)
 	stop := context.AfterFunc(ctx, func() { str.CancelRead(wire.AppCancelled) })
 	defer stop()
 	rr := wire.NewReader(r.Bytes(), wire.Limits{MaxFrame: f.cfg.Raft.MaxFrame})
+	if e := readRaftStream(rr, open, c, f.cfg.Raft.Deliver); e != nil {
+		return fail(e)
+	}
+	str.Close()
+	return nil
+}
+
+// readRaftStream reads RAFT_BATCH frames until the stream ends (nil: the sender's end of
+// the stream or of its connection) or breaks the protocol (the ERROR to answer), handing
+// each batch to deliver.
+func readRaftStream(rr *wire.Reader, open *wire.Raft, c *raftClass, deliver func([]replica.Message)) *wire.Error {
 	for {
 		fr, err := rr.Read()
 		if err != nil {
 			if errors.Is(err, wire.ErrMalformed) || errors.Is(err, wire.ErrFrameTooLarge) {
-				return fail(wire.Errorf(wire.CodeProtocol, "%v", err))
+				return wire.Errorf(wire.CodeProtocol, "%v", err)
 			}
-			str.Close()
-			return nil // the sender's end of the stream, or of the connection
+			return nil
 		}
 		b, ok := fr.(*wire.RaftBatch)
 		if !ok {
-			return fail(wire.Errorf(wire.CodeProtocol, "unexpected %s on a raft stream", fr.Type()))
+			return wire.Errorf(wire.CodeProtocol, "unexpected %s on a raft stream", fr.Type())
 		}
 		msgs, err := decodeRaftBatch(b.Batch, open.From, open.To)
 		if err != nil {
-			return fail(wire.Errorf(wire.CodeProtocol, "%v", err))
+			return wire.Errorf(wire.CodeProtocol, "%v", err)
 		}
 		c.recvMsgs.Add(uint64(len(msgs)))
 		c.recvBytes.Add(uint64(len(b.Batch)))
-		f.cfg.Raft.Deliver(msgs)
+		deliver(msgs)
 	}
 }
 

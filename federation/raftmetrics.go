@@ -14,7 +14,10 @@ type RaftClassStats struct {
 	// reconnecting; what was queued when a stream ended counts here too), or the message
 	// was larger than a frame.
 	DroppedFull, DroppedNoStream, DroppedTooLarge uint64
-	Queued                                        int // messages waiting for the writer now
+	Queued                                        int    // messages waiting for the writer now
+	Open                                          bool   // a writer has the stream to the peer open now
+	Opened                                        uint64 // streams opened to the peer, over every connection
+	Serving                                       int    // the peer's streams of the class served here now
 }
 
 // RaftPeerStats is one peer's raft traffic, by stream class.
@@ -39,7 +42,7 @@ func (c *raftClass) stats() RaftClassStats {
 		SentMessages: c.sentMsgs.Load(), SentBytes: c.sentBytes.Load(),
 		ReceivedMessages: c.recvMsgs.Load(), ReceivedBytes: c.recvBytes.Load(),
 		DroppedFull: c.dropFull.Load(), DroppedNoStream: c.dropDown.Load(), DroppedTooLarge: c.dropLarge.Load(),
-		Queued: c.queued(),
+		Queued: c.queued(), Open: c.open(), Opened: c.opened.Load(), Serving: int(c.serving.Load()),
 	}
 }
 

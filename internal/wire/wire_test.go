@@ -46,6 +46,7 @@ func sampleFrames() []Frame {
 		&Watch{},
 		&Mirror{Topic: "orders.eu", From: 17},
 		&Head{Next: 99, Position: 90, Lag: 1_500_000_000},
+		&Raft{Class: RaftBulk, From: 1 << 60, To: 7}, &RaftBatch{Batch: []byte{1, 2, 3}},
 	}
 }
 
