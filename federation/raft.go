@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,7 +117,7 @@ type raftClass struct {
 	wake chan struct{}
 	mu   struct {
 		sync.Mutex
-		up    bool // a writer has the stream open: Send queues, else drops
+		up    int // writers with the stream open (two for a moment when a link is replaced): Send queues while > 0, else drops
 		q     []raftQueued
 		bytes int
 	}
@@ -194,7 +195,7 @@ func raftClassOf(m replica.Message) byte {
 
 func (c *raftClass) enqueue(q []raftQueued, cfg RaftConfig) {
 	c.mu.Lock()
-	if !c.mu.up {
+	if c.mu.up == 0 {
 		c.mu.Unlock()
 		c.dropDown.Add(uint64(len(q)))
 		return
@@ -217,13 +218,18 @@ func (c *raftClass) enqueue(q []raftQueued, cfg RaftConfig) {
 	}
 }
 
-// setUp marks whether a writer has the stream open; going down drops what is queued
-// (stale by the time a new stream opens: raft resends what still matters).
+// setUp counts a writer that opened its stream (true) or ended it (false). When none is
+// left what is queued is dropped: stale by the time a new stream opens, and raft resends
+// what still matters.
 func (c *raftClass) setUp(up bool) {
 	c.mu.Lock()
-	c.mu.up = up
-	dropped := len(c.mu.q)
-	c.mu.q, c.mu.bytes = nil, 0
+	dropped := 0
+	if up {
+		c.mu.up++
+	} else if c.mu.up--; c.mu.up == 0 {
+		dropped = len(c.mu.q)
+		c.mu.q, c.mu.bytes = nil, 0
+	}
 	c.mu.Unlock()
 	c.dropDown.Add(uint64(dropped))
 }
@@ -239,7 +245,7 @@ func (c *raftClass) take() []raftQueued {
 func (c *raftClass) open() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.mu.up
+	return c.mu.up > 0
 }
 
 func (c *raftClass) queued() int {
@@ -268,13 +274,19 @@ func (f *Federation) startRaft(ctx context.Context, l *link, conn *quic.Conn, wg
 // runRaftClass keeps the stream of one class open on conn until ctx ends, reopening it
 // after RetryInterval when it fails while the connection lasts.
 func (f *Federation) runRaftClass(ctx context.Context, l *link, conn *quic.Conn, class byte, c *raftClass) {
+	last := "" // the previous failure: a peer that keeps refusing is logged once at WARN
 	for {
 		err := f.writeRaft(ctx, l, conn, class, c)
 		if ctx.Err() != nil || connectionEnded(err) {
 			return
 		}
 		l.setError(err)
-		l.log.Warn("raft stream ended; reopening", "class", raftClassName(class), "err", err, "after", f.cfg.Raft.RetryInterval)
+		level := slog.LevelWarn
+		if err.Error() == last {
+			level = slog.LevelDebug
+		}
+		last = err.Error()
+		l.log.Log(ctx, level, "raft stream ended; reopening", "class", raftClassName(class), "err", err, "after", f.cfg.Raft.RetryInterval)
 		select {
 		case <-ctx.Done():
 			return

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quic-go/quic-go"
 	pb "go.etcd.io/raft/v3/raftpb"
 
@@ -51,6 +52,7 @@ type raftNode struct {
 	deliver atomic.Pointer[func([]replica.Message)]
 	fedMu   sync.Mutex
 	fed     *Federation
+	reg     *prometheus.Registry
 	cancel  context.CancelFunc
 	done    chan struct{}
 	serveWG sync.WaitGroup
@@ -173,6 +175,7 @@ func (n *raftNode) startFed() {
 	t.Helper()
 	cfg := n.cfg
 	cfg.ID = n.id
+	reg := prometheus.NewRegistry()
 	cfg.Deliver = func(msgs []replica.Message) {
 		if d := n.deliver.Load(); d != nil {
 			(*d)(msgs)
@@ -183,7 +186,7 @@ func (n *raftNode) startFed() {
 		TLS:   &tls.Config{Certificates: []tls.Certificate{n.cert}, RootCAs: n.m.pool},
 		Peers: n.m.peers, BindHost: "127.0.0.1", Raft: cfg,
 		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond, ReconcileInterval: 100 * time.Millisecond,
-		AddrWatchInterval: -1, Logger: testLogger(t).With("node", n.name),
+		AddrWatchInterval: -1, Logger: testLogger(t).With("node", n.name), Registerer: reg,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +198,7 @@ func (n *raftNode) startFed() {
 		f.Run(ctx)
 	}()
 	n.fedMu.Lock()
-	n.fed, n.cancel, n.done = f, cancel, done
+	n.fed, n.cancel, n.done, n.reg = f, cancel, done, reg
 	n.fedMu.Unlock()
 }
 
@@ -548,8 +551,34 @@ func TestRaftReconnect(t *testing.T) {
 	if after[b.name].Control.SentMessages != before[b.name].Control.SentMessages+1 || after[b.name].Bulk.SentMessages != before[b.name].Bulk.SentMessages+1 {
 		t.Errorf("counters before %+v, after %+v", before[b.name], after[b.name])
 	}
-	if li, _ := a.fedNow().Links()[0], 0; li.Reconnects == 0 {
+	if li := a.fedNow().Links()[0]; li.Reconnects == 0 {
 		t.Errorf("link shows no reconnect: %+v", li)
+	}
+	// The same figures in Prometheus, one series per peer, class (and drop reason).
+	a.fedMu.Lock()
+	reg := a.reg
+	a.fedMu.Unlock()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := map[string]int{}
+	for _, mf := range mfs {
+		for _, mt := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range mt.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			series[mf.GetName()]++
+			if mf.GetName() == "quicmq_raft_sent_messages_total" && labels["class"] == "bulk" {
+				if labels["peer_node"] != b.name || labels["peer_region"] != "eu" || mt.GetCounter().GetValue() != float64(after[b.name].Bulk.SentMessages) {
+					t.Errorf("bulk sent series %v = %v, want %d", labels, mt.GetCounter().GetValue(), after[b.name].Bulk.SentMessages)
+				}
+			}
+		}
+	}
+	if series["quicmq_raft_sent_messages_total"] != 2 || series["quicmq_raft_dropped_messages_total"] != 6 || series["quicmq_raft_queued_messages"] != 2 {
+		t.Errorf("raft series: %v", series)
 	}
 }
 

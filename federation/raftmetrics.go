@@ -46,7 +46,8 @@ func (c *raftClass) stats() RaftClassStats {
 	}
 }
 
-// raftMetrics exports RaftStats per peer of this region and class, read at scrape time. A
+// raftMetrics exports RaftStats per peer of this region and class, read at scrape time,
+// when the transport is on. A
 // peer's series exist while this node has a link to it (at most the region's nodes x 2
 // classes); a peer gone from the links is forgotten at the scrape.
 type raftMetrics struct {
@@ -56,7 +57,7 @@ type raftMetrics struct {
 }
 
 func registerRaftMetrics(f *Federation, reg prometheus.Registerer) {
-	if reg == nil {
+	if reg == nil || f.cfg.Raft.ID == 0 {
 		return
 	}
 	l := []string{"peer_region", "peer_node", "class"}
