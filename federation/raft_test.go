@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -18,7 +17,6 @@ import (
 	"github.com/quic-go/quic-go"
 	pb "go.etcd.io/raft/v3/raftpb"
 
-	"github.com/quicmq/quicmq/internal/certs"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/wal"
@@ -30,9 +28,7 @@ import (
 // their raft IDs. Deliver goes to a function the test sets.
 
 type raftMesh struct {
-	t    *testing.T
-	ca   *certs.CA
-	pool *x509.CertPool
+	*fedMesh // its CA, and the leak check at cleanup; its nodes (one per region) stay unused
 
 	mu    sync.Mutex
 	nodes []*raftNode
@@ -58,18 +54,7 @@ type raftNode struct {
 	serveWG sync.WaitGroup
 }
 
-func newRaftMesh(t *testing.T) *raftMesh {
-	t.Helper()
-	ca, _, err := certs.EnsureCA(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(ca.Cert)
-	m := &raftMesh{t: t, ca: ca, pool: pool}
-	t.Cleanup(func() { checkNoLinkGoroutines(t) })
-	return m
-}
+func newRaftMesh(t *testing.T) *raftMesh { return &raftMesh{fedMesh: newFedMesh(t)} }
 
 func testRaftConfig() RaftConfig {
 	return RaftConfig{RetryInterval: 50 * time.Millisecond}
