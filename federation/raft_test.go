@@ -783,3 +783,46 @@ func TestDecodeRaftBatchRefusesForgery(t *testing.T) {
 		}
 	}
 }
+
+// TestRaftQueueBounds: a class queue takes what fits its message and byte bounds and drops
+// (and counts) the rest: everything while no stream is open, a message larger than a frame,
+// and what is queued when its last stream ends.
+func TestRaftQueueBounds(t *testing.T) {
+	cfg := RaftConfig{QueueMessages: 3, QueueBytes: 300, MaxFrame: 64 << 10}.withDefaults()
+	c := raftClass{wake: make(chan struct{}, 1)}
+	q := func(sizes ...int) []raftQueued {
+		var out []raftQueued
+		for _, s := range sizes {
+			out = append(out, raftQueued{m: heartbeat(1, 2, 0), size: s})
+		}
+		return out
+	}
+	c.enqueue(q(10, 10), cfg)
+	if s := c.stats(); s.DroppedNoStream != 2 || s.Queued != 0 {
+		t.Fatalf("no stream open: %+v", s)
+	}
+	c.setUp(true)
+	c.enqueue(q(100, 100, 200, 50, 50, 64<<10), cfg) // 200 is over the bytes, the last over a frame, the second 50 over the count
+	s := c.stats()
+	if s.Queued != 3 || s.DroppedFull != 2 || s.DroppedTooLarge != 1 {
+		t.Fatalf("bounded queue: %+v", s)
+	}
+	select {
+	case <-c.wake:
+	default:
+		t.Fatal("the writer was not woken")
+	}
+	if got := c.take(); len(got) != 3 || got[0].size != 100 || got[2].size != 50 {
+		t.Fatalf("take: %+v", got)
+	}
+	c.setUp(true) // a replaced link's writer, for a moment
+	c.enqueue(q(10), cfg)
+	c.setUp(false)
+	if s := c.stats(); !s.Open || s.Queued != 1 {
+		t.Fatalf("one writer left: %+v", s)
+	}
+	c.setUp(false)
+	if s := c.stats(); s.Open || s.Queued != 0 || s.DroppedNoStream != 3 {
+		t.Fatalf("no writer left: %+v", s)
+	}
+}
