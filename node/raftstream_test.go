@@ -58,3 +58,17 @@ func TestRaftStreamGoesToFederation(t *testing.T) {
 		t.Fatalf("got %v, want ERROR forbidden from the federation's raft transport", fr)
 	}
 }
+
+// TestRaftStreamRefusedToClients: a client's stream that starts with RAFT is refused with
+// ERROR forbidden, as WATCH and MIRROR are, with or without a mesh.
+func TestRaftStreamRefusedToClients(t *testing.T) {
+	n := newTestNode(t)
+	s := mustDial(t, n).open(&wire.Raft{Class: wire.RaftBulk, From: 1, To: 2})
+	fr, err := s.r.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, ok := fr.(*wire.ErrorFrame); !ok || e.Code != wire.CodeForbidden || !strings.Contains(e.Message, "RAFT is for node-to-node links") {
+		t.Fatalf("got %v, want ERROR forbidden", fr)
+	}
+}
