@@ -377,14 +377,17 @@ func heartbeatBehind(t *testing.T, cfg RaftConfig) (before, total int) {
 		msgs = append(msgs, appendMsg(1, 2, uint64(i), payload))
 	}
 	msgs = append(msgs, heartbeat(1, 2, 7))
+	start := time.Now()
 	a.fedNow().Send(2, msgs)
+	var hbAfter time.Duration
 	select {
 	case v := <-hb:
-		before = int(v)
+		before, hbAfter = int(v), time.Since(start)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the heartbeat never arrived")
 	}
 	waitUntil(t, 30*time.Second, "every append delivered", func() bool { return appends.Load() == n })
+	t.Logf("heartbeat delivered %v after the Send, after %d of %d appends; all appends after %v", hbAfter, before, n, time.Since(start))
 	return before, n
 }
 
@@ -396,7 +399,6 @@ func TestRaftHeartbeatNotBehindAppends(t *testing.T) {
 	cfg.QueueBytes = 128 << 20
 	t.Run("priority", func(t *testing.T) {
 		before, total := heartbeatBehind(t, cfg)
-		t.Logf("heartbeat delivered after %d of %d appends", before, total)
 		if before >= total {
 			t.Errorf("the heartbeat waited for all %d appends", total)
 		}
