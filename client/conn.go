@@ -46,6 +46,8 @@ type Conn struct {
 		waits   []chan struct{} // writerDone of failed streams whose futures were handed over
 	}
 
+	mig migration // Migrate and the address watcher (migrate.go)
+
 	pubMu    sync.Mutex // serialises starting a publish stream, which may wait for stream credit
 	redialMu sync.Mutex // serialises reconnecting (Options.Reconnect)
 	mu       struct {
@@ -75,13 +77,33 @@ type link struct {
 
 	mu    sync.Mutex
 	cause error // why the node ended the connection (ERROR on the control stream)
+	// The sockets migrations moved the connection to (migrate.go), and the one in use. Every
+	// socket stays open for the connection's life: quic-go ends the connection when its first
+	// transport closes, even after a switch.
+	paths  []*quic.Transport
+	local  string
+	closed bool // the sockets are closed: a migration that completes late closes its own
 }
 
-// close closes the connection with code and reason, then its transport and socket.
+// close closes the connection with code and reason, then its sockets.
 func (l *link) close(code quic.ApplicationErrorCode, reason string) {
 	l.qc.CloseWithError(code, reason)
+	l.closeSockets()
+}
+
+// closeSockets closes the transports and sockets of the connection (which must be over, or
+// be meant to end).
+func (l *link) closeSockets() {
+	l.mu.Lock()
+	paths := l.paths
+	l.paths, l.closed = nil, true
+	l.mu.Unlock()
 	l.tr.Close()
 	l.udp.Close()
+	for _, tr := range paths {
+		tr.Close()
+		tr.Conn.Close()
+	}
 }
 
 // Dial connects to a node of one region: a QUIC handshake with TLS 1.3 and ALPN "quicmq/1",
@@ -153,6 +175,7 @@ func Dial(ctx context.Context, opts Options, addrs ...string) (*Conn, error) {
 	c.mu.cur = l
 	c.wg.Add(1)
 	go c.readControl(l, r)
+	c.watchRoute()
 	return c, nil
 }
 
@@ -220,11 +243,7 @@ func forGood(c Code) bool { return c != CodeShuttingDown && c != CodeUnavailable
 // the control stream.
 func (c *Conn) dialNode(ctx context.Context, at int) (*link, *wire.Reader, error) {
 	a := c.addrs[at]
-	network, local := "udp4", &net.UDPAddr{IP: net.IPv4zero}
-	if a.raddr.IP.To4() == nil {
-		network, local = "udp6", &net.UDPAddr{IP: net.IPv6unspecified}
-	}
-	udp, err := net.ListenUDP(network, local)
+	network, udp, err := newSocket(a.raddr)
 	if err != nil {
 		return nil, nil, wrap("dial "+a.addr, fmt.Errorf("local socket: %w", err))
 	}
@@ -244,13 +263,24 @@ func (c *Conn) dialNode(ctx context.Context, at int) (*link, *wire.Reader, error
 		udp.Close()
 		return nil, nil, wrap("dial "+a.addr, err)
 	}
-	l := &link{at: at, addr: a.addr, udp: udp, tr: tr, qc: qc}
+	l := &link{at: at, addr: a.addr, udp: udp, tr: tr, qc: qc, local: udp.LocalAddr().String()}
 	r, err := c.hello(ctx, l)
 	if err != nil {
 		l.close(wire.AppNoError, "")
 		return nil, nil, wrap("dial "+a.addr, err)
 	}
+	c.mig.handshakes.Add(1)
 	return l, r, nil
+}
+
+// newSocket opens a UDP socket on a new port of every local address, of raddr's family.
+func newSocket(raddr *net.UDPAddr) (network string, udp *net.UDPConn, err error) {
+	network, local := "udp4", &net.UDPAddr{IP: net.IPv4zero}
+	if raddr.IP.To4() == nil {
+		network, local = "udp6", &net.UDPAddr{IP: net.IPv6unspecified}
+	}
+	udp, err = net.ListenUDP(network, local)
+	return network, udp, err
 }
 
 // current returns the connection in use.
@@ -287,8 +317,7 @@ func (c *Conn) live(ctx context.Context) (*link, error) {
 	c.wg.Add(1)
 	c.mu.Unlock()
 	go c.readControl(nl, r)
-	old.tr.Close() // its connection is gone already; this frees the socket
-	old.udp.Close()
+	old.closeSockets() // its connection is gone already; this frees the sockets
 	return nl, nil
 }
 
@@ -530,8 +559,7 @@ func (c *Conn) Close() error {
 		c.stop()
 		l.qc.CloseWithError(wire.AppNoError, "client closed")
 		c.wg.Wait()
-		l.tr.Close()
-		l.udp.Close()
+		l.closeSockets()
 	})
 	return nil
 }

@@ -66,8 +66,17 @@
 //     Reconnect too, publishes in flight on a lost connection are resent in order on the next
 //     one, and those already stored come back with [Ack].Duplicate and their original offset.
 //     Publishes cut off without Reconnect fail with an [*OutcomeUnknownError].
+//   - The Conn owns its UDP socket and quic.Transport, and moves its connection to a new one by
+//     QUIC connection migration ([Conn.Migrate]): a path on a new socket is probed and the
+//     connection switches to it, keeping every stream and the TLS session (no handshake). It
+//     does so on its own when the local address of the route to the node changes (checked
+//     every Options.MigrateCheck, 5 s). A migration that is refused leaves the connection as
+//     it was, or with Options.Reconnect makes the Conn reconnect instead; [Conn.Stats] counts
+//     handshakes, migrations, failures and fallbacks. Every socket a connection used stays
+//     open until it ends (quic-go ends a connection with its first socket).
 //
-// Goroutines: a Conn runs one goroutine reading the control stream and, once something was
+// Goroutines: a Conn runs one goroutine reading the control stream, one watching the route to
+// its node (unless Options.MigrateCheck is negative), and, once something was
 // published, two for the publish stream (a writer that batches frames, a reader that matches
 // acks to futures), and, while publishes are being resent after a lost connection, the
 // resender, which dials and hands them to a new publish stream. All of them belong to the Conn

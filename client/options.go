@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
@@ -50,6 +51,18 @@ type Options struct {
 	// that is down or cut off is noticed only after this long, so an application that must
 	// move on quickly sets it low, e.g. 3 s. Default 30 s.
 	IdleTimeout time.Duration
+	// MigrateCheck is how often the Conn looks up which local address the host's routes
+	// choose to reach its node. When that address changed (an interface came up or went
+	// away, an address changed: a laptop moving from one network to another), the Conn
+	// migrates to a new socket (Conn.Migrate), keeping every stream and without a new
+	// handshake. A NAT rebinding is not seen from the client; the node follows it on its own.
+	// Default 5 s; negative: never (Conn.Migrate still works).
+	MigrateCheck time.Duration
+	// MigrateTimeout bounds the probe of a migration's new path: unanswered for this long,
+	// the migration fails (and with Reconnect the Conn reconnects instead). Default 3 s.
+	MigrateTimeout time.Duration
+	// routeSource replaces the route lookup of MigrateCheck (tests: export_test.go).
+	routeSource func(*net.UDPAddr) (string, error)
 	// MaxPendingPublishes is the pipelining window: how many publishes may be unanswered at
 	// once on the Conn. PublishAsync blocks while it is full. Default 1024; keep it below the
 	// node's per-stream limit (4096 by default) so the node never has to stop reading.
@@ -94,6 +107,8 @@ const (
 	defaultIdleTimeout  = 30 * time.Second
 	defaultMaxPending   = 1024
 	defaultResendTime   = time.Minute
+	defaultMigrateCheck = 5 * time.Second
+	defaultMigrateProbe = 3 * time.Second
 	defaultClientName   = "quicmq-go"
 	closeDrainTimeout   = 2 * time.Second // how long Subscription.Close waits for the node's FIN
 	streamWindow        = 512 << 10
@@ -118,6 +133,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReconnectTimeout <= 0 {
 		o.ReconnectTimeout = defaultResendTime
+	}
+	if o.MigrateCheck == 0 {
+		o.MigrateCheck = defaultMigrateCheck
+	}
+	if o.MigrateTimeout <= 0 {
+		o.MigrateTimeout = defaultMigrateProbe
+	}
+	if o.routeSource == nil {
+		o.routeSource = routeSource
 	}
 	return o
 }

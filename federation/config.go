@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"time"
 
@@ -63,6 +64,9 @@ type Config struct {
 	// AddrWatchInterval is how often the host's addresses are compared with the last seen
 	// set; on a change every link migrates to a new socket. Default 5 s; negative disables.
 	AddrWatchInterval time.Duration
+	// ListenPacket opens a UDP socket on addr for a link to dial from (or migrate to).
+	// Default net.ListenUDP; tests wrap it to cut a node off without a word.
+	ListenPacket func(addr *net.UDPAddr) (net.PacketConn, error)
 	// LocalAddrs lists the host's addresses. Default net.InterfaceAddrs; tests replace it.
 	LocalAddrs func() ([]net.Addr, error)
 	// AblationSharedLink selects the shared-link stream mapping: all of a link's mirrors on
@@ -72,6 +76,19 @@ type Config struct {
 	// differs, every check runs as in the product. Default false: a peer's request is
 	// refused.
 	AblationSharedLink bool
+	// StallAfter is how long a mirror may carry no records while the origin reports its head
+	// past the mirror's position before it is reported stalled (quicmq_mirror_stalled, a WARN
+	// log line). Mirrors are checked every StallAfter/10. Default 30 s.
+	StallAfter time.Duration
+	// HeadReportInterval is how often a node reports, on the catalog stream of a peer of
+	// another region, the head (next offset and last record's time) of each announced topic
+	// whose head moved: what tells that peer its mirror is behind while the mirror stream
+	// itself carries nothing. Default 1 s.
+	HeadReportInterval time.Duration
+	// Incarnation identifies this start of the node to its peers (sent in each link's WATCH):
+	// a peer that sees a new incarnation drops its old connections to this node at once
+	// instead of waiting for their idle timeout. Default: a random number per New.
+	Incarnation uint64
 	// Raft configures the raft transport between this region's nodes (raft.go). Zero: off.
 	Raft RaftConfig
 	// MaxMirrorSeries caps the per-mirror metric label sets. Default 1000.
@@ -106,6 +123,9 @@ func (c Config) Validate() error {
 			bad("Mirror: %v", err)
 		}
 	}
+	if c.StallAfter < 0 || c.HeadReportInterval < 0 {
+		bad("StallAfter %v and HeadReportInterval %v: want >= 0 (0: the default)", c.StallAfter, c.HeadReportInterval)
+	}
 	if c.ReconnectMin < 0 || c.ReconnectMax < 0 || (c.ReconnectMax > 0 && c.ReconnectMin > c.ReconnectMax) {
 		bad("ReconnectMin %v and ReconnectMax %v: want 0 <= min <= max", c.ReconnectMin, c.ReconnectMax)
 	}
@@ -129,8 +149,20 @@ func (c Config) withDefaults() Config {
 	if c.AddrWatchInterval == 0 {
 		c.AddrWatchInterval = 5 * time.Second
 	}
+	if c.ListenPacket == nil {
+		c.ListenPacket = func(addr *net.UDPAddr) (net.PacketConn, error) { return net.ListenUDP("udp", addr) }
+	}
 	if c.LocalAddrs == nil {
 		c.LocalAddrs = net.InterfaceAddrs
+	}
+	if c.StallAfter <= 0 {
+		c.StallAfter = 30 * time.Second
+	}
+	if c.HeadReportInterval <= 0 {
+		c.HeadReportInterval = time.Second
+	}
+	for c.Incarnation == 0 {
+		c.Incarnation = rand.Uint64()
 	}
 	if c.MaxMirrorSeries <= 0 {
 		c.MaxMirrorSeries = 1000

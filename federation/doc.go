@@ -18,6 +18,16 @@
 // A node stopping closes its links with wire.AppShutdown; a peer that receives it logs the
 // departure at INFO and redials, where any other loss of a link is a WARN.
 //
+// A killed node's peers do not wait for QUIC's idle timeout (heal.go): a peer's new link
+// connection supersedes its older one at once (the accepting side closes the old one when the
+// new one's catalog stream arrives), and the incarnation in its WATCH tells whether it
+// restarted, in which case the accepting side also redials its own link to it.
+//
+// Each link keeps, per mirrored topic, the origin's head as the origin reports it (HEAD on the
+// mirror stream, and on the catalog stream every HeadReportInterval) and the mirror's
+// progress (stall.go): the lag in seconds is measured against that head, and Run's stall
+// check reports a mirror that carries nothing while the head moves (StallAfter).
+//
 // Goroutines: Run owns one goroutine per link. A link's goroutine dials, runs the catalog
 // stream and one goroutine per mirror stream, and redials (resuming every mirror from its
 // cursor) when the connection is lost. The serving side runs on the stream goroutines the node

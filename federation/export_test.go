@@ -51,3 +51,7 @@ func (l *link) sharedLink() *sharedLink {
 	sl, _ := l.mu.opener.(*sharedLink)
 	return sl
 }
+
+// pauseServing stops (or resumes) this node's serving of every mirror stream of topic, as
+// a serving goroutine stuck on a slow disk would: its peers' mirrors of topic get nothing.
+func (f *Federation) pauseServing(topic string, paused bool) { f.pause.set(topic, paused) }

@@ -35,9 +35,11 @@ type Federation struct {
 		interest    map[string]int              // local subscription patterns, reference-counted
 		links       map[string]*link
 		counters    map[[2]string]*linkCounters // by peer (region, name), while it is in the mesh
+		accepted    map[string]acceptedPeer     // by peer name: its newest connection to this node (heal.go)
 		closed      bool
 	}
-	wg sync.WaitGroup // link goroutines
+	pause pauseSet       // serving paused by a test (export_test.go); empty in the product
+	wg    sync.WaitGroup // link goroutines
 }
 
 // New validates cfg. It starts nothing: Run does.
@@ -56,6 +58,7 @@ func New(cfg Config) (*Federation, error) {
 	f.mu.mirrorLocks = make(map[[2]string]chan struct{})
 	f.mu.links = make(map[string]*link)
 	f.mu.counters = make(map[[2]string]*linkCounters)
+	f.mu.accepted = make(map[string]acceptedPeer)
 	f.metrics = newMetrics(f, cfg.Registerer, cfg.MaxMirrorSeries)
 	registerRaftMetrics(f, cfg.Registerer)
 	return f, nil
@@ -72,9 +75,15 @@ func (f *Federation) Run(ctx context.Context) error {
 		defer at.Stop()
 		addrTick = at.C
 	}
+	stalls := time.NewTicker(max(f.cfg.StallAfter/10, time.Millisecond))
+	defer stalls.Stop()
 	lastAddrs := f.localAddrs()
+	reconcile := true
 	for {
-		f.reconcile(ctx)
+		if reconcile {
+			f.reconcile(ctx)
+		}
+		reconcile = true
 		select {
 		case <-addrTick:
 			if now := f.localAddrs(); now != lastAddrs && now != "" {
@@ -93,6 +102,9 @@ func (f *Federation) Run(ctx context.Context) error {
 			f.mu.Unlock()
 			f.wg.Wait()
 			return nil
+		case <-stalls.C:
+			f.checkStalls()
+			reconcile = false // not a reason to compare links with Peers
 		case <-f.wake:
 		case <-t.C:
 		}
@@ -131,6 +143,11 @@ func (f *Federation) reconcile(ctx context.Context) {
 	for key := range f.mu.counters {
 		if p, ok := want[key[1]]; !ok || p.Region != key[0] {
 			delete(f.mu.counters, key)
+		}
+	}
+	for name := range f.mu.accepted {
+		if _, ok := want[name]; !ok {
+			delete(f.mu.accepted, name)
 		}
 	}
 	for name, p := range want {

@@ -2,6 +2,7 @@ package federation
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -50,6 +51,7 @@ type nodeOpts struct {
 	localAddrs func() ([]net.Addr, error) // nil: the address watch is off
 	walFS      func() wal.Options         // nil: the disk, no retention loop
 	sharedLink bool                       // Config.AblationSharedLink (ablation_test.go)
+	stallAfter time.Duration              // Config.StallAfter (0: the default, 30 s)
 }
 
 func newFedMesh(t *testing.T) *fedMesh {
@@ -90,6 +92,8 @@ type fedNode struct {
 	dir          string
 	opts         nodeOpts
 	cert         tls.Certificate
+	resetKey     quic.StatelessResetKey     // the listener's, kept across restarts as node keeps it on disk
+	ks           atomic.Pointer[killSwitch] // this start's: kill cuts every socket of the node at once
 
 	log    *wal.Log
 	filter *packetFilter // the listener's socket
@@ -123,6 +127,8 @@ func (m *fedMesh) addNode(region string, opts nodeOpts) *fedNode {
 		m.t.Fatal(err)
 	}
 	n := &fedNode{m: m, region: region, name: name, dir: m.t.TempDir(), opts: opts, cert: cert, listen: "127.0.0.1:0", logs: &logRecorder{}}
+	cryptorand.Read(n.resetKey[:])
+	n.ks.Store(new(killSwitch))
 	m.mu.Lock()
 	m.nodes[region] = n
 	m.mu.Unlock()
@@ -131,8 +137,8 @@ func (m *fedMesh) addNode(region string, opts nodeOpts) *fedNode {
 	n.startFed()
 	m.t.Cleanup(n.stop)
 	for _, o := range m.all() {
-		if o != n {
-			o.fedNow().PeersChanged()
+		if f := o.fedNow(); o != n && f != nil {
+			f.PeersChanged()
 		}
 	}
 	return n
@@ -167,6 +173,14 @@ func (n *fedNode) openLog() {
 }
 
 func (n *fedNode) startListener() {
+	n.bindListener()
+	n.serveWG.Add(1)
+	go n.acceptLoop(n.ln)
+}
+
+// bindListener listens without accepting yet (quic-go queues the handshakes), as node.New
+// does before Run.
+func (n *fedNode) bindListener() {
 	t := n.m.t
 	t.Helper()
 	addr, err := net.ResolveUDPAddr("udp", n.listen)
@@ -185,8 +199,8 @@ func (n *fedNode) startListener() {
 		t.Fatal(err)
 	}
 	n.listen = udp.LocalAddr().String()
-	n.filter = &packetFilter{conn: udp}
-	n.tr = &quic.Transport{Conn: n.filter}
+	n.filter = &packetFilter{conn: udp, ks: n.ks.Load()}
+	n.tr = &quic.Transport{Conn: n.filter, StatelessResetKey: &n.resetKey}
 	n.ln, err = n.tr.Listen(&tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{n.cert},
@@ -206,8 +220,6 @@ func (n *fedNode) startListener() {
 	n.conns = make(map[*quic.Conn]struct{})
 	a := n.listen
 	n.addr.Store(&a)
-	n.serveWG.Add(1)
-	go n.acceptLoop(n.ln)
 }
 
 func (n *fedNode) acceptLoop(ln *quic.Listener) {
@@ -252,7 +264,7 @@ func (n *fedNode) serveConn(conn *quic.Conn) {
 				str.CancelWrite(wire.AppProtocol)
 				return
 			}
-			fed.ServeStream(conn.Context(), str, r, f)
+			fed.ServeStream(conn.Context(), conn, str, r, f)
 		}()
 	}
 }
@@ -295,15 +307,24 @@ func (n *fedNode) startFed() {
 			}
 			return out
 		},
-		Mirror:            n.opts.mirror,
-		LocalAddrs:        n.opts.localAddrs,
-		AddrWatchInterval: addrWatch(n.opts.localAddrs),
-		BindHost:          "127.0.0.1",
-		ReconnectMin:      20 * time.Millisecond,
-		ReconnectMax:      200 * time.Millisecond,
-		ReconcileInterval: 100 * time.Millisecond,
-		Logger:            slog.New(n.logs.handler(testLogger(t).Handler())).With("node", n.name),
-		Registerer:        reg,
+		Mirror:     n.opts.mirror,
+		LocalAddrs: n.opts.localAddrs,
+		ListenPacket: func(addr *net.UDPAddr) (net.PacketConn, error) {
+			udp, err := net.ListenUDP("udp", addr)
+			if err != nil {
+				return nil, err
+			}
+			return &killableConn{PacketConn: udp, ks: n.ks.Load()}, nil
+		},
+		AddrWatchInterval:  addrWatch(n.opts.localAddrs),
+		BindHost:           "127.0.0.1",
+		ReconnectMin:       20 * time.Millisecond,
+		ReconnectMax:       200 * time.Millisecond,
+		ReconcileInterval:  100 * time.Millisecond,
+		StallAfter:         n.opts.stallAfter,
+		HeadReportInterval: 20 * time.Millisecond,
+		Logger:             slog.New(n.logs.handler(testLogger(t).Handler())).With("node", n.name),
+		Registerer:         reg,
 
 		AblationSharedLink: n.opts.sharedLink,
 	})
@@ -338,6 +359,7 @@ func (n *fedNode) stopFed() {
 	n.fedMu.Lock()
 	cancel, done := n.cancel, n.done
 	n.cancel, n.done = nil, nil
+	n.fed = nil // streams arriving from now on are refused, as a stopped node's would be
 	n.fedMu.Unlock()
 	if cancel == nil {
 		return
@@ -363,16 +385,48 @@ func (n *fedNode) stop() {
 	}
 }
 
-func (n *fedNode) restart() {
+// kill stops the node as SIGKILL would, as far as its peers can tell: from this moment no
+// packet of it leaves or is read (no CONNECTION_CLOSE, no stateless reset), then its pieces
+// are stopped behind that wall. Its synced log stays, as on a real disk.
+func (n *fedNode) kill() {
+	n.ks.Load().dead.Store(true)
+	if a := n.addr.Load(); a != nil {
+		n.listed.Store(a) // gossip lists a killed node until it notices
+	}
+	n.stop()
+}
+
+// restart returns when the node is back: log open, listening (at the returned time) and its
+// federation started.
+func (n *fedNode) restart() (listening time.Time) {
 	n.m.t.Helper()
+	n.ks.Store(new(killSwitch))
 	n.openLog()
-	n.startListener()
+	n.bindListener()
+	listening = time.Now()
 	n.startFed()
+	n.serveWG.Add(1)
+	go n.acceptLoop(n.ln)
 	for _, o := range n.m.all() {
-		if o != n {
-			o.fedNow().PeersChanged()
+		if f := o.fedNow(); o != n && f != nil {
+			f.PeersChanged()
 		}
 	}
+	return listening
+}
+
+// cursor is n's stored mirror cursor of topic from region: the last origin offset mirrored,
+// -1 for none.
+func (n *fedNode) cursor(t testing.TB, region, topic string) int64 {
+	t.Helper()
+	pos, ok, err := n.log.Position(cursorName(region), topic)
+	if err != nil {
+		t.Fatalf("%s: cursor of %s from %s: %v", n.name, topic, region, err)
+	}
+	if !ok {
+		return -1
+	}
+	return int64(pos)
 }
 
 // link returns this node's link to region.
@@ -390,6 +444,7 @@ func (n *fedNode) link(region string) (LinkInfo, bool) {
 // not a *net.UDPConn, so quic-go reads it through ReadFrom only.
 type packetFilter struct {
 	conn      *net.UDPConn
+	ks        *killSwitch
 	mode      atomic.Int32 // filterPass, filterDropAll, filterOnlyPort
 	onlyPort  atomic.Int32
 	dropped   atomic.Uint64
@@ -408,6 +463,9 @@ func (c *packetFilter) ReadFrom(b []byte) (int, net.Addr, error) {
 		if err != nil {
 			return n, addr, err
 		}
+		if c.ks.dead.Load() {
+			continue
+		}
 		switch c.mode.Load() {
 		case filterDropAll:
 			c.dropped.Add(1)
@@ -423,12 +481,42 @@ func (c *packetFilter) ReadFrom(b []byte) (int, net.Addr, error) {
 	}
 }
 
-func (c *packetFilter) WriteTo(b []byte, addr net.Addr) (int, error) { return c.conn.WriteTo(b, addr) }
-func (c *packetFilter) Close() error                                 { return c.conn.Close() }
-func (c *packetFilter) LocalAddr() net.Addr                          { return c.conn.LocalAddr() }
-func (c *packetFilter) SetDeadline(t time.Time) error                { return c.conn.SetDeadline(t) }
-func (c *packetFilter) SetReadDeadline(t time.Time) error            { return c.conn.SetReadDeadline(t) }
-func (c *packetFilter) SetWriteDeadline(t time.Time) error           { return c.conn.SetWriteDeadline(t) }
+func (c *packetFilter) WriteTo(b []byte, addr net.Addr) (int, error) {
+	if c.ks.dead.Load() {
+		return len(b), nil
+	}
+	return c.conn.WriteTo(b, addr)
+}
+func (c *packetFilter) Close() error                       { return c.conn.Close() }
+func (c *packetFilter) LocalAddr() net.Addr                { return c.conn.LocalAddr() }
+func (c *packetFilter) SetDeadline(t time.Time) error      { return c.conn.SetDeadline(t) }
+func (c *packetFilter) SetReadDeadline(t time.Time) error  { return c.conn.SetReadDeadline(t) }
+func (c *packetFilter) SetWriteDeadline(t time.Time) error { return c.conn.SetWriteDeadline(t) }
+
+// killSwitch is one start of a node: once dead, its sockets send and read nothing.
+type killSwitch struct{ dead atomic.Bool }
+
+// killableConn is a link's socket under the node's kill switch.
+type killableConn struct {
+	net.PacketConn
+	ks *killSwitch
+}
+
+func (c *killableConn) ReadFrom(b []byte) (int, net.Addr, error) {
+	for {
+		n, addr, err := c.PacketConn.ReadFrom(b)
+		if err != nil || !c.ks.dead.Load() {
+			return n, addr, err
+		}
+	}
+}
+
+func (c *killableConn) WriteTo(b []byte, addr net.Addr) (int, error) {
+	if c.ks.dead.Load() {
+		return len(b), nil
+	}
+	return c.PacketConn.WriteTo(b, addr)
+}
 
 // publish appends records with the given payloads to topic, in one synced commit, as a
 // publish in the node's region would.

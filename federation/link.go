@@ -32,6 +32,7 @@ type link struct {
 	cancel context.CancelFunc
 
 	interestWake chan struct{}
+	redial       chan struct{} // the peer restarted: cut a back-off short (peerRestarted)
 	counters     *linkCounters // the peer's, shared with the links to it before and after this one
 	migrations   atomic.Uint64
 	reconnects   atomic.Uint64
@@ -45,6 +46,8 @@ type link struct {
 		mirrors    map[string]*mirror
 		opener     mirrorOpener // the stream mapping on conn (nil on a link within the region)
 		lastErr    string
+		cancelDial context.CancelFunc       // ends the dial in progress (nil when none)
+		health     map[string]*mirrorHealth // by topic: outlives the link's connections and mirrors
 	}
 }
 
@@ -74,8 +77,10 @@ func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 		f: f, peer: p, ctx: ctx, cancel: cancel, counters: counters,
 		log:          f.log.With("peer", p.Name, "peer_region", p.Region),
 		interestWake: make(chan struct{}, 1),
+		redial:       make(chan struct{}, 1),
 	}
 	l.mu.mirrors = make(map[string]*mirror)
+	l.mu.health = make(map[string]*mirrorHealth)
 	return l
 }
 
@@ -97,6 +102,10 @@ func (l *link) run(parent context.Context) {
 
 	backoff := l.f.cfg.ReconnectMin
 	for attempt := 0; ctx.Err() == nil; attempt++ {
+		select { // a restart the peer announced before this attempt is the one it reaches
+		case <-l.redial:
+		default:
+		}
 		conn, err := l.dial(ctx)
 		if err != nil {
 			l.setError(err)
@@ -106,6 +115,9 @@ func (l *link) run(parent context.Context) {
 			select {
 			case <-ctx.Done():
 			case <-time.After(backoff):
+			case <-l.redial: // the peer is back (it dialed this node): now, not after the back-off
+				backoff = l.f.cfg.ReconnectMin
+				continue
 			}
 			backoff = min(backoff*2, l.f.cfg.ReconnectMax)
 			continue
@@ -128,6 +140,22 @@ func (l *link) run(parent context.Context) {
 		switch {
 		case ctx.Err() != nil:
 			l.log.Info("link closed: the peer left the mesh or moved")
+		case closedForPeerRestart(err):
+			l.reconnects.Add(1)
+			l.setError(err)
+			l.log.Info("link to the peer's previous process closed; redialing its new one")
+		case supersededByPeer(err):
+			// The peer closes only connections it holds a newer one for, and this link holds
+			// one at a time: another node presents this node's name. Back off rather than
+			// take turns with it at handshake speed.
+			l.reconnects.Add(1)
+			l.setError(err)
+			l.log.Warn("link connection superseded at the peer by a newer one that is not this link's (another node with this node's name?); redialing after a back-off",
+				"backoff", l.f.cfg.ReconnectMax)
+			select {
+			case <-ctx.Done():
+			case <-time.After(l.f.cfg.ReconnectMax):
+			}
 		case peerStopping(err):
 			l.reconnects.Add(1)
 			l.setError(err)
@@ -150,11 +178,11 @@ func (l *link) setError(err error) {
 }
 
 func (l *link) newTransport() (*quic.Transport, error) {
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.ParseIP(l.f.cfg.BindHost)})
+	pc, err := l.f.cfg.ListenPacket(&net.UDPAddr{IP: net.ParseIP(l.f.cfg.BindHost)})
 	if err != nil {
 		return nil, err
 	}
-	return &quic.Transport{Conn: udp}, nil
+	return &quic.Transport{Conn: pc}, nil
 }
 
 func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
@@ -173,6 +201,14 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 	tlsConf.MinVersion = tls.VersionTLS13
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	l.mu.Lock()
+	l.mu.cancelDial = cancel
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.mu.cancelDial = nil
+		l.mu.Unlock()
+	}()
 	conn, err := tr.Dial(dctx, addr, tlsConf, &quic.Config{
 		KeepAlivePeriod:                5 * time.Second,
 		MaxIdleTimeout:                 30 * time.Second,
@@ -245,7 +281,9 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 		l.mu.opener = opener
 		l.mu.Unlock()
 	}
-	w.Write(&wire.Watch{Patterns: patterns})
+	// The incarnation tells the peer whether this is a reconnect or a restarted node
+	// (peerHello on its side).
+	w.Write(&wire.Watch{Patterns: patterns, Incarnation: l.f.cfg.Incarnation})
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -307,6 +345,12 @@ func (l *link) readCatalog(ctx context.Context, str *quic.Stream, announced chan
 			if cb := l.f.cfg.OnCatalogSynced; cb != nil {
 				cb(l.peer)
 			}
+		case *wire.Head:
+			// The head of an announced topic (HeadReportInterval at the peer): what tells a
+			// mirror it is behind while its own stream carries nothing.
+			if f.Topic != "" && l.f.mirrored(f.Topic, l.f.patterns()) {
+				l.healthOf(f.Topic).reported(f.Next, f.Time, l.f.cfg.Now())
+			}
 		case *wire.ErrorFrame:
 			return f.AsError()
 		default:
@@ -323,6 +367,7 @@ func (l *link) syncMirrors(ctx context.Context, conn *quic.Conn, o mirrorOpener,
 	for t, m := range l.mu.mirrors {
 		if !l.f.mirrored(t, patterns) {
 			m.stop()
+			delete(l.mu.health, t) // a topic no longer mirrored here is not behind
 		}
 		// A stopped mirror stays until it has ended, so its successor never overlaps it.
 		if m.ended() {

@@ -18,7 +18,7 @@ type metrics struct {
 	linkRTT, linkMinRTT, linkCwnd, linkStreams, linkUp                      *prometheus.Desc
 	linkSent, linkRecv, linkLost, linkSentPkts, linkRecvPkts, linkLostBytes *prometheus.Desc
 	linkMigrations, linkReconnects                                          *prometheus.Desc
-	mirrorLag, mirrorLagSeconds, mirrorRecords                              *prometheus.Desc
+	mirrorLag, mirrorLagSeconds, mirrorRecords, mirrorStalled               *prometheus.Desc
 }
 
 func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metrics {
@@ -52,8 +52,11 @@ func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metric
 		linkReconnects: d("quicmq_link_reconnects_total", "Times the link was re-established after losing its connection.", link),
 		mirrorLag: d("quicmq_mirror_lag_records",
 			"Records of the origin's log not yet scanned by this mirror (upper bound).", mir),
-		mirrorLagSeconds: d("quicmq_mirror_lag_seconds", "Origin time between the origin's last record and the last one scanned.", mir),
-		mirrorRecords:    d("quicmq_mirror_records_total", "Records mirrored by this mirror stream since it started.", mir),
+		mirrorLagSeconds: d("quicmq_mirror_lag_seconds",
+			"Origin time between the origin's head as the origin last reported it and the last record this mirror scanned (grows while the mirror is stuck).", mir),
+		mirrorStalled: d("quicmq_mirror_stalled",
+			"1 while the mirror has carried no records for StallAfter although the origin reports its head past the mirror's position.", mir),
+		mirrorRecords: d("quicmq_mirror_records_total", "Records mirrored by this mirror stream since it started.", mir),
 	}
 	if reg != nil {
 		reg.MustRegister(m.mirrored, m.gaps, m)
@@ -65,7 +68,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.linkUp, m.linkRTT, m.linkMinRTT, m.linkCwnd, m.linkSent,
 		m.linkRecv, m.linkLost, m.linkSentPkts, m.linkRecvPkts, m.linkLostBytes, m.linkStreams,
 		m.linkMigrations, m.linkReconnects,
-		m.mirrorLag, m.mirrorLagSeconds, m.mirrorRecords} {
+		m.mirrorLag, m.mirrorLagSeconds, m.mirrorRecords, m.mirrorStalled} {
 		ch <- d
 	}
 }
@@ -115,10 +118,18 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			}
 			seen[key] = true
 			series++
-			recs, secs := mi.lag()
+			recs, secs, stalled := mi.lag()
 			gauge(m.mirrorLag, float64(recs), mi.topic, r)
 			gauge(m.mirrorLagSeconds, secs, mi.topic, r)
+			gauge(m.mirrorStalled, b2f(stalled), mi.topic, r)
 			counter(m.mirrorRecords, float64(mi.records.Load()), mi.topic, r)
 		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -28,16 +28,15 @@ type mirror struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	cursor   atomic.Int64  // last mirrored origin offset, -1 for none
-	lagRecs  atomic.Uint64 // from the last HEAD
-	lagNanos atomic.Int64  // from the last HEAD
-	records  atomic.Uint64
-	gaps     atomic.Uint64 // records lost to the origin's retention before they were mirrored
+	health  *mirrorHealth // the link's, for this topic: lag and stall state
+	cursor  atomic.Int64  // last mirrored origin offset, -1 for none
+	records atomic.Uint64
+	gaps    atomic.Uint64 // records lost to the origin's retention before they were mirrored
 }
 
 func newMirror(l *link, topic string) *mirror {
 	ctx, cancel := context.WithCancel(l.ctx)
-	m := &mirror{l: l, topic: topic, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	m := &mirror{l: l, topic: topic, ctx: ctx, cancel: cancel, done: make(chan struct{}), health: l.healthOfLocked(topic)}
 	m.cursor.Store(-1)
 	return m
 }
@@ -139,6 +138,11 @@ type mirrorBatch struct {
 	records []wal.Record
 	bytes   int
 	next    uint64
+	// The origin's scan position from a HEAD that followed the batch's records, and the
+	// origin time of the last record scanned: progress once the batch is appended.
+	scanPos  uint64
+	scanTime int64
+	lastTime int64 // origin time of the batch's last record
 }
 
 // due reports whether the batch should be appended now: it is full, or it is not empty and
@@ -166,11 +170,22 @@ func (m *mirror) apply(ctx context.Context, b *mirrorBatch, f wire.Frame) error 
 			Headers: f.Headers, Payload: f.Payload,
 		})
 		b.bytes += len(f.Payload)
+		b.lastTime = f.Time
 	case *wire.Head:
-		if f.Next >= f.Position {
-			m.lagRecs.Store(f.Next - f.Position)
+		now := m.l.f.cfg.Now()
+		m.health.reported(f.Next, f.Time, now)
+		var scanTime int64 // origin time of the last record scanned (0: unknown)
+		if f.Time != 0 {
+			scanTime = f.Time
+			if f.Position < f.Next {
+				scanTime = f.Time - max(f.Lag, 0)
+			}
 		}
-		m.lagNanos.Store(max(f.Lag, 0))
+		if len(b.records) == 0 {
+			m.health.scanned(f.Position, scanTime, now)
+		} else { // progress once the records before it are appended (flush)
+			b.scanPos, b.scanTime = f.Position, scanTime
+		}
 	case *wire.Gap:
 		if err := m.flush(b); err != nil {
 			return err
@@ -209,15 +224,29 @@ func (m *mirror) flush(b *mirrorBatch) error {
 		return fmt.Errorf("append mirrored records: %w", res.Err)
 	}
 	m.cursor.Store(int64(last))
+	now := m.l.f.cfg.Now()
+	m.health.scanned(last+1, b.lastTime, now)
+	if b.scanPos > 0 {
+		m.health.scanned(b.scanPos, b.scanTime, now)
+		b.scanPos, b.scanTime = 0, 0
+	}
 	m.records.Add(uint64(len(b.records)))
 	m.l.f.metrics.mirrored.Add(float64(len(b.records)))
 	b.records, b.bytes = nil, 0 // the log may keep the slice: a new one
 	return nil
 }
 
-// lag is the mirror's distance behind the origin, from the serving node's last HEAD: records
-// not yet scanned in the origin's log (an upper bound: it counts records the origin mirrored
-// from other regions, which are skipped), and the time between them.
-func (m *mirror) lag() (records uint64, seconds float64) {
-	return m.lagRecs.Load(), time.Duration(m.lagNanos.Load()).Seconds()
+// lag is the mirror's distance behind the origin's head as the origin last reported it:
+// records not yet scanned in the origin's log (an upper bound: it counts records the origin
+// mirrored from other regions, which are skipped), the origin time between its head and the
+// last record scanned, and whether the mirror is stalled.
+func (m *mirror) lag() (records uint64, seconds float64, stalled bool) {
+	h := m.health
+	seconds, stalled = h.lag(m.l.f.cfg.Now())
+	h.mu.Lock()
+	if h.headNext > h.reached {
+		records = h.headNext - h.reached
+	}
+	h.mu.Unlock()
+	return records, seconds, stalled
 }

@@ -197,7 +197,9 @@ func TestRetentionGapIsReported(t *testing.T) {
 		for _, ti := range b.log.Topics() {
 			if ti.Name == topic {
 				per := int64(ti.Bytes / ti.Records)
-				b.log.SetRetention(topic, wal.Retention{MaxBytes: per*int64(keep) + per/2})
+				if err := b.log.SetRetention(t.Context(), topic, wal.Retention{MaxBytes: per*int64(keep) + per/2}); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		if err := b.log.EnforceRetention(); err != nil {

@@ -27,7 +27,7 @@ import (
 // goroutine on the link's connection: a bulk write blocked on flow control holds up no
 // heartbeat. Send never blocks the driver: it drops what does not fit, what has no open
 // stream and what is larger than a frame, and counts it; raft resends. The receiving side
-// (ServeRaft) checks the opener, decodes each RAFT_BATCH and hands it to Config.Raft.Deliver.
+// (serveRaft) checks the opener, decodes each RAFT_BATCH and hands it to Config.Raft.Deliver.
 //
 // A node's raft ID comes from RaftNodeID (raftid.go): drawn once at random and kept in its
 // data directory, so a node whose disk is lost returns with a new ID, never its old one.
@@ -382,20 +382,13 @@ func raftClassName(c byte) string {
 	return "control"
 }
 
-// IsRaftFrame reports whether a stream starting with f is a raft stream (ServeRaft).
-func IsRaftFrame(f wire.Frame) bool {
-	_, ok := f.(*wire.Raft)
-	return ok
-}
-
-// ServeRaft serves a raft stream a peer opened on conn, whose first frame (RAFT) r has
-// read: it decodes each RAFT_BATCH and hands its messages to Config.Raft.Deliver, until the
+// serveRaft serves a raft stream a peer opened on conn, whose first frame (RAFT) r has
+// read (ServeStream hands it over): it decodes each RAFT_BATCH and hands its messages to Config.Raft.Deliver, until the
 // stream or ctx ends. Only a node of this region may open one: authenticated by mutual TLS
 // on a quicmq-peer/1 connection, linked to from here, and naming the raft IDs of both ends;
 // any other is refused with ERROR forbidden. A malformed batch, or a message claiming
-// another sender or receiver, ends the stream with ERROR protocol. The node calls it on the
-// stream's goroutine.
-func (f *Federation) ServeRaft(ctx context.Context, conn *quic.Conn, str *quic.Stream, r *wire.Reader, first wire.Frame) error {
+// another sender or receiver, ends the stream with ERROR protocol.
+func (f *Federation) serveRaft(ctx context.Context, conn *quic.Conn, str *quic.Stream, r *wire.Reader, open *wire.Raft) error {
 	fail := func(e *wire.Error) error {
 		w := wire.NewWriter(str)
 		w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
@@ -403,10 +396,6 @@ func (f *Federation) ServeRaft(ctx context.Context, conn *quic.Conn, str *quic.S
 		str.Close()
 		str.CancelRead(wire.AppProtocol)
 		return fmt.Errorf("federation: raft stream: %w", e)
-	}
-	open, ok := first.(*wire.Raft)
-	if !ok {
-		return fail(wire.Errorf(wire.CodeProtocol, "a raft stream starts with RAFT, not %s", first.Type()))
 	}
 	peer, e := f.raftOpener(conn, open)
 	if e != nil {

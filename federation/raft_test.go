@@ -23,7 +23,7 @@ import (
 )
 
 // The raft harness: nodes of one or more regions in this process, each a QUIC listener whose
-// streams go to ServeRaft or ServeStream by their first frame (as node's sessions do), a
+// streams go to ServeStream (as node's sessions hand them over), a
 // wal.Log (the Federation requires one) and a Federation whose Peers are all the others, with
 // their raft IDs. Deliver goes to a function the test sets.
 
@@ -140,15 +140,12 @@ func (n *raftNode) acceptLoop() {
 					r := wire.NewReader(str, wire.Limits{})
 					f, err := r.Read()
 					fed := n.fedNow()
-					switch {
-					case err == nil && fed != nil && IsRaftFrame(f):
-						fed.ServeRaft(conn.Context(), conn, str, r, f)
-					case err == nil && fed != nil && IsPeerFrame(f):
-						fed.ServeStream(conn.Context(), str, r, f)
-					default:
+					if err != nil || fed == nil || !IsPeerFrame(f) {
 						str.CancelRead(wire.AppProtocol)
 						str.CancelWrite(wire.AppProtocol)
+						return
 					}
+					fed.ServeStream(conn.Context(), conn, str, r, f)
 				}()
 			}
 		}()

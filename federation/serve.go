@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/quic-go/quic-go"
 
@@ -13,17 +14,22 @@ import (
 	"github.com/quicmq/quicmq/wal"
 )
 
-// ServeStream serves a stream a peer opened on a quicmq-peer/1 connection, whose first frame
-// (WATCH or MIRROR) has been read. It returns when the stream ends. The node calls it on the
-// stream's goroutine; the peer was authenticated by mutual TLS.
-func (f *Federation) ServeStream(ctx context.Context, str *quic.Stream, r *wire.Reader, first wire.Frame) error {
+// ServeStream serves a stream a peer opened on its quicmq-peer/1 connection conn, whose
+// first frame (WATCH, MIRROR or RAFT) has been read. It returns when the stream ends. The node
+// calls it on the stream's goroutine; the peer was authenticated by mutual TLS. A catalog
+// stream (WATCH) begins the peer's link connection: it supersedes the peer's older
+// connection, which is closed at once (heal.go).
+func (f *Federation) ServeStream(ctx context.Context, conn *quic.Conn, str *quic.Stream, r *wire.Reader, first wire.Frame) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	switch fr := first.(type) {
 	case *wire.Watch:
-		return f.serveCatalog(ctx, cancel, str, r, fr)
+		f.peerHello(conn, fr.Incarnation)
+		return f.serveCatalog(ctx, cancel, conn, str, r, fr)
 	case *wire.Mirror:
 		return f.serveMirror(ctx, cancel, str, r, fr)
+	case *wire.Raft:
+		return f.serveRaft(ctx, conn, str, r, fr) // raft.go
 	}
 	return fmt.Errorf("federation: a peer stream cannot start with %s", first.Type())
 }
@@ -31,15 +37,16 @@ func (f *Federation) ServeStream(ctx context.Context, str *quic.Stream, r *wire.
 // IsPeerFrame reports whether a stream starting with f is served by ServeStream.
 func IsPeerFrame(f wire.Frame) bool {
 	switch f.(type) {
-	case *wire.Watch, *wire.Mirror:
+	case *wire.Watch, *wire.Mirror, *wire.Raft:
 		return true
 	}
 	return false
 }
 
 // serveCatalog announces every local topic matching the peer's patterns, now and as topics
-// are created; a later WATCH replaces the patterns.
-func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc, str *quic.Stream, r *wire.Reader, first *wire.Watch) error {
+// are created; a later WATCH replaces the patterns. To a peer of another region it also
+// reports, every HeadReportInterval, the head of each announced topic whose head moved.
+func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc, conn *quic.Conn, str *quic.Stream, r *wire.Reader, first *wire.Watch) error {
 	defer str.Close()
 	updates := make(chan []string, 1)
 	go func() { // the stream's reader: later WATCH frames, or the end of the stream
@@ -63,6 +70,14 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	newTopics := make(chan struct{}, 1)
 	stop := f.cfg.Log.NotifyNewTopics(newTopics)
 	defer stop()
+
+	var heads <-chan time.Time
+	if f.peerRegion(peerName(conn)) != f.cfg.Region { // a node of this region mirrors nothing from here
+		t := time.NewTicker(f.cfg.HeadReportInterval)
+		defer t.Stop()
+		heads = t.C
+	}
+	reported := make(map[string]uint64) // by topic: the head's next offset last reported
 
 	patterns := validPatterns(first.Patterns)
 	announced := make(map[string]bool)
@@ -91,8 +106,39 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		case <-newTopics:
 		case p := <-updates:
 			patterns = validPatterns(p)
+		case <-heads:
+			for t := range announced {
+				_, next, _ := f.cfg.Log.Bounds(t)
+				if next == reported[t] || !f.wanted(t, patterns) {
+					continue
+				}
+				reported[t] = next
+				w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(t, next), Topic: t})
+			}
 		}
 	}
+}
+
+// peerRegion is the region of the peer named name ("" when Peers does not list it).
+func (f *Federation) peerRegion(name string) string {
+	for _, p := range f.cfg.Peers() {
+		if p.Name == name {
+			return p.Region
+		}
+	}
+	return ""
+}
+
+// headTime is the time of topic's last record before next (0 when there is none).
+func (f *Federation) headTime(topic string, next uint64) int64 {
+	if next == 0 {
+		return 0
+	}
+	last, err := f.cfg.Log.Read(topic, next-1, 1, 0)
+	if err != nil || len(last) != 1 {
+		return 0
+	}
+	return last[0].Time
 }
 
 func validPatterns(ps []string) []string {
@@ -179,8 +225,9 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 			return nil
 		}
 		served := false
+		paused := f.pause.changed()
 		for _, c := range cursors {
-			if !c.ready && !f.headMoved(c) {
+			if f.pause.has(c.topic) || (!c.ready && !f.headMoved(c)) {
 				continue
 			}
 			served = true
@@ -198,8 +245,46 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 		select {
 		case <-ctx.Done():
 		case <-wake:
+		case <-paused:
 		}
 	}
+}
+
+// pauseSet is the set of topics whose mirror serving a test has paused (export_test.go),
+// to show stall detection; it is always empty in the product.
+type pauseSet struct {
+	mu      sync.Mutex
+	topics  map[string]bool
+	changes chan struct{} // closed and replaced on each change
+}
+
+func (p *pauseSet) has(topic string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.topics[topic]
+}
+
+// changed returns a channel closed at the next change.
+func (p *pauseSet) changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.changes == nil {
+		p.changes = make(chan struct{})
+	}
+	return p.changes
+}
+
+func (p *pauseSet) set(topic string, paused bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.topics == nil {
+		p.topics = make(map[string]bool)
+	}
+	p.topics[topic] = paused
+	if p.changes != nil {
+		close(p.changes)
+	}
+	p.changes = make(chan struct{})
 }
 
 // requestQueue hands the requests a mirror stream's reader goroutine reads to the serving
@@ -256,6 +341,8 @@ type serveCursor struct {
 	next            uint64 // the next offset of the local log to read
 	ready           bool   // read it without waiting for its log to move: new, or its last read found records or a gap
 	stop            func() // ends the log's notifications
+	headNext        uint64 // the log's next offset when headTime was read
+	headTime        int64  // the time of the log's record before headNext
 }
 
 // headMoved reports whether c's log has records past c's position.
@@ -286,19 +373,26 @@ func (f *Federation) serveBatch(w *wire.Writer, c *serveCursor) (*wire.Error, er
 	if c.topicBeforeHead {
 		w.Buffer(&wire.Topic{Index: c.index})
 	}
-	w.Buffer(f.head(c.topic, c.next, scannedTime))
+	w.Buffer(f.head(c, scannedTime))
 	c.ready = got > 0 // after a batch, read again at once: HEAD once more on catching up
 	return nil, w.Flush()
 }
 
-// head describes how far the scan position is behind the log's head.
-func (f *Federation) head(topic string, position uint64, scannedTime int64) *wire.Head {
-	_, next, _ := f.cfg.Log.Bounds(topic)
-	h := &wire.Head{Next: next, Position: position}
-	if position < next && scannedTime > 0 {
-		if last, err := f.cfg.Log.Read(topic, next-1, 1, 0); err == nil && len(last) == 1 {
-			h.Lag = max(last[0].Time-scannedTime, 0)
-		}
+// head describes how far c's scan position is behind the log's head, and the head's time
+// (the time of the log's last record, read once per head: c caches it).
+func (f *Federation) head(c *serveCursor, scannedTime int64) *wire.Head {
+	_, next, _ := f.cfg.Log.Bounds(c.topic)
+	h := &wire.Head{Next: next, Position: c.next}
+	switch {
+	case next == c.headNext:
+	case c.next == next && scannedTime > 0: // the batch's last record is the head
+		c.headNext, c.headTime = next, scannedTime
+	default:
+		c.headNext, c.headTime = next, f.headTime(c.topic, next)
+	}
+	h.Time = c.headTime
+	if c.next < next && scannedTime > 0 && h.Time > 0 {
+		h.Lag = max(h.Time-scannedTime, 0)
 	}
 	return h
 }

@@ -82,6 +82,10 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// IdleTimeout closes a connection that sent nothing (not even keep-alives). Default 30 s.
 	IdleTimeout time.Duration
+	// ClientPathInterval is how often the node compares each client connection's remote
+	// address with the last one seen, counting a change (a client migration or a NAT
+	// rebinding) in quicmq_client_migrations_total. Default 1 s.
+	ClientPathInterval time.Duration
 
 	// Advertise is the QUIC address other nodes dial, published in gossip. Default: the bound
 	// address (set it when listening on 0.0.0.0 or behind NAT).
@@ -106,6 +110,10 @@ type Config struct {
 	// Mirror lists topic patterns mirrored from every other region, whether or not a local
 	// subscription wants them.
 	Mirror []string
+	// MirrorStallAfter is how long a mirror may carry no records while the origin reports
+	// its head moving before it is reported stalled (federation.Config.StallAfter). Default
+	// 30 s.
+	MirrorStallAfter time.Duration
 
 	// AblationSharedStream accepts the shared-stream mapping (node/ablation.go): a client that
 	// asks for it (the bench module, through internal/sharedstream; the SDK has no such API)
@@ -194,6 +202,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 30 * time.Second
+	}
+	if c.ClientPathInterval <= 0 {
+		c.ClientPathInterval = time.Second
 	}
 	if c.MigrateTimeout <= 0 {
 		c.MigrateTimeout = 15 * time.Second

@@ -34,6 +34,7 @@ type Node struct {
 	reg     prometheus.Registerer
 	gather  prometheus.Gatherer // set when the node made its own registry
 	metrics *metrics
+	paths   *clientPaths // client connections whose address changed (clientpaths.go)
 	wal     *wal.Log
 	udp     *net.UDPConn
 	tr      *quic.Transport
@@ -107,6 +108,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.metrics = newMetrics(n.reg, cfg.MaxSeriesPerMetric)
+	n.paths = newClientPaths(n.reg, cfg.ClientPathInterval, n.log)
 	n.reg.MustRegister(newLagCollector(n))
 	n.wal, err = wal.Open(filepath.Join(cfg.DataDir, "log"), wal.Options{
 		FS:         cfg.FS,
@@ -163,6 +165,7 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		TLS:             t.peer,
 		Peers:           n.peers,
 		Mirror:          c.Mirror,
+		StallAfter:      c.MirrorStallAfter,
 		ShouldMirror:    n.place.shouldMirror,
 		OnCatalog:       n.place.onCatalog,
 		OnCatalogSynced: n.place.onCatalogSynced,
@@ -290,6 +293,8 @@ func (n *Node) Run(ctx context.Context) error {
 
 	n.wg.Add(1)
 	go n.watchTopics()
+	n.wg.Add(1)
+	go func() { defer n.wg.Done(); n.paths.run(n.stop) }()
 	meshCtx, stopMesh := context.WithCancel(context.Background())
 	defer stopMesh()
 	meshDone := n.runMesh(meshCtx)
@@ -337,9 +342,11 @@ func (n *Node) acceptLoop() error {
 		n.mu.sessions[s] = struct{}{}
 		n.wg.Add(1)
 		n.mu.Unlock()
+		n.paths.add(conn)
 		go func() {
 			defer n.wg.Done()
 			s.run()
+			n.paths.remove(conn)
 			n.mu.Lock()
 			delete(n.mu.sessions, s)
 			n.mu.Unlock()

@@ -234,18 +234,12 @@ func (s *session) serveStream(str *quic.Stream) {
 		s.streamError(str, err)
 		return
 	}
-	if federation.IsRaftFrame(f) && s.peer && s.n.fed != nil { // ServeRaft refuses all but this region's nodes
-		if err := s.n.fed.ServeRaft(s.ctx, s.conn, str, r, f); err != nil {
-			s.log.Debug("raft stream ended", "err", err)
-		}
-		return
-	}
-	if federation.IsPeerFrame(f) || federation.IsRaftFrame(f) {
+	if federation.IsPeerFrame(f) {
 		if !s.peer || s.n.fed == nil {
 			s.failStream(str, wire.Errorf(wire.CodeForbidden, "%s is for node-to-node links of a mesh", f.Type()))
 			return
 		}
-		if err := s.n.fed.ServeStream(s.ctx, str, r, f); err != nil {
+		if err := s.n.fed.ServeStream(s.ctx, s.conn, str, r, f); err != nil {
 			s.log.Debug("peer stream ended", "err", err)
 		}
 		return

@@ -2,7 +2,6 @@ package wal
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -88,14 +87,18 @@ type request struct {
 	records []Record
 	pos     Position
 	hasPos  bool
-	size    int  // stored bytes of the records: keys and encoded values
-	dedup   bool // some record has a producer: the committer checks them (dedup.go)
+	size    int      // stored bytes of the records: keys and encoded values
+	dedup   bool     // some record has a producer: the committer checks them (dedup.go)
+	admin   *adminOp // a topic or position operation (topics_admin.go): committed alone
 	done    func(AppendResult)
 	state   atomic.Int32
 	res     AppendResult // written by the committer or completer before done
 }
 
 func (r *request) wrap(err error) error {
+	if r.admin != nil {
+		return fmt.Errorf("wal: %s %q: %w", r.admin.kind, r.topic, err)
+	}
 	if len(r.records) == 0 && r.hasPos {
 		return fmt.Errorf("wal: set position %q of %q: %w", r.pos.Name, r.pos.Topic, err)
 	}
@@ -109,7 +112,9 @@ type inflight struct {
 	reqs      []*request
 	advances  []advance
 	newTopics []*topic
-	positions []Position
+	positions []posWrite
+	admin     *adminOp      // the operation of an admin batch, published by the completer
+	barrier   chan struct{} // closed by the completer when it reaches it (drain)
 	records   int
 	bytes     int
 	start     time.Time
@@ -138,6 +143,13 @@ func (l *Log) Append(ctx context.Context, req AppendRequest) AppendResult {
 	if r.dedup {
 		l.awaitRebuild(r.topic)
 	}
+	return l.await(ctx, r, ch)
+}
+
+// await queues r and waits for its result on ch (r.done sends to it), or for
+// ctx: a request still queued is withdrawn; one the committer took may still
+// become durable (ErrOutcomeUnknown).
+func (l *Log) await(ctx context.Context, r *request, ch <-chan AppendResult) AppendResult {
 	if err := l.enqueue(r); err != nil {
 		return AppendResult{Err: r.wrap(err)}
 	}
@@ -290,9 +302,17 @@ func (l *Log) commitAll(reqs []*request, closed bool) {
 			l.inflight <- &inflight{err: err, reqs: reqs[i:]}
 			return
 		}
+		if reqs[i].admin != nil {
+			l.commitAdmin(reqs[i])
+			i++
+			continue
+		}
 		j, nrec, nbytes := i, 0, 0
 		for ; j < len(reqs); j++ {
 			r := reqs[j]
+			if r.admin != nil {
+				break // committed alone, after this batch
+			}
 			if j > i && (nrec+len(r.records) > l.opts.MaxBatchRecords || nbytes+r.size > l.opts.MaxBatchBytes) {
 				break
 			}
@@ -313,18 +333,26 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 	now := l.opts.Now().UnixNano()
 	touched := l.c.slab[:0]
 	dedupUsed := false
+	newID := false
 	for _, r := range reqs {
 		if !r.state.CompareAndSwap(stateQueued, stateTaken) {
 			continue // withdrawn by Append: no offsets, no callback
 		}
+		if r.hasPos && !(len(r.records) > 0 && r.topic == r.pos.Topic) && l.deletedLocked(r.pos.Topic) {
+			// A late ACK of a subscription to a topic deleted since: it must
+			// not leave a position behind for a later topic of the same name.
+			r.res = AppendResult{Err: r.wrap(&TopicDeletedError{Topic: r.pos.Topic})}
+			continue
+		}
 		if len(r.records) > 0 {
 			t := l.c.topics[r.topic]
 			if t == nil {
-				t = &topic{name: r.topic, id: l.c.nextID, dedupReady: true}
-				l.c.nextID++
-				l.c.topics[t.name] = t
-				k := topicKey(t.name)
-				_ = b.Set(k, sealMeta(k, binary.BigEndian.AppendUint32(nil, t.id)), nil)
+				var err error
+				if t, err = l.newTopic(b, r.topic); err != nil {
+					r.res = AppendResult{Err: r.wrap(err)}
+					continue
+				}
+				newID = true
 				f.newTopics = append(f.newTopics, t)
 			}
 			if !t.touched {
@@ -366,10 +394,11 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 			r.res.First = t.next
 		}
 		if r.hasPos {
-			k := positionKey(r.pos.Topic, r.pos.Name)
-			_ = b.Set(k, sealMeta(k, binary.LittleEndian.AppendUint64(nil, r.pos.Value)), nil)
-			f.positions = append(f.positions, r.pos)
+			f.positions = append(f.positions, putPosition(b, r.pos.Topic, r.pos.Name, posValue{v: r.pos.Value, updated: now}))
 		}
+	}
+	if newID {
+		putNextID(b, l.c.nextID)
 	}
 	if dedupUsed {
 		l.c.dedup.trim(now)
@@ -429,6 +458,10 @@ func (l *Log) completeLoop() {
 }
 
 func (l *Log) complete(f *inflight) {
+	if f.barrier != nil {
+		close(f.barrier)
+		return
+	}
 	err := f.err
 	if f.batch != nil {
 		if h := l.opts.testHooks; h != nil && h.beforeSyncWait != nil {
@@ -476,11 +509,23 @@ func (l *Log) publish(f *inflight) {
 	}
 	for _, t := range f.newTopics {
 		l.mu.topics[t.name] = t
+		delete(l.mu.deleted, t.name)
 	}
 	for _, p := range f.positions {
-		l.mu.positions[posName{name: p.Name, topic: p.Topic}] = p.Value
+		if p.del {
+			delete(l.mu.positions, p.key)
+		} else {
+			l.mu.positions[p.key] = p.val
+		}
+	}
+	if f.admin != nil {
+		l.publishAdminLocked(f.admin)
 	}
 	l.mu.Unlock()
+	if f.admin != nil {
+		l.afterAdmin(f.admin)
+		return
+	}
 
 	appended := 0
 	for _, r := range f.reqs {

@@ -83,6 +83,10 @@ func (l *Log) writeCloseMark() error {
 		marks[name] = t.hwm
 	}
 	l.mu.RUnlock()
+	return l.writeCloseMarks(marks)
+}
+
+func (l *Log) writeCloseMarks(marks map[string]uint64) error {
 	fsys, dir := l.opts.FS, l.dir
 	path, tmp := fsys.PathJoin(dir, closeMarkFile), fsys.PathJoin(dir, closeMarkFile+".tmp")
 	f, err := fsys.Create(tmp, "")
@@ -106,24 +110,50 @@ func (l *Log) writeCloseMark() error {
 	return errors.Join(d.Sync(), d.Close())
 }
 
-// checkCloseMark compares the recovered logs with the last clean Close's
-// high-watermarks. It runs in Open, after recover.
-func (l *Log) checkCloseMark() error {
-	f, err := l.opts.FS.Open(l.opts.FS.PathJoin(l.dir, closeMarkFile))
-	if errors.Is(err, fs.ErrNotExist) {
+// dropCloseMark removes topic name from the marker, if it is there, before
+// the topic's delete is applied: otherwise the next Open after a crash would
+// take the deleted topic for lost records. Removing an entry only weakens the
+// check for that topic, so a crash before the delete is durable is safe. The
+// committer calls it (deletes are serialized there).
+func (l *Log) dropCloseMark(name string) error {
+	marks, err := l.readCloseMark()
+	if err != nil || marks == nil {
+		return err
+	}
+	if _, ok := marks[name]; !ok {
 		return nil
 	}
+	delete(marks, name)
+	return l.writeCloseMarks(marks)
+}
+
+// readCloseMark returns the marker's high-watermarks, nil without a marker.
+func (l *Log) readCloseMark() (map[string]uint64, error) {
+	f, err := l.opts.FS.Open(l.opts.FS.PathJoin(l.dir, closeMarkFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return fmt.Errorf("wal: open %s: %w", closeMarkFile, err)
+		return nil, fmt.Errorf("wal: open %s: %w", closeMarkFile, err)
 	}
 	b, err := io.ReadAll(f)
 	f.Close()
 	if err != nil {
-		return fmt.Errorf("wal: read %s: %w", closeMarkFile, err)
+		return nil, fmt.Errorf("wal: read %s: %w", closeMarkFile, err)
 	}
 	marks, err := decodeCloseMark(b)
 	if err != nil {
-		return &CorruptError{Reason: fmt.Sprintf("%s (the high-watermarks of the last clean close): %v", closeMarkFile, err)}
+		return nil, &CorruptError{Reason: fmt.Sprintf("%s (the high-watermarks of the last clean close): %v", closeMarkFile, err)}
+	}
+	return marks, nil
+}
+
+// checkCloseMark compares the recovered logs with the last clean Close's
+// high-watermarks. It runs in Open, after recover.
+func (l *Log) checkCloseMark() error {
+	marks, err := l.readCloseMark()
+	if err != nil {
+		return err
 	}
 	for name, next := range marks {
 		t := l.mu.topics[name]

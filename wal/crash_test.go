@@ -53,13 +53,7 @@ func TestCrashRecovery(t *testing.T) {
 			points = 60
 		}
 	}
-	seed := *crashSeed
-	if seed == 0 {
-		seed = envInt("WAL_CRASH_SEED")
-	}
-	if seed == 0 {
-		seed = uint64(time.Now().UnixNano())
-	}
+	seed := crashTestSeed()
 	t.Logf("crash points %d, seed %d (rerun with -wal.crashseed=%d)", points, seed, seed)
 	const perSession = 15
 	var stats crashStats
@@ -76,6 +70,18 @@ func TestCrashRecovery(t *testing.T) {
 	if stats.acked == 0 || stats.clones == 0 {
 		t.Fatal("the crash test checked nothing")
 	}
+}
+
+// crashTestSeed is -wal.crashseed, else $WAL_CRASH_SEED, else the time.
+func crashTestSeed() uint64 {
+	seed := *crashSeed
+	if seed == 0 {
+		seed = envInt("WAL_CRASH_SEED")
+	}
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	return seed
 }
 
 // crashFS works around a deadlock in pebble v2.1.7's MemFS: ReuseForWrite

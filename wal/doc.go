@@ -5,20 +5,30 @@
 // (invariant I2), nothing past the durable high-watermark is ever served
 // (I3), and a mirrored batch and its cursor are stored atomically (I7). The
 // package hides the Pebble key layout, group commit, the high-watermark,
-// retention and recovery behind Append, Read and Position.
+// retention and recovery behind Append, Read and Position, and the storage
+// side of topic and consumer management (topics_admin.go, consumers.go).
 //
 // # Key layout
 //
 // Topic names map to uint32 IDs so that names cannot prefix-collide and
 // record keys sort numerically:
 //
-//	't' | topic name               -> topic ID (written in the batch of the topic's first records)
+//	't' | topic name               -> topic ID (written in the batch of the topic's first records, or by CreateTopic)
+//	'i'                            -> the topic ID counter: every ID below it was handed out once (same batch)
 //	'm' | topicID u32 BE | off u64 BE -> record value (see record.go)
-//	'r' | topicID u32 BE            -> retention state: first retained offset and its byte position
-//	'p' | uvarint len | topic | name -> named position (consumer position, mirror cursor)
+//	'r' | topicID u32 BE            -> retention state: first retained offset and its byte position (retention, purge)
+//	'c' | topicID u32 BE            -> topic configuration: the topic's own retention (absent: Options.Retention)
+//	'p' | uvarint len | topic | name -> named position (consumer position, mirror cursor): value, update time, flags
 //
 // Every value is versioned and carries a CRC32-C over its key and value; a
 // mismatch is ErrCorrupt naming the topic and offset, and is never served.
+// Positions have two layouts (v1: the value only; v2: with the time of the
+// write and a reset flag); both are read, v2 is written.
+//
+// Topic IDs are never handed out twice (the counter is stored in the batch
+// that creates a topic), so a topic created after a delete of the same name
+// has a new ID and starts at offset 0; a delete removes every key of the old
+// ID and every position of the name in its one synced batch.
 // Each record stores its byte position (cumulative stored bytes of its topic
 // before it), so the stored size of any offset range, and retention by
 // bytes, cost two point reads instead of a scan.
@@ -38,6 +48,15 @@
 //     (Pebble marks ApplyNoSyncWait experimental; CockroachDB uses it for
 //     the same reason. Several goroutines calling Commit(pebble.Sync) would
 //     give the same fsync sharing but no control over the WAL order.)
+//     It also owns the topic table: creating a topic, changing its
+//     configuration, purging or deleting it, writing positions in bulk
+//     (reset, delete) and applying a retention cut are requests in the same
+//     queue, each committed alone (topics_admin.go), so they are ordered with
+//     the appends around them. A purge or delete first drains the pipeline
+//     (waits until every batch applied before it is durable and published),
+//     so it never races a batch in flight; a retention pass computes its cut
+//     on its own goroutine and has the committer apply it, so a first offset
+//     never moves back.
 //   - The completer takes applied batches in the same order, waits for each
 //     batch's sync, then advances the topics' high-watermarks, publishes
 //     positions, wakes Notify watchers and calls the done callbacks. Since it
@@ -48,7 +67,21 @@
 //
 // Pebble makes a batch visible to its readers as soon as it is applied, before
 // the fsync; Read, OffsetForTime and Bounds are therefore bounded by the
-// high-watermark, never by what Pebble shows.
+// high-watermark, never by what Pebble shows. For the same reason a cut
+// (retention, purge) moves the first offset readers see, and a delete removes
+// the topic from what readers see, before its batch is applied: a reader then
+// gets an *OffsetOutOfRangeError or a *TopicDeletedError, never a missing or
+// half-deleted record.
+//
+// # Consumers
+//
+// Named positions live in memory (every durable one, loaded at Open) and in
+// Pebble. Positions lists them by walking a Pebble iterator and taking each
+// durable value from memory, so its memory does not grow with their number;
+// DeletePosition and Pending cost one pass over the positions in memory and
+// over the topics asked about respectively. ResolveStart and ResetPositions
+// are what a reset needs; Pending is the backlog (high-watermark less the
+// resume offset, per topic).
 //
 // # Idempotent publish
 //

@@ -146,3 +146,11 @@ func mustReadAll(t testing.TB, l *Log, topic string, from uint64) []Record {
 		from = recs[len(recs)-1].Offset + 1
 	}
 }
+
+// mustSetRetention stores topic's own retention.
+func mustSetRetention(t testing.TB, l *Log, topic string, r Retention) {
+	t.Helper()
+	if err := l.SetRetention(context.Background(), topic, r); err != nil {
+		t.Fatalf("SetRetention %q: %v", topic, err)
+	}
+}

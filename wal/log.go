@@ -44,17 +44,22 @@ type Log struct {
 	// c is owned by the committer goroutine (and by Open before it starts).
 	c struct {
 		topics map[string]*topic // every topic that has offsets assigned, durable or not
-		nextID uint32
-		slab   []*topic // scratch: topics touched by the batch being built
-		dedup  dedup    // producer windows (dedup.go)
+		// deleted names the topics deleted since Open and not created again:
+		// a position written alone for one of them is refused.
+		deleted map[string]struct{}
+		nextID  uint32   // the next topic ID to hand out (stored at nextIDKey)
+		slab    []*topic // scratch: topics touched by the batch being built
+		dedup   dedup    // producer windows (dedup.go)
 	}
 
 	// mu guards what readers see: only durable state.
 	mu struct {
 		sync.RWMutex
 		topics    map[string]*topic // durable topics only
-		positions map[posName]uint64
-		retention map[string]Retention // per-topic overrides (in memory only)
+		positions map[posName]posValue
+		// deleted maps the names of topics deleted since Open (and not created
+		// again) to their old IDs, so that a reader learns why a topic is gone.
+		deleted map[string]uint32
 	}
 
 	watch watchers
@@ -93,10 +98,18 @@ type topic struct {
 	// made by the first caller that needs them (dedup.go).
 	rb rebuildGate
 
+	// ccfg is the configuration as the committer last wrote it (durable or
+	// not); committer-owned.
+	ccfg TopicConfig
+
 	// Guarded by Log.mu: the first retained offset and the high-watermark
-	// (next durable offset), each with its byte position.
+	// (next durable offset), each with its byte position; the durable
+	// configuration; and whether the topic was deleted (readers that hold
+	// the *topic then get a *TopicDeletedError).
 	first, firstPos uint64
 	hwm, hwmPos     uint64
+	cfg             TopicConfig
+	deleted         bool
 }
 
 type posName struct{ name, topic string }
@@ -120,10 +133,11 @@ func Open(dir string, opts Options) (*Log, error) {
 		inflight: make(chan *inflight, 1024),
 	}
 	l.c.topics = make(map[string]*topic)
+	l.c.deleted = make(map[string]struct{})
 	l.c.dedup.init(opts)
 	l.mu.topics = make(map[string]*topic)
-	l.mu.positions = make(map[posName]uint64)
-	l.mu.retention = make(map[string]Retention)
+	l.mu.positions = make(map[posName]posValue)
+	l.mu.deleted = make(map[string]uint32)
 	l.watch.init()
 
 	pdb, err := pebble.Open(dir, &pebble.Options{
@@ -246,8 +260,14 @@ func (l *Log) recover() error {
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
 		return fmt.Errorf("wal: recover topics: %w", err)
 	}
+	if err := l.recoverNextID(); err != nil {
+		return err
+	}
 	for _, t := range topics {
 		if err := l.recoverTopic(t); err != nil {
+			return err
+		}
+		if err := l.recoverConfig(t); err != nil {
 			return err
 		}
 		t.rb.needed = true
@@ -348,11 +368,11 @@ func (l *Log) recoverPositions() error {
 		if err != nil {
 			return fmt.Errorf("wal: recover positions: %w", err)
 		}
-		p, reason := openMeta(it.Key(), val, 8)
+		pv, reason := decodePosition(it.Key(), val)
 		if reason != "" {
 			return &CorruptError{Reason: fmt.Sprintf("position %q of %q: %s", name, topic, reason)}
 		}
-		l.mu.positions[posName{name: name, topic: topic}] = binary.LittleEndian.Uint64(p)
+		l.mu.positions[posName{name: name, topic: topic}] = pv
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("wal: recover positions: %w", err)

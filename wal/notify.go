@@ -82,3 +82,13 @@ func (w *watchers) wake(advances []advance, newTopic bool) {
 		}
 	}
 }
+
+// wakeTopic pokes the watchers of one topic (after a purge or a delete, so
+// that readers waiting for records learn of it). Runs on the completer.
+func (w *watchers) wakeTopic(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for x := range w.byTopic[name] {
+		x.poke()
+	}
+}

@@ -91,6 +91,11 @@ type testHooks struct {
 	// afterApply runs on the committer after a batch was applied to Pebble
 	// (visible to Pebble readers, not yet known durable).
 	afterApply func()
+	// adminApply, if set, is called on the committer with the function that
+	// applies an admin operation's batch (topics_admin.go), after the drain
+	// of a purge or delete: the crash test wraps it to stall the fsync and
+	// take clones.
+	adminApply func(apply func())
 	// beforeSyncWait runs on the completer before it waits for a batch's
 	// sync; blocking here models a slow fsync.
 	beforeSyncWait func()

@@ -2,25 +2,137 @@ package wal
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
+// A named position is a uint64 per (name, topic): a durable consumer's last
+// acknowledged offset, or a mirror cursor's last origin offset. The log does
+// not interpret the names; node and federation own their grammar
+// ("tenant/T/NAME", "mirror/REGION").
+//
+// Position value layouts (in the metadata frame of record.go):
+//
+//	v1: value u64 LE                                   (stores before the update time)
+//	v2: value u64 LE | updated i64 LE unix ns | flags u8
+//
+// flagNext (v2 only) marks a position set by a reset: nothing at or after
+// value is acknowledged, so the consumer resumes at value itself rather than
+// at value+1. Without it a consumer resumes at value+1.
+const (
+	positionV2  = 2
+	posV2Len    = 8 + 8 + 1
+	flagNext    = 1 << 0
+	knownPosFlg = flagNext
+)
+
+// posValue is a durable position in memory.
+type posValue struct {
+	v       uint64
+	updated int64 // unix nanoseconds of the last write; 0 for a v1 value
+	next    bool  // flagNext: resume at v, not v+1
+}
+
+// resume is the offset the consumer of p resumes at.
+func (p posValue) resume() uint64 {
+	if p.next {
+		return p.v
+	}
+	return p.v + 1
+}
+
+// posWrite is a position written (or deleted) by a batch, published by the
+// completer once the batch is durable.
+type posWrite struct {
+	key posName
+	val posValue
+	del bool
+}
+
+// putPosition writes a position (v2) into b.
+func putPosition(b *pebble.Batch, topic, name string, v posValue) posWrite {
+	k := positionKey(topic, name)
+	p := binary.LittleEndian.AppendUint64(make([]byte, 0, posV2Len), v.v)
+	p = binary.LittleEndian.AppendUint64(p, uint64(v.updated))
+	var flags byte
+	if v.next {
+		flags |= flagNext
+	}
+	p = append(p, flags)
+	_ = b.Set(k, sealMetaVersion(k, positionV2, p), nil)
+	return posWrite{key: posName{name: name, topic: topic}, val: v}
+}
+
+// decodePosition reads a stored position of either version.
+func decodePosition(key, val []byte) (posValue, string) {
+	version, p, reason := openMetaAny(key, val)
+	switch {
+	case reason != "":
+		return posValue{}, reason
+	case version == metaVersion && len(p) == 8:
+		return posValue{v: binary.LittleEndian.Uint64(p)}, ""
+	case version == positionV2 && len(p) == posV2Len:
+		if p[16]&^knownPosFlg != 0 {
+			return posValue{}, "unknown position flags"
+		}
+		return posValue{
+			v:       binary.LittleEndian.Uint64(p),
+			updated: int64(binary.LittleEndian.Uint64(p[8:])),
+			next:    p[16]&flagNext != 0,
+		}, ""
+	case version == metaVersion || version == positionV2:
+		return posValue{}, "bad metadata length"
+	}
+	return posValue{}, "unknown metadata version"
+}
+
 // SetPosition stores a named position with a synced write, ordered after
-// every append queued before it. It returns once the write is durable.
+// every append queued before it. It returns once the write is durable. A
+// position of a topic deleted since Open (and not created again) is refused
+// with a *TopicDeletedError.
 func (l *Log) SetPosition(ctx context.Context, p Position) error {
 	return l.Append(ctx, AppendRequest{Position: &p}).Err
 }
 
-// Position returns a stored position and whether it exists. Only durable
-// values are returned: positions are served from memory (loaded at Open,
-// updated after each synced commit), never from what Pebble shows before
-// its fsync.
+// Position returns a stored position (the last acknowledged offset) and
+// whether it exists. Only durable values are returned: positions are served
+// from memory (loaded at Open, updated after each synced commit), never from
+// what Pebble shows before its fsync. A position reset to offset 0 (nothing
+// acknowledged) has no last acknowledged offset: Position reports it as
+// absent, Resume reports 0.
 func (l *Log) Position(name, topic string) (uint64, bool, error) {
+	pv, ok, err := l.position(name, topic)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	if pv.next {
+		if pv.v == 0 {
+			return 0, false, nil
+		}
+		return pv.v - 1, true, nil
+	}
+	return pv.v, true, nil
+}
+
+// Resume returns the offset a consumer with a stored position resumes at (the
+// last acknowledged offset + 1, or where a reset put it), and whether a
+// position is stored.
+func (l *Log) Resume(name, topic string) (uint64, bool, error) {
+	pv, ok, err := l.position(name, topic)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	return pv.resume(), true, nil
+}
+
+func (l *Log) position(name, topic string) (posValue, bool, error) {
 	l.db.RLock()
 	closed := l.db.closed
 	l.db.RUnlock()
 	if closed {
-		return 0, false, fmt.Errorf("wal: position %q of %q: %w", name, topic, ErrClosed)
+		return posValue{}, false, fmt.Errorf("wal: position %q of %q: %w", name, topic, ErrClosed)
 	}
 	l.mu.RLock()
 	v, ok := l.mu.positions[posName{name: name, topic: topic}]

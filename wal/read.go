@@ -15,6 +15,15 @@ type TopicInfo struct {
 	Next    uint64 // high-watermark: the next offset to become durable
 	Bytes   uint64 // stored bytes of [First, Next): keys and encoded values
 	Records uint64 // Next - First
+	Config  TopicConfig
+}
+
+// infoLocked describes t; the caller holds l.mu.
+func (t *topic) infoLocked() TopicInfo {
+	return TopicInfo{
+		Name: t.name, First: t.first, Next: t.hwm,
+		Bytes: t.hwmPos - t.firstPos, Records: t.hwm - t.first, Config: t.cfg,
+	}
 }
 
 // view is a consistent copy of a topic's reader-visible state.
@@ -34,6 +43,13 @@ func (l *Log) view(name string) (view, bool) {
 	return view{t: t, first: t.first, firstPos: t.firstPos, hwm: t.hwm, hwmPos: t.hwmPos}, true
 }
 
+// gone explains a topic that view did not find (see goneLocked).
+func (l *Log) gone(name string) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.goneLocked(name)
+}
+
 // Bounds returns the first retained offset and the high-watermark (the next
 // offset to become durable) of a topic; ok is false for an unknown topic.
 func (l *Log) Bounds(topic string) (first, next uint64, ok bool) {
@@ -46,10 +62,7 @@ func (l *Log) Topics() []TopicInfo {
 	l.mu.RLock()
 	out := make([]TopicInfo, 0, len(l.mu.topics))
 	for _, t := range l.mu.topics {
-		out = append(out, TopicInfo{
-			Name: t.name, First: t.first, Next: t.hwm,
-			Bytes: t.hwmPos - t.firstPos, Records: t.hwm - t.first,
-		})
+		out = append(out, t.infoLocked())
 	}
 	l.mu.RUnlock()
 	slices.SortFunc(out, func(a, b TopicInfo) int { return strings.Compare(a.Name, b.Name) })
@@ -104,6 +117,7 @@ type Scanner struct {
 
 	it    *pebble.Iterator // nil when released
 	t     *topic           // the topic it reads
+	bound *topic           // the topic of its first read: a later one of the same name is another log
 	lower uint64           // it sees the offsets from lower
 	upper uint64           // up to, not including, upper
 	at    uint64           // the offset of the record it is positioned on, when valid
@@ -148,9 +162,16 @@ func (sc *Scanner) closeLocked() {
 func (l *Log) scan(sc *Scanner, keep bool, from uint64, maxRecords int, maxBytes int, fn func(*Record) error) (int, error) {
 	topic := sc.topic
 	v, ok := l.view(topic)
+	if sc.bound != nil && (!ok || v.t != sc.bound) {
+		sc.Release()
+		return 0, fmt.Errorf("wal: read %q: %w", topic, &TopicDeletedError{Topic: topic})
+	}
 	if !ok {
 		sc.Release()
-		return 0, fmt.Errorf("wal: read %q: %w", topic, ErrUnknownTopic)
+		return 0, fmt.Errorf("wal: read %q: %w", topic, l.gone(topic))
+	}
+	if keep {
+		sc.bound = v.t
 	}
 	if from < v.first {
 		return 0, &OffsetOutOfRangeError{Topic: topic, Offset: from, First: v.first, Next: v.hwm}
@@ -246,7 +267,11 @@ func (l *Log) scan(sc *Scanner, keep bool, from uint64, maxRecords int, maxBytes
 // deleted it after the caller looked at the bounds (out of range), or the
 // store lost it (corrupt).
 func (l *Log) missing(v view, off uint64) error {
-	if now, ok := l.view(v.t.name); ok && off < now.first {
+	now, ok := l.view(v.t.name)
+	if !ok || now.t != v.t {
+		return fmt.Errorf("wal: read %q at %d: %w", v.t.name, off, &TopicDeletedError{Topic: v.t.name})
+	}
+	if off < now.first {
 		return &OffsetOutOfRangeError{Topic: v.t.name, Offset: off, First: now.first, Next: now.hwm}
 	}
 	return &CorruptError{Topic: v.t.name, Offset: off, Reason: "durable record missing"}
@@ -258,7 +283,7 @@ func (l *Log) missing(v view, off uint64) error {
 func (l *Log) OffsetForTime(topic string, t int64) (uint64, error) {
 	v, ok := l.view(topic)
 	if !ok {
-		return 0, fmt.Errorf("wal: offset for time %q: %w", topic, ErrUnknownTopic)
+		return 0, fmt.Errorf("wal: offset for time %q: %w", topic, l.gone(topic))
 	}
 	off, _, err := l.search(v, func(tm int64, _ uint64) bool { return tm >= t })
 	if err != nil {

@@ -62,6 +62,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Key prefixes; see the package doc.
 const (
+	prefixConfig    = 'c'
+	prefixNextID    = 'i'
 	prefixRecord    = 'm'
 	prefixPosition  = 'p'
 	prefixRetention = 'r'
@@ -297,30 +299,47 @@ func (d *decoder) bytes() []byte {
 
 func (d *decoder) str() string { return string(d.bytes()) }
 
-// Metadata values (topic IDs, retention state, positions) share one frame:
-// crc32c u32 (over key, then the value after the CRC) | version u8 | payload.
+// Metadata values (topic IDs, retention state, positions, topic configs, the
+// topic ID counter) share one frame: crc32c u32 (over key, then the value after
+// the CRC) | version u8 | payload. Version 1 is every kind's first layout; a
+// kind whose layout changed reads its old versions too (positions: v1 and v2).
 const metaVersion = 1
 
-func sealMeta(key, payload []byte) []byte {
+func sealMeta(key, payload []byte) []byte { return sealMetaVersion(key, metaVersion, payload) }
+
+func sealMetaVersion(key []byte, version byte, payload []byte) []byte {
 	v := make([]byte, 5+len(payload))
-	v[4] = metaVersion
+	v[4] = version
 	copy(v[5:], payload)
 	binary.LittleEndian.PutUint32(v[0:4], recordCRC(key, v))
 	return v
 }
 
-// openMeta checks a metadata value and returns its payload (aliasing val).
+// openMeta checks a version-1 metadata value and returns its payload
+// (aliasing val).
 func openMeta(key, val []byte, payloadLen int) ([]byte, string) {
-	if len(val) != 5+payloadLen {
+	version, p, reason := openMetaAny(key, val)
+	switch {
+	case reason != "":
+		return nil, reason
+	case version != metaVersion:
+		return nil, "unknown metadata version"
+	case len(p) != payloadLen:
 		return nil, "bad metadata length"
 	}
+	return p, ""
+}
+
+// openMetaAny checks a metadata value's frame and CRC and returns its version
+// and payload (aliasing val); the caller checks the payload per version.
+func openMetaAny(key, val []byte) (byte, []byte, string) {
+	if len(val) < 5 {
+		return 0, nil, "bad metadata length"
+	}
 	if binary.LittleEndian.Uint32(val[0:4]) != recordCRC(key, val) {
-		return nil, "metadata checksum mismatch"
+		return 0, nil, "metadata checksum mismatch"
 	}
-	if val[4] != metaVersion {
-		return nil, "unknown metadata version"
-	}
-	return val[5:], ""
+	return val[4], val[5:], ""
 }
 
 func topicKey(name string) []byte {
@@ -337,12 +356,40 @@ func retentionKey(id uint32) []byte {
 	return k
 }
 
+func configKey(id uint32) []byte {
+	k := make([]byte, 5)
+	k[0] = prefixConfig
+	binary.BigEndian.PutUint32(k[1:], id)
+	return k
+}
+
+// nextIDKey holds the topic ID counter: every ID below it was handed out once.
+var nextIDKey = []byte{prefixNextID}
+
 func positionKey(topic, name string) []byte {
-	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(topic)+len(name))
+	return append(positionTopicPrefix(topic), name...)
+}
+
+// positionTopicPrefix is the common prefix of every position key of topic. The
+// length in front keeps "ab" from prefixing "abc".
+func positionTopicPrefix(topic string) []byte {
+	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(topic)+MaxNameLen)
 	k = append(k, prefixPosition)
 	k = binary.AppendUvarint(k, uint64(len(topic)))
-	k = append(k, topic...)
-	return append(k, name...)
+	return append(k, topic...)
+}
+
+// prefixEnd returns the smallest key above every key that starts with p (p is
+// never all 0xff here: every prefix starts with a letter).
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] != 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
 }
 
 // parsePositionKey is the inverse of positionKey.

@@ -1,22 +1,10 @@
 package wal
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/cockroachdb/pebble/v2"
 )
-
-// SetRetention overrides Options.Retention for one topic (existing or not);
-// a zero Retention keeps the topic forever. The override lives in memory
-// only: the caller sets it again after Open.
-func (l *Log) SetRetention(topic string, r Retention) {
-	l.mu.Lock()
-	l.mu.retention[topic] = r
-	l.mu.Unlock()
-}
 
 // retentionLoop runs EnforceRetention every Options.RetentionInterval until
 // Close.
@@ -36,11 +24,12 @@ func (l *Log) retentionLoop() {
 	}
 }
 
-// EnforceRetention runs one retention pass now: for each topic it deletes
-// (DeleteRange) the records older than MaxAge and the oldest records beyond
-// MaxBytes, stores the new first offset in the same synced batch, then
-// compacts the deleted range to reclaim space. It never deletes past the
-// high-watermark. Passes are serialized.
+// EnforceRetention runs one retention pass now: for each topic, with its own
+// retention (TopicConfig) or else Options.Retention, it deletes (DeleteRange)
+// the records older than MaxAge and the oldest records beyond MaxBytes, stores
+// the new first offset in the same synced batch, then compacts the deleted
+// range to reclaim space. It never deletes past the high-watermark. Passes are
+// serialized.
 func (l *Log) EnforceRetention() error {
 	l.retentionMu.Lock()
 	defer l.retentionMu.Unlock()
@@ -50,10 +39,10 @@ func (l *Log) EnforceRetention() error {
 	}
 	var jobs []job
 	l.mu.RLock()
-	for name, t := range l.mu.topics {
-		r, ok := l.mu.retention[name]
-		if !ok {
-			r = l.opts.Retention
+	for _, t := range l.mu.topics {
+		r := l.opts.Retention
+		if t.cfg.RetentionSet {
+			r = t.cfg.Retention
 		}
 		if r.MaxAge > 0 || r.MaxBytes > 0 {
 			jobs = append(jobs, job{v: view{t: t, first: t.first, firstPos: t.firstPos, hwm: t.hwm, hwmPos: t.hwmPos}, r: r})
@@ -96,35 +85,15 @@ func (l *Log) retain(v view, r Retention, now time.Time) error {
 	if cut <= v.first {
 		return nil
 	}
-	db, err := l.readDB()
-	if err != nil {
-		return fmt.Errorf("wal: retention %q: %w", v.t.name, err)
+	// The committer applies the cut (topics_admin.go), so that it is ordered
+	// with purges and deletes of the topic and a first offset never moves
+	// back.
+	op := &adminOp{kind: opRetain, t: v.t, cut: cut, cutPos: cutPos}
+	if err := l.submitAdmin(l.ctx, v.t.name, op); err != nil {
+		return err
 	}
-	defer l.db.RUnlock()
-	start, end := recordKey(v.t.id, 0), recordKey(v.t.id, cut)
-	b := db.NewBatch()
-	defer b.Close()
-	_ = b.DeleteRange(start, end, nil)
-	rk := retentionKey(v.t.id)
-	st := binary.LittleEndian.AppendUint64(nil, cut)
-	st = binary.LittleEndian.AppendUint64(st, cutPos)
-	_ = b.Set(rk, sealMeta(rk, st), nil)
-	// Move the first offset before the deletion is applied: Pebble shows the
-	// deletion to readers before the commit returns, and a reader must then
-	// get OffsetOutOfRange, not a missing durable record. If the commit
-	// fails, the records may or may not be deleted: the first offset stays
-	// moved (safe either way) and Open recovers it from what is stored.
-	l.mu.Lock()
-	v.t.first, v.t.firstPos = cut, cutPos
-	l.mu.Unlock()
-	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("wal: retention %q: %w", v.t.name, err)
-	}
-	l.m.logBytes.Sub(float64(cutPos - v.firstPos))
-	l.m.retentionDeleted.Add(float64(cut - v.first))
-	l.log.Debug("retention", "topic", v.t.name, "first", cut, "deleted", cut-v.first)
-	if err := db.Compact(l.ctx, start, end, false); err != nil && l.ctx.Err() == nil {
-		return fmt.Errorf("wal: retention %q: compact: %w", v.t.name, err)
+	if op.applied {
+		l.compactRecords(op.prevFirst, op.cutTo, v.t, v.t.name)
 	}
 	return nil
 }

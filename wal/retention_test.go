@@ -16,7 +16,7 @@ func TestRetentionByAge(t *testing.T) {
 		clock.Advance(time.Minute)
 	}
 	mustAppend(t, l, "kept", 0, 5) // override below keeps it forever
-	l.SetRetention("kept", Retention{})
+	mustSetRetention(t, l, "kept", Retention{})
 	clock.Advance(2 * time.Hour)
 	mustAppend(t, l, "kept", 5, 1)
 	clock.Advance(-2 * time.Hour)
@@ -56,7 +56,7 @@ func TestRetentionByAge(t *testing.T) {
 	}
 	// Everything expires: the log is empty, but offsets go on.
 	clock.Advance(10 * time.Hour)
-	l.SetRetention("aged", Retention{MaxAge: time.Hour})
+	mustSetRetention(t, l, "aged", Retention{MaxAge: time.Hour})
 	if err := l.EnforceRetention(); err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +91,8 @@ func TestRetentionByBytes(t *testing.T) {
 	mustAppend(t, l, "small", 0, 3)
 	before := l.Topics()
 	perRecord := before[0].Bytes / 200
-	l.SetRetention("big", Retention{MaxBytes: int64(50*perRecord + perRecord/2)})
-	l.SetRetention("small", Retention{MaxBytes: 1 << 20})
+	mustSetRetention(t, l, "big", Retention{MaxBytes: int64(50*perRecord + perRecord/2)})
+	mustSetRetention(t, l, "small", Retention{MaxBytes: 1 << 20})
 	if err := l.EnforceRetention(); err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +100,10 @@ func TestRetentionByBytes(t *testing.T) {
 	if after[0].First != 150 || after[0].Records != 50 || after[0].Bytes != 50*perRecord {
 		t.Errorf("big after retention: %+v (record %d bytes)", after[0], perRecord)
 	}
+	if after[1].Config.Retention.MaxBytes != 1<<20 {
+		t.Errorf("small's config: %+v", after[1].Config)
+	}
+	after[1].Config = before[1].Config
 	if after[1] != before[1] {
 		t.Errorf("small changed: %+v -> %+v", before[1], after[1])
 	}
@@ -175,7 +179,7 @@ func TestRetentionConcurrentReaders(t *testing.T) {
 			}
 		}()
 	}
-	l.SetRetention("r", Retention{MaxAge: 100 * time.Second})
+	mustSetRetention(t, l, "r", Retention{MaxAge: 100 * time.Second})
 	for range 15 {
 		clock.Advance(6 * time.Second)
 		if err := l.EnforceRetention(); err != nil {

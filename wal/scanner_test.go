@@ -102,7 +102,7 @@ func TestScannerRetention(t *testing.T) {
 		t.Fatalf("first read: %d, %v", n, err)
 	}
 	perRecord := l.Topics()[0].Bytes / 100
-	l.SetRetention("r", Retention{MaxBytes: int64(50 * perRecord)})
+	mustSetRetention(t, l, "r", Retention{MaxBytes: int64(50 * perRecord)})
 	if err := l.EnforceRetention(); err != nil {
 		t.Fatal(err)
 	}

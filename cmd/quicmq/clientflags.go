@@ -6,8 +6,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
@@ -184,4 +187,27 @@ func splitServers(list string) []string {
 		}
 	}
 	return addrs
+}
+
+// migrateOnSignal moves conn to a new local UDP socket on each SIGUSR1 until ctx ends (QUIC
+// connection migration: the streams go on, no new handshake; Conn.Migrate falls back to a
+// reconnect when the new path does not answer).
+func migrateOnSignal(ctx context.Context, conn *client.Conn, stderr io.Writer) {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		defer signal.Stop(usr1)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-usr1:
+				if err := conn.Migrate(ctx); err != nil {
+					fmt.Fprintf(stderr, "quicmq: migrate: %v\n", err)
+				} else {
+					fmt.Fprintf(stderr, "quicmq: migrated to %s\n", conn.Stats().LocalAddr)
+				}
+			}
+		}
+	}()
 }

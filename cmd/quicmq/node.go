@@ -29,6 +29,7 @@ type nodeFlags struct {
 	data, listen, metrics, region, name string
 	tokens, tokenFile                   string
 	retentionAge                        time.Duration
+	mirrorStallAfter                    time.Duration
 	retentionBytes                      int64
 	maxPayload                          int
 	logLevel                            string
@@ -66,6 +67,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.join, "join", "", "comma-separated gossip addresses of nodes of this region to join")
 		fs.StringVar(&f.wanJoin, "wan-join", "", "comma-separated WAN gossip addresses of nodes of other regions to join")
 		fs.StringVar(&f.gossipKey, "gossip-key", "", "base64 of the 32-byte key that encrypts gossip, the same on every node of the mesh")
+		fs.DurationVar(&f.mirrorStallAfter, "mirror-stall-after", 0, "report a mirror as stalled (quicmq_mirror_stalled, a WARN) when it carries no record this long while the origin's head moves (0: 30s)")
 		fs.StringVar(&f.mirror, "mirror", "", "comma-separated topic patterns mirrored from every other region even without local subscribers")
 		fs.StringVar(&f.gossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip key (--gossip-key wins if both are set)")
 		fs.BoolVar(&f.insecureGossip, "insecure-gossip", false, "gossip in plaintext, without --gossip-key (development only)")
@@ -167,7 +169,8 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		GossipKey: key,
 		Mirror:    splitList(f.mirror),
 
-		AdminAPI: f.adminAPI,
+		AdminAPI:         f.adminAPI,
+		MirrorStallAfter: f.mirrorStallAfter,
 
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,

@@ -134,6 +134,7 @@ func runPub(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer conn.Close()
+	migrateOnSignal(ctx, conn, e.stderr)
 	switch {
 	case o.count > 0:
 		return pubGenerate(ctx, e, conn, o)

@@ -151,7 +151,8 @@ func TestPubReconnect(t *testing.T) {
 	if first, next, _ := n2.Log().Bounds("rc.p"); first != 0 || next != count {
 		t.Fatalf("the log holds offsets [%d, %d), want [0, %d)", first, next, count)
 	}
-	if d := n2.Log().Stats().Duplicates; d > 0 && !strings.Contains(r.stderr, fmt.Sprintf("quicmq pub: %d records were already stored", d)) {
+	verb := map[bool]string{true: "was", false: "were"}
+	if d := n2.Log().Stats().Duplicates; d > 0 && !strings.Contains(r.stderr, fmt.Sprintf("quicmq pub: %s %s already stored", plural(int(d), "record"), verb[d == 1])) {
 		t.Fatalf("%d duplicates, not reported:\n%s", d, r.stderr)
 	}
 	t.Logf("stderr:\n%s", r.stderr)

@@ -71,6 +71,7 @@ func runSub(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer conn.Close()
+	migrateOnSignal(ctx, conn, e.stderr)
 	sctx, cancel := cf.requestCtx(ctx)
 	sub, err := conn.Subscribe(sctx, *pattern, client.SubscribeOptions{From: start, Durable: *durable, Region: *region, NotifyCaughtUp: *untilCaughtUp})
 	cancel()

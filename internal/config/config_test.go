@@ -45,6 +45,7 @@ join      = ["10.0.0.6:7946", "10.0.0.7:7946"]
 wan_join  = ["198.51.100.1:7947"]
 gossip_key_file = "` + keyFile + `"
 mirror    = ["orders.>", "audit.*"]
+mirror_stall_after = "45s"
 tokens    = ["0123456789abcdef"]
 token_file = "` + tokens + `"
 retention_age   = "168h"

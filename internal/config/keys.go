@@ -84,6 +84,7 @@ var Keys = []Key{
 	{"token_file", "token-file", TokenFile, "file of client credentials, one a line: TOKEN or cert:NAME, with optional tenant=, publish=, subscribe="},
 	{"anonymous", "anonymous", Bool, "accept clients without a credential (development only)"},
 	{"insecure_gossip", "insecure-gossip", Bool, "gossip in plaintext without a key (development only)"},
+	{"mirror_stall_after", "mirror-stall-after", Duration, "report a mirror as stalled when it carries no record this long while the origin's head moves"},
 	{"retention_age", "retention-age", Duration, "delete records older than this (0: keep)"},
 	{"retention_bytes", "retention-bytes", Size, "keep at most this many bytes per topic (0: no limit)"},
 	{"max_payload", "max-payload", Positive, "largest record payload in bytes"},

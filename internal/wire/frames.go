@@ -238,6 +238,10 @@ type TopicInfo struct {
 // the patterns.
 type Watch struct {
 	Patterns []string
+	// Incarnation identifies the dialing node's process: a random number chosen at each
+	// start, so the peer can tell a restarted node from a reconnect. Encoded only when not
+	// zero, as an optional last field; a WATCH without it is what it always was.
+	Incarnation uint64
 }
 
 // Mirror asks a peer for the records of Topic that originated in the peer's region, starting
@@ -253,6 +257,13 @@ type Head struct {
 	Next     uint64 // the origin log's high-watermark
 	Position uint64 // the serving node's scan position in that log (records before it are sent or skipped)
 	Lag      int64  // nanoseconds between the log's last record and the last record scanned
+	// Time is the origin's head time: the timestamp (unix nanoseconds, the origin's clock)
+	// of the log's last record, 0 for an empty log. Topic names the topic on the catalog
+	// stream, where HEAD reports the head of an announced topic; it is empty on a mirror
+	// stream. Both are optional last fields, encoded only when set (Topic after Time), so a
+	// HEAD without them is what it always was.
+	Time  int64
+	Topic string
 }
 
 func (*Watch) Type() Type  { return TypeWatch }
@@ -471,6 +482,9 @@ func (f *Watch) appendBody(e enc) enc {
 	for _, p := range f.Patterns {
 		e = e.str(p)
 	}
+	if f.Incarnation != 0 {
+		e = e.uvarint(f.Incarnation)
+	}
 	return e
 }
 func (f *Watch) decodeBody(d *dec) {
@@ -486,6 +500,12 @@ func (f *Watch) decodeBody(d *dec) {
 	for i := uint64(0); i < n && d.err == nil; i++ {
 		f.Patterns = append(f.Patterns, d.str("pattern"))
 	}
+	f.Incarnation = 0 // decoded in place (Decoder): a frame without the field has none
+	if d.err == nil && len(d.b) > 0 {
+		if f.Incarnation = d.uvarint("incarnation"); d.err == nil && f.Incarnation == 0 {
+			d.fail("incarnation: 0 is sent by leaving the field out")
+		}
+	}
 }
 
 func (f *Mirror) appendBody(e enc) enc { return e.str(f.Topic).uvarint(f.From) }
@@ -495,10 +515,28 @@ func (f *Mirror) decodeBody(d *dec) {
 }
 
 func (f *Head) appendBody(e enc) enc {
-	return e.uvarint(f.Next).uvarint(f.Position).uvarint(uint64(f.Lag))
+	e = e.uvarint(f.Next).uvarint(f.Position).uvarint(uint64(f.Lag))
+	if f.Time != 0 || f.Topic != "" {
+		e = e.uvarint(uint64(f.Time))
+	}
+	if f.Topic != "" {
+		e = e.str(f.Topic)
+	}
+	return e
 }
 func (f *Head) decodeBody(d *dec) {
 	f.Next = d.uvarint("next")
 	f.Position = d.uvarint("position")
 	f.Lag = int64(d.uvarint("lag"))
+	f.Time, f.Topic = 0, "" // decoded in place (Decoder): a frame without the fields has none
+	if d.err == nil && len(d.b) > 0 {
+		if f.Time = int64(d.uvarint("time")); d.err == nil && f.Time == 0 && len(d.b) == 0 {
+			d.fail("time: 0 without a topic is sent by leaving the field out")
+		}
+	}
+	if d.err == nil && len(d.b) > 0 {
+		if f.Topic = d.str("topic"); d.err == nil && f.Topic == "" {
+			d.fail("topic: empty is sent by leaving the field out")
+		}
+	}
 }

@@ -44,8 +44,12 @@ func sampleFrames() []Frame {
 		&TopicInfo{Name: "a.b", First: 1, Next: 10, Bytes: 4096},
 		&Watch{Patterns: []string{"orders.>", "a.*.c"}},
 		&Watch{},
+		&Watch{Patterns: []string{">"}, Incarnation: 0xfeedface},
 		&Mirror{Topic: "orders.eu", From: 17},
 		&Head{Next: 99, Position: 90, Lag: 1_500_000_000},
+		&Head{Next: 99, Position: 90, Lag: 1_500_000_000, Time: 1_700_000_000_000_000_000},
+		&Head{Next: 7, Position: 7, Topic: "orders.eu"},
+		&Head{Next: 7, Position: 7, Time: 42, Topic: "orders.eu"},
 		&Raft{Class: RaftBulk, From: 1 << 60, To: 7}, &RaftBatch{Batch: []byte{1, 2, 3}},
 	}
 }

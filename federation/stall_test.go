@@ -1,0 +1,125 @@
+package federation
+
+import (
+	"log/slog"
+	"testing"
+	"time"
+)
+
+// The origin's serving of one mirror stream is paused while records are published there:
+// the mirroring node reports the mirror stalled (gauge, one WARN) within StallAfter, its lag
+// in seconds against the origin's reported head grows meanwhile, and no record arrives; a
+// second topic on the same link keeps flowing. Resumed, the mirror is reported recovered
+// (gauge, INFO) and every record arrives exactly once.
+func TestStalledMirrorIsReported(t *testing.T) {
+	const stallAfter = 300 * time.Millisecond
+	m := newFedMesh(t)
+	a := m.addNode("a", nodeOpts{mirror: []string{"st.>"}, stallAfter: stallAfter})
+	b := m.addNode("b", nodeOpts{})
+	const stuck, moving = "st.stuck", "st.moving"
+	b.publishSeq(t, stuck, 0, 10)
+	b.publishSeq(t, moving, 0, 10)
+	waitFor(t, 10*time.Second, "both topics mirrored", func() bool {
+		return a.cursor(t, "b", stuck) == 9 && a.cursor(t, "b", moving) == 9
+	})
+	labels := func(topic string) map[string]string { return map[string]string{"topic": topic, "origin_region": "b"} }
+	gauge := func(name, topic string) float64 { return metricValue(t, a.registry(), name, labels(topic)) }
+	if s := gauge("quicmq_mirror_stalled", stuck); s != 0 {
+		t.Fatalf("stalled %v before the pause", s)
+	}
+
+	b.fedNow().pauseServing(stuck, true)
+	pausedAt := time.Now()
+	pStuck := startPublisher(t, b, stuck, 5, 10*time.Millisecond)
+	pMoving := startPublisher(t, b, moving, 5, 10*time.Millisecond)
+	waitFor(t, 10*time.Second, "the stall reported", func() bool { return gauge("quicmq_mirror_stalled", stuck) == 1 })
+	took := time.Since(pausedAt)
+	// StallAfter, plus one head report and one check interval; the rest is slack for a
+	// loaded machine.
+	if took > stallAfter+2*time.Second {
+		t.Fatalf("stall reported %v after the pause, StallAfter %v", took, stallAfter)
+	}
+	if w := a.logs.find(slog.LevelWarn, "mirror stalled"); len(w) != 1 {
+		t.Fatalf("%d WARN lines for the stall, want 1:%s", len(w), fmtRecords(w))
+	}
+	lag1 := gauge("quicmq_mirror_lag_seconds", stuck)
+	if lag1 <= 0 {
+		t.Fatalf("lag %v s while stalled: must not be 0", lag1)
+	}
+	waitFor(t, 10*time.Second, "the lag in seconds to grow", func() bool {
+		return gauge("quicmq_mirror_lag_seconds", stuck) > lag1+0.1
+	})
+	if c := a.cursor(t, "b", stuck); c != 9 {
+		t.Fatalf("the paused mirror moved to %d", c)
+	}
+	if s := gauge("quicmq_mirror_stalled", moving); s != 0 {
+		t.Fatalf("the flowing topic reported stalled")
+	}
+	if c := a.cursor(t, "b", moving); c <= 9 {
+		t.Fatalf("the other topic did not flow while one was paused: cursor %d", c)
+	}
+	t.Logf("stall reported %v after the pause (StallAfter %v); lag %.2f s then %.2f s",
+		took.Round(time.Millisecond), stallAfter, lag1, gauge("quicmq_mirror_lag_seconds", stuck))
+
+	b.fedNow().pauseServing(stuck, false)
+	waitFor(t, 10*time.Second, "the recovery reported", func() bool {
+		return gauge("quicmq_mirror_stalled", stuck) == 0 && len(a.logs.find(slog.LevelInfo, "mirror recovered from a stall")) == 1
+	})
+	pStuck.halt()
+	pMoving.halt()
+	for _, topic := range []string{stuck, moving} {
+		last := int64(b.next(topic) - 1)
+		waitFor(t, 10*time.Second, "caught up", func() bool { return a.cursor(t, "b", topic) == last })
+		if got := checkMirrored(t, a, b, topic); got != int(last+1) {
+			t.Fatalf("%s: %d records mirrored, want %d", topic, got, last+1)
+		}
+	}
+	waitFor(t, 10*time.Second, "the lag back to 0", func() bool { return gauge("quicmq_mirror_lag_seconds", stuck) == 0 })
+	if w := a.logs.find(slog.LevelWarn, "mirror stalled"); len(w) != 1 {
+		t.Fatalf("%d WARN lines for one stall:%s", len(w), fmtRecords(w))
+	}
+}
+
+// mirrorHealth's decisions, step by step on a fake clock: behind only against a reported
+// head, stalled after StallAfter without progress (not before), progress restarts the clock,
+// caught up clears it, and the lag is in origin time once a record's time is known.
+func TestMirrorHealthDecisions(t *testing.T) {
+	const after = 10 * time.Second
+	t0 := time.Unix(1000, 0)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	sec := int64(time.Second)
+	var h mirrorHealth
+	type step struct {
+		name    string
+		do      func()
+		now     int
+		stalled bool
+		changed bool
+		lag     float64
+	}
+	steps := []step{
+		{"nothing reported: not behind", func() {}, 0, false, false, 0},
+		{"caught up at the head", func() { h.reported(10, 100*sec, at(0)); h.scanned(10, 100*sec, at(0)) }, 1, false, false, 0},
+		{"the head moves: behind, not yet stalled", func() { h.reported(20, 105*sec, at(2)) }, 11, false, false, 5},
+		{"StallAfter without progress: stalled", func() {}, 12, true, true, 5},
+		{"still stalled: no change", func() { h.reported(30, 110*sec, at(13)) }, 13, true, false, 10},
+		{"progress: not stalled, clock restarts", func() { h.scanned(25, 108*sec, at(14)) }, 14, false, true, 2},
+		{"no progress again for StallAfter", func() {}, 24, true, true, 2},
+		{"caught up: lag 0, not stalled", func() { h.scanned(30, 110*sec, at(25)) }, 25, false, true, 0},
+	}
+	for _, s := range steps {
+		s.do()
+		stalled, changed := h.check(at(s.now), after)
+		lag, _ := h.lag(at(s.now))
+		if stalled != s.stalled || changed != s.changed || lag != s.lag {
+			t.Fatalf("%s: stalled %v changed %v lag %v, want %v %v %v", s.name, stalled, changed, lag, s.stalled, s.changed, s.lag)
+		}
+	}
+
+	// Behind before any record's time is known: the lag is the time behind, by the local clock.
+	var fresh mirrorHealth
+	fresh.reported(5, 50*sec, at(0))
+	if lag, _ := fresh.lag(at(3)); lag != 3 {
+		t.Fatalf("fresh mirror behind for 3 s: lag %v", lag)
+	}
+}
