@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -300,21 +301,7 @@ func TestLinkPartitionAndCleanup(t *testing.T) {
 // TestRelayDelays: a packet through the relay and back takes at least twice the delay, and
 // arrives whole. Needs no root.
 func TestRelayDelays(t *testing.T) {
-	echo, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer echo.Close()
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, a, err := echo.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			echo.WriteToUDP(buf[:n], a)
-		}
-	}()
+	echo := udpEcho(t)
 	r, err := NewRelay(echo.LocalAddr().String(), 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
@@ -341,4 +328,115 @@ func TestRelayDelays(t *testing.T) {
 			t.Fatalf("round trip %v with %q, want >= 40 ms and %q", rtt, buf[:n], msg)
 		}
 	}
+}
+
+// TestTCPRelayDelays: bytes through the TCP relay and back take at least twice the delay and
+// arrive whole and in order; closing the relay ends its connections. Needs no root.
+func TestTCPRelayDelays(t *testing.T) {
+	echo, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer echo.Close()
+	go func() {
+		for {
+			c, err := echo.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	r, err := NewTCPRelay(echo.Addr().String(), 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("tcp", r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 3 {
+		start := time.Now()
+		msg := fmt.Sprintf("ping %d", i)
+		if _, err := c.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+		if rtt := time.Since(start); rtt < 40*time.Millisecond || string(buf) != msg {
+			t.Fatalf("round trip %v with %q, want >= 40 ms and %q", rtt, buf, msg)
+		}
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("read after the relay closed: want an error")
+	}
+}
+
+// TestRelayIgnoresProbe: a datagram that is no QUIC packet (the SDK's one zero byte from a
+// socket of its own while it dials) does not make its sender the relay's client.
+func TestRelayIgnoresProbe(t *testing.T) {
+	echo := udpEcho(t)
+	r, err := NewRelay(echo.LocalAddr().String(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	probe, err := net.Dial("udp", r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if _, err := probe.Write([]byte{0}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := net.Dial("udp", r.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	msg := []byte{0x40, 'q'} // fixed bit set: a QUIC packet's first byte
+	if _, err := c.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 64)
+	for {
+		// The probe's echo may come back to the client (the relay has one): skip it.
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("client: %v; want its own datagram back", err)
+		}
+		if string(buf[:n]) == string(msg) {
+			return
+		}
+	}
+}
+
+// udpEcho is a UDP server on loopback that sends every datagram back, closed by t.Cleanup.
+func udpEcho(t *testing.T) *net.UDPConn {
+	t.Helper()
+	echo, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { echo.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, a, err := echo.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			echo.WriteToUDP(buf[:n], a)
+		}
+	}()
+	return echo
 }

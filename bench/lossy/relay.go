@@ -32,7 +32,7 @@ type Relay struct {
 	wg     sync.WaitGroup
 
 	mu     sync.Mutex
-	client *net.UDPAddr // the first (and only) client seen
+	client *net.UDPAddr // the first sender of a QUIC packet (and the only client)
 }
 
 type delayed struct {
@@ -87,16 +87,23 @@ func NewRelay(upstream string, delay time.Duration) (*Relay, error) {
 
 // bindRelayPort calls bind with the ports of the relay range in turn until one is free.
 func bindRelayPort(bind func(port int) (*net.UDPConn, error)) (*net.UDPConn, error) {
-	for port := RelayPortLow; port <= RelayPortHigh; port++ {
+	return bindInRange("relay", "UDP", RelayPortLow, RelayPortHigh, bind)
+}
+
+// bindInRange calls bind with the ports low to high in turn until one is free (bind's error
+// is no EADDRINUSE, or EADDRNOTAVAIL for a dial's local port).
+func bindInRange[C any](what, proto string, low, high int, bind func(port int) (C, error)) (C, error) {
+	var zero C
+	for port := low; port <= high; port++ {
 		c, err := bind(port)
 		if err == nil {
 			return c, nil
 		}
-		if !errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("lossy: relay: %w", err)
+		if !errors.Is(err, syscall.EADDRINUSE) && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			return zero, fmt.Errorf("lossy: %s: %w", what, err)
 		}
 	}
-	return nil, fmt.Errorf("lossy: relay: every UDP port of %d-%d is in use", RelayPortLow, RelayPortHigh)
+	return zero, fmt.Errorf("lossy: %s: every %s port of %d-%d is in use", what, proto, low, high)
 }
 
 // Addr is the address clients dial instead of upstream.
@@ -118,7 +125,9 @@ func (r *Relay) read(c *net.UDPConn, out chan<- delayed, fromClient bool) {
 		if err != nil {
 			return
 		}
-		if fromClient {
+		if fromClient && n > 0 && buf[0]&0x40 != 0 {
+			// Only a QUIC packet (fixed bit set, RFC 9000 17) makes its sender the client: the
+			// SDK sends one zero byte from a socket of its own while it dials (client/probe.go).
 			r.mu.Lock()
 			if r.client == nil {
 				r.client = addr

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -37,6 +38,7 @@ func runBroker(args []string) error {
 	js := fs.Bool("jetstream", false, "nats: enable JetStream (file storage in --dir)")
 	syncAlways := fs.Bool("sync-always", false, "nats: JetStream fsyncs every write before acking")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the broker's life to this file")
+	metrics := fs.String("metrics", "", "quicmq: serve the node's Prometheus metrics on this address (host:port)")
 	fs.Parse(args)
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -64,6 +66,9 @@ func runBroker(args []string) error {
 		})
 		if err != nil {
 			return err
+		}
+		if *metrics != "" {
+			go http.ListenAndServe(*metrics, n.MetricsHandler())
 		}
 		done := make(chan error, 1)
 		go func() { done <- n.Run(ctx) }()

@@ -30,11 +30,15 @@ type durParams struct {
 	Size       int
 	Duration   time.Duration // publish: measured window (after one second of warm-up)
 	Records    int           // replay: records stored, then read back
+	// RawPebble (publish, quicmq): after the node's window, a raw Pebble synced-batch writer
+	// in a process of its own, with the node's records per commit (rawpebble.go).
+	RawPebble bool
 }
 
 func (p durParams) args() []string {
 	return []string{"durworker", "--mode", p.Mode, "--system", p.System, "--publishers", fmt.Sprint(p.Publishers),
-		"--size", fmt.Sprint(p.Size), "--duration", p.Duration.String(), "--records", fmt.Sprint(p.Records)}
+		"--size", fmt.Sprint(p.Size), "--duration", p.Duration.String(), "--records", fmt.Sprint(p.Records),
+		"--raw-pebble=" + fmt.Sprint(p.RawPebble)}
 }
 
 type durResult struct {
@@ -48,6 +52,12 @@ type durResult struct {
 	Notes        []string
 	AckedDurable string // what an ack means for this system
 	LoadAvg      float64
+	// With RawPebble: the node's records per commit in its window, and the raw writer's
+	// figures with that batch size (its own process's CPU).
+	NodeRecordsPerCommit float64
+	RawRate              float64
+	RawCPUus             float64
+	RawFsyncs            int64
 }
 
 var durableMeaning = map[string]string{
@@ -82,10 +92,15 @@ func runDurWorker(args []string) error {
 	fs.IntVar(&p.Size, "size", 1024, "payload bytes")
 	fs.DurationVar(&p.Duration, "duration", 10*time.Second, "measured window")
 	fs.IntVar(&p.Records, "records", 1000000, "replay: records")
+	fs.BoolVar(&p.RawPebble, "raw-pebble", false, "publish, quicmq: then a raw Pebble writer with the node's batch size")
 	fs.Parse(args)
+	raw := p.RawPebble && p.Mode == "publish" && p.System == "quicmq"
 	kind, extra := brokerKind(p.System)
 	if kind == "" {
 		return fmt.Errorf("unknown system %q", p.System)
+	}
+	if raw {
+		extra = append(extra, "--metrics", nodeMetricsAddr)
 	}
 	b, err := startBroker(kind, extra...)
 	if err != nil {
@@ -125,13 +140,34 @@ func runDurWorker(args []string) error {
 			}()
 		}
 		time.Sleep(time.Second)
+		var recs0, commits0 float64
+		if raw {
+			if recs0, commits0, err = commitStats(nodeMetricsAddr); err != nil {
+				return err
+			}
+		}
 		cpu0, t0 := brokerCPU(b.pid()), time.Now()
 		counting.Store(true)
 		time.Sleep(p.Duration)
 		counting.Store(false)
 		cpu1, el := brokerCPU(b.pid()), time.Since(t0)
+		if raw {
+			recs1, commits1, err := commitStats(nodeMetricsAddr)
+			if err != nil {
+				return err
+			}
+			res.NodeRecordsPerCommit = (recs1 - recs0) / max(commits1-commits0, 1)
+		}
 		close(stop)
 		wg.Wait()
+		if raw {
+			r, err := runRawChild(rawParams{Writers: p.Publishers, Batch: max(int(res.NodeRecordsPerCommit+0.5), 1),
+				Size: p.Size, Warmup: time.Second, Duration: p.Duration})
+			if err != nil {
+				return err
+			}
+			res.RawRate, res.RawCPUus, res.RawFsyncs = r.Rate, r.CPUus, r.Fsyncs
+		}
 		res.Records = int(acked.Load())
 		res.Rate = float64(res.Records) / el.Seconds()
 		res.Errors = int(errs.Load())
@@ -393,6 +429,7 @@ func runDurable(args []string, mode string) error {
 	records := fs.Int("records", 1000000, "replay: records stored and read back")
 	repeat := fs.Int("repeat", 1, "repetitions")
 	out := fs.String("out", "bench/results", "directory for the JSON results")
+	rawPebble := fs.Bool("raw-pebble", true, "publish: after each quicmq run, in the same namespace, a raw Pebble writer in a process of its own (as many writers as publishers, synced batches of the node's measured records per commit, the log's keys, value sizes and Pebble options): its CPU per record beside the node process's (goal: node at most 2x)")
 	fs.Parse(args)
 	if err := lossy.Check(); err != nil {
 		return fmt.Errorf("%w; this scenario runs each broker in a namespace of its own and is skipped", err)
@@ -423,7 +460,7 @@ func runDurable(args []string, mode string) error {
 	for r := 1; r <= *repeat; r++ {
 		for _, np := range pubs {
 			for _, sys := range systems {
-				p := durParams{Mode: mode, System: sys, Publishers: np, Size: *size, Duration: *dur, Records: *records}
+				p := durParams{Mode: mode, System: sys, Publishers: np, Size: *size, Duration: *dur, Records: *records, RawPebble: *rawPebble}
 				fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s %s, %d publishers ...", len(results)+1, total,
 					time.Since(started).Round(time.Second), r, mode, sys, np)
 				var res durResult
@@ -433,6 +470,9 @@ func runDurable(args []string, mode string) error {
 				}
 				res.Repeat = r
 				fmt.Fprintf(os.Stderr, " %.0f records/s, %.1f broker cpu-µs/record, %d errors %v\n", res.Rate, res.BrokerCPUus, res.Errors, res.Notes)
+				if res.RawCPUus > 0 {
+					fmt.Fprintf(os.Stderr, "    raw pebble, %.0f records/commit: %.0f records/s, %.1f cpu-µs/record\n", res.NodeRecordsPerCommit, res.RawRate, res.RawCPUus)
+				}
 				results = append(results, &res)
 			}
 		}
@@ -509,6 +549,9 @@ func runDurable(args []string, mode string) error {
 			}
 			fmt.Printf("| %s | %s | %d | %v | %v | %v |\n", sys, durableMeaning[sys], np, median(rates), median(cpus), median(ratios))
 		}
+	}
+	if mode == "publish" {
+		printRawPebble(results, pubs)
 	}
 	return nil
 }

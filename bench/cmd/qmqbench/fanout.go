@@ -97,6 +97,7 @@ func runFanout(args []string, slow bool) error {
 		printSlow(results, systems)
 	} else {
 		printFanout(results, losses, systems)
+		printLate(results, losses, systems)
 	}
 	plots, err := plotAll(results, name, stamp, *out, losses, systems, slow)
 	for _, f := range plots {
@@ -363,6 +364,7 @@ func runReport(args []string) error {
 		printSlow(rs, systems)
 	} else {
 		printFanout(rs, losses, systems)
+		printLate(rs, losses, systems)
 	}
 	plots, err := plotAll(rs, name, "report", *out, losses, systems, slow)
 	for _, f := range plots {

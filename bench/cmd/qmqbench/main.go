@@ -6,18 +6,24 @@
 //	                 (quicmq, ablation, nats, jetstream; --delay adds a round trip, QuicMQ only)
 //	qmqbench slow    scenario 2: the same without loss, one subscription stops reading
 //	qmqbench publish scenario 3: durable publish rate, QuicMQ against JetStream with and
-//	                 without an fsync per write (--publishers 1,16)
+//	                 without an fsync per write (--publishers 1,16); the node process's CPU
+//	                 per record beside a raw Pebble writer's ("rawpebble") in the same run
 //	qmqbench replay  scenario 4: read stored records from offset 0 (--records 1000000)
 //	qmqbench setup   scenario 5: new subscriptions/s on one connection, against a
 //	                 TLS-over-TCP connection per subscription (and NATS SUB for context)
 //	qmqbench cross   scenario 6: two regions, loss on the link, a stream per mirrored topic
 //	                 against the federation's shared-link ablation
+//	qmqbench truefanout  one topic, S subscriptions over C connections, a rising publish
+//	                 rate: deliveries/s held with p99 < 50 ms and CPU per delivery, QuicMQ
+//	                 against NATS core and JetStream ("tfworker")
+//	qmqbench hetero  one topic over 100 connections, one behind loss and a round trip: the
+//	                 clean ones' p99 against a run without it, QuicMQ and NATS ("hetworker")
 //	qmqbench report  tables and plots again from a fanout or slow JSON file
 //	qmqbench qlog    a connection's congestion window, losses and sending rate from a qlog
 //	                 trace (QLOGDIR=DIR on a node, a link or the SDK)
 //
 // Every run starts a fresh network namespace (bench/lossy), a worker process inside it
-// (this binary's hidden "worker", "durworker" or "setup worker" command) and the broker as
+// (this binary's hidden "worker", "durworker", "tfworker", "hetworker" or "setup worker" command) and the broker as
 // the worker's child ("broker" or "setup broker"), so loss applies to every packet between
 // clients and broker and nothing else shares the namespace. A cross run instead joins two
 // namespaces with a veth pair and runs a quicmq node in each, with its publisher,
@@ -56,6 +62,16 @@ func main() {
 		err = runWorker(os.Args[2:])
 	case "durworker":
 		err = runDurWorker(os.Args[2:])
+	case "rawpebble":
+		err = runRawPebble(os.Args[2:])
+	case "truefanout":
+		err = runTrueFanout(os.Args[2:])
+	case "tfworker":
+		err = runTFWorker(os.Args[2:])
+	case "hetero":
+		err = runHetero(os.Args[2:])
+	case "hetworker":
+		err = runHetWorker(os.Args[2:])
 	case "broker":
 		err = runBroker(os.Args[2:])
 	default:
@@ -76,6 +92,8 @@ func usage() {
   replay   scenario 4: replay of stored records from offset 0, QuicMQ against JetStream
   setup    scenario 5: new subscriptions/s on one connection, against a TLS-over-TCP connection each
   cross    scenario 6: two regions, loss on the link, a stream per mirrored topic vs one shared
+  truefanout  one topic, S subscriptions over C connections, rising rate: deliveries/s held, CPU/delivery
+  hetero   one topic over 100 connections, one behind loss and a round trip: the clean ones' p99
   report   tables and plots again from a fanout or slow JSON file
   qlog     plot a QUIC connection's congestion window and losses from a qlog trace (QLOGDIR)
 

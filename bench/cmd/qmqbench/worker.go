@@ -90,6 +90,7 @@ type runResult struct {
 	LoadAvg          float64 // the machine's 1-minute load average at the end of the run
 	SetupSeconds     float64
 	SubscribeSeconds float64
+	Late, LateMs     float64 // share of records above LateMs, the late threshold (fanoutlate.go)
 }
 
 type sample struct{ sent, arrived int64 }
@@ -357,6 +358,7 @@ func analyse(res *runResult, samples [][]sample, sentPerSub []int, winStart, win
 	slices.Sort(lat)
 	q := func(f float64) float64 { return lat[int(f*float64(len(lat)-1))] }
 	res.P50, res.P99, res.P999, res.Max = q(0.5), q(0.99), q(0.999), lat[len(lat)-1]
+	res.Late, res.LateMs = lateShare(lat, p.Delay)
 	for _, f := range cdfQuantiles() {
 		res.CDF = append(res.CDF, [2]float64{q(f), f})
 	}

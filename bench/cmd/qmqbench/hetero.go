@@ -1,0 +1,341 @@
+package main
+
+// The heterogeneous fan-out of issue 15: ONE topic read by one subscription on each of
+// --conns subscriber connections, one of them behind a bad path (--bad-loss loss and a
+// --bad-rtt round trip, a delaying relay in the run's namespace with the loss rule on the
+// relay's hops only), the rest on clean loopback; against a run without the bad connection
+// (the clean ones alone), for QuicMQ and NATS core. Goal: the clean connections' p99 with
+// the bad one within 10% of their p99 without it.
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/quicmq/quicmq/bench/lossy"
+)
+
+type hetParams struct {
+	System   string
+	NS       string
+	Conns    int // subscriber connections with the bad one (the run without it has Conns-1)
+	Bad      bool
+	BadLoss  float64
+	BadRTT   time.Duration
+	Rate     int // records/s to the one topic
+	Size     int
+	Warmup   time.Duration
+	Duration time.Duration
+	Drain    time.Duration
+}
+
+func (p *hetParams) flags(fs *flag.FlagSet) {
+	fs.IntVar(&p.Conns, "conns", 100, "subscriber connections, one subscription each, with the bad one")
+	fs.Float64Var(&p.BadLoss, "bad-loss", 0.05, "packet loss on the bad connection's path, fraction (each direction, on the relay's hops only)")
+	fs.DurationVar(&p.BadRTT, "bad-rtt", 50*time.Millisecond, "round trip the relay adds to the bad connection (half each way)")
+	fs.IntVar(&p.Rate, "rate", 200, "records per second published to the one topic (deliveries/s = rate x connections)")
+	fs.IntVar(&p.Size, "size", 128, "payload bytes (at least 17)")
+	fs.DurationVar(&p.Warmup, "warmup", time.Second, "publishing before the measured window")
+	fs.DurationVar(&p.Duration, "duration", 10*time.Second, "measured window")
+	fs.DurationVar(&p.Drain, "drain", 10*time.Second, "longest wait after the window for the clean connections' records")
+}
+
+func (p hetParams) args() []string {
+	return []string{"hetworker", "--system", p.System, "--ns", p.NS, "--bad=" + fmt.Sprint(p.Bad),
+		"--conns", fmt.Sprint(p.Conns), "--bad-loss", fmt.Sprint(p.BadLoss), "--bad-rtt", p.BadRTT.String(),
+		"--rate", fmt.Sprint(p.Rate), "--size", fmt.Sprint(p.Size), "--warmup", p.Warmup.String(),
+		"--duration", p.Duration.String(), "--drain", p.Drain.String()}
+}
+
+type hetResult struct {
+	hetParams
+	Repeat             int
+	Published          int   // in the window
+	CleanExpected      int64 // Published x clean connections
+	CleanDelivered     int64
+	CleanP50, CleanP99 float64 // ms; -1 when the quantile falls among missing records
+	CleanP999          float64
+	BadExpected        int64
+	BadDelivered       int64
+	BadP50, BadP99     float64
+	DroppedPackets     int64
+	BrokerCPUus        float64 // per delivery
+	Notes              []string
+	LoadAvg            float64
+}
+
+func finite(v float64) float64 {
+	if math.IsInf(v, 0) {
+		return -1
+	}
+	return v
+}
+
+// runHetWorker is the hidden "hetworker" command.
+func runHetWorker(args []string) error {
+	var p hetParams
+	fs := flag.NewFlagSet("hetworker", flag.ExitOnError)
+	fs.StringVar(&p.System, "system", "quicmq", "quicmq or nats")
+	fs.StringVar(&p.NS, "ns", "", "network namespace of the loss rule")
+	fs.BoolVar(&p.Bad, "bad", false, "the last connection goes through the bad path")
+	p.flags(fs)
+	fs.Parse(args)
+	p.Size = max(p.Size, 17)
+	if p.Conns < 2 || p.Rate < 1 {
+		return fmt.Errorf("--conns %d --rate %d: want at least 2 connections and 1 record/s", p.Conns, p.Rate)
+	}
+	if p.System != "quicmq" && p.System != "nats" {
+		return fmt.Errorf("system %q: want quicmq or nats", p.System)
+	}
+	b, sys, stop, err := startFan(p.System)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	conns := p.Conns - 1 // the clean ones
+	addr := func(int) string { return brokerAddr(p.System) }
+	if p.Bad {
+		conns = p.Conns
+		var badAddr string
+		if p.System == "quicmq" {
+			r, err := lossy.NewRelay(quicmqAddr, p.BadRTT/2)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			badAddr = r.Addr()
+		} else {
+			r, err := lossy.NewTCPRelay(natsAddr, p.BadRTT/2)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			badAddr = r.Addr()
+		}
+		addr = func(c int) string {
+			if c == 0 {
+				return badAddr
+			}
+			return brokerAddr(p.System)
+		}
+	}
+	var clean, bad latHist
+	deliver := func(conn, _ int, payload []byte) {
+		if len(payload) < 17 || payload[16] != 1 {
+			return // the topic's first record, or published outside the window
+		}
+		lat := time.Now().UnixNano() - int64(binary.BigEndian.Uint64(payload))
+		if p.Bad && conn == 0 {
+			bad.add(lat)
+		} else {
+			clean.add(lat)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := sys.connect(ctx, conns, conns, addr, deliver); err != nil {
+		return fmt.Errorf("%s: connect: %w", p.System, err)
+	}
+	var ns *lossy.Namespace
+	if p.Bad && p.NS != "" && p.BadLoss > 0 {
+		ns = &lossy.Namespace{Name: p.NS}
+		match := lossy.UDPRelayHops
+		if p.System != "quicmq" {
+			match = lossy.TCPRelayHops
+		}
+		if err := ns.SetLossMatch(p.BadLoss, match); err != nil {
+			return err
+		}
+	}
+	res := &hetResult{hetParams: p}
+	start := time.Now()
+	winStart, winEnd := start.Add(p.Warmup), start.Add(p.Warmup+p.Duration)
+	cpu0 := brokerCPU(b.pid())
+	var k int
+	var pubErr error
+	for pubErr == nil {
+		now := time.Now()
+		if !now.Before(winEnd) {
+			break
+		}
+		for due := int(now.Sub(start).Seconds()*float64(p.Rate)) + 1; k < due && pubErr == nil; k++ {
+			payload := make([]byte, p.Size)
+			t := time.Now()
+			binary.BigEndian.PutUint64(payload, uint64(t.UnixNano()))
+			binary.BigEndian.PutUint64(payload[8:], uint64(k))
+			if !t.Before(winStart) && t.Before(winEnd) {
+				payload[16] = 1
+				res.Published++
+			}
+			pubErr = sys.publish(ctx, payload)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if pubErr != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("publish failed: %v", pubErr))
+	}
+	cleanConns := int64(p.Conns - 1)
+	res.CleanExpected = int64(res.Published) * cleanConns
+	if p.Bad {
+		res.BadExpected = int64(res.Published)
+	}
+	drainEnd := time.Now().Add(p.Drain)
+	for (clean.count() < res.CleanExpected || bad.count() < res.BadExpected) && time.Now().Before(drainEnd) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	res.CleanDelivered, res.BadDelivered = clean.count(), bad.count()
+	if d := res.CleanDelivered + res.BadDelivered; d > 0 {
+		res.BrokerCPUus = float64(brokerCPU(b.pid())-cpu0) / float64(time.Microsecond) / float64(d)
+	}
+	res.CleanP50 = finite(clean.quantile(0.5, res.CleanExpected))
+	res.CleanP99 = finite(clean.quantile(0.99, res.CleanExpected))
+	res.CleanP999 = finite(clean.quantile(0.999, res.CleanExpected))
+	if p.Bad {
+		res.BadP50 = finite(bad.quantile(0.5, res.BadExpected))
+		res.BadP99 = finite(bad.quantile(0.99, res.BadExpected))
+	}
+	if ns != nil {
+		res.DroppedPackets, _ = ns.Dropped()
+		ns.SetLoss(0)
+	}
+	res.LoadAvg = loadAvg()
+	sys.close()
+	res.Notes = append(res.Notes, sys.notes()...)
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// runHetero is the "hetero" command.
+func runHetero(args []string) error {
+	fs := flag.NewFlagSet("hetero", flag.ExitOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `usage: qmqbench hetero [flags]
+
+One topic, one subscription on each of --conns subscriber connections; one connection
+behind a bad path (--bad-loss loss each way and --bad-rtt added round trip, through a
+delaying relay in the run's namespace: UDP for QuicMQ, TCP for NATS; the loss rule drops
+packets on the relay's hops only), the others clean. Each repeat runs every system twice:
+without the bad connection (the clean ones alone) and with it. Reported: the clean
+connections' p99 with against without (goal: within 10%%), and the bad one's own figures.
+For NATS the relay delays bytes, not segments: a lost segment costs what it costs on
+loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round trip.
+
+`)
+		fs.PrintDefaults()
+	}
+	var p hetParams
+	p.flags(fs)
+	systemsFlag := fs.String("systems", "quicmq,nats", "systems, comma-separated: quicmq, nats")
+	repeat := fs.Int("repeat", 1, "repetitions (medians are reported)")
+	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	fs.Parse(args)
+	systems := strings.Split(*systemsFlag, ",")
+	for _, s := range systems {
+		if s != "quicmq" && s != "nats" {
+			return fmt.Errorf("--systems: %q: want quicmq or nats", s)
+		}
+	}
+	if p.Conns < 2 || p.Rate < 1 || p.BadLoss < 0 || p.BadLoss > 1 {
+		return fmt.Errorf("--conns %d --rate %d --bad-loss %v: want at least 2 connections, 1 record/s, a loss in [0, 1]", p.Conns, p.Rate, p.BadLoss)
+	}
+	if err := lossy.Check(); err != nil {
+		return fmt.Errorf("%w; this scenario needs the lossy-network harness and is skipped", err)
+	}
+	if stale, _ := lossy.RemoveStale(); len(stale) > 0 {
+		fmt.Fprintf(os.Stderr, "removed namespaces left by killed runs: %v\n", stale)
+	}
+	slot, stop := killOnSignal()
+	defer stop()
+	var results []*hetResult
+	total := *repeat * len(systems) * 2
+	started := time.Now()
+	for r := 1; r <= *repeat; r++ {
+		for _, sys := range systems {
+			for _, badRun := range []bool{false, true} {
+				q := p
+				q.System, q.Bad = sys, badRun
+				what := fmt.Sprintf("%d clean connections", p.Conns-1)
+				if badRun {
+					what += fmt.Sprintf(" + 1 behind %.1f%% loss and %v", p.BadLoss*100, p.BadRTT)
+				}
+				fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, %s ...", len(results)+1, total, time.Since(started).Round(time.Second), r, sys, what)
+				var res hetResult
+				budget := p.Warmup + p.Duration + p.Drain + 3*time.Minute
+				if err := workerIn(sys, budget, func(ns string) []string { q.NS = ns; return q.args() }, &res, slot); err != nil {
+					fmt.Fprintf(os.Stderr, " failed: %v\n", err)
+					continue
+				}
+				res.Repeat = r
+				fmt.Fprintf(os.Stderr, " clean p50 %.2f p99 %.1f p999 %.1f ms (%d/%d)", res.CleanP50, res.CleanP99, res.CleanP999, res.CleanDelivered, res.CleanExpected)
+				if badRun {
+					fmt.Fprintf(os.Stderr, "; bad p50 %.1f p99 %.1f ms (%d/%d), %d packets dropped", res.BadP50, res.BadP99, res.BadDelivered, res.BadExpected, res.DroppedPackets)
+				}
+				fmt.Fprintf(os.Stderr, " %v\n", res.Notes)
+				results = append(results, &res)
+			}
+		}
+	}
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(*out, fmt.Sprintf("hetero-%s.json", time.Now().UTC().Format("20060102-150405")))
+	b, _ := json.MarshalIndent(results, "", " ")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "results: %s\n", path)
+	labels, values := printHetero(results, systems)
+	if len(values) > 0 {
+		png := strings.TrimSuffix(path, ".json") + ".png"
+		if err := barPlot(fmt.Sprintf("clean subscribers' p99 ms, without / with one bad path (%.0f%% loss, %v)", p.BadLoss*100, p.BadRTT), "p99 ms", labels, values, png); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "plot: %s\n", png)
+	}
+	return nil
+}
+
+// printHetero prints the table (medians over repeats, the ratio within each repeat) and
+// returns the plot's bars.
+func printHetero(rs []*hetResult, systems []string) ([]string, []float64) {
+	var labels []string
+	var values []float64
+	fmt.Println("| system | clean p99 ms without the bad one | with it | with/without (goal <= 1.10) | clean p50 without / with | clean p999 without / with | bad one's p50 / p99 ms | bad one's records | packets dropped |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, sys := range systems {
+		var without, with, ratios, p50a, p50b, p999a, p999b, badP50, badP99, badShare, dropped []float64
+		for _, a := range rs {
+			if a.System != sys || a.Bad {
+				continue
+			}
+			without, p50a, p999a = append(without, a.CleanP99), append(p50a, a.CleanP50), append(p999a, a.CleanP999)
+			for _, w := range rs {
+				if w.System == sys && w.Bad && w.Repeat == a.Repeat {
+					with, p50b, p999b = append(with, w.CleanP99), append(p50b, w.CleanP50), append(p999b, w.CleanP999)
+					if a.CleanP99 > 0 && w.CleanP99 >= 0 {
+						ratios = append(ratios, w.CleanP99/a.CleanP99)
+					}
+					badP50, badP99 = append(badP50, w.BadP50), append(badP99, w.BadP99)
+					badShare = append(badShare, float64(w.BadDelivered)/float64(max(w.BadExpected, 1)))
+					dropped = append(dropped, float64(w.DroppedPackets))
+				}
+			}
+		}
+		if len(without) == 0 {
+			continue
+		}
+		fmt.Printf("| %s | %v | %v | %v | %v / %v | %v / %v | %v / %v | %v | %v |\n", sys, median(without), median(with), median(ratios),
+			median(p50a), median(p50b), median(p999a), median(p999b), median(badP50), median(badP99),
+			fmt.Sprintf("%.1f%%", 100*median(badShare).med), median(dropped))
+		labels = append(labels, sys+" without", sys+" with")
+		values = append(values, median(without).med, median(with).med)
+	}
+	fmt.Println("\n(-1: the quantile falls among records that never arrived within the drain)")
+	return labels, values
+}

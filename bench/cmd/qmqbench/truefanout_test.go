@@ -1,0 +1,127 @@
+package main
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/bench/lossy"
+)
+
+// init lets the test binary serve as the hidden commands of the one-topic scenarios and of
+// the raw Pebble writer (TestMain in main_test.go handles the others). It runs before
+// TestMain and exits.
+func init() {
+	if len(os.Args) < 2 {
+		return
+	}
+	var run func([]string) error
+	switch os.Args[1] {
+	case "tfworker":
+		run = runTFWorker
+	case "hetworker":
+		run = runHetWorker
+	case "rawpebble":
+		run = runRawPebble
+	default:
+		return
+	}
+	if err := run(os.Args[2:]); err != nil {
+		os.Stderr.WriteString(err.Error() + "\n")
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func needHarness(t *testing.T) {
+	t.Helper()
+	if err := lossy.Check(); err != nil {
+		t.Skipf("lossy-network harness unavailable: %v", err)
+	}
+}
+
+// Two short steps of one topic read by 10 subscriptions over 2 connections: every record
+// reaches every subscription and the step's figures are filled in.
+func TestTrueFanoutSmoke(t *testing.T) {
+	needHarness(t)
+	systems := fanSystemNames
+	if testing.Short() {
+		systems = []string{"quicmq"}
+	}
+	for _, sys := range systems {
+		t.Run(sys, func(t *testing.T) {
+			p := tfParams{System: sys, Subs: 10, Conns: 2, Size: 64, Start: 1000, Factor: 2, Max: 2000,
+				Step: 500 * time.Millisecond, Drain: 5 * time.Second, P99Limit: 50, MinShare: 0.98}
+			var res tfResult
+			if err := workerIn(sys, 2*time.Minute, func(string) []string { return p.args() }, &res, &workerSlot{}); err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Steps) == 0 {
+				t.Fatal("no steps")
+			}
+			st := res.Steps[0]
+			if st.Published < 40 || st.Expected != int64(st.Published)*10 || st.Delivered != st.Expected {
+				t.Fatalf("step 1: published %d, expected %d, delivered %d", st.Published, st.Expected, st.Delivered)
+			}
+			// CPU comes in 10 ms ticks (/proc/PID/stat): NATS core may spend less on a short step.
+			if st.P50 <= 0 || st.P99 < st.P50 || st.BrokerCPUus < 0 || st.ClientCPUus <= 0 {
+				t.Fatalf("step 1 figures not filled in: %+v", st)
+			}
+			if st.Held != (st.Broke == "") || res.Held != heldStep(&res).Deliveries {
+				t.Fatalf("held %v, broke %q, result held %v", st.Held, st.Broke, res.Held)
+			}
+			t.Logf("%s: %+v", sys, res.Steps)
+		})
+	}
+}
+
+// One bad connection of three (5% loss, 50 ms round trip through the relay): the clean ones
+// get every record, and so does the bad one in the end (QUIC recovers its losses).
+func TestHeteroSmoke(t *testing.T) {
+	needHarness(t)
+	systems := []string{"quicmq", "nats"}
+	if testing.Short() {
+		systems = systems[:1]
+	}
+	for _, sys := range systems {
+		t.Run(sys, func(t *testing.T) {
+			p := hetParams{System: sys, Conns: 3, Bad: true, BadLoss: 0.05, BadRTT: 50 * time.Millisecond,
+				Rate: 200, Size: 64, Warmup: 200 * time.Millisecond, Duration: time.Second, Drain: 5 * time.Second}
+			var res hetResult
+			err := workerIn(sys, 2*time.Minute, func(ns string) []string { p.NS = ns; return p.args() }, &res, &workerSlot{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Published < 150 || res.CleanExpected != int64(2*res.Published) || res.CleanDelivered != res.CleanExpected {
+				t.Fatalf("published %d, clean expected %d, delivered %d", res.Published, res.CleanExpected, res.CleanDelivered)
+			}
+			if res.BadDelivered != res.BadExpected || res.BadExpected != int64(res.Published) {
+				t.Fatalf("bad connection: %d of %d", res.BadDelivered, res.BadExpected)
+			}
+			// The bad path adds 25 ms each way: its median cannot be below it.
+			if res.CleanP99 <= 0 || res.BadP50 < 25 {
+				t.Fatalf("figures: clean p99 %v, bad p50 %v", res.CleanP99, res.BadP50)
+			}
+			t.Logf("%s: clean p99 %.1f ms, bad p50 %.1f p99 %.1f ms, %d packets dropped", sys, res.CleanP99, res.BadP50, res.BadP99, res.DroppedPackets)
+		})
+	}
+}
+
+// A second of durable publishing from 2 connections, then the raw Pebble writer with the
+// node's batch size: both CPU figures are filled in.
+func TestPublishRawPebbleSmoke(t *testing.T) {
+	needHarness(t)
+	p := durParams{Mode: "publish", System: "quicmq", Publishers: 2, Size: 1024, Duration: time.Second, RawPebble: true}
+	var res durResult
+	if err := workerIn("quicmq", 2*time.Minute, func(string) []string { return p.args() }, &res, &workerSlot{}); err != nil {
+		t.Fatal(err)
+	}
+	if res.Records < 100 || res.Errors != 0 || res.BrokerCPUus <= 0 {
+		t.Fatalf("node: %d records, %d errors, %v cpu-µs/record", res.Records, res.Errors, res.BrokerCPUus)
+	}
+	if res.NodeRecordsPerCommit < 1 || res.RawRate <= 0 || res.RawCPUus <= 0 || res.RawFsyncs <= 0 {
+		t.Fatalf("raw pebble: %+v", res)
+	}
+	t.Logf("node %.1f cpu-µs/record at %.0f records/commit; raw pebble %.1f cpu-µs/record, %.0f records/s",
+		res.BrokerCPUus, res.NodeRecordsPerCommit, res.RawCPUus, res.RawRate)
+}
