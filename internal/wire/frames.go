@@ -51,7 +51,7 @@ var typeNames = map[Type]string{
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
-	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD",
+	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
 }
 
 func (t Type) String() string {
@@ -330,6 +330,10 @@ func newFrame(t Type) Frame {
 		return new(Mirror)
 	case TypeHead:
 		return new(Head)
+	case TypeRaft:
+		return new(Raft)
+	case TypeRaftBatch:
+		return new(RaftBatch)
 	}
 	return nil
 }
