@@ -1,5 +1,11 @@
 package wire
 
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
 // Management streams (docs/protocol.md "Management streams"): a client opens a stream, sends
 // one request frame and closes its side; the node answers with the frames below, then FIN,
 // or with ERROR. Names and topics are in the client's view (a tenant's namespace is added and
@@ -230,3 +236,28 @@ func (f *TopicRemove) decodeBody(d *dec) {
 
 func (f *Done) appendBody(e enc) enc { return e.uvarint(f.Count) }
 func (f *Done) decodeBody(d *dec)    { f.Count = d.uvarint("count") }
+
+// ParseStart reads where a reset puts a consumer, as the CLI and the admin API take it:
+// "earliest", "latest", an offset (a decimal number) or a time (RFC 3339, e.g.
+// 2026-12-01T10:00:00Z).
+func ParseStart(s string) (StartKind, uint64, error) {
+	switch s {
+	case "earliest":
+		return StartEarliest, 0, nil
+	case "latest":
+		return StartLatest, 0, nil
+	case "":
+		return 0, 0, fmt.Errorf("no reset target: want earliest, latest, an offset or an RFC 3339 time")
+	}
+	if off, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return StartOffset, off, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, 0, fmt.Errorf("reset target %q: want earliest, latest, an offset or an RFC 3339 time (2026-12-01T10:00:00Z)", s)
+	}
+	if t.UnixNano() < 0 {
+		return 0, 0, fmt.Errorf("reset target %q: a time before 1970 is not in any log", s)
+	}
+	return StartTime, uint64(t.UnixNano()), nil
+}
