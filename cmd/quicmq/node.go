@@ -31,6 +31,7 @@ type nodeFlags struct {
 	retentionAge                        time.Duration
 	retentionBytes                      int64
 	maxPayload                          int
+	maxDurablesPerTenant                int
 	logLevel                            string
 	caDir, advertise                    string
 	gossipLAN, gossipWAN                string
@@ -77,6 +78,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.DurationVar(&f.retentionAge, "retention-age", 0, "delete records older than this, per topic (0: keep forever)")
 	fs.Int64Var(&f.retentionBytes, "retention-bytes", 0, "keep at most this many bytes per topic, oldest deleted first (0: no limit)")
 	fs.IntVar(&f.maxPayload, "max-payload", 1<<20, "largest record payload in bytes")
+	fs.IntVar(&f.maxDurablesPerTenant, "max-durables-per-tenant", 1000, "durable consumers a tenant may have stored on this node ('quicmq consumers rm' removes one)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&f.ablationSharedLink, "ablation-shared-link", false, "measurement aid for benchmarks: carry all mirrors of each federation link on one shared stream, and accept that from peers (docs/benchmarks.md, scenario 6); never in production")
 	fs.BoolVar(&f.ablationSharedStream, "ablation-shared-stream", false, "measurement aid for benchmarks: accept the shared-stream mapping, all of a connection's subscriptions on one stream, same authorization (docs/benchmarks.md); never in production")
@@ -145,21 +147,22 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		return node.Config{}, err
 	}
 	return node.Config{
-		DataDir:            f.data,
-		Listen:             f.listen,
-		Name:               f.name,
-		Region:             f.region,
-		Tokens:             tokens,
-		Credentials:        creds,
-		MaxPayload:         f.maxPayload,
-		Retention:          wal.Retention{MaxAge: f.retentionAge, MaxBytes: f.retentionBytes},
-		Logger:             slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
-		CADir:              f.caDir,
-		CertFile:           f.certFile,
-		KeyFile:            f.keyFile,
-		CABundle:           f.caBundle,
-		Advertise:          f.advertise,
-		GossipAdvertiseLAN: f.gossipAdvertise, GossipAdvertiseWAN: f.wanAdvertise,
+		DataDir:              f.data,
+		Listen:               f.listen,
+		Name:                 f.name,
+		Region:               f.region,
+		Tokens:               tokens,
+		Credentials:          creds,
+		MaxPayload:           f.maxPayload,
+		MaxDurablesPerTenant: f.maxDurablesPerTenant,
+		Retention:            wal.Retention{MaxAge: f.retentionAge, MaxBytes: f.retentionBytes},
+		Logger:               slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
+		CADir:                f.caDir,
+		CertFile:             f.certFile,
+		KeyFile:              f.keyFile,
+		CABundle:             f.caBundle,
+		Advertise:            f.advertise,
+		GossipAdvertiseLAN:   f.gossipAdvertise, GossipAdvertiseWAN: f.wanAdvertise,
 		GossipLAN: f.gossipLAN,
 		GossipWAN: f.gossipWAN,
 		Join:      splitList(f.join),
