@@ -104,23 +104,36 @@ func (c *Conn) ResetConsumer(ctx context.Context, name string, from Start, opts 
 }
 
 func (c *Conn) oneConsumer(ctx context.Context, op string, req wire.Frame) (ConsumerInfo, error) {
-	var out *ConsumerInfo
-	err := c.manage(ctx, op, req, func(f wire.Frame) error {
+	return single(c, ctx, op, req, "consumer", func(f wire.Frame) (ConsumerInfo, bool) {
 		ci, ok := f.(*wire.ConsumerInfo)
-		if !ok || out != nil {
+		if !ok {
+			return ConsumerInfo{}, false
+		}
+		return consumerInfo(ci), true
+	})
+}
+
+// single runs a request answered by exactly one frame, which conv converts (false: not the
+// frame expected); what names it in the error when none came.
+func single[T any](c *Conn, ctx context.Context, op string, req wire.Frame, what string, conv func(wire.Frame) (T, bool)) (T, error) {
+	var out T
+	got := false
+	err := c.manage(ctx, op, req, func(f wire.Frame) error {
+		v, ok := conv(f)
+		if !ok || got {
 			return errUnexpected(f)
 		}
-		v := consumerInfo(ci)
-		out = &v
+		out, got = v, true
 		return nil
 	})
-	if err == nil && out == nil {
-		err = wrap(op, errorf(CodeProtocol, "the node answered with no consumer"))
+	if err == nil && !got {
+		err = wrap(op, errorf(CodeProtocol, "the node answered with no %s", what))
 	}
 	if err != nil {
-		return ConsumerInfo{}, err
+		var zero T
+		return zero, err
 	}
-	return *out, nil
+	return out, nil
 }
 
 // DeleteConsumer removes consumer name (all its positions) and returns how many positions
@@ -144,24 +157,13 @@ func (c *Conn) CreateTopic(ctx context.Context, name string, opts TopicOptions) 
 		req.Flags |= wire.ManageRetention
 		req.MaxAge, req.MaxBytes = uint64(r.MaxAge), uint64(r.MaxBytes)
 	}
-	var out *TopicInfo
-	op := fmt.Sprintf("create topic %q", name)
-	err := c.manage(ctx, op, req, func(f wire.Frame) error {
+	return single(c, ctx, fmt.Sprintf("create topic %q", name), req, "topic", func(f wire.Frame) (TopicInfo, bool) {
 		ti, ok := f.(*wire.TopicInfo)
-		if !ok || out != nil {
-			return errUnexpected(f)
+		if !ok {
+			return TopicInfo{}, false
 		}
-		v := topicInfo(ti)
-		out = &v
-		return nil
+		return topicInfo(ti), true
 	})
-	if err == nil && out == nil {
-		err = wrap(op, errorf(CodeProtocol, "the node answered with no topic"))
-	}
-	if err != nil {
-		return TopicInfo{}, err
-	}
-	return *out, nil
 }
 
 // PurgeTopic deletes every record of a topic, keeping the topic, its offsets (the next
@@ -181,20 +183,13 @@ func (c *Conn) DeleteTopic(ctx context.Context, name string, opts ManageOptions)
 }
 
 func (c *Conn) done(ctx context.Context, op string, req wire.Frame) (uint64, error) {
-	var count uint64
-	got := false
-	err := c.manage(ctx, op, req, func(f wire.Frame) error {
+	return single(c, ctx, op, req, "DONE", func(f wire.Frame) (uint64, bool) {
 		d, ok := f.(*wire.Done)
-		if !ok || got {
-			return errUnexpected(f)
+		if !ok {
+			return 0, false
 		}
-		count, got = d.Count, true
-		return nil
+		return d.Count, true
 	})
-	if err == nil && !got {
-		err = wrap(op, errorf(CodeProtocol, "the node answered without DONE"))
-	}
-	return count, err
 }
 
 func errUnexpected(f wire.Frame) error {

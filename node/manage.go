@@ -85,26 +85,33 @@ func (n *Node) consumers(a *principal, name string) ([]consumerState, *wire.Erro
 			c.pattern = sub.req.Pattern
 		}
 	}
-	out := make([]consumerState, 0, len(byName))
 	for _, c := range byName {
-		topics := c.topicNames()
-		if e := a.mayManageConsumer(topics); e != nil {
+		total, per := n.wal.Pending(c.name, c.topicNames())
+		c.pending = total
+		for i := range c.topics {
+			c.topics[i].Next, c.topics[i].Pending = per[i].Next, per[i].Pending
+		}
+	}
+	return finishConsumers(a, name, byName, "on this node")
+}
+
+// finishConsumers keeps of cs those a may manage (all but refusing one asked for by name),
+// sorted by name with their topics sorted; where says where none was found ("on this node").
+func finishConsumers(a *principal, name string, cs map[string]*consumerState, where string) ([]consumerState, *wire.Error) {
+	out := make([]consumerState, 0, len(cs))
+	for _, c := range cs {
+		if e := a.mayManageConsumer(c.topicNames()); e != nil {
 			if name != "" {
 				return nil, e
 			}
 			continue
-		}
-		total, per := n.wal.Pending(c.name, topics)
-		c.pending = total
-		for i := range c.topics {
-			c.topics[i].Next, c.topics[i].Pending = per[i].Next, per[i].Pending
 		}
 		slices.SortFunc(c.topics, func(x, y wire.ConsumerTopic) int { return strings.Compare(x.Topic, y.Topic) })
 		out = append(out, *c)
 	}
 	slices.SortFunc(out, func(x, y consumerState) int { return strings.Compare(x.name, y.name) })
 	if name != "" && len(out) == 0 {
-		return nil, wire.Errorf(wire.CodeNotFound, "no consumer %q: it has no stored position on this node", a.consumerView(name))
+		return nil, wire.Errorf(wire.CodeNotFound, "no consumer %q: it has no stored position %s", a.consumerView(name), where)
 	}
 	return out, nil
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
@@ -143,22 +142,7 @@ func (m *manager) gather(name string) ([]consumerState, *wire.Error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]consumerState, 0, len(merged))
-	for _, c := range merged {
-		if e := a.mayManageConsumer(c.topicNames()); e != nil {
-			if name != "" {
-				return nil, e
-			}
-			continue
-		}
-		slices.SortFunc(c.topics, func(x, y wire.ConsumerTopic) int { return strings.Compare(x.Topic, y.Topic) })
-		out = append(out, *c)
-	}
-	slices.SortFunc(out, func(x, y consumerState) int { return strings.Compare(x.name, y.name) })
-	if name != "" && len(out) == 0 {
-		return nil, wire.Errorf(wire.CodeNotFound, "no consumer %q: it has no stored position in this region", a.consumerView(name))
-	}
-	return out, nil
+	return finishConsumers(a, name, merged, "in this region")
 }
 
 // stateOf is a peer's CONSUMER_INFO (node names) as a consumerState.

@@ -56,16 +56,11 @@ func runConsumers(ctx context.Context, e *env, args []string) error {
 			return usageError("%s", strings.Replace(strings.TrimPrefix(err.Error(), errUsage.Error()+": "), "--from", "--to", 1))
 		}
 	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	conn, err := cf.dial(ctx, client.Options{})
+	conn, rctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	rctx, cancel := cf.requestCtx(ctx)
-	defer cancel()
+	defer done()
 	opts := client.ManageOptions{Force: *force}
 	switch op {
 	case "ls":
@@ -101,6 +96,19 @@ func runConsumers(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "consumer %s removed (%s)\n", name, plural(removed, "position"))
 	}
 	return nil
+}
+
+// connect checks the flags, dials and bounds one request by --timeout; done closes the
+// connection.
+func (f *clientFlags) connect(ctx context.Context) (conn *client.Conn, rctx context.Context, done func(), err error) {
+	if err := f.check(); err != nil {
+		return nil, nil, nil, err
+	}
+	if conn, err = f.dial(ctx, client.Options{}); err != nil {
+		return nil, nil, nil, err
+	}
+	rctx, cancel := f.requestCtx(ctx)
+	return conn, rctx, func() { cancel(); conn.Close() }, nil
 }
 
 // consumersOp reads the operation and its consumer name from the positional arguments.

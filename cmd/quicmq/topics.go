@@ -39,22 +39,17 @@ func runTopics(ctx context.Context, e *env, args []string) error {
 	if *format != "table" && *format != "json" {
 		return usageError("--format %q: want table or json", *format)
 	}
-	if err := cf.check(); err != nil {
-		return err
-	}
 	if *pattern == "" {
 		return usageError("--pattern must not be empty ('>' lists every topic)")
 	}
 	if err := routing.ValidatePattern(*pattern); err != nil {
 		return flagSyntaxError("--pattern", err)
 	}
-	conn, err := cf.dial(ctx, client.Options{})
+	conn, rctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	rctx, cancel := cf.requestCtx(ctx)
-	defer cancel()
+	defer done()
 	list, err := conn.Topics(rctx, *pattern)
 	if err != nil {
 		return err
@@ -165,16 +160,11 @@ func runTopicOp(ctx context.Context, e *env, op string, args []string) error {
 	if *age < -1 || *bytes < -1 {
 		return usageError("--retention-age and --retention-bytes must not be negative")
 	}
-	if err := cf.check(); err != nil {
-		return err
-	}
-	conn, err := cf.dial(ctx, client.Options{})
+	conn, rctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	rctx, cancel := cf.requestCtx(ctx)
-	defer cancel()
+	defer done()
 	if op == "create" {
 		opts := client.TopicOptions{Update: *update}
 		if *age >= 0 || *bytes >= 0 {

@@ -3,7 +3,6 @@ package wire
 import (
 	"bytes"
 	"errors"
-	"io"
 	"reflect"
 	"testing"
 )
@@ -61,31 +60,4 @@ func TestConsumerInfoTopicCountChecked(t *testing.T) {
 	if _, _, err := Decode(b, Limits{}); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("an impossible topic count decoded: %v", err)
 	}
-}
-
-// FuzzManage: management frames decode without panicking, and re-encode to the same frame.
-func FuzzManage(f *testing.F) {
-	for _, fr := range manageFrames() {
-		f.Add(Append(nil, fr))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r := NewReader(bytes.NewReader(data), Limits{MaxFrame: 1 << 16, MaxString: 300})
-		for {
-			fr, err := r.Read()
-			if err != nil {
-				if err != io.EOF && !errors.Is(err, io.ErrUnexpectedEOF) &&
-					!errors.Is(err, ErrMalformed) && !errors.Is(err, ErrFrameTooLarge) {
-					t.Fatalf("unexpected error kind: %v", err)
-				}
-				return
-			}
-			again, _, err := Decode(Append(nil, fr), Limits{MaxFrame: 1 << 16, MaxString: 300})
-			if err != nil {
-				t.Fatalf("re-encoded %s does not decode: %v", fr.Type(), err)
-			}
-			if !reflect.DeepEqual(normalize(again), normalize(fr)) {
-				t.Fatalf("round trip changed %s:\n%#v\n%#v", fr.Type(), fr, again)
-			}
-		}
-	})
 }
