@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/wal"
 )
 
 // publishN publishes count records to topic.
@@ -387,4 +390,54 @@ func httpJSON(t *testing.T, method, url string, into any) int {
 		}
 	}
 	return resp.StatusCode
+}
+
+// TestRemoveTopicNamesMirrorCursors: a mirror cursor on a topic is a dependent a purge
+// names, and never shows as a consumer.
+func TestRemoveTopicNamesMirrorCursors(t *testing.T) {
+	n := newTestNode(t)
+	ctx := context.Background()
+	c := dialNode(t, n, client.Options{})
+	managePublish(t, c, "orders", 2)
+	if err := n.Log().SetPosition(ctx, wal.Position{Name: "mirror/us", Topic: "orders", Value: 0}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.PurgeTopic(ctx, "orders", client.ManageOptions{})
+	if codeOf(err) != client.CodeInUse || !strings.Contains(err.Error(), `the mirror cursor of region "us"`) {
+		t.Fatalf("purge with a mirror cursor: %v; want in use naming region us", err)
+	}
+	if list, err := c.Consumers(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("consumers: %+v %v; a mirror cursor is not one", list, err)
+	}
+	if _, err := c.ConsumerInfo(ctx, "mirror/us"); codeOf(err) != client.CodeInvalidArgument {
+		t.Fatalf("a mirror cursor by name: %v; want invalid argument", err)
+	}
+}
+
+// TestManageRequestsChecked: management frames with values outside the protocol get
+// ERROR 13, and a stream may start with each of them.
+func TestManageRequestsChecked(t *testing.T) {
+	n := newTestNode(t)
+	rc := mustDial(t, n)
+	if e := rc.open(&wire.TopicRemove{Topic: "a", Op: 9}).expectError(); e.Code != wire.CodeInvalidArgument || !strings.Contains(e.Message, "operation 9") {
+		t.Fatalf("TOPIC_REMOVE op 9: %v", e)
+	}
+	managePublish(t, dialNode(t, n, client.Options{}), "a", 1)
+	if err := n.Log().SetPosition(context.Background(), wal.Position{Name: "d", Topic: "a", Value: 0}); err != nil {
+		t.Fatal(err)
+	}
+	if e := rc.open(&wire.ConsumerReset{Name: "d", Start: 7}).expectError(); e.Code != wire.CodeInvalidArgument || !strings.Contains(e.Message, "start kind 7") {
+		t.Fatalf("CONSUMER_RESET start 7: %v", e)
+	}
+	if e := rc.open(&wire.TopicCreate{Topic: "a..b"}).expectError(); e.Code != wire.CodeInvalidTopic {
+		t.Fatalf("TOPIC_CREATE a..b: %v", e)
+	}
+	s := rc.open(&wire.Consumers{Name: "d"})
+	s.str.Close()
+	if ci, ok := s.next().(*wire.ConsumerInfo); !ok || ci.Name != "d" || ci.Pending != 0 || len(ci.Topics) != 1 {
+		t.Fatalf("CONSUMERS d: %#v", ci)
+	}
+	if _, err := s.read(10 * time.Second); err != io.EOF {
+		t.Fatalf("after CONSUMER_INFO: %v; want FIN", err)
+	}
 }
