@@ -52,8 +52,9 @@ type Config struct {
 	Credentials []Credential
 	// MaxConnsPerTenant caps a tenant's open connections to this node. Default 1000.
 	MaxConnsPerTenant int
-	// MaxDurablesPerTenant caps the durable consumers a tenant has stored on this node.
-	// Default 1000.
+	// MaxDurablesPerTenant caps the durable consumers a tenant has stored on this node (a
+	// consumer counts from its first stored position until `quicmq consumers rm` removes it).
+	// Default 1000 (flag --max-durables-per-tenant, config key max_durables_per_tenant).
 	MaxDurablesPerTenant int
 
 	// MaxPayload is the largest record payload in bytes. Default 1 MiB.
@@ -139,6 +140,9 @@ type Config struct {
 	// MigrateTimeout bounds one POST /v1/links/migrate (probing and switching every link).
 	// Default 15 s.
 	MigrateTimeout time.Duration
+	// ManageTimeout bounds a management request (consumers, topic create/purge/delete) that
+	// this node passes on to the other nodes of its region, per node asked. Default 10 s.
+	ManageTimeout time.Duration
 
 	// Retention applies to every topic. Zero: keep forever.
 	Retention wal.Retention
@@ -205,6 +209,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ClientPathInterval <= 0 {
 		c.ClientPathInterval = time.Second
+	}
+	if c.ManageTimeout <= 0 {
+		c.ManageTimeout = 10 * time.Second
 	}
 	if c.MigrateTimeout <= 0 {
 		c.MigrateTimeout = 15 * time.Second

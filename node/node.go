@@ -109,7 +109,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.metrics = newMetrics(n.reg, cfg.MaxSeriesPerMetric)
 	n.paths = newClientPaths(n.reg, cfg.ClientPathInterval, n.log)
-	n.reg.MustRegister(newLagCollector(n))
+	n.reg.MustRegister(newLagCollector(n), newConsumerCollector(n)) // manage_metrics.go
 	n.wal, err = wal.Open(filepath.Join(cfg.DataDir, "log"), wal.Options{
 		FS:         cfg.FS,
 		Logger:     n.log,

@@ -505,12 +505,14 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 func (sub *subscription) startOffset(topic string, created bool) (uint64, uint64, *wire.Error) {
 	n := sub.s.n
 	if sub.req.Durable != "" {
-		pos, ok, err := n.wal.Position(sub.req.Durable, topic)
+		// Resume, not Position + 1: a consumer reset to offset 0 has acknowledged nothing
+		// there, yet resumes at 0 rather than at its start position.
+		resume, ok, err := n.wal.Resume(sub.req.Durable, topic)
 		if err != nil {
 			return 0, 0, wire.Errorf(wire.CodeInternal, "read position of %q on %q: %v", sub.req.Durable, topic, err)
 		}
 		if ok {
-			return pos + 1, pos + 1, nil
+			return resume, resume, nil
 		}
 	}
 	first, next, _ := n.wal.Bounds(topic)
@@ -578,6 +580,8 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			sub.mu.Unlock()
 			sent++
 		case errors.Is(err, wal.ErrUnknownTopic):
+		case errors.Is(err, wal.ErrTopicDeleted):
+			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.clientName(c.topic))
 		case errors.Is(err, wal.ErrClosed):
 			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
 		default:

@@ -231,6 +231,13 @@ type TopicInfo struct {
 	First uint64 // first retained offset
 	Next  uint64 // the next offset to be written (the durable high-watermark)
 	Bytes uint64 // approximate stored bytes
+	// RetentionSet: the topic has retention of its own, RetentionAge (nanoseconds, 0: no age
+	// limit) and RetentionBytes (0: no size limit); otherwise the node's default applies.
+	// Encoded only when set, as optional last fields, so a TOPIC_INFO without them is what it
+	// always was.
+	RetentionSet   bool
+	RetentionAge   uint64
+	RetentionBytes uint64
 }
 
 // Watch asks a peer to announce (with TOPIC frames, index 0) each of its topics matching one
@@ -335,7 +342,7 @@ func newFrame(t Type) Frame {
 	case TypeRaftBatch:
 		return new(RaftBatch)
 	}
-	return nil
+	return newManageFrame(t)
 }
 
 func (f *Hello) appendBody(e enc) enc { return e.uvarint(f.Version).str(f.Client).str(f.Token) }
@@ -468,13 +475,23 @@ func (f *Topics) appendBody(e enc) enc { return e.str(f.Pattern) }
 func (f *Topics) decodeBody(d *dec)    { f.Pattern = d.str("pattern") }
 
 func (f *TopicInfo) appendBody(e enc) enc {
-	return e.str(f.Name).uvarint(f.First).uvarint(f.Next).uvarint(f.Bytes)
+	e = e.str(f.Name).uvarint(f.First).uvarint(f.Next).uvarint(f.Bytes)
+	if f.RetentionSet {
+		e = e.uvarint(f.RetentionAge).uvarint(f.RetentionBytes)
+	}
+	return e
 }
 func (f *TopicInfo) decodeBody(d *dec) {
 	f.Name = d.str("name")
 	f.First = d.uvarint("first")
 	f.Next = d.uvarint("next")
 	f.Bytes = d.uvarint("bytes")
+	f.RetentionSet, f.RetentionAge, f.RetentionBytes = false, 0, 0
+	if d.err == nil && len(d.b) > 0 {
+		f.RetentionSet = true
+		f.RetentionAge = d.uvarint("retention age")
+		f.RetentionBytes = d.uvarint("retention bytes")
+	}
 }
 
 func (f *Watch) appendBody(e enc) enc {

@@ -17,6 +17,9 @@ func addSeeds(f *testing.F) {
 		all = append(all, b...)
 	}
 	f.Add(all)
+	for _, fr := range manageFrames() { // manage_test.go
+		f.Add(Append(nil, fr))
+	}
 	f.Add(recordsSeed())
 	f.Add(publishBatchSeed())
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Flags: SubscribeRecords}))
