@@ -43,6 +43,7 @@ type nodeFlags struct {
 	certFile, keyFile, caBundle         string
 	admin                               string
 	adminAPI                            bool
+	noFiles                             bool // config check --no-files: the TLS files are not read
 	ablationSharedStream                bool
 	ablationSharedLink                  bool
 }
