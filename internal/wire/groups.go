@@ -52,7 +52,7 @@ func (g *Group) appendTo(e enc) enc {
 	if g == nil {
 		return e
 	}
-	return e.str(g.Name).uvarint(uint64(g.AckWait/time.Millisecond)).uvarint(g.MaxDeliver).
+	return e.str(g.Name).uvarint(uint64(g.AckWait / time.Millisecond)).uvarint(g.MaxDeliver).
 		str(g.DeadLetter).byte1(g.Order)
 }
 
