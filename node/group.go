@@ -56,6 +56,10 @@ type GroupConfig struct {
 	Window int
 	// MemberBatch is how many records a member takes at a time when it has room. Default 64.
 	MemberBatch int
+	// MemberPending caps the records one member holds delivered and not acknowledged: a
+	// member that stops reading keeps room on its stream until its flow-control window
+	// fills, and takes no more than this meanwhile. Default 256.
+	MemberPending int
 }
 
 func (c *GroupConfig) withDefaults() {
@@ -65,6 +69,7 @@ func (c *GroupConfig) withDefaults() {
 	setDefault(&c.MaxDeliver, 5)
 	setDefault(&c.Window, 1024)
 	setDefault(&c.MemberBatch, 64)
+	setDefault(&c.MemberPending, 256)
 }
 
 // validate reports the problems of c, prefixed "Groups.".
@@ -73,7 +78,7 @@ func (c GroupConfig) validate() []error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"MaxDeliver", c.MaxDeliver}, {"Window", c.Window}, {"MemberBatch", c.MemberBatch}} {
+	}{{"MaxDeliver", c.MaxDeliver}, {"Window", c.Window}, {"MemberBatch", c.MemberBatch}, {"MemberPending", c.MemberPending}} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("node: config: Groups.%s must not be negative, got %d", f.name, f.v))
 		}
@@ -91,6 +96,9 @@ type group struct {
 	shown  string // as clients name it
 	set    wal.GroupSettings
 	window int
+	// memberPending caps the records one member holds delivered and unacknowledged
+	// (GroupConfig.MemberPending), as JetStream's MaxAckPending does per consumer.
+	memberPending int
 	start  wire.Subscribe // the first member's start: for topics without state
 
 	wake      chan struct{} // its topics advanced (wal.Notify), capacity 1
@@ -135,6 +143,7 @@ type flight struct {
 	dlqBy      *member   // fDead: the member writing it to the dead-letter topic
 	key        string    // with ordering: the topic or the key header's value
 	reason     string    // why it was last given back
+	readySince time.Time // when it was last put in ready
 	last       string    // the member it was last delivered to
 }
 
@@ -192,7 +201,7 @@ func (n *Node) loadGroup(name, shown string, req *wire.Subscribe, want wal.Group
 	if err != nil {
 		return nil, wire.Errorf(wire.CodeInternal, "load group %q: %v", shown, err)
 	}
-	g := &group{n: n, name: name, shown: shown, window: n.cfg.Groups.Window, start: *req,
+	g := &group{n: n, name: name, shown: shown, window: n.cfg.Groups.Window, memberPending: n.cfg.Groups.MemberPending, start: *req,
 		wake: make(chan struct{}, 1), newTopics: make(chan struct{}, 1)}
 	if ok {
 		g.set = set
@@ -416,6 +425,7 @@ func (g *group) take(m *member, max int) (got, dead []*flight) {
 		}
 	}
 	g.mu.dead = nil
+	max = min(max, g.memberPending-m.pending)
 	for len(m.reserved) > 0 && len(got) < max {
 		f := m.reserved[0]
 		m.reserved = m.reserved[1:]
@@ -431,7 +441,7 @@ func (g *group) take(m *member, max int) (got, dead []*flight) {
 	for _, f := range g.mu.ready {
 		switch {
 		case f.state != fReady:
-		case len(got) < max && g.mayTakeLocked(f, m):
+		case len(got) < max && g.mayTakeLocked(f, m, now):
 			g.moveLocked(f, fAssigned, m)
 			g.deliverLocked(f, m, now)
 			got = append(got, f)
@@ -452,9 +462,13 @@ func (g *group) take(m *member, max int) (got, dead []*flight) {
 	return got, dead
 }
 
-func (g *group) mayTakeLocked(f *flight, m *member) bool {
+// mayTakeLocked reports whether m may take f from ready: with ordering, when no other
+// member has f's key; without, when m is not the member f was last delivered to, unless no
+// other member took it within an ack-wait (a member that stopped reading keeps room on
+// its stream until its flow-control window fills: its records go to the others).
+func (g *group) mayTakeLocked(f *flight, m *member, now time.Time) bool {
 	if g.set.Order == wire.OrderNone {
-		return true
+		return f.last != m.id || len(g.mu.members) == 1 || now.Sub(f.readySince) > g.set.AckWait
 	}
 	h := g.mu.holds[f.key]
 	return h == nil || h.m == nil || h.m == m
@@ -532,6 +546,7 @@ func (g *group) dispatchLocked(t *gtopic, m *member, room int, now time.Time, go
 
 // deliverLocked counts a delivery of f to m (assigned to m already).
 func (g *group) deliverLocked(f *flight, m *member, now time.Time) {
+	m.pending++
 	f.deliveries++
 	f.deadline = now.Add(g.set.AckWait)
 	f.last = m.id
@@ -565,7 +580,7 @@ func (g *group) expireLocked(now time.Time) {
 				g.moveLocked(f, fDead, nil)
 				g.mu.dead = append(g.mu.dead, f)
 			case g.set.Order != wire.OrderNone:
-				f.deadline = time.Time{} // again to the same member: its key's order holds
+				g.undeliverLocked(f) // again to the same member: its key's order holds
 				f.m.reserved = append(f.m.reserved, f)
 			default:
 				g.moveLocked(f, fReady, nil)
@@ -651,7 +666,7 @@ func (g *group) nak(m *member, topic string, off uint64) error {
 		g.moveLocked(f, fDead, nil)
 		g.mu.dead = append(g.mu.dead, f)
 	case g.set.Order != wire.OrderNone:
-		f.deadline = time.Time{}
+		g.undeliverLocked(f)
 		m.reserved = append(m.reserved, f)
 	default:
 		g.moveLocked(f, fReady, nil)
@@ -783,6 +798,14 @@ func (g *group) deadLetter(ctx context.Context, fs []*flight, shown func(string)
 	return g.store(context.WithoutCancel(ctx))
 }
 
+// undeliverLocked ends f's delivery to its member, if it is delivered.
+func (g *group) undeliverLocked(f *flight) {
+	if f.state == fAssigned && !f.deadline.IsZero() {
+		f.m.pending--
+		f.deadline = time.Time{}
+	}
+}
+
 // moveLocked moves f to state to (assigned: to m), keeping its key's hold in step.
 func (g *group) moveLocked(f *flight, to fstate, m *member) {
 	if g.set.Order != wire.OrderNone {
@@ -807,8 +830,11 @@ func (g *group) moveLocked(f *flight, to fstate, m *member) {
 			}
 		}
 	}
+	g.undeliverLocked(f)
+	if to == fReady {
+		f.readySince = time.Now()
+	}
 	f.state = to
-	f.deadline = time.Time{}
 	f.m = nil
 	if to == fAssigned {
 		f.m = m

@@ -32,6 +32,7 @@ type member struct {
 	cancel context.CancelFunc
 
 	reserved []*flight // records of its ordered keys, to deliver next; under g.mu
+	pending  int       // records delivered to it and not done; under g.mu
 
 	commitAsked atomic.Uint64 // the highest COMMIT whose ACKs are stored
 	commitWake  chan struct{} // capacity 1: a COMMITTED is due
