@@ -99,7 +99,7 @@ type group struct {
 	// memberPending caps the records one member holds delivered and unacknowledged
 	// (GroupConfig.MemberPending), as JetStream's MaxAckPending does per consumer.
 	memberPending int
-	start  wire.Subscribe // the first member's start: for topics without state
+	start         wire.Subscribe // the first member's start: for topics without state
 
 	wake      chan struct{} // its topics advanced (wal.Notify), capacity 1
 	newTopics chan struct{} // a topic was created (wal.NotifyNewTopics), capacity 1
