@@ -70,4 +70,19 @@
 // Pebble itself treats a WAL write after a failed WAL sync as fatal (it
 // panics), so a batch the committer applied before it learned of the failure
 // can still end the process: fail-stop, never a hole.
+//
+// # Consumer groups
+//
+// A shared consumer group's state (groups.go) has keys of its own:
+//
+//	'g' | uvarint len(group) | group          -> settings: pattern, ack-wait, max-deliver, dead-letter topic, order
+//	'g' | uvarint len(group) | group | topic  -> state: floor, next, then per record of the window
+//	                                             (offset - floor, deliveries << 1 | done), all uvarints
+//
+// framed like the other metadata values (CRC32-C over key and value, version). SetGroup
+// writes settings and any number of topics' states in one synced Pebble batch, outside the
+// committer (a group's state orders with nothing else in the log); Group reads them back
+// from Pebble. The node's group dispatcher owns a live group's state and is the only writer
+// of its keys. The window bounds each state's size (node.GroupConfig.Window). With
+// replication these keys become replicated state (I10).
 package wal
