@@ -70,6 +70,9 @@ func (g *groupState) wait() <-chan struct{} {
 
 // checkGroup refuses group options that would make a malformed SUBSCRIBE.
 func checkGroup(opts SubscribeOptions) error {
+	if opts.Standby && opts.Durable == "" {
+		return errorf(CodeInvalidArgument, "Standby waits for an exclusive durable: set Durable too")
+	}
 	if opts.Group == "" {
 		if opts.AckWait != 0 || opts.MaxDeliver != 0 || opts.DeadLetter != "" || opts.OrderBy != OrderNone {
 			return errorf(CodeInvalidArgument, "AckWait, MaxDeliver, DeadLetter and OrderBy are settings of a group: set Group too")

@@ -71,6 +71,11 @@ type SubscribeOptions struct {
 	// matching then). Next then returns ErrCaughtUp once, in order after those records, and
 	// CaughtUp's channel closes: reading a topic to its end needs no timeout. Default false.
 	NotifyCaughtUp bool
+	// Standby, with Durable: when another subscriber holds the durable (one subscriber at a
+	// time), wait and take over when it ends (Pulsar's Failover), instead of being refused
+	// with CodeConflict. Subscribe then returns once this subscriber is the active one, so
+	// give it a ctx that allows the wait. Default false.
+	Standby bool
 
 	// Group makes the subscription a member of the shared consumer group of that name
 	// (1-255 characters of [A-Za-z0-9_.-]): the group's members split the records of the
@@ -197,6 +202,9 @@ func (sub *Subscription) open(ctx context.Context, from Start) (*quic.Stream, *f
 	req := &wire.Subscribe{Pattern: sub.pattern, Start: from.kind, StartValue: from.value, Durable: sub.opts.Durable, Region: sub.opts.Region, Flags: wire.SubscribeRecords, Group: groupBlock(sub.opts)}
 	if sub.opts.NotifyCaughtUp {
 		req.Flags |= wire.SubscribeCaughtUp
+	}
+	if sub.opts.Standby {
+		req.Flags |= wire.SubscribeStandby
 	}
 	if _, err = s.Write(wire.Append(nil, req)); err == nil {
 		var f wire.Frame

@@ -12,6 +12,10 @@ import (
 // tenant's namespace), so a durable's records never go to two subscribers at once (Pulsar's
 // Exclusive subscription, a JetStream durable with one bound pull/push client).
 //
+// A subscriber that sets wire.SubscribeStandby waits instead of being refused, and takes
+// over when the holder ends (Pulsar's Failover): it is sent nothing, not even SUBSCRIBED,
+// until then, so there is never a second copy of the stream.
+//
 // The lock lives on the node the client is connected to, which is where the subscription's
 // core runs (a topic another node owns is read over an upstream, which takes no lock: the
 // owner sees its sibling, not the client). In a region of one node that is the whole truth.
@@ -32,32 +36,52 @@ type consumers struct {
 
 // durableHolder is who holds an exclusive durable.
 type durableHolder struct {
-	client string    // the holder's remote address
-	since  time.Time // when its subscription was set up
+	client   string        // the holder's remote address
+	since    time.Time     // when its subscription was set up
+	released chan struct{} // closed when it lets go: standbys wake
 }
 
 // lockDurable takes the exclusive lock of durable name (namespaced; shown to the client as
-// shown) for session s, or refuses with CodeConflict naming the durable, the node, the
-// holder's address and since when it holds it. The caller calls release when the
-// subscription ends.
-func (n *Node) lockDurable(s *session, name, shown string) (release func(), e *wire.Error) {
+// shown) for session s. When another subscriber holds it, a standby (wire.SubscribeStandby)
+// waits until that one ends, or until stop is done (nil, nil: give up quietly); any other is
+// refused with CodeConflict naming the durable, the node, the holder's address and since when
+// it holds it. The caller calls release when the subscription ends.
+func (n *Node) lockDurable(s *session, name, shown string, standby bool, stop <-chan struct{}) (release func(), e *wire.Error) {
 	c := &n.cons
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if h, ok := c.mu.held[name]; ok {
-		return nil, wire.Errorf(wire.CodeConflict, "durable consumer %q is held by another subscriber on node %s (region %s) since %s (client %s): one subscriber at a time; close it first, or use another name",
-			shown, n.cfg.Name, n.cfg.Region, h.since.UTC().Format(time.RFC3339), h.client)
+	for {
+		c.mu.Lock()
+		h, held := c.mu.held[name]
+		if !held {
+			break
+		}
+		c.mu.Unlock()
+		if !standby {
+			return nil, wire.Errorf(wire.CodeConflict, "durable consumer %q is held by another subscriber on node %s (region %s) since %s (client %s): one subscriber at a time; close it first, use another name, or subscribe as a standby",
+				shown, n.cfg.Name, n.cfg.Region, h.since.UTC().Format(time.RFC3339), h.client)
+		}
+		select {
+		case <-h.released:
+		case <-stop:
+			return nil, nil
+		case <-s.ctx.Done():
+			return nil, nil
+		case <-n.stop:
+			return nil, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+		}
 	}
+	defer c.mu.Unlock()
 	if c.mu.held == nil {
 		c.mu.held = make(map[string]durableHolder)
 	}
-	c.mu.held[name] = durableHolder{client: s.conn.RemoteAddr().String(), since: time.Now()}
+	h := durableHolder{client: s.conn.RemoteAddr().String(), since: time.Now(), released: make(chan struct{})}
+	c.mu.held[name] = h
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			c.mu.Lock()
 			delete(c.mu.held, name)
 			c.mu.Unlock()
+			close(h.released)
 		})
 	}, nil
 }

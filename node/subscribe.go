@@ -179,9 +179,11 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		return
 	}
 	if req.Durable != "" && !s.peer {
-		release, e := n.lockDurable(s, req.Durable, s.actor.clientDurable(req.Durable))
-		if e != nil {
-			refuse(e)
+		release, e := n.lockDurable(s, req.Durable, s.actor.clientDurable(req.Durable), req.Flags&wire.SubscribeStandby != 0, str.Context().Done())
+		if e != nil || release == nil {
+			if e != nil {
+				refuse(e)
+			}
 			return
 		}
 		defer release()

@@ -23,6 +23,11 @@ const (
 // it from Subscribe.Group; a SUBSCRIBE with the flag and no block is malformed.
 const SubscribeGroup = 1 << 2
 
+// SubscribeStandby is the Subscribe flag of an exclusive durable's standby: when another
+// subscriber holds the durable, the node does not refuse the subscription but sends nothing,
+// not even SUBSCRIBED, until that one ends, then sets it up (Pulsar's Failover).
+const SubscribeStandby = 1 << 3
+
 // Group orders (Group.Order).
 const (
 	OrderNone  byte = 0 // any member gets any record
