@@ -116,6 +116,8 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		return
 	}
 	defer s.untrack(m)
+	n.metrics.subscriptions.Inc()
+	defer n.metrics.subscriptions.Dec()
 	m.w.Buffer(&wire.Subscribed{})
 	if m.w.Flush() != nil {
 		n.leaveGroup(g, m)
