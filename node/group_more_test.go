@@ -67,34 +67,6 @@ func TestGroupRestartRedeliversNothingAcked(t *testing.T) {
 	}
 }
 
-// startStoppable starts a node whose stop function ends it (also called by t.Cleanup).
-func startStoppable(t *testing.T, cfg Config) (*Node, func()) {
-	t.Helper()
-	n, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("node Run: %v", err)
-				}
-			case <-time.After(20 * time.Second):
-				t.Errorf("node did not stop within 20 s")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return n, stop
-}
-
 // TestGroupOrderUnderChurn: with OrderByKey (and OrderByTopic), a key's records reach the
 // members in offset order and one member at a time, while members join and leave: a key
 // goes to another member only when its previous one acknowledged all it had of the key, or
