@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,5 +165,40 @@ func TestExclusiveStandbyTakesOver(t *testing.T) {
 	rec, err := r.sub.Next(ctx)
 	if err != nil || rec.Offset != 10 {
 		t.Fatalf("the standby's first record: offset %d, %v; want 10 (after the last ACK)", rec.Offset, err)
+	}
+}
+
+// TestConsumersPerTenant: durables and groups are namespaced per tenant: two tenants using
+// one name hold two durables and two groups, each reading its own records; the dead-letter
+// topic is the tenant's, and needs its publish grant.
+func TestConsumersPerTenant(t *testing.T) {
+	n := tenantNode(t)
+	acme, globex := mustDialAs(t, n, acmeToken), mustDialAs(t, n, globexToken)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	groupPublish(t, acme, "orders.eu", 0, 3, nil)
+	groupPublish(t, globex, "orders.eu", 0, 1, nil)
+	for _, opts := range []client.SubscribeOptions{{Durable: "same"}, {Group: "same"}} {
+		a, err := acme.Subscribe(ctx, "orders.eu", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := globex.Subscribe(ctx, "orders.eu", opts)
+		if err != nil {
+			t.Fatalf("%+v: globex refused while acme holds the name: %v", opts, err)
+		}
+		r, err := g.Next(ctx)
+		if err != nil || string(r.Payload) != "0" || r.Topic != "orders.eu" {
+			t.Fatalf("%+v: globex got %q on %q, %v", opts, r.Payload, r.Topic, err)
+		}
+		a.Close()
+		g.Close()
+	}
+	// The reader of acme may not publish: a dead-letter topic is refused.
+	reader := mustDialAs(t, n, readerToken)
+	_, err := reader.Subscribe(ctx, "orders.eu", client.SubscribeOptions{Group: "r", DeadLetter: "orders.dlq"})
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != client.CodeForbidden || !strings.Contains(err.Error(), "dead-letter") {
+		t.Fatalf("dead-letter topic without a publish grant: %v", err)
 	}
 }
