@@ -75,6 +75,9 @@ func (g *group) take(m *member, max int) (got, dead []*flight) {
 	if len(m.reserved) == 0 {
 		m.reserved = nil
 	}
+	if m.stalled && len(g.mu.members) > 1 {
+		return got, dead // its own keys only, until it acknowledges something
+	}
 	kept := g.mu.ready[:0]
 	for _, f := range g.mu.ready {
 		switch {
@@ -213,6 +216,7 @@ func (g *group) expireLocked(now time.Time) {
 				continue
 			}
 			f.reason = "its ack-wait of " + g.set.AckWait.String() + " passed"
+			f.m.stalled = true
 			switch {
 			case uint64(f.deliveries) >= g.set.MaxDeliver:
 				g.moveLocked(f, fDead, nil)
@@ -266,9 +270,12 @@ func (g *group) giveBackLocked(m *member, reason string) {
 // ack marks the record at off of topic done, for member m. An ACK of a record never handed
 // out is an error; one of a record done already is ignored (a late ACK of a record
 // redelivered meanwhile counts: the record was processed).
-func (g *group) ack(topic string, off uint64) error {
+func (g *group) ack(m *member, topic string, off uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if m != nil {
+		m.stalled = false
+	}
 	t := g.mu.topics[topic]
 	if t == nil || off >= t.next {
 		return fmt.Errorf("no record at offset %d was delivered", off)

@@ -33,6 +33,10 @@ type member struct {
 
 	reserved []*flight // records of its ordered keys, to deliver next; under g.mu
 	pending  int       // records delivered to it and not done; under g.mu
+	// stalled: a record delivered to it passed its ack-wait and it acknowledged nothing
+	// since; it takes no new records meanwhile (the others do), so a member that stopped
+	// reading holds the group's window back for one ack-wait, not for every one. Under g.mu.
+	stalled bool
 
 	commitAsked atomic.Uint64 // the highest COMMIT whose ACKs are stored
 	commitWake  chan struct{} // capacity 1: a COMMITTED is due
@@ -261,7 +265,7 @@ func (m *member) send(fs []*flight) *wire.Error {
 			// Deleted by retention before it was delivered: nothing to deliver or redeliver.
 			for _, f := range fs[i+got : j] {
 				if f.off < oor.First {
-					m.g.ack(t.name, f.off)
+					m.g.ack(nil, t.name, f.off)
 				}
 			}
 		case errors.Is(err, wal.ErrClosed):
@@ -367,7 +371,7 @@ func (m *member) acked(i, off uint64, nak bool) *wire.Error {
 	if ok && nak {
 		err = m.g.nak(m, topic, off)
 	} else if ok {
-		err = m.g.ack(topic, off)
+		err = m.g.ack(m, topic, off)
 	}
 	if !ok || err != nil {
 		return wire.Errorf(wire.CodeInvalidArgument, "%s of topic index %d offset %d: no such record was delivered on this stream", what, i, off)
