@@ -77,6 +77,8 @@ type Config struct {
 	// the bound on what a slow subscriber costs in memory beyond QUIC's send buffer.
 	// Default 256 KiB.
 	ReadAhead int
+	// Groups holds the consumer groups' defaults and bounds (node/group.go).
+	Groups GroupConfig
 	// HandshakeTimeout bounds how long a connection may take to send HELLO. Default 10 s.
 	HandshakeTimeout time.Duration
 	// ShutdownTimeout bounds how long Close waits for pending acks to be sent. Default 5 s.
@@ -197,6 +199,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.StreamWindow, 1<<20)
 	setDefault(&c.ConnWindow, 16<<20)
 	setDefault(&c.ReadAhead, 256<<10)
+	c.Groups.withDefaults()
 	setDefault(&c.MaxSeriesPerMetric, 1000)
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
@@ -319,5 +322,6 @@ func (c Config) Validate() error {
 	if c.Retention.MaxAge < 0 || c.Retention.MaxBytes < 0 {
 		bad("Retention must not be negative")
 	}
+	errs = append(errs, c.Groups.validate()...)
 	return errors.Join(errs...)
 }

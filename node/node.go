@@ -46,6 +46,7 @@ type Node struct {
 	// interest maps subscription patterns to the subscriptions that want to hear of new
 	// topics. Owned by no goroutine: routing.Table is safe for concurrent use.
 	interest *routing.Table[*subscription]
+	cons     consumers // held exclusive durables and live consumer groups (exclusive.go, group.go)
 
 	gossip *gossip.Gossip         // nil without GossipLAN
 	fed    *federation.Federation // links to the other nodes of the mesh; nil without GossipLAN

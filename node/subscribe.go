@@ -53,6 +53,7 @@ type subscription struct {
 
 	draining atomic.Bool
 	ackErr   atomic.Pointer[wire.Error] // a protocol error found by the ack reader
+	commits  commits                    // COMMIT frames answered (commit.go)
 
 	// Owned by the run goroutine.
 	cursors  []*cursor
@@ -173,6 +174,20 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		return
 	}
 	defer s.subs.Add(-1)
+	if req.Group != nil {
+		s.serveMember(str, r, req, refuse) // group.go: a member of a shared consumer group
+		return
+	}
+	if req.Durable != "" && !s.peer {
+		release, e := n.lockDurable(s, req.Durable, s.actor.clientDurable(req.Durable), req.Flags&wire.SubscribeStandby != 0, str.Context().Done())
+		if e != nil || release == nil {
+			if e != nil {
+				refuse(e)
+			}
+			return
+		}
+		defer release()
+	}
 	if req.Region != "" && req.Region != n.cfg.Region {
 		s.passThrough(str, r, req, n.regionTarget(req.Region), refuse)
 		return
@@ -391,6 +406,9 @@ func (sub *subscription) run() *wire.Error {
 			return err
 		}
 		if sub.checkCaughtUp() {
+			sent++
+		}
+		if sub.checkCommitted() {
 			sent++
 		}
 		if sent > 0 {
@@ -764,9 +782,15 @@ func (sub *subscription) readAcks(r *wire.Reader) *wire.Error {
 		case err != nil:
 			return sub.storeAcks() // FIN, reset, or the connection ended: the subscription is over
 		}
+		if c, ok := f.(*wire.Commit); ok {
+			if e := sub.commit(c); e != nil { // commit.go
+				return e
+			}
+			continue
+		}
 		ack, ok := f.(*wire.Ack)
 		if !ok {
-			return wire.Errorf(wire.CodeProtocol, "unexpected %s on a subscription stream: only ACK may follow SUBSCRIBE", f.Type())
+			return wire.Errorf(wire.CodeProtocol, "unexpected %s on a subscription stream: only ACK and COMMIT may follow SUBSCRIBE", f.Type())
 		}
 		if e := sub.takeAck(ack.Index, ack.Index, ack.Offset); e != nil {
 			return e

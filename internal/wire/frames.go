@@ -50,6 +50,7 @@ var typeNames = map[Type]string{
 	TypePublishBatch: "PUBLISH_BATCH", TypePublishAcks: "PUBLISH_ACKS",
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
+	TypeNak: "NAK", TypeCommit: "COMMIT", TypeCommitted: "COMMITTED",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
 	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
 }
@@ -182,6 +183,9 @@ type Subscribe struct {
 	// an optional last field, so SUBSCRIBE without flags is what it always was; a node
 	// ignores bits it does not know.
 	Flags uint64
+	// Group, when not nil, makes the subscription a member of a shared consumer group
+	// (groups.go); it is encoded after Flags, which then carry SubscribeGroup.
+	Group *Group
 }
 
 // Subscribed confirms a subscription.
@@ -341,6 +345,12 @@ func newFrame(t Type) Frame {
 		return new(Raft)
 	case TypeRaftBatch:
 		return new(RaftBatch)
+	case TypeNak:
+		return new(Nak)
+	case TypeCommit:
+		return new(Commit)
+	case TypeCommitted:
+		return new(Committed)
 	}
 	return newManageFrame(t)
 }
@@ -412,12 +422,17 @@ func (f *PublishError) decodeBody(d *dec) {
 
 func (f *Subscribe) appendBody(e enc) enc {
 	e = e.str(f.Pattern).byte1(byte(f.Start)).uvarint(f.StartValue).str(f.Durable).str(f.Region)
-	if f.Flags != 0 {
-		e = e.uvarint(f.Flags)
+	flags := f.Flags &^ SubscribeGroup
+	if f.Group != nil {
+		flags |= SubscribeGroup
 	}
-	return e
+	if flags != 0 {
+		e = e.uvarint(flags)
+	}
+	return f.Group.appendTo(e)
 }
 func (f *Subscribe) decodeBody(d *dec) {
+	f.Flags, f.Group = 0, nil
 	f.Pattern = d.str("pattern")
 	f.Start = StartKind(d.byte1("start"))
 	f.StartValue = d.uvarint("start value")
@@ -428,6 +443,7 @@ func (f *Subscribe) decodeBody(d *dec) {
 			d.fail("flags: 0 is sent by leaving the field out")
 		}
 	}
+	f.Group = decodeGroup(d, f.Flags)
 	// An unknown start kind is not malformed: the node answers it with ERROR 13 (invalid
 	// argument), naming the kind.
 }
