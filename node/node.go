@@ -35,6 +35,7 @@ type Node struct {
 	gather  prometheus.Gatherer // set when the node made its own registry
 	metrics *metrics
 	wal     *wal.Log
+	tails   *tailSet // the topics' shared tails (tail.go)
 	udp     *net.UDPConn
 	tr      *quic.Transport
 	ln      *quic.Listener
@@ -123,6 +124,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: open log: %w", err)
 	}
+	n.tails = newTailSet(n.wal, cfg.TailRecords, cfg.TailBytes)
 	if err := n.listen(tlsSet.server); err != nil {
 		n.wal.Close()
 		return nil, err
