@@ -1,0 +1,20 @@
+package node
+
+// PacketsSent is the number of QUIC packets, and their bytes, the node sent on its client
+// connections open now (quic-go's ConnectionStats), for the benchmarks' packets per record.
+func (n *Node) PacketsSent() (packets, bytes uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for s := range n.mu.sessions {
+		st := s.conn.ConnectionStats()
+		packets += st.PacketsSent
+		bytes += st.BytesSent
+	}
+	return packets, bytes
+}
+
+// TailStats are the shared tails' counters: reads of the log into a tail, and records
+// served from one.
+func (n *Node) TailStats() (fills, served uint64) {
+	return n.tails.fills.Load(), n.tails.served.Load()
+}
