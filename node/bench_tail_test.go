@@ -21,8 +21,8 @@ import (
 //
 // It reports the process's CPU per delivery ("cpu-µs/delivery": node, publisher and the
 // subscribers' SDK together, as everywhere in these benchmarks), the QUIC packets the node
-// sent on all its connections per delivery ("pkts/delivery", quic-go's ConnectionStats;
-// the publisher's acks are in it, the same in every leaf), their mean size ("B/pkt") and,
+// sent on the subscribers' connections per delivery ("pkts/delivery", quic-go's
+// ConnectionStats), their mean size ("B/pkt") and,
 // with the tail, the reads of the log into it per published record ("log-reads/record").
 func BenchmarkFanout(b *testing.B) {
 	for _, conns := range []int{1, 10} {

@@ -1,11 +1,15 @@
 package node
 
 // PacketsSent is the number of QUIC packets, and their bytes, the node sent on its client
-// connections open now (quic-go's ConnectionStats), for the benchmarks' packets per record.
+// connections that have a subscription open (quic-go's ConnectionStats), for the benchmarks'
+// packets per record.
 func (n *Node) PacketsSent() (packets, bytes uint64) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for s := range n.mu.sessions {
+		if s.subs.Load() == 0 {
+			continue
+		}
 		st := s.conn.ConnectionStats()
 		packets += st.PacketsSent
 		bytes += st.BytesSent
