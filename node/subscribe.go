@@ -483,8 +483,14 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 	}
 	n := sub.s.n
 	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic), tail: n.tails.acquire(topic)}
-	// Register for wake-ups before reading the bounds, so no append is missed.
-	stop := n.wal.Notify(topic, sub.wake)
+	// Register for wake-ups before reading the bounds, so no append is missed: with the
+	// shared tail, its (a connection's subscriptions woken one after the other).
+	var stop func()
+	if c.tail != nil {
+		stop = c.tail.watch(sub.s, sub.wake)
+	} else {
+		stop = n.wal.Notify(topic, sub.wake)
+	}
 	c.cancel = func() {
 		stop()
 		n.tails.release(c.tail)

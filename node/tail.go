@@ -1,6 +1,7 @@
 package node
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -56,6 +57,7 @@ func (ts *tailSet) acquire(topic string) *topicTail {
 	t := ts.mu.byTopic[topic]
 	if t == nil {
 		t = &topicTail{set: ts, topic: topic, ring: make([]wal.Record, ts.records)}
+		t.stopNotify = ts.log.NotifyFunc(topic, t.wake)
 		_, t.first, _ = ts.log.Bounds(topic) // starts empty at the high-watermark
 		t.next = t.first
 		ts.mu.byTopic[topic] = t
@@ -73,20 +75,68 @@ func (ts *tailSet) release(t *topicTail) {
 	defer ts.mu.Unlock()
 	if t.users--; t.users == 0 {
 		delete(ts.mu.byTopic, t.topic)
+		t.stopNotify()
 	}
 }
 
-// topicTail is one topic's tail: a ring of its records [first, next).
+// topicTail is one topic's tail: a ring of its records [first, next), and the wake-up
+// channels of the subscriptions reading the topic.
 type topicTail struct {
-	set   *tailSet
-	topic string
-	users int // guarded by set.mu
+	set        *tailSet
+	topic      string
+	users      int    // guarded by set.mu
+	stopNotify func() // ends the log's calls of wake
+
+	// waiters are woken in this order when the topic's high-watermark advances: those of one
+	// client connection one after the other, so that their writes reach QUIC together and
+	// leave in as few packets as possible.
+	wmu     sync.Mutex
+	waiters []tailWaiter
 
 	mu    sync.RWMutex // the fill writes, readers read
 	ring  []wal.Record // len = TailRecords; offset o is at ring[o%len]
 	first uint64       // the oldest record held
 	next  uint64       // the offset after the newest
 	bytes int          // payload and header bytes held
+}
+
+type tailWaiter struct {
+	s  *session
+	ch chan struct{}
+}
+
+// watch makes a non-blocking send on ch, as wal.Log.Notify does, whenever the topic's
+// high-watermark advances, ch's subscription being one of session s. cancel stops it; it is
+// safe to call more than once.
+func (t *topicTail) watch(s *session, ch chan struct{}) (cancel func()) {
+	t.wmu.Lock()
+	at := len(t.waiters)
+	for i := len(t.waiters) - 1; i >= 0; i-- {
+		if t.waiters[i].s == s {
+			at = i + 1 // after the last of its session
+			break
+		}
+	}
+	t.waiters = slices.Insert(t.waiters, at, tailWaiter{s: s, ch: ch})
+	t.wmu.Unlock()
+	return func() {
+		t.wmu.Lock()
+		defer t.wmu.Unlock()
+		t.waiters = slices.DeleteFunc(t.waiters, func(w tailWaiter) bool { return w.ch == ch })
+	}
+}
+
+// wake wakes the waiters, a connection's one after the other. The log's completer calls it;
+// it never blocks.
+func (t *topicTail) wake() {
+	t.wmu.Lock()
+	defer t.wmu.Unlock()
+	for _, w := range t.waiters {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // read calls fn for the tail's records from offset from on, at most maxRecords records and

@@ -373,3 +373,53 @@ func TestTailNeverPastHighWatermark(t *testing.T) {
 		t.Fatalf("the tail after the sync: %v %q ok=%v, want offset 1", offs, pays, ok)
 	}
 }
+
+// A connection's subscriptions are woken one after the other, whatever order they came in,
+// and a cancelled one is not woken.
+func TestTailWakesByConnection(t *testing.T) {
+	l := openTailLog(t)
+	ts := newTailSet(l, 8, 1<<20)
+	tl := ts.acquire("w")
+	defer ts.release(tl)
+	s1, s2 := &session{}, &session{}
+	order := make(chan string, 8)
+	chans := map[chan struct{}]string{}
+	add := func(s *session, name string) func() {
+		ch := make(chan struct{}, 1)
+		chans[ch] = name
+		return tl.watch(s, ch)
+	}
+	add(s1, "a")
+	add(s2, "b")
+	add(s1, "c")
+	cancelD := add(s2, "d")
+	add(s1, "e")
+	cancelD()
+	cancelD()
+	tl.wmu.Lock()
+	for _, w := range tl.waiters {
+		order <- chans[w.ch]
+	}
+	tl.wmu.Unlock()
+	close(order)
+	var got []string
+	for name := range order {
+		got = append(got, name)
+	}
+	if strings.Join(got, "") != "aceb" {
+		t.Fatalf("wake order %v, want a c e (one connection) then b", got)
+	}
+	appendN(t, l, "w", 0, 1, 0)
+	for ch, name := range chans {
+		select {
+		case <-ch:
+			if name == "d" {
+				t.Fatal("a cancelled waiter was woken")
+			}
+		default:
+			if name != "d" {
+				t.Fatalf("waiter %s not woken by an append", name)
+			}
+		}
+	}
+}
