@@ -16,7 +16,8 @@ import (
 //
 // Memory: a topic has a tail while at least one subscription of this node has a cursor on
 // it, and the tail holds at most Config.TailRecords records and Config.TailBytes bytes of
-// stored record values (plus the unused rest of the log's 64 KiB copy chunks they share).
+// payload and headers (plus the unused rest of the log's 64 KiB copy chunks they share); its
+// ring starts at 16 slots and grows with the appends up to TailRecords.
 //
 // I3: the tail is filled by wal.Log.Read, which returns nothing past the durable
 // high-watermark, so the tail never holds a record that is not durable.
@@ -56,7 +57,7 @@ func (ts *tailSet) acquire(topic string) *topicTail {
 	defer ts.mu.Unlock()
 	t := ts.mu.byTopic[topic]
 	if t == nil {
-		t = &topicTail{set: ts, topic: topic, ring: make([]wal.Record, ts.records)}
+		t = &topicTail{set: ts, topic: topic, ring: make([]wal.Record, min(ts.records, minTailRing))}
 		t.stopNotify = ts.log.NotifyFunc(topic, t.wake)
 		_, t.first, _ = ts.log.Bounds(topic) // starts empty at the high-watermark
 		t.next = t.first
@@ -94,7 +95,7 @@ type topicTail struct {
 	waiters []tailWaiter
 
 	mu    sync.RWMutex // the fill writes, readers read
-	ring  []wal.Record // len = TailRecords; offset o is at ring[o%len]
+	ring  []wal.Record // grows up to TailRecords; offset o is at ring[o%len]
 	first uint64       // the oldest record held
 	next  uint64       // the offset after the newest
 	bytes int          // payload and header bytes held
@@ -188,7 +189,7 @@ func (t *topicTail) fill(from, hwm uint64) error {
 	if t.next >= hwm || from < t.next {
 		return nil // another reader filled it meanwhile
 	}
-	size := uint64(len(t.ring))
+	size := uint64(t.set.records)
 	if hwm-t.next > size {
 		t.reset(from)
 	}
@@ -202,10 +203,14 @@ func (t *topicTail) fill(from, hwm uint64) error {
 		if r.Offset != t.next { // Read returns the dense run asked for
 			t.reset(r.Offset)
 		}
-		if t.next-t.first == size {
-			t.evict()
+		if held := t.next - t.first; held == uint64(len(t.ring)) {
+			if held < size {
+				t.grow()
+			} else {
+				t.evict()
+			}
 		}
-		t.ring[r.Offset%size] = *r
+		t.ring[r.Offset%uint64(len(t.ring))] = *r
 		t.bytes += recordBytes(r)
 		t.next = r.Offset + 1
 	}
@@ -213,6 +218,19 @@ func (t *topicTail) fill(from, hwm uint64) error {
 		t.evict()
 	}
 	return nil
+}
+
+// minTailRing is the ring a tail starts with: a topic read by subscriptions costs little
+// until its appends need more.
+const minTailRing = 16
+
+// grow doubles the ring, at most to TailRecords. Caller holds mu.
+func (t *topicTail) grow() {
+	ring := make([]wal.Record, min(2*len(t.ring), t.set.records))
+	for off := t.first; off < t.next; off++ {
+		ring[off%uint64(len(ring))] = t.ring[off%uint64(len(t.ring))]
+	}
+	t.ring = ring
 }
 
 // evict drops the oldest record. Caller holds mu.

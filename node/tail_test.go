@@ -423,3 +423,26 @@ func TestTailWakesByConnection(t *testing.T) {
 		}
 	}
 }
+
+// A tail starts small and grows with its appends up to TailRecords, keeping its records in
+// order.
+func TestTailGrows(t *testing.T) {
+	l := openTailLog(t)
+	ts := newTailSet(l, 100, 1<<20)
+	tl := ts.acquire("g")
+	defer ts.release(tl)
+	appendN(t, l, "g", 0, 70, 0)
+	offs, pays, ok := tailRead(t, tl, 0, 1000, 1<<20)
+	if !ok {
+		t.Fatal("caught-up reader not served")
+	}
+	checkRun(t, offs, pays, 0, 70)
+	if n := len(tl.ring); n != 100 {
+		t.Fatalf("ring of %d slots for 70 records, want 100 (16 doubled, capped at TailRecords)", n)
+	}
+	offs, pays, _ = tailRead(t, tl, 0, 1000, 1<<20) // served again, from memory
+	checkRun(t, offs, pays, 0, 70)
+	if got := ts.fills.Load(); got != 1 {
+		t.Fatalf("%d fills, want 1", got)
+	}
+}
