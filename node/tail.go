@@ -16,15 +16,16 @@ import (
 //
 // Memory: a topic has a tail while at least one subscription of this node has a cursor on
 // it, and the tail holds at most Config.TailRecords records and Config.TailBytes bytes of
-// payload and headers (plus the unused rest of the log's 64 KiB copy chunks they share); its
-// ring starts at 16 slots and grows with the appends up to TailRecords.
+// payload and header values (each record's in an allocation of its own, beside its ~150 B
+// wal.Record); its ring starts at 16 slots and grows with the appends up to TailRecords.
 //
-// I3: the tail is filled by wal.Log.Read, which returns nothing past the durable
+// I3: the tail is filled by wal.Log.ReadFunc, which returns nothing past the durable
 // high-watermark, so the tail never holds a record that is not durable.
 //
-// The records of the tail own their bytes (copied out of Pebble by wal.Log.Read into chunks
-// that are never reused) and are never written to after the fill: readers encode them into
-// their own frame buffers, under the read lock, so no frame aliases a buffer that changes.
+// The records of the tail own their bytes (copied out of Pebble's memory, each into an
+// allocation of its size that is never reused) and are never written to after the fill:
+// readers encode them into their own frame buffers, under the read lock, so no frame aliases
+// a buffer that changes.
 
 // tailSet is the node's shared tails, by topic. Safe for concurrent use.
 type tailSet struct {
@@ -193,14 +194,11 @@ func (t *topicTail) fill(from, hwm uint64) error {
 	if hwm-t.next > size {
 		t.reset(from)
 	}
-	recs, err := t.set.log.Read(t.topic, t.next, int(min(hwm-t.next, size)), t.set.maxBytes)
-	if err != nil {
-		return err
-	}
-	t.set.fills.Add(1)
-	for i := range recs {
-		r := &recs[i]
-		if r.Offset != t.next { // Read returns the dense run asked for
+	// Read without the log's copies, which share 64 KiB chunks per read: one small record
+	// per append batch would keep a chunk each. ownRecord copies each record into bytes of
+	// its own size.
+	_, err := t.set.log.ReadFunc(t.topic, t.next, int(min(hwm-t.next, size)), t.set.maxBytes, func(r *wal.Record) error {
+		if r.Offset != t.next { // ReadFunc returns the dense run asked for
 			t.reset(r.Offset)
 		}
 		if held := t.next - t.first; held == uint64(len(t.ring)) {
@@ -210,14 +208,16 @@ func (t *topicTail) fill(from, hwm uint64) error {
 				t.evict()
 			}
 		}
-		t.ring[r.Offset%uint64(len(t.ring))] = *r
+		t.ring[r.Offset%uint64(len(t.ring))] = ownRecord(r)
 		t.bytes += recordBytes(r)
 		t.next = r.Offset + 1
-	}
+		return nil
+	})
+	t.set.fills.Add(1)
 	for t.bytes > t.set.maxBytes && t.next-t.first > 1 {
 		t.evict()
 	}
-	return nil
+	return err // the records before it are good
 }
 
 // minTailRing is the ring a tail starts with: a topic read by subscriptions costs little
@@ -247,6 +247,24 @@ func (t *topicTail) reset(off uint64) {
 		t.evict()
 	}
 	t.first, t.next, t.bytes = off, off, 0
+}
+
+// ownRecord is a copy of r, which points into the log's memory, with its payload and header
+// values in one allocation of their size (strings stay valid as they are).
+func ownRecord(r *wal.Record) wal.Record {
+	c := *r
+	buf := make([]byte, 0, recordBytes(r))
+	buf = append(buf, r.Payload...)
+	c.Payload = buf[:len(r.Payload):len(r.Payload)]
+	if len(r.Headers) > 0 {
+		c.Headers = make([]wal.Header, len(r.Headers))
+		for i, h := range r.Headers {
+			start := len(buf)
+			buf = append(buf, h.Value...)
+			c.Headers[i] = wal.Header{Key: h.Key, Value: buf[start:len(buf):len(buf)]}
+		}
+	}
+	return c
 }
 
 func recordBytes(r *wal.Record) int {

@@ -446,3 +446,29 @@ func TestTailGrows(t *testing.T) {
 		t.Fatalf("%d fills, want 1", got)
 	}
 }
+
+// Small records, one per append batch, cost the tail their own size, not a copy chunk each
+// (a tail of 1,024 such records once kept 64 MiB alive).
+func TestTailSmallRecordsHoldLittle(t *testing.T) {
+	l := openTailLog(t)
+	ts := newTailSet(l, 1024, 1<<20)
+	tl := ts.acquire("s")
+	defer ts.release(tl)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range 1000 {
+		appendN(t, l, "s", i, 1, 10)
+		if offs, _, ok := tailRead(t, tl, uint64(i), 10, 1<<20); !ok || len(offs) != 1 {
+			t.Fatalf("record %d: %v ok=%v", i, offs, ok)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if held := tl.next - tl.first; held != 1000 {
+		t.Fatalf("the tail holds %d records, want 1000", held)
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16<<20 {
+		t.Fatalf("the heap grew by %d MiB for a tail of 1,000 records of 10 B", grew>>20)
+	}
+}
