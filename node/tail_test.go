@@ -28,6 +28,17 @@ func openTailLog(t *testing.T) *wal.Log {
 	return l
 }
 
+// newTestTail opens a log and returns it, a tail set over it and topic's tail (released by
+// t.Cleanup).
+func newTestTail(t *testing.T, records, maxBytes int, topic string) (*wal.Log, *tailSet, *topicTail) {
+	t.Helper()
+	l := openTailLog(t)
+	ts := newTailSet(l, records, maxBytes)
+	tl := ts.acquire(topic)
+	t.Cleanup(func() { ts.release(tl) })
+	return l, ts, tl
+}
+
 // appendN appends count records to topic, each its own append, with payload "p<offset>"
 // (the topic's offsets so far are given by first).
 func appendN(t *testing.T, l *wal.Log, topic string, first, count int, size int) {
@@ -377,10 +388,7 @@ func TestTailNeverPastHighWatermark(t *testing.T) {
 // A connection's subscriptions are woken one after the other, whatever order they came in,
 // and a cancelled one is not woken.
 func TestTailWakesByConnection(t *testing.T) {
-	l := openTailLog(t)
-	ts := newTailSet(l, 8, 1<<20)
-	tl := ts.acquire("w")
-	defer ts.release(tl)
+	l, _, tl := newTestTail(t, 8, 1<<20, "w")
 	s1, s2 := &session{}, &session{}
 	order := make(chan string, 8)
 	chans := map[chan struct{}]string{}
@@ -427,10 +435,7 @@ func TestTailWakesByConnection(t *testing.T) {
 // A tail starts small and grows with its appends up to TailRecords, keeping its records in
 // order.
 func TestTailGrows(t *testing.T) {
-	l := openTailLog(t)
-	ts := newTailSet(l, 100, 1<<20)
-	tl := ts.acquire("g")
-	defer ts.release(tl)
+	l, ts, tl := newTestTail(t, 100, 1<<20, "g")
 	appendN(t, l, "g", 0, 70, 0)
 	offs, pays, ok := tailRead(t, tl, 0, 1000, 1<<20)
 	if !ok {
@@ -450,10 +455,7 @@ func TestTailGrows(t *testing.T) {
 // Small records, one per append batch, cost the tail their own size, not a copy chunk each
 // (a tail of 1,024 such records once kept 64 MiB alive).
 func TestTailSmallRecordsHoldLittle(t *testing.T) {
-	l := openTailLog(t)
-	ts := newTailSet(l, 1024, 1<<20)
-	tl := ts.acquire("s")
-	defer ts.release(tl)
+	l, _, tl := newTestTail(t, 1024, 1<<20, "s")
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
