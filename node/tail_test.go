@@ -18,9 +18,15 @@ import (
 	"github.com/quicmq/quicmq/wal"
 )
 
-func openTailLog(t *testing.T) *wal.Log {
+// openTailLog opens a log in t.TempDir() with retention r (applied only when the test calls
+// EnforceRetention: the log's own pass runs once a minute).
+func openTailLog(t *testing.T, r ...wal.Retention) *wal.Log {
 	t.Helper()
-	l, err := wal.Open(filepath.Join(t.TempDir(), "log"), wal.Options{Logger: slog.New(slog.DiscardHandler)})
+	opts := wal.Options{Logger: slog.New(slog.DiscardHandler)}
+	if len(r) > 0 {
+		opts.Retention = r[0]
+	}
+	l, err := wal.Open(filepath.Join(t.TempDir(), "log"), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +155,7 @@ func TestTailReadsOnceForAll(t *testing.T) {
 // TailBytes bounds what a tail holds, and a record cut off by retention is never served
 // from it: the reader goes to the log, which reports the gap.
 func TestTailBytesAndRetention(t *testing.T) {
-	l := openTailLog(t)
+	l := openTailLog(t, wal.Retention{MaxBytes: 1})
 	appendN(t, l, "b", 0, 1, 100)
 	ts := newTailSet(l, 64, 250)
 	tl := ts.acquire("b")
@@ -165,7 +171,6 @@ func TestTailBytesAndRetention(t *testing.T) {
 	if heldBytes > 250 || held > 2 {
 		t.Fatalf("the tail holds %d records, %d bytes; TailBytes is 250", held, heldBytes)
 	}
-	l.SetRetention("b", wal.Retention{MaxBytes: 1})
 	if err := l.EnforceRetention(); err != nil {
 		t.Fatal(err)
 	}
