@@ -79,6 +79,15 @@ type Config struct {
 	ReadAhead int
 	// Groups holds the consumer groups' defaults and bounds (node/group.go).
 	Groups GroupConfig
+	// TailRecords is how many of a topic's last appended records the node keeps in memory
+	// for the subscriptions that are caught up on it (the shared tail, node/tail.go): they
+	// are read from the log once per append batch for all of them. A topic has a tail only
+	// while a subscription of this node reads it. Default 1024; negative: no shared tail
+	// (every subscription reads the log itself).
+	TailRecords int
+	// TailBytes bounds the payload and header bytes one topic's shared tail holds, beside
+	// TailRecords. Default 256 KiB.
+	TailBytes int
 	// HandshakeTimeout bounds how long a connection may take to send HELLO. Default 10 s.
 	HandshakeTimeout time.Duration
 	// ShutdownTimeout bounds how long Close waits for pending acks to be sent. Default 5 s.
@@ -200,6 +209,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.ConnWindow, 16<<20)
 	setDefault(&c.ReadAhead, 256<<10)
 	c.Groups.withDefaults()
+	setDefault(&c.TailRecords, 1024)
+	setDefault(&c.TailBytes, 256<<10)
 	setDefault(&c.MaxSeriesPerMetric, 1000)
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
@@ -278,7 +289,7 @@ func (c Config) Validate() error {
 		{"MaxPayload", c.MaxPayload}, {"MaxHeaderBytes", c.MaxHeaderBytes},
 		{"MaxStreamsPerConn", c.MaxStreamsPerConn}, {"MaxSubscriptionsPerConn", c.MaxSubscriptionsPerConn},
 		{"MaxPendingPublishes", c.MaxPendingPublishes}, {"StreamWindow", c.StreamWindow},
-		{"ConnWindow", c.ConnWindow}, {"ReadAhead", c.ReadAhead}, {"MaxSeriesPerMetric", c.MaxSeriesPerMetric},
+		{"ConnWindow", c.ConnWindow}, {"ReadAhead", c.ReadAhead}, {"TailBytes", c.TailBytes}, {"MaxSeriesPerMetric", c.MaxSeriesPerMetric},
 		{"MaxConnsPerTenant", c.MaxConnsPerTenant}, {"MaxDurablesPerTenant", c.MaxDurablesPerTenant},
 	} {
 		if f.v < 0 {

@@ -36,6 +36,7 @@ type Node struct {
 	metrics *metrics
 	paths   *clientPaths // client connections whose address changed (clientpaths.go)
 	wal     *wal.Log
+	tails   *tailSet // the topics' shared tails (tail.go)
 	udp     *net.UDPConn
 	tr      *quic.Transport
 	ln      *quic.Listener
@@ -126,6 +127,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: open log: %w", err)
 	}
+	n.tails = newTailSet(n.wal, cfg.TailRecords, cfg.TailBytes)
 	if err := n.listen(tlsSet.server); err != nil {
 		n.wal.Close()
 		return nil, err

@@ -98,6 +98,7 @@ type cursor struct {
 	stored uint64       // 1 + the durable consumer's stored position at the start; 0: none
 	cancel func()       // stops the log's notifications
 	scan   *wal.Scanner // keeps the log's iterator between reads while the cursor catches up
+	tail   *topicTail   // the topic's shared tail, nil when tails are off (tail.go)
 }
 
 type boundTopic struct {
@@ -499,9 +500,20 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 		return nil
 	}
 	n := sub.s.n
-	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic)}
-	// Register for wake-ups before reading the bounds, so no append is missed.
-	c.cancel = n.wal.Notify(topic, sub.wake)
+	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic), tail: n.tails.acquire(topic)}
+	// Register for wake-ups before reading the bounds, so no append is missed: with the
+	// shared tail, its (a connection's subscriptions woken one after the other).
+	var stop func()
+	if c.tail != nil {
+		stop = c.tail.watch(sub.s, sub.wake)
+	} else {
+		stop = n.wal.Notify(topic, sub.wake)
+	}
+	c.cancel = func() {
+		stop()
+		n.tails.release(c.tail)
+		c.tail = nil
+	}
 	next, stored, err := sub.startOffset(topic, created)
 	if err != nil {
 		c.cancel()
@@ -615,14 +627,14 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 const maxReadRecords = 4096
 
 // readCursor encodes c's available records (at most ReadAhead bytes) into the stream's
-// buffer straight from the log's memory, with no copy and no blocking while the log's
-// iterator is open, and advances c. It returns the records and payload bytes encoded, and
-// the log's error, if any, about the record after them.
+// buffer, from the topic's shared tail when c is caught up (tail.go), else straight from the
+// log's memory with c's own scanner, with no copy and no blocking while the log's iterator is
+// open, and advances c. It returns the records and payload bytes encoded, and the log's
+// error, if any, about the record after them.
 func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 	n := sub.s.n
 	bytes := 0
-	sub.holding = true
-	got, err := c.scan.ReadFunc(c.next, maxReadRecords, n.cfg.ReadAhead, func(rec *wal.Record) error {
+	encode := func(rec *wal.Record) {
 		if !c.bound {
 			sub.bind(c)
 		}
@@ -634,6 +646,16 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 		}
 		bytes += len(rec.Payload)
 		c.next = rec.Offset + 1
+	}
+	if c.tail != nil {
+		got, ok, err := c.tail.read(c.next, maxReadRecords, n.cfg.ReadAhead, encode)
+		if ok || err != nil {
+			return got, bytes, err
+		}
+	}
+	sub.holding = true
+	got, err := c.scan.ReadFunc(c.next, maxReadRecords, n.cfg.ReadAhead, func(rec *wal.Record) error {
+		encode(rec)
 		return nil
 	})
 	return got, bytes, err
