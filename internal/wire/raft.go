@@ -44,5 +44,8 @@ func (f *RaftBatch) appendBody(e enc) enc { return append(e, f.Batch...) }
 func (f *RaftBatch) decodeBody(d *dec) {
 	if d.err == nil {
 		f.Batch, d.b = d.b, d.b[len(d.b):]
+		if len(f.Batch) == 0 {
+			f.Batch = nil // an empty batch decodes alike however it was read
+		}
 	}
 }
