@@ -24,7 +24,7 @@ const (
 	CodeForbidden        Code = 3  // authenticated, but not allowed on this topic
 	CodeInvalidTopic     Code = 4  // topic or pattern breaks the grammar; the message says where
 	CodeTooLarge         Code = 5  // payload, headers or frame over a limit
-	CodeLimit            Code = 6  // too many streams, subscriptions or pending publishes
+	CodeLimit            Code = 6  // too many subscriptions on the connection, or connections or durable consumers of a tenant
 	CodeNotFound         Code = 7  // unknown topic or durable consumer
 	CodeOffsetOutOfRange Code = 8  // a start offset past the topic's head
 	CodeUnavailable      Code = 9  // the topic's owner cannot be reached
