@@ -95,11 +95,12 @@ func reason(code Code, msg string) string {
 	}
 }
 
-// cutSubjectPrefix cuts `pkg: invalid topic "SUBJECT"...: ` (or pattern) off msg.
+// cutSubjectPrefix cuts `invalid topic "SUBJECT"...: ` (or pattern), with or without a Go
+// package's `pkg: ` before it, off msg.
 func cutSubjectPrefix(msg string) (string, bool) {
-	pkg, rest, ok := strings.Cut(msg, ": ")
-	if !ok || pkg == "" || strings.ContainsAny(pkg, " \"") {
-		return msg, false
+	rest := msg // a node's own `invalid topic "...": ...`, or a package's before it
+	if pkg, after, ok := strings.Cut(msg, ": "); ok && pkg != "" && !strings.ContainsAny(pkg, " \"") {
+		rest = after
 	}
 	for _, kind := range []string{"invalid topic ", "invalid pattern "} {
 		if after, ok := strings.CutPrefix(rest, kind); ok {
