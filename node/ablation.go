@@ -184,7 +184,9 @@ func (ss *sharedStream) read(f wire.Frame) *wire.Error {
 		var err error
 		f, err = ss.r.Read()
 		switch {
-		case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
+		case errors.Is(err, wire.ErrFrameTooLarge):
+			return &wire.Error{Code: wire.CodeTooLarge, Message: err.Error()}
+		case errors.Is(err, wire.ErrMalformed), errors.Is(err, io.ErrUnexpectedEOF):
 			return &wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
 		case err != nil:
 			return ss.storeAcks()
