@@ -236,7 +236,11 @@ func refused(err error, is func(Code) bool) bool {
 
 // forGood is true of the codes a node refuses with for good (unauthorized, forbidden, an
 // invalid request...), not of those of a node stopping or of a topic's owner out of reach.
-func forGood(c Code) bool { return c != CodeShuttingDown && c != CodeUnavailable }
+func forGood(c Code) bool {
+	// CodeConflict: an exclusive durable still held by this client's lost connection, until the
+	// node notices it is gone.
+	return c != CodeShuttingDown && c != CodeUnavailable && c != CodeConflict
+}
 
 // dialNode makes a new connection to the node at index at of the Conn's list: the QUIC
 // handshake on a socket of its own, then HELLO and WELCOME. The returned Reader continues on

@@ -33,6 +33,7 @@ const (
 	CodeVersion          Code = 12 // the node does not speak this protocol version
 	CodeInvalidArgument  Code = 13 // a field value is not accepted
 	CodeSequence         Code = 14 // the publish's sequence is older than its producer's de-duplication window: nothing stored
+	CodeConflict         Code = 15 // the consumer name is in use: an exclusive durable held by another subscriber, or a group with other settings
 )
 
 // String names the code as the protocol does ("invalid topic").

@@ -72,6 +72,35 @@ type SubscribeOptions struct {
 	// matching then). Next then returns ErrCaughtUp once, in order after those records, and
 	// CaughtUp's channel closes: reading a topic to its end needs no timeout. Default false.
 	NotifyCaughtUp bool
+	// Standby, with Durable: when another subscriber holds the durable (one subscriber at a
+	// time), wait and take over when it ends (Pulsar's Failover), instead of being refused
+	// with CodeConflict. Subscribe then returns once this subscriber is the active one, so
+	// give it a ctx that allows the wait. Default false.
+	Standby bool
+
+	// Group makes the subscription a member of the shared consumer group of that name
+	// (1-255 characters of [A-Za-z0-9_.-]): the group's members split the records of the
+	// pattern, each record to one member at a time; the member acknowledges each record
+	// (Ack acknowledges that record only), or gives it back (Nak). A record not acknowledged
+	// within the group's ack-wait, or whose member's stream ends, is delivered again to a
+	// member; after max-deliver deliveries it goes to the dead-letter topic. From applies to
+	// topics the group has no position in yet. Durable must be empty. The first member's
+	// settings (below; zero: the node's defaults) make the group; a member asking for
+	// other settings is refused with CodeConflict naming the difference.
+	Group string
+	// AckWait is the group's ack-wait, in whole milliseconds. 0: the group's (node default
+	// 30 s).
+	AckWait time.Duration
+	// MaxDeliver is how often a record of the group is delivered before it goes to
+	// DeadLetter. 0: the group's (node default 5).
+	MaxDeliver int
+	// DeadLetter is the topic records that reached MaxDeliver are written to, with the
+	// DeadLetter*Header headers saying why and from where. "": they are dropped (the node
+	// logs each).
+	DeadLetter string
+	// OrderBy keeps records of one topic, or of one key, with one member at a time, in
+	// order. Default OrderNone.
+	OrderBy Order
 }
 
 // ErrCaughtUp is returned once by Next (and yielded once by Records) on a subscription made
@@ -119,6 +148,8 @@ type Subscription struct {
 	delivered map[string]*uint64
 	lastNext  *uint64 // delivered[lastTopic]: a run of one topic's records skips the map
 
+	grp groupState // Commit, and the frames it read past (group.go)
+
 	wmu      sync.Mutex   // guards the sending side and the fields below
 	s        *quic.Stream // the subscription's stream; replaced by resubscribe (Reconnect)
 	names    map[string]uint64
@@ -147,7 +178,7 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 		names:   make(map[string]uint64),
 		caught:  make(chan struct{}),
 	}
-	if c.opts.Reconnect {
+	if c.opts.Reconnect && opts.Group == "" { // a group redelivers: nothing is skipped
 		sub.delivered = make(map[string]*uint64)
 		sub.unsent = make(map[string]uint64)
 		sub.known = make(map[string]bool)
@@ -169,9 +200,12 @@ func (sub *Subscription) open(ctx context.Context, from Start) (*quic.Stream, *f
 		return nil, nil, err
 	}
 	fr := newFrameReader(s, c.lim)
-	req := &wire.Subscribe{Pattern: sub.pattern, Start: from.kind, StartValue: from.value, Durable: sub.opts.Durable, Region: sub.opts.Region, Flags: wire.SubscribeRecords}
+	req := &wire.Subscribe{Pattern: sub.pattern, Start: from.kind, StartValue: from.value, Durable: sub.opts.Durable, Region: sub.opts.Region, Flags: wire.SubscribeRecords, Group: groupBlock(sub.opts)}
 	if sub.opts.NotifyCaughtUp {
 		req.Flags |= wire.SubscribeCaughtUp
+	}
+	if sub.opts.Standby {
+		req.Flags |= wire.SubscribeStandby
 	}
 	if _, err = s.Write(wire.Append(nil, req)); err == nil {
 		var f wire.Frame
@@ -254,7 +288,7 @@ func checkSubscribe(pattern string, opts SubscribeOptions) error {
 	if len(opts.Durable) > max {
 		return errorf(CodeInvalidArgument, "durable name of %d bytes is over the limit of %d bytes", len(opts.Durable), max)
 	}
-	return nil
+	return checkGroup(opts)
 }
 
 // Next returns the next record. It reads straight from the subscription's stream: while the
@@ -267,6 +301,7 @@ func checkSubscribe(pattern string, opts SubscribeOptions) error {
 // Payload and Headers are never reused by the client.
 func (s *Subscription) Next(ctx context.Context) (Record, error) {
 	s.readMu.Lock()
+	defer s.nextDone()
 	defer s.readMu.Unlock()
 	if s.err != nil {
 		return Record{}, s.err
@@ -275,7 +310,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 		return Record{}, ErrClosed
 	}
 	for {
-		f, err := s.fr.next(ctx)
+		f, err := s.nextFrame(ctx)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil && err == ctxErr {
 				return Record{}, err
@@ -345,6 +380,8 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 				return Record{}, s.end(errorf(CodeProtocol, "GAP for topic index %d before its TOPIC", f.Index))
 			}
 			return Record{}, &GapError{Topic: name, From: f.From, To: f.To}
+		case *wire.Committed:
+			s.sawCommitted(f)
 		case *wire.CaughtUp:
 			if !s.isCaught { // a subscription made again after a lost connection says it again
 				s.isCaught = true

@@ -2,11 +2,8 @@ package client
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-
-	"github.com/quic-go/quic-go"
+	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
 )
@@ -17,6 +14,8 @@ type TopicInfo struct {
 	First uint64 // first retained offset
 	Next  uint64 // the offset the next record will get (the durable high-watermark)
 	Bytes uint64 // approximate stored bytes
+	// Retention is the topic's own retention (CreateTopic); nil: the node's default applies.
+	Retention *TopicRetention
 }
 
 // Records is the number of retained records.
@@ -33,57 +32,29 @@ func (c *Conn) Topics(ctx context.Context, pattern string) ([]TopicInfo, error) 
 	if pattern == "" {
 		pattern = ">"
 	}
+	op := fmt.Sprintf("topics %q", pattern)
 	if err := checkSubscribe(pattern, SubscribeOptions{}); err != nil {
-		return nil, wrap(fmt.Sprintf("topics %q", pattern), err)
+		return nil, wrap(op, err)
 	}
-	s, err := c.openStream(ctx)
-	if err != nil {
-		return nil, wrap(fmt.Sprintf("topics %q", pattern), err)
-	}
-	// The stream serves this call only, so an ended ctx simply aborts it.
-	stop := context.AfterFunc(ctx, func() {
-		s.CancelRead(wire.AppCancelled)
-		s.CancelWrite(wire.AppCancelled)
-	})
-	defer stop()
-	defer s.CancelRead(wire.AppCancelled) // no-op after a clean end; frees the stream otherwise
-	list, err := c.readTopics(s, pattern)
-	if err != nil {
-		if ctx.Err() != nil {
-			err = ctx.Err()
+	var list []TopicInfo
+	err := c.manage(ctx, op, &wire.Topics{Pattern: pattern}, func(f wire.Frame) error {
+		t, ok := f.(*wire.TopicInfo)
+		if !ok {
+			return errorf(CodeProtocol, "the node sent %s on a listing stream", f.Type())
 		}
-		s.CancelWrite(wire.AppCancelled)
-		return nil, wrap(fmt.Sprintf("topics %q", pattern), err)
+		list = append(list, topicInfo(t))
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return list, nil
 }
 
-func (c *Conn) readTopics(s *quic.Stream, pattern string) ([]TopicInfo, error) {
-	if _, err := s.Write(wire.Append(nil, &wire.Topics{Pattern: pattern})); err != nil {
-		return nil, c.streamErr(err)
+func topicInfo(t *wire.TopicInfo) TopicInfo {
+	ti := TopicInfo{Name: t.Name, First: t.First, Next: t.Next, Bytes: t.Bytes}
+	if t.RetentionSet {
+		ti.Retention = &TopicRetention{MaxAge: time.Duration(min(t.RetentionAge, 1<<63-1)), MaxBytes: int64(min(t.RetentionBytes, 1<<63-1))}
 	}
-	// The node may have answered and stopped reading already, which makes Close fail; the
-	// answer is what counts, and reading it reports any real failure.
-	s.Close()
-	var list []TopicInfo
-	r := wire.NewReader(s, c.lim)
-	for {
-		f, err := r.Read()
-		switch {
-		case errors.Is(err, io.EOF):
-			return list, nil
-		case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
-			return nil, errorf(CodeProtocol, "%v", err)
-		case err != nil:
-			return nil, c.streamErr(err)
-		}
-		switch f := f.(type) {
-		case *wire.TopicInfo:
-			list = append(list, TopicInfo{Name: f.Name, First: f.First, Next: f.Next, Bytes: f.Bytes})
-		case *wire.ErrorFrame:
-			return nil, fromWire(f.Code, f.Message)
-		default:
-			return nil, errorf(CodeProtocol, "the node sent %s on a listing stream", f.Type())
-		}
-	}
+	return ti
 }

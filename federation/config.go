@@ -21,6 +21,7 @@ type Peer struct {
 	Region string
 	Name   string // also the TLS server name its certificate is checked against
 	Addr   string // UDP address of its QUIC listener
+	RaftID uint64 // its raft node ID (gossip tag; 0: unknown), for a node of this region (raft.go)
 }
 
 // Config configures a Federation.
@@ -88,6 +89,8 @@ type Config struct {
 	// a peer that sees a new incarnation drops its old connections to this node at once
 	// instead of waiting for their idle timeout. Default: a random number per New.
 	Incarnation uint64
+	// Raft configures the raft transport between this region's nodes (raft.go). Zero: off.
+	Raft RaftConfig
 	// MaxMirrorSeries caps the per-mirror metric label sets. Default 1000.
 	MaxMirrorSeries int
 	// Logger, Registerer: as everywhere. Nil Registerer: no metrics.
@@ -126,6 +129,7 @@ func (c Config) Validate() error {
 	if c.ReconnectMin < 0 || c.ReconnectMax < 0 || (c.ReconnectMax > 0 && c.ReconnectMin > c.ReconnectMax) {
 		bad("ReconnectMin %v and ReconnectMax %v: want 0 <= min <= max", c.ReconnectMin, c.ReconnectMax)
 	}
+	errs = append(errs, c.Raft.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -169,6 +173,7 @@ func (c Config) withDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	c.Raft = c.Raft.withDefaults()
 	return c
 }
 

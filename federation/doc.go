@@ -2,7 +2,9 @@
 // (ALPN quicmq-peer/1, mutual TLS, keep-alives), one catalog stream per link announcing the
 // peer's topics that match local interest, one mirror stream per mirrored topic, the mirror
 // cursors that make cross-region mirroring exactly-once (I7), connection migration of the
-// dialing side, and the per-link and per-mirror metrics.
+// dialing side, and the per-link and per-mirror metrics. Between the nodes of one region it
+// also carries raft messages (raft.go: Send, Config.Raft), on a control and a bulk stream per
+// link, each with its bounded queue and writer goroutine; the node does not use it yet.
 //
 // Mirroring, from region A's side: A's node dials a node of region R and sends WATCH with the
 // patterns A is interested in (local subscriptions plus the configured mirror list). R announces
@@ -30,6 +32,7 @@
 //
 // Goroutines: Run owns one goroutine per link. A link's goroutine dials, runs the catalog
 // stream and one goroutine per mirror stream, and redials (resuming every mirror from its
-// cursor) when the connection is lost. The serving side runs on the stream goroutines the node
-// hands it (ServeStream).
+// cursor) when the connection is lost; on a link to a node of this region it also runs the
+// two raft stream writers. The serving side runs on the stream goroutines the node hands it
+// (ServeStream).
 package federation

@@ -27,6 +27,7 @@ type Federation struct {
 	metrics *metrics
 	mapping streamMapping // how links map mirrors onto streams (Config.AblationSharedLink)
 	wake    chan struct{} // peers changed
+	raft    raftState     // the raft transport's queues and counters (raft.go)
 
 	mu struct {
 		sync.Mutex
@@ -59,6 +60,7 @@ func New(cfg Config) (*Federation, error) {
 	f.mu.counters = make(map[[2]string]*linkCounters)
 	f.mu.accepted = make(map[string]acceptedPeer)
 	f.metrics = newMetrics(f, cfg.Registerer, cfg.MaxMirrorSeries)
+	registerRaftMetrics(f, cfg.Registerer)
 	return f, nil
 }
 

@@ -258,7 +258,8 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer cancel() // mirrors stop before wg.Wait returns
+	defer cancel()                   // mirrors stop before wg.Wait returns
+	l.f.startRaft(ctx, l, conn, &wg) // raft streams to a node of this region (raft.go)
 
 	str, err := conn.OpenStreamSync(ctx)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 )
 
 // ServeStream serves a stream a peer opened on its quicmq-peer/1 connection conn, whose
-// first frame (WATCH or MIRROR) has been read. It returns when the stream ends. The node
+// first frame (WATCH, MIRROR or RAFT) has been read. It returns when the stream ends. The node
 // calls it on the stream's goroutine; the peer was authenticated by mutual TLS. A catalog
 // stream (WATCH) begins the peer's link connection: it supersedes the peer's older
 // connection, which is closed at once (heal.go).
@@ -28,6 +28,8 @@ func (f *Federation) ServeStream(ctx context.Context, conn *quic.Conn, str *quic
 		return f.serveCatalog(ctx, cancel, conn, str, r, fr)
 	case *wire.Mirror:
 		return f.serveMirror(ctx, cancel, str, r, fr)
+	case *wire.Raft:
+		return f.serveRaft(ctx, conn, str, r, fr) // raft.go
 	}
 	return fmt.Errorf("federation: a peer stream cannot start with %s", first.Type())
 }
@@ -35,7 +37,7 @@ func (f *Federation) ServeStream(ctx context.Context, conn *quic.Conn, str *quic
 // IsPeerFrame reports whether a stream starting with f is served by ServeStream.
 func IsPeerFrame(f wire.Frame) bool {
 	switch f.(type) {
-	case *wire.Watch, *wire.Mirror:
+	case *wire.Watch, *wire.Mirror, *wire.Raft:
 		return true
 	}
 	return false

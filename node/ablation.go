@@ -211,6 +211,9 @@ func (ss *sharedStream) add(req *wire.Subscribe) *wire.Error {
 	if req.Region != "" && req.Region != ablationSharedRegion {
 		return wire.Errorf(wire.CodeInvalidArgument, "a shared stream (ablation) carries no region replays: region %q", req.Region)
 	}
+	if req.Group != nil || req.Flags&wire.SubscribeStandby != 0 {
+		return wire.Errorf(wire.CodeInvalidArgument, "a shared stream (ablation) carries no consumer group members and no standbys")
+	}
 	r := *req
 	r.Region = ""
 	// CAUGHT_UP carries no index, so a client could not tell which subscription of the

@@ -32,8 +32,11 @@ type MemberInfo struct {
 // member table), GET /v1/links (each link with its figures), POST /v1/links/migrate?region=R
 // (migrate the links to R, or all, to new local sockets), GET /v1/gossip/keys (the keyring,
 // as fingerprints) and POST /v1/gossip/keys/{install,use,remove} with the base64 key as the
-// body (a pool-wide key rotation step). The POSTs change state: they are served only with
-// Config.AdminAPI, and refused with 403 otherwise. Bind it to an address only operators
+// body (a pool-wide key rotation step), and consumer and topic management (manage_admin.go:
+// GET /v1/consumers[/{name}], POST /v1/consumers/{name}/reset, DELETE /v1/consumers/{name},
+// POST /v1/topics/{topic}, POST /v1/topics/{topic}/purge, DELETE /v1/topics/{topic}). The
+// POSTs and DELETEs change state: they are served only with Config.AdminAPI, and refused
+// with 403 otherwise. Bind it to an address only operators
 // reach. It never shows a key or a payload.
 func (n *Node) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -82,6 +85,7 @@ func (n *Node) AdminHandler() http.Handler {
 		}
 		writeJSON(w, n.fed.Links())
 	}))
+	n.manageRoutes(mux) // manage_admin.go
 	return mux
 }
 

@@ -176,7 +176,7 @@ func (n *Node) checkDurables(a *principal, durable string) *wire.Error {
 	if len(names) < n.cfg.MaxDurablesPerTenant || slices.Contains(names, durable) {
 		return nil
 	}
-	return wire.Errorf(wire.CodeLimit, "tenant %q has %d durable consumers on this node, the limit is %d; reuse one or remove one",
+	return wire.Errorf(wire.CodeLimit, "tenant %q has %d durable consumers on this node, the limit is %d (MaxDurablesPerTenant); reuse one, or remove one with `quicmq consumers rm NAME` (`quicmq consumers` lists them)",
 		a.tenant, len(names), n.cfg.MaxDurablesPerTenant)
 }
 

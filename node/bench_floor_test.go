@@ -188,7 +188,10 @@ func serveFloorConn(c *quic.Conn, serve func(*quic.Stream)) {
 // floor it reports "bound/raw", the highest node/raw ratio GOMAXPROCS fully busy cores could
 // reach if a replay cost nothing beyond this transport and the raw scan's own work:
 // GOMAXPROCS / (floor + raw scan cpu-µs per record) against the raw scan's rate (medians of
-// the same run).
+// the same run), and the same bound against itself, "bound/quic" = floor / (floor + raw scan
+// cpu-µs per record): what node/subscribe could reach against this leaf when the cores are
+// busy, if it cost nothing beyond the transport and the raw scan. "node/quic" is
+// node/subscribe's median rate of the run over this leaf's.
 func benchQUICReplayFloor(b *testing.B, count, size int) {
 	s := startFloor(b, 1, serveFloorSource)[0]
 	var req [8]byte
@@ -221,6 +224,12 @@ func benchQUICReplayFloor(b *testing.B, count, size int) {
 	if ok1 && ok2 {
 		bound := float64(runtime.GOMAXPROCS(0)) * 1e6 / (floorCPU + rawCPU)
 		b.ReportMetric(bound/rawRate, "bound/raw")
+		// The same bound against this leaf: a replay that keeps the cores busy cannot beat
+		// the transport by more than the raw scan's CPU lets it.
+		b.ReportMetric(floorCPU/(floorCPU+rawCPU), "bound/quic")
+	}
+	if nodeRate, ok := medians.median("replay"); ok {
+		b.ReportMetric(nodeRate/rate, "node/quic")
 	}
 }
 

@@ -86,12 +86,16 @@ type benchNode struct {
 	stop func() // stops the node and waits for Run; safe to call twice
 }
 
-func startBenchNode(b *testing.B, dir string) *benchNode {
+func startBenchNode(b *testing.B, dir string, mod ...func(*node.Config)) *benchNode {
 	b.Helper()
-	n, err := node.New(node.Config{
+	cfg := node.Config{
 		DataDir: dir, Listen: "127.0.0.1:0", Name: "bench", Region: "bench",
 		Logger: slog.New(slog.DiscardHandler),
-	})
+	}
+	for _, m := range mod {
+		m(&cfg)
+	}
+	n, err := node.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -52,8 +52,9 @@ type Config struct {
 	Credentials []Credential
 	// MaxConnsPerTenant caps a tenant's open connections to this node. Default 1000.
 	MaxConnsPerTenant int
-	// MaxDurablesPerTenant caps the durable consumers a tenant has stored on this node.
-	// Default 1000.
+	// MaxDurablesPerTenant caps the durable consumers a tenant has stored on this node (a
+	// consumer counts from its first stored position until `quicmq consumers rm` removes it).
+	// Default 1000 (flag --max-durables-per-tenant, config key max_durables_per_tenant).
 	MaxDurablesPerTenant int
 
 	// MaxPayload is the largest record payload in bytes. Default 1 MiB.
@@ -76,6 +77,17 @@ type Config struct {
 	// the bound on what a slow subscriber costs in memory beyond QUIC's send buffer.
 	// Default 256 KiB.
 	ReadAhead int
+	// Groups holds the consumer groups' defaults and bounds (node/group.go).
+	Groups GroupConfig
+	// TailRecords is how many of a topic's last appended records the node keeps in memory
+	// for the subscriptions that are caught up on it (the shared tail, node/tail.go): they
+	// are read from the log once per append batch for all of them. A topic has a tail only
+	// while a subscription of this node reads it. Default 1024; negative: no shared tail
+	// (every subscription reads the log itself).
+	TailRecords int
+	// TailBytes bounds the payload and header bytes one topic's shared tail holds, beside
+	// TailRecords. Default 256 KiB.
+	TailBytes int
 	// HandshakeTimeout bounds how long a connection may take to send HELLO. Default 10 s.
 	HandshakeTimeout time.Duration
 	// ShutdownTimeout bounds how long Close waits for pending acks to be sent. Default 5 s.
@@ -139,6 +151,9 @@ type Config struct {
 	// MigrateTimeout bounds one POST /v1/links/migrate (probing and switching every link).
 	// Default 15 s.
 	MigrateTimeout time.Duration
+	// ManageTimeout bounds a management request (consumers, topic create/purge/delete) that
+	// this node passes on to the other nodes of its region, per node asked. Default 10 s.
+	ManageTimeout time.Duration
 
 	// Retention applies to every topic. Zero: keep forever.
 	Retention wal.Retention
@@ -193,6 +208,9 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.StreamWindow, 1<<20)
 	setDefault(&c.ConnWindow, 16<<20)
 	setDefault(&c.ReadAhead, 256<<10)
+	c.Groups.withDefaults()
+	setDefault(&c.TailRecords, 1024)
+	setDefault(&c.TailBytes, 256<<10)
 	setDefault(&c.MaxSeriesPerMetric, 1000)
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = 10 * time.Second
@@ -205,6 +223,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ClientPathInterval <= 0 {
 		c.ClientPathInterval = time.Second
+	}
+	if c.ManageTimeout <= 0 {
+		c.ManageTimeout = 10 * time.Second
 	}
 	if c.MigrateTimeout <= 0 {
 		c.MigrateTimeout = 15 * time.Second
@@ -268,7 +289,7 @@ func (c Config) Validate() error {
 		{"MaxPayload", c.MaxPayload}, {"MaxHeaderBytes", c.MaxHeaderBytes},
 		{"MaxStreamsPerConn", c.MaxStreamsPerConn}, {"MaxSubscriptionsPerConn", c.MaxSubscriptionsPerConn},
 		{"MaxPendingPublishes", c.MaxPendingPublishes}, {"StreamWindow", c.StreamWindow},
-		{"ConnWindow", c.ConnWindow}, {"ReadAhead", c.ReadAhead}, {"MaxSeriesPerMetric", c.MaxSeriesPerMetric},
+		{"ConnWindow", c.ConnWindow}, {"ReadAhead", c.ReadAhead}, {"TailBytes", c.TailBytes}, {"MaxSeriesPerMetric", c.MaxSeriesPerMetric},
 		{"MaxConnsPerTenant", c.MaxConnsPerTenant}, {"MaxDurablesPerTenant", c.MaxDurablesPerTenant},
 	} {
 		if f.v < 0 {
@@ -312,5 +333,6 @@ func (c Config) Validate() error {
 	if c.Retention.MaxAge < 0 || c.Retention.MaxBytes < 0 {
 		bad("Retention must not be negative")
 	}
+	errs = append(errs, c.Groups.validate()...)
 	return errors.Join(errs...)
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,14 @@ func newTestNode(t testing.TB, mod ...func(*Config)) *Node {
 // startNode starts a node with cfg; it is stopped by t.Cleanup.
 func startNode(t testing.TB, cfg Config) *Node {
 	t.Helper()
+	n, _ := startStoppable(t, cfg)
+	return n
+}
+
+// startStoppable starts a node with cfg; stop ends it (a restart may follow on the same
+// DataDir), else t.Cleanup does.
+func startStoppable(t testing.TB, cfg Config) (n *Node, stop func()) {
+	t.Helper()
 	n, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -41,18 +50,22 @@ func startNode(t testing.TB, cfg Config) *Node {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("node Run: %v", err)
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("node Run: %v", err)
+				}
+			case <-time.After(20 * time.Second):
+				t.Errorf("node did not stop within 20 s")
 			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("node did not stop within 20 s")
-		}
-	})
-	return n
+		})
+	}
+	t.Cleanup(stop)
+	return n, stop
 }
 
 // waitLinksUp waits until each of nodes has a connected link to every other one and ready

@@ -36,6 +36,7 @@ type Node struct {
 	metrics *metrics
 	paths   *clientPaths // client connections whose address changed (clientpaths.go)
 	wal     *wal.Log
+	tails   *tailSet // the topics' shared tails (tail.go)
 	udp     *net.UDPConn
 	tr      *quic.Transport
 	ln      *quic.Listener
@@ -46,6 +47,7 @@ type Node struct {
 	// interest maps subscription patterns to the subscriptions that want to hear of new
 	// topics. Owned by no goroutine: routing.Table is safe for concurrent use.
 	interest *routing.Table[*subscription]
+	cons     consumers // held exclusive durables and live consumer groups (exclusive.go, group.go)
 
 	gossip *gossip.Gossip         // nil without GossipLAN
 	fed    *federation.Federation // links to the other nodes of the mesh; nil without GossipLAN
@@ -109,7 +111,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.metrics = newMetrics(n.reg, cfg.MaxSeriesPerMetric)
 	n.paths = newClientPaths(n.reg, cfg.ClientPathInterval, n.log)
-	n.reg.MustRegister(newLagCollector(n))
+	n.reg.MustRegister(newLagCollector(n), newConsumerCollector(n)) // manage_metrics.go
 	n.wal, err = wal.Open(filepath.Join(cfg.DataDir, "log"), wal.Options{
 		FS:         cfg.FS,
 		Logger:     n.log,
@@ -125,6 +127,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: open log: %w", err)
 	}
+	n.tails = newTailSet(n.wal, cfg.TailRecords, cfg.TailBytes)
 	if err := n.listen(tlsSet.server); err != nil {
 		n.wal.Close()
 		return nil, err

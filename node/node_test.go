@@ -299,24 +299,7 @@ func TestSubscriptionMetricsDeletedOnClose(t *testing.T) {
 // metricValue returns the value of the series of name whose subscription label is sub, or -1.
 func metricValue(t *testing.T, n *Node, name, sub string) float64 {
 	t.Helper()
-	mfs, err := n.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			if labelValue(m, "subscription") == sub {
-				if m.GetCounter() != nil {
-					return m.GetCounter().GetValue()
-				}
-				return m.GetGauge().GetValue()
-			}
-		}
-	}
-	return -1
+	return metricWith(t, n, name, map[string]string{"subscription": sub}) // manage_test.go
 }
 
 func labelValue(m *dto.Metric, name string) string {

@@ -263,6 +263,12 @@ func (s *session) serveStream(str *quic.Stream) {
 		s.subscribe(str, r, f)
 	case *wire.Topics:
 		s.listTopics(str, f)
+	case *wire.Consumers, *wire.ConsumerReset, *wire.ConsumerDelete, *wire.TopicCreate, *wire.TopicRemove:
+		if s.peer && s.peerRegion() != s.n.cfg.Region {
+			s.failStream(str, wire.Errorf(wire.CodeForbidden, "nodes of other regions do not manage this region's consumers or topics"))
+			return
+		}
+		s.manage(str, f) // manage_wire.go
 	default:
 		s.failStream(str, wire.Errorf(wire.CodeProtocol, "a stream cannot start with %s", f.Type()))
 	}

@@ -53,6 +53,7 @@ type subscription struct {
 
 	draining atomic.Bool
 	ackErr   atomic.Pointer[wire.Error] // a protocol error found by the ack reader
+	commits  commits                    // COMMIT frames answered (commit.go)
 
 	// Owned by the run goroutine.
 	cursors  []*cursor
@@ -97,6 +98,7 @@ type cursor struct {
 	stored uint64       // 1 + the durable consumer's stored position at the start; 0: none
 	cancel func()       // stops the log's notifications
 	scan   *wal.Scanner // keeps the log's iterator between reads while the cursor catches up
+	tail   *topicTail   // the topic's shared tail, nil when tails are off (tail.go)
 }
 
 type boundTopic struct {
@@ -173,6 +175,20 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		return
 	}
 	defer s.subs.Add(-1)
+	if req.Group != nil {
+		s.serveMember(str, r, req, refuse) // group.go: a member of a shared consumer group
+		return
+	}
+	if req.Durable != "" && !s.peer {
+		release, e := n.lockDurable(s, req.Durable, s.actor.clientDurable(req.Durable), req.Flags&wire.SubscribeStandby != 0, str.Context().Done())
+		if e != nil || release == nil {
+			if e != nil {
+				refuse(e)
+			}
+			return
+		}
+		defer release()
+	}
 	if req.Region != "" && req.Region != n.cfg.Region {
 		s.passThrough(str, r, req, n.regionTarget(req.Region), refuse)
 		return
@@ -393,6 +409,9 @@ func (sub *subscription) run() *wire.Error {
 		if sub.checkCaughtUp() {
 			sent++
 		}
+		if sub.checkCommitted() {
+			sent++
+		}
 		if sent > 0 {
 			if err := sub.flush(); err != nil {
 				return nil // the client is gone or reset the stream
@@ -481,9 +500,20 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 		return nil
 	}
 	n := sub.s.n
-	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic)}
-	// Register for wake-ups before reading the bounds, so no append is missed.
-	c.cancel = n.wal.Notify(topic, sub.wake)
+	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic), tail: n.tails.acquire(topic)}
+	// Register for wake-ups before reading the bounds, so no append is missed: with the
+	// shared tail, its (a connection's subscriptions woken one after the other).
+	var stop func()
+	if c.tail != nil {
+		stop = c.tail.watch(sub.s, sub.wake)
+	} else {
+		stop = n.wal.Notify(topic, sub.wake)
+	}
+	c.cancel = func() {
+		stop()
+		n.tails.release(c.tail)
+		c.tail = nil
+	}
 	next, stored, err := sub.startOffset(topic, created)
 	if err != nil {
 		c.cancel()
@@ -505,12 +535,14 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 func (sub *subscription) startOffset(topic string, created bool) (uint64, uint64, *wire.Error) {
 	n := sub.s.n
 	if sub.req.Durable != "" {
-		pos, ok, err := n.wal.Position(sub.req.Durable, topic)
+		// Resume, not Position + 1: a consumer reset to offset 0 has acknowledged nothing
+		// there, yet resumes at 0 rather than at its start position.
+		resume, ok, err := n.wal.Resume(sub.req.Durable, topic)
 		if err != nil {
 			return 0, 0, wire.Errorf(wire.CodeInternal, "read position of %q on %q: %v", sub.req.Durable, topic, err)
 		}
 		if ok {
-			return pos + 1, pos + 1, nil
+			return resume, resume, nil
 		}
 	}
 	first, next, _ := n.wal.Bounds(topic)
@@ -578,6 +610,8 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			sub.mu.Unlock()
 			sent++
 		case errors.Is(err, wal.ErrUnknownTopic):
+		case errors.Is(err, wal.ErrTopicDeleted):
+			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.clientName(c.topic))
 		case errors.Is(err, wal.ErrClosed):
 			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
 		default:
@@ -593,14 +627,14 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 const maxReadRecords = 4096
 
 // readCursor encodes c's available records (at most ReadAhead bytes) into the stream's
-// buffer straight from the log's memory, with no copy and no blocking while the log's
-// iterator is open, and advances c. It returns the records and payload bytes encoded, and
-// the log's error, if any, about the record after them.
+// buffer, from the topic's shared tail when c is caught up (tail.go), else straight from the
+// log's memory with c's own scanner, with no copy and no blocking while the log's iterator is
+// open, and advances c. It returns the records and payload bytes encoded, and the log's
+// error, if any, about the record after them.
 func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 	n := sub.s.n
 	bytes := 0
-	sub.holding = true
-	got, err := c.scan.ReadFunc(c.next, maxReadRecords, n.cfg.ReadAhead, func(rec *wal.Record) error {
+	encode := func(rec *wal.Record) {
 		if !c.bound {
 			sub.bind(c)
 		}
@@ -612,6 +646,16 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 		}
 		bytes += len(rec.Payload)
 		c.next = rec.Offset + 1
+	}
+	if c.tail != nil {
+		got, ok, err := c.tail.read(c.next, maxReadRecords, n.cfg.ReadAhead, encode)
+		if ok || err != nil {
+			return got, bytes, err
+		}
+	}
+	sub.holding = true
+	got, err := c.scan.ReadFunc(c.next, maxReadRecords, n.cfg.ReadAhead, func(rec *wal.Record) error {
+		encode(rec)
 		return nil
 	})
 	return got, bytes, err
@@ -762,9 +806,15 @@ func (sub *subscription) readAcks(r *wire.Reader) *wire.Error {
 		case err != nil:
 			return sub.storeAcks() // FIN, reset, or the connection ended: the subscription is over
 		}
+		if c, ok := f.(*wire.Commit); ok {
+			if e := sub.commit(c); e != nil { // commit.go
+				return e
+			}
+			continue
+		}
 		ack, ok := f.(*wire.Ack)
 		if !ok {
-			return wire.Errorf(wire.CodeProtocol, "unexpected %s on a subscription stream: only ACK may follow SUBSCRIBE", f.Type())
+			return wire.Errorf(wire.CodeProtocol, "unexpected %s on a subscription stream: only ACK and COMMIT may follow SUBSCRIBE", f.Type())
 		}
 		if e := sub.takeAck(ack.Index, ack.Index, ack.Offset); e != nil {
 			return e

@@ -2,10 +2,7 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"time"
 
 	"github.com/quic-go/quic-go"
 
@@ -33,7 +30,7 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 		if s.n.place != nil && s.n.place.servedElsewhere(t.Name) {
 			continue // a conflict's other log: the listing shows the one that is served
 		}
-		if w.Write(&wire.TopicInfo{Name: t.Name, First: t.First, Next: t.Next, Bytes: uint64(max(t.Bytes, 0))}) != nil {
+		if ti := topicInfo(t); w.Write(&ti) != nil {
 			return
 		}
 	}
@@ -79,42 +76,18 @@ func (s *session) listRegionTopics(w *topicLister, pattern string) {
 
 func (s *session) copyTopics(w *topicLister, node, pattern string) error {
 	n := s.n
-	ctx, cancel := context.WithTimeout(s.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(s.ctx, n.cfg.ManageTimeout)
 	defer cancel()
-	str, err := n.fed.OpenStreamTo(ctx, node)
-	if err != nil {
-		return err
-	}
-	defer str.CancelRead(wire.AppCancelled)
-	stop := context.AfterFunc(ctx, func() { str.CancelRead(wire.AppCancelled) })
-	defer stop()
-	if _, err := str.Write(wire.Append(nil, &wire.Topics{Pattern: pattern})); err != nil {
-		return err
-	}
-	str.Close()
-	r := wire.NewReader(str, wire.Limits{})
-	for {
-		f, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		switch f := f.(type) {
-		case *wire.TopicInfo:
-			if owner, _, _ := n.place.ownerNow(f.Name); owner != node {
-				continue
-			}
-			if err := w.Write(f); err != nil {
-				return err
-			}
-		case *wire.ErrorFrame:
-			return f.AsError()
-		default:
+	return n.streamTo(ctx, node, &wire.Topics{Pattern: pattern}, func(f wire.Frame) error {
+		t, ok := f.(*wire.TopicInfo)
+		if !ok {
 			return fmt.Errorf("unexpected %s in a topic listing", f.Type())
 		}
-	}
+		if owner, _, _ := n.place.ownerNow(t.Name); owner != node {
+			return nil
+		}
+		return w.Write(t)
+	})
 }
 
 // watchTopics is the node's topic watcher goroutine: when the log reports a new topic, it
@@ -125,9 +98,9 @@ func (n *Node) watchTopics() {
 	wake := make(chan struct{}, 1)
 	cancel := n.wal.NotifyNewTopics(wake)
 	defer cancel()
-	known := make(map[string]struct{})
+	known := make(map[string]bool) // the value: seen in the current pass
 	for _, t := range n.wal.Topics() {
-		known[t.Name] = struct{}{}
+		known[t.Name] = true
 	}
 	for {
 		select {
@@ -135,16 +108,26 @@ func (n *Node) watchTopics() {
 			return
 		case <-wake:
 		}
+		for name := range known {
+			known[name] = false
+		}
 		for _, t := range n.wal.Topics() {
 			if _, ok := known[t.Name]; ok {
+				known[t.Name] = true
 				continue
 			}
-			known[t.Name] = struct{}{}
+			known[t.Name] = true
 			if n.place != nil {
 				n.place.localTopicCreated(t.Name)
 			}
 			for _, sub := range n.interest.Match(t.Name) {
 				sub.notifyNewTopic(t.Name)
+			}
+		}
+		// A deleted topic is forgotten, so that one created again under its name is new.
+		for name, seen := range known {
+			if !seen {
+				delete(known, name)
 			}
 		}
 	}

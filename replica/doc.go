@@ -100,12 +100,14 @@
 //     (a follower serves up to what it applied); the CLI's --replicas sets
 //     the replica count of new topics. The driver must be stopped before
 //     wal.Close.
-//   - A Transport over the peer QUIC links with stream priorities (votes and
-//     heartbeats ahead of appends). Its wire form exists (codec.go): one
-//     batch per Send, in which heartbeats and their responses are coalesced
-//     to a few bytes each (group, term, commit), as CockroachDB coalesces
-//     them per node pair; the simulation and tests pass every batch through
-//     it.
+//   - The node's use of the Transport that exists: federation's Send carries
+//     each round's batch (codec.go: heartbeats and their responses coalesced
+//     to a few bytes each, as CockroachDB coalesces them per node pair) over
+//     the region's peer QUIC links, votes and heartbeats on a control stream
+//     of higher priority than the appends' bulk stream (federation/raft.go).
+//     The node must give each replica its persisted raft ID
+//     (federation.RaftNodeID), publish it in gossip and pass the Federation
+//     to New as the Transport.
 //   - Membership changes (learners that catch up before they vote, I8),
 //     log compaction and snapshots (Storage supports ApplySnapshot and
 //     Compact; the driver refuses a received snapshot), metrics, an entry

@@ -166,7 +166,7 @@ render_mode certs "  node_certs    = $certs"
 if run "$render-certs" "$tofu" init -backend=false -input=false -no-color &&
   run "$render-certs" "$tofu" apply -auto-approve -input=false -no-color -lock=false; then
   (cd "$render-certs" && "$tofu" output -raw eu_1) | sed "s#/etc/quicmq/#$render-certs/etc/#g" > "$render-certs/eu_1.hcl"
-  run "$render-certs" "$quicmq" config check "$render-certs/eu_1.hcl" && echo "   node_certs: ${out#$render-certs/}"
+  run "$render-certs" "$quicmq" config check --no-files "$render-certs/eu_1.hcl" && echo "   node_certs: ${out#$render-certs/}"
   grep -q '^ca_bundle = "/var/lib/quicmq/certs/ca.pem"' "$render-certs/eu_1.hcl" || { echo "tofu-check: node_certs config lacks ca_bundle"; fail=1; }
   (cd "$render-certs" && "$tofu" output -raw boot) > "$render-certs/boot.sh"
   run "$render-certs" bash -n "$render-certs/boot.sh"

@@ -19,6 +19,11 @@
 //	'r' | topicID u32 BE            -> retention state: first retained offset and its byte position (retention, purge)
 //	'c' | topicID u32 BE            -> topic configuration: the topic's own retention (absent: Options.Retention)
 //	'p' | uvarint len | topic | name -> named position (consumer position, mirror cursor): value, update time, flags
+//	'g' | topic name               -> raft group of a replicated topic (see "Replicated topics")
+//	's' | uvarint len | group ...  -> a shared consumer group's settings and state (see "Consumer groups")
+//
+// KeyPrefixes lists these first bytes; package replica keeps its keys ('R',
+// 'L') in the same DB and checks they cannot collide.
 //
 // Every value is versioned and carries a CRC32-C over its key and value; a
 // mismatch is ErrCorrupt naming the topic and offset, and is never served.
@@ -122,4 +127,19 @@
 // Pebble itself treats a WAL write after a failed WAL sync as fatal (it
 // panics), so a batch the committer applied before it learned of the failure
 // can still end the process: fail-stop, never a hole.
+//
+// # Consumer groups
+//
+// A shared consumer group's state (groups.go) has keys of its own:
+//
+//	's' | uvarint len(group) | group          -> settings: pattern, ack-wait, max-deliver, dead-letter topic, order
+//	's' | uvarint len(group) | group | topic  -> state: floor, next, then per record of the window
+//	                                             (offset - floor, deliveries << 1 | done), all uvarints
+//
+// framed like the other metadata values (CRC32-C over key and value, version). SetGroup
+// writes settings and any number of topics' states in one synced Pebble batch, outside the
+// committer (a group's state orders with nothing else in the log); Group reads them back
+// from Pebble. The node's group dispatcher owns a live group's state and is the only writer
+// of its keys. The window bounds each state's size (node.GroupConfig.Window). With
+// replication these keys become replicated state (I10).
 package wal

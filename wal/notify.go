@@ -10,7 +10,10 @@ type watchers struct {
 	newTopics map[*watcher]struct{}
 }
 
-type watcher struct{ ch chan<- struct{} }
+type watcher struct {
+	ch chan<- struct{}
+	fn func() // instead of ch: NotifyFunc (tail.go)
+}
 
 func (w *watchers) init() {
 	w.byTopic = make(map[string]map[*watcher]struct{})
@@ -18,6 +21,10 @@ func (w *watchers) init() {
 }
 
 func (w *watcher) poke() {
+	if w.fn != nil {
+		w.fn()
+		return
+	}
 	select {
 	case w.ch <- struct{}{}:
 	default:
@@ -29,7 +36,10 @@ func (w *watcher) poke() {
 // a wake-up). The topic need not exist yet. cancel stops the sends; it is
 // safe to call more than once.
 func (l *Log) Notify(topic string, ch chan<- struct{}) (cancel func()) {
-	w := &watcher{ch: ch}
+	return l.watchTopic(topic, &watcher{ch: ch})
+}
+
+func (l *Log) watchTopic(topic string, w *watcher) (cancel func()) {
 	l.watch.mu.Lock()
 	set := l.watch.byTopic[topic]
 	if set == nil {

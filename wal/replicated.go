@@ -31,7 +31,7 @@ const prefixReplicated = 'g'
 // user of the Log's Pebble DB (see DB) must keep to keys that start with
 // other bytes.
 func KeyPrefixes() []byte {
-	return []byte{prefixConfig, prefixReplicated, prefixNextID, prefixRecord, prefixPosition, prefixRetention, prefixTopic}
+	return []byte{prefixConfig, prefixReplicated, prefixNextID, prefixRecord, prefixPosition, prefixRetention, prefixGroup, prefixTopic}
 }
 
 // DB returns the Pebble DB the log is stored in, for state that must be

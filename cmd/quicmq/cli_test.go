@@ -308,4 +308,14 @@ func TestConfigCheckAppliesNodeChecks(t *testing.T) {
 	if code, stdout, stderr := runCLI(t, "", "config", "check", file2); code != 0 || !strings.Contains(stdout, "ok (3 settings)") {
 		t.Errorf("good key from the environment: exit %d %s %s", code, stdout, stderr)
 	}
+	// --no-files checks a configuration meant for another host: the files are not read, the
+	// rest is still checked.
+	file4 := writeTemp(t, "node4.hcl", "data = \""+t.TempDir()+"\"\nanonymous = true\ncert = \"/nonexistent/node.pem\"\n"+
+		"key = \"/nonexistent/node-key.pem\"\nca_bundle = \"/nonexistent/ca.pem\"\n")
+	if code, stdout, stderr := runCLI(t, "", "config", "check", file4); code != 1 || !strings.Contains(stdout, "cert (--cert): /nonexistent/node.pem") {
+		t.Errorf("missing cert files: exit %d %s %s", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runCLI(t, "", "config", "check", "--no-files", file4); code != 0 || !strings.Contains(stdout, "ok (5 settings)") {
+		t.Errorf("--no-files: exit %d %s %s", code, stdout, stderr)
+	}
 }

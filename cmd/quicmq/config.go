@@ -18,14 +18,28 @@ func init() {
 // file:line:col, then every problem 'quicmq node --config FILE' would refuse to start with (the
 // QUICMQ_* environment applied as node applies it), and a non-zero exit when there is any.
 func runConfig(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "config", "check FILE")
+	fs := newFlagSet(e, "config", "check [--no-files] FILE")
+	// --no-files checks a configuration away from the host it is for (a rendered deploy):
+	// the certificate and CA files it names are not read. It may stand anywhere after check.
+	noFiles := false
+	kept := args[:0:0]
+	for _, a := range args {
+		if a == "--no-files" || a == "-no-files" {
+			noFiles = true
+			continue
+		}
+		kept = append(kept, a)
+	}
+	args = kept
 	fs.Usage = func() {
-		fmt.Fprintf(e.stdout, "usage: quicmq config check FILE\n\n"+
+		fmt.Fprintf(e.stdout, "usage: quicmq config check [--no-files] FILE\n\n"+
 			"Checks a node configuration file (HCL, or JSON when FILE ends in .json) as 'quicmq node --config FILE'\n"+
 			"would: it prints every problem of the file as FILE:LINE:COL, then every setting node would refuse\n"+
 			"(no client credentials, gossip without a key, ...), each named by its key and flag. Keys are the\n"+
 			"'quicmq node' flags with '-' spelt '_'; the environment variables override the file (they are\n"+
-			"applied here too) and take values as the flag does (lists comma-separated); flags override both.\n\n")
+			"applied here too) and take values as the flag does (lists comma-separated); flags override both.\n"+
+			"--no-files skips reading the certificate and CA files the file names: for a configuration\n"+
+			"checked away from the host it is for (e.g. rendered by Terraform).\n\n")
 		for _, k := range config.Keys {
 			fmt.Fprintf(e.stdout, "  %-16s %-26s %s\n", k.Name, k.Env(), k.Doc)
 		}
@@ -57,6 +71,7 @@ func runConfig(ctx context.Context, e *env, args []string) error {
 	nfs := newFlagSet(e, "node", "")
 	var nf nodeFlags
 	nf.register(nfs, true)
+	nf.noFiles = noFiles
 	if err := applyConfig(nfs, path); err != nil {
 		return err
 	}

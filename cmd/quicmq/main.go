@@ -1,5 +1,5 @@
 // Command quicmq is the single QuicMQ binary: a broker node, a local development mesh, and the
-// client tools (pub, sub, topics).
+// client tools (pub, sub, topics, consumers).
 //
 // Every subcommand parses its own flags with a flag.FlagSet, prints its usage on standard
 // output when asked (-h, --help, quicmq help CMD), and reports errors on standard error as one

@@ -32,6 +32,7 @@ type nodeFlags struct {
 	mirrorStallAfter                    time.Duration
 	retentionBytes                      int64
 	maxPayload                          int
+	maxDurablesPerTenant                int
 	logLevel                            string
 	caDir, advertise                    string
 	gossipLAN, gossipWAN                string
@@ -42,6 +43,7 @@ type nodeFlags struct {
 	certFile, keyFile, caBundle         string
 	admin                               string
 	adminAPI                            bool
+	noFiles                             bool // config check --no-files: the TLS files are not read
 	ablationSharedStream                bool
 	ablationSharedLink                  bool
 }
@@ -79,6 +81,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.DurationVar(&f.retentionAge, "retention-age", 0, "delete records older than this, per topic (0: keep forever)")
 	fs.Int64Var(&f.retentionBytes, "retention-bytes", 0, "keep at most this many bytes per topic, oldest deleted first (0: no limit)")
 	fs.IntVar(&f.maxPayload, "max-payload", 1<<20, "largest record payload in bytes")
+	fs.IntVar(&f.maxDurablesPerTenant, "max-durables-per-tenant", 1000, "durable consumers a tenant may have stored on this node ('quicmq consumers rm' removes one)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&f.ablationSharedLink, "ablation-shared-link", false, "measurement aid for benchmarks: carry all mirrors of each federation link on one shared stream, and accept that from peers (docs/benchmarks.md, scenario 6); never in production")
 	fs.BoolVar(&f.ablationSharedStream, "ablation-shared-stream", false, "measurement aid for benchmarks: accept the shared-stream mapping, all of a connection's subscriptions on one stream, same authorization (docs/benchmarks.md); never in production")
@@ -171,6 +174,8 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 
 		AdminAPI:         f.adminAPI,
 		MirrorStallAfter: f.mirrorStallAfter,
+
+		MaxDurablesPerTenant: f.maxDurablesPerTenant,
 
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,

@@ -60,12 +60,12 @@ func (f *nodeFlags) nodeConfig(e *env) (node.Config, error) {
 	switch {
 	case (f.certFile == "") != (f.keyFile == ""):
 		probs.add("cert", "goes with %s: give both, or neither (the node then issues its own from the CA)", keyFlag("key"))
-	case f.certFile != "":
+	case f.certFile != "" && !f.noFiles:
 		if _, err := tls.LoadX509KeyPair(f.certFile, f.keyFile); err != nil {
 			probs.add("cert", "%s with key %s: %v", f.certFile, f.keyFile, err)
 		}
 	}
-	if f.caBundle != "" {
+	if f.caBundle != "" && !f.noFiles {
 		if _, err := certs.LoadCAPool(f.caBundle); err != nil {
 			probs.add("ca-bundle", "%s", strings.TrimPrefix(err.Error(), "certs: load CA pool: "))
 		}

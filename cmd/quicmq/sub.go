@@ -23,7 +23,7 @@ func init() {
 const ackEvery = 256
 
 func runSub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "sub", "--topic PATTERN [--server HOST:PORT] [--ca FILE] [--from earliest|latest|OFFSET|TIME] [--durable NAME] [--region R] [--count N] [--idle DURATION] [--until-caught-up] [--reconnect]")
+	fs := newFlagSet(e, "sub", "--topic PATTERN [--server HOST:PORT] [--ca FILE] [--from earliest|latest|OFFSET|TIME] [--durable NAME | --group NAME [--ack-wait D] [--max-deliver N] [--dead-letter TOPIC] [--order none|topic|key]] [--region R] [--count N] [--idle DURATION] [--until-caught-up] [--reconnect]")
 	var cf clientFlags
 	cf.register(e, fs)
 	pattern := fs.String("topic", "", "topic or pattern to subscribe to ('*' one token, trailing '>' one or more), e.g. 'orders.>' (required)")
@@ -38,6 +38,8 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	idle := fs.Duration("idle", 0, "exit when no record arrived for this long, e.g. 5s (0: wait forever)")
 	reconnect := fs.Bool("reconnect", false, "when the connection to the node is lost (it restarted), dial it again and go on where the\n"+
 		"subscription was, printing nothing twice (with --durable: from the last acknowledged record)")
+	var gf groupFlags
+	gf.register(fs)
 	format := fs.String("format", "text", "output: text (OFFSET<TAB>TOPIC<TAB>PAYLOAD per line, the payload as it is) or\n"+
 		"json (one object per line with every field of the record; the payload as a string when it is UTF-8, else payload_base64)")
 	if err := parseFlags(fs, args); err != nil {
@@ -65,6 +67,10 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	if err := cf.check(); err != nil {
 		return err
 	}
+	opts := client.SubscribeOptions{From: start, Durable: *durable, Region: *region, NotifyCaughtUp: *untilCaughtUp}
+	if err := gf.apply(&opts); err != nil {
+		return err
+	}
 
 	conn, err := cf.dial(ctx, client.Options{Reconnect: *reconnect})
 	if err != nil {
@@ -73,21 +79,22 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	defer conn.Close()
 	migrateOnSignal(ctx, conn, e.stderr)
 	sctx, cancel := cf.requestCtx(ctx)
-	sub, err := conn.Subscribe(sctx, *pattern, client.SubscribeOptions{From: start, Durable: *durable, Region: *region, NotifyCaughtUp: *untilCaughtUp})
+	sub, err := conn.Subscribe(sctx, *pattern, opts)
 	cancel()
 	if err != nil {
 		return err
 	}
-	s := &subPrinter{e: e, sub: sub, out: bufio.NewWriter(e.stdout), json: *format == "json", unacked: map[string]client.Record{}}
+	s := &subPrinter{e: e, sub: sub, out: bufio.NewWriter(e.stdout), json: *format == "json", unacked: map[string]client.Record{}, group: opts.Group != ""}
 	err = s.run(ctx, *count, *idle)
 	if aerr := s.ackAll(); err == nil {
 		err = aerr
 	}
-	// Close waits for the node to have stored every ack (its FIN follows them): an error
-	// means the position may not be stored, which a durable consumer must hear about.
-	if cerr := sub.Close(); err == nil && cerr != nil && *durable != "" {
-		err = cerr
+	if err == nil && (opts.Durable != "" || opts.Group != "") {
+		cctx, cancel := cf.requestCtx(context.WithoutCancel(ctx))
+		err = sub.Commit(cctx) // every ack stored before exiting
+		cancel()
 	}
+	sub.Close() // waits for the node to have read every ack
 	return err
 }
 
@@ -128,6 +135,8 @@ type subPrinter struct {
 	out     *bufio.Writer
 	json    bool                     // --format json
 	unacked map[string]client.Record // per topic, the last printed record not yet acked
+	group   bool                     // --group: every record is acked (groupAcks), not the last per topic
+	grouped []client.Record          // with group: printed records not yet acked
 	pending int
 	printed int
 }
@@ -169,7 +178,11 @@ func (s *subPrinter) run(ctx context.Context, count int, idle time.Duration) err
 			return err
 		}
 		s.printed++
-		s.unacked[rec.Topic] = rec
+		if s.group {
+			s.grouped = append(s.grouped, rec)
+		} else {
+			s.unacked[rec.Topic] = rec
+		}
 		if s.pending++; s.pending >= ackEvery {
 			if err := s.ackAll(); err != nil {
 				return err
@@ -195,6 +208,13 @@ func (s *subPrinter) ackAll() error {
 	if err := s.out.Flush(); err != nil {
 		return fmt.Errorf("write output: %w", err)
 	}
+	for _, rec := range s.grouped {
+		if err := s.sub.Ack(rec); err != nil {
+			return err
+		}
+	}
+	clear(s.grouped)
+	s.grouped = s.grouped[:0]
 	for topic, rec := range s.unacked {
 		if err := s.sub.Ack(rec); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/quicmq/quicmq/client"
@@ -11,11 +12,23 @@ import (
 )
 
 func init() {
-	register("topics", "list topics with their offsets and sizes", runTopics)
+	register("topics", "list topics with their offsets, sizes and retention; create, purge or delete one", runTopics)
 }
 
+const topicsSynopsis = `[--pattern PATTERN] [--format table|json] | create TOPIC [--retention-age D] [--retention-bytes N] [--update] | purge TOPIC --yes [--force] | delete TOPIC --yes [--force]  [--server HOST:PORT] [--ca FILE]
+
+  (no operation)    list the topics matching --pattern
+  create TOPIC      create an empty topic, with retention of its own when a --retention flag is given
+  purge TOPIC       delete every record of it, keeping the topic, its offsets and its consumers
+  delete TOPIC      delete it: its records, its consumers' positions on it and mirror cursors of it
+purge and delete need --yes, and are refused while durable consumers or mirror cursors depend on
+the topic (the refusal names them) unless --force.`
+
 func runTopics(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "topics", "[--server HOST:PORT] [--ca FILE] [--pattern PATTERN] [--format table|json]")
+	if len(args) > 0 && (args[0] == "create" || args[0] == "purge" || args[0] == "delete") {
+		return runTopicOp(ctx, e, args[0], args[1:])
+	}
+	fs := newFlagSet(e, "topics", topicsSynopsis)
 	var cf clientFlags
 	cf.register(e, fs)
 	pattern := fs.String("pattern", ">", "topics to list: a topic or a pattern ('*' one token, trailing '>' one or more)")
@@ -26,22 +39,17 @@ func runTopics(ctx context.Context, e *env, args []string) error {
 	if *format != "table" && *format != "json" {
 		return usageError("--format %q: want table or json", *format)
 	}
-	if err := cf.check(); err != nil {
-		return err
-	}
 	if *pattern == "" {
 		return usageError("--pattern must not be empty ('>' lists every topic)")
 	}
 	if err := routing.ValidatePattern(*pattern); err != nil {
 		return flagSyntaxError("--pattern", err)
 	}
-	conn, err := cf.dial(ctx, client.Options{})
+	conn, rctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	rctx, cancel := cf.requestCtx(ctx)
-	defer cancel()
+	defer done()
 	list, err := conn.Topics(rctx, *pattern)
 	if err != nil {
 		return err
@@ -60,31 +68,139 @@ func runTopics(ctx context.Context, e *env, args []string) error {
 }
 
 // printTopics writes the table: one row per topic, numbers as they are, bytes human-sized.
+// The RETENTION column is "default" (the node's), "forever", or the topic's own limits as
+// "age=D,bytes=N" (either one alone when the other is unlimited).
 func printTopics(e *env, list []client.TopicInfo) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tFIRST\tNEXT\tRECORDS\tBYTES")
+	fmt.Fprintln(tw, "TOPIC\tFIRST\tNEXT\tRECORDS\tBYTES\tRETENTION")
 	for _, t := range list {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", t.Name, t.First, t.Next, t.Records(), humanBytes(t.Bytes))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", t.Name, t.First, t.Next, t.Records(), humanBytes(t.Bytes), retentionCell(t.Retention))
 	}
 	tw.Flush()
 }
 
-// jsonTopic is a topic as --format json prints it.
+func retentionCell(r *client.TopicRetention) string {
+	switch {
+	case r == nil:
+		return "default"
+	case r.MaxAge == 0 && r.MaxBytes == 0:
+		return "forever"
+	}
+	var parts []string
+	if r.MaxAge > 0 {
+		parts = append(parts, "age="+r.MaxAge.String())
+	}
+	if r.MaxBytes > 0 {
+		parts = append(parts, fmt.Sprintf("bytes=%d", r.MaxBytes))
+	}
+	return strings.Join(parts, ",")
+}
+
+// jsonTopic is a topic as --format json prints it. retention_age (a Go duration, "0s": no
+// age limit) and retention_bytes (0: no size limit) are null when the node's default
+// retention applies.
 type jsonTopic struct {
-	Topic   string `json:"topic"`
-	First   uint64 `json:"first"`
-	Next    uint64 `json:"next"`
-	Records uint64 `json:"records"`
-	Bytes   uint64 `json:"bytes"`
+	Topic          string  `json:"topic"`
+	First          uint64  `json:"first"`
+	Next           uint64  `json:"next"`
+	Records        uint64  `json:"records"`
+	Bytes          uint64  `json:"bytes"`
+	RetentionAge   *string `json:"retention_age"`
+	RetentionBytes *int64  `json:"retention_bytes"`
+}
+
+func topicJSON(t client.TopicInfo) jsonTopic {
+	j := jsonTopic{Topic: t.Name, First: t.First, Next: t.Next, Records: t.Records(), Bytes: t.Bytes}
+	if r := t.Retention; r != nil {
+		age, bytes := r.MaxAge.String(), r.MaxBytes
+		j.RetentionAge, j.RetentionBytes = &age, &bytes
+	}
+	return j
 }
 
 func printTopicsJSON(e *env, list []client.TopicInfo) error {
 	enc := json.NewEncoder(e.stdout)
 	for _, t := range list {
-		if err := enc.Encode(jsonTopic{Topic: t.Name, First: t.First, Next: t.Next, Records: t.Records(), Bytes: t.Bytes}); err != nil {
+		if err := enc.Encode(topicJSON(t)); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// runTopicOp runs topics create, purge or delete.
+func runTopicOp(ctx context.Context, e *env, op string, args []string) error {
+	fs := newFlagSet(e, "topics", topicsSynopsis)
+	var cf clientFlags
+	cf.register(e, fs)
+	age := fs.Duration("retention-age", -1, "create: delete the topic's records older than this (0: no age limit); default: the node's retention")
+	bytes := fs.Int64("retention-bytes", -1, "create: keep at most this many bytes of the topic (0: no size limit); default: the node's retention")
+	update := fs.Bool("update", false, "create: change the retention of an existing topic instead of refusing it")
+	yes := fs.Bool("yes", false, "purge, delete: confirm that the records (and, for delete, the topic's consumer positions and mirror cursors) go")
+	force := fs.Bool("force", false, "purge, delete: do it although durable consumers or mirror cursors depend on the topic")
+	format := fs.String("format", "table", "create: output the topic as a table row, or json")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError("topics %s takes one topic, got %d arguments", op, len(pos))
+	}
+	topic := pos[0]
+	if err := routing.ValidateTopic(topic); err != nil {
+		return flagSyntaxError("topic", err)
+	}
+	if err := checkOpFlags(fs, op, map[string][]string{"retention-age": {"create"}, "retention-bytes": {"create"}, "update": {"create"},
+		"format": {"create"}, "yes": {"purge", "delete"}, "force": {"purge", "delete"}}); err != nil {
+		return err
+	}
+	if *format != "table" && *format != "json" {
+		return usageError("--format %q: want table or json", *format)
+	}
+	if *age < -1 || *bytes < -1 {
+		return usageError("--retention-age and --retention-bytes must not be negative")
+	}
+	conn, rctx, done, err := cf.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if op == "create" {
+		opts := client.TopicOptions{Update: *update}
+		if *age >= 0 || *bytes >= 0 {
+			opts.Retention = &client.TopicRetention{MaxAge: max(*age, 0), MaxBytes: max(*bytes, 0)}
+		}
+		t, err := conn.CreateTopic(rctx, topic, opts)
+		if err != nil {
+			return err
+		}
+		if *format == "json" {
+			return printTopicsJSON(e, []client.TopicInfo{t})
+		}
+		printTopics(e, []client.TopicInfo{t})
+		return nil
+	}
+	if !*yes {
+		what := "every record of " + topic + " (the topic, its offsets and its consumers stay)"
+		if op == "delete" {
+			what = "topic " + topic + ": its records, its durable consumers' positions on it and the mirror cursors of it"
+		}
+		if list, err := conn.Topics(rctx, topic); err == nil && len(list) == 1 {
+			what += fmt.Sprintf("; it holds %s", plural(int(list[0].Records()), "record"))
+		}
+		return usageError("%s deletes %s: add --yes to confirm", op, what)
+	}
+	opts := client.ManageOptions{Force: *force}
+	var records uint64
+	if op == "purge" {
+		records, err = conn.PurgeTopic(rctx, topic, opts)
+	} else {
+		records, err = conn.DeleteTopic(rctx, topic, opts)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stderr, "topic %s %sd: %s deleted\n", topic, op, plural(int(records), "record"))
 	return nil
 }
 

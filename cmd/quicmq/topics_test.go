@@ -17,13 +17,13 @@ func TestTopicsTable(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
 	rows := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-	if len(rows) != 4 || strings.Join(strings.Fields(rows[0]), " ") != "TOPIC FIRST NEXT RECORDS BYTES" {
+	if len(rows) != 4 || strings.Join(strings.Fields(rows[0]), " ") != "TOPIC FIRST NEXT RECORDS BYTES RETENTION" {
 		t.Fatalf("table:\n%s", stdout)
 	}
 	want := []string{"billing 0 2 2", "shop.carts 0 1 1", "shop.orders 0 3 3"}
 	for i, w := range want {
 		f := strings.Fields(rows[i+1])
-		if len(f) != 6 || strings.Join(f[:4], " ") != w || f[5] != "B" && f[5] != "KiB" {
+		if len(f) != 7 || strings.Join(f[:4], " ") != w || f[5] != "B" && f[5] != "KiB" || f[6] != "default" {
 			t.Errorf("row %d = %q, want %q and a size", i+1, rows[i+1], w)
 		}
 	}

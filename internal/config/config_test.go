@@ -51,6 +51,7 @@ token_file = "` + tokens + `"
 retention_age   = "168h"
 retention_bytes = 10737418240
 max_payload     = 1048576
+max_durables_per_tenant = 5000
 log_level       = "debug"
 `
 	f, err := Parse("node.hcl", []byte(src))

@@ -34,6 +34,7 @@ const (
 	CodeVersion          Code = 12 // unsupported protocol version
 	CodeInvalidArgument  Code = 13 // a field has a value the node does not accept
 	CodeSequence         Code = 14 // a publish's sequence is older than its producer's de-duplication window
+	CodeConflict         Code = 15 // a consumer name in use: an exclusive durable held elsewhere, a group with other settings
 )
 
 var codeNames = map[Code]string{
@@ -51,6 +52,7 @@ var codeNames = map[Code]string{
 	CodeVersion:          "unsupported version",
 	CodeInvalidArgument:  "invalid argument",
 	CodeSequence:         "sequence outside the de-duplication window",
+	CodeConflict:         "conflict",
 }
 
 func (c Code) String() string {

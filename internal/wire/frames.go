@@ -50,8 +50,9 @@ var typeNames = map[Type]string{
 	TypePublishBatch: "PUBLISH_BATCH", TypePublishAcks: "PUBLISH_ACKS",
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
+	TypeNak: "NAK", TypeCommit: "COMMIT", TypeCommitted: "COMMITTED",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
-	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD",
+	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
 }
 
 func (t Type) String() string {
@@ -182,6 +183,9 @@ type Subscribe struct {
 	// an optional last field, so SUBSCRIBE without flags is what it always was; a node
 	// ignores bits it does not know.
 	Flags uint64
+	// Group, when not nil, makes the subscription a member of a shared consumer group
+	// (groups.go); it is encoded after Flags, which then carry SubscribeGroup.
+	Group *Group
 }
 
 // Subscribed confirms a subscription.
@@ -231,6 +235,13 @@ type TopicInfo struct {
 	First uint64 // first retained offset
 	Next  uint64 // the next offset to be written (the durable high-watermark)
 	Bytes uint64 // approximate stored bytes
+	// RetentionSet: the topic has retention of its own, RetentionAge (nanoseconds, 0: no age
+	// limit) and RetentionBytes (0: no size limit); otherwise the node's default applies.
+	// Encoded only when set, as optional last fields, so a TOPIC_INFO without them is what it
+	// always was.
+	RetentionSet   bool
+	RetentionAge   uint64
+	RetentionBytes uint64
 }
 
 // Watch asks a peer to announce (with TOPIC frames, index 0) each of its topics matching one
@@ -330,8 +341,18 @@ func newFrame(t Type) Frame {
 		return new(Mirror)
 	case TypeHead:
 		return new(Head)
+	case TypeRaft:
+		return new(Raft)
+	case TypeRaftBatch:
+		return new(RaftBatch)
+	case TypeNak:
+		return new(Nak)
+	case TypeCommit:
+		return new(Commit)
+	case TypeCommitted:
+		return new(Committed)
 	}
-	return nil
+	return newManageFrame(t)
 }
 
 func (f *Hello) appendBody(e enc) enc { return e.uvarint(f.Version).str(f.Client).str(f.Token) }
@@ -401,12 +422,17 @@ func (f *PublishError) decodeBody(d *dec) {
 
 func (f *Subscribe) appendBody(e enc) enc {
 	e = e.str(f.Pattern).byte1(byte(f.Start)).uvarint(f.StartValue).str(f.Durable).str(f.Region)
-	if f.Flags != 0 {
-		e = e.uvarint(f.Flags)
+	flags := f.Flags &^ SubscribeGroup
+	if f.Group != nil {
+		flags |= SubscribeGroup
 	}
-	return e
+	if flags != 0 {
+		e = e.uvarint(flags)
+	}
+	return f.Group.appendTo(e)
 }
 func (f *Subscribe) decodeBody(d *dec) {
+	f.Flags, f.Group = 0, nil
 	f.Pattern = d.str("pattern")
 	f.Start = StartKind(d.byte1("start"))
 	f.StartValue = d.uvarint("start value")
@@ -417,6 +443,7 @@ func (f *Subscribe) decodeBody(d *dec) {
 			d.fail("flags: 0 is sent by leaving the field out")
 		}
 	}
+	f.Group = decodeGroup(d, f.Flags)
 	// An unknown start kind is not malformed: the node answers it with ERROR 13 (invalid
 	// argument), naming the kind.
 }
@@ -464,13 +491,23 @@ func (f *Topics) appendBody(e enc) enc { return e.str(f.Pattern) }
 func (f *Topics) decodeBody(d *dec)    { f.Pattern = d.str("pattern") }
 
 func (f *TopicInfo) appendBody(e enc) enc {
-	return e.str(f.Name).uvarint(f.First).uvarint(f.Next).uvarint(f.Bytes)
+	e = e.str(f.Name).uvarint(f.First).uvarint(f.Next).uvarint(f.Bytes)
+	if f.RetentionSet {
+		e = e.uvarint(f.RetentionAge).uvarint(f.RetentionBytes)
+	}
+	return e
 }
 func (f *TopicInfo) decodeBody(d *dec) {
 	f.Name = d.str("name")
 	f.First = d.uvarint("first")
 	f.Next = d.uvarint("next")
 	f.Bytes = d.uvarint("bytes")
+	f.RetentionSet, f.RetentionAge, f.RetentionBytes = false, 0, 0
+	if d.err == nil && len(d.b) > 0 {
+		f.RetentionSet = true
+		f.RetentionAge = d.uvarint("retention age")
+		f.RetentionBytes = d.uvarint("retention bytes")
+	}
 }
 
 func (f *Watch) appendBody(e enc) enc {

@@ -17,11 +17,15 @@ func addSeeds(f *testing.F) {
 		all = append(all, b...)
 	}
 	f.Add(all)
+	for _, fr := range manageFrames() { // manage_test.go
+		f.Add(Append(nil, fr))
+	}
 	f.Add(recordsSeed())
 	f.Add(publishBatchSeed())
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Flags: SubscribeRecords}))
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Start: 9, Flags: SubscribeRecords | SubscribeCaughtUp}))
 	f.Add([]byte{byte(TypeCaughtUp), 0, 0, 0, 1, 0x80}) // a varint cut short
+	f.Add(groupSeed())
 	f.Add([]byte{byte(TypePublish), 0xff, 0xff, 0xff, 0xff})
 	// Publishes over per-publish limits (refused, not malformed) between good ones.
 	var refused []byte

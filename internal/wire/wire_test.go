@@ -50,6 +50,7 @@ func sampleFrames() []Frame {
 		&Head{Next: 99, Position: 90, Lag: 1_500_000_000, Time: 1_700_000_000_000_000_000},
 		&Head{Next: 7, Position: 7, Topic: "orders.eu"},
 		&Head{Next: 7, Position: 7, Time: 42, Topic: "orders.eu"},
+		&Raft{Class: RaftBulk, From: 1 << 60, To: 7}, &RaftBatch{Batch: []byte{1, 2, 3}},
 	}
 }
 

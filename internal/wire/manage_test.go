@@ -1,0 +1,63 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func manageFrames() []Frame {
+	return []Frame{
+		&Consumers{}, &Consumers{Name: "billing"},
+		&ConsumerInfo{Name: "billing", Kind: KindDurable, Pattern: "orders.>", Pending: 12, Members: 1, LastAck: 1_700_000_000_000_000_000},
+		&ConsumerInfo{Name: "b", Kind: KindGroup, Topics: []ConsumerTopic{
+			{Topic: "orders.eu", Resume: 4, Next: 10, Pending: 6, Updated: 5},
+			{Topic: "orders.us", Next: 3, Pending: 3},
+		}},
+		&ConsumerReset{Name: "billing", Start: StartTime, StartValue: 1 << 60, Flags: ManageForce},
+		&ConsumerDelete{Name: "billing"},
+		&TopicCreate{Topic: "orders", Flags: ManageRetention | ManageUpdate, MaxAge: 3600e9, MaxBytes: 1 << 30},
+		&TopicRemove{Topic: "orders", Op: RemoveDelete, Flags: ManageForce},
+		&Done{Count: 42},
+		&TopicInfo{Name: "orders", First: 1, Next: 9, Bytes: 100},
+		&TopicInfo{Name: "orders", First: 1, Next: 9, Bytes: 100, RetentionSet: true, RetentionAge: 5e9},
+	}
+}
+
+func TestManageFramesRoundTrip(t *testing.T) {
+	for _, f := range manageFrames() {
+		got, n, err := Decode(Append(nil, f), Limits{})
+		if err != nil {
+			t.Fatalf("%s: %v", f.Type(), err)
+		}
+		if n != len(Append(nil, f)) || !reflect.DeepEqual(got, f) {
+			t.Fatalf("%s: round trip changed it:\n%#v\n%#v", f.Type(), f, got)
+		}
+		if s := f.Type().String(); len(s) == 0 || s[0] == 't' {
+			t.Errorf("type 0x%02x has no name: %q", byte(f.Type()), s)
+		}
+	}
+	if CodeTopicDeleted.String() != "topic deleted" || CodeInUse.String() != "in use" {
+		t.Errorf("code names: %q, %q", CodeTopicDeleted, CodeInUse)
+	}
+}
+
+// An old TOPIC_INFO (no retention fields) still decodes, as one without retention.
+func TestTopicInfoWithoutRetentionFields(t *testing.T) {
+	b := Append(nil, &TopicInfo{Name: "a", Next: 3})
+	got, _, err := Decode(b, Limits{})
+	if err != nil || got.(*TopicInfo).RetentionSet {
+		t.Fatalf("got %#v, %v", got, err)
+	}
+}
+
+func TestConsumerInfoTopicCountChecked(t *testing.T) {
+	b := Append(nil, &ConsumerInfo{Name: "a", Topics: []ConsumerTopic{{Topic: "t"}}})
+	// Raise the count byte (the last varint before the row) to a count the body cannot hold.
+	i := bytes.LastIndexByte(b, 1)
+	b[i] = 100
+	if _, _, err := Decode(b, Limits{}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("an impossible topic count decoded: %v", err)
+	}
+}

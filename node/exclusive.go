@@ -1,0 +1,95 @@
+package node
+
+import (
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// Exclusive durables: one active subscriber at a time per durable consumer name (with its
+// tenant's namespace), so a durable's records never go to two subscribers at once (Pulsar's
+// Exclusive subscription, a JetStream durable with one bound pull/push client).
+//
+// A subscriber that sets wire.SubscribeStandby waits instead of being refused, and takes
+// over when the holder ends (Pulsar's Failover): it is sent nothing, not even SUBSCRIBED,
+// until then, so there is never a second copy of the stream.
+//
+// The lock lives on the node the client is connected to, which is where the subscription's
+// core runs (a topic another node owns is read over an upstream, which takes no lock: the
+// owner sees its sibling, not the client). In a region of one node that is the whole truth.
+// In a region of several nodes, two clients connected to two different nodes can both hold
+// a durable of the same name: deciding the holder at one place (the rendezvous owner of the
+// name, asked over the peer links) is not built yet, and docs/architecture.md ("Consumers")
+// says so. Replication (issue 13) does not change this: the lock is liveness, not state.
+
+// consumers is the node's table of held exclusive durables and live groups. A small struct
+// under its mutex: subscriptions of many sessions take and release entries.
+type consumers struct {
+	mu struct {
+		sync.Mutex
+		held   map[string]durableHolder // by durable name, with its tenant namespace
+		groups map[string]*group        // live groups by name, with its tenant namespace (group.go)
+	}
+}
+
+// durableHolder is who holds an exclusive durable.
+type durableHolder struct {
+	client   string        // the holder's remote address
+	since    time.Time     // when its subscription was set up
+	released chan struct{} // closed when it lets go: standbys wake
+}
+
+// lockDurable takes the exclusive lock of durable name (namespaced; shown to the client as
+// shown) for session s. When another subscriber holds it, a standby (wire.SubscribeStandby)
+// waits until that one ends, or until stop is done (nil, nil: give up quietly); any other is
+// refused with CodeConflict naming the durable, the node, the holder's address and since when
+// it holds it. The caller calls release when the subscription ends.
+func (n *Node) lockDurable(s *session, name, shown string, standby bool, stop <-chan struct{}) (release func(), e *wire.Error) {
+	c := &n.cons
+	for {
+		c.mu.Lock()
+		h, held := c.mu.held[name]
+		if !held {
+			break
+		}
+		c.mu.Unlock()
+		if !standby {
+			return nil, wire.Errorf(wire.CodeConflict, "durable consumer %q is held by another subscriber on node %s (region %s) since %s (client %s): one subscriber at a time; close it first, use another name, or subscribe as a standby",
+				shown, n.cfg.Name, n.cfg.Region, h.since.UTC().Format(time.RFC3339), h.client)
+		}
+		select {
+		case <-h.released:
+		case <-stop:
+			return nil, nil
+		case <-s.ctx.Done():
+			return nil, nil
+		case <-n.stop:
+			return nil, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+		}
+	}
+	defer c.mu.Unlock()
+	if c.mu.held == nil {
+		c.mu.held = make(map[string]durableHolder)
+	}
+	h := durableHolder{client: s.conn.RemoteAddr().String(), since: time.Now(), released: make(chan struct{})}
+	c.mu.held[name] = h
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			delete(c.mu.held, name)
+			c.mu.Unlock()
+			close(h.released)
+		})
+	}, nil
+}
+
+// clientDurable is a stored durable or group name as the client named it.
+func (p *principal) clientDurable(name string) string {
+	if p.tenant == "" {
+		return name
+	}
+	return strings.TrimPrefix(name, "tenant/"+p.tenant+"/")
+}

@@ -1,0 +1,24 @@
+package node
+
+// PacketsSent is the number of QUIC packets, and their bytes, the node sent on its client
+// connections that have a subscription open (quic-go's ConnectionStats), for the benchmarks'
+// packets per record.
+func (n *Node) PacketsSent() (packets, bytes uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for s := range n.mu.sessions {
+		if s.subs.Load() == 0 {
+			continue
+		}
+		st := s.conn.ConnectionStats()
+		packets += st.PacketsSent
+		bytes += st.BytesSent
+	}
+	return packets, bytes
+}
+
+// TailStats are the shared tails' counters: reads of the log into a tail, and records
+// served from one.
+func (n *Node) TailStats() (fills, served uint64) {
+	return n.tails.fills.Load(), n.tails.served.Load()
+}

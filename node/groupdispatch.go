@@ -1,0 +1,399 @@
+package node
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// The dispatch of a live group (group.go): which member gets which record, when a record is
+// handed out again, and when it is done. Every function here runs with g.mu held (or takes
+// it) and never blocks.
+
+func (g *group) holdLocked(key string) *keyHold {
+	h := g.mu.holds[key]
+	if h == nil {
+		h = &keyHold{}
+		g.mu.holds[key] = h
+	}
+	return h
+}
+
+func (g *group) releaseHoldLocked(key string, h *keyHold) {
+	if h.n == 0 {
+		h.m = nil
+		if h.ready == 0 {
+			delete(g.mu.holds, key)
+		}
+	}
+}
+
+func (g *group) sortReadyLocked() {
+	slices.SortStableFunc(g.mu.ready, func(a, b *flight) int {
+		if c := cmp.Compare(a.t.name, b.t.name); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.off, b.off)
+	})
+}
+
+// broadcastLocked wakes every member waiting for something to do.
+func (g *group) broadcastLocked() {
+	close(g.mu.changed)
+	g.mu.changed = make(chan struct{})
+}
+
+// take hands member m up to max records: first those reserved for it (its ordered keys),
+// then records given back, then new records of the log, while the window has room. It
+// also collects records due for the dead-letter topic (dead), which m writes. It never
+// blocks.
+func (g *group) take(m *member, max int) (got, dead []*flight) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	g.expireLocked(now)
+	for _, f := range g.mu.dead {
+		if f.state == fDead && f.dlqBy == nil {
+			f.dlqBy = m // its dead-lettering is m's: handed on if m ends first
+			dead = append(dead, f)
+		}
+	}
+	g.mu.dead = nil
+	max = min(max, g.memberPending-m.pending)
+	for len(m.reserved) > 0 && len(got) < max {
+		f := m.reserved[0]
+		m.reserved = m.reserved[1:]
+		if f.state == fAssigned && f.m == m && f.deadline.IsZero() {
+			g.deliverLocked(f, m, now)
+			got = append(got, f)
+		}
+	}
+	if len(m.reserved) == 0 {
+		m.reserved = nil
+	}
+	if m.stalled && len(g.mu.members) > 1 {
+		return got, dead // its own keys only, until it acknowledges something
+	}
+	kept := g.mu.ready[:0]
+	for _, f := range g.mu.ready {
+		switch {
+		case f.state != fReady:
+		case len(got) < max && g.mayTakeLocked(f, m, now):
+			g.moveLocked(f, fAssigned, m)
+			g.deliverLocked(f, m, now)
+			got = append(got, f)
+		default:
+			kept = append(kept, f)
+		}
+	}
+	clear(g.mu.ready[len(kept):])
+	g.mu.ready = kept
+	for len(got) < max && g.mu.outstanding < g.window {
+		t := g.nextTopicLocked()
+		if t == nil {
+			break
+		}
+		room := min(max-len(got), g.window-g.mu.outstanding, g.window-int(t.next-t.floor))
+		got = g.dispatchLocked(t, m, room, now, got)
+	}
+	return got, dead
+}
+
+// mayTakeLocked reports whether m may take f from ready: with ordering, when no other
+// member has f's key; without, when m is not the member f was last delivered to, unless no
+// other member took it within an ack-wait (a member that stopped reading keeps room on
+// its stream until its flow-control window fills: its records go to the others).
+func (g *group) mayTakeLocked(f *flight, m *member, now time.Time) bool {
+	if g.set.Order == wire.OrderNone {
+		return f.last != m.id || len(g.mu.members) == 1 || now.Sub(f.readySince) > g.set.AckWait
+	}
+	h := g.mu.holds[f.key]
+	return h == nil || h.m == nil || h.m == m
+}
+
+// nextTopicLocked is the next topic (round robin) with records the group has not handed out
+// and room in its window; it skips records retention deleted meanwhile.
+func (g *group) nextTopicLocked() *gtopic {
+	for range len(g.mu.list) {
+		t := g.mu.list[g.mu.rr%len(g.mu.list)]
+		g.mu.rr++
+		first, head, ok := g.n.wal.Bounds(t.name)
+		if !ok {
+			continue
+		}
+		for t.next < first && t.next-t.floor < uint64(g.window) { // deleted by retention: nothing to deliver
+			g.doneLocked(t, t.next)
+			t.next++
+			t.dirty = true
+			g.advanceLocked(t)
+		}
+		if t.next < head && t.next-t.floor < uint64(g.window) {
+			return t
+		}
+	}
+	return nil
+}
+
+// dispatchLocked hands out up to room new records of t from its next offset: to m, or, for
+// an ordered key another member has (or whose records wait in ready), to that member or to
+// ready.
+func (g *group) dispatchLocked(t *gtopic, m *member, room int, now time.Time, got []*flight) []*flight {
+	_, head, _ := g.n.wal.Bounds(t.name)
+	count := min(uint64(room), head-t.next)
+	var keys []string
+	if g.set.Order == wire.OrderKey {
+		g.n.wal.ReadFunc(t.name, t.next, int(count), 1<<30, func(r *wal.Record) error {
+			keys = append(keys, recordKey(r))
+			return nil
+		})
+		count = uint64(len(keys))
+	}
+	for i := range count {
+		f := &flight{t: t, off: t.next}
+		t.out[t.next] = f
+		t.next++
+		t.dirty = true
+		g.mu.outstanding++
+		switch g.set.Order {
+		case wire.OrderTopic:
+			f.key = t.name
+		case wire.OrderKey:
+			f.key = keys[i]
+		}
+		if h := g.mu.holds[f.key]; g.set.Order != wire.OrderNone && h != nil {
+			switch {
+			case h.ready > 0:
+				g.moveLocked(f, fReady, nil)
+				g.mu.ready = append(g.mu.ready, f) // after the key's earlier records
+				continue
+			case h.m != nil && h.m != m:
+				owner := h.m
+				g.moveLocked(f, fAssigned, owner)
+				owner.reserved = append(owner.reserved, f)
+				g.broadcastLocked()
+				continue
+			}
+		}
+		g.moveLocked(f, fAssigned, m)
+		g.deliverLocked(f, m, now)
+		got = append(got, f)
+	}
+	return got
+}
+
+// deliverLocked counts a delivery of f to m (assigned to m already).
+func (g *group) deliverLocked(f *flight, m *member, now time.Time) {
+	m.pending++
+	f.deliveries++
+	f.deadline = now.Add(g.set.AckWait)
+	f.last = m.id
+	if g.mu.nextDue.IsZero() || f.deadline.Before(g.mu.nextDue) {
+		g.mu.nextDue = f.deadline
+	}
+}
+
+// expireLocked handles records whose ack-wait has passed: dead-lettered at max-deliver,
+// else given back (to the same member, for an ordered key, so its order holds).
+func (g *group) expireLocked(now time.Time) {
+	if g.mu.nextDue.IsZero() || now.Before(g.mu.nextDue) {
+		return
+	}
+	g.mu.nextDue = time.Time{}
+	var back []*flight
+	for _, t := range g.mu.list {
+		for _, f := range t.out {
+			if f.state != fAssigned || f.deadline.IsZero() {
+				continue
+			}
+			if now.Before(f.deadline) {
+				if g.mu.nextDue.IsZero() || f.deadline.Before(g.mu.nextDue) {
+					g.mu.nextDue = f.deadline
+				}
+				continue
+			}
+			f.reason = "its ack-wait of " + g.set.AckWait.String() + " passed"
+			f.m.stalled = true
+			switch {
+			case uint64(f.deliveries) >= g.set.MaxDeliver:
+				g.moveLocked(f, fDead, nil)
+				g.mu.dead = append(g.mu.dead, f)
+			case g.set.Order != wire.OrderNone:
+				g.undeliverLocked(f) // again to the same member: its key's order holds
+				f.m.reserved = append(f.m.reserved, f)
+			default:
+				g.moveLocked(f, fReady, nil)
+				back = append(back, f)
+			}
+		}
+	}
+	if len(back) > 0 {
+		g.mu.ready = append(g.mu.ready, back...)
+		g.sortReadyLocked()
+	}
+	g.broadcastLocked()
+}
+
+// giveBackLocked hands out again every record assigned to m (reserved, delivered, or being
+// dead-lettered by it), because of reason.
+func (g *group) giveBackLocked(m *member, reason string) {
+	var back []*flight
+	for _, t := range g.mu.list {
+		for _, f := range t.out {
+			switch {
+			case f.state == fDead && f.dlqBy == m:
+				f.dlqBy = nil
+				g.mu.dead = append(g.mu.dead, f)
+			case f.state == fAssigned && f.m == m:
+				f.reason = reason
+				delivered := !f.deadline.IsZero()
+				if delivered && uint64(f.deliveries) >= g.set.MaxDeliver {
+					g.moveLocked(f, fDead, nil)
+					g.mu.dead = append(g.mu.dead, f)
+					continue
+				}
+				g.moveLocked(f, fReady, nil)
+				back = append(back, f)
+			}
+		}
+	}
+	m.reserved = nil
+	if len(back) > 0 {
+		g.mu.ready = append(g.mu.ready, back...)
+		g.sortReadyLocked()
+	}
+}
+
+// ack marks the record at off of topic done, for member m. An ACK of a record never handed
+// out is an error; one of a record done already is ignored (a late ACK of a record
+// redelivered meanwhile counts: the record was processed).
+func (g *group) ack(m *member, topic string, off uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m != nil {
+		m.stalled = false
+	}
+	t := g.mu.topics[topic]
+	if t == nil || off >= t.next {
+		return fmt.Errorf("no record at offset %d was delivered", off)
+	}
+	if off < t.floor || t.done[off] {
+		return nil
+	}
+	if f := t.out[off]; f != nil && f.deliveries == 0 {
+		return fmt.Errorf("no record at offset %d was delivered", off)
+	}
+	g.doneLocked(t, off)
+	g.advanceLocked(t)
+	g.broadcastLocked()
+	return nil
+}
+
+// nak gives the record at off of topic back (member m asked): delivered again at once, or
+// dead-lettered at max-deliver.
+func (g *group) nak(m *member, topic string, off uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.mu.topics[topic]
+	if t == nil || off >= t.next {
+		return fmt.Errorf("no record at offset %d was delivered", off)
+	}
+	f := t.out[off]
+	if f == nil || f.state != fAssigned || f.m != m || f.deadline.IsZero() {
+		return nil // done, or not this member's any more
+	}
+	f.reason = "the member gave it back (NAK)"
+	switch {
+	case uint64(f.deliveries) >= g.set.MaxDeliver:
+		g.moveLocked(f, fDead, nil)
+		g.mu.dead = append(g.mu.dead, f)
+	case g.set.Order != wire.OrderNone:
+		g.undeliverLocked(f)
+		m.reserved = append(m.reserved, f)
+	default:
+		g.moveLocked(f, fReady, nil)
+		g.mu.ready = append(g.mu.ready, f)
+		g.sortReadyLocked()
+	}
+	t.dirty = true
+	g.broadcastLocked()
+	return nil
+}
+
+// doneLocked marks off of t done (acknowledged, dead-lettered or deleted).
+func (g *group) doneLocked(t *gtopic, off uint64) {
+	if f := t.out[off]; f != nil {
+		g.moveLocked(f, fDone, nil)
+		delete(t.out, off)
+		g.mu.outstanding--
+	}
+	t.done[off] = true
+	t.dirty = true
+}
+
+// advanceLocked moves t's floor over done offsets.
+func (g *group) advanceLocked(t *gtopic) {
+	for t.floor < t.next && t.done[t.floor] {
+		delete(t.done, t.floor)
+		t.floor++
+	}
+}
+
+// finishDead marks dead-lettered records done.
+func (g *group) finishDead(fs []*flight) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, f := range fs {
+		if f.state == fDead {
+			g.doneLocked(f.t, f.off)
+			g.advanceLocked(f.t)
+		}
+	}
+	g.broadcastLocked()
+}
+
+// undeliverLocked ends f's delivery to its member, if it is delivered.
+func (g *group) undeliverLocked(f *flight) {
+	if f.state == fAssigned && !f.deadline.IsZero() {
+		f.m.pending--
+		f.deadline = time.Time{}
+	}
+}
+
+// moveLocked moves f to state to (assigned: to m), keeping its key's hold in step.
+func (g *group) moveLocked(f *flight, to fstate, m *member) {
+	if g.set.Order != wire.OrderNone {
+		h := g.holdLocked(f.key)
+		switch f.state {
+		case fReady:
+			h.ready--
+		case fAssigned:
+			h.n--
+		}
+		switch to {
+		case fReady:
+			h.ready++
+		case fAssigned:
+			h.n++
+			h.m = m
+		}
+		if h.n == 0 {
+			h.m = nil
+			if h.ready == 0 {
+				delete(g.mu.holds, f.key)
+			}
+		}
+	}
+	g.undeliverLocked(f)
+	if to == fReady {
+		f.readySince = time.Now()
+	}
+	f.state = to
+	f.m = nil
+	if to == fAssigned {
+		f.m = m
+	}
+}

@@ -1,0 +1,387 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// Consumer and topic management (docs/operations.md "Managing consumers and topics"). The
+// operations here act on this node's log for a principal: a tenant sees and changes only
+// its own consumers and topics, and only within its grants (docs/security.md). The client
+// protocol (manage_wire.go) and the admin API (manage_admin.go) both call them; in a region
+// of several nodes manage_wire.go asks the other nodes too.
+//
+// A durable consumer is its stored positions: "NAME" for a client without a tenant,
+// "tenant/T/NAME" for tenant T. Mirror cursors ("mirror/REGION", federation's cursorName)
+// are positions too but belong to federation: they are never listed as consumers, only named
+// as dependents of a topic.
+
+// mirrorCursorPrefix starts the position names of federation's mirror cursors.
+const mirrorCursorPrefix = "mirror/"
+
+// endPoll is how often a forced reset or removal checks whether the members it ended are
+// gone (they end within one ack round trip).
+const endPoll = 2 * time.Millisecond
+
+// consumerPrefix is the position-name prefix of a's consumers ("" for a principal without a
+// tenant: it sees every consumer of the node but mirror cursors).
+func consumerPrefix(a *principal) string {
+	if a.tenant == "" {
+		return ""
+	}
+	return "tenant/" + a.tenant + "/"
+}
+
+// consumerView is the name a client of a sees for stored consumer name.
+func (a *principal) consumerView(name string) string {
+	return strings.TrimPrefix(name, consumerPrefix(a))
+}
+
+// consumerState is one consumer on this node, in the node's namespace.
+type consumerState struct {
+	name    string
+	pattern string
+	pending uint64
+	members int
+	lastAck time.Time
+	topics  []wire.ConsumerTopic
+}
+
+// consumers returns the consumers of a on this node, sorted by name: all of them (name
+// empty), or the one called name (stored). A consumer with a topic outside a's subscribe
+// grant is left out of a listing and refused by name.
+func (n *Node) consumers(a *principal, name string) ([]consumerState, *wire.Error) {
+	byName := make(map[string]*consumerState)
+	f := wal.PositionFilter{Name: name, NamePrefix: consumerPrefix(a)}
+	err := n.wal.Positions(f, func(p wal.PositionInfo) bool {
+		if strings.HasPrefix(p.Name, mirrorCursorPrefix) {
+			return true
+		}
+		c := byName[p.Name]
+		if c == nil {
+			c = &consumerState{name: p.Name}
+			byName[p.Name] = c
+		}
+		c.topics = append(c.topics, wire.ConsumerTopic{Topic: p.Topic, Resume: p.Resume, Updated: unixNano(p.Updated)})
+		if p.Updated.After(c.lastAck) {
+			c.lastAck = p.Updated
+		}
+		return true
+	})
+	if err != nil {
+		return nil, manageErr(err)
+	}
+	// Members connected now, and the pattern they subscribe with.
+	for _, sub := range n.liveSubscriptions() {
+		if c := byName[sub.req.Durable]; c != nil {
+			c.members++
+			c.pattern = sub.req.Pattern
+		}
+	}
+	for _, c := range byName {
+		total, per := n.wal.Pending(c.name, c.topicNames())
+		c.pending = total
+		for i := range c.topics {
+			c.topics[i].Next, c.topics[i].Pending = per[i].Next, per[i].Pending
+		}
+	}
+	return finishConsumers(a, name, byName, "on this node")
+}
+
+// finishConsumers keeps of cs those a may manage (all but refusing one asked for by name),
+// sorted by name with their topics sorted; where says where none was found ("on this node").
+func finishConsumers(a *principal, name string, cs map[string]*consumerState, where string) ([]consumerState, *wire.Error) {
+	out := make([]consumerState, 0, len(cs))
+	for _, c := range cs {
+		if e := a.mayManageConsumer(c.topicNames()); e != nil {
+			if name != "" {
+				return nil, e
+			}
+			continue
+		}
+		slices.SortFunc(c.topics, func(x, y wire.ConsumerTopic) int { return strings.Compare(x.Topic, y.Topic) })
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(x, y consumerState) int { return strings.Compare(x.name, y.name) })
+	if name != "" && len(out) == 0 {
+		return nil, wire.Errorf(wire.CodeNotFound, "no consumer %q: it has no stored position %s", a.consumerView(name), where)
+	}
+	return out, nil
+}
+
+func (c *consumerState) topicNames() []string {
+	topics := make([]string, len(c.topics))
+	for i, t := range c.topics {
+		topics[i] = t.Topic
+	}
+	return topics
+}
+
+// mayManageConsumer refuses a consumer op unless a may subscribe to every topic (node
+// names) the consumer has a position on: the grant that lets a client consume a topic lets
+// it see and move a consumer of it.
+func (a *principal) mayManageConsumer(topics []string) *wire.Error {
+	for _, t := range topics {
+		if e := a.maySubscribe(a.clientName(t)); e != nil {
+			return e
+		}
+	}
+	return nil
+}
+
+// info is c as a client of a sees it; topics only when withTopics.
+func (c consumerState) info(a *principal, withTopics bool) *wire.ConsumerInfo {
+	ci := &wire.ConsumerInfo{
+		Name: a.consumerView(c.name), Kind: wire.KindDurable, Pending: c.pending,
+		Members: uint64(c.members), LastAck: unixNano(c.lastAck),
+	}
+	if c.pattern != "" {
+		ci.Pattern = a.clientName(c.pattern)
+	}
+	if withTopics {
+		ci.Topics = make([]wire.ConsumerTopic, len(c.topics))
+		for i, t := range c.topics {
+			t.Topic = a.clientName(t.Topic)
+			ci.Topics[i] = t
+		}
+	}
+	return ci
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// endMembers ends the subscriptions connected under consumer name (stored) with e and waits
+// until they are gone, so that no ACK of theirs is stored after what the caller does next.
+func (n *Node) endMembers(ctx context.Context, name string, e *wire.Error) *wire.Error {
+	for {
+		left := 0
+		for _, sub := range n.liveSubscriptions() {
+			if sub.req.Durable == name {
+				left++
+				sub.ackErr.CompareAndSwap(nil, e)
+				sub.cancel()
+			}
+		}
+		if left == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return wire.Errorf(wire.CodeUnavailable, "consumer %q: its members did not end: %v", name, ctx.Err())
+		case <-time.After(endPoll):
+		}
+	}
+}
+
+// checkMembers refuses an operation on a consumer with connected members unless forced, in
+// which case it ends them first.
+func (n *Node) checkMembers(ctx context.Context, a *principal, c consumerState, op string, force bool) *wire.Error {
+	if c.members == 0 {
+		return nil
+	}
+	view := a.consumerView(c.name)
+	if !force {
+		return wire.Errorf(wire.CodeInUse, "consumer %q has %d connected %s on this node: stop %s first, or %s it with --force, which ends %s",
+			view, c.members, plural(c.members, "member", "members"), pronoun(c.members), op, pronoun(c.members))
+	}
+	return n.endMembers(ctx, c.name, wire.Errorf(wire.CodeInUse, "consumer %q was %s by %s", view, pastTense(op), a.name))
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+func pronoun(n int) string { return plural(n, "it", "them") }
+
+func pastTense(op string) string {
+	if op == "remove" {
+		return "removed"
+	}
+	return op // "reset"
+}
+
+// resetConsumer moves every position of consumer name (stored) to start and returns the
+// consumer after it.
+func (n *Node) resetConsumer(ctx context.Context, a *principal, name string, kind wire.StartKind, value uint64, force bool) (consumerState, *wire.Error) {
+	cs, e := n.consumers(a, name)
+	if e != nil {
+		return consumerState{}, e
+	}
+	if e := n.checkMembers(ctx, a, cs[0], "reset", force); e != nil {
+		return consumerState{}, e
+	}
+	start, e := walStart(kind, value)
+	if e != nil {
+		return consumerState{}, e
+	}
+	resume := make(map[string]uint64, len(cs[0].topics))
+	for _, t := range cs[0].topics {
+		off, err := n.wal.ResolveStart(t.Topic, start)
+		if err != nil {
+			return consumerState{}, manageErr(err)
+		}
+		resume[t.Topic] = off
+	}
+	if err := n.wal.ResetPositions(ctx, name, resume); err != nil {
+		return consumerState{}, manageErr(err)
+	}
+	n.log.Info("consumer reset", "consumer", name, "to", kind.String(), "value", value, "by", a.name)
+	cs, e = n.consumers(a, name)
+	if e != nil {
+		return consumerState{}, e
+	}
+	return cs[0], nil
+}
+
+func walStart(kind wire.StartKind, value uint64) (wal.Start, *wire.Error) {
+	switch kind {
+	case wire.StartEarliest:
+		return wal.Start{Kind: wal.StartEarliest}, nil
+	case wire.StartLatest:
+		return wal.Start{Kind: wal.StartLatest}, nil
+	case wire.StartOffset:
+		return wal.Start{Kind: wal.StartOffset, Offset: value}, nil
+	case wire.StartTime:
+		return wal.Start{Kind: wal.StartTime, Time: time.Unix(0, int64(value))}, nil
+	}
+	return wal.Start{}, wire.Errorf(wire.CodeInvalidArgument, "start kind %d: want 0 (earliest), 1 (latest), 2 (offset) or 3 (time)", kind)
+}
+
+// deleteConsumer removes consumer name (stored) and returns how many positions it had.
+func (n *Node) deleteConsumer(ctx context.Context, a *principal, name string, force bool) (int, *wire.Error) {
+	cs, e := n.consumers(a, name)
+	if e != nil {
+		return 0, e
+	}
+	if e := n.checkMembers(ctx, a, cs[0], "remove", force); e != nil {
+		return 0, e
+	}
+	removed, err := n.wal.DeletePosition(ctx, name)
+	if err != nil {
+		return 0, manageErr(err)
+	}
+	n.log.Info("consumer removed", "consumer", name, "positions", removed, "by", a.name)
+	return removed, nil
+}
+
+// createTopic creates topic (node name) with cfg, or changes its configuration (update).
+func (n *Node) createTopic(ctx context.Context, a *principal, topic string, cfg wal.TopicConfig, update bool) (wal.TopicInfo, *wire.Error) {
+	var ti wal.TopicInfo
+	var err error
+	if update {
+		ti, err = n.wal.SetTopicConfig(ctx, topic, cfg)
+	} else {
+		ti, err = n.wal.CreateTopic(ctx, topic, cfg)
+	}
+	var exists *wal.TopicExistsError
+	if errors.As(err, &exists) {
+		return wal.TopicInfo{}, wire.Errorf(wire.CodeInvalidArgument, "topic %q exists with another configuration (%s): update it with --update",
+			a.clientName(topic), exists.Config)
+	}
+	if err != nil {
+		return wal.TopicInfo{}, manageErr(err)
+	}
+	n.log.Info("topic created or configured", "topic", topic, "config", cfg.String(), "by", a.name)
+	return ti, nil
+}
+
+// removeTopic purges or deletes topic (node name), refused while consumers or mirror
+// cursors have positions on it unless forced. It returns the records deleted.
+func (n *Node) removeTopic(ctx context.Context, a *principal, topic string, op byte, force bool) (uint64, *wire.Error) {
+	if _, _, ok := n.wal.Bounds(topic); !ok {
+		return 0, wire.Errorf(wire.CodeNotFound, "no topic %q on this node", a.clientName(topic))
+	}
+	what := "purge"
+	if op == wire.RemoveDelete {
+		what = "delete"
+	}
+	if !force {
+		if deps := n.dependents(a, topic); len(deps) > 0 {
+			loses := "they would skip every record not yet read"
+			if op == wire.RemoveDelete {
+				loses = "their positions on it would be deleted with it"
+			}
+			return 0, wire.Errorf(wire.CodeInUse, "topic %q has dependents: %s; %s. Remove them first, or %s with --force",
+				a.clientName(topic), strings.Join(deps, ", "), loses, what)
+		}
+	}
+	var records uint64
+	var err error
+	if op == wire.RemoveDelete {
+		records, err = n.wal.DeleteTopic(ctx, topic)
+		if err == nil {
+			n.metrics.topic.forget(topic)
+		}
+	} else {
+		var r wal.PurgeResult
+		r, err = n.wal.PurgeTopic(ctx, topic)
+		records = r.Records
+	}
+	if err != nil {
+		return 0, manageErr(err)
+	}
+	n.log.Info("topic "+what+"d", "topic", topic, "records", records, "forced", force, "by", a.name)
+	return records, nil
+}
+
+// dependents names what has a position on topic: durable consumers (as a sees them) and
+// mirror cursors (by region).
+func (n *Node) dependents(a *principal, topic string) []string {
+	var deps []string
+	n.wal.Positions(wal.PositionFilter{Topic: topic}, func(p wal.PositionInfo) bool {
+		if region, ok := strings.CutPrefix(p.Name, mirrorCursorPrefix); ok {
+			deps = append(deps, fmt.Sprintf("the mirror cursor of region %q", region))
+		} else {
+			deps = append(deps, fmt.Sprintf("durable consumer %q", a.consumerView(p.Name)))
+		}
+		return true
+	})
+	slices.Sort(deps)
+	return deps
+}
+
+// manageErr maps a log error to the error a client gets.
+func manageErr(err error) *wire.Error {
+	var oor *wal.OffsetOutOfRangeError
+	switch {
+	case errors.As(err, &oor):
+		return wire.Errorf(wire.CodeOffsetOutOfRange, "%v", err)
+	case errors.Is(err, wal.ErrTopicDeleted):
+		return wire.Errorf(wire.CodeTopicDeleted, "%v", err)
+	case errors.Is(err, wal.ErrUnknownTopic):
+		return wire.Errorf(wire.CodeNotFound, "%v", err)
+	case errors.Is(err, wal.ErrInvalidRequest):
+		return wire.Errorf(wire.CodeInvalidArgument, "%v", err)
+	case errors.Is(err, wal.ErrClosed):
+		return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+	}
+	return wire.Errorf(wire.CodeInternal, "%v", err)
+}
+
+// forget deletes a deleted topic's publish series; a topic of the same name created later
+// starts them again.
+func (t *topicMetrics) forget(topic string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.mu.series[topic]; !ok {
+		return
+	}
+	delete(t.mu.series, topic)
+	t.records.DeleteLabelValues(topic)
+	t.bytes.DeleteLabelValues(topic)
+}

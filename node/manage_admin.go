@@ -1,0 +1,170 @@
+package node
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// ConsumerInfo is one consumer in the admin API (GET /v1/consumers).
+type ConsumerInfo struct {
+	Tenant  string          `json:"tenant,omitempty"`
+	Name    string          `json:"name"`
+	Kind    string          `json:"kind"`              // "durable" (groups: "group")
+	Pattern string          `json:"pattern,omitempty"` // known while a member is connected
+	Pending uint64          `json:"pending"`           // records not acknowledged, over all its topics
+	Members int             `json:"members"`           // subscription streams connected now
+	LastAck *time.Time      `json:"last_ack"`          // its last stored position; null: none recorded
+	Topics  []ConsumerTopic `json:"topics,omitempty"`  // GET /v1/consumers/{name} only
+}
+
+// ConsumerTopic is a consumer's state on one topic.
+type ConsumerTopic struct {
+	Topic   string     `json:"topic"`
+	Resume  uint64     `json:"resume"` // the offset it resumes at
+	Next    uint64     `json:"next"`   // the topic's head
+	Pending uint64     `json:"pending"`
+	Updated *time.Time `json:"updated"`
+}
+
+// manageRoutes adds the consumer and topic endpoints to the admin API. The operator sees
+// every tenant: ?tenant=T scopes a request to tenant T's namespace (names as T's clients
+// give them), and without it names are the node's (a tenant's consumer is
+// "tenant/T/NAME", its topic "T.topic"). The state-changing ones need Config.AdminAPI.
+func (n *Node) manageRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/consumers", n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
+		cs, e := m.consumers("")
+		return consumerJSON(m.a, cs, false), e
+	}))
+	mux.HandleFunc("GET /v1/consumers/{name}", n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
+		cs, e := m.consumers(r.PathValue("name"))
+		if e != nil {
+			return nil, e
+		}
+		return consumerJSON(m.a, cs, true)[0], nil
+	}))
+	mux.HandleFunc("POST /v1/consumers/{name}/reset", n.stateChanging(n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
+		kind, value, err := wire.ParseStart(r.URL.Query().Get("to"))
+		if err != nil {
+			return nil, wire.Errorf(wire.CodeInvalidArgument, "to: %v", err)
+		}
+		c, e := m.reset(r.PathValue("name"), kind, value, force(r))
+		if e != nil {
+			return nil, e
+		}
+		return consumerJSON(m.a, []consumerState{c}, true)[0], nil
+	})))
+	mux.HandleFunc("DELETE /v1/consumers/{name}", n.stateChanging(n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
+		removed, e := m.remove(r.PathValue("name"), force(r))
+		return map[string]int{"positions_removed": removed}, e
+	})))
+	mux.HandleFunc("POST /v1/topics/{topic}", n.stateChanging(n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
+		req := &wire.TopicCreate{Topic: r.PathValue("topic")}
+		q := r.URL.Query()
+		if q.Get("update") == "true" {
+			req.Flags |= wire.ManageUpdate
+		}
+		if s := q.Get("retention_age"); s != "" {
+			d, err := time.ParseDuration(s)
+			if err != nil || d < 0 {
+				return nil, wire.Errorf(wire.CodeInvalidArgument, "retention_age %q: want a duration such as 168h, not negative", s)
+			}
+			req.Flags, req.MaxAge = req.Flags|wire.ManageRetention, uint64(d)
+		}
+		if s := q.Get("retention_bytes"); s != "" {
+			b, err := strconv.ParseInt(s, 10, 64)
+			if err != nil || b < 0 {
+				return nil, wire.Errorf(wire.CodeInvalidArgument, "retention_bytes %q: want a whole number of bytes, not negative", s)
+			}
+			req.Flags, req.MaxBytes = req.Flags|wire.ManageRetention, uint64(b)
+		}
+		ti, e := m.createTopic(req)
+		return ti, e
+	})))
+	remove := func(op byte) http.HandlerFunc {
+		return n.stateChanging(n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
+			req := &wire.TopicRemove{Topic: r.PathValue("topic"), Op: op}
+			if force(r) {
+				req.Flags = wire.ManageForce
+			}
+			records, e := m.removeTopic(req)
+			return map[string]uint64{"records_deleted": records}, e
+		}))
+	}
+	mux.HandleFunc("POST /v1/topics/{topic}/purge", remove(wire.RemovePurge))
+	mux.HandleFunc("DELETE /v1/topics/{topic}", remove(wire.RemoveDelete))
+}
+
+func force(r *http.Request) bool { return r.URL.Query().Get("force") == "true" }
+
+// adminManage runs h as the operator, in tenant ?tenant= when given, and writes its result
+// as JSON, or its error with the HTTP status of its code.
+func (n *Node) adminManage(h func(m *manager, r *http.Request) (any, *wire.Error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		a := &principal{name: "the admin API"}
+		if t := r.URL.Query().Get("tenant"); t != "" {
+			if !tenantRE.MatchString(t) {
+				adminError(w, wire.Errorf(wire.CodeInvalidArgument, "tenant %q: want 1-64 characters of [A-Za-z0-9_-]", t))
+				return
+			}
+			a = newPrincipal("the admin API", Credential{Tenant: t})
+		}
+		m := &manager{n: n, ctx: r.Context(), a: a, region: n.place != nil}
+		v, e := h(m, r)
+		if e != nil {
+			adminError(w, e)
+			return
+		}
+		writeJSON(w, v)
+	}
+}
+
+func adminError(w http.ResponseWriter, e *wire.Error) {
+	status := http.StatusInternalServerError
+	switch e.Code {
+	case wire.CodeNotFound:
+		status = http.StatusNotFound
+	case wire.CodeInUse:
+		status = http.StatusConflict
+	case wire.CodeInvalidArgument, wire.CodeInvalidTopic, wire.CodeOffsetOutOfRange:
+		status = http.StatusBadRequest
+	case wire.CodeForbidden:
+		status = http.StatusForbidden
+	case wire.CodeUnavailable:
+		status = http.StatusBadGateway
+	case wire.CodeShuttingDown:
+		status = http.StatusServiceUnavailable
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{"error": e.Message, "code": uint64(e.Code)})
+}
+
+// consumerJSON is cs as the admin API shows them to a.
+func consumerJSON(a *principal, cs []consumerState, withTopics bool) []ConsumerInfo {
+	out := make([]ConsumerInfo, 0, len(cs))
+	for _, c := range cs {
+		ci := c.info(a, withTopics)
+		j := ConsumerInfo{Tenant: a.tenant, Name: ci.Name, Kind: ci.Kind, Pattern: ci.Pattern,
+			Pending: ci.Pending, Members: int(ci.Members), LastAck: timeOrNil(ci.LastAck)}
+		if a.tenant == "" {
+			j.Tenant, j.Name = splitConsumer(ci.Name)
+		}
+		for _, t := range ci.Topics {
+			j.Topics = append(j.Topics, ConsumerTopic{Topic: t.Topic, Resume: t.Resume, Next: t.Next, Pending: t.Pending, Updated: timeOrNil(t.Updated)})
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+func timeOrNil(ns int64) *time.Time {
+	if ns == 0 {
+		return nil
+	}
+	t := time.Unix(0, ns).UTC()
+	return &t
+}

@@ -1,0 +1,380 @@
+package node
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/routing"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// member is one group member's subscription stream (group.go). Its run goroutine takes
+// records from the group when the stream has room and writes them (the only writer of the
+// stream); its ack reader takes ACK, NAK and COMMIT frames. The stream's flow control
+// blocks only the run goroutine's write: a member that stops reading takes no more records,
+// and the ones it holds are delivered again to others when their ack-wait passes.
+type member struct {
+	s      *session
+	g      *group
+	str    *quic.Stream
+	id     string // for the dead-letter headers: the client's address and the stream
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	reserved []*flight // records of its ordered keys, to deliver next; under g.mu
+	pending  int       // records delivered to it and not done; under g.mu
+	// stalled: a record delivered to it passed its ack-wait and it acknowledged nothing
+	// since; it takes no new records meanwhile (the others do), so a member that stopped
+	// reading holds the group's window back for one ack-wait, not for every one. Under g.mu.
+	stalled bool
+
+	commitAsked atomic.Uint64 // the highest COMMIT whose ACKs are stored
+	commitWake  chan struct{} // capacity 1: a COMMITTED is due
+	ackErr      atomic.Pointer[wire.Error]
+
+	// Owned by the run goroutine.
+	w         *wire.Writer
+	rec       wire.Record
+	committed uint64 // the highest COMMITTED written
+
+	mu struct {
+		sync.Mutex
+		index map[string]uint64 // topic -> its index on the stream (TOPIC sent)
+		names []string          // index -> topic
+	}
+}
+
+// serveMember serves a SUBSCRIBE naming a group (authorized and counted by subscribe).
+func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscribe, refuse func(*wire.Error)) {
+	n := s.n
+	gr := req.Group
+	switch {
+	case s.peer:
+		refuse(wire.Errorf(wire.CodeInvalidArgument, "group members are served by the node their client connects to; a group cannot be relayed"))
+		return
+	case req.Durable != "" || (req.Region != "" && req.Region != n.cfg.Region):
+		refuse(wire.Errorf(wire.CodeInvalidArgument, "group %q: a group member names no durable consumer and no other region", gr.Name))
+		return
+	case !durableRE.MatchString(gr.Name):
+		refuse(wire.Errorf(wire.CodeInvalidArgument, "group name %q: want 1-255 characters of [A-Za-z0-9_.-]", gr.Name))
+		return
+	}
+	want := wal.GroupSettings{Pattern: req.Pattern, AckWait: gr.AckWait, MaxDeliver: gr.MaxDeliver, Order: gr.Order}
+	if gr.DeadLetter != "" {
+		if e := s.actor.checkTopic(gr.DeadLetter, false); e != nil {
+			refuse(wire.Errorf(e.Code, "dead-letter topic: %s", e.Message))
+			return
+		}
+		want.DeadLetter = s.actor.topic(gr.DeadLetter)
+		if e := s.actor.mayPublish(want.DeadLetter); e != nil {
+			refuse(wire.Errorf(e.Code, "dead-letter topic: %s", e.Message))
+			return
+		}
+		if routing.Match(req.Pattern, want.DeadLetter) {
+			refuse(wire.Errorf(wire.CodeInvalidArgument, "dead-letter topic %q matches the group's pattern: its records would come back to the group", gr.DeadLetter))
+			return
+		}
+	}
+	if n.place != nil {
+		for _, t := range []string{req.Pattern, want.DeadLetter} {
+			if t == "" || !routing.IsLiteral(t) {
+				continue
+			}
+			o, e := n.place.owner(s.ctx, t)
+			if e != nil {
+				refuse(e)
+				return
+			}
+			if o != n.cfg.Name {
+				refuse(wire.Errorf(wire.CodeUnavailable, "group %q: topic %q is owned by node %s of this region; a group is served by the node that holds its topics: connect there",
+					gr.Name, s.actor.clientName(t), o))
+				return
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	m := &member{s: s, str: str, ctx: ctx, cancel: cancel, commitWake: make(chan struct{}, 1),
+		id: s.conn.RemoteAddr().String() + " stream " + strconv.FormatInt(int64(str.StreamID()), 10)}
+	m.w = wire.NewWriter(str)
+	m.mu.index = make(map[string]uint64)
+	g, e := n.joinGroup(s.actor.durable(gr.Name), gr.Name, req, want, m)
+	if e != nil {
+		refuse(e)
+		return
+	}
+	m.g = g
+	if !s.track(m) {
+		n.leaveGroup(g, m)
+		refuse(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
+		return
+	}
+	defer s.untrack(m)
+	n.metrics.subscriptions.Inc()
+	defer n.metrics.subscriptions.Dec()
+	m.w.Buffer(&wire.Subscribed{})
+	if m.w.Flush() != nil {
+		n.leaveGroup(g, m)
+		return
+	}
+	ackDone := make(chan struct{})
+	go func() {
+		defer close(ackDone)
+		defer m.cancel() // the client's FIN ends the member, after its ACKs are stored
+		if e := m.readAcks(r); e != nil {
+			m.ackErr.Store(e)
+		}
+	}()
+	err := m.run()
+	m.str.CancelRead(wire.AppCancelled)
+	<-ackDone
+	n.leaveGroup(g, m) // after the last ACKs are taken: what is left is handed out again
+	if e := m.ackErr.Load(); e != nil && err == nil {
+		err = e
+	}
+	if err != nil {
+		n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(err.Code), 10)).Inc()
+		m.str.SetWriteDeadline(time.Now().Add(endWriteTimeout))
+		m.w.Write(&wire.ErrorFrame{Code: err.Code, Message: err.Message})
+	}
+	m.str.Close()
+}
+
+func (m *member) drain() {
+	m.ackErr.CompareAndSwap(nil, wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
+	m.cancel()
+	m.str.SetWriteDeadline(time.Now().Add(endWriteTimeout))
+}
+
+// run takes records from the group and writes them until the member ends. It returns an
+// error to send, or nil.
+func (m *member) run() *wire.Error {
+	g, n := m.g, m.s.n
+	// A write blocked on flow control gives up when the member ends.
+	stop := context.AfterFunc(m.ctx, func() { m.str.SetWriteDeadline(time.Now().Add(endWriteTimeout)) })
+	defer stop()
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if m.ctx.Err() != nil {
+			return nil
+		}
+		changed, due := g.waitCh() // before take: a change after it is not missed
+		got, dead := g.take(m, n.cfg.Groups.MemberBatch)
+		if len(dead) > 0 {
+			if err := g.deadLetter(m.ctx, dead, m.s.actor.clientName); err != nil {
+				n.log.Error("group dead-letter failed", "group", g.shown, "err", err)
+				return wire.Errorf(wire.CodeInternal, "group %q: %v", g.shown, err)
+			}
+		}
+		if len(got) > 0 {
+			if err := m.send(got); err != nil {
+				return err
+			}
+		}
+		if m.commitAsked.Load() > m.committed {
+			m.committed = m.commitAsked.Load()
+			m.w.Buffer(&wire.Committed{Seq: m.committed})
+		}
+		if m.w.Buffered() > 0 {
+			if m.w.Flush() != nil {
+				return nil // the client is gone or reset the stream
+			}
+		}
+		if len(got) > 0 || len(dead) > 0 {
+			continue
+		}
+		var tick <-chan time.Time
+		if !due.IsZero() {
+			d := time.Until(due)
+			if timer == nil {
+				timer = time.NewTimer(d)
+			} else {
+				timer.Reset(d)
+			}
+			tick = timer.C
+		}
+		select {
+		case <-m.ctx.Done():
+			return nil
+		case <-changed:
+		case <-tick:
+		case <-m.commitWake:
+		case <-g.wake:
+			g.mu.Lock()
+			g.broadcastLocked() // the log advanced: every waiting member may take some
+			g.mu.Unlock()
+		case <-g.newTopics:
+			g.refreshTopics()
+			g.mu.Lock()
+			g.broadcastLocked()
+			g.mu.Unlock()
+		}
+		if timer != nil && tick != nil && !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+}
+
+// send reads the records of fs from the log (in runs of consecutive offsets) and buffers
+// their frames, flushing every ReadAhead bytes.
+func (m *member) send(fs []*flight) *wire.Error {
+	n := m.s.n
+	slices.SortFunc(fs, func(a, b *flight) int {
+		if a.t != b.t {
+			if a.t.name < b.t.name {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(a.off, b.off)
+	})
+	for i := 0; i < len(fs); {
+		j := i + 1
+		for j < len(fs) && fs[j].t == fs[i].t && fs[j].off == fs[j-1].off+1 {
+			j++
+		}
+		t, from := fs[i].t, fs[i].off
+		idx := m.bind(t.name)
+		got, err := n.wal.ReadFunc(t.name, from, j-i, 1<<30, func(rec *wal.Record) error {
+			m.rec = recordFrame(idx, rec, n.cfg.Region)
+			m.w.Buffer(&m.rec)
+			return nil
+		})
+		var oor *wal.OffsetOutOfRangeError
+		switch {
+		case err == nil || errors.Is(err, wal.ErrUnknownTopic):
+		case errors.As(err, &oor):
+			// Deleted by retention before it was delivered: nothing to deliver or redeliver.
+			for _, f := range fs[i+got : j] {
+				if f.off < oor.First {
+					m.g.ack(nil, t.name, f.off)
+				}
+			}
+		case errors.Is(err, wal.ErrClosed):
+			return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+		default:
+			return wire.Errorf(wire.CodeInternal, "read %q at offset %d: %v", t.name, from, err)
+		}
+		if m.w.Buffered() >= n.cfg.ReadAhead {
+			if m.w.Flush() != nil {
+				return nil
+			}
+		}
+		i = j
+	}
+	return nil
+}
+
+// bind returns topic's index on the stream, buffering its TOPIC frame the first time.
+func (m *member) bind(topic string) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i, ok := m.mu.index[topic]; ok {
+		return i
+	}
+	i := uint64(len(m.mu.names))
+	m.mu.index[topic] = i
+	m.mu.names = append(m.mu.names, topic)
+	m.w.Buffer(&wire.Topic{Index: i, Name: m.s.actor.clientName(topic)})
+	return i
+}
+
+// topicOf is the topic of index i on the stream, if bound.
+func (m *member) topicOf(i uint64) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i >= uint64(len(m.mu.names)) {
+		return "", false
+	}
+	return m.mu.names[i], true
+}
+
+// readAcks is the member's ack reader: ACK marks one record done, NAK gives one back,
+// COMMIT stores the group's state and has the run goroutine answer COMMITTED. The group's
+// state is stored whenever no further frame is buffered, and at the client's FIN, before
+// the member ends.
+func (m *member) readAcks(r *wire.Reader) *wire.Error {
+	g := m.g
+	store := func() *wire.Error {
+		if err := g.store(context.WithoutCancel(m.ctx)); err != nil {
+			if errors.Is(err, wal.ErrClosed) {
+				return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+			}
+			return wire.Errorf(wire.CodeInternal, "store group %q: %v", g.shown, err)
+		}
+		return nil
+	}
+	for {
+		f, err := r.Read()
+		switch {
+		case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
+			return &wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
+		case err != nil:
+			return store()
+		}
+		switch f := f.(type) {
+		case *wire.Ack:
+			if e := m.acked(f.Index, f.Offset, false); e != nil {
+				return e
+			}
+		case *wire.Nak:
+			if e := m.acked(f.Index, f.Offset, true); e != nil {
+				return e
+			}
+		case *wire.Commit:
+			if e := store(); e != nil {
+				return e
+			}
+			m.commitAsked.Store(max(m.commitAsked.Load(), f.Seq))
+			select {
+			case m.commitWake <- struct{}{}:
+			default:
+			}
+			continue
+		default:
+			return wire.Errorf(wire.CodeProtocol, "unexpected %s on a group member's stream: only ACK, NAK and COMMIT may follow SUBSCRIBE", f.Type())
+		}
+		if !r.FrameBuffered() {
+			if e := store(); e != nil {
+				return e
+			}
+		}
+	}
+}
+
+// acked applies the member's ACK (or NAK) of index i at off.
+func (m *member) acked(i, off uint64, nak bool) *wire.Error {
+	what := "ACK"
+	if nak {
+		what = "NAK"
+	}
+	topic, ok := m.topicOf(i)
+	var err error
+	if ok && nak {
+		err = m.g.nak(m, topic, off)
+	} else if ok {
+		err = m.g.ack(m, topic, off)
+	}
+	if !ok || err != nil {
+		return wire.Errorf(wire.CodeInvalidArgument, "%s of topic index %d offset %d: no such record was delivered on this stream", what, i, off)
+	}
+	return nil
+}

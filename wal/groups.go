@@ -1,0 +1,217 @@
+package wal
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Consumer group state (see doc.go, "Consumer groups"). The node's group dispatcher owns a
+// group's state while the group is live; the log only stores and loads it, each store one
+// synced Pebble batch. Replication (issue 13) must carry these keys as replicated state,
+// written in the entries of the acknowledgements they describe.
+
+// prefixGroup starts a consumer group's keys.
+const prefixGroup = 's'
+
+// GroupSettings are a consumer group's settings, fixed by its first member.
+type GroupSettings struct {
+	Pattern    string
+	AckWait    time.Duration
+	MaxDeliver uint64
+	DeadLetter string // "" when records that reached MaxDeliver are dropped
+	Order      byte   // the wire's group order (0 none, 1 topic, 2 key)
+}
+
+// GroupEntry is one record of a group's window that is not done yet, or done above the floor.
+type GroupEntry struct {
+	Offset     uint64
+	Deliveries uint32 // how often it was delivered (as stored: deliveries since the last store may be missing)
+	Done       bool   // acknowledged or dead-lettered
+}
+
+// GroupState is a group's position in one topic: every offset below Floor is done; the
+// entries list what is known of [Floor, Next), ascending; offsets from Next on were never
+// delivered. An offset in [Floor, Next) without an entry was delivered without a stored
+// delivery count: it is outstanding, delivered once.
+type GroupState struct {
+	Floor   uint64
+	Next    uint64
+	Entries []GroupEntry
+}
+
+// groupKey is 's' | uvarint len(group) | group | topic; the settings use topic "".
+func groupKey(group, topic string) []byte {
+	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(group)+len(topic))
+	k = append(k, prefixGroup)
+	k = binary.AppendUvarint(k, uint64(len(group)))
+	k = append(k, group...)
+	return append(k, topic...)
+}
+
+func encodeGroupSettings(s *GroupSettings) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(s.Pattern)))
+	b = append(b, s.Pattern...)
+	b = binary.AppendUvarint(b, uint64(s.AckWait))
+	b = binary.AppendUvarint(b, s.MaxDeliver)
+	b = binary.AppendUvarint(b, uint64(len(s.DeadLetter)))
+	b = append(b, s.DeadLetter...)
+	return append(b, s.Order)
+}
+
+func encodeGroupState(s *GroupState) []byte {
+	b := binary.AppendUvarint(nil, s.Floor)
+	b = binary.AppendUvarint(b, s.Next)
+	b = binary.AppendUvarint(b, uint64(len(s.Entries)))
+	for _, e := range s.Entries {
+		b = binary.AppendUvarint(b, e.Offset-s.Floor)
+		v := uint64(e.Deliveries) << 1
+		if e.Done {
+			v |= 1
+		}
+		b = binary.AppendUvarint(b, v)
+	}
+	return b
+}
+
+// SetGroup stores a group's settings (when not nil) and its state in the topics of states,
+// in one synced batch, and returns once it is durable.
+func (l *Log) SetGroup(ctx context.Context, group string, settings *GroupSettings, states map[string]*GroupState) error {
+	if err := checkName("group name", group); err != nil {
+		return fmt.Errorf("wal: set group %q: %w", group, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("wal: set group %q: %w", group, err)
+	}
+	db, err := l.readDB()
+	if err != nil {
+		return fmt.Errorf("wal: set group %q: %w", group, err)
+	}
+	defer l.db.RUnlock()
+	b := db.NewBatch()
+	defer b.Close()
+	if settings != nil {
+		k := groupKey(group, "")
+		_ = b.Set(k, sealMeta(k, encodeGroupSettings(settings)), nil)
+	}
+	for topic, s := range states {
+		if err := checkName("group topic", topic); err != nil {
+			return fmt.Errorf("wal: set group %q: %w", group, err)
+		}
+		k := groupKey(group, topic)
+		_ = b.Set(k, sealMeta(k, encodeGroupState(s)), nil)
+	}
+	if err := db.Apply(b, pebble.Sync); err != nil {
+		return fmt.Errorf("wal: set group %q: %w", group, err)
+	}
+	return nil
+}
+
+// Group loads a group's stored settings and state; ok is false when nothing is stored.
+func (l *Log) Group(group string) (settings GroupSettings, states map[string]*GroupState, ok bool, err error) {
+	db, err := l.readDB()
+	if err != nil {
+		return settings, nil, false, fmt.Errorf("wal: load group %q: %w", group, err)
+	}
+	defer l.db.RUnlock()
+	lower := groupKey(group, "")
+	upper := append(bytes.Clone(lower), 0xff)
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return settings, nil, false, fmt.Errorf("wal: load group %q: %w", group, err)
+	}
+	defer it.Close()
+	states = make(map[string]*GroupState)
+	for valid := it.First(); valid; valid = it.Next() {
+		key := it.Key()
+		if !bytes.HasPrefix(key, lower) {
+			continue
+		}
+		topic := string(key[len(lower):])
+		val, err := it.ValueAndErr()
+		if err != nil {
+			return settings, nil, false, fmt.Errorf("wal: load group %q: %w", group, err)
+		}
+		p, reason := openMeta(key, val, len(val)-5)
+		if reason == "" && topic == "" {
+			settings, reason = decodeGroupSettings(p)
+			ok = true
+		} else if reason == "" {
+			var s *GroupState
+			if s, reason = decodeGroupState(p); reason == "" {
+				states[topic] = s
+			}
+		}
+		if reason != "" {
+			return settings, nil, false, &CorruptError{Topic: topic, Reason: fmt.Sprintf("group %q: %s", group, reason)}
+		}
+	}
+	if err := it.Error(); err != nil {
+		return settings, nil, false, fmt.Errorf("wal: load group %q: %w", group, err)
+	}
+	return settings, states, ok || len(states) > 0, nil
+}
+
+// groupReader decodes uvarints and strings, remembering the first failure.
+type groupReader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *groupReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.bad = true
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *groupReader) str() string {
+	n := r.uvarint()
+	if r.bad || n > uint64(len(r.b)) {
+		r.bad = true
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
+
+func decodeGroupSettings(p []byte) (GroupSettings, string) {
+	r := &groupReader{b: p}
+	s := GroupSettings{Pattern: r.str(), AckWait: time.Duration(r.uvarint()), MaxDeliver: r.uvarint(), DeadLetter: r.str()}
+	if r.bad || len(r.b) != 1 {
+		return s, "malformed settings"
+	}
+	s.Order = r.b[0]
+	return s, ""
+}
+
+func decodeGroupState(p []byte) (*GroupState, string) {
+	r := &groupReader{b: p}
+	s := &GroupState{Floor: r.uvarint(), Next: r.uvarint()}
+	n := r.uvarint()
+	if r.bad || s.Next < s.Floor || n > uint64(len(r.b)) || n > s.Next-s.Floor {
+		return nil, "malformed state"
+	}
+	s.Entries = make([]GroupEntry, 0, n)
+	for range n {
+		off, v := s.Floor+r.uvarint(), r.uvarint()
+		if r.bad || off >= s.Next || v>>1 > 1<<32-1 {
+			return nil, "malformed state entry"
+		}
+		s.Entries = append(s.Entries, GroupEntry{Offset: off, Deliveries: uint32(v >> 1), Done: v&1 == 1})
+	}
+	if len(r.b) != 0 || !slices.IsSortedFunc(s.Entries, func(a, b GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) }) {
+		return nil, "malformed state: trailing bytes or entries out of order"
+	}
+	return s, ""
+}
