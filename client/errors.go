@@ -24,7 +24,7 @@ const (
 	CodeForbidden        Code = 3  // authenticated, but not allowed on this topic
 	CodeInvalidTopic     Code = 4  // topic or pattern breaks the grammar; the message says where
 	CodeTooLarge         Code = 5  // payload, headers or frame over a limit
-	CodeLimit            Code = 6  // too many streams, subscriptions or pending publishes
+	CodeLimit            Code = 6  // too many subscriptions on the connection, or connections or durable consumers of a tenant
 	CodeNotFound         Code = 7  // unknown topic or durable consumer
 	CodeOffsetOutOfRange Code = 8  // a start offset past the topic's head
 	CodeUnavailable      Code = 9  // the topic's owner cannot be reached
@@ -96,11 +96,12 @@ func reason(code Code, msg string) string {
 	}
 }
 
-// cutSubjectPrefix cuts `pkg: invalid topic "SUBJECT"...: ` (or pattern) off msg.
+// cutSubjectPrefix cuts `invalid topic "SUBJECT"...: ` (or pattern), with or without a Go
+// package's `pkg: ` before it, off msg.
 func cutSubjectPrefix(msg string) (string, bool) {
-	pkg, rest, ok := strings.Cut(msg, ": ")
-	if !ok || pkg == "" || strings.ContainsAny(pkg, " \"") {
-		return msg, false
+	rest := msg // a node's own `invalid topic "...": ...`, or a package's before it
+	if pkg, after, ok := strings.Cut(msg, ": "); ok && pkg != "" && !strings.ContainsAny(pkg, " \"") {
+		rest = after
 	}
 	for _, kind := range []string{"invalid topic ", "invalid pattern "} {
 		if after, ok := strings.CutPrefix(rest, kind); ok {

@@ -21,8 +21,9 @@ type Options struct {
 	// given no address. Default none.
 	Addrs []string
 	// CAFile is a PEM bundle of the certificate authorities to trust for the node's
-	// certificate, for example DATA/tls/ca.pem of a node that generated its own CA. It
-	// replaces TLSConfig.RootCAs when both are set. Empty: TLSConfig's roots, or the system's.
+	// certificate: the ca.pem `quicmq dev` prints (/tmp/quicmq-dev-XXXX/ca/ca.pem, or
+	// DIR/ca/ca.pem with --data DIR), or DATA/tls/ca.pem of a node that generated its own
+	// CA. It replaces TLSConfig.RootCAs when both are set. Empty: TLSConfig's roots, or the system's.
 	CAFile string
 	// CertFile and KeyFile are a client certificate and its private key (PEM files, such as
 	// client.pem and client-key.pem from `quicmq certs client`), presented in the TLS

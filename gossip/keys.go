@@ -29,7 +29,7 @@ import (
 
 var (
 	// ErrNotEncrypted is returned by the key operations of a pool without a key.
-	ErrNotEncrypted = errors.New("gossip: gossip is not encrypted: there is no keyring to change")
+	ErrNotEncrypted = errors.New("gossip: not encrypted (started without a gossip key): there are no keys to list or change")
 	// ErrKeyRotation is returned when a key operation did not succeed on every member.
 	ErrKeyRotation = errors.New("gossip: key operation incomplete")
 )
@@ -67,7 +67,7 @@ func (g *Gossip) ListKeys() ([]KeyStatus, error) {
 
 func (g *Gossip) keyOp(op string, key []byte, do func(*serf.KeyManager, string) (*serf.KeyResponse, error)) ([]KeyStatus, error) {
 	if g.cfg.Key == nil {
-		return nil, fmt.Errorf("gossip: %s key: %w", op, ErrNotEncrypted)
+		return nil, ErrNotEncrypted // the sentence says it all, for list as for a change
 	}
 	if key != nil && len(key) != KeySize {
 		return nil, fmt.Errorf("gossip: %s key: %d bytes, want %d", op, len(key), KeySize)

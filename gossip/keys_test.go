@@ -163,6 +163,10 @@ func TestKeyOpsNeedEncryption(t *testing.T) {
 	if _, err := plain.InstallKey(newKey(t)); !errors.Is(err, ErrNotEncrypted) {
 		t.Fatalf("InstallKey without encryption: %v", err)
 	}
+	// One sentence, for a list as for a change: no "gossip: " twice, no "keyring to change".
+	if _, err := plain.ListKeys(); err == nil || err.Error() != "gossip: not encrypted (started without a gossip key): there are no keys to list or change" {
+		t.Fatalf("ListKeys without encryption: %v", err)
+	}
 	cfg := testNodeConfig(t, "x", "r1", nil, false)
 	cfg.ExtraKeys = [][]byte{newKey(t)}
 	if err := cfg.Validate(); err == nil {

@@ -21,8 +21,9 @@ package node
 // whose first frame is a SUBSCRIBE with region "~shared-stream" (never a region name: regions
 // match [A-Za-z0-9_-]). Further SUBSCRIBE frames on the same stream (region empty or the
 // same marker) add subscriptions, numbered 0, 1, 2, ... in the order sent; each is answered
-// by SUBSCRIBED in that order. TOPIC, RECORD, RECORDS, GAP, CAUGHT_UP's subscription and ACK
-// use the index subscription<<32 | topic, so the client routes frames by index>>32.
+// by SUBSCRIBED in that order. TOPIC, RECORD, RECORDS, GAP and ACK use the index
+// subscription<<32 | topic, so the client routes frames by index>>32; CAUGHT_UP, which has no
+// index, is never sent on a shared stream.
 // Subscriptions on the stream end together when the stream ends; an ERROR for any of them
 // (a refused SUBSCRIBE included) ends the stream. Region replays are not carried.
 
@@ -183,7 +184,9 @@ func (ss *sharedStream) read(f wire.Frame) *wire.Error {
 		var err error
 		f, err = ss.r.Read()
 		switch {
-		case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
+		case errors.Is(err, wire.ErrFrameTooLarge):
+			return &wire.Error{Code: wire.CodeTooLarge, Message: err.Error()}
+		case errors.Is(err, wire.ErrMalformed), errors.Is(err, io.ErrUnexpectedEOF):
 			return &wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
 		case err != nil:
 			return ss.storeAcks()
@@ -213,6 +216,9 @@ func (ss *sharedStream) add(req *wire.Subscribe) *wire.Error {
 	}
 	r := *req
 	r.Region = ""
+	// CAUGHT_UP carries no index, so a client could not tell which subscription of the
+	// stream it is for: the node does not send it here (flag bit 1 is ignored).
+	r.Flags &^= wire.SubscribeCaughtUp
 	auth, e := s.authorizeSubscribe(&r)
 	if e != nil {
 		return e

@@ -108,3 +108,34 @@ func TestSharedStreamRefusesRegion(t *testing.T) {
 		t.Fatalf("got %v, want code %d naming the region", e, wire.CodeInvalidArgument)
 	}
 }
+
+// CAUGHT_UP has no index to route it by, so a shared stream never carries one, even for a
+// SUBSCRIBE that asks for it: after the record that was the head at set-up comes the next
+// record appended, not a CAUGHT_UP for an unknown subscription.
+func TestSharedStreamSendsNoCaughtUp(t *testing.T) {
+	n := newTestNode(t, func(c *Config) { c.AblationSharedStream = true })
+	rc := mustDial(t, n)
+	pub := rc.open(&wire.Publish{Seq: 0, Topic: "t.a", Payload: []byte("0")})
+	if _, ok := pub.next().(*wire.PublishAck); !ok {
+		t.Fatal("publish not acknowledged")
+	}
+	s := rc.open(&wire.Subscribe{Pattern: "t.a", Region: ablationSharedRegion, Flags: wire.SubscribeCaughtUp})
+	for offset := uint64(0); offset < 2; {
+		switch f := s.next().(type) {
+		case *wire.Subscribed, *wire.Topic:
+		case *wire.Record:
+			if f.Offset != offset {
+				t.Fatalf("record at offset %d, want %d", f.Offset, offset)
+			}
+			if offset == 0 {
+				pub.send(&wire.Publish{Seq: 1, Topic: "t.a", Payload: []byte("1")})
+				if _, ok := pub.next().(*wire.PublishAck); !ok {
+					t.Fatal("publish not acknowledged")
+				}
+			}
+			offset++
+		default:
+			t.Fatalf("unexpected %s on a shared stream", f.Type())
+		}
+	}
+}

@@ -114,6 +114,13 @@ func (p *principal) durable(name string) string {
 	return "tenant/" + p.tenant + "/" + name
 }
 
+// subjectMessage is a routing error as an ERROR or PUBLISH_ERROR message: without the Go
+// package's prefix, which means nothing to a client (`invalid topic "a..b": empty token at
+// byte 2`).
+func subjectMessage(err error) string {
+	return strings.TrimPrefix(err.Error(), "routing: ")
+}
+
 // checkTopic validates a client's topic, as the client named it and with its namespace.
 func (p *principal) checkTopic(name string, pattern bool) *wire.Error {
 	validate := routing.ValidateTopic
@@ -121,12 +128,12 @@ func (p *principal) checkTopic(name string, pattern bool) *wire.Error {
 		validate = routing.ValidatePattern
 	}
 	if err := validate(name); err != nil {
-		return &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
+		return &wire.Error{Code: wire.CodeInvalidTopic, Message: subjectMessage(err)}
 	}
 	if p.prefix != "" {
 		if err := validate(p.topic(name)); err != nil {
 			return wire.Errorf(wire.CodeInvalidTopic, "%q is too long or has too many tokens inside tenant %q's namespace (%q): %v",
-				name, p.tenant, p.prefix, err)
+				name, p.tenant, p.prefix, subjectMessage(err))
 		}
 	}
 	return nil

@@ -297,3 +297,21 @@ func dialPeerTLS(ctx context.Context, addr string, conf *tls.Config) (*quic.Conn
 		return c, nil
 	}
 }
+
+// A topic or pattern against the grammar is answered with a message a client of any language
+// can show as it is: the subject and where it breaks, without the Go package's "routing: ".
+func TestInvalidSubjectMessages(t *testing.T) {
+	n := newTestNode(t)
+	rc := mustDial(t, n)
+	pub := rc.open(&wire.Publish{Seq: 0, Topic: "bad..topic", Payload: []byte("x")})
+	pe, ok := pub.next().(*wire.PublishError)
+	if want := `invalid topic "bad..topic": empty token at byte 4`; !ok || pe.Code != wire.CodeInvalidTopic || pe.Message != want {
+		t.Fatalf("publish: got %#v, want code %d %q", pe, wire.CodeInvalidTopic, want)
+	}
+	for _, first := range []wire.Frame{&wire.Subscribe{Pattern: "a..b"}, &wire.Topics{Pattern: "a..b"}} {
+		e := rc.open(first).expectError()
+		if want := `invalid pattern "a..b": empty token at byte 2`; e.Code != wire.CodeInvalidTopic || e.Message != want {
+			t.Fatalf("%s: got %v, want code %d %q", first.Type(), e, wire.CodeInvalidTopic, want)
+		}
+	}
+}

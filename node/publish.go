@@ -221,7 +221,7 @@ func (p *publisher) add(pub *wire.Publish) {
 // the wire limits: header count and key, producer id, topic length; see pub.Refused.)
 func (n *Node) checkPublish(pub *wire.Publish) *wire.Error {
 	if err := routing.ValidateTopic(pub.Topic); err != nil {
-		return &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
+		return &wire.Error{Code: wire.CodeInvalidTopic, Message: subjectMessage(err)}
 	}
 	if len(pub.Payload) > n.cfg.MaxPayload {
 		return wire.Errorf(wire.CodeTooLarge, "payload of %d bytes is over the limit of %d bytes", len(pub.Payload), n.cfg.MaxPayload)

@@ -799,7 +799,9 @@ func (sub *subscription) readAcks(r *wire.Reader) *wire.Error {
 	for {
 		f, err := r.Read()
 		switch {
-		case errors.Is(err, wire.ErrMalformed), errors.Is(err, wire.ErrFrameTooLarge), errors.Is(err, io.ErrUnexpectedEOF):
+		case errors.Is(err, wire.ErrFrameTooLarge):
+			return &wire.Error{Code: wire.CodeTooLarge, Message: err.Error()} // as a first frame over the limit
+		case errors.Is(err, wire.ErrMalformed), errors.Is(err, io.ErrUnexpectedEOF):
 			return &wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
 		case err != nil:
 			return sub.storeAcks() // FIN, reset, or the connection ended: the subscription is over

@@ -85,3 +85,33 @@ func TestWrongAckEndsSubscription(t *testing.T) {
 		}
 	}
 }
+
+// A frame over the frame-body limit after SUBSCRIBE ends the subscription with ERROR 5, as
+// it does as a stream's first frame and on a publish stream; one that does not decode with
+// ERROR 1.
+func TestSubscriptionFrameOverLimit(t *testing.T) {
+	n := newTestNode(t, func(c *Config) { c.AblationSharedStream = true })
+	rc := mustDial(t, n)
+	for _, region := range []string{"", ablationSharedRegion} {
+		s := rc.open(&wire.Subscribe{Pattern: "a", Region: region})
+		if _, ok := s.next().(*wire.Subscribed); !ok {
+			t.Fatalf("region %q: no SUBSCRIBED", region)
+		}
+		if _, err := s.str.Write([]byte{byte(wire.TypeAck), 0xff, 0xff, 0xff, 0xff, 0xab}); err != nil {
+			t.Fatal(err)
+		}
+		if e := s.expectError(); e.Code != wire.CodeTooLarge {
+			t.Fatalf("region %q: ACK frame of 4 GiB: got %v, want code %d (too large)", region, e, wire.CodeTooLarge)
+		}
+		s = rc.open(&wire.Subscribe{Pattern: "a", Region: region})
+		if _, ok := s.next().(*wire.Subscribed); !ok {
+			t.Fatalf("region %q: no SUBSCRIBED", region)
+		}
+		if _, err := s.str.Write([]byte{byte(wire.TypeAck), 0, 0, 0, 1, 0x80}); err != nil {
+			t.Fatal(err)
+		}
+		if e := s.expectError(); e.Code != wire.CodeProtocol {
+			t.Fatalf("region %q: truncated ACK: got %v, want code %d (protocol)", region, e, wire.CodeProtocol)
+		}
+	}
+}

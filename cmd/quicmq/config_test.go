@@ -157,6 +157,10 @@ func TestConfigCheckCommand(t *testing.T) {
 	if code, out, _ = runCLI(t, "", "config", "check", writeTemp(t, "nodata.hcl", "region = \"eu\"\n")); code != 1 || !strings.Contains(out, "data (--data): required") {
 		t.Errorf("no data: exit %d %s", code, out)
 	}
+	same := writeTemp(t, "same.hcl", "data = \"/var/lib/quicmq\"\nanonymous = true\nmetrics = \"127.0.0.1:9400\"\nadmin = \"127.0.0.1:9400\"\n")
+	if code, out, _ = runCLI(t, "", "config", "check", same); code != 1 || !strings.Contains(out, "admin (--admin): 127.0.0.1:9400 is also the address of metrics (--metrics)") {
+		t.Errorf("admin on the metrics address: exit %d %s", code, out)
+	}
 	if code, out, _ = runCLI(t, "", "config", "check", "-h"); code != 0 || !strings.Contains(out, "QUICMQ_WAN_JOIN") {
 		t.Errorf("help: exit %d %s", code, out)
 	}

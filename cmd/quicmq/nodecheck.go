@@ -70,6 +70,10 @@ func (f *nodeFlags) nodeConfig(e *env) (node.Config, error) {
 			probs.add("ca-bundle", "%s", strings.TrimPrefix(err.Error(), "certs: load CA pool: "))
 		}
 	}
+	// The node would fail binding the second of them, after the log was opened.
+	if f.admin != "" && f.admin == f.metrics {
+		probs.add("admin", "%s is also the address of %s: give the admin API a port of its own, or leave it out to serve it with the metrics", f.admin, keyFlag("metrics"))
+	}
 	cfg, err := f.config(e)
 	var more problems
 	if errors.As(err, &more) {

@@ -25,9 +25,9 @@ const (
 	CodeForbidden        Code = 3  // authenticated, but not allowed on this topic
 	CodeInvalidTopic     Code = 4  // topic or pattern violates the subject grammar
 	CodeTooLarge         Code = 5  // payload, header or frame over its limit
-	CodeLimit            Code = 6  // a per-connection limit (streams, subscriptions, pending publishes)
+	CodeLimit            Code = 6  // a count limit: subscriptions of a connection, connections or durable consumers of a tenant
 	CodeNotFound         Code = 7  // unknown topic or durable consumer
-	CodeOffsetOutOfRange Code = 8  // the requested offset is no longer (or not yet) in the log
+	CodeOffsetOutOfRange Code = 8  // a start offset past the topic's head (a deleted offset is a GAP, not this)
 	CodeUnavailable      Code = 9  // the topic's owner is unreachable
 	CodeInternal         Code = 10 // a failure inside the node (disk); the operation may be retried
 	CodeShuttingDown     Code = 11 // the node is stopping; reconnect elsewhere or later
