@@ -245,7 +245,11 @@ func (n *fedNode) acceptLoop(ln *quic.Listener) {
 
 // serveConn does what node's session does for a peer: read each stream's first frame and
 // hand the stream to ServeStream.
-func (n *fedNode) serveConn(conn *quic.Conn) {
+func (n *fedNode) serveConn(conn *quic.Conn) { servePeerStreams(conn, n.fedNow) }
+
+// servePeerStreams is node's session for a peer connection, for the tests' harnesses: each
+// stream's first frame is read and the stream handed to the federation fedNow returns.
+func servePeerStreams(conn *quic.Conn, fedNow func() *Federation) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for {
@@ -258,7 +262,7 @@ func (n *fedNode) serveConn(conn *quic.Conn) {
 			defer wg.Done()
 			r := wire.NewReader(str, wire.Limits{})
 			f, err := r.Read()
-			fed := n.fedNow()
+			fed := fedNow()
 			if err != nil || fed == nil || !IsPeerFrame(f) {
 				str.CancelRead(wire.AppProtocol)
 				str.CancelWrite(wire.AppProtocol)

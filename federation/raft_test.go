@@ -127,27 +127,7 @@ func (n *raftNode) acceptLoop() {
 		n.serveWG.Add(1)
 		go func() {
 			defer n.serveWG.Done()
-			var wg sync.WaitGroup
-			defer wg.Wait()
-			for {
-				str, err := conn.AcceptStream(conn.Context())
-				if err != nil {
-					return
-				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					r := wire.NewReader(str, wire.Limits{})
-					f, err := r.Read()
-					fed := n.fedNow()
-					if err != nil || fed == nil || !IsPeerFrame(f) {
-						str.CancelRead(wire.AppProtocol)
-						str.CancelWrite(wire.AppProtocol)
-						return
-					}
-					fed.ServeStream(conn.Context(), conn, str, r, f)
-				}()
-			}
+			servePeerStreams(conn, n.fedNow)
 		}()
 	}
 }
@@ -218,7 +198,7 @@ func (n *raftNode) onDeliver(f func([]replica.Message)) { n.deliver.Store(&f) }
 // its region are open and served at the other end.
 func (m *raftMesh) waitRaftUp(nodes ...*raftNode) {
 	m.t.Helper()
-	waitUntil(m.t, 20*time.Second, "raft streams up", func() bool {
+	waitFor(m.t, 20*time.Second, "raft streams up", func() bool {
 		for _, a := range nodes {
 			for _, b := range nodes {
 				if a == b {
@@ -238,17 +218,6 @@ func (m *raftMesh) waitRaftUp(nodes ...*raftNode) {
 		}
 		return true
 	})
-}
-
-func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 func heartbeat(from, to, seq uint64) replica.Message {
@@ -307,7 +276,7 @@ func TestRaftDeliversInOrderPerClass(t *testing.T) {
 		}
 	}
 	want := rounds * per
-	waitUntil(t, 20*time.Second, "every message delivered", func() bool {
+	waitFor(t, 20*time.Second, "every message delivered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, s := range got {
@@ -383,7 +352,7 @@ func heartbeatBehind(t *testing.T, cfg RaftConfig) (before, total int) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the heartbeat never arrived")
 	}
-	waitUntil(t, 30*time.Second, "every append delivered", func() bool { return appends.Load() == n })
+	waitFor(t, 30*time.Second, "every append delivered", func() bool { return appends.Load() == n })
 	t.Logf("heartbeat delivered %v after the Send, after %d of %d appends; all appends after %v", hbAfter, before, n, time.Since(start))
 	return before, n
 }
@@ -478,7 +447,7 @@ func TestRaftRefusesOthers(t *testing.T) {
 	m := newRaftMesh(t)
 	eu1, eu2 := m.add("eu", 1, testRaftConfig()), m.add("eu", 2, testRaftConfig())
 	us := m.add("us", 3, testRaftConfig())
-	waitUntil(t, 20*time.Second, "eu-0's links", func() bool { return len(eu1.fedNow().Links()) == 2 })
+	waitFor(t, 20*time.Second, "eu-0's links", func() bool { return len(eu1.fedNow().Links()) == 2 })
 	for _, c := range []struct {
 		name string
 		from *raftNode
@@ -519,18 +488,18 @@ func TestRaftReconnect(t *testing.T) {
 	b.onDeliver(func(msgs []replica.Message) { got.Add(int64(len(msgs))) })
 	m.waitRaftUp(a, b)
 	a.fedNow().Send(2, []replica.Message{heartbeat(1, 2, 1), appendMsg(1, 2, 1, []byte("e"))})
-	waitUntil(t, 10*time.Second, "first messages", func() bool { return got.Load() == 2 })
+	waitFor(t, 10*time.Second, "first messages", func() bool { return got.Load() == 2 })
 	before, _ := a.fedNow().RaftStats()
 	if n := a.fedNow().cutLinks("eu"); n != 1 {
 		t.Fatalf("cut %d connections", n)
 	}
-	waitUntil(t, 10*time.Second, "the raft streams opened again", func() bool {
+	waitFor(t, 10*time.Second, "the raft streams opened again", func() bool {
 		s, _ := a.fedNow().RaftStats()
 		return s[b.name].Control.Opened == 2 && s[b.name].Bulk.Opened == 2
 	})
 	m.waitRaftUp(a, b)
 	a.fedNow().Send(2, []replica.Message{heartbeat(1, 2, 2), appendMsg(1, 2, 2, []byte("e"))})
-	waitUntil(t, 10*time.Second, "messages after the reconnect", func() bool { return got.Load() == 4 })
+	waitFor(t, 10*time.Second, "messages after the reconnect", func() bool { return got.Load() == 4 })
 	after, _ := a.fedNow().RaftStats()
 	if after[b.name].Control.SentMessages != before[b.name].Control.SentMessages+1 || after[b.name].Bulk.SentMessages != before[b.name].Bulk.SentMessages+1 {
 		t.Errorf("counters before %+v, after %+v", before[b.name], after[b.name])
@@ -621,7 +590,7 @@ func TestRaftDriversOverQUIC(t *testing.T) {
 	}
 	leader := func(skip *rep) *rep {
 		var l *rep
-		waitUntil(t, 30*time.Second, "a leader", func() bool {
+		waitFor(t, 30*time.Second, "a leader", func() bool {
 			for _, r := range reps {
 				if st, err := r.d.Status(context.Background(), group); r != skip && err == nil && st.RaftState.String() == "StateLeader" {
 					l = r
@@ -658,7 +627,7 @@ func TestRaftDriversOverQUIC(t *testing.T) {
 		o.fedNow().PeersChanged()
 	}
 	propose(nil, 40, 60)
-	waitUntil(t, 30*time.Second, "every node applied 60 records", func() bool {
+	waitFor(t, 30*time.Second, "every node applied 60 records", func() bool {
 		for _, r := range reps {
 			if next, _ := r.sm.Next(group); next < 60 {
 				return false
