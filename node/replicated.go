@@ -57,6 +57,13 @@ type replicated struct {
 		read    uint64 // metadata records read
 		status  map[uint64]raft.BasicStatus
 		changed chan struct{} // closed and replaced on every change
+
+		// Background placements asked by ShouldMirror (placeLater), run on wg while
+		// ctx lives; stopped is set when observe returns, after which none start.
+		ctx     context.Context
+		wg      *sync.WaitGroup
+		stopped bool
+		placing map[string]bool
 	}
 }
 
@@ -111,6 +118,7 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r.mu.placed = make(map[string]*repTopic)
 	r.mu.status = make(map[uint64]raft.BasicStatus)
 	r.mu.changed = make(chan struct{})
+	r.mu.placing = make(map[string]bool)
 	sm, err := replica.NewWalSM(replica.WalSMConfig{Log: n.wal, DedupWindow: n.cfg.MaxPendingPublishes, GroupOf: topicGroup})
 	if err != nil {
 		return nil, fmt.Errorf("node: replicated topics: %w", err)
@@ -159,6 +167,9 @@ func (s *nodeSM) Committed() {
 
 // start runs the driver and the goroutines of replicated topics on wg until ctx ends.
 func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
+	r.mu.Lock()
+	r.mu.ctx, r.mu.wg = ctx, wg
+	r.mu.Unlock()
 	wg.Add(4)
 	go func() {
 		defer wg.Done()
@@ -311,6 +322,9 @@ func (r *replicated) watchMeta(ctx context.Context) {
 			r.mu.read += uint64(len(recs))
 			r.notifyLocked()
 			r.mu.Unlock()
+			if len(recs) > 0 {
+				r.n.fed.Resync() // topics this node may now mirror (shouldMirror)
+			}
 			if len(recs) < 256 {
 				break
 			}
@@ -719,6 +733,9 @@ func (r *replicated) observe(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			r.mu.Lock()
+			r.mu.stopped = true
+			r.mu.Unlock()
 			return
 		case <-tick.C:
 		}
@@ -812,7 +829,61 @@ func (n *Node) deliverRaft(msgs []replica.Message) {
 	}
 }
 
-var _ replica.Transport = (*federation.Federation)(nil)
+// mirrorAppend is federation's Config.MirrorAppend in a replicated region (nil otherwise):
+// a mirror's records and cursor as one raft entry that also compares the cursor.
+func (n *Node) mirrorAppend() func(context.Context, federation.MirrorAppend) error {
+	if n.raftID == 0 {
+		return nil
+	}
+	return func(ctx context.Context, a federation.MirrorAppend) error {
+		r := n.rep
+		t := r.lookup(a.Topic)
+		if t == nil {
+			return fmt.Errorf("node: mirror of %q: not a replicated topic of region %q", a.Topic, n.cfg.Region)
+		}
+		ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+		defer cancel()
+		res := r.sm.Propose(ctx, r.d, &replica.WalEntry{Kind: replica.EntryMirrorAppend, Topic: a.Topic, Region: a.Region,
+			Name: a.Cursor, HasExpected: a.HasExpected, Expected: a.Expected, Records: a.Records, Value: a.Value})
+		if res.Err != nil {
+			return fmt.Errorf("node: replicated mirror append of %q: %w", a.Topic, res.Err)
+		}
+		return nil
+	}
+}
+
+// shouldMirror reports whether this node mirrors topic into its region: it leads the
+// topic's group. A topic not placed yet is placed in the background (a mirror wants it).
+// It never blocks (federation's ShouldMirror).
+func (r *replicated) shouldMirror(topic string) bool {
+	if !r.isReplicated(topic) {
+		r.placeLater(topic)
+		return false
+	}
+	return r.leaderName(topic) == r.n.cfg.Name
+}
+
+// placeLater has the metadata group place topic, on a goroutine of its own (one per topic
+// at a time).
+func (r *replicated) placeLater(topic string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.stopped || r.mu.wg == nil || r.mu.placing[topic] || !r.mu.formed {
+		return
+	}
+	r.mu.placing[topic] = true
+	ctx := r.mu.ctx
+	r.mu.wg.Add(1)
+	go func() {
+		defer r.mu.wg.Done()
+		if _, e := r.ensure(ctx, topic, false); e != nil {
+			r.n.log.Debug("placing a topic to mirror", "topic", topic, "err", e.Message)
+		}
+		r.mu.Lock()
+		delete(r.mu.placing, topic)
+		r.mu.Unlock()
+	}()
+}
 
 // holdsAll reports whether this node is one of its region's metadata voters, which hold
 // every replicated topic (placement draws replica sets from them): a listing then needs no

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -221,4 +222,112 @@ func TestReplicatedNoQuorumRefuses(t *testing.T) {
 	if _, next, _ := m.nodes["eu-1"].Log().Bounds("q"); next != 3 {
 		t.Fatalf("log of q has %d records after the refusal, want 3", next)
 	}
+}
+
+// newMixedMesh starts region eu with three replicated nodes (Replicas 3) and region us with
+// one single-copy node, joined over WAN gossip.
+func newMixedMesh(t *testing.T) *regionMesh {
+	t.Helper()
+	m := &regionMesh{t: t, nodes: map[string]*Node{}, cfgs: map[string]Config{}}
+	caDir := t.TempDir()
+	var wanJoin, lanJoin []string
+	for _, name := range []string{"eu-1", "eu-2", "eu-3", "us-1"} {
+		region := name[:2]
+		if region == "us" {
+			lanJoin = nil
+		}
+		cfg := Config{
+			DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: name, Region: region, CADir: caDir,
+			GossipLAN: "127.0.0.1:0", GossipWAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest,
+			Join: lanJoin, WANJoin: wanJoin, Logger: testLogger(t),
+		}
+		if region == "eu" {
+			// The leader of a replicated topic mirrors it: with the patterns of --mirror,
+			// and its own subscribers' (docs/architecture.md).
+			cfg.Replicas, cfg.Raft, cfg.Mirror = 3, TestRaftSettings(), []string{"mx.>"}
+		}
+		n := startNode(t, cfg)
+		m.nodes[name], m.cfgs[name] = n, cfg
+		m.names = append(m.names, name)
+		lanJoin = append(lanJoin, n.Gossip().LANAddr())
+		wanJoin = append(wanJoin, n.Gossip().WANAddr())
+	}
+	m.waitReady()
+	return m
+}
+
+// originCounts counts n's records of topic by origin region and origin offset.
+func originCounts(t *testing.T, n *Node, topic string) map[string]map[uint64]int {
+	out := map[string]map[uint64]int{}
+	for _, r := range logOf(t, n, topic) {
+		o := r.OriginRegion
+		if out[o] == nil {
+			out[o] = map[uint64]int{}
+		}
+		off := r.OriginOffset
+		if o == "" {
+			off = r.Offset
+		}
+		out[o][off]++
+	}
+	return out
+}
+
+// TestReplicatedMirrorAcrossLeaderChange mirrors a topic both ways between a replicated
+// region (eu) and a single-copy one (us) while eu's leader of the topic is stopped: every
+// record arrives exactly once on both sides.
+func TestReplicatedMirrorAcrossLeaderChange(t *testing.T) {
+	m := newMixedMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const topic = "mx.t"
+	// Subscribers in both regions make each mirror the other's records.
+	var subs []*client.Subscription
+	for _, name := range []string{"eu-1", "us-1"} {
+		c := m.dial(name)
+		defer c.Close()
+		sub, err := c.Subscribe(ctx, topic, client.SubscribeOptions{From: client.Earliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	eu, us := m.dial("eu-2"), m.dial("us-1")
+	publishNumbered(ctx, t, eu, topic, 0, 20)
+	publishNumbered(ctx, t, us, topic, 0, 10)
+	eu.Close()
+	var lead string
+	waitFor(t, 15*time.Second, "us records mirrored into eu", func() bool {
+		lead = leaderOf(m.nodes["eu-1"], topic)
+		return len(originCounts(t, m.nodes["eu-1"], topic)["us"]) == 10 && lead != ""
+	})
+	m.nodes[lead].Close()
+	var survivors []*Node
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		if name != lead {
+			survivors = append(survivors, m.nodes[name])
+		}
+	}
+	c := dialNode(t, survivors[0], client.Options{})
+	defer c.Close()
+	publishNumbered(ctx, t, c, topic, 20, 40)
+	publishNumbered(ctx, t, us, topic, 10, 20)
+	us.Close()
+	check := func(n *Node, region string, want int) bool {
+		counts := originCounts(t, n, topic)[region]
+		if len(counts) != want {
+			return false
+		}
+		for off, k := range counts {
+			if k != 1 {
+				t.Fatalf("%s: record of origin %s offset %d stored %d times", n.Name(), region, off, k)
+			}
+		}
+		return true
+	}
+	waitFor(t, 30*time.Second, "eu's 40 records in us, exactly once", func() bool { return check(m.nodes["us-1"], "eu", 40) })
+	for _, n := range survivors {
+		waitFor(t, 30*time.Second, "us's 20 records in "+n.Name()+", exactly once", func() bool { return check(n, "us", 20) })
+	}
+	checkIdentical(t, survivors, topic, 60)
 }
