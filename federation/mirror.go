@@ -28,8 +28,8 @@ type mirror struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	health  *mirrorHealth // the link's, for this topic: lag and stall state
-	cursor  atomic.Int64  // last mirrored origin offset, -1 for none
+	health *mirrorHealth // the link's, for this topic: lag and stall state
+	cursor atomic.Int64  // last mirrored origin offset, -1 for none
 	// expected is the cursor the feed resumed from (or last stored): what a replicated
 	// append (Config.MirrorAppend) expects to find. Owned by the run goroutine.
 	expected struct {
