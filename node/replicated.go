@@ -829,6 +829,16 @@ func (n *Node) deliverRaft(msgs []replica.Message) {
 	}
 }
 
+// mirrorWanted is federation's Config.MirrorWanted in a replicated region (nil otherwise):
+// every topic placed in the region is mirrored in by its leader, whichever node its
+// subscribers are on.
+func (n *Node) mirrorWanted() func(string) bool {
+	if n.raftID == 0 {
+		return nil
+	}
+	return func(topic string) bool { return n.rep != nil && n.rep.isReplicated(topic) }
+}
+
 // mirrorAppend is federation's Config.MirrorAppend in a replicated region (nil otherwise):
 // a mirror's records and cursor as one raft entry that also compares the cursor.
 func (n *Node) mirrorAppend() func(context.Context, federation.MirrorAppend) error {

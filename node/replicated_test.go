@@ -242,9 +242,7 @@ func newMixedMesh(t *testing.T) *regionMesh {
 			Join: lanJoin, WANJoin: wanJoin, Logger: testLogger(t),
 		}
 		if region == "eu" {
-			// The leader of a replicated topic mirrors it: with the patterns of --mirror,
-			// and its own subscribers' (docs/architecture.md).
-			cfg.Replicas, cfg.Raft, cfg.Mirror = 3, TestRaftSettings(), []string{"mx.>"}
+			cfg.Replicas, cfg.Raft = 3, TestRaftSettings()
 		}
 		n := startNode(t, cfg)
 		m.nodes[name], m.cfgs[name] = n, cfg
@@ -330,4 +328,86 @@ func TestReplicatedMirrorAcrossLeaderChange(t *testing.T) {
 		waitFor(t, 30*time.Second, "us's 20 records in "+n.Name()+", exactly once", func() bool { return check(n, "us", 20) })
 	}
 	checkIdentical(t, survivors, topic, 60)
+}
+
+// TestReplicatedDurableConsumer: a durable consumer's ACKs on a replicated topic are
+// set-position entries of its group: every replica stores the position, and the consumer
+// resumes from it through any node.
+func TestReplicatedDurableConsumer(t *testing.T) {
+	m := newReplicatedRegion(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := m.dial("eu-1")
+	publishNumbered(ctx, t, c, "jobs", 0, 10)
+	c.Close()
+	consume := func(via string, count int, ack bool) []uint64 {
+		c := m.dial(via)
+		defer c.Close()
+		sub, err := c.Subscribe(ctx, "jobs", client.SubscribeOptions{Durable: "worker"})
+		if err != nil {
+			t.Fatalf("via %s: %v", via, err)
+		}
+		defer sub.Close()
+		var got []uint64
+		for range count {
+			rec, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatalf("via %s: %v", via, err)
+			}
+			got = append(got, rec.Offset)
+			if ack && rec.Offset < 5 {
+				if err := sub.Ack(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return got
+	}
+	consume("eu-2", 10, true)
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		m.waitPosition(name, "worker", "jobs", 4)
+	}
+	if got := consume("eu-3", 5, false); !slices.Equal(got, []uint64{5, 6, 7, 8, 9}) {
+		t.Fatalf("resumed at %v, want 5-9", got)
+	}
+}
+
+// TestReplicatedMetrics: the per-group raft series exist, one leader among the nodes.
+func TestReplicatedMetrics(t *testing.T) {
+	m := newReplicatedRegion(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := m.dial("eu-1")
+	publishNumbered(ctx, t, c, "met", 0, 3)
+	c.Close()
+	waitFor(t, 10*time.Second, "one leader of met in the metrics", func() bool {
+		leaders := 0
+		for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+			fams, err := m.nodes[name].Gatherer().Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range fams {
+				if f.GetName() != "quicmq_raft_group_leader" {
+					continue
+				}
+				for _, s := range f.GetMetric() {
+					if s.GetLabel()[0].GetValue() == "met" && s.GetGauge().GetValue() == 1 {
+						leaders++
+					}
+				}
+			}
+		}
+		return leaders == 1
+	})
+	fams, _ := m.nodes["eu-1"].Gatherer().Gather()
+	seen := map[string]bool{}
+	for _, f := range fams {
+		seen[f.GetName()] = true
+	}
+	for _, want := range []string{"quicmq_raft_group_term", "quicmq_raft_group_commit_index", "quicmq_raft_group_applied_index", "quicmq_raft_groups_below_quorum"} {
+		if !seen[want] {
+			t.Errorf("no %s series", want)
+		}
+	}
 }
