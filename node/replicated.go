@@ -342,6 +342,14 @@ func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
 	for _, m := range t.replicas {
 		t.local = t.local || m.id == r.id
 	}
+	if t.local && r.n.wal.IsLocal(t.name) {
+		// A single-copy log of the name exists here (a mirror or a dead-letter append made
+		// it before the placement): binding it would stop the driver. This replica stays
+		// out of the group; the others hold the topic.
+		r.n.log.Error("a replicated topic has a single-copy log of its name on this node: this node does not take its replica",
+			"topic", t.name, "replicas", t.names())
+		t.local = false
+	}
 	r.mu.Lock()
 	if r.mu.placed[t.name] != nil {
 		r.mu.Unlock()
@@ -673,6 +681,8 @@ func proposeError(t *repTopic, err error) *wire.Error {
 		return wire.Errorf(wire.CodeShuttingDown, "node shutting down: nothing was appended")
 	case errors.Is(err, context.DeadlineExceeded):
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: the node's raft driver did not take the publish in time: nothing was appended; retry", t.name)
+	case errors.Is(err, raft.ErrProposalDropped):
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader holds too much uncommitted data (its followers are behind): nothing was appended; retry", t.name)
 	}
 	return wire.Errorf(wire.CodeInternal, "topic %q: replicated append failed: %v", t.name, err)
 }
