@@ -128,7 +128,8 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r.d, err = replica.New(replica.Config{
 		NodeID: id, DB: n.wal.DB(), StateMachine: (*nodeSM)(r), Transport: n.fed,
 		TickInterval: c.TickInterval, ElectionTicks: c.ElectionTicks, HeartbeatTicks: c.HeartbeatTicks,
-		Now: n.cfg.Now, Logger: n.log.With("raft_id", id),
+		DisableQuiescence: c.DisableQuiescence,
+		Now:               n.cfg.Now, Logger: n.log.With("raft_id", id),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: replicated topics: %w", err)
@@ -764,10 +765,10 @@ func (r *replicated) observe(ctx context.Context) {
 				continue
 			}
 			r.mu.Lock()
-			prev, had := r.mu.status[g]
+			prev := r.mu.status[g]
 			r.mu.status[g] = st
 			r.mu.Unlock()
-			if had && prev.Lead != st.Lead {
+			if prev.Lead != st.Lead { // a first leader too: mirrors wait for it (shouldMirror)
 				moved = true
 			}
 			if st.Lead != 0 && st.Lead != r.id {
