@@ -23,6 +23,19 @@ func newReplicatedRegion(t *testing.T) *regionMesh {
 	})
 }
 
+// newSeededRegion starts a replicated region and publishes count records of topic through
+// eu-1; the context it returns bounds the test (timeout) and ends with it.
+func newSeededRegion(t *testing.T, topic string, count int, timeout time.Duration) (*regionMesh, context.Context) {
+	t.Helper()
+	m := newReplicatedRegion(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	c := m.dial("eu-1")
+	publishNumbered(ctx, t, c, topic, 0, count)
+	c.Close()
+	return m, ctx
+}
+
 // waitFor polls cond (every 10 ms) until it holds, failing after timeout with what.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
@@ -133,12 +146,7 @@ func TestReplicatedPublishThroughEveryNode(t *testing.T) {
 }
 
 func TestReplicatedLeaderFailover(t *testing.T) {
-	m := newReplicatedRegion(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	c := m.dial("eu-1")
-	publishNumbered(ctx, t, c, "pay", 0, 5)
-	c.Close()
+	m, ctx := newSeededRegion(t, "pay", 5, 90*time.Second)
 	var lead string
 	waitFor(t, 10*time.Second, "a leader of pay", func() bool { lead = leaderOf(m.nodes["eu-1"], "pay"); return lead != "" })
 
@@ -150,7 +158,7 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 			survivors = append(survivors, name)
 		}
 	}
-	c = m.dial(survivors[0])
+	c := m.dial(survivors[0])
 	msg := client.Message{Topic: "pay", Payload: []byte("once"), ProducerID: "p1", Sequence: 1}
 	ack, err := c.Publish(ctx, msg)
 	if err != nil {
@@ -202,15 +210,10 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 }
 
 func TestReplicatedNoQuorumRefuses(t *testing.T) {
-	m := newReplicatedRegion(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := m.dial("eu-1")
-	publishNumbered(ctx, t, c, "q", 0, 3)
-	c.Close()
+	m, ctx := newSeededRegion(t, "q", 3, 60*time.Second)
 	m.nodes["eu-2"].Close()
 	m.nodes["eu-3"].Close()
-	c = m.dial("eu-1")
+	c := m.dial("eu-1")
 	defer c.Close()
 	_, err := c.Publish(ctx, client.Message{Topic: "q", Payload: []byte("x")})
 	if codeOf(err) != client.CodeUnavailable {
@@ -334,12 +337,7 @@ func TestReplicatedMirrorAcrossLeaderChange(t *testing.T) {
 // set-position entries of its group: every replica stores the position, and the consumer
 // resumes from it through any node.
 func TestReplicatedDurableConsumer(t *testing.T) {
-	m := newReplicatedRegion(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := m.dial("eu-1")
-	publishNumbered(ctx, t, c, "jobs", 0, 10)
-	c.Close()
+	m, ctx := newSeededRegion(t, "jobs", 10, 60*time.Second)
 	consume := func(via string, count int, ack bool) []uint64 {
 		c := m.dial(via)
 		defer c.Close()
@@ -374,12 +372,7 @@ func TestReplicatedDurableConsumer(t *testing.T) {
 
 // TestReplicatedMetrics: the per-group raft series exist, one leader among the nodes.
 func TestReplicatedMetrics(t *testing.T) {
-	m := newReplicatedRegion(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c := m.dial("eu-1")
-	publishNumbered(ctx, t, c, "met", 0, 3)
-	c.Close()
+	m, _ := newSeededRegion(t, "met", 3, 30*time.Second)
 	waitFor(t, 10*time.Second, "one leader of met in the metrics", func() bool {
 		leaders := 0
 		for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
