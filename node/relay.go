@@ -22,7 +22,7 @@ func (p *publisher) route(topic string) (string, *wire.Error) {
 		return "", nil
 	}
 	if n.rep != nil {
-		return n.rep.route(p.s.ctx, topic, p.s.peer)
+		return n.rep.route(p.s.ctx, topic, p.s.peer, p.s.peerName)
 	}
 	owner, e := n.place.owner(p.s.ctx, topic)
 	switch {

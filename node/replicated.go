@@ -591,8 +591,13 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 
 // route decides where a publish to a replicated topic goes: "" for this node (it leads the
 // topic's group), or the leader's node name. A publish relayed here is never relayed on.
-func (r *replicated) route(ctx context.Context, topic string, relayed bool) (string, *wire.Error) {
-	t, e := r.ensure(ctx, topic, relayed)
+func (r *replicated) route(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
+	if !relayed {
+		if v, outside, e := r.viaVoter(topic); outside {
+			return v, e
+		}
+	}
+	t, e := r.ensure(ctx, topic, false)
 	if e != nil {
 		return "", e
 	}
@@ -602,11 +607,41 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool) (str
 		return "", e
 	case lead == r.id:
 		return "", nil
+	case relayed && !slices.Contains(t.names(), from):
+		// Relayed by a node outside the metadata group (viaVoter): passed on once more.
 	case relayed:
 		return "", wire.Errorf(wire.CodeUnavailable,
 			"node %q was asked to append to %q but node %q leads its group as far as it knows: the leader just changed; retry", r.n.cfg.Name, topic, t.nameOf(lead))
 	}
 	return t.nameOf(lead), nil
+}
+
+// viaVoter returns, on a node outside its region's metadata group (which holds no
+// replicated topic), a reachable metadata voter to relay a request for topic to; outside is
+// false on a voter or while the region forms.
+func (r *replicated) viaVoter(topic string) (voter string, outside bool, e *wire.Error) {
+	r.mu.Lock()
+	voters := slices.Clone(r.mu.outside)
+	r.mu.Unlock()
+	if voters == nil {
+		return "", false, nil
+	}
+	// Spread the region's outside nodes over the voters, the same voter for a topic.
+	for _, name := range rotate(voters, topic) {
+		if r.reachable(name) {
+			return name, true, nil
+		}
+	}
+	return "", true, wire.Errorf(wire.CodeUnavailable,
+		"topic %q: none of the nodes of region %q that hold its replicated topics (%s) can be reached from node %q",
+		topic, r.n.cfg.Region, strings.Join(voters, ", "), r.n.cfg.Name)
+}
+
+// rotate orders names by rendezvous weight for topic.
+func rotate(names []string, topic string) []string {
+	first := routing.Owner(topic, names)
+	i := slices.Index(names, first)
+	return append(slices.Clone(names[i:]), names[:i]...)
 }
 
 // leaderName is the node leading topic's group as far as this node knows ("" if none).
@@ -718,6 +753,9 @@ func (r *replicated) setPosition(ctx context.Context, name, topic string, off ui
 // "" here (any replica serves reads up to what it applied), or the leader's node for a
 // durable consumer (its positions are proposed by the leader).
 func (r *replicated) subscribeOwner(ctx context.Context, topic string, durable bool) (string, *wire.Error) {
+	if v, outside, e := r.viaVoter(topic); outside {
+		return v, e
+	}
 	t, e := r.ensure(ctx, topic, false)
 	if e != nil {
 		return "", e

@@ -165,8 +165,27 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+	// A subscription on each survivor, open across the leader change.
+	var live []*client.Subscription
+	for _, name := range survivors {
+		sc := m.dial(name)
+		defer sc.Close()
+		sub, err := sc.Subscribe(ctx, "pay", client.SubscribeOptions{From: client.Earliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, sub)
+	}
 
+	// A publish in flight at the leader as it stops: whatever its answer, its retry after the
+	// failover leaves exactly one copy.
+	lc := m.dial(lead)
+	inFlight := client.Message{Topic: "pay", Payload: []byte("in-flight"), ProducerID: "p1", Sequence: 2}
+	if _, err := lc.PublishAsync(ctx, inFlight); err != nil {
+		t.Fatal(err)
+	}
 	m.nodes[lead].Close()
+	lc.Close()
 	waitFor(t, 20*time.Second, "a new leader among "+strings.Join(survivors, ","), func() bool {
 		l := leaderOf(m.nodes[survivors[0]], "pay")
 		return l != "" && l != lead
@@ -183,7 +202,30 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 		}
 		c.Close()
 	}
-	checkIdentical(t, []*Node{m.nodes[survivors[0]], m.nodes[survivors[1]]}, "pay", 12)
+	retried, err := dialNode(t, m.nodes[survivors[1]], client.Options{}).Publish(ctx, inFlight)
+	if err != nil {
+		t.Fatalf("retry of the in-flight publish: %v", err)
+	}
+	recs := checkIdentical(t, []*Node{m.nodes[survivors[0]], m.nodes[survivors[1]]}, "pay", 13)
+	copies := 0
+	for _, r := range recs {
+		if string(r.Payload) == "in-flight" {
+			copies++
+			if r.Offset != retried.Offset {
+				t.Fatalf("the retry was answered with offset %d, the record is at %d", retried.Offset, r.Offset)
+			}
+		}
+	}
+	if copies != 1 {
+		t.Fatalf("%d copies of the in-flight publish after its retry", copies)
+	}
+	for i, sub := range live {
+		for j, d := range readAll(t, sub, 13, 15*time.Second) {
+			if d.offset != uint64(j) {
+				t.Fatalf("subscription on %s across the leader change: offset %d at %d", survivors[i], d.offset, j)
+			}
+		}
+	}
 
 	// A follower serves a subscription from its own log.
 	follower := survivors[0]
@@ -195,7 +237,7 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := readAll(t, sub, 12, 15*time.Second)
+	got := readAll(t, sub, 13, 15*time.Second)
 	for i, d := range got {
 		if d.offset != uint64(i) {
 			t.Fatalf("follower %s served offset %d at %d", follower, d.offset, i)
@@ -206,7 +248,7 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 	// The stopped node restarts and catches up.
 	m.restart(lead)
 	all := []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
-	checkIdentical(t, all, "pay", 12)
+	checkIdentical(t, all, "pay", 13)
 }
 
 func TestReplicatedNoQuorumRefuses(t *testing.T) {
