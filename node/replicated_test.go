@@ -446,3 +446,35 @@ func TestReplicatedMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicatedOutsideNode: in a region of four nodes with Replicas 3, the fourth is not a
+// metadata voter and holds no replicated topic; it relays publishes and subscriptions to a
+// voter, which passes publishes on to the leader.
+func TestReplicatedOutsideNode(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 4, func(c *Config) {
+		c.Replicas = 3
+		c.Raft = TestRaftSettings()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := m.dial("eu-4")
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, "out.t", client.SubscribeOptions{From: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishNumbered(ctx, t, c, "out.t", 0, 10)
+	for i, d := range readAll(t, sub, 10, 15*time.Second) {
+		if d.offset != uint64(i) || d.payload != fmt.Sprintf("out.t-%d", i) {
+			t.Fatalf("through eu-4: %+v at %d", d, i)
+		}
+	}
+	checkIdentical(t, []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}, "out.t", 10)
+	if _, _, ok := m.nodes["eu-4"].Log().Bounds("out.t"); ok {
+		t.Fatal("eu-4, outside the metadata group, holds a log of out.t")
+	}
+	list, err := c.Topics(ctx, "out.t")
+	if err != nil || len(list) != 1 || len(list[0].Replicas) != 3 {
+		t.Fatalf("listing through eu-4: %+v, %v", list, err)
+	}
+}
