@@ -31,6 +31,9 @@ type consumers struct {
 		sync.Mutex
 		held   map[string]durableHolder // by durable name, with its tenant namespace
 		groups map[string]*group        // live groups by name, with its tenant namespace (group.go)
+		// fenced names the groups a reset or removal is working on (manage_groups.go): no
+		// member joins them meanwhile. The value says which operation.
+		fenced map[string]string
 	}
 }
 
@@ -47,6 +50,9 @@ type durableHolder struct {
 // refused with CodeConflict naming the durable, the node, the holder's address and since when
 // it holds it. The caller calls release when the subscription ends.
 func (n *Node) lockDurable(s *session, name, shown string, standby bool, stop <-chan struct{}) (release func(), e *wire.Error) {
+	if n.groupNameTaken(name) {
+		return nil, wire.Errorf(wire.CodeConflict, "%q is the name of a consumer group: a durable consumer needs a name of its own (subscribe as a member with the group's settings, or use another name)", shown)
+	}
 	c := &n.cons
 	for {
 		c.mu.Lock()

@@ -110,10 +110,13 @@ func (m *manager) gather(name string) ([]consumerState, *wire.Error) {
 	}
 	merged := make(map[string]*consumerState)
 	add := func(c consumerState) {
-		o := merged[c.name]
+		o := merged[consumerKey(c.kind, c.name)]
 		if o == nil {
-			merged[c.name] = &c
+			merged[consumerKey(c.kind, c.name)] = &c
 			return
+		}
+		if c.kind == wire.KindGroup {
+			o.mergeGroup(&c)
 		}
 		o.pending += c.pending
 		o.members += c.members
@@ -147,10 +150,14 @@ func (m *manager) gather(name string) ([]consumerState, *wire.Error) {
 
 // stateOf is a peer's CONSUMER_INFO (node names) as a consumerState.
 func stateOf(ci *wire.ConsumerInfo) consumerState {
-	c := consumerState{name: ci.Name, pattern: ci.Pattern, pending: ci.Pending, members: int(ci.Members), topics: ci.Topics}
+	c := consumerState{name: ci.Name, kind: ci.Kind, pattern: ci.Pattern, pending: ci.Pending, members: int(ci.Members), topics: ci.Topics}
+	if c.kind == "" {
+		c.kind = wire.KindDurable
+	}
 	if ci.LastAck != 0 {
 		c.lastAck = time.Unix(0, ci.LastAck)
 	}
+	c.groupFromPeer(ci)
 	return c
 }
 
@@ -213,7 +220,15 @@ func (m *manager) checkRegionMembers(name, op string, force bool) *wire.Error {
 	if e != nil {
 		return e
 	}
-	return m.n.checkMembers(m.ctx, m.a, consumerState{name: name, members: cs[0].members}, op, force)
+	if e := ambiguous(m.a, cs); e != nil && op != "remove" {
+		return e
+	}
+	for _, c := range cs {
+		if e := m.n.checkMembers(m.ctx, m.a, consumerState{name: name, kind: c.kind, members: c.members}, op, force); e != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 // topicTarget checks a topic request's topic for the principal and finds where it is

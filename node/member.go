@@ -102,6 +102,10 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 			}
 		}
 	}
+	if e := n.checkNewGroup(s.actor, s.actor.durable(gr.Name)); e != nil {
+		refuse(e)
+		return
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	m := &member{s: s, str: str, ctx: ctx, cancel: cancel, commitWake: make(chan struct{}, 1),
@@ -260,7 +264,8 @@ func (m *member) send(fs []*flight) *wire.Error {
 		})
 		var oor *wal.OffsetOutOfRangeError
 		switch {
-		case err == nil || errors.Is(err, wal.ErrUnknownTopic):
+		case err == nil || errors.Is(err, wal.ErrUnknownTopic) || errors.Is(err, wal.ErrTopicDeleted):
+			// A deleted topic's records are gone: the group forgets them (dropTopic).
 		case errors.As(err, &oor):
 			// Deleted by retention before it was delivered: nothing to deliver or redeliver.
 			for _, f := range fs[i+got : j] {

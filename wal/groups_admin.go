@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -208,4 +209,34 @@ func (l *Log) groupsOfTopicInto(b *pebble.Batch, topic string, del bool, cut uin
 		_ = b.Set(k, sealMeta(k, encodeGroupState(moved)), nil)
 	}
 	return it.Error()
+}
+
+// GroupNames returns the names of the stored groups that start with prefix, sorted. It
+// reads keys only: one per (group, topic) pair stored.
+func (l *Log) GroupNames(prefix string) ([]string, error) {
+	db, err := l.readDB()
+	if err != nil {
+		return nil, fmt.Errorf("wal: list group names: %w", err)
+	}
+	defer l.db.RUnlock()
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGroup}, UpperBound: []byte{prefixGroup + 1}})
+	if err != nil {
+		return nil, fmt.Errorf("wal: list group names: %w", err)
+	}
+	defer it.Close()
+	var names []string
+	for valid := it.First(); valid; valid = it.Next() {
+		group, _, ok := parseGroupKey(it.Key())
+		if !ok {
+			return nil, &CorruptError{Reason: fmt.Sprintf("malformed group key %q", it.Key())}
+		}
+		if strings.HasPrefix(group, prefix) && (len(names) == 0 || names[len(names)-1] != group) {
+			names = append(names, group)
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, fmt.Errorf("wal: list group names: %w", err)
+	}
+	slices.Sort(names)
+	return names, nil
 }

@@ -15,6 +15,10 @@ func manageFrames() []Frame {
 			{Topic: "orders.eu", Resume: 4, Next: 10, Pending: 6, Updated: 5},
 			{Topic: "orders.us", Next: 3, Pending: 3},
 		}},
+		&ConsumerInfo{Name: "workers", Kind: KindGroup, Pattern: "jobs.>", Pending: 9, Members: 2, Topics: []ConsumerTopic{
+			{Topic: "jobs.a", Resume: 4, Next: 10, Pending: 7, Updated: 5}, {Topic: "jobs.b", Resume: 1, Next: 3, Pending: 2},
+		}, Group: &ConsumerGroup{AckWait: 30e9, MaxDeliver: 5, DeadLetter: "jobs-dlq", Order: OrderKey, Outstanding: 3, TopicOutstanding: []uint64{2, 1}}},
+		&ConsumerInfo{Name: "idle", Kind: KindGroup, Pattern: "jobs.>", Group: &ConsumerGroup{AckWait: 1e9, MaxDeliver: 1}},
 		&ConsumerReset{Name: "billing", Start: StartTime, StartValue: 1 << 60, Flags: ManageForce},
 		&ConsumerDelete{Name: "billing"},
 		&TopicCreate{Topic: "orders", Flags: ManageRetention | ManageUpdate, MaxAge: 3600e9, MaxBytes: 1 << 30},
