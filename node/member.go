@@ -76,7 +76,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 			return
 		}
 		want.DeadLetter = s.actor.topic(gr.DeadLetter)
-		if e := s.actor.mayPublish(want.DeadLetter); e != nil {
+		if e := s.actor.mayPublish(gr.DeadLetter); e != nil { // the grant is in the client's names
 			refuse(wire.Errorf(e.Code, "dead-letter topic: %s", e.Message))
 			return
 		}
@@ -149,7 +149,8 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	if err != nil {
 		n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(err.Code), 10)).Inc()
 		m.str.SetWriteDeadline(time.Now().Add(endWriteTimeout))
-		m.w.Write(&wire.ErrorFrame{Code: err.Code, Message: err.Message})
+		m.w.Buffer(&wire.ErrorFrame{Code: err.Code, Message: err.Message})
+		m.w.Flush() // Write alone only buffers a small frame
 	}
 	m.str.Close()
 }
