@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -211,4 +212,31 @@ func TestGroupNamesAndTenantCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	joinGroup(t, acme, "orders.eu", client.SubscribeOptions{Group: "third"})
+}
+
+// TestAdminGroupConsumer: the admin API shows a group with its settings, outstanding
+// records and per-topic floor, and removes it.
+func TestAdminGroupConsumer(t *testing.T) {
+	n := tenantNode(t, func(c *Config) { c.AdminAPI = true })
+	srv := httptest.NewServer(n.AdminHandler())
+	defer srv.Close()
+	acme := mustDialAs(t, n, acmeToken)
+	managePublish(t, acme, "orders.eu", 3)
+	member := joinGroup(t, acme, "orders.eu", client.SubscribeOptions{Group: "workers", OrderBy: client.OrderByKey})
+	readAckGroup(t, member, 3, 2)
+	member.Close()
+
+	var one ConsumerInfo
+	if code := httpJSON(t, "GET", srv.URL+"/v1/consumers/workers?tenant=acme", &one); code != 200 || one.Kind != "group" ||
+		one.GroupJSON == nil || one.Order != "key" || one.MaxDeliver != 5 || one.AckWait != "30s" ||
+		len(one.Topics) != 1 || one.Topics[0].Floor == nil || *one.Topics[0].Floor != 2 || one.Pending != 1 {
+		t.Fatalf("GET a group: %d %+v %+v", code, one, one.GroupJSON)
+	}
+	var removed map[string]int
+	if code := httpJSON(t, "DELETE", srv.URL+"/v1/consumers/workers?tenant=acme", &removed); code != 200 || removed["positions_removed"] != 1 {
+		t.Fatalf("DELETE a group: %d %v", code, removed)
+	}
+	if code := httpJSON(t, "GET", srv.URL+"/v1/consumers/workers?tenant=acme", nil); code != 404 {
+		t.Fatalf("GET a removed group: %d, want 404", code)
+	}
 }
