@@ -58,14 +58,18 @@ type member struct {
 func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscribe, refuse func(*wire.Error)) {
 	n := s.n
 	gr := req.Group
+	nameOK := durableRE.MatchString
+	if s.peer {
+		nameOK = peerDurableRE.MatchString // relayed by a node of the region (grouprelay.go): namespaced
+	}
 	switch {
-	case s.peer:
-		refuse(wire.Errorf(wire.CodeInvalidArgument, "group members are served by the node their client connects to; a group cannot be relayed"))
+	case s.peer && s.peerRegion() != n.cfg.Region:
+		refuse(wire.Errorf(wire.CodeInvalidArgument, "group members are served in their own region; a group cannot be relayed from another region"))
 		return
 	case req.Durable != "" || (req.Region != "" && req.Region != n.cfg.Region):
 		refuse(wire.Errorf(wire.CodeInvalidArgument, "group %q: a group member names no durable consumer and no other region", gr.Name))
 		return
-	case !durableRE.MatchString(gr.Name):
+	case !nameOK(gr.Name):
 		refuse(wire.Errorf(wire.CodeInvalidArgument, "group name %q: want 1-255 characters of [A-Za-z0-9_.-]", gr.Name))
 		return
 	}
@@ -82,6 +86,17 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		}
 		if routing.Match(req.Pattern, want.DeadLetter) {
 			refuse(wire.Errorf(wire.CodeInvalidArgument, "dead-letter topic %q matches the group's pattern: its records would come back to the group", gr.DeadLetter))
+			return
+		}
+	}
+	if n.place != nil && !s.peer {
+		home, e := n.groupHome(s.ctx, req.Pattern, s.actor.durable(gr.Name))
+		if e != nil {
+			refuse(e)
+			return
+		}
+		if home != n.cfg.Name {
+			s.relayMember(str, r, req, want.DeadLetter, home, refuse) // grouprelay.go
 			return
 		}
 	}
@@ -102,7 +117,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 			}
 		}
 	}
-	if e := n.checkNewGroup(s.actor, s.actor.durable(gr.Name)); e != nil {
+	if e := n.checkNewGroup(s.groupActor(gr.Name), s.actor.durable(gr.Name)); e != nil {
 		refuse(e)
 		return
 	}
