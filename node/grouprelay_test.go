@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +54,71 @@ func TestGroupAcrossRegionNodes(t *testing.T) {
 	}
 	if g := m.nodes["eu-1"].liveGroup("g"); g != nil {
 		t.Fatal("eu-1 runs the group too: it should relay its members to eu-2")
+	}
+}
+
+// TestExclusiveAcrossRegionNodes: in a region of two nodes, an exclusive durable held by a
+// client of one node refuses a second subscriber on the other node, naming the holder's
+// node; a standby on the other node waits and takes over when the holder ends, after its
+// last ACK. The durable's lock lives on its home (eu-1 here) whichever node the clients use.
+func TestExclusiveAcrossRegionNodes(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 2)
+	name := ""
+	for i := 0; name == ""; i++ {
+		if c := fmt.Sprintf("worker%d", i); routing.Owner(homeKey(c), []string{"eu-1", "eu-2"}) == "eu-1" {
+			name = c
+		}
+	}
+	pub := m.dial("eu-1")
+	groupPublish(t, pub, "orders", 0, 20, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first, err := m.dial("eu-2").Subscribe(ctx, "orders", client.SubscribeOptions{Durable: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.dial("eu-1").Subscribe(ctx, "orders", client.SubscribeOptions{Durable: name})
+	if codeOf(err) != client.CodeConflict || !strings.Contains(err.Error(), "node eu-2") {
+		t.Fatalf("a second subscriber on eu-1: %v; want a conflict naming the holder's node eu-2", err)
+	}
+	_, err = m.dial("eu-2").Subscribe(ctx, "orders", client.SubscribeOptions{Durable: name})
+	if codeOf(err) != client.CodeConflict {
+		t.Fatalf("a second subscriber on eu-2: %v; want a conflict", err)
+	}
+	type result struct {
+		sub *client.Subscription
+		err error
+	}
+	standby := make(chan result, 1)
+	go func() {
+		sub, err := m.dial("eu-1").Subscribe(ctx, "orders", client.SubscribeOptions{Durable: name, Standby: true})
+		standby <- result{sub, err}
+	}()
+	for range 10 {
+		r, err := first.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.Ack(r)
+	}
+	if err := first.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-standby:
+		t.Fatalf("the standby was set up while the first subscriber was active: %v", r.err)
+	default:
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := <-standby
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.sub.Close()
+	rec, err := r.sub.Next(ctx)
+	if err != nil || rec.Offset != 10 {
+		t.Fatalf("the standby's first record: offset %d, %v; want 10 (after the last ACK)", rec.Offset, err)
 	}
 }

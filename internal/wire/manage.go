@@ -174,7 +174,7 @@ func newManageFrame(t Type) Frame {
 	case TypeDone:
 		return new(Done)
 	}
-	return nil
+	return newHolderFrame(t) // holder.go
 }
 
 func (f *Consumers) appendBody(e enc) enc { return e.str(f.Name) }

@@ -24,6 +24,8 @@ func manageFrames() []Frame {
 		&TopicCreate{Topic: "orders", Flags: ManageRetention | ManageUpdate, MaxAge: 3600e9, MaxBytes: 1 << 30},
 		&TopicRemove{Topic: "orders", Op: RemoveDelete, Flags: ManageForce},
 		&Done{Count: 42},
+		&Hold{Name: "tenant/acme/billing", Shown: "billing", Client: "127.0.0.1:5000", Flags: HoldStandby},
+		&Held{},
 		&TopicInfo{Name: "orders", First: 1, Next: 9, Bytes: 100},
 		&TopicInfo{Name: "orders", First: 1, Next: 9, Bytes: 100, RetentionSet: true, RetentionAge: 5e9},
 	}
