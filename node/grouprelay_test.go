@@ -30,8 +30,10 @@ func TestGroupAcrossRegionNodes(t *testing.T) {
 	defer cancel()
 	done := make(chan struct{})
 	members := 0
+	var subs []*client.Subscription
 	for _, node := range []string{"eu-1", "eu-1", "eu-2", "eu-2"} {
 		sub := joinGroup(t, m.dial(node), topic, client.SubscribeOptions{Group: "g", AckWait: time.Minute})
+		subs = append(subs, sub)
 		members++
 		go func(i int) {
 			defer func() { done <- struct{}{} }()
@@ -45,15 +47,44 @@ func TestGroupAcrossRegionNodes(t *testing.T) {
 		<-done
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if len(d.dup) > 0 {
 		t.Fatalf("records delivered to two members: %v", d.dup)
 	}
 	if d.count[1]+d.count[2] == 0 || d.count[3]+d.count[4] == 0 {
 		t.Fatalf("records per member %v: the members on eu-1 (1, 2) and eu-2 (3, 4) should all share", d.count)
 	}
+	d.mu.Unlock()
 	if g := m.nodes["eu-1"].liveGroup("g"); g != nil {
 		t.Fatal("eu-1 runs the group too: it should relay its members to eu-2")
+	}
+
+	// Managed through eu-1: one row with the four members; a forced reset ends every member,
+	// the relayed ones too, with ERROR 21.
+	mctx := context.Background()
+	list, err := pub.Consumers(mctx)
+	if err != nil || len(list) != 1 || list[0].Kind != client.KindGroup || list[0].Members != 4 || list[0].Name != "g" {
+		t.Fatalf("consumers through eu-1: %+v %v; want group g with 4 members", list, err)
+	}
+	if _, err := pub.ResetConsumer(mctx, "g", client.Earliest, client.ManageOptions{}); codeOf(err) != client.CodeInUse {
+		t.Fatalf("reset through eu-1 with members: %v; want in use", err)
+	}
+	info, err := pub.ResetConsumer(mctx, "g", client.Earliest, client.ManageOptions{Force: true})
+	if err != nil || info.Members != 0 || info.Pending != total {
+		t.Fatalf("forced reset through eu-1: %+v %v; want no members, %d pending", info, err, total)
+	}
+	ectx, ecancel := context.WithTimeout(mctx, 10*time.Second)
+	defer ecancel()
+	for i, sub := range subs {
+		for {
+			_, err := sub.Next(ectx) // records read ahead come first
+			if err == nil {
+				continue
+			}
+			if codeOf(err) != client.CodeInUse {
+				t.Fatalf("member %d after the forced reset: %v; want in use", i+1, err)
+			}
+			break
+		}
 	}
 }
 
