@@ -37,10 +37,10 @@ import (
 // then be delivered more than MaxDeliver times in all). With replication (issue 13) this
 // state must become replicated state, written in the entries of the ACKs it describes.
 //
-// A group is served by the node its members connect to, from that node's log. In a region
-// of several nodes, members must connect to the node that owns the group's topics: a
-// literal topic owned by another node is refused naming it; a pattern is served from the
-// topics this node holds.
+// A group is served by its home (grouprelay.go), from that node's log: in a region of
+// several nodes, the owner of a literal pattern's topic, else the rendezvous winner of its
+// name; members connected to another node are relayed there. A pattern is served from the
+// topics its home holds.
 
 // GroupConfig holds the node's consumer group defaults and bounds.
 type GroupConfig struct {

@@ -111,7 +111,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 				return
 			}
 			if o != n.cfg.Name {
-				refuse(wire.Errorf(wire.CodeUnavailable, "group %q: topic %q is owned by node %s of this region; a group is served by the node that holds its topics: connect there",
+				refuse(wire.Errorf(wire.CodeUnavailable, "group %q: topic %q is owned by node %s of this region; a group is served by its home, which must hold its topics (the dead-letter topic too)",
 					gr.Name, s.actor.clientName(t), o))
 				return
 			}
