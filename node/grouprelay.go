@@ -83,7 +83,8 @@ func (s *session) groupActor(name string) *principal {
 type memberRelay struct {
 	cancel context.CancelFunc
 	mu     sync.Mutex
-	err    *wire.Error // set by drain: sent to the client instead of the home's end
+	err    *wire.Error // set by drain or a bad client frame: sent to the client instead of the home's end
+	gone   bool        // the client reset its stream: nothing more to tell it
 }
 
 func (m *memberRelay) drain() {
@@ -139,6 +140,9 @@ func (s *session) relayMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 				return
 			}
 			if err != nil {
+				rl.mu.Lock()
+				rl.gone = true
+				rl.mu.Unlock()
 				cancel()
 				return
 			}
@@ -184,19 +188,17 @@ func (s *session) relayMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	if w.Flush() != nil {
 		ended = false
 	}
+	cancel()
+	<-upDone
 	rl.mu.Lock()
-	e := rl.err
+	e, gone := rl.err, rl.gone
 	rl.mu.Unlock()
 	switch {
 	case e != nil:
-		cancel()
 		s.failStream(str, e)
 	case ended:
 		str.Close()
-	case ctx.Err() == nil || s.ctx.Err() == nil:
-		cancel()
+	case !gone && s.ctx.Err() == nil:
 		s.failStream(str, wire.Errorf(wire.CodeUnavailable, "group %q: the link to node %s, which serves the group, failed: subscribe again", req.Group.Name, home))
 	}
-	cancel()
-	<-upDone
 }

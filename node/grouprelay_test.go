@@ -116,13 +116,23 @@ func TestExclusiveAcrossRegionNodes(t *testing.T) {
 	if codeOf(err) != client.CodeConflict {
 		t.Fatalf("a second subscriber on eu-2: %v; want a conflict", err)
 	}
+	standbyTakesOver(ctx, t, first, func() (*client.Subscription, error) {
+		return m.dial("eu-1").Subscribe(ctx, "orders", client.SubscribeOptions{Durable: name, Standby: true})
+	})
+}
+
+// standbyTakesOver runs subscribe (a standby of the durable that first holds) meanwhile
+// first reads and acknowledges 10 records, checks that the standby is not set up while first
+// is active, then closes first: the standby must take over at offset 10, after its last ACK.
+func standbyTakesOver(ctx context.Context, t *testing.T, first *client.Subscription, subscribe func() (*client.Subscription, error)) {
+	t.Helper()
 	type result struct {
 		sub *client.Subscription
 		err error
 	}
 	standby := make(chan result, 1)
 	go func() {
-		sub, err := m.dial("eu-1").Subscribe(ctx, "orders", client.SubscribeOptions{Durable: name, Standby: true})
+		sub, err := subscribe()
 		standby <- result{sub, err}
 	}()
 	for range 10 {

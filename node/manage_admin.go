@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
@@ -191,13 +192,5 @@ func timeOrNil(ns int64) *time.Time {
 	return &t
 }
 
-// wireOrderName names a group's order as the CLI's --order takes it.
-func wireOrderName(o byte) string {
-	switch o {
-	case wire.OrderTopic:
-		return "topic"
-	case wire.OrderKey:
-		return "key"
-	}
-	return "none"
-}
+// wireOrderName names a group's order as the CLI's --order takes it: none, topic or key.
+func wireOrderName(o byte) string { return strings.TrimPrefix(orderName(o), "by ") }
