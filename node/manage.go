@@ -109,7 +109,11 @@ func (n *Node) consumers(a *principal, name string) ([]consumerState, *wire.Erro
 func finishConsumers(a *principal, name string, cs map[string]*consumerState, where string) ([]consumerState, *wire.Error) {
 	out := make([]consumerState, 0, len(cs))
 	for _, c := range cs {
-		if e := a.mayManageConsumer(c.topicNames()); e != nil {
+		names := c.topicNames()
+		if c.kind == wire.KindGroup && c.pattern != "" {
+			names = append(names, c.pattern) // a group's pattern too: it may have no topic yet
+		}
+		if e := a.mayManageConsumer(names); e != nil {
 			if name != "" {
 				return nil, e
 			}
