@@ -211,9 +211,9 @@ func (f *ConsumerInfo) decodeBody(d *dec) {
 		f.decodeGroup(d)
 		return
 	}
-	// Each row takes at least 6 bytes: a count the body cannot hold is refused before the
-	// slice is allocated.
-	if n > maxConsumerTopics || n*6 > uint64(len(d.b)) {
+	// Each row takes at least 5 bytes (an empty topic and four one-byte varints): a count the
+	// body cannot hold is refused before the slice is allocated.
+	if n > maxConsumerTopics || n*5 > uint64(len(d.b)) {
 		d.fail("%d topics: over the limit of %d or the frame's size", n, maxConsumerTopics)
 		return
 	}
