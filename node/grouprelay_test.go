@@ -86,6 +86,14 @@ func TestGroupAcrossRegionNodes(t *testing.T) {
 			break
 		}
 	}
+	// A relayed member's COMMIT is answered once the home stored its ACKs.
+	again := joinGroup(t, pub, topic, client.SubscribeOptions{Group: "g"})
+	for range 2 { // a member holds at most 256 unacknowledged records
+		readAckGroup(t, again, total/2, total/2)
+	}
+	if _, states, _, err := m.nodes["eu-2"].Log().Group("g"); err != nil || states[topic] == nil || states[topic].Floor != total {
+		t.Fatalf("the home's state after a relayed member's COMMIT: %+v %v; want floor %d", states[topic], err, total)
+	}
 }
 
 // TestExclusiveAcrossRegionNodes: in a region of two nodes, an exclusive durable held by a
