@@ -62,8 +62,9 @@ func TestGroupAcrossRegionNodes(t *testing.T) {
 	// the relayed ones too, with ERROR 21.
 	mctx := context.Background()
 	list, err := pub.Consumers(mctx)
-	if err != nil || len(list) != 1 || list[0].Kind != client.KindGroup || list[0].Members != 4 || list[0].Name != "g" {
-		t.Fatalf("consumers through eu-1: %+v %v; want group g with 4 members", list, err)
+	if err != nil || len(list) != 1 || list[0].Kind != client.KindGroup || list[0].Members != 4 || list[0].Name != "g" ||
+		list[0].Group == nil || list[0].Group.AckWait != time.Minute || list[0].Group.Outstanding > list[0].Pending {
+		t.Fatalf("consumers through eu-1: %+v %v; want group g with 4 members and its settings", list, err)
 	}
 	if _, err := pub.ResetConsumer(mctx, "g", client.Earliest, client.ManageOptions{}); codeOf(err) != client.CodeInUse {
 		t.Fatalf("reset through eu-1 with members: %v; want in use", err)

@@ -93,11 +93,9 @@ func (c *consumerState) groupInfo(a *principal) *wire.ConsumerGroup {
 	if g.DeadLetter != "" {
 		g.DeadLetter = a.clientName(g.DeadLetter)
 	}
-	g.Outstanding, g.TopicOutstanding = 0, nil
+	g.TopicOutstanding = nil
 	for _, t := range c.topics {
-		o := c.outstanding[t.Topic]
-		g.Outstanding += o
-		g.TopicOutstanding = append(g.TopicOutstanding, o)
+		g.TopicOutstanding = append(g.TopicOutstanding, c.outstanding[t.Topic])
 	}
 	return &g
 }
@@ -120,8 +118,13 @@ func (c *consumerState) groupFromPeer(ci *wire.ConsumerInfo) {
 
 // mergeGroup adds o's group part (the same group on another node) to c's.
 func (c *consumerState) mergeGroup(o *consumerState) {
-	if c.group == nil {
-		c.group = o.group
+	switch {
+	case o.group == nil:
+	case c.group == nil:
+		g := *o.group
+		c.group = &g
+	default:
+		c.group.Outstanding += o.group.Outstanding
 	}
 	if c.outstanding == nil {
 		c.outstanding = make(map[string]uint64)
