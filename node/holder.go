@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/quic-go/quic-go"
 
@@ -66,7 +67,16 @@ func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <
 		end()
 		return nil, wire.Errorf(wire.CodeUnavailable, "durable consumer %q: ask node %s for its lock: %v", shown, home, err)
 	}
+	var timeout <-chan time.Time // a standby waits for the holder; anyone else for an answer
+	if !standby {
+		t := time.NewTimer(n.cfg.ManageTimeout)
+		defer t.Stop()
+		timeout = t.C
+	}
 	select {
+	case <-timeout:
+		end()
+		return nil, wire.Errorf(wire.CodeUnavailable, "durable consumer %q: node %s, which keeps its lock, did not answer within %v", shown, home, n.cfg.ManageTimeout)
 	case err := <-answer:
 		var we *wire.Error
 		switch {
