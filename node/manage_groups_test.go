@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/wal"
 )
 
 // readAckGroup reads count records of a group member, acknowledges the first acks of them
@@ -238,5 +239,36 @@ func TestAdminGroupConsumer(t *testing.T) {
 	}
 	if code := httpJSON(t, "GET", srv.URL+"/v1/consumers/workers?tenant=acme", nil); code != 404 {
 		t.Fatalf("GET a removed group: %d, want 404", code)
+	}
+}
+
+// TestConsumerNameOfBoth: a name a durable and a group share (stored before names were kept
+// apart: made here in the log directly) lists as two rows; info and reset are refused naming
+// the way out, and rm removes both.
+func TestConsumerNameOfBoth(t *testing.T) {
+	n := tenantNode(t)
+	ctx := context.Background()
+	acme := mustDialAs(t, n, acmeToken)
+	managePublish(t, acme, "orders.eu", 2)
+	consumeAndAck(t, acme, "orders.eu", "billing", 1)
+	if err := n.wal.SetGroup(ctx, "tenant/acme/billing", &wal.GroupSettings{Pattern: "acme.orders.eu", AckWait: time.Second, MaxDeliver: 1},
+		map[string]*wal.GroupState{"acme.orders.eu": {Floor: 1, Next: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := acme.Consumers(ctx)
+	if err != nil || len(list) != 2 || list[0].Kind != client.KindDurable || list[1].Kind != client.KindGroup {
+		t.Fatalf("listing: %+v %v; want billing twice, durable then group", list, err)
+	}
+	if _, err := acme.ConsumerInfo(ctx, "billing"); codeOf(err) != client.CodeConflict || !strings.Contains(err.Error(), "consumers rm billing") {
+		t.Fatalf("info: %v; want a conflict naming rm", err)
+	}
+	if _, err := acme.ResetConsumer(ctx, "billing", client.Earliest, client.ManageOptions{}); codeOf(err) != client.CodeConflict {
+		t.Fatalf("reset: %v; want a conflict", err)
+	}
+	if removed, err := acme.DeleteConsumer(ctx, "billing", client.ManageOptions{}); err != nil || removed != 2 {
+		t.Fatalf("rm: %d %v; want the durable's position and the group's topic state", removed, err)
+	}
+	if list, err := acme.Consumers(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("after rm: %+v %v", list, err)
 	}
 }

@@ -88,13 +88,18 @@ func (m *manager) stored(name string) (string, *wire.Error) {
 
 // consumers lists the principal's consumers (name empty) or finds one.
 func (m *manager) consumers(name string) ([]consumerState, *wire.Error) {
-	if name != "" {
-		var e *wire.Error
-		if name, e = m.stored(name); e != nil {
-			return nil, e
-		}
+	if name == "" {
+		return m.gather("")
 	}
-	return m.gather(name)
+	name, e := m.stored(name)
+	if e != nil {
+		return nil, e
+	}
+	cs, e := m.gather(name)
+	if e == nil {
+		e = ambiguous(m.a, cs)
+	}
+	return cs, e
 }
 
 // gather is n.consumers over this node and, in a region, its other live nodes, merged by
