@@ -66,15 +66,16 @@ func (n *Node) groupHome(ctx context.Context, pattern, name string) (string, *wi
 	return n.consumerHome(name), nil
 }
 
-// groupActor is who a member of group name acts as for the tenant checks of a new group: the
-// session's principal, or for a member relayed by a peer the tenant its namespaced name
-// says (the relaying node checked the grants).
+// groupActor is who a member of group name acts as for the tenant checks of a new group and
+// the names of its messages and dead-letter headers: the session's principal, or for a
+// member relayed by a peer the tenant its namespaced name says (the relaying node checked
+// the grants).
 func (s *session) groupActor(name string) *principal {
 	if !s.peer {
 		return s.actor
 	}
 	if tenant, _ := splitConsumer(name); tenant != "" {
-		return &principal{name: s.actor.name, tenant: tenant}
+		return newPrincipal(s.actor.name, Credential{Tenant: tenant})
 	}
 	return s.actor
 }

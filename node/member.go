@@ -25,6 +25,7 @@ import (
 // and the ones it holds are delivered again to others when their ack-wait passes.
 type member struct {
 	s      *session
+	view   *principal // whose names the dead-letter headers use: the client's (a relayed member's tenant)
 	g      *group
 	str    *quic.Stream
 	id     string // for the dead-letter headers: the client's address and the stream
@@ -127,7 +128,8 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		id: s.conn.RemoteAddr().String() + " stream " + strconv.FormatInt(int64(str.StreamID()), 10)}
 	m.w = wire.NewWriter(str)
 	m.mu.index = make(map[string]uint64)
-	g, e := n.joinGroup(s.actor.durable(gr.Name), gr.Name, req, want, m)
+	m.view = s.groupActor(gr.Name)
+	g, e := n.joinGroup(s.actor.durable(gr.Name), m.view.clientDurable(s.actor.durable(gr.Name)), req, want, m)
 	if e != nil {
 		refuse(e)
 		return
@@ -196,7 +198,7 @@ func (m *member) run() *wire.Error {
 		changed, due := g.waitCh() // before take: a change after it is not missed
 		got, dead := g.take(m, n.cfg.Groups.MemberBatch)
 		if len(dead) > 0 {
-			if err := g.deadLetter(m.ctx, dead, m.s.actor.clientName); err != nil {
+			if err := g.deadLetter(m.ctx, dead, m.view.clientName); err != nil {
 				n.log.Error("group dead-letter failed", "group", g.shown, "err", err)
 				return wire.Errorf(wire.CodeInternal, "group %q: %v", g.shown, err)
 			}
