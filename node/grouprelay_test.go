@@ -172,3 +172,32 @@ func standbyTakesOver(ctx context.Context, t *testing.T, first *client.Subscript
 		t.Fatalf("the standby's first record: offset %d, %v; want 10 (after the last ACK)", rec.Offset, err)
 	}
 }
+
+// TestGroupRelayTenantNames: a tenant's member relayed to the group's home sees its own
+// names (topics without the tenant's prefix), and the group is managed in the tenant's view.
+func TestGroupRelayTenantNames(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 2, func(c *Config) {
+		c.Credentials = []Credential{{Token: acmeToken, Tenant: "acme"}}
+	})
+	topic := ""
+	for i := 0; topic == ""; i++ {
+		if c := fmt.Sprintf("orders.%d", i); routing.Owner("acme."+c, []string{"eu-1", "eu-2"}) == "eu-2" {
+			topic = c
+		}
+	}
+	c := mustDialAs(t, m.nodes["eu-1"], acmeToken)
+	managePublish(t, c, topic, 3)
+	sub := joinGroup(t, c, topic, client.SubscribeOptions{Group: "workers"})
+	for _, r := range readAckGroup(t, sub, 3, 3) {
+		if r.Topic != topic {
+			t.Fatalf("a relayed tenant member got topic %q, want %q", r.Topic, topic)
+		}
+	}
+	info, err := c.ConsumerInfo(context.Background(), "workers")
+	if err != nil || info.Kind != client.KindGroup || info.Pattern != topic || info.Members != 1 || len(info.Topics) != 1 || info.Topics[0].Topic != topic || info.Topics[0].Resume != 3 {
+		t.Fatalf("info through eu-1: %+v %v", info, err)
+	}
+	if m.nodes["eu-2"].liveGroup("tenant/acme/workers") == nil {
+		t.Fatal("the group does not run on its home eu-2")
+	}
+}
