@@ -201,3 +201,35 @@ func TestGroupRelayTenantNames(t *testing.T) {
 		t.Fatal("the group does not run on its home eu-2")
 	}
 }
+
+// TestExclusiveLockLost: when the durable's home goes away, a subscription holding the
+// durable through it on another node ends with ERROR 9, saying the lock was lost, rather
+// than going on without its lock.
+func TestExclusiveLockLost(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 2)
+	name, topic := "", ""
+	for i := 0; name == "" || topic == ""; i++ {
+		if c := fmt.Sprintf("worker%d", i); name == "" && routing.Owner(homeKey(c), []string{"eu-1", "eu-2"}) == "eu-1" {
+			name = c
+		}
+		if c := fmt.Sprintf("orders.%d", i); topic == "" && routing.Owner(c, []string{"eu-1", "eu-2"}) == "eu-2" {
+			topic = c
+		}
+	}
+	c := m.dial("eu-2")
+	groupPublish(t, c, topic, 0, 3, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	sub, err := c.Subscribe(ctx, topic, client.SubscribeOptions{Durable: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	manageRead(t, sub, 3)
+	if err := m.nodes["eu-1"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = sub.Next(ctx)
+	if codeOf(err) != client.CodeUnavailable || !strings.Contains(err.Error(), "lock") {
+		t.Fatalf("the holder after its durable's home went away: %v; want unavailable, naming the lost lock", err)
+	}
+}

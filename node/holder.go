@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -16,9 +17,10 @@ import (
 // connected to opens a stream to the home and sends HOLD; the home takes the lock for it
 // (a standby's HOLD waits) and answers HELD, or ERROR 15 naming the holder, and keeps it
 // until the stream ends: the asker's FIN when the subscription ends, or the stream's or
-// link's loss. A lost link thus releases the lock at the home while the subscription on the
-// asking node goes on; a second subscriber can then take it (for as long as the link is down),
-// which the brief window of a membership change allows too (grouprelay.go).
+// link's loss. A lost stream releases the lock at the home, so the asker ends its
+// subscription too, with ERROR 9 (subscribe again): one that went on would hold the durable
+// without its lock. Between the loss and that end a second subscriber can take the lock, as
+// in the brief window of a membership change (grouprelay.go).
 
 // lockAt takes durable name's lock at node home for the client of s: as lockDurable.
 func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <-chan struct{}) (release func(), e *wire.Error) {
@@ -34,6 +36,7 @@ func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <
 	}
 	answer := make(chan error, 1) // nil: HELD
 	readerDone := make(chan struct{})
+	var released atomic.Bool // by release: the stream's end is ours
 	go func() { // the stream's reader: the answer, then nothing until the stream ends
 		defer close(readerDone)
 		r := wire.NewReader(str, wire.Limits{})
@@ -53,6 +56,9 @@ func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <
 		}
 		for {
 			if _, err := r.Read(); err != nil {
+				if !released.Load() {
+					n.lockLost(s, name, shown, home)
+				}
 				return
 			}
 		}
@@ -101,10 +107,28 @@ func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <
 	var once sync.Once
 	return func() {
 		once.Do(func() {
+			released.Store(true)
 			str.Close() // the FIN releases the lock at the home
 			end()
 		})
 	}, nil
+}
+
+// lockLost ends the subscriptions of session s under durable name (stored): the stream that
+// held its lock at home ended without them letting go.
+func (n *Node) lockLost(s *session, name, shown, home string) {
+	select {
+	case <-n.stop:
+		return // this node is shutting down: its subscriptions end with ERROR 11
+	default:
+	}
+	e := wire.Errorf(wire.CodeUnavailable, "durable consumer %q: its lock at node %s of this region was lost (the node or the link to it went away): subscribe again", shown, home)
+	for _, sub := range n.liveSubscriptions() {
+		if sub.s == s && sub.req.Durable == name {
+			sub.ackErr.CompareAndSwap(nil, e)
+			sub.cancel()
+		}
+	}
 }
 
 // serveHold serves a HOLD from a node of this region: it takes the lock here and keeps it
