@@ -37,7 +37,8 @@ func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <
 	answer := make(chan error, 1) // nil: HELD
 	readerDone := make(chan struct{})
 	var released atomic.Bool // by release: the stream's end is ours
-	go func() {              // the stream's reader: the answer, then nothing until the stream ends
+	// The stream's reader: the answer, then nothing until the stream ends.
+	go func() {
 		defer close(readerDone)
 		r := wire.NewReader(str, wire.Limits{})
 		f, err := r.Read()
