@@ -34,6 +34,10 @@ const grpTopic = "grp.bench"
 
 var grpSystemNames = []string{"quicmq", "jetstream"}
 
+// quicmqMemberPending is the most records a QuicMQ group member holds unacknowledged (the
+// node's GroupConfig.MemberPending default; the broker child runs the defaults).
+const quicmqMemberPending = 256
+
 // grpAckMeans says what the confirmation the scenario waits for means per system.
 var grpAckMeans = map[string]string{
 	"quicmq":    "Commit returned: the group's state with these acks fsynced",
@@ -52,7 +56,23 @@ type grpParams struct {
 	// MaxAckPending (QuicMQ's group window is the node's GroupConfig.Window, 1,024 by default).
 	MaxAckPending int
 	AckWait       time.Duration
-	MaxTime       time.Duration // the run ends when the members' acks are confirmed for Backlog records, or after this
+	// MaxTime bounds a run, which ends when the reading members' acks are confirmed for
+	// Target() records.
+	MaxTime time.Duration
+}
+
+// Target is the confirmed acks that end a run: the backlog, less what a slow member can hold
+// (QuicMQ: the node's MemberPending; JetStream: its one Fetch), so that the run measures the
+// rest's rate rather than the wait for the slow member's records.
+func (p grpParams) Target() int {
+	if !p.Slow {
+		return p.Backlog
+	}
+	hold := p.Batch
+	if p.System == "quicmq" {
+		hold = quicmqMemberPending
+	}
+	return max(p.Backlog-hold, 1)
 }
 
 func (p grpParams) args() []string {
@@ -86,10 +106,12 @@ type grpResult struct {
 	grpParams
 	Repeat int
 	// Acked: records whose acks were confirmed, by the members that read (not the slow one),
-	// from the first SUBSCRIBE (QuicMQ) or Fetch (JetStream) until Backlog were confirmed.
-	Acked   int
-	Seconds float64
-	Rate    float64
+	// from the first SUBSCRIBE (QuicMQ) or Fetch (JetStream) until Target() were confirmed.
+	Acked int
+	// LongestGap: ms, the longest time in the run in which no confirmation returned.
+	LongestGap float64
+	Seconds    float64
+	Rate       float64
 	// AckP50/P99: ms from a record's Ack call to the return of the confirmation that covers
 	// it (QuicMQ: Commit; JetStream: the AckSync of the batch's last record).
 	AckP50, AckP99 float64
@@ -98,7 +120,7 @@ type grpResult struct {
 	Confirms               int     // confirmation calls
 	Distinct               int     // different records the reading members acked
 	Redelivered            int     // acks by the reading members of a record acked before
-	SlowHeld               int     // records the slow member received (QuicMQ: 1 read; JetStream: its first Fetch)
+	SlowHeld               int     // records the slow member read (QuicMQ: its one Next; JetStream: its one Fetch)
 	Published              int     // by the live publisher in the run
 	LoadSeconds            float64 // storing the backlog
 	BrokerCPUus            float64 // broker process CPU per acked record
@@ -114,6 +136,9 @@ type grpResult struct {
 type grpStats struct {
 	ack, confirm latHist
 	acked        atomic.Int64
+	gapMu        sync.Mutex
+	last         time.Time     // under gapMu: the last confirmation's return (first: the start)
+	longestGap   time.Duration // under gapMu
 	confirms     atomic.Int64
 	seen         []atomic.Int32 // per record sequence: acks by the reading members
 	redelivered  atomic.Int64
@@ -146,6 +171,19 @@ func (s *grpStats) confirmed(called, now time.Time, acks []time.Time) {
 	}
 	s.confirms.Add(1)
 	s.acked.Add(int64(len(acks)))
+	s.gap(now)
+}
+
+// gap notes that a confirmation returned (or the run ended) at now.
+func (s *grpStats) gap(now time.Time) {
+	s.gapMu.Lock()
+	if d := now.Sub(s.last); d > s.longestGap {
+		s.longestGap = d
+	}
+	if now.After(s.last) {
+		s.last = now
+	}
+	s.gapMu.Unlock()
 }
 
 // grpSys is one broker seen by the group scenarios.
@@ -244,6 +282,7 @@ func runGrpWorker(args []string) error {
 	})
 
 	cpu0, start := brokerCPU(pid), time.Now()
+	st.last = start
 	if p.Slow {
 		// First, so that it takes its share of the records at once.
 		if err := sys.member(ctx, p, true, st); err != nil {
@@ -255,8 +294,8 @@ func runGrpWorker(args []string) error {
 			return fmt.Errorf("%s: member %d: %w", p.System, i, err)
 		}
 	}
-	// Wait for the confirmations, every 10 ms, until Backlog records are confirmed.
-	for st.acked.Load() < int64(p.Backlog) {
+	// Wait for the confirmations, every 10 ms, until Target() records are confirmed.
+	for st.acked.Load() < int64(p.Target()) {
 		if time.Since(start) > p.MaxTime {
 			res.TimedOut = true
 			break
@@ -264,12 +303,16 @@ func runGrpWorker(args []string) error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	el := time.Since(start)
+	st.gap(start.Add(el))
 	cpu1 := brokerCPU(pid)
 	res.RSSEnd = rssMiB(pid)
 	close(stopRSS)
 	rssWG.Wait()
 	res.RSSMax = max(float64(rssMax.Load())/1024, res.RSSStart, res.RSSEnd)
 	res.Acked = int(st.acked.Load())
+	st.gapMu.Lock()
+	res.LongestGap = float64(st.longestGap) / 1e6
+	st.gapMu.Unlock()
 	res.Seconds = el.Seconds()
 	res.Rate = float64(res.Acked) / el.Seconds()
 	res.AckP50, res.AckP99 = st.ack.quantile(0.5, 0), st.ack.quantile(0.99, 0)
@@ -704,8 +747,8 @@ broker's VmRSS. Each run has a network namespace of its own, no loss.
 				continue
 			}
 			res.Repeat = r
-			fmt.Fprintf(os.Stderr, " %.0f records/s acked, ack p50 %.2f p99 %.1f ms, confirm p50 %.2f ms, %d redelivered, RSS %.0f/%.0f/%.0f MiB, timed out %v %v\n",
-				res.Rate, res.AckP50, res.AckP99, res.ConfirmP50, res.Redelivered, res.RSSStart, res.RSSMax, res.RSSEnd, res.TimedOut, res.Notes)
+			fmt.Fprintf(os.Stderr, " %.0f records/s acked in %.1f s, ack p50 %.2f p99 %.1f ms, confirm p50 %.2f ms, longest gap %.0f ms, %d redelivered, RSS %.0f/%.0f/%.0f MiB, timed out %v %v\n",
+				res.Rate, res.Seconds, res.AckP50, res.AckP99, res.ConfirmP50, res.LongestGap, res.Redelivered, res.RSSStart, res.RSSMax, res.RSSEnd, res.TimedOut, res.Notes)
 			results = append(results, &res)
 		}
 	}
@@ -796,8 +839,8 @@ func printGroups(rs []*grpResult, systems []string, members []int, slowSys []str
 		return
 	}
 	fmt.Println()
-	fmt.Println("| system | members | records/s without | with one that stops reading (the rest) | with/without (goal >= 0.8) | slow member held | broker VmRSS MiB start/max/end without | with |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| system | members | records/s without | with one that stops reading (the rest) | with/without (goal >= 0.8) | longest gap ms without / with | slow member read | broker VmRSS MiB start/max/end without | with |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	rss := func(g []*grpResult) string {
 		if len(g) == 0 {
 			return "-"
@@ -810,7 +853,9 @@ func printGroups(rs []*grpResult, systems []string, members []int, slowSys []str
 		if len(with) == 0 || len(without) == 0 {
 			continue
 		}
-		fmt.Printf("| %s | %d | %v | %v | %s | %v | %s | %s |\n", s, slowMembers, medianOf(without, rate), medianOf(with, rate),
-			grpRatio(with, without, rate), medianOf(with, func(r *grpResult) float64 { return float64(r.SlowHeld) }), rss(without), rss(with))
+		gap := func(r *grpResult) float64 { return r.LongestGap }
+		fmt.Printf("| %s | %d | %v | %v | %s | %v / %v | %v | %s | %s |\n", s, slowMembers, medianOf(without, rate), medianOf(with, rate),
+			grpRatio(with, without, rate), medianOf(without, gap), medianOf(with, gap),
+			medianOf(with, func(r *grpResult) float64 { return float64(r.SlowHeld) }), rss(without), rss(with))
 	}
 }
