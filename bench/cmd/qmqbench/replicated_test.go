@@ -1,36 +1,11 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 )
-
-// init lets the test binary serve as the hidden commands of the replicated and groups
-// scenarios. It runs before TestMain and exits.
-func init() {
-	if len(os.Args) < 2 {
-		return
-	}
-	var run func([]string) error
-	switch os.Args[1] {
-	case "repworker":
-		run = runRepWorker
-	case "jsnode":
-		run = runJSNode
-	case "grpworker":
-		run = runGrpWorker
-	default:
-		return
-	}
-	if err := run(os.Args[2:]); err != nil {
-		os.Stderr.WriteString(err.Error() + "\n")
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
 
 // A binary without `node --replicas` is refused for R3 with an error that says so.
 func TestReplicatedRefusesR3WithoutReplicas(t *testing.T) {
