@@ -84,7 +84,7 @@ func (p grpParams) args() []string {
 
 func (p *grpParams) flags(fs *flag.FlagSet) {
 	fs.IntVar(&p.Size, "size", 128, "payload bytes (at least 8: the record's sequence)")
-	fs.IntVar(&p.Backlog, "backlog", 50000, "records stored before the members start; the run ends when that many acks are confirmed")
+	fs.IntVar(&p.Backlog, "backlog", 200000, "records stored before the members start; the run ends when that many acks are confirmed")
 	fs.Float64Var(&p.Rate, "rate", 500, "records/s of the live publisher while the members read (0: none)")
 	fs.IntVar(&p.Batch, "batch", 64, "JetStream: records per Fetch (QuicMQ's node hands a member up to 64 at a time)")
 	fs.IntVar(&p.MaxAckPending, "max-ack-pending", 1024, "JetStream: the consumer's MaxAckPending (QuicMQ: the node's group window, 1,024)")
