@@ -66,14 +66,21 @@ type repResult struct {
 	repParams
 	Repeat      int
 	Nodes       int
-	Records     int     // acked in the window
-	Rate        float64 // records/s
-	P50, P99    float64 // publish-to-ack ms of the publishes acked in the window
-	BrokerCPUus float64 // CPU of every broker process (user+system) per record, µs
-	Errors      int
-	AckMeans    string
-	Notes       []string
-	LoadAvg     float64
+	Records     int       // acked in the window
+	Rate        float64   // records/s
+	P50, P99    float64   // publish-to-ack ms of the publishes acked in the window
+	BrokerCPUus float64   // CPU of every broker process (user+system) per record, µs
+	NodeCPUus   []float64 // the same per broker process, server i (named n<i+1>, js<i+1>) first
+	// Leader is the topic's (stream's) leader after the window, from `quicmq topics --format
+	// json` or JetStream's stream info ("" when not known); ClientsOnLeader of the clients
+	// were connected to its server (client i dials server i mod Nodes).
+	Leader          string
+	Replicas        []string
+	ClientsOnLeader int
+	Errors          int
+	AckMeans        string
+	Notes           []string
+	LoadAvg         float64
 }
 
 // asyncPub is one publishing connection of the replicated and groups scenarios.
@@ -232,10 +239,12 @@ func (p *procNode) stop() {
 // repCluster is the brokers of one run: the processes, the address each client dials and the
 // CA file QuicMQ clients trust.
 type repCluster struct {
-	pids  []int
-	addrs []string
-	ca    string
-	stop  func()
+	pids   []int
+	addrs  []string
+	names  []string // server names, as leader reports them
+	ca     string
+	stop   func()
+	leader func(ctx context.Context) (leader string, replicas []string, err error)
 }
 
 // startQuicmqRegion starts n `quicmq node` processes of one region (n > 1: joined by gossip,
@@ -251,6 +260,7 @@ func startQuicmqRegion(bin string, n, replicas int) (*repCluster, error) {
 		return nil, err
 	}
 	cl := &repCluster{ca: filepath.Join(dir, "ca", "ca.pem")}
+	cl.leader = func(ctx context.Context) (string, []string, error) { return quicmqLeader(ctx, bin, cl.ca, cl.addrs[0]) }
 	var procs []*procNode
 	cl.stop = func() {
 		var wg sync.WaitGroup
@@ -282,6 +292,7 @@ func startQuicmqRegion(bin string, n, replicas int) (*repCluster, error) {
 		procs = append(procs, p)
 		cl.pids = append(cl.pids, p.pid())
 		cl.addrs = append(cl.addrs, addr)
+		cl.names = append(cl.names, fmt.Sprintf("n%d", i+1))
 		// The first node creates the CA the others load: wait for each before the next.
 		if err := waitQuicmq(p, tail, cl.ca, addr); err != nil {
 			cl.stop()
@@ -289,6 +300,28 @@ func startQuicmqRegion(bin string, n, replicas int) (*repCluster, error) {
 		}
 	}
 	return cl, nil
+}
+
+// quicmqLeader asks `quicmq topics --format json` through the node at addr for repTopic's
+// leader and replicas.
+func quicmqLeader(ctx context.Context, bin, ca, addr string) (string, []string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "topics", "--pattern", repTopic, "--format", "json", "--server", addr, "--ca", ca).CombinedOutput()
+	if err != nil {
+		return "", nil, fmt.Errorf("quicmq topics: %w: %s", err, bytes.TrimSpace(out))
+	}
+	for _, line := range bytes.Split(out, []byte("\n")) {
+		var row struct {
+			Topic    string   `json:"topic"`
+			Leader   string   `json:"leader"`
+			Replicas []string `json:"replicas"`
+		}
+		if json.Unmarshal(line, &row) == nil && row.Topic == repTopic {
+			return row.Leader, row.Replicas, nil
+		}
+	}
+	return "", nil, fmt.Errorf("quicmq topics: no row for %s in %q", repTopic, bytes.TrimSpace(out))
 }
 
 // checkReplicasFlag refuses a quicmq binary without `node --replicas` (issue 13's wiring).
@@ -352,6 +385,7 @@ func startJetStream(n int, stream string, subjects []string, cfg func(*nats.Stre
 		procs = append(procs, b)
 		cl.pids = append(cl.pids, b.pid())
 		cl.addrs = append(cl.addrs, fmt.Sprintf("nats://127.0.0.1:%d", 4222+i))
+		cl.names = append(cl.names, fmt.Sprintf("js%d", i+1))
 	}
 	// The cluster takes the stream once its meta group has a leader and every server is in.
 	deadline := time.Now().Add(60 * time.Second)
@@ -369,6 +403,26 @@ func startJetStream(n int, stream string, subjects []string, cfg func(*nats.Stre
 	sc := &nats.StreamConfig{Name: stream, Subjects: subjects, Storage: nats.FileStorage, Replicas: n}
 	if cfg != nil {
 		cfg(sc)
+	}
+	cl.leader = func(context.Context) (string, []string, error) {
+		nc, err := nats.Connect(cl.addrs[0])
+		if err != nil {
+			return "", nil, err
+		}
+		defer nc.Close()
+		js, err := nc.JetStream()
+		if err != nil {
+			return "", nil, err
+		}
+		si, err := js.StreamInfo(stream)
+		if err != nil || si.Cluster == nil {
+			return "", nil, fmt.Errorf("stream info %s: %v", stream, err)
+		}
+		reps := []string{si.Cluster.Leader}
+		for _, r := range si.Cluster.Replicas {
+			reps = append(reps, r.Name)
+		}
+		return si.Cluster.Leader, reps, nil
 	}
 	for {
 		_, err := js.AddStream(sc)
@@ -525,6 +579,17 @@ func runRepWorker(args []string) error {
 	cpu1, el := clusterCPU(cl), time.Since(t0)
 	close(stop)
 	wg.Wait()
+	if len(cl.pids) > 1 {
+		var err error
+		if res.Leader, res.Replicas, err = cl.leader(ctx); err != nil {
+			res.Notes = append(res.Notes, "leader unknown: "+err.Error())
+		}
+		for i := range p.Clients {
+			if res.Leader != "" && cl.names[i%len(cl.names)] == res.Leader {
+				res.ClientsOnLeader++
+			}
+		}
+	}
 	res.Records = int(acked.Load())
 	res.Rate = float64(res.Records) / el.Seconds()
 	res.P50, res.P99 = hist.quantile(0.5, 0), hist.quantile(0.99, 0)
@@ -533,7 +598,13 @@ func runRepWorker(args []string) error {
 		res.Notes = append(res.Notes, "first error: "+e)
 	}
 	if res.Records > 0 {
-		res.BrokerCPUus = float64(cpu1-cpu0) / float64(time.Microsecond) / float64(res.Records)
+		perRecord := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(res.Records) }
+		var sum time.Duration
+		for i := range cpu0 {
+			sum += cpu1[i] - cpu0[i]
+			res.NodeCPUus = append(res.NodeCPUus, perRecord(cpu1[i]-cpu0[i]))
+		}
+		res.BrokerCPUus = perRecord(sum)
 	}
 	res.LoadAvg = loadAvg()
 	return json.NewEncoder(os.Stdout).Encode(res)
@@ -557,10 +628,11 @@ func firstPublish(ctx context.Context, p asyncPub, size int) error {
 	}
 }
 
-func clusterCPU(cl *repCluster) time.Duration {
-	var t time.Duration
+// clusterCPU is the CPU time so far of each broker process.
+func clusterCPU(cl *repCluster) []time.Duration {
+	var t []time.Duration
 	for _, pid := range cl.pids {
-		t += brokerCPU(pid)
+		t = append(t, brokerCPU(pid))
 	}
 	return t
 }
@@ -642,8 +714,8 @@ refused.
 					continue
 				}
 				res.Repeat = r
-				fmt.Fprintf(os.Stderr, " %.0f records/s, ack p50 %.2f p99 %.1f ms, %.1f broker cpu-µs/record, %d errors %v\n",
-					res.Rate, res.P50, res.P99, res.BrokerCPUus, res.Errors, res.Notes)
+				fmt.Fprintf(os.Stderr, " %.0f records/s, ack p50 %.2f p99 %.1f ms, %.1f broker cpu-µs/record %.1f, leader %q (%d clients on it), %d errors %v\n",
+					res.Rate, res.P50, res.P99, res.BrokerCPUus, res.NodeCPUus, res.Leader, res.ClientsOnLeader, res.Errors, res.Notes)
 				results = append(results, &res)
 			}
 		}
@@ -694,8 +766,8 @@ func pickRep(rs []*repResult, sys string, clients int) []*repResult {
 // printReplicated prints one row per (clients, system), then the ratios per client count
 // (medians over repeats, ratios within a repeat).
 func printReplicated(rs []*repResult, systems []string, clients []int) {
-	fmt.Println("| system | ack means | clients | records/s | ack p50 ms | ack p99 ms | broker cpu-µs/record | errors |")
-	fmt.Println("|---|---|---|---|---|---|---|---|")
+	fmt.Println("| system | ack means | clients | records/s | ack p50 ms | ack p99 ms | broker cpu-µs/record | leader: clients on its server | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, nc := range clients {
 		for _, sys := range systems {
 			g := pickRep(rs, sys, nc)
@@ -706,11 +778,17 @@ func printReplicated(rs []*repResult, systems []string, clients []int) {
 			for _, r := range g {
 				errs += r.Errors
 			}
-			fmt.Printf("| %s | %s | %d | %v | %v | %v | %v | %d |\n", sys, repAckMeans[sys], nc,
+			var onLeader []string
+			for _, r := range g {
+				if r.Nodes > 1 {
+					onLeader = append(onLeader, fmt.Sprint(r.ClientsOnLeader))
+				}
+			}
+			fmt.Printf("| %s | %s | %d | %v | %v | %v | %v | %s | %d |\n", sys, repAckMeans[sys], nc,
 				medianOf(g, func(r *repResult) float64 { return r.Rate }),
 				medianOf(g, func(r *repResult) float64 { return r.P50 }),
 				medianOf(g, func(r *repResult) float64 { return r.P99 }),
-				medianOf(g, func(r *repResult) float64 { return r.BrokerCPUus }), errs)
+				medianOf(g, func(r *repResult) float64 { return r.BrokerCPUus }), strings.Join(append(onLeader, "-")[:max(len(onLeader), 1)], ", "), errs)
 		}
 	}
 	fmt.Println()
