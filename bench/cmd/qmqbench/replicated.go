@@ -778,17 +778,19 @@ func printReplicated(rs []*repResult, systems []string, clients []int) {
 			for _, r := range g {
 				errs += r.Errors
 			}
-			var onLeader []string
-			for _, r := range g {
-				if r.Nodes > 1 {
-					onLeader = append(onLeader, fmt.Sprint(r.ClientsOnLeader))
+			onLeader := "-" // one server: every client is on the leader's
+			if g[0].Nodes > 1 {
+				var vs []string
+				for _, r := range g {
+					vs = append(vs, fmt.Sprintf("%s: %d", r.Leader, r.ClientsOnLeader))
 				}
+				onLeader = strings.Join(vs, ", ")
 			}
 			fmt.Printf("| %s | %s | %d | %v | %v | %v | %v | %s | %d |\n", sys, repAckMeans[sys], nc,
 				medianOf(g, func(r *repResult) float64 { return r.Rate }),
 				medianOf(g, func(r *repResult) float64 { return r.P50 }),
 				medianOf(g, func(r *repResult) float64 { return r.P99 }),
-				medianOf(g, func(r *repResult) float64 { return r.BrokerCPUus }), strings.Join(append(onLeader, "-")[:max(len(onLeader), 1)], ", "), errs)
+				medianOf(g, func(r *repResult) float64 { return r.BrokerCPUus }), onLeader, errs)
 		}
 	}
 	fmt.Println()
