@@ -7,6 +7,7 @@ package main
 // sync_interval: always), in the same run: records/s and publish-to-ack p50/p99.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -14,11 +15,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +80,9 @@ type repResult struct {
 	Leader          string
 	Replicas        []string
 	ClientsOnLeader int
+	// RecordsPerEntry (QuicMQ R3): records acked in the window per raft entry committed in it,
+	// from the first node's quicmq_raft_group_commit_index (summed over its groups).
+	RecordsPerEntry float64
 	Errors          int
 	AckMeans        string
 	Notes           []string
@@ -239,12 +245,13 @@ func (p *procNode) stop() {
 // repCluster is the brokers of one run: the processes, the address each client dials and the
 // CA file QuicMQ clients trust.
 type repCluster struct {
-	pids   []int
-	addrs  []string
-	names  []string // server names, as leader reports them
-	ca     string
-	stop   func()
-	leader func(ctx context.Context) (leader string, replicas []string, err error)
+	pids    []int
+	addrs   []string
+	metrics string   // QuicMQ R3: the first node's metrics address
+	names   []string // server names, as leader reports them
+	ca      string
+	stop    func()
+	leader  func(ctx context.Context) (leader string, replicas []string, err error)
 }
 
 // startQuicmqRegion starts n `quicmq node` processes of one region (n > 1: joined by gossip,
@@ -282,7 +289,10 @@ func startQuicmqRegion(bin string, n, replicas int) (*repCluster, error) {
 			}
 		}
 		if replicas > 1 {
-			args = append(args, "--replicas", fmt.Sprint(replicas))
+			args = append(args, "--replicas", fmt.Sprint(replicas), "--metrics", fmt.Sprintf("127.0.0.1:%d", 9400+i))
+			if i == 0 {
+				cl.metrics = "127.0.0.1:9400"
+			}
 		}
 		p, tail, err := startNodeProc(bin, args...)
 		if err != nil {
@@ -322,6 +332,35 @@ func quicmqLeader(ctx context.Context, bin, ca, addr string) (string, []string, 
 		}
 	}
 	return "", nil, fmt.Errorf("quicmq topics: no row for %s in %q", repTopic, bytes.TrimSpace(out))
+}
+
+// raftCommitted is the sum of a node's quicmq_raft_group_commit_index over its groups.
+func raftCommitted(addr string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, fmt.Errorf("node metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	found := false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	for sc.Scan() {
+		if !strings.HasPrefix(sc.Text(), "quicmq_raft_group_commit_index{") {
+			continue
+		}
+		fs := strings.Fields(sc.Text())
+		v, err := strconv.ParseFloat(fs[len(fs)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("node metrics: %q: %w", sc.Text(), err)
+		}
+		sum += v
+		found = true
+	}
+	if !found {
+		return 0, errors.New("node metrics: no quicmq_raft_group_commit_index")
+	}
+	return sum, sc.Err()
 }
 
 // checkReplicasFlag refuses a quicmq binary without `node --replicas` (issue 13's wiring).
@@ -572,11 +611,22 @@ func runRepWorker(args []string) error {
 		})
 	}
 	time.Sleep(p.Warmup)
+	var entries0 float64
+	if cl.metrics != "" {
+		if entries0, err = raftCommitted(cl.metrics); err != nil {
+			res.Notes = append(res.Notes, err.Error())
+		}
+	}
 	cpu0, t0 := clusterCPU(cl), time.Now()
 	counting.Store(true)
 	time.Sleep(p.Duration)
 	counting.Store(false)
 	cpu1, el := clusterCPU(cl), time.Since(t0)
+	if cl.metrics != "" {
+		if entries1, err := raftCommitted(cl.metrics); err == nil && entries1 > entries0 {
+			res.RecordsPerEntry = float64(acked.Load()) / (entries1 - entries0)
+		}
+	}
 	close(stop)
 	wg.Wait()
 	if len(cl.pids) > 1 {
@@ -714,8 +764,8 @@ refused.
 					continue
 				}
 				res.Repeat = r
-				fmt.Fprintf(os.Stderr, " %.0f records/s, ack p50 %.2f p99 %.1f ms, %.1f broker cpu-µs/record %.1f, leader %q (%d clients on it), %d errors %v\n",
-					res.Rate, res.P50, res.P99, res.BrokerCPUus, res.NodeCPUus, res.Leader, res.ClientsOnLeader, res.Errors, res.Notes)
+				fmt.Fprintf(os.Stderr, " %.0f records/s, ack p50 %.2f p99 %.1f ms, %.1f broker cpu-µs/record %.1f, leader %q (%d clients on it), %.1f records/raft entry, %d errors %v\n",
+					res.Rate, res.P50, res.P99, res.BrokerCPUus, res.NodeCPUus, res.Leader, res.ClientsOnLeader, res.RecordsPerEntry, res.Errors, res.Notes)
 				results = append(results, &res)
 			}
 		}
@@ -766,8 +816,8 @@ func pickRep(rs []*repResult, sys string, clients int) []*repResult {
 // printReplicated prints one row per (clients, system), then the ratios per client count
 // (medians over repeats, ratios within a repeat).
 func printReplicated(rs []*repResult, systems []string, clients []int) {
-	fmt.Println("| system | ack means | clients | records/s | ack p50 ms | ack p99 ms | broker cpu-µs/record | leader: clients on its server | errors |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| system | ack means | clients | records/s | ack p50 ms | ack p99 ms | broker cpu-µs/record | leader: clients on its server | records per raft entry | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, nc := range clients {
 		for _, sys := range systems {
 			g := pickRep(rs, sys, nc)
@@ -786,11 +836,15 @@ func printReplicated(rs []*repResult, systems []string, clients []int) {
 				}
 				onLeader = strings.Join(vs, ", ")
 			}
-			fmt.Printf("| %s | %s | %d | %v | %v | %v | %v | %s | %d |\n", sys, repAckMeans[sys], nc,
+			perEntry := "-"
+			if g[0].RecordsPerEntry > 0 {
+				perEntry = medianOf(g, func(r *repResult) float64 { return r.RecordsPerEntry }).String()
+			}
+			fmt.Printf("| %s | %s | %d | %v | %v | %v | %v | %s | %s | %d |\n", sys, repAckMeans[sys], nc,
 				medianOf(g, func(r *repResult) float64 { return r.Rate }),
 				medianOf(g, func(r *repResult) float64 { return r.P50 }),
 				medianOf(g, func(r *repResult) float64 { return r.P99 }),
-				medianOf(g, func(r *repResult) float64 { return r.BrokerCPUus }), onLeader, errs)
+				medianOf(g, func(r *repResult) float64 { return r.BrokerCPUus }), onLeader, perEntry, errs)
 		}
 	}
 	fmt.Println()
