@@ -118,7 +118,7 @@ type grpResult struct {
 	// ConfirmP50/P99: ms of one confirmation call (QuicMQ: Commit; JetStream: AckSync).
 	ConfirmP50, ConfirmP99 float64
 	Confirms               int     // confirmation calls
-	Distinct               int     // different records the reading members acked
+	Distinct               int     // different records the reading members acked (Ack called: at the end some are not confirmed yet)
 	Redelivered            int     // acks by the reading members of a record acked before
 	SlowHeld               int     // records the slow member read (QuicMQ: its one Next; JetStream: its one Fetch)
 	Published              int     // by the live publisher in the run
