@@ -26,11 +26,24 @@ const (
 type ConsumerInfo struct {
 	Name    string
 	Kind    string // KindDurable or KindGroup
-	Pattern string // its subscription pattern, known while a member is connected; else ""
+	Pattern string // its subscription pattern: a group's always, a durable's while a member is connected; else ""
 	Pending uint64 // records of its topics not yet acknowledged
 	Members int    // subscription streams connected under its name now
 	LastAck time.Time
 	Topics  []ConsumerTopic // ConsumerInfo, ResetConsumer only
+	// Group is set for KindGroup: the group's settings and its outstanding records.
+	Group *GroupInfo
+}
+
+// GroupInfo is what ConsumerInfo says of a consumer group besides a durable's fields.
+type GroupInfo struct {
+	AckWait    time.Duration
+	MaxDeliver int
+	DeadLetter string // "" when records that reach MaxDeliver are dropped
+	OrderBy    Order
+	// Outstanding counts the records handed to members and not yet acknowledged (Pending
+	// counts them too, with the records not handed out yet).
+	Outstanding uint64
 }
 
 // ConsumerTopic is a consumer's state on one topic.
@@ -38,8 +51,11 @@ type ConsumerTopic struct {
 	Topic   string
 	Resume  uint64 // the offset it resumes at
 	Next    uint64 // the topic's head: the offset of its next record
-	Pending uint64 // records from Resume (or the first retained) to Next
+	Pending uint64 // records from Resume (or the first retained) to Next; a group's: not yet acknowledged
 	Updated time.Time
+	// Outstanding (groups) counts this topic's records handed to members and not yet
+	// acknowledged. A group's Resume is its floor: every record below it is done.
+	Outstanding uint64
 }
 
 // ManageOptions are the options of a state-changing management call.
@@ -73,8 +89,8 @@ type TopicRetention struct {
 	MaxBytes int64
 }
 
-// Consumers lists the consumers of the connection's tenant (the durable consumers whose
-// topics its grants cover), sorted by name.
+// Consumers lists the consumers of the connection's tenant (the durable consumers and
+// consumer groups whose topics its grants cover), sorted by name.
 func (c *Conn) Consumers(ctx context.Context) ([]ConsumerInfo, error) {
 	var out []ConsumerInfo
 	err := c.manage(ctx, "consumers", &wire.Consumers{}, func(f wire.Frame) error {
@@ -95,9 +111,11 @@ func (c *Conn) ConsumerInfo(ctx context.Context, name string) (ConsumerInfo, err
 }
 
 // ResetConsumer moves every topic position of consumer name to "from" (Earliest, Latest,
-// AtOffset(n) on each of its topics, or AtTime(t)) and returns the consumer after it. It
-// fails with CodeInUse while members are connected, unless opts.Force; with
-// CodeOffsetOutOfRange for an offset outside a topic's retained records.
+// AtOffset(n) on each of its topics, or AtTime(t)) and returns the consumer after it; a
+// group's floor moves there on each topic it has state on, and its outstanding records are
+// forgotten in the same write. It fails with CodeInUse while members are connected, unless
+// opts.Force (which ends them); with CodeOffsetOutOfRange for an offset outside a topic's
+// retained records.
 func (c *Conn) ResetConsumer(ctx context.Context, name string, from Start, opts ManageOptions) (ConsumerInfo, error) {
 	return c.oneConsumer(ctx, fmt.Sprintf("reset consumer %q to %s", name, from),
 		&wire.ConsumerReset{Name: name, Start: from.kind, StartValue: from.value, Flags: opts.flags()})
@@ -136,8 +154,9 @@ func single[T any](c *Conn, ctx context.Context, op string, req wire.Frame, what
 	return out, nil
 }
 
-// DeleteConsumer removes consumer name (all its positions) and returns how many positions
-// it had. It fails with CodeInUse while members are connected, unless opts.Force.
+// DeleteConsumer removes consumer name (all its positions; a group: its settings and every
+// topic's state) and returns how many positions (a group: topic states) it had. It fails
+// with CodeInUse while members are connected, unless opts.Force.
 func (c *Conn) DeleteConsumer(ctx context.Context, name string, opts ManageOptions) (int, error) {
 	n, err := c.done(ctx, fmt.Sprintf("delete consumer %q", name), &wire.ConsumerDelete{Name: name, Flags: opts.flags()})
 	return int(n), err
@@ -168,16 +187,16 @@ func (c *Conn) CreateTopic(ctx context.Context, name string, opts TopicOptions) 
 
 // PurgeTopic deletes every record of a topic, keeping the topic, its offsets (the next
 // record gets the next offset) and its consumers, and returns the records deleted. It fails
-// with CodeInUse while durable consumers or mirror cursors have positions on it, unless
-// opts.Force.
+// with CodeInUse while durable consumers, consumer groups or mirror cursors have positions
+// on it, unless opts.Force. Consumer groups' floors on it move past the purge.
 func (c *Conn) PurgeTopic(ctx context.Context, name string, opts ManageOptions) (uint64, error) {
 	return c.done(ctx, fmt.Sprintf("purge topic %q", name), &wire.TopicRemove{Topic: name, Op: wire.RemovePurge, Flags: opts.flags()})
 }
 
 // DeleteTopic deletes a topic with its records and every position of it (consumers'
-// positions, mirror cursors), and returns the records deleted. Subscriptions reading it end
-// with CodeTopicDeleted. It fails with CodeInUse while durable consumers or mirror cursors
-// have positions on it, unless opts.Force.
+// positions, consumer groups' states, mirror cursors), and returns the records deleted.
+// Subscriptions reading it end with CodeTopicDeleted. It fails with CodeInUse while durable
+// consumers, consumer groups or mirror cursors have positions on it, unless opts.Force.
 func (c *Conn) DeleteTopic(ctx context.Context, name string, opts ManageOptions) (uint64, error) {
 	return c.done(ctx, fmt.Sprintf("delete topic %q", name), &wire.TopicRemove{Topic: name, Op: wire.RemoveDelete, Flags: opts.flags()})
 }
@@ -255,9 +274,16 @@ func (c *Conn) request(ctx context.Context, req wire.Frame, fn func(wire.Frame) 
 func consumerInfo(ci *wire.ConsumerInfo) ConsumerInfo {
 	out := ConsumerInfo{Name: ci.Name, Kind: ci.Kind, Pattern: ci.Pattern, Pending: ci.Pending,
 		Members: int(ci.Members), LastAck: fromUnixNano(ci.LastAck)}
-	for _, t := range ci.Topics {
-		out.Topics = append(out.Topics, ConsumerTopic{Topic: t.Topic, Resume: t.Resume, Next: t.Next,
-			Pending: t.Pending, Updated: fromUnixNano(t.Updated)})
+	for i, t := range ci.Topics {
+		ct := ConsumerTopic{Topic: t.Topic, Resume: t.Resume, Next: t.Next, Pending: t.Pending, Updated: fromUnixNano(t.Updated)}
+		if g := ci.Group; g != nil && i < len(g.TopicOutstanding) {
+			ct.Outstanding = g.TopicOutstanding[i]
+		}
+		out.Topics = append(out.Topics, ct)
+	}
+	if g := ci.Group; g != nil {
+		out.Group = &GroupInfo{AckWait: time.Duration(min(g.AckWait, 1<<63-1)), MaxDeliver: int(min(g.MaxDeliver, 1<<31-1)),
+			DeadLetter: g.DeadLetter, OrderBy: Order(g.Order), Outstanding: g.Outstanding}
 	}
 	return out
 }

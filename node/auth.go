@@ -166,18 +166,21 @@ func (p *principal) maySubscribe(pattern string) *wire.Error {
 	return wire.Errorf(wire.CodeForbidden, "%s may not subscribe to %q (allowed: %s)", p.name, pattern, grantList(p.sub))
 }
 
-// checkDurables refuses a tenant's new durable consumer past MaxDurablesPerTenant (counting
-// those with a position stored on this node).
+// checkDurables refuses a tenant's new durable consumer or consumer group past
+// MaxDurablesPerTenant (counting the durables with a position and the groups with state
+// stored on this node: both are stored state that only `consumers rm` removes).
 func (n *Node) checkDurables(a *principal, durable string) *wire.Error {
 	if durable == "" {
 		return nil
 	}
-	names := n.wal.PositionNames("tenant/" + a.tenant + "/")
-	if len(names) < n.cfg.MaxDurablesPerTenant || slices.Contains(names, durable) {
+	prefix := "tenant/" + a.tenant + "/"
+	names := n.wal.PositionNames(prefix)
+	groups, isGroup := n.groupCount(prefix, durable)
+	if len(names)+groups < n.cfg.MaxDurablesPerTenant || slices.Contains(names, durable) || isGroup {
 		return nil
 	}
-	return wire.Errorf(wire.CodeLimit, "tenant %q has %d durable consumers on this node, the limit is %d (MaxDurablesPerTenant); reuse one, or remove one with `quicmq consumers rm NAME` (`quicmq consumers` lists them)",
-		a.tenant, len(names), n.cfg.MaxDurablesPerTenant)
+	return wire.Errorf(wire.CodeLimit, "tenant %q has %d durable consumers and consumer groups on this node, the limit is %d (MaxDurablesPerTenant); reuse one, or remove one with `quicmq consumers rm NAME` (`quicmq consumers` lists them)",
+		a.tenant, len(names)+groups, n.cfg.MaxDurablesPerTenant)
 }
 
 func grantList(ps []string) string {

@@ -160,7 +160,8 @@ type Config struct {
 	// Default 15 s.
 	MigrateTimeout time.Duration
 	// ManageTimeout bounds a management request (consumers, topic create/purge/delete) that
-	// this node passes on to the other nodes of its region, per node asked. Default 10 s.
+	// this node passes on to the other nodes of its region, per node asked, and the answer to
+	// a durable's lock asked of its home node (not a standby's wait). Default 10 s.
 	ManageTimeout time.Duration
 
 	// Retention applies to every topic. Zero: keep forever.

@@ -133,39 +133,9 @@ func TestExclusiveStandbyTakesOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type result struct {
-		sub *client.Subscription
-		err error
-	}
-	standby := make(chan result, 1)
-	go func() {
-		sub, err := dialNode(t, n, client.Options{}).Subscribe(ctx, "orders", client.SubscribeOptions{Durable: "worker", Standby: true})
-		standby <- result{sub, err}
-	}()
-	for range 10 {
-		r, err := first.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		first.Ack(r)
-	}
-	select {
-	case r := <-standby:
-		t.Fatalf("the standby was set up while the first subscriber was active: %v", r.err)
-	default:
-	}
-	if err := first.Close(); err != nil {
-		t.Fatal(err)
-	}
-	r := <-standby
-	if r.err != nil {
-		t.Fatal(r.err)
-	}
-	defer r.sub.Close()
-	rec, err := r.sub.Next(ctx)
-	if err != nil || rec.Offset != 10 {
-		t.Fatalf("the standby's first record: offset %d, %v; want 10 (after the last ACK)", rec.Offset, err)
-	}
+	standbyTakesOver(ctx, t, first, func() (*client.Subscription, error) { // grouprelay_test.go
+		return dialNode(t, n, client.Options{}).Subscribe(ctx, "orders", client.SubscribeOptions{Durable: "worker", Standby: true})
+	})
 }
 
 // TestConsumersPerTenant: durables and groups are namespaced per tenant: two tenants using

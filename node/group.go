@@ -37,10 +37,10 @@ import (
 // then be delivered more than MaxDeliver times in all). With replication (issue 13) this
 // state must become replicated state, written in the entries of the ACKs it describes.
 //
-// A group is served by the node its members connect to, from that node's log. In a region
-// of several nodes, members must connect to the node that owns the group's topics: a
-// literal topic owned by another node is refused naming it; a pattern is served from the
-// topics this node holds.
+// A group is served by its home (grouprelay.go), from that node's log: in a region of
+// several nodes, the owner of a literal pattern's topic, else the rendezvous winner of its
+// name; members connected to another node are relayed there. A pattern is served from the
+// topics its home holds.
 
 // GroupConfig holds the node's consumer group defaults and bounds.
 type GroupConfig struct {
@@ -101,6 +101,7 @@ type group struct {
 	memberPending int
 	start         wire.Subscribe // the first member's start: for topics without state
 
+	ended     chan struct{} // closed when its last member left: it is live no more
 	wake      chan struct{} // its topics advanced (wal.Notify), capacity 1
 	newTopics chan struct{} // a topic was created (wal.NotifyNewTopics), capacity 1
 	storeMu   sync.Mutex    // serialises stores: a later snapshot is never overwritten by an earlier one
@@ -119,6 +120,9 @@ type group struct {
 		nextDue     time.Time     // the earliest ack-wait deadline (zero: none)
 		stored      map[string]*wal.GroupState
 		cancels     []func()
+		// dropped names topics deleted while the group was live (manage_groups.go): their
+		// records are gone, so an ACK of one is no error.
+		dropped map[string]bool
 	}
 }
 
@@ -175,6 +179,9 @@ func (n *Node) joinGroup(name, shown string, req *wire.Subscribe, want wal.Group
 	c := &n.cons
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if op, ok := c.mu.fenced[name]; ok {
+		return nil, wire.Errorf(wire.CodeInUse, "group %q is being %s by a management request: subscribe again once it is done", shown, op)
+	}
 	g := c.mu.groups[name]
 	if g == nil {
 		var e *wire.Error
@@ -202,7 +209,7 @@ func (n *Node) loadGroup(name, shown string, req *wire.Subscribe, want wal.Group
 		return nil, wire.Errorf(wire.CodeInternal, "load group %q: %v", shown, err)
 	}
 	g := &group{n: n, name: name, shown: shown, window: n.cfg.Groups.Window, memberPending: n.cfg.Groups.MemberPending, start: *req,
-		wake: make(chan struct{}, 1), newTopics: make(chan struct{}, 1)}
+		ended: make(chan struct{}), wake: make(chan struct{}, 1), newTopics: make(chan struct{}, 1)}
 	if ok {
 		g.set = set
 		if e := g.conflict(want); e != nil {
@@ -281,6 +288,7 @@ func (n *Node) leaveGroup(g *group, m *member) {
 			cancel()
 		}
 		delete(c.mu.groups, g.name)
+		close(g.ended)
 	}
 }
 

@@ -277,6 +277,9 @@ func (g *group) ack(m *member, topic string, off uint64) error {
 		m.stalled = false
 	}
 	t := g.mu.topics[topic]
+	if t == nil && g.mu.dropped[topic] {
+		return nil // its topic was deleted
+	}
 	if t == nil || off >= t.next {
 		return fmt.Errorf("no record at offset %d was delivered", off)
 	}
@@ -298,6 +301,9 @@ func (g *group) nak(m *member, topic string, off uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	t := g.mu.topics[topic]
+	if t == nil && g.mu.dropped[topic] {
+		return nil // its topic was deleted
+	}
 	if t == nil || off >= t.next {
 		return fmt.Errorf("no record at offset %d was delivered", off)
 	}

@@ -47,16 +47,22 @@ func (a *principal) consumerView(name string) string {
 // consumerState is one consumer on this node, in the node's namespace.
 type consumerState struct {
 	name    string
+	kind    string // wire.KindDurable or wire.KindGroup
 	pattern string
 	pending uint64
 	members int
 	lastAck time.Time
 	topics  []wire.ConsumerTopic
+	// A group's settings (node names) and its outstanding records per topic
+	// (manage_groups.go); nil for a durable.
+	group       *wire.ConsumerGroup
+	outstanding map[string]uint64
 }
 
-// consumers returns the consumers of a on this node, sorted by name: all of them (name
-// empty), or the one called name (stored). A consumer with a topic outside a's subscribe
-// grant is left out of a listing and refused by name.
+// consumers returns the consumers of a on this node, durables and groups, sorted by name:
+// all of them (name empty), or those called name (stored: one, unless a durable and a group
+// share it). A consumer with a topic outside a's subscribe grant is left out of a listing
+// and refused by name.
 func (n *Node) consumers(a *principal, name string) ([]consumerState, *wire.Error) {
 	byName := make(map[string]*consumerState)
 	f := wal.PositionFilter{Name: name, NamePrefix: consumerPrefix(a)}
@@ -66,7 +72,7 @@ func (n *Node) consumers(a *principal, name string) ([]consumerState, *wire.Erro
 		}
 		c := byName[p.Name]
 		if c == nil {
-			c = &consumerState{name: p.Name}
+			c = &consumerState{name: p.Name, kind: wire.KindDurable}
 			byName[p.Name] = c
 		}
 		c.topics = append(c.topics, wire.ConsumerTopic{Topic: p.Topic, Resume: p.Resume, Updated: unixNano(p.Updated)})
@@ -92,6 +98,9 @@ func (n *Node) consumers(a *principal, name string) ([]consumerState, *wire.Erro
 			c.topics[i].Next, c.topics[i].Pending = per[i].Next, per[i].Pending
 		}
 	}
+	if err := n.groupConsumers(a, name, byName); err != nil {
+		return nil, manageErr(err)
+	}
 	return finishConsumers(a, name, byName, "on this node")
 }
 
@@ -100,7 +109,11 @@ func (n *Node) consumers(a *principal, name string) ([]consumerState, *wire.Erro
 func finishConsumers(a *principal, name string, cs map[string]*consumerState, where string) ([]consumerState, *wire.Error) {
 	out := make([]consumerState, 0, len(cs))
 	for _, c := range cs {
-		if e := a.mayManageConsumer(c.topicNames()); e != nil {
+		names := c.topicNames()
+		if c.kind == wire.KindGroup && c.pattern != "" {
+			names = append(names, c.pattern) // a group's pattern too: it may have no topic yet
+		}
+		if e := a.mayManageConsumer(names); e != nil {
 			if name != "" {
 				return nil, e
 			}
@@ -109,9 +122,14 @@ func finishConsumers(a *principal, name string, cs map[string]*consumerState, wh
 		slices.SortFunc(c.topics, func(x, y wire.ConsumerTopic) int { return strings.Compare(x.Topic, y.Topic) })
 		out = append(out, *c)
 	}
-	slices.SortFunc(out, func(x, y consumerState) int { return strings.Compare(x.name, y.name) })
+	slices.SortFunc(out, func(x, y consumerState) int {
+		if c := strings.Compare(x.name, y.name); c != 0 {
+			return c
+		}
+		return strings.Compare(x.kind, y.kind)
+	})
 	if name != "" && len(out) == 0 {
-		return nil, wire.Errorf(wire.CodeNotFound, "no consumer %q: it has no stored position %s", a.consumerView(name), where)
+		return nil, wire.Errorf(wire.CodeNotFound, "no consumer %q: no durable consumer position or group state of that name is stored %s", a.consumerView(name), where)
 	}
 	return out, nil
 }
@@ -139,8 +157,11 @@ func (a *principal) mayManageConsumer(topics []string) *wire.Error {
 // info is c as a client of a sees it; topics only when withTopics.
 func (c consumerState) info(a *principal, withTopics bool) *wire.ConsumerInfo {
 	ci := &wire.ConsumerInfo{
-		Name: a.consumerView(c.name), Kind: wire.KindDurable, Pending: c.pending,
+		Name: a.consumerView(c.name), Kind: c.kind, Pending: c.pending,
 		Members: uint64(c.members), LastAck: unixNano(c.lastAck),
+	}
+	if ci.Kind == "" {
+		ci.Kind = wire.KindDurable
 	}
 	if c.pattern != "" {
 		ci.Pattern = a.clientName(c.pattern)
@@ -151,6 +172,9 @@ func (c consumerState) info(a *principal, withTopics bool) *wire.ConsumerInfo {
 			t.Topic = a.clientName(t.Topic)
 			ci.Topics[i] = t
 		}
+	}
+	if ci.Group = c.groupInfo(a); ci.Group != nil && !withTopics {
+		ci.Group.TopicOutstanding = nil
 	}
 	return ci
 }
@@ -192,11 +216,19 @@ func (n *Node) checkMembers(ctx context.Context, a *principal, c consumerState, 
 		return nil
 	}
 	view := a.consumerView(c.name)
-	if !force {
-		return wire.Errorf(wire.CodeInUse, "consumer %q has %d connected %s on this node: stop %s first, or %s it with --force, which ends %s",
-			view, c.members, plural(c.members, "member", "members"), pronoun(c.members), op, pronoun(c.members))
+	what := "consumer"
+	if c.kind == wire.KindGroup {
+		what = "consumer group"
 	}
-	return n.endMembers(ctx, c.name, wire.Errorf(wire.CodeInUse, "consumer %q was %s by %s", view, pastTense(op), a.name))
+	if !force {
+		return wire.Errorf(wire.CodeInUse, "%s %q has %d connected %s: stop %s first, or %s it with --force, which ends %s",
+			what, view, c.members, plural(c.members, "member", "members"), pronoun(c.members), op, pronoun(c.members))
+	}
+	e := wire.Errorf(wire.CodeInUse, "%s %q was %s by %s", what, view, pastTense(op), a.name)
+	if c.kind == wire.KindGroup {
+		return n.endGroup(ctx, c.name, e)
+	}
+	return n.endMembers(ctx, c.name, e)
 }
 
 func plural(n int, one, many string) string {
@@ -222,11 +254,20 @@ func (n *Node) resetConsumer(ctx context.Context, a *principal, name string, kin
 	if e != nil {
 		return consumerState{}, e
 	}
-	if e := n.checkMembers(ctx, a, cs[0], "reset", force); e != nil {
+	if e := ambiguous(a, cs); e != nil {
 		return consumerState{}, e
 	}
 	start, e := walStart(kind, value)
 	if e != nil {
+		return consumerState{}, e
+	}
+	if cs[0].kind == wire.KindGroup {
+		if e := n.resetGroup(ctx, a, cs[0], start, force); e != nil {
+			return consumerState{}, e
+		}
+		return n.resetDone(a, name, kind, value)
+	}
+	if e := n.checkMembers(ctx, a, cs[0], "reset", force); e != nil {
 		return consumerState{}, e
 	}
 	resume := make(map[string]uint64, len(cs[0].topics))
@@ -240,8 +281,13 @@ func (n *Node) resetConsumer(ctx context.Context, a *principal, name string, kin
 	if err := n.wal.ResetPositions(ctx, name, resume); err != nil {
 		return consumerState{}, manageErr(err)
 	}
+	return n.resetDone(a, name, kind, value)
+}
+
+// resetDone logs a reset and returns the consumer after it.
+func (n *Node) resetDone(a *principal, name string, kind wire.StartKind, value uint64) (consumerState, *wire.Error) {
 	n.log.Info("consumer reset", "consumer", name, "to", kind.String(), "value", value, "by", a.name)
-	cs, e = n.consumers(a, name)
+	cs, e := n.consumers(a, name)
 	if e != nil {
 		return consumerState{}, e
 	}
@@ -262,21 +308,33 @@ func walStart(kind wire.StartKind, value uint64) (wal.Start, *wire.Error) {
 	return wal.Start{}, wire.Errorf(wire.CodeInvalidArgument, "start kind %d: want 0 (earliest), 1 (latest), 2 (offset) or 3 (time)", kind)
 }
 
-// deleteConsumer removes consumer name (stored) and returns how many positions it had.
+// deleteConsumer removes consumer name (stored) and returns how many positions it had (a
+// group: its topics' states). A durable and a group of one name are both removed.
 func (n *Node) deleteConsumer(ctx context.Context, a *principal, name string, force bool) (int, *wire.Error) {
 	cs, e := n.consumers(a, name)
 	if e != nil {
 		return 0, e
 	}
-	if e := n.checkMembers(ctx, a, cs[0], "remove", force); e != nil {
-		return 0, e
+	total := 0
+	for _, c := range cs {
+		var removed int
+		if c.kind == wire.KindGroup {
+			if removed, e = n.removeGroup(ctx, a, c, force); e != nil {
+				return total, e
+			}
+		} else {
+			if e := n.checkMembers(ctx, a, c, "remove", force); e != nil {
+				return total, e
+			}
+			var err error
+			if removed, err = n.wal.DeletePosition(ctx, name); err != nil {
+				return total, manageErr(err)
+			}
+		}
+		total += removed
+		n.log.Info("consumer removed", "consumer", name, "kind", c.kind, "positions", removed, "by", a.name)
 	}
-	removed, err := n.wal.DeletePosition(ctx, name)
-	if err != nil {
-		return 0, manageErr(err)
-	}
-	n.log.Info("consumer removed", "consumer", name, "positions", removed, "by", a.name)
-	return removed, nil
+	return total, nil
 }
 
 // createTopic creates topic (node name) with cfg, or changes its configuration (update).
@@ -326,11 +384,15 @@ func (n *Node) removeTopic(ctx context.Context, a *principal, topic string, op b
 		records, err = n.wal.DeleteTopic(ctx, topic)
 		if err == nil {
 			n.metrics.topic.forget(topic)
+			n.topicRemoved(topic, true, 0)
 		}
 	} else {
 		var r wal.PurgeResult
 		r, err = n.wal.PurgeTopic(ctx, topic)
 		records = r.Records
+		if err == nil {
+			n.topicRemoved(topic, false, r.Next)
+		}
 	}
 	if err != nil {
 		return 0, manageErr(err)
@@ -339,8 +401,8 @@ func (n *Node) removeTopic(ctx context.Context, a *principal, topic string, op b
 	return records, nil
 }
 
-// dependents names what has a position on topic: durable consumers (as a sees them) and
-// mirror cursors (by region).
+// dependents names what has a position on topic: durable consumers and consumer groups (as
+// a sees them) and mirror cursors (by region).
 func (n *Node) dependents(a *principal, topic string) []string {
 	var deps []string
 	n.wal.Positions(wal.PositionFilter{Topic: topic}, func(p wal.PositionInfo) bool {
@@ -351,6 +413,7 @@ func (n *Node) dependents(a *principal, topic string) []string {
 		}
 		return true
 	})
+	deps = append(deps, n.groupDependents(a, topic)...)
 	slices.Sort(deps)
 	return deps
 }

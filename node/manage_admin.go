@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
@@ -11,23 +12,35 @@ import (
 
 // ConsumerInfo is one consumer in the admin API (GET /v1/consumers).
 type ConsumerInfo struct {
-	Tenant  string          `json:"tenant,omitempty"`
-	Name    string          `json:"name"`
-	Kind    string          `json:"kind"`              // "durable" (groups: "group")
-	Pattern string          `json:"pattern,omitempty"` // known while a member is connected
-	Pending uint64          `json:"pending"`           // records not acknowledged, over all its topics
-	Members int             `json:"members"`           // subscription streams connected now
-	LastAck *time.Time      `json:"last_ack"`          // its last stored position; null: none recorded
-	Topics  []ConsumerTopic `json:"topics,omitempty"`  // GET /v1/consumers/{name} only
+	Tenant  string     `json:"tenant,omitempty"`
+	Name    string     `json:"name"`
+	Kind    string     `json:"kind"`              // "durable" or "group"
+	Pattern string     `json:"pattern,omitempty"` // a group's; a durable's while a member is connected
+	Pending uint64     `json:"pending"`           // records not acknowledged, over all its topics
+	Members int        `json:"members"`           // subscription streams connected now
+	LastAck *time.Time `json:"last_ack"`          // its last stored position or group state; null: none recorded
+	*GroupJSON
+	Topics []ConsumerTopic `json:"topics,omitempty"` // GET /v1/consumers/{name} only
+}
+
+// GroupJSON is what the admin API shows of a consumer group besides a durable's fields.
+type GroupJSON struct {
+	AckWait     string `json:"ack_wait"` // a Go duration: "30s"
+	MaxDeliver  uint64 `json:"max_deliver"`
+	DeadLetter  string `json:"dead_letter"` // "": records that reach max_deliver are dropped
+	Order       string `json:"order"`       // none, topic or key
+	Outstanding uint64 `json:"outstanding"` // records handed to members and not yet acknowledged
 }
 
 // ConsumerTopic is a consumer's state on one topic.
 type ConsumerTopic struct {
-	Topic   string     `json:"topic"`
-	Resume  uint64     `json:"resume"` // the offset it resumes at
-	Next    uint64     `json:"next"`   // the topic's head
-	Pending uint64     `json:"pending"`
-	Updated *time.Time `json:"updated"`
+	Topic       string     `json:"topic"`
+	Resume      uint64     `json:"resume"`          // the offset it resumes at (a group: its floor)
+	Floor       *uint64    `json:"floor,omitempty"` // a group's floor: every record below it is done
+	Next        uint64     `json:"next"`            // the topic's head
+	Pending     uint64     `json:"pending"`
+	Outstanding *uint64    `json:"outstanding,omitempty"` // a group's records of it handed out and not yet acknowledged
+	Updated     *time.Time `json:"updated"`
 }
 
 // manageRoutes adds the consumer and topic endpoints to the admin API. The operator sees
@@ -153,8 +166,18 @@ func consumerJSON(a *principal, cs []consumerState, withTopics bool) []ConsumerI
 		if a.tenant == "" {
 			j.Tenant, j.Name = splitConsumer(ci.Name)
 		}
-		for _, t := range ci.Topics {
-			j.Topics = append(j.Topics, ConsumerTopic{Topic: t.Topic, Resume: t.Resume, Next: t.Next, Pending: t.Pending, Updated: timeOrNil(t.Updated)})
+		g := ci.Group
+		if g != nil {
+			j.GroupJSON = &GroupJSON{AckWait: time.Duration(min(g.AckWait, 1<<63-1)).String(), MaxDeliver: g.MaxDeliver,
+				DeadLetter: g.DeadLetter, Order: wireOrderName(g.Order), Outstanding: g.Outstanding}
+		}
+		for i, t := range ci.Topics {
+			jt := ConsumerTopic{Topic: t.Topic, Resume: t.Resume, Next: t.Next, Pending: t.Pending, Updated: timeOrNil(t.Updated)}
+			if g != nil && i < len(g.TopicOutstanding) {
+				floor, out := t.Resume, g.TopicOutstanding[i]
+				jt.Floor, jt.Outstanding = &floor, &out
+			}
+			j.Topics = append(j.Topics, jt)
 		}
 		out = append(out, j)
 	}
@@ -168,3 +191,6 @@ func timeOrNil(ns int64) *time.Time {
 	t := time.Unix(0, ns).UTC()
 	return &t
 }
+
+// wireOrderName names a group's order as the CLI's --order takes it: none, topic or key.
+func wireOrderName(o byte) string { return strings.TrimPrefix(orderName(o), "by ") }

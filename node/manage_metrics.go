@@ -6,30 +6,32 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// consumerCollector reports each durable consumer's backlog and the age of its last stored
+// consumerCollector reports each consumer's backlog and the age of its last stored
 // position when scraped, from the log: so the series exist while no member is connected,
-// which is when a backlog grows unseen. Labels are the tenant ("" for a client without one)
-// and the consumer's name in it. Past MaxSeriesPerMetric consumers (in name order) the rest
-// are summed under tenant and name "_other", and counted by
-// quicmq_consumer_series_overflow. A scrape costs one pass over the stored positions
-// (wal.Positions: about 2 ms for 10,000).
+// which is when a backlog grows unseen. Durable consumers and consumer groups both: labels
+// are the tenant ("" for a client without one), the consumer's name in it and its kind
+// ("durable" or "group": two values, so the cap below still bounds the series). Past
+// MaxSeriesPerMetric consumers (in name order) the rest are summed under tenant, name and
+// kind "_other", and counted by quicmq_consumer_series_overflow. A scrape costs one pass
+// over the stored positions (wal.Positions: about 2 ms for 10,000) and one over the stored
+// group states (bounded by each group's window).
 type consumerCollector struct {
 	n                        *Node
 	pending, ackAge, overflw *prometheus.Desc
 }
 
 func newConsumerCollector(n *Node) *consumerCollector {
-	labels := []string{"tenant", "name"}
+	labels := []string{"tenant", "name", "kind"}
 	return &consumerCollector{
 		n: n,
 		pending: prometheus.NewDesc("quicmq_consumer_pending_records",
-			"Records of its topics a durable consumer has not acknowledged (head - resume point), stored on this node; also while no member is connected.",
+			"Records of its topics a consumer has not acknowledged, stored on this node (a durable: head - resume point; a group: records never handed out plus those outstanding); also while no member is connected.",
 			labels, nil),
 		ackAge: prometheus.NewDesc("quicmq_consumer_last_ack_age_seconds",
-			"Seconds since a durable consumer's last position was stored on this node (an ACK or a reset); absent when the time is unknown.",
+			"Seconds since a consumer's last position or group state was stored on this node (an ACK or a reset); absent when the time is unknown.",
 			labels, nil),
 		overflw: prometheus.NewDesc("quicmq_consumer_series_overflow",
-			"Durable consumers past MaxSeriesPerMetric, counted under tenant and name \"_other\" at this scrape.", nil, nil),
+			"Consumers past MaxSeriesPerMetric, counted under tenant, name and kind \"_other\" at this scrape.", nil, nil),
 	}
 }
 
@@ -66,15 +68,15 @@ func (c *consumerCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		tenant, name := splitConsumer(cons.name)
-		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(cons.pending), tenant, name)
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(cons.pending), tenant, name, cons.kind)
 		if aged {
-			ch <- prometheus.MustNewConstMetric(c.ackAge, prometheus.GaugeValue, age, tenant, name)
+			ch <- prometheus.MustNewConstMetric(c.ackAge, prometheus.GaugeValue, age, tenant, name, cons.kind)
 		}
 	}
 	if other > 0 {
-		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, otherPending, "_other", "_other")
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, otherPending, "_other", "_other", "_other")
 		if hasOther {
-			ch <- prometheus.MustNewConstMetric(c.ackAge, prometheus.GaugeValue, otherAge, "_other", "_other")
+			ch <- prometheus.MustNewConstMetric(c.ackAge, prometheus.GaugeValue, otherAge, "_other", "_other", "_other")
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.overflw, prometheus.GaugeValue, float64(other))

@@ -88,13 +88,18 @@ func (m *manager) stored(name string) (string, *wire.Error) {
 
 // consumers lists the principal's consumers (name empty) or finds one.
 func (m *manager) consumers(name string) ([]consumerState, *wire.Error) {
-	if name != "" {
-		var e *wire.Error
-		if name, e = m.stored(name); e != nil {
-			return nil, e
-		}
+	if name == "" {
+		return m.gather("")
 	}
-	return m.gather(name)
+	name, e := m.stored(name)
+	if e != nil {
+		return nil, e
+	}
+	cs, e := m.gather(name)
+	if e == nil {
+		e = ambiguous(m.a, cs)
+	}
+	return cs, e
 }
 
 // gather is n.consumers over this node and, in a region, its other live nodes, merged by
@@ -110,10 +115,13 @@ func (m *manager) gather(name string) ([]consumerState, *wire.Error) {
 	}
 	merged := make(map[string]*consumerState)
 	add := func(c consumerState) {
-		o := merged[c.name]
+		o := merged[consumerKey(c.kind, c.name)]
 		if o == nil {
-			merged[c.name] = &c
+			merged[consumerKey(c.kind, c.name)] = &c
 			return
+		}
+		if c.kind == wire.KindGroup {
+			o.mergeGroup(&c)
 		}
 		o.pending += c.pending
 		o.members += c.members
@@ -147,10 +155,14 @@ func (m *manager) gather(name string) ([]consumerState, *wire.Error) {
 
 // stateOf is a peer's CONSUMER_INFO (node names) as a consumerState.
 func stateOf(ci *wire.ConsumerInfo) consumerState {
-	c := consumerState{name: ci.Name, pattern: ci.Pattern, pending: ci.Pending, members: int(ci.Members), topics: ci.Topics}
+	c := consumerState{name: ci.Name, kind: ci.Kind, pattern: ci.Pattern, pending: ci.Pending, members: int(ci.Members), topics: ci.Topics}
+	if c.kind == "" {
+		c.kind = wire.KindDurable
+	}
 	if ci.LastAck != 0 {
 		c.lastAck = time.Unix(0, ci.LastAck)
 	}
+	c.groupFromPeer(ci)
 	return c
 }
 
@@ -213,7 +225,15 @@ func (m *manager) checkRegionMembers(name, op string, force bool) *wire.Error {
 	if e != nil {
 		return e
 	}
-	return m.n.checkMembers(m.ctx, m.a, consumerState{name: name, members: cs[0].members}, op, force)
+	if e := ambiguous(m.a, cs); e != nil && op != "remove" {
+		return e
+	}
+	for _, c := range cs {
+		if e := m.n.checkMembers(m.ctx, m.a, consumerState{name: name, kind: c.kind, members: c.members}, op, force); e != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 // topicTarget checks a topic request's topic for the principal and finds where it is

@@ -25,6 +25,7 @@ import (
 // and the ones it holds are delivered again to others when their ack-wait passes.
 type member struct {
 	s      *session
+	view   *principal // whose names the dead-letter headers use: the client's (a relayed member's tenant)
 	g      *group
 	str    *quic.Stream
 	id     string // for the dead-letter headers: the client's address and the stream
@@ -58,14 +59,18 @@ type member struct {
 func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscribe, refuse func(*wire.Error)) {
 	n := s.n
 	gr := req.Group
+	nameOK := durableRE.MatchString
+	if s.peer {
+		nameOK = peerDurableRE.MatchString // relayed by a node of the region (grouprelay.go): namespaced
+	}
 	switch {
-	case s.peer:
-		refuse(wire.Errorf(wire.CodeInvalidArgument, "group members are served by the node their client connects to; a group cannot be relayed"))
+	case s.peer && s.peerRegion() != n.cfg.Region:
+		refuse(wire.Errorf(wire.CodeInvalidArgument, "group members are served in their own region; a group cannot be relayed from another region"))
 		return
 	case req.Durable != "" || (req.Region != "" && req.Region != n.cfg.Region):
 		refuse(wire.Errorf(wire.CodeInvalidArgument, "group %q: a group member names no durable consumer and no other region", gr.Name))
 		return
-	case !durableRE.MatchString(gr.Name):
+	case !nameOK(gr.Name):
 		refuse(wire.Errorf(wire.CodeInvalidArgument, "group name %q: want 1-255 characters of [A-Za-z0-9_.-]", gr.Name))
 		return
 	}
@@ -76,12 +81,23 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 			return
 		}
 		want.DeadLetter = s.actor.topic(gr.DeadLetter)
-		if e := s.actor.mayPublish(want.DeadLetter); e != nil {
+		if e := s.actor.mayPublish(gr.DeadLetter); e != nil { // the grant is in the client's names
 			refuse(wire.Errorf(e.Code, "dead-letter topic: %s", e.Message))
 			return
 		}
 		if routing.Match(req.Pattern, want.DeadLetter) {
 			refuse(wire.Errorf(wire.CodeInvalidArgument, "dead-letter topic %q matches the group's pattern: its records would come back to the group", gr.DeadLetter))
+			return
+		}
+	}
+	if n.place != nil && !s.peer {
+		home, e := n.groupHome(s.ctx, req.Pattern, s.actor.durable(gr.Name))
+		if e != nil {
+			refuse(e)
+			return
+		}
+		if home != n.cfg.Name {
+			s.relayMember(str, r, req, want.DeadLetter, home, refuse) // grouprelay.go
 			return
 		}
 	}
@@ -96,11 +112,15 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 				return
 			}
 			if o != n.cfg.Name {
-				refuse(wire.Errorf(wire.CodeUnavailable, "group %q: topic %q is owned by node %s of this region; a group is served by the node that holds its topics: connect there",
+				refuse(wire.Errorf(wire.CodeUnavailable, "group %q: topic %q is owned by node %s of this region; a group is served by its home, which must hold its topics (the dead-letter topic too)",
 					gr.Name, s.actor.clientName(t), o))
 				return
 			}
 		}
+	}
+	if e := n.checkNewGroup(s.groupActor(gr.Name), s.actor.durable(gr.Name)); e != nil {
+		refuse(e)
+		return
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
@@ -108,7 +128,8 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		id: s.conn.RemoteAddr().String() + " stream " + strconv.FormatInt(int64(str.StreamID()), 10)}
 	m.w = wire.NewWriter(str)
 	m.mu.index = make(map[string]uint64)
-	g, e := n.joinGroup(s.actor.durable(gr.Name), gr.Name, req, want, m)
+	m.view = s.groupActor(gr.Name)
+	g, e := n.joinGroup(s.actor.durable(gr.Name), m.view.clientDurable(s.actor.durable(gr.Name)), req, want, m)
 	if e != nil {
 		refuse(e)
 		return
@@ -145,7 +166,8 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	if err != nil {
 		n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(err.Code), 10)).Inc()
 		m.str.SetWriteDeadline(time.Now().Add(endWriteTimeout))
-		m.w.Write(&wire.ErrorFrame{Code: err.Code, Message: err.Message})
+		m.w.Buffer(&wire.ErrorFrame{Code: err.Code, Message: err.Message})
+		m.w.Flush() // Write alone only buffers a small frame
 	}
 	m.str.Close()
 }
@@ -176,7 +198,7 @@ func (m *member) run() *wire.Error {
 		changed, due := g.waitCh() // before take: a change after it is not missed
 		got, dead := g.take(m, n.cfg.Groups.MemberBatch)
 		if len(dead) > 0 {
-			if err := g.deadLetter(m.ctx, dead, m.s.actor.clientName); err != nil {
+			if err := g.deadLetter(m.ctx, dead, m.view.clientName); err != nil {
 				n.log.Error("group dead-letter failed", "group", g.shown, "err", err)
 				return wire.Errorf(wire.CodeInternal, "group %q: %v", g.shown, err)
 			}
@@ -260,7 +282,8 @@ func (m *member) send(fs []*flight) *wire.Error {
 		})
 		var oor *wal.OffsetOutOfRangeError
 		switch {
-		case err == nil || errors.Is(err, wal.ErrUnknownTopic):
+		case err == nil || errors.Is(err, wal.ErrUnknownTopic) || errors.Is(err, wal.ErrTopicDeleted):
+			// A deleted topic's records are gone: the group forgets them (dropTopic).
 		case errors.As(err, &oor):
 			// Deleted by retention before it was delivered: nothing to deliver or redeliver.
 			for _, f := range fs[i+got : j] {

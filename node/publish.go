@@ -66,6 +66,9 @@ type pendingBatch struct {
 	outcomes []wal.RecordOutcome // per record, from the owner's acks (offset, time, duplicate)
 	errs     []*wire.Error       // per record, from the owner's refusals
 	answered int
+	// unknown marks errs[answered:] as outcomes the relay cannot tell (the owner went away
+	// after the records were sent): they end the client's stream instead of being refused.
+	unknown bool
 }
 
 func newPublisher(s *session, str *quic.Stream, r *wire.Reader) *publisher {
@@ -258,8 +261,11 @@ func (p *publisher) submit() {
 				stored -= len(b.records[sk.Index].Payload)
 			}
 		}
+		var re *replicatedError
+		unknown := errors.As(res.Err, &re) && re.unknown // replicated.go: the entry may commit
 		p.mu.Lock()
 		b.res, b.done, b.stored = res, true, stored
+		b.unknown = b.unknown || unknown
 		b.records = nil // the payloads are on disk; do not hold them until the ack is written
 		p.mu.Unlock()
 		p.signal()
@@ -357,6 +363,21 @@ func (p *publisher) writeAnswers() {
 					if o = b.res.Outcome(i, &skip); o.Err != nil {
 						e = sequenceError(o.Err)
 					}
+				}
+				if e != nil && b.unknown && i >= b.answered {
+					// PUBLISH_ERROR would say nothing was appended, which the relay cannot
+					// know: end the stream, leaving this publish and every later one
+					// unanswered (outcome unknown; an idempotent retry learns it).
+					if !writeFailed {
+						w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
+						w.Flush()
+						p.str.Close()
+						p.str.CancelRead(wire.AppCancelled)
+						writeFailed = true
+					}
+					m.publishErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
+					<-p.window
+					continue
 				}
 				if e != nil {
 					perr = wire.PublishError{Seq: seq, Code: e.Code, Message: e.Message}

@@ -136,8 +136,8 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 			done := b.done
 			rs.p.mu.Unlock()
 			if !done {
-				rs.fail(wire.Errorf(wire.CodeUnavailable,
-					"the leader of the topic, node %q of region %q, did not answer within %v: the record may or may not have been appended; retry",
+				rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
+					"the leader of the topic, node %q of region %q, did not answer within %v: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
 					rs.owner, r.n.cfg.Region, wait+wait/2))
 			}
 		})
@@ -158,8 +158,8 @@ func (rs *relayStream) readAnswers() {
 	for {
 		f, err := r.Read()
 		if err != nil {
-			rs.fail(wire.Errorf(wire.CodeUnavailable,
-				"the owner of the topic, node %q of region %q, went away before answering (%v): the record may or may not have been appended",
+			rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
+				"the owner of the topic, node %q of region %q, went away before answering (%v): the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
 				rs.owner, n.cfg.Region, err))
 			return
 		}
@@ -173,7 +173,9 @@ func (rs *relayStream) readAnswers() {
 		case *wire.PublishError:
 			e = &wire.Error{Code: f.Code, Message: fmt.Sprintf("node %q (the topic's owner): %s", rs.owner, f.Message)}
 		case *wire.ErrorFrame:
-			rs.fail(wire.Errorf(wire.CodeUnavailable, "the owner of the topic, node %q, ended the relay: %s", rs.owner, f.Message))
+			rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
+				"the owner of the topic, node %q, ended the relay (%s): the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
+				rs.owner, f.Message))
 			return
 		default:
 			rs.fail(wire.Errorf(wire.CodeInternal, "the owner of the topic, node %q, answered with %s", rs.owner, f.Type()))
@@ -206,7 +208,14 @@ func (rs *relayStream) readAnswers() {
 }
 
 // fail marks the stream dead and answers every waiting record with e.
-func (rs *relayStream) fail(e *wire.Error) {
+func (rs *relayStream) fail(e *wire.Error) { rs.end(e, false) }
+
+// failUnknown marks the stream dead after its records were sent: the owner may have
+// appended any of those still waiting, so they end the client's stream with e rather than
+// being refused (a PUBLISH_ERROR says nothing was appended).
+func (rs *relayStream) failUnknown(e *wire.Error) { rs.end(e, true) }
+
+func (rs *relayStream) end(e *wire.Error, unknown bool) {
 	rs.mu.Lock()
 	if rs.mu.dead == nil {
 		rs.mu.dead = e
@@ -217,6 +226,7 @@ func (rs *relayStream) fail(e *wire.Error) {
 	rs.str.CancelRead(wire.AppCancelled)
 	rs.str.CancelWrite(wire.AppCancelled)
 	for _, b := range waiting {
+		b.unknown = unknown
 		rs.p.failBatch(b, b.answered, e)
 	}
 }
@@ -257,8 +267,8 @@ func (rs *relayStream) watchLeader() {
 			continue
 		}
 		if now := r.leaderName(topic); now != "" && now != rs.owner {
-			rs.fail(wire.Errorf(wire.CodeUnavailable,
-				"the leader of %q moved from node %q to node %q before answering: the record may or may not have been appended; retry",
+			rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
+				"the leader of %q moved from node %q to node %q before answering: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
 				topic, rs.owner, now))
 		}
 	}

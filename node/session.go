@@ -273,6 +273,8 @@ func (s *session) serveStream(str *quic.Stream) {
 			return
 		}
 		s.manage(str, f) // manage_wire.go
+	case *wire.Hold:
+		s.serveHold(str, r, f) // holder.go
 	default:
 		s.failStream(str, wire.Errorf(wire.CodeProtocol, "a stream cannot start with %s", f.Type()))
 	}

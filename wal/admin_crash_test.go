@@ -98,6 +98,13 @@ func runAdminCrash(t *testing.T, seed uint64, op adminKind) (notThere, there int
 	if err := l.SetPosition(t.Context(), Position{Name: "c", Topic: "victim", Value: uint64(k - 1)}); err != nil {
 		t.Fatal(err)
 	}
+	// A consumer group with state on both topics: the victim's goes with the operation.
+	if err := l.SetGroup(t.Context(), "grp", &GroupSettings{Pattern: ">"}, map[string]*GroupState{
+		"victim": {Floor: 2, Next: 5, Entries: []GroupEntry{{Offset: 3, Deliveries: 1}}},
+		"by":     {Floor: 0, Next: 1},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	oldID := topicID(t, l, "victim")
 	// A clean close leaves the victim in the close marker.
 	if err := l.Close(); err != nil {
@@ -194,7 +201,13 @@ func checkAdminClone(t *testing.T, name string, c adminClone, op adminKind, k ui
 	first, next, exists := l.Bounds("victim")
 	pos, hasPos, _ := l.Position("c", "victim")
 	cfg, hasCfg := l.TopicConfig("victim")
-	whole := exists && first == 0 && next == k && hasPos && pos == k-1 && hasCfg && cfg.RetentionSet
+	_, groups, _, err := l.Group("grp")
+	if err != nil || groups["by"] == nil {
+		t.Errorf("%s: the bystander's group state: %+v %v", name, groups, err)
+	}
+	gs := groups["victim"]
+	whole := exists && first == 0 && next == k && hasPos && pos == k-1 && hasCfg && cfg.RetentionSet &&
+		gs != nil && gs.Floor == 2 && len(gs.Entries) == 1
 	if whole {
 		if recs := mustReadAll(t, l, "victim", 0); uint64(len(recs)) != k {
 			t.Errorf("%s: victim before the %s reads %d of %d records", name, op, len(recs), k)
@@ -203,16 +216,17 @@ func checkAdminClone(t *testing.T, name string, c adminClone, op adminKind, k ui
 	var applied bool
 	switch op {
 	case opDelete:
-		applied = !exists && !hasPos && !hasCfg && keysOfID(t, l, oldID) == 0 &&
+		applied = !exists && !hasPos && !hasCfg && keysOfID(t, l, oldID) == 0 && gs == nil &&
 			rawKeys(t, l, positionTopicPrefix("victim"), prefixEnd(positionTopicPrefix("victim"))) == 0
 	case opPurge:
 		applied = exists && first == k && next == k && hasPos && pos == k-1 && hasCfg && cfg.RetentionSet &&
+			gs != nil && gs.Floor == k && gs.Next == k && len(gs.Entries) == 0 &&
 			rawKeys(t, l, recordKey(oldID, 0), recordKey(oldID, k)) == 0
 	}
 	switch {
 	case whole == applied:
-		t.Errorf("%s: the %s is partly there: exists %v bounds %d %d, position %d %v, config %+v %v, %d keys of the old ID",
-			name, op, exists, first, next, pos, hasPos, cfg, hasCfg, keysOfID(t, l, oldID))
+		t.Errorf("%s: the %s is partly there: exists %v bounds %d %d, position %d %v, config %+v %v, %d keys of the old ID, group state %+v",
+			name, op, exists, first, next, pos, hasPos, cfg, hasCfg, keysOfID(t, l, oldID), gs)
 		return false
 	case c.returned && !applied:
 		t.Errorf("%s: the %s returned, but the clone does not have it", name, op)

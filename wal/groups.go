@@ -44,6 +44,9 @@ type GroupState struct {
 	Floor   uint64
 	Next    uint64
 	Entries []GroupEntry
+	// Updated is when the state was stored (the log's clock, set by SetGroup: a value
+	// given to it is ignored); zero for a state stored before the log kept the time.
+	Updated time.Time
 }
 
 // groupKey is 's' | uvarint len(group) | group | topic; the settings use topic "".
@@ -77,11 +80,20 @@ func encodeGroupState(s *GroupState) []byte {
 		}
 		b = binary.AppendUvarint(b, v)
 	}
-	return b
+	// The time of the store, after the entries: a state stored before it was kept ends
+	// with the last entry and reads back with a zero Updated.
+	var ns uint64
+	if !s.Updated.IsZero() {
+		ns = uint64(s.Updated.UnixNano())
+	}
+	return binary.AppendUvarint(b, ns)
 }
 
 // SetGroup stores a group's settings (when not nil) and its state in the topics of states,
-// in one synced batch, and returns once it is durable.
+// in one synced batch, and returns once it is durable. Each state is stored with the log's
+// time. A state of a topic deleted since Open (and not created again) is not written: the
+// delete removed the group's state of it, and a store that raced the delete must not bring
+// it back (l.groupMu orders the two).
 func (l *Log) SetGroup(ctx context.Context, group string, settings *GroupSettings, states map[string]*GroupState) error {
 	if err := checkName("group name", group); err != nil {
 		return fmt.Errorf("wal: set group %q: %w", group, err)
@@ -94,8 +106,11 @@ func (l *Log) SetGroup(ctx context.Context, group string, settings *GroupSetting
 		return fmt.Errorf("wal: set group %q: %w", group, err)
 	}
 	defer l.db.RUnlock()
+	l.groupMu.Lock()
+	defer l.groupMu.Unlock()
 	b := db.NewBatch()
 	defer b.Close()
+	now := l.opts.Now()
 	if settings != nil {
 		k := groupKey(group, "")
 		_ = b.Set(k, sealMeta(k, encodeGroupSettings(settings)), nil)
@@ -104,8 +119,16 @@ func (l *Log) SetGroup(ctx context.Context, group string, settings *GroupSetting
 		if err := checkName("group topic", topic); err != nil {
 			return fmt.Errorf("wal: set group %q: %w", group, err)
 		}
+		if l.topicGone(topic) {
+			continue
+		}
+		st := *s
+		st.Updated = now
 		k := groupKey(group, topic)
-		_ = b.Set(k, sealMeta(k, encodeGroupState(s)), nil)
+		_ = b.Set(k, sealMeta(k, encodeGroupState(&st)), nil)
+	}
+	if b.Empty() {
+		return nil
 	}
 	if err := db.Apply(b, pebble.Sync); err != nil {
 		return fmt.Errorf("wal: set group %q: %w", group, err)
@@ -210,7 +233,12 @@ func decodeGroupState(p []byte) (*GroupState, string) {
 		}
 		s.Entries = append(s.Entries, GroupEntry{Offset: off, Deliveries: uint32(v >> 1), Done: v&1 == 1})
 	}
-	if len(r.b) != 0 || !slices.IsSortedFunc(s.Entries, func(a, b GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) }) {
+	if len(r.b) > 0 { // stored since the time was kept
+		if ns := r.uvarint(); ns != 0 {
+			s.Updated = time.Unix(0, int64(ns))
+		}
+	}
+	if r.bad || len(r.b) != 0 || !slices.IsSortedFunc(s.Entries, func(a, b GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) }) {
 		return nil, "malformed state: trailing bytes or entries out of order"
 	}
 	return s, ""

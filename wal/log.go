@@ -73,6 +73,9 @@ type Log struct {
 	}
 
 	retentionMu sync.Mutex // serializes EnforceRetention passes
+	// groupMu orders group state stores (SetGroup, DeleteGroup) with the purge and delete of
+	// a topic, which rewrite or remove the groups' states of it (groups_admin.go).
+	groupMu sync.Mutex
 
 	ctx       context.Context // cancelled by Close: stops retention work
 	cancel    context.CancelFunc

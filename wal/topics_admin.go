@@ -219,7 +219,8 @@ type PurgeResult struct {
 
 // PurgeTopic deletes every record of a topic and keeps the topic: its next
 // record gets the next offset (offsets are never reused), its configuration
-// and its positions stay. The new first offset is stored in the same synced
+// and its positions stay; every consumer group's floor on it moves up to the
+// next offset, in the same batch. The new first offset is stored in the same synced
 // batch as the deletion, as retention stores it, so a crash leaves the purge
 // wholly done or not at all, and a reader of a purged offset gets the
 // *OffsetOutOfRangeError that retention gives. Records appended concurrently
@@ -236,8 +237,8 @@ func (l *Log) PurgeTopic(ctx context.Context, name string) (PurgeResult, error) 
 }
 
 // DeleteTopic removes a topic: its records, its retention state and
-// configuration, and every named position of it (consumer positions and
-// mirror cursors), in one synced batch. A topic of the same name created
+// configuration, every named position of it (consumer positions and mirror
+// cursors) and every consumer group's state of it, in one synced batch. A topic of the same name created
 // later starts at offset 0 with a new topic ID. Readers of the deleted topic
 // get a *TopicDeletedError. It returns how many records were deleted.
 func (l *Log) DeleteTopic(ctx context.Context, name string) (uint64, error) {
@@ -297,6 +298,12 @@ func (l *Log) commitAdmin(r *request) {
 			l.inflight <- f
 			return
 		}
+	}
+	if op.kind == opPurge || op.kind == opDelete {
+		// The groups' states of the topic are rewritten or removed in this batch: no
+		// SetGroup may write one between the pass that finds them and the apply.
+		l.groupMu.Lock()
+		defer l.groupMu.Unlock()
 	}
 	b := l.pdb.NewBatch()
 	if err := l.buildAdmin(b, r.topic, op, f); err != nil {
@@ -400,6 +407,9 @@ func (l *Log) buildAdmin(b *pebble.Batch, name string, op *adminOp, f *inflight)
 		if hwm != t.next { // cannot happen after a drain without a failure: refuse rather than cut past durable records
 			return fmt.Errorf("%w: high-watermark %d below next offset %d after the drain", ErrFailed, hwm, t.next)
 		}
+		if err := l.groupsOfTopicInto(b, name, false, max(t.next, first)); err != nil {
+			return fmt.Errorf("move group floors: %w", err)
+		}
 		if t.next <= first {
 			op.cutTo, op.cutToPos = first, firstPos
 			return nil // empty already
@@ -407,6 +417,9 @@ func (l *Log) buildAdmin(b *pebble.Batch, name string, op *adminOp, f *inflight)
 		op.t = t
 		return l.cutLocked(b, t, op, t.next, t.nextPos)
 	case opDelete:
+		if err := l.groupsOfTopicInto(b, name, true, 0); err != nil {
+			return fmt.Errorf("remove group states: %w", err)
+		}
 		if err := l.dropCloseMark(name); err != nil {
 			return fmt.Errorf("rewrite %s: %w", closeMarkFile, err)
 		}

@@ -14,16 +14,19 @@ import (
 )
 
 func init() {
-	register("consumers", "list, inspect, reset or remove durable consumers (ls | info NAME | reset NAME --to WHERE | rm NAME)", runConsumers)
+	register("consumers", "list, inspect, reset or remove durable consumers and consumer groups (ls | info NAME | reset NAME --to WHERE | rm NAME)", runConsumers)
 }
 
 const consumersSynopsis = `[ls | info NAME | reset NAME --to earliest|latest|OFFSET|TIME [--force] | rm NAME [--force]] [--format table|json] [--server HOST:PORT] [--ca FILE]
 
-  ls (the default)  every consumer of your tenant: name, kind, pattern, pending records, members, last ack
-  info NAME         one consumer, with its position, the head and the pending records of each topic
+  ls (the default)  every consumer of your tenant, durable or group: name, kind, pattern, pending
+                    records, members, last ack
+  info NAME         one consumer, with its position (a group's: its floor), the head and the pending
+                    records of each topic; a group's settings and outstanding records too
   reset NAME        move its position on every topic: --to earliest, latest, an offset, a time ago (5m)
-                    or a date and time (2026-12-01T10:00:00Z)
-  rm NAME           remove it (all its positions; it no longer counts against the tenant's limit)
+                    or a date and time (2026-12-01T10:00:00Z); a group forgets its outstanding records
+  rm NAME           remove it (all its positions or group state; it no longer counts against the
+                    tenant's limit)
 reset and rm are refused while a member is connected; --force ends the members first.`
 
 func runConsumers(ctx context.Context, e *env, args []string) error {
@@ -73,7 +76,7 @@ func runConsumers(ctx context.Context, e *env, args []string) error {
 		}
 		printConsumers(e, list)
 		if len(list) == 0 {
-			fmt.Fprintln(e.stderr, "no durable consumers")
+			fmt.Fprintln(e.stderr, "no durable consumers or consumer groups")
 		}
 	case "info":
 		c, err := conn.ConsumerInfo(rctx, name)
@@ -159,6 +162,15 @@ func printConsumer(e *env, c client.ConsumerInfo, asJSON bool) error {
 	fmt.Fprintf(e.stdout, "consumer %s (%s): %s pending, %s connected, last ack %s, pattern %s\n",
 		c.Name, c.Kind, plural(int(c.Pending), "record"), plural(c.Members, "member"), timeCell(c.LastAck), orDash(c.Pattern))
 	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
+	if g := c.Group; g != nil {
+		fmt.Fprintf(e.stdout, "group settings: ack-wait %s, max-deliver %d, dead-letter %s, order %s; %s outstanding\n",
+			g.AckWait, g.MaxDeliver, orDash(g.DeadLetter), orderName(g.OrderBy), plural(int(g.Outstanding), "record"))
+		fmt.Fprintln(tw, "TOPIC\tFLOOR\tNEXT\tPENDING\tOUTSTANDING\tUPDATED")
+		for _, t := range c.Topics {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", t.Topic, t.Resume, t.Next, t.Pending, t.Outstanding, timeCell(t.Updated))
+		}
+		return tw.Flush()
+	}
 	fmt.Fprintln(tw, "TOPIC\tRESUME\tNEXT\tPENDING\tUPDATED")
 	for _, t := range c.Topics {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\n", t.Topic, t.Resume, t.Next, t.Pending, timeCell(t.Updated))
@@ -166,34 +178,66 @@ func printConsumer(e *env, c client.ConsumerInfo, asJSON bool) error {
 	return tw.Flush()
 }
 
-// jsonConsumer is a consumer as --format json prints it.
+// jsonConsumer is a consumer as --format json prints it. The group fields are there for
+// kind "group" only.
 type jsonConsumer struct {
-	Name    string              `json:"name"`
-	Kind    string              `json:"kind"`
-	Pattern string              `json:"pattern"` // "" when no member is connected
-	Pending uint64              `json:"pending"`
-	Members int                 `json:"members"`
-	LastAck *time.Time          `json:"last_ack"` // null: none recorded
-	Topics  []jsonConsumerTopic `json:"topics,omitempty"`
+	Name    string     `json:"name"`
+	Kind    string     `json:"kind"`
+	Pattern string     `json:"pattern"` // a durable's: "" when no member is connected
+	Pending uint64     `json:"pending"`
+	Members int        `json:"members"`
+	LastAck *time.Time `json:"last_ack"` // null: none recorded
+	*jsonGroup
+	Topics []jsonConsumerTopic `json:"topics,omitempty"`
+}
+
+// jsonGroup is what --format json prints of a group besides a durable's fields.
+type jsonGroup struct {
+	AckWait     string `json:"ack_wait"` // a Go duration: "30s"
+	MaxDeliver  int    `json:"max_deliver"`
+	DeadLetter  string `json:"dead_letter"` // "": records that reach max_deliver are dropped
+	Order       string `json:"order"`       // none, topic or key
+	Outstanding uint64 `json:"outstanding"`
 }
 
 type jsonConsumerTopic struct {
-	Topic   string     `json:"topic"`
-	Resume  uint64     `json:"resume"`
-	Next    uint64     `json:"next"`
-	Pending uint64     `json:"pending"`
-	Updated *time.Time `json:"updated"`
+	Topic       string     `json:"topic"`
+	Resume      uint64     `json:"resume"`
+	Floor       *uint64    `json:"floor,omitempty"` // a group's floor (= resume)
+	Next        uint64     `json:"next"`
+	Pending     uint64     `json:"pending"`
+	Outstanding *uint64    `json:"outstanding,omitempty"` // groups only
+	Updated     *time.Time `json:"updated"`
 }
 
 func consumerJSON(c client.ConsumerInfo, withTopics bool) jsonConsumer {
 	j := jsonConsumer{Name: c.Name, Kind: c.Kind, Pattern: c.Pattern, Pending: c.Pending, Members: c.Members, LastAck: timeOrNil(c.LastAck)}
+	if g := c.Group; g != nil {
+		j.jsonGroup = &jsonGroup{AckWait: g.AckWait.String(), MaxDeliver: g.MaxDeliver, DeadLetter: g.DeadLetter,
+			Order: orderName(g.OrderBy), Outstanding: g.Outstanding}
+	}
 	if withTopics {
 		j.Topics = []jsonConsumerTopic{}
 		for _, t := range c.Topics {
-			j.Topics = append(j.Topics, jsonConsumerTopic{Topic: t.Topic, Resume: t.Resume, Next: t.Next, Pending: t.Pending, Updated: timeOrNil(t.Updated)})
+			jt := jsonConsumerTopic{Topic: t.Topic, Resume: t.Resume, Next: t.Next, Pending: t.Pending, Updated: timeOrNil(t.Updated)}
+			if c.Group != nil {
+				jt.Floor, jt.Outstanding = &t.Resume, &t.Outstanding
+			}
+			j.Topics = append(j.Topics, jt)
 		}
 	}
 	return j
+}
+
+// orderName is how the CLI names a group's order (as sub --order takes it).
+func orderName(o client.Order) string {
+	switch o {
+	case client.OrderByTopic:
+		return "topic"
+	case client.OrderByKey:
+		return "key"
+	}
+	return "none"
 }
 
 func printConsumersJSON(e *env, list []client.ConsumerInfo) error {

@@ -120,3 +120,36 @@ func TestTopicsCreatePurgeDeleteCLI(t *testing.T) {
 		t.Fatalf("topics after delete: %s %s", stdout, stderr)
 	}
 }
+
+// TestConsumersCLIGroup: a group is a row of kind group, and info --format json shows its
+// settings, outstanding records and per-topic floor.
+func TestConsumersCLIGroup(t *testing.T) {
+	n := startCLINode(t)
+	publishLines(t, n, "shop.orders", "o1", "o2", "o3")
+	code, _, stderr := runCLI(t, "", append([]string{"sub", "--topic", "shop.>", "--group", "workers", "--max-deliver", "4", "--count", "2"}, n.conn()...)...)
+	if code != 0 {
+		t.Fatalf("sub --group: exit %d:\n%s", code, stderr)
+	}
+	code, stdout, stderr := runCLI(t, "", append([]string{"consumers"}, n.conn()...)...)
+	rows := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
+	if f := strings.Fields(rows[len(rows)-1]); code != 0 || len(f) != 6 || strings.Join(f[:5], " ") != "workers group shop.> 1 0" {
+		t.Fatalf("consumers: exit %d:\n%s\n%s; want a row workers, group, shop.>, 1 pending, 0 members", code, stdout, stderr)
+	}
+	code, stdout, stderr = runCLI(t, "", append([]string{"consumers", "info", "workers", "--format", "json"}, n.conn()...)...)
+	var raw map[string]any
+	if code != 0 || json.Unmarshal([]byte(stdout), &raw) != nil {
+		t.Fatalf("info --format json: exit %d: %q %s", code, stdout, stderr)
+	}
+	if raw["kind"] != "group" || raw["max_deliver"] != 4.0 || raw["order"] != "none" || raw["ack_wait"] != "30s" || raw["outstanding"] != 1.0 {
+		t.Fatalf("group fields: %s", stdout)
+	}
+	topics, _ := raw["topics"].([]any)
+	// The third record reached the member before it exited (it reads ahead): outstanding.
+	if len(topics) != 1 || topics[0].(map[string]any)["floor"] != 2.0 || topics[0].(map[string]any)["outstanding"] != 1.0 {
+		t.Fatalf("group topic rows: %s; want floor 2, one outstanding", stdout)
+	}
+	code, stdout, _ = runCLI(t, "", append([]string{"consumers", "info", "workers"}, n.conn()...)...)
+	if code != 0 || !strings.Contains(stdout, "consumer workers (group)") || !strings.Contains(stdout, "max-deliver 4") || !strings.Contains(stdout, "FLOOR") {
+		t.Fatalf("info: %s", stdout)
+	}
+}

@@ -71,6 +71,20 @@ type ConsumerInfo struct {
 	Members uint64 // subscription streams connected to this node under its name now
 	LastAck int64  // unix nanoseconds of its last stored position; 0: none recorded
 	Topics  []ConsumerTopic
+	// Group is set for Kind KindGroup: the group's settings and outstanding records. It
+	// travels as optional trailing fields, so a frame without them still decodes.
+	Group *ConsumerGroup
+}
+
+// ConsumerGroup is what CONSUMER_INFO carries of a group besides a durable's fields.
+type ConsumerGroup struct {
+	AckWait     uint64 // nanoseconds
+	MaxDeliver  uint64
+	DeadLetter  string // "" when records that reach MaxDeliver are dropped
+	Order       byte   // OrderNone, OrderTopic or OrderKey
+	Outstanding uint64 // records delivered and not yet acknowledged, over all its topics
+	// TopicOutstanding is Outstanding per topic, in the order of Topics.
+	TopicOutstanding []uint64
 }
 
 // ConsumerTopic is a consumer's state on one topic.
@@ -160,7 +174,7 @@ func newManageFrame(t Type) Frame {
 	case TypeDone:
 		return new(Done)
 	}
-	return nil
+	return newHolderFrame(t) // holder.go
 }
 
 func (f *Consumers) appendBody(e enc) enc { return e.str(f.Name) }
@@ -171,6 +185,16 @@ func (f *ConsumerInfo) appendBody(e enc) enc {
 		uvarint(uint64(f.LastAck)).uvarint(uint64(len(f.Topics)))
 	for _, t := range f.Topics {
 		e = e.str(t.Topic).uvarint(t.Resume).uvarint(t.Next).uvarint(t.Pending).uvarint(uint64(t.Updated))
+	}
+	if g := f.Group; g != nil {
+		e = e.uvarint(g.AckWait).uvarint(g.MaxDeliver).str(g.DeadLetter).byte1(g.Order).uvarint(g.Outstanding)
+		for i := range f.Topics {
+			var o uint64
+			if i < len(g.TopicOutstanding) {
+				o = g.TopicOutstanding[i]
+			}
+			e = e.uvarint(o)
+		}
 	}
 	return e
 }
@@ -184,11 +208,12 @@ func (f *ConsumerInfo) decodeBody(d *dec) {
 	n := d.uvarint("topic count")
 	f.Topics = nil
 	if d.err != nil || n == 0 {
+		f.decodeGroup(d)
 		return
 	}
-	// Each row takes at least 6 bytes: a count the body cannot hold is refused before the
-	// slice is allocated.
-	if n > maxConsumerTopics || n*6 > uint64(len(d.b)) {
+	// Each row takes at least 5 bytes (an empty topic and four one-byte varints): a count the
+	// body cannot hold is refused before the slice is allocated.
+	if n > maxConsumerTopics || n*5 > uint64(len(d.b)) {
 		d.fail("%d topics: over the limit of %d or the frame's size", n, maxConsumerTopics)
 		return
 	}
@@ -199,6 +224,24 @@ func (f *ConsumerInfo) decodeBody(d *dec) {
 			Pending: d.uvarint("pending"), Updated: int64(d.uvarint("updated")),
 		})
 	}
+	f.decodeGroup(d)
+}
+
+// decodeGroup reads the optional group fields, present when bytes follow the topics.
+func (f *ConsumerInfo) decodeGroup(d *dec) {
+	f.Group = nil
+	if d.err != nil || len(d.b) == 0 {
+		return
+	}
+	g := &ConsumerGroup{AckWait: d.uvarint("ack wait"), MaxDeliver: d.uvarint("max deliver"),
+		DeadLetter: d.str("dead letter"), Order: d.byte1("order"), Outstanding: d.uvarint("outstanding")}
+	if len(f.Topics) > 0 {
+		g.TopicOutstanding = make([]uint64, 0, len(f.Topics))
+		for range f.Topics {
+			g.TopicOutstanding = append(g.TopicOutstanding, d.uvarint("topic outstanding"))
+		}
+	}
+	f.Group = g
 }
 
 func (f *ConsumerReset) appendBody(e enc) enc {

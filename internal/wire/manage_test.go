@@ -15,11 +15,17 @@ func manageFrames() []Frame {
 			{Topic: "orders.eu", Resume: 4, Next: 10, Pending: 6, Updated: 5},
 			{Topic: "orders.us", Next: 3, Pending: 3},
 		}},
+		&ConsumerInfo{Name: "workers", Kind: KindGroup, Pattern: "jobs.>", Pending: 9, Members: 2, Topics: []ConsumerTopic{
+			{Topic: "jobs.a", Resume: 4, Next: 10, Pending: 7, Updated: 5}, {Topic: "jobs.b", Resume: 1, Next: 3, Pending: 2},
+		}, Group: &ConsumerGroup{AckWait: 30e9, MaxDeliver: 5, DeadLetter: "jobs-dlq", Order: OrderKey, Outstanding: 3, TopicOutstanding: []uint64{2, 1}}},
+		&ConsumerInfo{Name: "idle", Kind: KindGroup, Pattern: "jobs.>", Group: &ConsumerGroup{AckWait: 1e9, MaxDeliver: 1}},
 		&ConsumerReset{Name: "billing", Start: StartTime, StartValue: 1 << 60, Flags: ManageForce},
 		&ConsumerDelete{Name: "billing"},
 		&TopicCreate{Topic: "orders", Flags: ManageRetention | ManageUpdate, MaxAge: 3600e9, MaxBytes: 1 << 30},
 		&TopicRemove{Topic: "orders", Op: RemoveDelete, Flags: ManageForce},
 		&Done{Count: 42},
+		&Hold{Name: "tenant/acme/billing", Shown: "billing", Client: "127.0.0.1:5000", Flags: HoldStandby},
+		&Held{},
 		&TopicInfo{Name: "orders", First: 1, Next: 9, Bytes: 100},
 		&TopicInfo{Name: "orders", First: 1, Next: 9, Bytes: 100, RetentionSet: true, RetentionAge: 5e9},
 	}

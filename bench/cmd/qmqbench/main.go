@@ -18,6 +18,12 @@
 //	                 against NATS core and JetStream ("tfworker")
 //	qmqbench hetero  one topic over 100 connections, one behind loss and a round trip: the
 //	                 clean ones' p99 against a run without it, QuicMQ and NATS ("hetworker")
+//	qmqbench replicated  durable publish into one topic, 1 and 16 clients: QuicMQ R3 (three
+//	                 'quicmq node --replicas 3' processes) against R1 and JetStream R3
+//	                 ("repworker", "jsnode")
+//	qmqbench groups  a consumer group of 1, 4 and 16 members over one topic with a backlog
+//	                 and a live publisher, acks stored durably, against JetStream pull
+//	                 consumers; and a member that stops reading ("grpworker")
 //	qmqbench report  tables and plots again from a fanout or slow JSON file
 //	qmqbench qlog    a connection's congestion window, losses and sending rate from a qlog
 //	                 trace (QLOGDIR=DIR on a node, a link or the SDK)
@@ -72,6 +78,16 @@ func main() {
 		err = runHetero(os.Args[2:])
 	case "hetworker":
 		err = runHetWorker(os.Args[2:])
+	case "replicated":
+		err = runReplicated(os.Args[2:])
+	case "repworker":
+		err = runRepWorker(os.Args[2:])
+	case "jsnode":
+		err = runJSNode(os.Args[2:])
+	case "groups":
+		err = runGroups(os.Args[2:])
+	case "grpworker":
+		err = runGrpWorker(os.Args[2:])
 	case "broker":
 		err = runBroker(os.Args[2:])
 	default:
@@ -94,6 +110,9 @@ func usage() {
   cross    scenario 6: two regions, loss on the link, a stream per mirrored topic vs one shared
   truefanout  one topic, S subscriptions over C connections, rising rate: deliveries/s held, CPU/delivery
   hetero   one topic over 100 connections, one behind loss and a round trip: the clean ones' p99
+  replicated  durable publish into one topic: QuicMQ R3 against R1 and JetStream R3, 1 and 16 clients
+  groups   a consumer group of 1, 4, 16 members, per-record acks stored durably, against JetStream
+           pull consumers; a member that stops reading, against the group without it
   report   tables and plots again from a fanout or slow JSON file
   qlog     plot a QUIC connection's congestion window and losses from a qlog trace (QLOGDIR)
 

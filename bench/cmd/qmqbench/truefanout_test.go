@@ -8,8 +8,8 @@ import (
 	"github.com/quicmq/quicmq/bench/lossy"
 )
 
-// init lets the test binary serve as the hidden commands of the one-topic scenarios and of
-// the raw Pebble writer (TestMain in main_test.go handles the others). It runs before
+// init lets the test binary serve as the hidden commands of the one-topic, replicated and
+// groups scenarios and of the raw Pebble writer (TestMain in main_test.go handles the others). It runs before
 // TestMain and exits.
 func init() {
 	if len(os.Args) < 2 {
@@ -23,6 +23,12 @@ func init() {
 		run = runHetWorker
 	case "rawpebble":
 		run = runRawPebble
+	case "repworker":
+		run = runRepWorker
+	case "jsnode":
+		run = runJSNode
+	case "grpworker":
+		run = runGrpWorker
 	default:
 		return
 	}

@@ -1,0 +1,396 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// Shared groups in consumer management (manage.go): a group is listed, inspected, reset and
+// removed like a durable consumer, as a row of kind "group", from its state in wal
+// (wal.Groups: settings, and per topic the floor, the next offset and the window) and its
+// members connected to this node (the live group, group.go).
+//
+// A reset or removal fences the group's name (consumers.mu.fenced): no member joins while it
+// runs, so the live group's state, which its members store after every run of ACKs, can
+// never overwrite what the operation wrote. A forced one ends the members (their own
+// stream's ERROR 21) and waits until the live group has ended, after its members' last
+// stores.
+
+// consumerKey keys a consumer in a listing: a durable and a group may share a name.
+func consumerKey(kind, name string) string {
+	if kind == wire.KindGroup {
+		return "group:" + name // ":" is in no consumer name
+	}
+	return name
+}
+
+// groupConsumers adds to cs the groups of a stored on this node: every one (name empty) or
+// the one called name (stored).
+func (n *Node) groupConsumers(a *principal, name string, cs map[string]*consumerState) error {
+	prefix := consumerPrefix(a)
+	if name != "" {
+		prefix = name
+	}
+	return n.wal.Groups(prefix, func(g wal.GroupInfo) bool {
+		if name == "" || g.Name == name {
+			c := n.groupState(g)
+			cs[consumerKey(c.kind, c.name)] = c
+		}
+		return true
+	})
+}
+
+// groupState is a stored group as a consumer: per topic, Resume is its floor and Pending
+// the records not yet acknowledged, those never handed out (head - next) and those handed
+// out and not done (outstanding); records retention deleted count for neither.
+func (n *Node) groupState(g wal.GroupInfo) *consumerState {
+	c := &consumerState{name: g.Name, kind: wire.KindGroup, pattern: g.Settings.Pattern,
+		group: &wire.ConsumerGroup{AckWait: uint64(max(g.Settings.AckWait, 0)), MaxDeliver: g.Settings.MaxDeliver,
+			DeadLetter: g.Settings.DeadLetter, Order: g.Settings.Order},
+		outstanding: make(map[string]uint64, len(g.States))}
+	for topic, st := range g.States {
+		first, head, ok := n.wal.Bounds(topic)
+		if !ok {
+			first, head = st.Floor, st.Next
+		}
+		lo := max(st.Floor, first)
+		var out uint64
+		if lo < st.Next {
+			out = st.Next - lo
+			for _, e := range st.Entries {
+				if e.Done && e.Offset >= lo {
+					out--
+				}
+			}
+		}
+		var fresh uint64
+		if from := max(st.Next, first); head > from {
+			fresh = head - from
+		}
+		c.outstanding[topic] = out
+		c.group.Outstanding += out
+		c.pending += fresh + out
+		c.topics = append(c.topics, wire.ConsumerTopic{Topic: topic, Resume: st.Floor, Next: head, Pending: fresh + out, Updated: unixNano(st.Updated)})
+		if st.Updated.After(c.lastAck) {
+			c.lastAck = st.Updated
+		}
+	}
+	c.members = n.groupMembers(g.Name)
+	return c
+}
+
+// groupInfo is the group part of c's CONSUMER_INFO as a client of a sees it.
+func (c *consumerState) groupInfo(a *principal) *wire.ConsumerGroup {
+	if c.group == nil {
+		return nil
+	}
+	g := *c.group
+	if g.DeadLetter != "" {
+		g.DeadLetter = a.clientName(g.DeadLetter)
+	}
+	g.TopicOutstanding = nil
+	for _, t := range c.topics {
+		g.TopicOutstanding = append(g.TopicOutstanding, c.outstanding[t.Topic])
+	}
+	return &g
+}
+
+// groupFromPeer is the group part of a peer's CONSUMER_INFO in c.
+func (c *consumerState) groupFromPeer(ci *wire.ConsumerInfo) {
+	if ci.Group == nil {
+		return
+	}
+	g := *ci.Group
+	g.TopicOutstanding = nil
+	c.group = &g
+	c.outstanding = make(map[string]uint64, len(ci.Topics))
+	for i, t := range ci.Topics {
+		if i < len(ci.Group.TopicOutstanding) {
+			c.outstanding[t.Topic] = ci.Group.TopicOutstanding[i]
+		}
+	}
+}
+
+// mergeGroup adds o's group part (the same group on another node) to c's.
+func (c *consumerState) mergeGroup(o *consumerState) {
+	switch {
+	case o.group == nil:
+	case c.group == nil:
+		g := *o.group
+		c.group = &g
+	default:
+		c.group.Outstanding += o.group.Outstanding
+	}
+	if c.outstanding == nil {
+		c.outstanding = make(map[string]uint64)
+	}
+	for t, v := range o.outstanding {
+		c.outstanding[t] += v
+	}
+}
+
+// liveGroup is the live group name (stored) on this node, or nil.
+func (n *Node) liveGroup(name string) *group {
+	n.cons.mu.Lock()
+	defer n.cons.mu.Unlock()
+	return n.cons.mu.groups[name]
+}
+
+// groupMembers counts the members of group name (stored) connected to this node now.
+func (n *Node) groupMembers(name string) int {
+	g := n.liveGroup(name)
+	if g == nil {
+		return 0
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.mu.members)
+}
+
+// endGroup ends the members of group name (stored) on this node with e and waits until the
+// live group has ended: after every member's last store.
+func (n *Node) endGroup(ctx context.Context, name string, e *wire.Error) *wire.Error {
+	g := n.liveGroup(name)
+	if g == nil {
+		return nil
+	}
+	g.mu.Lock()
+	for m := range g.mu.members {
+		m.ackErr.CompareAndSwap(nil, e)
+		m.cancel()
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.ended:
+		return nil
+	case <-ctx.Done():
+		return wire.Errorf(wire.CodeUnavailable, "group %q: its members did not end: %v", g.shown, ctx.Err())
+	}
+}
+
+// fenceGroup keeps members from joining group name (stored) until the returned func is
+// called; op ("reset", "removed") says why to a member refused meanwhile.
+func (n *Node) fenceGroup(name, op string) (unfence func(), e *wire.Error) {
+	c := &n.cons
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev, ok := c.mu.fenced[name]; ok {
+		return nil, wire.Errorf(wire.CodeInUse, "group %q is being %s by another request: try again once it is done", name, prev)
+	}
+	if c.mu.fenced == nil {
+		c.mu.fenced = make(map[string]string)
+	}
+	c.mu.fenced[name] = op
+	return func() {
+		c.mu.Lock()
+		delete(c.mu.fenced, name)
+		c.mu.Unlock()
+	}, nil
+}
+
+// resetGroup puts group c at start on each of its topics: a new floor and next offset, and
+// an empty window (the outstanding set is cleared in the same batch). Records handed out
+// before are delivered again if the reset moved before them.
+func (n *Node) resetGroup(ctx context.Context, a *principal, c consumerState, start wal.Start, force bool) *wire.Error {
+	unfence, e := n.fenceGroup(c.name, "reset")
+	if e != nil {
+		return e
+	}
+	defer unfence()
+	c.members = n.groupMembers(c.name) // now that none can join
+	if e := n.checkMembers(ctx, a, c, "reset", force); e != nil {
+		return e
+	}
+	states := make(map[string]*wal.GroupState, len(c.topics))
+	for _, t := range c.topics {
+		off, err := n.wal.ResolveStart(t.Topic, start)
+		if errors.Is(err, wal.ErrUnknownTopic) || errors.Is(err, wal.ErrTopicDeleted) {
+			continue // no records left to put it before
+		}
+		if err != nil {
+			return manageErr(err)
+		}
+		states[t.Topic] = &wal.GroupState{Floor: off, Next: off}
+	}
+	if err := n.wal.SetGroup(ctx, c.name, nil, states); err != nil {
+		return manageErr(err)
+	}
+	return nil
+}
+
+// removeGroup removes group c (its settings and every topic's state) and returns how many
+// topic states it had.
+func (n *Node) removeGroup(ctx context.Context, a *principal, c consumerState, force bool) (int, *wire.Error) {
+	unfence, e := n.fenceGroup(c.name, "removed")
+	if e != nil {
+		return 0, e
+	}
+	defer unfence()
+	c.members = n.groupMembers(c.name)
+	if e := n.checkMembers(ctx, a, c, "remove", force); e != nil {
+		return 0, e
+	}
+	topics, _, err := n.wal.DeleteGroup(ctx, c.name)
+	if err != nil {
+		return 0, manageErr(err)
+	}
+	return topics, nil
+}
+
+// groupDependents names the groups with state on topic, or live on this node and following
+// it, as a sees them.
+func (n *Node) groupDependents(a *principal, topic string) []string {
+	names := make(map[string]bool)
+	err := n.wal.Groups("", func(g wal.GroupInfo) bool {
+		if g.States[topic] != nil {
+			names[g.Name] = true
+		}
+		return true
+	})
+	if err != nil {
+		n.log.Warn("listing the groups of a topic failed", "topic", topic, "err", err)
+	}
+	for _, g := range n.liveGroups() {
+		g.mu.Lock()
+		if g.mu.topics[topic] != nil {
+			names[g.name] = true
+		}
+		g.mu.Unlock()
+	}
+	deps := make([]string, 0, len(names))
+	for name := range names {
+		deps = append(deps, fmt.Sprintf("consumer group %q", a.consumerView(name)))
+	}
+	slices.Sort(deps)
+	return deps
+}
+
+func (n *Node) liveGroups() []*group {
+	n.cons.mu.Lock()
+	defer n.cons.mu.Unlock()
+	gs := make([]*group, 0, len(n.cons.mu.groups))
+	for _, g := range n.cons.mu.groups {
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+// topicRemoved brings the live groups in step with a purge (their floor moves up to cut)
+// or a delete (they forget the topic) that wal has done to their stored states already.
+func (n *Node) topicRemoved(topic string, deleted bool, cut uint64) {
+	for _, g := range n.liveGroups() {
+		if deleted {
+			g.dropTopic(topic)
+		} else {
+			g.purged(topic, cut)
+		}
+	}
+}
+
+// dropTopic forgets a deleted topic: its records are gone, so nothing of it is handed out
+// or stored again, and an ACK of one is ignored. A topic of the same name created later is
+// followed as a new one.
+func (g *group) dropTopic(topic string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.mu.stored, topic)
+	t := g.mu.topics[topic]
+	if t == nil {
+		return
+	}
+	for off, f := range t.out {
+		g.moveLocked(f, fDone, nil)
+		delete(t.out, off)
+		g.mu.outstanding--
+	}
+	delete(g.mu.topics, topic)
+	g.mu.list = slices.DeleteFunc(g.mu.list, func(x *gtopic) bool { return x == t })
+	if g.mu.dropped == nil {
+		g.mu.dropped = make(map[string]bool)
+	}
+	g.mu.dropped[topic] = true
+	g.broadcastLocked()
+}
+
+// purged moves the group's floor on topic up to cut (the purge's new first offset): the
+// records below it are gone, done without a delivery.
+func (g *group) purged(topic string, cut uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st := g.mu.stored[topic]; st != nil && st.Floor < cut {
+		g.mu.stored[topic] = &wal.GroupState{Floor: cut, Next: max(st.Next, cut)}
+	}
+	t := g.mu.topics[topic]
+	if t == nil || t.floor >= cut {
+		return
+	}
+	for off, f := range t.out {
+		if off < cut {
+			g.moveLocked(f, fDone, nil)
+			delete(t.out, off)
+			g.mu.outstanding--
+		}
+	}
+	for off := range t.done {
+		if off < cut {
+			delete(t.done, off)
+		}
+	}
+	t.floor, t.next = cut, max(t.next, cut)
+	g.advanceLocked(t)
+	t.dirty = true
+	g.broadcastLocked()
+}
+
+// ambiguous refuses an operation on a name that is both a durable consumer and a group
+// (stored before names were kept apart).
+func ambiguous(a *principal, cs []consumerState) *wire.Error {
+	if len(cs) < 2 {
+		return nil
+	}
+	return wire.Errorf(wire.CodeConflict, "%q names both a durable consumer and a consumer group: `quicmq consumers rm %s` removes both",
+		a.consumerView(cs[0].name), a.consumerView(cs[0].name))
+}
+
+// groupNameTaken reports whether a group named name (stored) is stored: a durable of that
+// name is refused, so that management names one consumer.
+func (n *Node) groupNameTaken(name string) bool {
+	_, _, ok, _ := n.wal.Group(name) // a damaged state is no name (loading the group reports it)
+	return ok
+}
+
+// durableNameTaken reports whether durable positions named name (stored) exist: a new group
+// of that name is refused.
+func (n *Node) durableNameTaken(name string) bool {
+	return slices.Contains(n.wal.PositionNames(name), name)
+}
+
+// checkNewGroup refuses a group that is not stored yet when a durable consumer has its name
+// (stored) or when a's tenant is at MaxDurablesPerTenant.
+func (n *Node) checkNewGroup(a *principal, name string) *wire.Error {
+	if n.liveGroup(name) != nil || n.groupNameTaken(name) {
+		return nil
+	}
+	if n.durableNameTaken(name) {
+		return wire.Errorf(wire.CodeConflict, "%q is the name of a durable consumer: a consumer group needs a name of its own", a.consumerView(name))
+	}
+	if a.tenant != "" {
+		return n.checkDurables(a, name)
+	}
+	return nil
+}
+
+// groupCount is how many groups with prefix are stored (for MaxDurablesPerTenant), and
+// whether name is one of them.
+func (n *Node) groupCount(prefix, name string) (int, bool) {
+	names, err := n.wal.GroupNames(prefix)
+	if err != nil {
+		n.log.Warn("counting groups failed", "prefix", prefix, "err", err)
+	}
+	return len(names), slices.Contains(names, name)
+}
