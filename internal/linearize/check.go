@@ -292,29 +292,8 @@ func (t *topicOps) linearize(r *Report, cfg Config) porcupine.CheckResult {
 		}
 	}
 	var ops []porcupine.Operation
-	for _, p := range t.pubs {
-		switch p.Outcome {
-		case Refused:
-			continue
-		case OK:
-			ops = append(ops, porcupine.Operation{ClientId: p.Client, Input: pubIn{p, -1}, Call: p.Call, Output: nil, Return: p.Return})
-			continue
-		}
-		in := pubIn{p, -1}
-		ret := int64(math.MaxInt64)
-		if t.final != nil {
-			at, stored := t.finalAt[p.Key]
-			if !stored {
-				continue // linearized after the final reads, if at all: it changes nothing observed
-			}
-			in.at, ret = int64(at), finalReturn
-		}
-		for _, q := range t.attempts[p.Key] {
-			if q.Outcome == OK {
-				ret = min(ret, q.Return)
-			}
-		}
-		ops = append(ops, porcupine.Operation{ClientId: p.Client, Input: in, Call: p.Call, Return: max(ret, p.Call)})
+	for _, k := range t.keys() {
+		ops = append(ops, t.publishOps(k, finalReturn)...)
 	}
 	for _, rd := range append(slices.Clone(t.reads), t.finals...) {
 		ops = append(ops, porcupine.Operation{ClientId: rd.Client, Input: readIn{rd}, Call: rd.Call, Output: readOut{rd.Keys, hashKeys(rd.Keys)}, Return: rd.Return})
@@ -331,15 +310,81 @@ func (t *topicOps) linearize(r *Report, cfg Config) porcupine.CheckResult {
 	case porcupine.Illegal:
 		msg := fmt.Sprintf("%s: not linearizable (%d operations, decided in %v): %s", t.name, len(ops), time.Since(start).Round(time.Millisecond), blame(ops, info))
 		path := filepath.Join(cfg.VisualizeDir, fmt.Sprintf("linearize-%s-%d.html", strings.ReplaceAll(t.name, "/", "_"), time.Now().UnixNano()))
+		vstart := time.Now()
 		if err := porcupine.VisualizePath(model, info, path); err != nil {
 			msg += fmt.Sprintf("; visualization not written: %v", err)
 		} else {
 			r.Visualizations = append(r.Visualizations, path)
-			msg += "; visualization: " + path
+			msg += fmt.Sprintf("; visualization (written in %v): %s", time.Since(vstart).Round(time.Millisecond), path)
 		}
 		r.Problems = append(r.Problems, msg)
 	}
 	return res
+}
+
+// keys lists the topic's keys in the order first published.
+func (t *topicOps) keys() []Key {
+	var out []Key
+	seen := map[Key]bool{}
+	for _, p := range t.pubs {
+		if !seen[p.Key] {
+			seen[p.Key] = true
+			out = append(out, p.Key)
+		}
+	}
+	return out
+}
+
+// publishOps is the one porcupine operation of all the attempts of key k that were not
+// refused (plus one per acknowledgement at another offset than the first's, which no
+// order admits): it appends k (once: publishes are idempotent), somewhere between the first
+// attempt's invocation and the first acknowledgement (or the last final read, when none
+// was acknowledged), at the offset acknowledged (or where the final reads show it). This
+// is exact: whichever attempt stored k did so in that interval, and the other attempts
+// change nothing. One operation per key keeps the search from trying the attempts that
+// change nothing in every order. It returns nothing when k cannot have been stored
+// before the final reads.
+func (t *topicOps) publishOps(k Key, finalReturn int64) []porcupine.Operation {
+	var merged *Publish
+	var others []porcupine.Operation
+	n := 0
+	first := slices.IndexFunc(t.attempts[k], func(p *Publish) bool { return p.Outcome == OK })
+	for _, p := range t.attempts[k] {
+		if p.Outcome == Refused {
+			continue
+		}
+		if p.Outcome == OK && p.Offset != t.attempts[k][first].Offset {
+			others = append(others, porcupine.Operation{ClientId: p.Client, Input: pubIn{p: p, at: -1, attempts: 1}, Call: p.Call, Return: p.Return})
+			continue
+		}
+		n++
+		switch {
+		case merged == nil:
+			c := *p
+			merged = &c
+		case p.Outcome == OK && (merged.Outcome != OK || p.Return < merged.Return):
+			call := merged.Call
+			*merged = *p
+			merged.Call = min(call, p.Call)
+		default:
+			merged.Call = min(merged.Call, p.Call)
+		}
+	}
+	if merged == nil {
+		return others
+	}
+	in := pubIn{p: merged, at: -1, attempts: n}
+	if merged.Outcome != OK {
+		merged.Return = math.MaxInt64
+		if t.final != nil {
+			at, stored := t.finalAt[k]
+			if !stored {
+				return others // linearized after the final reads, if at all: it changes nothing observed
+			}
+			in.at, merged.Return = int64(at), finalReturn
+		}
+	}
+	return append(others, porcupine.Operation{ClientId: merged.Client, Input: in, Call: merged.Call, Return: max(merged.Return, merged.Call)})
 }
 
 // blame names the operation porcupine could not place: the one that

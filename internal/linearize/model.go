@@ -15,8 +15,9 @@ import (
 // pubIn is a publish's input; at is the offset the final reads show its key
 // at, or -1 (no final read holds it, or there is no final read).
 type pubIn struct {
-	p  *Publish
-	at int64
+	p        *Publish
+	at       int64
+	attempts int // the attempts this operation stands for (Check: publishOp)
 }
 
 // readIn is a read's input; its output is the read itself.
@@ -128,10 +129,13 @@ func step(state, input, output any) (bool, any) {
 			if cur >= 0 {
 				return cur == int(in.p.Offset), s // a retry answered from the de-duplication state
 			}
-			return int(in.p.Offset) == s.n, s.append(k)
+			if int(in.p.Offset) != s.n {
+				return false, s // and no append: it would grow the shared array with a key it does not hold
+			}
+			return true, s.append(k)
 		}
-		// Unanswered: a no-op if its key is stored already (at most once),
-		// else it may take effect here, but only where the final reads show it.
+		// Unanswered: it may take effect here, but only where the final reads
+		// show it (a key's attempts are one operation: Check's publishOp).
 		if cur >= 0 {
 			return true, s
 		}
@@ -160,6 +164,9 @@ var model = porcupine.Model{
 	DescribeOperation: func(input, output any) string {
 		switch in := input.(type) {
 		case pubIn:
+			if in.attempts > 1 {
+				return fmt.Sprintf("%s (%d attempts)", describePublish(in.p), in.attempts)
+			}
 			return describePublish(in.p)
 		case readIn:
 			return describeRead(in.r)

@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The four faults of the replicated-region campaign (docs/reliability.md), each on a region
+// of three `quicmq node --replicas 3` processes under load (campaign_replica_test.go). By
+// default each runs its short size (a few faults, well under a minute); scripts/campaign.sh
+// replica and replica-faults run the full sizes through these variables:
+//
+//	QUICMQ_REPLICA_KILLS    SIGKILLs of the leader (default 3; full 50)
+//	QUICMQ_REPLICA_ISOLATE  seconds the leader is cut off by nftables (default 5; full 30)
+//	QUICMQ_REPLICA_PAUSE    seconds the leader is stopped by SIGSTOP (default 3; full 10)
+//	QUICMQ_REPLICA_RATE     records/s over all producers (default 600)
+//	QUICMQ_REPLICA_TOPICS   topics, one raft group each (default 3)
+//
+// "The leader" is the leader of the first topic, as `quicmq topics --format json` reports it;
+// the others' leaders may be elsewhere. Failover is the time from the fault to the first
+// publish to that topic acknowledged through a node other than the old leader.
+
+func replicaCampaign(t *testing.T) (*replicaRegion, *replicaLoad) {
+	t.Helper()
+	bin := quicmqBinary(t)
+	r := startReplicaRegion(t, bin, 3)
+	l := newReplicaLoad(r, envInt("QUICMQ_REPLICA_TOPICS", 3), envInt("QUICMQ_REPLICA_RATE", 600))
+	l.warmUp(t)
+	l.run(2)
+	t.Cleanup(l.Stop)
+	return r, l
+}
+
+// readEveryNode reads topic from offset 0 at every node but skip, as operations of the
+// history (the checker compares each with the final agreed log).
+func (l *replicaLoad) readEveryNode(t *testing.T, topic int, skip ...int) int {
+	t.Helper()
+	ok := 0
+	for i := range l.r.nodes {
+		if !slices.Contains(skip, i) && l.readOnce(context.Background(), i, topic, 0) {
+			ok++
+		}
+	}
+	return ok
+}
+
+func all(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// TestCampaignReplicaKillLeader: the current leader SIGKILLed again and again under pipelined
+// idempotent publishing, restarted at once on its data directory.
+func TestCampaignReplicaKillLeader(t *testing.T) {
+	kills := envInt("QUICMQ_REPLICA_KILLS", 3)
+	r, l := replicaCampaign(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	ctx := context.Background()
+	var failovers []time.Duration
+	for k := range kills {
+		time.Sleep(500*time.Millisecond + time.Duration(rng.IntN(1000))*time.Millisecond) // the fault schedule
+		leader, err := r.leader(ctx, l.topics[0])
+		if err != nil {
+			t.Fatalf("kill %d: %v", k, err)
+		}
+		r.nodes[leader].proc().kill()
+		killed := time.Now()
+		at, via, err := l.firstAck(ctx, 0, leader)
+		if err != nil {
+			t.Fatalf("kill %d of %s: %v", k, r.nodes[leader].name, err)
+		}
+		failovers = append(failovers, at.Sub(killed))
+		r.start(leader)
+		r.waitLinks(leader)
+		read := l.readEveryNode(t, k%len(l.topics))
+		t.Logf("kill %d: %s (leader of %s) killed; first ack through %s %v later; restarted; %d of 3 nodes read back",
+			k, r.nodes[leader].name, l.topics[0], via, failovers[k].Round(time.Millisecond), read)
+	}
+	time.Sleep(time.Second)
+	l.Stop()
+	logFailovers(t, failovers)
+	checkReplicaCampaign(t, l, all(len(r.nodes)))
+}
+
+func logFailovers(t *testing.T, d []time.Duration) {
+	t.Helper()
+	if len(d) == 0 {
+		return
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	pct := func(q float64) time.Duration { return s[min(len(s)-1, int(q*float64(len(s))))].Round(time.Millisecond) }
+	t.Logf("failover (fault of the leader -> first publish acknowledged through another node) over %d faults: p50 %v, p99 %v, max %v; goal p99 < 1.5 s",
+		len(s), pct(0.5), pct(0.99), s[len(s)-1].Round(time.Millisecond))
+}
+
+// TestCampaignReplicaIsolateLeader: the leader cut off from the other nodes and from the
+// clients by nftables, both ways, then healed.
+func TestCampaignReplicaIsolateLeader(t *testing.T) {
+	hold := time.Duration(envInt("QUICMQ_REPLICA_ISOLATE", 5)) * time.Second
+	if os.Geteuid() != 0 {
+		t.Skip("isolating a node needs root (nftables rules on lo)")
+	}
+	r, l := replicaCampaign(t)
+	ctx := context.Background()
+	time.Sleep(time.Second)
+	leader, err := r.leader(ctx, l.topics[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	iso := r.isolateNode(leader)
+	cut := time.Now()
+	at, via, err := l.firstAck(ctx, 0, leader)
+	if err != nil {
+		t.Fatalf("with %s cut off: %v", r.nodes[leader].name, err)
+	}
+	logFailovers(t, []time.Duration{at.Sub(cut)})
+	others := l.readEveryNode(t, 0, leader)
+	time.Sleep(time.Until(cut.Add(hold)))
+	dropped := iso.Dropped()
+	iso.Heal()
+	t.Logf("%s (leader of %s) cut off for %v (%d packets dropped); first ack through %s %v after the cut; %d of 2 others read back",
+		r.nodes[leader].name, l.topics[0], hold, dropped, via, at.Sub(cut).Round(time.Millisecond), others)
+	if dropped <= 0 {
+		t.Fatalf("the isolation dropped %d packets: it cut nothing off", dropped)
+	}
+	time.Sleep(3 * time.Second) // the load goes on with the old leader back
+	l.Stop()
+	checkReplicaCampaign(t, l, all(len(r.nodes)))
+}
+
+// TestCampaignReplicaPauseLeader: the leader stopped with SIGSTOP, then resumed: it comes
+// back believing it leads, with clients' publishes in its sockets.
+func TestCampaignReplicaPauseLeader(t *testing.T) {
+	hold := time.Duration(envInt("QUICMQ_REPLICA_PAUSE", 3)) * time.Second
+	r, l := replicaCampaign(t)
+	ctx := context.Background()
+	time.Sleep(time.Second)
+	leader, err := r.leader(ctx, l.topics[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.signal(leader, syscall.SIGSTOP)
+	stopped := time.Now()
+	at, via, err := l.firstAck(ctx, 0, leader)
+	if err != nil {
+		r.signal(leader, syscall.SIGCONT)
+		t.Fatalf("with %s stopped: %v", r.nodes[leader].name, err)
+	}
+	logFailovers(t, []time.Duration{at.Sub(stopped)})
+	time.Sleep(time.Until(stopped.Add(hold)))
+	r.signal(leader, syscall.SIGCONT)
+	t.Logf("%s (leader of %s) stopped for %v; first ack through %s %v after SIGSTOP", r.nodes[leader].name, l.topics[0], hold, via, at.Sub(stopped).Round(time.Millisecond))
+	time.Sleep(3 * time.Second)
+	read := l.readEveryNode(t, 0)
+	t.Logf("after SIGCONT: %d of 3 nodes read back", read)
+	l.Stop()
+	checkReplicaCampaign(t, l, all(len(r.nodes)))
+}
+
+// TestCampaignReplicaWipeReplica: a follower killed, its data directory wiped, and restarted
+// empty under the same name and gossip address.
+func TestCampaignReplicaWipeReplica(t *testing.T) {
+	r, l := replicaCampaign(t)
+	ctx := context.Background()
+	time.Sleep(time.Second)
+	leader, err := r.leader(ctx, l.topics[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim := (leader + 1) % len(r.nodes)
+	n := r.nodes[victim]
+	n.proc().kill()
+	if err := os.RemoveAll(n.data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(n.data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r.start(victim)
+	r.waitLinks(victim)
+	t.Logf("%s (a follower of %s) killed, its data directory wiped, restarted empty", n.name, l.topics[0])
+	time.Sleep(3 * time.Second)
+	read := l.readEveryNode(t, 0)
+	t.Logf("after the wipe: %d of 3 nodes read back", read)
+	l.Stop()
+	checkReplicaCampaign(t, l, all(len(r.nodes)))
+}
