@@ -180,7 +180,7 @@ type replicaLoad struct {
 	topics    []string
 	rate      int // records/s over all producers
 	producers int
-	seqs      sync.Map // producer id -> *atomic.Uint64, the last sequence used (sequences start at 1)
+	seqs      sync.Map       // producer id -> *atomic.Uint64, the last sequence used (sequences start at 1)
 	acked     []atomic.Int64 // per topic: the highest offset acknowledged so far
 	seen      []atomic.Int64 // per topic: the most records a read has returned so far
 	ctx       context.Context
