@@ -20,6 +20,7 @@ import (
 //	QUICMQ_REPLICA_PAUSE    seconds the leader is stopped by SIGSTOP (default 3; full 10)
 //	QUICMQ_REPLICA_RATE     records/s over all producers (default 600)
 //	QUICMQ_REPLICA_TOPICS   topics, one raft group each (default 3)
+//	QUICMQ_REPLICA_BIN      a quicmq binary to run instead of building this package's
 //
 // "The leader" is the leader of the first topic, as `quicmq topics --format json` reports it;
 // the others' leaders may be elsewhere. Failover is the time from the fault to the first
@@ -27,7 +28,10 @@ import (
 
 func replicaCampaign(t *testing.T) (*replicaRegion, *replicaLoad) {
 	t.Helper()
-	bin := quicmqBinary(t)
+	bin := os.Getenv("QUICMQ_REPLICA_BIN")
+	if bin == "" {
+		bin = quicmqBinary(t)
+	}
 	r := startReplicaRegion(t, bin, 3)
 	l := newReplicaLoad(r, envInt("QUICMQ_REPLICA_TOPICS", 3), envInt("QUICMQ_REPLICA_RATE", 600))
 	l.warmUp(t)

@@ -196,10 +196,11 @@ type replicaLoad struct {
 	errs                                                            map[string]int
 }
 
-// answerWithin bounds the wait for one publish's answer; past it the publish's outcome is
-// unknown. It is longer than a node's quorum timeout (5 s by default), past which a
-// publish without a quorum is refused.
-const answerWithin = 8 * time.Second
+// answerWithin bounds the wait for one publish's answer, as an application would: past it
+// the publish's outcome is unknown, and the producer moves to another node and publishes it
+// again (the node's quorum timeout, past which a publish without a quorum is refused, is 5 s
+// by default: a producer does not wait for it).
+const answerWithin = 3 * time.Second
 
 func newReplicaLoad(r *replicaRegion, nTopics, rate int) *replicaLoad {
 	l := &replicaLoad{r: r, hist: linearize.NewHistory(), rate: rate, producers: 6, acked: make([]atomic.Int64, nTopics), seen: make([]atomic.Int64, nTopics), errs: map[string]int{}}
@@ -345,7 +346,8 @@ func (l *replicaLoad) produce(p int) {
 		}()
 		send := func(topic int, k campaign.Key) bool {
 			op := l.hist.Publish(cid, l.r.nodes[node].name, l.topics[topic], k)
-			f, err := conn.PublishAsync(l.ctx, client.Message{Topic: l.topics[topic], Payload: []byte(campaign.Payload(k)), ProducerID: k.Producer, Sequence: k.Seq})
+			// Not l.ctx: stopping the load lets the publishes in flight be answered.
+			f, err := conn.PublishAsync(context.Background(), client.Message{Topic: l.topics[topic], Payload: []byte(campaign.Payload(k)), ProducerID: k.Producer, Sequence: k.Seq})
 			if err != nil {
 				if l.settle(op, topic, client.Ack{}, err) && l.ctx.Err() == nil {
 					retryMu.Lock()
@@ -456,7 +458,8 @@ func (l *replicaLoad) readOnce(ctx context.Context, node, topic, extra int) bool
 }
 
 // judge waits until every running node holds the same number of records of every topic, at
-// least every acknowledged one, and the counts stay put; then reads every node's whole log of
+// least every acknowledged one, and the counts stay put (as `quicmq topics` shows them at
+// each node: a replica's own log); then reads every node's whole log of
 // every topic as the final reads and judges the history. With agree false (a broken build,
 // whose replicas may never agree) it waits only for the counts to stay put.
 func (l *replicaLoad) judge(t *testing.T, running []int, agree bool) *linearize.Report {
@@ -478,11 +481,16 @@ func (l *replicaLoad) judge(t *testing.T, running []int, agree bool) *linearize.
 		counts = make([][]uint64, len(l.r.nodes))
 		equal := true
 		for _, i := range running {
+			rows, err := l.r.topics(ctx, i, "rc.>")
+			if err != nil {
+				t.Fatalf("convergence: %v", err)
+			}
+			next := map[string]uint64{}
+			for _, row := range rows {
+				next[row.Topic] = row.Next
+			}
 			for ti, tp := range l.topics {
-				n, err := topicNext(ctx, conns[i], tp)
-				if err != nil {
-					t.Fatalf("convergence: %s %s: %v", l.r.nodes[i].name, tp, err)
-				}
+				n := next[tp]
 				counts[i] = append(counts[i], n)
 				equal = equal && n == counts[running[0]][ti] && int64(n) > l.acked[ti].Load()
 			}
@@ -554,8 +562,12 @@ func (r *replicaRegion) signal(i int, sig syscall.Signal) {
 	}
 }
 
-// firstAck publishes probe records to topic through the nodes other than skip, in turn, until
-// one is acknowledged, and returns when (the probes are part of the history).
+// firstAck publishes a probe record to topic every 20 ms, each on a connection of its own
+// (answers on one connection come in the order sent, so one probe stuck behind a dead leader
+// would hold back the next) through the nodes other than skip in turn, until one is
+// acknowledged; it returns when, and through which node: its resolution is 20 ms, whatever a
+// stuck publish costs. Every probe is part of the history; those unanswered when the first
+// is acknowledged are given up on (outcome unknown).
 func (l *replicaLoad) firstAck(ctx context.Context, topic int, skip ...int) (time.Time, string, error) {
 	var others []int
 	for i := range l.r.nodes {
@@ -563,37 +575,51 @@ func (l *replicaLoad) firstAck(ctx context.Context, topic int, skip ...int) (tim
 			others = append(others, i)
 		}
 	}
-	conns := map[int]*client.Conn{}
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	deadline := time.Now().Add(60 * time.Second)
-	var last error
-	for n := 0; time.Now().Before(deadline); n++ {
-		i := others[n%len(others)]
-		c, ok := conns[i]
-		if !ok {
-			var err error
-			if c, err = l.r.dial(ctx, i); err != nil {
-				last = err
-				continue
-			}
-			conns[i] = c
-		}
-		_, err := l.publishOne(ctx, c, i, topic, campaign.Key{Producer: "probe", Seq: l.nextSeq("probe")}, 2*time.Second)
-		if err == nil {
-			return time.Now(), l.r.nodes[i].name, nil
-		}
-		last = err
-		var ce *client.Error
-		if !errors.As(err, &ce) || errors.Is(err, client.ErrOutcomeUnknown) {
-			c.Close()
-			delete(conns, i)
-		}
+	type win struct {
+		at  time.Time
+		via string
 	}
-	return time.Time{}, "", fmt.Errorf("no publish to %s acknowledged within 60 s: %v", l.topics[topic], last)
+	first := make(chan win, 1)
+	pctx, giveUp := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer giveUp()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(60 * time.Second)
+	var errMu sync.Mutex
+	var last error
+	for n := 0; ; n++ {
+		select {
+		case w := <-first:
+			return w.at, w.via, nil
+		case <-deadline:
+			errMu.Lock()
+			defer errMu.Unlock()
+			return time.Time{}, "", fmt.Errorf("no publish to %s acknowledged within 60 s: %v", l.topics[topic], last)
+		case <-tick.C:
+		}
+		i := others[n%len(others)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := l.r.dial(pctx, i)
+			if err == nil {
+				defer c.Close()
+				_, err = l.publishOne(pctx, c, i, topic, campaign.Key{Producer: "probe", Seq: l.nextSeq("probe")}, answerWithin)
+			}
+			if err == nil {
+				select {
+				case first <- win{time.Now(), l.r.nodes[i].name}:
+				default:
+				}
+				return
+			}
+			errMu.Lock()
+			last = err
+			errMu.Unlock()
+		}()
+	}
 }
 
 // warmUp creates the topics (their first records, through node 0) before the load starts.
