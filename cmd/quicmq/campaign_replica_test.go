@@ -482,6 +482,9 @@ func (l *replicaLoad) judge(t *testing.T, running []int, agree bool) *linearize.
 		equal := true
 		for _, i := range running {
 			rows, err := l.r.topics(ctx, i, "rc.>")
+			if err != nil && ctx.Err() != nil {
+				t.Fatalf("the replicas did not converge within 120 s (records per node and topic, acknowledged up to %v): %v; then %v", l.ackedOffsets(), last, err)
+			}
 			if err != nil {
 				t.Fatalf("convergence: %v", err)
 			}
