@@ -44,7 +44,11 @@ func brokenBinary(t *testing.T) string {
 // records at offsets the new leader gave to others (replicas diverge).
 func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
 	kills := envInt("QUICMQ_REPLICA_BROKEN_KILLS", 4)
-	r := startReplicaRegion(t, brokenBinary(t), 3)
+	bin := os.Getenv("QUICMQ_REPLICA_BROKEN_BIN") // a broken build made elsewhere
+	if bin == "" {
+		bin = brokenBinary(t)
+	}
+	r := startReplicaRegion(t, bin, 3)
 	l := newReplicaLoad(r, envInt("QUICMQ_REPLICA_TOPICS", 3), envInt("QUICMQ_REPLICA_RATE", 600))
 	l.warmUp(t)
 	l.run(2)
