@@ -16,6 +16,11 @@ type TopicInfo struct {
 	Bytes uint64 // approximate stored bytes
 	// Retention is the topic's own retention (CreateTopic); nil: the node's default applies.
 	Retention *TopicRetention
+	// Leader is the node that takes the topic's publishes: the leader of its raft group in a
+	// replicated region, the owner of a single-copy topic ("" when none is known). Replicas
+	// are the nodes holding its log.
+	Leader   string
+	Replicas []string
 }
 
 // Records is the number of retained records.
@@ -52,7 +57,7 @@ func (c *Conn) Topics(ctx context.Context, pattern string) ([]TopicInfo, error) 
 }
 
 func topicInfo(t *wire.TopicInfo) TopicInfo {
-	ti := TopicInfo{Name: t.Name, First: t.First, Next: t.Next, Bytes: t.Bytes}
+	ti := TopicInfo{Name: t.Name, First: t.First, Next: t.Next, Bytes: t.Bytes, Leader: t.Leader, Replicas: t.Replicas}
 	if t.RetentionSet {
 		ti.Retention = &TopicRetention{MaxAge: time.Duration(min(t.RetentionAge, 1<<63-1)), MaxBytes: int64(min(t.RetentionBytes, 1<<63-1))}
 	}

@@ -79,6 +79,14 @@ type Config struct {
 	ReadAhead int
 	// Groups holds the consumer groups' defaults and bounds (node/group.go).
 	Groups GroupConfig
+	// Replicas is the replication factor of new topics in the node's region: 1 (the
+	// default) keeps each topic's log on one node (its owner); 2 to 7 keep it on that many
+	// nodes of the region, agreed by raft (node/replicated.go; odd counts recommended: 3
+	// tolerates one node lost, 5 two). Every node of a region must be given the same
+	// value. More than 1 needs GossipLAN.
+	Replicas int
+	// Raft holds the timers and bounds of replicated topics (used when Replicas > 1).
+	Raft RaftSettings
 	// TailRecords is how many of a topic's last appended records the node keeps in memory
 	// for the subscriptions that are caught up on it (the shared tail, node/tail.go): they
 	// are read from the log once per append batch for all of them. A topic has a tail only
@@ -209,6 +217,8 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.ConnWindow, 16<<20)
 	setDefault(&c.ReadAhead, 256<<10)
 	c.Groups.withDefaults()
+	setDefault(&c.Replicas, 1)
+	c.Raft = c.Raft.withDefaults()
 	setDefault(&c.TailRecords, 1024)
 	setDefault(&c.TailBytes, 256<<10)
 	setDefault(&c.MaxSeriesPerMetric, 1000)
@@ -334,5 +344,6 @@ func (c Config) Validate() error {
 		bad("Retention must not be negative")
 	}
 	errs = append(errs, c.Groups.validate()...)
+	errs = append(errs, c.validateReplicas()...)
 	return errors.Join(errs...)
 }

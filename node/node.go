@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -52,6 +53,8 @@ type Node struct {
 	gossip *gossip.Gossip         // nil without GossipLAN
 	fed    *federation.Federation // links to the other nodes of the mesh; nil without GossipLAN
 	place  *placement             // which node of the region owns which topic; nil without GossipLAN
+	rep    *replicated            // replicated topics (Config.Replicas > 1); nil otherwise
+	raftID uint64                 // this node's raft ID, with Replicas > 1
 
 	stop      chan struct{} // closed by Close: every session drains
 	stopOnce  sync.Once
@@ -128,6 +131,12 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: open log: %w", err)
 	}
 	n.tails = newTailSet(n.wal, cfg.TailRecords, cfg.TailBytes)
+	if cfg.Replicas > 1 {
+		if n.raftID, err = federation.RaftNodeID(cfg.DataDir); err != nil {
+			n.wal.Close()
+			return nil, fmt.Errorf("node: %w", err)
+		}
+	}
 	if err := n.listen(tlsSet.server); err != nil {
 		n.wal.Close()
 		return nil, err
@@ -136,6 +145,14 @@ func New(cfg Config) (*Node, error) {
 		n.closeSocket()
 		n.wal.Close()
 		return nil, err
+	}
+	if n.raftID != 0 {
+		if n.rep, err = newReplicated(n, n.raftID); err != nil {
+			n.gossip.Close()
+			n.closeSocket()
+			n.wal.Close()
+			return nil, err
+		}
 	}
 	return n, nil
 }
@@ -147,12 +164,16 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 	if c.GossipLAN == "" {
 		return nil
 	}
+	tags := map[string]string{tagQUIC: n.advertise()}
+	if n.raftID != 0 {
+		tags[tagRaft] = strconv.FormatUint(n.raftID, 10)
+	}
 	g, err := gossip.New(gossip.Config{
 		Name: c.Name, Region: c.Region,
 		LANAddr: c.GossipLAN, WANAddr: c.GossipWAN,
 		AdvertiseLAN: c.GossipAdvertiseLAN, AdvertiseWAN: c.GossipAdvertiseWAN,
 		Key:        c.GossipKey,
-		Tags:       map[string]string{tagQUIC: n.advertise()},
+		Tags:       tags,
 		Profile:    c.GossipProfile,
 		Logger:     c.Logger, // gossip names the node and region itself
 		Registerer: n.reg,
@@ -175,6 +196,8 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		Logger:          n.log,
 		Registerer:      n.reg,
 		Now:             c.Now,
+		Raft:            federation.RaftConfig{ID: n.raftID, Deliver: n.deliverRaft},
+		MirrorAppend:    n.mirrorAppend(),
 
 		AblationSharedLink: c.AblationSharedLink,
 	})
@@ -206,7 +229,7 @@ func (n *Node) peers() []federation.Peer {
 		if m.Name == n.cfg.Name || m.Region == "" || m.Status != gossip.StatusAlive || m.Tags[tagQUIC] == "" {
 			continue
 		}
-		out = append(out, federation.Peer{Region: m.Region, Name: m.Name, Addr: m.Tags[tagQUIC]})
+		out = append(out, federation.Peer{Region: m.Region, Name: m.Name, Addr: m.Tags[tagQUIC], RaftID: raftPeerID(m)})
 	}
 	return out
 }
@@ -455,6 +478,9 @@ func (n *Node) runMesh(ctx context.Context) *sync.WaitGroup {
 			case <-events:
 				n.fed.PeersChanged()
 				n.place.membersChanged()
+				if n.rep != nil {
+					n.rep.wakeFailed(ctx)
+				}
 			}
 		}
 	}()
@@ -462,6 +488,9 @@ func (n *Node) runMesh(ctx context.Context) *sync.WaitGroup {
 		defer wg.Done()
 		n.fed.Run(ctx)
 	}()
+	if n.rep != nil {
+		n.rep.start(ctx, &wg)
+	}
 	return &wg
 }
 

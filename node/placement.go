@@ -140,6 +140,9 @@ func (p *placement) holdersLocked(topic string) []string {
 }
 
 func (p *placement) checkConflictLocked(topic string) {
+	if p.n.cfg.Replicas > 1 {
+		return // replicated topics have several holders by design, placed once by raft
+	}
 	holders := p.holdersLocked(topic)
 	if len(holders) < 2 {
 		return
@@ -293,6 +296,9 @@ func (p *placement) available(owner, topic string) *wire.Error {
 // shouldMirror tells the federation whether this node mirrors topic for its region: only
 // the topic's owner does, and only once placement is sure.
 func (p *placement) shouldMirror(topic string) bool {
+	if r := p.n.rep; r != nil { // the leader of a replicated topic's group mirrors it
+		return r.shouldMirror(topic)
+	}
 	owner, ready, _ := p.ownerNow(topic)
 	return ready && owner == p.n.cfg.Name
 }

@@ -250,7 +250,7 @@ func (p *publisher) submit() {
 		p.relay(b)
 		return
 	}
-	p.s.n.wal.AppendAsync(wal.AppendRequest{Topic: b.topic, Records: b.records}, func(res wal.AppendResult) {
+	done := func(res wal.AppendResult) {
 		stored := 0
 		if res.Err == nil {
 			stored = b.bytes
@@ -263,7 +263,12 @@ func (p *publisher) submit() {
 		b.records = nil // the payloads are on disk; do not hold them until the ack is written
 		p.mu.Unlock()
 		p.signal()
-	})
+	}
+	if r := p.s.n.rep; r != nil {
+		r.propose(b.topic, b.records, done) // replicated.go: through the topic's raft group
+		return
+	}
+	p.s.n.wal.AppendAsync(wal.AppendRequest{Topic: b.topic, Records: b.records}, done)
 }
 
 func (p *publisher) enqueue(b *pendingBatch) {
@@ -409,7 +414,10 @@ func sequenceError(err error) *wire.Error {
 
 // appendError maps a log error to what the client is told.
 func appendError(err error) *wire.Error {
+	var re *replicatedError
 	switch {
+	case errors.As(err, &re):
+		return re.e
 	case errors.Is(err, wal.ErrClosed):
 		return wire.Errorf(wire.CodeShuttingDown, "node shutting down: nothing was appended")
 	case errors.Is(err, wal.ErrTooLarge):

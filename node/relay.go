@@ -21,6 +21,9 @@ func (p *publisher) route(topic string) (string, *wire.Error) {
 	if n.place == nil {
 		return "", nil
 	}
+	if n.rep != nil {
+		return n.rep.route(p.s.ctx, topic, p.s.peer)
+	}
 	owner, e := n.place.owner(p.s.ctx, topic)
 	switch {
 	case e != nil:
@@ -115,6 +118,21 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 		rs.seq++
 	}
 	b.records = nil // the frames hold copies
+	if r := rs.p.s.n.rep; r != nil {
+		// A replicated topic's leader answers within QuorumTimeout (or refuses): one that
+		// does not has failed or lost its link, before this node's failure detector says so.
+		wait := r.n.cfg.Raft.QuorumTimeout
+		time.AfterFunc(wait+wait/2, func() {
+			rs.p.mu.Lock()
+			done := b.done
+			rs.p.mu.Unlock()
+			if !done {
+				rs.fail(wire.Errorf(wire.CodeUnavailable,
+					"the leader of the topic, node %q of region %q, did not answer within %v: the record may or may not have been appended; retry",
+					rs.owner, r.n.cfg.Region, wait+wait/2))
+			}
+		})
+	}
 	if err := rs.w.Flush(); err != nil {
 		// The reader sees the stream fail too and answers every waiting record.
 		rs.str.CancelRead(wire.AppCancelled)

@@ -244,6 +244,10 @@ func (s *session) serveStream(str *quic.Stream) {
 		}
 		return
 	}
+	if tc, ok := f.(*wire.TopicCreate); ok && s.n.rep != nil {
+		s.serveReplicatedCreate(str, tc) // replcreate.go: placed by the region's metadata group
+		return
+	}
 	switch f := f.(type) {
 	case *wire.Publish, *wire.PublishBatch:
 		if s.peer && s.peerRegion() != s.n.cfg.Region {

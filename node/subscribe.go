@@ -225,7 +225,17 @@ func (s *session) newSubscription(parent context.Context, req *wire.Subscribe, o
 	// alone; a client's subscription to a topic another node owns is served from an upstream
 	// to that node (upstream.go), which resumes where it was when the owner fails or restarts.
 	owner := ""
-	if n.place != nil && !s.peer && routing.IsLiteral(req.Pattern) {
+	if n.rep != nil && !s.peer && routing.IsLiteral(req.Pattern) {
+		// replicated.go: any replica serves reads; a durable consumer is served by the leader.
+		o, e := n.rep.subscribeOwner(s.ctx, req.Pattern, req.Durable != "")
+		if e != nil {
+			return nil, e
+		}
+		if o != "" {
+			n.place.relayedSubs.Inc()
+			owner = o
+		}
+	} else if n.rep == nil && n.place != nil && !s.peer && routing.IsLiteral(req.Pattern) {
 		o, e := n.place.owner(s.ctx, req.Pattern)
 		if e != nil {
 			return nil, e
@@ -863,6 +873,13 @@ func (sub *subscription) takeAck(n, wireIndex, offset uint64) *wire.Error {
 func (sub *subscription) storeAcks() *wire.Error {
 	n := sub.s.n
 	for t, off := range sub.pending {
+		if n.rep != nil && n.rep.isReplicated(t) {
+			if e := n.rep.setPosition(context.WithoutCancel(sub.ctx), sub.req.Durable, t, off); e != nil {
+				return e
+			}
+			delete(sub.pending, t)
+			continue
+		}
 		if err := n.wal.SetPosition(context.WithoutCancel(sub.ctx), wal.Position{Name: sub.req.Durable, Topic: t, Value: off}); err != nil {
 			if errors.Is(err, wal.ErrClosed) {
 				return wire.Errorf(wire.CodeShuttingDown, "node shutting down")

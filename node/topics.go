@@ -30,11 +30,13 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 		if s.n.place != nil && s.n.place.servedElsewhere(t.Name) {
 			continue // a conflict's other log: the listing shows the one that is served
 		}
-		if ti := topicInfo(t); w.Write(&ti) != nil {
+		ti := topicInfo(t)
+		ti.Leader, ti.Replicas = s.n.topicHolders(t.Name)
+		if w.Write(&ti) != nil {
 			return
 		}
 	}
-	if s.n.place != nil && !s.peer {
+	if s.n.place != nil && !s.peer && !s.n.rep.holdsAll() {
 		s.listRegionTopics(w, pattern)
 	}
 	w.w.Flush()
@@ -131,4 +133,13 @@ func (n *Node) watchTopics() {
 			}
 		}
 	}
+}
+
+// topicHolders is what a listing says of a topic this node holds: the leader and replicas
+// of a replicated topic, or this node as the one holder of a single-copy one.
+func (n *Node) topicHolders(topic string) (leader string, replicas []string) {
+	if n.rep != nil && n.rep.isReplicated(topic) {
+		return n.rep.holders(topic)
+	}
+	return n.cfg.Name, []string{n.cfg.Name}
 }

@@ -65,7 +65,9 @@ type upMsg struct {
 // topic another node of the region owns (sub.owner).
 func (sub *subscription) spansRegion() bool {
 	s := sub.s
-	return s.n.place != nil && !s.peer && (sub.owner != "" || !routing.IsLiteral(sub.req.Pattern))
+	// In a replicated region every replica holds every topic placed on it: a wildcard is
+	// served from this node's own logs.
+	return s.n.place != nil && !s.peer && (sub.owner != "" || (s.n.rep == nil && !routing.IsLiteral(sub.req.Pattern)))
 }
 
 // serves reports whether node may hold topics of the subscription: any other node of the
@@ -83,6 +85,13 @@ func (sub *subscription) ownerMoved() *wire.Error {
 		return nil
 	}
 	n := sub.s.n
+	if n.rep != nil { // a durable consumer of a replicated topic follows its leader
+		if now := n.rep.leaderName(sub.req.Pattern); now != "" && now != sub.owner {
+			return wire.Errorf(wire.CodeUnavailable, "topic %q of region %q is now led by node %q, no longer by %q: subscribe again",
+				sub.req.Pattern, n.cfg.Region, now, sub.owner)
+		}
+		return nil
+	}
 	now, ready, _ := n.place.ownerNow(sub.req.Pattern)
 	if !ready || now == sub.owner {
 		return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -17,7 +18,7 @@ func init() {
 }
 
 func runDev(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "dev", "[--regions eu,us,ap] [--nodes N] [--listen HOST:PORT] [--metrics HOST:PORT] [--data DIR] [--keep]")
+	fs := newFlagSet(e, "dev", "[--regions eu,us,ap] [--nodes N] [--replicas R] [--listen HOST:PORT] [--metrics HOST:PORT] [--data DIR] [--keep]")
 	var f nodeFlags
 	f.register(fs, false)
 	listen := fs.String("listen", "127.0.0.1:7400", "QUIC address of the first region's node; the others take the next ports (port 0: any free ports)")
@@ -25,7 +26,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	data := fs.String("data", "", "data directory, kept on exit: a later 'quicmq dev --data DIR' resumes its topics\n"+
 		"(default: a new temporary directory, removed on exit unless --keep)")
 	regions := fs.String("regions", "eu,us,ap", "comma-separated regions")
-	perRegion := fs.Int("nodes", 1, "nodes per region (2 or more: each topic lives on one of them, the others relay)")
+	perRegion := fs.Int("nodes", 1, "nodes per region (2 or more: each topic lives on one of them, the others relay; 3 or more: replicated regions, each topic on 3 of them, see --replicas)")
 	keep := fs.Bool("keep", false, "keep the temporary data directory on exit (a --data directory is always kept)")
 	// Three nodes logging at info would bury the banner that says how to connect.
 	f.logLevel = "warn"
@@ -57,10 +58,26 @@ func runDev(ctx context.Context, e *env, args []string) error {
 			defer os.RemoveAll(dir)
 		}
 	}
+	// Replicated regions when each has three nodes or more: replicas = min(N, 3), unless
+	// --replicas says otherwise.
+	replicas := 1
+	if *perRegion >= 3 {
+		replicas = 3
+	}
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "replicas" {
+			replicas = f.replicas
+		}
+	})
+	if replicas < 1 || replicas > *perRegion || replicas > node.MaxReplicas {
+		return usageError("--replicas %d: want 1 to %d (at most --nodes)", replicas, min(*perRegion, node.MaxReplicas))
+	}
+	f.replicas = 1 // checked here: the nodes' gossip addresses are set below
 	base, err := f.config(e)
 	if err != nil {
 		return err
 	}
+	base.Replicas = replicas
 	var clientToken string // a client token file the suggested commands use, with --token-file
 	if f.tokenFile != "" {
 		if clientToken, err = writeClientToken(f.tokenFile, *data); err != nil {
@@ -115,7 +132,7 @@ func runDev(ctx context.Context, e *env, args []string) error {
 	banner := func(nodes []served) {
 		printBanner(e.stdout, devBanner{
 			nodes: nodes, regions: names, perRegion: *perRegion, data: *data, dataNote: dataNote,
-			tokenFile: clientToken, tokenSource: f.tokenFile, bin: invocation(),
+			tokenFile: clientToken, tokenSource: f.tokenFile, bin: invocation(), replicas: replicas,
 		})
 	}
 	return serveNodes(ctx, e, banner, nodes...)

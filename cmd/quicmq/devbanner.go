@@ -23,12 +23,16 @@ type devBanner struct {
 	tokenFile   string // client token file for the commands ("": anonymous)
 	tokenSource string // the --token-file it was taken from
 	bin         string // how to invoke this binary from a shell
+	replicas    int    // replicas of each topic (1: one node holds it)
 }
 
 func printBanner(w io.Writer, b devBanner) {
 	ca := b.nodes[0].node.CAFile()
 	each := "one node each"
-	if b.perRegion > 1 {
+	switch {
+	case b.replicas > 1:
+		each = fmt.Sprintf("%d nodes each, replicated: each topic on %d of them, kept in agreement by raft (--replicas %d)", b.perRegion, b.replicas, b.replicas)
+	case b.perRegion > 1:
 		each = fmt.Sprintf("%d nodes each (a topic lives on one of them; the others relay)", b.perRegion)
 	}
 	fmt.Fprintf(w, "QuicMQ dev mesh is up: %s, %s, joined over WAN gossip.\n", plural(len(b.regions), "region"), each)

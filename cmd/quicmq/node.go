@@ -33,6 +33,7 @@ type nodeFlags struct {
 	retentionBytes                      int64
 	maxPayload                          int
 	maxDurablesPerTenant                int
+	replicas                            int
 	logLevel                            string
 	caDir, advertise                    string
 	gossipLAN, gossipWAN                string
@@ -83,6 +84,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.IntVar(&f.maxPayload, "max-payload", 1<<20, "largest record payload in bytes")
 	fs.IntVar(&f.maxDurablesPerTenant, "max-durables-per-tenant", 1000, "durable consumers a tenant may have stored on this node ('quicmq consumers rm' removes one)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.IntVar(&f.replicas, "replicas", 1, "replicas of each new topic in this node's region, kept in agreement by raft: 1 (one node holds a topic), or 2 to 7 (odd recommended; the same on every node of the region, which forms once that many nodes are up)")
 	fs.BoolVar(&f.ablationSharedLink, "ablation-shared-link", false, "measurement aid for benchmarks: carry all mirrors of each federation link on one shared stream, and accept that from peers (docs/benchmarks.md, scenario 6); never in production")
 	fs.BoolVar(&f.ablationSharedStream, "ablation-shared-stream", false, "measurement aid for benchmarks: accept the shared-stream mapping, all of a connection's subscriptions on one stream, same authorization (docs/benchmarks.md); never in production")
 }
@@ -130,6 +132,12 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 	if f.maxPayload <= 0 {
 		probs.add("max-payload", "must be positive, got %d", f.maxPayload)
 	}
+	switch {
+	case f.replicas < 1 || f.replicas > node.MaxReplicas:
+		probs.add("replicas", "%d: want 1 to %d (odd recommended: 3 tolerates the loss of one node, 5 of two)", f.replicas, node.MaxReplicas)
+	case f.replicas > 1 && f.gossipLAN == "":
+		probs.add("replicas", "%d needs %s: a topic's replicas are nodes of one region, found by its gossip pool", f.replicas, keyFlag("gossip"))
+	}
 	var key []byte
 	keySrc := "gossip-key"
 	if f.gossipKey == "" && f.gossipKeyFile != "" {
@@ -176,6 +184,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		MirrorStallAfter: f.mirrorStallAfter,
 
 		MaxDurablesPerTenant: f.maxDurablesPerTenant,
+		Replicas:             f.replicas,
 
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,

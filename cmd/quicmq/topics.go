@@ -72,9 +72,16 @@ func runTopics(ctx context.Context, e *env, args []string) error {
 // "age=D,bytes=N" (either one alone when the other is unlimited).
 func printTopics(e *env, list []client.TopicInfo) {
 	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tFIRST\tNEXT\tRECORDS\tBYTES\tRETENTION")
+	fmt.Fprintln(tw, "TOPIC\tFIRST\tNEXT\tRECORDS\tBYTES\tRETENTION\tLEADER\tREPLICAS")
 	for _, t := range list {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", t.Name, t.First, t.Next, t.Records(), humanBytes(t.Bytes), retentionCell(t.Retention))
+		leader, replicas := t.Leader, strings.Join(t.Replicas, ",")
+		if leader == "" {
+			leader = "-"
+		}
+		if replicas == "" {
+			replicas = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.First, t.Next, t.Records(), humanBytes(t.Bytes), retentionCell(t.Retention), leader, replicas)
 	}
 	tw.Flush()
 }
@@ -107,10 +114,17 @@ type jsonTopic struct {
 	Bytes          uint64  `json:"bytes"`
 	RetentionAge   *string `json:"retention_age"`
 	RetentionBytes *int64  `json:"retention_bytes"`
+	// Leader is the node taking the topic's publishes ("" when none is known); Replicas the
+	// nodes holding its log (the one owner of a single-copy topic).
+	Leader   string   `json:"leader"`
+	Replicas []string `json:"replicas"`
 }
 
 func topicJSON(t client.TopicInfo) jsonTopic {
-	j := jsonTopic{Topic: t.Name, First: t.First, Next: t.Next, Records: t.Records(), Bytes: t.Bytes}
+	j := jsonTopic{Topic: t.Name, First: t.First, Next: t.Next, Records: t.Records(), Bytes: t.Bytes, Leader: t.Leader, Replicas: t.Replicas}
+	if j.Replicas == nil {
+		j.Replicas = []string{}
+	}
 	if r := t.Retention; r != nil {
 		age, bytes := r.MaxAge.String(), r.MaxBytes
 		j.RetentionAge, j.RetentionBytes = &age, &bytes

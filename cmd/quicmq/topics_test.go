@@ -17,13 +17,13 @@ func TestTopicsTable(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, stderr)
 	}
 	rows := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
-	if len(rows) != 4 || strings.Join(strings.Fields(rows[0]), " ") != "TOPIC FIRST NEXT RECORDS BYTES RETENTION" {
+	if len(rows) != 4 || strings.Join(strings.Fields(rows[0]), " ") != "TOPIC FIRST NEXT RECORDS BYTES RETENTION LEADER REPLICAS" {
 		t.Fatalf("table:\n%s", stdout)
 	}
 	want := []string{"billing 0 2 2", "shop.carts 0 1 1", "shop.orders 0 3 3"}
 	for i, w := range want {
 		f := strings.Fields(rows[i+1])
-		if len(f) != 7 || strings.Join(f[:4], " ") != w || f[5] != "B" && f[5] != "KiB" || f[6] != "default" {
+		if len(f) != 9 || strings.Join(f[:4], " ") != w || f[5] != "B" && f[5] != "KiB" || f[6] != "default" || f[7] != f[8] {
 			t.Errorf("row %d = %q, want %q and a size", i+1, rows[i+1], w)
 		}
 	}
@@ -57,6 +57,10 @@ func TestTopicsJSON(t *testing.T) {
 	if len(got) != 2 || got[0].Topic != "j.a" || got[0].Records != 2 || got[0].Next != 2 || got[0].Bytes == 0 ||
 		got[1].Topic != "j.b" || got[1].Records != 1 {
 		t.Fatalf("topics: %+v", got)
+	}
+	// A single-copy topic names its one holder as leader and replica.
+	if got[0].Leader == "" || len(got[0].Replicas) != 1 || got[0].Replicas[0] != got[0].Leader || !strings.Contains(stdout, `"leader":`) {
+		t.Fatalf("leader and replicas of an R1 topic: %+v\n%s", got[0], stdout)
 	}
 	if code, _, stderr := runCLI(t, "", append([]string{"topics", "--format", "xml"}, n.conn()...)...); code == 0 || !strings.Contains(stderr, `--format "xml"`) {
 		t.Fatalf("--format xml: exit %d:\n%s", code, stderr)

@@ -53,6 +53,7 @@ retention_bytes = 10737418240
 max_payload     = 1048576
 max_durables_per_tenant = 5000
 log_level       = "debug"
+replicas        = 3
 `
 	f, err := Parse("node.hcl", []byte(src))
 	if err != nil {

@@ -242,7 +242,16 @@ type TopicInfo struct {
 	RetentionSet   bool
 	RetentionAge   uint64
 	RetentionBytes uint64
+	// Leader is the node leading the topic's raft group ("" when none is known; for a
+	// single-copy topic its owner) and Replicas the nodes holding its log. Encoded only when
+	// either is set, after the retention fields (then always present), a flags uvarint (bit
+	// 0: RetentionSet), the leader and the replicas.
+	Leader   string
+	Replicas []string
 }
+
+// topicInfoRetention is TopicInfo's flag bit: the retention fields are the topic's own.
+const topicInfoRetention = 1
 
 // Watch asks a peer to announce (with TOPIC frames, index 0) each of its topics matching one
 // of Patterns, now and whenever one is created. A later Watch on the same stream replaces
@@ -492,6 +501,18 @@ func (f *Topics) decodeBody(d *dec)    { f.Pattern = d.str("pattern") }
 
 func (f *TopicInfo) appendBody(e enc) enc {
 	e = e.str(f.Name).uvarint(f.First).uvarint(f.Next).uvarint(f.Bytes)
+	if f.Leader != "" || len(f.Replicas) > 0 {
+		var flags uint64
+		age, bytes := uint64(0), uint64(0)
+		if f.RetentionSet {
+			flags, age, bytes = topicInfoRetention, f.RetentionAge, f.RetentionBytes
+		}
+		e = e.uvarint(age).uvarint(bytes).uvarint(flags).str(f.Leader).uvarint(uint64(len(f.Replicas)))
+		for _, r := range f.Replicas {
+			e = e.str(r)
+		}
+		return e
+	}
 	if f.RetentionSet {
 		e = e.uvarint(f.RetentionAge).uvarint(f.RetentionBytes)
 	}
@@ -507,6 +528,20 @@ func (f *TopicInfo) decodeBody(d *dec) {
 		f.RetentionSet = true
 		f.RetentionAge = d.uvarint("retention age")
 		f.RetentionBytes = d.uvarint("retention bytes")
+	}
+	f.Leader, f.Replicas = "", nil
+	if d.err == nil && len(d.b) > 0 {
+		if d.uvarint("flags")&topicInfoRetention == 0 {
+			f.RetentionSet, f.RetentionAge, f.RetentionBytes = false, 0, 0
+		}
+		f.Leader = d.str("leader")
+		n := d.uvarint("replica count")
+		if d.err == nil && n > uint64(len(d.b)) {
+			d.fail("replica count %d past the end", n)
+		}
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			f.Replicas = append(f.Replicas, d.str("replica"))
+		}
 	}
 }
 

@@ -1,0 +1,74 @@
+package node
+
+import (
+	"fmt"
+	"time"
+)
+
+// MaxReplicas is the largest Config.Replicas.
+const MaxReplicas = 7
+
+// RaftSettings are the timers and bounds of a node's replicated topics (Config.Raft). The
+// zero value takes every default.
+type RaftSettings struct {
+	// TickInterval is one raft tick. Default 100 ms.
+	TickInterval time.Duration
+	// ElectionTicks is the election timeout in ticks: a follower that hears nothing from its
+	// leader for this long (randomized up to twice it) stands for election. Default 10.
+	ElectionTicks int
+	// HeartbeatTicks is the leader's heartbeat interval in ticks. Default 1.
+	HeartbeatTicks int
+	// QuorumTimeout bounds how long a publish to a replicated topic waits for its group to
+	// have a leader and for its entry to commit; past it the publish is answered with
+	// PUBLISH_ERROR unavailable naming the replicas that cannot be reached. It also bounds
+	// a topic's creation through the region's metadata group. Default 5 s.
+	QuorumTimeout time.Duration
+	// ObserveInterval is how often the node reads its groups' raft status: for the
+	// quicmq_raft_* metrics, and to notice a leader change (subscriptions relayed to an old
+	// leader then move). Default TickInterval x ElectionTicks / 2.
+	ObserveInterval time.Duration
+}
+
+func (r RaftSettings) withDefaults() RaftSettings {
+	if r.TickInterval <= 0 {
+		r.TickInterval = 100 * time.Millisecond
+	}
+	if r.ElectionTicks <= 0 {
+		r.ElectionTicks = 10
+	}
+	if r.HeartbeatTicks <= 0 {
+		r.HeartbeatTicks = 1
+	}
+	if r.QuorumTimeout <= 0 {
+		r.QuorumTimeout = 5 * time.Second
+	}
+	if r.ObserveInterval <= 0 {
+		r.ObserveInterval = r.TickInterval * time.Duration(r.ElectionTicks) / 2
+	}
+	return r
+}
+
+// TestRaftSettings are fast raft timers for tests on loopback: 20 ms ticks, elections
+// after 200-400 ms.
+func TestRaftSettings() RaftSettings {
+	return RaftSettings{TickInterval: 20 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1, QuorumTimeout: 5 * time.Second}
+}
+
+func (c Config) validateReplicas() []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("node: config: "+format, args...)) }
+	if c.Replicas < 0 || c.Replicas > MaxReplicas {
+		bad("Replicas %d: want 1 to %d (odd recommended)", c.Replicas, MaxReplicas)
+	}
+	if c.Replicas > 1 && c.GossipLAN == "" {
+		bad("Replicas %d needs GossipLAN: the replicas of a topic are nodes of one region", c.Replicas)
+	}
+	r := c.Raft
+	if r.TickInterval < 0 || r.ElectionTicks < 0 || r.HeartbeatTicks < 0 || r.QuorumTimeout < 0 || r.ObserveInterval < 0 {
+		bad("Raft: no field may be negative")
+	}
+	if d := r.withDefaults(); d.ElectionTicks <= d.HeartbeatTicks {
+		bad("Raft.ElectionTicks (%d) must be greater than Raft.HeartbeatTicks (%d)", d.ElectionTicks, d.HeartbeatTicks)
+	}
+	return errs
+}

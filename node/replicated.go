@@ -1,0 +1,898 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+
+	"github.com/quicmq/quicmq/federation"
+	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/replica"
+	"github.com/quicmq/quicmq/routing"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// replicated runs a node's replicated topics (Config.Replicas > 1): one replica.Driver on
+// the wal.Log's own Pebble DB runs every raft group of the node, with the region's
+// metadata group (metaGroup, a LogSM: its records are placements) and one group per topic
+// (a WalSM: records in wal's layout, so subscriptions read them as any topic).
+//
+// The metadata group forms once: its voters are the region's first Replicas nodes by name
+// that are alive and carry a raft ID in gossip, counted by every node alike (bootstrap-expect,
+// as Consul's); once formed it is stored and never formed again. Its leader decides the
+// replica set of a new topic (routing.Place over the metadata voters) and proposes it; every
+// voter applies the placements in log order, the first one of a topic wins, and a voter in a
+// topic's set opens that topic's group. So a topic gets one replica set, decided once (I6
+// by construction). A node outside the metadata group serves no replicated topic yet.
+//
+// Goroutines (started by Run through runMesh, stopped before the log closes): the driver's
+// Run, form (until the metadata group is open), watchMeta (reads placements as they
+// commit) and observe (raft status for metrics and leader changes). State is under mu.
+type replicated struct {
+	n    *Node
+	id   uint64 // this node's raft ID
+	d    *replica.Driver
+	meta *replica.LogSM
+	sm   *replica.WalSM
+	wake chan struct{} // capacity 1: a round committed (the metadata log may have grown)
+
+	elections *electionCounter // metrics (replmetrics.go)
+
+	mu struct {
+		sync.Mutex
+		formed  bool
+		voters  []uint64 // the metadata group's voters, once formed
+		outside []string // the region formed without this node: the names of its voters
+		forming []string // alive nodes with raft IDs while fewer than Replicas
+		placed  map[string]*repTopic
+		read    uint64 // metadata records read
+		status  map[uint64]raft.BasicStatus
+		changed chan struct{} // closed and replaced on every change
+
+		// Background placements asked by ShouldMirror (placeLater), run on wg while
+		// ctx lives; stopped is set when observe returns, after which none start.
+		ctx     context.Context
+		wg      *sync.WaitGroup
+		stopped bool
+		placing map[string]bool
+	}
+}
+
+// metaGroup is the raft group of the region's metadata; topicGroup never returns it.
+const metaGroup uint64 = 1
+
+// tagRaft is the gossip tag holding a node's raft ID (decimal).
+const tagRaft = "raft"
+
+// topicGroup is the group of a replicated topic: replica.TopicGroup, except the metadata
+// group's ID.
+func topicGroup(topic string) uint64 {
+	if g := replica.TopicGroup(topic); g != metaGroup {
+		return g
+	}
+	return metaGroup + 1
+}
+
+// repTopic is a replicated topic as the metadata group placed it.
+type repTopic struct {
+	name     string
+	group    uint64
+	replicas []repMember // in routing.Place's preference order
+	local    bool        // this node is one of them
+}
+
+type repMember struct {
+	name string
+	id   uint64
+}
+
+func (t *repTopic) names() []string {
+	out := make([]string, len(t.replicas))
+	for i, m := range t.replicas {
+		out[i] = m.name
+	}
+	return out
+}
+
+func (t *repTopic) nameOf(id uint64) string {
+	for _, m := range t.replicas {
+		if m.id == id {
+			return m.name
+		}
+	}
+	return ""
+}
+
+// newReplicated builds the driver and state machines; nothing runs until start.
+func newReplicated(n *Node, id uint64) (*replicated, error) {
+	r := &replicated{n: n, id: id, wake: make(chan struct{}, 1)}
+	r.mu.placed = make(map[string]*repTopic)
+	r.mu.status = make(map[uint64]raft.BasicStatus)
+	r.mu.changed = make(chan struct{})
+	r.mu.placing = make(map[string]bool)
+	sm, err := replica.NewWalSM(replica.WalSMConfig{Log: n.wal, DedupWindow: n.cfg.MaxPendingPublishes, GroupOf: topicGroup})
+	if err != nil {
+		return nil, fmt.Errorf("node: replicated topics: %w", err)
+	}
+	r.sm, r.meta = sm, replica.NewLogSM(n.wal.DB())
+	c := n.cfg.Raft
+	r.d, err = replica.New(replica.Config{
+		NodeID: id, DB: n.wal.DB(), StateMachine: (*nodeSM)(r), Transport: n.fed,
+		TickInterval: c.TickInterval, ElectionTicks: c.ElectionTicks, HeartbeatTicks: c.HeartbeatTicks,
+		Now: n.cfg.Now, Logger: n.log.With("raft_id", id),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node: replicated topics: %w", err)
+	}
+	r.elections = newElectionCounter(n.reg, n.cfg.MaxSeriesPerMetric)
+	n.reg.MustRegister(&raftCollector{r: r})
+	return r, nil
+}
+
+// nodeSM routes the metadata group's entries to the LogSM and every other group's to the
+// WalSM. The driver's goroutine calls it.
+type nodeSM replicated
+
+func (s *nodeSM) Applied(group uint64) (uint64, error) {
+	if group == metaGroup {
+		return s.meta.Applied(group)
+	}
+	return s.sm.Applied(group)
+}
+
+func (s *nodeSM) Apply(b *pebble.Batch, group, applied uint64, ents []replica.Entry) ([]replica.Result, error) {
+	if group == metaGroup {
+		return s.meta.Apply(b, group, applied, ents)
+	}
+	return s.sm.Apply(b, group, applied, ents)
+}
+
+func (s *nodeSM) Committed() {
+	s.meta.Committed()
+	s.sm.Committed()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// start runs the driver and the goroutines of replicated topics on wg until ctx ends.
+func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
+	r.mu.Lock()
+	r.mu.ctx, r.mu.wg = ctx, wg
+	r.mu.Unlock()
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		if err := r.d.Run(ctx); err != nil {
+			r.n.log.Error("raft driver stopped: replicated topics are unavailable on this node until it restarts", "err", err)
+		}
+	}()
+	go func() { defer wg.Done(); r.form(ctx) }()
+	go func() { defer wg.Done(); r.watchMeta(ctx) }()
+	go func() { defer wg.Done(); r.observe(ctx) }()
+}
+
+func (r *replicated) notifyLocked() {
+	close(r.mu.changed)
+	r.mu.changed = make(chan struct{})
+}
+
+func (r *replicated) changedCh() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.changed
+}
+
+// raftMember is a node of the region with a raft ID, as gossip tells.
+type raftMember struct {
+	name  string
+	id    uint64
+	alive bool
+}
+
+// raftMembers lists the region's nodes that gossip knows with a raft ID, this one
+// included, by name.
+func (r *replicated) raftMembers() []raftMember {
+	n := r.n
+	out := []raftMember{{name: n.cfg.Name, id: r.id, alive: true}}
+	for _, m := range n.gossip.RegionMembers(n.cfg.Region) {
+		if m.Name == n.cfg.Name || m.Status == gossip.StatusLeft || m.Status == gossip.StatusLeaving {
+			continue
+		}
+		id, err := strconv.ParseUint(m.Tags[tagRaft], 10, 64)
+		if err != nil || id == 0 {
+			continue
+		}
+		out = append(out, raftMember{name: m.Name, id: id, alive: m.Status == gossip.StatusAlive})
+	}
+	slices.SortFunc(out, func(a, b raftMember) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// form opens the metadata group: the stored one, or, when none is stored, a new one once
+// Replicas nodes of the region are alive with raft IDs, if this node is among the first
+// Replicas of them by name.
+func (r *replicated) form(ctx context.Context) {
+	n := r.n
+	retry := time.NewTicker(n.cfg.Raft.ObserveInterval)
+	defer retry.Stop()
+	for {
+		changed := n.place.changedCh()
+		if r.tryForm(ctx) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		case <-retry.C:
+		}
+	}
+}
+
+func (r *replicated) tryForm(ctx context.Context) bool {
+	n := r.n
+	err := r.d.AddGroup(ctx, metaGroup, nil) // the stored group, if any
+	if err != nil {
+		var alive []raftMember
+		for _, m := range r.raftMembers() {
+			if m.alive {
+				alive = append(alive, m)
+			}
+		}
+		if len(alive) < n.cfg.Replicas {
+			r.mu.Lock()
+			r.mu.forming = nil
+			for _, m := range alive {
+				r.mu.forming = append(r.mu.forming, m.name)
+			}
+			r.mu.Unlock()
+			return false
+		}
+		voters := alive[:n.cfg.Replicas]
+		var ids []uint64
+		var names []string
+		for _, m := range voters {
+			ids, names = append(ids, m.id), append(names, m.name)
+		}
+		if !slices.Contains(ids, r.id) {
+			r.mu.Lock()
+			r.mu.outside = names
+			r.mu.Unlock()
+			return false
+		}
+		if err = r.d.AddGroup(ctx, metaGroup, ids); err != nil {
+			n.log.Warn("could not form the region's metadata group", "voters", names, "err", err)
+			return false
+		}
+		n.log.Info("formed the region's metadata group", "voters", names)
+	}
+	st, err := replica.NewStore(n.wal.DB()).Group(metaGroup)
+	var voters []uint64
+	if err == nil {
+		_, cs, _ := st.InitialState()
+		voters = slices.Clone(cs.GetVoters())
+	}
+	r.mu.Lock()
+	r.mu.formed, r.mu.voters, r.mu.outside, r.mu.forming = true, voters, nil, nil
+	r.notifyLocked()
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// watchMeta reads the metadata group's placements as they are applied and opens the group
+// of every topic placed on this node.
+func (r *replicated) watchMeta(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		}
+		for {
+			r.mu.Lock()
+			from, formed := r.mu.read, r.mu.formed
+			r.mu.Unlock()
+			if !formed {
+				break
+			}
+			recs, err := r.meta.Read(metaGroup, from, 256)
+			if err != nil {
+				r.n.log.Error("reading the region's metadata failed", "err", err)
+				break
+			}
+			for _, rec := range recs {
+				r.applyPlacement(ctx, rec.Data)
+			}
+			r.mu.Lock()
+			r.mu.read += uint64(len(recs))
+			r.notifyLocked()
+			r.mu.Unlock()
+			if len(recs) > 0 {
+				r.n.fed.Resync() // topics this node may now mirror (shouldMirror)
+			}
+			if len(recs) < 256 {
+				break
+			}
+		}
+	}
+}
+
+// applyPlacement applies one metadata record: the first placement of a topic wins.
+func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
+	t, err := decodePlacement(data)
+	if err != nil {
+		r.n.log.Error("a metadata record could not be decoded; it is skipped on every node alike", "err", err)
+		return
+	}
+	for _, m := range t.replicas {
+		t.local = t.local || m.id == r.id
+	}
+	r.mu.Lock()
+	if r.mu.placed[t.name] != nil {
+		r.mu.Unlock()
+		return
+	}
+	r.mu.placed[t.name] = t
+	r.mu.Unlock()
+	if !t.local {
+		return
+	}
+	ids := make([]uint64, len(t.replicas))
+	for i, m := range t.replicas {
+		ids[i] = m.id
+	}
+	if err := r.d.AddGroup(ctx, t.group, ids); err != nil {
+		r.n.log.Error("could not open a replicated topic's group", "topic", t.name, "group", t.group, "err", err)
+		return
+	}
+	// The preferred replica stands at once, so a new topic has a leader in a round trip
+	// rather than an election timeout.
+	if t.replicas[0].id == r.id {
+		if err := r.d.Campaign(ctx, t.group); err != nil {
+			r.n.log.Debug("campaign for a new topic's group", "topic", t.name, "err", err)
+		}
+	}
+}
+
+// lookup returns topic's placement, if decided.
+func (r *replicated) lookup(topic string) *repTopic {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.placed[topic]
+}
+
+// isReplicated reports whether topic is a replicated topic of this region.
+func (r *replicated) isReplicated(topic string) bool { return r.lookup(topic) != nil }
+
+// ensure returns topic's placement, having the metadata leader decide it when the topic is
+// new. relayed: the request came from another node, so it is not passed on again.
+func (r *replicated) ensure(ctx context.Context, topic string, relayed bool) (*repTopic, *wire.Error) {
+	n := r.n
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	poll := time.NewTicker(n.cfg.Raft.TickInterval)
+	defer poll.Stop()
+	asked := false
+	for {
+		r.mu.Lock()
+		t, formed, changed := r.mu.placed[topic], r.mu.formed, r.mu.changed
+		outside, forming := r.mu.outside, r.mu.forming
+		r.mu.Unlock()
+		if t != nil {
+			return t, nil
+		}
+		if !formed && outside != nil {
+			return nil, wire.Errorf(wire.CodeUnavailable,
+				"topic %q: node %q is not one of the %d nodes of region %q that hold its replicated topics (%s): connect to one of them",
+				topic, n.cfg.Name, len(outside), n.cfg.Region, strings.Join(outside, ", "))
+		}
+		if formed && !asked {
+			switch lead := r.leaderID(ctx, metaGroup); {
+			case lead == r.id:
+				if e := r.place(ctx, topic); e != nil {
+					return nil, e
+				}
+				asked = true
+			case lead != 0 && relayed:
+				return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: node %q no longer leads region %q's metadata; retry", topic, n.cfg.Name, n.cfg.Region)
+			case lead != 0:
+				if e := r.askPlace(ctx, lead, topic); e != nil {
+					return nil, e
+				}
+				asked = true
+			}
+		}
+		select {
+		case <-changed:
+		case <-poll.C:
+		case <-ctx.Done():
+			if !formed {
+				return nil, wire.Errorf(wire.CodeUnavailable,
+					"topic %q: region %q keeps %d replicas of each topic and has %d node(s) with raft IDs alive (%s): its replicated topics are unavailable until %d are",
+					topic, n.cfg.Region, n.cfg.Replicas, len(forming), strings.Join(forming, ", "), n.cfg.Replicas)
+			}
+			return nil, wire.Errorf(wire.CodeUnavailable,
+				"topic %q: region %q's metadata group did not place it within %v (no quorum of its nodes: %s); retry",
+				topic, n.cfg.Region, n.cfg.Raft.QuorumTimeout, r.metaLacking())
+		}
+	}
+}
+
+// metaLacking names the metadata voters this node cannot reach.
+func (r *replicated) metaLacking() string {
+	r.mu.Lock()
+	voters := slices.Clone(r.mu.voters)
+	r.mu.Unlock()
+	var out []string
+	for _, m := range r.raftMembers() {
+		if slices.Contains(voters, m.id) && !r.reachable(m.name) {
+			out = append(out, m.name)
+		}
+	}
+	if len(out) == 0 {
+		return "every voter is reachable from here"
+	}
+	return "unreachable: " + strings.Join(out, ", ")
+}
+
+// leaderID is the group's leader as this node knows it (0: none).
+func (r *replicated) leaderID(ctx context.Context, group uint64) uint64 {
+	st, err := r.d.Status(ctx, group)
+	if err != nil {
+		return 0
+	}
+	return st.Lead
+}
+
+// place decides topic's replica set on the metadata leader and proposes it.
+func (r *replicated) place(ctx context.Context, topic string) *wire.Error {
+	n := r.n
+	r.mu.Lock()
+	voters := slices.Clone(r.mu.voters)
+	holdings := make(map[string][]string, len(r.mu.placed))
+	for name, t := range r.mu.placed {
+		holdings[name] = t.names()
+	}
+	r.mu.Unlock()
+	ids := make(map[string]uint64)
+	var members []routing.PlacementMember
+	for _, m := range r.raftMembers() {
+		if !slices.Contains(voters, m.id) {
+			continue
+		}
+		ids[m.name] = m.id
+		members = append(members, routing.PlacementMember{ID: m.name, Eligible: m.alive})
+	}
+	p := routing.Place(members, holdings, []routing.PlacementRequest{{Topic: topic, Replicas: n.cfg.Replicas}})[0]
+	if p.Err != nil {
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: %v", topic, p.Err)
+	}
+	t := &repTopic{name: topic, group: topicGroup(topic)}
+	for _, name := range p.Replicas {
+		t.replicas = append(t.replicas, repMember{name: name, id: ids[name]})
+	}
+	if _, err := r.d.Propose(ctx, metaGroup, encodePlacement(t)); err != nil {
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: placing it through region %q's metadata group: %v; retry", topic, n.cfg.Region, err)
+	}
+	return nil
+}
+
+// askPlace asks the metadata leader (raft ID lead) to place topic, over a peer stream
+// (TOPIC_CREATE, answered by TOPIC_INFO: docs/protocol.md, replicated regions).
+func (r *replicated) askPlace(ctx context.Context, lead uint64, topic string) *wire.Error {
+	n := r.n
+	name := ""
+	for _, m := range r.raftMembers() {
+		if m.id == lead {
+			name = m.name
+		}
+	}
+	if name == "" {
+		return nil // not known yet in gossip: the caller waits and asks again
+	}
+	err := n.streamTo(ctx, name, &wire.TopicCreate{Topic: topic}, func(f wire.Frame) error {
+		if _, ok := f.(*wire.TopicInfo); !ok {
+			return fmt.Errorf("unexpected %s", f.Type())
+		}
+		return nil
+	})
+	if err != nil {
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader of region %q's metadata, node %q, did not place it: %v", topic, n.cfg.Region, name, err)
+	}
+	return nil
+}
+
+// reachable reports whether node name of the region can be reached now.
+func (r *replicated) reachable(name string) bool {
+	n := r.n
+	return name == n.cfg.Name || (n.place.memberStatus(name) == gossip.StatusAlive && n.fed.Connected(name))
+}
+
+// lacking names t's replicas that this node cannot reach.
+func (r *replicated) lacking(t *repTopic) []string {
+	var out []string
+	for _, m := range t.replicas {
+		if !r.reachable(m.name) {
+			out = append(out, m.name)
+		}
+	}
+	return out
+}
+
+func (r *replicated) noQuorum(t *repTopic, what string) *wire.Error {
+	lack := r.lacking(t)
+	missing := "none: the replicas are reachable but did not elect a leader in time"
+	if len(lack) > 0 {
+		missing = strings.Join(lack, ", ")
+	}
+	return wire.Errorf(wire.CodeUnavailable,
+		"topic %q (replicas %s of region %q) %s within %v: it needs a quorum of %d of its %d replicas; replicas this node cannot reach: %s",
+		t.name, strings.Join(t.names(), ", "), r.n.cfg.Region, what, r.n.cfg.Raft.QuorumTimeout, len(t.replicas)/2+1, len(t.replicas), missing)
+}
+
+// waitLeader returns the raft ID of t's leader, waiting up to QuorumTimeout for one.
+func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire.Error) {
+	n := r.n
+	if !t.local {
+		return 0, wire.Errorf(wire.CodeUnavailable, "topic %q: this node is not one of its replicas (%s)", t.name, strings.Join(t.names(), ", "))
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	poll := time.NewTicker(n.cfg.Raft.TickInterval)
+	defer poll.Stop()
+	woken := uint64(0)
+	for {
+		st, err := r.d.Status(ctx, t.group)
+		if err == nil && st.Lead != 0 && st.Lead != r.id && st.Lead != woken && !r.reachable(t.nameOf(st.Lead)) {
+			// A quiet group does not notice its leader's loss by itself.
+			woken = st.Lead
+			_ = r.d.WakeLedBy(ctx, st.Lead)
+		}
+		// A leader this node cannot reach (its node failed, its link is down) is as good as
+		// none: a new one is elected within an election timeout, or there is no quorum.
+		if err == nil && st.Lead != 0 && (st.Lead == r.id) == (st.RaftState == raft.StateLeader) &&
+			(st.Lead == r.id || r.reachable(t.nameOf(st.Lead))) {
+			return st.Lead, nil
+		}
+		if errors.Is(err, replica.ErrStopped) {
+			return 0, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+		}
+		select {
+		case <-poll.C:
+		case <-ctx.Done():
+			return 0, r.noQuorum(t, "has no leader")
+		}
+	}
+}
+
+// route decides where a publish to a replicated topic goes: "" for this node (it leads the
+// topic's group), or the leader's node name. A publish relayed here is never relayed on.
+func (r *replicated) route(ctx context.Context, topic string, relayed bool) (string, *wire.Error) {
+	t, e := r.ensure(ctx, topic, relayed)
+	if e != nil {
+		return "", e
+	}
+	lead, e := r.waitLeader(ctx, t)
+	switch {
+	case e != nil:
+		return "", e
+	case lead == r.id:
+		return "", nil
+	case relayed:
+		return "", wire.Errorf(wire.CodeUnavailable,
+			"node %q was asked to append to %q but node %q leads its group as far as it knows: the leader just changed; retry", r.n.cfg.Name, topic, t.nameOf(lead))
+	}
+	return t.nameOf(lead), nil
+}
+
+// leaderName is the node leading topic's group as far as this node knows ("" if none).
+func (r *replicated) leaderName(topic string) string {
+	t := r.lookup(topic)
+	if t == nil {
+		return ""
+	}
+	r.mu.Lock()
+	st, ok := r.mu.status[t.group]
+	r.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	return t.nameOf(st.Lead)
+}
+
+// replicatedError carries what a client is told about a replicated append.
+type replicatedError struct{ e *wire.Error }
+
+func (e *replicatedError) Error() string { return e.e.Message }
+
+// propose appends records to topic through its group (this node leads it) and calls done
+// once with the outcome: after the entry is committed by a quorum and applied here, or with
+// an error within QuorumTimeout. Proposals made one after another by one goroutine enter
+// the log in that order.
+func (r *replicated) propose(topic string, recs []wal.Record, done func(wal.AppendResult)) {
+	n := r.n
+	t := r.lookup(topic)
+	fail := func(e *wire.Error) { done(wal.AppendResult{Err: &replicatedError{e}}) }
+	if t == nil {
+		fail(wire.Errorf(wire.CodeUnavailable, "topic %q is not placed yet; retry", topic))
+		return
+	}
+	data, err := replica.EncodeEntry(nil, &replica.WalEntry{Kind: replica.EntryAppend, Topic: topic, Records: recs})
+	if err != nil {
+		fail(wire.Errorf(wire.CodeInvalidArgument, "%v", err))
+		return
+	}
+	var once sync.Once
+	finish := func(res wal.AppendResult) { once.Do(func() { done(res) }) }
+	timer := time.AfterFunc(n.cfg.Raft.QuorumTimeout, func() {
+		finish(wal.AppendResult{Err: &replicatedError{wire.Errorf(wire.CodeUnavailable, "%s; the records may or may not have been appended: retry with the same producer sequences",
+			r.noQuorum(t, "did not commit the publish").Message)}})
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	r.d.ProposeAsync(ctx, t.group, data, func(res replica.Result, err error) {
+		timer.Stop()
+		if err != nil {
+			finish(wal.AppendResult{Err: &replicatedError{proposeError(t, err)}})
+			return
+		}
+		ar, ok := res.Detail.(*wal.AppendResult)
+		if !ok {
+			finish(wal.AppendResult{Err: fmt.Errorf("node: topic %q: entry %d applied without a result", topic, res.Index)})
+			return
+		}
+		finish(*ar)
+	})
+}
+
+// proposeError maps a refused or failed proposal to what the client is told.
+func proposeError(t *repTopic, err error) *wire.Error {
+	var nl *replica.NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader changed before the publish was proposed (now %s): nothing was appended; retry",
+			t.name, cmpOr(t.nameOf(nl.Leader), "unknown"))
+	case errors.Is(err, replica.ErrDropped):
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader changed before the publish committed: nothing was appended; retry", t.name)
+	case errors.Is(err, replica.ErrStopped), errors.Is(err, context.Canceled):
+		return wire.Errorf(wire.CodeShuttingDown, "node shutting down: nothing was appended")
+	case errors.Is(err, context.DeadlineExceeded):
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the node's raft driver did not take the publish in time: nothing was appended; retry", t.name)
+	}
+	return wire.Errorf(wire.CodeInternal, "topic %q: replicated append failed: %v", t.name, err)
+}
+
+func cmpOr(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
+}
+
+// setPosition stores a durable consumer's position on a replicated topic through its group
+// (this node must lead it), returning after it is committed and applied.
+func (r *replicated) setPosition(ctx context.Context, name, topic string, off uint64) *wire.Error {
+	t := r.lookup(topic)
+	if t == nil {
+		return wire.Errorf(wire.CodeInternal, "topic %q is not a replicated topic", topic)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	res := r.sm.Propose(ctx, r.d, &replica.WalEntry{Kind: replica.EntrySetPosition, Topic: topic, Name: name, Value: off})
+	if res.Err != nil {
+		if errors.Is(res.Err, context.DeadlineExceeded) {
+			return r.noQuorum(t, "did not store the consumer's position")
+		}
+		return proposeError(t, res.Err)
+	}
+	return nil
+}
+
+// subscribeOwner decides where a client's subscription to a replicated topic is served:
+// "" here (any replica serves reads up to what it applied), or the leader's node for a
+// durable consumer (its positions are proposed by the leader).
+func (r *replicated) subscribeOwner(ctx context.Context, topic string, durable bool) (string, *wire.Error) {
+	t, e := r.ensure(ctx, topic, false)
+	if e != nil {
+		return "", e
+	}
+	if !durable && t.local {
+		return "", nil
+	}
+	lead, e := r.waitLeader(ctx, t)
+	if e != nil {
+		return "", e
+	}
+	if lead == r.id {
+		return "", nil
+	}
+	return t.nameOf(lead), nil
+}
+
+// observe reads the raft status of every group this node holds, every ObserveInterval:
+// for the metrics, and to tell placement's waiters of a leader change (a subscription
+// relayed to an old leader then moves).
+func (r *replicated) observe(ctx context.Context) {
+	tick := time.NewTicker(r.n.cfg.Raft.ObserveInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			r.mu.Lock()
+			r.mu.stopped = true
+			r.mu.Unlock()
+			return
+		case <-tick.C:
+		}
+		groups := []uint64{metaGroup}
+		r.mu.Lock()
+		for _, t := range r.mu.placed {
+			if t.local {
+				groups = append(groups, t.group)
+			}
+		}
+		r.mu.Unlock()
+		moved := false
+		for _, g := range groups {
+			st, err := r.d.Status(ctx, g)
+			if err != nil {
+				continue
+			}
+			r.mu.Lock()
+			prev, had := r.mu.status[g]
+			r.mu.status[g] = st
+			r.mu.Unlock()
+			if had && prev.Lead != st.Lead {
+				moved = true
+			}
+			if st.Lead != 0 && st.Lead != r.id {
+				if name := r.memberName(st.Lead); name != "" && !r.reachable(name) {
+					_ = r.d.WakeLedBy(ctx, st.Lead)
+				}
+			}
+			if st.GetTerm() > prev.GetTerm() && st.Lead != 0 && st.Lead != prev.Lead {
+				r.elections.inc(r.groupLabel(g))
+			}
+		}
+		if moved {
+			r.n.place.membersChanged()
+		}
+	}
+}
+
+// groupLabel names a group in metrics: its topic, or "_meta".
+func (r *replicated) groupLabel(g uint64) string {
+	if g == metaGroup {
+		return "_meta"
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.mu.placed {
+		if t.group == g {
+			return t.name
+		}
+	}
+	return strconv.FormatUint(g, 10)
+}
+
+// holders returns the leader and replicas of a topic for listings.
+func (r *replicated) holders(topic string) (leader string, replicas []string) {
+	t := r.lookup(topic)
+	if t == nil {
+		return "", nil
+	}
+	if t.local {
+		ctx, cancel := context.WithTimeout(context.Background(), r.n.cfg.Raft.ObserveInterval)
+		defer cancel()
+		if st, err := r.d.Status(ctx, t.group); err == nil {
+			return t.nameOf(st.Lead), t.names()
+		}
+	}
+	return r.leaderName(topic), t.names()
+}
+
+// wakeFailed wakes the quiet groups led by region nodes gossip does not see alive (a
+// gossip event: a failure).
+func (r *replicated) wakeFailed(ctx context.Context) {
+	for _, m := range r.raftMembers() {
+		if !m.alive {
+			_ = r.d.WakeLedBy(ctx, m.id)
+		}
+	}
+}
+
+// raftPeerID is the raft ID a member advertises in gossip (0: none).
+func raftPeerID(m gossip.Member) uint64 {
+	id, _ := strconv.ParseUint(m.Tags[tagRaft], 10, 64)
+	return id
+}
+
+// deliverRaft hands a peer's raft messages to the driver (federation's Raft.Deliver).
+func (n *Node) deliverRaft(msgs []replica.Message) {
+	if r := n.rep; r != nil {
+		r.d.Deliver(msgs)
+	}
+}
+
+// mirrorAppend is federation's Config.MirrorAppend in a replicated region (nil otherwise):
+// a mirror's records and cursor as one raft entry that also compares the cursor.
+func (n *Node) mirrorAppend() func(context.Context, federation.MirrorAppend) error {
+	if n.raftID == 0 {
+		return nil
+	}
+	return func(ctx context.Context, a federation.MirrorAppend) error {
+		r := n.rep
+		t := r.lookup(a.Topic)
+		if t == nil {
+			return fmt.Errorf("node: mirror of %q: not a replicated topic of region %q", a.Topic, n.cfg.Region)
+		}
+		ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+		defer cancel()
+		res := r.sm.Propose(ctx, r.d, &replica.WalEntry{Kind: replica.EntryMirrorAppend, Topic: a.Topic, Region: a.Region,
+			Name: a.Cursor, HasExpected: a.HasExpected, Expected: a.Expected, Records: a.Records, Value: a.Value})
+		if res.Err != nil {
+			return fmt.Errorf("node: replicated mirror append of %q: %w", a.Topic, res.Err)
+		}
+		return nil
+	}
+}
+
+// shouldMirror reports whether this node mirrors topic into its region: it leads the
+// topic's group. A topic not placed yet is placed in the background (a mirror wants it).
+// It never blocks (federation's ShouldMirror).
+func (r *replicated) shouldMirror(topic string) bool {
+	if !r.isReplicated(topic) {
+		r.placeLater(topic)
+		return false
+	}
+	return r.leaderName(topic) == r.n.cfg.Name
+}
+
+// placeLater has the metadata group place topic, on a goroutine of its own (one per topic
+// at a time).
+func (r *replicated) placeLater(topic string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.stopped || r.mu.wg == nil || r.mu.placing[topic] || !r.mu.formed {
+		return
+	}
+	r.mu.placing[topic] = true
+	ctx := r.mu.ctx
+	r.mu.wg.Add(1)
+	go func() {
+		defer r.mu.wg.Done()
+		if _, e := r.ensure(ctx, topic, false); e != nil {
+			r.n.log.Debug("placing a topic to mirror", "topic", topic, "err", e.Message)
+		}
+		r.mu.Lock()
+		delete(r.mu.placing, topic)
+		r.mu.Unlock()
+	}()
+}
+
+// holdsAll reports whether this node is one of its region's metadata voters, which hold
+// every replicated topic (placement draws replica sets from them): a listing then needs no
+// other node. False on a nil receiver.
+func (r *replicated) holdsAll() bool {
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.formed && len(r.mu.voters) == r.n.cfg.Replicas
+}

@@ -1,0 +1,333 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// newReplicatedRegion starts three nodes of region eu with Replicas 3 and fast raft timers.
+func newReplicatedRegion(t *testing.T) *regionMesh {
+	t.Helper()
+	return newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+		c.Replicas = 3
+		c.Raft = TestRaftSettings()
+	})
+}
+
+// waitFor polls cond (every 10 ms) until it holds, failing after timeout with what.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// logOf reads topic's whole log on n.
+func logOf(t *testing.T, n *Node, topic string) []wal.Record {
+	t.Helper()
+	_, next, ok := n.Log().Bounds(topic)
+	if !ok {
+		return nil
+	}
+	recs, err := n.Log().Read(topic, 0, int(next), 1<<30)
+	if err != nil {
+		t.Fatalf("%s: read %q: %v", n.Name(), topic, err)
+	}
+	return recs
+}
+
+// checkIdentical waits until every node's log of topic has want records, then checks they
+// are dense from 0 and identical on every node.
+func checkIdentical(t *testing.T, nodes []*Node, topic string, want int) []wal.Record {
+	t.Helper()
+	for _, n := range nodes {
+		waitFor(t, 15*time.Second, fmt.Sprintf("%d records of %q on %s", want, topic, n.Name()), func() bool {
+			_, next, ok := n.Log().Bounds(topic)
+			return ok && next == uint64(want)
+		})
+	}
+	first := logOf(t, nodes[0], topic)
+	for i, r := range first {
+		if r.Offset != uint64(i) {
+			t.Fatalf("%s: record %d has offset %d: not dense", nodes[0].Name(), i, r.Offset)
+		}
+	}
+	for _, n := range nodes[1:] {
+		if got := logOf(t, n, topic); !reflect.DeepEqual(got, first) {
+			t.Fatalf("log of %q differs between %s and %s:\n%v\n%v", topic, nodes[0].Name(), n.Name(), first, got)
+		}
+	}
+	return first
+}
+
+// leaderOf is the node leading topic's group as n sees it ("" none yet).
+func leaderOf(n *Node, topic string) string {
+	t := n.rep.lookup(topic)
+	if t == nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := n.rep.d.Status(ctx, t.group)
+	if err != nil {
+		return ""
+	}
+	return t.nameOf(st.Lead)
+}
+
+func TestReplicatedPublishThroughEveryNode(t *testing.T) {
+	m := newReplicatedRegion(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	names := []string{"eu-1", "eu-2", "eu-3"}
+	var nodes []*Node
+	for _, name := range names {
+		nodes = append(nodes, m.nodes[name])
+	}
+	for round := range 2 {
+		for _, name := range names {
+			c := m.dial(name)
+			publishNumbered(ctx, t, c, "orders", round*30, round*30+10)
+			c.Close()
+		}
+	}
+	recs := checkIdentical(t, nodes, "orders", 60)
+	for i := 1; i < len(recs); i++ {
+		if recs[i].Time < recs[i-1].Time {
+			t.Fatalf("time decreases at offset %d", i)
+		}
+	}
+
+	// Every node lists the topic with its leader and the three replicas.
+	for _, name := range names {
+		c := m.dial(name)
+		list, err := c.Topics(ctx, "orders")
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list) != 1 {
+			t.Fatalf("%s lists %d topics: %+v", name, len(list), list)
+		}
+		got := slices.Sorted(slices.Values(list[0].Replicas))
+		if !slices.Equal(got, names) || !slices.Contains(names, list[0].Leader) {
+			t.Fatalf("%s lists %+v: want replicas %v and one of them leading", name, list[0], names)
+		}
+	}
+	if c := m.nodes["eu-1"].Conflicts(); len(c) > 0 {
+		t.Fatalf("conflicts reported for replicated topics: %v", c)
+	}
+}
+
+func TestReplicatedLeaderFailover(t *testing.T) {
+	m := newReplicatedRegion(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := m.dial("eu-1")
+	publishNumbered(ctx, t, c, "pay", 0, 5)
+	c.Close()
+	var lead string
+	waitFor(t, 10*time.Second, "a leader of pay", func() bool { lead = leaderOf(m.nodes["eu-1"], "pay"); return lead != "" })
+
+	// An idempotent publish acknowledged before the leader goes: its retry through a survivor
+	// after the failover gets the original offset.
+	var survivors []string
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		if name != lead {
+			survivors = append(survivors, name)
+		}
+	}
+	c = m.dial(survivors[0])
+	msg := client.Message{Topic: "pay", Payload: []byte("once"), ProducerID: "p1", Sequence: 1}
+	ack, err := c.Publish(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+
+	m.nodes[lead].Close()
+	waitFor(t, 20*time.Second, "a new leader among "+strings.Join(survivors, ","), func() bool {
+		l := leaderOf(m.nodes[survivors[0]], "pay")
+		return l != "" && l != lead
+	})
+	for _, name := range survivors {
+		c := m.dial(name)
+		publishNumbered(ctx, t, c, "pay", 10, 13)
+		again, err := c.Publish(ctx, msg)
+		if err != nil {
+			t.Fatalf("retry through %s: %v", name, err)
+		}
+		if !again.Duplicate || again.Offset != ack.Offset {
+			t.Fatalf("retry through %s: %+v, want the duplicate of offset %d", name, again, ack.Offset)
+		}
+		c.Close()
+	}
+	checkIdentical(t, []*Node{m.nodes[survivors[0]], m.nodes[survivors[1]]}, "pay", 12)
+
+	// A follower serves a subscription from its own log.
+	follower := survivors[0]
+	if leaderOf(m.nodes[follower], "pay") == follower {
+		follower = survivors[1]
+	}
+	sc := m.dial(follower)
+	sub, err := sc.Subscribe(ctx, "pay", client.SubscribeOptions{From: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, sub, 12, 15*time.Second)
+	for i, d := range got {
+		if d.offset != uint64(i) {
+			t.Fatalf("follower %s served offset %d at %d", follower, d.offset, i)
+		}
+	}
+	sc.Close()
+
+	// The stopped node restarts and catches up.
+	m.restart(lead)
+	all := []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
+	checkIdentical(t, all, "pay", 12)
+}
+
+func TestReplicatedNoQuorumRefuses(t *testing.T) {
+	m := newReplicatedRegion(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := m.dial("eu-1")
+	publishNumbered(ctx, t, c, "q", 0, 3)
+	c.Close()
+	m.nodes["eu-2"].Close()
+	m.nodes["eu-3"].Close()
+	c = m.dial("eu-1")
+	defer c.Close()
+	_, err := c.Publish(ctx, client.Message{Topic: "q", Payload: []byte("x")})
+	if codeOf(err) != client.CodeUnavailable {
+		t.Fatalf("publish without quorum: %v, want unavailable", err)
+	}
+	if !containsAll(err.Error(), `"q"`, "eu-2", "eu-3", "quorum") {
+		t.Fatalf("the refusal names neither the topic nor the replicas it lacks: %v", err)
+	}
+	if _, next, _ := m.nodes["eu-1"].Log().Bounds("q"); next != 3 {
+		t.Fatalf("log of q has %d records after the refusal, want 3", next)
+	}
+}
+
+// newMixedMesh starts region eu with three replicated nodes (Replicas 3) and region us with
+// one single-copy node, joined over WAN gossip.
+func newMixedMesh(t *testing.T) *regionMesh {
+	t.Helper()
+	m := &regionMesh{t: t, nodes: map[string]*Node{}, cfgs: map[string]Config{}}
+	caDir := t.TempDir()
+	var wanJoin, lanJoin []string
+	for _, name := range []string{"eu-1", "eu-2", "eu-3", "us-1"} {
+		region := name[:2]
+		if region == "us" {
+			lanJoin = nil
+		}
+		cfg := Config{
+			DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: name, Region: region, CADir: caDir,
+			GossipLAN: "127.0.0.1:0", GossipWAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest,
+			Join: lanJoin, WANJoin: wanJoin, Logger: testLogger(t),
+		}
+		if region == "eu" {
+			// The leader of a replicated topic mirrors it: with the patterns of --mirror,
+			// and its own subscribers' (docs/architecture.md).
+			cfg.Replicas, cfg.Raft, cfg.Mirror = 3, TestRaftSettings(), []string{"mx.>"}
+		}
+		n := startNode(t, cfg)
+		m.nodes[name], m.cfgs[name] = n, cfg
+		m.names = append(m.names, name)
+		lanJoin = append(lanJoin, n.Gossip().LANAddr())
+		wanJoin = append(wanJoin, n.Gossip().WANAddr())
+	}
+	m.waitReady()
+	return m
+}
+
+// originCounts counts n's records of topic by origin region and origin offset.
+func originCounts(t *testing.T, n *Node, topic string) map[string]map[uint64]int {
+	out := map[string]map[uint64]int{}
+	for _, r := range logOf(t, n, topic) {
+		o := r.OriginRegion
+		if out[o] == nil {
+			out[o] = map[uint64]int{}
+		}
+		off := r.OriginOffset
+		if o == "" {
+			off = r.Offset
+		}
+		out[o][off]++
+	}
+	return out
+}
+
+// TestReplicatedMirrorAcrossLeaderChange mirrors a topic both ways between a replicated
+// region (eu) and a single-copy one (us) while eu's leader of the topic is stopped: every
+// record arrives exactly once on both sides.
+func TestReplicatedMirrorAcrossLeaderChange(t *testing.T) {
+	m := newMixedMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const topic = "mx.t"
+	// Subscribers in both regions make each mirror the other's records.
+	var subs []*client.Subscription
+	for _, name := range []string{"eu-1", "us-1"} {
+		c := m.dial(name)
+		defer c.Close()
+		sub, err := c.Subscribe(ctx, topic, client.SubscribeOptions{From: client.Earliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	eu, us := m.dial("eu-2"), m.dial("us-1")
+	publishNumbered(ctx, t, eu, topic, 0, 20)
+	publishNumbered(ctx, t, us, topic, 0, 10)
+	eu.Close()
+	var lead string
+	waitFor(t, 15*time.Second, "us records mirrored into eu", func() bool {
+		lead = leaderOf(m.nodes["eu-1"], topic)
+		return len(originCounts(t, m.nodes["eu-1"], topic)["us"]) == 10 && lead != ""
+	})
+	m.nodes[lead].Close()
+	var survivors []*Node
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		if name != lead {
+			survivors = append(survivors, m.nodes[name])
+		}
+	}
+	c := dialNode(t, survivors[0], client.Options{})
+	defer c.Close()
+	publishNumbered(ctx, t, c, topic, 20, 40)
+	publishNumbered(ctx, t, us, topic, 10, 20)
+	us.Close()
+	check := func(n *Node, region string, want int) bool {
+		counts := originCounts(t, n, topic)[region]
+		if len(counts) != want {
+			return false
+		}
+		for off, k := range counts {
+			if k != 1 {
+				t.Fatalf("%s: record of origin %s offset %d stored %d times", n.Name(), region, off, k)
+			}
+		}
+		return true
+	}
+	waitFor(t, 30*time.Second, "eu's 40 records in us, exactly once", func() bool { return check(m.nodes["us-1"], "eu", 40) })
+	for _, n := range survivors {
+		waitFor(t, 30*time.Second, "us's 20 records in "+n.Name()+", exactly once", func() bool { return check(n, "us", 20) })
+	}
+	checkIdentical(t, survivors, topic, 60)
+}

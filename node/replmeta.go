@@ -1,0 +1,83 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/quicmq/quicmq/wal"
+)
+
+// A placement is one record of the region's metadata group (replicated.go): topic T is
+// held by these replicas, in preference order. Layout, version 1 (uvarints; str is uvarint
+// length | bytes):
+//
+//	version u8 = 1 | topic str | count | (node name str | raft ID)...
+//
+// Every voter applies the records in log order and the first placement of a topic wins, so
+// a record that repeats a topic (two requests raced) changes nothing anywhere.
+const placementVersion = 1
+
+// maxPlacementReplicas bounds a decoded replica count.
+const maxPlacementReplicas = 64
+
+func encodePlacement(t *repTopic) []byte {
+	b := []byte{placementVersion}
+	b = binary.AppendUvarint(b, uint64(len(t.name)))
+	b = append(b, t.name...)
+	b = binary.AppendUvarint(b, uint64(len(t.replicas)))
+	for _, m := range t.replicas {
+		b = binary.AppendUvarint(b, uint64(len(m.name)))
+		b = append(b, m.name...)
+		b = binary.AppendUvarint(b, m.id)
+	}
+	return b
+}
+
+var errPlacement = errors.New("node: malformed placement record")
+
+// decodePlacement decodes a placement record (its bytes come from raft entries: every
+// length is checked).
+func decodePlacement(p []byte) (*repTopic, error) {
+	if len(p) == 0 || p[0] != placementVersion {
+		return nil, fmt.Errorf("%w: unknown version", errPlacement)
+	}
+	p = p[1:]
+	bad := false
+	uv := func() uint64 {
+		x, n := binary.Uvarint(p)
+		if n <= 0 {
+			bad = true
+			return 0
+		}
+		p = p[n:]
+		return x
+	}
+	str := func() string {
+		l := uv()
+		if bad || l > uint64(len(p)) || l > wal.MaxNameLen {
+			bad = true
+			return ""
+		}
+		s := string(p[:l])
+		p = p[l:]
+		return s
+	}
+	t := &repTopic{name: str()}
+	count := uv()
+	if bad || t.name == "" || count == 0 || count > maxPlacementReplicas {
+		return nil, fmt.Errorf("%w: topic or replica count", errPlacement)
+	}
+	for range count {
+		m := repMember{name: str(), id: uv()}
+		if bad || m.name == "" || m.id == 0 {
+			return nil, fmt.Errorf("%w: replica of %q", errPlacement, t.name)
+		}
+		t.replicas = append(t.replicas, m)
+	}
+	if len(p) > 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the end", errPlacement, len(p))
+	}
+	t.group = topicGroup(t.name)
+	return t, nil
+}

@@ -1,0 +1,140 @@
+package node
+
+import (
+	"context"
+	"sort"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics of replicated topics, per raft group (label group: the topic, or "_meta" for the
+// region's metadata group), at most Config.MaxSeriesPerMetric groups each. They are read
+// from the status the observe loop keeps (every Raft.ObserveInterval), and, for follower
+// lag, from the driver at scrape time.
+var (
+	raftLeaderDesc   = prometheus.NewDesc("quicmq_raft_group_leader", "1 when this node leads the raft group.", []string{"group"}, nil)
+	raftTermDesc     = prometheus.NewDesc("quicmq_raft_group_term", "The raft group's current term as this node knows it.", []string{"group"}, nil)
+	raftCommitDesc   = prometheus.NewDesc("quicmq_raft_group_commit_index", "The raft group's commit index on this node.", []string{"group"}, nil)
+	raftAppliedDesc  = prometheus.NewDesc("quicmq_raft_group_applied_index", "The raft group's applied index on this node (records are served up to it).", []string{"group"}, nil)
+	raftLagDesc      = prometheus.NewDesc("quicmq_raft_group_follower_lag_entries", "Entries a follower lacks of the leader's log, on the group's leader.", []string{"group", "peer"}, nil)
+	raftBelowQuorumD = prometheus.NewDesc("quicmq_raft_groups_below_quorum", "Raft groups of this node without a known leader, or led here with fewer than a quorum of replicas reachable.", nil, nil)
+)
+
+// raftCollector exports the per-group gauges.
+type raftCollector struct{ r *replicated }
+
+func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{raftLeaderDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLagDesc, raftBelowQuorumD} {
+		ch <- d
+	}
+}
+
+func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
+	r := c.r
+	max := r.n.cfg.MaxSeriesPerMetric
+	r.mu.Lock()
+	groups := make([]uint64, 0, len(r.mu.status))
+	for g := range r.mu.status {
+		groups = append(groups, g)
+	}
+	status := make(map[uint64]struct{ lead, term, commit, applied uint64 }, len(groups))
+	for g, st := range r.mu.status {
+		status[g] = struct{ lead, term, commit, applied uint64 }{st.Lead, st.GetTerm(), st.GetCommit(), st.Applied}
+	}
+	byGroup := make(map[uint64]*repTopic)
+	for _, t := range r.mu.placed {
+		byGroup[t.group] = t
+	}
+	r.mu.Unlock()
+	sort.Slice(groups, func(i, j int) bool { return groups[i] < groups[j] })
+	below := 0
+	for i, g := range groups {
+		st := status[g]
+		if st.lead == 0 {
+			below++
+		} else if t := byGroup[g]; st.lead == r.id && t != nil && len(t.replicas)-len(r.lacking(t)) < len(t.replicas)/2+1 {
+			below++
+		}
+		if i >= max {
+			continue
+		}
+		label := r.groupLabel(g)
+		leader := 0.0
+		if st.lead == r.id {
+			leader = 1
+		}
+		ch <- prometheus.MustNewConstMetric(raftLeaderDesc, prometheus.GaugeValue, leader, label)
+		ch <- prometheus.MustNewConstMetric(raftTermDesc, prometheus.GaugeValue, float64(st.term), label)
+		ch <- prometheus.MustNewConstMetric(raftCommitDesc, prometheus.GaugeValue, float64(st.commit), label)
+		ch <- prometheus.MustNewConstMetric(raftAppliedDesc, prometheus.GaugeValue, float64(st.applied), label)
+		if st.lead != r.id {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), r.n.cfg.Raft.ObserveInterval)
+		match, err := r.d.Progress(ctx, g)
+		cancel()
+		if err != nil || match == nil {
+			continue
+		}
+		last := match[r.id]
+		for id, m := range match {
+			if id == r.id {
+				continue
+			}
+			peer := ""
+			if t := byGroup[g]; t != nil {
+				peer = t.nameOf(id)
+			}
+			if peer == "" {
+				peer = r.memberName(id)
+			}
+			lag := 0.0
+			if last > m {
+				lag = float64(last - m)
+			}
+			ch <- prometheus.MustNewConstMetric(raftLagDesc, prometheus.GaugeValue, lag, label, peer)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(raftBelowQuorumD, prometheus.GaugeValue, float64(below))
+}
+
+// memberName is the region node advertising raft ID id ("" if none).
+func (r *replicated) memberName(id uint64) string {
+	for _, m := range r.raftMembers() {
+		if m.id == id {
+			return m.name
+		}
+	}
+	return ""
+}
+
+// electionCounter counts the leader changes this node observed, per group, capped.
+type electionCounter struct {
+	vec *prometheus.CounterVec
+	max int
+	mu  sync.Mutex
+	n   map[string]bool
+}
+
+func newElectionCounter(reg prometheus.Registerer, max int) *electionCounter {
+	c := &electionCounter{
+		vec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quicmq_raft_elections_total",
+			Help: "Leader changes (a new leader in a later term) this node observed in the raft group.",
+		}, []string{"group"}),
+		max: max, n: make(map[string]bool),
+	}
+	reg.MustRegister(c.vec)
+	return c
+}
+
+func (c *electionCounter) inc(group string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.n[group] && len(c.n) >= c.max {
+		return
+	}
+	c.n[group] = true
+	c.vec.WithLabelValues(group).Inc()
+}
