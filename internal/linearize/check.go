@@ -277,7 +277,7 @@ func (t *topicOps) storedRefused(r *Report) {
 		if !ok || slices.ContainsFunc(ps, func(p *Publish) bool { return p.Outcome != Refused }) {
 			continue
 		}
-		r.problem(&r.StoredRefused, "%s: %v is stored at offset %d, yet %s", t.name, k, t.finalAt[k], describePublish(ps[0]))
+		r.problem(&r.StoredRefused, "%s: %v is stored at offset %d, yet %s: %s", t.name, k, t.finalAt[k], describePublish(ps[0]), ps[0].Err)
 	}
 }
 
