@@ -43,7 +43,7 @@ func brokenBinary(t *testing.T) string {
 // no follower has yet, takes them with it (lost acknowledgements), and comes back with
 // records at offsets the new leader gave to others (replicas diverge).
 func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
-	kills := envInt("QUICMQ_REPLICA_BROKEN_KILLS", 4)
+	kills := envInt("QUICMQ_REPLICA_BROKEN_KILLS", 2)
 	bin := os.Getenv("QUICMQ_REPLICA_BROKEN_BIN") // a broken build made elsewhere
 	if bin == "" {
 		bin = brokenBinary(t)
