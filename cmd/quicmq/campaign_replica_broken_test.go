@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -48,24 +47,15 @@ func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
 	if bin == "" {
 		bin = brokenBinary(t)
 	}
-	r := startReplicaRegion(t, bin, 3)
-	l := newReplicaLoad(r, envInt("QUICMQ_REPLICA_TOPICS", 3), envInt("QUICMQ_REPLICA_RATE", 600))
-	l.warmUp(t)
-	l.run(2)
-	t.Cleanup(l.Stop)
-	ctx := context.Background()
+	r, l := replicaCampaign(t, bin)
 	for k := range kills {
-		time.Sleep(time.Second)
-		leader, err := r.leader(ctx, l.topics[0])
-		if err != nil {
-			t.Fatalf("kill %d: %v", k, err)
-		}
+		leader := l.leaderAfter(t, time.Second)
 		acked, wait := l.oks.Load(), time.Now().Add(5*time.Second)
 		for l.oks.Load() == acked && time.Now().Before(wait) { // right after an acknowledgement
 			time.Sleep(time.Millisecond)
 		}
 		r.nodes[leader].proc().kill()
-		if _, _, err := l.firstAck(ctx, 0, leader); err != nil {
+		if _, _, err := l.failover(t, leader, time.Now()); err != nil {
 			t.Fatalf("kill %d: %v", k, err)
 		}
 		r.start(leader)

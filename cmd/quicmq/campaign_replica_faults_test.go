@@ -29,9 +29,13 @@ import (
 // the others' leaders may be elsewhere. Failover is the time from the fault to the first
 // publish to that topic acknowledged through a node other than the old leader.
 
-func replicaCampaign(t *testing.T) (*replicaRegion, *replicaLoad) {
+// replicaCampaign starts the region on bin ("": QUICMQ_REPLICA_BIN, else this package
+// built) and the load, the topics created.
+func replicaCampaign(t *testing.T, bin string) (*replicaRegion, *replicaLoad) {
 	t.Helper()
-	bin := os.Getenv("QUICMQ_REPLICA_BIN")
+	if bin == "" {
+		bin = os.Getenv("QUICMQ_REPLICA_BIN")
+	}
 	if bin == "" {
 		bin = quicmqBinary(t)
 	}
@@ -41,6 +45,29 @@ func replicaCampaign(t *testing.T) (*replicaRegion, *replicaLoad) {
 	l.run(2)
 	t.Cleanup(l.Stop)
 	return r, l
+}
+
+// leaderAfter lets the load run for d, then returns the leader of the first topic.
+func (l *replicaLoad) leaderAfter(t *testing.T, d time.Duration) int {
+	t.Helper()
+	time.Sleep(d) // the fault schedule
+	leader, err := l.r.leader(context.Background(), l.topics[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leader
+}
+
+// failover waits for the first publish to the first topic acknowledged through a node
+// other than leader, since the fault at from; it returns how long after and through which
+// node, and logs it.
+func (l *replicaLoad) failover(t *testing.T, leader int, from time.Time) (time.Duration, string, error) {
+	t.Helper()
+	at, via, err := l.firstAck(context.Background(), 0, leader)
+	if err != nil {
+		return 0, "", fmt.Errorf("%s down: %w", l.r.nodes[leader].name, err)
+	}
+	return at.Sub(from), via, nil
 }
 
 // readEveryNode reads topic from offset 0 at every node but skip, as operations of the
@@ -68,25 +95,19 @@ func all(n int) []int {
 // idempotent publishing, restarted at once on its data directory.
 func TestCampaignReplicaKillLeader(t *testing.T) {
 	kills := envInt("QUICMQ_REPLICA_KILLS", 3)
-	r, l := replicaCampaign(t)
+	r, l := replicaCampaign(t, "")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	ctx := context.Background()
 	var failovers []time.Duration
 	for k := range kills {
-		time.Sleep(500*time.Millisecond + time.Duration(rng.IntN(1000))*time.Millisecond) // the fault schedule
-		leader, err := r.leader(ctx, l.topics[0])
+		leader := l.leaderAfter(t, 500*time.Millisecond+time.Duration(rng.IntN(1000))*time.Millisecond)
+		r.nodes[leader].proc().kill()
+		took, via, err := l.failover(t, leader, time.Now())
 		if err != nil {
 			t.Fatalf("kill %d: %v", k, err)
 		}
-		r.nodes[leader].proc().kill()
-		killed := time.Now()
-		at, via, err := l.firstAck(ctx, 0, leader)
-		if err != nil {
-			t.Fatalf("kill %d of %s: %v", k, r.nodes[leader].name, err)
-		}
-		failovers = append(failovers, at.Sub(killed))
+		failovers = append(failovers, took)
 		r.start(leader)
 		r.waitLinks(leader)
 		read := l.readEveryNode(t, k%len(l.topics))
@@ -118,26 +139,21 @@ func TestCampaignReplicaIsolateLeader(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("isolating a node needs root (nftables rules on lo)")
 	}
-	r, l := replicaCampaign(t)
-	ctx := context.Background()
-	time.Sleep(time.Second)
-	leader, err := r.leader(ctx, l.topics[0])
+	r, l := replicaCampaign(t, "")
+	leader := l.leaderAfter(t, time.Second)
+	iso := r.isolateNode(leader)
+	cut := time.Now()
+	took, via, err := l.failover(t, leader, cut)
 	if err != nil {
 		t.Fatal(err)
 	}
-	iso := r.isolateNode(leader)
-	cut := time.Now()
-	at, via, err := l.firstAck(ctx, 0, leader)
-	if err != nil {
-		t.Fatalf("with %s cut off: %v", r.nodes[leader].name, err)
-	}
-	logFailovers(t, []time.Duration{at.Sub(cut)})
+	logFailovers(t, []time.Duration{took})
 	others := l.readEveryNode(t, 0, leader)
 	time.Sleep(time.Until(cut.Add(hold)))
 	dropped := iso.Dropped()
 	iso.Heal()
 	t.Logf("%s (leader of %s) cut off for %v (%d packets dropped); first ack through %s %v after the cut; %d of 2 others read back",
-		r.nodes[leader].name, l.topics[0], hold, dropped, via, at.Sub(cut).Round(time.Millisecond), others)
+		r.nodes[leader].name, l.topics[0], hold, dropped, via, took.Round(time.Millisecond), others)
 	if dropped <= 0 {
 		t.Fatalf("the isolation dropped %d packets: it cut nothing off", dropped)
 	}
@@ -150,24 +166,19 @@ func TestCampaignReplicaIsolateLeader(t *testing.T) {
 // back believing it leads, with clients' publishes in its sockets.
 func TestCampaignReplicaPauseLeader(t *testing.T) {
 	hold := time.Duration(envInt("QUICMQ_REPLICA_PAUSE", 3)) * time.Second
-	r, l := replicaCampaign(t)
-	ctx := context.Background()
-	time.Sleep(time.Second)
-	leader, err := r.leader(ctx, l.topics[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, l := replicaCampaign(t, "")
+	leader := l.leaderAfter(t, time.Second)
 	r.signal(leader, syscall.SIGSTOP)
 	stopped := time.Now()
-	at, via, err := l.firstAck(ctx, 0, leader)
+	took, via, err := l.failover(t, leader, stopped)
 	if err != nil {
 		r.signal(leader, syscall.SIGCONT)
-		t.Fatalf("with %s stopped: %v", r.nodes[leader].name, err)
+		t.Fatal(err)
 	}
-	logFailovers(t, []time.Duration{at.Sub(stopped)})
+	logFailovers(t, []time.Duration{took})
 	time.Sleep(time.Until(stopped.Add(hold)))
 	r.signal(leader, syscall.SIGCONT)
-	t.Logf("%s (leader of %s) stopped for %v; first ack through %s %v after SIGSTOP", r.nodes[leader].name, l.topics[0], hold, via, at.Sub(stopped).Round(time.Millisecond))
+	t.Logf("%s (leader of %s) stopped for %v; first ack through %s %v after SIGSTOP", r.nodes[leader].name, l.topics[0], hold, via, took.Round(time.Millisecond))
 	time.Sleep(3 * time.Second)
 	read := l.readEveryNode(t, 0)
 	t.Logf("after SIGCONT: %d of 3 nodes read back", read)
@@ -182,13 +193,9 @@ func TestCampaignReplicaPauseLeader(t *testing.T) {
 // served is checked too), and the test is skipped, saying so: rejoining needs membership
 // changes, which a build may not have.
 func TestCampaignReplicaWipeReplica(t *testing.T) {
-	r, l := replicaCampaign(t)
+	r, l := replicaCampaign(t, "")
 	ctx := context.Background()
-	time.Sleep(time.Second)
-	leader, err := r.leader(ctx, l.topics[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	leader := l.leaderAfter(t, time.Second)
 	victim := (leader + 1) % len(r.nodes)
 	n := r.nodes[victim]
 	n.proc().kill()
