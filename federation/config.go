@@ -52,6 +52,11 @@ type Config struct {
 	// when the stored cursor is not the expected one (a stale mirror: the mirror then reads
 	// the cursor again and resumes from it). Cursors are still read from Log. Nil: Log.
 	MirrorAppend func(ctx context.Context, a MirrorAppend) error
+	// MirrorWanted, when set, wants topics besides those matching the interest and Mirror
+	// patterns (in a replicated region: every topic placed in it, whichever node its
+	// subscribers use), and links then ask other regions to announce every topic. Called
+	// from link goroutines; it must not block.
+	MirrorWanted func(topic string) bool
 	// OnCatalog is told of each topic whose log a node of this region holds, as that node
 	// announces it; OnCatalogSynced when a node has announced every topic it held when the
 	// link came up. Both are called from the link's goroutines and must not block.

@@ -198,6 +198,7 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		Now:             c.Now,
 		Raft:            federation.RaftConfig{ID: n.raftID, Deliver: n.deliverRaft},
 		MirrorAppend:    n.mirrorAppend(),
+		MirrorWanted:    n.mirrorWanted(),
 
 		AblationSharedLink: c.AblationSharedLink,
 	})

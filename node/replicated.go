@@ -128,7 +128,8 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r.d, err = replica.New(replica.Config{
 		NodeID: id, DB: n.wal.DB(), StateMachine: (*nodeSM)(r), Transport: n.fed,
 		TickInterval: c.TickInterval, ElectionTicks: c.ElectionTicks, HeartbeatTicks: c.HeartbeatTicks,
-		Now: n.cfg.Now, Logger: n.log.With("raft_id", id),
+		DisableQuiescence: c.DisableQuiescence,
+		Now:               n.cfg.Now, Logger: n.log.With("raft_id", id),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: replicated topics: %w", err)
@@ -341,6 +342,14 @@ func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
 	}
 	for _, m := range t.replicas {
 		t.local = t.local || m.id == r.id
+	}
+	if t.local && r.n.wal.IsLocal(t.name) {
+		// A single-copy log of the name exists here (a mirror or a dead-letter append made
+		// it before the placement): binding it would stop the driver. This replica stays
+		// out of the group; the others hold the topic.
+		r.n.log.Error("a replicated topic has a single-copy log of its name on this node: this node does not take its replica",
+			"topic", t.name, "replicas", t.names())
+		t.local = false
 	}
 	r.mu.Lock()
 	if r.mu.placed[t.name] != nil {
@@ -582,8 +591,13 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 
 // route decides where a publish to a replicated topic goes: "" for this node (it leads the
 // topic's group), or the leader's node name. A publish relayed here is never relayed on.
-func (r *replicated) route(ctx context.Context, topic string, relayed bool) (string, *wire.Error) {
-	t, e := r.ensure(ctx, topic, relayed)
+func (r *replicated) route(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
+	if !relayed {
+		if v, outside, e := r.viaVoter(topic); outside {
+			return v, e
+		}
+	}
+	t, e := r.ensure(ctx, topic, false)
 	if e != nil {
 		return "", e
 	}
@@ -593,11 +607,41 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool) (str
 		return "", e
 	case lead == r.id:
 		return "", nil
+	case relayed && !slices.Contains(t.names(), from):
+		// Relayed by a node outside the metadata group (viaVoter): passed on once more.
 	case relayed:
 		return "", wire.Errorf(wire.CodeUnavailable,
 			"node %q was asked to append to %q but node %q leads its group as far as it knows: the leader just changed; retry", r.n.cfg.Name, topic, t.nameOf(lead))
 	}
 	return t.nameOf(lead), nil
+}
+
+// viaVoter returns, on a node outside its region's metadata group (which holds no
+// replicated topic), a reachable metadata voter to relay a request for topic to; outside is
+// false on a voter or while the region forms.
+func (r *replicated) viaVoter(topic string) (voter string, outside bool, e *wire.Error) {
+	r.mu.Lock()
+	voters := slices.Clone(r.mu.outside)
+	r.mu.Unlock()
+	if voters == nil {
+		return "", false, nil
+	}
+	// Spread the region's outside nodes over the voters, the same voter for a topic.
+	for _, name := range rotate(voters, topic) {
+		if r.reachable(name) {
+			return name, true, nil
+		}
+	}
+	return "", true, wire.Errorf(wire.CodeUnavailable,
+		"topic %q: none of the nodes of region %q that hold its replicated topics (%s) can be reached from node %q",
+		topic, r.n.cfg.Region, strings.Join(voters, ", "), r.n.cfg.Name)
+}
+
+// rotate orders names by rendezvous weight for topic.
+func rotate(names []string, topic string) []string {
+	first := routing.Owner(topic, names)
+	i := slices.Index(names, first)
+	return append(slices.Clone(names[i:]), names[:i]...)
 }
 
 // leaderName is the node leading topic's group as far as this node knows ("" if none).
@@ -673,6 +717,8 @@ func proposeError(t *repTopic, err error) *wire.Error {
 		return wire.Errorf(wire.CodeShuttingDown, "node shutting down: nothing was appended")
 	case errors.Is(err, context.DeadlineExceeded):
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: the node's raft driver did not take the publish in time: nothing was appended; retry", t.name)
+	case errors.Is(err, raft.ErrProposalDropped):
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader holds too much uncommitted data (its followers are behind): nothing was appended; retry", t.name)
 	}
 	return wire.Errorf(wire.CodeInternal, "topic %q: replicated append failed: %v", t.name, err)
 }
@@ -707,6 +753,9 @@ func (r *replicated) setPosition(ctx context.Context, name, topic string, off ui
 // "" here (any replica serves reads up to what it applied), or the leader's node for a
 // durable consumer (its positions are proposed by the leader).
 func (r *replicated) subscribeOwner(ctx context.Context, topic string, durable bool) (string, *wire.Error) {
+	if v, outside, e := r.viaVoter(topic); outside {
+		return v, e
+	}
 	t, e := r.ensure(ctx, topic, false)
 	if e != nil {
 		return "", e
@@ -754,10 +803,10 @@ func (r *replicated) observe(ctx context.Context) {
 				continue
 			}
 			r.mu.Lock()
-			prev, had := r.mu.status[g]
+			prev := r.mu.status[g]
 			r.mu.status[g] = st
 			r.mu.Unlock()
-			if had && prev.Lead != st.Lead {
+			if prev.Lead != st.Lead { // a first leader too: mirrors wait for it (shouldMirror)
 				moved = true
 			}
 			if st.Lead != 0 && st.Lead != r.id {
@@ -827,6 +876,16 @@ func (n *Node) deliverRaft(msgs []replica.Message) {
 	if r := n.rep; r != nil {
 		r.d.Deliver(msgs)
 	}
+}
+
+// mirrorWanted is federation's Config.MirrorWanted in a replicated region (nil otherwise):
+// every topic placed in the region is mirrored in by its leader, whichever node its
+// subscribers are on.
+func (n *Node) mirrorWanted() func(string) bool {
+	if n.raftID == 0 {
+		return nil
+	}
+	return func(topic string) bool { return n.rep != nil && n.rep.isReplicated(topic) }
 }
 
 // mirrorAppend is federation's Config.MirrorAppend in a replicated region (nil otherwise):
