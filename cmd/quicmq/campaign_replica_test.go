@@ -193,6 +193,8 @@ type replicaLoad struct {
 
 	oks, refused, unknown, sessions, reads, readsAbandoned, retried atomic.Int64
 	unknownRefusals                                                 atomic.Int64 // PUBLISH_ERRORs that say the outcome is unknown
+	saidUnknown                                                     sync.Map     // unknownRefusal -> true
+	refusedButStored                                                atomic.Int64 // of those, answered as duplicates when published again
 	errMu                                                           sync.Mutex
 	errs                                                            map[string]int
 }
@@ -245,6 +247,9 @@ func (l *replicaLoad) settle(op linearize.PublishOp, topic int, ack client.Ack, 
 		}
 		op.OK(ack.Offset)
 		l.oks.Add(1)
+		if _, said := l.saidUnknown.Load(unknownRefusal{l.topics[topic], op.Key()}); said && ack.Duplicate {
+			l.refusedButStored.Add(1)
+		}
 		return false
 	case errors.As(err, &ce) && !errors.Is(err, client.ErrOutcomeUnknown) && strings.Contains(ce.Message, "may or may not have been appended"):
 		// A relay's PUBLISH_ERROR 9 that says it does not know: protocol.md promises that a
@@ -254,6 +259,7 @@ func (l *replicaLoad) settle(op linearize.PublishOp, topic int, ack client.Ack, 
 		op.Unknown(err)
 		l.unknown.Add(1)
 		l.unknownRefusals.Add(1)
+		l.saidUnknown.Store(unknownRefusal{l.topics[topic], op.Key()}, true)
 		l.noteErr(err)
 		return true
 	case errors.As(err, &ce) && !errors.Is(err, client.ErrOutcomeUnknown):
@@ -557,11 +563,22 @@ func (l *replicaLoad) summary() string {
 		l.oks.Load(), l.refused.Load(), l.unknown.Load(), l.unknownRefusals.Load(), l.retried.Load(), l.sessions.Load(), l.reads.Load(), l.readsAbandoned.Load(), l.errs)
 }
 
+// unknownRefusal names a publish answered with a PUBLISH_ERROR that says its outcome is
+// unknown.
+type unknownRefusal struct {
+	topic string
+	key   campaign.Key
+}
+
 // checkReplicaCampaign logs the verdict and fails the test unless the history passed.
 func checkReplicaCampaign(t *testing.T, l *replicaLoad, running []int) {
 	t.Helper()
 	rep := l.judge(t, running, true)
 	t.Logf("load: %s", l.summary())
+	if n := l.unknownRefusals.Load(); n > 0 {
+		t.Logf("PUBLISH_ERRORs that said the record may or may not have been appended: %d; published again, %d of their keys were answered as duplicates (an earlier attempt, answered with such an error or not at all, had stored them)",
+			n, l.refusedButStored.Load())
+	}
 	t.Logf("checker: %v", rep)
 	if !rep.OK() {
 		t.Fatal("the replicated-region campaign failed its checker")

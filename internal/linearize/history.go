@@ -157,3 +157,6 @@ func (h *History) Ops() ([]Publish, []Read) {
 	}
 	return pubs, reads
 }
+
+// Key is the key the publish carries.
+func (op PublishOp) Key() Key { return op.p.Key }
