@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -45,6 +46,17 @@ type Config struct {
 	// (its owner: invariant I6). Nil: every wanted topic is mirrored (a one-node region).
 	// Called from link goroutines; it must not block.
 	ShouldMirror func(topic string) bool
+	// MirrorAppend, when set, stores what a mirror receives instead of Log.Append and
+	// Log.SetPosition: in a replicated region, one raft entry that compares the cursor with
+	// Expected and advances it with the records (replica.EntryMirrorAppend). It must fail
+	// when the stored cursor is not the expected one (a stale mirror: the mirror then reads
+	// the cursor again and resumes from it). Cursors are still read from Log. Nil: Log.
+	MirrorAppend func(ctx context.Context, a MirrorAppend) error
+	// MirrorWanted, when set, wants topics besides those matching the interest and Mirror
+	// patterns (in a replicated region: every topic placed in it, whichever node its
+	// subscribers use), and links then ask other regions to announce every topic. Called
+	// from link goroutines; it must not block.
+	MirrorWanted func(topic string) bool
 	// OnCatalog is told of each topic whose log a node of this region holds, as that node
 	// announces it; OnCatalogSynced when a node has announced every topic it held when the
 	// link came up. Both are called from the link's goroutines and must not block.
@@ -179,3 +191,13 @@ func (c Config) withDefaults() Config {
 
 // cursorName is the wal position name of the mirror cursor of records from region.
 func cursorName(region string) string { return "mirror/" + region }
+
+// MirrorAppend is one append of mirrored records with its cursor (Config.MirrorAppend).
+type MirrorAppend struct {
+	Topic, Region string
+	Cursor        string // the cursor's position name
+	HasExpected   bool   // a cursor is stored, at Expected
+	Expected      uint64
+	Records       []wal.Record // may be empty: a gap moves the cursor alone
+	Value         uint64       // the cursor afterwards: the last origin offset covered
+}

@@ -208,7 +208,17 @@ func (f *Federation) patterns() []string {
 
 // mirrored reports whether topic is wanted and this node is its region's mirror of it.
 func (f *Federation) mirrored(topic string, patterns []string) bool {
-	return f.wanted(topic, patterns) && (f.cfg.ShouldMirror == nil || f.cfg.ShouldMirror(topic))
+	wanted := f.wanted(topic, patterns) || f.cfg.MirrorWanted != nil && f.cfg.MirrorWanted(topic)
+	return wanted && (f.cfg.ShouldMirror == nil || f.cfg.ShouldMirror(topic))
+}
+
+// watchPatterns is what links ask other regions to announce: the patterns wanted, or every
+// topic when Config.MirrorWanted may want topics no pattern names.
+func (f *Federation) watchPatterns(patterns []string) []string {
+	if f.cfg.MirrorWanted != nil {
+		return []string{">"}
+	}
+	return patterns
 }
 
 // wanted reports whether topic matches any watched pattern.

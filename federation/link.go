@@ -283,7 +283,11 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 	}
 	// The incarnation tells the peer whether this is a reconnect or a restarted node
 	// (peerHello on its side).
-	w.Write(&wire.Watch{Patterns: patterns, Incarnation: l.f.cfg.Incarnation})
+	watch := patterns
+	if !local {
+		watch = l.f.watchPatterns(patterns)
+	}
+	w.Write(&wire.Watch{Patterns: watch, Incarnation: l.f.cfg.Incarnation})
 	if err := w.Flush(); err != nil {
 		return err
 	}
@@ -314,7 +318,7 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 				continue
 			}
 			patterns = l.f.patterns()
-			w.Write(&wire.Watch{Patterns: patterns})
+			w.Write(&wire.Watch{Patterns: l.f.watchPatterns(patterns)})
 			if err := w.Flush(); err != nil {
 				return err
 			}

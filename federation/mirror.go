@@ -28,8 +28,14 @@ type mirror struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	health  *mirrorHealth // the link's, for this topic: lag and stall state
-	cursor  atomic.Int64  // last mirrored origin offset, -1 for none
+	health *mirrorHealth // the link's, for this topic: lag and stall state
+	cursor atomic.Int64  // last mirrored origin offset, -1 for none
+	// expected is the cursor the feed resumed from (or last stored): what a replicated
+	// append (Config.MirrorAppend) expects to find. Owned by the run goroutine.
+	expected struct {
+		ok    bool
+		value uint64
+	}
 	records atomic.Uint64
 	gaps    atomic.Uint64 // records lost to the origin's retention before they were mirrored
 }
@@ -129,6 +135,7 @@ func (m *mirror) begin(ctx context.Context) (from uint64, unlock func(), err err
 		from = pos + 1
 		m.cursor.Store(int64(pos))
 	}
+	m.expected.ok, m.expected.value = ok, pos
 	return from, unlock, nil
 }
 
@@ -195,7 +202,7 @@ func (m *mirror) apply(ctx context.Context, b *mirrorBatch, f wire.Frame) error 
 		m.l.log.Error("records deleted at the origin before they were mirrored: gap", "topic", m.topic,
 			"from", f.From, "to", f.To, "origin", region)
 		if f.To > 0 {
-			if err := m.l.f.cfg.Log.SetPosition(ctx, wal.Position{Name: cursorName(region), Topic: m.topic, Value: f.To - 1}); err != nil {
+			if err := m.store(ctx, nil, f.To-1); err != nil {
 				return err
 			}
 			m.cursor.Store(int64(f.To - 1))
@@ -215,13 +222,8 @@ func (m *mirror) flush(b *mirrorBatch) error {
 	last := b.records[len(b.records)-1].OriginOffset
 	// Not ctx: an append abandoned half-way would leave its outcome unknown to the next
 	// mirror. It completes (or fails) in about one fsync, or when the log closes.
-	res := m.l.f.cfg.Log.Append(context.Background(), wal.AppendRequest{
-		Topic:    m.topic,
-		Records:  b.records,
-		Position: &wal.Position{Name: cursorName(m.l.peer.Region), Topic: m.topic, Value: last},
-	})
-	if res.Err != nil {
-		return fmt.Errorf("append mirrored records: %w", res.Err)
+	if err := m.store(context.Background(), b.records, last); err != nil {
+		return fmt.Errorf("append mirrored records: %w", err)
 	}
 	m.cursor.Store(int64(last))
 	now := m.l.f.cfg.Now()
@@ -249,4 +251,25 @@ func (m *mirror) lag() (records uint64, seconds float64, stalled bool) {
 	}
 	h.mu.Unlock()
 	return records, seconds, stalled
+}
+
+// store appends recs (possibly none: a gap) and moves the cursor to last, in one synced
+// batch of the log, or in one raft entry that also checks the cursor (Config.MirrorAppend).
+func (m *mirror) store(ctx context.Context, recs []wal.Record, last uint64) error {
+	name := cursorName(m.l.peer.Region)
+	if app := m.l.f.cfg.MirrorAppend; app != nil {
+		err := app(ctx, MirrorAppend{Topic: m.topic, Region: m.l.peer.Region, Cursor: name,
+			HasExpected: m.expected.ok, Expected: m.expected.value, Records: recs, Value: last})
+		if err != nil {
+			return err
+		}
+		m.expected.ok, m.expected.value = true, last
+		return nil
+	}
+	if len(recs) == 0 {
+		return m.l.f.cfg.Log.SetPosition(ctx, wal.Position{Name: name, Topic: m.topic, Value: last})
+	}
+	res := m.l.f.cfg.Log.Append(ctx, wal.AppendRequest{Topic: m.topic, Records: recs,
+		Position: &wal.Position{Name: name, Topic: m.topic, Value: last}})
+	return res.Err
 }

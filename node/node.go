@@ -197,6 +197,8 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		Registerer:      n.reg,
 		Now:             c.Now,
 		Raft:            federation.RaftConfig{ID: n.raftID, Deliver: n.deliverRaft},
+		MirrorAppend:    n.mirrorAppend(),
+		MirrorWanted:    n.mirrorWanted(),
 
 		AblationSharedLink: c.AblationSharedLink,
 	})

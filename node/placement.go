@@ -296,8 +296,8 @@ func (p *placement) available(owner, topic string) *wire.Error {
 // shouldMirror tells the federation whether this node mirrors topic for its region: only
 // the topic's owner does, and only once placement is sure.
 func (p *placement) shouldMirror(topic string) bool {
-	if p.n.cfg.Replicas > 1 {
-		return false // mirroring into replicated topics is not wired yet (docs/architecture.md)
+	if r := p.n.rep; r != nil { // the leader of a replicated topic's group mirrors it
+		return r.shouldMirror(topic)
 	}
 	owner, ready, _ := p.ownerNow(topic)
 	return ready && owner == p.n.cfg.Name

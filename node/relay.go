@@ -22,7 +22,7 @@ func (p *publisher) route(topic string) (string, *wire.Error) {
 		return "", nil
 	}
 	if n.rep != nil {
-		return n.rep.route(p.s.ctx, topic, p.s.peer)
+		return n.rep.route(p.s.ctx, topic, p.s.peer, p.s.peerName)
 	}
 	owner, e := n.place.owner(p.s.ctx, topic)
 	switch {
@@ -46,7 +46,8 @@ type relayStream struct {
 	owner string
 	str   *quic.Stream
 	w     *wire.Writer
-	seq   uint64 // owned by the publisher's reader goroutine
+	seq   uint64        // owned by the publisher's reader goroutine
+	ended chan struct{} // closed when readAnswers returns
 
 	mu struct {
 		sync.Mutex
@@ -87,7 +88,7 @@ func (p *publisher) relayTo(owner string) (*relayStream, *wire.Error) {
 	if err != nil {
 		return nil, wire.Errorf(wire.CodeUnavailable, "the owner of the topic, node %q of region %q, cannot be reached: %v; nothing was appended", owner, n.cfg.Region, err)
 	}
-	rs := &relayStream{p: p, owner: owner, str: str, w: wire.NewWriter(str)}
+	rs := &relayStream{p: p, owner: owner, str: str, w: wire.NewWriter(str), ended: make(chan struct{})}
 	if p.relays == nil {
 		p.relays = make(map[string]*relayStream)
 	}
@@ -95,8 +96,16 @@ func (p *publisher) relayTo(owner string) (*relayStream, *wire.Error) {
 	p.relayWG.Add(1)
 	go func() {
 		defer p.relayWG.Done()
+		defer close(rs.ended)
 		rs.readAnswers()
 	}()
+	if n.rep != nil {
+		p.relayWG.Add(1)
+		go func() {
+			defer p.relayWG.Done()
+			rs.watchLeader()
+		}()
+	}
 	return rs, nil
 }
 
@@ -232,4 +241,35 @@ func (p *publisher) failBatch(b *pendingBatch, from int, e *wire.Error) {
 	b.done = true
 	p.mu.Unlock()
 	p.signal()
+}
+
+// watchLeader ends a relay to a replicated topic's leader that is no longer its leader as
+// this node sees it (the old leader failed before its failure was detected, or lost its
+// quorum): what it has not answered is answered unavailable, outcome unknown, instead of
+// waiting for the relay's bound. Runs until the relay ends.
+func (rs *relayStream) watchLeader() {
+	r := rs.p.s.n.rep
+	tick := time.NewTicker(r.n.cfg.Raft.ObserveInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-rs.ended:
+			return
+		case <-tick.C:
+		}
+		rs.mu.Lock()
+		topic := ""
+		if len(rs.mu.waiting) > 0 {
+			topic = rs.mu.waiting[0].topic
+		}
+		rs.mu.Unlock()
+		if topic == "" {
+			continue
+		}
+		if now := r.leaderName(topic); now != "" && now != rs.owner {
+			rs.fail(wire.Errorf(wire.CodeUnavailable,
+				"the leader of %q moved from node %q to node %q before answering: the record may or may not have been appended; retry",
+				topic, rs.owner, now))
+		}
+	}
 }

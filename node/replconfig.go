@@ -27,6 +27,12 @@ type RaftSettings struct {
 	// quicmq_raft_* metrics, and to notice a leader change (subscriptions relayed to an old
 	// leader then move). Default TickInterval x ElectionTicks / 2.
 	ObserveInterval time.Duration
+	// DisableQuiescence keeps every group ticking and heartbeating while idle: a follower
+	// then notices its leader's loss after the election timeout (1-2 s with the defaults)
+	// instead of when gossip declares the leader's node failed (about 5 s with serf's LAN
+	// timers), at the cost of one coalesced heartbeat per group per tick to each peer.
+	// Default false: idle groups are quiet.
+	DisableQuiescence bool
 }
 
 func (r RaftSettings) withDefaults() RaftSettings {

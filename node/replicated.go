@@ -57,6 +57,13 @@ type replicated struct {
 		read    uint64 // metadata records read
 		status  map[uint64]raft.BasicStatus
 		changed chan struct{} // closed and replaced on every change
+
+		// Background placements asked by ShouldMirror (placeLater), run on wg while
+		// ctx lives; stopped is set when observe returns, after which none start.
+		ctx     context.Context
+		wg      *sync.WaitGroup
+		stopped bool
+		placing map[string]bool
 	}
 }
 
@@ -111,6 +118,7 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r.mu.placed = make(map[string]*repTopic)
 	r.mu.status = make(map[uint64]raft.BasicStatus)
 	r.mu.changed = make(chan struct{})
+	r.mu.placing = make(map[string]bool)
 	sm, err := replica.NewWalSM(replica.WalSMConfig{Log: n.wal, DedupWindow: n.cfg.MaxPendingPublishes, GroupOf: topicGroup})
 	if err != nil {
 		return nil, fmt.Errorf("node: replicated topics: %w", err)
@@ -120,7 +128,8 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r.d, err = replica.New(replica.Config{
 		NodeID: id, DB: n.wal.DB(), StateMachine: (*nodeSM)(r), Transport: n.fed,
 		TickInterval: c.TickInterval, ElectionTicks: c.ElectionTicks, HeartbeatTicks: c.HeartbeatTicks,
-		Now: n.cfg.Now, Logger: n.log.With("raft_id", id),
+		DisableQuiescence: c.DisableQuiescence,
+		Now:               n.cfg.Now, Logger: n.log.With("raft_id", id),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: replicated topics: %w", err)
@@ -159,6 +168,9 @@ func (s *nodeSM) Committed() {
 
 // start runs the driver and the goroutines of replicated topics on wg until ctx ends.
 func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
+	r.mu.Lock()
+	r.mu.ctx, r.mu.wg = ctx, wg
+	r.mu.Unlock()
 	wg.Add(4)
 	go func() {
 		defer wg.Done()
@@ -311,6 +323,9 @@ func (r *replicated) watchMeta(ctx context.Context) {
 			r.mu.read += uint64(len(recs))
 			r.notifyLocked()
 			r.mu.Unlock()
+			if len(recs) > 0 {
+				r.n.fed.Resync() // topics this node may now mirror (shouldMirror)
+			}
 			if len(recs) < 256 {
 				break
 			}
@@ -327,6 +342,14 @@ func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
 	}
 	for _, m := range t.replicas {
 		t.local = t.local || m.id == r.id
+	}
+	if t.local && r.n.wal.IsLocal(t.name) {
+		// A single-copy log of the name exists here (a mirror or a dead-letter append made
+		// it before the placement): binding it would stop the driver. This replica stays
+		// out of the group; the others hold the topic.
+		r.n.log.Error("a replicated topic has a single-copy log of its name on this node: this node does not take its replica",
+			"topic", t.name, "replicas", t.names())
+		t.local = false
 	}
 	r.mu.Lock()
 	if r.mu.placed[t.name] != nil {
@@ -568,8 +591,13 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 
 // route decides where a publish to a replicated topic goes: "" for this node (it leads the
 // topic's group), or the leader's node name. A publish relayed here is never relayed on.
-func (r *replicated) route(ctx context.Context, topic string, relayed bool) (string, *wire.Error) {
-	t, e := r.ensure(ctx, topic, relayed)
+func (r *replicated) route(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
+	if !relayed {
+		if v, outside, e := r.viaVoter(topic); outside {
+			return v, e
+		}
+	}
+	t, e := r.ensure(ctx, topic, false)
 	if e != nil {
 		return "", e
 	}
@@ -579,11 +607,41 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool) (str
 		return "", e
 	case lead == r.id:
 		return "", nil
+	case relayed && !slices.Contains(t.names(), from):
+		// Relayed by a node outside the metadata group (viaVoter): passed on once more.
 	case relayed:
 		return "", wire.Errorf(wire.CodeUnavailable,
 			"node %q was asked to append to %q but node %q leads its group as far as it knows: the leader just changed; retry", r.n.cfg.Name, topic, t.nameOf(lead))
 	}
 	return t.nameOf(lead), nil
+}
+
+// viaVoter returns, on a node outside its region's metadata group (which holds no
+// replicated topic), a reachable metadata voter to relay a request for topic to; outside is
+// false on a voter or while the region forms.
+func (r *replicated) viaVoter(topic string) (voter string, outside bool, e *wire.Error) {
+	r.mu.Lock()
+	voters := slices.Clone(r.mu.outside)
+	r.mu.Unlock()
+	if voters == nil {
+		return "", false, nil
+	}
+	// Spread the region's outside nodes over the voters, the same voter for a topic.
+	for _, name := range rotate(voters, topic) {
+		if r.reachable(name) {
+			return name, true, nil
+		}
+	}
+	return "", true, wire.Errorf(wire.CodeUnavailable,
+		"topic %q: none of the nodes of region %q that hold its replicated topics (%s) can be reached from node %q",
+		topic, r.n.cfg.Region, strings.Join(voters, ", "), r.n.cfg.Name)
+}
+
+// rotate orders names by rendezvous weight for topic.
+func rotate(names []string, topic string) []string {
+	first := routing.Owner(topic, names)
+	i := slices.Index(names, first)
+	return append(slices.Clone(names[i:]), names[:i]...)
 }
 
 // leaderName is the node leading topic's group as far as this node knows ("" if none).
@@ -659,6 +717,8 @@ func proposeError(t *repTopic, err error) *wire.Error {
 		return wire.Errorf(wire.CodeShuttingDown, "node shutting down: nothing was appended")
 	case errors.Is(err, context.DeadlineExceeded):
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: the node's raft driver did not take the publish in time: nothing was appended; retry", t.name)
+	case errors.Is(err, raft.ErrProposalDropped):
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader holds too much uncommitted data (its followers are behind): nothing was appended; retry", t.name)
 	}
 	return wire.Errorf(wire.CodeInternal, "topic %q: replicated append failed: %v", t.name, err)
 }
@@ -693,6 +753,9 @@ func (r *replicated) setPosition(ctx context.Context, name, topic string, off ui
 // "" here (any replica serves reads up to what it applied), or the leader's node for a
 // durable consumer (its positions are proposed by the leader).
 func (r *replicated) subscribeOwner(ctx context.Context, topic string, durable bool) (string, *wire.Error) {
+	if v, outside, e := r.viaVoter(topic); outside {
+		return v, e
+	}
 	t, e := r.ensure(ctx, topic, false)
 	if e != nil {
 		return "", e
@@ -719,6 +782,9 @@ func (r *replicated) observe(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			r.mu.Lock()
+			r.mu.stopped = true
+			r.mu.Unlock()
 			return
 		case <-tick.C:
 		}
@@ -737,10 +803,10 @@ func (r *replicated) observe(ctx context.Context) {
 				continue
 			}
 			r.mu.Lock()
-			prev, had := r.mu.status[g]
+			prev := r.mu.status[g]
 			r.mu.status[g] = st
 			r.mu.Unlock()
-			if had && prev.Lead != st.Lead {
+			if prev.Lead != st.Lead { // a first leader too: mirrors wait for it (shouldMirror)
 				moved = true
 			}
 			if st.Lead != 0 && st.Lead != r.id {
@@ -812,7 +878,71 @@ func (n *Node) deliverRaft(msgs []replica.Message) {
 	}
 }
 
-var _ replica.Transport = (*federation.Federation)(nil)
+// mirrorWanted is federation's Config.MirrorWanted in a replicated region (nil otherwise):
+// every topic placed in the region is mirrored in by its leader, whichever node its
+// subscribers are on.
+func (n *Node) mirrorWanted() func(string) bool {
+	if n.raftID == 0 {
+		return nil
+	}
+	return func(topic string) bool { return n.rep != nil && n.rep.isReplicated(topic) }
+}
+
+// mirrorAppend is federation's Config.MirrorAppend in a replicated region (nil otherwise):
+// a mirror's records and cursor as one raft entry that also compares the cursor.
+func (n *Node) mirrorAppend() func(context.Context, federation.MirrorAppend) error {
+	if n.raftID == 0 {
+		return nil
+	}
+	return func(ctx context.Context, a federation.MirrorAppend) error {
+		r := n.rep
+		t := r.lookup(a.Topic)
+		if t == nil {
+			return fmt.Errorf("node: mirror of %q: not a replicated topic of region %q", a.Topic, n.cfg.Region)
+		}
+		ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+		defer cancel()
+		res := r.sm.Propose(ctx, r.d, &replica.WalEntry{Kind: replica.EntryMirrorAppend, Topic: a.Topic, Region: a.Region,
+			Name: a.Cursor, HasExpected: a.HasExpected, Expected: a.Expected, Records: a.Records, Value: a.Value})
+		if res.Err != nil {
+			return fmt.Errorf("node: replicated mirror append of %q: %w", a.Topic, res.Err)
+		}
+		return nil
+	}
+}
+
+// shouldMirror reports whether this node mirrors topic into its region: it leads the
+// topic's group. A topic not placed yet is placed in the background (a mirror wants it).
+// It never blocks (federation's ShouldMirror).
+func (r *replicated) shouldMirror(topic string) bool {
+	if !r.isReplicated(topic) {
+		r.placeLater(topic)
+		return false
+	}
+	return r.leaderName(topic) == r.n.cfg.Name
+}
+
+// placeLater has the metadata group place topic, on a goroutine of its own (one per topic
+// at a time).
+func (r *replicated) placeLater(topic string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.stopped || r.mu.wg == nil || r.mu.placing[topic] || !r.mu.formed {
+		return
+	}
+	r.mu.placing[topic] = true
+	ctx := r.mu.ctx
+	r.mu.wg.Add(1)
+	go func() {
+		defer r.mu.wg.Done()
+		if _, e := r.ensure(ctx, topic, false); e != nil {
+			r.n.log.Debug("placing a topic to mirror", "topic", topic, "err", e.Message)
+		}
+		r.mu.Lock()
+		delete(r.mu.placing, topic)
+		r.mu.Unlock()
+	}()
+}
 
 // holdsAll reports whether this node is one of its region's metadata voters, which hold
 // every replicated topic (placement draws replica sets from them): a listing then needs no

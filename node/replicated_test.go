@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -20,6 +21,19 @@ func newReplicatedRegion(t *testing.T) *regionMesh {
 		c.Replicas = 3
 		c.Raft = TestRaftSettings()
 	})
+}
+
+// newSeededRegion starts a replicated region and publishes count records of topic through
+// eu-1; the context it returns bounds the test (timeout) and ends with it.
+func newSeededRegion(t *testing.T, topic string, count int, timeout time.Duration) (*regionMesh, context.Context) {
+	t.Helper()
+	m := newReplicatedRegion(t)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	c := m.dial("eu-1")
+	publishNumbered(ctx, t, c, topic, 0, count)
+	c.Close()
+	return m, ctx
 }
 
 // waitFor polls cond (every 10 ms) until it holds, failing after timeout with what.
@@ -132,12 +146,7 @@ func TestReplicatedPublishThroughEveryNode(t *testing.T) {
 }
 
 func TestReplicatedLeaderFailover(t *testing.T) {
-	m := newReplicatedRegion(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	c := m.dial("eu-1")
-	publishNumbered(ctx, t, c, "pay", 0, 5)
-	c.Close()
+	m, ctx := newSeededRegion(t, "pay", 5, 90*time.Second)
 	var lead string
 	waitFor(t, 10*time.Second, "a leader of pay", func() bool { lead = leaderOf(m.nodes["eu-1"], "pay"); return lead != "" })
 
@@ -149,15 +158,34 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 			survivors = append(survivors, name)
 		}
 	}
-	c = m.dial(survivors[0])
+	c := m.dial(survivors[0])
 	msg := client.Message{Topic: "pay", Payload: []byte("once"), ProducerID: "p1", Sequence: 1}
 	ack, err := c.Publish(ctx, msg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.Close()
+	// A subscription on each survivor, open across the leader change.
+	var live []*client.Subscription
+	for _, name := range survivors {
+		sc := m.dial(name)
+		defer sc.Close()
+		sub, err := sc.Subscribe(ctx, "pay", client.SubscribeOptions{From: client.Earliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, sub)
+	}
 
+	// A publish in flight at the leader as it stops: whatever its answer, its retry after the
+	// failover leaves exactly one copy.
+	lc := m.dial(lead)
+	inFlight := client.Message{Topic: "pay", Payload: []byte("in-flight"), ProducerID: "p1", Sequence: 2}
+	if _, err := lc.PublishAsync(ctx, inFlight); err != nil {
+		t.Fatal(err)
+	}
 	m.nodes[lead].Close()
+	lc.Close()
 	waitFor(t, 20*time.Second, "a new leader among "+strings.Join(survivors, ","), func() bool {
 		l := leaderOf(m.nodes[survivors[0]], "pay")
 		return l != "" && l != lead
@@ -174,7 +202,30 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 		}
 		c.Close()
 	}
-	checkIdentical(t, []*Node{m.nodes[survivors[0]], m.nodes[survivors[1]]}, "pay", 12)
+	retried, err := dialNode(t, m.nodes[survivors[1]], client.Options{}).Publish(ctx, inFlight)
+	if err != nil {
+		t.Fatalf("retry of the in-flight publish: %v", err)
+	}
+	recs := checkIdentical(t, []*Node{m.nodes[survivors[0]], m.nodes[survivors[1]]}, "pay", 13)
+	copies := 0
+	for _, r := range recs {
+		if string(r.Payload) == "in-flight" {
+			copies++
+			if r.Offset != retried.Offset {
+				t.Fatalf("the retry was answered with offset %d, the record is at %d", retried.Offset, r.Offset)
+			}
+		}
+	}
+	if copies != 1 {
+		t.Fatalf("%d copies of the in-flight publish after its retry", copies)
+	}
+	for i, sub := range live {
+		for j, d := range readAll(t, sub, 13, 15*time.Second) {
+			if d.offset != uint64(j) {
+				t.Fatalf("subscription on %s across the leader change: offset %d at %d", survivors[i], d.offset, j)
+			}
+		}
+	}
 
 	// A follower serves a subscription from its own log.
 	follower := survivors[0]
@@ -186,7 +237,7 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := readAll(t, sub, 12, 15*time.Second)
+	got := readAll(t, sub, 13, 15*time.Second)
 	for i, d := range got {
 		if d.offset != uint64(i) {
 			t.Fatalf("follower %s served offset %d at %d", follower, d.offset, i)
@@ -197,19 +248,14 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 	// The stopped node restarts and catches up.
 	m.restart(lead)
 	all := []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
-	checkIdentical(t, all, "pay", 12)
+	checkIdentical(t, all, "pay", 13)
 }
 
 func TestReplicatedNoQuorumRefuses(t *testing.T) {
-	m := newReplicatedRegion(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := m.dial("eu-1")
-	publishNumbered(ctx, t, c, "q", 0, 3)
-	c.Close()
+	m, ctx := newSeededRegion(t, "q", 3, 60*time.Second)
 	m.nodes["eu-2"].Close()
 	m.nodes["eu-3"].Close()
-	c = m.dial("eu-1")
+	c := m.dial("eu-1")
 	defer c.Close()
 	_, err := c.Publish(ctx, client.Message{Topic: "q", Payload: []byte("x")})
 	if codeOf(err) != client.CodeUnavailable {
@@ -220,5 +266,215 @@ func TestReplicatedNoQuorumRefuses(t *testing.T) {
 	}
 	if _, next, _ := m.nodes["eu-1"].Log().Bounds("q"); next != 3 {
 		t.Fatalf("log of q has %d records after the refusal, want 3", next)
+	}
+}
+
+// newMixedMesh starts region eu with three replicated nodes (Replicas 3) and region us with
+// one single-copy node, joined over WAN gossip.
+func newMixedMesh(t *testing.T) *regionMesh {
+	t.Helper()
+	m := &regionMesh{t: t, nodes: map[string]*Node{}, cfgs: map[string]Config{}}
+	caDir := t.TempDir()
+	var wanJoin, lanJoin []string
+	for _, name := range []string{"eu-1", "eu-2", "eu-3", "us-1"} {
+		region := name[:2]
+		if region == "us" {
+			lanJoin = nil
+		}
+		cfg := Config{
+			DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: name, Region: region, CADir: caDir,
+			GossipLAN: "127.0.0.1:0", GossipWAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest,
+			Join: lanJoin, WANJoin: wanJoin, Logger: testLogger(t),
+		}
+		if region == "eu" {
+			cfg.Replicas, cfg.Raft = 3, TestRaftSettings()
+		}
+		n := startNode(t, cfg)
+		m.nodes[name], m.cfgs[name] = n, cfg
+		m.names = append(m.names, name)
+		lanJoin = append(lanJoin, n.Gossip().LANAddr())
+		wanJoin = append(wanJoin, n.Gossip().WANAddr())
+	}
+	m.waitReady()
+	return m
+}
+
+// originCounts counts n's records of topic by origin region and origin offset.
+func originCounts(t *testing.T, n *Node, topic string) map[string]map[uint64]int {
+	out := map[string]map[uint64]int{}
+	for _, r := range logOf(t, n, topic) {
+		o := r.OriginRegion
+		if out[o] == nil {
+			out[o] = map[uint64]int{}
+		}
+		off := r.OriginOffset
+		if o == "" {
+			off = r.Offset
+		}
+		out[o][off]++
+	}
+	return out
+}
+
+// TestReplicatedMirrorAcrossLeaderChange mirrors a topic both ways between a replicated
+// region (eu) and a single-copy one (us) while eu's leader of the topic is stopped: every
+// record arrives exactly once on both sides.
+func TestReplicatedMirrorAcrossLeaderChange(t *testing.T) {
+	m := newMixedMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const topic = "mx.t"
+	// Subscribers in both regions make each mirror the other's records.
+	var subs []*client.Subscription
+	for _, name := range []string{"eu-1", "us-1"} {
+		c := m.dial(name)
+		defer c.Close()
+		sub, err := c.Subscribe(ctx, topic, client.SubscribeOptions{From: client.Earliest})
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, sub)
+	}
+	eu, us := m.dial("eu-2"), m.dial("us-1")
+	publishNumbered(ctx, t, eu, topic, 0, 20)
+	publishNumbered(ctx, t, us, topic, 0, 10)
+	eu.Close()
+	var lead string
+	waitFor(t, 15*time.Second, "us records mirrored into eu", func() bool {
+		lead = leaderOf(m.nodes["eu-1"], topic)
+		return len(originCounts(t, m.nodes["eu-1"], topic)["us"]) == 10 && lead != ""
+	})
+	m.nodes[lead].Close()
+	var survivors []*Node
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		if name != lead {
+			survivors = append(survivors, m.nodes[name])
+		}
+	}
+	c := dialNode(t, survivors[0], client.Options{})
+	defer c.Close()
+	publishNumbered(ctx, t, c, topic, 20, 40)
+	publishNumbered(ctx, t, us, topic, 10, 20)
+	us.Close()
+	check := func(n *Node, region string, want int) bool {
+		counts := originCounts(t, n, topic)[region]
+		if len(counts) != want {
+			return false
+		}
+		for off, k := range counts {
+			if k != 1 {
+				t.Fatalf("%s: record of origin %s offset %d stored %d times", n.Name(), region, off, k)
+			}
+		}
+		return true
+	}
+	waitFor(t, 30*time.Second, "eu's 40 records in us, exactly once", func() bool { return check(m.nodes["us-1"], "eu", 40) })
+	for _, n := range survivors {
+		waitFor(t, 30*time.Second, "us's 20 records in "+n.Name()+", exactly once", func() bool { return check(n, "us", 20) })
+	}
+	checkIdentical(t, survivors, topic, 60)
+}
+
+// TestReplicatedDurableConsumer: a durable consumer's ACKs on a replicated topic are
+// set-position entries of its group: every replica stores the position, and the consumer
+// resumes from it through any node.
+func TestReplicatedDurableConsumer(t *testing.T) {
+	m, ctx := newSeededRegion(t, "jobs", 10, 60*time.Second)
+	consume := func(via string, count int, ack bool) []uint64 {
+		c := m.dial(via)
+		defer c.Close()
+		sub, err := c.Subscribe(ctx, "jobs", client.SubscribeOptions{Durable: "worker"})
+		if err != nil {
+			t.Fatalf("via %s: %v", via, err)
+		}
+		defer sub.Close()
+		var got []uint64
+		for range count {
+			rec, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatalf("via %s: %v", via, err)
+			}
+			got = append(got, rec.Offset)
+			if ack && rec.Offset < 5 {
+				if err := sub.Ack(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return got
+	}
+	consume("eu-2", 10, true)
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		m.waitPosition(name, "worker", "jobs", 4)
+	}
+	if got := consume("eu-3", 5, false); !slices.Equal(got, []uint64{5, 6, 7, 8, 9}) {
+		t.Fatalf("resumed at %v, want 5-9", got)
+	}
+}
+
+// TestReplicatedMetrics: the per-group raft series exist, one leader among the nodes.
+func TestReplicatedMetrics(t *testing.T) {
+	m, _ := newSeededRegion(t, "met", 3, 30*time.Second)
+	waitFor(t, 10*time.Second, "one leader of met in the metrics", func() bool {
+		leaders := 0
+		for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+			fams, err := m.nodes[name].Gatherer().Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range fams {
+				if f.GetName() != "quicmq_raft_group_leader" {
+					continue
+				}
+				for _, s := range f.GetMetric() {
+					if s.GetLabel()[0].GetValue() == "met" && s.GetGauge().GetValue() == 1 {
+						leaders++
+					}
+				}
+			}
+		}
+		return leaders == 1
+	})
+	fams, _ := m.nodes["eu-1"].Gatherer().Gather()
+	seen := map[string]bool{}
+	for _, f := range fams {
+		seen[f.GetName()] = true
+	}
+	for _, want := range []string{"quicmq_raft_group_term", "quicmq_raft_group_commit_index", "quicmq_raft_group_applied_index", "quicmq_raft_groups_below_quorum"} {
+		if !seen[want] {
+			t.Errorf("no %s series", want)
+		}
+	}
+}
+
+// TestReplicatedOutsideNode: in a region of four nodes with Replicas 3, the fourth is not a
+// metadata voter and holds no replicated topic; it relays publishes and subscriptions to a
+// voter, which passes publishes on to the leader.
+func TestReplicatedOutsideNode(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 4, func(c *Config) {
+		c.Replicas = 3
+		c.Raft = TestRaftSettings()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := m.dial("eu-4")
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, "out.t", client.SubscribeOptions{From: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishNumbered(ctx, t, c, "out.t", 0, 10)
+	for i, d := range readAll(t, sub, 10, 15*time.Second) {
+		if d.offset != uint64(i) || d.payload != fmt.Sprintf("out.t-%d", i) {
+			t.Fatalf("through eu-4: %+v at %d", d, i)
+		}
+	}
+	checkIdentical(t, []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}, "out.t", 10)
+	if _, _, ok := m.nodes["eu-4"].Log().Bounds("out.t"); ok {
+		t.Fatal("eu-4, outside the metadata group, holds a log of out.t")
+	}
+	list, err := c.Topics(ctx, "out.t")
+	if err != nil || len(list) != 1 || len(list[0].Replicas) != 3 {
+		t.Fatalf("listing through eu-4: %+v, %v", list, err)
 	}
 }

@@ -2,8 +2,10 @@
 // of every group in the node's Pebble DB, one driver that runs all of them
 // on etcd raft's RawNode, and a state machine that assigns a group's record
 // offsets when committed entries are applied (invariant I9), either in a
-// log of its own (LogSM) or as a topic of wal (WalSM). It is the foundation
-// of replicated topics; it is not yet wired into the node.
+// log of its own (LogSM) or as a topic of wal (WalSM). It is the engine of
+// replicated topics: a node started with Replicas > 1 runs one Driver
+// (node/replicated.go), with the region's metadata group on a LogSM and one
+// group per topic on a WalSM, over federation's Transport.
 //
 // # Key layout
 //
@@ -92,26 +94,9 @@
 //
 // # Not built yet
 //
-//   - Wiring into the node: a publish to a replicated topic becomes
-//     WalSM.Propose on the group's leader (a node that does not lead relays
-//     to the one a *NotLeaderError names), mirror links propose mirror
-//     appends with the cursor they resumed from, durable consumers' ACKs
-//     propose set positions; subscriptions read wal as today on any replica
-//     (a follower serves up to what it applied); the CLI's --replicas sets
-//     the replica count of new topics. The driver must be stopped before
-//     wal.Close.
-//   - The node's use of the Transport that exists: federation's Send carries
-//     each round's batch (codec.go: heartbeats and their responses coalesced
-//     to a few bytes each, as CockroachDB coalesces them per node pair) over
-//     the region's peer QUIC links, votes and heartbeats on a control stream
-//     of higher priority than the appends' bulk stream (federation/raft.go).
-//     The node must give each replica its persisted raft ID
-//     (federation.RaftNodeID), publish it in gossip and pass the Federation
-//     to New as the Transport.
 //   - Membership changes (learners that catch up before they vote, I8),
 //     log compaction and snapshots (Storage supports ApplySnapshot and
-//     Compact; the driver refuses a received snapshot), metrics, an entry
-//     cache (Entries reads Pebble by iterator), and quiescence with a dead
+//     Compact; the driver refuses a received snapshot), an entry cache
+//     (Entries reads Pebble by iterator), and quiescence with a dead
 //     follower (a group with a follower behind never quiesces).
-//   - Placement of replica sets (a metadata group per region).
 package replica

@@ -373,3 +373,12 @@ func (w *ReplicaWriter) Published() {
 	w.positions = w.positions[:0]
 	clear(w.staged)
 }
+
+// IsLocal reports whether topic exists here as a local (single-copy) topic: binding it to
+// a raft group would fail.
+func (l *Log) IsLocal(topic string) bool {
+	if _, _, ok := l.Bounds(topic); !ok {
+		return false
+	}
+	return l.refuseReplicated(topic) == nil
+}

@@ -319,3 +319,23 @@ func TestConfigCheckAppliesNodeChecks(t *testing.T) {
 		t.Errorf("--no-files: exit %d %s %s", code, stdout, stderr)
 	}
 }
+
+// The replicas key: out of range, or without the gossip pool its replicas need, named by its
+// key and flag in config check and refused by node alike.
+func TestConfigCheckReplicas(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{"replicas = 9\n", "replicas (--replicas): 9: want 1 to 7 (odd recommended"},
+		{"replicas = 3\n", "replicas (--replicas): 3 needs gossip (--gossip)"},
+	} {
+		file := writeTemp(t, "node.hcl", "data = \""+t.TempDir()+"\"\nanonymous = true\n"+c.body)
+		code, stdout, _ := runCLI(t, "", "config", "check", file)
+		_, _, nodeErr := runCLI(t, "", "node", "--config", file)
+		if code != 1 || !strings.Contains(stdout, c.want) || !strings.Contains(nodeErr, c.want) {
+			t.Errorf("%q: want %q: exit %d\n%s\nnode: %s", c.body, c.want, code, stdout, nodeErr)
+		}
+	}
+	file := writeTemp(t, "node.hcl", "data = \""+t.TempDir()+"\"\nanonymous = true\ngossip = \"127.0.0.1:0\"\ninsecure_gossip = true\nreplicas = 3\n")
+	if code, stdout, stderr := runCLI(t, "", "config", "check", file); code != 0 {
+		t.Errorf("replicas 3 with gossip: exit %d %s %s", code, stdout, stderr)
+	}
+}

@@ -235,3 +235,39 @@ func TestDevMeshTwoNodesPerRegion(t *testing.T) {
 		}
 	}
 }
+
+// `quicmq dev --nodes 3`: replicated regions (each topic on the three nodes of its region).
+// Records published through every node of one region reach a subscriber in the other once
+// each, in order, and a listing names the topic's leader and its three replicas.
+func TestDevMeshReplicated(t *testing.T) {
+	d := startDev(t, "--listen", "127.0.0.1:0", "--metrics", "", "--regions", "eu,us", "--nodes", "3")
+	if len(d.nodes) != 6 || !strings.Contains(d.stdout.String(), "replicated: each topic on 3 of them") {
+		t.Fatalf("want 6 nodes and replicated regions in:\n%s", d.stdout.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sub, err := d.dial(t, d.nodes[4].addr).Subscribe(ctx, "demo.r", client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range d.nodes[:3] {
+		if _, err := d.dial(t, n.addr).Publish(ctx, client.Message{Topic: "demo.r", Payload: []byte{byte('0' + i)}}); err != nil {
+			t.Fatalf("publish through %s: %v\n%s", n.name, err, d.stderr.String())
+		}
+	}
+	got := ""
+	for range 3 {
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after %q: %v\n%s", got, err, d.stderr.String())
+		}
+		got += string(rec.Payload)
+	}
+	if got != "012" {
+		t.Fatalf("us subscriber got %q, want 012", got)
+	}
+	list, err := d.dial(t, d.nodes[1].addr).Topics(ctx, "demo.r")
+	if err != nil || len(list) != 1 || len(list[0].Replicas) != 3 || list[0].Leader == "" {
+		t.Fatalf("listing: %+v, %v", list, err)
+	}
+}

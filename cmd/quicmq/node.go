@@ -34,6 +34,7 @@ type nodeFlags struct {
 	maxPayload                          int
 	maxDurablesPerTenant                int
 	replicas                            int
+	raftNoQuiesce                       bool
 	logLevel                            string
 	caDir, advertise                    string
 	gossipLAN, gossipWAN                string
@@ -84,6 +85,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.IntVar(&f.maxPayload, "max-payload", 1<<20, "largest record payload in bytes")
 	fs.IntVar(&f.maxDurablesPerTenant, "max-durables-per-tenant", 1000, "durable consumers a tenant may have stored on this node ('quicmq consumers rm' removes one)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.BoolVar(&f.raftNoQuiesce, "raft-no-quiesce", false, "with --replicas > 1: keep idle raft groups heartbeating, so a leader's loss is noticed after the election timeout (1-2 s) rather than by gossip's failure detection (about 5 s), at one heartbeat per group per 100 ms tick")
 	fs.IntVar(&f.replicas, "replicas", 1, "replicas of each new topic in this node's region, kept in agreement by raft: 1 (one node holds a topic), or 2 to 7 (odd recommended; the same on every node of the region, which forms once that many nodes are up)")
 	fs.BoolVar(&f.ablationSharedLink, "ablation-shared-link", false, "measurement aid for benchmarks: carry all mirrors of each federation link on one shared stream, and accept that from peers (docs/benchmarks.md, scenario 6); never in production")
 	fs.BoolVar(&f.ablationSharedStream, "ablation-shared-stream", false, "measurement aid for benchmarks: accept the shared-stream mapping, all of a connection's subscriptions on one stream, same authorization (docs/benchmarks.md); never in production")
@@ -185,6 +187,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 
 		MaxDurablesPerTenant: f.maxDurablesPerTenant,
 		Replicas:             f.replicas,
+		Raft:                 node.RaftSettings{DisableQuiescence: f.raftNoQuiesce},
 
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,

@@ -54,6 +54,7 @@ max_payload     = 1048576
 max_durables_per_tenant = 5000
 log_level       = "debug"
 replicas        = 3
+raft_no_quiesce = true
 `
 	f, err := Parse("node.hcl", []byte(src))
 	if err != nil {
