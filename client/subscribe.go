@@ -533,6 +533,13 @@ func (s *Subscription) Ack(r Record) error {
 			return nil
 		}
 		var se *quic.StreamError
+		if errors.As(err, &se) && se.Remote && s.known != nil {
+			// The node stopped reading (it is shutting down, or ended the subscription): Next
+			// makes the subscription again if it can, and the ACK goes to the new stream; if
+			// it cannot, Next returns the reason.
+			s.unsent[r.Topic] = max(s.unsent[r.Topic], r.Offset+1)
+			return nil
+		}
 		if errors.As(err, &se) && se.Remote {
 			// The node stopped reading: it ended the subscription, and its ERROR frame, the
 			// reason, is next on the receiving side.
