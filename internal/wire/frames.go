@@ -52,7 +52,7 @@ var typeNames = map[Type]string{
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
 	TypeNak: "NAK", TypeCommit: "COMMIT", TypeCommitted: "COMMITTED",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
-	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
+	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypePosition: "POSITION", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
 }
 
 func (t Type) String() string {
@@ -344,6 +344,8 @@ func newFrame(t Type) Frame {
 		return new(Mirror)
 	case TypeHead:
 		return new(Head)
+	case TypePosition:
+		return new(Position)
 	case TypeRaft:
 		return new(Raft)
 	case TypeRaftBatch:

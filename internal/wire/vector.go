@@ -161,3 +161,63 @@ func VectorBlock(m map[string]map[string]uint64, sorted func([]string)) ([]Topic
 	}
 	return v, nil
 }
+
+// TypePosition is the frame by which a serving node mirrors a durable consumer's portable
+// position on a mirror stream (node to node, after the records).
+const TypePosition Type = 0x43
+
+// Position is a durable consumer's vector position on the mirror stream's topic, as the
+// serving node stored it: the consumer's name (with its tenant's namespace), when the serving
+// node stored it (unix nanoseconds, its clock) and, per origin region, the last origin offset
+// it acknowledged. It carries 1 to MaxVectorOrigins origins.
+type Position struct {
+	Durable string
+	Time    int64
+	Origins []OriginOffset
+}
+
+func (*Position) Type() Type { return TypePosition }
+
+func (f *Position) appendBody(e enc) enc {
+	e = e.str(f.Durable).uvarint(uint64(f.Time)).uvarint(uint64(len(f.Origins)))
+	for _, o := range f.Origins {
+		e = e.str(o.Region).uvarint(o.Offset)
+	}
+	return e
+}
+
+func (f *Position) decodeBody(d *dec) {
+	f.Durable = d.str("durable")
+	f.Time = int64(d.uvarint("time"))
+	n := d.uvarint("origins")
+	switch {
+	case d.err != nil:
+		return
+	case f.Durable == "":
+		d.fail("empty durable")
+		return
+	case n == 0 || n > MaxVectorOrigins:
+		d.fail("%d origins: want 1 to %d", n, MaxVectorOrigins)
+		return
+	case n*2 > uint64(len(d.b)):
+		d.fail("%d origins exceed what %d bytes can hold", n, len(d.b))
+		return
+	}
+	f.Origins = make([]OriginOffset, 0, n)
+	for range n {
+		o := OriginOffset{Region: d.str("region"), Offset: d.uvarint("offset")}
+		if d.err == nil && o.Region == "" {
+			d.fail("empty region")
+		}
+		for _, p := range f.Origins {
+			if d.err == nil && p.Region == o.Region {
+				d.fail("region %q twice", o.Region)
+			}
+		}
+		if d.err != nil {
+			f.Origins = nil
+			return
+		}
+		f.Origins = append(f.Origins, o)
+	}
+}

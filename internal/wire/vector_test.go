@@ -9,7 +9,8 @@ import (
 )
 
 func vectorSeed() []byte {
-	return Append(nil, &Subscribe{Pattern: "orders.>", Durable: "d", Flags: SubscribeRecords, Vector: []TopicVector{
+	b := Append(nil, &Position{Durable: "tenant/t/d", Time: 1 << 60, Origins: []OriginOffset{{Region: "eu", Offset: 3}}})
+	return Append(b, &Subscribe{Pattern: "orders.>", Durable: "d", Flags: SubscribeRecords, Vector: []TopicVector{
 		{Topic: "orders.a", Origins: []OriginOffset{{Region: "eu", Offset: 41}, {Region: "us", Offset: 0}}},
 		{Topic: "orders.b", Origins: []OriginOffset{}},
 	}})
@@ -84,5 +85,25 @@ func TestVectorMap(t *testing.T) {
 	}
 	if back := VectorMap(v); !reflect.DeepEqual(back, m) {
 		t.Errorf("VectorMap(VectorBlock(m)) = %v, want %v", back, m)
+	}
+}
+
+// TestPositionFrame: POSITION round-trips; one without origins, with an empty durable or
+// region, or a region twice is malformed.
+func TestPositionFrame(t *testing.T) {
+	f := &Position{Durable: "d", Time: 12345, Origins: []OriginOffset{{Region: "eu", Offset: 7}, {Region: "us", Offset: 0}}}
+	got, _, err := Decode(Append(nil, f), Limits{})
+	if err != nil || !reflect.DeepEqual(got, f) {
+		t.Fatalf("round trip: %+v, %v", got, err)
+	}
+	for name, p := range map[string]*Position{
+		"no origins":    {Durable: "d"},
+		"empty durable": {Origins: []OriginOffset{{Region: "eu"}}},
+		"empty region":  {Durable: "d", Origins: []OriginOffset{{}}},
+		"region twice":  {Durable: "d", Origins: []OriginOffset{{Region: "eu"}, {Region: "eu", Offset: 1}}},
+	} {
+		if _, _, err := Decode(Append(nil, p), Limits{}); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: got %v, want malformed", name, err)
+		}
 	}
 }
