@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/federation"
 )
 
 // newFailoverMesh starts regions eu, us and ap, one node each, mirroring "events" from every
@@ -169,4 +170,101 @@ func TestFailoverExactlyOnceAcrossRegions(t *testing.T) {
 	}
 	oc.readUntil(ctx, sub, map[string]int{"eu": 501, "us": 601, "ap": 601}, false)
 	t.Logf("received %v exactly once; position %v", oc.next, sub.Position())
+}
+
+// The same mesh, with the consumer process restarted in us without any state of its own
+// (no Position): it resumes from its position as eu stored it and mirrored it to us (every
+// PositionInterval). The records it had received in eu past that mirrored position come again,
+// and nothing else: their number is counted and reported, and equals exactly the records the
+// mirrored position did not cover. Nothing is skipped, each origin stays in order, and once eu
+// returns its records not mirrored before the stop arrive too.
+func TestFailoverRestartedConsumerResumesFromMirroredPosition(t *testing.T) {
+	m := newFailoverMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	pub := map[string]*client.Conn{}
+	for _, r := range m.region {
+		pub[r] = m.dial(r)
+	}
+	eu, us := m.nodes["eu"], m.nodes["us"]
+	c1 := dialNode(t, eu, client.Options{Name: "consumer-1"})
+	sub, err := c1.Subscribe(ctx, "events", client.SubscribeOptions{Durable: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var received []client.Record
+	oc := newOriginCheck(t)
+	read := func(want map[string]int) {
+		t.Helper()
+		for !oc.has(want) {
+			rec, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !oc.take(rec) {
+				t.Fatalf("%q delivered twice in eu", rec.Payload)
+			}
+			received = append(received, rec)
+			if err := sub.Ack(rec); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publishConcurrently(t, pub, 0, 300)
+	read(map[string]int{"eu": 150, "us": 100, "ap": 100})
+	mirrored := federation.MirroredPositionName("eu", "audit")
+	waitCond(t, 20*time.Second, "us to hold audit's position mirrored from eu", func() bool {
+		_, vec, ok, _ := us.Log().PositionVector(mirrored, "events")
+		return ok && vec != nil
+	})
+	publishSeq(t, pub["eu"], "events", "eu", 300, 200)
+	read(map[string]int{"eu": 250, "us": 150, "ap": 150})
+	c1.Close() // the consumer process ends without a word
+	m.stop("eu")
+	_, v, _, err := us.Log().PositionVector(mirrored, "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect := 0
+	for _, r := range received {
+		if last, ok := v[r.OriginRegion]; !ok || r.OriginOffset > last {
+			expect++
+		}
+	}
+	t.Logf("the consumer received %d records in eu; the position us holds from eu, %v, covers all but %d of them", len(received), v, expect)
+
+	c2 := dialNode(t, us, client.Options{Name: "consumer-2"})
+	sub, err = c2.Subscribe(ctx, "events", client.SubscribeOptions{Durable: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"us", "ap"} {
+		publishSeq(t, pub[r], "events", r, 300, 300)
+	}
+	dups := oc.readUntil(ctx, sub, map[string]int{"us": 600, "ap": 600}, true)
+	m.start("eu")
+	m.waitLinks()
+	dups += oc.readUntil(ctx, sub, map[string]int{"eu": 500, "us": 600, "ap": 600}, true)
+	pub["eu"] = m.dial("eu")
+	for _, r := range m.region {
+		publishSeq(t, pub[r], "events", r, oc.next[r], 1)
+	}
+	dups += oc.readUntil(ctx, sub, map[string]int{"eu": 501, "us": 601, "ap": 601}, true)
+	t.Logf("restarted in us without state: received %v, %d duplicates (records past the mirrored position)", oc.next, dups)
+	if dups != expect {
+		t.Fatalf("%d duplicates, want exactly the %d records the mirrored position did not cover", dups, expect)
+	}
+}
+
+// waitCond waits until cond holds, checking every millisecond, and fails the test naming what
+// it waited for when it does not within timeout.
+func waitCond(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %v for %s", timeout, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
@@ -49,7 +50,9 @@ const (
 // after set-up) and, for a durable, the vector of what it acknowledged per topic (owned by
 // the ack reader; begun by the run goroutine as topics are added).
 type vectorState struct {
-	want map[string]map[string]uint64 // topic (the node's name) -> the request's vector
+	// want is, per topic (the node's name), the vector the cursor resumes after: the
+	// request's, or a durable's mirrored one (mirroredVector). Run goroutine.
+	want map[string]map[string]uint64
 
 	mu struct {
 		sync.Mutex
@@ -122,7 +125,7 @@ func originOf(rec *wal.Record, region string) string {
 func topicOrigins(l *wal.Log, region, topic string, head uint64) (map[string]uint64, error) {
 	origins := map[string]uint64{region: head - 1}
 	err := l.Positions(wal.PositionFilter{NamePrefix: mirrorCursorPrefix, Topic: topic}, func(pi wal.PositionInfo) bool {
-		if pi.HasAcked {
+		if _, _, mirrored := federation.ParseMirroredPosition(pi.Name); pi.HasAcked && !mirrored {
 			origins[strings.TrimPrefix(pi.Name, mirrorCursorPrefix)] = pi.Acked
 		}
 		return true
@@ -284,10 +287,20 @@ func advanceVector(l *wal.Log, region, topic string, vec map[string]uint64, from
 // whether it does. Run goroutine.
 func (sub *subscription) vectorResume(topic string) (uint64, bool, *wire.Error) {
 	v, ok := sub.vec.want[topic]
+	n := sub.s.n
+	if !ok && sub.req.Durable != "" {
+		var err error
+		if v, ok, err = mirroredVector(n.wal, n.cfg.Region, sub.req.Durable, topic); err != nil {
+			return 0, false, wire.Errorf(wire.CodeInternal, "read the positions of %q on %q: %v", sub.req.Durable, sub.s.actor.clientName(topic), err)
+		}
+	}
 	if !ok {
 		return 0, false, nil
 	}
-	n := sub.s.n
+	if sub.vec.want == nil {
+		sub.vec.want = make(map[string]map[string]uint64)
+	}
+	sub.vec.want[topic] = v // the cursor skips what it covers
 	start, err := vectorStart(n.wal, n.cfg.Region, topic, v)
 	if err != nil {
 		return 0, false, wire.Errorf(wire.CodeInternal, "find the vector position of topic %q: %v", sub.s.actor.clientName(topic), err)
@@ -296,6 +309,64 @@ func (sub *subscription) vectorResume(topic string) (uint64, bool, *wire.Error) 
 		sub.vec.begin(topic, start, maps.Clone(v))
 	}
 	return start, true, nil
+}
+
+// mirroredVector is the vector a durable resumes after on topic when positions of it mirrored
+// from other regions (federation/positions.go) are newer than its own here (or it has none
+// here): its own vector raised to cover what each of those covers. ok is false when there is
+// none newer: the durable resumes from its own position as usual. It costs one pass over the
+// topic's positions, and a backward read (prefixVector) for an own position without a vector.
+func mirroredVector(l *wal.Log, region, durable, topic string) (map[string]uint64, bool, error) {
+	var own *wal.PositionInfo
+	var mirrored []string
+	err := l.Positions(wal.PositionFilter{Topic: topic}, func(pi wal.PositionInfo) bool {
+		if pi.Name == durable {
+			own = &pi
+		} else if _, d, ok := federation.ParseMirroredPosition(pi.Name); ok && d == durable {
+			mirrored = append(mirrored, pi.Name)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	var newer []map[string]uint64
+	for _, name := range mirrored {
+		at, ok, err := l.Position(name, topic) // its value is when its origin stored it
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok || own != nil && int64(at) <= own.Updated.UnixNano() {
+			continue
+		}
+		if _, vec, ok, err := l.PositionVector(name, topic); err != nil {
+			return nil, false, err
+		} else if ok && vec != nil {
+			newer = append(newer, vec)
+		}
+	}
+	if len(newer) == 0 {
+		return nil, false, nil
+	}
+	v := map[string]uint64{}
+	if own != nil {
+		_, vec, _, err := l.PositionVector(durable, topic)
+		if err == nil && vec == nil {
+			vec, err = prefixVector(l, region, topic, own.Resume)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		v = vec
+	}
+	for _, m := range newer {
+		for o, off := range m {
+			if last, ok := v[o]; !ok || off > last {
+				v[o] = off
+			}
+		}
+	}
+	return v, true, nil
 }
 
 // skip is the vector whose records the cursor on topic skips, nil for none.
