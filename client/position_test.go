@@ -90,3 +90,22 @@ func TestPositionsAckedVector(t *testing.T) {
 		t.Error("an ACK of a record of the region left is to be sent")
 	}
 }
+
+// FuzzPositionText: whatever text UnmarshalText takes, it never panics, and what it accepts
+// marshals to text that reads back the same.
+func FuzzPositionText(f *testing.F) {
+	f.Add("orders.a= orders.b=eu:1,us:3")
+	f.Add("t=eu:18446744073709551615")
+	f.Add("t==:")
+	f.Fuzz(func(t *testing.T, text string) {
+		var p Position
+		if p.UnmarshalText([]byte(text)) != nil {
+			return
+		}
+		b, _ := p.MarshalText()
+		var q Position
+		if err := q.UnmarshalText(b); err != nil || !reflect.DeepEqual(p, q) {
+			t.Fatalf("%q read as %v, written as %q, read back as %v (%v)", text, p, b, q, err)
+		}
+	})
+}
