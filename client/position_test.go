@@ -1,12 +1,19 @@
 package client
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/wire"
 )
 
 // TestPositionText: the text form round-trips, through encoding/json too, and bad text is
@@ -108,4 +115,26 @@ func FuzzPositionText(f *testing.F) {
 			t.Fatalf("%q read as %v, written as %q, read back as %v (%v)", text, p, b, q, err)
 		}
 	})
+}
+
+// A node that does not know vector positions answers the SUBSCRIBE's vector block as trailing
+// bytes (ERROR 1): the client says so.
+func TestPositionRefusedByOlderNode(t *testing.T) {
+	f := newFakeNode(t, func(s *quic.Stream, r *wire.Reader, first wire.Frame) {
+		if sub, ok := first.(*wire.Subscribe); ok && sub.Vector != nil {
+			s.Write(wire.Append(nil, &wire.ErrorFrame{Code: wire.CodeProtocol, Message: "malformed frame: SUBSCRIBE: 12 trailing bytes"}))
+		}
+		s.Close()
+	})
+	c := dialFake(t, f)
+	_, err := c.Subscribe(context.Background(), "t", SubscribeOptions{Position: Position{"t": {"eu": 3}}})
+	if err == nil || !strings.Contains(err.Error(), "does not take vector positions") || !isCodeErr(err, CodeProtocol) {
+		t.Fatalf("got %v, want the node named as not taking vector positions, with CodeProtocol", err)
+	}
+	t.Log(err)
+}
+
+func isCodeErr(err error, code Code) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
 }

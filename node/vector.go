@@ -228,8 +228,13 @@ func vectorStart(l *wal.Log, region, topic string, v map[string]uint64) (uint64,
 	return start, err
 }
 
+// prefixScanMax bounds the records prefixVector reads. Past it the vector names only the
+// origins found so far (each with its exact highest offset): the others count as not covered,
+// so a resume after it delivers more, never less.
+const prefixScanMax = 1 << 20
+
 // prefixVector returns the vector of every record of topic below upTo: per origin, the
-// highest origin offset among them.
+// highest origin offset among them (see prefixScanMax).
 func prefixVector(l *wal.Log, region, topic string, upTo uint64) (map[string]uint64, error) {
 	vec := make(map[string]uint64)
 	if upTo == 0 {
@@ -239,12 +244,16 @@ func prefixVector(l *wal.Log, region, topic string, upTo uint64) (map[string]uin
 	if err != nil {
 		return nil, err
 	}
+	read := 0
 	err = scanBack(l, topic, upTo, func(_ uint64, origin string, originOff uint64) bool {
 		if origin == "" {
 			origin = region
 		}
 		if _, ok := vec[origin]; !ok {
 			vec[origin] = originOff // the highest: seen first from above
+		}
+		if read++; read >= prefixScanMax {
+			return false
 		}
 		for o := range held {
 			if _, ok := vec[o]; !ok {
