@@ -13,16 +13,18 @@ import (
 
 // newFailoverMesh starts regions eu, us and ap, one node each, mirroring "events" from every
 // region, each node keeping its client port across a restart (so that a client's address
-// list stays right).
-func newFailoverMesh(t *testing.T) *testMesh {
+// list stays right), and returns a publisher's connection to each.
+func newFailoverMesh(t *testing.T) (*testMesh, map[string]*client.Conn) {
 	t.Helper()
 	m := newTestMeshWith(t, func(r string, c *Config) { c.Mirror = []string{"events"} }, "eu", "us", "ap")
+	pub := map[string]*client.Conn{}
 	for r, n := range m.nodes {
 		c := m.cfgs[r]
 		c.Listen = n.Addr().String()
 		m.cfgs[r] = c
+		pub[r] = m.dial(r)
 	}
-	return m
+	return m, pub
 }
 
 // originCheck checks that records arrive exactly once per origin region, in origin order, with
@@ -122,13 +124,9 @@ func (oc *originCheck) has(want map[string]int) bool {
 // more; eu returns and its mirror catches up. The consumer gets every acknowledged record of
 // every region exactly once, each origin in order, without a word from the application.
 func TestFailoverExactlyOnceAcrossRegions(t *testing.T) {
-	m := newFailoverMesh(t)
+	m, pub := newFailoverMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	pub := map[string]*client.Conn{}
-	for _, r := range m.region {
-		pub[r] = m.dial(r)
-	}
 	eu := m.nodes["eu"]
 	c, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Reconnect: true, Name: "consumer",
 		Failover: []string{m.nodes["us"].Addr().String(), m.nodes["ap"].Addr().String()}}, eu.Addr().String())
@@ -179,13 +177,9 @@ func TestFailoverExactlyOnceAcrossRegions(t *testing.T) {
 // mirrored position did not cover. Nothing is skipped, each origin stays in order, and once eu
 // returns its records not mirrored before the stop arrive too.
 func TestFailoverRestartedConsumerResumesFromMirroredPosition(t *testing.T) {
-	m := newFailoverMesh(t)
+	m, pub := newFailoverMesh(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	pub := map[string]*client.Conn{}
-	for _, r := range m.region {
-		pub[r] = m.dial(r)
-	}
 	eu, us := m.nodes["eu"], m.nodes["us"]
 	c1 := dialNode(t, eu, client.Options{Name: "consumer-1"})
 	sub, err := c1.Subscribe(ctx, "events", client.SubscribeOptions{Durable: "audit"})
