@@ -135,7 +135,7 @@ func (s *session) authorizeSubscribe(req *wire.Subscribe) (*wire.Subscribe, *wir
 	if req.Start > wire.StartTime {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "start kind %d: want 0 (earliest), 1 (latest), 2 (offset) or 3 (time)", req.Start)
 	}
-	if e := checkVector(a, req); e != nil { // vector.go
+	if e := checkVector(a, n.cfg.Region, req); e != nil { // vector.go
 		return nil, e
 	}
 	if a.tenant != "" {

@@ -67,15 +67,17 @@ type ackVector struct {
 	vec map[string]uint64
 }
 
-// checkVector validates a SUBSCRIBE's vector block (client names) for principal p.
-func checkVector(p *principal, req *wire.Subscribe) *wire.Error {
+// checkVector validates a SUBSCRIBE's vector block (client names) for principal p, on a node
+// of region: a subscription relayed by a sibling of the region (region set to its own) takes
+// one as a client's does.
+func checkVector(p *principal, region string, req *wire.Subscribe) *wire.Error {
 	if req.Vector == nil {
 		return nil
 	}
 	switch {
 	case req.Group != nil:
 		return wire.Errorf(wire.CodeInvalidArgument, "a vector position is not taken by a group member (group %q): groups keep their positions on the node", req.Group.Name)
-	case req.Region != "" && req.Region != ablationSharedRegion:
+	case req.Region != "" && req.Region != region && req.Region != ablationSharedRegion:
 		return wire.Errorf(wire.CodeInvalidArgument, "a vector position applies to this region's log, not to a replay of region %q", req.Region)
 	}
 	for _, tv := range req.Vector {

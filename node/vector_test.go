@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -230,5 +231,60 @@ func TestSubscribeVector(t *testing.T) {
 	s := rc.open(&wire.Subscribe{Pattern: "x.>", Group: &wire.Group{Name: "g"}, Vector: []wire.TopicVector{{Topic: "x.a"}}})
 	if e := s.expectError(); e.Code != wire.CodeInvalidArgument {
 		t.Errorf("group with a vector: %v", e)
+	}
+}
+
+// In a region of two nodes, a subscription with a vector made through the node that does not
+// own the topic is served by the owner from the vector: the relay hands it on, for a literal
+// topic and for a pattern spanning both nodes' topics.
+func TestVectorThroughRelay(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 2)
+	topics := []string{"jobs.a", "jobs.b", "jobs.c", "jobs.d", "jobs.e", "jobs.f"}
+	pub := m.dial("eu-1")
+	pos := client.Position{}
+	owners := map[string]bool{}
+	for _, topic := range topics {
+		owners[m.owner("eu", topic)] = true
+		for i := range 10 {
+			if _, err := pub.Publish(context.Background(), client.Message{Topic: topic, Payload: fmt.Appendf(nil, "%d", i)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pos[topic] = map[string]uint64{"eu": 6}
+	}
+	if len(owners) < 2 {
+		t.Fatalf("all of %v placed on one node", topics)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, via := range []string{"eu-1", "eu-2"} {
+		for _, pattern := range []string{"jobs.a", "jobs.*"} {
+			p := pos
+			if pattern == "jobs.a" {
+				p = client.Position{"jobs.a": pos["jobs.a"]}
+			}
+			sub, err := m.dial(via).Subscribe(ctx, pattern, client.SubscribeOptions{Position: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := 3 * len(topics)
+			if pattern == "jobs.a" {
+				want = 3
+			}
+			got := map[string][]uint64{}
+			for range want {
+				rec, err := sub.Next(ctx)
+				if err != nil {
+					t.Fatalf("via %s, %s: %v", via, pattern, err)
+				}
+				got[rec.Topic] = append(got[rec.Topic], rec.Offset)
+			}
+			for topic, offs := range got {
+				if !slices.Equal(offs, []uint64{7, 8, 9}) {
+					t.Errorf("via %s, %s: %s delivered %v, want 7, 8, 9", via, pattern, topic, offs)
+				}
+			}
+			sub.Close()
+		}
 	}
 }
