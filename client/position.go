@@ -134,7 +134,7 @@ type positions struct {
 	delivered Position
 	acked     Position            // durable consumers only; nil otherwise
 	runs      map[string][]ackRun // durable: per topic, the records delivered and not yet acknowledged
-	gen       uint32              // increases at each move to another region: records of an earlier one are not acked there
+	gen       uint32              // from 1, increases at each move to another region: records of an earlier one are not acked there
 	last      map[string]uint64   // delivered[lastTopic], cached for runs of one topic
 	lastTopic string
 }
@@ -148,7 +148,7 @@ type ackRun struct {
 }
 
 func newPositions(durable bool, from Position) *positions {
-	p := &positions{delivered: from.Clone()}
+	p := &positions{delivered: from.Clone(), gen: 1}
 	if p.delivered == nil {
 		p.delivered = Position{}
 	}
@@ -189,12 +189,12 @@ func (p *positions) deliver(r *Record) {
 }
 
 // ack records that every record of topic delivered up to offset (in the region of generation
-// gen) is acknowledged. It reports whether the ACK is to be sent: not for a record of an
-// earlier region (its offset means nothing here).
+// gen; 0, a Record the application made: the current one) is acknowledged. It reports whether
+// the ACK is to be sent: not for a record of an earlier region (its offset means nothing here).
 func (p *positions) ack(topic string, offset uint64, gen uint32) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if gen != p.gen {
+	if gen != 0 && gen != p.gen {
 		return false
 	}
 	if p.runs == nil {
@@ -243,16 +243,6 @@ func (p *positions) moved() {
 		p.acked = p.delivered.Clone()
 		clear(p.runs)
 	}
-}
-
-// generation is the current region's generation.
-func (p *positions) generation() uint32 {
-	if p == nil {
-		return 0
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.gen
 }
 
 // snapshot returns the delivered position (resume) or, for a durable, the acknowledged one.

@@ -129,7 +129,7 @@ type Record struct {
 	Headers      []Header
 	Payload      []byte
 
-	gen uint32 // the region generation it was delivered in (position.go)
+	gen uint32 // the region generation it was delivered in (position.go); 0: the current one
 }
 
 // Subscription is one subscription: its own QUIC stream, read on the caller's goroutine.
@@ -221,11 +221,14 @@ func (sub *Subscription) open(ctx context.Context, from Start) (*quic.Stream, *f
 		return nil, nil, "", err
 	}
 	vector := sub.opts.Position
-	if sub.region != "" && l.region != sub.region {
+	switch {
+	case sub.region != "" && l.region != sub.region: // a move: only the vector means the same there
 		vector, from = sub.pos.snapshot(false), sub.opts.From
 		if from.kind == wire.StartLatest {
 			from = AtTime(sub.begun.Add(-time.Second)) // a second for the clocks of client and node
 		}
+	case sub.region != "" && vector != nil: // made again in its region: after what it delivered
+		vector = sub.pos.snapshot(false)
 	}
 	block, err := vector.block()
 	if err != nil {
@@ -417,7 +420,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			}
 			s.wmu.Unlock()
 			if unsent > 0 { // acked while the topic had no index on this stream
-				s.Ack(Record{Topic: f.Name, Offset: unsent - 1, gen: s.pos.generation()})
+				s.Ack(Record{Topic: f.Name, Offset: unsent - 1})
 			}
 		case *wire.Gap:
 			name, ok := s.topics[f.Index]
@@ -506,6 +509,8 @@ func (s *Subscription) readErr(err error) error {
 // Ack acknowledges, cumulatively, r and every earlier record of r.Topic on this
 // subscription. For a durable consumer the node stores the position; for others it only
 // counts it. Acking every record is correct; acking the last of a batch is cheaper.
+// After a move to another region (Options.Failover), an Ack of a record delivered before the
+// move is not sent (its offset is the other region's; the position there covers it already).
 func (s *Subscription) Ack(r Record) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
