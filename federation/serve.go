@@ -201,6 +201,7 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 
 	posTick := time.NewTicker(f.cfg.PositionInterval) // durable positions (positions.go)
 	defer posTick.Stop()
+	posDue := false
 	var q requestQueue
 	readDone := make(chan struct{})
 	go func() { // the stream's reader: later requests, or the end of the stream
@@ -226,6 +227,17 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 			str.Close()
 			return nil
 		}
+		select {
+		case <-posTick.C: // also while records keep the loop from waiting below
+			posDue = true
+		default:
+		}
+		if posDue {
+			posDue = false
+			if err := f.servePositions(w, cursors); err != nil {
+				return err
+			}
+		}
 		served := false
 		paused := f.pause.changed()
 		for _, c := range cursors {
@@ -249,9 +261,7 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 		case <-wake:
 		case <-paused:
 		case <-posTick.C:
-			if err := f.servePositions(w, cursors); err != nil {
-				return err
-			}
+			posDue = true
 		}
 	}
 }
