@@ -75,11 +75,12 @@ type SubscribeOptions struct {
 	// Position, when not nil, resumes the subscription after a portable position (from
 	// Subscription.Position, of this subscription or another, in this region or another):
 	// each topic it names is read from the first record it does not cover, and the records
-	// after that which it covers are skipped, each origin region in order; it takes the place
-	// of a durable's stored position on those topics. Topics it does not name start as From
-	// (or a durable's stored position) says. Not with Group or Region. Needs a node that knows
-	// vector positions (SUBSCRIBE flag 16); an older node refuses the subscription with
-	// CodeProtocol. Default nil.
+	// after that which it covers are skipped, each origin region in order. With Durable, the
+	// node raises it to cover what the durable acknowledged as the node knows it (its stored
+	// position, and newer ones mirrored from other regions): it never moves a durable back.
+	// Topics it does not name start as From (or a durable's stored position) says. Not with
+	// Group or Region. Needs a node that knows vector positions (SUBSCRIBE flag 16); an older
+	// node refuses the subscription with CodeProtocol. Default nil.
 	Position Position
 	// Standby, with Durable: when another subscriber holds the durable (one subscriber at a
 	// time), wait and take over when it ends (Pulsar's Failover), instead of being refused

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -261,4 +262,60 @@ func waitCond(t *testing.T, timeout time.Duration, what string, cond func() bool
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// A durable that resumed at home from its stored position knows, in the client, only what it
+// delivered since; when it then moves, the node of the new region raises that vector with the
+// durable's position mirrored there, so what it acknowledged before is not delivered again.
+func TestFailoverAfterResumeRepeatsNothing(t *testing.T) {
+	m, pub := newFailoverMesh(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	eu, us := m.nodes["eu"], m.nodes["us"]
+	oc := newOriginCheck(t)
+	first := dialNode(t, eu, client.Options{Name: "consumer-1"})
+	sub, err := first.Subscribe(ctx, "events", client.SubscribeOptions{Durable: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishConcurrently(t, pub, 0, 100)
+	oc.readUntil(ctx, sub, map[string]int{"eu": 100, "us": 100, "ap": 100}, false)
+	if err := sub.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sub.Close()
+	first.Close()
+	mirrored := federation.MirroredPositionName("eu", "audit")
+	waitCond(t, 20*time.Second, "us to hold audit's whole position mirrored from eu", func() bool {
+		_, vec, _, _ := us.Log().PositionVector(mirrored, "events")
+		_, own, _, _ := eu.Log().PositionVector("audit", "events")
+		return vec != nil && maps.Equal(vec, own)
+	})
+
+	c, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Reconnect: true, Name: "consumer-2",
+		Failover: []string{us.Addr().String()}}, eu.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sub, err = c.Subscribe(ctx, "events", client.SubscribeOptions{Durable: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishSeq(t, pub["eu"], "events", "eu", 100, 50)
+	oc.readUntil(ctx, sub, map[string]int{"eu": 150}, false)
+	t.Logf("resumed at home; the client's position %v", sub.Position())
+	m.stop("eu")
+	for _, r := range []string{"us", "ap"} {
+		publishSeq(t, pub[r], "events", r, 100, 50)
+	}
+	oc.readUntil(ctx, sub, map[string]int{"us": 150, "ap": 150}, false)
+	if st := c.Stats(); st.Region != "us" {
+		t.Fatalf("connected in %s, want us", st.Region)
+	}
+	for _, r := range []string{"us", "ap"} {
+		publishSeq(t, pub[r], "events", r, 150, 1)
+	}
+	oc.readUntil(ctx, sub, map[string]int{"us": 151, "ap": 151}, false)
+	t.Logf("received %v exactly once", oc.next)
 }

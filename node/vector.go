@@ -299,10 +299,28 @@ func advanceVector(l *wal.Log, region, topic string, vec map[string]uint64, from
 func (sub *subscription) vectorResume(topic string) (uint64, bool, *wire.Error) {
 	v, ok := sub.vec.want[topic]
 	n := sub.s.n
-	if !ok && sub.req.Durable != "" {
-		var err error
-		if v, ok, err = mirroredVector(n.wal, n.cfg.Region, sub.req.Durable, topic); err != nil {
-			return 0, false, wire.Errorf(wire.CodeInternal, "read the positions of %q on %q: %v", sub.req.Durable, sub.s.actor.clientName(topic), err)
+	if d := sub.req.Durable; d != "" {
+		// A durable's positions only move forward: the request's vector is raised to cover
+		// what the durable acknowledged as this node knows it, its own vector and those
+		// mirrored here newer than it (a client that moved brings only what it delivered).
+		dv, dok, err := mirroredVector(n.wal, n.cfg.Region, d, topic)
+		if err == nil && ok && !dok {
+			_, dv, _, err = n.wal.PositionVector(d, topic)
+			dok = dv != nil
+		}
+		if err != nil {
+			return 0, false, wire.Errorf(wire.CodeInternal, "read the positions of %q on %q: %v", d, sub.s.actor.clientName(topic), err)
+		}
+		switch {
+		case ok && dok:
+			v = maps.Clone(v)
+			for o, off := range dv {
+				if last, has := v[o]; !has || off > last {
+					v[o] = off
+				}
+			}
+		case dok:
+			v, ok = dv, true
 		}
 	}
 	if !ok {
