@@ -559,6 +559,9 @@ func (s *Subscription) Ack(r Record) error {
 // Position returns the subscription's portable position: per topic, per origin region, the
 // last origin offset it acknowledged (a durable consumer) or delivered (any other); see
 // Position. Give it to SubscribeOptions.Position to resume exactly after it, in any region.
+// It covers what this Subscription saw (and SubscribeOptions.Position); what a durable
+// acknowledged before is held by the node, and mirrored to other regions, which add it when
+// the durable resumes with a vector.
 // After a move to another region (Options.Failover) a durable's position covers every record
 // delivered before the move. Safe to call from any goroutine; nil for a group member.
 func (s *Subscription) Position() Position {
