@@ -18,9 +18,7 @@ import (
 // start), and Stats names the region and counts the move. A failover node also serves Dial
 // when no home node answers.
 func TestFailoverToAnotherRegion(t *testing.T) {
-	caDir := t.TempDir()
-	eu, stopEU := nodetest.Start(t, func(c *node.Config) { c.CADir = caDir })
-	us, _ := nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
+	eu, stopEU, us := twoRegions(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Reconnect: true, Idempotent: true, Failover: []string{us.Addr().String()}}, eu.Addr().String())
@@ -74,4 +72,13 @@ func TestFailoverToAnotherRegion(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "failover address") {
 		t.Errorf("a failover address holding a comma: %v", err)
 	}
+}
+
+// twoRegions starts node n1 of region eu and node u1 of region us, with one CA, not linked.
+func twoRegions(t *testing.T) (eu *node.Node, stopEU func(), us *node.Node) {
+	t.Helper()
+	caDir := t.TempDir()
+	eu, stopEU = nodetest.Start(t, func(c *node.Config) { c.CADir = caDir })
+	us, _ = nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
+	return eu, stopEU, us
 }
