@@ -20,10 +20,15 @@ import (
 
 // Conn is one QUIC connection to a node. All its methods are safe for concurrent use.
 type Conn struct {
-	addrs  []nodeAddr // the nodes Dial was given, in order; a reconnect tries the next one first
-	opts   Options
-	region string      // the region of the first WELCOME: every later connection must be in it
-	lim    wire.Limits // what the node announced in the first WELCOME (payload, frame), defaults otherwise
+	addrs []nodeAddr // the nodes Dial was given, in order, then Options.Failover's (failover.go)
+	home  int        // addrs[:home] are the home region's nodes; a reconnect tries the next one first
+	opts  Options
+	// region is the home region: that of the first WELCOME of a home node; every later
+	// connection to a home node must be in it. Read and written by dials, which are serial.
+	region   string
+	welcomed bool        // a WELCOME was read: lim is set
+	lim      wire.Limits // what the node announced in the first WELCOME (payload, frame), defaults otherwise
+	failover failover    // Options.Failover (failover.go)
 
 	window  chan struct{} // one token per unanswered publish (the pipelining window)
 	flush   flushEpochs   // unanswered publishes by Flush epoch
@@ -68,12 +73,13 @@ type nodeAddr struct {
 
 // link is one QUIC connection of a Conn, with the socket and transport it owns.
 type link struct {
-	at   int // index in Conn.addrs
-	addr string
-	node string // the node's name, from its WELCOME
-	udp  *net.UDPConn
-	tr   *quic.Transport
-	qc   *quic.Conn
+	at     int // index in Conn.addrs
+	addr   string
+	node   string // the node's name, from its WELCOME
+	region string // the node's region, from its WELCOME
+	udp    *net.UDPConn
+	tr     *quic.Transport
+	qc     *quic.Conn
 
 	mu    sync.Mutex
 	cause error // why the node ended the connection (ERROR on the control stream)
@@ -141,18 +147,23 @@ func Dial(ctx context.Context, opts Options, addrs ...string) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, a := range addrs {
+	c.home = len(addrs)
+	for i, a := range append(addrs[:len(addrs):len(addrs)], opts.Failover...) {
+		what := "dial"
+		if i >= c.home {
+			what = "failover address"
+		}
 		if strings.Contains(a, ",") {
-			return nil, fmt.Errorf("client: dial %q: an address holds one node; pass several nodes as separate addresses", a)
+			return nil, fmt.Errorf("client: %s %q: an address holds one node; pass several nodes as separate addresses", what, a)
 		}
 		a = strings.TrimSpace(a)
 		host, _, err := net.SplitHostPort(a)
 		if err != nil {
-			return nil, fmt.Errorf("client: dial %q: %w", a, err)
+			return nil, fmt.Errorf("client: %s %q: %w", what, a, err)
 		}
 		raddr, err := net.ResolveUDPAddr("udp", a)
 		if err != nil {
-			return nil, fmt.Errorf("client: dial %s: %w", a, err)
+			return nil, fmt.Errorf("client: %s %s: %w", what, a, err)
 		}
 		conf := base.Clone()
 		if conf.ServerName == "" {
@@ -167,7 +178,7 @@ func Dial(ctx context.Context, opts Options, addrs ...string) (*Conn, error) {
 		}
 		c.producer = hex.EncodeToString(id[:])
 	}
-	l, r, err := c.dialLink(ctx, 0)
+	l, r, err := c.dialAny(ctx, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -179,18 +190,19 @@ func Dial(ctx context.Context, opts Options, addrs ...string) (*Conn, error) {
 	return c, nil
 }
 
-// dialLink makes a new connection, trying the nodes in order from the one at index first
-// (round the list): the first that completes the handshake and answers WELCOME in the Conn's
-// region wins. With one node its error is returned as it is; with several, each node's.
+// dialLink makes a new connection, trying the home region's nodes in order from the one at
+// index first (round the list): the first that completes the handshake and answers WELCOME in
+// the Conn's region wins. With one node its error is returned as it is; with several, each
+// node's.
 func (c *Conn) dialLink(ctx context.Context, first int) (*link, *wire.Reader, error) {
 	var errs []error
-	for i := range c.addrs {
-		at := (first + i) % len(c.addrs)
+	for i := range c.home {
+		at := (first + i) % c.home
 		l, r, err := c.dialNode(ctx, at)
 		if err == nil {
 			return l, r, nil
 		}
-		if len(c.addrs) == 1 {
+		if c.home == 1 {
 			return nil, nil, err
 		}
 		if refused(err, func(c Code) bool { return c == CodeUnauthorized }) {
@@ -306,7 +318,7 @@ func (c *Conn) live(ctx context.Context) (*link, error) {
 	if l = c.current(); l.qc.Context().Err() == nil {
 		return l, nil // another operation reconnected meanwhile
 	}
-	nl, r, err := c.dialLink(ctx, l.at+1)
+	nl, r, err := c.dialAny(ctx, l.at+1)
 	if err != nil {
 		return nil, err
 	}
@@ -320,6 +332,9 @@ func (c *Conn) live(ctx context.Context) (*link, error) {
 	c.mu.cur = nl
 	c.wg.Add(1)
 	c.mu.Unlock()
+	if nl.region != old.region {
+		c.failover.moves.Add(1) // to another region, or back (failover.go)
+	}
 	go c.readControl(nl, r)
 	old.closeSockets() // its connection is gone already; this frees the sockets
 	return nl, nil
@@ -393,16 +408,21 @@ func (c *Conn) helloExchange(ctx context.Context, l *link) (*wire.Reader, error)
 		if f.Version != wire.Version {
 			return nil, errorf(CodeVersion, "node speaks version %d, this client %d", f.Version, wire.Version)
 		}
-		if c.region == "" { // the first WELCOME: the Conn keeps these (read without a lock)
-			c.region = f.Region
+		if !c.welcomed { // the first WELCOME: the Conn keeps these (read without a lock)
+			c.welcomed = true
 			c.lim.MaxPayload = clampLimit(f.MaxPayload, c.lim.MaxPayload)
 			c.lim.MaxFrame = clampLimit(f.MaxFrame, c.lim.MaxFrame)
-		} else if f.Region != c.region {
+		}
+		switch {
+		case l.at >= c.home: // a failover node: any region (failover.go)
+		case c.region == "":
+			c.region = f.Region
+		case f.Region != c.region:
 			return nil, errorf(CodeInvalidArgument, "node %q is in region %q, this connection's region is %q: "+
 				"a connection moves only between nodes of one region (offsets and de-duplication are per region)",
 				f.Node, f.Region, c.region)
 		}
-		l.node = f.Node
+		l.node, l.region = f.Node, f.Region
 		return r, nil
 	case *wire.ErrorFrame:
 		return nil, fromWire(f.Code, f.Message)
@@ -543,8 +563,11 @@ func appError(code quic.ApplicationErrorCode, msg string) *Error {
 
 // Node returns the name and region of the node of the current connection, as it announced
 // them in WELCOME (with several addresses and Options.Reconnect, the node may change; the
-// region does not).
-func (c *Conn) Node() (name, region string) { return c.current().node, c.region }
+// region changes only by a failover to a node of Options.Failover).
+func (c *Conn) Node() (name, region string) {
+	l := c.current()
+	return l.node, l.region
+}
 
 // Close closes the connection at once: publishes still pending fail with ErrClosed (wait for
 // their Futures first to keep them; those already sent fail with an *OutcomeUnknownError
@@ -570,18 +593,24 @@ func (c *Conn) Close() error {
 
 // openStream opens a new stream for one operation, waiting for stream credit within ctx.
 func (c *Conn) openStream(ctx context.Context) (*quic.Stream, error) {
+	s, _, err := c.openStreamOn(ctx)
+	return s, err
+}
+
+// openStreamOn is openStream, also returning the connection the stream is on.
+func (c *Conn) openStreamOn(ctx context.Context) (*quic.Stream, *link, error) {
 	select {
 	case <-c.closing:
-		return nil, ErrClosed
+		return nil, nil, ErrClosed
 	default:
 	}
 	l, err := c.live(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s, err := l.qc.OpenStreamSync(ctx)
 	if err != nil {
-		return nil, c.ctxOr(ctx, err)
+		return nil, nil, c.ctxOr(ctx, err)
 	}
-	return s, nil
+	return s, l, nil
 }

@@ -74,6 +74,15 @@
 //     it was, or with Options.Reconnect makes the Conn reconnect instead; [Conn.Stats] counts
 //     handshakes, migrations, failures and fallbacks. Every socket a connection used stays
 //     open until it ends (quic-go ends a connection with its first socket).
+//   - Every record carries its origin region and origin offset, so a subscription's
+//     [Subscription.Position] is a [Position]: per topic, per origin region, the last origin
+//     offset delivered (for a durable consumer: acknowledged). It means the same in every
+//     region: SubscribeOptions.Position resumes exactly after one, on a node of any region.
+//     With Options.Failover (nodes of other regions) and Reconnect, a Conn whose home region
+//     has no node left moves there, and each subscription resumes with its position: nothing
+//     delivered twice, nothing skipped, each origin in order (records of the lost region not
+//     mirrored yet arrive when it returns). Publishes there are that region's records, and
+//     de-duplication is per region (failover.go). [Conn.Stats] counts the moves.
 //
 // Goroutines: a Conn runs one goroutine reading the control stream, one watching the route to
 // its node (unless Options.MigrateCheck is negative), and, once something was

@@ -92,12 +92,11 @@ func TestFailoverWithinRegion(t *testing.T) {
 	}
 }
 
-// A Conn never moves to a node of another region (offsets and de-duplication are per
-// region): it says so, naming both regions, and keeps trying its own region's nodes.
+// A Conn never moves to a node of another region among the addresses of its own region
+// (offsets and de-duplication are per region; Options.Failover is how it moves): it says
+// so, naming both regions, and keeps trying its own region's nodes.
 func TestFailoverRefusesAnotherRegion(t *testing.T) {
-	caDir := t.TempDir()
-	eu, stopEU := nodetest.Start(t, func(c *node.Config) { c.CADir = caDir })
-	us, _ := nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
+	eu, stopEU, us := twoRegions(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Reconnect: true}, eu.Addr().String(), us.Addr().String())

@@ -57,6 +57,11 @@ type Stats struct {
 	LocalAddr string
 	// Node is the address of the node of the current connection, as given to Dial.
 	Node string
+	// Region is the region of the node of the current connection (its WELCOME).
+	Region string
+	// Failovers counts the connections made to a node of another region than the one
+	// before (Options.Failover): a move away from the home region, and one back.
+	Failovers uint64
 }
 
 // Stats returns the Conn's connection figures.
@@ -72,6 +77,8 @@ func (c *Conn) Stats() Stats {
 		Fallbacks:        c.mig.fallbacks.Load(),
 		LocalAddr:        local,
 		Node:             l.addr,
+		Region:           l.region,
+		Failovers:        c.failover.moves.Load(),
 	}
 }
 

@@ -20,6 +20,15 @@ type Options struct {
 	// Addrs are the nodes of one region to dial ("host:port" each), in order, when Dial is
 	// given no address. Default none.
 	Addrs []string
+	// Failover are nodes of other regions ("host:port" each), in order, to move to when every
+	// node of the home region (the addresses Dial was given) is unreachable: Dial tries them
+	// when no home node answers, and with Reconnect so does each reconnect, after one pass
+	// over the home nodes. Subscriptions made again there resume with their vector position
+	// (Subscription.Position), so no record is delivered twice or skipped, each origin
+	// region's records in order; publishes there are that region's records (see failover.go
+	// for what a resent idempotent publish means across regions). Each reconnect tries the
+	// home nodes first. Stats counts the moves. Default none: a Conn stays in its region.
+	Failover []string
 	// CAFile is a PEM bundle of the certificate authorities to trust for the node's
 	// certificate: the ca.pem `quicmq dev` prints (/tmp/quicmq-dev-XXXX/ca/ca.pem, or
 	// DIR/ca/ca.pem with --data DIR), or DATA/tls/ca.pem of a node that generated its own

@@ -72,6 +72,16 @@ type SubscribeOptions struct {
 	// matching then). Next then returns ErrCaughtUp once, in order after those records, and
 	// CaughtUp's channel closes: reading a topic to its end needs no timeout. Default false.
 	NotifyCaughtUp bool
+	// Position, when not nil, resumes the subscription after a portable position (from
+	// Subscription.Position, of this subscription or another, in this region or another):
+	// each topic it names is read from the first record it does not cover, and the records
+	// after that which it covers are skipped, each origin region in order. With Durable, the
+	// node raises it to cover what the durable acknowledged as the node knows it (its stored
+	// position, and newer ones mirrored from other regions): it never moves a durable back.
+	// Topics it does not name start as From (or a durable's stored position) says. Not with
+	// Group or Region. Needs a node that knows vector positions (SUBSCRIBE flag 16); an older
+	// node refuses the subscription with CodeProtocol. Default nil.
+	Position Position
 	// Standby, with Durable: when another subscriber holds the durable (one subscriber at a
 	// time), wait and take over when it ends (Pulsar's Failover), instead of being refused
 	// with CodeConflict. Subscribe then returns once this subscriber is the active one, so
@@ -119,6 +129,8 @@ type Record struct {
 	Sequence     uint64
 	Headers      []Header
 	Payload      []byte
+
+	gen uint32 // the region generation it was delivered in (position.go); 0: the current one
 }
 
 // Subscription is one subscription: its own QUIC stream, read on the caller's goroutine.
@@ -149,6 +161,11 @@ type Subscription struct {
 	lastNext  *uint64 // delivered[lastTopic]: a run of one topic's records skips the map
 
 	grp groupState // Commit, and the frames it read past (group.go)
+
+	// pos is the subscription's portable position (position.go), nil for a group member;
+	// region is the region of the node of its stream, which a failover changes (failover.go).
+	pos    *positions
+	region string
 
 	wmu      sync.Mutex   // guards the sending side and the fields below
 	s        *quic.Stream // the subscription's stream; replaced by resubscribe (Reconnect)
@@ -183,24 +200,45 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 		sub.unsent = make(map[string]uint64)
 		sub.known = make(map[string]bool)
 	}
-	str, fr, err := sub.open(ctx, opts.From)
+	if opts.Group == "" {
+		sub.pos = newPositions(opts.Durable != "", opts.Position)
+	}
+	str, fr, region, err := sub.open(ctx, opts.From)
 	if err != nil {
 		return nil, wrap(fmt.Sprintf("subscribe %q", pattern), err)
 	}
-	sub.s, sub.fr = str, fr
+	sub.s, sub.fr, sub.region = str, fr, region
 	return sub, nil
 }
 
 // open opens a stream for the subscription starting at from and waits until the node
-// confirmed it.
-func (sub *Subscription) open(ctx context.Context, from Start) (*quic.Stream, *frameReader, error) {
+// confirmed it. On a node of another region than the subscription's stream was (a failover),
+// it resumes after the position delivered so far instead (failover.go). It returns the
+// node's region.
+func (sub *Subscription) open(ctx context.Context, from Start) (*quic.Stream, *frameReader, string, error) {
 	c := sub.c
-	s, err := c.openStream(ctx)
+	s, l, err := c.openStreamOn(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
+	}
+	vector := sub.opts.Position
+	switch {
+	case sub.region != "" && l.region != sub.region: // a move: only the vector means the same there
+		vector, from = sub.pos.snapshot(false), sub.opts.From
+		if from.kind == wire.StartLatest {
+			from = AtTime(sub.begun.Add(-time.Second)) // a second for the clocks of client and node
+		}
+	case sub.region != "" && vector != nil: // made again in its region: after what it delivered
+		vector = sub.pos.snapshot(false)
+	}
+	block, err := vector.block()
+	if err != nil {
+		s.CancelWrite(wire.AppCancelled)
+		s.CancelRead(wire.AppCancelled)
+		return nil, nil, "", err
 	}
 	fr := newFrameReader(s, c.lim)
-	req := &wire.Subscribe{Pattern: sub.pattern, Start: from.kind, StartValue: from.value, Durable: sub.opts.Durable, Region: sub.opts.Region, Flags: wire.SubscribeRecords, Group: groupBlock(sub.opts)}
+	req := &wire.Subscribe{Pattern: sub.pattern, Start: from.kind, StartValue: from.value, Durable: sub.opts.Durable, Region: sub.opts.Region, Flags: wire.SubscribeRecords, Group: groupBlock(sub.opts), Vector: block}
 	if sub.opts.NotifyCaughtUp {
 		req.Flags |= wire.SubscribeCaughtUp
 	}
@@ -212,9 +250,12 @@ func (sub *Subscription) open(ctx context.Context, from Start) (*quic.Stream, *f
 		if f, err = fr.next(ctx); err == nil {
 			switch f := f.(type) {
 			case *wire.Subscribed:
-				return s, fr, nil
+				return s, fr, l.region, nil
 			case *wire.ErrorFrame:
 				err = fromWire(f.Code, f.Message)
+				if block != nil && f.Code == wire.CodeProtocol {
+					err = fmt.Errorf("node %s does not take vector positions (SUBSCRIBE flag 16; it answered: %w)", l.node, err)
+				}
 			default:
 				err = errorf(CodeProtocol, "the node answered SUBSCRIBE with %s", f.Type())
 			}
@@ -226,7 +267,7 @@ func (sub *Subscription) open(ctx context.Context, from Start) (*quic.Stream, *f
 	}
 	s.CancelWrite(wire.AppCancelled)
 	s.CancelRead(wire.AppCancelled)
-	return nil, nil, err
+	return nil, nil, "", err
 }
 
 // resumable reports whether the subscription should be made again after err ended its
@@ -262,7 +303,7 @@ func (s *Subscription) resubscribe(ctx context.Context) error {
 			from = AtTime(s.begun.Add(-time.Second)) // a second for the clocks of client and node
 		}
 	}
-	str, fr, err := s.open(ctx, from)
+	str, fr, region, err := s.open(ctx, from)
 	if err != nil {
 		return err
 	}
@@ -274,6 +315,14 @@ func (s *Subscription) resubscribe(ctx context.Context) error {
 		return ErrClosed
 	}
 	s.s, s.names = str, make(map[string]uint64)
+	if region != s.region { // another region's offsets: nothing of the last one applies
+		s.region = region
+		s.pos.moved()
+		clear(s.unsent)
+		clear(s.known)
+		clear(s.delivered)
+		s.lastNext = nil
+	}
 	s.wmu.Unlock()
 	s.fr, s.topics, s.lastTopic = fr, make(map[uint64]string), ""
 	return nil
@@ -287,6 +336,9 @@ func checkSubscribe(pattern string, opts SubscribeOptions) error {
 	}
 	if len(opts.Durable) > max {
 		return errorf(CodeInvalidArgument, "durable name of %d bytes is over the limit of %d bytes", len(opts.Durable), max)
+	}
+	if opts.Position != nil && (opts.Group != "" || opts.Region != "") {
+		return errorf(CodeInvalidArgument, "a Position is not taken with Group or Region: groups keep their positions on the node, a replay reads another region's offsets")
 	}
 	return checkGroup(opts)
 }
@@ -346,17 +398,14 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 				}
 				*s.lastNext = f.Offset + 1
 			}
-			return Record{
-				Topic:        name,
-				Offset:       f.Offset,
-				Time:         time.Unix(0, f.Time),
-				OriginRegion: f.OriginRegion,
-				OriginOffset: f.OriginOffset,
-				ProducerID:   f.ProducerID,
-				Sequence:     f.Sequence,
-				Headers:      s.slab.headers(f.Headers),
-				Payload:      s.slab.copy(f.Payload),
-			}, nil
+			rec := Record{Topic: name, Offset: f.Offset, OriginRegion: f.OriginRegion, OriginOffset: f.OriginOffset}
+			if s.pos != nil {
+				s.pos.deliver(&rec) // position.go
+			}
+			rec.Time = time.Unix(0, f.Time)
+			rec.ProducerID, rec.Sequence = f.ProducerID, f.Sequence
+			rec.Headers, rec.Payload = s.slab.headers(f.Headers), s.slab.copy(f.Payload)
+			return rec, nil
 		case *wire.Topic:
 			s.topics[f.Index] = f.Name
 			if f.Index == s.lastIndex {
@@ -461,11 +510,16 @@ func (s *Subscription) readErr(err error) error {
 // Ack acknowledges, cumulatively, r and every earlier record of r.Topic on this
 // subscription. For a durable consumer the node stores the position; for others it only
 // counts it. Acking every record is correct; acking the last of a batch is cheaper.
+// After a move to another region (Options.Failover), an Ack of a record delivered before the
+// move is not sent (its offset is the other region's; the position there covers it already).
 func (s *Subscription) Ack(r Record) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.sendDone {
 		return ErrClosed
+	}
+	if s.pos != nil && !s.pos.ack(r.Topic, r.Offset, r.gen) {
+		return nil // delivered in a region the subscription has left: its offset means nothing here
 	}
 	idx, ok := s.names[r.Topic]
 	if !ok && s.known[r.Topic] {
@@ -485,6 +539,13 @@ func (s *Subscription) Ack(r Record) error {
 			return nil
 		}
 		var se *quic.StreamError
+		if errors.As(err, &se) && se.Remote && s.known != nil {
+			// The node stopped reading (it is shutting down, or ended the subscription): Next
+			// makes the subscription again if it can, and the ACK goes to the new stream; if
+			// it cannot, Next returns the reason.
+			s.unsent[r.Topic] = max(s.unsent[r.Topic], r.Offset+1)
+			return nil
+		}
 		if errors.As(err, &se) && se.Remote {
 			// The node stopped reading: it ended the subscription, and its ERROR frame, the
 			// reason, is next on the receiving side.
@@ -493,6 +554,21 @@ func (s *Subscription) Ack(r Record) error {
 		return wrap(fmt.Sprintf("ack %s@%d", r.Topic, r.Offset), s.c.streamErr(err))
 	}
 	return nil
+}
+
+// Position returns the subscription's portable position: per topic, per origin region, the
+// last origin offset it acknowledged (a durable consumer) or delivered (any other); see
+// Position. Give it to SubscribeOptions.Position to resume exactly after it, in any region.
+// It covers what this Subscription saw (and SubscribeOptions.Position); what a durable
+// acknowledged before is held by the node, and mirrored to other regions, which add it when
+// the durable resumes with a vector.
+// After a move to another region (Options.Failover) a durable's position covers every record
+// delivered before the move. Safe to call from any goroutine; nil for a group member.
+func (s *Subscription) Position() Position {
+	if s.pos == nil {
+		return nil
+	}
+	return s.pos.snapshot(true)
 }
 
 // Close ends the subscription: it closes the sending side (FIN) and waits, at most two

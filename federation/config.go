@@ -97,6 +97,10 @@ type Config struct {
 	// whose head moved: what tells that peer its mirror is behind while the mirror stream
 	// itself carries nothing. Default 1 s.
 	HeadReportInterval time.Duration
+	// PositionInterval is how often a node serving a mirror stream looks for durable
+	// consumer positions of the topic that changed, to send them as POSITION frames
+	// (positions.go). Default 1 s.
+	PositionInterval time.Duration
 	// Incarnation identifies this start of the node to its peers (sent in each link's WATCH):
 	// a peer that sees a new incarnation drops its old connections to this node at once
 	// instead of waiting for their idle timeout. Default: a random number per New.
@@ -169,6 +173,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StallAfter <= 0 {
 		c.StallAfter = 30 * time.Second
+	}
+	if c.PositionInterval <= 0 {
+		c.PositionInterval = time.Second
 	}
 	if c.HeadReportInterval <= 0 {
 		c.HeadReportInterval = time.Second

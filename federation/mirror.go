@@ -158,8 +158,8 @@ func (b *mirrorBatch) due(idle bool) bool {
 	return len(b.records) > 0 && (idle || len(b.records) >= mirrorBatchRecords || b.bytes >= mirrorBatchBytes)
 }
 
-// apply takes one frame of the topic's mirror feed, whichever the stream mapping: it checks and batches a RECORD, notes a HEAD's lag, or skips a GAP
-// (appending what came before it first). Any other frame is a protocol error.
+// apply takes one frame of the topic's mirror feed, whichever the stream mapping: it checks and batches a RECORD, notes a HEAD's lag, skips a GAP
+// (appending what came before it first), or stores a durable's POSITION. Any other frame is a protocol error.
 func (m *mirror) apply(ctx context.Context, b *mirrorBatch, f wire.Frame) error {
 	region := m.l.peer.Region
 	switch f := f.(type) {
@@ -208,6 +208,8 @@ func (m *mirror) apply(ctx context.Context, b *mirrorBatch, f wire.Frame) error 
 			m.cursor.Store(int64(f.To - 1))
 		}
 		b.next = f.To
+	case *wire.Position:
+		return m.storePosition(ctx, f) // positions.go
 	default:
 		return fmt.Errorf("unexpected %s on a mirror stream", f.Type())
 	}

@@ -199,6 +199,9 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 		}
 	}
 
+	posTick := time.NewTicker(f.cfg.PositionInterval) // durable positions (positions.go)
+	defer posTick.Stop()
+	posDue := false
 	var q requestQueue
 	readDone := make(chan struct{})
 	go func() { // the stream's reader: later requests, or the end of the stream
@@ -224,6 +227,17 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 			str.Close()
 			return nil
 		}
+		select {
+		case <-posTick.C: // also while records keep the loop from waiting below
+			posDue = true
+		default:
+		}
+		if posDue {
+			posDue = false
+			if err := f.servePositions(w, cursors); err != nil {
+				return err
+			}
+		}
 		served := false
 		paused := f.pause.changed()
 		for _, c := range cursors {
@@ -246,6 +260,8 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 		case <-ctx.Done():
 		case <-wake:
 		case <-paused:
+		case <-posTick.C:
+			posDue = true
 		}
 	}
 }
@@ -343,6 +359,8 @@ type serveCursor struct {
 	stop            func() // ends the log's notifications
 	headNext        uint64 // the log's next offset when headTime was read
 	headTime        int64  // the time of the log's record before headNext
+
+	sentPos map[string]int64 // durable -> update time of the position last sent (positions.go)
 }
 
 // headMoved reports whether c's log has records past c's position.

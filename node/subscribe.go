@@ -54,6 +54,7 @@ type subscription struct {
 	draining atomic.Bool
 	ackErr   atomic.Pointer[wire.Error] // a protocol error found by the ack reader
 	commits  commits                    // COMMIT frames answered (commit.go)
+	vec      vectorState                // vector positions: asked for, and a durable's acknowledged (vector.go)
 
 	// Owned by the run goroutine.
 	cursors  []*cursor
@@ -99,6 +100,8 @@ type cursor struct {
 	cancel func()       // stops the log's notifications
 	scan   *wal.Scanner // keeps the log's iterator between reads while the cursor catches up
 	tail   *topicTail   // the topic's shared tail, nil when tails are off (tail.go)
+
+	skip map[string]uint64 // a vector whose covered records are skipped (vector.go); nil: none
 }
 
 type boundTopic struct {
@@ -132,9 +135,13 @@ func (s *session) authorizeSubscribe(req *wire.Subscribe) (*wire.Subscribe, *wir
 	if req.Start > wire.StartTime {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "start kind %d: want 0 (earliest), 1 (latest), 2 (offset) or 3 (time)", req.Start)
 	}
+	if e := checkVector(a, n.cfg.Region, req); e != nil { // vector.go
+		return nil, e
+	}
 	if a.tenant != "" {
 		r := *req
 		r.Pattern, r.Durable = a.topic(req.Pattern), a.durable(req.Durable)
+		r.Vector = namespaceVector(a, req.Vector)
 		req = &r
 		if e := n.checkDurables(a, req.Durable); e != nil {
 			return nil, e
@@ -270,6 +277,7 @@ func (s *session) newSubscription(parent context.Context, req *wire.Subscribe, o
 	}
 	sub.w = wire.NewWriter(writerFunc(out.write))
 	sub.mu.next = make(map[string]uint64)
+	sub.vec.want = wire.VectorMap(req.Vector)
 	return sub, nil
 }
 
@@ -529,7 +537,8 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 		c.cancel()
 		return err
 	}
-	c.next, c.stored = next, stored
+	c.next, c.stored, c.skip = next, stored, sub.vec.skip(topic)
+	sub.beginStored(topic, next, stored > 0) // vector.go
 	sub.mu.Lock()
 	sub.mu.next[topic] = next
 	sub.mu.Unlock()
@@ -544,6 +553,9 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 // exists at set-up; one below the first retained record is raised to it.
 func (sub *subscription) startOffset(topic string, created bool) (uint64, uint64, *wire.Error) {
 	n := sub.s.n
+	if next, ok, e := sub.vectorResume(topic); ok || e != nil { // vector.go
+		return next, next, e
+	}
 	if sub.req.Durable != "" {
 		// Resume, not Position + 1: a consumer reset to offset 0 has acknowledged nothing
 		// there, yet resumes at 0 rather than at its start position.
@@ -647,6 +659,10 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 	encode := func(rec *wal.Record) {
 		if !c.bound {
 			sub.bind(c)
+		}
+		if c.skip != nil && covered(c.skip, rec.OriginRegion, n.cfg.Region, rec.OriginOffset) {
+			c.next = rec.Offset + 1 // the vector it resumed from covers it (vector.go)
+			return
 		}
 		sub.rec = recordFrame(sub.out.index(c.index), rec, n.cfg.Region) // one value, reused: encoded at once
 		if sub.batch {
@@ -880,7 +896,8 @@ func (sub *subscription) storeAcks() *wire.Error {
 			delete(sub.pending, t)
 			continue
 		}
-		if err := n.wal.SetPosition(context.WithoutCancel(sub.ctx), wal.Position{Name: sub.req.Durable, Topic: t, Value: off}); err != nil {
+		p := wal.Position{Name: sub.req.Durable, Topic: t, Value: off, Vector: sub.ackedVector(t, off)} // vector.go
+		if err := n.wal.SetPosition(context.WithoutCancel(sub.ctx), p); err != nil {
 			if errors.Is(err, wal.ErrClosed) {
 				return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
 			}

@@ -357,7 +357,7 @@ func (e *engine) round(rds []*readyGroup) error {
 		}
 		sync = sync || rd.MustSync
 		toApply := rd.CommittedEntries
-		if e.cfg.brokenApplyBeforeCommit {
+		if e.cfg.brokenApplyBeforeCommit || (brokenAckBuild && g.rn.BasicStatus().RaftState == raft.StateLeader) {
 			toApply = rd.Entries
 		}
 		if err := e.apply(b, r, toApply, &after); err != nil {

@@ -10,11 +10,15 @@
 #   scripts/campaign.sh partitions                 campaign 3: region cut 30 s and 5 min, one-way, flapping (root, nft, ip)
 #   scripts/campaign.sh loss                       campaign 4: 0/1/5/20 % packet loss, 2 min each (root, nft, ip)
 #   scripts/campaign.sh gossip-loss [LOSS%]        campaign 4, gossip only: 8 meshes for 3 min at 20 % (root, nft, ip)
+#   scripts/campaign.sh replica [KILLS] [RATE]     replicated region: SIGKILL of the leader (default 50 kills, 600 records/s), failover p50/p99
+#   scripts/campaign.sh replica-faults             replicated region: leader cut off 30 s (root, nft), stopped 10 s, a replica wiped
+#   scripts/campaign.sh replica-broken             the replicated region's checkers against a build that acks before commit
 #   scripts/campaign.sh all
 #
 # Each prints the tests' own figures and exits non-zero if any check failed. Seeds are
 # printed; rerun one with WAL_CRASH_SEED=... or WAL_CORRUPT_SEED=.... Campaigns 3 and 4 live
-# in the bench module (bench/campaign) and skip, saying why, without root, nft or ip.
+# in the bench module (bench/campaign) and skip, saying why, without root, nft or ip. The
+# replicated-region campaigns name a failing history's porcupine visualization (an HTML file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -74,6 +78,30 @@ gossiploss() {
     -timeout 20m -run '^TestCampaignGossipLoss$' ./campaign)
 }
 
+replica() {
+  QUICMQ_REPLICA_KILLS=${1:-50} QUICMQ_REPLICA_RATE=${2:-600} run "replicated region: ${1:-50} SIGKILLs of the leader at ${2:-600} records/s, and the checker against broken histories" \
+    -timeout 60m -run '^(TestCampaignReplicaKillLeader|TestValidHistoriesPass|TestBrokenHistoriesFail|TestLongHistoryIsDecided)$' ./cmd/quicmq ./internal/linearize
+}
+
+replicafaults() {
+  QUICMQ_REPLICA_ISOLATE=30 QUICMQ_REPLICA_PAUSE=10 run "replicated region: the leader cut off 30 s, stopped 10 s; a replica's data wiped" \
+    -timeout 30m -run '^(TestCampaignReplicaIsolateLeader|TestCampaignReplicaPauseLeader|TestCampaignReplicaWipeReplica)$' ./cmd/quicmq
+}
+
+replicabroken() {
+  local rc=0
+  run "replicated region: the kill campaign's checker against a build that acknowledges before commit (passes when caught)" \
+    -timeout 20m -run '^TestCampaignReplicaCatchesBrokenAck$' ./cmd/quicmq || rc=1
+  # The simulation on the same broken build must FAIL.
+  if run "replica's simulation on the broken build (expected to fail)" -tags quicmq_broken_ack -timeout 10m -run '^TestSimRegion$' ./replica; then
+    echo "== the simulation passed a build that acknowledges before commit"
+    rc=1
+  else
+    echo "== the simulation caught the broken build, as it must"
+  fi
+  return $rc
+}
+
 case "${1:-}" in
   powerloss) powerloss "${2:-}" ;;
   corruption) corruption "${2:-}" ;;
@@ -83,6 +111,9 @@ case "${1:-}" in
   partitions) partitions ;;
   loss) loss ;;
   gossip-loss) gossiploss "${2:-}" ;;
+  replica) replica "${2:-}" "${3:-}" ;;
+  replica-faults) replicafaults ;;
+  replica-broken) replicabroken ;;
   all)
     rc=0
     powerloss || rc=1
@@ -93,10 +124,13 @@ case "${1:-}" in
     partitions || rc=1
     loss || rc=1
     gossiploss || rc=1
+    replica || rc=1
+    replicafaults || rc=1
+    replicabroken || rc=1
     exit $rc
     ;;
   *)
-    sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,9 @@ type Position struct {
 	Name  string
 	Topic string
 	Value uint64
+	// Vector, if not empty, is stored with the position (position.go, v3): per
+	// origin region, the last origin offset it covers. At most 256 regions.
+	Vector map[string]uint64
 }
 
 // AppendRequest is one atomic append: its records get consecutive offsets and
@@ -199,6 +203,10 @@ func (l *Log) newRequest(req AppendRequest, done func(AppendResult)) (*request, 
 		if err := checkName("position topic", r.pos.Topic); err != nil {
 			return nil, r.wrap(err)
 		}
+		if err := checkVector(r.pos.Vector); err != nil { // position.go
+			return nil, r.wrap(err)
+		}
+		r.pos.Vector = maps.Clone(r.pos.Vector) // the caller may reuse its map
 	}
 	switch {
 	case len(r.records) == 0 && !r.hasPos:
@@ -398,7 +406,7 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 			r.res.First = t.next
 		}
 		if r.hasPos {
-			f.positions = append(f.positions, putPosition(b, r.pos.Topic, r.pos.Name, posValue{v: r.pos.Value, updated: now}))
+			f.positions = append(f.positions, putPosition(b, r.pos.Topic, r.pos.Name, posValue{v: r.pos.Value, updated: now, vec: r.pos.Vector}))
 		}
 	}
 	if newID {

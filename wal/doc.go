@@ -18,7 +18,7 @@
 //	'm' | topicID u32 BE | off u64 BE -> record value (see record.go)
 //	'r' | topicID u32 BE            -> retention state: first retained offset and its byte position (retention, purge)
 //	'c' | topicID u32 BE            -> topic configuration: the topic's own retention (absent: Options.Retention)
-//	'p' | uvarint len | topic | name -> named position (consumer position, mirror cursor): value, update time, flags
+//	'p' | uvarint len | topic | name -> named position (consumer position, mirror cursor): value, update time, flags[, vector]
 //	'g' | topic name               -> raft group of a replicated topic (see "Replicated topics")
 //	's' | uvarint len | group ...  -> a shared consumer group's settings and state (see "Consumer groups")
 //
@@ -27,8 +27,10 @@
 //
 // Every value is versioned and carries a CRC32-C over its key and value; a
 // mismatch is ErrCorrupt naming the topic and offset, and is never served.
-// Positions have two layouts (v1: the value only; v2: with the time of the
-// write and a reset flag); both are read, v2 is written.
+// Positions have three layouts (v1: the value only; v2: with the time of the
+// write and a reset flag; v3: v2 with a vector, per origin region the last
+// origin offset the position covers, position.go); all are read, v3 is
+// written for a position given a vector, v2 otherwise.
 //
 // Topic IDs are never handed out twice (the counter is stored in the batch
 // that creates a topic), so a topic created after a delete of the same name

@@ -385,7 +385,7 @@ func TestReopenRecovers(t *testing.T) {
 			t.Errorf("topic %s id %d after reopen, want %d", name, got, id)
 		}
 	}
-	for _, p := range []Position{{"consumer1", "a", 3}, {"mirror/us", "b", 77}} {
+	for _, p := range []Position{{Name: "consumer1", Topic: "a", Value: 3}, {Name: "mirror/us", Topic: "b", Value: 77}} {
 		if v, ok, err := l2.Position(p.Name, p.Topic); err != nil || !ok || v != p.Value {
 			t.Errorf("Position %+v after reopen: %d %v %v", p, v, ok, err)
 		}

@@ -246,7 +246,7 @@ func TestDeleteTopic(t *testing.T) {
 	mustAppend(t, l, "a", 0, 50)
 	mustAppend(t, l, "b", 0, 5)
 	mustSetRetention(t, l, "a", Retention{MaxBytes: 1 << 30})
-	for _, p := range []Position{{"c1", "a", 10}, {"mirror/eu", "a", 7}, {"c1", "b", 3}, {"c1", "ab", 2}} {
+	for _, p := range []Position{{Name: "c1", Topic: "a", Value: 10}, {Name: "mirror/eu", Topic: "a", Value: 7}, {Name: "c1", Topic: "b", Value: 3}, {Name: "c1", Topic: "ab", Value: 2}} {
 		if err := l.SetPosition(t.Context(), p); err != nil {
 			t.Fatal(err)
 		}

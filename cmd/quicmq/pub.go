@@ -53,7 +53,7 @@ func (h *headerFlags) Set(v string) error {
 }
 
 func runPub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "pub", "--topic TOPIC [--server HOST:PORT] [--ca FILE] [--header K=V]... [--reconnect] [--quiet]\n"+
+	fs := newFlagSet(e, "pub", "--topic TOPIC [--server HOST:PORT] [--ca FILE] [--header K=V]... [--reconnect] [--failover HOST:PORT,...] [--quiet]\n"+
 		"                  [PAYLOAD | --file FILE | --count N [--size BYTES] [--rate R] [--print]]\n\n"+
 		"  quicmq pub --topic t 'hello'        one record, the argument as its payload\n"+
 		"  quicmq pub --topic t --file x.bin   one record, the whole file (any bytes) as its payload\n"+
@@ -76,6 +76,10 @@ func runPub(ctx context.Context, e *env, args []string) error {
 	fs.BoolVar(&o.reconnect, "reconnect", false, "when the connection to the node is lost (it restarted), dial it again and resend the\n"+
 		"publishes not yet acknowledged; the node stores each once (idempotent publish): one it had\n"+
 		"stored is printed with its original offset, and the count of those goes to standard error")
+	failover := fs.String("failover", "", "nodes of other regions, comma-separated, to move to when no --server node answers\n"+
+		"(implies --reconnect): publishes go on there as that region's records. A publish resent there\n"+
+		"is de-duplicated only against what that region stored: one the lost region had stored but not\n"+
+		"acknowledged is stored again, as a record of the new region (at least once across regions)")
 	args, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -129,7 +133,8 @@ func runPub(ctx context.Context, e *env, args []string) error {
 	if err := cf.check(); err != nil {
 		return err
 	}
-	conn, err := cf.dial(ctx, client.Options{MaxPendingPublishes: o.window, Reconnect: o.reconnect, Idempotent: o.reconnect})
+	o.reconnect = o.reconnect || *failover != ""
+	conn, err := cf.dial(ctx, client.Options{MaxPendingPublishes: o.window, Reconnect: o.reconnect, Idempotent: o.reconnect, Failover: splitServers(*failover)})
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ func init() {
 const ackEvery = 256
 
 func runSub(ctx context.Context, e *env, args []string) error {
-	fs := newFlagSet(e, "sub", "--topic PATTERN [--server HOST:PORT] [--ca FILE] [--from earliest|latest|OFFSET|TIME] [--durable NAME | --group NAME [--ack-wait D] [--max-deliver N] [--dead-letter TOPIC] [--order none|topic|key]] [--region R] [--count N] [--idle DURATION] [--until-caught-up] [--reconnect]")
+	fs := newFlagSet(e, "sub", "--topic PATTERN [--server HOST:PORT] [--ca FILE] [--from earliest|latest|OFFSET|TIME] [--durable NAME | --group NAME [--ack-wait D] [--max-deliver N] [--dead-letter TOPIC] [--order none|topic|key]] [--region R] [--count N] [--idle DURATION] [--until-caught-up] [--reconnect] [--failover HOST:PORT,...]")
 	var cf clientFlags
 	cf.register(e, fs)
 	pattern := fs.String("topic", "", "topic or pattern to subscribe to ('*' one token, trailing '>' one or more), e.g. 'orders.>' (required)")
@@ -38,6 +38,10 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	idle := fs.Duration("idle", 0, "exit when no record arrived for this long, e.g. 5s (0: wait forever)")
 	reconnect := fs.Bool("reconnect", false, "when the connection to the node is lost (it restarted), dial it again and go on where the\n"+
 		"subscription was, printing nothing twice (with --durable: from the last acknowledged record)")
+	failover := fs.String("failover", "", "nodes of other regions, comma-separated, to move to when no --server node answers\n"+
+		"(implies --reconnect): the subscription resumes there after the records it printed, by their\n"+
+		"origin region and origin offset, so nothing is printed twice or skipped, each region's records\n"+
+		"in order; records of the lost region not yet mirrored come when it returns")
 	var gf groupFlags
 	gf.register(fs)
 	format := fs.String("format", "text", "output: text (OFFSET<TAB>TOPIC<TAB>PAYLOAD per line, the payload as it is) or\n"+
@@ -72,7 +76,7 @@ func runSub(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 
-	conn, err := cf.dial(ctx, client.Options{Reconnect: *reconnect})
+	conn, err := cf.dial(ctx, client.Options{Reconnect: *reconnect || *failover != "", Failover: splitServers(*failover)})
 	if err != nil {
 		return err
 	}

@@ -52,7 +52,7 @@ var typeNames = map[Type]string{
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
 	TypeNak: "NAK", TypeCommit: "COMMIT", TypeCommitted: "COMMITTED",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
-	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
+	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypePosition: "POSITION", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
 }
 
 func (t Type) String() string {
@@ -186,6 +186,9 @@ type Subscribe struct {
 	// Group, when not nil, makes the subscription a member of a shared consumer group
 	// (groups.go); it is encoded after Flags, which then carry SubscribeGroup.
 	Group *Group
+	// Vector, when not nil, is a position per topic (vector.go): encoded after the group
+	// block, with SubscribeVector in Flags. An empty, non-nil Vector is a block of 0 topics.
+	Vector []TopicVector
 }
 
 // Subscribed confirms a subscription.
@@ -350,6 +353,8 @@ func newFrame(t Type) Frame {
 		return new(Mirror)
 	case TypeHead:
 		return new(Head)
+	case TypePosition:
+		return new(Position)
 	case TypeRaft:
 		return new(Raft)
 	case TypeRaftBatch:
@@ -431,17 +436,20 @@ func (f *PublishError) decodeBody(d *dec) {
 
 func (f *Subscribe) appendBody(e enc) enc {
 	e = e.str(f.Pattern).byte1(byte(f.Start)).uvarint(f.StartValue).str(f.Durable).str(f.Region)
-	flags := f.Flags &^ SubscribeGroup
+	flags := f.Flags &^ (SubscribeGroup | SubscribeVector)
 	if f.Group != nil {
 		flags |= SubscribeGroup
+	}
+	if f.Vector != nil {
+		flags |= SubscribeVector
 	}
 	if flags != 0 {
 		e = e.uvarint(flags)
 	}
-	return f.Group.appendTo(e)
+	return appendVector(f.Group.appendTo(e), f.Vector)
 }
 func (f *Subscribe) decodeBody(d *dec) {
-	f.Flags, f.Group = 0, nil
+	f.Flags, f.Group, f.Vector = 0, nil, nil
 	f.Pattern = d.str("pattern")
 	f.Start = StartKind(d.byte1("start"))
 	f.StartValue = d.uvarint("start value")
@@ -453,6 +461,7 @@ func (f *Subscribe) decodeBody(d *dec) {
 		}
 	}
 	f.Group = decodeGroup(d, f.Flags)
+	f.Vector = decodeVector(d, f.Flags)
 	// An unknown start kind is not malformed: the node answers it with ERROR 13 (invalid
 	// argument), naming the kind.
 }

@@ -26,6 +26,7 @@ func addSeeds(f *testing.F) {
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Start: 9, Flags: SubscribeRecords | SubscribeCaughtUp}))
 	f.Add([]byte{byte(TypeCaughtUp), 0, 0, 0, 1, 0x80}) // a varint cut short
 	f.Add(groupSeed())
+	f.Add(vectorSeed())
 	f.Add([]byte{byte(TypePublish), 0xff, 0xff, 0xff, 0xff})
 	// Publishes over per-publish limits (refused, not malformed) between good ones.
 	var refused []byte

@@ -1,0 +1,58 @@
+package client
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// Cross-region failover (Options.Failover).
+//
+// A Conn's home region is the list of nodes Dial was given. When a reconnect (Options.Reconnect)
+// finds every node of that list unreachable, it dials the nodes of Options.Failover in order,
+// which may be in other regions: the first that answers WELCOME becomes the connection, in
+// whatever region it is. Offsets, durable positions and de-duplication are per region, so what
+// moves with the Conn is what means the same everywhere:
+//   - A subscription made again on a node of another region resumes with its vector position
+//     (Subscription.Position: per topic, per origin region, the last origin offset it
+//     delivered): the node skips every record the vector covers and delivers the rest, each
+//     origin in order. Records of the lost region that it acknowledged but had not mirrored
+//     yet are not skipped: they reach the new region when the lost one returns and its mirror
+//     catches up, and the subscription delivers them then.
+//   - A publish there is that region's record (its origin is the new region). A publish resent
+//     after the move (Idempotent) is de-duplicated only against what the new region stored:
+//     one the lost region had stored before it went down is stored again, as a record of the
+//     new region, so across a failover an idempotent publish is stored at least once, not once.
+// Each later reconnect tries the home region's nodes first, then the failover list again: a
+// Conn returns home when the node it failed over to is lost and the home region answers.
+
+// failover is the Conn's failover state.
+type failover struct {
+	moves atomic.Uint64 // connections made to a node of another region than the one before
+}
+
+// dialAny makes a new connection: to a home node, trying them in order from index first (an
+// index past the home list starts at the first), else, when Options.Failover names nodes, to
+// the first of those that answers. Each try's error is kept.
+func (c *Conn) dialAny(ctx context.Context, first int) (*link, *wire.Reader, error) {
+	if first >= c.home {
+		first = 0
+	}
+	l, r, err := c.dialLink(ctx, first)
+	if err == nil || c.home == len(c.addrs) || ctx.Err() != nil || refused(err, func(c Code) bool { return c == CodeUnauthorized }) {
+		return l, r, err
+	}
+	errs := []error{err}
+	for at := c.home; at < len(c.addrs); at++ {
+		l, r, err := c.dialNode(ctx, at)
+		if err == nil {
+			return l, r, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, nil, nodesError(errs)
+}

@@ -1,0 +1,84 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/nodetest"
+)
+
+// With Options.Failover, a Conn whose home region (eu) has no node left moves to a node of
+// another region (us): publishes go on there as us's records, a subscription resumes there
+// after its position (here: us holds none of eu's records, so it reads us's own from the
+// start), and Stats names the region and counts the move. A failover node also serves Dial
+// when no home node answers.
+func TestFailoverToAnotherRegion(t *testing.T) {
+	eu, stopEU, us := twoRegions(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Reconnect: true, Idempotent: true, Failover: []string{us.Addr().String()}}, eu.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, "fo.x", client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish := func(from, to int, region string) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := c.Publish(ctx, client.Message{Topic: "fo.x", Payload: fmt.Appendf(nil, "%d", i)}); err != nil {
+				t.Fatalf("publish %d: %v", i, err)
+			}
+		}
+		for i := from; i < to; i++ {
+			rec, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(rec.Payload) != fmt.Sprint(i) || rec.OriginRegion != region {
+				t.Fatalf("record %q from %s, want %d from %s", rec.Payload, rec.OriginRegion, i, region)
+			}
+		}
+	}
+	publish(0, 10, "eu")
+	stopEU()
+	publish(10, 20, "us")
+	st := c.Stats()
+	if st.Region != "us" || st.Failovers != 1 {
+		t.Fatalf("after eu stopped: region %q, %d failovers; want us, 1", st.Region, st.Failovers)
+	}
+	if got, want := sub.Position().String(), "fo.x=eu:9,us:9"; got != want {
+		t.Errorf("position %q, want %q", got, want)
+	}
+
+	// eu is down: a new Conn is served by the failover node from the start.
+	c2, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Failover: []string{us.Addr().String()}}, eu.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, region := c2.Node(); region != "us" {
+		t.Fatalf("Dial with eu down: region %q, want us", region)
+	}
+	// A failover address is checked like a home one.
+	_, err = client.Dial(ctx, client.Options{Failover: []string{"a,b"}}, us.Addr().String())
+	if err == nil || !strings.Contains(err.Error(), "failover address") {
+		t.Errorf("a failover address holding a comma: %v", err)
+	}
+}
+
+// twoRegions starts node n1 of region eu and node u1 of region us, with one CA, not linked.
+func twoRegions(t *testing.T) (eu *node.Node, stopEU func(), us *node.Node) {
+	t.Helper()
+	caDir := t.TempDir()
+	eu, stopEU = nodetest.Start(t, func(c *node.Config) { c.CADir = caDir })
+	us, _ = nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
+	return eu, stopEU, us
+}
