@@ -261,8 +261,11 @@ func (p *publisher) submit() {
 				stored -= len(b.records[sk.Index].Payload)
 			}
 		}
+		var re *replicatedError
+		unknown := errors.As(res.Err, &re) && re.unknown // replicated.go: the entry may commit
 		p.mu.Lock()
 		b.res, b.done, b.stored = res, true, stored
+		b.unknown = b.unknown || unknown
 		b.records = nil // the payloads are on disk; do not hold them until the ack is written
 		p.mu.Unlock()
 		p.signal()

@@ -136,8 +136,8 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 			done := b.done
 			rs.p.mu.Unlock()
 			if !done {
-				rs.fail(wire.Errorf(wire.CodeUnavailable,
-					"the leader of the topic, node %q of region %q, did not answer within %v: the record may or may not have been appended; retry",
+				rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
+					"the leader of the topic, node %q of region %q, did not answer within %v: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
 					rs.owner, r.n.cfg.Region, wait+wait/2))
 			}
 		})
@@ -267,8 +267,8 @@ func (rs *relayStream) watchLeader() {
 			continue
 		}
 		if now := r.leaderName(topic); now != "" && now != rs.owner {
-			rs.fail(wire.Errorf(wire.CodeUnavailable,
-				"the leader of %q moved from node %q to node %q before answering: the record may or may not have been appended; retry",
+			rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
+				"the leader of %q moved from node %q to node %q before answering: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
 				topic, rs.owner, now))
 		}
 	}

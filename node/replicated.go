@@ -659,8 +659,13 @@ func (r *replicated) leaderName(topic string) string {
 	return t.nameOf(st.Lead)
 }
 
-// replicatedError carries what a client is told about a replicated append.
-type replicatedError struct{ e *wire.Error }
+// replicatedError carries what a client is told about a replicated append. unknown: the
+// entry may still commit (or has), so the publish must not be refused with PUBLISH_ERROR
+// (which says nothing was appended): its stream ends instead (publish.go).
+type replicatedError struct {
+	e       *wire.Error
+	unknown bool
+}
 
 func (e *replicatedError) Error() string { return e.e.Message }
 
@@ -671,7 +676,7 @@ func (e *replicatedError) Error() string { return e.e.Message }
 func (r *replicated) propose(topic string, recs []wal.Record, done func(wal.AppendResult)) {
 	n := r.n
 	t := r.lookup(topic)
-	fail := func(e *wire.Error) { done(wal.AppendResult{Err: &replicatedError{e}}) }
+	fail := func(e *wire.Error) { done(wal.AppendResult{Err: &replicatedError{e: e}}) }
 	if t == nil {
 		fail(wire.Errorf(wire.CodeUnavailable, "topic %q is not placed yet; retry", topic))
 		return
@@ -684,15 +689,17 @@ func (r *replicated) propose(topic string, recs []wal.Record, done func(wal.Appe
 	var once sync.Once
 	finish := func(res wal.AppendResult) { once.Do(func() { done(res) }) }
 	timer := time.AfterFunc(n.cfg.Raft.QuorumTimeout, func() {
-		finish(wal.AppendResult{Err: &replicatedError{wire.Errorf(wire.CodeUnavailable, "%s; the records may or may not have been appended: retry with the same producer sequences",
-			r.noQuorum(t, "did not commit the publish").Message)}})
+		finish(wal.AppendResult{Err: &replicatedError{e: wire.Errorf(wire.CodeUnavailable,
+			"%s; the outcome of every publish not yet answered on this stream is unknown: publish them again with their producer_id and sequence to learn it",
+			r.noQuorum(t, "did not commit the publish").Message), unknown: true}})
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Raft.QuorumTimeout)
 	defer cancel()
 	r.d.ProposeAsync(ctx, t.group, data, func(res replica.Result, err error) {
 		timer.Stop()
 		if err != nil {
-			finish(wal.AppendResult{Err: &replicatedError{proposeError(t, err)}})
+			e, unknown := proposeError(t, err)
+			finish(wal.AppendResult{Err: &replicatedError{e: e, unknown: unknown}})
 			return
 		}
 		ar, ok := res.Detail.(*wal.AppendResult)
@@ -704,23 +711,26 @@ func (r *replicated) propose(topic string, recs []wal.Record, done func(wal.Appe
 	})
 }
 
-// proposeError maps a refused or failed proposal to what the client is told.
-func proposeError(t *repTopic, err error) *wire.Error {
+// proposeError maps a refused or failed proposal to what the client is told; unknown says
+// the entry may have been (or may still be) committed.
+func proposeError(t *repTopic, err error) (e *wire.Error, unknown bool) {
 	var nl *replica.NotLeaderError
 	switch {
 	case errors.As(err, &nl):
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader changed before the publish was proposed (now %s): nothing was appended; retry",
-			t.name, cmpOr(t.nameOf(nl.Leader), "unknown"))
+			t.name, cmpOr(t.nameOf(nl.Leader), "unknown")), false
 	case errors.Is(err, replica.ErrDropped):
-		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader changed before the publish committed: nothing was appended; retry", t.name)
-	case errors.Is(err, replica.ErrStopped), errors.Is(err, context.Canceled):
-		return wire.Errorf(wire.CodeShuttingDown, "node shutting down: nothing was appended")
-	case errors.Is(err, context.DeadlineExceeded):
-		return wire.Errorf(wire.CodeUnavailable, "topic %q: the node's raft driver did not take the publish in time: nothing was appended; retry", t.name)
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader changed before the publish committed: nothing was appended; retry", t.name), false
 	case errors.Is(err, raft.ErrProposalDropped):
-		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader holds too much uncommitted data (its followers are behind): nothing was appended; retry", t.name)
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader holds too much uncommitted data (its followers are behind): nothing was appended; retry", t.name), false
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, replica.ErrStopped):
+		// ProposeAsync's hand-over timed out: the driver never took it.
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: the node's raft driver did not take the publish in time: nothing was appended; retry", t.name), false
+	case errors.Is(err, replica.ErrStopped), errors.Is(err, context.Canceled):
+		// A proposal pending when the driver stopped may have been committed by the others.
+		return wire.Errorf(wire.CodeShuttingDown, "node shutting down before the publish to %q was applied here: its outcome is unknown; publish it again with its producer_id and sequence to learn it", t.name), true
 	}
-	return wire.Errorf(wire.CodeInternal, "topic %q: replicated append failed: %v", t.name, err)
+	return wire.Errorf(wire.CodeInternal, "topic %q: replicated append failed (%v): its outcome is unknown", t.name, err), true
 }
 
 func cmpOr(s, alt string) string {
@@ -744,7 +754,8 @@ func (r *replicated) setPosition(ctx context.Context, name, topic string, off ui
 		if errors.Is(res.Err, context.DeadlineExceeded) {
 			return r.noQuorum(t, "did not store the consumer's position")
 		}
-		return proposeError(t, res.Err)
+		e, _ := proposeError(t, res.Err)
+		return e
 	}
 	return nil
 }

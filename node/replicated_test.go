@@ -245,7 +245,11 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 	}
 	sc.Close()
 
-	// The stopped node restarts and catches up.
+	// The stopped node restarts and catches up (joining through a survivor: it left the
+	// pool when it stopped, and the first node was started with nothing to join).
+	cfg := m.cfgs[lead]
+	cfg.Join = []string{m.nodes[survivors[0]].Gossip().LANAddr()}
+	m.cfgs[lead] = cfg
 	m.restart(lead)
 	all := []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
 	checkIdentical(t, all, "pay", 13)
