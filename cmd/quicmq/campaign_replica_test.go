@@ -252,10 +252,10 @@ func (l *replicaLoad) settle(op linearize.PublishOp, topic int, ack client.Ack, 
 		}
 		return false
 	case errors.As(err, &ce) && !errors.Is(err, client.ErrOutcomeUnknown) && strings.Contains(ce.Message, "may or may not have been appended"):
-		// A relay's PUBLISH_ERROR 9 that says it does not know: protocol.md promises that a
-		// PUBLISH_ERROR appended nothing, but a node relaying to a leader that failed
-		// answers so when it lost the stream after forwarding (/work/briefs/bugs-repcheck.md,
-		// 2). Taken at its word, the outcome is unknown: published again like any other.
+		// A PUBLISH_ERROR that says it does not know: protocol.md promises that a
+		// PUBLISH_ERROR appended nothing, so a node must end the stream instead (outcome
+		// unknown). Counted, and the campaign fails on it; taken at its word here (published
+		// again like any unknown outcome) so that the checker still judges the rest.
 		op.Unknown(err)
 		l.unknown.Add(1)
 		l.unknownRefusals.Add(1)
@@ -582,6 +582,9 @@ func checkReplicaCampaign(t *testing.T, l *replicaLoad, running []int) {
 	t.Logf("checker: %v", rep)
 	if !rep.OK() {
 		t.Fatal("the replicated-region campaign failed its checker")
+	}
+	if n := l.unknownRefusals.Load(); n > 0 {
+		t.Fatalf("%d publishes were answered PUBLISH_ERROR saying their outcome is unknown: a PUBLISH_ERROR must mean nothing was appended (the node must end the stream instead)", n)
 	}
 }
 
