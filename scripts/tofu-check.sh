@@ -3,7 +3,8 @@
 # provider serving the real AWS and Google schemas (tools/tfstub), then
 #   tofu fmt -check; init + validate of every module and example; plan of every example;
 #   tofu test of every module; the rendered node configuration through 'quicmq config check'
-#   (with ca_key_pem and with node_certs, and the messages refusing a wrong choice of the two);
+#   (with ca_key_pem, with node_certs, and of a replicated 3-node region; the messages refusing a
+#   wrong choice of the two, and more replicas than nodes);
 #   tflint (QUICMQ_TFLINT=0 skips it); and negative checks: a misspelt argument and a missing
 #   required one must each make validate fail.
 # Binaries are cached in $QUICMQ_CACHE (default $HOME/.cache/quicmq), keyed by the hash of
@@ -110,7 +111,7 @@ done
 step "plan examples/multi-cloud with node_certs instead of ca_key_pem"
 pemv() { printf -- '{ cert_pem = "-----BEGIN CERTIFICATE-----\\n%s\\n-----END CERTIFICATE-----", key_pem = "-----BEGIN PRIVATE KEY-----\\n%s\\n-----END PRIVATE KEY-----" }' "$1" "$1"; }
 { grep -v '^ca_key_pem' "$work/ci.tfvars"
-  echo "node_certs = { us-1 = $(pemv us-1), eu-1 = $(pemv eu-1), eu-gcp-1 = $(pemv eu-gcp-1) }"; } > "$work/certs.tfvars"
+  echo "node_certs = {"; for r in us eu eu-gcp; do for i in 1 2 3; do echo "  $r-$i = $(pemv $r-$i)"; done; done; echo "}"; } > "$work/certs.tfvars"
 run "$tf/examples/multi-cloud" "$tofu" plan -refresh=false -input=false -no-color -lock=false -var-file="$work/certs.tfvars" &&
   grep -m1 '^Plan:' <<<"$out" | sed 's/^/   /'
 
@@ -190,7 +191,22 @@ refused both-modes "  ca_key_pem    = \"x\"
   node_certs    = $certs" "give either ca_key_pem .* not both"
 refused no-mode "" "give ca_key_pem .* or node_certs"
 refused missing-cert "  node_certs    = { eu-1 = { cert_pem = \"$(pem CERTIFICATE eu-1)\", key_pem = \"$(pem 'PRIVATE KEY' k)\" } }" "node_certs has no entry for node(s) eu-2"
+refused too-few-nodes "  ca_key_pem    = \"x\"
+  replicas      = 3" "replicas = 3 needs at least 3 nodes in region eu, which has 2"
 rm -rf "$render"-*
+
+# A replicated region: 3 nodes, replicas = 3 by default, and a raft_tick.
+mkdir -p "$render-r3" && cp -r "$render/etc" "$render-r3/"
+sed -e 's/^  nodes         = \[\(.*\)\]$/  nodes         = [\1, { name = "eu-3", private_ip = "10.0.1.12", public_ip = "198.51.100.12" }]\n  raft_tick     = "100ms"/' \
+  -e 's/^output "eu_2" { value = module.config.configs\["eu-2"\] }$/output "eu_3" { value = module.config.configs["eu-3"] }/' "$render/main.tf" > "$render-r3/main.tf"
+if run "$render-r3" "$tofu" init -backend=false -input=false -no-color &&
+  run "$render-r3" "$tofu" apply -auto-approve -input=false -no-color -lock=false; then
+  (cd "$render-r3" && "$tofu" output -raw eu_3) | sed "s#/etc/quicmq/#$render-r3/etc/#g" > "$render-r3/eu_3.hcl"
+  run "$render-r3" "$quicmq" config check "$render-r3/eu_3.hcl" && echo "   replicated: ${out#$render-r3/}"
+  grep -qx 'replicas        = 3' "$render-r3/eu_3.hcl" && grep -qx 'raft_tick       = "100ms"' "$render-r3/eu_3.hcl" ||
+    { echo "tofu-check: a 3-node region's config lacks replicas = 3 or raft_tick"; fail=1; }
+fi
+rm -rf "$render-r3"
 
 step "negative checks: broken arguments must fail validate"
 neg() { # neg NAME FILE SED EXPECT

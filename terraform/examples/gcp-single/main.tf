@@ -1,4 +1,5 @@
-# One QuicMQ region on GCP (europe-west1), one node.
+# One QuicMQ region on GCP (europe-west1), one node: no replication (for production, 3 nodes
+# with replicas 3, as in examples/multi-cloud).
 terraform {
   required_version = ">= 1.6.0"
   required_providers {

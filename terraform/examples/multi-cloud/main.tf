@@ -1,6 +1,9 @@
 # A mesh of three QuicMQ regions: two on AWS (us-east-1, eu-west-1) and one on GCP
 # (europe-west1), joined over WAN gossip on their static public addresses. Each region's
-# firewall admits only the other regions' /32s on the WAN gossip port and QUIC links.
+# firewall admits only the other regions' /32s on the WAN gossip port and QUIC links. Each
+# region runs node_count nodes (3) with replicas 3: every topic is held by the region's three
+# nodes, kept in agreement by raft, and survives the loss of one (docs/operations.md). A
+# region's nodes start together: it forms once its three are up.
 terraform {
   required_version = ">= 1.6.0"
   required_providers {
@@ -36,6 +39,8 @@ locals {
     binary_url    = var.binary_url
     binary_sha256 = var.binary_sha256
     mirror        = ["audit.>"]
+    node_count    = var.node_count
+    replicas      = var.replicas
   }
 }
 
@@ -58,6 +63,8 @@ module "us" {
   binary_url    = local.common.binary_url
   binary_sha256 = local.common.binary_sha256
   mirror        = local.common.mirror
+  node_count    = local.common.node_count
+  replicas      = local.common.replicas
 }
 
 module "eu" {
@@ -78,6 +85,8 @@ module "eu" {
   binary_url    = local.common.binary_url
   binary_sha256 = local.common.binary_sha256
   mirror        = local.common.mirror
+  node_count    = local.common.node_count
+  replicas      = local.common.replicas
 }
 
 module "gcp" {
@@ -100,6 +109,8 @@ module "gcp" {
   binary_url    = local.common.binary_url
   binary_sha256 = local.common.binary_sha256
   mirror        = local.common.mirror
+  node_count    = local.common.node_count
+  replicas      = local.common.replicas
 }
 
 output "node_addresses" {

@@ -51,3 +51,15 @@ variable "project" {
   description = "GCP project id."
   type        = string
 }
+
+variable "node_count" {
+  description = "Nodes per region (REGION-1, REGION-2, ...): 3 for production, so that each region keeps its topics through the loss of a node. With node_certs, every node needs an entry."
+  type        = number
+  default     = 3
+}
+
+variable "replicas" {
+  description = "Replicas of each topic in a region (at most node_count, odd recommended): 3, each topic on all three nodes of its region; a publish is acknowledged once two have it. 1: each topic on one node (the nodes split the topics)."
+  type        = number
+  default     = 3
+}

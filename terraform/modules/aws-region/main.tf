@@ -125,6 +125,8 @@ module "config" {
   tokens        = var.tokens
   mirror        = var.mirror
   admin_api     = var.admin_api
+  replicas      = var.replicas
+  raft_tick     = var.raft_tick
   binary_url    = var.binary_url
   binary_sha256 = var.binary_sha256
   ports         = var.ports

@@ -9,7 +9,7 @@ variable "region" {
 }
 
 variable "node_count" {
-  description = "Nodes in this region. Several nodes split the region's topics (placement, docs/operations.md): they start together, before the first publish."
+  description = "Nodes in this region (named REGION-1, REGION-2, ...). From 3 nodes on, each topic is held by replicas of them (3 by default) and survives the loss of a node; with 2, or with replicas = 1, the nodes split the region's topics, one node each (placement, docs/operations.md). Either way they start together, before the first publish."
   type        = number
   default     = 1
   validation {
@@ -115,6 +115,18 @@ variable "tokens" {
   type        = list(string)
   default     = []
   sensitive   = true
+}
+
+variable "replicas" {
+  description = "Replicas of each new topic in the region (1 to 7, odd recommended), kept in agreement by raft; at most node_count, the same on every node. The region forms once its first replicas nodes by name are up. Null: 3 when node_count is at least 3, else 1 (each topic on one node). A region already running 3 or more nodes without replication: set 1 to keep it so (a change replaces the instances and their logs)."
+  type        = number
+  default     = null
+}
+
+variable "raft_tick" {
+  description = "One raft tick of the replicated topics (Go duration; elections 10-20 ticks after a leader's last heartbeat). Null: the node's default (50ms)."
+  type        = string
+  default     = null
 }
 
 variable "admin_api" {

@@ -25,6 +25,10 @@ locals {
     ""
   )
 
+  # Replication (docs/operations.md, a replicated region): the same on every node of the region.
+  replicas         = coalesce(var.replicas, length(var.nodes) >= 3 ? 3 : 1)
+  replicas_problem = local.replicas > length(var.nodes) ? "replicas = ${local.replicas} needs at least ${local.replicas} nodes in region ${var.region}, which has ${length(var.nodes)} (node_count): raise node_count or lower replicas" : ""
+
   configs = {
     for n in var.nodes : n.name => templatefile("${path.module}/templates/quicmq.hcl.tftpl", {
       data_dir        = local.data_dir
@@ -48,6 +52,8 @@ locals {
       max_payload     = var.max_payload
       log_level       = var.log_level
       admin_api       = var.admin_api
+      replicas        = local.replicas
+      raft_tick       = var.raft_tick == null ? "" : var.raft_tick
     })
   }
 

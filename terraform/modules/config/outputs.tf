@@ -5,6 +5,10 @@ output "configs" {
     condition     = local.mode_problem == ""
     error_message = "config: ${local.mode_problem}."
   }
+  precondition {
+    condition     = local.replicas_problem == ""
+    error_message = "config: ${local.replicas_problem}."
+  }
 }
 
 output "boot_scripts" {
@@ -14,6 +18,10 @@ output "boot_scripts" {
   precondition {
     condition     = local.mode_problem == ""
     error_message = "config: ${local.mode_problem}."
+  }
+  precondition {
+    condition     = local.replicas_problem == ""
+    error_message = "config: ${local.replicas_problem}."
   }
 }
 

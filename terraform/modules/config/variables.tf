@@ -139,3 +139,23 @@ variable "binary_sha256" {
     error_message = "binary_sha256: want 64 lower-case hex digits (sha256sum quicmq)."
   }
 }
+
+variable "replicas" {
+  description = "Replicas of each new topic in the region (the node's replicas key), kept in agreement by raft: 1 (each topic on one node), or 2 to 7 (odd recommended: 3 survives the loss of a node). Every node of the region gets the same value, and there must be at least that many nodes; the region's metadata group forms once its first replicas nodes by name are up, so they start together. Null: 3 when the region has at least 3 nodes, else 1."
+  type        = number
+  default     = null
+  validation {
+    condition     = contains([1, 2, 3, 4, 5, 6, 7], coalesce(var.replicas, 1))
+    error_message = "replicas: want a whole number from 1 to 7 (odd recommended: 3 survives the loss of a node), or null for 3 with 3 or more nodes, else 1."
+  }
+}
+
+variable "raft_tick" {
+  description = "One raft tick of the replicated topics (the node's raft_tick key; Go duration): elections start 10-20 ticks after a leader's last heartbeat. Raise it when the region's nodes are more than a few ms apart. Null: the node's default (50ms)."
+  type        = string
+  default     = null
+  validation {
+    condition     = var.raft_tick == null || can(regex("^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$", coalesce(var.raft_tick, "-")))
+    error_message = "raft_tick: want a Go duration such as \"50ms\" or \"100ms\" (null: the node's default, 50ms)."
+  }
+}

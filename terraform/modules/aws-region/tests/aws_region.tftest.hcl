@@ -81,3 +81,20 @@ run "node_certs_keep_the_ca_key_off_the_nodes" {
     error_message = "with node_certs no CA key reaches the user data; the configuration names cert, key and ca_bundle"
   }
 }
+
+# replicas and raft_tick reach every node's configuration, through the user data.
+run "three_nodes_replicate" {
+  command = plan
+  override_resource {
+    target = aws_eip.node
+    values = { public_ip = "198.51.100.30" }
+  }
+  variables {
+    node_count = 3
+    raft_tick  = "100ms"
+  }
+  assert {
+    condition     = length(aws_instance.node) == 3 && alltrue([for n, i in aws_instance.node : i.user_data_base64 == base64gzip(module.config.boot_scripts[n]) && strcontains(module.config.boot_scripts[n], "\nreplicas        = 3\nraft_tick       = \"100ms\"\n")])
+    error_message = "3 nodes: every node's user data configures replicas = 3 (the default) and the raft_tick given"
+  }
+}

@@ -208,3 +208,103 @@ run "admin_api_when_asked" {
     error_message = "admin_api = true must reach the configuration"
   }
 }
+
+# Replication (the node's replicas key): by default 3 from 3 nodes on, and only rendered above 1,
+# so a single-copy region's configuration (and boot script) stays as it was.
+run "three_nodes_replicate_by_default" {
+  command = plan
+  variables {
+    nodes = [
+      { name = "eu-1", private_ip = "10.0.1.10", public_ip = "198.51.100.10" },
+      { name = "eu-2", private_ip = "10.0.1.11", public_ip = "198.51.100.11" },
+      { name = "eu-3", private_ip = "10.0.1.12", public_ip = "198.51.100.12" },
+    ]
+  }
+  assert {
+    condition     = length(output.configs) == 3 && alltrue([for c in values(output.configs) : strcontains(c, "\nreplicas        = 3\n") && !strcontains(c, "raft_tick")])
+    error_message = "a region of 3 nodes renders replicas = 3 on every node, and no raft_tick unless given"
+  }
+  assert {
+    condition     = strcontains(output.configs["eu-3"], "join            = [\"10.0.1.10:7946\",\"10.0.1.11:7946\"]")
+    error_message = "each replica joins the region's other nodes"
+  }
+}
+
+run "one_node_no_replication" {
+  command = plan
+  variables {
+    nodes = [{ name = "eu-1", private_ip = "10.0.1.10", public_ip = "198.51.100.10" }]
+  }
+  assert {
+    condition     = !strcontains(output.configs["eu-1"], "replicas") && !strcontains(output.configs["eu-1"], "raft_")
+    error_message = "one node: no replicas key (the node's default, 1)"
+  }
+}
+
+run "two_nodes_no_replication_by_default" {
+  command = plan
+  assert {
+    condition     = alltrue([for c in values(output.configs) : !strcontains(c, "replicas")])
+    error_message = "2 nodes: single-copy topics unless replicas is given"
+  }
+}
+
+run "replicas_and_raft_tick_when_given" {
+  command = plan
+  variables {
+    replicas  = 2
+    raft_tick = "100ms"
+  }
+  assert {
+    condition     = alltrue([for c in values(output.configs) : strcontains(c, "\nreplicas        = 2\nraft_tick       = \"100ms\"\n")])
+    error_message = "replicas and raft_tick must reach every node's configuration"
+  }
+}
+
+run "replicas_1_on_three_nodes" {
+  command = plan
+  variables {
+    nodes = [
+      { name = "eu-1", private_ip = "10.0.1.10", public_ip = "198.51.100.10" },
+      { name = "eu-2", private_ip = "10.0.1.11", public_ip = "198.51.100.11" },
+      { name = "eu-3", private_ip = "10.0.1.12", public_ip = "198.51.100.12" },
+    ]
+    replicas = 1
+  }
+  assert {
+    condition     = alltrue([for c in values(output.configs) : !strcontains(c, "replicas")])
+    error_message = "replicas = 1 keeps a region of 3 on single-copy topics"
+  }
+}
+
+run "refuses_more_replicas_than_nodes" {
+  command = plan
+  variables {
+    replicas = 3
+  }
+  expect_failures = [output.configs, output.boot_scripts]
+}
+
+run "refuses_replicas_out_of_range" {
+  command = plan
+  variables {
+    replicas = 8
+  }
+  expect_failures = [var.replicas]
+}
+
+run "refuses_a_fractional_replicas" {
+  command = plan
+  variables {
+    replicas = 1.5
+  }
+  expect_failures = [var.replicas]
+}
+
+run "refuses_a_bad_raft_tick" {
+  command = plan
+  variables {
+    raft_tick = "50"
+  }
+  expect_failures = [var.raft_tick]
+}

@@ -78,3 +78,20 @@ run "node_certs_keep_the_ca_key_off_the_nodes" {
     error_message = "with node_certs no CA key reaches the instance metadata"
   }
 }
+
+# replicas and raft_tick reach every node's configuration, through the startup script.
+run "three_nodes_replicate" {
+  command = plan
+  override_resource {
+    target = google_compute_address.node
+    values = { address = "198.51.100.20" }
+  }
+  variables {
+    node_count = 3
+    raft_tick  = "100ms"
+  }
+  assert {
+    condition     = length(google_compute_instance.node) == 3 && alltrue([for i in google_compute_instance.node : strcontains(i.metadata_startup_script, "\nreplicas        = 3\nraft_tick       = \"100ms\"\n")])
+    error_message = "3 nodes: every node's startup script configures replicas = 3 (the default) and the raft_tick given"
+  }
+}
