@@ -97,7 +97,7 @@ func (g *group) take(m *member, max int) (got, dead []*flight) {
 		if t == nil {
 			break
 		}
-		room := min(max-len(got), g.window-g.mu.outstanding, g.window-int(t.next-t.floor))
+		room := min(max-len(got), g.window-g.mu.outstanding)
 		got = g.dispatchLocked(t, m, room, now, got)
 	}
 	return got, dead
@@ -115,8 +115,8 @@ func (g *group) mayTakeLocked(f *flight, m *member, now time.Time) bool {
 	return h == nil || h.m == nil || h.m == m
 }
 
-// nextTopicLocked is the next topic (round robin) with records the group has not handed out
-// and room in its window; it skips records retention deleted meanwhile.
+// nextTopicLocked is the next topic (round robin) with records the group has not handed
+// out; it skips records retention deleted meanwhile.
 func (g *group) nextTopicLocked() *gtopic {
 	for range len(g.mu.list) {
 		t := g.mu.list[g.mu.rr%len(g.mu.list)]
@@ -125,13 +125,12 @@ func (g *group) nextTopicLocked() *gtopic {
 		if !ok {
 			continue
 		}
-		for t.next < first && t.next-t.floor < uint64(g.window) { // deleted by retention: nothing to deliver
-			g.doneLocked(t, t.next)
-			t.next++
+		if t.next < first { // deleted by retention: nothing to deliver, done
+			t.next = first
 			t.dirty = true
 			g.advanceLocked(t)
 		}
-		if t.next < head && t.next-t.floor < uint64(g.window) {
+		if t.next < head {
 			return t
 		}
 	}
@@ -283,10 +282,11 @@ func (g *group) ack(m *member, topic string, off uint64) error {
 	if t == nil || off >= t.next {
 		return fmt.Errorf("no record at offset %d was delivered", off)
 	}
-	if off < t.floor || t.done[off] {
-		return nil
+	f := t.out[off]
+	if f == nil {
+		return nil // done
 	}
-	if f := t.out[off]; f != nil && f.deliveries == 0 {
+	if f.deliveries == 0 {
 		return fmt.Errorf("no record at offset %d was delivered", off)
 	}
 	g.doneLocked(t, off)
@@ -336,14 +336,22 @@ func (g *group) doneLocked(t *gtopic, off uint64) {
 		delete(t.out, off)
 		g.mu.outstanding--
 	}
-	t.done[off] = true
 	t.dirty = true
 }
 
-// advanceLocked moves t's floor over done offsets.
+// advanceLocked moves t's floor up to its lowest outstanding offset (next when none). It
+// steps over done offsets while that costs less than a pass over out, so that it is O(1)
+// per offset in the usual case and O(len(out)) at worst however far the floor moves.
 func (g *group) advanceLocked(t *gtopic) {
-	for t.floor < t.next && t.done[t.floor] {
-		delete(t.done, t.floor)
+	for steps := 0; t.floor < t.next && t.out[t.floor] == nil; steps++ {
+		if steps > len(t.out) {
+			low := t.next
+			for off := range t.out {
+				low = min(low, off)
+			}
+			t.floor = low
+			return
+		}
 		t.floor++
 	}
 }

@@ -60,12 +60,9 @@ func (n *Node) groupState(g wal.GroupInfo) *consumerState {
 		}
 		lo := max(st.Floor, first)
 		var out uint64
-		if lo < st.Next {
-			out = st.Next - lo
-			for _, e := range st.Entries {
-				if e.Done && e.Offset >= lo {
-					out--
-				}
+		for _, e := range st.Entries {
+			if e.Offset >= lo {
+				out++
 			}
 		}
 		var fresh uint64
@@ -334,11 +331,6 @@ func (g *group) purged(topic string, cut uint64) {
 			g.moveLocked(f, fDone, nil)
 			delete(t.out, off)
 			g.mu.outstanding--
-		}
-	}
-	for off := range t.done {
-		if off < cut {
-			delete(t.done, off)
 		}
 	}
 	t.floor, t.next = cut, max(t.next, cut)

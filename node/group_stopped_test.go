@@ -1,0 +1,244 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+// publishAsync publishes count records to topic (payload "i") with up to the client's
+// window of publishes in flight, and waits for every acknowledgement.
+func publishAsync(t *testing.T, c *client.Conn, topic string, count int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	fs := make([]*client.Future, 0, count)
+	for i := range count {
+		f, err := c.PublishAsync(ctx, client.Message{Topic: topic, Payload: []byte(strconv.Itoa(i))})
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		fs = append(fs, f)
+	}
+	for i, f := range fs {
+		if _, err := f.Wait(ctx); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+	}
+}
+
+// liveGroup returns the node's live group shown as name, or nil.
+func liveGroup(n *Node, name string) *group {
+	n.cons.mu.Lock()
+	defer n.cons.mu.Unlock()
+	for _, g := range n.cons.mu.groups {
+		if g.shown == name {
+			return g
+		}
+	}
+	return nil
+}
+
+// waitGroupState waits until cond holds of the live group name (checked under its mutex)
+// and fails after timeout, describing the group.
+func waitGroupState(t *testing.T, n *Node, name string, timeout time.Duration, what string, cond func(g *group) bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if g := liveGroup(n, name); g != nil {
+			g.mu.Lock()
+			ok := cond(g)
+			g.mu.Unlock()
+			if ok {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; %s", what, timeout, dumpGroups(n))
+		}
+		<-tick.C
+	}
+}
+
+// held returns the offsets of topic delivered to m and not done. Called with g.mu held.
+func held(g *group, m *member, topic string) map[uint64]bool {
+	out := map[uint64]bool{}
+	if t := g.mu.topics[topic]; t != nil {
+		for off, f := range t.out {
+			if f.state == fAssigned && f.m == m && !f.deadline.IsZero() {
+				out[off] = true
+			}
+		}
+	}
+	return out
+}
+
+// TestGroupStoppedMemberDoesNotStall: a member that takes its MemberPending records, reads
+// one and stops (never acks, its stream open, ack-wait 1 h) holds the group's floor, yet
+// the four other members get every other record of 10,000 long before its ack-wait could
+// pass, while the group never holds more than its window; once it closes its stream its
+// records go to the others. With restart, the node is restarted mid-way (the stopped member
+// then ends with it and a new one stops after the restart): nothing acknowledged before the
+// restart is delivered again, and everything else is delivered.
+func TestGroupStoppedMemberDoesNotStall(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) { testStoppedMember(t, restart) })
+	}
+}
+
+func testStoppedMember(t *testing.T, restart bool) {
+	const total, fast, window, memberPending = 10_000, 4, 1024, 256
+	cfg := Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "n1", Region: "test", Logger: testLogger(t),
+		Groups: GroupConfig{Window: window, MemberPending: memberPending}}
+	n, stop := startStoppable(t, cfg)
+	publishAsync(t, dialNode(t, n, client.Options{}), "work", total)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // ack-wait is 1 h: no redelivery by it
+	defer cancel()
+	opts := client.SubscribeOptions{Group: "g", AckWait: time.Hour}
+
+	// stopMember joins, reads one record and stops reading, holding memberPending records;
+	// it returns the member's subscription and the offsets it holds.
+	stopMember := func(n *Node) (*client.Subscription, map[uint64]bool) {
+		sub := joinGroup(t, dialNode(t, n, client.Options{}), "work", opts)
+		if _, err := sub.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var offs map[uint64]bool
+		waitGroupState(t, n, "g", 20*time.Second, "the stopped member holds MemberPending records", func(g *group) bool {
+			for m := range g.mu.members {
+				if m.pending == memberPending {
+					offs = held(g, m, "work")
+					return len(offs) == memberPending
+				}
+			}
+			return false
+		})
+		return sub, offs
+	}
+
+	var mu sync.Mutex
+	acked := map[uint64]bool{} // acknowledged (and, before a restart, committed)
+	before := map[uint64]bool{}
+	var want int
+	reached := make(chan struct{})
+	var wg sync.WaitGroup
+	// drain runs the fast members until ctx ends; they ack every record they get, and
+	// reached is closed once want records are acked.
+	drain := func(ctx context.Context, n *Node) {
+		for i := range fast {
+			sub := joinGroup(t, dialNode(t, n, client.Options{}), "work", opts)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					r, err := sub.Next(ctx)
+					if err != nil {
+						break
+					}
+					mu.Lock()
+					if before[r.Offset] {
+						t.Errorf("member %d: offset %d, acknowledged before the restart, delivered again", i, r.Offset)
+					}
+					first := !acked[r.Offset]
+					acked[r.Offset] = true
+					if first && len(acked) == want {
+						close(reached)
+					}
+					mu.Unlock()
+					if err := sub.Ack(r); err != nil {
+						break
+					}
+				}
+				cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer ccancel()
+				if err := sub.Commit(cctx); err != nil && restart {
+					t.Errorf("member %d: commit: %v", i, err)
+				}
+				sub.Close()
+			}()
+		}
+	}
+	await := func(what string) {
+		t.Helper()
+		select {
+		case <-reached:
+		case <-ctx.Done():
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("%s: %d of %d records acknowledged; %s", what, len(acked), want, dumpGroups(n))
+		}
+	}
+
+	slow, slowOffs := stopMember(n)
+	if restart {
+		// Mid-way: the fast members ack half, commit and end; the node restarts.
+		want = total / 2
+		dctx, dcancel := context.WithCancel(ctx)
+		drain(dctx, n)
+		await("before the restart")
+		dcancel()
+		wg.Wait()
+		waitGroupState(t, n, "g", 20*time.Second, "the floor held far below the next offset", func(g *group) bool {
+			tp := g.mu.topics["work"]
+			return tp.next-tp.floor > window && g.mu.outstanding <= window
+		})
+		slow.Close()
+		stop()
+		mu.Lock()
+		for off := range acked {
+			before[off] = true
+		}
+		mu.Unlock()
+		n, _ = startStoppable(t, cfg)
+		slow, slowOffs = stopMember(n)
+	}
+	for off := range slowOffs {
+		if before[off] {
+			t.Fatalf("offset %d, acknowledged before the restart, delivered again to the stopped member", off)
+		}
+	}
+	mu.Lock()
+	want = total - memberPending
+	reached = make(chan struct{})
+	if len(acked) == want {
+		close(reached)
+	}
+	mu.Unlock()
+	dctx, dcancel := context.WithCancel(ctx)
+	defer dcancel()
+	drain(dctx, n)
+	await("with the stopped member")
+	mu.Lock()
+	for off := range slowOffs {
+		if acked[off] {
+			t.Errorf("offset %d held by the stopped member went to another member", off)
+		}
+	}
+	mu.Unlock()
+	waitGroupState(t, n, "g", 20*time.Second, "the window bounds what the group holds", func(g *group) bool {
+		tp := g.mu.topics["work"]
+		return g.mu.outstanding == memberPending && len(tp.out) == memberPending && tp.next == total
+	})
+
+	// The stopped member closes its stream: its records go to the others.
+	mu.Lock()
+	want = total
+	reached = make(chan struct{})
+	mu.Unlock()
+	slow.Close()
+	await("after the stopped member closed its stream")
+	waitGroupState(t, n, "g", 20*time.Second, "every record done", func(g *group) bool {
+		tp := g.mu.topics["work"]
+		return g.mu.outstanding == 0 && tp.floor == total
+	})
+	dcancel()
+	wg.Wait()
+	t.Logf("%d records acknowledged, %d of them before the restart; the stopped member held %d", len(acked), len(before), len(slowOffs))
+}
