@@ -12,7 +12,7 @@ import (
 
 // Shared groups in consumer management (manage.go): a group is listed, inspected, reset and
 // removed like a durable consumer, as a row of kind "group", from its state in wal
-// (wal.Groups: settings, and per topic the floor, the next offset and the window) and its
+// (wal.Groups: settings, and per topic the floor, the next offset and the outstanding records) and its
 // members connected to this node (the live group, group.go).
 //
 // A reset or removal fences the group's name (consumers.mu.fenced): no member joins while it
