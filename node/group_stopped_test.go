@@ -242,3 +242,109 @@ func testStoppedMember(t *testing.T, restart bool) {
 	wg.Wait()
 	t.Logf("%d records acknowledged, %d of them before the restart; the stopped member held %d", len(acked), len(before), len(slowOffs))
 }
+
+// TestGroupStoppedMemberOrderByTopic: ordered by topic, a member that stops reading holds
+// only its own topics: the others get every record of the other topics (ack-wait 1 h, so not
+// by redelivery), none of its topics' records go to them while its stream is open, and the
+// group holds nothing for it beyond what it took. Once it closes its stream, its topics go
+// to the others, each in offset order.
+func TestGroupStoppedMemberOrderByTopic(t *testing.T) {
+	const topics, perTopic, fast, memberPending = 8, 1000, 3, 128
+	n := newTestNode(t, func(c *Config) { c.Groups.MemberPending = memberPending })
+	pc := dialNode(t, n, client.Options{})
+	for i := range topics {
+		publishAsync(t, pc, "work.t"+strconv.Itoa(i), perTopic)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts := client.SubscribeOptions{Group: "g", AckWait: time.Hour, OrderBy: client.OrderByTopic}
+	slow := joinGroup(t, dialNode(t, n, client.Options{}), "work.>", opts)
+	if _, err := slow.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	heldTopics := map[string]bool{}
+	waitGroupState(t, n, "g", 20*time.Second, "the stopped member holds MemberPending records", func(g *group) bool {
+		for m := range g.mu.members {
+			if m.pending == memberPending {
+				for name := range g.mu.topics {
+					if len(held(g, m, name)) > 0 {
+						heldTopics[name] = true
+					}
+				}
+				return true
+			}
+		}
+		return false
+	})
+	if len(heldTopics) == topics {
+		t.Fatalf("the stopped member holds all %d topics: nothing is left to show", topics)
+	}
+
+	var mu sync.Mutex
+	got := map[string]map[uint64]bool{} // topic -> offsets acknowledged
+	last := map[string]uint64{}         // topic -> highest offset first received
+	count := 0
+	want := (topics - len(heldTopics)) * perTopic
+	reached := make(chan struct{})
+	dctx, dcancel := context.WithCancel(ctx)
+	defer dcancel()
+	var wg sync.WaitGroup
+	for i := range fast {
+		sub := joinGroup(t, dialNode(t, n, client.Options{}), "work.>", opts)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				r, err := sub.Next(dctx)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				if got[r.Topic] == nil {
+					got[r.Topic] = map[uint64]bool{}
+				}
+				if !got[r.Topic][r.Offset] {
+					if l, ok := last[r.Topic]; ok && r.Offset < l {
+						t.Errorf("member %d: %s offset %d first received after %d", i, r.Topic, r.Offset, l)
+					}
+					last[r.Topic] = max(last[r.Topic], r.Offset)
+					got[r.Topic][r.Offset] = true
+					if count++; count == want {
+						close(reached)
+					}
+				}
+				mu.Unlock()
+				if err := sub.Ack(r); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	await := func(what string) {
+		t.Helper()
+		select {
+		case <-reached:
+		case <-ctx.Done():
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("%s: %d of %d records received; %s", what, count, want, dumpGroups(n))
+		}
+	}
+	await("with the stopped member")
+	mu.Lock()
+	for name := range heldTopics {
+		if len(got[name]) > 0 {
+			t.Errorf("%d records of %s, held by the stopped member, went to others", len(got[name]), name)
+		}
+	}
+	want = topics * perTopic
+	reached = make(chan struct{})
+	mu.Unlock()
+	waitGroupState(t, n, "g", 20*time.Second, "the group holds only the stopped member's records", func(g *group) bool {
+		return g.mu.outstanding == memberPending
+	})
+	slow.Close()
+	await("after the stopped member closed its stream")
+	dcancel()
+	wg.Wait()
+}

@@ -93,7 +93,7 @@ func (g *group) take(m *member, max int) (got, dead []*flight) {
 	clear(g.mu.ready[len(kept):])
 	g.mu.ready = kept
 	for len(got) < max && g.mu.outstanding < g.window {
-		t := g.nextTopicLocked()
+		t := g.nextTopicLocked(m)
 		if t == nil {
 			break
 		}
@@ -116,8 +116,12 @@ func (g *group) mayTakeLocked(f *flight, m *member, now time.Time) bool {
 }
 
 // nextTopicLocked is the next topic (round robin) with records the group has not handed
-// out; it skips records retention deleted meanwhile.
-func (g *group) nextTopicLocked() *gtopic {
+// out that m may take; it skips records retention deleted meanwhile. Ordered by topic, a
+// topic another member holds (or whose records wait in ready) is skipped: its records are
+// left in the log for that member to take when it has room, rather than held for it, so a
+// member that stopped reading holds its own topics only and none of the window beyond its
+// MemberPending.
+func (g *group) nextTopicLocked(m *member) *gtopic {
 	for range len(g.mu.list) {
 		t := g.mu.list[g.mu.rr%len(g.mu.list)]
 		g.mu.rr++
@@ -130,9 +134,13 @@ func (g *group) nextTopicLocked() *gtopic {
 			t.dirty = true
 			g.advanceLocked(t)
 		}
-		if t.next < head {
-			return t
+		if t.next >= head {
+			continue
 		}
+		if h := g.mu.holds[t.name]; g.set.Order == wire.OrderTopic && h != nil && (h.ready > 0 || (h.m != nil && h.m != m)) {
+			continue
+		}
+		return t
 	}
 	return nil
 }
