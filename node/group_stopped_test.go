@@ -80,6 +80,44 @@ func held(g *group, m *member, topic string) map[uint64]bool {
 	return out
 }
 
+// startMembers starts count members of the group of opts on pattern, reading until ctx
+// ends: each record goes to each (under no lock), then is acknowledged; done (when not nil)
+// runs with the member's subscription before it is closed. wg counts the members.
+func startMembers(ctx context.Context, t *testing.T, n *Node, pattern string, opts client.SubscribeOptions, count int, wg *sync.WaitGroup,
+	each func(member int, r client.Record), done func(member int, sub *client.Subscription)) {
+	for i := range count {
+		sub := joinGroup(t, dialNode(t, n, client.Options{}), pattern, opts)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				r, err := sub.Next(ctx)
+				if err != nil {
+					break
+				}
+				each(i, r)
+				if err := sub.Ack(r); err != nil {
+					break
+				}
+			}
+			if done != nil {
+				done(i, sub)
+			}
+			sub.Close()
+		}()
+	}
+}
+
+// awaitClosed waits until reached is closed, else fails when ctx ends with what describes.
+func awaitClosed(ctx context.Context, t *testing.T, reached <-chan struct{}, what string, describe func() string) {
+	t.Helper()
+	select {
+	case <-reached:
+	case <-ctx.Done():
+		t.Fatalf("%s: %s", what, describe())
+	}
+}
+
 // TestGroupStoppedMemberDoesNotStall: a member that takes its MemberPending records, reads
 // one and stops (never acks, its stream open, ack-wait 1 h) holds the group's floor, yet
 // the four other members get every other record of 10,000 long before its ack-wait could
@@ -132,48 +170,32 @@ func testStoppedMember(t *testing.T, restart bool) {
 	// drain runs the fast members until ctx ends; they ack every record they get, and
 	// reached is closed once want records are acked.
 	drain := func(ctx context.Context, n *Node) {
-		for i := range fast {
-			sub := joinGroup(t, dialNode(t, n, client.Options{}), "work", opts)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for {
-					r, err := sub.Next(ctx)
-					if err != nil {
-						break
-					}
-					mu.Lock()
-					if before[r.Offset] {
-						t.Errorf("member %d: offset %d, acknowledged before the restart, delivered again", i, r.Offset)
-					}
-					first := !acked[r.Offset]
-					acked[r.Offset] = true
-					if first && len(acked) == want {
-						close(reached)
-					}
-					mu.Unlock()
-					if err := sub.Ack(r); err != nil {
-						break
-					}
-				}
-				cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
-				defer ccancel()
-				if err := sub.Commit(cctx); err != nil && restart {
-					t.Errorf("member %d: commit: %v", i, err)
-				}
-				sub.Close()
-			}()
-		}
+		startMembers(ctx, t, n, "work", opts, fast, &wg, func(i int, r client.Record) {
+			mu.Lock()
+			defer mu.Unlock()
+			if before[r.Offset] {
+				t.Errorf("member %d: offset %d, acknowledged before the restart, delivered again", i, r.Offset)
+			}
+			first := !acked[r.Offset]
+			acked[r.Offset] = true
+			if first && len(acked) == want {
+				close(reached)
+			}
+		}, func(i int, sub *client.Subscription) {
+			cctx, ccancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer ccancel()
+			if err := sub.Commit(cctx); err != nil && restart {
+				t.Errorf("member %d: commit: %v", i, err)
+			}
+		})
 	}
 	await := func(what string) {
 		t.Helper()
-		select {
-		case <-reached:
-		case <-ctx.Done():
+		awaitClosed(ctx, t, reached, what, func() string {
 			mu.Lock()
 			defer mu.Unlock()
-			t.Fatalf("%s: %d of %d records acknowledged; %s", what, len(acked), want, dumpGroups(n))
-		}
+			return fmt.Sprintf("%d of %d records acknowledged; %s", len(acked), want, dumpGroups(n))
+		})
 	}
 
 	slow, slowOffs := stopMember(n)
@@ -289,46 +311,31 @@ func TestGroupStoppedMemberOrderByTopic(t *testing.T) {
 	dctx, dcancel := context.WithCancel(ctx)
 	defer dcancel()
 	var wg sync.WaitGroup
-	for i := range fast {
-		sub := joinGroup(t, dialNode(t, n, client.Options{}), "work.>", opts)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				r, err := sub.Next(dctx)
-				if err != nil {
-					return
-				}
-				mu.Lock()
-				if got[r.Topic] == nil {
-					got[r.Topic] = map[uint64]bool{}
-				}
-				if !got[r.Topic][r.Offset] {
-					if l, ok := last[r.Topic]; ok && r.Offset < l {
-						t.Errorf("member %d: %s offset %d first received after %d", i, r.Topic, r.Offset, l)
-					}
-					last[r.Topic] = max(last[r.Topic], r.Offset)
-					got[r.Topic][r.Offset] = true
-					if count++; count == want {
-						close(reached)
-					}
-				}
-				mu.Unlock()
-				if err := sub.Ack(r); err != nil {
-					return
-				}
-			}
-		}()
-	}
+	startMembers(dctx, t, n, "work.>", opts, fast, &wg, func(i int, r client.Record) {
+		mu.Lock()
+		defer mu.Unlock()
+		if got[r.Topic] == nil {
+			got[r.Topic] = map[uint64]bool{}
+		}
+		if got[r.Topic][r.Offset] {
+			return
+		}
+		if l, ok := last[r.Topic]; ok && r.Offset < l {
+			t.Errorf("member %d: %s offset %d first received after %d", i, r.Topic, r.Offset, l)
+		}
+		last[r.Topic] = max(last[r.Topic], r.Offset)
+		got[r.Topic][r.Offset] = true
+		if count++; count == want {
+			close(reached)
+		}
+	}, nil)
 	await := func(what string) {
 		t.Helper()
-		select {
-		case <-reached:
-		case <-ctx.Done():
+		awaitClosed(ctx, t, reached, what, func() string {
 			mu.Lock()
 			defer mu.Unlock()
-			t.Fatalf("%s: %d of %d records received; %s", what, count, want, dumpGroups(n))
-		}
+			return fmt.Sprintf("%d of %d records received; %s", count, want, dumpGroups(n))
+		})
 	}
 	await("with the stopped member")
 	mu.Lock()
