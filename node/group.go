@@ -27,11 +27,14 @@ import (
 // is the only backpressure: a member that stops reading takes nothing more, and the others
 // go on), its ack reader marks records done. Nothing is read from the log for a member that
 // did not ask, so no queue grows on the node; what a group holds is bounded by its window
-// (GroupConfig.Window): at most Window records delivered and not done over all its topics,
-// and at most Window offsets per topic between its floor and the next record it hands out.
+// (GroupConfig.Window): at most Window outstanding records (handed out and not done, or
+// given back and waiting to be handed out again) over all its topics. Per topic it keeps
+// its floor, the next offset it hands out and the outstanding records between them; every
+// other offset between them is done, so however far a member that stopped reading holds
+// the floor back, the others go on while the group has fewer than Window outstanding.
 //
 // State in wal (wal/groups.go): the settings, and per topic the floor, the next offset and
-// the records of the window with their delivery counts, stored in one synced batch after
+// the outstanding records with their delivery counts, stored in one synced batch after
 // each run of ACKs (and at a COMMIT), so that a node restart redelivers nothing
 // acknowledged. Delivery counts since the last store can be lost by a crash (a record may
 // then be delivered more than MaxDeliver times in all). With replication (issue 13) this
@@ -50,9 +53,11 @@ type GroupConfig struct {
 	// MaxDeliver is a group's max-deliver when its first member does not set one: after that
 	// many deliveries a record goes to the dead-letter topic. Default 5.
 	MaxDeliver int
-	// Window caps a group's records delivered and not yet done (over all its topics), and
-	// per topic the offsets between the group's floor and the next record it hands out: the
-	// bound of a group's memory and of each stored state. Default 1024.
+	// Window caps a group's outstanding records over all its topics: those handed out and
+	// not yet acknowledged or dead-lettered, and those given back and waiting to be handed
+	// out again. It is the bound of a group's memory (a few hundred bytes per record) and of
+	// each stored state; the span between a topic's floor and the next record handed out is
+	// not bounded. Default 1024.
 	Window int
 	// MemberBatch is how many records a member takes at a time when it has room. Default 64.
 	MemberBatch int
@@ -126,17 +131,17 @@ type group struct {
 	}
 }
 
-// gtopic is a group's position in one topic: every offset below floor is done; [floor,
-// next) holds flights (out) and done offsets (done).
+// gtopic is a group's position in one topic: every offset below floor is done; of [floor,
+// next), the flights (out) are outstanding and every other offset is done. floor is out's
+// lowest offset, or next when out is empty.
 type gtopic struct {
 	name        string
 	floor, next uint64
 	out         map[uint64]*flight
-	done        map[uint64]bool
 	dirty       bool
 }
 
-// flight is a record of the window that is not done.
+// flight is an outstanding record: handed out, or given back, and not done.
 type flight struct {
 	t          *gtopic
 	off        uint64
@@ -312,24 +317,14 @@ func (g *group) refreshTopics() {
 func (g *group) addTopicLocked(topic string) {
 	n := g.n
 	g.mu.cancels = append(g.mu.cancels, n.wal.Notify(topic, g.wake))
-	t := &gtopic{name: topic, out: make(map[uint64]*flight), done: make(map[uint64]bool)}
+	t := &gtopic{name: topic, out: make(map[uint64]*flight)}
 	if st, ok := g.mu.stored[topic]; ok {
 		delete(g.mu.stored, topic)
 		t.floor, t.next = st.Floor, st.Next
-		known := make(map[uint64]bool, len(st.Entries))
 		for _, e := range st.Entries {
-			known[e.Offset] = true
-			if e.Done {
-				t.done[e.Offset] = true
-				continue
-			}
 			g.restoreLocked(t, e.Offset, e.Deliveries)
 		}
-		for off := t.floor; off < t.next; off++ {
-			if !known[off] {
-				g.restoreLocked(t, off, 1)
-			}
-		}
+		g.advanceLocked(t)
 	} else {
 		first, next, _ := n.wal.Bounds(topic)
 		start := first
@@ -396,12 +391,9 @@ func (g *group) store(ctx context.Context) error {
 			continue
 		}
 		t.dirty = false
-		st := &wal.GroupState{Floor: t.floor, Next: t.next, Entries: make([]wal.GroupEntry, 0, len(t.out)+len(t.done))}
+		st := &wal.GroupState{Floor: t.floor, Next: t.next, Entries: make([]wal.GroupEntry, 0, len(t.out))}
 		for off, f := range t.out {
 			st.Entries = append(st.Entries, wal.GroupEntry{Offset: off, Deliveries: f.deliveries})
-		}
-		for off := range t.done {
-			st.Entries = append(st.Entries, wal.GroupEntry{Offset: off, Done: true})
 		}
 		slices.SortFunc(st.Entries, func(a, b wal.GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) })
 		states[t.name] = st

@@ -218,7 +218,7 @@ func dumpGroups(n *Node) string {
 			out += fmt.Sprintf(" member %s pending %d reserved %d;", m.id, m.pending, len(m.reserved))
 		}
 		for _, t := range g.mu.list {
-			out += fmt.Sprintf(" topic %s floor %d next %d out %d done %d;", t.name, t.floor, t.next, len(t.out), len(t.done))
+			out += fmt.Sprintf(" topic %s floor %d next %d out %d;", t.name, t.floor, t.next, len(t.out))
 			i := 0
 			for _, f := range t.out {
 				if i++; i < 4 {

@@ -93,11 +93,11 @@ func (g *group) take(m *member, max int) (got, dead []*flight) {
 	clear(g.mu.ready[len(kept):])
 	g.mu.ready = kept
 	for len(got) < max && g.mu.outstanding < g.window {
-		t := g.nextTopicLocked()
+		t := g.nextTopicLocked(m)
 		if t == nil {
 			break
 		}
-		room := min(max-len(got), g.window-g.mu.outstanding, g.window-int(t.next-t.floor))
+		room := min(max-len(got), g.window-g.mu.outstanding)
 		got = g.dispatchLocked(t, m, room, now, got)
 	}
 	return got, dead
@@ -115,9 +115,13 @@ func (g *group) mayTakeLocked(f *flight, m *member, now time.Time) bool {
 	return h == nil || h.m == nil || h.m == m
 }
 
-// nextTopicLocked is the next topic (round robin) with records the group has not handed out
-// and room in its window; it skips records retention deleted meanwhile.
-func (g *group) nextTopicLocked() *gtopic {
+// nextTopicLocked is the next topic (round robin) with records the group has not handed
+// out that m may take; it skips records retention deleted meanwhile. Ordered by topic, a
+// topic another member holds (or whose records wait in ready) is skipped: its records are
+// left in the log for that member to take when it has room, rather than held for it, so a
+// member that stopped reading holds its own topics only and none of the window beyond its
+// MemberPending.
+func (g *group) nextTopicLocked(m *member) *gtopic {
 	for range len(g.mu.list) {
 		t := g.mu.list[g.mu.rr%len(g.mu.list)]
 		g.mu.rr++
@@ -125,15 +129,18 @@ func (g *group) nextTopicLocked() *gtopic {
 		if !ok {
 			continue
 		}
-		for t.next < first && t.next-t.floor < uint64(g.window) { // deleted by retention: nothing to deliver
-			g.doneLocked(t, t.next)
-			t.next++
+		if t.next < first { // deleted by retention: nothing to deliver, done
+			t.next = first
 			t.dirty = true
 			g.advanceLocked(t)
 		}
-		if t.next < head && t.next-t.floor < uint64(g.window) {
-			return t
+		if t.next >= head {
+			continue
 		}
+		if h := g.mu.holds[t.name]; g.set.Order == wire.OrderTopic && h != nil && (h.ready > 0 || (h.m != nil && h.m != m)) {
+			continue
+		}
+		return t
 	}
 	return nil
 }
@@ -283,10 +290,11 @@ func (g *group) ack(m *member, topic string, off uint64) error {
 	if t == nil || off >= t.next {
 		return fmt.Errorf("no record at offset %d was delivered", off)
 	}
-	if off < t.floor || t.done[off] {
-		return nil
+	f := t.out[off]
+	if f == nil {
+		return nil // done
 	}
-	if f := t.out[off]; f != nil && f.deliveries == 0 {
+	if f.deliveries == 0 {
 		return fmt.Errorf("no record at offset %d was delivered", off)
 	}
 	g.doneLocked(t, off)
@@ -336,14 +344,22 @@ func (g *group) doneLocked(t *gtopic, off uint64) {
 		delete(t.out, off)
 		g.mu.outstanding--
 	}
-	t.done[off] = true
 	t.dirty = true
 }
 
-// advanceLocked moves t's floor over done offsets.
+// advanceLocked moves t's floor up to its lowest outstanding offset (next when none). It
+// steps over done offsets while that costs less than a pass over out, so that it is O(1)
+// per offset in the usual case and O(len(out)) at worst however far the floor moves.
 func (g *group) advanceLocked(t *gtopic) {
-	for t.floor < t.next && t.done[t.floor] {
-		delete(t.done, t.floor)
+	for steps := 0; t.floor < t.next && t.out[t.floor] == nil; steps++ {
+		if steps > len(t.out) {
+			low := t.next
+			for off := range t.out {
+				low = min(low, off)
+			}
+			t.floor = low
+			return
+		}
 		t.floor++
 	}
 }

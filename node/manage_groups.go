@@ -12,7 +12,7 @@ import (
 
 // Shared groups in consumer management (manage.go): a group is listed, inspected, reset and
 // removed like a durable consumer, as a row of kind "group", from its state in wal
-// (wal.Groups: settings, and per topic the floor, the next offset and the window) and its
+// (wal.Groups: settings, and per topic the floor, the next offset and the outstanding records) and its
 // members connected to this node (the live group, group.go).
 //
 // A reset or removal fences the group's name (consumers.mu.fenced): no member joins while it
@@ -60,12 +60,9 @@ func (n *Node) groupState(g wal.GroupInfo) *consumerState {
 		}
 		lo := max(st.Floor, first)
 		var out uint64
-		if lo < st.Next {
-			out = st.Next - lo
-			for _, e := range st.Entries {
-				if e.Done && e.Offset >= lo {
-					out--
-				}
+		for _, e := range st.Entries {
+			if e.Offset >= lo {
+				out++
 			}
 		}
 		var fresh uint64
@@ -334,11 +331,6 @@ func (g *group) purged(topic string, cut uint64) {
 			g.moveLocked(f, fDone, nil)
 			delete(t.out, off)
 			g.mu.outstanding--
-		}
-	}
-	for off := range t.done {
-		if off < cut {
-			delete(t.done, off)
 		}
 	}
 	t.floor, t.next = cut, max(t.next, cut)

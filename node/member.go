@@ -36,7 +36,7 @@ type member struct {
 	pending  int       // records delivered to it and not done; under g.mu
 	// stalled: a record delivered to it passed its ack-wait and it acknowledged nothing
 	// since; it takes no new records meanwhile (the others do), so a member that stopped
-	// reading holds the group's window back for one ack-wait, not for every one. Under g.mu.
+	// reading does not take record after record to max-deliver. Under g.mu.
 	stalled bool
 
 	commitAsked atomic.Uint64 // the highest COMMIT whose ACKs are stored

@@ -135,19 +135,23 @@
 // A shared consumer group's state (groups.go) has keys of its own:
 //
 //	's' | uvarint len(group) | group          -> settings: pattern, ack-wait, max-deliver, dead-letter topic, order
-//	's' | uvarint len(group) | group | topic  -> state: floor, next, then per record of the window
-//	                                             (offset - floor, deliveries << 1 | done), then the
-//	                                             time of the store (unix ns), all uvarints
+//	's' | uvarint len(group) | group | topic  -> state: floor, next, then per outstanding record
+//	                                             (offset - floor, deliveries << 1), then the time
+//	                                             of the store (unix ns), then the layout (1), all
+//	                                             uvarints
 //
-// A state stored before the time was kept ends after its entries and reads back with a zero
-// time.
-// framed like the other metadata values (CRC32-C over key and value, version). SetGroup
-// writes settings and any number of topics' states in one synced Pebble batch, outside the
+// An offset of [floor, next) without an entry is done. A state stored before the layout
+// number was kept listed every offset of [floor, next) with a done bit (an offset it did
+// not list was outstanding); it reads back in the sparse form. One stored before the time
+// was kept ends after its entries and reads back with a zero time. Values are framed like
+// the other metadata values (CRC32-C over key and value, version). SetGroup writes
+// settings and any number of topics' states in one synced Pebble batch, outside the
 // committer (a group's state orders with nothing else in the log); Group reads them back
-// from Pebble. The node's group dispatcher owns a live group's state and is the only writer
-// of its keys. The window bounds each state's size (node.GroupConfig.Window). Groups lists
-// them and DeleteGroup removes one (groups_admin.go). A topic's purge moves every group's
-// floor on it to the topic's next offset, and its delete removes every group's state of it,
-// in the operation's one synced batch; both find those states with one pass over the 's'
-// keys. With replication these keys become replicated state (I10).
+// from Pebble. The node's group dispatcher owns a live group's state and is the only
+// writer of its keys. A group's outstanding bound (node.GroupConfig.Window) bounds each
+// state's size. Groups lists them and DeleteGroup removes one (groups_admin.go). A
+// topic's purge moves every group's floor on it to the topic's next offset, and its
+// delete removes every group's state of it, in the operation's one synced batch; both
+// find those states with one pass over the 's' keys. With replication these keys become
+// replicated state (I10).
 package wal

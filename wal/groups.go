@@ -29,17 +29,18 @@ type GroupSettings struct {
 	Order      byte   // the wire's group order (0 none, 1 topic, 2 key)
 }
 
-// GroupEntry is one record of a group's window that is not done yet, or done above the floor.
+// GroupEntry is one outstanding record of a group: handed out (or given back, waiting to
+// be handed out again) and not yet acknowledged or dead-lettered.
 type GroupEntry struct {
 	Offset     uint64
 	Deliveries uint32 // how often it was delivered (as stored: deliveries since the last store may be missing)
-	Done       bool   // acknowledged or dead-lettered
 }
 
 // GroupState is a group's position in one topic: every offset below Floor is done; the
-// entries list what is known of [Floor, Next), ascending; offsets from Next on were never
-// delivered. An offset in [Floor, Next) without an entry was delivered without a stored
-// delivery count: it is outstanding, delivered once.
+// entries are the outstanding records of [Floor, Next), ascending, and every other offset
+// of [Floor, Next) is done; offsets from Next on were never handed out. The entries are at
+// most the group's outstanding bound (node.GroupConfig.Window), however far Next is from
+// Floor.
 type GroupState struct {
 	Floor   uint64
 	Next    uint64
@@ -48,6 +49,12 @@ type GroupState struct {
 	// given to it is ignored); zero for a state stored before the log kept the time.
 	Updated time.Time
 }
+
+// groupStateSparse is the trailing layout number of a state whose entries are its
+// outstanding records only. A state without it (stored before) lists every offset of
+// [Floor, Next) it knows, done ones flagged, and an offset it does not list is outstanding,
+// delivered once; decodeGroupState turns it into the sparse form.
+const groupStateSparse = 1
 
 // groupKey is 's' | uvarint len(group) | group | topic; the settings use topic "".
 func groupKey(group, topic string) []byte {
@@ -74,19 +81,17 @@ func encodeGroupState(s *GroupState) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s.Entries)))
 	for _, e := range s.Entries {
 		b = binary.AppendUvarint(b, e.Offset-s.Floor)
-		v := uint64(e.Deliveries) << 1
-		if e.Done {
-			v |= 1
-		}
-		b = binary.AppendUvarint(b, v)
+		b = binary.AppendUvarint(b, uint64(e.Deliveries)<<1) // the low bit was "done" before groupStateSparse
 	}
-	// The time of the store, after the entries: a state stored before it was kept ends
-	// with the last entry and reads back with a zero Updated.
+	// The time of the store, then the layout, after the entries: a state stored before the
+	// time was kept ends with the last entry and reads back with a zero Updated; one stored
+	// before the layout number ends with the time.
 	var ns uint64
 	if !s.Updated.IsZero() {
 		ns = uint64(s.Updated.UnixNano())
 	}
-	return binary.AppendUvarint(b, ns)
+	b = binary.AppendUvarint(b, ns)
+	return binary.AppendUvarint(b, groupStateSparse)
 }
 
 // SetGroup stores a group's settings (when not nil) and its state in the topics of states,
@@ -225,21 +230,54 @@ func decodeGroupState(p []byte) (*GroupState, string) {
 	if r.bad || s.Next < s.Floor || n > uint64(len(r.b)) || n > s.Next-s.Floor {
 		return nil, "malformed state"
 	}
-	s.Entries = make([]GroupEntry, 0, n)
+	entries := make([]GroupEntry, 0, n)
+	var done []bool // per entry: flagged done (the layout before groupStateSparse)
 	for range n {
 		off, v := s.Floor+r.uvarint(), r.uvarint()
 		if r.bad || off >= s.Next || v>>1 > 1<<32-1 {
 			return nil, "malformed state entry"
 		}
-		s.Entries = append(s.Entries, GroupEntry{Offset: off, Deliveries: uint32(v >> 1), Done: v&1 == 1})
+		entries = append(entries, GroupEntry{Offset: off, Deliveries: uint32(v >> 1)})
+		done = append(done, v&1 == 1)
 	}
 	if len(r.b) > 0 { // stored since the time was kept
 		if ns := r.uvarint(); ns != 0 {
 			s.Updated = time.Unix(0, int64(ns))
 		}
 	}
-	if r.bad || len(r.b) != 0 || !slices.IsSortedFunc(s.Entries, func(a, b GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) }) {
+	sparse := false
+	if len(r.b) > 0 { // stored since the layout number was kept
+		if r.uvarint() != groupStateSparse {
+			return nil, "malformed state: unknown layout"
+		}
+		sparse = true
+	}
+	if r.bad || len(r.b) != 0 || !slices.IsSortedFunc(entries, func(a, b GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) }) {
 		return nil, "malformed state: trailing bytes or entries out of order"
+	}
+	if sparse {
+		for i, d := range done {
+			if d || (i > 0 && entries[i].Offset == entries[i-1].Offset) {
+				return nil, "malformed state: an entry flagged done or listed twice"
+			}
+		}
+		s.Entries = entries
+		return s, ""
+	}
+	// The layout before groupStateSparse: its span was bounded by the node's window.
+	s.Entries = make([]GroupEntry, 0, n)
+	i := 0
+	for off := s.Floor; off < s.Next; off++ {
+		for i < len(entries) && entries[i].Offset < off {
+			i++
+		}
+		switch {
+		case i < len(entries) && entries[i].Offset == off && done[i]:
+		case i < len(entries) && entries[i].Offset == off:
+			s.Entries = append(s.Entries, entries[i])
+		default:
+			s.Entries = append(s.Entries, GroupEntry{Offset: off, Deliveries: 1})
+		}
 	}
 	return s, ""
 }

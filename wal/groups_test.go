@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"testing"
@@ -21,7 +22,7 @@ func TestGroupStateRoundTrip(t *testing.T) {
 	}
 	set := &GroupSettings{Pattern: "orders.>", AckWait: 1500 * time.Millisecond, MaxDeliver: 4, DeadLetter: "dlq", Order: 2}
 	states := map[string]*GroupState{
-		"orders.a": {Floor: 10, Next: 15, Entries: []GroupEntry{{Offset: 10, Deliveries: 2}, {Offset: 12, Done: true}, {Offset: 14, Deliveries: 1}}},
+		"orders.a": {Floor: 10, Next: 15, Entries: []GroupEntry{{Offset: 10, Deliveries: 2}, {Offset: 14, Deliveries: 1}}},
 		"orders.b": {Floor: 3, Next: 3, Entries: []GroupEntry{}},
 	}
 	ctx := context.Background()
@@ -64,22 +65,49 @@ func TestGroupStateRoundTrip(t *testing.T) {
 	}
 }
 
-// TestGroupStateWithoutTime: a state stored before the time was kept (it ends with its last
-// entry) reads back with its entries and a zero Updated.
-func TestGroupStateWithoutTime(t *testing.T) {
-	st := &GroupState{Floor: 4, Next: 7, Entries: []GroupEntry{{Offset: 5, Deliveries: 3}, {Offset: 6, Done: true}}}
-	b := encodeGroupState(st)
-	old := b[:len(b)-1] // the zero time is one byte
-	got, reason := decodeGroupState(old)
-	if reason != "" || !reflect.DeepEqual(got, st) {
-		t.Fatalf("old layout: %+v %q", got, reason)
+// oldGroupState encodes a state in the layout before groupStateSparse: every offset of
+// [floor, next) it knows, with a done bit, then the time when withTime.
+func oldGroupState(floor, next uint64, entries [][3]uint64, withTime bool) []byte {
+	b := binary.AppendUvarint(nil, floor)
+	b = binary.AppendUvarint(b, next)
+	b = binary.AppendUvarint(b, uint64(len(entries)))
+	for _, e := range entries { // offset, deliveries, done
+		b = binary.AppendUvarint(b, e[0]-floor)
+		b = binary.AppendUvarint(b, e[1]<<1|e[2])
 	}
-	st.Updated = time.Unix(0, 1764590000123456789)
-	if got, reason = decodeGroupState(encodeGroupState(st)); reason != "" || !got.Updated.Equal(st.Updated) {
-		t.Fatalf("with its time: %+v %q", got, reason)
+	if withTime {
+		b = binary.AppendUvarint(b, 1764590000123456789)
 	}
-	if _, reason := decodeGroupState(append(encodeGroupState(st), 1)); reason == "" {
-		t.Fatal("a trailing byte after the time was accepted")
+	return b
+}
+
+// TestGroupStateLayouts: a state reads back as written (its outstanding records only, one
+// far above the floor); the layouts stored before (with and without the time) read back in
+// the sparse form: their done offsets dropped, their unlisted offsets outstanding once;
+// damaged layouts are refused.
+func TestGroupStateLayouts(t *testing.T) {
+	st := &GroupState{Floor: 4, Next: 1_000_007, Entries: []GroupEntry{{Offset: 5, Deliveries: 3}, {Offset: 1_000_006, Deliveries: 1}},
+		Updated: time.Unix(0, 1764590000123456789)}
+	if got, reason := decodeGroupState(encodeGroupState(st)); reason != "" || !reflect.DeepEqual(got, st) {
+		t.Fatalf("sparse layout: %+v %q", got, reason)
+	}
+	want := []GroupEntry{{Offset: 4, Deliveries: 1}, {Offset: 5, Deliveries: 3}, {Offset: 7, Deliveries: 1}}
+	for _, withTime := range []bool{false, true} {
+		got, reason := decodeGroupState(oldGroupState(4, 8, [][3]uint64{{5, 3, 0}, {6, 0, 1}}, withTime))
+		if reason != "" || got.Floor != 4 || got.Next != 8 || !reflect.DeepEqual(got.Entries, want) || got.Updated.IsZero() != !withTime {
+			t.Fatalf("old layout (time %v): %+v %q, want entries %+v", withTime, got, reason, want)
+		}
+	}
+	for name, b := range map[string][]byte{
+		"trailing byte":  append(encodeGroupState(st), 1),
+		"unknown layout": append(oldGroupState(4, 8, nil, true), 2),
+		"done flagged":   append(oldGroupState(4, 8, [][3]uint64{{6, 0, 1}}, true), groupStateSparse),
+		"listed twice":   append(oldGroupState(4, 8, [][3]uint64{{6, 1, 0}, {6, 1, 0}}, true), groupStateSparse),
+		"out of order":   append(oldGroupState(4, 8, [][3]uint64{{6, 1, 0}, {5, 1, 0}}, true), groupStateSparse),
+	} {
+		if got, reason := decodeGroupState(b); reason == "" {
+			t.Errorf("%s: accepted as %+v", name, got)
+		}
 	}
 }
 
