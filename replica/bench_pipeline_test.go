@@ -18,16 +18,20 @@ import (
 // `inflight` entries outstanding through ProposeAsync as a node's
 // publishers do. One op is one record. It reports records/s, records per
 // leader fsync and the process CPU per record (all three nodes), for the
-// driver as it was (every entry read back from Pebble, log never
-// compacted), with the entry cache, and with the cache and log compaction.
+// driver as it was (each proposal handed to Run, every entry read back
+// from Pebble, log never compacted), with the proposal queue, with the
+// entry cache too, and with log compaction too.
 func BenchmarkProposePipelined(b *testing.B) {
 	variants := []struct {
-		name string
-		tune func(*Config)
+		name     string
+		replicas int
+		tune     func(*Config)
 	}{
-		{"before", func(c *Config) { c.noEntryCache = true }},
-		{"cache", func(c *Config) {}},
-		{"cache+compact", func(c *Config) { c.LogCompaction = true }},
+		{"before", 3, func(c *Config) { c.handOverProposals, c.noEntryCache = true, true }},
+		{"queue", 3, func(c *Config) { c.noEntryCache = true }},
+		{"cache", 3, func(c *Config) {}},
+		{"cache+compact", 3, func(c *Config) { c.LogCompaction = true }},
+		{"one-replica", 1, func(c *Config) { c.LogCompaction = true }},
 	}
 	recs := make([]wal.Record, 32)
 	for i := range recs {
@@ -36,20 +40,65 @@ func BenchmarkProposePipelined(b *testing.B) {
 	for _, inflight := range []int{1, 32, 512} {
 		for _, v := range variants {
 			b.Run(fmt.Sprintf("inflight=%d/%s", inflight, v.name), func(b *testing.B) {
-				benchPipelined(b, recs, inflight, v.tune)
+				benchPipelined(b, recs, inflight, v.replicas, v.tune)
 			})
 		}
+		b.Run(fmt.Sprintf("inflight=%d/wal-r1", inflight), func(b *testing.B) {
+			benchWalR1(b, recs, inflight)
+		})
 	}
 }
 
-func benchPipelined(b *testing.B, recs []wal.Record, inflight int, tune func(*Config)) {
+// benchWalR1 is the baseline of R1: the same appends straight into a
+// wal.Log (its own group commit, synced) with the same number in flight.
+func benchWalR1(b *testing.B, recs []wal.Record, inflight int) {
+	l, err := wal.Open(b.TempDir(), wal.Options{RetentionInterval: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	cpu0 := cpuTime()
+	b.SetBytes(1024)
+	b.ResetTimer()
+	sem := make(chan struct{}, inflight)
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		ferr error
+	)
+	for n := 0; n < b.N; n += len(recs) {
+		sem <- struct{}{}
+		wg.Add(1)
+		l.AppendAsync(wal.AppendRequest{Topic: "bench", Records: recs}, func(r wal.AppendResult) {
+			if r.Err != nil {
+				mu.Lock()
+				ferr = r.Err
+				mu.Unlock()
+			}
+			<-sem
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	if ferr != nil {
+		b.Fatal(ferr)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/record")
+}
+
+func benchPipelined(b *testing.B, recs []wal.Record, inflight, replicas int, tune func(*Config)) {
 	perEntry := len(recs)
 	{
 		{
 			const topic = "bench"
 			g := TopicGroup(topic)
 			net := &testNet{drivers: map[uint64]*Driver{}, down: map[uint64]bool{}}
-			peers := []uint64{1, 2, 3}
+			var peers []uint64
+			for i := range replicas {
+				peers = append(peers, uint64(i+1))
+			}
 			var rs []*walReplica
 			for _, id := range peers {
 				rs = append(rs, startWalReplicaWith(b, net, id, b.TempDir(), []uint64{g}, peers, func(c *Config) {
@@ -58,8 +107,10 @@ func benchPipelined(b *testing.B, recs []wal.Record, inflight int, tune func(*Co
 				}))
 			}
 			ctx := context.Background()
-			if err := rs[0].d.Campaign(ctx, g); err != nil {
-				b.Fatal(err)
+			if replicas > 1 {
+				if err := rs[0].d.Campaign(ctx, g); err != nil {
+					b.Fatal(err)
+				}
 			}
 			if l := leaderOf(b, rs, g); l != rs[0] {
 				b.Skipf("node %d won the group", l.id)

@@ -80,6 +80,9 @@ type Config struct {
 	// Logger receives the driver's and raft's logs. Default: discarded.
 	Logger *slog.Logger
 
+	// handOverProposals, benchmark only, hands each proposal to Run and
+	// waits until Run takes it (the driver before the proposal queue).
+	handOverProposals bool
 	// noEntryCache, benchmark only, reads every entry from Pebble (the
 	// driver before the entry cache), to measure beside the default.
 	noEntryCache bool

@@ -340,6 +340,8 @@ type readyGroup struct {
 	rd      raft.Ready
 	applied []*pb.Entry // entries applied in this round
 	results []Result
+	early   bool          // the appends were sent before the round's commit
+	later   []*pb.Message // then the messages left to send after it
 }
 
 // process handles the Ready of every group that has one, in rounds. A
@@ -406,6 +408,29 @@ func (e *engine) round(rds []*readyGroup) error {
 			return err
 		}
 	}
+	// A leader's appends leave before its own write is durable, so that
+	// its fsync and its followers' overlap (raft allows it: the leader
+	// counts itself toward the quorum only once Advance reports its entries
+	// stable). Everything else waits for the commit, as does any message of
+	// a round that changes the term or vote.
+	for _, r := range rds {
+		if hs := r.rd.HardState; !raft.IsEmptyHardState(hs) {
+			if term, vote := r.g.st.termVote(); hs.GetTerm() != term || hs.GetVote() != vote {
+				continue
+			}
+		}
+		rest := r.rd.Messages[:0:0]
+		for _, m := range r.rd.Messages {
+			if m.GetType() == pb.MsgApp {
+				e.out[m.GetTo()] = append(e.out[m.GetTo()], Message{Group: r.g.id, Raft: m})
+			} else {
+				rest = append(rest, m)
+			}
+		}
+		r.later = rest
+		r.early = true
+	}
+	e.flush()
 	if !b.Empty() {
 		opt := pebble.NoSync
 		if sync && !e.cfg.brokenNoSync {
@@ -422,7 +447,11 @@ func (e *engine) round(rds []*readyGroup) error {
 	}
 	e.sm.Committed()
 	for _, r := range rds {
-		for _, m := range r.rd.Messages {
+		msgs := r.rd.Messages
+		if r.early {
+			msgs = r.later
+		}
+		for _, m := range msgs {
 			e.out[m.GetTo()] = append(e.out[m.GetTo()], Message{Group: r.g.id, Raft: m})
 		}
 	}

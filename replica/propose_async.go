@@ -20,6 +20,12 @@ func (d *Driver) ProposeAsync(ctx context.Context, group uint64, data []byte, do
 		done(Result{}, fmt.Errorf("replica: propose to group %d: %w", group, err))
 		return
 	}
+	if d.cfg.handOverProposals {
+		if err := d.exec(ctx, func(e *engine) { e.propose(group, data, done) }); err != nil {
+			done(Result{}, fmt.Errorf("replica: propose to group %d: %w", group, err))
+		}
+		return
+	}
 	d.queuePropose(group, data, done)
 }
 

@@ -150,6 +150,13 @@ func (s *Storage) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	return hs, proto.Clone(s.mu.cs).(*pb.ConfState), nil
 }
 
+// termVote is the stored HardState's term and vote.
+func (s *Storage) termVote() (term, vote uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.hs.GetTerm(), s.mu.hs.GetVote()
+}
+
 // Entries implements raft.Storage: entries [lo, hi), at least one if any,
 // and no more than maxSize bytes of encoded entries after the first.
 func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
