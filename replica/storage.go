@@ -449,8 +449,8 @@ func (s *Storage) stageTrunc(b *pebble.Batch, idx, term uint64) error {
 // state machine has applied.
 func (s *Storage) Compact(i uint64) error {
 	term, err := s.Term(i)
-	if err != nil && !errors.Is(err, raft.ErrCompacted) {
-		return err
+	if err != nil && !errors.Is(err, raft.ErrCompacted) && !errors.Is(err, raft.ErrUnavailable) {
+		return err // the other two: stageCompact names the problem
 	}
 	return s.write(func(b *pebble.Batch) (func(), error) { return s.stageCompact(b, i, term, 0) })
 }
