@@ -455,6 +455,9 @@ func (s *Storage) Compact(i uint64) error {
 	return s.write(func(b *pebble.Batch) (func(), error) { return s.stageCompact(b, i, term, 0) })
 }
 
+// pointDeleteMax is the most entries stageCompact deletes one by one.
+const pointDeleteMax = 4096
+
 // stageCompact writes into b the discarding of the entries up to and
 // including i, whose term is term, and returns the in-memory update to run
 // once b is durable. It answers raft.ErrCompacted when i is not past the
@@ -473,9 +476,20 @@ func (s *Storage) stageCompact(b *pebble.Batch, i, term, staged uint64) (func(),
 	if err := s.stageTrunc(b, i, term); err != nil {
 		return nil, err
 	}
-	o := s.entryBounds(0, i+1)
-	if err := b.DeleteRange(o.LowerBound, o.UpperBound, nil); err != nil {
-		return nil, err
+	if i-trunc <= pointDeleteMax {
+		// Point deletions: a flush drops an entry set and deleted within
+		// one memtable, so the raft copy of a record never reaches an
+		// sstable (a range deletion would not spare it).
+		for j := trunc + 1; j <= i; j++ {
+			if err := b.Delete(indexKey(prefixRaft, kindEntry, s.group, j), nil); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		o := s.entryBounds(0, i+1)
+		if err := b.DeleteRange(o.LowerBound, o.UpperBound, nil); err != nil {
+			return nil, err
+		}
 	}
 	return func() {
 		s.mu.Lock()
