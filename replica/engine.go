@@ -333,6 +333,10 @@ func decodeEnvelope(p []byte) (envelope, error) {
 	}, nil
 }
 
+// batchOverhead is a round batch's guess of the bytes an entry takes in it
+// besides its data (key, framing, the records' keys and headers).
+const batchOverhead = 96
+
 // readyGroup is one group's Ready within a round, with what applying it
 // produced.
 type readyGroup struct {
@@ -374,7 +378,17 @@ func (e *engine) process() error {
 
 func (e *engine) round(rds []*readyGroup) error {
 	e.stats.Rounds++
-	b := e.cfg.DB.NewBatch()
+	// Sized for the entries to store and the records they apply, so that
+	// the batch does not grow (copying itself) record by record.
+	size := 0
+	for _, r := range rds {
+		for _, ents := range [][]*pb.Entry{r.rd.Entries, r.rd.CommittedEntries} {
+			for _, ent := range ents {
+				size += len(ent.GetData()) + batchOverhead
+			}
+		}
+	}
+	b := e.cfg.DB.NewBatchWithSize(size)
 	defer b.Close()
 	var (
 		after []func()

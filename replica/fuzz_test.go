@@ -32,7 +32,7 @@ func FuzzDecodeEnvelope(f *testing.F) {
 // damage is an error, never a panic.
 func FuzzUnsealAndDecodeEntry(f *testing.F) {
 	k := indexKey(prefixRaft, kindEntry, 1, 1)
-	v, _, err := encodeEntry(k, ent(1, 1, "x"))
+	v, err := encodeEntry(k, ent(1, 1, "x"))
 	if err != nil {
 		f.Fatal(err)
 	}

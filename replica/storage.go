@@ -332,15 +332,18 @@ func (s *Storage) stageAppend(b *pebble.Batch, ents []*pb.Entry) (func(), error)
 	}
 	sizes := make([]uint64, len(ents))
 	for i, e := range ents {
+		// Encoded straight into the batch: entries are most of its bytes.
 		k := indexKey(prefixRaft, kindEntry, s.group, e.GetIndex())
-		v, size, err := encodeEntry(k, e)
-		if err != nil {
+		size := proto.Size(e)
+		op := b.SetDeferred(len(k), entryValueSize(size))
+		copy(op.Key, k)
+		if err := putEntry(op.Value, k, e, size); err != nil {
 			return nil, err
 		}
-		if err := b.Set(k, v, nil); err != nil {
+		if err := op.Finish(); err != nil {
 			return nil, err
 		}
-		sizes[i] = size
+		sizes[i] = uint64(size)
 	}
 	if newLast < last {
 		// Truncate the conflicting suffix the new entries did not overwrite.
@@ -500,18 +503,33 @@ func (s *Storage) stageCompact(b *pebble.Batch, i, term, staged uint64) (func(),
 }
 
 // encodeEntry frames an entry as term u64 BE | protobuf, so that Term reads
-// eight bytes instead of decoding the entry.
-// It also returns the entry's protobuf size (the measure of raft's limits).
-func encodeEntry(k []byte, e *pb.Entry) ([]byte, uint64, error) {
+// eight bytes instead of decoding the entry, sealed for key k.
+func encodeEntry(k []byte, e *pb.Entry) ([]byte, error) {
 	size := proto.Size(e)
-	v := make([]byte, 5, 5+8+size) // seal's header, filled in below
-	v = binary.BigEndian.AppendUint64(v, e.GetTerm())
-	v, err := proto.MarshalOptions{}.MarshalAppend(v, e)
+	v := make([]byte, entryValueSize(size))
+	if err := putEntry(v, k, e, size); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// entryValueSize is the length of the sealed value of an entry whose
+// protobuf size is size.
+func entryValueSize(size int) int { return 5 + 8 + size }
+
+// putEntry writes encodeEntry's value into v (of entryValueSize(size)
+// bytes), size being the entry's protobuf size.
+func putEntry(v, k []byte, e *pb.Entry, size int) error {
+	binary.BigEndian.PutUint64(v[5:13], e.GetTerm())
+	out, err := proto.MarshalOptions{}.MarshalAppend(v[13:13], e)
+	if err == nil && (len(out) != size || size > 0 && &out[0] != &v[13]) {
+		err = fmt.Errorf("encoded in %d bytes, sized %d", len(out), size)
+	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("replica: encode entry %d: %w", e.GetIndex(), err)
+		return fmt.Errorf("replica: encode entry %d: %w", e.GetIndex(), err)
 	}
 	sealHeader(k, v)
-	return v, uint64(size), nil
+	return nil
 }
 
 func decodeEntry(k, v []byte) (*pb.Entry, error) {
