@@ -27,8 +27,11 @@ type engine struct {
 	order  []*group // ascending IDs: deterministic iteration
 	seq    uint64   // last proposal sequence of this engine
 	out    map[uint64][]Message
-	failed error
-	stats  Stats
+	// compactDue are the groups that applied entries since process last
+	// considered compacting them.
+	compactDue []*group
+	failed     error
+	stats      Stats
 }
 
 // Stats counts the engine's work, for tests and metrics.
@@ -356,6 +359,13 @@ func (e *engine) process() error {
 	if e.failed != nil {
 		return e.failed
 	}
+	// Compactions are proposed here, not as soon as entries apply, so that
+	// they ride in the round of the proposals that came meanwhile instead
+	// of costing a round (and a sync) of their own.
+	for _, g := range e.compactDue {
+		e.maybeCompact(g)
+	}
+	e.compactDue = e.compactDue[:0]
 	for range 8 {
 		var rds []*readyGroup
 		for _, g := range e.order {
@@ -475,7 +485,9 @@ func (e *engine) round(rds []*readyGroup) error {
 	}
 	for _, r := range rds {
 		e.complete(r)
-		e.maybeCompact(r.g)
+		if e.cfg.LogCompaction && len(r.applied) > 0 {
+			e.compactDue = append(e.compactDue, r.g)
+		}
 	}
 	return nil
 }
