@@ -46,6 +46,31 @@ type Config struct {
 	// uncommitted per group; proposals past it are refused
 	// (raft.ErrProposalDropped). Default 64 MiB.
 	MaxUncommittedBytes uint64
+	// EntryCacheBytes bounds, per group, the newest durable raft entries
+	// kept in memory (protobuf size), from which the driver reads entries
+	// back when they commit and when it sends them to a follower, instead
+	// of reading Pebble. Default 16 MiB; the cache holds little more than
+	// the entries not yet compacted away (LogCompaction).
+	EntryCacheBytes uint64
+	// LogCompaction makes each group's leader, every LogCompactEvery
+	// applied entries, propose the discarding of the log up to the index
+	// every replica has stored and this node has applied, so that the raft
+	// copy of a record dies young (in Pebble's memtable) instead of being
+	// flushed and compacted beside the applied record. A follower behind
+	// keeps at most LogTailEntries applied entries for it; a replica
+	// further behind than what its peers still hold (one down that long,
+	// or restarted with an empty disk) cannot catch up from the log, since
+	// snapshots carrying the records are not built yet: it stays behind
+	// (raft keeps asking for a snapshot) while the others keep committing.
+	// Off by default for that reason.
+	LogCompaction bool
+	// LogCompactEvery is how many applied entries pass between two
+	// compactions a leader proposes (each is one small raft entry).
+	// Default 64.
+	LogCompactEvery uint64
+	// LogTailEntries is the most applied entries a log keeps for a
+	// follower that is behind, with LogCompaction. Default 10,000.
+	LogTailEntries uint64
 	// InboxSize is the number of inbound message batches Run buffers; when
 	// full, Deliver drops (raft recovers lost messages). Default 1024.
 	InboxSize int
@@ -55,6 +80,12 @@ type Config struct {
 	// Logger receives the driver's and raft's logs. Default: discarded.
 	Logger *slog.Logger
 
+	// handOverProposals, benchmark only, hands each proposal to Run and
+	// waits until Run takes it (the driver before the proposal queue).
+	handOverProposals bool
+	// noEntryCache, benchmark only, reads every entry from Pebble (the
+	// driver before the entry cache), to measure beside the default.
+	noEntryCache bool
 	// brokenApplyBeforeCommit, test only, applies (and acknowledges)
 	// entries as soon as they are appended, before they commit: the
 	// simulation must catch it.
@@ -125,6 +156,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.InboxSize == 0 {
 		c.InboxSize = 1024
+	}
+	if c.EntryCacheBytes == 0 {
+		c.EntryCacheBytes = 16 << 20
+	}
+	if c.LogCompactEvery == 0 {
+		c.LogCompactEvery = 64
+	}
+	if c.LogTailEntries == 0 {
+		c.LogTailEntries = 10_000
 	}
 	if c.Now == nil {
 		c.Now = time.Now

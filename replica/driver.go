@@ -19,13 +19,24 @@ type Driver struct {
 	e     *engine // owned by Run's goroutine
 	inbox chan []Message
 	ops   chan func()
+	propc chan struct{} // a proposal was queued (buffer 1)
 	done  chan struct{}
 
 	mu struct {
 		sync.Mutex
 		running, stopped bool
 		dropped          uint64
+		// props are the proposals not yet taken by Run: queued without
+		// waiting for Run, so that those made while Run waits on a sync
+		// all enter the next round (one fsync for all of them).
+		props []queuedProposal
 	}
+}
+
+type queuedProposal struct {
+	group uint64
+	data  []byte
+	done  func(Result, error)
 }
 
 // New validates cfg and returns a driver; it starts nothing (see Run).
@@ -39,6 +50,7 @@ func New(cfg Config) (*Driver, error) {
 		e:     newEngine(cfg),
 		inbox: make(chan []Message, cfg.InboxSize),
 		ops:   make(chan func()),
+		propc: make(chan struct{}, 1),
 		done:  make(chan struct{}),
 	}, nil
 }
@@ -57,7 +69,12 @@ func (d *Driver) Run(ctx context.Context) error {
 	defer func() {
 		d.mu.Lock()
 		d.mu.stopped = true
+		props := d.mu.props
+		d.mu.props = nil
 		d.mu.Unlock()
+		for _, p := range props {
+			p.done(Result{}, fmt.Errorf("replica: propose to group %d: %w", p.group, ErrStopped))
+		}
 		close(d.done)
 	}()
 	t := time.NewTicker(d.cfg.TickInterval)
@@ -74,6 +91,7 @@ func (d *Driver) Run(ctx context.Context) error {
 			e.step(msgs)
 		case op := <-d.ops:
 			op()
+		case <-d.propc:
 		}
 		// Take whatever else is waiting, so that one round carries it all.
 	drain:
@@ -87,9 +105,39 @@ func (d *Driver) Run(ctx context.Context) error {
 				break drain
 			}
 		}
+		d.takeProposals()
 		if err := e.process(); err != nil {
 			return err
 		}
+	}
+}
+
+// queuePropose queues a proposal for Run, which takes every queued one at
+// the start of its next round; done is called with ErrStopped at once, or
+// by Run when it stops, if Run never proposes it.
+func (d *Driver) queuePropose(group uint64, data []byte, done func(Result, error)) {
+	d.mu.Lock()
+	if d.mu.stopped {
+		d.mu.Unlock()
+		done(Result{}, fmt.Errorf("replica: propose to group %d: %w", group, ErrStopped))
+		return
+	}
+	d.mu.props = append(d.mu.props, queuedProposal{group, data, done})
+	d.mu.Unlock()
+	select {
+	case d.propc <- struct{}{}:
+	default:
+	}
+}
+
+// takeProposals proposes, on Run's goroutine, everything queued.
+func (d *Driver) takeProposals() {
+	d.mu.Lock()
+	props := d.mu.props
+	d.mu.props = nil
+	d.mu.Unlock()
+	for _, p := range props {
+		d.e.propose(p.group, p.data, p.done)
 	}
 }
 
@@ -137,13 +185,11 @@ func (d *Driver) Propose(ctx context.Context, group uint64, data []byte) (Result
 		r   Result
 		err error
 	}
-	ch := make(chan answer, 1)
-	err := d.exec(ctx, func(e *engine) {
-		e.propose(group, data, func(r Result, err error) { ch <- answer{r, err} })
-	})
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("replica: propose to group %d: %w", group, err)
 	}
+	ch := make(chan answer, 1)
+	d.queuePropose(group, data, func(r Result, err error) { ch <- answer{r, err} })
 	select {
 	case a := <-ch:
 		return a.r, a.err

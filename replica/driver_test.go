@@ -60,6 +60,13 @@ type testReplica struct {
 // the test ends or stopReplica.
 func startReplica(t testing.TB, net *testNet, id uint64, fs vfs.FS, groups []uint64, peers []uint64) *testReplica {
 	t.Helper()
+	return startReplicaWith(t, net, id, fs, groups, peers, nil)
+}
+
+// startReplicaWith is startReplica with tune (if not nil) changing the
+// driver's configuration.
+func startReplicaWith(t testing.TB, net *testNet, id uint64, fs vfs.FS, groups []uint64, peers []uint64, tune func(*Config)) *testReplica {
+	t.Helper()
 	dir := "db"
 	if fs == vfs.Default {
 		dir = t.TempDir() // real files, real fsyncs
@@ -69,10 +76,14 @@ func startReplica(t testing.TB, net *testNet, id uint64, fs vfs.FS, groups []uin
 		t.Fatal(err)
 	}
 	r := &testReplica{id: id, fs: fs, db: db, sm: NewLogSM(db), done: make(chan error, 1)}
-	d, err := New(Config{
+	cfg := Config{
 		NodeID: id, DB: db, StateMachine: r.sm, Transport: netTransport{id, net},
 		TickInterval: 10 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
-	})
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

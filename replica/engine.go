@@ -3,6 +3,7 @@ package replica
 import (
 	"cmp"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -26,8 +27,11 @@ type engine struct {
 	order  []*group // ascending IDs: deterministic iteration
 	seq    uint64   // last proposal sequence of this engine
 	out    map[uint64][]Message
-	failed error
-	stats  Stats
+	// compactDue are the groups that applied entries since process last
+	// considered compacting them.
+	compactDue []*group
+	failed     error
+	stats      Stats
 }
 
 // Stats counts the engine's work, for tests and metrics.
@@ -39,6 +43,7 @@ type Stats struct {
 	Messages    uint64 // raft messages sent
 	GroupTicks  uint64 // RawNode ticks, summed over groups
 	Quiesced    int    // groups quiet now
+	Compactions uint64 // log compactions applied (LogCompaction)
 	Unknown     uint64 // inbound messages for groups this node does not hold
 	InboxFull   uint64 // inbound batches Deliver dropped because Run was behind
 }
@@ -50,6 +55,9 @@ type group struct {
 	pending []*proposal // in proposal order, so terms ascend
 	quiet   bool
 	idle    int // ticks since the last proposal or non-heartbeat message
+	// compactAt is the applied index at which this node, leading, last
+	// proposed a log compaction.
+	compactAt uint64
 }
 
 type proposal struct {
@@ -75,10 +83,15 @@ func (e *engine) addGroup(id uint64, peers []uint64) error {
 	if _, ok := e.groups[id]; ok {
 		return fmt.Errorf("replica: add group %d: already open", id)
 	}
-	st, err := e.store.Group(id)
+	cache := e.cfg.EntryCacheBytes
+	if e.cfg.noEntryCache {
+		cache = 0
+	}
+	st, err := e.store.GroupCached(id, cache)
 	if err != nil {
 		return err
 	}
+	st.noSnapshots = true
 	hs, cs, _ := st.InitialState()
 	last, _ := st.LastIndex()
 	if len(cs.GetVoters()) == 0 && last == 0 && raft.IsEmptyHardState(hs) {
@@ -270,7 +283,39 @@ func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) 
 const (
 	envelopeVersion = 1
 	envelopeSize    = 1 + 8 + 8 + 8
+	// envelopeCompact marks the driver's own entry that compacts the log:
+	// envelopeCompact | index u64. It takes no offset.
+	envelopeCompact     = 2
+	envelopeCompactSize = 1 + 8
 )
+
+// maybeCompact proposes, in a group this node leads, to discard the log up
+// to what every replica has stored and this node has applied (never more
+// than LogTailEntries applied entries kept for a follower behind), once
+// LogCompactEvery entries were applied since the last proposal. Every
+// replica compacts when it applies the entry, in the apply batch.
+func (e *engine) maybeCompact(g *group) {
+	if !e.cfg.LogCompaction {
+		return
+	}
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader || bs.Applied < g.compactAt+e.cfg.LogCompactEvery {
+		return
+	}
+	upTo := bs.Applied
+	g.rn.WithProgress(func(_ uint64, _ raft.ProgressType, pr tracker.Progress) {
+		upTo = min(upTo, pr.Match)
+	})
+	if bs.Applied > e.cfg.LogTailEntries {
+		upTo = max(upTo, bs.Applied-e.cfg.LogTailEntries)
+	}
+	if first, _ := g.st.FirstIndex(); upTo < first {
+		return
+	}
+	g.compactAt = bs.Applied
+	data := binary.BigEndian.AppendUint64([]byte{envelopeCompact}, upTo)
+	_ = g.rn.Propose(data) // refused only when raft drops proposals: the next round tries again
+}
 
 // envelope is the driver's framing of a proposal inside a raft entry.
 type envelope struct {
@@ -291,6 +336,10 @@ func decodeEnvelope(p []byte) (envelope, error) {
 	}, nil
 }
 
+// batchOverhead is a round batch's guess of the bytes an entry takes in it
+// besides its data (key, framing, the records' keys and headers).
+const batchOverhead = 96
+
 // readyGroup is one group's Ready within a round, with what applying it
 // produced.
 type readyGroup struct {
@@ -298,6 +347,8 @@ type readyGroup struct {
 	rd      raft.Ready
 	applied []*pb.Entry // entries applied in this round
 	results []Result
+	early   bool          // the appends were sent before the round's commit
+	later   []*pb.Message // then the messages left to send after it
 }
 
 // process handles the Ready of every group that has one, in rounds. A
@@ -308,6 +359,13 @@ func (e *engine) process() error {
 	if e.failed != nil {
 		return e.failed
 	}
+	// Compactions are proposed here, not as soon as entries apply, so that
+	// they ride in the round of the proposals that came meanwhile instead
+	// of costing a round (and a sync) of their own.
+	for _, g := range e.compactDue {
+		e.maybeCompact(g)
+	}
+	e.compactDue = e.compactDue[:0]
 	for range 8 {
 		var rds []*readyGroup
 		for _, g := range e.order {
@@ -330,7 +388,17 @@ func (e *engine) process() error {
 
 func (e *engine) round(rds []*readyGroup) error {
 	e.stats.Rounds++
-	b := e.cfg.DB.NewBatch()
+	// Sized for the entries to store and the records they apply, so that
+	// the batch does not grow (copying itself) record by record.
+	size := 0
+	for _, r := range rds {
+		for _, ents := range [][]*pb.Entry{r.rd.Entries, r.rd.CommittedEntries} {
+			for _, ent := range ents {
+				size += len(ent.GetData()) + batchOverhead
+			}
+		}
+	}
+	b := e.cfg.DB.NewBatchWithSize(size)
 	defer b.Close()
 	var (
 		after []func()
@@ -364,6 +432,29 @@ func (e *engine) round(rds []*readyGroup) error {
 			return err
 		}
 	}
+	// A leader's appends leave before its own write is durable, so that
+	// its fsync and its followers' overlap (raft allows it: the leader
+	// counts itself toward the quorum only once Advance reports its entries
+	// stable). Everything else waits for the commit, as does any message of
+	// a round that changes the term or vote.
+	for _, r := range rds {
+		if hs := r.rd.HardState; !raft.IsEmptyHardState(hs) {
+			if term, vote := r.g.st.termVote(); hs.GetTerm() != term || hs.GetVote() != vote {
+				continue
+			}
+		}
+		rest := r.rd.Messages[:0:0]
+		for _, m := range r.rd.Messages {
+			if m.GetType() == pb.MsgApp {
+				e.out[m.GetTo()] = append(e.out[m.GetTo()], Message{Group: r.g.id, Raft: m})
+			} else {
+				rest = append(rest, m)
+			}
+		}
+		r.later = rest
+		r.early = true
+	}
+	e.flush()
 	if !b.Empty() {
 		opt := pebble.NoSync
 		if sync && !e.cfg.brokenNoSync {
@@ -380,7 +471,11 @@ func (e *engine) round(rds []*readyGroup) error {
 	}
 	e.sm.Committed()
 	for _, r := range rds {
-		for _, m := range r.rd.Messages {
+		msgs := r.rd.Messages
+		if r.early {
+			msgs = r.later
+		}
+		for _, m := range msgs {
 			e.out[m.GetTo()] = append(e.out[m.GetTo()], Message{Group: r.g.id, Raft: m})
 		}
 	}
@@ -390,6 +485,9 @@ func (e *engine) round(rds []*readyGroup) error {
 	}
 	for _, r := range rds {
 		e.complete(r)
+		if e.cfg.LogCompaction && len(r.applied) > 0 {
+			e.compactDue = append(e.compactDue, r.g)
+		}
 	}
 	return nil
 }
@@ -401,12 +499,22 @@ func (e *engine) apply(b *pebble.Batch, r *readyGroup, ents []*pb.Entry, after *
 		return nil
 	}
 	g := r.g
-	var recs []Entry
+	var (
+		recs      []Entry
+		compactTo uint64
+	)
 	for _, ent := range ents {
 		switch ent.GetType() {
 		case pb.EntryNormal:
 			if len(ent.GetData()) == 0 {
 				continue // a new leader's empty entry: no record, no offset
+			}
+			if d := ent.GetData(); d[0] == envelopeCompact {
+				if len(d) != envelopeCompactSize {
+					return fmt.Errorf("replica: group %d: entry %d: %w: compaction of %d bytes", g.id, ent.GetIndex(), errCorrupt, len(d))
+				}
+				compactTo = max(compactTo, binary.BigEndian.Uint64(d[1:]))
+				continue
 			}
 			env, err := decodeEnvelope(ent.GetData())
 			if err != nil {
@@ -440,6 +548,49 @@ func (e *engine) apply(b *pebble.Batch, r *readyGroup, ents []*pb.Entry, after *
 		return fmt.Errorf("replica: group %d: apply: %w", g.id, err)
 	}
 	r.applied, r.results = ents, res
+	if compactTo > 0 {
+		if err := e.compact(b, r, ents, compactTo, after); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compact stages the discarding of the group's log up to index i (which
+// precedes the compaction entry being applied, so this replica holds it) in
+// the round's batch, with the applied index it goes with.
+func (e *engine) compact(b *pebble.Batch, r *readyGroup, applied []*pb.Entry, i uint64, after *[]func()) error {
+	g := r.g
+	var term uint64
+	found := false
+	for _, ents := range [][]*pb.Entry{r.rd.Entries, applied} { // not in Pebble before this batch
+		if len(ents) > 0 && ents[0].GetIndex() <= i && i <= ents[len(ents)-1].GetIndex() {
+			term, found = ents[i-ents[0].GetIndex()].GetTerm(), true
+			break
+		}
+	}
+	if !found {
+		t, err := g.st.Term(i)
+		if errors.Is(err, raft.ErrCompacted) {
+			return nil // an older leader's compaction, past already
+		}
+		if err != nil {
+			return fmt.Errorf("replica: group %d: compact to %d: %w", g.id, i, err)
+		}
+		term = t
+	}
+	var staged uint64
+	if n := len(r.rd.Entries); n > 0 {
+		staged = r.rd.Entries[n-1].GetIndex()
+	}
+	f, err := g.st.stageCompact(b, i, term, staged)
+	if errors.Is(err, raft.ErrCompacted) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	*after = append(*after, f, func() { e.stats.Compactions++ })
 	return nil
 }
 

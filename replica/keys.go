@@ -51,10 +51,17 @@ func indexKey(prefix, kind byte, group, index uint64) []byte {
 // seal frames a value as version | crc32c(key, payload) | payload.
 func seal(key, payload []byte) []byte {
 	v := make([]byte, 5, 5+len(payload))
+	v = append(v, payload...)
+	sealHeader(key, v)
+	return v
+}
+
+// sealHeader fills in the header of v, whose payload follows five bytes
+// left for it, without copying the payload.
+func sealHeader(key, v []byte) {
 	v[0] = valueVersion
-	crc := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, payload)
+	crc := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, v[5:])
 	binary.BigEndian.PutUint32(v[1:5], crc)
-	return append(v, payload...)
 }
 
 // unseal checks a value framed by seal and returns its payload (aliasing v).

@@ -5,17 +5,28 @@ import (
 	"fmt"
 )
 
-// ProposeAsync is Propose without the wait: it returns once Run has taken
-// the proposal, and done is called exactly once with the outcome Propose
-// would return (on Run's goroutine, or on the caller's when the proposal
-// could not be handed over). Proposals made one after another from one
-// goroutine enter the group's log in that order while this node leads, so a
-// publisher's pipelined batches keep their order. done must not block.
+// ProposeAsync is Propose without the wait: it queues the proposal for Run
+// (never waiting for Run, so that every proposal made during a round's sync
+// enters the next round and shares its fsync), and done is called exactly
+// once with the outcome Propose would return (on Run's goroutine, or on the
+// caller's when ctx has ended or the driver has stopped). Proposals made
+// one after another from one goroutine enter the group's log in that order
+// while this node leads, so a publisher's pipelined batches keep their
+// order. done must not block. The queue is not bounded: callers bound what
+// they have in flight (a leader refuses proposals past
+// Config.MaxUncommittedBytes).
 func (d *Driver) ProposeAsync(ctx context.Context, group uint64, data []byte, done func(Result, error)) {
-	err := d.exec(ctx, func(e *engine) { e.propose(group, data, done) })
-	if err != nil {
+	if err := ctx.Err(); err != nil {
 		done(Result{}, fmt.Errorf("replica: propose to group %d: %w", group, err))
+		return
 	}
+	if d.cfg.handOverProposals {
+		if err := d.exec(ctx, func(e *engine) { e.propose(group, data, done) }); err != nil {
+			done(Result{}, fmt.Errorf("replica: propose to group %d: %w", group, err))
+		}
+		return
+	}
+	d.queuePropose(group, data, done)
 }
 
 // Progress returns, for a group this node leads, each replica's match index

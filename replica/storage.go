@@ -31,6 +31,8 @@ func NewStore(db *pebble.DB) *Store { return &Store{db: db} }
 type Storage struct {
 	db    *pebble.DB
 	group uint64
+	// noSnapshots: the driver's groups, which cannot build snapshots yet.
+	noSnapshots bool
 
 	mu struct {
 		sync.Mutex
@@ -40,12 +42,21 @@ type Storage struct {
 		truncIndex uint64 // index of the entry before the first available one
 		truncTerm  uint64
 		last       uint64
+		cache      entryCache // the newest durable entries
 	}
 }
 
-// Group opens the storage of one group, reading its state back from Pebble.
-func (s *Store) Group(group uint64) (*Storage, error) {
+// Group opens the storage of one group, reading its state back from Pebble,
+// with no entry cache (see GroupCached).
+func (s *Store) Group(group uint64) (*Storage, error) { return s.GroupCached(group, 0) }
+
+// GroupCached is Group with an in-memory copy of the group's newest durable
+// entries of up to cacheBytes (encoded size), from which Entries and Term
+// answer without reading Pebble: a leader reads its entries back when they
+// commit and when it sends them to a follower.
+func (s *Store) GroupCached(group uint64, cacheBytes uint64) (*Storage, error) {
 	g := &Storage{db: s.db, group: group}
+	g.mu.cache.max = cacheBytes
 	if err := g.load(); err != nil {
 		return nil, fmt.Errorf("replica: open group %d storage: %w", group, err)
 	}
@@ -139,6 +150,13 @@ func (s *Storage) InitialState() (*pb.HardState, *pb.ConfState, error) {
 	return hs, proto.Clone(s.mu.cs).(*pb.ConfState), nil
 }
 
+// termVote is the stored HardState's term and vote.
+func (s *Storage) termVote() (term, vote uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.hs.GetTerm(), s.mu.hs.GetVote()
+}
+
 // Entries implements raft.Storage: entries [lo, hi), at least one if any,
 // and no more than maxSize bytes of encoded entries after the first.
 func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
@@ -157,6 +175,12 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	}
 	if lo >= hi {
 		return nil, nil
+	}
+	s.mu.Lock()
+	cached, ok := s.mu.cache.slice(lo, hi, maxSize)
+	s.mu.Unlock()
+	if ok {
+		return cached, nil
 	}
 	it, err := s.db.NewIter(s.entryBounds(lo, hi))
 	if err != nil {
@@ -195,7 +219,11 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 func (s *Storage) Term(i uint64) (uint64, error) {
 	s.mu.Lock()
 	trunc, truncTerm, last := s.mu.truncIndex, s.mu.truncTerm, s.mu.last
+	t, cached := s.mu.cache.term(i)
 	s.mu.Unlock()
+	if cached {
+		return t, nil
+	}
 	switch {
 	case i < trunc:
 		return 0, raft.ErrCompacted
@@ -234,10 +262,17 @@ func (s *Storage) FirstIndex() (uint64, error) {
 	return s.mu.truncIndex + 1, nil
 }
 
-// Snapshot implements raft.Storage: the last snapshot applied.
+// Snapshot implements raft.Storage: the last snapshot applied. For the
+// driver's groups (noSnapshots) it is raft.ErrSnapshotTemporarilyUnavailable
+// once the log has been compacted past that snapshot: snapshots carrying the
+// records are not built yet, so a follower that needs the entries compacted
+// away stays behind, and its leader keeps asking.
 func (s *Storage) Snapshot() (*pb.Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.noSnapshots && s.mu.snap.GetMetadata().GetIndex() < s.mu.truncIndex {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
 	return proto.Clone(s.mu.snap).(*pb.Snapshot), nil
 }
 
@@ -295,15 +330,20 @@ func (s *Storage) stageAppend(b *pebble.Batch, ents []*pb.Entry) (func(), error)
 	if ents[0].GetIndex() > last+1 {
 		return nil, fmt.Errorf("replica: group %d: append at %d leaves a hole after the last index %d", s.group, ents[0].GetIndex(), last)
 	}
-	for _, e := range ents {
+	sizes := make([]uint64, len(ents))
+	for i, e := range ents {
+		// Encoded straight into the batch: entries are most of its bytes.
 		k := indexKey(prefixRaft, kindEntry, s.group, e.GetIndex())
-		v, err := encodeEntry(k, e)
-		if err != nil {
+		size := proto.Size(e)
+		op := b.SetDeferred(len(k), entryValueSize(size))
+		copy(op.Key, k)
+		if err := putEntry(op.Value, k, e, size); err != nil {
 			return nil, err
 		}
-		if err := b.Set(k, v, nil); err != nil {
+		if err := op.Finish(); err != nil {
 			return nil, err
 		}
+		sizes[i] = uint64(size)
 	}
 	if newLast < last {
 		// Truncate the conflicting suffix the new entries did not overwrite.
@@ -315,6 +355,7 @@ func (s *Storage) stageAppend(b *pebble.Batch, ents []*pb.Entry) (func(), error)
 	return func() {
 		s.mu.Lock()
 		s.mu.last = newLast
+		s.mu.cache.add(ents, sizes)
 		s.mu.Unlock()
 	}, nil
 }
@@ -393,6 +434,7 @@ func (s *Storage) stageSnapshot(b *pebble.Batch, snap *pb.Snapshot) (func(), err
 		s.mu.Lock()
 		s.mu.snap = snap
 		s.mu.truncIndex, s.mu.truncTerm, s.mu.last = idx, term, idx
+		s.mu.cache.reset()
 		s.mu.Unlock()
 	}, nil
 }
@@ -409,44 +451,85 @@ func (s *Storage) stageTrunc(b *pebble.Batch, idx, term uint64) error {
 // known), in one synced batch. The caller must not compact past what its
 // state machine has applied.
 func (s *Storage) Compact(i uint64) error {
+	term, err := s.Term(i)
+	if err != nil && !errors.Is(err, raft.ErrCompacted) && !errors.Is(err, raft.ErrUnavailable) {
+		return err // the other two: stageCompact names the problem
+	}
+	return s.write(func(b *pebble.Batch) (func(), error) { return s.stageCompact(b, i, term, 0) })
+}
+
+// pointDeleteMax is the most entries stageCompact deletes one by one.
+const pointDeleteMax = 4096
+
+// stageCompact writes into b the discarding of the entries up to and
+// including i, whose term is term, and returns the in-memory update to run
+// once b is durable. It answers raft.ErrCompacted when i is not past the
+// entries already discarded, and refuses to compact past the last index
+// (or staged, the last index of entries staged in b before).
+func (s *Storage) stageCompact(b *pebble.Batch, i, term, staged uint64) (func(), error) {
 	s.mu.Lock()
-	trunc, last := s.mu.truncIndex, s.mu.last
+	trunc, last := s.mu.truncIndex, max(s.mu.last, staged)
 	s.mu.Unlock()
 	if i <= trunc {
-		return raft.ErrCompacted
+		return nil, raft.ErrCompacted
 	}
 	if i > last {
-		return fmt.Errorf("replica: group %d: compact %d past the last index %d", s.group, i, last)
+		return nil, fmt.Errorf("replica: group %d: compact %d past the last index %d", s.group, i, last)
 	}
-	term, err := s.Term(i)
-	if err != nil {
-		return err
-	}
-	b := s.db.NewBatch()
-	defer b.Close()
 	if err := s.stageTrunc(b, i, term); err != nil {
-		return err
+		return nil, err
 	}
-	o := s.entryBounds(0, i+1)
-	if err := b.DeleteRange(o.LowerBound, o.UpperBound, nil); err != nil {
-		return err
+	if i-trunc <= pointDeleteMax {
+		// Point deletions: a flush drops an entry set and deleted within
+		// one memtable, so the raft copy of a record never reaches an
+		// sstable (a range deletion would not spare it).
+		for j := trunc + 1; j <= i; j++ {
+			if err := b.Delete(indexKey(prefixRaft, kindEntry, s.group, j), nil); err != nil {
+				return nil, err
+			}
+		}
+	} else {
+		o := s.entryBounds(0, i+1)
+		if err := b.DeleteRange(o.LowerBound, o.UpperBound, nil); err != nil {
+			return nil, err
+		}
 	}
-	return s.commit(b, func() {
+	return func() {
 		s.mu.Lock()
 		s.mu.truncIndex, s.mu.truncTerm = i, term
+		s.mu.cache.dropThrough(i)
 		s.mu.Unlock()
-	})
+	}, nil
 }
 
 // encodeEntry frames an entry as term u64 BE | protobuf, so that Term reads
-// eight bytes instead of decoding the entry.
+// eight bytes instead of decoding the entry, sealed for key k.
 func encodeEntry(k []byte, e *pb.Entry) ([]byte, error) {
-	p := binary.BigEndian.AppendUint64(make([]byte, 0, 8+proto.Size(e)), e.GetTerm())
-	p, err := proto.MarshalOptions{}.MarshalAppend(p, e)
-	if err != nil {
-		return nil, fmt.Errorf("replica: encode entry %d: %w", e.GetIndex(), err)
+	size := proto.Size(e)
+	v := make([]byte, entryValueSize(size))
+	if err := putEntry(v, k, e, size); err != nil {
+		return nil, err
 	}
-	return seal(k, p), nil
+	return v, nil
+}
+
+// entryValueSize is the length of the sealed value of an entry whose
+// protobuf size is size.
+func entryValueSize(size int) int { return 5 + 8 + size }
+
+// putEntry writes encodeEntry's value into v (of entryValueSize(size)
+// bytes), size being the entry's protobuf size.
+func putEntry(v, k []byte, e *pb.Entry, size int) error {
+	binary.BigEndian.PutUint64(v[5:13], e.GetTerm())
+	out, err := proto.MarshalOptions{}.MarshalAppend(v[13:13], e)
+	if err == nil && (len(out) != size || size > 0 && &out[0] != &v[13]) {
+		err = fmt.Errorf("encoded in %d bytes, sized %d", len(out), size)
+	}
+	if err != nil {
+		return fmt.Errorf("replica: encode entry %d: %w", e.GetIndex(), err)
+	}
+	sealHeader(k, v)
+	return nil
 }
 
 func decodeEntry(k, v []byte) (*pb.Entry, error) {

@@ -95,12 +95,21 @@ func compareStorages(t *testing.T, step string, want *raft.MemoryStorage, got *S
 }
 
 // runOps applies ops to a MemoryStorage and to a Storage, comparing answers
-// after every step and once more after reopening the Storage from Pebble.
+// after every step and once more after reopening the Storage from Pebble:
+// without an entry cache, with one of a few entries (answers from the cache,
+// from Pebble and across both, trimmed often) and with one that holds all.
 func runOps(t *testing.T, ops []storageOp) {
+	t.Helper()
+	for _, cache := range []uint64{0, 40, 1 << 20} {
+		t.Run(fmt.Sprintf("cache=%d", cache), func(t *testing.T) { runOpsCached(t, ops, cache) })
+	}
+}
+
+func runOpsCached(t *testing.T, ops []storageOp, cache uint64) {
 	t.Helper()
 	db := openTestDB(t, nil)
 	st := NewStore(db)
-	got, err := st.Group(7)
+	got, err := st.GroupCached(7, cache)
 	if err != nil {
 		t.Fatal(err)
 	}

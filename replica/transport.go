@@ -17,8 +17,11 @@ type Message struct {
 }
 
 // Transport carries raft messages to other nodes. Send is called on the
-// driver's goroutine, at most once per peer per round with every message of
-// that round for the peer, after the round's state is durable. It must not
+// driver's goroutine, at most twice per peer per round: first with a
+// leader's appends, before the round's state is durable (the leader's fsync
+// overlaps its followers'; it counts itself toward a quorum only once its
+// own write is durable), then with every other message of the round, after
+// it is durable. It must not
 // block for long, nor modify msgs; it may drop (raft resends). EncodeBatch
 // gives the batch's wire form, and the receiving side hands what
 // DecodeBatch returns to its Driver.Deliver.

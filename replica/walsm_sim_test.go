@@ -154,6 +154,7 @@ func TestSimRegionWal(t *testing.T) {
 		}
 		cfg := defaultSimConfig(nodes)
 		cfg.wal, cfg.dedupWindow = true, 16
+		cfg.compact = seed%2 == 0
 		a, st, err := runSim(t, cfg, seed)
 		if err != nil {
 			t.Fatalf("%v\nrerun: go test -run TestSimRegionWal ./replica -seed %d", err, seed)
@@ -163,7 +164,7 @@ func TestSimRegionWal(t *testing.T) {
 		total.add(st)
 	}
 	t.Logf("%d runs, %d acknowledged proposals checked; %+v", runs, acked, total)
-	if runs >= 20 && (acked == 0 || total.crashes == 0 || total.partitions == 0 || total.duplicates == 0 || total.clamped == 0) {
+	if runs >= 20 && (acked == 0 || total.crashes == 0 || total.partitions == 0 || total.duplicates == 0 || total.clamped == 0 || total.compacted == 0) {
 		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}
 }

@@ -26,6 +26,13 @@ type walReplica struct {
 
 func startWalReplica(t testing.TB, net *testNet, id uint64, dir string, groups, peers []uint64) *walReplica {
 	t.Helper()
+	return startWalReplicaWith(t, net, id, dir, groups, peers, nil)
+}
+
+// startWalReplicaWith is startWalReplica with tune (if not nil) changing the
+// driver's configuration.
+func startWalReplicaWith(t testing.TB, net *testNet, id uint64, dir string, groups, peers []uint64, tune func(*Config)) *walReplica {
+	t.Helper()
 	l, err := wal.Open(dir, wal.Options{RetentionInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -34,10 +41,14 @@ func startWalReplica(t testing.TB, net *testNet, id uint64, dir string, groups, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Config{
+	cfg := Config{
 		NodeID: id, DB: l.DB(), StateMachine: sm, Transport: netTransport{id, net},
 		TickInterval: 10 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
-	})
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
