@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -46,6 +47,7 @@ type nodeFlags struct {
 	certFile, keyFile, caBundle         string
 	admin                               string
 	adminAPI                            bool
+	pprof                               bool
 	noFiles                             bool // config check --no-files: the TLS files are not read
 	ablationSharedStream                bool
 	ablationSharedLink                  bool
@@ -57,6 +59,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.listen, "listen", "127.0.0.1:7400", "UDP address of the QUIC client listener (port 0: any free port)")
 		fs.StringVar(&f.metrics, "metrics", "", "HTTP address of /metrics (Prometheus), and of the admin API /v1/ unless --admin is given, e.g. 127.0.0.1:9400 (empty: off)")
 		fs.StringVar(&f.admin, "admin", "", "HTTP address of the admin API /v1/ (members, links, migrate, gossip keys), apart from --metrics; operators only, e.g. 127.0.0.1:9500")
+		fs.BoolVar(&f.pprof, "pprof", false, "serve Go's runtime profiles (net/http/pprof) at /debug/pprof/ on the --metrics address, e.g. 'go tool pprof http://127.0.0.1:9400/debug/pprof/profile?seconds=10'; operators only")
 		fs.BoolVar(&f.adminAPI, "admin-api", false, "serve the admin API's state-changing endpoints (links --migrate, gossip-keys install/use/remove); off: they are refused with 403")
 		fs.StringVar(&f.region, "region", "local", "region this node belongs to")
 		fs.StringVar(&f.name, "name", "", "node name (default: the host name)")
@@ -224,7 +227,10 @@ func runNode(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	return serveNodes(ctx, e, nil, served{node: n, metrics: f.metrics, admin: f.admin})
+	if f.pprof && f.metrics == "" {
+		return errors.New("--pprof: profiles are served on the --metrics address; give --metrics too")
+	}
+	return serveNodes(ctx, e, nil, served{node: n, metrics: f.metrics, admin: f.admin, pprof: f.pprof})
 }
 
 // served is a node with the addresses of its metrics and admin endpoints ("" for none).
@@ -232,6 +238,19 @@ func runNode(ctx context.Context, e *env, args []string) error {
 type served struct {
 	node           *node.Node
 	metrics, admin string
+	pprof          bool // /debug/pprof/ on the metrics address
+}
+
+// withProfiles serves Go's runtime profiles at /debug/pprof/ beside h.
+func withProfiles(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 // serveNodes runs the nodes and their metrics/admin endpoints until ctx ends, then stops them
@@ -270,7 +289,11 @@ func serveNodes(ctx context.Context, e *env, ready func([]served), nodes ...serv
 			if s.metrics != "" {
 				mux := http.NewServeMux()
 				mux.Handle("GET /metrics", s.node.MetricsHandler())
-				if s.metrics, err = listen("--metrics", s.metrics, mux); err != nil {
+				var h http.Handler = mux
+				if s.pprof {
+					h = withProfiles(mux)
+				}
+				if s.metrics, err = listen("--metrics", s.metrics, h); err != nil {
 					return err
 				}
 				announce("node %s: metrics on http://%s/metrics\n", s.node.Name(), s.metrics)
@@ -280,7 +303,11 @@ func serveNodes(ctx context.Context, e *env, ready func([]served), nodes ...serv
 			}
 			announce("node %s: admin API on http://%s/v1/\n", s.node.Name(), s.admin)
 		case s.metrics != "":
-			if s.metrics, err = listen("--metrics", s.metrics, s.node.AdminHandler()); err != nil {
+			h := s.node.AdminHandler()
+			if s.pprof {
+				h = withProfiles(h)
+			}
+			if s.metrics, err = listen("--metrics", s.metrics, h); err != nil {
 				return err
 			}
 			announce("node %s: metrics on http://%s/metrics, admin API on http://%s/v1/\n", s.node.Name(), s.metrics, s.metrics)

@@ -58,11 +58,16 @@ type repParams struct {
 	Warmup   time.Duration
 	Duration time.Duration
 	Quicmq   string // the quicmq binary (quicmq-r1, quicmq-r3)
+	// Profile, when set, is a directory for a CPU profile of each QuicMQ node over the
+	// measured window (`quicmq node --pprof`), NAME-cCLIENTS-rREPEAT-nI.pprof.
+	Profile string `json:",omitempty"`
+	Repeat  int    `json:"-"` // for the profiles' names
 }
 
 func (p repParams) args() []string {
 	return []string{"repworker", "--system", p.System, "--clients", fmt.Sprint(p.Clients), "--size", fmt.Sprint(p.Size),
-		"--window", fmt.Sprint(p.Window), "--warmup", p.Warmup.String(), "--duration", p.Duration.String(), "--quicmq", p.Quicmq}
+		"--window", fmt.Sprint(p.Window), "--warmup", p.Warmup.String(), "--duration", p.Duration.String(), "--quicmq", p.Quicmq,
+		"--profile", p.Profile, "--repeat", fmt.Sprint(p.Repeat)}
 }
 
 type repResult struct {
@@ -248,6 +253,7 @@ type repCluster struct {
 	pids    []int
 	addrs   []string
 	metrics string   // QuicMQ R3: the first node's metrics address
+	profile []string // with profiles: each node's metrics address, serving /debug/pprof/
 	names   []string // server names, as leader reports them
 	ca      string
 	stop    func()
@@ -256,7 +262,7 @@ type repCluster struct {
 
 // startQuicmqRegion starts n `quicmq node` processes of one region (n > 1: joined by gossip,
 // with --replicas replicas) sharing one CA, and waits until each takes connections.
-func startQuicmqRegion(bin string, n, replicas int) (*repCluster, error) {
+func startQuicmqRegion(bin string, n, replicas int, profile bool) (*repCluster, error) {
 	if replicas > 1 {
 		if err := checkReplicasFlag(bin); err != nil {
 			return nil, err
@@ -288,11 +294,19 @@ func startQuicmqRegion(bin string, n, replicas int) (*repCluster, error) {
 				args = append(args, "--join", "127.0.0.1:7950")
 			}
 		}
+		metrics := fmt.Sprintf("127.0.0.1:%d", 9400+i)
 		if replicas > 1 {
-			args = append(args, "--replicas", fmt.Sprint(replicas), "--metrics", fmt.Sprintf("127.0.0.1:%d", 9400+i))
+			args = append(args, "--replicas", fmt.Sprint(replicas))
 			if i == 0 {
-				cl.metrics = "127.0.0.1:9400"
+				cl.metrics = metrics
 			}
+		}
+		if replicas > 1 || profile {
+			args = append(args, "--metrics", metrics)
+		}
+		if profile {
+			args = append(args, "--pprof")
+			cl.profile = append(cl.profile, metrics)
 		}
 		p, tail, err := startNodeProc(bin, args...)
 		if err != nil {
@@ -517,12 +531,12 @@ func brokerContext() (context.Context, context.CancelFunc) {
 }
 
 // startRepCluster starts the brokers of system sys.
-func startRepCluster(sys, quicmqBin string) (*repCluster, error) {
+func startRepCluster(sys, quicmqBin string, profile bool) (*repCluster, error) {
 	switch sys {
 	case "quicmq-r1":
-		return startQuicmqRegion(quicmqBin, 1, 1)
+		return startQuicmqRegion(quicmqBin, 1, 1, profile)
 	case "quicmq-r3":
-		return startQuicmqRegion(quicmqBin, 3, 3)
+		return startQuicmqRegion(quicmqBin, 3, 3, profile)
 	case "jetstream-r3":
 		return startJetStream(3, "REP", []string{"rep.>"}, nil)
 	case "jetstream-r1":
@@ -541,6 +555,46 @@ func dialRepClient(ctx context.Context, sys string, cl *repCluster, i, window in
 	return dialJSPub(addr, repTopic, window)
 }
 
+// profileNodes starts fetching a CPU profile of the measured window from each node of cl
+// that serves one, and returns a function that waits for them; a failure is a note.
+func profileNodes(cl *repCluster, p repParams, notes *[]string) (wait func()) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	secs := max(1, int(p.Duration.Seconds()))
+	for i, addr := range cl.profile {
+		wg.Go(func() {
+			name := filepath.Join(p.Profile, fmt.Sprintf("%s-c%d-r%d-n%d.pprof", p.System, p.Clients, p.Repeat, i+1))
+			err := fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), name)
+			if err != nil {
+				mu.Lock()
+				*notes = append(*notes, fmt.Sprintf("profile of node %d: %v", i+1, err))
+				mu.Unlock()
+			}
+		})
+	}
+	return wg.Wait
+}
+
+func fetchProfile(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // runRepWorker is the hidden "repworker" command: inside the run's namespace it starts the
 // brokers, publishes from the clients and prints its repResult as JSON.
 func runRepWorker(args []string) error {
@@ -553,8 +607,10 @@ func runRepWorker(args []string) error {
 	fs.DurationVar(&p.Warmup, "warmup", time.Second, "publishing before the window")
 	fs.DurationVar(&p.Duration, "duration", 5*time.Second, "measured window")
 	fs.StringVar(&p.Quicmq, "quicmq", "", "the quicmq binary")
+	fs.StringVar(&p.Profile, "profile", "", "directory for the QuicMQ nodes' CPU profiles of the window")
+	fs.IntVar(&p.Repeat, "repeat", 1, "the repeat this run is (names the profiles)")
 	fs.Parse(args)
-	cl, err := startRepCluster(p.System, p.Quicmq)
+	cl, err := startRepCluster(p.System, p.Quicmq, p.Profile != "")
 	if err != nil {
 		return err
 	}
@@ -619,9 +675,11 @@ func runRepWorker(args []string) error {
 	}
 	cpu0, t0 := clusterCPU(cl), time.Now()
 	counting.Store(true)
+	profiled := profileNodes(cl, p, &res.Notes)
 	time.Sleep(p.Duration)
 	counting.Store(false)
 	cpu1, el := clusterCPU(cl), time.Since(t0)
+	profiled()
 	if cl.metrics != "" {
 		if entries1, err := raftCommitted(cl.metrics); err == nil && entries1 > entries0 {
 			res.RecordsPerEntry = float64(acked.Load()) / (entries1 - entries0)
@@ -713,6 +771,7 @@ refused.
 	repeat := fs.Int("repeat", 1, "repetitions (medians are reported)")
 	quicmqBin := fs.String("quicmq", "", "the quicmq binary (default: built from ./cmd/quicmq, so run from the repository root)")
 	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	profile := fs.String("profile", "", "directory for a CPU profile of each QuicMQ node over each measured window (NAME-cCLIENTS-rREPEAT-nI.pprof; read with 'go tool pprof -top QUICMQ FILE')")
 	fs.Parse(args)
 	clients, err := parseInts(*clientsFlag)
 	if err != nil {
@@ -756,7 +815,15 @@ refused.
 	for r := 1; r <= *repeat; r++ {
 		for _, nc := range clients {
 			for _, sys := range systems {
-				p := repParams{System: sys, Clients: nc, Size: *size, Window: *window, Warmup: *warmup, Duration: *dur, Quicmq: bin}
+				p := repParams{System: sys, Clients: nc, Size: *size, Window: *window, Warmup: *warmup, Duration: *dur, Quicmq: bin, Repeat: r}
+				if *profile != "" && strings.HasPrefix(sys, "quicmq") {
+					if p.Profile, err = filepath.Abs(*profile); err != nil {
+						return err
+					}
+					if err := os.MkdirAll(p.Profile, 0o755); err != nil {
+						return fmt.Errorf("--profile: %w", err)
+					}
+				}
 				fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, %d clients ...", len(results)+1, total, time.Since(started).Round(time.Second), r, sys, nc)
 				var res repResult
 				if err := workerIn(sys, p.Warmup+p.Duration+5*time.Minute, func(string) []string { return p.args() }, &res, slot); err != nil {

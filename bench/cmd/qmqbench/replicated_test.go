@@ -13,7 +13,7 @@ func TestReplicatedRefusesR3WithoutReplicas(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no 'node --replicas' flag") || !strings.Contains(err.Error(), "R3 cannot run") {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := startQuicmqRegion("/bin/true", 3, 3); err == nil || !strings.Contains(err.Error(), "--replicas") {
+	if _, err := startQuicmqRegion("/bin/true", 3, 3, false); err == nil || !strings.Contains(err.Error(), "--replicas") {
 		t.Fatalf("startQuicmqRegion: got %v", err)
 	}
 }
