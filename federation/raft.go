@@ -274,25 +274,41 @@ func (f *Federation) startRaft(ctx context.Context, l *link, conn *quic.Conn, wg
 // runRaftClass keeps the stream of one class open on conn until ctx ends, reopening it
 // after RetryInterval when it fails while the connection lasts.
 func (f *Federation) runRaftClass(ctx context.Context, l *link, conn *quic.Conn, class byte, c *raftClass) {
-	last := "" // the previous failure: a peer that keeps refusing is logged once at WARN
+	last, repeats := "", 0 // the previous failure and how many times in a row it came
 	for {
 		err := f.writeRaft(ctx, l, conn, class, c)
 		if ctx.Err() != nil || connectionEnded(err) {
 			return
 		}
 		l.setError(err)
-		level := slog.LevelWarn
 		if err.Error() == last {
-			level = slog.LevelDebug
+			repeats++
+		} else {
+			last, repeats = err.Error(), 1
 		}
-		last = err.Error()
-		l.log.Log(ctx, level, "raft stream ended; reopening", "class", raftClassName(class), "err", err, "after", f.cfg.Raft.RetryInterval)
+		l.log.Log(ctx, raftRetryLevel(err, repeats), "raft stream ended; reopening", "class", raftClassName(class), "err", err, "after", f.cfg.Raft.RetryInterval)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(f.cfg.Raft.RetryInterval):
 		}
 	}
+}
+
+// raftRetryLevel is the level of the repeats-th failure in a row of one kind: a peer that
+// keeps failing is logged once at WARN, then at DEBUG. A peer that does not know this node
+// yet (its gossip has not seen it: every start of a region) is INFO the first time and WARN
+// only if it still refuses after a retry.
+func raftRetryLevel(err error, repeats int) slog.Level {
+	var we *wire.Error
+	unknown := errors.As(err, &we) && we.Code == wire.CodeForbidden
+	switch {
+	case unknown && repeats == 1:
+		return slog.LevelInfo
+	case repeats == 1, unknown && repeats == 2:
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
 }
 
 // writeRaft opens one raft stream and writes c's queue to it until the stream, the

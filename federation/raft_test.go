@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -792,5 +793,28 @@ func TestRaftQueueBounds(t *testing.T) {
 	c.setUp(false)
 	if s := c.stats(); s.Open || s.Queued != 0 || s.DroppedNoStream != 3 {
 		t.Fatalf("no writer left: %+v", s)
+	}
+}
+
+// TestRaftRetryLevel: a refusal by a peer that does not know this node yet (every start of a
+// region, before gossip converges) is not a warning unless it lasts; any other failure warns
+// once; repeats are quiet.
+func TestRaftRetryLevel(t *testing.T) {
+	unknown := fmt.Errorf("raft stream to n2: %w", wire.Errorf(wire.CodeForbidden, "node %q is not a known peer of node %q", "n3", "n2"))
+	other := errors.New("raft stream to n2: stream reset")
+	for _, c := range []struct {
+		err     error
+		repeats int
+		want    slog.Level
+	}{
+		{unknown, 1, slog.LevelInfo},
+		{unknown, 2, slog.LevelWarn},
+		{unknown, 3, slog.LevelDebug},
+		{other, 1, slog.LevelWarn},
+		{other, 2, slog.LevelDebug},
+	} {
+		if got := raftRetryLevel(c.err, c.repeats); got != c.want {
+			t.Errorf("raftRetryLevel(%v, %d) = %v, want %v", c.err, c.repeats, got, c.want)
+		}
 	}
 }
