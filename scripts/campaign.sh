@@ -7,6 +7,7 @@
 #   scripts/campaign.sh abuse                      campaign 6: resource abuse and caps (long variants)
 #   scripts/campaign.sh gossip-keys                gossip key rotation under traffic
 #   scripts/campaign.sh kill9 [KILLS] [RATE]       campaign 2: kill -9 loop, 3 regions x 2 node processes (default 50 kills, 2000 records/s)
+#   scripts/campaign.sh kill9-replicated [KILLS]   campaign 2 on 2 regions x 3 nodes with --replicas 3: mirroring exactly once while leaders change (default 20 kills, 1000 records/s)
 #   scripts/campaign.sh partitions                 campaign 3: region cut 30 s and 5 min, one-way, flapping (root, nft, ip)
 #   scripts/campaign.sh loss                       campaign 4: 0/1/5/20 % packet loss, 2 min each (root, nft, ip)
 #   scripts/campaign.sh gossip-loss [LOSS%]        campaign 4, gossip only: 8 meshes for 3 min at 20 % (root, nft, ip)
@@ -62,6 +63,11 @@ kill9() {
     -timeout 60m -run '^(TestCampaignKill9Loop|TestCheckerCatches)$' ./cmd/quicmq ./internal/campaign
 }
 
+kill9replicated() {
+  QUICMQ_CAMPAIGN_KILLS=${1:-20} QUICMQ_CAMPAIGN_RATE=${2:-1000} run "campaign 2 on replicated regions: 2 regions x 3 nodes (--replicas 3), ${1:-20} kills at ${2:-1000} records/s" \
+    -timeout 60m -run '^TestCampaignKill9LoopReplicated$' ./cmd/quicmq
+}
+
 partitions() {
   (cd bench && QUICMQ_CAMPAIGN_LONG=1 run "campaign 3: partitions (region cut 30 s and 5 min, one-way 1 min, flapping every 5 s for 2 min)" \
     -timeout 60m -run '^(TestCampaignPartitions|TestCampaignMinority|TestCheckerCatches)$' ./campaign)
@@ -108,6 +114,7 @@ case "${1:-}" in
   abuse) abuse ;;
   gossip-keys) gossipkeys ;;
   kill9) kill9 "${2:-}" "${3:-}" ;;
+  kill9-replicated) kill9replicated "${2:-}" "${3:-}" ;;
   partitions) partitions ;;
   loss) loss ;;
   gossip-loss) gossiploss "${2:-}" ;;
@@ -121,6 +128,7 @@ case "${1:-}" in
     abuse || rc=1
     gossipkeys || rc=1
     kill9 || rc=1
+    kill9replicated || rc=1
     partitions || rc=1
     loss || rc=1
     gossiploss || rc=1

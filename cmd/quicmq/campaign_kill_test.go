@@ -35,21 +35,50 @@ func TestCampaignKill9Loop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills six node processes")
 	}
+	campaignKill9(t, 1, envInt("QUICMQ_CAMPAIGN_RATE", 2000))
+}
+
+// TestCampaignKill9LoopReplicated is the kill -9 loop on two regions of three nodes started
+// with --replicas 3: each topic's log is a raft group in each region, a kill often takes a
+// group's leader (the mirror on either side moves to the new leader), and mirroring must stay
+// exactly once while leaders change on both sides (issue 13). Rate default 1000 records/s.
+func TestCampaignKill9LoopReplicated(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills six node processes")
+	}
+	campaignKill9(t, 3, envInt("QUICMQ_CAMPAIGN_RATE", 1000))
+}
+
+func campaignKill9(t *testing.T, replicas, rate int) {
 	kills := envInt("QUICMQ_CAMPAIGN_KILLS", 3)
-	rate := envInt("QUICMQ_CAMPAIGN_RATE", 2000)
 	nTopics := envInt("QUICMQ_CAMPAIGN_TOPICS", 8)
 	const producers = 8
 	bin := quicmqBinary(t)
 	caDir := t.TempDir()
 
 	// The mesh: names, data directories and gossip addresses fixed for the whole run.
-	regions := []string{"eu", "us", "ap"}
+	regions, perRegion := []string{"eu", "us", "ap"}, 2
+	switch replicas {
+	case 1:
+	case 3:
+		regions, perRegion = []string{"eu", "us"}, 3
+	default:
+		t.Fatalf("replicas %d: want 1 (3 regions of 2 single-copy nodes) or 3 (2 regions of 3 replicas)", replicas)
+	}
+	t.Logf("%d regions of %d nodes, --replicas %d", len(regions), perRegion, replicas)
+	members := func(region string) []string {
+		var names []string
+		for i := 1; i <= perRegion; i++ {
+			names = append(names, fmt.Sprintf("%s%d", region, i))
+		}
+		return names
+	}
 	type nodeSpec struct {
 		name, region, data, lan, wan string
 	}
 	var specs []*nodeSpec
 	for _, r := range regions {
-		for i := 1; i <= 2; i++ {
+		for i := 1; i <= perRegion; i++ {
 			specs = append(specs, &nodeSpec{name: fmt.Sprintf("%s%d", r, i), region: r, data: t.TempDir(), lan: freeAddr(t), wan: freeAddr(t)})
 		}
 	}
@@ -64,8 +93,12 @@ func TestCampaignKill9Loop(t *testing.T) {
 			}
 			wanJoin = append(wanJoin, o.wan)
 		}
-		return []string{"--data", s.data, "--region", s.region, "--ca-dir", caDir, "--gossip", s.lan, "--wan", s.wan,
+		a := []string{"--data", s.data, "--region", s.region, "--ca-dir", caDir, "--gossip", s.lan, "--wan", s.wan,
 			"--join", strings.Join(join, ","), "--wan-join", strings.Join(wanJoin, ","), "--mirror", "c2.>"}
+		if replicas > 1 {
+			a = append(a, "--replicas", strconv.Itoa(replicas))
+		}
+		return a
 	}
 	var procMu sync.Mutex // guards procs: the kill loop replaces entries, publishers read addresses
 	procs := make([]*meshProcess, len(specs))
@@ -91,10 +124,15 @@ func TestCampaignKill9Loop(t *testing.T) {
 		topics = append(topics, fmt.Sprintf("c2.t%d", i))
 	}
 	// owned[name] lists the topics each node owns in its region, as every node computes it.
+	// Replicated topics have no owner: every replica serves them (owned stays empty and the
+	// probe after a kill publishes to the first topic through the restarted node).
 	owned := map[string][]string{}
 	for _, tp := range topics {
+		if replicas > 1 {
+			break
+		}
 		for _, r := range regions {
-			o := routing.Owner(tp, []string{r + "1", r + "2"})
+			o := routing.Owner(tp, members(r))
 			owned[o] = append(owned[o], tp)
 		}
 	}
@@ -198,7 +236,7 @@ func TestCampaignKill9Loop(t *testing.T) {
 						ack, err := pd.f.Wait(ctx)
 						cancel()
 						noteSlow(time.Since(pd.sent), fmt.Sprintf("publish %v to %s through %s (region owner %s), sent %v after the mesh was up: err %v",
-							pd.k, pd.topic, specs[node].name, routing.Owner(pd.topic, []string{region + "1", region + "2"}), pd.sent.Sub(meshUp).Round(time.Millisecond), err))
+							pd.k, pd.topic, specs[node].name, routing.Owner(pd.topic, members(region)), pd.sent.Sub(meshUp).Round(time.Millisecond), err))
 						var ce *client.Error
 						unknown := false
 						switch {
@@ -321,8 +359,12 @@ func TestCampaignKill9Loop(t *testing.T) {
 		}
 		rec := time.Since(killed)
 		recoveries = append(recoveries, rec)
-		t.Logf("kill %d at %v: %s (owner of %v) killed, restarted, serving its topics again %v after the kill (listening %v after exec)",
-			k, killed.Sub(meshUp).Round(time.Millisecond), s.name, owned[s.name], rec.Round(time.Millisecond), p.listen.Round(time.Millisecond))
+		role := fmt.Sprintf("owner of %v", owned[s.name])
+		if replicas > 1 {
+			role = "a replica of every topic"
+		}
+		t.Logf("kill %d at %v: %s (%s) killed, restarted, serving its topics again %v after the kill (listening %v after exec)",
+			k, killed.Sub(meshUp).Round(time.Millisecond), s.name, role, rec.Round(time.Millisecond), p.listen.Round(time.Millisecond))
 	}
 	time.Sleep(2 * time.Second)
 	stopPub()
