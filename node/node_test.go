@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -60,8 +61,8 @@ func readRecords(t *testing.T, s *rawStream, count int) []string {
 func subscribe(t *testing.T, rc *rawConn, req *wire.Subscribe) *rawStream {
 	t.Helper()
 	s := rc.open(req)
-	if f, ok := s.next().(*wire.Subscribed); !ok {
-		t.Fatalf("subscribe %q: got %#v", req.Pattern, f)
+	if f := s.next(); f.Type() != wire.TypeSubscribed {
+		t.Fatalf("subscribe %q: got %s %+v", req.Pattern, f.Type(), f)
 	}
 	return s
 }
@@ -134,26 +135,23 @@ func TestDurableConsumerResumes(t *testing.T) {
 	s := subscribe(t, rc, &wire.Subscribe{Pattern: "d.t", Durable: "billing"})
 	readRecords(t, s, 5)
 	s.send(&wire.Ack{Index: 0, Offset: 4})
-	time.Sleep(50 * time.Millisecond) // the position is stored by the ack goroutine
 	s.str.Close()
 
-	// Wait until the position is durable, then resume on a new connection.
-	deadline := time.Now().Add(5 * time.Second)
+	// The node's FIN (after the records still in flight) ends the subscription: by then the
+	// ACK is stored and the durable is free, so the next SUBSCRIBE, at once on the same
+	// connection, takes it and resumes after the ACK.
 	for {
-		pos, ok, err := n.Log().Position("billing", "d.t")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok && pos == 4 {
+		if _, err := s.read(10 * time.Second); err != nil {
+			if err != io.EOF {
+				t.Fatalf("first subscription: %v, want the node's FIN", err)
+			}
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("position not stored: %d %v", pos, ok)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	rc2 := mustDial(t, n)
-	s2 := subscribe(t, rc2, &wire.Subscribe{Pattern: "d.t", Durable: "billing"})
+	if pos, ok, err := n.Log().Position("billing", "d.t"); err != nil || !ok || pos != 4 {
+		t.Fatalf("position at the node's FIN: %d %v %v, want 4", pos, ok, err)
+	}
+	s2 := subscribe(t, rc, &wire.Subscribe{Pattern: "d.t", Durable: "billing"})
 	if got := readRecords(t, s2, 1)[0]; got != "d.t@5=m5" {
 		t.Fatalf("durable resume: %s, want offset 5", got)
 	}

@@ -1,7 +1,10 @@
 package node_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -162,7 +165,8 @@ func TestPublishBatchEntryOverLimit(t *testing.T) {
 }
 
 // Framing errors still end the stream: a frame over the frame-body limit is answered with
-// ERROR 5 after the answers to the publishes before it, and nothing after it is read.
+// ERROR 5 after the answers to the publishes before it, then FIN, and nothing after it is
+// read (STOP_SENDING 0x1).
 func TestPublishFrameOverLimitEndsStream(t *testing.T) {
 	n, _ := nodetest.Start(t, func(c *node.Config) { c.MaxPayload, c.MaxHeaderBytes = 1024, 256 })
 	a := dialAbuse(t, n)
@@ -170,7 +174,16 @@ func TestPublishFrameOverLimitEndsStream(t *testing.T) {
 	big := wire.Append(nil, &wire.Publish{Seq: 2, Topic: "frame", Payload: make([]byte, 1024+256+64<<10+1)})
 	raw = append(raw, big...)
 	raw = wire.Append(raw, &wire.Publish{Seq: 3, Topic: "frame", Payload: []byte("y")})
-	s, r := a.stream(raw)
+	stoppedByNode := func(err error) bool {
+		var se *quic.StreamError
+		return errors.As(err, &se) && se.Remote && se.ErrorCode == wire.AppProtocol
+	}
+	// The node stops reading at the oversized frame's length, so the write of raw may end
+	// with its STOP_SENDING before all of the frame is handed to QUIC.
+	s, r := a.stream(nil)
+	if _, err := s.Write(raw); err != nil && !stoppedByNode(err) {
+		t.Fatalf("write: %v", err)
+	}
 	s.SetReadDeadline(time.Now().Add(10 * time.Second))
 	f, err := r.Read()
 	if ack, isAck := f.(*wire.PublishAck); err != nil || !isAck || ack.Seq != 1 {
@@ -178,6 +191,17 @@ func TestPublishFrameOverLimitEndsStream(t *testing.T) {
 	}
 	if e := readError(t, s, r); e.Code != wire.CodeTooLarge || !strings.Contains(e.Message, fmt.Sprint(1024+256+64<<10)) {
 		t.Fatalf("oversized frame: %v, want ERROR 5 naming the frame limit", e)
+	}
+	if f, err := r.Read(); err != io.EOF {
+		t.Fatalf("after the ERROR: %+v, %v, want the node's FIN", f, err)
+	}
+	select {
+	case <-s.Context().Done(): // the write side ended: by the node's STOP_SENDING, checked next
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node did not stop reading the stream (want STOP_SENDING 0x1)")
+	}
+	if err := context.Cause(s.Context()); !stoppedByNode(err) {
+		t.Fatalf("write side ended by %v, want the node's STOP_SENDING 0x1", err)
 	}
 }
 

@@ -50,6 +50,8 @@ type subscription struct {
 	wake     chan struct{} // a matching topic advanced, a new topic matched, or the stream ended
 	setUp    chan struct{} // closed once SUBSCRIBED is written, or the subscription failed first
 	started  time.Time
+	// beforeEnd, if set, runs in end before the node's last frame and FIN (run goroutine).
+	beforeEnd func()
 
 	draining atomic.Bool
 	ackErr   atomic.Pointer[wire.Error] // a protocol error found by the ack reader
@@ -186,8 +188,9 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		s.serveMember(str, r, req, refuse) // group.go: a member of a shared consumer group
 		return
 	}
+	var release func() // an exclusive durable's lock (exclusive.go)
 	if req.Durable != "" && !s.peer {
-		release, e := n.lockDurable(s, req.Durable, s.actor.clientDurable(req.Durable), req.Flags&wire.SubscribeStandby != 0, str.Context().Done())
+		release, e = n.lockDurable(s, req.Durable, s.actor.clientDurable(req.Durable), req.Flags&wire.SubscribeStandby != 0, str.Context().Done())
 		if e != nil || release == nil {
 			if e != nil {
 				refuse(e)
@@ -207,6 +210,18 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 	}
 	defer sub.cancel()
 	ackDone := make(chan struct{})
+	if release != nil {
+		// A durable's subscription leaves the node (its members as management counts them,
+		// its lock) before the node ends its side, once the ack reader has stored the ACKs it
+		// read: a client that sees the FIN (or ERROR) may subscribe again, or remove the
+		// consumer, at once.
+		sub.beforeEnd = func() {
+			sub.cancel() // the ack reader may still wait for the set-up
+			<-ackDone
+			n.removeSubscription(sub)
+			release()
+		}
+	}
 	go func() {
 		defer close(ackDone)
 		// Wait for the set-up: ACKs are checked against topics it binds.
@@ -335,6 +350,9 @@ func (sub *subscription) end(e *wire.Error) {
 	sub.waitWrite()
 	if sub.writeq != nil {
 		close(sub.writeq) // the writer goroutine ends
+	}
+	if sub.beforeEnd != nil {
+		sub.beforeEnd()
 	}
 	sub.out.finish(e)
 	sub.markSetUp()
