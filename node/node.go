@@ -169,9 +169,6 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 	tags := map[string]string{tagQUIC: n.advertise()}
 	if n.raftID != 0 {
 		tags[tagRaft] = strconv.FormatUint(n.raftID, 10)
-		if metaStored(n.wal.DB()) {
-			tags[tagMeta] = "1"
-		}
 	}
 	n.meshTags = tags
 	g, err := gossip.New(gossip.Config{

@@ -48,6 +48,7 @@ type replicated struct {
 	elections *electionCounter // metrics (replmetrics.go)
 	rejoinM   *rejoinMetrics   // replmember.go
 	rejoin    rejoinState      // owned by the observe goroutine
+	tagMu     sync.Mutex       // serializes advertiseFormed (form, observe)
 
 	mu struct {
 		sync.Mutex
@@ -257,7 +258,15 @@ func (r *replicated) form(ctx context.Context) {
 func (r *replicated) tryForm(ctx context.Context) bool {
 	n := r.n
 	err := r.d.AddGroup(ctx, metaGroup, nil) // the stored group, if any
-	if err != nil && r.regionFormed() {
+	formed, metaNames := r.regionFormed()
+	if err != nil && formed && !slices.Contains(metaNames, n.cfg.Name) {
+		// Formed without this node: it stays outside (a region of more than Replicas nodes).
+		r.mu.Lock()
+		r.mu.outside = metaNames
+		r.mu.Unlock()
+		return false
+	}
+	if err != nil && formed {
 		// The region's metadata group exists and this node stores nothing of it: it was
 		// wiped (or is new under a name of the region). It joins empty, and the group's
 		// leader replaces its old ID by this one once it has caught up (replmember.go).
@@ -309,7 +318,7 @@ func (r *replicated) tryForm(ctx context.Context) bool {
 	if m, err := r.d.Membership(ctx, metaGroup); err == nil {
 		voters = m.Voters
 	}
-	r.advertiseFormed()
+	r.advertiseFormed(ctx)
 	r.mu.Lock()
 	r.mu.formed, r.mu.voters, r.mu.outside, r.mu.forming = true, voters, nil, nil
 	r.notifyLocked()

@@ -3,9 +3,10 @@ package node
 import (
 	"context"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 
@@ -31,9 +32,10 @@ import (
 // timeouts (raft's RecentActive, reset every election timeout by CheckQuorum); an old ID
 // heard from meanwhile (two processes claiming one name) is refused and logged.
 
-// tagMeta is the gossip tag a node sets once it holds its region's metadata group: a node
-// that stores nothing of the group and sees it on a live node joins the group instead of
-// forming one.
+// tagMeta is the gossip tag a node sets once it holds its region's metadata group, to the
+// names of the group's voters it knows (comma-separated): a node that stores nothing of the
+// group and sees the tag on a live node never forms a group of its own; it joins the group
+// if its name is among the voters (it was wiped), and otherwise stays outside.
 const tagMeta = "meta"
 
 // rejoinMaxLag is how far (in entries) a learner's match index may trail its leader's
@@ -65,39 +67,61 @@ func newRejoinMetrics(reg prometheus.Registerer) *rejoinMetrics {
 	return m
 }
 
-// metaStored reports whether db holds the region's metadata group.
-func metaStored(db *pebble.DB) bool {
-	st, err := replica.NewStore(db).Group(metaGroup)
-	if err != nil {
-		return false
-	}
-	last, _ := st.LastIndex()
-	hs, cs, _ := st.InitialState()
-	return last > 0 || len(cs.GetVoters()) > 0 || !raft.IsEmptyHardState(hs)
-}
-
-// regionFormed reports whether a live node of the region holds its metadata group.
-func (r *replicated) regionFormed() bool {
+// regionFormed reports whether a live node of the region holds its metadata group, and
+// the names of the group's voters the live nodes advertise.
+func (r *replicated) regionFormed() (bool, []string) {
 	n := r.n
 	if n.gossip == nil {
-		return false
+		return false, nil
 	}
+	formed := false
+	var names []string
 	for _, m := range n.gossip.RegionMembers(n.cfg.Region) {
-		if m.Name != n.cfg.Name && m.Status == gossip.StatusAlive && m.Tags[tagMeta] == "1" {
-			return true
+		v, ok := m.Tags[tagMeta]
+		if m.Name == n.cfg.Name || m.Status != gossip.StatusAlive || !ok {
+			continue
+		}
+		formed = true
+		for _, name := range strings.Split(v, ",") {
+			if name != "" && !slices.Contains(names, name) {
+				names = append(names, name)
+			}
 		}
 	}
-	return false
+	slices.Sort(names)
+	return formed, names
 }
 
-// advertiseFormed sets tagMeta in gossip (the form goroutine, once the group is open).
-func (r *replicated) advertiseFormed() {
+// advertiseFormed sets tagMeta in gossip to the names of the metadata voters this node
+// knows (the form and observe goroutines, one at a time: form returns before observe's
+// first call matters, and both only ever grow the tag to what the group says).
+func (r *replicated) advertiseFormed(ctx context.Context) {
 	n := r.n
-	if n.gossip == nil || n.meshTags[tagMeta] == "1" {
+	m, err := r.d.Membership(ctx, metaGroup)
+	if n.gossip == nil || err != nil || len(m.Voters) == 0 {
+		return
+	}
+	r.mu.Lock()
+	names := maps.Clone(r.mu.names)
+	r.mu.Unlock()
+	for _, gm := range r.raftMembers() {
+		names[gm.id] = gm.name
+	}
+	var voters []string
+	for _, v := range m.Voters {
+		if name := names[v]; name != "" {
+			voters = append(voters, name)
+		}
+	}
+	slices.Sort(voters)
+	v := strings.Join(voters, ",")
+	r.tagMu.Lock()
+	defer r.tagMu.Unlock()
+	if n.meshTags[tagMeta] == v {
 		return
 	}
 	tags := maps.Clone(n.meshTags)
-	tags[tagMeta] = "1"
+	tags[tagMeta] = v
 	if err := n.gossip.SetTags(tags); err != nil {
 		n.log.Warn("could not advertise the metadata group in gossip", "err", err)
 		return
@@ -166,6 +190,7 @@ func (r *replicated) rejoinStep(ctx context.Context) {
 		}
 	}
 	r.rejoinM.learners.Set(float64(learners))
+	r.advertiseFormed(ctx)
 }
 
 // metaMembers names the metadata voters the log does not name yet, replaces a voter whose
