@@ -927,11 +927,35 @@ func (r *replicated) holders(topic string) (leader string, replicas []string) {
 
 // wakeFailed wakes the quiet groups led by region nodes gossip does not see alive (a
 // gossip event: a failure).
+//
+// A node restarted empty under its old name comes back with a new raft ID, often before
+// gossip has seen its old process die: every quiet group that its old ID led would stay
+// quiet and leaderless (its old ID never answers again, and the new member, joining, cannot
+// campaign), so the groups led by a raft ID no live member advertises any more wake too.
 func (r *replicated) wakeFailed(ctx context.Context) {
+	live := map[uint64]bool{}
 	for _, m := range r.raftMembers() {
 		if !m.alive {
 			_ = r.d.WakeLedBy(ctx, m.id)
+			continue
 		}
+		live[m.id] = true
+	}
+	r.mu.Lock()
+	var gone []uint64
+	for id := range r.mu.names {
+		if !live[id] {
+			gone = append(gone, id)
+		}
+	}
+	for _, id := range r.mu.voters { // the metadata group's, named before any topic
+		if !live[id] && !slices.Contains(gone, id) {
+			gone = append(gone, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range gone {
+		_ = r.d.WakeLedBy(ctx, id)
 	}
 }
 

@@ -248,6 +248,13 @@ func (r *replicated) replace(ctx context.Context, g uint64, label string, m repl
 		rs.silentSince[key] = now
 	}
 	state, cc := replica.ReplaceStep(m, oldID, newID, rejoinMaxLag)
+	if state == replica.ReplaceOldAlive {
+		// An idle group is quiet, and a quiet leader never ticks, so raft would keep the
+		// old ID "recently active" forever: keep the group ticking while this waits.
+		if err := r.d.Wake(ctx, g); err != nil {
+			n.log.Debug("waking a group to see a replica fall silent", "group", label, "err", err)
+		}
+	}
 	silence := 2 * time.Duration(n.cfg.Raft.ElectionTicks) * n.cfg.Raft.TickInterval
 	if state == replica.ReplaceAddLearner && now.Sub(rs.silentSince[key]) < silence {
 		return // this leader may not have heard from old for long enough yet

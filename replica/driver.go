@@ -247,6 +247,19 @@ func (d *Driver) WakeLedBy(ctx context.Context, node uint64) error {
 	return d.exec(ctx, func(e *engine) { e.wakeLedBy(node) })
 }
 
+// Wake makes a quiet group tick again (it quiets itself again once idle).
+// A quiet leader does not tick, so raft never clears a dead member's
+// RecentActive flag (checkQuorum clears it once per election timeout of
+// ticks): a membership step that waits for a member to fall silent wakes
+// the group for as long as it waits.
+func (d *Driver) Wake(ctx context.Context, group uint64) error {
+	return d.exec(ctx, func(e *engine) {
+		if g, ok := e.groups[group]; ok {
+			e.setQuiet(g, false)
+		}
+	})
+}
+
 // Status returns the group's raft status.
 func (d *Driver) Status(ctx context.Context, group uint64) (raft.BasicStatus, error) {
 	type answer struct {
