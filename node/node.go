@@ -55,6 +55,8 @@ type Node struct {
 	place  *placement             // which node of the region owns which topic; nil without GossipLAN
 	rep    *replicated            // replicated topics (Config.Replicas > 1); nil otherwise
 	raftID uint64                 // this node's raft ID, with Replicas > 1
+	// meshTags are the gossip tags set at start (SetTags replaces them all).
+	meshTags map[string]string
 
 	stop      chan struct{} // closed by Close: every session drains
 	stopOnce  sync.Once
@@ -168,6 +170,7 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 	if n.raftID != 0 {
 		tags[tagRaft] = strconv.FormatUint(n.raftID, 10)
 	}
+	n.meshTags = tags
 	g, err := gossip.New(gossip.Config{
 		Name: c.Name, Region: c.Region,
 		LANAddr: c.GossipLAN, WANAddr: c.GossipWAN,

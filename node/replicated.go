@@ -46,6 +46,9 @@ type replicated struct {
 	wake chan struct{} // capacity 1: a round committed (the metadata log may have grown)
 
 	elections *electionCounter // metrics (replmetrics.go)
+	rejoinM   *rejoinMetrics   // replmember.go
+	rejoin    rejoinState      // owned by the observe goroutine
+	tagMu     sync.Mutex       // serializes advertiseFormed (form, observe)
 
 	mu struct {
 		sync.Mutex
@@ -54,6 +57,12 @@ type replicated struct {
 		outside []string // the region formed without this node: the names of its voters
 		forming []string // alive nodes with raft IDs while fewer than Replicas
 		placed  map[string]*repTopic
+		// ids is each node name's raft ID as the metadata log says (placements, member
+		// records: the last wins); names every raft ID the log ever named.
+		ids   map[string]uint64
+		names map[uint64]string
+		// joining: this node opened the metadata group empty, as a new member.
+		joining bool
 		read    uint64 // metadata records read
 		status  map[uint64]raft.BasicStatus
 		changed chan struct{} // closed and replaced on every change
@@ -86,7 +95,8 @@ func topicGroup(topic string) uint64 {
 type repTopic struct {
 	name     string
 	group    uint64
-	replicas []repMember // in routing.Place's preference order
+	replicas []repMember // in routing.Place's preference order, with their current raft IDs
+	boot     []uint64    // the raft IDs the placement named: the group's bootstrap peers
 	local    bool        // this node is one of them
 }
 
@@ -116,6 +126,8 @@ func (t *repTopic) nameOf(id uint64) string {
 func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r := &replicated{n: n, id: id, wake: make(chan struct{}, 1)}
 	r.mu.placed = make(map[string]*repTopic)
+	r.mu.ids = make(map[string]uint64)
+	r.mu.names = make(map[uint64]string)
 	r.mu.status = make(map[uint64]raft.BasicStatus)
 	r.mu.changed = make(chan struct{})
 	r.mu.placing = make(map[string]bool)
@@ -135,6 +147,8 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 		return nil, fmt.Errorf("node: replicated topics: %w", err)
 	}
 	r.elections = newElectionCounter(n.reg, n.cfg.MaxSeriesPerMetric)
+	r.rejoinM = newRejoinMetrics(n.reg)
+	r.rejoin = rejoinState{silentSince: map[[2]uint64]time.Time{}, last: map[[2]uint64]replica.ReplaceState{}, learnerAt: map[[2]uint64]time.Time{}}
 	n.reg.MustRegister(&raftCollector{r: r})
 	return r, nil
 }
@@ -244,6 +258,28 @@ func (r *replicated) form(ctx context.Context) {
 func (r *replicated) tryForm(ctx context.Context) bool {
 	n := r.n
 	err := r.d.AddGroup(ctx, metaGroup, nil) // the stored group, if any
+	formed, metaNames := r.regionFormed()
+	if err != nil && formed && !slices.Contains(metaNames, n.cfg.Name) {
+		// Formed without this node: it stays outside (a region of more than Replicas nodes).
+		r.mu.Lock()
+		r.mu.outside = metaNames
+		r.mu.Unlock()
+		return false
+	}
+	if err != nil && formed {
+		// The region's metadata group exists and this node stores nothing of it: it was
+		// wiped (or is new under a name of the region). It joins empty, and the group's
+		// leader replaces its old ID by this one once it has caught up (replmember.go).
+		if err = r.d.JoinGroup(ctx, metaGroup); err != nil {
+			n.log.Warn("could not join the region's metadata group", "err", err)
+			return false
+		}
+		n.log.Info("joining the region's metadata group as a new member: its leader adds this node as a learner, which catches up before it votes",
+			"raft_id", r.id)
+		r.mu.Lock()
+		r.mu.joining = true
+		r.mu.Unlock()
+	}
 	if err != nil {
 		var alive []raftMember
 		for _, m := range r.raftMembers() {
@@ -278,12 +314,11 @@ func (r *replicated) tryForm(ctx context.Context) bool {
 		}
 		n.log.Info("formed the region's metadata group", "voters", names)
 	}
-	st, err := replica.NewStore(n.wal.DB()).Group(metaGroup)
 	var voters []uint64
-	if err == nil {
-		_, cs, _ := st.InitialState()
-		voters = slices.Clone(cs.GetVoters())
+	if m, err := r.d.Membership(ctx, metaGroup); err == nil {
+		voters = m.Voters
 	}
+	r.advertiseFormed(ctx)
 	r.mu.Lock()
 	r.mu.formed, r.mu.voters, r.mu.outside, r.mu.forming = true, voters, nil, nil
 	r.notifyLocked()
@@ -317,6 +352,10 @@ func (r *replicated) watchMeta(ctx context.Context) {
 				break
 			}
 			for _, rec := range recs {
+				if len(rec.Data) > 0 && rec.Data[0] == memberVersion {
+					r.applyMember(rec.Data)
+					continue
+				}
 				r.applyPlacement(ctx, rec.Data)
 			}
 			r.mu.Lock()
@@ -340,8 +379,10 @@ func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
 		r.n.log.Error("a metadata record could not be decoded; it is skipped on every node alike", "err", err)
 		return
 	}
+	// A replica is named by its node's name: a node restarted empty holds what its name
+	// held, under its new raft ID (replmember.go).
 	for _, m := range t.replicas {
-		t.local = t.local || m.id == r.id
+		t.local = t.local || m.name == r.n.cfg.Name
 	}
 	if t.local && r.n.wal.IsLocal(t.name) {
 		// A single-copy log of the name exists here (a mirror or a dead-letter append made
@@ -356,22 +397,34 @@ func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
 		r.mu.Unlock()
 		return
 	}
+	for i, m := range t.replicas {
+		if _, ok := r.mu.names[m.id]; !ok {
+			r.mu.names[m.id] = m.name
+		}
+		if id, ok := r.mu.ids[m.name]; ok {
+			t.replicas[i].id = id // a member record renamed it before this placement applied
+		} else {
+			r.mu.ids[m.name] = m.id
+		}
+	}
 	r.mu.placed[t.name] = t
 	r.mu.Unlock()
 	if !t.local {
 		return
 	}
-	ids := make([]uint64, len(t.replicas))
-	for i, m := range t.replicas {
-		ids[i] = m.id
+	open := r.d.AddGroup
+	if !slices.Contains(t.boot, r.id) {
+		// Placed under this node's old raft ID: its group exists elsewhere, and this
+		// node joins it empty (or reopens what it stored since).
+		open = func(ctx context.Context, g uint64, _ []uint64) error { return r.d.JoinGroup(ctx, g) }
 	}
-	if err := r.d.AddGroup(ctx, t.group, ids); err != nil {
+	if err := open(ctx, t.group, t.boot); err != nil {
 		r.n.log.Error("could not open a replicated topic's group", "topic", t.name, "group", t.group, "err", err)
 		return
 	}
 	// The preferred replica stands at once, so a new topic has a leader in a round trip
 	// rather than an election timeout.
-	if t.replicas[0].id == r.id {
+	if t.boot[0] == r.id {
 		if err := r.d.Campaign(ctx, t.group); err != nil {
 			r.n.log.Debug("campaign for a new topic's group", "topic", t.name, "err", err)
 		}
@@ -808,6 +861,12 @@ func (r *replicated) observe(ctx context.Context) {
 		}
 		r.mu.Unlock()
 		moved := false
+		if m, err := r.d.Membership(ctx, metaGroup); err == nil && len(m.Voters) > 0 {
+			r.mu.Lock()
+			r.mu.voters = m.Voters
+			r.mu.Unlock()
+		}
+		r.rejoinStep(ctx)
 		for _, g := range groups {
 			st, err := r.d.Status(ctx, g)
 			if err != nil {
@@ -868,11 +927,35 @@ func (r *replicated) holders(topic string) (leader string, replicas []string) {
 
 // wakeFailed wakes the quiet groups led by region nodes gossip does not see alive (a
 // gossip event: a failure).
+//
+// A node restarted empty under its old name comes back with a new raft ID, often before
+// gossip has seen its old process die: every quiet group that its old ID led would stay
+// quiet and leaderless (its old ID never answers again, and the new member, joining, cannot
+// campaign), so the groups led by a raft ID no live member advertises any more wake too.
 func (r *replicated) wakeFailed(ctx context.Context) {
+	live := map[uint64]bool{}
 	for _, m := range r.raftMembers() {
 		if !m.alive {
 			_ = r.d.WakeLedBy(ctx, m.id)
+			continue
 		}
+		live[m.id] = true
+	}
+	r.mu.Lock()
+	var gone []uint64
+	for id := range r.mu.names {
+		if !live[id] {
+			gone = append(gone, id)
+		}
+	}
+	for _, id := range r.mu.voters { // the metadata group's, named before any topic
+		if !live[id] && !slices.Contains(gone, id) {
+			gone = append(gone, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range gone {
+		_ = r.d.WakeLedBy(ctx, id)
 	}
 }
 
@@ -964,5 +1047,5 @@ func (r *replicated) holdsAll() bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.mu.formed && len(r.mu.voters) == r.n.cfg.Replicas
+	return r.mu.formed && len(r.mu.voters) == r.n.cfg.Replicas && slices.Contains(r.mu.voters, r.id)
 }

@@ -18,6 +18,40 @@ import (
 // a record that repeats a topic (two requests raced) changes nothing anywhere.
 const placementVersion = 1
 
+// A member record (version 2) says that the node named name is raft node id in the
+// region's groups from now on: recorded by the metadata leader for each voter of the
+// metadata group it finds unnamed, and when a replica restarted empty under a new ID has
+// replaced its old one in the metadata group (replmember.go). Applied in log order, the
+// last one of a name wins:
+//
+//	version u8 = 2 | node name str | raft ID
+const memberVersion = 2
+
+func encodeMember(name string, id uint64) []byte {
+	b := []byte{memberVersion}
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	return binary.AppendUvarint(b, id)
+}
+
+func decodeMember(p []byte) (name string, id uint64, err error) {
+	if len(p) == 0 || p[0] != memberVersion {
+		return "", 0, fmt.Errorf("%w: not a member record", errPlacement)
+	}
+	p = p[1:]
+	l, n := binary.Uvarint(p)
+	if n <= 0 || l == 0 || l > uint64(len(p)-n) || l > wal.MaxNameLen {
+		return "", 0, fmt.Errorf("%w: member name", errPlacement)
+	}
+	name = string(p[n : n+int(l)])
+	p = p[n+int(l):]
+	id, n = binary.Uvarint(p)
+	if n <= 0 || id == 0 || n != len(p) {
+		return "", 0, fmt.Errorf("%w: member %q's raft ID", errPlacement, name)
+	}
+	return name, id, nil
+}
+
 // maxPlacementReplicas bounds a decoded replica count.
 const maxPlacementReplicas = 64
 
@@ -79,5 +113,8 @@ func decodePlacement(p []byte) (*repTopic, error) {
 		return nil, fmt.Errorf("%w: %d bytes after the end", errPlacement, len(p))
 	}
 	t.group = topicGroup(t.name)
+	for _, m := range t.replicas {
+		t.boot = append(t.boot, m.id)
+	}
 	return t, nil
 }

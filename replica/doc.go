@@ -16,7 +16,7 @@
 //
 //	'R' | group u64 | 'e' | index u64 -> raft entry: term u64 | protobuf Entry
 //	'R' | group u64 | 'h'             -> HardState (protobuf)
-//	'R' | group u64 | 'c'             -> ConfState (protobuf), set at bootstrap, by snapshots and conf changes
+//	'R' | group u64 | 'c'             -> ConfState (protobuf), set by snapshots and applied conf changes
 //	'R' | group u64 | 's'             -> last snapshot applied (protobuf)
 //	'R' | group u64 | 't'             -> index u64 | term u64 of the entry before the first one kept
 //	'L' | group u64 | 'a'             -> applied index u64 | next offset u64 | last time i64
@@ -105,10 +105,14 @@
 //
 // # Not built yet
 //
-//   - Membership changes (learners that catch up before they vote, I8),
-//     snapshots (Storage supports ApplySnapshot; the driver refuses a
+//   - Snapshots (Storage supports ApplySnapshot; the driver refuses a
 //     received snapshot), and quiescence with a dead follower (a group with
-//     a follower behind never quiesces).
+//     a follower behind never quiesces). Membership changes exist as the
+//     means to replace a lost replica (membership.go: a group is
+//     bootstrapped through RawNode.Bootstrap, so its log carries its
+//     configuration from index 1 and a member joining empty, JoinGroup,
+//     rebuilds it; ReplaceStep adds it as a learner and promotes it in one
+//     joint change once caught up), not as general moves.
 //   - Log compaction is built but off by default (Config.LogCompaction): a
 //     group's leader proposes, every LogCompactEvery applied entries, an
 //     entry of the driver's own (no offset) that every replica applies by

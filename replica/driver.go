@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
 )
 
 // Driver runs every raft group of one node on one goroutine (Run): a single
@@ -156,8 +157,21 @@ func (d *Driver) exec(ctx context.Context, f func(e *engine)) error {
 // AddGroup opens a group this node holds, creating it with peers (raft IDs
 // of all its replicas, this node included) if nothing of it is stored.
 func (d *Driver) AddGroup(ctx context.Context, group uint64, peers []uint64) error {
+	return d.addGroup(ctx, group, peers, false)
+}
+
+// JoinGroup opens a group this node holds or, when nothing of it is stored,
+// opens it empty as a member joining an existing group: it bootstraps no
+// configuration of its own, cannot campaign, and waits for the group's
+// leader, who adds it (ProposeConfChange, as a learner first), to send it
+// the log from index 1, configuration changes included.
+func (d *Driver) JoinGroup(ctx context.Context, group uint64) error {
+	return d.addGroup(ctx, group, nil, true)
+}
+
+func (d *Driver) addGroup(ctx context.Context, group uint64, peers []uint64, join bool) error {
 	errc := make(chan error, 1)
-	if err := d.exec(ctx, func(e *engine) { errc <- e.addGroup(group, peers) }); err != nil {
+	if err := d.exec(ctx, func(e *engine) { errc <- e.addGroup(group, peers, join) }); err != nil {
 		return fmt.Errorf("replica: add group %d: %w", group, err)
 	}
 	return <-errc
@@ -233,6 +247,19 @@ func (d *Driver) WakeLedBy(ctx context.Context, node uint64) error {
 	return d.exec(ctx, func(e *engine) { e.wakeLedBy(node) })
 }
 
+// Wake makes a quiet group tick again (it quiets itself again once idle).
+// A quiet leader does not tick, so raft never clears a dead member's
+// RecentActive flag (checkQuorum clears it once per election timeout of
+// ticks): a membership step that waits for a member to fall silent wakes
+// the group for as long as it waits.
+func (d *Driver) Wake(ctx context.Context, group uint64) error {
+	return d.exec(ctx, func(e *engine) {
+		if g, ok := e.groups[group]; ok {
+			e.setQuiet(g, false)
+		}
+	})
+}
+
 // Status returns the group's raft status.
 func (d *Driver) Status(ctx context.Context, group uint64) (raft.BasicStatus, error) {
 	type answer struct {
@@ -248,6 +275,41 @@ func (d *Driver) Status(ctx context.Context, group uint64) (raft.BasicStatus, er
 		return raft.BasicStatus{}, fmt.Errorf("%w %d", ErrUnknownGroup, group)
 	}
 	return a.s, nil
+}
+
+// ProposeConfChange proposes a membership change to a group this node
+// leads (etcd raft's ConfChangeV2: ReplaceStep builds them). It returns once
+// raft has taken the proposal, not when it applies: watch Membership for
+// that. raft itself refuses a change while another is pending or the group
+// is in a joint configuration, by turning it into an empty entry.
+func (d *Driver) ProposeConfChange(ctx context.Context, group uint64, cc *pb.ConfChangeV2) error {
+	errc := make(chan error, 1)
+	err := d.exec(ctx, func(e *engine) { errc <- e.proposeConfChange(group, cc) })
+	if err == nil {
+		err = <-errc
+	}
+	if err != nil {
+		return fmt.Errorf("replica: conf change %s in group %d: %w", raft.DescribeConfChange(cc), group, err)
+	}
+	return nil
+}
+
+// Membership returns the group's configuration and, on its leader, each
+// member's progress.
+func (d *Driver) Membership(ctx context.Context, group uint64) (Membership, error) {
+	type answer struct {
+		m  Membership
+		ok bool
+	}
+	ch := make(chan answer, 1)
+	if err := d.exec(ctx, func(e *engine) { m, ok := e.membership(group); ch <- answer{m, ok} }); err != nil {
+		return Membership{}, fmt.Errorf("replica: membership of group %d: %w", group, err)
+	}
+	a := <-ch
+	if !a.ok {
+		return Membership{}, fmt.Errorf("%w %d", ErrUnknownGroup, group)
+	}
+	return a.m, nil
 }
 
 // Stats returns a snapshot of the driver's counters.

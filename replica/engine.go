@@ -77,9 +77,11 @@ func newEngine(cfg Config) *engine {
 	}
 }
 
-// addGroup opens (or, with peers and no stored state, creates) a group.
-// Every replica of a new group must be given the same peers.
-func (e *engine) addGroup(id uint64, peers []uint64) error {
+// addGroup opens a stored group or, when nothing of it is stored, creates
+// it: with peers (every replica of a new group must be given the same
+// ones) it is bootstrapped, and with join it starts empty as a member
+// joining an existing group (see bootstrap).
+func (e *engine) addGroup(id uint64, peers []uint64, join bool) error {
 	if _, ok := e.groups[id]; ok {
 		return fmt.Errorf("replica: add group %d: already open", id)
 	}
@@ -94,16 +96,9 @@ func (e *engine) addGroup(id uint64, peers []uint64) error {
 	st.noSnapshots = true
 	hs, cs, _ := st.InitialState()
 	last, _ := st.LastIndex()
-	if len(cs.GetVoters()) == 0 && last == 0 && raft.IsEmptyHardState(hs) {
-		if len(peers) == 0 || !slices.Contains(peers, e.cfg.NodeID) {
-			return fmt.Errorf("replica: add group %d: a new group needs its peers, including this node %d (got %v)", id, e.cfg.NodeID, peers)
-		}
-		boot := &pb.Snapshot{Metadata: &pb.SnapshotMetadata{
-			Index: new(uint64(0)), Term: new(uint64(0)), ConfState: &pb.ConfState{Voters: slices.Clone(peers)},
-		}}
-		if err := st.ApplySnapshot(boot); err != nil {
-			return fmt.Errorf("replica: add group %d: bootstrap: %w", id, err)
-		}
+	empty := len(cs.GetVoters()) == 0 && len(cs.GetLearners()) == 0 && last == 0 && raft.IsEmptyHardState(hs)
+	if empty && !join && (len(peers) == 0 || !slices.Contains(peers, e.cfg.NodeID)) {
+		return fmt.Errorf("replica: add group %d: a new group needs its peers, including this node %d (got %v)", id, e.cfg.NodeID, peers)
 	}
 	applied, err := e.sm.Applied(id)
 	if err != nil {
@@ -130,11 +125,39 @@ func (e *engine) addGroup(id uint64, peers []uint64) error {
 	if err != nil {
 		return fmt.Errorf("replica: add group %d: %w", id, err)
 	}
+	if empty && !join {
+		if err := bootstrap(rn, peers); err != nil {
+			return fmt.Errorf("replica: add group %d: bootstrap: %w", id, err)
+		}
+	}
 	g := &group{id: id, rn: rn, st: st}
 	e.groups[id] = g
 	i, _ := slices.BinarySearchFunc(e.order, id, func(g *group, id uint64) int { return cmp.Compare(g.id, id) })
 	e.order = slices.Insert(e.order, i, g)
+	if empty && !join {
+		// Persist and apply the bootstrap entries now: raft refuses to
+		// campaign while a configuration change is unapplied, and a new
+		// topic's preferred replica campaigns as soon as it is added.
+		return e.process()
+	}
 	return nil
+}
+
+// bootstrap creates a new group's configuration through raft's own
+// RawNode.Bootstrap: one ConfChange entry per peer at indexes 1..n, term 1,
+// committed, persisted by the first Ready like any entry. The log so
+// describes its whole configuration from index 1 on, which is what lets a
+// member joining later (empty, under a new ID) rebuild it by replaying the
+// log it receives from the leader, with no snapshot. Peers are sorted so
+// that every replica writes identical entries.
+func bootstrap(rn *raft.RawNode, peers []uint64) error {
+	ids := slices.Clone(peers)
+	slices.Sort(ids)
+	ps := make([]raft.Peer, len(ids))
+	for i, p := range ids {
+		ps[i] = raft.Peer{ID: p}
+	}
+	return rn.Bootstrap(ps)
 }
 
 // tick advances every active group by one tick and quiesces the idle ones.

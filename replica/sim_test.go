@@ -46,6 +46,7 @@ type simConfig struct {
 	compact       bool    // Config.LogCompaction, every 8 applied entries
 	wal           bool    // WalSM on a wal.Log instead of LogSM (walsm_sim_test.go)
 	dedupWindow   int     // WalSM's window, with wal
+	wipe          bool    // once in the fault phase, a node's storage is lost: it restarts empty under a new ID and rejoins
 }
 
 func defaultSimConfig(nodes int) simConfig {
@@ -67,6 +68,7 @@ type simNode struct {
 	skew    int64
 	phase   int
 	downTil int
+	join    bool // restarted empty after a wipe: its groups are joined, never bootstrapped
 }
 
 type simPacket struct {
@@ -117,6 +119,20 @@ type sim struct {
 	err     error
 	stats   simStats
 	onSend  func(from, to uint64, msgs []Message) // tests' observer
+
+	wipeAt   int          // with cfg.wipe: when the node is wiped
+	replaces []simReplace // wiped nodes: old ID -> new ID
+	// ghosts are the wiped nodes' storage as it was durably when lost
+	// (synced data only), for onAck's quorum check: an entry committed just
+	// before the wipe was durable on that quorum.
+	ghosts []*simNode
+}
+
+// simReplace is a wiped node's replacement in every group, driven by
+// ReplaceStep as the node layer does.
+type simReplace struct {
+	old, new uint64
+	done     map[uint64]bool // group -> replaced
 }
 
 // simStats counts what a run exercised, so that a test can show the faults
@@ -125,6 +141,7 @@ type simStats struct {
 	crashes, partitions, leaderTerms, quiesced, clamped, notLeader, dropped int
 	duplicates                                                              int // with wal: retries answered with the original offset
 	compacted                                                               int // groups whose log was compacted on some node at the end
+	wipes, learners, promotions                                             int // with wipe: nodes wiped, learners added, promotions proposed
 }
 
 func (a *simStats) add(b simStats) {
@@ -137,6 +154,9 @@ func (a *simStats) add(b simStats) {
 	a.dropped += b.dropped
 	a.duplicates += b.duplicates
 	a.compacted += b.compacted
+	a.wipes += b.wipes
+	a.learners += b.learners
+	a.promotions += b.promotions
 }
 
 type simTransport struct {
@@ -178,6 +198,9 @@ func newSim(cfg simConfig, seed uint64) (*sim, error) {
 		cut: map[[2]uint64]bool{}, leaders: map[[2]uint64]uint64{}, global: map[uint64][]simRec{},
 		checked: map[[2]uint64]uint64{}, commits: map[uint64][]simEntry{}, ccheck: map[[2]uint64]uint64{},
 	}
+	if cfg.wipe {
+		s.wipeAt = 1 + s.rng.IntN(cfg.steps)
+	}
 	for g := range cfg.groups {
 		s.groups = append(s.groups, uint64(100+g))
 	}
@@ -194,6 +217,17 @@ func newSim(cfg simConfig, seed uint64) (*sim, error) {
 		}
 	}
 	return s, nil
+}
+
+// node returns the node running under raft ID id (nil: none, as for a
+// wiped node's old ID).
+func (s *sim) node(id uint64) *simNode {
+	for _, n := range s.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	return nil
 }
 
 func (s *sim) peers() []uint64 {
@@ -247,7 +281,7 @@ func (s *sim) start(n *simNode) error {
 	}
 	n.e = newEngine(cfg.withDefaults())
 	for i, g := range s.groups {
-		if err := n.e.addGroup(g, s.peers()); err != nil {
+		if err := n.e.addGroup(g, s.peers(), n.join); err != nil {
 			return fmt.Errorf("node %d: %w", n.id, err)
 		}
 		n.st[i] = n.e.groups[g].st
@@ -269,6 +303,84 @@ func (s *sim) crash(n *simNode) error {
 	s.stats.crashes++
 	n.downTil = s.now + 20 + s.rng.IntN(400)
 	return s.openDB(n)
+}
+
+// wipe loses the node's whole storage: it restarts empty under a new raft
+// ID (IDs are never reused) and joins its groups, whose leaders replace its
+// old ID by the new one (replace).
+func (s *sim) wipe(n *simNode) error {
+	ghost := &simNode{id: n.id, fs: n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(s.rng.Uint64(), 1))})}
+	if err := s.openDB(ghost); err != nil {
+		return fmt.Errorf("wiped node %d: %w", n.id, err)
+	}
+	s.ghosts = append(s.ghosts, ghost)
+	s.closeDB(n)
+	old := n.id
+	n.fs = vfs.NewCrashableMem()
+	n.id = 1000 + uint64(len(s.replaces))
+	n.join = true
+	n.e = nil
+	n.sm, n.wsm = nil, nil
+	n.downTil = s.now + 20 + s.rng.IntN(400)
+	s.stats.wipes++
+	s.replaces = append(s.replaces, simReplace{old: old, new: n.id, done: map[uint64]bool{}})
+	return s.openDB(n)
+}
+
+// replace drives, on each group's leader, the replacement of every wiped
+// node's old ID by its new one, one ReplaceStep at a time, and checks that
+// a promotion never makes a voter of a member whose durable log is behind
+// the leader's commit index (I8).
+func (s *sim) replace() error {
+	for i := range s.replaces {
+		rp := &s.replaces[i]
+		for _, g := range s.groups {
+			if rp.done[g] {
+				continue
+			}
+			for _, n := range s.nodes {
+				if n.e == nil {
+					continue
+				}
+				m, _ := n.e.membership(g)
+				state, cc := ReplaceStep(m, rp.old, rp.new, 0)
+				switch state {
+				case ReplaceDone:
+					rp.done[g] = true
+				case ReplaceAddLearner:
+					s.stats.learners++
+				case ReplacePromote:
+					j := s.node(rp.new)
+					last, _ := j.st[slices.Index(s.groups, g)].LastIndex()
+					if last < m.Status.GetCommit() {
+						return fmt.Errorf("group %d: node %d promotes %d (replacing %d) whose log ends at %d, before the commit index %d",
+							g, n.id, rp.new, rp.old, last, m.Status.GetCommit())
+					}
+					s.stats.promotions++
+				}
+				if cc != nil {
+					if err := n.e.proposeConfChange(g, cc); err != nil {
+						return fmt.Errorf("node %d group %d: %w", n.id, g, err)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkMembers: no voter set of any node ever holds a wiped node's old ID
+// beside its new one (one replica, two votes).
+func (s *sim) checkMembers(n *simNode, g uint64) error {
+	m, _ := n.e.membership(g)
+	for _, rp := range s.replaces {
+		for _, set := range [][]uint64{m.Voters, m.Outgoing} {
+			if slices.Contains(set, rp.old) && slices.Contains(set, rp.new) {
+				return fmt.Errorf("node %d group %d: voters %v hold both %d and its replacement %d", n.id, g, set, rp.old, rp.new)
+			}
+		}
+	}
+	return nil
 }
 
 func (s *sim) run() error {
@@ -310,7 +422,7 @@ func (s *sim) step(faults bool) error {
 	i := 0
 	for ; i < len(s.net) && s.net[i].at <= s.now; i++ {
 		p := s.net[i]
-		if n := s.nodes[p.to-1]; n.e != nil && !s.cut[[2]uint64{p.from, p.to}] {
+		if n := s.node(p.to); n != nil && n.e != nil && !s.cut[[2]uint64{p.from, p.to}] {
 			n.e.step(p.msgs)
 		}
 	}
@@ -339,6 +451,14 @@ func (s *sim) step(faults bool) error {
 		if len(s.cut) == 0 && s.rng.Float64() < s.cfg.partitionRate {
 			s.partition()
 		}
+		if s.now == s.wipeAt {
+			if err := s.wipe(s.nodes[s.rng.IntN(len(s.nodes))]); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.replace(); err != nil {
+		return err
 	}
 	// Bursts of proposals with idle gaps, so that groups also quiesce (and
 	// must wake again).
@@ -384,7 +504,7 @@ func (s *sim) partition() {
 	k := 1 + s.rng.IntN(len(s.nodes)/2)
 	side := map[uint64]bool{}
 	for _, i := range perm[:k] {
-		side[uint64(i+1)] = true
+		side[s.nodes[i].id] = true
 	}
 	s.stats.partitions++
 	oneWay := s.rng.IntN(4) == 0
@@ -439,7 +559,7 @@ func (s *sim) onAck(n *simNode, g uint64, data string, r Result) {
 		return
 	}
 	have := 0
-	for _, m := range s.nodes {
+	for _, m := range append(slices.Clone(s.nodes), s.ghosts...) {
 		if t, err := m.st[gi].Term(r.Index); err == nil && t == term {
 			have++
 		}
@@ -482,6 +602,9 @@ func (s *sim) check() error {
 					s.stats.leaderTerms++
 				}
 				s.leaders[k] = n.id
+			}
+			if err := s.checkMembers(n, g); err != nil {
+				return err
 			}
 			if err := s.checkCommitted(n, g); err != nil {
 				return err
@@ -612,7 +735,7 @@ func (s *sim) finalCheck() error {
 }
 
 func (s *sim) close() {
-	for _, n := range s.nodes {
+	for _, n := range append(s.nodes, s.ghosts...) {
 		s.closeDB(n)
 	}
 }
@@ -755,5 +878,47 @@ func TestSimIsReproducible(t *testing.T) {
 		if a1 != a2 || s1 != s2 || (err1 == nil) != (err2 == nil) {
 			t.Fatalf("%d nodes, seed 7 twice: %d acks %+v %v, then %d acks %+v %v", nodes, a1, s1, err1, a2, s2, err2)
 		}
+	}
+}
+
+// TestSimRejoin: once per run a node's storage is lost; it restarts empty
+// under a new ID and joins its groups, whose leaders add it as a learner,
+// let it catch up from their logs (from index 1: compaction is off) and
+// only then make it a voter in place of its old ID, with every fault of
+// TestSimRegion going on. The checker holds throughout (one leader per
+// term, identical committed logs and offsets, every acknowledged proposal
+// kept, the rejoined node included once converged), promotion never finds
+// the new member's durable log behind the commit index, and no voter set
+// holds a node's old and new IDs together.
+func TestSimRejoin(t *testing.T) {
+	var (
+		acked, runs int
+		total       simStats
+	)
+	seeds := simSeeds(t, 60)
+	for _, seed := range seeds {
+		nodes := 3
+		if seed%2 == 1 {
+			nodes = 5
+		}
+		cfg := defaultSimConfig(nodes)
+		cfg.wipe = true
+		if seed%3 == 2 {
+			cfg.maxSizePerMsg, cfg.maxInflight = 64, 2 // catch-up paced in tiny appends
+		}
+		if seed%4 == 3 {
+			cfg.wal, cfg.dedupWindow = true, 16 // records at dense offsets in wal's layout
+		}
+		a, st, err := runSim(t, cfg, seed)
+		if err != nil {
+			t.Fatalf("%v\nrerun: go test -run TestSimRejoin ./replica -seed %d", err, seed)
+		}
+		acked += a
+		runs++
+		total.add(st)
+	}
+	t.Logf("%d runs, %d acknowledged proposals checked; %+v", runs, acked, total)
+	if len(seeds) >= 20 && (total.wipes != runs || total.learners < runs || total.promotions < runs || acked == 0) {
+		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}
 }
