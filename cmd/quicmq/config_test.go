@@ -161,6 +161,10 @@ func TestConfigCheckCommand(t *testing.T) {
 	if code, out, _ = runCLI(t, "", "config", "check", same); code != 1 || !strings.Contains(out, "admin (--admin): 127.0.0.1:9400 is also the address of metrics (--metrics)") {
 		t.Errorf("admin on the metrics address: exit %d %s", code, out)
 	}
+	noMetrics := writeTemp(t, "pprof.hcl", "data = \"/var/lib/quicmq\"\nanonymous = true\npprof = true\n")
+	if code, out, _ = runCLI(t, "", "config", "check", noMetrics); code != 1 || !strings.Contains(out, "pprof (--pprof): profiles are served on the metrics address: give metrics (--metrics) too") {
+		t.Errorf("pprof without metrics: exit %d %s", code, out)
+	}
 	if code, out, _ = runCLI(t, "", "config", "check", "-h"); code != 0 || !strings.Contains(out, "QUICMQ_WAN_JOIN") {
 		t.Errorf("help: exit %d %s", code, out)
 	}

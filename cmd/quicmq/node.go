@@ -227,9 +227,6 @@ func runNode(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if f.pprof && f.metrics == "" {
-		return errors.New("--pprof: profiles are served on the --metrics address; give --metrics too")
-	}
 	return serveNodes(ctx, e, nil, served{node: n, metrics: f.metrics, admin: f.admin, pprof: f.pprof})
 }
 

@@ -74,6 +74,9 @@ func (f *nodeFlags) nodeConfig(e *env) (node.Config, error) {
 	if f.admin != "" && f.admin == f.metrics {
 		probs.add("admin", "%s is also the address of %s: give the admin API a port of its own, or leave it out to serve it with the metrics", f.admin, keyFlag("metrics"))
 	}
+	if f.pprof && f.metrics == "" {
+		probs.add("pprof", "profiles are served on the metrics address: give %s too", keyFlag("metrics"))
+	}
 	cfg, err := f.config(e)
 	var more problems
 	if errors.As(err, &more) {

@@ -55,6 +55,8 @@ max_durables_per_tenant = 5000
 log_level       = "debug"
 replicas        = 3
 raft_no_quiesce = true
+raft_tick       = "50ms"
+pprof           = true
 `
 	f, err := Parse("node.hcl", []byte(src))
 	if err != nil {

@@ -90,6 +90,7 @@ var Keys = []Key{
 	{"max_payload", "max-payload", Positive, "largest record payload in bytes"},
 	{"max_durables_per_tenant", "max-durables-per-tenant", Positive, "durable consumers a tenant may have stored on one node"},
 	{"log_level", "log-level", LogLevel, "debug, info, warn or error"},
+	{"pprof", "pprof", Bool, "serve Go's runtime profiles at /debug/pprof/ on the metrics address (operators only)"},
 	{"raft_no_quiesce", "raft-no-quiesce", Bool, "keep idle raft groups heartbeating: faster failover, more heartbeats"},
 	{"raft_tick", "raft-tick", Duration, "one raft tick: elections after 10-20 ticks without a heartbeat (default 50ms)"},
 	{"replicas", "replicas", Positive, "replicas of each new topic in the region, kept in agreement by raft (1 to 7, odd recommended)"},
