@@ -208,7 +208,7 @@ func TestFailoverRestartedConsumerResumesFromMirroredPosition(t *testing.T) {
 	publishConcurrently(t, pub, 0, 300)
 	read(map[string]int{"eu": 150, "us": 100, "ap": 100})
 	mirrored := federation.MirroredPositionName("eu", "audit")
-	waitCond(t, 20*time.Second, "us to hold audit's position mirrored from eu", func() bool {
+	waitFor(t, 20*time.Second, "us to hold audit's position mirrored from eu", func() bool {
 		_, vec, ok, _ := us.Log().PositionVector(mirrored, "events")
 		return ok && vec != nil
 	})
@@ -251,19 +251,6 @@ func TestFailoverRestartedConsumerResumesFromMirroredPosition(t *testing.T) {
 	}
 }
 
-// waitCond waits until cond holds, checking every millisecond, and fails the test naming what
-// it waited for when it does not within timeout.
-func waitCond(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", timeout, what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // A durable that resumed at home from its stored position knows, in the client, only what it
 // delivered since; when it then moves, the node of the new region raises that vector with the
 // durable's position mirrored there, so what it acknowledged before is not delivered again.
@@ -286,7 +273,7 @@ func TestFailoverAfterResumeRepeatsNothing(t *testing.T) {
 	sub.Close()
 	first.Close()
 	mirrored := federation.MirroredPositionName("eu", "audit")
-	waitCond(t, 20*time.Second, "us to hold audit's whole position mirrored from eu", func() bool {
+	waitFor(t, 20*time.Second, "us to hold audit's whole position mirrored from eu", func() bool {
 		_, vec, _, _ := us.Log().PositionVector(mirrored, "events")
 		_, own, _, _ := eu.Log().PositionVector("audit", "events")
 		return vec != nil && maps.Equal(vec, own)
