@@ -801,13 +801,27 @@ func simSeeds(t *testing.T, n int) []uint64 {
 	return seeds
 }
 
-func TestSimRegion(t *testing.T) {
-	var (
-		acked, runs int
-		total       simStats
-	)
-	seeds := simSeeds(t, 200)
+// simRuns runs the simulation for each seed with the configuration config
+// gives it, failing with the command that reruns a failing seed, and returns
+// the seeds run, the acknowledged proposals checked and the summed stats.
+func simRuns(t *testing.T, test string, seeds []uint64, config func(seed uint64) simConfig) (runs, acked int, total simStats) {
+	t.Helper()
 	for _, seed := range seeds {
+		a, st, err := runSim(t, config(seed), seed)
+		if err != nil {
+			t.Fatalf("%v\nrerun: go test -run %s ./replica -seed %d", err, test, seed)
+		}
+		acked += a
+		runs++
+		total.add(st)
+	}
+	t.Logf("%d runs, %d acknowledged proposals checked; %+v", runs, acked, total)
+	return runs, acked, total
+}
+
+func TestSimRegion(t *testing.T) {
+	seeds := simSeeds(t, 200)
+	runs, acked, total := simRuns(t, "TestSimRegion", seeds, func(seed uint64) simConfig {
 		nodes := 3
 		if seed%2 == 1 {
 			nodes = 5
@@ -819,15 +833,8 @@ func TestSimRegion(t *testing.T) {
 			cfg.maxSizePerMsg, cfg.maxInflight = 64, 2
 		}
 		cfg.compact = seed%4 >= 2
-		a, st, err := runSim(t, cfg, seed)
-		if err != nil {
-			t.Fatalf("%v\nrerun: go test -run TestSimRegion ./replica -seed %d", err, seed)
-		}
-		acked += a
-		runs++
-		total.add(st)
-	}
-	t.Logf("%d runs, %d acknowledged proposals checked; %+v", runs, acked, total)
+		return cfg
+	})
 	if len(seeds) >= 20 && (acked == 0 || total.crashes == 0 || total.partitions == 0 || total.quiesced == 0 ||
 		total.leaderTerms <= runs || total.clamped == 0 || total.notLeader == 0 || total.compacted == 0) {
 		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
@@ -891,12 +898,8 @@ func TestSimIsReproducible(t *testing.T) {
 // the new member's durable log behind the commit index, and no voter set
 // holds a node's old and new IDs together.
 func TestSimRejoin(t *testing.T) {
-	var (
-		acked, runs int
-		total       simStats
-	)
 	seeds := simSeeds(t, 60)
-	for _, seed := range seeds {
+	runs, acked, total := simRuns(t, "TestSimRejoin", seeds, func(seed uint64) simConfig {
 		nodes := 3
 		if seed%2 == 1 {
 			nodes = 5
@@ -909,15 +912,8 @@ func TestSimRejoin(t *testing.T) {
 		if seed%4 == 3 {
 			cfg.wal, cfg.dedupWindow = true, 16 // records at dense offsets in wal's layout
 		}
-		a, st, err := runSim(t, cfg, seed)
-		if err != nil {
-			t.Fatalf("%v\nrerun: go test -run TestSimRejoin ./replica -seed %d", err, seed)
-		}
-		acked += a
-		runs++
-		total.add(st)
-	}
-	t.Logf("%d runs, %d acknowledged proposals checked; %+v", runs, acked, total)
+		return cfg
+	})
 	if len(seeds) >= 20 && (total.wipes != runs || total.learners < runs || total.promotions < runs || acked == 0) {
 		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}

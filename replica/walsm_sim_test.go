@@ -143,11 +143,7 @@ func (s *sim) checkStoredOnce() error {
 }
 
 func TestSimRegionWal(t *testing.T) {
-	var (
-		acked, runs int
-		total       simStats
-	)
-	for _, seed := range simSeeds(t, 40) {
+	runs, acked, total := simRuns(t, "TestSimRegionWal", simSeeds(t, 40), func(seed uint64) simConfig {
 		nodes := 3
 		if seed%4 == 3 {
 			nodes = 5
@@ -155,15 +151,8 @@ func TestSimRegionWal(t *testing.T) {
 		cfg := defaultSimConfig(nodes)
 		cfg.wal, cfg.dedupWindow = true, 16
 		cfg.compact = seed%2 == 0
-		a, st, err := runSim(t, cfg, seed)
-		if err != nil {
-			t.Fatalf("%v\nrerun: go test -run TestSimRegionWal ./replica -seed %d", err, seed)
-		}
-		acked += a
-		runs++
-		total.add(st)
-	}
-	t.Logf("%d runs, %d acknowledged proposals checked; %+v", runs, acked, total)
+		return cfg
+	})
 	if runs >= 20 && (acked == 0 || total.crashes == 0 || total.partitions == 0 || total.duplicates == 0 || total.clamped == 0 || total.compacted == 0) {
 		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}
