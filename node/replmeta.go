@@ -39,17 +39,27 @@ func decodeMember(p []byte) (name string, id uint64, err error) {
 		return "", 0, fmt.Errorf("%w: not a member record", errPlacement)
 	}
 	p = p[1:]
-	l, n := binary.Uvarint(p)
+	l, n := uvarint(p)
 	if n <= 0 || l == 0 || l > uint64(len(p)-n) || l > wal.MaxNameLen {
 		return "", 0, fmt.Errorf("%w: member name", errPlacement)
 	}
 	name = string(p[n : n+int(l)])
 	p = p[n+int(l):]
-	id, n = binary.Uvarint(p)
+	id, n = uvarint(p)
 	if n <= 0 || id == 0 || n != len(p) {
 		return "", 0, fmt.Errorf("%w: member %q's raft ID", errPlacement, name)
 	}
 	return name, id, nil
+}
+
+// uvarint is binary.Uvarint refusing an overlong encoding (n 0): a metadata record has one
+// encoding only, so every replica that decodes it would write it back the same.
+func uvarint(p []byte) (uint64, int) {
+	x, n := binary.Uvarint(p)
+	if n > 0 && n != len(binary.AppendUvarint(nil, x)) {
+		return 0, 0
+	}
+	return x, n
 }
 
 // maxPlacementReplicas bounds a decoded replica count.
@@ -79,7 +89,7 @@ func decodePlacement(p []byte) (*repTopic, error) {
 	p = p[1:]
 	bad := false
 	uv := func() uint64 {
-		x, n := binary.Uvarint(p)
+		x, n := uvarint(p)
 		if n <= 0 {
 			bad = true
 			return 0
