@@ -284,7 +284,10 @@ func (s *Subscription) resumable(err error) bool {
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Code == CodeShuttingDown
+		// Unavailable ends a subscription the node can no longer serve where it is and asks
+		// for a new one: a durable's leader moved, a consumer group moved with its topic's
+		// leader, an exclusive durable's lock was lost with the node that kept it.
+		return e.Code == CodeShuttingDown || e.Code == CodeUnavailable
 	}
 	return isConnError(err)
 }

@@ -607,3 +607,50 @@ func TestReplicatedRegionLargerThanReplicas(t *testing.T) {
 		t.Fatalf("listing through eu-4: %+v, %v", list, err)
 	}
 }
+
+// TestReplicatedDurableFollowsLeaderWithReconnect: a durable consumer connected to a follower
+// is served by the topic's leader; when the leader is lost the node ends the subscription as
+// unavailable ("subscribe again"), and a Conn with Reconnect makes it again at once, through
+// the same node, to the new leader: it resumes after its last acknowledged record.
+func TestReplicatedDurableFollowsLeaderWithReconnect(t *testing.T) {
+	m, ctx := newSeededRegion(t, "moves", 20, 90*time.Second)
+	var lead string
+	waitFor(t, 10*time.Second, "a leader of moves", func() bool { lead = leaderOf(m.nodes["eu-1"], "moves"); return lead != "" })
+	var via string
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		if name != lead && via == "" {
+			via = name
+		}
+	}
+	c := dialNode(t, m.nodes[via], client.Options{Reconnect: true})
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, "moves", client.SubscribeOptions{Durable: "mover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for i := range 10 {
+		rec, err := sub.Next(ctx)
+		if err != nil || rec.Offset != uint64(i) {
+			t.Fatalf("record %d: %+v, %v", i, rec, err)
+		}
+		if err := sub.Ack(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		if name != lead {
+			m.waitPosition(name, "mover", "moves", 9)
+		}
+	}
+	m.nodes[lead].Close()
+	for i := 10; i < 20; i++ {
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after the leader %s was lost, record %d: %v", lead, i, err)
+		}
+		if rec.Offset != uint64(i) {
+			t.Fatalf("after the leader %s was lost: offset %d, want %d (resumed after the last ack)", lead, rec.Offset, i)
+		}
+	}
+}
