@@ -40,12 +40,7 @@ func MirroredGroupName(region, group string) string {
 
 // ParseMirroredGroup is MirroredGroupName's inverse.
 func ParseMirroredGroup(name string) (region, group string, ok bool) {
-	rest, ok := strings.CutPrefix(name, cursorName(""))
-	if !ok {
-		return "", "", false
-	}
-	region, group, ok = strings.Cut(rest, mirroredGroupInfix)
-	return region, group, ok && region != "" && group != ""
+	return parseMirrored(name, mirroredGroupInfix)
 }
 
 // bufferGroupPositions buffers a GROUP_POSITION for each group state of c's topic that has a
