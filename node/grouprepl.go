@@ -1,9 +1,13 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/replica"
@@ -44,15 +48,10 @@ func (n *Node) storeGroup(ctx context.Context, name string, set *wal.GroupSettin
 	if r := n.rep; r != nil && !groupStateLocalOnly {
 		local = make(map[string]*wal.GroupState, len(states))
 		for topic, st := range states {
-			switch {
-			case !r.isReplicated(topic):
-				local[topic] = st
-			case set != nil && set.Pattern == topic, r.leaderName(topic) == n.cfg.Name:
-				// A group of one replicated topic lives on its leader: a store there that
-				// does not commit (the leader changed) fails, and the members move.
+			if r.isReplicated(topic) {
 				repl = append(repl, topic)
-			default:
-				local[topic] = st // a wildcard group's topic led elsewhere
+			} else {
+				local[topic] = st
 			}
 		}
 	}
@@ -62,7 +61,7 @@ func (n *Node) storeGroup(ctx context.Context, name string, set *wal.GroupSettin
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if e := n.rep.setGroup(ctx, name, topic, &replica.GroupOp{Settings: set, State: states[topic]}); e != nil {
+			if e := n.rep.storeGroupState(ctx, name, topic, &replica.GroupOp{Settings: set, State: states[topic]}, set != nil && set.Pattern == topic); e != nil {
 				errs[i] = e
 			}
 		}()
@@ -80,16 +79,47 @@ func (n *Node) storeGroup(ctx context.Context, name string, set *wal.GroupSettin
 	return err
 }
 
-// groupBarrier makes sure, before a group whose pattern is a replicated topic goes live on
-// this node (its leader), that every entry of the topic's group committed before is applied
-// here, so that loading its state reads the last committed one: a new leader may not have
-// applied all it has committed yet. Nothing to do for other groups.
+// groupBarrier makes sure, before group name goes live on this node, that every entry of
+// its replicated topics' groups committed before is applied here, so that loading its state
+// reads the last committed one: a new leader may not have applied all it has committed yet,
+// and a follower serving a wildcard group may lag. Nothing to do for other groups.
 func (n *Node) groupBarrier(ctx context.Context, name, pattern string) *wire.Error {
 	r := n.rep
-	if r == nil || groupStateLocalOnly || !routing.IsLiteral(pattern) || !r.isReplicated(pattern) || n.liveGroup(name) != nil {
+	if r == nil || groupStateLocalOnly || n.liveGroup(name) != nil {
 		return nil
 	}
-	return r.setGroup(ctx, name, pattern, nil)
+	var topics []string
+	if routing.IsLiteral(pattern) {
+		if r.isReplicated(pattern) {
+			topics = append(topics, pattern)
+		}
+	} else {
+		for _, ti := range n.wal.Topics() {
+			if routing.Match(pattern, ti.Name) && r.isReplicated(ti.Name) {
+				topics = append(topics, ti.Name)
+			}
+		}
+	}
+	errs := make([]*wire.Error, len(topics))
+	var wg sync.WaitGroup
+	for i, topic := range topics {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			index, e := r.setGroup(ctx, name, topic, nil)
+			if e == nil {
+				e = r.waitApplied(ctx, r.lookup(topic), index)
+			}
+			errs[i] = e
+		}()
+	}
+	wg.Wait()
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
 }
 
 // groupMoved says why a live group must end here: its pattern is a replicated topic that
@@ -117,37 +147,158 @@ func (g *group) groupMoved() *wire.Error {
 		g.shown, g.set.Pattern, n.cfg.Region, lead)
 }
 
-// setGroup proposes op (nil: a barrier) on group name's state of a replicated topic
-// through the topic's raft group (this node must lead it) and returns once the entry is
-// committed and applied here.
-func (r *replicated) setGroup(ctx context.Context, name, topic string, op *replica.GroupOp) *wire.Error {
+// setGroup stores op (nil: a barrier) on group name's state of a replicated topic as a
+// set group entry of the topic's raft group: proposed here when this node leads it, else
+// by the leader, asked with GROUP_STORE. It returns once the entry is committed and applied
+// on the proposer, with the entry's raft index.
+func (r *replicated) setGroup(ctx context.Context, name, topic string, op *replica.GroupOp) (uint64, *wire.Error) {
 	t := r.lookup(topic)
 	if t == nil {
-		return wire.Errorf(wire.CodeInternal, "topic %q is not a replicated topic", topic)
+		return 0, wire.Errorf(wire.CodeInternal, "topic %q is not a replicated topic", topic)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
 	defer cancel()
-	res := r.sm.Propose(ctx, r.d, &replica.WalEntry{Kind: replica.EntrySetGroup, Topic: topic, Name: name, Group: op})
-	var nl *replica.NotLeaderError
-	switch {
-	case res.Err == nil:
-		return nil
-	case errors.Is(res.Err, context.DeadlineExceeded):
-		return r.noQuorum(t, "did not store the consumer group's state")
-	case errors.As(res.Err, &nl), errors.Is(res.Err, replica.ErrDropped):
-		return wire.Errorf(wire.CodeUnavailable, "group %q: node %q no longer leads topic %q (now %s): the group's state was not stored here; subscribe again",
-			name, r.n.cfg.Name, topic, cmpOr(t.nameOf(leaderOfErr(nl)), "unknown"))
-	case errors.Is(res.Err, replica.ErrStopped), errors.Is(res.Err, context.Canceled):
-		return wire.Errorf(wire.CodeShuttingDown, "node shutting down before the state of group %q on %q was stored", name, topic)
+	data, err := replica.EncodeEntry(nil, &replica.WalEntry{Kind: replica.EntrySetGroup, Topic: topic, Name: name, Group: op})
+	if err != nil {
+		return 0, wire.Errorf(wire.CodeInternal, "group %q: encode its state of %q: %v", name, topic, err)
 	}
-	return wire.Errorf(wire.CodeInternal, "group %q: store its state of %q: %v", name, topic, res.Err)
+	index, e, lead := r.proposeGroup(ctx, t, name, data)
+	if lead == 0 {
+		return index, e
+	}
+	// Another node leads the topic's group (or is being elected): ask the leader.
+	if !t.local || lead == r.id || !r.reachable(t.nameOf(lead)) {
+		var we *wire.Error
+		if lead, we = r.waitLeader(ctx, t); we != nil {
+			return 0, we
+		}
+		if lead == r.id {
+			index, e, _ = r.proposeGroup(ctx, t, name, data)
+			return index, e
+		}
+	}
+	e = r.n.askNode(ctx, t.nameOf(lead), &wire.GroupStore{Topic: topic, Entry: data}, func(f wire.Frame) error {
+		if d, ok := f.(*wire.Done); ok {
+			index = d.Count
+		}
+		return nil
+	})
+	return index, e
 }
 
-func leaderOfErr(nl *replica.NotLeaderError) uint64 {
-	if nl == nil {
-		return 0
+// proposeGroup proposes a set group entry of t here. lead is the raft ID of the node to
+// ask instead when this one does not lead t's group (r.id: unknown yet), else 0.
+func (r *replicated) proposeGroup(ctx context.Context, t *repTopic, name string, data []byte) (index uint64, e *wire.Error, lead uint64) {
+	if !t.local {
+		return 0, nil, r.id
 	}
-	return nl.Leader
+	res, err := r.d.Propose(ctx, t.group, data)
+	var nl *replica.NotLeaderError
+	switch {
+	case errors.As(err, &nl):
+		return 0, nil, cmp.Or(nl.Leader, r.id)
+	case err == nil:
+		if ar, ok := res.Detail.(*wal.AppendResult); ok && ar.Err != nil {
+			return 0, wire.Errorf(wire.CodeInvalidArgument, "group %q: its state of %q was refused: %v", name, t.name, ar.Err), 0
+		}
+		return res.Index, nil, 0
+	case errors.Is(err, context.DeadlineExceeded):
+		return 0, r.noQuorum(t, "did not store the consumer group's state"), 0
+	case errors.Is(err, replica.ErrDropped):
+		return 0, wire.Errorf(wire.CodeUnavailable, "group %q: the leader of %q changed before its state was stored: subscribe again", name, t.name), 0
+	case errors.Is(err, replica.ErrStopped), errors.Is(err, context.Canceled):
+		return 0, wire.Errorf(wire.CodeShuttingDown, "node shutting down before the state of group %q on %q was stored", name, t.name), 0
+	}
+	return 0, wire.Errorf(wire.CodeInternal, "group %q: store its state of %q: %v", name, t.name, err), 0
+}
+
+// storeGroupState stores op on group name's state of a replicated topic. home: the group's
+// pattern is the topic, so the group lives on its leader, this node: a store here that the
+// leader's loss or a leader change keeps from committing fails (CodeUnavailable), and the
+// members move to the new leader, never passed on to it, where the group may be live
+// already. A wildcard group's store is proposed by the topic's leader, wherever it is.
+func (r *replicated) storeGroupState(ctx context.Context, name, topic string, op *replica.GroupOp, home bool) *wire.Error {
+	if !home {
+		_, e := r.setGroup(ctx, name, topic, op)
+		return e
+	}
+	t := r.lookup(topic)
+	data, err := replica.EncodeEntry(nil, &replica.WalEntry{Kind: replica.EntrySetGroup, Topic: topic, Name: name, Group: op})
+	if err != nil {
+		return wire.Errorf(wire.CodeInternal, "group %q: encode its state of %q: %v", name, topic, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	_, e, lead := r.proposeGroup(ctx, t, name, data)
+	if lead != 0 {
+		return wire.Errorf(wire.CodeUnavailable, "group %q: node %q no longer leads topic %q (now %s): the group's state was not stored here; subscribe again",
+			name, r.n.cfg.Name, topic, cmpOr(t.nameOf(lead), "unknown"))
+	}
+	return e
+}
+
+// waitApplied waits until this node has applied t's group up to index (a barrier another
+// node proposed), up to QuorumTimeout.
+func (r *replicated) waitApplied(ctx context.Context, t *repTopic, index uint64) *wire.Error {
+	ctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	poll := time.NewTicker(r.n.cfg.Raft.TickInterval)
+	defer poll.Stop()
+	for {
+		st, err := r.d.Status(ctx, t.group)
+		if err == nil && st.Applied >= index {
+			return nil
+		}
+		select {
+		case <-poll.C:
+		case <-ctx.Done():
+			return wire.Errorf(wire.CodeUnavailable, "topic %q: this node did not apply its group's log up to index %d within %v", t.name, index, r.n.cfg.Raft.QuorumTimeout)
+		}
+	}
+}
+
+// serveGroupStore serves a GROUP_STORE from a node of this region: this node proposes the
+// set group entry it carries if it leads the topic's group (else it refuses, naming the
+// leader), and answers DONE with the entry's index once it is committed and applied here.
+func (s *session) serveGroupStore(str *quic.Stream, f *wire.GroupStore) {
+	n := s.n
+	e := func() *wire.Error {
+		switch {
+		case !s.peer || s.peerRegion() != n.cfg.Region:
+			return wire.Errorf(wire.CodeForbidden, "GROUP_STORE is for the nodes of a region")
+		case n.rep == nil:
+			return wire.Errorf(wire.CodeInvalidArgument, "node %q has no replicated topics", n.cfg.Name)
+		}
+		we, err := replica.DecodeEntry(f.Entry)
+		switch {
+		case err != nil:
+			return wire.Errorf(wire.CodeInvalidArgument, "GROUP_STORE of %q: %v", f.Topic, err)
+		case we.Kind != replica.EntrySetGroup || we.Topic != f.Topic:
+			return wire.Errorf(wire.CodeInvalidArgument, "GROUP_STORE of %q carries a %v entry of %q: only a set group entry of its topic", f.Topic, we.Kind, we.Topic)
+		}
+		t := n.rep.lookup(f.Topic)
+		if t == nil {
+			return wire.Errorf(wire.CodeNotFound, "topic %q is not a replicated topic of region %q as node %q knows", f.Topic, n.cfg.Region, n.cfg.Name)
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, n.cfg.Raft.QuorumTimeout)
+		defer cancel()
+		index, e, lead := n.rep.proposeGroup(ctx, t, we.Name, f.Entry)
+		if lead != 0 {
+			return wire.Errorf(wire.CodeUnavailable, "node %q does not lead topic %q (as far as it knows: %s): retry",
+				n.cfg.Name, f.Topic, cmpOr(t.nameOf(lead), "nobody yet"))
+		}
+		if e == nil {
+			w := wire.NewWriter(str)
+			w.Buffer(&wire.Done{Count: index})
+			if w.Flush() == nil {
+				str.Close()
+			}
+		}
+		return e
+	}()
+	if e != nil {
+		s.failStream(str, e)
+	}
 }
 
 // placeChanged is closed at the next placement change (a leader change among them) when

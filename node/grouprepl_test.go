@@ -34,15 +34,17 @@ type memberRecord struct {
 	rec client.Record
 }
 
-// joinReplicatedGroup subscribes a member through node via, retrying while the region
-// finds the topic's new leader, and starts its reader, which sends what it reads to out
-// until the subscription ends.
-func joinReplicatedGroup(ctx context.Context, t *testing.T, m *regionMesh, via string, id int, wg *sync.WaitGroup, out chan<- memberRecord) *groupMember {
+func recKey(r client.Record) string { return fmt.Sprintf("%s@%d", r.Topic, r.Offset) }
+
+// joinReplicatedGroup subscribes a member of group g on pattern through node via, retrying
+// while the region finds the topic's new leader, and starts its reader, which sends what it
+// reads to out until the subscription ends.
+func joinReplicatedGroup(ctx context.Context, t *testing.T, m *regionMesh, via, pattern string, id int, wg *sync.WaitGroup, out chan<- memberRecord) *groupMember {
 	t.Helper()
 	var last error
 	for attempt := 0; ctx.Err() == nil; attempt++ {
 		c := m.dial(via)
-		sub, err := c.Subscribe(ctx, "work", client.SubscribeOptions{Group: "g", AckWait: time.Minute, MaxDeliver: 10})
+		sub, err := c.Subscribe(ctx, pattern, client.SubscribeOptions{Group: "g", AckWait: time.Minute, MaxDeliver: 10})
 		if err == nil {
 			gm := &groupMember{id: id, conn: c, sub: sub}
 			wg.Add(1)
@@ -74,8 +76,8 @@ func joinReplicatedGroup(ctx context.Context, t *testing.T, m *regionMesh, via s
 	return nil
 }
 
-// groupStates is group g's stored state of "work" on each node.
-func groupStates(t *testing.T, nodes []*Node) map[string]*wal.GroupState {
+// groupStates is group g's stored state of topic on each node.
+func groupStates(t *testing.T, nodes []*Node, topic string) map[string]*wal.GroupState {
 	t.Helper()
 	out := map[string]*wal.GroupState{}
 	for _, n := range nodes {
@@ -83,10 +85,8 @@ func groupStates(t *testing.T, nodes []*Node) map[string]*wal.GroupState {
 		if err != nil {
 			t.Fatalf("%s: load group: %v", n.Name(), err)
 		}
-		if st := states["work"]; st != nil {
-			c := *st
-			c.Updated = time.Time{} // compared apart: each replica keeps the entry's time alike
-			out[n.Name()] = &c
+		if st := states[topic]; st != nil {
+			out[n.Name()] = st
 		}
 	}
 	return out
@@ -104,13 +104,13 @@ func showState(st *wal.GroupState) string {
 	return b.String()
 }
 
-// waitSameState waits until every node stores want as g's state of "work".
-func waitSameState(t *testing.T, nodes []*Node, want func(*wal.GroupState) bool, what string) *wal.GroupState {
+// waitSameState waits until every node stores the same state of topic for group g (its
+// time too: each replica stores the entry's), and want holds for it.
+func waitSameState(t *testing.T, nodes []*Node, topic string, want func(*wal.GroupState) bool, what string) {
 	t.Helper()
-	var got map[string]*wal.GroupState
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		got = groupStates(t, nodes)
+		got := groupStates(t, nodes, topic)
 		var first *wal.GroupState
 		same := len(got) == len(nodes)
 		for _, n := range nodes {
@@ -121,14 +121,14 @@ func waitSameState(t *testing.T, nodes []*Node, want func(*wal.GroupState) bool,
 			same = same && st != nil && reflect.DeepEqual(st, first) && want(st)
 		}
 		if same {
-			return first
+			return
 		}
 		if time.Now().After(deadline) {
 			var lines []string
 			for _, n := range nodes {
 				lines = append(lines, n.Name()+": "+showState(got[n.Name()]))
 			}
-			t.Fatalf("the replicas do not store %s:\n%s", what, strings.Join(lines, "\n"))
+			t.Fatalf("the replicas do not store %s of %s:\n%s", what, topic, strings.Join(lines, "\n"))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -136,152 +136,179 @@ func waitSameState(t *testing.T, nodes []*Node, want func(*wal.GroupState) bool,
 
 func TestReplicatedGroupLeaderLoss(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		// onHome: the members are connected to the node serving the group (the topic's
-		// leader), and resume through the others; else to the two followers, relayed.
+		name    string
+		pattern string
+		topics  []string
+		// onHome: the members are connected to the node serving the group, and resume
+		// through the others; else to the two other nodes, relayed.
 		onHome bool
-	}{{"members relayed from followers", false}, {"members on the serving node", true}} {
-		t.Run(tc.name, func(t *testing.T) { testReplicatedGroupLeaderLoss(t, tc.onHome) })
+	}{
+		// A group of one topic lives on the topic's leader.
+		{"one topic, members relayed", "work", []string{"work"}, false},
+		{"one topic, members on the serving node", "work", []string{"work"}, true},
+		// A wildcard group lives on the rendezvous winner of its name; each topic's state is
+		// proposed by the topic's leader.
+		{"wildcard, members relayed", "jobs.*", []string{"jobs.a", "jobs.b", "jobs.c"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testReplicatedGroupLeaderLoss(t, tc.pattern, tc.topics, tc.onHome) })
 	}
 }
 
-func testReplicatedGroupLeaderLoss(t *testing.T, onHome bool) {
-	const before, after = 30, 6
-	// A member holds at most 6 records unacknowledged: the first to join cannot take them
-	// all (a third stay unacknowledged), so both get some, whatever the timing.
+func testReplicatedGroupLeaderLoss(t *testing.T, pattern string, topics []string, onHome bool) {
+	const before, after = 30, 6 // records per topic
+	// A member holds at most 6 records per topic unacknowledged: as a third stay
+	// unacknowledged, the first to join cannot take them all, so both get some, whatever
+	// the timing; the two hold every unacknowledged one.
 	m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
 		c.Replicas = 3
 		c.Raft = TestRaftSettings()
-		c.Groups.MemberPending = 6
+		c.Groups.MemberPending = 6 * len(topics)
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	pc := m.dial("eu-1")
-	publishNumbered(ctx, t, pc, "work", 0, before)
+	for _, topic := range topics {
+		publishNumbered(ctx, t, pc, topic, 0, before)
+	}
 	pc.Close()
 	all := []string{"eu-1", "eu-2", "eu-3"}
-	var lead string
-	waitFor(t, 10*time.Second, "a leader of work", func() bool { lead = leaderOf(m.nodes["eu-1"], "work"); return lead != "" })
+	var home string
+	if len(topics) == 1 {
+		waitFor(t, 10*time.Second, "a leader of "+topics[0], func() bool { home = leaderOf(m.nodes["eu-1"], topics[0]); return home != "" })
+	} else {
+		home = m.nodes["eu-1"].consumerHome("g")
+	}
 	var others []string
 	for _, name := range all {
-		if name != lead {
+		if name != home {
 			others = append(others, name)
 		}
 	}
 	via := others
 	if onHome {
-		via = []string{lead, lead}
+		via = []string{home, home}
 	}
-	t.Logf("leader (serving the group) %s; members through %v", lead, via)
+	var leaders []string
+	for _, topic := range topics {
+		leaders = append(leaders, topic+": "+leaderOf(m.nodes["eu-1"], topic))
+	}
+	t.Logf("group %q served by %s; leaders %v; members through %v", pattern, home, leaders, via)
 
 	mctx, stop := context.WithCancel(ctx)
 	var readers sync.WaitGroup
 	recs := make(chan memberRecord, 64)
 	members := []*groupMember{
-		joinReplicatedGroup(mctx, t, m, via[0], 0, &readers, recs),
-		joinReplicatedGroup(mctx, t, m, via[1], 1, &readers, recs),
+		joinReplicatedGroup(mctx, t, m, via[0], pattern, 0, &readers, recs),
+		joinReplicatedGroup(mctx, t, m, via[1], pattern, 1, &readers, recs),
 	}
 
 	// Each record once; a member acknowledges those whose offset is not a multiple of 3, then
 	// commits: an ACK is confirmed once its member's Commit returns nil.
-	seen := map[uint64]bool{}
-	byMember := map[int][]uint64{}
-	for len(seen) < before {
+	seen := map[string]bool{}
+	byMember := map[int][]client.Record{}
+	for len(seen) < before*len(topics) {
 		select {
 		case mr := <-recs:
-			if seen[mr.rec.Offset] {
-				t.Fatalf("offset %d delivered twice while no member failed", mr.rec.Offset)
+			k := recKey(mr.rec)
+			if seen[k] {
+				t.Fatalf("%s delivered twice while no member failed", k)
 			}
-			seen[mr.rec.Offset] = true
-			byMember[mr.m.id] = append(byMember[mr.m.id], mr.rec.Offset)
+			seen[k] = true
+			byMember[mr.m.id] = append(byMember[mr.m.id], mr.rec)
 			if mr.rec.Offset%3 != 0 {
 				if err := mr.m.sub.Ack(mr.rec); err != nil {
 					t.Fatal(err)
 				}
 			}
 		case <-ctx.Done():
-			t.Fatalf("%d of %d records delivered before the deadline", len(seen), before)
+			t.Fatalf("%d of %d records delivered before the deadline", len(seen), before*len(topics))
 		}
 	}
-	confirmed := map[uint64]bool{}
-	var unacked []uint64
+	confirmed := map[string]bool{}
+	unacked := map[string][]uint64{} // by topic, ascending
 	for _, gm := range members {
 		if err := gm.sub.Commit(ctx); err != nil {
 			t.Fatalf("member %d: commit: %v", gm.id, err)
 		}
-		for _, off := range byMember[gm.id] {
-			if off%3 != 0 {
-				confirmed[off] = true
+		for _, r := range byMember[gm.id] {
+			if r.Offset%3 != 0 {
+				confirmed[recKey(r)] = true
 			} else {
-				unacked = append(unacked, off)
+				unacked[r.Topic] = append(unacked[r.Topic], r.Offset)
 			}
 		}
 	}
-	slices.Sort(unacked)
-	t.Logf("member 0 got %v, member 1 got %v; %d confirmed, unacknowledged %v", byMember[0], byMember[1], len(confirmed), unacked)
-	if len(byMember[0]) == 0 || len(byMember[1]) == 0 {
-		t.Fatal("one member got every record: the group was not shared")
+	for _, offs := range unacked {
+		slices.Sort(offs)
 	}
+	if len(byMember[0]) == 0 || len(byMember[1]) == 0 {
+		t.Fatalf("one member got every record (member 0: %d, member 1: %d): the group was not shared", len(byMember[0]), len(byMember[1]))
+	}
+	t.Logf("member 0 got %d, member 1 got %d; %d confirmed, unacknowledged %v", len(byMember[0]), len(byMember[1]), len(confirmed), unacked)
 
-	// The node serving the group (and leading the topic) goes; the members' streams end.
-	m.nodes[lead].Close()
+	// The node serving the group goes; the members' streams end.
+	m.nodes[home].Close()
 	stop()
 	for _, gm := range members {
 		gm.conn.Close()
 	}
 	readers.Wait()
 	survivors := []*Node{m.nodes[others[0]], m.nodes[others[1]]}
-	waitFor(t, 20*time.Second, "a new leader among "+strings.Join(others, ","), func() bool {
-		l := leaderOf(survivors[0], "work")
-		return l != "" && l != lead
-	})
+	for _, topic := range topics {
+		waitFor(t, 20*time.Second, "a leader of "+topic+" among "+strings.Join(others, ","), func() bool {
+			l := leaderOf(survivors[0], topic)
+			return l != "" && l != home
+		})
+	}
 	c := m.dial(others[0])
-	publishNumbered(ctx, t, c, "work", before, before+after)
+	for _, topic := range topics {
+		publishNumbered(ctx, t, c, topic, before, before+after)
+	}
 	c.Close()
 
 	// The members resume through the survivors: every unacknowledged record comes again, the
-	// new ones once, and no confirmed one.
+	// new ones once (acknowledged at once), and no confirmed one.
 	mctx, stop = context.WithCancel(ctx)
 	defer stop()
 	recs = make(chan memberRecord, 64)
 	members = []*groupMember{
-		joinReplicatedGroup(mctx, t, m, others[0], 0, &readers, recs),
-		joinReplicatedGroup(mctx, t, m, others[1], 1, &readers, recs),
+		joinReplicatedGroup(mctx, t, m, others[0], pattern, 0, &readers, recs),
+		joinReplicatedGroup(mctx, t, m, others[1], pattern, 1, &readers, recs),
 	}
-	want := map[uint64]bool{}
-	for _, off := range unacked {
-		want[off] = true
+	want := map[string]bool{}
+	for topic, offs := range unacked {
+		for _, off := range offs {
+			want[fmt.Sprintf("%s@%d", topic, off)] = true
+		}
 	}
-	for off := uint64(before); off < before+after; off++ {
-		want[off] = true
+	for _, topic := range topics {
+		for off := before; off < before+after; off++ {
+			want[fmt.Sprintf("%s@%d", topic, off)] = true
+		}
 	}
-	got := map[uint64]memberRecord{}
-	var again []uint64
+	got := map[string]memberRecord{}
 	for len(got) < len(want) {
 		select {
 		case mr := <-recs:
-			off := mr.rec.Offset
+			k := recKey(mr.rec)
 			switch {
-			case confirmed[off]:
-				again = append(again, off)
-			case !want[off]:
-				t.Fatalf("offset %d delivered after the failover: it is neither unacknowledged nor new", off)
-			case got[off].m != nil:
-				t.Fatalf("offset %d delivered twice after the failover while no member failed", off)
+			case confirmed[k]:
+				t.Fatalf("%s, whose ACK was confirmed before the failover, was delivered again (after %d of the %d records expected)", k, len(got), len(want))
+			case !want[k]:
+				t.Fatalf("%s delivered after the failover: it is neither unacknowledged nor new", k)
+			case got[k].m != nil:
+				t.Fatalf("%s delivered twice after the failover while no member failed", k)
 			default:
-				got[off] = mr
-				if off >= before { // the new ones at once: the old ones fill the members' room
+				got[k] = mr
+				if mr.rec.Offset >= before { // the new ones at once: the old ones fill the members' room
 					if err := mr.m.sub.Ack(mr.rec); err != nil {
 						t.Fatal(err)
 					}
 				}
 			}
 		case <-ctx.Done():
-			t.Fatalf("after the failover %d of %d records delivered (%v); confirmed ones delivered again: %v", len(got), len(want), got, again)
+			t.Fatalf("after the failover %d of %d records delivered", len(got), len(want))
 		}
-	}
-	if len(again) > 0 {
-		t.Fatalf("records whose ACK was confirmed before the failover were delivered again: %v", again)
 	}
 	// The new ones acknowledged, the replicas store the old ones outstanding, each delivered
 	// twice now (once before, once after: the count carried over).
@@ -290,22 +317,27 @@ func testReplicatedGroupLeaderLoss(t *testing.T, onHome bool) {
 			t.Fatalf("member %d: commit after the failover: %v", gm.id, err)
 		}
 	}
-	waitSameState(t, survivors, func(st *wal.GroupState) bool {
-		if st.Next != before+after || len(st.Entries) != len(unacked) {
-			return false
-		}
-		for i, e := range st.Entries {
-			if e.Offset != unacked[i] || e.Deliveries != 2 {
+	for _, topic := range topics {
+		offs := unacked[topic]
+		waitSameState(t, survivors, topic, func(st *wal.GroupState) bool {
+			if st.Next != before+after || len(st.Entries) != len(offs) {
 				return false
 			}
-		}
-		return true
-	}, fmt.Sprintf("next %d, outstanding %v each delivered twice", before+after, unacked))
+			for i, e := range st.Entries {
+				if e.Offset != offs[i] || e.Deliveries != 2 {
+					return false
+				}
+			}
+			return true
+		}, fmt.Sprintf("next %d, outstanding %v each delivered twice", before+after, offs))
+	}
 
 	// All acknowledged: nothing left to deliver, on every replica, the restarted one too.
-	for _, off := range unacked {
-		if err := got[off].m.sub.Ack(got[off].rec); err != nil {
-			t.Fatal(err)
+	for k, mr := range got {
+		if mr.rec.Offset < before {
+			if err := mr.m.sub.Ack(mr.rec); err != nil {
+				t.Fatalf("ack %s: %v", k, err)
+			}
 		}
 	}
 	for _, gm := range members {
@@ -316,15 +348,19 @@ func testReplicatedGroupLeaderLoss(t *testing.T, onHome bool) {
 	done := func(st *wal.GroupState) bool {
 		return st.Floor == before+after && st.Next == before+after && len(st.Entries) == 0
 	}
-	waitSameState(t, survivors, done, "every record done")
+	for _, topic := range topics {
+		waitSameState(t, survivors, topic, done, "every record done")
+	}
 	stop()
 	for _, gm := range members {
 		gm.conn.Close()
 	}
 	readers.Wait()
-	cfg := m.cfgs[lead]
+	cfg := m.cfgs[home]
 	cfg.Join = []string{survivors[0].Gossip().LANAddr()}
-	m.cfgs[lead] = cfg
-	m.restart(lead)
-	waitSameState(t, []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}, done, "every record done (the restarted replica too)")
+	m.cfgs[home] = cfg
+	m.restart(home)
+	for _, topic := range topics {
+		waitSameState(t, []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}, topic, done, "every record done (the restarted replica too)")
+	}
 }
