@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -363,4 +364,109 @@ func testReplicatedGroupLeaderLoss(t *testing.T, pattern string, topics []string
 	for _, topic := range topics {
 		waitSameState(t, []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}, topic, done, "every record done (the restarted replica too)")
 	}
+}
+
+// TestReplicatedGroupManage: a reset and a removal of a group on a replicated topic go
+// through the topic's raft group: a replica that was down during the reset catches it up
+// from the log, and after the removal no replica keeps the group.
+func TestReplicatedGroupManage(t *testing.T) {
+	m := newReplicatedRegion(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := m.dial("eu-1")
+	publishNumbered(ctx, t, c, "work", 0, 10)
+	c.Close()
+	var lead string
+	waitFor(t, 10*time.Second, "a leader of work", func() bool { lead = leaderOf(m.nodes["eu-1"], "work"); return lead != "" })
+	var followers []string
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		if name != lead {
+			followers = append(followers, name)
+		}
+	}
+	entry, down := followers[0], followers[1]
+	t.Logf("leader %s; requests through %s; %s down during the reset", lead, entry, down)
+
+	mc := m.dial(entry)
+	sub, err := mc.Subscribe(ctx, "work", client.SubscribeOptions{Group: "g", AckWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		r, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Offset < 6 {
+			if err := sub.Ack(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := sub.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mc.Close()
+	nodes := func() []*Node { return []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]} }
+	// Its last store (the member's end gives the rest back) is in every replica.
+	waitSameState(t, nodes(), "work", func(st *wal.GroupState) bool {
+		return st.Floor == 6 && st.Next == 10 && len(st.Entries) == 4
+	}, "floor 6, next 10, 4 outstanding")
+
+	m.nodes[down].Close()
+	waitFor(t, 20*time.Second, down+" failed as "+entry+" sees it", func() bool {
+		return m.nodes[entry].place.memberStatus(down) != gossip.StatusAlive
+	})
+	ac := m.dial(entry)
+	if _, err := ac.ResetConsumer(ctx, "g", client.AtOffset(3), client.ManageOptions{}); err != nil {
+		t.Fatalf("reset through %s: %v", entry, err)
+	}
+	reset := func(st *wal.GroupState) bool { return st.Floor == 3 && st.Next == 3 && len(st.Entries) == 0 }
+	waitSameState(t, []*Node{m.nodes[lead], m.nodes[entry]}, "work", reset, "the reset (floor 3, none outstanding)")
+	ac.Close()
+
+	cfg := m.cfgs[down]
+	cfg.Join = []string{m.nodes[entry].Gossip().LANAddr()}
+	m.cfgs[down] = cfg
+	m.restart(down)
+	waitSameState(t, nodes(), "work", reset, "the reset, the replica that was down too")
+
+	// Resumed after the reset: offsets 3 to 9.
+	mc = m.dial(down)
+	sub, err = mc.Subscribe(ctx, "work", client.SubscribeOptions{Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for want := uint64(3); want < 10; want++ {
+		r, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Offset != want {
+			t.Fatalf("after the reset got offset %d, want %d", r.Offset, want)
+		}
+	}
+	mc.Close()
+
+	waitFor(t, 20*time.Second, "every node alive as "+entry+" sees it", func() bool {
+		return m.nodes[entry].place.memberStatus(down) == gossip.StatusAlive && m.nodes[entry].place.memberStatus(lead) == gossip.StatusAlive
+	})
+	ac = m.dial(entry)
+	defer ac.Close()
+	var removed int
+	waitFor(t, 10*time.Second, "the removal (the member's end may still hold the group)", func() bool {
+		removed, err = ac.DeleteConsumer(ctx, "g", client.ManageOptions{})
+		return err == nil
+	})
+	if removed != 1 {
+		t.Errorf("removal reports %d topic states, want 1", removed)
+	}
+	waitFor(t, 15*time.Second, "no replica keeping group g", func() bool {
+		for _, n := range nodes() {
+			if _, _, ok, err := n.Log().Group("g"); ok || err != nil {
+				return false
+			}
+		}
+		return true
+	})
 }
