@@ -103,8 +103,13 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	}
 	if n.place != nil {
 		for _, t := range []string{req.Pattern, want.DeadLetter} {
-			if t == "" || !routing.IsLiteral(t) || (n.rep != nil && n.rep.isReplicated(t)) {
-				continue // a replicated topic: groupHome sent the member to its leader
+			switch {
+			case t == "" || !routing.IsLiteral(t):
+				continue
+			case n.rep != nil && (t == want.DeadLetter || n.rep.isReplicated(t)):
+				// grouprepl.go: a replicated topic's group is served by its leader (groupHome
+				// sent the member there), and dead-letter records go through raft.
+				continue
 			}
 			o, e := n.place.owner(s.ctx, t)
 			if e != nil {
