@@ -458,8 +458,8 @@ func (g *group) deadLetter(ctx context.Context, fs []*flight, shown func(string)
 		}
 	}
 	if len(recs) > 0 {
-		if res := n.wal.Append(context.WithoutCancel(ctx), wal.AppendRequest{Topic: g.set.DeadLetter, Records: recs}); res.Err != nil {
-			return fmt.Errorf("append to dead-letter topic %q: %w", shown(g.set.DeadLetter), res.Err)
+		if err := n.appendDeadLetter(context.WithoutCancel(ctx), g.set.DeadLetter, recs); err != nil { // grouprepl.go
+			return fmt.Errorf("append to dead-letter topic %q: %w", shown(g.set.DeadLetter), err)
 		}
 	}
 	g.finishDead(fs)

@@ -309,3 +309,86 @@ func (n *Node) placeChanged() <-chan struct{} {
 	}
 	return n.place.changedCh()
 }
+
+// appendDeadLetter appends a group's dead-letter records to topic (stored) and returns once
+// they are durable: in this node's own log, or in a replicated region through the topic's
+// raft group (the topic is placed if it is new), committed and applied on its leader.
+func (n *Node) appendDeadLetter(ctx context.Context, topic string, recs []wal.Record) error {
+	if n.rep == nil || groupStateLocalOnly || n.wal.IsLocal(topic) {
+		return n.wal.Append(ctx, wal.AppendRequest{Topic: topic, Records: recs}).Err
+	}
+	if e := n.rep.appendReplicated(ctx, topic, recs); e != nil {
+		return e
+	}
+	return nil
+}
+
+// appendReplicated appends recs to a replicated topic: proposed here when this node leads
+// its group, else published to the leader over a peer stream, as a relayed publish (which
+// the leader answers once the records are committed and applied there).
+func (r *replicated) appendReplicated(ctx context.Context, topic string, recs []wal.Record) *wire.Error {
+	t, e := r.ensure(ctx, topic, false)
+	if e != nil {
+		return e
+	}
+	lead, e := r.waitLeader(ctx, t)
+	if e != nil {
+		return e
+	}
+	if lead == r.id {
+		ch := make(chan wal.AppendResult, 1)
+		r.propose(topic, recs, func(res wal.AppendResult) { ch <- res })
+		res := <-ch
+		var re *replicatedError
+		switch {
+		case res.Err == nil:
+			return nil
+		case errors.As(res.Err, &re):
+			return re.e
+		}
+		return wire.Errorf(wire.CodeInternal, "append to %q: %v", topic, res.Err)
+	}
+	leader := t.nameOf(lead)
+	ctx, cancel := context.WithTimeout(ctx, 2*r.n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	str, err := r.n.fed.OpenStreamTo(ctx, leader)
+	if err != nil {
+		return wire.Errorf(wire.CodeUnavailable, "append to %q: its leader, node %q, cannot be reached: %v", topic, leader, err)
+	}
+	stop := context.AfterFunc(ctx, func() {
+		str.CancelRead(wire.AppCancelled)
+		str.CancelWrite(wire.AppCancelled)
+	})
+	defer stop()
+	defer str.CancelRead(wire.AppCancelled)
+	w := wire.NewWriter(str)
+	for i := range recs {
+		hs := make([]wire.Header, len(recs[i].Headers))
+		for j, h := range recs[i].Headers {
+			hs[j] = wire.Header{Key: h.Key, Value: h.Value}
+		}
+		w.Buffer(&wire.Publish{Seq: uint64(i), Topic: topic, Headers: hs, Payload: recs[i].Payload})
+	}
+	if err := w.Flush(); err != nil {
+		return wire.Errorf(wire.CodeUnavailable, "append to %q through its leader, node %q: %v", topic, leader, err)
+	}
+	rd := wire.NewReader(str, wire.Limits{})
+	for answered := 0; answered < len(recs); {
+		f, err := rd.Read()
+		if err != nil {
+			return wire.Errorf(wire.CodeUnavailable, "append to %q through its leader, node %q: %d of %d records answered: %v", topic, leader, answered, len(recs), err)
+		}
+		switch f := f.(type) {
+		case *wire.PublishAck:
+			answered++
+		case *wire.PublishAcks:
+			answered += int(f.Count)
+		case *wire.PublishError:
+			return wire.Errorf(f.Code, "append to %q through its leader, node %q: %s", topic, leader, f.Message)
+		case *wire.ErrorFrame:
+			return wire.Errorf(f.Code, "append to %q through its leader, node %q: %s", topic, leader, f.Message)
+		}
+	}
+	str.Close()
+	return nil
+}

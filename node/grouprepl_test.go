@@ -470,3 +470,83 @@ func TestReplicatedGroupManage(t *testing.T) {
 		return true
 	})
 }
+
+// TestReplicatedGroupDeadLetterAcrossLeaderLoss: a record delivered once before the loss of
+// the node serving its group (max-deliver 2) and once after reaches the dead-letter topic at
+// its second NAK: its delivery count carried over, and the dead-letter record is appended
+// through the dead-letter topic's raft group, so every replica has it.
+func TestReplicatedGroupDeadLetterAcrossLeaderLoss(t *testing.T) {
+	m, ctx := newSeededRegion(t, "work", 3, 90*time.Second)
+	var lead string
+	waitFor(t, 10*time.Second, "a leader of work", func() bool { lead = leaderOf(m.nodes["eu-1"], "work"); return lead != "" })
+	var others []string
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		if name != lead {
+			others = append(others, name)
+		}
+	}
+	opts := client.SubscribeOptions{Group: "g", AckWait: time.Minute, MaxDeliver: 2, DeadLetter: "work.dlq"}
+	c := m.dial(others[0])
+	// Placed while the region has its three nodes (a new topic needs them all), by a first
+	// record.
+	publishNumbered(ctx, t, c, "work.dlq", 0, 1)
+	sub, err := c.Subscribe(ctx, "work", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Offset != 1 { // offset 1 stays outstanding, delivered once
+			if err := sub.Ack(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := sub.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.nodes[lead].Close()
+	c.Close()
+	survivors := []*Node{m.nodes[others[0]], m.nodes[others[1]]}
+	waitFor(t, 20*time.Second, "a new leader of work", func() bool {
+		l := leaderOf(survivors[0], "work")
+		return l != "" && l != lead
+	})
+	var r client.Record
+	waitFor(t, 20*time.Second, "the member back, with offset 1 again", func() bool {
+		c = m.dial(others[1])
+		if sub, err = c.Subscribe(ctx, "work", opts); err != nil {
+			t.Logf("subscribe through %s: %v", others[1], err)
+			c.Close()
+			return false
+		}
+		return true
+	})
+	defer c.Close()
+	if r, err = sub.Next(ctx); err != nil || r.Offset != 1 {
+		t.Fatalf("after the failover: %+v, %v; want offset 1 again", r, err)
+	}
+	if err := sub.Nak(r); err != nil { // its second delivery: max-deliver reached
+		t.Fatal(err)
+	}
+	if err := sub.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range survivors {
+		waitFor(t, 15*time.Second, "the dead-letter record on "+n.Name(), func() bool {
+			_, next, ok := n.Log().Bounds("work.dlq")
+			return ok && next == 2
+		})
+		recs := logOf(t, n, "work.dlq")
+		hs := map[string]string{}
+		for _, h := range recs[1].Headers {
+			hs[h.Key] = string(h.Value)
+		}
+		if hs[client.DeadLetterDeliveriesHeader] != "2" || hs["quicmq-dead-letter-offset"] != "1" || string(recs[1].Payload) != "work-1" {
+			t.Fatalf("%s: dead-letter record %q with headers %v, want work-1 from offset 1 after 2 deliveries", n.Name(), recs[1].Payload, hs)
+		}
+	}
+}
