@@ -28,9 +28,9 @@ import (
 // A group spanning several topics proposes one entry per topic that changed, each to its
 // topic's group, concurrently: each topic's state is atomic, the stores of several topics
 // are not (a crash between two of them leaves one topic's state newer than the other's,
-// each consistent, which redelivers at worst, never skips). The state of a topic this node
-// does not lead (a wildcard group, served by its rendezvous home) is stored in its local
-// log, as before replication.
+// each consistent, which redelivers at worst, never skips). A wildcard group is served by
+// its rendezvous home, which asks each topic's leader to propose that topic's entry
+// (GROUP_STORE) when it does not lead it itself.
 
 // groupStateLocalOnly is true only in a binary built with -tags quicmq_broken_group
 // (broken_group.go): group state is then stored in the serving node's own log alone, as
