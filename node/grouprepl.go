@@ -68,7 +68,7 @@ func (n *Node) storeGroup(ctx context.Context, name string, set *wal.GroupSettin
 	}
 	var err error
 	if len(local) > 0 {
-		err = n.wal.SetGroup(ctx, name, set, local)
+		err = n.wal.SetGroup(ctx, name, nil, local) // the settings are stored here when the group is made
 	}
 	wg.Wait()
 	for _, e := range errs {
