@@ -56,6 +56,7 @@ func (f *Federation) servePositions(w *wire.Writer, cursors []*serveCursor) erro
 			continue // the shared-link ablation carries no positions
 		}
 		n += f.bufferPositions(w, c)
+		n += f.bufferGroupPositions(w, c) // groups.go
 	}
 	if n == 0 {
 		return nil
