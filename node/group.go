@@ -37,13 +37,13 @@ import (
 // the outstanding records with their delivery counts, stored in one synced batch after
 // each run of ACKs (and at a COMMIT), so that a node restart redelivers nothing
 // acknowledged. Delivery counts since the last store can be lost by a crash (a record may
-// then be delivered more than MaxDeliver times in all). With replication (issue 13) this
-// state must become replicated state, written in the entries of the ACKs it describes.
+// then be delivered more than MaxDeliver times in all). On a replicated topic the state is
+// replicated state (grouprepl.go): each store is a raft entry of the topic's group.
 //
 // A group is served by its home (grouprelay.go), from that node's log: in a region of
-// several nodes, the owner of a literal pattern's topic, else the rendezvous winner of its
-// name; members connected to another node are relayed there. A pattern is served from the
-// topics its home holds.
+// several nodes, the owner (replicated: the leader) of a literal pattern's topic, else the
+// rendezvous winner of its name; members connected to another node are relayed there. A
+// pattern is served from the topics its home holds.
 
 // GroupConfig holds the node's consumer group defaults and bounds.
 type GroupConfig struct {
@@ -414,7 +414,9 @@ func (g *group) store(ctx context.Context) error {
 		return nil
 	}
 	g.addVectors(states)
-	if err := g.n.wal.SetGroup(ctx, g.name, nil, states); err != nil {
+	// grouprepl.go: the settings go with a replicated topic's entry, so every replica has them.
+	set := g.set
+	if err := g.n.storeGroup(ctx, g.name, &set, states); err != nil {
 		g.mu.Lock()
 		for name := range states {
 			g.mu.topics[name].dirty = true
@@ -468,8 +470,8 @@ func (g *group) deadLetter(ctx context.Context, fs []*flight, shown func(string)
 		}
 	}
 	if len(recs) > 0 {
-		if res := n.wal.Append(context.WithoutCancel(ctx), wal.AppendRequest{Topic: g.set.DeadLetter, Records: recs}); res.Err != nil {
-			return fmt.Errorf("append to dead-letter topic %q: %w", shown(g.set.DeadLetter), res.Err)
+		if err := n.appendDeadLetter(context.WithoutCancel(ctx), g.set.DeadLetter, recs); err != nil { // grouprepl.go
+			return fmt.Errorf("append to dead-letter topic %q: %w", shown(g.set.DeadLetter), err)
 		}
 	}
 	g.finishDead(fs)

@@ -19,9 +19,9 @@ import (
 // connect to:
 //
 //   - a group whose pattern is one topic lives on that topic's owner (it reads the log
-//     there); any other group on the rendezvous winner of its name among the region's
-//     live nodes (routing.Owner, as topics are placed), served from the topics that node
-//     holds;
+//     there; a replicated topic's leader, which proposes the group's state: grouprepl.go);
+//     any other group on the rendezvous winner of its name among the region's live nodes
+//     (routing.Owner, as topics are placed), served from the topics that node holds;
 //   - an exclusive durable's lock lives on the rendezvous winner of its name
 //     (holder.go); the subscription itself is served as before by the node the client
 //     connects to.
@@ -37,7 +37,10 @@ import (
 // The home follows the region's membership as gossip reports it: while two nodes disagree
 // on it (a node joining, or failing and not yet reported), two homes can serve one consumer
 // for that while. A failed home makes its groups and locks move to the next winner (liveness,
-// not state: a group's state stays with the log it describes).
+// not state: a group's state stays with the log it describes). A group of a replicated topic
+// moves with its topic's leadership: the old home ends its members (CodeUnavailable, or
+// their relay's link fails), they subscribe again and are sent to the new leader, which
+// loads the group's replicated state.
 
 // homeKey keeps consumer names apart from topics in the rendezvous (no topic has a space).
 func homeKey(name string) string { return "consumer " + name }
@@ -60,6 +63,12 @@ func (n *Node) consumerHome(name string) string {
 // groupHome is the node that serves group name (stored) with pattern (stored): the owner of
 // a literal pattern's topic, else the consumer's home.
 func (n *Node) groupHome(ctx context.Context, pattern, name string) (string, *wire.Error) {
+	if n.rep != nil && routing.IsLiteral(pattern) {
+		// A replicated topic's group lives on its leader, which proposes its state
+		// (grouprepl.go); the leader's node, or "" for this one.
+		home, e := n.rep.subscribeOwner(ctx, pattern, true)
+		return cmpOr(home, n.cfg.Name), e
+	}
 	if routing.IsLiteral(pattern) {
 		return n.place.owner(ctx, pattern)
 	}

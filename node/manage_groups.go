@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -14,6 +15,11 @@ import (
 // removed like a durable consumer, as a row of kind "group", from its state in wal
 // (wal.Groups: settings, and per topic the floor, the next offset and the outstanding records) and its
 // members connected to this node (the live group, group.go).
+//
+// A group's state of a replicated topic is replicated state (grouprepl.go): a reset or
+// removal of it is a set group entry of the topic's raft group, proposed by the node the
+// request came to (and by the node serving the group, whose members a forced one ends), so
+// that every replica, one down meanwhile too, ends with the same state.
 //
 // A reset or removal fences the group's name (consumers.mu.fenced): no member joins while it
 // runs, so the live group's state, which its members store after every run of ACKs, can
@@ -203,6 +209,7 @@ func (n *Node) resetGroup(ctx context.Context, a *principal, c consumerState, st
 	}
 	defer unfence()
 	c.members = n.groupMembers(c.name) // now that none can join
+	propose := n.proposesGroupOp(a, c.name)
 	if e := n.checkMembers(ctx, a, c, "reset", force); e != nil {
 		return e
 	}
@@ -216,6 +223,16 @@ func (n *Node) resetGroup(ctx context.Context, a *principal, c consumerState, st
 			return manageErr(err)
 		}
 		states[t.Topic] = &wal.GroupState{Floor: off, Next: off}
+	}
+	for topic, st := range states {
+		if n.replicatedGroupTopic(topic) {
+			delete(states, topic)
+			if propose {
+				if _, e := n.rep.setGroup(ctx, c.name, topic, &replica.GroupOp{State: st}); e != nil { // grouprepl.go
+					return e
+				}
+			}
+		}
 	}
 	if err := n.wal.SetGroup(ctx, c.name, nil, states); err != nil {
 		return manageErr(err)
@@ -232,14 +249,44 @@ func (n *Node) removeGroup(ctx context.Context, a *principal, c consumerState, f
 	}
 	defer unfence()
 	c.members = n.groupMembers(c.name)
+	propose := n.proposesGroupOp(a, c.name)
 	if e := n.checkMembers(ctx, a, c, "remove", force); e != nil {
 		return 0, e
 	}
-	topics, _, err := n.wal.DeleteGroup(ctx, c.name)
-	if err != nil {
+	// A replicated topic's state (and the settings with it) is removed through its raft
+	// group, before anything here: a removal that does not commit leaves every replica as it
+	// was. The removed states are counted once in the region, by the node that proposed.
+	removed := 0
+	for _, t := range c.topics {
+		if !n.replicatedGroupTopic(t.Topic) {
+			removed++
+			continue
+		}
+		if propose {
+			if _, e := n.rep.setGroup(ctx, c.name, t.Topic, &replica.GroupOp{Remove: true}); e != nil { // grouprepl.go
+				return 0, e
+			}
+			removed++
+		}
+	}
+	if _, _, err := n.wal.DeleteGroup(ctx, c.name); err != nil {
 		return 0, manageErr(err)
 	}
-	return topics, nil
+	return removed, nil
+}
+
+// replicatedGroupTopic reports whether a group's state of topic is replicated state
+// (grouprepl.go), which a reset or removal changes through the topic's raft group.
+func (n *Node) replicatedGroupTopic(topic string) bool {
+	return n.rep != nil && !groupStateLocalOnly && n.rep.isReplicated(topic)
+}
+
+// proposesGroupOp reports whether this node proposes a reset or removal of group name's
+// replicated states: the node the request came to does, and so does a node it is passed on
+// to that serves the group (a forced operation ends its members there, and their last
+// stores, proposed meanwhile, must not outlive it). Called before the members are ended.
+func (n *Node) proposesGroupOp(a *principal, name string) bool {
+	return a != peerActor || n.liveGroup(name) != nil
 }
 
 // groupDependents names the groups with state on topic, or live on this node and following

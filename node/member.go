@@ -103,7 +103,12 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	}
 	if n.place != nil {
 		for _, t := range []string{req.Pattern, want.DeadLetter} {
-			if t == "" || !routing.IsLiteral(t) {
+			switch {
+			case t == "" || !routing.IsLiteral(t):
+				continue
+			case n.rep != nil && (t == want.DeadLetter || n.rep.isReplicated(t)):
+				// grouprepl.go: a replicated topic's group is served by its leader (groupHome
+				// sent the member there), and dead-letter records go through raft.
 				continue
 			}
 			o, e := n.place.owner(s.ctx, t)
@@ -119,6 +124,10 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		}
 	}
 	if e := n.checkNewGroup(s.groupActor(gr.Name), s.actor.durable(gr.Name)); e != nil {
+		refuse(e)
+		return
+	}
+	if e := n.groupBarrier(s.ctx, s.actor.durable(gr.Name), req.Pattern); e != nil { // grouprepl.go
 		refuse(e)
 		return
 	}
@@ -195,6 +204,10 @@ func (m *member) run() *wire.Error {
 		if m.ctx.Err() != nil {
 			return nil
 		}
+		placed := n.placeChanged()         // before groupMoved: a leader change after it is not missed
+		if e := g.groupMoved(); e != nil { // grouprepl.go: its topic's leader serves it now
+			return e
+		}
 		changed, due := g.waitCh() // before take: a change after it is not missed
 		got, dead := g.take(m, n.cfg.Groups.MemberBatch)
 		if len(dead) > 0 {
@@ -234,6 +247,7 @@ func (m *member) run() *wire.Error {
 		case <-m.ctx.Done():
 			return nil
 		case <-changed:
+		case <-placed:
 		case <-tick:
 		case <-m.commitWake:
 		case <-g.wake:
@@ -338,6 +352,10 @@ func (m *member) readAcks(r *wire.Reader) *wire.Error {
 	g := m.g
 	store := func() *wire.Error {
 		if err := g.store(context.WithoutCancel(m.ctx)); err != nil {
+			var we *wire.Error // a replicated store that did not commit (grouprepl.go)
+			if errors.As(err, &we) {
+				return we
+			}
 			if errors.Is(err, wal.ErrClosed) {
 				return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
 			}

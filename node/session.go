@@ -275,6 +275,8 @@ func (s *session) serveStream(str *quic.Stream) {
 		s.manage(str, f) // manage_wire.go
 	case *wire.Hold:
 		s.serveHold(str, r, f) // holder.go
+	case *wire.GroupStore:
+		s.serveGroupStore(str, f) // grouprepl.go
 	default:
 		s.failStream(str, wire.Errorf(wire.CodeProtocol, "a stream cannot start with %s", f.Type()))
 	}

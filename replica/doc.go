@@ -87,7 +87,9 @@
 // versioned, CRC'd, fuzzed decoder): an append, a mirror append (origin
 // region, expected cursor, new cursor, records: applied as a no-op with a
 // *CursorMismatchError when the stored cursor is another, so a stale link
-// never writes twice) or a set position. Applying writes, in the round's
+// never writes twice), a set position or a set group (a consumer group's
+// settings and state of one topic, or its removal, under wal's group keys;
+// one that stores nothing is a barrier). Applying writes, in the round's
 // batch, the records at dense offsets in wal's key layout and encoding
 // (through wal.ReplicaWriter), the de-duplication window, cursors,
 // positions and the applied index (I9, I10); after the batch is committed

@@ -23,6 +23,12 @@ const (
 	EntryMirrorAppend EntryKind = 2
 	// EntrySetPosition stores a named position (a durable consumer's).
 	EntrySetPosition EntryKind = 3
+	// EntrySetGroup stores (or removes) a shared consumer group's state of
+	// the topic: its settings and the topic's floor, next offset and
+	// outstanding records, under the keys wal.Log.SetGroup writes. With
+	// nothing to store it is a barrier: once applied here, every earlier
+	// entry of the group is too.
+	EntrySetGroup EntryKind = 4
 )
 
 func (k EntryKind) String() string {
@@ -33,6 +39,8 @@ func (k EntryKind) String() string {
 		return "mirror append"
 	case EntrySetPosition:
 		return "set position"
+	case EntrySetGroup:
+		return "set group"
 	}
 	return fmt.Sprintf("kind %d", uint8(k))
 }
@@ -60,7 +68,28 @@ type WalEntry struct {
 	// Value is the cursor a mirror append leaves behind, or the position a
 	// set position stores.
 	Value uint64
+	// Group is what a set group does (Name is the group's name); nil, or
+	// one that stores nothing, is a barrier.
+	Group *GroupOp
 }
+
+// GroupOp is what an EntrySetGroup does to one consumer group's state of
+// its topic. The node serving the group proposes one per topic that
+// changed (each topic's entry goes to that topic's raft group).
+type GroupOp struct {
+	// Settings are stored when not nil.
+	Settings *wal.GroupSettings
+	// State is the topic's state, stored when not nil; its Updated is the
+	// entry's time at apply, whatever is given.
+	State *wal.GroupState
+	// Remove removes the group's state of the topic and its settings (a
+	// group being removed: one entry per topic it has state on). It goes
+	// with neither Settings nor State.
+	Remove bool
+}
+
+// stores reports whether the op writes anything (else it is a barrier).
+func (g *GroupOp) stores() bool { return g != nil && (g.Settings != nil || g.State != nil || g.Remove) }
 
 // Entry layout, version 1 (integers are uvarints unless noted; str is
 // uvarint length | bytes):
@@ -69,6 +98,10 @@ type WalEntry struct {
 //	append:        count | record...
 //	mirror append: region str | name str | flags u8 (1: has expected) | expected | value | count | record...
 //	set position:  name str | value
+//	set group:     name str | group layout u8 = 1 | flags u8 (1: settings, 2: state, 4: remove)
+//	               | [settings: pattern str | ack-wait ns | max-deliver | dead-letter str | order u8]
+//	               | [state: floor | next | count | (offset - floor | deliveries)...]
+//	               (entries strictly ascending, in [floor, next); no flag set: a barrier)
 //	record:        flags u8 (1: producer, 2: headers) | [producer str | sequence]
 //	               | [origin offset, mirror append only] | [count | (key str | value str)...] | payload str
 const (
@@ -79,6 +112,13 @@ const (
 	knownRecFlags    = recFlagProducer | recFlagHeaders
 	mirrorHasCursor  = 1 << 0
 	maxEntryStrBytes = wal.MaxNameLen
+
+	groupLayout       = 1 // the set group body's own layout: a later one (a vector) takes 2
+	groupFlagSettings = 1 << 0
+	groupFlagState    = 1 << 1
+	groupFlagRemove   = 1 << 2
+	knownGroupFlags   = groupFlagSettings | groupFlagState | groupFlagRemove
+	maxGroupOrder     = 2 // the wire's group orders: 0 none, 1 topic, 2 key
 )
 
 // errEntry is wrapped by every decoding error.
@@ -121,6 +161,12 @@ func (e *WalEntry) Validate() error {
 		if len(e.Records) > 0 {
 			errs = append(errs, errors.New("a set position with records"))
 		}
+	case EntrySetGroup:
+		name("group name", e.Name)
+		if len(e.Records) > 0 {
+			errs = append(errs, errors.New("a set group with records"))
+		}
+		errs = append(errs, e.Group.validate()...)
 	default:
 		errs = append(errs, fmt.Errorf("unknown entry %v", e.Kind))
 	}
@@ -157,8 +203,11 @@ func EncodeEntry(dst []byte, e *WalEntry) ([]byte, error) {
 	case EntrySetPosition:
 		dst = appendStr(dst, e.Name)
 		dst = binary.AppendUvarint(dst, e.Value)
+	case EntrySetGroup:
+		dst = appendStr(dst, e.Name)
+		dst = e.Group.append(dst)
 	}
-	if e.Kind != EntrySetPosition {
+	if e.Kind != EntrySetPosition && e.Kind != EntrySetGroup {
 		dst = binary.AppendUvarint(dst, uint64(len(e.Records)))
 		for i := range e.Records {
 			r := &e.Records[i]
@@ -222,10 +271,13 @@ func DecodeEntry(p []byte) (*WalEntry, error) {
 	case EntrySetPosition:
 		e.Name = d.str()
 		e.Value = d.uvarint()
+	case EntrySetGroup:
+		e.Name = d.str()
+		e.Group = d.groupOp()
 	default:
 		return nil, fmt.Errorf("%w: unknown kind %d", errEntry, p[5])
 	}
-	if e.Kind != EntrySetPosition {
+	if e.Kind != EntrySetPosition && e.Kind != EntrySetGroup {
 		n := d.uvarint()
 		// A record takes at least two bytes (flags, payload length): bound
 		// the allocation by what the entry can hold.

@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/quicmq/quicmq/wal"
 )
@@ -22,12 +23,23 @@ func sampleEntries() []*WalEntry {
 			Records: []wal.Record{{OriginOffset: 10, Payload: []byte("x")}, {OriginOffset: 11, ProducerID: "q", Sequence: 1}}},
 		{Kind: EntryMirrorAppend, Topic: "t", Region: "us", Name: "mirror/us", Value: 3},
 		{Kind: EntrySetPosition, Topic: "t", Name: "tenant/a/durable", Value: 1 << 40},
+		{Kind: EntrySetGroup, Topic: "t", Name: "tenant/a/workers", Group: &GroupOp{
+			Settings: &wal.GroupSettings{Pattern: "t", AckWait: 30 * time.Second, MaxDeliver: 5, DeadLetter: "t.dlq", Order: 2},
+			State:    &wal.GroupState{Floor: 7, Next: 1 << 33, Entries: []wal.GroupEntry{{Offset: 7, Deliveries: 1}, {Offset: 9, Deliveries: 1<<32 - 1}, {Offset: 1<<33 - 1, Deliveries: 0}}},
+		}},
+		{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{State: &wal.GroupState{Floor: 3, Next: 3}}},
+		{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Settings: &wal.GroupSettings{Pattern: "t.>"}}},
+		{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Remove: true}},
+		{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{}}, // a barrier
 	}
 }
 
 func sameEntry(a, b *WalEntry) bool {
 	if a.Kind != b.Kind || a.Topic != b.Topic || a.Region != b.Region || a.Name != b.Name ||
 		a.HasExpected != b.HasExpected || a.Expected != b.Expected || a.Value != b.Value || len(a.Records) != len(b.Records) {
+		return false
+	}
+	if a.Kind == EntrySetGroup && !sameGroupOp(a.Group, b.Group) {
 		return false
 	}
 	for i := range a.Records {
@@ -89,6 +101,16 @@ func TestEntryValidate(t *testing.T) {
 		{WalEntry{Kind: EntryMirrorAppend, Topic: "t", Region: "r"}, "empty cursor name"},
 		{WalEntry{Kind: EntrySetPosition, Topic: "t"}, "empty position name"},
 		{WalEntry{Kind: 9, Topic: "t"}, "unknown entry kind 9"},
+		{WalEntry{Kind: EntrySetGroup, Topic: "t"}, "empty group name"},
+		{WalEntry{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Remove: true, State: &wal.GroupState{}}}, "a group removal that also stores"},
+		{WalEntry{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Settings: &wal.GroupSettings{}}}, "empty pattern"},
+		{WalEntry{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Settings: &wal.GroupSettings{Pattern: "t", Order: 3}}}, "unknown group order 3"},
+		{WalEntry{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Settings: &wal.GroupSettings{Pattern: "t", AckWait: -1}}}, "negative group ack-wait"},
+		{WalEntry{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{State: &wal.GroupState{Floor: 5, Next: 4}}}, "below its floor"},
+		{WalEntry{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{State: &wal.GroupState{Floor: 1, Next: 9,
+			Entries: []wal.GroupEntry{{Offset: 3}, {Offset: 3}}}}}, "entry 1 (offset 3): not ascending"},
+		{WalEntry{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{State: &wal.GroupState{Floor: 1, Next: 9,
+			Entries: []wal.GroupEntry{{Offset: 9}}}}}, "entry 0 (offset 9): not ascending within [1, 9)"},
 		{WalEntry{Kind: EntryAppend, Topic: "t", Records: []wal.Record{{ProducerID: long}}}, "record 0: producer ID of 256 bytes"},
 	} {
 		_, err := EncodeEntry(nil, &tc.e)
@@ -132,5 +154,56 @@ func checkDecode(t *testing.T, p []byte) {
 	}
 	if !bytes.Equal(p, q) {
 		t.Fatalf("re-encoding differs:\n%x\n%x", p, q)
+	}
+}
+
+func sameGroupOp(a, b *GroupOp) bool {
+	if !a.stores() || !b.stores() {
+		return a.stores() == b.stores()
+	}
+	if a.Remove != b.Remove || (a.Settings == nil) != (b.Settings == nil) || (a.State == nil) != (b.State == nil) {
+		return false
+	}
+	if a.Settings != nil && *a.Settings != *b.Settings {
+		return false
+	}
+	if a.State != nil {
+		x, y := a.State, b.State
+		if x.Floor != y.Floor || x.Next != y.Next || len(x.Entries) != len(y.Entries) {
+			return false
+		}
+		for i := range x.Entries {
+			if x.Entries[i] != y.Entries[i] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// TestEntrySetGroupRefusesBadBodies: a set group body that decodes wrong is
+// refused with an error naming the problem.
+func TestEntrySetGroupRefusesBadBodies(t *testing.T) {
+	body := func(b ...byte) []byte {
+		p := append([]byte{entryVersion, 0, 0, 0, 0, byte(EntrySetGroup), 1, 't', 1, 'g'}, b...)
+		binary.LittleEndian.PutUint32(p[1:5], crc32.Checksum(p[5:], castagnoli))
+		return p
+	}
+	for _, tc := range []struct {
+		p    []byte
+		want string
+	}{
+		{body(2, 0), "unknown group layout 2"},
+		{body(1, 8), "unknown group flags"},
+		{body(1, 2, 5, 4, 1, 0, 1), "not ascending"},                           // entry at offset 5+0 < next 4
+		{body(1, 2, 0, 9, 100), "entry count past the end"},                    // 100 entries in no bytes
+		{body(1, 2, 0, 9, 1, 0, 0x80, 0x80, 0x80, 0x80, 0x10), "out of range"}, // deliveries 2^32
+		{body(1, 1, 1, 't', 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0, 0, 0), "ack-wait past"},
+		{body(1, 4, 0), "bytes after the end"},
+	} {
+		_, err := DecodeEntry(tc.p)
+		if !errors.Is(err, errEntry) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("% x: error %v, want one naming %q", tc.p, err, tc.want)
+		}
 	}
 }

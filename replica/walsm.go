@@ -272,6 +272,21 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 			return Result{}, err
 		}
 		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
+	case EntrySetGroup:
+		// A consumer group's state of the topic (I10), stored as of the entry's time;
+		// nothing to store is a barrier.
+		var err error
+		switch op := we.Group; {
+		case op == nil:
+		case op.Remove:
+			err = s.w.RemoveGroup(b, we.Name, we.Topic)
+		case op.Settings != nil || op.State != nil:
+			err = s.w.SetGroup(b, we.Name, we.Topic, op.Settings, op.State, ts)
+		}
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
 	case EntryMirrorAppend:
 		cur, ok := s.w.Position(we.Name, we.Topic)
 		if ok != we.HasExpected || ok && cur != we.Expected {

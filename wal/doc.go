@@ -158,6 +158,8 @@
 // state's size. Groups lists them and DeleteGroup removes one (groups_admin.go). A
 // topic's purge moves every group's floor on it to the topic's next offset, and its
 // delete removes every group's state of it, in the operation's one synced batch; both
-// find those states with one pass over the 's' keys. With replication these keys become
-// replicated state (I10).
+// find those states with one pass over the 's' keys. The state of a replicated topic is
+// replicated state (I10): replica's state machine writes it at apply, in the raft entry's
+// batch (ReplicaWriter.SetGroup and RemoveGroup, groups_replicated.go), and the node's
+// dispatcher stores it through raft, not with SetGroup.
 package wal

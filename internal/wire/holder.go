@@ -41,6 +41,8 @@ func newHolderFrame(t Type) Frame {
 		return new(Hold)
 	case TypeHeld:
 		return new(Held)
+	case TypeGroupStore:
+		return new(GroupStore) // groupstore.go
 	}
 	return nil
 }

@@ -51,6 +51,7 @@ func sampleFrames() []Frame {
 		&Head{Next: 7, Position: 7, Topic: "orders.eu"},
 		&Head{Next: 7, Position: 7, Time: 42, Topic: "orders.eu"},
 		&Raft{Class: RaftBulk, From: 1 << 60, To: 7}, &RaftBatch{Batch: []byte{1, 2, 3}},
+		&GroupStore{Topic: "orders.eu", Entry: []byte{1, 0xde, 0xad, 0xbe, 0xef, 4}}, &GroupStore{Topic: "t"},
 	}
 }
 
