@@ -80,6 +80,12 @@ func (d *Driver) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(d.cfg.TickInterval)
 	defer t.Stop()
+	// Catch-up fetches run on goroutines of their own (the network never
+	// holds up this one), stopped with ctx and waited for before Run returns.
+	fctx, cancel := context.WithCancel(ctx)
+	var fetches sync.WaitGroup
+	defer fetches.Wait()
+	defer cancel()
 	e := d.e
 	for {
 		select {
@@ -109,6 +115,9 @@ func (d *Driver) Run(ctx context.Context) error {
 		d.takeProposals()
 		if err := e.process(); err != nil {
 			return err
+		}
+		for _, cu := range e.takeFetches() {
+			fetches.Go(func() { d.runFetch(fctx, cu) })
 		}
 	}
 }
@@ -315,7 +324,7 @@ func (d *Driver) Membership(ctx context.Context, group uint64) (Membership, erro
 // Stats returns a snapshot of the driver's counters.
 func (d *Driver) Stats(ctx context.Context) (Stats, error) {
 	ch := make(chan Stats, 1)
-	if err := d.exec(ctx, func(e *engine) { ch <- e.stats }); err != nil {
+	if err := d.exec(ctx, func(e *engine) { s := e.stats; s.CatchupsActive = len(e.catchups); ch <- s }); err != nil {
 		return Stats{}, fmt.Errorf("replica: stats: %w", err)
 	}
 	s := <-ch
