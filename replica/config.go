@@ -108,6 +108,9 @@ type Config struct {
 	// brokenNoSync, test only, never syncs its batches: messages and
 	// acknowledgements then run ahead of durability.
 	brokenNoSync bool
+	// brokenSkipCatchup, test only, installs a snapshot without fetching
+	// the records it needs: the simulation must catch the gap.
+	brokenSkipCatchup bool
 }
 
 // Validate reports every problem of the configuration at once.

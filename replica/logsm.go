@@ -59,6 +59,9 @@ type LogSM struct {
 	// fetched is, per group catching up, the next offset of the records
 	// fetched for a snapshot not yet installed (driver's goroutine).
 	fetched map[uint64]uint64
+	// brokenNoRecordCheck, test only, installs a snapshot whose records
+	// are not stored (with Config.brokenSkipCatchup).
+	brokenNoRecordCheck bool
 
 	mu struct {
 		sync.Mutex

@@ -41,6 +41,7 @@ type simConfig struct {
 	partitionRate float64 // per step
 	broken        bool    // apply before commit
 	brokenNoSync  bool    // never sync
+	brokenCatchup bool    // install snapshots without fetching their records
 	maxSizePerMsg uint64  // raft's paging of appends (0: the default)
 	maxInflight   int     // raft's appends in flight per follower (0: the default)
 	compact       bool    // Config.LogCompaction, every 8 applied entries
@@ -296,6 +297,7 @@ func (s *sim) start(n *simNode) error {
 		LogCompaction: s.cfg.compact, LogCompactEvery: 8, LogTailEntries: cmp.Or(s.cfg.logTail, 4),
 		brokenApplyBeforeCommit: s.cfg.broken,
 		brokenNoSync:            s.cfg.brokenNoSync,
+		brokenSkipCatchup:       s.cfg.brokenCatchup,
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -906,6 +908,15 @@ func TestSimCatchesApplyBeforeCommit(t *testing.T) {
 func TestSimCatchesMissingSync(t *testing.T) {
 	if n := caughtIn(t, 20, func(c *simConfig) { c.brokenNoSync, c.crashRate = true, 0.01 }); n == 0 {
 		t.Fatal("the simulation did not catch the unsynced driver in 20 seeds")
+	}
+}
+
+// TestSimCatchesSnapshotWithoutRecords shows the checker failing on a
+// driver that installs a snapshot without fetching the records it needs:
+// the replica's log then skips offsets.
+func TestSimCatchesSnapshotWithoutRecords(t *testing.T) {
+	if n := caughtIn(t, 20, func(c *simConfig) { c.brokenCatchup, c.compact, c.logTail = true, true, 2 }); n < 3 {
+		t.Fatalf("the simulation caught the snapshot without records in %d of 20 seeds", n)
 	}
 }
 

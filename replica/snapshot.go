@@ -236,7 +236,7 @@ func (l *LogSM) Restore(b *pebble.Batch, group, index uint64, data []byte) (func
 	if st.applied != index {
 		return nil, fmt.Errorf("replica: group %d: snapshot at index %d holds the state applied at %d", group, index, st.applied)
 	}
-	if have := l.logLocalNext(group); have < st.next {
+	if have := l.logLocalNext(group); have < st.next && !l.brokenNoRecordCheck {
 		return nil, fmt.Errorf("replica: group %d: snapshot needs records up to offset %d, this replica has %d", group, st.next, have)
 	}
 	k := groupKey(prefixLog, kindApplied, group)

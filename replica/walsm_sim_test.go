@@ -52,6 +52,7 @@ func (s *sim) closeDB(n *simNode) {
 func (s *sim) newSM(n *simNode) (StateMachine, error) {
 	if !s.cfg.wal {
 		n.sm = NewLogSM(n.db)
+		n.sm.brokenNoRecordCheck = s.cfg.brokenCatchup
 		return n.sm, nil
 	}
 	sm, err := NewWalSM(WalSMConfig{Log: n.log, DedupWindow: s.cfg.dedupWindow, GroupOf: simGroupOf})
