@@ -52,7 +52,7 @@ var typeNames = map[Type]string{
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
 	TypeNak: "NAK", TypeCommit: "COMMIT", TypeCommitted: "COMMITTED",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
-	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypePosition: "POSITION", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
+	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypePosition: "POSITION", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH", TypeRaftFetch: "RAFT_FETCH", TypeRaftChunk: "RAFT_CHUNK",
 }
 
 func (t Type) String() string {
@@ -359,6 +359,10 @@ func newFrame(t Type) Frame {
 		return new(Raft)
 	case TypeRaftBatch:
 		return new(RaftBatch)
+	case TypeRaftFetch:
+		return new(RaftFetchReq)
+	case TypeRaftChunk:
+		return new(RaftChunk)
 	case TypeNak:
 		return new(Nak)
 	case TypeCommit:
