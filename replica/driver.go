@@ -333,3 +333,30 @@ func (d *Driver) Stats(ctx context.Context) (Stats, error) {
 	d.mu.Unlock()
 	return s, nil
 }
+
+// LogBounds returns the group's first and last raft index stored here (the first rises
+// as the log is compacted).
+func (d *Driver) LogBounds(ctx context.Context, group uint64) (first, last uint64, err error) {
+	type answer struct {
+		first, last uint64
+		ok          bool
+	}
+	ch := make(chan answer, 1)
+	if err := d.exec(ctx, func(e *engine) {
+		g, ok := e.groups[group]
+		if !ok {
+			ch <- answer{}
+			return
+		}
+		f, _ := g.st.FirstIndex()
+		l, _ := g.st.LastIndex()
+		ch <- answer{f, l, true}
+	}); err != nil {
+		return 0, 0, fmt.Errorf("replica: log bounds of group %d: %w", group, err)
+	}
+	a := <-ch
+	if !a.ok {
+		return 0, 0, fmt.Errorf("%w %d", ErrUnknownGroup, group)
+	}
+	return a.first, a.last, nil
+}
