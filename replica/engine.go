@@ -87,10 +87,10 @@ type proposal struct {
 
 func newEngine(cfg Config) *engine {
 	return &engine{
-		cfg:    cfg,
-		store:  NewStore(cfg.DB),
-		sm:     cfg.StateMachine,
-		tr:     cfg.Transport,
+		cfg:      cfg,
+		store:    NewStore(cfg.DB),
+		sm:       cfg.StateMachine,
+		tr:       cfg.Transport,
 		groups:   make(map[uint64]*group),
 		out:      make(map[uint64][]Message),
 		catchups: make(map[uint64]*catchup),

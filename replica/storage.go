@@ -42,7 +42,7 @@ type Storage struct {
 		cs         *pb.ConfState
 		snap       *pb.Snapshot
 		built      *pb.Snapshot // the last one build made
-		truncIndex uint64 // index of the entry before the first available one
+		truncIndex uint64       // index of the entry before the first available one
 		truncTerm  uint64
 		last       uint64
 		cache      entryCache // the newest durable entries
