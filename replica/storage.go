@@ -271,16 +271,14 @@ func (s *Storage) setBuild(f func() (*pb.Snapshot, error)) { s.build = f }
 // Snapshot implements raft.Storage: the last snapshot applied, or, once the
 // log has been compacted past it, one built at the state machine's applied
 // index (metadata only: the records are fetched, catchup.go), kept until the
-// log is compacted past it too. Without a builder (or when it fails) it is
+// log is compacted past it too. Without a builder it is the last snapshot
+// applied, as in raft.MemoryStorage; a builder that fails answers
 // raft.ErrSnapshotTemporarilyUnavailable, and raft asks again later.
 func (s *Storage) Snapshot() (*pb.Snapshot, error) {
 	s.mu.Lock()
 	trunc := s.mu.truncIndex
 	if s.mu.snap.GetMetadata().GetIndex() >= trunc || s.build == nil {
 		defer s.mu.Unlock()
-		if s.build == nil && s.mu.snap.GetMetadata().GetIndex() < trunc {
-			return nil, raft.ErrSnapshotTemporarilyUnavailable
-		}
 		return proto.Clone(s.mu.snap).(*pb.Snapshot), nil
 	}
 	if b := s.mu.built; b != nil && b.GetMetadata().GetIndex() >= trunc {
