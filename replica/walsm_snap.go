@@ -149,12 +149,13 @@ func decodeWalSnap(group uint64, data []byte) (*walSnap, error) {
 		if d.bad != "" {
 			break
 		}
-		ts, ok := states[name]
-		if !ok {
-			return bad("topic %q listed without its state", name)
-		}
 		if i > 0 && ws.topics[i-1].name >= name {
 			return bad("topics not in order at %q", name)
+		}
+		// A topic without a state has had no record applied (a position only).
+		ts, ok := states[name]
+		if ok {
+			delete(states, name)
 		}
 		st.next, st.lastTime = ts[0], int64(ts[1])
 		ws.topics = append(ws.topics, st)
@@ -168,8 +169,8 @@ func decodeWalSnap(group uint64, data []byte) (*walSnap, error) {
 	if !hasApplied {
 		return bad("no applied state")
 	}
-	if len(ws.topics) != len(states) {
-		return bad("%d topic states, %d topics listed", len(states), len(ws.topics))
+	for name := range states {
+		return bad("topic %q has a state but is not listed", name)
 	}
 	return ws, nil
 }
