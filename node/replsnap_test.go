@@ -32,11 +32,12 @@ func TestReplicatedWipedReplicaCatchesUpThroughSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sub.Close()
-	c.Close()
+	// Open until every replica stored the position: acks are sent in the background.
 	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
 		m.waitPosition(name, "worker", topic, 9)
 	}
+	sub.Close()
+	c.Close()
 	var lead string
 	waitFor(t, 10*time.Second, "a leader of "+topic, func() bool { lead = leaderOf(m.nodes["eu-1"], topic); return lead != "" })
 	ln := m.nodes[lead]
