@@ -82,7 +82,11 @@
 //     has no node left moves there, and each subscription resumes with its position: nothing
 //     delivered twice, nothing skipped, each origin in order (records of the lost region not
 //     mirrored yet arrive when it returns). Publishes there are that region's records, and
-//     de-duplication is per region (failover.go). [Conn.Stats] counts the moves.
+//     de-duplication is per region (failover.go). [Conn.Stats] counts the moves. A group
+//     member moves too: the group resumes there from its state mirrored from the lost region,
+//     and the member drops (acknowledging it) a redelivery of a record it acknowledged before,
+//     counted by [Subscription.Redelivered]: exactly once for a group of one member, at least
+//     once within the mirroring lag for several (groupmove.go).
 //
 // Goroutines: a Conn runs one goroutine reading the control stream, one watching the route to
 // its node (unless Options.MigrateCheck is negative), and, once something was

@@ -20,6 +20,9 @@ import (
 //     origin in order. Records of the lost region that it acknowledged but had not mirrored
 //     yet are not skipped: they reach the new region when the lost one returns and its mirror
 //     catches up, and the subscription delivers them then.
+//   - A group member made again there joins the group in that region, which resumes from its
+//     state mirrored from the lost region; the member drops a redelivery of a record it
+//     acknowledged before the move (groupmove.go).
 //   - A publish there is that region's record (its origin is the new region). A publish resent
 //     after the move (Idempotent) is de-duplicated only against what the new region stored:
 //     one the lost region had stored before it went down is stored again, as a record of the

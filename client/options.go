@@ -83,7 +83,10 @@ type Options struct {
 	// subscriptions are made again by their next Next: a durable consumer from its stored
 	// positions, a topic from the record after the last one delivered, start=latest from
 	// when the subscription was set up (less a second for clocks), anything else from its
-	// start; records already delivered are never delivered again. Publishes awaiting their
+	// start; records already delivered are never delivered again. A subscription the node
+	// ends as unavailable (CodeUnavailable: a durable's or a group's topic now led by another
+	// node, an exclusive lock lost with the node that kept it) is made again the same way,
+	// with the same backoff, until it is refused for good. Publishes awaiting their
 	// ack when the connection was lost fail with an *OutcomeUnknownError (they may or may
 	// not be stored: a retry without a producer may store a record twice); with Idempotent
 	// too, they are sent again instead. Default false: a lost connection fails every later

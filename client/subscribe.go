@@ -166,6 +166,9 @@ type Subscription struct {
 	// region is the region of the node of its stream, which a failover changes (failover.go).
 	pos    *positions
 	region string
+	// gm is a group member's memory of what it acknowledged, for a move (groupmove.go); nil
+	// without Options.Reconnect and for other subscriptions.
+	gm *groupMoves
 
 	wmu      sync.Mutex   // guards the sending side and the fields below
 	s        *quic.Stream // the subscription's stream; replaced by resubscribe (Reconnect)
@@ -202,6 +205,8 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 	}
 	if opts.Group == "" {
 		sub.pos = newPositions(opts.Durable != "", opts.Position)
+	} else if c.opts.Reconnect {
+		sub.gm = newGroupMoves()
 	}
 	str, fr, region, err := sub.open(ctx, opts.From)
 	if err != nil {
@@ -279,7 +284,10 @@ func (s *Subscription) resumable(err error) bool {
 	}
 	var e *Error
 	if errors.As(err, &e) {
-		return e.Code == CodeShuttingDown
+		// Unavailable ends a subscription the node can no longer serve where it is and asks
+		// for a new one: a durable's leader moved, a consumer group moved with its topic's
+		// leader, an exclusive durable's lock was lost with the node that kept it.
+		return e.Code == CodeShuttingDown || e.Code == CodeUnavailable
 	}
 	return isConnError(err)
 }
@@ -315,9 +323,11 @@ func (s *Subscription) resubscribe(ctx context.Context) error {
 		return ErrClosed
 	}
 	s.s, s.names = str, make(map[string]uint64)
+	s.gm.resumed()
 	if region != s.region { // another region's offsets: nothing of the last one applies
 		s.region = region
 		s.pos.moved()
+		s.gm.movedRegion()
 		clear(s.unsent)
 		clear(s.known)
 		clear(s.delivered)
@@ -401,6 +411,12 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			rec := Record{Topic: name, Offset: f.Offset, OriginRegion: f.OriginRegion, OriginOffset: f.OriginOffset}
 			if s.pos != nil {
 				s.pos.deliver(&rec) // position.go
+			}
+			if s.gm != nil && s.gm.deliver(&rec) { // acknowledged before a move (groupmove.go)
+				if err := s.Ack(rec); err != nil {
+					return Record{}, err
+				}
+				continue
 			}
 			rec.Time = time.Unix(0, f.Time)
 			rec.ProducerID, rec.Sequence = f.ProducerID, f.Sequence
@@ -521,6 +537,9 @@ func (s *Subscription) Ack(r Record) error {
 	if s.pos != nil && !s.pos.ack(r.Topic, r.Offset, r.gen) {
 		return nil // delivered in a region the subscription has left: its offset means nothing here
 	}
+	if s.gm != nil && !s.gm.ack(r) {
+		return nil // the same, for a group member (groupmove.go)
+	}
 	idx, ok := s.names[r.Topic]
 	if !ok && s.known[r.Topic] {
 		// Announced on a lost connection, not yet on this one: sent when it is.
@@ -539,6 +558,11 @@ func (s *Subscription) Ack(r Record) error {
 			return nil
 		}
 		var se *quic.StreamError
+		if s.gm != nil && (isConnError(err) || errors.As(err, &se) && se.Remote) {
+			// A group member's stream is lost: the record is remembered as acknowledged
+			// (groupmove.go), and its redelivery on the new stream is acknowledged there.
+			return nil
+		}
 		if errors.As(err, &se) && se.Remote && s.known != nil {
 			// The node stopped reading (it is shutting down, or ended the subscription): Next
 			// makes the subscription again if it can, and the ACK goes to the new stream; if

@@ -210,6 +210,8 @@ func (m *mirror) apply(ctx context.Context, b *mirrorBatch, f wire.Frame) error 
 		b.next = f.To
 	case *wire.Position:
 		return m.storePosition(ctx, f) // positions.go
+	case *wire.GroupPosition:
+		return m.storeGroupPosition(ctx, f) // groups.go
 	default:
 		return fmt.Errorf("unexpected %s on a mirror stream", f.Type())
 	}

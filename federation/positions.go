@@ -40,11 +40,18 @@ func MirroredPositionName(region, durable string) string {
 
 // ParseMirroredPosition is MirroredPositionName's inverse.
 func ParseMirroredPosition(name string) (region, durable string, ok bool) {
+	return parseMirrored(name, mirroredPositionInfix)
+}
+
+// parseMirrored splits the name of a consumer's state mirrored from a region,
+// "mirror/REGION" + infix + NAME, into the region and the consumer's name.
+func parseMirrored(name, infix string) (region, consumer string, ok bool) {
 	rest, ok := strings.CutPrefix(name, cursorName(""))
 	if !ok {
 		return "", "", false
 	}
-	return strings.Cut(rest, mirroredPositionInfix)
+	region, consumer, ok = strings.Cut(rest, infix)
+	return region, consumer, ok && region != "" && consumer != ""
 }
 
 // servePositions buffers and flushes, on a mirror stream, the changed positions of each
@@ -56,6 +63,7 @@ func (f *Federation) servePositions(w *wire.Writer, cursors []*serveCursor) erro
 			continue // the shared-link ablation carries no positions
 		}
 		n += f.bufferPositions(w, c)
+		n += f.bufferGroupPositions(w, c) // groups.go
 	}
 	if n == 0 {
 		return nil

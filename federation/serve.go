@@ -361,6 +361,8 @@ type serveCursor struct {
 	headTime        int64  // the time of the log's record before headNext
 
 	sentPos map[string]int64 // durable -> update time of the position last sent (positions.go)
+	// sentGroup is group -> update time of the group state last sent (groups.go).
+	sentGroup map[string]int64
 }
 
 // headMoved reports whether c's log has records past c's position.

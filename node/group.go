@@ -124,6 +124,7 @@ type group struct {
 		changed     chan struct{} // closed and replaced when members may find something to do
 		nextDue     time.Time     // the earliest ack-wait deadline (zero: none)
 		stored      map[string]*wal.GroupState
+		mirrored    map[string][]*wal.GroupState // states of its topics mirrored from other regions (groupvector.go)
 		cancels     []func()
 		// dropped names topics deleted while the group was live (manage_groups.go): their
 		// records are gone, so an ACK of one is no error.
@@ -139,6 +140,8 @@ type gtopic struct {
 	floor, next uint64
 	out         map[uint64]*flight
 	dirty       bool
+	skip        *groupSkip  // after a resume from another region's vector (groupvector.go)
+	track       *groupTrack // the store's vector: set when added, then owned by g.storeMu
 }
 
 // flight is an outstanding record: handed out, or given back, and not done.
@@ -237,6 +240,7 @@ func (n *Node) loadGroup(name, shown string, req *wire.Subscribe, want wal.Group
 	g.mu.members = make(map[*member]bool)
 	g.mu.changed = make(chan struct{})
 	g.mu.stored = states
+	g.mu.mirrored = n.mirroredStates(name)
 	g.mu.cancels = append(g.mu.cancels, n.wal.NotifyNewTopics(g.newTopics))
 	g.refreshTopics()
 	return g, nil
@@ -318,14 +322,19 @@ func (g *group) addTopicLocked(topic string) {
 	n := g.n
 	g.mu.cancels = append(g.mu.cancels, n.wal.Notify(topic, g.wake))
 	t := &gtopic{name: topic, out: make(map[uint64]*flight)}
-	if st, ok := g.mu.stored[topic]; ok {
-		delete(g.mu.stored, topic)
+	st, ok := g.mu.stored[topic]
+	delete(g.mu.stored, topic)
+	switch {
+	case g.resumeLocked(t, st): // a newer state of it was mirrored from another region
+		g.advanceLocked(t)
+	case ok:
+		t.beginTrack(n.wal, st, 0)
 		t.floor, t.next = st.Floor, st.Next
 		for _, e := range st.Entries {
 			g.restoreLocked(t, e.Offset, e.Deliveries)
 		}
 		g.advanceLocked(t)
-	} else {
+	default:
 		first, next, _ := n.wal.Bounds(topic)
 		start := first
 		switch g.start.Start {
@@ -339,6 +348,7 @@ func (g *group) addTopicLocked(topic string) {
 			}
 		}
 		t.floor, t.next, t.dirty = start, start, true
+		t.beginTrack(n.wal, nil, start)
 	}
 	g.mu.topics[topic] = t
 	g.mu.list = append(g.mu.list, t)
@@ -396,12 +406,14 @@ func (g *group) store(ctx context.Context) error {
 			st.Entries = append(st.Entries, wal.GroupEntry{Offset: off, Deliveries: f.deliveries})
 		}
 		slices.SortFunc(st.Entries, func(a, b wal.GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) })
+		st.Vector = t.skipVectorLocked() // with the entries it snapshots (groupvector.go)
 		states[t.name] = st
 	}
 	g.mu.Unlock()
 	if len(states) == 0 {
 		return nil
 	}
+	g.addVectors(states)
 	if err := g.n.wal.SetGroup(ctx, g.name, nil, states); err != nil {
 		g.mu.Lock()
 		for name := range states {

@@ -152,14 +152,27 @@ func (g *group) dispatchLocked(t *gtopic, m *member, room int, now time.Time, go
 	_, head, _ := g.n.wal.Bounds(t.name)
 	count := min(uint64(room), head-t.next)
 	var keys []string
-	if g.set.Order == wire.OrderKey {
+	var refs []wal.OriginRef // after a resume from another region's vector (groupvector.go)
+	if g.set.Order == wire.OrderKey || t.skip != nil {
 		g.n.wal.ReadFunc(t.name, t.next, int(count), 1<<30, func(r *wal.Record) error {
 			keys = append(keys, recordKey(r))
+			refs = append(refs, wal.OriginRef{Region: originOf(r, g.n.cfg.Region), Offset: r.OriginOffset})
 			return nil
 		})
 		count = uint64(len(keys))
 	}
+	skipped := false
+	defer func() {
+		if skipped {
+			g.advanceLocked(t)
+		}
+	}()
 	for i := range count {
+		if t.skip != nil && t.skipLocked(refs[i]) { // done in another region
+			t.next++
+			t.dirty, skipped = true, true
+			continue
+		}
 		f := &flight{t: t, off: t.next}
 		t.out[t.next] = f
 		t.next++

@@ -37,6 +37,9 @@ func (n *Node) groupConsumers(a *principal, name string, cs map[string]*consumer
 		prefix = name
 	}
 	return n.wal.Groups(prefix, func(g wal.GroupInfo) bool {
+		if isMirroredGroup(g.Name) { // another region's, kept for a failover (groupvector.go)
+			return true
+		}
 		if name == "" || g.Name == name {
 			c := n.groupState(g)
 			cs[consumerKey(c.kind, c.name)] = c
@@ -244,7 +247,7 @@ func (n *Node) removeGroup(ctx context.Context, a *principal, c consumerState, f
 func (n *Node) groupDependents(a *principal, topic string) []string {
 	names := make(map[string]bool)
 	err := n.wal.Groups("", func(g wal.GroupInfo) bool {
-		if g.States[topic] != nil {
+		if g.States[topic] != nil && !isMirroredGroup(g.Name) {
 			names[g.Name] = true
 		}
 		return true

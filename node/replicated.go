@@ -52,9 +52,14 @@ type replicated struct {
 
 	mu struct {
 		sync.Mutex
-		formed  bool
-		voters  []uint64 // the metadata group's voters, once formed
-		outside []string // the region formed without this node: the names of its voters
+		formed bool
+		voters []uint64 // the metadata group's voters, once formed
+		// learners: the metadata group's learners, the nodes of a region larger than
+		// Replicas past its first Replicas; topics are placed on them too.
+		learners []uint64
+		// outside: the region formed without this node: the names of its voters, to relay
+		// to until this node, a learner, has read the placements.
+		outside []string
 		forming []string // alive nodes with raft IDs while fewer than Replicas
 		placed  map[string]*repTopic
 		// ids is each node name's raft ID as the metadata log says (placements, member
@@ -290,12 +295,19 @@ func (r *replicated) tryForm(ctx context.Context) bool {
 	n := r.n
 	err := r.d.AddGroup(ctx, metaGroup, nil) // the stored group, if any
 	formed, metaNames := r.regionFormed()
+	learner := false
 	if err != nil && formed && !slices.Contains(metaNames, n.cfg.Name) {
-		// Formed without this node: it stays outside (a region of more than Replicas nodes).
-		r.mu.Lock()
-		r.mu.outside = metaNames
-		r.mu.Unlock()
-		return false
+		// Formed without this node (a region of more than Replicas nodes): it joins the
+		// metadata group empty, the leader adds it as a learner (replmember.go), and once it
+		// has read the placements it holds the replicas placed on it. Until then it relays
+		// to the voters (viaVoter).
+		if err = r.d.JoinGroup(ctx, metaGroup); err != nil {
+			n.log.Warn("could not join the region's metadata group", "err", err)
+			return false
+		}
+		n.log.Info("joining the region's metadata group as a learner: the region has more nodes than replicas per topic, and topics are placed on this node too",
+			"raft_id", r.id, "voters", metaNames)
+		learner = true
 	}
 	if err != nil && formed {
 		// The region's metadata group exists and this node stores nothing of it: it was
@@ -345,19 +357,25 @@ func (r *replicated) tryForm(ctx context.Context) bool {
 		}
 		n.log.Info("formed the region's metadata group", "voters", names)
 	}
-	var voters []uint64
+	var voters, learners []uint64
 	if m, err := r.d.Membership(ctx, metaGroup); err == nil {
-		voters = m.Voters
+		voters, learners = m.Voters, m.Learners
 	}
-	r.advertiseFormed(ctx)
 	r.mu.Lock()
-	r.mu.formed, r.mu.voters, r.mu.outside, r.mu.forming = true, voters, nil, nil
+	r.mu.formed, r.mu.voters, r.mu.learners, r.mu.outside, r.mu.forming = true, voters, learners, nil, nil
+	if learner {
+		r.mu.outside = metaNames // until it has caught up (observe)
+	}
 	r.notifyLocked()
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
+	// After waking watchMeta: setting gossip tags waits for the update's broadcast (up to
+	// a gossip interval per pool, ~0.7 s with the WAN pool), and opening this node's
+	// topic groups needs nothing from it.
+	r.advertiseFormed(ctx)
 	return true
 }
 
@@ -443,19 +461,23 @@ func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
 	if !t.local {
 		return
 	}
-	open := r.d.AddGroup
-	if !slices.Contains(t.boot, r.id) {
+	var created bool
+	if slices.Contains(t.boot, r.id) {
+		created, err = r.d.OpenGroup(ctx, t.group, t.boot)
+	} else {
 		// Placed under this node's old raft ID: its group exists elsewhere, and this
 		// node joins it empty (or reopens what it stored since).
-		open = func(ctx context.Context, g uint64, _ []uint64) error { return r.d.JoinGroup(ctx, g) }
+		err = r.d.JoinGroup(ctx, t.group)
 	}
-	if err := open(ctx, t.group, t.boot); err != nil {
+	if err != nil {
 		r.n.log.Error("could not open a replicated topic's group", "topic", t.name, "group", t.group, "err", err)
 		return
 	}
-	// The preferred replica stands at once, so a new topic has a leader in a round trip
-	// rather than an election timeout.
-	if t.boot[0] == r.id {
+	// The preferred replica of a new topic stands at once, so the topic has a leader in a
+	// round trip rather than an election timeout. A group reopened after a restart does
+	// not: its leader is most likely alive and ahead (the reopened replica's Wake makes it
+	// heartbeat at once, or makes its followers stand if this node led it).
+	if created && t.boot[0] == r.id {
 		if err := r.d.Campaign(ctx, t.group); err != nil {
 			r.n.log.Debug("campaign for a new topic's group", "topic", t.name, "err", err)
 		}
@@ -467,6 +489,28 @@ func (r *replicated) lookup(topic string) *repTopic {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.mu.placed[topic]
+}
+
+// wide reports whether this node's region has more nodes than Replicas in its metadata
+// group (learners): its topics are then spread, no node holding them all. False on a nil
+// receiver.
+func (r *replicated) wide() bool {
+	if r == nil {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.mu.learners) > 0
+}
+
+// isLocal reports whether this node holds a replica of topic, a replicated topic of its
+// region. False on a nil receiver.
+func (r *replicated) isLocal(topic string) bool {
+	if r == nil {
+		return false
+	}
+	t := r.lookup(topic)
+	return t != nil && t.local
 }
 
 // isReplicated reports whether topic is a replicated topic of this region.
@@ -556,22 +600,22 @@ func (r *replicated) leaderID(ctx context.Context, group uint64) uint64 {
 func (r *replicated) place(ctx context.Context, topic string) *wire.Error {
 	n := r.n
 	r.mu.Lock()
-	voters := slices.Clone(r.mu.voters)
+	members := append(slices.Clone(r.mu.voters), r.mu.learners...) // learners: nodes past the first Replicas
 	holdings := make(map[string][]string, len(r.mu.placed))
 	for name, t := range r.mu.placed {
 		holdings[name] = t.names()
 	}
 	r.mu.Unlock()
 	ids := make(map[string]uint64)
-	var members []routing.PlacementMember
+	var eligible []routing.PlacementMember
 	for _, m := range r.raftMembers() {
-		if !slices.Contains(voters, m.id) {
+		if !slices.Contains(members, m.id) {
 			continue
 		}
 		ids[m.name] = m.id
-		members = append(members, routing.PlacementMember{ID: m.name, Eligible: m.alive})
+		eligible = append(eligible, routing.PlacementMember{ID: m.name, Eligible: m.alive})
 	}
-	p := routing.Place(members, holdings, []routing.PlacementRequest{{Topic: topic, Replicas: n.cfg.Replicas}})[0]
+	p := routing.Place(eligible, holdings, []routing.PlacementRequest{{Topic: topic, Replicas: n.cfg.Replicas}})[0]
 	if p.Err != nil {
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: %v", topic, p.Err)
 	}
@@ -685,17 +729,26 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool, from
 	if e != nil {
 		return "", e
 	}
+	if !t.local && !relayed {
+		// Placed on other nodes of the region (one larger than Replicas): a replica passes
+		// the publish on to its leader (below, on that replica).
+		return r.viaReplica(t)
+	}
 	lead, e := r.waitLeader(ctx, t)
 	switch {
 	case e != nil:
 		return "", e
 	case lead == r.id:
 		return "", nil
-	case relayed && !slices.Contains(t.names(), from):
-		// Relayed by a node outside the metadata group (viaVoter): passed on once more.
-	case relayed:
+	case relayed && t.nameOf(lead) == from:
+		// The sender took this node for the leader and this node takes the sender for it:
+		// the leader is changing.
 		return "", wire.Errorf(wire.CodeUnavailable,
 			"node %q was asked to append to %q but node %q leads its group as far as it knows: the leader just changed; retry", r.n.cfg.Name, topic, t.nameOf(lead))
+	case relayed:
+		// Relayed by a node that holds no replica of the topic or has not read its placement
+		// yet (viaVoter, viaReplica), or whose view of the leader is older: passed on once
+		// more, never back to the sender.
 	}
 	return t.nameOf(lead), nil
 }
@@ -706,9 +759,10 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool, from
 func (r *replicated) viaVoter(topic string) (voter string, outside bool, e *wire.Error) {
 	r.mu.Lock()
 	voters := slices.Clone(r.mu.outside)
+	t := r.mu.placed[topic]
 	r.mu.Unlock()
-	if voters == nil {
-		return "", false, nil
+	if voters == nil || t != nil && t.local {
+		return "", false, nil // a learner catching up serves the replicas it opened already
 	}
 	// Spread the region's outside nodes over the voters, the same voter for a topic.
 	for _, name := range rotate(voters, topic) {
@@ -719,6 +773,51 @@ func (r *replicated) viaVoter(topic string) (voter string, outside bool, e *wire
 	return "", true, wire.Errorf(wire.CodeUnavailable,
 		"topic %q: none of the nodes of region %q that hold its replicated topics (%s) can be reached from node %q",
 		topic, r.n.cfg.Region, strings.Join(voters, ", "), r.n.cfg.Name)
+}
+
+// viaReplica returns a reachable replica of t, a topic placed on other nodes of this region,
+// to relay a request to: the same one for a topic while it is reachable.
+func (r *replicated) viaReplica(t *repTopic) (string, *wire.Error) {
+	for _, name := range rotate(t.names(), t.name) {
+		if r.reachable(name) {
+			return name, nil
+		}
+	}
+	return "", wire.Errorf(wire.CodeUnavailable, "topic %q: none of its replicas (%s) can be reached from node %q",
+		t.name, strings.Join(t.names(), ", "), r.n.cfg.Name)
+}
+
+// remoteLeader asks t's replicas (a topic placed on other nodes of this region) which node
+// leads its group, over a peer stream (TOPICS, answered with TOPIC_INFO), the first answer
+// naming a leader winning.
+func (r *replicated) remoteLeader(ctx context.Context, t *repTopic) (string, *wire.Error) {
+	n := r.n
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	var errs []string
+	for _, name := range rotate(t.names(), t.name) {
+		if !r.reachable(name) {
+			errs = append(errs, name+": unreachable")
+			continue
+		}
+		lead := ""
+		err := n.streamTo(ctx, name, &wire.Topics{Pattern: t.name}, func(f wire.Frame) error {
+			if ti, ok := f.(*wire.TopicInfo); ok && ti.Name == t.name {
+				lead = ti.Leader
+			}
+			return nil
+		})
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Sprintf("%s: %v", name, err))
+		case lead == "":
+			errs = append(errs, name+": knows no leader")
+		default:
+			return lead, nil
+		}
+	}
+	return "", wire.Errorf(wire.CodeUnavailable, "topic %q: no replica of it (%s) named its leader to node %q: %s",
+		t.name, strings.Join(t.names(), ", "), n.cfg.Name, strings.Join(errs, "; "))
 }
 
 // rotate orders names by rendezvous weight for topic.
@@ -858,6 +957,15 @@ func (r *replicated) subscribeOwner(ctx context.Context, topic string, durable b
 	if !durable && t.local {
 		return "", nil
 	}
+	if !t.local {
+		// Placed on other nodes of the region: any replica serves reads, the leader a
+		// durable consumer (its positions are proposed there), which this node, outside
+		// the topic's group, learns from a replica.
+		if !durable {
+			return r.viaReplica(t)
+		}
+		return r.remoteLeader(ctx, t)
+	}
 	lead, e := r.waitLeader(ctx, t)
 	if e != nil {
 		return "", e
@@ -894,8 +1002,16 @@ func (r *replicated) observe(ctx context.Context) {
 		moved := false
 		if m, err := r.d.Membership(ctx, metaGroup); err == nil && len(m.Voters) > 0 {
 			r.mu.Lock()
-			r.mu.voters = m.Voters
+			r.mu.voters, r.mu.learners = m.Voters, m.Learners
+			caughtUp := r.mu.outside != nil && m.IsLearner(r.id) && m.Status.Lead != 0 && m.Status.Applied >= m.Status.GetCommit()
+			if caughtUp {
+				r.mu.outside = nil
+				r.notifyLocked()
+			}
 			r.mu.Unlock()
+			if caughtUp {
+				r.n.log.Info("this node is a learner of the region's metadata group and has read its placements: it holds the replicas placed on it and serves its topics")
+			}
 		}
 		r.rejoinStep(ctx)
 		for _, g := range groups {
@@ -1088,5 +1204,5 @@ func (r *replicated) holdsAll() bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.mu.formed && len(r.mu.voters) == r.n.cfg.Replicas && slices.Contains(r.mu.voters, r.id)
+	return r.mu.formed && len(r.mu.voters) == r.n.cfg.Replicas && len(r.mu.learners) == 0 && slices.Contains(r.mu.voters, r.id)
 }

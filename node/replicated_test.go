@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -451,15 +452,37 @@ func TestReplicatedMetrics(t *testing.T) {
 	}
 }
 
-// TestReplicatedOutsideNode: in a region of four nodes with Replicas 3, the fourth is not a
-// metadata voter and holds no replicated topic; it relays publishes and subscriptions to a
-// voter, which passes publishes on to the leader.
-func TestReplicatedOutsideNode(t *testing.T) {
+// publishRetrying publishes records from..to-1 of topic as publishNumbered does, each with
+// a producer ID and sequence, again while it is refused as unavailable (a new topic's first
+// election, a leader change): a retry is stored once.
+func publishRetrying(ctx context.Context, t *testing.T, c *client.Conn, topic string, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		for {
+			_, err := c.Publish(ctx, client.Message{Topic: topic, Payload: fmt.Appendf(nil, "%s-%d", topic, i),
+				ProducerID: "retrying-" + topic, Sequence: uint64(i)})
+			var ce *client.Error
+			if err == nil {
+				break
+			}
+			if !errors.As(err, &ce) || ce.Code != client.CodeUnavailable || ctx.Err() != nil {
+				t.Fatalf("publish %s #%d: %v", topic, i, err)
+			}
+			t.Logf("publish %s #%d, again: %v", topic, i, err)
+		}
+	}
+}
+
+// TestReplicatedRegionLargerThanReplicas: in a region of four nodes with Replicas 3, the
+// fourth joins the metadata group as a learner and topics are placed on it too; before it has
+// caught up it relays to a voter, which passes publishes on to the leader; every node serves
+// every topic, each held by three of the four.
+func TestReplicatedRegionLargerThanReplicas(t *testing.T) {
 	m := newRegionMesh(t, []string{"eu"}, 4, func(c *Config) {
 		c.Replicas = 3
 		c.Raft = TestRaftSettings()
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c := m.dial("eu-4")
 	defer c.Close()
@@ -467,18 +490,167 @@ func TestReplicatedOutsideNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	publishNumbered(ctx, t, c, "out.t", 0, 10)
+	publishRetrying(ctx, t, c, "out.t", 0, 10)
 	for i, d := range readAll(t, sub, 10, 15*time.Second) {
 		if d.offset != uint64(i) || d.payload != fmt.Sprintf("out.t-%d", i) {
 			t.Fatalf("through eu-4: %+v at %d", d, i)
 		}
 	}
-	checkIdentical(t, []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}, "out.t", 10)
-	if _, _, ok := m.nodes["eu-4"].Log().Bounds("out.t"); ok {
-		t.Fatal("eu-4, outside the metadata group, holds a log of out.t")
+	r4 := m.nodes["eu-4"].rep
+	waitFor(t, 30*time.Second, "eu-4 to become a learner of the metadata group that has read its placements", func() bool {
+		r4.mu.Lock()
+		defer r4.mu.Unlock()
+		return r4.mu.formed && r4.mu.outside == nil && slices.Contains(r4.mu.learners, r4.id)
+	})
+	topics := make([]string, 12)
+	for i := range topics {
+		topics[i] = fmt.Sprintf("wide.t%d", i)
+	}
+	for i, topic := range topics {
+		pc := m.dial(fmt.Sprintf("eu-%d", i%4+1))
+		publishRetrying(ctx, t, pc, topic, 0, 3)
+		pc.Close()
+	}
+	holds := map[string]int{}
+	for _, topic := range topics {
+		list, err := c.Topics(ctx, topic)
+		if err != nil || len(list) != 1 || len(list[0].Replicas) != 3 {
+			t.Fatalf("%s listed through eu-4: %+v, %v", topic, list, err)
+		}
+		var nodes []*Node
+		for _, name := range list[0].Replicas {
+			holds[name]++
+			nodes = append(nodes, m.nodes[name])
+		}
+		checkIdentical(t, nodes, topic, 3)
+	}
+	if holds["eu-4"] == 0 {
+		t.Fatalf("eu-4 holds none of %d topics (replicas per node: %v)", len(topics), holds)
+	}
+	t.Logf("replicas per node over %d topics: %v", len(topics), holds)
+
+	// A wildcard subscription through any node gets every topic's records once, each topic
+	// in order: the node's own replicas from its log, the others from an upstream.
+	for i := 1; i <= 4; i++ {
+		via := fmt.Sprintf("eu-%d", i)
+		wc := m.dial(via)
+		sub, err := wc.Subscribe(ctx, "wide.>", client.SubscribeOptions{From: client.Earliest})
+		if err != nil {
+			t.Fatalf("wide.> via %s: %v", via, err)
+		}
+		seen := map[string][]uint64{}
+		for _, d := range readAll(t, sub, 3*len(topics), 20*time.Second) {
+			seen[d.topic] = append(seen[d.topic], d.offset)
+		}
+		for _, topic := range topics {
+			if !slices.Equal(seen[topic], []uint64{0, 1, 2}) {
+				t.Fatalf("wide.> via %s: %s delivered at %v, want 0 1 2 (all: %v)", via, topic, seen[topic], seen)
+			}
+		}
+		sub.Close()
+		wc.Close()
+	}
+
+	// A durable consumer through a node that holds no replica of its topic is served by the
+	// topic's leader, which that node learns from a replica; it resumes where it acked.
+	var topic, via string
+	for _, tp := range topics {
+		list, err := c.Topics(ctx, tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i <= 4 && via == ""; i++ {
+			if name := fmt.Sprintf("eu-%d", i); !slices.Contains(list[0].Replicas, name) {
+				topic, via = tp, name
+			}
+		}
+		if via != "" {
+			break
+		}
+	}
+	consume := func(count int, ack bool) []uint64 {
+		dc := m.dial(via)
+		defer dc.Close()
+		sub, err := dc.Subscribe(ctx, topic, client.SubscribeOptions{Durable: "wide-worker"})
+		if err != nil {
+			t.Fatalf("durable on %s via %s: %v", topic, via, err)
+		}
+		defer sub.Close()
+		var got []uint64
+		for range count {
+			rec, err := sub.Next(ctx)
+			if err != nil {
+				t.Fatalf("durable on %s via %s: %v", topic, via, err)
+			}
+			got = append(got, rec.Offset)
+			if ack && rec.Offset < 2 {
+				if err := sub.Ack(rec); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return got
+	}
+	consume(3, true)
+	held, err := c.Topics(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range held[0].Replicas {
+		m.waitPosition(name, "wide-worker", topic, 1)
+	}
+	if got := consume(1, false); !slices.Equal(got, []uint64{2}) {
+		t.Fatalf("durable on %s via %s resumed at %v, want 2", topic, via, got)
 	}
 	list, err := c.Topics(ctx, "out.t")
 	if err != nil || len(list) != 1 || len(list[0].Replicas) != 3 {
 		t.Fatalf("listing through eu-4: %+v, %v", list, err)
+	}
+}
+
+// TestReplicatedDurableFollowsLeaderWithReconnect: a durable consumer connected to a follower
+// is served by the topic's leader; when the leader is lost the node ends the subscription as
+// unavailable ("subscribe again"), and a Conn with Reconnect makes it again at once, through
+// the same node, to the new leader: it resumes after its last acknowledged record.
+func TestReplicatedDurableFollowsLeaderWithReconnect(t *testing.T) {
+	m, ctx := newSeededRegion(t, "moves", 20, 90*time.Second)
+	var lead string
+	waitFor(t, 10*time.Second, "a leader of moves", func() bool { lead = leaderOf(m.nodes["eu-1"], "moves"); return lead != "" })
+	var via string
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		if name != lead && via == "" {
+			via = name
+		}
+	}
+	c := dialNode(t, m.nodes[via], client.Options{Reconnect: true})
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, "moves", client.SubscribeOptions{Durable: "mover"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for i := range 10 {
+		rec, err := sub.Next(ctx)
+		if err != nil || rec.Offset != uint64(i) {
+			t.Fatalf("record %d: %+v, %v", i, rec, err)
+		}
+		if err := sub.Ack(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		if name != lead {
+			m.waitPosition(name, "mover", "moves", 9)
+		}
+	}
+	m.nodes[lead].Close()
+	for i := 10; i < 20; i++ {
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after the leader %s was lost, record %d: %v", lead, i, err)
+		}
+		if rec.Offset != uint64(i) {
+			t.Fatalf("after the leader %s was lost: offset %d, want %d (resumed after the last ack)", lead, rec.Offset, i)
+		}
 	}
 }

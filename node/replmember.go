@@ -60,7 +60,7 @@ type rejoinMetrics struct {
 func newRejoinMetrics(reg prometheus.Registerer) *rejoinMetrics {
 	m := &rejoinMetrics{
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quicmq_raft_membership_changes_total",
-			Help: "Membership changes this node proposed as a raft group's leader, by step: add_learner, promote (the learner votes and the old ID is removed, one joint change), remove_old, record (the metadata records a name's new raft ID)."}, []string{"step"}),
+			Help: "Membership changes this node proposed as a raft group's leader, by step: add_learner, promote (the learner votes and the old ID is removed, one joint change), remove_old, record (the metadata records a name's new raft ID), add_region_learner (a node past the region's first replicas joins the metadata group as a learner)."}, []string{"step"}),
 		learners: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quicmq_raft_learners",
 			Help: "Learners (replicas catching up before they vote) in the raft groups this node leads."}),
 	}
@@ -222,6 +222,42 @@ func (r *replicated) metaMembers(ctx context.Context, m replica.Membership) {
 		if gm, ok := byName[name]; ok && gm.alive && gm.id != cur && !m.Joint() && m.IsVoter(gm.id) && !m.IsVoter(cur) {
 			r.proposeMember(ctx, name, gm.id, "record")
 		}
+	}
+	r.addRegionLearners(ctx, m, byName, names)
+}
+
+// addRegionLearners adds, as learners of the metadata group, the live nodes of a region
+// larger than Replicas that are no member of it: they read the placements and hold the
+// replicas placed on them, without weighing on the metadata's quorum. A node whose name a
+// voter holds is a rejoin, which replace handles; one change at a time, as raft requires.
+func (r *replicated) addRegionLearners(ctx context.Context, m replica.Membership, byName map[string]raftMember, names map[uint64]string) {
+	if m.Joint() {
+		return
+	}
+	voterNames := map[string]bool{}
+	for _, v := range append(slices.Clone(m.Voters), m.Outgoing...) {
+		if name := names[v]; name != "" {
+			voterNames[name] = true
+		}
+		for _, gm := range byName {
+			if gm.id == v {
+				voterNames[gm.name] = true
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
+		gm := byName[name]
+		if !gm.alive || m.IsVoter(gm.id) || m.IsLearner(gm.id) || voterNames[name] {
+			continue
+		}
+		if err := r.d.ProposeConfChange(ctx, metaGroup, replica.AddLearner(gm.id)); err != nil {
+			r.n.log.Debug("adding a node of the region to its metadata group as a learner", "node", name, "raft_id", gm.id, "err", err)
+			return
+		}
+		r.rejoinM.changes.WithLabelValues("add_region_learner").Inc()
+		r.n.log.Info("membership change: a node of the region past its first replicas joins the metadata group as a learner; topics are placed on it too",
+			"node", name, "raft_id", gm.id)
+		return
 	}
 }
 

@@ -522,6 +522,12 @@ func (sub *subscription) takeNewTopics() *wire.Error {
 	sub.mu.newTopics = nil
 	sub.mu.Unlock()
 	for _, t := range topics {
+		if sub.owner != "" {
+			break // served by the owner's upstream, whatever this node holds
+		}
+		if _, up := sub.upIndex[t]; up {
+			continue // a replica created here of a topic an upstream serves already
+		}
 		if err := sub.addTopic(t, true); err != nil {
 			return err
 		}

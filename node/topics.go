@@ -88,6 +88,9 @@ func (s *session) copyTopics(w *topicLister, node, pattern string) error {
 		if owner, _, _ := n.place.ownerNow(t.Name); owner != node {
 			return nil
 		}
+		if n.rep.isLocal(t.Name) {
+			return nil // a replica here: listed from this node's log
+		}
 		return w.Write(t)
 	})
 }

@@ -50,6 +50,9 @@ type upstream struct {
 	w  *wire.Writer
 
 	remote map[uint64]uint64 // upstream topic index -> client stream index; run goroutine
+	// skip: upstream topic indexes whose records this subscription takes from elsewhere (a
+	// replica here, in a region larger than Replicas); run goroutine.
+	skip map[uint64]bool
 }
 
 // upMsg is one frame from an upstream (a TOPIC, RECORD, GAP or CAUGHT_UP), or the error
@@ -65,9 +68,11 @@ type upMsg struct {
 // topic another node of the region owns (sub.owner).
 func (sub *subscription) spansRegion() bool {
 	s := sub.s
-	// In a replicated region every replica holds every topic placed on it: a wildcard is
-	// served from this node's own logs.
-	return s.n.place != nil && !s.peer && (sub.owner != "" || (s.n.rep == nil && !routing.IsLiteral(sub.req.Pattern)))
+	// In a replicated region of Replicas nodes every node holds every topic: a wildcard is
+	// served from this node's own logs. In a larger one (wide) topics are spread: a wildcard
+	// gathers the others' topics too, a topic held here served from here (takeUpstream).
+	wildcard := !routing.IsLiteral(sub.req.Pattern) && (s.n.rep == nil || s.n.rep.wide())
+	return s.n.place != nil && !s.peer && (sub.owner != "" || wildcard)
 }
 
 // serves reports whether node may hold topics of the subscription: any other node of the
@@ -86,6 +91,9 @@ func (sub *subscription) ownerMoved() *wire.Error {
 	}
 	n := sub.s.n
 	if n.rep != nil { // a durable consumer of a replicated topic follows its leader
+		if sub.req.Durable == "" {
+			return nil // any replica serves a plain subscription
+		}
 		if now := n.rep.leaderName(sub.req.Pattern); now != "" && now != sub.owner {
 			return wire.Errorf(wire.CodeUnavailable, "topic %q of region %q is now led by node %q, no longer by %q: subscribe again",
 				sub.req.Pattern, n.cfg.Region, now, sub.owner)
@@ -137,7 +145,7 @@ func (sub *subscription) openUpstream(node string) *wire.Error {
 	if err != nil {
 		return unavailable(err)
 	}
-	up := &upstream{node: node, str: str, w: wire.NewWriter(str), remote: make(map[uint64]uint64)}
+	up := &upstream{node: node, str: str, w: wire.NewWriter(str), remote: make(map[uint64]uint64), skip: make(map[uint64]bool)}
 	fwd := *sub.req
 	fwd.Region = n.cfg.Region
 	if sub.caughtUp {
@@ -247,6 +255,10 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 	}
 	switch f := m.frame.(type) {
 	case *wire.Topic:
+		if _, here := sub.byTopic[f.Name]; here {
+			up.skip[f.Index] = true // a replica of a replicated topic: served from this node's log
+			return nil
+		}
 		if idx, ok := sub.upIndex[f.Name]; ok {
 			sub.rebind(idx, up, f.Index)
 			return nil
@@ -259,6 +271,9 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 		sub.upIndex[f.Name] = idx
 		sub.w.Buffer(&wire.Topic{Index: sub.out.index(idx), Name: sub.s.actor.clientName(f.Name)})
 	case *wire.Record:
+		if up.skip[f.Index] {
+			return nil
+		}
 		idx, ok := up.remote[f.Index]
 		if !ok {
 			return bad(f.Index)
@@ -275,6 +290,9 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 		sub.series.bytes.Add(float64(len(f.Payload)))
 		sub.w.Buffer(f)
 	case *wire.Gap:
+		if up.skip[f.Index] {
+			return nil
+		}
 		idx, ok := up.remote[f.Index]
 		if !ok {
 			return bad(f.Index)

@@ -16,8 +16,12 @@ import (
 //
 //	batch   = version u8 | from uvarint | to uvarint | count uvarint | message*
 //	message = kind u8 | group uvarint | body
-//	body    = term uvarint | commit uvarint        (kinds heartbeat, heartbeat response, quiesce)
+//	body    = term uvarint | commit uvarint        (kinds heartbeat, heartbeat response, quiesce, wake)
 //	        | len uvarint | protobuf raftpb.Message (kind raft)
+//
+// A wake (Message.Wake) carries the sender's term and a commit of 0. A node
+// built before wake existed refuses a batch holding one (unknown kind): the
+// batch is lost and raft resends what else it carried.
 const (
 	codecVersion = 1
 
@@ -25,6 +29,7 @@ const (
 	kindHeartbeat = 1
 	kindHBResp    = 2
 	kindQuiesce   = 3
+	kindWake      = 4
 
 	// MaxBatchMessages bounds the messages DecodeBatch accepts in one batch.
 	MaxBatchMessages = 1 << 20
@@ -69,6 +74,8 @@ func compactKind(m Message) (byte, bool) {
 	plain := len(r.GetContext()) == 0 && r.GetLogTerm() == 0 && r.GetIndex() == 0 && len(r.GetEntries()) == 0 &&
 		!r.GetReject() && r.GetRejectHint() == 0 && r.GetVote() == 0 && r.Snapshot == nil && len(r.GetResponses()) == 0
 	switch {
+	case m.Wake:
+		return kindWake, true // never stepped: only the term matters
 	case !plain:
 		return 0, false
 	case m.Quiesce && r.GetType() == pb.MsgHeartbeat:
@@ -122,21 +129,26 @@ func DecodeBatch(p []byte) (from, to uint64, msgs []Message, err error) {
 			return 0, 0, nil, bad(fmt.Sprintf("message %d: group", i))
 		}
 		switch kind {
-		case kindHeartbeat, kindHBResp, kindQuiesce:
+		case kindHeartbeat, kindHBResp, kindQuiesce, kindWake:
 			term, ok1 := uv()
 			commit, ok2 := uv()
 			if !ok1 || !ok2 {
 				return 0, 0, nil, bad(fmt.Sprintf("message %d: heartbeat", i))
 			}
 			t := pb.MsgHeartbeat
-			if kind == kindHBResp {
+			if kind == kindHBResp || kind == kindWake {
 				t = pb.MsgHeartbeatResp
 			}
 			r := &pb.Message{Type: t.Enum(), From: new(from), To: new(to), Term: new(term)}
-			if kind != kindHBResp {
+			switch kind {
+			case kindWake:
+				if commit != 0 {
+					return 0, 0, nil, bad(fmt.Sprintf("message %d: wake with commit %d", i, commit))
+				}
+			case kindHeartbeat, kindQuiesce:
 				r.Commit = new(commit)
 			}
-			msgs = append(msgs, Message{Group: group, Quiesce: kind == kindQuiesce, Raft: r})
+			msgs = append(msgs, Message{Group: group, Quiesce: kind == kindQuiesce, Wake: kind == kindWake, Raft: r})
 		case kindRaftMsg:
 			n, ok := uv()
 			if !ok || n > uint64(len(p)) {

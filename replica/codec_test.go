@@ -22,7 +22,8 @@ func TestBatchRoundTripAndCoalescedHeartbeats(t *testing.T) {
 	quiesce.Quiesce = true
 	withCtx := hb(6, 4, 12)
 	withCtx.Raft.Context = []byte("read-index")
-	in := []Message{hb(1, 4, 12), app, resp, quiesce, withCtx}
+	wake := Message{Group: 5, Wake: true, Raft: &pb.Message{Type: pb.MsgHeartbeatResp.Enum(), From: new(uint64(1)), To: new(uint64(2)), Term: new(uint64(4))}}
+	in := []Message{hb(1, 4, 12), app, resp, quiesce, withCtx, wake}
 	b, err := EncodeBatch(nil, 1, 2, in)
 	if err != nil {
 		t.Fatal(err)
@@ -32,7 +33,7 @@ func TestBatchRoundTripAndCoalescedHeartbeats(t *testing.T) {
 		t.Fatalf("decode: %d %d %d messages, %v", from, to, len(out), err)
 	}
 	for i := range in {
-		if out[i].Group != in[i].Group || out[i].Quiesce != in[i].Quiesce || !proto.Equal(out[i].Raft, in[i].Raft) {
+		if out[i].Group != in[i].Group || out[i].Quiesce != in[i].Quiesce || out[i].Wake != in[i].Wake || !proto.Equal(out[i].Raft, in[i].Raft) {
 			t.Fatalf("message %d: %+v, sent %+v", i, out[i].Raft, in[i].Raft)
 		}
 	}
@@ -62,6 +63,7 @@ func TestDecodeBatchRefusesDamage(t *testing.T) {
 		"trailing bytes": append(append([]byte(nil), good...), 0),
 		"huge count":     {codecVersion, 1, 2, 0xff, 0xff, 0xff, 0xff, 0x0f},
 		"unknown kind":   {codecVersion, 1, 2, 1, 7, 1, 1, 1},
+		"wake commit":    {codecVersion, 1, 2, 1, kindWake, 1, 1, 1},
 	} {
 		if _, _, _, err := DecodeBatch(p); !errors.Is(err, ErrBadBatch) {
 			t.Errorf("%s: %v, want ErrBadBatch", name, err)
@@ -70,7 +72,8 @@ func TestDecodeBatchRefusesDamage(t *testing.T) {
 }
 
 func FuzzDecodeBatch(f *testing.F) {
-	good, _ := EncodeBatch(nil, 1, 2, []Message{hb(1, 2, 3), {Group: 4, Raft: &pb.Message{Type: pb.MsgVote.Enum(), Term: new(uint64(3))}}})
+	good, _ := EncodeBatch(nil, 1, 2, []Message{hb(1, 2, 3), {Group: 4, Raft: &pb.Message{Type: pb.MsgVote.Enum(), Term: new(uint64(3))}},
+		{Group: 5, Wake: true, Raft: &pb.Message{Type: pb.MsgHeartbeatResp.Enum(), Term: new(uint64(3))}}})
 	f.Add(good)
 	f.Add([]byte{codecVersion, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, p []byte) {

@@ -166,6 +166,14 @@ func (d *Driver) exec(ctx context.Context, f func(e *engine)) error {
 // AddGroup opens a group this node holds, creating it with peers (raft IDs
 // of all its replicas, this node included) if nothing of it is stored.
 func (d *Driver) AddGroup(ctx context.Context, group uint64, peers []uint64) error {
+	_, err := d.OpenGroup(ctx, group, peers)
+	return err
+}
+
+// OpenGroup is AddGroup, also saying whether this call created the group
+// (nothing of it was stored): a group reopened after a restart is not new,
+// and whoever led it before may be leading it still.
+func (d *Driver) OpenGroup(ctx context.Context, group uint64, peers []uint64) (created bool, err error) {
 	return d.addGroup(ctx, group, peers, false)
 }
 
@@ -175,15 +183,24 @@ func (d *Driver) AddGroup(ctx context.Context, group uint64, peers []uint64) err
 // leader, who adds it (ProposeConfChange, as a learner first), to send it
 // the log from index 1, configuration changes included.
 func (d *Driver) JoinGroup(ctx context.Context, group uint64) error {
-	return d.addGroup(ctx, group, nil, true)
+	_, err := d.addGroup(ctx, group, nil, true)
+	return err
 }
 
-func (d *Driver) addGroup(ctx context.Context, group uint64, peers []uint64, join bool) error {
-	errc := make(chan error, 1)
-	if err := d.exec(ctx, func(e *engine) { errc <- e.addGroup(group, peers, join) }); err != nil {
-		return fmt.Errorf("replica: add group %d: %w", group, err)
+func (d *Driver) addGroup(ctx context.Context, group uint64, peers []uint64, join bool) (bool, error) {
+	type opened struct {
+		created bool
+		err     error
 	}
-	return <-errc
+	res := make(chan opened, 1)
+	if err := d.exec(ctx, func(e *engine) {
+		created, err := e.addGroup(group, peers, join)
+		res <- opened{created, err}
+	}); err != nil {
+		return false, fmt.Errorf("replica: add group %d: %w", group, err)
+	}
+	o := <-res
+	return o.created, o.err
 }
 
 // Deliver hands messages from a peer to their groups. It never blocks: when

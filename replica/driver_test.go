@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -466,4 +467,105 @@ func TestDriverFailStop(t *testing.T) {
 	if n, _ := sm.Next(1); n != 1 {
 		t.Fatalf("records after the failure: %d, want 1", n)
 	}
+}
+
+// A replica restarted under a quiet group learns its leader from a Wake within a few
+// ticks, not after its own election timeout (ElectionTicks and more), and without an
+// election: the term stays.
+func TestDriverRestartedFollowerWakesQuietLeader(t *testing.T) {
+	rs, net, fss := startRegionKeepingDisks(t, 3, 1)
+	l := leaderOf(t, rs, 1)
+	proposeAll(t, rs, 1, 5, "a")
+	waitQuiet(t, rs)
+	var f *testReplica
+	for _, r := range rs {
+		if r != l {
+			f = r
+			break
+		}
+	}
+	before, err := l.d.Status(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.stop(t, net)
+	f = restartReplica(t, net, rs, f, fss)
+	st := waitLeaderKnown(t, f, 1)
+	if st.Lead != l.id || st.GetTerm() != before.GetTerm() {
+		t.Fatalf("restarted follower: leader %d at term %d, want %d at term %d (no election)", st.Lead, st.GetTerm(), l.id, before.GetTerm())
+	}
+	if ticks := ticksOf(t, f); ticks >= 10 {
+		t.Fatalf("restarted follower learned its leader after %d ticks, not before its election timeout (10)", ticks)
+	}
+}
+
+// A leader restarted while its group was quiet is no longer leading; its Wake makes the
+// followers, which still take it for their leader, elect at once.
+func TestDriverRestartedLeaderWakesFollowersToElect(t *testing.T) {
+	rs, net, fss := startRegionKeepingDisks(t, 3, 1)
+	l := leaderOf(t, rs, 1)
+	proposeAll(t, rs, 1, 5, "a")
+	waitQuiet(t, rs)
+	l.stop(t, net)
+	l = restartReplica(t, net, rs, l, fss)
+	waitLeaderKnown(t, l, 1)
+	if ticks := ticksOf(t, l); ticks >= 10 {
+		t.Fatalf("restarted leader saw a new leader after %d ticks, not before its election timeout (10)", ticks)
+	}
+	if st, err := l.d.Stats(context.Background()); err != nil || st.Wakes == 0 {
+		t.Fatalf("restarted leader sent no Wake (%+v, %v)", st, err)
+	}
+	res := proposeAll(t, rs, 1, 1, "b")
+	if res[0].Offset != 5 {
+		t.Fatalf("first offset under the new leader = %d, want 5", res[0].Offset)
+	}
+}
+
+func startRegionKeepingDisks(t *testing.T, n int, group uint64) ([]*testReplica, *testNet, []vfs.FS) {
+	net := &testNet{drivers: map[uint64]*Driver{}, down: map[uint64]bool{}}
+	var peers []uint64
+	var fss []vfs.FS
+	for i := range n {
+		peers = append(peers, uint64(i+1))
+		fss = append(fss, vfs.NewMem())
+	}
+	var rs []*testReplica
+	for i, id := range peers {
+		rs = append(rs, startReplica(t, net, id, fss[i], []uint64{group}, peers))
+	}
+	return rs, net, fss
+}
+
+// restartReplica starts stopped replica r again on its disk, in its place in rs.
+func restartReplica(t *testing.T, net *testNet, rs []*testReplica, r *testReplica, fss []vfs.FS) *testReplica {
+	i := slices.Index(rs, r)
+	rs[i] = startReplica(t, net, r.id, fss[i], []uint64{1}, nil)
+	return rs[i]
+}
+
+func waitQuiet(t *testing.T, rs []*testReplica) {
+	for _, r := range rs {
+		waitFor(t, fmt.Sprintf("node %d to quiesce", r.id), func() bool {
+			st, err := r.d.Stats(context.Background())
+			return err == nil && st.Quiesced == 1
+		})
+	}
+}
+
+func waitLeaderKnown(t *testing.T, r *testReplica, g uint64) raft.BasicStatus {
+	var st raft.BasicStatus
+	waitFor(t, fmt.Sprintf("node %d to know a leader of group %d", r.id, g), func() bool {
+		s, err := r.d.Status(context.Background(), g)
+		st = s
+		return err == nil && s.Lead != raft.None
+	})
+	return st
+}
+
+func ticksOf(t *testing.T, r *testReplica) uint64 {
+	st, err := r.d.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.GroupTicks
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -43,16 +44,18 @@ type engine struct {
 
 // Stats counts the engine's work, for tests and metrics.
 type Stats struct {
-	Rounds      uint64 // rounds that handled at least one Ready
-	Commits     uint64 // Pebble batches committed (one per round)
-	SyncCommits uint64 // of which synced
-	Sends       uint64 // Transport.Send calls
-	Messages    uint64 // raft messages sent
-	GroupTicks  uint64 // RawNode ticks, summed over groups
-	Quiesced    int    // groups quiet now
-	Compactions uint64 // log compactions applied (LogCompaction)
-	Unknown     uint64 // inbound messages for groups this node does not hold
-	InboxFull   uint64 // inbound batches Deliver dropped because Run was behind
+	Rounds        uint64 // rounds that handled at least one Ready
+	Commits       uint64 // Pebble batches committed (one per round)
+	SyncCommits   uint64 // of which synced
+	Sends         uint64 // Transport.Send calls
+	Messages      uint64 // raft messages sent
+	GroupTicks    uint64 // RawNode ticks, summed over groups
+	Quiesced      int    // groups quiet now
+	Compactions   uint64 // log compactions applied (LogCompaction)
+	Unknown       uint64 // inbound messages for groups this node does not hold
+	Wakes         uint64 // Wake messages sent (Message.Wake)
+	WakeCampaigns uint64 // campaigns started because the leader sent Wake
+	InboxFull     uint64 // inbound batches Deliver dropped because Run was behind
 
 	SnapshotsBuilt    uint64 // snapshots built for raft to send (metadata only)
 	SnapshotsSent     uint64 // MsgSnap messages sent
@@ -77,7 +80,14 @@ type group struct {
 	// compactAt is the applied index at which this node, leading, last
 	// proposed a log compaction.
 	compactAt uint64
+	// leaderless counts the ticks this node has been a follower knowing no
+	// leader; it sends Wake every wakeEveryTicks of them (askWake).
+	leaderless int
 }
+
+// wakeEveryTicks is how often a follower that knows no leader repeats its
+// Wake: a Wake sent before the peer links are up is dropped.
+const wakeEveryTicks = 2
 
 type proposal struct {
 	seq  uint64
@@ -101,9 +111,9 @@ func newEngine(cfg Config) *engine {
 // it: with peers (every replica of a new group must be given the same
 // ones) it is bootstrapped, and with join it starts empty as a member
 // joining an existing group (see bootstrap).
-func (e *engine) addGroup(id uint64, peers []uint64, join bool) error {
+func (e *engine) addGroup(id uint64, peers []uint64, join bool) (created bool, err error) {
 	if _, ok := e.groups[id]; ok {
-		return fmt.Errorf("replica: add group %d: already open", id)
+		return false, fmt.Errorf("replica: add group %d: already open", id)
 	}
 	cache := e.cfg.EntryCacheBytes
 	if e.cfg.noEntryCache {
@@ -111,17 +121,17 @@ func (e *engine) addGroup(id uint64, peers []uint64, join bool) error {
 	}
 	st, err := e.store.GroupCached(id, cache)
 	if err != nil {
-		return err
+		return false, err
 	}
 	hs, cs, _ := st.InitialState()
 	last, _ := st.LastIndex()
 	empty := len(cs.GetVoters()) == 0 && len(cs.GetLearners()) == 0 && last == 0 && raft.IsEmptyHardState(hs)
 	if empty && !join && (len(peers) == 0 || !slices.Contains(peers, e.cfg.NodeID)) {
-		return fmt.Errorf("replica: add group %d: a new group needs its peers, including this node %d (got %v)", id, e.cfg.NodeID, peers)
+		return false, fmt.Errorf("replica: add group %d: a new group needs its peers, including this node %d (got %v)", id, e.cfg.NodeID, peers)
 	}
 	applied, err := e.sm.Applied(id)
 	if err != nil {
-		return fmt.Errorf("replica: add group %d: %w", id, err)
+		return false, fmt.Errorf("replica: add group %d: %w", id, err)
 	}
 	// The state machine's applied index never passes the stored commit
 	// index when both are written in one batch; the clamp keeps raft from
@@ -142,11 +152,11 @@ func (e *engine) addGroup(id uint64, peers []uint64, join bool) error {
 		Logger:                    raftLogger{e.cfg.Logger.With("group", id)},
 	})
 	if err != nil {
-		return fmt.Errorf("replica: add group %d: %w", id, err)
+		return false, fmt.Errorf("replica: add group %d: %w", id, err)
 	}
 	if empty && !join {
 		if err := bootstrap(rn, peers); err != nil {
-			return fmt.Errorf("replica: add group %d: bootstrap: %w", id, err)
+			return false, fmt.Errorf("replica: add group %d: bootstrap: %w", id, err)
 		}
 	}
 	g := &group{id: id, rn: rn, st: st}
@@ -158,9 +168,48 @@ func (e *engine) addGroup(id uint64, peers []uint64, join bool) error {
 		// Persist and apply the bootstrap entries now: raft refuses to
 		// campaign while a configuration change is unapplied, and a new
 		// topic's preferred replica campaigns as soon as it is added.
-		return e.process()
+		return true, e.process()
 	}
-	return nil
+	if !empty {
+		// Reopened after a restart: this node knows no leader, and a quiet
+		// leader would not tell it before its election timeout.
+		e.askWake(g)
+	}
+	return false, nil
+}
+
+// askWake sends Wake to the group's other members (see Message.Wake).
+func (e *engine) askWake(g *group) {
+	st := g.rn.Status()
+	term := st.GetTerm()
+	for _, ids := range []map[uint64]struct{}{st.Config.Voters.IDs(), st.Config.Learners} {
+		for _, to := range slices.Sorted(maps.Keys(ids)) {
+			if to == e.cfg.NodeID {
+				continue
+			}
+			e.out[to] = append(e.out[to], Message{Group: g.id, Wake: true, Raft: &pb.Message{
+				Type: pb.MsgHeartbeatResp.Enum(), To: new(to), From: new(e.cfg.NodeID), Term: new(term),
+			}})
+			e.stats.Wakes++
+		}
+	}
+}
+
+// woken handles a peer's Wake: see Message.Wake.
+func (e *engine) woken(g *group, m *pb.Message) {
+	bs := g.rn.BasicStatus()
+	switch {
+	case bs.RaftState == raft.StateLeader:
+		e.setQuiet(g, false) // it heartbeats the sender within a tick
+	case bs.RaftState == raft.StateFollower && bs.Lead == m.GetFrom() && m.GetTerm() >= bs.GetTerm():
+		// The sender was this node's leader at this term and now knows
+		// no leader: it restarted, or stepped down. Stand at once rather
+		// than an election timeout from now (PreVote still asks first).
+		e.setQuiet(g, false)
+		if err := g.rn.Campaign(); err == nil {
+			e.stats.WakeCampaigns++
+		}
+	}
 }
 
 // bootstrap creates a new group's configuration through raft's own
@@ -197,6 +246,14 @@ func (e *engine) tick() {
 		g.rn.Tick()
 		g.idle++
 		e.stats.GroupTicks++
+		if bs := g.rn.BasicStatus(); bs.RaftState == raft.StateFollower && bs.Lead == raft.None {
+			if g.leaderless%wakeEveryTicks == 0 {
+				e.askWake(g)
+			}
+			g.leaderless++
+		} else {
+			g.leaderless = 0
+		}
 	}
 }
 
@@ -255,6 +312,10 @@ func (e *engine) step(msgs []Message) {
 		g, ok := e.groups[m.Group]
 		if !ok || m.Raft == nil {
 			e.stats.Unknown++
+			continue
+		}
+		if m.Wake {
+			e.woken(g, m.Raft)
 			continue
 		}
 		t := m.Raft.GetType()

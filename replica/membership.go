@@ -150,3 +150,9 @@ func ReplaceStep(m Membership, oldID, newID, maxLag uint64) (ReplaceState, *pb.C
 func confChange(t pb.ConfChangeType, id uint64) *pb.ConfChangeV2 {
 	return &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: t.Enum(), NodeId: new(id)}}}
 }
+
+// AddLearner is the membership change that adds id to a group as a learner: it receives
+// the log and applies it, and never votes (a node of a region larger than its replication
+// factor is a learner of the region's metadata group: it reads placements without weighing
+// on the metadata's quorum).
+func AddLearner(id uint64) *pb.ConfChangeV2 { return confChange(pb.ConfChangeAddLearnerNode, id) }

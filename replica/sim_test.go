@@ -304,7 +304,7 @@ func (s *sim) start(n *simNode) error {
 	}
 	n.e = newEngine(cfg.withDefaults())
 	for i, g := range s.groups {
-		if err := n.e.addGroup(g, s.peers(), n.join); err != nil {
+		if _, err := n.e.addGroup(g, s.peers(), n.join); err != nil {
 			return fmt.Errorf("node %d: %w", n.id, err)
 		}
 		n.st[i] = n.e.groups[g].st

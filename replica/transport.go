@@ -14,6 +14,14 @@ type Message struct {
 	// Quiesce marks the leader's last heartbeat before its group goes
 	// quiet: the follower steps it and stops ticking the group.
 	Quiesce bool
+	// Wake is a follower's word that it knows no leader of the group (it
+	// has just reopened the group after a restart, or its leader fell
+	// silent): a quiet receiver starts ticking again, so a quiet leader
+	// heartbeats it within a tick instead of leaving it to an election
+	// timeout, and a follower that still takes the sender for its leader
+	// campaigns at once (the sender is not leading: a leader never sends
+	// Wake). Raft carries From, To and Term; it is never stepped.
+	Wake bool
 }
 
 // Transport carries raft messages to other nodes. Send is called on the

@@ -10,6 +10,8 @@
 #   scripts/campaign.sh kill9-replicated [KILLS]   campaign 2 on 2 regions x 3 nodes with --replicas 3: mirroring exactly once while leaders change (default 20 kills, 1000 records/s)
 #   scripts/campaign.sh partitions                 campaign 3: region cut 30 s and 5 min, one-way, flapping (root, nft, ip)
 #   scripts/campaign.sh loss                       campaign 4: 0/1/5/20 % packet loss, 2 min each (root, nft, ip)
+#   scripts/campaign.sh partitions-replicated      campaign 3 on 2 regions x 3 nodes with --replicas 3 (root, nft, ip)
+#   scripts/campaign.sh loss-replicated            campaign 4 on 2 regions x 3 nodes with --replicas 3 (root, nft, ip)
 #   scripts/campaign.sh gossip-loss [LOSS%]        campaign 4, gossip only: 8 meshes for 3 min at 20 % (root, nft, ip)
 #   scripts/campaign.sh replica [KILLS] [RATE]     replicated region: SIGKILL of the leader (default 50 kills, 600 records/s), failover p50/p99
 #   scripts/campaign.sh replica-faults             replicated region: leader cut off 30 s (root, nft), stopped 10 s, a replica wiped
@@ -78,6 +80,16 @@ loss() {
     -timeout 60m -run '^TestCampaignPacketLoss$' ./campaign)
 }
 
+partitionsreplicated() {
+  (cd bench && QUICMQ_CAMPAIGN_LONG=1 run "campaign 3 on replicated regions (2 x 3 nodes, --replicas 3): region cut 30 s and 5 min, one-way 1 min, flapping every 5 s for 2 min" \
+    -timeout 60m -run '^TestCampaignPartitionsReplicated$' ./campaign)
+}
+
+lossreplicated() {
+  (cd bench && QUICMQ_CAMPAIGN_LONG=1 run "campaign 4 on replicated regions (2 x 3 nodes, --replicas 3): packet loss 0/1/5/20 %, 2 min each" \
+    -timeout 60m -run '^TestCampaignPacketLossReplicated$' ./campaign)
+}
+
 gossiploss() {
   (cd bench && QUICMQ_CAMPAIGN_LONG=1 QUICMQ_CAMPAIGN_GOSSIP_MESHES=8 QUICMQ_CAMPAIGN_GOSSIP_LOSS=${1:-20} \
     run "campaign 4, gossip only: 8 meshes of 2 regions x 2 nodes, ${1:-20} % loss for 3 min" \
@@ -117,6 +129,8 @@ case "${1:-}" in
   kill9-replicated) kill9replicated "${2:-}" "${3:-}" ;;
   partitions) partitions ;;
   loss) loss ;;
+  partitions-replicated) partitionsreplicated ;;
+  loss-replicated) lossreplicated ;;
   gossip-loss) gossiploss "${2:-}" ;;
   replica) replica "${2:-}" "${3:-}" ;;
   replica-faults) replicafaults ;;
@@ -131,6 +145,8 @@ case "${1:-}" in
     kill9replicated || rc=1
     partitions || rc=1
     loss || rc=1
+    partitionsreplicated || rc=1
+    lossreplicated || rc=1
     gossiploss || rc=1
     replica || rc=1
     replicafaults || rc=1

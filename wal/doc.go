@@ -137,10 +137,16 @@
 //	's' | uvarint len(group) | group          -> settings: pattern, ack-wait, max-deliver, dead-letter topic, order
 //	's' | uvarint len(group) | group | topic  -> state: floor, next, then per outstanding record
 //	                                             (offset - floor, deliveries << 1), then the time
-//	                                             of the store (unix ns), then the layout (1), all
+//	                                             of the store (unix ns), then the layout (1, or 2
+//	                                             followed by the vector: groupvector.go), all
 //	                                             uvarints
 //
-// An offset of [floor, next) without an entry is done. A state stored before the layout
+// An offset of [floor, next) without an entry is done. Layout 2 adds the state's portable form
+// (a GroupVector: per origin region the last origin offset handed out, each entry's origin and
+// origin offset, the outstanding records not at an offset before next); a state without a vector
+// is still written as layout 1. A state of a group mirrored from another region is stored as
+// "mirror/REGION/group/NAME" (SetMirroredGroup, which keeps its origin's time and never replaces
+// a newer one) with only its vector. A state stored before the layout
 // number was kept listed every offset of [floor, next) with a done bit (an offset it did
 // not list was outstanding); it reads back in the sparse form. One stored before the time
 // was kept ends after its entries and reads back with a zero time. Values are framed like

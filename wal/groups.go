@@ -34,6 +34,15 @@ type GroupSettings struct {
 type GroupEntry struct {
 	Offset     uint64
 	Deliveries uint32 // how often it was delivered (as stored: deliveries since the last store may be missing)
+	// Origin is the record's origin region and origin offset, which name it in every
+	// region; set for every entry of a state with a Vector, empty otherwise.
+	Origin OriginRef
+}
+
+// OriginRef names a record in every region: its origin region and origin offset.
+type OriginRef struct {
+	Region string
+	Offset uint64
 }
 
 // GroupState is a group's position in one topic: every offset below Floor is done; the
@@ -46,8 +55,12 @@ type GroupState struct {
 	Next    uint64
 	Entries []GroupEntry
 	// Updated is when the state was stored (the log's clock, set by SetGroup: a value
-	// given to it is ignored); zero for a state stored before the log kept the time.
+	// given to it is ignored; the origin's clock for SetMirroredGroup); zero for a state
+	// stored before the log kept the time.
 	Updated time.Time
+	// Vector is the state's portable form (groupvector.go), nil when it is not known (a
+	// state stored before vectors, or one whose vector could not be read).
+	Vector *GroupVector
 }
 
 // groupStateSparse is the trailing layout number of a state whose entries are its
@@ -55,6 +68,17 @@ type GroupState struct {
 // [Floor, Next) it knows, done ones flagged, and an offset it does not list is outstanding,
 // delivered once; decodeGroupState turns it into the sparse form.
 const groupStateSparse = 1
+
+// maxOldGroupSpan bounds the span [Floor, Next) of a state in the layout before
+// groupStateSparse, which lists or implies every offset of it (it was bounded by the node's
+// window, GroupConfig.Window, default 1024).
+const maxOldGroupSpan = 1 << 18
+
+// groupStateVector is the layout number of a sparse state followed by its vector
+// (groupvector.go). A state without a vector is still written with groupStateSparse, so a
+// node that knows only that layout reads it; one with a vector it refuses as an unknown
+// layout.
+const groupStateVector = 2
 
 // groupKey is 's' | uvarint len(group) | group | topic; the settings use topic "".
 func groupKey(group, topic string) []byte {
@@ -91,7 +115,11 @@ func encodeGroupState(s *GroupState) []byte {
 		ns = uint64(s.Updated.UnixNano())
 	}
 	b = binary.AppendUvarint(b, ns)
-	return binary.AppendUvarint(b, groupStateSparse)
+	if s.Vector == nil {
+		return binary.AppendUvarint(b, groupStateSparse)
+	}
+	b = binary.AppendUvarint(b, groupStateVector)
+	return appendGroupVector(b, s)
 }
 
 // SetGroup stores a group's settings (when not nil) and its state in the topics of states,
@@ -247,7 +275,19 @@ func decodeGroupState(p []byte) (*GroupState, string) {
 	}
 	sparse := false
 	if len(r.b) > 0 { // stored since the layout number was kept
-		if r.uvarint() != groupStateSparse {
+		switch r.uvarint() {
+		case groupStateSparse:
+		case groupStateVector:
+			for i := range entries {
+				if done[i] {
+					return nil, "malformed state: an entry flagged done"
+				}
+			}
+			var reason string
+			if s.Vector, reason = decodeGroupVector(r, entries); reason != "" {
+				return nil, "malformed state: " + reason
+			}
+		default:
 			return nil, "malformed state: unknown layout"
 		}
 		sparse = true
@@ -264,7 +304,11 @@ func decodeGroupState(p []byte) (*GroupState, string) {
 		s.Entries = entries
 		return s, ""
 	}
-	// The layout before groupStateSparse: its span was bounded by the node's window.
+	// The layout before groupStateSparse: its span was bounded by the node's window, so a
+	// span past any window is damage (expanding it would take the node's memory).
+	if s.Next-s.Floor > maxOldGroupSpan {
+		return nil, fmt.Sprintf("malformed state: the layout before sparse states spanning %d offsets, at most %d", s.Next-s.Floor, maxOldGroupSpan)
+	}
 	s.Entries = make([]GroupEntry, 0, n)
 	i := 0
 	for off := s.Floor; off < s.Next; off++ {

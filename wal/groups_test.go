@@ -100,7 +100,7 @@ func TestGroupStateLayouts(t *testing.T) {
 	}
 	for name, b := range map[string][]byte{
 		"trailing byte":  append(encodeGroupState(st), 1),
-		"unknown layout": append(oldGroupState(4, 8, nil, true), 2),
+		"unknown layout": append(oldGroupState(4, 8, nil, true), 3),
 		"done flagged":   append(oldGroupState(4, 8, [][3]uint64{{6, 0, 1}}, true), groupStateSparse),
 		"listed twice":   append(oldGroupState(4, 8, [][3]uint64{{6, 1, 0}, {6, 1, 0}}, true), groupStateSparse),
 		"out of order":   append(oldGroupState(4, 8, [][3]uint64{{6, 1, 0}, {5, 1, 0}}, true), groupStateSparse),

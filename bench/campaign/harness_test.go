@@ -210,6 +210,10 @@ func waitLinks(t *testing.T, nodes []*node, want int) {
 	}
 }
 
+// replicatedFlags are the node flags of a campaign's replicated variant: every region of
+// three nodes keeps each topic on all three (a raft group per topic).
+var replicatedFlags = []string{"--replicas", "3"}
+
 // meshNode is one node of a campaign's mesh: its name, region, the IP it listens on and its
 // namespace.
 type meshNode struct {
@@ -219,9 +223,10 @@ type meshNode struct {
 
 // startMesh starts the nodes of specs, node i on ports 7400+i (clients), 7500+i (gossip),
 // 7600+i (WAN gossip) and 7700+i (metrics) of its IP, each joined to the other nodes of its
-// region and, over WAN, to all, mirroring mirror; it waits until every node links to every
-// other one. It returns the nodes in specs' order and by region.
-func startMesh(t *testing.T, specs []meshNode, caDir, mirror string) ([]*node, map[string][]*node) {
+// region and, over WAN, to all, mirroring mirror, with the extra flags (e.g. --replicas 3);
+// it waits until every node links to every other one. It returns the nodes in specs' order
+// and by region.
+func startMesh(t *testing.T, specs []meshNode, caDir, mirror string, extra ...string) ([]*node, map[string][]*node) {
 	t.Helper()
 	port := func(base, i int) string { return fmt.Sprintf("%s:%d", specs[i].ip, base+i) }
 	var nodes []*node
@@ -237,9 +242,9 @@ func startMesh(t *testing.T, specs []meshNode, caDir, mirror string) ([]*node, m
 			}
 			wanJoin = append(wanJoin, port(7600, j))
 		}
-		n := startNode(t, s.ns, s.name, s.region, port(7400, i), port(7700, i), caDir,
-			"--gossip", port(7500, i), "--wan", port(7600, i), "--join", strings.Join(join, ","),
-			"--wan-join", strings.Join(wanJoin, ","), "--mirror", mirror)
+		args := append([]string{"--gossip", port(7500, i), "--wan", port(7600, i), "--join", strings.Join(join, ","),
+			"--wan-join", strings.Join(wanJoin, ","), "--mirror", mirror}, extra...)
+		n := startNode(t, s.ns, s.name, s.region, port(7400, i), port(7700, i), caDir, args...)
 		nodes = append(nodes, n)
 		byRegion[s.region] = append(byRegion[s.region], n)
 	}

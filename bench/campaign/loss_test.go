@@ -26,12 +26,35 @@ import (
 // Default: 2 s flat out per rate; QUICMQ_CAMPAIGN_LONG=1: 10 s flat out, then 2 min at
 // 1,000 records/s per region, per rate.
 func TestCampaignPacketLoss(t *testing.T) {
+	lossCampaign(t, 1, []float64{0, 0.01, 0.05, 0.20})
+}
+
+// TestCampaignPacketLossReplicated is campaign 4 on replicated regions: two regions of three
+// nodes started with --replicas 3 (raft between the replicas of each region, mirroring between
+// the regions), every packet of the namespace meeting the loss; the same judges. Default: 0,
+// 5 and 20 %; QUICMQ_CAMPAIGN_LONG=1: 0, 1, 5 and 20 % as campaign 4; QUICMQ_CAMPAIGN_LOSS_RATES
+// as for campaign 4.
+func TestCampaignPacketLossReplicated(t *testing.T) {
+	rates := []float64{0, 0.05, 0.20}
+	if long() {
+		rates = []float64{0, 0.01, 0.05, 0.20}
+	}
+	lossCampaign(t, 3, rates)
+}
+
+// lossCampaign runs campaign 4 with regions of two single-copy nodes (replicas 1) or of
+// three nodes with --replicas 3, at the loss rates given (QUICMQ_CAMPAIGN_LOSS_RATES wins).
+func lossCampaign(t *testing.T, replicas int, rates []float64) {
 	needHarness(t)
 	phase, steady := 2*time.Second, time.Duration(0)
 	if long() {
 		phase, steady = 10*time.Second, 2*time.Minute
 	}
-	ns, err := lossy.New("c4")
+	name, regionSize, extra := "c4", 2, []string(nil)
+	if replicas > 1 {
+		name, regionSize, extra = "c4r", 3, replicatedFlags
+	}
+	ns, err := lossy.New(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,10 +62,13 @@ func TestCampaignPacketLoss(t *testing.T) {
 	caDir := t.TempDir()
 
 	var specs []meshNode
-	for _, n := range [][2]string{{"eu1", "eu"}, {"eu2", "eu"}, {"us1", "us"}, {"us2", "us"}} {
-		specs = append(specs, meshNode{name: n[0], region: n[1], ip: "127.0.0.1", ns: ns})
+	for _, r := range []string{"eu", "us"} {
+		for i := 1; i <= regionSize; i++ {
+			specs = append(specs, meshNode{name: fmt.Sprintf("%s%d", r, i), region: r, ip: "127.0.0.1", ns: ns})
+		}
 	}
-	nodes, byRegion := startMesh(t, specs, caDir, "c4.>")
+	nodes, byRegion := startMesh(t, specs, caDir, "c4.>", extra...)
+	t.Logf("%d regions of %d nodes, --replicas %d", len(byRegion), regionSize, replicas)
 	topics := []string{"c4.a", "c4.b", "c4.c", "c4.d"}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*(phase+steady)+5*time.Minute)
@@ -53,7 +79,6 @@ func TestCampaignPacketLoss(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rates := []float64{0, 0.01, 0.05, 0.20}
 	if v := os.Getenv("QUICMQ_CAMPAIGN_LOSS_RATES"); v != "" { // e.g. "20" or "1,5"
 		rates = nil
 		for _, f := range strings.Split(v, ",") {
@@ -130,7 +155,7 @@ func TestCampaignPacketLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	healed := time.Now()
-	final, err := converge(ctx, []*lossy.Namespace{ns, ns}, caDir, []string{nodes[0].addr, nodes[2].addr}, topics)
+	final, err := converge(ctx, []*lossy.Namespace{ns, ns}, caDir, []string{byRegion["eu"][0].addr, byRegion["us"][0].addr}, topics)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,21 +21,47 @@ import (
 // Default: cut 5 s, one-way 5 s, flapping 11 s (cut, healed, cut again). QUICMQ_CAMPAIGN_LONG=1: cut 30 s, cut
 // 5 min, one-way 1 min, flapping 2 min.
 func TestCampaignPartitions(t *testing.T) {
-	needHarness(t)
-	type scenario struct {
-		name string
-		d    time.Duration
-	}
+	type scenario = partitionScenario
 	scenarios := []scenario{{"region cut", 5 * time.Second}, {"one-way", 5 * time.Second}, {"flapping", 11 * time.Second}}
 	if long() {
 		scenarios = []scenario{{"region cut", 30 * time.Second}, {"region cut", 5 * time.Minute}, {"one-way", time.Minute}, {"flapping", 2 * time.Minute}}
 	}
-	nsEU, err := lossy.New("c3eu")
+	partitionCampaign(t, 1, scenarios)
+}
+
+// TestCampaignPartitionsReplicated is campaign 3 on replicated regions: two regions of three
+// nodes started with --replicas 3, so every topic is a raft group in each region and each
+// region's mirror appends are CAS entries of its groups; the same faults and judge.
+// Default: one cut of 5 s and one-way 5 s; QUICMQ_CAMPAIGN_LONG=1: cut 30 s, cut 5 min,
+// one-way 1 min, flapping 2 min.
+func TestCampaignPartitionsReplicated(t *testing.T) {
+	type scenario = partitionScenario
+	scenarios := []scenario{{"region cut", 5 * time.Second}, {"one-way", 5 * time.Second}}
+	if long() {
+		scenarios = []scenario{{"region cut", 30 * time.Second}, {"region cut", 5 * time.Minute}, {"one-way", time.Minute}, {"flapping", 2 * time.Minute}}
+	}
+	partitionCampaign(t, 3, scenarios)
+}
+
+type partitionScenario struct {
+	name string
+	d    time.Duration
+}
+
+// partitionCampaign runs campaign 3 with regions of two single-copy nodes (replicas 1) or of
+// three nodes with --replicas 3.
+func partitionCampaign(t *testing.T, replicas int, scenarios []partitionScenario) {
+	needHarness(t)
+	prefix := "c3"
+	if replicas > 1 {
+		prefix = "c3r"
+	}
+	nsEU, err := lossy.New(prefix + "eu")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nsEU.Close() })
-	nsUS, err := lossy.New("c3us")
+	nsUS, err := lossy.New(prefix + "us")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +77,14 @@ func TestCampaignPartitions(t *testing.T) {
 	caDir := t.TempDir()
 
 	specs := []meshNode{{"eu1", "eu", link.AddrA, nsEU}, {"eu2", "eu", link.AddrA, nsEU}, {"us1", "us", link.AddrB, nsUS}, {"us2", "us", link.AddrB, nsUS}}
-	nodes, byRegion := startMesh(t, specs, caDir, "c3.>")
+	var extra []string
+	if replicas > 1 {
+		specs = []meshNode{{"eu1", "eu", link.AddrA, nsEU}, {"eu2", "eu", link.AddrA, nsEU}, {"eu3", "eu", link.AddrA, nsEU},
+			{"us1", "us", link.AddrB, nsUS}, {"us2", "us", link.AddrB, nsUS}, {"us3", "us", link.AddrB, nsUS}}
+		extra = replicatedFlags
+	}
+	nodes, byRegion := startMesh(t, specs, caDir, "c3.>", extra...)
+	t.Logf("%d regions of %d nodes, --replicas %d", len(byRegion), len(byRegion["eu"]), replicas)
 	topics := []string{"c3.a", "c3.b", "c3.c", "c3.d"}
 	nss := map[string]*lossy.Namespace{"eu": nsEU, "us": nsUS}
 
@@ -116,7 +149,7 @@ func TestCampaignPartitions(t *testing.T) {
 		}
 		final, err := converge(ctx, []*lossy.Namespace{nsEU, nsUS}, caDir, []string{byRegion["eu"][0].addr, byRegion["us"][0].addr}, topics)
 		if err != nil {
-			t.Fatalf("%s: %v\neu1:\n%s\nus1:\n%s", s.name, err, nodes[0].tail(), nodes[2].tail())
+			t.Fatalf("%s: %v\neu1:\n%s\nus1:\n%s", s.name, err, nodes[0].tail(), byRegion["us"][0].tail())
 		}
 		what := s.name
 		if flaps > 0 {

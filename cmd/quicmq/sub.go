@@ -41,7 +41,9 @@ func runSub(ctx context.Context, e *env, args []string) error {
 	failover := fs.String("failover", "", "nodes of other regions, comma-separated, to move to when no --server node answers\n"+
 		"(implies --reconnect): the subscription resumes there after the records it printed, by their\n"+
 		"origin region and origin offset, so nothing is printed twice or skipped, each region's records\n"+
-		"in order; records of the lost region not yet mirrored come when it returns")
+		"in order; records of the lost region not yet mirrored come when it returns. With --group the\n"+
+		"group resumes there from its state mirrored from the lost region: what this member printed is\n"+
+		"not printed again; records other members acknowledged within the mirroring lag may be")
 	var gf groupFlags
 	gf.register(fs)
 	format := fs.String("format", "text", "output: text (OFFSET<TAB>TOPIC<TAB>PAYLOAD per line, the payload as it is) or\n"+
@@ -99,6 +101,9 @@ func runSub(ctx context.Context, e *env, args []string) error {
 		cancel()
 	}
 	sub.Close() // waits for the node to have read every ack
+	if n := sub.Redelivered(); n > 0 {
+		fmt.Fprintf(e.stderr, "quicmq sub: %s redelivered by the group after a move to another region, acknowledged before it: not printed again\n", plural(int(n), "record"))
+	}
 	return err
 }
 

@@ -52,7 +52,8 @@ var typeNames = map[Type]string{
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
 	TypeNak: "NAK", TypeCommit: "COMMIT", TypeCommitted: "COMMITTED",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
-	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypePosition: "POSITION", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH", TypeRaftFetch: "RAFT_FETCH", TypeRaftChunk: "RAFT_CHUNK",
+	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypePosition: "POSITION", TypeGroupPosition: "GROUP_POSITION", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
+	TypeRaftFetch: "RAFT_FETCH", TypeRaftChunk: "RAFT_CHUNK",
 }
 
 func (t Type) String() string {
@@ -355,6 +356,8 @@ func newFrame(t Type) Frame {
 		return new(Head)
 	case TypePosition:
 		return new(Position)
+	case TypeGroupPosition:
+		return new(GroupPosition)
 	case TypeRaft:
 		return new(Raft)
 	case TypeRaftBatch:

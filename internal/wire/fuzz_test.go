@@ -27,6 +27,7 @@ func addSeeds(f *testing.F) {
 	f.Add([]byte{byte(TypeCaughtUp), 0, 0, 0, 1, 0x80}) // a varint cut short
 	f.Add(groupSeed())
 	f.Add(vectorSeed())
+	f.Add(groupPositionSeed())
 	f.Add([]byte{byte(TypePublish), 0xff, 0xff, 0xff, 0xff})
 	// Publishes over per-publish limits (refused, not malformed) between good ones.
 	var refused []byte

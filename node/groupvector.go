@@ -1,0 +1,428 @@
+package node
+
+import (
+	"cmp"
+	"errors"
+	"maps"
+	"slices"
+
+	"github.com/quicmq/quicmq/federation"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// A group's portable position (docs/architecture.md, "Portable positions"; the stored form
+// is wal.GroupVector).
+//
+// What a group has done on a topic is, per origin region, every record up to Through[origin]
+// except the outstanding ones, each named by (origin, origin offset): the same set in every
+// region. Three things are done with it here:
+//
+//   - Each store of a group's state carries it (addVectors, called by store): a tracker per
+//     topic, owned by the store (g.storeMu), reads the records handed out since the last store
+//     once more (as a durable's store does) to raise Through and to learn the origins of the
+//     outstanding records.
+//   - Federation mirrors it to the other regions (federation/groups.go), where it is stored
+//     under federation.MirroredGroupName.
+//   - A group that starts following a topic on a node where a mirrored state of it is newer
+//     than its own state there (or it has none) resumes from the union of those sets
+//     (resumeLocked): the records below the first one the union does not cover are done but
+//     the outstanding ones, which are handed out again; from there on, records the union
+//     covers and that are not outstanding are skipped (gtopic.skip), since another region's
+//     records may still come in by its mirror after them. Skipping ends once every origin of
+//     Through has shown a record past it.
+//
+// A record outstanding in the other region (handed out, not acknowledged) is delivered again:
+// at least once, and what was acknowledged there after its last mirrored state (the mirroring
+// lag: federation.Config.PositionInterval plus the link's delay) is delivered again too. A
+// member's SDK drops a redelivery of a record it acknowledged itself before it moved
+// (client/failover.go), so a group of one member fails over exactly once.
+
+// groupTrack is the store's vector of one topic of a group (owned under g.storeMu once the
+// topic is added).
+type groupTrack struct {
+	at      uint64                   // every record below at is accounted for in vec
+	vec     map[string]uint64        // nil: not known yet (computed at the next store)
+	origins map[uint64]wal.OriginRef // origins of outstanding offsets known to the tracker
+}
+
+// groupSkip is a topic's skipping after a resume from another region's vector (g.mu).
+type groupSkip struct {
+	through map[string]uint64
+	out     map[wal.OriginRef]bool // outstanding records covered by through, not yet handed out here
+	pending map[string]bool        // origins of through with no record past it dispatched yet
+	skipped uint64
+}
+
+// doneSet is a group's done records on one topic in origin terms.
+type doneSet struct {
+	through map[string]uint64
+	out     map[wal.OriginRef]bool
+}
+
+func (d doneSet) done(r wal.OriginRef) bool {
+	last, ok := d.through[r.Region]
+	return ok && r.Offset <= last && !d.out[r]
+}
+
+// union is the records done in a or in b.
+func union(a, b doneSet) doneSet {
+	c := doneSet{through: maps.Clone(a.through), out: make(map[wal.OriginRef]bool)}
+	if c.through == nil {
+		c.through = make(map[string]uint64)
+	}
+	for o, off := range b.through {
+		if last, ok := c.through[o]; !ok || off > last {
+			c.through[o] = off
+		}
+	}
+	for r := range a.out {
+		if !b.done(r) {
+			c.out[r] = true
+		}
+	}
+	for r := range b.out {
+		if !a.done(r) {
+			c.out[r] = true
+		}
+	}
+	return c
+}
+
+// stateDone is the done set of a stored state with a vector.
+func stateDone(st *wal.GroupState) doneSet {
+	d := doneSet{through: maps.Clone(st.Vector.Through), out: make(map[wal.OriginRef]bool)}
+	for _, e := range st.Entries {
+		d.out[e.Origin] = true
+	}
+	for _, r := range st.Vector.Elsewhere {
+		d.out[r] = true
+	}
+	return d
+}
+
+// mirroredStates loads the states of group name mirrored from other regions, by topic
+// (nothing when the build ignores them: gvec_broken.go).
+func (n *Node) mirroredStates(name string) map[string][]*wal.GroupState {
+	if ignoreMirroredGroups {
+		return nil
+	}
+	out := make(map[string][]*wal.GroupState)
+	err := n.wal.Groups(mirrorCursorPrefix, func(gi wal.GroupInfo) bool {
+		if _, g, ok := federation.ParseMirroredGroup(gi.Name); ok && g == name {
+			for topic, st := range gi.States {
+				if st.Vector != nil {
+					out[topic] = append(out[topic], st)
+				}
+			}
+		}
+		return true
+	})
+	if err != nil {
+		n.log.Warn("mirrored group states not read: the group resumes from its own", "group", name, "err", err)
+		return nil
+	}
+	return out
+}
+
+// isMirroredGroup reports whether a stored group name is another region's group mirrored here.
+func isMirroredGroup(name string) bool {
+	_, _, ok := federation.ParseMirroredGroup(name)
+	return ok
+}
+
+// resumeLocked starts t from the mirrored states of its topic newer than own (nil: none here)
+// and reports whether it did. It reads the log (with g.mu held: it runs when a group starts
+// following a topic, before members take from it).
+func (g *group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
+	n := g.n
+	var newer []*wal.GroupState
+	for _, st := range g.mu.mirrored[t.name] {
+		if own == nil || st.Updated.After(own.Updated) {
+			newer = append(newer, st)
+		}
+	}
+	delete(g.mu.mirrored, t.name)
+	if len(newer) == 0 {
+		return false
+	}
+	d := doneSet{through: map[string]uint64{}, out: map[wal.OriginRef]bool{}}
+	if own != nil {
+		if od, err := g.ownDone(t.name, own); err == nil {
+			d = od
+		} else { // without it the union is smaller: more is delivered again, nothing skipped wrongly
+			n.log.Warn("group's own state has no vector: resuming from the mirrored ones alone", "group", g.shown, "topic", t.name, "err", err)
+		}
+	}
+	for _, st := range newer {
+		d = union(d, stateDone(st))
+	}
+	start, err := vectorStart(n.wal, n.cfg.Region, t.name, d.through)
+	if err != nil {
+		n.log.Warn("group not resumed from its mirrored position", "group", g.shown, "topic", t.name, "err", err)
+		return false
+	}
+	located, err := locateOutstanding(n.wal, n.cfg.Region, t.name, start, d.out)
+	if err != nil {
+		n.log.Warn("group not resumed from its mirrored position", "group", g.shown, "topic", t.name, "err", err)
+		return false
+	}
+	t.floor, t.next, t.dirty = start, start, true
+	t.track = &groupTrack{at: start, vec: maps.Clone(d.through), origins: make(map[uint64]wal.OriginRef, len(located))}
+	for _, off := range slices.Sorted(maps.Keys(located)) {
+		ref := located[off]
+		delete(d.out, ref)
+		t.track.origins[off] = ref
+		t.floor = min(t.floor, off)
+		g.restoreLocked(t, off, 1)
+		t.out[off].reason = "it was outstanding in another region"
+	}
+	t.skip = &groupSkip{through: maps.Clone(d.through), out: d.out, pending: make(map[string]bool, len(d.through))}
+	for o := range d.through {
+		t.skip.pending[o] = true
+	}
+	n.log.Info("group resumed from a position mirrored from another region", "group", g.shown, "topic", t.name,
+		"start", start, "outstanding", len(located), "outstanding_elsewhere", len(d.out), "mirrored_states", len(newer))
+	return true
+}
+
+// ownDone is the done set of the group's own stored state of topic.
+func (g *group) ownDone(topic string, own *wal.GroupState) (doneSet, error) {
+	if own.Vector != nil {
+		return stateDone(own), nil
+	}
+	n := g.n
+	vec, err := prefixVector(n.wal, n.cfg.Region, topic, own.Next)
+	if err != nil {
+		return doneSet{}, err
+	}
+	d := doneSet{through: vec, out: make(map[wal.OriginRef]bool, len(own.Entries))}
+	for _, e := range own.Entries {
+		ref, err := readOrigin(n.wal, n.cfg.Region, topic, e.Offset)
+		if err != nil {
+			return doneSet{}, err
+		}
+		d.out[ref] = true
+	}
+	return d, nil
+}
+
+// errNoRecord: an outstanding record is no longer in the log (retention).
+var errNoRecord = errors.New("record not in the log")
+
+// readOrigin reads the origin of the record at off.
+func readOrigin(l *wal.Log, region, topic string, off uint64) (wal.OriginRef, error) {
+	var ref wal.OriginRef
+	n, err := l.ReadFunc(topic, off, 1, vectorReadBytes, func(r *wal.Record) error {
+		ref = wal.OriginRef{Region: originOf(r, region), Offset: r.OriginOffset}
+		return nil
+	})
+	if err == nil && n == 0 {
+		err = errNoRecord
+	}
+	return ref, err
+}
+
+// locateOutstanding finds the offsets below start of the records of out: it reads back from
+// start until each of them is found or shown absent (a record of its origin below it passed).
+func locateOutstanding(l *wal.Log, region, topic string, start uint64, out map[wal.OriginRef]bool) (map[uint64]wal.OriginRef, error) {
+	located := make(map[uint64]wal.OriginRef)
+	want := make(map[string][]uint64) // per origin, the origin offsets still looked for
+	for r := range out {
+		want[r.Region] = append(want[r.Region], r.Offset)
+	}
+	if len(want) == 0 {
+		return located, nil
+	}
+	err := scanBack(l, topic, start, func(off uint64, origin string, originOff uint64) bool {
+		if origin == "" {
+			origin = region
+		}
+		offs := want[origin]
+		ref := wal.OriginRef{Region: origin, Offset: originOff}
+		if out[ref] {
+			located[off] = ref
+		}
+		// Those of the origin at or above originOff are found now, or not below start.
+		offs = slices.DeleteFunc(offs, func(o uint64) bool { return o >= originOff })
+		if len(offs) == 0 {
+			delete(want, origin)
+		} else {
+			want[origin] = offs
+		}
+		return len(want) > 0
+	})
+	return located, err
+}
+
+// skipLocked reports whether dispatch skips the record ref of t (done after a resume), and
+// ends t's skipping when no record it covers can come any more.
+func (t *gtopic) skipLocked(ref wal.OriginRef) bool {
+	s := t.skip
+	last, ok := s.through[ref.Region]
+	if ok && ref.Offset <= last {
+		if s.out[ref] {
+			delete(s.out, ref)
+			return false
+		}
+		s.skipped++
+		return true
+	}
+	if ok && s.pending[ref.Region] {
+		// Past through in its origin's order: no record of it that through covers comes later.
+		delete(s.pending, ref.Region)
+		maps.DeleteFunc(s.out, func(r wal.OriginRef, _ bool) bool { return r.Region == ref.Region })
+		if len(s.pending) == 0 {
+			t.skip = nil
+		}
+	}
+	return false
+}
+
+// skipVectorLocked is t's skipping as a stored vector's part (nil when it is not skipping): the
+// store takes it with the state it snapshots, so that an outstanding record is either one of
+// the entries or in Elsewhere.
+func (t *gtopic) skipVectorLocked() *wal.GroupVector {
+	if t.skip == nil {
+		return nil
+	}
+	v := &wal.GroupVector{Through: maps.Clone(t.skip.through), Skipping: true}
+	for r := range t.skip.out {
+		v.Elsewhere = append(v.Elsewhere, r)
+	}
+	return v
+}
+
+// beginTrack starts t's tracker from its stored state (nil: a topic the group starts on at
+// start).
+func (t *gtopic) beginTrack(l *wal.Log, st *wal.GroupState, start uint64) {
+	switch {
+	case st != nil && st.Vector != nil:
+		t.track = &groupTrack{at: st.Next, vec: maps.Clone(st.Vector.Through), origins: make(map[uint64]wal.OriginRef, len(st.Entries))}
+		for _, e := range st.Entries {
+			t.track.origins[e.Offset] = e.Origin
+		}
+		if st.Vector.Skipping {
+			t.skip = &groupSkip{through: maps.Clone(st.Vector.Through), out: make(map[wal.OriginRef]bool, len(st.Vector.Elsewhere)), pending: make(map[string]bool)}
+			for _, r := range st.Vector.Elsewhere {
+				t.skip.out[r] = true
+			}
+			for o := range st.Vector.Through {
+				t.skip.pending[o] = true
+			}
+		}
+	case st != nil:
+		t.track = &groupTrack{at: st.Next}
+	default:
+		t.track = &groupTrack{at: start}
+		if first, _, _ := l.Bounds(t.name); start <= first {
+			t.track.vec = map[string]uint64{} // nothing before it
+		}
+	}
+}
+
+// addVectors sets the vector of each state the store took (their topics' skipping, if any, is
+// in Vector already), reading the records handed out since the last store. A state whose
+// vector cannot be read is stored without one (a resume elsewhere then finds none newer of it).
+// Called by store with g.storeMu held.
+func (g *group) addVectors(states map[string]*wal.GroupState) {
+	n := g.n
+	tracks := make(map[string]*groupTrack, len(states))
+	g.mu.Lock()
+	for name := range states {
+		if t := g.mu.topics[name]; t != nil {
+			tracks[name] = t.track
+		}
+	}
+	g.mu.Unlock()
+	for topic, st := range states {
+		tr := tracks[topic]
+		if tr == nil {
+			st.Vector = nil
+			continue
+		}
+		if err := tr.advance(n.wal, n.cfg.Region, topic, st); err != nil {
+			n.log.Debug("group state stored without its vector", "group", g.shown, "topic", topic, "err", err)
+			st.Vector = nil
+			continue
+		}
+		v := st.Vector
+		if v == nil {
+			v = &wal.GroupVector{}
+		}
+		through := maps.Clone(tr.vec)
+		for o, off := range v.Through {
+			if last, ok := through[o]; !ok || off > last {
+				through[o] = off
+			}
+		}
+		v.Through = through
+		st.Vector = v
+		for i := range st.Entries {
+			st.Entries[i].Origin = tr.origins[st.Entries[i].Offset]
+		}
+	}
+}
+
+// advance brings the tracker to st.Next and learns the origins of st's entries.
+func (tr *groupTrack) advance(l *wal.Log, region, topic string, st *wal.GroupState) error {
+	if tr.vec == nil || st.Next < tr.at {
+		vec, err := prefixVector(l, region, topic, min(tr.at, st.Next))
+		if err != nil {
+			return err
+		}
+		tr.vec, tr.at = vec, min(tr.at, st.Next)
+	}
+	outstanding := make(map[uint64]bool, len(st.Entries))
+	for _, e := range st.Entries {
+		outstanding[e.Offset] = true
+	}
+	if tr.origins == nil {
+		tr.origins = make(map[uint64]wal.OriginRef)
+	}
+	for from := tr.at; from < st.Next; {
+		got, err := l.ReadFunc(topic, from, int(min(st.Next-from, vectorChunkMax)), vectorReadBytes, func(r *wal.Record) error {
+			o := originOf(r, region)
+			if last, ok := tr.vec[o]; !ok || r.OriginOffset > last {
+				tr.vec[o] = r.OriginOffset
+			}
+			if outstanding[r.Offset] {
+				tr.origins[r.Offset] = wal.OriginRef{Region: o, Offset: r.OriginOffset}
+			}
+			from = r.Offset + 1
+			return nil
+		})
+		var oor *wal.OffsetOutOfRangeError
+		switch {
+		case errors.As(err, &oor) && oor.First > from:
+			from = oor.First
+		case err != nil:
+			tr.at = from
+			return err
+		case got == 0:
+			tr.at = from
+			return errNoRecord
+		}
+	}
+	tr.at = max(tr.at, st.Next)
+	maps.DeleteFunc(tr.origins, func(off uint64, _ wal.OriginRef) bool { return !outstanding[off] })
+	for off := range outstanding {
+		if _, ok := tr.origins[off]; ok {
+			continue
+		}
+		ref, err := readOrigin(l, region, topic, off)
+		if err != nil {
+			return err
+		}
+		tr.origins[off] = ref
+	}
+	// Entries of one origin must ascend in its order: a log that breaks I7 gets no vector.
+	last := make(map[string]uint64)
+	for _, off := range slices.Sorted(maps.Keys(outstanding)) {
+		r := tr.origins[off]
+		if l, ok := last[r.Region]; ok && cmp.Compare(r.Offset, l) <= 0 {
+			return errors.New("outstanding records out of their origin's order")
+		}
+		last[r.Region] = r.Offset
+	}
+	return nil
+}
