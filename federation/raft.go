@@ -48,6 +48,10 @@ type RaftConfig struct {
 	// passes replica.Driver.Deliver). Called on the stream's goroutine, it must not block.
 	// Required when ID is set.
 	Deliver func([]replica.Message)
+	// Fetch serves a peer's catch-up fetch (raftfetch.go): records [from, to) of a group's
+	// log as applied here, at most maxBytes after the first, and the offset after the last
+	// (the node passes replica.Driver.ReadChunk). nil: fetches are refused.
+	Fetch func(group uint64, log string, from, to, maxBytes uint64) (chunk []byte, next uint64, err error)
 	// QueueMessages bounds the messages waiting for one peer's stream of one class; more
 	// are dropped. Default 4096.
 	QueueMessages int
@@ -417,6 +421,9 @@ func (f *Federation) serveRaft(ctx context.Context, conn *quic.Conn, str *quic.S
 	if e != nil {
 		return fail(e)
 	}
+	if open.Class == wire.RaftFetch {
+		return f.serveFetch(ctx, str, r, fail) // raftfetch.go
+	}
 	c := &f.raft.peer(peer, true).class[open.Class]
 	c.serving.Add(1)
 	defer c.serving.Add(-1)
@@ -461,7 +468,7 @@ func (f *Federation) raftOpener(conn *quic.Conn, open *wire.Raft) (string, *wire
 	if f.cfg.Raft.ID == 0 {
 		return "", wire.Errorf(wire.CodeForbidden, "the raft transport is off on node %q", f.cfg.Name)
 	}
-	if open.Class != wire.RaftControl && open.Class != wire.RaftBulk {
+	if open.Class != wire.RaftControl && open.Class != wire.RaftBulk && open.Class != wire.RaftFetch {
 		return "", wire.Errorf(wire.CodeProtocol, "unknown raft stream class %d", open.Class)
 	}
 	tlsState := conn.ConnectionState().TLS

@@ -199,7 +199,7 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		Logger:          n.log,
 		Registerer:      n.reg,
 		Now:             c.Now,
-		Raft:            federation.RaftConfig{ID: n.raftID, Deliver: n.deliverRaft},
+		Raft:            federation.RaftConfig{ID: n.raftID, Deliver: n.deliverRaft, Fetch: n.fetchRaft},
 		MirrorAppend:    n.mirrorAppend(),
 		MirrorWanted:    n.mirrorWanted(),
 

@@ -37,6 +37,15 @@ type RaftSettings struct {
 	// timers), at the cost of one coalesced heartbeat per group per tick to each peer.
 	// Default false: idle groups are quiet.
 	DisableQuiescence bool
+	// DisableLogCompaction keeps every raft entry of every group forever. By default each
+	// group's leader discards, every 64 applied entries, the log up to what every replica
+	// has stored (keeping at most 10,000 applied entries for a replica behind), so a record
+	// is stored once on disk (in its topic's log) rather than twice; a replica further
+	// behind than that, or restarted with an empty disk, catches up through a snapshot
+	// (metadata only) and the records fetched from its leader's log. Turning it off is a
+	// fallback for an operator who suspects the catch-up path; the raft log then grows with
+	// every record.
+	DisableLogCompaction bool
 }
 
 func (r RaftSettings) withDefaults() RaftSettings {

@@ -146,7 +146,8 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 		NodeID: id, DB: n.wal.DB(), StateMachine: (*nodeSM)(r), Transport: n.fed,
 		TickInterval: c.TickInterval, ElectionTicks: c.ElectionTicks, HeartbeatTicks: c.HeartbeatTicks,
 		DisableQuiescence: c.DisableQuiescence,
-		Now:               n.cfg.Now, Logger: n.log.With("raft_id", id),
+		LogCompaction:     !c.DisableLogCompaction, Fetcher: n.fed,
+		Now: n.cfg.Now, Logger: n.log.With("raft_id", id),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: replicated topics: %w", err)
@@ -174,6 +175,36 @@ func (s *nodeSM) Apply(b *pebble.Batch, group, applied uint64, ents []replica.En
 		return s.meta.Apply(b, group, applied, ents)
 	}
 	return s.sm.Apply(b, group, applied, ents)
+}
+
+// The snapshots of both (metadata only) and the records their catch-ups fetch, by group
+// likewise (replica.Snapshotter).
+
+func (s *nodeSM) snapshotter(group uint64) replica.Snapshotter {
+	if group == metaGroup {
+		return s.meta
+	}
+	return s.sm
+}
+
+func (s *nodeSM) SnapshotData(group uint64) (uint64, []byte, error) {
+	return s.snapshotter(group).SnapshotData(group)
+}
+
+func (s *nodeSM) Missing(group uint64, data []byte) ([]replica.Span, error) {
+	return s.snapshotter(group).Missing(group, data)
+}
+
+func (s *nodeSM) ReadChunk(group uint64, log string, from, to uint64, maxBytes int) ([]byte, uint64, error) {
+	return s.snapshotter(group).ReadChunk(group, log, from, to, maxBytes)
+}
+
+func (s *nodeSM) ImportChunk(b *pebble.Batch, group uint64, log string, to uint64, chunk []byte) (int, error) {
+	return s.snapshotter(group).ImportChunk(b, group, log, to, chunk)
+}
+
+func (s *nodeSM) Restore(b *pebble.Batch, group, index uint64, data []byte) (func() error, error) {
+	return s.snapshotter(group).Restore(b, group, index, data)
 }
 
 func (s *nodeSM) Committed() {
@@ -1086,6 +1117,16 @@ func (n *Node) deliverRaft(msgs []replica.Message) {
 	if r := n.rep; r != nil {
 		r.d.Deliver(msgs)
 	}
+}
+
+// fetchRaft is federation's RaftConfig.Fetch: a peer's catch-up reads records from this
+// node's logs of a group, as applied here.
+func (n *Node) fetchRaft(group uint64, log string, from, to, maxBytes uint64) ([]byte, uint64, error) {
+	r := n.rep
+	if r == nil {
+		return nil, 0, fmt.Errorf("node %q holds no replicated topics", n.cfg.Name)
+	}
+	return r.d.ReadChunk(group, log, from, to, maxBytes)
 }
 
 // mirrorWanted is federation's Config.MirrorWanted in a replicated region (nil otherwise):

@@ -20,8 +20,9 @@ import (
 // formed, as gossip's tagMeta says, so it must not form a group of its own), replays the
 // metadata log it is sent, and joins the group of every topic whose replica set names it.
 // The leader of each such group replaces the old ID by the new one with replica.ReplaceStep:
-// the new ID is added as a learner, catches up from the leader's log (every entry since
-// index 1: the node keeps log compaction off), and only then becomes a voter while the old
+// the new ID is added as a learner, catches up (through a metadata-only snapshot and the
+// records fetched from the leader's log once the group's log was compacted, then from the
+// log), and only then becomes a voter while the old
 // ID is removed, in one joint ConfChangeV2 (I8). The metadata group goes first: its leader
 // acts when gossip shows a voter's name under another ID, and once the new ID votes there
 // it records the name's new ID (a member record, replmeta.go), which every topic group's

@@ -19,13 +19,22 @@ var (
 	raftAppliedDesc  = prometheus.NewDesc("quicmq_raft_group_applied_index", "The raft group's applied index on this node (records are served up to it).", []string{"group"}, nil)
 	raftLagDesc      = prometheus.NewDesc("quicmq_raft_group_follower_lag_entries", "Entries a follower lacks of the leader's log, on the group's leader.", []string{"group", "peer"}, nil)
 	raftBelowQuorumD = prometheus.NewDesc("quicmq_raft_groups_below_quorum", "Raft groups of this node without a known leader, or led here with fewer than a quorum of replicas reachable.", nil, nil)
+
+	// Snapshots and catch-ups, for the node (the driver's counters, read at scrape time).
+	raftSnapSentDesc    = prometheus.NewDesc("quicmq_raft_snapshots_sent_total", "Raft snapshots (metadata only) this node sent to a replica behind its compacted log.", nil, nil)
+	raftSnapAppliedDesc = prometheus.NewDesc("quicmq_raft_snapshots_applied_total", "Raft snapshots this node installed.", nil, nil)
+	raftCatchupsDesc    = prometheus.NewDesc("quicmq_raft_catchups_total", "Catch-ups (fetches of the records a snapshot needs from a peer's log) this node ended, by result.", []string{"result"}, nil)
+	raftCatchupActDesc  = prometheus.NewDesc("quicmq_raft_catchups_active", "Catch-ups in progress on this node.", nil, nil)
+	raftCatchupRecDesc  = prometheus.NewDesc("quicmq_raft_catchup_records_total", "Records this node fetched from peers' logs for catch-ups.", nil, nil)
+	raftCatchupByteDesc = prometheus.NewDesc("quicmq_raft_catchup_bytes_total", "Bytes of record chunks this node fetched from peers' logs for catch-ups.", nil, nil)
 )
 
 // raftCollector exports the per-group gauges.
 type raftCollector struct{ r *replicated }
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{raftLeaderDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLagDesc, raftBelowQuorumD} {
+	for _, d := range []*prometheus.Desc{raftLeaderDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLagDesc, raftBelowQuorumD,
+		raftSnapSentDesc, raftSnapAppliedDesc, raftCatchupsDesc, raftCatchupActDesc, raftCatchupRecDesc, raftCatchupByteDesc} {
 		ch <- d
 	}
 }
@@ -97,6 +106,28 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(raftBelowQuorumD, prometheus.GaugeValue, float64(below))
+	ctx, cancel := context.WithTimeout(context.Background(), r.n.cfg.Raft.ObserveInterval)
+	st, err := r.d.Stats(ctx)
+	cancel()
+	if err != nil {
+		return
+	}
+	for _, m := range []struct {
+		d *prometheus.Desc
+		t prometheus.ValueType
+		v uint64
+		l []string
+	}{
+		{raftSnapSentDesc, prometheus.CounterValue, st.SnapshotsSent, nil},
+		{raftSnapAppliedDesc, prometheus.CounterValue, st.SnapshotsApplied, nil},
+		{raftCatchupsDesc, prometheus.CounterValue, st.CatchupsDone, []string{"done"}},
+		{raftCatchupsDesc, prometheus.CounterValue, st.CatchupsFailed, []string{"failed"}},
+		{raftCatchupActDesc, prometheus.GaugeValue, uint64(st.CatchupsActive), nil},
+		{raftCatchupRecDesc, prometheus.CounterValue, st.CatchupRecords, nil},
+		{raftCatchupByteDesc, prometheus.CounterValue, st.CatchupBytes, nil},
+	} {
+		ch <- prometheus.MustNewConstMetric(m.d, m.t, float64(m.v), m.l...)
+	}
 }
 
 // memberName is the region node advertising raft ID id ("" if none).

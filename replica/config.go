@@ -59,11 +59,26 @@ type Config struct {
 	// flushed and compacted beside the applied record. A follower behind
 	// keeps at most LogTailEntries applied entries for it; a replica
 	// further behind than what its peers still hold (one down that long,
-	// or restarted with an empty disk) cannot catch up from the log, since
-	// snapshots carrying the records are not built yet: it stays behind
-	// (raft keeps asking for a snapshot) while the others keep committing.
-	// Off by default for that reason.
+	// or restarted with an empty disk) catches up through a snapshot
+	// (metadata only) and the records fetched from a peer (Fetcher). Off by
+	// default in the package (the node turns it on).
 	LogCompaction bool
+	// Fetcher fetches records from a peer for a replica that installs a
+	// snapshot (catchup.go); the node passes its peer links. Without one a
+	// replica that needs a snapshot stays behind (its catch-ups fail).
+	Fetcher Fetcher
+	// CatchupBytesPerSecond paces a catch-up's fetch, per group. Default
+	// 64 MiB/s; negative: unpaced.
+	CatchupBytesPerSecond int64
+	// CatchupChunkBytes bounds the record bytes of one fetched chunk (each
+	// is one unsynced Pebble batch on the driver's goroutine). Default
+	// 256 KiB.
+	CatchupChunkBytes uint64
+	// SnapshotReportTicks is how long a leader waits for a follower to
+	// answer a snapshot (it may be fetching the records) before it reports
+	// the snapshot failed to raft, which then probes and sends a newer one
+	// if still needed. Default 4 x ElectionTicks.
+	SnapshotReportTicks int
 	// LogCompactEvery is how many applied entries pass between two
 	// compactions a leader proposes (each is one small raft entry).
 	// Default 64.
@@ -93,6 +108,9 @@ type Config struct {
 	// brokenNoSync, test only, never syncs its batches: messages and
 	// acknowledgements then run ahead of durability.
 	brokenNoSync bool
+	// brokenSkipCatchup, test only, installs a snapshot without fetching
+	// the records it needs: the simulation must catch the gap.
+	brokenSkipCatchup bool
 }
 
 // Validate reports every problem of the configuration at once.
@@ -117,6 +135,7 @@ func (c *Config) Validate() error {
 		{"TickInterval", int64(c.TickInterval)}, {"ElectionTicks", int64(c.ElectionTicks)},
 		{"HeartbeatTicks", int64(c.HeartbeatTicks)}, {"QuiesceAfterTicks", int64(c.QuiesceAfterTicks)},
 		{"MaxInflightMsgs", int64(c.MaxInflightMsgs)}, {"InboxSize", int64(c.InboxSize)},
+		{"SnapshotReportTicks", int64(c.SnapshotReportTicks)},
 	} {
 		if f.v < 0 {
 			errs = append(errs, fmt.Errorf("%s must not be negative, got %d", f.name, f.v))
@@ -165,6 +184,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LogTailEntries == 0 {
 		c.LogTailEntries = 10_000
+	}
+	if c.CatchupBytesPerSecond == 0 {
+		c.CatchupBytesPerSecond = 64 << 20
+	}
+	if c.CatchupChunkBytes == 0 {
+		c.CatchupChunkBytes = 256 << 10
+	}
+	if c.SnapshotReportTicks == 0 {
+		c.SnapshotReportTicks = 4 * c.ElectionTicks
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -105,24 +105,40 @@
 // follower's apply batch may be unsynced: a crash can lose it, and it is
 // applied again, identically, from the synced raft log.
 //
+// # Log compaction, snapshots and catch-up
+//
+// With Config.LogCompaction (the node turns it on) a group's leader proposes,
+// every LogCompactEvery applied entries, an entry of the driver's own (no
+// offset) that every replica applies by discarding its log up to the index
+// every replica had stored, in the apply batch; a follower behind keeps at
+// most LogTailEntries applied entries for it. A replica further behind is
+// sent a snapshot (Storage.Snapshot builds it at the state machine's applied
+// index when raft asks) whose data is metadata only: the Snapshotter's state
+// of the group other than its records (snapshot.go, walsm_snap.go: for WalSM
+// every key of the group's 'L' space and every wal metadata key of its
+// topics, whatever their layout). The receiving engine intercepts the MsgSnap
+// (catchup.go): if its logs lack records up to the snapshot's next offsets
+// it starts one catch-up for the group and drops the message; Run starts a
+// goroutine that fetches the records from the sender through Config.Fetcher,
+// paced, and hands each chunk back to Run, which writes it unsynced and
+// unserved at the same offsets (ImportChunk). When the fetch ends the engine
+// steps the latest MsgSnap; the round installs it (Storage.stageSnapshot,
+// Snapshotter.Restore) in its synced batch, which makes the records durable
+// and served. A leader reports a snapshot to raft when the follower answers
+// or after SnapshotReportTicks. Records left past the applied state by a
+// catch-up that did not finish are the group's committed records; WalSM
+// discards them before applying anything over them (settle), LogSM
+// overwrites them.
+//
 // # Not built yet
 //
-//   - Snapshots (Storage supports ApplySnapshot; the driver refuses a
-//     received snapshot), and quiescence with a dead follower (a group with
-//     a follower behind never quiesces). Membership changes exist as the
-//     means to replace a lost replica (membership.go: a group is
-//     bootstrapped through RawNode.Bootstrap, so its log carries its
-//     configuration from index 1 and a member joining empty, JoinGroup,
-//     rebuilds it; ReplaceStep adds it as a learner and promotes it in one
-//     joint change once caught up), not as general moves.
-//   - Log compaction is built but off by default (Config.LogCompaction): a
-//     group's leader proposes, every LogCompactEvery applied entries, an
-//     entry of the driver's own (no offset) that every replica applies by
-//     discarding its log up to the index every replica had stored, in the
-//     apply batch; a follower behind keeps at most LogTailEntries applied
-//     entries for it. Without snapshots a replica further behind than that,
-//     or restarted with an empty disk, cannot catch up (its leader's
-//     Storage answers raft.ErrSnapshotTemporarilyUnavailable, nothing
-//     fails, the replica stays behind); with compaction off it catches up
-//     from index 1, and the log keeps every entry.
+//   - Quiescence with a dead follower (a group with a follower behind never
+//     quiesces). Membership changes exist as the means to replace a lost
+//     replica (membership.go: a group is bootstrapped through
+//     RawNode.Bootstrap, so its log carries its configuration from index 1
+//     and a member joining empty, JoinGroup, rebuilds it, through a snapshot
+//     once the log was compacted; ReplaceStep adds it as a learner and
+//     promotes it in one joint change once caught up), not as general moves.
+//   - A catch-up fetches from the snapshot's sender only, not from another
+//     replica.
 package replica

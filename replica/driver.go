@@ -80,6 +80,12 @@ func (d *Driver) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(d.cfg.TickInterval)
 	defer t.Stop()
+	// Catch-up fetches run on goroutines of their own (the network never
+	// holds up this one), stopped with ctx and waited for before Run returns.
+	fctx, cancel := context.WithCancel(ctx)
+	var fetches sync.WaitGroup
+	defer fetches.Wait()
+	defer cancel()
 	e := d.e
 	for {
 		select {
@@ -109,6 +115,9 @@ func (d *Driver) Run(ctx context.Context) error {
 		d.takeProposals()
 		if err := e.process(); err != nil {
 			return err
+		}
+		for _, cu := range e.takeFetches() {
+			fetches.Go(func() { d.runFetch(fctx, cu) })
 		}
 	}
 }
@@ -332,7 +341,7 @@ func (d *Driver) Membership(ctx context.Context, group uint64) (Membership, erro
 // Stats returns a snapshot of the driver's counters.
 func (d *Driver) Stats(ctx context.Context) (Stats, error) {
 	ch := make(chan Stats, 1)
-	if err := d.exec(ctx, func(e *engine) { ch <- e.stats }); err != nil {
+	if err := d.exec(ctx, func(e *engine) { s := e.stats; s.CatchupsActive = len(e.catchups); ch <- s }); err != nil {
 		return Stats{}, fmt.Errorf("replica: stats: %w", err)
 	}
 	s := <-ch
@@ -340,4 +349,31 @@ func (d *Driver) Stats(ctx context.Context) (Stats, error) {
 	s.InboxFull = d.mu.dropped
 	d.mu.Unlock()
 	return s, nil
+}
+
+// LogBounds returns the group's first and last raft index stored here (the first rises
+// as the log is compacted).
+func (d *Driver) LogBounds(ctx context.Context, group uint64) (first, last uint64, err error) {
+	type answer struct {
+		first, last uint64
+		ok          bool
+	}
+	ch := make(chan answer, 1)
+	if err := d.exec(ctx, func(e *engine) {
+		g, ok := e.groups[group]
+		if !ok {
+			ch <- answer{}
+			return
+		}
+		f, _ := g.st.FirstIndex()
+		l, _ := g.st.LastIndex()
+		ch <- answer{f, l, true}
+	}); err != nil {
+		return 0, 0, fmt.Errorf("replica: log bounds of group %d: %w", group, err)
+	}
+	a := <-ch
+	if !a.ok {
+		return 0, 0, fmt.Errorf("%w %d", ErrUnknownGroup, group)
+	}
+	return a.first, a.last, nil
 }

@@ -47,6 +47,30 @@ func (t netTransport) Send(to uint64, msgs []Message) {
 	d.Deliver(cp)
 }
 
+// netFetcher fetches a catch-up's records from a driver of the test network,
+// through its ReadChunk, as the node's peer links do.
+type netFetcher struct{ net *testNet }
+
+func (f netFetcher) Fetch(ctx context.Context, node, group uint64, log string, from, to, maxBytes uint64, chunk func([]byte) error) error {
+	for next := from; next < to; {
+		f.net.mu.Lock()
+		d, down := f.net.drivers[node], f.net.down[node]
+		f.net.mu.Unlock()
+		if d == nil || down {
+			return fmt.Errorf("node %d is down", node)
+		}
+		c, n, err := d.ReadChunk(group, log, next, to, maxBytes)
+		if err != nil {
+			return err
+		}
+		if err := chunk(c); err != nil {
+			return err
+		}
+		next = n
+	}
+	return ctx.Err()
+}
+
 type testReplica struct {
 	id     uint64
 	fs     vfs.FS
@@ -78,7 +102,7 @@ func startReplicaWith(t testing.TB, net *testNet, id uint64, fs vfs.FS, groups [
 	}
 	r := &testReplica{id: id, fs: fs, db: db, sm: NewLogSM(db), done: make(chan error, 1)}
 	cfg := Config{
-		NodeID: id, DB: db, StateMachine: r.sm, Transport: netTransport{id, net},
+		NodeID: id, DB: db, StateMachine: r.sm, Transport: netTransport{id, net}, Fetcher: netFetcher{net},
 		TickInterval: 10 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1,
 	}
 	if tune != nil {

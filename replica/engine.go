@@ -31,8 +31,15 @@ type engine struct {
 	// compactDue are the groups that applied entries since process last
 	// considered compacting them.
 	compactDue []*group
-	failed     error
-	stats      Stats
+	// catchups are the groups fetching the records of a snapshot, by group;
+	// fetches those started and not yet taken by takeFetches (catchup.go).
+	catchups    map[uint64]*catchup
+	fetches     []*catchup
+	nextCatchup uint64
+	// reports are the snapshots sent and not yet reported to raft.
+	reports []snapReport
+	failed  error
+	stats   Stats
 }
 
 // Stats counts the engine's work, for tests and metrics.
@@ -49,6 +56,18 @@ type Stats struct {
 	Wakes         uint64 // Wake messages sent (Message.Wake)
 	WakeCampaigns uint64 // campaigns started because the leader sent Wake
 	InboxFull     uint64 // inbound batches Deliver dropped because Run was behind
+
+	SnapshotsBuilt    uint64 // snapshots built for raft to send (metadata only)
+	SnapshotsSent     uint64 // MsgSnap messages sent
+	SnapshotsApplied  uint64 // snapshots installed here
+	SnapshotsDeferred uint64 // MsgSnaps received while their group was catching up
+	SnapshotsRefused  uint64 // MsgSnaps whose data did not decode
+	CatchupsStarted   uint64 // fetches of the records a snapshot needs
+	CatchupsDone      uint64
+	CatchupsFailed    uint64
+	CatchupsActive    int    // in progress now
+	CatchupRecords    uint64 // records fetched and written
+	CatchupBytes      uint64 // chunk bytes fetched
 }
 
 type group struct {
@@ -78,12 +97,13 @@ type proposal struct {
 
 func newEngine(cfg Config) *engine {
 	return &engine{
-		cfg:    cfg,
-		store:  NewStore(cfg.DB),
-		sm:     cfg.StateMachine,
-		tr:     cfg.Transport,
-		groups: make(map[uint64]*group),
-		out:    make(map[uint64][]Message),
+		cfg:      cfg,
+		store:    NewStore(cfg.DB),
+		sm:       cfg.StateMachine,
+		tr:       cfg.Transport,
+		groups:   make(map[uint64]*group),
+		out:      make(map[uint64][]Message),
+		catchups: make(map[uint64]*catchup),
 	}
 }
 
@@ -103,7 +123,6 @@ func (e *engine) addGroup(id uint64, peers []uint64, join bool) (created bool, e
 	if err != nil {
 		return false, err
 	}
-	st.noSnapshots = true
 	hs, cs, _ := st.InitialState()
 	last, _ := st.LastIndex()
 	empty := len(cs.GetVoters()) == 0 && len(cs.GetLearners()) == 0 && last == 0 && raft.IsEmptyHardState(hs)
@@ -141,6 +160,7 @@ func (e *engine) addGroup(id uint64, peers []uint64, join bool) (created bool, e
 		}
 	}
 	g := &group{id: id, rn: rn, st: st}
+	st.setBuild(func() (*pb.Snapshot, error) { return e.buildSnapshot(g) })
 	e.groups[id] = g
 	i, _ := slices.BinarySearchFunc(e.order, id, func(g *group, id uint64) int { return cmp.Compare(g.id, id) })
 	e.order = slices.Insert(e.order, i, g)
@@ -211,6 +231,7 @@ func bootstrap(rn *raft.RawNode, peers []uint64) error {
 
 // tick advances every active group by one tick and quiesces the idle ones.
 func (e *engine) tick() {
+	e.tickReports()
 	for _, g := range e.order {
 		if g.quiet {
 			continue
@@ -308,6 +329,10 @@ func (e *engine) step(msgs []Message) {
 		default:
 			e.setQuiet(g, false)
 			g.idle = 0
+		}
+		if t == pb.MsgSnap {
+			e.onSnap(g, m.Raft)
+			continue
 		}
 		_ = g.rn.Step(m.Raft) // errors are stale or foreign messages: raft ignores them
 		if m.Quiesce {
@@ -485,15 +510,24 @@ func (e *engine) round(rds []*readyGroup) error {
 	b := e.cfg.DB.NewBatchWithSize(size)
 	defer b.Close()
 	var (
-		after []func()
-		sync  bool
+		after    []func()
+		restored []func() error
+		sync     bool
 	)
 	for _, r := range rds {
 		rd, g := r.rd, r.g
+		var snapIdx uint64
 		if !raft.IsEmptySnap(rd.Snapshot) {
-			return fmt.Errorf("replica: group %d: received a snapshot at index %d: snapshots are not supported yet", g.id, rd.Snapshot.GetMetadata().GetIndex())
+			fst, fsm, err := e.stageRestore(b, g, rd.Snapshot)
+			if err != nil {
+				return err
+			}
+			restored = append(restored, fsm)
+			after = append(after, fst, func() { e.stats.SnapshotsApplied++ })
+			snapIdx = rd.Snapshot.GetMetadata().GetIndex()
+			sync = true
 		}
-		f, err := g.st.stageAppend(b, rd.Entries)
+		f, err := g.st.stageAppendAfter(b, rd.Entries, snapIdx)
 		if err != nil {
 			return err
 		}
@@ -553,6 +587,11 @@ func (e *engine) round(rds []*readyGroup) error {
 	for _, f := range after {
 		f()
 	}
+	for _, f := range restored {
+		if err := f(); err != nil {
+			return err
+		}
+	}
 	e.sm.Committed()
 	for _, r := range rds {
 		msgs := r.rd.Messages
@@ -566,6 +605,7 @@ func (e *engine) round(rds []*readyGroup) error {
 	e.flush()
 	for _, r := range rds {
 		r.g.rn.Advance(r.rd)
+		e.snapshotSent(r.g.id, r.rd.Messages)
 	}
 	for _, r := range rds {
 		e.complete(r)

@@ -3,7 +3,10 @@ package replica
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"testing"
+
+	"github.com/quicmq/quicmq/wal"
 )
 
 // FuzzDecodeEnvelope: entries arrive from peers; a damaged or foreign one is
@@ -41,6 +44,49 @@ func FuzzUnsealAndDecodeEntry(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v []byte) {
 		if e, err := decodeEntry(k, v); err == nil && e == nil {
 			t.Fatal("no entry and no error")
+		}
+	})
+}
+
+// FuzzDecodeSnapshot: snapshot data and fetched chunks arrive from peers; damaged,
+// truncated or foreign ones are refused with an error naming the problem, never a panic.
+func FuzzDecodeSnapshot(f *testing.F) {
+	f.Add(encodeLogSnap(logState{applied: 9, next: 4, lastTime: 7}))
+	lo, _ := groupRange(5)
+	wk := append(append([]byte(nil), lo...), kindWalApplied)
+	tk := append(append([]byte(nil), lo...), append([]byte{kindWalTopic}, "t"...)...)
+	var ap, tp [16]byte
+	ap[7], tp[7] = 9, 3
+	p := binary.AppendUvarint(nil, 2)
+	p = appendBytes(appendBytes(p, wk[len(lo):]), seal(wk, ap[:]))
+	p = appendBytes(appendBytes(p, tk[len(lo):]), seal(tk, tp[:]))
+	p = binary.AppendUvarint(p, 1)
+	p = binary.AppendUvarint(appendStr(p, "t"), 0)
+	f.Add(frameSnap(snapVersion, snapKindWal, p))
+	f.Add(frameSnap(chunkVersion, snapKindLog, append(binary.AppendUvarint(nil, 1), 3, 9, 7, 1, 'x')))
+	f.Add(frameSnap(chunkVersion, snapKindWal, appendFetched(binary.AppendUvarint(nil, 1), &wal.Record{Offset: 3, Time: 5, ProducerID: "p", Sequence: 2,
+		Headers: []wal.Header{{Key: "k", Value: []byte("v")}}, Payload: []byte("x")})))
+	f.Add([]byte{snapVersion, snapKindWal, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		if ws, err := decodeWalSnap(5, p); err == nil && ws == nil {
+			t.Fatal("no snapshot and no error")
+		} else if err != nil && !errors.Is(err, errSnapshot) {
+			t.Fatalf("error %v does not say the snapshot is malformed", err)
+		}
+		_, _ = decodeLogSnap(p)
+		if recs, err := decodeLogChunk(p); err == nil {
+			for i := 1; i < len(recs); i++ {
+				if recs[i].Offset != recs[i-1].Offset+1 {
+					t.Fatalf("chunk with offsets %d then %d accepted", recs[i-1].Offset, recs[i].Offset)
+				}
+			}
+		}
+		if recs, err := decodeWalChunk(p); err == nil {
+			for i := 1; i < len(recs); i++ {
+				if recs[i].Offset != recs[i-1].Offset+1 || recs[i].Time < recs[i-1].Time {
+					t.Fatalf("chunk with offsets %d then %d, times %d then %d accepted", recs[i-1].Offset, recs[i].Offset, recs[i-1].Time, recs[i].Time)
+				}
+			}
 		}
 	})
 }

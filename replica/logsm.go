@@ -56,6 +56,12 @@ type LogSM struct {
 	// staged is owned by the driver's goroutine: state written into batches
 	// not yet committed.
 	staged map[uint64]logState
+	// fetched is, per group catching up, the next offset of the records
+	// fetched for a snapshot not yet installed (driver's goroutine).
+	fetched map[uint64]uint64
+	// brokenNoRecordCheck, test only, installs a snapshot whose records
+	// are not stored (with Config.brokenSkipCatchup).
+	brokenNoRecordCheck bool
 
 	mu struct {
 		sync.Mutex
@@ -79,7 +85,7 @@ type Record struct {
 
 // NewLogSM returns the log state machine kept in db under the 'L' key space.
 func NewLogSM(db *pebble.DB) *LogSM {
-	l := &LogSM{db: db, staged: make(map[uint64]logState)}
+	l := &LogSM{db: db, staged: make(map[uint64]logState), fetched: make(map[uint64]uint64)}
 	l.mu.groups = make(map[uint64]logState)
 	return l
 }

@@ -41,9 +41,11 @@ type simConfig struct {
 	partitionRate float64 // per step
 	broken        bool    // apply before commit
 	brokenNoSync  bool    // never sync
+	brokenCatchup bool    // install snapshots without fetching their records
 	maxSizePerMsg uint64  // raft's paging of appends (0: the default)
 	maxInflight   int     // raft's appends in flight per follower (0: the default)
 	compact       bool    // Config.LogCompaction, every 8 applied entries
+	logTail       uint64  // Config.LogTailEntries with compact (0: 4): a follower further behind needs a snapshot
 	wal           bool    // WalSM on a wal.Log instead of LogSM (walsm_sim_test.go)
 	dedupWindow   int     // WalSM's window, with wal
 	wipe          bool    // once in the fault phase, a node's storage is lost: it restarts empty under a new ID and rejoins
@@ -126,6 +128,21 @@ type sim struct {
 	// (synced data only), for onAck's quorum check: an entry committed just
 	// before the wipe was durable on that quorum.
 	ghosts []*simNode
+	// fetches are the catch-ups in progress, run over the simulated network
+	// (a chunk per delivery delay, lost with the link, the source or the
+	// fetching node).
+	fetches []*simFetch
+}
+
+// simFetch is one catch-up's fetch: the chunks of its spans, read from the
+// source node's state machine and written into the fetching engine.
+type simFetch struct {
+	n    *simNode
+	e    *engine // the engine that started it: gone when the node restarts
+	cu   *catchup
+	span int
+	next uint64
+	at   int
 }
 
 // simReplace is a wiped node's replacement in every group, driven by
@@ -142,6 +159,7 @@ type simStats struct {
 	duplicates                                                              int // with wal: retries answered with the original offset
 	compacted                                                               int // groups whose log was compacted on some node at the end
 	wipes, learners, promotions                                             int // with wipe: nodes wiped, learners added, promotions proposed
+	snapshots, catchups, catchupFails, fetchedRecords                       int // snapshots installed, catch-ups done and failed, records fetched
 }
 
 func (a *simStats) add(b simStats) {
@@ -157,6 +175,10 @@ func (a *simStats) add(b simStats) {
 	a.wipes += b.wipes
 	a.learners += b.learners
 	a.promotions += b.promotions
+	a.snapshots += b.snapshots
+	a.catchups += b.catchups
+	a.catchupFails += b.catchupFails
+	a.fetchedRecords += b.fetchedRecords
 }
 
 type simTransport struct {
@@ -272,9 +294,10 @@ func (s *sim) start(n *simNode) error {
 		NodeID: n.id, DB: n.db, StateMachine: sm, Transport: simTransport{s, n.id},
 		ElectionTicks: 10, HeartbeatTicks: 1, MaxSizePerMsg: s.cfg.maxSizePerMsg, MaxInflightMsgs: s.cfg.maxInflight,
 		Now:           func() time.Time { return time.Unix(0, int64(s.now)*1e6+n.skew) },
-		LogCompaction: s.cfg.compact, LogCompactEvery: 8,
+		LogCompaction: s.cfg.compact, LogCompactEvery: 8, LogTailEntries: cmp.Or(s.cfg.logTail, 4),
 		brokenApplyBeforeCommit: s.cfg.broken,
 		brokenNoSync:            s.cfg.brokenNoSync,
+		brokenSkipCatchup:       s.cfg.brokenCatchup,
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -295,6 +318,7 @@ func (s *sim) start(n *simNode) error {
 // crash drops what the node had not synced and keeps it down for a while;
 // its storage stays readable for the quorum check.
 func (s *sim) crash(n *simNode) error {
+	s.harvest(n)
 	crashed := n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: s.rng.IntN(60), RNG: rand.New(rand.NewPCG(s.rng.Uint64(), 1))})
 	s.closeDB(n)
 	n.fs = crashed
@@ -309,6 +333,7 @@ func (s *sim) crash(n *simNode) error {
 // ID (IDs are never reused) and joins its groups, whose leaders replace its
 // old ID by the new one (replace).
 func (s *sim) wipe(n *simNode) error {
+	s.harvest(n)
 	ghost := &simNode{id: n.id, fs: n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(s.rng.Uint64(), 1))})}
 	if err := s.openDB(ghost); err != nil {
 		return fmt.Errorf("wiped node %d: %w", n.id, err)
@@ -427,6 +452,9 @@ func (s *sim) step(faults bool) error {
 		}
 	}
 	s.net = s.net[i:]
+	if err := s.runFetches(); err != nil {
+		return err
+	}
 	for _, n := range s.nodes {
 		if n.e != nil && (s.now+n.phase)%s.cfg.tickEvery == 0 {
 			q := n.e.stats.Quiesced
@@ -476,6 +504,9 @@ func (s *sim) step(faults bool) error {
 		if n.e != nil {
 			if err := n.e.process(); err != nil {
 				return fmt.Errorf("node %d: %w", n.id, err)
+			}
+			for _, cu := range n.e.takeFetches() {
+				s.fetches = append(s.fetches, &simFetch{n: n, e: n.e, cu: cu, next: cu.spans[0].From, at: s.now + 1 + s.rng.IntN(s.cfg.maxDelay)})
 			}
 		}
 	}
@@ -759,6 +790,9 @@ func runSim(t *testing.T, cfg simConfig, seed uint64) (acked int, st simStats, e
 	}()
 	err = s.run()
 	for _, n := range s.nodes {
+		s.harvest(n)
+	}
+	for _, n := range s.nodes {
 		for _, st := range n.st {
 			if st == nil {
 				continue
@@ -832,11 +866,12 @@ func TestSimRegion(t *testing.T) {
 			// Storage.Entries' size limit and raft's flow control.
 			cfg.maxSizePerMsg, cfg.maxInflight = 64, 2
 		}
-		cfg.compact = seed%4 >= 2
+		cfg.compact = seed%4 != 1
 		return cfg
 	})
 	if len(seeds) >= 20 && (acked == 0 || total.crashes == 0 || total.partitions == 0 || total.quiesced == 0 ||
-		total.leaderTerms <= runs || total.clamped == 0 || total.notLeader == 0 || total.compacted == 0) {
+		total.leaderTerms <= runs || total.clamped == 0 || total.notLeader == 0 || total.compacted == 0 ||
+		total.snapshots == 0 || total.catchups == 0) {
 		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}
 }
@@ -876,6 +911,15 @@ func TestSimCatchesMissingSync(t *testing.T) {
 	}
 }
 
+// TestSimCatchesSnapshotWithoutRecords shows the checker failing on a
+// driver that installs a snapshot without fetching the records it needs:
+// the replica's log then skips offsets.
+func TestSimCatchesSnapshotWithoutRecords(t *testing.T) {
+	if n := caughtIn(t, 20, func(c *simConfig) { c.brokenCatchup, c.compact, c.logTail = true, true, 2 }); n < 3 {
+		t.Fatalf("the simulation caught the snapshot without records in %d of 20 seeds", n)
+	}
+}
+
 // TestSimIsReproducible: a seed replays the same run, so a failing seed can
 // be rerun and debugged.
 func TestSimIsReproducible(t *testing.T) {
@@ -912,9 +956,81 @@ func TestSimRejoin(t *testing.T) {
 		if seed%4 == 3 {
 			cfg.wal, cfg.dedupWindow = true, 16 // records at dense offsets in wal's layout
 		}
+		// Mostly with compaction: the wiped node then catches up through a
+		// snapshot and the records fetched from its leader.
+		cfg.compact = seed%5 != 4
 		return cfg
 	})
-	if len(seeds) >= 20 && (total.wipes != runs || total.learners < runs || total.promotions < runs || acked == 0) {
+	if len(seeds) >= 20 && (total.wipes != runs || total.learners < runs || total.promotions < runs || acked == 0 ||
+		total.snapshots == 0 || total.catchups == 0) {
 		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}
+}
+
+// harvest adds a node's engine's snapshot counters to the run's stats before
+// the engine goes (a crash, a wipe, the end).
+func (s *sim) harvest(n *simNode) {
+	if n.e != nil {
+		s.stats.snapshots += int(n.e.stats.SnapshotsApplied)
+		s.stats.fetchedRecords += int(n.e.stats.CatchupRecords)
+	}
+}
+
+// runFetches moves every catch-up whose next chunk is due: read from the
+// source node's state machine and written into the fetching engine, or
+// failed when the source is down or cut off, or (sometimes) lost.
+func (s *sim) runFetches() error {
+	kept := s.fetches[:0]
+	for _, f := range s.fetches {
+		if f.n.e != f.e {
+			continue // the fetching node restarted: its catch-up died with it
+		}
+		if f.at > s.now {
+			kept = append(kept, f)
+			continue
+		}
+		done, err := s.fetchStep(f)
+		switch {
+		case err != nil:
+			s.stats.catchupFails++
+			f.e.fetchDone(f.cu.id, err)
+		case done:
+			s.stats.catchups++
+			f.e.fetchDone(f.cu.id, nil)
+		default:
+			f.at = s.now + 1 + s.rng.IntN(s.cfg.maxDelay)
+			kept = append(kept, f)
+		}
+	}
+	s.fetches = kept
+	return nil
+}
+
+func (s *sim) fetchStep(f *simFetch) (done bool, err error) {
+	src := s.node(f.cu.source)
+	switch {
+	case src == nil || src.e == nil:
+		return false, fmt.Errorf("sim: fetch source %d is down", f.cu.source)
+	case s.cut[[2]uint64{src.id, f.n.id}] || s.cut[[2]uint64{f.n.id, src.id}]:
+		return false, fmt.Errorf("sim: fetch source %d is cut off", f.cu.source)
+	case s.rng.Float64() < s.cfg.dropRate/2:
+		return false, errors.New("sim: fetch stream reset")
+	}
+	span := f.cu.spans[f.span]
+	chunk, next, err := src.e.sm.(Snapshotter).ReadChunk(f.cu.group, span.Log, f.next, span.To, 1+s.rng.IntN(200))
+	if err != nil {
+		return false, err
+	}
+	if err := f.e.fetchChunk(f.cu.id, span, chunk); err != nil {
+		return false, err
+	}
+	f.next = next
+	if f.next >= span.To {
+		f.span++
+		if f.span == len(f.cu.spans) {
+			return true, nil
+		}
+		f.next = f.cu.spans[f.span].From
+	}
+	return false, nil
 }

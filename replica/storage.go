@@ -31,15 +31,18 @@ func NewStore(db *pebble.DB) *Store { return &Store{db: db} }
 type Storage struct {
 	db    *pebble.DB
 	group uint64
-	// noSnapshots: the driver's groups, which cannot build snapshots yet.
-	noSnapshots bool
+	// build makes a snapshot of the group's state at its applied index, for
+	// a follower that needs entries compacted away (the driver's groups; nil:
+	// only the last snapshot applied is served). Set before the group runs.
+	build func() (*pb.Snapshot, error)
 
 	mu struct {
 		sync.Mutex
 		hs         *pb.HardState // nil until one is stored
 		cs         *pb.ConfState
 		snap       *pb.Snapshot
-		truncIndex uint64 // index of the entry before the first available one
+		built      *pb.Snapshot // the last one build made
+		truncIndex uint64       // index of the entry before the first available one
 		truncTerm  uint64
 		last       uint64
 		cache      entryCache // the newest durable entries
@@ -262,18 +265,35 @@ func (s *Storage) FirstIndex() (uint64, error) {
 	return s.mu.truncIndex + 1, nil
 }
 
-// Snapshot implements raft.Storage: the last snapshot applied. For the
-// driver's groups (noSnapshots) it is raft.ErrSnapshotTemporarilyUnavailable
-// once the log has been compacted past that snapshot: snapshots carrying the
-// records are not built yet, so a follower that needs the entries compacted
-// away stays behind, and its leader keeps asking.
+// setBuild sets the group's snapshot builder (see Storage.build).
+func (s *Storage) setBuild(f func() (*pb.Snapshot, error)) { s.build = f }
+
+// Snapshot implements raft.Storage: the last snapshot applied, or, once the
+// log has been compacted past it, one built at the state machine's applied
+// index (metadata only: the records are fetched, catchup.go), kept until the
+// log is compacted past it too. Without a builder it is the last snapshot
+// applied, as in raft.MemoryStorage; a builder that fails answers
+// raft.ErrSnapshotTemporarilyUnavailable, and raft asks again later.
 func (s *Storage) Snapshot() (*pb.Snapshot, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.noSnapshots && s.mu.snap.GetMetadata().GetIndex() < s.mu.truncIndex {
-		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	trunc := s.mu.truncIndex
+	if s.mu.snap.GetMetadata().GetIndex() >= trunc || s.build == nil {
+		defer s.mu.Unlock()
+		return proto.Clone(s.mu.snap).(*pb.Snapshot), nil
 	}
-	return proto.Clone(s.mu.snap).(*pb.Snapshot), nil
+	if b := s.mu.built; b != nil && b.GetMetadata().GetIndex() >= trunc {
+		s.mu.Unlock()
+		return b, nil
+	}
+	s.mu.Unlock()
+	snap, err := s.build() // reads the storage: not under the lock
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	s.mu.built = snap
+	s.mu.Unlock()
+	return snap, nil
 }
 
 // commit writes b synced and then runs the in-memory updates.
@@ -309,12 +329,21 @@ func (s *Storage) Append(ents []*pb.Entry) error {
 // stageAppend writes ents into b and returns the update of the in-memory
 // state to run once b is durable (nil if there is nothing to write).
 func (s *Storage) stageAppend(b *pebble.Batch, ents []*pb.Entry) (func(), error) {
+	return s.stageAppendAfter(b, ents, 0)
+}
+
+// stageAppendAfter is stageAppend after a snapshot at index snap staged in
+// the same batch (0: none), whose in-memory update runs before this one's.
+func (s *Storage) stageAppendAfter(b *pebble.Batch, ents []*pb.Entry, snap uint64) (func(), error) {
 	if len(ents) == 0 {
 		return nil, nil
 	}
 	s.mu.Lock()
 	first, last := s.mu.truncIndex+1, s.mu.last
 	s.mu.Unlock()
+	if snap > 0 {
+		first, last = snap+1, snap
+	}
 	for i := 1; i < len(ents); i++ {
 		if ents[i].GetIndex() != ents[i-1].GetIndex()+1 {
 			return nil, fmt.Errorf("replica: group %d: append: entry %d follows %d", s.group, ents[i].GetIndex(), ents[i-1].GetIndex())

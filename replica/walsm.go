@@ -30,6 +30,7 @@ import (
 // goroutine.
 type WalSM struct {
 	w       *wal.ReplicaWriter
+	log     *wal.Log
 	db      *pebble.DB
 	window  int
 	groupOf func(topic string) uint64
@@ -107,7 +108,7 @@ func NewWalSM(cfg WalSMConfig) (*WalSM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replica: wal state machine: %w", err)
 	}
-	s := &WalSM{w: w, db: cfg.Log.DB(), window: cfg.DedupWindow, groupOf: cfg.GroupOf, groups: make(map[uint64]*walGroup)}
+	s := &WalSM{w: w, log: cfg.Log, db: cfg.Log.DB(), window: cfg.DedupWindow, groupOf: cfg.GroupOf, groups: make(map[uint64]*walGroup)}
 	if s.window == 0 {
 		s.window = DefaultDedupWindow
 	}
@@ -185,8 +186,9 @@ func (s *WalSM) loadTopics(g *walGroup) error {
 		name := string(k)
 		st := &walTopic{next: binary.BigEndian.Uint64(p[0:8]), lastTime: int64(binary.BigEndian.Uint64(p[8:16]))}
 		// The records and this state are written in one batch: they agree
-		// unless the store is damaged.
-		if next, _, ok := s.w.Next(name); !ok || next != st.next {
+		// unless the store is damaged, or a catch-up left records past the
+		// state (fetched for a snapshot not installed: settle discards them).
+		if next, _, ok := s.w.Next(name); !ok || next < st.next {
 			return fmt.Errorf("%w: group %d: topic %q: applied state says next offset %d, the log has %d (bound %v)", errCorrupt, g.id, name, st.next, next, ok)
 		}
 		g.topics[name] = st
@@ -261,9 +263,12 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 	}
 	st := g.topics[we.Topic]
 	if st == nil {
-		next, lastTime, _ := s.w.Next(we.Topic)
-		st = &walTopic{next: next, lastTime: lastTime}
+		// No record of the topic applied yet: any stored are a catch-up's.
+		st = &walTopic{}
 		g.topics[we.Topic] = st
+	}
+	if err := s.settle(b, we.Topic, st); err != nil {
+		return Result{}, err
 	}
 	ts := max(e.Time, st.lastTime)
 	switch we.Kind {

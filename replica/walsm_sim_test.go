@@ -52,6 +52,7 @@ func (s *sim) closeDB(n *simNode) {
 func (s *sim) newSM(n *simNode) (StateMachine, error) {
 	if !s.cfg.wal {
 		n.sm = NewLogSM(n.db)
+		n.sm.brokenNoRecordCheck = s.cfg.brokenCatchup
 		return n.sm, nil
 	}
 	sm, err := NewWalSM(WalSMConfig{Log: n.log, DedupWindow: s.cfg.dedupWindow, GroupOf: simGroupOf})
@@ -150,10 +151,11 @@ func TestSimRegionWal(t *testing.T) {
 		}
 		cfg := defaultSimConfig(nodes)
 		cfg.wal, cfg.dedupWindow = true, 16
-		cfg.compact = seed%2 == 0
+		cfg.compact = seed%4 != 1
 		return cfg
 	})
-	if runs >= 20 && (acked == 0 || total.crashes == 0 || total.partitions == 0 || total.duplicates == 0 || total.clamped == 0 || total.compacted == 0) {
+	if runs >= 20 && (acked == 0 || total.crashes == 0 || total.partitions == 0 || total.duplicates == 0 || total.clamped == 0 || total.compacted == 0 ||
+		total.snapshots == 0 || total.catchups == 0) {
 		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}
 }

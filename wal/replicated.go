@@ -355,6 +355,10 @@ func (w *ReplicaWriter) Published() {
 		l.mu.topics[t.name] = t
 	}
 	for _, p := range w.positions {
+		if p.del {
+			delete(l.mu.positions, p.key)
+			continue
+		}
 		l.mu.positions[p.key] = p.val
 	}
 	l.mu.Unlock()

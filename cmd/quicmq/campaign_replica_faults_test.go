@@ -225,8 +225,8 @@ func TestCampaignReplicaWipeReplica(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	read := l.readEveryNode(t, 0)
-	t.Logf("after the wipe: %d of 3 nodes read back; %s caught up: %v after %v; its quicmq topics: %s",
-		read, n.name, caught, time.Since(wiped).Round(time.Millisecond), last)
+	t.Logf("after the wipe: %d of 3 nodes read back; %s caught up: %v after %v, through %d snapshots (metadata only, records fetched); its quicmq topics: %s",
+		read, n.name, caught, time.Since(wiped).Round(time.Millisecond), n.proc().snapshots.Load(), last)
 	if caught {
 		l.Stop()
 		checkReplicaCampaign(t, l, all(len(r.nodes)))

@@ -34,9 +34,15 @@ type meshProcess struct {
 	exited  chan struct{}
 	tailMu  sync.Mutex
 	tailLog []string
+	// snapshots counts the raft snapshots the node installed (its log lines), for the
+	// campaigns that show a replica catching up through one.
+	snapshots atomic.Int64
 }
 
-var linkUpRE = regexp.MustCompile(`msg="link (up|reconnected)"`)
+var (
+	linkUpRE   = regexp.MustCompile(`msg="link (up|reconnected)"`)
+	snapshotRE = regexp.MustCompile(`msg="snapshot installed"`)
+)
 
 func startMeshProcess(t *testing.T, bin, name string, args ...string) *meshProcess {
 	t.Helper()
@@ -65,6 +71,9 @@ func startMeshProcess(t *testing.T, bin, name string, args ...string) *meshProce
 				case addr <- m[1]:
 				default:
 				}
+			}
+			if snapshotRE.MatchString(line) {
+				p.snapshots.Add(1)
 			}
 			if linkUpRE.MatchString(line) {
 				select {

@@ -36,6 +36,7 @@ type nodeFlags struct {
 	maxDurablesPerTenant                int
 	replicas                            int
 	raftNoQuiesce                       bool
+	raftNoCompaction                    bool
 	raftTick                            time.Duration
 	logLevel                            string
 	caDir, advertise                    string
@@ -90,6 +91,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.IntVar(&f.maxDurablesPerTenant, "max-durables-per-tenant", 1000, "durable consumers a tenant may have stored on this node ('quicmq consumers rm' removes one)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&f.raftNoQuiesce, "raft-no-quiesce", false, "with --replicas > 1: keep idle raft groups heartbeating, so a leader's loss is noticed after the election timeout (1-2 s) rather than by gossip's failure detection (about 5 s), at one heartbeat per group per tick")
+	fs.BoolVar(&f.raftNoCompaction, "raft-no-compaction", false, "with --replicas > 1: keep every raft entry forever instead of compacting the raft logs (a fallback: each record is then stored twice, and the raft log grows without bound)")
 	fs.DurationVar(&f.raftTick, "raft-tick", 0, "with --replicas > 1: one raft tick; elections start 10-20 ticks after a leader's last heartbeat, heartbeats every tick (0: 50ms; raise it when the region's nodes are more than a few ms apart)")
 	fs.IntVar(&f.replicas, "replicas", 1, "replicas of each new topic in this node's region, kept in agreement by raft: 1 (one node holds a topic), or 2 to 7 (odd recommended; the same on every node of the region, which forms once that many nodes are up)")
 	fs.BoolVar(&f.ablationSharedLink, "ablation-shared-link", false, "measurement aid for benchmarks: carry all mirrors of each federation link on one shared stream, and accept that from peers (docs/benchmarks.md, scenario 6); never in production")
@@ -192,7 +194,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 
 		MaxDurablesPerTenant: f.maxDurablesPerTenant,
 		Replicas:             f.replicas,
-		Raft:                 node.RaftSettings{DisableQuiescence: f.raftNoQuiesce, TickInterval: f.raftTick},
+		Raft:                 node.RaftSettings{DisableQuiescence: f.raftNoQuiesce, DisableLogCompaction: f.raftNoCompaction, TickInterval: f.raftTick},
 
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,

@@ -55,6 +55,7 @@ max_durables_per_tenant = 5000
 log_level       = "debug"
 replicas        = 3
 raft_no_quiesce = true
+raft_no_compaction = false
 raft_tick       = "50ms"
 pprof           = true
 `

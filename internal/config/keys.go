@@ -92,6 +92,7 @@ var Keys = []Key{
 	{"log_level", "log-level", LogLevel, "debug, info, warn or error"},
 	{"pprof", "pprof", Bool, "serve Go's runtime profiles at /debug/pprof/ on the metrics address (operators only)"},
 	{"raft_no_quiesce", "raft-no-quiesce", Bool, "keep idle raft groups heartbeating: faster failover, more heartbeats"},
+	{"raft_no_compaction", "raft-no-compaction", Bool, "keep every raft entry forever (a fallback: records are then stored twice)"},
 	{"raft_tick", "raft-tick", Duration, "one raft tick: elections after 10-20 ticks without a heartbeat (default 50ms)"},
 	{"replicas", "replicas", Positive, "replicas of each new topic in the region, kept in agreement by raft (1 to 7, odd recommended)"},
 }

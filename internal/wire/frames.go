@@ -53,6 +53,7 @@ var typeNames = map[Type]string{
 	TypeNak: "NAK", TypeCommit: "COMMIT", TypeCommitted: "COMMITTED",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
 	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypePosition: "POSITION", TypeGroupPosition: "GROUP_POSITION", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
+	TypeRaftFetch: "RAFT_FETCH", TypeRaftChunk: "RAFT_CHUNK",
 }
 
 func (t Type) String() string {
@@ -361,6 +362,10 @@ func newFrame(t Type) Frame {
 		return new(Raft)
 	case TypeRaftBatch:
 		return new(RaftBatch)
+	case TypeRaftFetch:
+		return new(RaftFetchReq)
+	case TypeRaftChunk:
+		return new(RaftChunk)
 	case TypeNak:
 		return new(Nak)
 	case TypeCommit:

@@ -6,7 +6,7 @@ package wire
 // decodes and checks it, docs/protocol.md gives its layout); the leader answers DONE, its
 // count the raft index the entry was applied at, once it is committed and applied there, or
 // ERROR. One request per stream.
-const TypeGroupStore Type = 0x4c
+const TypeGroupStore Type = 0x4e
 
 // GroupStore asks the leader of Topic's raft group to propose Entry.
 type GroupStore struct {

@@ -7,19 +7,23 @@ package wire
 const (
 	TypeRaft      Type = 0x48 // first frame of a raft stream: its class and both raft IDs
 	TypeRaftBatch Type = 0x49 // opener -> acceptor: the raft messages of one batch
+	TypeRaftFetch Type = 0x4c // opener -> acceptor, on a fetch stream: the records a catch-up needs
+	TypeRaftChunk Type = 0x4d // acceptor -> opener, on a fetch stream: one chunk of them
 )
 
 // Raft stream classes: the sender puts votes, heartbeats and every response on the control
 // stream, appends and snapshots on the bulk stream, and gives the control stream the higher
-// QUIC priority.
+// QUIC priority. A fetch stream (one per catch-up span, the lowest priority) carries one
+// RAFT_FETCH and the RAFT_CHUNK frames that answer it.
 const (
 	RaftControl byte = 0
 	RaftBulk    byte = 1
+	RaftFetch   byte = 2
 )
 
 // Raft opens a raft stream.
 type Raft struct {
-	Class byte   // RaftControl or RaftBulk
+	Class byte   // RaftControl, RaftBulk or RaftFetch
 	From  uint64 // raft node ID of the sender
 	To    uint64 // raft node ID the sender expects to reach
 }
@@ -46,6 +50,48 @@ func (f *RaftBatch) decodeBody(d *dec) {
 		f.Batch, d.b = d.b, d.b[len(d.b):]
 		if len(f.Batch) == 0 {
 			f.Batch = nil // an empty batch decodes alike however it was read
+		}
+	}
+}
+
+// RaftFetchReq asks the accepting node for records [From, To) of a replica group's log (a
+// topic), as it applied them, in chunks of at most MaxBytes of records each.
+type RaftFetchReq struct {
+	Group    uint64
+	Log      string
+	From, To uint64
+	MaxBytes uint64
+}
+
+func (*RaftFetchReq) Type() Type { return TypeRaftFetch }
+
+func (f *RaftFetchReq) appendBody(e enc) enc {
+	return e.uvarint(f.Group).str(f.Log).uvarint(f.From).uvarint(f.To).uvarint(f.MaxBytes)
+}
+func (f *RaftFetchReq) decodeBody(d *dec) {
+	f.Group = d.uvarint("group")
+	f.Log = d.str("log")
+	f.From = d.uvarint("from")
+	f.To = d.uvarint("to")
+	f.MaxBytes = d.uvarint("max_bytes")
+}
+
+// RaftChunk is one chunk of the records a RAFT_FETCH asked for: Next is the offset after
+// its last record; the rest of the body is the chunk (replica's codec, opaque here).
+type RaftChunk struct {
+	Next  uint64
+	Chunk []byte // aliases the frame body
+}
+
+func (*RaftChunk) Type() Type { return TypeRaftChunk }
+
+func (f *RaftChunk) appendBody(e enc) enc { return append(e.uvarint(f.Next), f.Chunk...) }
+func (f *RaftChunk) decodeBody(d *dec) {
+	f.Next = d.uvarint("next")
+	if d.err == nil {
+		f.Chunk, d.b = d.b, d.b[len(d.b):]
+		if len(f.Chunk) == 0 {
+			f.Chunk = nil
 		}
 	}
 }

@@ -193,7 +193,7 @@ const maxScratch = 4 << 10
 // header values: every frame type whose decoder calls bytesMax or headers), which then needs
 // a body of its own per frame. A new frame type with a bytes field must be added here.
 func aliasesBody(t Type) bool {
-	return t == TypePublish || t == TypePublishBatch || t == TypeRecord || t == TypeRecords || t == TypeRaftBatch
+	return t == TypePublish || t == TypePublishBatch || t == TypeRecord || t == TypeRecords || t == TypeRaftBatch || t == TypeRaftChunk
 }
 
 // NewReader returns a Reader enforcing lim (zero fields take defaults), buffering 16 KiB.

@@ -52,6 +52,8 @@ func sampleFrames() []Frame {
 		&Head{Next: 7, Position: 7, Time: 42, Topic: "orders.eu"},
 		&Raft{Class: RaftBulk, From: 1 << 60, To: 7}, &RaftBatch{Batch: []byte{1, 2, 3}},
 		&GroupStore{Topic: "orders.eu", Entry: []byte{1, 0xde, 0xad, 0xbe, 0xef, 4}}, &GroupStore{Topic: "t"},
+		&Raft{Class: RaftFetch, From: 3, To: 1 << 62}, &RaftFetchReq{Group: 1 << 63, Log: "orders.eu", From: 5, To: 1 << 40, MaxBytes: 256 << 10},
+		&RaftChunk{Next: 1 << 33, Chunk: []byte{1, 2, 0, 4}},
 	}
 }
 
