@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,13 @@ func (m *testMesh) start(r string) {
 		}
 	}
 	n, err := New(cfg)
+	// A restart binds the node's old ports again: an ephemeral socket of another test may
+	// hold one for a moment (seen once: "bind: address already in use").
+	for deadline := time.Now().Add(10 * time.Second); err != nil && strings.Contains(err.Error(), "address already in use") && time.Now().Before(deadline); {
+		m.t.Logf("restarting %s: %v; again", r, err)
+		time.Sleep(100 * time.Millisecond)
+		n, err = New(cfg)
+	}
 	if err != nil {
 		m.t.Fatal(err)
 	}
