@@ -165,16 +165,25 @@ func (l *LogSM) Apply(b *pebble.Batch, group, applied uint64, ents []Entry) ([]R
 		st.lastTime = t
 	}
 	st.applied = applied
+	if err := l.stage(b, group, st); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// stage writes group's state into b (applied index, next offset, last time) and holds it
+// until Committed publishes it.
+func (l *LogSM) stage(b *pebble.Batch, group uint64, st logState) error {
 	k := groupKey(prefixLog, kindApplied, group)
 	var p [24]byte
 	binary.BigEndian.PutUint64(p[0:8], st.applied)
 	binary.BigEndian.PutUint64(p[8:16], st.next)
 	binary.BigEndian.PutUint64(p[16:24], uint64(st.lastTime))
 	if err := b.Set(k, seal(k, p[:]), nil); err != nil {
-		return nil, err
+		return err
 	}
 	l.staged[group] = st
-	return res, nil
+	return nil
 }
 
 // Committed implements StateMachine.

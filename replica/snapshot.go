@@ -239,15 +239,9 @@ func (l *LogSM) Restore(b *pebble.Batch, group, index uint64, data []byte) (func
 	if have := l.logLocalNext(group); have < st.next && !l.brokenNoRecordCheck {
 		return nil, fmt.Errorf("replica: group %d: snapshot needs records up to offset %d, this replica has %d", group, st.next, have)
 	}
-	k := groupKey(prefixLog, kindApplied, group)
-	var p [24]byte
-	binary.BigEndian.PutUint64(p[0:8], st.applied)
-	binary.BigEndian.PutUint64(p[8:16], st.next)
-	binary.BigEndian.PutUint64(p[16:24], uint64(st.lastTime))
-	if err := b.Set(k, seal(k, p[:]), nil); err != nil {
+	if err := l.stage(b, group, st); err != nil {
 		return nil, err
 	}
-	l.staged[group] = st
 	delete(l.fetched, group)
 	return func() error { return nil }, nil
 }
