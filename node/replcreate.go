@@ -48,7 +48,7 @@ func (s *session) serveReplicatedCreate(str *quic.Stream, f *wire.TopicCreate) {
 	}
 	ti.Leader, ti.Replicas = n.rep.holders(topic)
 	w := wire.NewWriter(str)
-	if w.Write(&ti) == nil {
+	if w.Write(&ti) == nil && w.Flush() == nil {
 		str.Close()
 	}
 }

@@ -654,3 +654,21 @@ func TestReplicatedDurableFollowsLeaderWithReconnect(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicatedCreateTopicThroughEveryNode: `quicmq topics create` answers with the topic's
+// replicas through any node of a replicated region (a follower's answer was buffered and
+// never sent).
+func TestReplicatedCreateTopicThroughEveryNode(t *testing.T) {
+	m := newReplicatedRegion(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		c := m.dial(name)
+		topic := "made." + strings.ReplaceAll(name, "-", "")
+		ti, err := c.CreateTopic(ctx, topic, client.TopicOptions{})
+		c.Close()
+		if err != nil || len(ti.Replicas) != 3 {
+			t.Fatalf("create %s through %s: %+v, %v", topic, name, ti, err)
+		}
+	}
+}
