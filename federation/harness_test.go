@@ -262,10 +262,20 @@ func servePeerStreams(conn *quic.Conn, fedNow func() *Federation) {
 			defer wg.Done()
 			r := wire.NewReader(str, wire.Limits{})
 			f, err := r.Read()
-			fed := fedNow()
-			if err != nil || fed == nil || !IsPeerFrame(f) {
+			if err != nil || !IsPeerFrame(f) {
 				str.CancelRead(wire.AppProtocol)
 				str.CancelWrite(wire.AppProtocol)
+				return
+			}
+			fed := fedNow()
+			if fed == nil {
+				// Stopped: refuse as a node shutting down does (its draining session), not
+				// as a protocol error, which the peer would rightly report as a WARN.
+				str.CancelRead(wire.AppCancelled)
+				w := wire.NewWriter(str)
+				w.Write(&wire.ErrorFrame{Code: wire.CodeShuttingDown, Message: "node shutting down"})
+				w.Flush()
+				str.Close()
 				return
 			}
 			fed.ServeStream(conn.Context(), conn, str, r, f)
@@ -279,7 +289,6 @@ func (n *fedNode) stopListener() {
 	if n.ln == nil {
 		return
 	}
-	n.addr.Store(nil)
 	n.serveCancel()
 	n.ln.Close()
 	n.connsMu.Lock()
@@ -288,6 +297,10 @@ func (n *fedNode) stopListener() {
 	}
 	n.connsMu.Unlock()
 	n.serveWG.Wait()
+	// Unlisted last, as a node leaves gossip only after it closed its sessions: a peer
+	// that dropped the node from its list first would end its link as "left the mesh"
+	// before reading the CONNECTION_CLOSE that says "stopping".
+	n.addr.Store(nil)
 	n.tr.Close()
 	n.filter.Close() // a Transport given a socket does not close it
 	n.ln = nil
