@@ -13,7 +13,7 @@ import (
 
 // BenchmarkFanout: one topic read by 100 subscriptions (on one connection, and spread over
 // 10), records of 100 B published at a fixed rate (QUICMQ_BENCH_FANOUT_RATE records/s,
-// default 2000) from another connection, with the shared tail (node.Config.TailRecords at
+// default 2000; QUICMQ_BENCH_FANOUT_SUBS subscriptions, default 100) from another connection, with the shared tail (node.Config.TailRecords at
 // its default) and without it (TailRecords -1: every subscription reads the log itself), in
 // the same run. One op is one published record delivered to every subscription.
 //
@@ -25,13 +25,14 @@ import (
 // ConnectionStats), their mean size ("B/pkt") and,
 // with the tail, the reads of the log into it per published record ("log-reads/record").
 func BenchmarkFanout(b *testing.B) {
+	subs := envInt(b, "QUICMQ_BENCH_FANOUT_SUBS", 100)
 	for _, conns := range []int{1, 10} {
 		for _, tail := range []bool{true, false} {
 			name := "tail"
 			if !tail {
 				name = "no-tail"
 			}
-			b.Run(fmt.Sprintf("%s/subs=100/conns=%d", name, conns), func(b *testing.B) { benchFanout(b, 100, conns, tail) })
+			b.Run(fmt.Sprintf("%s/subs=%d/conns=%d", name, subs, conns), func(b *testing.B) { benchFanout(b, subs, conns, tail) })
 		}
 	}
 }
