@@ -216,3 +216,46 @@ func TestReplicatedFailoverRestartedResumesFromMirrored(t *testing.T) {
 		}
 	}
 }
+
+// TestReplicatedMirroredStateThroughFollower: a mirrored position or group state that reaches
+// a node not leading its topic's group (a mirror outliving its leadership) is stored through
+// the leader, on every replica; an older one that comes after (a late frame, a replay) stores
+// nothing.
+func TestReplicatedMirroredStateThroughFollower(t *testing.T) {
+	m, ctx := newSeededRegion(t, "jobs", 3, 60*time.Second)
+	var lead string
+	waitFor(t, 15*time.Second, "a leader of jobs", func() bool { lead = leaderOf(m.nodes["eu-1"], "jobs"); return lead != "" })
+	follower := m.nodes["eu-1"]
+	if lead == "eu-1" {
+		follower = m.nodes["eu-2"]
+	}
+	storePos, storeGroup := follower.mirrorPosition(), follower.mirrorGroup()
+	pname, gname := federation.MirroredPositionName("us", "d"), federation.MirroredGroupName("us", "g")
+	state := func(at int64, through uint64) *wal.GroupState {
+		return &wal.GroupState{Updated: time.Unix(0, at), Vector: &wal.GroupVector{Through: map[string]uint64{"us": through}, Skipping: true}}
+	}
+	for _, err := range []error{
+		storePos(ctx, wal.Position{Name: pname, Topic: "jobs", Value: 2000, Vector: map[string]uint64{"us": 5}}),
+		storeGroup(ctx, gname, "jobs", state(2000, 5)),
+		storePos(ctx, wal.Position{Name: pname, Topic: "jobs", Value: 1000, Vector: map[string]uint64{"us": 3}}),
+		storeGroup(ctx, gname, "jobs", state(1000, 3)),
+		// Last, a marker: a replica that holds it has applied everything before.
+		storePos(ctx, wal.Position{Name: federation.MirroredPositionName("us", "marker"), Topic: "jobs", Value: 1, Vector: map[string]uint64{"us": 1}}),
+	} {
+		if err != nil {
+			t.Fatalf("through %s (%s leads): %v", follower.Name(), lead, err)
+		}
+	}
+	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
+		l := m.nodes[name].Log()
+		waitFor(t, 15*time.Second, name+" to hold the mirrored position and group state", func() bool {
+			_, ok, _ := l.Position(federation.MirroredPositionName("us", "marker"), "jobs")
+			return ok
+		})
+		resume, vec, _, _ := l.PositionVector(pname, "jobs")
+		_, states, _, _ := l.Group(gname)
+		if st := states["jobs"]; resume != 2001 || vec["us"] != 5 || st.Updated.UnixNano() != 2000 || st.Vector.Through["us"] != 5 {
+			t.Fatalf("%s: mirrored position resumes %d with %v, group state of %d through %v: want the newer ones (2000, us 5)", name, resume, vec, st.Updated.UnixNano(), st.Vector.Through)
+		}
+	}
+}
