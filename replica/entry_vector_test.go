@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -198,6 +199,53 @@ func TestWalSMStoresVectors(t *testing.T) {
 		_, states, _, err = r.log.Group(mg)
 		if got := states[topic]; err != nil || !got.Updated.Equal(st2.Updated) || got.Vector.Through["eu"] != 44 {
 			t.Fatalf("node %d: mirrored group state %+v (%v), want the newer one, kept with its origin's time", r.id, got, err)
+		}
+	}
+}
+
+// TestWalSMSnapshotCarriesVectors: a snapshot carries positions and group states with their
+// vectors (stored layouts v3 and group layout 2), mirrored ones with their origin's time.
+func TestWalSMSnapshotCarriesVectors(t *testing.T) {
+	src := newSnapSM(t)
+	mirrored := vectorState()
+	mirrored.Updated = time.Unix(0, 5000)
+	ents := []*WalEntry{
+		{Kind: EntrySetPosition, Topic: "a", Name: "d", Value: 3, Vector: map[string]uint64{"eu": 3, "us": 8}},
+		{Kind: EntrySetGroup, Topic: "a", Name: "g", Group: &GroupOp{State: vectorState()}},
+		{Kind: EntryMirrorPosition, Topic: "a", Name: "mirror/us/durable/d", Value: 4000, Vector: map[string]uint64{"us": 9}},
+		{Kind: EntryMirrorGroup, Topic: "a", Name: "mirror/us/group/g", Group: &GroupOp{State: mirrored}},
+	}
+	for i, e := range ents {
+		src.apply(uint64(i+1), e)
+	}
+	applied, data, err := src.sm.SnapshotData(7)
+	if err != nil || applied != uint64(len(ents)) {
+		t.Fatalf("snapshot: applied %d, %v", applied, err)
+	}
+	dst := newSnapSM(t)
+	var after func() error
+	dst.commit(func(b *pebble.Batch) error {
+		var err error
+		after, err = dst.sm.Restore(b, 7, applied, data)
+		return err
+	})
+	if err := after(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []*snapSM{src, dst} {
+		if _, v, ok, err := s.log.PositionVector("d", "a"); err != nil || !ok || !maps.Equal(v, ents[0].Vector) {
+			t.Fatalf("durable's vector %v %v %v, want %v", v, ok, err, ents[0].Vector)
+		}
+		if r, v, ok, err := s.log.PositionVector("mirror/us/durable/d", "a"); err != nil || !ok || r != 4001 || !maps.Equal(v, ents[2].Vector) {
+			t.Fatalf("mirrored position resumes %d with %v (%v %v)", r, v, ok, err)
+		}
+		_, states, _, err := s.log.Group("g")
+		if err != nil || states["a"] == nil || !sameGroupVector(states["a"].Vector, vectorState().Vector) {
+			t.Fatalf("group state %+v (%v), want its vector", states["a"], err)
+		}
+		_, states, _, err = s.log.Group("mirror/us/group/g")
+		if err != nil || states["a"] == nil || !states["a"].Updated.Equal(mirrored.Updated) || !sameGroupVector(states["a"].Vector, mirrored.Vector) {
+			t.Fatalf("mirrored group state %+v (%v), want its vector and its origin's time", states["a"], err)
 		}
 	}
 }
