@@ -52,6 +52,17 @@ type Config struct {
 	// when the stored cursor is not the expected one (a stale mirror: the mirror then reads
 	// the cursor again and resumes from it). Cursors are still read from Log. Nil: Log.
 	MirrorAppend func(ctx context.Context, a MirrorAppend) error
+	// MirrorPosition, when set, stores a durable's position mirrored from another region
+	// (positions.go: its Name MirroredPositionName, its Value the time its origin stored it,
+	// with its Vector) instead of Log.SetPosition: in a replicated region, one raft entry
+	// (replica.EntryMirrorPosition) that stores it only when above the one stored, so it
+	// never goes back. Positions are still read from Log. Nil: Log.
+	MirrorPosition func(ctx context.Context, p wal.Position) error
+	// MirrorGroup, when set, stores a consumer group's state mirrored from another region
+	// (groups.go: under MirroredGroupName, with its origin's Updated and a Vector) instead
+	// of Log.SetMirroredGroup: in a replicated region, one raft entry
+	// (replica.EntryMirrorGroup) that stores it only when newer than the one stored. Nil: Log.
+	MirrorGroup func(ctx context.Context, name, topic string, s *wal.GroupState) error
 	// MirrorWanted, when set, wants topics besides those matching the interest and Mirror
 	// patterns (in a replicated region: every topic placed in it, whichever node its
 	// subscribers use), and links then ask other regions to announce every topic. Called

@@ -92,7 +92,8 @@ func groupPosition(group string, s *wal.GroupState) *wire.GroupPosition {
 }
 
 // storeGroupPosition stores a GROUP_POSITION from the mirror's origin region, unless the one
-// stored is as new or newer. Mirror run goroutine.
+// stored is as new or newer (in a replicated region through Config.MirrorGroup). Mirror run
+// goroutine.
 func (m *mirror) storeGroupPosition(ctx context.Context, p *wire.GroupPosition) error {
 	st := &wal.GroupState{Updated: time.Unix(0, p.Time), Vector: &wal.GroupVector{Through: make(map[string]uint64, len(p.Through)), Skipping: true}}
 	for _, o := range p.Through {
@@ -101,7 +102,13 @@ func (m *mirror) storeGroupPosition(ctx context.Context, p *wire.GroupPosition) 
 	for _, o := range p.Outstanding {
 		st.Vector.Elsewhere = append(st.Vector.Elsewhere, wal.OriginRef{Region: o.Region, Offset: o.Offset})
 	}
-	_, err := m.l.f.cfg.Log.SetMirroredGroup(ctx, MirroredGroupName(m.l.peer.Region, p.Group), m.topic, st)
+	name := MirroredGroupName(m.l.peer.Region, p.Group)
+	var err error
+	if store := m.l.f.cfg.MirrorGroup; store != nil {
+		err = store(ctx, name, m.topic, st) // through the topic's raft group, which compares
+	} else {
+		_, err = m.l.f.cfg.Log.SetMirroredGroup(ctx, name, m.topic, st)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, wal.ErrClosed), ctx.Err() != nil:

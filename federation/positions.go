@@ -109,7 +109,8 @@ func (f *Federation) bufferPositions(w *wire.Writer, c *serveCursor) int {
 }
 
 // storePosition stores a POSITION from the mirror's origin region, unless the one stored is
-// as new or newer. Mirror run goroutine.
+// as new or newer (in a replicated region through Config.MirrorPosition). Mirror run
+// goroutine.
 func (m *mirror) storePosition(ctx context.Context, p *wire.Position) error {
 	name := MirroredPositionName(m.l.peer.Region, p.Durable)
 	l := m.l.f.cfg.Log
@@ -120,12 +121,18 @@ func (m *mirror) storePosition(ctx context.Context, p *wire.Position) error {
 	for _, o := range p.Origins {
 		vec[o.Region] = o.Offset
 	}
-	err := l.SetPosition(ctx, wal.Position{Name: name, Topic: m.topic, Value: uint64(p.Time), Vector: vec})
+	pos := wal.Position{Name: name, Topic: m.topic, Value: uint64(p.Time), Vector: vec}
+	var err error
+	if store := m.l.f.cfg.MirrorPosition; store != nil {
+		err = store(ctx, pos) // through the topic's raft group, which compares again
+	} else {
+		err = l.SetPosition(ctx, pos)
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, wal.ErrClosed), ctx.Err() != nil:
 		return fmt.Errorf("store position of %q mirrored from %s: %w", p.Durable, m.l.peer.Region, err)
-	default: // the log refuses it (a replicated topic, a topic deleted): the records go on
+	default: // the log refuses it (a topic deleted, no quorum): the records go on
 		m.l.log.Warn("mirrored position not stored", "topic", m.topic, "durable", p.Durable, "origin", m.l.peer.Region, "err", err)
 	}
 	return nil

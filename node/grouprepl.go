@@ -156,12 +156,21 @@ func (r *replicated) setGroup(ctx context.Context, name, topic string, op *repli
 	if t == nil {
 		return 0, wire.Errorf(wire.CodeInternal, "topic %q is not a replicated topic", topic)
 	}
-	ctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
-	defer cancel()
 	data, err := replica.EncodeEntry(nil, &replica.WalEntry{Kind: replica.EntrySetGroup, Topic: topic, Name: name, Group: op})
 	if err != nil {
 		return 0, wire.Errorf(wire.CodeInternal, "group %q: encode its state of %q: %v", name, topic, err)
 	}
+	return r.proposeEntry(ctx, t, name, data)
+}
+
+// proposeEntry proposes data, an entry of t's group that GROUP_STORE carries (a set group,
+// a mirror position or a mirror group entry of consumer name), here when this node leads
+// the group, else by the leader, asked with GROUP_STORE. It returns once the entry is
+// committed and applied on the proposer, with the entry's raft index.
+func (r *replicated) proposeEntry(ctx context.Context, t *repTopic, name string, data []byte) (uint64, *wire.Error) {
+	topic := t.name
+	ctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
+	defer cancel()
 	index, e, lead := r.proposeGroup(ctx, t, name, data)
 	if lead == 0 {
 		return index, e
@@ -273,8 +282,8 @@ func (s *session) serveGroupStore(str *quic.Stream, f *wire.GroupStore) {
 		switch {
 		case err != nil:
 			return wire.Errorf(wire.CodeInvalidArgument, "GROUP_STORE of %q: %v", f.Topic, err)
-		case we.Kind != replica.EntrySetGroup || we.Topic != f.Topic:
-			return wire.Errorf(wire.CodeInvalidArgument, "GROUP_STORE of %q carries a %v entry of %q: only a set group entry of its topic", f.Topic, we.Kind, we.Topic)
+		case !storableKind(we.Kind) || we.Topic != f.Topic:
+			return wire.Errorf(wire.CodeInvalidArgument, "GROUP_STORE of %q carries a %v entry of %q: only a set group, mirror position or mirror group entry of its topic", f.Topic, we.Kind, we.Topic)
 		}
 		t := n.rep.lookup(f.Topic)
 		if t == nil {

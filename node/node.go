@@ -201,6 +201,8 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		Now:             c.Now,
 		Raft:            federation.RaftConfig{ID: n.raftID, Deliver: n.deliverRaft, Fetch: n.fetchRaft},
 		MirrorAppend:    n.mirrorAppend(),
+		MirrorPosition:  n.mirrorPosition(), // replpos.go
+		MirrorGroup:     n.mirrorGroup(),
 		MirrorWanted:    n.mirrorWanted(),
 
 		AblationSharedLink: c.AblationSharedLink,

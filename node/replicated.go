@@ -923,16 +923,17 @@ func cmpOr(s, alt string) string {
 	return s
 }
 
-// setPosition stores a durable consumer's position on a replicated topic through its group
-// (this node must lead it), returning after it is committed and applied.
-func (r *replicated) setPosition(ctx context.Context, name, topic string, off uint64) *wire.Error {
+// setPosition stores a durable consumer's position on a replicated topic, with its vector
+// (nil: none), through its group (this node must lead it), returning after it is committed
+// and applied.
+func (r *replicated) setPosition(ctx context.Context, name, topic string, off uint64, vec map[string]uint64) *wire.Error {
 	t := r.lookup(topic)
 	if t == nil {
 		return wire.Errorf(wire.CodeInternal, "topic %q is not a replicated topic", topic)
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
 	defer cancel()
-	res := r.sm.Propose(ctx, r.d, &replica.WalEntry{Kind: replica.EntrySetPosition, Topic: topic, Name: name, Value: off})
+	res := r.sm.Propose(ctx, r.d, &replica.WalEntry{Kind: replica.EntrySetPosition, Topic: topic, Name: name, Value: off, Vector: vec})
 	if res.Err != nil {
 		if errors.Is(res.Err, context.DeadlineExceeded) {
 			return r.noQuorum(t, "did not store the consumer's position")

@@ -577,6 +577,13 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 // exists at set-up; one below the first retained record is raised to it.
 func (sub *subscription) startOffset(topic string, created bool) (uint64, uint64, *wire.Error) {
 	n := sub.s.n
+	if sub.req.Durable != "" && n.rep != nil && n.rep.isReplicated(topic) {
+		// A new leader may not have applied all its term committed: read the durable's
+		// positions (its own, those mirrored here) only once it has.
+		if e := n.rep.positionBarrier(sub.ctx, sub.req.Durable, topic); e != nil { // replpos.go
+			return 0, 0, e
+		}
+	}
 	if next, ok, e := sub.vectorResume(topic); ok || e != nil { // vector.go
 		return next, next, e
 	}
@@ -914,7 +921,7 @@ func (sub *subscription) storeAcks() *wire.Error {
 	n := sub.s.n
 	for t, off := range sub.pending {
 		if n.rep != nil && n.rep.isReplicated(t) {
-			if e := n.rep.setPosition(context.WithoutCancel(sub.ctx), sub.req.Durable, t, off); e != nil {
+			if e := n.rep.setPosition(context.WithoutCancel(sub.ctx), sub.req.Durable, t, off, sub.ackedVector(t, off)); e != nil {
 				return e
 			}
 			delete(sub.pending, t)

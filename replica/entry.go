@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"math/bits"
+	"time"
 
 	"github.com/quicmq/quicmq/wal"
 )
@@ -29,6 +31,16 @@ const (
 	// nothing to store it is a barrier: once applied here, every earlier
 	// entry of the group is too.
 	EntrySetGroup EntryKind = 4
+	// EntryMirrorPosition stores a durable consumer's position mirrored from
+	// another region (federation.MirroredPositionName: its value the time its
+	// origin stored it, with its vector), only when it is above the position
+	// stored under that name: a replay or a late frame never moves it back.
+	EntryMirrorPosition EntryKind = 8
+	// EntryMirrorGroup stores a consumer group's state mirrored from another
+	// region (federation.MirroredGroupName), keeping its origin's Updated, only
+	// when it is newer than the state stored under that name (as
+	// wal.Log.SetMirroredGroup does for a local topic).
+	EntryMirrorGroup EntryKind = 9
 )
 
 func (k EntryKind) String() string {
@@ -41,6 +53,10 @@ func (k EntryKind) String() string {
 		return "set position"
 	case EntrySetGroup:
 		return "set group"
+	case EntryMirrorPosition:
+		return "mirror position"
+	case EntryMirrorGroup:
+		return "mirror group"
 	}
 	return fmt.Sprintf("kind %d", uint8(k))
 }
@@ -66,10 +82,16 @@ type WalEntry struct {
 	HasExpected bool
 	Expected    uint64
 	// Value is the cursor a mirror append leaves behind, or the position a
-	// set position stores.
+	// set position (or a mirror position) stores.
 	Value uint64
+	// Vector is the portable position a set position or a mirror position
+	// stores with Value (wal.Position.Vector): origin region -> last origin
+	// offset. A mirror position needs one; a set position without one is
+	// encoded in layout 1, as before vectors.
+	Vector map[string]uint64
 	// Group is what a set group does (Name is the group's name); nil, or
-	// one that stores nothing, is a barrier.
+	// one that stores nothing, is a barrier. A mirror group's is a State
+	// alone, with its Vector and its origin's Updated.
 	Group *GroupOp
 }
 
@@ -97,11 +119,17 @@ func (g *GroupOp) stores() bool { return g != nil && (g.Settings != nil || g.Sta
 //	version u8 = 1 | crc32c u32 LE over everything after it | kind u8 | topic str
 //	append:        count | record...
 //	mirror append: region str | name str | flags u8 (1: has expected) | expected | value | count | record...
-//	set position:  name str | value
-//	set group:     name str | group layout u8 = 1 | flags u8 (1: settings, 2: state, 4: remove)
+//	set position:  name str | value                                        (body layout 1: no vector)
+//	               | [layout u8 = 2 | count >= 1 | (region str | origin offset)...]  (layout 2: regions ascending)
+//	set group:     name str | group layout u8 = 1 or 2 | flags u8 (1: settings, 2: state, 4: remove)
 //	               | [settings: pattern str | ack-wait ns | max-deliver | dead-letter str | order u8]
-//	               | [state: floor | next | count | (offset - floor | deliveries)...]
-//	               (entries strictly ascending, in [floor, next); no flag set: a barrier)
+//	               | [state: floor | next | count | (offset - floor | deliveries)...
+//	                  | layout 2 only: vector str (wal.AppendGroupVector: flags, origins, the
+//	                  entries' origins, outstanding elsewhere)]
+//	               (entries strictly ascending, in [floor, next); no flag set: a barrier; layout 2,
+//	               written only for a state with a vector, needs the state flag)
+//	mirror position (8): as a set position in layout 2 (a vector is required)
+//	mirror group (9):    name str | updated (unix ns, > 0) | set group body (layout 2, state only)
 //	record:        flags u8 (1: producer, 2: headers) | [producer str | sequence]
 //	               | [origin offset, mirror append only] | [count | (key str | value str)...] | payload str
 const (
@@ -113,7 +141,9 @@ const (
 	mirrorHasCursor  = 1 << 0
 	maxEntryStrBytes = wal.MaxNameLen
 
-	groupLayout       = 1 // the set group body's own layout: a later one (a vector) takes 2
+	groupLayout       = 1 // the set group body's own layout without a vector
+	groupLayoutVector = 2 // ... and with the state's vector (entry_vector.go)
+	posLayoutVector   = 2 // the set position body's layout with a vector
 	groupFlagSettings = 1 << 0
 	groupFlagState    = 1 << 1
 	groupFlagRemove   = 1 << 2
@@ -156,11 +186,21 @@ func (e *WalEntry) Validate() error {
 	case EntryMirrorAppend:
 		name("origin region", e.Region)
 		name("cursor name", e.Name)
-	case EntrySetPosition:
+	case EntrySetPosition, EntryMirrorPosition:
 		name("position name", e.Name)
 		if len(e.Records) > 0 {
-			errs = append(errs, errors.New("a set position with records"))
+			errs = append(errs, fmt.Errorf("a %v with records", e.Kind))
 		}
+		errs = append(errs, validateVector(e.Vector)...)
+		if e.Kind == EntryMirrorPosition && len(e.Vector) == 0 {
+			errs = append(errs, errors.New("a mirror position without a vector"))
+		}
+	case EntryMirrorGroup:
+		name("group name", e.Name)
+		if len(e.Records) > 0 {
+			errs = append(errs, errors.New("a mirror group with records"))
+		}
+		errs = append(errs, e.Group.validateMirrored()...)
 	case EntrySetGroup:
 		name("group name", e.Name)
 		if len(e.Records) > 0 {
@@ -200,14 +240,19 @@ func EncodeEntry(dst []byte, e *WalEntry) ([]byte, error) {
 		dst = append(dst, flags)
 		dst = binary.AppendUvarint(dst, e.Expected)
 		dst = binary.AppendUvarint(dst, e.Value)
-	case EntrySetPosition:
+	case EntrySetPosition, EntryMirrorPosition:
 		dst = appendStr(dst, e.Name)
 		dst = binary.AppendUvarint(dst, e.Value)
+		dst = appendPosVector(dst, e.Vector) // entry_vector.go
 	case EntrySetGroup:
 		dst = appendStr(dst, e.Name)
 		dst = e.Group.append(dst)
+	case EntryMirrorGroup:
+		dst = appendStr(dst, e.Name)
+		dst = binary.AppendUvarint(dst, uint64(e.Group.State.Updated.UnixNano()))
+		dst = e.Group.append(dst)
 	}
-	if e.Kind != EntrySetPosition && e.Kind != EntrySetGroup {
+	if e.Kind.hasRecords() {
 		dst = binary.AppendUvarint(dst, uint64(len(e.Records)))
 		for i := range e.Records {
 			r := &e.Records[i]
@@ -268,16 +313,27 @@ func DecodeEntry(p []byte) (*WalEntry, error) {
 		e.HasExpected = flags&mirrorHasCursor != 0
 		e.Expected = d.uvarint()
 		e.Value = d.uvarint()
-	case EntrySetPosition:
+	case EntrySetPosition, EntryMirrorPosition:
 		e.Name = d.str()
 		e.Value = d.uvarint()
+		e.Vector = d.posVector(e.Kind == EntryMirrorPosition) // entry_vector.go
 	case EntrySetGroup:
 		e.Name = d.str()
 		e.Group = d.groupOp()
+	case EntryMirrorGroup:
+		e.Name = d.str()
+		updated := d.uvarint()
+		if d.bad == "" && (updated == 0 || updated > math.MaxInt64) {
+			d.fail("mirror group time out of range")
+		}
+		e.Group = d.groupOp()
+		if e.Group.State != nil {
+			e.Group.State.Updated = time.Unix(0, int64(updated))
+		}
 	default:
 		return nil, fmt.Errorf("%w: unknown kind %d", errEntry, p[5])
 	}
-	if e.Kind != EntrySetPosition && e.Kind != EntrySetGroup {
+	if e.Kind.hasRecords() {
 		n := d.uvarint()
 		// A record takes at least two bytes (flags, payload length): bound
 		// the allocation by what the entry can hold.

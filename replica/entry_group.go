@@ -49,8 +49,26 @@ func (g *GroupOp) validate() []error {
 				break
 			}
 		}
+		if st.Vector != nil {
+			if err := wal.CheckGroupVector(st); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	return errs
+}
+
+// validateMirrored reports what makes g impossible to store as a mirror group's state.
+func (g *GroupOp) validateMirrored() []error {
+	switch {
+	case g == nil || g.State == nil || g.Settings != nil || g.Remove:
+		return []error{errors.New("a mirror group must carry a state alone")}
+	case g.State.Vector == nil:
+		return []error{errors.New("a mirror group's state without a vector")}
+	case g.State.Updated.IsZero() || g.State.Updated.UnixNano() <= 0:
+		return []error{errors.New("a mirror group's state without its origin's time")}
+	}
+	return g.validate()
 }
 
 // append encodes g (nil: a barrier) after the group's name.
@@ -67,7 +85,11 @@ func (g *GroupOp) append(dst []byte) []byte {
 			flags |= groupFlagRemove
 		}
 	}
-	dst = append(dst, groupLayout, flags)
+	layout := byte(groupLayout)
+	if flags&groupFlagState != 0 && g.State.Vector != nil {
+		layout = groupLayoutVector
+	}
+	dst = append(dst, layout, flags)
 	if flags&groupFlagSettings != 0 {
 		s := g.Settings
 		dst = appendStr(dst, s.Pattern)
@@ -85,6 +107,9 @@ func (g *GroupOp) append(dst []byte) []byte {
 			dst = binary.AppendUvarint(dst, e.Offset-st.Floor)
 			dst = binary.AppendUvarint(dst, uint64(e.Deliveries))
 		}
+		if layout == groupLayoutVector {
+			dst = appendBytes(dst, wal.AppendGroupVector(nil, st))
+		}
 	}
 	return dst
 }
@@ -93,13 +118,18 @@ func (g *GroupOp) append(dst []byte) []byte {
 // d.bad. Validate checks the order of the entries afterwards.
 func (d *entryDecoder) groupOp() *GroupOp {
 	g := &GroupOp{}
-	if layout := d.byte(); d.bad == "" && layout != groupLayout {
+	layout := d.byte()
+	if d.bad == "" && layout != groupLayout && layout != groupLayoutVector {
 		d.fail(fmt.Sprintf("unknown group layout %d", layout))
 		return g
 	}
 	flags := d.byte()
 	if d.bad == "" && flags&^knownGroupFlags != 0 {
 		d.fail("unknown group flags")
+		return g
+	}
+	if d.bad == "" && layout == groupLayoutVector && flags&groupFlagState == 0 {
+		d.fail("group layout 2 (a vector) without a state")
 		return g
 	}
 	g.Remove = flags&groupFlagRemove != 0
@@ -136,6 +166,16 @@ func (d *entryDecoder) groupOp() *GroupOp {
 				break
 			}
 			st.Entries[i] = wal.GroupEntry{Offset: st.Floor + off, Deliveries: uint32(dv)}
+		}
+		if layout == groupLayoutVector {
+			vb := d.raw(uint64(len(d.b)))
+			if d.bad == "" {
+				v, err := wal.DecodeGroupVector(vb, st.Entries)
+				if err != nil {
+					d.fail(err.Error())
+				}
+				st.Vector = v
+			}
 		}
 		g.State = st
 	}

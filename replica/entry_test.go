@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,7 @@ import (
 )
 
 func sampleEntries() []*WalEntry {
-	return []*WalEntry{
+	return append([]*WalEntry{
 		{Kind: EntryAppend, Topic: "orders.eu", Records: []wal.Record{
 			{Payload: []byte("a")},
 			{ProducerID: "p1", Sequence: 7, Payload: []byte("b"), Headers: []wal.Header{{Key: "k", Value: []byte("v")}, {Key: "", Value: nil}}},
@@ -31,7 +32,7 @@ func sampleEntries() []*WalEntry {
 		{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Settings: &wal.GroupSettings{Pattern: "t.>"}}},
 		{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Remove: true}},
 		{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{}}, // a barrier
-	}
+	}, vectorEntries()...) // entry_vector_test.go
 }
 
 func sameEntry(a, b *WalEntry) bool {
@@ -39,7 +40,10 @@ func sameEntry(a, b *WalEntry) bool {
 		a.HasExpected != b.HasExpected || a.Expected != b.Expected || a.Value != b.Value || len(a.Records) != len(b.Records) {
 		return false
 	}
-	if a.Kind == EntrySetGroup && !sameGroupOp(a.Group, b.Group) {
+	if (a.Kind == EntrySetGroup || a.Kind == EntryMirrorGroup) && !sameGroupOp(a.Group, b.Group) {
+		return false
+	}
+	if !maps.Equal(a.Vector, b.Vector) {
 		return false
 	}
 	for i := range a.Records {
@@ -100,7 +104,7 @@ func TestEntryValidate(t *testing.T) {
 		{WalEntry{Kind: EntryMirrorAppend, Topic: "t", Name: "c"}, "empty origin region"},
 		{WalEntry{Kind: EntryMirrorAppend, Topic: "t", Region: "r"}, "empty cursor name"},
 		{WalEntry{Kind: EntrySetPosition, Topic: "t"}, "empty position name"},
-		{WalEntry{Kind: 9, Topic: "t"}, "unknown entry kind 9"},
+		{WalEntry{Kind: 10, Topic: "t"}, "unknown entry kind 10"},
 		{WalEntry{Kind: EntrySetGroup, Topic: "t"}, "empty group name"},
 		{WalEntry{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Remove: true, State: &wal.GroupState{}}}, "a group removal that also stores"},
 		{WalEntry{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Settings: &wal.GroupSettings{}}}, "empty pattern"},
@@ -177,6 +181,9 @@ func sameGroupOp(a, b *GroupOp) bool {
 				return false
 			}
 		}
+		if !x.Updated.Equal(y.Updated) || !sameGroupVector(x.Vector, y.Vector) {
+			return false
+		}
 	}
 	return true
 }
@@ -193,7 +200,8 @@ func TestEntrySetGroupRefusesBadBodies(t *testing.T) {
 		p    []byte
 		want string
 	}{
-		{body(2, 0), "unknown group layout 2"},
+		{body(3, 0), "unknown group layout 3"},
+		{body(2, 0), "group layout 2 (a vector) without a state"},
 		{body(1, 8), "unknown group flags"},
 		{body(1, 2, 5, 4, 1, 0, 1), "not ascending"},                           // entry at offset 5+0 < next 4
 		{body(1, 2, 0, 9, 100), "entry count past the end"},                    // 100 entries in no bytes

@@ -273,7 +273,12 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 	ts := max(e.Time, st.lastTime)
 	switch we.Kind {
 	case EntrySetPosition:
-		if err := s.w.SetPosition(b, wal.Position{Name: we.Name, Topic: we.Topic, Value: we.Value}, ts); err != nil {
+		if err := s.w.SetPosition(b, wal.Position{Name: we.Name, Topic: we.Topic, Value: we.Value, Vector: entryVector(we.Vector)}, ts); err != nil {
+			return Result{}, err
+		}
+		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
+	case EntryMirrorPosition, EntryMirrorGroup:
+		if err := s.applyMirrored(b, we, ts); err != nil { // walsm_mirror.go
 			return Result{}, err
 		}
 		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil

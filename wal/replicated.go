@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"sync"
 
@@ -192,6 +193,7 @@ type ReplicaWriter struct {
 	newTopics []*topic
 	positions []posWrite
 	staged    map[posName]uint64
+	groups    map[string]int64 // mirrored group states staged: key -> Updated ns (groups_replicated.go)
 }
 
 // ReplicaWriter returns the writer of the log's replicated topics; a log has
@@ -307,7 +309,7 @@ func (w *ReplicaWriter) Append(b *pebble.Batch, topic string, recs []Record, ts 
 }
 
 // SetPosition writes a named position of a bound topic into b, updated at
-// the given time (unix nanoseconds).
+// the given time (unix nanoseconds), with its vector (as Log.SetPosition stores it).
 func (w *ReplicaWriter) SetPosition(b *pebble.Batch, p Position, updated int64) error {
 	if err := errors.Join(checkName("position name", p.Name), checkName("position topic", p.Topic)); err != nil {
 		return fmt.Errorf("wal: replicated position %q of %q: %w", p.Name, p.Topic, err)
@@ -315,7 +317,10 @@ func (w *ReplicaWriter) SetPosition(b *pebble.Batch, p Position, updated int64) 
 	if w.bound[p.Topic] == nil {
 		return fmt.Errorf("wal: replicated position %q of %q: %w: topic not bound", p.Name, p.Topic, ErrInvalidRequest)
 	}
-	pw := putPosition(b, p.Topic, p.Name, posValue{v: p.Value, updated: updated})
+	if err := checkVector(p.Vector); err != nil { // position.go: stored as SetPosition stores it (v3)
+		return fmt.Errorf("wal: replicated position %q of %q: %w", p.Name, p.Topic, err)
+	}
+	pw := putPosition(b, p.Topic, p.Name, posValue{v: p.Value, updated: updated, vec: maps.Clone(p.Vector)})
 	w.positions = append(w.positions, pw)
 	w.staged[pw.key] = p.Value
 	return nil
@@ -337,6 +342,7 @@ func (w *ReplicaWriter) Position(name, topic string) (uint64, bool) {
 // positions become visible, and Notify watchers wake, as the completer does
 // for a local append.
 func (w *ReplicaWriter) Published() {
+	clear(w.groups)
 	if len(w.touched) == 0 && len(w.newTopics) == 0 && len(w.positions) == 0 {
 		return
 	}
