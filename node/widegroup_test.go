@@ -1,0 +1,106 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+// TestReplicatedGroupThroughOutsideNodeFollowsLeader: in a region larger than --replicas, a
+// group member connected to a node that holds no replica of the group's topic is served by
+// the topic's leader, which that node learns from a replica. When the leader is lost, the
+// member (a Conn with Reconnect) is told to subscribe again and reaches the new leader
+// through the same node: it goes on after its last confirmed record, nothing confirmed comes
+// again, and the unconfirmed rest and what is published after the failover arrive. A node that kept sending it to a replica that does
+// not lead (told "moved" again and again) would not get the records within the deadline.
+func TestReplicatedGroupThroughOutsideNodeFollowsLeader(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 4, func(c *Config) {
+		c.Replicas = 3
+		c.Raft = TestRaftSettings()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+
+	// A topic whose replicas leave one node out: that node is the member's way in.
+	var topic, via string
+	var replicas []string
+	lc := m.dial("eu-1")
+	defer lc.Close()
+	for i := 0; via == ""; i++ {
+		if i == 20 {
+			t.Fatal("20 topics, each placed on all four nodes")
+		}
+		tp := fmt.Sprintf("outg.t%d", i)
+		publishRetrying(ctx, t, lc, tp, 0, 20)
+		list, err := lc.Topics(ctx, tp)
+		if err != nil || len(list) != 1 || len(list[0].Replicas) != 3 {
+			t.Fatalf("%s: %+v, %v", tp, list, err)
+		}
+		for _, name := range m.names {
+			if !slices.Contains(list[0].Replicas, name) {
+				topic, via, replicas = tp, name, list[0].Replicas
+			}
+		}
+	}
+	var lead string
+	waitFor(t, 10*time.Second, "a leader of "+topic, func() bool {
+		lead = leaderOf(m.nodes[replicas[0]], topic)
+		return lead != ""
+	})
+	t.Logf("%s on %v, led by %s; the member comes through %s", topic, replicas, lead, via)
+
+	c := dialNode(t, m.nodes[via], client.Options{Reconnect: true})
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, topic, client.SubscribeOptions{Group: "outside"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for i := range 10 {
+		rec, err := sub.Next(ctx)
+		if err != nil || rec.Offset != uint64(i) {
+			t.Fatalf("record %d through %s: %+v, %v", i, via, rec, err)
+		}
+		if err := sub.Ack(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sub.Commit(ctx); err != nil {
+		t.Fatalf("commit through %s: %v", via, err)
+	}
+
+	m.nodes[lead].Close()
+	start := time.Now()
+	var survivor string
+	for _, name := range replicas {
+		if name != lead && survivor == "" {
+			survivor = name
+		}
+	}
+	pc := m.dial(survivor)
+	defer pc.Close()
+	publishRetrying(ctx, t, pc, topic, 20, 30) // only the new leader can have these
+	seen := map[uint64]int{}
+	again := 0
+	for len(seen) < 20 {
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("after the leader %s was lost, through %s (%d of 10..29 so far): %v", lead, via, len(seen), err)
+		}
+		if rec.Offset < 10 {
+			t.Fatalf("record %d, confirmed before the leader %s was lost, was delivered again", rec.Offset, lead)
+		}
+		if seen[rec.Offset]++; seen[rec.Offset] > 1 {
+			again++ // unconfirmed when the leader went: delivered again, as it may be
+		}
+		if err := sub.Ack(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("10..29 through %s %v after the leader %s was closed (%d unconfirmed ones delivered again)",
+		via, time.Since(start).Round(time.Millisecond), lead, again)
+}
