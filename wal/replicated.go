@@ -192,6 +192,10 @@ type ReplicaWriter struct {
 	newTopics []*topic
 	positions []posWrite
 	staged    map[posName]uint64
+	cuts      []cutDone                   // replretain.go
+	configs   []*topic                    // topics whose configuration was written
+	spos      map[*topic]*stagedPositions // byte positions of records appended
+	compact   chan compactJob             // to compactLoop
 }
 
 // ReplicaWriter returns the writer of the log's replicated topics; a log has
@@ -205,7 +209,8 @@ func (l *Log) ReplicaWriter() (*ReplicaWriter, error) {
 	if l.repl.writer {
 		return nil, fmt.Errorf("wal: replica writer: %w: the log has one already", ErrInvalidRequest)
 	}
-	w := &ReplicaWriter{l: l, bound: make(map[string]*topic), staged: make(map[posName]uint64)}
+	w := &ReplicaWriter{l: l, bound: make(map[string]*topic), staged: make(map[posName]uint64),
+		spos: make(map[*topic]*stagedPositions), compact: make(chan compactJob, 64)}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for name := range l.repl.topics {
@@ -216,6 +221,10 @@ func (l *Log) ReplicaWriter() (*ReplicaWriter, error) {
 		w.bound[name] = t
 	}
 	l.repl.writer = true
+	if l.ctx != nil { // started by Open: stopped by Close
+		l.wg.Add(1)
+		go l.compactLoop(w.compact)
+	}
 	return w, nil
 }
 
@@ -293,6 +302,7 @@ func (w *ReplicaWriter) Append(b *pebble.Batch, topic string, recs []Record, ts 
 		if err := op.Finish(); err != nil {
 			return 0, fmt.Errorf("wal: replicated append %q: %w", topic, err)
 		}
+		w.stagePos(t, t.next, t.nextPos)
 		t.next++
 		t.nextPos += uint64(recordKeyLen + n)
 	}
@@ -337,6 +347,9 @@ func (w *ReplicaWriter) Position(name, topic string) (uint64, bool) {
 // positions become visible, and Notify watchers wake, as the completer does
 // for a local append.
 func (w *ReplicaWriter) Published() {
+	if len(w.cuts) > 0 || len(w.configs) > 0 || len(w.spos) > 0 {
+		defer w.publishCuts() // after the high-watermarks moved
+	}
 	if len(w.touched) == 0 && len(w.newTopics) == 0 && len(w.positions) == 0 {
 		return
 	}
