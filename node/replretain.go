@@ -24,11 +24,13 @@ import (
 //     log (the topic's retention or the node's, by the log's clock, never past what it
 //     applied) every retention interval and proposes it; a follower never decides one;
 //   - a topic's own retention (topics create --retention-*, --update) is an entry that
-//     stores the configuration on every replica, so a new leader enforces the same.
-// Delete is refused: the topic's placement in the region's metadata group would stay.
+//     stores the configuration on every replica, so a new leader enforces the same;
+//   - a delete is a purge that also forgets the topic's positions, group states and
+//     configuration (EntryForget); its placement in the metadata group stays, so the topic
+//     is still listed (empty) and a later publish or create goes on at its next offset.
 
-// removeReplicated purges a replicated topic of this region (node name stored) through
-// its group's leader, or refuses a delete. ok is false when the topic is not replicated
+// removeReplicated purges or deletes a replicated topic of this region (node name stored)
+// through its group's leader. ok is false when the topic is not replicated
 // here (a local topic of this node, kept from before replication): the caller handles it.
 func (m *manager) removeReplicated(stored string, f *wire.TopicRemove) (records uint64, ok bool, e *wire.Error) {
 	n, r := m.n, m.n.rep
@@ -48,11 +50,6 @@ func (m *manager) removeReplicated(stored string, f *wire.TopicRemove) (records 
 		}
 		return 0, true, wire.Errorf(wire.CodeNotFound, "no topic %q in this region", m.a.clientName(stored))
 	}
-	if f.Op == wire.RemoveDelete {
-		return 0, true, wire.Errorf(wire.CodeInvalidArgument,
-			"topic %q is replicated: delete is not built for replicated topics yet (its placement in the region's metadata would stay); purge works (quicmq topics purge)",
-			m.a.clientName(stored))
-	}
 	lead, e := r.route(m.ctx, stored, m.peer, m.from)
 	if e != nil {
 		return 0, true, e
@@ -61,7 +58,7 @@ func (m *manager) removeReplicated(stored string, f *wire.TopicRemove) (records 
 		records, e := m.relayRemove(lead, stored, f)
 		return records, true, e
 	}
-	records, e = n.purgeReplicated(m.ctx, m.a, t, f.Flags&wire.ManageForce != 0)
+	records, e = n.removeReplicatedHere(m.ctx, m.a, t, f.Op == wire.RemoveDelete, f.Flags&wire.ManageForce != 0)
 	return records, true, e
 }
 
@@ -81,24 +78,45 @@ func (m *manager) relayRemove(node, stored string, f *wire.TopicRemove) (uint64,
 	return records, e
 }
 
-// purgeReplicated purges t on its leader (this node): refused while it has dependents
-// unless forced, as for a local topic, then one truncate entry cuts every record below the
-// next offset at apply on every replica.
-func (n *Node) purgeReplicated(ctx context.Context, a *principal, t *repTopic, force bool) (uint64, *wire.Error) {
+// removeReplicatedHere purges or deletes t on its leader (this node): refused while it has
+// dependents unless forced, as for a local topic, then one entry of its group does it on
+// every replica: a purge cuts every record below the next offset at apply; a delete
+// (EntryForget) also removes the topic's positions, group states and configuration, and
+// ends its subscriptions with CodeTopicDeleted. The topic stays placed: its offsets go on.
+func (n *Node) removeReplicatedHere(ctx context.Context, a *principal, t *repTopic, del, force bool) (uint64, *wire.Error) {
+	what := "purge"
+	if del {
+		what = "delete"
+	}
 	if !force {
 		if deps := n.dependents(a, t.name); len(deps) > 0 {
-			return 0, wire.Errorf(wire.CodeInUse, "topic %q has dependents: %s; they would skip every record not yet read. Remove them first, or purge with --force",
-				a.clientName(t.name), strings.Join(deps, ", "))
+			loses := "they would skip every record not yet read"
+			if del {
+				loses = "their positions on it would be deleted with it"
+			}
+			return 0, wire.Errorf(wire.CodeInUse, "topic %q has dependents: %s; %s. Remove them first, or %s with --force",
+				a.clientName(t.name), strings.Join(deps, ", "), loses, what)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
 	defer cancel()
-	res, err := n.rep.sm.ProposeTruncate(ctx, n.rep.d, t.name, 0, true)
-	if err != nil {
-		return 0, n.rep.proposeErr(t, err, "did not purge the topic")
+	var res replica.TruncateResult
+	var err error
+	if del {
+		res, err = n.rep.sm.ProposeForget(ctx, n.rep.d, t.name)
+	} else {
+		res, err = n.rep.sm.ProposeTruncate(ctx, n.rep.d, t.name, 0, true)
 	}
-	n.topicRemoved(t.name, false, res.Cut)
-	n.log.Info("topic purged", "topic", t.name, "records", res.Cut-res.First, "first", res.Cut, "forced", force, "by", a.name)
+	if err != nil {
+		return 0, n.rep.proposeErr(t, err, "did not "+what+" the topic")
+	}
+	if del {
+		n.metrics.topic.forget(t.name)
+		n.topicRemoved(t.name, true, 0)
+	} else {
+		n.topicRemoved(t.name, false, res.Cut)
+	}
+	n.log.Info("topic "+what+"d", "topic", t.name, "records", res.Cut-res.First, "first", res.Cut, "forced", force, "by", a.name)
 	return res.Cut - res.First, nil
 }
 

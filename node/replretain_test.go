@@ -70,8 +70,9 @@ func (m *regionMesh) followerOf(t *testing.T, topic string) (lead, follower stri
 
 // TestReplicatedPurgeThroughFollower: a purge asked of a follower is relayed to the leader,
 // refused while a durable consumer depends on the topic unless forced, and then cuts the
-// same offsets on every replica; offsets go on after it, and a delete is refused with a
-// message saying purge works.
+// same offsets on every replica; offsets go on after it. A delete through the follower
+// removes the records and positions on every replica and ends a subscription with
+// CodeTopicDeleted; the topic (still placed) goes on at its next offset.
 func TestReplicatedPurgeThroughFollower(t *testing.T) {
 	const topic = "purged"
 	m, ctx := newSeededRegion(t, topic, 40, 90*time.Second)
@@ -116,9 +117,40 @@ func TestReplicatedPurgeThroughFollower(t *testing.T) {
 	if string(recs[0].Payload) != topic+"-40" {
 		t.Fatalf("first record after the purge: %q", recs[0].Payload)
 	}
-	if _, err := fc.DeleteTopic(ctx, topic, client.ManageOptions{Force: true}); codeOf(err) != client.CodeInvalidArgument {
-		t.Fatalf("delete of a replicated topic: %v, want a refusal", err)
+
+	// Delete: records, positions and config go on every replica, a subscription open on a
+	// replica is told CodeTopicDeleted, and the topic's offsets go on.
+	sc := m.dial(follower)
+	defer sc.Close()
+	live, err := sc.Subscribe(ctx, topic, client.SubscribeOptions{From: client.Earliest})
+	if err != nil {
+		t.Fatal(err)
 	}
+	for range 15 {
+		if _, err := live.Next(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := fc.DeleteTopic(ctx, topic, client.ManageOptions{}); codeOf(err) != client.CodeInUse {
+		t.Fatalf("delete with a durable consumer on it, not forced: %v, want CodeInUse", err)
+	}
+	if n, err := fc.DeleteTopic(ctx, topic, client.ManageOptions{Force: true}); err != nil || n != 15 {
+		t.Fatalf("forced delete through %s: %d records, %v; want 15", follower, n, err)
+	}
+	checkIdenticalFrom(t, m.all(), topic, 55, 55)
+	for _, n := range m.all() {
+		waitFor(t, 10*time.Second, "the position gone on "+n.Name(), func() bool {
+			_, ok, err := n.Log().Position("worker", topic)
+			return err == nil && !ok
+		})
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	if _, err := live.Next(dctx); codeOf(err) != client.CodeTopicDeleted {
+		t.Fatalf("a subscription of the deleted topic on %s: %v, want CodeTopicDeleted", follower, err)
+	}
+	publishNumbered(ctx, t, fc, topic, 55, 58)
+	checkIdenticalFrom(t, m.all(), topic, 55, 58)
 }
 
 // offsetClock is the wall clock moved forward by an offset the test sets.

@@ -39,6 +39,10 @@ const (
 	// EntrySetConfig stores a topic's configuration (Config: its own retention),
 	// as wal.Log.SetTopicConfig stores a local topic's.
 	EntrySetConfig EntryKind = 6
+	// EntryForget deletes a topic: every record (as a purge), every named
+	// position and consumer group state of it and its configuration, in one
+	// batch. The topic stays placed and bound, empty; its offsets keep going.
+	EntryForget EntryKind = 7
 )
 
 func (k EntryKind) String() string {
@@ -55,6 +59,8 @@ func (k EntryKind) String() string {
 		return "truncate"
 	case EntrySetConfig:
 		return "set config"
+	case EntryForget:
+		return "forget"
 	}
 	return fmt.Sprintf("kind %d", uint8(k))
 }
@@ -122,6 +128,7 @@ func (g *GroupOp) stores() bool { return g != nil && (g.Settings != nil || g.Sta
 //	set position:  name str | value
 //	truncate:      flags u8 (1: purge: before the next offset) | before
 //	set config:    flags u8 (1: retention set) | max age ns | max bytes
+//	forget:        (nothing more)
 //	set group:     name str | group layout u8 = 1 | flags u8 (1: settings, 2: state, 4: remove)
 //	               | [settings: pattern str | ack-wait ns | max-deliver | dead-letter str | order u8]
 //	               | [state: floor | next | count | (offset - floor | deliveries)...]
@@ -211,6 +218,10 @@ func (e *WalEntry) Validate() error {
 		}
 		if !e.Config.RetentionSet && r != (wal.Retention{}) {
 			errs = append(errs, errors.New("retention given but not set"))
+		}
+	case EntryForget:
+		if len(e.Records) > 0 || e.Value != 0 {
+			errs = append(errs, errors.New("a forget with records or an offset"))
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown entry %v", e.Kind))
@@ -352,6 +363,7 @@ func DecodeEntry(p []byte) (*WalEntry, error) {
 			d.fail("retention out of range")
 		}
 		e.Config.Retention = wal.Retention{MaxAge: time.Duration(age), MaxBytes: int64(size)}
+	case EntryForget:
 	default:
 		return nil, fmt.Errorf("%w: unknown kind %d", errEntry, p[5])
 	}

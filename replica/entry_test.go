@@ -36,6 +36,7 @@ func sampleEntries() []*WalEntry {
 		{Kind: EntrySetConfig, Topic: "t", Config: wal.TopicConfig{RetentionSet: true, Retention: wal.Retention{MaxAge: time.Hour, MaxBytes: 1 << 40}}},
 		{Kind: EntrySetConfig, Topic: "t", Config: wal.TopicConfig{RetentionSet: true}}, // kept forever
 		{Kind: EntrySetConfig, Topic: "t"},                                              // back to the node's default
+		{Kind: EntryForget, Topic: "t"},
 	}
 }
 
@@ -119,6 +120,7 @@ func TestEntryValidate(t *testing.T) {
 			Entries: []wal.GroupEntry{{Offset: 9}}}}}, "entry 0 (offset 9): not ascending within [1, 9)"},
 		{WalEntry{Kind: EntryAppend, Topic: "t", Records: []wal.Record{{ProducerID: long}}}, "record 0: producer ID of 256 bytes"},
 		{WalEntry{Kind: EntryTruncate, Topic: "t", Purge: true, Value: 3}, "a purge with an offset"},
+		{WalEntry{Kind: EntryForget, Topic: "t", Value: 3}, "a forget with records or an offset"},
 		{WalEntry{Kind: EntryTruncate, Topic: "t", Value: 3, Records: []wal.Record{{}}}, "a truncate with records"},
 		{WalEntry{Kind: EntrySetConfig, Topic: "t", Config: wal.TopicConfig{RetentionSet: true, Retention: wal.Retention{MaxAge: -1}}}, "negative retention"},
 		{WalEntry{Kind: EntrySetConfig, Topic: "t", Config: wal.TopicConfig{Retention: wal.Retention{MaxBytes: 5}}}, "retention given but not set"},

@@ -338,6 +338,20 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 		}
 		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime,
 			Detail: &TruncateResult{First: cr.First, Cut: cr.Cut, Next: st.next}}, nil
+	case EntryForget:
+		cr, err := s.w.Cut(b, we.Topic, st.next, false)
+		if err != nil {
+			return Result{}, err
+		}
+		if cr.Cut > st.first {
+			st.first = cr.Cut
+			st.dirty = true
+		}
+		if _, _, err := s.w.Forget(b, we.Topic); err != nil {
+			return Result{}, err
+		}
+		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime,
+			Detail: &TruncateResult{First: cr.First, Cut: cr.Cut, Next: st.next}}, nil
 	case EntrySetConfig:
 		if err := s.w.SetTopicConfig(b, we.Topic, we.Config); err != nil {
 			return Result{}, err
@@ -503,13 +517,24 @@ func (s *WalSM) ProposeTruncate(ctx context.Context, d *Driver, topic string, be
 	if purge {
 		e.Value = 0
 	}
+	return s.proposeCut(ctx, d, e)
+}
+
+// ProposeForget proposes, through d (which must lead the topic's group), the delete of
+// topic (EntryForget); it returns once the entry is applied here.
+func (s *WalSM) ProposeForget(ctx context.Context, d *Driver, topic string) (TruncateResult, error) {
+	return s.proposeCut(ctx, d, &WalEntry{Kind: EntryForget, Topic: topic})
+}
+
+func (s *WalSM) proposeCut(ctx context.Context, d *Driver, e *WalEntry) (TruncateResult, error) {
+	topic := e.Topic
 	data, err := EncodeEntry(nil, e)
 	if err != nil {
 		return TruncateResult{}, err
 	}
 	r, err := d.Propose(ctx, s.groupOf(topic), data)
 	if err != nil {
-		return TruncateResult{}, fmt.Errorf("replica: truncate %q: %w", topic, err)
+		return TruncateResult{}, fmt.Errorf("replica: %v %q: %w", e.Kind, topic, err)
 	}
 	switch det := r.Detail.(type) {
 	case *TruncateResult:
@@ -519,5 +544,5 @@ func (s *WalSM) ProposeTruncate(ctx context.Context, d *Driver, topic string, be
 			return TruncateResult{}, det.Err
 		}
 	}
-	return TruncateResult{}, fmt.Errorf("replica: truncate %q: entry %d applied without a result", topic, r.Index)
+	return TruncateResult{}, fmt.Errorf("replica: %v %q: entry %d applied without a result", e.Kind, topic, r.Index)
 }

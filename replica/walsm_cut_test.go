@@ -126,3 +126,67 @@ func TestWalSMCutsAndSnapshotLogStart(t *testing.T) {
 		t.Fatalf("fetch below the peer's log start: %v", err)
 	}
 }
+
+// TestWalSMForget: a forget entry deletes a topic's records, positions, group states and
+// configuration, those written earlier in its own batch too, and leaves the topic bound
+// with its offsets going on; other topics keep theirs.
+func TestWalSMForget(t *testing.T) {
+	s := newSnapSM(t)
+	var idx uint64
+	appendN(s, &idx, "c", 4)
+	appendN(s, &idx, "a", 2)
+	idx++
+	s.apply(idx, &WalEntry{Kind: EntrySetPosition, Topic: "c", Name: "durable-1", Value: 2})
+	idx++
+	s.apply(idx, &WalEntry{Kind: EntrySetPosition, Topic: "a", Name: "durable-1", Value: 1})
+	idx++
+	s.apply(idx, &WalEntry{Kind: EntrySetGroup, Topic: "c", Name: "g1", Group: &GroupOp{
+		Settings: &wal.GroupSettings{Pattern: "c"}, State: &wal.GroupState{Floor: 1, Next: 2}}})
+	idx++
+	s.apply(idx, &WalEntry{Kind: EntrySetConfig, Topic: "c", Config: wal.TopicConfig{RetentionSet: true, Retention: wal.Retention{MaxBytes: 1 << 20}}})
+	// One batch: a position and a group state written, then the forget.
+	var ents []Entry
+	for _, e := range []*WalEntry{
+		{Kind: EntrySetPosition, Topic: "c", Name: "durable-2", Value: 3},
+		{Kind: EntrySetGroup, Topic: "c", Name: "g2", Group: &GroupOp{Settings: &wal.GroupSettings{Pattern: "c"}, State: &wal.GroupState{Floor: 0, Next: 1}}},
+		{Kind: EntryForget, Topic: "c"},
+	} {
+		data, err := EncodeEntry(nil, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx++
+		ents = append(ents, Entry{Index: idx, Time: int64(idx) * 1000, Data: data})
+	}
+	var res []Result
+	s.commit(func(b *pebble.Batch) error {
+		var err error
+		res, err = s.sm.Apply(b, 7, idx, ents)
+		return err
+	})
+	if tr, ok := res[2].Detail.(*TruncateResult); !ok || tr.First != 0 || tr.Cut != 4 || tr.Next != 4 {
+		t.Fatalf("forget result: %+v", res[2].Detail)
+	}
+	if first, next, ok := s.log.Bounds("c"); !ok || first != 4 || next != 4 {
+		t.Fatalf("c after forget: [%d, %d) %v", first, next, ok)
+	}
+	for _, name := range []string{"durable-1", "durable-2"} {
+		if v, ok, err := s.log.Position(name, "c"); err != nil || ok {
+			t.Fatalf("position %s of c after forget: %d %v %v", name, v, ok, err)
+		}
+	}
+	if v, ok, _ := s.log.Position("durable-1", "a"); !ok || v != 1 {
+		t.Fatalf("a's position went with c's: %d %v", v, ok)
+	}
+	if cfg, _ := s.log.TopicConfig("c"); cfg != (wal.TopicConfig{}) {
+		t.Fatalf("c's configuration after forget: %v", cfg)
+	}
+	meta, err := s.sm.w.TopicMeta("c")
+	if err != nil || len(meta) != 0 {
+		t.Fatalf("metadata of c left after forget: %d keys, %v", len(meta), err)
+	}
+	appendN(s, &idx, "c", 1)
+	if first, next, _ := s.log.Bounds("c"); first != 4 || next != 5 {
+		t.Fatalf("c after an append: [%d, %d), want [4, 5)", first, next)
+	}
+}

@@ -29,6 +29,10 @@ func (w *ReplicaWriter) SetGroup(b *pebble.Batch, group, topic string, settings 
 		}
 	}
 	if state != nil {
+		if w.stagedGroups[topic] == nil {
+			w.stagedGroups[topic] = make(map[string]bool)
+		}
+		w.stagedGroups[topic][group] = true
 		st := *state
 		st.Updated = time.Unix(0, updated)
 		k := groupKey(group, topic)

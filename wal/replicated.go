@@ -196,6 +196,10 @@ type ReplicaWriter struct {
 	configs   []*topic                    // topics whose configuration was written
 	spos      map[*topic]*stagedPositions // byte positions of records appended
 	compact   chan compactJob             // to compactLoop
+	// stagedGroups: per topic, the groups whose state of it was written since the last
+	// Published (Forget removes those too).
+	stagedGroups map[string]map[string]bool
+	forgotten    []*topic // topics forgotten since the last Published (Forget)
 }
 
 // ReplicaWriter returns the writer of the log's replicated topics; a log has
@@ -210,7 +214,8 @@ func (l *Log) ReplicaWriter() (*ReplicaWriter, error) {
 		return nil, fmt.Errorf("wal: replica writer: %w: the log has one already", ErrInvalidRequest)
 	}
 	w := &ReplicaWriter{l: l, bound: make(map[string]*topic), staged: make(map[posName]uint64),
-		spos: make(map[*topic]*stagedPositions), compact: make(chan compactJob, 64)}
+		spos: make(map[*topic]*stagedPositions), compact: make(chan compactJob, 64),
+		stagedGroups: make(map[string]map[string]bool)}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for name := range l.repl.topics {
@@ -347,7 +352,7 @@ func (w *ReplicaWriter) Position(name, topic string) (uint64, bool) {
 // positions become visible, and Notify watchers wake, as the completer does
 // for a local append.
 func (w *ReplicaWriter) Published() {
-	if len(w.cuts) > 0 || len(w.configs) > 0 || len(w.spos) > 0 {
+	if len(w.cuts) > 0 || len(w.configs) > 0 || len(w.spos) > 0 || len(w.stagedGroups) > 0 || len(w.forgotten) > 0 {
 		defer w.publishCuts() // after the high-watermarks moved
 	}
 	if len(w.touched) == 0 && len(w.newTopics) == 0 && len(w.positions) == 0 {

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -237,4 +238,92 @@ func (w *ReplicaWriter) publishCuts() {
 	}
 	w.cuts = w.cuts[:0]
 	clear(w.spos)
+	clear(w.stagedGroups)
+	if len(w.forgotten) > 0 {
+		l.mu.Lock()
+		w.renewForgottenLocked()
+		l.mu.Unlock()
+		for _, t := range w.forgotten {
+			l.watch.wakeTopic(t.name) // its readers learn of the delete now
+		}
+		w.forgotten = w.forgotten[:0]
+	}
+}
+
+// Forget removes, in b, what a bound topic's log is described by besides its records: every
+// named position of it (consumer positions, mirror cursors), every consumer group's state
+// of it and its configuration; with a cut of every record (Cut), it is the delete of a
+// replicated topic (the topic stays bound, empty, and its offsets keep going). It returns
+// how many positions and group states it removed. What it removes is the same on every
+// replica at the same entry: the stored keys and those staged in b alike.
+func (w *ReplicaWriter) Forget(b *pebble.Batch, topic string) (positions, groups int, err error) {
+	t := w.bound[topic]
+	if t == nil {
+		return 0, 0, fmt.Errorf("wal: forget %q: %w: topic not bound", topic, ErrInvalidRequest)
+	}
+	pp := positionTopicPrefix(topic)
+	if err := b.DeleteRange(pp, prefixEnd(pp), nil); err != nil {
+		return 0, 0, fmt.Errorf("wal: forget %q: %w", topic, err)
+	}
+	names := map[string]bool{}
+	w.l.mu.RLock()
+	for k := range w.l.mu.positions {
+		if k.topic == topic {
+			names[k.name] = true
+		}
+	}
+	w.l.mu.RUnlock()
+	for k := range w.staged {
+		if k.topic == topic {
+			names[k.name] = true
+			delete(w.staged, k)
+		}
+	}
+	for name := range names {
+		w.positions = append(w.positions, posWrite{key: posName{name: name, topic: topic}, del: true})
+	}
+	gs := map[string]bool{}
+	for g := range w.stagedGroups[topic] {
+		gs[g] = true
+	}
+	it, err := w.l.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixGroup}, UpperBound: []byte{prefixGroup + 1}})
+	if err != nil {
+		return 0, 0, fmt.Errorf("wal: forget %q: %w", topic, err)
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if g, tp, ok := parseGroupKey(it.Key()); ok && tp == topic && tp != "" {
+			gs[g] = true
+		}
+	}
+	if err := errors.Join(it.Error(), it.Close()); err != nil {
+		return 0, 0, fmt.Errorf("wal: forget %q: %w", topic, err)
+	}
+	for g := range gs {
+		if err := b.Delete(groupKey(g, topic), nil); err != nil {
+			return 0, 0, fmt.Errorf("wal: forget %q: %w", topic, err)
+		}
+	}
+	delete(w.stagedGroups, topic)
+	if err := w.SetTopicConfig(b, topic, TopicConfig{}); err != nil {
+		return 0, 0, err
+	}
+	w.forgotten = append(w.forgotten, t)
+	return len(names), len(gs), nil
+}
+
+// renewForgotten gives each topic forgotten since the last Published a new *topic with the
+// same ID and bounds, so that readers bound to the old one (Scanners, subscriptions) get a
+// *TopicDeletedError, as after the delete of a local topic, and new readers read on.
+// Published, with l.mu held.
+func (w *ReplicaWriter) renewForgottenLocked() {
+	for _, old := range w.forgotten {
+		if w.bound[old.name] != old {
+			continue // forgotten twice in one batch
+		}
+		nt := &topic{name: old.name, id: old.id, next: old.next, nextPos: old.nextPos, lastTime: old.lastTime,
+			dedupReady: true, ccfg: old.ccfg, first: old.first, firstPos: old.firstPos,
+			hwm: old.hwm, hwmPos: old.hwmPos, cfg: old.cfg}
+		w.bound[old.name] = nt
+		w.l.mu.topics[old.name] = nt
+	}
 }
