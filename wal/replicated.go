@@ -154,8 +154,9 @@ func (l *Log) nextTopicID() uint32 {
 // refuseReplicatedAdmin refuses a topic operation (create, configure, purge,
 // delete) on a replicated topic, and positions written or deleted on one:
 // those change replicated state, which only the topic's group may.
-// Retention is not applied to replicated topics yet (retain skips them):
-// each replica would cut at its own time.
+// Retention skips replicated topics (retain): each replica would cut at its
+// own time; their cuts are raft entries applied through the ReplicaWriter
+// (replretain.go).
 func (l *Log) refuseReplicatedAdmin(topic string, op *adminOp) error {
 	switch op.kind {
 	case opRetain:
