@@ -61,12 +61,9 @@ func (w *ReplicaWriter) Cut(b *pebble.Batch, topic string, cut uint64, jump bool
 	case cut >= t.next:
 		cutPos = t.nextPos
 	default:
-		pos, ok := w.stagedPos(t, cut)
-		if !ok {
-			var err error
-			if pos, err = w.storedPos(t, cut); err != nil {
-				return CutResult{}, err
-			}
+		pos, err := w.posAt(t, cut)
+		if err != nil {
+			return CutResult{}, err
 		}
 		cutPos = pos
 	}
@@ -112,21 +109,6 @@ func (w *ReplicaWriter) stagePos(t *topic, off, pos uint64) {
 		w.spos[t] = sp
 	}
 	sp.pos = append(sp.pos, pos)
-}
-
-// storedPos reads the byte position of t's committed record at off.
-func (w *ReplicaWriter) storedPos(t *topic, off uint64) (uint64, error) {
-	k := recordKey(t.id, off)
-	v, closer, err := w.l.pdb.Get(k)
-	if err != nil {
-		return 0, fmt.Errorf("wal: cut %q at %d: %w", t.name, off, err)
-	}
-	defer closer.Close()
-	_, pos, reason := checkRecord(k, v)
-	if reason != "" {
-		return 0, &CorruptError{Topic: t.name, Offset: off, Reason: reason}
-	}
-	return pos, nil
 }
 
 type stagedPositions struct {
