@@ -18,7 +18,7 @@ import (
 // manage serves a management stream (docs/protocol.md "Management streams"): one request
 // frame, answered by CONSUMER_INFO, TOPIC_INFO or DONE frames and FIN, or by ERROR.
 func (s *session) manage(str *quic.Stream, req wire.Frame) {
-	m := &manager{n: s.n, ctx: s.ctx, a: s.actor, peer: s.peer, region: s.n.place != nil && !s.peer}
+	m := &manager{n: s.n, ctx: s.ctx, a: s.actor, peer: s.peer, from: s.peerName, region: s.n.place != nil && !s.peer}
 	w := wire.NewWriter(str)
 	var e *wire.Error
 	switch f := req.(type) {
@@ -70,6 +70,7 @@ type manager struct {
 	ctx    context.Context
 	a      *principal
 	peer   bool
+	from   string // the peer node's name, for a peer's request
 	region bool
 }
 
@@ -299,6 +300,18 @@ func (m *manager) createTopic(f *wire.TopicCreate) (wire.TopicInfo, *wire.Error)
 func (m *manager) removeTopic(f *wire.TopicRemove) (uint64, *wire.Error) {
 	if f.Op != wire.RemovePurge && f.Op != wire.RemoveDelete {
 		return 0, wire.Errorf(wire.CodeInvalidArgument, "TOPIC_REMOVE operation %d: want 1 (purge) or 2 (delete)", f.Op)
+	}
+	if m.n.rep != nil {
+		// A replicated region: the topic's group cuts it (replretain.go).
+		if e := m.a.checkTopic(f.Topic, false); e != nil {
+			return 0, e
+		}
+		if e := m.a.mayPublish(f.Topic); e != nil {
+			return 0, e
+		}
+		if records, ok, e := m.removeReplicated(m.a.topic(f.Topic), f); ok {
+			return records, e
+		}
 	}
 	stored, owner, e := m.topicTarget(f.Topic)
 	if e != nil {

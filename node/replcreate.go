@@ -12,7 +12,8 @@ import (
 // region's metadata group place the topic (asking its leader when this node does not lead
 // it); another node's is that ask, relayed here because this node leads the metadata group
 // (replicated.askPlace): it is placed here or refused, never passed on. Both are answered
-// with the topic's TOPIC_INFO, carrying its leader and replicas.
+// with the topic's TOPIC_INFO, carrying its leader and replicas. One with a retention of
+// its own (or --update) is also configured through the topic's group leader.
 func (s *session) serveReplicatedCreate(str *quic.Stream, f *wire.TopicCreate) {
 	n := s.n
 	topic := f.Topic
@@ -31,22 +32,30 @@ func (s *session) serveReplicatedCreate(str *quic.Stream, f *wire.TopicCreate) {
 		}
 		topic = s.actor.topic(topic)
 	}
-	if f.Flags&(wire.ManageRetention|wire.ManageUpdate) != 0 {
-		s.failStream(str, wire.Errorf(wire.CodeInvalidArgument,
-			"topic %q: retention of its own is not built for replicated topics yet; the node's retention setting applies", f.Topic))
-		return
-	}
 	ctx, cancel := context.WithTimeout(s.ctx, n.cfg.ManageTimeout)
 	defer cancel()
+	existed := n.rep.lookup(topic) != nil
 	if _, e := n.rep.ensure(ctx, topic, s.peer); e != nil {
 		s.failStream(str, e)
 		return
 	}
-	ti := wire.TopicInfo{Name: s.actor.clientName(topic)}
-	if first, next, ok := n.wal.Bounds(topic); ok {
-		ti.First, ti.Next = first, next
+	var ti wire.TopicInfo
+	if f.Flags&(wire.ManageRetention|wire.ManageUpdate) != 0 {
+		// A retention of its own is replicated state: stored through the group's leader
+		// (replretain.go).
+		var e *wire.Error
+		c := *f
+		if !existed && !s.peer {
+			c.Flags |= wire.ManageUpdate // placed by this request: its configuration is the one given
+		}
+		if ti, e = s.configureReplicated(ctx, topic, &c); e != nil {
+			s.failStream(str, e)
+			return
+		}
+	} else {
+		ti = n.replTopicInfo(topic)
 	}
-	ti.Leader, ti.Replicas = n.rep.holders(topic)
+	ti.Name = s.actor.clientName(topic)
 	w := wire.NewWriter(str)
 	if w.Write(&ti) == nil && w.Flush() == nil {
 		str.Close()

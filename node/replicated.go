@@ -221,7 +221,8 @@ func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
 	r.mu.Lock()
 	r.mu.ctx, r.mu.wg = ctx, wg
 	r.mu.Unlock()
-	wg.Add(4)
+	wg.Add(5)
+	go func() { defer wg.Done(); r.retain(ctx) }() // replretain.go
 	go func() {
 		defer wg.Done()
 		if err := r.d.Run(ctx); err != nil {

@@ -543,6 +543,7 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 	}
 	n := sub.s.n
 	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic), tail: n.tails.acquire(topic)}
+	_ = c.scan.Check() // bound to the topic as it is: a delete of it ends the cursor
 	// Register for wake-ups before reading the bounds, so no append is missed: with the
 	// shared tail, its (a connection's subscriptions woken one after the other).
 	var stop func()
@@ -705,6 +706,9 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 		c.next = rec.Offset + 1
 	}
 	if c.tail != nil {
+		if err := c.scan.Check(); err != nil {
+			return 0, 0, err // deleted (a replicated topic's delete keeps its log and tail)
+		}
 		got, ok, err := c.tail.read(c.next, maxReadRecords, n.cfg.ReadAhead, encode)
 		if ok || err != nil {
 			return got, bytes, err

@@ -22,7 +22,7 @@
 //	'L' | group u64 | 'a'             -> applied index u64 | next offset u64 | last time i64
 //	'L' | group u64 | 'o' | offset u64 -> record: raft index u64 | time i64 | payload
 //	'L' | group u64 | 'w'             -> WalSM: applied index u64 | records with a producer applied u64
-//	'L' | group u64 | 'T' | topic     -> WalSM: next offset u64 | last time i64 of a topic of the group
+//	'L' | group u64 | 'T' | topic     -> WalSM: next offset u64 | last time i64 [| log start u64, once cut] of a topic of the group
 //	'L' | group u64 | 'd' | n u64     -> WalSM: the de-duplication window's n-th record with a producer:
 //	                                     topic | producer | sequence | offset | time
 //

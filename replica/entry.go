@@ -41,6 +41,18 @@ const (
 	// when it is newer than the state stored under that name (as
 	// wal.Log.SetMirroredGroup does for a local topic).
 	EntryMirrorGroup EntryKind = 9
+	// EntryTruncate deletes a topic's records below an offset (Value), or below
+	// the next offset at apply (Purge), and stores its new first offset in the
+	// same batch; offsets keep going. A cut the log already passed is a no-op.
+	// Retention is one, proposed by the group's leader; so is a purge.
+	EntryTruncate EntryKind = 5
+	// EntrySetConfig stores a topic's configuration (Config: its own retention),
+	// as wal.Log.SetTopicConfig stores a local topic's.
+	EntrySetConfig EntryKind = 6
+	// EntryForget deletes a topic: every record (as a purge), every named
+	// position and consumer group state of it and its configuration, in one
+	// batch. The topic stays placed and bound, empty; its offsets keep going.
+	EntryForget EntryKind = 7
 )
 
 func (k EntryKind) String() string {
@@ -57,9 +69,18 @@ func (k EntryKind) String() string {
 		return "mirror position"
 	case EntryMirrorGroup:
 		return "mirror group"
+	case EntryTruncate:
+		return "truncate"
+	case EntrySetConfig:
+		return "set config"
+	case EntryForget:
+		return "forget"
 	}
 	return fmt.Sprintf("kind %d", uint8(k))
 }
+
+// carriesRecords reports whether the kind's layout ends with records.
+func (k EntryKind) carriesRecords() bool { return k == EntryAppend || k == EntryMirrorAppend }
 
 // WalEntry is the command a raft entry of a replicated topic carries, as
 // WalSM applies it.
@@ -93,6 +114,11 @@ type WalEntry struct {
 	// one that stores nothing, is a barrier. A mirror group's is a State
 	// alone, with its Vector and its origin's Updated.
 	Group *GroupOp
+	// Purge makes a truncate cut below the topic's next offset at apply (its
+	// Value is then 0): every record is deleted.
+	Purge bool
+	// Config is what a set config stores.
+	Config wal.TopicConfig
 }
 
 // GroupOp is what an EntrySetGroup does to one consumer group's state of
@@ -121,6 +147,9 @@ func (g *GroupOp) stores() bool { return g != nil && (g.Settings != nil || g.Sta
 //	mirror append: region str | name str | flags u8 (1: has expected) | expected | value | count | record...
 //	set position:  name str | value                                        (body layout 1: no vector)
 //	               | [layout u8 = 2 | count >= 1 | (region str | origin offset)...]  (layout 2: regions ascending)
+//	truncate:      flags u8 (1: purge: before the next offset) | before
+//	set config:    flags u8 (1: retention set) | max age ns | max bytes
+//	forget:        (nothing more)
 //	set group:     name str | group layout u8 = 1 or 2 | flags u8 (1: settings, 2: state, 4: remove)
 //	               | [settings: pattern str | ack-wait ns | max-deliver | dead-letter str | order u8]
 //	               | [state: floor | next | count | (offset - floor | deliveries)...
@@ -149,6 +178,9 @@ const (
 	groupFlagRemove   = 1 << 2
 	knownGroupFlags   = groupFlagSettings | groupFlagState | groupFlagRemove
 	maxGroupOrder     = 2 // the wire's group orders: 0 none, 1 topic, 2 key
+
+	truncFlagPurge    = 1 << 0
+	configFlagRetains = 1 << 0
 )
 
 // errEntry is wrapped by every decoding error.
@@ -207,6 +239,28 @@ func (e *WalEntry) Validate() error {
 			errs = append(errs, errors.New("a set group with records"))
 		}
 		errs = append(errs, e.Group.validate()...)
+	case EntryTruncate:
+		if len(e.Records) > 0 {
+			errs = append(errs, errors.New("a truncate with records"))
+		}
+		if e.Purge && e.Value != 0 {
+			errs = append(errs, errors.New("a purge with an offset"))
+		}
+	case EntrySetConfig:
+		if len(e.Records) > 0 {
+			errs = append(errs, errors.New("a set config with records"))
+		}
+		r := e.Config.Retention
+		if r.MaxAge < 0 || r.MaxBytes < 0 {
+			errs = append(errs, errors.New("negative retention"))
+		}
+		if !e.Config.RetentionSet && r != (wal.Retention{}) {
+			errs = append(errs, errors.New("retention given but not set"))
+		}
+	case EntryForget:
+		if len(e.Records) > 0 || e.Value != 0 {
+			errs = append(errs, errors.New("a forget with records or an offset"))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown entry %v", e.Kind))
 	}
@@ -251,8 +305,23 @@ func EncodeEntry(dst []byte, e *WalEntry) ([]byte, error) {
 		dst = appendStr(dst, e.Name)
 		dst = binary.AppendUvarint(dst, uint64(e.Group.State.Updated.UnixNano()))
 		dst = e.Group.append(dst)
+	case EntryTruncate:
+		var flags byte
+		if e.Purge {
+			flags |= truncFlagPurge
+		}
+		dst = append(dst, flags)
+		dst = binary.AppendUvarint(dst, e.Value)
+	case EntrySetConfig:
+		var flags byte
+		if e.Config.RetentionSet {
+			flags |= configFlagRetains
+		}
+		dst = append(dst, flags)
+		dst = binary.AppendUvarint(dst, uint64(e.Config.Retention.MaxAge))
+		dst = binary.AppendUvarint(dst, uint64(e.Config.Retention.MaxBytes))
 	}
-	if e.Kind.hasRecords() {
+	if e.Kind.carriesRecords() {
 		dst = binary.AppendUvarint(dst, uint64(len(e.Records)))
 		for i := range e.Records {
 			r := &e.Records[i]
@@ -330,10 +399,29 @@ func DecodeEntry(p []byte) (*WalEntry, error) {
 		if e.Group.State != nil {
 			e.Group.State.Updated = time.Unix(0, int64(updated))
 		}
+	case EntryTruncate:
+		flags := d.byte()
+		if flags&^truncFlagPurge != 0 {
+			d.fail("unknown truncate flags")
+		}
+		e.Purge = flags&truncFlagPurge != 0
+		e.Value = d.uvarint()
+	case EntrySetConfig:
+		flags := d.byte()
+		if flags&^configFlagRetains != 0 {
+			d.fail("unknown config flags")
+		}
+		e.Config.RetentionSet = flags&configFlagRetains != 0
+		age, size := d.uvarint(), d.uvarint()
+		if age > math.MaxInt64 || size > math.MaxInt64 {
+			d.fail("retention out of range")
+		}
+		e.Config.Retention = wal.Retention{MaxAge: time.Duration(age), MaxBytes: int64(size)}
+	case EntryForget:
 	default:
 		return nil, fmt.Errorf("%w: unknown kind %d", errEntry, p[5])
 	}
-	if e.Kind.hasRecords() {
+	if e.Kind.carriesRecords() {
 		n := d.uvarint()
 		// A record takes at least two bytes (flags, payload length): bound
 		// the allocation by what the entry can hold.

@@ -32,12 +32,19 @@ func sampleEntries() []*WalEntry {
 		{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Settings: &wal.GroupSettings{Pattern: "t.>"}}},
 		{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{Remove: true}},
 		{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{}}, // a barrier
+		{Kind: EntryTruncate, Topic: "t", Value: 1 << 35},
+		{Kind: EntryTruncate, Topic: "t", Purge: true},
+		{Kind: EntrySetConfig, Topic: "t", Config: wal.TopicConfig{RetentionSet: true, Retention: wal.Retention{MaxAge: time.Hour, MaxBytes: 1 << 40}}},
+		{Kind: EntrySetConfig, Topic: "t", Config: wal.TopicConfig{RetentionSet: true}}, // kept forever
+		{Kind: EntrySetConfig, Topic: "t"},                                              // back to the node's default
+		{Kind: EntryForget, Topic: "t"},
 	}, vectorEntries()...) // entry_vector_test.go
 }
 
 func sameEntry(a, b *WalEntry) bool {
 	if a.Kind != b.Kind || a.Topic != b.Topic || a.Region != b.Region || a.Name != b.Name ||
-		a.HasExpected != b.HasExpected || a.Expected != b.Expected || a.Value != b.Value || len(a.Records) != len(b.Records) {
+		a.HasExpected != b.HasExpected || a.Expected != b.Expected || a.Value != b.Value || len(a.Records) != len(b.Records) ||
+		a.Purge != b.Purge || a.Config != b.Config {
 		return false
 	}
 	if (a.Kind == EntrySetGroup || a.Kind == EntryMirrorGroup) && !sameGroupOp(a.Group, b.Group) {
@@ -116,6 +123,11 @@ func TestEntryValidate(t *testing.T) {
 		{WalEntry{Kind: EntrySetGroup, Topic: "t", Name: "g", Group: &GroupOp{State: &wal.GroupState{Floor: 1, Next: 9,
 			Entries: []wal.GroupEntry{{Offset: 9}}}}}, "entry 0 (offset 9): not ascending within [1, 9)"},
 		{WalEntry{Kind: EntryAppend, Topic: "t", Records: []wal.Record{{ProducerID: long}}}, "record 0: producer ID of 256 bytes"},
+		{WalEntry{Kind: EntryTruncate, Topic: "t", Purge: true, Value: 3}, "a purge with an offset"},
+		{WalEntry{Kind: EntryForget, Topic: "t", Value: 3}, "a forget with records or an offset"},
+		{WalEntry{Kind: EntryTruncate, Topic: "t", Value: 3, Records: []wal.Record{{}}}, "a truncate with records"},
+		{WalEntry{Kind: EntrySetConfig, Topic: "t", Config: wal.TopicConfig{RetentionSet: true, Retention: wal.Retention{MaxAge: -1}}}, "negative retention"},
+		{WalEntry{Kind: EntrySetConfig, Topic: "t", Config: wal.TopicConfig{Retention: wal.Retention{MaxBytes: 5}}}, "retention given but not set"},
 	} {
 		_, err := EncodeEntry(nil, &tc.e)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -16,9 +16,6 @@ import (
 // (wal's maxVector).
 const maxEntryVector = 256
 
-// hasRecords reports whether the kind's body ends with records.
-func (k EntryKind) hasRecords() bool { return k == EntryAppend || k == EntryMirrorAppend }
-
 // validateVector reports what makes a position's vector impossible to store.
 func validateVector(v map[string]uint64) []error {
 	var errs []error

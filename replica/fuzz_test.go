@@ -63,6 +63,13 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	p = binary.AppendUvarint(p, 1)
 	p = binary.AppendUvarint(appendStr(p, "t"), 0)
 	f.Add(frameSnap(snapVersion, snapKindWal, p))
+	// A topic cut at offset 2: its state carries the log start.
+	cp := binary.AppendUvarint(nil, 2)
+	cp = appendBytes(appendBytes(cp, wk[len(lo):]), seal(wk, ap[:]))
+	cp = appendBytes(appendBytes(cp, tk[len(lo):]), seal(tk, encodeTopicState(&walTopic{next: 3, first: 2})))
+	cp = binary.AppendUvarint(cp, 1)
+	cp = binary.AppendUvarint(appendStr(cp, "t"), 0)
+	f.Add(frameSnap(snapVersion, snapKindWal, cp))
 	f.Add(frameSnap(chunkVersion, snapKindLog, append(binary.AppendUvarint(nil, 1), 3, 9, 7, 1, 'x')))
 	f.Add(frameSnap(chunkVersion, snapKindWal, appendFetched(binary.AppendUvarint(nil, 1), &wal.Record{Offset: 3, Time: 5, ProducerID: "p", Sequence: 2,
 		Headers: []wal.Header{{Key: "k", Value: []byte("v")}}, Payload: []byte("x")})))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -49,6 +50,7 @@ type simConfig struct {
 	wal           bool    // WalSM on a wal.Log instead of LogSM (walsm_sim_test.go)
 	dedupWindow   int     // WalSM's window, with wal
 	wipe          bool    // once in the fault phase, a node's storage is lost: it restarts empty under a new ID and rejoins
+	truncate      bool    // with wal: some proposals cut a topic's log (EntryTruncate: retention or a purge)
 }
 
 func defaultSimConfig(nodes int) simConfig {
@@ -81,9 +83,10 @@ type simPacket struct {
 }
 
 type simRec struct {
-	index uint64
-	time  int64
-	data  string
+	index  uint64
+	time   int64
+	data   string
+	unseen bool // with truncate: cut before any replica's log was checked there (filled in by the first that shows it)
 }
 
 type simEntry struct {
@@ -115,6 +118,7 @@ type sim struct {
 	checked map[[2]uint64]uint64  // (node, group) -> offsets compared
 	commits map[uint64][]simEntry // group -> committed raft entries seen (index i at i-1)
 	ccheck  map[[2]uint64]uint64  // (node, group) -> committed index compared
+	firstAt map[[2]uint64]uint64  // with truncate: (group, applied index) -> the topic's log start there
 	acked   []simAck
 	props   int
 	retries []simRetry // with cfg.wal: recent keyed proposals, proposed again
@@ -160,6 +164,7 @@ type simStats struct {
 	compacted                                                               int // groups whose log was compacted on some node at the end
 	wipes, learners, promotions                                             int // with wipe: nodes wiped, learners added, promotions proposed
 	snapshots, catchups, catchupFails, fetchedRecords                       int // snapshots installed, catch-ups done and failed, records fetched
+	cuts, startedPast0                                                      int // with truncate: cuts applied; logs checked with a start past 0
 }
 
 func (a *simStats) add(b simStats) {
@@ -179,6 +184,8 @@ func (a *simStats) add(b simStats) {
 	a.catchups += b.catchups
 	a.catchupFails += b.catchupFails
 	a.fetchedRecords += b.fetchedRecords
+	a.cuts += b.cuts
+	a.startedPast0 += b.startedPast0
 }
 
 type simTransport struct {
@@ -219,6 +226,7 @@ func newSim(cfg simConfig, seed uint64) (*sim, error) {
 		cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)),
 		cut: map[[2]uint64]bool{}, leaders: map[[2]uint64]uint64{}, global: map[uint64][]simRec{},
 		checked: map[[2]uint64]uint64{}, commits: map[uint64][]simEntry{}, ccheck: map[[2]uint64]uint64{},
+		firstAt: map[[2]uint64]uint64{},
 	}
 	if cfg.wipe {
 		s.wipeAt = 1 + s.rng.IntN(cfg.steps)
@@ -576,6 +584,8 @@ func (s *sim) propose() {
 			s.stats.notLeader++
 		case errors.Is(err, ErrDropped):
 			s.stats.dropped++
+		case errors.Is(err, errSimCut):
+			s.stats.cuts++
 		}
 	})
 }
@@ -606,7 +616,7 @@ func (s *sim) onAck(n *simNode, g uint64, data string, r Result) {
 			n.id, data, g, r.Index, term, r.Offset, have, len(s.nodes), detail)
 		return
 	}
-	if gl := s.global[g]; r.Offset < uint64(len(gl)) && gl[r.Offset].data != data {
+	if gl := s.global[g]; r.Offset < uint64(len(gl)) && !gl[r.Offset].unseen && gl[r.Offset].data != data {
 		s.err = fmt.Errorf("node %d acknowledged %q at offset %d of group %d where %q was applied", n.id, data, r.Offset, g, gl[r.Offset].data)
 		return
 	}
@@ -696,6 +706,16 @@ func (s *sim) checkLog(n *simNode, g uint64) error {
 	k := [2]uint64{n.id, g}
 	next := s.next(n, g)
 	from := s.checked[k]
+	if s.cfg.wal {
+		// Records below the log start were cut by an entry applied here: what is left is
+		// still compared offset by offset, and the start itself with every replica's at
+		// the same applied index.
+		first, err := s.checkFirst(n, g)
+		if err != nil {
+			return err
+		}
+		from = max(from, first)
+	}
 	if next <= from {
 		s.checked[k] = next
 		return nil
@@ -708,9 +728,14 @@ func (s *sim) checkLog(n *simNode, g uint64) error {
 		return fmt.Errorf("node %d group %d: read %d records from %d, want %d (offsets not dense)", n.id, g, len(recs), from, next-from)
 	}
 	gl := s.global[g]
+	for uint64(len(gl)) < from { // cut on this replica before any check saw these offsets
+		gl = append(gl, simRec{time: math.MinInt64, unseen: true})
+	}
 	for _, r := range recs {
 		got := simRec{index: r.Index, time: r.Time, data: string(r.Data)}
 		switch {
+		case r.Offset < uint64(len(gl)) && gl[r.Offset].unseen:
+			gl[r.Offset] = got
 		case r.Offset < uint64(len(gl)):
 			if gl[r.Offset] != got {
 				return fmt.Errorf("node %d group %d: offset %d is %+v, another node applied %+v", n.id, g, r.Offset, got, gl[r.Offset])
@@ -755,6 +780,9 @@ func (s *sim) converged() bool {
 func (s *sim) finalCheck() error {
 	for _, a := range s.acked {
 		gl := s.global[a.group]
+		if a.offset < uint64(len(gl)) && gl[a.offset].unseen {
+			continue // cut before any replica's log was checked there
+		}
 		if a.offset >= uint64(len(gl)) || gl[a.offset].data != a.data || gl[a.offset].index != a.index && !s.cfg.wal {
 			return s.fail(fmt.Errorf("acknowledged %q (group %d, offset %d) lost", a.data, a.group, a.offset))
 		}
@@ -955,6 +983,7 @@ func TestSimRejoin(t *testing.T) {
 		}
 		if seed%4 == 3 {
 			cfg.wal, cfg.dedupWindow = true, 16 // records at dense offsets in wal's layout
+			cfg.truncate = true                 // and cut: the snapshot's log start past 0
 		}
 		// Mostly with compaction: the wiped node then catches up through a
 		// snapshot and the records fetched from its leader.
@@ -962,7 +991,7 @@ func TestSimRejoin(t *testing.T) {
 		return cfg
 	})
 	if len(seeds) >= 20 && (total.wipes != runs || total.learners < runs || total.promotions < runs || acked == 0 ||
-		total.snapshots == 0 || total.catchups == 0) {
+		total.snapshots == 0 || total.catchups == 0 || total.cuts == 0) {
 		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}
 }

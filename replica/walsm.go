@@ -29,6 +29,9 @@ import (
 // The driver's goroutine owns all of it; Propose may be called from any
 // goroutine.
 type WalSM struct {
+	// jumps: per topic, the log start of the snapshot being caught up to, when it is past
+	// this replica's end (Missing sets it, ImportChunk uses it).
+	jumps   map[string]uint64
 	w       *wal.ReplicaWriter
 	log     *wal.Log
 	db      *pebble.DB
@@ -71,7 +74,7 @@ func TopicGroup(topic string) uint64 {
 // Key kinds of WalSM in a group's 'L' key space (see doc.go).
 const (
 	kindWalApplied = 'w' // applied index u64 | keyed records u64
-	kindWalTopic   = 'T' // + topic: next offset u64 | last time i64
+	kindWalTopic   = 'T' // + topic: next offset u64 | last time i64 [| first offset u64, once cut]
 	kindWalDedup   = 'd' // + ordinal u64: topic str | producer str | sequence | offset | time
 )
 
@@ -87,7 +90,34 @@ type walGroup struct {
 type walTopic struct {
 	next     uint64
 	lastTime int64
+	first    uint64 // the log start: records below it were cut (EntryTruncate)
 	dirty    bool
+}
+
+// encodeTopicState is a topic's applied state: 16 bytes while its log starts at 0 (the
+// layout before cuts existed), 24 with its log start.
+func encodeTopicState(st *walTopic) []byte {
+	p := make([]byte, 16, 24)
+	binary.BigEndian.PutUint64(p[0:8], st.next)
+	binary.BigEndian.PutUint64(p[8:16], uint64(st.lastTime))
+	if st.first > 0 {
+		p = binary.BigEndian.AppendUint64(p, st.first)
+	}
+	return p
+}
+
+// decodeTopicState reads encodeTopicState's layout; ok is false for another length or
+// a log start past the next offset.
+func decodeTopicState(p []byte) (st walTopic, ok bool) {
+	if len(p) != 16 && len(p) != 24 {
+		return walTopic{}, false
+	}
+	st.next = binary.BigEndian.Uint64(p[0:8])
+	st.lastTime = int64(binary.BigEndian.Uint64(p[8:16]))
+	if len(p) == 24 {
+		st.first = binary.BigEndian.Uint64(p[16:24])
+	}
+	return st, st.first <= st.next
 }
 
 // NewWalSM returns the state machine of cfg.Log's replicated topics. It
@@ -108,7 +138,8 @@ func NewWalSM(cfg WalSMConfig) (*WalSM, error) {
 	if err != nil {
 		return nil, fmt.Errorf("replica: wal state machine: %w", err)
 	}
-	s := &WalSM{w: w, log: cfg.Log, db: cfg.Log.DB(), window: cfg.DedupWindow, groupOf: cfg.GroupOf, groups: make(map[uint64]*walGroup)}
+	s := &WalSM{w: w, log: cfg.Log, db: cfg.Log.DB(), window: cfg.DedupWindow, groupOf: cfg.GroupOf, groups: make(map[uint64]*walGroup),
+		jumps: make(map[string]uint64)}
 	if s.window == 0 {
 		s.window = DefaultDedupWindow
 	}
@@ -180,11 +211,12 @@ func (s *WalSM) scanGroup(group uint64, kind byte, fn func(k, p []byte) error) e
 
 func (s *WalSM) loadTopics(g *walGroup) error {
 	return s.scanGroup(g.id, kindWalTopic, func(k, p []byte) error {
-		if len(p) != 16 {
+		ts, ok := decodeTopicState(p)
+		if !ok {
 			return fmt.Errorf("%w: group %d: topic state of %d bytes", errCorrupt, g.id, len(p))
 		}
 		name := string(k)
-		st := &walTopic{next: binary.BigEndian.Uint64(p[0:8]), lastTime: int64(binary.BigEndian.Uint64(p[8:16]))}
+		st := &ts
 		// The records and this state are written in one batch: they agree
 		// unless the store is damaged, or a catch-up left records past the
 		// state (fetched for a snapshot not installed: settle discards them).
@@ -226,10 +258,7 @@ func (s *WalSM) Apply(b *pebble.Batch, group, applied uint64, ents []Entry) ([]R
 		}
 		st.dirty = false
 		k := append(groupKey(prefixLog, kindWalTopic, group), name...)
-		var p [16]byte
-		binary.BigEndian.PutUint64(p[0:8], st.next)
-		binary.BigEndian.PutUint64(p[8:16], uint64(st.lastTime))
-		if err := b.Set(k, seal(k, p[:]), nil); err != nil {
+		if err := b.Set(k, seal(k, encodeTopicState(st)), nil); err != nil {
 			return nil, err
 		}
 	}
@@ -294,6 +323,42 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 			err = s.w.SetGroup(b, we.Name, we.Topic, op.Settings, op.State, ts)
 		}
 		if err != nil {
+			return Result{}, err
+		}
+		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
+	case EntryTruncate:
+		// The same cut on every replica: the entry's offset (or the next one, a purge),
+		// never past what is applied.
+		cut := we.Value
+		if we.Purge {
+			cut = st.next
+		}
+		cr, err := s.w.Cut(b, we.Topic, min(cut, st.next), false)
+		if err != nil {
+			return Result{}, err
+		}
+		if cr.Cut > st.first {
+			st.first = cr.Cut
+			st.dirty = true
+		}
+		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime,
+			Detail: &TruncateResult{First: cr.First, Cut: cr.Cut, Next: st.next}}, nil
+	case EntryForget:
+		cr, err := s.w.Cut(b, we.Topic, st.next, false)
+		if err != nil {
+			return Result{}, err
+		}
+		if cr.Cut > st.first {
+			st.first = cr.Cut
+			st.dirty = true
+		}
+		if _, _, err := s.w.Forget(b, we.Topic); err != nil {
+			return Result{}, err
+		}
+		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime,
+			Detail: &TruncateResult{First: cr.First, Cut: cr.Cut, Next: st.next}}, nil
+	case EntrySetConfig:
+		if err := s.w.SetTopicConfig(b, we.Topic, we.Config); err != nil {
 			return Result{}, err
 		}
 		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
@@ -440,4 +505,49 @@ func (s *WalSM) Propose(ctx context.Context, d *Driver, e *WalEntry) wal.AppendR
 		return wal.AppendResult{Err: fmt.Errorf("replica: %v %q: entry %d applied without a result", e.Kind, e.Topic, r.Index)}
 	}
 	return *ar
+}
+
+// TruncateResult is the result (Result.Detail) of an applied EntryTruncate.
+type TruncateResult struct {
+	First uint64 // the topic's first offset before
+	Cut   uint64 // its first offset after (First when nothing was cut)
+	Next  uint64 // its next offset
+}
+
+// ProposeTruncate proposes, through d (which must lead the topic's group), a cut of
+// topic's log below before, or of every record when purge; it returns once the entry is
+// applied here.
+func (s *WalSM) ProposeTruncate(ctx context.Context, d *Driver, topic string, before uint64, purge bool) (TruncateResult, error) {
+	e := &WalEntry{Kind: EntryTruncate, Topic: topic, Value: before, Purge: purge}
+	if purge {
+		e.Value = 0
+	}
+	return s.proposeCut(ctx, d, e)
+}
+
+// ProposeForget proposes, through d (which must lead the topic's group), the delete of
+// topic (EntryForget); it returns once the entry is applied here.
+func (s *WalSM) ProposeForget(ctx context.Context, d *Driver, topic string) (TruncateResult, error) {
+	return s.proposeCut(ctx, d, &WalEntry{Kind: EntryForget, Topic: topic})
+}
+
+func (s *WalSM) proposeCut(ctx context.Context, d *Driver, e *WalEntry) (TruncateResult, error) {
+	topic := e.Topic
+	data, err := EncodeEntry(nil, e)
+	if err != nil {
+		return TruncateResult{}, err
+	}
+	r, err := d.Propose(ctx, s.groupOf(topic), data)
+	if err != nil {
+		return TruncateResult{}, fmt.Errorf("replica: %v %q: %w", e.Kind, topic, err)
+	}
+	switch det := r.Detail.(type) {
+	case *TruncateResult:
+		return *det, nil
+	case *wal.AppendResult:
+		if det.Err != nil {
+			return TruncateResult{}, det.Err
+		}
+	}
+	return TruncateResult{}, fmt.Errorf("replica: %v %q: entry %d applied without a result", e.Kind, topic, r.Index)
 }

@@ -91,6 +91,18 @@ func (s *sim) read(n *simNode, g, from uint64, max int) ([]Record, error) {
 // walProposal is a new keyed record from the node's producer, or now and
 // then one proposed before (by any node: a client retrying elsewhere).
 func (s *sim) walProposal(n *simNode, g uint64, data string) (string, []byte) {
+	if s.cfg.truncate && s.rng.IntN(10) == 0 {
+		// A cut, as retention (a few records behind the end) or a purge proposes it.
+		e := &WalEntry{Kind: EntryTruncate, Topic: simTopic(g), Purge: s.rng.IntN(4) == 0}
+		if !e.Purge {
+			e.Value = uint64(max(len(s.global[g])-s.rng.IntN(12), 0))
+		}
+		p, err := EncodeEntry(nil, e)
+		if err != nil {
+			s.err = err
+		}
+		return "", p
+	}
 	r := simRetry{group: g, data: data, producer: fmt.Sprintf("prod%d", n.id), seq: uint64(s.props)}
 	if k := len(s.retries); k > 0 && s.rng.IntN(4) == 0 {
 		if c := s.retries[k-1-s.rng.IntN(min(k, 4))]; c.group == g {
@@ -108,10 +120,19 @@ func (s *sim) walProposal(n *simNode, g uint64, data string) (string, []byte) {
 	return r.data, p
 }
 
-var errSimRefused = errors.New("refused: sequence older than the window")
+var (
+	errSimRefused = errors.New("refused: sequence older than the window")
+	errSimCut     = errors.New("a cut: no record")
+)
 
 // walOutcome turns WalSM's result into the offset the record is stored at.
 func (s *sim) walOutcome(r Result) (Result, error) {
+	if tr, ok := r.Detail.(*TruncateResult); ok {
+		if tr.Cut < tr.First || tr.Cut > tr.Next {
+			s.err = fmt.Errorf("entry %d: cut to %d outside [%d, %d]", r.Index, tr.Cut, tr.First, tr.Next)
+		}
+		return r, errSimCut
+	}
 	ar, ok := r.Detail.(*wal.AppendResult)
 	switch {
 	case !ok:
@@ -134,6 +155,9 @@ func (s *sim) checkStoredOnce() error {
 	for g, gl := range s.global {
 		at := map[string]int{}
 		for off, r := range gl {
+			if r.unseen {
+				continue
+			}
 			if prev, ok := at[r.data]; ok && off-prev <= s.cfg.dedupWindow {
 				return s.fail(fmt.Errorf("group %d: %q stored at offsets %d and %d, within the de-duplication window of %d", g, r.data, prev, off, s.cfg.dedupWindow))
 			}
@@ -152,10 +176,11 @@ func TestSimRegionWal(t *testing.T) {
 		cfg := defaultSimConfig(nodes)
 		cfg.wal, cfg.dedupWindow = true, 16
 		cfg.compact = seed%4 != 1
+		cfg.truncate = seed%3 == 0
 		return cfg
 	})
 	if runs >= 20 && (acked == 0 || total.crashes == 0 || total.partitions == 0 || total.duplicates == 0 || total.clamped == 0 || total.compacted == 0 ||
-		total.snapshots == 0 || total.catchups == 0) {
+		total.snapshots == 0 || total.catchups == 0 || total.cuts == 0 || total.startedPast0 == 0) {
 		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}
 }
@@ -174,4 +199,35 @@ func TestSimWalCatchesApplyBeforeCommit(t *testing.T) {
 	if caught < 5 {
 		t.Fatalf("the wal simulation caught the broken driver in %d of 10 seeds", caught)
 	}
+}
+
+// checkFirst returns the node's log start of group g's topic, checking it against the
+// start its applied state records and against every other replica's at the same applied
+// index: cuts are entries, so the start is a function of the applied index.
+func (s *sim) checkFirst(n *simNode, g uint64) (uint64, error) {
+	first, _, ok := n.log.Bounds(simTopic(g))
+	if !ok || n.wsm == nil {
+		return 0, nil
+	}
+	wg := n.wsm.groups[g]
+	if wg == nil {
+		return first, nil
+	}
+	var stFirst uint64
+	if st := wg.topics[simTopic(g)]; st != nil {
+		stFirst = st.first
+	}
+	if first != stFirst {
+		return 0, fmt.Errorf("node %d group %d: the log starts at %d, its applied state (index %d) says %d", n.id, g, first, wg.applied, stFirst)
+	}
+	k := [2]uint64{g, wg.applied}
+	if want, seen := s.firstAt[k]; seen && want != first {
+		return 0, fmt.Errorf("node %d group %d: the log starts at %d at applied index %d, another replica's started at %d", n.id, g, first, wg.applied, want)
+	} else if !seen {
+		s.firstAt[k] = first
+	}
+	if first > 0 {
+		s.stats.startedPast0++
+	}
+	return first, nil
 }

@@ -31,6 +31,7 @@ type walSnapTopic struct {
 	name     string
 	next     uint64
 	lastTime int64
+	first    uint64 // the log start: the installing replica keeps nothing below it
 	meta     []wal.MetaKV
 }
 
@@ -105,7 +106,7 @@ func decodeWalSnap(group uint64, data []byte) (*walSnap, error) {
 	}
 	lo, _ := groupRange(group)
 	ws := &walSnap{}
-	states := map[string][2]uint64{}
+	states := map[string]walTopic{}
 	hasApplied := false
 	n := d.uvarint()
 	for i := uint64(0); i < n && d.bad == ""; i++ {
@@ -128,10 +129,11 @@ func decodeWalSnap(group uint64, data []byte) (*walSnap, error) {
 			}
 			ws.applied, hasApplied = binary.BigEndian.Uint64(pl[0:8]), true
 		case k[0] == kindWalTopic:
-			if len(pl) != 16 {
+			st, ok := decodeTopicState(pl)
+			if !ok {
 				return bad("topic state of %d bytes", len(pl))
 			}
-			states[string(k[1:])] = [2]uint64{binary.BigEndian.Uint64(pl[0:8]), binary.BigEndian.Uint64(pl[8:16])}
+			states[string(k[1:])] = st
 		}
 		ws.kvs = append(ws.kvs, [2][]byte{k, v})
 	}
@@ -157,7 +159,7 @@ func decodeWalSnap(group uint64, data []byte) (*walSnap, error) {
 		if ok {
 			delete(states, name)
 		}
-		st.next, st.lastTime = ts[0], int64(ts[1])
+		st.next, st.lastTime, st.first = ts.next, ts.lastTime, ts.first
 		ws.topics = append(ws.topics, st)
 	}
 	if d.bad == "" && len(d.b) > 0 {
@@ -187,9 +189,16 @@ func (s *WalSM) Missing(group uint64, data []byte) ([]Span, error) {
 		if s.groupOf(t.name) != group {
 			return nil, fmt.Errorf("%w: group %d: topic %q belongs to group %d", errSnapshot, group, t.name, s.groupOf(t.name))
 		}
+		// Nothing below the snapshot's log start is fetched: it is cut on the group.
 		next, _, _ := s.w.Next(t.name)
-		if next < t.next {
-			out = append(out, Span{Log: t.name, From: next, To: t.next})
+		from := next
+		delete(s.jumps, t.name)
+		if t.first > next {
+			from = t.first
+			s.jumps[t.name] = t.first
+		}
+		if from < t.next {
+			out = append(out, Span{Log: t.name, From: from, To: t.next})
 		}
 	}
 	return out, nil
@@ -208,6 +217,12 @@ func (s *WalSM) ReadChunk(group uint64, topic string, from, to uint64, maxBytes 
 		return nil, 0, fmt.Errorf("replica: group %d: topic %q: empty range [%d, %d)", group, topic, from, to)
 	}
 	recs, err := s.log.Read(topic, from, int(min(to-from, fetchedRecordMax)), maxBytes)
+	var oor *wal.OffsetOutOfRangeError
+	if errors.As(err, &oor) && from < oor.First {
+		// Cut here since the snapshot was sent: the fetch fails, and the leader's next
+		// snapshot (with the newer log start) starts another catch-up.
+		return nil, 0, fmt.Errorf("replica: group %d: topic %q: records below %d were cut here since the snapshot that asks for %d: catch up to a newer snapshot", group, topic, oor.First, from)
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("replica: group %d: read %q: %w", group, topic, err)
 	}
@@ -289,7 +304,7 @@ func (s *WalSM) ImportChunk(b *pebble.Batch, group uint64, topic string, to uint
 	if err := s.w.Bind(b, topic, group); err != nil {
 		return 0, err
 	}
-	if err := s.w.AppendFetched(b, topic, recs); err != nil {
+	if err := s.w.AppendFetched(b, topic, recs, s.jumps[topic]); err != nil {
 		return 0, err
 	}
 	return len(recs), nil
@@ -324,12 +339,20 @@ func (s *WalSM) Restore(b *pebble.Batch, group, index uint64, data []byte) (func
 			return nil, err
 		}
 		next, _, _ := s.w.Next(t.name)
-		if next < t.next {
+		if next < t.next && t.first < t.next {
 			return nil, fmt.Errorf("replica: group %d: snapshot needs %q up to offset %d, this replica has %d", group, t.name, t.next, next)
 		}
 		if err := s.w.Truncate(b, t.name, t.next, t.lastTime); err != nil {
 			return nil, err
 		}
+		// The snapshot's log start: what this replica holds below it was cut on the
+		// group (a log that ends before it starts empty there).
+		if !brokenRestoreIgnoresFirst {
+			if _, err := s.w.Cut(b, t.name, t.first, true); err != nil {
+				return nil, fmt.Errorf("replica: group %d: %w", group, err)
+			}
+		}
+		delete(s.jumps, t.name)
 		if err := s.w.RestoreTopicMeta(b, t.name, t.meta); err != nil {
 			return nil, fmt.Errorf("replica: group %d: %w", group, err)
 		}

@@ -110,7 +110,9 @@
 // SetPosition and the topic and position operations (create, configure,
 // purge, delete, reset, delete position) refuse it with a *ReplicatedError,
 // and retention skips it (a cut must be the group's decision, not each
-// replica's). The writer
+// replica's): the group's entries cut it (Cut: the records below an offset
+// deleted and the first offset stored in one batch), configure it
+// (SetTopicConfig) and delete it (Forget), through the writer (replretain.go). The writer
 // advances the high-watermark and wakes watchers only once the driver has
 // committed the batch (Published), as the completer does for appends (I3);
 // it assigns no times of its own: the state machine passes times clamped

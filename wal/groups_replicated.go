@@ -30,6 +30,10 @@ func (w *ReplicaWriter) SetGroup(b *pebble.Batch, group, topic string, settings 
 		}
 	}
 	if state != nil {
+		if w.stagedGroups[topic] == nil {
+			w.stagedGroups[topic] = make(map[string]bool)
+		}
+		w.stagedGroups[topic][group] = true
 		st := *state
 		st.Updated = time.Unix(0, updated)
 		k := groupKey(group, topic)
@@ -108,6 +112,10 @@ func (w *ReplicaWriter) SetMirroredGroup(b *pebble.Batch, name, topic string, s 
 		return false, fmt.Errorf("wal: replicated mirrored group %q of %q: %w", name, topic, err)
 	}
 	w.stageGroup(k, s.Updated.UnixNano())
+	if w.stagedGroups[topic] == nil { // a Forget later in the batch removes it too
+		w.stagedGroups[topic] = make(map[string]bool)
+	}
+	w.stagedGroups[topic][name] = true
 	return true, nil
 }
 

@@ -136,6 +136,23 @@ func (sc *Scanner) ReadFunc(from uint64, maxRecords int, maxBytes int, fn func(*
 	return sc.l.scan(sc, true, from, maxRecords, maxBytes, fn)
 }
 
+// Check binds the Scanner to its topic as it is now, if it is not bound yet (as its first
+// read does), and reports a *TopicDeletedError when the topic it is bound to was deleted
+// since: a reader served from elsewhere (a shared tail) learns of a delete through it.
+func (sc *Scanner) Check() error {
+	v, ok := sc.l.view(sc.topic)
+	if sc.bound == nil {
+		if ok {
+			sc.bound = v.t
+		}
+		return nil
+	}
+	if !ok || v.t != sc.bound {
+		return fmt.Errorf("wal: read %q: %w", sc.topic, &TopicDeletedError{Topic: sc.topic})
+	}
+	return nil
+}
+
 // Release closes the Scanner's iterator, if one is open; the next read opens a new one.
 func (sc *Scanner) Release() {
 	if sc.it == nil {

@@ -155,8 +155,9 @@ func (l *Log) nextTopicID() uint32 {
 // refuseReplicatedAdmin refuses a topic operation (create, configure, purge,
 // delete) on a replicated topic, and positions written or deleted on one:
 // those change replicated state, which only the topic's group may.
-// Retention is not applied to replicated topics yet (retain skips them):
-// each replica would cut at its own time.
+// Retention skips replicated topics (retain): each replica would cut at its
+// own time; their cuts are raft entries applied through the ReplicaWriter
+// (replretain.go).
 func (l *Log) refuseReplicatedAdmin(topic string, op *adminOp) error {
 	switch op.kind {
 	case opRetain:
@@ -193,7 +194,15 @@ type ReplicaWriter struct {
 	newTopics []*topic
 	positions []posWrite
 	staged    map[posName]uint64
-	groups    map[string]int64 // mirrored group states staged: key -> Updated ns (groups_replicated.go)
+	groups    map[string]int64            // mirrored group states staged: key -> Updated ns (groups_replicated.go)
+	cuts      []cutDone                   // replretain.go
+	configs   []*topic                    // topics whose configuration was written
+	spos      map[*topic]*stagedPositions // byte positions of records appended
+	compact   chan compactJob             // to compactLoop
+	// stagedGroups: per topic, the groups whose state of it was written since the last
+	// Published (Forget removes those too).
+	stagedGroups map[string]map[string]bool
+	forgotten    []*topic // topics forgotten since the last Published (Forget)
 }
 
 // ReplicaWriter returns the writer of the log's replicated topics; a log has
@@ -207,7 +216,9 @@ func (l *Log) ReplicaWriter() (*ReplicaWriter, error) {
 	if l.repl.writer {
 		return nil, fmt.Errorf("wal: replica writer: %w: the log has one already", ErrInvalidRequest)
 	}
-	w := &ReplicaWriter{l: l, bound: make(map[string]*topic), staged: make(map[posName]uint64)}
+	w := &ReplicaWriter{l: l, bound: make(map[string]*topic), staged: make(map[posName]uint64),
+		spos: make(map[*topic]*stagedPositions), compact: make(chan compactJob, 64),
+		stagedGroups: make(map[string]map[string]bool)}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	for name := range l.repl.topics {
@@ -218,6 +229,10 @@ func (l *Log) ReplicaWriter() (*ReplicaWriter, error) {
 		w.bound[name] = t
 	}
 	l.repl.writer = true
+	if l.ctx != nil { // started by Open: stopped by Close
+		l.wg.Add(1)
+		go l.compactLoop(w.compact)
+	}
 	return w, nil
 }
 
@@ -295,6 +310,7 @@ func (w *ReplicaWriter) Append(b *pebble.Batch, topic string, recs []Record, ts 
 		if err := op.Finish(); err != nil {
 			return 0, fmt.Errorf("wal: replicated append %q: %w", topic, err)
 		}
+		w.stagePos(t, t.next, t.nextPos)
 		t.next++
 		t.nextPos += uint64(recordKeyLen + n)
 	}
@@ -343,6 +359,9 @@ func (w *ReplicaWriter) Position(name, topic string) (uint64, bool) {
 // for a local append.
 func (w *ReplicaWriter) Published() {
 	clear(w.groups)
+	if len(w.cuts) > 0 || len(w.configs) > 0 || len(w.spos) > 0 || len(w.stagedGroups) > 0 || len(w.forgotten) > 0 {
+		defer w.publishCuts() // after the high-watermarks moved
+	}
 	if len(w.touched) == 0 && len(w.newTopics) == 0 && len(w.positions) == 0 {
 		return
 	}

@@ -150,10 +150,20 @@ func checkNameReason(name string) string {
 // of a record without OriginRegion is its offset, as in Append). Unlike Append it does
 // not make them visible: Published shows them only once the catch-up's snapshot is
 // installed (Installed), so nothing a replica has not applied is served.
-func (w *ReplicaWriter) AppendFetched(b *pebble.Batch, topic string, recs []Record) error {
+//
+// jumpFrom, when past the topic's next offset, is the log start of the snapshot being
+// caught up to: records fetched from there on are written after a gap, which the
+// snapshot's installation closes by cutting the log at jumpFrom.
+func (w *ReplicaWriter) AppendFetched(b *pebble.Batch, topic string, recs []Record, jumpFrom uint64) error {
 	t := w.bound[topic]
 	if t == nil {
 		return fmt.Errorf("wal: fetched append %q: %w: topic not bound", topic, ErrInvalidRequest)
+	}
+	if len(recs) > 0 && recs[0].Offset > t.next && jumpFrom > t.next && recs[0].Offset == jumpFrom {
+		// The snapshot's log starts past this replica's end: the records between are cut
+		// on the group, and the installation deletes everything below jumpFrom (Cut).
+		t.next = jumpFrom
+		delete(w.spos, t)
 	}
 	for i := range recs {
 		rec := &recs[i]
@@ -170,6 +180,7 @@ func (w *ReplicaWriter) AppendFetched(b *pebble.Batch, topic string, recs []Reco
 		if err := op.Finish(); err != nil {
 			return fmt.Errorf("wal: fetched append %q: %w", topic, err)
 		}
+		w.stagePos(t, t.next, t.nextPos)
 		t.next++
 		t.nextPos += uint64(recordKeyLen + n)
 		t.lastTime = rec.Time
@@ -201,15 +212,11 @@ func (w *ReplicaWriter) Truncate(b *pebble.Batch, topic string, next uint64, las
 	}
 	k := make([]byte, recordKeyLen)
 	putRecordKey(k, t.id, next)
-	v, closer, err := w.l.pdb.Get(k)
+	pos, err := w.posAt(t, next)
 	if err != nil {
-		return fmt.Errorf("wal: truncate %q at %d: %w", topic, next, err)
+		return err
 	}
-	_, pos, reason := checkRecord(k, v)
-	_ = closer.Close()
-	if reason != "" {
-		return &CorruptError{Topic: topic, Offset: next, Reason: reason}
-	}
+	delete(w.spos, t)
 	hi := make([]byte, recordKeyLen)
 	putRecordKey(hi, t.id, t.next)
 	if err := b.DeleteRange(k, hi, nil); err != nil {
@@ -222,4 +229,44 @@ func (w *ReplicaWriter) Truncate(b *pebble.Batch, topic string, next uint64, las
 	}
 	w.l.mu.Unlock()
 	return nil
+}
+
+// posAt is the byte position of t's offset off: its record's, or, when it is missing (a
+// catch-up that jumped past a gap, or the topic's end), the end of the record before it,
+// or the first offset's position when there is none.
+func (w *ReplicaWriter) posAt(t *topic, off uint64) (uint64, error) {
+	if pos, ok := w.stagedPos(t, off); ok {
+		return pos, nil
+	}
+	k := recordKey(t.id, off)
+	v, closer, err := w.l.pdb.Get(k)
+	if err == nil {
+		_, pos, reason := checkRecord(k, v)
+		_ = closer.Close()
+		if reason != "" {
+			return 0, &CorruptError{Topic: t.name, Offset: off, Reason: reason}
+		}
+		return pos, nil
+	}
+	if !errors.Is(err, pebble.ErrNotFound) {
+		return 0, fmt.Errorf("wal: truncate %q at %d: %w", t.name, off, err)
+	}
+	it, err := w.l.pdb.NewIter(&pebble.IterOptions{LowerBound: recordKey(t.id, 0), UpperBound: k})
+	if err != nil {
+		return 0, fmt.Errorf("wal: truncate %q at %d: %w", t.name, off, err)
+	}
+	defer it.Close()
+	if !it.Last() {
+		if err := it.Error(); err != nil {
+			return 0, fmt.Errorf("wal: truncate %q at %d: %w", t.name, off, err)
+		}
+		w.l.mu.RLock()
+		defer w.l.mu.RUnlock()
+		return t.firstPos, nil
+	}
+	_, pos, reason := checkRecord(it.Key(), it.Value())
+	if reason != "" {
+		return 0, &CorruptError{Topic: t.name, Reason: reason}
+	}
+	return pos + uint64(len(it.Key())+len(it.Value())), nil
 }

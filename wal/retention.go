@@ -62,28 +62,11 @@ func (l *Log) EnforceRetention() error {
 // retain applies r to one topic as seen in v.
 func (l *Log) retain(v view, r Retention, now time.Time) error {
 	if l.refuseReplicated(v.t.name) != nil {
-		return nil // not yet: see replicated.go
+		return nil // cut by its raft group: see replretain.go
 	}
-	cut, cutPos := v.first, v.firstPos
-	if r.MaxAge > 0 {
-		oldest := now.Add(-r.MaxAge).UnixNano()
-		off, pos, err := l.search(v, func(tm int64, _ uint64) bool { return tm >= oldest })
-		if err != nil {
-			return fmt.Errorf("wal: retention %q: %w", v.t.name, err)
-		}
-		if off > cut {
-			cut, cutPos = off, pos
-		}
-	}
-	if r.MaxBytes > 0 && v.hwmPos-v.firstPos > uint64(r.MaxBytes) {
-		target := v.hwmPos - uint64(r.MaxBytes)
-		off, pos, err := l.search(v, func(_ int64, pos uint64) bool { return pos >= target })
-		if err != nil {
-			return fmt.Errorf("wal: retention %q: %w", v.t.name, err)
-		}
-		if off > cut {
-			cut, cutPos = off, pos
-		}
+	cut, cutPos, err := l.retentionCut(v, r, now)
+	if err != nil {
+		return err
 	}
 	if cut <= v.first {
 		return nil
@@ -99,4 +82,31 @@ func (l *Log) retain(v view, r Retention, now time.Time) error {
 		l.compactRecords(op.prevFirst, op.cutTo, v.t, v.t.name)
 	}
 	return nil
+}
+
+// retentionCut is the first offset r keeps of the topic as seen in v at now (v.first when
+// it keeps everything), with its byte position; never past v's high-watermark.
+func (l *Log) retentionCut(v view, r Retention, now time.Time) (cut, cutPos uint64, err error) {
+	cut, cutPos = v.first, v.firstPos
+	if r.MaxAge > 0 {
+		oldest := now.Add(-r.MaxAge).UnixNano()
+		off, pos, err := l.search(v, func(tm int64, _ uint64) bool { return tm >= oldest })
+		if err != nil {
+			return 0, 0, fmt.Errorf("wal: retention %q: %w", v.t.name, err)
+		}
+		if off > cut {
+			cut, cutPos = off, pos
+		}
+	}
+	if r.MaxBytes > 0 && v.hwmPos-v.firstPos > uint64(r.MaxBytes) {
+		target := v.hwmPos - uint64(r.MaxBytes)
+		off, pos, err := l.search(v, func(_ int64, pos uint64) bool { return pos >= target })
+		if err != nil {
+			return 0, 0, fmt.Errorf("wal: retention %q: %w", v.t.name, err)
+		}
+		if off > cut {
+			cut, cutPos = off, pos
+		}
+	}
+	return cut, cutPos, nil
 }

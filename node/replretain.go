@@ -1,0 +1,265 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/raft/v3"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/replica"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// Purge, retention and per-topic retention of replicated topics. Every replica must delete
+// the same records, so each is an entry of the topic's group (replica.EntryTruncate,
+// EntrySetConfig), proposed by its leader and applied on every replica:
+//   - a purge, through any node, goes to the leader as a publish does (route); the leader
+//     checks the dependents and proposes a cut below the next offset at apply;
+//   - retention: the leader of each group this node holds computes the cut from its own
+//     log (the topic's retention or the node's, by the log's clock, never past what it
+//     applied) every retention interval and proposes it; a follower never decides one;
+//   - a topic's own retention (topics create --retention-*, --update) is an entry that
+//     stores the configuration on every replica, so a new leader enforces the same;
+//   - a delete is a purge that also forgets the topic's positions, group states and
+//     configuration (EntryForget); its placement in the metadata group stays, so the topic
+//     is still listed (empty) and a later publish or create goes on at its next offset.
+
+// removeReplicated purges or deletes a replicated topic of this region (node name stored)
+// through its group's leader. ok is false when the topic is not replicated
+// here (a local topic of this node, kept from before replication): the caller handles it.
+func (m *manager) removeReplicated(stored string, f *wire.TopicRemove) (records uint64, ok bool, e *wire.Error) {
+	n, r := m.n, m.n.rep
+	if !m.peer {
+		if v, outside, e := r.viaVoter(stored); outside {
+			if e != nil {
+				return 0, true, e
+			}
+			records, e := m.relayRemove(v, stored, f)
+			return records, true, e
+		}
+	}
+	t := r.lookup(stored)
+	if t == nil {
+		if n.wal.IsLocal(stored) {
+			return 0, false, nil
+		}
+		return 0, true, wire.Errorf(wire.CodeNotFound, "no topic %q in this region", m.a.clientName(stored))
+	}
+	lead, e := r.route(m.ctx, stored, m.peer, m.from)
+	if e != nil {
+		return 0, true, e
+	}
+	if lead != "" {
+		records, e := m.relayRemove(lead, stored, f)
+		return records, true, e
+	}
+	records, e = n.removeReplicatedHere(m.ctx, m.a, t, f.Op == wire.RemoveDelete, f.Flags&wire.ManageForce != 0)
+	return records, true, e
+}
+
+// relayRemove passes a TOPIC_REMOVE on to node and returns its answer.
+func (m *manager) relayRemove(node, stored string, f *wire.TopicRemove) (uint64, *wire.Error) {
+	c := *f
+	c.Topic = stored
+	var records uint64
+	e := m.n.askNode(m.ctx, node, &c, func(fr wire.Frame) error {
+		d, ok := fr.(*wire.Done)
+		if !ok {
+			return fmt.Errorf("unexpected %s in the answer to TOPIC_REMOVE", fr.Type())
+		}
+		records = d.Count
+		return nil
+	})
+	return records, e
+}
+
+// removeReplicatedHere purges or deletes t on its leader (this node): refused while it has
+// dependents unless forced, as for a local topic, then one entry of its group does it on
+// every replica: a purge cuts every record below the next offset at apply; a delete
+// (EntryForget) also removes the topic's positions, group states and configuration, and
+// ends its subscriptions with CodeTopicDeleted. The topic stays placed: its offsets go on.
+func (n *Node) removeReplicatedHere(ctx context.Context, a *principal, t *repTopic, del, force bool) (uint64, *wire.Error) {
+	what := "purge"
+	if del {
+		what = "delete"
+	}
+	if !force {
+		if deps := n.dependents(a, t.name); len(deps) > 0 {
+			loses := "they would skip every record not yet read"
+			if del {
+				loses = "their positions on it would be deleted with it"
+			}
+			return 0, wire.Errorf(wire.CodeInUse, "topic %q has dependents: %s; %s. Remove them first, or %s with --force",
+				a.clientName(t.name), strings.Join(deps, ", "), loses, what)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	var res replica.TruncateResult
+	var err error
+	if del {
+		res, err = n.rep.sm.ProposeForget(ctx, n.rep.d, t.name)
+	} else {
+		res, err = n.rep.sm.ProposeTruncate(ctx, n.rep.d, t.name, 0, true)
+	}
+	if err != nil {
+		return 0, n.rep.proposeErr(t, err, "did not "+what+" the topic")
+	}
+	if del {
+		n.metrics.topic.forget(t.name)
+		n.topicRemoved(t.name, true, 0)
+	} else {
+		n.topicRemoved(t.name, false, res.Cut)
+	}
+	n.log.Info("topic "+what+"d", "topic", t.name, "records", res.Cut-res.First, "first", res.Cut, "forced", force, "by", a.name)
+	return res.Cut - res.First, nil
+}
+
+// proposeErr maps the failure of an admin proposal to what the client is told.
+func (r *replicated) proposeErr(t *repTopic, err error, what string) *wire.Error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return r.noQuorum(t, what)
+	}
+	var re *wal.ReplicatedError
+	if errors.As(err, &re) || errors.Is(err, wal.ErrInvalidRequest) {
+		return wire.Errorf(wire.CodeInvalidArgument, "%v", err)
+	}
+	e, _ := proposeError(t, err)
+	return e
+}
+
+// configureReplicated stores a replicated topic's own retention (TOPIC_CREATE with
+// ManageRetention or ManageUpdate) through its group's leader, and returns the topic's
+// TOPIC_INFO (node names).
+func (s *session) configureReplicated(ctx context.Context, topic string, f *wire.TopicCreate) (wire.TopicInfo, *wire.Error) {
+	n, r := s.n, s.n.rep
+	t := r.lookup(topic)
+	if t == nil {
+		return wire.TopicInfo{}, wire.Errorf(wire.CodeUnavailable, "topic %q is not placed yet; retry", topic)
+	}
+	lead, e := r.route(ctx, topic, s.peer, s.peerName)
+	if e != nil {
+		return wire.TopicInfo{}, e
+	}
+	if lead != "" {
+		c := *f
+		c.Topic = topic
+		var ti wire.TopicInfo
+		e := n.askNode(ctx, lead, &c, func(fr wire.Frame) error {
+			got, ok := fr.(*wire.TopicInfo)
+			if !ok {
+				return fmt.Errorf("unexpected %s in the answer to TOPIC_CREATE", fr.Type())
+			}
+			ti = *got
+			return nil
+		})
+		return ti, e
+	}
+	cfg := wal.TopicConfig{RetentionSet: f.Flags&wire.ManageRetention != 0}
+	if cfg.RetentionSet {
+		if f.MaxAge > 1<<63-1 || f.MaxBytes > 1<<63-1 {
+			return wire.TopicInfo{}, wire.Errorf(wire.CodeInvalidArgument, "retention of topic %q: max age %d ns or max bytes %d out of range", f.Topic, f.MaxAge, f.MaxBytes)
+		}
+		cfg.Retention = wal.Retention{MaxAge: time.Duration(f.MaxAge), MaxBytes: int64(f.MaxBytes)}
+	}
+	// Placed, the topic exists (with the default configuration until an entry of its
+	// group is applied here).
+	cur, _ := n.wal.TopicConfig(topic)
+	exists := true
+	switch {
+	case exists && cur == cfg:
+	case exists && f.Flags&wire.ManageUpdate == 0:
+		return wire.TopicInfo{}, wire.Errorf(wire.CodeInvalidArgument, "topic %q exists with another configuration (%s): update it with --update",
+			s.actor.clientName(topic), cur)
+	default:
+		pctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+		defer cancel()
+		res := r.sm.Propose(pctx, r.d, &replica.WalEntry{Kind: replica.EntrySetConfig, Topic: topic, Config: cfg})
+		if res.Err != nil {
+			return wire.TopicInfo{}, r.proposeErr(t, res.Err, "did not store the topic's configuration")
+		}
+		n.log.Info("topic configured", "topic", topic, "config", cfg.String(), "by", s.actor.name)
+	}
+	return n.replTopicInfo(topic), nil
+}
+
+// replTopicInfo is a replicated topic's TOPIC_INFO as this node holds it (node names).
+func (n *Node) replTopicInfo(topic string) wire.TopicInfo {
+	ti := wire.TopicInfo{Name: topic}
+	for _, info := range n.wal.Topics() {
+		if info.Name == topic {
+			ti = topicInfo(info)
+			break
+		}
+	}
+	ti.Leader, ti.Replicas = n.rep.holders(topic)
+	return ti
+}
+
+// retain runs retention for the replicated topics whose group this node leads, every
+// retention interval, until ctx ends (one of start's goroutines).
+func (r *replicated) retain(ctx context.Context) {
+	every := r.n.wal.RetentionInterval()
+	if every <= 0 {
+		return
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		r.retainOnce(ctx)
+	}
+}
+
+// retainOnce proposes, for each replicated topic this node holds and whose group it
+// leads, the cut its retention asks for now.
+func (r *replicated) retainOnce(ctx context.Context) {
+	var topics []*repTopic
+	r.mu.Lock()
+	for _, t := range r.mu.placed {
+		if t.local {
+			topics = append(topics, t)
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(topics, func(a, b *repTopic) int { return strings.Compare(a.name, b.name) })
+	for _, t := range topics {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := r.retainTopic(ctx, t); err != nil && ctx.Err() == nil {
+			r.n.log.Warn("retention of a replicated topic failed: the next pass tries again", "topic", t.name, "err", err)
+		}
+	}
+}
+
+// retainTopic proposes t's retention cut when this node leads its group.
+func (r *replicated) retainTopic(ctx context.Context, t *repTopic) error {
+	ctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	st, err := r.d.Status(ctx, t.group)
+	if err != nil || st.Lead != r.id || st.RaftState != raft.StateLeader {
+		return nil // not the leader (or not now): the leader decides cuts
+	}
+	cut, ok, err := r.n.wal.RetentionCut(t.name)
+	if err != nil || !ok {
+		return err
+	}
+	res, err := r.sm.ProposeTruncate(ctx, r.d, t.name, cut, false)
+	if err != nil {
+		return err
+	}
+	if res.Cut > res.First {
+		r.n.log.Debug("replicated retention", "topic", t.name, "first", res.Cut, "deleted", res.Cut-res.First)
+	}
+	return nil
+}
