@@ -186,6 +186,16 @@ const (
 // errEntry is wrapped by every decoding error.
 var errEntry = errors.New("replica: malformed entry")
 
+// ErrEntryNewer is matched (errors.Is) by the decoding error of an entry whose version, kind
+// or body layout is past what this build knows, with a valid checksum: the entry was
+// proposed by a newer QuicMQ. Every other malformed entry is a no-op on every replica alike
+// (an older proposer's bug); this one must not be, since the newer replicas apply it. WalSM
+// stops on it (the replica would diverge), saying to upgrade the node.
+var ErrEntryNewer = errors.New("replica: entry written by a newer QuicMQ")
+
+// maxEntryKind is the highest kind this build applies.
+const maxEntryKind = EntryMirrorGroup
+
 func appendStr(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
@@ -362,11 +372,17 @@ func DecodeEntry(p []byte) (*WalEntry, error) {
 	if len(p) < entryHeaderLen {
 		return nil, fmt.Errorf("%w: %d bytes", errEntry, len(p))
 	}
-	if p[0] != entryVersion {
+	if p[0] == 0 {
 		return nil, fmt.Errorf("%w: unknown version %d", errEntry, p[0])
+	}
+	if p[0] > entryVersion {
+		return nil, fmt.Errorf("%w: %w: version %d (this build knows up to %d)", errEntry, ErrEntryNewer, p[0], entryVersion)
 	}
 	if crc32.Checksum(p[5:], castagnoli) != binary.LittleEndian.Uint32(p[1:5]) {
 		return nil, fmt.Errorf("%w: checksum mismatch", errEntry)
+	}
+	if k := EntryKind(p[5]); k > maxEntryKind {
+		return nil, fmt.Errorf("%w: %w: kind %d (this build knows up to %d)", errEntry, ErrEntryNewer, k, maxEntryKind)
 	}
 	d := entryDecoder{b: p[entryHeaderLen:]}
 	e := &WalEntry{Kind: EntryKind(p[5]), Topic: d.str()}
@@ -469,6 +485,9 @@ func DecodeEntry(p []byte) (*WalEntry, error) {
 		d.fail(fmt.Sprintf("%d bytes after the end", len(d.b)))
 	}
 	if d.bad != "" {
+		if d.newer {
+			return nil, fmt.Errorf("%w: %w: %v of %q: %s", errEntry, ErrEntryNewer, e.Kind, e.Topic, d.bad)
+		}
 		return nil, fmt.Errorf("%w: %v of %q: %s", errEntry, e.Kind, e.Topic, d.bad)
 	}
 	if err := e.Validate(); err != nil {
@@ -479,8 +498,17 @@ func DecodeEntry(p []byte) (*WalEntry, error) {
 
 // entryDecoder reads an entry's fields; the first problem sticks in bad.
 type entryDecoder struct {
-	b   []byte
-	bad string
+	b     []byte
+	bad   string
+	newer bool // bad is a body layout past this build's (ErrEntryNewer)
+}
+
+// failNewer fails on a body layout this build does not know yet.
+func (d *entryDecoder) failNewer(why string) {
+	if d.bad == "" {
+		d.newer = true
+	}
+	d.fail(why)
 }
 
 func (d *entryDecoder) fail(why string) {

@@ -119,6 +119,10 @@ func (g *GroupOp) append(dst []byte) []byte {
 func (d *entryDecoder) groupOp() *GroupOp {
 	g := &GroupOp{}
 	layout := d.byte()
+	if d.bad == "" && layout > groupLayoutVector {
+		d.failNewer(fmt.Sprintf("group layout %d (this build knows up to %d)", layout, groupLayoutVector))
+		return g
+	}
 	if d.bad == "" && layout != groupLayout && layout != groupLayoutVector {
 		d.fail(fmt.Sprintf("unknown group layout %d", layout))
 		return g

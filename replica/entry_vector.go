@@ -60,7 +60,10 @@ func (d *entryDecoder) posVector(required bool) map[string]uint64 {
 		}
 		return nil
 	}
-	if layout := d.byte(); layout != posLayoutVector {
+	if layout := d.byte(); layout > posLayoutVector {
+		d.failNewer(fmt.Sprintf("position layout %d (this build knows up to %d)", layout, posLayoutVector))
+		return nil
+	} else if layout != posLayoutVector {
 		d.fail(fmt.Sprintf("unknown position layout %d", layout))
 		return nil
 	}

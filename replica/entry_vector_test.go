@@ -125,7 +125,7 @@ func TestEntryVectorRefusals(t *testing.T) {
 		p    []byte
 		want string
 	}{
-		{body(EntrySetPosition, 3, 1, 1, 'a', 1), "unknown position layout 3"},
+		{body(EntrySetPosition, 3, 1, 1, 'a', 1), "position layout 3 (this build knows up to 2)"},
 		{body(EntrySetPosition, 2, 0), "bad position vector count"},
 		{body(EntrySetPosition, 2, 200, 1, 'a', 1), "bad position vector count"},
 		{body(EntrySetPosition, 2, 2, 1, 'b', 1, 1, 'a', 1), "out of order or twice"},

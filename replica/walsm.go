@@ -24,7 +24,9 @@ import (
 // Every replica given the same entries writes the same state: times are the
 // proposer's clock clamped to never decrease, de-duplication looks only at a
 // window stored in the group's state, and a malformed entry is a no-op with
-// an error result on every replica alike.
+// an error result on every replica alike. An entry of a newer build
+// (ErrEntryNewer) is not malformed: the newer replicas apply it, so this one
+// stops rather than drift.
 //
 // The driver's goroutine owns all of it; Propose may be called from any
 // goroutine.
@@ -281,6 +283,10 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 		return Result{Index: e.Index, Detail: &wal.AppendResult{Err: err}}, nil
 	}
 	we, err := DecodeEntry(e.Data)
+	if errors.Is(err, ErrEntryNewer) {
+		// Newer replicas apply it: skipping it here would make this one diverge.
+		return Result{}, fmt.Errorf("replica: group %d cannot apply entry %d: %w; upgrade this node to the version of the region's other nodes", g.id, e.Index, err)
+	}
 	if err != nil {
 		return noop(err)
 	}
