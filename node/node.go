@@ -443,6 +443,37 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
+// joinPool joins a gossip pool through addrs, and when none answers keeps trying in the
+// background (1 s, doubling up to 30 s) until one does: a node started before every node it
+// names (the first region of a deployment, whose wan_join names regions not up yet) would
+// otherwise be in the pool only if another node happened to name it.
+func (n *Node) joinPool(ctx context.Context, wg *sync.WaitGroup, pool string, addrs []string, join func([]string) (int, error)) {
+	_, err := join(addrs)
+	if err == nil {
+		return
+	}
+	n.log.Warn("could not join "+pool+"; retrying in the background until one of its addresses answers", "addrs", addrs, "err", err)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		backoff := time.Second
+		for attempt := 1; ; attempt++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			if _, err := join(addrs); err == nil {
+				n.log.Info("joined "+pool, "addrs", addrs, "attempts", attempt+1)
+				return
+			} else if attempt%10 == 0 {
+				n.log.Warn("still cannot join "+pool+"; retrying", "addrs", addrs, "err", err)
+			}
+			backoff = min(2*backoff, 30*time.Second)
+		}
+	}()
+}
+
 // runMesh starts gossip (joining the configured addresses) and the federation, and feeds
 // gossip events to the federation. The returned group is done when all have stopped.
 func (n *Node) runMesh(ctx context.Context) *sync.WaitGroup {
@@ -459,14 +490,10 @@ func (n *Node) runMesh(ctx context.Context) *sync.WaitGroup {
 		}
 	}()
 	if len(n.cfg.Join) > 0 {
-		if _, err := g.JoinLAN(n.cfg.Join); err != nil {
-			n.log.Warn("could not join the region's gossip pool; will be joined by others", "err", err)
-		}
+		n.joinPool(ctx, &wg, "the region's gossip pool", n.cfg.Join, g.JoinLAN)
 	}
 	if len(n.cfg.WANJoin) > 0 && n.cfg.GossipWAN != "" {
-		if _, err := g.JoinWAN(n.cfg.WANJoin); err != nil {
-			n.log.Warn("could not join the WAN gossip pool; will be joined by others", "err", err)
-		}
+		n.joinPool(ctx, &wg, "the WAN gossip pool", n.cfg.WANJoin, g.JoinWAN)
 	}
 	if n.fed == nil {
 		return &wg
