@@ -2,6 +2,9 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +46,15 @@ type groupMesh struct {
 	data, listen, lan, wan map[string]string
 	procs                  map[string]*meshProcess
 	pub                    map[string]*client.Conn
+	// homeMore are eu's nodes past its first when eu is a replicated region
+	// (newReplicatedGroupMesh): eu2, eu3, started and killed with eu1.
+	homeMore []*homeNode
+}
+
+// homeNode is one more node of the home region.
+type homeNode struct {
+	name, data, listen, lan, wan string
+	p                            *meshProcess
 }
 
 // groupBinary is the quicmq binary the group failover tests run: the normal build, or the one
@@ -54,13 +66,24 @@ func groupBinary(t *testing.T) string {
 	return quicmqBinary(t)
 }
 
-func newGroupMesh(t *testing.T) *groupMesh {
+func newGroupMesh(t *testing.T) *groupMesh { return newGroupMeshHome(t, 1) }
+
+// newReplicatedGroupMesh is the same mesh with eu a replicated region of three nodes
+// (--replicas 3, as the Terraform modules deploy): its group state is raft state, mirrored
+// out of its topics' groups.
+func newReplicatedGroupMesh(t *testing.T) *groupMesh { return newGroupMeshHome(t, 3) }
+
+func newGroupMeshHome(t *testing.T, homeNodes int) *groupMesh {
 	t.Helper()
 	m := &groupMesh{t: t, bin: groupBinary(t), caDir: t.TempDir(), regions: []string{"eu", "us", "ap"},
 		data: map[string]string{}, listen: map[string]string{}, lan: map[string]string{}, wan: map[string]string{},
 		procs: map[string]*meshProcess{}, pub: map[string]*client.Conn{}}
 	for _, r := range m.regions {
 		m.data[r], m.listen[r], m.lan[r], m.wan[r] = t.TempDir(), freeAddr(t), freeAddr(t), freeAddr(t)
+	}
+	for i := 2; i <= homeNodes; i++ {
+		m.homeMore = append(m.homeMore, &homeNode{name: "eu" + strconv.Itoa(i), data: t.TempDir(),
+			listen: freeAddr(t), lan: freeAddr(t), wan: freeAddr(t)})
 	}
 	for _, r := range m.regions {
 		m.start(r)
@@ -78,8 +101,48 @@ func (m *groupMesh) start(r string) {
 			join = append(join, m.wan[o])
 		}
 	}
-	m.procs[r] = startMeshProcess(m.t, m.bin, r+"1", "--data", m.data[r], "--region", r, "--ca-dir", m.caDir, "--listen", m.listen[r],
-		"--gossip", m.lan[r], "--wan", m.wan[r], "--wan-join", strings.Join(join, ","), "--mirror", "events")
+	if r != "eu" || len(m.homeMore) == 0 {
+		m.procs[r] = startMeshProcess(m.t, m.bin, r+"1", "--data", m.data[r], "--region", r, "--ca-dir", m.caDir, "--listen", m.listen[r],
+			"--gossip", m.lan[r], "--wan", m.wan[r], "--wan-join", strings.Join(join, ","), "--mirror", "events")
+		return
+	}
+	// A replicated eu: every node of it at once (a region of three forms its metadata group
+	// once they see each other), each joining the others' LAN addresses.
+	nodes := append([]*homeNode{{name: "eu1", data: m.data[r], listen: m.listen[r], lan: m.lan[r], wan: m.wan[r]}}, m.homeMore...)
+	replicas := strconv.Itoa(len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		var lan []string
+		for j, o := range nodes {
+			if j != i {
+				lan = append(lan, o.lan)
+			}
+		}
+		wg.Go(func() {
+			n.p = startMeshProcess(m.t, m.bin, n.name, "--data", n.data, "--region", r, "--ca-dir", m.caDir, "--listen", n.listen,
+				"--gossip", n.lan, "--join", strings.Join(lan, ","), "--wan", n.wan, "--wan-join", strings.Join(join, ","),
+				"--mirror", "events", "--replicas", replicas)
+		})
+	}
+	wg.Wait()
+	m.procs[r] = nodes[0].p
+}
+
+// killHome SIGKILLs every node of eu.
+func (m *groupMesh) killHome() {
+	m.procs["eu"].kill()
+	for _, n := range m.homeMore {
+		n.p.kill()
+	}
+}
+
+// homeServers is eu's node list, for --server.
+func (m *groupMesh) homeServers() string {
+	s := []string{m.listen["eu"]}
+	for _, n := range m.homeMore {
+		s = append(s, n.listen)
+	}
+	return strings.Join(s, ",")
 }
 
 // publishAll publishes REGION-i, i in [from, from+count), in every region of regions at once,
@@ -90,11 +153,11 @@ func (m *groupMesh) publishAll(regions []string, from, count int, every time.Dur
 	for _, r := range regions {
 		wg.Go(func() {
 			if every == 0 {
-				publishNoFatal(m.t, m.pub[r], r, from, count)
+				publishRetryingNoFatal(m.t, m.pub[r], r, from, count)
 				return
 			}
 			for i := from; i < from+count; i++ {
-				publishNoFatal(m.t, m.pub[r], r, i, 1)
+				publishRetryingNoFatal(m.t, m.pub[r], r, i, 1)
 				time.Sleep(every) // pacing, so that records are printed over seconds: no check waits on it
 			}
 		})
@@ -102,6 +165,29 @@ func (m *groupMesh) publishAll(regions []string, from, count int, every time.Dur
 	wg.Wait()
 	if m.t.Failed() {
 		m.t.FailNow()
+	}
+}
+
+// publishRetryingNoFatal publishes REGION-i, i in [from, from+count), as publishNoFatal does,
+// idempotently (producer REGION, sequence i): a publish refused as unavailable (a replicated
+// region electing a leader, after it formed or restarted) is sent again and stored once.
+func publishRetryingNoFatal(t *testing.T, c *client.Conn, region string, from, count int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := from; i < from+count; i++ {
+		for {
+			_, err := c.Publish(ctx, client.Message{Topic: "events", Payload: fmt.Appendf(nil, "%s-%d", region, i),
+				ProducerID: "pub-" + region, Sequence: uint64(i) + 1})
+			var ce *client.Error
+			if err == nil {
+				break
+			}
+			if !errors.As(err, &ce) || ce.Code != client.CodeUnavailable || ctx.Err() != nil {
+				t.Errorf("publish %s-%d: %v", region, i, err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond) // a leader election: no event to wait on from here
+		}
 	}
 }
 
@@ -346,4 +432,51 @@ func TestKill9HomeRegionGroupRestartedMemberResumes(t *testing.T) {
 	sub.stop()
 	t.Logf("restarted in us without state: printed %v, %d duplicates, the oldest first printed %v before the kill (bound %v, within which %d records were printed)",
 		c.next, len(c.dups), oldest.Round(time.Millisecond), groupLagBound, c.printedSince(killed.Add(-groupLagBound)))
+}
+
+// TestKill9ReplicatedHomeRegionGroupFailsOver: TestKill9HomeRegionGroupFailsOver with eu a
+// replicated region of three nodes, all SIGKILLed at once: the group's state there is raft
+// state (set group entries with their vector) and reaches us and ap as mirrored group states
+// proposed out of eu's topic group. The member moves, and after eu returns every record of
+// every region is printed once, each region in order, with no more redeliveries than the
+// records printed within groupLagBound before the kill.
+func TestKill9ReplicatedHomeRegionGroupFailsOver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills node processes")
+	}
+	m := newReplicatedGroupMesh(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range append([]*meshProcess{m.procs["eu"], m.procs["us"], m.procs["ap"]}, m.homeMore[0].p, m.homeMore[1].p) {
+				t.Logf("%s's last lines:\n%s", p.name, p.tail())
+			}
+		}
+	})
+	sub := m.startSub("--server", m.homeServers(), "--failover", m.listen["us"]+","+m.listen["ap"])
+	c := newGroupCheck(t)
+	m.publishAll(m.regions, 0, 300, 0)
+	c.readUntil(sub, map[string]int{"eu": 150, "us": 150, "ap": 150}, nil)
+	m.publishAll(m.regions, 300, 200, 30*time.Millisecond) // printed over seconds
+	c.readUntil(sub, map[string]int{"eu": 500, "us": 500, "ap": 500}, nil)
+	m.publishAll([]string{"eu"}, 500, 200, 0)
+	m.killHome() // all three, with records on their way to the member and to the mirrors
+	killed := time.Now()
+	t.Logf("eu's three nodes killed; the member had printed %v", c.next)
+	m.publishAll([]string{"us", "ap"}, 500, 300, 0)
+	c.readUntil(sub, map[string]int{"us": 800, "ap": 800}, nil)
+	m.start("eu")
+	c.readUntil(sub, map[string]int{"eu": 700, "us": 800, "ap": 800}, nil)
+	m.pub["eu"] = dialCA(t, m.listen["eu"], m.caDir)
+	for _, r := range m.regions {
+		m.publishAll([]string{r}, c.next[r], 1, 0)
+	}
+	c.readUntil(sub, map[string]int{"eu": 701, "us": 801, "ap": 801}, nil)
+	stderr := sub.stop()
+	recent := c.printedSince(killed.Add(-groupLagBound))
+	n := redelivered(stderr)
+	t.Logf("printed %v, every record once, each region in order; the SDK dropped %d redeliveries of records acknowledged in eu (bound: %d records printed within %v before the kill)",
+		c.next, n, recent, groupLagBound)
+	if n > recent {
+		t.Fatalf("the group redelivered %d records acknowledged in eu, more than the %d printed within %v before the kill: it did not resume from its mirrored state\n%s", n, recent, groupLagBound, stderr)
+	}
 }
