@@ -320,18 +320,7 @@ func (m *manager) removeTopic(f *wire.TopicRemove) (uint64, *wire.Error) {
 	if owner == "" {
 		return m.n.removeTopic(m.ctx, m.a, stored, f.Op, f.Flags&wire.ManageForce != 0)
 	}
-	c := *f
-	c.Topic = stored
-	var records uint64
-	e = m.n.askNode(m.ctx, owner, &c, func(fr wire.Frame) error {
-		d, ok := fr.(*wire.Done)
-		if !ok {
-			return fmt.Errorf("unexpected %s in the answer to TOPIC_REMOVE", fr.Type())
-		}
-		records = d.Count
-		return nil
-	})
-	return records, e
+	return m.relayRemove(owner, stored, f) // replretain.go
 }
 
 // topicInfo is the TOPIC_INFO of a topic of this node's log (node names).
