@@ -81,6 +81,10 @@ type TopicOptions struct {
 	// Update changes the configuration of an existing topic; without it CreateTopic on a topic
 	// that exists with another configuration fails with CodeInvalidArgument.
 	Update bool
+	// Replicas is the topic's replica count in a replicated region, set when it is created
+	// (0: the region's --replicas). Asking a count other than an existing topic's fails with
+	// CodeInvalidArgument, as does more than one in a region that does not replicate.
+	Replicas int
 }
 
 // TopicRetention is a topic's own retention.
@@ -166,6 +170,10 @@ func (c *Conn) DeleteConsumer(ctx context.Context, name string, opts ManageOptio
 // it.
 func (c *Conn) CreateTopic(ctx context.Context, name string, opts TopicOptions) (TopicInfo, error) {
 	req := &wire.TopicCreate{Topic: name}
+	if opts.Replicas < 0 {
+		return TopicInfo{}, wrap(fmt.Sprintf("create topic %q", name), errorf(CodeInvalidArgument, "replicas %d: want at least 1 (0: the region's)", opts.Replicas))
+	}
+	req.Replicas = uint64(opts.Replicas)
 	if opts.Update {
 		req.Flags |= wire.ManageUpdate
 	}

@@ -263,6 +263,11 @@ func (m *manager) topicTarget(topic string) (stored, owner string, e *wire.Error
 // createTopic creates a topic, or changes its configuration (ManageUpdate), and returns its
 // TOPIC_INFO in the principal's view.
 func (m *manager) createTopic(f *wire.TopicCreate) (wire.TopicInfo, *wire.Error) {
+	if f.Replicas > 1 && m.n.rep == nil {
+		return wire.TopicInfo{}, wire.Errorf(wire.CodeInvalidArgument,
+			"topic %q: %d replicas asked, but region %q does not replicate topics (its nodes run with --replicas 1): every topic has one copy per region",
+			f.Topic, f.Replicas, m.n.cfg.Region)
+	}
 	stored, owner, e := m.topicTarget(f.Topic)
 	if e != nil {
 		return wire.TopicInfo{}, e

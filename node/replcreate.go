@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"strings"
 
 	"github.com/quic-go/quic-go"
 
@@ -35,8 +36,16 @@ func (s *session) serveReplicatedCreate(str *quic.Stream, f *wire.TopicCreate) {
 	ctx, cancel := context.WithTimeout(s.ctx, n.cfg.ManageTimeout)
 	defer cancel()
 	existed := n.rep.lookup(topic) != nil
-	if _, e := n.rep.ensure(ctx, topic, s.peer); e != nil {
+	want := int(min(f.Replicas, 1<<16))
+	t, e := n.rep.ensureReplicas(ctx, topic, s.peer, want)
+	if e != nil {
 		s.failStream(str, e)
+		return
+	}
+	if want != 0 && len(t.replicas) != want {
+		// A topic's replica set is fixed when it is placed (no reassignment yet).
+		s.failStream(str, wire.Errorf(wire.CodeInvalidArgument, "topic %q exists with %d replicas (%s), %d asked: a topic's replica count is set when it is created",
+			s.actor.clientName(topic), len(t.replicas), strings.Join(t.names(), ", "), want))
 		return
 	}
 	var ti wire.TopicInfo

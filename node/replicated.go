@@ -62,6 +62,7 @@ type replicated struct {
 		outside []string
 		forming []string // alive nodes with raft IDs while fewer than Replicas
 		placed  map[string]*repTopic
+		narrow  int // placed topics on fewer nodes than --replicas: not every node holds every topic
 		// ids is each node name's raft ID as the metadata log says (placements, member
 		// records: the last wins); names every raft ID the log ever named.
 		ids   map[string]uint64
@@ -458,6 +459,9 @@ func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
 		}
 	}
 	r.mu.placed[t.name] = t
+	if len(t.replicas) < r.n.cfg.Replicas {
+		r.mu.narrow++ // created with a count of its own (topics create --replicas)
+	}
 	r.mu.Unlock()
 	if !t.local {
 		return
@@ -501,7 +505,7 @@ func (r *replicated) wide() bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.mu.learners) > 0
+	return len(r.mu.learners) > 0 || r.mu.narrow > 0
 }
 
 // isLocal reports whether this node holds a replica of topic, a replicated topic of its
@@ -520,6 +524,12 @@ func (r *replicated) isReplicated(topic string) bool { return r.lookup(topic) !=
 // ensure returns topic's placement, having the metadata leader decide it when the topic is
 // new. relayed: the request came from another node, so it is not passed on again.
 func (r *replicated) ensure(ctx context.Context, topic string, relayed bool) (*repTopic, *wire.Error) {
+	return r.ensureReplicas(ctx, topic, relayed, 0)
+}
+
+// ensureReplicas is ensure placing a new topic on replicas nodes (0: the region's
+// --replicas). A topic placed already is returned whatever its count: the caller compares.
+func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed bool, replicas int) (*repTopic, *wire.Error) {
 	n := r.n
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
 	defer cancel()
@@ -542,14 +552,14 @@ func (r *replicated) ensure(ctx context.Context, topic string, relayed bool) (*r
 		if formed && !asked {
 			switch lead := r.leaderID(ctx, metaGroup); {
 			case lead == r.id:
-				if e := r.place(ctx, topic); e != nil {
+				if e := r.place(ctx, topic, replicas); e != nil {
 					return nil, e
 				}
 				asked = true
 			case lead != 0 && relayed:
 				return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: node %q no longer leads region %q's metadata; retry", topic, n.cfg.Name, n.cfg.Region)
 			case lead != 0:
-				if e := r.askPlace(ctx, lead, topic); e != nil {
+				if e := r.askPlace(ctx, lead, topic, replicas); e != nil {
 					return nil, e
 				}
 				asked = true
@@ -598,8 +608,11 @@ func (r *replicated) leaderID(ctx context.Context, group uint64) uint64 {
 }
 
 // place decides topic's replica set on the metadata leader and proposes it.
-func (r *replicated) place(ctx context.Context, topic string) *wire.Error {
+func (r *replicated) place(ctx context.Context, topic string, replicas int) *wire.Error {
 	n := r.n
+	if replicas == 0 {
+		replicas = n.cfg.Replicas
+	}
 	r.mu.Lock()
 	members := append(slices.Clone(r.mu.voters), r.mu.learners...) // learners: nodes past the first Replicas
 	holdings := make(map[string][]string, len(r.mu.placed))
@@ -616,7 +629,10 @@ func (r *replicated) place(ctx context.Context, topic string) *wire.Error {
 		ids[m.name] = m.id
 		eligible = append(eligible, routing.PlacementMember{ID: m.name, Eligible: m.alive})
 	}
-	p := routing.Place(eligible, holdings, []routing.PlacementRequest{{Topic: topic, Replicas: n.cfg.Replicas}})[0]
+	if replicas > len(members) {
+		return wire.Errorf(wire.CodeInvalidArgument, "topic %q: %d replicas asked, but region %q has %d nodes that hold replicated topics", topic, replicas, n.cfg.Region, len(members))
+	}
+	p := routing.Place(eligible, holdings, []routing.PlacementRequest{{Topic: topic, Replicas: replicas}})[0]
 	if p.Err != nil {
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: %v", topic, p.Err)
 	}
@@ -632,7 +648,7 @@ func (r *replicated) place(ctx context.Context, topic string) *wire.Error {
 
 // askPlace asks the metadata leader (raft ID lead) to place topic, over a peer stream
 // (TOPIC_CREATE, answered by TOPIC_INFO: docs/protocol.md, replicated regions).
-func (r *replicated) askPlace(ctx context.Context, lead uint64, topic string) *wire.Error {
+func (r *replicated) askPlace(ctx context.Context, lead uint64, topic string, replicas int) *wire.Error {
 	n := r.n
 	name := ""
 	for _, m := range r.raftMembers() {
@@ -643,12 +659,16 @@ func (r *replicated) askPlace(ctx context.Context, lead uint64, topic string) *w
 	if name == "" {
 		return nil // not known yet in gossip: the caller waits and asks again
 	}
-	err := n.streamTo(ctx, name, &wire.TopicCreate{Topic: topic}, func(f wire.Frame) error {
+	err := n.streamTo(ctx, name, &wire.TopicCreate{Topic: topic, Replicas: uint64(replicas)}, func(f wire.Frame) error {
 		if _, ok := f.(*wire.TopicInfo); !ok {
 			return fmt.Errorf("unexpected %s", f.Type())
 		}
 		return nil
 	})
+	var we *wire.Error
+	if errors.As(err, &we) && we.Code == wire.CodeInvalidArgument {
+		return we // the request's own fault (a replica count the region cannot give): as the leader said it
+	}
 	if err != nil {
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader of region %q's metadata, node %q, did not place it: %v", topic, n.cfg.Region, name, err)
 	}
@@ -1206,5 +1226,5 @@ func (r *replicated) holdsAll() bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.mu.formed && len(r.mu.voters) == r.n.cfg.Replicas && len(r.mu.learners) == 0 && slices.Contains(r.mu.voters, r.id)
+	return r.mu.formed && len(r.mu.voters) == r.n.cfg.Replicas && len(r.mu.learners) == 0 && r.mu.narrow == 0 && slices.Contains(r.mu.voters, r.id)
 }

@@ -15,7 +15,7 @@ func init() {
 	register("topics", "list topics with their offsets, sizes and retention; create, purge or delete one", runTopics)
 }
 
-const topicsSynopsis = `[--pattern PATTERN] [--format table|json] | create TOPIC [--retention-age D] [--retention-bytes N] [--update] | purge TOPIC --yes [--force] | delete TOPIC --yes [--force]  [--server HOST:PORT] [--ca FILE]
+const topicsSynopsis = `[--pattern PATTERN] [--format table|json] | create TOPIC [--retention-age D] [--retention-bytes N] [--replicas N] [--update] | purge TOPIC --yes [--force] | delete TOPIC --yes [--force]  [--server HOST:PORT] [--ca FILE]
 
   (no operation)    list the topics matching --pattern
   create TOPIC      create an empty topic, with retention of its own when a --retention flag is given
@@ -150,6 +150,7 @@ func runTopicOp(ctx context.Context, e *env, op string, args []string) error {
 	age := fs.Duration("retention-age", -1, "create: delete the topic's records older than this (0: no age limit); default: the node's retention")
 	bytes := fs.Int64("retention-bytes", -1, "create: keep at most this many bytes of the topic (0: no size limit); default: the node's retention")
 	update := fs.Bool("update", false, "create: change the retention of an existing topic instead of refusing it")
+	replicas := fs.Int("replicas", 0, "create: the topic's replica count in a replicated region (set once, at creation); default: the region's --replicas")
 	yes := fs.Bool("yes", false, "purge, delete: confirm that the records (and, for delete, the topic's consumer positions and mirror cursors) go")
 	force := fs.Bool("force", false, "purge, delete: do it although durable consumers or mirror cursors depend on the topic")
 	format := fs.String("format", "table", "create: output the topic as a table row, or json")
@@ -164,7 +165,7 @@ func runTopicOp(ctx context.Context, e *env, op string, args []string) error {
 	if err := routing.ValidateTopic(topic); err != nil {
 		return flagSyntaxError("topic", err)
 	}
-	if err := checkOpFlags(fs, op, map[string][]string{"retention-age": {"create"}, "retention-bytes": {"create"}, "update": {"create"},
+	if err := checkOpFlags(fs, op, map[string][]string{"retention-age": {"create"}, "retention-bytes": {"create"}, "update": {"create"}, "replicas": {"create"},
 		"format": {"create"}, "yes": {"purge", "delete"}, "force": {"purge", "delete"}}); err != nil {
 		return err
 	}
@@ -174,13 +175,16 @@ func runTopicOp(ctx context.Context, e *env, op string, args []string) error {
 	if *age < -1 || *bytes < -1 {
 		return usageError("--retention-age and --retention-bytes must not be negative")
 	}
+	if *replicas < 0 {
+		return usageError("--replicas %d: want at least 1 (or leave it out for the region's)", *replicas)
+	}
 	conn, rctx, done, err := cf.connect(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
 	if op == "create" {
-		opts := client.TopicOptions{Update: *update}
+		opts := client.TopicOptions{Update: *update, Replicas: *replicas}
 		if *age >= 0 || *bytes >= 0 {
 			opts.Retention = &client.TopicRetention{MaxAge: max(*age, 0), MaxBytes: max(*bytes, 0)}
 		}

@@ -120,6 +120,10 @@ type TopicCreate struct {
 	Flags    uint64 // ManageRetention, ManageUpdate
 	MaxAge   uint64 // nanoseconds; 0: no age limit
 	MaxBytes uint64 // 0: no size limit
+	// Replicas is the topic's replica count in a replicated region; 0: the region's
+	// (--replicas). Encoded only when not zero, as an optional last field, so a TOPIC_CREATE
+	// without it is what it always was.
+	Replicas uint64
 }
 
 // TopicRemove purges (RemovePurge) or deletes (RemoveDelete) Topic. Answered by DONE
@@ -261,13 +265,23 @@ func (f *ConsumerDelete) decodeBody(d *dec) {
 }
 
 func (f *TopicCreate) appendBody(e enc) enc {
-	return e.str(f.Topic).uvarint(f.Flags).uvarint(f.MaxAge).uvarint(f.MaxBytes)
+	e = e.str(f.Topic).uvarint(f.Flags).uvarint(f.MaxAge).uvarint(f.MaxBytes)
+	if f.Replicas != 0 {
+		e = e.uvarint(f.Replicas)
+	}
+	return e
 }
 func (f *TopicCreate) decodeBody(d *dec) {
 	f.Topic = d.str("topic")
 	f.Flags = d.uvarint("flags")
 	f.MaxAge = d.uvarint("max age")
 	f.MaxBytes = d.uvarint("max bytes")
+	if d.err == nil && len(d.b) > 0 {
+		f.Replicas = d.uvarint("replicas")
+		if d.err == nil && f.Replicas == 0 {
+			d.fail("replicas 0 encoded (absent means the region's)")
+		}
+	}
 }
 
 func (f *TopicRemove) appendBody(e enc) enc { return e.str(f.Topic).byte1(f.Op).uvarint(f.Flags) }

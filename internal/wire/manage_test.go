@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -22,6 +23,7 @@ func manageFrames() []Frame {
 		&ConsumerReset{Name: "billing", Start: StartTime, StartValue: 1 << 60, Flags: ManageForce},
 		&ConsumerDelete{Name: "billing"},
 		&TopicCreate{Topic: "orders", Flags: ManageRetention | ManageUpdate, MaxAge: 3600e9, MaxBytes: 1 << 30},
+		&TopicCreate{Topic: "orders", Replicas: 5},
 		&TopicRemove{Topic: "orders", Op: RemoveDelete, Flags: ManageForce},
 		&Done{Count: 42},
 		&Hold{Name: "tenant/acme/billing", Shown: "billing", Client: "127.0.0.1:5000", Flags: HoldStandby},
@@ -65,5 +67,20 @@ func TestConsumerInfoTopicCountChecked(t *testing.T) {
 	b[i] = 100
 	if _, _, err := Decode(b, Limits{}); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("an impossible topic count decoded: %v", err)
+	}
+}
+
+// TOPIC_CREATE's replica count is an optional last field: absent is the region's, and a 0
+// encoded (which no sender writes) is refused.
+func TestTopicCreateReplicasField(t *testing.T) {
+	old := Append(nil, &TopicCreate{Topic: "a"})
+	got, _, err := Decode(old, Limits{})
+	if err != nil || got.(*TopicCreate).Replicas != 0 {
+		t.Fatalf("without the field: %#v, %v", got, err)
+	}
+	withZero := Append(nil, &TopicCreate{Topic: "a", Replicas: 1})
+	withZero[len(withZero)-1] = 0 // the replica count, a one-byte uvarint
+	if _, _, err := Decode(withZero, Limits{}); err == nil || !strings.Contains(err.Error(), "replicas 0") {
+		t.Fatalf("replicas 0 encoded: %v, want it refused", err)
 	}
 }
