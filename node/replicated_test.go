@@ -478,10 +478,7 @@ func publishRetrying(ctx context.Context, t *testing.T, c *client.Conn, topic st
 // caught up it relays to a voter, which passes publishes on to the leader; every node serves
 // every topic, each held by three of the four.
 func TestReplicatedRegionLargerThanReplicas(t *testing.T) {
-	m := newRegionMesh(t, []string{"eu"}, 4, func(c *Config) {
-		c.Replicas = 3
-		c.Raft = TestRaftSettings()
-	})
+	m := newWideRegion(t) // widegroup_test.go
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c := m.dial("eu-4")

@@ -10,18 +10,26 @@ import (
 	"github.com/quicmq/quicmq/client"
 )
 
+// newWideRegion is region eu of four nodes with Replicas 3: the fourth joins the metadata
+// group as a learner, and topics spread over all four.
+func newWideRegion(t *testing.T) *regionMesh {
+	t.Helper()
+	return newRegionMesh(t, []string{"eu"}, 4, func(c *Config) {
+		c.Replicas = 3
+		c.Raft = TestRaftSettings()
+	})
+}
+
 // TestReplicatedGroupThroughOutsideNodeFollowsLeader: in a region larger than --replicas, a
 // group member connected to a node that holds no replica of the group's topic is served by
 // the topic's leader, which that node learns from a replica. When the leader is lost, the
 // member (a Conn with Reconnect) is told to subscribe again and reaches the new leader
 // through the same node: it goes on after its last confirmed record, nothing confirmed comes
-// again, and the unconfirmed rest and what is published after the failover arrive. A node that kept sending it to a replica that does
-// not lead (told "moved" again and again) would not get the records within the deadline.
+// again, and the unconfirmed rest and what is published after the failover arrive. A node
+// that kept sending it to a replica that does not lead (told "moved" again and again) would
+// not get the records within the deadline.
 func TestReplicatedGroupThroughOutsideNodeFollowsLeader(t *testing.T) {
-	m := newRegionMesh(t, []string{"eu"}, 4, func(c *Config) {
-		c.Replicas = 3
-		c.Raft = TestRaftSettings()
-	})
+	m := newWideRegion(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 
