@@ -86,6 +86,7 @@ func runFanout(args []string, slow bool) error {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
+	shareLateThresholds(results)
 	stamp := time.Now().UTC().Format("20060102-150405")
 	jsonPath := filepath.Join(*out, fmt.Sprintf("%s-%s.json", name, stamp))
 	b, _ := json.MarshalIndent(results, "", " ")
@@ -364,6 +365,7 @@ func runReport(args []string) error {
 		printSlow(rs, systems)
 	} else {
 		printFanout(rs, losses, systems)
+		shareLateThresholds(rs)
 		printLate(rs, losses, systems)
 	}
 	plots, err := plotAll(rs, name, "report", *out, losses, systems, slow)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -91,6 +92,9 @@ type runResult struct {
 	SetupSeconds     float64
 	SubscribeSeconds float64
 	Late, LateMs     float64 // share of records above LateMs, the late threshold (fanoutlate.go)
+	// Every record's latency, ms, sorted, rounded to 10 µs: the late share is counted against
+	// a threshold shared with the other systems of the same loss rate and repeat.
+	Lat []float64 `json:",omitempty"`
 }
 
 type sample struct{ sent, arrived int64 }
@@ -358,7 +362,12 @@ func analyse(res *runResult, samples [][]sample, sentPerSub []int, winStart, win
 	slices.Sort(lat)
 	q := func(f float64) float64 { return lat[int(f*float64(len(lat)-1))] }
 	res.P50, res.P99, res.P999, res.Max = q(0.5), q(0.99), q(0.999), lat[len(lat)-1]
-	res.Late, res.LateMs = lateShare(lat, p.Delay)
+	res.LateMs = lateThreshold(res.P50, p.Delay) // until shareLateThresholds compares systems
+	res.Late = lateShare(lat, res.LateMs)
+	res.Lat = make([]float64, len(lat))
+	for i, v := range lat {
+		res.Lat[i] = math.Round(v*100) / 100
+	}
 	for _, f := range cdfQuantiles() {
 		res.CDF = append(res.CDF, [2]float64{q(f), f})
 	}
