@@ -58,6 +58,10 @@ type durResult struct {
 	RawRate              float64
 	RawCPUus             float64
 	RawFsyncs            int64
+	// With RawPebble: a QUIC sink in a process of its own taking the same records from this
+	// process as fast as it can (quicsink.go): its CPU per record, the transport's share.
+	SinkRate  float64
+	SinkCPUus float64
 }
 
 var durableMeaning = map[string]string{
@@ -160,6 +164,8 @@ func runDurWorker(args []string) error {
 		}
 		close(stop)
 		wg.Wait()
+		res.Records = int(acked.Load())
+		res.Rate = float64(res.Records) / el.Seconds()
 		if raw {
 			r, err := runRawChild(rawParams{Writers: p.Publishers, Batch: max(int(res.NodeRecordsPerCommit+0.5), 1),
 				Size: p.Size, Warmup: time.Second, Duration: p.Duration})
@@ -167,9 +173,12 @@ func runDurWorker(args []string) error {
 				return err
 			}
 			res.RawRate, res.RawCPUus, res.RawFsyncs = r.Rate, r.CPUus, r.Fsyncs
+			sk, err := measureSink(p.Publishers, p.Size, time.Second, p.Duration)
+			if err != nil {
+				return err
+			}
+			res.SinkRate, res.SinkCPUus = sk.Rate, sk.CPUus
 		}
-		res.Records = int(acked.Load())
-		res.Rate = float64(res.Records) / el.Seconds()
 		res.Errors = int(errs.Load())
 		if res.Records > 0 {
 			res.BrokerCPUus = float64(cpu1-cpu0) / float64(time.Microsecond) / float64(res.Records)
@@ -429,7 +438,7 @@ func runDurable(args []string, mode string) error {
 	records := fs.Int("records", 1000000, "replay: records stored and read back")
 	repeat := fs.Int("repeat", 1, "repetitions")
 	out := fs.String("out", "bench/results", "directory for the JSON results")
-	rawPebble := fs.Bool("raw-pebble", true, "publish: after each quicmq run, in the same namespace, a raw Pebble writer in a process of its own (as many writers as publishers, synced batches of the node's measured records per commit, the log's keys, value sizes and Pebble options): its CPU per record beside the node process's (goal: node at most 2x)")
+	rawPebble := fs.Bool("raw-pebble", true, "publish: after each quicmq run, in the same namespace, a raw Pebble writer in a process of its own (as many writers as publishers, synced batches of the node's measured records per commit, the log's keys, value sizes and Pebble options): its CPU per record beside the node process's (goal: node at most 2x); then a bare QUIC sink in a process of its own (the node's listener settings) taking the same records from as many connections: the transport's share, which bounds node/raw from below")
 	fs.Parse(args)
 	if err := lossy.Check(); err != nil {
 		return fmt.Errorf("%w; this scenario runs each broker in a namespace of its own and is skipped", err)
@@ -472,6 +481,9 @@ func runDurable(args []string, mode string) error {
 				fmt.Fprintf(os.Stderr, " %.0f records/s, %.1f broker cpu-µs/record, %d errors %v\n", res.Rate, res.BrokerCPUus, res.Errors, res.Notes)
 				if res.RawCPUus > 0 {
 					fmt.Fprintf(os.Stderr, "    raw pebble, %.0f records/commit: %.0f records/s, %.1f cpu-µs/record\n", res.NodeRecordsPerCommit, res.RawRate, res.RawCPUus)
+				}
+				if res.SinkCPUus > 0 {
+					fmt.Fprintf(os.Stderr, "    quic sink: %.0f records/s, %.1f cpu-µs/record\n", res.SinkRate, res.SinkCPUus)
 				}
 				results = append(results, &res)
 			}

@@ -7,7 +7,8 @@
 //	qmqbench slow    scenario 2: the same without loss, one subscription stops reading
 //	qmqbench publish scenario 3: durable publish rate, QuicMQ against JetStream with and
 //	                 without an fsync per write (--publishers 1,16); the node process's CPU
-//	                 per record beside a raw Pebble writer's ("rawpebble") in the same run
+//	                 per record beside a raw Pebble writer's ("rawpebble") and a bare QUIC
+//	                 sink's ("quicsink") in the same run
 //	qmqbench replay  scenario 4: read stored records from offset 0 (--records 1000000)
 //	qmqbench setup   scenario 5: new subscriptions/s on one connection, against a
 //	                 TLS-over-TCP connection per subscription (and NATS SUB for context)
@@ -70,6 +71,8 @@ func main() {
 		err = runDurWorker(os.Args[2:])
 	case "rawpebble":
 		err = runRawPebble(os.Args[2:])
+	case "quicsink":
+		err = runQUICSink(os.Args[2:])
 	case "truefanout":
 		err = runTrueFanout(os.Args[2:])
 	case "tfworker":

@@ -209,11 +209,12 @@ func commitStats(addr string) (records, commits float64, err error) {
 }
 
 // printRawPebble is the table of the node's CPU per durable record against raw Pebble's in
-// the same run (medians over repeats, the ratio within each repeat).
+// the same run (medians over repeats, the ratio within each repeat), with the bound that the
+// transport sets: (sink + raw) / raw, the least node/raw a broker on quic-go could show.
 func printRawPebble(rs []*durResult, pubs []int) {
 	var rows []string
 	for _, np := range pubs {
-		var node, raw, ratio, batch, rawRate []float64
+		var node, raw, ratio, batch, rawRate, sink, bound []float64
 		for _, r := range rs {
 			if r.System != "quicmq" || r.Publishers != np || r.RawCPUus <= 0 {
 				continue
@@ -223,18 +224,31 @@ func printRawPebble(rs []*durResult, pubs []int) {
 			ratio = append(ratio, r.BrokerCPUus/r.RawCPUus)
 			batch = append(batch, r.NodeRecordsPerCommit)
 			rawRate = append(rawRate, r.RawRate)
+			if r.SinkCPUus > 0 {
+				sink = append(sink, r.SinkCPUus)
+				bound = append(bound, (r.SinkCPUus+r.RawCPUus)/r.RawCPUus)
+			}
 		}
 		if len(node) > 0 {
-			rows = append(rows, fmt.Sprintf("| %d | %v | %v | %v | %v | %v |", np, median(batch), median(node), median(rawRate), median(raw), median(ratio)))
+			rows = append(rows, fmt.Sprintf("| %d | %v | %v | %v | %v | %v | %v | %v |", np, median(batch), median(node),
+				median(rawRate), median(raw), median(ratio), orDash(sink), orDash(bound)))
 		}
 	}
 	if len(rows) == 0 {
 		return
 	}
 	fmt.Println()
-	fmt.Println("| publishers | node records/commit | node process cpu-µs/record | raw pebble records/s | raw pebble cpu-µs/record | node/raw cpu (goal <= 2) |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| publishers | node records/commit | node process cpu-µs/record | raw pebble records/s | raw pebble cpu-µs/record | node/raw cpu (goal <= 2) | quic sink cpu-µs/record | bound: (sink + raw)/raw |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		fmt.Println(r)
 	}
+}
+
+// orDash is the median of vs, or "-" without figures.
+func orDash(vs []float64) string {
+	if len(vs) == 0 {
+		return "-"
+	}
+	return median(vs).String()
 }

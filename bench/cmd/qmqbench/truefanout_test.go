@@ -9,7 +9,7 @@ import (
 )
 
 // init lets the test binary serve as the hidden commands of the one-topic, replicated and
-// groups scenarios and of the raw Pebble writer (TestMain in main_test.go handles the others). It runs before
+// groups scenarios, of the raw Pebble writer and of the QUIC sink (TestMain in main_test.go handles the others). It runs before
 // TestMain and exits.
 func init() {
 	if len(os.Args) < 2 {
@@ -23,6 +23,8 @@ func init() {
 		run = runHetWorker
 	case "rawpebble":
 		run = runRawPebble
+	case "quicsink":
+		run = runQUICSink
 	case "repworker":
 		run = runRepWorker
 	case "jsnode":
@@ -128,6 +130,9 @@ func TestPublishRawPebbleSmoke(t *testing.T) {
 	if res.NodeRecordsPerCommit < 1 || res.RawRate <= 0 || res.RawCPUus <= 0 || res.RawFsyncs <= 0 {
 		t.Fatalf("raw pebble: %+v", res)
 	}
-	t.Logf("node %.1f cpu-µs/record at %.0f records/commit; raw pebble %.1f cpu-µs/record, %.0f records/s",
-		res.BrokerCPUus, res.NodeRecordsPerCommit, res.RawCPUus, res.RawRate)
+	if res.SinkRate <= 0 || res.SinkCPUus <= 0 {
+		t.Fatalf("quic sink: %v records/s, %v cpu-µs/record", res.SinkRate, res.SinkCPUus)
+	}
+	t.Logf("node %.1f cpu-µs/record at %.0f records/commit; raw pebble %.1f cpu-µs/record, %.0f records/s; quic sink %.1f cpu-µs/record, %.0f records/s",
+		res.BrokerCPUus, res.NodeRecordsPerCommit, res.RawCPUus, res.RawRate, res.SinkCPUus, res.SinkRate)
 }
