@@ -106,6 +106,22 @@ func serveFloorSink(s *quic.Stream) {
 // stream each. Everything is closed when the benchmark ends.
 func startFloor(b *testing.B, conns int, serve func(*quic.Stream)) []*quic.Stream {
 	b.Helper()
+	streams := make([]*quic.Stream, conns)
+	for i, c := range startFloorConns(b, conns, serve) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var err error
+		streams[i], err = c.OpenStreamSync(ctx)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	return streams
+}
+
+// startFloorConns is startFloor's server and conns client connections without streams.
+func startFloorConns(b *testing.B, conns int, serve func(*quic.Stream)) []*quic.Conn {
+	b.Helper()
 	cert, roots := selfSigned(b)
 	qconf := &quic.Config{
 		MaxIncomingStreams:             1000,
@@ -146,20 +162,16 @@ func startFloor(b *testing.B, conns int, serve func(*quic.Stream)) []*quic.Strea
 		served.Wait()
 	})
 	clientTLS := &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13, NextProtos: []string{"floor"}}
-	streams := make([]*quic.Stream, conns)
-	for i := range streams {
+	for range conns {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		c, err := quic.DialAddr(ctx, ln.Addr().String(), clientTLS, qconf)
-		if err == nil {
-			dialed = append(dialed, c)
-			streams[i], err = c.OpenStreamSync(ctx)
-		}
 		cancel()
 		if err != nil {
 			b.Fatal(err)
 		}
+		dialed = append(dialed, c)
 	}
-	return streams
+	return dialed
 }
 
 // serveFloorConn runs serve on every stream of c until c ends.

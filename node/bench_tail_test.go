@@ -3,9 +3,13 @@ package node_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/node"
@@ -24,6 +28,7 @@ import (
 // sent on the subscribers' connections per delivery ("pkts/delivery", quic-go's
 // ConnectionStats), their mean size ("B/pkt") and,
 // with the tail, the reads of the log into it per published record ("log-reads/record").
+// "quic-only" is the transport alone under the same fan-out (benchFanoutFloor).
 func BenchmarkFanout(b *testing.B) {
 	subs := envInt(b, "QUICMQ_BENCH_FANOUT_SUBS", 100)
 	for _, conns := range []int{1, 10} {
@@ -34,6 +39,7 @@ func BenchmarkFanout(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("%s/subs=%d/conns=%d", name, subs, conns), func(b *testing.B) { benchFanout(b, subs, conns, tail) })
 		}
+		b.Run(fmt.Sprintf("quic-only/subs=%d/conns=%d", subs, conns), func(b *testing.B) { benchFanoutFloor(b, subs, conns) })
 	}
 }
 
@@ -129,4 +135,120 @@ func benchFanout(b *testing.B, subs, conns int, tail bool) {
 		f, _ := n.TailStats()
 		b.ReportMetric(float64(f-fills)/float64(b.N), "log-reads/record")
 	}
+}
+
+// fanoutFrameSize is what one delivery of BenchmarkFanout's 100-byte records puts on a
+// stream: a RECORD frame's bytes (header, offset, time, origin, payload), as measured there
+// (B/pkt x pkts/delivery, less QUIC's own ~15 bytes per delivery).
+const fanoutFrameSize = 125
+
+// benchFanoutFloor measures the transport alone under BenchmarkFanout: subs QUIC streams over
+// conns connections on loopback (TLS 1.3, the node's windows), the server writing
+// fanoutFrameSize bytes to every stream per record at the same fixed rate, one goroutine
+// per connection walking its streams (cheaper than a goroutine per subscription), a reader
+// goroutine per stream at the client as the SDK has. No log, no tail, no framing: quic-go,
+// crypto/tls, the kernel's UDP path and the Go runtime at both ends. Its cpu-µs/delivery
+// bounds the fan-out any broker gives every subscription a QUIC stream of its own on these
+// cores: "bound/deliveries/s" = GOMAXPROCS x 1e6 / (cpu-µs/delivery), the rate at which the
+// cores would be busy with the transport alone.
+func benchFanoutFloor(b *testing.B, subs, conns int) {
+	rate := envInt(b, "QUICMQ_BENCH_FANOUT_RATE", 2000)
+	if conns > 255 {
+		b.Fatalf("%d connections: the floor names a stream's connection in one byte", conns)
+	}
+	var mu sync.Mutex
+	byConn := make([][]*quic.Stream, conns) // the server's streams, by the client's connection
+	accepted := 0
+	all := make(chan struct{})
+	cs := startFloorConns(b, conns, func(s *quic.Stream) {
+		var hello [1]byte // the index of the stream's connection
+		if _, err := io.ReadFull(s, hello[:]); err != nil || int(hello[0]) >= conns {
+			return
+		}
+		mu.Lock()
+		byConn[hello[0]] = append(byConn[hello[0]], s)
+		if accepted++; accepted == subs {
+			close(all)
+		}
+		mu.Unlock()
+		<-s.Context().Done() // keep the stream until the connection ends
+	})
+	readers := make([]*quic.Stream, subs)
+	for i := range readers {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s, err := cs[i%conns].OpenStreamSync(ctx)
+		cancel()
+		if err == nil {
+			_, err = s.Write([]byte{byte(i % conns)})
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		readers[i] = s
+	}
+	<-all
+	frame := randomBytes(fanoutFrameSize)
+	errs := make(chan error, subs+conns)
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	cpu := processCPU(b)
+	start := time.Now()
+	for _, s := range readers {
+		wg.Go(func() {
+			buf := make([]byte, fanoutFrameSize)
+			for range b.N {
+				if _, err := io.ReadFull(s, buf); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	// Paced as benchFanout: every 5 ms the records due by then, to every stream.
+	due := make([]chan int, conns)
+	for i, streams := range byConn {
+		due[i] = make(chan int, 1)
+		wg.Go(func() {
+			for n := range due[i] {
+				for range n {
+					for _, s := range streams {
+						if _, err := s.Write(frame); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}
+			}
+		})
+	}
+	const tick = 5 * time.Millisecond
+	t := time.NewTicker(tick)
+	for sent := 0; sent < b.N; {
+		n := min(b.N, int(float64(time.Since(start))/float64(time.Second)*float64(rate))+1) - sent
+		if n > 0 {
+			for _, ch := range due {
+				ch <- n
+			}
+			sent += n
+		}
+		if sent < b.N {
+			<-t.C
+		}
+	}
+	t.Stop()
+	for _, ch := range due {
+		close(ch)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	for err := range errs {
+		b.Fatal(err)
+	}
+	deliveries := float64(b.N) * float64(subs)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "records/s")
+	floorCPU := float64((processCPU(b) - cpu).Microseconds()) / deliveries
+	b.ReportMetric(floorCPU, "cpu-µs/delivery")
+	b.ReportMetric(float64(runtime.GOMAXPROCS(0))*1e6/floorCPU, "bound/deliveries/s")
 }
