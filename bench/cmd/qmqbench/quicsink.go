@@ -11,17 +11,12 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -30,6 +25,8 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/quicmq/quicmq/internal/certs"
 )
 
 // sinkChunk is the most the sink reads before it answers, and the most a sender writes at
@@ -56,16 +53,17 @@ func sinkQUICConfig() *quic.Config {
 // runQUICSink is the hidden "quicsink" command: it listens on loopback, prints its address
 // on a line of its own and serves until its standard input closes.
 func runQUICSink(args []string) error {
-	if len(args) > 0 {
-		return fmt.Errorf("quicsink: unexpected arguments %q", args)
+	fs := flag.NewFlagSet("quicsink", flag.ExitOnError)
+	caDir := fs.String("ca", "", "directory of the CA that signs the sink's certificate (made if missing)")
+	fs.Parse(args)
+	if *caDir == "" || fs.NArg() > 0 {
+		return fmt.Errorf("quicsink: want --ca DIR and no arguments, got %q", args)
 	}
-	cert, err := sinkCert()
+	serverTLS, err := sinkServerTLS(*caDir)
 	if err != nil {
 		return err
 	}
-	ln, err := quic.ListenAddr("127.0.0.1:0", &tls.Config{
-		Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13, NextProtos: []string{"quicsink"},
-	}, sinkQUICConfig())
+	ln, err := quic.ListenAddr("127.0.0.1:0", serverTLS, sinkQUICConfig())
 	if err != nil {
 		return fmt.Errorf("quicsink: listen: %w", err)
 	}
@@ -108,24 +106,19 @@ func sinkStream(s *quic.Stream) {
 	}
 }
 
-// sinkCert is a fresh self-signed ECDSA P-256 certificate (the sender does not verify it: the
-// handshake's cost is one per connection, outside the measured window).
-func sinkCert() (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// sinkServerTLS is the sink's TLS: a certificate for 127.0.0.1 signed by the CA in caDir
+// (internal/certs, as a node issues its own), which the sender trusts as a client trusts a
+// node's CA.
+func sinkServerTLS(caDir string) (*tls.Config, error) {
+	ca, _, err := certs.EnsureCA(caDir)
 	if err != nil {
-		return tls.Certificate{}, err
+		return nil, fmt.Errorf("quicsink: CA: %w", err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	cert, err := ca.Issue("localhost", []string{"127.0.0.1"}, x509.ExtKeyUsageServerAuth)
 	if err != nil {
-		return tls.Certificate{}, err
+		return nil, fmt.Errorf("quicsink: certificate: %w", err)
 	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13, NextProtos: []string{"quicsink"}}, nil
 }
 
 type sinkResult struct {
@@ -143,7 +136,18 @@ func measureSink(conns, size int, warmup, d time.Duration) (*sinkResult, error) 
 	if conns < 1 || size < 1 || size > sinkChunk {
 		return nil, fmt.Errorf("quicsink: %d connections, %d-byte records: want positive figures, records of at most %d bytes", conns, size, sinkChunk)
 	}
-	cmd := exec.Command("/proc/self/exe", "quicsink")
+	caDir, err := os.MkdirTemp("", "qmqbench-quicsink-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(caDir)
+	ca, _, err := certs.EnsureCA(caDir) // the sink issues its certificate from it
+	if err != nil {
+		return nil, fmt.Errorf("quicsink: CA: %w", err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	cmd := exec.Command("/proc/self/exe", "quicsink", "--ca", caDir)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -167,7 +171,7 @@ func measureSink(conns, size int, warmup, d time.Duration) (*sinkResult, error) 
 	addr := strings.TrimSpace(line)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	clientTLS := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{"quicsink"}}
+	clientTLS := &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13, NextProtos: []string{"quicsink"}}
 	streams := make([]*quic.Stream, conns)
 	var dialed []*quic.Conn
 	closeAll := func() { // ends a write blocked on flow control too
