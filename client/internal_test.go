@@ -71,6 +71,58 @@ func TestFrameReaderResumesAfterCancel(t *testing.T) {
 	sub.Close()
 }
 
+// Next watches the context of its reads once, not once per read: reads that wait for each
+// record with one context register it once; another context replaces it, and still
+// interrupts a read; a read without a deadline drops the watch.
+func TestFrameReaderWatchesOneContext(t *testing.T) {
+	more := make(chan struct{})
+	f := newFakeNode(t, func(s *quic.Stream, _ *wire.Reader, first wire.Frame) {
+		s.Write(wire.Append(wire.Append(nil, &wire.Subscribed{}), &wire.Topic{Index: 0, Name: "t"}))
+		for off := uint64(0); ; off++ {
+			if _, ok := <-more; !ok {
+				s.Close()
+				return
+			}
+			s.Write(wire.Append(nil, &wire.Record{Index: 0, Offset: off, Payload: []byte("p")}))
+		}
+	})
+	c := dialFake(t, f)
+	sub, err := c.Subscribe(context.Background(), "t", SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(ctx context.Context, want uint64) {
+		t.Helper()
+		more <- struct{}{}
+		if r, err := sub.Next(ctx); err != nil || r.Offset != want {
+			t.Fatalf("Next: offset %d, %v; want offset %d", r.Offset, err, want)
+		}
+	}
+	a, cancelA := context.WithCancel(context.Background())
+	for off := range uint64(20) {
+		next(a, off)
+	}
+	if w := sub.fr.watches; w != 1 {
+		t.Fatalf("20 reads with one context watched %d contexts, want 1", w)
+	}
+	b, cancelB := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancelB()
+	if _, err := sub.Next(b); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Next with another context and nothing to read: %v", err)
+	}
+	if w := sub.fr.watches; w != 2 {
+		t.Fatalf("after a read with another context: %d contexts watched, want 2", w)
+	}
+	next(context.Background(), 20)
+	if sub.fr.stop != nil {
+		t.Fatal("a read without a deadline left a context watched")
+	}
+	cancelA() // no longer watched: nothing to interrupt
+	next(context.Background(), 21)
+	close(more)
+	sub.Close()
+}
+
 // A misbehaving node's answers are protocol errors; out-of-order publish acks fail every
 // pending future, and the next publish uses a new stream.
 func TestPublishProtocolErrors(t *testing.T) {

@@ -252,7 +252,9 @@ func (sub *Subscription) open(ctx context.Context, from Start) (*quic.Stream, *f
 	}
 	if _, err = s.Write(wire.Append(nil, req)); err == nil {
 		var f wire.Frame
-		if f, err = fr.next(ctx); err == nil {
+		f, err = fr.next(ctx)
+		fr.release() // ctx bounds the setup only; Next watches its own
+		if err == nil {
 			switch f := f.(type) {
 			case *wire.Subscribed:
 				return s, fr, l.region, nil
@@ -334,6 +336,7 @@ func (s *Subscription) resubscribe(ctx context.Context) error {
 		s.lastNext = nil
 	}
 	s.wmu.Unlock()
+	s.fr.release()
 	s.fr, s.topics, s.lastTopic = fr, make(map[uint64]string), ""
 	return nil
 }
@@ -504,6 +507,7 @@ func (s *Subscription) end(err error) error {
 		err = wrap(fmt.Sprintf("subscription %q", s.pattern), err)
 	}
 	s.err = err
+	s.fr.release()
 	if !s.closed.Load() {
 		s.s.CancelRead(wire.AppCancelled)
 	}
@@ -625,12 +629,13 @@ func (s *Subscription) Close() error {
 		select {
 		case <-locked:
 		case <-t.C: // Next is resubscribing (Reconnect): it sees sendDone and ends
-			go func() { <-locked; s.readMu.Unlock() }()
+			go func() { <-locked; s.fr.release(); s.readMu.Unlock() }()
 			str.CancelRead(wire.AppCancelled)
 			return fmt.Errorf("client: close subscription %q: the node did not end the stream within %v: ACKs sent may not be stored", s.pattern, closeDrainTimeout)
 		}
 	}
 	defer s.readMu.Unlock()
+	s.fr.release()
 	live := s.err == nil || errors.Is(s.err, ErrClosed)
 	str.SetReadDeadline(deadline)
 	_, err := io.Copy(io.Discard, str) // records still in flight are dropped; the node's FIN ends it
