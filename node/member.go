@@ -294,11 +294,11 @@ func (m *member) send(fs []*flight) *wire.Error {
 			m.w.Buffer(&m.rec)
 			return nil
 		})
-		var oor *wal.OffsetOutOfRangeError
+		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err) // As's target would escape: an allocation per read
 		switch {
 		case err == nil || errors.Is(err, wal.ErrUnknownTopic) || errors.Is(err, wal.ErrTopicDeleted):
 			// A deleted topic's records are gone: the group forgets them (dropTopic).
-		case errors.As(err, &oor):
+		case isOOR:
 			// Deleted by retention before it was delivered: nothing to deliver or redeliver.
 			for _, f := range fs[i+got : j] {
 				if f.off < oor.First {

@@ -62,34 +62,38 @@ type subscription struct {
 	cursors  []*cursor
 	byTopic  map[string]*cursor
 	w        *wire.Writer
-	rec      wire.Record          // the frame being written, reused
-	latest   map[string]uint64    // for start=latest: each topic's head when the subscription began
-	ups      map[string]*upstream // by node: this region's other owners (upstream.go)
-	upIndex  map[string]uint64    // upstream topic name -> its number on the subscription
-	upRetry  map[string]bool      // nodes whose upstream failed and has not been opened again
-	upCh     chan upMsg           // upstream frames, handed over one at a time
-	upWG     sync.WaitGroup       // upstream readers
-	writeq   chan []byte          // batches for the writer goroutine (started by the first flush)
-	written  chan error           // the writer's result for each batch
-	writing  bool                 // a batch was handed over and its result not yet taken
-	spare    []byte               // the buffer of the last batch written, reused for the next
-	holding  bool                 // a cursor's scanner may hold a log iterator (releaseScans)
-	hold     *time.Timer          // bounds how long waitWrite keeps them (scanHold)
-	isSetUp  bool                 // setUp is closed
-	catchUp  map[*cursor]uint64   // with caughtUp: cursors not yet at their head at set-up
-	upWait   map[string]bool      // with caughtUp: upstream nodes whose CAUGHT_UP has not come
-	upTopics uint64               // with caughtUp: topics the upstreams' CAUGHT_UP frames counted
-	setupN   uint64               // topics of this node's log matching at set-up
-	caughtOK bool                 // CAUGHT_UP buffered
+	rec      wire.Record             // the frame being written, reused
+	enc      *cursor                 // the cursor readCursor reads, for encode
+	encBytes int                     // payload bytes encode buffered in this read
+	encodeFn func(*wal.Record)       // sub.encode, bound once
+	scanFn   func(*wal.Record) error // sub.encodeScanned, bound once
+	latest   map[string]uint64       // for start=latest: each topic's head when the subscription began
+	ups      map[string]*upstream    // by node: this region's other owners (upstream.go)
+	upIndex  map[string]uint64       // upstream topic name -> its number on the subscription
+	upRetry  map[string]bool         // nodes whose upstream failed and has not been opened again
+	upCh     chan upMsg              // upstream frames, handed over one at a time
+	upWG     sync.WaitGroup          // upstream readers
+	writeq   chan []byte             // batches for the writer goroutine (started by the first flush)
+	written  chan error              // the writer's result for each batch
+	writing  bool                    // a batch was handed over and its result not yet taken
+	spare    []byte                  // the buffer of the last batch written, reused for the next
+	holding  bool                    // a cursor's scanner may hold a log iterator (releaseScans)
+	hold     *time.Timer             // bounds how long waitWrite keeps them (scanHold)
+	isSetUp  bool                    // setUp is closed
+	catchUp  map[*cursor]uint64      // with caughtUp: cursors not yet at their head at set-up
+	upWait   map[string]bool         // with caughtUp: upstream nodes whose CAUGHT_UP has not come
+	upTopics uint64                  // with caughtUp: topics the upstreams' CAUGHT_UP frames counted
+	setupN   uint64                  // topics of this node's log matching at set-up
+	caughtOK bool                    // CAUGHT_UP buffered
 
 	// Owned by the ack reader.
 	pending map[string]uint64 // durable positions read, not yet stored
 
 	mu struct {
 		sync.Mutex
-		newTopics []string          // pushed by the node's topic watcher
-		bound     []boundTopic      // by topic number: for validating ACKs
-		next      map[string]uint64 // every cursor's next offset: for the lag metric
+		newTopics []string           // pushed by the node's topic watcher
+		bound     []boundTopic       // by topic number: for validating ACKs
+		next      map[string]*uint64 // every cursor's next offset (cursor.pub): for the lag metric
 	}
 }
 
@@ -98,6 +102,7 @@ type cursor struct {
 	index  uint64 // the topic's number on the subscription (the wire index is out.index of it)
 	bound  bool   // TOPIC frame sent
 	next   uint64
+	pub    *uint64      // next as the lag metric sees it (the subscription's mu.next), under mu
 	stored uint64       // 1 + the durable consumer's stored position at the start; 0: none
 	cancel func()       // stops the log's notifications
 	scan   *wal.Scanner // keeps the log's iterator between reads while the cursor catches up
@@ -291,7 +296,8 @@ func (s *session) newSubscription(parent context.Context, req *wire.Subscribe, o
 		started: time.Now(),
 	}
 	sub.w = wire.NewWriter(writerFunc(out.write))
-	sub.mu.next = make(map[string]uint64)
+	sub.mu.next = make(map[string]*uint64)
+	sub.encodeFn, sub.scanFn = sub.encode, sub.encodeScanned
 	sub.vec.want = wire.VectorMap(req.Vector)
 	return sub, nil
 }
@@ -564,8 +570,10 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 	}
 	c.next, c.stored, c.skip = next, stored, sub.vec.skip(topic)
 	sub.beginStored(topic, next, stored > 0) // vector.go
+	c.pub = new(uint64)
 	sub.mu.Lock()
-	sub.mu.next[topic] = next
+	*c.pub = next
+	sub.mu.next[topic] = c.pub
 	sub.mu.Unlock()
 	sub.byTopic[topic] = c
 	sub.cursors = append(sub.cursors, c)
@@ -638,7 +646,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			// record as soon as it arrives.
 			sub.mu.Lock()
 			sub.mu.bound[c.index].delivered = c.next
-			sub.mu.next[c.topic] = c.next
+			*c.pub = c.next
 			sub.mu.Unlock()
 			sent += got
 			sub.series.records.Add(float64(got))
@@ -649,10 +657,11 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 				return sent, nil
 			}
 		}
-		var oor *wal.OffsetOutOfRangeError
+		// errors.AsType, not errors.As: the target of As escapes, an allocation per read.
+		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
 		switch {
 		case err == nil:
-		case errors.As(err, &oor):
+		case isOOR:
 			// Retention deleted records this subscription had not reached: say so, skip them.
 			if err := sub.bind(c); err != nil {
 				return sent, nil
@@ -660,7 +669,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: oor.First})
 			c.next = oor.First
 			sub.mu.Lock()
-			sub.mu.next[c.topic] = c.next
+			*c.pub = c.next
 			sub.mu.Unlock()
 			sent++
 		case errors.Is(err, wal.ErrUnknownTopic):
@@ -687,39 +696,46 @@ const maxReadRecords = 4096
 // error, if any, about the record after them.
 func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 	n := sub.s.n
-	bytes := 0
-	encode := func(rec *wal.Record) {
-		if !c.bound {
-			sub.bind(c)
-		}
-		if c.skip != nil && covered(c.skip, rec.OriginRegion, n.cfg.Region, rec.OriginOffset) {
-			c.next = rec.Offset + 1 // the vector it resumed from covers it (vector.go)
-			return
-		}
-		sub.rec = recordFrame(sub.out.index(c.index), rec, n.cfg.Region) // one value, reused: encoded at once
-		if sub.batch {
-			sub.w.BufferRecord(&sub.rec)
-		} else {
-			sub.w.Buffer(&sub.rec)
-		}
-		bytes += len(rec.Payload)
-		c.next = rec.Offset + 1
-	}
+	sub.enc, sub.encBytes = c, 0 // for encode, during this read
 	if c.tail != nil {
 		if err := c.scan.Check(); err != nil {
 			return 0, 0, err // deleted (a replicated topic's delete keeps its log and tail)
 		}
-		got, ok, err := c.tail.read(c.next, maxReadRecords, n.cfg.ReadAhead, encode)
+		got, ok, err := c.tail.read(c.next, maxReadRecords, n.cfg.ReadAhead, sub.encodeFn)
 		if ok || err != nil {
-			return got, bytes, err
+			return got, sub.encBytes, err
 		}
 	}
 	sub.holding = true
-	got, err := c.scan.ReadFunc(c.next, maxReadRecords, n.cfg.ReadAhead, func(rec *wal.Record) error {
-		encode(rec)
-		return nil
-	})
-	return got, bytes, err
+	got, err := c.scan.ReadFunc(c.next, maxReadRecords, n.cfg.ReadAhead, sub.scanFn)
+	return got, sub.encBytes, err
+}
+
+// encode buffers rec, the next record of the cursor readCursor reads (sub.enc), and advances
+// the cursor. It is a method, bound once (encodeFn), so that a read allocates no closure.
+func (sub *subscription) encode(rec *wal.Record) {
+	c := sub.enc
+	if !c.bound {
+		sub.bind(c)
+	}
+	if c.skip != nil && covered(c.skip, rec.OriginRegion, sub.s.n.cfg.Region, rec.OriginOffset) {
+		c.next = rec.Offset + 1 // the vector it resumed from covers it (vector.go)
+		return
+	}
+	sub.rec = recordFrame(sub.out.index(c.index), rec, sub.s.n.cfg.Region) // one value, reused: encoded at once
+	if sub.batch {
+		sub.w.BufferRecord(&sub.rec)
+	} else {
+		sub.w.Buffer(&sub.rec)
+	}
+	sub.encBytes += len(rec.Payload)
+	c.next = rec.Offset + 1
+}
+
+// encodeScanned is encode for a wal.Scanner's ReadFunc.
+func (sub *subscription) encodeScanned(rec *wal.Record) error {
+	sub.encode(rec)
+	return nil
 }
 
 // recordFrame is the RECORD a subscriber gets for rec of this node's log, under the stream's
@@ -844,8 +860,8 @@ func (sub *subscription) lag() uint64 {
 	defer sub.mu.Unlock()
 	var lag uint64
 	for topic, pos := range sub.mu.next {
-		if _, head, ok := sub.s.n.wal.Bounds(topic); ok && head > pos {
-			lag += head - pos
+		if _, head, ok := sub.s.n.wal.Bounds(topic); ok && head > *pos {
+			lag += head - *pos
 		}
 	}
 	return lag
