@@ -391,9 +391,9 @@ func (tr *groupTrack) advance(l *wal.Log, region, topic string, st *wal.GroupSta
 			from = r.Offset + 1
 			return nil
 		})
-		var oor *wal.OffsetOutOfRangeError
+		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
 		switch {
-		case errors.As(err, &oor) && oor.First > from:
+		case isOOR && oor.First > from:
 			from = oor.First
 		case err != nil:
 			tr.at = from

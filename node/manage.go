@@ -420,9 +420,9 @@ func (n *Node) dependents(a *principal, topic string) []string {
 
 // manageErr maps a log error to the error a client gets.
 func manageErr(err error) *wire.Error {
-	var oor *wal.OffsetOutOfRangeError
+	_, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
 	switch {
-	case errors.As(err, &oor):
+	case isOOR:
 		return wire.Errorf(wire.CodeOffsetOutOfRange, "%v", err)
 	case errors.Is(err, wal.ErrTopicDeleted):
 		return wire.Errorf(wire.CodeTopicDeleted, "%v", err)

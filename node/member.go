@@ -294,7 +294,7 @@ func (m *member) send(fs []*flight) *wire.Error {
 			m.w.Buffer(&m.rec)
 			return nil
 		})
-		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err) // As's target would escape: an allocation per read
+		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
 		switch {
 		case err == nil || errors.Is(err, wal.ErrUnknownTopic) || errors.Is(err, wal.ErrTopicDeleted):
 			// A deleted topic's records are gone: the group forgets them (dropTopic).

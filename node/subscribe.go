@@ -657,7 +657,8 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 				return sent, nil
 			}
 		}
-		// errors.AsType, not errors.As: the target of As escapes, an allocation per read.
+		// errors.AsType, not errors.As, here as everywhere in node: As's target escapes, an
+		// allocation per read.
 		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
 		switch {
 		case err == nil:

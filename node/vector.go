@@ -160,9 +160,9 @@ func scanBack(l *wal.Log, topic string, upTo uint64, fn func(off uint64, origin 
 				from = r.Offset + 1
 				return nil
 			})
-			var oor *wal.OffsetOutOfRangeError
+			oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
 			switch {
-			case errors.As(err, &oor) && oor.First > from:
+			case isOOR && oor.First > from:
 				from = oor.First // retention cut meanwhile: what is gone is gone
 			case err != nil:
 				return err
@@ -279,9 +279,9 @@ func advanceVector(l *wal.Log, region, topic string, vec map[string]uint64, from
 			from = r.Offset + 1
 			return nil
 		})
-		var oor *wal.OffsetOutOfRangeError
+		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
 		switch {
-		case errors.As(err, &oor) && oor.First > from:
+		case isOOR && oor.First > from:
 			from = oor.First
 		case err != nil:
 			return from, err
