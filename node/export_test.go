@@ -22,3 +22,9 @@ func (n *Node) PacketsSent() (packets, bytes uint64) {
 func (n *Node) TailStats() (fills, served uint64) {
 	return n.tails.fills.Load(), n.tails.served.Load()
 }
+
+// FanoutStats are the fanouts' counters (fanout.go): subscriptions parked on one, handed
+// back to their run goroutine, and records a fanout wrote.
+func (n *Node) FanoutStats() (parks, handbacks, records uint64) {
+	return n.tails.parks.Load(), n.tails.handbacks.Load(), n.tails.fanned.Load()
+}

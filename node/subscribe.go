@@ -86,6 +86,10 @@ type subscription struct {
 	setupN   uint64                  // topics of this node's log matching at set-up
 	caughtOK bool                    // CAUGHT_UP buffered
 
+	// Set by the fanout the subscription parked on (fanout.go), under its mu: the frames it
+	// counted as delivered and could not write, for the run goroutine to write first.
+	handback []byte
+
 	// Owned by the ack reader.
 	pending map[string]uint64 // durable positions read, not yet stored
 
@@ -461,10 +465,18 @@ func (sub *subscription) run() *wire.Error {
 			continue
 		}
 		sub.releaseScans() // caught up: hold no iterator while idle
+		// A simple caught-up subscription waits on its connection's fanout, which writes
+		// the topic's new records to all of them (fanout.go).
+		fan, werr := sub.park()
+		if werr != nil {
+			return nil // the client is gone or reset the stream
+		}
 		select {
 		case <-sub.ctx.Done():
+			sub.unpark(fan)
 			return sub.ackErr.Load()
 		case <-sub.wake:
+			sub.unpark(fan) // the fanout handed it back, or something else happened
 		case m := <-sub.upCh:
 			if err := sub.takeUpstream(m); err != nil {
 				return err

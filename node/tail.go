@@ -33,8 +33,11 @@ type tailSet struct {
 	records  int // Config.TailRecords; <= 0: no tails
 	maxBytes int // Config.TailBytes
 
-	fills  atomic.Uint64 // reads of the log into a tail
-	served atomic.Uint64 // records handed to subscriptions from a tail
+	fills     atomic.Uint64 // reads of the log into a tail
+	served    atomic.Uint64 // records handed to subscriptions from a tail
+	parks     atomic.Uint64 // subscriptions handed to a fanout (fanout.go)
+	handbacks atomic.Uint64 // subscriptions a fanout handed back to their run goroutine
+	fanned    atomic.Uint64 // records a fanout wrote to a subscription's stream
 
 	mu struct {
 		sync.Mutex
@@ -94,6 +97,7 @@ type topicTail struct {
 	// leave in as few packets as possible.
 	wmu     sync.Mutex
 	waiters []tailWaiter
+	fans    map[*session]*fanout // a connection's caught-up subscriptions' writer (fanout.go)
 
 	mu    sync.RWMutex // the fill writes, readers read
 	ring  []wal.Record // grows up to TailRecords; offset o is at ring[o%len]
@@ -112,6 +116,17 @@ type tailWaiter struct {
 // safe to call more than once.
 func (t *topicTail) watch(s *session, ch chan struct{}) (cancel func()) {
 	t.wmu.Lock()
+	t.addWaiter(s, ch)
+	t.wmu.Unlock()
+	return func() {
+		t.wmu.Lock()
+		defer t.wmu.Unlock()
+		t.removeWaiter(ch)
+	}
+}
+
+// addWaiter adds ch, of session s, after the last waiter of s. Caller holds wmu.
+func (t *topicTail) addWaiter(s *session, ch chan struct{}) {
 	at := len(t.waiters)
 	for i := len(t.waiters) - 1; i >= 0; i-- {
 		if t.waiters[i].s == s {
@@ -120,12 +135,11 @@ func (t *topicTail) watch(s *session, ch chan struct{}) (cancel func()) {
 		}
 	}
 	t.waiters = slices.Insert(t.waiters, at, tailWaiter{s: s, ch: ch})
-	t.wmu.Unlock()
-	return func() {
-		t.wmu.Lock()
-		defer t.wmu.Unlock()
-		t.waiters = slices.DeleteFunc(t.waiters, func(w tailWaiter) bool { return w.ch == ch })
-	}
+}
+
+// removeWaiter removes ch, if it waits. Caller holds wmu.
+func (t *topicTail) removeWaiter(ch chan struct{}) {
+	t.waiters = slices.DeleteFunc(t.waiters, func(w tailWaiter) bool { return w.ch == ch })
 }
 
 // wake wakes the waiters, a connection's one after the other. The log's completer calls it;

@@ -1,0 +1,273 @@
+package node
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// The fan-out writer: one goroutine per client connection and topic that writes the topic's
+// new records to every subscription of that connection that is caught up on it, instead of
+// each subscription waking its own run goroutine and writer goroutine for every append.
+//
+// A subscription parks on its connection's fanout when it is idle and simple: one cursor,
+// on a topic with a shared tail, bound, with no vector to skip, no upstreams, its CAUGHT_UP
+// (if asked for) sent, its own stream (not the ablation's shared one) and no batch in
+// flight. While it is parked the fanout owns its cursor and its stream's writes; its run
+// goroutine waits in its select for anything else (a COMMIT, a new topic, the end) and
+// takes both back (unpark) before it does anything.
+//
+// The fanout encodes a run of records once for all the members that are at the same offset
+// with the same topic index and framing, and writes it to each with TryWriteAll, which
+// queues the bytes on the stream if its flow-control windows take them and never blocks. A
+// member whose stream would block (its client reads slowly), whose cursor falls behind the
+// tail, or whose stream failed is handed back to its run goroutine with the bytes not
+// written: it writes them, blocking as before, and reads with its own cursor. So a slow
+// subscriber never holds up the others of its connection (invariants I4, I5), and the
+// fanout holds at most fanEncodings runs of at most ReadAhead bytes each.
+//
+// Locks: park and unpark take the tail's wmu and the fanout's mu one after the other, never
+// one inside the other; a round holds mu and takes the tail's and the subscriptions' locks
+// inside it.
+type fanout struct {
+	t    *topicTail
+	s    *session
+	wake chan struct{} // the tail's append wake-up, or a new member
+	done chan struct{} // closed by the last member's unpark: the goroutine ends
+	// parked is the number of subscriptions between their park and their unpark, members
+	// or handed back; guarded by t.wmu.
+	parked int
+
+	mu      sync.Mutex // held for a round; guards members and the members' handback
+	members []*subscription
+	encs    []fanEncoding // the runs encoded in the current round
+	evict   int           // the slot of encs a full round re-encodes next
+	w       *wire.Writer
+}
+
+// fanEncoding is a run of records encoded for the members at offset from with topic index
+// index and framing batch: buf holds the frames of records [from, to).
+type fanEncoding struct {
+	from, to uint64
+	index    uint64
+	batch    bool
+	buf      []byte
+	records  int
+	bytes    int // payload bytes
+	err      error
+	ok       bool // the run is in the tail (topicTail.read's ok)
+	more     bool // the log has records after to
+}
+
+// fanEncodings bounds the runs a round keeps: members at offsets further apart than that in
+// one round share fewer encodings, and are still served.
+const fanEncodings = 4
+
+// parkCursor is the cursor of a subscription that may park on a fanout, or nil. Run
+// goroutine, idle.
+func (sub *subscription) parkCursor() *cursor {
+	if len(sub.cursors) != 1 || sub.upCh != nil || (sub.caughtUp && !sub.caughtOK) {
+		return nil
+	}
+	if _, own := sub.out.(ownStream); !own {
+		return nil
+	}
+	c := sub.cursors[0]
+	if c.tail == nil || !c.bound || c.skip != nil {
+		return nil
+	}
+	return c
+}
+
+// park hands the subscription to its connection's fanout on its topic, when it can be
+// served by one, once its last batch is written. It returns the fanout to give to unpark
+// (nil: not parked) and the error of that last write. Run goroutine, idle.
+func (sub *subscription) park() (*fanout, error) {
+	c := sub.parkCursor()
+	if c == nil {
+		return nil, nil
+	}
+	if err := sub.waitWrite(); err != nil {
+		return nil, err
+	}
+	t := c.tail
+	t.wmu.Lock()
+	f := t.fans[sub.s]
+	if f == nil {
+		f = &fanout{t: t, s: sub.s, wake: make(chan struct{}, 1), done: make(chan struct{}), w: wire.NewWriter(nil)}
+		if t.fans == nil {
+			t.fans = make(map[*session]*fanout)
+		}
+		t.fans[sub.s] = f
+		t.addWaiter(sub.s, f.wake)
+		go f.run()
+	}
+	f.parked++
+	t.removeWaiter(sub.wake) // the fanout is woken for it
+	t.wmu.Unlock()
+
+	f.mu.Lock()
+	f.members = append(f.members, sub)
+	f.mu.Unlock()
+	t.set.parks.Add(1)
+	f.kick() // an append between the subscription's last read and now
+	return f, nil
+}
+
+// unpark takes the subscription back from f, if it is parked (f not nil), and has its
+// writer write what the fanout could not. Run goroutine, first thing after its select.
+func (sub *subscription) unpark(f *fanout) {
+	if f == nil {
+		return
+	}
+	f.mu.Lock()
+	if i := slices.Index(f.members, sub); i >= 0 {
+		f.members = slices.Delete(f.members, i, i+1)
+	}
+	back := sub.handback
+	sub.handback = nil
+	f.mu.Unlock()
+
+	t := f.t
+	t.wmu.Lock()
+	t.addWaiter(sub.s, sub.wake) // before the next read: no append is missed
+	if f.parked--; f.parked == 0 {
+		delete(t.fans, sub.s)
+		t.removeWaiter(f.wake)
+		close(f.done)
+	}
+	t.wmu.Unlock()
+
+	if len(back) > 0 {
+		sub.handOver(back)
+	}
+}
+
+// handOver has the writer goroutine write buf, frames already counted as delivered, as
+// flush does. The writer is idle.
+func (sub *subscription) handOver(buf []byte) {
+	if sub.writeq == nil {
+		sub.writeq, sub.written = make(chan []byte), make(chan error, 1)
+		go sub.writer()
+	}
+	sub.writing = true
+	sub.writeq <- buf
+}
+
+func (f *fanout) kick() {
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the fanout's goroutine: a round per wake-up, and more while a member has more.
+func (f *fanout) run() {
+	for {
+		select {
+		case <-f.wake:
+		case <-f.done:
+			return
+		}
+		for f.round() {
+		}
+	}
+}
+
+// round writes each member's available records (at most one read of the tail's bounds per
+// member, as a subscription's own round) and reports whether a member has more.
+func (f *fanout) round() (more bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range f.encs {
+		f.encs[i].records = -1 // none is valid in a new round
+	}
+	for i := 0; i < len(f.members); {
+		sub := f.members[i]
+		served, again := f.serve(sub)
+		if !served {
+			f.members = slices.Delete(f.members, i, i+1)
+			select {
+			case sub.wake <- struct{}{}: // its run goroutine unparks it
+			default:
+			}
+			f.t.set.handbacks.Add(1)
+			continue
+		}
+		more = more || again
+		i++
+	}
+	return more
+}
+
+// serve writes sub's available records. served is false when sub must go back to its run
+// goroutine (with sub.handback set to what it must write first); again is true when it has
+// more records than one read gave.
+func (f *fanout) serve(sub *subscription) (served, again bool) {
+	c := sub.cursors[0]
+	if err := c.scan.Check(); err != nil {
+		return false, false // deleted: its own read reports it
+	}
+	e := f.encoding(c.next, sub.out.index(c.index), sub.batch, sub.s.n)
+	if e.err != nil || !e.ok {
+		return false, false // behind the tail, or an error its own read will meet
+	}
+	if e.records == 0 {
+		return true, false
+	}
+	// Count the run as delivered before it is written, as sendAvailable does.
+	sub.mu.Lock()
+	sub.mu.bound[c.index].delivered = e.to
+	*c.pub = e.to
+	sub.mu.Unlock()
+	c.next = e.to
+	sub.series.records.Add(float64(e.records))
+	sub.series.bytes.Add(float64(e.bytes))
+	// quic.ErrWouldBlock, or the stream's error, which the writer meets again and ends on.
+	if err := sub.out.(ownStream).str.TryWriteAll(e.buf); err != nil {
+		sub.handback = slices.Clone(e.buf)
+		return false, false
+	}
+	f.t.set.fanned.Add(uint64(e.records))
+	return true, e.more
+}
+
+// encoding is the run of records from offset from for topic index index and framing batch,
+// encoded in this round already or now.
+func (f *fanout) encoding(from, index uint64, batch bool, n *Node) *fanEncoding {
+	for i := range f.encs {
+		if e := &f.encs[i]; e.records >= 0 && e.from == from && e.index == index && e.batch == batch {
+			return e
+		}
+	}
+	var e *fanEncoding
+	if len(f.encs) < fanEncodings {
+		f.encs = append(f.encs, fanEncoding{})
+		e = &f.encs[len(f.encs)-1]
+	} else {
+		e = &f.encs[f.evict] // members far apart: one slot is re-encoded
+		f.evict = (f.evict + 1) % fanEncodings
+	}
+	e.from, e.to, e.index, e.batch, e.bytes, e.records = from, from, index, batch, 0, 0
+	region := n.cfg.Region
+	var rec wire.Record
+	got, ok, err := f.t.read(from, maxReadRecords, n.cfg.ReadAhead, func(r *wal.Record) {
+		rec = recordFrame(index, r, region)
+		if batch {
+			f.w.BufferRecord(&rec)
+		} else {
+			f.w.Buffer(&rec)
+		}
+		e.bytes += len(r.Payload)
+		e.to = r.Offset + 1
+	})
+	e.buf = f.w.Swap(e.buf) // the slot's old buffer is the writer's next
+	e.records, e.ok, e.err = got, ok, err
+	if got > 0 {
+		_, hwm, _ := f.t.set.log.Bounds(f.t.topic)
+		e.more = e.to < hwm
+	}
+	return e
+}
