@@ -27,10 +27,7 @@ func (sub *subscription) commit(c *wire.Commit) *wire.Error {
 	if c.Seq > sub.commits.asked.Load() {
 		sub.commits.asked.Store(c.Seq)
 	}
-	select {
-	case sub.wake <- struct{}{}:
-	default:
-	}
+	sub.poke()
 	return nil
 }
 

@@ -28,3 +28,6 @@ func (n *Node) TailStats() (fills, served uint64) {
 func (n *Node) FanoutStats() (parks, handbacks, records uint64) {
 	return n.tails.parks.Load(), n.tails.handbacks.Load(), n.tails.fanned.Load()
 }
+
+// OnPark has f called each time a subscription parks on a fanout, from its run goroutine.
+func (n *Node) OnPark(f func()) { n.tails.onPark.Store(&f) }

@@ -33,7 +33,6 @@ import (
 // inside it.
 type fanout struct {
 	t    *topicTail
-	s    *session
 	wake chan struct{} // the tail's append wake-up, or a new member
 	done chan struct{} // closed by the last member's unpark: the goroutine ends
 	// parked is the number of subscriptions between their park and their unpark, members
@@ -96,7 +95,7 @@ func (sub *subscription) park() (*fanout, error) {
 	t.wmu.Lock()
 	f := t.fans[sub.s]
 	if f == nil {
-		f = &fanout{t: t, s: sub.s, wake: make(chan struct{}, 1), done: make(chan struct{}), w: wire.NewWriter(nil)}
+		f = &fanout{t: t, wake: make(chan struct{}, 1), done: make(chan struct{}), w: wire.NewWriter(nil)}
 		if t.fans == nil {
 			t.fans = make(map[*session]*fanout)
 		}
@@ -112,6 +111,9 @@ func (sub *subscription) park() (*fanout, error) {
 	f.members = append(f.members, sub)
 	f.mu.Unlock()
 	t.set.parks.Add(1)
+	if h := t.set.onPark.Load(); h != nil {
+		(*h)()
+	}
 	f.kick() // an append between the subscription's last read and now
 	return f, nil
 }
@@ -143,17 +145,6 @@ func (sub *subscription) unpark(f *fanout) {
 	if len(back) > 0 {
 		sub.handOver(back)
 	}
-}
-
-// handOver has the writer goroutine write buf, frames already counted as delivered, as
-// flush does. The writer is idle.
-func (sub *subscription) handOver(buf []byte) {
-	if sub.writeq == nil {
-		sub.writeq, sub.written = make(chan []byte), make(chan error, 1)
-		go sub.writer()
-	}
-	sub.writing = true
-	sub.writeq <- buf
 }
 
 func (f *fanout) kick() {
@@ -189,10 +180,7 @@ func (f *fanout) round() (more bool) {
 		served, again := f.serve(sub)
 		if !served {
 			f.members = slices.Delete(f.members, i, i+1)
-			select {
-			case sub.wake <- struct{}{}: // its run goroutine unparks it
-			default:
-			}
+			sub.poke() // its run goroutine unparks it
 			f.t.set.handbacks.Add(1)
 			continue
 		}
@@ -250,7 +238,7 @@ func (f *fanout) encoding(from, index uint64, batch bool, n *Node) *fanEncoding 
 		e = &f.encs[f.evict] // members far apart: one slot is re-encoded
 		f.evict = (f.evict + 1) % fanEncodings
 	}
-	e.from, e.to, e.index, e.batch, e.bytes, e.records = from, from, index, batch, 0, 0
+	e.from, e.to, e.index, e.batch, e.bytes, e.records, e.more = from, from, index, batch, 0, 0, false
 	region := n.cfg.Region
 	var rec wire.Record
 	got, ok, err := f.t.read(from, maxReadRecords, n.cfg.ReadAhead, func(r *wal.Record) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/wire"
-	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
 
@@ -49,22 +48,6 @@ func readFanRecords(r *wire.Reader, from, to int) error {
 	return nil
 }
 
-// waitParks waits until the node's fanouts have taken at least want subscriptions.
-func waitParks(t *testing.T, n *node.Node, want uint64) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		parks, _, _ := n.FanoutStats()
-		if parks >= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d subscriptions parked on a fanout, want %d", parks, want)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // The caught-up subscriptions of one connection are written by its fanout: a live tail of
 // small records goes through it. One of them that stops reading is handed back to its own
 // goroutine: the others get every record while it is stalled, and it gets every record, in
@@ -72,6 +55,13 @@ func waitParks(t *testing.T, n *node.Node, want uint64) {
 // first).
 func TestFanoutHandsBackAStalledSubscriber(t *testing.T) {
 	n, _ := nodetest.Start(t)
+	parked := make(chan struct{}, 64)
+	n.OnPark(func() {
+		select {
+		case parked <- struct{}{}:
+		default: // enough counted
+		}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	pub, err := client.Dial(ctx, client.Options{CAFile: n.CAFile()}, n.Addr().String())
@@ -101,7 +91,13 @@ func TestFanoutHandsBackAStalledSubscriber(t *testing.T) {
 		}
 		rs = append(rs, r)
 	}
-	waitParks(t, n, readers+1)
+	for i := range readers + 1 { // every one caught up, parked on the connection's fanout
+		select {
+		case <-parked:
+		case <-ctx.Done():
+			t.Fatalf("%d of %d subscriptions parked on a fanout", i, readers+1)
+		}
+	}
 	// read reads [from, to) on every stream of rs at once, and sends the first error (or
 	// nil) on the channel it returns.
 	read := func(rs []*wire.Reader, from, to int) <-chan error {

@@ -528,6 +528,11 @@ func (sub *subscription) notifyNewTopic(topic string) {
 	sub.mu.Lock()
 	sub.mu.newTopics = append(sub.mu.newTopics, topic)
 	sub.mu.Unlock()
+	sub.poke()
+}
+
+// poke wakes the run goroutine, if it is not already due to wake. It never blocks.
+func (sub *subscription) poke() {
 	select {
 	case sub.wake <- struct{}{}:
 	default:
@@ -793,15 +798,22 @@ func (sub *subscription) flush() error {
 	if sub.w.Buffered() == 0 {
 		return nil
 	}
+	buf := sub.w.Swap(sub.spare)
+	sub.spare = nil
+	sub.handOver(buf)
+	return nil
+}
+
+// handOver has the writer goroutine write buf, whole frames already counted as delivered:
+// a batch flush took from the buffer, or the frames a fanout could not queue (unpark). The
+// writer is idle.
+func (sub *subscription) handOver(buf []byte) {
 	if sub.writeq == nil {
 		sub.writeq, sub.written = make(chan []byte), make(chan error, 1)
 		go sub.writer()
 	}
-	buf := sub.w.Swap(sub.spare)
-	sub.spare = nil
 	sub.writing = true
 	sub.writeq <- buf
-	return nil
 }
 
 // writer is the subscription's writer goroutine: one per subscription, for its life, so a

@@ -33,11 +33,12 @@ type tailSet struct {
 	records  int // Config.TailRecords; <= 0: no tails
 	maxBytes int // Config.TailBytes
 
-	fills     atomic.Uint64 // reads of the log into a tail
-	served    atomic.Uint64 // records handed to subscriptions from a tail
-	parks     atomic.Uint64 // subscriptions handed to a fanout (fanout.go)
-	handbacks atomic.Uint64 // subscriptions a fanout handed back to their run goroutine
-	fanned    atomic.Uint64 // records a fanout wrote to a subscription's stream
+	fills     atomic.Uint64          // reads of the log into a tail
+	served    atomic.Uint64          // records handed to subscriptions from a tail
+	parks     atomic.Uint64          // subscriptions handed to a fanout (fanout.go)
+	handbacks atomic.Uint64          // subscriptions a fanout handed back to their run goroutine
+	fanned    atomic.Uint64          // records a fanout wrote to a subscription's stream
+	onPark    atomic.Pointer[func()] // tests: called after each park
 
 	mu struct {
 		sync.Mutex
