@@ -33,7 +33,7 @@ const (
 // prints "READY" on stdout once clients may connect and runs until stdin closes or SIGTERM.
 func runBroker(args []string) error {
 	fs := flag.NewFlagSet("broker", flag.ExitOnError)
-	kind := fs.String("kind", "quicmq", "quicmq or nats")
+	kind := fs.String("kind", "quicmq", "quicmq, nats or quic-only (fanfloor.go)")
 	dir := fs.String("dir", "", "data directory")
 	js := fs.Bool("jetstream", false, "nats: enable JetStream (file storage in --dir)")
 	syncAlways := fs.Bool("sync-always", false, "nats: JetStream fsyncs every write before acking")
@@ -74,6 +74,8 @@ func runBroker(args []string) error {
 		go func() { done <- n.Run(ctx) }()
 		fmt.Println("READY")
 		return <-done
+	case "quic-only":
+		return serveFloor(ctx, *dir)
 	case "nats":
 		return serveNATS(ctx, &server.Options{
 			Host: "127.0.0.1", Port: 4222, NoSigs: true, NoLog: true,

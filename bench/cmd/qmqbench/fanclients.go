@@ -2,8 +2,9 @@ package main
 
 // The clients of the one-topic fan-out scenarios (truefanout, hetero): one publisher
 // connection and S subscriptions of ONE topic spread evenly over C subscriber connections,
-// for QuicMQ (a QUIC stream per subscription), NATS core and JetStream (an ephemeral push
-// consumer per subscription, no acks, as in the fanout scenario).
+// for QuicMQ (a QUIC stream per subscription), NATS core, JetStream (an ephemeral push
+// consumer per subscription, no acks, as in the fanout scenario) and the bare quic-go bound
+// under QuicMQ ("quic-only", fanfloor.go).
 
 import (
 	"context"
@@ -21,7 +22,7 @@ import (
 // fanTopic is the one topic every subscription reads.
 const fanTopic = "tf.one"
 
-var fanSystemNames = []string{"quicmq", "nats", "jetstream"}
+var fanSystemNames = []string{"quicmq", "nats", "jetstream", "quic-only"}
 
 // fanSys is one broker seen by the one-topic scenarios.
 type fanSys interface {
@@ -62,6 +63,8 @@ func newFanSys(sys, brokerDir string) (fanSys, error) {
 		return &natsFan{}, nil
 	case "jetstream":
 		return &natsFan{js: true}, nil
+	case "quic-only":
+		return &floorFan{caDir: floorCADir(brokerDir)}, nil
 	}
 	return nil, fmt.Errorf("unknown system %q (want one of %v)", sys, fanSystemNames)
 }

@@ -19,6 +19,7 @@ var palette = map[string]color.Color{
 	"ablation":  color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 255},
 	"nats":      color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 255},
 	"jetstream": color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 255},
+	"quic-only": color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 255},
 }
 
 func colorOf(sys string) color.Color {

@@ -47,6 +47,8 @@ func brokerKind(sys string) (string, []string) {
 		return "nats", []string{"--jetstream"}
 	case "jetstream-sync":
 		return "nats", []string{"--jetstream", "--sync-always"}
+	case "quic-only":
+		return "quic-only", nil
 	}
 	return "", nil
 }

@@ -222,7 +222,7 @@ func runTFWorker(args []string) error {
 }
 
 func brokerAddr(sys string) string {
-	if sys == "quicmq" {
+	if sys == "quicmq" || sys == "quic-only" {
 		return quicmqAddr
 	}
 	return natsAddr
@@ -238,7 +238,9 @@ One topic, S subscriptions spread evenly over C subscriber connections (every C 
 --subs x --conns), one publisher connection, a publish rate rising in steps; for each
 (system, S, C) the highest deliveries/s held with p99 under --p99 and the broker process's
 CPU per delivery, side by side with the ratios quicmq/nats and quicmq/jetstream (goals: at
-least 0.5 and at least 3). Each run has a network namespace of its own, no loss. The
+least 0.5 and at least 3) and quicmq/quic-only: "quic-only" is bare quic-go doing the same
+fan-out with a stream per subscription and nothing else (no storage, no protocol), the bound
+under QuicMQ on this machine. Each run has a network namespace of its own, no loss. The
 clients of a run share one process: its CPU per delivery is reported too, since on a small
 machine it can bound every system.
 
@@ -395,28 +397,29 @@ func printTrueFanout(rs []*tfResult, systems []string) {
 		}
 	}
 	fmt.Println()
-	fmt.Println("| S | C | deliveries/s quicmq/nats (goal >= 0.5) | quicmq/jetstream (goal >= 3) | cpu per delivery quicmq/nats | quicmq/jetstream |")
-	fmt.Println("|---|---|---|---|---|---|")
+	fmt.Println("| S | C | deliveries/s quicmq/nats (goal >= 0.5) | quicmq/jetstream (goal >= 3) | cpu per delivery quicmq/nats | quicmq/jetstream | deliveries/s quicmq/quic-only | cpu per delivery quicmq/quic-only |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	held := func(r *tfResult) float64 { return r.Held }
+	cpu := func(r *tfResult) float64 { return r.HeldCPUus }
+	type pair struct {
+		other string
+		f     func(*tfResult) float64
+	}
 	for _, k := range keys {
 		cells := []string{strconv.Itoa(k.s), strconv.Itoa(k.c)}
-		for _, f := range []func(*tfResult) float64{
-			func(r *tfResult) float64 { return r.Held },
-			func(r *tfResult) float64 { return r.HeldCPUus },
-		} {
-			for _, other := range []string{"nats", "jetstream"} {
-				var vs []float64
-				for _, a := range pickTF(rs, "quicmq", k.s, k.c) {
-					for _, o := range pickTF(rs, other, k.s, k.c) {
-						if o.Repeat == a.Repeat && f(o) > 0 {
-							vs = append(vs, f(a)/f(o))
-						}
+		for _, pr := range []pair{{"nats", held}, {"jetstream", held}, {"nats", cpu}, {"jetstream", cpu}, {"quic-only", held}, {"quic-only", cpu}} {
+			var vs []float64
+			for _, a := range pickTF(rs, "quicmq", k.s, k.c) {
+				for _, o := range pickTF(rs, pr.other, k.s, k.c) {
+					if o.Repeat == a.Repeat && pr.f(o) > 0 {
+						vs = append(vs, pr.f(a)/pr.f(o))
 					}
 				}
-				if len(vs) == 0 {
-					cells = append(cells, "-")
-				} else {
-					cells = append(cells, median(vs).String())
-				}
+			}
+			if len(vs) == 0 {
+				cells = append(cells, "-")
+			} else {
+				cells = append(cells, median(vs).String())
 			}
 		}
 		fmt.Println("| " + strings.Join(cells, " | ") + " |")
