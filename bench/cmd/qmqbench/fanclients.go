@@ -38,10 +38,12 @@ type fanSys interface {
 	close()
 }
 
-// startFan starts the broker of sys as this process's child and the clients' fanSys for it;
-// stop ends both.
-func startFan(sys string) (b *brokerProc, f fanSys, stop func(), err error) {
+// startFan starts the broker of sys as this process's child, with the broker command's
+// arguments more (e.g. --cpuprofile) after its own, and the clients' fanSys for it; stop ends
+// both.
+func startFan(sys string, more ...string) (b *brokerProc, f fanSys, stop func(), err error) {
 	kind, extra := brokerKind(sys)
+	extra = append(extra, more...)
 	if kind == "" {
 		return nil, nil, nil, fmt.Errorf("unknown system %q (want one of %v)", sys, fanSystemNames)
 	}

@@ -40,6 +40,7 @@ type tfParams struct {
 	P99Limit           float64       // ms: a step whose p99 is above it breaks
 	MinShare           float64       // a step whose deliveries are below this share of Subs x published breaks
 	Retries            int           // a broken step is run again this many times before the run stops
+	Profile            string        `json:",omitempty"` // a directory for a CPU profile of each broker's life
 }
 
 func (p *tfParams) flags(fs *flag.FlagSet) {
@@ -51,6 +52,7 @@ func (p *tfParams) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&p.Drain, "drain", 3*time.Second, "longest wait after a step for its records (a record not in by then counts as lost)")
 	fs.Float64Var(&p.P99Limit, "p99", 50, "p99 delivery latency limit in ms: a step above it breaks")
 	fs.IntVar(&p.Retries, "retries", 1, "a broken step is run again this many times (same target) before the run stops: one fsync stall on a shared disk can break a 50 ms p99 once")
+	fs.StringVar(&p.Profile, "profile", "", "directory for a CPU profile of each broker's whole life (truefanout-SYSTEM-sS-cC.pprof; with --start = --max it is mostly that one step)")
 	fs.Float64Var(&p.MinShare, "min-share", 0.98, "a step breaks when fewer than this share of its deliveries arrive (or when the publisher reaches less than 90% of the target rate: its window is full)")
 }
 
@@ -58,7 +60,7 @@ func (p tfParams) args() []string {
 	return []string{"tfworker", "--system", p.System, "--subs", fmt.Sprint(p.Subs), "--conns", fmt.Sprint(p.Conns),
 		"--size", fmt.Sprint(p.Size), "--start", fmt.Sprint(p.Start), "--factor", fmt.Sprint(p.Factor),
 		"--max", fmt.Sprint(p.Max), "--step", p.Step.String(), "--drain", p.Drain.String(),
-		"--p99", fmt.Sprint(p.P99Limit), "--min-share", fmt.Sprint(p.MinShare), "--retries", fmt.Sprint(p.Retries)}
+		"--p99", fmt.Sprint(p.P99Limit), "--min-share", fmt.Sprint(p.MinShare), "--retries", fmt.Sprint(p.Retries), "--profile", p.Profile}
 }
 
 func (p tfParams) validate() error {
@@ -113,7 +115,11 @@ func runTFWorker(args []string) error {
 		return err
 	}
 	p.Size = max(p.Size, 17)
-	b, sys, stop, err := startFan(p.System)
+	var more []string
+	if p.Profile != "" {
+		more = []string{"--cpuprofile", filepath.Join(p.Profile, fmt.Sprintf("truefanout-%s-s%d-c%d.pprof", p.System, p.Subs, p.Conns))}
+	}
+	b, sys, stop, err := startFan(p.System, more...)
 	if err != nil {
 		return err
 	}
