@@ -175,9 +175,12 @@ func (f *fanout) round() (more bool) {
 	for i := range f.encs {
 		f.encs[i].records = -1 // none is valid in a new round
 	}
+	// One look-up of the topic for all the members: the same check as each one's own
+	// Scanner.Check, which would take the log's lock once per member.
+	in := f.t.set.log.Instance(f.t.topic)
 	for i := 0; i < len(f.members); {
 		sub := f.members[i]
-		served, again := f.serve(sub)
+		served, again := f.serve(sub, in)
 		if !served {
 			f.members = slices.Delete(f.members, i, i+1)
 			sub.poke() // its run goroutine unparks it
@@ -192,10 +195,10 @@ func (f *fanout) round() (more bool) {
 
 // serve writes sub's available records. served is false when sub must go back to its run
 // goroutine (with sub.handback set to what it must write first); again is true when it has
-// more records than one read gave.
-func (f *fanout) serve(sub *subscription) (served, again bool) {
+// more records than one read gave. in is the topic as the log held it when the round began.
+func (f *fanout) serve(sub *subscription, in wal.Instance) (served, again bool) {
 	c := sub.cursors[0]
-	if err := c.scan.Check(); err != nil {
+	if err := c.scan.CheckAt(in); err != nil {
 		return false, false // deleted: its own read reports it
 	}
 	e := f.encoding(c.next, sub.out.index(c.index), sub.batch, sub.s.n)

@@ -139,15 +139,26 @@ func (sc *Scanner) ReadFunc(from uint64, maxRecords int, maxBytes int, fn func(*
 // Check binds the Scanner to its topic as it is now, if it is not bound yet (as its first
 // read does), and reports a *TopicDeletedError when the topic it is bound to was deleted
 // since: a reader served from elsewhere (a shared tail) learns of a delete through it.
-func (sc *Scanner) Check() error {
-	v, ok := sc.l.view(sc.topic)
+func (sc *Scanner) Check() error { return sc.CheckAt(sc.l.Instance(sc.topic)) }
+
+// Instance is a topic as the log holds it now: which log of that name, not its bounds. It is
+// what Scanner.CheckAt compares with, so that many Scanners of one topic are checked with one
+// look-up (a shared tail's fanout checks all its members once per round).
+type Instance struct{ t *topic }
+
+// Instance returns topic as the log holds it now; the zero Instance when there is none.
+func (l *Log) Instance(topic string) Instance {
+	v, _ := l.view(topic)
+	return Instance{v.t}
+}
+
+// CheckAt is Check against in, an Instance of the Scanner's topic taken by the caller.
+func (sc *Scanner) CheckAt(in Instance) error {
 	if sc.bound == nil {
-		if ok {
-			sc.bound = v.t
-		}
+		sc.bound = in.t
 		return nil
 	}
-	if !ok || v.t != sc.bound {
+	if in.t != sc.bound {
 		return fmt.Errorf("wal: read %q: %w", sc.topic, &TopicDeletedError{Topic: sc.topic})
 	}
 	return nil
