@@ -29,5 +29,9 @@ func (n *Node) FanoutStats() (parks, handbacks, records uint64) {
 	return n.tails.parks.Load(), n.tails.handbacks.Load(), n.tails.fanned.Load()
 }
 
+// FanoutWaits is the number of rounds a fanout held back for its connection to send what it
+// had queued (fanout.go, waitSent).
+func (n *Node) FanoutWaits() uint64 { return n.tails.waits.Load() }
+
 // OnPark has f called each time a subscription parks on a fanout, from its run goroutine.
 func (n *Node) OnPark(f func()) { n.tails.onPark.Store(&f) }

@@ -3,6 +3,9 @@ package node
 import (
 	"slices"
 	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/wal"
@@ -26,7 +29,9 @@ import (
 // tail, or whose stream failed is handed back to its run goroutine with the bytes not
 // written: it writes them, blocking as before, and reads with its own cursor. So a slow
 // subscriber never holds up the others of its connection (invariants I4, I5), and the
-// fanout holds at most fanEncodings runs of at most ReadAhead bytes each.
+// fanout holds at most fanEncodings runs of at most ReadAhead bytes each. A round waits
+// (at most fanoutMaxWait) while the connection has not yet sent what the last ones queued,
+// so that under load records wait in the tail, not in the streams' send buffers.
 //
 // Locks: park and unpark take the tail's wmu and the fanout's mu one after the other, never
 // one inside the other; a round holds mu and takes the tail's and the subscriptions' locks
@@ -44,6 +49,12 @@ type fanout struct {
 	encs    []fanEncoding // the runs encoded in the current round
 	evict   int           // the slot of encs a full round re-encodes next
 	w       *wire.Writer
+
+	// The fanout goroutine's estimate of the bytes it queued on the connection that the
+	// connection has not sent yet (waitSent).
+	conn     *quic.Conn
+	backlog  uint64
+	lastSent uint64 // the connection's BytesSent when backlog was last brought up to date
 }
 
 // fanEncoding is a run of records encoded for the members at offset from with topic index
@@ -95,7 +106,8 @@ func (sub *subscription) park() (*fanout, error) {
 	t.wmu.Lock()
 	f := t.fans[sub.s]
 	if f == nil {
-		f = &fanout{t: t, wake: make(chan struct{}, 1), done: make(chan struct{}), w: wire.NewWriter(nil)}
+		f = &fanout{t: t, wake: make(chan struct{}, 1), done: make(chan struct{}), w: wire.NewWriter(nil), conn: sub.s.conn}
+		f.lastSent = f.conn.ConnectionStats().BytesSent
 		if t.fans == nil {
 			t.fans = make(map[*session]*fanout)
 		}
@@ -154,15 +166,65 @@ func (f *fanout) kick() {
 	}
 }
 
+// A fanout does not start a round while more than fanoutBacklog of the bytes it queued are
+// still unsent (waitSent): its records would only wait behind them in the streams' send
+// buffers, which copy and grow (quic-go's TryWriteAll copies, and a stream's buffer past one
+// packet is reallocated as it grows); in the tail they wait for free, and the next round
+// writes them to each member in one run, one write per member instead of one per record.
+// The wait is bounded by fanoutMaxWait, polled every fanoutPoll.
+const (
+	fanoutBacklog = 64 << 10
+	fanoutPoll    = 100 * time.Microsecond
+	fanoutMaxWait = 2 * time.Millisecond
+)
+
 // run is the fanout's goroutine: a round per wake-up, and more while a member has more.
 func (f *fanout) run() {
+	poll := time.NewTimer(time.Hour)
+	poll.Stop()
+	defer poll.Stop()
 	for {
 		select {
 		case <-f.wake:
 		case <-f.done:
 			return
 		}
-		for f.round() {
+		for {
+			if !f.waitSent(poll) {
+				return
+			}
+			if !f.round() {
+				break
+			}
+		}
+	}
+}
+
+// waitSent waits until the connection has sent all but fanoutBacklog of what the rounds
+// queued, or fanoutMaxWait; false when the fanout ended meanwhile. The connection's BytesSent
+// counts every stream's bytes and QUIC's own, so the estimate falls at least as fast as this
+// fanout's bytes leave: it never waits for bytes already sent. Bytes that never leave (a
+// stream reset) are forgotten after one fanoutMaxWait.
+func (f *fanout) waitSent(poll *time.Timer) bool {
+	for waited := time.Duration(0); ; waited += fanoutPoll {
+		sent := f.conn.ConnectionStats().BytesSent
+		f.backlog -= min(f.backlog, sent-f.lastSent)
+		f.lastSent = sent
+		if f.backlog <= fanoutBacklog {
+			return true
+		}
+		if waited >= fanoutMaxWait {
+			f.backlog = 0
+			return true
+		}
+		if waited == 0 {
+			f.t.set.waits.Add(1)
+		}
+		poll.Reset(fanoutPoll) // stopped or fired: since Go 1.23 no stale tick is left
+		select {
+		case <-poll.C:
+		case <-f.done:
+			return false
 		}
 	}
 }
@@ -222,6 +284,7 @@ func (f *fanout) serve(sub *subscription, in wal.Instance) (served, again bool) 
 		return false, false
 	}
 	f.t.set.fanned.Add(uint64(e.records))
+	f.backlog += uint64(len(e.buf))
 	return true, e.more
 }
 

@@ -161,7 +161,7 @@ func TestFanoutHandsBackAStalledSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 	parks, back, _ := n.FanoutStats()
-	t.Logf("bulk: %d parks in all, %d handbacks", parks, back-back0)
+	t.Logf("bulk: %d parks in all, %d handbacks, %d rounds held back for the connection to send", parks, back-back0, n.FanoutWaits())
 	if back == back0 {
 		t.Error("the stalled subscriber was never handed back to its own goroutine")
 	}

@@ -38,6 +38,7 @@ type tailSet struct {
 	parks     atomic.Uint64          // subscriptions handed to a fanout (fanout.go)
 	handbacks atomic.Uint64          // subscriptions a fanout handed back to their run goroutine
 	fanned    atomic.Uint64          // records a fanout wrote to a subscription's stream
+	waits     atomic.Uint64          // rounds a fanout held back for its connection to send (waitSent)
 	onPark    atomic.Pointer[func()] // tests: called after each park
 
 	mu struct {
