@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -52,7 +53,7 @@ func (p *tfParams) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&p.Drain, "drain", 3*time.Second, "longest wait after a step for its records (a record not in by then counts as lost)")
 	fs.Float64Var(&p.P99Limit, "p99", 50, "p99 delivery latency limit in ms: a step above it breaks")
 	fs.IntVar(&p.Retries, "retries", 1, "a broken step is run again this many times (same target) before the run stops: one fsync stall on a shared disk can break a 50 ms p99 once")
-	fs.StringVar(&p.Profile, "profile", "", "directory for a CPU profile of each broker's whole life (truefanout-SYSTEM-sS-cC.pprof; with --start = --max it is mostly that one step)")
+	fs.StringVar(&p.Profile, "profile", "", "directory for CPU profiles of each run's broker (truefanout-SYSTEM-sS-cC.pprof) and clients' process (...-clients.pprof), over their whole life (with --start = --max, mostly that one step)")
 	fs.Float64Var(&p.MinShare, "min-share", 0.98, "a step breaks when fewer than this share of its deliveries arrive (or when the publisher reaches less than 90% of the target rate: its window is full)")
 }
 
@@ -117,7 +118,17 @@ func runTFWorker(args []string) error {
 	p.Size = max(p.Size, 17)
 	var more []string
 	if p.Profile != "" {
-		more = []string{"--cpuprofile", filepath.Join(p.Profile, fmt.Sprintf("truefanout-%s-s%d-c%d.pprof", p.System, p.Subs, p.Conns))}
+		name := filepath.Join(p.Profile, fmt.Sprintf("truefanout-%s-s%d-c%d", p.System, p.Subs, p.Conns))
+		more = []string{"--cpuprofile", name + ".pprof"}
+		f, err := os.Create(name + "-clients.pprof") // this process: the publisher and the subscribers
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	b, sys, stop, err := startFan(p.System, more...)
 	if err != nil {
