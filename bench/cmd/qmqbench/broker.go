@@ -41,15 +41,11 @@ func runBroker(args []string) error {
 	metrics := fs.String("metrics", "", "quicmq: serve the node's Prometheus metrics on this address (host:port)")
 	fs.Parse(args)
 	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
+		stopProfile, err := startCPUProfile(*cpuProfile)
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
@@ -83,6 +79,19 @@ func runBroker(args []string) error {
 		})
 	}
 	return fmt.Errorf("unknown broker kind %q", *kind)
+}
+
+// startCPUProfile profiles this process into the file path until stop.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // serveNATS runs a NATS server with opts, prints READY once it takes connections, and

@@ -14,7 +14,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -120,15 +119,11 @@ func runTFWorker(args []string) error {
 	if p.Profile != "" {
 		name := filepath.Join(p.Profile, fmt.Sprintf("truefanout-%s-s%d-c%d", p.System, p.Subs, p.Conns))
 		more = []string{"--cpuprofile", name + ".pprof"}
-		f, err := os.Create(name + "-clients.pprof") // this process: the publisher and the subscribers
+		stopProfile, err := startCPUProfile(name + "-clients.pprof") // this process: the publisher and the subscribers
 		if err != nil {
 			return err
 		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		defer stopProfile()
 	}
 	b, sys, stop, err := startFan(p.System, more...)
 	if err != nil {
