@@ -9,6 +9,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
 
@@ -148,6 +149,9 @@ func TestFanoutHandsBackAStalledSubscriber(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, back0, fanned := n.FanoutStats()
+	if got := counterValue(t, n, "quicmq_fanout_records_total"); got != float64(fanned) {
+		t.Errorf("quicmq_fanout_records_total is %v, the fanouts wrote %d records", got, fanned)
+	}
 	delivered := uint64(len(rs) * (fanSmall - 1))
 	t.Logf("live tail: fanouts wrote %d of the %d records delivered", fanned-fanned0, delivered)
 	if fanned-fanned0 < delivered*9/10 {
@@ -168,4 +172,19 @@ func TestFanoutHandsBackAStalledSubscriber(t *testing.T) {
 	if err := <-read(rs[readers:], fanSmall, records); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// counterValue is the value of the unlabelled counter name on n's registry (-1: none).
+func counterValue(t *testing.T, n *node.Node, name string) float64 {
+	t.Helper()
+	mfs, err := n.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return -1
 }

@@ -133,6 +133,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: open log: %w", err)
 	}
 	n.tails = newTailSet(n.wal, cfg.TailRecords, cfg.TailBytes)
+	n.tails.register(n.reg)
 	if cfg.Replicas > 1 {
 		if n.raftID, err = federation.RaftNodeID(cfg.DataDir); err != nil {
 			n.wal.Close()

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -51,6 +53,21 @@ func newTailSet(l *wal.Log, records, maxBytes int) *tailSet {
 	ts := &tailSet{log: l, records: records, maxBytes: maxBytes}
 	ts.mu.byTopic = make(map[string]*topicTail)
 	return ts
+}
+
+// register exports the tails' and the fanouts' counters on reg, read when scraped.
+func (ts *tailSet) register(reg prometheus.Registerer) {
+	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(v.Load()) })
+	}
+	reg.MustRegister(
+		counter("quicmq_tail_fills_total", "Reads of the log into a topic's shared tail: one per append batch for all its caught-up readers.", &ts.fills),
+		counter("quicmq_fanout_parks_total", "Caught-up subscriptions handed to their connection's fanout writer for their topic.", &ts.parks),
+		counter("quicmq_fanout_handbacks_total", "Subscriptions a fanout handed back to their own writer: its window would not take a run, it fell behind the tail, or its stream failed.", &ts.handbacks),
+		counter("quicmq_fanout_records_total", "Records fanout writers queued on subscription streams (also counted in quicmq_subscription_records_total).", &ts.fanned),
+		counter("quicmq_fanout_waits_total", "Fanout rounds held back until the connection had sent what the earlier rounds queued.", &ts.waits),
+	)
 }
 
 // acquire returns topic's tail, making it if this is its first user, or nil when tails are
