@@ -258,6 +258,12 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 
 func TestReplicatedNoQuorumRefuses(t *testing.T) {
 	m, ctx := newSeededRegion(t, "q", 3, 60*time.Second)
+	// A publish is acknowledged once a quorum has it: eu-1 may be the one replica that has not
+	// applied the seed yet, and with the others closed it never would.
+	waitFor(t, 10*time.Second, "eu-1 to apply the 3 seeded records", func() bool {
+		_, next, _ := m.nodes["eu-1"].Log().Bounds("q")
+		return next == 3
+	})
 	m.nodes["eu-2"].Close()
 	m.nodes["eu-3"].Close()
 	c := m.dial("eu-1")
