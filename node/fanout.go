@@ -49,6 +49,7 @@ type fanout struct {
 	encs    []fanEncoding // the runs encoded in the current round
 	evict   int           // the slot of encs a full round re-encodes next
 	w       *wire.Writer
+	fanned  uint64 // records written in the current round, added to tailSet.fanned once at its end
 
 	// The fanout goroutine's estimate of the bytes it queued on the connection that the
 	// connection has not sent yet (waitSent).
@@ -252,6 +253,8 @@ func (f *fanout) round() (more bool) {
 		more = more || again
 		i++
 	}
+	f.t.set.fanned.Add(f.fanned) // one atomic per round, not per member: every fanout adds to it
+	f.fanned = 0
 	return more
 }
 
@@ -283,7 +286,7 @@ func (f *fanout) serve(sub *subscription, in wal.Instance) (served, again bool) 
 		sub.handback = slices.Clone(e.buf)
 		return false, false
 	}
-	f.t.set.fanned.Add(uint64(e.records))
+	f.fanned += uint64(e.records)
 	f.backlog += uint64(len(e.buf))
 	return true, e.more
 }
