@@ -65,11 +65,7 @@ func TestFanoutHandsBackAStalledSubscriber(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, err := client.Dial(ctx, client.Options{CAFile: n.CAFile()}, n.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := dialClient(t, n) // metrics_test.go
 	const topic, readers = "fan.stall", 8
 	const records = fanSmall + 400 // then 3.2 MiB: more than a stalled stream's flow-control window
 	if _, err := pub.Publish(ctx, client.Message{Topic: topic, Payload: fanPayload(0)}); err != nil {

@@ -298,11 +298,7 @@ func TestAbuseSubscriberNeverReads(t *testing.T) {
 	n, _ := nodetest.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	pub, err := client.Dial(ctx, client.Options{CAFile: n.CAFile()}, n.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	pub := dialClient(t, n) // metrics_test.go
 	payload := make([]byte, size)
 	rand.Read(payload)
 	if err := nodetest.PublishPipelined(ctx, pub, "backlog.t", payload, records); err != nil {
