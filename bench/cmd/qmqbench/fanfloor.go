@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -63,26 +64,30 @@ func floorDialConfig() *quic.Config {
 	}
 }
 
-// floorCADir is where the floor broker keeps the CA its certificate comes from.
-func floorCADir(brokerDir string) string { return filepath.Join(brokerDir, "data", "ca") }
+// floorCA is the directory, in the broker's data directory, of the CA its certificate comes
+// from; floorCADir is it for the clients, given the broker's temporary directory.
+const floorCA = "ca"
+
+func floorCADir(brokerDir string) string { return filepath.Join(brokerDir, "data", floorCA) }
 
 // floorConn is one subscriber connection at the floor broker: its subscriptions' streams and
 // the records its writer has still to write.
 type floorConn struct {
 	mu      sync.Mutex
-	streams []*quic.Stream // under mu
+	streams []*quic.Stream // under mu; only appended to
 	recs    chan []byte    // framed records
+	done    chan struct{}  // closed when the connection ends
 }
 
 // floorBroker fans the publishers' records out to every subscriber connection's writer.
 type floorBroker struct {
 	mu    sync.Mutex
-	conns []*floorConn // under mu: those with at least one subscription
+	conns []*floorConn // under mu, copied on write: those with at least one subscription
 }
 
 // serveFloor is "broker --kind quic-only": it listens on quicmqAddr until ctx ends.
 func serveFloor(ctx context.Context, dataDir string) error {
-	serverTLS, err := sinkServerTLS(filepath.Join(dataDir, "ca"))
+	serverTLS, err := sinkServerTLS(filepath.Join(dataDir, floorCA))
 	if err != nil {
 		return err
 	}
@@ -110,14 +115,10 @@ func (fb *floorBroker) serveConn(c *quic.Conn) {
 	defer func() {
 		if fc != nil {
 			fb.mu.Lock()
-			for i, o := range fb.conns {
-				if o == fc {
-					fb.conns = append(fb.conns[:i], fb.conns[i+1:]...)
-					break
-				}
-			}
+			// A new slice: a publisher's reader may be going through the old one.
+			fb.conns = slices.DeleteFunc(slices.Clone(fb.conns), func(o *floorConn) bool { return o == fc })
 			fb.mu.Unlock()
-			close(fc.recs)
+			close(fc.done)
 		}
 	}()
 	for {
@@ -136,7 +137,7 @@ func (fb *floorBroker) serveConn(c *quic.Conn) {
 			go fb.readPublisher(s)
 		case 'S':
 			if fc == nil {
-				fc = &floorConn{recs: make(chan []byte, floorQueue)}
+				fc = &floorConn{recs: make(chan []byte, floorQueue), done: make(chan struct{})}
 				go fc.write()
 				fb.mu.Lock()
 				fb.conns = append(fb.conns, fc)
@@ -160,18 +161,19 @@ func (fb *floorBroker) readPublisher(s *quic.Stream) {
 	defer s.CancelWrite(0)
 	r := bufio.NewReaderSize(s, 64<<10)
 	for {
-		rec, err := readFloorRecord(r)
+		framed, err := readFloorFrame(r)
 		if err != nil {
 			s.CancelRead(0)
 			return
 		}
-		framed := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(rec)), uint32(len(rec)))
-		framed = append(framed, rec...)
 		fb.mu.Lock()
-		conns := fb.conns[:len(fb.conns):len(fb.conns)]
+		conns := fb.conns
 		fb.mu.Unlock()
 		for _, fc := range conns {
-			fc.recs <- framed
+			select {
+			case fc.recs <- framed:
+			case <-fc.done:
+			}
 		}
 	}
 }
@@ -180,15 +182,17 @@ func (fb *floorBroker) readPublisher(s *quic.Stream) {
 // by then, up to floorRun bytes, written once to each stream in turn.
 func (fc *floorConn) write() {
 	run := make([]byte, 0, floorRun)
-	for rec := range fc.recs {
-		run = append(run[:0], rec...)
+	for {
+		select {
+		case rec := <-fc.recs:
+			run = append(run[:0], rec...)
+		case <-fc.done:
+			return
+		}
 	more:
 		for len(run) < floorRun {
 			select {
-			case rec, ok := <-fc.recs:
-				if !ok {
-					break more
-				}
+			case rec := <-fc.recs:
 				run = append(run, rec...)
 			default:
 				break more
@@ -203,8 +207,9 @@ func (fc *floorConn) write() {
 	}
 }
 
-// readFloorRecord reads one length-prefixed record.
-func readFloorRecord(r *bufio.Reader) ([]byte, error) {
+// readFloorFrame reads one length-prefixed record and returns it with its length, as it is
+// written on (the record is framed[4:]).
+func readFloorFrame(r *bufio.Reader) (framed []byte, err error) {
 	var n [4]byte
 	if _, err := io.ReadFull(r, n[:]); err != nil {
 		return nil, err
@@ -213,11 +218,11 @@ func readFloorRecord(r *bufio.Reader) ([]byte, error) {
 	if size > floorMaxRecord {
 		return nil, fmt.Errorf("quic-only: a %d-byte record, over the %d-byte limit", size, floorMaxRecord)
 	}
-	rec := make([]byte, size)
-	if _, err := io.ReadFull(r, rec); err != nil {
+	framed = append(make([]byte, 0, 4+size), n[:]...)
+	if _, err := io.ReadFull(r, framed[4:4+size]); err != nil {
 		return nil, err
 	}
-	return rec, nil
+	return framed[:4+size], nil
 }
 
 // floorFan is the clients' side of the floor: fanSys over the wire above.
@@ -290,14 +295,14 @@ func (f *floorFan) connect(ctx context.Context, subs, conns int, addr func(int) 
 		f.wg.Go(func() {
 			r := bufio.NewReaderSize(s, 4<<10)
 			for {
-				rec, err := readFloorRecord(r)
+				framed, err := readFloorFrame(r)
 				if err != nil {
 					if !f.closed.Load() {
 						f.errs.Add(1)
 					}
 					return
 				}
-				deliver(c, i, rec)
+				deliver(c, i, framed[4:])
 			}
 		})
 	}
