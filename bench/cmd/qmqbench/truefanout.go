@@ -40,7 +40,7 @@ type tfParams struct {
 	P99Limit           float64       // ms: a step whose p99 is above it breaks
 	MinShare           float64       // a step whose deliveries are below this share of Subs x published breaks
 	Retries            int           // a broken step is run again this many times before the run stops
-	Profile            string        `json:",omitempty"` // a directory for a CPU profile of each broker's life
+	Profile            string        `json:",omitempty"` // a directory for CPU profiles of the broker and of the clients' process
 }
 
 func (p *tfParams) flags(fs *flag.FlagSet) {
