@@ -294,6 +294,37 @@ func TestSubscriptionMetricsDeletedOnClose(t *testing.T) {
 	}
 }
 
+// A client that stops reading mid-replay (STOP_SENDING, with its side of the stream left
+// open) ends its subscription: the node's write fails, and the subscription goes with no
+// ERROR frame and no retry.
+func TestSubscriptionEndsWhenClientStopsReadingMidReplay(t *testing.T) {
+	n := newTestNode(t)
+	rc := mustDial(t, n)
+	const records = 3000 // about 3 MiB: far beyond one read-ahead batch and the stream's window
+	frames := make([]wire.Frame, records)
+	payload := make([]byte, 1000)
+	for i := range frames {
+		frames[i] = &wire.Publish{Seq: uint64(i), Topic: "replay", Payload: payload}
+	}
+	p := rc.open(frames...)
+	p.str.Close()
+	for range records {
+		if f := p.next(); f.Type() != wire.TypePublishAck {
+			t.Fatalf("publish: got %s %+v", f.Type(), f)
+		}
+	}
+	s := subscribe(t, rc, &wire.Subscribe{Pattern: "replay", Durable: "r1"})
+	readRecords(t, s, 10)
+	s.str.CancelRead(wire.AppCancelled)
+	deadline := time.Now().Add(10 * time.Second)
+	for metricValue(t, n, "quicmq_subscription_records_total", "r1") != -1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the subscription is still there after its client stopped reading")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // metricValue returns the value of the series of name whose subscription label is sub, or -1.
 func metricValue(t *testing.T, n *Node, name, sub string) float64 {
 	t.Helper()

@@ -441,6 +441,9 @@ func (sub *subscription) run() *wire.Error {
 
 	for {
 		sent, err := sub.sendAvailable()
+		if err == errStreamGone {
+			return nil // the client is gone or reset the stream
+		}
 		if err == nil && sub.upCh != nil {
 			var n int
 			n, err = sub.takeUpstreams()
@@ -650,9 +653,14 @@ func (sub *subscription) startOffset(topic string, created bool) (uint64, uint64
 	return first, 0, nil
 }
 
+// errStreamGone is sendAvailable's report that a write to the stream failed: the client is
+// gone or reset it, so the subscription ends with no ERROR frame to send.
+var errStreamGone = &wire.Error{Code: wire.CodeInternal, Message: "subscription stream write failed"}
+
 // sendAvailable reads each cursor's available records (at most ReadAhead bytes per cursor
 // per round, so one busy topic cannot starve the others) and writes them to the stream.
-// Writes block when the client's flow-control window is full: that is the backpressure.
+// Writes block when the client's flow-control window is full: that is the backpressure. A
+// failed write ends the round with errStreamGone.
 func (sub *subscription) sendAvailable() (int, *wire.Error) {
 	n := sub.s.n
 	sent := 0
@@ -671,7 +679,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			// Write this cursor's batch (at most ReadAhead bytes) before reading the next:
 			// the read-ahead bounds what a subscription holds, whatever its lag.
 			if sub.flush() != nil {
-				return sent, nil
+				return sent, errStreamGone
 			}
 		}
 		// errors.AsType, not errors.As, here as everywhere in node: As's target escapes, an
@@ -681,9 +689,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 		case err == nil:
 		case isOOR:
 			// Retention deleted records this subscription had not reached: say so, skip them.
-			if err := sub.bind(c); err != nil {
-				return sent, nil
-			}
+			sub.bind(c)
 			sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: oor.First})
 			c.next = oor.First
 			sub.mu.Lock()
@@ -772,9 +778,9 @@ func recordFrame(index uint64, rec *wal.Record, region string) wire.Record {
 }
 
 // bind buffers the TOPIC frame for c before its first record or gap. It never blocks.
-func (sub *subscription) bind(c *cursor) error {
+func (sub *subscription) bind(c *cursor) {
 	if c.bound {
-		return nil
+		return
 	}
 	sub.mu.Lock()
 	c.index = uint64(len(sub.mu.bound))
@@ -782,7 +788,6 @@ func (sub *subscription) bind(c *cursor) error {
 	sub.mu.Unlock()
 	c.bound = true
 	sub.w.Buffer(&wire.Topic{Index: sub.out.index(c.index), Name: sub.s.actor.clientName(c.topic)})
-	return nil
 }
 
 // flush hands the buffered frames to the subscription's writer goroutine, which writes
