@@ -126,7 +126,7 @@ const (
 	closeDrainTimeout   = 2 * time.Second // how long Subscription.Close waits for the node's FIN
 	streamWindow        = 512 << 10
 	maxStreamWindow     = 2 << 20
-	connectionWindow    = 8 << 20
+	connectionWindow    = 64 << 20
 	maxConnectionWindow = 256 << 20
 )
 
@@ -200,8 +200,13 @@ func (o Options) tlsConfig() (*tls.Config, error) {
 // are accepted. Receive windows bound what the client buffers: per subscription stream at most
 // maxStreamWindow, for the whole connection at most maxConnectionWindow. Unread data of a
 // subscription the application does not read holds connection credit too, so the connection
-// window is sized for 100 such stalled streams at their full window: fewer stalled streams can
-// never starve the others through connection-level flow control.
+// window is sized for 100 such stalled streams at their full window, and starts at
+// connectionWindow, 128 streams at their first window: fewer stalled streams can never starve
+// the others through connection-level flow control. It has to start there: quic-go widens a
+// window only when it is used up within a few round trips, which stalled streams never do
+// (and on a fast path, with a round trip under a millisecond, a busy one seldom does). A
+// window is credit, not memory: the client holds only what the node has sent and the
+// application has not read.
 func (o Options) quicConfig() *quic.Config {
 	keepAlive := o.KeepAlive
 	if keepAlive < 0 {

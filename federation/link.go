@@ -210,14 +210,17 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 		l.mu.Unlock()
 	}()
 	conn, err := tr.Dial(dctx, addr, tlsConf, &quic.Config{
-		KeepAlivePeriod:                5 * time.Second,
-		MaxIdleTimeout:                 30 * time.Second,
-		MaxIncomingStreams:             -1,
-		MaxIncomingUniStreams:          -1,
-		InitialStreamReceiveWindow:     512 << 10,
-		MaxStreamReceiveWindow:         2 << 20,
-		InitialConnectionReceiveWindow: 4 << 20,
-		MaxConnectionReceiveWindow:     256 << 20, // 100 stalled mirror streams cannot starve the rest
+		KeepAlivePeriod:            5 * time.Second,
+		MaxIdleTimeout:             30 * time.Second,
+		MaxIncomingStreams:         -1,
+		MaxIncomingUniStreams:      -1,
+		InitialStreamReceiveWindow: 512 << 10,
+		MaxStreamReceiveWindow:     2 << 20,
+		// 128 mirror streams at their first window: quic-go widens a connection's window only
+		// when it is used up within a few round trips, which stalled streams never do, so a
+		// smaller first window would let a few stalled mirrors starve the link's others.
+		InitialConnectionReceiveWindow: 64 << 20,
+		MaxConnectionReceiveWindow:     256 << 20, // 100 stalled mirror streams at their full window
 		// A qlog file per connection when QLOGDIR is set.
 		Tracer: qlog.DefaultConnectionTracer,
 	})

@@ -59,7 +59,7 @@ func floorDialConfig() *quic.Config {
 		MaxIncomingUniStreams:          -1,
 		InitialStreamReceiveWindow:     512 << 10,
 		MaxStreamReceiveWindow:         2 << 20,
-		InitialConnectionReceiveWindow: 8 << 20,
+		InitialConnectionReceiveWindow: 64 << 20,
 		MaxConnectionReceiveWindow:     256 << 20,
 	}
 }
