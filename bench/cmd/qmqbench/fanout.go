@@ -338,15 +338,29 @@ func runReport(args []string) error {
 	if err != nil {
 		return err
 	}
-	var rs []*runResult
-	if err := json.Unmarshal(b, &rs); err != nil {
-		return err
-	}
 	if *out == "" {
 		*out = filepath.Dir(file)
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
+	}
+	name := strings.TrimSuffix(filepath.Base(file), ".json")
+	if strings.HasPrefix(name, "truefanout-") {
+		var tf []*tfResult
+		if err := json.Unmarshal(b, &tf); err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		printTrueFanout(tf, systemsOfTF(tf))
+		png := filepath.Join(*out, name+".png")
+		if err := plotTrueFanout(tf, png); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "plot: %s\n", png)
+		return nil
+	}
+	var rs []*runResult
+	if err := json.Unmarshal(b, &rs); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	var losses []float64
 	var systems []string
@@ -360,7 +374,6 @@ func runReport(args []string) error {
 		}
 		slow = slow || r.Slow > 0 || r.Wild > 0
 	}
-	name := strings.TrimSuffix(filepath.Base(file), ".json")
 	if slow {
 		printSlow(rs, systems)
 	} else {

@@ -25,7 +25,7 @@
 //	qmqbench groups  a consumer group of 1, 4 and 16 members over one topic with a backlog
 //	                 and a live publisher, acks stored durably, against JetStream pull
 //	                 consumers; and a member that stops reading ("grpworker")
-//	qmqbench report  tables and plots again from a fanout or slow JSON file
+//	qmqbench report  tables and plots again from a fanout, slow or truefanout JSON file
 //	qmqbench qlog    a connection's congestion window, losses and sending rate from a qlog
 //	                 trace (QLOGDIR=DIR on a node, a link or the SDK)
 //
@@ -116,7 +116,7 @@ func usage() {
   replicated  durable publish into one topic: QuicMQ R3 against R1 and JetStream R3, 1 and 16 clients
   groups   a consumer group of 1, 4, 16 members, per-record acks stored durably, against JetStream
            pull consumers; a member that stops reading, against the group without it
-  report   tables and plots again from a fanout or slow JSON file
+  report   tables and plots again from a fanout, slow or truefanout JSON file
   qlog     plot a QUIC connection's congestion window and losses from a qlog trace (QLOGDIR)
 
 Run "qmqbench COMMAND -h" for the flags. Needs root and nftables (apt-get install -y nftables).

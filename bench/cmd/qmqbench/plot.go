@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -203,6 +204,59 @@ func stallTimeline(reps []*runResult, what string, file string) error {
 	defer f.Close()
 	_, err = vgimg.PngCanvas{Canvas: img}.WriteTo(f)
 	return err
+}
+
+// groupedBarPlot draws, for each group (a set of parameters, on the X axis), one bar per
+// series (a system) in the series' colour, with a legend: values[i][j] is series i in group j,
+// NaN for none (no bar). It is for scenarios that compare systems under several parameters.
+func groupedBarPlot(title, ylabel string, groups, series []string, values [][]float64, file string) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.Y.Label.Text = ylabel
+	p.Legend.Top = true
+	const width = 14
+	for i, name := range series {
+		vals := make(plotter.Values, len(groups))
+		for j := range groups {
+			if v := values[i][j]; !math.IsNaN(v) {
+				vals[j] = v
+			}
+		}
+		bars, err := plotter.NewBarChart(vals, vg.Points(width))
+		if err != nil {
+			return err
+		}
+		bars.Color = colorOf(name)
+		bars.LineStyle.Width = 0
+		bars.Offset = vg.Points(width * (float64(i) - float64(len(series)-1)/2))
+		p.Add(bars)
+		p.Legend.Add(name, bars)
+	}
+	p.NominalX(groups...)
+	p.Add(plotter.NewGrid())
+	// Room for the legend above the bars, and for the outer bars of the first and last group.
+	top := 0.0
+	for _, row := range values {
+		for _, v := range row {
+			if !math.IsNaN(v) {
+				top = max(top, v)
+			}
+		}
+	}
+	p.Y.Min, p.Y.Max = 0, max(1, top)*1.25
+	p.Y.Tick.Marker = plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+		ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+		for i := range ticks {
+			if ticks[i].Label != "" {
+				ticks[i].Label = strconv.FormatFloat(ticks[i].Value, 'f', -1, 64)
+			}
+		}
+		return ticks
+	})
+	p.X.Min, p.X.Max = -0.6, float64(len(groups))-0.4
+	p.Legend.Left = true
+	w := max(7, 1.5+0.3*float64(len(groups)*len(series)))
+	return p.Save(vg.Length(w)*vg.Inch, 4*vg.Inch, file)
 }
 
 // barPlot draws one bar per label (the median), for the publish and replay scenarios.

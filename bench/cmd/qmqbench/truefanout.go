@@ -14,6 +14,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -336,26 +337,56 @@ machine it can bound every system.
 	}
 	fmt.Fprintf(os.Stderr, "results: %s\n", path)
 	printTrueFanout(results, systems)
-	var labels []string
-	var values []float64
-	for _, cb := range combos {
-		for _, sys := range systems {
-			g := pickTF(results, sys, cb.s, cb.c)
-			if len(g) == 0 {
-				continue
-			}
-			labels = append(labels, fmt.Sprintf("%s %d/%d", sys, cb.s, cb.c))
-			values = append(values, medianOf(g, func(r *tfResult) float64 { return r.Held }).med)
-		}
+	if len(results) == 0 {
+		return nil
 	}
-	if len(values) > 0 {
-		png := strings.TrimSuffix(path, ".json") + ".png"
-		if err := barPlot(fmt.Sprintf("one topic, S subscriptions / C connections: deliveries/s held with p99 < %.0f ms", p.P99Limit), "deliveries/s", labels, values, png); err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "plot: %s\n", png)
+	png := strings.TrimSuffix(path, ".json") + ".png"
+	if err := plotTrueFanout(results, png); err != nil {
+		return err
 	}
+	fmt.Fprintf(os.Stderr, "plot: %s\n", png)
 	return nil
+}
+
+// plotTrueFanout draws the deliveries/s each system held (the median over repeats) for each
+// (S, C) of results, grouped by (S, C), a colour per system.
+func plotTrueFanout(results []*tfResult, png string) error {
+	if len(results) == 0 {
+		return fmt.Errorf("no results to plot")
+	}
+	type combo struct{ s, c int }
+	var combos []combo
+	for _, r := range results {
+		if cb := (combo{r.Subs, r.Conns}); !slices.Contains(combos, cb) {
+			combos = append(combos, cb)
+		}
+	}
+	systems := systemsOfTF(results)
+	groups := make([]string, len(combos))
+	values := make([][]float64, len(systems))
+	for i, sys := range systems {
+		values[i] = make([]float64, len(combos))
+		for j, cb := range combos {
+			groups[j] = fmt.Sprintf("S=%d C=%d", cb.s, cb.c)
+			values[i][j] = math.NaN()
+			if g := pickTF(results, sys, cb.s, cb.c); len(g) > 0 {
+				values[i][j] = medianOf(g, func(r *tfResult) float64 { return r.Held }).med
+			}
+		}
+	}
+	title := fmt.Sprintf("one topic, S subscriptions over C connections: deliveries/s held with p99 < %.0f ms (median)", results[0].P99Limit)
+	return groupedBarPlot(title, "deliveries/s", groups, systems, values, png)
+}
+
+// systemsOfTF is the systems of results, in the order they first appear.
+func systemsOfTF(results []*tfResult) []string {
+	var systems []string
+	for _, r := range results {
+		if !slices.Contains(systems, r.System) {
+			systems = append(systems, r.System)
+		}
+	}
+	return systems
 }
 
 func pickTF(rs []*tfResult, sys string, s, c int) []*tfResult {

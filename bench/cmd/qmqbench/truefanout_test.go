@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,4 +138,35 @@ func TestPublishRawPebbleSmoke(t *testing.T) {
 	}
 	t.Logf("node %.1f cpu-µs/record at %.0f records/commit; raw pebble %.1f cpu-µs/record, %.0f records/s; quic sink %.1f cpu-µs/record, %.0f records/s",
 		res.BrokerCPUus, res.NodeRecordsPerCommit, res.RawCPUus, res.RawRate, res.SinkCPUus, res.SinkRate)
+}
+
+// report redraws a truefanout run from its JSON: the table and one bar per system and
+// (S, C), a system missing at one (S, C) drawing no bar there.
+func TestReportTrueFanout(t *testing.T) {
+	dir := t.TempDir()
+	rs := []*tfResult{
+		{tfParams: tfParams{System: "quicmq", Subs: 10, Conns: 1, P99Limit: 50}, Held: 640000},
+		{tfParams: tfParams{System: "nats", Subs: 10, Conns: 1, P99Limit: 50}, Held: 1280000},
+		{tfParams: tfParams{System: "quicmq", Subs: 100, Conns: 10, P99Limit: 50}, Held: 320000},
+	}
+	b, err := json.Marshal(rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "truefanout-20261202-000000.json")
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := runReport([]string{file}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(filepath.Join(dir, "truefanout-20261202-000000.png")); err != nil || st.Size() == 0 {
+		t.Fatalf("plot: %v", err)
+	}
+	if err := os.WriteFile(file, []byte("[{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := runReport([]string{file}); err == nil || !strings.Contains(err.Error(), file) {
+		t.Fatalf("a truncated file: %v, want an error naming it", err)
+	}
 }
