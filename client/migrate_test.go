@@ -120,10 +120,14 @@ func TestMigrateFallback(t *testing.T) {
 	if relay.refused.Load() == 0 {
 		t.Error("the relay refused no datagram: the probe was not refused")
 	}
-	if got := counter(t, n, "quicmq_client_connections_total"); got != 2 {
-		t.Errorf("node accepted %v connections, want 2 (the fallback reconnects)", got)
+	// The node counts a connection when its side of the handshake completes: a reconnect
+	// attempt the client gave up on meanwhile (a loaded machine) counts there too, so the
+	// client's two handshakes above are the exact figure and this one is a floor.
+	got := counter(t, n, "quicmq_client_connections_total")
+	if got < 2 {
+		t.Errorf("node accepted %v connections, want at least 2 (the fallback reconnects)", got)
 	}
-	t.Logf("fallback: %d records over 10 topics, none lost or duplicated", res.records)
+	t.Logf("fallback: %d records over 10 topics, none lost or duplicated; the node accepted %v connections", res.records, got)
 
 	plain := dialAddr(t, n, relay.Addr(), func(o *client.Options) { o.MigrateCheck, o.MigrateTimeout = -1, 300*time.Millisecond })
 	ctx := testCtx(t)
