@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -41,20 +42,38 @@ func brokenBinary(t *testing.T) string {
 // only if the checker fails it: the leader, killed right after acknowledging records that
 // no follower has yet, takes them with it (lost acknowledgements), and comes back with
 // records at offsets the new leader gave to others (replicas diverge).
+//
+// Before each kill the followers are stopped (SIGSTOP) until the leader acknowledges a
+// publish: a correct leader cannot then (no quorum), the broken one does, with the records
+// on its disk alone. Killing it at once caught the broken build only when no follower had
+// the records yet, by chance (one run of three such kills under load did not).
 func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
-	kills := envInt("QUICMQ_REPLICA_BROKEN_KILLS", 3) // each kill catches it only by chance: the followers may have the records already
-	bin := os.Getenv("QUICMQ_REPLICA_BROKEN_BIN")     // a broken build made elsewhere
+	kills := envInt("QUICMQ_REPLICA_BROKEN_KILLS", 3)
+	bin := os.Getenv("QUICMQ_REPLICA_BROKEN_BIN") // a broken build made elsewhere
 	if bin == "" {
 		bin = brokenBinary(t)
 	}
 	r, l := replicaCampaign(t, bin)
 	for k := range kills {
 		leader := l.leaderAfter(t, time.Second)
+		var stopped []*meshProcess
+		for i, n := range r.nodes {
+			if i != leader {
+				p := n.proc()
+				p.cmd.Process.Signal(syscall.SIGSTOP)
+				stopped = append(stopped, p)
+			}
+		}
 		acked, wait := l.oks.Load(), time.Now().Add(5*time.Second)
-		for l.oks.Load() == acked && time.Now().Before(wait) { // right after an acknowledgement
+		for l.oks.Load() == acked && time.Now().Before(wait) { // an acknowledgement no follower can have made
 			time.Sleep(time.Millisecond)
 		}
+		alone := l.oks.Load() - acked
 		r.nodes[leader].proc().kill()
+		for _, p := range stopped {
+			p.cmd.Process.Signal(syscall.SIGCONT)
+		}
+		t.Logf("kill %d: the leader acknowledged %d publishes with its followers stopped", k, alone)
 		if _, _, err := l.failover(t, leader, time.Now()); err != nil {
 			t.Fatalf("kill %d: %v", k, err)
 		}
