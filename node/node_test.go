@@ -316,13 +316,9 @@ func TestSubscriptionEndsWhenClientStopsReadingMidReplay(t *testing.T) {
 	s := subscribe(t, rc, &wire.Subscribe{Pattern: "replay", Durable: "r1"})
 	readRecords(t, s, 10)
 	s.str.CancelRead(wire.AppCancelled)
-	deadline := time.Now().Add(10 * time.Second)
-	for metricValue(t, n, "quicmq_subscription_records_total", "r1") != -1 {
-		if time.Now().After(deadline) {
-			t.Fatal("the subscription is still there after its client stopped reading")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "the subscription to end after its client stopped reading", func() bool { // replicated_test.go
+		return metricValue(t, n, "quicmq_subscription_records_total", "r1") == -1
+	})
 }
 
 // metricValue returns the value of the series of name whose subscription label is sub, or -1.

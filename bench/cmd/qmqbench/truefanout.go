@@ -356,18 +356,18 @@ func plotTrueFanout(results []*tfResult, png string) error {
 	}
 	type combo struct{ s, c int }
 	var combos []combo
+	var groups []string
 	for _, r := range results {
 		if cb := (combo{r.Subs, r.Conns}); !slices.Contains(combos, cb) {
 			combos = append(combos, cb)
+			groups = append(groups, fmt.Sprintf("S=%d C=%d", cb.s, cb.c))
 		}
 	}
 	systems := systemsOfTF(results)
-	groups := make([]string, len(combos))
 	values := make([][]float64, len(systems))
 	for i, sys := range systems {
 		values[i] = make([]float64, len(combos))
 		for j, cb := range combos {
-			groups[j] = fmt.Sprintf("S=%d C=%d", cb.s, cb.c)
 			values[i][j] = math.NaN()
 			if g := pickTF(results, sys, cb.s, cb.c); len(g) > 0 {
 				values[i][j] = medianOf(g, func(r *tfResult) float64 { return r.Held }).med
