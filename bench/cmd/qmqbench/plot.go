@@ -234,7 +234,8 @@ func groupedBarPlot(title, ylabel string, groups, series []string, values [][]fl
 	}
 	p.NominalX(groups...)
 	p.Add(plotter.NewGrid())
-	// Room for the legend above the bars, and for the outer bars of the first and last group.
+	// Room for the legend (a row per series) above the bars, and for the outer bars of the
+	// first and last group.
 	top := 0.0
 	for _, row := range values {
 		for _, v := range row {
@@ -243,7 +244,7 @@ func groupedBarPlot(title, ylabel string, groups, series []string, values [][]fl
 			}
 		}
 	}
-	p.Y.Min, p.Y.Max = 0, max(1, top)*1.25
+	p.Y.Min, p.Y.Max = 0, max(1, top)*(1.15+0.07*float64(len(series)))
 	p.Y.Tick.Marker = plot.TickerFunc(func(lo, hi float64) []plot.Tick {
 		ticks := plot.DefaultTicks{}.Ticks(lo, hi)
 		for i := range ticks {
