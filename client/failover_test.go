@@ -190,15 +190,11 @@ func TestFailoverAfterCutStoresOnce(t *testing.T) {
 	// congestion window soon fills, nor n1's. A mute while n2 was level with the acks left
 	// nothing stored and unanswered on a loaded machine (1080 answered, 2104 sent, n2 at
 	// 1081 two seconds on).
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(time.Millisecond) {
+	waitFor(t, "n2 holding 256 records more than the client has acks for", func() bool { // migrate_test.go
 		_, next, _ := n2.Log().Bounds(topic)
-		if a := acked.Load(); a >= 1000 && next > uint64(a)+1+256 { // +1: waitRelay's record
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("n2 never held 256 records more than the client had acks for (%d acked, %d sent)", acked.Load(), sent.Load())
-		}
-	}
+		a := acked.Load()
+		return a >= 1000 && next > uint64(a)+1+256 // +1: waitRelay's record
+	})
 	path.Mute()
 	// The reader takes the answers that got through before the mute; when its count has
 	// stood still for a second it waits on a future no answer will come for. The Conn keeps
