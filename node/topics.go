@@ -44,13 +44,19 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 }
 
 // topicLister writes a listing in the client's view: its namespace taken off the names, and
-// only the topics it may publish or subscribe to.
+// only the topics it may publish or subscribe to. It remembers the (stored) names it was
+// given, so that a replicated topic, which each of its replicas lists, is written once.
 type topicLister struct {
-	w     *wire.Writer
-	actor *principal
+	w      *wire.Writer
+	actor  *principal
+	listed map[string]bool
 }
 
 func (l *topicLister) Write(t *wire.TopicInfo) error {
+	if l.listed == nil {
+		l.listed = make(map[string]bool)
+	}
+	l.listed[t.Name] = true
 	if l.actor.prefix != "" {
 		c := *t
 		c.Name = l.actor.clientName(t.Name)
@@ -85,11 +91,17 @@ func (s *session) copyTopics(w *topicLister, node, pattern string) error {
 		if !ok {
 			return fmt.Errorf("unexpected %s in a topic listing", f.Type())
 		}
-		if owner, _, _ := n.place.ownerNow(t.Name); owner != node {
-			return nil
+		if w.listed[t.Name] {
+			return nil // listed already: from this node's log, or by another replica
 		}
-		if n.rep.isLocal(t.Name) {
-			return nil // a replica here: listed from this node's log
+		if len(t.Replicas) > 1 {
+			// A replicated topic, placed by raft: the first replica asked lists it. Not
+			// the catalogs' owner: a topic just created may be in no catalog yet, and a
+			// replica here that has not yet applied its first records lacks it too.
+			return w.Write(t)
+		}
+		if !n.place.servedBy(t.Name, node) {
+			return nil // a conflict's other log: the listing shows the one that is served
 		}
 		return w.Write(t)
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/routing"
 )
 
 // newWideRegion is region eu of four nodes with Replicas 3: the fourth joins the metadata
@@ -111,4 +112,57 @@ func TestReplicatedGroupThroughOutsideNodeFollowsLeader(t *testing.T) {
 	}
 	t.Logf("10..29 through %s %v after the leader %s was closed (%d unconfirmed ones delivered again)",
 		via, time.Since(start).Round(time.Millisecond), lead, again)
+}
+
+// TestListingNamesTopicBeforeItsCatalogs: a node that holds no replica of a topic lists it
+// from the replicas, once, even when no catalog has yet told it who holds the topic (a topic
+// just created: the catalogs come over the links after the publish is acknowledged). The
+// catalogs' owner of such a topic is then computed over all the region's nodes and may be
+// this very node, so a listing that kept only the owner's row would leave the topic out.
+func TestListingNamesTopicBeforeItsCatalogs(t *testing.T) {
+	m := newWideRegion(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	lc := m.dial("eu-1")
+	defer lc.Close()
+
+	// A topic whose replicas leave out the very node all four would pick as its owner.
+	var topic, via string
+	var replicas []string
+	for i := 0; topic == ""; i++ {
+		if i == 40 {
+			t.Fatal("in 40 topics, the owner over all four nodes was always a replica")
+		}
+		tp := fmt.Sprintf("lst.t%d", i)
+		publishRetrying(ctx, t, lc, tp, 0, 1)
+		var rt *repTopic
+		waitFor(t, 10*time.Second, "the placement of "+tp+" on eu-1", func() bool {
+			rt = m.nodes["eu-1"].rep.lookup(tp)
+			return rt != nil
+		})
+		if owner := routing.Owner(tp, m.names); !slices.Contains(rt.names(), owner) {
+			topic, via, replicas = tp, owner, rt.names()
+		}
+	}
+	p := m.nodes[via].place
+	waitFor(t, 10*time.Second, "the catalogs of "+topic+"'s replicas on "+via, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.holdersLocked(topic)) == len(replicas)
+	})
+	p.mu.Lock()
+	for _, c := range p.mu.catalogs {
+		delete(c, topic) // as before they arrived
+	}
+	p.mu.Unlock()
+
+	c := m.dial(via)
+	defer c.Close()
+	list, err := c.Topics(ctx, topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || !slices.Equal(list[0].Replicas, replicas) {
+		t.Fatalf("%s listed through %s, with no catalog naming it: %+v; want one row on %v", topic, via, list, replicas)
+	}
 }
