@@ -312,19 +312,11 @@ func (p *placement) servedElsewhere(topic string) bool {
 	return ok && routing.Owner(topic, h) != p.n.cfg.Name
 }
 
-// servedBy reports whether node, which lists topic from its log, holds the copy that is
-// served: the one holder known, or in a conflict (two logs under one name) the one chosen.
-// node counts as a holder even before its catalog says so: a topic just created may be in
-// no catalog yet.
-func (p *placement) servedBy(topic, node string) bool {
+// holders lists the nodes known to hold topic's log, this one included (a copy).
+func (p *placement) holders(topic string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	holders := p.holdersLocked(topic)
-	if !slices.Contains(holders, node) {
-		holders = append(holders, node)
-		slices.Sort(holders)
-	}
-	return routing.Owner(topic, holders) == node
+	return p.holdersLocked(topic)
 }
 
 // changedCh is closed at the next placement change.

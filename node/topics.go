@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/quic-go/quic-go"
 
@@ -91,20 +92,34 @@ func (s *session) copyTopics(w *topicLister, node, pattern string) error {
 		if !ok {
 			return fmt.Errorf("unexpected %s in a topic listing", f.Type())
 		}
-		if w.listed[t.Name] {
-			return nil // listed already: from this node's log, or by another replica
-		}
-		if len(t.Replicas) > 1 {
-			// A replicated topic, placed by raft: the first replica asked lists it. Not
-			// the catalogs' owner: a topic just created may be in no catalog yet, and a
-			// replica here that has not yet applied its first records lacks it too.
-			return w.Write(t)
-		}
-		if !n.place.servedBy(t.Name, node) {
-			return nil // a conflict's other log: the listing shows the one that is served
+		if !keepListedRow(t, node, w.listed[t.Name], n.place.holders(t.Name)) {
+			return nil
 		}
 		return w.Write(t)
 	})
+}
+
+// keepListedRow decides whether a listing keeps the row that node, another node of the
+// region, sent for topic t from its log. listed: the listing has named t already (from this
+// node's log, or another node's row); holders: the nodes this node's catalogs (and log) say
+// hold t, which may lag behind the logs. Each topic is listed once:
+//   - a replicated topic (more than one replica, placed by raft) from the first row, not the
+//     catalogs' owner: a topic just created may be in no catalog yet, and a replica here that
+//     has not yet applied its first records lacks it too;
+//   - a single-copy topic from the node whose copy is served: the one holder, or of two logs
+//     under one name (a conflict) the one routing.Owner picks. node counts as a holder even
+//     when no catalog says so yet.
+func keepListedRow(t *wire.TopicInfo, node string, listed bool, holders []string) bool {
+	if listed {
+		return false
+	}
+	if len(t.Replicas) > 1 {
+		return true
+	}
+	if !slices.Contains(holders, node) {
+		holders = append(holders, node)
+	}
+	return routing.Owner(t.Name, holders) == node
 }
 
 // watchTopics is the node's topic watcher goroutine: when the log reports a new topic, it

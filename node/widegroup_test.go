@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -117,38 +118,59 @@ func TestReplicatedGroupThroughOutsideNodeFollowsLeader(t *testing.T) {
 // TestListingNamesTopicBeforeItsCatalogs: a node that holds no replica of a topic lists it
 // from the replicas, once, even when no catalog has yet told it who holds the topic (a topic
 // just created: the catalogs come over the links after the publish is acknowledged). The
-// catalogs' owner of such a topic is then computed over all the region's nodes and may be
-// this very node, so a listing that kept only the owner's row would leave the topic out.
+// catalogs' owner of such a topic is then computed over all the region's nodes, and when the
+// topic was placed while this node was down, that owner can be this very node: a listing that
+// kept only the owner's row would leave the topic out.
 func TestListingNamesTopicBeforeItsCatalogs(t *testing.T) {
 	m := newWideRegion(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	const via = "eu-4"
+	m.nodes[via].Close()
+	waitFor(t, 10*time.Second, via+" seen down by the others", func() bool {
+		for _, name := range m.names {
+			if name == via {
+				continue
+			}
+			for _, mi := range m.nodes[name].Members() {
+				if mi.Name == via && mi.Status == gossip.StatusAlive.String() {
+					return false
+				}
+			}
+		}
+		return true
+	})
+
+	// A topic placed without via that via would own over all four nodes.
 	lc := m.dial("eu-1")
 	defer lc.Close()
-
-	// A topic whose replicas leave out the very node all four would pick as its owner.
-	var topic, via string
+	var topic string
 	var replicas []string
 	for i := 0; topic == ""; i++ {
 		if i == 40 {
-			t.Fatal("in 40 topics, the owner over all four nodes was always a replica")
+			t.Fatalf("in 40 topics, %s never won the owner over all four nodes", via)
 		}
 		tp := fmt.Sprintf("lst.t%d", i)
+		if routing.Owner(tp, m.names) != via {
+			continue
+		}
 		publishRetrying(ctx, t, lc, tp, 0, 1)
 		var rt *repTopic
 		waitFor(t, 10*time.Second, "the placement of "+tp+" on eu-1", func() bool {
 			rt = m.nodes["eu-1"].rep.lookup(tp)
 			return rt != nil
 		})
-		if owner := routing.Owner(tp, m.names); !slices.Contains(rt.names(), owner) {
-			topic, via, replicas = tp, owner, rt.names()
+		if slices.Contains(rt.names(), via) {
+			t.Fatalf("%s, published while %s was down, placed on %v", tp, via, rt)
 		}
+		topic, replicas = tp, rt.names()
 	}
+	lc.Close()
+
+	m.restart(via)
 	p := m.nodes[via].place
 	waitFor(t, 10*time.Second, "the catalogs of "+topic+"'s replicas on "+via, func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.holdersLocked(topic)) == len(replicas)
+		return len(p.holders(topic)) == len(replicas)
 	})
 	p.mu.Lock()
 	for _, c := range p.mu.catalogs {
