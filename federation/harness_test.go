@@ -570,6 +570,19 @@ func (n *fedNode) next(topic string) uint64 {
 	return next
 }
 
+// fence publishes one record of topic at origin and waits until dst has mirrored it. A
+// topic's mirror stream is in order and its cursor is stored with each batch, so once dst's
+// cursor covers the fence, every record the stream carried before it is in dst's log: a check
+// made then sees what a late batch (one resent from a stale cursor) would have added, without
+// sleeping in the hope that it has arrived. Call it once the disruption is over.
+func fence(t testing.TB, dst, origin *fedNode, topic string) {
+	t.Helper()
+	off := origin.next(topic)
+	origin.publish(t, topic, fmt.Sprintf("fence-%d", off))
+	waitFor(t, 20*time.Second, fmt.Sprintf("%s to mirror the fence, %s's offset %d of %s", dst.region, origin.region, off, topic),
+		func() bool { return dst.cursor(t, origin.region, topic) >= int64(off) })
+}
+
 // readAll returns every retained record of topic.
 func readAll(t testing.TB, l *wal.Log, topic string) []wal.Record {
 	t.Helper()

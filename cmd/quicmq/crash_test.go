@@ -115,6 +115,9 @@ func TestKill9LosesNoAckedRecord(t *testing.T) {
 	}
 	bin := quicmqBinary(t)
 	data := t.TempDir()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d (the kill times)", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
 	const cycles = 20
 	acked := map[uint64]string{} // offset -> payload, across all cycles
 	var startTimes []time.Duration
@@ -145,7 +148,7 @@ func TestKill9LosesNoAckedRecord(t *testing.T) {
 				futures <- pending{f, payload}
 			}
 		}()
-		killAt := time.Duration(150+rand.IntN(350)) * time.Millisecond
+		killAt := time.Duration(150+rng.IntN(350)) * time.Millisecond
 		killed := make(chan struct{})
 		go func() {
 			time.Sleep(killAt)
