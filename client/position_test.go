@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
-	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -55,9 +54,7 @@ func TestPositionText(t *testing.T) {
 // interleaving of origins and wherever the ACKs fall (inside runs included); a move to
 // another region makes it what was delivered, and ACKs of the region left are not sent.
 func TestPositionsAckedVector(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
+	rng := testlog.Rand(t, "the deliveries and acks")
 	p := newPositions(true, nil)
 	var recs []Record
 	originNext := map[string]uint64{}

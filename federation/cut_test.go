@@ -2,7 +2,6 @@ package federation
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"runtime/debug"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -80,9 +80,7 @@ func TestLinkCutUnderPublishingHeals(t *testing.T) {
 	pub := startPublisher(t, b, topic, 5, 2*time.Millisecond)
 	waitFor(t, 10*time.Second, "mirror up", func() bool { return a.next(topic) > 0 })
 
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d (the times between cuts)", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := testlog.Rand(t, "the times between cuts")
 	const cuts = 8
 	var reconnect []time.Duration
 	for i := 0; i < cuts; i++ {
@@ -174,9 +172,7 @@ func TestLinkCutDuringMirroredFsync(t *testing.T) {
 	pub := startPublisher(t, b, topic, 20, 5*time.Millisecond)
 	waitFor(t, 10*time.Second, "mirror up", func() bool { return a.next(topic) > 0 })
 
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d (the times between cuts)", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := testlog.Rand(t, "the times between cuts")
 	const cuts = 10
 	for i := 0; i < cuts; i++ {
 		time.Sleep(time.Duration(60+rng.IntN(60)) * time.Millisecond)

@@ -2,11 +2,11 @@ package federation
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -279,9 +279,7 @@ func TestInterestFlapMirrorsExactlyOnce(t *testing.T) {
 	pub := startPublisher(t, b, topic, 20, 2*time.Millisecond)
 	a.fedNow().AddInterest(topic)
 	waitFor(t, 10*time.Second, "mirror up", func() bool { return a.next(topic) > 0 })
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d (the times between flaps)", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := testlog.Rand(t, "the times between flaps")
 	const flaps = 40
 	for i := 0; i < flaps; i++ {
 		a.fedNow().RemoveInterest(topic)

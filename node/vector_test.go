@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -78,9 +79,7 @@ func interleavedLogTB(t testing.TB, rng *rand.Rand, n int) (*wal.Log, []vecRec) 
 // their last record. The vector of a prefix (computed backwards) and one advanced over a
 // range (forwards) agree with the records.
 func TestVectorResumeRule(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 16))
+	rng := testlog.Rand(t, "the log and the vectors")
 	l, recs := interleavedLog(t, rng, 3000)
 	last := map[string]uint64{}
 	for _, r := range recs {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"syscall"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // The four faults of the replicated-region campaign (docs/reliability.md), each on a region
@@ -96,9 +96,7 @@ func all(n int) []int {
 func TestCampaignReplicaKillLeader(t *testing.T) {
 	kills := envInt("QUICMQ_REPLICA_KILLS", 3)
 	r, l := replicaCampaign(t, "")
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := testlog.Rand(t, "the kill times")
 	var failovers []time.Duration
 	for k := range kills {
 		leader := l.leaderAfter(t, 500*time.Millisecond+time.Duration(rng.IntN(1000))*time.Millisecond)

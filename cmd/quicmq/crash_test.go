@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 var (
@@ -115,9 +115,7 @@ func TestKill9LosesNoAckedRecord(t *testing.T) {
 	}
 	bin := quicmqBinary(t)
 	data := t.TempDir()
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d (the kill times)", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := testlog.Rand(t, "the kill times")
 	const cycles = 20
 	acked := map[uint64]string{} // offset -> payload, across all cycles
 	var startTimes []time.Duration
