@@ -23,7 +23,7 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 		return
 	}
 	pattern = s.actor.topic(pattern)
-	w := &topicLister{w: wire.NewWriter(str), actor: s.actor}
+	w := &topicLister{w: wire.NewWriter(str), actor: s.actor, listed: make(map[string]bool)}
 	for _, t := range s.n.wal.Topics() {
 		if !routing.Match(pattern, t.Name) {
 			continue
@@ -54,9 +54,6 @@ type topicLister struct {
 }
 
 func (l *topicLister) Write(t *wire.TopicInfo) error {
-	if l.listed == nil {
-		l.listed = make(map[string]bool)
-	}
 	l.listed[t.Name] = true
 	if l.actor.prefix != "" {
 		c := *t
@@ -117,7 +114,7 @@ func keepListedRow(t *wire.TopicInfo, node string, listed bool, holders []string
 		return true
 	}
 	if !slices.Contains(holders, node) {
-		holders = append(holders, node)
+		holders = append(slices.Clip(holders), node) // a copy: the caller's slice stays as it was
 	}
 	return routing.Owner(t.Name, holders) == node
 }

@@ -129,13 +129,8 @@ func TestListingNamesTopicBeforeItsCatalogs(t *testing.T) {
 	m.nodes[via].Close()
 	waitFor(t, 10*time.Second, via+" seen down by the others", func() bool {
 		for _, name := range m.names {
-			if name == via {
-				continue
-			}
-			for _, mi := range m.nodes[name].Members() {
-				if mi.Name == via && mi.Status == gossip.StatusAlive.String() {
-					return false
-				}
+			if name != via && m.nodes[name].place.memberStatus(via) == gossip.StatusAlive {
+				return false
 			}
 		}
 		return true
