@@ -692,7 +692,10 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			sub.bind(c)
 			sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: oor.First})
 			c.next = oor.First
+			// The gap counts as sent: an ACK inside it is right (protocol.md), so a durable
+			// whose remaining records were all deleted can store a position past them.
 			sub.mu.Lock()
+			sub.mu.bound[c.index].delivered = c.next
 			*c.pub = c.next
 			sub.mu.Unlock()
 			sent++
