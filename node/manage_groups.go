@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/replica"
@@ -35,14 +37,16 @@ func consumerKey(kind, name string) string {
 	return name
 }
 
-// groupConsumers adds to cs the groups of a stored on this node: every one (name empty) or
-// the one called name (stored).
+// groupConsumers adds to cs the groups of a on this node: every one (name empty) or the one
+// called name (stored). A group is listed from its stored state, overlaid with its live
+// state where it is live here (liveGroupState), so a group whose members hold records they
+// have not acknowledged yet, and so have stored nothing, is listed as it is now.
 func (n *Node) groupConsumers(a *principal, name string, cs map[string]*consumerState) error {
 	prefix := consumerPrefix(a)
 	if name != "" {
 		prefix = name
 	}
-	return n.wal.Groups(prefix, func(g wal.GroupInfo) bool {
+	err := n.wal.Groups(prefix, func(g wal.GroupInfo) bool {
 		if isMirroredGroup(g.Name) { // another region's, kept for a failover (groupvector.go)
 			return true
 		}
@@ -52,42 +56,98 @@ func (n *Node) groupConsumers(a *principal, name string, cs map[string]*consumer
 		}
 		return true
 	})
+	if err != nil {
+		return err
+	}
+	// Live groups that stored nothing yet.
+	for _, g := range n.liveGroups() {
+		if !strings.HasPrefix(g.name, prefix) || isMirroredGroup(g.name) || name != "" && g.name != name {
+			continue
+		}
+		if _, ok := cs[consumerKey(wire.KindGroup, g.name)]; !ok {
+			c := n.groupState(wal.GroupInfo{Name: g.name, Settings: g.set, HasSettings: true})
+			cs[consumerKey(c.kind, c.name)] = c
+		}
+	}
+	return nil
 }
 
-// groupState is a stored group as a consumer: per topic, Resume is its floor and Pending
-// the records not yet acknowledged, those never handed out (head - next) and those handed
-// out and not done (outstanding); records retention deleted count for neither.
+// groupState is a group as a consumer: per topic, Resume is its floor and Pending the
+// records not yet acknowledged, those never handed out (head - next) and those handed out
+// and not done (outstanding); records retention deleted count for neither. Where the group
+// is live on this node its live state of a topic stands for the stored one.
 func (n *Node) groupState(g wal.GroupInfo) *consumerState {
 	c := &consumerState{name: g.Name, kind: wire.KindGroup, pattern: g.Settings.Pattern,
 		group: &wire.ConsumerGroup{AckWait: uint64(max(g.Settings.AckWait, 0)), MaxDeliver: g.Settings.MaxDeliver,
 			DeadLetter: g.Settings.DeadLetter, Order: g.Settings.Order},
 		outstanding: make(map[string]uint64, len(g.States))}
-	for topic, st := range g.States {
+	var live map[string]liveTopicState
+	if lg := n.liveGroup(g.Name); lg != nil {
+		live = lg.liveState()
+	}
+	row := func(topic string, floor, next uint64, outstanding []uint64, updated time.Time) {
 		first, head, ok := n.wal.Bounds(topic)
 		if !ok {
-			first, head = st.Floor, st.Next
+			first, head = floor, next
 		}
-		lo := max(st.Floor, first)
+		lo := max(floor, first)
 		var out uint64
-		for _, e := range st.Entries {
-			if e.Offset >= lo {
+		for _, off := range outstanding {
+			if off >= lo {
 				out++
 			}
 		}
 		var fresh uint64
-		if from := max(st.Next, first); head > from {
+		if from := max(next, first); head > from {
 			fresh = head - from
 		}
 		c.outstanding[topic] = out
 		c.group.Outstanding += out
 		c.pending += fresh + out
-		c.topics = append(c.topics, wire.ConsumerTopic{Topic: topic, Resume: st.Floor, Next: head, Pending: fresh + out, Updated: unixNano(st.Updated)})
-		if st.Updated.After(c.lastAck) {
-			c.lastAck = st.Updated
+		c.topics = append(c.topics, wire.ConsumerTopic{Topic: topic, Resume: floor, Next: head, Pending: fresh + out, Updated: unixNano(updated)})
+		if updated.After(c.lastAck) {
+			c.lastAck = updated
 		}
+	}
+	for topic, st := range g.States {
+		if lt, ok := live[topic]; ok {
+			row(topic, lt.floor, lt.next, lt.out, st.Updated)
+			delete(live, topic)
+			continue
+		}
+		offs := make([]uint64, len(st.Entries))
+		for i, e := range st.Entries {
+			offs[i] = e.Offset
+		}
+		row(topic, st.Floor, st.Next, offs, st.Updated)
+	}
+	for topic, lt := range live { // not stored yet
+		row(topic, lt.floor, lt.next, lt.out, time.Time{})
 	}
 	c.members = n.groupMembers(g.Name)
 	return c
+}
+
+// liveTopicState is a live group's state of one topic, as its stored state would be if it
+// were stored now: floor, next offset to hand out, outstanding offsets.
+type liveTopicState struct {
+	floor, next uint64
+	out         []uint64
+}
+
+// liveState is g's state of each of its topics now.
+func (g *group) liveState() map[string]liveTopicState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	states := make(map[string]liveTopicState, len(g.mu.list))
+	for _, t := range g.mu.list {
+		st := liveTopicState{floor: t.floor, next: t.next, out: make([]uint64, 0, len(t.out))}
+		for off := range t.out {
+			st.out = append(st.out, off)
+		}
+		states[t.name] = st
+	}
+	return states
 }
 
 // groupInfo is the group part of c's CONSUMER_INFO as a client of a sees it.
@@ -119,24 +179,6 @@ func (c *consumerState) groupFromPeer(ci *wire.ConsumerInfo) {
 		if i < len(ci.Group.TopicOutstanding) {
 			c.outstanding[t.Topic] = ci.Group.TopicOutstanding[i]
 		}
-	}
-}
-
-// mergeGroup adds o's group part (the same group on another node) to c's.
-func (c *consumerState) mergeGroup(o *consumerState) {
-	switch {
-	case o.group == nil:
-	case c.group == nil:
-		g := *o.group
-		c.group = &g
-	default:
-		c.group.Outstanding += o.group.Outstanding
-	}
-	if c.outstanding == nil {
-		c.outstanding = make(map[string]uint64)
-	}
-	for t, v := range o.outstanding {
-		c.outstanding[t] += v
 	}
 }
 
@@ -317,6 +359,7 @@ func (n *Node) groupDependents(a *principal, topic string) []string {
 	return deps
 }
 
+// liveGroups are the groups live on this node.
 func (n *Node) liveGroups() []*group {
 	n.cons.mu.Lock()
 	defer n.cons.mu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,7 +27,9 @@ func (s *session) manage(str *quic.Stream, req wire.Frame) {
 		var cs []consumerState
 		if cs, e = m.consumers(f.Name); e == nil {
 			for _, c := range cs {
-				if w.Write(c.info(s.actor, f.Name != "")) != nil {
+				// A peer gets the rows of a listing too: the node that asked counts each
+				// topic's row once (gather), which summed figures cannot tell.
+				if w.Write(c.info(s.actor, f.Name != "" || s.peer)) != nil {
 					return
 				}
 			}
@@ -115,23 +118,62 @@ func (m *manager) gather(name string) ([]consumerState, *wire.Error) {
 		return nil, e
 	}
 	merged := make(map[string]*consumerState)
+	// A replicated topic's consumer state is on each of its replicas: a consumer's row of a
+	// topic is counted once, from the node where the consumer is live (its members there,
+	// a group's live state), else the one stored last. liveRow says where each came from.
+	liveRow := make(map[string]map[string]bool)
 	add := func(c consumerState) {
-		o := merged[consumerKey(c.kind, c.name)]
+		key := consumerKey(c.kind, c.name)
+		o := merged[key]
 		if o == nil {
-			merged[consumerKey(c.kind, c.name)] = &c
-			return
+			o = &consumerState{name: c.name, kind: c.kind, pattern: c.pattern}
+			if c.group != nil {
+				g := *c.group
+				g.Outstanding = 0
+				o.group = &g
+			}
+			merged[key] = o
+			liveRow[key] = make(map[string]bool)
 		}
-		if c.kind == wire.KindGroup {
-			o.mergeGroup(&c)
-		}
-		o.pending += c.pending
 		o.members += c.members
-		o.topics = append(o.topics, c.topics...)
 		if c.lastAck.After(o.lastAck) {
 			o.lastAck = c.lastAck
 		}
 		if o.pattern == "" {
 			o.pattern = c.pattern
+		}
+		if len(c.topics) == 0 {
+			// An older peer's listing carries no rows: its figures are added as they are.
+			o.pending += c.pending
+			if c.group != nil && o.group != nil {
+				o.group.Outstanding += c.group.Outstanding
+			}
+			return
+		}
+		live := c.members > 0
+		for _, t := range c.topics {
+			i := slices.IndexFunc(o.topics, func(x wire.ConsumerTopic) bool { return x.Topic == t.Topic })
+			if i < 0 {
+				o.topics = append(o.topics, t)
+				i = len(o.topics) - 1
+			} else if was := liveRow[key][t.Topic]; was && !live || was == live && t.Updated <= o.topics[i].Updated {
+				continue
+			} else {
+				o.pending -= o.topics[i].Pending
+				if o.group != nil {
+					o.group.Outstanding -= o.outstanding[t.Topic]
+				}
+				o.topics[i] = t
+			}
+			liveRow[key][t.Topic] = live
+			o.pending += t.Pending
+			if c.group != nil && o.group != nil {
+				if o.outstanding == nil {
+					o.outstanding = make(map[string]uint64)
+				}
+				o.outstanding[t.Topic] = c.outstanding[t.Topic]
+				o.group.Outstanding += c.outstanding[t.Topic]
+			}
 		}
 	}
 	for _, c := range local {
@@ -294,7 +336,9 @@ func (m *manager) createTopic(f *wire.TopicCreate) (wire.TopicInfo, *wire.Error)
 		}
 		var ti wal.TopicInfo
 		if ti, e = m.n.createTopic(m.ctx, m.a, stored, cfg, f.Flags&wire.ManageUpdate != 0); e == nil {
+			// Every field, as a listing's row has (protocol.md: one rule for both answers).
 			info = topicInfo(ti)
+			info.Leader, info.Replicas = m.n.topicHolders(ti.Name)
 		}
 	}
 	info.Name = m.a.clientName(info.Name)
