@@ -224,3 +224,23 @@ anonymous = true
 		t.Errorf("node %s region %s", name, region)
 	}
 }
+
+// The retention_interval key (operations.md: retention runs every --retention-interval)
+// reaches the node's configuration; a negative one is refused, named by key and flag.
+func TestConfigRetentionInterval(t *testing.T) {
+	file := writeTemp(t, "node.hcl", "data = \"/d\"\nanonymous = true\nretention_interval = \"250ms\"\n")
+	f, err := parseNode(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.config(&env{stderr: io.Discard})
+	if err != nil || cfg.RetentionInterval != 250*time.Millisecond {
+		t.Fatalf("retention interval %v, %v; want 250ms", cfg.RetentionInterval, err)
+	}
+	if f, err = parseNode(t, "--config", file, "--retention-interval", "-1s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.config(&env{stderr: io.Discard}); err == nil || !strings.Contains(err.Error(), "retention_interval (--retention-interval): must not be negative") {
+		t.Fatalf("negative interval: %v", err)
+	}
+}

@@ -30,6 +30,7 @@ type nodeFlags struct {
 	data, listen, metrics, region, name string
 	tokens, tokenFile                   string
 	retentionAge                        time.Duration
+	retentionInterval                   time.Duration
 	mirrorStallAfter                    time.Duration
 	retentionBytes                      int64
 	maxPayload                          int
@@ -87,6 +88,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.BoolVar(&f.anonymous, "anonymous", false, "accept any client that trusts the CA, without a token (development only; needed when no --tokens or --token-file is given)")
 	fs.DurationVar(&f.retentionAge, "retention-age", 0, "delete records older than this, per topic (0: keep forever)")
 	fs.Int64Var(&f.retentionBytes, "retention-bytes", 0, "keep at most this many bytes per topic, oldest deleted first (0: no limit)")
+	fs.DurationVar(&f.retentionInterval, "retention-interval", 0, "how often retention deletes what --retention-age, --retention-bytes and topics' own retention no longer keep (0: 1m)")
 	fs.IntVar(&f.maxPayload, "max-payload", 1<<20, "largest record payload in bytes")
 	fs.IntVar(&f.maxDurablesPerTenant, "max-durables-per-tenant", 1000, "durable consumers a tenant may have stored on this node ('quicmq consumers rm' removes one)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -138,6 +140,9 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 	if f.retentionBytes < 0 {
 		probs.add("retention-bytes", "must not be negative, got %d", f.retentionBytes)
 	}
+	if f.retentionInterval < 0 {
+		probs.add("retention-interval", "must not be negative, got %v", f.retentionInterval)
+	}
 	if f.maxPayload <= 0 {
 		probs.add("max-payload", "must be positive, got %d", f.maxPayload)
 	}
@@ -175,6 +180,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		Credentials:        creds,
 		MaxPayload:         f.maxPayload,
 		Retention:          wal.Retention{MaxAge: f.retentionAge, MaxBytes: f.retentionBytes},
+		RetentionInterval:  f.retentionInterval,
 		Logger:             slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level})),
 		CADir:              f.caDir,
 		CertFile:           f.certFile,

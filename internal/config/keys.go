@@ -87,6 +87,7 @@ var Keys = []Key{
 	{"mirror_stall_after", "mirror-stall-after", Duration, "report a mirror as stalled when it carries no record this long while the origin's head moves"},
 	{"retention_age", "retention-age", Duration, "delete records older than this (0: keep)"},
 	{"retention_bytes", "retention-bytes", Size, "keep at most this many bytes per topic (0: no limit)"},
+	{"retention_interval", "retention-interval", Duration, "how often retention runs (default 1m)"},
 	{"max_payload", "max-payload", Positive, "largest record payload in bytes"},
 	{"max_durables_per_tenant", "max-durables-per-tenant", Positive, "durable consumers a tenant may have stored on one node"},
 	{"log_level", "log-level", LogLevel, "debug, info, warn or error"},
