@@ -80,6 +80,9 @@ type link struct {
 	udp    *net.UDPConn
 	tr     *quic.Transport
 	qc     *quic.Conn
+	// offer is the protocol version said in HELLO, version the one the node answered with
+	// (wire.Negotiate): version 1 with a node of an older build.
+	offer, version uint64
 
 	mu    sync.Mutex
 	cause error // why the node ended the connection (ERROR on the control stream)
@@ -258,6 +261,17 @@ func forGood(c Code) bool {
 // handshake on a socket of its own, then HELLO and WELCOME. The returned Reader continues on
 // the control stream.
 func (c *Conn) dialNode(ctx context.Context, at int) (*link, *wire.Reader, error) {
+	l, r, err := c.dialNodeVersion(ctx, at, wire.Version)
+	if refused(err, func(c Code) bool { return c == CodeVersion }) {
+		// A node of an older build speaks only version 1 and closed the connection: say
+		// hello again, in version 1, on a new one.
+		l, r, err = c.dialNodeVersion(ctx, at, wire.MinVersion)
+	}
+	return l, r, err
+}
+
+// dialNodeVersion is dialNode offering protocol version offer in HELLO.
+func (c *Conn) dialNodeVersion(ctx context.Context, at int, offer uint64) (*link, *wire.Reader, error) {
 	a := c.addrs[at]
 	network, udp, err := newSocket(a.raddr)
 	if err != nil {
@@ -279,7 +293,7 @@ func (c *Conn) dialNode(ctx context.Context, at int) (*link, *wire.Reader, error
 		udp.Close()
 		return nil, nil, wrap("dial "+a.addr, err)
 	}
-	l := &link{at: at, addr: a.addr, udp: udp, tr: tr, qc: qc, local: udp.LocalAddr().String()}
+	l := &link{at: at, addr: a.addr, udp: udp, tr: tr, qc: qc, local: udp.LocalAddr().String(), offer: offer}
 	r, err := c.hello(ctx, l)
 	if err != nil {
 		l.close(wire.AppNoError, "")
@@ -394,7 +408,7 @@ func (c *Conn) helloExchange(ctx context.Context, l *link) (*wire.Reader, error)
 	if err != nil {
 		return nil, fail(err)
 	}
-	hello := &wire.Hello{Version: wire.Version, Client: c.opts.Name, Token: c.opts.Token}
+	hello := &wire.Hello{Version: l.offer, Client: c.opts.Name, Token: c.opts.Token}
 	if _, err := ctrl.Write(wire.Append(nil, hello)); err != nil {
 		return nil, fail(err)
 	}
@@ -405,9 +419,10 @@ func (c *Conn) helloExchange(ctx context.Context, l *link) (*wire.Reader, error)
 	}
 	switch f := f.(type) {
 	case *wire.Welcome:
-		if f.Version != wire.Version {
-			return nil, errorf(CodeVersion, "node speaks version %d, this client %d", f.Version, wire.Version)
+		if f.Version < wire.MinVersion || f.Version > l.offer {
+			return nil, errorf(CodeVersion, "node answered HELLO of version %d with version %d; this client speaks %d to %d", l.offer, f.Version, wire.MinVersion, wire.Version)
 		}
+		l.version = f.Version
 		if !c.welcomed { // the first WELCOME: the Conn keeps these (read without a lock)
 			c.welcomed = true
 			c.lim.MaxPayload = clampLimit(f.MaxPayload, c.lim.MaxPayload)

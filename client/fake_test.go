@@ -9,10 +9,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -31,8 +33,13 @@ type fakeNode struct {
 	handle func(s *quic.Stream, r *wire.Reader, first wire.Frame)
 	wg     sync.WaitGroup
 
-	mu    sync.Mutex
-	conns []*quic.Conn
+	// only1 makes it a node of a build that speaks protocol version 1 alone: a HELLO of
+	// another version gets ERROR 12 and a closed connection.
+	only1 bool
+
+	mu     sync.Mutex
+	conns  []*quic.Conn
+	hellos []uint64 // the versions of the HELLOs it read
 }
 
 func newFakeNode(t *testing.T, handle func(s *quic.Stream, r *wire.Reader, first wire.Frame)) *fakeNode {
@@ -85,11 +92,31 @@ func (f *fakeNode) serve(c *quic.Conn) {
 		return
 	}
 	r := wire.NewReader(ctrl, wire.Limits{})
-	if fr, err := r.Read(); err != nil || fr.Type() != wire.TypeHello {
+	fr, err := r.Read()
+	hello, ok := fr.(*wire.Hello)
+	if err != nil || !ok {
 		c.CloseWithError(wire.AppProtocol, "no hello")
 		return
 	}
-	ctrl.Write(wire.Append(nil, &wire.Welcome{Version: wire.Version, Node: "fake", Region: "test", MaxPayload: 200 << 10, MaxFrame: 256 << 10}))
+	f.mu.Lock()
+	f.hellos = append(f.hellos, hello.Version)
+	f.mu.Unlock()
+	version := hello.Version
+	if f.only1 {
+		if version != 1 {
+			ctrl.Write(wire.Append(nil, &wire.ErrorFrame{Code: wire.CodeVersion, Message: fmt.Sprintf("protocol version %d not supported; this node speaks 1", version)}))
+			ctrl.Close()
+			select { // the ERROR reaches the client before the close, as from a node
+			case <-c.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+			c.CloseWithError(wire.AppProtocol, "")
+			return
+		}
+	} else {
+		version = min(version, wire.Version)
+	}
+	ctrl.Write(wire.Append(nil, &wire.Welcome{Version: version, Node: "fake", Region: "test", MaxPayload: 200 << 10, MaxFrame: 256 << 10}))
 	for {
 		s, err := c.AcceptStream(context.Background())
 		if err != nil {
@@ -153,4 +180,28 @@ func dialFake(t *testing.T, f *fakeNode) *Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// TestDialOlderNodeSaysHelloInVersion1: a node of a build that speaks only version 1 refuses
+// HELLO of version 2 with ERROR 12; the client says hello again, in version 1, and is
+// connected. A node of this build answers version 2.
+func TestDialOlderNodeSaysHelloInVersion1(t *testing.T) {
+	old := newFakeNode(t, func(*quic.Stream, *wire.Reader, wire.Frame) {})
+	old.only1 = true
+	c := dialFake(t, old)
+	old.mu.Lock()
+	hellos := slices.Clone(old.hellos)
+	old.mu.Unlock()
+	if !slices.Equal(hellos, []uint64{wire.Version, 1}) || c.current().version != 1 {
+		t.Fatalf("HELLOs %v, version %d; want %d then 1, speaking 1", hellos, c.current().version, wire.Version)
+	}
+
+	cur := newFakeNode(t, func(*quic.Stream, *wire.Reader, wire.Frame) {})
+	c = dialFake(t, cur)
+	cur.mu.Lock()
+	hellos = slices.Clone(cur.hellos)
+	cur.mu.Unlock()
+	if hellos[0] != wire.Version || c.current().version != wire.Version {
+		t.Fatalf("HELLOs %v, version %d; want %d", hellos, c.current().version, wire.Version)
+	}
 }

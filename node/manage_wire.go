@@ -47,7 +47,7 @@ func (s *session) manage(str *quic.Stream, req wire.Frame) {
 	case *wire.TopicCreate:
 		var ti wire.TopicInfo
 		if ti, e = m.createTopic(f); e == nil {
-			w.Write(&ti)
+			w.Write(topicInfoFor(s.version, &ti))
 		}
 	case *wire.TopicRemove:
 		var records uint64

@@ -66,7 +66,7 @@ func (s *session) serveReplicatedCreate(str *quic.Stream, f *wire.TopicCreate) {
 	}
 	ti.Name = s.actor.clientName(topic)
 	w := wire.NewWriter(str)
-	if w.Write(&ti) == nil && w.Flush() == nil {
+	if w.Write(topicInfoFor(s.version, &ti)) == nil && w.Flush() == nil {
 		str.Close()
 	}
 }

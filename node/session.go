@@ -31,6 +31,9 @@ type session struct {
 	peer     bool       // another node of the mesh (ALPN quicmq-peer/1, mutual TLS)
 	peerName string     // its name, from its certificate
 	actor    *principal // who the session acts for: set before ready closes
+	// version is the client protocol version spoken on the connection: negotiated in HELLO
+	// (wire.Negotiate), wire.Version with a peer. Set before ready closes.
+	version  uint64
 	draining atomic.Bool
 	subs     atomic.Int64 // open subscription streams
 	wg       sync.WaitGroup
@@ -63,6 +66,7 @@ func newSession(n *Node, conn *quic.Conn) *session {
 		s.peerName = conn.ConnectionState().TLS.PeerCertificates[0].Subject.CommonName
 		s.log = s.log.With("peer", s.peerName)
 		s.actor = peerActor
+		s.version = wire.Version
 	}
 	return s
 }
@@ -131,9 +135,11 @@ func (s *session) handshake(str *quic.Stream) error {
 	if !ok {
 		return s.refuse(str, wire.AppProtocol, wire.Errorf(wire.CodeProtocol, "the first stream must start with HELLO, got %s", f.Type()))
 	}
-	if hello.Version != wire.Version {
-		return s.refuse(str, wire.AppProtocol, wire.Errorf(wire.CodeVersion, "protocol version %d not supported; this node speaks %d", hello.Version, wire.Version))
+	version, ok := wire.Negotiate(hello.Version)
+	if !ok {
+		return s.refuse(str, wire.AppProtocol, wire.Errorf(wire.CodeVersion, "protocol version %d not supported; this node speaks %d to %d", hello.Version, wire.MinVersion, wire.Version))
 	}
+	s.version = version
 	subject := ""
 	if certs := s.conn.ConnectionState().TLS.PeerCertificates; len(certs) > 0 {
 		subject = certs[0].Subject.CommonName // verified against the mesh CA by the handshake
@@ -156,7 +162,7 @@ func (s *session) handshake(str *quic.Stream) error {
 	c := s.n.cfg
 	w := wire.NewWriter(str)
 	w.Write(&wire.Welcome{
-		Version: wire.Version, Node: c.Name, Region: c.Region,
+		Version: version, Node: c.Name, Region: c.Region,
 		MaxPayload: uint64(c.MaxPayload), MaxFrame: uint64(s.n.limits.MaxFrame),
 		MaxSubscriptions: uint64(c.MaxSubscriptionsPerConn), MaxStreams: uint64(c.MaxStreamsPerConn),
 	})

@@ -23,7 +23,7 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 		return
 	}
 	pattern = s.actor.topic(pattern)
-	w := &topicLister{w: wire.NewWriter(str), actor: s.actor, listed: make(map[string]bool)}
+	w := &topicLister{w: wire.NewWriter(str), actor: s.actor, version: s.version, listed: make(map[string]bool)}
 	for _, t := range s.n.wal.Topics() {
 		if !routing.Match(pattern, t.Name) {
 			continue
@@ -48,9 +48,10 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 // only the topics it may publish or subscribe to. It remembers the (stored) names it was
 // given, so that a replicated topic, which each of its replicas lists, is written once.
 type topicLister struct {
-	w      *wire.Writer
-	actor  *principal
-	listed map[string]bool
+	w       *wire.Writer
+	actor   *principal
+	version uint64 // the session's protocol version: what a TOPIC_INFO carries
+	listed  map[string]bool
 }
 
 func (l *topicLister) Write(t *wire.TopicInfo) error {
@@ -63,7 +64,19 @@ func (l *topicLister) Write(t *wire.TopicInfo) error {
 	if l.actor.maySubscribe(t.Name) != nil && l.actor.mayPublish(t.Name) != nil {
 		return nil
 	}
-	return l.w.Write(t)
+	return l.w.Write(topicInfoFor(l.version, t))
+}
+
+// topicInfoFor is t as protocol version v carries it: version 1's TOPIC_INFO has no flags,
+// leader or replicas, and its retention fields only for a topic with retention of its own
+// (the encoder writes them so when Leader and Replicas are empty); version 2 has them all.
+func topicInfoFor(v uint64, t *wire.TopicInfo) *wire.TopicInfo {
+	if v >= 2 || t.Leader == "" && len(t.Replicas) == 0 {
+		return t
+	}
+	c := *t
+	c.Leader, c.Replicas = "", nil
+	return &c
 }
 
 // listRegionTopics adds the topics the region's other live nodes own to a client's listing,

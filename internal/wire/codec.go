@@ -120,6 +120,15 @@ func (d *dec) intern(b []byte, slot int) string {
 	return s
 }
 
+// skipExtension skips what follows the last field this package knows of an extensible frame
+// (WELCOME, TOPIC_INFO after its replicas, CONSUMER_INFO after its group fields): fields a
+// later build added under the extension rule of version 2 (docs/protocol.md, "Versions").
+func (d *dec) skipExtension() {
+	if d.err == nil {
+		d.b = d.b[len(d.b):]
+	}
+}
+
 func (d *dec) fail(format string, args ...any) {
 	if d.err == nil {
 		d.err = fmt.Errorf("%w: %s: %s", ErrMalformed, d.typ, fmt.Sprintf(format, args...))

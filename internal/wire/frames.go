@@ -2,8 +2,25 @@ package wire
 
 import "fmt"
 
-// Version is the protocol version this package speaks (HELLO and WELCOME carry it).
-const Version = 1
+// Version is the highest protocol version this package speaks, and MinVersion the lowest
+// (HELLO and WELCOME carry it; docs/protocol.md, "Versions"). A node answers a HELLO of
+// version v with WELCOME of min(v, Version) and then sends that version's frames: version 1
+// is frozen as documented; version 2 adds TOPIC_INFO's leader fields in every answer and the
+// extension rule (extensible frames end with fields a receiver does not know, which it
+// skips: skipExtension).
+const (
+	Version    = 2
+	MinVersion = 1
+)
+
+// Negotiate is the version a node speaks with a client that said hello in version v, and
+// whether it speaks any: the lower of v and Version, at least MinVersion.
+func Negotiate(v uint64) (uint64, bool) {
+	if v < MinVersion {
+		return 0, false
+	}
+	return min(v, Version), true
+}
 
 // ALPN is the TLS application protocol of client connections.
 const ALPN = "quicmq/1"
@@ -395,6 +412,7 @@ func (f *Welcome) decodeBody(d *dec) {
 	f.MaxFrame = d.uvarint("max frame")
 	f.MaxSubscriptions = d.uvarint("max subscriptions")
 	f.MaxStreams = d.uvarint("max streams")
+	d.skipExtension()
 }
 
 func (f *ErrorFrame) appendBody(e enc) enc { return e.uvarint(uint64(f.Code)).str(f.Message) }
@@ -558,6 +576,7 @@ func (f *TopicInfo) decodeBody(d *dec) {
 		for i := uint64(0); i < n && d.err == nil; i++ {
 			f.Replicas = append(f.Replicas, d.str("replica"))
 		}
+		d.skipExtension()
 	}
 }
 

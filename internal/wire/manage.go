@@ -246,6 +246,7 @@ func (f *ConsumerInfo) decodeGroup(d *dec) {
 		}
 	}
 	f.Group = g
+	d.skipExtension()
 }
 
 func (f *ConsumerReset) appendBody(e enc) enc {
