@@ -130,21 +130,12 @@ func dialRaw(t testing.TB, n *Node, token string) (*rawConn, error) {
 
 func dialRawConfig(t testing.TB, n *Node, token string, qc *quic.Config) (*rawConn, error) {
 	t.Helper()
-	pem, err := os.ReadFile(n.CAFile())
+	conn, err := dialRawConn(t, n, qc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := quic.DialAddr(ctx, n.Addr().String(),
-		&tls.Config{RootCAs: pool, ServerName: "localhost", NextProtos: []string{wire.ALPN}, MinVersion: tls.VersionTLS13},
-		qc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.CloseWithError(0, "") })
 	ctl, err := conn.OpenStreamSync(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +155,28 @@ func dialRawConfig(t testing.TB, n *Node, token string, qc *quic.Config) (*rawCo
 	}
 	t.Fatalf("unexpected %s", f.Type())
 	return nil, nil
+}
+
+// dialRawConn makes a client QUIC connection to n (ALPN quicmq/1, trusting its CA) and
+// sends nothing on it; closed by t.Cleanup.
+func dialRawConn(t testing.TB, n *Node, qc *quic.Config) (*quic.Conn, error) {
+	t.Helper()
+	pem, err := os.ReadFile(n.CAFile())
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	conn, err := quic.DialAddr(ctx, n.Addr().String(),
+		&tls.Config{RootCAs: pool, ServerName: "localhost", NextProtos: []string{wire.ALPN}, MinVersion: tls.VersionTLS13},
+		qc)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { conn.CloseWithError(0, "") })
+	return conn, nil
 }
 
 func mustDial(t testing.TB, n *Node) *rawConn {
