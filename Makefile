@@ -37,10 +37,12 @@ fuzz:
 	@./scripts/fuzz.sh $(FUZZTIME)
 
 # The bench/ module (its own go.mod: NATS is never a dependency of QuicMQ): vet, and a few
-# seconds of the fan-out scenario per system at 1% loss (~15 s once built). The harness tests
-# skip unless run as root with nftables installed (see docs/benchmarks.md).
+# seconds of the fan-out scenario per system at 1% loss (~15 s once built), and the shared-stream
+# ablation's client with the race detector. The harness tests skip unless run as root with
+# nftables installed (see docs/benchmarks.md).
 bench-smoke:
-	cd bench && $(GO) vet ./... && $(GO) test -short -count=1 -timeout 5m ./lossy/... ./cmd/...
+	cd bench && $(GO) vet ./... && $(GO) test -short -count=1 -timeout 5m ./lossy/... ./cmd/... && \
+		$(GO) test -race -count=1 -timeout 5m ./sharedstream/...
 
 # The network campaigns 3 and 4 (bench/campaign: partitions, packet loss, gossip under 20 %
 # loss) in their short default form, ~100 s; they skip without root, nft and ip.

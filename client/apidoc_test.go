@@ -12,7 +12,7 @@ import (
 )
 
 // The SDK's API (what `go doc -all ./client` shows) names no measurement aid: the
-// shared-stream ablation lives in internal/sharedstream, for the bench module only.
+// shared-stream ablation lives in bench/sharedstream, for the bench module only.
 func TestAPINamesNoAblation(t *testing.T) {
 	fset := token.NewFileSet()
 	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)

@@ -41,7 +41,7 @@ import (
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
-// ablationSharedRegion marks a SUBSCRIBE that opens a shared stream (internal/sharedstream
+// ablationSharedRegion marks a SUBSCRIBE that opens a shared stream (bench/sharedstream
 // sends the same constant).
 const ablationSharedRegion = "~shared-stream"
 

@@ -136,7 +136,7 @@ type Config struct {
 	MirrorStallAfter time.Duration
 
 	// AblationSharedStream accepts the shared-stream mapping (node/ablation.go): a client that
-	// asks for it (the bench module, through internal/sharedstream; the SDK has no such API)
+	// asks for it (the bench module, through bench/sharedstream; the SDK has no such API)
 	// carries all its subscriptions on ONE stream instead of one stream each. Only the stream
 	// mapping differs: the subscriptions are authorized, read, batched and acknowledged as
 	// on streams of their own. A measurement aid for benchmarks (bench/, docs/benchmarks.md)

@@ -1,5 +1,5 @@
 // Package clienthook is the seam through which the module's internal packages (the
-// shared-stream ablation, internal/sharedstream) reach unexported parts of a client.Conn
+// shared-stream ablation, bench/sharedstream) reach unexported parts of a client.Conn
 // without the SDK exporting them. Package client sets the functions in its init; they take
 // the *client.Conn and client.Start as any, since this package cannot import client.
 package clienthook

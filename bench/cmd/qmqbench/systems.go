@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/quicmq/quicmq/bench/sharedstream"
 	"github.com/quicmq/quicmq/client"
-	"github.com/quicmq/quicmq/internal/sharedstream"
 )
 
 // system is one broker under test, seen from the worker: a publisher connection and ONE
@@ -34,7 +34,7 @@ type system interface {
 
 // Systems by name. "quicmq" is stream-per-subscription, "ablation" the same node and
 // SDK connection with all subscriptions on one shared stream: the stream mapping of
-// node/ablation.go, driven by internal/sharedstream (a measurement aid outside the SDK's API).
+// node/ablation.go, driven by bench/sharedstream (a measurement aid outside the SDK's API).
 var systemNames = []string{"quicmq", "ablation", "nats", "jetstream"}
 
 func brokerKind(sys string) (string, []string) {

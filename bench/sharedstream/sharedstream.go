@@ -2,8 +2,9 @@
 // (node/ablation.go; docs/protocol.md, appendix "Shared-stream ablation"): all subscriptions
 // of a Stream travel on ONE QUIC stream of a client.Conn, so that benchmarks (bench/) can
 // compare stream-per-subscription against the one-socket mapping of a TCP broker with the
-// node, SDK connection and transport unchanged. It is internal so that it never becomes part
-// of the SDK's API; the node accepts it only with node.Config.AblationSharedStream.
+// node, SDK connection and transport unchanged. It lives in the bench module so that it never
+// becomes part of the SDK's API (it reaches the Conn through internal/clienthook); the node
+// accepts it only with node.Config.AblationSharedStream.
 package sharedstream
 
 import (

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quicmq/quicmq/bench/sharedstream"
 	"github.com/quicmq/quicmq/client"
-	"github.com/quicmq/quicmq/internal/sharedstream"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
 )

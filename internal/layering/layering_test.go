@@ -1,0 +1,78 @@
+package layering
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/quicmq/quicmq"
+
+// layers gives each package of the module (its path in the module) a layer: a package may
+// import only packages of a lower layer. Test files may import anything (node's tests use
+// the SDK), so only the packages' own imports are checked.
+var layers = map[string]int{
+	// Leaves: pure or self-contained.
+	"routing": 0, "gossip": 0, "internal/wire": 0, "internal/testlog": 0, "internal/certs": 0,
+	"internal/campaign": 0, "internal/layering": 0,
+	// Over the leaves.
+	"wal": 1, "internal/config": 1, "internal/clienthook": 1, "internal/linearize": 1,
+	// The SDK links no broker code; replica uses wal and routing, never node.
+	"client": 2, "replica": 2,
+	// Links between nodes: never node.
+	"federation": 3,
+	"node":       4,
+	// Test helpers over the node and the SDK.
+	"node/nodetest": 5,
+	"cmd/quicmq":    6,
+}
+
+func TestImportsPointDown(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg := strings.TrimPrefix(fields[0], module+"/")
+		layer, ok := layers[pkg]
+		if !ok {
+			t.Errorf("package %s has no layer: give it one in layering_test.go (what it may import says where it belongs)", pkg)
+			continue
+		}
+		seen++
+		for _, imp := range fields[1:] {
+			dep, ours := strings.CutPrefix(imp, module+"/")
+			if !ours {
+				continue
+			}
+			if l, ok := layers[dep]; ok && l >= layer {
+				t.Errorf("%s (layer %d) imports %s (layer %d): imports point down only", pkg, layer, dep, l)
+			}
+		}
+	}
+	if seen < len(layers)/2 {
+		t.Fatalf("go list named %d of the module's packages: %s", seen, out)
+	}
+}
+
+// TestClientImportsOnlyTheCodec: the SDK links no broker code (design.md): of the module it
+// imports the codec and the hook the bench module reaches it through, nothing else.
+func TestClientImportsOnlyTheCodec(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", module+"/client").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var ours []string
+	for _, p := range strings.Fields(string(out)) {
+		if dep, ok := strings.CutPrefix(p, module+"/"); ok && dep != "client" {
+			ours = append(ours, dep)
+		}
+	}
+	slices.Sort(ours)
+	if want := []string{"internal/clienthook", "internal/wire"}; !slices.Equal(ours, want) {
+		t.Fatalf("the SDK depends on %v of the module, want %v", ours, want)
+	}
+}
