@@ -5,7 +5,7 @@ FUZZTIME ?= 5s
 # go command fetches it from the module proxy (~76 MB, once). It overrides a local setting.
 export GOTOOLCHAIN := go1.26.10
 
-.PHONY: build dev test vet unit fuzz-short fuzz bench bench-smoke campaigns-short clean vulncheck tofu-check
+.PHONY: build dev test vet unit fuzz-short fuzz bench bench-smoke campaigns-short clean vulncheck tofu-check broken
 
 # VERSION and COMMIT are what `quicmq version` prints, with the Go version (a commit go build
 # records itself, without GOFLAGS=-buildvcs=false, wins over COMMIT).
@@ -49,6 +49,11 @@ bench-smoke:
 # scripts/campaign.sh runs them at length.
 campaigns-short:
 	cd bench && $(GO) test -count=1 -timeout 15m ./campaign
+
+# Every deliberately broken build against the checker that must catch it (scripts/broken.sh
+# lists them); on demand, a few minutes each.
+broken:
+	@./scripts/broken.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./wal ./node ./routing ./internal/wire

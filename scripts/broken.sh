@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# make broken: every deliberately broken build, each against the checker that must catch it.
+# A checker that passes on its broken build proves nothing, so this exits 1 when one does.
+# The list is here, in one place: a new broken build gets a line (tag, what it breaks, the
+# command that must fail). Runs on demand (minutes per line), not in CI's make test.
+set -u
+cd "$(dirname "$0")/.."
+
+# Besides these tags, replica.Config's broken* fields break the replica simulation in-process,
+# and its tests assert each is caught (TestSimCatchesApplyBeforeCommit, ...MissingSync,
+# ...SnapshotWithoutRecords) in every go test run; and the protocol's conformance suite is
+# shown failing in docs/reliability.md.
+#
+# tag | what the build breaks | the check that must fail (run from the repository root)
+builds=(
+  "quicmq_broken_ack|a raft leader acknowledges a publish once its own log has it, before a quorum|go test -count=1 -tags quicmq_broken_ack -timeout 10m -run ^TestSimRegion\$ ./replica"
+  "quicmq_broken_group|a consumer group's state is stored on the serving node only, not replicated|go test -count=1 -tags quicmq_broken_group -timeout 10m -run ^TestReplicatedGroupLeaderLoss\$ ./node"
+  "quicmq_broken_mpos|a set position entry drops its vector: nothing of a durable is mirrored|go test -count=1 -tags quicmq_broken_mpos -timeout 10m -run ^TestReplicatedFailoverExactlyOnceAcrossRegions\$ ./node"
+  "quicmq_broken_retain|a snapshot's installation ignores the log start it carries|go test -count=1 -tags quicmq_broken_retain -timeout 10m -run ^TestReplicatedRejoinAfterCuts\$ ./node"
+  "quicmq_broken_gvec|groups ignore the states of them mirrored from other regions|go test -count=1 -tags quicmq_broken_gvec -timeout 10m -run ^TestGroupFailoverRestartedMemberResumesFromMirroredState\$ ./node"
+)
+
+caught=0 missed=()
+for b in "${builds[@]}"; do
+  IFS='|' read -r tag what cmd <<<"$b"
+  echo "== $tag: $what"
+  echo "   $cmd (must fail)"
+  log=$(mktemp)
+  start=$(date +%s)
+  if $cmd >"$log" 2>&1; then
+    echo "   NOT CAUGHT: the check passed on the broken build ($(( $(date +%s) - start )) s); its output: $log"
+    missed+=("$tag")
+  else
+    # The first line of the first failure: what the check saw.
+    echo "   caught in $(( $(date +%s) - start )) s: $(grep -A1 -m1 -E '^\s*--- FAIL' "$log" | tail -1 | sed 's/^\s*//' | cut -c1-160)"
+    caught=$((caught + 1))
+    rm -f "$log"
+  fi
+done
+echo "$caught of ${#builds[@]} broken builds caught"
+if [ ${#missed[@]} -gt 0 ]; then
+  echo "not caught: ${missed[*]}"
+  exit 1
+fi
