@@ -309,5 +309,6 @@ func (w *ReplicaWriter) renewForgottenLocked() {
 			hwm: old.hwm, hwmPos: old.hwmPos, cfg: old.cfg}
 		w.bound[old.name] = nt
 		w.l.mu.topics[old.name] = nt
+		old.deleted = true // its readers (a Sweep's) learn of the delete
 	}
 }
