@@ -16,8 +16,8 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/client"
-	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/wal"
 )
 

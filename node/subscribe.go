@@ -97,9 +97,9 @@ type subscription struct {
 
 	mu struct {
 		sync.Mutex
-		newTopics []string           // pushed by the node's topic watcher
-		bound     []boundTopic       // by topic number: for validating ACKs
-		curs      []*cursor          // every cursor, for the lag metric (cursor.pub)
+		newTopics []string     // pushed by the node's topic watcher
+		bound     []boundTopic // by topic number: for validating ACKs
+		curs      []*cursor    // every cursor, for the lag metric (cursor.pub)
 	}
 }
 
