@@ -42,8 +42,9 @@ import (
 // concurrent use; its function advanced runs on the log's completer with the log's lock
 // held, so it only notes and wakes.
 type wildSet struct {
-	subs *routing.Table[*subscription]
-	n    atomic.Int64 // subscriptions in subs: advanced does nothing when there are none
+	subs    *routing.Table[*subscription]
+	n       atomic.Int64 // subscriptions in subs: advanced does nothing when there are none
+	cursors atomic.Int64 // the cursors of the sweep subscriptions, all together (tests)
 }
 
 func newWildSet() *wildSet { return &wildSet{subs: routing.NewTable[*subscription]()} }
@@ -126,6 +127,7 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 		if n.wild.subs.Remove(sub.req.Pattern, sub) {
 			n.wild.n.Add(-1)
 		}
+		n.wild.cursors.Add(-int64(sub.sweep.opened))
 	}
 	for _, t := range topics {
 		if !routing.Match(sub.req.Pattern, t.Name) {
@@ -172,6 +174,7 @@ func (sub *subscription) newSweepCursor(topic string, in wal.Instance, next, sto
 	sub.byTopic[topic] = c
 	sub.cursors = append(sub.cursors, c)
 	sub.sweep.opened++
+	sub.s.n.wild.cursors.Add(1)
 	sub.activate(c)
 	return c
 }
