@@ -417,7 +417,14 @@ func (sub *subscription) run() *wire.Error {
 		}
 	}
 	var listed []wal.TopicInfo // a sweep listed them in setUpSweep
-	if !sweep {
+	switch {
+	case sweep:
+	case routing.IsLiteral(sub.req.Pattern):
+		// One topic matches: its bounds, not a listing of every topic the node holds.
+		if first, next, ok := n.wal.Bounds(sub.req.Pattern); ok {
+			listed = []wal.TopicInfo{{Name: sub.req.Pattern, First: first, Next: next}}
+		}
+	default:
 		listed = n.wal.Topics()
 	}
 	for _, t := range listed {

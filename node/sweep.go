@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"slices"
@@ -129,7 +130,14 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 		}
 		n.wild.cursors.Add(-int64(sub.sweep.opened))
 	}
-	for _, t := range topics {
+	type start struct {
+		id           uint32
+		t            *wal.ListedTopic
+		next, stored uint64
+	}
+	var starts []start
+	for i := range topics {
+		t := &topics[i]
 		if !routing.Match(sub.req.Pattern, t.Name) {
 			continue
 		}
@@ -149,22 +157,41 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 				return stop, err
 			}
 		}
-		if next == t.Next {
-			continue // nothing to read: the topic's first noted advance says where it starts
-		}
-		c := sub.newSweepCursor(t.Name, t.Instance, next, stored)
-		if sub.caughtUp {
-			sub.catchUp[c] = t.Next
+		if next != t.Next { // else nothing to read: its first noted advance says where it starts
+			starts = append(starts, start{t.ID(), t, next, stored})
 		}
 	}
 	sub.head = 0
+	// In ID order, as the sweep reads them, and side by side in memory.
+	slices.SortFunc(starts, func(a, b start) int { return cmp.Compare(a.id, b.id) })
+	slab := make([]cursor, len(starts))
+	sub.cursors = slices.Grow(sub.cursors, len(starts))
+	sub.sweep.active = slices.Grow(sub.sweep.active, len(starts))
+	sub.mu.Lock()
+	sub.mu.curs = slices.Grow(sub.mu.curs, len(starts))
+	sub.mu.bound = slices.Grow(sub.mu.bound, len(starts))
+	sub.mu.Unlock()
+	for i, st := range starts {
+		c := &slab[i]
+		sub.initSweepCursor(c, st.t.Name, st.t.Instance, st.next, st.stored)
+		if sub.caughtUp {
+			sub.catchUp[c] = st.t.Next
+		}
+	}
 	return stop, nil
 }
 
 // newSweepCursor makes an active cursor on topic, whose log is in, at next (stored as
 // startOffset returns it). Run goroutine.
 func (sub *subscription) newSweepCursor(topic string, in wal.Instance, next, stored uint64) *cursor {
-	c := &cursor{topic: topic, inst: in, id: in.ID(), next: next, stored: stored}
+	c := new(cursor)
+	sub.initSweepCursor(c, topic, in, next, stored)
+	return c
+}
+
+// initSweepCursor is newSweepCursor on c, a cursor not yet used.
+func (sub *subscription) initSweepCursor(c *cursor, topic string, in wal.Instance, next, stored uint64) {
+	*c = cursor{topic: topic, inst: in, id: in.ID(), next: next, stored: stored}
 	c.skip = sub.vec.skip(topic)
 	sub.beginStored(topic, next, stored > 0) // vector.go
 	c.pub = next
@@ -176,7 +203,6 @@ func (sub *subscription) newSweepCursor(topic string, in wal.Instance, next, sto
 	sub.sweep.opened++
 	sub.s.n.wild.cursors.Add(1)
 	sub.activate(c)
-	return c
 }
 
 // activate puts c among the cursors a round reads. Run goroutine.
@@ -233,7 +259,7 @@ func (sub *subscription) sendSwept() (int, *wire.Error) {
 	sub.takeDirty()
 	st := &sub.sweep
 	if !st.sorted {
-		slices.SortStableFunc(st.active, func(a, b *cursor) int { return int(int64(a.id) - int64(b.id)) })
+		slices.SortFunc(st.active, func(a, b *cursor) int { return cmp.Compare(a.id, b.id) })
 		st.sorted = true
 	}
 	sent := 0
