@@ -158,13 +158,16 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 			}
 		}
 		if next != t.Next { // else nothing to read: its first noted advance says where it starts
-			starts = append(starts, start{t.ID(), t, next, stored})
+			starts = append(starts, start{t.ID, t, next, stored})
 		}
 	}
 	sub.head = 0
 	// In ID order, as the sweep reads them, and side by side in memory.
 	slices.SortFunc(starts, func(a, b start) int { return cmp.Compare(a.id, b.id) })
 	slab := make([]cursor, len(starts))
+	if len(sub.byTopic) == 0 {
+		sub.byTopic = make(map[string]*cursor, len(starts))
+	}
 	sub.cursors = slices.Grow(sub.cursors, len(starts))
 	sub.sweep.active = slices.Grow(sub.sweep.active, len(starts))
 	sub.mu.Lock()
@@ -173,7 +176,7 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 	sub.mu.Unlock()
 	for i, st := range starts {
 		c := &slab[i]
-		sub.initSweepCursor(c, st.t.Name, st.t.Instance, st.next, st.stored)
+		sub.initSweepCursor(c, st.t.Name, st.t.Instance, st.id, st.next, st.stored)
 		if sub.caughtUp {
 			sub.catchUp[c] = st.t.Next
 		}
@@ -185,13 +188,13 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 // startOffset returns it). Run goroutine.
 func (sub *subscription) newSweepCursor(topic string, in wal.Instance, next, stored uint64) *cursor {
 	c := new(cursor)
-	sub.initSweepCursor(c, topic, in, next, stored)
+	sub.initSweepCursor(c, topic, in, in.ID(), next, stored)
 	return c
 }
 
 // initSweepCursor is newSweepCursor on c, a cursor not yet used.
-func (sub *subscription) initSweepCursor(c *cursor, topic string, in wal.Instance, next, stored uint64) {
-	*c = cursor{topic: topic, inst: in, id: in.ID(), next: next, stored: stored}
+func (sub *subscription) initSweepCursor(c *cursor, topic string, in wal.Instance, id uint32, next, stored uint64) {
+	*c = cursor{topic: topic, inst: in, id: id, next: next, stored: stored}
 	c.skip = sub.vec.skip(topic)
 	sub.beginStored(topic, next, stored > 0) // vector.go
 	c.pub = next

@@ -140,6 +140,7 @@ func (l *Log) advanceLocked(t *topic, from uint64) {
 type ListedTopic struct {
 	Instance
 	Name        string
+	ID          uint32 // Instance.ID, read with the rest
 	First, Next uint64
 }
 
@@ -153,7 +154,7 @@ func (l *Log) TopicsWhile(fn func()) []ListedTopic {
 	fn()
 	out := make([]ListedTopic, 0, len(l.mu.topics))
 	for _, t := range l.mu.topics {
-		out = append(out, ListedTopic{Instance: Instance{t}, Name: t.name, First: t.first, Next: t.hwm})
+		out = append(out, ListedTopic{Instance: Instance{t}, Name: t.name, ID: t.id, First: t.first, Next: t.hwm})
 	}
 	return out
 }
