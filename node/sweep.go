@@ -213,9 +213,14 @@ func (sub *subscription) activate(c *cursor) {
 	if c.active {
 		return
 	}
-	if !c.inst.Valid() { // the topic was gone when the cursor was made: look again
+	if !c.inst.Valid() {
+		// The topic was gone when the cursor was made, so nothing of it was sent: a topic
+		// created since under its name is read from its start.
 		c.inst = sub.s.n.wal.Instance(c.topic)
 		c.id = c.inst.ID()
+		if first, _, ok := sub.s.n.wal.Bounds(c.topic); ok && !c.bound {
+			c.next = first
+		}
 	}
 	c.active = true
 	if k := len(sub.sweep.active); k > 0 && sub.sweep.active[k-1].id > c.id {
