@@ -1006,9 +1006,18 @@ func (sub *subscription) takeAck(n, wireIndex, offset uint64) *wire.Error {
 }
 
 // storeAcks stores (synced) the durable positions takeAck staged. A position read from the
-// client is stored even when the connection has ended meanwhile. Ack reader.
+// client is stored even when the connection has ended meanwhile. The positions of this
+// node's log go to it all at once, so they share its synced batches: a wildcard that
+// acknowledges records of many topics at once waits for one fsync, not one per topic. Ack
+// reader.
 func (sub *subscription) storeAcks() *wire.Error {
 	n := sub.s.n
+	type stored struct {
+		topic string
+		err   error
+	}
+	var done chan stored
+	waiting := 0
 	for t, off := range sub.pending {
 		if n.rep != nil && n.rep.isReplicated(t) {
 			if e := n.rep.setPosition(context.WithoutCancel(sub.ctx), sub.req.Durable, t, off, sub.ackedVector(t, off)); e != nil {
@@ -1017,14 +1026,25 @@ func (sub *subscription) storeAcks() *wire.Error {
 			delete(sub.pending, t)
 			continue
 		}
-		p := wal.Position{Name: sub.req.Durable, Topic: t, Value: off, Vector: sub.ackedVector(t, off)} // vector.go
-		if err := n.wal.SetPosition(context.WithoutCancel(sub.ctx), p); err != nil {
-			if errors.Is(err, wal.ErrClosed) {
-				return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
-			}
-			return wire.Errorf(wire.CodeInternal, "store position of %q on %q: %v", sub.req.Durable, t, err)
+		if done == nil {
+			done = make(chan stored, len(sub.pending))
 		}
-		delete(sub.pending, t)
+		p := wal.Position{Name: sub.req.Durable, Topic: t, Value: off, Vector: sub.ackedVector(t, off)} // vector.go
+		waiting++
+		n.wal.AppendAsync(wal.AppendRequest{Position: &p}, func(res wal.AppendResult) { done <- stored{t, res.Err} })
 	}
-	return nil
+	var failed *wire.Error
+	for range waiting {
+		r := <-done
+		switch {
+		case r.err == nil:
+			delete(sub.pending, r.topic)
+		case failed != nil:
+		case errors.Is(r.err, wal.ErrClosed):
+			failed = wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+		default:
+			failed = wire.Errorf(wire.CodeInternal, "store position of %q on %q: %v", sub.req.Durable, r.topic, r.err)
+		}
+	}
+	return failed
 }
