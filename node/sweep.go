@@ -52,12 +52,12 @@ func newWildSet() *wildSet { return &wildSet{subs: routing.NewTable[*subscriptio
 
 // advanced is the log's OnAdvance function: it notes the advance (from == to: a purge, cut
 // or delete) on every sweep subscription whose pattern matches topic.
-func (ws *wildSet) advanced(topic string, from, to uint64) {
+func (ws *wildSet) advanced(topic string, id uint32, from, to uint64) {
 	if ws.n.Load() == 0 {
 		return
 	}
 	for _, sub := range ws.subs.Match(topic) {
-		sub.noteAdvance(topic, from, from == to)
+		sub.noteAdvance(topic, id, from, from == to)
 	}
 }
 
@@ -73,28 +73,46 @@ type sweepState struct {
 	active []*cursor  // the cursors with records to read, in ID order once sorted
 	sorted bool       // active is in ID order
 	opened int        // cursors made so far (tests)
+	// The cursors by topic ID: those made at set-up in ID order (found by a binary search,
+	// so set-up inserts nothing per topic into a map), and those made since.
+	setUp []cursor
+	later map[uint32]*cursor
 
-	// dirty is what advanced noted since the run goroutine last took it: per topic, the
-	// high-watermark before its first noted advance (noMove: changed without one).
+	// dirty is what advanced noted since the run goroutine last took it: per topic ID, the
+	// name and the high-watermark before its first noted advance (noMove: changed without
+	// one).
 	dirty struct {
 		sync.Mutex
-		m map[string]uint64
+		m map[uint32]note
 	}
+}
+
+type note struct {
+	topic string
+	from  uint64
+}
+
+// cursor returns the cursor on the topic with ID id, or nil. Run goroutine.
+func (st *sweepState) cursor(id uint32) *cursor {
+	if i, ok := slices.BinarySearchFunc(st.setUp, id, func(c cursor, id uint32) int { return cmp.Compare(c.id, id) }); ok {
+		return &st.setUp[i]
+	}
+	return st.later[id]
 }
 
 // noteAdvance notes that topic advanced from from (or changed, moved false) and wakes the
 // run goroutine. It never blocks: the log's completer calls it, with the log's lock held.
-func (sub *subscription) noteAdvance(topic string, from uint64, changed bool) {
+func (sub *subscription) noteAdvance(topic string, id uint32, from uint64, changed bool) {
 	d := &sub.sweep.dirty
 	d.Lock()
 	if d.m == nil {
-		d.m = make(map[string]uint64)
+		d.m = make(map[uint32]note)
 	}
-	if old, ok := d.m[topic]; !ok || (old == noMove && !changed) {
+	if old, ok := d.m[id]; !ok || (old.from == noMove && !changed) {
 		if changed {
 			from = noMove
 		}
-		d.m[topic] = from
+		d.m[id] = note{topic, from}
 	}
 	d.Unlock()
 	sub.poke()
@@ -165,9 +183,7 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 	// In ID order, as the sweep reads them, and side by side in memory.
 	slices.SortFunc(starts, func(a, b start) int { return cmp.Compare(a.id, b.id) })
 	slab := make([]cursor, len(starts))
-	if len(sub.byTopic) == 0 {
-		sub.byTopic = make(map[string]*cursor, len(starts))
-	}
+	sub.sweep.setUp = slab
 	sub.cursors = slices.Grow(sub.cursors, len(starts))
 	sub.sweep.active = slices.Grow(sub.sweep.active, len(starts))
 	sub.mu.Lock()
@@ -189,6 +205,10 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 func (sub *subscription) newSweepCursor(topic string, in wal.Instance, next, stored uint64) *cursor {
 	c := new(cursor)
 	sub.initSweepCursor(c, topic, in, in.ID(), next, stored)
+	if sub.sweep.later == nil {
+		sub.sweep.later = make(map[uint32]*cursor)
+	}
+	sub.sweep.later[c.id] = c
 	return c
 }
 
@@ -201,7 +221,6 @@ func (sub *subscription) initSweepCursor(c *cursor, topic string, in wal.Instanc
 	sub.mu.Lock()
 	sub.mu.curs = append(sub.mu.curs, c)
 	sub.mu.Unlock()
-	sub.byTopic[topic] = c
 	sub.cursors = append(sub.cursors, c)
 	sub.sweep.opened++
 	sub.s.n.wild.cursors.Add(1)
@@ -212,15 +231,6 @@ func (sub *subscription) initSweepCursor(c *cursor, topic string, in wal.Instanc
 func (sub *subscription) activate(c *cursor) {
 	if c.active {
 		return
-	}
-	if !c.inst.Valid() {
-		// The topic was gone when the cursor was made, so nothing of it was sent: a topic
-		// created since under its name is read from its start.
-		c.inst = sub.s.n.wal.Instance(c.topic)
-		c.id = c.inst.ID()
-		if first, _, ok := sub.s.n.wal.Bounds(c.topic); ok && !c.bound {
-			c.next = first
-		}
 	}
 	c.active = true
 	if k := len(sub.sweep.active); k > 0 && sub.sweep.active[k-1].id > c.id {
@@ -238,23 +248,27 @@ func (sub *subscription) takeDirty() {
 	m := d.m
 	d.m = nil
 	d.Unlock()
-	for topic, from := range m {
-		if c := sub.byTopic[topic]; c != nil {
+	for id, nt := range m {
+		if c := sub.sweep.cursor(id); c != nil {
 			sub.activate(c)
 			continue
 		}
-		if from == noMove {
+		if nt.from == noMove {
 			continue // a topic with nothing unread was purged, cut or deleted
+		}
+		in := sub.s.n.wal.Instance(nt.topic)
+		if !in.Valid() || in.ID() != id {
+			continue // deleted since: a topic created under its name has notes of its own
 		}
 		var stored uint64
 		if sub.req.Durable != "" {
 			// Its stored position, if any, is where it was at the start: nothing of the
 			// topic was delivered since, so nothing was acknowledged.
-			if resume, ok, err := sub.s.n.wal.Resume(sub.req.Durable, topic); err == nil && ok {
+			if resume, ok, err := sub.s.n.wal.Resume(sub.req.Durable, nt.topic); err == nil && ok {
 				stored = resume
 			}
 		}
-		sub.newSweepCursor(topic, sub.s.n.wal.Instance(topic), from, stored)
+		sub.newSweepCursor(nt.topic, in, nt.from, stored)
 	}
 }
 

@@ -12,7 +12,7 @@ type watchers struct {
 	byTopic   map[string]map[*watcher]struct{}
 	newTopics map[*watcher]struct{}
 	// all is OnAdvance's function, or nil.
-	all atomic.Pointer[func(topic string, from, to uint64)]
+	all atomic.Pointer[func(topic string, id uint32, from, to uint64)]
 }
 
 type watcher struct {
@@ -100,9 +100,9 @@ func (w *watchers) wake(advances []advance, newTopic bool) {
 
 // wakeTopic pokes the watchers of one topic (after a purge or a delete, so
 // that readers waiting for records learn of it). Runs on the completer.
-func (w *watchers) wakeTopic(name string) {
+func (w *watchers) wakeTopic(name string, id uint32) {
 	if fn := w.all.Load(); fn != nil {
-		(*fn)(name, 0, 0)
+		(*fn)(name, id, 0, 0)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -111,9 +111,10 @@ func (w *watchers) wakeTopic(name string) {
 	}
 }
 
-// OnAdvance has fn called for every advance of any topic's high-watermark, with the
-// high-watermark before and after it, in the order of the advances; and with from == to
-// when a purge, a retention cut or a delete changed a topic otherwise. It is how one reader
+// OnAdvance has fn called for every advance of any topic's high-watermark, with the topic's
+// name and ID (Instance.ID) and the high-watermark before and after it, in the order of the
+// advances; and with from == to when a purge, a retention cut or a delete changed a topic
+// otherwise. It is how one reader
 // of many topics (a node's wildcard subscriptions) learns which of them moved without a
 // registration per topic. fn runs on the goroutine that advances the high-watermark, with
 // the Log's lock held for an advance: it must not block and must not call the Log. A Log
@@ -122,7 +123,7 @@ func (w *watchers) wakeTopic(name string) {
 // With TopicsWhile, a reader can tell exactly where each topic stood when it began: an
 // advance either happened before TopicsWhile's listing (and shows in it) or is given to fn
 // after it, never both.
-func (l *Log) OnAdvance(fn func(topic string, from, to uint64)) (cancel func()) {
+func (l *Log) OnAdvance(fn func(topic string, id uint32, from, to uint64)) (cancel func()) {
 	l.watch.all.Store(&fn)
 	return func() { l.watch.all.CompareAndSwap(&fn, nil) }
 }
@@ -131,7 +132,7 @@ func (l *Log) OnAdvance(fn func(topic string, from, to uint64)) (cancel func()) 
 // function. Caller holds l.mu.
 func (l *Log) advanceLocked(t *topic, from uint64) {
 	if fn := l.watch.all.Load(); fn != nil && t.hwm > from {
-		(*fn)(t.name, from, t.hwm)
+		(*fn)(t.name, t.id, from, t.hwm)
 	}
 }
 
