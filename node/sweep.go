@@ -285,10 +285,13 @@ func (sub *subscription) sendSwept() (int, *wire.Error) {
 		st.sorted = true
 	}
 	sent := 0
+	records, bytes := 0, 0 // for the series, added once per round
 	keep := st.active[:0]
 	defer func() {
 		clear(st.active[len(keep):]) // the cursors that left hold nothing through the array
 		st.active = keep
+		sub.series.records.Add(float64(records))
+		sub.series.bytes.Add(float64(bytes))
 	}()
 	for i, c := range st.active {
 		budget := max(n.cfg.ReadAhead-sub.w.Buffered(), 1)
@@ -301,8 +304,8 @@ func (sub *subscription) sendSwept() (int, *wire.Error) {
 			c.pub = c.next
 			sub.mu.Unlock()
 			sent += got
-			sub.series.records.Add(float64(got))
-			sub.series.bytes.Add(float64(sub.encBytes))
+			records += got
+			bytes += sub.encBytes
 		}
 		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
 		switch {
