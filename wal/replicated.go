@@ -384,7 +384,7 @@ func (w *ReplicaWriter) Published() {
 		l.mu.topics[t.name] = t
 	}
 	for _, t := range w.newTopics {
-		l.advanceLocked(t, 0)
+		l.advanceLocked(t, t.first) // a new topic's log starts at its first offset
 	}
 	for _, p := range w.positions {
 		if p.del {
