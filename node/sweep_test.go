@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -282,4 +285,118 @@ func TestWildcardSweepGap(t *testing.T) {
 	if got := r.read(t, 1)[0]; got != "gp.a@5=m0" {
 		t.Fatalf("after the GAP: %s, want gp.a@5=m0", got)
 	}
+}
+
+// A wildcard from latest set up while records are appended at random to many topics gets,
+// of each topic, a dense run of offsets up to its head: nothing acknowledged before the
+// SUBSCRIBE was sent, everything appended after SUBSCRIBED came, and no hole between (the
+// listing at set-up and the advances the subscription is told of neither overlap nor leave
+// a gap).
+func TestWildcardLatestSetUpRacesAppends(t *testing.T) {
+	n := newTestNode(t)
+	rnd := testlog.Rand(t, "appends")
+	const topics = 200
+	names := make([]string, topics)
+	for i := range names {
+		names[i] = fmt.Sprintf("race.%d", i)
+	}
+	appendOne(t, n, names, func(string) string { return "m" })
+	rc := mustDial(t, n)
+
+	var mu sync.Mutex
+	acked := map[string][]uint64{} // offsets, in the order their appends were acknowledged
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 2 {
+		seed := rnd.Uint64()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tp := names[r.IntN(topics)]
+				res := n.Log().Append(context.Background(), wal.AppendRequest{Topic: tp, Records: []wal.Record{{Payload: []byte("m")}}})
+				if res.Err != nil {
+					t.Error(res.Err)
+					return
+				}
+				mu.Lock()
+				acked[tp] = append(acked[tp], res.First)
+				mu.Unlock()
+			}
+		}()
+	}
+	waitFor(t, 10*time.Second, "appends", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > topics/2 })
+	mu.Lock()
+	before := map[string]uint64{} // 1 + the highest offset acknowledged before the SUBSCRIBE
+	for tp, offs := range acked {
+		before[tp] = offs[len(offs)-1] + 1
+	}
+	mu.Unlock()
+	s := subscribe(t, rc, &wire.Subscribe{Pattern: "race.>", Start: wire.StartLatest})
+	mu.Lock()
+	mark := map[string]int{} // acked[tp][mark[tp]:] were acknowledged after SUBSCRIBED came
+	for tp, offs := range acked {
+		mark[tp] = len(offs)
+	}
+	mu.Unlock()
+	waitFor(t, 10*time.Second, "appends after the set-up", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		k := 0
+		for _, offs := range acked {
+			k += len(offs)
+		}
+		return k > 2000
+	})
+	close(stop)
+	wg.Wait()
+	appendOne(t, n, names, func(string) string { return "fence" }) // every topic has a record after the set-up
+	heads := map[string]uint64{}
+	want := 0
+	for _, tp := range names {
+		_, heads[tp], _ = n.Log().Bounds(tp)
+	}
+	// Read until every topic reached its head: a topic's first delivered offset is not known
+	// in advance (records appended during the set-up may or may not come), so read what comes
+	// and check it.
+	got := map[string][]uint64{}
+	r := newTopicReader(s)
+	done := func() bool {
+		for _, tp := range names {
+			offs := got[tp]
+			if len(offs) == 0 || offs[len(offs)-1]+1 != heads[tp] {
+				return false
+			}
+		}
+		return true
+	}
+	for !done() {
+		rec := r.read(t, 1)[0]
+		var off uint64
+		at := strings.LastIndexByte(rec, '@')
+		tp := rec[:at]
+		if _, err := fmt.Sscanf(rec[at:], "@%d=", &off); err != nil {
+			t.Fatalf("%s: %v", rec, err)
+		}
+		if prev := got[tp]; len(prev) > 0 && prev[len(prev)-1]+1 != off {
+			t.Fatalf("%s: offset %d after %d: a hole or a repeat", tp, off, prev[len(prev)-1])
+		}
+		if off < before[tp] {
+			t.Fatalf("%s: offset %d was acknowledged before the SUBSCRIBE was sent (up to %d)", tp, off, before[tp]-1)
+		}
+		got[tp] = append(got[tp], off)
+		want++
+	}
+	for tp, offs := range acked {
+		if m := mark[tp]; m < len(offs) && got[tp][0] > offs[m] {
+			t.Fatalf("%s: offset %d, acknowledged after SUBSCRIBED came, was not delivered (the first was %d)", tp, offs[m], got[tp][0])
+		}
+	}
+	t.Logf("%d records of %d topics after the set-up", want, len(got))
 }
