@@ -400,3 +400,36 @@ func TestWildcardLatestSetUpRacesAppends(t *testing.T) {
 	}
 	t.Logf("%d records of %d topics after the set-up", want, len(got))
 }
+
+// Under a live wildcard, a purge of a quiet topic costs it nothing (no cursor) and the topic
+// goes on at its next offset; a delete of a topic it has read ends it with CodeTopicDeleted,
+// as for a subscription with a cursor per topic.
+func TestWildcardSweepPurgeAndDelete(t *testing.T) {
+	n := newTestNode(t)
+	rc := mustDial(t, n)
+	publishN(t, rc, "pd.quiet", 0, 3)
+	publishN(t, rc, "pd.read", 0, 1)
+	s := subscribe(t, rc, &wire.Subscribe{Pattern: "pd.*", Start: wire.StartLatest})
+	r := newTopicReader(s)
+	ctx := context.Background()
+	if _, err := n.Log().PurgeTopic(ctx, "pd.quiet"); err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, rc, "pd.read", 1, 1)
+	if got := r.read(t, 1)[0]; got != "pd.read@1=m1" {
+		t.Fatalf("got %s, want pd.read@1=m1", got)
+	}
+	if got := n.wild.cursors.Load(); got != 1 {
+		t.Fatalf("cursors after a purge of a quiet topic: %d, want 1 (pd.read)", got)
+	}
+	publishN(t, rc, "pd.quiet", 3, 1)
+	if got := r.read(t, 1)[0]; got != "pd.quiet@3=m3" {
+		t.Fatalf("got %s, want pd.quiet@3=m3", got)
+	}
+	if _, err := n.Log().DeleteTopic(ctx, "pd.read"); err != nil {
+		t.Fatal(err)
+	}
+	if e := s.expectError(); e.Code != wire.CodeTopicDeleted {
+		t.Fatalf("after the delete of a topic it read: %v, want CodeTopicDeleted", e)
+	}
+}
