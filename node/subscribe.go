@@ -536,8 +536,8 @@ func (sub *subscription) run() *wire.Error {
 // matching at set-up has been sent up to its head at set-up (this node's cursors, and each
 // upstream's own CAUGHT_UP). It reports whether it buffered the frame. Run goroutine.
 func (sub *subscription) checkCaughtUp() bool {
-	if !sub.caughtUp || sub.caughtOK {
-		return false
+	if !sub.caughtUp || sub.caughtOK || sub.sweep.pending != nil {
+		return false // with a sweep: not before every cursor of set-up is made
 	}
 	for c, head := range sub.catchUp {
 		if c.next >= head {

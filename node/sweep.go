@@ -73,10 +73,14 @@ type sweepState struct {
 	active []*cursor  // the cursors with records to read, in ID order once sorted
 	sorted bool       // active is in ID order
 	opened int        // cursors made so far (tests)
-	// The cursors by topic ID: those made at set-up in ID order (found by a binary search,
-	// so set-up inserts nothing per topic into a map), and those made since.
-	setUp []cursor
-	later map[uint32]*cursor
+	// The cursors by topic ID: those of the topics with records to read at set-up, in ID
+	// order (found by a binary search: nothing per topic goes into a map), and those made
+	// since. setUp[:made] are made; the rest are made from pending as the rounds go (at
+	// most sweepChunk a round), so the first records go out before every cursor is made.
+	setUp   []cursor
+	pending []sweepStart // where each of setUp starts; nil once all are made
+	made    int
+	later   map[uint32]*cursor
 
 	// dirty is what advanced noted since the run goroutine last took it: per topic ID, the
 	// name and the high-watermark before its first noted advance (noMove: changed without
@@ -92,12 +96,47 @@ type note struct {
 	from  uint64
 }
 
-// cursor returns the cursor on the topic with ID id, or nil. Run goroutine.
-func (st *sweepState) cursor(id uint32) *cursor {
-	if i, ok := slices.BinarySearchFunc(st.setUp, id, func(c cursor, id uint32) int { return cmp.Compare(c.id, id) }); ok {
+// sweepStart is where a cursor made at set-up starts.
+type sweepStart struct {
+	topic        string
+	in           wal.Instance
+	id           uint32
+	next, stored uint64
+	head         uint64 // the topic's high-watermark at set-up (CAUGHT_UP)
+}
+
+// sweepChunk is how many of the cursors of set-up a round makes.
+const sweepChunk = 4096
+
+// sweepCursor returns the cursor on the topic with ID id, or nil. Run goroutine.
+func (sub *subscription) sweepCursor(id uint32) *cursor {
+	st := &sub.sweep
+	if i, ok := slices.BinarySearchFunc(st.setUp[:st.made], id, func(c cursor, id uint32) int { return cmp.Compare(c.id, id) }); ok {
+		return &st.setUp[i]
+	}
+	if j, ok := slices.BinarySearchFunc(st.pending[min(st.made, len(st.pending)):], id, func(s sweepStart, id uint32) int { return cmp.Compare(s.id, id) }); ok {
+		i := st.made + j
+		sub.makeSetUp(i + 1)
 		return &st.setUp[i]
 	}
 	return st.later[id]
+}
+
+// makeSetUp makes the cursors of set-up up to (not including) setUp[upTo], in order. Run
+// goroutine.
+func (sub *subscription) makeSetUp(upTo int) {
+	st := &sub.sweep
+	for ; st.made < upTo && st.made < len(st.pending); st.made++ {
+		p := &st.pending[st.made]
+		c := &st.setUp[st.made]
+		sub.initSweepCursor(c, p.topic, p.in, p.id, p.next, p.stored)
+		if sub.caughtUp {
+			sub.catchUp[c] = p.head
+		}
+	}
+	if st.made == len(st.pending) {
+		st.pending = nil
+	}
 }
 
 // noteAdvance notes that topic advanced from from (or changed, moved false) and wakes the
@@ -148,12 +187,7 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 		}
 		n.wild.cursors.Add(-int64(sub.sweep.opened))
 	}
-	type start struct {
-		id           uint32
-		t            *wal.ListedTopic
-		next, stored uint64
-	}
-	var starts []start
+	var starts []sweepStart
 	for i := range topics {
 		t := &topics[i]
 		if !routing.Match(sub.req.Pattern, t.Name) {
@@ -176,27 +210,19 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 			}
 		}
 		if next != t.Next { // else nothing to read: its first noted advance says where it starts
-			starts = append(starts, start{t.ID, t, next, stored})
+			starts = append(starts, sweepStart{topic: t.Name, in: t.Instance, id: t.ID, next: next, stored: stored, head: t.Next})
 		}
 	}
 	sub.head = 0
 	// In ID order, as the sweep reads them, and side by side in memory.
-	slices.SortFunc(starts, func(a, b start) int { return cmp.Compare(a.id, b.id) })
-	slab := make([]cursor, len(starts))
-	sub.sweep.setUp = slab
+	slices.SortFunc(starts, func(a, b sweepStart) int { return cmp.Compare(a.id, b.id) })
+	sub.sweep.setUp = make([]cursor, len(starts))
+	sub.sweep.pending = starts
 	sub.cursors = slices.Grow(sub.cursors, len(starts))
-	sub.sweep.active = slices.Grow(sub.sweep.active, len(starts))
 	sub.mu.Lock()
 	sub.mu.curs = slices.Grow(sub.mu.curs, len(starts))
 	sub.mu.bound = slices.Grow(sub.mu.bound, len(starts))
 	sub.mu.Unlock()
-	for i, st := range starts {
-		c := &slab[i]
-		sub.initSweepCursor(c, st.t.Name, st.t.Instance, st.id, st.next, st.stored)
-		if sub.caughtUp {
-			sub.catchUp[c] = st.t.Next
-		}
-	}
 	return stop, nil
 }
 
@@ -249,7 +275,7 @@ func (sub *subscription) takeDirty() {
 	d.m = nil
 	d.Unlock()
 	for id, nt := range m {
-		if c := sub.sweep.cursor(id); c != nil {
+		if c := sub.sweepCursor(id); c != nil {
 			sub.activate(c)
 			continue
 		}
@@ -278,6 +304,7 @@ func (sub *subscription) takeDirty() {
 // that reaches its topic's high-watermark leaves the active set.
 func (sub *subscription) sendSwept() (int, *wire.Error) {
 	n := sub.s.n
+	sub.makeSetUp(sub.sweep.made + sweepChunk)
 	sub.takeDirty()
 	st := &sub.sweep
 	if !st.sorted {
@@ -346,6 +373,9 @@ func (sub *subscription) sendSwept() (int, *wire.Error) {
 				return sent, errStreamGone
 			}
 		}
+	}
+	if st.pending != nil && sent == 0 {
+		sent = 1 // cursors of set-up are still to be made: another round, not a wait
 	}
 	return sent, nil
 }
