@@ -25,7 +25,10 @@ import (
 // run, on one data set: QUICMQ_BENCH_WILD_TOPICS (default 100,000) topics "scale.N" of one
 // 100 B record each, and one topic "one.replay" of as many records.
 //
-//	go test -run '^$' -bench 'Wildcard' -benchtime 3x -count 1 ./node
+//	go test -run '^$' -bench 'Wildcard' -benchtime 5x -count 1 ./node
+//
+// (5x, not fewer: the ratios are medians over runs of at least a quarter of the largest
+// b.N, which then leaves out the framework's first run, of b.N 1, on a cold node.)
 //
 // BenchmarkWildcardReplay/wildcard reads every scale.N from earliest through "scale.>";
 // /one-topic reads one.replay from earliest, and reports "wild/one": the wildcard's median
