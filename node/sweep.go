@@ -31,7 +31,7 @@ import (
 //   - The reads of a round go through one wal.Sweep: one Pebble iterator over the record
 //     keyspace, which steps from one topic's records to the next topic's without a seek
 //     when they follow each other, and is released, like a Scanner's, while the
-//     subscription waits. Frames of many topics share a batch of at most ReadAhead bytes.
+//     subscription waits. Frames of many topics share a batch of about ReadAhead bytes.
 //
 // Each topic's records still go out in offset order, with GAP frames for records retention
 // deleted, and never past the durable high-watermark (I3: a Sweep's reads stop there).
