@@ -79,7 +79,7 @@ const fanEncodings = 4
 // parkCursor is the cursor of a subscription that may park on a fanout, or nil. Run
 // goroutine, idle.
 func (sub *subscription) parkCursor() *cursor {
-	if len(sub.cursors) != 1 || sub.upCh != nil || (sub.caughtUp && !sub.caughtOK) {
+	if sub.sweep.on || len(sub.cursors) != 1 || sub.upCh != nil || (sub.caughtUp && !sub.caughtOK) {
 		return nil
 	}
 	if _, own := sub.out.(ownStream); !own {
@@ -276,7 +276,7 @@ func (f *fanout) serve(sub *subscription, in wal.Instance) (served, again bool) 
 	// Count the run as delivered before it is written, as sendAvailable does.
 	sub.mu.Lock()
 	sub.mu.bound[c.index].delivered = e.to
-	*c.pub = e.to
+	c.pub = e.to
 	sub.mu.Unlock()
 	c.next = e.to
 	sub.series.records.Add(float64(e.records))

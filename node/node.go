@@ -48,7 +48,10 @@ type Node struct {
 	// interest maps subscription patterns to the subscriptions that want to hear of new
 	// topics. Owned by no goroutine: routing.Table is safe for concurrent use.
 	interest *routing.Table[*subscription]
-	cons     consumers // held exclusive durables and live consumer groups (exclusive.go, group.go)
+	// wild is the wildcard subscriptions that read by sweep (sweep.go), told of every advance
+	// of the log's high-watermarks.
+	wild *wildSet
+	cons consumers // held exclusive durables and live consumer groups (exclusive.go, group.go)
 
 	gossip *gossip.Gossip         // nil without GossipLAN
 	fed    *federation.Federation // links to the other nodes of the mesh; nil without GossipLAN
@@ -87,6 +90,7 @@ func New(cfg Config) (*Node, error) {
 		log:      cfg.Logger.With("node", cfg.Name, "region", cfg.Region),
 		reg:      cfg.Registerer,
 		interest: routing.NewTable[*subscription](),
+		wild:     newWildSet(),
 		stop:     make(chan struct{}),
 		runDone:  make(chan struct{}),
 	}
@@ -132,6 +136,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: open log: %w", err)
 	}
+	n.wal.OnAdvance(n.wild.advanced) // sweep.go
 	n.tails = newTailSet(n.wal, cfg.TailRecords, cfg.TailBytes)
 	n.tails.register(n.reg)
 	if cfg.Replicas > 1 {

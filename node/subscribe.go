@@ -85,6 +85,8 @@ type subscription struct {
 	upTopics uint64                  // with caughtUp: topics the upstreams' CAUGHT_UP frames counted
 	setupN   uint64                  // topics of this node's log matching at set-up
 	caughtOK bool                    // CAUGHT_UP buffered
+	sweep    sweepState              // a wildcard's reading by sweep (sweep.go)
+	head     uint64                  // with sweep, at set-up: the head of the topic startOffset is asked about
 
 	// Set by the fanout the subscription parked on (fanout.go), under its mu: the frames it
 	// counted as delivered and could not write, for the run goroutine to write first.
@@ -95,9 +97,9 @@ type subscription struct {
 
 	mu struct {
 		sync.Mutex
-		newTopics []string           // pushed by the node's topic watcher
-		bound     []boundTopic       // by topic number: for validating ACKs
-		next      map[string]*uint64 // every cursor's next offset (cursor.pub): for the lag metric
+		newTopics []string     // pushed by the node's topic watcher
+		bound     []boundTopic // by topic number: for validating ACKs
+		curs      []*cursor    // every cursor, for the lag metric (cursor.pub)
 	}
 }
 
@@ -106,13 +108,18 @@ type cursor struct {
 	index  uint64 // the topic's number on the subscription (the wire index is out.index of it)
 	bound  bool   // TOPIC frame sent
 	next   uint64
-	pub    *uint64      // next as the lag metric sees it (the subscription's mu.next), under mu
+	pub    uint64       // next as the lag metric sees it (the subscription's mu.curs), under mu
 	stored uint64       // 1 + the durable consumer's stored position at the start; 0: none
 	cancel func()       // stops the log's notifications
 	scan   *wal.Scanner // keeps the log's iterator between reads while the cursor catches up
 	tail   *topicTail   // the topic's shared tail, nil when tails are off (tail.go)
 
 	skip map[string]uint64 // a vector whose covered records are skipped (vector.go); nil: none
+
+	// A sweep subscription's cursor (sweep.go) has no scanner, tail or cancel of its own.
+	inst   wal.Instance // the topic's log it reads
+	id     uint32       // inst's ID: the order of the sweep's reads
+	active bool         // among the cursors the next round reads
 }
 
 type boundTopic struct {
@@ -300,7 +307,6 @@ func (s *session) newSubscription(parent context.Context, req *wire.Subscribe, o
 		started: time.Now(),
 	}
 	sub.w = wire.NewWriter(writerFunc(out.write))
-	sub.mu.next = make(map[string]*uint64)
 	sub.encodeFn, sub.scanFn = sub.encode, sub.encodeScanned
 	sub.vec.want = wire.VectorMap(req.Vector)
 	return sub, nil
@@ -380,27 +386,48 @@ func (sub *subscription) markSetUp() {
 // connection ends or the node drains. It returns an error to send, or nil.
 func (sub *subscription) run() *wire.Error {
 	n := sub.s.n
-	// Register interest before listing topics, so that no topic created in between is missed
-	// (a topic seen twice is ignored the second time).
-	if err := n.interest.Add(sub.req.Pattern, sub); err != nil {
-		return &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
-	}
-	defer n.interest.Remove(sub.req.Pattern, sub)
-	defer func() {
-		sub.releaseScans()
-		for _, c := range sub.cursors {
-			c.cancel()
-		}
-	}()
-
-	if sub.req.Start == wire.StartLatest {
-		sub.latest = make(map[string]uint64)
-	}
 	if sub.caughtUp {
 		sub.catchUp = make(map[*cursor]uint64)
 		sub.upWait = make(map[string]bool)
 	}
-	for _, t := range n.wal.Topics() {
+	sweep := sub.sweepable()
+	if sweep {
+		// A wildcard of this node's logs: no cursor per matching topic (sweep.go).
+		stop, err := sub.setUpSweep()
+		defer sub.releaseScans()
+		defer stop()
+		if err != nil {
+			return err
+		}
+	} else {
+		// Register interest before listing topics, so that no topic created in between is
+		// missed (a topic seen twice is ignored the second time).
+		if err := n.interest.Add(sub.req.Pattern, sub); err != nil {
+			return &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
+		}
+		defer n.interest.Remove(sub.req.Pattern, sub)
+		defer func() {
+			sub.releaseScans()
+			for _, c := range sub.cursors {
+				c.cancel()
+			}
+		}()
+		if sub.req.Start == wire.StartLatest {
+			sub.latest = make(map[string]uint64)
+		}
+	}
+	var listed []wal.TopicInfo // a sweep listed them in setUpSweep
+	switch {
+	case sweep:
+	case routing.IsLiteral(sub.req.Pattern):
+		// One topic matches: its bounds, not a listing of every topic the node holds.
+		if first, next, ok := n.wal.Bounds(sub.req.Pattern); ok {
+			listed = []wal.TopicInfo{{Name: sub.req.Pattern, First: first, Next: next}}
+		}
+	default:
+		listed = n.wal.Topics()
+	}
+	for _, t := range listed {
 		if sub.owner == "" && routing.Match(sub.req.Pattern, t.Name) {
 			if sub.req.Start == wire.StartLatest {
 				sub.latest[t.Name] = t.Next
@@ -415,7 +442,7 @@ func (sub *subscription) run() *wire.Error {
 		}
 	}
 	var placeChanged <-chan struct{}
-	if sub.spansRegion() {
+	if !sweep && sub.spansRegion() {
 		sub.ups = make(map[string]*upstream)
 		sub.upIndex = make(map[string]uint64)
 		sub.upRetry = make(map[string]bool)
@@ -509,8 +536,8 @@ func (sub *subscription) run() *wire.Error {
 // matching at set-up has been sent up to its head at set-up (this node's cursors, and each
 // upstream's own CAUGHT_UP). It reports whether it buffered the frame. Run goroutine.
 func (sub *subscription) checkCaughtUp() bool {
-	if !sub.caughtUp || sub.caughtOK {
-		return false
+	if !sub.caughtUp || sub.caughtOK || sub.sweep.pending != nil {
+		return false // with a sweep: not before every cursor of set-up is made
 	}
 	for c, head := range sub.catchUp {
 		if c.next >= head {
@@ -543,6 +570,9 @@ func (sub *subscription) poke() {
 }
 
 func (sub *subscription) takeNewTopics() *wire.Error {
+	if sub.sweep.on {
+		return nil // the node's advances name new topics too (sweep.go)
+	}
 	sub.mu.Lock()
 	topics := sub.mu.newTopics
 	sub.mu.newTopics = nil
@@ -590,10 +620,9 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 	}
 	c.next, c.stored, c.skip = next, stored, sub.vec.skip(topic)
 	sub.beginStored(topic, next, stored > 0) // vector.go
-	c.pub = new(uint64)
 	sub.mu.Lock()
-	*c.pub = next
-	sub.mu.next[topic] = c.pub
+	c.pub = next
+	sub.mu.curs = append(sub.mu.curs, c)
 	sub.mu.Unlock()
 	sub.byTopic[topic] = c
 	sub.cursors = append(sub.cursors, c)
@@ -633,6 +662,9 @@ func (sub *subscription) startOffset(topic string, created bool) (uint64, uint64
 	}
 	switch sub.req.Start {
 	case wire.StartLatest:
+		if sub.sweep.on {
+			return sub.head, 0, nil
+		}
 		if v, ok := sub.latest[topic]; ok {
 			return v, 0, nil
 		}
@@ -662,6 +694,9 @@ var errStreamGone = &wire.Error{Code: wire.CodeInternal, Message: "subscription 
 // Writes block when the client's flow-control window is full: that is the backpressure. A
 // failed write ends the round with errStreamGone.
 func (sub *subscription) sendAvailable() (int, *wire.Error) {
+	if sub.sweep.on {
+		return sub.sendSwept() // sweep.go
+	}
 	n := sub.s.n
 	sent := 0
 	for _, c := range sub.cursors {
@@ -671,7 +706,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			// record as soon as it arrives.
 			sub.mu.Lock()
 			sub.mu.bound[c.index].delivered = c.next
-			*c.pub = c.next
+			c.pub = c.next
 			sub.mu.Unlock()
 			sent += got
 			sub.series.records.Add(float64(got))
@@ -696,7 +731,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			// whose remaining records were all deleted can store a position past them.
 			sub.mu.Lock()
 			sub.mu.bound[c.index].delivered = c.next
-			*c.pub = c.next
+			c.pub = c.next
 			sub.mu.Unlock()
 			sent++
 		case errors.Is(err, wal.ErrUnknownTopic):
@@ -880,8 +915,13 @@ func (sub *subscription) releaseScans() {
 	if !sub.holding {
 		return
 	}
+	if sub.sweep.sw != nil {
+		sub.sweep.sw.Release()
+	}
 	for _, c := range sub.cursors {
-		c.scan.Release()
+		if c.scan != nil {
+			c.scan.Release()
+		}
 	}
 	sub.holding = false
 }
@@ -892,9 +932,9 @@ func (sub *subscription) lag() uint64 {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	var lag uint64
-	for topic, pos := range sub.mu.next {
-		if _, head, ok := sub.s.n.wal.Bounds(topic); ok && head > *pos {
-			lag += head - *pos
+	for _, c := range sub.mu.curs {
+		if _, head, ok := sub.s.n.wal.Bounds(c.topic); ok && head > c.pub {
+			lag += head - c.pub
 		}
 	}
 	return lag
@@ -969,9 +1009,18 @@ func (sub *subscription) takeAck(n, wireIndex, offset uint64) *wire.Error {
 }
 
 // storeAcks stores (synced) the durable positions takeAck staged. A position read from the
-// client is stored even when the connection has ended meanwhile. Ack reader.
+// client is stored even when the connection has ended meanwhile. The positions of this
+// node's log go to it all at once, so they share its synced batches: a wildcard that
+// acknowledges records of many topics at once waits for one fsync, not one per topic. Ack
+// reader.
 func (sub *subscription) storeAcks() *wire.Error {
 	n := sub.s.n
+	type stored struct {
+		topic string
+		err   error
+	}
+	var done chan stored
+	waiting := 0
 	for t, off := range sub.pending {
 		if n.rep != nil && n.rep.isReplicated(t) {
 			if e := n.rep.setPosition(context.WithoutCancel(sub.ctx), sub.req.Durable, t, off, sub.ackedVector(t, off)); e != nil {
@@ -980,14 +1029,25 @@ func (sub *subscription) storeAcks() *wire.Error {
 			delete(sub.pending, t)
 			continue
 		}
-		p := wal.Position{Name: sub.req.Durable, Topic: t, Value: off, Vector: sub.ackedVector(t, off)} // vector.go
-		if err := n.wal.SetPosition(context.WithoutCancel(sub.ctx), p); err != nil {
-			if errors.Is(err, wal.ErrClosed) {
-				return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
-			}
-			return wire.Errorf(wire.CodeInternal, "store position of %q on %q: %v", sub.req.Durable, t, err)
+		if done == nil {
+			done = make(chan stored, len(sub.pending))
 		}
-		delete(sub.pending, t)
+		p := wal.Position{Name: sub.req.Durable, Topic: t, Value: off, Vector: sub.ackedVector(t, off)} // vector.go
+		waiting++
+		n.wal.AppendAsync(wal.AppendRequest{Position: &p}, func(res wal.AppendResult) { done <- stored{t, res.Err} })
 	}
-	return nil
+	var failed *wire.Error
+	for range waiting {
+		r := <-done
+		switch {
+		case r.err == nil:
+			delete(sub.pending, r.topic)
+		case failed != nil:
+		case errors.Is(r.err, wal.ErrClosed):
+			failed = wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+		default:
+			failed = wire.Errorf(wire.CodeInternal, "store position of %q on %q: %v", sub.req.Durable, r.topic, r.err)
+		}
+	}
+	return failed
 }

@@ -516,12 +516,14 @@ func (l *Log) complete(f *inflight) {
 // positions, then wakes watchers.
 func (l *Log) publish(f *inflight) {
 	l.mu.Lock()
-	for _, a := range f.advances {
-		a.t.hwm, a.t.hwmPos = a.hwm, a.hwmPs
-	}
 	for _, t := range f.newTopics {
 		l.mu.topics[t.name] = t
 		delete(l.mu.deleted, t.name)
+	}
+	for _, a := range f.advances {
+		from := a.t.hwm
+		a.t.hwm, a.t.hwmPos = a.hwm, a.hwmPs
+		l.advanceLocked(a.t, from)
 	}
 	for _, p := range f.positions {
 		if p.del {

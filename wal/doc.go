@@ -80,6 +80,15 @@
 // gets an *OffsetOutOfRangeError or a *TopicDeletedError, never a missing or
 // half-deleted record.
 //
+// # Many topics
+//
+// A reader of many topics (a node's wildcard subscription) registers no watcher per topic:
+// OnAdvance calls one function for every advance of any high-watermark, under the same lock
+// as the advance, and TopicsWhile lists the topics under it, so a reader that registers
+// while it lists learns of every advance its listing does not show, and of no other. A Sweep
+// reads many topics with one iterator over the 'm' keys, in key order (topic ID, offset),
+// each read bounded by its topic's high-watermark (sweep.go).
+//
 // # Consumers
 //
 // Named positions live in memory (every durable one, loaded at Open) and in

@@ -1,6 +1,9 @@
 package wal
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // watchers holds the channels of Notify and NotifyNewTopics. The completer
 // sends to them (never blocking) after it advanced high-watermarks.
@@ -8,6 +11,8 @@ type watchers struct {
 	mu        sync.Mutex
 	byTopic   map[string]map[*watcher]struct{}
 	newTopics map[*watcher]struct{}
+	// all is OnAdvance's function, or nil.
+	all atomic.Pointer[func(topic string, id uint32, from, to uint64)]
 }
 
 type watcher struct {
@@ -95,10 +100,62 @@ func (w *watchers) wake(advances []advance, newTopic bool) {
 
 // wakeTopic pokes the watchers of one topic (after a purge or a delete, so
 // that readers waiting for records learn of it). Runs on the completer.
-func (w *watchers) wakeTopic(name string) {
+func (w *watchers) wakeTopic(name string, id uint32) {
+	if fn := w.all.Load(); fn != nil {
+		(*fn)(name, id, 0, 0)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for x := range w.byTopic[name] {
 		x.poke()
 	}
+}
+
+// OnAdvance has fn called for every advance of any topic's high-watermark, with the topic's
+// name and ID (Instance.ID) and the high-watermark before and after it, in the order of the
+// advances; and with from == to when a purge, a retention cut or a delete changed a topic
+// otherwise. It is how one reader
+// of many topics (a node's wildcard subscriptions) learns which of them moved without a
+// registration per topic. fn runs on the goroutine that advances the high-watermark, with
+// the Log's lock held for an advance: it must not block and must not call the Log. A Log
+// has one such function; a later call replaces it, and cancel removes it.
+//
+// With TopicsWhile, a reader can tell exactly where each topic stood when it began: an
+// advance either happened before TopicsWhile's listing (and shows in it) or is given to fn
+// after it, never both.
+func (l *Log) OnAdvance(fn func(topic string, id uint32, from, to uint64)) (cancel func()) {
+	l.watch.all.Store(&fn)
+	return func() { l.watch.all.CompareAndSwap(&fn, nil) }
+}
+
+// advanceLocked reports the advance of t's high-watermark from from to OnAdvance's
+// function. Caller holds l.mu.
+func (l *Log) advanceLocked(t *topic, from uint64) {
+	if fn := l.watch.all.Load(); fn != nil && t.hwm > from {
+		(*fn)(t.name, t.id, from, t.hwm)
+	}
+}
+
+// ListedTopic is a topic as TopicsWhile listed it: its log, its first retained offset and
+// its high-watermark.
+type ListedTopic struct {
+	Instance
+	Name        string
+	ID          uint32 // Instance.ID, read with the rest
+	First, Next uint64
+}
+
+// TopicsWhile calls fn and lists the durable topics, in no particular order, with no
+// high-watermark advancing meanwhile: whatever fn registers to learn of advances (through
+// OnAdvance's function) learns of exactly those the listing does not show. fn must not call
+// the Log.
+func (l *Log) TopicsWhile(fn func()) []ListedTopic {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fn()
+	out := make([]ListedTopic, 0, len(l.mu.topics))
+	for _, t := range l.mu.topics {
+		out = append(out, ListedTopic{Instance: Instance{t}, Name: t.name, ID: t.id, First: t.first, Next: t.hwm})
+	}
+	return out
 }

@@ -373,11 +373,18 @@ func (w *ReplicaWriter) Published() {
 		t.touched = false
 		records += t.next - t.hwm
 		bytes += t.nextPos - t.hwmPos
+		from := t.hwm
 		t.hwm, t.hwmPos = t.next, t.nextPos
 		advances = append(advances, advance{t: t, hwm: t.next, hwmPs: t.nextPos})
+		if l.mu.topics[t.name] == t {
+			l.advanceLocked(t, from)
+		}
 	}
 	for _, t := range w.newTopics {
 		l.mu.topics[t.name] = t
+	}
+	for _, t := range w.newTopics {
+		l.advanceLocked(t, t.first) // a new topic's log starts at its first offset
 	}
 	for _, p := range w.positions {
 		if p.del {

@@ -212,7 +212,7 @@ func (w *ReplicaWriter) publishCuts() {
 		l.m.logBytes.Sub(float64(c.bytes))
 		l.m.retentionDeleted.Add(float64(c.to - c.from))
 		l.log.Debug("replicated cut", "topic", c.t.name, "first", c.to, "deleted", c.to-c.from)
-		l.watch.wakeTopic(c.t.name) // readers behind the cut learn of it now
+		l.watch.wakeTopic(c.t.name, c.t.id) // readers behind the cut learn of it now
 		select {
 		case w.compact <- compactJob{t: c.t, from: c.from, to: c.to}:
 		default: // the compactor is behind: Pebble reclaims the space later
@@ -226,7 +226,7 @@ func (w *ReplicaWriter) publishCuts() {
 		w.renewForgottenLocked()
 		l.mu.Unlock()
 		for _, t := range w.forgotten {
-			l.watch.wakeTopic(t.name) // its readers learn of the delete now
+			l.watch.wakeTopic(t.name, t.id) // its readers learn of the delete now
 		}
 		w.forgotten = w.forgotten[:0]
 	}
@@ -309,5 +309,6 @@ func (w *ReplicaWriter) renewForgottenLocked() {
 			hwm: old.hwm, hwmPos: old.hwmPos, cfg: old.cfg}
 		w.bound[old.name] = nt
 		w.l.mu.topics[old.name] = nt
+		old.deleted = true // its readers (a Sweep's) learn of the delete
 	}
 }

@@ -543,13 +543,13 @@ func (l *Log) afterAdmin(op *adminOp) {
 			l.log.Debug(string(op.kind), "topic", op.t.name, "first", op.cutTo, "deleted", op.cutTo-op.prevFirst)
 		}
 		if op.kind == opPurge {
-			l.watch.wakeTopic(op.t.name) // readers behind the cut learn of it now
+			l.watch.wakeTopic(op.t.name, op.t.id) // readers behind the cut learn of it now
 		}
 	case opDelete:
 		l.m.topics.Dec()
 		l.m.logBytes.Sub(float64(op.goneBytes))
 		l.log.Info("topic deleted", "topic", op.gone.name, "id", op.gone.id, "records", op.goneRecs)
-		l.watch.wakeTopic(op.gone.name)
+		l.watch.wakeTopic(op.gone.name, op.gone.id)
 	}
 }
 

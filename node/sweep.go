@@ -1,0 +1,381 @@
+package node
+
+import (
+	"cmp"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/routing"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// Wildcard subscriptions served from this node's logs read them as one sweep (issue 35):
+// what a subscription costs grows with what it reads, not with how many topics match.
+//
+//   - A matched topic with nothing unread has no cursor at all. The node learns of every
+//     advance of every topic's high-watermark from the log (wal.Log.OnAdvance: one function
+//     for the node, no registration per topic) and passes it to the wildcard subscriptions
+//     whose pattern matches (wildSet, a routing.Table), which note the topic and the
+//     high-watermark before the advance (sub.dirty) and wake. The subscription registers
+//     itself in the same instant as it lists the topics (wal.Log.TopicsWhile), so that an
+//     advance is either in the listing or noted, never both: the offset a noted topic
+//     without a cursor reads from is the high-watermark before its first noted advance,
+//     which is where its start position was when the subscription began.
+//   - A topic with records to read gets a cursor (a position and its topic's log instance,
+//     no iterator, tail, timer or goroutine) and is active until the cursor reaches the
+//     high-watermark; only active cursors are visited, in the order of their topic IDs.
+//   - The reads of a round go through one wal.Sweep: one Pebble iterator over the record
+//     keyspace, which steps from one topic's records to the next topic's without a seek
+//     when they follow each other, and is released, like a Scanner's, while the
+//     subscription waits. Frames of many topics share a batch of about ReadAhead bytes.
+//
+// Each topic's records still go out in offset order, with GAP frames for records retention
+// deleted, and never past the durable high-watermark (I3: a Sweep's reads stop there).
+// Across topics a round goes through the active topics in the order of their IDs (the
+// order in which the node first stored them), at most ReadAhead bytes of one topic per
+// round.
+
+// wildSet is the node's wildcard subscriptions that read by sweep, by pattern. Safe for
+// concurrent use; its function advanced runs on the log's completer with the log's lock
+// held, so it only notes and wakes.
+type wildSet struct {
+	subs    *routing.Table[*subscription]
+	n       atomic.Int64 // subscriptions in subs: advanced does nothing when there are none
+	cursors atomic.Int64 // the cursors of the sweep subscriptions, all together (tests)
+}
+
+func newWildSet() *wildSet { return &wildSet{subs: routing.NewTable[*subscription]()} }
+
+// advanced is the log's OnAdvance function: it notes the advance (from == to: a purge, cut
+// or delete) on every sweep subscription whose pattern matches topic.
+func (ws *wildSet) advanced(topic string, id uint32, from, to uint64) {
+	if ws.n.Load() == 0 {
+		return
+	}
+	for _, sub := range ws.subs.Match(topic) {
+		sub.noteAdvance(topic, id, from, from == to)
+	}
+}
+
+// noMove is the value of a noted topic that changed without an advance (a purge, cut or
+// delete): it wakes a cursor on it but makes none.
+const noMove = math.MaxUint64
+
+// sweepState is what a sweep subscription keeps beside its cursors. Owned by the run
+// goroutine, except dirty.
+type sweepState struct {
+	on     bool       // the subscription reads by sweep
+	sw     *wal.Sweep // its reads
+	active []*cursor  // the cursors with records to read, in ID order once sorted
+	sorted bool       // active is in ID order
+	opened int        // cursors made so far (tests)
+	// The cursors by topic ID: those of the topics with records to read at set-up, in ID
+	// order (found by a binary search: nothing per topic goes into a map), and those made
+	// since. setUp[:made] are made; the rest are made from pending as the rounds go (at
+	// most sweepChunk a round), so the first records go out before every cursor is made.
+	setUp   []cursor
+	pending []sweepStart // where each of setUp starts; nil once all are made
+	made    int
+	later   map[uint32]*cursor
+
+	// dirty is what advanced noted since the run goroutine last took it: per topic ID, the
+	// name and the high-watermark before its first noted advance (noMove: changed without
+	// one).
+	dirty struct {
+		sync.Mutex
+		m map[uint32]note
+	}
+}
+
+type note struct {
+	topic string
+	from  uint64
+}
+
+// sweepStart is where a cursor made at set-up starts.
+type sweepStart struct {
+	topic        string
+	in           wal.Instance
+	id           uint32
+	next, stored uint64
+	head         uint64 // the topic's high-watermark at set-up (CAUGHT_UP)
+}
+
+// sweepChunk is how many of the cursors of set-up a round makes.
+const sweepChunk = 4096
+
+// sweepCursor returns the cursor on the topic with ID id, or nil. Run goroutine.
+func (sub *subscription) sweepCursor(id uint32) *cursor {
+	st := &sub.sweep
+	if i, ok := slices.BinarySearchFunc(st.setUp[:st.made], id, func(c cursor, id uint32) int { return cmp.Compare(c.id, id) }); ok {
+		return &st.setUp[i]
+	}
+	if j, ok := slices.BinarySearchFunc(st.pending[min(st.made, len(st.pending)):], id, func(s sweepStart, id uint32) int { return cmp.Compare(s.id, id) }); ok {
+		i := st.made + j
+		sub.makeSetUp(i + 1)
+		return &st.setUp[i]
+	}
+	return st.later[id]
+}
+
+// makeSetUp makes the cursors of set-up up to (not including) setUp[upTo], in order. Run
+// goroutine.
+func (sub *subscription) makeSetUp(upTo int) {
+	st := &sub.sweep
+	for ; st.made < upTo && st.made < len(st.pending); st.made++ {
+		p := &st.pending[st.made]
+		c := &st.setUp[st.made]
+		sub.initSweepCursor(c, p.topic, p.in, p.id, p.next, p.stored)
+		if sub.caughtUp {
+			sub.catchUp[c] = p.head
+		}
+	}
+	if st.made == len(st.pending) {
+		st.pending = nil
+	}
+}
+
+// noteAdvance notes that topic advanced from from (or changed, moved false) and wakes the
+// run goroutine. It never blocks: the log's completer calls it, with the log's lock held.
+func (sub *subscription) noteAdvance(topic string, id uint32, from uint64, changed bool) {
+	d := &sub.sweep.dirty
+	d.Lock()
+	if d.m == nil {
+		d.m = make(map[uint32]note)
+	}
+	if old, ok := d.m[id]; !ok || (old.from == noMove && !changed) {
+		if changed {
+			from = noMove
+		}
+		d.m[id] = note{topic, from}
+	}
+	d.Unlock()
+	sub.poke()
+}
+
+// sweepable reports whether the subscription reads by sweep: a wildcard served from this
+// node's logs alone. Literal topics keep their cursor per topic with the shared tail and
+// the fanout (tail.go, fanout.go); a wildcard that gathers other nodes' topics too
+// (upstream.go) keeps it as well.
+func (sub *subscription) sweepable() bool {
+	return !routing.IsLiteral(sub.req.Pattern) && sub.owner == "" && !sub.spansRegion()
+}
+
+// setUpSweep registers the subscription for advances and makes cursors for the matching
+// topics that have records to read from its start position; the others get none. It
+// returns a function that ends the registration. Run goroutine.
+func (sub *subscription) setUpSweep() (func(), *wire.Error) {
+	n := sub.s.n
+	sub.sweep.on = true
+	sub.sweep.sw = n.wal.NewSweep()
+	var addErr error
+	topics := n.wal.TopicsWhile(func() {
+		if addErr = n.wild.subs.Add(sub.req.Pattern, sub); addErr == nil {
+			n.wild.n.Add(1)
+		}
+	})
+	if addErr != nil {
+		return func() {}, &wire.Error{Code: wire.CodeInvalidTopic, Message: addErr.Error()}
+	}
+	stop := func() {
+		if n.wild.subs.Remove(sub.req.Pattern, sub) {
+			n.wild.n.Add(-1)
+		}
+		n.wild.cursors.Add(-int64(sub.sweep.opened))
+	}
+	var starts []sweepStart
+	for i := range topics {
+		t := &topics[i]
+		if !routing.Match(sub.req.Pattern, t.Name) {
+			continue
+		}
+		if sub.caughtUp {
+			sub.setupN++
+		}
+		var next, stored uint64
+		switch {
+		case sub.req.Durable == "" && sub.vec.want == nil && sub.req.Start == wire.StartEarliest:
+			next = t.First
+		case sub.req.Durable == "" && sub.vec.want == nil && sub.req.Start == wire.StartLatest:
+			next = t.Next
+		default:
+			sub.head = t.Next // the start of a latest subscription (startOffset)
+			var err *wire.Error
+			if next, stored, err = sub.startOffset(t.Name, false); err != nil {
+				return stop, err
+			}
+		}
+		if next != t.Next { // else nothing to read: its first noted advance says where it starts
+			starts = append(starts, sweepStart{topic: t.Name, in: t.Instance, id: t.ID, next: next, stored: stored, head: t.Next})
+		}
+	}
+	sub.head = 0
+	// In ID order, as the sweep reads them, and side by side in memory.
+	slices.SortFunc(starts, func(a, b sweepStart) int { return cmp.Compare(a.id, b.id) })
+	sub.sweep.setUp = make([]cursor, len(starts))
+	sub.sweep.pending = starts
+	sub.cursors = slices.Grow(sub.cursors, len(starts))
+	sub.mu.Lock()
+	sub.mu.curs = slices.Grow(sub.mu.curs, len(starts))
+	sub.mu.bound = slices.Grow(sub.mu.bound, len(starts))
+	sub.mu.Unlock()
+	return stop, nil
+}
+
+// newSweepCursor makes an active cursor on topic, whose log is in, at next (stored as
+// startOffset returns it). Run goroutine.
+func (sub *subscription) newSweepCursor(topic string, in wal.Instance, next, stored uint64) *cursor {
+	c := new(cursor)
+	sub.initSweepCursor(c, topic, in, in.ID(), next, stored)
+	if sub.sweep.later == nil {
+		sub.sweep.later = make(map[uint32]*cursor)
+	}
+	sub.sweep.later[c.id] = c
+	return c
+}
+
+// initSweepCursor is newSweepCursor on c, a cursor not yet used.
+func (sub *subscription) initSweepCursor(c *cursor, topic string, in wal.Instance, id uint32, next, stored uint64) {
+	*c = cursor{topic: topic, inst: in, id: id, next: next, stored: stored}
+	c.skip = sub.vec.skip(topic)
+	sub.beginStored(topic, next, stored > 0) // vector.go
+	c.pub = next
+	sub.mu.Lock()
+	sub.mu.curs = append(sub.mu.curs, c)
+	sub.mu.Unlock()
+	sub.cursors = append(sub.cursors, c)
+	sub.sweep.opened++
+	sub.s.n.wild.cursors.Add(1)
+	sub.activate(c)
+}
+
+// activate puts c among the cursors a round reads. Run goroutine.
+func (sub *subscription) activate(c *cursor) {
+	if c.active {
+		return
+	}
+	c.active = true
+	if k := len(sub.sweep.active); k > 0 && sub.sweep.active[k-1].id > c.id {
+		sub.sweep.sorted = false
+	}
+	sub.sweep.active = append(sub.sweep.active, c)
+}
+
+// takeDirty activates the cursors of the topics noted since the last call, and makes
+// cursors for the noted topics that have none, each at the high-watermark before its
+// first noted advance. Run goroutine.
+func (sub *subscription) takeDirty() {
+	d := &sub.sweep.dirty
+	d.Lock()
+	m := d.m
+	d.m = nil
+	d.Unlock()
+	for id, nt := range m {
+		if c := sub.sweepCursor(id); c != nil {
+			sub.activate(c)
+			continue
+		}
+		if nt.from == noMove {
+			continue // a topic with nothing unread was purged, cut or deleted
+		}
+		in := sub.s.n.wal.Instance(nt.topic)
+		if !in.Valid() || in.ID() != id {
+			continue // deleted since: a topic created under its name has notes of its own
+		}
+		var stored uint64
+		if sub.req.Durable != "" {
+			// Its stored position, if any, is where it was at the start: nothing of the
+			// topic was delivered since, so nothing was acknowledged.
+			if resume, ok, err := sub.s.n.wal.Resume(sub.req.Durable, nt.topic); err == nil && ok {
+				stored = resume
+			}
+		}
+		sub.newSweepCursor(nt.topic, in, nt.from, stored)
+	}
+}
+
+// sendSwept is sendAvailable for a sweep subscription: it reads the active cursors'
+// records through the subscription's Sweep, in topic ID order, at most ReadAhead bytes
+// of one topic per round, and writes them in batches of about ReadAhead bytes. A cursor
+// that reaches its topic's high-watermark leaves the active set.
+func (sub *subscription) sendSwept() (int, *wire.Error) {
+	n := sub.s.n
+	sub.makeSetUp(sub.sweep.made + sweepChunk)
+	sub.takeDirty()
+	st := &sub.sweep
+	if !st.sorted {
+		slices.SortFunc(st.active, func(a, b *cursor) int { return cmp.Compare(a.id, b.id) })
+		st.sorted = true
+	}
+	sent := 0
+	records, bytes := 0, 0 // for the series, added once per round
+	keep := st.active[:0]
+	defer func() {
+		clear(st.active[len(keep):]) // the cursors that left hold nothing through the array
+		st.active = keep
+		sub.series.records.Add(float64(records))
+		sub.series.bytes.Add(float64(bytes))
+	}()
+	for i, c := range st.active {
+		budget := max(n.cfg.ReadAhead-sub.w.Buffered(), 1)
+		sub.enc, sub.encBytes = c, 0
+		sub.holding = true
+		got, more, err := st.sw.ReadFunc(c.inst, c.next, maxReadRecords, budget, sub.scanFn)
+		if got > 0 {
+			sub.mu.Lock()
+			sub.mu.bound[c.index].delivered = c.next
+			c.pub = c.next
+			sub.mu.Unlock()
+			sent += got
+			records += got
+			bytes += sub.encBytes
+		}
+		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
+		switch {
+		case err == nil:
+		case isOOR:
+			// Retention deleted records this subscription had not reached: say so, skip them.
+			sub.bind(c)
+			sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: oor.First})
+			c.next = oor.First
+			sub.mu.Lock()
+			c.pub = c.next
+			sub.mu.Unlock()
+			sent++
+			more = true
+		case errors.Is(err, wal.ErrUnknownTopic):
+			more = false
+		case errors.Is(err, wal.ErrTopicDeleted):
+			keep = append(keep, st.active[i:]...)
+			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.clientName(c.topic))
+		case errors.Is(err, wal.ErrClosed):
+			keep = append(keep, st.active[i:]...)
+			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+		default:
+			keep = append(keep, st.active[i:]...)
+			n.log.Error("subscription read failed", "topic", c.topic, "offset", c.next, "err", err)
+			return sent, wire.Errorf(wire.CodeInternal, "read %q at offset %d: %v", c.topic, c.next, err)
+		}
+		if more {
+			keep = append(keep, c)
+		} else {
+			c.active = false
+		}
+		// A batch of about ReadAhead bytes, of as many topics as it takes: written before
+		// the next is read, so the read-ahead bounds what the subscription holds.
+		if sub.w.Buffered() >= n.cfg.ReadAhead {
+			if sub.flush() != nil {
+				keep = append(keep, st.active[i+1:]...)
+				return sent, errStreamGone
+			}
+		}
+	}
+	if st.pending != nil && sent == 0 {
+		sent = 1 // cursors of set-up are still to be made: another round, not a wait
+	}
+	return sent, nil
+}
