@@ -723,16 +723,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 		switch {
 		case err == nil:
 		case isOOR:
-			// Retention deleted records this subscription had not reached: say so, skip them.
-			sub.bind(c)
-			sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: oor.First})
-			c.next = oor.First
-			// The gap counts as sent: an ACK inside it is right (protocol.md), so a durable
-			// whose remaining records were all deleted can store a position past them.
-			sub.mu.Lock()
-			sub.mu.bound[c.index].delivered = c.next
-			c.pub = c.next
-			sub.mu.Unlock()
+			sub.skipDeleted(c, oor.First)
 			sent++
 		case errors.Is(err, wal.ErrUnknownTopic):
 		case errors.Is(err, wal.ErrTopicDeleted):
@@ -813,6 +804,20 @@ func recordFrame(index uint64, rec *wal.Record, region string) wire.Record {
 		ProducerID: rec.ProducerID, Sequence: rec.Sequence,
 		Headers: rec.Headers, Payload: rec.Payload,
 	}
+}
+
+// skipDeleted buffers GAP for c's records from c.next to first, which retention or a purge
+// deleted before the subscription reached them, and moves c past them. The gap counts as
+// sent: an ACK inside it is right (protocol.md), so a durable whose remaining records were
+// all deleted can store a position past them.
+func (sub *subscription) skipDeleted(c *cursor, first uint64) {
+	sub.bind(c)
+	sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: first})
+	c.next = first
+	sub.mu.Lock()
+	sub.mu.bound[c.index].delivered = c.next
+	c.pub = c.next
+	sub.mu.Unlock()
 }
 
 // bind buffers the TOPIC frame for c before its first record or gap. It never blocks.

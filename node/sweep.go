@@ -338,13 +338,7 @@ func (sub *subscription) sendSwept() (int, *wire.Error) {
 		switch {
 		case err == nil:
 		case isOOR:
-			// Retention deleted records this subscription had not reached: say so, skip them.
-			sub.bind(c)
-			sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: oor.First})
-			c.next = oor.First
-			sub.mu.Lock()
-			c.pub = c.next
-			sub.mu.Unlock()
+			sub.skipDeleted(c, oor.First) // subscribe.go
 			sent++
 			more = true
 		case errors.Is(err, wal.ErrUnknownTopic):
