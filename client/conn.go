@@ -15,6 +15,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/internal/liveness"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -51,7 +52,8 @@ type Conn struct {
 		waits   []chan struct{} // writerDone of failed streams whose futures were handed over
 	}
 
-	mig migration // Migrate and the address watcher (migrate.go)
+	watched watchStats // the connections' watchers (watch.go)
+	mig     migration  // Migrate and the address watcher (migrate.go)
 
 	pubMu    sync.Mutex // serialises starting a publish stream, which may wait for stream credit
 	redialMu sync.Mutex // serialises reconnecting (Options.Reconnect)
@@ -80,6 +82,7 @@ type link struct {
 	udp    *net.UDPConn
 	tr     *quic.Transport
 	qc     *quic.Conn
+	probe  *liveness.Probe // sees the packets of every socket of the connection (watch.go)
 
 	mu    sync.Mutex
 	cause error // why the node ended the connection (ERROR on the control stream)
@@ -263,7 +266,8 @@ func (c *Conn) dialNode(ctx context.Context, at int) (*link, *wire.Reader, error
 	if err != nil {
 		return nil, nil, wrap("dial "+a.addr, fmt.Errorf("local socket: %w", err))
 	}
-	tr := &quic.Transport{Conn: udp}
+	probe := liveness.NewProbe(&c.watched.probes)
+	tr := &quic.Transport{Conn: probe.Wrap(udp)}
 	// The probe (probe.go) ends the handshake at once when nothing listens on the port.
 	hctx, cancel := context.WithCancelCause(ctx)
 	stopProbe := startProbe(network, a.raddr, func(err error) { cancel(&refusedError{err: err}) })
@@ -279,7 +283,7 @@ func (c *Conn) dialNode(ctx context.Context, at int) (*link, *wire.Reader, error
 		udp.Close()
 		return nil, nil, wrap("dial "+a.addr, err)
 	}
-	l := &link{at: at, addr: a.addr, udp: udp, tr: tr, qc: qc, local: udp.LocalAddr().String()}
+	l := &link{at: at, addr: a.addr, udp: udp, tr: tr, qc: qc, probe: probe, local: udp.LocalAddr().String()}
 	r, err := c.hello(ctx, l)
 	if err != nil {
 		l.close(wire.AppNoError, "")
@@ -456,6 +460,7 @@ func clampLimit(announced uint64, def int) int {
 // becomes the cause every later failure names.
 func (c *Conn) readControl(l *link, r *wire.Reader) {
 	defer c.wg.Done()
+	defer c.watch(l)()
 	for {
 		f, err := r.Read()
 		if err != nil {
