@@ -198,6 +198,7 @@ func Watch(ctx context.Context, qc *quic.Conn, p *Probe, cfg Config) (closed boo
 	tick := time.NewTicker(cfg.Tick)
 	defer tick.Stop()
 	last, since := qc.ConnectionStats().PacketsReceived, time.Now()
+	prev := since // the previous tick
 	for {
 		select {
 		case <-ctx.Done():
@@ -207,9 +208,17 @@ func Watch(ctx context.Context, qc *quic.Conn, p *Probe, cfg Config) (closed boo
 		case now := <-tick.C:
 			st := qc.ConnectionStats()
 			if st.PacketsReceived != last {
-				last, since = st.PacketsReceived, now
+				// Received since the previous tick: count the silence from that tick (or
+				// from a tick ago, if this one came late), so that a close comes at most
+				// Timeout after the last packet rather than a tick late.
+				last, since = st.PacketsReceived, prev
+				if early := now.Add(-cfg.Tick); since.Before(early) {
+					since = early
+				}
+				prev = now
 				continue
 			}
+			prev = now
 			silent := now.Sub(since)
 			if cfg.Timeout > 0 {
 				floor := 3 * (st.SmoothedRTT + max(4*st.MeanDeviation, time.Millisecond) + maxAckDelay)
