@@ -461,6 +461,11 @@ func clampLimit(announced uint64, def int) int {
 func (c *Conn) readControl(l *link, r *wire.Reader) {
 	defer c.wg.Done()
 	defer c.watch(l)()
+	if l.at >= c.home && c.opts.Reconnect && c.opts.FailbackCheck > 0 {
+		done := make(chan struct{})
+		go func() { defer close(done); c.failback(l) }()
+		defer func() { <-done }()
+	}
 	for {
 		f, err := r.Read()
 		if err != nil {

@@ -29,6 +29,15 @@ type Options struct {
 	// for what a resent idempotent publish means across regions). Each reconnect tries the
 	// home nodes first. Stats counts the moves. Default none: a Conn stays in its region.
 	Failover []string
+	// FailbackCheck is how often a Conn connected to a Failover node (with Reconnect) dials
+	// its home nodes: as soon as one answers, the Conn waits up to a second for the
+	// publishes in flight to be answered, moves back home and closes the failover
+	// connection; subscriptions resume at home with their vector positions (failover.go).
+	// A publish made during that second may still be in flight at the move and fail as on a
+	// lost connection (Idempotent resends it). A home node that is still down refuses the
+	// dial within a round trip. Default 500 ms; negative: stay on the failover node until it
+	// is lost.
+	FailbackCheck time.Duration
 	// CAFile is a PEM bundle of the certificate authorities to trust for the node's
 	// certificate: the ca.pem `quicmq dev` prints (/tmp/quicmq-dev-XXXX/ca/ca.pem, or
 	// DIR/ca/ca.pem with --data DIR), or DATA/tls/ca.pem of a node that generated its own
@@ -123,17 +132,18 @@ type Options struct {
 }
 
 const (
-	defaultIdleTimeout  = 2 * time.Second
-	defaultMaxPending   = 1024
-	defaultResendTime   = time.Minute
-	defaultMigrateCheck = 5 * time.Second
-	defaultMigrateProbe = 3 * time.Second
-	defaultClientName   = "quicmq-go"
-	closeDrainTimeout   = 2 * time.Second // how long Subscription.Close waits for the node's FIN
-	streamWindow        = 512 << 10
-	maxStreamWindow     = 2 << 20
-	connectionWindow    = 64 << 20
-	maxConnectionWindow = 256 << 20
+	defaultIdleTimeout   = 2 * time.Second
+	defaultFailbackCheck = 500 * time.Millisecond
+	defaultMaxPending    = 1024
+	defaultResendTime    = time.Minute
+	defaultMigrateCheck  = 5 * time.Second
+	defaultMigrateProbe  = 3 * time.Second
+	defaultClientName    = "quicmq-go"
+	closeDrainTimeout    = 2 * time.Second // how long Subscription.Close waits for the node's FIN
+	streamWindow         = 512 << 10
+	maxStreamWindow      = 2 << 20
+	connectionWindow     = 64 << 20
+	maxConnectionWindow  = 256 << 20
 )
 
 // withDefaults fills every zero field; it is the only place defaults live.
@@ -152,6 +162,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReconnectTimeout <= 0 {
 		o.ReconnectTimeout = defaultResendTime
+	}
+	if o.FailbackCheck == 0 {
+		o.FailbackCheck = defaultFailbackCheck
 	}
 	if o.MigrateCheck == 0 {
 		o.MigrateCheck = defaultMigrateCheck
