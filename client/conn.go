@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -348,7 +349,10 @@ func (c *Conn) live(ctx context.Context) (*link, error) {
 // publishes that are resent: it calls attempt until it works, ctx ends, the Conn is closed,
 // or the node refuses for good (any *Error but shutting down or unavailable). While the node
 // is down or restarting each attempt fails on the network, and the next one waits a little
-// longer (100 ms, doubling up to 5 s).
+// longer (100 ms, doubling up to reconnectMaxWait, less up to a fifth at random so that the
+// clients of one node do not all come back in the same instant). A node that comes back is
+// reached within about a second of its return; one still down refuses each attempt within a
+// round trip, at no cost to it (Kafka's reconnect.backoff.max.ms is 1 s too).
 func retryReconnect(ctx context.Context, attempt func(context.Context) error) error {
 	wait := 100 * time.Millisecond
 	for {
@@ -366,9 +370,13 @@ func retryReconnect(ctx context.Context, attempt func(context.Context) error) er
 			return ctx.Err()
 		case <-t.C:
 		}
-		wait = min(2*wait, 5*time.Second)
+		wait = min(2*wait, reconnectMaxWait)
+		wait -= mrand.N(wait / 5)
 	}
 }
+
+// reconnectMaxWait bounds the pause between two reconnect attempts (retryReconnect).
+const reconnectMaxWait = time.Second
 
 // hello opens the control stream, sends HELLO and waits for WELCOME. The returned Reader
 // continues on the control stream.
