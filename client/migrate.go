@@ -65,6 +65,9 @@ type Stats struct {
 	// SilentNodes counts the connections the Conn ended because no packet came from the
 	// node for Options.IdleTimeout (a node that died or was cut off).
 	SilentNodes uint64
+	// PacketsSent and PacketsReceived count the QUIC packets of the current connection
+	// (quic.Conn.ConnectionStats): keep-alives and their answers included.
+	PacketsSent, PacketsReceived uint64
 	// ResetProbes counts the reset probes sent to nodes silent for 1.5 Options.KeepAlive
 	// (watch.go), over every connection.
 	ResetProbes uint64
@@ -76,6 +79,7 @@ func (c *Conn) Stats() Stats {
 	l.mu.Lock()
 	local := l.local
 	l.mu.Unlock()
+	qs := l.qc.ConnectionStats()
 	return Stats{
 		Handshakes:       c.mig.handshakes.Load(),
 		Migrations:       c.mig.migrations.Load(),
@@ -86,6 +90,8 @@ func (c *Conn) Stats() Stats {
 		Region:           l.region,
 		Failovers:        c.failover.moves.Load(),
 		SilentNodes:      c.watched.silent.Load(),
+		PacketsSent:      qs.PacketsSent,
+		PacketsReceived:  qs.PacketsReceived,
 		ResetProbes:      c.watched.probes.Load(),
 	}
 }
