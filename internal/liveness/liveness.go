@@ -9,9 +9,12 @@
 //
 //   - Watch closes the connection once no packet at all came from the peer for Timeout
 //     (counted from the last packet received, where QUIC's idle timer counts from the first
-//     ack-eliciting packet sent after it, up to a keep-alive period later): with keep-alives
-//     every Timeout/2, a dead or cut-off peer is noticed in at most Timeout for half the
-//     keep-alive traffic that QUIC's own timer would need for the same bound.
+//     ack-eliciting packet sent after it, up to a keep-alive period later), provided a
+//     packet sent meanwhile went unanswered for Timeout less a keep-alive period (so a
+//     keep-alive that a busy process sends late does not count against the peer): with
+//     keep-alives every Timeout/2, a dead or cut-off peer is noticed in Timeout (and a
+//     tick) for half the keep-alive traffic that QUIC's own timer would need for the same
+//     bound.
 //   - Once the peer has been silent for 1.5 keep-alive periods, Watch sends a reset probe every Tick: a
 //     datagram of probeSize bytes that starts like the last short-header packet the
 //     connection sent (so it carries the peer's current connection ID) and continues with
@@ -29,6 +32,7 @@ import (
 	"context"
 	"crypto/rand"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -187,18 +191,31 @@ func (c Config) withDefaults() Config {
 const maxAckDelay = 25 * time.Millisecond
 
 // Watch watches qc until it ends or ctx is done: it sends reset probes (p may be nil: no
-// probes) while the peer is silent, and closes qc when it was silent for cfg.Timeout. It
+// probes) while the peer is silent, and closes qc when the peer was silent for cfg.Timeout
+// and has left a packet sent since unanswered for Timeout less a keep-alive period. It
 // returns true when it closed qc.
+//
+// The second condition is QUIC's own rule (the idle timer restarts at the first
+// ack-eliciting packet sent after the last one received) shifted by a keep-alive period: a
+// client whose process is busy sends its keep-alive late, and its peer cannot answer what
+// it has not been sent yet. A send counts only when seen at least half a keep-alive period
+// after the last packet received, which leaves out the acknowledgements of what arrived.
 func Watch(ctx context.Context, qc *quic.Conn, p *Probe, cfg Config) (closed bool) {
 	cfg = cfg.withDefaults()
 	probeAfter := cfg.probeAfter()
 	if cfg.Timeout <= 0 && (p == nil || probeAfter <= 0) {
 		return false
 	}
+	keepAlive := cfg.KeepAlive
+	if keepAlive <= 0 || keepAlive >= cfg.Timeout {
+		keepAlive = cfg.Timeout / 2
+	}
 	tick := time.NewTicker(cfg.Tick)
 	defer tick.Stop()
-	last, since := qc.ConnectionStats().PacketsReceived, time.Now()
-	prev := since // the previous tick
+	st := qc.ConnectionStats()
+	lastRecv, lastSent, since := st.PacketsReceived, st.PacketsSent, time.Now()
+	prev := since      // the previous tick
+	var sent time.Time // when a packet sent since the last one received was first seen
 	for {
 		select {
 		case <-ctx.Done():
@@ -206,23 +223,37 @@ func Watch(ctx context.Context, qc *quic.Conn, p *Probe, cfg Config) (closed boo
 		case <-qc.Context().Done():
 			return false
 		case now := <-tick.C:
+			if now.Sub(prev) > 2*cfg.Tick {
+				// This goroutine ran late, so the process is starved of CPU and quic-go's
+				// goroutines may not have taken in what arrived meanwhile: decide nothing
+				// on this tick (QUIC's own idle timer is the bound while that lasts).
+				prev = now
+				runtime.Gosched()
+				continue
+			}
 			st := qc.ConnectionStats()
-			if st.PacketsReceived != last {
+			if st.PacketsReceived != lastRecv {
 				// Received since the previous tick: count the silence from that tick (or
 				// from a tick ago, if this one came late), so that a close comes at most
 				// Timeout after the last packet rather than a tick late.
-				last, since = st.PacketsReceived, prev
+				lastRecv, lastSent, since, sent = st.PacketsReceived, st.PacketsSent, prev, time.Time{}
 				if early := now.Add(-cfg.Tick); since.Before(early) {
 					since = early
 				}
 				prev = now
 				continue
 			}
-			prev = now
 			silent := now.Sub(since)
-			if cfg.Timeout > 0 {
+			if st.PacketsSent != lastSent {
+				lastSent = st.PacketsSent
+				if sent.IsZero() && silent >= keepAlive/2 {
+					sent = prev // sent after the previous tick
+				}
+			}
+			prev = now
+			if cfg.Timeout > 0 && !sent.IsZero() {
 				floor := 3 * (st.SmoothedRTT + max(4*st.MeanDeviation, time.Millisecond) + maxAckDelay)
-				if silent >= max(cfg.Timeout, floor) {
+				if silent >= max(cfg.Timeout, floor) && now.Sub(sent) >= cfg.Timeout-keepAlive {
 					qc.CloseWithError(cfg.Code, cfg.Reason)
 					return true
 				}
