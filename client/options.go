@@ -65,8 +65,9 @@ type Options struct {
 	// shorter than IdleTimeout (quic-go uses at most half of it). Default IdleTimeout/2 (1 s);
 	// negative disables keep-alives (an idle connection then ends after IdleTimeout).
 	KeepAlive time.Duration
-	// IdleTimeout is how long the connection may go without any packet from the node before
-	// it is taken as lost: a node that died or was cut off is noticed within this long, on an
+	// IdleTimeout is how long the connection may go without any packet from the node (with
+	// a packet sent to it unanswered for half of that, at the default KeepAlive) before it is
+	// taken as lost: a node that died or was cut off is noticed within this long, on an
 	// idle connection as with records in flight, and with Reconnect the Conn dials again
 	// (Failover included). It is also the connection's QUIC idle timeout (the shorter of the
 	// client's and the node's applies). A node that restarted is noticed sooner: once it has

@@ -15,8 +15,10 @@ import (
 // Noticing a lost node (Options.IdleTimeout and KeepAlive).
 //
 // Each connection has a watcher (internal/liveness), a goroutine that readControl starts and
-// waits for: it ends the connection when no packet came from the node for IdleTimeout, and
-// once the node has been silent for 1.5 KeepAlive it sends reset probes, packets large enough
+// waits for: it ends the connection when no packet came from the node for IdleTimeout and a
+// packet sent since went unanswered for IdleTimeout less a KeepAlive (a keep-alive that this
+// process sent late does not count against the node), and once the node has been silent for
+// 1.5 KeepAlive it sends reset probes, packets large enough
 // that a node restarted on the same address (with its stateless reset key, which a node keeps
 // in its data directory) answers them with the stateless reset that ends the connection at
 // once. Keep-alives keep a healthy node answering, so its silence never lasts that long; a

@@ -15,10 +15,10 @@
 //     keep-alives every Timeout/2, a dead or cut-off peer is noticed in Timeout (and a
 //     tick) for half the keep-alive traffic that QUIC's own timer would need for the same
 //     bound.
-//   - Once the peer has been silent for 1.5 keep-alive periods, Watch sends a reset probe every Tick: a
-//     datagram of probeSize bytes that starts like the last short-header packet the
-//     connection sent (so it carries the peer's current connection ID) and continues with
-//     random bytes. A live peer finds the connection, fails to decrypt the packet and drops
+//   - Once the peer has been silent for 1.5 keep-alive periods, Watch sends a reset probe
+//     every Tick: a datagram of probeSize bytes that starts like the last short-header
+//     packet the connection sent (so it carries the peer's current connection ID) and
+//     continues with random bytes. A live peer finds the connection, fails to decrypt the packet and drops
 //     it (quic-go counts it against an AEAD limit of 2^52 for AES-GCM); a peer that
 //     restarted with the same StatelessResetKey does not know the connection ID and answers
 //     with the stateless reset that ends the connection at once. A healthy peer is never
