@@ -63,7 +63,7 @@ type Options struct {
 	// KeepAlive is the period of QUIC keep-alive PINGs, which keep an idle connection alive
 	// and draw the node's answers by which the Conn knows the node is there. It must be
 	// shorter than IdleTimeout (quic-go uses at most half of it). Default IdleTimeout/2 (1 s);
-	// negative disables keep-alives (an idle connection then ends after IdleTimeout).
+	// negative disables keep-alives (the node's own PINGs then keep an idle connection up).
 	KeepAlive time.Duration
 	// IdleTimeout is how long the connection may go without any packet from the node (with
 	// a packet sent to it unanswered for half of that, at the default KeepAlive) before it is
