@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/internal/liveness"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -51,7 +53,8 @@ type Conn struct {
 		waits   []chan struct{} // writerDone of failed streams whose futures were handed over
 	}
 
-	mig migration // Migrate and the address watcher (migrate.go)
+	watched watchStats // the connections' watchers (watch.go)
+	mig     migration  // Migrate and the address watcher (migrate.go)
 
 	pubMu    sync.Mutex // serialises starting a publish stream, which may wait for stream credit
 	redialMu sync.Mutex // serialises reconnecting (Options.Reconnect)
@@ -80,6 +83,7 @@ type link struct {
 	udp    *net.UDPConn
 	tr     *quic.Transport
 	qc     *quic.Conn
+	probe  *liveness.Probe // sees the packets of every socket of the connection (watch.go)
 	// offer is the protocol version said in HELLO, version the one the node answered with
 	// (wire.Negotiate): version 1 with a node of an older build.
 	offer, version uint64
@@ -277,7 +281,8 @@ func (c *Conn) dialNodeVersion(ctx context.Context, at int, offer uint64) (*link
 	if err != nil {
 		return nil, nil, wrap("dial "+a.addr, fmt.Errorf("local socket: %w", err))
 	}
-	tr := &quic.Transport{Conn: udp}
+	probe := liveness.NewProbe(&c.watched.probes)
+	tr := &quic.Transport{Conn: probe.Wrap(udp)}
 	// The probe (probe.go) ends the handshake at once when nothing listens on the port.
 	hctx, cancel := context.WithCancelCause(ctx)
 	stopProbe := startProbe(network, a.raddr, func(err error) { cancel(&refusedError{err: err}) })
@@ -293,7 +298,7 @@ func (c *Conn) dialNodeVersion(ctx context.Context, at int, offer uint64) (*link
 		udp.Close()
 		return nil, nil, wrap("dial "+a.addr, err)
 	}
-	l := &link{at: at, addr: a.addr, udp: udp, tr: tr, qc: qc, local: udp.LocalAddr().String(), offer: offer}
+	l := &link{at: at, addr: a.addr, udp: udp, tr: tr, qc: qc, probe: probe, local: udp.LocalAddr().String(), offer: offer}
 	r, err := c.hello(ctx, l)
 	if err != nil {
 		l.close(wire.AppNoError, "")
@@ -358,7 +363,10 @@ func (c *Conn) live(ctx context.Context) (*link, error) {
 // publishes that are resent: it calls attempt until it works, ctx ends, the Conn is closed,
 // or the node refuses for good (any *Error but shutting down or unavailable). While the node
 // is down or restarting each attempt fails on the network, and the next one waits a little
-// longer (100 ms, doubling up to 5 s).
+// longer (100 ms, doubling up to reconnectMaxWait, less up to a fifth at random so that the
+// clients of one node do not all come back in the same instant). A node that comes back is
+// reached within about a second of its return; one still down refuses each attempt within a
+// round trip, at no cost to it (Kafka's reconnect.backoff.max.ms is 1 s too).
 func retryReconnect(ctx context.Context, attempt func(context.Context) error) error {
 	wait := 100 * time.Millisecond
 	for {
@@ -376,9 +384,13 @@ func retryReconnect(ctx context.Context, attempt func(context.Context) error) er
 			return ctx.Err()
 		case <-t.C:
 		}
-		wait = min(2*wait, 5*time.Second)
+		wait = min(2*wait, reconnectMaxWait)
+		wait -= mrand.N(wait / 5)
 	}
 }
+
+// reconnectMaxWait bounds the pause between two reconnect attempts (retryReconnect).
+const reconnectMaxWait = time.Second
 
 // hello opens the control stream, sends HELLO and waits for WELCOME. The returned Reader
 // continues on the control stream.
@@ -471,6 +483,12 @@ func clampLimit(announced uint64, def int) int {
 // becomes the cause every later failure names.
 func (c *Conn) readControl(l *link, r *wire.Reader) {
 	defer c.wg.Done()
+	defer c.watch(l)()
+	if l.at >= c.home && c.opts.Reconnect && c.opts.FailbackCheck > 0 {
+		done := make(chan struct{})
+		go func() { defer close(done); c.failback(l) }()
+		defer func() { <-done }()
+	}
 	for {
 		f, err := r.Read()
 		if err != nil {

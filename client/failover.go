@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
 )
@@ -27,8 +28,9 @@ import (
 //     after the move (Idempotent) is de-duplicated only against what the new region stored:
 //     one the lost region had stored before it went down is stored again, as a record of the
 //     new region, so across a failover an idempotent publish is stored at least once, not once.
-// Each later reconnect tries the home region's nodes first, then the failover list again: a
-// Conn returns home when the node it failed over to is lost and the home region answers.
+// Each later reconnect tries the home region's nodes first, then the failover list again; and
+// while on a failover node the Conn tries its home nodes every Options.FailbackCheck, moving
+// back as soon as one answers (below).
 
 // failover is the Conn's failover state.
 type failover struct {
@@ -58,4 +60,67 @@ func (c *Conn) dialAny(ctx context.Context, first int) (*link, *wire.Reader, err
 		}
 	}
 	return nil, nil, nodesError(errs)
+}
+
+// Going home (Options.FailbackCheck). While the connection is to a failover node, every
+// FailbackCheck the Conn dials its home nodes (a node that is still down answers a dial
+// within a round trip, "connection refused", and costs nothing; one cut off costs the dial's
+// bound, failbackDialTimeout). When one answers WELCOME, the Conn waits (at most
+// failbackFlushTimeout) for the publishes in flight to be answered, makes the home
+// connection its own and closes the failover one; subscriptions are made again at home by
+// their next Next, with their vector positions, exactly as after a lost connection.
+const (
+	failbackDialTimeout  = 2 * time.Second
+	failbackFlushTimeout = time.Second
+)
+
+// failback runs while l, a connection to a failover node, is the Conn's connection;
+// readControl starts it and waits for it. It returns when l ends or the Conn moved home.
+func (c *Conn) failback(l *link) {
+	t := time.NewTicker(c.opts.FailbackCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.qc.Context().Done():
+			return
+		case <-c.closing:
+			return
+		case <-t.C:
+		}
+		if c.goHome(l) {
+			return
+		}
+	}
+}
+
+// goHome dials the home nodes once and, when one answers, moves the Conn there from l. It
+// reports whether l is no longer the Conn's connection.
+func (c *Conn) goHome(l *link) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), failbackDialTimeout)
+	defer cancel()
+	stop := context.AfterFunc(l.qc.Context(), cancel)
+	defer stop()
+	nl, r, err := c.dialLink(ctx, 0)
+	if err != nil {
+		return false
+	}
+	fctx, fcancel := context.WithTimeout(ctx, failbackFlushTimeout)
+	err = c.Flush(fctx) // publishes in flight on l would end without an answer
+	fcancel()
+	c.redialMu.Lock()
+	defer c.redialMu.Unlock()
+	c.mu.Lock()
+	if err != nil || c.mu.closed || c.mu.cur != l || l.qc.Context().Err() != nil {
+		gone := c.mu.closed || c.mu.cur != l || l.qc.Context().Err() != nil
+		c.mu.Unlock()
+		nl.close(wire.AppNoError, "not needed")
+		return gone
+	}
+	c.mu.cur = nl
+	c.wg.Add(1)
+	c.mu.Unlock()
+	c.failover.moves.Add(1)
+	go c.readControl(nl, r)
+	l.close(wire.AppNoError, "client back in its home region")
+	return true
 }

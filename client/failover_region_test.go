@@ -82,3 +82,59 @@ func twoRegions(t *testing.T) (eu *node.Node, stopEU func(), us *node.Node) {
 	us, _ = nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
 	return eu, stopEU, us
 }
+
+// A Conn on a failover node goes back to its home node as soon as it answers again (within
+// Options.FailbackCheck, 500 ms by default): publishes go to the home region again, and the
+// subscription resumes there after its position.
+func TestFailbackWhenHomeReturns(t *testing.T) {
+	caDir, euData := t.TempDir(), t.TempDir()
+	euCfg := func(c *node.Config) { c.CADir, c.DataDir = caDir, euData }
+	eu, stopEU := nodetest.Start(t, euCfg)
+	euAddr := eu.Addr().String()
+	us, _ := nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Reconnect: true, Failover: []string{us.Addr().String()}}, euAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, "fb.x", client.SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(i int, region string) {
+		t.Helper()
+		if _, err := c.Publish(ctx, client.Message{Topic: "fb.x", Payload: fmt.Appendf(nil, "%d", i)}); err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(rec.Payload) != fmt.Sprint(i) || rec.OriginRegion != region {
+			t.Fatalf("record %q from %s, want %d from %s", rec.Payload, rec.OriginRegion, i, region)
+		}
+	}
+	step(0, "eu")
+	stopEU()
+	step(1, "us")
+	nodetest.Start(t, euCfg, func(c *node.Config) { c.Listen = euAddr })
+	back := time.Now()
+	for c.Stats().Region != "eu" {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("still on %s after eu returned", c.Stats().Region)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	took := time.Since(back)
+	if took > 1500*time.Millisecond {
+		t.Errorf("back home %v after eu returned, want within about 500 ms", took)
+	}
+	step(2, "eu")
+	if st := c.Stats(); st.Failovers != 2 {
+		t.Errorf("Failovers = %d, want 2 (away and back)", st.Failovers)
+	}
+	t.Logf("back home %v after eu returned", took.Round(time.Millisecond))
+}

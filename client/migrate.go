@@ -62,6 +62,15 @@ type Stats struct {
 	// Failovers counts the connections made to a node of another region than the one
 	// before (Options.Failover): a move away from the home region, and one back.
 	Failovers uint64
+	// SilentNodes counts the connections the Conn ended because no packet came from the
+	// node for Options.IdleTimeout (a node that died or was cut off).
+	SilentNodes uint64
+	// PacketsSent and PacketsReceived count the QUIC packets of the current connection
+	// (quic.Conn.ConnectionStats): keep-alives and their answers included.
+	PacketsSent, PacketsReceived uint64
+	// ResetProbes counts the reset probes sent to nodes silent for 1.5 Options.KeepAlive
+	// (watch.go), over every connection.
+	ResetProbes uint64
 }
 
 // Stats returns the Conn's connection figures.
@@ -70,6 +79,7 @@ func (c *Conn) Stats() Stats {
 	l.mu.Lock()
 	local := l.local
 	l.mu.Unlock()
+	qs := l.qc.ConnectionStats()
 	return Stats{
 		Handshakes:       c.mig.handshakes.Load(),
 		Migrations:       c.mig.migrations.Load(),
@@ -79,6 +89,10 @@ func (c *Conn) Stats() Stats {
 		Node:             l.addr,
 		Region:           l.region,
 		Failovers:        c.failover.moves.Load(),
+		SilentNodes:      c.watched.silent.Load(),
+		PacketsSent:      qs.PacketsSent,
+		PacketsReceived:  qs.PacketsReceived,
+		ResetProbes:      c.watched.probes.Load(),
 	}
 }
 
@@ -135,7 +149,7 @@ func (c *Conn) migrateLink(ctx context.Context, l *link) error {
 	if err != nil {
 		return fmt.Errorf("local socket: %w", err)
 	}
-	tr := &quic.Transport{Conn: udp}
+	tr := &quic.Transport{Conn: l.probe.Wrap(udp)}
 	path, err := l.qc.AddPath(tr)
 	if err != nil {
 		tr.Close()

@@ -29,6 +29,15 @@ type Options struct {
 	// for what a resent idempotent publish means across regions). Each reconnect tries the
 	// home nodes first. Stats counts the moves. Default none: a Conn stays in its region.
 	Failover []string
+	// FailbackCheck is how often a Conn connected to a Failover node (with Reconnect) dials
+	// its home nodes: as soon as one answers, the Conn waits up to a second for the
+	// publishes in flight to be answered, moves back home and closes the failover
+	// connection; subscriptions resume at home with their vector positions (failover.go).
+	// A publish made during that second may still be in flight at the move and fail as on a
+	// lost connection (Idempotent resends it). A home node that is still down refuses the
+	// dial within a round trip. Default 500 ms; negative: stay on the failover node until it
+	// is lost.
+	FailbackCheck time.Duration
 	// CAFile is a PEM bundle of the certificate authorities to trust for the node's
 	// certificate: the ca.pem `quicmq dev` prints (/tmp/quicmq-dev-XXXX/ca/ca.pem, or
 	// DIR/ca/ca.pem with --data DIR), or DATA/tls/ca.pem of a node that generated its own
@@ -51,15 +60,23 @@ type Options struct {
 	Token string
 	// Name identifies the client in the node's logs. Default "quicmq-go".
 	Name string
-	// KeepAlive is the period of QUIC keep-alive PINGs, which must be shorter than the node's
-	// idle timeout (30 s) and than IdleTimeout. Default 10 s, or a third of a shorter
-	// IdleTimeout; negative disables keep-alives.
+	// KeepAlive is the period of QUIC keep-alive PINGs, which keep an idle connection alive
+	// and draw the node's answers by which the Conn knows the node is there. It must be
+	// shorter than IdleTimeout (quic-go uses at most half of it). Default IdleTimeout/2 (1 s);
+	// negative disables keep-alives (the node's own PINGs then keep an idle connection up).
 	KeepAlive time.Duration
-	// IdleTimeout is how long the connection may go without a packet from the node before it
-	// is taken as lost (QUIC's idle timeout; the shorter of the client's and the node's
-	// applies). A node that restarts ends its old connections at once (stateless reset); one
-	// that is down or cut off is noticed only after this long, so an application that must
-	// move on quickly sets it low, e.g. 3 s. Default 30 s.
+	// IdleTimeout is how long the connection may go without any packet from the node (with
+	// a packet sent to it unanswered for half of that, at the default KeepAlive) before it is
+	// taken as lost: a node that died or was cut off is noticed within this long, on an
+	// idle connection as with records in flight, and with Reconnect the Conn dials again
+	// (Failover included). It is also the connection's QUIC idle timeout (the shorter of the
+	// client's and the node's applies). A node that restarted is noticed sooner: once it has
+	// been silent for 1.5 KeepAlive, the Conn sends reset probes, packets large enough that
+	// the restarted node answers them with the stateless reset that ends the old connection.
+	// A healthy node answers every keep-alive within a round trip, so the default tolerates
+	// several lost packets in a row (QUIC resends an unanswered PING after a probe timeout,
+	// doubling); on a lossy long-distance path, raise it. It is never shorter than three of
+	// the path's probe timeouts. Default 2 s.
 	IdleTimeout time.Duration
 	// MigrateCheck is how often the Conn looks up which local address the host's routes
 	// choose to reach its node. When that address changed (an interface came up or went
@@ -116,18 +133,18 @@ type Options struct {
 }
 
 const (
-	defaultKeepAlive    = 10 * time.Second
-	defaultIdleTimeout  = 30 * time.Second
-	defaultMaxPending   = 1024
-	defaultResendTime   = time.Minute
-	defaultMigrateCheck = 5 * time.Second
-	defaultMigrateProbe = 3 * time.Second
-	defaultClientName   = "quicmq-go"
-	closeDrainTimeout   = 2 * time.Second // how long Subscription.Close waits for the node's FIN
-	streamWindow        = 512 << 10
-	maxStreamWindow     = 2 << 20
-	connectionWindow    = 64 << 20
-	maxConnectionWindow = 256 << 20
+	defaultIdleTimeout   = 2 * time.Second
+	defaultFailbackCheck = 500 * time.Millisecond
+	defaultMaxPending    = 1024
+	defaultResendTime    = time.Minute
+	defaultMigrateCheck  = 5 * time.Second
+	defaultMigrateProbe  = 3 * time.Second
+	defaultClientName    = "quicmq-go"
+	closeDrainTimeout    = 2 * time.Second // how long Subscription.Close waits for the node's FIN
+	streamWindow         = 512 << 10
+	maxStreamWindow      = 2 << 20
+	connectionWindow     = 64 << 20
+	maxConnectionWindow  = 256 << 20
 )
 
 // withDefaults fills every zero field; it is the only place defaults live.
@@ -139,13 +156,16 @@ func (o Options) withDefaults() Options {
 		o.IdleTimeout = defaultIdleTimeout
 	}
 	if o.KeepAlive == 0 {
-		o.KeepAlive = min(defaultKeepAlive, o.IdleTimeout/3)
+		o.KeepAlive = o.IdleTimeout / 2
 	}
 	if o.MaxPendingPublishes <= 0 {
 		o.MaxPendingPublishes = defaultMaxPending
 	}
 	if o.ReconnectTimeout <= 0 {
 		o.ReconnectTimeout = defaultResendTime
+	}
+	if o.FailbackCheck == 0 {
+		o.FailbackCheck = defaultFailbackCheck
 	}
 	if o.MigrateCheck == 0 {
 		o.MigrateCheck = defaultMigrateCheck

@@ -76,6 +76,17 @@ type Config struct {
 	// BindHost is the local host of the UDP sockets links dial from (and migrate to).
 	// Default: all interfaces.
 	BindHost string
+	// LinkIdleTimeout is how long a link's connection may go without any packet from the
+	// peer before it is taken as lost (a peer that died or was cut off): the link then
+	// redials and resumes every mirror from its cursor, and raft's messages wait for it. It
+	// is also the connection's QUIC idle timeout (the shorter of both sides' applies), and
+	// never shorter than three of the path's probe timeouts. A peer that restarted is noticed
+	// sooner, by reset probes once it has been silent for 1.5 LinkKeepAlive
+	// (internal/liveness). Default 2 s.
+	LinkIdleTimeout time.Duration
+	// LinkKeepAlive is the period of a link's QUIC keep-alive PINGs, whose answers show the
+	// peer is there. Default LinkIdleTimeout/2.
+	LinkKeepAlive time.Duration
 	// ReconnectMin and ReconnectMax bound the exponential back-off between dial attempts.
 	// Defaults 100 ms and 5 s.
 	ReconnectMin, ReconnectMax time.Duration
@@ -161,6 +172,12 @@ func (c Config) Validate() error {
 }
 
 func (c Config) withDefaults() Config {
+	if c.LinkIdleTimeout <= 0 {
+		c.LinkIdleTimeout = 2 * time.Second
+	}
+	if c.LinkKeepAlive <= 0 {
+		c.LinkKeepAlive = c.LinkIdleTimeout / 2
+	}
 	if c.ReconnectMin <= 0 {
 		c.ReconnectMin = 100 * time.Millisecond
 	}

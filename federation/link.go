@@ -15,6 +15,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlog"
 
+	"github.com/quicmq/quicmq/internal/liveness"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -36,11 +37,13 @@ type link struct {
 	counters     *linkCounters // the peer's, shared with the links to it before and after this one
 	migrations   atomic.Uint64
 	reconnects   atomic.Uint64
+	silent       atomic.Uint64 // connections ended after LinkIdleTimeout without a packet
 
 	mu struct {
 		sync.Mutex
 		conn       *quic.Conn
 		transports []*quic.Transport // every socket the connection used: kept for its life
+		probe      *liveness.Probe   // sees the packets of every socket of conn (reset probes)
 		local      string            // the socket in use; quic-go's Conn.LocalAddr races with a path switch
 		since      time.Time
 		mirrors    map[string]*mirror
@@ -68,6 +71,7 @@ type LinkInfo struct {
 	Mirrors          []string      `json:"mirrors"` // topics mirrored over this link
 	Migrations       uint64        `json:"migrations"`
 	Reconnects       uint64        `json:"reconnects"`
+	IdleTimeouts     uint64        `json:"idle_timeouts"` // connections ended: no packet from the peer for LinkIdleTimeout
 	LastError        string        `json:"last_error,omitempty"`
 }
 
@@ -177,16 +181,18 @@ func (l *link) setError(err error) {
 	l.mu.Unlock()
 }
 
-func (l *link) newTransport() (*quic.Transport, error) {
+// newTransport opens a socket for a connection whose packets probe sees.
+func (l *link) newTransport(probe *liveness.Probe) (*quic.Transport, error) {
 	pc, err := l.f.cfg.ListenPacket(&net.UDPAddr{IP: net.ParseIP(l.f.cfg.BindHost)})
 	if err != nil {
 		return nil, err
 	}
-	return &quic.Transport{Conn: pc}, nil
+	return &quic.Transport{Conn: probe.Wrap(pc)}, nil
 }
 
 func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
-	tr, err := l.newTransport()
+	probe := liveness.NewProbe(nil)
+	tr, err := l.newTransport(probe)
 	if err != nil {
 		return nil, fmt.Errorf("bind: %w", err)
 	}
@@ -210,8 +216,8 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 		l.mu.Unlock()
 	}()
 	conn, err := tr.Dial(dctx, addr, tlsConf, &quic.Config{
-		KeepAlivePeriod:            5 * time.Second,
-		MaxIdleTimeout:             30 * time.Second,
+		KeepAlivePeriod:            l.f.cfg.LinkKeepAlive,
+		MaxIdleTimeout:             l.f.cfg.LinkIdleTimeout,
 		MaxIncomingStreams:         -1,
 		MaxIncomingUniStreams:      -1,
 		InitialStreamReceiveWindow: 512 << 10,
@@ -232,6 +238,7 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 	l.mu.Lock()
 	l.mu.conn = conn
 	l.mu.transports = []*quic.Transport{tr}
+	l.mu.probe = probe
 	l.mu.local = tr.Conn.LocalAddr().String()
 	l.mu.since = l.f.cfg.Now()
 	l.mu.Unlock()
@@ -245,7 +252,7 @@ func (l *link) closeConn(conn *quic.Conn, code quic.ApplicationErrorCode, reason
 	l.counters.ended(conn)
 	l.mu.Lock()
 	trs := l.mu.transports
-	l.mu.conn, l.mu.transports, l.mu.local, l.mu.opener = nil, nil, "", nil
+	l.mu.conn, l.mu.transports, l.mu.local, l.mu.opener, l.mu.probe = nil, nil, "", nil, nil
 	l.mu.Unlock()
 	for _, tr := range trs {
 		closeTransport(tr)
@@ -263,6 +270,19 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 	defer wg.Wait()
 	defer cancel()                   // mirrors stop before wg.Wait returns
 	l.f.startRaft(ctx, l, conn, &wg) // raft streams to a node of this region (raft.go)
+	l.mu.Lock()
+	probe := l.mu.probe
+	l.mu.Unlock()
+	wg.Add(1)
+	go func() { // ends conn when the peer is silent for LinkIdleTimeout; probes for its restart
+		defer wg.Done()
+		if liveness.Watch(ctx, conn, probe, liveness.Config{
+			Timeout: l.f.cfg.LinkIdleTimeout, KeepAlive: l.f.cfg.LinkKeepAlive,
+			Code: wire.AppNoError, Reason: fmt.Sprintf("no packet from the peer for %v (idle timeout)", l.f.cfg.LinkIdleTimeout),
+		}) {
+			l.silent.Add(1)
+		}
+	}()
 
 	str, err := conn.OpenStreamSync(ctx)
 	if err != nil {
@@ -401,12 +421,12 @@ func (l *link) syncMirrors(ctx context.Context, conn *quic.Conn, o mirrorOpener,
 // fails, the connection is closed so the link reconnects and resumes from its cursors.
 func (l *link) migrate(ctx context.Context) error {
 	l.mu.Lock()
-	conn := l.mu.conn
+	conn, probe := l.mu.conn, l.mu.probe
 	l.mu.Unlock()
 	if conn == nil {
 		return errors.New("not connected")
 	}
-	tr, err := l.newTransport()
+	tr, err := l.newTransport(probe)
 	if err != nil {
 		return err
 	}
@@ -453,7 +473,7 @@ func (l *link) info() LinkInfo {
 	li := LinkInfo{
 		Region: l.peer.Region, Node: l.peer.Name, Addr: l.peer.Addr,
 		Connected: conn != nil, Since: l.mu.since, LastError: l.mu.lastErr, LocalAddr: l.mu.local,
-		Migrations: l.migrations.Load(), Reconnects: l.reconnects.Load(),
+		Migrations: l.migrations.Load(), Reconnects: l.reconnects.Load(), IdleTimeouts: l.silent.Load(),
 	}
 	for t := range l.mu.mirrors {
 		li.Mirrors = append(li.Mirrors, t)

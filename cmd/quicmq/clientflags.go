@@ -66,9 +66,10 @@ func (f *clientFlags) register(e *env, fs *flag.FlagSet) {
 	fs.StringVar(&f.name, "name", "quicmq-cli", "client name shown in the node's logs")
 	fs.DurationVar(&f.timeout, "timeout", 10*time.Second, "how long to wait for the connection (dialing every --server included) and\n"+
 		"for the node to answer a request")
-	fs.DurationVar(&f.idleTimeout, "idle-timeout", 0, "how long the node may stay silent before the connection counts as lost (QUIC's idle\n"+
-		"timeout; 0: 30s); with --reconnect the client then dials again, moving to the next --server.\n"+
-		"A node that stops or restarts says so at once; this bounds the wait for one that died or was cut off")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", 0, "how long the node may stay silent before the connection counts as lost (0: 2s;\n"+
+		"keep-alives go every half of it); with --reconnect the client then dials again, moving to the\n"+
+		"next --server or --failover. A node that stops or restarts says so at once; this bounds the\n"+
+		"wait for one that died or was cut off. Raise it on a lossy long-distance path")
 }
 
 // clientEnvHelp is the paragraph of the client commands' help about the environment.
