@@ -6,7 +6,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -82,16 +81,7 @@ func wildSet(b *testing.B) (dir string, topics int) {
 		b.Fatal(err)
 	}
 	n.stop()
-	db := rawPebble(b, filepath.Join(dir, "log"))
-	if err := db.Flush(); err != nil {
-		b.Fatal(err)
-	}
-	if err := db.Compact(context.Background(), []byte{'m'}, []byte{'n'}, true); err != nil {
-		b.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		b.Fatal(err)
-	}
+	compactRecords(b, dir)
 	fmt.Fprintf(os.Stderr, "wildcard set: %d topics of one record and one topic of %d, written and compacted in %v\n", topics, topics, time.Since(start).Round(time.Millisecond))
 	return dir, topics
 }

@@ -704,10 +704,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 		if got > 0 {
 			// Count the batch as delivered before it is written: the client may ACK a
 			// record as soon as it arrives.
-			sub.mu.Lock()
-			sub.mu.bound[c.index].delivered = c.next
-			c.pub = c.next
-			sub.mu.Unlock()
+			sub.delivered(c)
 			sent += got
 			sub.series.records.Add(float64(got))
 			sub.series.bytes.Add(float64(bytes))
@@ -814,6 +811,12 @@ func (sub *subscription) skipDeleted(c *cursor, first uint64) {
 	sub.bind(c)
 	sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: first})
 	c.next = first
+	sub.delivered(c)
+}
+
+// delivered records that everything of c before c.next was sent (or skipped by a GAP): an
+// ACK up to it is right from now on, and the lag counts from it.
+func (sub *subscription) delivered(c *cursor) {
 	sub.mu.Lock()
 	sub.mu.bound[c.index].delivered = c.next
 	c.pub = c.next

@@ -326,10 +326,7 @@ func (sub *subscription) sendSwept() (int, *wire.Error) {
 		sub.holding = true
 		got, more, err := st.sw.ReadFunc(c.inst, c.next, maxReadRecords, budget, sub.scanFn)
 		if got > 0 {
-			sub.mu.Lock()
-			sub.mu.bound[c.index].delivered = c.next
-			c.pub = c.next
-			sub.mu.Unlock()
+			sub.delivered(c) // subscribe.go: before the batch is written
 			sent += got
 			records += got
 			bytes += sub.encBytes
