@@ -50,6 +50,7 @@ tokens    = ["0123456789abcdef"]
 token_file = "` + tokens + `"
 retention_age   = "168h"
 retention_bytes = 10737418240
+retention_interval = "30s"
 max_payload     = 1048576
 max_durables_per_tenant = 5000
 log_level       = "debug"
@@ -69,6 +70,7 @@ pprof           = true
 	want := map[string]string{
 		"join": "10.0.0.6:7946,10.0.0.7:7946", "mirror": "orders.>,audit.*",
 		"retention_bytes": "10737418240", "retention_age": "168h", "log_level": "debug",
+		"retention_interval": "30s",
 	}
 	for k, v := range want {
 		s, ok := f.Get(k)
