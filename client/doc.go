@@ -54,7 +54,8 @@
 //     buffer (32 KiB, or one larger frame), so a consumer that stops reading stops its stream
 //     through QUIC flow control and costs the node a cursor, not memory.
 //   - Errors that come from the node are [*Error] values carrying a [Code]; retention gaps are
-//     reported once as [*GapError]; a closed Conn fails with [ErrClosed].
+//     reported once as [*GapError] (a durable acknowledges one with [Subscription.AckGap] to
+//     store a position past it); a closed Conn fails with [ErrClosed].
 //   - A lost connection fails what was under way on it. With Options.Reconnect the next
 //     operation dials the node again (within its context), and each open subscription is
 //     made again by its next Next, from where it was, delivering nothing twice. Given

@@ -136,12 +136,15 @@ func text(err error) string { return strings.TrimPrefix(err.Error(), "client: ")
 
 func (e *opError) Unwrap() error { return e.err }
 
-// GapError reports that the records [From, To) of Topic were deleted by retention before the
-// subscription reached them. Subscription.Next returns it once, in place of those records,
-// and continues with offset To on the next call: a gap is never skipped silently.
+// GapError reports that the records [From, To) of Topic were deleted (by retention or a
+// purge) before the subscription reached them. Subscription.Next returns it once, in place of
+// those records, and continues with offset To on the next call: a gap is never skipped
+// silently. A durable consumer that acknowledges it (Subscription.AckGap) stores a position
+// past it, and is not sent it again when it resumes.
 type GapError struct {
 	Topic    string
 	From, To uint64
+	gen      uint32 // the region generation it was delivered in (position.go), as Record's
 }
 
 func (e *GapError) Error() string {

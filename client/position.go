@@ -162,6 +162,13 @@ func newPositions(durable bool, from Position) *positions {
 // deliver records r as delivered. The node never sends a record the position covers (each
 // origin's order is kept in a log, and a move resumes after the position), so it is not
 // checked here.
+// generation is the region generation records are delivered in now.
+func (p *positions) generation() uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
+}
+
 func (p *positions) deliver(r *Record) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

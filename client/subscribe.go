@@ -447,7 +447,11 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			if !ok {
 				return Record{}, s.end(errorf(CodeProtocol, "GAP for topic index %d before its TOPIC", f.Index))
 			}
-			return Record{}, &GapError{Topic: name, From: f.From, To: f.To}
+			g := &GapError{Topic: name, From: f.From, To: f.To}
+			if s.pos != nil {
+				g.gen = s.pos.generation()
+			}
+			return Record{}, g
 		case *wire.Committed:
 			s.sawCommitted(f)
 		case *wire.CaughtUp:
@@ -525,6 +529,20 @@ func (s *Subscription) readErr(err error) error {
 		return errorf(CodeProtocol, "subscription %q: %v", s.pattern, err)
 	}
 	return s.c.streamErr(err)
+}
+
+// AckGap acknowledges the records a GAP reported deleted, and so every earlier record of
+// its topic: a durable consumer whose remaining records were deleted stores a position past
+// them, and is not sent the same GAP when it resumes. A group member acknowledges records one
+// by one: it gets an error.
+func (s *Subscription) AckGap(g *GapError) error {
+	if s.gm != nil {
+		return errors.New("client: ack gap: a group member acknowledges records one by one, not gaps")
+	}
+	if g.To == 0 {
+		return nil
+	}
+	return s.Ack(Record{Topic: g.Topic, Offset: g.To - 1, gen: g.gen})
 }
 
 // Ack acknowledges, cumulatively, r and every earlier record of r.Topic on this

@@ -5,6 +5,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"io"
 	"testing"
 	"time"
@@ -326,5 +327,38 @@ func TestGroupAndManageRefusalCodes(t *testing.T) {
 		if e := s.expectError(); e.Code != c.code {
 			t.Errorf("%s: %v; want code %d", c.what, e, c.code)
 		}
+	}
+}
+
+// TestSDKAckGap: the Go client's durable acknowledges a GAP (Subscription.AckGap) and so
+// stores a position past records deleted before it read them.
+func TestSDKAckGap(t *testing.T) {
+	n := newTestNode(t)
+	c := dialNode(t, n, client.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	managePublish(t, c, "sdkgap.t", 6)
+	consumeAndAck(t, c, "sdkgap.t", "d", 2) // position 1: resumes at 2
+	if _, err := c.PurgeTopic(ctx, "sdkgap.t", client.ManageOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := c.Subscribe(ctx, "sdkgap.t", client.SubscribeOptions{Durable: "d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = sub.Next(ctx)
+	gap, ok := errors.AsType[*client.GapError](err)
+	if !ok || gap.From != 2 || gap.To != 6 {
+		t.Fatalf("Next: %v; want a GapError [2, 6)", err)
+	}
+	if err := sub.AckGap(gap); err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Close(); err != nil { // waits for the node's FIN: the ACK is stored
+		t.Fatal(err)
+	}
+	info, err := c.ConsumerInfo(ctx, "d")
+	if err != nil || len(info.Topics) != 1 || info.Topics[0].Resume != 6 || info.Pending != 0 {
+		t.Fatalf("after AckGap: %+v %v; want d resuming at 6, nothing pending", info, err)
 	}
 }

@@ -171,6 +171,13 @@ func (s *subPrinter) run(ctx context.Context, count int, idle time.Duration) err
 			switch {
 			case errors.As(err, &gap):
 				fmt.Fprintf(s.e.stderr, "quicmq sub: gap: %v\n", err)
+				if !s.group {
+					// Acknowledged like the records it stands for: a durable resumes past it.
+					delete(s.unacked, gap.Topic)
+					if err := s.sub.AckGap(gap); err != nil {
+						return err
+					}
+				}
 				continue
 			case ctx.Err() != nil:
 				return nil // interrupted
