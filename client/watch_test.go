@@ -16,26 +16,34 @@ import (
 // QUIC's old default of 30 s fails it.
 const noticeBound = 3500 * time.Millisecond
 
-// With the default options, an idle connection (a subscription waiting for records, nothing
-// sent) to a node that went silent without a word, as after a SIGKILL or a pulled cable, is
-// noticed within about 2 s: the subscription ends with a lost connection.
-func TestDefaultsNoticeSilentNodeOnIdleConnection(t *testing.T) {
+// subscribeThroughCutter starts a node, dials it with the default options through a path
+// the test can cut, and subscribes to topic; the Conn is closed by t.Cleanup.
+func subscribeThroughCutter(t *testing.T, topic string) (*client.Conn, *nodetest.Cutter, *client.Subscription) {
+	t.Helper()
 	n := newTestNode(t)
 	path := nodetest.NewCutter(t, n.Addr().String())
 	c, err := client.Dial(testCtx(t), client.Options{CAFile: n.CAFile()}, path.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
-	s, err := c.Subscribe(testCtx(t), "quiet", client.SubscribeOptions{})
+	t.Cleanup(func() { c.Close() })
+	s, err := c.Subscribe(testCtx(t), topic, client.SubscribeOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, path, s
+}
+
+// With the default options, an idle connection (a subscription waiting for records, nothing
+// sent) to a node that went silent without a word, as after a SIGKILL or a pulled cable, is
+// noticed within about 2 s: the subscription ends with a lost connection.
+func TestDefaultsNoticeSilentNodeOnIdleConnection(t *testing.T) {
+	c, path, s := subscribeThroughCutter(t, "quiet")
 	path.Cut()
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	_, err = s.Next(ctx)
+	_, err := s.Next(ctx)
 	took := time.Since(began)
 	if err == nil || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Next on a silent node's connection: %v after %v", err, took)
@@ -56,17 +64,7 @@ func TestDefaultsNoticeSilentNodeOnIdleConnection(t *testing.T) {
 // The same with records in flight both ways: a pipelined publisher and a subscriber reading
 // its records when the path is cut; both fail within about 2 s.
 func TestDefaultsNoticeSilentNodeWithRecordsInFlight(t *testing.T) {
-	n := newTestNode(t)
-	path := nodetest.NewCutter(t, n.Addr().String())
-	c, err := client.Dial(testCtx(t), client.Options{CAFile: n.CAFile()}, path.Addr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	s, err := c.Subscribe(testCtx(t), "busy", client.SubscribeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, path, s := subscribeThroughCutter(t, "busy")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	pubErr := make(chan error, 1)
@@ -99,7 +97,7 @@ func TestDefaultsNoticeSilentNodeWithRecordsInFlight(t *testing.T) {
 		t.Fatalf("the subscription ended before the cut: %v", subErr)
 	}
 	subTook := time.Since(began)
-	err = <-pubErr
+	err := <-pubErr
 	pubTook := time.Since(began)
 	if errors.Is(subErr, context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a silent node was not noticed within 20 s: subscriber %v, publisher %v", subErr, err)
