@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -83,14 +84,20 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	announced := make(map[string]bool)
 	w := wire.NewWriter(str)
 	synced := false
+	// Every topic is looked at when the stream begins and when the peer's patterns change;
+	// otherwise only the topics created since (the log's journal), so that a wake costs
+	// what was created, not what exists.
+	names, cursor := f.cfg.Log.TopicsCursor()
+	slices.Sort(names)
 	for {
-		for _, t := range f.cfg.Log.Topics() {
-			if announced[t.Name] || !f.wanted(t.Name, patterns) {
+		for _, t := range names {
+			if announced[t] || !f.wanted(t, patterns) {
 				continue
 			}
-			announced[t.Name] = true
-			w.Write(&wire.Topic{Name: t.Name})
+			announced[t] = true
+			w.Write(&wire.Topic{Name: t})
 		}
+		names = nil
 		if !synced {
 			// Every topic held when the stream began is announced: the peer may now decide
 			// that a topic it has not heard of is not held here.
@@ -104,8 +111,14 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		case <-ctx.Done():
 			return nil
 		case <-newTopics:
+			var ok bool
+			if names, cursor, ok = f.cfg.Log.NewTopicsSince(cursor); !ok {
+				names, cursor = f.cfg.Log.TopicsCursor()
+			}
 		case p := <-updates:
 			patterns = validPatterns(p)
+			names, cursor = f.cfg.Log.TopicsCursor()
+			slices.Sort(names)
 		case <-heads:
 			for t := range announced {
 				_, next, _ := f.cfg.Log.Bounds(t)

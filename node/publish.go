@@ -45,8 +45,22 @@ type publisher struct {
 	}
 
 	batch   *pendingBatch           // being built by the reader; not yet submitted
-	relays  map[string]*relayStream // by owner node: owned by the reader goroutine
+	relays  map[string]*relayStream // by owner node: under dispatchMu
 	relayWG sync.WaitGroup          // relay answer readers
+
+	// dispatchMu serializes handing batches to the log or a relay: the reader goroutine
+	// and the placement awaiter (awaitPlacement) both do.
+	dispatchMu sync.Mutex
+	// awaiting are the batches of topics the region had not placed when they were read, in
+	// read order, waiting for their placements (replicated regions): the reader never
+	// waits for one, so that a client creating many topics gets them placed together.
+	awaiting struct {
+		sync.Mutex
+		q       []*pendingBatch
+		topics  map[string]int // batches queued per topic: a later batch of one queues too
+		running bool
+	}
+	awaitWG sync.WaitGroup
 }
 
 // pendingBatch is one append request (or one refused publish) waiting for its answer.
@@ -61,6 +75,7 @@ type pendingBatch struct {
 	res     wal.AppendResult
 	done    bool
 
+	await bool // submitted through awaitPlacement: its topic was not placed when it was read
 	// A batch relayed to the topic's owner is answered record by record.
 	relayTo  string              // the owner node, or "" for this node's log
 	outcomes []wal.RecordOutcome // per record, from the owner's acks (offset, time, duplicate)
@@ -98,6 +113,7 @@ func (p *publisher) run(first wire.Frame) {
 	streamErr := p.readLoop(first)
 
 	p.submit()
+	p.awaitWG.Wait() // every batch read is dispatched: no relay opens after this
 	p.mu.Lock()
 	p.mu.readDone = true
 	p.mu.Unlock()
@@ -200,6 +216,9 @@ func (p *publisher) add(pub *wire.Publish) {
 	if b := p.batch; b != nil && (b.topic != pub.Topic || len(b.seqs) >= maxBatchRecords || b.bytes >= maxBatchBytes) {
 		p.submit()
 	}
+	if p.batch == nil && p.mustAwait(pub.Topic) {
+		p.batch = &pendingBatch{topic: pub.Topic, read: time.Now(), await: true}
+	}
 	if p.batch == nil {
 		owner, e := p.route(pub.Topic)
 		if e != nil {
@@ -239,7 +258,8 @@ func (n *Node) checkPublish(pub *wire.Publish) *wire.Error {
 	return nil
 }
 
-// submit hands the batch under construction to the log. The log calls back from its
+// submit hands the batch under construction to the log (or, its topic not placed yet, to
+// awaitPlacement). The log calls back from its
 // committer after the synced commit; the callback only records the result and wakes the
 // writer.
 func (p *publisher) submit() {
@@ -249,6 +269,18 @@ func (p *publisher) submit() {
 	}
 	p.batch = nil
 	p.enqueue(b)
+	if b.await {
+		p.awaitPlacement(b)
+		return
+	}
+	p.dispatchMu.Lock()
+	defer p.dispatchMu.Unlock()
+	p.dispatch(b)
+}
+
+// dispatch hands b, queued for answering, to its topic's log or to its owner (dispatchMu
+// held).
+func (p *publisher) dispatch(b *pendingBatch) {
 	if b.relayTo != "" {
 		p.relay(b)
 		return
@@ -447,4 +479,82 @@ func appendError(err error) *wire.Error {
 		return &wire.Error{Code: wire.CodeInvalidArgument, Message: err.Error()}
 	}
 	return &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("append failed: %v", err)}
+}
+
+// mustAwait reports whether a batch of topic read now waits for its placement off the
+// reader goroutine: in a replicated region, for a client's publish to a topic the region
+// has not placed (whose placement is then asked for at once), or to one with batches
+// waiting already (so that a topic's batches keep their order).
+func (p *publisher) mustAwait(topic string) bool {
+	r := p.s.n.rep
+	if r == nil || p.s.peer {
+		return false
+	}
+	p.awaiting.Lock()
+	queued := p.awaiting.topics[topic] > 0
+	p.awaiting.Unlock()
+	if queued {
+		return true
+	}
+	if r.lookup(topic) != nil {
+		return false
+	}
+	r.placeLater(topic)
+	return true
+}
+
+// awaitPlacement queues b, whose topic was not placed when it was read, for the awaiter
+// goroutine, which routes and dispatches the queued batches in read order as their
+// placements arrive.
+func (p *publisher) awaitPlacement(b *pendingBatch) {
+	p.awaiting.Lock()
+	defer p.awaiting.Unlock()
+	p.awaiting.q = append(p.awaiting.q, b)
+	if p.awaiting.topics == nil {
+		p.awaiting.topics = make(map[string]int)
+	}
+	p.awaiting.topics[b.topic]++
+	if p.awaiting.running {
+		return
+	}
+	p.awaiting.running = true
+	p.awaitWG.Add(1)
+	go func() {
+		defer p.awaitWG.Done()
+		p.awaiter()
+	}()
+}
+
+func (p *publisher) awaiter() {
+	for {
+		p.awaiting.Lock()
+		if len(p.awaiting.q) == 0 {
+			p.awaiting.q = nil
+			p.awaiting.running = false
+			p.awaiting.Unlock()
+			return
+		}
+		b := p.awaiting.q[0]
+		p.awaiting.q[0] = nil
+		p.awaiting.q = p.awaiting.q[1:]
+		p.awaiting.Unlock()
+
+		owner, e := p.route(b.topic) // waits for the placement (ensure) and a leader
+		if e != nil {
+			p.mu.Lock()
+			b.err, b.done, b.records = e, true, nil
+			p.mu.Unlock()
+			p.signal()
+		} else {
+			b.relayTo = owner
+			p.dispatchMu.Lock()
+			p.dispatch(b)
+			p.dispatchMu.Unlock()
+		}
+		p.awaiting.Lock()
+		if p.awaiting.topics[b.topic]--; p.awaiting.topics[b.topic] <= 0 {
+			delete(p.awaiting.topics, b.topic)
+		}
+		p.awaiting.Unlock()
+	}
 }

@@ -46,6 +46,14 @@ type RaftSettings struct {
 	// fallback for an operator who suspects the catch-up path; the raft log then grows with
 	// every record.
 	DisableLogCompaction bool
+	// GroupsPerNode sizes the region's raft groups, each holding many topics: the metadata
+	// leader keeps about this many groups per node for each replica count (rounded up to a
+	// multiple of the region's nodes, so each leads as many), and adds groups when the
+	// region grows; topics placed stay in their group. The leader's setting is the one that
+	// counts. Default 0: two per core, at least 4. Negative: one group per topic, the layout
+	// of regions formed before 2026-12-05 (slower and costlier with many topics; kept for
+	// comparison).
+	GroupsPerNode int
 }
 
 func (r RaftSettings) withDefaults() RaftSettings {

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +45,21 @@ type replicated struct {
 	meta *replica.LogSM
 	sm   *replica.WalSM
 	wake chan struct{} // capacity 1: a round committed (the metadata log may have grown)
+	// placeWake (capacity 1) wakes the placer goroutine: topics are queued (replgroups.go).
+	placeWake chan struct{}
+
+	// pl is the placement index: which group holds each topic and each group's replicas,
+	// as the metadata records applied so far say. Under a lock of its own, never held while
+	// calling the driver: the state machine reads it on the driver's goroutine (groupOf).
+	pl struct {
+		sync.RWMutex
+		topics map[string]uint64    // topic -> group
+		groups map[uint64]*repGroup // every group declared, this node's or not
+		many   map[int][]uint64     // groups of many topics by replica count, in declaration order
+		nextID uint64               // above every group of many topics declared
+		// narrow: placed topics on fewer nodes than --replicas: not every node holds every topic
+		narrow int
+	}
 
 	elections *electionCounter // metrics (replmetrics.go)
 	rejoinM   *rejoinMetrics   // replmember.go
@@ -61,8 +77,6 @@ type replicated struct {
 		// to until this node, a learner, has read the placements.
 		outside []string
 		forming []string // alive nodes with raft IDs while fewer than Replicas
-		placed  map[string]*repTopic
-		narrow  int // placed topics on fewer nodes than --replicas: not every node holds every topic
 		// ids is each node name's raft ID as the metadata log says (placements, member
 		// records: the last wins); names every raft ID the log ever named.
 		ids   map[string]uint64
@@ -79,6 +93,7 @@ type replicated struct {
 		wg      *sync.WaitGroup
 		stopped bool
 		placing map[string]bool
+		placeQ  []placeReq // topics waiting for the placer (replgroups.go)
 	}
 }
 
@@ -130,14 +145,16 @@ func (t *repTopic) nameOf(id uint64) string {
 
 // newReplicated builds the driver and state machines; nothing runs until start.
 func newReplicated(n *Node, id uint64) (*replicated, error) {
-	r := &replicated{n: n, id: id, wake: make(chan struct{}, 1)}
-	r.mu.placed = make(map[string]*repTopic)
+	r := &replicated{n: n, id: id, wake: make(chan struct{}, 1), placeWake: make(chan struct{}, 1)}
+	r.pl.topics = make(map[string]uint64)
+	r.pl.groups = make(map[uint64]*repGroup)
+	r.pl.many = make(map[int][]uint64)
 	r.mu.ids = make(map[string]uint64)
 	r.mu.names = make(map[uint64]string)
 	r.mu.status = make(map[uint64]raft.BasicStatus)
 	r.mu.changed = make(chan struct{})
 	r.mu.placing = make(map[string]bool)
-	sm, err := replica.NewWalSM(replica.WalSMConfig{Log: n.wal, DedupWindow: n.cfg.MaxPendingPublishes, GroupOf: topicGroup})
+	sm, err := replica.NewWalSM(replica.WalSMConfig{Log: n.wal, DedupWindow: n.cfg.MaxPendingPublishes, GroupOf: r.groupOf})
 	if err != nil {
 		return nil, fmt.Errorf("node: replicated topics: %w", err)
 	}
@@ -222,7 +239,8 @@ func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
 	r.mu.Lock()
 	r.mu.ctx, r.mu.wg = ctx, wg
 	r.mu.Unlock()
-	wg.Add(5)
+	wg.Add(6)
+	go func() { defer wg.Done(); r.placer(ctx) }() // replgroups.go
 	go func() { defer wg.Done(); r.retain(ctx) }() // replretain.go
 	go func() {
 		defer wg.Done()
@@ -403,11 +421,14 @@ func (r *replicated) watchMeta(ctx context.Context) {
 				break
 			}
 			for _, rec := range recs {
-				if len(rec.Data) > 0 && rec.Data[0] == memberVersion {
+				switch {
+				case len(rec.Data) > 0 && rec.Data[0] == memberVersion:
 					r.applyMember(rec.Data)
-					continue
+				case len(rec.Data) > 0 && rec.Data[0] == groupsVersion:
+					r.applyGroups(ctx, rec.Data) // replgroups.go
+				default:
+					r.applyPlacement(ctx, rec.Data)
 				}
-				r.applyPlacement(ctx, rec.Data)
 			}
 			r.mu.Lock()
 			r.mu.read += uint64(len(recs))
@@ -423,77 +444,78 @@ func (r *replicated) watchMeta(ctx context.Context) {
 	}
 }
 
-// applyPlacement applies one metadata record: the first placement of a topic wins.
+// applyPlacement applies a placement record of version 1: a topic in a group of its own
+// (the layout of regions formed before groups held many topics). The first placement of a
+// topic wins.
 func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
 	t, err := decodePlacement(data)
 	if err != nil {
 		r.n.log.Error("a metadata record could not be decoded; it is skipped on every node alike", "err", err)
 		return
 	}
+	g := &repGroup{id: t.group, replicas: t.replicas, boot: t.boot, label: t.name}
 	// A replica is named by its node's name: a node restarted empty holds what its name
 	// held, under its new raft ID (replmember.go).
 	for _, m := range t.replicas {
-		t.local = t.local || m.name == r.n.cfg.Name
+		g.local = g.local || m.name == r.n.cfg.Name
 	}
-	if t.local && r.n.wal.IsLocal(t.name) {
+	if g.local && r.n.wal.IsLocal(t.name) {
 		// A single-copy log of the name exists here (a mirror or a dead-letter append made
 		// it before the placement): binding it would stop the driver. This replica stays
 		// out of the group; the others hold the topic.
 		r.n.log.Error("a replicated topic has a single-copy log of its name on this node: this node does not take its replica",
 			"topic", t.name, "replicas", t.names())
-		t.local = false
+		g.local = false
 	}
 	r.mu.Lock()
-	if r.mu.placed[t.name] != nil {
-		r.mu.Unlock()
-		return
-	}
-	for i, m := range t.replicas {
+	for i, m := range g.replicas {
 		if _, ok := r.mu.names[m.id]; !ok {
 			r.mu.names[m.id] = m.name
 		}
 		if id, ok := r.mu.ids[m.name]; ok {
-			t.replicas[i].id = id // a member record renamed it before this placement applied
+			g.replicas[i].id = id // a member record renamed it before this placement applied
 		} else {
 			r.mu.ids[m.name] = m.id
 		}
 	}
-	r.mu.placed[t.name] = t
-	if len(t.replicas) < r.n.cfg.Replicas {
-		r.mu.narrow++ // created with a count of its own (topics create --replicas)
-	}
 	r.mu.Unlock()
-	if !t.local {
+	r.pl.Lock()
+	if _, placed := r.pl.topics[t.name]; placed || r.pl.groups[g.id] != nil {
+		r.pl.Unlock()
 		return
 	}
-	var created bool
-	if slices.Contains(t.boot, r.id) {
-		created, err = r.d.OpenGroup(ctx, t.group, t.boot)
-	} else {
-		// Placed under this node's old raft ID: its group exists elsewhere, and this
-		// node joins it empty (or reopens what it stored since).
-		err = r.d.JoinGroup(ctx, t.group)
-	}
-	if err != nil {
-		r.n.log.Error("could not open a replicated topic's group", "topic", t.name, "group", t.group, "err", err)
-		return
-	}
-	// The preferred replica of a new topic stands at once, so the topic has a leader in a
-	// round trip rather than an election timeout. A group reopened after a restart does
-	// not: its leader is most likely alive and ahead (the reopened replica's Wake makes it
-	// heartbeat at once, or makes its followers stand if this node led it).
-	if created && t.boot[0] == r.id {
-		if err := r.d.Campaign(ctx, t.group); err != nil {
-			r.n.log.Debug("campaign for a new topic's group", "topic", t.name, "err", err)
-		}
+	r.declareLocked(g)
+	r.placeLocked(t.name, g)
+	r.pl.Unlock()
+	if g.local {
+		r.openGroup(ctx, g)
 	}
 }
 
 // lookup returns topic's placement, if decided.
 func (r *replicated) lookup(topic string) *repTopic {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.mu.placed[topic]
+	r.pl.RLock()
+	defer r.pl.RUnlock()
+	id, ok := r.pl.topics[topic]
+	if !ok {
+		return nil
+	}
+	g := r.pl.groups[id]
+	return &repTopic{name: topic, group: id, replicas: g.replicas, boot: g.boot, local: g.local}
+}
+
+// localGroups returns the groups this node holds a replica of.
+func (r *replicated) localGroups() []*repGroup {
+	r.pl.RLock()
+	defer r.pl.RUnlock()
+	var out []*repGroup
+	for _, g := range r.pl.groups {
+		if g.local {
+			out = append(out, g)
+		}
+	}
+	slices.SortFunc(out, func(a, b *repGroup) int { return cmp.Compare(a.id, b.id) })
+	return out
 }
 
 // wide reports whether this node's region has more nodes than Replicas in its metadata
@@ -504,8 +526,11 @@ func (r *replicated) wide() bool {
 		return false
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.mu.learners) > 0 || r.mu.narrow > 0
+	learners := len(r.mu.learners)
+	r.mu.Unlock()
+	r.pl.RLock()
+	defer r.pl.RUnlock()
+	return learners > 0 || r.pl.narrow > 0
 }
 
 // isLocal reports whether this node holds a replica of topic, a replicated topic of its
@@ -535,13 +560,14 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 	defer cancel()
 	poll := time.NewTicker(n.cfg.Raft.TickInterval)
 	defer poll.Stop()
-	asked := false
+	asked, askedLead := false, uint64(0)
+	var lastErr *wire.Error // the last refusal of a metadata leader asked, told at the timeout
 	for {
 		r.mu.Lock()
-		t, formed, changed := r.mu.placed[topic], r.mu.formed, r.mu.changed
+		formed, changed := r.mu.formed, r.mu.changed
 		outside, forming := r.mu.outside, r.mu.forming
 		r.mu.Unlock()
-		if t != nil {
+		if t := r.lookup(topic); t != nil {
 			return t, nil
 		}
 		if !formed && outside != nil {
@@ -549,26 +575,39 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 				"topic %q: node %q is not one of the %d nodes of region %q that hold its replicated topics (%s): connect to one of them",
 				topic, n.cfg.Name, len(outside), n.cfg.Region, strings.Join(outside, ", "))
 		}
+		if asked && r.leaderID(ctx, metaGroup) != askedLead {
+			asked = false // the leader asked lost its office before placing the topic: ask again
+		}
 		if formed && !asked {
 			switch lead := r.leaderID(ctx, metaGroup); {
 			case lead == r.id:
 				if e := r.place(ctx, topic, replicas); e != nil {
 					return nil, e
 				}
-				asked = true
+				asked, askedLead = true, lead
 			case lead != 0 && relayed:
 				return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: node %q no longer leads region %q's metadata; retry", topic, n.cfg.Name, n.cfg.Region)
 			case lead != 0:
-				if e := r.askPlace(ctx, lead, topic, replicas); e != nil {
+				e := r.askPlace(ctx, lead, topic, replicas)
+				switch {
+				case e == nil:
+					asked, askedLead = true, lead
+				case e.Code != wire.CodeUnavailable:
 					return nil, e
+				default:
+					// The leader changed (or is changing) under the request: asked again at
+					// the next poll, of the leader then known, until the timeout.
+					lastErr = e
 				}
-				asked = true
 			}
 		}
 		select {
 		case <-changed:
 		case <-poll.C:
 		case <-ctx.Done():
+			if lastErr != nil && r.lookup(topic) == nil {
+				return nil, lastErr
+			}
 			if !formed {
 				return nil, wire.Errorf(wire.CodeUnavailable,
 					"topic %q: region %q keeps %d replicas of each topic and has %d node(s) with raft IDs alive (%s): its replicated topics are unavailable until %d are",
@@ -600,6 +639,9 @@ func (r *replicated) metaLacking() string {
 
 // leaderID is the group's leader as this node knows it (0: none).
 func (r *replicated) leaderID(ctx context.Context, group uint64) uint64 {
+	if ro, ok := r.d.Role(group); ok {
+		return ro.Lead
+	}
 	st, err := r.d.Status(ctx, group)
 	if err != nil {
 		return 0
@@ -615,11 +657,20 @@ func (r *replicated) place(ctx context.Context, topic string, replicas int) *wir
 	}
 	r.mu.Lock()
 	members := append(slices.Clone(r.mu.voters), r.mu.learners...) // learners: nodes past the first Replicas
-	holdings := make(map[string][]string, len(r.mu.placed))
-	for name, t := range r.mu.placed {
-		holdings[name] = t.names()
-	}
 	r.mu.Unlock()
+	if replicas > len(members) {
+		return wire.Errorf(wire.CodeInvalidArgument, "topic %q: %d replicas asked, but region %q has %d nodes that hold replicated topics", topic, replicas, n.cfg.Region, len(members))
+	}
+	if r.manyGroups() {
+		r.placeMany(topic, replicas) // replgroups.go: on a group of many topics
+		return nil
+	}
+	r.pl.RLock()
+	holdings := make(map[string][]string, len(r.pl.groups))
+	for _, g := range r.pl.groups {
+		holdings[g.label] = g.names()
+	}
+	r.pl.RUnlock()
 	ids := make(map[string]uint64)
 	var eligible []routing.PlacementMember
 	for _, m := range r.raftMembers() {
@@ -628,9 +679,6 @@ func (r *replicated) place(ctx context.Context, topic string, replicas int) *wir
 		}
 		ids[m.name] = m.id
 		eligible = append(eligible, routing.PlacementMember{ID: m.name, Eligible: m.alive})
-	}
-	if replicas > len(members) {
-		return wire.Errorf(wire.CodeInvalidArgument, "topic %q: %d replicas asked, but region %q has %d nodes that hold replicated topics", topic, replicas, n.cfg.Region, len(members))
 	}
 	p := routing.Place(eligible, holdings, []routing.PlacementRequest{{Topic: topic, Replicas: replicas}})[0]
 	if p.Err != nil {
@@ -709,6 +757,12 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 	if !t.local {
 		return 0, wire.Errorf(wire.CodeUnavailable, "topic %q: this node is not one of its replicas (%s)", t.name, strings.Join(t.names(), ", "))
 	}
+	// The leader as of the group's last round, without waiting for the driver (a round
+	// may be in its fsync): what every publish asks.
+	if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader &&
+		(ro.Lead == r.id || r.reachable(t.nameOf(ro.Lead))) {
+		return ro.Lead, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
 	defer cancel()
 	poll := time.NewTicker(n.cfg.Raft.TickInterval)
@@ -780,8 +834,8 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool, from
 func (r *replicated) viaVoter(topic string) (voter string, outside bool, e *wire.Error) {
 	r.mu.Lock()
 	voters := slices.Clone(r.mu.outside)
-	t := r.mu.placed[topic]
 	r.mu.Unlock()
+	t := r.lookup(topic)
 	if voters == nil || t != nil && t.local {
 		return "", false, nil // a learner catching up serves the replicas it opened already
 	}
@@ -1014,13 +1068,9 @@ func (r *replicated) observe(ctx context.Context) {
 		case <-tick.C:
 		}
 		groups := []uint64{metaGroup}
-		r.mu.Lock()
-		for _, t := range r.mu.placed {
-			if t.local {
-				groups = append(groups, t.group)
-			}
+		for _, g := range r.localGroups() {
+			groups = append(groups, g.id)
 		}
-		r.mu.Unlock()
 		moved := false
 		if m, err := r.d.Membership(ctx, metaGroup); err == nil && len(m.Voters) > 0 {
 			r.mu.Lock()
@@ -1068,12 +1118,10 @@ func (r *replicated) groupLabel(g uint64) string {
 	if g == metaGroup {
 		return "_meta"
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, t := range r.mu.placed {
-		if t.group == g {
-			return t.name
-		}
+	r.pl.RLock()
+	defer r.pl.RUnlock()
+	if grp := r.pl.groups[g]; grp != nil {
+		return grp.label
 	}
 	return strconv.FormatUint(g, 10)
 }
@@ -1224,7 +1272,10 @@ func (r *replicated) holdsAll() bool {
 	if r == nil {
 		return false
 	}
+	r.pl.RLock()
+	narrow := r.pl.narrow
+	r.pl.RUnlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.mu.formed && len(r.mu.voters) == r.n.cfg.Replicas && len(r.mu.learners) == 0 && r.mu.narrow == 0 && slices.Contains(r.mu.voters, r.id)
+	return r.mu.formed && len(r.mu.voters) == r.n.cfg.Replicas && len(r.mu.learners) == 0 && narrow == 0 && slices.Contains(r.mu.voters, r.id)
 }

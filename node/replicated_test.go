@@ -426,7 +426,16 @@ func TestReplicatedDurableConsumer(t *testing.T) {
 // TestReplicatedMetrics: the per-group raft series exist, one leader among the nodes.
 func TestReplicatedMetrics(t *testing.T) {
 	m, _ := newSeededRegion(t, "met", 3, 30*time.Second)
-	waitFor(t, 10*time.Second, "one leader of met in the metrics", func() bool {
+	// The series are per group: the label of the group holding met.
+	var label string
+	waitFor(t, 10*time.Second, "met placed on eu-1", func() bool {
+		rt := m.nodes["eu-1"].rep.lookup("met")
+		if rt != nil {
+			label = m.nodes["eu-1"].rep.groupLabel(rt.group)
+		}
+		return rt != nil
+	})
+	waitFor(t, 10*time.Second, "one leader of met's group in the metrics", func() bool {
 		leaders := 0
 		for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
 			fams, err := m.nodes[name].Gatherer().Gather()
@@ -438,7 +447,7 @@ func TestReplicatedMetrics(t *testing.T) {
 					continue
 				}
 				for _, s := range f.GetMetric() {
-					if s.GetLabel()[0].GetValue() == "met" && s.GetGauge().GetValue() == 1 {
+					if s.GetLabel()[0].GetValue() == label && s.GetGauge().GetValue() == 1 {
 						leaders++
 					}
 				}

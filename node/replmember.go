@@ -144,16 +144,18 @@ func (r *replicated) applyMember(data []byte) {
 	if old == id {
 		return
 	}
-	for topic, t := range r.mu.placed {
-		for i, m := range t.replicas {
+	r.pl.Lock() // r.mu, then r.pl: the one place both are held
+	for gid, g := range r.pl.groups {
+		for i, m := range g.replicas {
 			if m.name == name {
-				c := *t // readers hold the old *repTopic without the lock
-				c.replicas = append([]repMember(nil), t.replicas...)
+				c := *g // readers hold the old *repGroup and its replicas without the lock
+				c.replicas = append([]repMember(nil), g.replicas...)
 				c.replicas[i].id = id
-				r.mu.placed[topic] = &c
+				r.pl.groups[gid] = &c
 			}
 		}
 	}
+	r.pl.Unlock()
 	if old != 0 {
 		r.n.log.Info("the region's metadata records a node's new raft ID", "node", name, "old_raft_id", old, "raft_id", id)
 	}
@@ -169,16 +171,10 @@ func (r *replicated) rejoinStep(ctx context.Context) {
 		r.metaMembers(ctx, m)
 	}
 	r.mu.Lock()
-	var topics []*repTopic
-	for _, t := range r.mu.placed {
-		if t.local {
-			topics = append(topics, t)
-		}
-	}
 	ids, names := maps.Clone(r.mu.ids), maps.Clone(r.mu.names)
 	r.mu.Unlock()
-	for _, t := range topics {
-		m, err := r.d.Membership(ctx, t.group)
+	for _, t := range r.localGroups() {
+		m, err := r.d.Membership(ctx, t.id)
 		if err != nil || m.Status.RaftState != raft.StateLeader {
 			continue
 		}
@@ -186,7 +182,7 @@ func (r *replicated) rejoinStep(ctx context.Context) {
 		for _, v := range append(m.Voters, m.Outgoing...) {
 			name := names[v]
 			if cur := ids[name]; name != "" && cur != 0 && cur != v {
-				r.replace(ctx, t.group, t.name, m, v, cur, name)
+				r.replace(ctx, t.id, t.label, m, v, cur, name)
 			}
 		}
 	}

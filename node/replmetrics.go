@@ -51,11 +51,13 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	for g, st := range r.mu.status {
 		status[g] = struct{ lead, term, commit, applied uint64 }{st.Lead, st.GetTerm(), st.GetCommit(), st.Applied}
 	}
-	byGroup := make(map[uint64]*repTopic)
-	for _, t := range r.mu.placed {
-		byGroup[t.group] = t
-	}
 	r.mu.Unlock()
+	byGroup := make(map[uint64]*repTopic)
+	r.pl.RLock()
+	for id, g := range r.pl.groups {
+		byGroup[id] = &repTopic{name: g.label, group: id, replicas: g.replicas}
+	}
+	r.pl.RUnlock()
 	sort.Slice(groups, func(i, j int) bool { return groups[i] < groups[j] })
 	below := 0
 	for i, g := range groups {

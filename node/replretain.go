@@ -191,11 +191,8 @@ func (s *session) configureReplicated(ctx context.Context, topic string, f *wire
 // replTopicInfo is a replicated topic's TOPIC_INFO as this node holds it (node names).
 func (n *Node) replTopicInfo(topic string) wire.TopicInfo {
 	ti := wire.TopicInfo{Name: topic}
-	for _, info := range n.wal.Topics() {
-		if info.Name == topic {
-			ti = topicInfo(info)
-			break
-		}
+	if info, ok := n.wal.TopicInfo(topic); ok {
+		ti = topicInfo(info)
 	}
 	ti.Leader, ti.Replicas = n.rep.holders(topic)
 	return ti
@@ -220,17 +217,27 @@ func (r *replicated) retain(ctx context.Context) {
 	}
 }
 
-// retainOnce proposes, for each replicated topic this node holds and whose group it
-// leads, the cut its retention asks for now.
+// retainOnce proposes, for each replicated topic of a group this node leads, the cut its
+// retention asks for now.
 func (r *replicated) retainOnce(ctx context.Context) {
-	var topics []*repTopic
-	r.mu.Lock()
-	for _, t := range r.mu.placed {
-		if t.local {
-			topics = append(topics, t)
+	led := map[uint64]*repGroup{}
+	for _, g := range r.localGroups() {
+		st, err := r.d.Status(ctx, g.id)
+		if err == nil && st.Lead == r.id && st.RaftState == raft.StateLeader {
+			led[g.id] = g
 		}
 	}
-	r.mu.Unlock()
+	if len(led) == 0 {
+		return
+	}
+	var topics []*repTopic
+	r.pl.RLock()
+	for name, id := range r.pl.topics {
+		if g := led[id]; g != nil {
+			topics = append(topics, &repTopic{name: name, group: id, replicas: g.replicas, boot: g.boot, local: true})
+		}
+	}
+	r.pl.RUnlock()
 	slices.SortFunc(topics, func(a, b *repTopic) int { return strings.Compare(a.name, b.name) })
 	for _, t := range topics {
 		if ctx.Err() != nil {

@@ -132,44 +132,34 @@ func keepListedRow(t *wire.TopicInfo, node string, listed bool, holders []string
 	return routing.Owner(t.Name, holders) == node
 }
 
-// watchTopics is the node's topic watcher goroutine: when the log reports a new topic, it
+// watchTopics is the node's topic watcher goroutine: when the log reports new topics, it
 // finds the subscriptions whose pattern matches (the interest table) and tells each one.
-// It is the only reader of the known-topics set.
+// It reads the log's journal of created topics (wal.NewTopicsSince), so a wake costs what
+// was created, not what exists; should it fall behind what the journal keeps (much churn),
+// every topic is announced again, which subscriptions and placement take as no change.
 func (n *Node) watchTopics() {
 	defer n.wg.Done()
 	wake := make(chan struct{}, 1)
 	cancel := n.wal.NotifyNewTopics(wake)
 	defer cancel()
-	known := make(map[string]bool) // the value: seen in the current pass
-	for _, t := range n.wal.Topics() {
-		known[t.Name] = true
-	}
+	_, cursor := n.wal.TopicsCursor()
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-wake:
 		}
-		for name := range known {
-			known[name] = false
+		created, next, ok := n.wal.NewTopicsSince(cursor)
+		if !ok {
+			created, next = n.wal.TopicsCursor()
 		}
-		for _, t := range n.wal.Topics() {
-			if _, ok := known[t.Name]; ok {
-				known[t.Name] = true
-				continue
-			}
-			known[t.Name] = true
+		cursor = next
+		for _, name := range created {
 			if n.place != nil {
-				n.place.localTopicCreated(t.Name)
+				n.place.localTopicCreated(name)
 			}
-			for _, sub := range n.interest.Match(t.Name) {
-				sub.notifyNewTopic(t.Name)
-			}
-		}
-		// A deleted topic is forgotten, so that one created again under its name is new.
-		for name, seen := range known {
-			if !seen {
-				delete(known, name)
+			for _, sub := range n.interest.Match(name) {
+				sub.notifyNewTopic(name)
 			}
 		}
 	}

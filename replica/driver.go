@@ -286,6 +286,11 @@ func (d *Driver) Wake(ctx context.Context, group uint64) error {
 	})
 }
 
+// Role returns the group's leader and term as of its last round, without waiting
+// for Run (as Status does): what a caller on a hot path asks. ok is false for a group
+// this node does not hold.
+func (d *Driver) Role(group uint64) (Role, bool) { return d.e.roles.get(group) }
+
 // Status returns the group's raft status.
 func (d *Driver) Status(ctx context.Context, group uint64) (raft.BasicStatus, error) {
 	type answer struct {

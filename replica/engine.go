@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
@@ -40,6 +41,41 @@ type engine struct {
 	reports []snapReport
 	failed  error
 	stats   Stats
+	// roles is each group's leader as of its last round, for readers on other
+	// goroutines (Driver.Role).
+	roles roleTable
+}
+
+// Role is a group's leader and term as this node knows them, and whether this node
+// leads it, as of the group's last round.
+type Role struct {
+	Lead, Term uint64
+	Leader     bool // this node is the leader (Lead is its ID)
+}
+
+// roleTable holds every group's Role: written by the engine after a round changed a
+// group's leader or term, read by any goroutine without waiting for the engine.
+type roleTable struct {
+	mu sync.RWMutex
+	m  map[uint64]Role
+}
+
+func (t *roleTable) set(g *group) {
+	bs := g.rn.BasicStatus()
+	r := Role{Lead: bs.Lead, Term: bs.GetTerm(), Leader: bs.RaftState == raft.StateLeader}
+	t.mu.Lock()
+	if t.m == nil {
+		t.m = make(map[uint64]Role)
+	}
+	t.m[g.id] = r
+	t.mu.Unlock()
+}
+
+func (t *roleTable) get(id uint64) (Role, bool) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	r, ok := t.m[id]
+	return r, ok
 }
 
 // Stats counts the engine's work, for tests and metrics.
@@ -162,6 +198,7 @@ func (e *engine) addGroup(id uint64, peers []uint64, join bool) (created bool, e
 	g := &group{id: id, rn: rn, st: st}
 	st.setBuild(func() (*pb.Snapshot, error) { return e.buildSnapshot(g) })
 	e.groups[id] = g
+	e.roles.set(g)
 	i, _ := slices.BinarySearchFunc(e.order, id, func(g *group, id uint64) int { return cmp.Compare(g.id, id) })
 	e.order = slices.Insert(e.order, i, g)
 	if empty && !join {
@@ -608,6 +645,9 @@ func (e *engine) round(rds []*readyGroup) error {
 		e.snapshotSent(r.g.id, r.rd.Messages)
 	}
 	for _, r := range rds {
+		if r.rd.SoftState != nil || !raft.IsEmptyHardState(r.rd.HardState) {
+			e.roles.set(r.g)
+		}
 		e.complete(r)
 		if e.cfg.LogCompaction && len(r.applied) > 0 {
 			e.compactDue = append(e.compactDue, r.g)

@@ -53,10 +53,12 @@ type WalSMConfig struct {
 	// which records are stored). Each costs about 100 bytes of memory and
 	// one small key. Default 4096.
 	DedupWindow int
-	// GroupOf maps a topic to the raft group that holds it; every replica
-	// must use the same mapping (an entry in another topic's group applies
-	// as a no-op). Default TopicGroup: one group per topic. Groups may hold
-	// several topics.
+	// GroupOf maps a topic to the raft group that holds it, or to 0 while
+	// this replica does not know it yet; every replica must use the same
+	// mapping once it knows (an entry of a topic in another group than its
+	// own applies as a no-op; one of a topic not known yet applies in the
+	// group it came in, which must be the topic's). Default TopicGroup: one
+	// group per topic. Groups may hold many topics.
 	GroupOf func(topic string) uint64
 }
 
@@ -151,8 +153,16 @@ func NewWalSM(cfg WalSMConfig) (*WalSM, error) {
 	return s, nil
 }
 
-// Group returns the group that holds topic.
+// Group returns the group that holds topic (0: not known here yet).
 func (s *WalSM) Group(topic string) uint64 { return s.groupOf(topic) }
+
+// elsewhere reports whether topic is known to belong to a group other than group, and
+// which: an entry, snapshot or chunk of it in group is then refused. A topic whose group
+// GroupOf does not know yet (0) belongs to the group its entries come in.
+func (s *WalSM) elsewhere(topic string, group uint64) (uint64, bool) {
+	g := s.groupOf(topic)
+	return g, g != 0 && g != group
+}
 
 // Applied implements StateMachine: it loads the group's state.
 func (s *WalSM) Applied(group uint64) (uint64, error) {
@@ -290,7 +300,7 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 	if err != nil {
 		return noop(err)
 	}
-	if got := s.groupOf(we.Topic); got != g.id {
+	if got, ok := s.elsewhere(we.Topic, g.id); ok {
 		return noop(fmt.Errorf("replica: %v entry of %q in group %d: the topic belongs to group %d", we.Kind, we.Topic, g.id, got))
 	}
 	if err := s.w.Bind(b, we.Topic, g.id); err != nil {
@@ -502,7 +512,11 @@ func (s *WalSM) Propose(ctx context.Context, d *Driver, e *WalEntry) wal.AppendR
 	if err != nil {
 		return wal.AppendResult{Err: err}
 	}
-	r, err := d.Propose(ctx, s.groupOf(e.Topic), data)
+	g := s.groupOf(e.Topic)
+	if g == 0 {
+		return wal.AppendResult{Err: fmt.Errorf("replica: %v %q: %w: the topic's group is not known here yet", e.Kind, e.Topic, ErrUnknownGroup)}
+	}
+	r, err := d.Propose(ctx, g, data)
 	if err != nil {
 		return wal.AppendResult{Err: fmt.Errorf("replica: %v %q: %w", e.Kind, e.Topic, err)}
 	}
@@ -543,7 +557,11 @@ func (s *WalSM) proposeCut(ctx context.Context, d *Driver, e *WalEntry) (Truncat
 	if err != nil {
 		return TruncateResult{}, err
 	}
-	r, err := d.Propose(ctx, s.groupOf(topic), data)
+	g := s.groupOf(topic)
+	if g == 0 {
+		return TruncateResult{}, fmt.Errorf("replica: %v %q: %w: the topic's group is not known here yet", e.Kind, topic, ErrUnknownGroup)
+	}
+	r, err := d.Propose(ctx, g, data)
 	if err != nil {
 		return TruncateResult{}, fmt.Errorf("replica: %v %q: %w", e.Kind, topic, err)
 	}

@@ -186,8 +186,8 @@ func (s *WalSM) Missing(group uint64, data []byte) ([]Span, error) {
 	}
 	var out []Span
 	for _, t := range ws.topics {
-		if s.groupOf(t.name) != group {
-			return nil, fmt.Errorf("%w: group %d: topic %q belongs to group %d", errSnapshot, group, t.name, s.groupOf(t.name))
+		if other, ok := s.elsewhere(t.name, group); ok {
+			return nil, fmt.Errorf("%w: group %d: topic %q belongs to group %d", errSnapshot, group, t.name, other)
 		}
 		// Nothing below the snapshot's log start is fetched: it is cut on the group.
 		next, _, _ := s.w.Next(t.name)
@@ -210,7 +210,7 @@ const fetchedRecordMax = 1024
 // ReadChunk implements Snapshotter: the records as wal serves them (never past the
 // high-watermark: applied and committed here).
 func (s *WalSM) ReadChunk(group uint64, topic string, from, to uint64, maxBytes int) ([]byte, uint64, error) {
-	if g := s.groupOf(topic); g != group {
+	if g, ok := s.elsewhere(topic, group); ok {
 		return nil, 0, fmt.Errorf("replica: topic %q belongs to group %d, not %d", topic, g, group)
 	}
 	if to <= from {
@@ -291,7 +291,7 @@ func decodeWalChunk(chunk []byte) ([]wal.Record, error) {
 
 // ImportChunk implements Snapshotter.
 func (s *WalSM) ImportChunk(b *pebble.Batch, group uint64, topic string, to uint64, chunk []byte) (int, error) {
-	if g := s.groupOf(topic); g != group {
+	if g, ok := s.elsewhere(topic, group); ok {
 		return 0, fmt.Errorf("replica: fetched records of %q for group %d: the topic belongs to group %d", topic, group, g)
 	}
 	recs, err := decodeWalChunk(chunk)
@@ -332,8 +332,8 @@ func (s *WalSM) Restore(b *pebble.Batch, group, index uint64, data []byte) (func
 		}
 	}
 	for _, t := range ws.topics {
-		if s.groupOf(t.name) != group {
-			return nil, fmt.Errorf("%w: group %d: topic %q belongs to group %d", errSnapshot, group, t.name, s.groupOf(t.name))
+		if other, ok := s.elsewhere(t.name, group); ok {
+			return nil, fmt.Errorf("%w: group %d: topic %q belongs to group %d", errSnapshot, group, t.name, other)
 		}
 		if err := s.w.Bind(b, t.name, group); err != nil {
 			return nil, err

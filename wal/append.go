@@ -519,6 +519,7 @@ func (l *Log) publish(f *inflight) {
 	for _, t := range f.newTopics {
 		l.mu.topics[t.name] = t
 		delete(l.mu.deleted, t.name)
+		l.journalLocked(t.name)
 	}
 	for _, a := range f.advances {
 		from := a.t.hwm

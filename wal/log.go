@@ -60,6 +60,10 @@ type Log struct {
 		// deleted maps the names of topics deleted since Open (and not created
 		// again) to their old IDs, so that a reader learns why a topic is gone.
 		deleted map[string]uint32
+		// created journals the names of the topics created since Open, in order, for
+		// NewTopicsSince: created[i] is the topic of cursor createdBase+i.
+		created     []string
+		createdBase uint64
 	}
 
 	watch watchers

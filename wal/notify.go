@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -158,4 +159,47 @@ func (l *Log) TopicsWhile(fn func()) []ListedTopic {
 		out = append(out, ListedTopic{Instance: Instance{t}, Name: t.name, ID: t.id, First: t.first, Next: t.hwm})
 	}
 	return out
+}
+
+// journalLocked records that topic was created (l.mu held for writing). The journal is
+// trimmed by half once it holds more than twice the topics (and 1024) entries: topics
+// created and deleted over and over must not grow it without bound; a reader whose cursor
+// falls below its start lists every topic again (NewTopicsSince).
+func (l *Log) journalLocked(topic string) {
+	l.mu.created = append(l.mu.created, topic)
+	if n := len(l.mu.created); n > 2*len(l.mu.topics)+1024 {
+		drop := n / 2
+		l.mu.created = slices.Clone(l.mu.created[drop:])
+		l.mu.createdBase += uint64(drop)
+	}
+}
+
+// TopicsCursor returns every durable topic (unordered) and the cursor, for
+// NewTopicsSince, of the first topic created after them.
+func (l *Log) TopicsCursor() ([]string, uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]string, 0, len(l.mu.topics))
+	for name := range l.mu.topics {
+		out = append(out, name)
+	}
+	return out, l.mu.createdBase + uint64(len(l.mu.created))
+}
+
+// NewTopicsSince returns the names of the topics created from cursor on, in order of
+// creation, and the cursor past them, in time proportional to what it returns: what a
+// watcher woken by NotifyNewTopics reads instead of listing every topic. A topic may have
+// been deleted since. ok is false when cursor is older than the journal keeps (after much
+// churn): the caller lists the topics again (TopicsCursor).
+func (l *Log) NewTopicsSince(cursor uint64) (names []string, next uint64, ok bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	end := l.mu.createdBase + uint64(len(l.mu.created))
+	if cursor < l.mu.createdBase {
+		return nil, end, false
+	}
+	if cursor >= end {
+		return nil, end, true
+	}
+	return slices.Clone(l.mu.created[cursor-l.mu.createdBase:]), end, true
 }

@@ -57,6 +57,17 @@ func (l *Log) Bounds(topic string) (first, next uint64, ok bool) {
 	return v.first, v.hwm, ok
 }
 
+// TopicInfo returns what Topics says of one topic; ok is false for an unknown topic.
+func (l *Log) TopicInfo(name string) (info TopicInfo, ok bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	t := l.mu.topics[name]
+	if t == nil {
+		return TopicInfo{}, false
+	}
+	return t.infoLocked(), true
+}
+
 // Topics lists the durable topics, sorted by name.
 func (l *Log) Topics() []TopicInfo {
 	l.mu.RLock()
