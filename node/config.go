@@ -185,6 +185,10 @@ type Config struct {
 	FS vfs.FS
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+
+	// noFeatures, for tests, has the node announce no features in gossip (tagFeatures), as
+	// a build older than them does.
+	noFeatures bool
 }
 
 // nameRE is the grammar of node, region and durable consumer names: the topic token grammar.

@@ -175,7 +175,9 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 	tags := map[string]string{tagQUIC: n.advertise()}
 	if n.raftID != 0 {
 		tags[tagRaft] = strconv.FormatUint(n.raftID, 10)
-		tags[tagFeatures] = featureGroups // replgroups.go
+		if !c.noFeatures {
+			tags[tagFeatures] = featureGroups // replgroups.go
+		}
 	}
 	n.meshTags = tags
 	g, err := gossip.New(gossip.Config{

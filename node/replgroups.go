@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/quicmq/quicmq/routing"
 )
@@ -200,19 +201,30 @@ func groupsPerNode(setting int) int {
 // manyGroups reports whether the metadata leader places new topics on groups of many
 // topics: the setting allows it and every node of the region that gossip knows reads groups
 // records.
+// The answer is kept for a second: every new topic asks.
 func (r *replicated) manyGroups() bool {
 	if groupsPerNode(r.n.cfg.Raft.GroupsPerNode) == 0 {
 		return false
 	}
+	r.mu.Lock()
+	if time.Since(r.mu.manyAt) < time.Second {
+		defer r.mu.Unlock()
+		return r.mu.many
+	}
+	r.mu.Unlock()
+	many := true
 	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
 		if m.Name == r.n.cfg.Name || m.Tags[tagRaft] == "" {
 			continue
 		}
 		if !slices.Contains(strings.Split(m.Tags[tagFeatures], ","), featureGroups) {
-			return false
+			many = false
 		}
 	}
-	return true
+	r.mu.Lock()
+	r.mu.many, r.mu.manyAt = many, time.Now()
+	r.mu.Unlock()
+	return many
 }
 
 // placeReq is a topic waiting for the metadata leader's next groups record.

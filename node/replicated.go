@@ -94,6 +94,8 @@ type replicated struct {
 		stopped bool
 		placing map[string]bool
 		placeQ  []placeReq // topics waiting for the placer (replgroups.go)
+		many    bool       // manyGroups's last answer, at manyAt
+		manyAt  time.Time
 	}
 }
 

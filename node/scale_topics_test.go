@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/gossip"
 )
 
 // TestScaleTopicCreation measures, on demand (QUICMQ_SCALE_TOPICS=N), how fast a region
@@ -30,9 +32,9 @@ func TestScaleTopicCreation(t *testing.T) {
 	}
 	single := func(t *testing.T) []*Node { return []*Node{newTestNode(t)} }
 	region := func(t *testing.T) []*Node {
-		// The default raft timers, as a region runs: the tests' fast ones (elections after
-		// 200 ms) are for fault tests on an idle machine.
-		m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) { c.Replicas = 3 })
+		// The default raft and gossip timers, as a region runs: the tests' fast ones
+		// (elections after 200 ms, probes every 400 ms) are for fault tests.
+		m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) { c.Replicas, c.GossipProfile = 3, gossip.ProfileDefault })
 		return []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
 	}
 	for _, c := range []struct {
@@ -81,6 +83,17 @@ func TestScaleTopicCreation(t *testing.T) {
 			idle := 10 * time.Second
 			if testing.Short() {
 				idle = 3 * time.Second
+			}
+			if path := os.Getenv("QUICMQ_SCALE_IDLE_PROFILE"); path != "" {
+				f, err := os.Create(path + "." + c.name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					t.Fatal(err)
+				}
+				defer pprof.StopCPUProfile()
 			}
 			time.Sleep(idle) // the measurement window: what the idle topics cost per second
 			cores := (cpuTime() - cpu0).Seconds() / time.Since(wall0).Seconds()

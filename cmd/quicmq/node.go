@@ -39,6 +39,8 @@ type nodeFlags struct {
 	raftNoQuiesce                       bool
 	raftNoCompaction                    bool
 	raftTick                            time.Duration
+	raftGroupsPerNode                   int
+	raftGroupPerTopic                   bool
 	logLevel                            string
 	caDir, advertise                    string
 	gossipLAN, gossipWAN                string
@@ -94,6 +96,8 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.BoolVar(&f.raftNoQuiesce, "raft-no-quiesce", false, "with --replicas > 1: keep idle raft groups heartbeating, so a leader's loss is noticed after the election timeout (1-2 s) rather than by gossip's failure detection (about 5 s), at one heartbeat per group per tick")
 	fs.BoolVar(&f.raftNoCompaction, "raft-no-compaction", false, "with --replicas > 1: keep every raft entry forever instead of compacting the raft logs (a fallback: each record is then stored twice, and the raft log grows without bound)")
+	fs.IntVar(&f.raftGroupsPerNode, "raft-groups-per-node", 0, "with --replicas > 1: raft groups per node holding the region's topics, many topics each; the metadata leader's value sizes the region's groups (0: two per core, at least 4)")
+	fs.BoolVar(&f.raftGroupPerTopic, "raft-group-per-topic", false, "with --replicas > 1: place each new topic in a raft group of its own, the layout before groups held many topics (slower and costlier with many topics; for comparison)")
 	fs.DurationVar(&f.raftTick, "raft-tick", 0, "with --replicas > 1: one raft tick; elections start 10-20 ticks after a leader's last heartbeat, heartbeats every tick (0: 50ms; raise it when the region's nodes are more than a few ms apart)")
 	fs.IntVar(&f.replicas, "replicas", 1, "replicas of each new topic in this node's region, kept in agreement by raft: 1 (one node holds a topic), or 2 to 7 (odd recommended; the same on every node of the region, which forms once that many nodes are up)")
 	fs.BoolVar(&f.ablationSharedLink, "ablation-shared-link", false, "measurement aid for benchmarks: carry all mirrors of each federation link on one shared stream, and accept that from peers (docs/benchmarks.md, scenario 6); never in production")
@@ -139,6 +143,9 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 	}
 	if f.retentionBytes < 0 {
 		probs.add("retention-bytes", "must not be negative, got %d", f.retentionBytes)
+	}
+	if f.raftGroupsPerNode < 0 {
+		probs.add("raft-groups-per-node", "must not be negative, got %d (%s places each topic in a group of its own)", f.raftGroupsPerNode, keyFlag("raft-group-per-topic"))
 	}
 	if f.retentionInterval < 0 {
 		probs.add("retention-interval", "must not be negative, got %v", f.retentionInterval)
@@ -200,7 +207,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 
 		MaxDurablesPerTenant: f.maxDurablesPerTenant,
 		Replicas:             f.replicas,
-		Raft:                 node.RaftSettings{DisableQuiescence: f.raftNoQuiesce, DisableLogCompaction: f.raftNoCompaction, TickInterval: f.raftTick},
+		Raft:                 node.RaftSettings{DisableQuiescence: f.raftNoQuiesce, DisableLogCompaction: f.raftNoCompaction, TickInterval: f.raftTick, GroupsPerNode: groupsSetting(f.raftGroupsPerNode, f.raftGroupPerTopic)},
 
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,
@@ -357,4 +364,13 @@ func serveNodes(ctx context.Context, e *env, ready func([]served), nodes ...serv
 		first = nil
 	}
 	return first
+}
+
+// groupsSetting is node.RaftSettings.GroupsPerNode from its two flags: negative for a group
+// per topic.
+func groupsSetting(perNode int, perTopic bool) int {
+	if perTopic {
+		return -1
+	}
+	return perNode
 }

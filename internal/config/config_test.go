@@ -58,6 +58,8 @@ replicas        = 3
 raft_no_quiesce = true
 raft_no_compaction = false
 raft_tick       = "50ms"
+raft_groups_per_node = 4
+raft_group_per_topic = false
 pprof           = true
 `
 	f, err := Parse("node.hcl", []byte(src))

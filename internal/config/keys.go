@@ -95,6 +95,8 @@ var Keys = []Key{
 	{"raft_no_quiesce", "raft-no-quiesce", Bool, "keep idle raft groups heartbeating: faster failover, more heartbeats"},
 	{"raft_no_compaction", "raft-no-compaction", Bool, "keep every raft entry forever (a fallback: records are then stored twice)"},
 	{"raft_tick", "raft-tick", Duration, "one raft tick: elections after 10-20 ticks without a heartbeat (default 50ms)"},
+	{"raft_groups_per_node", "raft-groups-per-node", Size, "raft groups per node holding the region's topics, set by the metadata leader (0: two per core, at least 4)"},
+	{"raft_group_per_topic", "raft-group-per-topic", Bool, "place each new topic in a raft group of its own, the layout before groups held many topics (for comparison)"},
 	{"replicas", "replicas", Positive, "replicas of each new topic in the region, kept in agreement by raft (1 to 7, odd recommended)"},
 }
 

@@ -1,0 +1,193 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+func TestGroupsRecordRoundTrip(t *testing.T) {
+	rec := &groupsRecord{
+		groups: []*repGroup{
+			{id: 2, many: true, label: "g2", replicas: []repMember{{"eu-1", 11}, {"eu-2", 12}, {"eu-3", 13}}, boot: []uint64{11, 12, 13}},
+			{id: 3, many: true, label: "g3", replicas: []repMember{{"eu-2", 12}}, boot: []uint64{12}},
+		},
+		topics: []groupPlacement{{"orders.eu.1", 2}, {"telemetry.device.42", 3}},
+	}
+	got, err := decodeGroups(encodeGroups(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, rec) {
+		t.Fatalf("decoded %+v, want %+v", got, rec)
+	}
+	b := encodeGroups(rec)
+	for i := range len(b) {
+		if _, err := decodeGroups(b[:i]); err == nil {
+			t.Errorf("a groups record cut to %d of its %d bytes decoded", i, len(b))
+		}
+	}
+	if _, err := decodeGroups(append(b, 0)); err == nil {
+		t.Error("a groups record with a trailing byte decoded")
+	}
+	if _, err := decodeGroups(encodeGroups(&groupsRecord{topics: []groupPlacement{{"x", metaGroup}}})); err == nil {
+		t.Error("a placement on the metadata group decoded")
+	}
+}
+
+// FuzzGroupsRecord: a groups record comes from raft entries: any bytes decode to an error
+// or to a record that encodes back to the same bytes.
+func FuzzGroupsRecord(f *testing.F) {
+	f.Add(encodeGroups(&groupsRecord{
+		groups: []*repGroup{{id: 2, replicas: []repMember{{"a", 1}, {"b", 2}}}},
+		topics: []groupPlacement{{"t", 2}},
+	}))
+	f.Add([]byte{groupsVersion, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := decodeGroups(b)
+		if err != nil {
+			return
+		}
+		if again := encodeGroups(rec); string(again) != string(b) {
+			t.Fatalf("decoded and encoded again: %x, was %x", again, b)
+		}
+	})
+}
+
+func TestGroupsWanted(t *testing.T) {
+	for _, c := range []struct{ perNode, nodes, k, want int }{
+		{4, 3, 3, 6}, // 4 groups of 3 on 3 nodes, rounded to 2 led by each
+		{4, 5, 3, 10},
+		{1, 3, 3, 3},
+		{8, 3, 1, 24},
+	} {
+		if got := groupsWanted(c.perNode, c.nodes, c.k); got != c.want {
+			t.Errorf("groupsWanted(%d, %d, %d) = %d, want %d", c.perNode, c.nodes, c.k, got, c.want)
+		}
+	}
+}
+
+// publishTopics publishes one record to each of count topics named prefix.N through c,
+// pipelined, retrying a record refused as unavailable.
+func publishTopics(ctx context.Context, t *testing.T, c *client.Conn, prefix string, count int) {
+	t.Helper()
+	futs := make([]*client.Future, count)
+	for i := range count {
+		f, err := c.PublishAsync(ctx, client.Message{Topic: fmt.Sprintf("%s.%d", prefix, i), Payload: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futs[i] = f
+	}
+	for i, f := range futs {
+		if _, err := f.Wait(ctx); err != nil {
+			t.Fatalf("publish to %s.%d: %v", prefix, i, err)
+		}
+	}
+}
+
+// TestManyTopicsShareFewGroups: a replicated region places its topics on a set of raft
+// groups sized by the region, not by the topics; every topic's record is on every replica,
+// and the groups' leadership is spread over the nodes.
+func TestManyTopicsShareFewGroups(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+		c.Replicas = 3
+		c.Raft = TestRaftSettings()
+		c.Raft.GroupsPerNode = 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := m.dial("eu-2")
+	defer c.Close()
+	const topics = 300
+	publishTopics(ctx, t, c, "many", topics)
+	want := groupsWanted(2, 3, 3)
+	for _, name := range m.names {
+		n := m.nodes[name]
+		waitFor(t, 15*time.Second, "every topic's record on "+name, func() bool {
+			for i := range topics {
+				if _, next, ok := n.Log().Bounds(fmt.Sprintf("many.%d", i)); !ok || next != 1 {
+					return false
+				}
+			}
+			return true
+		})
+		n.rep.pl.RLock()
+		groups, placed := len(n.rep.pl.groups), len(n.rep.pl.topics)
+		n.rep.pl.RUnlock()
+		if groups != want || placed != topics {
+			t.Errorf("%s: %d groups and %d topics placed, want %d groups and %d topics", name, groups, placed, want, topics)
+		}
+		n.rep.mu.Lock()
+		read := n.rep.mu.read
+		n.rep.mu.Unlock()
+		t.Logf("%s: %d topics in %d groups through %d metadata records", name, placed, groups, read)
+	}
+	leaders := map[string]int{}
+	waitFor(t, 10*time.Second, "a leader for every group", func() bool {
+		clear(leaders)
+		for _, g := range m.nodes["eu-1"].rep.localGroups() {
+			ro, _ := m.nodes["eu-1"].rep.d.Role(g.id)
+			if ro.Lead == 0 {
+				return false
+			}
+			leaders[m.nodes["eu-1"].rep.memberName(ro.Lead)]++
+		}
+		return true
+	})
+	if len(leaders) != 3 {
+		t.Errorf("group leaders by node: %v, want every node to lead some", leaders)
+	}
+	checkIdentical(t, m.all(), "many.7", 1)
+}
+
+// TestOneGroupPerTopicUntilEveryNodeReadsGroups: while a node of the region does not say
+// it reads groups records (an older build), the metadata leader places each topic in a
+// group of its own, as that build does; the setting's negative value does the same.
+func TestOneGroupPerTopicUntilEveryNodeReadsGroups(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"older-node", func(c *Config) {
+			if c.Name == "eu-3" {
+				c.noFeatures = true
+			}
+		}},
+		{"setting", func(c *Config) { c.Raft.GroupsPerNode = -1 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := newRegionMesh(t, []string{"eu"}, 3, func(cfg *Config) {
+				cfg.Replicas = 3
+				cfg.Raft = TestRaftSettings()
+				c.mod(cfg)
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			conn := m.dial("eu-1")
+			defer conn.Close()
+			const topics = 5
+			publishTopics(ctx, t, conn, "own", topics)
+			for _, name := range m.names {
+				r := m.nodes[name].rep
+				waitFor(t, 15*time.Second, "every topic placed on "+name, func() bool {
+					r.pl.RLock()
+					defer r.pl.RUnlock()
+					return len(r.pl.topics) == topics
+				})
+				r.pl.RLock()
+				for topic, g := range r.pl.topics {
+					if g != topicGroup(topic) || r.pl.groups[g].many {
+						t.Errorf("%s: %q in group %d, want its own group %d", name, topic, g, topicGroup(topic))
+					}
+				}
+				r.pl.RUnlock()
+			}
+			checkIdentical(t, m.all(), "own.3", 1)
+		})
+	}
+}
