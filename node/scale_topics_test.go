@@ -37,11 +37,21 @@ func TestScaleTopicCreation(t *testing.T) {
 		m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) { c.Replicas, c.GossipProfile = 3, gossip.ProfileDefault })
 		return []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
 	}
+	// The layout before groups held many topics, as the baseline: a group per topic, at
+	// most 1,000 topics (it takes minutes beyond).
+	perTopic := func(t *testing.T) []*Node {
+		m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+			c.Replicas, c.GossipProfile, c.Raft.GroupsPerNode = 3, gossip.ProfileDefault, -1
+		})
+		return []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
+	}
 	for _, c := range []struct {
 		name  string
 		start func(*testing.T) []*Node
-	}{{"single", single}, {"replicated-3", region}} {
+		most  int
+	}{{"single", single, count}, {"replicated-3", region, count}, {"replicated-3-group-per-topic", perTopic, min(count, 1000)}} {
 		t.Run(c.name, func(t *testing.T) {
+			count := c.most
 			nodes := c.start(t)
 			conn := dialNode(t, nodes[0], client.Options{})
 			defer conn.Close()
@@ -83,6 +93,14 @@ func TestScaleTopicCreation(t *testing.T) {
 			idle := 10 * time.Second
 			if testing.Short() {
 				idle = 3 * time.Second
+			}
+			if path := os.Getenv("QUICMQ_SCALE_HEAP_PROFILE"); path != "" {
+				f, err := os.Create(path + "." + c.name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_ = pprof.Lookup("heap").WriteTo(f, 0)
+				f.Close()
 			}
 			if path := os.Getenv("QUICMQ_SCALE_IDLE_PROFILE"); path != "" {
 				f, err := os.Create(path + "." + c.name)
