@@ -51,6 +51,7 @@ type simConfig struct {
 	dedupWindow   int     // WalSM's window, with wal
 	wipe          bool    // once in the fault phase, a node's storage is lost: it restarts empty under a new ID and rejoins
 	truncate      bool    // with wal: some proposals cut a topic's log (EntryTruncate: retention or a purge)
+	topics        int     // with wal: topics per group, each a log of its own offsets (0: one)
 }
 
 func defaultSimConfig(nodes int) simConfig {
@@ -108,6 +109,9 @@ type sim struct {
 	now    int
 	nodes  []*simNode
 	groups []uint64
+	// logs are the offset spaces the checks follow: a group's (LogSM, or WalSM with one
+	// topic), or each topic's of a group holding several (logGroup).
+	logs []uint64
 	net    []simPacket
 	pseq   uint64
 	cut    map[[2]uint64]bool // directional: from -> to dropped
@@ -233,6 +237,13 @@ func newSim(cfg simConfig, seed uint64) (*sim, error) {
 	}
 	for g := range cfg.groups {
 		s.groups = append(s.groups, uint64(100+g))
+		if !cfg.wal || cfg.topics <= 1 {
+			s.logs = append(s.logs, uint64(100+g))
+			continue
+		}
+		for t := range cfg.topics {
+			s.logs = append(s.logs, uint64(100+g)*simTopicsMax+uint64(t))
+		}
 	}
 	for i := range cfg.nodes {
 		n := &simNode{id: uint64(i + 1), fs: vfs.NewCrashableMem(), skew: s.rng.Int64N(1000e6) - 500e6, phase: s.rng.IntN(cfg.tickEvery)}
@@ -316,8 +327,10 @@ func (s *sim) start(n *simNode) error {
 			return fmt.Errorf("node %d: %w", n.id, err)
 		}
 		n.st[i] = n.e.groups[g].st
-		next := s.next(n, g)
-		k := [2]uint64{n.id, g}
+	}
+	for _, l := range s.logs {
+		next := s.next(n, l)
+		k := [2]uint64{n.id, l}
 		s.checked[k] = min(s.checked[k], next)
 	}
 	return nil
@@ -565,21 +578,21 @@ func (s *sim) propose() {
 	if n.e == nil {
 		return
 	}
-	g := s.groups[s.rng.IntN(len(s.groups))]
+	l := s.logs[s.rng.IntN(len(s.logs))]
 	s.props++
 	data := fmt.Sprintf("p%d@%d", s.props, n.id)
 	prop := []byte(data)
 	if s.cfg.wal {
-		data, prop = s.walProposal(n, g, data)
+		data, prop = s.walProposal(n, l, data)
 	}
 	node := n
-	n.e.propose(g, prop, func(r Result, err error) {
+	n.e.propose(logGroup(l), prop, func(r Result, err error) {
 		if err == nil && s.cfg.wal {
 			r, err = s.walOutcome(r)
 		}
 		switch {
 		case err == nil:
-			s.onAck(node, g, data, r)
+			s.onAck(node, l, data, r)
 		case errors.Is(err, ErrNotLeader):
 			s.stats.notLeader++
 		case errors.Is(err, ErrDropped):
@@ -593,7 +606,7 @@ func (s *sim) propose() {
 // onAck checks an acknowledged proposal: its entry is durable on a quorum,
 // and nothing else was ever seen at its offset.
 func (s *sim) onAck(n *simNode, g uint64, data string, r Result) {
-	gi := slices.Index(s.groups, g)
+	gi := slices.Index(s.groups, logGroup(g)) // g: the log, a topic of a group with several
 	term, err := n.st[gi].Term(r.Index)
 	if err != nil {
 		s.err = fmt.Errorf("node %d acknowledged %q at index %d, which it does not hold: %v", n.id, data, r.Index, err)
@@ -650,8 +663,13 @@ func (s *sim) check() error {
 			if err := s.checkCommitted(n, g); err != nil {
 				return err
 			}
-			if err := s.checkLog(n, g); err != nil {
-				return err
+			for _, l := range s.logs {
+				if logGroup(l) != g {
+					continue
+				}
+				if err := s.checkLog(n, l); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -761,7 +779,7 @@ func (s *sim) checkLog(n *simNode, g uint64) error {
 }
 
 func (s *sim) converged() bool {
-	for _, g := range s.groups {
+	for _, g := range s.logs {
 		want := uint64(len(s.global[g]))
 		for _, n := range s.nodes {
 			if n.e == nil {

@@ -17,6 +17,7 @@ builds=(
   "quicmq_broken_group|a consumer group's state is stored on the serving node only, not replicated|go test -count=1 -tags quicmq_broken_group -timeout 10m -run ^TestReplicatedGroupLeaderLoss\$ ./node"
   "quicmq_broken_mpos|a set position entry drops its vector: nothing of a durable is mirrored|go test -count=1 -tags quicmq_broken_mpos -timeout 10m -run ^TestReplicatedFailoverExactlyOnceAcrossRegions\$ ./node"
   "quicmq_broken_retain|a snapshot's installation ignores the log start it carries|go test -count=1 -tags quicmq_broken_retain -timeout 10m -run ^TestReplicatedRejoinAfterCuts\$ ./node"
+  "quicmq_broken_topics|a group's append is applied to another topic of the group|go test -count=1 -tags quicmq_broken_topics -timeout 10m -run ^TestSimRegionWalManyTopics\$ ./replica"
   "quicmq_broken_gvec|groups ignore the states of them mirrored from other regions|go test -count=1 -tags quicmq_broken_gvec -timeout 10m -run ^TestGroupFailoverRestartedMemberResumesFromMirroredState\$ ./node"
 )
 
