@@ -111,7 +111,7 @@ type sim struct {
 	groups []uint64
 	// logs are the offset spaces the checks follow: a group's (LogSM, or WalSM with one
 	// topic), or each topic's of a group holding several (logGroup).
-	logs []uint64
+	logs   []uint64
 	net    []simPacket
 	pseq   uint64
 	cut    map[[2]uint64]bool // directional: from -> to dropped
