@@ -191,3 +191,85 @@ func TestOneGroupPerTopicUntilEveryNodeReadsGroups(t *testing.T) {
 		})
 	}
 }
+
+// TestUpgradeToGroupsOneNodeAtATime: a region written by a build that gives each topic a
+// group of its own (no features announced) is upgraded one node at a time: its topics keep
+// their groups and records, topics created while an old node remains get groups of their
+// own too, and once every node announces groups, new topics share the region's groups.
+func TestUpgradeToGroupsOneNodeAtATime(t *testing.T) {
+	m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+		c.Replicas = 3
+		c.Raft = TestRaftSettings()
+		c.Raft.GroupsPerNode = -1
+		c.noFeatures = true
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	publish := func(via, prefix string, count int) {
+		t.Helper()
+		c := m.dial(via)
+		defer c.Close()
+		for i := range count {
+			publishRetrying(ctx, t, c, fmt.Sprintf("%s.%d", prefix, i), 0, 2)
+		}
+	}
+	ownGroups := func(prefix string, count int) {
+		t.Helper()
+		for _, n := range m.all() {
+			for i := range count {
+				topic := fmt.Sprintf("%s.%d", prefix, i)
+				waitFor(t, 15*time.Second, topic+" placed on "+n.Name(), func() bool { return n.rep.lookup(topic) != nil })
+				if g := n.rep.lookup(topic).group; g != topicGroup(topic) {
+					t.Errorf("%s: %q in group %d, want a group of its own", n.Name(), topic, g)
+				}
+			}
+		}
+	}
+	publish("eu-1", "old", 3)
+	ownGroups("old", 3)
+	for i, name := range m.names {
+		if err := m.nodes[name].Close(); err != nil {
+			t.Fatal(err)
+		}
+		cfg := m.cfgs[name]
+		cfg.Raft.GroupsPerNode, cfg.noFeatures = 0, false
+		cfg.Join = nil // the first node joined no one when the region started
+		for _, other := range m.names {
+			if other != name {
+				cfg.Join = append(cfg.Join, m.nodes[other].Gossip().LANAddr())
+			}
+		}
+		m.cfgs[name] = cfg
+		m.restart(name)
+		if i < len(m.names)-1 {
+			prefix := fmt.Sprintf("mid%d", i)
+			publish(name, prefix, 2)
+			ownGroups(prefix, 2) // an older node remains
+		}
+	}
+	for _, n := range m.all() {
+		waitFor(t, 15*time.Second, "every node announcing groups, seen from "+n.Name(), n.rep.manyGroups)
+	}
+	publish("eu-2", "new", 10)
+	for _, n := range m.all() {
+		for i := range 10 {
+			topic := fmt.Sprintf("new.%d", i)
+			waitFor(t, 15*time.Second, topic+" placed on "+n.Name(), func() bool { return n.rep.lookup(topic) != nil })
+			n.rep.pl.RLock()
+			g := n.rep.pl.groups[n.rep.pl.topics[topic]]
+			n.rep.pl.RUnlock()
+			if !g.many {
+				t.Errorf("%s: %q in a group of its own after the upgrade", n.Name(), topic)
+			}
+		}
+	}
+	c := m.dial("eu-3")
+	defer c.Close()
+	for i := range 3 { // records 2 and 3 of each old topic, in its old group
+		publishRetrying(ctx, t, c, fmt.Sprintf("old.%d", i), 2, 4)
+	}
+	for i := range 3 {
+		checkIdenticalFrom(t, m.all(), fmt.Sprintf("old.%d", i), 0, 4)
+	}
+	checkIdentical(t, m.all(), "new.4", 2)
+}
