@@ -45,7 +45,10 @@ func IsPeerFrame(f wire.Frame) bool {
 
 // serveCatalog announces every local topic matching the peer's patterns, now and as topics
 // are created; a later WATCH replaces the patterns. To a peer of another region it also
-// reports, every HeadReportInterval, the head of each announced topic whose head moved.
+// reports the head of each announced topic: once as it is announced, then whenever it
+// moves, gathered for HeadReportInterval after the first move (park.go on the peer's side:
+// what reopens its parked mirrors). Head moves are learnt from the log's notifications, so
+// a catalog of idle topics costs nothing per topic.
 func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc, conn *quic.Conn, str *quic.Stream, r *wire.Reader, first *wire.Watch) error {
 	defer str.Close()
 	updates := make(chan []string, 1)
@@ -71,12 +74,14 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	stop := f.cfg.Log.NotifyNewTopics(newTopics)
 	defer stop()
 
-	var heads <-chan time.Time
-	if f.peerRegion(peerName(conn)) != f.cfg.Region { // a node of this region mirrors nothing from here
-		t := time.NewTicker(f.cfg.HeadReportInterval)
-		defer t.Stop()
-		heads = t.C
+	// moved gathers the announced topics whose head moved (the log's completer adds them),
+	// for a peer of another region; a node of this region mirrors nothing from here.
+	var moved *movedSet
+	if f.peerRegion(peerName(conn)) != f.cfg.Region {
+		moved = newMovedSet()
+		defer moved.stopAll()
 	}
+	var report <-chan time.Time         // the pending report of moved heads (nil: none)
 	reported := make(map[string]uint64) // by topic: the head's next offset last reported
 
 	patterns := validPatterns(first.Patterns)
@@ -90,6 +95,16 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			}
 			announced[t.Name] = true
 			w.Write(&wire.Topic{Name: t.Name})
+			if moved != nil {
+				// Watched before its head is read: a move after the read is reported.
+				moved.watch(f.cfg.Log, t.Name)
+				// Its head, with the announcement: the peer decides at once whether its
+				// mirror is behind.
+				if _, next, _ := f.cfg.Log.Bounds(t.Name); next > 0 {
+					reported[t.Name] = next
+					w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(t.Name, next), Topic: t.Name})
+				}
+			}
 		}
 		if !synced {
 			// Every topic held when the stream began is announced: the peer may now decide
@@ -100,14 +115,21 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		if err := w.Flush(); err != nil {
 			return err
 		}
+		var movedCh <-chan struct{}
+		if moved != nil && report == nil {
+			movedCh = moved.ch
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-newTopics:
 		case p := <-updates:
 			patterns = validPatterns(p)
-		case <-heads:
-			for t := range announced {
+		case <-movedCh:
+			report = time.After(f.cfg.HeadReportInterval)
+		case <-report:
+			report = nil
+			for _, t := range moved.take() {
 				_, next, _ := f.cfg.Log.Bounds(t)
 				if next == reported[t] || !f.wanted(t, patterns) {
 					continue
@@ -116,6 +138,55 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 				w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(t, next), Topic: t})
 			}
 		}
+	}
+}
+
+// movedSet is the set of a catalog stream's announced topics whose head moved since its
+// last report. The log's completer adds to it (never blocking); the stream's goroutine
+// takes it.
+type movedSet struct {
+	ch    chan struct{} // poked when the set becomes non-empty
+	mu    sync.Mutex
+	set   map[string]struct{}
+	stops []func()
+}
+
+func newMovedSet() *movedSet {
+	return &movedSet{ch: make(chan struct{}, 1), set: make(map[string]struct{})}
+}
+
+// watch adds topic to the set whenever its high-watermark advances.
+func (s *movedSet) watch(log *wal.Log, topic string) {
+	stop := log.NotifyFunc(topic, func() {
+		s.mu.Lock()
+		s.set[topic] = struct{}{}
+		n := len(s.set)
+		s.mu.Unlock()
+		if n == 1 {
+			select {
+			case s.ch <- struct{}{}:
+			default:
+			}
+		}
+	})
+	s.stops = append(s.stops, stop)
+}
+
+// take empties the set and returns what it held.
+func (s *movedSet) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.set))
+	for t := range s.set {
+		out = append(out, t)
+	}
+	clear(s.set)
+	return out
+}
+
+func (s *movedSet) stopAll() {
+	for _, stop := range s.stops {
+		stop()
 	}
 }
 
