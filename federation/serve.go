@@ -87,23 +87,44 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	patterns := validPatterns(first.Patterns)
 	announced := make(map[string]bool)
 	w := wire.NewWriter(str)
+	announce := func(name string) {
+		if announced[name] || !f.wanted(name, patterns) {
+			return
+		}
+		if _, _, ok := f.cfg.Log.Bounds(name); !ok {
+			return // deleted since it was created
+		}
+		announced[name] = true
+		w.Write(&wire.Topic{Name: name})
+		if moved != nil {
+			// Watched before its head is read: a move after the read is reported.
+			moved.watch(f.cfg.Log, name)
+			// Its head, with the announcement: the peer decides at once whether its
+			// mirror is behind.
+			if _, next, _ := f.cfg.Log.Bounds(name); next > 0 {
+				reported[name] = next
+				w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(name, next), Topic: name})
+			}
+		}
+	}
+	// Every topic is listed at the start and when the patterns change; in between, only the
+	// topics created since the last look (CreatedSince), so a catalog of many topics does not
+	// list them all at each creation.
+	var mark int
+	relist := true
 	synced := false
 	for {
-		for _, t := range f.cfg.Log.Topics() {
-			if announced[t.Name] || !f.wanted(t.Name, patterns) {
-				continue
+		if relist {
+			relist = false
+			_, mark = f.cfg.Log.CreatedSince(-1) // before the listing: a topic created meanwhile is in one or the other
+			for _, t := range f.cfg.Log.Topics() {
+				announce(t.Name)
 			}
-			announced[t.Name] = true
-			w.Write(&wire.Topic{Name: t.Name})
-			if moved != nil {
-				// Watched before its head is read: a move after the read is reported.
-				moved.watch(f.cfg.Log, t.Name)
-				// Its head, with the announcement: the peer decides at once whether its
-				// mirror is behind.
-				if _, next, _ := f.cfg.Log.Bounds(t.Name); next > 0 {
-					reported[t.Name] = next
-					w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(t.Name, next), Topic: t.Name})
-				}
+		} else {
+			var names []string
+			names, mark = f.cfg.Log.CreatedSince(mark)
+			for _, name := range names {
+				announce(name)
 			}
 		}
 		if !synced {
@@ -125,6 +146,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		case <-newTopics:
 		case p := <-updates:
 			patterns = validPatterns(p)
+			relist = true
 		case <-movedCh:
 			report = time.After(f.cfg.HeadReportInterval)
 		case <-report:
