@@ -153,8 +153,12 @@ func (l *link) schedule(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg
 			l.mirrorEnded(m)
 		}()
 	}
-	if len(l.mu.queue) == 0 {
-		l.mu.queue = nil // let the array of a long catch-up go
+	if len(l.mu.queue) == 0 && l.mu.queue != nil {
+		// Let the array and the map of a long catch-up go (a map keeps its largest size).
+		l.mu.queue = nil
+		if len(l.mu.queued) == 0 {
+			l.mu.queued = make(map[string]bool)
+		}
 	}
 }
 
@@ -162,6 +166,7 @@ func (l *link) schedule(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg
 // origin reported a head past what it scanned (a move noticed while it was open or parking,
 // or a mirror parked for another before it caught up).
 func (l *link) mirrorEnded(m *mirror) {
+	m.cancel() // a parked mirror's context would stay among the link's children
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.mu.mirrors[m.topic] == m {

@@ -74,37 +74,36 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	stop := f.cfg.Log.NotifyNewTopics(newTopics)
 	defer stop()
 
-	// moved gathers the announced topics whose head moved (the log's completer adds them),
-	// for a peer of another region; a node of this region mirrors nothing from here.
+	// moved gathers the topics whose head moved (the log calls it on every advance), for a
+	// peer of another region; a node of this region mirrors nothing from here. Registered
+	// before any head is read, so a move after the read is reported.
 	var moved *movedSet
 	if f.peerRegion(peerName(conn)) != f.cfg.Region {
 		moved = newMovedSet()
-		defer moved.stopAll()
+		defer f.cfg.Log.WatchAdvances(moved.add)()
 	}
-	var report <-chan time.Time         // the pending report of moved heads (nil: none)
-	reported := make(map[string]uint64) // by topic: the head's next offset last reported
+	var report <-chan time.Time // the pending report of moved heads (nil: none)
 
 	patterns := validPatterns(first.Patterns)
-	announced := make(map[string]bool)
+	// announced holds the topics announced on the stream, with the head's next offset last
+	// reported (0: none).
+	announced := make(map[string]uint64)
 	w := wire.NewWriter(str)
 	announce := func(name string) {
-		if announced[name] || !f.wanted(name, patterns) {
+		if _, ok := announced[name]; ok || !f.wanted(name, patterns) {
 			return
 		}
-		if _, _, ok := f.cfg.Log.Bounds(name); !ok {
+		_, next, ok := f.cfg.Log.Bounds(name)
+		if !ok {
 			return // deleted since it was created
 		}
-		announced[name] = true
 		w.Write(&wire.Topic{Name: name})
-		if moved != nil {
-			// Watched before its head is read: a move after the read is reported.
-			moved.watch(f.cfg.Log, name)
-			// Its head, with the announcement: the peer decides at once whether its
-			// mirror is behind.
-			if _, next, _ := f.cfg.Log.Bounds(name); next > 0 {
-				reported[name] = next
-				w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(name, next), Topic: name})
-			}
+		announced[name] = 0
+		if moved != nil && next > 0 {
+			// Its head, with the announcement: the peer decides at once whether its mirror
+			// is behind.
+			announced[name] = next
+			w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(name, next), Topic: name})
 		}
 	}
 	// Every topic is listed at the start and when the patterns change; in between, only the
@@ -152,46 +151,45 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		case <-report:
 			report = nil
 			for _, t := range moved.take() {
-				_, next, _ := f.cfg.Log.Bounds(t)
-				if next == reported[t] || !f.wanted(t, patterns) {
+				last, ok := announced[t]
+				if !ok { // not announced (yet): its announcement carries its head
 					continue
 				}
-				reported[t] = next
+				_, next, _ := f.cfg.Log.Bounds(t)
+				if next == last || !f.wanted(t, patterns) {
+					continue
+				}
+				announced[t] = next
 				w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(t, next), Topic: t})
 			}
 		}
 	}
 }
 
-// movedSet is the set of a catalog stream's announced topics whose head moved since its
-// last report. The log's completer adds to it (never blocking); the stream's goroutine
-// takes it.
+// movedSet is the set of topics whose head moved since a catalog stream's last report. The
+// log adds to it on every advance (never blocking); the stream's goroutine takes it.
 type movedSet struct {
-	ch    chan struct{} // poked when the set becomes non-empty
-	mu    sync.Mutex
-	set   map[string]struct{}
-	stops []func()
+	ch  chan struct{} // poked when the set becomes non-empty
+	mu  sync.Mutex
+	set map[string]struct{}
 }
 
 func newMovedSet() *movedSet {
 	return &movedSet{ch: make(chan struct{}, 1), set: make(map[string]struct{})}
 }
 
-// watch adds topic to the set whenever its high-watermark advances.
-func (s *movedSet) watch(log *wal.Log, topic string) {
-	stop := log.NotifyFunc(topic, func() {
-		s.mu.Lock()
-		s.set[topic] = struct{}{}
-		n := len(s.set)
-		s.mu.Unlock()
-		if n == 1 {
-			select {
-			case s.ch <- struct{}{}:
-			default:
-			}
+// add notes that topic's head moved (wal.Log.WatchAdvances).
+func (s *movedSet) add(topic string) {
+	s.mu.Lock()
+	s.set[topic] = struct{}{}
+	n := len(s.set)
+	s.mu.Unlock()
+	if n == 1 {
+		select {
+		case s.ch <- struct{}{}:
+		default:
 		}
-	})
-	s.stops = append(s.stops, stop)
+	}
 }
 
 // take empties the set and returns what it held.
@@ -202,14 +200,8 @@ func (s *movedSet) take() []string {
 	for t := range s.set {
 		out = append(out, t)
 	}
-	clear(s.set)
+	s.set = make(map[string]struct{}) // not clear: a map keeps the buckets of its largest size
 	return out
-}
-
-func (s *movedSet) stopAll() {
-	for _, stop := range s.stops {
-		stop()
-	}
 }
 
 // peerRegion is the region of the peer named name ("" when Peers does not list it).

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"slices"
+	"sync"
 	"testing"
 )
 
@@ -34,5 +35,27 @@ func TestCreatedSince(t *testing.T) {
 	slices.Sort(names)
 	if !slices.Equal(names, []string{"a", "b", "c"}) || mark != 3 {
 		t.Fatalf("recovered: %v %d", names, mark)
+	}
+}
+
+// WatchAdvances calls every registered function once per advance of any topic, until
+// cancelled.
+func TestWatchAdvances(t *testing.T) {
+	l, _ := newTestLog(t, Options{})
+	var mu sync.Mutex
+	var one, two []string
+	cancel1 := l.WatchAdvances(func(topic string) { mu.Lock(); one = append(one, topic); mu.Unlock() })
+	cancel2 := l.WatchAdvances(func(topic string) { mu.Lock(); two = append(two, topic); mu.Unlock() })
+	mustAppend(t, l, "a", 0, 2)
+	mustAppend(t, l, "b", 0, 1)
+	cancel1()
+	cancel1()
+	mustAppend(t, l, "c", 0, 1)
+	cancel2()
+	mustAppend(t, l, "d", 0, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(one, []string{"a", "b"}) || !slices.Equal(two, []string{"a", "b", "c"}) {
+		t.Fatalf("first saw %v, second %v", one, two)
 	}
 }

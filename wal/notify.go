@@ -13,6 +13,9 @@ type watchers struct {
 	newTopics map[*watcher]struct{}
 	// all is OnAdvance's function, or nil.
 	all atomic.Pointer[func(topic string, id uint32, from, to uint64)]
+	// moves are WatchAdvances' functions (copied on write under movesMu).
+	moves   atomic.Pointer[[]*func(topic string)]
+	movesMu sync.Mutex
 }
 
 type watcher struct {
@@ -129,10 +132,51 @@ func (l *Log) OnAdvance(fn func(topic string, id uint32, from, to uint64)) (canc
 }
 
 // advanceLocked reports the advance of t's high-watermark from from to OnAdvance's
-// function. Caller holds l.mu.
+// function and WatchAdvances' functions. Caller holds l.mu.
 func (l *Log) advanceLocked(t *topic, from uint64) {
-	if fn := l.watch.all.Load(); fn != nil && t.hwm > from {
+	if t.hwm <= from {
+		return
+	}
+	if fn := l.watch.all.Load(); fn != nil {
 		(*fn)(t.name, t.id, from, t.hwm)
+	}
+	if fns := l.watch.moves.Load(); fns != nil {
+		for _, fn := range *fns {
+			(*fn)(t.name)
+		}
+	}
+}
+
+// WatchAdvances has fn called with the topic's name after every advance of any topic's
+// high-watermark: a registration for every topic at once, for a reader that follows the
+// heads of many topics (the federation's catalog streams) without a watcher per topic. Any
+// number of functions may be registered. fn runs on the goroutine that advances the
+// high-watermark, with the Log's lock held: it must not block and must not call the Log.
+// cancel stops the calls; it is safe to call more than once.
+func (l *Log) WatchAdvances(fn func(topic string)) (cancel func()) {
+	p := &fn
+	l.watch.movesMu.Lock()
+	defer l.watch.movesMu.Unlock()
+	var fns []*func(topic string)
+	if old := l.watch.moves.Load(); old != nil {
+		fns = append(fns, *old...)
+	}
+	fns = append(fns, p)
+	l.watch.moves.Store(&fns)
+	return func() {
+		l.watch.movesMu.Lock()
+		defer l.watch.movesMu.Unlock()
+		old := l.watch.moves.Load()
+		if old == nil {
+			return
+		}
+		var fns []*func(topic string)
+		for _, f := range *old {
+			if f != p {
+				fns = append(fns, f)
+			}
+		}
+		l.watch.moves.Store(&fns)
 	}
 }
 

@@ -34,6 +34,9 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 	if s := os.Getenv("QUICMQ_SCALE_STREAMS"); s != "" {
 		extra = []string{"--mirror-streams", s}
 	}
+	if os.Getenv("QUICMQ_SCALE_PPROF") != "" { // profiles of us and eu, e.g. while QUICMQ_SCALE_HOLD holds them
+		extra = append(extra, "--metrics", "127.0.0.1:0", "--pprof")
+	}
 	bin := quicmqBinary(t)
 	caDir := t.TempDir()
 	usWAN := freeAddr(t)
@@ -140,6 +143,10 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("a record published to a parked topic was mirrored at eu within %v", time.Since(start).Round(time.Millisecond))
+	if hold := envIntT("QUICMQ_SCALE_HOLD", 0); hold > 0 {
+		t.Logf("holding the nodes for %d s (pids us %d, eu %d, solo %d)", hold, us.cmd.Process.Pid, eu.cmd.Process.Pid, solo.cmd.Process.Pid)
+		time.Sleep(time.Duration(hold) * time.Second) // for a profile by hand
+	}
 }
 
 func envIntT(name string, def int) int {
