@@ -219,11 +219,12 @@ func (f *Federation) headTime(topic string, next uint64) int64 {
 	if next == 0 {
 		return 0
 	}
-	last, err := f.cfg.Log.Read(topic, next-1, 1, 0)
-	if err != nil || len(last) != 1 {
+	var t int64
+	// ReadFunc, not Read: only the time is wanted, not a copy of the record.
+	if _, err := f.cfg.Log.ReadFunc(topic, next-1, 1, 0, func(rec *wal.Record) error { t = rec.Time; return nil }); err != nil {
 		return 0
 	}
-	return last[0].Time
+	return t
 }
 
 func validPatterns(ps []string) []string {

@@ -134,42 +134,34 @@ func keepListedRow(t *wire.TopicInfo, node string, listed bool, holders []string
 
 // watchTopics is the node's topic watcher goroutine: when the log reports a new topic, it
 // finds the subscriptions whose pattern matches (the interest table) and tells each one.
-// It is the only reader of the known-topics set.
 func (n *Node) watchTopics() {
 	defer n.wg.Done()
 	wake := make(chan struct{}, 1)
 	cancel := n.wal.NotifyNewTopics(wake)
 	defer cancel()
-	known := make(map[string]bool) // the value: seen in the current pass
-	for _, t := range n.wal.Topics() {
-		known[t.Name] = true
-	}
+	// The log names each topic created after the mark (one created again is named again,
+	// and new again), so a batch that creates topics costs what it creates, not a listing
+	// of every topic.
+	_, mark := n.wal.CreatedSince(-1)
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-wake:
 		}
-		for name := range known {
-			known[name] = false
-		}
-		for _, t := range n.wal.Topics() {
-			if _, ok := known[t.Name]; ok {
-				known[t.Name] = true
-				continue
+		var names []string
+		names, mark = n.wal.CreatedSince(mark)
+		seen := make(map[string]bool, len(names))
+		for _, name := range names {
+			if _, _, ok := n.wal.Bounds(name); !ok || seen[name] {
+				continue // deleted since, or deleted and created again: told once
 			}
-			known[t.Name] = true
+			seen[name] = true
 			if n.place != nil {
-				n.place.localTopicCreated(t.Name)
+				n.place.localTopicCreated(name)
 			}
-			for _, sub := range n.interest.Match(t.Name) {
-				sub.notifyNewTopic(t.Name)
-			}
-		}
-		// A deleted topic is forgotten, so that one created again under its name is new.
-		for name, seen := range known {
-			if !seen {
-				delete(known, name)
+			for _, sub := range n.interest.Match(name) {
+				sub.notifyNewTopic(name)
 			}
 		}
 	}
