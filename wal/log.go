@@ -55,7 +55,7 @@ type Log struct {
 	// mu guards what readers see: only durable state.
 	mu struct {
 		sync.RWMutex
-		topics    map[string]*topic // durable topics only
+		topics map[string]*topic // durable topics only
 		// created names the topics in the order they became durable (recovered ones
 		// first), each time one did: CreatedSince reads it instead of listing every topic.
 		created   []string
