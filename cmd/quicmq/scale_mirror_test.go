@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // TestScaleMirrorManyTopics measures figure 1 of issue 34 on real node processes, on
@@ -17,8 +20,10 @@ import (
 // (solo, its own gossip pool, no mirroring) that is published the same topics. QUICMQ_SCALE_TOPICS
 // topics are created at us (and at solo) by one publish each, pipelined from one SDK
 // client; the test reports the time until eu lists them all, then, after
-// QUICMQ_SCALE_SETTLE seconds (default 10: mirrors park after 5 s of quiet), each node's
-// CPU over QUICMQ_SCALE_WINDOW seconds (default 10, /proc/PID/stat) and its RSS.
+// QUICMQ_SCALE_SETTLE seconds (default 10: mirrors park after 5 s of quiet; 150 lets Go's
+// forced GC and scavenger return the catch-up's garbage), each node's CPU over
+// QUICMQ_SCALE_WINDOW seconds (default 10, /proc/PID/stat) and its RSS; then a record to a
+// parked topic, and a publisher under load (mirrorUnderLoad).
 //
 //	QUICMQ_SCALE_TOPICS=100000 go test -run TestScaleMirrorManyTopics -v -timeout 30m ./cmd/quicmq
 //
@@ -143,10 +148,111 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("a record published to a parked topic was mirrored at eu within %v", time.Since(start).Round(time.Millisecond))
+	mirrorUnderLoad(t, usConn, euConn, n, name)
 	if hold := envIntT("QUICMQ_SCALE_HOLD", 0); hold > 0 {
 		t.Logf("holding the nodes for %d s (pids us %d, eu %d, solo %d)", hold, us.cmd.Process.Pid, eu.cmd.Process.Pid, solo.cmd.Process.Pid)
 		time.Sleep(time.Duration(hold) * time.Second) // for a profile by hand
 	}
+}
+
+// mirrorUnderLoad publishes QUICMQ_SCALE_RATE records/s (default 1000) for
+// QUICMQ_SCALE_SECONDS (default 10) at us, each to a random topic of the n (a seeded
+// schedule), and reads them at eu through one subscription to m.> from its set-up on: every
+// record must arrive exactly once and in order per topic; it reports the mirror delay (the
+// publish's send time to eu's delivery, one clock) at p50, p99 and max.
+func mirrorUnderLoad(t *testing.T, usConn, euConn *client.Conn, n int, name func(int) string) {
+	rate := envIntT("QUICMQ_SCALE_RATE", 1000)
+	secs := envIntT("QUICMQ_SCALE_SECONDS", 10)
+	rng := testlog.Rand(t, "the topics published to under load")
+	sub, err := euConn.Subscribe(context.Background(), "m.>", client.SubscribeOptions{From: client.Latest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	type key struct {
+		topic string
+		off   uint64
+	}
+	var (
+		mu      sync.Mutex
+		delays  []time.Duration
+		seen    = make(map[key]bool)
+		last    = make(map[string]uint64)
+		dups    int
+		reorder int
+	)
+	got := make(chan struct{}, 1)
+	go func() {
+		for {
+			rec, err := sub.Next(context.Background())
+			if err != nil {
+				return
+			}
+			if rec.OriginRegion != "us" || !strings.HasPrefix(string(rec.Payload), "load-") {
+				continue
+			}
+			sent, _ := strconv.ParseInt(strings.TrimPrefix(string(rec.Payload), "load-"), 10, 64)
+			d := time.Since(time.Unix(0, sent))
+			mu.Lock()
+			k := key{rec.Topic, rec.OriginOffset}
+			if seen[k] {
+				dups++
+			}
+			seen[k] = true
+			if prev, ok := last[rec.Topic]; ok && rec.OriginOffset <= prev {
+				reorder++
+			}
+			last[rec.Topic] = rec.OriginOffset
+			delays = append(delays, d)
+			mu.Unlock()
+			select {
+			case got <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	time.Sleep(2 * time.Second) // the subscription's set-up over the n topics: not a wait for an event we can observe here
+	total := rate * secs
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	futures := make([]*client.Future, 0, total)
+	for range total {
+		<-tick.C
+		f, err := usConn.PublishAsync(context.Background(), client.Message{Topic: name(rng.IntN(n)),
+			Payload: fmt.Appendf(nil, "load-%d", time.Now().UnixNano())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		if _, err := f.Wait(context.Background()); err != nil {
+			t.Fatalf("publish under load: %v", err)
+		}
+	}
+	deadline := time.After(60 * time.Second)
+	for {
+		mu.Lock()
+		have := len(seen)
+		mu.Unlock()
+		if have >= total {
+			break
+		}
+		select {
+		case <-got:
+		case <-deadline:
+			t.Fatalf("%d of %d records published under load reached eu within 60 s", have, total)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dups > 0 || reorder > 0 || len(seen) != total {
+		t.Fatalf("under load: %d records, %d distinct (want %d), %d duplicates, %d out of order", len(delays), len(seen), total, dups, reorder)
+	}
+	slices.Sort(delays)
+	q := func(p float64) time.Duration { return delays[int(p*float64(len(delays)-1))].Round(time.Millisecond) }
+	t.Logf("%d records at %d/s over random topics of %d: all at eu exactly once, in order per topic; mirror delay p50 %v, p99 %v, max %v",
+		total, rate, n, q(0.5), q(0.99), delays[len(delays)-1].Round(time.Millisecond))
 }
 
 func envIntT(name string, def int) int {
