@@ -347,6 +347,7 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 	}()
 	parkTick := time.NewTicker(l.f.cfg.parkTick())
 	defer parkTick.Stop()
+	var lastPark time.Time
 	for {
 		if !local {
 			l.schedule(ctx, conn, opener, &wg)
@@ -357,7 +358,14 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 		case err := <-catalogErr:
 			return fmt.Errorf("catalog stream: %w", err)
 		case <-l.sched:
+			// Topics wait with no stream free: park for them now rather than at the next
+			// tick (at most every parkTick/10, as parkIdle looks at every open mirror).
+			if now := time.Now(); l.waitingForStream() && now.Sub(lastPark) >= l.f.cfg.parkTick()/10 {
+				lastPark = now
+				l.parkIdle()
+			}
 		case <-parkTick.C:
+			lastPark = time.Now()
 			l.parkIdle()
 		case <-l.interestWake:
 			if local {

@@ -119,6 +119,13 @@ func (l *link) waiting() bool {
 	return l.mu.parkable && len(l.mu.queued) > 0
 }
 
+// waitingForStream reports whether topics wait while every stream of the bound is taken.
+func (l *link) waitingForStream() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.parkable && len(l.mu.queue) > 0 && len(l.mu.mirrors) >= l.boundLocked()
+}
+
 func (l *link) boundLocked() int {
 	if !l.mu.parkable {
 		return math.MaxInt
