@@ -114,11 +114,29 @@ type Config struct {
 	// past the mirror's position before it is reported stalled (quicmq_mirror_stalled, a WARN
 	// log line). Mirrors are checked every StallAfter/10. Default 30 s.
 	StallAfter time.Duration
-	// HeadReportInterval is how often a node reports, on the catalog stream of a peer of
-	// another region, the head (next offset and last record's time) of each announced topic
-	// whose head moved: what tells that peer its mirror is behind while the mirror stream
-	// itself carries nothing. Default 1 s.
+	// HeadReportInterval is how long a node gathers head moves before it reports them, on
+	// the catalog stream of a peer of another region: one HEAD (next offset and last
+	// record's time) per announced topic whose head moved, sent that long after the first
+	// move (and one for each topic as it is announced). It is what reopens a peer's parked
+	// mirror, and what tells it a mirror is behind while the mirror stream carries nothing.
+	// Nothing runs while no head moves. Default 50 ms.
 	HeadReportInterval time.Duration
+	// MaxMirrorStreams bounds the mirror streams a link keeps open at once. A mirror holds a
+	// stream only while its topic moves: one caught up for MirrorParkAfter gives it back
+	// (parks), and the origin's HEAD on the catalog stream opens it again from its cursor.
+	// When more topics need a stream than the bound allows, they wait in order and the
+	// least recently active open mirrors park for them (caught-up ones at once, others after
+	// MirrorSlice), so every topic is mirrored in turn. Default 1024 (a peer accepts 2048
+	// streams per connection by default, node.Config.MaxStreamsPerConn). Not applied to the
+	// shared-link ablation, whose mirrors share one stream and never park.
+	MaxMirrorStreams int
+	// MirrorParkAfter is how long a caught-up mirror keeps its stream without records
+	// before it parks. Default 5 s.
+	MirrorParkAfter time.Duration
+	// MirrorSlice is how long a mirror that is not caught up holds its stream before it may
+	// be parked for a topic waiting for one (it waits again in turn, from its cursor).
+	// Default 1 s.
+	MirrorSlice time.Duration
 	// PositionInterval is how often a node serving a mirror stream looks for durable
 	// consumer positions of the topic that changed, to send them as POSITION frames
 	// (positions.go). Default 1 s.
@@ -160,6 +178,9 @@ func (c Config) Validate() error {
 		if err := routing.ValidatePattern(p); err != nil {
 			bad("Mirror: %v", err)
 		}
+	}
+	if c.MaxMirrorStreams < 0 || c.MirrorParkAfter < 0 || c.MirrorSlice < 0 {
+		bad("MaxMirrorStreams %d, MirrorParkAfter %v and MirrorSlice %v: want >= 0 (0: the default)", c.MaxMirrorStreams, c.MirrorParkAfter, c.MirrorSlice)
 	}
 	if c.StallAfter < 0 || c.HeadReportInterval < 0 {
 		bad("StallAfter %v and HeadReportInterval %v: want >= 0 (0: the default)", c.StallAfter, c.HeadReportInterval)
@@ -206,7 +227,16 @@ func (c Config) withDefaults() Config {
 		c.PositionInterval = time.Second
 	}
 	if c.HeadReportInterval <= 0 {
-		c.HeadReportInterval = time.Second
+		c.HeadReportInterval = 50 * time.Millisecond
+	}
+	if c.MaxMirrorStreams <= 0 {
+		c.MaxMirrorStreams = 1024
+	}
+	if c.MirrorParkAfter <= 0 {
+		c.MirrorParkAfter = 5 * time.Second
+	}
+	if c.MirrorSlice <= 0 {
+		c.MirrorSlice = time.Second
 	}
 	for c.Incarnation == 0 {
 		c.Incarnation = rand.Uint64()

@@ -8,8 +8,11 @@
 //
 // Mirroring, from region A's side: A's node dials a node of region R and sends WATCH with the
 // patterns A is interested in (local subscriptions plus the configured mirror list). R announces
-// each matching topic T. A then opens a MIRROR stream asking for the records of T that
-// originated in R, from the origin offset after its stored cursor (T, R). R serves them from its
+// each matching topic T, with its head, and reports the head again whenever it moves. While
+// T's head is past what A has mirrored, A holds a MIRROR stream asking for the records of T
+// that originated in R, from the origin offset after its stored cursor (T, R); a caught-up
+// mirror gives its stream back, and at most Config.MaxMirrorStreams are open per link, the
+// topics beyond waiting in turn (park.go). R serves them from its
 // own log, skipping records that originated elsewhere (so a full mesh has no loops). A appends
 // each batch to its own log of T together with the new cursor in one synced Pebble batch, so a
 // crash or link loss can neither lose nor duplicate a record: A resumes from the cursor.
@@ -26,13 +29,14 @@
 // restarted, in which case the accepting side also redials its own link to it.
 //
 // Each link keeps, per mirrored topic, the origin's head as the origin reports it (HEAD on the
-// mirror stream, and on the catalog stream every HeadReportInterval) and the mirror's
-// progress (stall.go): the lag in seconds is measured against that head, and Run's stall
-// check reports a mirror that carries nothing while the head moves (StallAfter).
+// mirror stream and on the catalog stream) and the mirror's progress (stall.go): the lag in
+// seconds is measured against that head, and Run's stall check reports a mirror that carries
+// nothing while the head moves (StallAfter), one log line per link and check.
 //
 // Goroutines: Run owns one goroutine per link. A link's goroutine dials, runs the catalog
-// stream and one goroutine per mirror stream, and redials (resuming every mirror from its
-// cursor) when the connection is lost; on a link to a node of this region it also runs the
+// stream's reader and one goroutine per open mirror stream (none for a parked mirror), opens
+// and parks mirrors, and redials (resuming every mirror from its cursor) when the connection
+// is lost; on a link to a node of this region it also runs the
 // two raft stream writers. The serving side runs on the stream goroutines the node hands it
 // (ServeStream).
 package federation

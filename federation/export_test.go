@@ -1,6 +1,10 @@
 package federation
 
-import "github.com/quic-go/quic-go"
+import (
+	"fmt"
+
+	"github.com/quic-go/quic-go"
+)
 
 // appCutByTest is the application error code a test closes a link's connection with.
 const appCutByTest quic.ApplicationErrorCode = 0x7e57
@@ -55,3 +59,39 @@ func (l *link) sharedLink() *sharedLink {
 // pauseServing stops (or resumes) this node's serving of every mirror stream of topic, as
 // a serving goroutine stuck on a slow disk would: its peers' mirrors of topic get nothing.
 func (f *Federation) pauseServing(topic string, paused bool) { f.pause.set(topic, paused) }
+
+// mirrorStreams is the number of mirrors holding a stream on the links to region, and the
+// most the links ever held at once.
+func (f *Federation) mirrorStreams(region string) (open, most int) {
+	for _, l := range f.links() {
+		if l.peer.Region != region {
+			continue
+		}
+		l.mu.Lock()
+		open += len(l.mu.mirrors)
+		most = max(most, l.mu.mostOpen)
+		l.mu.Unlock()
+	}
+	return open, most
+}
+
+// mirrorState describes the link's view of topic's mirror from region, for a failure message.
+func (f *Federation) mirrorState(region, topic string) string {
+	for _, l := range f.links() {
+		if l.peer.Region != region {
+			continue
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		h := l.mu.health[topic]
+		if h == nil {
+			return "not mirrored"
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return fmt.Sprintf("open %v queued %v announced %v known %v headNext %d reached %d; link: %d open, %d waiting",
+			l.mu.mirrors[topic] != nil, l.mu.queued[topic], l.mu.announced[topic], h.known, h.headNext, h.reached,
+			len(l.mu.mirrors), len(l.mu.queued))
+	}
+	return "no link"
+}

@@ -31,8 +31,8 @@ type Federation struct {
 
 	mu struct {
 		sync.Mutex
-		mirrorLocks map[[2]string]chan struct{} // (origin region, topic): one mirror at a time
-		interest    map[string]int              // local subscription patterns, reference-counted
+		mirrorLocks map[[2]string]*mirrorLock // (origin region, topic): one mirror at a time
+		interest    map[string]int            // local subscription patterns, reference-counted
 		links       map[string]*link
 		counters    map[[2]string]*linkCounters // by peer (region, name), while it is in the mesh
 		accepted    map[string]acceptedPeer     // by peer name: its newest connection to this node (heal.go)
@@ -55,7 +55,7 @@ func New(cfg Config) (*Federation, error) {
 		wake:    make(chan struct{}, 1),
 	}
 	f.mu.interest = make(map[string]int)
-	f.mu.mirrorLocks = make(map[[2]string]chan struct{})
+	f.mu.mirrorLocks = make(map[[2]string]*mirrorLock)
 	f.mu.links = make(map[string]*link)
 	f.mu.counters = make(map[[2]string]*linkCounters)
 	f.mu.accepted = make(map[string]acceptedPeer)
@@ -344,21 +344,38 @@ func (f *Federation) openStream(ctx context.Context, what string, match func(Pee
 	return nil, fmt.Errorf("%w %q: no connected link", ErrNoLink, what)
 }
 
+// mirrorLock is the lock of one (origin region, topic): held by one mirror at a time, and
+// kept in the map only while a mirror holds or waits for it (a link mirrors any number of
+// topics, most of them parked).
+type mirrorLock struct {
+	ch   chan struct{}
+	refs int // holders and waiters, under Federation.mu
+}
+
 // lockMirror takes the lock of the mirror of topic from region, waiting for a previous
 // holder to finish, or for ctx.
 func (f *Federation) lockMirror(ctx context.Context, region, topic string) (unlock func(), err error) {
 	key := [2]string{region, topic}
 	f.mu.Lock()
-	ch, ok := f.mu.mirrorLocks[key]
+	ml, ok := f.mu.mirrorLocks[key]
 	if !ok {
-		ch = make(chan struct{}, 1)
-		f.mu.mirrorLocks[key] = ch
+		ml = &mirrorLock{ch: make(chan struct{}, 1)}
+		f.mu.mirrorLocks[key] = ml
 	}
+	ml.refs++
 	f.mu.Unlock()
+	release := func() {
+		f.mu.Lock()
+		if ml.refs--; ml.refs == 0 {
+			delete(f.mu.mirrorLocks, key)
+		}
+		f.mu.Unlock()
+	}
 	select {
-	case ch <- struct{}{}:
-		return func() { <-ch }, nil
+	case ml.ch <- struct{}{}:
+		return func() { <-ml.ch; release() }, nil
 	case <-ctx.Done():
+		release()
 		return nil, ctx.Err()
 	}
 }

@@ -52,6 +52,9 @@ type nodeOpts struct {
 	walFS      func() wal.Options         // nil: the disk, no retention loop
 	sharedLink bool                       // Config.AblationSharedLink (ablation_test.go)
 	stallAfter time.Duration              // Config.StallAfter (0: the default, 30 s)
+	maxStreams int                        // Config.MaxMirrorStreams (0: the default)
+	parkAfter  time.Duration              // Config.MirrorParkAfter (0: the default)
+	slice      time.Duration              // Config.MirrorSlice (0: the default)
 }
 
 func newFedMesh(t *testing.T) *fedMesh {
@@ -339,6 +342,9 @@ func (n *fedNode) startFed() {
 		ReconnectMax:       200 * time.Millisecond,
 		ReconcileInterval:  100 * time.Millisecond,
 		StallAfter:         n.opts.stallAfter,
+		MaxMirrorStreams:   n.opts.maxStreams,
+		MirrorParkAfter:    n.opts.parkAfter,
+		MirrorSlice:        n.opts.slice,
 		HeadReportInterval: 20 * time.Millisecond,
 		Logger:             slog.New(n.logs.handler(testLogger(t).Handler())).With("node", n.name),
 		Registerer:         reg,

@@ -33,6 +33,7 @@ type link struct {
 	cancel context.CancelFunc
 
 	interestWake chan struct{}
+	sched        chan struct{} // topics wait for a stream, or one was given back (park.go)
 	redial       chan struct{} // the peer restarted: cut a back-off short (peerRestarted)
 	counters     *linkCounters // the peer's, shared with the links to it before and after this one
 	migrations   atomic.Uint64
@@ -46,11 +47,23 @@ type link struct {
 		probe      *liveness.Probe   // sees the packets of every socket of conn (reset probes)
 		local      string            // the socket in use; quic-go's Conn.LocalAddr races with a path switch
 		since      time.Time
-		mirrors    map[string]*mirror
-		opener     mirrorOpener // the stream mapping on conn (nil on a link within the region)
+		mirrors    map[string]*mirror // the open mirrors, each holding (or opening) a stream, until they ended
+		opener     mirrorOpener       // the stream mapping on conn (nil on a link within the region)
 		lastErr    string
-		cancelDial context.CancelFunc       // ends the dial in progress (nil when none)
-		health     map[string]*mirrorHealth // by topic: outlives the link's connections and mirrors
+		cancelDial context.CancelFunc // ends the dial in progress (nil when none)
+		// health is every topic this link mirrors, open or parked, by topic: what the origin
+		// reported of its head and how far the mirror scanned. It outlives the link's
+		// connections and mirrors.
+		health  map[string]*mirrorHealth
+		stalled map[string]bool // topics reported stalled (stall.go)
+
+		// The current connection's mirror scheduling (park.go).
+		announced map[string]bool // topics the peer announced on the catalog stream
+		patterns  []string        // the watched patterns mirrors are decided by
+		queue     []string        // topics waiting for a stream, in turn (stale entries are skipped)
+		queued    map[string]bool // the topics in queue
+		parkable  bool            // mirrors park (a stream per topic, to another region)
+		mostOpen  int             // the most mirrors ever open at once (tests check the bound)
 	}
 }
 
@@ -68,7 +81,11 @@ type LinkInfo struct {
 	BytesSent        uint64        `json:"bytes_sent"`
 	BytesReceived    uint64        `json:"bytes_received"`
 	PacketsLost      uint64        `json:"packets_lost"`
-	Mirrors          []string      `json:"mirrors"` // topics mirrored over this link
+	Mirrors          []string      `json:"mirrors"`         // topics mirrored over this link, open or parked
+	MirroredTopics   int           `json:"mirrored_topics"` // len(Mirrors)
+	MirrorStreams    int           `json:"mirror_streams"`  // mirrors holding a stream now
+	MirrorsWaiting   int           `json:"mirrors_waiting"` // mirrors waiting for a stream
+	MirrorsStalled   int           `json:"mirrors_stalled"` // mirrors reported stalled
 	Migrations       uint64        `json:"migrations"`
 	Reconnects       uint64        `json:"reconnects"`
 	IdleTimeouts     uint64        `json:"idle_timeouts"` // connections ended: no packet from the peer for LinkIdleTimeout
@@ -81,10 +98,14 @@ func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 		f: f, peer: p, ctx: ctx, cancel: cancel, counters: counters,
 		log:          f.log.With("peer", p.Name, "peer_region", p.Region),
 		interestWake: make(chan struct{}, 1),
+		sched:        make(chan struct{}, 1),
 		redial:       make(chan struct{}, 1),
 	}
 	l.mu.mirrors = make(map[string]*mirror)
 	l.mu.health = make(map[string]*mirrorHealth)
+	l.mu.stalled = make(map[string]bool)
+	l.mu.announced = make(map[string]bool)
+	l.mu.queued = make(map[string]bool)
 	return l
 }
 
@@ -304,6 +325,7 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 		l.mu.opener = opener
 		l.mu.Unlock()
 	}
+	l.resetForConn(patterns, !local && !l.f.cfg.AblationSharedLink)
 	// The incarnation tells the peer whether this is a reconnect or a restarted node
 	// (peerHello on its side).
 	watch := patterns
@@ -315,27 +337,36 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 		return err
 	}
 
-	// The catalog reader announces the peer's topics; this goroutine owns the mirror set.
-	announced := make(chan string, 64)
+	// The catalog reader notes announced topics and reported heads (park.go); this
+	// goroutine opens and parks the mirrors.
 	catalogErr := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		catalogErr <- l.readCatalog(ctx, str, announced)
+		catalogErr <- l.readCatalog(str, local)
 	}()
-
-	topics := make(map[string]bool)
+	parkTick := time.NewTicker(l.f.cfg.parkTick())
+	defer parkTick.Stop()
+	var lastPark time.Time
 	for {
 		if !local {
-			l.syncMirrors(ctx, conn, opener, &wg, topics, patterns)
+			l.schedule(ctx, conn, opener, &wg)
 		}
 		select {
 		case <-ctx.Done():
 			return context.Cause(conn.Context())
 		case err := <-catalogErr:
 			return fmt.Errorf("catalog stream: %w", err)
-		case t := <-announced:
-			topics[t] = true
+		case <-l.sched:
+			// Topics wait with no stream free: park for them now rather than at the next
+			// tick (at most every parkTick/10, as parkIdle looks at every open mirror).
+			if now := time.Now(); l.waitingForStream() && now.Sub(lastPark) >= l.f.cfg.parkTick()/10 {
+				lastPark = now
+				l.parkIdle()
+			}
+		case <-parkTick.C:
+			lastPark = time.Now()
+			l.parkIdle()
 		case <-l.interestWake:
 			if local {
 				continue
@@ -345,13 +376,14 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 			if err := w.Flush(); err != nil {
 				return err
 			}
+			l.repattern(patterns)
 		}
 	}
 }
 
-// readCatalog reads the peer's TOPIC announcements, and the SUBSCRIBED that follows the
-// topics it held when the stream began.
-func (l *link) readCatalog(ctx context.Context, str *quic.Stream, announced chan<- string) error {
+// readCatalog reads the peer's TOPIC announcements, the SUBSCRIBED that follows the topics
+// it held when the stream began, and the heads it reports.
+func (l *link) readCatalog(str *quic.Stream, local bool) error {
 	r := wire.NewReader(str, wire.Limits{})
 	for {
 		f, err := r.Read()
@@ -363,56 +395,24 @@ func (l *link) readCatalog(ctx context.Context, str *quic.Stream, announced chan
 			if cb := l.f.cfg.OnCatalog; cb != nil {
 				cb(l.peer, f.Name)
 			}
-			select {
-			case announced <- f.Name:
-			case <-ctx.Done():
-				return ctx.Err()
+			if !local {
+				l.announce(f.Name)
 			}
 		case *wire.Subscribed:
 			if cb := l.f.cfg.OnCatalogSynced; cb != nil {
 				cb(l.peer)
 			}
 		case *wire.Head:
-			// The head of an announced topic (HeadReportInterval at the peer): what tells a
-			// mirror it is behind while its own stream carries nothing.
-			if f.Topic != "" && l.f.mirrored(f.Topic, l.f.patterns()) {
-				l.healthOf(f.Topic).reported(f.Next, f.Time, l.f.cfg.Now())
+			// The head of an announced topic: what reopens a parked mirror, and tells an
+			// open one it is behind while its own stream carries nothing.
+			if f.Topic != "" && !local {
+				l.headReported(f.Topic, f.Next, f.Time)
 			}
 		case *wire.ErrorFrame:
 			return f.AsError()
 		default:
 			return fmt.Errorf("unexpected %s on the catalog stream", f.Type())
 		}
-	}
-}
-
-// syncMirrors starts a mirror for each announced topic that is wanted, and stops the mirrors
-// of topics no longer wanted (their cursors stay, so returning interest resumes them).
-func (l *link) syncMirrors(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg *sync.WaitGroup, topics map[string]bool, patterns []string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for t, m := range l.mu.mirrors {
-		if !l.f.mirrored(t, patterns) {
-			m.stop()
-			delete(l.mu.health, t) // a topic no longer mirrored here is not behind
-		}
-		// A stopped mirror stays until it has ended, so its successor never overlaps it.
-		if m.ended() {
-			delete(l.mu.mirrors, t)
-		}
-	}
-	for t := range topics {
-		if _, ok := l.mu.mirrors[t]; ok || !l.f.mirrored(t, patterns) {
-			continue
-		}
-		m := newMirror(l, t)
-		l.mu.mirrors[t] = m
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.run(ctx, conn, o)
-			l.interestChanged() // let the run loop notice the end and restart it if still wanted
-		}()
 	}
 }
 
@@ -467,7 +467,11 @@ func (l *link) migrate(ctx context.Context) error {
 	return nil
 }
 
-func (l *link) info() LinkInfo {
+func (l *link) info() LinkInfo { return l.infoWith(true) }
+
+// infoWith is info, with the list of mirrored topics only when withMirrors (a scrape needs
+// only the counts).
+func (l *link) infoWith(withMirrors bool) LinkInfo {
 	l.mu.Lock()
 	conn := l.mu.conn
 	li := LinkInfo{
@@ -475,9 +479,14 @@ func (l *link) info() LinkInfo {
 		Connected: conn != nil, Since: l.mu.since, LastError: l.mu.lastErr, LocalAddr: l.mu.local,
 		Migrations: l.migrations.Load(), Reconnects: l.reconnects.Load(), IdleTimeouts: l.silent.Load(),
 	}
-	for t := range l.mu.mirrors {
-		li.Mirrors = append(li.Mirrors, t)
+	if withMirrors {
+		li.Mirrors = make([]string, 0, len(l.mu.health))
+		for t := range l.mu.health {
+			li.Mirrors = append(li.Mirrors, t)
+		}
 	}
+	li.MirroredTopics = len(l.mu.health)
+	li.MirrorStreams, li.MirrorsWaiting, li.MirrorsStalled = len(l.mu.mirrors), len(l.mu.queued), len(l.mu.stalled)
 	l.mu.Unlock()
 	slices.Sort(li.Mirrors)
 	if conn != nil {

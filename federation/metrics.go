@@ -18,6 +18,7 @@ type metrics struct {
 	linkRTT, linkMinRTT, linkCwnd, linkStreams, linkUp                      *prometheus.Desc
 	linkSent, linkRecv, linkLost, linkSentPkts, linkRecvPkts, linkLostBytes *prometheus.Desc
 	linkMigrations, linkReconnects                                          *prometheus.Desc
+	linkMirrored, linkWaiting, linkStalled                                  *prometheus.Desc
 	mirrorLag, mirrorLagSeconds, mirrorRecords, mirrorStalled               *prometheus.Desc
 }
 
@@ -44,10 +45,15 @@ func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metric
 		linkRecv: d("quicmq_link_received_bytes_total", "Bytes received on the link, over all its connections.", link),
 		linkLost: d("quicmq_link_lost_packets_total",
 			"Packets of the link declared lost, over all its connections (one declared lost and received later still counts).", link),
-		linkSentPkts:   d("quicmq_link_sent_packets_total", "Packets sent on the link, lost ones included, over all its connections.", link),
-		linkRecvPkts:   d("quicmq_link_received_packets_total", "Packets received on the link, over all its connections.", link),
-		linkLostBytes:  d("quicmq_link_lost_bytes_total", "Bytes of the link's packets declared lost, over all its connections.", link),
-		linkStreams:    d("quicmq_link_mirror_streams", "Mirror streams open on the link.", link),
+		linkSentPkts:  d("quicmq_link_sent_packets_total", "Packets sent on the link, lost ones included, over all its connections.", link),
+		linkRecvPkts:  d("quicmq_link_received_packets_total", "Packets received on the link, over all its connections.", link),
+		linkLostBytes: d("quicmq_link_lost_bytes_total", "Bytes of the link's packets declared lost, over all its connections.", link),
+		linkStreams: d("quicmq_link_mirror_streams",
+			"Mirror streams open on the link (at most MaxMirrorStreams: mirrors of topics that move; quiet ones park).", link),
+		linkMirrored: d("quicmq_link_mirrored_topics", "Topics mirrored over the link, with or without a stream.", link),
+		linkWaiting: d("quicmq_link_mirrors_waiting",
+			"Mirrored topics whose origin head moved, waiting for one of the link's mirror streams.", link),
+		linkStalled:    d("quicmq_link_mirrors_stalled", "Mirrors of the link reported stalled (quicmq_mirror_stalled, not capped).", link),
 		linkMigrations: d("quicmq_link_migrations_total", "Connection migrations of the link to a new local socket.", link),
 		linkReconnects: d("quicmq_link_reconnects_total", "Times the link was re-established after losing its connection.", link),
 		mirrorLag: d("quicmq_mirror_lag_records",
@@ -67,7 +73,7 @@ func newMetrics(f *Federation, reg prometheus.Registerer, maxSeries int) *metric
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.linkUp, m.linkRTT, m.linkMinRTT, m.linkCwnd, m.linkSent,
 		m.linkRecv, m.linkLost, m.linkSentPkts, m.linkRecvPkts, m.linkLostBytes, m.linkStreams,
-		m.linkMigrations, m.linkReconnects,
+		m.linkMigrations, m.linkReconnects, m.linkMirrored, m.linkWaiting, m.linkStalled,
 		m.mirrorLag, m.mirrorLagSeconds, m.mirrorRecords, m.mirrorStalled} {
 		ch <- d
 	}
@@ -83,7 +89,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	series := 0
 	seen := make(map[[2]string]bool) // a topic held by two nodes of one region (a conflict) must not repeat a series
 	for _, l := range m.f.links() {
-		li := l.info()
+		li := l.infoWith(false)
 		r, n := l.peer.Region, l.peer.Name
 		up := 0.0
 		if li.Connected {
@@ -92,7 +98,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.linkUp, up, r, n)
 		counter(m.linkMigrations, float64(li.Migrations), r, n)
 		counter(m.linkReconnects, float64(li.Reconnects), r, n)
-		gauge(m.linkStreams, float64(len(li.Mirrors)), r, n)
+		gauge(m.linkStreams, float64(li.MirrorStreams), r, n)
+		gauge(m.linkMirrored, float64(li.MirroredTopics), r, n)
+		gauge(m.linkWaiting, float64(li.MirrorsWaiting), r, n)
+		gauge(m.linkStalled, float64(li.MirrorsStalled), r, n)
 		tot := l.counters.total()
 		counter(m.linkSent, float64(tot.BytesSent), r, n)
 		counter(m.linkRecv, float64(tot.BytesReceived), r, n)
@@ -105,12 +114,31 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			gauge(m.linkMinRTT, li.MinRTT.Seconds(), r, n)
 			gauge(m.linkCwnd, float64(li.CongestionWindow), r, n)
 		}
+		// Per mirror, capped: the open mirrors, then those stalled or waiting for a stream
+		// (a parked mirror is caught up: lag 0, not stalled, no series).
 		l.mu.Lock()
 		mirrors := make([]*mirror, 0, len(l.mu.mirrors))
 		for _, mi := range l.mu.mirrors {
 			mirrors = append(mirrors, mi)
 		}
+		var parked []string
+		for t := range l.mu.stalled {
+			if l.mu.mirrors[t] == nil {
+				parked = append(parked, t)
+			}
+		}
+		for t := range l.mu.queued {
+			if len(mirrors)+len(parked) >= m.max {
+				break
+			}
+			parked = append(parked, t)
+		}
+		healths := make([]*mirrorHealth, len(parked))
+		for i, t := range parked {
+			healths[i] = l.mu.health[t]
+		}
 		l.mu.Unlock()
+		now := m.f.cfg.Now()
 		for _, mi := range mirrors {
 			key := [2]string{mi.topic, r}
 			if series >= m.max || seen[key] {
@@ -123,6 +151,18 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			gauge(m.mirrorLagSeconds, secs, mi.topic, r)
 			gauge(m.mirrorStalled, b2f(stalled), mi.topic, r)
 			counter(m.mirrorRecords, float64(mi.records.Load()), mi.topic, r)
+		}
+		for i, t := range parked {
+			key := [2]string{t, r}
+			if series >= m.max || seen[key] || healths[i] == nil {
+				continue
+			}
+			seen[key] = true
+			series++
+			secs, stalled := healths[i].lag(now)
+			gauge(m.mirrorLag, float64(healths[i].lagRecords()), t, r)
+			gauge(m.mirrorLagSeconds, secs, t, r)
+			gauge(m.mirrorStalled, b2f(stalled), t, r)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package federation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -38,16 +39,35 @@ type mirror struct {
 	}
 	records atomic.Uint64
 	gaps    atomic.Uint64 // records lost to the origin's retention before they were mirrored
+
+	openedAt time.Time    // local time the link opened it (park.go: MirrorSlice)
+	active   atomic.Int64 // local time (unix ns) of its last appended records, or openedAt
+	parking  atomic.Bool  // the link parked it: it ends, and its topic waits for a HEAD
+	// live is set once records arrived after the mirror had reached the origin's head: a
+	// topic that moves, which keeps its stream while others wait (park.go). Owned by the
+	// run goroutine.
+	live bool
 }
 
-func newMirror(l *link, topic string) *mirror {
+func newMirror(l *link, topic string, h *mirrorHealth) *mirror {
 	ctx, cancel := context.WithCancel(l.ctx)
-	m := &mirror{l: l, topic: topic, ctx: ctx, cancel: cancel, done: make(chan struct{}), health: l.healthOfLocked(topic)}
+	m := &mirror{l: l, topic: topic, ctx: ctx, cancel: cancel, done: make(chan struct{}), health: h}
 	m.cursor.Store(-1)
+	m.openedAt = l.f.cfg.Now()
+	m.active.Store(m.openedAt.UnixNano())
 	return m
 }
 
 func (m *mirror) stop() { m.cancel() }
+
+// park ends the mirror to give its stream back (park.go); its cursor is stored, so the next
+// mirror of the topic resumes from it.
+func (m *mirror) park() {
+	m.parking.Store(true)
+	m.cancel()
+}
+
+func (m *mirror) activeAt() time.Time { return time.Unix(0, m.active.Load()) }
 
 func (m *mirror) ended() bool {
 	select {
@@ -69,7 +89,7 @@ func (m *mirror) run(parent context.Context, conn *quic.Conn, o mirrorOpener) {
 	defer stop()
 	for ctx.Err() == nil && conn.Context().Err() == nil {
 		err := m.once(ctx, o)
-		if ctx.Err() != nil || conn.Context().Err() != nil || connectionEnded(err) {
+		if ctx.Err() != nil || conn.Context().Err() != nil || connectionEnded(err) || errors.Is(err, errParked) {
 			return
 		}
 		if peerStopping(err) {
@@ -115,6 +135,12 @@ func (m *mirror) once(ctx context.Context, o mirrorOpener) error {
 				return err
 			}
 		}
+		// Caught up and every record appended: a mirror that only caught up gives its
+		// stream back at once when other topics wait for one (park.go).
+		if b.atHead && len(b.records) == 0 && !m.live && m.l.waiting() {
+			m.parking.Store(true)
+			return errParked
+		}
 	}
 }
 
@@ -150,6 +176,8 @@ type mirrorBatch struct {
 	scanPos  uint64
 	scanTime int64
 	lastTime int64 // origin time of the batch's last record
+	atHead   bool  // the last HEAD showed the origin's scan at its head, and no record came since
+	reached  bool  // a HEAD showed the scan at the head once on this feed
 }
 
 // due reports whether the batch should be appended now: it is full, or it is not empty and
@@ -171,6 +199,10 @@ func (m *mirror) apply(ctx context.Context, b *mirrorBatch, f wire.Frame) error 
 			return fmt.Errorf("record of %q at origin offset %d, expected %d or later: out of order", m.topic, f.OriginOffset, b.next)
 		}
 		b.next = f.OriginOffset + 1
+		if b.atHead || b.reached {
+			m.live = true // a record after the head was reached: the topic moves
+		}
+		b.atHead = false
 		b.records = append(b.records, wal.Record{
 			OriginRegion: region, OriginOffset: f.OriginOffset,
 			ProducerID: f.ProducerID, Sequence: f.Sequence,
@@ -181,6 +213,8 @@ func (m *mirror) apply(ctx context.Context, b *mirrorBatch, f wire.Frame) error 
 	case *wire.Head:
 		now := m.l.f.cfg.Now()
 		m.health.reported(f.Next, f.Time, now)
+		b.atHead = f.Position >= f.Next
+		b.reached = b.reached || b.atHead
 		var scanTime int64 // origin time of the last record scanned (0: unknown)
 		if f.Time != 0 {
 			scanTime = f.Time
@@ -231,6 +265,7 @@ func (m *mirror) flush(b *mirrorBatch) error {
 	}
 	m.cursor.Store(int64(last))
 	now := m.l.f.cfg.Now()
+	m.active.Store(now.UnixNano())
 	m.health.scanned(last+1, b.lastTime, now)
 	if b.scanPos > 0 {
 		m.health.scanned(b.scanPos, b.scanTime, now)
@@ -247,14 +282,8 @@ func (m *mirror) flush(b *mirrorBatch) error {
 // mirrored from other regions, which are skipped), the origin time between its head and the
 // last record scanned, and whether the mirror is stalled.
 func (m *mirror) lag() (records uint64, seconds float64, stalled bool) {
-	h := m.health
-	seconds, stalled = h.lag(m.l.f.cfg.Now())
-	h.mu.Lock()
-	if h.headNext > h.reached {
-		records = h.headNext - h.reached
-	}
-	h.mu.Unlock()
-	return records, seconds, stalled
+	seconds, stalled = m.health.lag(m.l.f.cfg.Now())
+	return m.health.lagRecords(), seconds, stalled
 }
 
 // store appends recs (possibly none: a gap) and moves the cursor to last, in one synced

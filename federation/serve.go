@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -46,7 +45,10 @@ func IsPeerFrame(f wire.Frame) bool {
 
 // serveCatalog announces every local topic matching the peer's patterns, now and as topics
 // are created; a later WATCH replaces the patterns. To a peer of another region it also
-// reports, every HeadReportInterval, the head of each announced topic whose head moved.
+// reports the head of each announced topic: once as it is announced, then whenever it
+// moves, gathered for HeadReportInterval after the first move (park.go on the peer's side:
+// what reopens its parked mirrors). Head moves are learnt from the log's notifications, so
+// a catalog of idle topics costs nothing per topic.
 func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc, conn *quic.Conn, str *quic.Stream, r *wire.Reader, first *wire.Watch) error {
 	defer str.Close()
 	updates := make(chan []string, 1)
@@ -72,32 +74,58 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	stop := f.cfg.Log.NotifyNewTopics(newTopics)
 	defer stop()
 
-	var heads <-chan time.Time
-	if f.peerRegion(peerName(conn)) != f.cfg.Region { // a node of this region mirrors nothing from here
-		t := time.NewTicker(f.cfg.HeadReportInterval)
-		defer t.Stop()
-		heads = t.C
+	// moved gathers the topics whose head moved (the log calls it on every advance), for a
+	// peer of another region; a node of this region mirrors nothing from here. Registered
+	// before any head is read, so a move after the read is reported.
+	var moved *movedSet
+	if f.peerRegion(peerName(conn)) != f.cfg.Region {
+		moved = newMovedSet()
+		defer f.cfg.Log.WatchAdvances(moved.add)()
 	}
-	reported := make(map[string]uint64) // by topic: the head's next offset last reported
+	var report <-chan time.Time // the pending report of moved heads (nil: none)
 
 	patterns := validPatterns(first.Patterns)
-	announced := make(map[string]bool)
+	// announced holds the topics announced on the stream, with the head's next offset last
+	// reported (0: none).
+	announced := make(map[string]uint64)
 	w := wire.NewWriter(str)
-	synced := false
-	// Every topic is looked at when the stream begins and when the peer's patterns change;
-	// otherwise only the topics created since (the log's journal), so that a wake costs
-	// what was created, not what exists.
-	names, cursor := f.cfg.Log.TopicsCursor()
-	slices.Sort(names)
-	for {
-		for _, t := range names {
-			if announced[t] || !f.wanted(t, patterns) {
-				continue
-			}
-			announced[t] = true
-			w.Write(&wire.Topic{Name: t})
+	announce := func(name string) {
+		if _, ok := announced[name]; ok || !f.wanted(name, patterns) {
+			return
 		}
-		names = nil
+		_, next, ok := f.cfg.Log.Bounds(name)
+		if !ok {
+			return // deleted since it was created
+		}
+		w.Write(&wire.Topic{Name: name})
+		announced[name] = 0
+		if moved != nil && next > 0 {
+			// Its head, with the announcement: the peer decides at once whether its mirror
+			// is behind.
+			announced[name] = next
+			w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(name, next), Topic: name})
+		}
+	}
+	// Every topic is listed at the start and when the patterns change; in between, only the
+	// topics created since the last look (CreatedSince), so a catalog of many topics does not
+	// list them all at each creation.
+	var mark int
+	relist := true
+	synced := false
+	for {
+		if relist {
+			relist = false
+			_, mark = f.cfg.Log.CreatedSince(-1) // before the listing: a topic created meanwhile is in one or the other
+			for _, t := range f.cfg.Log.Topics() {
+				announce(t.Name)
+			}
+		} else {
+			var names []string
+			names, mark = f.cfg.Log.CreatedSince(mark)
+			for _, name := range names {
+				announce(name)
+			}
+		}
 		if !synced {
 			// Every topic held when the stream began is announced: the peer may now decide
 			// that a topic it has not heard of is not held here.
@@ -107,29 +135,73 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		if err := w.Flush(); err != nil {
 			return err
 		}
+		var movedCh <-chan struct{}
+		if moved != nil && report == nil {
+			movedCh = moved.ch
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-newTopics:
-			var ok bool
-			if names, cursor, ok = f.cfg.Log.NewTopicsSince(cursor); !ok {
-				names, cursor = f.cfg.Log.TopicsCursor()
-			}
 		case p := <-updates:
 			patterns = validPatterns(p)
-			names, cursor = f.cfg.Log.TopicsCursor()
-			slices.Sort(names)
-		case <-heads:
-			for t := range announced {
-				_, next, _ := f.cfg.Log.Bounds(t)
-				if next == reported[t] || !f.wanted(t, patterns) {
+			relist = true
+		case <-movedCh:
+			report = time.After(f.cfg.HeadReportInterval)
+		case <-report:
+			report = nil
+			for _, t := range moved.take() {
+				last, ok := announced[t]
+				if !ok { // not announced (yet): its announcement carries its head
 					continue
 				}
-				reported[t] = next
+				_, next, _ := f.cfg.Log.Bounds(t)
+				if next == last || !f.wanted(t, patterns) {
+					continue
+				}
+				announced[t] = next
 				w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(t, next), Topic: t})
 			}
 		}
 	}
+}
+
+// movedSet is the set of topics whose head moved since a catalog stream's last report. The
+// log adds to it on every advance (never blocking); the stream's goroutine takes it.
+type movedSet struct {
+	ch  chan struct{} // poked when the set becomes non-empty
+	mu  sync.Mutex
+	set map[string]struct{}
+}
+
+func newMovedSet() *movedSet {
+	return &movedSet{ch: make(chan struct{}, 1), set: make(map[string]struct{})}
+}
+
+// add notes that topic's head moved (wal.Log.WatchAdvances).
+func (s *movedSet) add(topic string) {
+	s.mu.Lock()
+	s.set[topic] = struct{}{}
+	n := len(s.set)
+	s.mu.Unlock()
+	if n == 1 {
+		select {
+		case s.ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// take empties the set and returns what it held.
+func (s *movedSet) take() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.set))
+	for t := range s.set {
+		out = append(out, t)
+	}
+	s.set = make(map[string]struct{}) // not clear: a map keeps the buckets of its largest size
+	return out
 }
 
 // peerRegion is the region of the peer named name ("" when Peers does not list it).
@@ -147,11 +219,12 @@ func (f *Federation) headTime(topic string, next uint64) int64 {
 	if next == 0 {
 		return 0
 	}
-	last, err := f.cfg.Log.Read(topic, next-1, 1, 0)
-	if err != nil || len(last) != 1 {
+	var t int64
+	// ReadFunc, not Read: only the time is wanted, not a copy of the record.
+	if _, err := f.cfg.Log.ReadFunc(topic, next-1, 1, 0, func(rec *wal.Record) error { t = rec.Time; return nil }); err != nil {
 		return 0
 	}
-	return last[0].Time
+	return t
 }
 
 func validPatterns(ps []string) []string {

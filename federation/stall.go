@@ -1,6 +1,9 @@
 package federation
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -19,12 +22,33 @@ type mirrorHealth struct {
 	progressAt  time.Time // local time of the last progress (records mirrored, the scan moved)
 	behindSince time.Time // local time since which the reported head is past reached (zero: caught up)
 	stalled     bool
+	known       bool // the origin has reported a head (else whether the mirror is behind is unknown)
+}
+
+// needsStream reports whether the mirror must hold a stream to be caught up: the origin
+// reported a head past what it has scanned, or has reported none yet.
+func (h *mirrorHealth) needsStream() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return !h.known || h.headNext > h.reached
+}
+
+// lagRecords is the reported head less the position scanned (an upper bound: the origin's
+// head also counts records it mirrored from other regions, which the mirror skips).
+func (h *mirrorHealth) lagRecords() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.headNext > h.reached {
+		return h.headNext - h.reached
+	}
+	return 0
 }
 
 // reported notes a head the origin reported (on the catalog stream or a mirror stream).
 func (h *mirrorHealth) reported(next uint64, headTime int64, now time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.known = true
 	h.headNext = max(h.headNext, next)
 	h.headTime = max(h.headTime, headTime)
 	h.updateLocked(now)
@@ -86,45 +110,93 @@ func (h *mirrorHealth) lag(now time.Time) (seconds float64, stalled bool) {
 	return now.Sub(h.behindSince).Seconds(), h.stalled
 }
 
-// healthOf returns the health of the link's mirror of topic, created on first use.
-func (l *link) healthOf(topic string) *mirrorHealth {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.healthOfLocked(topic)
-}
-
-func (l *link) healthOfLocked(topic string) *mirrorHealth {
-	h := l.mu.health[topic]
-	if h == nil {
-		h = &mirrorHealth{}
-		l.mu.health[topic] = h
-	}
-	return h
-}
-
-// checkStalls reports each mirror whose state changed: WARN once when it stalls, INFO when
-// it recovers. Called from Run every StallAfter/10.
+// checkStalls decides, for each link, which mirrors stalled or recovered since the last
+// check, and logs each change as one line per link and check with the count and a few
+// names: a WARN when mirrors stall, an INFO when they recover. Called from Run every
+// StallAfter/10. Only mirrors that can be behind are looked at: those holding or waiting
+// for a stream, and those reported stalled (a parked mirror is caught up, or it would be
+// waiting), so an idle link costs nothing per topic.
 func (f *Federation) checkStalls() {
 	now := f.cfg.Now()
 	for _, l := range f.links() {
-		l.mu.Lock()
-		hs := make(map[string]*mirrorHealth, len(l.mu.mirrors))
-		for t, m := range l.mu.mirrors { // the topics this link mirrors (running or restarting)
-			hs[t] = m.health
-		}
-		l.mu.Unlock()
+		hs := l.stallCandidates()
+		var stalled, recovered []string
 		for topic, h := range hs {
-			stalled, changed := h.check(now, f.cfg.StallAfter)
-			if !changed {
-				continue
+			s, changed := h.check(now, f.cfg.StallAfter)
+			switch {
+			case changed && s:
+				stalled = append(stalled, topic)
+			case changed:
+				recovered = append(recovered, topic)
 			}
-			secs, _ := h.lag(now)
-			if stalled {
-				l.log.Warn("mirror stalled: no records while the origin's head moves", "topic", topic,
-					"stall_after", f.cfg.StallAfter, "lag_seconds", secs)
-			} else {
-				l.log.Info("mirror recovered from a stall", "topic", topic, "lag_seconds", secs)
-			}
+		}
+		total := l.noteStalls(stalled, recovered)
+		if len(stalled) > 0 {
+			slices.Sort(stalled)
+			l.log.Warn("mirror stalled: no records while the origin's head moves", "count", len(stalled),
+				"stalled", total, "topics", someNames(stalled), "stall_after", f.cfg.StallAfter,
+				"lag_seconds", lagOf(hs[stalled[0]], now))
+		}
+		if len(recovered) > 0 {
+			slices.Sort(recovered)
+			l.log.Info("mirror recovered from a stall", "count", len(recovered), "stalled", total,
+				"topics", someNames(recovered))
 		}
 	}
+}
+
+func lagOf(h *mirrorHealth, now time.Time) float64 {
+	secs, _ := h.lag(now)
+	return secs
+}
+
+// someNames is the first few of names, for a log line about many topics.
+func someNames(names []string) string {
+	const few = 5
+	if len(names) <= few {
+		return strings.Join(names, ",")
+	}
+	return fmt.Sprintf("%s,... (%d more)", strings.Join(names[:few], ","), len(names)-few)
+}
+
+// stallCandidates returns the mirrors of the link that can be behind: open, waiting for a
+// stream, or reported stalled.
+func (l *link) stallCandidates() map[string]*mirrorHealth {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	hs := make(map[string]*mirrorHealth, len(l.mu.mirrors)+len(l.mu.queued)+len(l.mu.stalled))
+	add := func(t string) {
+		if h := l.mu.health[t]; h != nil {
+			hs[t] = h
+		}
+	}
+	for t := range l.mu.mirrors {
+		add(t)
+	}
+	for t := range l.mu.queued {
+		add(t)
+	}
+	for t := range l.mu.stalled {
+		add(t)
+	}
+	return hs
+}
+
+// noteStalls records the stalls and recoveries of a check and returns how many of the
+// link's mirrors are stalled now.
+func (l *link) noteStalls(stalled, recovered []string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, t := range stalled {
+		l.mu.stalled[t] = true
+	}
+	for _, t := range recovered {
+		delete(l.mu.stalled, t)
+	}
+	for t := range l.mu.stalled { // no longer mirrored here: not stalled either
+		if l.mu.health[t] == nil {
+			delete(l.mu.stalled, t)
+		}
+	}
+	return len(l.mu.stalled)
 }

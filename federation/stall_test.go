@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -122,4 +123,65 @@ func TestMirrorHealthDecisions(t *testing.T) {
 	if lag, _ := fresh.lag(at(3)); lag != 3 {
 		t.Fatalf("fresh mirror behind for 3 s: lag %v", lag)
 	}
+}
+
+// Twenty mirrors stalled at once are reported as a few lines per link and check, each with a
+// count, the link's total and a few names, never a line per topic; the per-link gauge counts
+// them all, and they recover in the same way.
+func TestManyStallsOneLinePerCheck(t *testing.T) {
+	const stallAfter, n = time.Second, 20
+	m := newFedMesh(t)
+	a := m.addNode("a", nodeOpts{mirror: []string{"st.>"}, stallAfter: stallAfter})
+	b := m.addNode("b", nodeOpts{})
+	name := func(i int) string { return fmt.Sprintf("st.t%02d", i) }
+	for i := range n {
+		b.publishSeq(t, name(i), 0, 3)
+	}
+	waitFor(t, 10*time.Second, "every topic mirrored", func() bool {
+		for i := range n {
+			if a.cursor(t, "b", name(i)) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range n {
+		b.fedNow().pauseServing(name(i), true)
+	}
+	for i := range n {
+		b.publishSeq(t, name(i), 3, 5)
+	}
+	link := map[string]string{"peer_region": "b"}
+	waitFor(t, 10*time.Second, "every stall reported", func() bool {
+		return metricValue(t, a.registry(), "quicmq_link_mirrors_stalled", link) == n
+	})
+	warns := a.logs.find(slog.LevelWarn, "mirror stalled")
+	stalled := 0
+	for _, w := range warns {
+		w.Attrs(func(at slog.Attr) bool {
+			if at.Key == "count" {
+				stalled += int(at.Value.Int64())
+			}
+			return true
+		})
+	}
+	// The stalls become due over a few checks (the publishes that start them are spread
+	// over a few fsyncs): a line per check that found any, never one per topic.
+	if stalled != n || len(warns) > n/4 {
+		t.Fatalf("%d WARN lines counting %d stalls, want a few lines counting %d:%s", len(warns), stalled, n, fmtRecords(warns))
+	}
+	for i := range n {
+		b.fedNow().pauseServing(name(i), false)
+	}
+	waitFor(t, 10*time.Second, "every recovery reported", func() bool {
+		return metricValue(t, a.registry(), "quicmq_link_mirrors_stalled", link) == 0
+	})
+	if infos := a.logs.find(slog.LevelInfo, "mirror recovered from a stall"); len(infos) > n/4 {
+		t.Fatalf("%d INFO lines for %d recoveries:%s", len(infos), n, fmtRecords(infos))
+	}
+	for i := range n {
+		waitFor(t, 10*time.Second, "caught up", func() bool { return a.cursor(t, "b", name(i)) == 4 })
+		checkMirrored(t, a, b, name(i))
+	}
+	t.Logf("%d stalls in %d WARN lines: %s", n, len(warns), fmtRecords(warns))
 }

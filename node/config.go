@@ -134,6 +134,10 @@ type Config struct {
 	// its head moving before it is reported stalled (federation.Config.StallAfter). Default
 	// 30 s.
 	MirrorStallAfter time.Duration
+	// MirrorStreams bounds the mirror streams each link to another region keeps open at once
+	// (federation.Config.MaxMirrorStreams): a mirror holds a stream only while its topic
+	// moves; quiet ones park, and the origin's head reopens them. Default 1024.
+	MirrorStreams int
 
 	// AblationSharedStream accepts the shared-stream mapping (node/ablation.go): a client that
 	// asks for it (the bench module, through bench/sharedstream; the SDK has no such API)
@@ -305,7 +309,7 @@ func (c Config) Validate() error {
 		{"MaxStreamsPerConn", c.MaxStreamsPerConn}, {"MaxSubscriptionsPerConn", c.MaxSubscriptionsPerConn},
 		{"MaxPendingPublishes", c.MaxPendingPublishes}, {"StreamWindow", c.StreamWindow},
 		{"ConnWindow", c.ConnWindow}, {"ReadAhead", c.ReadAhead}, {"TailBytes", c.TailBytes}, {"MaxSeriesPerMetric", c.MaxSeriesPerMetric},
-		{"MaxConnsPerTenant", c.MaxConnsPerTenant}, {"MaxDurablesPerTenant", c.MaxDurablesPerTenant},
+		{"MaxConnsPerTenant", c.MaxConnsPerTenant}, {"MaxDurablesPerTenant", c.MaxDurablesPerTenant}, {"MirrorStreams", c.MirrorStreams},
 	} {
 		if f.v < 0 {
 			bad("%s must not be negative, got %d", f.name, f.v)

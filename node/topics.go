@@ -132,29 +132,31 @@ func keepListedRow(t *wire.TopicInfo, node string, listed bool, holders []string
 	return routing.Owner(t.Name, holders) == node
 }
 
-// watchTopics is the node's topic watcher goroutine: when the log reports new topics, it
+// watchTopics is the node's topic watcher goroutine: when the log reports a new topic, it
 // finds the subscriptions whose pattern matches (the interest table) and tells each one.
-// It reads the log's journal of created topics (wal.NewTopicsSince), so a wake costs what
-// was created, not what exists; should it fall behind what the journal keeps (much churn),
-// every topic is announced again, which subscriptions and placement take as no change.
 func (n *Node) watchTopics() {
 	defer n.wg.Done()
 	wake := make(chan struct{}, 1)
 	cancel := n.wal.NotifyNewTopics(wake)
 	defer cancel()
-	_, cursor := n.wal.TopicsCursor()
+	// The log names each topic created after the mark (one created again is named again,
+	// and new again), so a batch that creates topics costs what it creates, not a listing
+	// of every topic.
+	_, mark := n.wal.CreatedSince(-1)
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-wake:
 		}
-		created, next, ok := n.wal.NewTopicsSince(cursor)
-		if !ok {
-			created, next = n.wal.TopicsCursor()
-		}
-		cursor = next
-		for _, name := range created {
+		var names []string
+		names, mark = n.wal.CreatedSince(mark)
+		seen := make(map[string]bool, len(names))
+		for _, name := range names {
+			if _, _, ok := n.wal.Bounds(name); !ok || seen[name] {
+				continue // deleted since, or deleted and created again: told once
+			}
+			seen[name] = true
 			if n.place != nil {
 				n.place.localTopicCreated(name)
 			}

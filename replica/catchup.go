@@ -73,6 +73,7 @@ func (e *engine) onSnap(g *group, m *pb.Message) {
 	}
 	ss, ok := e.sm.(Snapshotter)
 	if !ok || idx <= g.rn.BasicStatus().GetCommit() {
+		e.touch(g)
 		_ = g.rn.Step(m) // raft refuses it, or the round fails on it (no Snapshotter)
 		return
 	}
@@ -83,6 +84,7 @@ func (e *engine) onSnap(g *group, m *pb.Message) {
 		return
 	}
 	if len(spans) == 0 || e.cfg.brokenSkipCatchup {
+		e.touch(g)
 		_ = g.rn.Step(m)
 		return
 	}
@@ -210,6 +212,7 @@ func (e *engine) tickReports() {
 			}
 		})
 		if inSnap {
+			e.touch(g)
 			g.rn.ReportSnapshot(r.to, raft.SnapshotFailure)
 		}
 	}

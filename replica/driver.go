@@ -255,6 +255,7 @@ func (d *Driver) Campaign(ctx context.Context, group uint64) error {
 			return
 		}
 		e.setQuiet(g, false)
+		e.touch(g)
 		errc <- g.rn.Campaign()
 	})
 	if err == nil {

@@ -27,6 +27,10 @@ type engine struct {
 
 	groups map[uint64]*group
 	order  []*group // ascending IDs: deterministic iteration
+	// dirty are the groups that may have a Ready: touched (a message, a proposal, a tick,
+	// a campaign, a report) or in the last round, so that process looks at them and not at
+	// every group (touch).
+	dirty []*group
 	seq    uint64   // last proposal sequence of this engine
 	out    map[uint64][]Message
 	// compactDue are the groups that applied entries since process last
@@ -119,6 +123,16 @@ type group struct {
 	// leaderless counts the ticks this node has been a follower knowing no
 	// leader; it sends Wake every wakeEveryTicks of them (askWake).
 	leaderless int
+	dirty      bool // in engine.dirty
+}
+
+// touch marks g as possibly having a Ready: every change to its RawNode (Step, Tick,
+// Propose, Campaign, ReportSnapshot, ProposeConfChange) is preceded by one.
+func (e *engine) touch(g *group) {
+	if !g.dirty {
+		g.dirty = true
+		e.dirty = append(e.dirty, g)
+	}
 }
 
 // wakeEveryTicks is how often a follower that knows no leader repeats its
@@ -199,6 +213,7 @@ func (e *engine) addGroup(id uint64, peers []uint64, join bool) (created bool, e
 	st.setBuild(func() (*pb.Snapshot, error) { return e.buildSnapshot(g) })
 	e.groups[id] = g
 	e.roles.set(g)
+	e.touch(g) // a bootstrapped group's first entries
 	i, _ := slices.BinarySearchFunc(e.order, id, func(g *group, id uint64) int { return cmp.Compare(g.id, id) })
 	e.order = slices.Insert(e.order, i, g)
 	if empty && !join {
@@ -243,6 +258,7 @@ func (e *engine) woken(g *group, m *pb.Message) {
 		// no leader: it restarted, or stepped down. Stand at once rather
 		// than an election timeout from now (PreVote still asks first).
 		e.setQuiet(g, false)
+		e.touch(g)
 		if err := g.rn.Campaign(); err == nil {
 			e.stats.WakeCampaigns++
 		}
@@ -280,6 +296,7 @@ func (e *engine) tick() {
 				continue
 			}
 		}
+		e.touch(g)
 		g.rn.Tick()
 		g.idle++
 		e.stats.GroupTicks++
@@ -371,6 +388,7 @@ func (e *engine) step(msgs []Message) {
 			e.onSnap(g, m.Raft)
 			continue
 		}
+		e.touch(g)
 		_ = g.rn.Step(m.Raft) // errors are stale or foreign messages: raft ignores them
 		if m.Quiesce {
 			bs := g.rn.BasicStatus()
@@ -419,6 +437,7 @@ func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) 
 	env = binary.BigEndian.AppendUint64(env, e.seq)
 	env = binary.BigEndian.AppendUint64(env, uint64(e.cfg.Now().UnixNano()))
 	env = append(env, data...)
+	e.touch(g)
 	if err := g.rn.Propose(env); err != nil {
 		done(Result{}, fmt.Errorf("replica: propose to group %d: %w", groupID, err))
 		return
@@ -460,6 +479,7 @@ func (e *engine) maybeCompact(g *group) {
 	}
 	g.compactAt = bs.Applied
 	data := binary.BigEndian.AppendUint64([]byte{envelopeCompact}, upTo)
+	e.touch(g)
 	_ = g.rn.Propose(data) // refused only when raft drops proposals: the next round tries again
 }
 
@@ -513,12 +533,21 @@ func (e *engine) process() error {
 	}
 	e.compactDue = e.compactDue[:0]
 	for range 8 {
+		// Only the touched groups, in ascending IDs (deterministic, as the simulation
+		// needs): a round costs what changed, however many groups are quiet.
+		slices.SortFunc(e.dirty, func(a, b *group) int { return cmp.Compare(a.id, b.id) })
 		var rds []*readyGroup
-		for _, g := range e.order {
+		kept := e.dirty[:0]
+		for _, g := range e.dirty {
 			if g.rn.HasReady() {
 				rds = append(rds, &readyGroup{g: g, rd: g.rn.Ready()})
+				kept = append(kept, g) // Advance may leave more: looked at again
+			} else {
+				g.dirty = false
 			}
 		}
+		clear(e.dirty[len(kept):])
+		e.dirty = kept
 		if len(rds) == 0 {
 			e.flush()
 			return nil

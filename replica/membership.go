@@ -78,6 +78,7 @@ func (e *engine) proposeConfChange(id uint64, cc *pb.ConfChangeV2) error {
 	if bs := g.rn.BasicStatus(); bs.RaftState != raft.StateLeader {
 		return &NotLeaderError{Group: id, Leader: bs.Lead}
 	}
+	e.touch(g)
 	return g.rn.ProposeConfChange(cc)
 }
 

@@ -518,8 +518,8 @@ func (l *Log) publish(f *inflight) {
 	l.mu.Lock()
 	for _, t := range f.newTopics {
 		l.mu.topics[t.name] = t
+		l.mu.created = append(l.mu.created, t.name)
 		delete(l.mu.deleted, t.name)
-		l.journalLocked(t.name)
 	}
 	for _, a := range f.advances {
 		from := a.t.hwm

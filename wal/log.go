@@ -55,15 +55,14 @@ type Log struct {
 	// mu guards what readers see: only durable state.
 	mu struct {
 		sync.RWMutex
-		topics    map[string]*topic // durable topics only
+		topics map[string]*topic // durable topics only
+		// created names the topics in the order they became durable (recovered ones
+		// first), each time one did: CreatedSince reads it instead of listing every topic.
+		created   []string
 		positions map[posName]posValue
 		// deleted maps the names of topics deleted since Open (and not created
 		// again) to their old IDs, so that a reader learns why a topic is gone.
 		deleted map[string]uint32
-		// created journals the names of the topics created since Open, in order, for
-		// NewTopicsSince: created[i] is the topic of cursor createdBase+i.
-		created     []string
-		createdBase uint64
 	}
 
 	watch watchers
@@ -286,6 +285,7 @@ func (l *Log) recover() error {
 		t.rb.needed = true
 		l.c.topics[t.name] = t
 		l.mu.topics[t.name] = t
+		l.mu.created = append(l.mu.created, t.name)
 	}
 	return l.recoverPositions()
 }

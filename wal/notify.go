@@ -1,7 +1,6 @@
 package wal
 
 import (
-	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -14,6 +13,9 @@ type watchers struct {
 	newTopics map[*watcher]struct{}
 	// all is OnAdvance's function, or nil.
 	all atomic.Pointer[func(topic string, id uint32, from, to uint64)]
+	// moves are WatchAdvances' functions (copied on write under movesMu).
+	moves   atomic.Pointer[[]*func(topic string)]
+	movesMu sync.Mutex
 }
 
 type watcher struct {
@@ -130,10 +132,51 @@ func (l *Log) OnAdvance(fn func(topic string, id uint32, from, to uint64)) (canc
 }
 
 // advanceLocked reports the advance of t's high-watermark from from to OnAdvance's
-// function. Caller holds l.mu.
+// function and WatchAdvances' functions. Caller holds l.mu.
 func (l *Log) advanceLocked(t *topic, from uint64) {
-	if fn := l.watch.all.Load(); fn != nil && t.hwm > from {
+	if t.hwm <= from {
+		return
+	}
+	if fn := l.watch.all.Load(); fn != nil {
 		(*fn)(t.name, t.id, from, t.hwm)
+	}
+	if fns := l.watch.moves.Load(); fns != nil {
+		for _, fn := range *fns {
+			(*fn)(t.name)
+		}
+	}
+}
+
+// WatchAdvances has fn called with the topic's name after every advance of any topic's
+// high-watermark: a registration for every topic at once, for a reader that follows the
+// heads of many topics (the federation's catalog streams) without a watcher per topic. Any
+// number of functions may be registered. fn runs on the goroutine that advances the
+// high-watermark, with the Log's lock held: it must not block and must not call the Log.
+// cancel stops the calls; it is safe to call more than once.
+func (l *Log) WatchAdvances(fn func(topic string)) (cancel func()) {
+	p := &fn
+	l.watch.movesMu.Lock()
+	defer l.watch.movesMu.Unlock()
+	var fns []*func(topic string)
+	if old := l.watch.moves.Load(); old != nil {
+		fns = append(fns, *old...)
+	}
+	fns = append(fns, p)
+	l.watch.moves.Store(&fns)
+	return func() {
+		l.watch.movesMu.Lock()
+		defer l.watch.movesMu.Unlock()
+		old := l.watch.moves.Load()
+		if old == nil {
+			return
+		}
+		var fns []*func(topic string)
+		for _, f := range *old {
+			if f != p {
+				fns = append(fns, f)
+			}
+		}
+		l.watch.moves.Store(&fns)
 	}
 }
 
@@ -159,47 +202,4 @@ func (l *Log) TopicsWhile(fn func()) []ListedTopic {
 		out = append(out, ListedTopic{Instance: Instance{t}, Name: t.name, ID: t.id, First: t.first, Next: t.hwm})
 	}
 	return out
-}
-
-// journalLocked records that topic was created (l.mu held for writing). The journal is
-// trimmed by half once it holds more than twice the topics (and 1024) entries: topics
-// created and deleted over and over must not grow it without bound; a reader whose cursor
-// falls below its start lists every topic again (NewTopicsSince).
-func (l *Log) journalLocked(topic string) {
-	l.mu.created = append(l.mu.created, topic)
-	if n := len(l.mu.created); n > 2*len(l.mu.topics)+1024 {
-		drop := n / 2
-		l.mu.created = slices.Clone(l.mu.created[drop:])
-		l.mu.createdBase += uint64(drop)
-	}
-}
-
-// TopicsCursor returns every durable topic (unordered) and the cursor, for
-// NewTopicsSince, of the first topic created after them.
-func (l *Log) TopicsCursor() ([]string, uint64) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	out := make([]string, 0, len(l.mu.topics))
-	for name := range l.mu.topics {
-		out = append(out, name)
-	}
-	return out, l.mu.createdBase + uint64(len(l.mu.created))
-}
-
-// NewTopicsSince returns the names of the topics created from cursor on, in order of
-// creation, and the cursor past them, in time proportional to what it returns: what a
-// watcher woken by NotifyNewTopics reads instead of listing every topic. A topic may have
-// been deleted since. ok is false when cursor is older than the journal keeps (after much
-// churn): the caller lists the topics again (TopicsCursor).
-func (l *Log) NewTopicsSince(cursor uint64) (names []string, next uint64, ok bool) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	end := l.mu.createdBase + uint64(len(l.mu.created))
-	if cursor < l.mu.createdBase {
-		return nil, end, false
-	}
-	if cursor >= end {
-		return nil, end, true
-	}
-	return slices.Clone(l.mu.created[cursor-l.mu.createdBase:]), end, true
 }

@@ -80,6 +80,21 @@ func (l *Log) Topics() []TopicInfo {
 	return out
 }
 
+// CreatedSince returns the names of the topics that became durable after the first mark
+// (in that order; one deleted since is still named, one created again is named again) and
+// the mark to pass next time. CreatedSince(-1) returns no names and the current mark. With
+// NotifyNewTopics it lets a reader follow the creation of topics without listing them all
+// at each one.
+func (l *Log) CreatedSince(mark int) (names []string, next int) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	n := len(l.mu.created)
+	if mark < 0 || mark >= n {
+		return nil, n
+	}
+	return slices.Clone(l.mu.created[mark:]), n
+}
+
 // Read returns the records [from, min(HWM, from+maxRecords)) of a topic,
 // stopping early before the encoded values would exceed maxBytes; it returns
 // at least one record if any is available, even one larger than maxBytes.

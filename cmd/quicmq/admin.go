@@ -116,7 +116,9 @@ func runLinks(ctx context.Context, e *env, args []string) error {
 	admin := fs.String("admin", "127.0.0.1:9400", adminFlagDoc)
 	format := fs.String("format", "table", "output: table, or json: one JSON array of objects with the fields region, node, addr,\n"+
 		"local_addr, connected, since (RFC 3339), last_error, rtt_ms, min_rtt_ms, congestion_window_bytes,\n"+
-		"sent_bytes, received_bytes, lost_packets, mirrors (array of topics), migrations, reconnects")
+		"sent_bytes, received_bytes, lost_packets, mirrors (array of topics mirrored, open or parked),\n"+
+		"mirror_streams (mirrors holding a stream), mirrors_waiting (waiting for one), mirrors_stalled,\n"+
+		"migrations, reconnects")
 	timeout := fs.Duration("timeout", 20*time.Second, "how long to wait for the node")
 	migrate := fs.Bool("migrate", false, "move the links (all, or those to --region) to new local UDP sockets by QUIC connection migration")
 	region := fs.String("region", "", "with --migrate: only the links to this region")
@@ -147,7 +149,8 @@ func runLinks(ctx context.Context, e *env, args []string) error {
 				Connected: l.Connected, Since: l.Since, LastError: l.LastError,
 				RTTms: millis(l.RTT), MinRTTms: millis(l.MinRTT), CongestionWindow: l.CongestionWindow,
 				SentBytes: l.BytesSent, ReceivedBytes: l.BytesReceived, LostPackets: l.PacketsLost,
-				Mirrors: nonNil(l.Mirrors), Migrations: l.Migrations, Reconnects: l.Reconnects})
+				Mirrors: nonNil(l.Mirrors), MirrorStreams: l.MirrorStreams, MirrorsWaiting: l.MirrorsWaiting,
+				MirrorsStalled: l.MirrorsStalled, Migrations: l.Migrations, Reconnects: l.Reconnects})
 		}
 		return writeJSON(e, out)
 	}
@@ -209,6 +212,9 @@ type jsonLink struct {
 	ReceivedBytes    uint64    `json:"received_bytes"`
 	LostPackets      uint64    `json:"lost_packets"`
 	Mirrors          []string  `json:"mirrors"`
+	MirrorStreams    int       `json:"mirror_streams"`
+	MirrorsWaiting   int       `json:"mirrors_waiting"`
+	MirrorsStalled   int       `json:"mirrors_stalled"`
 	Migrations       uint64    `json:"migrations"`
 	Reconnects       uint64    `json:"reconnects"`
 }

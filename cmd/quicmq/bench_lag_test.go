@@ -251,7 +251,7 @@ func dialLag(b *testing.B, addr, data string) *client.Conn {
 type memory struct{ rss, hwm float64 } // MiB
 
 // procMemory reads VmRSS (resident now) and VmHWM (peak resident) of a process.
-func procMemory(b *testing.B, pid int) memory {
+func procMemory(b testing.TB, pid int) memory {
 	b.Helper()
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
@@ -281,7 +281,7 @@ func procMemory(b *testing.B, pid int) memory {
 }
 
 // procCPU is the user plus system CPU time a process used so far.
-func procCPU(b *testing.B, pid int) time.Duration {
+func procCPU(b testing.TB, pid int) time.Duration {
 	b.Helper()
 	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

@@ -244,3 +244,27 @@ func TestConfigRetentionInterval(t *testing.T) {
 		t.Fatalf("negative interval: %v", err)
 	}
 }
+
+// The mirror_streams key (operations.md: the mirror streams a link keeps open) reaches the
+// node's configuration; a negative --mirror-streams is refused.
+func TestConfigMirrorStreams(t *testing.T) {
+	file := writeTemp(t, "node.hcl", "data = \"/d\"\nanonymous = true\nmirror_streams = 64\n")
+	f, err := parseNode(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.config(&env{stderr: io.Discard})
+	if err != nil || cfg.MirrorStreams != 64 {
+		t.Fatalf("mirror streams %d, %v; want 64", cfg.MirrorStreams, err)
+	}
+	if f, err = parseNode(t, "--config", file, "--mirror-streams", "-1"); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = f.config(&env{stderr: io.Discard})
+	if err == nil {
+		err = cfg.Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "MirrorStreams") {
+		t.Fatalf("negative --mirror-streams: %v", err)
+	}
+}

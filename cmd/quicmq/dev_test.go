@@ -134,7 +134,7 @@ func TestDevMeshCrossRegion(t *testing.T) {
 	}
 	for _, l := range links {
 		for _, f := range []string{"region", "node", "addr", "local_addr", "connected", "since", "last_error", "rtt_ms", "min_rtt_ms",
-			"congestion_window_bytes", "sent_bytes", "received_bytes", "lost_packets", "mirrors", "migrations", "reconnects"} {
+			"congestion_window_bytes", "sent_bytes", "received_bytes", "lost_packets", "mirrors", "mirror_streams", "mirrors_waiting", "mirrors_stalled", "migrations", "reconnects"} {
 			if _, ok := l[f]; !ok {
 				t.Errorf("links --format json: no %q in %v", f, l)
 			}

@@ -32,6 +32,7 @@ type nodeFlags struct {
 	retentionAge                        time.Duration
 	retentionInterval                   time.Duration
 	mirrorStallAfter                    time.Duration
+	mirrorStreams                       int
 	retentionBytes                      int64
 	maxPayload                          int
 	maxDurablesPerTenant                int
@@ -80,6 +81,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 		fs.StringVar(&f.wanJoin, "wan-join", "", "comma-separated WAN gossip addresses of nodes of other regions to join")
 		fs.StringVar(&f.gossipKey, "gossip-key", "", "base64 of the 32-byte key that encrypts gossip, the same on every node of the mesh")
 		fs.DurationVar(&f.mirrorStallAfter, "mirror-stall-after", 0, "report a mirror as stalled (quicmq_mirror_stalled, a WARN) when it carries no record this long while the origin's head moves (0: 30s)")
+		fs.IntVar(&f.mirrorStreams, "mirror-streams", 0, "mirror streams each link to another region keeps open at once: a mirror holds one only while its topic moves, quiet ones park and their origin's head reopens them; topics past the bound wait in turn (0: 1024)")
 		fs.StringVar(&f.mirror, "mirror", "", "comma-separated topic patterns mirrored from every other region even without local subscribers")
 		fs.StringVar(&f.gossipKeyFile, "gossip-key-file", "", "file holding the base64 gossip key (--gossip-key wins if both are set)")
 		fs.BoolVar(&f.insecureGossip, "insecure-gossip", false, "gossip in plaintext, without --gossip-key (development only)")
@@ -204,6 +206,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 
 		AdminAPI:         f.adminAPI,
 		MirrorStallAfter: f.mirrorStallAfter,
+		MirrorStreams:    f.mirrorStreams,
 
 		MaxDurablesPerTenant: f.maxDurablesPerTenant,
 		Replicas:             f.replicas,

@@ -46,6 +46,7 @@ wan_join  = ["198.51.100.1:7947"]
 gossip_key_file = "` + keyFile + `"
 mirror    = ["orders.>", "audit.*"]
 mirror_stall_after = "45s"
+mirror_streams     = 512
 tokens    = ["0123456789abcdef"]
 token_file = "` + tokens + `"
 retention_age   = "168h"

@@ -85,6 +85,7 @@ var Keys = []Key{
 	{"anonymous", "anonymous", Bool, "accept clients without a credential (development only)"},
 	{"insecure_gossip", "insecure-gossip", Bool, "gossip in plaintext without a key (development only)"},
 	{"mirror_stall_after", "mirror-stall-after", Duration, "report a mirror as stalled when it carries no record this long while the origin's head moves"},
+	{"mirror_streams", "mirror-streams", Positive, "mirror streams a link keeps open at once: mirrors of topics that move; quiet ones park until their origin's head moves"},
 	{"retention_age", "retention-age", Duration, "delete records older than this (0: keep)"},
 	{"retention_bytes", "retention-bytes", Size, "keep at most this many bytes per topic (0: no limit)"},
 	{"retention_interval", "retention-interval", Duration, "how often retention runs (default 1m)"},

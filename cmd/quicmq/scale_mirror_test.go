@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
+)
+
+// TestScaleMirrorManyTopics measures figure 1 of issue 34 on real node processes, on
+// demand: two regions of one node each (us, eu), both --mirror 'm.>', and a third node
+// (solo, its own gossip pool, no mirroring) that is published the same topics. QUICMQ_SCALE_TOPICS
+// topics are created at us (and at solo) by one publish each, pipelined from one SDK
+// client; the test reports the time until eu lists them all, then, after
+// QUICMQ_SCALE_SETTLE seconds (default 10: mirrors park after 5 s of quiet; 150 lets Go's
+// forced GC and scavenger return the catch-up's garbage), each node's CPU over
+// QUICMQ_SCALE_WINDOW seconds (default 10, /proc/PID/stat) and its RSS; then a record to a
+// parked topic, and a publisher under load (mirrorUnderLoad).
+//
+//	QUICMQ_SCALE_TOPICS=100000 go test -run TestScaleMirrorManyTopics -v -timeout 30m ./cmd/quicmq
+//
+// QUICMQ_SCALE_STREAMS sets --mirror-streams (default: the node's default, 1024).
+func TestScaleMirrorManyTopics(t *testing.T) {
+	n, _ := strconv.Atoi(os.Getenv("QUICMQ_SCALE_TOPICS"))
+	if n <= 0 {
+		t.Skip("on demand: set QUICMQ_SCALE_TOPICS (e.g. 100000)")
+	}
+	settle := time.Duration(envIntT("QUICMQ_SCALE_SETTLE", 10)) * time.Second
+	window := time.Duration(envIntT("QUICMQ_SCALE_WINDOW", 10)) * time.Second
+	var extra []string
+	if s := os.Getenv("QUICMQ_SCALE_STREAMS"); s != "" {
+		extra = []string{"--mirror-streams", s}
+	}
+	if os.Getenv("QUICMQ_SCALE_PPROF") != "" { // profiles of us and eu, e.g. while QUICMQ_SCALE_HOLD holds them
+		extra = append(extra, "--metrics", "127.0.0.1:0", "--pprof")
+	}
+	bin := quicmqBinary(t)
+	caDir := t.TempDir()
+	usWAN := freeAddr(t)
+	us := startMeshProcess(t, bin, "us1", append([]string{"--data", t.TempDir(), "--region", "us", "--ca-dir", caDir,
+		"--gossip", freeAddr(t), "--wan", usWAN, "--mirror", "m.>"}, extra...)...)
+	eu := startMeshProcess(t, bin, "eu1", append([]string{"--data", t.TempDir(), "--region", "eu", "--ca-dir", caDir,
+		"--gossip", freeAddr(t), "--wan", freeAddr(t), "--wan-join", usWAN, "--mirror", "m.>"}, extra...)...)
+	// solo runs gossip (its own pool, no WAN) and a federation with no peer, as us and eu do.
+	solo := startMeshProcess(t, bin, "solo1", "--data", t.TempDir(), "--region", "solo", "--ca-dir", caDir, "--gossip", freeAddr(t))
+	usConn, euConn, soloConn := dialCA(t, us.addr, caDir), dialCA(t, eu.addr, caDir), dialCA(t, solo.addr, caDir)
+	// The link is up once a topic created at us is listed at eu.
+	if _, err := usConn.Publish(context.Background(), client.Message{Topic: "m.hello", Payload: []byte("x")}); err != nil {
+		t.Fatal(err)
+	}
+	listed := func(c *client.Conn) int {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		ts, err := c.Topics(ctx, "m.>")
+		if err != nil {
+			t.Logf("listing: %v", err)
+			return -1
+		}
+		return len(ts)
+	}
+	for deadline := time.Now().Add(60 * time.Second); listed(euConn) < 1; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the link did not come up within 60 s\nus:\n%s\neu:\n%s", us.tail(), eu.tail())
+		}
+	}
+
+	name := func(i int) string { return fmt.Sprintf("m.t%06d", i) }
+	publishAll := func(c *client.Conn) time.Duration {
+		start := time.Now()
+		ctx := context.Background()
+		futures := make(chan *client.Future, 4096)
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range futures {
+				if _, err := f.Wait(ctx); err != nil {
+					t.Errorf("publish: %v", err)
+				}
+			}
+		}()
+		for i := range n {
+			f, err := c.PublishAsync(ctx, client.Message{Topic: name(i), Payload: []byte("first")})
+			if err != nil {
+				t.Fatalf("publish %s: %v", name(i), err)
+			}
+			futures <- f
+		}
+		close(futures)
+		wg.Wait()
+		return time.Since(start)
+	}
+	created := publishAll(usConn)
+	createdAt := time.Now()
+	want := n + 1 // m.hello too
+	var got int
+	for got = listed(euConn); got < want; got = listed(euConn) {
+		if time.Since(createdAt) > 10*time.Minute {
+			t.Fatalf("after 10 min eu lists %d of %d topics\neu:\n%s", got, want, eu.tail())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	allListed := time.Since(createdAt)
+	t.Logf("%d topics created at us in %v; all listed at eu %v after the last was acknowledged (%.1f s from the first publish)",
+		n, created.Round(time.Millisecond), allListed.Round(time.Millisecond), (created + allListed).Seconds())
+	soloCreated := publishAll(soloConn)
+	t.Logf("the same %d topics created at solo (no mirroring) in %v", n, soloCreated.Round(time.Millisecond))
+
+	time.Sleep(settle) // quiet, so that every mirror parks (MirrorParkAfter 5 s): not a wait for an event
+	procs := []*meshProcess{us, eu, solo}
+	cpu0 := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		cpu0[i] = procCPU(t, p.cmd.Process.Pid)
+	}
+	t0 := time.Now()
+	time.Sleep(window) // the measurement window
+	elapsed := time.Since(t0).Seconds()
+	for i, p := range procs {
+		cpu := procCPU(t, p.cmd.Process.Pid) - cpu0[i]
+		mem := procMemory(t, p.cmd.Process.Pid)
+		t.Logf("%-5s idle CPU %.2f%% of a core over %.0f s; RSS %.0f MiB (peak %.0f MiB)", p.name, cpu.Seconds()/elapsed*100, elapsed, mem.rss, mem.hwm)
+	}
+	// A record published now to a parked topic reaches eu (the head notice reopens it).
+	late := name(n / 2)
+	ack, err := usConn.Publish(context.Background(), client.Message{Topic: late, Payload: []byte("late")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		next, err := topicNext(ctx, euConn, late)
+		cancel()
+		if err == nil && next > 1 {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("a record published to parked %s (offset %d) did not reach eu within 30 s", late, ack.Offset)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("a record published to a parked topic was mirrored at eu within %v", time.Since(start).Round(time.Millisecond))
+	mirrorUnderLoad(t, usConn, euConn, n, name)
+	if hold := envIntT("QUICMQ_SCALE_HOLD", 0); hold > 0 {
+		t.Logf("holding the nodes for %d s (pids us %d, eu %d, solo %d)", hold, us.cmd.Process.Pid, eu.cmd.Process.Pid, solo.cmd.Process.Pid)
+		time.Sleep(time.Duration(hold) * time.Second) // for a profile by hand
+	}
+}
+
+// mirrorUnderLoad publishes QUICMQ_SCALE_RATE records/s (default 1000) for
+// QUICMQ_SCALE_SECONDS (default 10) at us, each to a random topic of the n (a seeded
+// schedule), and reads them at eu through one subscription to m.> from its set-up on: every
+// record must arrive exactly once and in order per topic; it reports the mirror delay (the
+// publish's send time to eu's delivery, one clock) at p50, p99 and max.
+func mirrorUnderLoad(t *testing.T, usConn, euConn *client.Conn, n int, name func(int) string) {
+	rate := envIntT("QUICMQ_SCALE_RATE", 1000)
+	secs := envIntT("QUICMQ_SCALE_SECONDS", 10)
+	rng := testlog.Rand(t, "the topics published to under load")
+	sub, err := euConn.Subscribe(context.Background(), "m.>", client.SubscribeOptions{From: client.Latest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	type key struct {
+		topic string
+		off   uint64
+	}
+	var (
+		mu      sync.Mutex
+		delays  []time.Duration
+		seen    = make(map[key]bool)
+		last    = make(map[string]uint64)
+		dups    int
+		reorder int
+	)
+	got := make(chan struct{}, 1)
+	go func() {
+		for {
+			rec, err := sub.Next(context.Background())
+			if err != nil {
+				return
+			}
+			if rec.OriginRegion != "us" || !strings.HasPrefix(string(rec.Payload), "load-") {
+				continue
+			}
+			sent, _ := strconv.ParseInt(strings.TrimPrefix(string(rec.Payload), "load-"), 10, 64)
+			d := time.Since(time.Unix(0, sent))
+			mu.Lock()
+			k := key{rec.Topic, rec.OriginOffset}
+			if seen[k] {
+				dups++
+			}
+			seen[k] = true
+			if prev, ok := last[rec.Topic]; ok && rec.OriginOffset <= prev {
+				reorder++
+			}
+			last[rec.Topic] = rec.OriginOffset
+			delays = append(delays, d)
+			mu.Unlock()
+			select {
+			case got <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	time.Sleep(2 * time.Second) // the subscription's set-up over the n topics: not a wait for an event we can observe here
+	total := rate * secs
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	futures := make([]*client.Future, 0, total)
+	for range total {
+		<-tick.C
+		f, err := usConn.PublishAsync(context.Background(), client.Message{Topic: name(rng.IntN(n)),
+			Payload: fmt.Appendf(nil, "load-%d", time.Now().UnixNano())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		if _, err := f.Wait(context.Background()); err != nil {
+			t.Fatalf("publish under load: %v", err)
+		}
+	}
+	deadline := time.After(60 * time.Second)
+	for {
+		mu.Lock()
+		have := len(seen)
+		mu.Unlock()
+		if have >= total {
+			break
+		}
+		select {
+		case <-got:
+		case <-deadline:
+			t.Fatalf("%d of %d records published under load reached eu within 60 s", have, total)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if dups > 0 || reorder > 0 || len(seen) != total {
+		t.Fatalf("under load: %d records, %d distinct (want %d), %d duplicates, %d out of order", len(delays), len(seen), total, dups, reorder)
+	}
+	slices.Sort(delays)
+	q := func(p float64) time.Duration { return delays[int(p*float64(len(delays)-1))].Round(time.Millisecond) }
+	t.Logf("%d records at %d/s over random topics of %d: all at eu exactly once, in order per topic; mirror delay p50 %v, p99 %v, max %v",
+		total, rate, n, q(0.5), q(0.99), delays[len(delays)-1].Round(time.Millisecond))
+}
+
+func envIntT(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

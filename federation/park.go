@@ -1,0 +1,267 @@
+package federation
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// Streams for the topics that move (invariant I11). A link mirrors any number of topics but
+// keeps at most Config.MaxMirrorStreams mirror streams open: a mirror holds a stream (and a
+// goroutine) only while its topic moves. The state of every mirrored topic of a link is a
+// mirrorHealth in link.mu.health (what the origin reported of its head, how far the mirror
+// has scanned); the cursor itself stays in the log, so parking and reopening are the
+// mirror's ordinary end and resume, exactly once (I7).
+//
+//   - A mirror parks when it is caught up and quiet: after MirrorParkAfter without records,
+//     or at once when other topics wait for a stream and it has only caught up (no record
+//     arrived since it first reached the head: a topic catching up, not a hot one).
+//   - The origin reports a head on the catalog stream for each announced topic as it is
+//     announced and whenever the head moves (serve.go). A parked topic whose reported head is
+//     past what it scanned, or one whose head was never reported, waits in the link's queue.
+//   - The link's goroutine opens streams for waiting topics, in turn, while fewer than the
+//     bound are open; when the bound is reached, the least recently active open mirrors park
+//     for them: caught-up ones first, then any that held its stream for MirrorSlice (it waits
+//     again at the back, from its cursor). So catching up many topics at once is paced by
+//     the bound and finishes, and no topic waits forever.
+//
+// Each step holds link.mu: a head reported while a mirror is open (or parking) is left to
+// the mirror, and the mirror's end (mirrorEnded) queues it again when a head past its scan
+// came meanwhile, so no reported move is lost between parking and the notice.
+
+// errParked ends a mirror's feed when it gives its stream back.
+var errParked = errors.New("mirror parked")
+
+// resetForConn sets up the link's mirror scheduling for a new connection: nothing
+// announced or waiting yet. patterns decides what is mirrored; parkable is false on a link
+// within the region (no mirrors) and with the shared-link ablation (its mirrors share one
+// stream and never park).
+func (l *link) resetForConn(patterns []string, parkable bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mu.announced = make(map[string]bool)
+	l.mu.queue = nil
+	l.mu.queued = make(map[string]bool)
+	l.mu.patterns = patterns
+	l.mu.parkable = parkable
+}
+
+// announce notes a topic the peer announced on the catalog stream (its reader goroutine).
+func (l *link) announce(topic string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mu.announced[topic] = true
+	l.considerLocked(topic)
+}
+
+// considerLocked makes an announced topic one of the link's mirrors if it is wanted, and
+// queues it for a stream if it needs one.
+func (l *link) considerLocked(topic string) {
+	if !l.f.mirrored(topic, l.mu.patterns) {
+		return
+	}
+	h := l.mu.health[topic]
+	if h == nil {
+		h = &mirrorHealth{}
+		l.mu.health[topic] = h
+		// The cursor is the origin offset of the last record mirrored, which is its offset
+		// in the origin's log: everything before it is scanned.
+		if pos, ok, err := l.f.cfg.Log.Position(cursorName(l.peer.Region), topic); err == nil && ok {
+			h.scanned(pos+1, 0, l.f.cfg.Now())
+		}
+	}
+	if l.mu.mirrors[topic] == nil && h.needsStream() {
+		l.enqueueLocked(topic)
+	}
+}
+
+// headReported notes a head the origin reported on the catalog stream, and queues the topic
+// for a stream when it is parked and behind.
+func (l *link) headReported(topic string, next uint64, headTime int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.mu.health[topic]
+	if h == nil {
+		return // not mirrored here
+	}
+	h.reported(next, headTime, l.f.cfg.Now())
+	if l.mu.mirrors[topic] == nil && l.mu.announced[topic] && h.needsStream() {
+		l.enqueueLocked(topic)
+	}
+}
+
+func (l *link) enqueueLocked(topic string) {
+	if l.mu.queued[topic] {
+		return
+	}
+	l.mu.queued[topic] = true
+	l.mu.queue = append(l.mu.queue, topic)
+	l.poke()
+}
+
+// poke wakes the link's goroutine to open streams for waiting topics.
+func (l *link) poke() {
+	select {
+	case l.sched <- struct{}{}:
+	default:
+	}
+}
+
+// waiting reports whether topics wait for a stream on a link whose mirrors park.
+func (l *link) waiting() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.parkable && len(l.mu.queued) > 0
+}
+
+// waitingForStream reports whether topics wait while every stream of the bound is taken.
+func (l *link) waitingForStream() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.mu.parkable && len(l.mu.queue) > 0 && len(l.mu.mirrors) >= l.boundLocked()
+}
+
+func (l *link) boundLocked() int {
+	if !l.mu.parkable {
+		return math.MaxInt
+	}
+	return l.f.cfg.MaxMirrorStreams
+}
+
+// schedule opens streams for waiting topics, in turn, while fewer than the bound are open.
+// It runs on the link's goroutine; the mirrors it starts are counted in wg.
+func (l *link) schedule(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg *sync.WaitGroup) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	bound := l.boundLocked()
+	for len(l.mu.mirrors) < bound && len(l.mu.queue) > 0 {
+		t := l.mu.queue[0]
+		l.mu.queue = l.mu.queue[1:]
+		if !l.mu.queued[t] {
+			continue // no longer mirrored here
+		}
+		delete(l.mu.queued, t)
+		h := l.mu.health[t]
+		if h == nil || l.mu.mirrors[t] != nil || !l.mu.announced[t] || !h.needsStream() {
+			continue // caught up meanwhile (a head reported after it was queued)
+		}
+		m := newMirror(l, t, h)
+		l.mu.mirrors[t] = m
+		l.mu.mostOpen = max(l.mu.mostOpen, len(l.mu.mirrors))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.run(ctx, conn, o)
+			l.mirrorEnded(m)
+		}()
+	}
+	if len(l.mu.queue) == 0 && l.mu.queue != nil {
+		// Let the array and the map of a long catch-up go (a map keeps its largest size).
+		l.mu.queue = nil
+		if len(l.mu.queued) == 0 {
+			l.mu.queued = make(map[string]bool)
+		}
+	}
+}
+
+// mirrorEnded drops an ended mirror from the open set and queues its topic again if the
+// origin reported a head past what it scanned (a move noticed while it was open or parking,
+// or a mirror parked for another before it caught up).
+func (l *link) mirrorEnded(m *mirror) {
+	m.cancel() // a parked mirror's context would stay among the link's children
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.mu.mirrors[m.topic] == m {
+		delete(l.mu.mirrors, m.topic)
+	}
+	if h := l.mu.health[m.topic]; h != nil && l.mu.announced[m.topic] && h.needsStream() {
+		l.enqueueLocked(m.topic)
+	}
+	l.poke() // a stream is free
+}
+
+// parkIdle parks the open mirrors that are caught up and quiet for MirrorParkAfter and, while
+// topics wait for a stream with none free, the least recently active others: caught-up
+// ones first, then those that held their stream for MirrorSlice. It runs on the link's
+// goroutine every tenth of the shorter of the two, and looks only at open mirrors.
+func (l *link) parkIdle() {
+	now := l.f.cfg.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.mu.parkable {
+		return
+	}
+	type cand struct {
+		m      *mirror
+		caught bool
+		active time.Time
+	}
+	var cands []cand
+	parking := 0
+	for _, m := range l.mu.mirrors {
+		if m.parking.Load() {
+			parking++
+			continue
+		}
+		active := m.activeAt()
+		caught := !m.health.needsStream()
+		if caught && now.Sub(active) >= l.f.cfg.MirrorParkAfter {
+			m.park()
+			parking++
+			continue
+		}
+		if caught || now.Sub(m.openedAt) >= l.f.cfg.MirrorSlice {
+			cands = append(cands, cand{m, caught, active})
+		}
+	}
+	free := max(l.boundLocked()-len(l.mu.mirrors), 0)
+	need := len(l.mu.queued) - free - parking
+	if need <= 0 || len(cands) == 0 {
+		return
+	}
+	slices.SortFunc(cands, func(a, b cand) int {
+		if a.caught != b.caught {
+			if a.caught {
+				return -1
+			}
+			return 1
+		}
+		return a.active.Compare(b.active)
+	})
+	for _, c := range cands[:min(need, len(cands))] {
+		c.m.park()
+	}
+}
+
+// parkTick is how often parkIdle runs.
+func (c Config) parkTick() time.Duration {
+	return max(min(c.MirrorParkAfter, c.MirrorSlice)/10, 10*time.Millisecond)
+}
+
+// repattern applies new watch patterns to the current connection's mirrors: mirrors of
+// topics no longer wanted stop (their cursors stay, so returning interest resumes them)
+// and newly wanted announced topics are considered.
+func (l *link) repattern(patterns []string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.mu.patterns = patterns
+	for t, m := range l.mu.mirrors {
+		if !l.f.mirrored(t, patterns) {
+			m.stop() // it stays in mirrors until it ended, so a successor never overlaps it
+		}
+	}
+	for t := range l.mu.health {
+		if !l.f.mirrored(t, patterns) {
+			delete(l.mu.health, t) // a topic no longer mirrored here is not behind
+			delete(l.mu.queued, t)
+		}
+	}
+	for t := range l.mu.announced {
+		l.considerLocked(t)
+	}
+}

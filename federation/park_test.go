@@ -1,0 +1,139 @@
+package federation
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// A link mirrors 25 times more topics than it may hold streams (200 topics, 8 streams):
+// the backlog of every topic is caught up in turn within the bound, quiet mirrors give their
+// streams back, records published later to parked topics arrive (the origin's head notice
+// reopens them), and so do records published to many topics at once, hot ones among them,
+// across a cut of the link. Every record arrives exactly once, in order per topic, and the
+// link never holds more than 8 mirror streams. The schedule of topics and counts is seeded.
+func TestMirrorsMoreTopicsThanStreams(t *testing.T) {
+	const topics, bound = 200, 8
+	rng := testlog.Rand(t, "records per topic and the topics published to")
+	m := newFedMesh(t)
+	b := m.addNode("b", nodeOpts{})
+	name := func(i int) string { return fmt.Sprintf("m.t%03d", i) }
+	total := 0
+	for i := range topics { // a backlog before the mirroring region exists: a new region's catch-up
+		n := 1 + rng.IntN(20)
+		b.publishSeq(t, name(i), 0, n)
+		total += n
+	}
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}, maxStreams: bound,
+		parkAfter: 200 * time.Millisecond, slice: 100 * time.Millisecond})
+	lagging := ""
+	caughtUp := func() bool {
+		for i := range topics {
+			if c, next := a.cursor(t, "b", name(i)), b.next(name(i)); c != int64(next)-1 {
+				lagging = fmt.Sprintf("%s: cursor %d, origin head %d, %s", name(i), c, next, a.fedNow().mirrorState("b", name(i)))
+				return false
+			}
+		}
+		return true
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("first topic behind: %s", lagging)
+		}
+	})
+	start := time.Now()
+	waitFor(t, 60*time.Second, "every topic's backlog mirrored", caughtUp)
+	t.Logf("backlog of %d records in %d topics mirrored in %v through %d streams", total, topics, time.Since(start).Round(time.Millisecond), bound)
+	parked := func() bool { open, _ := a.fedNow().mirrorStreams("b"); return open == 0 }
+	waitFor(t, 10*time.Second, "every quiet mirror to park", parked)
+
+	// Records published later to parked topics: one at a time, each reopened by its head.
+	var took []time.Duration
+	for range 20 {
+		topic := name(rng.IntN(topics))
+		off := b.next(topic)
+		at := time.Now()
+		b.publish(t, topic, fmt.Sprintf("late-%d", off))
+		waitFor(t, 10*time.Second, "a record of a parked topic mirrored", func() bool { return a.cursor(t, "b", topic) >= int64(off) })
+		took = append(took, time.Since(at))
+	}
+	slices.Sort(took)
+	t.Logf("a record to a parked topic mirrored after p50 %v, max %v (head reports gathered for 20 ms)",
+		took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond))
+
+	// Many topics at once, a few hot ones (published to in every round) among them, with the
+	// link cut in the middle.
+	hot := []string{name(0), name(1), name(2)}
+	done := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(done)
+		for round := 0; ; round++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			targets := append([]string(nil), hot...)
+			for range 10 {
+				targets = append(targets, name(rng.IntN(topics)))
+			}
+			for _, topic := range targets {
+				recs := make([]wal.Record, 1+rng.IntN(3))
+				for i := range recs {
+					recs[i] = wal.Record{Payload: fmt.Appendf(nil, "r%d-%d", round, i)}
+				}
+				if res := b.log.Append(context.Background(), wal.AppendRequest{Topic: topic, Records: recs}); res.Err != nil {
+					t.Errorf("publish to %s: %v", topic, res.Err)
+					return
+				}
+			}
+			time.Sleep(2 * time.Millisecond) // the publishing rate, not a wait for an event
+		}
+	}()
+	waitFor(t, 10*time.Second, "topics waiting for a stream", func() bool {
+		li, _ := a.link("b")
+		return li.MirrorsWaiting > 0 || li.MirrorStreams == bound
+	})
+	cutAt := time.Now()
+	if n := a.fedNow().cutLinks("b"); n != 1 {
+		t.Fatalf("cut %d connections, want 1", n)
+	}
+	waitReconnected(t, a, "b", cutAt, 20*time.Second)
+	waitFor(t, 10*time.Second, "mirrors to run again after the cut", func() bool {
+		open, _ := a.fedNow().mirrorStreams("b")
+		return open > 0
+	})
+	close(stop)
+	<-done
+	waitFor(t, 60*time.Second, "every record mirrored after the cut", caughtUp)
+
+	records := 0
+	for i := range topics {
+		got := checkMirrored(t, a, b, name(i))
+		if want := int(b.next(name(i))); got != want {
+			t.Fatalf("%s: %d records mirrored, want %d", name(i), got, want)
+		}
+		records += got
+	}
+	_, most := a.fedNow().mirrorStreams("b")
+	if most > bound {
+		t.Fatalf("the link held %d mirror streams at once, bound %d", most, bound)
+	}
+	li, _ := a.link("b")
+	if li.MirroredTopics != topics {
+		t.Fatalf("link mirrors %d topics, want %d", li.MirroredTopics, topics)
+	}
+	waitFor(t, 10*time.Second, "every quiet mirror to park again", parked)
+	if w := a.logs.find(slog.LevelWarn, "mirror stream ended"); len(w) > 0 {
+		t.Fatalf("mirror streams failed:%s", fmtRecords(w))
+	}
+	t.Logf("%d records in %d topics mirrored exactly once and in order; at most %d streams open at once (bound %d)",
+		records, topics, most, bound)
+}
