@@ -39,10 +39,14 @@ type replicaRegion struct {
 	caDir  string
 	region string
 	nodes  []*replicaNode
+	// extra, when set, gives node i's flags beyond the region's (the rolling-upgrade
+	// campaign's fixed client address and WAN pool).
+	extra func(i int) []string
 }
 
 type replicaNode struct {
 	name, data, lan string
+	bin             string     // the binary node runs, when not the region's (an upgrade)
 	mu              sync.Mutex // guards p: a fault replaces it while the load reads its address
 	p               *meshProcess
 }
@@ -80,15 +84,23 @@ func (r *replicaRegion) args(i int) []string {
 			join = append(join, o.lan)
 		}
 	}
-	return []string{"--data", r.nodes[i].data, "--region", r.region, "--ca-dir", r.caDir, "--gossip", r.nodes[i].lan,
+	args := []string{"--data", r.nodes[i].data, "--region", r.region, "--ca-dir", r.caDir, "--gossip", r.nodes[i].lan,
 		"--join", strings.Join(join, ","), "--replicas", fmt.Sprint(len(r.nodes))}
+	if r.extra != nil {
+		args = append(args, r.extra(i)...)
+	}
+	return args
 }
 
 // start starts node i's process (again, after a kill) on its data directory.
 func (r *replicaRegion) start(i int) {
 	r.t.Helper()
 	n := r.nodes[i]
-	p := startMeshProcess(r.t, r.bin, n.name, r.args(i)...)
+	bin := r.bin
+	if n.bin != "" {
+		bin = n.bin
+	}
+	p := startMeshProcess(r.t, bin, n.name, r.args(i)...)
 	n.mu.Lock()
 	n.p = p
 	n.mu.Unlock()
@@ -197,6 +209,7 @@ type replicaLoad struct {
 	refusedButStored                                                atomic.Int64 // of those, answered as duplicates when published again
 	errMu                                                           sync.Mutex
 	errs                                                            map[string]int
+	refusals                                                        []string // the first refusals, whole
 }
 
 // answerWithin bounds the wait for one publish's answer, as an application would: past it
@@ -266,6 +279,11 @@ func (l *replicaLoad) settle(op linearize.PublishOp, topic int, ack client.Ack, 
 		op.Refused(err)
 		l.refused.Add(1)
 		l.noteErr(err)
+		l.errMu.Lock()
+		if len(l.refusals) < 10 {
+			l.refusals = append(l.refusals, fmt.Sprintf("%s %v: %v", l.topics[topic], op.Key(), err))
+		}
+		l.errMu.Unlock()
 		return false
 	default:
 		op.Unknown(err)
