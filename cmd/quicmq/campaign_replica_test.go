@@ -210,6 +210,7 @@ type replicaLoad struct {
 	errMu                                                           sync.Mutex
 	errs                                                            map[string]int
 	refusals                                                        []string // the first refusals, whole
+	refusedCodes                                                    map[client.Code]int
 }
 
 // answerWithin bounds the wait for one publish's answer, as an application would: past it
@@ -219,7 +220,7 @@ type replicaLoad struct {
 const answerWithin = 3 * time.Second
 
 func newReplicaLoad(r *replicaRegion, nTopics, rate int) *replicaLoad {
-	l := &replicaLoad{r: r, hist: linearize.NewHistory(), rate: rate, producers: 6, acked: make([]atomic.Int64, nTopics), seen: make([]atomic.Int64, nTopics), errs: map[string]int{}}
+	l := &replicaLoad{r: r, hist: linearize.NewHistory(), rate: rate, producers: 6, acked: make([]atomic.Int64, nTopics), seen: make([]atomic.Int64, nTopics), errs: map[string]int{}, refusedCodes: map[client.Code]int{}}
 	for i := range nTopics {
 		l.topics = append(l.topics, fmt.Sprintf("rc.t%d", i))
 		l.acked[i].Store(-1)
@@ -280,6 +281,7 @@ func (l *replicaLoad) settle(op linearize.PublishOp, topic int, ack client.Ack, 
 		l.refused.Add(1)
 		l.noteErr(err)
 		l.errMu.Lock()
+		l.refusedCodes[ce.Code]++
 		if len(l.refusals) < 10 {
 			l.refusals = append(l.refusals, fmt.Sprintf("%s %v: %v", l.topics[topic], op.Key(), err))
 		}
