@@ -20,7 +20,7 @@ import (
 // feature is taken not to know it, so a late or lost announcement only delays a feature.
 
 // tagFeatures is the gossip tag holding a node's features: comma-separated name=level items
-// in name order (a bare name is level 1), e.g. "entry=1,grouplayout=2,kind=9,poslayout=2,proto=2".
+// in name order (a bare name is level 1), e.g. "entry=1,grouplayout=2,kind=9,meta=2,poslayout=2,proto=2".
 // Items a node does not know are kept and ignored, so a later build may add any.
 const tagFeatures = "feat"
 
@@ -37,6 +37,10 @@ const (
 	featKind        = "kind"
 	featPosLayout   = "poslayout"
 	featGroupLayout = "grouplayout"
+	// featMeta is the highest version of a record of the region's metadata group the node
+	// applies (replmeta.go: 1 placement, 2 member). A node skips a record it cannot decode,
+	// alike on every node of one build, so a new record waits until every node announces it.
+	featMeta = "meta"
 )
 
 // features maps a feature's name to the level a node knows; an absent name is level 0.
@@ -44,16 +48,16 @@ type features map[string]int
 
 // localFeatures is what this build knows.
 func localFeatures() features {
-	f := features{featProto: wire.Version}
+	f := features{featProto: wire.Version, featMeta: memberVersion}
 	maps.Copy(f, replica.EntryFeatures())
 	return f
 }
 
 // untaggedFeatures is what a node that announces no tagFeatures knows: the builds before the
-// tag, release v0.1.0 and older (internal/release/RELEASES), which spoke client protocol 1
-// and wrote raft entries of version 1, kinds up to 9, position and group layouts 2. Never
-// changed: it describes builds that exist.
-var untaggedFeatures = features{featProto: 1, featEntry: 1, featKind: 9, featPosLayout: 2, featGroupLayout: 2}
+// tag, release v0.1.0 (internal/release/RELEASES; no older build is a release), which spoke
+// client protocol 1, wrote raft entries of version 1, kinds up to 9, position and group layouts 2, and metadata
+// records up to version 2. Never changed: it describes builds that exist.
+var untaggedFeatures = features{featProto: 1, featEntry: 1, featKind: 9, featPosLayout: 2, featGroupLayout: 2, featMeta: 2}
 
 func (f features) String() string {
 	var items []string

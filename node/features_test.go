@@ -23,7 +23,7 @@ func TestParseFeatures(t *testing.T) {
 		t.Errorf("this build announces proto=%d, speaks %d", localFeatures()[featProto], wire.Version)
 	}
 	// A node without the tag is a build of before it: release v0.1.0's features.
-	if got := memberFeatures(gossip.Member{Name: "old", Tags: map[string]string{}}); got.String() != "entry=1,grouplayout=2,kind=9,poslayout=2,proto=1" {
+	if got := memberFeatures(gossip.Member{Name: "old", Tags: map[string]string{}}); got.String() != "entry=1,grouplayout=2,kind=9,meta=2,poslayout=2,proto=1" {
 		t.Errorf("untagged member: %v", got)
 	}
 	// This build knows at least what every older one did.
