@@ -24,6 +24,10 @@ import (
 // Items a node does not know are kept and ignored, so a later build may add any.
 const tagFeatures = "feat"
 
+// FeaturesTag is the gossip tag in which a node announces its features (in MemberInfo.Tags:
+// quicmq members shows it); absent on a node of release v0.1.0.
+const FeaturesTag = tagFeatures
+
 // The features a node announces.
 const (
 	// featProto is the highest client protocol version the node speaks (wire.Version); the
