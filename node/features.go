@@ -19,21 +19,18 @@ import (
 // carries it. Gossip is a hint, and a hint is enough here: a node that does not announce a
 // feature is taken not to know it, so a late or lost announcement only delays a feature.
 
-// tagFeatures is the gossip tag holding a node's features: comma-separated name=level items
-// in name order (a bare name is level 1), e.g. "entry=1,grouplayout=2,kind=9,meta=2,poslayout=2,proto=2".
+// FeaturesTag is the gossip tag holding a node's features (in MemberInfo.Tags: quicmq members
+// shows it; absent on a node of release v0.1.0): comma-separated name=level items in name
+// order (a bare name is level 1), e.g. "entry=1,grouplayout=2,kind=9,meta=2,poslayout=2,proto=2".
 // Items a node does not know are kept and ignored, so a later build may add any.
-const tagFeatures = "feat"
-
-// FeaturesTag is the gossip tag in which a node announces its features (in MemberInfo.Tags:
-// quicmq members shows it); absent on a node of release v0.1.0.
-const FeaturesTag = tagFeatures
+const FeaturesTag = "feat"
 
 // The features a node announces.
 const (
-	// featProto is the highest client protocol version the node speaks (wire.Version); the
-	// frames a node sends a peer on the client ALPN's streams follow it, and from version 2
+	// featProto is the highest client protocol version the node speaks (wire.Version). The
+	// client protocol's frames a node sends a peer on a peer link follow it: from version 2
 	// a receiver skips fields after those it knows in extensible frames (protocol.md,
-	// "Versions"): a field may be added to such a frame for a peer that announces 2 or more.
+	// "Versions"), so a field may be added to such a frame for a peer that announces 2 or more.
 	featProto = "proto"
 	// featEntry, featKind, featPosLayout and featGroupLayout are the raft entry format's
 	// version, highest kind and body layouts (replica.EntryFeatures).
@@ -57,7 +54,7 @@ func localFeatures() features {
 	return f
 }
 
-// untaggedFeatures is what a node that announces no tagFeatures knows: the builds before the
+// untaggedFeatures is what a node that announces no FeaturesTag knows: the builds before the
 // tag, release v0.1.0 (internal/release/RELEASES; no older build is a release), which spoke
 // client protocol 1, wrote raft entries of version 1, kinds up to 9, position and group layouts 2, and metadata
 // records up to version 2. Never changed: it describes builds that exist.
@@ -71,7 +68,7 @@ func (f features) String() string {
 	return strings.Join(items, ",")
 }
 
-// parseFeatures reads a tagFeatures value. Malformed items are skipped (a level that is not
+// parseFeatures reads a FeaturesTag value. Malformed items are skipped (a level that is not
 // a number is unknown, so level 0): a node never refuses a peer over its announcement.
 func parseFeatures(s string) features {
 	f := features{}
@@ -95,7 +92,7 @@ func parseFeatures(s string) features {
 
 // memberFeatures is what a member announces it knows.
 func memberFeatures(m gossip.Member) features {
-	v, ok := m.Tags[tagFeatures]
+	v, ok := m.Tags[FeaturesTag]
 	if !ok {
 		return maps.Clone(untaggedFeatures)
 	}

@@ -38,7 +38,7 @@ func TestAllKnowCounts(t *testing.T) {
 	m := func(name, region string, st gossip.Status, feat string) gossip.Member {
 		tags := map[string]string{}
 		if feat != "-" {
-			tags[tagFeatures] = feat
+			tags[FeaturesTag] = feat
 		}
 		return gossip.Member{Name: name, Region: region, Status: st, Tags: tags}
 	}
@@ -110,7 +110,7 @@ func TestFeatureGateFollowsAnnouncements(t *testing.T) {
 	}
 
 	// a2 runs v0.1.0's build: region a does not know protocol 2 any more, b still does.
-	if err := a2.setMeshTag(tagFeatures, untaggedFeatures.String()); err != nil {
+	if err := a2.setMeshTag(FeaturesTag, untaggedFeatures.String()); err != nil {
 		t.Fatal(err)
 	}
 	if lacking := waitGate("a lacks proto 2", region(a1, featProto, 2), false); !slices.Equal(lacking, []string{"a-2 (proto=1)"}) {
@@ -125,17 +125,17 @@ func TestFeatureGateFollowsAnnouncements(t *testing.T) {
 	}
 
 	// a2 upgraded; b2 runs the old build: the link lacks it, region a knows it again.
-	if err := a2.setMeshTag(tagFeatures, localFeatures().String()); err != nil {
+	if err := a2.setMeshTag(FeaturesTag, localFeatures().String()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b2.setMeshTag(tagFeatures, untaggedFeatures.String()); err != nil {
+	if err := b2.setMeshTag(FeaturesTag, untaggedFeatures.String()); err != nil {
 		t.Fatal(err)
 	}
 	waitGate("a knows proto 2 again", region(a1, featProto, 2), true)
 	if lacking := waitGate("the link a-b lacks proto 2", link(a1, "b", featProto, 2), false); !slices.Equal(lacking, []string{"b-2 (proto=1)"}) {
 		t.Errorf("the link lacks proto 2 at %v, want b-2", lacking)
 	}
-	if err := b2.setMeshTag(tagFeatures, localFeatures().String()); err != nil {
+	if err := b2.setMeshTag(FeaturesTag, localFeatures().String()); err != nil {
 		t.Fatal(err)
 	}
 	waitGate("the link a-b knows proto 2 again", link(a1, "b", featProto, 2), true)

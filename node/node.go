@@ -174,7 +174,7 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 	if c.GossipLAN == "" {
 		return nil
 	}
-	tags := map[string]string{tagQUIC: n.advertise(), tagFeatures: localFeatures().String()}
+	tags := map[string]string{tagQUIC: n.advertise(), FeaturesTag: localFeatures().String()}
 	if n.raftID != 0 {
 		tags[tagRaft] = strconv.FormatUint(n.raftID, 10)
 	}
