@@ -20,7 +20,7 @@ import (
 // feature is taken not to know it, so a late or lost announcement only delays a feature.
 
 // FeaturesTag is the gossip tag holding a node's features (in MemberInfo.Tags: quicmq members
-// shows it; absent on a node of release v0.1.0): comma-separated name=level items in name
+// shows it; absent on a node of release v0.2.0 or older): comma-separated name=level items in name
 // order (a bare name is level 1), e.g. "entry=1,grouplayout=2,kind=9,meta=2,poslayout=2,proto=2".
 // Items a node does not know are kept and ignored, so a later build may add any.
 const FeaturesTag = "feat"
@@ -54,10 +54,12 @@ func localFeatures() features {
 	return f
 }
 
-// untaggedFeatures is what a node that announces no FeaturesTag knows: the builds before the
-// tag, release v0.1.0 (internal/release/RELEASES; no older build is a release), which spoke
-// client protocol 1, wrote raft entries of version 1, kinds up to 9, position and group layouts 2, and metadata
-// records up to version 2. Never changed: it describes builds that exist.
+// untaggedFeatures is what a node that announces no FeaturesTag is taken to know: it runs a
+// release from before the tag (internal/release/RELEASES: v0.1.0 or v0.2.0; no older build
+// is a release), so the least of them, v0.1.0's: client protocol 1, raft entries of version
+// 1, kinds up to 9, position and group layouts 2, metadata records up to version 2 (v0.2.0
+// speaks protocol 2 too, and is taken not to: a feature waits a little longer, never less).
+// Never changed: it describes builds that exist.
 var untaggedFeatures = features{featProto: 1, featEntry: 1, featKind: 9, featPosLayout: 2, featGroupLayout: 2, featMeta: 2}
 
 func (f features) String() string {

@@ -22,7 +22,7 @@ func TestParseFeatures(t *testing.T) {
 	if localFeatures()[featProto] != wire.Version {
 		t.Errorf("this build announces proto=%d, speaks %d", localFeatures()[featProto], wire.Version)
 	}
-	// A node without the tag is a build of before it: release v0.1.0's features.
+	// A node without the tag runs a release from before it: taken to know v0.1.0's features.
 	if got := memberFeatures(gossip.Member{Name: "old", Tags: map[string]string{}}); got.String() != "entry=1,grouplayout=2,kind=9,meta=2,poslayout=2,proto=1" {
 		t.Errorf("untagged member: %v", got)
 	}

@@ -107,10 +107,10 @@ func runMembers(ctx context.Context, e *env, args []string) error {
 			name += " (this node)"
 		}
 		// What the node announces it knows (docs/operations.md, "Upgrading one node at a
-		// time"); none from a node of release v0.1.0.
+		// time"); none from a node of release v0.2.0 or older.
 		feat, ok := m.Tags[node.FeaturesTag]
 		if !ok {
-			feat = "- (v0.1.0)"
+			feat = "- (v0.2.0 or older)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, m.Region, m.Status, m.QUIC, m.Gossip, strings.Join(m.Pools, ","), feat)
 	}

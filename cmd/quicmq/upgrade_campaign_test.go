@@ -28,15 +28,24 @@ import (
 // records once each in rc's order, and that clients connected before the upgrade kept
 // working through it: a publisher and two readers on one Conn each for the whole run.
 //
-// It takes a few minutes: set QUICMQ_UPGRADE_CAMPAIGN=1 to run it (QUICMQ_UPGRADE_FROM_BIN
-// names a build of the previous release made before, to skip building it again).
+// It takes a few minutes: set QUICMQ_UPGRADE_CAMPAIGN=1 to run it. It upgrades from the
+// release before the latest listed, or from the one QUICMQ_UPGRADE_FROM names (v0.2.0, say,
+// once the head is past it); QUICMQ_UPGRADE_FROM_BIN names a build of that release made
+// before, to skip building it again.
 //
 //	QUICMQ_UPGRADE_CAMPAIGN=1 go test ./cmd/quicmq -run TestRollingUpgrade -v -timeout 15m
 func TestRollingUpgrade(t *testing.T) {
 	if os.Getenv("QUICMQ_UPGRADE_CAMPAIGN") == "" {
 		t.Skip("the rolling-upgrade campaign builds the previous release and runs for minutes: set QUICMQ_UPGRADE_CAMPAIGN=1")
 	}
+	// From the release before the latest (the head is the latest or follows it), or from the
+	// one QUICMQ_UPGRADE_FROM names.
 	prev, ok := release.Previous()
+	if name := os.Getenv("QUICMQ_UPGRADE_FROM"); name != "" {
+		if prev, ok = release.Named(name); !ok {
+			t.Fatalf("QUICMQ_UPGRADE_FROM=%s: no such release in internal/release/RELEASES", name)
+		}
+	}
 	if !ok {
 		t.Skip("internal/release/RELEASES lists no previous release")
 	}

@@ -87,6 +87,16 @@ func Previous() (Release, bool) {
 	return rs[len(rs)-2], true
 }
 
+// Named is the release called name, and false when none is.
+func Named(name string) (Release, bool) {
+	for _, r := range All() {
+		if r.Name == name {
+			return r, true
+		}
+	}
+	return Release{}, false
+}
+
 // NameOf is the name of the build of commit rev (a full hash or a prefix of at least 7
 // digits): the release's name when rev is a release's commit, else the latest release's name
 // with "+dev" (a build of a later commit, or of an unknown one: this tree lists no release

@@ -17,6 +17,12 @@ func TestEmbeddedFileParses(t *testing.T) {
 	if p, ok := Previous(); !ok || p != rs[len(rs)-2] || Latest() != rs[len(rs)-1] {
 		t.Errorf("Previous %v %v, Latest %v of %v", p, ok, Latest(), rs)
 	}
+	if r, ok := Named(rs[0].Name); !ok || r != rs[0] {
+		t.Errorf("Named(%s) = %v %v", rs[0].Name, r, ok)
+	}
+	if _, ok := Named("v9.9.9"); ok {
+		t.Error("Named found a release that is not listed")
+	}
 }
 
 func TestParseRefusesEveryBadLine(t *testing.T) {
