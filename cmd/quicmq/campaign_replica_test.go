@@ -276,6 +276,14 @@ func (l *replicaLoad) settle(op linearize.PublishOp, topic int, ack client.Ack, 
 		l.saidUnknown.Store(unknownRefusal{l.topics[topic], op.Key()}, true)
 		l.noteErr(err)
 		return true
+	case errors.As(err, &ce) && strings.Contains(err.Error(), "the node ended the publish stream"):
+		// Not a PUBLISH_ERROR: the stream ended (ERROR 9: the outcome of what the node had
+		// not answered is unknown) before this publish was answered, or sent. Published
+		// again like any unknown outcome.
+		op.Unknown(err)
+		l.unknown.Add(1)
+		l.noteErr(err)
+		return true
 	case errors.As(err, &ce) && !errors.Is(err, client.ErrOutcomeUnknown):
 		op.Refused(err)
 		l.refused.Add(1)
