@@ -7,9 +7,11 @@ export GOTOOLCHAIN := go1.26.10
 
 .PHONY: build dev test vet unit fuzz-short fuzz bench bench-smoke campaigns-short clean vulncheck tofu-check broken
 
-# VERSION and COMMIT are what `quicmq version` prints, with the Go version (a commit go build
-# records itself, without GOFLAGS=-buildvcs=false, wins over COMMIT).
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# `quicmq version` prints the release name (from internal/release/RELEASES: a release's name
+# when the commit built is one, else the latest release's with "+dev"), the commit and the Go
+# version. VERSION=NAME overrides the name; COMMIT is printed when go build records no commit
+# itself (GOFLAGS=-buildvcs=false, a source tarball).
+VERSION ?=
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
 
 build:

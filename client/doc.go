@@ -64,8 +64,9 @@
 //     one node; an address where nothing listens is skipped at once.
 //   - With Options.Idempotent the Conn numbers its publishes (a random producer ID and one
 //     increasing sequence), and the node stores each (topic, producer, sequence) once: with
-//     Reconnect too, publishes in flight on a lost connection are resent in order on the next
-//     one, and those already stored come back with [Ack].Duplicate and their original offset.
+//     Reconnect too, publishes in flight on a lost connection (or on a stream the node ended
+//     saying their outcome is unknown) are resent in order on the next one, and those already
+//     stored come back with [Ack].Duplicate and their original offset.
 //     Publishes cut off without Reconnect fail with an [*OutcomeUnknownError].
 //   - The Conn owns its UDP socket and quic.Transport, and moves its connection to a new one by
 //     QUIC connection migration ([Conn.Migrate]): a path on a new socket is probed and the

@@ -172,6 +172,9 @@ func (s *Subscription) readToCommitted(ctx context.Context, seq uint64) error {
 		if s.err != nil {
 			return fmt.Errorf("client: commit subscription %q: %w", s.pattern, s.err)
 		}
+		if s.resuming {
+			return fmt.Errorf("client: commit subscription %q: the stream ended before the node confirmed; Next makes the subscription again", s.pattern)
+		}
 		f, err := s.fr.next(ctx)
 		if err != nil {
 			if ctx.Err() != nil {

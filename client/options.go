@@ -117,9 +117,10 @@ type Options struct {
 	// (Ack.Duplicate). Messages with their own ProducerID and Sequence are de-duplicated
 	// whether this is set or not.
 	//
-	// With Reconnect too, publishes awaiting their ack when the connection was lost are not
-	// failed: they are sent again, in order and ahead of later publishes, on a new
-	// connection, with the same producer and sequence, trying for ReconnectTimeout (with
+	// With Reconnect too, publishes awaiting their ack when the connection was lost (or the
+	// node shut down, or ended the publish stream saying their outcome is unknown) are not
+	// failed: they are sent again, in order and ahead of later publishes, on a new stream
+	// (and connection, when it was lost), with the same producer and sequence, trying for ReconnectTimeout (with
 	// the backoff subscriptions use to resume). Those the node had stored come back as
 	// duplicates with their original offsets. Without Reconnect, such publishes fail with an
 	// *OutcomeUnknownError naming their producer and sequence, with which a retry is safe.

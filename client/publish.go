@@ -471,6 +471,9 @@ func (p *publisher) readLoop() {
 			err = p.resolve(f.Seq, 0, time.Time{}, false, fromWire(f.Code, f.Message))
 		case *wire.ErrorFrame:
 			err = fmt.Errorf("the node ended the publish stream: %w", fromWire(f.Code, f.Message))
+			if f.Code == wire.CodeUnavailable {
+				err = unknownEnd{err}
+			}
 		default:
 			err = errorf(CodeProtocol, "the node sent %s on a publish stream", f.Type())
 		}

@@ -9,7 +9,8 @@ import (
 )
 
 // Resending (Options.Idempotent with Options.Reconnect): when a publish stream fails because
-// the connection was lost or the node shut down, its unanswered publishes are not failed.
+// the connection was lost, the node shut down, or the node ended it saying the outcome of its
+// unanswered publishes is unknown (ERROR 9), those publishes are not failed.
 // fail hands them, in order, to the Conn's backlog and starts the resender goroutine, which
 // dials again with the Reconnect backoff, opens a publish stream, puts the backlog in its
 // queue before any other publish can reach it, and installs it. Until then PublishAsync
@@ -85,12 +86,25 @@ func (c *Conn) mayResend(err error) bool {
 		return false
 	default:
 	}
+	var ue unknownEnd
+	if errors.As(err, &ue) {
+		return true
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code == CodeShuttingDown || err == errPublishEOF
 	}
 	return isConnError(err)
 }
+
+// unknownEnd is the end of a publish stream by the node's ERROR 9: it could not learn
+// whether the publishes it had not answered were appended (the topic's leader it relayed them
+// to went away, a proposal did not commit in time), and protocol.md says to publish them again
+// with their producer and sequence, which the resender does: the node answers one it stored
+// with its original offset. Seen in a rolling upgrade, when the leader is the node stopped.
+type unknownEnd struct{ error }
+
+func (u unknownEnd) Unwrap() error { return u.error }
 
 // handOver puts fs, the unanswered futures of the failed stream p, at the head of the
 // backlog (publishes that joined it meanwhile are newer) and reports whether the resender

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,5 +61,67 @@ func TestReconnectResubscribesWhenTheNodeSaysUnavailable(t *testing.T) {
 		sub.Close()
 		c.Close()
 		cancel()
+	}
+}
+
+// A Next whose context ends while it makes a subscription the node ended (shutting down)
+// again returns the context's error, and the next Next goes on making it again: it does not
+// read the FIN that followed the node's ERROR on the old stream as the node ending the
+// subscription (seen in the rolling-upgrade campaign: a reader with 2 s Nexts lost its
+// subscription to a node that took longer than that to stop).
+func TestNextTimesOutWhileResubscribing(t *testing.T) {
+	var subscribes atomic.Int32
+	release := make(chan struct{})
+	f := newFakeNode(t, func(s *quic.Stream, r *wire.Reader, first wire.Frame) {
+		if _, ok := first.(*wire.Subscribe); !ok {
+			s.Close()
+			return
+		}
+		n := uint64(subscribes.Add(1))
+		if n > 1 {
+			<-release // a node still stopping: no answer
+		}
+		b := wire.Append(nil, &wire.Subscribed{})
+		b = wire.Append(b, &wire.Topic{Index: 0, Name: "t"})
+		if n == 1 {
+			b = wire.Append(b, &wire.Record{Index: 0, Offset: 0, Payload: []byte("r")})
+			b = wire.Append(b, &wire.ErrorFrame{Code: wire.CodeShuttingDown, Message: "node shutting down"})
+			s.Write(b)
+			s.Close()
+			return
+		}
+		b = wire.Append(b, &wire.Record{Index: 0, Offset: 1, Payload: []byte("r")})
+		s.Write(b)
+		r.Read() // until the client ends the stream
+	})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the fake node's, which waits for its handlers
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, Options{CAFile: f.caFile, Reconnect: true}, f.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sub, err := c.Subscribe(ctx, "t", SubscribeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if rec, err := sub.Next(ctx); err != nil || rec.Offset != 0 {
+		t.Fatalf("first record %+v, %v", rec, err)
+	}
+	for i := range 2 {
+		short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := sub.Next(short)
+		cancelShort()
+		if short.Err() == nil || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Next %d while the node does not answer: %v, want its context's deadline", i, err)
+		}
+	}
+	unblock()
+	if rec, err := sub.Next(ctx); err != nil || rec.Offset != 1 {
+		t.Fatalf("Next once the node answers: %+v, %v; want offset 1", rec, err)
 	}
 }

@@ -161,6 +161,10 @@ type Subscription struct {
 	lastNext  *uint64 // delivered[lastTopic]: a run of one topic's records skips the map
 
 	grp groupState // Commit, and the frames it read past (group.go)
+	// resuming: the stream ended in a way that asks for the subscription to be made again,
+	// and the Next that tried ran out of time; the next Next makes it again before reading.
+	// readMu.
+	resuming bool
 
 	// pos is the subscription's portable position (position.go), nil for a group member;
 	// region is the region of the node of its stream, which a failover changes (failover.go).
@@ -375,6 +379,15 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 		return Record{}, ErrClosed
 	}
 	for {
+		if s.resuming { // the old stream is over: what is left on it is not read
+			if err := s.resume(ctx); err != nil {
+				if ctx.Err() != nil {
+					return Record{}, err // still resumable: the next Next tries again
+				}
+				return Record{}, s.end(err)
+			}
+			s.resuming = false
+		}
 		f, err := s.nextFrame(ctx)
 		if err != nil {
 			if ctxErr := ctx.Err(); ctxErr != nil && err == ctxErr {
@@ -385,6 +398,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 					continue
 				}
 				if ctx.Err() != nil {
+					s.resuming = true
 					return Record{}, err // still resumable: the next Next tries again
 				}
 			}
@@ -467,6 +481,9 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 					continue
 				}
 				if ctx.Err() != nil {
+					// The stream's FIN may follow the ERROR: the next Next makes the
+					// subscription again rather than read it as the node ending it.
+					s.resuming = true
 					return Record{}, err
 				}
 				return Record{}, s.end(err)

@@ -190,7 +190,7 @@ type Config struct {
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
 
-	// noFeatures, for tests, has the node announce no features in gossip (tagFeatures), as
+	// noFeatures, for tests, has the node announce no features in gossip (FeaturesTag), as
 	// a build older than them does.
 	noFeatures bool
 }

@@ -58,8 +58,10 @@ type Node struct {
 	place  *placement             // which node of the region owns which topic; nil without GossipLAN
 	rep    *replicated            // replicated topics (Config.Replicas > 1); nil otherwise
 	raftID uint64                 // this node's raft ID, with Replicas > 1
-	// meshTags are the gossip tags set at start (SetTags replaces them all).
+	// meshTags are the gossip tags the node announces (SetTags replaces them all); tagMu
+	// serializes their changes (setMeshTag).
 	meshTags map[string]string
+	tagMu    sync.Mutex
 
 	stop      chan struct{} // closed by Close: every session drains
 	stopOnce  sync.Once
@@ -172,12 +174,12 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 	if c.GossipLAN == "" {
 		return nil
 	}
-	tags := map[string]string{tagQUIC: n.advertise()}
+	tags := map[string]string{tagQUIC: n.advertise(), FeaturesTag: localFeatures().String()}
+	if c.noFeatures {
+		delete(tags, FeaturesTag) // a node of a release before the tag, for tests
+	}
 	if n.raftID != 0 {
 		tags[tagRaft] = strconv.FormatUint(n.raftID, 10)
-		if !c.noFeatures {
-			tags[tagFeatures] = featureGroups // replgroups.go
-		}
 	}
 	n.meshTags = tags
 	g, err := gossip.New(gossip.Config{

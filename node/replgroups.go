@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/quicmq/quicmq/routing"
@@ -32,9 +31,9 @@ import (
 //
 // Regions formed before groups held many topics (placement records of version 1: one group
 // per topic, named by replica.TopicGroup) keep their topics in their groups; their leader
-// writes groups records once every node of the region says in gossip that it reads them
-// (tagFeatures), so a region upgraded one node at a time never has a node that skips a
-// placement.
+// writes groups records once every node of the region announces in gossip that it reads
+// metadata records of version 3 (features.go: meta=3), so a region upgraded one node at a
+// time never has a node that skips a placement.
 
 // groupsVersion is the metadata record that declares groups and places topics on them:
 //
@@ -45,13 +44,6 @@ import (
 // a group ID and the first placement of a topic win, and a placement names a group declared
 // in this record or an earlier one.
 const groupsVersion = 3
-
-// tagFeatures is the gossip tag listing what a node's build reads and writes that older
-// builds do not (comma-separated); featureGroups: groups records.
-const (
-	tagFeatures   = "features"
-	featureGroups = "groups"
-)
 
 // maxGroupsRecordTopics bounds the topics one groups record places (about 30 bytes each).
 const maxGroupsRecordTopics = 4096
@@ -199,8 +191,8 @@ func groupsPerNode(setting int) int {
 }
 
 // manyGroups reports whether the metadata leader places new topics on groups of many
-// topics: the setting allows it and every node of the region that gossip knows reads groups
-// records.
+// topics: the setting allows it and every node of the region announces that it reads groups
+// records (RegionKnows).
 // The answer is kept for a second: every new topic asks.
 func (r *replicated) manyGroups() bool {
 	if groupsPerNode(r.n.cfg.Raft.GroupsPerNode) == 0 {
@@ -212,15 +204,7 @@ func (r *replicated) manyGroups() bool {
 		return r.mu.many
 	}
 	r.mu.Unlock()
-	many := true
-	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
-		if m.Name == r.n.cfg.Name || m.Tags[tagRaft] == "" {
-			continue
-		}
-		if !slices.Contains(strings.Split(m.Tags[tagFeatures], ","), featureGroups) {
-			many = false
-		}
-	}
+	many, _ := r.n.RegionKnows(featMeta, groupsVersion)
 	r.mu.Lock()
 	r.mu.many, r.mu.manyAt = many, time.Now()
 	r.mu.Unlock()

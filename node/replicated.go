@@ -64,7 +64,6 @@ type replicated struct {
 	elections *electionCounter // metrics (replmetrics.go)
 	rejoinM   *rejoinMetrics   // replmember.go
 	rejoin    rejoinState      // owned by the observe goroutine
-	tagMu     sync.Mutex       // serializes advertiseFormed (form, observe)
 
 	mu struct {
 		sync.Mutex

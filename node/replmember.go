@@ -115,19 +115,9 @@ func (r *replicated) advertiseFormed(ctx context.Context) {
 		}
 	}
 	slices.Sort(voters)
-	v := strings.Join(voters, ",")
-	r.tagMu.Lock()
-	defer r.tagMu.Unlock()
-	if n.meshTags[tagMeta] == v {
-		return
-	}
-	tags := maps.Clone(n.meshTags)
-	tags[tagMeta] = v
-	if err := n.gossip.SetTags(tags); err != nil {
+	if err := n.setMeshTag(tagMeta, strings.Join(voters, ",")); err != nil {
 		n.log.Warn("could not advertise the metadata group in gossip", "err", err)
-		return
 	}
-	n.meshTags = tags
 }
 
 // applyMember applies a member record: name is raft node id from now on (watchMeta).

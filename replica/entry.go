@@ -569,3 +569,12 @@ func (d *entryDecoder) bytes() []byte {
 	}
 	return append([]byte(nil), s...)
 }
+
+// EntryFeatures is what this build knows of the raft entry format, as levels a node
+// announces to its region (node/features.go): the entry version, the highest kind it
+// applies, and the highest layouts of the set position and set group bodies. A proposer uses
+// a newer version, kind or layout only once every replica of the region announces it: a
+// replica given one it does not know stops (ErrEntryNewer) rather than diverge.
+func EntryFeatures() map[string]int {
+	return map[string]int{"entry": entryVersion, "kind": int(maxEntryKind), "poslayout": posLayoutVector, "grouplayout": groupLayoutVector}
+}

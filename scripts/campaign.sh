@@ -16,6 +16,7 @@
 #   scripts/campaign.sh replica [KILLS] [RATE]     replicated region: SIGKILL of the leader (default 50 kills, 600 records/s), failover p50/p99
 #   scripts/campaign.sh replica-faults             replicated region: leader cut off 30 s (root, nft), stopped 10 s, a replica wiped
 #   scripts/campaign.sh replica-broken             the replicated region's checkers against a build that acks before commit
+#   scripts/campaign.sh upgrade [RUNS]             rolling upgrade from the previous release (internal/release/RELEASES) to this build (default 1 run)
 #   scripts/campaign.sh all
 #
 # Each prints the tests' own figures and exits non-zero if any check failed. Seeds are
@@ -120,6 +121,11 @@ replicabroken() {
   return $rc
 }
 
+upgrade() {
+  QUICMQ_UPGRADE_CAMPAIGN=1 run "rolling upgrade: regions rc (3 replicas) and us (mirroring) from the previous release to this build, one node at a time under load, ${1:-1} run(s)" \
+    -timeout $((20 * ${1:-1}))m -count "${1:-1}" -run '^TestRollingUpgrade$' ./cmd/quicmq
+}
+
 case "${1:-}" in
   powerloss) powerloss "${2:-}" ;;
   corruption) corruption "${2:-}" ;;
@@ -135,6 +141,7 @@ case "${1:-}" in
   replica) replica "${2:-}" "${3:-}" ;;
   replica-faults) replicafaults ;;
   replica-broken) replicabroken ;;
+  upgrade) upgrade "${2:-}" ;;
   all)
     rc=0
     powerloss || rc=1
@@ -151,10 +158,11 @@ case "${1:-}" in
     replica || rc=1
     replicafaults || rc=1
     replicabroken || rc=1
+    upgrade || rc=1
     exit $rc
     ;;
   *)
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

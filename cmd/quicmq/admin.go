@@ -100,13 +100,19 @@ func runMembers(ctx context.Context, e *env, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tREGION\tSTATUS\tQUIC\tGOSSIP\tPOOLS")
+	fmt.Fprintln(tw, "NAME\tREGION\tSTATUS\tQUIC\tGOSSIP\tPOOLS\tFEATURES")
 	for _, m := range ms {
 		name := m.Name
 		if m.IsLocal {
 			name += " (this node)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", name, m.Region, m.Status, m.QUIC, m.Gossip, strings.Join(m.Pools, ","))
+		// What the node announces it knows (docs/operations.md, "Upgrading one node at a
+		// time"); none from a node of release v0.2.0 or older.
+		feat, ok := m.Tags[node.FeaturesTag]
+		if !ok {
+			feat = "- (v0.2.0 or older)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, m.Region, m.Status, m.QUIC, m.Gossip, strings.Join(m.Pools, ","), feat)
 	}
 	return tw.Flush()
 }

@@ -39,10 +39,14 @@ type replicaRegion struct {
 	caDir  string
 	region string
 	nodes  []*replicaNode
+	// extra, when set, gives node i's flags beyond the region's (the rolling-upgrade
+	// campaign's fixed client address and WAN pool).
+	extra func(i int) []string
 }
 
 type replicaNode struct {
 	name, data, lan string
+	bin             string     // the binary node runs, when not the region's (an upgrade)
 	mu              sync.Mutex // guards p: a fault replaces it while the load reads its address
 	p               *meshProcess
 }
@@ -80,15 +84,23 @@ func (r *replicaRegion) args(i int) []string {
 			join = append(join, o.lan)
 		}
 	}
-	return []string{"--data", r.nodes[i].data, "--region", r.region, "--ca-dir", r.caDir, "--gossip", r.nodes[i].lan,
+	args := []string{"--data", r.nodes[i].data, "--region", r.region, "--ca-dir", r.caDir, "--gossip", r.nodes[i].lan,
 		"--join", strings.Join(join, ","), "--replicas", fmt.Sprint(len(r.nodes))}
+	if r.extra != nil {
+		args = append(args, r.extra(i)...)
+	}
+	return args
 }
 
 // start starts node i's process (again, after a kill) on its data directory.
 func (r *replicaRegion) start(i int) {
 	r.t.Helper()
 	n := r.nodes[i]
-	p := startMeshProcess(r.t, r.bin, n.name, r.args(i)...)
+	bin := r.bin
+	if n.bin != "" {
+		bin = n.bin
+	}
+	p := startMeshProcess(r.t, bin, n.name, r.args(i)...)
 	n.mu.Lock()
 	n.p = p
 	n.mu.Unlock()
@@ -197,6 +209,8 @@ type replicaLoad struct {
 	refusedButStored                                                atomic.Int64 // of those, answered as duplicates when published again
 	errMu                                                           sync.Mutex
 	errs                                                            map[string]int
+	refusals                                                        []string // the first refusals, whole
+	refusedCodes                                                    map[client.Code]int
 }
 
 // answerWithin bounds the wait for one publish's answer, as an application would: past it
@@ -206,7 +220,7 @@ type replicaLoad struct {
 const answerWithin = 3 * time.Second
 
 func newReplicaLoad(r *replicaRegion, nTopics, rate int) *replicaLoad {
-	l := &replicaLoad{r: r, hist: linearize.NewHistory(), rate: rate, producers: 6, acked: make([]atomic.Int64, nTopics), seen: make([]atomic.Int64, nTopics), errs: map[string]int{}}
+	l := &replicaLoad{r: r, hist: linearize.NewHistory(), rate: rate, producers: 6, acked: make([]atomic.Int64, nTopics), seen: make([]atomic.Int64, nTopics), errs: map[string]int{}, refusedCodes: map[client.Code]int{}}
 	for i := range nTopics {
 		l.topics = append(l.topics, fmt.Sprintf("rc.t%d", i))
 		l.acked[i].Store(-1)
@@ -262,10 +276,24 @@ func (l *replicaLoad) settle(op linearize.PublishOp, topic int, ack client.Ack, 
 		l.saidUnknown.Store(unknownRefusal{l.topics[topic], op.Key()}, true)
 		l.noteErr(err)
 		return true
+	case errors.As(err, &ce) && strings.Contains(err.Error(), "the node ended the publish stream"):
+		// Not a PUBLISH_ERROR: the stream ended (ERROR 9: the outcome of what the node had
+		// not answered is unknown) before this publish was answered, or sent. Published
+		// again like any unknown outcome.
+		op.Unknown(err)
+		l.unknown.Add(1)
+		l.noteErr(err)
+		return true
 	case errors.As(err, &ce) && !errors.Is(err, client.ErrOutcomeUnknown):
 		op.Refused(err)
 		l.refused.Add(1)
 		l.noteErr(err)
+		l.errMu.Lock()
+		l.refusedCodes[ce.Code]++
+		if len(l.refusals) < 10 {
+			l.refusals = append(l.refusals, fmt.Sprintf("%s %v: %v", l.topics[topic], op.Key(), err))
+		}
+		l.errMu.Unlock()
 		return false
 	default:
 		op.Unknown(err)

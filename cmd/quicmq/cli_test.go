@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/internal/config"
+	"github.com/quicmq/quicmq/internal/release"
 	"github.com/quicmq/quicmq/node"
 )
 
@@ -57,10 +58,19 @@ func TestHelpEverySubcommand(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	// A test binary records no commit: it names itself after the latest release, "+dev".
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		code, stdout, stderr := runCLI(t, "", args...)
-		if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "quicmq "+version+" (commit ") || !strings.Contains(stdout, runtime.Version()) {
+		if code != 0 || stderr != "" || !strings.HasPrefix(stdout, "quicmq "+release.Latest().Name+"+dev (commit ") || !strings.Contains(stdout, runtime.Version()) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q", args, code, stdout, stderr)
+		}
+	}
+	// A build of a release's commit is named after it (the commit as -X gives it here).
+	defer func(c string) { commit = c }(commit)
+	for _, r := range release.All() {
+		commit = r.Commit
+		if got, want := versionLine(), "quicmq "+r.Name+" (commit "+r.Commit[:12]+") "; !strings.HasPrefix(got, want) {
+			t.Errorf("built at %s: %q, want %q...", r.Commit[:12], got, want)
 		}
 	}
 	// The built binary carries the -X version and the commit go build recorded (built in a

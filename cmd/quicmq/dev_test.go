@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/wire"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
@@ -113,11 +115,17 @@ func TestDevMeshCrossRegion(t *testing.T) {
 	if !strings.Contains(d.stdout.String(), " members --admin http://"+admins[0][1]+"\n") {
 		t.Fatalf("the members hint does not name %s:\n%s", admins[0][1], d.stdout.String())
 	}
-	if code, out, errOut := runCLI(t, "", "members", "--admin", admins[0][1]); code != 0 || !strings.Contains(out, d.nodes[0].name) {
+	code, out, errOut := runCLI(t, "", "members", "--admin", admins[0][1])
+	if code != 0 || !strings.Contains(out, d.nodes[0].name) || !strings.Contains(out, "FEATURES") {
 		t.Fatalf("members --admin %s: %d %q %s", admins[0][1], code, out, errOut)
 	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] { // every member announces this build's features
+		if !strings.HasSuffix(line, fmt.Sprintf("proto=%d", wire.Version)) {
+			t.Errorf("members: %q does not end with this build's features", line)
+		}
+	}
 	// --format json: one document, an array of objects with the documented fields.
-	code, out, errOut := runCLI(t, "", "members", "--admin", "http://"+admins[0][1], "--format", "json")
+	code, out, errOut = runCLI(t, "", "members", "--admin", "http://"+admins[0][1], "--format", "json")
 	var members []map[string]any
 	if err := json.Unmarshal([]byte(out), &members); code != 0 || err != nil || len(members) == 0 {
 		t.Fatalf("members --format json: %d %v %q %s", code, err, out, errOut)

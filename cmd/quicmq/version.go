@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
+
+	"github.com/quicmq/quicmq/internal/release"
 )
 
-// version is the release version, set at build time with
-// -ldflags "-X main.version=v1.2.3" (the Makefile's build target passes VERSION); "dev" when
-// built without it.
-var version = "dev"
+// version overrides the release name `quicmq version` prints, set at build time with
+// -ldflags "-X main.version=NAME" (the Makefile passes VERSION when given one). Without it
+// the name comes from the releases this tree lists (internal/release, RELEASES): a release's
+// name when the commit built is one, else the latest release's name with "+dev".
+var version = ""
 
 // commit is the commit built, for builds where the go command records none (GOFLAGS
 // -buildvcs=false, a source tarball): -ldflags "-X main.commit=$(git rev-parse HEAD)", as the
@@ -18,7 +22,7 @@ var version = "dev"
 var commit = ""
 
 func init() {
-	register("version", "print the version, commit and Go version of this binary (also: quicmq --version)", runVersion)
+	register("version", "print the release name, commit and Go version of this binary (also: quicmq --version)", runVersion)
 }
 
 func runVersion(ctx context.Context, e *env, args []string) error {
@@ -30,9 +34,10 @@ func runVersion(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// versionLine is "quicmq VERSION (commit REV[, modified], TIME) GOVERSION OS/ARCH", from the
-// -X variable and what the go command recorded in the binary (vcs.* settings exist when it
-// was built from a git checkout with `go build`; `go run` and test binaries have none).
+// versionLine is "quicmq NAME (commit REV[, modified], TIME) GOVERSION OS/ARCH", from the
+// -X variables, the releases list and what the go command recorded in the binary (vcs.*
+// settings exist when it was built from a git checkout with `go build`; `go run` and test
+// binaries have none). A modified tree is never a release: its name has "+dev".
 func versionLine() string {
 	rev, modified, when := "unknown", false, ""
 	if commit != "" {
@@ -52,6 +57,13 @@ func versionLine() string {
 			}
 		}
 	}
+	name := version
+	if name == "" || name == "dev" {
+		name = release.NameOf(rev)
+		if modified && !strings.HasSuffix(name, "+dev") {
+			name += "+dev"
+		}
+	}
 	if len(rev) > 12 {
 		rev = rev[:12]
 	}
@@ -62,5 +74,5 @@ func versionLine() string {
 	if when != "" {
 		desc += ", " + when
 	}
-	return fmt.Sprintf("quicmq %s (%s) %s %s/%s", version, desc, goVersion, runtime.GOOS, runtime.GOARCH)
+	return fmt.Sprintf("quicmq %s (%s) %s %s/%s", name, desc, goVersion, runtime.GOOS, runtime.GOARCH)
 }

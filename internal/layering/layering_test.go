@@ -15,7 +15,7 @@ const module = "github.com/quicmq/quicmq"
 var layers = map[string]int{
 	// Leaves: pure or self-contained.
 	"routing": 0, "gossip": 0, "internal/wire": 0, "internal/testlog": 0, "internal/certs": 0,
-	"internal/campaign": 0, "internal/layering": 0, "internal/liveness": 0,
+	"internal/campaign": 0, "internal/layering": 0, "internal/liveness": 0, "internal/release": 0,
 	// Over the leaves.
 	"wal": 1, "internal/config": 1, "internal/clienthook": 1, "internal/linearize": 1,
 	// The SDK links no broker code; replica uses wal and routing, never node.
