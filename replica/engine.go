@@ -31,8 +31,8 @@ type engine struct {
 	// a campaign, a report) or in the last round, so that process looks at them and not at
 	// every group (touch).
 	dirty []*group
-	seq    uint64   // last proposal sequence of this engine
-	out    map[uint64][]Message
+	seq   uint64 // last proposal sequence of this engine
+	out   map[uint64][]Message
 	// compactDue are the groups that applied entries since process last
 	// considered compacting them.
 	compactDue []*group
