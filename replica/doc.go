@@ -40,7 +40,10 @@
 // calls it from a ticker and channels, and the simulation (sim_test.go) calls
 // the same functions directly on a virtual clock.
 //
-// A round takes the Ready of every group that has one and writes all their
+// A round looks only at the groups touched since the last one (a message, a
+// proposal, a tick, a campaign or a report for them, or a Ready in the last
+// round: engine.touch), so that a round costs what changed however many groups
+// are quiet; it takes the Ready of every one that has one and writes all their
 // entries (truncating conflicting suffixes), HardStates and applied entries
 // into one Pebble batch, synced when any group needs it (group commit).
 // Only after that commit returns does the round send messages, one
@@ -101,7 +104,10 @@
 // stored in the group's state, so every replica and every restart answers
 // a retried publish alike (a retry after a leader change gets its original
 // offset). A topic maps to a group by WalSMConfig.GroupOf (one group per
-// topic by default); wal refuses local appends and positions to it. A
+// topic by default; a node's groups hold many topics, placed by its region's
+// metadata, and GroupOf answers 0 for a topic whose placement it has not read:
+// its entries apply in the group they come in); wal refuses local appends and
+// positions to it. A
 // follower's apply batch may be unsynced: a crash can lose it, and it is
 // applied again, identically, from the synced raft log.
 //
