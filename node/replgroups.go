@@ -372,21 +372,12 @@ func (r *replicated) applyGroups(ctx context.Context, data []byte) {
 		return
 	}
 	var open []*repGroup
-	r.mu.Lock()
 	for _, g := range rec.groups {
-		for i, m := range g.replicas {
-			if _, ok := r.mu.names[m.id]; !ok {
-				r.mu.names[m.id] = m.name
-			}
-			if id, ok := r.mu.ids[m.name]; ok {
-				g.replicas[i].id = id // a member record renamed it before this record applied
-			} else {
-				r.mu.ids[m.name] = m.id
-			}
+		r.nameReplicas(g)
+		for _, m := range g.replicas {
 			g.local = g.local || m.name == r.n.cfg.Name
 		}
 	}
-	r.mu.Unlock()
 	r.pl.Lock()
 	for _, g := range rec.groups {
 		if r.pl.groups[g.id] != nil {
@@ -408,6 +399,24 @@ func (r *replicated) applyGroups(ctx context.Context, data []byte) {
 	r.pl.Unlock()
 	for _, g := range open {
 		r.openGroup(ctx, g)
+	}
+}
+
+// nameReplicas records the names and raft IDs a placement gives g's replicas, and gives
+// them the IDs the metadata named since (a member record that renamed a replica before the
+// placement applied).
+func (r *replicated) nameReplicas(g *repGroup) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, m := range g.replicas {
+		if _, ok := r.mu.names[m.id]; !ok {
+			r.mu.names[m.id] = m.name
+		}
+		if id, ok := r.mu.ids[m.name]; ok {
+			g.replicas[i].id = id
+		} else {
+			r.mu.ids[m.name] = m.id
+		}
 	}
 }
 

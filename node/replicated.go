@@ -468,18 +468,7 @@ func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
 			"topic", t.name, "replicas", t.names())
 		g.local = false
 	}
-	r.mu.Lock()
-	for i, m := range g.replicas {
-		if _, ok := r.mu.names[m.id]; !ok {
-			r.mu.names[m.id] = m.name
-		}
-		if id, ok := r.mu.ids[m.name]; ok {
-			g.replicas[i].id = id // a member record renamed it before this placement applied
-		} else {
-			r.mu.ids[m.name] = m.id
-		}
-	}
-	r.mu.Unlock()
+	r.nameReplicas(g)
 	r.pl.Lock()
 	if _, placed := r.pl.topics[t.name]; placed || r.pl.groups[g.id] != nil {
 		r.pl.Unlock()
