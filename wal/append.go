@@ -518,7 +518,7 @@ func (l *Log) publish(f *inflight) {
 	l.mu.Lock()
 	for _, t := range f.newTopics {
 		l.mu.topics[t.name] = t
-		l.mu.created = append(l.mu.created, t.name)
+		l.createdLocked(t.name)
 		delete(l.mu.deleted, t.name)
 	}
 	for _, a := range f.advances {

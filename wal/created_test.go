@@ -1,6 +1,8 @@
 package wal
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -57,5 +59,34 @@ func TestWatchAdvances(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(one, []string{"a", "b"}) || !slices.Equal(two, []string{"a", "b", "c"}) {
 		t.Fatalf("first saw %v, second %v", one, two)
+	}
+}
+
+// Topics created and deleted over and over do not grow the creation journal without bound;
+// a mark from before the names it dropped is answered with every topic there is.
+func TestCreatedSinceChurn(t *testing.T) {
+	l, _ := newTestLog(t, Options{})
+	mustAppend(t, l, "kept", 0, 1)
+	_, mark := l.CreatedSince(0)
+	for i := range 3000 {
+		name := fmt.Sprintf("churn.%d", i)
+		mustAppend(t, l, name, 0, 1)
+		if _, err := l.DeleteTopic(context.Background(), name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.mu.RLock()
+	kept := len(l.mu.created)
+	l.mu.RUnlock()
+	if kept > 2*1+1024+1 {
+		t.Fatalf("the journal keeps %d names for 1 topic", kept)
+	}
+	names, next := l.CreatedSince(mark)
+	if !slices.Equal(names, []string{"kept"}) || next != 3001 {
+		t.Fatalf("a mark from before the dropped names: %v, %d; want every topic and mark 3001", names, next)
+	}
+	mustAppend(t, l, "new", 0, 1)
+	if names, _ := l.CreatedSince(next); !slices.Equal(names, []string{"new"}) {
+		t.Fatalf("after the churn: %v", names)
 	}
 }

@@ -58,7 +58,10 @@ type Log struct {
 		topics map[string]*topic // durable topics only
 		// created names the topics in the order they became durable (recovered ones
 		// first), each time one did: CreatedSince reads it instead of listing every topic.
-		created   []string
+		// created[i] is mark createdBase+i: the oldest names are dropped when topics are
+		// created and deleted over and over (createdLocked).
+		created     []string
+		createdBase int
 		positions map[posName]posValue
 		// deleted maps the names of topics deleted since Open (and not created
 		// again) to their old IDs, so that a reader learns why a topic is gone.
@@ -285,7 +288,7 @@ func (l *Log) recover() error {
 		t.rb.needed = true
 		l.c.topics[t.name] = t
 		l.mu.topics[t.name] = t
-		l.mu.created = append(l.mu.created, t.name)
+		l.createdLocked(t.name)
 	}
 	return l.recoverPositions()
 }

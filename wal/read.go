@@ -88,11 +88,34 @@ func (l *Log) Topics() []TopicInfo {
 func (l *Log) CreatedSince(mark int) (names []string, next int) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	n := len(l.mu.created)
-	if mark < 0 || mark >= n {
+	n := l.mu.createdBase + len(l.mu.created)
+	switch {
+	case mark < 0 || mark >= n:
 		return nil, n
+	case mark < l.mu.createdBase:
+		// Names this old were dropped (much churn): every topic now, as a reader that
+		// began then would have heard of those still there.
+		names = make([]string, 0, len(l.mu.topics))
+		for name := range l.mu.topics {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		return names, n
 	}
-	return slices.Clone(l.mu.created[mark:]), n
+	return slices.Clone(l.mu.created[mark-l.mu.createdBase:]), n
+}
+
+// createdLocked appends topic to the creation journal (l.mu held for writing). Once the
+// journal holds more than twice the topics (and 1,024) names, its older half is dropped, so
+// topics created and deleted for ever do not grow it without bound; a mark from before the
+// drop is answered with every topic (CreatedSince).
+func (l *Log) createdLocked(topic string) {
+	l.mu.created = append(l.mu.created, topic)
+	if n := len(l.mu.created); n > 2*len(l.mu.topics)+1024 {
+		drop := n / 2
+		l.mu.created = slices.Clone(l.mu.created[drop:])
+		l.mu.createdBase += drop
+	}
 }
 
 // Read returns the records [from, min(HWM, from+maxRecords)) of a topic,

@@ -382,7 +382,7 @@ func (w *ReplicaWriter) Published() {
 	}
 	for _, t := range w.newTopics {
 		l.mu.topics[t.name] = t
-		l.mu.created = append(l.mu.created, t.name)
+		l.createdLocked(t.name)
 	}
 	for _, t := range w.newTopics {
 		l.advanceLocked(t, t.first) // a new topic's log starts at its first offset
