@@ -62,7 +62,7 @@ type Log struct {
 		// created and deleted over and over (createdLocked).
 		created     []string
 		createdBase int
-		positions map[posName]posValue
+		positions   map[posName]posValue
 		// deleted maps the names of topics deleted since Open (and not created
 		// again) to their old IDs, so that a reader learns why a topic is gone.
 		deleted map[string]uint32
