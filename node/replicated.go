@@ -551,6 +551,7 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 	poll := time.NewTicker(n.cfg.Raft.TickInterval)
 	defer poll.Stop()
 	asked, askedLead := false, uint64(0)
+	var notLeader time.Time // relayed: when this node first found it does not lead the metadata
 	var lastErr *wire.Error // the last refusal of a metadata leader asked, told at the timeout
 	for {
 		r.mu.Lock()
@@ -576,7 +577,16 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 				}
 				asked, askedLead = true, lead
 			case lead != 0 && relayed:
-				return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: node %q no longer leads region %q's metadata; retry", topic, n.cfg.Name, n.cfg.Region)
+				// Asked by a node that took this one for the metadata leader, or by one that
+				// has read the topic's placement and relays to this node as the leader of its
+				// group (a retention to store), which may not have read it yet: the placement
+				// is waited for a little, then the sender is told to ask again.
+				if notLeader.IsZero() {
+					notLeader = time.Now()
+				}
+				if time.Since(notLeader) > n.cfg.Raft.TickInterval*time.Duration(n.cfg.Raft.ElectionTicks) {
+					return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: node %q no longer leads region %q's metadata; retry", topic, n.cfg.Name, n.cfg.Region)
+				}
 			case lead != 0:
 				e := r.askPlace(ctx, lead, topic, replicas)
 				switch {
