@@ -147,37 +147,6 @@ func decodeGroups(p []byte) (*groupsRecord, error) {
 	return rec, nil
 }
 
-// metaDecoder reads a metadata record's uvarints and strings; bad is set by the first
-// malformed one, after which every read returns zero.
-type metaDecoder struct {
-	p   []byte
-	bad bool
-}
-
-func (d *metaDecoder) uv() uint64 {
-	if d.bad {
-		return 0
-	}
-	x, n := uvarint(d.p)
-	if n <= 0 {
-		d.bad = true
-		return 0
-	}
-	d.p = d.p[n:]
-	return x
-}
-
-func (d *metaDecoder) str() string {
-	l := d.uv()
-	if d.bad || l > uint64(len(d.p)) || l > 1<<16 {
-		d.bad = true
-		return ""
-	}
-	s := string(d.p[:l])
-	d.p = d.p[l:]
-	return s
-}
-
 // groupsPerNode is the setting's value with its default: two groups per core, at least 4;
 // 0 when the region keeps one group per topic (a negative setting).
 func groupsPerNode(setting int) int {

@@ -80,47 +80,58 @@ func encodePlacement(t *repTopic) []byte {
 
 var errPlacement = errors.New("node: malformed placement record")
 
+// metaDecoder reads a metadata record's uvarints and strings; bad is set by the first
+// malformed one, after which every read returns zero.
+type metaDecoder struct {
+	p   []byte
+	bad bool
+}
+
+func (d *metaDecoder) uv() uint64 {
+	if d.bad {
+		return 0
+	}
+	x, n := uvarint(d.p)
+	if n <= 0 {
+		d.bad = true
+		return 0
+	}
+	d.p = d.p[n:]
+	return x
+}
+
+func (d *metaDecoder) str() string {
+	l := d.uv()
+	if d.bad || l > uint64(len(d.p)) || l > wal.MaxNameLen {
+		d.bad = true
+		return ""
+	}
+	s := string(d.p[:l])
+	d.p = d.p[l:]
+	return s
+}
+
 // decodePlacement decodes a placement record (its bytes come from raft entries: every
 // length is checked).
 func decodePlacement(p []byte) (*repTopic, error) {
 	if len(p) == 0 || p[0] != placementVersion {
 		return nil, fmt.Errorf("%w: unknown version", errPlacement)
 	}
-	p = p[1:]
-	bad := false
-	uv := func() uint64 {
-		x, n := uvarint(p)
-		if n <= 0 {
-			bad = true
-			return 0
-		}
-		p = p[n:]
-		return x
-	}
-	str := func() string {
-		l := uv()
-		if bad || l > uint64(len(p)) || l > wal.MaxNameLen {
-			bad = true
-			return ""
-		}
-		s := string(p[:l])
-		p = p[l:]
-		return s
-	}
-	t := &repTopic{name: str()}
-	count := uv()
-	if bad || t.name == "" || count == 0 || count > maxPlacementReplicas {
+	d := &metaDecoder{p: p[1:]}
+	t := &repTopic{name: d.str()}
+	count := d.uv()
+	if d.bad || t.name == "" || count == 0 || count > maxPlacementReplicas {
 		return nil, fmt.Errorf("%w: topic or replica count", errPlacement)
 	}
 	for range count {
-		m := repMember{name: str(), id: uv()}
-		if bad || m.name == "" || m.id == 0 {
+		m := repMember{name: d.str(), id: d.uv()}
+		if d.bad || m.name == "" || m.id == 0 {
 			return nil, fmt.Errorf("%w: replica of %q", errPlacement, t.name)
 		}
 		t.replicas = append(t.replicas, m)
 	}
-	if len(p) > 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the end", errPlacement, len(p))
+	if len(d.p) > 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the end", errPlacement, len(d.p))
 	}
 	t.group = topicGroup(t.name)
 	for _, m := range t.replicas {
