@@ -51,6 +51,9 @@ func register(name, summary string, run func(ctx context.Context, env *env, args
 }
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "node" || os.Args[1] == "dev") {
+		hugepagesReexec(os.Args) // hugepages.go: returns unless it executes the node again
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(runMain(ctx, &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}, os.Args[1:]))
