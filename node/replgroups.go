@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -199,9 +200,17 @@ func (r *replicated) placeMany(topic string, replicas int) {
 	}
 }
 
-// placer is the goroutine that turns queued placements into groups records, one proposal
-// at a time, so that the topics queued while one commits share the next.
+// placerInflight bounds the groups records the placer has proposed and not yet seen
+// applied: topics queued while they commit go into the next one at once instead of waiting
+// for the previous record's whole commit (a raft round trip and two fsyncs).
+const placerInflight = 4
+
+// placer is the goroutine that turns queued placements into groups records, so that the
+// topics queued while records commit share the next. Up to placerInflight records are in
+// flight; one that declares groups is proposed alone, after the ones before it applied, so
+// that every record is decided knowing every group declared before it.
 func (r *replicated) placer(ctx context.Context) {
+	inflight := make(chan struct{}, placerInflight)
 	for {
 		select {
 		case <-ctx.Done():
@@ -209,6 +218,17 @@ func (r *replicated) placer(ctx context.Context) {
 		case <-r.placeWake:
 		}
 		for ctx.Err() == nil {
+			r.mu.Lock()
+			queued := len(r.mu.placeQ) > 0
+			r.mu.Unlock()
+			if !queued {
+				break
+			}
+			select { // a slot first, so that the record takes every topic queued until then
+			case inflight <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 			r.mu.Lock()
 			q := r.mu.placeQ
 			if len(q) > maxGroupsRecordTopics {
@@ -219,22 +239,47 @@ func (r *replicated) placer(ctx context.Context) {
 				r.mu.placeQ = nil
 			}
 			r.mu.Unlock()
-			if len(q) == 0 {
-				break
-			}
 			rec, err := r.groupsFor(q)
-			if err != nil {
-				r.n.log.Warn("placing topics on raft groups", "topics", len(q), "err", err)
+			if err == nil && len(rec.groups) > 0 && len(inflight) > 1 {
+				// It declares groups: decided again once the records before it applied
+				// (every other slot taken, then given back).
+				for range placerInflight - 1 {
+					select {
+					case inflight <- struct{}{}:
+					case <-ctx.Done():
+						return
+					}
+				}
+				for range placerInflight - 1 {
+					<-inflight
+				}
+				rec, err = r.groupsFor(q)
+			}
+			if err != nil || len(rec.topics) == 0 {
+				<-inflight
+				if err != nil {
+					r.n.log.Warn("placing topics on raft groups", "topics", len(q), "err", err)
+				}
 				continue // the askers time out and say so; a retry asks again
 			}
-			if len(rec.topics) == 0 {
-				continue
-			}
 			pctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
-			_, err = r.d.Propose(pctx, metaGroup, encodeGroups(rec))
-			cancel()
-			if err != nil {
-				r.n.log.Warn("placing topics on raft groups through the region's metadata group", "topics", len(rec.topics), "err", err)
+			topics := len(rec.topics)
+			declares := len(rec.groups) > 0
+			proposed := make(chan struct{})
+			r.d.ProposeAsync(pctx, metaGroup, encodeGroups(rec), func(_ replica.Result, err error) {
+				cancel()
+				if err != nil {
+					r.n.log.Warn("placing topics on raft groups through the region's metadata group", "topics", topics, "err", err)
+				}
+				<-inflight
+				close(proposed)
+			})
+			if declares {
+				select { // the next record is decided knowing these groups
+				case <-proposed:
+				case <-ctx.Done():
+					return
+				}
 			}
 		}
 	}
