@@ -639,9 +639,17 @@ func (e *engine) round(rds []*readyGroup) error {
 		r.early = true
 	}
 	e.flush()
+	// Proposals whose entries this round applies complete before its fsync (ackEarly):
+	// an applied entry is committed, so stored durably on a quorum already (a leader
+	// counts its own log toward the quorum only once Advance reports it stable), and the
+	// batch that applies it is atomic in Pebble's WAL, which the sync below makes durable
+	// with everything before it. That sync is for this round's own appends and HardState,
+	// which the messages sent after it promise. A round that restores a snapshot keeps the
+	// plain order.
+	ackEarly := sync && len(restored) == 0 && !e.cfg.brokenNoSync && applies(rds)
 	if !b.Empty() {
 		opt := pebble.NoSync
-		if sync && !e.cfg.brokenNoSync {
+		if sync && !ackEarly && !e.cfg.brokenNoSync {
 			opt = pebble.Sync
 			e.stats.SyncCommits++
 		}
@@ -659,6 +667,15 @@ func (e *engine) round(rds []*readyGroup) error {
 		}
 	}
 	e.sm.Committed()
+	if ackEarly {
+		for _, r := range rds {
+			e.complete(r)
+		}
+		if err := e.cfg.DB.LogData(nil, pebble.Sync); err != nil {
+			return fmt.Errorf("replica: sync round: %w", err)
+		}
+		e.stats.SyncCommits++
+	}
 	for _, r := range rds {
 		msgs := r.rd.Messages
 		if r.early {
@@ -677,12 +694,24 @@ func (e *engine) round(rds []*readyGroup) error {
 		if r.rd.SoftState != nil || !raft.IsEmptyHardState(r.rd.HardState) {
 			e.roles.set(r.g)
 		}
-		e.complete(r)
+		if !ackEarly {
+			e.complete(r)
+		}
 		if e.cfg.LogCompaction && len(r.applied) > 0 {
 			e.compactDue = append(e.compactDue, r.g)
 		}
 	}
 	return nil
+}
+
+// applies reports whether any group of a round applies entries.
+func applies(rds []*readyGroup) bool {
+	for _, r := range rds {
+		if len(r.applied) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // apply hands the committed entries of one group to the state machine and
