@@ -22,7 +22,8 @@ import (
 // (all three nodes) and the bytes the leader's Pebble wrote to sstables per
 // record, for the driver as it was (each proposal handed to Run, every
 // entry read back from Pebble, log never compacted), with the proposal
-// queue, with the entry cache too and with log compaction too; beside them
+// queue, with the entry cache too and with log compaction too (what a node runs; and
+// with proposals completed after the round's fsync, as before they completed early); beside them
 // a group of one replica (without and with compaction) and wal's own
 // synced append (R1) with as many records in flight.
 func BenchmarkProposePipelined(b *testing.B) {
@@ -35,6 +36,7 @@ func BenchmarkProposePipelined(b *testing.B) {
 		{"queue", 3, func(c *Config) { c.noEntryCache = true }},
 		{"cache", 3, func(c *Config) {}},
 		{"cache+compact", 3, func(c *Config) { c.LogCompaction = true }},
+		{"cache+compact+ack-after-sync", 3, func(c *Config) { c.LogCompaction, c.ackAfterSync = true, true }},
 		{"one-replica", 1, func(c *Config) {}},
 		{"one-replica+compact", 1, func(c *Config) { c.LogCompaction = true }},
 	}

@@ -101,6 +101,9 @@ type Config struct {
 	// noEntryCache, benchmark only, reads every entry from Pebble (the
 	// driver before the entry cache), to measure beside the default.
 	noEntryCache bool
+	// ackAfterSync, benchmark only, completes proposals after the round's fsync as the
+	// engine did before it acked early (BenchmarkProposePipelined's baseline).
+	ackAfterSync bool
 	// brokenApplyBeforeCommit, test only, applies (and acknowledges)
 	// entries as soon as they are appended, before they commit: the
 	// simulation must catch it.

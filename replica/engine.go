@@ -646,7 +646,7 @@ func (e *engine) round(rds []*readyGroup) error {
 	// with everything before it. That sync is for this round's own appends and HardState,
 	// which the messages sent after it promise. A round that restores a snapshot keeps the
 	// plain order.
-	ackEarly := sync && len(restored) == 0 && !e.cfg.brokenNoSync && applies(rds)
+	ackEarly := sync && len(restored) == 0 && !e.cfg.brokenNoSync && !e.cfg.ackAfterSync && applies(rds)
 	if !b.Empty() {
 		opt := pebble.NoSync
 		if sync && !ackEarly && !e.cfg.brokenNoSync {
