@@ -412,7 +412,7 @@ func (q *quicmqGrp) dial(ctx context.Context, name string) (*client.Conn, error)
 }
 
 func (q *quicmqGrp) publisher(ctx context.Context) (asyncPub, error) {
-	return dialQuicmqPub(ctx, q.ca, quicmqAddr, grpTopic, 1024)
+	return dialQuicmqPub(ctx, q.ca, quicmqAddr, topicTurn{topics: []string{grpTopic}}, 1024)
 }
 
 // member subscribes as a member of the group "bench" on a connection of its own. A reader
@@ -576,7 +576,7 @@ func startJSGrp(ctx context.Context, p grpParams, payload func() []byte) (*jsGrp
 }
 
 func (j *jsGrp) publisher(context.Context) (asyncPub, error) {
-	return dialJSPub(natsAddr, grpTopic, 1024)
+	return dialJSPub(natsAddr, topicTurn{topics: []string{grpTopic}}, 1024)
 }
 
 // member binds a pull subscription to the consumer on a connection of its own and loops:

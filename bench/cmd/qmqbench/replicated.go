@@ -50,9 +50,23 @@ var repAckMeans = map[string]string{
 // repTopic is the one topic (JetStream: subject of the stream REP) every client publishes to.
 const repTopic = "rep.bench"
 
+// repTopics names the n topics of a many-topic run (JetStream: subjects of the stream REP,
+// which takes "rep.>"): repTopic alone for n <= 1.
+func repTopics(n int) []string {
+	if n <= 1 {
+		return []string{repTopic}
+	}
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s.t%05d", repTopic, i)
+	}
+	return out
+}
+
 type repParams struct {
 	System   string
 	Clients  int
+	Topics   int // topics (JetStream: subjects of the one stream) the clients publish over, in turn; 0 or 1: repTopic
 	Size     int
 	Window   int // unanswered publishes per client
 	Warmup   time.Duration
@@ -65,7 +79,7 @@ type repParams struct {
 }
 
 func (p repParams) args() []string {
-	return []string{"repworker", "--system", p.System, "--clients", fmt.Sprint(p.Clients), "--size", fmt.Sprint(p.Size),
+	return []string{"repworker", "--system", p.System, "--clients", fmt.Sprint(p.Clients), "--topics", fmt.Sprint(max(p.Topics, 1)), "--size", fmt.Sprint(p.Size),
 		"--window", fmt.Sprint(p.Window), "--warmup", p.Warmup.String(), "--duration", p.Duration.String(), "--quicmq", p.Quicmq,
 		"--profile", p.Profile, "--repeat", fmt.Sprint(p.Repeat)}
 }
@@ -101,21 +115,33 @@ type asyncPub interface {
 	close()
 }
 
-type quicmqPub struct {
-	c     *client.Conn
-	topic string
+// topicTurn hands out a client's topics in turn (one goroutine publishes per client).
+type topicTurn struct {
+	topics []string
+	next   int
 }
 
-func dialQuicmqPub(ctx context.Context, ca, addr, topic string, window int) (*quicmqPub, error) {
+func (t *topicTurn) topic() string {
+	s := t.topics[t.next]
+	t.next = (t.next + 1) % len(t.topics)
+	return s
+}
+
+type quicmqPub struct {
+	c *client.Conn
+	topicTurn
+}
+
+func dialQuicmqPub(ctx context.Context, ca, addr string, topics topicTurn, window int) (*quicmqPub, error) {
 	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "bench-pub", MaxPendingPublishes: window}, addr)
 	if err != nil {
 		return nil, err
 	}
-	return &quicmqPub{c: c, topic: topic}, nil
+	return &quicmqPub{c: c, topicTurn: topics}, nil
 }
 
 func (q *quicmqPub) send(ctx context.Context, payload []byte) (func(context.Context) error, error) {
-	f, err := q.c.PublishAsync(ctx, client.Message{Topic: q.topic, Payload: payload})
+	f, err := q.c.PublishAsync(ctx, client.Message{Topic: q.topic(), Payload: payload})
 	if err != nil {
 		return nil, err
 	}
@@ -125,12 +151,12 @@ func (q *quicmqPub) send(ctx context.Context, payload []byte) (func(context.Cont
 func (q *quicmqPub) close() { q.c.Close() }
 
 type jsPub struct {
-	nc      *nats.Conn
-	js      nats.JetStreamContext
-	subject string
+	nc *nats.Conn
+	js nats.JetStreamContext
+	topicTurn
 }
 
-func dialJSPub(url, subject string, window int) (*jsPub, error) {
+func dialJSPub(url string, subjects topicTurn, window int) (*jsPub, error) {
 	nc, err := nats.Connect(url, nats.Name("bench-pub"))
 	if err != nil {
 		return nil, err
@@ -140,12 +166,12 @@ func dialJSPub(url, subject string, window int) (*jsPub, error) {
 		nc.Close()
 		return nil, err
 	}
-	return &jsPub{nc: nc, js: js, subject: subject}, nil
+	return &jsPub{nc: nc, js: js, topicTurn: subjects}, nil
 }
 
 func (j *jsPub) send(ctx context.Context, payload []byte) (func(context.Context) error, error) {
 	// Wait for room in the window instead of failing after nats.go's default 200 ms.
-	f, err := j.js.PublishAsync(j.subject, payload, nats.StallWait(time.Minute))
+	f, err := j.js.PublishAsync(j.topic(), payload, nats.StallWait(time.Minute))
 	if err != nil {
 		return nil, err
 	}
@@ -546,13 +572,15 @@ func startRepCluster(sys, quicmqBin string, profile bool) (*repCluster, error) {
 }
 
 // dialRepClient connects client i of a run to broker i % len(addrs): clients are spread
-// over the servers, as a client list of a region would spread them.
-func dialRepClient(ctx context.Context, sys string, cl *repCluster, i, window int) (asyncPub, error) {
+// over the servers, as a client list of a region would spread them. It publishes over
+// topics in turn, starting where client i's share of them begins.
+func dialRepClient(ctx context.Context, sys string, cl *repCluster, i, clients, window int, topics []string) (asyncPub, error) {
 	addr := cl.addrs[i%len(cl.addrs)]
+	turn := topicTurn{topics: topics, next: i * len(topics) / max(clients, 1)}
 	if strings.HasPrefix(sys, "quicmq") {
-		return dialQuicmqPub(ctx, cl.ca, addr, repTopic, window)
+		return dialQuicmqPub(ctx, cl.ca, addr, turn, window)
 	}
-	return dialJSPub(addr, repTopic, window)
+	return dialJSPub(addr, turn, window)
 }
 
 // profileNodes starts fetching a CPU profile of the measured window from each node of cl
@@ -602,6 +630,7 @@ func runRepWorker(args []string) error {
 	fs := flag.NewFlagSet("repworker", flag.ExitOnError)
 	fs.StringVar(&p.System, "system", "quicmq-r1", "system")
 	fs.IntVar(&p.Clients, "clients", 1, "publishing clients (connections)")
+	fs.IntVar(&p.Topics, "topics", 1, "topics the clients publish over, in turn")
 	fs.IntVar(&p.Size, "size", 1024, "payload bytes")
 	fs.IntVar(&p.Window, "window", 1024, "unanswered publishes per client")
 	fs.DurationVar(&p.Warmup, "warmup", time.Second, "publishing before the window")
@@ -624,16 +653,18 @@ func runRepWorker(args []string) error {
 			c.close()
 		}
 	}()
+	topics := repTopics(p.Topics)
 	for i := range p.Clients {
-		c, err := dialRepClient(ctx, p.System, cl, i, p.Window)
+		c, err := dialRepClient(ctx, p.System, cl, i, p.Clients, p.Window, topics)
 		if err != nil {
 			return fmt.Errorf("%s: client %d: %w", p.System, i, err)
 		}
 		pubs = append(pubs, c)
 	}
-	// The first publish creates the topic (QuicMQ R3: places its replica group and elects
-	// its leader): retried until acked, so that the window measures publishing only.
-	if err := firstPublish(ctx, pubs[0], p.Size); err != nil {
+	// The first publish to each topic creates it (QuicMQ R3: places it on a raft group,
+	// electing the group's leader if new): retried until acked, so that the window
+	// measures publishing only.
+	if err := createTopics(ctx, pubs[0], len(topics), p.Size); err != nil {
 		return fmt.Errorf("%s: first publish: %w", p.System, err)
 	}
 	var hist latHist
@@ -687,7 +718,7 @@ func runRepWorker(args []string) error {
 	}
 	close(stop)
 	wg.Wait()
-	if len(cl.pids) > 1 {
+	if len(cl.pids) > 1 && len(topics) == 1 { // many topics: leaders spread over the groups
 		var err error
 		if res.Leader, res.Replicas, err = cl.leader(ctx); err != nil {
 			res.Notes = append(res.Notes, "leader unknown: "+err.Error())
@@ -716,6 +747,34 @@ func runRepWorker(args []string) error {
 	}
 	res.LoadAvg = loadAvg()
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// createTopics publishes one record to each of n topics through p (which takes its topics
+// in turn), pipelined, every topic again while any of them failed (a replicated topic's
+// group may still be electing its leader), for at most a minute.
+func createTopics(ctx context.Context, p asyncPub, n, size int) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		waits := make([]func(context.Context) error, 0, n)
+		var err error
+		for range n {
+			var w func(context.Context) error
+			if w, err = p.send(ctx, make([]byte, size)); err != nil {
+				break
+			}
+			waits = append(waits, w)
+		}
+		for _, w := range waits {
+			if e := w(ctx); e != nil && err == nil {
+				err = e
+			}
+		}
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // firstPublish publishes one record until it is acked, for at most a minute.
@@ -755,7 +814,9 @@ Durable publish into one topic from 1 and 16 clients (spread over the servers), 
 for QuicMQ R3 (three 'quicmq node --replicas 3' processes of one region), QuicMQ R1 (one
 node) and NATS JetStream R3 (three clustered nats-server processes, a stream with Replicas
 3, sync_interval: always) in the same run: records/s, publish-to-ack p50/p99 and the broker
-processes' CPU per record, with the ratios R3/JetStream-R3 (goal >= 3) and R3/R1. Each run
+processes' CPU per record, with the ratios R3/JetStream-R3 (goal >= 1.5) and R3/R1.
+--topics 1,1000 adds runs over 1,000 topics (JetStream: 1,000 subjects of its one stream),
+each client taking them in turn, and each system's many-topic rate over its one-topic rate. Each run
 has a network namespace of its own, no loss. Without a quicmq that has --replicas, R3 is
 refused.
 
@@ -764,6 +825,7 @@ refused.
 	}
 	systemsFlag := fs.String("systems", "quicmq-r1,quicmq-r3,jetstream-r3", "systems, comma-separated: "+strings.Join(repSystemNames, ","))
 	clientsFlag := fs.String("clients", "1,16", "publishing clients, comma-separated")
+	topicsFlag := fs.String("topics", "1", "topics the clients publish over in turn, comma-separated: 1 is the one topic rep.bench; N > 1 is N topics rep.bench.tNNNNN (JetStream: N subjects of the one stream REP); 1,1000 runs both")
 	size := fs.Int("size", 1024, "payload bytes")
 	window := fs.Int("window", 1024, "unanswered publishes per client (both systems)")
 	warmup := fs.Duration("warmup", time.Second, "publishing before the measured window")
@@ -776,6 +838,15 @@ refused.
 	clients, err := parseInts(*clientsFlag)
 	if err != nil {
 		return fmt.Errorf("--clients: %w", err)
+	}
+	topicCounts, err := parseInts(*topicsFlag)
+	if err != nil {
+		return fmt.Errorf("--topics: %w", err)
+	}
+	for _, n := range topicCounts {
+		if n < 1 || n > 100_000 {
+			return fmt.Errorf("--topics: %d: want 1 to 100000 topics", n)
+		}
 	}
 	systems := strings.Split(*systemsFlag, ",")
 	var bin string
@@ -810,30 +881,32 @@ refused.
 	slot, stop := killOnSignal()
 	defer stop()
 	var results []*repResult
-	total := *repeat * len(clients) * len(systems)
+	total := *repeat * len(clients) * len(topicCounts) * len(systems)
 	started := time.Now()
 	for r := 1; r <= *repeat; r++ {
 		for _, nc := range clients {
-			for _, sys := range systems {
-				p := repParams{System: sys, Clients: nc, Size: *size, Window: *window, Warmup: *warmup, Duration: *dur, Quicmq: bin, Repeat: r}
-				if *profile != "" && strings.HasPrefix(sys, "quicmq") {
-					if p.Profile, err = filepath.Abs(*profile); err != nil {
-						return err
+			for _, nt := range topicCounts {
+				for _, sys := range systems {
+					p := repParams{System: sys, Clients: nc, Topics: nt, Size: *size, Window: *window, Warmup: *warmup, Duration: *dur, Quicmq: bin, Repeat: r}
+					if *profile != "" && strings.HasPrefix(sys, "quicmq") {
+						if p.Profile, err = filepath.Abs(*profile); err != nil {
+							return err
+						}
+						if err := os.MkdirAll(p.Profile, 0o755); err != nil {
+							return fmt.Errorf("--profile: %w", err)
+						}
 					}
-					if err := os.MkdirAll(p.Profile, 0o755); err != nil {
-						return fmt.Errorf("--profile: %w", err)
+					fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, %d clients, %d topics ...", len(results)+1, total, time.Since(started).Round(time.Second), r, sys, nc, nt)
+					var res repResult
+					if err := workerIn(sys, p.Warmup+p.Duration+5*time.Minute, func(string) []string { return p.args() }, &res, slot); err != nil {
+						fmt.Fprintf(os.Stderr, " failed: %v\n", err)
+						continue
 					}
+					res.Repeat = r
+					fmt.Fprintf(os.Stderr, " %.0f records/s, ack p50 %.2f p99 %.1f ms, %.1f broker cpu-µs/record %.1f, leader %q (%d clients on it), %.1f records/raft entry, %d errors %v\n",
+						res.Rate, res.P50, res.P99, res.BrokerCPUus, res.NodeCPUus, res.Leader, res.ClientsOnLeader, res.RecordsPerEntry, res.Errors, res.Notes)
+					results = append(results, &res)
 				}
-				fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, %d clients ...", len(results)+1, total, time.Since(started).Round(time.Second), r, sys, nc)
-				var res repResult
-				if err := workerIn(sys, p.Warmup+p.Duration+5*time.Minute, func(string) []string { return p.args() }, &res, slot); err != nil {
-					fmt.Fprintf(os.Stderr, " failed: %v\n", err)
-					continue
-				}
-				res.Repeat = r
-				fmt.Fprintf(os.Stderr, " %.0f records/s, ack p50 %.2f p99 %.1f ms, %.1f broker cpu-µs/record %.1f, leader %q (%d clients on it), %.1f records/raft entry, %d errors %v\n",
-					res.Rate, res.P50, res.P99, res.BrokerCPUus, res.NodeCPUus, res.Leader, res.ClientsOnLeader, res.RecordsPerEntry, res.Errors, res.Notes)
-				results = append(results, &res)
 			}
 		}
 	}
@@ -846,14 +919,20 @@ refused.
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "results: %s\n", path)
-	printReplicated(results, systems, clients)
+	printReplicated(results, systems, clients, topicCounts)
 	var labels []string
 	var values []float64
 	for _, nc := range clients {
-		for _, sys := range systems {
-			if g := pickRep(results, sys, nc); len(g) > 0 {
-				labels = append(labels, fmt.Sprintf("%s x%d", sys, nc))
-				values = append(values, medianOf(g, func(r *repResult) float64 { return r.Rate }).med)
+		for _, nt := range topicCounts {
+			for _, sys := range systems {
+				if g := pickRep(results, sys, nc, nt); len(g) > 0 {
+					label := fmt.Sprintf("%s x%d", sys, nc)
+					if nt > 1 {
+						label += fmt.Sprintf(", %d topics", nt)
+					}
+					labels = append(labels, label)
+					values = append(values, medianOf(g, func(r *repResult) float64 { return r.Rate }).med)
+				}
 			}
 		}
 	}
@@ -870,57 +949,57 @@ refused.
 	return nil
 }
 
-func pickRep(rs []*repResult, sys string, clients int) []*repResult {
+func pickRep(rs []*repResult, sys string, clients, topics int) []*repResult {
 	var out []*repResult
 	for _, r := range rs {
-		if r.System == sys && r.Clients == clients {
+		if r.System == sys && r.Clients == clients && max(r.Topics, 1) == topics {
 			out = append(out, r)
 		}
 	}
 	return out
 }
 
-// printReplicated prints one row per (clients, system), then the ratios per client count
-// (medians over repeats, ratios within a repeat).
-func printReplicated(rs []*repResult, systems []string, clients []int) {
-	fmt.Println("| system | ack means | clients | records/s | ack p50 ms | ack p99 ms | broker cpu-µs/record | leader: clients on its server | records per raft entry | errors |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+// printReplicated prints one row per (clients, topics, system), then the ratios per client
+// and topic count (medians over repeats, ratios within a repeat), and where a run had many
+// topics, each system's many-topic rate over its one-topic rate with as many clients.
+func printReplicated(rs []*repResult, systems []string, clients, topicCounts []int) {
+	fmt.Println("| system | ack means | clients | topics | records/s | ack p50 ms | ack p99 ms | broker cpu-µs/record | leader: clients on its server | records per raft entry | errors |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, nc := range clients {
-		for _, sys := range systems {
-			g := pickRep(rs, sys, nc)
-			if len(g) == 0 {
-				continue
-			}
-			var errs int
-			for _, r := range g {
-				errs += r.Errors
-			}
-			onLeader := "-" // one server: every client is on the leader's
-			if g[0].Nodes > 1 {
-				var vs []string
-				for _, r := range g {
-					vs = append(vs, fmt.Sprintf("%s: %d", r.Leader, r.ClientsOnLeader))
+		for _, nt := range topicCounts {
+			for _, sys := range systems {
+				g := pickRep(rs, sys, nc, nt)
+				if len(g) == 0 {
+					continue
 				}
-				onLeader = strings.Join(vs, ", ")
+				var errs int
+				for _, r := range g {
+					errs += r.Errors
+				}
+				onLeader := "-" // one server (every client is on the leader's), or many topics (leaders spread)
+				if g[0].Nodes > 1 && nt == 1 {
+					var vs []string
+					for _, r := range g {
+						vs = append(vs, fmt.Sprintf("%s: %d", r.Leader, r.ClientsOnLeader))
+					}
+					onLeader = strings.Join(vs, ", ")
+				}
+				perEntry := "-"
+				if g[0].RecordsPerEntry > 0 {
+					perEntry = medianOf(g, func(r *repResult) float64 { return r.RecordsPerEntry }).String()
+				}
+				fmt.Printf("| %s | %s | %d | %d | %v | %v | %v | %v | %s | %s | %d |\n", sys, repAckMeans[sys], nc, nt,
+					medianOf(g, func(r *repResult) float64 { return r.Rate }),
+					medianOf(g, func(r *repResult) float64 { return r.P50 }),
+					medianOf(g, func(r *repResult) float64 { return r.P99 }),
+					medianOf(g, func(r *repResult) float64 { return r.BrokerCPUus }), onLeader, perEntry, errs)
 			}
-			perEntry := "-"
-			if g[0].RecordsPerEntry > 0 {
-				perEntry = medianOf(g, func(r *repResult) float64 { return r.RecordsPerEntry }).String()
-			}
-			fmt.Printf("| %s | %s | %d | %v | %v | %v | %v | %s | %s | %d |\n", sys, repAckMeans[sys], nc,
-				medianOf(g, func(r *repResult) float64 { return r.Rate }),
-				medianOf(g, func(r *repResult) float64 { return r.P50 }),
-				medianOf(g, func(r *repResult) float64 { return r.P99 }),
-				medianOf(g, func(r *repResult) float64 { return r.BrokerCPUus }), onLeader, perEntry, errs)
 		}
 	}
-	fmt.Println()
-	fmt.Println("| clients | records/s R3/JetStream-R3 (goal >= 3) | R3/R1 |")
-	fmt.Println("|---|---|---|")
-	ratio := func(nc int, a, b string) string {
+	ratio := func(a []*repResult, b []*repResult) string {
 		var vs []float64
-		for _, x := range pickRep(rs, a, nc) {
-			for _, y := range pickRep(rs, b, nc) {
+		for _, x := range a {
+			for _, y := range b {
 				if x.Repeat == y.Repeat && y.Rate > 0 {
 					vs = append(vs, x.Rate/y.Rate)
 				}
@@ -931,7 +1010,29 @@ func printReplicated(rs []*repResult, systems []string, clients []int) {
 		}
 		return median(vs).String()
 	}
+	fmt.Println()
+	fmt.Println("| clients | topics | records/s R3/JetStream-R3 (goal >= 1.5) | R3/R1 |")
+	fmt.Println("|---|---|---|---|")
 	for _, nc := range clients {
-		fmt.Printf("| %d | %s | %s |\n", nc, ratio(nc, "quicmq-r3", "jetstream-r3"), ratio(nc, "quicmq-r3", "quicmq-r1"))
+		for _, nt := range topicCounts {
+			fmt.Printf("| %d | %d | %s | %s |\n", nc, nt, ratio(pickRep(rs, "quicmq-r3", nc, nt), pickRep(rs, "jetstream-r3", nc, nt)),
+				ratio(pickRep(rs, "quicmq-r3", nc, nt), pickRep(rs, "quicmq-r1", nc, nt)))
+		}
+	}
+	if !slices.Contains(topicCounts, 1) || len(topicCounts) < 2 {
+		return
+	}
+	fmt.Println()
+	fmt.Println("| system | clients | topics | records/s over its one-topic rate (goal for quicmq-r3: >= 1) |")
+	fmt.Println("|---|---|---|---|")
+	for _, nc := range clients {
+		for _, nt := range topicCounts {
+			if nt == 1 {
+				continue
+			}
+			for _, sys := range systems {
+				fmt.Printf("| %s | %d | %d | %s |\n", sys, nc, nt, ratio(pickRep(rs, sys, nc, nt), pickRep(rs, sys, nc, 1)))
+			}
+		}
 	}
 }
