@@ -38,6 +38,9 @@ const (
 	featKind        = "kind"
 	featPosLayout   = "poslayout"
 	featGroupLayout = "grouplayout"
+	// featEnvelope is the driver's framing of proposals in raft entries
+	// (replica.EnvelopeFeature: 2 reads batch entries, many proposals in one).
+	featEnvelope = "envelope"
 	// featMeta is the highest version of a record of the region's metadata group the node
 	// applies (replmeta.go: 1 placement, 2 member; replgroups.go: 3 groups). A node skips a
 	// record it cannot decode, alike on every node of one build, so a new record waits until
@@ -107,7 +110,7 @@ func memberFeatures(m gossip.Member) features {
 // left: a failed node comes back with the build it ran, and until it is reaped it may still
 // read what is written now. A region of which no member is known is not known to know
 // anything. For this node's own region the node itself counts with localFeatures.
-func allKnow(members []gossip.Member, region, self string, name string, level int) (bool, []string) {
+func allKnow(members []gossip.Member, region, self string, own features, name string, level int) (bool, []string) {
 	var lacking []string
 	seen := 0
 	for _, m := range members {
@@ -117,7 +120,7 @@ func allKnow(members []gossip.Member, region, self string, name string, level in
 		seen++
 		f := memberFeatures(m)
 		if m.Name == self {
-			f = localFeatures()
+			f = own
 		}
 		if f[name] < level {
 			lacking = append(lacking, fmt.Sprintf("%s (%s=%d)", m.Name, name, f[name]))
@@ -127,6 +130,15 @@ func allKnow(members []gossip.Member, region, self string, name string, level in
 		return false, []string{"no node of region " + region + " known"}
 	}
 	return len(lacking) == 0, lacking
+}
+
+// ownFeatures is what this node takes itself to know: localFeatures, or, for a test's node
+// standing for an older build (Config.noFeatures), what such a node knows.
+func (n *Node) ownFeatures() features {
+	if n.cfg.noFeatures {
+		return untaggedFeatures
+	}
+	return localFeatures()
 }
 
 // RegionKnows reports whether every node of this node's region knows feature name at level
@@ -139,7 +151,7 @@ func (n *Node) RegionKnows(name string, level int) (bool, []string) {
 		}
 		return false, []string{n.cfg.Name}
 	}
-	return allKnow(n.gossip.RegionMembers(n.cfg.Region), n.cfg.Region, n.cfg.Name, name, level)
+	return allKnow(n.gossip.RegionMembers(n.cfg.Region), n.cfg.Region, n.cfg.Name, n.ownFeatures(), name, level)
 }
 
 // LinkKnows reports whether both ends of a link to peerRegion know feature name at level or
@@ -150,7 +162,7 @@ func (n *Node) LinkKnows(peerRegion, name string, level int) (bool, []string) {
 	if n.gossip == nil {
 		return false, append(lacking, "no link to region "+peerRegion)
 	}
-	peerOK, peerLacking := allKnow(n.gossip.RegionMembers(peerRegion), peerRegion, n.cfg.Name, name, level)
+	peerOK, peerLacking := allKnow(n.gossip.RegionMembers(peerRegion), peerRegion, n.cfg.Name, n.ownFeatures(), name, level)
 	return ok && peerOK, append(lacking, peerLacking...)
 }
 

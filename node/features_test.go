@@ -62,13 +62,13 @@ func TestAllKnowCounts(t *testing.T) {
 		{"b", "proto", 2, false, "b1 (proto=1)"},
 		{"c", "proto", 1, false, "no node of region c known"},
 	} {
-		ok, lacking := allKnow(members, c.region, "none", c.name, c.level)
+		ok, lacking := allKnow(members, c.region, "none", localFeatures(), c.name, c.level)
 		if ok != c.ok || strings.Join(lacking, " ") != c.lacking {
 			t.Errorf("%s knows %s=%d: %v %q, want %v %q", c.region, c.name, c.level, ok, lacking, c.ok, c.lacking)
 		}
 	}
 	// The node itself counts with what it knows, not with what gossip last heard.
-	if ok, _ := allKnow(members, "b", "b1", "proto", 2); !ok {
+	if ok, _ := allKnow(members, "b", "b1", localFeatures(), "proto", 2); !ok {
 		t.Error("b1 itself announces this build's features")
 	}
 }

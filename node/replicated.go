@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -47,6 +48,8 @@ type replicated struct {
 	wake chan struct{} // capacity 1: a round committed (the metadata log may have grown)
 	// placeWake (capacity 1) wakes the placer goroutine: topics are queued (replgroups.go).
 	placeWake chan struct{}
+	// batchCheck is when checkBatching last asked the region (Unix nanoseconds).
+	batchCheck atomic.Int64
 
 	// pl is the placement index: which group holds each topic and each group's replicas,
 	// as the metadata records applied so far say. Under a lock of its own, never held while
@@ -933,6 +936,7 @@ func (e *replicatedError) Error() string { return e.e.Message }
 // the log in that order.
 func (r *replicated) propose(topic string, recs []wal.Record, done func(wal.AppendResult)) {
 	n := r.n
+	r.checkBatching()
 	t := r.lookup(topic)
 	fail := func(e *wire.Error) { done(wal.AppendResult{Err: &replicatedError{e: e}}) }
 	if t == nil {
@@ -967,6 +971,19 @@ func (r *replicated) propose(topic string, recs []wal.Record, done func(wal.Appe
 		}
 		finish(*ar)
 	})
+}
+
+// checkBatching turns the driver's batching of proposals (many in one raft entry) on once
+// every node of the region announces that it reads batch entries (replica.EnvelopeFeature),
+// and off while one does not; asked at most once a second, by every publish.
+func (r *replicated) checkBatching() {
+	now := time.Now().UnixNano()
+	last := r.batchCheck.Load()
+	if now-last < int64(time.Second) || !r.batchCheck.CompareAndSwap(last, now) {
+		return
+	}
+	ok, _ := r.n.RegionKnows(featEnvelope, replica.EnvelopeFeature)
+	r.d.SetBatching(ok)
 }
 
 // proposeError maps a refused or failed proposal to what the client is told; unknown says

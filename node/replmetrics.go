@@ -27,6 +27,10 @@ var (
 	raftCatchupActDesc  = prometheus.NewDesc("quicmq_raft_catchups_active", "Catch-ups in progress on this node.", nil, nil)
 	raftCatchupRecDesc  = prometheus.NewDesc("quicmq_raft_catchup_records_total", "Records this node fetched from peers' logs for catch-ups.", nil, nil)
 	raftCatchupByteDesc = prometheus.NewDesc("quicmq_raft_catchup_bytes_total", "Bytes of record chunks this node fetched from peers' logs for catch-ups.", nil, nil)
+
+	// Proposals batched into shared raft entries (replica/batch.go).
+	raftBatchedDesc      = prometheus.NewDesc("quicmq_raft_batched_entries_total", "Raft entries this node proposed carrying several proposals (publishes to any topics of one group, taken in one round).", nil, nil)
+	raftBatchedPropsDesc = prometheus.NewDesc("quicmq_raft_batched_proposals_total", "Proposals carried by those entries: over quicmq_raft_batched_entries_total, the proposals per shared entry.", nil, nil)
 )
 
 // raftCollector exports the per-group gauges.
@@ -34,7 +38,8 @@ type raftCollector struct{ r *replicated }
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{raftLeaderDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLagDesc, raftBelowQuorumD,
-		raftSnapSentDesc, raftSnapAppliedDesc, raftCatchupsDesc, raftCatchupActDesc, raftCatchupRecDesc, raftCatchupByteDesc} {
+		raftSnapSentDesc, raftSnapAppliedDesc, raftCatchupsDesc, raftCatchupActDesc, raftCatchupRecDesc, raftCatchupByteDesc,
+		raftBatchedDesc, raftBatchedPropsDesc} {
 		ch <- d
 	}
 }
@@ -127,6 +132,8 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 		{raftCatchupActDesc, prometheus.GaugeValue, uint64(st.CatchupsActive), nil},
 		{raftCatchupRecDesc, prometheus.CounterValue, st.CatchupRecords, nil},
 		{raftCatchupByteDesc, prometheus.CounterValue, st.CatchupBytes, nil},
+		{raftBatchedDesc, prometheus.CounterValue, st.Batched, nil},
+		{raftBatchedPropsDesc, prometheus.CounterValue, st.BatchedProps, nil},
 	} {
 		ch <- prometheus.MustNewConstMetric(m.d, m.t, float64(m.v), m.l...)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -22,6 +23,8 @@ type Driver struct {
 	ops   chan func()
 	propc chan struct{} // a proposal was queued (buffer 1)
 	done  chan struct{}
+	// batching: proposals a round takes for one group go into one entry (batch.go).
+	batching atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -140,14 +143,35 @@ func (d *Driver) queuePropose(group uint64, data []byte, done func(Result, error
 	}
 }
 
+// SetBatching turns on (or off) proposing what a round takes for one group as one entry,
+// which a replica of a build older than EnvelopeFeature cannot apply: a node turns it on
+// once every node of its region announces that level.
+func (d *Driver) SetBatching(on bool) { d.batching.Store(on) }
+
 // takeProposals proposes, on Run's goroutine, everything queued.
 func (d *Driver) takeProposals() {
 	d.mu.Lock()
 	props := d.mu.props
 	d.mu.props = nil
 	d.mu.Unlock()
+	if !d.batching.Load() || len(props) < 2 {
+		for _, p := range props {
+			d.e.propose(p.group, p.data, p.done)
+		}
+		return
+	}
+	// batch.go: one entry per group for what this round takes, groups in the order of
+	// their first proposal, each group's proposals in theirs.
+	var order []uint64
+	byGroup := make(map[uint64][]queuedProposal)
 	for _, p := range props {
-		d.e.propose(p.group, p.data, p.done)
+		if _, ok := byGroup[p.group]; !ok {
+			order = append(order, p.group)
+		}
+		byGroup[p.group] = append(byGroup[p.group], p)
+	}
+	for _, g := range order {
+		d.e.proposeBatch(g, byGroup[g])
 	}
 }
 

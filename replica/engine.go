@@ -96,6 +96,8 @@ type Stats struct {
 	Wakes         uint64 // Wake messages sent (Message.Wake)
 	WakeCampaigns uint64 // campaigns started because the leader sent Wake
 	InboxFull     uint64 // inbound batches Deliver dropped because Run was behind
+	Batched       uint64 // entries proposed carrying several proposals (batch.go)
+	BatchedProps  uint64 // the proposals they carried
 
 	SnapshotsBuilt    uint64 // snapshots built for raft to send (metadata only)
 	SnapshotsSent     uint64 // MsgSnap messages sent
@@ -738,6 +740,16 @@ func (e *engine) apply(b *pebble.Batch, r *readyGroup, ents []*pb.Entry, after *
 				compactTo = max(compactTo, binary.BigEndian.Uint64(d[1:]))
 				continue
 			}
+			if d := ent.GetData(); d[0] == envelopeBatch { // batch.go: many proposals, applied in order
+				be, err := decodeBatch(d)
+				if err != nil {
+					return fmt.Errorf("replica: group %d: entry %d: %w", g.id, ent.GetIndex(), err)
+				}
+				for _, sp := range be.subs {
+					recs = append(recs, Entry{Index: ent.GetIndex(), Time: sp.time, Data: sp.data})
+				}
+				continue
+			}
 			env, err := decodeEnvelope(ent.GetData())
 			if err != nil {
 				return fmt.Errorf("replica: group %d: entry %d: %w", g.id, ent.GetIndex(), err)
@@ -825,9 +837,9 @@ func (e *engine) complete(r *readyGroup) {
 	if len(g.pending) == 0 {
 		return
 	}
-	res := make(map[uint64]Result, len(r.results))
+	res := make(map[uint64][]Result, len(r.results)) // by raft index: a batch entry's in order
 	for _, x := range r.results {
-		res[x.Index] = x
+		res[x.Index] = append(res[x.Index], x)
 	}
 	for _, ent := range r.applied {
 		for len(g.pending) > 0 && g.pending[0].term < ent.GetTerm() {
@@ -841,21 +853,45 @@ func (e *engine) complete(r *readyGroup) {
 		if ent.GetType() != pb.EntryNormal || len(ent.GetData()) == 0 {
 			continue
 		}
+		xs := res[ent.GetIndex()]
+		if d := ent.GetData(); d[0] == envelopeBatch {
+			be, err := decodeBatch(d)
+			if err != nil || be.node != e.cfg.NodeID {
+				continue
+			}
+			for k, sp := range be.subs {
+				var x *Result
+				if len(xs) == len(be.subs) {
+					x = &xs[k]
+				}
+				e.completeOne(g, sp.seq, ent, x)
+			}
+			continue
+		}
 		env, err := decodeEnvelope(ent.GetData())
 		if err != nil || env.node != e.cfg.NodeID {
 			continue
 		}
-		for i, p := range g.pending {
-			if p.seq == env.seq && p.term == ent.GetTerm() {
-				g.pending = slices.Delete(g.pending, i, i+1)
-				x, ok := res[ent.GetIndex()]
-				if !ok {
-					p.done(Result{}, fmt.Errorf("replica: group %d: entry %d was applied before", g.id, ent.GetIndex()))
-				} else {
-					p.done(x, nil)
-				}
-				break
+		var x *Result
+		if len(xs) == 1 {
+			x = &xs[0]
+		}
+		e.completeOne(g, env.seq, ent, x)
+	}
+}
+
+// completeOne completes the pending proposal seq of ent's term, if any, with x (nil: the
+// state machine gave no result, the entry having been applied before).
+func (e *engine) completeOne(g *group, seq uint64, ent *pb.Entry, x *Result) {
+	for i, p := range g.pending {
+		if p.seq == seq && p.term == ent.GetTerm() {
+			g.pending = slices.Delete(g.pending, i, i+1)
+			if x == nil {
+				p.done(Result{}, fmt.Errorf("replica: group %d: entry %d was applied before", g.id, ent.GetIndex()))
+			} else {
+				p.done(*x, nil)
 			}
+			return
 		}
 	}
 }

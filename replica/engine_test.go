@@ -2,6 +2,8 @@ package replica
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	"go.etcd.io/raft/v3"
@@ -146,5 +148,29 @@ func TestEngineQuietGroupCostsNothing(t *testing.T) {
 	s.stepUntil(t, "the proposal to a quiet group answered", func() bool { return err == nil })
 	if res.Offset != 0 {
 		t.Fatalf("first record's offset = %d", res.Offset)
+	}
+}
+
+// A batch envelope round-trips, and each kind of damage is refused by name.
+func TestBatchEnvelope(t *testing.T) {
+	subs := []subProposal{{seq: 5, time: 100, data: []byte("one")}, {seq: 6, time: 100, data: []byte{}}, {seq: 7, time: 101, data: []byte("three")}}
+	p := encodeBatch(42, subs)
+	b, err := decodeBatch(p)
+	if err != nil || b.node != 42 || len(b.subs) != 3 || string(b.subs[2].data) != "three" || b.subs[1].seq != 6 {
+		t.Fatalf("decodeBatch(encodeBatch) = %+v, %v", b, err)
+	}
+	for _, c := range []struct {
+		name string
+		p    []byte
+		want string
+	}{
+		{"truncated", p[:len(p)-1], "past the end"},
+		{"trailing", append(slices.Clone(p), 0), "trailing bytes"},
+		{"no proposals", encodeBatch(42, nil), "0 proposals"},
+		{"a single envelope", []byte{envelopeVersion, 0}, "no batch header"},
+	} {
+		if _, err := decodeBatch(c.p); err == nil || !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: decodeBatch = %v, want errCorrupt naming %q", c.name, err, c.want)
+		}
 	}
 }

@@ -576,5 +576,6 @@ func (d *entryDecoder) bytes() []byte {
 // a newer version, kind or layout only once every replica of the region announces it: a
 // replica given one it does not know stops (ErrEntryNewer) rather than diverge.
 func EntryFeatures() map[string]int {
-	return map[string]int{"entry": entryVersion, "kind": int(maxEntryKind), "poslayout": posLayoutVector, "grouplayout": groupLayoutVector}
+	return map[string]int{"entry": entryVersion, "kind": int(maxEntryKind), "poslayout": posLayoutVector, "grouplayout": groupLayoutVector,
+		"envelope": EnvelopeFeature}
 }

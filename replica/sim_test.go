@@ -52,6 +52,7 @@ type simConfig struct {
 	wipe          bool    // once in the fault phase, a node's storage is lost: it restarts empty under a new ID and rejoins
 	truncate      bool    // with wal: some proposals cut a topic's log (EntryTruncate: retention or a purge)
 	topics        int     // with wal: topics per group, each a log of its own offsets (0: one)
+	batch         bool    // proposals come in bursts of 1-6 from one node, each group's as one batch entry (batch.go)
 }
 
 func defaultSimConfig(nodes int) simConfig {
@@ -169,6 +170,7 @@ type simStats struct {
 	wipes, learners, promotions                                             int // with wipe: nodes wiped, learners added, promotions proposed
 	snapshots, catchups, catchupFails, fetchedRecords                       int // snapshots installed, catch-ups done and failed, records fetched
 	cuts, startedPast0                                                      int // with truncate: cuts applied; logs checked with a start past 0
+	batches                                                                 int // with batch: entries proposed carrying several proposals
 }
 
 func (a *simStats) add(b simStats) {
@@ -190,6 +192,7 @@ func (a *simStats) add(b simStats) {
 	a.fetchedRecords += b.fetchedRecords
 	a.cuts += b.cuts
 	a.startedPast0 += b.startedPast0
+	a.batches += b.batches
 }
 
 type simTransport struct {
@@ -578,7 +581,35 @@ func (s *sim) propose() {
 	if n.e == nil {
 		return
 	}
-	l := s.logs[s.rng.IntN(len(s.logs))]
+	if !s.cfg.batch {
+		l := s.logs[s.rng.IntN(len(s.logs))]
+		prop, done := s.proposal(n, l)
+		n.e.propose(logGroup(l), prop, done)
+		return
+	}
+	// A burst, as a round takes the proposals queued while the last one synced: each
+	// group's in one entry (proposeBatch), groups in the order of their first proposal.
+	var order []uint64
+	byGroup := map[uint64][]queuedProposal{}
+	for range 1 + s.rng.IntN(6) {
+		l := s.logs[s.rng.IntN(len(s.logs))]
+		prop, done := s.proposal(n, l)
+		g := logGroup(l)
+		if _, ok := byGroup[g]; !ok {
+			order = append(order, g)
+		}
+		byGroup[g] = append(byGroup[g], queuedProposal{group: g, data: prop, done: done})
+	}
+	for _, g := range order {
+		if len(byGroup[g]) > 1 {
+			s.stats.batches++
+		}
+		n.e.proposeBatch(g, byGroup[g])
+	}
+}
+
+// proposal returns the next proposal to log l from node n, and what checks its outcome.
+func (s *sim) proposal(n *simNode, l uint64) ([]byte, func(Result, error)) {
 	s.props++
 	data := fmt.Sprintf("p%d@%d", s.props, n.id)
 	prop := []byte(data)
@@ -586,7 +617,7 @@ func (s *sim) propose() {
 		data, prop = s.walProposal(n, l, data)
 	}
 	node := n
-	n.e.propose(logGroup(l), prop, func(r Result, err error) {
+	return prop, func(r Result, err error) {
 		if err == nil && s.cfg.wal {
 			r, err = s.walOutcome(r)
 		}
@@ -600,7 +631,7 @@ func (s *sim) propose() {
 		case errors.Is(err, errSimCut):
 			s.stats.cuts++
 		}
-	})
+	}
 }
 
 // onAck checks an acknowledged proposal: its entry is durable on a quorum,
@@ -765,7 +796,8 @@ func (s *sim) checkLog(n *simNode, g uint64) error {
 			if len(gl) > 0 && got.time == gl[len(gl)-1].time {
 				s.stats.clamped++ // (or two proposals in one virtual ms)
 			}
-			if len(gl) > 0 && got.index <= gl[len(gl)-1].index && !s.cfg.wal { // wal records carry no raft index
+			// wal records carry no raft index; a batch entry's proposals share theirs
+			if len(gl) > 0 && !s.cfg.wal && (got.index < gl[len(gl)-1].index || got.index == gl[len(gl)-1].index && !s.cfg.batch) {
 				return fmt.Errorf("node %d group %d: raft index went back at offset %d", n.id, g, r.Offset)
 			}
 			gl = append(gl, got)

@@ -219,6 +219,24 @@ func TestSimRegionWalManyTopics(t *testing.T) {
 	}
 }
 
+// TestSimRegionWalBatched: the wal simulation with proposals in bursts, each group's as one
+// batch entry (batch.go), over several topics per group: every proposal of a batch gets its
+// own offset in its own topic, dense and identical on every replica, through crashes,
+// partitions, compaction, snapshots, catch-ups and cuts; and the plain log simulation the same.
+func TestSimRegionWalBatched(t *testing.T) {
+	runs, acked, total := simRuns(t, "TestSimRegionWalBatched", simSeeds(t, 30), func(seed uint64) simConfig {
+		cfg := defaultSimConfig(3)
+		cfg.batch, cfg.proposeRate = true, 0.08
+		cfg.wal, cfg.dedupWindow, cfg.topics = seed%5 != 4, 16, 1+int(seed%4)
+		cfg.compact = seed%4 != 1
+		cfg.truncate = cfg.wal && seed%3 == 0
+		return cfg
+	})
+	if runs >= 20 && (acked == 0 || total.batches == 0 || total.crashes == 0 || total.duplicates == 0 || total.compacted == 0 || total.snapshots == 0 || total.cuts == 0) {
+		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
+	}
+}
+
 // TestSimWalCatchesApplyBeforeCommit: the wal-backed checks fail on a driver
 // that applies entries before they commit.
 func TestSimWalCatchesApplyBeforeCommit(t *testing.T) {
