@@ -64,6 +64,7 @@ type replicated struct {
 	elections *electionCounter // metrics (replmetrics.go)
 	rejoinM   *rejoinMetrics   // replmember.go
 	rejoin    rejoinState      // owned by the observe goroutine
+	drain     drainer          // drain.go: drained nodes, leader hand-offs and balance
 
 	mu struct {
 		sync.Mutex
@@ -173,6 +174,7 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	}
 	r.elections = newElectionCounter(n.reg, n.cfg.MaxSeriesPerMetric)
 	r.rejoinM = newRejoinMetrics(n.reg)
+	r.drain.init(n.reg)
 	r.rejoin = rejoinState{silentSince: map[[2]uint64]time.Time{}, last: map[[2]uint64]replica.ReplaceState{}, learnerAt: map[[2]uint64]time.Time{}}
 	n.reg.MustRegister(&raftCollector{r: r})
 	return r, nil
@@ -240,9 +242,10 @@ func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
 	r.mu.Lock()
 	r.mu.ctx, r.mu.wg = ctx, wg
 	r.mu.Unlock()
-	wg.Add(6)
-	go func() { defer wg.Done(); r.placer(ctx) }() // replgroups.go
-	go func() { defer wg.Done(); r.retain(ctx) }() // replretain.go
+	wg.Add(7)
+	go func() { defer wg.Done(); r.placer(ctx) }()    // replgroups.go
+	go func() { defer wg.Done(); r.drainLoop(ctx) }() // drain.go
+	go func() { defer wg.Done(); r.retain(ctx) }()    // replretain.go
 	go func() {
 		defer wg.Done()
 		if err := r.d.Run(ctx); err != nil {
@@ -427,6 +430,8 @@ func (r *replicated) watchMeta(ctx context.Context) {
 					r.applyMember(rec.Data)
 				case len(rec.Data) > 0 && rec.Data[0] == groupsVersion:
 					r.applyGroups(ctx, rec.Data) // replgroups.go
+				case len(rec.Data) > 0 && rec.Data[0] == drainVersion:
+					r.applyDrain(rec.Data) // drain.go
 				default:
 					r.applyPlacement(ctx, rec.Data)
 				}

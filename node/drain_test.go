@@ -1,0 +1,383 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+func TestDrainRecordRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		drained bool
+	}{{"eu-1", true}, {"a-much-longer-node-name", false}} {
+		name, drained, err := decodeDrain(encodeDrain(c.name, c.drained))
+		if err != nil || name != c.name || drained != c.drained {
+			t.Fatalf("%q %v: decoded %q %v %v", c.name, c.drained, name, drained, err)
+		}
+	}
+	for _, bad := range [][]byte{nil, {drainVersion}, {drainVersion, 0, 1}, {drainVersion, 1, 'a'}, {drainVersion, 1, 'a', 2}, {drainVersion, 1, 'a', 1, 0}, {groupsVersion, 1, 'a', 1}} {
+		if _, _, err := decodeDrain(bad); err == nil {
+			t.Errorf("%v decoded", bad)
+		}
+	}
+	if got := parseDrainReq("a=1,b=0,,c=2,=1,d"); len(got) != 2 || !got["a"] || got["b"] {
+		t.Errorf("parseDrainReq: %v", got)
+	}
+}
+
+func FuzzDrainRecord(f *testing.F) {
+	f.Add(encodeDrain("eu-1", true))
+	f.Add([]byte{drainVersion, 0})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		name, drained, err := decodeDrain(p)
+		if err != nil {
+			return
+		}
+		if q := encodeDrain(name, drained); string(q) != string(p) {
+			t.Fatalf("%x decoded to %q %v, which encodes as %x", p, name, drained, q)
+		}
+	})
+}
+
+// drainMesh is a replicated region of three nodes with the admin API, whose raft groups
+// (six, two first-placed on each node) hold topics already.
+type drainMesh struct {
+	*regionMesh
+	admin map[string]*httptest.Server
+}
+
+func newDrainMesh(t *testing.T, balance time.Duration) *drainMesh {
+	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+		c.Replicas = 3
+		c.AdminAPI = true
+		c.Raft = TestRaftSettings()
+		c.Raft.GroupsPerNode = 4
+		c.Raft.BalanceInterval = balance
+	}), admin: map[string]*httptest.Server{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := m.dial("eu-1")
+	defer c.Close()
+	publishEach(ctx, t, c, "d", 60)
+	want := groupsWanted(4, 3, 3)
+	for _, name := range m.names {
+		r := m.nodes[name].rep
+		waitFor(t, 15*time.Second, fmt.Sprintf("%d groups with leaders on %s", want, name), func() bool {
+			gs := r.localGroups()
+			if len(gs) != want {
+				return false
+			}
+			for _, g := range gs {
+				if ro, _ := r.d.Role(g.id); ro.Lead == 0 {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	return m
+}
+
+// adminURL serves name's admin API (again after a restart) and returns its base URL.
+func (m *drainMesh) adminURL(name string) string {
+	if s := m.admin[name]; s != nil {
+		s.Close()
+	}
+	s := httptest.NewServer(m.nodes[name].AdminHandler())
+	m.t.Cleanup(s.Close)
+	m.admin[name] = s
+	return s.URL
+}
+
+func (m *drainMesh) post(via, path string) (int, string) {
+	m.t.Helper()
+	resp, err := http.Post(m.adminURL(via)+path, "", nil)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (m *drainMesh) nodeInfos(via string) []NodeInfo {
+	m.t.Helper()
+	resp, err := http.Get(m.adminURL(via) + "/v1/nodes")
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []NodeInfo
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		m.t.Fatal(err)
+	}
+	return out
+}
+
+// leads counts, on every running node, the groups (the metadata group included) it leads.
+func (m *drainMesh) leads() map[string]int {
+	out := map[string]int{}
+	for _, name := range m.names {
+		if n := m.nodes[name]; n != nil {
+			out[name] = len(n.rep.ledGroups())
+		}
+	}
+	return out
+}
+
+// allLed reports whether every group of via's has a leader, none of them node.
+func (m *drainMesh) allLedBut(via, node string) bool {
+	r := m.nodes[via].rep
+	id := m.nodes[node].rep.id
+	for _, g := range append([]uint64{metaGroup}, groupIDs(r.localGroups())...) {
+		ro, ok := r.d.Role(g)
+		if !ok || ro.Lead == 0 || ro.Lead == id {
+			return false
+		}
+	}
+	return true
+}
+
+// publishEach publishes one record to each of count topics, retrying each until it is
+// acknowledged (a balancer may move a leader under it: the publish is then refused, never
+// appended).
+func publishEach(ctx context.Context, t *testing.T, c *client.Conn, prefix string, count int) {
+	t.Helper()
+	for i := range count {
+		topic := fmt.Sprintf("%s.%d", prefix, i)
+		for {
+			_, err := c.Publish(ctx, client.Message{Topic: topic, Payload: []byte("x"), ProducerID: "p", Sequence: 1})
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("publish to %s: %v", topic, err)
+			}
+		}
+	}
+}
+
+func groupIDs(gs []*repGroup) []uint64 {
+	out := make([]uint64, len(gs))
+	for i, g := range gs {
+		out[i] = g.id
+	}
+	return out
+}
+
+// loadGen publishes to topics, each topic's records one at a time in order, each retried
+// (same producer and sequence) until acknowledged, counting refusals.
+type loadGen struct {
+	acked   []atomic.Uint64
+	refused atomic.Uint64
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	errs    chan error
+}
+
+func startLoad(t *testing.T, c *client.Conn, topics int) *loadGen {
+	ctx, cancel := context.WithCancel(context.Background())
+	g := &loadGen{acked: make([]atomic.Uint64, topics), stop: cancel, errs: make(chan error, topics)}
+	for i := range topics {
+		g.wg.Go(func() {
+			topic := fmt.Sprintf("load.%d", i)
+			for seq := uint64(1); ; seq++ {
+				m := client.Message{Topic: topic, Payload: []byte(strconv.FormatUint(seq-1, 10)), ProducerID: "load-" + topic, Sequence: seq}
+				for {
+					pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
+					_, err := c.Publish(pctx, m)
+					pcancel()
+					if err == nil {
+						break
+					}
+					if ctx.Err() != nil {
+						return
+					}
+					if g.refused.Add(1) > 200 {
+						g.errs <- fmt.Errorf("%s: too many refusals, last: %w", topic, err)
+						return
+					}
+				}
+				g.acked[i].Store(seq)
+				if ctx.Err() != nil {
+					return
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { cancel(); g.wg.Wait() })
+	return g
+}
+
+func (g *loadGen) total() uint64 {
+	var s uint64
+	for i := range g.acked {
+		s += g.acked[i].Load()
+	}
+	return s
+}
+
+// waitMore waits until n more publishes were acknowledged.
+func (g *loadGen) waitMore(t *testing.T, n uint64, cond func() bool) {
+	t.Helper()
+	from := g.total()
+	waitFor(t, 30*time.Second, fmt.Sprintf("%d more publishes acknowledged", n), func() bool {
+		select {
+		case err := <-g.errs:
+			t.Fatal(err)
+		default:
+		}
+		if cond != nil && !cond() {
+			t.Fatalf("the condition failed while publishing")
+		}
+		return g.total() >= from+n
+	})
+}
+
+// check stops the load and verifies every topic's log: the acknowledged records, in order,
+// at dense offsets, once, identical on every replica.
+func (g *loadGen) check(t *testing.T, m *regionMesh) {
+	t.Helper()
+	g.stop()
+	g.wg.Wait()
+	for i := range g.acked {
+		topic := fmt.Sprintf("load.%d", i)
+		acked := g.acked[i].Load()
+		// The last publish may have been stored without its ack arriving before the stop.
+		_, next, _ := m.nodes["eu-1"].Log().Bounds(topic)
+		if next != acked && next != acked+1 {
+			t.Fatalf("%s: %d records stored, %d acknowledged", topic, next, acked)
+		}
+		recs := checkIdentical(t, m.all(), topic, int(next))
+		for off, r := range recs {
+			if string(r.Payload) != strconv.Itoa(off) {
+				t.Fatalf("%s: offset %d holds %q: lost, duplicated or reordered", topic, off, r.Payload)
+			}
+		}
+	}
+}
+
+// TestDrainMovesLeadershipsOffUnderLoad: a drained node hands every leadership (the
+// metadata group's and every data group's) to the other replicas and takes none while
+// publishing goes on; nothing acknowledged is lost or duplicated; once undrained it leads
+// again (the balancer gives it its share).
+func TestDrainMovesLeadershipsOffUnderLoad(t *testing.T) {
+	m := newDrainMesh(t, 200*time.Millisecond)
+	c := dialNode(t, m.nodes["eu-3"], client.Options{})
+	defer c.Close()
+	load := startLoad(t, c, 8)
+	load.waitMore(t, 200, nil)
+	waitFor(t, 20*time.Second, "eu-1 to lead some groups (balanced)", func() bool { return m.leads()["eu-1"] > 0 })
+
+	if code, body := m.post("eu-3", "/v1/nodes/eu-1/drain"); code != http.StatusOK {
+		t.Fatalf("drain: %d %s", code, body)
+	}
+	waitFor(t, 20*time.Second, "eu-1 drained and leading nothing", func() bool {
+		return m.nodes["eu-1"].rep.drain.isDrained("eu-1") && m.leads()["eu-1"] == 0 && m.allLedBut("eu-2", "eu-1")
+	})
+	// It stays off while publishing goes on and the balancer runs.
+	load.waitMore(t, 400, func() bool { return m.leads()["eu-1"] == 0 })
+	for _, ni := range m.nodeInfos("eu-2") {
+		if ni.Name == "eu-1" && (ni.State != "draining" || ni.Led != 0 || ni.MetaLeader) {
+			t.Fatalf("eu-1 as listed: %+v", ni)
+		}
+	}
+
+	if code, body := m.post("eu-2", "/v1/nodes/eu-1/undrain"); code != http.StatusOK {
+		t.Fatalf("undrain: %d %s", code, body)
+	}
+	waitFor(t, 30*time.Second, "eu-1 undrained and leading again", func() bool {
+		return !m.nodes["eu-1"].rep.drain.isDrained("eu-1") && m.leads()["eu-1"] > 0
+	})
+	load.waitMore(t, 200, nil)
+	load.check(t, m.regionMesh)
+	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}
+
+// TestDrainSurvivesRestart: the drain is region state: the drained node restarted reads it
+// from the metadata and leads nothing, also the groups it wins an election in.
+func TestDrainSurvivesRestart(t *testing.T) {
+	m := newDrainMesh(t, 200*time.Millisecond)
+	if code, body := m.post("eu-1", "/v1/nodes/eu-2/drain"); code != http.StatusOK {
+		t.Fatalf("drain: %d %s", code, body)
+	}
+	waitFor(t, 20*time.Second, "eu-2 drained and leading nothing", func() bool {
+		return m.nodes["eu-2"].rep.drain.isDrained("eu-2") && m.leads()["eu-2"] == 0
+	})
+	if err := m.nodes["eu-2"].Close(); err != nil {
+		t.Fatal(err)
+	}
+	m.restart("eu-2")
+	r := m.nodes["eu-2"].rep
+	waitFor(t, 20*time.Second, "the restarted eu-2 to read that it is drained", func() bool { return r.drain.isDrained("eu-2") })
+	c := m.dial("eu-2")
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	publishEach(ctx, t, c, "after", 30)
+	waitFor(t, 20*time.Second, "every group led, none by eu-2", func() bool { return m.allLedBut("eu-2", "eu-2") })
+	for _, ni := range m.nodeInfos("eu-2") {
+		if ni.Name == "eu-2" && ni.State != "draining" {
+			t.Fatalf("eu-2 as listed after its restart: %+v", ni)
+		}
+	}
+	if code, body := m.post("eu-2", "/v1/nodes/eu-2/undrain"); code != http.StatusOK {
+		t.Fatalf("undrain: %d %s", code, body)
+	}
+	waitFor(t, 30*time.Second, "eu-2 leading again", func() bool { return m.leads()["eu-2"] > 0 })
+}
+
+// TestBalancerEvensLeadersAndDrainRefusals: with two nodes drained every leadership is on
+// the third; a drain of it is refused, saying why; undrained, the balancer spreads the
+// leaders within one of even.
+func TestBalancerEvensLeadersAndDrainRefusals(t *testing.T) {
+	m := newDrainMesh(t, 100*time.Millisecond)
+	for _, name := range []string{"eu-2", "eu-3"} {
+		if code, body := m.post("eu-1", "/v1/nodes/"+name+"/drain"); code != http.StatusOK {
+			t.Fatalf("drain %s: %d %s", name, code, body)
+		}
+	}
+	want := groupsWanted(4, 3, 3)
+	waitFor(t, 20*time.Second, "eu-1 leading every group", func() bool { return m.leads()["eu-1"] == want+1 })
+	code, body := m.post("eu-2", "/v1/nodes/eu-1/drain")
+	if code != http.StatusConflict || !strings.Contains(body, "no other replica that is up and not drained could lead") {
+		t.Fatalf("drain of the last undrained node: %d %s", code, body)
+	}
+	if code, body := m.post("eu-2", "/v1/nodes/nosuch/drain"); code != http.StatusNotFound {
+		t.Fatalf("drain of an unknown node: %d %s", code, body)
+	}
+	for _, name := range []string{"eu-2", "eu-3"} {
+		if code, body := m.post("eu-3", "/v1/nodes/"+name+"/undrain"); code != http.StatusOK {
+			t.Fatalf("undrain %s: %d %s", name, code, body)
+		}
+	}
+	waitFor(t, 60*time.Second, "data group leaders within one of even", func() bool {
+		lo, hi := want, 0
+		for _, ni := range m.nodeInfos("eu-1") {
+			lo, hi = min(lo, ni.Led), max(hi, ni.Led)
+		}
+		return hi-lo <= 1
+	})
+	infos := m.nodeInfos("eu-3")
+	if len(infos) != 3 {
+		t.Fatalf("nodes: %+v", infos)
+	}
+	for _, ni := range infos {
+		if ni.Role != "voter" || ni.State != "up" || ni.Held != want || ni.Moves == nil {
+			t.Errorf("%+v", ni)
+		}
+	}
+	t.Logf("nodes after balancing: %v", infos)
+}
