@@ -58,13 +58,16 @@ type drainMesh struct {
 	admin map[string]*httptest.Server
 }
 
-func newDrainMesh(t *testing.T, balance time.Duration) *drainMesh {
+func newDrainMesh(t *testing.T, balance time.Duration, mod ...func(*Config)) *drainMesh {
 	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
 		c.Replicas = 3
 		c.AdminAPI = true
 		c.Raft = TestRaftSettings()
 		c.Raft.GroupsPerNode = 4
 		c.Raft.BalanceInterval = balance
+		for _, f := range mod {
+			f(c)
+		}
 	}), admin: map[string]*httptest.Server{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -380,4 +383,24 @@ func TestBalancerEvensLeadersAndDrainRefusals(t *testing.T) {
 		}
 	}
 	t.Logf("nodes after balancing: %v", infos)
+}
+
+// TestStopHandsLeadershipsOff: a graceful stop hands the node's leaderships to the other
+// replicas before it closes: when Close returns, the node had stepped down from every
+// group, and the others lead them all.
+func TestStopHandsLeadershipsOff(t *testing.T) {
+	m := newDrainMesh(t, 100*time.Millisecond, func(c *Config) { c.Raft.StopHandOff = 10 * time.Second })
+	waitFor(t, 20*time.Second, "eu-1 to lead some groups (balanced)", func() bool { return m.leads()["eu-1"] > 0 })
+	n := m.nodes["eu-1"]
+	before := len(n.rep.ledGroups())
+	start := time.Now()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if left := n.rep.ledGroups(); len(left) != 0 {
+		t.Fatalf("eu-1 stopped still leading groups %v (it led %d)", left, before)
+	}
+	closed := time.Since(start)
+	waitFor(t, 20*time.Second, "eu-2 to see every group led by eu-2 or eu-3", func() bool { return m.allLedBut("eu-2", "eu-1") })
+	t.Logf("eu-1 handed off %d leaderships and stopped in %v; eu-2 saw new leaders %v after", before, closed, time.Since(start))
 }
