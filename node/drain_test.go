@@ -404,3 +404,20 @@ func TestStopHandsLeadershipsOff(t *testing.T) {
 	waitFor(t, 20*time.Second, "eu-2 to see every group led by eu-2 or eu-3", func() bool { return m.allLedBut("eu-2", "eu-1") })
 	t.Logf("eu-1 handed off %d leaderships and stopped in %v; eu-2 saw new leaders %v after", before, closed, time.Since(start))
 }
+
+// TestDrainWaitsForEveryNodeToReadIt: while a node of the region does not announce that it
+// reads drain records (an older build), a drain is refused, naming it.
+func TestDrainWaitsForEveryNodeToReadIt(t *testing.T) {
+	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+		c.Replicas, c.AdminAPI, c.Raft = 3, true, TestRaftSettings()
+		c.noFeatures = c.Name == "eu-3"
+	}), admin: map[string]*httptest.Server{}}
+	waitFor(t, 20*time.Second, "the metadata group formed on eu-1", func() bool {
+		ro, _ := m.nodes["eu-1"].rep.d.Role(metaGroup)
+		return ro.Lead != 0 && len(m.nodeInfos("eu-1")) == 3
+	})
+	code, body := m.post("eu-1", "/v1/nodes/eu-2/drain")
+	if code != http.StatusConflict || !strings.Contains(body, "eu-3 (meta=2)") {
+		t.Fatalf("drain with an older node in the region: %d %s", code, body)
+	}
+}
