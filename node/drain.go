@@ -110,6 +110,9 @@ func newDrainMetrics(reg prometheus.Registerer) *drainMetrics {
 		leading: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quicmq_raft_groups_led",
 			Help: "Data raft groups (not the metadata group) this node leads."}),
 	}
+	for _, reason := range []string{"drain", "balance", "stop"} {
+		m.transfers.WithLabelValues(reason) // served at 0 before the first transfer
+	}
 	reg.MustRegister(m.transfers, m.draining, m.imbalance, m.leading)
 	return m
 }
