@@ -982,6 +982,8 @@ func proposeError(t *repTopic, err error) (e *wire.Error, unknown bool) {
 	case errors.As(err, &nl):
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader changed before the publish was proposed (now %s): nothing was appended; retry",
 			t.name, cmpOr(t.nameOf(nl.Leader), "unknown")), false
+	case errors.Is(err, replica.ErrLeadershipMoving):
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: its group's leadership is moving to another replica (a drain, the leader balancer or a stop): nothing was appended; retry", t.name), false
 	case errors.Is(err, replica.ErrDropped):
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader changed before the publish committed: nothing was appended; retry", t.name), false
 	case errors.Is(err, raft.ErrProposalDropped):

@@ -430,6 +430,10 @@ func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) 
 		done(Result{}, &NotLeaderError{Group: groupID, Leader: bs.Lead})
 		return
 	}
+	if bs.LeadTransferee != 0 {
+		done(Result{}, leadershipMoving(groupID, bs.LeadTransferee)) // transfer.go
+		return
+	}
 	e.seq++
 	env := make([]byte, 0, envelopeSize+len(data))
 	env = append(env, envelopeVersion)

@@ -2,7 +2,9 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -52,5 +54,40 @@ func TestDriverTransferLeadership(t *testing.T) {
 	})
 	if err := l.d.TransferLeadership(context.Background(), 9, to.id); err == nil {
 		t.Fatal("a transfer in an unknown group was taken")
+	}
+}
+
+// TestDriverProposalDuringTransferIsRefused: while a transfer waits for its transferee (down
+// here, so the transfer stays pending until raft gives it up), a proposal is refused with
+// ErrLeadershipMoving naming the transferee, and nothing of it is appended; once raft gives
+// the transfer up, the leader takes proposals again.
+func TestDriverProposalDuringTransferIsRefused(t *testing.T) {
+	rs, net := startRegion(t, 3, []uint64{1})
+	l := leaderOf(t, rs, 1)
+	proposeAll(t, rs, 1, 3, "a")
+	var down *testReplica
+	for _, r := range rs {
+		if r != l {
+			down = r
+			break
+		}
+	}
+	net.mu.Lock()
+	net.down[down.id] = true
+	net.mu.Unlock()
+	proposeAll(t, rs, 1, 3, "b") // the down follower is now behind: the transfer must wait for it
+	if err := l.d.TransferLeadership(context.Background(), 1, down.id); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.d.Propose(context.Background(), 1, []byte("c"))
+	if !errors.Is(err, ErrLeadershipMoving) || !strings.Contains(err.Error(), fmt.Sprintf("to node %d", down.id)) {
+		t.Fatalf("propose during the transfer: %v, want ErrLeadershipMoving naming node %d", err, down.id)
+	}
+	waitFor(t, "the leader to give the transfer up and take proposals again", func() bool {
+		_, err := l.d.Propose(context.Background(), 1, []byte("d"))
+		return err == nil
+	})
+	if ro, _ := l.d.Role(1); !ro.Leader {
+		t.Fatalf("node %d no longer leads after the transfer to a down node", l.id)
 	}
 }
