@@ -426,6 +426,18 @@ func (r *replicated) balance(ctx context.Context) {
 		return
 	}
 	self := r.n.cfg.Name
+	lo := counts[self]
+	for name, ok := range eligible {
+		if ok {
+			lo = min(lo, counts[name])
+		}
+	}
+	if counts[self] < lo+2 {
+		return // within one of every node that may lead: nothing to ask the driver
+	}
+	// An attempt, a transfer made or not, waits for the next interval: the counts in gossip
+	// lag the transfers, and a second move on stale counts would overshoot.
+	r.drain.lastBalance = time.Now()
 	for _, g := range r.ledGroups() {
 		if g == metaGroup {
 			continue
@@ -437,7 +449,6 @@ func (r *replicated) balance(ctx context.Context) {
 		if err := r.d.TransferLeadership(ctx, g, id); err != nil {
 			continue
 		}
-		r.drain.lastBalance = time.Now()
 		r.drain.m.transfers.WithLabelValues("balance").Inc()
 		r.n.log.Info("balancing leaders: handing a raft group's leadership to a replica that leads fewer",
 			"group", r.groupLabel(g), "to", name, "leads_here", counts[self], "leads_there", counts[name])

@@ -160,13 +160,16 @@ func publishEach(ctx context.Context, t *testing.T, c *client.Conn, prefix strin
 	t.Helper()
 	for i := range count {
 		topic := fmt.Sprintf("%s.%d", prefix, i)
+		var errs []string
 		for {
-			_, err := c.Publish(ctx, client.Message{Topic: topic, Payload: []byte("x"), ProducerID: "p", Sequence: 1})
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := c.Publish(pctx, client.Message{Topic: topic, Payload: []byte("x"), ProducerID: "p", Sequence: 1})
+			cancel()
 			if err == nil {
 				break
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("publish to %s: %v", topic, err)
+			if errs = append(errs, err.Error()); ctx.Err() != nil {
+				t.Fatalf("publish to %s: %v (%d attempts: %v)", topic, err, len(errs), errs[:min(len(errs), 5)])
 			}
 		}
 	}
