@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,41 +38,60 @@ import (
 
 // drainVersion is the metadata record that drains or undrains a node:
 //
-//	version u8 = 4 | node name str | drained u8 (0 or 1)
+//	version u8 = 4 | node name str | drained u8 (0 or 1) | requested uvarint
 //
-// Applied in log order, the last one of a name wins. A node writes it only once every node
+// requested is when the request was made (Unix nanoseconds, the asking node's clock).
+// Applied in log order, the last one of a name wins; the metadata leader never proposes a
+// request older than the last one applied for its name, so an operator's undrain is not
+// undone by an earlier drain request whose tag gossip still carries. A node writes it only once every node
 // of the region announces meta=4 (RegionKnows): an older build would skip it as a
 // malformed placement (harmless, but it would not know the node is drained).
 const drainVersion = 4
 
 // tagDrainReq is the gossip tag of a node that asked for drains or undrains the metadata
-// has not applied yet: comma-separated name=1 (drain) or name=0 (undrain) items.
+// has not applied yet: comma-separated name=1@T (drain) or name=0@T (undrain) items, T the
+// request's time in Unix nanoseconds.
 const tagDrainReq = "drainreq"
 
 // tagLeads is the gossip tag holding the number of data groups a node leads, or "stop"
 // while it stops (it is then never given a leadership).
 const tagLeads = "leads"
 
-func encodeDrain(name string, drained bool) []byte {
+// drainReq is a request to drain (or undrain) a node, made at time at (Unix nanoseconds).
+type drainReq struct {
+	drained bool
+	at      int64
+}
+
+func encodeDrain(name string, q drainReq) []byte {
 	b := []byte{drainVersion}
 	b = binary.AppendUvarint(b, uint64(len(name)))
 	b = append(b, name...)
-	if drained {
-		return append(b, 1)
+	if q.drained {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
 	}
-	return append(b, 0)
+	return binary.AppendUvarint(b, uint64(q.at))
 }
 
-func decodeDrain(p []byte) (name string, drained bool, err error) {
+func decodeDrain(p []byte) (name string, q drainReq, err error) {
 	if len(p) == 0 || p[0] != drainVersion {
-		return "", false, fmt.Errorf("%w: not a drain record", errPlacement)
+		return "", q, fmt.Errorf("%w: not a drain record", errPlacement)
 	}
 	d := &metaDecoder{p: p[1:]}
 	name = d.str()
-	if d.bad || name == "" || len(d.p) != 1 || d.p[0] > 1 {
-		return "", false, fmt.Errorf("%w: drain record", errPlacement)
+	if d.bad || name == "" || len(d.p) < 1 || d.p[0] > 1 {
+		return "", q, fmt.Errorf("%w: drain record", errPlacement)
 	}
-	return name, d.p[0] == 1, nil
+	q.drained = d.p[0] == 1
+	d.p = d.p[1:]
+	at := d.uv()
+	if d.bad || at > math.MaxInt64 || len(d.p) > 0 {
+		return "", q, fmt.Errorf("%w: drain record's time", errPlacement)
+	}
+	q.at = int64(at)
+	return name, q, nil
 }
 
 // drainer is a node's view of the region's drained nodes and its own pending requests.
@@ -79,8 +99,10 @@ type drainer struct {
 	mu struct {
 		sync.Mutex
 		drained map[string]bool // as the metadata says (applied records)
-		want    map[string]bool // this node's requests not yet applied (announced in tagDrainReq)
+		at      map[string]int64    // the time of the last request applied, by name
+		want    map[string]drainReq // this node's requests not yet applied (announced in tagDrainReq)
 		changed chan struct{}   // closed and replaced when drained changes
+		changes int             // drained changed by applied records (for tests)
 	}
 	wake     chan struct{} // capacity 1: a request was made, or the node stops
 	stopping atomic.Bool   // a graceful stop is handing the leaderships away (handOff)
@@ -119,7 +141,8 @@ func newDrainMetrics(reg prometheus.Registerer) *drainMetrics {
 
 func (d *drainer) init(reg prometheus.Registerer) {
 	d.mu.drained = map[string]bool{}
-	d.mu.want = map[string]bool{}
+	d.mu.want = map[string]drainReq{}
+	d.mu.at = map[string]int64{}
 	d.mu.changed = make(chan struct{})
 	d.lastTry = map[uint64]time.Time{}
 	d.wake = make(chan struct{}, 1)
@@ -140,13 +163,15 @@ func (d *drainer) drainedSet() map[string]bool {
 
 // applyDrain applies a drain record (watchMeta's goroutine).
 func (r *replicated) applyDrain(data []byte) {
-	name, drained, err := decodeDrain(data)
+	name, q, err := decodeDrain(data)
+	drained := q.drained
 	if err != nil {
 		r.n.log.Error("a metadata record could not be decoded; it is skipped on every node alike", "err", err)
 		return
 	}
 	d := &r.drain
 	d.mu.Lock()
+	d.mu.at[name] = max(d.mu.at[name], q.at)
 	if d.mu.drained[name] != drained {
 		if drained {
 			d.mu.drained[name] = true
@@ -155,6 +180,7 @@ func (r *replicated) applyDrain(data []byte) {
 		}
 		close(d.mu.changed)
 		d.mu.changed = make(chan struct{})
+		d.mu.changes++
 	}
 	d.m.draining.Set(float64(len(d.mu.drained)))
 	d.mu.Unlock()
@@ -166,13 +192,15 @@ func (r *replicated) applyDrain(data []byte) {
 // is made, not applied (drainedCh and isDrained tell that).
 func (r *replicated) requestDrain(ctx context.Context, name string, drained bool) error {
 	d := &r.drain
+	q := drainReq{drained: drained, at: time.Now().UnixNano()}
 	d.mu.Lock()
-	d.mu.want[name] = drained
+	q.at = max(q.at, d.mu.at[name]+1) // later than what was applied, whatever this clock says
+	d.mu.want[name] = q
 	d.mu.Unlock()
 	if ro, ok := r.d.Role(metaGroup); ok && ro.Leader {
 		pctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
 		defer cancel()
-		if _, err := r.d.Propose(pctx, metaGroup, encodeDrain(name, drained)); err == nil {
+		if _, err := r.d.Propose(pctx, metaGroup, encodeDrain(name, q)); err == nil {
 			return nil
 		}
 	}
@@ -195,18 +223,22 @@ func (d *drainer) changedCh() <-chan struct{} {
 func (r *replicated) announceRequests() {
 	d := &r.drain
 	d.mu.Lock()
-	for name, want := range d.mu.want {
-		if d.mu.drained[name] == want {
+	for name, q := range d.mu.want {
+		// Applied, or overtaken by a later request (another node's): no longer announced. A
+		// request is settled only by a record of its time or later, even when the state it
+		// asks for is already the metadata's: an earlier request may still be on its way.
+		if d.mu.at[name] >= q.at {
 			delete(d.mu.want, name)
 		}
 	}
 	var items []string
 	for _, name := range slices.Sorted(maps.Keys(d.mu.want)) {
+		q := d.mu.want[name]
 		v := "0"
-		if d.mu.want[name] {
+		if q.drained {
 			v = "1"
 		}
-		items = append(items, name+"="+v)
+		items = append(items, name+"="+v+"@"+strconv.FormatInt(q.at, 10))
 	}
 	d.mu.Unlock()
 	tag := strings.Join(items, ",")
@@ -221,16 +253,27 @@ func (r *replicated) announceRequests() {
 }
 
 // parseDrainReq reads a tagDrainReq value; malformed items are skipped.
-func parseDrainReq(s string) map[string]bool {
-	out := map[string]bool{}
+func parseDrainReq(s string) map[string]drainReq {
+	out := map[string]drainReq{}
 	for item := range strings.SplitSeq(s, ",") {
-		name, v, ok := strings.Cut(item, "=")
-		if !ok || name == "" || (v != "0" && v != "1") {
+		name, rest, ok := strings.Cut(item, "=")
+		v, ts, ok2 := strings.Cut(rest, "@")
+		at, err := strconv.ParseInt(ts, 10, 64)
+		if !ok || !ok2 || name == "" || (v != "0" && v != "1") || err != nil || at <= 0 {
 			continue
 		}
-		out[name] = v == "1"
+		out[name] = drainReq{drained: v == "1", at: at}
 	}
 	return out
+}
+
+// newest keeps, in reqs, the later of its request for each name and those of more.
+func newest(reqs, more map[string]drainReq) {
+	for name, q := range more {
+		if q.at > reqs[name].at {
+			reqs[name] = q
+		}
+	}
 }
 
 // drainLoop is the goroutine of draining and balancing (see the top of this file).
@@ -278,16 +321,16 @@ func (r *replicated) proposeRequests(ctx context.Context) {
 	if ro, ok := r.d.Role(metaGroup); !ok || !ro.Leader || r.n.gossip == nil {
 		return
 	}
-	reqs := map[string]bool{}
+	reqs := map[string]drainReq{}
 	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
 		if m.Status != gossip.StatusAlive && m.Name != r.n.cfg.Name {
 			continue
 		}
-		maps.Copy(reqs, parseDrainReq(m.Tags[tagDrainReq]))
+		newest(reqs, parseDrainReq(m.Tags[tagDrainReq]))
 	}
 	r.drain.mu.Lock()
-	maps.Copy(reqs, r.drain.mu.want)
-	drained := maps.Clone(r.drain.mu.drained)
+	newest(reqs, r.drain.mu.want)
+	applied := maps.Clone(r.drain.mu.at)
 	r.drain.mu.Unlock()
 	if len(reqs) == 0 {
 		return
@@ -296,14 +339,17 @@ func (r *replicated) proposeRequests(ctx context.Context) {
 		return
 	}
 	for _, name := range slices.Sorted(maps.Keys(reqs)) {
-		if drained[name] == reqs[name] {
-			continue
+		q := reqs[name]
+		if q.at <= applied[name] {
+			continue // applied, or older than the last applied
 		}
+		// Proposed even when it changes nothing: its record settles it (announceRequests)
+		// and keeps an earlier request still in flight from being applied after it.
 		pctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
-		_, err := r.d.Propose(pctx, metaGroup, encodeDrain(name, reqs[name]))
+		_, err := r.d.Propose(pctx, metaGroup, encodeDrain(name, q))
 		cancel()
 		if err != nil {
-			r.n.log.Warn("recording a node's drain state in the region's metadata", "node", name, "drained", reqs[name], "err", err)
+			r.n.log.Warn("recording a node's drain state in the region's metadata", "node", name, "drained", q.drained, "err", err)
 			return
 		}
 	}

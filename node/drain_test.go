@@ -19,34 +19,42 @@ import (
 
 func TestDrainRecordRoundTrip(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		drained bool
-	}{{"eu-1", true}, {"a-much-longer-node-name", false}} {
-		name, drained, err := decodeDrain(encodeDrain(c.name, c.drained))
-		if err != nil || name != c.name || drained != c.drained {
-			t.Fatalf("%q %v: decoded %q %v %v", c.name, c.drained, name, drained, err)
+		name string
+		q    drainReq
+	}{{"eu-1", drainReq{true, 1}}, {"a-much-longer-node-name", drainReq{false, time.Now().UnixNano()}}} {
+		name, q, err := decodeDrain(encodeDrain(c.name, c.q))
+		if err != nil || name != c.name || q != c.q {
+			t.Fatalf("%q %v: decoded %q %v %v", c.name, c.q, name, q, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, {drainVersion}, {drainVersion, 0, 1}, {drainVersion, 1, 'a'}, {drainVersion, 1, 'a', 2}, {drainVersion, 1, 'a', 1, 0}, {groupsVersion, 1, 'a', 1}} {
+	for _, bad := range [][]byte{nil, {drainVersion}, {drainVersion, 0, 1, 0}, {drainVersion, 1, 'a'}, {drainVersion, 1, 'a', 1},
+		{drainVersion, 1, 'a', 2, 0}, {drainVersion, 1, 'a', 1, 0, 0}, {drainVersion, 1, 'a', 1, 0x80, 0}, {groupsVersion, 1, 'a', 1, 0}} {
 		if _, _, err := decodeDrain(bad); err == nil {
 			t.Errorf("%v decoded", bad)
 		}
 	}
-	if got := parseDrainReq("a=1,b=0,,c=2,=1,d"); len(got) != 2 || !got["a"] || got["b"] {
+	got := parseDrainReq("a=1@5,b=0@7,,c=2@1,=1@1,d,e=1,f=1@x,g=0@-3")
+	if len(got) != 2 || got["a"] != (drainReq{true, 5}) || got["b"] != (drainReq{false, 7}) {
 		t.Errorf("parseDrainReq: %v", got)
+	}
+	reqs := map[string]drainReq{"a": {true, 5}}
+	newest(reqs, map[string]drainReq{"a": {false, 4}, "b": {true, 1}})
+	newest(reqs, map[string]drainReq{"a": {false, 6}})
+	if reqs["a"] != (drainReq{false, 6}) || reqs["b"] != (drainReq{true, 1}) {
+		t.Errorf("newest: %v", reqs)
 	}
 }
 
 func FuzzDrainRecord(f *testing.F) {
-	f.Add(encodeDrain("eu-1", true))
+	f.Add(encodeDrain("eu-1", drainReq{true, 1}))
 	f.Add([]byte{drainVersion, 0})
 	f.Fuzz(func(t *testing.T, p []byte) {
-		name, drained, err := decodeDrain(p)
+		name, q, err := decodeDrain(p)
 		if err != nil {
 			return
 		}
-		if q := encodeDrain(name, drained); string(q) != string(p) {
-			t.Fatalf("%x decoded to %q %v, which encodes as %x", p, name, drained, q)
+		if b := encodeDrain(name, q); string(b) != string(p) {
+			t.Fatalf("%x decoded to %q %v, which encodes as %x", p, name, q, b)
 		}
 	})
 }
@@ -422,5 +430,59 @@ func TestDrainWaitsForEveryNodeToReadIt(t *testing.T) {
 	code, body := m.post("eu-1", "/v1/nodes/eu-2/drain")
 	if code != http.StatusConflict || !strings.Contains(body, "eu-3 (meta=2)") {
 		t.Fatalf("drain with an older node in the region: %d %s", code, body)
+	}
+}
+
+// TestDrainThenUndrainFromTwoNodes: a drain asked at one node and an undrain asked at
+// another right after end undrained, without the earlier request, still announced in
+// gossip for a moment, draining the node again.
+func TestDrainThenUndrainFromTwoNodes(t *testing.T) {
+	m := newDrainMesh(t, -1)
+	lead := ""
+	for _, ni := range m.nodeInfos("eu-1") {
+		if ni.MetaLeader {
+			lead = ni.Name
+		}
+	}
+	var askers []string // two nodes that do not lead the metadata: their requests go by gossip
+	for _, name := range m.names {
+		if name != lead {
+			askers = append(askers, name)
+		}
+	}
+	if code, body := m.post(askers[0], "/v1/nodes/"+lead+"/drain"); code != http.StatusOK {
+		t.Fatalf("drain: %d %s", code, body)
+	}
+	if code, body := m.post(askers[1], "/v1/nodes/"+lead+"/undrain"); code != http.StatusOK {
+		t.Fatalf("undrain: %d %s", code, body)
+	}
+	waitFor(t, 20*time.Second, "both requests settled: neither asker announces one", func() bool {
+		for _, a := range askers {
+			d := &m.nodes[a].rep.drain
+			d.mu.Lock()
+			pending := len(d.mu.want)
+			d.mu.Unlock()
+			if pending > 0 {
+				return false
+			}
+			for _, name := range m.names { // and every node's gossip shows the tag cleared
+				for _, mem := range m.nodes[name].Gossip().RegionMembers("eu") {
+					if mem.Name == a && mem.Tags[tagDrainReq] != "" {
+						return false
+					}
+				}
+			}
+		}
+		return true
+	})
+	for _, name := range m.names {
+		d := &m.nodes[name].rep.drain
+		waitFor(t, 10*time.Second, name+" to read the undrain", func() bool { return !d.isDrained(lead) })
+		d.mu.Lock()
+		changes := d.mu.changes
+		d.mu.Unlock()
+		if changes > 2 {
+			t.Errorf("%s applied %d drain state changes of %s, want at most 2 (drain, undrain)", name, changes, lead)
+		}
 	}
 }
