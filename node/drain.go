@@ -98,11 +98,11 @@ func decodeDrain(p []byte) (name string, q drainReq, err error) {
 type drainer struct {
 	mu struct {
 		sync.Mutex
-		drained map[string]bool // as the metadata says (applied records)
+		drained map[string]bool     // as the metadata says (applied records)
 		at      map[string]int64    // the time of the last request applied, by name
 		want    map[string]drainReq // this node's requests not yet applied (announced in tagDrainReq)
-		changed chan struct{}   // closed and replaced when drained changes
-		changes int             // drained changed by applied records (for tests)
+		changed chan struct{}       // closed and replaced when drained changes
+		changes int                 // drained changed by applied records (for tests)
 	}
 	wake     chan struct{} // capacity 1: a request was made, or the node stops
 	stopping atomic.Bool   // a graceful stop is handing the leaderships away (handOff)
