@@ -135,49 +135,70 @@ func TestRollingRestartCampaign(t *testing.T) {
 	for i := range topics {
 		topic := fmt.Sprintf("roll.t%d", i)
 		want := l.ackedOf(i)
-		sub, err := rc.Subscribe(rctx, topic, client.SubscribeOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]int{}
-		got := 0
-		for got < len(want)+1 { // +1: the warm-up record
-			rec, err := sub.Next(rctx)
+		// Read to the head rc1 has applied; again while an acknowledged record is missing
+		// (rc1 may trail the leader by a round).
+		var l0, d0 int
+		for attempt := 0; ; attempt++ {
+			sub, err := rc.Subscribe(rctx, topic, client.SubscribeOptions{NotifyCaughtUp: true})
 			if err != nil {
-				t.Fatalf("%s: read %d of %d records: %v", topic, got, len(want)+1, err)
+				t.Fatal(err)
 			}
-			seen[string(rec.Payload)]++
-			got++
-		}
-		sub.Close()
-		for _, w := range want {
-			switch seen[w] {
-			case 0:
-				lost++
-			case 1:
-			default:
-				dup++
+			seen := map[string]int{}
+			for {
+				rec, err := sub.Next(rctx)
+				if errors.Is(err, client.ErrCaughtUp) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("%s: read: %v", topic, err)
+				}
+				seen[string(rec.Payload)]++
 			}
+			sub.Close()
+			l0, d0 = 0, 0
+			for _, w := range want {
+				switch seen[w] {
+				case 0:
+					l0++
+				case 1:
+				default:
+					d0++
+				}
+			}
+			if l0 == 0 || attempt == 50 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
+		lost, dup = lost+l0, dup+d0
 	}
 	t.Logf("read back %d topics: %d acknowledged records lost, %d stored more than once", topics, lost, dup)
 	if lost > 0 || dup > 0 {
 		t.Errorf("%d lost, %d duplicated", lost, dup)
 	}
 	// Figure 4 asks for no publish refused. A publish that reaches a leader in the round trip
-	// of its leadership transfer is refused today, saying nothing was appended (the client
-	// may publish it again; an idempotent one learns a stored record's offset): forwarding
+	// of its leadership transfer is refused today, saying nothing was appended: forwarding
 	// such a proposal to the new leader is not built yet (docs/operations.md, "Rolling
-	// restarts"). Any other refusal fails the campaign.
-	if n := l.refused.Load(); n > 0 {
-		t.Logf("KNOWN GAP: %d publishes refused during the roll", n)
-		l.mu.Lock()
-		for m := range l.errs {
-			if !strings.Contains(m, "nothing was appended") {
-				t.Errorf("a refusal that does not say nothing was appended: %s", m)
-			}
+	// restarts"). A publish in flight on the connection to the node being stopped has an
+	// unknown outcome (its stream ends): published again with its producer and sequence, as
+	// the load does for both, it is stored once. Anything else fails the campaign.
+	refused, unknown := 0, 0
+	l.mu.Lock()
+	for m, n := range l.errs {
+		switch {
+		case strings.Contains(m, "nothing was appended"):
+			refused += n
+		case strings.Contains(m, "may or may not be stored"), strings.Contains(m, "shutting down"):
+			unknown += n
+		default:
+			t.Errorf("%dx an answer that is neither a refusal nor an unknown outcome: %s", n, m)
 		}
-		l.mu.Unlock()
+	}
+	gaveUp := l.gaveUp
+	l.mu.Unlock()
+	t.Logf("KNOWN GAP: %d publishes refused (nothing appended) during the roll; %d of unknown outcome at a stopping node; all published again, %d given up", refused, unknown, gaveUp)
+	if gaveUp > 0 {
+		t.Errorf("%d publishes never acknowledged", gaveUp)
 	}
 	if s := l.maxSilence("roll"); s > time.Second {
 		t.Errorf("no acknowledgement for %v during the roll (want at most 1 s)", s)
@@ -191,13 +212,14 @@ func TestRollingRestartCampaign(t *testing.T) {
 // unique; it records each publish's latency and each ack's time by phase.
 type rollLoad struct {
 	phase   atomicString
-	refused atomicCount
+	refused atomicCount // publishes answered with an error (each published again until acknowledged)
 	mu      sync.Mutex
 	acked   [][]string // per topic: payloads acknowledged
 	lat     map[string][]time.Duration
 	ackAt   map[string][]time.Time
 	errs    map[string]int
 	total   int
+	gaveUp  int // publishes never acknowledged after 50 attempts
 }
 
 type atomicString struct {
@@ -219,42 +241,43 @@ func (a *atomicCount) Load() int { a.mu.Lock(); defer a.mu.Unlock(); return a.n 
 func (l *rollLoad) run(ctx context.Context, c *client.Conn, topics, rate int) {
 	type pending struct {
 		f     *client.Future
+		msg   client.Message
 		topic int
 		pay   string
 		sent  time.Time
 		phase string
 	}
 	futs := make(chan pending, 8192)
-	var wg sync.WaitGroup
+	var wg, retries sync.WaitGroup
 	wg.Go(func() {
 		for p := range futs {
 			wctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			_, err := p.f.Wait(wctx)
 			cancel()
-			now := time.Now()
-			l.mu.Lock()
 			if err != nil {
-				l.refused.Add(1)
-				if l.errs == nil {
-					l.errs = map[string]int{}
-				}
-				msg := err.Error()
-				if len(msg) > 400 {
-					msg = msg[:400]
-				}
-				l.errs[msg]++
-			} else {
-				l.acked[p.topic] = append(l.acked[p.topic], p.pay)
-				if l.lat == nil {
-					l.lat, l.ackAt = map[string][]time.Duration{}, map[string][]time.Time{}
-				}
-				l.lat[p.phase] = append(l.lat[p.phase], now.Sub(p.sent))
-				l.ackAt[p.phase] = append(l.ackAt[p.phase], now)
-				l.total++
+				// Refused (nothing appended) or of unknown outcome (the node's stream ended):
+				// an application publishes it again with the same producer and sequence, and
+				// a stored copy is answered as a duplicate at its offset.
+				l.noteErr(err)
+				retries.Go(func() {
+					for attempt := 0; ; attempt++ {
+						wctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+						_, err := c.Publish(wctx, p.msg)
+						cancel()
+						if err == nil || attempt == 50 {
+							l.settle(p.topic, p.pay, p.sent, p.phase, err)
+							return
+						}
+						l.noteErr(err)
+						time.Sleep(20 * time.Millisecond)
+					}
+				})
+				continue
 			}
-			l.mu.Unlock()
+			l.settle(p.topic, p.pay, p.sent, p.phase, nil)
 		}
 	})
+	defer retries.Wait() // last: the waiter (wg) starts retries until it ends
 	defer wg.Wait()
 	defer close(futs)
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -271,17 +294,51 @@ func (l *rollLoad) run(ctx context.Context, c *client.Conn, topics, rate int) {
 			pay := "r" + strconv.Itoa(seq)
 			seq++
 			sent := time.Now()
-			f, err := c.PublishAsync(context.Background(), client.Message{Topic: fmt.Sprintf("roll.t%d", topic), Payload: []byte(pay)})
+			m := client.Message{Topic: fmt.Sprintf("roll.t%d", topic), Payload: []byte(pay), ProducerID: "roll", Sequence: uint64(seq)}
+			f, err := c.PublishAsync(context.Background(), m)
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
 					return
 				}
-				l.refused.Add(1)
+				l.noteErr(err)
 				continue
 			}
-			futs <- pending{f, topic, pay, sent, l.phase.Load()}
+			futs <- pending{f, m, topic, pay, sent, l.phase.Load()}
 		}
 	}
+}
+
+func (l *rollLoad) noteErr(err error) {
+	l.refused.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.errs == nil {
+		l.errs = map[string]int{}
+	}
+	msg := err.Error()
+	if len(msg) > 400 {
+		msg = msg[:400]
+	}
+	l.errs[msg]++
+}
+
+// settle records a publish's final outcome: acknowledged (err nil), with its latency from
+// its first send, or given up.
+func (l *rollLoad) settle(topic int, pay string, sent time.Time, phase string, err error) {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil {
+		l.gaveUp++
+		return
+	}
+	l.acked[topic] = append(l.acked[topic], pay)
+	if l.lat == nil {
+		l.lat, l.ackAt = map[string][]time.Duration{}, map[string][]time.Time{}
+	}
+	l.lat[phase] = append(l.lat[phase], now.Sub(sent))
+	l.ackAt[phase] = append(l.ackAt[phase], now)
+	l.total++
 }
 
 func (l *rollLoad) waitAcks(t *testing.T, n int) {
