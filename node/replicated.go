@@ -764,7 +764,8 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 	}
 	// The leader as of the group's last round, without waiting for the driver (a round
 	// may be in its fsync): what every publish asks.
-	if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader &&
+	// A leader handing its leadership over (drain.go) refuses proposals: wait for the new one.
+	if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader && !ro.Moving &&
 		(ro.Lead == r.id || r.reachable(t.nameOf(ro.Lead))) {
 		return ro.Lead, nil
 	}
@@ -782,7 +783,7 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 		}
 		// A leader this node cannot reach (its node failed, its link is down) is as good as
 		// none: a new one is elected within an election timeout, or there is no quorum.
-		if err == nil && st.Lead != 0 && (st.Lead == r.id) == (st.RaftState == raft.StateLeader) &&
+		if err == nil && st.Lead != 0 && (st.Lead == r.id) == (st.RaftState == raft.StateLeader) && st.LeadTransferee == 0 &&
 			(st.Lead == r.id || r.reachable(t.nameOf(st.Lead))) {
 			return st.Lead, nil
 		}

@@ -52,5 +52,6 @@ func (e *engine) transferLeadership(id, to uint64) error {
 	g.idle = 0
 	e.touch(g)
 	g.rn.TransferLeader(to)
+	e.roles.set(g) // Role.Moving, for callers routing proposals
 	return nil
 }

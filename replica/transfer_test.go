@@ -79,6 +79,9 @@ func TestDriverProposalDuringTransferIsRefused(t *testing.T) {
 	if err := l.d.TransferLeadership(context.Background(), 1, down.id); err != nil {
 		t.Fatal(err)
 	}
+	if ro, _ := l.d.Role(1); !ro.Leader || !ro.Moving {
+		t.Fatalf("role during the transfer: %+v, want leading and moving", ro)
+	}
 	_, err := l.d.Propose(context.Background(), 1, []byte("c"))
 	if !errors.Is(err, ErrLeadershipMoving) || !strings.Contains(err.Error(), fmt.Sprintf("to node %d", down.id)) {
 		t.Fatalf("propose during the transfer: %v, want ErrLeadershipMoving naming node %d", err, down.id)
@@ -87,7 +90,7 @@ func TestDriverProposalDuringTransferIsRefused(t *testing.T) {
 		_, err := l.d.Propose(context.Background(), 1, []byte("d"))
 		return err == nil
 	})
-	if ro, _ := l.d.Role(1); !ro.Leader {
-		t.Fatalf("node %d no longer leads after the transfer to a down node", l.id)
+	if ro, _ := l.d.Role(1); !ro.Leader || ro.Moving {
+		t.Fatalf("node %d after the transfer to a down node was given up: %+v, want leading, not moving", l.id, ro)
 	}
 }
