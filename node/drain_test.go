@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/quicmq/quicmq/client"
 )
 
@@ -485,4 +487,31 @@ func TestDrainThenUndrainFromTwoNodes(t *testing.T) {
 			t.Errorf("%s applied %d drain state changes of %s, want at most 2 (drain, undrain)", name, changes, lead)
 		}
 	}
+}
+
+// TestDrainedNodeHandsOnWhatItWins: a drained node given a leadership (here by its group's
+// leader transferring it there, as an election it wins would) hands it on again.
+func TestDrainedNodeHandsOnWhatItWins(t *testing.T) {
+	m := newDrainMesh(t, -1)
+	if code, body := m.post("eu-1", "/v1/nodes/eu-2/drain"); code != http.StatusOK {
+		t.Fatalf("drain: %d %s", code, body)
+	}
+	r2 := m.nodes["eu-2"].rep
+	waitFor(t, 20*time.Second, "eu-2 drained and leading nothing", func() bool {
+		return r2.drain.isDrained("eu-2") && m.leads()["eu-2"] == 0
+	})
+	g := r2.localGroups()[0].id
+	lead := ""
+	for _, name := range m.names {
+		if ro, _ := m.nodes[name].rep.d.Role(g); ro.Leader {
+			lead = name
+		}
+	}
+	before := testutil.ToFloat64(r2.drain.m.transfers.WithLabelValues("drain"))
+	if err := m.nodes[lead].rep.d.TransferLeadership(context.Background(), g, r2.id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "eu-2 to hand on the leadership it was given", func() bool {
+		return testutil.ToFloat64(r2.drain.m.transfers.WithLabelValues("drain")) > before && m.allLedBut("eu-1", "eu-2")
+	})
 }
