@@ -34,7 +34,8 @@ type MemberInfo struct {
 // as fingerprints) and POST /v1/gossip/keys/{install,use,remove} with the base64 key as the
 // body (a pool-wide key rotation step), and consumer and topic management (manage_admin.go:
 // GET /v1/consumers[/{name}], POST /v1/consumers/{name}/reset, DELETE /v1/consumers/{name},
-// POST /v1/topics/{topic}, POST /v1/topics/{topic}/purge, DELETE /v1/topics/{topic}). The
+// POST /v1/topics/{topic}, POST /v1/topics/{topic}/purge, DELETE /v1/topics/{topic}), and the
+// region's nodes (nodes_admin.go: GET /v1/nodes, POST /v1/nodes/{name}/drain and /undrain). The
 // POSTs and DELETEs change state: they are served only with Config.AdminAPI, and refused
 // with 403 otherwise. Bind it to an address only operators
 // reach. It never shows a key or a payload.
@@ -86,6 +87,7 @@ func (n *Node) AdminHandler() http.Handler {
 		writeJSON(w, n.fed.Links())
 	}))
 	n.manageRoutes(mux) // manage_admin.go
+	n.nodesRoutes(mux)  // nodes_admin.go
 	return mux
 }
 

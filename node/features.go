@@ -42,7 +42,8 @@ const (
 	// (replica.EnvelopeFeature: 2 reads batch entries, many proposals in one).
 	featEnvelope = "envelope"
 	// featMeta is the highest version of a record of the region's metadata group the node
-	// applies (replmeta.go: 1 placement, 2 member; replgroups.go: 3 groups). A node skips a
+	// applies (replmeta.go: 1 placement, 2 member; replgroups.go: 3 groups; drain.go: 4
+	// drain). A node skips a
 	// record it cannot decode, alike on every node of one build, so a new record waits until
 	// every node announces it.
 	featMeta = "meta"
@@ -53,7 +54,7 @@ type features map[string]int
 
 // localFeatures is what this build knows.
 func localFeatures() features {
-	f := features{featProto: wire.Version, featMeta: groupsVersion}
+	f := features{featProto: wire.Version, featMeta: drainVersion}
 	maps.Copy(f, replica.EntryFeatures())
 	return f
 }

@@ -352,6 +352,13 @@ func (n *Node) Run(ctx context.Context) error {
 	case <-n.stop:
 	case err = <-acceptErr:
 	}
+	if n.rep != nil && err == nil {
+		// Leaderships move first (drain.go), bounded by Raft.StopHandOff: publishes then wait
+		// a round trip for a new leader instead of an election timeout.
+		if left := n.rep.handOff(context.Background()); left > 0 {
+			n.log.Warn("stopping while still leading raft groups: no other replica could take them in time", "groups", left)
+		}
+	}
 	// Client sessions drain first, while the links are up: a publish this node relays to its
 	// topic's owner in the region is answered by the owner, not refused for a link that
 	// shutting down took away. Then the links stop and gossip leaves gracefully.

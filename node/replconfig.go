@@ -54,6 +54,16 @@ type RaftSettings struct {
 	// of regions formed before 2026-12-05 (slower and costlier with many topics; kept for
 	// comparison).
 	GroupsPerNode int
+	// BalanceInterval is how often at most a node hands one of its data groups' leaderships
+	// to a replica that leads two or more groups fewer, so that the region's nodes that are
+	// up and not drained lead within one of each other (drain.go). Default 10 s; negative:
+	// the balancer is off (leaders stay where elections put them).
+	BalanceInterval time.Duration
+	// StopHandOff bounds how long a graceful stop (SIGTERM, Run's context ending) waits for
+	// this node's leaderships to move to other replicas before it closes its sessions and
+	// links: publishes then see a leader change of one round trip instead of an election
+	// timeout. Default 3 s; negative: no hand-off.
+	StopHandOff time.Duration
 }
 
 func (r RaftSettings) withDefaults() RaftSettings {
@@ -69,6 +79,12 @@ func (r RaftSettings) withDefaults() RaftSettings {
 	if r.QuorumTimeout <= 0 {
 		r.QuorumTimeout = 5 * time.Second
 	}
+	if r.BalanceInterval == 0 {
+		r.BalanceInterval = 10 * time.Second
+	}
+	if r.StopHandOff == 0 {
+		r.StopHandOff = 3 * time.Second
+	}
 	if r.ObserveInterval <= 0 {
 		r.ObserveInterval = r.TickInterval * time.Duration(r.ElectionTicks) / 2
 	}
@@ -76,9 +92,11 @@ func (r RaftSettings) withDefaults() RaftSettings {
 }
 
 // TestRaftSettings are fast raft timers for tests on loopback: 20 ms ticks, elections
-// after 200-400 ms.
+// after 200-400 ms. The leader balancer and the stop's hand-off are off, so that a test
+// knows who leads from elections alone; a test of them turns them on.
 func TestRaftSettings() RaftSettings {
-	return RaftSettings{TickInterval: 20 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1, QuorumTimeout: 5 * time.Second}
+	return RaftSettings{TickInterval: 20 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1, QuorumTimeout: 5 * time.Second,
+		BalanceInterval: -1, StopHandOff: -1}
 }
 
 func (c Config) validateReplicas() []error {

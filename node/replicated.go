@@ -67,6 +67,7 @@ type replicated struct {
 	elections *electionCounter // metrics (replmetrics.go)
 	rejoinM   *rejoinMetrics   // replmember.go
 	rejoin    rejoinState      // owned by the observe goroutine
+	drain     drainer          // drain.go: drained nodes, leader hand-offs and balance
 
 	mu struct {
 		sync.Mutex
@@ -176,6 +177,7 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	}
 	r.elections = newElectionCounter(n.reg, n.cfg.MaxSeriesPerMetric)
 	r.rejoinM = newRejoinMetrics(n.reg)
+	r.drain.init(n.reg)
 	r.rejoin = rejoinState{silentSince: map[[2]uint64]time.Time{}, last: map[[2]uint64]replica.ReplaceState{}, learnerAt: map[[2]uint64]time.Time{}}
 	n.reg.MustRegister(&raftCollector{r: r})
 	return r, nil
@@ -243,9 +245,10 @@ func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
 	r.mu.Lock()
 	r.mu.ctx, r.mu.wg = ctx, wg
 	r.mu.Unlock()
-	wg.Add(6)
-	go func() { defer wg.Done(); r.placer(ctx) }() // replgroups.go
-	go func() { defer wg.Done(); r.retain(ctx) }() // replretain.go
+	wg.Add(7)
+	go func() { defer wg.Done(); r.placer(ctx) }()    // replgroups.go
+	go func() { defer wg.Done(); r.drainLoop(ctx) }() // drain.go
+	go func() { defer wg.Done(); r.retain(ctx) }()    // replretain.go
 	go func() {
 		defer wg.Done()
 		if err := r.d.Run(ctx); err != nil {
@@ -430,6 +433,8 @@ func (r *replicated) watchMeta(ctx context.Context) {
 					r.applyMember(rec.Data)
 				case len(rec.Data) > 0 && rec.Data[0] == groupsVersion:
 					r.applyGroups(ctx, rec.Data) // replgroups.go
+				case len(rec.Data) > 0 && rec.Data[0] == drainVersion:
+					r.applyDrain(rec.Data) // drain.go
 				default:
 					r.applyPlacement(ctx, rec.Data)
 				}
@@ -762,7 +767,8 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 	}
 	// The leader as of the group's last round, without waiting for the driver (a round
 	// may be in its fsync): what every publish asks.
-	if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader &&
+	// A leader handing its leadership over (drain.go) refuses proposals: wait for the new one.
+	if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader && !ro.Moving &&
 		(ro.Lead == r.id || r.reachable(t.nameOf(ro.Lead))) {
 		return ro.Lead, nil
 	}
@@ -780,7 +786,7 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 		}
 		// A leader this node cannot reach (its node failed, its link is down) is as good as
 		// none: a new one is elected within an election timeout, or there is no quorum.
-		if err == nil && st.Lead != 0 && (st.Lead == r.id) == (st.RaftState == raft.StateLeader) &&
+		if err == nil && st.Lead != 0 && (st.Lead == r.id) == (st.RaftState == raft.StateLeader) && st.LeadTransferee == 0 &&
 			(st.Lead == r.id || r.reachable(t.nameOf(st.Lead))) {
 			return st.Lead, nil
 		}
@@ -994,6 +1000,8 @@ func proposeError(t *repTopic, err error) (e *wire.Error, unknown bool) {
 	case errors.As(err, &nl):
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader changed before the publish was proposed (now %s): nothing was appended; retry",
 			t.name, cmpOr(t.nameOf(nl.Leader), "unknown")), false
+	case errors.Is(err, replica.ErrLeadershipMoving):
+		return wire.Errorf(wire.CodeUnavailable, "topic %q: its group's leadership is moving to another replica (a drain, the leader balancer or a stop): nothing was appended; retry", t.name), false
 	case errors.Is(err, replica.ErrDropped):
 		return wire.Errorf(wire.CodeUnavailable, "topic %q: the leader changed before the publish committed: nothing was appended; retry", t.name), false
 	case errors.Is(err, raft.ErrProposalDropped):

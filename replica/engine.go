@@ -55,6 +55,10 @@ type engine struct {
 type Role struct {
 	Lead, Term uint64
 	Leader     bool // this node is the leader (Lead is its ID)
+	// Moving: this node leads and is handing its leadership to another replica
+	// (TransferLeadership): it refuses proposals until the transfer ends, within an
+	// election timeout, so a caller waits for the new leader rather than propose here.
+	Moving bool
 }
 
 // roleTable holds every group's Role: written by the engine after a round changed a
@@ -66,7 +70,7 @@ type roleTable struct {
 
 func (t *roleTable) set(g *group) {
 	bs := g.rn.BasicStatus()
-	r := Role{Lead: bs.Lead, Term: bs.GetTerm(), Leader: bs.RaftState == raft.StateLeader}
+	r := Role{Lead: bs.Lead, Term: bs.GetTerm(), Leader: bs.RaftState == raft.StateLeader, Moving: bs.LeadTransferee != 0}
 	t.mu.Lock()
 	if t.m == nil {
 		t.m = make(map[uint64]Role)
@@ -300,6 +304,9 @@ func (e *engine) tick() {
 		}
 		e.touch(g)
 		g.rn.Tick()
+		if ro, _ := e.roles.get(g.id); ro.Moving {
+			e.roles.set(g) // raft gives a transfer up on a tick, with no SoftState change
+		}
 		g.idle++
 		e.stats.GroupTicks++
 		if bs := g.rn.BasicStatus(); bs.RaftState == raft.StateFollower && bs.Lead == raft.None {
@@ -430,6 +437,10 @@ func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) 
 	bs := g.rn.BasicStatus()
 	if bs.RaftState != raft.StateLeader {
 		done(Result{}, &NotLeaderError{Group: groupID, Leader: bs.Lead})
+		return
+	}
+	if bs.LeadTransferee != 0 {
+		done(Result{}, leadershipMoving(groupID, bs.LeadTransferee)) // transfer.go
 		return
 	}
 	e.seq++

@@ -42,6 +42,8 @@ type nodeFlags struct {
 	raftTick                            time.Duration
 	raftGroupsPerNode                   int
 	raftGroupPerTopic                   bool
+	raftBalance, raftStopHandOff        time.Duration
+	raftNoBalance                       bool
 	logLevel                            string
 	caDir, advertise                    string
 	gossipLAN, gossipWAN                string
@@ -101,6 +103,9 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.IntVar(&f.raftGroupsPerNode, "raft-groups-per-node", 0, "with --replicas > 1: raft groups per node holding the region's topics, many topics each; the metadata leader's value sizes the region's groups (0: two per core, at least 4)")
 	fs.BoolVar(&f.raftGroupPerTopic, "raft-group-per-topic", false, "with --replicas > 1: place each new topic in a raft group of its own, the layout before groups held many topics (slower and costlier with many topics; for comparison)")
 	fs.DurationVar(&f.raftTick, "raft-tick", 0, "with --replicas > 1: one raft tick; elections start 10-20 ticks after a leader's last heartbeat, heartbeats every tick (0: 50ms; raise it when the region's nodes are more than a few ms apart)")
+	fs.DurationVar(&f.raftBalance, "raft-balance-interval", 0, "with --replicas > 1: how often at most this node hands one of its raft group leaderships to a replica leading two or more fewer, keeping leaders within one of even over the nodes up and not drained (0: 10s)")
+	fs.BoolVar(&f.raftNoBalance, "raft-no-balance", false, "with --replicas > 1: turn this node's leader balancer off (leaders stay where elections and drains put them)")
+	fs.DurationVar(&f.raftStopHandOff, "raft-stop-handoff", 0, "with --replicas > 1: how long a graceful stop (SIGTERM) waits for this node's raft leaderships to move to other replicas before it closes (0: 3s)")
 	fs.IntVar(&f.replicas, "replicas", 1, "replicas of each new topic in this node's region, kept in agreement by raft: 1 (one node holds a topic), or 2 to 7 (odd recommended; the same on every node of the region, which forms once that many nodes are up)")
 	fs.BoolVar(&f.ablationSharedLink, "ablation-shared-link", false, "measurement aid for benchmarks: carry all mirrors of each federation link on one shared stream, and accept that from peers (docs/benchmarks.md, scenario 6); never in production")
 	fs.BoolVar(&f.ablationSharedStream, "ablation-shared-stream", false, "measurement aid for benchmarks: accept the shared-stream mapping, all of a connection's subscriptions on one stream, same authorization (docs/benchmarks.md); never in production")
@@ -210,7 +215,8 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 
 		MaxDurablesPerTenant: f.maxDurablesPerTenant,
 		Replicas:             f.replicas,
-		Raft:                 node.RaftSettings{DisableQuiescence: f.raftNoQuiesce, DisableLogCompaction: f.raftNoCompaction, TickInterval: f.raftTick, GroupsPerNode: groupsSetting(f.raftGroupsPerNode, f.raftGroupPerTopic)},
+		Raft: node.RaftSettings{DisableQuiescence: f.raftNoQuiesce, DisableLogCompaction: f.raftNoCompaction, TickInterval: f.raftTick, GroupsPerNode: groupsSetting(f.raftGroupsPerNode, f.raftGroupPerTopic),
+			BalanceInterval: balanceSetting(f.raftBalance, f.raftNoBalance), StopHandOff: f.raftStopHandOff},
 
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,
@@ -367,6 +373,15 @@ func serveNodes(ctx context.Context, e *env, ready func([]served), nodes ...serv
 		first = nil
 	}
 	return first
+}
+
+// balanceSetting is node.RaftSettings.BalanceInterval from its two flags: negative when the
+// balancer is off.
+func balanceSetting(interval time.Duration, off bool) time.Duration {
+	if off {
+		return -1
+	}
+	return interval
 }
 
 // groupsSetting is node.RaftSettings.GroupsPerNode from its two flags: negative for a group

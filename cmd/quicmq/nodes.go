@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/quicmq/quicmq/node"
+)
+
+func init() {
+	register("nodes", "list the region's nodes with their raft roles and leaderships; drain NAME or undrain NAME before and after maintenance", runNodes)
+}
+
+const nodesSynopsis = `[ls | drain NAME [--no-wait] | undrain NAME [--no-wait]] [--admin HOST:PORT] [--format table|json]
+
+  ls (the default)  every node of the region with replicated topics: its role in the region's
+                    metadata group, its state (up, down, draining), the raft groups it holds and
+                    leads, and the replica moves in progress that involve it (none: moves are not
+                    built yet)
+  drain NAME        NAME hands every leadership (the metadata group's and every data group's) to
+                    other replicas and takes none until undrained; it keeps its replicas. Refused,
+                    with the reason, when some group has no other replica up and undrained.
+                    Waits until NAME leads nothing, showing progress (--no-wait: returns at once).
+  undrain NAME      NAME may lead again; the leader balancer gives it its share over time.
+drain and undrain change the region's state: the node asked must run with --admin-api.`
+
+func runNodes(ctx context.Context, e *env, args []string) error {
+	fs := newFlagSet(e, "nodes", nodesSynopsis)
+	admin := fs.String("admin", "127.0.0.1:9400", adminFlagDoc)
+	format := fs.String("format", "table", "output: table, or json: one JSON array of objects with the fields name, role (voter or learner;\n"+
+		"none while outside the metadata group), state (up, down, draining or removing), held (raft groups\n"+
+		"it holds a replica of), led (groups it leads), meta_leader (it leads the metadata group), moves\n"+
+		"(array of moves in progress involving it: always empty for now), local (the node asked)")
+	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait: for the node's answer, and for a drain to complete")
+	noWait := fs.Bool("no-wait", false, "drain, undrain: return once the region has taken the request")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	op, name := "ls", ""
+	switch {
+	case len(pos) == 0:
+	case pos[0] == "ls" || pos[0] == "list":
+		if len(pos) > 1 {
+			return usageError("ls takes no argument, got %q", pos[1])
+		}
+	case pos[0] == "drain" || pos[0] == "undrain":
+		if len(pos) != 2 || pos[1] == "" {
+			return usageError("%s takes one node name, got %d arguments", pos[0], len(pos)-1)
+		}
+		op, name = pos[0], pos[1]
+	default:
+		return usageError("unknown operation %q: want ls, drain NAME or undrain NAME", pos[0])
+	}
+	if err := checkTableFormat(*format); err != nil {
+		return err
+	}
+	if err := checkOpFlags(fs, op, map[string][]string{"no-wait": {"drain", "undrain"}}); err != nil {
+		return err
+	}
+	if *timeout <= 0 {
+		return usageError("--timeout %v: want a positive duration", *timeout)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if op == "ls" {
+		var ns []node.NodeInfo
+		if err := nodesCall(ctx, http.MethodGet, *admin, "/v1/nodes", &ns); err != nil {
+			return err
+		}
+		return printNodes(e, ns, *format == "json")
+	}
+	var ni node.NodeInfo
+	if err := nodesCall(ctx, http.MethodPost, *admin, "/v1/nodes/"+url.PathEscape(name)+"/"+op, &ni); err != nil {
+		return err
+	}
+	if *noWait {
+		fmt.Fprintf(e.stderr, "%s requested: %s\n", op, ni)
+		return printNodes(e, []node.NodeInfo{ni}, *format == "json")
+	}
+	// Wait for the metadata to show the request and, for a drain, for NAME to lead nothing.
+	poll := time.NewTicker(250 * time.Millisecond)
+	defer poll.Stop()
+	last := ""
+	for {
+		var ns []node.NodeInfo
+		if err := nodesCall(ctx, http.MethodGet, *admin, "/v1/nodes", &ns); err != nil {
+			return err
+		}
+		for _, n := range ns {
+			if n.Name != name {
+				continue
+			}
+			if line := n.String(); line != last {
+				fmt.Fprintln(e.stderr, line)
+				last = line
+			}
+			done := n.State != "draining"
+			if op == "drain" {
+				done = n.State == "draining" && n.Led == 0 && !n.MetaLeader
+			}
+			if done {
+				return printNodes(e, ns, *format == "json")
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s: not done within --timeout %v (last seen: %s); the request stands: 'quicmq nodes' shows its progress",
+				op, name, *timeout, cmpOrDash(last))
+		case <-poll.C:
+		}
+	}
+}
+
+func cmpOrDash(s string) string {
+	if s == "" {
+		return "nothing"
+	}
+	return s
+}
+
+// nodesCall is adminCall, telling the node's refusal (a JSON error) as its message alone.
+func nodesCall(ctx context.Context, method, admin, path string, v any) error {
+	base, err := adminBase(admin)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("admin API at %s: %w (is the node running with --admin or --metrics %s?)", admin, err, strings.TrimPrefix(base, "http://"))
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode != http.StatusOK {
+		var je struct {
+			Error string `json:"error"`
+		}
+		msg := strings.TrimSpace(string(body))
+		if json.Unmarshal(body, &je) == nil && je.Error != "" {
+			msg = je.Error
+		}
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
+	}
+	return json.Unmarshal(body, v)
+}
+
+func printNodes(e *env, ns []node.NodeInfo, asJSON bool) error {
+	if asJSON {
+		for i := range ns {
+			if ns[i].Moves == nil {
+				ns[i].Moves = []node.MoveInfo{}
+			}
+		}
+		return writeJSON(e, ns)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tROLE\tSTATE\tHELD\tLED\tMOVES")
+	for _, n := range ns {
+		name, role := n.Name, n.Role
+		if n.Local {
+			name += " (this node)"
+		}
+		if n.MetaLeader {
+			role += " (metadata leader)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", name, role, n.State, n.Held, n.Led, len(n.Moves))
+	}
+	return tw.Flush()
+}
