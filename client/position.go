@@ -131,11 +131,12 @@ func (p Position) block() ([]wire.TopicVector, error) {
 // adds deliveries, Ack acknowledgements; Position reads it from any goroutine.
 type positions struct {
 	mu        sync.Mutex
-	delivered Position
-	acked     Position            // durable consumers only; nil otherwise
-	runs      map[string][]ackRun // durable: per topic, the records delivered and not yet acknowledged
-	gen       uint32              // from 1, increases at each move to another region: records of an earlier one are not acked there
-	last      map[string]uint64   // delivered[lastTopic], cached for runs of one topic
+	delivered map[string]*topicPos // a Position, with no map per topic for its usual one origin
+	slab      []topicPos           // where new topicPos come from, a chunk at a time
+	acked     Position             // durable consumers only; nil otherwise
+	runs      map[string][]ackRun  // durable: per topic, the records delivered and not yet acknowledged
+	gen       uint32               // from 1, increases at each move to another region: records of an earlier one are not acked there
+	last      *topicPos            // delivered[lastTopic], cached for runs of one topic
 	lastTopic string
 }
 
@@ -147,13 +148,77 @@ type ackRun struct {
 	originFirst uint64
 }
 
+// topicPos is one topic's entry of a Position: the last origin offset of each origin region.
+// A topic's records mostly come from one origin, kept without a map (a map per topic was
+// most of what a wildcard over 100,000 topics of one record each cost the SDK).
+type topicPos struct {
+	region string // the first origin region, "" for none yet
+	off    uint64
+	more   map[string]uint64 // any other origins
+}
+
+// raise makes the position of origin region at least off.
+func (t *topicPos) raise(region string, off uint64) {
+	switch {
+	case region != "" && t.region == "" && t.more == nil: // the first origin
+		t.region, t.off = region, off
+	case region != "" && region == t.region:
+		t.off = max(t.off, off)
+	default:
+		if t.more == nil {
+			t.more = make(map[string]uint64)
+		}
+		if last, ok := t.more[region]; !ok || off > last {
+			t.more[region] = off
+		}
+	}
+}
+
+// origins is t as a Position's entry, a map of its own.
+func (t *topicPos) origins() map[string]uint64 {
+	m := make(map[string]uint64, len(t.more)+1)
+	if t.region != "" {
+		m[t.region] = t.off
+	}
+	for r, off := range t.more {
+		m[r] = off
+	}
+	return m
+}
+
+// topic returns the entry of topic, made empty if there is none.
+func (p *positions) topic(topic string) *topicPos {
+	if t := p.delivered[topic]; t != nil {
+		return t
+	}
+	if len(p.slab) == 0 {
+		p.slab = make([]topicPos, 256)
+	}
+	t := &p.slab[0]
+	p.slab = p.slab[1:]
+	p.delivered[topic] = t
+	return t
+}
+
+// position returns the delivered position as a Position, sharing nothing with p.
+func (p *positions) position() Position {
+	out := make(Position, len(p.delivered))
+	for topic, t := range p.delivered {
+		out[topic] = t.origins()
+	}
+	return out
+}
+
 func newPositions(durable bool, from Position) *positions {
-	p := &positions{delivered: from.Clone(), gen: 1}
-	if p.delivered == nil {
-		p.delivered = Position{}
+	p := &positions{delivered: make(map[string]*topicPos, len(from)), gen: 1}
+	for topic, o := range from {
+		t := p.topic(topic)
+		for r, off := range o {
+			t.raise(r, off)
+		}
 	}
 	if durable {
-		p.acked = p.delivered.Clone()
+		p.acked = p.position()
 		p.runs = make(map[string][]ackRun)
 	}
 	return p
@@ -173,15 +238,10 @@ func (p *positions) deliver(r *Record) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.lastTopic != r.Topic || p.last == nil {
-		if p.last = p.delivered[r.Topic]; p.last == nil {
-			p.last = make(map[string]uint64)
-			p.delivered[r.Topic] = p.last
-		}
+		p.last = p.topic(r.Topic)
 		p.lastTopic = r.Topic
 	}
-	if last, ok := p.last[r.OriginRegion]; !ok || r.OriginOffset > last {
-		p.last[r.OriginRegion] = r.OriginOffset
-	}
+	p.last.raise(r.OriginRegion, r.OriginOffset)
 	r.gen = p.gen
 	if p.runs != nil {
 		runs := p.runs[r.Topic]
@@ -247,7 +307,7 @@ func (p *positions) moved() {
 	defer p.mu.Unlock()
 	p.gen++
 	if p.runs != nil {
-		p.acked = p.delivered.Clone()
+		p.acked = p.position()
 		clear(p.runs)
 	}
 }
@@ -262,5 +322,5 @@ func (p *positions) snapshot(acked bool) Position {
 	if acked && p.acked != nil {
 		return p.acked.Clone()
 	}
-	return p.delivered.Clone()
+	return p.position()
 }

@@ -135,3 +135,34 @@ func isCodeErr(err error, code Code) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
 }
+
+// TestPositionsDeliveredAcrossTopicsAndOrigins: the delivered position, kept per topic
+// without a map for its first origin, is the Position of the highest origin offset of each
+// topic and origin delivered, on top of the one it started from, and shares nothing with
+// what it returns.
+func TestPositionsDeliveredAcrossTopicsAndOrigins(t *testing.T) {
+	rng := testlog.Rand(t, "the deliveries")
+	from := Position{"t0": {"us": 7}, "t1": {}, "t2": {"eu": 3, "ap": 9}}
+	p := newPositions(false, from)
+	want := from.Clone()
+	for range 3000 {
+		topic := []string{"t0", "t1", "t2", "t3", "t4"}[rng.IntN(5)]
+		o := []string{"eu", "us", "ap"}[rng.IntN(3)]
+		off := uint64(rng.IntN(1000))
+		p.deliver(&Record{Topic: topic, OriginRegion: o, OriginOffset: off})
+		if want[topic] == nil {
+			want[topic] = map[string]uint64{}
+		}
+		if last, ok := want[topic][o]; !ok || off > last {
+			want[topic][o] = off
+		}
+	}
+	got := p.snapshot(false)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	got["t0"]["us"] = 1 << 40
+	if p.snapshot(false)["t0"]["us"] == 1<<40 {
+		t.Fatal("the snapshot shares its maps with the positions")
+	}
+}

@@ -147,7 +147,7 @@ type Subscription struct {
 
 	readMu sync.Mutex // held by Next, and by Close while it drains; guards the fields below
 	fr     *frameReader
-	topics map[uint64]string // stream-local index -> topic name, from TOPIC frames
+	topics topicIndex // stream-local index -> topic name, from TOPIC frames
 	// The last topic looked up in topics: records come in runs of one topic, so most
 	// records skip the map.
 	lastIndex uint64
@@ -198,7 +198,6 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 		pattern: pattern,
 		opts:    opts,
 		begun:   time.Now(),
-		topics:  make(map[uint64]string),
 		names:   make(map[string]uint64),
 		caught:  make(chan struct{}),
 	}
@@ -341,7 +340,7 @@ func (s *Subscription) resubscribe(ctx context.Context) error {
 	}
 	s.wmu.Unlock()
 	s.fr.release()
-	s.fr, s.topics, s.lastTopic = fr, make(map[uint64]string), ""
+	s.fr, s.topics, s.lastTopic = fr, topicIndex{}, ""
 	return nil
 }
 
@@ -408,7 +407,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 		case *wire.Record:
 			name, ok := s.lastTopic, s.lastIndex == f.Index && s.lastTopic != ""
 			if !ok {
-				if name, ok = s.topics[f.Index]; !ok {
+				if name, ok = s.topics.name(f.Index); !ok {
 					return Record{}, s.end(errorf(CodeProtocol, "RECORD for topic index %d before its TOPIC", f.Index))
 				}
 				s.lastIndex, s.lastTopic = f.Index, name
@@ -440,7 +439,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			rec.Headers, rec.Payload = s.slab.headers(f.Headers), s.slab.copy(f.Payload)
 			return rec, nil
 		case *wire.Topic:
-			s.topics[f.Index] = f.Name
+			s.topics.bind(f.Index, f.Name)
 			if f.Index == s.lastIndex {
 				s.lastTopic = "" // rebound: look it up again
 			}
@@ -457,7 +456,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 				s.Ack(Record{Topic: f.Name, Offset: unsent - 1})
 			}
 		case *wire.Gap:
-			name, ok := s.topics[f.Index]
+			name, ok := s.topics.name(f.Index)
 			if !ok {
 				return Record{}, s.end(errorf(CodeProtocol, "GAP for topic index %d before its TOPIC", f.Index))
 			}
@@ -716,4 +715,35 @@ func (s *slab) headers(hs []wire.Header) []Header {
 		out[i] = Header{Key: h.Key, Value: s.copy(h.Value)}
 	}
 	return out
+}
+
+// topicIndex maps a stream's topic indices to their names. A node numbers a stream's topics
+// 0, 1, 2, ... in the order of their TOPIC frames (protocol.md), so they go into a slice,
+// with no map entry per topic for a wildcard over many; an index out of that order (a shared
+// stream's, or a rebinding) goes into a map.
+type topicIndex struct {
+	dense []string // dense[i]: the name of index i
+	other map[uint64]string
+}
+
+func (t *topicIndex) bind(index uint64, name string) {
+	switch {
+	case index < uint64(len(t.dense)):
+		t.dense[index] = name
+	case index == uint64(len(t.dense)) && t.other == nil:
+		t.dense = append(t.dense, name)
+	default:
+		if t.other == nil {
+			t.other = make(map[uint64]string)
+		}
+		t.other[index] = name
+	}
+}
+
+func (t *topicIndex) name(index uint64) (string, bool) {
+	if index < uint64(len(t.dense)) {
+		return t.dense[index], true
+	}
+	name, ok := t.other[index]
+	return name, ok
 }
