@@ -176,7 +176,7 @@ type Subscription struct {
 
 	wmu      sync.Mutex   // guards the sending side and the fields below
 	s        *quic.Stream // the subscription's stream; replaced by resubscribe (Reconnect)
-	names    map[string]uint64
+	names    nameIndex
 	ackBuf   []byte
 	sendDone bool // FIN sent; no more writes
 	// With Options.Reconnect: ACKs of topics not announced yet on the current stream (it
@@ -198,7 +198,6 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 		pattern: pattern,
 		opts:    opts,
 		begun:   time.Now(),
-		names:   make(map[string]uint64),
 		caught:  make(chan struct{}),
 	}
 	if c.opts.Reconnect && opts.Group == "" { // a group redelivers: nothing is skipped
@@ -327,7 +326,7 @@ func (s *Subscription) resubscribe(ctx context.Context) error {
 		str.CancelRead(wire.AppCancelled)
 		return ErrClosed
 	}
-	s.s, s.names = str, make(map[string]uint64)
+	s.s, s.names = str, nameIndex{}
 	s.gm.resumed()
 	if region != s.region { // another region's offsets: nothing of the last one applies
 		s.region = region
@@ -444,7 +443,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 				s.lastTopic = "" // rebound: look it up again
 			}
 			s.wmu.Lock()
-			s.names[f.Name] = f.Index
+			s.names.bind(f.Name, f.Index)
 			var unsent uint64
 			if s.known != nil {
 				s.known[f.Name] = true
@@ -578,7 +577,7 @@ func (s *Subscription) Ack(r Record) error {
 	if s.gm != nil && !s.gm.ack(r) {
 		return nil // the same, for a group member (groupmove.go)
 	}
-	idx, ok := s.names[r.Topic]
+	idx, ok := s.names.index(r.Topic)
 	if !ok && s.known[r.Topic] {
 		// Announced on a lost connection, not yet on this one: sent when it is.
 		s.unsent[r.Topic] = max(s.unsent[r.Topic], r.Offset+1)
@@ -746,4 +745,38 @@ func (t *topicIndex) name(index uint64) (string, bool) {
 	}
 	name, ok := t.other[index]
 	return name, ok
+}
+
+// nameIndex maps a stream's topic names to their indices, for ACK and NAK frames. A TOPIC
+// frame only queues its pair; the map takes them in at the first lookup after, so a
+// subscription that never acknowledges (or not yet) makes no map entry per topic. Guarded by
+// the subscription's wmu.
+type nameIndex struct {
+	m      map[string]uint64
+	queued []namedIndex
+}
+
+type namedIndex struct {
+	name  string
+	index uint64
+}
+
+func (n *nameIndex) bind(name string, index uint64) {
+	n.queued = append(n.queued, namedIndex{name, index})
+}
+
+func (n *nameIndex) index(name string) (uint64, bool) {
+	if len(n.queued) > 0 {
+		if n.m == nil {
+			n.m = make(map[string]uint64, len(n.queued))
+		}
+		for _, q := range n.queued {
+			n.m[q.name] = q.index
+		}
+		if n.queued = n.queued[:0]; cap(n.queued) > 1024 {
+			n.queued = nil // the map holds them now
+		}
+	}
+	idx, ok := n.m[name]
+	return idx, ok
 }
