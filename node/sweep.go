@@ -120,9 +120,6 @@ func (sub *subscription) makeSetUp(upTo int) {
 	st := &sub.sweep
 	from := st.made
 	upTo = min(upTo, len(st.pending))
-	if from >= upTo {
-		return
-	}
 	for ; st.made < upTo; st.made++ {
 		p := &st.pending[st.made]
 		c := &st.setUp[st.made]
@@ -135,15 +132,17 @@ func (sub *subscription) makeSetUp(upTo int) {
 			sub.catchUp[c] = p.Next
 		}
 	}
-	sub.mu.Lock()
-	for i := from; i < upTo; i++ {
-		sub.mu.curs = append(sub.mu.curs, &st.setUp[i])
+	if from < upTo {
+		sub.mu.Lock()
+		for i := from; i < upTo; i++ {
+			sub.mu.curs = append(sub.mu.curs, &st.setUp[i])
+		}
+		sub.mu.Unlock()
+		st.opened += upTo - from
+		sub.s.n.wild.cursors.Add(int64(upTo - from))
 	}
-	sub.mu.Unlock()
-	st.opened += upTo - from
-	sub.s.n.wild.cursors.Add(int64(upTo - from))
-	if st.made == len(st.pending) {
-		st.pending, st.stored = nil, nil
+	if st.made >= len(st.pending) {
+		st.pending, st.stored = nil, nil // all made (none at all: an empty pending is nil too)
 	}
 }
 
@@ -245,7 +244,11 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 		sub.sweep.stored = sub.sweep.stored[:k]
 	}
 	// In ID order, as the sweep reads them, and side by side in memory.
-	sub.sweep.pending = sortByID(starts, sub.sweep.stored, minID, maxID)
+	if k > 0 {
+		sub.sweep.pending = sortByID(starts, sub.sweep.stored, minID, maxID)
+	} else {
+		sub.sweep.stored = nil // pending stays nil: nothing to make, CAUGHT_UP can go at once
+	}
 	sub.sweep.setUp = make([]cursor, k)
 	sub.cursors = slices.Grow(sub.cursors, k)
 	sub.mu.Lock()
