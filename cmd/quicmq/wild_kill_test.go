@@ -122,9 +122,12 @@ func TestKill9DurableWildcardResumesExactly(t *testing.T) {
 		counts = append(counts, run(cycle, left/4+rng.IntN(left/2+1)))
 	}
 	counts = append(counts, run(2, -1))
+	// An acknowledgement that reached the store before a kill, though no Commit confirmed
+	// it, is not delivered again: every topic was acknowledged in some run, and the run
+	// after the last Commit gets nothing.
 	for i := range topics {
-		if tp := fmt.Sprintf("wk.%d", i); !committed[tp] {
-			t.Fatalf("%s never delivered and committed: lost", tp)
+		if tp := fmt.Sprintf("wk.%d", i); !acked[tp] {
+			t.Fatalf("%s never delivered: lost", tp)
 		}
 	}
 	if n := run(3, -1); n != 0 {
