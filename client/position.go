@@ -132,11 +132,15 @@ func (p Position) block() ([]wire.TopicVector, error) {
 type positions struct {
 	mu        sync.Mutex
 	delivered map[string]*topicPos // a Position, with no map per topic for its usual one origin
-	slab      []topicPos           // where new topicPos come from, a chunk at a time
-	acked     Position             // durable consumers only; nil otherwise
-	runs      map[string][]ackRun  // durable: per topic, the records delivered and not yet acknowledged
-	gen       uint32               // from 1, increases at each move to another region: records of an earlier one are not acked there
-	last      *topicPos            // delivered[lastTopic], cached for runs of one topic
+	// cur is the delivered position's entries of the topics of the current stream, by the
+	// stream's topic index, kept out of delivered (no map entry per topic for a wildcard
+	// over many) until the stream is replaced (newStream); position merges both.
+	cur       []curTopic
+	slab      []topicPos          // where new topicPos come from, a chunk at a time
+	acked     Position            // durable consumers only; nil otherwise
+	runs      map[string][]ackRun // durable: per topic, the records delivered and not yet acknowledged
+	gen       uint32              // from 1, increases at each move to another region: records of an earlier one are not acked there
+	last      *topicPos           // delivered[lastTopic], cached for runs of one topic
 	lastTopic string
 }
 
@@ -186,25 +190,106 @@ func (t *topicPos) origins() map[string]uint64 {
 	return m
 }
 
-// topic returns the entry of topic, made empty if there is none.
-func (p *positions) topic(topic string) *topicPos {
-	if t := p.delivered[topic]; t != nil {
-		return t
+// curTopic is an entry of the delivered position under a topic index of the current stream.
+type curTopic struct {
+	name  string
+	pos   *topicPos
+	inMap bool // pos is delivered[name] too
+}
+
+// merge raises t to cover everything u covers too.
+func (t *topicPos) merge(u *topicPos) {
+	if u.region != "" {
+		t.raise(u.region, u.off)
 	}
+	for r, off := range u.more {
+		t.raise(r, off)
+	}
+}
+
+// newTopicPos returns an empty entry.
+func (p *positions) newTopicPos() *topicPos {
 	if len(p.slab) == 0 {
 		p.slab = make([]topicPos, 256)
 	}
 	t := &p.slab[0]
 	p.slab = p.slab[1:]
+	return t
+}
+
+// topic returns the entry of topic, made empty if there is none, in delivered.
+func (p *positions) topic(topic string) *topicPos {
+	if t := p.delivered[topic]; t != nil {
+		return t
+	}
+	t := p.newTopicPos()
 	p.delivered[topic] = t
 	return t
 }
 
+// indexed returns the entry of topic, which the current stream numbers index.
+func (p *positions) indexed(topic string, index uint64) *topicPos {
+	if index < uint64(len(p.cur)) && p.cur[index].name == topic {
+		return p.cur[index].pos
+	}
+	if index != uint64(len(p.cur)) { // out of the stream's order: by name
+		return p.topic(topic)
+	}
+	if t := p.delivered[topic]; t != nil {
+		p.cur = append(p.cur, curTopic{name: topic, pos: t, inMap: true})
+		return t
+	}
+	t := p.newTopicPos()
+	p.cur = append(p.cur, curTopic{name: topic, pos: t})
+	return t
+}
+
+// newStream moves the current stream's entries into delivered: the next stream numbers its
+// topics afresh.
+func (p *positions) newStream() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.foldLocked()
+}
+
+func (p *positions) foldLocked() {
+	for _, c := range p.cur {
+		if c.inMap {
+			continue
+		}
+		if t := p.delivered[c.name]; t != nil {
+			t.merge(c.pos) // one topic under two indices (bound again)
+		} else {
+			p.delivered[c.name] = c.pos
+		}
+	}
+	p.cur = nil
+	p.last, p.lastTopic = nil, ""
+}
+
 // position returns the delivered position as a Position, sharing nothing with p.
 func (p *positions) position() Position {
-	out := make(Position, len(p.delivered))
+	out := make(Position, len(p.delivered)+len(p.cur))
 	for topic, t := range p.delivered {
 		out[topic] = t.origins()
+	}
+	for _, c := range p.cur {
+		if c.inMap {
+			continue
+		}
+		o := out[c.name]
+		if o == nil {
+			out[c.name] = c.pos.origins()
+			continue
+		}
+		for r, off := range c.pos.origins() {
+			if last, ok := o[r]; !ok || off > last {
+				o[r] = off
+			}
+		}
 	}
 	return out
 }
@@ -234,11 +319,11 @@ func (p *positions) generation() uint32 {
 	return p.gen
 }
 
-func (p *positions) deliver(r *Record) {
+func (p *positions) deliver(r *Record, index uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.lastTopic != r.Topic || p.last == nil {
-		p.last = p.topic(r.Topic)
+		p.last = p.indexed(r.Topic, index)
 		p.lastTopic = r.Topic
 	}
 	p.last.raise(r.OriginRegion, r.OriginOffset)

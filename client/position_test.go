@@ -66,7 +66,7 @@ func TestPositionsAckedVector(t *testing.T) {
 		}
 		originNext[o] += 1 + uint64(rng.IntN(2)) // gaps in origin offsets too (a GAP at the origin)
 		r := Record{Topic: "t", Offset: off, OriginRegion: o, OriginOffset: originNext[o]}
-		p.deliver(&r)
+		p.deliver(&r, 0)
 		recs = append(recs, r)
 		if rng.IntN(7) == 0 {
 			at := acked + 1 + rng.IntN(len(recs)-acked)
@@ -145,11 +145,31 @@ func TestPositionsDeliveredAcrossTopicsAndOrigins(t *testing.T) {
 	from := Position{"t0": {"us": 7}, "t1": {}, "t2": {"eu": 3, "ap": 9}}
 	p := newPositions(false, from)
 	want := from.Clone()
+	// Each stream numbers its topics 0, 1, ... as it first sends them (sometimes a topic
+	// again under a new index); a new stream starts again at 0.
+	index := map[string]uint64{}
 	for range 3000 {
 		topic := []string{"t0", "t1", "t2", "t3", "t4"}[rng.IntN(5)]
 		o := []string{"eu", "us", "ap"}[rng.IntN(3)]
 		off := uint64(rng.IntN(1000))
-		p.deliver(&Record{Topic: topic, OriginRegion: o, OriginOffset: off})
+		switch rng.IntN(200) {
+		case 0:
+			p.newStream()
+			clear(index)
+		case 1:
+			delete(index, topic) // bound again
+		}
+		idx, ok := index[topic]
+		if !ok {
+			idx = uint64(len(index)) + uint64(rng.IntN(2))*uint64(rng.IntN(3)) // mostly in order
+			index[topic] = idx
+		}
+		p.deliver(&Record{Topic: topic, OriginRegion: o, OriginOffset: off}, idx)
+		if rng.IntN(500) == 0 {
+			if got := p.snapshot(false); !reflect.DeepEqual(got, mergedWant(want, topic, o, off)) {
+				t.Fatalf("mid-way: delivered %v, want %v", got, mergedWant(want, topic, o, off))
+			}
+		}
 		if want[topic] == nil {
 			want[topic] = map[string]uint64{}
 		}
@@ -165,4 +185,16 @@ func TestPositionsDeliveredAcrossTopicsAndOrigins(t *testing.T) {
 	if p.snapshot(false)["t0"]["us"] == 1<<40 {
 		t.Fatal("the snapshot shares its maps with the positions")
 	}
+}
+
+// mergedWant is want with (topic, origin, off) delivered too, as a copy.
+func mergedWant(want Position, topic, origin string, off uint64) Position {
+	w := want.Clone()
+	if w[topic] == nil {
+		w[topic] = map[string]uint64{}
+	}
+	if last, ok := w[topic][origin]; !ok || off > last {
+		w[topic][origin] = off
+	}
+	return w
 }

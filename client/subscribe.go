@@ -340,6 +340,7 @@ func (s *Subscription) resubscribe(ctx context.Context) error {
 	s.wmu.Unlock()
 	s.fr.release()
 	s.fr, s.topics, s.lastTopic = fr, topicIndex{}, ""
+	s.pos.newStream() // the new stream numbers its topics afresh
 	return nil
 }
 
@@ -425,7 +426,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			}
 			rec := Record{Topic: name, Offset: f.Offset, OriginRegion: f.OriginRegion, OriginOffset: f.OriginOffset}
 			if s.pos != nil {
-				s.pos.deliver(&rec) // position.go
+				s.pos.deliver(&rec, f.Index) // position.go
 			}
 			if s.gm != nil && s.gm.deliver(&rec) { // acknowledged before a move (groupmove.go)
 				if err := s.Ack(rec); err != nil {
