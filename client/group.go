@@ -114,7 +114,7 @@ func (s *Subscription) Nak(r Record) error {
 	if s.sendDone {
 		return ErrClosed
 	}
-	idx, ok := s.names[r.Topic]
+	idx, ok := s.names.index(r.Topic)
 	if !ok {
 		return fmt.Errorf("client: nak: topic %q has no record on subscription %q", r.Topic, s.pattern)
 	}

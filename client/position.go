@@ -131,11 +131,16 @@ func (p Position) block() ([]wire.TopicVector, error) {
 // adds deliveries, Ack acknowledgements; Position reads it from any goroutine.
 type positions struct {
 	mu        sync.Mutex
-	delivered Position
+	delivered map[string]*topicPos // a Position, with no map per topic for its usual one origin
+	// cur is the delivered position's entries of the topics of the current stream, by the
+	// stream's topic index, kept out of delivered (no map entry per topic for a wildcard
+	// over many) until the stream is replaced (newStream); position merges both.
+	cur       []curTopic
+	slab      []topicPos          // where new topicPos come from, a chunk at a time
 	acked     Position            // durable consumers only; nil otherwise
 	runs      map[string][]ackRun // durable: per topic, the records delivered and not yet acknowledged
 	gen       uint32              // from 1, increases at each move to another region: records of an earlier one are not acked there
-	last      map[string]uint64   // delivered[lastTopic], cached for runs of one topic
+	last      *topicPos           // delivered[lastTopic], cached for runs of one topic
 	lastTopic string
 }
 
@@ -147,13 +152,158 @@ type ackRun struct {
 	originFirst uint64
 }
 
+// topicPos is one topic's entry of a Position: the last origin offset of each origin region.
+// A topic's records mostly come from one origin, kept without a map (a map per topic was
+// most of what a wildcard over 100,000 topics of one record each cost the SDK).
+type topicPos struct {
+	region string // the first origin region, "" for none yet
+	off    uint64
+	more   map[string]uint64 // any other origins
+}
+
+// raise makes the position of origin region at least off.
+func (t *topicPos) raise(region string, off uint64) {
+	switch {
+	case region != "" && t.region == "" && t.more == nil: // the first origin
+		t.region, t.off = region, off
+	case region != "" && region == t.region:
+		t.off = max(t.off, off)
+	default:
+		if t.more == nil {
+			t.more = make(map[string]uint64)
+		}
+		if last, ok := t.more[region]; !ok || off > last {
+			t.more[region] = off
+		}
+	}
+}
+
+// origins is t as a Position's entry, a map of its own.
+func (t *topicPos) origins() map[string]uint64 {
+	m := make(map[string]uint64, len(t.more)+1)
+	if t.region != "" {
+		m[t.region] = t.off
+	}
+	for r, off := range t.more {
+		m[r] = off
+	}
+	return m
+}
+
+// curTopic is an entry of the delivered position under a topic index of the current stream.
+type curTopic struct {
+	name  string
+	pos   *topicPos
+	inMap bool // pos is delivered[name] too
+}
+
+// merge raises t to cover everything u covers too.
+func (t *topicPos) merge(u *topicPos) {
+	if u.region != "" {
+		t.raise(u.region, u.off)
+	}
+	for r, off := range u.more {
+		t.raise(r, off)
+	}
+}
+
+// newTopicPos returns an empty entry.
+func (p *positions) newTopicPos() *topicPos {
+	if len(p.slab) == 0 {
+		p.slab = make([]topicPos, 256)
+	}
+	t := &p.slab[0]
+	p.slab = p.slab[1:]
+	return t
+}
+
+// topic returns the entry of topic, made empty if there is none, in delivered.
+func (p *positions) topic(topic string) *topicPos {
+	if t := p.delivered[topic]; t != nil {
+		return t
+	}
+	t := p.newTopicPos()
+	p.delivered[topic] = t
+	return t
+}
+
+// indexed returns the entry of topic, which the current stream numbers index.
+func (p *positions) indexed(topic string, index uint64) *topicPos {
+	if index < uint64(len(p.cur)) && p.cur[index].name == topic {
+		return p.cur[index].pos
+	}
+	if index != uint64(len(p.cur)) { // out of the stream's order: by name
+		return p.topic(topic)
+	}
+	if t := p.delivered[topic]; t != nil {
+		p.cur = append(p.cur, curTopic{name: topic, pos: t, inMap: true})
+		return t
+	}
+	t := p.newTopicPos()
+	p.cur = append(p.cur, curTopic{name: topic, pos: t})
+	return t
+}
+
+// newStream moves the current stream's entries into delivered: the next stream numbers its
+// topics afresh.
+func (p *positions) newStream() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.foldLocked()
+}
+
+func (p *positions) foldLocked() {
+	for _, c := range p.cur {
+		if c.inMap {
+			continue
+		}
+		if t := p.delivered[c.name]; t != nil {
+			t.merge(c.pos) // one topic under two indices (bound again)
+		} else {
+			p.delivered[c.name] = c.pos
+		}
+	}
+	p.cur = nil
+	p.last, p.lastTopic = nil, ""
+}
+
+// position returns the delivered position as a Position, sharing nothing with p.
+func (p *positions) position() Position {
+	out := make(Position, len(p.delivered)+len(p.cur))
+	for topic, t := range p.delivered {
+		out[topic] = t.origins()
+	}
+	for _, c := range p.cur {
+		if c.inMap {
+			continue
+		}
+		o := out[c.name]
+		if o == nil {
+			out[c.name] = c.pos.origins()
+			continue
+		}
+		for r, off := range c.pos.origins() {
+			if last, ok := o[r]; !ok || off > last {
+				o[r] = off
+			}
+		}
+	}
+	return out
+}
+
 func newPositions(durable bool, from Position) *positions {
-	p := &positions{delivered: from.Clone(), gen: 1}
-	if p.delivered == nil {
-		p.delivered = Position{}
+	p := &positions{delivered: make(map[string]*topicPos, len(from)), gen: 1}
+	for topic, o := range from {
+		t := p.topic(topic)
+		for r, off := range o {
+			t.raise(r, off)
+		}
 	}
 	if durable {
-		p.acked = p.delivered.Clone()
+		p.acked = p.position()
 		p.runs = make(map[string][]ackRun)
 	}
 	return p
@@ -169,19 +319,14 @@ func (p *positions) generation() uint32 {
 	return p.gen
 }
 
-func (p *positions) deliver(r *Record) {
+func (p *positions) deliver(r *Record, index uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.lastTopic != r.Topic || p.last == nil {
-		if p.last = p.delivered[r.Topic]; p.last == nil {
-			p.last = make(map[string]uint64)
-			p.delivered[r.Topic] = p.last
-		}
+		p.last = p.indexed(r.Topic, index)
 		p.lastTopic = r.Topic
 	}
-	if last, ok := p.last[r.OriginRegion]; !ok || r.OriginOffset > last {
-		p.last[r.OriginRegion] = r.OriginOffset
-	}
+	p.last.raise(r.OriginRegion, r.OriginOffset)
 	r.gen = p.gen
 	if p.runs != nil {
 		runs := p.runs[r.Topic]
@@ -247,7 +392,7 @@ func (p *positions) moved() {
 	defer p.mu.Unlock()
 	p.gen++
 	if p.runs != nil {
-		p.acked = p.delivered.Clone()
+		p.acked = p.position()
 		clear(p.runs)
 	}
 }
@@ -262,5 +407,5 @@ func (p *positions) snapshot(acked bool) Position {
 	if acked && p.acked != nil {
 		return p.acked.Clone()
 	}
-	return p.delivered.Clone()
+	return p.position()
 }

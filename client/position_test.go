@@ -66,7 +66,7 @@ func TestPositionsAckedVector(t *testing.T) {
 		}
 		originNext[o] += 1 + uint64(rng.IntN(2)) // gaps in origin offsets too (a GAP at the origin)
 		r := Record{Topic: "t", Offset: off, OriginRegion: o, OriginOffset: originNext[o]}
-		p.deliver(&r)
+		p.deliver(&r, 0)
 		recs = append(recs, r)
 		if rng.IntN(7) == 0 {
 			at := acked + 1 + rng.IntN(len(recs)-acked)
@@ -134,4 +134,67 @@ func TestPositionRefusedByOlderNode(t *testing.T) {
 func isCodeErr(err error, code Code) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Code == code
+}
+
+// TestPositionsDeliveredAcrossTopicsAndOrigins: the delivered position, kept per topic
+// without a map for its first origin, is the Position of the highest origin offset of each
+// topic and origin delivered, on top of the one it started from, and shares nothing with
+// what it returns.
+func TestPositionsDeliveredAcrossTopicsAndOrigins(t *testing.T) {
+	rng := testlog.Rand(t, "the deliveries")
+	from := Position{"t0": {"us": 7}, "t1": {}, "t2": {"eu": 3, "ap": 9}}
+	p := newPositions(false, from)
+	want := from.Clone()
+	// Each stream numbers its topics 0, 1, ... as it first sends them (sometimes a topic
+	// again under a new index); a new stream starts again at 0.
+	index := map[string]uint64{}
+	for range 3000 {
+		topic := []string{"t0", "t1", "t2", "t3", "t4"}[rng.IntN(5)]
+		o := []string{"eu", "us", "ap"}[rng.IntN(3)]
+		off := uint64(rng.IntN(1000))
+		switch rng.IntN(200) {
+		case 0:
+			p.newStream()
+			clear(index)
+		case 1:
+			delete(index, topic) // bound again
+		}
+		idx, ok := index[topic]
+		if !ok {
+			idx = uint64(len(index)) + uint64(rng.IntN(2))*uint64(rng.IntN(3)) // mostly in order
+			index[topic] = idx
+		}
+		p.deliver(&Record{Topic: topic, OriginRegion: o, OriginOffset: off}, idx)
+		if rng.IntN(500) == 0 {
+			if got := p.snapshot(false); !reflect.DeepEqual(got, mergedWant(want, topic, o, off)) {
+				t.Fatalf("mid-way: delivered %v, want %v", got, mergedWant(want, topic, o, off))
+			}
+		}
+		if want[topic] == nil {
+			want[topic] = map[string]uint64{}
+		}
+		if last, ok := want[topic][o]; !ok || off > last {
+			want[topic][o] = off
+		}
+	}
+	got := p.snapshot(false)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("delivered %v, want %v", got, want)
+	}
+	got["t0"]["us"] = 1 << 40
+	if p.snapshot(false)["t0"]["us"] == 1<<40 {
+		t.Fatal("the snapshot shares its maps with the positions")
+	}
+}
+
+// mergedWant is want with (topic, origin, off) delivered too, as a copy.
+func mergedWant(want Position, topic, origin string, off uint64) Position {
+	w := want.Clone()
+	if w[topic] == nil {
+		w[topic] = map[string]uint64{}
+	}
+	if last, ok := w[topic][origin]; !ok || off > last {
+		w[topic][origin] = off
+	}
+	return w
 }

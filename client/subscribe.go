@@ -147,7 +147,7 @@ type Subscription struct {
 
 	readMu sync.Mutex // held by Next, and by Close while it drains; guards the fields below
 	fr     *frameReader
-	topics map[uint64]string // stream-local index -> topic name, from TOPIC frames
+	topics topicIndex // stream-local index -> topic name, from TOPIC frames
 	// The last topic looked up in topics: records come in runs of one topic, so most
 	// records skip the map.
 	lastIndex uint64
@@ -176,7 +176,7 @@ type Subscription struct {
 
 	wmu      sync.Mutex   // guards the sending side and the fields below
 	s        *quic.Stream // the subscription's stream; replaced by resubscribe (Reconnect)
-	names    map[string]uint64
+	names    nameIndex
 	ackBuf   []byte
 	sendDone bool // FIN sent; no more writes
 	// With Options.Reconnect: ACKs of topics not announced yet on the current stream (it
@@ -198,8 +198,6 @@ func (c *Conn) Subscribe(ctx context.Context, pattern string, opts SubscribeOpti
 		pattern: pattern,
 		opts:    opts,
 		begun:   time.Now(),
-		topics:  make(map[uint64]string),
-		names:   make(map[string]uint64),
 		caught:  make(chan struct{}),
 	}
 	if c.opts.Reconnect && opts.Group == "" { // a group redelivers: nothing is skipped
@@ -328,7 +326,7 @@ func (s *Subscription) resubscribe(ctx context.Context) error {
 		str.CancelRead(wire.AppCancelled)
 		return ErrClosed
 	}
-	s.s, s.names = str, make(map[string]uint64)
+	s.s, s.names = str, nameIndex{}
 	s.gm.resumed()
 	if region != s.region { // another region's offsets: nothing of the last one applies
 		s.region = region
@@ -341,7 +339,8 @@ func (s *Subscription) resubscribe(ctx context.Context) error {
 	}
 	s.wmu.Unlock()
 	s.fr.release()
-	s.fr, s.topics, s.lastTopic = fr, make(map[uint64]string), ""
+	s.fr, s.topics, s.lastTopic = fr, topicIndex{}, ""
+	s.pos.newStream() // the new stream numbers its topics afresh
 	return nil
 }
 
@@ -408,7 +407,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 		case *wire.Record:
 			name, ok := s.lastTopic, s.lastIndex == f.Index && s.lastTopic != ""
 			if !ok {
-				if name, ok = s.topics[f.Index]; !ok {
+				if name, ok = s.topics.name(f.Index); !ok {
 					return Record{}, s.end(errorf(CodeProtocol, "RECORD for topic index %d before its TOPIC", f.Index))
 				}
 				s.lastIndex, s.lastTopic = f.Index, name
@@ -427,7 +426,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			}
 			rec := Record{Topic: name, Offset: f.Offset, OriginRegion: f.OriginRegion, OriginOffset: f.OriginOffset}
 			if s.pos != nil {
-				s.pos.deliver(&rec) // position.go
+				s.pos.deliver(&rec, f.Index) // position.go
 			}
 			if s.gm != nil && s.gm.deliver(&rec) { // acknowledged before a move (groupmove.go)
 				if err := s.Ack(rec); err != nil {
@@ -440,12 +439,12 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			rec.Headers, rec.Payload = s.slab.headers(f.Headers), s.slab.copy(f.Payload)
 			return rec, nil
 		case *wire.Topic:
-			s.topics[f.Index] = f.Name
+			s.topics.bind(f.Index, f.Name)
 			if f.Index == s.lastIndex {
 				s.lastTopic = "" // rebound: look it up again
 			}
 			s.wmu.Lock()
-			s.names[f.Name] = f.Index
+			s.names.bind(f.Name, f.Index)
 			var unsent uint64
 			if s.known != nil {
 				s.known[f.Name] = true
@@ -457,7 +456,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 				s.Ack(Record{Topic: f.Name, Offset: unsent - 1})
 			}
 		case *wire.Gap:
-			name, ok := s.topics[f.Index]
+			name, ok := s.topics.name(f.Index)
 			if !ok {
 				return Record{}, s.end(errorf(CodeProtocol, "GAP for topic index %d before its TOPIC", f.Index))
 			}
@@ -579,7 +578,7 @@ func (s *Subscription) Ack(r Record) error {
 	if s.gm != nil && !s.gm.ack(r) {
 		return nil // the same, for a group member (groupmove.go)
 	}
-	idx, ok := s.names[r.Topic]
+	idx, ok := s.names.index(r.Topic)
 	if !ok && s.known[r.Topic] {
 		// Announced on a lost connection, not yet on this one: sent when it is.
 		s.unsent[r.Topic] = max(s.unsent[r.Topic], r.Offset+1)
@@ -716,4 +715,69 @@ func (s *slab) headers(hs []wire.Header) []Header {
 		out[i] = Header{Key: h.Key, Value: s.copy(h.Value)}
 	}
 	return out
+}
+
+// topicIndex maps a stream's topic indices to their names. A node numbers a stream's topics
+// 0, 1, 2, ... in the order of their TOPIC frames (protocol.md), so they go into a slice,
+// with no map entry per topic for a wildcard over many; an index out of that order (a shared
+// stream's, or a rebinding) goes into a map.
+type topicIndex struct {
+	dense []string // dense[i]: the name of index i
+	other map[uint64]string
+}
+
+func (t *topicIndex) bind(index uint64, name string) {
+	switch {
+	case index < uint64(len(t.dense)):
+		t.dense[index] = name
+	case index == uint64(len(t.dense)) && t.other == nil:
+		t.dense = append(t.dense, name)
+	default:
+		if t.other == nil {
+			t.other = make(map[uint64]string)
+		}
+		t.other[index] = name
+	}
+}
+
+func (t *topicIndex) name(index uint64) (string, bool) {
+	if index < uint64(len(t.dense)) {
+		return t.dense[index], true
+	}
+	name, ok := t.other[index]
+	return name, ok
+}
+
+// nameIndex maps a stream's topic names to their indices, for ACK and NAK frames. A TOPIC
+// frame only queues its pair; the map takes them in at the first lookup after, so a
+// subscription that never acknowledges (or not yet) makes no map entry per topic. Guarded by
+// the subscription's wmu.
+type nameIndex struct {
+	m      map[string]uint64
+	queued []namedIndex
+}
+
+type namedIndex struct {
+	name  string
+	index uint64
+}
+
+func (n *nameIndex) bind(name string, index uint64) {
+	n.queued = append(n.queued, namedIndex{name, index})
+}
+
+func (n *nameIndex) index(name string) (uint64, bool) {
+	if len(n.queued) > 0 {
+		if n.m == nil {
+			n.m = make(map[string]uint64, len(n.queued))
+		}
+		for _, q := range n.queued {
+			n.m[q.name] = q.index
+		}
+		if n.queued = n.queued[:0]; cap(n.queued) > 1024 {
+			n.queued = nil // the map holds them now
+		}
+	}
+	idx, ok := n.m[name]
+	return idx, ok
 }

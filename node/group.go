@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
@@ -110,6 +111,7 @@ type group struct {
 	wake      chan struct{} // its topics advanced (wal.Notify), capacity 1
 	newTopics chan struct{} // a topic was created (wal.NotifyNewTopics), capacity 1
 	storeMu   sync.Mutex    // serialises stores: a later snapshot is never overwritten by an earlier one
+	looked    atomic.Int64  // topic names refreshTopics looked at, in all (tests)
 
 	mu struct {
 		sync.Mutex
@@ -126,6 +128,7 @@ type group struct {
 		stored      map[string]*wal.GroupState
 		mirrored    map[string][]*wal.GroupState // states of its topics mirrored from other regions (groupvector.go)
 		cancels     []func()
+		created     int // the log's creation mark (wal.Log.CreatedSince) refreshTopics has seen to
 		// dropped names topics deleted while the group was live (manage_groups.go): their
 		// records are gone, so an ACK of one is no error.
 		dropped map[string]bool
@@ -242,7 +245,11 @@ func (n *Node) loadGroup(name, shown string, req *wire.Subscribe, want wal.Group
 	g.mu.stored = states
 	g.mu.mirrored = n.mirroredStates(name)
 	g.mu.cancels = append(g.mu.cancels, n.wal.NotifyNewTopics(g.newTopics))
-	g.refreshTopics()
+	// The mark before the listing: a topic created meanwhile is in both, and added once.
+	_, g.mu.created = n.wal.CreatedSince(-1)
+	for _, ti := range n.wal.Topics() {
+		g.addIfMatches(ti.Name)
+	}
 	return g, nil
 }
 
@@ -301,20 +308,35 @@ func (n *Node) leaveGroup(g *group, m *member) {
 	}
 }
 
-// refreshTopics adds the node's topics matching the group's pattern that it does not
-// follow yet.
+// refreshTopics adds the topics created since it last looked that match the group's pattern
+// and that it does not follow yet. It looks only at those (wal.Log.CreatedSince), so a group
+// over a wildcard does not list every topic of the node at each new one.
 func (g *group) refreshTopics() {
-	n := g.n
-	for _, ti := range n.wal.Topics() {
-		if !routing.Match(g.set.Pattern, ti.Name) {
-			continue
+	g.mu.Lock()
+	mark := g.mu.created
+	g.mu.Unlock()
+	names, next := g.n.wal.CreatedSince(mark)
+	g.mu.Lock()
+	g.mu.created = max(g.mu.created, next) // members refresh concurrently: never back
+	g.mu.Unlock()
+	for _, name := range names {
+		if _, _, ok := g.n.wal.Bounds(name); ok { // else deleted since
+			g.addIfMatches(name)
 		}
-		g.mu.Lock()
-		if g.mu.topics[ti.Name] == nil {
-			g.addTopicLocked(ti.Name)
-		}
-		g.mu.Unlock()
 	}
+}
+
+// addIfMatches follows topic if it matches the group's pattern and is not followed yet.
+func (g *group) addIfMatches(topic string) {
+	g.looked.Add(1)
+	if !routing.Match(g.set.Pattern, topic) {
+		return
+	}
+	g.mu.Lock()
+	if g.mu.topics[topic] == nil {
+		g.addTopicLocked(topic)
+	}
+	g.mu.Unlock()
 }
 
 // addTopicLocked follows topic from its stored state, or from the first member's start.

@@ -63,6 +63,7 @@ type subscription struct {
 	byTopic  map[string]*cursor
 	w        *wire.Writer
 	rec      wire.Record             // the frame being written, reused
+	topicF   wire.Topic              // the TOPIC frame bind writes, reused: none allocated per topic
 	enc      *cursor                 // the cursor readCursor reads, for encode
 	encBytes int                     // payload bytes encode buffered in this read
 	encodeFn func(*wal.Record)       // sub.encode, bound once
@@ -833,7 +834,8 @@ func (sub *subscription) bind(c *cursor) {
 	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next, floor: c.stored})
 	sub.mu.Unlock()
 	c.bound = true
-	sub.w.Buffer(&wire.Topic{Index: sub.out.index(c.index), Name: sub.s.actor.clientName(c.topic)})
+	sub.topicF = wire.Topic{Index: sub.out.index(c.index), Name: sub.s.actor.clientName(c.topic)}
+	sub.w.Buffer(&sub.topicF)
 }
 
 // flush hands the buffered frames to the subscription's writer goroutine, which writes

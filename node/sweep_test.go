@@ -433,3 +433,27 @@ func TestWildcardSweepPurgeAndDelete(t *testing.T) {
 		t.Fatalf("after the delete of a topic it read: %v, want CodeTopicDeleted", e)
 	}
 }
+
+// A wildcard over topics with nothing to read from its start (from latest) says CAUGHT_UP
+// at once when asked to: its set-up made no cursor, so there is nothing to wait for.
+func TestWildcardNothingToReadIsCaughtUpAtOnce(t *testing.T) {
+	n := newTestNode(t)
+	names := make([]string, 50)
+	for i := range names {
+		names[i] = fmt.Sprintf("calm.%d", i)
+	}
+	appendOne(t, n, names, func(tp string) string { return tp })
+	rc := mustDial(t, n)
+	s := subscribe(t, rc, &wire.Subscribe{Pattern: "calm.>", Start: wire.StartLatest, Flags: wire.SubscribeCaughtUp})
+	cu, ok := s.next().(*wire.CaughtUp)
+	if !ok {
+		t.Fatalf("a wildcard from latest over %d idle topics: got %T, want CAUGHT_UP", len(names), cu)
+	}
+	if cu.Topics != uint64(len(names)) {
+		t.Fatalf("CAUGHT_UP of %d topics, want %d", cu.Topics, len(names))
+	}
+	publishN(t, rc, "calm.3", 0, 1)
+	if got := readRecords(t, s, 1)[0]; got != "calm.3@1=m0" {
+		t.Fatalf("got %s, want calm.3@1=m0", got)
+	}
+}

@@ -12,6 +12,7 @@ func FuzzMatch(f *testing.F) {
 	for _, s := range [][2]string{
 		{"a.*", "a.b"}, {"a.>", "a"}, {">", "x.y.z"}, {"*.b.>", "a.b.c"},
 		{"a..b", "a..b"}, {"a.*", "a.*"}, {"", ""}, {"a.>.b", "a.x.b"},
+		{"a.b.>", "a.b"}, {"a.b.>", "a.bc.d"}, {">", "a"}, {"a.>", "ab.c"},
 	} {
 		f.Add(s[0], s[1])
 	}
@@ -19,6 +20,11 @@ func FuzzMatch(f *testing.F) {
 		got := Match(pattern, topic)
 		if want := refMatch(pattern, topic); got != want {
 			t.Fatalf("Match(%q, %q) = %v, reference says %v", pattern, topic, got, want)
+		}
+		if m, err := NewMatcher(pattern); (err == nil) != refValid(pattern, true) {
+			t.Fatalf("NewMatcher(%q) = %v, reference validity %v", pattern, err, refValid(pattern, true))
+		} else if refValid(topic, false) && m.Match(topic) != got {
+			t.Fatalf("NewMatcher(%q).Match(%q) = %v, Match says %v", pattern, topic, !got, got)
 		}
 		tab := NewTable[int]()
 		if err := tab.Add(pattern, 1); (err == nil) != refValid(pattern, true) {

@@ -32,3 +32,35 @@ func matchValid(pattern, topic string) bool {
 		pattern, topic = prest, trest
 	}
 }
+
+// Matcher matches one pattern, validated once, against many topics that are already
+// valid (a log's topic names): what Match does per topic, without scanning the pattern
+// each time. The zero Matcher matches nothing.
+type Matcher struct {
+	pattern string
+	prefix  string // a pattern "a.b.>": "a.b." (the common wildcard over a subtree)
+	ok      bool
+}
+
+// NewMatcher returns the Matcher of pattern, or an error naming what is wrong with it.
+func NewMatcher(pattern string) (Matcher, error) {
+	if err := ValidatePattern(pattern); err != nil {
+		return Matcher{}, err
+	}
+	m := Matcher{pattern: pattern, ok: true}
+	if p, ok := strings.CutSuffix(pattern, ">"); ok && !strings.ContainsRune(p, '*') {
+		m.prefix = p // "" for ">": every topic
+	}
+	return m, nil
+}
+
+// Match reports whether topic, a valid topic name, matches the pattern.
+func (m Matcher) Match(topic string) bool {
+	if !m.ok {
+		return false
+	}
+	if m.prefix != "" || m.pattern == ">" {
+		return len(topic) > len(m.prefix) && strings.HasPrefix(topic, m.prefix)
+	}
+	return matchValid(m.pattern, topic)
+}
