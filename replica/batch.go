@@ -139,6 +139,10 @@ func (e *engine) proposeMany(groupID uint64, qs []queuedProposal) {
 		fail(&NotLeaderError{Group: groupID, Leader: bs.Lead})
 		return
 	}
+	if bs.LeadTransferee != 0 {
+		fail(leadershipMoving(groupID, bs.LeadTransferee)) // transfer.go, as propose
+		return
+	}
 	now := e.cfg.Now().UnixNano()
 	subs := make([]subProposal, len(qs))
 	first := e.seq + 1
