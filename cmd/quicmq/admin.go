@@ -47,7 +47,8 @@ func adminBase(admin string) (string, error) {
 	return "http://" + hostport, nil
 }
 
-// adminCall makes one request to the node's admin API and decodes the JSON answer into v.
+// adminCall makes one request to the node's admin API and decodes the JSON answer into v. A
+// refusal is told with the node's message alone when it sent one as JSON ({"error": ...}).
 func adminCall(ctx context.Context, method, admin, path string, v any) error {
 	base, err := adminBase(admin)
 	if err != nil {
@@ -64,7 +65,14 @@ func adminCall(ctx context.Context, method, admin, path string, v any) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(body)))
+		var je struct {
+			Error string `json:"error"`
+		}
+		msg := strings.TrimSpace(string(body))
+		if json.Unmarshal(body, &je) == nil && je.Error != "" {
+			msg = je.Error
+		}
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
 	}
 	return json.Unmarshal(body, v)
 }

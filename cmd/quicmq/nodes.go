@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -72,13 +69,13 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 	defer cancel()
 	if op == "ls" {
 		var ns []node.NodeInfo
-		if err := nodesCall(ctx, http.MethodGet, *admin, "/v1/nodes", &ns); err != nil {
+		if err := adminCall(ctx, http.MethodGet, *admin, "/v1/nodes", &ns); err != nil {
 			return err
 		}
 		return printNodes(e, ns, *format == "json")
 	}
 	var ni node.NodeInfo
-	if err := nodesCall(ctx, http.MethodPost, *admin, "/v1/nodes/"+url.PathEscape(name)+"/"+op, &ni); err != nil {
+	if err := adminCall(ctx, http.MethodPost, *admin, "/v1/nodes/"+url.PathEscape(name)+"/"+op, &ni); err != nil {
 		return err
 	}
 	if *noWait {
@@ -91,7 +88,7 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 	last := ""
 	for {
 		var ns []node.NodeInfo
-		if err := nodesCall(ctx, http.MethodGet, *admin, "/v1/nodes", &ns); err != nil {
+		if err := adminCall(ctx, http.MethodGet, *admin, "/v1/nodes", &ns); err != nil {
 			return err
 		}
 		for _, n := range ns {
@@ -124,35 +121,6 @@ func cmpOrDash(s string) string {
 		return "nothing"
 	}
 	return s
-}
-
-// nodesCall is adminCall, telling the node's refusal (a JSON error) as its message alone.
-func nodesCall(ctx context.Context, method, admin, path string, v any) error {
-	base, err := adminBase(admin)
-	if err != nil {
-		return err
-	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("admin API at %s: %w (is the node running with --admin or --metrics %s?)", admin, err, strings.TrimPrefix(base, "http://"))
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if resp.StatusCode != http.StatusOK {
-		var je struct {
-			Error string `json:"error"`
-		}
-		msg := strings.TrimSpace(string(body))
-		if json.Unmarshal(body, &je) == nil && je.Error != "" {
-			msg = je.Error
-		}
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
-	}
-	return json.Unmarshal(body, v)
 }
 
 func printNodes(e *env, ns []node.NodeInfo, asJSON bool) error {
