@@ -61,6 +61,9 @@ raft_no_compaction = false
 raft_tick       = "50ms"
 raft_groups_per_node = 4
 raft_group_per_topic = false
+raft_balance_interval = "30s"
+raft_no_balance = false
+raft_stop_handoff = "5s"
 pprof           = true
 `
 	f, err := Parse("node.hcl", []byte(src))
