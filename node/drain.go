@@ -280,6 +280,10 @@ func newest(reqs, more map[string]drainReq) {
 func (r *replicated) drainLoop(ctx context.Context) {
 	tick := time.NewTicker(r.n.cfg.Raft.ObserveInterval)
 	defer tick.Stop()
+	// The first balancing move waits an interval after the start: the groups' first
+	// elections (a region forming, a node rejoining) settle before their counts are judged,
+	// and a client's first publishes do not meet a moving leader.
+	r.drain.lastBalance = time.Now()
 	for {
 		select {
 		case <-ctx.Done():
