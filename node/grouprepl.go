@@ -206,6 +206,8 @@ func (r *replicated) proposeGroup(ctx context.Context, t *repTopic, name string,
 	switch {
 	case errors.As(err, &nl):
 		return 0, nil, cmp.Or(nl.Leader, r.id)
+	case errors.Is(err, replica.ErrLeadershipMoving):
+		return 0, nil, r.id // a drain, the balancer or a stop hands it on: ask the next leader
 	case err == nil:
 		if ar, ok := res.Detail.(*wal.AppendResult); ok && ar.Err != nil {
 			return 0, wire.Errorf(wire.CodeInvalidArgument, "group %q: its state of %q was refused: %v", name, t.name, ar.Err), 0

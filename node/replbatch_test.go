@@ -89,7 +89,8 @@ func TestPublishesShareRaftEntries(t *testing.T) {
 			}
 			for _, topic := range []string{"bat.0", "bat.31", "bat.59"} {
 				want := 1 + clients*c.perTopic // the placing publish, then every client's
-				if unavailable > 0 {           // some outcomes unknown: as many as the furthest replica holds
+				// Some outcomes unknown: as many as the furthest replica holds.
+				if unavailable > 0 {
 					want = 0
 					for _, n := range m.all() {
 						_, next, _ := n.Log().Bounds(topic)
