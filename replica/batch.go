@@ -3,8 +3,6 @@ package replica
 import (
 	"encoding/binary"
 	"fmt"
-
-	"go.etcd.io/raft/v3"
 )
 
 // One raft entry carries many proposals: the proposals to one group that a round takes
@@ -123,24 +121,9 @@ func (e *engine) proposeMany(groupID uint64, qs []queuedProposal) {
 			q.done(Result{}, err)
 		}
 	}
-	if e.failed != nil {
-		fail(e.failed)
-		return
-	}
-	g, ok := e.groups[groupID]
-	if !ok {
-		fail(fmt.Errorf("%w %d", ErrUnknownGroup, groupID))
-		return
-	}
-	e.setQuiet(g, false)
-	g.idle = 0
-	bs := g.rn.BasicStatus()
-	if bs.RaftState != raft.StateLeader {
-		fail(&NotLeaderError{Group: groupID, Leader: bs.Lead})
-		return
-	}
-	if bs.LeadTransferee != 0 {
-		fail(leadershipMoving(groupID, bs.LeadTransferee)) // transfer.go, as propose
+	g, bs, err := e.leading(groupID)
+	if err != nil {
+		fail(err)
 		return
 	}
 	now := e.cfg.Now().UnixNano()

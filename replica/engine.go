@@ -423,24 +423,9 @@ func (e *engine) wakeLedBy(node uint64) {
 // called on the engine's goroutine once the entry is applied, or with an
 // error when it never will be.
 func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) {
-	if e.failed != nil {
-		done(Result{}, e.failed)
-		return
-	}
-	g, ok := e.groups[groupID]
-	if !ok {
-		done(Result{}, fmt.Errorf("%w %d", ErrUnknownGroup, groupID))
-		return
-	}
-	e.setQuiet(g, false)
-	g.idle = 0
-	bs := g.rn.BasicStatus()
-	if bs.RaftState != raft.StateLeader {
-		done(Result{}, &NotLeaderError{Group: groupID, Leader: bs.Lead})
-		return
-	}
-	if bs.LeadTransferee != 0 {
-		done(Result{}, leadershipMoving(groupID, bs.LeadTransferee)) // transfer.go
+	g, bs, err := e.leading(groupID)
+	if err != nil {
+		done(Result{}, err)
 		return
 	}
 	e.seq++
@@ -456,6 +441,28 @@ func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) 
 		return
 	}
 	g.pending = append(g.pending, &proposal{seq: e.seq, term: bs.GetTerm(), done: done})
+}
+
+// leading returns group groupID, woken, and its status when this node leads it and may
+// take proposals now; otherwise the error each proposal to it is done with.
+func (e *engine) leading(groupID uint64) (*group, raft.BasicStatus, error) {
+	if e.failed != nil {
+		return nil, raft.BasicStatus{}, e.failed
+	}
+	g, ok := e.groups[groupID]
+	if !ok {
+		return nil, raft.BasicStatus{}, fmt.Errorf("%w %d", ErrUnknownGroup, groupID)
+	}
+	e.setQuiet(g, false)
+	g.idle = 0
+	bs := g.rn.BasicStatus()
+	if bs.RaftState != raft.StateLeader {
+		return nil, bs, &NotLeaderError{Group: groupID, Leader: bs.Lead}
+	}
+	if bs.LeadTransferee != 0 {
+		return nil, bs, leadershipMoving(groupID, bs.LeadTransferee) // transfer.go
+	}
+	return g, bs, nil
 }
 
 const (
