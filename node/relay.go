@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -48,6 +49,9 @@ type relayStream struct {
 	w     *wire.Writer
 	seq   uint64        // owned by the publisher's reader goroutine
 	ended chan struct{} // closed when readAnswers returns
+	// lastAnswer is when the owner last answered a publish (Unix nanoseconds): a relay that
+	// gets answers is not timed out for the publishes still queued behind them (send).
+	lastAnswer atomic.Int64
 
 	mu struct {
 		sync.Mutex
@@ -128,19 +132,33 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 	}
 	b.records = nil // the frames hold copies
 	if r := rs.p.s.n.rep; r != nil {
-		// A replicated topic's leader answers within QuorumTimeout (or refuses): one that
-		// does not has failed or lost its link, before this node's failure detector says so.
-		wait := r.n.cfg.Raft.QuorumTimeout
-		time.AfterFunc(wait+wait/2, func() {
+		// A replicated topic's leader answers within QuorumTimeout of its group's last
+		// progress (or refuses: propose), and a leader that moves ends this stream
+		// (watchLeader). One that has not answered for that long (and a half) while
+		// neither answering others nor reachable has failed or lost its link, before this
+		// node's failure detector says so; one still reachable is committing what its
+		// clients queued before these, and is waited for (up to maxQueuedPublish).
+		q := r.n.cfg.Raft.QuorumTimeout
+		wait, start := q+q/2, time.Now()
+		var check func()
+		check = func() {
 			rs.p.mu.Lock()
 			done := b.done
 			rs.p.mu.Unlock()
-			if !done {
-				rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
-					"the leader of the topic, node %q of region %q, did not answer within %v: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
-					rs.owner, r.n.cfg.Region, wait+wait/2))
+			if done {
+				return
 			}
-		})
+			now := time.Now()
+			progress := rs.lastAnswer.Load() >= now.Add(-wait).UnixNano() || r.reachable(rs.owner)
+			if progress && now.Sub(start) < r.maxQueuedPublish() {
+				time.AfterFunc(wait, check)
+				return
+			}
+			rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
+				"the leader of the topic, node %q of region %q, did not answer within %v: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
+				rs.owner, r.n.cfg.Region, now.Sub(start).Round(time.Millisecond)))
+		}
+		time.AfterFunc(wait, check)
 	}
 	if err := rs.w.Flush(); err != nil {
 		// The reader sees the stream fail too and answers every waiting record.
@@ -163,6 +181,7 @@ func (rs *relayStream) readAnswers() {
 				rs.owner, n.cfg.Region, err))
 			return
 		}
+		rs.lastAnswer.Store(time.Now().UnixNano())
 		var e *wire.Error
 		var off uint64
 		var t int64

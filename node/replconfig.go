@@ -23,9 +23,12 @@ type RaftSettings struct {
 	// HeartbeatTicks is the leader's heartbeat interval in ticks. Default 1.
 	HeartbeatTicks int
 	// QuorumTimeout bounds how long a publish to a replicated topic waits for its group to
-	// have a leader and for its entry to commit; past it the publish is answered with
-	// PUBLISH_ERROR unavailable naming the replicas that cannot be reached. It also bounds
-	// a topic's creation through the region's metadata group. Default 5 s.
+	// have a leader, and how long its group may go without progress (an entry applied, or
+	// its leader still holding a quorum) while the publish waits to commit; past it the
+	// publish is answered with PUBLISH_ERROR unavailable naming the replicas that cannot be
+	// reached (or its stream ends, when the outcome is unknown). A publish queued behind
+	// others while its group progresses waits up to 6 QuorumTimeouts (at least 30 s). It also bounds a
+	// topic's creation through the region's metadata group. Default 5 s.
 	QuorumTimeout time.Duration
 	// ObserveInterval is how often the node reads its groups' raft status: for the
 	// quicmq_raft_* metrics, and to notice a leader change (subscriptions relayed to an old

@@ -50,6 +50,9 @@ type replicated struct {
 	placeWake chan struct{}
 	// batchCheck is when checkBatching last asked the region (Unix nanoseconds).
 	batchCheck atomic.Int64
+	// appliedAt is, by group, when it last applied entries here (*atomic.Int64, Unix
+	// nanoseconds): a publish waiting in a group that progresses is not timed out (propose).
+	appliedAt sync.Map
 
 	// pl is the placement index: which group holds each topic and each group's replicas,
 	// as the metadata records applied so far say. Under a lock of its own, never held while
@@ -198,7 +201,32 @@ func (s *nodeSM) Apply(b *pebble.Batch, group, applied uint64, ents []replica.En
 	if group == metaGroup {
 		return s.meta.Apply(b, group, applied, ents)
 	}
+	if len(ents) > 0 {
+		(*replicated)(s).noteApplied(group)
+	}
 	return s.sm.Apply(b, group, applied, ents)
+}
+
+// maxQueuedPublish bounds how long a publish waits behind others while its group progresses
+// (propose, and a relay to its leader): 6 QuorumTimeouts, at least 30 s (Kafka's request
+// timeout); past it the publish fails even so.
+func (r *replicated) maxQueuedPublish() time.Duration {
+	return max(6*r.n.cfg.Raft.QuorumTimeout, 30*time.Second)
+}
+
+// noteApplied records that group applied entries now (on the driver's goroutine).
+func (r *replicated) noteApplied(group uint64) {
+	at, ok := r.appliedAt.Load(group)
+	if !ok {
+		at, _ = r.appliedAt.LoadOrStore(group, new(atomic.Int64))
+	}
+	at.(*atomic.Int64).Store(time.Now().UnixNano())
+}
+
+// appliedSince says whether group applied entries at this node at or after t.
+func (r *replicated) appliedSince(group uint64, t time.Time) bool {
+	at, ok := r.appliedAt.Load(group)
+	return ok && at.(*atomic.Int64).Load() >= t.UnixNano()
 }
 
 // The snapshots of both (metadata only) and the records their catch-ups fetch, by group
@@ -954,13 +982,41 @@ func (r *replicated) propose(topic string, recs []wal.Record, done func(wal.Appe
 		fail(wire.Errorf(wire.CodeInvalidArgument, "%v", err))
 		return
 	}
-	var once sync.Once
-	finish := func(res wal.AppendResult) { once.Do(func() { done(res) }) }
-	timer := time.AfterFunc(n.cfg.Raft.QuorumTimeout, func() {
+	var (
+		once    sync.Once
+		settled atomic.Bool
+	)
+	finish := func(res wal.AppendResult) {
+		once.Do(func() {
+			settled.Store(true)
+			done(res)
+		})
+	}
+	// The publish fails when its group stops making progress for QuorumTimeout, not when it
+	// has waited that long: a leader short of CPU or disk queues the publishes its clients
+	// keep in flight, and one behind thousands of others waits its turn (the clients'
+	// windows bound the queue) rather than failing with an unknown outcome. Progress is an
+	// entry applied here, or this node still leading the group: raft's CheckQuorum makes a
+	// leader that hears from no quorum for an election timeout step down, which fails its
+	// pending proposals (ErrDropped) at once.
+	q := n.cfg.Raft.QuorumTimeout
+	start := time.Now()
+	var check func()
+	check = func() {
+		if settled.Load() {
+			return
+		}
+		now := time.Now()
+		role, _ := r.d.Role(t.group)
+		if (role.Leader || r.appliedSince(t.group, now.Add(-q))) && now.Sub(start) < r.maxQueuedPublish() {
+			time.AfterFunc(q, check)
+			return
+		}
 		finish(wal.AppendResult{Err: &replicatedError{e: wire.Errorf(wire.CodeUnavailable,
 			"%s; the outcome of every publish not yet answered on this stream is unknown: publish them again with their producer_id and sequence to learn it",
 			r.noQuorum(t, "did not commit the publish").Message), unknown: true}})
-	})
+	}
+	timer := time.AfterFunc(q, check)
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Raft.QuorumTimeout)
 	defer cancel()
 	r.d.ProposeAsync(ctx, t.group, data, func(res replica.Result, err error) {
