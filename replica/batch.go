@@ -139,7 +139,7 @@ func (e *engine) proposeMany(groupID uint64, qs []queuedProposal) {
 		return
 	}
 	for i, q := range qs {
-		g.pending = append(g.pending, &proposal{seq: first + uint64(i), term: bs.GetTerm(), done: q.done})
+		g.pending = append(g.pending, &proposal{seq: first + uint64(i), term: bs.GetTerm(), done: e.predictOffsets(groupID, q.data, q.done)})
 	}
 	e.stats.Batched++
 	e.stats.BatchedProps += uint64(len(qs))

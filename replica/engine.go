@@ -440,7 +440,7 @@ func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) 
 		done(Result{}, fmt.Errorf("replica: propose to group %d: %w", groupID, err))
 		return
 	}
-	g.pending = append(g.pending, &proposal{seq: e.seq, term: bs.GetTerm(), done: done})
+	g.pending = append(g.pending, &proposal{seq: e.seq, term: bs.GetTerm(), done: e.predictOffsets(groupID, data, done)})
 }
 
 // leading returns group groupID, woken, and its status when this node leads it and may

@@ -192,6 +192,9 @@ func (s *WalSM) Applied(group uint64) (uint64, error) {
 	if err := s.loadTopics(g); err != nil {
 		return 0, err
 	}
+	if err := s.settleLoaded(g); err != nil {
+		return 0, err
+	}
 	if err := s.loadDedup(g); err != nil {
 		return 0, err
 	}
@@ -232,13 +235,42 @@ func (s *WalSM) loadTopics(g *walGroup) error {
 		st := &ts
 		// The records and this state are written in one batch: they agree
 		// unless the store is damaged, or a catch-up left records past the
-		// state (fetched for a snapshot not installed: settle discards them).
+		// state (fetched for a snapshot not installed: settleLoaded discards them).
 		if next, _, ok := s.w.Next(name); !ok || next < st.next {
 			return fmt.Errorf("%w: group %d: topic %q: applied state says next offset %d, the log has %d (bound %v)", errCorrupt, g.id, name, st.next, next, ok)
 		}
 		g.topics[name] = st
 		return nil
 	})
+}
+
+// settleLoaded discards, as the group opens, the records its topics hold past their
+// applied state: a catch-up's, fetched for a snapshot that was not installed before the node
+// stopped. The log opened with them as written, so until an apply settled the topic it
+// would serve records this replica has not applied (I9), and a hole below them where the
+// catch-up jumped (its reads fail: "durable record missing"). One synced batch.
+func (s *WalSM) settleLoaded(g *walGroup) error {
+	var b *pebble.Batch
+	for _, name := range slices.Sorted(maps.Keys(g.topics)) {
+		st := g.topics[name]
+		if next, _, ok := s.w.Next(name); !ok || next <= st.next {
+			continue
+		}
+		if b == nil {
+			b = s.db.NewBatch()
+			defer b.Close()
+		}
+		if err := s.w.Truncate(b, name, st.next, st.lastTime); err != nil {
+			return fmt.Errorf("replica: group %d: discard %q past its applied state: %w", g.id, name, err)
+		}
+	}
+	if b == nil {
+		return nil
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("replica: group %d: discard records past the applied state: %w", g.id, err)
+	}
+	return nil
 }
 
 // Apply implements StateMachine.

@@ -22,12 +22,15 @@ import (
 //	QUICMQ_REPLICA_ISOLATE  seconds the leader is cut off by nftables (default 5; full 30)
 //	QUICMQ_REPLICA_PAUSE    seconds the leader is stopped by SIGSTOP (default 3; full 10)
 //	QUICMQ_REPLICA_RATE     records/s over all producers (default 600)
-//	QUICMQ_REPLICA_TOPICS   topics, one raft group each (default 3)
+//	QUICMQ_REPLICA_TOPICS   topics (default 30), sharing the region's raft groups
+//	QUICMQ_REPLICA_GROUPS_PER_NODE  --raft-groups-per-node of every node (default 4: 6 groups
+//	                        of 3 replicas, five of the 30 topics on each; campaign_replica_layout_test.go)
 //	QUICMQ_REPLICA_BIN      a quicmq binary to run instead of building this package's
 //
-// "The leader" is the leader of the first topic, as `quicmq topics --format json` reports it;
-// the others' leaders may be elsewhere. Failover is the time from the fault to the first
-// publish to that topic acknowledged through a node other than the old leader.
+// "The leader" is the leader of the first topic's group (so of every topic of that group), as
+// `quicmq topics --format json` reports it; the other groups' leaders may be elsewhere.
+// Failover is the time from the fault to the first publish to that topic acknowledged
+// through a node other than the old leader.
 
 // replicaCampaign starts the region on bin ("": QUICMQ_REPLICA_BIN, else this package
 // built) and the load, the topics created.
@@ -39,9 +42,15 @@ func replicaCampaign(t *testing.T, bin string) (*replicaRegion, *replicaLoad) {
 	if bin == "" {
 		bin = quicmqBinary(t)
 	}
-	r := startReplicaRegion(t, bin, 3)
-	l := newReplicaLoad(r, envInt("QUICMQ_REPLICA_TOPICS", 3), envInt("QUICMQ_REPLICA_RATE", 600))
+	r := newReplicaRegion(t, bin, 3)
+	perNode, flags := groupsFlag(t, bin)
+	r.extra = func(int) []string { return flags }
+	r.startAll()
+	l := newReplicaLoad(r, envInt("QUICMQ_REPLICA_TOPICS", 30), envInt("QUICMQ_REPLICA_RATE", 600))
+	layout := newReplicaLayout(perNode, len(r.nodes), len(r.nodes), l.topics)
+	t.Logf("%d topics at %d records/s, at least %d on each group: %v", len(l.topics), l.rate, layout.minPerGroup(), layout)
 	l.warmUp(t)
+	layout.check(t, r, l.topics)
 	l.run(2)
 	t.Cleanup(l.Stop)
 	return r, l

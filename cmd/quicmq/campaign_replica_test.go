@@ -61,6 +61,15 @@ func (n *replicaNode) proc() *meshProcess {
 // links to the others up.
 func startReplicaRegion(t *testing.T, bin string, n int) *replicaRegion {
 	t.Helper()
+	r := newReplicaRegion(t, bin, n)
+	r.startAll()
+	return r
+}
+
+// newReplicaRegion names n nodes with --replicas n, their data directories and gossip
+// addresses, and starts none (startAll does).
+func newReplicaRegion(t *testing.T, bin string, n int) *replicaRegion {
+	t.Helper()
 	if out, _ := exec.Command(bin, "node", "-h").CombinedOutput(); !bytes.Contains(out, []byte("-replicas")) {
 		t.Skip("this build's quicmq node has no --replicas flag: replicated topics are not wired into the node")
 	}
@@ -68,13 +77,18 @@ func startReplicaRegion(t *testing.T, bin string, n int) *replicaRegion {
 	for i := range n {
 		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
 	}
+	return r
+}
+
+// startAll starts every node and waits until each has its links to the others up.
+func (r *replicaRegion) startAll() {
+	r.t.Helper()
 	for i := range r.nodes {
 		r.start(i)
 	}
 	for i := range r.nodes {
 		r.waitLinks(i)
 	}
-	return r
 }
 
 func (r *replicaRegion) args(i int) []string {

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+// TestScaleReplicatedTopics measures figure 1 of issue 29 on real node processes: a region
+// of three `quicmq node --replicas 3` processes and, in the same run, one single node. Each
+// is given QUICMQ_SCALE_TOPICS topics (default 200, so that CI runs it briefly) by their
+// first publish, pipelined from one SDK client (the region's through its first node, which
+// relays to each group's leader); the test reports topics/s, then, after QUICMQ_SCALE_SETTLE
+// seconds of quiet (default 5), each node's CPU over QUICMQ_SCALE_WINDOW seconds (default 5,
+// /proc/PID/stat), its RSS (/proc/PID/status), its /metrics line count, and checks that
+// `quicmq topics` run against each lists every topic. The machine's load average is logged
+// beside them: on a shared machine the figures move with it.
+//
+//	QUICMQ_SCALE_TOPICS=100000 QUICMQ_SCALE_SETTLE=30 QUICMQ_SCALE_WINDOW=20 \
+//	  go test -run TestScaleReplicatedTopics -v -timeout 60m ./cmd/quicmq
+func TestScaleReplicatedTopics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts four node processes")
+	}
+	n := envInt("QUICMQ_SCALE_TOPICS", 200)
+	settle := time.Duration(envInt("QUICMQ_SCALE_SETTLE", 5)) * time.Second
+	window := time.Duration(envInt("QUICMQ_SCALE_WINDOW", 5)) * time.Second
+	bin := quicmqBinary(t)
+	r := newReplicaRegion(t, bin, 3)
+	metrics := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	r.extra = func(i int) []string { return []string{"--metrics", metrics[i]} }
+	r.startAll()
+	soloMetrics := freeAddr(t)
+	solo := startMeshProcess(t, bin, "solo1", "--data", t.TempDir(), "--region", "solo", "--ca-dir", r.caDir, "--gossip", freeAddr(t), "--metrics", soloMetrics)
+	t.Logf("load average at the start: %s", loadAvg())
+
+	name := func(i int) string { return fmt.Sprintf("s.t%06d", i) }
+	create := func(addr string) time.Duration {
+		t.Helper()
+		c := dialCA(t, addr, r.caDir)
+		ctx := context.Background()
+		futures := make(chan *client.Future, 8192)
+		var wg sync.WaitGroup
+		var failed sync.Once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range futures {
+				if _, err := f.Wait(ctx); err != nil {
+					failed.Do(func() { t.Errorf("publish: %v", err) })
+				}
+			}
+		}()
+		start := time.Now()
+		progress := time.Now()
+		for i := range n {
+			f, err := c.PublishAsync(ctx, client.Message{Topic: name(i), Payload: []byte("first")})
+			if err != nil {
+				t.Fatalf("publish %s: %v", name(i), err)
+			}
+			futures <- f
+			if time.Since(progress) > 10*time.Second {
+				progress = time.Now()
+				t.Logf("  %s: %d of %d topics sent after %v", addr, i+1, n, time.Since(start).Round(time.Second))
+			}
+		}
+		close(futures)
+		wg.Wait()
+		return time.Since(start)
+	}
+	repl := create(r.nodes[0].proc().addr)
+	t.Logf("region of 3 (--replicas 3): %d topics created in %v: %.0f topics/s", n, repl.Round(time.Millisecond), float64(n)/repl.Seconds())
+	single := create(solo.addr)
+	t.Logf("single node: %d topics created in %v: %.0f topics/s", n, single.Round(time.Millisecond), float64(n)/single.Seconds())
+
+	time.Sleep(settle) // quiet, so that idle groups quiesce: not a wait for an event
+	procs := []*meshProcess{r.nodes[0].proc(), r.nodes[1].proc(), r.nodes[2].proc(), solo}
+	addrs := append(metrics, soloMetrics)
+	cpu0 := make([]time.Duration, len(procs))
+	for i, p := range procs {
+		cpu0[i] = procCPU(t, p.cmd.Process.Pid)
+	}
+	t0 := time.Now()
+	time.Sleep(window) // the measurement window
+	elapsed := time.Since(t0).Seconds()
+	t.Logf("load average after the idle window: %s", loadAvg())
+	for i, p := range procs {
+		cpu := procCPU(t, p.cmd.Process.Pid) - cpu0[i]
+		mem := procMemory(t, p.cmd.Process.Pid)
+		lines, err := metricsLines(addrs[i])
+		if err != nil {
+			t.Errorf("%s /metrics: %v", p.name, err)
+		}
+		t.Logf("%-6s idle CPU %.2f%% of a core over %.0f s; RSS %.0f MiB (peak %.0f MiB); /metrics %d lines",
+			p.name, cpu.Seconds()/elapsed*100, elapsed, mem.rss, mem.hwm, lines)
+	}
+	for _, p := range procs {
+		start := time.Now()
+		got, err := listTopics(bin, p.addr, r.caDir, "s.>")
+		if err != nil {
+			t.Fatalf("quicmq topics at %s: %v", p.name, err)
+		}
+		t.Logf("quicmq topics at %s: %d topics listed in %v", p.name, got, time.Since(start).Round(time.Millisecond))
+		if got != n {
+			t.Errorf("quicmq topics at %s lists %d topics, want %d", p.name, got, n)
+		}
+	}
+}
+
+// loadAvg is /proc/loadavg's three load averages.
+func loadAvg() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return err.Error()
+	}
+	f := strings.Fields(string(raw))
+	if len(f) < 3 {
+		return strings.TrimSpace(string(raw))
+	}
+	return strings.Join(f[:3], " ")
+}
+
+// metricsLines counts the lines of a node's /metrics.
+func metricsLines(addr string) (int, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s", resp.Status)
+	}
+	lines := 0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		lines++
+	}
+	return lines, sc.Err()
+}
+
+// listTopics runs `quicmq topics --format json` against addr, as an operator would, and
+// counts the rows it prints.
+func listTopics(bin, addr, caDir, pattern string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "topics", "--server", addr, "--ca", filepath.Join(caDir, "ca.pem"), "--format", "json", "--pattern", pattern)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	rows := 0
+	br := bufio.NewReader(out)
+	for {
+		line, err := br.ReadString('\n')
+		if strings.HasPrefix(line, "{") {
+			rows++
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return rows, err
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		return rows, fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return rows, nil
+}
