@@ -65,6 +65,7 @@ type link struct {
 		queued    map[string]bool // the topics in queue
 		parkable  bool            // mirrors park (a stream per topic, to another region)
 		mostOpen  int             // the most mirrors ever open at once (tests check the bound)
+		opened    uint64          // mirrors opened since the link began (tests count them)
 	}
 }
 
