@@ -43,6 +43,9 @@ func IsPeerFrame(f wire.Frame) bool {
 	return false
 }
 
+// catalogPage is how many topics a catalog stream lists from the log at a time.
+const catalogPage = 1024
+
 // serveCatalog announces every local topic matching the peer's patterns, now and as topics
 // are created; a later WATCH replaces the patterns. To a peer of another region it also
 // reports the head of each announced topic: once as it is announced, then whenever records
@@ -116,8 +119,23 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		if relist {
 			relist = false
 			_, mark = f.cfg.Log.CreatedSince(-1) // before the listing: a topic created meanwhile is in one or the other
-			for _, t := range f.cfg.Log.Topics() {
-				announce(t.Name)
+			// Page by page in name order (the log's own), flushing each: a catalog of
+			// 100,000 topics is never built as one list, and flow control paces it.
+			for after := ""; ; {
+				page, more, err := f.cfg.Log.TopicsPage("", after, catalogPage)
+				if err != nil {
+					return err
+				}
+				for _, t := range page {
+					announce(t.Name)
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				if !more || len(page) == 0 {
+					break
+				}
+				after = page[len(page)-1].Name
 			}
 		} else {
 			var names []string
