@@ -28,7 +28,8 @@ import (
 //
 //	QUICMQ_SCALE_TOPICS=100000 go test -run TestScaleMirrorManyTopics -v -timeout 30m ./cmd/quicmq
 //
-// QUICMQ_SCALE_STREAMS sets --mirror-streams (default: the node's default, 1024).
+// QUICMQ_SCALE_STREAMS sets --mirror-streams (default: the node's default, 1024);
+// QUICMQ_SCALE_BIN runs the nodes from another build of quicmq (a comparison).
 func TestScaleMirrorManyTopics(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("QUICMQ_SCALE_TOPICS"))
 	if n <= 0 {
@@ -44,6 +45,9 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 		extra = append(extra, "--metrics", "127.0.0.1:0", "--pprof")
 	}
 	bin := quicmqBinary(t)
+	if b := os.Getenv("QUICMQ_SCALE_BIN"); b != "" { // another build's nodes, to compare in the same conditions
+		bin = b
+	}
 	caDir := t.TempDir()
 	usWAN := freeAddr(t)
 	us := startMeshProcess(t, bin, "us1", append([]string{"--data", t.TempDir(), "--region", "us", "--ca-dir", caDir,
