@@ -98,10 +98,11 @@ func literalPrefix(pattern string) string {
 }
 
 // topicLister writes a listing in the client's view: its namespace taken off the names, and
-// only the topics it may publish or subscribe to. remote remembers the replicated topics that
-// rows of the region's other nodes named (copyTopics), so that one, which each of its
-// replicas lists, is written once; rows of this node's own log are not remembered (the log
-// says what it listed).
+// only the topics it may publish or subscribe to. remote remembers the topics that rows of
+// the region's other nodes named (copyTopics), so that a replicated topic, which each of its
+// replicas lists, or a conflict's, is written once; rows of this node's own log are not
+// remembered (its log says what it listed), so a listing that this node answers alone (a
+// single node, or a replicated region where every node holds every topic) holds no names.
 type topicLister struct {
 	w       *wire.Writer
 	actor   *principal
@@ -159,12 +160,10 @@ func (s *session) copyTopics(w *topicLister, node, pattern string) error {
 		if !keepListedRow(t, node, n.listedHere(t.Name) || w.remote[t.Name], n.place.holders(t.Name)) {
 			return nil
 		}
-		if len(t.Replicas) > 1 {
-			if w.remote == nil {
-				w.remote = make(map[string]bool)
-			}
-			w.remote[t.Name] = true
+		if w.remote == nil {
+			w.remote = make(map[string]bool)
 		}
+		w.remote[t.Name] = true
 		return w.Write(t)
 	})
 }
