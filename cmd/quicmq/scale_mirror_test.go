@@ -30,7 +30,7 @@ import (
 //
 // QUICMQ_SCALE_STREAMS sets --mirror-streams (default: the node's default, 1024);
 // QUICMQ_SCALE_BIN runs the nodes from another build of quicmq (a comparison);
-// QUICMQ_SCALE_FAULT=kill-eu adds killUnderLoad.
+// QUICMQ_SCALE_FAULT=kill-eu or kill-us adds killUnderLoad.
 func TestScaleMirrorManyTopics(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("QUICMQ_SCALE_TOPICS"))
 	if n <= 0 {
@@ -51,8 +51,11 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 	}
 	caDir := t.TempDir()
 	usWAN := freeAddr(t)
-	us := startMeshProcess(t, bin, "us1", append([]string{"--data", t.TempDir(), "--region", "us", "--ca-dir", caDir,
-		"--gossip", freeAddr(t), "--wan", usWAN, "--mirror", "m.>"}, extra...)...)
+	// us listens on a fixed port (the later --listen wins), so that a publisher reconnects
+	// to it after a restart (killUnderLoad).
+	usArgs := append([]string{"--listen", freeAddr(t), "--data", t.TempDir(), "--region", "us", "--ca-dir", caDir,
+		"--gossip", freeAddr(t), "--wan", usWAN, "--mirror", "m.>"}, extra...)
+	us := startMeshProcess(t, bin, "us1", usArgs...)
 	euArgs := append([]string{"--data", t.TempDir(), "--region", "eu", "--ca-dir", caDir,
 		"--gossip", freeAddr(t), "--wan", freeAddr(t), "--wan-join", usWAN, "--mirror", "m.>"}, extra...)
 	eu := startMeshProcess(t, bin, "eu1", euArgs...)
@@ -160,8 +163,14 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 	}
 	t.Logf("a record published to a parked topic was mirrored at eu within %v", time.Since(start).Round(time.Millisecond))
 	mirrorUnderLoad(t, usConn, euConn, n, name)
-	if os.Getenv("QUICMQ_SCALE_FAULT") == "kill-eu" {
-		eu = killUnderLoad(t, usConn, eu, func() *meshProcess { return startMeshProcess(t, bin, "eu1", euArgs...) }, caDir, n, name)
+	switch f := os.Getenv("QUICMQ_SCALE_FAULT"); f {
+	case "":
+	case "kill-eu":
+		eu = killUnderLoad(t, f, us, eu, func() *meshProcess { return startMeshProcess(t, bin, "eu1", euArgs...) }, caDir, n, name)
+	case "kill-us":
+		us = killUnderLoad(t, f, us, eu, func() *meshProcess { return startMeshProcess(t, bin, "us1", usArgs...) }, caDir, n, name)
+	default:
+		t.Fatalf("QUICMQ_SCALE_FAULT=%q: want kill-eu or kill-us", f)
 	}
 	if hold := envIntT("QUICMQ_SCALE_HOLD", 0); hold > 0 {
 		t.Logf("holding the nodes for %d s (pids us %d, eu %d, solo %d)", hold, us.cmd.Process.Pid, eu.cmd.Process.Pid, solo.cmd.Process.Pid)
@@ -284,12 +293,13 @@ func mirrorUnderLoad(t *testing.T, usConn, euConn *client.Conn, n int, name func
 }
 
 // killUnderLoad publishes 1,000 records/s at us for 20 s, each to a random topic of the n
-// (seeded), kills eu with SIGKILL 5 s in and restarts it on its data 5 s later, then reports
-// how long after the restart eu's log of every topic matches us's, and checks that it does:
-// eu publishes nothing, so each topic's log at eu holds exactly us's records (a mirror
-// refuses a record out of order), and a next offset at eu above us's would be a duplicate,
-// below it a loss.
-func killUnderLoad(t *testing.T, usConn *client.Conn, eu *meshProcess, restart func() *meshProcess, caDir string, n int, name func(int) string) *meshProcess {
+// (seeded), from a connection that reconnects and resends idempotently; it kills eu or us
+// (fault kill-eu, kill-us) with SIGKILL 5 s in and restarts it on its data 5 s later
+// (restart), then reports how long after the restart eu's log of every topic matches us's,
+// and checks that it does: eu publishes nothing, so each topic's log at eu holds exactly us's
+// records (a mirror refuses a record out of order), and a next offset at eu above us's would
+// be a duplicate, below it a loss. It returns the restarted node.
+func killUnderLoad(t *testing.T, fault string, us, eu *meshProcess, restart func() *meshProcess, caDir string, n int, name func(int) string) *meshProcess {
 	rng := testlog.Rand(t, "the topics published to around the kill")
 	ctx := context.Background()
 	heads := func(c *client.Conn) map[string]uint64 {
@@ -301,6 +311,13 @@ func killUnderLoad(t *testing.T, usConn *client.Conn, eu *meshProcess, restart f
 		}
 		return out
 	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	pub, err := client.Dial(dctx, client.Options{CAFile: filepath.Join(caDir, "ca.pem"), IdleTimeout: 30 * time.Second, Reconnect: true, Idempotent: true}, us.addr)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
 	futures := make(chan *client.Future, 30000)
 	pubDone := make(chan struct{})
 	go func() {
@@ -310,7 +327,7 @@ func killUnderLoad(t *testing.T, usConn *client.Conn, eu *meshProcess, restart f
 		defer tick.Stop()
 		for range 20000 {
 			<-tick.C
-			f, err := usConn.PublishAsync(ctx, client.Message{Topic: name(rng.IntN(n)), Payload: []byte("fault")})
+			f, err := pub.PublishAsync(ctx, client.Message{Topic: name(rng.IntN(n)), Payload: []byte("fault")})
 			if err != nil {
 				t.Errorf("publish around the kill: %v", err)
 				return
@@ -318,20 +335,38 @@ func killUnderLoad(t *testing.T, usConn *client.Conn, eu *meshProcess, restart f
 			futures <- f
 		}
 	}()
+	victim := eu
+	if fault == "kill-us" {
+		victim = us
+	}
 	time.Sleep(5 * time.Second) // the load's first 5 s: not a wait for an event
-	eu.kill()
-	t.Logf("eu killed (SIGKILL) under load")
-	time.Sleep(5 * time.Second) // eu down for 5 s
-	eu = restart()
+	victim.kill()
+	t.Logf("%s killed (SIGKILL) under load", victim.name)
+	time.Sleep(5 * time.Second) // down for 5 s
+	victim = restart()
 	back := time.Now()
-	t.Logf("eu restarted on its data (listening after %v)", eu.listen.Round(time.Millisecond))
+	t.Logf("%s restarted on its data (listening after %v)", victim.name, victim.listen.Round(time.Millisecond))
+	if fault == "kill-us" {
+		us = victim
+	} else {
+		eu = victim
+	}
 	<-pubDone
+	dups := 0
 	for f := range futures {
-		if _, err := f.Wait(ctx); err != nil {
+		ack, err := f.Wait(ctx)
+		if err != nil {
 			t.Fatalf("publish around the kill: %v", err)
 		}
+		if ack.Duplicate {
+			dups++
+		}
 	}
-	want := heads(usConn)
+	acked := time.Since(back) // the publisher's backlog (it waited while us was down) is in by now
+	want := heads(dialPatient(t, us.addr, caDir))
+	if want == nil {
+		t.Fatal("us's listing failed after the load")
+	}
 	euConn := dialPatient(t, eu.addr, caDir)
 	var diff string
 	for {
@@ -352,13 +387,13 @@ func killUnderLoad(t *testing.T, usConn *client.Conn, eu *meshProcess, restart f
 			break
 		}
 		if time.Since(back) > 5*time.Minute {
-			t.Fatalf("5 min after eu's restart its logs still differ from us's: %s\neu:\n%s", diff, eu.tail())
+			t.Fatalf("5 min after %s's restart eu's logs still differ from us's: %s\neu:\n%s", victim.name, diff, eu.tail())
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Logf("20,000 records at 1,000/s with eu killed 5 s in and back 5 s later: every topic at eu equal to us's (none lost or duplicated) %v after the restart (load %s)",
-		time.Since(back).Round(100*time.Millisecond), loadAvg())
-	return eu
+	t.Logf("20,000 records at 1,000/s with %s killed 5 s in and back 5 s later (%d publishes resent and found stored): every topic at eu equal to us's (none lost or duplicated) %v after the restart; the last publish was acknowledged %v after it (load %s)",
+		victim.name, dups, time.Since(back).Round(100*time.Millisecond), acked.Round(100*time.Millisecond), loadAvg())
+	return victim
 }
 
 func loadAvg() string {
