@@ -32,28 +32,37 @@ func (t TopicInfo) Records() uint64 {
 }
 
 // Topics lists the topics matching pattern ("" or ">" for all), sorted by name, on a stream
-// of its own.
+// of its own. It builds the whole list: over many topics, TopicsEach hands over each as it
+// arrives.
 func (c *Conn) Topics(ctx context.Context, pattern string) ([]TopicInfo, error) {
+	var list []TopicInfo
+	if err := c.TopicsEach(ctx, pattern, func(t TopicInfo) error {
+		list = append(list, t)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	return list, nil
+}
+
+// TopicsEach is Topics streamed: it calls fn for each topic as the node's listing delivers
+// it (each node's topics sorted by name), holding none of them, and returns fn's first error
+// (which ends the listing) or the listing's. The stream's flow control paces the node.
+func (c *Conn) TopicsEach(ctx context.Context, pattern string, fn func(TopicInfo) error) error {
 	if pattern == "" {
 		pattern = ">"
 	}
 	op := fmt.Sprintf("topics %q", pattern)
 	if err := checkSubscribe(pattern, SubscribeOptions{}); err != nil {
-		return nil, wrap(op, err)
+		return wrap(op, err)
 	}
-	var list []TopicInfo
-	err := c.manage(ctx, op, &wire.Topics{Pattern: pattern}, func(f wire.Frame) error {
+	return c.manage(ctx, op, &wire.Topics{Pattern: pattern}, func(f wire.Frame) error {
 		t, ok := f.(*wire.TopicInfo)
 		if !ok {
 			return errorf(CodeProtocol, "the node sent %s on a listing stream", f.Type())
 		}
-		list = append(list, topicInfo(t))
-		return nil
+		return fn(topicInfo(t))
 	})
-	if err != nil {
-		return nil, err
-	}
-	return list, nil
 }
 
 func topicInfo(t *wire.TopicInfo) TopicInfo {

@@ -75,6 +75,18 @@ func (f *Federation) mirrorStreams(region string) (open, most int) {
 	return open, most
 }
 
+// mirrorsOpened is how many mirrors the links to region opened since they began.
+func (f *Federation) mirrorsOpened(region string) (n uint64) {
+	for _, l := range f.links() {
+		if l.peer.Region == region {
+			l.mu.Lock()
+			n += l.mu.opened
+			l.mu.Unlock()
+		}
+	}
+	return n
+}
+
 // mirrorState describes the link's view of topic's mirror from region, for a failure message.
 func (f *Federation) mirrorState(region, topic string) string {
 	for _, l := range f.links() {

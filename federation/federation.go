@@ -271,6 +271,34 @@ func (f *Federation) Links() []LinkInfo {
 	return out
 }
 
+// LinksOptions bounds what LinksPage lists of each link's mirrored topics.
+type LinksOptions struct {
+	// Node, when set, lists only the link to this peer node.
+	Node string
+	// MirrorsAfter starts each link's list of mirrored topics after this topic (by name; ""
+	// from the first): a link's MirrorsNext of the previous page.
+	MirrorsAfter string
+	// MaxMirrors is how many mirrored topics each link lists at most (0 or less: none; the
+	// count, MirroredTopics, is always whole).
+	MaxMirrors int
+}
+
+// LinksPage is Links with at most o.MaxMirrors of each link's mirrored topics, by name from
+// o.MirrorsAfter (a link mirrors any number of topics: the admin API lists them by pages).
+func (f *Federation) LinksPage(o LinksOptions) []LinkInfo {
+	out := []LinkInfo{}
+	if o.MaxMirrors <= 0 {
+		o.MaxMirrors = -1
+	}
+	for _, l := range f.links() {
+		if o.Node != "" && l.peer.Name != o.Node {
+			continue
+		}
+		out = append(out, l.infoPage(o))
+	}
+	return out
+}
+
 // Migrate moves the links to region's nodes (every link if region is "") to new local UDP
 // sockets by QUIC connection migration. A link whose migration fails reconnects and resumes
 // every mirror from its cursor.

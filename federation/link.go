@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"sync"
@@ -64,6 +65,7 @@ type link struct {
 		queued    map[string]bool // the topics in queue
 		parkable  bool            // mirrors park (a stream per topic, to another region)
 		mostOpen  int             // the most mirrors ever open at once (tests check the bound)
+		opened    uint64          // mirrors opened since the link began (tests count them)
 	}
 }
 
@@ -81,15 +83,18 @@ type LinkInfo struct {
 	BytesSent        uint64        `json:"bytes_sent"`
 	BytesReceived    uint64        `json:"bytes_received"`
 	PacketsLost      uint64        `json:"packets_lost"`
-	Mirrors          []string      `json:"mirrors"`         // topics mirrored over this link, open or parked
-	MirroredTopics   int           `json:"mirrored_topics"` // len(Mirrors)
-	MirrorStreams    int           `json:"mirror_streams"`  // mirrors holding a stream now
-	MirrorsWaiting   int           `json:"mirrors_waiting"` // mirrors waiting for a stream
-	MirrorsStalled   int           `json:"mirrors_stalled"` // mirrors reported stalled
-	Migrations       uint64        `json:"migrations"`
-	Reconnects       uint64        `json:"reconnects"`
-	IdleTimeouts     uint64        `json:"idle_timeouts"` // connections ended: no packet from the peer for LinkIdleTimeout
-	LastError        string        `json:"last_error,omitempty"`
+	Mirrors          []string      `json:"mirrors"`         // topics mirrored over this link, open or parked, by name (LinksPage: one page of them)
+	MirroredTopics   int           `json:"mirrored_topics"` // how many topics are mirrored over this link
+	// MirrorsNext is, when Mirrors is a page (LinksPage) with more topics after it, the last
+	// topic listed: ask again with it as LinksOptions.MirrorsAfter for the next page.
+	MirrorsNext    string `json:"mirrors_next,omitempty"`
+	MirrorStreams  int    `json:"mirror_streams"`  // mirrors holding a stream now
+	MirrorsWaiting int    `json:"mirrors_waiting"` // mirrors waiting for a stream
+	MirrorsStalled int    `json:"mirrors_stalled"` // mirrors reported stalled
+	Migrations     uint64 `json:"migrations"`
+	Reconnects     uint64 `json:"reconnects"`
+	IdleTimeouts   uint64 `json:"idle_timeouts"` // connections ended: no packet from the peer for LinkIdleTimeout
+	LastError      string `json:"last_error,omitempty"`
 }
 
 func newLink(f *Federation, p Peer, counters *linkCounters) *link {
@@ -467,11 +472,19 @@ func (l *link) migrate(ctx context.Context) error {
 	return nil
 }
 
-func (l *link) info() LinkInfo { return l.infoWith(true) }
+func (l *link) info() LinkInfo { return l.infoPage(LinksOptions{MaxMirrors: math.MaxInt}) }
 
 // infoWith is info, with the list of mirrored topics only when withMirrors (a scrape needs
 // only the counts).
 func (l *link) infoWith(withMirrors bool) LinkInfo {
+	if withMirrors {
+		return l.info()
+	}
+	return l.infoPage(LinksOptions{MaxMirrors: -1})
+}
+
+// infoPage is info with one page of the mirrored topics (LinksOptions).
+func (l *link) infoPage(o LinksOptions) LinkInfo {
 	l.mu.Lock()
 	conn := l.mu.conn
 	li := LinkInfo{
@@ -479,16 +492,28 @@ func (l *link) infoWith(withMirrors bool) LinkInfo {
 		Connected: conn != nil, Since: l.mu.since, LastError: l.mu.lastErr, LocalAddr: l.mu.local,
 		Migrations: l.migrations.Load(), Reconnects: l.reconnects.Load(), IdleTimeouts: l.silent.Load(),
 	}
-	if withMirrors {
-		li.Mirrors = make([]string, 0, len(l.mu.health))
+	var names []string
+	if o.MaxMirrors >= 0 {
+		names = make([]string, 0, min(len(l.mu.health), 1024))
 		for t := range l.mu.health {
-			li.Mirrors = append(li.Mirrors, t)
+			if t > o.MirrorsAfter {
+				names = append(names, t)
+			}
 		}
 	}
 	li.MirroredTopics = len(l.mu.health)
 	li.MirrorStreams, li.MirrorsWaiting, li.MirrorsStalled = len(l.mu.mirrors), len(l.mu.queued), len(l.mu.stalled)
 	l.mu.Unlock()
-	slices.Sort(li.Mirrors)
+	if names != nil {
+		slices.Sort(names)
+		if len(names) > o.MaxMirrors {
+			names = names[:o.MaxMirrors]
+			if o.MaxMirrors > 0 {
+				li.MirrorsNext = names[len(names)-1]
+			}
+		}
+		li.Mirrors = slices.Clip(names)
+	}
 	if conn != nil {
 		st := conn.ConnectionStats()
 		li.RTT, li.MinRTT = st.SmoothedRTT, st.MinRTT

@@ -153,6 +153,7 @@ func (l *link) schedule(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg
 		m := newMirror(l, t, h)
 		l.mu.mirrors[t] = m
 		l.mu.mostOpen = max(l.mu.mostOpen, len(l.mu.mirrors))
+		l.mu.opened++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -137,3 +137,51 @@ func TestMirrorsMoreTopicsThanStreams(t *testing.T) {
 	t.Logf("%d records in %d topics mirrored exactly once and in order; at most %d streams open at once (bound %d)",
 		records, topics, most, bound)
 }
+
+// Two regions mirroring each other: a record published in b and mirrored into a moves a's
+// head of the topic, but a reports no head to b for it (b is served only a's own records), so
+// b opens no stream for the copies of its own records; a record published in a is reported
+// and mirrored into b as before.
+func TestMirroredRecordsReopenNothing(t *testing.T) {
+	m := newFedMesh(t)
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}, parkAfter: 100 * time.Millisecond, slice: 50 * time.Millisecond})
+	b := m.addNode("b", nodeOpts{mirror: []string{"m.>"}, parkAfter: 100 * time.Millisecond, slice: 50 * time.Millisecond})
+	name := func(i int) string { return fmt.Sprintf("m.t%02d", i) }
+	for i := range 10 {
+		b.publish(t, name(i), "first")
+	}
+	a.publish(t, "m.sentinel", "s0")
+	waitFor(t, 10*time.Second, "b's topics mirrored into a, a's into b", func() bool {
+		for i := range 10 {
+			if a.cursor(t, "b", name(i)) != 0 {
+				return false
+			}
+		}
+		return b.cursor(t, "a", "m.sentinel") == 0
+	})
+	parked := func(n *fedNode, region string) func() bool {
+		return func() bool { open, _ := n.fedNow().mirrorStreams(region); return open == 0 }
+	}
+	waitFor(t, 10*time.Second, "every mirror parked", func() bool { return parked(a, "b")() && parked(b, "a")() })
+	before := b.fedNow().mirrorsOpened("a")
+	for round := range 3 {
+		for i := range 10 {
+			b.publish(t, name(i), fmt.Sprintf("r%d", round))
+		}
+		waitFor(t, 10*time.Second, "b's records mirrored into a", func() bool {
+			for i := range 10 {
+				if a.cursor(t, "b", name(i)) != int64(round+1) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	// A record of a's own, after the copies: a's head reports are in order on its catalog
+	// stream, so once b mirrored it, b has read every head a reported for the copies.
+	a.publish(t, "m.sentinel", "s1")
+	waitFor(t, 10*time.Second, "a's own record mirrored into b", func() bool { return b.cursor(t, "a", "m.sentinel") == 1 })
+	if opened := b.fedNow().mirrorsOpened("a") - before; opened != 1 {
+		t.Fatalf("b opened %d mirrors from a for 30 copies of its own records and one record of a's; want 1 (the record's)", opened)
+	}
+}

@@ -43,10 +43,13 @@ func IsPeerFrame(f wire.Frame) bool {
 	return false
 }
 
+// catalogPage is how many topics a catalog stream lists from the log at a time.
+const catalogPage = 1024
+
 // serveCatalog announces every local topic matching the peer's patterns, now and as topics
 // are created; a later WATCH replaces the patterns. To a peer of another region it also
-// reports the head of each announced topic: once as it is announced, then whenever it
-// moves, gathered for HeadReportInterval after the first move (park.go on the peer's side:
+// reports the head of each announced topic: once as it is announced, then whenever records
+// of this region move it, gathered for HeadReportInterval after the first move (park.go on the peer's side:
 // what reopens its parked mirrors). Head moves are learnt from the log's notifications, so
 // a catalog of idle topics costs nothing per topic.
 func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc, conn *quic.Conn, str *quic.Stream, r *wire.Reader, first *wire.Watch) error {
@@ -116,8 +119,23 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		if relist {
 			relist = false
 			_, mark = f.cfg.Log.CreatedSince(-1) // before the listing: a topic created meanwhile is in one or the other
-			for _, t := range f.cfg.Log.Topics() {
-				announce(t.Name)
+			// Page by page in name order (the log's own), flushing each: a catalog of
+			// 100,000 topics is never built as one list, and flow control paces it.
+			for after := ""; ; {
+				page, more, err := f.cfg.Log.TopicsPage("", after, catalogPage)
+				if err != nil {
+					return err
+				}
+				for _, t := range page {
+					announce(t.Name)
+				}
+				if err := w.Flush(); err != nil {
+					return err
+				}
+				if !more || len(page) == 0 {
+					break
+				}
+				after = page[len(page)-1].Name
 			}
 		} else {
 			var names []string
@@ -178,8 +196,16 @@ func newMovedSet() *movedSet {
 	return &movedSet{ch: make(chan struct{}, 1), set: make(map[string]struct{})}
 }
 
-// add notes that topic's head moved (wal.Log.WatchAdvances).
-func (s *movedSet) add(topic string) {
+// add notes that topic's head moved (wal.Log.WatchAdvances) when records first published in
+// this region moved it. A move of mirrored records only is not reported: a peer is served
+// only this region's records (no loops), so they would open its parked mirror for nothing
+// (a stream that scans them, skips them all and parks again: the peer's copy of each record
+// it mirrored here coming back to it as a head move). The next move of this region's records
+// reports the head past them, and the peer's mirror scans them then.
+func (s *movedSet) add(topic string, local bool) {
+	if !local {
+		return
+	}
 	s.mu.Lock()
 	s.set[topic] = struct{}{}
 	n := len(s.set)

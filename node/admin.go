@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/quicmq/quicmq/federation"
@@ -29,7 +30,8 @@ type MemberInfo struct {
 }
 
 // AdminHandler serves /metrics (Prometheus) and the admin API: GET /v1/members (the gossip
-// member table), GET /v1/links (each link with its figures), POST /v1/links/migrate?region=R
+// member table), GET /v1/links (each link with its figures and a page of its mirrored
+// topics: linksOptions), POST /v1/links/migrate?region=R
 // (migrate the links to R, or all, to new local sockets), GET /v1/gossip/keys (the keyring,
 // as fingerprints) and POST /v1/gossip/keys/{install,use,remove} with the base64 key as the
 // body (a pool-wide key rotation step), and consumer and topic management (manage_admin.go:
@@ -67,11 +69,16 @@ func (n *Node) AdminHandler() http.Handler {
 		writeJSON(w, n.Members())
 	})
 	mux.HandleFunc("GET /v1/links", func(w http.ResponseWriter, r *http.Request) {
+		o, err := linksOptions(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		if n.fed == nil {
 			writeJSON(w, []federation.LinkInfo{})
 			return
 		}
-		writeJSON(w, n.fed.Links())
+		writeJSON(w, n.fed.LinksPage(o))
 	})
 	mux.HandleFunc("POST /v1/links/migrate", n.stateChanging(func(w http.ResponseWriter, r *http.Request) {
 		if n.fed == nil {
@@ -84,7 +91,7 @@ func (n *Node) AdminHandler() http.Handler {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		writeJSON(w, n.fed.Links())
+		writeJSON(w, n.fed.LinksPage(federation.LinksOptions{MaxMirrors: DefaultLinkMirrors}))
 	}))
 	n.manageRoutes(mux) // manage_admin.go
 	n.nodesRoutes(mux)  // nodes_admin.go
@@ -195,4 +202,24 @@ func writeJSON(w http.ResponseWriter, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	enc.Encode(v)
+}
+
+// DefaultLinkMirrors is how many of each link's mirrored topics GET /v1/links lists without
+// ?mirrors=N: a link mirrors any number of topics, so the list comes by pages.
+const DefaultLinkMirrors = 1000
+
+// linksOptions reads GET /v1/links's parameters: mirrors=N (how many mirrored topics per
+// link, by name; default DefaultLinkMirrors, 0 for none), mirrors_after=TOPIC (the page
+// after a link's mirrors_next) and node=NAME (only the link to that peer node).
+func linksOptions(r *http.Request) (federation.LinksOptions, error) {
+	q := r.URL.Query()
+	o := federation.LinksOptions{Node: q.Get("node"), MirrorsAfter: q.Get("mirrors_after"), MaxMirrors: DefaultLinkMirrors}
+	if v := q.Get("mirrors"); v != "" {
+		m, err := strconv.Atoi(v)
+		if err != nil || m < 0 {
+			return o, fmt.Errorf("mirrors=%q: want a count of topics per link, 0 or more", v)
+		}
+		o.MaxMirrors = m
+	}
+	return o, nil
 }

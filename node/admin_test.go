@@ -45,6 +45,11 @@ func TestAdminStateChangingNeedsFlag(t *testing.T) {
 				t.Errorf("AdminAPI %v: GET %s: %d %s", enabled, path, code, body)
 			}
 		}
+		for _, q := range []string{"mirrors=-1", "mirrors=x"} {
+			if code, body := adminRequest(t, srv, http.MethodGet, "/v1/links?"+q, ""); code != http.StatusBadRequest || !strings.Contains(body, "mirrors=") {
+				t.Errorf("GET /v1/links?%s: %d %q, want 400 naming mirrors=", q, code, body)
+			}
+		}
 		code, body := adminRequest(t, srv, http.MethodPost, "/v1/gossip/keys/install", newKey)
 		migrate, migrateBody := adminRequest(t, srv, http.MethodPost, "/v1/links/migrate", "")
 		if !enabled {

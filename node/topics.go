@@ -2,17 +2,26 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/routing"
+	"github.com/quicmq/quicmq/wal"
 )
 
-// listTopics answers a TOPICS stream: one TOPIC_INFO per matching topic, then FIN.
+// listPage is how many topics a listing reads from the log at a time.
+const listPage = 512
+
+// listTopics answers a TOPICS stream: one TOPIC_INFO per matching topic, then FIN. The rows
+// stream from the log's own order (wal.TopicsPage: names in byte order, page by page, from
+// the pattern's literal prefix), so a listing of any number of topics is never built as one
+// answer: the stream's flow control paces the pages, and the node holds one page at a time.
 func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 	pattern := req.Pattern
 	if pattern == "" {
@@ -23,19 +32,13 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 		return
 	}
 	pattern = s.actor.topic(pattern)
-	w := &topicLister{w: wire.NewWriter(str), actor: s.actor, version: s.version, listed: make(map[string]bool)}
-	for _, t := range s.n.wal.Topics() {
-		if !routing.Match(pattern, t.Name) {
-			continue
+	w := &topicLister{w: wire.NewWriter(str), actor: s.actor, version: s.version}
+	if err := s.n.listLocalTopics(pattern, w.Write); err != nil {
+		if !errors.Is(err, wal.ErrClosed) {
+			return // the client went away
 		}
-		if s.n.place != nil && s.n.place.servedElsewhere(t.Name) {
-			continue // a conflict's other log: the listing shows the one that is served
-		}
-		ti := topicInfo(t)
-		ti.Leader, ti.Replicas = s.n.topicHolders(t.Name)
-		if w.Write(&ti) != nil {
-			return
-		}
+		s.failStream(str, wire.Errorf(wire.CodeUnavailable, "topics: the node is stopping"))
+		return
 	}
 	if s.n.place != nil && !s.peer && !s.n.rep.holdsAll() {
 		s.listRegionTopics(w, pattern)
@@ -44,18 +47,70 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 	str.Close() // the client closes its side after TOPICS; nothing more to read
 }
 
+// listLocalTopics calls fn for each topic of this node's log that matches pattern, in name
+// order, as a listing shows it: a conflict's other log left out, leader and replicas set.
+func (n *Node) listLocalTopics(pattern string, fn func(*wire.TopicInfo) error) error {
+	prefix := literalPrefix(pattern)
+	for after := ""; ; {
+		page, more, err := n.wal.TopicsPage(prefix, after, listPage)
+		if err != nil {
+			return err
+		}
+		for _, t := range page {
+			if !routing.Match(pattern, t.Name) {
+				continue
+			}
+			if n.place != nil && n.place.servedElsewhere(t.Name) {
+				continue // a conflict's other log: the listing shows the one that is served
+			}
+			ti := topicInfo(t)
+			ti.Leader, ti.Replicas = n.topicHolders(t.Name)
+			if err := fn(&ti); err != nil {
+				return err
+			}
+		}
+		if !more || len(page) == 0 {
+			return nil
+		}
+		after = page[len(page)-1].Name
+	}
+}
+
+// literalPrefix is what every topic pattern matches starts with: its tokens before the
+// first wildcard, with their dot ("" when it starts with one). A literal pattern is its own
+// prefix (the listing then matches it exactly).
+func literalPrefix(pattern string) string {
+	i := 0
+	for {
+		j := strings.IndexByte(pattern[i:], '.')
+		tok := pattern[i:]
+		if j >= 0 {
+			tok = pattern[i : i+j]
+		}
+		if tok == "*" || tok == ">" {
+			return pattern[:i]
+		}
+		if j < 0 {
+			return pattern
+		}
+		i += j + 1
+	}
+}
+
 // topicLister writes a listing in the client's view: its namespace taken off the names, and
-// only the topics it may publish or subscribe to. It remembers the (stored) names it was
-// given, so that a replicated topic, which each of its replicas lists, is written once.
+// only the topics it may publish or subscribe to. remote remembers the topics that rows of
+// the region's other nodes named (copyTopics), so that a replicated topic, which each of its
+// replicas lists, or a conflict's, is written once; rows of this node's own log are not
+// remembered (its log says what it listed), so a listing that this node answers alone (a
+// single node, or a replicated region where every node holds every topic) holds no names.
 type topicLister struct {
 	w       *wire.Writer
 	actor   *principal
 	version uint64 // the session's protocol version: what a TOPIC_INFO carries
-	listed  map[string]bool
+	remote  map[string]bool
 }
 
 func (l *topicLister) Write(t *wire.TopicInfo) error {
-	l.listed[t.Name] = true
 	if l.actor.prefix != "" {
 		c := *t
 		c.Name = l.actor.clientName(t.Name)
@@ -102,11 +157,25 @@ func (s *session) copyTopics(w *topicLister, node, pattern string) error {
 		if !ok {
 			return fmt.Errorf("unexpected %s in a topic listing", f.Type())
 		}
-		if !keepListedRow(t, node, w.listed[t.Name], n.place.holders(t.Name)) {
+		if !keepListedRow(t, node, n.listedHere(t.Name) || w.remote[t.Name], n.place.holders(t.Name)) {
 			return nil
 		}
+		if w.remote == nil {
+			w.remote = make(map[string]bool)
+		}
+		w.remote[t.Name] = true
 		return w.Write(t)
 	})
+}
+
+// listedHere reports whether this node's own part of a listing named topic (asked for a
+// row of another node, which matched the same pattern): this node's log holds it, and it is
+// not a conflict's other log.
+func (n *Node) listedHere(topic string) bool {
+	if _, _, ok := n.wal.Bounds(topic); !ok {
+		return false
+	}
+	return !n.place.servedElsewhere(topic)
 }
 
 // keepListedRow decides whether a listing keeps the row that node, another node of the

@@ -129,6 +129,7 @@ type inflight struct {
 type advance struct {
 	t          *topic
 	hwm, hwmPs uint64
+	local      bool // records first published in this region among them (WatchAdvances)
 }
 
 // Append appends req and blocks until it is durable (its synced commit
@@ -393,6 +394,9 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 						continue
 					}
 				}
+				if rec.OriginRegion == "" {
+					t.stagedLocal = true
+				}
 				op := b.SetDeferred(recordKeyLen, n)
 				putRecordKey(op.Key, t.id, t.next)
 				encodeRecord(op.Value, op.Key, rec, ts, t.nextPos)
@@ -420,8 +424,8 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 		l.stats.dedupEntries.Store(int64(l.c.dedup.entries))
 	}
 	for _, t := range touched {
-		t.touched = false
-		f.advances = append(f.advances, advance{t: t, hwm: t.next, hwmPs: t.nextPos})
+		f.advances = append(f.advances, advance{t: t, hwm: t.next, hwmPs: t.nextPos, local: t.stagedLocal})
+		t.touched, t.stagedLocal = false, false
 	}
 	clear(touched)
 	l.c.slab = touched[:0]
@@ -524,7 +528,7 @@ func (l *Log) publish(f *inflight) {
 	for _, a := range f.advances {
 		from := a.t.hwm
 		a.t.hwm, a.t.hwmPos = a.hwm, a.hwmPs
-		l.advanceLocked(a.t, from)
+		l.advanceLocked(a.t, from, a.local)
 	}
 	for _, p := range f.positions {
 		if p.del {

@@ -46,8 +46,8 @@ func TestWatchAdvances(t *testing.T) {
 	l, _ := newTestLog(t, Options{})
 	var mu sync.Mutex
 	var one, two []string
-	cancel1 := l.WatchAdvances(func(topic string) { mu.Lock(); one = append(one, topic); mu.Unlock() })
-	cancel2 := l.WatchAdvances(func(topic string) { mu.Lock(); two = append(two, topic); mu.Unlock() })
+	cancel1 := l.WatchAdvances(func(topic string, _ bool) { mu.Lock(); one = append(one, topic); mu.Unlock() })
+	cancel2 := l.WatchAdvances(func(topic string, _ bool) { mu.Lock(); two = append(two, topic); mu.Unlock() })
 	mustAppend(t, l, "a", 0, 2)
 	mustAppend(t, l, "b", 0, 1)
 	cancel1()
@@ -88,5 +88,35 @@ func TestCreatedSinceChurn(t *testing.T) {
 	mustAppend(t, l, "new", 0, 1)
 	if names, _ := l.CreatedSince(next); !slices.Equal(names, []string{"new"}) {
 		t.Fatalf("after the churn: %v", names)
+	}
+}
+
+// WatchAdvances tells an advance that made records of this region durable from one of
+// mirrored records only (what a catalog stream reports to the regions it serves).
+func TestWatchAdvancesLocal(t *testing.T) {
+	l, _ := newTestLog(t, Options{})
+	var mu sync.Mutex
+	var got []string
+	defer l.WatchAdvances(func(topic string, local bool) {
+		mu.Lock()
+		got = append(got, fmt.Sprintf("%s:%v", topic, local))
+		mu.Unlock()
+	})()
+	mirrored := func(topic string, off uint64) {
+		t.Helper()
+		res := l.Append(context.Background(), AppendRequest{Topic: topic, Records: []Record{{OriginRegion: "us", OriginOffset: off, Payload: []byte("m")}},
+			Position: &Position{Name: "mirror/us", Topic: topic, Value: off}})
+		if res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	mustAppend(t, l, "a", 0, 1) // local
+	mirrored("a", 0)
+	mirrored("b", 0) // a topic created by a mirror
+	mustAppend(t, l, "b", 1, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"a:true", "a:false", "b:false", "b:true"}; !slices.Equal(got, want) {
+		t.Fatalf("advances %v, want %v", got, want)
 	}
 }

@@ -106,6 +106,9 @@ type topic struct {
 	next, nextPos uint64
 	lastTime      int64
 	touched       bool // in the batch being built (committer scratch)
+	// stagedLocal: the batch being built appends to the topic a record first published in
+	// this region (OriginRegion ""), not only mirrored ones (committer scratch, WatchAdvances).
+	stagedLocal bool
 	// Owned by the committer: the de-duplication windows by producer ID, and
 	// whether they were rebuilt from the log since Open (dedup.go).
 	producers  map[string]*producerState

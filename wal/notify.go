@@ -14,7 +14,7 @@ type watchers struct {
 	// all is OnAdvance's function, or nil.
 	all atomic.Pointer[func(topic string, id uint32, from, to uint64)]
 	// moves are WatchAdvances' functions (copied on write under movesMu).
-	moves   atomic.Pointer[[]*func(topic string)]
+	moves   atomic.Pointer[[]*func(topic string, local bool)]
 	movesMu sync.Mutex
 }
 
@@ -132,8 +132,9 @@ func (l *Log) OnAdvance(fn func(topic string, id uint32, from, to uint64)) (canc
 }
 
 // advanceLocked reports the advance of t's high-watermark from from to OnAdvance's
-// function and WatchAdvances' functions. Caller holds l.mu.
-func (l *Log) advanceLocked(t *topic, from uint64) {
+// function and WatchAdvances' functions; local: records first published in this region are
+// among those it makes durable (or their origins are not known). Caller holds l.mu.
+func (l *Log) advanceLocked(t *topic, from uint64, local bool) {
 	if t.hwm <= from {
 		return
 	}
@@ -142,22 +143,25 @@ func (l *Log) advanceLocked(t *topic, from uint64) {
 	}
 	if fns := l.watch.moves.Load(); fns != nil {
 		for _, fn := range *fns {
-			(*fn)(t.name)
+			(*fn)(t.name, local)
 		}
 	}
 }
 
 // WatchAdvances has fn called with the topic's name after every advance of any topic's
 // high-watermark: a registration for every topic at once, for a reader that follows the
-// heads of many topics (the federation's catalog streams) without a watcher per topic. Any
+// heads of many topics (the federation's catalog streams) without a watcher per topic.
+// local tells whether records first published in this region (OriginRegion "") are among
+// those the advance made durable, rather than only mirrored ones (always true for a
+// replicated topic, whose origins are not told apart here). Any
 // number of functions may be registered. fn runs on the goroutine that advances the
 // high-watermark, with the Log's lock held: it must not block and must not call the Log.
 // cancel stops the calls; it is safe to call more than once.
-func (l *Log) WatchAdvances(fn func(topic string)) (cancel func()) {
+func (l *Log) WatchAdvances(fn func(topic string, local bool)) (cancel func()) {
 	p := &fn
 	l.watch.movesMu.Lock()
 	defer l.watch.movesMu.Unlock()
-	var fns []*func(topic string)
+	var fns []*func(topic string, local bool)
 	if old := l.watch.moves.Load(); old != nil {
 		fns = append(fns, *old...)
 	}
@@ -170,7 +174,7 @@ func (l *Log) WatchAdvances(fn func(topic string)) (cancel func()) {
 		if old == nil {
 			return
 		}
-		var fns []*func(topic string)
+		var fns []*func(topic string, local bool)
 		for _, f := range *old {
 			if f != p {
 				fns = append(fns, f)

@@ -377,7 +377,7 @@ func (w *ReplicaWriter) Published() {
 		t.hwm, t.hwmPos = t.next, t.nextPos
 		advances = append(advances, advance{t: t, hwm: t.next, hwmPs: t.nextPos})
 		if l.mu.topics[t.name] == t {
-			l.advanceLocked(t, from)
+			l.advanceLocked(t, from, true) // origins not told apart here: every advance reported
 		}
 	}
 	for _, t := range w.newTopics {
@@ -385,7 +385,7 @@ func (w *ReplicaWriter) Published() {
 		l.createdLocked(t.name)
 	}
 	for _, t := range w.newTopics {
-		l.advanceLocked(t, t.first) // a new topic's log starts at its first offset
+		l.advanceLocked(t, t.first, true) // a new topic's log starts at its first offset
 	}
 	for _, p := range w.positions {
 		if p.del {

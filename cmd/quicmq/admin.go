@@ -131,6 +131,7 @@ func runLinks(ctx context.Context, e *env, args []string) error {
 	format := fs.String("format", "table", "output: table, or json: one JSON array of objects with the fields region, node, addr,\n"+
 		"local_addr, connected, since (RFC 3339), last_error, rtt_ms, min_rtt_ms, congestion_window_bytes,\n"+
 		"sent_bytes, received_bytes, lost_packets, mirrors (array of topics mirrored, open or parked),\n"+
+		"mirrored_topics (their count),\n"+
 		"mirror_streams (mirrors holding a stream), mirrors_waiting (waiting for one), mirrors_stalled,\n"+
 		"migrations, reconnects")
 	timeout := fs.Duration("timeout", 20*time.Second, "how long to wait for the node")
@@ -153,17 +154,26 @@ func runLinks(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 		fmt.Fprintln(e.stderr, "migrated; links now:")
-	} else if err := adminCall(ctx, http.MethodGet, *admin, "/v1/links", &links); err != nil {
-		return err
+	} else {
+		path := "/v1/links?mirrors=0" // the table shows the count of mirrored topics only
+		if *format == "json" {
+			path = fmt.Sprintf("/v1/links?mirrors=%d", linksMirrorPage)
+		}
+		if err := adminCall(ctx, http.MethodGet, *admin, path, &links); err != nil {
+			return err
+		}
 	}
 	if *format == "json" {
+		if err := allMirrors(ctx, *admin, links); err != nil {
+			return err
+		}
 		out := make([]jsonLink, 0, len(links))
 		for _, l := range links {
 			out = append(out, jsonLink{Region: l.Region, Node: l.Node, Addr: l.Addr, LocalAddr: l.LocalAddr,
 				Connected: l.Connected, Since: l.Since, LastError: l.LastError,
 				RTTms: millis(l.RTT), MinRTTms: millis(l.MinRTT), CongestionWindow: l.CongestionWindow,
 				SentBytes: l.BytesSent, ReceivedBytes: l.BytesReceived, LostPackets: l.PacketsLost,
-				Mirrors: nonNil(l.Mirrors), MirrorStreams: l.MirrorStreams, MirrorsWaiting: l.MirrorsWaiting,
+				Mirrors: nonNil(l.Mirrors), MirroredTopics: l.MirroredTopics, MirrorStreams: l.MirrorStreams, MirrorsWaiting: l.MirrorsWaiting,
 				MirrorsStalled: l.MirrorsStalled, Migrations: l.Migrations, Reconnects: l.Reconnects})
 		}
 		return writeJSON(e, out)
@@ -184,7 +194,7 @@ func runLinks(ctx context.Context, e *env, args []string) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%v\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", l.Region, l.Node, state, l.LocalAddr, l.Addr,
 			l.RTT.Round(time.Microsecond), humanBytes(l.CongestionWindow), humanBytes(l.BytesSent), humanBytes(l.BytesReceived),
-			l.PacketsLost, len(l.Mirrors), l.Migrations, l.Reconnects)
+			l.PacketsLost, l.MirroredTopics, l.Migrations, l.Reconnects)
 	}
 	return tw.Flush()
 }
@@ -226,11 +236,39 @@ type jsonLink struct {
 	ReceivedBytes    uint64    `json:"received_bytes"`
 	LostPackets      uint64    `json:"lost_packets"`
 	Mirrors          []string  `json:"mirrors"`
+	MirroredTopics   int       `json:"mirrored_topics"`
 	MirrorStreams    int       `json:"mirror_streams"`
 	MirrorsWaiting   int       `json:"mirrors_waiting"`
 	MirrorsStalled   int       `json:"mirrors_stalled"`
 	Migrations       uint64    `json:"migrations"`
 	Reconnects       uint64    `json:"reconnects"`
+}
+
+// linksMirrorPage is how many mirrored topics of a link 'links --format json' asks the
+// admin API for at a time (GET /v1/links lists them by pages).
+var linksMirrorPage = 10000
+
+// allMirrors completes each link's list of mirrored topics, page after page (mirrors_next),
+// for the JSON output, which lists them all.
+func allMirrors(ctx context.Context, admin string, links []federation.LinkInfo) error {
+	for i := range links {
+		for next := links[i].MirrorsNext; next != ""; {
+			var page []federation.LinkInfo
+			path := fmt.Sprintf("/v1/links?node=%s&mirrors=%d&mirrors_after=%s", url.QueryEscape(links[i].Node), linksMirrorPage, url.QueryEscape(next))
+			if err := adminCall(ctx, http.MethodGet, admin, path, &page); err != nil {
+				return err
+			}
+			next = ""
+			for _, p := range page {
+				if p.Region == links[i].Region && p.Node == links[i].Node {
+					links[i].Mirrors = append(links[i].Mirrors, p.Mirrors...)
+					next = p.MirrorsNext
+				}
+			}
+		}
+		links[i].MirrorsNext = ""
+	}
+	return nil
 }
 
 func millis(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -165,6 +166,39 @@ func TestDevMeshCrossRegion(t *testing.T) {
 	}
 	if string(rec.Payload) != "hello" || rec.OriginRegion != d.nodes[0].region {
 		t.Fatalf("got %q from %q", rec.Payload, rec.OriginRegion)
+	}
+	// links --format json lists every mirrored topic, asking the admin API page after page
+	// (a page of one here); the table counts them.
+	for _, topic := range []string{"demo.a", "demo.b"} {
+		if _, err := pub.Publish(context.Background(), client.Message{Topic: topic, Payload: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sub.Next(rctx); err != nil {
+			t.Fatalf("no record of %s in region %s: %v", topic, d.nodes[2].region, err)
+		}
+	}
+	defer func(p int) { linksMirrorPage = p }(linksMirrorPage)
+	linksMirrorPage = 1
+	code, out, errOut = runCLI(t, "", "links", "--admin", admins[2][1], "--format", "json")
+	var paged []struct {
+		Region  string   `json:"region"`
+		Mirrors []string `json:"mirrors"`
+		Count   int      `json:"mirrored_topics"`
+	}
+	if err := json.Unmarshal([]byte(out), &paged); code != 0 || err != nil {
+		t.Fatalf("links --format json: %d %v %q %s", code, err, out, errOut)
+	}
+	found := false
+	for _, l := range paged {
+		if l.Region == d.nodes[0].region {
+			found = true
+			if !slices.Equal(l.Mirrors, []string{"demo.a", "demo.b", "demo.hello"}) || l.Count != 3 {
+				t.Fatalf("links --format json, the link to %s: %+v; want demo.a, demo.b, demo.hello", l.Region, l)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("links --format json: no link to %s in %s", d.nodes[0].region, out)
 	}
 	d.stop()
 }

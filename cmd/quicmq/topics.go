@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/routing"
@@ -50,40 +52,132 @@ func runTopics(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer done()
-	list, err := conn.Topics(rctx, *pattern)
+	// Rows are printed as they arrive: a listing of any number of topics holds none of them.
+	var print func(client.TopicInfo) error
+	var tp *topicTable
+	if *format == "json" {
+		enc := json.NewEncoder(e.stdout)
+		print = func(t client.TopicInfo) error { return enc.Encode(topicJSON(t)) }
+	} else {
+		tp = newTopicTable(e)
+		print = tp.row
+	}
+	count := 0
+	err = conn.TopicsEach(rctx, *pattern, func(t client.TopicInfo) error {
+		count++
+		return print(t)
+	})
+	if tp != nil {
+		if ferr := tp.flush(); err == nil {
+			err = ferr
+		}
+	}
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
-		if err := printTopicsJSON(e, list); err != nil {
-			return err
-		}
-	} else {
-		printTopics(e, list)
-	}
-	if len(list) == 0 {
+	if count == 0 {
 		fmt.Fprintf(e.stderr, "no topic matches %q\n", *pattern)
 	}
 	return nil
+}
+
+// topicTableBlock is how many rows the table holds back to size its columns: they are as
+// wide as the widest cell of the header and the first rows (as text/tabwriter would align
+// the whole table), and a later cell wider than its column widens it from its row on. So a
+// listing of any number of topics streams, holding at most this many rows.
+const topicTableBlock = 1000
+
+var topicHeader = [...]string{"TOPIC", "FIRST", "NEXT", "RECORDS", "BYTES", "RETENTION", "LEADER", "REPLICAS"}
+
+// topicTable writes the table of printTopics row by row: columns separated by two spaces,
+// the last one not padded.
+type topicTable struct {
+	w       *bufio.Writer
+	widths  [len(topicHeader)]int
+	pending [][len(topicHeader)]string
+	started bool
+}
+
+func newTopicTable(e *env) *topicTable {
+	tp := &topicTable{w: bufio.NewWriter(e.stdout)}
+	for i, h := range topicHeader {
+		tp.widths[i] = len(h)
+	}
+	return tp
+}
+
+func (tp *topicTable) row(t client.TopicInfo) error {
+	leader, replicas := t.Leader, strings.Join(t.Replicas, ",")
+	if leader == "" {
+		leader = "-"
+	}
+	if replicas == "" {
+		replicas = "-"
+	}
+	cells := [len(topicHeader)]string{t.Name, strconv.FormatUint(t.First, 10), strconv.FormatUint(t.Next, 10),
+		strconv.FormatUint(t.Records(), 10), humanBytes(t.Bytes), retentionCell(t.Retention), leader, replicas}
+	if !tp.started {
+		tp.pending = append(tp.pending, cells)
+		if len(tp.pending) < topicTableBlock {
+			return nil
+		}
+		return tp.start()
+	}
+	return tp.line(cells)
+}
+
+// start sizes the columns from the header and the rows held back, and writes them.
+func (tp *topicTable) start() error {
+	tp.started = true
+	for _, cells := range tp.pending {
+		for i, c := range cells {
+			tp.widths[i] = max(tp.widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	if err := tp.line(topicHeader); err != nil {
+		return err
+	}
+	for _, cells := range tp.pending {
+		if err := tp.line(cells); err != nil {
+			return err
+		}
+	}
+	tp.pending = nil
+	return tp.w.Flush()
+}
+
+func (tp *topicTable) line(cells [len(topicHeader)]string) error {
+	for i, c := range cells {
+		tp.w.WriteString(c)
+		if i == len(cells)-1 {
+			break
+		}
+		n := utf8.RuneCountInString(c)
+		tp.widths[i] = max(tp.widths[i], n)
+		tp.w.WriteString(strings.Repeat(" ", tp.widths[i]-n+2))
+	}
+	return tp.w.WriteByte('\n')
+}
+
+// flush writes what is held back and buffered.
+func (tp *topicTable) flush() error {
+	if !tp.started {
+		if err := tp.start(); err != nil {
+			return err
+		}
+	}
+	return tp.w.Flush()
 }
 
 // printTopics writes the table: one row per topic, numbers as they are, bytes human-sized.
 // The RETENTION column is "default" (the node's), "forever", or the topic's own limits as
 // "age=D,bytes=N" (either one alone when the other is unlimited).
 func printTopics(e *env, list []client.TopicInfo) {
-	tw := tabwriter.NewWriter(e.stdout, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tFIRST\tNEXT\tRECORDS\tBYTES\tRETENTION\tLEADER\tREPLICAS")
+	tp := newTopicTable(e)
 	for _, t := range list {
-		leader, replicas := t.Leader, strings.Join(t.Replicas, ",")
-		if leader == "" {
-			leader = "-"
-		}
-		if replicas == "" {
-			replicas = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.First, t.Next, t.Records(), humanBytes(t.Bytes), retentionCell(t.Retention), leader, replicas)
+		tp.row(t)
 	}
-	tw.Flush()
+	tp.flush()
 }
 
 func retentionCell(r *client.TopicRetention) string {

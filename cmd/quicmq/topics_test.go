@@ -1,9 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"text/tabwriter"
+
+	"github.com/quicmq/quicmq/client"
 )
 
 func TestTopicsTable(t *testing.T) {
@@ -64,5 +69,57 @@ func TestTopicsJSON(t *testing.T) {
 	}
 	if code, _, stderr := runCLI(t, "", append([]string{"topics", "--format", "xml"}, n.conn()...)...); code == 0 || !strings.Contains(stderr, `--format "xml"`) {
 		t.Fatalf("--format xml: exit %d:\n%s", code, stderr)
+	}
+}
+
+// The table streams: a short one is exactly what text/tabwriter makes of the whole table,
+// and a long one keeps the columns its first rows sized, a wider cell later widening its
+// column from its row on.
+func TestTopicsTableStreams(t *testing.T) {
+	rows := func(n int, wide int) []client.TopicInfo {
+		var out []client.TopicInfo
+		for i := range n {
+			name := fmt.Sprintf("t.%06d", i)
+			if i == wide {
+				name = "t.a-much-longer-name-than-the-others"
+			}
+			out = append(out, client.TopicInfo{Name: name, First: 1, Next: uint64(i + 10), Bytes: uint64(i * 100), Leader: "n1", Replicas: []string{"n1", "n2"}})
+		}
+		return out
+	}
+	tabwritten := func(list []client.TopicInfo) string {
+		var b bytes.Buffer
+		tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOPIC\tFIRST\tNEXT\tRECORDS\tBYTES\tRETENTION\tLEADER\tREPLICAS")
+		for _, t := range list {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\n", t.Name, t.First, t.Next, t.Records(), humanBytes(t.Bytes), retentionCell(t.Retention), t.Leader, strings.Join(t.Replicas, ","))
+		}
+		tw.Flush()
+		return b.String()
+	}
+	for _, n := range []int{0, 3, topicTableBlock - 1, topicTableBlock} {
+		var b bytes.Buffer
+		printTopics(&env{stdout: &b}, rows(n, 1))
+		if got, want := b.String(), tabwritten(rows(n, 1)); got != want {
+			t.Fatalf("%d rows: the streamed table differs from tabwriter's:\n%.400s\nwant\n%.400s", n, got, want)
+		}
+	}
+	var b bytes.Buffer
+	list := rows(topicTableBlock+50, topicTableBlock+10)
+	printTopics(&env{stdout: &b}, list)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	if len(lines) != len(list)+1 {
+		t.Fatalf("%d lines, want %d", len(lines), len(list)+1)
+	}
+	col := func(line string) int { return strings.Index(line, "FIRST") }
+	for i, line := range lines[1:] {
+		at := strings.Index(line, "  1  ") + 2 // FIRST is 1 in every row
+		want := col(lines[0])
+		if i >= topicTableBlock+10 {
+			want = len("t.a-much-longer-name-than-the-others") + 2
+		}
+		if at != want {
+			t.Fatalf("row %d: FIRST at column %d, want %d:\n%s\n%s", i, at, want, lines[0], line)
+		}
 	}
 }
