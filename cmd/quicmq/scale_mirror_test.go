@@ -396,11 +396,6 @@ func killUnderLoad(t *testing.T, fault string, us, eu *meshProcess, restart func
 	return victim
 }
 
-func loadAvg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	return strings.Join(strings.Fields(string(b))[:min(3, len(strings.Fields(string(b))))], " ")
-}
-
 // dialPatient dials as dialCA, with a 30 s idle timeout: on the 2 shared cores a node busy
 // with 100,000 topics can be starved of CPU for seconds, which is not what the test measures.
 func dialPatient(t *testing.T, addr, caDir string) *client.Conn {
