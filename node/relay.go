@@ -38,6 +38,27 @@ func (p *publisher) route(topic string) (string, *wire.Error) {
 	return owner, nil
 }
 
+// rerouteTo routes b again after a leadership move refused it before raft appended it
+// (publisher.reroute), or after the node that relayed it here turned out to be the leader
+// (b.back): to this node's log or the new leader, waiting for one until b.rerouteUntil.
+// A batch refused again waits a little longer each time.
+func (p *publisher) rerouteTo(b *pendingBatch) (string, *wire.Error) {
+	n := p.s.n
+	if n.rep == nil {
+		return p.route(b.topic)
+	}
+	if b.reroutes > 1 {
+		wait := time.Duration(b.reroutes) * n.cfg.Raft.TickInterval
+		select {
+		case <-time.After(min(wait, time.Until(b.rerouteUntil))):
+		case <-p.s.ctx.Done():
+		}
+	}
+	ctx, cancel := context.WithDeadline(p.s.ctx, b.rerouteUntil.Add(n.cfg.Raft.QuorumTimeout))
+	defer cancel()
+	return n.rep.rerouteRoute(ctx, b.topic, p.s.peer, p.s.peerName)
+}
+
 // relayStream carries one publish stream's records for the topics one other node of the
 // region owns: the publisher's reader goroutine writes PUBLISH frames, the stream's own
 // reader goroutine matches the owner's answers (in order) to the waiting batches.
@@ -199,6 +220,7 @@ func (rs *relayStream) readAnswers() {
 			if e == nil {
 				n.place.relayedPubs.Add(float64(len(b.seqs)))
 			}
+			p.attemptEnded(b, false)
 			p.mu.Lock()
 			b.done = true
 			p.mu.Unlock()
@@ -237,6 +259,7 @@ func (p *publisher) failBatch(b *pendingBatch, from int, e *wire.Error) {
 		b.errs[i] = e
 	}
 	b.records = nil
+	p.attemptEnded(b, false)
 	p.mu.Lock()
 	b.done = true
 	p.mu.Unlock()
@@ -266,9 +289,13 @@ func (rs *relayStream) watchLeader() {
 		if topic == "" {
 			continue
 		}
-		if now := r.leaderName(topic); now != "" && now != rs.owner {
+		// A leadership handed over (a drain, the balancer, a stop) leaves the old leader up:
+		// it answers what it took, committed under the new leader or routed on to it
+		// (publisher.reroute), within the relay's bound (send). Only an old leader this
+		// node cannot reach any more will not answer.
+		if now := r.leaderName(topic); now != "" && now != rs.owner && !r.reachable(rs.owner) {
 			rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
-				"the leader of %q moved from node %q to node %q before answering: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
+				"the leader of %q moved from node %q to node %q, which this node cannot reach any more, before answering: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
 				topic, rs.owner, now))
 		}
 	}
