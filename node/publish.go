@@ -61,13 +61,13 @@ type publisher struct {
 		sync.Mutex
 		q       []*pendingBatch // in read order within a topic
 		topics  map[string]int  // batches queued per topic: a later batch of one queues too
-		running bool
+		workers map[string]bool // topics with an awaiter goroutine
 		// out: per topic, the batches dispatched and not answered, and where they went.
 		out map[string]*inFlight
 		// settled: per topic with batches queued, the latest read order of its batches
 		// answered meanwhile (waitTurn).
 		settled map[string]uint64
-		cond    sync.Cond // on the mutex: running became false, or an out count fell
+		cond    sync.Cond // on the mutex: an awaiter ended, or an out count fell
 	}
 }
 

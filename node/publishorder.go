@@ -158,11 +158,14 @@ func (p *publisher) queueLocked(b *pendingBatch) {
 		p.awaiting.topics = make(map[string]int)
 	}
 	p.awaiting.topics[b.topic]++
-	if p.awaiting.running {
+	if p.awaiting.workers[b.topic] {
 		return
 	}
-	p.awaiting.running = true
-	go p.awaiter() // waited for by run (waitAwaiter)
+	if p.awaiting.workers == nil {
+		p.awaiting.workers = map[string]bool{}
+	}
+	p.awaiting.workers[b.topic] = true
+	go p.awaiter(b.topic) // waited for by run (waitAwaiter)
 }
 
 // insertLocked puts b in the queue before the first batch of its topic read after it.
@@ -175,11 +178,11 @@ func (p *publisher) insertLocked(b *pendingBatch) {
 	p.awaiting.q = slices.Insert(p.awaiting.q, i, b)
 }
 
-// waitAwaiter waits until the awaiter goroutine has nothing queued and has ended.
+// waitAwaiter waits until every awaiter goroutine has nothing queued and has ended.
 func (p *publisher) waitAwaiter() {
 	p.awaiting.Lock()
 	defer p.awaiting.Unlock()
-	for p.awaiting.running {
+	for len(p.awaiting.workers) > 0 {
 		p.condLocked().Wait()
 	}
 }
@@ -191,19 +194,24 @@ func (p *publisher) condLocked() *sync.Cond {
 	return &p.awaiting.cond
 }
 
-func (p *publisher) awaiter() {
+// awaiter routes and dispatches the queued batches of topic, in read order, until none is
+// queued: one goroutine per topic with batches queued, so that one topic waiting for its
+// placement or its new leader holds up no other.
+func (p *publisher) awaiter(topic string) {
 	for {
 		p.awaiting.Lock()
-		if len(p.awaiting.q) == 0 {
-			p.awaiting.q = nil
-			p.awaiting.running = false
+		i := slices.IndexFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == topic })
+		if i < 0 {
+			delete(p.awaiting.workers, topic)
+			if len(p.awaiting.q) == 0 {
+				p.awaiting.q = nil
+			}
 			p.condLocked().Broadcast()
 			p.awaiting.Unlock()
 			return
 		}
-		b := p.awaiting.q[0]
-		p.awaiting.q[0] = nil
-		p.awaiting.q = p.awaiting.q[1:]
+		b := p.awaiting.q[i]
+		p.awaiting.q = slices.Delete(p.awaiting.q, i, i+1)
 		p.awaiting.Unlock()
 
 		var owner string
