@@ -79,7 +79,7 @@ func (p *publisher) dispatchingLocked(b *pendingBatch, target string) bool {
 	case f == nil:
 		f = &inFlight{target: target}
 		p.awaiting.out[b.topic] = f
-	case f.n > 0 && f.target != target:
+	case f.n > 0 && f.target != target && !rerouteUnordered:
 		return false
 	}
 	f.target = target
@@ -270,8 +270,8 @@ func (p *publisher) waitTurn(b *pendingBatch, owner string) (bool, *wire.Error) 
 		}
 		f := p.awaiting.out[b.topic]
 		switch {
-		case b.reroutes > 0 && f != nil && f.n > 0:
-		case b.reroutes > 0 && p.awaiting.settled[b.topic] > b.order:
+		case b.reroutes > 0 && f != nil && f.n > 0 && !rerouteUnordered:
+		case b.reroutes > 0 && p.awaiting.settled[b.topic] > b.order && !rerouteUnordered:
 			return false, b.moveErr
 		case p.dispatchingLocked(b, owner):
 			return true, nil
