@@ -72,8 +72,9 @@ type relayStream struct {
 
 	mu struct {
 		sync.Mutex
-		waiting []*pendingBatch // sent, not fully answered, in order
-		dead    *wire.Error     // the stream failed: no more batches
+		waiting    []*pendingBatch // sent, not fully answered, in order
+		dead       *wire.Error     // the stream failed: no more batches
+		answeredAt time.Time       // the owner's last answer (watchLeader)
 	}
 }
 
@@ -209,6 +210,7 @@ func (rs *relayStream) readAnswers() {
 			return
 		}
 		b := rs.mu.waiting[0]
+		rs.mu.answeredAt = time.Now()
 		i := b.answered
 		b.answered++
 		if b.answered == len(b.seqs) {
@@ -274,6 +276,13 @@ func (rs *relayStream) watchLeader() {
 	r := rs.p.s.n.rep
 	tick := time.NewTicker(r.n.cfg.Raft.ObserveInterval)
 	defer tick.Stop()
+	// A leadership handed over (a drain, the balancer, a stop) leaves the old leader up: it
+	// answers what it took, committed under the new leader or routed on to it
+	// (publishorder.go), and its answers keep coming. One that failed before this node's
+	// failure detector says so answers nothing: the relay waits an election timeout after
+	// the move, or after the old leader's last answer, whichever is later.
+	grace := time.Duration(r.n.cfg.Raft.ElectionTicks) * r.n.cfg.Raft.TickInterval
+	var movedAt time.Time
 	for {
 		select {
 		case <-rs.ended:
@@ -285,18 +294,21 @@ func (rs *relayStream) watchLeader() {
 		if len(rs.mu.waiting) > 0 {
 			topic = rs.mu.waiting[0].topic
 		}
+		last := rs.mu.answeredAt
 		rs.mu.Unlock()
-		if topic == "" {
+		now := r.leaderName(topic)
+		if topic == "" || now == "" || now == rs.owner {
+			movedAt = time.Time{}
 			continue
 		}
-		// A leadership handed over (a drain, the balancer, a stop) leaves the old leader up:
-		// it answers what it took, committed under the new leader or routed on to it
-		// (publisher.reroute), within the relay's bound (send). Only an old leader this
-		// node cannot reach any more will not answer.
-		if now := r.leaderName(topic); now != "" && now != rs.owner && !r.reachable(rs.owner) {
-			rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
-				"the leader of %q moved from node %q to node %q, which this node cannot reach any more, before answering: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
-				topic, rs.owner, now))
+		if movedAt.IsZero() {
+			movedAt = time.Now()
 		}
+		if r.reachable(rs.owner) && time.Since(movedAt) < grace || time.Since(last) < grace {
+			continue
+		}
+		rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
+			"the leader of %q moved from node %q to node %q, and node %q answered nothing for %v: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
+			topic, rs.owner, now, rs.owner, grace))
 	}
 }
