@@ -321,7 +321,11 @@ func (p *publisher) dispatch(b *pendingBatch) {
 		}
 		var re *replicatedError
 		unknown := errors.As(res.Err, &re) && re.unknown // replicated.go: the entry may commit
-		if p.attemptEnded(b, re != nil && re.moved) {
+		var moved *wire.Error
+		if re != nil && re.moved {
+			moved = re.e
+		}
+		if p.attemptEnded(b, moved) {
 			return // rerouted
 		}
 		p.mu.Lock()

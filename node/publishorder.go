@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
-	"github.com/quicmq/quicmq/wal"
 )
 
 // A publish stream's order per topic across placements and leadership moves.
@@ -88,12 +87,12 @@ func (p *publisher) dispatchingLocked(b *pendingBatch, target string) bool {
 	return true
 }
 
-// attemptEnded ends b's dispatch (its answer came, or its relay failed); moved says the
-// topic's group refused it before raft appended it because the leadership moved. It
-// returns true when b was queued to be routed again (reroute) instead of being answered.
-// Both happen under awaiting's mutex, so that no later batch of the topic is dispatched
-// in between.
-func (p *publisher) attemptEnded(b *pendingBatch, moved bool) bool {
+// attemptEnded ends b's dispatch (its answer came, or its relay failed); moved, when not
+// nil, is the refusal of the topic's group that did not append b because the leadership
+// moved. It returns true when b was queued to be routed again (reroute) instead of being
+// answered. Both happen under awaiting's mutex, so that no later batch of the topic is
+// dispatched in between.
+func (p *publisher) attemptEnded(b *pendingBatch, moved *wire.Error) bool {
 	if p.s.n.rep == nil {
 		return false
 	}
@@ -108,7 +107,7 @@ func (p *publisher) attemptEnded(b *pendingBatch, moved bool) bool {
 		}
 		p.awaiting.cond.Broadcast()
 	}
-	if moved && p.rerouteLocked(b) {
+	if moved != nil && p.rerouteLocked(b, moved) {
 		return true
 	}
 	if p.awaiting.topics[b.topic] > 0 {
@@ -122,12 +121,13 @@ func (p *publisher) attemptEnded(b *pendingBatch, moved bool) bool {
 	return false
 }
 
-// rerouteLocked queues b, which its topic's group refused before raft appended it because
-// the leadership moved (replicatedError.moved), to be routed again, now to the new leader,
-// ahead of its topic's later batches (none of which was dispatched meanwhile: takeTurn):
-// the client is not told, and nothing is stored twice since nothing was stored. It returns
-// false when b has been rerouted for QuorumTimeout already: b is then refused.
-func (p *publisher) rerouteLocked(b *pendingBatch) bool {
+// rerouteLocked queues b, which its topic's group refused (with e) before raft appended it
+// because the leadership moved (replicatedError.moved), to be routed again, now to the new
+// leader, ahead of its topic's later batches (those dispatched already, to the same place,
+// are answered first: waitTurn): the client is not told, and nothing is stored twice since
+// nothing was stored. It returns false when b has been rerouted for QuorumTimeout already:
+// b is then refused.
+func (p *publisher) rerouteLocked(b *pendingBatch, e *wire.Error) bool {
 	now := time.Now()
 	if b.rerouteUntil.IsZero() {
 		b.rerouteUntil = now.Add(p.s.n.cfg.Raft.QuorumTimeout)
@@ -136,8 +136,7 @@ func (p *publisher) rerouteLocked(b *pendingBatch) bool {
 		return false
 	}
 	b.reroutes++
-	b.moveErr = appendError(b.res.Err)
-	b.res = wal.AppendResult{}
+	b.moveErr = e
 	p.s.n.rep.drain.m.rerouted.Add(float64(len(b.seqs)))
 	p.queueLocked(b)
 	return true

@@ -222,7 +222,7 @@ func (rs *relayStream) readAnswers() {
 			if e == nil {
 				n.place.relayedPubs.Add(float64(len(b.seqs)))
 			}
-			p.attemptEnded(b, false)
+			p.attemptEnded(b, nil)
 			p.mu.Lock()
 			b.done = true
 			p.mu.Unlock()
@@ -261,7 +261,7 @@ func (p *publisher) failBatch(b *pendingBatch, from int, e *wire.Error) {
 		b.errs[i] = e
 	}
 	b.records = nil
-	p.attemptEnded(b, false)
+	p.attemptEnded(b, nil)
 	p.mu.Lock()
 	b.done = true
 	p.mu.Unlock()
