@@ -805,7 +805,9 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 }
 
 // route decides where a publish to a replicated topic goes: "" for this node (it leads the
-// topic's group), or the leader's node name. A publish relayed here is never relayed on.
+// topic's group), or the leader's node name. A publish relayed here goes on only to the
+// leader this node knows; one relayed by the node this one takes for the leader is refused,
+// with that node's name, for the publisher to route again (rerouteRoute).
 func (r *replicated) route(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
 	if !relayed {
 		if v, outside, e := r.viaVoter(topic); outside {
