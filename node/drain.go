@@ -133,7 +133,7 @@ func newDrainMetrics(reg prometheus.Registerer) *drainMetrics {
 		leading: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quicmq_raft_groups_led",
 			Help: "Data raft groups (not the metadata group) this node leads."}),
 		rerouted: prometheus.NewCounter(prometheus.CounterOpts{Name: "quicmq_publish_rerouted_total",
-			Help: "Publishes a raft group refused before appending them because its leadership moved (a drain, the balancer, a stop, an election), routed again by this node to the new leader instead of being refused to the client."}),
+			Help: "Publishes routed again by this node to a raft group's new leader instead of being refused to the client: the group refused them before appending them because its leadership moved (a drain, the balancer, a stop, an election), or the node that relayed them here leads the group now."}),
 	}
 	for _, reason := range []string{"drain", "balance", "stop"} {
 		m.transfers.WithLabelValues(reason) // served at 0 before the first transfer

@@ -47,6 +47,10 @@ func (p *publisher) rerouteTo(b *pendingBatch) (string, *wire.Error) {
 	if n.rep == nil {
 		return p.route(b.topic)
 	}
+	if b.back && b.reroutes == 0 {
+		b.reroutes = 1 // routed again from now on, like a batch a move refused (waitTurn)
+		n.rep.drain.m.rerouted.Add(float64(len(b.seqs)))
+	}
 	if b.reroutes > 1 {
 		wait := time.Duration(b.reroutes) * n.cfg.Raft.TickInterval
 		select {
