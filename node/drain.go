@@ -119,6 +119,7 @@ type drainMetrics struct {
 	draining  prometheus.Gauge
 	imbalance prometheus.Gauge
 	leading   prometheus.Gauge
+	rerouted  prometheus.Counter
 }
 
 func newDrainMetrics(reg prometheus.Registerer) *drainMetrics {
@@ -131,11 +132,13 @@ func newDrainMetrics(reg prometheus.Registerer) *drainMetrics {
 			Help: "The most data groups a node leads minus the fewest, over the region's nodes that are up and not drained, as gossip tells this node (0 or 1: balanced)."}),
 		leading: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quicmq_raft_groups_led",
 			Help: "Data raft groups (not the metadata group) this node leads."}),
+		rerouted: prometheus.NewCounter(prometheus.CounterOpts{Name: "quicmq_publish_rerouted_total",
+			Help: "Publishes routed again by this node to a raft group's new leader instead of being refused to the client: the group refused them before appending them because its leadership moved (a drain, the balancer, a stop, an election), or the node that relayed them here leads the group now."}),
 	}
 	for _, reason := range []string{"drain", "balance", "stop"} {
 		m.transfers.WithLabelValues(reason) // served at 0 before the first transfer
 	}
-	reg.MustRegister(m.transfers, m.draining, m.imbalance, m.leading)
+	reg.MustRegister(m.transfers, m.draining, m.imbalance, m.leading, m.rerouted)
 	return m
 }
 

@@ -42,6 +42,7 @@ type publisher struct {
 		sync.Mutex
 		queue    []*pendingBatch
 		readDone bool
+		read     uint64 // batches enqueued (pendingBatch.order)
 	}
 
 	batch   *pendingBatch           // being built by the reader; not yet submitted
@@ -54,13 +55,20 @@ type publisher struct {
 	// awaiting are the batches of topics the region had not placed when they were read, in
 	// read order, waiting for their placements (replicated regions): the reader never
 	// waits for one, so that a client creating many topics gets them placed together.
+	// A batch a moving leadership refused before raft appended it (reroute) queues here
+	// too, ahead of its topic's later batches (publishorder.go).
 	awaiting struct {
 		sync.Mutex
-		q       []*pendingBatch
-		topics  map[string]int // batches queued per topic: a later batch of one queues too
-		running bool
+		q       []*pendingBatch // in read order within a topic
+		topics  map[string]int  // batches queued per topic: a later batch of one queues too
+		workers map[string]bool // topics with an awaiter goroutine
+		// out: per topic, the batches dispatched and not answered, and where they went.
+		out map[string]*inFlight
+		// settled: per topic with batches queued, the latest read order of its batches
+		// answered meanwhile (waitTurn).
+		settled map[string]uint64
+		cond    sync.Cond // on the mutex: an awaiter ended, or an out count fell
 	}
-	awaitWG sync.WaitGroup
 }
 
 // pendingBatch is one append request (or one refused publish) waiting for its answer.
@@ -84,6 +92,15 @@ type pendingBatch struct {
 	// unknown marks errs[answered:] as outcomes the relay cannot tell (the owner went away
 	// after the records were sent): they end the client's stream instead of being refused.
 	unknown bool
+	order   uint64 // read order on the stream (enqueue)
+	// A batch refused by a leadership move before raft appended it is routed again to the
+	// new leader until rerouteUntil (reroute); back lets it go back to the node that
+	// relayed it here (replicated.route). inFlight: counted in awaiting.out.
+	inFlight     bool
+	moveErr      *wire.Error // what refused it (reroute)
+	rerouteUntil time.Time
+	reroutes     int
+	back         bool
 }
 
 func newPublisher(s *session, str *quic.Stream, r *wire.Reader) *publisher {
@@ -113,15 +130,17 @@ func (p *publisher) run(first wire.Frame) {
 	streamErr := p.readLoop(first)
 
 	p.submit()
-	p.awaitWG.Wait() // every batch read is dispatched: no relay opens after this
+	p.waitAwaiter() // every batch read is dispatched
 	p.mu.Lock()
 	p.mu.readDone = true
 	p.mu.Unlock()
 	p.signal()
-	for _, rs := range p.relays {
-		rs.str.Close() // the owner answers what it read, then ends its side
-	}
 	<-writerDone
+	// Every batch is answered, so none is rerouted now: no relay opens after this.
+	p.waitAwaiter()
+	for _, rs := range p.relays {
+		rs.str.Close() // the owner has answered everything; it ends its side
+	}
 	p.relayWG.Wait()
 
 	if streamErr != nil {
@@ -221,11 +240,18 @@ func (p *publisher) add(pub *wire.Publish) {
 	}
 	if p.batch == nil {
 		owner, e := p.route(pub.Topic)
-		if e != nil {
+		switch {
+		case e != nil && owner != "" && p.s.peer:
+			// Relayed here by the node this one takes for the leader (replicated.route): the
+			// leadership just moved, to the sender or from it; routed again off the reader.
+			p.batch = &pendingBatch{topic: pub.Topic, read: time.Now(), await: true, back: true,
+				rerouteUntil: time.Now().Add(p.s.n.cfg.Raft.QuorumTimeout)}
+		case e != nil:
 			p.enqueue(&pendingBatch{seqs: []uint64{pub.Seq}, err: e, done: true, read: time.Now()})
 			return
+		default:
+			p.batch = &pendingBatch{topic: pub.Topic, read: time.Now(), relayTo: owner}
 		}
-		p.batch = &pendingBatch{topic: pub.Topic, read: time.Now(), relayTo: owner}
 	}
 	b := p.batch
 	b.seqs = append(b.seqs, pub.Seq)
@@ -269,8 +295,8 @@ func (p *publisher) submit() {
 	}
 	p.batch = nil
 	p.enqueue(b)
-	if b.await {
-		p.awaitPlacement(b)
+	if b.await || !p.takeTurn(b) {
+		p.awaitPlacement(b) // behind its topic's batches waiting (a placement, a reroute)
 		return
 	}
 	p.dispatchMu.Lock()
@@ -295,6 +321,13 @@ func (p *publisher) dispatch(b *pendingBatch) {
 		}
 		var re *replicatedError
 		unknown := errors.As(res.Err, &re) && re.unknown // replicated.go: the entry may commit
+		var moved *wire.Error
+		if re != nil && re.moved {
+			moved = re.e
+		}
+		if p.attemptEnded(b, moved) {
+			return // rerouted
+		}
 		p.mu.Lock()
 		b.res, b.done, b.stored = res, true, stored
 		b.unknown = b.unknown || unknown
@@ -311,6 +344,8 @@ func (p *publisher) dispatch(b *pendingBatch) {
 
 func (p *publisher) enqueue(b *pendingBatch) {
 	p.mu.Lock()
+	p.mu.read++
+	b.order = p.mu.read
 	p.mu.queue = append(p.mu.queue, b)
 	p.mu.Unlock()
 	if b.done {
@@ -479,82 +514,4 @@ func appendError(err error) *wire.Error {
 		return &wire.Error{Code: wire.CodeInvalidArgument, Message: err.Error()}
 	}
 	return &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("append failed: %v", err)}
-}
-
-// mustAwait reports whether a batch of topic read now waits for its placement off the
-// reader goroutine: in a replicated region, for a client's publish to a topic the region
-// has not placed (whose placement is then asked for at once), or to one with batches
-// waiting already (so that a topic's batches keep their order).
-func (p *publisher) mustAwait(topic string) bool {
-	r := p.s.n.rep
-	if r == nil || p.s.peer {
-		return false
-	}
-	p.awaiting.Lock()
-	queued := p.awaiting.topics[topic] > 0
-	p.awaiting.Unlock()
-	if queued {
-		return true
-	}
-	if r.lookup(topic) != nil {
-		return false
-	}
-	r.placeLater(topic)
-	return true
-}
-
-// awaitPlacement queues b, whose topic was not placed when it was read, for the awaiter
-// goroutine, which routes and dispatches the queued batches in read order as their
-// placements arrive.
-func (p *publisher) awaitPlacement(b *pendingBatch) {
-	p.awaiting.Lock()
-	defer p.awaiting.Unlock()
-	p.awaiting.q = append(p.awaiting.q, b)
-	if p.awaiting.topics == nil {
-		p.awaiting.topics = make(map[string]int)
-	}
-	p.awaiting.topics[b.topic]++
-	if p.awaiting.running {
-		return
-	}
-	p.awaiting.running = true
-	p.awaitWG.Add(1)
-	go func() {
-		defer p.awaitWG.Done()
-		p.awaiter()
-	}()
-}
-
-func (p *publisher) awaiter() {
-	for {
-		p.awaiting.Lock()
-		if len(p.awaiting.q) == 0 {
-			p.awaiting.q = nil
-			p.awaiting.running = false
-			p.awaiting.Unlock()
-			return
-		}
-		b := p.awaiting.q[0]
-		p.awaiting.q[0] = nil
-		p.awaiting.q = p.awaiting.q[1:]
-		p.awaiting.Unlock()
-
-		owner, e := p.route(b.topic) // waits for the placement (ensure) and a leader
-		if e != nil {
-			p.mu.Lock()
-			b.err, b.done, b.records = e, true, nil
-			p.mu.Unlock()
-			p.signal()
-		} else {
-			b.relayTo = owner
-			p.dispatchMu.Lock()
-			p.dispatch(b)
-			p.dispatchMu.Unlock()
-		}
-		p.awaiting.Lock()
-		if p.awaiting.topics[b.topic]--; p.awaiting.topics[b.topic] <= 0 {
-			delete(p.awaiting.topics, b.topic)
-		}
-		p.awaiting.Unlock()
-	}
 }

@@ -39,6 +39,31 @@ func (p *publisher) route(topic string) (string, *wire.Error) {
 	return owner, nil
 }
 
+// rerouteTo routes b again after a leadership move refused it before raft appended it
+// (publisher.reroute), or after the node that relayed it here turned out to be the leader
+// (b.back): to this node's log or the new leader, waiting for one until b.rerouteUntil.
+// A batch refused again waits a little longer each time.
+func (p *publisher) rerouteTo(b *pendingBatch) (string, *wire.Error) {
+	n := p.s.n
+	if n.rep == nil {
+		return p.route(b.topic)
+	}
+	if b.back && b.reroutes == 0 {
+		b.reroutes = 1 // routed again from now on, like a batch a move refused (waitTurn)
+		n.rep.drain.m.rerouted.Add(float64(len(b.seqs)))
+	}
+	if b.reroutes > 1 {
+		wait := time.Duration(b.reroutes) * n.cfg.Raft.TickInterval
+		select {
+		case <-time.After(min(wait, time.Until(b.rerouteUntil))):
+		case <-p.s.ctx.Done():
+		}
+	}
+	ctx, cancel := context.WithDeadline(p.s.ctx, b.rerouteUntil.Add(n.cfg.Raft.QuorumTimeout))
+	defer cancel()
+	return n.rep.rerouteRoute(ctx, b.topic, p.s.peer, p.s.peerName)
+}
+
 // relayStream carries one publish stream's records for the topics one other node of the
 // region owns: the publisher's reader goroutine writes PUBLISH frames, the stream's own
 // reader goroutine matches the owner's answers (in order) to the waiting batches.
@@ -55,8 +80,9 @@ type relayStream struct {
 
 	mu struct {
 		sync.Mutex
-		waiting []*pendingBatch // sent, not fully answered, in order
-		dead    *wire.Error     // the stream failed: no more batches
+		waiting    []*pendingBatch // sent, not fully answered, in order
+		dead       *wire.Error     // the stream failed: no more batches
+		answeredAt time.Time       // the owner's last answer (watchLeader)
 	}
 }
 
@@ -207,6 +233,7 @@ func (rs *relayStream) readAnswers() {
 			return
 		}
 		b := rs.mu.waiting[0]
+		rs.mu.answeredAt = time.Now()
 		i := b.answered
 		b.answered++
 		if b.answered == len(b.seqs) {
@@ -218,6 +245,7 @@ func (rs *relayStream) readAnswers() {
 			if e == nil {
 				n.place.relayedPubs.Add(float64(len(b.seqs)))
 			}
+			p.attemptEnded(b, nil)
 			p.mu.Lock()
 			b.done = true
 			p.mu.Unlock()
@@ -256,6 +284,7 @@ func (p *publisher) failBatch(b *pendingBatch, from int, e *wire.Error) {
 		b.errs[i] = e
 	}
 	b.records = nil
+	p.attemptEnded(b, nil)
 	p.mu.Lock()
 	b.done = true
 	p.mu.Unlock()
@@ -270,6 +299,13 @@ func (rs *relayStream) watchLeader() {
 	r := rs.p.s.n.rep
 	tick := time.NewTicker(r.n.cfg.Raft.ObserveInterval)
 	defer tick.Stop()
+	// A leadership handed over (a drain, the balancer, a stop) leaves the old leader up: it
+	// answers what it took, committed under the new leader or routed on to it
+	// (publishorder.go), and its answers keep coming. One that failed before this node's
+	// failure detector says so answers nothing: the relay waits an election timeout after
+	// the move, or after the old leader's last answer, whichever is later.
+	grace := time.Duration(r.n.cfg.Raft.ElectionTicks) * r.n.cfg.Raft.TickInterval
+	var movedAt time.Time
 	for {
 		select {
 		case <-rs.ended:
@@ -281,14 +317,21 @@ func (rs *relayStream) watchLeader() {
 		if len(rs.mu.waiting) > 0 {
 			topic = rs.mu.waiting[0].topic
 		}
+		last := rs.mu.answeredAt
 		rs.mu.Unlock()
-		if topic == "" {
+		now := r.leaderName(topic)
+		if topic == "" || now == "" || now == rs.owner {
+			movedAt = time.Time{}
 			continue
 		}
-		if now := r.leaderName(topic); now != "" && now != rs.owner {
-			rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
-				"the leader of %q moved from node %q to node %q before answering: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
-				topic, rs.owner, now))
+		if movedAt.IsZero() {
+			movedAt = time.Now()
 		}
+		if r.reachable(rs.owner) && time.Since(movedAt) < grace || time.Since(last) < grace {
+			continue
+		}
+		rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
+			"the leader of %q moved from node %q to node %q, and node %q answered nothing for %v: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
+			topic, rs.owner, now, rs.owner, grace))
 	}
 }

@@ -92,6 +92,9 @@ type replicated struct {
 		read    uint64 // metadata records read
 		status  map[uint64]raft.BasicStatus
 		changed chan struct{} // closed and replaced on every change
+		// sentBack: when a batch of a topic was last relayed back to the node that relayed
+		// it here (topic NUL node), rerouteRoute's bound on ping-pong.
+		sentBack map[string]sentBack
 
 		// Background placements asked by ShouldMirror (placeLater), run on wg while
 		// ctx lives; stopped is set when observe returns, after which none start.
@@ -830,7 +833,9 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 }
 
 // route decides where a publish to a replicated topic goes: "" for this node (it leads the
-// topic's group), or the leader's node name. A publish relayed here is never relayed on.
+// topic's group), or the leader's node name. A publish relayed here goes on only to the
+// leader this node knows; one relayed by the node this one takes for the leader is refused,
+// with that node's name, for the publisher to route again (rerouteRoute).
 func (r *replicated) route(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
 	if !relayed {
 		if v, outside, e := r.viaVoter(topic); outside {
@@ -854,15 +859,58 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool, from
 		return "", nil
 	case relayed && t.nameOf(lead) == from:
 		// The sender took this node for the leader and this node takes the sender for it:
-		// the leader is changing.
-		return "", wire.Errorf(wire.CodeUnavailable,
-			"node %q was asked to append to %q but node %q leads its group as far as it knows: the leader just changed; retry", r.n.cfg.Name, topic, t.nameOf(lead))
+		// the leadership just moved, most often to the sender, which by now knows it (it
+		// won the election before this node heard of it). The publisher routes the batch
+		// again off its reader (reroute); from is returned with the refusal for that.
+		return from, wire.Errorf(wire.CodeUnavailable,
+			"node %q was asked to append to %q but node %q leads its group as far as it knows: the leader just changed; nothing was appended; retry", r.n.cfg.Name, topic, t.nameOf(lead))
 	case relayed:
 		// Relayed by a node that holds no replica of the topic or has not read its placement
 		// yet (viaVoter, viaReplica), or whose view of the leader is older: passed on once
 		// more, never back to the sender.
 	}
 	return t.nameOf(lead), nil
+}
+
+// rerouteRoute is route for a batch a leadership move refused (publisher.reroute), or one
+// relayed here by the node this one takes for the leader: it may go back to that node.
+// Raft lets two nodes take each other for the leader only until the later term reaches
+// both (a round trip: the sender won an election this node heard of first, or the
+// reverse), so a batch goes back and forth at most a few times; a bound of
+// maxSentBack batches per topic and sender within QuorumTimeout keeps a region whose
+// views disagree longer (a bug) from passing batches round and round: past it they are
+// refused.
+func (r *replicated) rerouteRoute(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
+	owner, e := r.route(ctx, topic, relayed, from)
+	if e == nil || owner == "" || !relayed {
+		return owner, e
+	}
+	key := topic + "\x00" + from
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb := r.mu.sentBack[key]
+	if now.Sub(sb.since) > r.n.cfg.Raft.QuorumTimeout {
+		sb = sentBack{since: now}
+	}
+	if sb.count >= maxSentBack {
+		return "", e
+	}
+	sb.count++
+	if r.mu.sentBack == nil || len(r.mu.sentBack) > 1024 {
+		r.mu.sentBack = map[string]sentBack{} // bounded: what a flapping region leaves here
+	}
+	r.mu.sentBack[key] = sb
+	return owner, nil
+}
+
+// maxSentBack bounds the batches of one topic relayed back to one sender within
+// QuorumTimeout (rerouteRoute).
+const maxSentBack = 256
+
+type sentBack struct {
+	since time.Time
+	count int
 }
 
 // viaVoter returns, on a node outside its region's metadata group (which holds no
@@ -960,6 +1008,9 @@ func (r *replicated) leaderName(topic string) string {
 type replicatedError struct {
 	e       *wire.Error
 	unknown bool
+	// moved: refused before raft appended it, because this node no longer leads the group
+	// or is handing its leadership over; the publisher routes it again (reroute).
+	moved bool
 }
 
 func (e *replicatedError) Error() string { return e.e.Message }
@@ -1023,7 +1074,9 @@ func (r *replicated) propose(topic string, recs []wal.Record, done func(wal.Appe
 		timer.Stop()
 		if err != nil {
 			e, unknown := proposeError(t, err)
-			finish(wal.AppendResult{Err: &replicatedError{e: e, unknown: unknown}})
+			var nl *replica.NotLeaderError
+			moved := errors.As(err, &nl) || errors.Is(err, replica.ErrLeadershipMoving) || errors.Is(err, replica.ErrDropped)
+			finish(wal.AppendResult{Err: &replicatedError{e: e, unknown: unknown, moved: moved}})
 			return
 		}
 		ar, ok := res.Detail.(*wal.AppendResult)

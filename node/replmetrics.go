@@ -19,6 +19,7 @@ var (
 	raftAppliedDesc  = prometheus.NewDesc("quicmq_raft_group_applied_index", "The raft group's applied index on this node (records are served up to it).", []string{"group"}, nil)
 	raftLagDesc      = prometheus.NewDesc("quicmq_raft_group_follower_lag_entries", "Entries a follower lacks of the leader's log, on the group's leader.", []string{"group", "peer"}, nil)
 	raftBelowQuorumD = prometheus.NewDesc("quicmq_raft_groups_below_quorum", "Raft groups of this node without a known leader, or led here with fewer than a quorum of replicas reachable.", nil, nil)
+	raftUnderReplD   = prometheus.NewDesc("quicmq_raft_groups_under_replicated", "Data raft groups led here with a replica this node cannot reach (a node down, or cut off): summed over a region's nodes, each group counts once, on its leader.", nil, nil)
 
 	// Snapshots and catch-ups, for the node (the driver's counters, read at scrape time).
 	raftSnapSentDesc    = prometheus.NewDesc("quicmq_raft_snapshots_sent_total", "Raft snapshots (metadata only) this node sent to a replica behind its compacted log.", nil, nil)
@@ -37,7 +38,7 @@ var (
 type raftCollector struct{ r *replicated }
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{raftLeaderDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLagDesc, raftBelowQuorumD,
+	for _, d := range []*prometheus.Desc{raftLeaderDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLagDesc, raftBelowQuorumD, raftUnderReplD,
 		raftSnapSentDesc, raftSnapAppliedDesc, raftCatchupsDesc, raftCatchupActDesc, raftCatchupRecDesc, raftCatchupByteDesc,
 		raftBatchedDesc, raftBatchedPropsDesc} {
 		ch <- d
@@ -64,13 +65,19 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	r.pl.RUnlock()
 	sort.Slice(groups, func(i, j int) bool { return groups[i] < groups[j] })
-	below := 0
+	below, under := 0, 0
 	for i, g := range groups {
 		st := status[g]
 		if st.lead == 0 {
 			below++
-		} else if t := byGroup[g]; st.lead == r.id && t != nil && len(t.replicas)-len(r.lacking(t)) < len(t.replicas)/2+1 {
-			below++
+		} else if t := byGroup[g]; st.lead == r.id && t != nil {
+			lack := len(r.lacking(t))
+			if len(t.replicas)-lack < len(t.replicas)/2+1 {
+				below++
+			}
+			if lack > 0 {
+				under++
+			}
 		}
 		if i >= max {
 			continue
@@ -113,6 +120,7 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(raftBelowQuorumD, prometheus.GaugeValue, float64(below))
+	ch <- prometheus.MustNewConstMetric(raftUnderReplD, prometheus.GaugeValue, float64(under))
 	ctx, cancel := context.WithTimeout(context.Background(), r.n.cfg.Raft.ObserveInterval)
 	st, err := r.d.Stats(ctx)
 	cancel()

@@ -177,11 +177,11 @@ func TestRollingRestartCampaign(t *testing.T) {
 		t.Errorf("%d lost, %d duplicated", lost, dup)
 	}
 	// Figure 4 asks for no publish refused. A publish routed while its group's leader hands
-	// its leadership over waits for the new leader (Role.Moving); one dispatched to the
-	// leader just before the transfer began is still refused, saying nothing was appended
-	// (forwarding it to the new leader is not built). A publish in flight on the connection
-	// to the node being stopped has an unknown outcome (its stream ends): published again
-	// with its producer and sequence, as the load does for both, it is stored once.
+	// its leadership over waits for the new leader (Role.Moving); one the old leader's raft
+	// refused before appending it is routed again by the node to the new leader
+	// (node/publishorder.go). A publish in flight on the connection to the node being
+	// stopped has an unknown outcome (its stream ends): published again with its producer
+	// and sequence, as the load does for both, it is stored once.
 	refused, unknown := 0, 0
 	l.mu.Lock()
 	for m, n := range l.errs {

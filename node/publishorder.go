@@ -1,0 +1,281 @@
+package node
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/wire"
+)
+
+// A publish stream's order per topic across placements and leadership moves.
+//
+// Records published on one stream to one topic are appended in the order they were read,
+// also when the topic's leader changes under them: a batch goes to the topic's log here or
+// to its leader's node (a relay stream), and a later batch of the topic is dispatched
+// somewhere else only once every earlier one was answered (inFlight), since two paths
+// (this node's log and a relay, or relays to two nodes) keep no order between them. A batch
+// that waits (for its topic's placement, for its topic's earlier batches, or routed again
+// after a leadership move refused it: reroute) joins the awaiting queue, which the awaiter
+// goroutine routes and dispatches in read order per topic.
+
+// inFlight counts a topic's batches dispatched on a stream and not yet answered, and
+// where they went ("" this node's log, or a node's name).
+type inFlight struct {
+	target string
+	n      int
+}
+
+// mustAwait reports whether a batch of topic read now waits for its placement off the
+// reader goroutine: in a replicated region, for a client's publish to a topic the region
+// has not placed (whose placement is then asked for at once), or to one with batches
+// waiting already (so that a topic's batches keep their order).
+func (p *publisher) mustAwait(topic string) bool {
+	r := p.s.n.rep
+	if r == nil {
+		return false
+	}
+	if p.awaits(topic) {
+		return true
+	}
+	if p.s.peer || r.lookup(topic) != nil {
+		return false
+	}
+	r.placeLater(topic)
+	return true
+}
+
+// awaits reports whether batches of topic wait in the awaiting queue.
+func (p *publisher) awaits(topic string) bool {
+	p.awaiting.Lock()
+	defer p.awaiting.Unlock()
+	return p.awaiting.topics[topic] > 0
+}
+
+// takeTurn counts b as dispatched to b.relayTo unless it must wait: batches of its topic
+// wait already, or earlier ones went elsewhere and are not answered yet. The reader
+// goroutine dispatches b at once when it returns true.
+func (p *publisher) takeTurn(b *pendingBatch) bool {
+	if p.s.n.rep == nil {
+		return true // one log, one path
+	}
+	p.awaiting.Lock()
+	defer p.awaiting.Unlock()
+	if p.awaiting.topics[b.topic] > 0 {
+		return false
+	}
+	return p.dispatchingLocked(b, b.relayTo)
+}
+
+// dispatchingLocked counts b as dispatched to target, unless the topic's batches in flight
+// went to another target (awaiting's mutex held).
+func (p *publisher) dispatchingLocked(b *pendingBatch, target string) bool {
+	if p.awaiting.out == nil {
+		p.awaiting.out = map[string]*inFlight{}
+	}
+	f := p.awaiting.out[b.topic]
+	switch {
+	case f == nil:
+		f = &inFlight{target: target}
+		p.awaiting.out[b.topic] = f
+	case f.n > 0 && f.target != target && !rerouteUnordered:
+		return false
+	}
+	f.target = target
+	f.n++
+	b.inFlight = true
+	return true
+}
+
+// attemptEnded ends b's dispatch (its answer came, or its relay failed); moved, when not
+// nil, is the refusal of the topic's group that did not append b because the leadership
+// moved. It returns true when b was queued to be routed again (reroute) instead of being
+// answered. Both happen under awaiting's mutex, so that no later batch of the topic is
+// dispatched in between.
+func (p *publisher) attemptEnded(b *pendingBatch, moved *wire.Error) bool {
+	if p.s.n.rep == nil {
+		return false
+	}
+	p.awaiting.Lock()
+	defer p.awaiting.Unlock()
+	if b.inFlight {
+		b.inFlight = false
+		if f := p.awaiting.out[b.topic]; f != nil {
+			if f.n--; f.n <= 0 {
+				delete(p.awaiting.out, b.topic)
+			}
+		}
+		p.awaiting.cond.Broadcast()
+	}
+	if moved != nil && p.rerouteLocked(b, moved) {
+		return true
+	}
+	if p.awaiting.topics[b.topic] > 0 {
+		// A batch of the topic waits, perhaps one read before b and rerouted: it may not
+		// be appended after b now (waitTurn).
+		if p.awaiting.settled == nil {
+			p.awaiting.settled = map[string]uint64{}
+		}
+		p.awaiting.settled[b.topic] = max(p.awaiting.settled[b.topic], b.order)
+	}
+	return false
+}
+
+// rerouteLocked queues b, which its topic's group refused (with e) before raft appended it
+// because the leadership moved (replicatedError.moved), to be routed again, now to the new
+// leader, ahead of its topic's later batches (those dispatched already, to the same place,
+// are answered first: waitTurn): the client is not told, and nothing is stored twice since
+// nothing was stored. It returns false when b has been rerouted for QuorumTimeout already:
+// b is then refused.
+func (p *publisher) rerouteLocked(b *pendingBatch, e *wire.Error) bool {
+	now := time.Now()
+	if b.rerouteUntil.IsZero() {
+		b.rerouteUntil = now.Add(p.s.n.cfg.Raft.QuorumTimeout)
+	}
+	if now.After(b.rerouteUntil) || p.s.ctx.Err() != nil {
+		return false
+	}
+	b.reroutes++
+	b.moveErr = e
+	p.s.n.rep.drain.m.rerouted.Add(float64(len(b.seqs)))
+	p.queueLocked(b)
+	return true
+}
+
+// awaitPlacement queues b for the awaiter goroutine, which routes and dispatches the
+// queued batches in read order per topic (b's topic not placed when it was read, or its
+// earlier batches waiting or in flight elsewhere).
+func (p *publisher) awaitPlacement(b *pendingBatch) {
+	p.awaiting.Lock()
+	defer p.awaiting.Unlock()
+	p.queueLocked(b)
+}
+
+func (p *publisher) queueLocked(b *pendingBatch) {
+	p.insertLocked(b)
+	if p.awaiting.topics == nil {
+		p.awaiting.topics = make(map[string]int)
+	}
+	p.awaiting.topics[b.topic]++
+	if p.awaiting.workers[b.topic] {
+		return
+	}
+	if p.awaiting.workers == nil {
+		p.awaiting.workers = map[string]bool{}
+	}
+	p.awaiting.workers[b.topic] = true
+	go p.awaiter(b.topic) // waited for by run (waitAwaiter)
+}
+
+// insertLocked puts b in the queue before the first batch of its topic read after it.
+func (p *publisher) insertLocked(b *pendingBatch) {
+	i := slices.IndexFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == b.topic && o.order > b.order })
+	if i < 0 {
+		p.awaiting.q = append(p.awaiting.q, b)
+		return
+	}
+	p.awaiting.q = slices.Insert(p.awaiting.q, i, b)
+}
+
+// waitAwaiter waits until every awaiter goroutine has nothing queued and has ended.
+func (p *publisher) waitAwaiter() {
+	p.awaiting.Lock()
+	defer p.awaiting.Unlock()
+	for len(p.awaiting.workers) > 0 {
+		p.condLocked().Wait()
+	}
+}
+
+func (p *publisher) condLocked() *sync.Cond {
+	if p.awaiting.cond.L == nil {
+		p.awaiting.cond.L = &p.awaiting.Mutex
+	}
+	return &p.awaiting.cond
+}
+
+// awaiter routes and dispatches the queued batches of topic, in read order, until none is
+// queued: one goroutine per topic with batches queued, so that one topic waiting for its
+// placement or its new leader holds up no other.
+func (p *publisher) awaiter(topic string) {
+	for {
+		p.awaiting.Lock()
+		i := slices.IndexFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == topic })
+		if i < 0 {
+			delete(p.awaiting.workers, topic)
+			if len(p.awaiting.q) == 0 {
+				p.awaiting.q = nil
+			}
+			p.condLocked().Broadcast()
+			p.awaiting.Unlock()
+			return
+		}
+		b := p.awaiting.q[i]
+		p.awaiting.q = slices.Delete(p.awaiting.q, i, i+1)
+		p.awaiting.Unlock()
+
+		var owner string
+		var e *wire.Error
+		if b.reroutes > 0 || b.back {
+			owner, e = p.rerouteTo(b)
+		} else {
+			owner, e = p.route(b.topic) // waits for the placement (ensure) and a leader
+			if e != nil && owner != "" && p.s.peer {
+				// Relayed here by the node this one takes for the leader (add).
+				b.back, b.rerouteUntil = true, time.Now().Add(p.s.n.cfg.Raft.QuorumTimeout)
+				owner, e = p.rerouteTo(b)
+			}
+		}
+		if e == nil {
+			var ok bool
+			if ok, e = p.waitTurn(b, owner); !ok && e == nil {
+				continue // an earlier batch of its topic came back to the queue: b goes after it
+			}
+		}
+		if e != nil {
+			p.mu.Lock()
+			b.err, b.done, b.records = e, true, nil
+			p.mu.Unlock()
+			p.signal()
+		} else {
+			b.relayTo = owner
+			p.dispatchMu.Lock()
+			p.dispatch(b)
+			p.dispatchMu.Unlock()
+		}
+		p.awaiting.Lock()
+		if p.awaiting.topics[b.topic]--; p.awaiting.topics[b.topic] <= 0 {
+			delete(p.awaiting.topics, b.topic)
+			delete(p.awaiting.settled, b.topic)
+		}
+		p.awaiting.Unlock()
+	}
+}
+
+// waitTurn waits until b, routed to owner, may be dispatched: no earlier batch of its topic
+// is in flight elsewhere. It returns false, b queued again, when an earlier batch of the
+// topic was queued meanwhile (rerouted). A rerouted b first waits for every batch of its
+// topic in flight: if one read after b was appended meanwhile (or may have been: its
+// outcome is unknown), appending b now would reorder the stream, and b is refused with
+// the error that refused it (nothing was appended). That happens only when a leader lost
+// its leadership with b uncommitted and won it back before b's loss was known (raft
+// drops b, ErrDropped, and keeps what the new term took).
+func (p *publisher) waitTurn(b *pendingBatch, owner string) (bool, *wire.Error) {
+	p.awaiting.Lock()
+	defer p.awaiting.Unlock()
+	for {
+		if slices.ContainsFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == b.topic && o.order < b.order }) {
+			p.insertLocked(b) // still counted in topics
+			return false, nil
+		}
+		f := p.awaiting.out[b.topic]
+		switch {
+		case b.reroutes > 0 && f != nil && f.n > 0 && !rerouteUnordered:
+		case b.reroutes > 0 && p.awaiting.settled[b.topic] > b.order && !rerouteUnordered:
+			return false, b.moveErr
+		case p.dispatchingLocked(b, owner):
+			return true, nil
+		}
+		// Answered within the relay's or the proposal's bound, or refused.
+		p.condLocked().Wait()
+	}
+}
