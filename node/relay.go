@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -74,15 +73,12 @@ type relayStream struct {
 	w     *wire.Writer
 	seq   uint64        // owned by the publisher's reader goroutine
 	ended chan struct{} // closed when readAnswers returns
-	// lastAnswer is when the owner last answered a publish (Unix nanoseconds): a relay that
-	// gets answers is not timed out for the publishes still queued behind them (send).
-	lastAnswer atomic.Int64
 
 	mu struct {
 		sync.Mutex
 		waiting    []*pendingBatch // sent, not fully answered, in order
 		dead       *wire.Error     // the stream failed: no more batches
-		answeredAt time.Time       // the owner's last answer (watchLeader)
+		answeredAt time.Time       // the owner's last answer (watchLeader, send's timer)
 	}
 }
 
@@ -175,7 +171,10 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 				return
 			}
 			now := time.Now()
-			progress := rs.lastAnswer.Load() >= now.Add(-wait).UnixNano() || r.reachable(rs.owner)
+			rs.mu.Lock()
+			answered := rs.mu.answeredAt
+			rs.mu.Unlock()
+			progress := now.Sub(answered) < wait || r.reachable(rs.owner)
 			if progress && now.Sub(start) < r.maxQueuedPublish() {
 				time.AfterFunc(wait, check)
 				return
@@ -207,7 +206,6 @@ func (rs *relayStream) readAnswers() {
 				rs.owner, n.cfg.Region, err))
 			return
 		}
-		rs.lastAnswer.Store(time.Now().UnixNano())
 		var e *wire.Error
 		var off uint64
 		var t int64
