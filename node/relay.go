@@ -302,7 +302,10 @@ func (rs *relayStream) watchLeader() {
 	// (publishorder.go), and its answers keep coming. One that failed before this node's
 	// failure detector says so answers nothing: the relay waits an election timeout after
 	// the move, or after the old leader's last answer, whichever is later.
-	grace := time.Duration(r.n.cfg.Raft.ElectionTicks) * r.n.cfg.Raft.TickInterval
+	// At least 500 ms (the default's election timeout), also where test timers are faster:
+	// a loaded old leader can take longer than 200 ms between two answers while it routes
+	// what it had taken to the new leader.
+	grace := max(time.Duration(r.n.cfg.Raft.ElectionTicks)*r.n.cfg.Raft.TickInterval, 500*time.Millisecond)
 	var movedAt time.Time
 	for {
 		select {
