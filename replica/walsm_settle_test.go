@@ -24,22 +24,7 @@ func TestWalSMReopenDiscardsUninstalledCatchup(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	open := func() *snapSM {
-		l, err := wal.Open(dir, wal.Options{RetentionInterval: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { l.Close() })
-		sm, err := NewWalSM(WalSMConfig{Log: l, DedupWindow: 8, GroupOf: func(string) uint64 { return 7 }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := sm.Applied(7); err != nil {
-			t.Fatal(err)
-		}
-		return &snapSM{t: t, log: l, sm: sm}
-	}
-	dst := open()
+	dst := openSnapSM(t, dir)
 	for i := range uint64(2) { // the same first entries: "a" holds offsets 0 and 1
 		dst.apply(i+1, &WalEntry{Kind: EntryAppend, Topic: "a", Records: []wal.Record{{Payload: []byte{byte(i)}}}})
 	}
@@ -61,7 +46,7 @@ func TestWalSMReopenDiscardsUninstalledCatchup(t *testing.T) {
 	}
 	dst.log.Close() // stopped before the snapshot was installed
 
-	dst = open()
+	dst = openSnapSM(t, dir)
 	first, next, ok := dst.log.Bounds("a")
 	if !ok || first != 0 || next != 2 {
 		t.Fatalf("reopened: serves a from %d to %d (%v), want [0, 2): what it applied", first, next, ok)

@@ -18,7 +18,13 @@ type snapSM struct {
 
 func newSnapSM(t *testing.T) *snapSM {
 	t.Helper()
-	l, err := wal.Open(t.TempDir(), wal.Options{RetentionInterval: -1})
+	return openSnapSM(t, t.TempDir())
+}
+
+// openSnapSM opens (or reopens) a WalSM over the log in dir, its topics all in group 7.
+func openSnapSM(t *testing.T, dir string) *snapSM {
+	t.Helper()
+	l, err := wal.Open(dir, wal.Options{RetentionInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
