@@ -11,6 +11,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/qlog"
 
+	"github.com/quicmq/quicmq/internal/liveness"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -69,8 +70,13 @@ type Options struct {
 	// a packet sent to it unanswered for half of that, at the default KeepAlive) before it is
 	// taken as lost: a node that died or was cut off is noticed within this long, on an
 	// idle connection as with records in flight, and with Reconnect the Conn dials again
-	// (Failover included). It is also the connection's QUIC idle timeout (the shorter of the
-	// client's and the node's applies). A node that restarted is noticed sooner: once it has
+	// (Failover included). Silence is counted from the last packet or from the end of the
+	// last pause of this process, whichever is later: while the process's goroutines wait
+	// to run (a long garbage collection on a busy machine), packets wait unread in its
+	// sockets, and the silence is its own. The connection's QUIC idle timeout, which knows
+	// nothing of pauses, is twice IdleTimeout (the shorter of the client's and the node's
+	// applies): it ends the connection only in a process starved for that long. A node that
+	// restarted is noticed sooner: once it has
 	// been silent for 1.5 KeepAlive, the Conn sends reset probes, packets large enough that
 	// the restarted node answers them with the stateless reset that ends the old connection.
 	// A healthy node answers every keep-alive within a round trip, so the default tolerates
@@ -235,7 +241,7 @@ func (o Options) quicConfig() *quic.Config {
 	}
 	return &quic.Config{
 		KeepAlivePeriod:                keepAlive,
-		MaxIdleTimeout:                 o.IdleTimeout,
+		MaxIdleTimeout:                 liveness.IdleTimeoutFor(o.IdleTimeout), // the watch decides first (watch.go)
 		MaxIncomingStreams:             -1,
 		MaxIncomingUniStreams:          -1,
 		InitialStreamReceiveWindow:     streamWindow,

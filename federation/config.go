@@ -78,9 +78,11 @@ type Config struct {
 	BindHost string
 	// LinkIdleTimeout is how long a link's connection may go without any packet from the
 	// peer before it is taken as lost (a peer that died or was cut off): the link then
-	// redials and resumes every mirror from its cursor, and raft's messages wait for it. It
-	// is also the connection's QUIC idle timeout (the shorter of both sides' applies), and
-	// never shorter than three of the path's probe timeouts. A peer that restarted is noticed
+	// redials and resumes every mirror from its cursor, and raft's messages wait for it.
+	// Silence is counted from the end of this process's last pause if that is later than
+	// the last packet (internal/liveness), and the connection's QUIC idle timeout is twice
+	// this (the shorter of both sides' applies), a bound for a process starved that long.
+	// Never shorter than three of the path's probe timeouts. A peer that restarted is noticed
 	// sooner, by reset probes once it has been silent for 1.5 LinkKeepAlive
 	// (internal/liveness). Default 2 s.
 	LinkIdleTimeout time.Duration

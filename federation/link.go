@@ -243,7 +243,7 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 	}()
 	conn, err := tr.Dial(dctx, addr, tlsConf, &quic.Config{
 		KeepAlivePeriod:            l.f.cfg.LinkKeepAlive,
-		MaxIdleTimeout:             l.f.cfg.LinkIdleTimeout,
+		MaxIdleTimeout:             liveness.IdleTimeoutFor(l.f.cfg.LinkIdleTimeout), // the watch below decides first
 		MaxIncomingStreams:         -1,
 		MaxIncomingUniStreams:      -1,
 		InitialStreamReceiveWindow: 512 << 10,

@@ -176,7 +176,7 @@ var lagMetricsRE = regexp.MustCompile(`metrics on (http://[^\s,]+/metrics)`)
 func startLagNode(b *testing.B, bin, data string) *lagNode {
 	b.Helper()
 	cmd := exec.Command(bin, "node", "--anonymous", "--data", data, "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
-		"--name", "lag", "--region", "bench", "--log-level", "info")
+		"--name", "lag", "--region", "bench", "--log-level", "info", "--pprof")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		b.Fatal(err)

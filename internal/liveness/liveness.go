@@ -24,6 +24,10 @@
 //     with the stateless reset that ends the connection at once. A healthy peer is never
 //     silent that long (keep-alives draw its ACKs), so probes cost nothing while it answers.
 //
+// Silence is the peer's only while this process runs its goroutines on time: pause.go keeps
+// the time of the process's last pause, from which a watch counts silence when it is later
+// than the last packet, and IdleTimeoutFor gives the QUIC idle timeout to pair with a watch.
+//
 // The probe needs the bytes of the connection's packets: Probe.Wrap wraps each socket handed
 // to a quic.Transport of the connection (a *net.UDPConn keeps its batched and GSO paths).
 package liveness
@@ -200,12 +204,17 @@ const maxAckDelay = 25 * time.Millisecond
 // client whose process is busy sends its keep-alive late, and its peer cannot answer what
 // it has not been sent yet. A send counts only when seen at least half a keep-alive period
 // after the last packet received, which leaves out the acknowledgements of what arrived.
+//
+// Silence is counted from the end of this process's last pause (pause.go), if that is later
+// than the last packet: a process whose goroutines waited to run has not taken in what the
+// peer sent meanwhile.
 func Watch(ctx context.Context, qc *quic.Conn, p *Probe, cfg Config) (closed bool) {
 	cfg = cfg.withDefaults()
 	probeAfter := cfg.probeAfter()
 	if cfg.Timeout <= 0 && (p == nil || probeAfter <= 0) {
 		return false
 	}
+	defer pauses.acquire()()
 	keepAlive := cfg.KeepAlive
 	if keepAlive <= 0 || keepAlive >= cfg.Timeout {
 		keepAlive = cfg.Timeout / 2
@@ -243,7 +252,11 @@ func Watch(ctx context.Context, qc *quic.Conn, p *Probe, cfg Config) (closed boo
 				prev = now
 				continue
 			}
-			silent := now.Sub(since)
+			from := since
+			if paused := pauses.lastPause(); paused.After(from) {
+				from = paused
+			}
+			silent := now.Sub(from)
 			if st.PacketsSent != lastSent {
 				lastSent = st.PacketsSent
 				if sent.IsZero() && silent >= keepAlive/2 {
