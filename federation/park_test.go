@@ -185,3 +185,39 @@ func TestMirroredRecordsReopenNothing(t *testing.T) {
 		t.Fatalf("b opened %d mirrors from a for 30 copies of its own records and one record of a's; want 1 (the record's)", opened)
 	}
 }
+
+// A mirror parked at its origin's head with nothing of the origin's past its cursor (the
+// origin's log holds only copies of this region's records) keeps how far it scanned, so the
+// node, restarted, opens no stream to learn it again (issue 34: after a kill of the region
+// holding 100,000 topics, one stream per copy at the other region). Before: b opened 31
+// mirrors from a after its restart, one per copy and the sentinel's.
+func TestParkedMirrorKeepsItsScanAcrossRestart(t *testing.T) {
+	const topics, bound = 30, 4
+	m := newFedMesh(t)
+	opts := nodeOpts{mirror: []string{"m.>"}, maxStreams: bound, parkAfter: 100 * time.Millisecond, slice: 50 * time.Millisecond}
+	a := m.addNode("a", opts)
+	b := m.addNode("b", opts)
+	name := func(i int) string { return fmt.Sprintf("m.t%02d", i) }
+	for i := range topics {
+		b.publish(t, name(i), "first")
+	}
+	waitFor(t, 30*time.Second, "b's records mirrored into a, and b's mirrors of a's copies scanned and parked", func() bool {
+		for i := range topics {
+			if a.cursor(t, "b", name(i)) != 0 {
+				return false
+			}
+		}
+		open, _ := b.fedNow().mirrorStreams("a")
+		return b.fedNow().mirrorsOpened("a") >= topics && open == 0
+	})
+	b.stop()
+	b.restart()
+	// a's catalog announces its copies before the sentinel created now, and b queues the
+	// topics it opens streams for in the order announced: once the sentinel is mirrored, b
+	// has decided for every copy. The restarted federation counts from 0.
+	a.publish(t, "m.zz", "s0") // listed after the copies, in name order, or announced as new
+	waitFor(t, 30*time.Second, "a's sentinel mirrored into b", func() bool { return b.cursor(t, "a", "m.zz") == 0 })
+	if opened := b.fedNow().mirrorsOpened("a"); opened != 1 {
+		t.Fatalf("b opened %d mirrors from a after its restart for %d copies of its own records and one record of a's; want 1 (the record's)", opened, topics)
+	}
+}
