@@ -171,16 +171,8 @@ func TestResetProbeEndsConnectionToRestartedPeer(t *testing.T) {
 // Watch ends a connection whose peer went silent after Timeout (plus at most a tick), on an
 // idle connection with keep-alives.
 func TestWatchEndsSilentConnection(t *testing.T) {
-	cert := selfSigned(t)
-	s := startServer(t, "127.0.0.1:0", nil, cert)
 	const timeout, keepAlive = time.Second, 500 * time.Millisecond
-	qc := dialWatched(t, s, keepAlive, nil)
-	done := make(chan bool, 1)
-	go func() {
-		done <- Watch(context.Background(), qc, nil, Config{Timeout: timeout, KeepAlive: keepAlive, Code: 7, Reason: "silent"})
-	}()
-	s.crash()
-	killed := time.Now()
+	qc, done, killed := watchCrashedPeer(t, timeout, keepAlive)
 	select {
 	case closed := <-done:
 		if !closed {
@@ -198,4 +190,19 @@ func TestWatchEndsSilentConnection(t *testing.T) {
 		t.Errorf("the connection ended with %v, want the watch's local close", err)
 	}
 	t.Logf("closed %v after the peer went silent", took.Round(time.Millisecond))
+}
+
+// watchCrashedPeer starts a Watch (Timeout timeout, keep-alives every keepAlive, no probes,
+// closing with code 7) of a settled connection to a peer, then crashes the peer: done
+// receives what Watch returns.
+func watchCrashedPeer(t *testing.T, timeout, keepAlive time.Duration) (qc *quic.Conn, done <-chan bool, crashed time.Time) {
+	t.Helper()
+	s := startServer(t, "127.0.0.1:0", nil, selfSigned(t))
+	qc = dialWatched(t, s, keepAlive, nil)
+	ch := make(chan bool, 1)
+	go func() {
+		ch <- Watch(context.Background(), qc, nil, Config{Timeout: timeout, KeepAlive: keepAlive, Code: 7, Reason: "silent"})
+	}()
+	s.crash()
+	return qc, ch, time.Now()
 }

@@ -44,16 +44,8 @@ func TestPauseClockSeesStarvedProcess(t *testing.T) {
 // connection no sooner than Timeout after the pause, although the peer went silent earlier.
 // (Without the pause clock it closes Timeout after the crash, 600 ms too soon.)
 func TestWatchCountsSilenceFromLastPause(t *testing.T) {
-	cert := selfSigned(t)
-	s := startServer(t, "127.0.0.1:0", nil, cert)
 	const timeout, keepAlive = time.Second, 500 * time.Millisecond
-	qc := dialWatched(t, s, keepAlive, nil)
-	done := make(chan bool, 1)
-	go func() {
-		done <- Watch(context.Background(), qc, nil, Config{Timeout: timeout, KeepAlive: keepAlive, Code: 7, Reason: "silent"})
-	}()
-	s.crash()
-	killed := time.Now()
+	qc, done, killed := watchCrashedPeer(t, timeout, keepAlive)
 	pauseAt := time.NewTimer(600 * time.Millisecond)
 	var paused time.Time
 	select {
