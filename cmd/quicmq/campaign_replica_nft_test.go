@@ -40,12 +40,6 @@ type isolation struct {
 func (r *replicaRegion) isolateNode(i int) *isolation {
 	t := r.t
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("isolating a node needs root (nftables rules on lo)")
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Skip("isolating a node needs nft (nftables): not on PATH")
-	}
 	fixed := func(n *replicaNode) []int {
 		return []int{addrPort(t, n.proc().addr), addrPort(t, n.lan)}
 	}
@@ -58,7 +52,21 @@ func (r *replicaRegion) isolateNode(i int) *isolation {
 			pids = append(pids, n.proc().cmd.Process.Pid)
 		}
 	}
-	pids = append(pids, os.Getpid())
+	return isolatePorts(t, victim, peers, pids)
+}
+
+// isolatePorts cuts off the node process whose fixed ports are victim from the processes
+// pids (whose fixed ports are peers) and from this test's process, as isolateNode says. It
+// skips the test, saying why, without root or nft.
+func isolatePorts(t *testing.T, victim, peers, pids []int) *isolation {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("isolating a node needs root (nftables rules on lo)")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Skip("isolating a node needs nft (nftables): not on PATH")
+	}
+	pids = append(slices.Clone(pids), os.Getpid())
 	iso := &isolation{table: fmt.Sprintf("qmqrepcheck%d", os.Getpid()), stop: make(chan struct{}), done: make(chan struct{})}
 	allowed := map[int]bool{}
 	for _, p := range peers {

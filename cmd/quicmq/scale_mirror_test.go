@@ -30,7 +30,7 @@ import (
 //
 // QUICMQ_SCALE_STREAMS sets --mirror-streams (default: the node's default, 1024);
 // QUICMQ_SCALE_BIN runs the nodes from another build of quicmq (a comparison);
-// QUICMQ_SCALE_FAULT=kill-eu or kill-us adds killUnderLoad.
+// QUICMQ_SCALE_FAULT=kill-eu, kill-us or cut-eu adds killUnderLoad (cut-eu: root and nft).
 func TestScaleMirrorManyTopics(t *testing.T) {
 	n, _ := strconv.Atoi(os.Getenv("QUICMQ_SCALE_TOPICS"))
 	if n <= 0 {
@@ -53,12 +53,21 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 	usWAN := freeAddr(t)
 	// us listens on a fixed port (the later --listen wins), so that a publisher reconnects
 	// to it after a restart (killUnderLoad).
-	usArgs := append([]string{"--listen", freeAddr(t), "--data", t.TempDir(), "--region", "us", "--ca-dir", caDir,
-		"--gossip", freeAddr(t), "--wan", usWAN, "--mirror", "m.>"}, extra...)
+	usListen, usGossip, euGossip, euWAN := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	usArgs := append([]string{"--listen", usListen, "--data", t.TempDir(), "--region", "us", "--ca-dir", caDir,
+		"--gossip", usGossip, "--wan", usWAN, "--mirror", "m.>"}, extra...)
 	us := startMeshProcess(t, bin, "us1", usArgs...)
 	euArgs := append([]string{"--data", t.TempDir(), "--region", "eu", "--ca-dir", caDir,
-		"--gossip", freeAddr(t), "--wan", freeAddr(t), "--wan-join", usWAN, "--mirror", "m.>"}, extra...)
+		"--gossip", euGossip, "--wan", euWAN, "--wan-join", usWAN, "--mirror", "m.>"}, extra...)
 	eu := startMeshProcess(t, bin, "eu1", euArgs...)
+	// The ports that stay a node's own for its life (cut-eu: isolatePorts).
+	fixedPorts := func(addrs ...string) []int {
+		var ps []int
+		for _, a := range addrs {
+			ps = append(ps, addrPort(t, a))
+		}
+		return ps
+	}
 	// solo runs gossip (its own pool, no WAN) and a federation with no peer, as us and eu do.
 	solo := startMeshProcess(t, bin, "solo1", "--data", t.TempDir(), "--region", "solo", "--ca-dir", caDir, "--gossip", freeAddr(t))
 	usConn, euConn, soloConn := dialPatient(t, us.addr, caDir), dialPatient(t, eu.addr, caDir), dialPatient(t, solo.addr, caDir)
@@ -169,8 +178,20 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 		eu = killUnderLoad(t, f, us, eu, func() *meshProcess { return startMeshProcess(t, bin, "eu1", euArgs...) }, caDir, n, name)
 	case "kill-us":
 		us = killUnderLoad(t, f, us, eu, func() *meshProcess { return startMeshProcess(t, bin, "us1", usArgs...) }, caDir, n, name)
+	case "cut-eu":
+		cut := func() *isolation {
+			return isolatePorts(t, fixedPorts(eu.addr, euGossip, euWAN), fixedPorts(usListen, usGossip, usWAN), []int{us.cmd.Process.Pid})
+		}
+		killUnderLoad(t, f, us, eu, func() *meshProcess {
+			iso := cut()
+			t.Logf("eu cut off from us (nftables drops, both ways) under load")
+			time.Sleep(30 * time.Second) // cut for 30 s
+			t.Logf("%d packets dropped; the link heals", iso.Dropped())
+			iso.Heal()
+			return eu
+		}, caDir, n, name)
 	default:
-		t.Fatalf("QUICMQ_SCALE_FAULT=%q: want kill-eu or kill-us", f)
+		t.Fatalf("QUICMQ_SCALE_FAULT=%q: want kill-eu, kill-us or cut-eu", f)
 	}
 	if hold := envIntT("QUICMQ_SCALE_HOLD", 0); hold > 0 {
 		t.Logf("holding the nodes for %d s (pids us %d, eu %d, solo %d)", hold, us.cmd.Process.Pid, eu.cmd.Process.Pid, solo.cmd.Process.Pid)
@@ -295,7 +316,8 @@ func mirrorUnderLoad(t *testing.T, usConn, euConn *client.Conn, n int, name func
 // killUnderLoad publishes 1,000 records/s at us for 20 s, each to a random topic of the n
 // (seeded), from a connection that reconnects and resends idempotently; it kills eu or us
 // (fault kill-eu, kill-us) with SIGKILL 5 s in and restarts it on its data 5 s later
-// (restart), then reports how long after the restart eu's log of every topic matches us's,
+// (restart), or (cut-eu) has restart cut eu off from us for 30 s from 5 s in and heal it,
+// then reports how long after the return eu's log of every topic matches us's,
 // and checks that it does: eu publishes nothing, so each topic's log at eu holds exactly us's
 // records (a mirror refuses a record out of order), and a next offset at eu above us's would
 // be a duplicate, below it a loss. It returns the restarted node.
@@ -340,12 +362,19 @@ func killUnderLoad(t *testing.T, fault string, us, eu *meshProcess, restart func
 		victim = us
 	}
 	time.Sleep(5 * time.Second) // the load's first 5 s: not a wait for an event
-	victim.kill()
-	t.Logf("%s killed (SIGKILL) under load", victim.name)
-	time.Sleep(5 * time.Second) // down for 5 s
-	victim = restart()
+	what := fmt.Sprintf("%s killed 5 s in and back 5 s later", victim.name)
+	if fault == "cut-eu" {
+		what = "the link cut 5 s in for 30 s"
+	} else {
+		victim.kill()
+		t.Logf("%s killed (SIGKILL) under load", victim.name)
+		time.Sleep(5 * time.Second) // down for 5 s
+	}
+	victim = restart() // cut-eu: the cut, healed
 	back := time.Now()
-	t.Logf("%s restarted on its data (listening after %v)", victim.name, victim.listen.Round(time.Millisecond))
+	if fault != "cut-eu" {
+		t.Logf("%s restarted on its data (listening after %v)", victim.name, victim.listen.Round(time.Millisecond))
+	}
 	if fault == "kill-us" {
 		us = victim
 	} else {
@@ -391,8 +420,8 @@ func killUnderLoad(t *testing.T, fault string, us, eu *meshProcess, restart func
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	t.Logf("20,000 records at 1,000/s with %s killed 5 s in and back 5 s later (%d publishes resent and found stored): every topic at eu equal to us's (none lost or duplicated) %v after the restart; the last publish was acknowledged %v after it (load %s)",
-		victim.name, dups, time.Since(back).Round(100*time.Millisecond), acked.Round(100*time.Millisecond), loadAvg())
+	t.Logf("20,000 records at 1,000/s with %s (%d publishes resent and found stored): every topic at eu equal to us's (none lost or duplicated) %v after the return; the last publish was acknowledged %v after it (load %s)",
+		what, dups, time.Since(back).Round(100*time.Millisecond), acked.Round(100*time.Millisecond), loadAvg())
 	return victim
 }
 
