@@ -135,7 +135,7 @@ type positions struct {
 	// cur is the delivered position's entries of the topics of the current stream, by the
 	// stream's topic index, kept out of delivered (no map entry per topic for a wildcard
 	// over many) until the stream is replaced (newStream); position merges both.
-	cur       []curTopic
+	cur       chunks[curTopic]
 	slab      []topicPos          // where new topicPos come from, a chunk at a time
 	acked     Position            // durable consumers only; nil otherwise
 	runs      map[string][]ackRun // durable: per topic, the records delivered and not yet acknowledged
@@ -229,18 +229,20 @@ func (p *positions) topic(topic string) *topicPos {
 
 // indexed returns the entry of topic, which the current stream numbers index.
 func (p *positions) indexed(topic string, index uint64) *topicPos {
-	if index < uint64(len(p.cur)) && p.cur[index].name == topic {
-		return p.cur[index].pos
+	if index < uint64(p.cur.len()) {
+		if c := p.cur.at(int(index)); c.name == topic {
+			return c.pos
+		}
 	}
-	if index != uint64(len(p.cur)) { // out of the stream's order: by name
+	if index != uint64(p.cur.len()) { // out of the stream's order: by name
 		return p.topic(topic)
 	}
 	if t := p.delivered[topic]; t != nil {
-		p.cur = append(p.cur, curTopic{name: topic, pos: t, inMap: true})
+		p.cur.add(curTopic{name: topic, pos: t, inMap: true})
 		return t
 	}
 	t := p.newTopicPos()
-	p.cur = append(p.cur, curTopic{name: topic, pos: t})
+	p.cur.add(curTopic{name: topic, pos: t})
 	return t
 }
 
@@ -256,41 +258,41 @@ func (p *positions) newStream() {
 }
 
 func (p *positions) foldLocked() {
-	for _, c := range p.cur {
+	p.cur.each(func(c *curTopic) {
 		if c.inMap {
-			continue
+			return
 		}
 		if t := p.delivered[c.name]; t != nil {
 			t.merge(c.pos) // one topic under two indices (bound again)
 		} else {
 			p.delivered[c.name] = c.pos
 		}
-	}
-	p.cur = nil
+	})
+	p.cur = chunks[curTopic]{}
 	p.last, p.lastTopic = nil, ""
 }
 
 // position returns the delivered position as a Position, sharing nothing with p.
 func (p *positions) position() Position {
-	out := make(Position, len(p.delivered)+len(p.cur))
+	out := make(Position, len(p.delivered)+p.cur.len())
 	for topic, t := range p.delivered {
 		out[topic] = t.origins()
 	}
-	for _, c := range p.cur {
+	p.cur.each(func(c *curTopic) {
 		if c.inMap {
-			continue
+			return
 		}
 		o := out[c.name]
 		if o == nil {
 			out[c.name] = c.pos.origins()
-			continue
+			return
 		}
 		for r, off := range c.pos.origins() {
 			if last, ok := o[r]; !ok || off > last {
 				o[r] = off
 			}
 		}
-	}
+	})
 	return out
 }
 

@@ -722,16 +722,16 @@ func (s *slab) headers(hs []wire.Header) []Header {
 // with no map entry per topic for a wildcard over many; an index out of that order (a shared
 // stream's, or a rebinding) goes into a map.
 type topicIndex struct {
-	dense []string // dense[i]: the name of index i
+	dense chunks[string] // dense.at(i): the name of index i
 	other map[uint64]string
 }
 
 func (t *topicIndex) bind(index uint64, name string) {
 	switch {
-	case index < uint64(len(t.dense)):
-		t.dense[index] = name
-	case index == uint64(len(t.dense)) && t.other == nil:
-		t.dense = append(t.dense, name)
+	case index < uint64(t.dense.len()):
+		*t.dense.at(int(index)) = name
+	case index == uint64(t.dense.len()) && t.other == nil:
+		t.dense.add(name)
 	default:
 		if t.other == nil {
 			t.other = make(map[uint64]string)
@@ -741,8 +741,8 @@ func (t *topicIndex) bind(index uint64, name string) {
 }
 
 func (t *topicIndex) name(index uint64) (string, bool) {
-	if index < uint64(len(t.dense)) {
-		return t.dense[index], true
+	if index < uint64(t.dense.len()) {
+		return *t.dense.at(int(index)), true
 	}
 	name, ok := t.other[index]
 	return name, ok
@@ -754,7 +754,7 @@ func (t *topicIndex) name(index uint64) (string, bool) {
 // the subscription's wmu.
 type nameIndex struct {
 	m      map[string]uint64
-	queued []namedIndex
+	queued chunks[namedIndex]
 }
 
 type namedIndex struct {
@@ -763,20 +763,16 @@ type namedIndex struct {
 }
 
 func (n *nameIndex) bind(name string, index uint64) {
-	n.queued = append(n.queued, namedIndex{name, index})
+	n.queued.add(namedIndex{name, index})
 }
 
 func (n *nameIndex) index(name string) (uint64, bool) {
-	if len(n.queued) > 0 {
+	if n.queued.len() > 0 {
 		if n.m == nil {
-			n.m = make(map[string]uint64, len(n.queued))
+			n.m = make(map[string]uint64, n.queued.len())
 		}
-		for _, q := range n.queued {
-			n.m[q.name] = q.index
-		}
-		if n.queued = n.queued[:0]; cap(n.queued) > 1024 {
-			n.queued = nil // the map holds them now
-		}
+		n.queued.each(func(q *namedIndex) { n.m[q.name] = q.index })
+		n.queued = chunks[namedIndex]{} // the map holds them now
 	}
 	idx, ok := n.m[name]
 	return idx, ok

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -221,18 +223,28 @@ func readN(c *client.Conn, pattern string, count int) (*client.Subscription, err
 	if err != nil {
 		return nil, err
 	}
-	next := make(map[string]uint64, count)
+	// Each topic's next offset by its number (scale.N: N; one.replay: the last slot), not in
+	// a map by name: a map of 100,000 names cost this reader about 0.45 µs a record, a
+	// sixth of the wildcard leaf's CPU, that the one-topic leaf, with one name, did not pay.
+	next := make([]uint64, count+1)
+	slot := func(topic string) int {
+		if n, err := strconv.Atoi(strings.TrimPrefix(topic, "scale.")); err == nil && n >= 0 && n < count {
+			return n
+		}
+		return count
+	}
 	for i := range count {
 		rec, err := sub.Next(ctx)
 		if err != nil {
 			sub.Close()
 			return nil, fmt.Errorf("record %d: %w", i, err)
 		}
-		if rec.Offset != next[rec.Topic] || len(rec.Payload) != replaySize {
+		k := slot(rec.Topic)
+		if rec.Offset != next[k] || len(rec.Payload) != replaySize {
 			sub.Close()
-			return nil, fmt.Errorf("%s: got offset %d, want %d", rec.Topic, rec.Offset, next[rec.Topic])
+			return nil, fmt.Errorf("%s: got offset %d, want %d", rec.Topic, rec.Offset, next[k])
 		}
-		next[rec.Topic] = rec.Offset + 1
+		next[k] = rec.Offset + 1
 	}
 	return sub, nil
 }

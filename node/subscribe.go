@@ -107,7 +107,6 @@ type subscription struct {
 type cursor struct {
 	topic  string
 	index  uint64 // the topic's number on the subscription (the wire index is out.index of it)
-	bound  bool   // TOPIC frame sent
 	next   uint64
 	pub    uint64       // next as the lag metric sees it (the subscription's mu.curs), under mu
 	stored uint64       // 1 + the durable consumer's stored position at the start; 0: none
@@ -121,6 +120,8 @@ type cursor struct {
 	inst   wal.Instance // the topic's log it reads
 	id     uint32       // inst's ID: the order of the sweep's reads
 	active bool         // among the cursors the next round reads
+
+	bound bool // TOPIC frame sent (beside id and active: a cursor of 96 bytes, not 104)
 }
 
 type boundTopic struct {
