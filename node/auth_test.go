@@ -171,10 +171,22 @@ func TestTenantsAreIsolated(t *testing.T) {
 // errors, and one tenant at its cap does not stop another.
 func TestTenantLimits(t *testing.T) {
 	n := tenantNode(t, func(c *Config) { c.MaxConnsPerTenant = 2; c.MaxDurablesPerTenant = 1 })
-	mustDialAs(t, n, acmeToken)
+	first := mustDialAs(t, n, acmeToken)
 	mustDialAs(t, n, readerToken) // same tenant
 	if _, err := dialAs(t, n, acmeToken); codeOf(err) != client.CodeLimit || !strings.Contains(err.Error(), `"acme"`) {
 		t.Fatalf("third acme connection: %v, want a limit naming the tenant", err)
+	}
+	// A connection that ends gives its place back once the node sees it end.
+	first.Close()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c, err := dialAs(t, n, acmeToken)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if codeOf(err) != client.CodeLimit || time.Now().After(deadline) {
+			t.Fatalf("an acme connection after one of the two closed: %v", err)
+		}
 	}
 	globex := mustDialAs(t, n, globexToken)
 	ctx := context.Background()
