@@ -228,10 +228,12 @@ func readN(c *client.Conn, pattern string, count int) (*client.Subscription, err
 	// sixth of the wildcard leaf's CPU, that the one-topic leaf, with one name, did not pay.
 	next := make([]uint64, count+1)
 	slot := func(topic string) int {
-		if n, err := strconv.Atoi(strings.TrimPrefix(topic, "scale.")); err == nil && n >= 0 && n < count {
-			return n
+		if rest, ok := strings.CutPrefix(topic, "scale."); ok {
+			if n, err := strconv.Atoi(rest); err == nil && n >= 0 && n < count {
+				return n
+			}
 		}
-		return count
+		return count // one.replay: not parsed, as a failed Atoi allocates its error
 	}
 	for i := range count {
 		rec, err := sub.Next(ctx)
