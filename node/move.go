@@ -62,7 +62,9 @@ const moveBatch = 2
 const tagRemoveReq = "removereq"
 
 // tagMovesDone is the gossip tag of a group leader whose groups' configurations show moves
-// finished that the metadata has not recorded yet: comma-separated group IDs.
+// finished that the metadata has not recorded yet: comma-separated GROUP:FROMID:TOID items.
+// The raft IDs name the move, not only the group: gossip may still carry the tag of a
+// group's earlier move when its next one starts, and that must not finish the next one.
 const tagMovesDone = "movesdone"
 
 // moveRec is a decoded move record.
@@ -211,6 +213,14 @@ func (mv *mover) gone(name string) bool {
 	defer mv.mu.Unlock()
 	_, ok := mv.mu.removing[name]
 	return ok || mv.mu.removed[name]
+}
+
+// wanted reports whether this node asked to remove name and the metadata does not show it yet.
+func (mv *mover) wanted(name string) bool {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	_, ok := mv.mu.want[name]
+	return ok
 }
 
 func (mv *mover) isRemoved(name string) bool {
@@ -467,9 +477,9 @@ func (r *replicated) proposeMove(ctx context.Context, rec moveRec) bool {
 
 // driveMoves takes the next raft step of every move whose group this node leads, and
 // returns the groups whose configuration shows their move finished.
-func (r *replicated) driveMoves(ctx context.Context) []uint64 {
+func (r *replicated) driveMoves(ctx context.Context) []groupMove {
 	mv := &r.moves
-	var done []uint64
+	var done []groupMove
 	for _, gm := range slices.SortedFunc(maps.Values(r.moves.movesCopy()), func(a, b groupMove) int { return int(a.group) - int(b.group) }) {
 		if ro, ok := r.d.Role(gm.group); !ok || !ro.Leader {
 			continue
@@ -489,10 +499,12 @@ func (r *replicated) driveMoves(ctx context.Context) []uint64 {
 			log.Info("replica move", "state", state.String())
 		}
 		switch state {
-		case replica.ReplaceDone, replica.ReplaceNotMember:
-			// NotMember: neither votes (a configuration changed by hand): nothing to move,
-			// and recording it done keeps the placement naming a replica raft holds.
-			done = append(done, gm.group)
+		case replica.ReplaceDone:
+			done = append(done, gm)
+			continue
+		case replica.ReplaceNotMember:
+			// Neither votes: the placement and raft disagree (never made here); the move
+			// waits, shown in 'quicmq nodes', rather than naming a replica raft lacks.
 			continue
 		case replica.ReplaceOldAlive:
 			// The source leads: hand the leadership to a caught-up voter first.
@@ -524,10 +536,14 @@ func (r *replicated) driveMoves(ctx context.Context) []uint64 {
 	return done
 }
 
-func (r *replicated) announceMovesDone(done []uint64) {
+func moveKey(gm groupMove) string {
+	return fmt.Sprintf("%d:%d:%d", gm.group, gm.fromID, gm.toID)
+}
+
+func (r *replicated) announceMovesDone(done []groupMove) {
 	items := make([]string, len(done))
-	for i, g := range done {
-		items[i] = strconv.FormatUint(g, 10)
+	for i, gm := range done {
+		items[i] = moveKey(gm)
 	}
 	if tag := strings.Join(items, ","); tag != r.moves.doneTag {
 		if err := r.n.setMeshTag(tagMovesDone, tag); err != nil {
@@ -540,25 +556,23 @@ func (r *replicated) announceMovesDone(done []uint64) {
 
 // recordMovesDone, on the metadata leader, records the moves group leaders (this node
 // among them) report finished.
-func (r *replicated) recordMovesDone(ctx context.Context, local []uint64) {
-	fin := map[uint64]bool{}
-	for _, g := range local {
-		fin[g] = true
+func (r *replicated) recordMovesDone(ctx context.Context, local []groupMove) {
+	fin := map[string]bool{}
+	for _, gm := range local {
+		fin[moveKey(gm)] = true
 	}
 	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
 		if m.Status != gossip.StatusAlive {
 			continue
 		}
 		for s := range strings.SplitSeq(m.Tags[tagMovesDone], ",") {
-			if g, err := strconv.ParseUint(s, 10, 64); err == nil {
-				fin[g] = true
-			}
+			fin[s] = true
 		}
 	}
 	moves := r.moves.movesCopy()
-	for _, g := range slices.Sorted(maps.Keys(fin)) {
-		gm, ok := moves[g]
-		if !ok {
+	for _, g := range slices.Sorted(maps.Keys(moves)) {
+		gm := moves[g]
+		if !fin[moveKey(gm)] {
 			continue
 		}
 		if !r.proposeMove(ctx, moveRec{kind: moveKindDone, group: g, from: gm.from, to: gm.to, toID: gm.toID}) {

@@ -264,7 +264,7 @@ func (n *Node) remove(ctx context.Context, name string, dead bool) *wire.Error {
 			target = &infos[i]
 			continue
 		}
-		if ni.State == "removing" || ni.Role == "none" {
+		if ni.State == "removing" || ni.Role == "none" || r.moves.wanted(ni.Name) {
 			continue
 		}
 		stays++

@@ -1,0 +1,301 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+func TestMoveRecordRoundTrip(t *testing.T) {
+	for _, rec := range []moveRec{
+		{kind: moveKindRemove, name: "eu-4", dead: true, at: 12345},
+		{kind: moveKindRemove, name: "eu-4", at: 1},
+		{kind: moveKindStart, group: 7, from: "eu-1", fromID: 99, to: "eu-5", toID: 1 << 60},
+		{kind: moveKindDone, group: 7, from: "eu-1", to: "eu-5", toID: 3},
+		{kind: moveKindRemoved, name: "eu-1"},
+	} {
+		got, err := decodeMove(encodeMove(rec))
+		if err != nil || !reflect.DeepEqual(got, rec) {
+			t.Fatalf("%+v: decoded %+v, %v", rec, got, err)
+		}
+		b := encodeMove(rec)
+		for i := range b {
+			if _, err := decodeMove(b[:i]); err == nil {
+				t.Fatalf("%+v cut at %d decodes", rec, i)
+			}
+		}
+	}
+	for _, bad := range []moveRec{
+		{kind: moveKindStart, group: metaGroup, from: "a", fromID: 1, to: "b", toID: 2},
+		{kind: moveKindStart, group: 5, from: "a", fromID: 1, to: "a", toID: 2},
+		{kind: moveKindDone, group: 5, from: "a", to: "b"},
+		{kind: moveKindRemoved},
+	} {
+		if _, err := decodeMove(encodeMove(bad)); err == nil {
+			t.Fatalf("%+v decodes", bad)
+		}
+	}
+}
+
+func FuzzMoveRecord(f *testing.F) {
+	f.Add(encodeMove(moveRec{kind: moveKindStart, group: 7, from: "eu-1", fromID: 99, to: "eu-5", toID: 4}))
+	f.Add(encodeMove(moveRec{kind: moveKindRemove, name: "eu-4", dead: true, at: 12345}))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		rec, err := decodeMove(p)
+		if err != nil {
+			return
+		}
+		if again := encodeMove(rec); !reflect.DeepEqual(again, p) {
+			t.Fatalf("%x decodes to %+v, which encodes to %x", p, rec, again)
+		}
+	})
+}
+
+// newMoveMesh is a replicated region of size nodes with --replicas 3 and the admin API,
+// whose groups hold topics and have leaders.
+func newMoveMesh(t *testing.T, size int) *drainMesh {
+	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, size, func(c *Config) {
+		c.Replicas = 3
+		c.AdminAPI = true
+		c.Raft = TestRaftSettings()
+		c.Raft.GroupsPerNode = 2
+	}), admin: map[string]*httptest.Server{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := m.dial("eu-3")
+	defer c.Close()
+	publishEach(ctx, t, c, "d", 40)
+	want := groupsWanted(2, size, 3)
+	waitFor(t, 20*time.Second, fmt.Sprintf("%d groups, each with a leader", want), func() bool {
+		r := m.nodes["eu-3"].rep
+		r.pl.RLock()
+		n := len(r.pl.groups)
+		r.pl.RUnlock()
+		if n != want {
+			return false
+		}
+		for _, name := range m.names {
+			for _, g := range m.nodes[name].rep.localGroups() {
+				if ro, _ := m.nodes[name].rep.d.Role(g.id); ro.Lead == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return m
+}
+
+// waitRemoved waits until via no longer lists name, logging the progress it shows.
+func (m *drainMesh) waitRemoved(via, name string, timeout time.Duration) {
+	m.t.Helper()
+	last := ""
+	start := time.Now()
+	waitFor(m.t, timeout, name+" removed", func() bool {
+		for _, ni := range m.nodeInfos(via) {
+			if ni.Name == name {
+				if s := ni.String(); s != last {
+					m.t.Logf("%v %s", time.Since(start).Round(time.Millisecond), s)
+					last = s
+				}
+				return false
+			}
+		}
+		return true
+	})
+	m.t.Logf("%s removed in %v", name, time.Since(start).Round(time.Millisecond))
+}
+
+// checkFullyReplicated checks, on the stayers, that every group is placed on three of them
+// and that its leader's raft configuration is exactly that placement (three voters, no
+// learner, no joint configuration).
+func (m *drainMesh) checkFullyReplicated(stayers []string) {
+	m.t.Helper()
+	why := ""
+	defer func() {
+		if m.t.Failed() {
+			m.t.Logf("last seen: %s", why)
+		}
+	}()
+	waitFor(m.t, 20*time.Second, "every group placed on three stayers, its raft configuration matching", func() bool {
+		r := m.nodes[stayers[0]].rep
+		r.pl.RLock()
+		groups := make([]*repGroup, 0, len(r.pl.groups))
+		for _, g := range r.pl.groups {
+			groups = append(groups, g)
+		}
+		r.pl.RUnlock()
+		for _, g := range groups {
+			var ids []uint64
+			for _, rm := range g.replicas {
+				if !slices.Contains(stayers, rm.name) {
+					why = fmt.Sprintf("group %s placed on %v", g.label, g.names())
+					return false
+				}
+				ids = append(ids, m.nodes[rm.name].rep.id)
+			}
+			slices.Sort(ids)
+			if len(ids) != 3 {
+				m.t.Fatalf("group %s placed on %v", g.label, g.names())
+			}
+			led := false
+			for _, rm := range g.replicas {
+				rr := m.nodes[rm.name].rep
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				mb, err := rr.d.Membership(ctx, g.id)
+				cancel()
+				if err != nil || mb.Match == nil {
+					continue
+				}
+				led = true
+				if !reflect.DeepEqual(mb.Voters, ids) || len(mb.Learners) > 0 || mb.Joint() {
+					why = fmt.Sprintf("group %s placed on %v %v, its leader %s has voters %v learners %v outgoing %v", g.label, g.names(), ids, rm.name, mb.Voters, mb.Learners, mb.Outgoing)
+					return false
+				}
+			}
+			if !led {
+				why = fmt.Sprintf("group %s placed on %v: no leader among them", g.label, g.names())
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// checkLoad stops the load and verifies every topic on every stayer holding it: the
+// acknowledged records, at dense offsets, once each, identical on every replica.
+func checkLoad(t *testing.T, g *loadGen, m *drainMesh, stayers []string) {
+	t.Helper()
+	g.stop()
+	g.wg.Wait()
+	r := m.nodes[stayers[0]].rep
+	for i := range g.acked {
+		topic := fmt.Sprintf("load.%d", i)
+		acked := g.acked[i].Load()
+		tp := r.lookup(topic)
+		if tp == nil {
+			t.Fatalf("%s not placed", topic)
+		}
+		var holders []*Node
+		for _, rm := range tp.replicas {
+			holders = append(holders, m.nodes[rm.name])
+		}
+		var next uint64
+		waitFor(t, 10*time.Second, fmt.Sprintf("%s: %s to apply the %d records acknowledged", topic, holders[0].Name(), acked), func() bool {
+			_, next, _ = holders[0].Log().Bounds(topic)
+			return next >= acked
+		})
+		if next != acked && next != acked+1 {
+			t.Fatalf("%s: %d records stored, %d acknowledged", topic, next, acked)
+		}
+		recs := checkIdentical(t, holders, topic, int(next))
+		for off, rec := range recs {
+			if string(rec.Payload) != strconv.Itoa(off) {
+				t.Fatalf("%s: offset %d holds %q: lost, duplicated or reordered", topic, off, rec.Payload)
+			}
+		}
+	}
+}
+
+// TestRemoveTwoNodesUnderLoad: a region of five with three replicas loses two nodes through
+// 'nodes remove' while topics take publishes: every replica of theirs moves to a stayer
+// (learner, caught up, promoted with the old one removed), the two leave the metadata
+// group, every acknowledged record is on every replica once at its offset, and a third
+// removal is refused (the region would keep fewer nodes than its replicas).
+func TestRemoveTwoNodesUnderLoad(t *testing.T) {
+	m := newMoveMesh(t, 5)
+	c := dialNode(t, m.nodes["eu-3"], client.Options{})
+	defer c.Close()
+	load := startLoad(t, c, 8)
+	load.waitMore(t, 200, nil)
+
+	// eu-1 formed the region (a metadata voter), eu-5 joined it later (a learner).
+	for _, name := range []string{"eu-1", "eu-5"} {
+		if code, body := m.post("eu-3", "/v1/nodes/"+name+"/remove"); code != http.StatusOK {
+			t.Fatalf("remove %s: %d %s", name, code, body)
+		}
+	}
+	waitFor(t, 10*time.Second, "both removals recorded", func() bool {
+		_, ok1 := m.nodes["eu-2"].rep.moves.removingReq("eu-1")
+		_, ok5 := m.nodes["eu-2"].rep.moves.removingReq("eu-5")
+		return ok1 && ok5
+	})
+	if code, body := m.post("eu-2", "/v1/nodes/eu-4/remove"); code != http.StatusConflict {
+		t.Fatalf("a third removal: %d %s, want a refusal", code, body)
+	} else {
+		t.Logf("third removal refused: %s", body)
+	}
+	m.waitRemoved("eu-3", "eu-1", 90*time.Second)
+	m.waitRemoved("eu-3", "eu-5", 90*time.Second)
+	stayers := []string{"eu-2", "eu-3", "eu-4"}
+	m.checkFullyReplicated(stayers)
+	mb, err := m.nodes["eu-3"].rep.d.Membership(context.Background(), metaGroup)
+	if err != nil || len(mb.Voters) != 3 || len(mb.Learners) != 0 {
+		t.Fatalf("metadata group: %+v %v", mb, err)
+	}
+	load.waitMore(t, 200, nil)
+	checkLoad(t, load, m, stayers)
+	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}
+
+// TestRemoveDeadNode: a node stopped for good with its data deleted is refused a plain
+// removal (it cannot hand its replicas over) and removed with --dead: its groups are
+// re-replicated from the survivors and the region is back to three replicas of every group,
+// nothing acknowledged lost.
+func TestRemoveDeadNode(t *testing.T) {
+	m := newMoveMesh(t, 4)
+	c := dialNode(t, m.nodes["eu-3"], client.Options{})
+	defer c.Close()
+	load := startLoad(t, c, 8)
+	load.waitMore(t, 200, nil)
+
+	if err := m.nodes["eu-2"].Close(); err != nil {
+		t.Logf("close eu-2: %v", err)
+	}
+	if err := os.RemoveAll(m.cfgs["eu-2"].DataDir); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "eu-2 seen down", func() bool {
+		for _, ni := range m.nodeInfos("eu-3") {
+			if ni.Name == "eu-2" {
+				return ni.State == "down"
+			}
+		}
+		return false
+	})
+	if code, body := m.post("eu-3", "/v1/nodes/eu-2/remove"); code != http.StatusServiceUnavailable {
+		t.Fatalf("remove of a down node without --dead: %d %s, want a refusal", code, body)
+	} else {
+		t.Logf("refused: %s", body)
+	}
+	if code, body := m.post("eu-4", "/v1/nodes/eu-3/remove?dead=1"); code != http.StatusConflict {
+		t.Fatalf("remove --dead of an up node: %d %s, want a refusal", code, body)
+	}
+	if code, body := m.post("eu-4", "/v1/nodes/eu-2/remove?dead=1"); code != http.StatusOK {
+		t.Fatalf("remove --dead: %d %s", code, body)
+	}
+	m.waitRemoved("eu-3", "eu-2", 90*time.Second)
+	stayers := []string{"eu-1", "eu-3", "eu-4"}
+	m.checkFullyReplicated(stayers)
+	load.waitMore(t, 200, nil)
+	checkLoad(t, load, m, stayers)
+	var ns []NodeInfo
+	b, _ := json.Marshal(m.nodeInfos("eu-1"))
+	_ = json.Unmarshal(b, &ns)
+	for _, ni := range ns {
+		if ni.Name == "eu-2" || ni.State != "up" || ni.Held == 0 {
+			t.Fatalf("after the removal: %+v", ns)
+		}
+	}
+	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}
