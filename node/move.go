@@ -389,7 +389,9 @@ func (r *replicated) moveLoop(ctx context.Context) {
 		r.announceRemoveRequests()
 		done := r.driveMoves(ctx)
 		r.announceMovesDone(done)
-		if ro, ok := r.d.Role(metaGroup); ok && ro.Leader {
+		// A metadata leader being removed hands its leadership away (drainLoop), and raft
+		// refuses its proposals while the transfer runs: its successor plans.
+		if ro, ok := r.d.Role(metaGroup); ok && ro.Leader && !ro.Moving && !r.moves.gone(r.n.cfg.Name) {
 			r.recordRemoveRequests(ctx)
 			r.recordMovesDone(ctx, done)
 			r.planMoves(ctx)
