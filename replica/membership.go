@@ -162,7 +162,9 @@ func AddLearner(id uint64) *pb.ConfChangeV2 { return confChange(pb.ConfChangeAdd
 // fromID (a live node leaving, or a dead one that will not come back) to toID (a node that
 // does not hold the group yet): toID joins as a learner, catches up, and only once its
 // match index is within maxLag of the commit index does one joint ConfChangeV2 make it a
-// voter and remove fromID, so the group never has fewer voters than before (I8). Unlike
+// voter and remove fromID, so the group never has fewer voters than before (I8). The learner
+// must also have acknowledged something (a match index above 0): in a group whose log is
+// shorter than maxLag, the lag alone would let an empty learner through. Unlike
 // ReplaceStep it does not wait for fromID to fall silent: the operator asked for the move.
 // The leader never removes itself: when fromID leads, the state is ReplaceOldAlive and the
 // caller hands the leadership to another voter first. cc is nil when there is nothing to
@@ -186,7 +188,7 @@ func MoveStep(m Membership, fromID, toID, maxLag uint64) (ReplaceState, *pb.Conf
 		return ReplaceRemoveOld, confChange(pb.ConfChangeRemoveNode, fromID)
 	case !m.IsLearner(toID):
 		return ReplaceAddLearner, confChange(pb.ConfChangeAddLearnerNode, toID)
-	case m.Match[toID]+maxLag < m.Status.GetCommit():
+	case m.Match[toID] == 0 || m.Match[toID]+maxLag < m.Status.GetCommit():
 		return ReplaceCatchingUp, nil
 	}
 	return ReplacePromote, promoteAndRemove(toID, fromID)
