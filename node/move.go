@@ -491,6 +491,9 @@ func (r *replicated) driveMoves(ctx context.Context) []groupMove {
 			continue
 		}
 		state, cc := replica.MoveStep(m, gm.fromID, gm.toID, rejoinMaxLag)
+		if movePromotesEarly && state == replica.ReplaceCatchingUp { // move_broken.go
+			state, cc = replica.ReplacePromote, replica.PromoteAndRemove(gm.toID, gm.fromID)
+		}
 		mv.mu.Lock()
 		mv.mu.progress[gm.group] = [2]uint64{m.Match[gm.toID], m.Status.GetCommit()}
 		last := mv.mu.state[gm.group]

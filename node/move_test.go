@@ -208,6 +208,67 @@ func checkLoad(t *testing.T, g *loadGen, m *drainMesh, stayers []string) {
 	}
 }
 
+// watchMoves samples, every few milliseconds until stopped, the configuration of every
+// group with a move in progress on its leader, and fails the test when a move's new replica
+// votes, with the old one removed, while it trails the commit index by more than twice the
+// lag a promotion allows, or has acknowledged nothing while the other voters have, in five
+// samples running (a new leader knows no match until each replica answers it): the old
+// replica was removed before its replacement caught up.
+func watchMoves(t *testing.T, m *drainMesh) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan []string, 1)
+	t.Cleanup(cancel)
+	nodes := m.all()
+	go func() {
+		var bad []string
+		behind := map[[2]uint64]int{} // (node's raft ID, group) -> bad samples running
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for ctx.Err() == nil {
+			for _, n := range nodes {
+				r := n.rep
+				for g, gm := range r.moves.movesCopy() {
+					if ro, ok := r.d.Role(g); !ok || !ro.Leader {
+						continue
+					}
+					mctx, mcancel := context.WithTimeout(ctx, time.Second)
+					mb, err := r.d.Membership(mctx, g)
+					mcancel()
+					if err != nil || mb.Match == nil {
+						continue
+					}
+					key := [2]uint64{r.id, g}
+					others := true
+					for _, v := range mb.Voters {
+						others = others && (v == gm.toID || v == mb.Status.ID || mb.Match[v] > 0)
+					}
+					match := mb.Match[gm.toID]
+					if mb.IsVoter(gm.toID) && !mb.IsVoter(gm.fromID) && (match+2*rejoinMaxLag < mb.Status.GetCommit() || match == 0 && others) {
+						behind[key]++
+					} else {
+						behind[key] = 0
+					}
+					if behind[key] == 5 && len(bad) < 10 {
+						bad = append(bad, fmt.Sprintf("group %d: %s's replica removed while the one on %s has %d of %d entries",
+							g, gm.from, gm.to, mb.Match[gm.toID], mb.Status.GetCommit()))
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+		done <- bad
+	}()
+	return func() {
+		cancel()
+		if bad := <-done; len(bad) > 0 {
+			t.Fatalf("a move removed a replica before its replacement caught up:\n%s", strings.Join(bad, "\n"))
+		}
+	}
+}
+
 // TestRemoveTwoNodesUnderLoad: a region of five with three replicas loses two nodes through
 // 'nodes remove' while topics take publishes: every replica of theirs moves to a stayer
 // (learner, caught up, promoted with the old one removed), the two leave the metadata
@@ -220,6 +281,7 @@ func TestRemoveTwoNodesUnderLoad(t *testing.T) {
 	load := startLoad(t, c, 8)
 	load.waitMore(t, 200, nil)
 
+	stopWatch := watchMoves(t, m)
 	// eu-1 formed the region (a metadata voter), eu-5 joined it later (a learner).
 	for _, name := range []string{"eu-1", "eu-5"} {
 		if code, body := m.post("eu-3", "/v1/nodes/"+name+"/remove"); code != http.StatusOK {
@@ -238,6 +300,7 @@ func TestRemoveTwoNodesUnderLoad(t *testing.T) {
 	}
 	m.waitRemoved("eu-3", "eu-1", 180*time.Second)
 	m.waitRemoved("eu-3", "eu-5", 180*time.Second)
+	stopWatch()
 	stayers := []string{"eu-2", "eu-3", "eu-4"}
 	m.checkFullyReplicated(stayers)
 	mb, err := m.nodes["eu-3"].rep.d.Membership(context.Background(), metaGroup)
