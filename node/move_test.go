@@ -374,3 +374,57 @@ func TestRemoveDeadNode(t *testing.T) {
 	}
 	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
 }
+
+// TestRemoveResumesAfterMetadataLeaderRestart: the metadata leader is stopped while a move
+// it planned is in progress and started again on its data: the moves are metadata records,
+// so the next leader (or it) carries the removal to its end, nothing acknowledged lost.
+func TestRemoveResumesAfterMetadataLeaderRestart(t *testing.T) {
+	m := newMoveMesh(t, 4)
+	lead := ""
+	waitFor(t, 20*time.Second, "a metadata leader", func() bool {
+		for _, name := range m.names {
+			if ro, ok := m.nodes[name].rep.d.Role(metaGroup); ok && ro.Leader {
+				lead = name
+			}
+		}
+		return lead != ""
+	})
+	victim := "eu-4"
+	if lead == victim {
+		victim = "eu-3"
+	}
+	via := ""
+	for _, name := range m.names {
+		if name != lead && name != victim && via == "" {
+			via = name
+		}
+	}
+	t.Logf("metadata leader %s; removing %s; asking and publishing through %s", lead, victim, via)
+	c := dialNode(t, m.nodes[via], client.Options{})
+	defer c.Close()
+	load := startLoad(t, c, 8)
+	load.waitMore(t, 200, nil)
+	if code, body := m.post(via, "/v1/nodes/"+victim+"/remove"); code != http.StatusOK {
+		t.Fatalf("remove %s: %d %s", victim, code, body)
+	}
+	waitFor(t, 30*time.Second, "a move in progress", func() bool { return len(m.nodes[lead].rep.moves.movesCopy()) > 0 })
+	t.Logf("moves in progress when %s stops: %v", lead, m.nodes[lead].rep.moves.movesCopy())
+	if err := m.nodes[lead].Close(); err != nil {
+		t.Logf("close %s: %v", lead, err)
+	}
+	cfg := m.cfgs[lead]
+	cfg.Join = []string{m.nodes[via].Gossip().LANAddr()} // eu-1 started first, with no one to join
+	m.cfgs[lead] = cfg
+	m.restart(lead)
+	m.waitRemoved(via, victim, 180*time.Second)
+	var stayers []string
+	for _, name := range m.names {
+		if name != victim {
+			stayers = append(stayers, name)
+		}
+	}
+	m.checkFullyReplicated(stayers)
+	load.waitMore(t, 200, nil)
+	checkLoad(t, load, m, stayers)
+	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}
