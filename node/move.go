@@ -456,9 +456,29 @@ func (r *replicated) recordRemoveRequests(ctx context.Context) {
 	add(mv.mu.want)
 	applied := maps.Clone(mv.mu.at)
 	mv.mu.Unlock()
+	r.mu.Lock()
+	members := append(slices.Clone(r.mu.voters), r.mu.learners...)
+	names := maps.Clone(r.mu.names)
+	r.mu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(reqs)) {
 		q := reqs[name]
 		if q.at <= applied[name] {
+			continue
+		}
+		// The asking node checked this against what it knew; two nodes asked at once may
+		// each have counted the other's node as staying.
+		stays := 0
+		for _, id := range members {
+			nm := names[id]
+			if nm == "" {
+				nm = r.memberName(id) // a learner that holds no group yet
+			}
+			if nm != "" && nm != name && !mv.gone(nm) {
+				stays++
+			}
+		}
+		if _, ok := mv.removingReq(name); !ok && !mv.isRemoved(name) && stays < r.n.cfg.Replicas {
+			r.n.log.Warn("refusing a node's removal: the region would keep fewer nodes than its replicas", "node", name, "stays", stays, "replicas", r.n.cfg.Replicas)
 			continue
 		}
 		if !r.proposeMove(ctx, moveRec{kind: moveKindRemove, name: name, dead: q.dead, at: q.at}) {
