@@ -313,7 +313,7 @@ func (r *replicated) drainLoop(ctx context.Context) {
 			}
 			r.transferAll(ctx, "stop")
 			continue
-		case r.drain.isDrained(self):
+		case r.drain.isDrained(self) || r.moves.gone(self): // a node being removed leads nothing
 			r.transferAll(ctx, "drain")
 		default:
 			r.balance(ctx)
@@ -391,7 +391,7 @@ func (r *replicated) leadCounts() (counts map[string]int, eligible map[string]bo
 		}
 	}
 	counts[self] = led
-	eligible[self] = !drained[self] && !r.drain.stopping.Load()
+	eligible[self] = !drained[self] && !r.drain.stopping.Load() && !r.moves.gone(self)
 	if r.n.gossip == nil {
 		return counts, eligible
 	}
@@ -407,7 +407,7 @@ func (r *replicated) leadCounts() (counts map[string]int, eligible map[string]bo
 		if err == nil {
 			counts[m.Name] = c
 		}
-		eligible[m.Name] = err == nil && m.Status == gossip.StatusAlive && !drained[m.Name]
+		eligible[m.Name] = err == nil && m.Status == gossip.StatusAlive && !drained[m.Name] && !r.moves.gone(m.Name)
 	}
 	return counts, eligible
 }

@@ -22,23 +22,32 @@ type NodeInfo struct {
 	// outside it: a node that has not joined yet).
 	Role string `json:"role"`
 	// State is "up", "down" (gossip does not see it alive), "draining" (drained: it leads
-	// nothing until undrained, whether or not it is up) or "removing" (never yet: nodes
-	// are not removed by the API).
+	// nothing until undrained, whether or not it is up) or "removing" (nodes remove: its
+	// replicas move to other nodes, then it leaves the metadata group and is no longer
+	// listed).
 	State string `json:"state"`
 	Held  int    `json:"held"` // data groups it holds a replica of
 	// Led is the number of data groups it leads: counted from this node's groups when it
 	// holds every group, and otherwise as the node announces it in gossip.
 	Led        int        `json:"led"`
-	MetaLeader bool       `json:"meta_leader"` // it leads the region's metadata group
-	Moves      []MoveInfo `json:"moves"`       // always empty: replica moves do not exist yet
-	Local      bool       `json:"local"`       // the node answering
+	MetaLeader bool       `json:"meta_leader"`    // it leads the region's metadata group
+	Moves      []MoveInfo `json:"moves"`          // moves in progress from or to it
+	Dead       bool       `json:"dead,omitempty"` // removing: with --dead (its replicas are re-created from the others)
+	Local      bool       `json:"local"`          // the node answering
 }
 
-// MoveInfo is a move of a replica in progress (none exist yet; the field is reserved).
+// MoveInfo is a move of a group's replica in progress (move.go).
 type MoveInfo struct {
 	Group string `json:"group"`
 	From  string `json:"from"`
 	To    string `json:"to"`
+	// State is the group leader's last step ("add learner", "catching up", "promote and
+	// remove", ...) as the answering node knows it: "started" when it does not lead the group.
+	State string `json:"state"`
+	// Entries is the new replica's raft match index and Of the group's commit index, when
+	// the answering node leads the group (0 otherwise).
+	Entries uint64 `json:"entries"`
+	Of      uint64 `json:"of"`
 }
 
 // nodesRoutes adds the region's node endpoints to the admin API: GET /v1/nodes, and POST
@@ -68,6 +77,20 @@ func (n *Node) nodesRoutes(mux *http.ServeMux) {
 	}
 	mux.HandleFunc("POST /v1/nodes/{name}/drain", drain(true))
 	mux.HandleFunc("POST /v1/nodes/{name}/undrain", drain(false))
+	mux.HandleFunc("POST /v1/nodes/{name}/remove", n.stateChanging(func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		if e := n.remove(r.Context(), name, r.URL.Query().Get("dead") == "1" || r.URL.Query().Get("dead") == "true"); e != nil {
+			adminError(w, e)
+			return
+		}
+		for _, ni := range n.rep.nodeInfos(r.Context()) {
+			if ni.Name == name {
+				writeJSON(w, ni)
+				return
+			}
+		}
+		writeJSON(w, NodeInfo{Name: name, State: "removing", Moves: []MoveInfo{}})
+	}))
 }
 
 // setDrained asks the region to drain or undrain node name, refusing with the reason what
@@ -145,6 +168,10 @@ func (r *replicated) nodeInfos(ctx context.Context) []NodeInfo {
 	for name := range drained {
 		info(name)
 	}
+	moves := r.moveInfos()
+	for name := range moves {
+		info(name)
+	}
 	if ro, ok := r.d.Role(metaGroup); ok && ro.Lead != 0 {
 		if nm := nameOf(ro.Lead); nm != "" {
 			info(nm).MetaLeader = true
@@ -179,7 +206,13 @@ func (r *replicated) nodeInfos(ctx context.Context) []NodeInfo {
 		if c, err := strconv.Atoi(tags[name]); err == nil && !all && name != n.cfg.Name {
 			ni.Led = c
 		}
+		if mi := moves[name]; mi != nil {
+			ni.Moves = mi
+		}
+		q, removing := r.moves.removingReq(name)
 		switch {
+		case removing:
+			ni.State, ni.Dead = "removing", q.dead
 		case drained[name]:
 			ni.State = "draining"
 		case name == n.cfg.Name || n.gossip != nil && n.place.memberStatus(name) == gossip.StatusAlive:
@@ -190,6 +223,9 @@ func (r *replicated) nodeInfos(ctx context.Context) []NodeInfo {
 	}
 	out := make([]NodeInfo, 0, len(infos))
 	for _, name := range slices.Sorted(maps.Keys(infos)) {
+		if r.moves.isRemoved(name) && infos[name].Held == 0 {
+			continue // removed: no longer a node of the region
+		}
 		out = append(out, *infos[name])
 	}
 	return out
@@ -201,5 +237,68 @@ func (ni NodeInfo) String() string {
 	if ni.MetaLeader {
 		meta = " and the metadata group"
 	}
-	return fmt.Sprintf("%s: %s, leads %d of its %d groups%s", ni.Name, ni.State, ni.Led, ni.Held, meta)
+	s := fmt.Sprintf("%s: %s, leads %d of its %d groups%s", ni.Name, ni.State, ni.Led, ni.Held, meta)
+	for _, m := range ni.Moves {
+		s += fmt.Sprintf("; %s %s->%s %s", m.Group, m.From, m.To, m.State)
+		if m.Of > 0 {
+			s += fmt.Sprintf(" %d/%d entries", m.Entries, m.Of)
+		}
+	}
+	return s
+}
+
+// remove asks the region to remove node name (move.go), refusing with the reason what
+// cannot be done: the region would be left with fewer nodes than Replicas, or the node's
+// state does not match dead (a node that is down cannot hand its replicas over; one that
+// is up is not dead).
+func (n *Node) remove(ctx context.Context, name string, dead bool) *wire.Error {
+	r := n.rep
+	if r == nil {
+		return wire.Errorf(wire.CodeInvalidArgument, "node %q keeps single-copy topics (--replicas 1): removing moves raft replicas, and it has none", n.cfg.Name)
+	}
+	var target *NodeInfo
+	infos := r.nodeInfos(ctx)
+	stays, staysUp := 0, 0
+	for i, ni := range infos {
+		if ni.Name == name {
+			target = &infos[i]
+			continue
+		}
+		if ni.State == "removing" || ni.Role == "none" || r.moves.wanted(ni.Name) {
+			continue
+		}
+		stays++
+		if ni.State != "down" {
+			staysUp++
+		}
+	}
+	if target == nil || r.moves.isRemoved(name) {
+		return wire.Errorf(wire.CodeNotFound, "node %q is not a node of region %q with replicated topics (quicmq nodes lists them)", name, n.cfg.Region)
+	}
+	if q, ok := r.moves.removingReq(name); ok {
+		if q.dead != dead {
+			return wire.Errorf(wire.CodeInUse, "node %q is being removed already (dead: %v)", name, q.dead)
+		}
+		return nil // asked again: the removal goes on
+	}
+	if ok, lacking := n.RegionKnows(featMeta, moveVersion); !ok {
+		return wire.Errorf(wire.CodeInUse, "removals are recorded in the region's metadata, which these nodes cannot read yet (an older build): %s; upgrade them first",
+			strings.Join(lacking, ", "))
+	}
+	if stays < n.cfg.Replicas {
+		return wire.Errorf(wire.CodeInUse, "node %q cannot be removed: region %q would be left with %d nodes, fewer than its %d replicas (--replicas); start another node first",
+			name, n.cfg.Region, stays, n.cfg.Replicas)
+	}
+	if staysUp < n.cfg.Replicas {
+		return wire.Errorf(wire.CodeUnavailable, "node %q cannot be removed now: only %d of the nodes that would stay are up, fewer than the %d replicas its groups need (--replicas)",
+			name, staysUp, n.cfg.Replicas)
+	}
+	switch down := target.State == "down"; {
+	case down && !dead:
+		return wire.Errorf(wire.CodeUnavailable, "node %q is down: its replicas cannot be handed over by it; if it will not come back, remove it with --dead (its groups are re-replicated from the other replicas)", name)
+	case !down && dead:
+		return wire.Errorf(wire.CodeInUse, "node %q is up: --dead is for a node that will not come back; remove it without --dead (its replicas are moved off it first)", name)
+	}
+	r.requestRemove(ctx, name, dead)
+	return nil
 }

@@ -71,6 +71,7 @@ type replicated struct {
 	rejoinM   *rejoinMetrics   // replmember.go
 	rejoin    rejoinState      // owned by the observe goroutine
 	drain     drainer          // drain.go: drained nodes, leader hand-offs and balance
+	moves     mover            // move.go: nodes being removed and replica moves
 
 	mu struct {
 		sync.Mutex
@@ -184,6 +185,7 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r.elections = newElectionCounter(n.reg, n.cfg.MaxSeriesPerMetric)
 	r.rejoinM = newRejoinMetrics(n.reg)
 	r.drain.init(n.reg)
+	r.moves.init(n.reg)
 	r.rejoin = rejoinState{silentSince: map[[2]uint64]time.Time{}, last: map[[2]uint64]replica.ReplaceState{}, learnerAt: map[[2]uint64]time.Time{}}
 	n.reg.MustRegister(&raftCollector{r: r})
 	return r, nil
@@ -276,9 +278,10 @@ func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
 	r.mu.Lock()
 	r.mu.ctx, r.mu.wg = ctx, wg
 	r.mu.Unlock()
-	wg.Add(7)
+	wg.Add(8)
 	go func() { defer wg.Done(); r.placer(ctx) }()    // replgroups.go
 	go func() { defer wg.Done(); r.drainLoop(ctx) }() // drain.go
+	go func() { defer wg.Done(); r.moveLoop(ctx) }()  // move.go
 	go func() { defer wg.Done(); r.retain(ctx) }()    // replretain.go
 	go func() {
 		defer wg.Done()
@@ -466,6 +469,8 @@ func (r *replicated) watchMeta(ctx context.Context) {
 					r.applyGroups(ctx, rec.Data) // replgroups.go
 				case len(rec.Data) > 0 && rec.Data[0] == drainVersion:
 					r.applyDrain(rec.Data) // drain.go
+				case len(rec.Data) > 0 && rec.Data[0] == moveVersion:
+					r.applyMove(ctx, rec.Data) // move.go
 				default:
 					r.applyPlacement(ctx, rec.Data)
 				}

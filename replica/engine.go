@@ -205,7 +205,10 @@ func (e *engine) addGroup(id uint64, peers []uint64, join bool) (created bool, e
 		CheckQuorum:               true,
 		PreVote:                   true,
 		DisableProposalForwarding: true,
-		Logger:                    raftLogger{e.cfg.Logger.With("group", id)},
+		// A leader a configuration change removed (a replica moved off its node) stops
+		// leading, instead of leading a group it is no member of until its process stops.
+		StepDownOnRemoval: true,
+		Logger:            raftLogger{e.cfg.Logger.With("group", id)},
 	})
 	if err != nil {
 		return false, fmt.Errorf("replica: add group %d: %w", id, err)

@@ -157,3 +157,55 @@ func confChange(t pb.ConfChangeType, id uint64) *pb.ConfChangeV2 {
 // factor is a learner of the region's metadata group: it reads placements without weighing
 // on the metadata's quorum).
 func AddLearner(id uint64) *pb.ConfChangeV2 { return confChange(pb.ConfChangeAddLearnerNode, id) }
+
+// MoveStep decides, on a group's leader, the next membership change that moves the replica
+// fromID (a live node leaving, or a dead one that will not come back) to toID (a node that
+// does not hold the group yet): toID joins as a learner, catches up, and only once its
+// match index is within maxLag of the commit index does one joint ConfChangeV2 make it a
+// voter and remove fromID, so the group never has fewer voters than before (I8). The learner
+// must also have acknowledged something (a match index above 0): in a group whose log is
+// shorter than maxLag, the lag alone would let an empty learner through. Unlike
+// ReplaceStep it does not wait for fromID to fall silent: the operator asked for the move.
+// The leader never removes itself: when fromID leads, the state is ReplaceOldAlive and the
+// caller hands the leadership to another voter first. cc is nil when there is nothing to
+// propose now.
+func MoveStep(m Membership, fromID, toID, maxLag uint64) (ReplaceState, *pb.ConfChangeV2) {
+	switch {
+	case m.Status.RaftState != raft.StateLeader:
+		return ReplaceNotLeader, nil
+	case m.Joint():
+		return ReplaceBusy, nil
+	}
+	fromVotes := m.IsVoter(fromID)
+	switch {
+	case m.IsVoter(toID) && !fromVotes && !m.IsLearner(fromID):
+		return ReplaceDone, nil
+	case !fromVotes && !m.IsVoter(toID):
+		return ReplaceNotMember, nil
+	case fromID == m.Status.ID:
+		return ReplaceOldAlive, nil
+	case m.IsVoter(toID):
+		return ReplaceRemoveOld, confChange(pb.ConfChangeRemoveNode, fromID)
+	case !m.IsLearner(toID):
+		return ReplaceAddLearner, confChange(pb.ConfChangeAddLearnerNode, toID)
+	case m.Match[toID] == 0 || m.Match[toID]+maxLag < m.Status.GetCommit():
+		return ReplaceCatchingUp, nil
+	}
+	return ReplacePromote, promoteAndRemove(toID, fromID)
+}
+
+// promoteAndRemove is the joint change that makes learner id a voter and removes old.
+func promoteAndRemove(id, old uint64) *pb.ConfChangeV2 {
+	cc := confChange(pb.ConfChangeAddNode, id)
+	cc.Changes = append(cc.Changes, &pb.ConfChangeSingle{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(old)})
+	cc.Transition = pb.ConfChangeTransitionJointImplicit.Enum()
+	return cc
+}
+
+// RemoveMember is the membership change that removes id (a learner, or a voter whose
+// removal leaves enough voters) from a group.
+func RemoveMember(id uint64) *pb.ConfChangeV2 { return confChange(pb.ConfChangeRemoveNode, id) }
+
+// PromoteAndRemove is the joint change that makes learner id a voter and removes voter old
+// in one step (a node leaving the metadata group hands its vote to a learner).
+func PromoteAndRemove(id, old uint64) *pb.ConfChangeV2 { return promoteAndRemove(id, old) }

@@ -274,14 +274,22 @@ func (s *Storage) setBuild(f func() (*pb.Snapshot, error)) { s.build = f }
 // log is compacted past it too. Without a builder it is the last snapshot
 // applied, as in raft.MemoryStorage; a builder that fails answers
 // raft.ErrSnapshotTemporarilyUnavailable, and raft asks again later.
+//
+// A snapshot taken before the last configuration change applied here is built again: a
+// member added since (a learner a replica moves to) is not in its ConfState, and raft on
+// that member ignores a snapshot that does not name it, so the leader would send it the same
+// stale snapshot until the log was next compacted.
 func (s *Storage) Snapshot() (*pb.Snapshot, error) {
 	s.mu.Lock()
 	trunc := s.mu.truncIndex
-	if s.mu.snap.GetMetadata().GetIndex() >= trunc || s.build == nil {
+	current := func(snap *pb.Snapshot) bool {
+		return s.build == nil || proto.Equal(pb.EnsureConfState(snap.GetMetadata().GetConfState()), s.mu.cs)
+	}
+	if s.build == nil || s.mu.snap.GetMetadata().GetIndex() >= trunc && current(s.mu.snap) {
 		defer s.mu.Unlock()
 		return proto.Clone(s.mu.snap).(*pb.Snapshot), nil
 	}
-	if b := s.mu.built; b != nil && b.GetMetadata().GetIndex() >= trunc {
+	if b := s.mu.built; b != nil && b.GetMetadata().GetIndex() >= trunc && current(b) {
 		s.mu.Unlock()
 		return b, nil
 	}

@@ -12,21 +12,28 @@ import (
 )
 
 func init() {
-	register("nodes", "list the region's nodes with their raft roles and leaderships; drain NAME or undrain NAME before and after maintenance", runNodes)
+	register("nodes", "list the region's nodes with their raft roles and leaderships; drain NAME or undrain NAME before and after maintenance; remove NAME to shrink the region", runNodes)
 }
 
-const nodesSynopsis = `[ls | drain NAME [--no-wait] | undrain NAME [--no-wait]] [--admin HOST:PORT] [--format table|json]
+const nodesSynopsis = `[ls | drain NAME [--no-wait] | undrain NAME [--no-wait] | remove NAME [--dead] [--no-wait]] [--admin HOST:PORT] [--format table|json]
 
   ls (the default)  every node of the region with replicated topics: its role in the region's
-                    metadata group, its state (up, down, draining), the raft groups it holds and
-                    leads, and the replica moves in progress that involve it (none: moves are not
-                    built yet)
+                    metadata group, its state (up, down, draining, removing), the raft groups it
+                    holds and leads, and the replica moves in progress that involve it
   drain NAME        NAME hands every leadership (the metadata group's and every data group's) to
                     other replicas and takes none until undrained; it keeps its replicas. Refused,
                     with the reason, when some group has no other replica up and undrained.
                     Waits until NAME leads nothing, showing progress (--no-wait: returns at once).
   undrain NAME      NAME may lead again; the leader balancer gives it its share over time.
-drain and undrain change the region's state: the node asked must run with --admin-api.`
+  remove NAME       NAME's replicas move to the up nodes holding the fewest groups, a couple of
+                    groups at a time (each new replica a learner until caught up, then promoted
+                    while NAME's is removed, in one raft change), then NAME leaves the metadata
+                    group and is no longer listed; stop its process then. Refused, with the
+                    reason, when the region would keep fewer nodes than --replicas, or when NAME
+                    is down. Waits until done, showing the moves (--no-wait: returns at once).
+  remove --dead NAME  for a node that will not come back: its groups are re-replicated from
+                    the other replicas. Refused when NAME is up.
+drain, undrain and remove change the region's state: the node asked must run with --admin-api.`
 
 func runNodes(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "nodes", nodesSynopsis)
@@ -34,9 +41,10 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 	format := fs.String("format", "table", "output: table, or json: one JSON array of objects with the fields name, role (voter or learner;\n"+
 		"none while outside the metadata group), state (up, down, draining or removing), held (raft groups\n"+
 		"it holds a replica of), led (groups it leads), meta_leader (it leads the metadata group), moves\n"+
-		"(array of moves in progress involving it: always empty for now), local (the node asked)")
+		"(array of moves in progress involving it: group, from, to, state, entries, of), local (the node asked)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait: for the node's answer, and for a drain to complete")
-	noWait := fs.Bool("no-wait", false, "drain, undrain: return once the region has taken the request")
+	noWait := fs.Bool("no-wait", false, "drain, undrain, remove: return once the region has taken the request")
+	dead := fs.Bool("dead", false, "remove: the node will not come back (it is down): re-replicate its groups from the other replicas")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -48,18 +56,18 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 		if len(pos) > 1 {
 			return usageError("ls takes no argument, got %q", pos[1])
 		}
-	case pos[0] == "drain" || pos[0] == "undrain":
+	case pos[0] == "drain" || pos[0] == "undrain" || pos[0] == "remove":
 		if len(pos) != 2 || pos[1] == "" {
 			return usageError("%s takes one node name, got %d arguments", pos[0], len(pos)-1)
 		}
 		op, name = pos[0], pos[1]
 	default:
-		return usageError("unknown operation %q: want ls, drain NAME or undrain NAME", pos[0])
+		return usageError("unknown operation %q: want ls, drain NAME, undrain NAME or remove NAME", pos[0])
 	}
 	if err := checkTableFormat(*format); err != nil {
 		return err
 	}
-	if err := checkOpFlags(fs, op, map[string][]string{"no-wait": {"drain", "undrain"}}); err != nil {
+	if err := checkOpFlags(fs, op, map[string][]string{"no-wait": {"drain", "undrain", "remove"}, "dead": {"remove"}}); err != nil {
 		return err
 	}
 	if *timeout <= 0 {
@@ -75,7 +83,11 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 		return printNodes(e, ns, *format == "json")
 	}
 	var ni node.NodeInfo
-	if err := adminCall(ctx, http.MethodPost, *admin, "/v1/nodes/"+url.PathEscape(name)+"/"+op, &ni); err != nil {
+	path := "/v1/nodes/" + url.PathEscape(name) + "/" + op
+	if *dead {
+		path += "?dead=1"
+	}
+	if err := adminCall(ctx, http.MethodPost, *admin, path, &ni); err != nil {
 		return err
 	}
 	if *noWait {
@@ -91,21 +103,30 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 		if err := adminCall(ctx, http.MethodGet, *admin, "/v1/nodes", &ns); err != nil {
 			return err
 		}
+		listed := false
 		for _, n := range ns {
 			if n.Name != name {
 				continue
 			}
+			listed = true
 			if line := n.String(); line != last {
 				fmt.Fprintln(e.stderr, line)
 				last = line
 			}
 			done := n.State != "draining"
-			if op == "drain" {
+			switch op {
+			case "remove":
+				done = false // until it is no longer listed
+			case "drain":
 				done = n.State == "draining" && n.Led == 0 && !n.MetaLeader
 			}
 			if done {
 				return printNodes(e, ns, *format == "json")
 			}
+		}
+		if op == "remove" && !listed {
+			fmt.Fprintf(e.stderr, "%s removed: it holds no replica and left the region's metadata group; stop its process\n", name)
+			return printNodes(e, ns, *format == "json")
 		}
 		select {
 		case <-ctx.Done():

@@ -128,7 +128,11 @@ func TestNodesCLI(t *testing.T) {
 		{[]string{"nodes", "drain"}, 2, "drain takes one node name"},
 		{[]string{"nodes", "drain", "a", "b"}, 2, "drain takes one node name"},
 		{[]string{"nodes", "evict", "eu-1"}, 2, `unknown operation "evict"`},
-		{[]string{"nodes", "--no-wait"}, 2, "--no-wait applies to drain and undrain only"},
+		{[]string{"nodes", "--no-wait"}, 2, "--no-wait applies to drain and undrain and remove only"},
+		{[]string{"nodes", "drain", "eu-2", "--dead"}, 2, "--dead applies to remove only"},
+		{[]string{"nodes", "remove"}, 2, "remove takes one node name"},
+		{[]string{"nodes", "remove", "eu-2", "--admin", admin}, 1, `region "eu" would be left with 2 nodes, fewer than its 3 replicas`},
+		{[]string{"nodes", "remove", "--dead", "eu-2", "--admin", admin}, 1, `region "eu" would be left with 2 nodes`},
 		{[]string{"nodes", "--format", "xml"}, 2, `--format "xml": want table or json`},
 		{[]string{"nodes", "drain", "nosuch", "--admin", admin}, 1, `node "nosuch" is not a node of region "eu"`},
 	} {

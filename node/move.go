@@ -1,0 +1,760 @@
+package node
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/replica"
+)
+
+// Removing a node and moving replicas (issue 30; docs/architecture.md, "Moving replicas").
+//
+// 'quicmq nodes remove NAME' asks the region to move every replica NAME holds to other
+// nodes and then to let NAME leave the metadata group. Everything that decides a move is a
+// record of the metadata group (version 5 below), so a move survives the crash of any node
+// taking part in it, the metadata leader's included:
+//
+//   - remove: NAME is being removed (dead: it will not come back, its replicas are
+//     re-created from the survivors). Asked of any node's admin API; the asking node
+//     announces it in its gossip tag tagRemoveReq until the record applies, and the
+//     metadata leader proposes it (as drains are, drain.go).
+//   - start: group G's replica on FROM moves to TO. Proposed by the metadata leader,
+//     at most moveBatch moves at a time in the region, to the up node holding the fewest
+//     groups. TO opens the group empty when it applies the record.
+//   - done: G's replica is on TO now, not FROM: the placement changes. Proposed by the
+//     metadata leader once G's leader reports in its gossip tag tagMovesDone that raft's
+//     configuration says so.
+//   - removed: NAME holds nothing and left the metadata group: no longer listed, never
+//     given a replica or a metadata membership again.
+//
+// G's leader drives the raft side from the start record and G's configuration alone
+// (replica.MoveStep): TO is added as a learner, catches up, and one joint change makes it a
+// voter and removes FROM; the leader, when it is FROM, hands its leadership away first. A
+// new leader of G (or of the metadata group) reads the same records and configuration and
+// takes the next step, so a crash mid-move resumes it; the group never has fewer voters
+// than before, and FROM is never removed before TO has caught up.
+const moveVersion = 5
+
+// Kinds of move record.
+const (
+	moveKindRemove  = 1 // name str | dead u8 | requested uvarint (Unix nanoseconds)
+	moveKindStart   = 2 // group | from str | from raft ID | to str | to raft ID
+	moveKindDone    = 3 // group | from str | to str | to raft ID
+	moveKindRemoved = 4 // name str
+)
+
+// moveBatch bounds the moves in progress in the region: each costs a catch-up.
+const moveBatch = 2
+
+// tagRemoveReq is the gossip tag of a node that asked for removals the metadata has not
+// applied yet: comma-separated name=L@T (live) or name=D@T (dead) items.
+const tagRemoveReq = "removereq"
+
+// tagMovesDone is the gossip tag of a group leader whose groups' configurations show moves
+// finished that the metadata has not recorded yet: comma-separated GROUP:FROMID:TOID items.
+// The raft IDs name the move, not only the group: gossip may still carry the tag of a
+// group's earlier move when its next one starts, and that must not finish the next one.
+const tagMovesDone = "movesdone"
+
+// moveRec is a decoded move record.
+type moveRec struct {
+	kind     byte
+	name     string // remove, removed
+	dead     bool
+	at       int64
+	group    uint64
+	from, to string
+	fromID   uint64
+	toID     uint64
+}
+
+func encodeMove(m moveRec) []byte {
+	b := []byte{moveVersion, m.kind}
+	str := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	switch m.kind {
+	case moveKindRemove:
+		str(m.name)
+		b = append(b, map[bool]byte{false: 0, true: 1}[m.dead])
+		b = binary.AppendUvarint(b, uint64(m.at))
+	case moveKindStart:
+		b = binary.AppendUvarint(b, m.group)
+		str(m.from)
+		b = binary.AppendUvarint(b, m.fromID)
+		str(m.to)
+		b = binary.AppendUvarint(b, m.toID)
+	case moveKindDone:
+		b = binary.AppendUvarint(b, m.group)
+		str(m.from)
+		str(m.to)
+		b = binary.AppendUvarint(b, m.toID)
+	case moveKindRemoved:
+		str(m.name)
+	}
+	return b
+}
+
+// decodeMove decodes a move record (its bytes come from raft entries: every length is
+// checked).
+func decodeMove(p []byte) (moveRec, error) {
+	if len(p) < 2 || p[0] != moveVersion {
+		return moveRec{}, fmt.Errorf("%w: not a move record", errPlacement)
+	}
+	m := moveRec{kind: p[1]}
+	d := &metaDecoder{p: p[2:]}
+	switch m.kind {
+	case moveKindRemove:
+		m.name = d.str()
+		if d.bad || len(d.p) < 1 || d.p[0] > 1 {
+			return moveRec{}, fmt.Errorf("%w: remove record", errPlacement)
+		}
+		m.dead = d.p[0] == 1
+		d.p = d.p[1:]
+		at := d.uv()
+		if at > math.MaxInt64 {
+			d.bad = true
+		}
+		m.at = int64(at)
+	case moveKindStart:
+		m.group, m.from, m.fromID, m.to, m.toID = d.uv(), d.str(), d.uv(), d.str(), d.uv()
+	case moveKindDone:
+		m.group, m.from, m.to, m.toID = d.uv(), d.str(), d.str(), d.uv()
+	case moveKindRemoved:
+		m.name = d.str()
+	default:
+		return moveRec{}, fmt.Errorf("%w: move record of kind %d", errPlacement, m.kind)
+	}
+	bad := d.bad || len(d.p) > 0
+	switch m.kind {
+	case moveKindRemove, moveKindRemoved:
+		bad = bad || m.name == ""
+	default:
+		bad = bad || m.group <= metaGroup || m.from == "" || m.to == "" || m.from == m.to || m.toID == 0 || m.kind == moveKindStart && m.fromID == 0
+	}
+	if bad {
+		return moveRec{}, fmt.Errorf("%w: move record of kind %d", errPlacement, m.kind)
+	}
+	return m, nil
+}
+
+// groupMove is a move in progress, as the metadata says.
+type groupMove struct {
+	group        uint64
+	from, to     string
+	fromID, toID uint64
+}
+
+// removeReq is a request to remove a node, made at time at (Unix nanoseconds).
+type removeReq struct {
+	dead bool
+	at   int64
+}
+
+// mover is a node's view of the region's removals and moves (applied records), its own
+// requests not yet applied, and what its moveLoop goroutine remembers.
+type mover struct {
+	mu struct {
+		sync.Mutex
+		removing map[string]removeReq  // nodes being removed
+		removed  map[string]bool       // nodes removed
+		at       map[string]int64      // the time of the last remove request applied, by name
+		moves    map[uint64]*groupMove // in progress, by group
+		want     map[string]removeReq  // this node's requests not yet applied
+		progress map[uint64][2]uint64  // group -> learner match, commit (on its leader: moveLoop)
+		state    map[uint64]string     // group -> MoveStep's last state here (on its leader)
+	}
+	wake chan struct{}
+	// Owned by moveLoop's goroutine.
+	reqTag, doneTag string
+	lastTry         map[uint64]time.Time // group -> last leadership transfer asked (a source leading)
+	m               *moveMetrics
+}
+
+type moveMetrics struct {
+	inProgress prometheus.Gauge
+	done       prometheus.Counter
+	removing   prometheus.Gauge
+}
+
+func (mv *mover) init(reg prometheus.Registerer) {
+	mv.mu.removing, mv.mu.removed, mv.mu.at = map[string]removeReq{}, map[string]bool{}, map[string]int64{}
+	mv.mu.moves, mv.mu.want = map[uint64]*groupMove{}, map[string]removeReq{}
+	mv.mu.progress, mv.mu.state = map[uint64][2]uint64{}, map[uint64]string{}
+	mv.wake = make(chan struct{}, 1)
+	mv.lastTry = map[uint64]time.Time{}
+	mv.m = &moveMetrics{
+		inProgress: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quicmq_raft_moves_in_progress",
+			Help: "Moves of a group's replica from one node to another in progress in the region, as this node's copy of the metadata says."}),
+		done: prometheus.NewCounter(prometheus.CounterOpts{Name: "quicmq_raft_moves_done_total",
+			Help: "Moves of a group's replica this node applied as done from the region's metadata (every node counts every move)."}),
+		removing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quicmq_nodes_removing",
+			Help: "Nodes of the region being removed (quicmq nodes remove), as this node's copy of the metadata says."}),
+	}
+	reg.MustRegister(mv.m.inProgress, mv.m.done, mv.m.removing)
+}
+
+// gone reports whether name is being removed or was removed: it is given no new replica,
+// no leadership and no metadata membership.
+func (mv *mover) gone(name string) bool {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	_, ok := mv.mu.removing[name]
+	return ok || mv.mu.removed[name]
+}
+
+// wanted reports whether this node asked to remove name and the metadata does not show it yet.
+func (mv *mover) wanted(name string) bool {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	_, ok := mv.mu.want[name]
+	return ok
+}
+
+func (mv *mover) isRemoved(name string) bool {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	return mv.mu.removed[name]
+}
+
+func (mv *mover) removingReq(name string) (removeReq, bool) {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	q, ok := mv.mu.removing[name]
+	return q, ok
+}
+
+func (mv *mover) movesCopy() map[uint64]groupMove {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	out := make(map[uint64]groupMove, len(mv.mu.moves))
+	for g, m := range mv.mu.moves {
+		out[g] = *m
+	}
+	return out
+}
+
+func (mv *mover) metricsLocked() {
+	mv.m.inProgress.Set(float64(len(mv.mu.moves)))
+	mv.m.removing.Set(float64(len(mv.mu.removing)))
+}
+
+// applyMove applies a move record (watchMeta's goroutine). Every check reads state that
+// earlier records alone decided, so every node applies a record alike.
+func (r *replicated) applyMove(ctx context.Context, data []byte) {
+	rec, err := decodeMove(data)
+	if err != nil {
+		r.n.log.Error("a metadata record could not be decoded; it is skipped on every node alike", "err", err)
+		return
+	}
+	mv := &r.moves
+	switch rec.kind {
+	case moveKindRemove:
+		mv.mu.Lock()
+		mv.mu.at[rec.name] = max(mv.mu.at[rec.name], rec.at)
+		if !mv.mu.removed[rec.name] {
+			mv.mu.removing[rec.name] = removeReq{dead: rec.dead, at: rec.at}
+		}
+		mv.metricsLocked()
+		mv.mu.Unlock()
+		r.n.log.Info("region metadata: node being removed; its replicas move to other nodes", "node", rec.name, "dead", rec.dead)
+	case moveKindStart:
+		r.pl.RLock()
+		g := r.pl.groups[rec.group]
+		r.pl.RUnlock()
+		mv.mu.Lock()
+		ok := g != nil && mv.mu.moves[rec.group] == nil && slices.Contains(g.names(), rec.from) && !slices.Contains(g.names(), rec.to)
+		if ok {
+			mv.mu.moves[rec.group] = &groupMove{group: rec.group, from: rec.from, fromID: rec.fromID, to: rec.to, toID: rec.toID}
+		}
+		mv.metricsLocked()
+		mv.mu.Unlock()
+		if !ok {
+			return // a duplicate, or overtaken: the first record wins
+		}
+		r.n.log.Info("region metadata: moving a group's replica", "group", g.label, "from", rec.from, "to", rec.to, "raft_id", rec.toID)
+		if rec.to == r.n.cfg.Name {
+			// The group's leader adds this node as a learner; until then the group waits
+			// here, empty.
+			if err := r.d.JoinGroup(ctx, rec.group); err != nil && !strings.Contains(err.Error(), "already open") {
+				r.n.log.Error("could not open a raft group whose replica moves here", "group", g.label, "err", err)
+			}
+		}
+	case moveKindDone:
+		mv.mu.Lock()
+		cur := mv.mu.moves[rec.group]
+		ok := cur != nil && cur.from == rec.from && cur.to == rec.to
+		if ok {
+			delete(mv.mu.moves, rec.group)
+			delete(mv.mu.progress, rec.group)
+			delete(mv.mu.state, rec.group)
+			mv.m.done.Inc()
+		}
+		mv.metricsLocked()
+		mv.mu.Unlock()
+		if !ok {
+			return
+		}
+		r.mu.Lock()
+		if _, ok := r.mu.ids[rec.to]; !ok {
+			r.mu.ids[rec.to] = rec.toID
+		}
+		if _, ok := r.mu.names[rec.toID]; !ok {
+			r.mu.names[rec.toID] = rec.to
+		}
+		r.pl.Lock() // r.mu, then r.pl, as applyMember
+		if g := r.pl.groups[rec.group]; g != nil {
+			c := *g // readers hold the old *repGroup and its replicas without the lock
+			c.replicas = slices.Clone(g.replicas)
+			c.local = false
+			for i, m := range c.replicas {
+				if m.name == rec.from {
+					c.replicas[i] = repMember{name: rec.to, id: r.mu.ids[rec.to]}
+				}
+				c.local = c.local || c.replicas[i].name == r.n.cfg.Name
+			}
+			r.pl.groups[rec.group] = &c
+		}
+		r.pl.Unlock()
+		r.notifyLocked()
+		r.mu.Unlock()
+		r.n.log.Info("region metadata: a group's replica moved", "group", rec.group, "from", rec.from, "to", rec.to)
+	case moveKindRemoved:
+		mv.mu.Lock()
+		delete(mv.mu.removing, rec.name)
+		mv.mu.removed[rec.name] = true
+		mv.metricsLocked()
+		mv.mu.Unlock()
+		r.n.log.Info("region metadata: node removed from the region", "node", rec.name)
+	}
+	select {
+	case mv.wake <- struct{}{}:
+	default:
+	}
+}
+
+// requestRemove asks the region to remove node name: at once when this node leads the
+// metadata group, and otherwise through tagRemoveReq. It returns once the request is made.
+func (r *replicated) requestRemove(ctx context.Context, name string, dead bool) {
+	mv := &r.moves
+	q := removeReq{dead: dead, at: time.Now().UnixNano()}
+	mv.mu.Lock()
+	q.at = max(q.at, mv.mu.at[name]+1)
+	mv.mu.want[name] = q
+	mv.mu.Unlock()
+	if ro, ok := r.d.Role(metaGroup); ok && ro.Leader {
+		pctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
+		defer cancel()
+		if _, err := r.d.Propose(pctx, metaGroup, encodeMove(moveRec{kind: moveKindRemove, name: name, dead: dead, at: q.at})); err == nil {
+			return
+		}
+	}
+	select {
+	case mv.wake <- struct{}{}:
+	default:
+	}
+}
+
+// moveLoop is the goroutine of removals and moves (see the top of this file): every node
+// announces its requests and the moves it saw finish; the metadata leader records them and
+// plans the next moves; each group's leader takes the next raft step of its group's move.
+func (r *replicated) moveLoop(ctx context.Context) {
+	tick := time.NewTicker(r.n.cfg.Raft.ObserveInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-r.moves.wake:
+		}
+		r.mu.Lock()
+		formed := r.mu.formed
+		r.mu.Unlock()
+		if !formed || r.n.gossip == nil {
+			continue
+		}
+		r.announceRemoveRequests()
+		done := r.driveMoves(ctx)
+		r.announceMovesDone(done)
+		// A metadata leader being removed hands its leadership away (drainLoop), and raft
+		// refuses its proposals while the transfer runs: its successor plans.
+		if ro, ok := r.d.Role(metaGroup); ok && ro.Leader && !ro.Moving && !r.moves.gone(r.n.cfg.Name) {
+			r.recordRemoveRequests(ctx)
+			r.recordMovesDone(ctx, done)
+			r.planMoves(ctx)
+		}
+	}
+}
+
+func (r *replicated) announceRemoveRequests() {
+	mv := &r.moves
+	mv.mu.Lock()
+	var items []string
+	for _, name := range slices.Sorted(maps.Keys(mv.mu.want)) {
+		q := mv.mu.want[name]
+		if mv.mu.at[name] >= q.at {
+			delete(mv.mu.want, name)
+			continue
+		}
+		items = append(items, name+"="+map[bool]string{false: "L", true: "D"}[q.dead]+"@"+strconv.FormatInt(q.at, 10))
+	}
+	mv.mu.Unlock()
+	if tag := strings.Join(items, ","); tag != mv.reqTag {
+		if err := r.n.setMeshTag(tagRemoveReq, tag); err != nil {
+			r.n.log.Warn("announcing remove requests in gossip", "err", err)
+			return
+		}
+		mv.reqTag = tag
+	}
+}
+
+func parseRemoveReq(s string) map[string]removeReq {
+	out := map[string]removeReq{}
+	for item := range strings.SplitSeq(s, ",") {
+		name, rest, ok := strings.Cut(item, "=")
+		v, ts, ok2 := strings.Cut(rest, "@")
+		at, err := strconv.ParseInt(ts, 10, 64)
+		if !ok || !ok2 || name == "" || (v != "L" && v != "D") || err != nil || at <= 0 {
+			continue
+		}
+		out[name] = removeReq{dead: v == "D", at: at}
+	}
+	return out
+}
+
+// recordRemoveRequests, on the metadata leader, proposes a remove record for every request
+// a live node announces that the metadata does not show yet.
+func (r *replicated) recordRemoveRequests(ctx context.Context) {
+	reqs := map[string]removeReq{}
+	add := func(m map[string]removeReq) {
+		for name, q := range m {
+			if q.at > reqs[name].at {
+				reqs[name] = q
+			}
+		}
+	}
+	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
+		if m.Status == gossip.StatusAlive || m.Name == r.n.cfg.Name {
+			add(parseRemoveReq(m.Tags[tagRemoveReq]))
+		}
+	}
+	mv := &r.moves
+	mv.mu.Lock()
+	add(mv.mu.want)
+	applied := maps.Clone(mv.mu.at)
+	mv.mu.Unlock()
+	r.mu.Lock()
+	members := append(slices.Clone(r.mu.voters), r.mu.learners...)
+	names := maps.Clone(r.mu.names)
+	r.mu.Unlock()
+	for _, name := range slices.Sorted(maps.Keys(reqs)) {
+		q := reqs[name]
+		if q.at <= applied[name] {
+			continue
+		}
+		// The asking node checked this against what it knew; two nodes asked at once may
+		// each have counted the other's node as staying.
+		stays := 0
+		for _, id := range members {
+			nm := names[id]
+			if nm == "" {
+				nm = r.memberName(id) // a learner that holds no group yet
+			}
+			if nm != "" && nm != name && !mv.gone(nm) {
+				stays++
+			}
+		}
+		if _, ok := mv.removingReq(name); !ok && !mv.isRemoved(name) && stays < r.n.cfg.Replicas {
+			r.n.log.Warn("refusing a node's removal: the region would keep fewer nodes than its replicas", "node", name, "stays", stays, "replicas", r.n.cfg.Replicas)
+			continue
+		}
+		if !r.proposeMove(ctx, moveRec{kind: moveKindRemove, name: name, dead: q.dead, at: q.at}) {
+			return
+		}
+	}
+}
+
+func (r *replicated) proposeMove(ctx context.Context, rec moveRec) bool {
+	pctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	if _, err := r.d.Propose(pctx, metaGroup, encodeMove(rec)); err != nil {
+		r.n.log.Warn("recording a replica move in the region's metadata", "kind", rec.kind, "group", rec.group, "node", rec.name+rec.from, "err", err)
+		return false
+	}
+	return true
+}
+
+// driveMoves takes the next raft step of every move whose group this node leads, and
+// returns the groups whose configuration shows their move finished.
+func (r *replicated) driveMoves(ctx context.Context) []groupMove {
+	mv := &r.moves
+	var done []groupMove
+	for _, gm := range slices.SortedFunc(maps.Values(r.moves.movesCopy()), func(a, b groupMove) int { return int(a.group) - int(b.group) }) {
+		if ro, ok := r.d.Role(gm.group); !ok || !ro.Leader {
+			continue
+		}
+		m, err := r.d.Membership(ctx, gm.group)
+		if err != nil {
+			continue
+		}
+		state, cc := replica.MoveStep(m, gm.fromID, gm.toID, rejoinMaxLag)
+		if movePromotesEarly && state == replica.ReplaceCatchingUp { // move_broken.go
+			state, cc = replica.ReplacePromote, replica.PromoteAndRemove(gm.toID, gm.fromID)
+		}
+		mv.mu.Lock()
+		mv.mu.progress[gm.group] = [2]uint64{m.Match[gm.toID], m.Status.GetCommit()}
+		last := mv.mu.state[gm.group]
+		mv.mu.state[gm.group] = state.String()
+		mv.mu.Unlock()
+		log := r.n.log.With("group", gm.group, "from", gm.from, "to", gm.to, "learner_match", m.Match[gm.toID], "commit", m.Status.GetCommit())
+		if last != state.String() {
+			log.Info("replica move", "state", state.String())
+		}
+		switch state {
+		case replica.ReplaceDone:
+			done = append(done, gm)
+			continue
+		case replica.ReplaceNotMember:
+			// Neither votes: the placement and raft disagree (never made here); the move
+			// waits, shown in 'quicmq nodes', rather than naming a replica raft lacks.
+			continue
+		case replica.ReplaceOldAlive:
+			// The source leads: hand the leadership to a caught-up voter first.
+			if time.Since(mv.lastTry[gm.group]) < time.Duration(r.n.cfg.Raft.ElectionTicks)*r.n.cfg.Raft.TickInterval {
+				continue
+			}
+			counts, eligible := r.leadCounts()
+			if id, name, ok := r.transferee(ctx, gm.group, counts, eligible); ok {
+				mv.lastTry[gm.group] = time.Now()
+				if err := r.d.TransferLeadership(ctx, gm.group, id); err != nil {
+					log.Debug("handing a moving replica's leadership away", "to", name, "err", err)
+				}
+			}
+			continue
+		case replica.ReplaceCatchingUp:
+			// An idle group is quiet and sends the learner nothing: keep it ticking.
+			_ = r.d.Wake(ctx, gm.group)
+		}
+		if cc == nil {
+			continue
+		}
+		if err := r.d.ProposeConfChange(ctx, gm.group, cc); err != nil {
+			log.Warn("membership change refused", "step", state.String(), "err", err)
+			continue
+		}
+		r.rejoinM.changes.WithLabelValues(map[replica.ReplaceState]string{replica.ReplaceAddLearner: "add_learner",
+			replica.ReplacePromote: "promote", replica.ReplaceRemoveOld: "remove_old"}[state]).Inc()
+	}
+	return done
+}
+
+func moveKey(gm groupMove) string {
+	return fmt.Sprintf("%d:%d:%d", gm.group, gm.fromID, gm.toID)
+}
+
+func (r *replicated) announceMovesDone(done []groupMove) {
+	items := make([]string, len(done))
+	for i, gm := range done {
+		items[i] = moveKey(gm)
+	}
+	if tag := strings.Join(items, ","); tag != r.moves.doneTag {
+		if err := r.n.setMeshTag(tagMovesDone, tag); err != nil {
+			r.n.log.Warn("announcing finished replica moves in gossip", "err", err)
+			return
+		}
+		r.moves.doneTag = tag
+	}
+}
+
+// recordMovesDone, on the metadata leader, records the moves group leaders (this node
+// among them) report finished.
+func (r *replicated) recordMovesDone(ctx context.Context, local []groupMove) {
+	fin := map[string]bool{}
+	for _, gm := range local {
+		fin[moveKey(gm)] = true
+	}
+	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
+		if m.Status != gossip.StatusAlive {
+			continue
+		}
+		for s := range strings.SplitSeq(m.Tags[tagMovesDone], ",") {
+			fin[s] = true
+		}
+	}
+	moves := r.moves.movesCopy()
+	for _, g := range slices.Sorted(maps.Keys(moves)) {
+		gm := moves[g]
+		if !fin[moveKey(gm)] {
+			continue
+		}
+		if !r.proposeMove(ctx, moveRec{kind: moveKindDone, group: g, from: gm.from, to: gm.to, toID: gm.toID}) {
+			return
+		}
+	}
+}
+
+// planMoves, on the metadata leader, starts the next moves off the nodes being removed
+// (at most moveBatch in the region), and lets a node that holds nothing any more leave the
+// metadata group.
+func (r *replicated) planMoves(ctx context.Context) {
+	mv := &r.moves
+	mv.mu.Lock()
+	removing := maps.Clone(mv.mu.removing)
+	mv.mu.Unlock()
+	if len(removing) == 0 {
+		return
+	}
+	moves := mv.movesCopy()
+	r.mu.Lock()
+	metaMembers := append(slices.Clone(r.mu.voters), r.mu.learners...)
+	ids := maps.Clone(r.mu.ids)
+	r.mu.Unlock()
+	// Destinations: up members of the metadata group not being removed; held counts the
+	// groups each holds, moves in progress included.
+	var dests []string
+	destIDs := map[string]uint64{}
+	for _, m := range r.raftMembers() {
+		if m.alive && slices.Contains(metaMembers, m.id) && !mv.gone(m.name) {
+			dests = append(dests, m.name)
+			destIDs[m.name] = m.id
+		}
+	}
+	held := map[string]int{}
+	r.pl.RLock()
+	groups := make([]*repGroup, 0, len(r.pl.groups))
+	for _, g := range r.pl.groups {
+		groups = append(groups, g)
+		for _, m := range g.replicas {
+			held[m.name]++
+		}
+	}
+	r.pl.RUnlock()
+	slices.SortFunc(groups, func(a, b *repGroup) int { return int(a.id) - int(b.id) })
+	for _, gm := range moves {
+		held[gm.to]++
+		held[gm.from]--
+	}
+	active := len(moves)
+	for _, name := range slices.Sorted(maps.Keys(removing)) {
+		holds := false
+		for _, g := range groups {
+			i := slices.IndexFunc(g.replicas, func(m repMember) bool { return m.name == name })
+			if i < 0 {
+				continue
+			}
+			holds = true
+			if _, busy := moves[g.id]; busy || active >= moveBatch {
+				continue
+			}
+			to := ""
+			for _, d := range dests {
+				if !slices.Contains(g.names(), d) && (to == "" || held[d] < held[to]) {
+					to = d
+				}
+			}
+			if to == "" {
+				r.n.log.Warn("no node to move a group's replica to: every node that is up and stays holds it already", "group", g.label, "from", name)
+				continue
+			}
+			if !r.proposeMove(ctx, moveRec{kind: moveKindStart, group: g.id, from: name, fromID: g.replicas[i].id, to: to, toID: destIDs[to]}) {
+				return
+			}
+			held[to]++
+			active++
+			moves[g.id] = groupMove{}
+		}
+		if !holds {
+			r.leaveMeta(ctx, name, ids[name])
+		}
+	}
+}
+
+// leaveMeta takes the next step of node name (raft ID id) leaving the metadata group: a
+// voter hands its vote to a caught-up learner (one joint change), a learner is removed,
+// and a node outside the group is recorded removed.
+func (r *replicated) leaveMeta(ctx context.Context, name string, id uint64) {
+	m, err := r.d.Membership(ctx, metaGroup)
+	if err != nil || m.Match == nil || m.Joint() {
+		return
+	}
+	if id == 0 {
+		id = r.nameToID(name)
+	}
+	switch {
+	case id == r.id:
+		// This node leads the metadata group and leaves it: drainLoop hands the
+		// leadership away (a removing node is treated as drained).
+		return
+	case m.IsVoter(id):
+		var best uint64
+		for _, gm := range r.raftMembers() {
+			if gm.alive && m.IsLearner(gm.id) && !r.moves.gone(gm.name) && m.Match[gm.id]+rejoinMaxLag >= m.Status.GetCommit() {
+				best = gm.id
+				break
+			}
+		}
+		var cc = replica.RemoveMember(id)
+		if best != 0 {
+			cc = replica.PromoteAndRemove(best, id)
+		} else if len(m.Voters) <= r.n.cfg.Replicas {
+			r.n.log.Info("a node being removed votes in the metadata group and no learner is caught up to take its vote yet", "node", name)
+			return
+		}
+		if err := r.d.ProposeConfChange(ctx, metaGroup, cc); err != nil {
+			r.n.log.Warn("membership change of the metadata group refused", "node", name, "err", err)
+			return
+		}
+		r.n.log.Info("membership change: a node being removed leaves the metadata group's voters", "node", name, "raft_id", id, "promoted", best)
+	case m.IsLearner(id):
+		if err := r.d.ProposeConfChange(ctx, metaGroup, replica.RemoveMember(id)); err != nil {
+			r.n.log.Warn("membership change of the metadata group refused", "node", name, "err", err)
+			return
+		}
+		r.n.log.Info("membership change: a node being removed leaves the metadata group", "node", name, "raft_id", id)
+	default:
+		r.proposeMove(ctx, moveRec{kind: moveKindRemoved, name: name})
+	}
+}
+
+func (r *replicated) nameToID(name string) uint64 {
+	for _, gm := range r.raftMembers() {
+		if gm.name == name {
+			return gm.id
+		}
+	}
+	return 0
+}
+
+// moveInfos lists the moves in progress, with their progress where this node leads the group.
+func (r *replicated) moveInfos() map[string][]MoveInfo {
+	mv := &r.moves
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	out := map[string][]MoveInfo{}
+	for _, g := range slices.Sorted(maps.Keys(mv.mu.moves)) {
+		gm := mv.mu.moves[g]
+		mi := MoveInfo{Group: "g" + strconv.FormatUint(g, 10), From: gm.from, To: gm.to, State: mv.mu.state[g]}
+		if p, ok := mv.mu.progress[g]; ok {
+			mi.Entries, mi.Of = p[0], p[1]
+		}
+		if mi.State == "" {
+			mi.State = "started"
+		}
+		out[gm.from] = append(out[gm.from], mi)
+		out[gm.to] = append(out[gm.to], mi)
+	}
+	return out
+}

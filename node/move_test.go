@@ -1,0 +1,430 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+func TestMoveRecordRoundTrip(t *testing.T) {
+	for _, rec := range []moveRec{
+		{kind: moveKindRemove, name: "eu-4", dead: true, at: 12345},
+		{kind: moveKindRemove, name: "eu-4", at: 1},
+		{kind: moveKindStart, group: 7, from: "eu-1", fromID: 99, to: "eu-5", toID: 1 << 60},
+		{kind: moveKindDone, group: 7, from: "eu-1", to: "eu-5", toID: 3},
+		{kind: moveKindRemoved, name: "eu-1"},
+	} {
+		got, err := decodeMove(encodeMove(rec))
+		if err != nil || !reflect.DeepEqual(got, rec) {
+			t.Fatalf("%+v: decoded %+v, %v", rec, got, err)
+		}
+		b := encodeMove(rec)
+		for i := range b {
+			if _, err := decodeMove(b[:i]); err == nil {
+				t.Fatalf("%+v cut at %d decodes", rec, i)
+			}
+		}
+	}
+	for _, bad := range []moveRec{
+		{kind: moveKindStart, group: metaGroup, from: "a", fromID: 1, to: "b", toID: 2},
+		{kind: moveKindStart, group: 5, from: "a", fromID: 1, to: "a", toID: 2},
+		{kind: moveKindDone, group: 5, from: "a", to: "b"},
+		{kind: moveKindRemoved},
+	} {
+		if _, err := decodeMove(encodeMove(bad)); err == nil {
+			t.Fatalf("%+v decodes", bad)
+		}
+	}
+}
+
+func FuzzMoveRecord(f *testing.F) {
+	f.Add(encodeMove(moveRec{kind: moveKindStart, group: 7, from: "eu-1", fromID: 99, to: "eu-5", toID: 4}))
+	f.Add(encodeMove(moveRec{kind: moveKindRemove, name: "eu-4", dead: true, at: 12345}))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		rec, err := decodeMove(p)
+		if err != nil {
+			return
+		}
+		if again := encodeMove(rec); !reflect.DeepEqual(again, p) {
+			t.Fatalf("%x decodes to %+v, which encodes to %x", p, rec, again)
+		}
+	})
+}
+
+// newMoveMesh is a replicated region of size nodes with --replicas 3 and the admin API,
+// whose groups hold topics and have leaders.
+func newMoveMesh(t *testing.T, size int) *drainMesh {
+	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, size, func(c *Config) {
+		c.Replicas = 3
+		c.AdminAPI = true
+		c.Raft = TestRaftSettings()
+		c.Raft.GroupsPerNode = 2
+	}), admin: map[string]*httptest.Server{}}
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	c := m.dial("eu-3")
+	defer c.Close()
+	publishEach(ctx, t, c, "d", 40)
+	want := groupsWanted(2, size, 3)
+	waitFor(t, 60*time.Second, fmt.Sprintf("%d groups, each with a leader", want), func() bool {
+		r := m.nodes["eu-3"].rep
+		r.pl.RLock()
+		n := len(r.pl.groups)
+		r.pl.RUnlock()
+		if n != want {
+			return false
+		}
+		for _, name := range m.names {
+			for _, g := range m.nodes[name].rep.localGroups() {
+				if ro, _ := m.nodes[name].rep.d.Role(g.id); ro.Lead == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	return m
+}
+
+// waitRemoved waits until via no longer lists name, logging the progress it shows.
+func (m *drainMesh) waitRemoved(via, name string, timeout time.Duration) {
+	m.t.Helper()
+	last := ""
+	start := time.Now()
+	waitFor(m.t, timeout, name+" removed", func() bool {
+		for _, ni := range m.nodeInfos(via) {
+			if ni.Name == name {
+				if s := ni.String(); s != last {
+					m.t.Logf("%v %s", time.Since(start).Round(time.Millisecond), s)
+					last = s
+				}
+				return false
+			}
+		}
+		return true
+	})
+	m.t.Logf("%s removed in %v", name, time.Since(start).Round(time.Millisecond))
+}
+
+// checkFullyReplicated checks, on the stayers, that every group is placed on three of them
+// and that its leader's raft configuration is exactly that placement (three voters, no
+// learner, no joint configuration).
+func (m *drainMesh) checkFullyReplicated(stayers []string) {
+	m.t.Helper()
+	why := ""
+	defer func() {
+		if m.t.Failed() {
+			m.t.Logf("last seen: %s", why)
+		}
+	}()
+	waitFor(m.t, 60*time.Second, "every group placed on three stayers, its raft configuration matching", func() bool {
+		r := m.nodes[stayers[0]].rep
+		r.pl.RLock()
+		groups := make([]*repGroup, 0, len(r.pl.groups))
+		for _, g := range r.pl.groups {
+			groups = append(groups, g)
+		}
+		r.pl.RUnlock()
+		for _, g := range groups {
+			var ids []uint64
+			for _, rm := range g.replicas {
+				if !slices.Contains(stayers, rm.name) {
+					why = fmt.Sprintf("group %s placed on %v", g.label, g.names())
+					return false
+				}
+				ids = append(ids, m.nodes[rm.name].rep.id)
+			}
+			slices.Sort(ids)
+			if len(ids) != 3 {
+				m.t.Fatalf("group %s placed on %v", g.label, g.names())
+			}
+			led := false
+			for _, rm := range g.replicas {
+				rr := m.nodes[rm.name].rep
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				mb, err := rr.d.Membership(ctx, g.id)
+				cancel()
+				if err != nil || mb.Match == nil {
+					continue
+				}
+				led = true
+				if !reflect.DeepEqual(mb.Voters, ids) || len(mb.Learners) > 0 || mb.Joint() {
+					why = fmt.Sprintf("group %s placed on %v %v, its leader %s has voters %v learners %v outgoing %v", g.label, g.names(), ids, rm.name, mb.Voters, mb.Learners, mb.Outgoing)
+					return false
+				}
+			}
+			if !led {
+				why = fmt.Sprintf("group %s placed on %v: no leader among them", g.label, g.names())
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// checkLoad stops the load and verifies every topic on every stayer holding it: the
+// acknowledged records, at dense offsets, once each, identical on every replica.
+func checkLoad(t *testing.T, g *loadGen, m *drainMesh, stayers []string) {
+	t.Helper()
+	g.stop()
+	g.wg.Wait()
+	r := m.nodes[stayers[0]].rep
+	for i := range g.acked {
+		topic := fmt.Sprintf("load.%d", i)
+		acked := g.acked[i].Load()
+		tp := r.lookup(topic)
+		if tp == nil {
+			t.Fatalf("%s not placed", topic)
+		}
+		var holders []*Node
+		for _, rm := range tp.replicas {
+			holders = append(holders, m.nodes[rm.name])
+		}
+		var next uint64
+		waitFor(t, 10*time.Second, fmt.Sprintf("%s: %s to apply the %d records acknowledged", topic, holders[0].Name(), acked), func() bool {
+			_, next, _ = holders[0].Log().Bounds(topic)
+			return next >= acked
+		})
+		if next != acked && next != acked+1 {
+			t.Fatalf("%s: %d records stored, %d acknowledged", topic, next, acked)
+		}
+		recs := checkIdentical(t, holders, topic, int(next))
+		for off, rec := range recs {
+			if string(rec.Payload) != strconv.Itoa(off) {
+				t.Fatalf("%s: offset %d holds %q: lost, duplicated or reordered", topic, off, rec.Payload)
+			}
+		}
+	}
+}
+
+// watchMoves samples, every few milliseconds until stopped, the configuration of every
+// group with a move in progress on its leader, and fails the test when a move's new replica
+// votes, with the old one removed, while it trails the commit index by more than twice the
+// lag a promotion allows, or, on a leader that saw it a learner in its term, has
+// acknowledged nothing, in five samples running (a leader elected after the promotion knows
+// no match until each replica answers it, so only the leader that promoted it is judged on
+// that): the old replica was removed before its replacement caught up.
+func watchMoves(t *testing.T, m *drainMesh) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan []string, 1)
+	t.Cleanup(cancel)
+	nodes := m.all()
+	go func() {
+		var bad []string
+		behind := map[[2]uint64]int{}      // (node's raft ID, group) -> bad samples running
+		sawLearner := map[[3]uint64]bool{} // (node's raft ID, group, term): it led with the new replica a learner
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for ctx.Err() == nil {
+			for _, n := range nodes {
+				r := n.rep
+				for g, gm := range r.moves.movesCopy() {
+					if ro, ok := r.d.Role(g); !ok || !ro.Leader {
+						continue
+					}
+					mctx, mcancel := context.WithTimeout(ctx, time.Second)
+					mb, err := r.d.Membership(mctx, g)
+					mcancel()
+					if err != nil || mb.Match == nil {
+						continue
+					}
+					key := [2]uint64{r.id, g}
+					termKey := [3]uint64{r.id, g, mb.Status.GetTerm()}
+					if mb.IsLearner(gm.toID) {
+						sawLearner[termKey] = true
+					}
+					match := mb.Match[gm.toID]
+					if mb.IsVoter(gm.toID) && !mb.IsVoter(gm.fromID) && (match+2*rejoinMaxLag < mb.Status.GetCommit() || match == 0 && sawLearner[termKey]) {
+						behind[key]++
+					} else {
+						behind[key] = 0
+					}
+					if behind[key] == 5 && len(bad) < 10 {
+						bad = append(bad, fmt.Sprintf("group %d: %s's replica removed while the one on %s has %d of %d entries",
+							g, gm.from, gm.to, mb.Match[gm.toID], mb.Status.GetCommit()))
+					}
+				}
+			}
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+		done <- bad
+	}()
+	return func() {
+		cancel()
+		if bad := <-done; len(bad) > 0 {
+			t.Fatalf("a move removed a replica before its replacement caught up:\n%s", strings.Join(bad, "\n"))
+		}
+	}
+}
+
+// TestRemoveTwoNodesUnderLoad: a region of five with three replicas loses two nodes through
+// 'nodes remove' while topics take publishes: every replica of theirs moves to a stayer
+// (learner, caught up, promoted with the old one removed), the two leave the metadata
+// group, every acknowledged record is on every replica once at its offset, and a third
+// removal is refused (the region would keep fewer nodes than its replicas).
+func TestRemoveTwoNodesUnderLoad(t *testing.T) {
+	m := newMoveMesh(t, 5)
+	c := dialNode(t, m.nodes["eu-3"], client.Options{})
+	defer c.Close()
+	load := startLoad(t, c, 8)
+	load.waitMore(t, 200, nil)
+
+	stopWatch := watchMoves(t, m)
+	// eu-1 formed the region (a metadata voter), eu-5 joined it later (a learner).
+	for _, name := range []string{"eu-1", "eu-5"} {
+		if code, body := m.post("eu-3", "/v1/nodes/"+name+"/remove"); code != http.StatusOK {
+			t.Fatalf("remove %s: %d %s", name, code, body)
+		}
+	}
+	waitFor(t, 30*time.Second, "both removals recorded", func() bool {
+		_, ok1 := m.nodes["eu-2"].rep.moves.removingReq("eu-1")
+		_, ok5 := m.nodes["eu-2"].rep.moves.removingReq("eu-5")
+		return ok1 && ok5
+	})
+	if code, body := m.post("eu-2", "/v1/nodes/eu-4/remove"); code != http.StatusConflict {
+		t.Fatalf("a third removal: %d %s, want a refusal", code, body)
+	} else {
+		t.Logf("third removal refused: %s", body)
+	}
+	m.waitRemoved("eu-3", "eu-1", 180*time.Second)
+	m.waitRemoved("eu-3", "eu-5", 180*time.Second)
+	stopWatch()
+	stayers := []string{"eu-2", "eu-3", "eu-4"}
+	m.checkFullyReplicated(stayers)
+	mb, err := m.nodes["eu-3"].rep.d.Membership(context.Background(), metaGroup)
+	if err != nil || len(mb.Voters) != 3 || len(mb.Learners) != 0 {
+		t.Fatalf("metadata group: %+v %v", mb, err)
+	}
+	load.waitMore(t, 200, nil)
+	checkLoad(t, load, m, stayers)
+	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}
+
+// TestRemoveDeadNode: a node stopped for good with its data deleted is refused a plain
+// removal (it cannot hand its replicas over) and removed with --dead: its groups are
+// re-replicated from the survivors and the region is back to three replicas of every group,
+// nothing acknowledged lost.
+func TestRemoveDeadNode(t *testing.T) {
+	m := newMoveMesh(t, 4)
+	c := dialNode(t, m.nodes["eu-3"], client.Options{})
+	defer c.Close()
+	load := startLoad(t, c, 8)
+	load.waitMore(t, 200, nil)
+
+	if err := m.nodes["eu-2"].Close(); err != nil {
+		t.Logf("close eu-2: %v", err)
+	}
+	if err := os.RemoveAll(m.cfgs["eu-2"].DataDir); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "eu-2 seen down", func() bool {
+		for _, ni := range m.nodeInfos("eu-3") {
+			if ni.Name == "eu-2" {
+				return ni.State == "down"
+			}
+		}
+		return false
+	})
+	if code, body := m.post("eu-3", "/v1/nodes/eu-2/remove"); code == http.StatusOK || !strings.Contains(body, "--dead") {
+		t.Fatalf("remove of a down node without --dead: %d %s, want a refusal", code, body)
+	} else {
+		t.Logf("refused: %s", body)
+	}
+	if code, body := m.post("eu-4", "/v1/nodes/eu-3/remove?dead=1"); code == http.StatusOK {
+		t.Fatalf("remove --dead of an up node: %d %s, want a refusal", code, body)
+	} else {
+		t.Logf("refused: %s", body)
+	}
+	if code, body := m.post("eu-4", "/v1/nodes/eu-2/remove?dead=1"); code != http.StatusOK {
+		t.Fatalf("remove --dead: %d %s", code, body)
+	}
+	m.waitRemoved("eu-3", "eu-2", 180*time.Second)
+	stayers := []string{"eu-1", "eu-3", "eu-4"}
+	m.checkFullyReplicated(stayers)
+	waitFor(t, 60*time.Second, "no group under-replicated (quicmq_raft_groups_under_replicated 0 on every stayer)", func() bool {
+		sum := 0
+		for _, name := range stayers {
+			sum += int(metricWith(t, m.nodes[name], "quicmq_raft_groups_under_replicated", nil))
+		}
+		return sum == 0
+	})
+	load.waitMore(t, 200, nil)
+	checkLoad(t, load, m, stayers)
+	var ns []NodeInfo
+	b, _ := json.Marshal(m.nodeInfos("eu-1"))
+	_ = json.Unmarshal(b, &ns)
+	for _, ni := range ns {
+		if ni.Name == "eu-2" || ni.State != "up" || ni.Held == 0 {
+			t.Fatalf("after the removal: %+v", ns)
+		}
+	}
+	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}
+
+// TestRemoveResumesAfterMetadataLeaderRestart: the metadata leader is stopped while a move
+// it planned is in progress and started again on its data: the moves are metadata records,
+// so the next leader (or it) carries the removal to its end, nothing acknowledged lost.
+func TestRemoveResumesAfterMetadataLeaderRestart(t *testing.T) {
+	m := newMoveMesh(t, 4)
+	lead := ""
+	waitFor(t, 20*time.Second, "a metadata leader", func() bool {
+		for _, name := range m.names {
+			if ro, ok := m.nodes[name].rep.d.Role(metaGroup); ok && ro.Leader {
+				lead = name
+			}
+		}
+		return lead != ""
+	})
+	victim := "eu-4"
+	if lead == victim {
+		victim = "eu-3"
+	}
+	via := ""
+	for _, name := range m.names {
+		if name != lead && name != victim && via == "" {
+			via = name
+		}
+	}
+	t.Logf("metadata leader %s; removing %s; asking and publishing through %s", lead, victim, via)
+	c := dialNode(t, m.nodes[via], client.Options{})
+	defer c.Close()
+	load := startLoad(t, c, 8)
+	load.waitMore(t, 200, nil)
+	if code, body := m.post(via, "/v1/nodes/"+victim+"/remove"); code != http.StatusOK {
+		t.Fatalf("remove %s: %d %s", victim, code, body)
+	}
+	waitFor(t, 30*time.Second, "a move in progress", func() bool { return len(m.nodes[lead].rep.moves.movesCopy()) > 0 })
+	t.Logf("moves in progress when %s stops: %v", lead, m.nodes[lead].rep.moves.movesCopy())
+	if err := m.nodes[lead].Close(); err != nil {
+		t.Logf("close %s: %v", lead, err)
+	}
+	cfg := m.cfgs[lead]
+	cfg.Join = []string{m.nodes[via].Gossip().LANAddr()} // eu-1 started first, with no one to join
+	m.cfgs[lead] = cfg
+	m.restart(lead)
+	m.waitRemoved(via, victim, 180*time.Second)
+	var stayers []string
+	for _, name := range m.names {
+		if name != victim {
+			stayers = append(stayers, name)
+		}
+	}
+	m.checkFullyReplicated(stayers)
+	load.waitMore(t, 200, nil)
+	checkLoad(t, load, m, stayers)
+	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}
