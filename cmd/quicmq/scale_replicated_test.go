@@ -101,6 +101,30 @@ func TestScaleReplicatedTopics(t *testing.T) {
 		wg.Wait()
 		return time.Since(start)
 	}
+	// QUICMQ_SCALE_PROBE=N: before the bulk creation, N topics are created one at a time
+	// and N publishes go to topics that exist, one at a time, on the region and on the
+	// single node: the latency of one creation, which bounds the pipelined client's rate
+	// (its window over the latency).
+	if probe := envInt("QUICMQ_SCALE_PROBE", 0); probe > 0 {
+		for _, p := range []struct{ name, addr string }{{"region", r.nodes[0].proc().addr}, {"single", solo.addr}} {
+			c := dialCA(t, p.addr, r.caDir)
+			var created, existing time.Duration
+			for i := range probe {
+				start := time.Now()
+				if _, err := c.Publish(context.Background(), client.Message{Topic: fmt.Sprintf("probe.t%d", i), Payload: []byte("first")}); err != nil {
+					t.Fatalf("probe: %v", err)
+				}
+				created += time.Since(start)
+				start = time.Now()
+				if _, err := c.Publish(context.Background(), client.Message{Topic: fmt.Sprintf("probe.t%d", i), Payload: []byte("again")}); err != nil {
+					t.Fatalf("probe: %v", err)
+				}
+				existing += time.Since(start)
+			}
+			t.Logf("%s: one creation takes %v on average, one publish to a topic that exists %v (%d each, one at a time)",
+				p.name, (created / time.Duration(probe)).Round(10*time.Microsecond), (existing / time.Duration(probe)).Round(10*time.Microsecond), probe)
+		}
+	}
 	regionNames := []string{r.nodes[0].proc().name, r.nodes[1].proc().name, r.nodes[2].proc().name}
 	profiled := profile("create", regionNames, metrics, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
 	repl := create(r.nodes[0].proc().addr)
