@@ -356,6 +356,12 @@ func (e *engine) maybeQuiesce(g *group) bool {
 	return true
 }
 
+// needsTicks reports whether a tick would do anything: a group is awake, or a snapshot
+// report waits for its ticks (tickReports).
+func (e *engine) needsTicks() bool {
+	return e.stats.Quiesced < len(e.order) || len(e.reports) > 0
+}
+
 func (e *engine) setQuiet(g *group, q bool) {
 	if g.quiet == q {
 		return
