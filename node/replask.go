@@ -216,14 +216,20 @@ func (s *session) servePlaceBatch(str *quic.Stream, rd *wire.Reader, first *wire
 	ctx, cancel := context.WithTimeout(s.ctx, n.cfg.ManageTimeout)
 	defer cancel()
 	done := make(chan *wire.Error, len(topics))
-	var wg sync.WaitGroup
-	for _, topic := range topics {
-		wg.Go(func() {
-			_, e := n.rep.ensureReplicas(ctx, topic, true, 0)
-			done <- e
-		})
+	if e, ok := n.rep.placeAll(ctx, topics); ok {
+		done <- e
+	} else {
+		// Not the common case (this node does not lead the metadata group, or places a
+		// group per topic): each topic as a single ask is served.
+		var wg sync.WaitGroup
+		for _, topic := range topics {
+			wg.Go(func() {
+				_, e := n.rep.ensureReplicas(ctx, topic, true, 0)
+				done <- e
+			})
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	close(done)
 	w := wire.NewWriter(str)
 	for _, topic := range topics {
@@ -281,4 +287,59 @@ var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return
 func (r *replicated) slowPoll() time.Duration {
 	c := r.n.cfg.Raft
 	return max(c.TickInterval, c.TickInterval*time.Duration(c.ElectionTicks)/2)
+}
+
+// placeAll places topics, asked by another node, on this node, the metadata leader, placing
+// on groups of many topics: queued for the placer together, then waited for together, with
+// one timer, not a goroutine and timers per topic. ok is false when this node cannot take
+// that path (it does not lead the metadata group, or places a group per topic).
+func (r *replicated) placeAll(ctx context.Context, topics []string) (e *wire.Error, ok bool) {
+	r.mu.Lock()
+	formed := r.mu.formed
+	members := len(r.mu.voters) + len(r.mu.learners)
+	r.mu.Unlock()
+	if !formed || r.leaderID(ctx, metaGroup) != r.id || !r.manyGroups() {
+		return nil, false
+	}
+	n := r.n
+	if n.cfg.Replicas > members {
+		return wire.Errorf(wire.CodeInvalidArgument, "topic %q: %d replicas asked, but region %q has %d nodes that hold replicated topics", topics[0], n.cfg.Replicas, n.cfg.Region, members), true
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	var q []placeReq
+	for _, topic := range topics {
+		if r.lookup(topic) == nil {
+			q = append(q, placeReq{topic, n.cfg.Replicas})
+		}
+	}
+	r.mu.Lock()
+	r.mu.placeQ = append(r.mu.placeQ, q...)
+	r.mu.Unlock()
+	select {
+	case r.placeWake <- struct{}{}:
+	default:
+	}
+	poll := time.NewTicker(r.slowPoll())
+	defer poll.Stop()
+	for _, topic := range topics {
+		placed := r.placedCh(topic)
+	wait:
+		for {
+			select {
+			case <-placed:
+				break wait
+			case <-poll.C:
+				if r.leaderID(ctx, metaGroup) != r.id {
+					r.unwaitPlaced(topic)
+					return wire.Errorf(wire.CodeUnavailable, "topic %q: node %q no longer leads region %q's metadata; retry", topic, n.cfg.Name, n.cfg.Region), true
+				}
+			case <-ctx.Done():
+				r.unwaitPlaced(topic)
+				return wire.Errorf(wire.CodeUnavailable, "topic %q: region %q's metadata group did not place it within %v (no quorum of its nodes: %s); retry",
+					topic, n.cfg.Region, n.cfg.Raft.QuorumTimeout, r.metaLacking()), true
+			}
+		}
+	}
+	return nil, true
 }
