@@ -667,7 +667,9 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 		}
 		var wake <-chan struct{} = changed
 		every := n.cfg.Raft.TickInterval
-		if formed && asked {
+		if formed && (asked || relayed) {
+			// relayed: the sender read the placement or asked this node as the leader; it
+			// is applied here soon
 			wake, every, waited = r.placedCh(topic), r.slowPoll(), true
 		}
 		poll.Reset(every)
