@@ -41,7 +41,9 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	metrics := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	// QUICMQ_SCALE_PPROF=DIR: the nodes serve pprof, and the test writes each node's CPU
 	// profile while it creates the topics (DIR/create-NAME.pprof) and over the idle window
-	// (DIR/idle-NAME.pprof), for `go tool pprof`.
+	// (DIR/idle-NAME.pprof), for `go tool pprof`; QUICMQ_SCALE_PPROF_CREATE sets the
+	// creation profile's seconds (default 5), QUICMQ_SCALE_PPROF_DELAY how far into the
+	// creation it starts (default 0).
 	profDir := os.Getenv("QUICMQ_SCALE_PPROF")
 	var prof []string
 	if profDir != "" {
@@ -56,8 +58,13 @@ func TestScaleReplicatedTopics(t *testing.T) {
 			return func() {}
 		}
 		var wg sync.WaitGroup
+		delay := time.Duration(envInt("QUICMQ_SCALE_PPROF_DELAY", 0)) * time.Second // into the creation
+		if phase != "create" {
+			delay = 0
+		}
 		for i := range names {
 			wg.Go(func() {
+				time.Sleep(delay)
 				if err := cpuProfile(addrs[i], d, filepath.Join(profDir, phase+"-"+names[i]+".pprof")); err != nil {
 					t.Logf("profile of %s: %v", names[i], err)
 				}
