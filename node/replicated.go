@@ -595,6 +595,9 @@ func (r *replicated) ensure(ctx context.Context, topic string, relayed bool) (*r
 // ensureReplicas is ensure placing a new topic on replicas nodes (0: the region's
 // --replicas). A topic placed already is returned whatever its count: the caller compares.
 func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed bool, replicas int) (*repTopic, *wire.Error) {
+	if t := r.lookup(topic); t != nil {
+		return t, nil // every publish asks: no context or timer for a topic placed
+	}
 	n := r.n
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
 	defer cancel()
