@@ -394,6 +394,23 @@ func (g *Gossip) RegionMembers(region string) []Member {
 	return mergeMembers(g.mu.lan, g.mu.wan, func(m Member) bool { return m.Region == region })
 }
 
+// MemberStatus is the status of member name of region as RegionMembers would report it,
+// without copying the member table: a publish relayed to a leader asks it (StatusLeft for
+// a node not known).
+func (g *Gossip) MemberStatus(region, name string) Status {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if m, ok := g.mu.lan[name]; ok && m.Region == region {
+		return m.Status
+	}
+	if _, ok := g.mu.lan[name]; !ok {
+		if m, ok := g.mu.wan[name]; ok && m.Region == region {
+			return m.Status
+		}
+	}
+	return StatusLeft
+}
+
 // Local returns this node as its pools see it, read from serf directly (current even
 // before Run has drained the first events).
 func (g *Gossip) Local() Member {

@@ -196,12 +196,7 @@ func (p *placement) memberStatus(name string) gossip.Status {
 	if name == p.n.cfg.Name {
 		return gossip.StatusAlive
 	}
-	for _, m := range p.n.gossip.RegionMembers(p.n.cfg.Region) {
-		if m.Name == name {
-			return m.Status
-		}
-	}
-	return gossip.StatusLeft
+	return p.n.gossip.MemberStatus(p.n.cfg.Region, name)
 }
 
 // ownerNow decides topic's owner from what is known now. ready is false when a live node's

@@ -27,9 +27,12 @@ type inFlight struct {
 }
 
 // mustAwait reports whether a batch of topic read now waits for its placement off the
-// reader goroutine: in a replicated region, for a client's publish to a topic the region
-// has not placed (whose placement is then asked for at once), or to one with batches
-// waiting already (so that a topic's batches keep their order).
+// reader goroutine: in a replicated region, for a publish to a topic this node has not read
+// the placement of (a client's: the awaiter goroutine the batch starts asks for the
+// placement at once, ensure; a second ask from here would double what a creation costs;
+// another node's relay: the placement is being applied here, and waiting for it on the
+// reader would hold up every publish behind it on the relay stream), or to one with
+// batches waiting already (so that a topic's batches keep their order).
 func (p *publisher) mustAwait(topic string) bool {
 	r := p.s.n.rep
 	if r == nil {
@@ -38,11 +41,7 @@ func (p *publisher) mustAwait(topic string) bool {
 	if p.awaits(topic) {
 		return true
 	}
-	if p.s.peer || r.lookup(topic) != nil {
-		return false
-	}
-	r.placeLater(topic)
-	return true
+	return r.lookup(topic) == nil
 }
 
 // awaits reports whether batches of topic wait in the awaiting queue.

@@ -13,14 +13,18 @@ import (
 // region's metadata group place the topic (asking its leader when this node does not lead
 // it); another node's is that ask, relayed here because this node leads the metadata group
 // (replicated.askPlace): it is placed here or refused, never passed on. Both are answered
-// with the topic's TOPIC_INFO, carrying its leader and replicas. One with a retention of
+// with the topic's TOPIC_INFO, carrying its leader and replicas. A node's ask without
+// options may carry many topics, one TOPIC_CREATE each (servePlaceBatch, replask.go). One with a retention of
 // its own (or --update) is also configured through the topic's group leader.
-func (s *session) serveReplicatedCreate(str *quic.Stream, f *wire.TopicCreate) {
+func (s *session) serveReplicatedCreate(str *quic.Stream, rd *wire.Reader, f *wire.TopicCreate) {
 	n := s.n
 	topic := f.Topic
 	switch {
 	case s.peer && s.peerRegion() != n.cfg.Region:
 		s.failStream(str, wire.Errorf(wire.CodeForbidden, "nodes of other regions do not create this region's topics"))
+		return
+	case s.peer && f.Flags == 0 && f.Replicas == 0:
+		s.servePlaceBatch(str, rd, f) // replask.go: an ask of many topics
 		return
 	case !s.peer:
 		if e := s.actor.checkTopic(topic, false); e != nil {

@@ -449,6 +449,10 @@ func (r *replicated) placeLocked(topic string, g *repGroup) bool {
 		return false
 	}
 	r.pl.topics[topic] = g.id
+	if ch := r.pl.waiting[topic]; ch != nil {
+		close(ch) // a creation waits for it (placedCh)
+		delete(r.pl.waiting, topic)
+	}
 	if len(g.replicas) < r.n.cfg.Replicas {
 		r.pl.narrow++ // placed with a count of its own (topics create --replicas)
 	}

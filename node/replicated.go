@@ -65,6 +65,15 @@ type replicated struct {
 		nextID uint64               // above every group of many topics declared
 		// narrow: placed topics on fewer nodes than --replicas: not every node holds every topic
 		narrow int
+		// waiting: topics creations wait for, each closed when it is placed (placedCh)
+		waiting map[string]chan struct{}
+	}
+
+	// ask: topics to ask the metadata leader to place, for the asker goroutine (replask.go).
+	ask struct {
+		sync.Mutex
+		q    []*askReq
+		wake chan struct{} // capacity 1
 	}
 
 	elections *electionCounter // metrics (replmetrics.go)
@@ -161,6 +170,7 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r.pl.topics = make(map[string]uint64)
 	r.pl.groups = make(map[uint64]*repGroup)
 	r.pl.many = make(map[int][]uint64)
+	r.ask.wake = make(chan struct{}, 1)
 	r.mu.ids = make(map[string]uint64)
 	r.mu.names = make(map[uint64]string)
 	r.mu.status = make(map[uint64]raft.BasicStatus)
@@ -280,6 +290,7 @@ func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
 	r.mu.Unlock()
 	wg.Add(8)
 	go func() { defer wg.Done(); r.placer(ctx) }()    // replgroups.go
+	go func() { defer wg.Done(); r.asker(ctx) }()     // replask.go
 	go func() { defer wg.Done(); r.drainLoop(ctx) }() // drain.go
 	go func() { defer wg.Done(); r.moveLoop(ctx) }()  // move.go
 	go func() { defer wg.Done(); r.retain(ctx) }()    // replretain.go
@@ -589,11 +600,25 @@ func (r *replicated) ensure(ctx context.Context, topic string, relayed bool) (*r
 // ensureReplicas is ensure placing a new topic on replicas nodes (0: the region's
 // --replicas). A topic placed already is returned whatever its count: the caller compares.
 func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed bool, replicas int) (*repTopic, *wire.Error) {
+	if t := r.lookup(topic); t != nil {
+		return t, nil // every publish asks: no context or timer for a topic placed
+	}
 	n := r.n
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
 	defer cancel()
-	poll := time.NewTicker(n.cfg.Raft.TickInterval)
+	// Until the topic is asked for, every change of the region is looked at and the state
+	// polled each tick; once asked, only its own placement (placedCh), the ask's answer and,
+	// at an election's pace, a change of metadata leader wake it: thousands of creations
+	// wait at once, and each metadata record applied or tick would wake them all (replask.go).
+	poll := time.NewTimer(n.cfg.Raft.TickInterval)
 	defer poll.Stop()
+	var askDone <-chan *wire.Error // the batched ask's answer (replask.go)
+	waited := false                // placedCh made for topic: forgotten when this gives up
+	defer func() {
+		if waited && r.lookup(topic) == nil {
+			r.unwaitPlaced(topic)
+		}
+	}()
 	asked, askedLead := false, uint64(0)
 	var notLeader time.Time // relayed: when this node first found it does not lead the metadata
 	var lastErr *wire.Error // the last refusal of a metadata leader asked, told at the timeout
@@ -631,6 +656,9 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 				if time.Since(notLeader) > n.cfg.Raft.TickInterval*time.Duration(n.cfg.Raft.ElectionTicks) {
 					return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: node %q no longer leads region %q's metadata; retry", topic, n.cfg.Name, n.cfg.Region)
 				}
+			case lead != 0 && replicas == 0:
+				askDone = r.askBatched(lead, topic) // many topics per stream to the leader
+				asked, askedLead = true, lead
 			case lead != 0:
 				e := r.askPlace(ctx, lead, topic, replicas)
 				switch {
@@ -645,8 +673,25 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 				}
 			}
 		}
+		var wake <-chan struct{} = changed
+		every := n.cfg.Raft.TickInterval
+		if formed && (asked || relayed) {
+			// relayed: the sender read the placement or asked this node as the leader; it
+			// is applied here soon
+			wake, every, waited = r.placedCh(topic), r.slowPoll(), true
+		}
+		poll.Reset(every)
 		select {
-		case <-changed:
+		case <-wake:
+		case e := <-askDone:
+			askDone = nil
+			switch {
+			case e == nil: // placed on the leader: applied here soon (placedCh)
+			case e.Code != wire.CodeUnavailable:
+				return nil, e
+			default:
+				lastErr, asked = e, false // asked again, of the leader then known
+			}
 		case <-poll.C:
 		case <-ctx.Done():
 			if lastErr != nil && r.lookup(topic) == nil {

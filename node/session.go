@@ -261,7 +261,7 @@ func (s *session) serveStream(str *quic.Stream) {
 		return
 	}
 	if tc, ok := f.(*wire.TopicCreate); ok && s.n.rep != nil {
-		s.serveReplicatedCreate(str, tc) // replcreate.go: placed by the region's metadata group
+		s.serveReplicatedCreate(str, r, tc) // replcreate.go: placed by the region's metadata group
 		return
 	}
 	switch f := f.(type) {

@@ -91,6 +91,7 @@ func (d *Driver) Run(ctx context.Context) error {
 	defer fetches.Wait()
 	defer cancel()
 	e := d.e
+	paused := false // the ticker is stopped: every group is quiet (needsTicks)
 	for {
 		select {
 		case <-ctx.Done():
@@ -122,6 +123,18 @@ func (d *Driver) Run(ctx context.Context) error {
 		}
 		for _, cu := range e.takeFetches() {
 			fetches.Go(func() { d.runFetch(fctx, cu) })
+		}
+		// An idle node costs nothing per tick: with every group quiet (a quiet group is
+		// not ticked) and no snapshot report to time, the ticker stops, and starts again
+		// in the round that wakes a group (a message, a proposal, an operation). Raft
+		// sees the same ticks either way: only quiet groups miss them, as they do anyway.
+		switch need := e.needsTicks(); {
+		case need && paused:
+			t.Reset(d.cfg.TickInterval)
+			paused = false
+		case !need && !paused:
+			t.Stop()
+			paused = true
 		}
 	}
 }

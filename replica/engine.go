@@ -359,6 +359,13 @@ func (e *engine) maybeQuiesce(g *group) bool {
 	return true
 }
 
+// needsTicks reports whether a tick would do anything: a group is awake, a snapshot
+// report waits for its ticks (tickReports), or the next round has work left by this one
+// (compactions due, groups still ready after process's rounds).
+func (e *engine) needsTicks() bool {
+	return e.stats.Quiesced < len(e.order) || len(e.reports) > 0 || len(e.compactDue) > 0 || len(e.dirty) > 0
+}
+
 func (e *engine) setQuiet(g *group, q bool) {
 	if g.quiet == q {
 		return

@@ -39,10 +39,39 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	bin := quicmqBinary(t)
 	r := newReplicaRegion(t, bin, 3)
 	metrics := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
-	r.extra = func(i int) []string { return []string{"--metrics", metrics[i]} }
+	// QUICMQ_SCALE_PPROF=DIR: the nodes serve pprof, and the test writes each node's CPU
+	// profile while it creates the topics (DIR/create-NAME.pprof) and over the idle window
+	// (DIR/idle-NAME.pprof), for `go tool pprof`; QUICMQ_SCALE_PPROF_CREATE sets the
+	// creation profile's seconds (default 5), QUICMQ_SCALE_PPROF_DELAY how far into the
+	// creation it starts (default 0).
+	profDir := os.Getenv("QUICMQ_SCALE_PPROF")
+	var prof []string
+	if profDir != "" {
+		prof = []string{"--pprof"}
+	}
+	r.extra = func(i int) []string { return append([]string{"--metrics", metrics[i]}, prof...) }
 	r.startAll()
 	soloMetrics := freeAddr(t)
-	solo := startMeshProcess(t, bin, "solo1", "--data", t.TempDir(), "--region", "solo", "--ca-dir", r.caDir, "--gossip", freeAddr(t), "--metrics", soloMetrics)
+	solo := startMeshProcess(t, bin, "solo1", append([]string{"--data", t.TempDir(), "--region", "solo", "--ca-dir", r.caDir, "--gossip", freeAddr(t), "--metrics", soloMetrics}, prof...)...)
+	profile := func(phase string, names, addrs []string, d time.Duration) (wait func()) {
+		if profDir == "" {
+			return func() {}
+		}
+		var wg sync.WaitGroup
+		delay := time.Duration(envInt("QUICMQ_SCALE_PPROF_DELAY", 0)) * time.Second // into the creation
+		if phase != "create" {
+			delay = 0
+		}
+		for i := range names {
+			wg.Go(func() {
+				time.Sleep(delay)
+				if err := cpuProfile(addrs[i], d, filepath.Join(profDir, phase+"-"+names[i]+".pprof")); err != nil {
+					t.Logf("profile of %s: %v", names[i], err)
+				}
+			})
+		}
+		return wg.Wait
+	}
 	t.Logf("load average at the start: %s", loadAvg())
 
 	name := func(i int) string { return fmt.Sprintf("s.t%06d", i) }
@@ -79,9 +108,38 @@ func TestScaleReplicatedTopics(t *testing.T) {
 		wg.Wait()
 		return time.Since(start)
 	}
+	// QUICMQ_SCALE_PROBE=N: before the bulk creation, N topics are created one at a time
+	// and N publishes go to topics that exist, one at a time, on the region and on the
+	// single node: the latency of one creation, which bounds the pipelined client's rate
+	// (its window over the latency).
+	if probe := envInt("QUICMQ_SCALE_PROBE", 0); probe > 0 {
+		for _, p := range []struct{ name, addr string }{{"region", r.nodes[0].proc().addr}, {"single", solo.addr}} {
+			c := dialCA(t, p.addr, r.caDir)
+			var created, existing time.Duration
+			for i := range probe {
+				start := time.Now()
+				if _, err := c.Publish(context.Background(), client.Message{Topic: fmt.Sprintf("probe.t%d", i), Payload: []byte("first")}); err != nil {
+					t.Fatalf("probe: %v", err)
+				}
+				created += time.Since(start)
+				start = time.Now()
+				if _, err := c.Publish(context.Background(), client.Message{Topic: fmt.Sprintf("probe.t%d", i), Payload: []byte("again")}); err != nil {
+					t.Fatalf("probe: %v", err)
+				}
+				existing += time.Since(start)
+			}
+			t.Logf("%s: one creation takes %v on average, one publish to a topic that exists %v (%d each, one at a time)",
+				p.name, (created / time.Duration(probe)).Round(10*time.Microsecond), (existing / time.Duration(probe)).Round(10*time.Microsecond), probe)
+		}
+	}
+	regionNames := []string{r.nodes[0].proc().name, r.nodes[1].proc().name, r.nodes[2].proc().name}
+	profiled := profile("create", regionNames, metrics, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
 	repl := create(r.nodes[0].proc().addr)
+	profiled()
 	t.Logf("region of 3 (--replicas 3): %d topics created in %v: %.0f topics/s", n, repl.Round(time.Millisecond), float64(n)/repl.Seconds())
+	profiled = profile("create", []string{"solo"}, []string{soloMetrics}, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
 	single := create(solo.addr)
+	profiled()
 	t.Logf("single node: %d topics created in %v: %.0f topics/s", n, single.Round(time.Millisecond), float64(n)/single.Seconds())
 
 	time.Sleep(settle) // quiet, so that idle groups quiesce: not a wait for an event
@@ -92,7 +150,9 @@ func TestScaleReplicatedTopics(t *testing.T) {
 		cpu0[i] = procCPU(t, p.cmd.Process.Pid)
 	}
 	t0 := time.Now()
+	profiled = profile("idle", append(regionNames, "solo"), addrs, window)
 	time.Sleep(window) // the measurement window
+	profiled()
 	elapsed := time.Since(t0).Seconds()
 	t.Logf("load average after the idle window: %s", loadAvg())
 	for i, p := range procs {
@@ -183,4 +243,25 @@ func listTopics(bin, addr, caDir, pattern string) (int, error) {
 		return rows, fmt.Errorf("%v: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	return rows, nil
+}
+
+// cpuProfile writes the CPU profile of d seconds that the node serving pprof at addr takes.
+func cpuProfile(addr string, d time.Duration, path string) error {
+	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
