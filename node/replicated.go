@@ -288,21 +288,28 @@ func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
 	r.mu.Lock()
 	r.mu.ctx, r.mu.wg = ctx, wg
 	r.mu.Unlock()
-	wg.Add(8)
-	go func() { defer wg.Done(); r.placer(ctx) }()    // replgroups.go
-	go func() { defer wg.Done(); r.asker(ctx) }()     // replask.go
-	go func() { defer wg.Done(); r.drainLoop(ctx) }() // drain.go
-	go func() { defer wg.Done(); r.moveLoop(ctx) }()  // move.go
-	go func() { defer wg.Done(); r.retain(ctx) }()    // replretain.go
-	go func() {
-		defer wg.Done()
-		if err := r.d.Run(ctx); err != nil {
-			r.n.log.Error("raft driver stopped: replicated topics are unavailable on this node until it restarts", "err", err)
-		}
-	}()
-	go func() { defer wg.Done(); r.form(ctx) }()
-	go func() { defer wg.Done(); r.watchMeta(ctx) }()
-	go func() { defer wg.Done(); r.observe(ctx) }()
+	starts := []func(context.Context){
+		r.placer,    // replgroups.go
+		r.asker,     // replask.go
+		r.drainLoop, // drain.go
+		r.moveLoop,  // move.go
+		r.retain,    // replretain.go
+		r.runDriver,
+		r.form,
+		r.watchMeta,
+		r.observe,
+	}
+	wg.Add(len(starts)) // one count per goroutine, whatever the list holds
+	for _, run := range starts {
+		go func() { defer wg.Done(); run(ctx) }()
+	}
+}
+
+// runDriver runs the raft driver until ctx ends.
+func (r *replicated) runDriver(ctx context.Context) {
+	if err := r.d.Run(ctx); err != nil {
+		r.n.log.Error("raft driver stopped: replicated topics are unavailable on this node until it restarts", "err", err)
+	}
 }
 
 func (r *replicated) notifyLocked() {
