@@ -1,11 +1,15 @@
 package node_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +41,10 @@ import (
 // use (after a GC) with the subscription open and every record read, less the heap before it
 // was opened: node and client together (the client keeps its own per-topic state), so an
 // upper bound of what the subscription costs the node.
+//
+// The process/ leaves read the same pair through the SDK from a `quicmq node` process on the
+// same data: "node-rss-MiB" is what the subscription added to the node process's resident
+// memory, "node-cpu-µs/record" its CPU, beside this process's "cpu-µs/record".
 //
 // BenchmarkWildcardLive opens 10 subscriptions "scale.>" from latest (each on a connection of
 // its own), then measures the heap they added ("heap-MiB", node and clients), the process's
@@ -144,6 +152,138 @@ func BenchmarkWildcardReplay(b *testing.B) {
 	raw := func(pattern string) (func(), error) { return readRaw(n, pattern, topics) }
 	leaf("raw/wildcard", "scale.>", "wild/raw/", "wildcard", raw)
 	leaf("raw/one-topic", "one.replay", "wild/raw/", "one", raw)
+
+	// The same pair read through the SDK from a `quicmq node` process on the same data (this
+	// process's node lets go of it first): what a client in a process of its own sees, whose
+	// collections do not mark the node's heap and the other way round (in this process's
+	// leaves above, a trace put 38% of the running time in the GC's mark workers). Reports
+	// "node-rss-MiB": the node process's resident memory added by the subscription (all of
+	// the node's cost, read from /proc), and "node-cpu-µs/record" beside this process's.
+	caFile := n.CAFile()
+	c.Close()
+	n.stop()
+	p := startNodeProcess(b, dir)
+	pc, err := client.Dial(context.Background(), client.Options{CAFile: caFile, Name: "bench"}, p.addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc.Close()
+	procLeaf := func(name, pattern, key string) {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(topics) * replaySize)
+			var elapsed time.Duration
+			var rss float64
+			cpu, nodeCPU := processCPU(b), p.cpu(b)
+			for range b.N {
+				b.StopTimer()
+				before := p.rss(b)
+				b.StartTimer()
+				start := time.Now()
+				sub, err := readN(pc, pattern, topics)
+				elapsed += time.Since(start)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				rss = max(rss, float64(int64(p.rss(b))-int64(before))/(1<<20))
+				sub.Close()
+				b.StartTimer()
+			}
+			rate := float64(topics) * float64(b.N) / elapsed.Seconds()
+			b.StopTimer()
+			b.ReportMetric(rate, "records/s")
+			b.ReportMetric(rss, "node-rss-MiB")
+			b.ReportMetric(float64((p.cpu(b)-nodeCPU).Microseconds())/(float64(topics)*float64(b.N)), "node-cpu-µs/record")
+			reportCPU(b, cpu, float64(topics)*float64(b.N), "record")
+			medians.add("wild/process/"+key, b.N, rate)
+			if key == "one" {
+				if w, ok := medians.median("wild/process/wildcard"); ok {
+					b.ReportMetric(w/rate, "wild/one")
+				}
+			}
+		})
+	}
+	procLeaf("process/wildcard", "scale.>", "wildcard")
+	procLeaf("process/one-topic", "one.replay", "one")
+}
+
+// nodeProcess is a `quicmq node` child process (built from ../cmd/quicmq) serving a data
+// directory, for benchmarks that keep the node out of their own process.
+type nodeProcess struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+// startNodeProcess builds quicmq and runs `quicmq node` on dir (its TLS material included)
+// until b ends.
+func startNodeProcess(b *testing.B, dir string) *nodeProcess {
+	b.Helper()
+	bin := filepath.Join(b.TempDir(), "quicmq")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/quicmq/quicmq/cmd/quicmq").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "node", "--anonymous", "--data", dir, "--listen", "127.0.0.1:0", "--name", "bench", "--region", "bench")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	listening := regexp.MustCompile(`msg="node listening".* addr=(\S+)`)
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
+				select {
+				case addr <- m[1]:
+				default:
+				}
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return &nodeProcess{cmd: cmd, addr: a}
+	case <-time.After(60 * time.Second):
+		b.Fatal("quicmq node did not listen within 60 s")
+		return nil
+	}
+}
+
+// rss is the process's resident memory in bytes (/proc/PID/status VmRSS).
+func (p *nodeProcess) rss(b *testing.B) uint64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmRSS in /proc status")
+	return 0
+}
+
+// cpu is the process's CPU time so far (utime+stime of /proc/PID/stat, at 100 ticks a second).
+func (p *nodeProcess) cpu(b *testing.B) time.Duration {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseUint(fields[11], 10, 64)
+	stime, _ := strconv.ParseUint(fields[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // readRaw subscribes to pattern from earliest over a connection of its own, speaking the
