@@ -258,16 +258,23 @@ func (r *replicated) announceRequests() {
 // parseDrainReq reads a tagDrainReq value; malformed items are skipped.
 func parseDrainReq(s string) map[string]drainReq {
 	out := map[string]drainReq{}
+	parseReqTag(s, "0", "1", func(name string, on bool, at int64) { out[name] = drainReq{drained: on, at: at} })
+	return out
+}
+
+// parseReqTag reads a gossip tag of requests, "NAME=V@AT,..." with V off or on and AT a
+// positive time (unix nanoseconds), calling add for each well-formed item; malformed items are
+// skipped (drain and remove requests, move.go).
+func parseReqTag(s, off, on string, add func(name string, on bool, at int64)) {
 	for item := range strings.SplitSeq(s, ",") {
 		name, rest, ok := strings.Cut(item, "=")
 		v, ts, ok2 := strings.Cut(rest, "@")
 		at, err := strconv.ParseInt(ts, 10, 64)
-		if !ok || !ok2 || name == "" || (v != "0" && v != "1") || err != nil || at <= 0 {
+		if !ok || !ok2 || name == "" || (v != off && v != on) || err != nil || at <= 0 {
 			continue
 		}
-		out[name] = drainReq{drained: v == "1", at: at}
+		add(name, v == on, at)
 	}
-	return out
 }
 
 // newest keeps, in reqs, the later of its request for each name and those of more.

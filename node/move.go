@@ -421,17 +421,11 @@ func (r *replicated) announceRemoveRequests() {
 	}
 }
 
+// parseRemoveReq reads a tagRemoveReq value ("L": the node leaves, "D": it is dead);
+// malformed items are skipped.
 func parseRemoveReq(s string) map[string]removeReq {
 	out := map[string]removeReq{}
-	for item := range strings.SplitSeq(s, ",") {
-		name, rest, ok := strings.Cut(item, "=")
-		v, ts, ok2 := strings.Cut(rest, "@")
-		at, err := strconv.ParseInt(ts, 10, 64)
-		if !ok || !ok2 || name == "" || (v != "L" && v != "D") || err != nil || at <= 0 {
-			continue
-		}
-		out[name] = removeReq{dead: v == "D", at: at}
-	}
+	parseReqTag(s, "L", "D", func(name string, dead bool, at int64) { out[name] = removeReq{dead: dead, at: at} })
 	return out
 }
 
