@@ -244,15 +244,21 @@ func (r *replicated) announceRequests() {
 		items = append(items, name+"="+v+"@"+strconv.FormatInt(q.at, 10))
 	}
 	d.mu.Unlock()
-	tag := strings.Join(items, ",")
-	if tag == d.reqTag || r.n.gossip == nil {
+	r.announceReqTag(tagDrainReq, strings.Join(items, ","), &d.reqTag, "drain requests")
+}
+
+// announceReqTag sets the gossip tag key to tag when it changed since *last, which it then
+// records (what names the requests in the log line when gossip refuses it; drain and remove
+// requests, move.go).
+func (r *replicated) announceReqTag(key, tag string, last *string, what string) {
+	if tag == *last || r.n.gossip == nil {
 		return
 	}
-	if err := r.n.setMeshTag(tagDrainReq, tag); err != nil {
-		r.n.log.Warn("announcing drain requests in gossip", "err", err)
+	if err := r.n.setMeshTag(key, tag); err != nil {
+		r.n.log.Warn("announcing "+what+" in gossip", "err", err)
 		return
 	}
-	d.reqTag = tag
+	*last = tag
 }
 
 // parseDrainReq reads a tagDrainReq value; malformed items are skipped.

@@ -412,13 +412,7 @@ func (r *replicated) announceRemoveRequests() {
 		items = append(items, name+"="+map[bool]string{false: "L", true: "D"}[q.dead]+"@"+strconv.FormatInt(q.at, 10))
 	}
 	mv.mu.Unlock()
-	if tag := strings.Join(items, ","); tag != mv.reqTag {
-		if err := r.n.setMeshTag(tagRemoveReq, tag); err != nil {
-			r.n.log.Warn("announcing remove requests in gossip", "err", err)
-			return
-		}
-		mv.reqTag = tag
-	}
+	r.announceReqTag(tagRemoveReq, strings.Join(items, ","), &mv.reqTag, "remove requests")
 }
 
 // parseRemoveReq reads a tagRemoveReq value ("L": the node leaves, "D": it is dead);
