@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
 )
 
@@ -142,7 +143,9 @@ func TestSubscribeStarts(t *testing.T) {
 	c := dial(t, n)
 	ctx := testCtx(t)
 	acks := publishN(t, c, "starts.t", "a", 5)
-	time.Sleep(20 * time.Millisecond) // records 5.. get strictly later timestamps
+	testlog.WaitFor(t, 5*time.Second, "the clock past the first records' time", func() bool {
+		return time.Since(acks[4].Time) > 2*time.Millisecond // records 5.. get strictly later timestamps
+	})
 	acks = append(acks, publishN(t, c, "starts.t", "b", 5)...)
 	if !acks[5].Time.After(acks[4].Time) {
 		t.Fatalf("timestamps %v, %v not increasing", acks[4].Time, acks[5].Time)
@@ -546,7 +549,14 @@ func TestNextContextAndClose(t *testing.T) {
 		_, err := s.Next(ctx)
 		errc <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	testlog.WaitFor(t, 5*time.Second, "Next to block", func() bool {
+		for _, g := range clientGoroutines() {
+			if strings.Contains(g, "client.(*Subscription).Next") {
+				return true
+			}
+		}
+		return false
+	})
 	s.Close()
 	select {
 	case err := <-errc:
@@ -565,7 +575,7 @@ func TestNoGoroutineLeak(t *testing.T) {
 	warm := dial(t, n)
 	publishN(t, warm, "leak.t", "w", 1)
 	warm.Close()
-	time.Sleep(100 * time.Millisecond)
+	testlog.WaitFor(t, 5*time.Second, "the warm-up connection's goroutines to end", func() bool { return len(clientGoroutines()) == 0 })
 	base := runtimeGoroutines()
 
 	ctx := testCtx(t)
@@ -588,18 +598,14 @@ func TestNoGoroutineLeak(t *testing.T) {
 		s2.Close()
 		c.Close()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testlog.WaitForErr(t, 5*time.Second, "every goroutine of the Conns to end", func() error {
 		left := clientGoroutines()
 		now := runtimeGoroutines()
 		if len(left) == 0 && now <= base {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines now, %d before; of package client:\n%s", now, base, strings.Join(left, "\n\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%d goroutines now, %d before; of package client:\n%s", now, base, strings.Join(left, "\n\n"))
+	})
 }
 
 // Acking every record while a large backlog streams in: every ack is of a record the node

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
@@ -190,7 +191,7 @@ func TestFailoverAfterCutStoresOnce(t *testing.T) {
 	// congestion window soon fills, nor n1's. A mute while n2 was level with the acks left
 	// nothing stored and unanswered on a loaded machine (1080 answered, 2104 sent, n2 at
 	// 1081 two seconds on).
-	waitFor(t, "n2 holding 256 records more than the client has acks for", func() bool { // migrate_test.go
+	testlog.WaitFor(t, 20*time.Second, "n2 holding 256 records more than the client has acks for", func() bool {
 		_, next, _ := n2.Log().Bounds(topic)
 		a := acked.Load()
 		return a >= 1000 && next > uint64(a)+1+256 // +1: waitRelay's record
@@ -200,36 +201,33 @@ func TestFailoverAfterCutStoresOnce(t *testing.T) {
 	// stood still for a second it waits on a future no answer will come for. The Conn keeps
 	// n1 until its idle timeout (3 s), so what n2 stores meanwhile came through n1.
 	answered, storedAtCut := acked.Load(), uint64(0)
-	for still := time.Now(); time.Since(still) < time.Second; time.Sleep(5 * time.Millisecond) {
+	still := time.Now()
+	testlog.WaitFor(t, 20*time.Second, "the answers to stand still for a second", func() bool {
 		if n := acked.Load(); n != answered {
 			answered, still = n, time.Now()
 		}
-	}
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(5 * time.Millisecond) {
+		return time.Since(still) >= time.Second
+	})
+	testlog.WaitForErr(t, time.Second, "n2 storing a publish beyond those answered", func() error {
 		if name, _ := c.Node(); name != "n1" {
 			t.Fatalf("the Conn left n1 before the cut (answered %d)", answered)
 		}
 		_, next, _ := n2.Log().Bounds(topic)
 		if next > uint64(answered)+1 { // +1: waitRelay's record
 			storedAtCut = next
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("n2 stored no publish beyond the %d answered within 1 s (%d sent, n2's next offset %d)", answered, sent.Load(), next)
-		}
-	}
+		return fmt.Errorf("%d answered, %d sent, n2's next offset %d", answered, sent.Load(), next)
+	})
 	path.Cut()
 	// The Conn notices the silence after its idle timeout and moves to n2; a few more
 	// publishes go there before the publisher stops.
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if name, _ := c.Node(); name == "n2" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the Conn did not move to n2 within 20 s of the cut")
-		}
-	}
-	time.Sleep(100 * time.Millisecond)
+	testlog.WaitFor(t, 20*time.Second, "the Conn to move to n2 after the cut", func() bool {
+		name, _ := c.Node()
+		return name == "n2"
+	})
+	atMove := sent.Load()
+	testlog.WaitFor(t, 20*time.Second, "ten publishes sent through n2", func() bool { return sent.Load() >= atMove+10 })
 	close(stop)
 
 	offsets := map[uint64]int{}
@@ -301,9 +299,8 @@ func waitRelay(t *testing.T, c *client.Conn, topic string) {
 		if err == nil {
 			return
 		}
-		if ctx.Err() != nil {
+		if !testlog.Pause(ctx, 50*time.Millisecond) {
 			t.Fatalf("n1 did not relay to n2: %v", err)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

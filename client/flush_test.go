@@ -8,6 +8,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -68,9 +69,7 @@ func TestFlushWaitsForEarlierPublishesOnly(t *testing.T) {
 	sealed := c.flush.cur.Load()
 	flushed := make(chan error, 1)
 	go func() { flushed <- c.Flush(ctx) }()
-	for c.flush.cur.Load() == sealed { // the event: Flush has sealed its epoch
-		time.Sleep(time.Millisecond)
-	}
+	testlog.WaitFor(t, 10*time.Second, "Flush to seal its epoch", func() bool { return c.flush.cur.Load() != sealed })
 	after := publish(50) // issued while Flush waits: never answered until later
 	answer <- 50
 	select {

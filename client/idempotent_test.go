@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
@@ -45,7 +46,7 @@ func TestIdempotentResendAcrossRestart(t *testing.T) {
 
 	const total, topic = 6000, "idem.restart"
 	futures := make(chan *client.Future, total)
-	var acked atomic.Int64
+	var acked, issued atomic.Int64
 	go func() {
 		defer close(futures)
 		for i := range total {
@@ -55,8 +56,9 @@ func TestIdempotentResendAcrossRestart(t *testing.T) {
 				return
 			}
 			futures <- f
-			if i%500 == 0 {
-				time.Sleep(5 * time.Millisecond) // spread the publishes over the restart
+			issued.Add(1)
+			if i%500 == 0 && !testlog.Pause(ctx, 5*time.Millisecond) { // spread the publishes over the restart
+				return
 			}
 		}
 	}()
@@ -74,12 +76,19 @@ func TestIdempotentResendAcrossRestart(t *testing.T) {
 		}
 		waitDone <- nil
 	}()
-	for acked.Load() < total/4 {
-		time.Sleep(time.Millisecond)
-	}
+	testlog.WaitFor(t, 30*time.Second, "a quarter of the acks", func() bool { return acked.Load() >= total/4 })
 	stop()
+	atStop := issued.Load()
 	t.Logf("node stopped after %d acks", acked.Load())
-	time.Sleep(300 * time.Millisecond) // publishes pile up behind the outage
+	// Publishes pile up behind the outage until the Conn's window of unanswered ones is full
+	// and PublishAsync blocks.
+	last, since := atStop, time.Now()
+	testlog.WaitFor(t, 30*time.Second, "publishes to pile up behind the outage", func() bool {
+		if n := issued.Load(); n != last {
+			last, since = n, time.Now()
+		}
+		return last >= min(atStop+500, total) || time.Since(since) > 100*time.Millisecond
+	})
 	n2, _ := nodetest.Start(t, func(c *node.Config) { c.DataDir, c.Listen = data, addr })
 	if err := <-waitDone; err != nil {
 		t.Fatal(err)

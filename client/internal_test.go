@@ -26,7 +26,7 @@ func TestFrameReaderResumesAfterCancel(t *testing.T) {
 		s.Write(append(b, whole[:3]...)) // stop inside the record's header
 		<-release
 		s.Write(whole[3 : 50<<10])
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // so that the rest comes in another read: the split is what is under test
 		s.Write(whole[50<<10:])
 		small := &wire.Record{Index: 0, Offset: 10, Payload: []byte("small")}
 		s.Write(wire.Append(wire.Append(nil, small), small))
@@ -51,7 +51,8 @@ func TestFrameReaderResumesAfterCancel(t *testing.T) {
 		t.Fatalf("record after resume: %v, offset %d, %d bytes", err, r.Offset, len(r.Payload))
 	}
 	// The last two records arrive in one write, so one read buffers both: then even a done
-	// context gets the second.
+	// context gets the second. Nothing the test can see says the write has arrived: give it
+	// time.
 	time.Sleep(100 * time.Millisecond)
 	if r, err = sub.Next(context.Background()); err != nil || string(r.Payload) != "small" {
 		t.Fatalf("first small record: %v %q", err, r.Payload)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
 )
 
@@ -163,7 +164,7 @@ func TestMigrateOnRouteChange(t *testing.T) {
 	publishN(t, c, "route.t", "a", 10)
 	nextN(t, sub, 10)
 	src.Store("198.51.100.7")
-	waitFor(t, "a migration after the route changed", func() bool { return c.Stats().Migrations == 1 })
+	testlog.WaitFor(t, 20*time.Second, "a migration after the route changed", func() bool { return c.Stats().Migrations == 1 })
 	publishN(t, c, "route.t", "b", 10)
 	for i, r := range nextN(t, sub, 10) {
 		if r.Offset != uint64(10+i) {
@@ -308,10 +309,10 @@ func runStream(t *testing.T, c *client.Conn, prefix string, topics int, move fun
 		}()
 	}
 
-	waitFor(t, "50 rounds delivered", func() bool { return delivered.Load() >= int64(50*topics) })
+	testlog.WaitFor(t, 20*time.Second, "50 rounds delivered", func() bool { return delivered.Load() >= int64(50*topics) })
 	move()
 	at := delivered.Load()
-	waitFor(t, "50 rounds delivered after the move", func() bool { return delivered.Load() >= at+int64(50*topics) || t.Failed() })
+	testlog.WaitFor(t, 20*time.Second, "50 rounds delivered after the move", func() bool { return delivered.Load() >= at+int64(50*topics) || t.Failed() })
 	close(stop)
 	pubWG.Wait()
 	total.Store(int64(<-rounds))
@@ -360,19 +361,9 @@ func counter(t testing.TB, n *testNode, name string) float64 {
 // waitCounter waits until the node's counter name reaches want, and fails if it passes it.
 func waitCounter(t testing.TB, n *testNode, name string, want float64) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%s = %v", name, want), func() bool { return counter(t, n, name) >= want })
+	testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("%s = %v", name, want), func() bool { return counter(t, n, name) >= want })
 	if got := counter(t, n, name); got != want {
 		t.Errorf("%s = %v, want %v", name, got, want)
-	}
-}
-
-// waitFor waits up to 20 s for cond, checking every few milliseconds.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within 20 s", what)
-		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
@@ -66,7 +67,9 @@ func TestReconnect(t *testing.T) {
 			break
 		}
 		t.Logf("publish after the restart: %v (retrying)", err)
-		time.Sleep(50 * time.Millisecond)
+		if !testlog.Pause(ctx, 50*time.Millisecond) {
+			t.Fatalf("no publish after the restart: %v", err)
+		}
 	}
 	if err != nil {
 		t.Fatalf("no publish after the restart: %v", err)
@@ -104,8 +107,10 @@ func TestReconnectResumesSubscriptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	publishN(t, c, "rs.a", "a", 3)
-	time.Sleep(1100 * time.Millisecond) // past the second a resumed start=latest reads back
+	written := publishN(t, c, "rs.a", "a", 3)
+	testlog.WaitFor(t, 10*time.Second, "the clock past the second a resumed start=latest reads back", func() bool {
+		return time.Since(written[2].Time) > 1100*time.Millisecond
+	})
 	dur, err := c.Subscribe(ctx, "rs.a", client.SubscribeOptions{Durable: "d"})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +130,10 @@ func TestReconnectResumesSubscriptions(t *testing.T) {
 		}
 	}
 	nextN(t, lit, 3)
-	time.Sleep(200 * time.Millisecond) // the acks reach the node (stored with its next commit)
+	testlog.WaitFor(t, 10*time.Second, "the node to store the acks", func() bool {
+		last, ok, err := n.Log().Position("d", "rs.a")
+		return err == nil && ok && last == got[1].Offset
+	})
 
 	stop()
 	// A Next called while the node is down waits through the outage (it keeps trying to
@@ -139,6 +147,7 @@ func TestReconnectResumesSubscriptions(t *testing.T) {
 		}
 		during <- rec
 	}()
+	// The outage outlasts QUIC's handshake timeout: time itself is what this waits for.
 	time.Sleep(6 * time.Second)
 	nodetest.Start(t, func(c *node.Config) { c.DataDir, c.Listen = data, addr })
 	for {
@@ -147,7 +156,9 @@ func TestReconnectResumesSubscriptions(t *testing.T) {
 			break
 		}
 		t.Logf("publish after the restart: %v (retrying)", err)
-		time.Sleep(50 * time.Millisecond)
+		if !testlog.Pause(ctx, 50*time.Millisecond) {
+			t.Fatalf("no publish after the restart: %v", err)
+		}
 	}
 	publishN(t, c, "rs.b", "b", 1)
 	if _, err := c.Publish(ctx, client.Message{Topic: "rs.a", Payload: []byte("a4")}); err != nil {

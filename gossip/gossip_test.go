@@ -242,7 +242,19 @@ func TestLabelsIsolatePools(t *testing.T) {
 		return ""
 	})
 	// a2 is not in the WAN pool (it never joined it): b knows only a of r1, and goes on so.
-	time.Sleep(500 * time.Millisecond)
+	// A later WAN join through a is the barrier: by the time b hears of c from a, anything
+	// a's WAN pool would have said of a2 has had its chance to reach b too.
+	c := startTestNode(t, testNodeConfig(t, "c", "r3", key, true))
+	defer stopAll(t, c)
+	if _, err := c.JoinWAN([]string{a.WANAddr()}); err != nil {
+		t.Fatalf("JoinWAN: %v", err)
+	}
+	waitFor(t, 5*time.Second, "b to hear of c through the WAN pool", func() string {
+		if rm := b.RegionMembers("r3"); len(rm) != 1 || rm[0].Status != StatusAlive {
+			return fmt.Sprintf("b's view of r3: %s", describe(rm))
+		}
+		return ""
+	})
 	if rm := b.RegionMembers("r1"); len(rm) != 1 || rm[0].Name != "a" {
 		t.Fatalf("b's view of r1: %s", describe(rm))
 	}

@@ -15,6 +15,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // tlogWriter sends log lines to t.Log until the test's cleanup has run; serf goroutines
@@ -141,22 +143,20 @@ func (n *testNode) mark() int {
 // this kind and pool about name; it returns the event and when it arrived.
 func (n *testNode) waitEvent(from int, timeout time.Duration, kind EventKind, pool Pool, name string) (Event, time.Time) {
 	n.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	var found Event
+	var at time.Time
+	testlog.WaitForErr(n.t, timeout, fmt.Sprintf("%s: a %s event for %s in the %s pool", n.cfg.Name, kind, name, pool), func() error {
 		n.hist.Lock()
+		defer n.hist.Unlock()
 		for _, ev := range n.hist.events[from:] {
 			if ev.Kind == kind && ev.Pool == pool && ev.Member.Name == name {
-				n.hist.Unlock()
-				return ev.Event, ev.at
+				found, at = ev.Event, ev.at
+				return nil
 			}
 		}
-		n.hist.Unlock()
-		if time.Now().After(deadline) {
-			n.t.Fatalf("%s: no %s event for %s in the %s pool within %v (member now: %+v)",
-				n.cfg.Name, kind, name, pool, timeout, n.member(name))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("member now: %+v", n.member(name))
+	})
+	return found, at
 }
 
 // stop closes the node (gracefully) once and waits for Run.
@@ -212,22 +212,16 @@ func stopAll(t testing.TB, nodes ...*testNode) {
 	wg.Wait()
 }
 
-// waitFor polls cond until it returns "" (success) or timeout passes; the last
-// description of what is missing goes into the failure.
+// waitFor is testlog.WaitForErr for a condition that describes what is missing ("" once it
+// holds), as this package's tests write them.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() string) time.Duration {
 	t.Helper()
-	start := time.Now()
-	deadline := start.Add(timeout)
-	for {
-		msg := cond()
-		if msg == "" {
-			return time.Since(start)
+	return testlog.WaitForErr(t, timeout, what, func() error {
+		if msg := cond(); msg != "" {
+			return errors.New(msg)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not after %v: %s", what, timeout, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func (n *testNode) member(name string) Member {

@@ -83,7 +83,16 @@ func TestKeyRotationWhileRunning(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d pools, every member answered, in %v", what, len(st), time.Since(start).Round(time.Millisecond))
-		time.Sleep(500 * time.Millisecond) // traffic under the new state
+		// Traffic under the new state: three more of n1's tag updates reach every member.
+		want := seq.Load() + 3
+		waitFor(t, 10*time.Second, what+": n1's tag updates gossiped under the new state", func() string {
+			for _, n := range nodes {
+				if v, _ := strconv.ParseInt(n.member(nodes[0].cfg.Name).Tags["seq"], 10, 64); v < want {
+					return fmt.Sprintf("%s has n1's update %d of %d", n.cfg.Name, v, want)
+				}
+			}
+			return ""
+		})
 	}
 	listKeys := func(what string, keys, primary map[string]int) {
 		t.Helper()

@@ -145,7 +145,7 @@ func runAdminCrash(t *testing.T, seed uint64, op adminKind) (notThere, there int
 		errc <- err
 	}()
 	for range 1 + rng.IntN(3) {
-		time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond)
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond) // the seeded crash schedule: when to clone is the test
 		mu.Lock()
 		clone()
 		mu.Unlock()

@@ -201,7 +201,7 @@ func runCrashSession(t crashT, seed uint64, clones int, stats *crashStats, hooks
 	}
 	var snaps []snapshot
 	for range clones {
-		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
+		time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) // the seeded crash schedule: when to clone is the test
 		s := snapshot{records: map[string]map[uint64]id{}, positions: map[posName]uint64{}}
 		a.mu.Lock()
 		for topic, m := range a.records {

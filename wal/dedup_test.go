@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 func prec(producer string, seq uint64, payload string) Record {
@@ -66,8 +68,10 @@ func TestDedupDuplicates(t *testing.T) {
 	// The completer can be held before a batch's sync wait, so that requests queue behind it
 	// and the committer takes them in one batch.
 	var hold atomic.Pointer[chan struct{}]
+	holding := make(chan struct{}, 1)
 	l, _ := newTestLog(t, Options{testHooks: &testHooks{beforeSyncWait: func() {
 		if h := hold.Swap(nil); h != nil {
+			holding <- struct{}{}
 			<-*h
 		}
 	}}})
@@ -81,7 +85,9 @@ func TestDedupDuplicates(t *testing.T) {
 		o[2].Offset != 1 || o[2].Duplicate {
 		t.Fatalf("outcomes %+v", o)
 	}
-	time.Sleep(2 * time.Millisecond) // a later append gets a later time
+	testlog.WaitFor(t, 5*time.Second, "the clock past the first append's time", func() bool {
+		return time.Now().UnixNano() > res.Time+int64(time.Millisecond) // a later append gets a later time
+	})
 	// A separate batch: answered with the original offset and time.
 	res2 := appendRecs(t, l, "d", prec("p", 2, "b-again"), prec("p", 3, "c"))
 	o2 := outcomes(res2, 2)
@@ -98,10 +104,14 @@ func TestDedupDuplicates(t *testing.T) {
 	var r1, r2, r3 AppendResult
 	wg.Add(3)
 	l.AppendAsync(AppendRequest{Topic: "d", Records: []Record{prec("q", 9, "blocker")}}, func(r AppendResult) { r1 = r; wg.Done() })
-	time.Sleep(20 * time.Millisecond) // the committer applied the blocker and the completer waits in the hook
+	<-holding // the committer applied the blocker and the completer waits in the hook
 	l.AppendAsync(AppendRequest{Topic: "d", Records: []Record{prec("p", 4, "d")}}, func(r AppendResult) { r2 = r; wg.Done() })
 	l.AppendAsync(AppendRequest{Topic: "d", Records: []Record{prec("p", 4, "d-again")}}, func(r AppendResult) { r3 = r; wg.Done() })
-	time.Sleep(20 * time.Millisecond)
+	testlog.WaitFor(t, 5*time.Second, "both requests queued", func() bool {
+		l.q.Lock()
+		defer l.q.Unlock()
+		return len(l.q.reqs) == 2
+	})
 	close(held)
 	wg.Wait()
 	if r1.Err != nil || r2.Err != nil || r3.Err != nil || r2.Count != 1 || r3.Count != 0 ||

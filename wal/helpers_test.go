@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // testLogger writes the log's messages to t.Log.
@@ -57,8 +59,7 @@ func openTestLog(t testing.TB, dir string, opts Options) *Log {
 // still running (a goleak equivalent without the dependency).
 func checkNoGoroutines(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testlog.WaitForErr(t, 5*time.Second, "the log's goroutines to end after Close", func() error {
 		buf := make([]byte, 1<<20)
 		stacks := string(buf[:runtime.Stack(buf, true)])
 		var leaked []string
@@ -70,14 +71,10 @@ func checkNoGoroutines(t testing.TB) {
 			}
 		}
 		if len(leaked) == 0 {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("goroutines left after Close:\n%s", strings.Join(leaked, "\n\n"))
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("left:\n%s", strings.Join(leaked, "\n\n"))
+	})
 }
 
 // fakeClock is a settable clock for Options.Now.

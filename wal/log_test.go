@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 func TestOptionsValidate(t *testing.T) {
@@ -573,15 +575,11 @@ func TestCloseFailsQueuedAndIsIdempotent(t *testing.T) {
 	add()     // request 2 stays queued
 	closed := make(chan error)
 	go func() { closed <- l.Close() }()
-	for {
+	testlog.WaitFor(t, 10*time.Second, "Close to begin", func() bool {
 		l.q.Lock()
-		c := l.q.closed
-		l.q.Unlock()
-		if c {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer l.q.Unlock()
+		return l.q.closed
+	})
 	add() // request 3: after Close began, refused at once
 	close(holdCommitter)
 	close(release)

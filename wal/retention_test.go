@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 func TestRetentionByAge(t *testing.T) {
@@ -133,16 +135,10 @@ func TestRetentionLoop(t *testing.T) {
 	mustAppend(t, l, "a", 0, 3)
 	clock.Advance(time.Hour)
 	mustAppend(t, l, "a", 3, 1)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if first, _, _ := l.Bounds("a"); first == 3 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("retention loop did not run")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testlog.WaitFor(t, 5*time.Second, "the retention loop to cut the log", func() bool {
+		first, _, _ := l.Bounds("a")
+		return first == 3
+	})
 }
 
 // TestRetentionConcurrentReaders: readers racing retention see records or

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quicmq/quicmq/bench/lossy"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // Campaign 4, gossip only: the claim "no node falsely declared dead at 20 % loss" measured
@@ -259,9 +260,9 @@ func workerGossip() error {
 		}
 	}
 	// Whole: every node sees its region's two members and the mesh's four alive.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		whole := true
+	wholeCtx, wholeCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer wholeCancel()
+	if err := testlog.Until(wholeCtx, func() bool {
 		for _, g := range all {
 			alive := 0
 			for _, m := range g.Members() {
@@ -270,25 +271,21 @@ func workerGossip() error {
 				}
 			}
 			if alive != 4 {
-				whole = false
+				return false
 			}
 		}
-		if whole {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("meshes not whole within 30 s")
-		}
-		time.Sleep(100 * time.Millisecond)
+		return true
+	}); err != nil {
+		return fmt.Errorf("meshes not whole within 30 s: %w", err)
 	}
 	before := make([]gossip.Stats, len(all))
 	for i, g := range all {
 		before[i] = g.Stats()
 	}
 	fmt.Println("READY")
-	time.Sleep(d)
+	testlog.Pause(ctx, d) // the loss, set by the parent process
 	fmt.Println("STOPLOSS")
-	time.Sleep(15 * time.Second) // longer than a suspicion lasts with the default timers
+	testlog.Pause(ctx, 15*time.Second) // longer than a suspicion lasts with the default timers
 	failLAN, failWAN := 0, 0
 	for i, g := range all {
 		s := g.Stats()

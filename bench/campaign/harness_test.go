@@ -20,6 +20,7 @@ import (
 
 	"github.com/quicmq/quicmq/bench/lossy"
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // The harness of the network campaigns: node processes started in a namespace, and client
@@ -544,7 +545,7 @@ func workerPublish(dial func(string) (*client.Conn, error), addrs, topics []stri
 	for time.Now().Before(end) {
 		conn, err := dial(addrs[rng.IntN(len(addrs))])
 		if err != nil {
-			time.Sleep(100 * time.Millisecond)
+			testlog.Pause(context.Background(), 100*time.Millisecond)
 			continue
 		}
 		type pending struct {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/bench/lossy"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // Campaign 3, minority partition: one node of a three-node region is cut from every other
@@ -96,9 +97,9 @@ func TestCampaignMinority(t *testing.T) {
 		res, err := publish(ctx, specs[3].ns, caDir, "us-m", "us", []*node{byName["us1"]}, topics, 300, window)
 		results <- out{res, err}
 	}()
-	time.Sleep(2 * time.Second)
+	testlog.Pause(ctx, 2*time.Second) // the schedule: 2 s of publishing before the cut
 	must(t, specs[2].link.Partition())
-	time.Sleep(cut)
+	testlog.Pause(ctx, cut)
 	must(t, specs[2].link.Heal())
 	healed := time.Now()
 	var acks []Ack

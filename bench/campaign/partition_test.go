@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/bench/lossy"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // Campaign 3: partitions. Two regions of two nodes each, each region in its own namespace,
@@ -116,11 +117,11 @@ func partitionCampaign(t *testing.T, replicas int, scenarios []partitionScenario
 		switch s.name {
 		case "region cut":
 			must(t, link.Partition())
-			time.Sleep(s.d)
+			testlog.Pause(ctx, s.d) // the fault's length
 			must(t, link.Heal())
 		case "one-way":
 			must(t, nsEU.Run("nft", fmt.Sprintf("add table inet c3oneway; add chain inet c3oneway in { type filter hook input priority -20; policy accept; }; add rule inet c3oneway in iifname %q drop", euIf)))
-			time.Sleep(s.d)
+			testlog.Pause(ctx, s.d) // the fault's length
 			must(t, nsEU.Run("nft", "delete table inet c3oneway"))
 		case "flapping":
 			for cut := true; time.Since(start) < s.d; cut = !cut {
@@ -130,7 +131,7 @@ func partitionCampaign(t *testing.T, replicas int, scenarios []partitionScenario
 				} else {
 					must(t, link.Heal())
 				}
-				time.Sleep(min(5*time.Second, s.d-time.Since(start)))
+				testlog.Pause(ctx, min(5*time.Second, s.d-time.Since(start))) // one flap
 			}
 			must(t, link.Heal())
 		}

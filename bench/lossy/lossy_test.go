@@ -77,7 +77,7 @@ func linkHelper(args []string) int {
 		for i := 0; i < n; i++ {
 			c.Write([]byte("x"))
 			if i%20 == 19 {
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // pace: stay under the socket buffer
 			}
 		}
 	}
