@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
 
@@ -107,7 +108,7 @@ func lagRun(b *testing.B, bin string, stalled bool) float64 {
 			}
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // let the node settle after startup and setup
+	testlog.Pause(context.Background(), 500*time.Millisecond) // a measurement: the node settles after startup and setup
 	before := procMemory(b, p.pid())
 	cpuBefore := procCPU(b, p.pid())
 	b.Logf("stalled=%v: node pid %d, VmRSS %.1f MiB before publishing %d records of %d B", stalled, p.pid(), before.rss, records, lagPayloadSize)
@@ -119,7 +120,7 @@ func lagRun(b *testing.B, bin string, stalled bool) float64 {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
-	time.Sleep(time.Second) // let the subscription's sender run into flow control, if it can
+	testlog.Pause(context.Background(), time.Second) // a measurement: the subscription's sender runs into flow control, if it can
 	after := procMemory(b, p.pid())
 	cpu := procCPU(b, p.pid()) - cpuBefore
 	lag, err := scrapeLag(p.metrics)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/campaign"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -221,7 +222,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 				node := nodes[rng.IntN(len(nodes))]
 				conn, err := dial(node)
 				if err != nil {
-					time.Sleep(100 * time.Millisecond)
+					testlog.Pause(pubCtx, 100*time.Millisecond) // a retry's back-off
 					continue
 				}
 				sessions.Add(1)
@@ -320,7 +321,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 	var recoveries []time.Duration
 	killCount := map[string]int{}
 	for k := range kills {
-		time.Sleep(time.Second + time.Duration(rng.IntN(2000))*time.Millisecond)
+		testlog.Pause(context.Background(), time.Second+time.Duration(rng.IntN(2000))*time.Millisecond) // the kill schedule
 		i := rng.IntN(len(specs))
 		s := specs[i]
 		procMu.Lock()
@@ -337,26 +338,22 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 		if len(owned[s.name]) > 0 {
 			probeTopic = owned[s.name][0]
 		}
-		for {
-			if time.Since(killed) > 60*time.Second {
-				t.Fatalf("kill %d: %s not serving %s within 60 s\n%s", k, s.name, probeTopic, p.tail())
-			}
+		testlog.WaitForErr(t, 60*time.Second, fmt.Sprintf("kill %d: %s serving %s", k, s.name, probeTopic), func() error {
 			conn, err := dial(i)
 			if err != nil {
-				time.Sleep(20 * time.Millisecond)
-				continue
+				return fmt.Errorf("%w\n%s", err, p.tail())
 			}
 			key := campaign.Key{Producer: "probe", Seq: seqs[producers].Add(1) - 1}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			ack, err := conn.Publish(ctx, client.Message{Topic: probeTopic, Payload: []byte(campaign.Payload(key)), ProducerID: key.Producer, Sequence: key.Seq})
 			cancel()
 			conn.Close()
-			if err == nil {
-				record(s.region, probeTopic, ack.Offset, key)
-				break
+			if err != nil {
+				return fmt.Errorf("%w\n%s", err, p.tail())
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			record(s.region, probeTopic, ack.Offset, key)
+			return nil
+		})
 		rec := time.Since(killed)
 		recoveries = append(recoveries, rec)
 		role := fmt.Sprintf("owner of %v", owned[s.name])
@@ -366,7 +363,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 		t.Logf("kill %d at %v: %s (%s) killed, restarted, serving its topics again %v after the kill (listening %v after exec)",
 			k, killed.Sub(meshUp).Round(time.Millisecond), s.name, role, rec.Round(time.Millisecond), p.listen.Round(time.Millisecond))
 	}
-	time.Sleep(2 * time.Second)
+	testlog.Pause(context.Background(), 2*time.Second) // the schedule: 2 s of publishing after the last kill
 	stopPub()
 	pubTime := time.Since(meshUp)
 	pubWG.Wait()
@@ -401,8 +398,11 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 	defer cancel()
 	var last map[string]map[string]uint64
 	var converge time.Duration
-	for {
-		c, err := counts(ctx)
+	var putSince time.Time
+	var c map[string]map[string]uint64
+	testlog.Until(ctx, func() bool {
+		var err error
+		c, err = counts(ctx)
 		if err != nil {
 			t.Fatalf("convergence: %v", err)
 		}
@@ -412,8 +412,8 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 				equal = equal && c[r][tp] == c[regions[0]][tp]
 			}
 		}
-		if equal && fmt.Sprint(c) == fmt.Sprint(last) {
-			break
+		if fmt.Sprint(c) != fmt.Sprint(last) {
+			last, putSince = c, time.Now()
 		}
 		if equal && converge == 0 {
 			converge = time.Since(pubStopped)
@@ -421,11 +421,10 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 		if !equal {
 			converge = 0
 		}
-		last = c
-		if ctx.Err() != nil {
-			t.Fatalf("regions did not converge within 120 s: %v", c)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return equal && time.Since(putSince) >= 200*time.Millisecond
+	})
+	if ctx.Err() != nil {
+		t.Fatalf("regions did not converge within 120 s: %v", c)
 	}
 
 	// Read every region's log of every topic from offset 0 and judge.

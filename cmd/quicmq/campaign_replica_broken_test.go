@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 var (
@@ -65,10 +68,10 @@ func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
 				followers = append(followers, i)
 			}
 		}
-		acked, wait := l.oks.Load(), time.Now().Add(5*time.Second)
-		for l.oks.Load() == acked && time.Now().Before(wait) { // an acknowledgement no follower can have made
-			time.Sleep(time.Millisecond)
-		}
+		acked := l.oks.Load()
+		wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		testlog.Until(wait, func() bool { return l.oks.Load() != acked }) // an acknowledgement no follower can have made (a correct build makes none)
+		cancel()
 		alone := l.oks.Load() - acked
 		r.nodes[leader].proc().kill()
 		for _, i := range followers {
@@ -82,7 +85,7 @@ func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
 		r.waitLinks(leader)
 		t.Logf("kill %d: %s (leader of %s) killed right after an acknowledgement, restarted after its followers", k, r.nodes[leader].name, l.topics[0])
 	}
-	time.Sleep(time.Second)
+	l.goesOn(t, time.Second)
 	l.Stop()
 	rep := l.judge(t, all(len(r.nodes)), false)
 	t.Logf("load: %s", l.summary())

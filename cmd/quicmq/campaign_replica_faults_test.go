@@ -56,10 +56,31 @@ func replicaCampaign(t *testing.T, bin string) (*replicaRegion, *replicaLoad) {
 	return r, l
 }
 
-// leaderAfter lets the load run for d, then returns the leader of the first topic.
+// goesOn waits until the load has had d's worth of records acknowledged on every topic, at
+// its rate: the fault schedule counts in records, so that a slow machine gets as much load
+// between two faults as a fast one.
+func (l *replicaLoad) goesOn(t *testing.T, d time.Duration) {
+	t.Helper()
+	perTopic := max(1, int64(d.Seconds()*float64(l.rate)/float64(len(l.topics))))
+	want := l.ackedOffsets()
+	for i := range want {
+		want[i] += perTopic
+	}
+	testlog.WaitForErr(t, 10*d+30*time.Second, fmt.Sprintf("%v of load acknowledged", d), func() error {
+		for i := range want {
+			if l.acked[i].Load() < want[i] {
+				return fmt.Errorf("acknowledged up to %v, want %v", l.ackedOffsets(), want)
+			}
+		}
+		return nil
+	})
+}
+
+// leaderAfter lets the load run for d (in records), then returns the leader of the first
+// topic.
 func (l *replicaLoad) leaderAfter(t *testing.T, d time.Duration) int {
 	t.Helper()
-	time.Sleep(d) // the fault schedule
+	l.goesOn(t, d)
 	leader, err := l.r.leader(context.Background(), l.topics[0])
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +142,7 @@ func TestCampaignReplicaKillLeader(t *testing.T) {
 		t.Logf("kill %d: %s (leader of %s) killed; first ack through %s %v later; restarted; %d of 3 nodes read back",
 			k, r.nodes[leader].name, l.topics[0], via, failovers[k].Round(time.Millisecond), read)
 	}
-	time.Sleep(time.Second)
+	l.goesOn(t, time.Second)
 	l.Stop()
 	logFailovers(t, failovers)
 	checkReplicaCampaign(t, l, all(len(r.nodes)))
@@ -156,7 +177,7 @@ func TestCampaignReplicaIsolateLeader(t *testing.T) {
 	}
 	logFailovers(t, []time.Duration{took})
 	others := l.readEveryNode(t, 0, leader)
-	time.Sleep(time.Until(cut.Add(hold)))
+	testlog.Pause(l.ctx, time.Until(cut.Add(hold))) // the cut's length
 	dropped := iso.Dropped()
 	iso.Heal()
 	t.Logf("%s (leader of %s) cut off for %v (%d packets dropped); first ack through %s %v after the cut; %d of 2 others read back",
@@ -164,7 +185,7 @@ func TestCampaignReplicaIsolateLeader(t *testing.T) {
 	if dropped <= 0 {
 		t.Fatalf("the isolation dropped %d packets: it cut nothing off", dropped)
 	}
-	time.Sleep(3 * time.Second) // the load goes on with the old leader back
+	l.goesOn(t, 3*time.Second) // the load goes on with the old leader back
 	l.Stop()
 	checkReplicaCampaign(t, l, all(len(r.nodes)))
 }
@@ -183,10 +204,10 @@ func TestCampaignReplicaPauseLeader(t *testing.T) {
 		t.Fatal(err)
 	}
 	logFailovers(t, []time.Duration{took})
-	time.Sleep(time.Until(stopped.Add(hold)))
+	testlog.Pause(l.ctx, time.Until(stopped.Add(hold))) // the pause's length
 	r.signal(leader, syscall.SIGCONT)
 	t.Logf("%s (leader of %s) stopped for %v; first ack through %s %v after SIGSTOP", r.nodes[leader].name, l.topics[0], hold, via, took.Round(time.Millisecond))
-	time.Sleep(3 * time.Second)
+	l.goesOn(t, 3*time.Second)
 	read := l.readEveryNode(t, 0)
 	t.Logf("after SIGCONT: %d of 3 nodes read back", read)
 	l.Stop()
@@ -215,22 +236,23 @@ func TestCampaignReplicaWipeReplica(t *testing.T) {
 	r.waitLinks(victim)
 	wiped := time.Now()
 	t.Logf("%s (a follower of %s) killed, its data directory wiped, restarted empty", n.name, l.topics[0])
-	caught := false
 	var last string
 	catchUp := time.Duration(envInt("QUICMQ_REPLICA_CATCHUP", 15)) * time.Second
-	for time.Since(wiped) < catchUp && !caught {
+	wait, cancel := context.WithDeadline(ctx, wiped.Add(catchUp))
+	defer cancel()
+	caught := testlog.Until(wait, func() bool {
 		rows, err := r.topics(ctx, victim, "rc.>")
 		last = fmt.Sprintf("%+v %v", rows, err)
 		next := map[string]uint64{}
 		for _, row := range rows {
 			next[row.Topic] = row.Next
 		}
-		caught = err == nil
+		caught := err == nil
 		for ti, tp := range l.topics {
 			caught = caught && int64(next[tp]) > l.acked[ti].Load()
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return caught
+	}) == nil
 	read := l.readEveryNode(t, 0)
 	t.Logf("after the wipe: %d of 3 nodes read back; %s caught up: %v after %v, through %d snapshots (metadata only, records fetched); its quicmq topics: %s",
 		read, n.name, caught, time.Since(wiped).Round(time.Millisecond), n.proc().snapshots.Load(), last)

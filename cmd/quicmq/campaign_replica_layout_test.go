@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // The replicated campaigns run many topics on each raft group: a region keeps its topics in
@@ -85,19 +88,20 @@ func (l *replicaLayout) check(t *testing.T, r *replicaRegion, topics []string) {
 	if l.perNode == 0 {
 		return
 	}
-	var last string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		rows, err := r.topics(context.Background(), 0, "rc.>")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var leaders map[string]int
+	err := testlog.UntilErr(ctx, func() error {
+		rows, err := r.topics(ctx, 0, "rc.>")
 		if err != nil {
-			last = err.Error()
-			continue
+			return err
 		}
 		leader := map[string]string{}
 		for _, row := range rows {
 			leader[row.Topic] = row.Leader
 		}
 		var bad []string
-		leaders := map[string]int{}
+		leaders = map[string]int{}
 		for g, ms := range l.members {
 			if len(ms) == 0 {
 				continue
@@ -111,12 +115,14 @@ func (l *replicaLayout) check(t *testing.T, r *replicaRegion, topics []string) {
 			}
 		}
 		if len(bad) == 0 {
-			t.Logf("layout confirmed: every predicted group's topics report one leader; groups led per node: %v", leaders)
-			return
+			return nil
 		}
-		last = strings.Join(bad, "; ")
+		return errors.New(strings.Join(bad, "; "))
+	})
+	if err != nil {
+		t.Fatalf("the predicted topic -> group layout does not match the leaders the region reports (node/replgroups.go's rule changed?): %v", err)
 	}
-	t.Fatalf("the predicted topic -> group layout does not match the leaders the region reports (node/replgroups.go's rule changed?): %s", last)
+	t.Logf("layout confirmed: every predicted group's topics report one leader; groups led per node: %v", leaders)
 }
 
 // minPerGroup is the fewest topics a group holds.

@@ -22,6 +22,7 @@ import (
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/campaign"
 	"github.com/quicmq/quicmq/internal/linearize"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // The replicated-region campaigns (docs/reliability.md, "Replicated region"): three real
@@ -178,28 +179,37 @@ func (r *replicaRegion) topics(ctx context.Context, i int, pattern string) ([]re
 // leader returns the index of the node that leads topic, as the nodes other than skip
 // report it, waiting up to 20 s for one to report a leader that is not skip.
 func (r *replicaRegion) leader(ctx context.Context, topic string, skip ...int) (int, error) {
-	deadline := time.Now().Add(20 * time.Second)
-	var last error
-	for time.Now().Before(deadline) {
+	wait, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	leader := -1
+	err := testlog.UntilErr(wait, func() error {
+		var last error
 		for i := range r.nodes {
 			if slices.Contains(skip, i) {
 				continue
 			}
-			rows, err := r.topics(ctx, i, topic)
+			rows, err := r.topics(wait, i, topic)
 			if err != nil {
 				last = err
 				continue
 			}
 			for _, row := range rows {
 				if l := r.index(row.Leader); row.Topic == topic && l >= 0 && !slices.Contains(skip, l) {
-					return l, nil
+					leader = l
+					return nil
 				}
 				last = fmt.Errorf("%s reports %s led by %q (replicas %v)", r.nodes[i].name, topic, row.Leader, row.Replicas)
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		if last == nil {
+			last = errors.New("no node answered")
+		}
+		return last
+	})
+	if err != nil {
+		return -1, fmt.Errorf("no leader of %s within 20 s: %w", topic, err)
 	}
-	return -1, fmt.Errorf("no leader of %s within 20 s: %v", topic, last)
+	return leader, nil
 }
 
 // replicaLoad is the campaign's traffic, every operation recorded in hist.
@@ -378,7 +388,7 @@ func (l *replicaLoad) produce(p int) {
 		node := rng.IntN(len(l.r.nodes))
 		conn, err := l.r.dial(l.ctx, node)
 		if err != nil {
-			time.Sleep(50 * time.Millisecond)
+			testlog.Pause(l.ctx, 50*time.Millisecond) // a retry's back-off
 			continue
 		}
 		l.sessions.Add(1)
@@ -536,7 +546,8 @@ func (l *replicaLoad) judge(t *testing.T, running []int, agree bool) *linearize.
 	}
 	var last string
 	var counts [][]uint64
-	for {
+	var putSince time.Time
+	testlog.UntilErr(ctx, func() error {
 		counts = make([][]uint64, len(l.r.nodes))
 		equal := true
 		for _, i := range running {
@@ -557,14 +568,16 @@ func (l *replicaLoad) judge(t *testing.T, running []int, agree bool) *linearize.
 				equal = equal && n == counts[running[0]][ti] && int64(n) > l.acked[ti].Load()
 			}
 		}
-		if (equal || !agree) && fmt.Sprint(counts) == last {
-			break
+		if now := fmt.Sprint(counts); now != last {
+			last, putSince = now, time.Now()
 		}
-		last = fmt.Sprint(counts)
-		if ctx.Err() != nil {
-			t.Fatalf("the replicas did not converge within 120 s (records per node and topic, acknowledged up to %v): %v", l.ackedOffsets(), counts)
+		if (equal || !agree) && time.Since(putSince) >= 200*time.Millisecond {
+			return nil
 		}
-		time.Sleep(200 * time.Millisecond)
+		return errors.New(last)
+	})
+	if ctx.Err() != nil {
+		t.Fatalf("the replicas did not converge within 120 s (records per node and topic, acknowledged up to %v): %v", l.ackedOffsets(), counts)
 	}
 	for _, i := range running {
 		for ti, tp := range l.topics {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/config"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 func writeTemp(t *testing.T, name, content string) string {
@@ -207,13 +209,12 @@ anonymous = true
 		}
 	})
 	addrRE := regexp.MustCompile(`node listening.*addr=(127\.0\.0\.1:\d+)`)
-	deadline := time.Now().Add(15 * time.Second)
-	for !addrRE.MatchString(stderr.String()) || !strings.Contains(stderr.String(), "node cfg-node: metrics on") {
-		if time.Now().After(deadline) {
-			t.Fatalf("node did not start:\n%s", stderr.String())
+	testlog.WaitForErr(t, 15*time.Second, "the node to start", func() error {
+		if addrRE.MatchString(stderr.String()) && strings.Contains(stderr.String(), "node cfg-node: metrics on") {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("its log:\n%s", stderr.String())
+	})
 	addr := addrRE.FindStringSubmatch(stderr.String())[1]
 	c, err := client.Dial(context.Background(), client.Options{CAFile: filepath.Join(data, "tls", "ca.pem")}, addr)
 	if err != nil {

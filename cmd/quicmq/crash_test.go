@@ -149,7 +149,7 @@ func TestKill9LosesNoAckedRecord(t *testing.T) {
 		killAt := time.Duration(150+rng.IntN(350)) * time.Millisecond
 		killed := make(chan struct{})
 		go func() {
-			time.Sleep(killAt)
+			testlog.Pause(context.Background(), killAt) // the seeded kill schedule
 			p.kill()
 			// A killed peer sends nothing: QUIC would notice only at the idle timeout. The
 			// publisher gives up at once instead; acks not read by now were never received.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -70,13 +71,12 @@ func startDev(t *testing.T, args ...string) *devMesh {
 		})
 	}
 	t.Cleanup(d.stop)
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(d.stdout.String(), "Press Ctrl-C") {
-		if time.Now().After(deadline) {
-			t.Fatalf("dev did not start: %s\n%s", d.stdout.String(), d.stderr.String())
+	testlog.WaitForErr(t, 30*time.Second, "dev to start", func() error {
+		if strings.Contains(d.stdout.String(), "Press Ctrl-C") {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%s\n%s", d.stdout.String(), d.stderr.String())
+	})
 	for _, m := range devNodeRE.FindAllStringSubmatch(d.stdout.String(), -1) {
 		d.nodes = append(d.nodes, devNode{region: m[1], name: m[2], addr: m[3]})
 	}
@@ -207,24 +207,19 @@ func TestDevMeshCrossRegion(t *testing.T) {
 func TestSubRegionReplay(t *testing.T) {
 	d := startDev(t, "--listen", "127.0.0.1:0", "--metrics", "", "--regions", "eu,us")
 	ca, eu, us := d.ca, d.nodes[0].addr, d.nodes[1].addr
-	deadline := time.Now().Add(20 * time.Second)
-
 	code, _, errOut := runCLI(t, "a\nb\nc\nd\n", "pub", "--server", eu, "--ca", ca, "--topic", "replay.t")
 	if code != 0 {
 		t.Fatalf("pub: %d %s", code, errOut)
 	}
 	// The us node needs its link to eu; retry until the replay is served.
-	for {
+	testlog.WaitForErr(t, 20*time.Second, "sub --region eu to replay", func() error {
 		code, out, errOut := runCLI(t, "", "sub", "--server", us, "--ca", ca, "--topic", "replay.t",
 			"--region", "eu", "--from", "2", "--count", "2", "--idle", "3s")
 		if code == 0 && out == "2\treplay.t\tc\n3\treplay.t\td\n" {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sub --region eu: %d %q %s", code, out, errOut)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("exit %d, %q, %s", code, out, errOut)
+	})
 }
 
 // `quicmq dev --nodes 2`: two nodes per region. Records published through every node of one

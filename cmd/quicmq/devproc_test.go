@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // runBinary runs the binary with args and returns its standard output.
@@ -178,14 +180,13 @@ func TestDevBannerCommandsRun(t *testing.T) {
 					t.Errorf("%s: %v\n%s", cmd, err, out)
 				}
 			}
-			deadline := time.Now().Add(30 * time.Second)
-			for !strings.Contains(subOut.String(), "\tdemo.hello\thello\n") {
-				if time.Now().After(deadline) {
-					sub.Process.Kill()
-					t.Fatalf("%s: no record in 30 s:\n%s\ndev:\n%s", cmds[0], subOut.String(), d.stderr.String())
+			t.Cleanup(func() { sub.Process.Kill() })
+			testlog.WaitForErr(t, 30*time.Second, cmds[0]+" to print the record", func() error {
+				if strings.Contains(subOut.String(), "\tdemo.hello\thello\n") {
+					return nil
 				}
-				time.Sleep(50 * time.Millisecond)
-			}
+				return fmt.Errorf("its output:\n%s\ndev:\n%s", subOut.String(), d.stderr.String())
+			})
 			sub.Process.Signal(os.Interrupt)
 			if err := <-subDone; err != nil {
 				t.Errorf("%s: interrupted: %v\n%s", cmds[0], err, subOut.String())

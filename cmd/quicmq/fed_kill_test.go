@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // meshProcess is a `quicmq node` child process of a mesh; it reports when it listens and
@@ -324,8 +325,9 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 		}
 		us.kill()
 		usConn.Close()
+		before := acked.Load()
 		burst <- 1500 // a backlog of several mirror batches (1024 records each) builds up at eu
-		time.Sleep(300 * time.Millisecond)
+		testlog.WaitFor(t, 30*time.Second, "eu to acknowledge the burst", func() bool { return acked.Load() >= before+1500 })
 
 		// Restart and kill as soon as the catch-up is seen to make progress.
 		us = startUS()
@@ -340,15 +342,12 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 		}
 		origin := acked.Load()
 		var now uint64
-		for {
+		testlog.Until(ctx, func() bool {
 			if now, err = topicNext(ctx, usConn, topic); err != nil {
 				t.Fatalf("us topics: %v\n%s", err, us.tail())
 			}
-			if now > recovered {
-				break
-			}
-			time.Sleep(time.Millisecond)
-		}
+			return now > recovered
+		})
 		progress := time.Since(us.begin)
 		originAtKill := acked.Load()
 		mid := now < origin // eu's records of before the restart not all mirrored yet
@@ -375,9 +374,9 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 	// completely, verify everything.
 	const finalBurst = 10000
 	burst <- finalBurst
-	for acked.Load() < figs[len(figs)-1].originAtKill+finalBurst {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testlog.WaitFor(t, 60*time.Second, "eu to acknowledge the final burst", func() bool {
+		return acked.Load() >= figs[len(figs)-1].originAtKill+finalBurst
+	})
 	stopPub()
 	<-ackDone
 	select {
@@ -392,16 +391,13 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 	defer cancel()
 	recovered, _ := topicNext(ctx, usConn, topic)
 	start := time.Now()
-	for {
+	testlog.Until(ctx, func() bool {
 		n, err := topicNext(ctx, usConn, topic)
 		if err != nil {
 			t.Fatalf("us topics: %v\n%s", err, us.tail())
 		}
-		if n >= total {
-			break
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return n >= total
+	})
 	catchUp := time.Since(start)
 	euNext, _ := topicNext(ctx, dialCA(t, eu.addr, caDir), topic)
 	if euNext != total {

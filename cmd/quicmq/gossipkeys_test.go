@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
@@ -28,13 +29,7 @@ func TestGossipKeyRotationCLI(t *testing.T) {
 		c.Name, c.CADir, c.GossipLAN, c.GossipProfile, c.GossipKey = "n2", caDir, "127.0.0.1:0", gossip.ProfileTest, oldKey
 		c.Join = []string{n1.Gossip().LANAddr()}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for len(n1.Gossip().RegionMembers("eu")) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatal("the two nodes did not meet")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testlog.WaitFor(t, 10*time.Second, "the two nodes to meet", func() bool { return len(n1.Gossip().RegionMembers("eu")) >= 2 })
 	srv := httptest.NewServer(n1.AdminHandler())
 	defer srv.Close()
 	admin := strings.TrimPrefix(srv.URL, "http://")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // A consumer group on a replicated topic across a SIGKILL of the node serving it (the
@@ -101,10 +102,9 @@ func groupLeaderKill(t *testing.T, bin string) error {
 				}
 				c.Close()
 			}
-			if mctx.Err() != nil || attempt > 200 {
+			if attempt > 200 || !testlog.Pause(mctx, 100*time.Millisecond) { // a retry's back-off
 				t.Fatalf("member %d through %s: %v", member, r.nodes[node].name, err)
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 	}
 
@@ -210,10 +210,9 @@ func groupLeaderKill(t *testing.T, bin string) error {
 		}
 		var info client.ConsumerInfo
 		for attempt := 0; ; attempt++ { // until gossip reports the killed node failed
-			if info, err = c.ConsumerInfo(ctx, "g"); err == nil || attempt == 150 {
+			if info, err = c.ConsumerInfo(ctx, "g"); err == nil || attempt == 150 || !testlog.Pause(ctx, 100*time.Millisecond) {
 				break
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
 		c.Close()
 		if err != nil {

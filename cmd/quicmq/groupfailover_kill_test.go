@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // The group failover tests (docs/operations.md, "Failover of a consumer group"): three real
@@ -158,7 +159,7 @@ func (m *groupMesh) publishAll(regions []string, from, count int, every time.Dur
 			}
 			for i := from; i < from+count; i++ {
 				publishRetryingNoFatal(m.t, m.pub[r], r, i, 1)
-				time.Sleep(every) // pacing, so that records are printed over seconds: no check waits on it
+				testlog.Pause(context.Background(), every) // pacing, so that records are printed over seconds: no check waits on it
 			}
 		})
 	}

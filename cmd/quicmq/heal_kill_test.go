@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // healPublisher publishes "<prefix>-<i>" to topic on conn every 10 ms, waiting for each ack,
@@ -211,15 +212,14 @@ func TestKill9PeerHealsAtOnce(t *testing.T) {
 	waitCaughtUp := func(conn *client.Conn, want uint64) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()
-		for {
+		if err := testlog.Until(ctx, func() bool {
 			n, err := topicNext(ctx, conn, topic)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n >= want {
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // polling a process's log over the client API
+			return n >= want
+		}); err != nil {
+			t.Fatalf("%s not caught up to %d: %v", topic, want, err)
 		}
 	}
 	// Each log ends up holding both regions' records: its own plus the other's.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
@@ -60,7 +61,7 @@ func TestNodesCLI(t *testing.T) {
 		}
 	}
 	var rows []map[string]any
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	testlog.WaitForErr(t, 30*time.Second, "nodes to list 3 nodes leading 3 groups in all", func() error {
 		code, out, errOut := runCLI(t, "", "nodes", "--admin", admin, "--format", "json")
 		if code != 0 {
 			t.Fatalf("nodes: exit %d %s", code, errOut)
@@ -74,12 +75,10 @@ func TestNodesCLI(t *testing.T) {
 			led += r["led"].(float64)
 		}
 		if len(rows) == 3 && led == 3 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodes: want 3 nodes leading 3 groups in all:\n%s", out)
-		}
-	}
+		return fmt.Errorf("it lists:\n%s", out)
+	})
 	for i, r := range rows {
 		for _, f := range []string{"name", "role", "state", "held", "led", "moves"} {
 			if _, ok := r[f]; !ok {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -70,17 +71,15 @@ func TestKill9OwnerMakesItsTopicsUnavailable(t *testing.T) {
 	// waitPublish retries until a publish to topic succeeds (placement ready, link up).
 	waitPublish := func(topic, payload string, within time.Duration) (client.Ack, time.Duration) {
 		t.Helper()
-		start := time.Now()
-		for {
-			ack, err := publish(topic, payload)
-			if err == nil {
-				return ack, time.Since(start)
+		var ack client.Ack
+		took := testlog.WaitForErr(t, within, "a publish to "+topic+" accepted", func() error {
+			var err error
+			if ack, err = publish(topic, payload); err != nil {
+				return fmt.Errorf("%w\neu2 log:\n%s", err, eu2.tail())
 			}
-			if time.Since(start) > within {
-				t.Fatalf("publish to %s not accepted within %v: %v\neu2 log:\n%s", topic, within, err, eu2.tail())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
+		return ack, took
 	}
 
 	acked := map[uint64]string{} // onEU2's acknowledged records
@@ -104,7 +103,7 @@ func TestKill9OwnerMakesItsTopicsUnavailable(t *testing.T) {
 		killed := time.Now()
 		var firstErr, failedErr time.Duration
 		var lastErr error
-		for failedErr == 0 {
+		testlog.WaitForErr(t, 30*time.Second, fmt.Sprintf("cycle %d: an error saying eu2 failed", cycle), func() error {
 			_, err := publish(onEU2, "during-outage")
 			var ce *client.Error
 			switch {
@@ -119,11 +118,11 @@ func TestKill9OwnerMakesItsTopicsUnavailable(t *testing.T) {
 				}
 			}
 			lastErr = err
-			if time.Since(killed) > 30*time.Second {
-				t.Fatalf("cycle %d: no error saying eu2 failed within 30 s; last: %v", cycle, lastErr)
+			if failedErr == 0 {
+				return fmt.Errorf("last: %v", lastErr)
 			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return nil
+		})
 		t.Logf("cycle %d: first error naming eu2 %v after the kill, gossip's failure %v after; the error: %v",
 			cycle, firstErr.Round(time.Millisecond), failedErr.Round(time.Millisecond), lastErr)
 

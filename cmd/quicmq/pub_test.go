@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
@@ -124,18 +126,22 @@ func TestPubReconnect(t *testing.T) {
 		code           int
 		stdout, stderr string
 	}
-	done := make(chan result, 1)
 	const count = 3000
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	exited := make(chan int, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	go func() {
-		code, stdout, stderr := runCLI(t, "", append([]string{"pub", "--topic", "rc.p", "--count", fmt.Sprint(count),
-			"--size", "8", "--rate", "3000", "--print", "--reconnect"}, cn.conn()...)...)
-		done <- result{code, stdout, stderr}
+		exited <- runMain(ctx, &env{stdin: strings.NewReader(""), stdout: stdout, stderr: stderr},
+			append([]string{"pub", "--topic", "rc.p", "--count", fmt.Sprint(count),
+				"--size", "8", "--rate", "3000", "--print", "--reconnect"}, cn.conn()...))
 	}()
-	time.Sleep(300 * time.Millisecond) // about 900 published
+	testlog.WaitFor(t, 20*time.Second, "pub to have 900 records acknowledged", func() bool {
+		return strings.Count(stdout.String(), "\n") >= 900
+	})
 	stop()
-	time.Sleep(200 * time.Millisecond)
 	n2, _ := nodetest.Start(t, func(c *node.Config) { c.DataDir, c.Listen = data, cn.addr })
-	r := <-done
+	r := result{<-exited, stdout.String(), stderr.String()}
 	if r.code != 0 {
 		t.Fatalf("exit %d:\n%s", r.code, r.stderr)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // The rolling-restart campaign (issue 30, figure 4; docs/operations.md, "Rolling restarts"):
@@ -168,7 +169,7 @@ func TestRollingRestartCampaign(t *testing.T) {
 			if l0 == 0 || attempt == 50 {
 				break
 			}
-			time.Sleep(100 * time.Millisecond)
+			testlog.Pause(context.Background(), 100*time.Millisecond) // a retry's back-off: the replica read may lag its commit
 		}
 		lost, dup = lost+l0, dup+d0
 	}
@@ -272,7 +273,7 @@ func (l *rollLoad) run(ctx context.Context, c *client.Conn, topics, rate int) {
 							return
 						}
 						l.noteErr(err)
-						time.Sleep(20 * time.Millisecond)
+						testlog.Pause(context.Background(), 20*time.Millisecond) // a retry's back-off
 					}
 				})
 				continue
@@ -349,19 +350,15 @@ func (l *rollLoad) waitAcks(t *testing.T, n int) {
 	l.mu.Lock()
 	from := l.total
 	l.mu.Unlock()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testlog.WaitForErr(t, 60*time.Second, fmt.Sprintf("%d publishes acknowledged", n), func() error {
 		l.mu.Lock()
 		done := l.total >= from+n
 		l.mu.Unlock()
 		if done {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d publishes acknowledged within 60 s (refused %d: %v)", n, l.refused.Load(), l.refusals())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("refused %d: %v", l.refused.Load(), l.refusals())
+	})
 }
 
 func (l *rollLoad) latencies(phase string) []time.Duration {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // TestScaleReplicatedTopics measures figure 1 of issue 29 on real node processes: a region
@@ -64,7 +65,7 @@ func TestScaleReplicatedTopics(t *testing.T) {
 		}
 		for i := range names {
 			wg.Go(func() {
-				time.Sleep(delay)
+				testlog.Pause(context.Background(), delay) // the profile starts this far into the phase
 				if err := cpuProfile(addrs[i], d, filepath.Join(profDir, phase+"-"+names[i]+".pprof")); err != nil {
 					t.Logf("profile of %s: %v", names[i], err)
 				}
@@ -142,7 +143,7 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	profiled()
 	t.Logf("single node: %d topics created in %v: %.0f topics/s", n, single.Round(time.Millisecond), float64(n)/single.Seconds())
 
-	time.Sleep(settle) // quiet, so that idle groups quiesce: not a wait for an event
+	testlog.Pause(context.Background(), settle) // quiet, so that idle groups quiesce: not a wait for an event
 	procs := []*meshProcess{r.nodes[0].proc(), r.nodes[1].proc(), r.nodes[2].proc(), solo}
 	addrs := append(metrics, soloMetrics)
 	cpu0 := make([]time.Duration, len(procs))
@@ -151,7 +152,7 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	}
 	t0 := time.Now()
 	profiled = profile("idle", append(regionNames, "solo"), addrs, window)
-	time.Sleep(window) // the measurement window
+	testlog.Pause(context.Background(), window) // the measurement window
 	profiled()
 	elapsed := time.Since(t0).Seconds()
 	t.Logf("load average after the idle window: %s", loadAvg())

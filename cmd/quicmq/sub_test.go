@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
@@ -82,7 +84,7 @@ func TestSubFrom(t *testing.T) {
 	n := startCLINode(t)
 	publishLines(t, n, "from.t", "r0", "r1", "r2")
 	mid := time.Now()
-	time.Sleep(20 * time.Millisecond)
+	testlog.WaitFor(t, 5*time.Second, "the clock to move past mid", func() bool { return time.Since(mid) > 20*time.Millisecond })
 	publishLines(t, n, "from.t", "r3")
 	sub := func(from string) string {
 		t.Helper()
@@ -214,22 +216,20 @@ func TestSubReconnect(t *testing.T) {
 	n, stop := nodetest.Start(t, func(c *node.Config) { c.DataDir = data })
 	cn := &cliNode{addr: n.Addr().String(), ca: n.CAFile()}
 	publishLines(t, cn, "rc.t", "before")
-	type result struct {
-		code           int
-		stdout, stderr string
-	}
-	done := make(chan result, 1)
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+	done := make(chan int, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	go func() {
-		code, stdout, stderr := runCLI(t, "", append([]string{"sub", "--topic", "rc.t", "--count", "2", "--reconnect"}, cn.conn()...)...)
-		done <- result{code, stdout, stderr}
+		done <- runMain(ctx, &env{stdin: strings.NewReader(""), stdout: stdout, stderr: stderr},
+			append([]string{"sub", "--topic", "rc.t", "--count", "2", "--reconnect"}, cn.conn()...))
 	}()
-	time.Sleep(500 * time.Millisecond) // it has printed "before"
+	testlog.WaitFor(t, 20*time.Second, `sub to print "before"`, func() bool { return strings.Contains(stdout.String(), "before") })
 	stop()
 	nodetest.Start(t, func(c *node.Config) { c.DataDir, c.Listen = data, cn.addr })
 	publishLines(t, cn, "rc.t", "after")
-	r := <-done
-	if r.code != 0 || r.stdout != "0\trc.t\tbefore\n1\trc.t\tafter\n" {
-		t.Fatalf("exit %d, stdout %q:\n%s", r.code, r.stdout, r.stderr)
+	if code := <-done; code != 0 || stdout.String() != "0\trc.t\tbefore\n1\trc.t\tafter\n" {
+		t.Fatalf("exit %d, stdout %q:\n%s", code, stdout.String(), stderr.String())
 	}
 }
 
@@ -251,11 +251,12 @@ func TestSubIdleTimeoutFailover(t *testing.T) {
 			[]string{"sub", "--server", path.Addr() + "," + n2.Addr().String(), "--ca", n1.CAFile(),
 				"--topic", topic, "--count", "2", "--reconnect", "--idle-timeout", "1s"})
 	}()
-	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(stdout.String(), "before"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("sub through n1 printed nothing: %s", stderr.String())
+	testlog.WaitForErr(t, 20*time.Second, `sub through n1 to print "before"`, func() error {
+		if strings.Contains(stdout.String(), "before") {
+			return nil
 		}
-	}
+		return fmt.Errorf("stderr: %s", stderr.String())
+	})
 	path.Cut()
 	cut := time.Now()
 	publishLines(t, direct, topic, "after")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/release"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // The rolling-upgrade campaign (issue 31; docs/operations.md, "Upgrading one node at a time"):
@@ -235,8 +236,7 @@ func waitCaughtUp(t *testing.T, l *replicaLoad, i int) {
 	want := l.ackedOffsets()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var last string
-	for {
+	if err := testlog.UntilErr(ctx, func() error {
 		rows, err := l.r.topics(ctx, i, "rc.>")
 		next := map[string]uint64{}
 		for _, row := range rows {
@@ -247,13 +247,11 @@ func waitCaughtUp(t *testing.T, l *replicaLoad, i int) {
 			behind = behind || int64(next[tp]) <= want[ti]
 		}
 		if err == nil && !behind {
-			return
+			return nil
 		}
-		last = fmt.Sprintf("%v (want above %v; %v)", next, want, err)
-		if ctx.Err() != nil {
-			t.Fatalf("%s did not catch up within 60 s: %s\n%s", l.r.nodes[i].name, last, l.r.nodes[i].proc().tail())
-		}
-		time.Sleep(100 * time.Millisecond)
+		return fmt.Errorf("%v (want above %v; %v)", next, want, err)
+	}); err != nil {
+		t.Fatalf("%s did not catch up within 60 s: %v\n%s", l.r.nodes[i].name, err, l.r.nodes[i].proc().tail())
 	}
 }
 
@@ -432,17 +430,16 @@ func (lc *liveClients) read(c *client.Conn, where string, check func(client.Reco
 // waitAcked waits until the live publisher has n records acknowledged.
 func (lc *liveClients) waitAcked(t *testing.T, n uint64, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for lc.acked.Load() < n {
+	testlog.WaitForErr(t, within, fmt.Sprintf("the live publisher to have %d records acknowledged", n), func() error {
 		if err := lc.failed(); err != nil {
 			lc.dump()
 			t.Fatalf("live clients: %v", err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the live publisher has %d records acknowledged, %d wanted within %v", lc.acked.Load(), n, within)
+		if got := lc.acked.Load(); got < n {
+			return fmt.Errorf("%d acknowledged", got)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // stop stops publishing, then lets the readers read what was acknowledged, and waits.
@@ -472,7 +469,7 @@ func checkMirrored(t *testing.T, r *replicaRegion, rcAddr, usAddr string, topics
 		if err != nil {
 			t.Fatalf("rc topics %s: %v", tp, err)
 		}
-		for {
+		if err := testlog.UntilErr(ctx, func() error {
 			m, err := topicNext(ctx, usc, tp)
 			if err != nil {
 				t.Fatalf("us topics %s: %v", tp, err)
@@ -481,12 +478,11 @@ func checkMirrored(t *testing.T, r *replicaRegion, rcAddr, usAddr string, topics
 				t.Fatalf("us holds %d records of %s, rc %d: mirrored twice", m, tp, n)
 			}
 			if m == n {
-				break
+				return nil
 			}
-			if ctx.Err() != nil {
-				t.Fatalf("us holds %d records of %s, rc %d, after 120 s", m, tp, n)
-			}
-			time.Sleep(100 * time.Millisecond)
+			return fmt.Errorf("us holds %d records of %s, rc %d", m, tp, n)
+		}); err != nil {
+			t.Fatalf("after 120 s: %v", err)
 		}
 		want, got := readLog(t, ctx, rc, tp, n), readLog(t, ctx, usc, tp, n)
 		for k := range got {
