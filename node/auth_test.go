@@ -16,6 +16,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/certs"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -178,16 +179,17 @@ func TestTenantLimits(t *testing.T) {
 	}
 	// A connection that ends gives its place back once the node sees it end.
 	first.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	testlog.WaitForErr(t, 10*time.Second, "an acme connection after one of the two closed", func() error {
 		c, err := dialAs(t, n, acmeToken)
 		if err == nil {
 			c.Close()
-			break
+			return nil
 		}
-		if codeOf(err) != client.CodeLimit || time.Now().After(deadline) {
+		if codeOf(err) != client.CodeLimit {
 			t.Fatalf("an acme connection after one of the two closed: %v", err)
 		}
-	}
+		return err
+	})
 	globex := mustDialAs(t, n, globexToken)
 	ctx := context.Background()
 	if _, err := globex.Publish(ctx, client.Message{Topic: "a", Payload: []byte("x")}); err != nil {
@@ -203,13 +205,7 @@ func TestTenantLimits(t *testing.T) {
 	}
 	sub.Ack(rec)
 	sub.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(n.Log().PositionNames("tenant/globex/")) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("durable position not stored")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testlog.WaitFor(t, 5*time.Second, "the durable position stored", func() bool { return len(n.Log().PositionNames("tenant/globex/")) > 0 })
 	if _, err := globex.Subscribe(ctx, "a", client.SubscribeOptions{Durable: "two"}); codeOf(err) != client.CodeLimit {
 		t.Fatalf("second durable consumer: %v, want a limit", err)
 	}

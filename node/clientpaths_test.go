@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // TestClientPaths: the node watches its client connections only (a link from another node
@@ -29,12 +30,9 @@ func TestClientPaths(t *testing.T) {
 	if _, err := c.Publish(ctx, client.Message{Topic: "paths.t", Payload: []byte("x")}); err != nil {
 		t.Fatal(err)
 	}
-	for metricValue(t, eu, "quicmq_client_migrations_total", "") < 1 {
-		if ctx.Err() != nil {
-			t.Fatal("the node did not count the client's migration within 20 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testlog.WaitFor(t, 20*time.Second, "the node to count the client's migration", func() bool {
+		return metricValue(t, eu, "quicmq_client_migrations_total", "") >= 1
+	})
 	if got := metricValue(t, eu, "quicmq_client_migrations_total", ""); got != 1 {
 		t.Errorf("quicmq_client_migrations_total = %v, want 1", got)
 	}
@@ -42,16 +40,9 @@ func TestClientPaths(t *testing.T) {
 		t.Errorf("quicmq_client_connections_total = %v, want 1", got)
 	}
 	c.Close()
-	for {
+	testlog.WaitFor(t, 20*time.Second, "the closed client's connection to be watched no more", func() bool {
 		eu.paths.mu.Lock()
-		watched = len(eu.paths.mu.conns)
-		eu.paths.mu.Unlock()
-		if watched == 0 {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatal("the closed client's connection is still watched after 20 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		defer eu.paths.mu.Unlock()
+		return len(eu.paths.mu.conns) == 0
+	})
 }

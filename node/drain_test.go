@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 func TestDrainRecordRoundTrip(t *testing.T) {
@@ -87,7 +88,7 @@ func newDrainMesh(t *testing.T, balance time.Duration, mod ...func(*Config)) *dr
 	want := groupsWanted(4, 3, 3)
 	for _, name := range m.names {
 		r := m.nodes[name].rep
-		waitFor(t, 15*time.Second, fmt.Sprintf("%d groups with leaders on %s", want, name), func() bool {
+		testlog.WaitFor(t, 15*time.Second, fmt.Sprintf("%d groups with leaders on %s", want, name), func() bool {
 			gs := r.localGroups()
 			if len(gs) != want {
 				return false
@@ -249,7 +250,7 @@ func (g *loadGen) total() uint64 {
 func (g *loadGen) waitMore(t *testing.T, n uint64, cond func() bool) {
 	t.Helper()
 	from := g.total()
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d more publishes acknowledged", n), func() bool {
+	testlog.WaitFor(t, 30*time.Second, fmt.Sprintf("%d more publishes acknowledged", n), func() bool {
 		select {
 		case err := <-g.errs:
 			t.Fatal(err)
@@ -274,7 +275,7 @@ func (g *loadGen) check(t *testing.T, m *regionMesh) {
 		// The last publish may have been stored without its ack arriving before the stop;
 		// eu-1, a follower now, may trail the leader's ack by a round.
 		var next uint64
-		waitFor(t, 10*time.Second, fmt.Sprintf("%s: eu-1 to apply the %d records acknowledged", topic, acked), func() bool {
+		testlog.WaitFor(t, 10*time.Second, fmt.Sprintf("%s: eu-1 to apply the %d records acknowledged", topic, acked), func() bool {
 			_, next, _ = m.nodes["eu-1"].Log().Bounds(topic)
 			return next >= acked
 		})
@@ -300,12 +301,12 @@ func TestDrainMovesLeadershipsOffUnderLoad(t *testing.T) {
 	defer c.Close()
 	load := startLoad(t, c, 8)
 	load.waitMore(t, 200, nil)
-	waitFor(t, 20*time.Second, "eu-1 to lead some groups (balanced)", func() bool { return m.leads()["eu-1"] > 0 })
+	testlog.WaitFor(t, 20*time.Second, "eu-1 to lead some groups (balanced)", func() bool { return m.leads()["eu-1"] > 0 })
 
 	if code, body := m.post("eu-3", "/v1/nodes/eu-1/drain"); code != http.StatusOK {
 		t.Fatalf("drain: %d %s", code, body)
 	}
-	waitFor(t, 20*time.Second, "eu-1 drained and leading nothing", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "eu-1 drained and leading nothing", func() bool {
 		return m.nodes["eu-1"].rep.drain.isDrained("eu-1") && m.leads()["eu-1"] == 0 && m.allLedBut("eu-2", "eu-1")
 	})
 	// It stays off while publishing goes on and the balancer runs.
@@ -319,7 +320,7 @@ func TestDrainMovesLeadershipsOffUnderLoad(t *testing.T) {
 	if code, body := m.post("eu-2", "/v1/nodes/eu-1/undrain"); code != http.StatusOK {
 		t.Fatalf("undrain: %d %s", code, body)
 	}
-	waitFor(t, 30*time.Second, "eu-1 undrained and leading again", func() bool {
+	testlog.WaitFor(t, 30*time.Second, "eu-1 undrained and leading again", func() bool {
 		return !m.nodes["eu-1"].rep.drain.isDrained("eu-1") && m.leads()["eu-1"] > 0
 	})
 	load.waitMore(t, 200, nil)
@@ -334,7 +335,7 @@ func TestDrainSurvivesRestart(t *testing.T) {
 	if code, body := m.post("eu-1", "/v1/nodes/eu-2/drain"); code != http.StatusOK {
 		t.Fatalf("drain: %d %s", code, body)
 	}
-	waitFor(t, 20*time.Second, "eu-2 drained and leading nothing", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "eu-2 drained and leading nothing", func() bool {
 		return m.nodes["eu-2"].rep.drain.isDrained("eu-2") && m.leads()["eu-2"] == 0
 	})
 	if err := m.nodes["eu-2"].Close(); err != nil {
@@ -342,13 +343,13 @@ func TestDrainSurvivesRestart(t *testing.T) {
 	}
 	m.restart("eu-2")
 	r := m.nodes["eu-2"].rep
-	waitFor(t, 20*time.Second, "the restarted eu-2 to read that it is drained", func() bool { return r.drain.isDrained("eu-2") })
+	testlog.WaitFor(t, 20*time.Second, "the restarted eu-2 to read that it is drained", func() bool { return r.drain.isDrained("eu-2") })
 	c := m.dial("eu-2")
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	publishEach(ctx, t, c, "after", 30)
-	waitFor(t, 20*time.Second, "every group led, none by eu-2", func() bool { return m.allLedBut("eu-2", "eu-2") })
+	testlog.WaitFor(t, 20*time.Second, "every group led, none by eu-2", func() bool { return m.allLedBut("eu-2", "eu-2") })
 	for _, ni := range m.nodeInfos("eu-2") {
 		if ni.Name == "eu-2" && ni.State != "draining" {
 			t.Fatalf("eu-2 as listed after its restart: %+v", ni)
@@ -357,7 +358,7 @@ func TestDrainSurvivesRestart(t *testing.T) {
 	if code, body := m.post("eu-2", "/v1/nodes/eu-2/undrain"); code != http.StatusOK {
 		t.Fatalf("undrain: %d %s", code, body)
 	}
-	waitFor(t, 30*time.Second, "eu-2 leading again", func() bool { return m.leads()["eu-2"] > 0 })
+	testlog.WaitFor(t, 30*time.Second, "eu-2 leading again", func() bool { return m.leads()["eu-2"] > 0 })
 }
 
 // TestBalancerEvensLeadersAndDrainRefusals: with two nodes drained every leadership is on
@@ -371,7 +372,7 @@ func TestBalancerEvensLeadersAndDrainRefusals(t *testing.T) {
 		}
 	}
 	want := groupsWanted(4, 3, 3)
-	waitFor(t, 20*time.Second, "eu-1 leading every group", func() bool { return m.leads()["eu-1"] == want+1 })
+	testlog.WaitFor(t, 20*time.Second, "eu-1 leading every group", func() bool { return m.leads()["eu-1"] == want+1 })
 	code, body := m.post("eu-2", "/v1/nodes/eu-1/drain")
 	if code != http.StatusConflict || !strings.Contains(body, "no other replica that is up and not drained could lead") {
 		t.Fatalf("drain of the last undrained node: %d %s", code, body)
@@ -384,7 +385,7 @@ func TestBalancerEvensLeadersAndDrainRefusals(t *testing.T) {
 			t.Fatalf("undrain %s: %d %s", name, code, body)
 		}
 	}
-	waitFor(t, 60*time.Second, "data group leaders within one of even", func() bool {
+	testlog.WaitFor(t, 60*time.Second, "data group leaders within one of even", func() bool {
 		lo, hi := want, 0
 		for _, ni := range m.nodeInfos("eu-1") {
 			lo, hi = min(lo, ni.Led), max(hi, ni.Led)
@@ -408,7 +409,7 @@ func TestBalancerEvensLeadersAndDrainRefusals(t *testing.T) {
 // group, and the others lead them all.
 func TestStopHandsLeadershipsOff(t *testing.T) {
 	m := newDrainMesh(t, 100*time.Millisecond, func(c *Config) { c.Raft.StopHandOff = 10 * time.Second })
-	waitFor(t, 20*time.Second, "eu-1 to lead some groups (balanced)", func() bool { return m.leads()["eu-1"] > 0 })
+	testlog.WaitFor(t, 20*time.Second, "eu-1 to lead some groups (balanced)", func() bool { return m.leads()["eu-1"] > 0 })
 	n := m.nodes["eu-1"]
 	before := len(n.rep.ledGroups())
 	start := time.Now()
@@ -419,7 +420,7 @@ func TestStopHandsLeadershipsOff(t *testing.T) {
 		t.Fatalf("eu-1 stopped still leading groups %v (it led %d)", left, before)
 	}
 	closed := time.Since(start)
-	waitFor(t, 20*time.Second, "eu-2 to see every group led by eu-2 or eu-3", func() bool { return m.allLedBut("eu-2", "eu-1") })
+	testlog.WaitFor(t, 20*time.Second, "eu-2 to see every group led by eu-2 or eu-3", func() bool { return m.allLedBut("eu-2", "eu-1") })
 	t.Logf("eu-1 handed off %d leaderships and stopped in %v; eu-2 saw new leaders %v after", before, closed, time.Since(start))
 }
 
@@ -430,7 +431,7 @@ func TestDrainWaitsForEveryNodeToReadIt(t *testing.T) {
 		c.Replicas, c.AdminAPI, c.Raft = 3, true, TestRaftSettings()
 		c.noFeatures = c.Name == "eu-3"
 	}), admin: map[string]*httptest.Server{}}
-	waitFor(t, 20*time.Second, "the metadata group formed on eu-1", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "the metadata group formed on eu-1", func() bool {
 		ro, _ := m.nodes["eu-1"].rep.d.Role(metaGroup)
 		return ro.Lead != 0 && len(m.nodeInfos("eu-1")) == 3
 	})
@@ -463,7 +464,7 @@ func TestDrainThenUndrainFromTwoNodes(t *testing.T) {
 	if code, body := m.post(askers[1], "/v1/nodes/"+lead+"/undrain"); code != http.StatusOK {
 		t.Fatalf("undrain: %d %s", code, body)
 	}
-	waitFor(t, 20*time.Second, "both requests settled: neither asker announces one", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "both requests settled: neither asker announces one", func() bool {
 		for _, a := range askers {
 			d := &m.nodes[a].rep.drain
 			d.mu.Lock()
@@ -484,7 +485,7 @@ func TestDrainThenUndrainFromTwoNodes(t *testing.T) {
 	})
 	for _, name := range m.names {
 		d := &m.nodes[name].rep.drain
-		waitFor(t, 10*time.Second, name+" to read the undrain", func() bool { return !d.isDrained(lead) })
+		testlog.WaitFor(t, 10*time.Second, name+" to read the undrain", func() bool { return !d.isDrained(lead) })
 		d.mu.Lock()
 		changes := d.mu.changes
 		d.mu.Unlock()
@@ -502,7 +503,7 @@ func TestDrainedNodeHandsOnWhatItWins(t *testing.T) {
 		t.Fatalf("drain: %d %s", code, body)
 	}
 	r2 := m.nodes["eu-2"].rep
-	waitFor(t, 20*time.Second, "eu-2 drained and leading nothing", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "eu-2 drained and leading nothing", func() bool {
 		return r2.drain.isDrained("eu-2") && m.leads()["eu-2"] == 0
 	})
 	g := r2.localGroups()[0].id
@@ -516,7 +517,7 @@ func TestDrainedNodeHandsOnWhatItWins(t *testing.T) {
 	if err := m.nodes[lead].rep.d.TransferLeadership(context.Background(), g, r2.id); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "eu-2 to hand on the leadership it was given", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "eu-2 to hand on the leadership it was given", func() bool {
 		return testutil.ToFloat64(r2.drain.m.transfers.WithLabelValues("drain")) > before && m.allLedBut("eu-1", "eu-2")
 	})
 }

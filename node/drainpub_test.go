@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // pipeLoad publishes pipelined (PublishAsync, a window of unanswered publishes on one
@@ -106,7 +107,7 @@ func (l *pipeLoad) acked() int {
 func (l *pipeLoad) waitMore(t *testing.T, n int) {
 	t.Helper()
 	from := l.acked()
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d more pipelined publishes acknowledged", n), func() bool {
+	testlog.WaitFor(t, 30*time.Second, fmt.Sprintf("%d more pipelined publishes acknowledged", n), func() bool {
 		l.mu.Lock()
 		errs := l.mu.errs
 		l.mu.Unlock()
@@ -131,7 +132,7 @@ func TestDrainUnderPipelinedPublishingRefusesNothing(t *testing.T) {
 	load := startPipeLoad(t, c, "pipe", topics, 1500)
 	load.waitMore(t, 500)
 	for round, name := range []string{"eu-1", "eu-2", "eu-3", "eu-1"} {
-		waitFor(t, 20*time.Second, name+" to lead some groups", func() bool { return m.leads()[name] > 0 })
+		testlog.WaitFor(t, 20*time.Second, name+" to lead some groups", func() bool { return m.leads()[name] > 0 })
 		if code, body := m.post("eu-2", "/v1/nodes/"+name+"/drain"); code != http.StatusOK {
 			t.Fatalf("drain %s: %d %s", name, code, body)
 		}
@@ -139,14 +140,14 @@ func TestDrainUnderPipelinedPublishingRefusesNothing(t *testing.T) {
 		if name == other {
 			other = "eu-1"
 		}
-		waitFor(t, 20*time.Second, name+" drained and leading nothing", func() bool {
+		testlog.WaitFor(t, 20*time.Second, name+" drained and leading nothing", func() bool {
 			return m.nodes[name].rep.drain.isDrained(name) && m.leads()[name] == 0 && m.allLedBut(other, name)
 		})
 		load.waitMore(t, 300)
 		if code, body := m.post("eu-1", "/v1/nodes/"+name+"/undrain"); code != http.StatusOK {
 			t.Fatalf("undrain %s: %d %s", name, code, body)
 		}
-		waitFor(t, 20*time.Second, name+" undrained and leading again", func() bool {
+		testlog.WaitFor(t, 20*time.Second, name+" undrained and leading again", func() bool {
 			return !m.nodes[name].rep.drain.isDrained(name) && m.leads()[name] > 0
 		})
 		load.waitMore(t, 300)

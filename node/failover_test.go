@@ -10,6 +10,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/federation"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // newFailoverMesh starts regions eu, us and ap, one node each, mirroring "events" from every
@@ -208,7 +209,7 @@ func TestFailoverRestartedConsumerResumesFromMirroredPosition(t *testing.T) {
 	publishConcurrently(t, pub, 0, 300)
 	read(map[string]int{"eu": 150, "us": 100, "ap": 100})
 	mirrored := federation.MirroredPositionName("eu", "audit")
-	waitFor(t, 20*time.Second, "us to hold audit's position mirrored from eu", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "us to hold audit's position mirrored from eu", func() bool {
 		_, vec, ok, _ := us.Log().PositionVector(mirrored, "events")
 		return ok && vec != nil
 	})
@@ -273,7 +274,7 @@ func TestFailoverAfterResumeRepeatsNothing(t *testing.T) {
 	sub.Close()
 	first.Close()
 	mirrored := federation.MirroredPositionName("eu", "audit")
-	waitFor(t, 20*time.Second, "us to hold audit's whole position mirrored from eu", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "us to hold audit's whole position mirrored from eu", func() bool {
 		_, vec, _, _ := us.Log().PositionVector(mirrored, "events")
 		_, own, _, _ := eu.Log().PositionVector("audit", "events")
 		return vec != nil && maps.Equal(vec, own)

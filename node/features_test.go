@@ -1,12 +1,14 @@
 package node
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -85,17 +87,15 @@ func TestFeatureGateFollowsAnnouncements(t *testing.T) {
 	// the nodes the gate names.
 	waitGate := func(what string, gate func() (bool, []string), ok bool) []string {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			got, lacking := gate()
-			if got == ok {
-				return lacking
+		var lacking []string
+		testlog.WaitForErr(t, 10*time.Second, what, func() error {
+			var got bool
+			if got, lacking = gate(); got == ok {
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: still %v after 10 s (lacking %v)", what, got, lacking)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("still %v (lacking %v)", got, lacking)
+		})
+		return lacking
 	}
 	region := func(n *Node, name string, level int) func() (bool, []string) {
 		return func() (bool, []string) { return n.RegionKnows(name, level) }

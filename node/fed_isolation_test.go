@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // fedGauge sums the samples of a metric family on n's registry.
@@ -119,17 +120,13 @@ func TestFedLinkIsolatesStalledReplay(t *testing.T) {
 		subs[i] = sub
 	}
 	usNode := m.nodes["us"]
-	waitMirrors := time.Now().Add(20 * time.Second)
-	for {
+	testlog.WaitForErr(t, 20*time.Second, fmt.Sprintf("us to mirror %d topics", half), func() error {
 		links := usNode.Federation().Links()
 		if len(links) == 1 && len(links[0].Mirrors) == half {
-			break
+			return nil
 		}
-		if time.Now().After(waitMirrors) {
-			t.Fatalf("us links: %+v", links)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("us links: %+v", links)
+	})
 
 	// Readers of the 99: each checks it gets "eu-0", "eu-1", ... in order.
 	delivered := make([]atomic.Int64, len(topics))
@@ -227,7 +224,7 @@ func TestFedLinkIsolatesStalledReplay(t *testing.T) {
 	sampleFor := func(d time.Duration) {
 		end := time.Now().Add(d)
 		for time.Now().Before(end) {
-			time.Sleep(100 * time.Millisecond)
+			testlog.Pause(context.Background(), 100*time.Millisecond) // the sampling interval
 			takeSample()
 		}
 	}
@@ -273,15 +270,14 @@ func TestFedLinkIsolatesStalledReplay(t *testing.T) {
 
 	close(stopPub)
 	pubWG.Wait()
-	deadline := time.Now().Add(30 * time.Second)
-	for i := range topics {
-		for i != stalled && delivered[i].Load() != published[i].Load() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d of %d records delivered after publishing stopped", topics[i], delivered[i].Load(), published[i].Load())
+	testlog.WaitForErr(t, 30*time.Second, "every record delivered after publishing stopped", func() error {
+		for i := range topics {
+			if i != stalled && delivered[i].Load() != published[i].Load() {
+				return fmt.Errorf("%s: %d of %d records delivered", topics[i], delivered[i].Load(), published[i].Load())
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return nil
+	})
 	caughtUp := time.Now()
 	stopReading()
 	readers.Wait()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/federation"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -37,7 +38,7 @@ func TestGroupFailoverExactlyOnceAcrossRegions(t *testing.T) {
 	oc := newOriginCheck(t)
 	publishConcurrently(t, pub, 0, 300)
 	oc.readUntil(ctx, sub, map[string]int{"eu": 200, "us": 100, "ap": 100}, false)
-	waitFor(t, 20*time.Second, "us to hold workers' state mirrored from eu", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "us to hold workers' state mirrored from eu", func() bool {
 		return mirroredGroupState(t, us.Log(), "eu", "workers") != nil
 	})
 	publishSeq(t, pub["eu"], "events", "eu", 300, 200)
@@ -100,7 +101,7 @@ func TestGroupFailoverRestartedMemberResumesFromMirroredState(t *testing.T) {
 	}
 	publishConcurrently(t, pub, 0, 300)
 	read(map[string]int{"eu": 150, "us": 100, "ap": 100})
-	waitFor(t, 20*time.Second, "us to hold workers' state mirrored from eu", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "us to hold workers' state mirrored from eu", func() bool {
 		return mirroredGroupState(t, us.Log(), "eu", "workers") != nil
 	})
 	publishSeq(t, pub["eu"], "events", "eu", 300, 200)
@@ -214,8 +215,8 @@ func TestGroupFailoverTwoMembersAtLeastOnce(t *testing.T) {
 		})
 	}
 	publishConcurrently(t, pub, 0, 300)
-	waitFor(t, 30*time.Second, "900 records received", func() bool { return count() >= 900 })
-	waitFor(t, 20*time.Second, "us to hold workers' state mirrored from eu", func() bool {
+	testlog.WaitFor(t, 30*time.Second, "900 records received", func() bool { return count() >= 900 })
+	testlog.WaitFor(t, 20*time.Second, "us to hold workers' state mirrored from eu", func() bool {
 		return mirroredGroupState(t, us.Log(), "eu", "workers") != nil
 	})
 	publishSeq(t, pub["eu"], "events", "eu", 300, 200)
@@ -226,7 +227,7 @@ func TestGroupFailoverTwoMembersAtLeastOnce(t *testing.T) {
 	}
 	m.start("eu")
 	m.waitLinks()
-	waitFor(t, 60*time.Second, "every record of every region received", func() bool { return count() >= 500+600+600 })
+	testlog.WaitFor(t, 60*time.Second, "every record of every region received", func() bool { return count() >= 500+600+600 })
 	mu.Lock()
 	defer mu.Unlock()
 	dups := 0

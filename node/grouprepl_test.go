@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -109,8 +111,7 @@ func showState(st *wal.GroupState) string {
 // time too: each replica stores the entry's), and want holds for it.
 func waitSameState(t *testing.T, nodes []*Node, topic string, want func(*wal.GroupState) bool, what string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testlog.WaitForErr(t, 15*time.Second, fmt.Sprintf("the replicas to store %s of %s", what, topic), func() error {
 		got := groupStates(t, nodes, topic)
 		var first *wal.GroupState
 		same := len(got) == len(nodes)
@@ -122,17 +123,14 @@ func waitSameState(t *testing.T, nodes []*Node, topic string, want func(*wal.Gro
 			same = same && st != nil && reflect.DeepEqual(st, first) && want(st)
 		}
 		if same {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			var lines []string
-			for _, n := range nodes {
-				lines = append(lines, n.Name()+": "+showState(got[n.Name()]))
-			}
-			t.Fatalf("the replicas do not store %s of %s:\n%s", what, topic, strings.Join(lines, "\n"))
+		var lines []string
+		for _, n := range nodes {
+			lines = append(lines, n.Name()+": "+showState(got[n.Name()]))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.New(strings.Join(lines, "\n"))
+	})
 }
 
 func TestReplicatedGroupLeaderLoss(t *testing.T) {
@@ -175,7 +173,7 @@ func testReplicatedGroupLeaderLoss(t *testing.T, pattern string, topics []string
 	all := []string{"eu-1", "eu-2", "eu-3"}
 	var home string
 	if len(topics) == 1 {
-		waitFor(t, 10*time.Second, "a leader of "+topics[0], func() bool { home = leaderOf(m.nodes["eu-1"], topics[0]); return home != "" })
+		testlog.WaitFor(t, 10*time.Second, "a leader of "+topics[0], func() bool { home = leaderOf(m.nodes["eu-1"], topics[0]); return home != "" })
 	} else {
 		home = m.nodes["eu-1"].consumerHome("g")
 	}
@@ -256,7 +254,7 @@ func testReplicatedGroupLeaderLoss(t *testing.T, pattern string, topics []string
 	readers.Wait()
 	survivors := []*Node{m.nodes[others[0]], m.nodes[others[1]]}
 	for _, topic := range topics {
-		waitFor(t, 20*time.Second, "a leader of "+topic+" among "+strings.Join(others, ","), func() bool {
+		testlog.WaitFor(t, 20*time.Second, "a leader of "+topic+" among "+strings.Join(others, ","), func() bool {
 			l := leaderOf(survivors[0], topic)
 			return l != "" && l != home
 		})
@@ -377,7 +375,7 @@ func TestReplicatedGroupManage(t *testing.T) {
 	publishNumbered(ctx, t, c, "work", 0, 10)
 	c.Close()
 	var lead string
-	waitFor(t, 10*time.Second, "a leader of work", func() bool { lead = leaderOf(m.nodes["eu-1"], "work"); return lead != "" })
+	testlog.WaitFor(t, 10*time.Second, "a leader of work", func() bool { lead = leaderOf(m.nodes["eu-1"], "work"); return lead != "" })
 	var followers []string
 	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
 		if name != lead {
@@ -414,7 +412,7 @@ func TestReplicatedGroupManage(t *testing.T) {
 	}, "floor 6, next 10, 4 outstanding")
 
 	m.nodes[down].Close()
-	waitFor(t, 20*time.Second, down+" failed as "+entry+" sees it", func() bool {
+	testlog.WaitFor(t, 20*time.Second, down+" failed as "+entry+" sees it", func() bool {
 		return m.nodes[entry].place.memberStatus(down) != gossip.StatusAlive
 	})
 	ac := m.dial(entry)
@@ -448,20 +446,20 @@ func TestReplicatedGroupManage(t *testing.T) {
 	}
 	mc.Close()
 
-	waitFor(t, 20*time.Second, "every node alive as "+entry+" sees it", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "every node alive as "+entry+" sees it", func() bool {
 		return m.nodes[entry].place.memberStatus(down) == gossip.StatusAlive && m.nodes[entry].place.memberStatus(lead) == gossip.StatusAlive
 	})
 	ac = m.dial(entry)
 	defer ac.Close()
 	var removed int
-	waitFor(t, 10*time.Second, "the removal (the member's end may still hold the group)", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "the removal (the member's end may still hold the group)", func() bool {
 		removed, err = ac.DeleteConsumer(ctx, "g", client.ManageOptions{})
 		return err == nil
 	})
 	if removed != 1 {
 		t.Errorf("removal reports %d topic states, want 1", removed)
 	}
-	waitFor(t, 15*time.Second, "no replica keeping group g", func() bool {
+	testlog.WaitFor(t, 15*time.Second, "no replica keeping group g", func() bool {
 		for _, n := range nodes() {
 			if _, _, ok, err := n.Log().Group("g"); ok || err != nil {
 				return false
@@ -478,7 +476,7 @@ func TestReplicatedGroupManage(t *testing.T) {
 func TestReplicatedGroupDeadLetterAcrossLeaderLoss(t *testing.T) {
 	m, ctx := newSeededRegion(t, "work", 3, 90*time.Second)
 	var lead string
-	waitFor(t, 10*time.Second, "a leader of work", func() bool { lead = leaderOf(m.nodes["eu-1"], "work"); return lead != "" })
+	testlog.WaitFor(t, 10*time.Second, "a leader of work", func() bool { lead = leaderOf(m.nodes["eu-1"], "work"); return lead != "" })
 	var others []string
 	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
 		if name != lead {
@@ -511,12 +509,12 @@ func TestReplicatedGroupDeadLetterAcrossLeaderLoss(t *testing.T) {
 	m.nodes[lead].Close()
 	c.Close()
 	survivors := []*Node{m.nodes[others[0]], m.nodes[others[1]]}
-	waitFor(t, 20*time.Second, "a new leader of work", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "a new leader of work", func() bool {
 		l := leaderOf(survivors[0], "work")
 		return l != "" && l != lead
 	})
 	var r client.Record
-	waitFor(t, 20*time.Second, "the member back, with offset 1 again", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "the member back, with offset 1 again", func() bool {
 		c = m.dial(others[1])
 		if sub, err = c.Subscribe(ctx, "work", opts); err != nil {
 			t.Logf("subscribe through %s: %v", others[1], err)
@@ -536,7 +534,7 @@ func TestReplicatedGroupDeadLetterAcrossLeaderLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range survivors {
-		waitFor(t, 15*time.Second, "the dead-letter record on "+n.Name(), func() bool {
+		testlog.WaitFor(t, 15*time.Second, "the dead-letter record on "+n.Name(), func() bool {
 			_, next, ok := n.Log().Bounds("work.dlq")
 			return ok && next == 2
 		})

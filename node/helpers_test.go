@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -72,10 +73,8 @@ func startStoppable(t testing.TB, cfg Config) (n *Node, stop func()) {
 // (when not nil) says it is ready too; it logs the links and fails after timeout.
 func waitLinksUp(t testing.TB, nodes map[string]*Node, timeout time.Duration, ready func(*Node) bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok := true
-		for _, n := range nodes {
+	testlog.WaitForErr(t, timeout, "the mesh to be ready", func() error {
+		for name, n := range nodes {
 			up := 0
 			for _, l := range n.Federation().Links() {
 				if l.Connected {
@@ -83,20 +82,11 @@ func waitLinksUp(t testing.TB, nodes map[string]*Node, timeout time.Duration, re
 				}
 			}
 			if up != len(nodes)-1 || (ready != nil && !ready(n)) {
-				ok = false
+				return fmt.Errorf("%s: %d links up, ready %v; its links: %+v", name, up, ready == nil || ready(n), n.Federation().Links())
 			}
 		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			for name, n := range nodes {
-				t.Logf("%s links: %+v", name, n.Federation().Links())
-			}
-			t.Fatalf("mesh not ready within %v", timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // dialNode connects an SDK client to n (trusting its CA); closed by t.Cleanup.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // unusedAddr returns a 127.0.0.1 address whose port nothing holds now (TCP and UDP: serf uses
@@ -40,7 +41,7 @@ func TestJoinRetriesUntilAPeerAnswers(t *testing.T) {
 	// b names nobody: only a's retry can bring the two together.
 	b := startNode(t, Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "us-1", Region: "us", Logger: testLogger(t),
 		GossipLAN: "127.0.0.1:0", GossipWAN: later, GossipProfile: gossip.ProfileTest})
-	waitFor(t, 20*time.Second, "eu-1 and us-1 to see each other in the WAN pool", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "eu-1 and us-1 to see each other in the WAN pool", func() bool {
 		return len(a.Gossip().RegionMembers("us")) == 1 && len(b.Gossip().RegionMembers("eu")) == 1
 	})
 }

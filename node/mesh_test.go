@@ -9,6 +9,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // testMesh is a mesh of regions with one node each, in this process, sharing one CA.
@@ -62,7 +63,7 @@ func (m *testMesh) start(r string) {
 	// hold one for a moment (seen once: "bind: address already in use").
 	for deadline := time.Now().Add(10 * time.Second); err != nil && strings.Contains(err.Error(), "address already in use") && time.Now().Before(deadline); {
 		m.t.Logf("restarting %s: %v; again", r, err)
-		time.Sleep(100 * time.Millisecond)
+		testlog.Pause(context.Background(), 100*time.Millisecond) // a retry's back-off
 		n, err = New(cfg)
 	}
 	if err != nil {
@@ -165,7 +166,8 @@ func TestMeshMirrorsEveryRegionExactlyOnce(t *testing.T) {
 		}
 		subs[r] = sub
 	}
-	time.Sleep(200 * time.Millisecond) // interest reaches the links
+	// Whenever the interest reaches the links, each mirror starts at the origin's offset 0, and
+	// each subscription reads its own region's log from 0: nothing to wait for.
 	const per = 300
 	for _, r := range m.region {
 		publishSeq(t, m.dial(r), "orders", r, 0, per)
@@ -204,7 +206,6 @@ func TestMeshResumesAfterOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
 	eu := m.dial("eu")
 	publishSeq(t, eu, "events", "eu", 0, 200)
 	collect(t, sub, 200, 20*time.Second)
@@ -214,15 +215,10 @@ func TestMeshResumesAfterOutage(t *testing.T) {
 	publishSeq(t, eu, "events", "eu", 200, 500) // while us is down
 	start := time.Now()
 	m.start("us")
-	for {
-		if _, next, _ := m.nodes["us"].Log().Bounds("events"); next >= 700 {
-			break
-		}
-		if time.Since(start) > 20*time.Second {
-			t.Fatal("us did not catch up within 20 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testlog.WaitFor(t, 20*time.Second, "us to catch up", func() bool {
+		_, next, _ := m.nodes["us"].Log().Bounds("events")
+		return next >= 700
+	})
 	t.Logf("restart to caught up (500 records behind): %v", time.Since(start).Round(time.Millisecond))
 
 	sub, err = m.dial("us").Subscribe(context.Background(), "events", client.SubscribeOptions{Durable: "audit"})
@@ -254,7 +250,6 @@ func TestMeshLinkMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
 	eu := m.dial("eu")
 	before := m.nodes["us"].Federation().Links()[0]
 	done := make(chan struct{})
@@ -262,7 +257,10 @@ func TestMeshLinkMigration(t *testing.T) {
 		defer close(done)
 		publishSeq(t, eu, "m.t", "eu", 0, 2000)
 	}()
-	time.Sleep(50 * time.Millisecond)
+	testlog.WaitFor(t, 20*time.Second, "mirroring under way", func() bool { // the migration comes under traffic
+		_, next, _ := m.nodes["us"].Log().Bounds("m.t")
+		return next > 0
+	})
 	if err := m.nodes["us"].Federation().Migrate(context.Background(), "eu"); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 func TestMoveRecordRoundTrip(t *testing.T) {
@@ -77,7 +78,7 @@ func newMoveMesh(t *testing.T, size int) *drainMesh {
 	defer c.Close()
 	publishEach(ctx, t, c, "d", 40)
 	want := groupsWanted(2, size, 3)
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d groups, each with a leader", want), func() bool {
+	testlog.WaitFor(t, 60*time.Second, fmt.Sprintf("%d groups, each with a leader", want), func() bool {
 		r := m.nodes["eu-3"].rep
 		r.pl.RLock()
 		n := len(r.pl.groups)
@@ -102,7 +103,7 @@ func (m *drainMesh) waitRemoved(via, name string, timeout time.Duration) {
 	m.t.Helper()
 	last := ""
 	start := time.Now()
-	waitFor(m.t, timeout, name+" removed", func() bool {
+	testlog.WaitFor(m.t, timeout, name+" removed", func() bool {
 		for _, ni := range m.nodeInfos(via) {
 			if ni.Name == name {
 				if s := ni.String(); s != last {
@@ -128,7 +129,7 @@ func (m *drainMesh) checkFullyReplicated(stayers []string) {
 			m.t.Logf("last seen: %s", why)
 		}
 	}()
-	waitFor(m.t, 60*time.Second, "every group placed on three stayers, its raft configuration matching", func() bool {
+	testlog.WaitFor(m.t, 60*time.Second, "every group placed on three stayers, its raft configuration matching", func() bool {
 		r := m.nodes[stayers[0]].rep
 		r.pl.RLock()
 		groups := make([]*repGroup, 0, len(r.pl.groups))
@@ -192,7 +193,7 @@ func checkLoad(t *testing.T, g *loadGen, m *drainMesh, stayers []string) {
 			holders = append(holders, m.nodes[rm.name])
 		}
 		var next uint64
-		waitFor(t, 10*time.Second, fmt.Sprintf("%s: %s to apply the %d records acknowledged", topic, holders[0].Name(), acked), func() bool {
+		testlog.WaitFor(t, 10*time.Second, fmt.Sprintf("%s: %s to apply the %d records acknowledged", topic, holders[0].Name(), acked), func() bool {
 			_, next, _ = holders[0].Log().Bounds(topic)
 			return next >= acked
 		})
@@ -290,7 +291,7 @@ func TestRemoveTwoNodesUnderLoad(t *testing.T) {
 			t.Fatalf("remove %s: %d %s", name, code, body)
 		}
 	}
-	waitFor(t, 30*time.Second, "both removals recorded", func() bool {
+	testlog.WaitFor(t, 30*time.Second, "both removals recorded", func() bool {
 		_, ok1 := m.nodes["eu-2"].rep.moves.removingReq("eu-1")
 		_, ok5 := m.nodes["eu-2"].rep.moves.removingReq("eu-5")
 		return ok1 && ok5
@@ -331,7 +332,7 @@ func TestRemoveDeadNode(t *testing.T) {
 	if err := os.RemoveAll(m.cfgs["eu-2"].DataDir); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, "eu-2 seen down", func() bool {
+	testlog.WaitFor(t, 60*time.Second, "eu-2 seen down", func() bool {
 		for _, ni := range m.nodeInfos("eu-3") {
 			if ni.Name == "eu-2" {
 				return ni.State == "down"
@@ -355,7 +356,7 @@ func TestRemoveDeadNode(t *testing.T) {
 	m.waitRemoved("eu-3", "eu-2", 180*time.Second)
 	stayers := []string{"eu-1", "eu-3", "eu-4"}
 	m.checkFullyReplicated(stayers)
-	waitFor(t, 60*time.Second, "no group under-replicated (quicmq_raft_groups_under_replicated 0 on every stayer)", func() bool {
+	testlog.WaitFor(t, 60*time.Second, "no group under-replicated (quicmq_raft_groups_under_replicated 0 on every stayer)", func() bool {
 		sum := 0
 		for _, name := range stayers {
 			sum += int(metricWith(t, m.nodes[name], "quicmq_raft_groups_under_replicated", nil))
@@ -381,7 +382,7 @@ func TestRemoveDeadNode(t *testing.T) {
 func TestRemoveResumesAfterMetadataLeaderRestart(t *testing.T) {
 	m := newMoveMesh(t, 4)
 	lead := ""
-	waitFor(t, 20*time.Second, "a metadata leader", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "a metadata leader", func() bool {
 		for _, name := range m.names {
 			if ro, ok := m.nodes[name].rep.d.Role(metaGroup); ok && ro.Leader {
 				lead = name
@@ -407,7 +408,7 @@ func TestRemoveResumesAfterMetadataLeaderRestart(t *testing.T) {
 	if code, body := m.post(via, "/v1/nodes/"+victim+"/remove"); code != http.StatusOK {
 		t.Fatalf("remove %s: %d %s", victim, code, body)
 	}
-	waitFor(t, 30*time.Second, "a move in progress", func() bool { return len(m.nodes[lead].rep.moves.movesCopy()) > 0 })
+	testlog.WaitFor(t, 30*time.Second, "a move in progress", func() bool { return len(m.nodes[lead].rep.moves.movesCopy()) > 0 })
 	t.Logf("moves in progress when %s stops: %v", lead, m.nodes[lead].rep.moves.movesCopy())
 	if err := m.nodes[lead].Close(); err != nil {
 		t.Logf("close %s: %v", lead, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/federation"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -55,7 +56,7 @@ func waitMirroredDurable(t *testing.T, m *regionMesh, durable string) map[string
 	name := federation.MirroredPositionName("eu", durable)
 	var vec map[string]uint64
 	for _, n := range []string{"us-3", "us-2", "us-1"} {
-		waitFor(t, 20*time.Second, n+" to hold "+durable+"'s position mirrored from eu", func() bool {
+		testlog.WaitFor(t, 20*time.Second, n+" to hold "+durable+"'s position mirrored from eu", func() bool {
 			_, v, ok, _ := m.nodes[n].Log().PositionVector(name, "events")
 			vec = v
 			return ok && v != nil
@@ -96,7 +97,7 @@ func TestReplicatedFailoverExactlyOnceAcrossRegions(t *testing.T) {
 	doc.readUntil(ctx, dsub, map[string]int{"eu": 100, "us": 100}, false)
 	goc.readUntil(ctx, gsub, map[string]int{"eu": 100, "us": 100}, false)
 	waitMirroredDurable(t, m, "audit")
-	waitFor(t, 20*time.Second, "us to hold workers' state mirrored from eu", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "us to hold workers' state mirrored from eu", func() bool {
 		return mirroredGroupState(t, m.nodes["us-1"].Log(), "eu", "workers") != nil
 	})
 	// eu's last records: acknowledged there, eu stopped right after.
@@ -168,7 +169,7 @@ func TestReplicatedFailoverRestartedResumesFromMirrored(t *testing.T) {
 	publishConcurrently(t, pub, 0, 100)
 	read(map[string]int{"eu": 80, "us": 80})
 	waitMirroredDurable(t, m, "audit")
-	waitFor(t, 20*time.Second, "us to hold workers' state mirrored from eu", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "us to hold workers' state mirrored from eu", func() bool {
 		return mirroredGroupState(t, m.nodes["us-1"].Log(), "eu", "workers") != nil
 	})
 	publishSeq(t, pub["eu"], "events", "eu", 100, 100)
@@ -228,7 +229,7 @@ func TestReplicatedFailoverRestartedResumesFromMirrored(t *testing.T) {
 func TestReplicatedMirroredStateThroughFollower(t *testing.T) {
 	m, ctx := newSeededRegion(t, "jobs", 3, 60*time.Second)
 	var lead string
-	waitFor(t, 15*time.Second, "a leader of jobs", func() bool { lead = leaderOf(m.nodes["eu-1"], "jobs"); return lead != "" })
+	testlog.WaitFor(t, 15*time.Second, "a leader of jobs", func() bool { lead = leaderOf(m.nodes["eu-1"], "jobs"); return lead != "" })
 	follower := m.nodes["eu-1"]
 	if lead == "eu-1" {
 		follower = m.nodes["eu-2"]
@@ -252,7 +253,7 @@ func TestReplicatedMirroredStateThroughFollower(t *testing.T) {
 	}
 	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
 		l := m.nodes[name].Log()
-		waitFor(t, 15*time.Second, name+" to hold the mirrored position and group state", func() bool {
+		testlog.WaitFor(t, 15*time.Second, name+" to hold the mirrored position and group state", func() bool {
 			_, ok, _ := l.Position(federation.MirroredPositionName("us", "marker"), "jobs")
 			return ok
 		})

@@ -10,6 +10,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -110,7 +111,7 @@ func TestStartPositions(t *testing.T) {
 	rc := mustDial(t, n)
 	publishN(t, rc, "s.t", 0, 10)
 	mid := time.Now().UnixNano()
-	time.Sleep(5 * time.Millisecond)
+	testlog.WaitFor(t, 5*time.Second, "the clock past mid", func() bool { return time.Now().UnixNano() > mid+int64(5*time.Millisecond) })
 	publishN(t, rc, "s.t", 10, 10)
 
 	s := subscribe(t, rc, &wire.Subscribe{Pattern: "s.t", Start: wire.StartOffset, StartValue: 15})
@@ -285,13 +286,9 @@ func TestSubscriptionMetricsDeletedOnClose(t *testing.T) {
 	}
 	s.str.CancelRead(wire.AppCancelled)
 	s.str.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for metricValue(t, n, "quicmq_subscription_records_total", "m1") != -1 {
-		if time.Now().After(deadline) {
-			t.Fatal("series still there after the stream ended")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testlog.WaitFor(t, 5*time.Second, "the series to go with the stream", func() bool {
+		return metricValue(t, n, "quicmq_subscription_records_total", "m1") == -1
+	})
 }
 
 // A client that stops reading mid-replay (STOP_SENDING, with its side of the stream left
@@ -316,7 +313,7 @@ func TestSubscriptionEndsWhenClientStopsReadingMidReplay(t *testing.T) {
 	s := subscribe(t, rc, &wire.Subscribe{Pattern: "replay", Durable: "r1"})
 	readRecords(t, s, 10)
 	s.str.CancelRead(wire.AppCancelled)
-	waitFor(t, 10*time.Second, "the subscription to end after its client stopped reading", func() bool { // replicated_test.go
+	testlog.WaitFor(t, 10*time.Second, "the subscription to end after its client stopped reading", func() bool { // replicated_test.go
 		return metricValue(t, n, "quicmq_subscription_records_total", "r1") == -1
 	})
 }

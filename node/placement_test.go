@@ -12,6 +12,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -91,20 +92,16 @@ func (m *regionMesh) owner(region, topic string) string {
 // positions are stored asynchronously after the ACK frames arrive.
 func (m *regionMesh) waitPosition(node, name, topic string, want uint64) {
 	m.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	testlog.WaitForErr(m.t, 15*time.Second, fmt.Sprintf("position of %s on %s at %s to be %d", name, topic, node, want), func() error {
 		pos, ok, err := m.nodes[node].Log().Position(name, topic)
 		if err != nil {
 			m.t.Fatal(err)
 		}
 		if ok && pos == want {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			m.t.Fatalf("position of %s on %s at %s: %d %v, want %d", name, topic, node, pos, ok, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%d %v", pos, ok)
+	})
 }
 
 // other is the node of region that is not name (two nodes per region).
@@ -413,13 +410,12 @@ func TestRegionPlacementConflict(t *testing.T) {
 	if _, err := b.Gossip().JoinLAN([]string{a.Gossip().LANAddr()}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for len(a.Conflicts()[topic]) != 2 || len(b.Conflicts()[topic]) != 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("conflict not reported within 20 s: eu-1 %v, eu-2 %v", a.Conflicts(), b.Conflicts())
+	testlog.WaitForErr(t, 20*time.Second, "the conflict reported", func() error {
+		if len(a.Conflicts()[topic]) == 2 && len(b.Conflicts()[topic]) == 2 {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("eu-1 %v, eu-2 %v", a.Conflicts(), b.Conflicts())
+	})
 	for _, n := range []*Node{a, b} {
 		if v := fedGauge(t, n, "quicmq_placement_conflicts"); v != 1 {
 			t.Errorf("%s: quicmq_placement_conflicts = %v, want 1", n.Name(), v)
@@ -736,14 +732,10 @@ func TestRegionPlacementLiteralOwnerMoved(t *testing.T) {
 	if err := m.nodes["eu-3"].Close(); err != nil { // a graceful leave
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if o, ready, _ := m.nodes["eu-1"].place.ownerNow(topic); ready && o == "eu-2" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("eu-1 does not place %s on eu-2 after eu-3 left", topic)
-		}
-	}
+	testlog.WaitFor(t, 15*time.Second, fmt.Sprintf("eu-1 to place %s on eu-2 after eu-3 left", topic), func() bool {
+		o, ready, _ := m.nodes["eu-1"].place.ownerNow(topic)
+		return ready && o == "eu-2"
+	})
 	c := m.dial("eu-1")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

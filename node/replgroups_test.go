@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 func TestGroupsRecordRoundTrip(t *testing.T) {
@@ -108,7 +109,7 @@ func TestManyTopicsShareFewGroups(t *testing.T) {
 	want := groupsWanted(2, 3, 3)
 	for _, name := range m.names {
 		n := m.nodes[name]
-		waitFor(t, 15*time.Second, "every topic's record on "+name, func() bool {
+		testlog.WaitFor(t, 15*time.Second, "every topic's record on "+name, func() bool {
 			for i := range topics {
 				if _, next, ok := n.Log().Bounds(fmt.Sprintf("many.%d", i)); !ok || next != 1 {
 					return false
@@ -136,7 +137,7 @@ func TestManyTopicsShareFewGroups(t *testing.T) {
 	if len(first) != 3 {
 		t.Errorf("groups by first replica: %v, want every node first in some", first)
 	}
-	waitFor(t, 10*time.Second, "a leader for every group", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "a leader for every group", func() bool {
 		for _, g := range m.nodes["eu-1"].rep.localGroups() {
 			if ro, _ := m.nodes["eu-1"].rep.d.Role(g.id); ro.Lead == 0 {
 				return false
@@ -176,7 +177,7 @@ func TestOneGroupPerTopicUntilEveryNodeReadsGroups(t *testing.T) {
 			publishTopics(ctx, t, conn, "own", topics)
 			for _, name := range m.names {
 				r := m.nodes[name].rep
-				waitFor(t, 15*time.Second, "every topic placed on "+name, func() bool {
+				testlog.WaitFor(t, 15*time.Second, "every topic placed on "+name, func() bool {
 					r.pl.RLock()
 					defer r.pl.RUnlock()
 					return len(r.pl.topics) == topics
@@ -220,7 +221,7 @@ func TestUpgradeToGroupsOneNodeAtATime(t *testing.T) {
 		for _, n := range m.all() {
 			for i := range count {
 				topic := fmt.Sprintf("%s.%d", prefix, i)
-				waitFor(t, 15*time.Second, topic+" placed on "+n.Name(), func() bool { return n.rep.lookup(topic) != nil })
+				testlog.WaitFor(t, 15*time.Second, topic+" placed on "+n.Name(), func() bool { return n.rep.lookup(topic) != nil })
 				if g := n.rep.lookup(topic).group; g != topicGroup(topic) {
 					t.Errorf("%s: %q in group %d, want a group of its own", n.Name(), topic, g)
 				}
@@ -250,13 +251,13 @@ func TestUpgradeToGroupsOneNodeAtATime(t *testing.T) {
 		}
 	}
 	for _, n := range m.all() {
-		waitFor(t, 15*time.Second, "every node announcing groups, seen from "+n.Name(), n.rep.manyGroups)
+		testlog.WaitFor(t, 15*time.Second, "every node announcing groups, seen from "+n.Name(), n.rep.manyGroups)
 	}
 	publish("eu-2", "new", 10)
 	for _, n := range m.all() {
 		for i := range 10 {
 			topic := fmt.Sprintf("new.%d", i)
-			waitFor(t, 15*time.Second, topic+" placed on "+n.Name(), func() bool { return n.rep.lookup(topic) != nil })
+			testlog.WaitFor(t, 15*time.Second, topic+" placed on "+n.Name(), func() bool { return n.rep.lookup(topic) != nil })
 			n.rep.pl.RLock()
 			g := n.rep.pl.groups[n.rep.pl.topics[topic]]
 			n.rep.pl.RUnlock()

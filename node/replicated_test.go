@@ -12,6 +12,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -40,18 +41,6 @@ func newSeededRegion(t *testing.T, topic string, count int, timeout time.Duratio
 	return m, ctx
 }
 
-// waitFor polls cond (every 10 ms) until it holds, failing after timeout with what.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // logOf reads topic's whole log on n.
 func logOf(t *testing.T, n *Node, topic string) []wal.Record {
 	t.Helper()
@@ -71,7 +60,7 @@ func logOf(t *testing.T, n *Node, topic string) []wal.Record {
 func checkIdentical(t *testing.T, nodes []*Node, topic string, want int) []wal.Record {
 	t.Helper()
 	for _, n := range nodes {
-		waitFor(t, 15*time.Second, fmt.Sprintf("%d records of %q on %s", want, topic, n.Name()), func() bool {
+		testlog.WaitFor(t, 15*time.Second, fmt.Sprintf("%d records of %q on %s", want, topic, n.Name()), func() bool {
 			_, next, ok := n.Log().Bounds(topic)
 			return ok && next == uint64(want)
 		})
@@ -152,7 +141,7 @@ func TestReplicatedPublishThroughEveryNode(t *testing.T) {
 func TestReplicatedLeaderFailover(t *testing.T) {
 	m, ctx := newSeededRegion(t, "pay", 5, 90*time.Second)
 	var lead string
-	waitFor(t, 10*time.Second, "a leader of pay", func() bool { lead = leaderOf(m.nodes["eu-1"], "pay"); return lead != "" })
+	testlog.WaitFor(t, 10*time.Second, "a leader of pay", func() bool { lead = leaderOf(m.nodes["eu-1"], "pay"); return lead != "" })
 
 	// An idempotent publish acknowledged before the leader goes: its retry through a survivor
 	// after the failover gets the original offset.
@@ -190,7 +179,7 @@ func TestReplicatedLeaderFailover(t *testing.T) {
 	}
 	m.nodes[lead].Close()
 	lc.Close()
-	waitFor(t, 20*time.Second, "a new leader among "+strings.Join(survivors, ","), func() bool {
+	testlog.WaitFor(t, 20*time.Second, "a new leader among "+strings.Join(survivors, ","), func() bool {
 		l := leaderOf(m.nodes[survivors[0]], "pay")
 		return l != "" && l != lead
 	})
@@ -263,7 +252,7 @@ func TestReplicatedNoQuorumRefuses(t *testing.T) {
 	m, ctx := newSeededRegion(t, "q", 3, 60*time.Second)
 	// A publish is acknowledged once a quorum has it: eu-1 may be the one replica that has not
 	// applied the seed yet, and with the others closed it never would.
-	waitFor(t, 10*time.Second, "eu-1 to apply the 3 seeded records", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "eu-1 to apply the 3 seeded records", func() bool {
 		_, next, _ := m.nodes["eu-1"].Log().Bounds("q")
 		return next == 3
 	})
@@ -354,7 +343,7 @@ func TestReplicatedMirrorAcrossLeaderChange(t *testing.T) {
 	publishNumbered(ctx, t, us, topic, 0, 10)
 	eu.Close()
 	var lead string
-	waitFor(t, 15*time.Second, "us records mirrored into eu", func() bool {
+	testlog.WaitFor(t, 15*time.Second, "us records mirrored into eu", func() bool {
 		lead = leaderOf(m.nodes["eu-1"], topic)
 		return len(originCounts(t, m.nodes["eu-1"], topic)["us"]) == 10 && lead != ""
 	})
@@ -382,9 +371,9 @@ func TestReplicatedMirrorAcrossLeaderChange(t *testing.T) {
 		}
 		return true
 	}
-	waitFor(t, 30*time.Second, "eu's 40 records in us, exactly once", func() bool { return check(m.nodes["us-1"], "eu", 40) })
+	testlog.WaitFor(t, 30*time.Second, "eu's 40 records in us, exactly once", func() bool { return check(m.nodes["us-1"], "eu", 40) })
 	for _, n := range survivors {
-		waitFor(t, 30*time.Second, "us's 20 records in "+n.Name()+", exactly once", func() bool { return check(n, "us", 20) })
+		testlog.WaitFor(t, 30*time.Second, "us's 20 records in "+n.Name()+", exactly once", func() bool { return check(n, "us", 20) })
 	}
 	checkIdentical(t, survivors, topic, 60)
 }
@@ -431,14 +420,14 @@ func TestReplicatedMetrics(t *testing.T) {
 	m, _ := newSeededRegion(t, "met", 3, 30*time.Second)
 	// The series are per group: the label of the group holding met.
 	var label string
-	waitFor(t, 10*time.Second, "met placed on eu-1", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "met placed on eu-1", func() bool {
 		rt := m.nodes["eu-1"].rep.lookup("met")
 		if rt != nil {
 			label = m.nodes["eu-1"].rep.groupLabel(rt.group)
 		}
 		return rt != nil
 	})
-	waitFor(t, 10*time.Second, "one leader of met's group in the metrics", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "one leader of met's group in the metrics", func() bool {
 		leaders := 0
 		for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
 			fams, err := m.nodes[name].Gatherer().Gather()
@@ -512,7 +501,7 @@ func TestReplicatedRegionLargerThanReplicas(t *testing.T) {
 		}
 	}
 	r4 := m.nodes["eu-4"].rep
-	waitFor(t, 30*time.Second, "eu-4 to become a learner of the metadata group that has read its placements", func() bool {
+	testlog.WaitFor(t, 30*time.Second, "eu-4 to become a learner of the metadata group that has read its placements", func() bool {
 		r4.mu.Lock()
 		defer r4.mu.Unlock()
 		return r4.mu.formed && r4.mu.outside == nil && slices.Contains(r4.mu.learners, r4.id)
@@ -630,7 +619,7 @@ func TestReplicatedRegionLargerThanReplicas(t *testing.T) {
 func TestReplicatedDurableFollowsLeaderWithReconnect(t *testing.T) {
 	m, ctx := newSeededRegion(t, "moves", 20, 90*time.Second)
 	var lead string
-	waitFor(t, 10*time.Second, "a leader of moves", func() bool { lead = leaderOf(m.nodes["eu-1"], "moves"); return lead != "" })
+	testlog.WaitFor(t, 10*time.Second, "a leader of moves", func() bool { lead = leaderOf(m.nodes["eu-1"], "moves"); return lead != "" })
 	var via string
 	for _, name := range []string{"eu-1", "eu-2", "eu-3"} {
 		if name != lead && via == "" {

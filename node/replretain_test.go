@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -18,7 +19,7 @@ import (
 func checkIdenticalFrom(t *testing.T, nodes []*Node, topic string, first, next uint64) []wal.Record {
 	t.Helper()
 	for _, n := range nodes {
-		waitFor(t, 20*time.Second, fmt.Sprintf("log [%d, %d) of %q on %s", first, next, topic, n.Name()), func() bool {
+		testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("log [%d, %d) of %q on %s", first, next, topic, n.Name()), func() bool {
 			f, nx, ok := n.Log().Bounds(topic)
 			return ok && f == first && nx == next
 		})
@@ -58,7 +59,7 @@ func (m *regionMesh) all() []*Node {
 // followerOf is a node of the region that does not lead topic's group.
 func (m *regionMesh) followerOf(t *testing.T, topic string) (lead, follower string) {
 	t.Helper()
-	waitFor(t, 10*time.Second, "a leader of "+topic, func() bool { lead = leaderOf(m.nodes["eu-1"], topic); return lead != "" })
+	testlog.WaitFor(t, 10*time.Second, "a leader of "+topic, func() bool { lead = leaderOf(m.nodes["eu-1"], topic); return lead != "" })
 	for _, name := range m.names {
 		if name != lead {
 			return lead, name
@@ -139,7 +140,7 @@ func TestReplicatedPurgeThroughFollower(t *testing.T) {
 	}
 	checkIdenticalFrom(t, m.all(), topic, 55, 55)
 	for _, n := range m.all() {
-		waitFor(t, 10*time.Second, "the position gone on "+n.Name(), func() bool {
+		testlog.WaitFor(t, 10*time.Second, "the position gone on "+n.Name(), func() bool {
 			_, ok, err := n.Log().Position("worker", topic)
 			return err == nil && !ok
 		})
@@ -191,7 +192,7 @@ func TestReplicatedRetentionCutsSameOffsets(t *testing.T) {
 		t.Fatalf("update retention through %s: %+v, %v", follower, ti, err)
 	}
 	for _, n := range m.all() {
-		waitFor(t, 10*time.Second, "the retention stored on "+n.Name(), func() bool {
+		testlog.WaitFor(t, 10*time.Second, "the retention stored on "+n.Name(), func() bool {
 			cfg, ok := n.Log().TopicConfig(aged)
 			return ok && cfg.RetentionSet && cfg.Retention.MaxAge == time.Hour
 		})
@@ -211,7 +212,7 @@ func TestReplicatedRetentionCutsSameOffsets(t *testing.T) {
 	lead := leaderOf(m.nodes["eu-1"], sized)
 	// A pass may run while the records arrive: the topic exceeds its bytes by what comes
 	// in one retention interval, until the next pass.
-	waitFor(t, 20*time.Second, "a cut by bytes to at most 2000 bytes", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "a cut by bytes to at most 2000 bytes", func() bool {
 		for _, ti := range m.nodes[lead].Log().Topics() {
 			if ti.Name == sized {
 				first = ti.First
@@ -232,7 +233,7 @@ func TestReplicatedRetentionCutsSameOffsets(t *testing.T) {
 			rest = append(rest, m.nodes[name])
 		}
 	}
-	waitFor(t, 20*time.Second, "a new leader of "+aged, func() bool {
+	testlog.WaitFor(t, 20*time.Second, "a new leader of "+aged, func() bool {
 		l := leaderOf(rest[0], aged)
 		return l != "" && l != oldLead
 	})
@@ -263,7 +264,7 @@ func TestReplicatedRejoinAfterCuts(t *testing.T) {
 	lead, victim := m.followerOf(t, topic)
 	ln := m.nodes[lead]
 	g := ln.rep.lookup(topic).group
-	waitFor(t, 10*time.Second, "the leader to compact its raft log", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "the leader to compact its raft log", func() bool {
 		first, _, err := ln.rep.d.LogBounds(ctx, g)
 		return err == nil && first > 1
 	})

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // TestReplicatedWipedReplicaCatchesUpThroughSnapshot: with log compaction on (the
@@ -39,10 +40,10 @@ func TestReplicatedWipedReplicaCatchesUpThroughSnapshot(t *testing.T) {
 	sub.Close()
 	c.Close()
 	var lead string
-	waitFor(t, 10*time.Second, "a leader of "+topic, func() bool { lead = leaderOf(m.nodes["eu-1"], topic); return lead != "" })
+	testlog.WaitFor(t, 10*time.Second, "a leader of "+topic, func() bool { lead = leaderOf(m.nodes["eu-1"], topic); return lead != "" })
 	ln := m.nodes[lead]
 	g := ln.rep.lookup(topic).group
-	waitFor(t, 10*time.Second, "the leader to compact its log", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "the leader to compact its log", func() bool {
 		first, _, err := ln.rep.d.LogBounds(ctx, g)
 		return err == nil && first > 1
 	})
@@ -89,7 +90,7 @@ func TestReplicatedWipedReplicaCatchesUpThroughSnapshot(t *testing.T) {
 	t.Logf("%s rejoined: %d snapshots installed, %d catch-ups (%d failed), %d records and %d bytes fetched",
 		victim, st.SnapshotsApplied, st.CatchupsDone, st.CatchupsFailed, st.CatchupRecords, st.CatchupBytes)
 	// The wiped node is a voter again (promoted once caught up) and serves the records.
-	waitFor(t, 20*time.Second, victim+" a voter of "+topic, func() bool {
+	testlog.WaitFor(t, 20*time.Second, victim+" a voter of "+topic, func() bool {
 		mctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		mb, err := ln.rep.d.Membership(mctx, g)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/node/nodetest"
@@ -157,14 +158,10 @@ const mib = 1 << 20
 
 // waitGoroutines waits until at most limit goroutines run, and returns the count.
 func waitGoroutines(limit int, within time.Duration) int {
-	deadline := time.Now().Add(within)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= limit || time.Now().After(deadline) {
-			return n
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	testlog.Until(ctx, func() bool { return runtime.NumGoroutine() <= limit })
+	return runtime.NumGoroutine()
 }
 
 // TestAbuseManyStreamOpens opens 10,000 streams on one connection, each left with half a
@@ -334,7 +331,7 @@ func TestAbuseSubscriberNeverReads(t *testing.T) {
 		}
 		held = append(held, s) // and never read again
 	}
-	time.Sleep(500 * time.Millisecond) // let each fill its windows
+	testlog.Pause(context.Background(), 500*time.Millisecond) // a measurement: each stalled subscriber fills its windows
 	withStalled := drain("reader beside stalled subscribers")
 	grown := int64(heapInUse()) - int64(base)
 	backlog := int64(records * size)
@@ -432,7 +429,7 @@ func TestAbuseHalfOpenHandshakes(t *testing.T) {
 	sent := time.Since(start)
 	during := checkHealthy(t, n, "during the half-open handshakes")
 	peakHeap, peakG := heapInUse(), runtime.NumGoroutine()
-	time.Sleep(1500 * time.Millisecond) // > HandshakeTimeout: every half-open handshake is dropped
+	testlog.Pause(context.Background(), 1500*time.Millisecond) // > HandshakeTimeout, the timeout under test: every half-open handshake is dropped
 	g := waitGoroutines(baseG+20, 10*time.Second)
 	end := heapInUse()
 	t.Logf("%d abandoned handshakes and 5,000 junk datagrams in %v: heap %.1f MiB before, %.1f MiB right after, %.1f MiB %v later; goroutines %d, %d, %d; a client was served in %v meanwhile",
@@ -466,20 +463,17 @@ func TestAbuseJunkGossip(t *testing.T) {
 		c.GossipProfile = gossip.ProfileTest
 	})
 	waitAlive := func(within time.Duration) bool {
-		deadline := time.Now().Add(within)
-		for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		return testlog.Until(ctx, func() bool {
 			alive := 0
 			for _, m := range n1.Gossip().RegionMembers("eu") {
 				if m.Status == gossip.StatusAlive {
 					alive++
 				}
 			}
-			if alive == 2 {
-				return true
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-		return false
+			return alive == 2
+		}) == nil
 	}
 	if !waitAlive(10 * time.Second) {
 		t.Fatalf("n1 does not see n2 alive: %+v", n1.Gossip().RegionMembers("eu"))
@@ -516,7 +510,7 @@ func TestAbuseJunkGossip(t *testing.T) {
 		buf[0] = byte(i % 32) // every memberlist message type, and some beyond
 		udpJunk.Write(buf[:1+i%len(buf)])
 		if i%1000 == 0 {
-			time.Sleep(10 * time.Millisecond)
+			testlog.Pause(context.Background(), 10*time.Millisecond) // pace the junk
 		}
 	}
 	for range 50 {
@@ -529,7 +523,7 @@ func TestAbuseJunkGossip(t *testing.T) {
 		c.Close()
 	}
 	took := time.Since(start)
-	time.Sleep(2 * time.Second) // several probe rounds after the junk
+	testlog.Pause(context.Background(), 2*time.Second) // several probe rounds after the junk: the time is what is under test
 	close(stop)
 	wg.Wait()
 	st := n1.Gossip().Stats()

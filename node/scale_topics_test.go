@@ -16,6 +16,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // TestScaleTopicCreation measures, on demand (QUICMQ_SCALE_TOPICS=N), how fast a region
@@ -84,7 +85,7 @@ func TestScaleTopicCreation(t *testing.T) {
 			took := time.Since(start)
 			t.Logf("%s: %d topics created in %v: %.0f topics/s", c.name, count, took.Round(time.Millisecond), float64(count)/took.Seconds())
 			for _, n := range nodes {
-				waitFor(t, 2*time.Minute, "every topic on "+n.Name(), func() bool {
+				testlog.WaitFor(t, 2*time.Minute, "every topic on "+n.Name(), func() bool {
 					return len(n.Log().Topics()) >= count
 				})
 			}
@@ -113,7 +114,7 @@ func TestScaleTopicCreation(t *testing.T) {
 				}
 				defer pprof.StopCPUProfile()
 			}
-			time.Sleep(idle) // the measurement window: what the idle topics cost per second
+			testlog.Pause(context.Background(), idle) // the measurement window: what the idle topics cost per second
 			cores := (cpuTime() - cpu0).Seconds() / time.Since(wall0).Seconds()
 			var ms runtime.MemStats
 			runtime.ReadMemStats(&ms)

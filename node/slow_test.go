@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/binary"
 	"os"
 	"runtime"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -85,7 +87,7 @@ func TestSlowSubscriberDoesNotStallOthers(t *testing.T) {
 	payload := make([]byte, size)
 	for i := 0; i < total; i++ {
 		if d := time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(rate))); d > 0 {
-			time.Sleep(d)
+			testlog.Pause(context.Background(), d) // the publishing rate
 		}
 		binary.BigEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
 		pub.send(&wire.Publish{Seq: uint64(i), Topic: "fan.out", Payload: payload})

@@ -331,7 +331,7 @@ func TestWildcardLatestSetUpRacesAppends(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, 10*time.Second, "appends", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > topics/2 })
+	testlog.WaitFor(t, 10*time.Second, "appends", func() bool { mu.Lock(); defer mu.Unlock(); return len(acked) > topics/2 })
 	mu.Lock()
 	before := map[string]uint64{} // 1 + the highest offset acknowledged before the SUBSCRIBE
 	for tp, offs := range acked {
@@ -345,7 +345,7 @@ func TestWildcardLatestSetUpRacesAppends(t *testing.T) {
 		mark[tp] = len(offs)
 	}
 	mu.Unlock()
-	waitFor(t, 10*time.Second, "appends after the set-up", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "appends after the set-up", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		k := 0

@@ -10,6 +10,7 @@ import (
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/certs"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // TestNodesRunOnIssuedCertificates: nodes started from `quicmq certs node` files hold no CA
@@ -99,15 +100,15 @@ func TestNodesRunOnIssuedCertificates(t *testing.T) {
 // failed with an error) and returns it.
 func waitLinkTried(t *testing.T, n *Node, name string) []federation.LinkInfo {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	var tried []federation.LinkInfo
+	testlog.WaitFor(t, 15*time.Second, "the link to "+name+" to try", func() bool {
 		for _, l := range n.Federation().Links() {
 			if l.Node == name && (l.Connected || l.LastError != "") {
-				return []federation.LinkInfo{l}
+				tried = []federation.LinkInfo{l}
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no link to %s tried within 15 s", name)
-	return nil
+		return false
+	})
+	return tried
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // TestUnderReplicatedGroupsCountedOnLeaders: with one node of three stopped, every data group
@@ -19,14 +21,14 @@ func TestUnderReplicatedGroupsCountedOnLeaders(t *testing.T) {
 		return sum
 	}
 	all := []string{"eu-1", "eu-2", "eu-3"}
-	waitFor(t, 15*time.Second, "no group under-replicated", func() bool { return under(all...) == 0 })
+	testlog.WaitFor(t, 15*time.Second, "no group under-replicated", func() bool { return under(all...) == 0 })
 	groups := len(m.nodes["eu-1"].rep.localGroups())
 	if err := m.nodes["eu-3"].Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, fmt.Sprintf("the %d data groups under-replicated, each counted once", groups), func() bool {
+	testlog.WaitFor(t, 30*time.Second, fmt.Sprintf("the %d data groups under-replicated, each counted once", groups), func() bool {
 		return under("eu-1", "eu-2") == groups
 	})
 	m.restart("eu-3")
-	waitFor(t, 30*time.Second, "no group under-replicated once eu-3 is back", func() bool { return under(all...) == 0 })
+	testlog.WaitFor(t, 30*time.Second, "no group under-replicated once eu-3 is back", func() bool { return under(all...) == 0 })
 }

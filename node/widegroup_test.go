@@ -9,6 +9,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -57,7 +58,7 @@ func TestReplicatedGroupThroughOutsideNodeFollowsLeader(t *testing.T) {
 		}
 	}
 	var lead string
-	waitFor(t, 10*time.Second, "a leader of "+topic, func() bool {
+	testlog.WaitFor(t, 10*time.Second, "a leader of "+topic, func() bool {
 		lead = leaderOf(m.nodes[replicas[0]], topic)
 		return lead != ""
 	})
@@ -127,7 +128,7 @@ func TestListingNamesTopicBeforeItsCatalogs(t *testing.T) {
 	defer cancel()
 	const via = "eu-4"
 	m.nodes[via].Close()
-	waitFor(t, 10*time.Second, via+" seen down by the others", func() bool {
+	testlog.WaitFor(t, 10*time.Second, via+" seen down by the others", func() bool {
 		for _, name := range m.names {
 			if name != via && m.nodes[name].place.memberStatus(via) == gossip.StatusAlive {
 				return false
@@ -151,7 +152,7 @@ func TestListingNamesTopicBeforeItsCatalogs(t *testing.T) {
 		}
 		publishRetrying(ctx, t, lc, tp, 0, 1)
 		var rt *repTopic
-		waitFor(t, 10*time.Second, "the placement of "+tp+" on eu-1", func() bool {
+		testlog.WaitFor(t, 10*time.Second, "the placement of "+tp+" on eu-1", func() bool {
 			rt = m.nodes["eu-1"].rep.lookup(tp)
 			return rt != nil
 		})
@@ -164,7 +165,7 @@ func TestListingNamesTopicBeforeItsCatalogs(t *testing.T) {
 
 	m.restart(via)
 	p := m.nodes[via].place
-	waitFor(t, 10*time.Second, "the catalogs of "+topic+"'s replicas on "+via, func() bool {
+	testlog.WaitFor(t, 10*time.Second, "the catalogs of "+topic+"'s replicas on "+via, func() bool {
 		return len(p.holders(topic)) == len(replicas)
 	})
 	p.mu.Lock()

@@ -90,11 +90,7 @@ func StartTwo(t testing.TB) (n1 *node.Node, stop1 func(), n2 *node.Node) {
 		c.Name, c.CADir, c.GossipLAN, c.GossipProfile = "n2", caDir, "127.0.0.1:0", gossip.ProfileTest
 		c.Join = []string{n1.Gossip().LANAddr()}
 	})
-	for deadline := time.Now().Add(20 * time.Second); len(n1.Gossip().RegionMembers("eu")) < 2; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("nodes n1 and n2 did not meet within 20 s")
-		}
-	}
+	testlog.WaitFor(t, 20*time.Second, "nodes n1 and n2 to meet", func() bool { return len(n1.Gossip().RegionMembers("eu")) >= 2 })
 	return n1, stop1, n2
 }
 
