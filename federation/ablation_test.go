@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -26,7 +27,7 @@ func TestSharedLinkAblationMirrorsExactlyOnce(t *testing.T) {
 			m := newFedMesh(t)
 			a := m.addNode("a", nodeOpts{mirror: []string{"abl.>"}, sharedLink: shared})
 			b := m.addNode("b", nodeOpts{sharedLink: shared})
-			waitFor(t, 10*time.Second, "link a->b", func() bool { li, ok := a.link("b"); return ok && li.Connected })
+			testlog.WaitFor(t, 10*time.Second, "link a->b", func() bool { li, ok := a.link("b"); return ok && li.Connected })
 
 			const topics, per = 12, 300
 			var wg sync.WaitGroup
@@ -48,7 +49,7 @@ func TestSharedLinkAblationMirrorsExactlyOnce(t *testing.T) {
 			b.publishSeq(t, "int.x", 0, 50)
 			a.fedNow().AddInterest("int.x")
 			wg.Wait()
-			waitFor(t, 10*time.Second, "int.x mirrored", func() bool { return a.next("int.x") == 50 })
+			testlog.WaitFor(t, 10*time.Second, "int.x mirrored", func() bool { return a.next("int.x") == 50 })
 			if shared {
 				if got := sharedOpened(a.fedNow()); got != 1 {
 					t.Fatalf("shared streams opened: %d, want 1 for %d mirrors", got, topics+1)
@@ -57,7 +58,7 @@ func TestSharedLinkAblationMirrorsExactlyOnce(t *testing.T) {
 
 			// Interest in int.x goes; its records keep coming at the origin; it comes back.
 			a.fedNow().RemoveInterest("int.x")
-			waitFor(t, 10*time.Second, "int.x mirror stopped", func() bool {
+			testlog.WaitFor(t, 10*time.Second, "int.x mirror stopped", func() bool {
 				_, ok := a.fedNow().mirrorCursors("b")["int.x"]
 				return !ok
 			})
@@ -69,7 +70,7 @@ func TestSharedLinkAblationMirrorsExactlyOnce(t *testing.T) {
 			wg.Wait()
 			a.fedNow().AddInterest("int.x")
 
-			waitFor(t, 20*time.Second, "every topic mirrored", func() bool {
+			testlog.WaitFor(t, 20*time.Second, "every topic mirrored", func() bool {
 				for i := range topics {
 					if a.next(fmt.Sprintf("abl.t%02d", i)) != per {
 						return false
@@ -106,8 +107,8 @@ func TestSharedLinkAblationRefusedWhenOff(t *testing.T) {
 	a := m.addNode("a", nodeOpts{mirror: []string{"abl.>"}, sharedLink: true})
 	b := m.addNode("b", nodeOpts{})
 	b.publishSeq(t, "abl.t", 0, 10)
-	waitFor(t, 10*time.Second, "link a->b", func() bool { li, ok := a.link("b"); return ok && li.Connected })
-	waitFor(t, 10*time.Second, "a shared stream opened and refused", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "link a->b", func() bool { li, ok := a.link("b"); return ok && li.Connected })
+	testlog.WaitFor(t, 10*time.Second, "a shared stream opened and refused", func() bool {
 		sl := a.fedNow().links()[0].sharedLink()
 		if sl == nil {
 			return false

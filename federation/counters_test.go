@@ -5,6 +5,8 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // The link's byte and packet figures are counters over all its connections: after a link
@@ -26,7 +28,7 @@ func TestLinkCountersSurviveReconnects(t *testing.T) {
 		t.Helper()
 		b.publishSeq(t, "cnt.t", sent, sent+300)
 		sent += 300
-		waitFor(t, 10*time.Second, what+": records mirrored", func() bool { return a.next("cnt.t") == uint64(sent) })
+		testlog.WaitFor(t, 10*time.Second, what+": records mirrored", func() bool { return a.next("cnt.t") == uint64(sent) })
 		now := make(map[string]float64)
 		for _, n := range names {
 			now[n] = total(n)
@@ -45,7 +47,7 @@ func TestLinkCountersSurviveReconnects(t *testing.T) {
 		}
 	}
 
-	waitFor(t, 10*time.Second, "link a->b", func() bool { li, ok := a.link("b"); return ok && li.Connected })
+	testlog.WaitFor(t, 10*time.Second, "link a->b", func() bool { li, ok := a.link("b"); return ok && li.Connected })
 	v := round("first connection", map[string]float64{})
 
 	li, _ := a.link("b")
@@ -88,7 +90,7 @@ func TestLinkCountersSurviveReconnects(t *testing.T) {
 
 	// b leaves the mesh: the link ends for good, and its series go with it.
 	b.stop()
-	waitFor(t, 10*time.Second, "the series of the link to b deleted", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "the series of the link to b deleted", func() bool {
 		mfs, err := a.registry().Gather()
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"runtime/debug"
@@ -60,7 +61,7 @@ func (p *steadyPublisher) halt() {
 func waitReconnected(t *testing.T, a *fedNode, region string, since time.Time, d time.Duration) LinkInfo {
 	t.Helper()
 	var li LinkInfo
-	waitFor(t, d, "the link to reconnect", func() bool {
+	testlog.WaitFor(t, d, "the link to reconnect", func() bool {
 		li, _ = a.link(region)
 		return li.Connected && li.Since.After(since)
 	})
@@ -78,13 +79,13 @@ func TestLinkCutUnderPublishingHeals(t *testing.T) {
 	const topic = "cut.t"
 	pubStart := time.Now()
 	pub := startPublisher(t, b, topic, 5, 2*time.Millisecond)
-	waitFor(t, 10*time.Second, "mirror up", func() bool { return a.next(topic) > 0 })
+	testlog.WaitFor(t, 10*time.Second, "mirror up", func() bool { return a.next(topic) > 0 })
 
 	rng := testlog.Rand(t, "the times between cuts")
 	const cuts = 8
 	var reconnect []time.Duration
 	for i := 0; i < cuts; i++ {
-		time.Sleep(time.Duration(80+rng.IntN(170)) * time.Millisecond)
+		testlog.Pause(context.Background(), time.Duration(80+rng.IntN(170))*time.Millisecond) // the seeded cut schedule
 		before, _ := a.link("b")
 		at := time.Now()
 		if n := a.fedNow().cutLinks("b"); n != 1 {
@@ -101,14 +102,14 @@ func TestLinkCutUnderPublishingHeals(t *testing.T) {
 	a.fedNow().cutLinks("b")
 	const burst = 20000
 	b.publishSeq(t, "cut.burst", 0, burst)
-	time.Sleep(time.Second)
+	testlog.Pause(context.Background(), time.Second) // the partition's length
 	heal := time.Now()
 	target := b.next("cut.burst")
 	b.filter.mode.Store(filterPass)
 	li := waitReconnected(t, a, "b", before.Since, 15*time.Second)
 	connected := time.Now()
 	atConnect := a.next("cut.burst")
-	waitFor(t, 30*time.Second, "catch-up after the partition", func() bool { return a.next("cut.burst") >= target })
+	testlog.WaitFor(t, 30*time.Second, "catch-up after the partition", func() bool { return a.next("cut.burst") >= target })
 	caughtUp := time.Now()
 
 	pub.halt()
@@ -153,7 +154,7 @@ func slowSyncFS(delay time.Duration) func() wal.Options {
 	return func() wal.Options {
 		return wal.Options{FS: errorfs.Wrap(vfs.Default, errorfs.InjectorFunc(func(op errorfs.Op) error {
 			if strings.HasSuffix(op.Path, ".log") && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData) {
-				time.Sleep(delay)
+				time.Sleep(delay) // a slow disk: the delay is the fault injected
 			}
 			return nil
 		}))}
@@ -170,12 +171,12 @@ func TestLinkCutDuringMirroredFsync(t *testing.T) {
 	b := m.addNode("b", nodeOpts{})
 	const topic = "slow.t"
 	pub := startPublisher(t, b, topic, 20, 5*time.Millisecond)
-	waitFor(t, 10*time.Second, "mirror up", func() bool { return a.next(topic) > 0 })
+	testlog.WaitFor(t, 10*time.Second, "mirror up", func() bool { return a.next(topic) > 0 })
 
 	rng := testlog.Rand(t, "the times between cuts")
 	const cuts = 10
 	for i := 0; i < cuts; i++ {
-		time.Sleep(time.Duration(60+rng.IntN(60)) * time.Millisecond)
+		testlog.Pause(context.Background(), time.Duration(60+rng.IntN(60))*time.Millisecond) // the seeded cut schedule
 		before, _ := a.link("b")
 		a.fedNow().cutLinks("b")
 		waitReconnected(t, a, "b", before.Since, 10*time.Second)
@@ -197,7 +198,7 @@ func TestReconnectClosesOldSockets(t *testing.T) {
 	a := m.addNode("a", nodeOpts{mirror: []string{"fd.>"}})
 	b := m.addNode("b", nodeOpts{})
 	b.publishSeq(t, "fd.t", 0, 10)
-	waitFor(t, 10*time.Second, "mirror up", func() bool { return a.next("fd.t") == 10 })
+	testlog.WaitFor(t, 10*time.Second, "mirror up", func() bool { return a.next("fd.t") == 10 })
 
 	defer setGCPercent(setGCPercent(-1))
 	var old []string

@@ -196,7 +196,7 @@ func (n *fedNode) bindListener() {
 		if err == nil || i == 50 {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		testlog.Pause(context.Background(), 20*time.Millisecond) // a retry's back-off
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -585,7 +585,7 @@ func fence(t testing.TB, dst, origin *fedNode, topic string) {
 	t.Helper()
 	off := origin.next(topic)
 	origin.publish(t, topic, fmt.Sprintf("fence-%d", off))
-	waitFor(t, 20*time.Second, fmt.Sprintf("%s to mirror the fence, %s's offset %d of %s", dst.region, origin.region, off, topic),
+	testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("%s to mirror the fence, %s's offset %d of %s", dst.region, origin.region, off, topic),
 		func() bool { return dst.cursor(t, origin.region, topic) >= int64(off) })
 }
 
@@ -668,18 +668,6 @@ func comparePrefix(got, want []wal.Record) error {
 	return nil
 }
 
-// waitFor polls cond until it holds or d passed.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // metricValue sums the samples of a metric family whose labels include want.
 func metricValue(t testing.TB, reg prometheus.Gatherer, name string, want map[string]string) float64 {
 	t.Helper()
@@ -721,8 +709,7 @@ var linkCodeRE = regexp.MustCompile(`quicmq/federation/(federation|link|mirror|s
 // stopped (a goleak equivalent without the dependency).
 func checkNoLinkGoroutines(t testing.TB) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testlog.WaitForErr(t, 5*time.Second, "every goroutine running federation code to end after stop", func() error {
 		buf := make([]byte, 1<<20)
 		buf = buf[:runtime.Stack(buf, true)]
 		var leaked []string
@@ -732,14 +719,10 @@ func checkNoLinkGoroutines(t testing.TB) {
 			}
 		}
 		if len(leaked) == 0 {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("%d goroutines still run federation code after stop; first:\n%s", len(leaked), leaked[0])
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%d still run; first:\n%s", len(leaked), leaked[0])
+	})
 }
 
 // addrWatch is the address-watch interval for a node: fast when the test gives addresses.

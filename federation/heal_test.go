@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -48,7 +49,7 @@ func TestKilledPeerHealsAtOnce(t *testing.T) {
 		pb := startPublisher(t, b, topic, 5, 5*time.Millisecond)
 		// Both directions carry records: b's mirror of a moves, and a's of b.
 		startB, startA := a.cursor(t, "b", topic), b.cursor(t, "a", topic)
-		waitFor(t, 20*time.Second, fmt.Sprintf("cycle %d: records flowing both ways", i), func() bool {
+		testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("cycle %d: records flowing both ways", i), func() bool {
 			return a.cursor(t, "b", topic) > startB+20 && b.cursor(t, "a", topic) > startA+20
 		})
 		pb.halt()
@@ -76,7 +77,7 @@ func TestKilledPeerHealsAtOnce(t *testing.T) {
 	}
 	lastA, ownA := lastOwn(a)
 	lastB, ownB := lastOwn(b)
-	waitFor(t, 30*time.Second, "both mirrors caught up", func() bool {
+	testlog.WaitFor(t, 30*time.Second, "both mirrors caught up", func() bool {
 		return a.cursor(t, "b", topic) == lastB && b.cursor(t, "a", topic) == lastA
 	})
 	if got := checkMirrored(t, a, b, topic); got != ownB {

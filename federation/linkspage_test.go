@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // LinksPage lists a link's mirrored topics by pages in name order (MirrorsNext to go on), its
@@ -20,7 +22,7 @@ func TestLinksPageListsMirrorsByPages(t *testing.T) {
 		want = append(want, name)
 	}
 	a.fedNow().AddInterest("pg.>")
-	waitFor(t, 10*time.Second, "25 topics mirrored", func() bool { li, ok := a.link("b"); return ok && li.MirroredTopics == 25 })
+	testlog.WaitFor(t, 10*time.Second, "25 topics mirrored", func() bool { li, ok := a.link("b"); return ok && li.MirroredTopics == 25 })
 	var got []string
 	after, pages := "", 0
 	for {

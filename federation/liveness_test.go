@@ -3,6 +3,8 @@ package federation
 import (
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // With the default LinkIdleTimeout (2 s), a link whose peer died without a word (no
@@ -13,10 +15,10 @@ func TestLinkNoticesSilentPeerByDefault(t *testing.T) {
 	a := m.addNode("a", nodeOpts{mirror: []string{"live.>"}})
 	b := m.addNode("b", nodeOpts{})
 	b.publish(t, "live.t", "one")
-	waitFor(t, 10*time.Second, "mirror up", func() bool { return a.next("live.t") > 0 })
+	testlog.WaitFor(t, 10*time.Second, "mirror up", func() bool { return a.next("live.t") > 0 })
 	b.kill()
 	killed := time.Now()
-	waitFor(t, 20*time.Second, "the link gives up the dead peer's connection", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "the link gives up the dead peer's connection", func() bool {
 		li, _ := a.link("b")
 		return li.IdleTimeouts > 0
 	})

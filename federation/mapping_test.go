@@ -10,6 +10,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -152,7 +153,7 @@ func TestSharedMappingKeepsTheCursorInTheBatch(t *testing.T) {
 	a := m.addNode("a", nodeOpts{mirror: []string{"cur.>"}, sharedLink: true})
 	b := m.addNode("b", nodeOpts{sharedLink: true})
 	p := startPublisher(t, b, "cur.t", 7, 2*time.Millisecond)
-	waitFor(t, 10*time.Second, "records mirrored", func() bool { return a.next("cur.t") >= 100 })
+	testlog.WaitFor(t, 10*time.Second, "records mirrored", func() bool { return a.next("cur.t") >= 100 })
 
 	checkCursor := func(when string) {
 		t.Helper()
@@ -168,17 +169,17 @@ func TestSharedMappingKeepsTheCursorInTheBatch(t *testing.T) {
 	a.stopFed()
 	checkCursor("after the federation stopped")
 	a.startFed()
-	waitFor(t, 10*time.Second, "mirroring resumed", func() bool { return a.next("cur.t") >= 300 })
+	testlog.WaitFor(t, 10*time.Second, "mirroring resumed", func() bool { return a.next("cur.t") >= 300 })
 	if n := a.fedNow().cutLinks("b"); n != 1 {
 		t.Fatalf("cut %d connections, want 1", n)
 	}
-	waitFor(t, 10*time.Second, "mirroring resumed after the cut", func() bool { return a.next("cur.t") >= 500 })
+	testlog.WaitFor(t, 10*time.Second, "mirroring resumed after the cut", func() bool { return a.next("cur.t") >= 500 })
 	if got := sharedOpened(a.fedNow()); got != 1 {
 		t.Fatalf("shared streams opened on the current connection: %d, want 1", got)
 	}
 	p.halt()
 	sent := uint64(p.sent.Load())
-	waitFor(t, 10*time.Second, "every record mirrored", func() bool { return a.next("cur.t") == sent })
+	testlog.WaitFor(t, 10*time.Second, "every record mirrored", func() bool { return a.next("cur.t") == sent })
 	if n := checkMirrored(t, a, b, "cur.t"); uint64(n) != sent {
 		t.Fatalf("%d records mirrored, want %d", n, sent)
 	}

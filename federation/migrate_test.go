@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -136,7 +137,7 @@ func TestMigrationUnderTrafficOn100Streams(t *testing.T) {
 	round := 0
 	publishRound(t, b, topics, round)
 	round++
-	waitFor(t, 20*time.Second, "100 mirror streams", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "100 mirror streams", func() bool {
 		li, _ := a.link("b")
 		if len(li.Mirrors) != 100 {
 			return false
@@ -171,7 +172,7 @@ func TestMigrationUnderTrafficOn100Streams(t *testing.T) {
 	// Baseline.
 	pub0 := time.Now()
 	base0 := pub0
-	time.Sleep(time.Second)
+	testlog.Pause(context.Background(), time.Second) // the baseline's measurement window
 
 	// 1. Migration.
 	before, _ := a.link("b")
@@ -188,7 +189,7 @@ func TestMigrationUnderTrafficOn100Streams(t *testing.T) {
 	if len(after.Mirrors) != 100 {
 		t.Fatalf("%d mirrors after the migration, want 100", len(after.Mirrors))
 	}
-	time.Sleep(time.Second)
+	testlog.Pause(context.Background(), time.Second) // the measurement window after the migration
 	if li, _ := a.link("b"); !li.Since.Equal(before.Since) || li.Reconnects != 0 {
 		t.Fatalf("the connection did not survive the migration: %+v", li)
 	}
@@ -210,14 +211,14 @@ func TestMigrationUnderTrafficOn100Streams(t *testing.T) {
 	if re.Reconnects != 1 || re.Migrations != 1 {
 		t.Fatalf("after the failed migration: reconnects %d migrations %d, want 1 and 1", re.Reconnects, re.Migrations)
 	}
-	waitFor(t, 10*time.Second, "100 mirrors again", func() bool { li, _ := a.link("b"); return len(li.Mirrors) == 100 })
-	time.Sleep(time.Second)
+	testlog.WaitFor(t, 10*time.Second, "100 mirrors again", func() bool { li, _ := a.link("b"); return len(li.Mirrors) == 100 })
+	testlog.Pause(context.Background(), time.Second) // the measurement window after the fallback
 
 	close(stop)
 	<-pubDone
 	pubTime := time.Since(pub0)
 	for _, topic := range topics {
-		waitFor(t, 20*time.Second, topic+" caught up", func() bool { return a.next(topic) == b.next(topic) })
+		testlog.WaitFor(t, 20*time.Second, topic+" caught up", func() bool { return a.next(topic) == b.next(topic) })
 	}
 	at := clock.halt()
 	total := 0
@@ -257,16 +258,16 @@ func TestAddressChangeMigratesLinks(t *testing.T) {
 	}})
 	b := m.addNode("b", nodeOpts{})
 	b.publishSeq(t, "addr.t", 0, 100)
-	waitFor(t, 20*time.Second, "first mirror", func() bool { return a.next("addr.t") == 100 })
+	testlog.WaitFor(t, 20*time.Second, "first mirror", func() bool { return a.next("addr.t") == 100 })
 	before, _ := a.link("b")
 
 	addrs.Store([]net.Addr{&net.IPNet{IP: net.ParseIP("10.0.0.2"), Mask: net.CIDRMask(24, 32)}})
-	waitFor(t, 10*time.Second, "a migration", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "a migration", func() bool {
 		li, _ := a.link("b")
 		return li.Migrations == 1
 	})
 	b.publishSeq(t, "addr.t", 100, 200)
-	waitFor(t, 20*time.Second, "mirror after the migration", func() bool { return a.next("addr.t") == 200 })
+	testlog.WaitFor(t, 20*time.Second, "mirror after the migration", func() bool { return a.next("addr.t") == 200 })
 	after, _ := a.link("b")
 	if after.Reconnects != 0 || !after.Since.Equal(before.Since) || after.LocalAddr == before.LocalAddr {
 		t.Fatalf("before %+v\nafter %+v: want the same connection on a new socket", before, after)

@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -18,15 +19,15 @@ func TestInterestMirrorsMatchingTopics(t *testing.T) {
 	b := m.addNode("b", nodeOpts{})
 	b.publishSeq(t, "orders.eu", 0, 100) // exists before the interest
 	b.publishSeq(t, "other.eu", 0, 100)  // never wanted
-	waitFor(t, 10*time.Second, "link a->b", func() bool { li, ok := a.link("b"); return ok && li.Connected })
+	testlog.WaitFor(t, 10*time.Second, "link a->b", func() bool { li, ok := a.link("b"); return ok && li.Connected })
 
 	a.fedNow().AddInterest("orders.*")
 	b.publishSeq(t, "orders.us", 0, 50) // created after the interest: announced as it appears
-	waitFor(t, 10*time.Second, "orders.* mirrored", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "orders.* mirrored", func() bool {
 		return a.next("orders.eu") == 100 && a.next("orders.us") == 50
 	})
 	b.publishSeq(t, "orders.eu", 100, 150) // the mirror follows the origin's log
-	waitFor(t, 10*time.Second, "live tail", func() bool { return a.next("orders.eu") == 150 })
+	testlog.WaitFor(t, 10*time.Second, "live tail", func() bool { return a.next("orders.eu") == 150 })
 
 	if n := checkMirrored(t, a, b, "orders.eu"); n != 150 {
 		t.Fatalf("orders.eu: %d records mirrored, want 150", n)
@@ -34,7 +35,7 @@ func TestInterestMirrorsMatchingTopics(t *testing.T) {
 	if n := checkMirrored(t, a, b, "orders.us"); n != 50 {
 		t.Fatalf("orders.us: %d records mirrored, want 50", n)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// other.eu came before orders.us in b's catalog, which a reads in order: a has seen it.
 	if _, _, ok := a.log.Bounds("other.eu"); ok {
 		t.Fatal("other.eu was mirrored without any interest in it")
 	}
@@ -65,7 +66,7 @@ func TestTriangleMirrorsWithoutLoops(t *testing.T) {
 		nodes[r] = m.addNode(r, nodeOpts{mirror: []string{"tri.>"}})
 	}
 	for _, n := range nodes {
-		waitFor(t, 10*time.Second, n.region+" linked to both others", func() bool {
+		testlog.WaitFor(t, 10*time.Second, n.region+" linked to both others", func() bool {
 			up := 0
 			for _, li := range n.fedNow().Links() {
 				if li.Connected {
@@ -82,7 +83,7 @@ func TestTriangleMirrorsWithoutLoops(t *testing.T) {
 			defer func() { done <- struct{}{} }()
 			for i := 0; i < rounds; i++ { // interleaved with the mirrored appends
 				n.publishSeq(t, "tri.x", i*per/rounds, (i+1)*per/rounds)
-				time.Sleep(2 * time.Millisecond)
+				testlog.Pause(context.Background(), 2*time.Millisecond) // the publishing rate
 			}
 		}()
 	}
@@ -90,9 +91,10 @@ func TestTriangleMirrorsWithoutLoops(t *testing.T) {
 		<-done
 	}
 	for _, n := range nodes {
-		waitFor(t, 20*time.Second, n.region+" holds every region's records", func() bool { return n.next("tri.x") >= 3*per })
+		testlog.WaitFor(t, 20*time.Second, n.region+" holds every region's records", func() bool { return n.next("tri.x") >= 3*per })
 	}
-	time.Sleep(300 * time.Millisecond) // a loop would keep appending
+	// A loop would keep appending, and no event marks that it does not: a window for it.
+	time.Sleep(300 * time.Millisecond)
 	for _, dst := range nodes {
 		if got := dst.next("tri.x"); got != 3*per {
 			t.Fatalf("%s's log of tri.x has %d records, want %d (records served back: a loop)", dst.region, got, 3*per)
@@ -120,12 +122,13 @@ func TestCursorOutlivesInterest(t *testing.T) {
 	b.publishSeq(t, "c.t", 0, 100)
 	a.fedNow().AddInterest("c.>")
 	a.fedNow().AddInterest("c.t") // two references
-	waitFor(t, 10*time.Second, "first 100 mirrored", func() bool { return a.next("c.t") == 100 })
+	testlog.WaitFor(t, 10*time.Second, "first 100 mirrored", func() bool { return a.next("c.t") == 100 })
 
 	a.fedNow().RemoveInterest("c.t")
 	a.fedNow().RemoveInterest("c.>")
-	waitFor(t, 10*time.Second, "mirror stopped", func() bool { li, _ := a.link("b"); return len(li.Mirrors) == 0 })
+	testlog.WaitFor(t, 10*time.Second, "mirror stopped", func() bool { li, _ := a.link("b"); return len(li.Mirrors) == 0 })
 	b.publishSeq(t, "c.t", 100, 200)
+	// No mirror is left to append, and no event marks that none does: a window for it.
 	time.Sleep(200 * time.Millisecond)
 	if got := a.next("c.t"); got != 100 {
 		t.Fatalf("a's log grew to %d without interest", got)
@@ -135,12 +138,12 @@ func TestCursorOutlivesInterest(t *testing.T) {
 	}
 
 	a.fedNow().AddInterest("c.t")
-	waitFor(t, 10*time.Second, "catch-up from the cursor", func() bool { return a.next("c.t") == 200 })
+	testlog.WaitFor(t, 10*time.Second, "catch-up from the cursor", func() bool { return a.next("c.t") == 200 })
 	checkMirrored(t, a, b, "c.t")
 
 	// The cursor survives a restart of the mirroring node.
 	a.fedNow().RemoveInterest("c.t")
-	waitFor(t, 10*time.Second, "mirror stopped", func() bool { li, _ := a.link("b"); return len(li.Mirrors) == 0 })
+	testlog.WaitFor(t, 10*time.Second, "mirror stopped", func() bool { li, _ := a.link("b"); return len(li.Mirrors) == 0 })
 	a.stop()
 	b.publishSeq(t, "c.t", 200, 300)
 	a.restart()
@@ -148,7 +151,7 @@ func TestCursorOutlivesInterest(t *testing.T) {
 		t.Fatalf("cursor after restart = %d %v %v, want 199", pos, ok, err)
 	}
 	a.fedNow().AddInterest("c.t")
-	waitFor(t, 10*time.Second, "catch-up after restart", func() bool { return a.next("c.t") == 300 })
+	testlog.WaitFor(t, 10*time.Second, "catch-up after restart", func() bool { return a.next("c.t") == 300 })
 	fence(t, a, b, "c.t")
 	if n := checkMirrored(t, a, b, "c.t"); n != 301 {
 		t.Fatalf("%d records mirrored, want 300 and the fence", n)
@@ -162,9 +165,9 @@ func TestMirrorListWithoutInterest(t *testing.T) {
 	b := m.addNode("b", nodeOpts{})
 	b.publishSeq(t, "mir.a.b", 0, 64)
 	b.publishSeq(t, "nomir.a", 0, 10)
-	waitFor(t, 10*time.Second, "mir.a.b mirrored", func() bool { return a.next("mir.a.b") == 64 })
+	testlog.WaitFor(t, 10*time.Second, "mir.a.b mirrored", func() bool { return a.next("mir.a.b") == 64 })
 	b.publishSeq(t, "mir.c", 0, 10)
-	waitFor(t, 10*time.Second, "mir.c mirrored", func() bool { return a.next("mir.c") == 10 })
+	testlog.WaitFor(t, 10*time.Second, "mir.c mirrored", func() bool { return a.next("mir.c") == 10 })
 	checkMirrored(t, a, b, "mir.a.b")
 	checkMirrored(t, a, b, "mir.c")
 	if _, _, ok := a.log.Bounds("nomir.a"); ok {
@@ -174,7 +177,7 @@ func TestMirrorListWithoutInterest(t *testing.T) {
 	a.fedNow().AddInterest("mir.c")
 	a.fedNow().RemoveInterest("mir.c")
 	b.publishSeq(t, "mir.c", 10, 20)
-	waitFor(t, 10*time.Second, "mir.c still mirrored", func() bool { return a.next("mir.c") == 20 })
+	testlog.WaitFor(t, 10*time.Second, "mir.c still mirrored", func() bool { return a.next("mir.c") == 20 })
 }
 
 // Records the origin's retention deleted before they were mirrored are a gap: counted in
@@ -213,9 +216,9 @@ func TestRetentionGapIsReported(t *testing.T) {
 	// deletes past it.
 	publish("g.t", 0, 20)
 	a.fedNow().AddInterest("g.t")
-	waitFor(t, 10*time.Second, "first 20", func() bool { return a.next("g.t") == 20 })
+	testlog.WaitFor(t, 10*time.Second, "first 20", func() bool { return a.next("g.t") == 20 })
 	a.fedNow().RemoveInterest("g.t")
-	waitFor(t, 10*time.Second, "mirror stopped", func() bool { li, _ := a.link("b"); return len(li.Mirrors) == 0 })
+	testlog.WaitFor(t, 10*time.Second, "mirror stopped", func() bool { li, _ := a.link("b"); return len(li.Mirrors) == 0 })
 	publish("g.t", 20, 100)
 	first := keep("g.t", 30)
 	if first <= 20 {
@@ -223,13 +226,13 @@ func TestRetentionGapIsReported(t *testing.T) {
 	}
 	a.fedNow().AddInterest("g.t")
 	wantHeld := 20 + (100 - int(first))
-	waitFor(t, 10*time.Second, "records after the gap", func() bool { return a.next("g.t") == uint64(wantHeld) })
+	testlog.WaitFor(t, 10*time.Second, "records after the gap", func() bool { return a.next("g.t") == uint64(wantHeld) })
 
 	// 2. A topic whose start was deleted before it was ever mirrored.
 	publish("g.new", 0, 50)
 	first2 := keep("g.new", 10)
 	a.fedNow().AddInterest("g.new")
-	waitFor(t, 10*time.Second, "g.new after its gap", func() bool { return a.next("g.new") == 50-first2 })
+	testlog.WaitFor(t, 10*time.Second, "g.new after its gap", func() bool { return a.next("g.new") == 50-first2 })
 
 	wantGap := float64(first-20) + float64(first2)
 	if got := metricValue(t, a.registry(), "quicmq_mirror_gap_records_total", nil); got != wantGap {
@@ -278,14 +281,14 @@ func TestInterestFlapMirrorsExactlyOnce(t *testing.T) {
 	const topic = "flap.t"
 	pub := startPublisher(t, b, topic, 20, 2*time.Millisecond)
 	a.fedNow().AddInterest(topic)
-	waitFor(t, 10*time.Second, "mirror up", func() bool { return a.next(topic) > 0 })
+	testlog.WaitFor(t, 10*time.Second, "mirror up", func() bool { return a.next(topic) > 0 })
 	rng := testlog.Rand(t, "the times between flaps")
 	const flaps = 40
 	for i := 0; i < flaps; i++ {
 		a.fedNow().RemoveInterest(topic)
-		time.Sleep(2 * time.Millisecond)
+		testlog.Pause(context.Background(), 2*time.Millisecond) // the seeded flap schedule
 		a.fedNow().AddInterest(topic)
-		time.Sleep(time.Duration(20+rng.IntN(40)) * time.Millisecond)
+		testlog.Pause(context.Background(), time.Duration(20+rng.IntN(40))*time.Millisecond)
 	}
 	pub.halt()
 	fence(t, a, b, topic)

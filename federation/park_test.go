@@ -48,10 +48,10 @@ func TestMirrorsMoreTopicsThanStreams(t *testing.T) {
 		}
 	})
 	start := time.Now()
-	waitFor(t, 60*time.Second, "every topic's backlog mirrored", caughtUp)
+	testlog.WaitFor(t, 60*time.Second, "every topic's backlog mirrored", caughtUp)
 	t.Logf("backlog of %d records in %d topics mirrored in %v through %d streams", total, topics, time.Since(start).Round(time.Millisecond), bound)
 	parked := func() bool { open, _ := a.fedNow().mirrorStreams("b"); return open == 0 }
-	waitFor(t, 10*time.Second, "every quiet mirror to park", parked)
+	testlog.WaitFor(t, 10*time.Second, "every quiet mirror to park", parked)
 
 	// Records published later to parked topics: one at a time, each reopened by its head.
 	var took []time.Duration
@@ -60,7 +60,7 @@ func TestMirrorsMoreTopicsThanStreams(t *testing.T) {
 		off := b.next(topic)
 		at := time.Now()
 		b.publish(t, topic, fmt.Sprintf("late-%d", off))
-		waitFor(t, 10*time.Second, "a record of a parked topic mirrored", func() bool { return a.cursor(t, "b", topic) >= int64(off) })
+		testlog.WaitFor(t, 10*time.Second, "a record of a parked topic mirrored", func() bool { return a.cursor(t, "b", topic) >= int64(off) })
 		took = append(took, time.Since(at))
 	}
 	slices.Sort(took)
@@ -94,10 +94,10 @@ func TestMirrorsMoreTopicsThanStreams(t *testing.T) {
 					return
 				}
 			}
-			time.Sleep(2 * time.Millisecond) // the publishing rate, not a wait for an event
+			testlog.Pause(context.Background(), 2*time.Millisecond) // the publishing rate, not a wait for an event
 		}
 	}()
-	waitFor(t, 10*time.Second, "topics waiting for a stream", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "topics waiting for a stream", func() bool {
 		li, _ := a.link("b")
 		return li.MirrorsWaiting > 0 || li.MirrorStreams == bound
 	})
@@ -106,13 +106,13 @@ func TestMirrorsMoreTopicsThanStreams(t *testing.T) {
 		t.Fatalf("cut %d connections, want 1", n)
 	}
 	waitReconnected(t, a, "b", cutAt, 20*time.Second)
-	waitFor(t, 10*time.Second, "mirrors to run again after the cut", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "mirrors to run again after the cut", func() bool {
 		open, _ := a.fedNow().mirrorStreams("b")
 		return open > 0
 	})
 	close(stop)
 	<-done
-	waitFor(t, 60*time.Second, "every record mirrored after the cut", caughtUp)
+	testlog.WaitFor(t, 60*time.Second, "every record mirrored after the cut", caughtUp)
 
 	records := 0
 	for i := range topics {
@@ -130,7 +130,7 @@ func TestMirrorsMoreTopicsThanStreams(t *testing.T) {
 	if li.MirroredTopics != topics {
 		t.Fatalf("link mirrors %d topics, want %d", li.MirroredTopics, topics)
 	}
-	waitFor(t, 10*time.Second, "every quiet mirror to park again", parked)
+	testlog.WaitFor(t, 10*time.Second, "every quiet mirror to park again", parked)
 	if w := a.logs.find(slog.LevelWarn, "mirror stream ended"); len(w) > 0 {
 		t.Fatalf("mirror streams failed:%s", fmtRecords(w))
 	}
@@ -151,7 +151,7 @@ func TestMirroredRecordsReopenNothing(t *testing.T) {
 		b.publish(t, name(i), "first")
 	}
 	a.publish(t, "m.sentinel", "s0")
-	waitFor(t, 10*time.Second, "b's topics mirrored into a, a's into b", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "b's topics mirrored into a, a's into b", func() bool {
 		for i := range 10 {
 			if a.cursor(t, "b", name(i)) != 0 {
 				return false
@@ -162,13 +162,13 @@ func TestMirroredRecordsReopenNothing(t *testing.T) {
 	parked := func(n *fedNode, region string) func() bool {
 		return func() bool { open, _ := n.fedNow().mirrorStreams(region); return open == 0 }
 	}
-	waitFor(t, 10*time.Second, "every mirror parked", func() bool { return parked(a, "b")() && parked(b, "a")() })
+	testlog.WaitFor(t, 10*time.Second, "every mirror parked", func() bool { return parked(a, "b")() && parked(b, "a")() })
 	before := b.fedNow().mirrorsOpened("a")
 	for round := range 3 {
 		for i := range 10 {
 			b.publish(t, name(i), fmt.Sprintf("r%d", round))
 		}
-		waitFor(t, 10*time.Second, "b's records mirrored into a", func() bool {
+		testlog.WaitFor(t, 10*time.Second, "b's records mirrored into a", func() bool {
 			for i := range 10 {
 				if a.cursor(t, "b", name(i)) != int64(round+1) {
 					return false
@@ -180,7 +180,7 @@ func TestMirroredRecordsReopenNothing(t *testing.T) {
 	// A record of a's own, after the copies: a's head reports are in order on its catalog
 	// stream, so once b mirrored it, b has read every head a reported for the copies.
 	a.publish(t, "m.sentinel", "s1")
-	waitFor(t, 10*time.Second, "a's own record mirrored into b", func() bool { return b.cursor(t, "a", "m.sentinel") == 1 })
+	testlog.WaitFor(t, 10*time.Second, "a's own record mirrored into b", func() bool { return b.cursor(t, "a", "m.sentinel") == 1 })
 	if opened := b.fedNow().mirrorsOpened("a") - before; opened != 1 {
 		t.Fatalf("b opened %d mirrors from a for 30 copies of its own records and one record of a's; want 1 (the record's)", opened)
 	}
@@ -201,7 +201,7 @@ func TestParkedMirrorKeepsItsScanAcrossRestart(t *testing.T) {
 	for i := range topics {
 		b.publish(t, name(i), "first")
 	}
-	waitFor(t, 30*time.Second, "b's records mirrored into a, and b's mirrors of a's copies scanned and parked", func() bool {
+	testlog.WaitFor(t, 30*time.Second, "b's records mirrored into a, and b's mirrors of a's copies scanned and parked", func() bool {
 		for i := range topics {
 			if a.cursor(t, "b", name(i)) != 0 {
 				return false
@@ -216,7 +216,7 @@ func TestParkedMirrorKeepsItsScanAcrossRestart(t *testing.T) {
 	// topics it opens streams for in the order announced: once the sentinel is mirrored, b
 	// has decided for every copy. The restarted federation counts from 0.
 	a.publish(t, "m.zz", "s0") // listed after the copies, in name order, or announced as new
-	waitFor(t, 30*time.Second, "a's sentinel mirrored into b", func() bool { return b.cursor(t, "a", "m.zz") == 0 })
+	testlog.WaitFor(t, 30*time.Second, "a's sentinel mirrored into b", func() bool { return b.cursor(t, "a", "m.zz") == 0 })
 	if opened := b.fedNow().mirrorsOpened("a"); opened != 1 {
 		t.Fatalf("b opened %d mirrors from a after its restart for %d copies of its own records and one record of a's; want 1 (the record's)", opened, topics)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/quic-go/quic-go"
 	pb "go.etcd.io/raft/v3/raftpb"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/wal"
@@ -199,7 +200,7 @@ func (n *raftNode) onDeliver(f func([]replica.Message)) { n.deliver.Store(&f) }
 // its region are open and served at the other end.
 func (m *raftMesh) waitRaftUp(nodes ...*raftNode) {
 	m.t.Helper()
-	waitFor(m.t, 20*time.Second, "raft streams up", func() bool {
+	testlog.WaitFor(m.t, 20*time.Second, "raft streams up", func() bool {
 		for _, a := range nodes {
 			for _, b := range nodes {
 				if a == b {
@@ -277,7 +278,7 @@ func TestRaftDeliversInOrderPerClass(t *testing.T) {
 		}
 	}
 	want := rounds * per
-	waitFor(t, 20*time.Second, "every message delivered", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "every message delivered", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, s := range got {
@@ -353,7 +354,7 @@ func heartbeatBehind(t *testing.T, cfg RaftConfig) (before, total int) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the heartbeat never arrived")
 	}
-	waitFor(t, 30*time.Second, "every append delivered", func() bool { return appends.Load() == n })
+	testlog.WaitFor(t, 30*time.Second, "every append delivered", func() bool { return appends.Load() == n })
 	t.Logf("heartbeat delivered %v after the Send, after %d of %d appends; all appends after %v", hbAfter, before, n, time.Since(start))
 	return before, n
 }
@@ -448,7 +449,7 @@ func TestRaftRefusesOthers(t *testing.T) {
 	m := newRaftMesh(t)
 	eu1, eu2 := m.add("eu", 1, testRaftConfig()), m.add("eu", 2, testRaftConfig())
 	us := m.add("us", 3, testRaftConfig())
-	waitFor(t, 20*time.Second, "eu-0's links", func() bool { return len(eu1.fedNow().Links()) == 2 })
+	testlog.WaitFor(t, 20*time.Second, "eu-0's links", func() bool { return len(eu1.fedNow().Links()) == 2 })
 	for _, c := range []struct {
 		name string
 		from *raftNode
@@ -489,18 +490,18 @@ func TestRaftReconnect(t *testing.T) {
 	b.onDeliver(func(msgs []replica.Message) { got.Add(int64(len(msgs))) })
 	m.waitRaftUp(a, b)
 	a.fedNow().Send(2, []replica.Message{heartbeat(1, 2, 1), appendMsg(1, 2, 1, []byte("e"))})
-	waitFor(t, 10*time.Second, "first messages", func() bool { return got.Load() == 2 })
+	testlog.WaitFor(t, 10*time.Second, "first messages", func() bool { return got.Load() == 2 })
 	before, _ := a.fedNow().RaftStats()
 	if n := a.fedNow().cutLinks("eu"); n != 1 {
 		t.Fatalf("cut %d connections", n)
 	}
-	waitFor(t, 10*time.Second, "the raft streams opened again", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "the raft streams opened again", func() bool {
 		s, _ := a.fedNow().RaftStats()
 		return s[b.name].Control.Opened == 2 && s[b.name].Bulk.Opened == 2
 	})
 	m.waitRaftUp(a, b)
 	a.fedNow().Send(2, []replica.Message{heartbeat(1, 2, 2), appendMsg(1, 2, 2, []byte("e"))})
-	waitFor(t, 10*time.Second, "messages after the reconnect", func() bool { return got.Load() == 4 })
+	testlog.WaitFor(t, 10*time.Second, "messages after the reconnect", func() bool { return got.Load() == 4 })
 	after, _ := a.fedNow().RaftStats()
 	if after[b.name].Control.SentMessages != before[b.name].Control.SentMessages+1 || after[b.name].Bulk.SentMessages != before[b.name].Bulk.SentMessages+1 {
 		t.Errorf("counters before %+v, after %+v", before[b.name], after[b.name])
@@ -591,7 +592,7 @@ func TestRaftDriversOverQUIC(t *testing.T) {
 	}
 	leader := func(skip *rep) *rep {
 		var l *rep
-		waitFor(t, 30*time.Second, "a leader", func() bool {
+		testlog.WaitFor(t, 30*time.Second, "a leader", func() bool {
 			for _, r := range reps {
 				if st, err := r.d.Status(context.Background(), group); r != skip && err == nil && st.RaftState.String() == "StateLeader" {
 					l = r
@@ -628,7 +629,7 @@ func TestRaftDriversOverQUIC(t *testing.T) {
 		o.fedNow().PeersChanged()
 	}
 	propose(nil, 40, 60)
-	waitFor(t, 30*time.Second, "every node applied 60 records", func() bool {
+	testlog.WaitFor(t, 30*time.Second, "every node applied 60 records", func() bool {
 		for _, r := range reps {
 			if next, _ := r.sm.Next(group); next < 60 {
 				return false

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // A node stopping deliberately closes its links with the "node shutting down" close code
@@ -16,7 +18,7 @@ func TestDeliberateStopLogsNoWarning(t *testing.T) {
 	b := m.addNode("b", nodeOpts{mirror: []string{"stop.>"}})
 	a.publishSeq(t, "stop.a", 0, 200)
 	b.publishSeq(t, "stop.b", 0, 200)
-	waitFor(t, 10*time.Second, "mirrored both ways", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "mirrored both ways", func() bool {
 		return a.next("stop.b") == 200 && b.next("stop.a") == 200
 	})
 
@@ -24,7 +26,7 @@ func TestDeliberateStopLogsNoWarning(t *testing.T) {
 	// a hears it from b's CONNECTION_CLOSE ("peer stopping") or, when the list of peers
 	// drops b before a's link has read that close, from the list ("left the mesh"): both
 	// are a deliberate stop, and neither may be a WARN (checked below).
-	waitFor(t, 10*time.Second, "a to notice that b stopped", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "a to notice that b stopped", func() bool {
 		return len(a.logs.find(slog.LevelInfo, "link closed: peer stopping")) > 0 ||
 			len(a.logs.find(slog.LevelInfo, "link closed: the peer left the mesh")) > 0
 	})

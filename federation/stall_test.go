@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // The origin's serving of one mirror stream is paused while records are published there:
@@ -20,7 +22,7 @@ func TestStalledMirrorIsReported(t *testing.T) {
 	const stuck, moving = "st.stuck", "st.moving"
 	b.publishSeq(t, stuck, 0, 10)
 	b.publishSeq(t, moving, 0, 10)
-	waitFor(t, 10*time.Second, "both topics mirrored", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "both topics mirrored", func() bool {
 		return a.cursor(t, "b", stuck) == 9 && a.cursor(t, "b", moving) == 9
 	})
 	labels := func(topic string) map[string]string { return map[string]string{"topic": topic, "origin_region": "b"} }
@@ -33,7 +35,7 @@ func TestStalledMirrorIsReported(t *testing.T) {
 	pausedAt := time.Now()
 	pStuck := startPublisher(t, b, stuck, 5, 10*time.Millisecond)
 	pMoving := startPublisher(t, b, moving, 5, 10*time.Millisecond)
-	waitFor(t, 10*time.Second, "the stall reported", func() bool { return gauge("quicmq_mirror_stalled", stuck) == 1 })
+	testlog.WaitFor(t, 10*time.Second, "the stall reported", func() bool { return gauge("quicmq_mirror_stalled", stuck) == 1 })
 	took := time.Since(pausedAt)
 	// StallAfter, plus one head report and one check interval; the rest is slack for a
 	// loaded machine.
@@ -47,7 +49,7 @@ func TestStalledMirrorIsReported(t *testing.T) {
 	if lag1 <= 0 {
 		t.Fatalf("lag %v s while stalled: must not be 0", lag1)
 	}
-	waitFor(t, 10*time.Second, "the lag in seconds to grow", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "the lag in seconds to grow", func() bool {
 		return gauge("quicmq_mirror_lag_seconds", stuck) > lag1+0.1
 	})
 	if c := a.cursor(t, "b", stuck); c != 9 {
@@ -63,19 +65,19 @@ func TestStalledMirrorIsReported(t *testing.T) {
 		took.Round(time.Millisecond), stallAfter, lag1, gauge("quicmq_mirror_lag_seconds", stuck))
 
 	b.fedNow().pauseServing(stuck, false)
-	waitFor(t, 10*time.Second, "the recovery reported", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "the recovery reported", func() bool {
 		return gauge("quicmq_mirror_stalled", stuck) == 0 && len(a.logs.find(slog.LevelInfo, "mirror recovered from a stall")) == 1
 	})
 	pStuck.halt()
 	pMoving.halt()
 	for _, topic := range []string{stuck, moving} {
 		last := int64(b.next(topic) - 1)
-		waitFor(t, 10*time.Second, "caught up", func() bool { return a.cursor(t, "b", topic) == last })
+		testlog.WaitFor(t, 10*time.Second, "caught up", func() bool { return a.cursor(t, "b", topic) == last })
 		if got := checkMirrored(t, a, b, topic); got != int(last+1) {
 			t.Fatalf("%s: %d records mirrored, want %d", topic, got, last+1)
 		}
 	}
-	waitFor(t, 10*time.Second, "the lag back to 0", func() bool { return gauge("quicmq_mirror_lag_seconds", stuck) == 0 })
+	testlog.WaitFor(t, 10*time.Second, "the lag back to 0", func() bool { return gauge("quicmq_mirror_lag_seconds", stuck) == 0 })
 	if w := a.logs.find(slog.LevelWarn, "mirror stalled"); len(w) != 1 {
 		t.Fatalf("%d WARN lines for one stall:%s", len(w), fmtRecords(w))
 	}
@@ -137,7 +139,7 @@ func TestManyStallsOneLinePerCheck(t *testing.T) {
 	for i := range n {
 		b.publishSeq(t, name(i), 0, 3)
 	}
-	waitFor(t, 10*time.Second, "every topic mirrored", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "every topic mirrored", func() bool {
 		for i := range n {
 			if a.cursor(t, "b", name(i)) != 2 {
 				return false
@@ -152,7 +154,7 @@ func TestManyStallsOneLinePerCheck(t *testing.T) {
 		b.publishSeq(t, name(i), 3, 5)
 	}
 	link := map[string]string{"peer_region": "b"}
-	waitFor(t, 10*time.Second, "every stall reported", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "every stall reported", func() bool {
 		return metricValue(t, a.registry(), "quicmq_link_mirrors_stalled", link) == n
 	})
 	warns := a.logs.find(slog.LevelWarn, "mirror stalled")
@@ -173,14 +175,14 @@ func TestManyStallsOneLinePerCheck(t *testing.T) {
 	for i := range n {
 		b.fedNow().pauseServing(name(i), false)
 	}
-	waitFor(t, 10*time.Second, "every recovery reported", func() bool {
+	testlog.WaitFor(t, 10*time.Second, "every recovery reported", func() bool {
 		return metricValue(t, a.registry(), "quicmq_link_mirrors_stalled", link) == 0
 	})
 	if infos := a.logs.find(slog.LevelInfo, "mirror recovered from a stall"); len(infos) > n/4 {
 		t.Fatalf("%d INFO lines for %d recoveries:%s", len(infos), n, fmtRecords(infos))
 	}
 	for i := range n {
-		waitFor(t, 10*time.Second, "caught up", func() bool { return a.cursor(t, "b", name(i)) == 4 })
+		testlog.WaitFor(t, 10*time.Second, "caught up", func() bool { return a.cursor(t, "b", name(i)) == 4 })
 		checkMirrored(t, a, b, name(i))
 	}
 	t.Logf("%d stalls in %d WARN lines: %s", n, len(warns), fmtRecords(warns))

@@ -4,8 +4,11 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // logBounds is a running replica's first and last raft index of group g.
@@ -45,7 +48,7 @@ func TestDriverLogCompactionWaitsForFollowersWithinTheTail(t *testing.T) {
 	}
 	proposeAll(t, rs, 7, 20, "a")
 	for _, r := range rs {
-		waitFor(t, "every replica to compact its log", func() bool { f, _ := logBounds(t, r, 7); return f > 1 })
+		testlog.WaitFor(t, 20*time.Second, "every replica to compact its log", func() bool { f, _ := logBounds(t, r, 7); return f > 1 })
 	}
 
 	// Down for less than the tail: the leader keeps what node 3 lacks.
@@ -57,15 +60,15 @@ func TestDriverLogCompactionWaitsForFollowersWithinTheTail(t *testing.T) {
 	}
 	rs[2] = startReplicaWith(t, net, 3, fss[2], []uint64{7}, nil, tune)
 	want, _ := rs[0].sm.Next(7)
-	waitFor(t, "node 3 to catch up from the log", func() bool { n, _ := rs[2].sm.Next(7); return n == want })
+	testlog.WaitFor(t, 20*time.Second, "node 3 to catch up from the log", func() bool { n, _ := rs[2].sm.Next(7); return n == want })
 
 	// Down for more than the tail: compacted past what node 3 has.
 	rs[2].stop(t, net)
 	_, behind = logBounds(t, rs[1], 7)
 	proposeAll(t, rs[:2], 7, 100, "c")
-	waitFor(t, "the leader to compact past node 3", func() bool { f, _ := logBounds(t, rs[0], 7); return f > behind+1 })
+	testlog.WaitFor(t, 20*time.Second, "the leader to compact past node 3", func() bool { f, _ := logBounds(t, rs[0], 7); return f > behind+1 })
 	rs[2] = startReplicaWith(t, net, 3, fss[2], []uint64{7}, nil, tune)
-	waitFor(t, "node 3 to hear from its leader", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "node 3 to hear from its leader", func() bool {
 		st, err := rs[2].d.Status(ctx, 7)
 		return err == nil && st.Lead == 1
 	})
@@ -75,7 +78,7 @@ func TestDriverLogCompactionWaitsForFollowersWithinTheTail(t *testing.T) {
 		}
 	}
 	want, _ = rs[0].sm.Next(7)
-	waitFor(t, "node 3 to catch up through a snapshot", func() bool { n, _ := rs[2].sm.Next(7); return n == want })
+	testlog.WaitFor(t, 20*time.Second, "node 3 to catch up through a snapshot", func() bool { n, _ := rs[2].sm.Next(7); return n == want })
 	st, err := rs[2].d.Stats(ctx)
 	if err != nil {
 		t.Fatal(err)

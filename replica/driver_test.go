@@ -13,6 +13,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"go.etcd.io/raft/v3"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // netTransport delivers between drivers of one process, encoding every
@@ -162,18 +164,6 @@ func haltDriver(t testing.TB, net *testNet, id uint64, cancel *context.CancelFun
 	return true
 }
 
-// waitFor polls cond until it holds; it fails the test after 20 s.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // runningDriver is a test node: its driver, nil while it is stopped.
 type runningDriver interface{ running() *Driver }
 
@@ -188,7 +178,7 @@ func (r *testReplica) running() *Driver {
 func leaderOf[R runningDriver](t testing.TB, rs []R, g uint64) R {
 	t.Helper()
 	var leader R
-	waitFor(t, fmt.Sprintf("a leader of group %d", g), func() bool {
+	testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("a leader of group %d", g), func() bool {
 		for _, r := range rs {
 			d := r.running()
 			if d == nil {
@@ -257,18 +247,20 @@ func proposeAll(t *testing.T, rs []*testReplica, g uint64, n int, prefix string)
 
 // currentLeader returns the driver that leads g, polling until ctx ends.
 func currentLeader(ctx context.Context, rs []*testReplica, g uint64) *Driver {
-	for ctx.Err() == nil {
+	var leader *Driver
+	testlog.Until(ctx, func() bool {
 		for _, r := range rs {
 			if r.cancel == nil {
 				continue
 			}
 			if st, err := r.d.Status(ctx, g); err == nil && st.RaftState == raft.StateLeader {
-				return r.d
+				leader = r.d
+				return true
 			}
 		}
-		time.Sleep(time.Millisecond)
-	}
-	return nil
+		return false
+	})
+	return leader
 }
 
 func TestDriverReplicatesWithDenseOffsets(t *testing.T) {
@@ -287,7 +279,7 @@ func TestDriverReplicatesWithDenseOffsets(t *testing.T) {
 			}
 		}
 		for _, r := range rs {
-			waitFor(t, fmt.Sprintf("node %d to apply group %d", r.id, g), func() bool { n, _ := r.sm.Next(g); return n == 40 })
+			testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d to apply group %d", r.id, g), func() bool { n, _ := r.sm.Next(g); return n == 40 })
 			recs, err := r.sm.Read(g, 0, 100)
 			if err != nil || len(recs) != 40 {
 				t.Fatalf("node %d group %d: read %d records: %v", r.id, g, len(recs), err)
@@ -313,7 +305,7 @@ func TestDriverNotLeaderNamesTheLeader(t *testing.T) {
 		if r == l {
 			continue
 		}
-		waitFor(t, "the follower to learn the leader", func() bool {
+		testlog.WaitFor(t, 20*time.Second, "the follower to learn the leader", func() bool {
 			st, _ := r.d.Status(context.Background(), 1)
 			return st.Lead == l.id
 		})
@@ -339,7 +331,7 @@ func TestDriverQuiescesAndWakesOnLeaderLoss(t *testing.T) {
 	l := leaderOf(t, rs, 1)
 	proposeAll(t, rs, 1, 5, "a")
 	for _, r := range rs {
-		waitFor(t, fmt.Sprintf("node %d to quiesce", r.id), func() bool {
+		testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d to quiesce", r.id), func() bool {
 			st, err := r.d.Stats(context.Background())
 			return err == nil && st.Quiesced == 1
 		})
@@ -375,7 +367,7 @@ func TestDriverRestartKeepsLogAndOffsets(t *testing.T) {
 	}
 	proposeAll(t, rs, 7, 10, "x")
 	for _, r := range rs {
-		waitFor(t, "every node to apply", func() bool { n, _ := r.sm.Next(7); return n == 10 })
+		testlog.WaitFor(t, 20*time.Second, "every node to apply", func() bool { n, _ := r.sm.Next(7); return n == 10 })
 		r.stop(t, net)
 	}
 	rs = rs[:0]
@@ -445,7 +437,7 @@ func TestDriverFailStop(t *testing.T) {
 	if err := d.Campaign(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a single-node leader", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "a single-node leader", func() bool {
 		st, err := d.Status(ctx, 1)
 		return err == nil && st.RaftState == raft.StateLeader
 	})
@@ -545,7 +537,7 @@ func restartReplica(t *testing.T, net *testNet, rs []*testReplica, r *testReplic
 
 func waitQuiet(t *testing.T, rs []*testReplica) {
 	for _, r := range rs {
-		waitFor(t, fmt.Sprintf("node %d to quiesce", r.id), func() bool {
+		testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d to quiesce", r.id), func() bool {
 			st, err := r.d.Stats(context.Background())
 			return err == nil && st.Quiesced == 1
 		})
@@ -554,7 +546,7 @@ func waitQuiet(t *testing.T, rs []*testReplica) {
 
 func waitLeaderKnown(t *testing.T, r *testReplica, g uint64) raft.BasicStatus {
 	var st raft.BasicStatus
-	waitFor(t, fmt.Sprintf("node %d to know a leader of group %d", r.id, g), func() bool {
+	testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d to know a leader of group %d", r.id, g), func() bool {
 		s, err := r.d.Status(context.Background(), g)
 		st = s
 		return err == nil && s.Lead != raft.None

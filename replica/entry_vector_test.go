@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -180,7 +181,7 @@ func TestWalSMStoresVectors(t *testing.T) {
 
 	for _, r := range rs {
 		// The marker came last: once it is applied here, everything before is.
-		waitFor(t, fmt.Sprintf("node %d to apply the marker", r.id), func() bool {
+		testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d to apply the marker", r.id), func() bool {
 			v, ok, _ := r.log.Position("marker", topic)
 			return ok && v == 1
 		})

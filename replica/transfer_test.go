@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // TestDriverTransferLeadership: a quiet group's leader hands its leadership to a follower
@@ -15,7 +18,7 @@ func TestDriverTransferLeadership(t *testing.T) {
 	rs, _ := startRegion(t, 3, []uint64{1})
 	l := leaderOf(t, rs, 1)
 	proposeAll(t, rs, 1, 5, "a")
-	waitFor(t, "the group to quiesce", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "the group to quiesce", func() bool {
 		s, _ := l.d.Stats(context.Background())
 		return s.Quiesced == 1
 	})
@@ -30,7 +33,7 @@ func TestDriverTransferLeadership(t *testing.T) {
 	if err := l.d.TransferLeadership(context.Background(), 1, to.id); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, fmt.Sprintf("node %d to lead after the transfer", to.id), func() bool {
+	testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d to lead after the transfer", to.id), func() bool {
 		ro, _ := to.d.Role(1)
 		return ro.Leader
 	})
@@ -41,14 +44,14 @@ func TestDriverTransferLeadership(t *testing.T) {
 		}
 	}
 	// Asked of a follower (third), the transfer back to the old leader is forwarded.
-	waitFor(t, "the follower to know the new leader", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "the follower to know the new leader", func() bool {
 		ro, _ := third.d.Role(1)
 		return ro.Lead == to.id
 	})
 	if err := third.d.TransferLeadership(context.Background(), 1, l.id); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, fmt.Sprintf("node %d to lead again", l.id), func() bool {
+	testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d to lead again", l.id), func() bool {
 		ro, _ := l.d.Role(1)
 		return ro.Leader
 	})
@@ -86,7 +89,7 @@ func TestDriverProposalDuringTransferIsRefused(t *testing.T) {
 	if !errors.Is(err, ErrLeadershipMoving) || !strings.Contains(err.Error(), fmt.Sprintf("to node %d", down.id)) {
 		t.Fatalf("propose during the transfer: %v, want ErrLeadershipMoving naming node %d", err, down.id)
 	}
-	waitFor(t, "the leader to give the transfer up and take proposals again", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "the leader to give the transfer up and take proposals again", func() bool {
 		_, err := l.d.Propose(context.Background(), 1, []byte("d"))
 		return err == nil
 	})

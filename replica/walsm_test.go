@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -109,7 +110,7 @@ func readAll(t *testing.T, rs []*walReplica, topic string, next uint64) []wal.Re
 		if r.cancel == nil {
 			continue
 		}
-		waitFor(t, fmt.Sprintf("node %d to serve %d records of %q", r.id, next, topic), func() bool {
+		testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d to serve %d records of %q", r.id, next, topic), func() bool {
 			_, n, _ := r.log.Bounds(topic)
 			return n >= next
 		})
@@ -229,7 +230,7 @@ func TestWalSMReplicatedTopic(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 	for _, r := range rs {
-		waitFor(t, fmt.Sprintf("node %d to store the position", r.id), func() bool {
+		testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d to store the position", r.id), func() bool {
 			v, ok, _ := r.log.Position("tenant/a/d1", topic)
 			return ok && v == 7
 		})
@@ -339,7 +340,7 @@ func TestWalSMServesNothingUncommitted(t *testing.T) {
 	go func() {
 		got <- l.sm.Propose(ctx, l.d, &WalEntry{Kind: EntryAppend, Topic: topic, Records: []wal.Record{{Payload: []byte("1")}}})
 	}()
-	waitFor(t, "the uncommitted entry in the leader's raft log", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "the uncommitted entry in the leader's raft log", func() bool {
 		st, err := NewStore(l.log.DB()).Group(g)
 		if err != nil {
 			return false
