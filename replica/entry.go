@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"math"
 	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/quicmq/quicmq/wal"
@@ -290,6 +291,8 @@ func EncodeEntry(dst []byte, e *WalEntry) ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return dst, err
 	}
+	// Grown once for the records (most of an entry's bytes), not doubled as they append.
+	dst = slices.Grow(dst, recordsBound(e))
 	start := len(dst)
 	dst = append(dst, entryVersion, 0, 0, 0, 0, byte(e.Kind))
 	dst = appendStr(dst, e.Topic)
@@ -363,6 +366,28 @@ func EncodeEntry(dst []byte, e *WalEntry) ([]byte, error) {
 	crc := crc32.Checksum(dst[start+5:], castagnoli)
 	binary.LittleEndian.PutUint32(dst[start+1:start+5], crc)
 	return dst, nil
+}
+
+// recordsBound is at least the bytes of an append's or mirror append's encoding (a guess for
+// the other kinds, whose appends grow past it if short), for EncodeEntry to grow its buffer
+// once.
+func recordsBound(e *WalEntry) int {
+	n := entryHeaderLen + 4*binary.MaxVarintLen64 + len(e.Topic) + len(e.Region) + len(e.Name) + 1
+	if !e.Kind.carriesRecords() {
+		return n
+	}
+	n += binary.MaxVarintLen64
+	for i := range e.Records {
+		r := &e.Records[i]
+		n += 1 + 3*binary.MaxVarintLen64 + len(r.ProducerID) + len(r.Payload)
+		for _, h := range r.Headers {
+			n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
+		}
+		if len(r.Headers) > 0 {
+			n += binary.MaxVarintLen64
+		}
+	}
+	return n
 }
 
 // DecodeEntry decodes an entry. The bytes come from the network (raft
