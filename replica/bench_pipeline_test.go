@@ -19,8 +19,8 @@ import (
 // `inflight` entries outstanding through ProposeAsync as a node's
 // publishers do. One op is one record; payloads are random (incompressible).
 // It reports records/s, records per leader fsync, the process CPU per record
-// (all three nodes) and the bytes the leader's Pebble wrote to sstables per
-// record, for the driver as it was (each proposal handed to Run, every
+// (all three nodes), the bytes the leader's Pebble wrote to sstables per
+// record and the bytes its batches carried per record, for the driver as it was (each proposal handed to Run, every
 // entry read back from Pebble, log never compacted), with the proposal
 // queue, with the entry cache too and with log compaction too (what a node runs; and
 // with proposals completed after the round's fsync, as before they completed early); beside them
@@ -79,6 +79,7 @@ func benchWalR1(b *testing.B, recs []wal.Record, inflight int) {
 func runPipelined(b *testing.B, l *wal.Log, perOp, inflight int, submit func(done func(error))) {
 	cpu0 := cpuTime()
 	written0 := tableBytesWritten(l)
+	walIn0 := l.DB().Metrics().WAL.BytesIn
 	b.SetBytes(1024)
 	b.ResetTimer()
 	sem := make(chan struct{}, inflight)
@@ -108,6 +109,9 @@ func runPipelined(b *testing.B, l *wal.Log, perOp, inflight int, submit func(don
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/record")
 	b.ReportMetric(float64(tableBytesWritten(l)-written0)/float64(b.N), "leader-sst-B/record")
+	// What the leader's batches carried (Pebble's WAL, and so its memtables): the raft log's
+	// copy of a record and wal's, besides keys and state.
+	b.ReportMetric(float64(l.DB().Metrics().WAL.BytesIn-walIn0)/float64(b.N), "leader-batch-B/record")
 }
 
 // tableBytesWritten is what Pebble has written to sstables so far

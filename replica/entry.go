@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"math"
 	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/quicmq/quicmq/wal"
@@ -290,6 +291,8 @@ func EncodeEntry(dst []byte, e *WalEntry) ([]byte, error) {
 	if err := e.Validate(); err != nil {
 		return dst, err
 	}
+	// Grown once for the records (most of an entry's bytes), not doubled as they append.
+	dst = slices.Grow(dst, recordsBound(e))
 	start := len(dst)
 	dst = append(dst, entryVersion, 0, 0, 0, 0, byte(e.Kind))
 	dst = appendStr(dst, e.Topic)
@@ -365,10 +368,39 @@ func EncodeEntry(dst []byte, e *WalEntry) ([]byte, error) {
 	return dst, nil
 }
 
+// recordsBound is at least the bytes of an append's or mirror append's encoding (a guess for
+// the other kinds, whose appends grow past it if short), for EncodeEntry to grow its buffer
+// once.
+func recordsBound(e *WalEntry) int {
+	n := entryHeaderLen + 4*binary.MaxVarintLen64 + len(e.Topic) + len(e.Region) + len(e.Name) + 1
+	if !e.Kind.carriesRecords() {
+		return n
+	}
+	n += binary.MaxVarintLen64
+	for i := range e.Records {
+		r := &e.Records[i]
+		n += 1 + 3*binary.MaxVarintLen64 + len(r.ProducerID) + len(r.Payload)
+		for _, h := range r.Headers {
+			n += 2*binary.MaxVarintLen64 + len(h.Key) + len(h.Value)
+		}
+		if len(r.Headers) > 0 {
+			n += binary.MaxVarintLen64
+		}
+	}
+	return n
+}
+
 // DecodeEntry decodes an entry. The bytes come from the network (raft
 // appends from a leader): every length is checked before it is used, nothing
 // panics, and the result shares no memory with p.
-func DecodeEntry(p []byte) (*WalEntry, error) {
+func DecodeEntry(p []byte) (*WalEntry, error) { return decodeWalEntry(p, false) }
+
+// decodeEntryView is DecodeEntry whose records' payloads and header values alias p (no copy
+// of the bytes that are most of an entry): for WalSM's apply, which encodes them into its
+// batch and keeps none, so p must stay unchanged only until it returns.
+func decodeEntryView(p []byte) (*WalEntry, error) { return decodeWalEntry(p, true) }
+
+func decodeWalEntry(p []byte, view bool) (*WalEntry, error) {
 	if len(p) < entryHeaderLen {
 		return nil, fmt.Errorf("%w: %d bytes", errEntry, len(p))
 	}
@@ -384,7 +416,7 @@ func DecodeEntry(p []byte) (*WalEntry, error) {
 	if k := EntryKind(p[5]); k > maxEntryKind {
 		return nil, fmt.Errorf("%w: %w: kind %d (this build knows up to %d)", errEntry, ErrEntryNewer, k, maxEntryKind)
 	}
-	d := entryDecoder{b: p[entryHeaderLen:]}
+	d := entryDecoder{b: p[entryHeaderLen:], view: view}
 	e := &WalEntry{Kind: EntryKind(p[5]), Topic: d.str()}
 	switch e.Kind {
 	case EntryAppend:
@@ -501,6 +533,7 @@ type entryDecoder struct {
 	b     []byte
 	bad   string
 	newer bool // bad is a body layout past this build's (ErrEntryNewer)
+	view  bool // bytes aliases b instead of copying (decodeEntryView)
 }
 
 // failNewer fails on a body layout this build does not know yet.
@@ -561,11 +594,18 @@ func (d *entryDecoder) str() string { return string(d.raw(maxEntryStrBytes)) }
 // longStr reads a string of any length the entry holds (a header key).
 func (d *entryDecoder) longStr() string { return string(d.raw(uint64(len(d.b)))) }
 
-// bytes reads a copied byte string of any length the entry holds.
+// bytes reads a byte string of any length the entry holds: copied, or a view of the
+// entry's bytes (capacity cut to its length, so an append never writes into the entry).
 func (d *entryDecoder) bytes() []byte {
 	s := d.raw(uint64(len(d.b)))
 	if s == nil {
 		return nil
+	}
+	if d.view {
+		if len(s) == 0 {
+			return nil // as a copy of nothing is
+		}
+		return s[:len(s):len(s)]
 	}
 	return append([]byte(nil), s...)
 }

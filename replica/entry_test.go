@@ -157,11 +157,19 @@ func FuzzDecodeEntry(f *testing.F) {
 
 func checkDecode(t *testing.T, p []byte) {
 	e, err := DecodeEntry(p)
+	// The view WalSM applies with decodes alike: the same error, or the same bytes again.
+	v, verr := decodeEntryView(p)
+	if (err == nil) != (verr == nil) || err != nil && err.Error() != verr.Error() {
+		t.Fatalf("DecodeEntry: %v; decodeEntryView: %v", err, verr)
+	}
 	if err != nil {
 		if !errors.Is(err, errEntry) {
 			t.Fatalf("error %v does not wrap errEntry", err)
 		}
 		return
+	}
+	if vq, err := EncodeEntry(nil, v); err != nil || !bytes.Equal(p, vq) {
+		t.Fatalf("the view re-encodes differently (%v):\n%x\n%x", err, p, vq)
 	}
 	// What decodes re-encodes to the same bytes (one encoding per entry).
 	q, err := EncodeEntry(nil, e)

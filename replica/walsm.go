@@ -341,7 +341,9 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 	noop := func(err error) (Result, error) {
 		return Result{Index: e.Index, Detail: &wal.AppendResult{Err: err}}, nil
 	}
-	we, err := DecodeEntry(e.Data)
+	// The records alias the entry: appendRecords encodes them into b, and nothing of we
+	// outlives this call.
+	we, err := decodeEntryView(e.Data)
 	if errors.Is(err, ErrEntryNewer) {
 		// Newer replicas apply it: skipping it here would make this one diverge.
 		return Result{}, fmt.Errorf("replica: group %d cannot apply entry %d: %w; upgrade this node to the version of the region's other nodes", g.id, e.Index, err)
