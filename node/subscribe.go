@@ -974,13 +974,40 @@ func (sub *subscription) lag() uint64 {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	var lag uint64
+	var ins [lagChunk]wal.Instance
+	var heads [lagChunk]uint64
+	var at [lagChunk]*cursor
+	k := 0
+	sum := func() {
+		sub.s.n.wal.HeadsOf(ins[:k], heads[:k])
+		for i, c := range at[:k] {
+			if heads[i] > c.pub {
+				lag += heads[i] - c.pub
+			}
+		}
+		clear(ins[:k])
+		k = 0
+	}
 	for _, c := range sub.mu.curs {
-		if _, head, ok := sub.s.n.wal.Bounds(c.topic); ok && head > c.pub {
-			lag += head - c.pub
+		if !c.inst.Valid() { // a cursor of its own (not a sweep's): by name
+			if _, head, ok := sub.s.n.wal.Bounds(c.topic); ok && head > c.pub {
+				lag += head - c.pub
+			}
+			continue
+		}
+		// A sweep's cursor (sweep.go) holds its topic's log: its head is read from it, many
+		// under one hold of the log's lock, instead of a lookup and a lock per topic.
+		ins[k], at[k] = c.inst, c
+		if k++; k == lagChunk {
+			sum()
 		}
 	}
+	sum()
 	return lag
 }
+
+// lagChunk is how many heads lag reads under one hold of the log's lock.
+const lagChunk = 512
 
 // readAcks is the ack goroutine of a subscription on its own stream: it reads ACK frames
 // and hands them to takeAck, storing a durable consumer's positions whenever no further
