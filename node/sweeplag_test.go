@@ -48,10 +48,10 @@ func TestWildcardLagReadsHeadsFromCursors(t *testing.T) {
 		if sub != nil {
 			got, want := sub.lag(), byName(sub)
 			again := byName(sub) // the run goroutine is blocked on the stream: no change
-			if got == want && want == again && got > 0 && got < topics {
-				if m := metricValue(t, n, "quicmq_subscription_lag_records", "lagged"); m != float64(got) {
-					t.Fatalf("metric %v, lag %d", m, got)
-				}
+			// The metric, read last, is the same sum (unless the stream moved meanwhile:
+			// then again).
+			if got == want && want == again && got > 0 && got < topics &&
+				metricValue(t, n, "quicmq_subscription_lag_records", "lagged") == float64(got) {
 				t.Logf("lag %d of %d topics' records", got, topics)
 				return
 			}
