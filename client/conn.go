@@ -265,7 +265,11 @@ func forGood(c Code) bool {
 // handshake on a socket of its own, then HELLO and WELCOME. The returned Reader continues on
 // the control stream.
 func (c *Conn) dialNode(ctx context.Context, at int) (*link, *wire.Reader, error) {
-	l, r, err := c.dialNodeVersion(ctx, at, wire.Version)
+	offer := uint64(wire.Version)
+	if c.opts.offer != 0 {
+		offer = min(c.opts.offer, offer)
+	}
+	l, r, err := c.dialNodeVersion(ctx, at, offer)
 	if refused(err, func(c Code) bool { return c == CodeVersion }) {
 		// A node of an older build speaks only version 1 and closed the connection: say
 		// hello again, in version 1, on a new one.

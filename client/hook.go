@@ -16,4 +16,5 @@ func init() {
 	clienthook.Limits = func(c any) wire.Limits { return c.(*Conn).lim }
 	clienthook.StreamErr = func(c any, err error) error { return c.(*Conn).streamErr(err) }
 	clienthook.Start = func(s any) (wire.StartKind, uint64) { st := s.(Start); return st.kind, st.value }
+	clienthook.OfferVersion = func(o any, v uint64) any { opts := o.(Options); opts.offer = v; return opts }
 }

@@ -137,6 +137,10 @@ type Options struct {
 	// ReconnectTimeout bounds how long (Idempotent and Reconnect) the publishes in flight
 	// on a lost connection are resent before their Futures fail. Default 1 minute.
 	ReconnectTimeout time.Duration
+
+	// offer is the highest protocol version said in HELLO, 0 for wire.Version: set only
+	// through internal/clienthook (OfferVersion), so benchmarks can compare versions.
+	offer uint64
 }
 
 const (

@@ -405,6 +405,9 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 		}
 		switch f := f.(type) {
 		case *wire.Record:
+			if f.Bind != "" { // a RUNS entry binding its topic's index, as a TOPIC frame would
+				s.bindTopic(f.Index, f.Bind)
+			}
 			name, ok := s.lastTopic, s.lastIndex == f.Index && s.lastTopic != ""
 			if !ok {
 				if name, ok = s.topics.name(f.Index); !ok {
@@ -439,22 +442,7 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			rec.Headers, rec.Payload = s.slab.headers(f.Headers), s.slab.copy(f.Payload)
 			return rec, nil
 		case *wire.Topic:
-			s.topics.bind(f.Index, f.Name)
-			if f.Index == s.lastIndex {
-				s.lastTopic = "" // rebound: look it up again
-			}
-			s.wmu.Lock()
-			s.names.bind(f.Name, f.Index)
-			var unsent uint64
-			if s.known != nil {
-				s.known[f.Name] = true
-				unsent = s.unsent[f.Name]
-				delete(s.unsent, f.Name)
-			}
-			s.wmu.Unlock()
-			if unsent > 0 { // acked while the topic had no index on this stream
-				s.Ack(Record{Topic: f.Name, Offset: unsent - 1})
-			}
+			s.bindTopic(f.Index, f.Name)
 		case *wire.Gap:
 			name, ok := s.topics.name(f.Index)
 			if !ok {
@@ -491,6 +479,27 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 		default:
 			return Record{}, s.end(errorf(CodeProtocol, "the node sent %s on a subscription stream", f.Type()))
 		}
+	}
+}
+
+// bindTopic binds the stream's topic index to name: a TOPIC frame, or the RUNS entry that
+// carries the topic's first record. Called by Next, with readMu held.
+func (s *Subscription) bindTopic(index uint64, name string) {
+	s.topics.bind(index, name)
+	if index == s.lastIndex {
+		s.lastTopic = "" // rebound: look it up again
+	}
+	s.wmu.Lock()
+	s.names.bind(name, index)
+	var unsent uint64
+	if s.known != nil {
+		s.known[name] = true
+		unsent = s.unsent[name]
+		delete(s.unsent, name)
+	}
+	s.wmu.Unlock()
+	if unsent > 0 { // acked while the topic had no index on this stream
+		s.Ack(Record{Topic: name, Offset: unsent - 1})
 	}
 }
 

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/clienthook"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/wal"
@@ -42,9 +45,17 @@ import (
 // was opened: node and client together (the client keeps its own per-topic state), so an
 // upper bound of what the subscription costs the node.
 //
+// The raw/ leaves read the same pair with a bare wire reader (a wire.Decoder) of protocol
+// version 3 that accepts batched frames: the wildcard's records come in RUNS frames.
+//
 // The process/ leaves read the same pair through the SDK from a `quicmq node` process on the
-// same data: "node-rss-MiB" is what the subscription added to the node process's resident
-// memory, "node-cpu-µs/record" its CPU, beside this process's "cpu-µs/record".
+// same data, after one untimed replay of each (which prints what the first wildcard replay
+// added to the node's resident memory): "node-rss-MiB" is what each leaf's subscription added
+// to it (little, once the first replay took its memory), "node-cpu-µs/record" its CPU,
+// beside this process's "cpu-µs/record".
+// process/wildcard-v2 is the wildcard read by the SDK as a client of protocol version 2 (a
+// TOPIC and a RECORD frame per topic, as before RUNS); process/one-topic reports its ratio
+// to its own rate as "v2-wild/one", beside "wild/one" for the SDK of version 3.
 //
 // BenchmarkWildcardLive opens 10 subscriptions "scale.>" from latest (each on a connection of
 // its own), then measures the heap they added ("heap-MiB", node and clients), the process's
@@ -149,7 +160,7 @@ func BenchmarkWildcardReplay(b *testing.B) {
 	// The same pair read by a bare wire reader (frames decoded and counted, offsets checked
 	// per topic index in a slice), so that what the SDK does per topic (its portable position
 	// keeps a map per topic) does not hide the node's share: its heap-MiB is the node's.
-	raw := func(pattern string) (func(), error) { return readRaw(n, pattern, topics) }
+	raw := func(pattern string) (func(), error) { return readRaw(n, pattern, topics, wire.Version) }
 	leaf("raw/wildcard", "scale.>", "wild/raw/", "wildcard", raw)
 	leaf("raw/one-topic", "one.replay", "wild/raw/", "one", raw)
 
@@ -168,7 +179,15 @@ func BenchmarkWildcardReplay(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer pc.Close()
-	procLeaf := func(name, pattern, key string) {
+	// The SDK as a client of protocol version 2 (TOPIC and RECORD frames per topic of a
+	// wildcard, no RUNS): the wildcard before version 3, beside it in the same run.
+	v2opts := clienthook.OfferVersion(client.Options{CAFile: caFile, Name: "bench-v2"}, 2).(client.Options)
+	pc2, err := client.Dial(context.Background(), v2opts, p.addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pc2.Close()
+	procLeaf := func(name, pattern, key string, pc *client.Conn) {
 		b.Run(name, func(b *testing.B) {
 			b.SetBytes(int64(topics) * replaySize)
 			var elapsed time.Duration
@@ -200,11 +219,30 @@ func BenchmarkWildcardReplay(b *testing.B) {
 				if w, ok := medians.median("wild/process/wildcard"); ok {
 					b.ReportMetric(w/rate, "wild/one")
 				}
+				if w, ok := medians.median("wild/process/wildcard-v2"); ok {
+					b.ReportMetric(w/rate, "v2-wild/one")
+				}
 			}
 		})
 	}
-	procLeaf("process/wildcard", "scale.>", "wildcard")
-	procLeaf("process/one-topic", "one.replay", "one")
+	// A first replay of each, untimed: the fresh process fills its block cache and takes its
+	// memory (a later replay reuses it), which would otherwise fall on whichever leaf comes
+	// first. What that first wildcard replay added to the node's resident memory is the
+	// memory figure of a subscription.
+	before := p.rss(b)
+	for _, pattern := range []string{"scale.>", "one.replay"} {
+		sub, err := readN(pc, pattern, topics)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if pattern == "scale.>" {
+			fmt.Fprintf(os.Stderr, "first wildcard replay of the node process: node RSS +%.1f MiB\n", float64(int64(p.rss(b))-int64(before))/(1<<20))
+		}
+		sub.Close()
+	}
+	procLeaf("process/wildcard", "scale.>", "wildcard", pc)
+	procLeaf("process/wildcard-v2", "scale.>", "wildcard-v2", pc2)
+	procLeaf("process/one-topic", "one.replay", "one", pc)
 }
 
 // nodeProcess is a `quicmq node` child process (built from ../cmd/quicmq) serving a data
@@ -287,9 +325,10 @@ func (p *nodeProcess) cpu(b *testing.B) time.Duration {
 }
 
 // readRaw subscribes to pattern from earliest over a connection of its own, speaking the
-// wire protocol itself, and reads count records, each topic's offsets dense from 0. end
-// ends the subscription and the connection.
-func readRaw(n *benchNode, pattern string, count int) (end func(), err error) {
+// wire protocol itself in version (batched frames accepted: RECORDS, and in version 3 RUNS),
+// and reads count records, each topic's offsets dense from 0. end ends the subscription and
+// the connection.
+func readRaw(n *benchNode, pattern string, count int, version uint64) (end func(), err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	pem, err := os.ReadFile(n.CAFile())
@@ -313,7 +352,7 @@ func readRaw(n *benchNode, pattern string, count int) (end func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := ctl.Write(wire.Append(nil, &wire.Hello{Version: wire.Version, Client: "raw"})); err != nil {
+	if _, err := ctl.Write(wire.Append(nil, &wire.Hello{Version: version, Client: "raw"})); err != nil {
 		return nil, err
 	}
 	if _, err := wire.NewReader(ctl, wire.Limits{}).Read(); err != nil {
@@ -323,24 +362,51 @@ func readRaw(n *benchNode, pattern string, count int) (end func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := str.Write(wire.Append(nil, &wire.Subscribe{Pattern: pattern, Start: wire.StartEarliest})); err != nil {
+	if _, err := str.Write(wire.Append(nil, &wire.Subscribe{Pattern: pattern, Start: wire.StartEarliest, Flags: wire.SubscribeRecords})); err != nil {
 		return nil, err
 	}
-	r := wire.NewReader(str, wire.Limits{MaxFrame: 8 << 20, MaxPayload: 8 << 20})
+	// A wire.Decoder over a buffer of its own, as the SDK reads: RECORDS and RUNS frames
+	// come back one record at a time, with no allocation per frame.
+	d := wire.NewDecoder(wire.Limits{MaxFrame: 8 << 20, MaxPayload: 8 << 20})
+	buf := make([]byte, 0, 256<<10)
 	var next []uint64 // by topic index
-	for got := 0; got < count; {
-		f, err := r.Read()
+	take := func(f *wire.Record) error {
+		if f.Bind != "" {
+			next = append(next, 0)
+		}
+		if f.Index >= uint64(len(next)) || f.Offset != next[f.Index] || len(f.Payload) != replaySize {
+			return fmt.Errorf("topic index %d: got offset %d", f.Index, f.Offset)
+		}
+		next[f.Index]++
+		return nil
+	}
+	for got, r := 0, 0; got < count; {
+		f, used, err := d.Decode(buf[r:])
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			// Keep the partial frame, read more behind it.
+			buf = append(buf[:0], buf[r:]...)
+			r = 0
+			if cap(buf)-len(buf) < 64<<10 {
+				buf = slices.Grow(buf, 64<<10)
+			}
+			k, err := str.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+k]
+			if err != nil && k == 0 {
+				return nil, fmt.Errorf("after %d records: %w", got, err)
+			}
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("after %d records: %w", got, err)
 		}
+		r += used
 		switch f := f.(type) {
 		case *wire.Topic:
 			next = append(next, 0)
 		case *wire.Record:
-			if f.Index >= uint64(len(next)) || f.Offset != next[f.Index] || len(f.Payload) != replaySize {
-				return nil, fmt.Errorf("topic index %d: got offset %d", f.Index, f.Offset)
+			if err := take(f); err != nil {
+				return nil, err
 			}
-			next[f.Index]++
 			got++
 		case *wire.Subscribed:
 		default:

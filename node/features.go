@@ -27,10 +27,11 @@ const FeaturesTag = "feat"
 
 // The features a node announces.
 const (
-	// featProto is the highest client protocol version the node speaks (wire.Version). The
-	// client protocol's frames a node sends a peer on a peer link follow it: from version 2
-	// a receiver skips fields after those it knows in extensible frames (protocol.md,
-	// "Versions"), so a field may be added to such a frame for a peer that announces 2 or more.
+	// featProto is the highest client protocol version the node reads on a peer link
+	// (wire.PeerVersion: 2, while it speaks 3 to clients). The client protocol's frames a node
+	// sends a peer on a peer link follow it: from version 2 a receiver skips fields after
+	// those it knows in extensible frames (protocol.md, "Versions"), so a field may be added
+	// to such a frame for a peer that announces 2 or more.
 	featProto = "proto"
 	// featEntry, featKind, featPosLayout and featGroupLayout are the raft entry format's
 	// version, highest kind and body layouts (replica.EntryFeatures).
@@ -54,7 +55,7 @@ type features map[string]int
 
 // localFeatures is what this build knows.
 func localFeatures() features {
-	f := features{featProto: wire.Version, featMeta: moveVersion}
+	f := features{featProto: wire.PeerVersion, featMeta: moveVersion}
 	maps.Copy(f, replica.EntryFeatures())
 	return f
 }

@@ -21,8 +21,8 @@ func TestParseFeatures(t *testing.T) {
 	if got := parseFeatures(localFeatures().String()); got.String() != localFeatures().String() {
 		t.Errorf("round trip: %v, want %v", got, localFeatures())
 	}
-	if localFeatures()[featProto] != wire.Version {
-		t.Errorf("this build announces proto=%d, speaks %d", localFeatures()[featProto], wire.Version)
+	if localFeatures()[featProto] != wire.PeerVersion {
+		t.Errorf("this build announces proto=%d, speaks %d on peer links", localFeatures()[featProto], wire.PeerVersion)
 	}
 	// A node without the tag runs a release from before it: taken to know v0.1.0's features.
 	if got := memberFeatures(gossip.Member{Name: "old", Tags: map[string]string{}}); got.String() != "entry=1,grouplayout=2,kind=9,meta=2,poslayout=2,proto=1" {
@@ -105,7 +105,7 @@ func TestFeatureGateFollowsAnnouncements(t *testing.T) {
 	}
 	waitGate("a knows proto 2", region(a1, featProto, 2), true)
 	waitGate("the link a-b knows proto 2", link(a1, "b", featProto, 2), true)
-	if ok, lacking := a1.RegionKnows(featProto, wire.Version+1); ok || len(lacking) != 2 {
+	if ok, lacking := a1.RegionKnows(featProto, wire.PeerVersion+1); ok || len(lacking) != 2 {
 		t.Errorf("a knows a protocol newer than this build's: %v %v", ok, lacking)
 	}
 

@@ -120,6 +120,24 @@ func dialRaw(t testing.TB, n *Node, token string) (*rawConn, error) {
 
 func dialRawConfig(t testing.TB, n *Node, token string, qc *quic.Config) (*rawConn, error) {
 	t.Helper()
+	return dialRawHello(t, n, token, qc, wire.Version)
+}
+
+// mustDialVersion is mustDial saying hello in protocol version v.
+func mustDialVersion(t testing.TB, n *Node, v uint64) *rawConn {
+	t.Helper()
+	rc, err := dialRawHello(t, n, "", &quic.Config{KeepAlivePeriod: time.Second, MaxIncomingStreams: -1}, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rc.w.Version != min(v, wire.Version) {
+		t.Fatalf("HELLO of version %d answered with WELCOME of version %d", v, rc.w.Version)
+	}
+	return rc
+}
+
+func dialRawHello(t testing.TB, n *Node, token string, qc *quic.Config, version uint64) (*rawConn, error) {
+	t.Helper()
 	conn, err := dialRawConn(t, n, qc)
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +149,7 @@ func dialRawConfig(t testing.TB, n *Node, token string, qc *quic.Config) (*rawCo
 		t.Fatal(err)
 	}
 	rc := &rawConn{t: t, conn: conn, ctl: ctl}
-	writeFrames(t, ctl, &wire.Hello{Version: wire.Version, Client: "raw", Token: token})
+	writeFrames(t, ctl, &wire.Hello{Version: version, Client: "raw", Token: token})
 	f, err := wire.NewReader(ctl, wire.Limits{}).Read()
 	if err != nil {
 		return nil, err

@@ -32,7 +32,7 @@ type session struct {
 	peerName string     // its name, from its certificate
 	actor    *principal // who the session acts for: set before ready closes
 	// version is the client protocol version spoken on the connection: negotiated in HELLO
-	// (wire.Negotiate), wire.Version with a peer. Set before ready closes.
+	// (wire.Negotiate), wire.PeerVersion with a peer. Set before ready closes.
 	version uint64
 	// tenant is the tenant whose connection count the session holds (addTenantConn), ""
 	// for none: set by the handshake, released when the session ends.
@@ -69,7 +69,7 @@ func newSession(n *Node, conn *quic.Conn) *session {
 		s.peerName = conn.ConnectionState().TLS.PeerCertificates[0].Subject.CommonName
 		s.log = s.log.With("peer", s.peerName)
 		s.actor = peerActor
-		s.version = wire.Version
+		s.version = wire.PeerVersion
 	}
 	return s
 }

@@ -37,11 +37,15 @@ var (
 // writer, then the run goroutine, and nothing else: no queue grows, no other stream waits
 // (invariants I4, I5).
 type subscription struct {
-	s        *session
-	out      subStream
-	req      *wire.Subscribe
-	label    string // subscription label for metrics: the durable name or "-"
-	batch    bool   // the client accepts RECORDS frames (wire.SubscribeRecords)
+	s     *session
+	out   subStream
+	req   *wire.Subscribe
+	label string // subscription label for metrics: the durable name or "-"
+	batch bool   // the client accepts RECORDS frames (wire.SubscribeRecords)
+	// runs: records go in RUNS frames, which bind each topic in its first record's entry
+	// instead of a TOPIC frame (wire.BufferRun): a wildcard read by sweep (sweep.go) on a
+	// stream of its own whose connection speaks protocol version 3 and that set batch.
+	runs     bool
 	caughtUp bool   // the client asked for CAUGHT_UP (wire.SubscribeCaughtUp)
 	owner    string // a literal topic that node of the region owns: served by it alone
 	series   *subSeries
@@ -227,6 +231,10 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		return
 	}
 	defer sub.cancel()
+	// Never on a shared stream (the ablation's index is not a stream-local number) nor to a
+	// peer: a peer link speaks wire.PeerVersion, and a region replay's stream is passed
+	// through to a client of any version.
+	sub.runs = sub.batch && s.version >= wire.RunsVersion && !s.peer
 	ackDone := make(chan struct{})
 	if release != nil {
 		// A durable's subscription leaves the node (its members as management counts them,
@@ -393,6 +401,7 @@ func (sub *subscription) run() *wire.Error {
 		sub.upWait = make(map[string]bool)
 	}
 	sweep := sub.sweepable()
+	sub.runs = sub.runs && sweep // a literal topic's runs are RECORDS frames, shared by the fanout
 	if sweep {
 		// A wildcard of this node's logs: no cursor per matching topic (sweep.go).
 		stop, err := sub.setUpSweep()
@@ -767,15 +776,26 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 // the cursor. It is a method, bound once (encodeFn), so that a read allocates no closure.
 func (sub *subscription) encode(rec *wal.Record) {
 	c := sub.enc
+	bind := ""
 	if !c.bound {
-		sub.bind(c)
+		if sub.runs {
+			bind = sub.bindIndex(c) // in the record's RUNS entry
+		} else {
+			sub.bind(c)
+		}
 	}
 	if c.skip != nil && covered(c.skip, rec.OriginRegion, sub.s.n.cfg.Region, rec.OriginOffset) {
+		if bind != "" {
+			sub.bufferTopic(c, bind) // the topic is bound now: its later records carry no name
+		}
 		c.next = rec.Offset + 1 // the vector it resumed from covers it (vector.go)
 		return
 	}
 	sub.rec = recordFrame(sub.out.index(c.index), rec, sub.s.n.cfg.Region) // one value, reused: encoded at once
-	if sub.batch {
+	if sub.runs {
+		sub.rec.Bind = bind
+		sub.w.BufferRun(&sub.rec)
+	} else if sub.batch {
 		sub.w.BufferRecord(&sub.rec)
 	} else {
 		sub.w.Buffer(&sub.rec)
@@ -830,12 +850,23 @@ func (sub *subscription) bind(c *cursor) {
 	if c.bound {
 		return
 	}
+	sub.bufferTopic(c, sub.bindIndex(c))
+}
+
+// bindIndex gives c the next topic number of the stream and returns the topic's name as the
+// client sees it, for a TOPIC frame or the RUNS entry of its first record. c is not bound.
+func (sub *subscription) bindIndex(c *cursor) string {
 	sub.mu.Lock()
 	c.index = uint64(len(sub.mu.bound))
 	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next, floor: c.stored})
 	sub.mu.Unlock()
 	c.bound = true
-	sub.topicF = wire.Topic{Index: sub.out.index(c.index), Name: sub.s.actor.clientName(c.topic)}
+	return sub.s.actor.clientName(c.topic)
+}
+
+// bufferTopic buffers the TOPIC frame binding c's number to name.
+func (sub *subscription) bufferTopic(c *cursor, name string) {
+	sub.topicF = wire.Topic{Index: sub.out.index(c.index), Name: name}
 	sub.w.Buffer(&sub.topicF)
 }
 
@@ -943,13 +974,40 @@ func (sub *subscription) lag() uint64 {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	var lag uint64
+	var ins [lagChunk]wal.Instance
+	var heads [lagChunk]uint64
+	var at [lagChunk]*cursor
+	k := 0
+	sum := func() {
+		sub.s.n.wal.HeadsOf(ins[:k], heads[:k])
+		for i, c := range at[:k] {
+			if heads[i] > c.pub {
+				lag += heads[i] - c.pub
+			}
+		}
+		clear(ins[:k])
+		k = 0
+	}
 	for _, c := range sub.mu.curs {
-		if _, head, ok := sub.s.n.wal.Bounds(c.topic); ok && head > c.pub {
-			lag += head - c.pub
+		if !c.inst.Valid() { // a cursor of its own (not a sweep's): by name
+			if _, head, ok := sub.s.n.wal.Bounds(c.topic); ok && head > c.pub {
+				lag += head - c.pub
+			}
+			continue
+		}
+		// A sweep's cursor (sweep.go) holds its topic's log: its head is read from it, many
+		// under one hold of the log's lock, instead of a lookup and a lock per topic.
+		ins[k], at[k] = c.inst, c
+		if k++; k == lagChunk {
+			sum()
 		}
 	}
+	sum()
 	return lag
 }
+
+// lagChunk is how many heads lag reads under one hold of the log's lock.
+const lagChunk = 512
 
 // readAcks is the ack goroutine of a subscription on its own stream: it reads ACK frames
 // and hands them to takeAck, storing a durable consumer's positions whenever no further

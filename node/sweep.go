@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -21,10 +22,12 @@ import (
 //     for the node, no registration per topic) and passes it to the wildcard subscriptions
 //     whose pattern matches (wildSet, a routing.Table), which note the topic and the
 //     high-watermark before the advance (sub.dirty) and wake. The subscription registers
-//     itself in the same instant as it lists the topics (wal.Log.TopicsWhile), so that an
-//     advance is either in the listing or noted, never both: the offset a noted topic
-//     without a cursor reads from is the high-watermark before its first noted advance,
-//     which is where its start position was when the subscription began.
+//     itself right before it lists the topics (wal.Log.TopicsWhile, which lets appends
+//     through between chunks of the listing), so every advance after the registration is
+//     noted, and the high-watermark before a topic's first noted advance is the topic's at
+//     the registration: set-up takes it as the listed topic's head (the listing may show the
+//     advance too), and a noted topic without a cursor reads from it, which is where its
+//     start position was when the subscription began.
 //   - A topic with records to read gets a cursor (a position and its topic's log instance,
 //     no iterator, tail, timer or goroutine) and is active until the cursor reaches the
 //     high-watermark; only active cursors are visited, in the order of their topic IDs.
@@ -197,6 +200,19 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 	match, err := routing.NewMatcher(sub.req.Pattern)
 	if err != nil {
 		return stop, &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
+	}
+	// The listing was taken a chunk at a time after the registration: a topic that advanced
+	// meanwhile may show it, and is noted too. Its head as of the registration, where its
+	// start is taken from, is the high-watermark before its first noted advance.
+	sub.sweep.dirty.Lock()
+	notes := maps.Clone(sub.sweep.dirty.m)
+	sub.sweep.dirty.Unlock()
+	if len(notes) > 0 {
+		for i := range topics {
+			if nt, ok := notes[topics[i].ID]; ok && nt.from != noMove && nt.topic == topics[i].Name {
+				topics[i].Next = nt.from
+			}
+		}
 	}
 	// The topics with records to read move to the front of the listing, in place (nothing
 	// per topic is allocated again), their First set to where their cursor starts.

@@ -84,8 +84,10 @@
 //
 // A reader of many topics (a node's wildcard subscription) registers no watcher per topic:
 // OnAdvance calls one function for every advance of any high-watermark, under the same lock
-// as the advance, and TopicsWhile lists the topics under it, so a reader that registers
-// while it lists learns of every advance its listing does not show, and of no other. A Sweep
+// as the advance, and TopicsWhile registers the reader under it and then lists the topics,
+// a chunk per hold of the lock (appends go on between chunks): the reader learns of every
+// advance after its registration, and the first one's high-watermark before it is the
+// topic's as of the registration, which the listing may already have passed. A Sweep
 // reads many topics with one iterator over the 'm' keys, in key order (topic ID, offset),
 // each read bounded by its topic's high-watermark (sweep.go).
 //

@@ -193,17 +193,36 @@ type ListedTopic struct {
 	First, Next uint64
 }
 
-// TopicsWhile calls fn and lists the durable topics, in no particular order, with no
-// high-watermark advancing meanwhile: whatever fn registers to learn of advances (through
-// OnAdvance's function) learns of exactly those the listing does not show. fn must not call
-// the Log.
+// TopicsWhile calls fn and lists the durable topics, in no particular order. fn runs under
+// the log's lock, with no high-watermark advancing, right before the listing starts: what fn
+// registers to learn of advances (through OnAdvance's function) learns of every advance after
+// it. The listing is taken topicsChunk topics per hold of the lock, so appends go on while a
+// log of many topics is listed (100,000 held them up for 17 ms): a listed topic's Next may
+// show advances made after fn, each of which fn's registration learns of too, the first with
+// the high-watermark before it, which is the topic's Next at fn; a topic created after fn may
+// or may not be listed (its creation is an advance from 0); one deleted after fn may still be
+// listed (a read of it finds it deleted). So the listing as of fn is: each listed topic's
+// Next replaced by the high-watermark before its first advance after fn, if it had one. fn
+// must not call the Log.
 func (l *Log) TopicsWhile(fn func()) []ListedTopic {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	fn()
 	out := make([]ListedTopic, 0, len(l.mu.topics))
+	k := 0
 	for _, t := range l.mu.topics {
 		out = append(out, ListedTopic{Instance: Instance{t}, Name: t.name, ID: t.id, First: t.first, Next: t.hwm})
+		if k++; k%topicsChunk == 0 {
+			// Let appends through. The iteration goes on under the lock: entries added
+			// meanwhile may be produced or not, removed ones are not (the Go spec's rule for
+			// a map changed during its iteration).
+			l.mu.Unlock()
+			l.mu.Lock()
+		}
 	}
+	l.mu.Unlock()
 	return out
 }
+
+// topicsChunk is how many topics TopicsWhile lists per hold of the log's lock (well under a
+// millisecond of appends held up).
+const topicsChunk = 4096

@@ -50,6 +50,21 @@ func (in Instance) ID() uint32 {
 // Valid reports whether in names a log (it is not the zero Instance).
 func (in Instance) Valid() bool { return in.t != nil }
 
+// HeadsOf sets heads[i] to the high-watermark of ins[i] (0 for the zero Instance or a log
+// deleted since), all under one hold of the log's read lock and with no lookup by name: for
+// a caller that sums the heads of many topics at once (a wildcard's lag metric). The caller
+// bounds len(ins), which bounds how long appends wait for the lock.
+func (l *Log) HeadsOf(ins []Instance, heads []uint64) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for i, in := range ins {
+		heads[i] = 0
+		if in.t != nil && !in.t.deleted {
+			heads[i] = in.t.hwm
+		}
+	}
+}
+
 // ReadFunc reads the log in (an Instance the caller took with Log.Instance) from offset
 // from, with Log.ReadFunc's contract: at most maxRecords records and maxBytes bytes of
 // encoded values (at least one record if any is there), fn given records that point into

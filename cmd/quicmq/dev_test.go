@@ -121,7 +121,7 @@ func TestDevMeshCrossRegion(t *testing.T) {
 		t.Fatalf("members --admin %s: %d %q %s", admins[0][1], code, out, errOut)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n")[1:] { // every member announces this build's features
-		if !strings.HasSuffix(line, fmt.Sprintf("proto=%d", wire.Version)) {
+		if !strings.HasSuffix(line, fmt.Sprintf("proto=%d", wire.PeerVersion)) {
 			t.Errorf("members: %q does not end with this build's features", line)
 		}
 	}

@@ -22,4 +22,7 @@ var (
 	StreamErr func(conn any, err error) error
 	// Start returns the wire form of a client.Start.
 	Start func(start any) (wire.StartKind, uint64)
+	// OfferVersion returns opts (a client.Options) with the highest protocol version its
+	// Conn says in HELLO lowered to v (a benchmark's older client: docs/benchmarks.md).
+	OfferVersion func(opts any, v uint64) any
 )

@@ -138,7 +138,7 @@ func FuzzDecoder(f *testing.F) {
 		for rest := data; ; {
 			want, wn, werr := Decode(rest, lim)
 			got, gn, gerr := d.Decode(rest)
-			if len(rest) >= headerLen && Type(rest[0]) == TypeRecords && gerr == nil {
+			if len(rest) >= headerLen && (Type(rest[0]) == TypeRecords || Type(rest[0]) == TypeRuns) && gerr == nil {
 				checkDecoderRecords(t, d, rest, want, wn, werr, got, gn)
 				if werr != nil {
 					return
@@ -163,7 +163,7 @@ func FuzzDecoder(f *testing.F) {
 	})
 }
 
-// checkDecoderRecords: for a RECORDS frame whose first record the Decoder returned (got, gn),
+// checkDecoderRecords: for a RECORDS or RUNS frame whose first record the Decoder returned (got, gn),
 // the Decoder returns the frame's records one per call, the records Decode returned, using the
 // frame's bytes exactly; or, where Decode refused the frame, the same error after the records
 // before the bad one.
@@ -193,7 +193,14 @@ func checkDecoderRecords(t *testing.T, d *Decoder, rest []byte, want Frame, wn i
 	if gerr != nil || used != wn {
 		t.Fatalf("Decode used %d bytes; Decoder %d, %v", wn, used, gerr)
 	}
-	if w := normalize(want).(*Records).Records; !reflect.DeepEqual(recs, w) {
+	var w []Record
+	switch f := normalize(want).(type) {
+	case *Records:
+		w = f.Records
+	case *Runs:
+		w = f.Records
+	}
+	if !reflect.DeepEqual(recs, w) {
 		t.Fatalf("records differ:\n%#v\n%#v", recs, w)
 	}
 }

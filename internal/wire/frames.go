@@ -7,10 +7,16 @@ import "fmt"
 // version v with WELCOME of min(v, Version) and then sends that version's frames: version 1
 // is frozen as documented; version 2 adds TOPIC_INFO's leader fields in every answer and the
 // extension rule (extensible frames end with fields a receiver does not know, which it
-// skips: skipExtension).
+// skips: skipExtension); version 3 adds the RUNS frame (runs.go) on subscription streams.
+//
+// PeerVersion is the version of the client protocol's frames on node-to-node links (a peer
+// link has no HELLO: a node announces it in gossip as its proto feature). It stays 2: RUNS
+// is a client stream's frame, and a node passes a region replay's stream through to its
+// client unchanged, which must then carry only frames of every client version above 1.
 const (
-	Version    = 2
-	MinVersion = 1
+	Version     = 3
+	MinVersion  = 1
+	PeerVersion = 2
 )
 
 // Negotiate is the version a node speaks with a client that said hello in version v, and
@@ -66,7 +72,7 @@ var typeNames = map[Type]string{
 	TypePublish: "PUBLISH", TypePublishAck: "PUBLISH_ACK", TypePublishError: "PUBLISH_ERROR",
 	TypePublishBatch: "PUBLISH_BATCH", TypePublishAcks: "PUBLISH_ACKS",
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
-	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeCaughtUp: "CAUGHT_UP",
+	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeRuns: "RUNS", TypeCaughtUp: "CAUGHT_UP",
 	TypeNak: "NAK", TypeCommit: "COMMIT", TypeCommitted: "COMMITTED",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
 	TypeWatch: "WATCH", TypeMirror: "MIRROR", TypeHead: "HEAD", TypePosition: "POSITION", TypeGroupPosition: "GROUP_POSITION", TypeRaft: "RAFT", TypeRaftBatch: "RAFT_BATCH",
@@ -229,6 +235,10 @@ type Record struct {
 	Sequence     uint64
 	Headers      []Header
 	Payload      []byte
+	// Bind, in a record of a RUNS frame (runs.go), is the name its entry binds Index to,
+	// as a TOPIC frame before the record would; "" when the index was bound before. Never
+	// encoded in a RECORD frame.
+	Bind string
 }
 
 // Ack acknowledges, cumulatively, every record of the topic up to and including Offset.
@@ -355,6 +365,8 @@ func newFrame(t Type) Frame {
 		return new(Record)
 	case TypeRecords:
 		return new(Records)
+	case TypeRuns:
+		return new(Runs)
 	case TypeAck:
 		return new(Ack)
 	case TypeGap:
@@ -506,6 +518,7 @@ func (f *Record) appendBody(e enc) enc {
 		headers(f.Headers).bytes(f.Payload)
 }
 func (f *Record) decodeBody(d *dec) {
+	f.Bind = ""
 	f.Index = d.uvarint("index")
 	f.Offset = d.uvarint("offset")
 	f.Time = int64(d.uvarint("time"))

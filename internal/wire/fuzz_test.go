@@ -21,6 +21,7 @@ func addSeeds(f *testing.F) {
 		f.Add(Append(nil, fr))
 	}
 	f.Add(recordsSeed())
+	f.Add(runsSeed())
 	f.Add(publishBatchSeed())
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Flags: SubscribeRecords}))
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Start: 9, Flags: SubscribeRecords | SubscribeCaughtUp}))
@@ -64,8 +65,11 @@ func FuzzDecode(f *testing.F) {
 			}
 			_ = n
 			checkPublishLimits(t, fr, lim)
-			if rs, ok := fr.(*Records); ok {
-				checkDecoderRun(t, rs, lim)
+			switch rs := fr.(type) {
+			case *Records:
+				checkDecoderRun(t, rs, rs.Records, lim)
+			case *Runs:
+				checkDecoderRun(t, rs, rs.Records, lim)
 			}
 		}
 	})
@@ -106,18 +110,18 @@ func checkPublishLimits(t *testing.T, fr Frame, lim Limits) {
 	}
 }
 
-// checkDecoderRun: the Decoder returns the records of a RECORDS frame one by one, equal to
-// what Decode returns for the whole frame, and uses exactly the frame's bytes.
-func checkDecoderRun(t *testing.T, rs *Records, lim Limits) {
-	b := Append(nil, rs)
+// checkDecoderRun: the Decoder returns the records of a RECORDS or RUNS frame fr one by one,
+// equal to what Decode returns for the whole frame (recs), and uses exactly the frame's bytes.
+func checkDecoderRun(t *testing.T, fr Frame, recs []Record, lim Limits) {
+	b := Append(nil, fr)
 	d := NewDecoder(lim)
 	used := 0
-	for i := range rs.Records {
+	for i := range recs {
 		f, n, err := d.Decode(b[used:])
 		if err != nil {
-			t.Fatalf("Decoder, record %d of %d: %v", i, len(rs.Records), err)
+			t.Fatalf("Decoder, record %d of %d: %v", i, len(recs), err)
 		}
-		want := normalize(&rs.Records[i])
+		want := normalize(&recs[i])
 		if got := normalize(f); !reflect.DeepEqual(got, want) {
 			t.Fatalf("Decoder, record %d:\n%#v\n%#v", i, got, want)
 		}
@@ -195,6 +199,12 @@ func normalize(f Frame) Frame {
 			c.Records[i] = *normalize(&v.Records[i]).(*Record)
 		}
 		return &c
+	case *Runs:
+		c := Runs{Records: make([]Record, len(v.Records))}
+		for i := range v.Records {
+			c.Records[i] = *normalize(&v.Records[i]).(*Record)
+		}
+		return &c
 	}
 	return f
 }
@@ -225,6 +235,23 @@ func recordsSeed() []byte {
 	w.BufferRecord(&Record{Index: 2, Offset: 7, Time: 100, OriginRegion: "eu", OriginOffset: 7, Payload: []byte("a")})
 	w.BufferRecord(&Record{Index: 2, Offset: 8, Time: 100, OriginRegion: "eu", OriginOffset: 8, ProducerID: "p", Sequence: 3, Headers: hs, Payload: []byte("bc")})
 	w.BufferRecord(&Record{Index: 2, Offset: 9, Time: 250, OriginRegion: "eu", OriginOffset: 40})
+	w.Flush()
+	return buf.Bytes()
+}
+
+// runsSeed is RUNS frames built by a Writer: runs of three topics (two bound in the frame),
+// a continued run, a time going back across topics, a record with headers, then a record
+// too large for a RUNS frame (a TOPIC and a RECORD) and a frame of another origin region.
+func runsSeed() []byte {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	hs := []Header{{Key: "k", Value: []byte("v")}}
+	w.BufferRun(&Record{Index: 0, Bind: "a.x", Offset: 0, Time: 100, OriginRegion: "eu", OriginOffset: 0, Payload: []byte("a")})
+	w.BufferRun(&Record{Index: 0, Offset: 1, Time: 100, OriginRegion: "eu", OriginOffset: 1, Payload: []byte("b")})
+	w.BufferRun(&Record{Index: 1, Bind: "a.y", Offset: 7, Time: 90, OriginRegion: "eu", OriginOffset: 3, ProducerID: "p", Sequence: 3, Headers: hs, Payload: []byte("cd")})
+	w.BufferRun(&Record{Index: 0, Offset: 2, Time: 400, OriginRegion: "eu", OriginOffset: 9})
+	w.BufferRun(&Record{Index: 2, Bind: "a.z", Offset: 0, Time: 5, OriginRegion: "eu", Payload: bytes.Repeat([]byte("z"), 32700)})
+	w.BufferRun(&Record{Index: 1, Offset: 8, Time: 95, OriginRegion: "us", OriginOffset: 1 << 40})
 	w.Flush()
 	return buf.Bytes()
 }

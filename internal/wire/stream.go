@@ -55,7 +55,8 @@ func frameAt(b []byte, lim *Limits) (Type, int, error) {
 // without Decode's per-frame costs on the hot path of a subscription: a RECORD frame is
 // decoded into one Record the Decoder reuses, its byte slices aliasing the caller's buffer
 // instead of a copy of the body, and repeated strings (origin region, producer) are
-// converted once. A RECORDS frame comes back one record at a time, as *Record too; a
+// converted once. A RECORDS or RUNS frame comes back one record at a time, as *Record too
+// (a RUNS entry that binds its topic index carries the name in Record.Bind); a
 // PUBLISH_ACK as one *PublishAck the Decoder reuses (a publisher's answers, one per record). One
 // goroutine owns a Decoder.
 type Decoder struct {
@@ -64,6 +65,8 @@ type Decoder struct {
 	rec   Record
 	ack   PublishAck
 	run   recordsRun // of the RECORDS frame being returned record by record
+	runs  runState   // of the RUNS frame being returned record by record
+	open  Type       // TypeRecords or TypeRuns: the frame left belongs to
 	left  int        // its body bytes not yet decoded; 0 outside one
 	dc    dec        // decodeBody's state, kept here: a TOPIC, GAP ... frame allocates no dec
 }
@@ -73,7 +76,7 @@ func NewDecoder(lim Limits) *Decoder { return &Decoder{lim: lim.WithDefaults()} 
 
 // Decode is Decode(b, lim), except that a RECORD frame comes back as the Decoder's own
 // *Record (and a PUBLISH_ACK as its own *PublishAck): it is overwritten by the next call, and its Payload and header values alias b.
-// A caller that keeps them past the next change of b copies them first. A RECORDS frame
+// A caller that keeps them past the next change of b copies them first. A RECORDS or RUNS frame
 // (checked to be complete, like any frame) comes back as one *Record per call: the first
 // call uses the frame header and the first record's bytes, each later call the next
 // record's, so the caller passes the bytes that follow what was used, as for frames. A
@@ -112,7 +115,19 @@ func (d *Decoder) Decode(b []byte) (Frame, int, error) {
 			return nil, 0, dc.err
 		}
 		used := headerLen + n - len(dc.b)
-		d.left = len(dc.b)
+		d.left, d.open = len(dc.b), TypeRecords
+		return d.entry(b[used:], used)
+	case TypeRuns:
+		dc := dec{b: b[headerLen : headerLen+n : headerLen+n], lim: &d.lim, typ: t, cache: &d.cache}
+		d.runs.header(&dc)
+		if dc.err == nil && len(dc.b) == 0 {
+			dc.fail("no records")
+		}
+		if dc.err != nil {
+			return nil, 0, dc.err
+		}
+		used := headerLen + n - len(dc.b)
+		d.left, d.open = len(dc.b), TypeRuns
 		return d.entry(b[used:], used)
 	}
 	body := b[headerLen : headerLen+n : headerLen+n]
@@ -126,16 +141,21 @@ func (d *Decoder) Decode(b []byte) (Frame, int, error) {
 	return f, headerLen + n, nil
 }
 
-// entry decodes the next record of the current RECORDS frame from b, which starts with it;
-// used is what the call already used of b's caller's bytes (the frame header).
+// entry decodes the next record of the current RECORDS or RUNS frame from b, which starts
+// with it; used is what the call already used of b's caller's bytes (the frame header).
 func (d *Decoder) entry(b []byte, used int) (Frame, int, error) {
 	if len(b) < d.left {
 		left := d.left
 		d.left = 0
-		return nil, 0, fmt.Errorf("%w: RECORDS: %d bytes of the frame given, %d left in it", ErrMalformed, len(b), left)
+		return nil, 0, fmt.Errorf("%w: %s: %d bytes of the frame given, %d left in it", ErrMalformed, d.open, len(b), left)
 	}
-	dc := dec{b: b[:d.left:d.left], lim: &d.lim, typ: TypeRecords, cache: &d.cache}
-	d.run.entry(&dc, &d.rec)
+	dc := dec{b: b[:d.left:d.left], lim: &d.lim, typ: d.open, cache: &d.cache}
+	if d.open == TypeRuns {
+		d.runs.entry(&dc, &d.rec)
+	} else {
+		d.rec.Bind = ""
+		d.run.entry(&dc, &d.rec)
+	}
 	if dc.err != nil {
 		d.left = 0
 		d.rec = Record{}
@@ -199,7 +219,7 @@ const maxScratch = 4 << 10
 // header values: every frame type whose decoder calls bytesMax or headers), which then needs
 // a body of its own per frame. A new frame type with a bytes field must be added here.
 func aliasesBody(t Type) bool {
-	return t == TypePublish || t == TypePublishBatch || t == TypeRecord || t == TypeRecords || t == TypeRaftBatch || t == TypeRaftChunk
+	return t == TypePublish || t == TypePublishBatch || t == TypeRecord || t == TypeRecords || t == TypeRuns || t == TypeRaftBatch || t == TypeRaftChunk
 }
 
 // NewReader returns a Reader enforcing lim (zero fields take defaults), buffering 16 KiB.
@@ -273,12 +293,13 @@ type Writer struct {
 	w   io.Writer
 	buf []byte
 
-	// The RECORDS (BufferRecord) or PUBLISH_BATCH (BufferPublish) frame being built: open is
+	// The RECORDS (BufferRecord), RUNS (BufferRun) or PUBLISH_BATCH (BufferPublish) frame being built: open is
 	// its type (0: none), it starts at buf[openStart], and its length is written when it is
 	// closed (by any other method).
 	open      Type
 	openStart int
 	run       recordsRun // of the open RECORDS frame
+	runs      runState   // of the open RUNS frame
 	pubTopic  string     // of the open PUBLISH_BATCH frame
 	pubNext   uint64     // the seq its next entry must have
 	pubCount  int        // its entries
