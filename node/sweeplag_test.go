@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 )
 
@@ -37,8 +38,7 @@ func TestWildcardLagReadsHeadsFromCursors(t *testing.T) {
 		}
 		return lag
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testlog.WaitFor(t, 20*time.Second, "the stalled wildcard's lag to settle above 0 and equal its heads by name", func() bool {
 		var sub *subscription
 		for _, s := range n.liveSubscriptions() {
 			if s.label == "lagged" {
@@ -53,12 +53,9 @@ func TestWildcardLagReadsHeadsFromCursors(t *testing.T) {
 			if got == want && want == again && got > 0 && got < topics &&
 				metricValue(t, n, "quicmq_subscription_lag_records", "lagged") == float64(got) {
 				t.Logf("lag %d of %d topics' records", got, topics)
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stalled wildcard's lag did not settle above 0, or differs from its heads by name")
-		}
-		time.Sleep(20 * time.Millisecond) // polling a gauge: no event says the stream is full
-	}
+		return false
+	})
 }
