@@ -30,8 +30,8 @@ import (
 //     announces it in its gossip tag tagRemoveReq until the record applies, and the
 //     metadata leader proposes it (as drains are, drain.go).
 //   - start: group G's replica on FROM moves to TO. Proposed by the metadata leader,
-//     at most moveBatch moves at a time in the region, to the up node holding the fewest
-//     groups. TO opens the group empty when it applies the record.
+//     at most Raft.Moves moves at a time in the region, to the up node holding the fewest
+//     groups (removals here; the replica balancer and replacements, balance.go). TO opens the group empty when it applies the record.
 //   - done: G's replica is on TO now, not FROM: the placement changes. Proposed by the
 //     metadata leader once G's leader reports in its gossip tag tagMovesDone that raft's
 //     configuration says so.
@@ -53,9 +53,6 @@ const (
 	moveKindDone    = 3 // group | from str | to str | to raft ID
 	moveKindRemoved = 4 // name str
 )
-
-// moveBatch bounds the moves in progress in the region: each costs a catch-up.
-const moveBatch = 2
 
 // tagRemoveReq is the gossip tag of a node that asked for removals the metadata has not
 // applied yet: comma-separated name=L@T (live) or name=D@T (dead) items.
@@ -386,6 +383,9 @@ func (r *replicated) moveLoop(ctx context.Context) {
 		if !formed || r.n.gossip == nil {
 			continue
 		}
+		now := time.Now()
+		r.noteDown(now) // balance.go
+		r.setReplicaImbalance()
 		r.announceRemoveRequests()
 		done := r.driveMoves(ctx)
 		r.announceMovesDone(done)
@@ -394,6 +394,7 @@ func (r *replicated) moveLoop(ctx context.Context) {
 		if ro, ok := r.d.Role(metaGroup); ok && ro.Leader && !ro.Moving && !r.moves.gone(r.n.cfg.Name) {
 			r.recordRemoveRequests(ctx)
 			r.recordMovesDone(ctx, done)
+			r.replaceDown(ctx, now) // balance.go
 			r.planMoves(ctx)
 		}
 	}
@@ -595,7 +596,7 @@ func (r *replicated) recordMovesDone(ctx context.Context, local []groupMove) {
 }
 
 // planMoves, on the metadata leader, starts the next moves off the nodes being removed
-// (at most moveBatch in the region), and lets a node that holds nothing any more leave the
+// (at most Raft.Moves in the region), and lets a node that holds nothing any more leave the
 // metadata group.
 func (r *replicated) planMoves(ctx context.Context) {
 	mv := &r.moves
@@ -603,6 +604,7 @@ func (r *replicated) planMoves(ctx context.Context) {
 	removing := maps.Clone(mv.mu.removing)
 	mv.mu.Unlock()
 	if len(removing) == 0 {
+		r.planBalance(ctx) // balance.go: removals first, then balance
 		return
 	}
 	moves := mv.movesCopy()
@@ -644,7 +646,7 @@ func (r *replicated) planMoves(ctx context.Context) {
 				continue
 			}
 			holds = true
-			if _, busy := moves[g.id]; busy || active >= moveBatch {
+			if _, busy := moves[g.id]; busy || active >= r.n.cfg.Raft.Moves {
 				continue
 			}
 			to := ""

@@ -1,0 +1,184 @@
+package node
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+// growEnv reads a positive integer knob of TestGrowUnderLoad, def when unset.
+func growEnv(t *testing.T, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// addNode starts node name in the region of the mesh's first node, with its settings and
+// an empty data directory, joining the nodes running, and waits until the mesh is whole.
+func (m *regionMesh) addNode(name string) {
+	m.t.Helper()
+	cfg := m.cfgs[m.names[0]]
+	cfg.Name, cfg.DataDir, cfg.Join = name, m.t.TempDir(), nil
+	for _, nm := range m.names {
+		cfg.Join = append(cfg.Join, m.nodes[nm].Gossip().LANAddr())
+	}
+	m.nodes[name] = startNode(m.t, cfg)
+	m.cfgs[name] = cfg
+	m.names = append(m.names, name)
+	m.waitReady()
+}
+
+// holdsAndLeads counts, from via's copy of the metadata, the data groups each node of the
+// mesh holds a replica of (moves in progress not counted), and from every node's raft the
+// data groups it leads.
+func (m *regionMesh) holdsAndLeads(via string) (held, led map[string]int, moving int) {
+	held, led = map[string]int{}, map[string]int{}
+	for _, name := range m.names {
+		held[name], led[name] = 0, 0
+		for _, g := range m.nodes[name].rep.ledGroups() {
+			if g != metaGroup {
+				led[name]++
+			}
+		}
+	}
+	r := m.nodes[via].rep
+	r.pl.RLock()
+	for _, g := range r.pl.groups {
+		for _, nm := range g.names() {
+			held[nm]++
+		}
+	}
+	r.pl.RUnlock()
+	return held, led, len(r.moves.movesCopy())
+}
+
+func spreadOf(counts map[string]int) int {
+	lo, hi := -1, 0
+	for _, c := range counts {
+		if lo < 0 || c < lo {
+			lo = c
+		}
+		hi = max(hi, c)
+	}
+	return hi - max(lo, 0)
+}
+
+// p99 is the 99th percentile of the durations, 0 for none.
+func p99(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*99/100)]
+}
+
+// TestGrowUnderLoad (issue 30, figure 1): a replicated region of three nodes takes publishes
+// into many topics, pipelined on one connection (one publish in flight per topic); two
+// nodes join, and the replica balancer moves groups onto them (learner, caught up, promoted
+// with the old replica removed; at most Raft.Moves at once) until every node holds within
+// one of even, and the leader balancer moves leaderships until every node leads within one
+// of even. No move removes a replica before its replacement caught up (watchMoves); every
+// acknowledged record is on every replica once, at dense offsets. It reports the groups
+// and leaders per node after, the time it took and publish p99 before and during the moves.
+//
+// Knobs (defaults sized for CI): QUICMQ_GROW_TOPICS (40; the figure: 1000),
+// QUICMQ_GROW_GROUPS_PER_NODE (4: 6 groups of three replicas), QUICMQ_GROW_MOVES (2).
+func TestGrowUnderLoad(t *testing.T) {
+	topics := growEnv(t, "QUICMQ_GROW_TOPICS", 40)
+	perNode := growEnv(t, "QUICMQ_GROW_GROUPS_PER_NODE", 4)
+	moves := growEnv(t, "QUICMQ_GROW_MOVES", 2)
+	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+		c.Replicas = 3
+		c.AdminAPI = true
+		c.Raft = TestRaftSettings()
+		c.Raft.GroupsPerNode = perNode
+		c.Raft.BalanceInterval = 200 * time.Millisecond
+		c.Raft.DisableReplicaBalance = false
+		c.Raft.Moves = moves
+	}), admin: map[string]*httptest.Server{}}
+	c := dialNode(t, m.nodes["eu-1"], client.Options{})
+	defer c.Close()
+	type sample struct {
+		sent time.Time
+		took time.Duration
+	}
+	var mu sync.Mutex
+	var samples []sample
+	load := startLoadTimed(t, c, topics, func(sent time.Time, took time.Duration) {
+		mu.Lock()
+		samples = append(samples, sample{sent, took})
+		mu.Unlock()
+	})
+	// Every topic created (its first publish places it), then a window before the join.
+	load.waitMore(t, uint64(2*topics), nil)
+	before := time.Now()
+	load.waitMore(t, uint64(max(500, 5*topics)), nil)
+	join := time.Now()
+	held, led, _ := m.holdsAndLeads("eu-1")
+	t.Logf("before: %d topics, groups held %v, led %v", topics, held, led)
+
+	m.addNode("eu-4")
+	m.addNode("eu-5")
+	stopWatch := watchMoves(t, m)
+	last := ""
+	waitFor(t, 300*time.Second, "groups and leaders within one of even over the five nodes, no move in progress", func() bool {
+		select {
+		case err := <-load.errs:
+			t.Fatal(err)
+		default:
+		}
+		held, led, moving := m.holdsAndLeads("eu-1")
+		if s := fmt.Sprintf("held %v led %v moving %d", held, led, moving); s != last {
+			t.Logf("%v %s", time.Since(join).Round(time.Millisecond), s)
+			last = s
+		}
+		return moving == 0 && spreadOf(held) <= 1 && spreadOf(led) <= 1 && held["eu-4"] > 0 && held["eu-5"] > 0
+	})
+	balanced := time.Now()
+	stopWatch()
+	m.checkFullyReplicated(m.names)
+	load.waitMore(t, 100, nil)
+	checkLoad(t, load, m, m.names)
+
+	var pre, during []time.Duration
+	mu.Lock()
+	for _, s := range samples {
+		switch {
+		case !s.sent.Before(before) && s.sent.Before(join):
+			pre = append(pre, s.took)
+		case !s.sent.Before(join) && s.sent.Before(balanced):
+			during = append(during, s.took)
+		}
+	}
+	mu.Unlock()
+	held, led, _ = m.holdsAndLeads("eu-1")
+	var rows []string
+	for _, name := range slices.SortedFunc(maps.Keys(held), cmp.Compare) {
+		rows = append(rows, fmt.Sprintf("%s %d/%d", name, held[name], led[name]))
+	}
+	ratio := 0.0
+	if p := p99(pre); p > 0 {
+		ratio = float64(p99(during)) / float64(p)
+	}
+	t.Logf("grow 3 -> 5: %d topics, %d groups of 3, %d moves at once: balanced in %v; groups held/led per node: %s; "+
+		"publish p99 before %v (%d publishes), during %v (%d publishes), ratio %.2f; %d acknowledged, %d refused and retried",
+		topics, groupsWanted(perNode, 3, 3), moves, balanced.Sub(join).Round(time.Millisecond), strings.Join(rows, ", "),
+		p99(pre).Round(time.Microsecond), len(pre), p99(during).Round(time.Microsecond), len(during), ratio, load.total(), load.refused.Load())
+}
