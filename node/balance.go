@@ -30,7 +30,8 @@ import (
 //   - Replacement (replaceDown): every node notes, on every round, since when each member
 //     of the metadata group has been seen down; the leader asks the removal as dead of a
 //     node down longer than Raft.ReplaceAfter, one node at a time, when the region keeps
-//     at least Replicas nodes without it (the request is the one 'quicmq nodes remove
+//     at least Replicas nodes without it and it is not drained (draining is what an
+//     operator does before maintenance; the request is the one 'quicmq nodes remove
 //     --dead' makes, recorded by recordRemoveRequests).
 
 // balancer is what moveLoop's goroutine keeps for balancing and replacement.
@@ -232,7 +233,8 @@ func (r *replicated) metaMemberNames() []string {
 }
 
 // replaceDown, on the metadata leader, asks the removal as dead of the node down longest,
-// when that is longer than Raft.ReplaceAfter and no node is being removed.
+// when that is longer than Raft.ReplaceAfter, it is not drained and no node is being
+// removed.
 func (r *replicated) replaceDown(ctx context.Context, now time.Time) {
 	after := r.n.cfg.Raft.ReplaceAfter
 	if after <= 0 {
@@ -248,7 +250,8 @@ func (r *replicated) replaceDown(ctx context.Context, now time.Time) {
 	victim := ""
 	for _, name := range slices.Sorted(maps.Keys(r.bal.downSince)) {
 		since := r.bal.downSince[name]
-		if now.Sub(since) >= after && !mv.gone(name) && (victim == "" || since.Before(r.bal.downSince[victim])) {
+		// A drained node is down for maintenance its operator announced: never replaced.
+		if now.Sub(since) >= after && !mv.gone(name) && !r.drain.isDrained(name) && (victim == "" || since.Before(r.bal.downSince[victim])) {
 			victim = name
 		}
 	}

@@ -182,3 +182,33 @@ func TestGrowUnderLoad(t *testing.T) {
 		topics, groupsWanted(perNode, 3, 3), moves, balanced.Sub(join).Round(time.Millisecond), strings.Join(rows, ", "),
 		p99(pre).Round(time.Microsecond), len(pre), p99(during).Round(time.Microsecond), len(during), ratio, load.total(), load.refused.Load())
 }
+
+// TestReplaceAfter: with Raft.ReplaceAfter set, a node of a region of four that stays down
+// that long is removed as dead without an operator: its groups are re-replicated from the
+// survivors, the region is back to three replicas of every group, nothing acknowledged is
+// lost, and the metadata leader counts the replacement in quicmq_nodes_replaced_total.
+func TestReplaceAfter(t *testing.T) {
+	m := newMoveMesh(t, 4, func(c *Config) { c.Raft.ReplaceAfter = time.Second })
+	c := dialNode(t, m.nodes["eu-3"], client.Options{})
+	defer c.Close()
+	load := startLoad(t, c, 8)
+	load.waitMore(t, 200, nil)
+	stopped := time.Now()
+	if err := m.nodes["eu-2"].Close(); err != nil {
+		t.Logf("close eu-2: %v", err)
+	}
+	m.waitRemoved("eu-3", "eu-2", 180*time.Second)
+	t.Logf("eu-2 stopped and replaced in %v (replace-after 1s)", time.Since(stopped).Round(time.Millisecond))
+	stayers := []string{"eu-1", "eu-3", "eu-4"}
+	m.checkFullyReplicated(stayers)
+	replaced := 0.0
+	for _, name := range stayers {
+		replaced += metricWith(t, m.nodes[name], "quicmq_nodes_replaced_total", nil)
+	}
+	if replaced != 1 {
+		t.Fatalf("quicmq_nodes_replaced_total summed over the stayers: %v, want 1", replaced)
+	}
+	load.waitMore(t, 200, nil)
+	checkLoad(t, load, m, stayers)
+	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}

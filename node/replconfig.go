@@ -76,8 +76,9 @@ type RaftSettings struct {
 	// without a pause is removed as dead, as 'quicmq nodes remove --dead' does: its
 	// replicas are re-created on the other nodes from the survivors, and it leaves the
 	// region for good (it may come back only under another name, with an empty data
-	// directory). Only one node is replaced at a time, and never when the region would keep
-	// fewer nodes than Replicas. The metadata leader's setting and clock count. Default 0:
+	// directory). Only one node is replaced at a time, never a drained one (an operator
+	// drains a node before its maintenance), and never when the region would keep fewer
+	// nodes than Replicas. The metadata leader's setting and clock count. Default 0:
 	// off.
 	ReplaceAfter time.Duration
 	// StopHandOff bounds how long a graceful stop (SIGTERM, Run's context ending) waits for
