@@ -129,7 +129,7 @@ func TestGrowUnderLoad(t *testing.T) {
 	// Every topic created (its first publish places it), then a window before the join.
 	load.waitMore(t, uint64(2*topics), nil)
 	before := time.Now()
-	load.waitMore(t, uint64(max(500, 5*topics)), nil)
+	load.waitMore(t, uint64(max(500, 10*topics)), nil)
 	join := time.Now()
 	held, led, _ := m.holdsAndLeads("eu-1")
 	t.Logf("before: %d topics, groups held %v, led %v", topics, held, led)
