@@ -114,6 +114,7 @@ type Stats struct {
 	CatchupsActive    int    // in progress now
 	CatchupRecords    uint64 // records fetched and written
 	CatchupBytes      uint64 // chunk bytes fetched
+	CatchupOtherBytes uint64 // of CatchupBytes, fetched from a replica other than the snapshot's sender
 }
 
 type group struct {
