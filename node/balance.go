@@ -131,6 +131,11 @@ func (r *replicated) planBalance(ctx context.Context) {
 	if c.DisableReplicaBalance {
 		return
 	}
+	// A node of an older build would skip the start record (meta=5, move.go) and hold
+	// another placement than the others.
+	if ok, _ := r.n.RegionKnows(featMeta, moveVersion); !ok {
+		return
+	}
 	nodes, groups, moving, ids := r.balanceInputs()
 	plan := routing.PlanBalance(nodes, groups, moving, c.Moves)
 	if len(plan) == 0 {
@@ -239,6 +244,9 @@ func (r *replicated) replaceDown(ctx context.Context, now time.Time) {
 	after := r.n.cfg.Raft.ReplaceAfter
 	if after <= 0 {
 		return
+	}
+	if ok, _ := r.n.RegionKnows(featMeta, moveVersion); !ok {
+		return // as planBalance
 	}
 	mv := &r.moves
 	mv.mu.Lock()
