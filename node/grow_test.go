@@ -212,3 +212,25 @@ func TestReplaceAfter(t *testing.T) {
 	checkLoad(t, load, m, stayers)
 	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
 }
+
+// A negative Raft.Moves or Raft.ReplaceAfter is refused by Validate, with the others;
+// zero takes the defaults (2 moves at once, no replacement).
+func TestRaftSettingsMovesValidate(t *testing.T) {
+	base := Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "n", Region: "r", Replicas: 3, GossipLAN: "127.0.0.1:0", Tokens: []string{"0123456789abcdef"}}
+	if err := base.Validate(); err != nil {
+		t.Fatalf("base config: %v", err)
+	}
+	for _, mod := range []func(*RaftSettings){
+		func(r *RaftSettings) { r.Moves = -1 },
+		func(r *RaftSettings) { r.ReplaceAfter = -time.Second },
+	} {
+		c := base
+		mod(&c.Raft)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "Raft: no field may be negative") {
+			t.Fatalf("%+v: %v", c.Raft, err)
+		}
+	}
+	if d := (RaftSettings{}).withDefaults(); d.Moves != 2 || d.ReplaceAfter != 0 || d.DisableReplicaBalance {
+		t.Fatalf("defaults %+v", d)
+	}
+}
