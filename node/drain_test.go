@@ -231,7 +231,7 @@ func startLoadTimed(t *testing.T, c *client.Conn, topics int, acked func(sent ti
 					}
 					// A publish stream that ends (its node's leader moved and answered
 					// nothing for a while) refuses every topic's publish in flight once.
-					if g.refused.Add(1) > uint64(max(200, 3*topics)) {
+					if g.refused.Add(1) > uint64(max(200, 20*topics)) {
 						g.errs <- fmt.Errorf("%s: too many refusals, last: %w", topic, err)
 						return
 					}

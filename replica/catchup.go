@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -280,8 +281,10 @@ func (d *Driver) ReadChunk(group uint64, log string, from, to, maxBytes uint64) 
 	return ss.ReadChunk(group, log, from, to, int(min(maxBytes, 1<<30)))
 }
 
-// runFetch runs one catch-up's fetch on its own goroutine: each span from the first of its
-// sources that has the records (the next one taking over where one fails), chunks paced to Config.CatchupBytesPerSecond and written on Run's goroutine.
+// runFetch runs one catch-up's fetch on its own goroutine: its spans (one per log) on up to
+// Config.CatchupStreams goroutines of its own, each from the first of the catch-up's sources
+// that has the records (the next one taking over where one fails), chunks paced together to
+// Config.CatchupBytesPerSecond and written on Run's goroutine.
 func (d *Driver) runFetch(ctx context.Context, cu *catchup) {
 	err := d.fetch(ctx, cu)
 	_ = d.exec(ctx, func(e *engine) { e.fetchDone(cu.id, err) })
@@ -291,54 +294,110 @@ func (d *Driver) fetch(ctx context.Context, cu *catchup) error {
 	if d.cfg.Fetcher == nil {
 		return errors.New("replica: no Fetcher configured: records cannot be caught up")
 	}
-	start := time.Now()
-	var sent uint64
-	src := 0 // index in cu.sources: a source that failed is not asked again
-	for _, span := range cu.spans {
-		next := span.From
-		for {
-			var chunkErr error // a chunk that could not be written: no other source helps
-			node := cu.sources[src]
-			err := d.cfg.Fetcher.Fetch(ctx, node, cu.group, span.Log, next, span.To, d.cfg.CatchupChunkBytes, func(chunk []byte) error {
-				sent += uint64(len(chunk))
-				if rate := d.cfg.CatchupBytesPerSecond; rate > 0 {
-					due := start.Add(time.Duration(float64(sent) / float64(rate) * float64(time.Second)))
-					if wait := time.Until(due); wait > 0 {
-						t := time.NewTimer(wait)
-						select {
-						case <-t.C:
-						case <-ctx.Done():
-							t.Stop()
-							return ctx.Err()
-						}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p := &fetchPace{start: time.Now(), rate: d.cfg.CatchupBytesPerSecond}
+	spans := make(chan Span)
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range min(d.cfg.CatchupStreams, len(cu.spans)) {
+		wg.Go(func() {
+			for span := range spans {
+				if err := d.fetchSpan(ctx, cu, span, p); err != nil {
+					select {
+					case errc <- err:
+					default:
 					}
+					cancel() // the others stop: the catch-up fails as a whole
 				}
-				type wrote struct {
-					n   int
-					err error
-				}
-				wc := make(chan wrote, 1)
-				if err := d.exec(ctx, func(e *engine) { n, err := e.fetchChunk(cu.id, span, chunk, node); wc <- wrote{n, err} }); err != nil {
-					chunkErr = err
-					return err
-				}
-				w := <-wc
-				next += uint64(w.n) // offsets are dense: the next record to fetch
-				chunkErr = w.err
-				return w.err
-			})
-			if err == nil || next >= span.To && chunkErr == nil {
-				break
 			}
-			if chunkErr != nil || ctx.Err() != nil || src == len(cu.sources)-1 {
-				return fmt.Errorf("replica: group %d: fetch of %q [%d, %d) from node %d: %w", cu.group, span.Log, next, span.To, node, err)
-			}
-			d.cfg.Logger.Debug("catch-up: a replica could not serve the records; fetching from the next", "group", cu.group,
-				"log", span.Log, "from_node", node, "next", next, "err", err)
-			src++
-		}
+		})
 	}
-	return nil
+	for _, span := range cu.spans {
+		select {
+		case spans <- span:
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	close(spans)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return ctx.Err()
+	}
+}
+
+// fetchPace paces a catch-up's fetch streams together to rate bytes per second (none when
+// rate is not positive).
+type fetchPace struct {
+	start time.Time
+	rate  int64
+	mu    sync.Mutex
+	sent  uint64
+}
+
+// wait counts n bytes fetched and waits until the pace allows them.
+func (p *fetchPace) wait(ctx context.Context, n int) error {
+	if p.rate <= 0 {
+		return nil
+	}
+	p.mu.Lock()
+	p.sent += uint64(n)
+	due := p.start.Add(time.Duration(float64(p.sent) / float64(p.rate) * float64(time.Second)))
+	p.mu.Unlock()
+	wait := time.Until(due)
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// fetchSpan fetches one log's records of a catch-up from the first of its sources that has
+// them, the next one going on from the record where one stopped.
+func (d *Driver) fetchSpan(ctx context.Context, cu *catchup, span Span, p *fetchPace) error {
+	next := span.From
+	for src := 0; ; src++ {
+		var chunkErr error // a chunk that could not be written: no other source helps
+		node := cu.sources[src]
+		err := d.cfg.Fetcher.Fetch(ctx, node, cu.group, span.Log, next, span.To, d.cfg.CatchupChunkBytes, func(chunk []byte) error {
+			if err := p.wait(ctx, len(chunk)); err != nil {
+				chunkErr = err
+				return err
+			}
+			type wrote struct {
+				n   int
+				err error
+			}
+			wc := make(chan wrote, 1)
+			if err := d.exec(ctx, func(e *engine) { n, err := e.fetchChunk(cu.id, span, chunk, node); wc <- wrote{n, err} }); err != nil {
+				chunkErr = err
+				return err
+			}
+			w := <-wc
+			next += uint64(w.n) // offsets are dense: the next record to fetch
+			chunkErr = w.err
+			return w.err
+		})
+		if err == nil || next >= span.To && chunkErr == nil {
+			return nil
+		}
+		if chunkErr != nil || ctx.Err() != nil || src == len(cu.sources)-1 {
+			return fmt.Errorf("replica: group %d: fetch of %q [%d, %d) from node %d: %w", cu.group, span.Log, next, span.To, node, err)
+		}
+		d.cfg.Logger.Debug("catch-up: a replica could not serve the records; fetching from the next", "group", cu.group,
+			"log", span.Log, "from_node", node, "next", next, "err", err)
+	}
 }
 
 // stageRestore stages, in the round's batch, the installation of a snapshot raft hands
