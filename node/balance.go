@@ -73,9 +73,19 @@ func (r *replicated) balanceInputs() (nodes []routing.BalanceNode, groups []rout
 		nodes = append(nodes, routing.BalanceNode{ID: m.name, Up: m.alive, Balanced: member && !drained[m.name] && !r.moves.gone(m.name)})
 		ids[m.name] = m.id
 	}
+	byID := map[uint64]string{}
+	for _, n := range nodes {
+		byID[ids[n.ID]] = n.ID
+	}
 	r.pl.RLock()
 	for _, g := range r.pl.groups {
-		groups = append(groups, routing.GroupHolding{ID: g.id, Replicas: g.names()})
+		// The leader as this node's raft knows it, for the groups it holds (a hint: the
+		// planner moves a replica that does not lead first).
+		lead := ""
+		if ro, ok := r.d.Role(g.id); ok && ro.Lead != 0 {
+			lead = byID[ro.Lead]
+		}
+		groups = append(groups, routing.GroupHolding{ID: g.id, Replicas: g.names(), Leader: lead})
 	}
 	r.pl.RUnlock()
 	moves := r.moves.movesCopy()

@@ -22,6 +22,10 @@ type BalanceNode struct {
 type GroupHolding struct {
 	ID       uint64
 	Replicas []string
+	// Leader is the node that leads the group, when known (a hint: "" when not): a replica
+	// that does not lead moves first, since moving a leader's replica hands its leadership
+	// away first, which costs the group's publishes a round trip or more.
+	Leader string
 }
 
 // Move moves group Group's replica from node From to node To.
@@ -42,7 +46,7 @@ type Move struct {
 //   - A move goes from the balanced node holding the most groups to the one holding the
 //     fewest that can take one of its groups (it holds none of its replicas), while the
 //     two differ by two or more; ties go to the lower ID, and among the groups the lower
-//     ID moves first. Each move lowers the sum of squares of the holdings, so repeating
+//     ID moves first, a group the source does not lead before one it leads. Each move lowers the sum of squares of the holdings, so repeating
 //     plan, apply, plan ends, with every pair of balanced nodes within one.
 //   - A group moves only when every replica of it is on a node that is up.
 //
@@ -75,7 +79,7 @@ func PlanBalance(nodes []BalanceNode, groups []GroupHolding, inProgress []Move, 
 		if byID[g.ID] != nil {
 			continue
 		}
-		c := &balanceGroup{id: g.ID, replicas: slices.Clone(g.Replicas), movable: !busy[g.ID]}
+		c := &balanceGroup{id: g.ID, replicas: slices.Clone(g.Replicas), leader: g.Leader, movable: !busy[g.ID]}
 		byID[g.ID] = c
 		gs = append(gs, c)
 	}
@@ -118,6 +122,7 @@ func PlanBalance(nodes []BalanceNode, groups []GroupHolding, inProgress []Move, 
 type balanceGroup struct {
 	id       uint64
 	replicas []string // after the moves in progress and those planned
+	leader   string
 	movable  bool     // not moving, every replica up
 }
 
@@ -133,9 +138,11 @@ func nextBalanceMove(ids []string, held map[string]int, gs []*balanceGroup) (Mov
 			if held[from]-held[to] < 2 {
 				break // dst ascends: no later destination is further below from
 			}
-			for _, g := range gs {
-				if g.movable && slices.Contains(g.replicas, from) && !slices.Contains(g.replicas, to) {
-					return Move{Group: g.id, From: from, To: to}, true
+			for _, leads := range []bool{false, true} {
+				for _, g := range gs {
+					if g.movable && (g.leader == from) == leads && slices.Contains(g.replicas, from) && !slices.Contains(g.replicas, to) {
+						return Move{Group: g.id, From: from, To: to}, true
+					}
 				}
 			}
 		}

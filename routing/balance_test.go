@@ -50,11 +50,11 @@ func TestPlanBalanceGrow(t *testing.T) {
 func TestPlanBalanceRespects(t *testing.T) {
 	nodes := []BalanceNode{{"a", true, true}, {"b", true, true}, {"c", true, true}, {"d", true, false}, {"e", false, true}, {"f", true, true}}
 	groups := []GroupHolding{
-		{2, []string{"a", "b", "c"}},
-		{3, []string{"a", "b", "e"}}, // e is down: stays
-		{4, []string{"a", "b", "d"}}, // d drained: may move, but never to d
-		{5, []string{"a", "b", "c"}}, // moving
-		{6, []string{"a", "b", "x"}}, // x unknown: stays
+		{ID: 2, Replicas: []string{"a", "b", "c"}},
+		{ID: 3, Replicas: []string{"a", "b", "e"}}, // e is down: stays
+		{ID: 4, Replicas: []string{"a", "b", "d"}}, // d drained: may move, but never to d
+		{ID: 5, Replicas: []string{"a", "b", "c"}}, // moving
+		{ID: 6, Replicas: []string{"a", "b", "x"}}, // x unknown: stays
 	}
 	inProgress := []Move{{Group: 5, From: "a", To: "f"}}
 	plan := PlanBalance(nodes, groups, inProgress, 1)
@@ -72,6 +72,28 @@ func TestPlanBalanceRespects(t *testing.T) {
 	}
 	if plan := PlanBalance(nil, groups, nil, 5); plan != nil {
 		t.Fatalf("no nodes: %+v", plan)
+	}
+}
+
+// TestPlanBalanceSparesLeaders: a replica that leads its group moves only when no other of
+// the source's groups can go.
+func TestPlanBalanceSparesLeaders(t *testing.T) {
+	nodes := []BalanceNode{{"a", true, true}, {"b", true, true}, {"c", true, true}, {"d", true, true}}
+	groups := []GroupHolding{
+		{2, []string{"a", "b", "c"}, "a"},
+		{3, []string{"a", "b", "c"}, "a"},
+		{4, []string{"a", "b", "c"}, "b"},
+		{5, []string{"a", "b", "c"}, ""},
+	}
+	// a, b, c hold 4, d 0: a gives first (ties to the lower ID): group 4 (b leads), then b
+	// gives group 2 (a leads), then c gives group 3 (a leads); then all within one.
+	want := []Move{{4, "a", "d"}, {2, "b", "d"}, {3, "c", "d"}}
+	if plan := PlanBalance(nodes, groups, nil, 10); !reflect.DeepEqual(plan, want) {
+		t.Fatalf("plan %+v, want %+v", plan, want)
+	}
+	groups[2].Leader, groups[3].Leader = "a", "a"
+	if plan := PlanBalance(nodes, groups, nil, 1); !reflect.DeepEqual(plan, []Move{{2, "a", "d"}}) {
+		t.Fatalf("every group led by the source: %+v", plan)
 	}
 }
 
@@ -98,7 +120,11 @@ func TestPlanBalanceRandom(t *testing.T) {
 			for _, i := range perm {
 				reps = append(reps, nodes[i].ID)
 			}
-			groups = append(groups, GroupHolding{ID: uint64(g + 2), Replicas: reps})
+			lead := ""
+			if rng.IntN(2) == 0 {
+				lead = reps[rng.IntN(len(reps))]
+			}
+			groups = append(groups, GroupHolding{ID: uint64(g + 2), Replicas: reps, Leader: lead})
 		}
 		var inProgress []Move
 		if !allUp && len(groups) > 0 {
