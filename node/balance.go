@@ -296,3 +296,44 @@ func (r *replicated) replaceDown(ctx context.Context, now time.Time) {
 	r.bal.m.replaced.Inc()
 	r.requestRemove(ctx, victim, true)
 }
+
+// startMoveBytes notes group's catch-up bytes when a move of its replica onto this node
+// starts (watchMeta's goroutine, before the group opens here).
+func (r *replicated) startMoveBytes(ctx context.Context, group uint64) {
+	b, err := r.d.CatchupBytes(ctx, group)
+	if err != nil {
+		return
+	}
+	mv := &r.moves
+	mv.mu.Lock()
+	mv.mu.fetched[group] = [2]uint64{b, 0}
+	mv.mu.Unlock()
+}
+
+// countMoveBytes adds to quicmq_raft_move_bytes_total what group's catch-ups fetched since
+// they were last counted, while its replica moves onto this node.
+func (r *replicated) countMoveBytes(ctx context.Context, group uint64) {
+	b, err := r.d.CatchupBytes(ctx, group)
+	if err != nil {
+		return
+	}
+	mv := &r.moves
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	f, ok := mv.mu.fetched[group]
+	if !ok || b < f[0]+f[1] {
+		return
+	}
+	mv.m.bytes.Add(float64(b - f[0] - f[1]))
+	mv.mu.fetched[group] = [2]uint64{f[0], b - f[0]}
+}
+
+// countMovesBytes counts the catch-up bytes of every move onto this node (moveLoop).
+func (r *replicated) countMovesBytes(ctx context.Context) {
+	r.moves.mu.Lock()
+	groups := slices.Collect(maps.Keys(r.moves.mu.fetched))
+	r.moves.mu.Unlock()
+	for _, g := range groups {
+		r.countMoveBytes(ctx, g)
+	}
+}

@@ -168,6 +168,18 @@ func TestGrowUnderLoad(t *testing.T) {
 		}
 	}
 	mu.Unlock()
+	// The new nodes catch up through snapshots and fetched records when their groups' logs
+	// were compacted before they joined (64 entries applied), counted as bytes moved, and
+	// otherwise through raft's appends alone (not counted).
+	var moved, other, fetched float64
+	for _, name := range []string{"eu-4", "eu-5"} {
+		moved += metricWith(t, m.nodes[name], "quicmq_raft_move_bytes_total", nil)
+		other += metricWith(t, m.nodes[name], "quicmq_raft_catchup_other_bytes_total", nil)
+		fetched += metricWith(t, m.nodes[name], "quicmq_raft_catchup_bytes_total", nil)
+	}
+	if moved > fetched {
+		t.Fatalf("quicmq_raft_move_bytes_total %v above quicmq_raft_catchup_bytes_total %v on the nodes that joined", moved, fetched)
+	}
 	held, led, _ = m.holdsAndLeads("eu-1")
 	var rows []string
 	for _, name := range slices.SortedFunc(maps.Keys(held), cmp.Compare) {
@@ -178,9 +190,10 @@ func TestGrowUnderLoad(t *testing.T) {
 		ratio = float64(p99(during)) / float64(p)
 	}
 	t.Logf("grow 3 -> 5: %d topics, %d groups of 3, %d moves at once: balanced in %v; groups held/led per node: %s; "+
-		"publish p99 before %v (%d publishes), during %v (%d publishes), ratio %.2f; %d acknowledged, %d refused and retried",
+		"publish p99 before %v (%d publishes), during %v (%d publishes), ratio %.2f; %d acknowledged, %d refused and retried; "+
+		"%.0f KiB moved, %.0f KiB of it fetched from a replica other than the leader",
 		topics, groupsWanted(perNode, 3, 3), moves, balanced.Sub(join).Round(time.Millisecond), strings.Join(rows, ", "),
-		p99(pre).Round(time.Microsecond), len(pre), p99(during).Round(time.Microsecond), len(during), ratio, load.total(), load.refused.Load())
+		p99(pre).Round(time.Microsecond), len(pre), p99(during).Round(time.Microsecond), len(during), ratio, load.total(), load.refused.Load(), moved/1024, other/1024)
 }
 
 // TestReplaceAfter: with Raft.ReplaceAfter set, a node of a region of four that stays down

@@ -171,6 +171,7 @@ type mover struct {
 		moves    map[uint64]*groupMove // in progress, by group
 		want     map[string]removeReq  // this node's requests not yet applied
 		progress map[uint64][2]uint64  // group -> learner match, commit (on its leader: moveLoop)
+		fetched  map[uint64][2]uint64  // group moving here -> its catch-up bytes when the move started, counted since (balance.go)
 		state    map[uint64]string     // group -> MoveStep's last state here (on its leader)
 	}
 	wake chan struct{}
@@ -184,12 +185,14 @@ type moveMetrics struct {
 	inProgress prometheus.Gauge
 	done       prometheus.Counter
 	removing   prometheus.Gauge
+	bytes      prometheus.Counter
 }
 
 func (mv *mover) init(reg prometheus.Registerer) {
 	mv.mu.removing, mv.mu.removed, mv.mu.at = map[string]removeReq{}, map[string]bool{}, map[string]int64{}
 	mv.mu.moves, mv.mu.want = map[uint64]*groupMove{}, map[string]removeReq{}
 	mv.mu.progress, mv.mu.state = map[uint64][2]uint64{}, map[uint64]string{}
+	mv.mu.fetched = map[uint64][2]uint64{}
 	mv.wake = make(chan struct{}, 1)
 	mv.lastTry = map[uint64]time.Time{}
 	mv.m = &moveMetrics{
@@ -199,8 +202,10 @@ func (mv *mover) init(reg prometheus.Registerer) {
 			Help: "Moves of a group's replica this node applied as done from the region's metadata (every node counts every move)."}),
 		removing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quicmq_nodes_removing",
 			Help: "Nodes of the region being removed (quicmq nodes remove), as this node's copy of the metadata says."}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "quicmq_raft_move_bytes_total",
+			Help: "Bytes of records this node fetched from other replicas to catch up the group replicas moved onto it (the records its snapshot needed; the raft entries appended after it are not counted)."}),
 	}
-	reg.MustRegister(mv.m.inProgress, mv.m.done, mv.m.removing)
+	reg.MustRegister(mv.m.inProgress, mv.m.done, mv.m.removing, mv.m.bytes)
 }
 
 // gone reports whether name is being removed or was removed: it is given no new replica,
@@ -283,6 +288,7 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 		}
 		r.n.log.Info("region metadata: moving a group's replica", "group", g.label, "from", rec.from, "to", rec.to, "raft_id", rec.toID)
 		if rec.to == r.n.cfg.Name {
+			r.startMoveBytes(ctx, rec.group) // balance.go
 			// The group's leader adds this node as a learner; until then the group waits
 			// here, empty.
 			if err := r.d.JoinGroup(ctx, rec.group); err != nil && !strings.Contains(err.Error(), "already open") {
@@ -290,6 +296,9 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 			}
 		}
 	case moveKindDone:
+		if rec.to == r.n.cfg.Name {
+			r.countMoveBytes(ctx, rec.group) // balance.go: the last bytes, before the move ends
+		}
 		mv.mu.Lock()
 		cur := mv.mu.moves[rec.group]
 		ok := cur != nil && cur.from == rec.from && cur.to == rec.to
@@ -297,6 +306,7 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 			delete(mv.mu.moves, rec.group)
 			delete(mv.mu.progress, rec.group)
 			delete(mv.mu.state, rec.group)
+			delete(mv.mu.fetched, rec.group)
 			mv.m.done.Inc()
 		}
 		mv.metricsLocked()
@@ -386,6 +396,7 @@ func (r *replicated) moveLoop(ctx context.Context) {
 		now := time.Now()
 		r.noteDown(now) // balance.go
 		r.setReplicaImbalance()
+		r.countMovesBytes(ctx)
 		r.announceRemoveRequests()
 		done := r.driveMoves(ctx)
 		r.announceMovesDone(done)

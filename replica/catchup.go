@@ -164,6 +164,7 @@ func (e *engine) fetchChunk(id uint64, span Span, chunk []byte, src uint64) (int
 	cu.bytes += uint64(len(chunk))
 	e.stats.CatchupRecords += uint64(n)
 	e.stats.CatchupBytes += uint64(len(chunk))
+	e.fetched[cu.group] += uint64(len(chunk))
 	if src != cu.source {
 		e.stats.CatchupOtherBytes += uint64(len(chunk))
 	}
@@ -279,6 +280,16 @@ func (d *Driver) ReadChunk(group uint64, log string, from, to, maxBytes uint64) 
 		return nil, 0, fmt.Errorf("replica: group %d: the state machine keeps no snapshots", group)
 	}
 	return ss.ReadChunk(group, log, from, to, int(min(maxBytes, 1<<30)))
+}
+
+// CatchupBytes returns the chunk bytes catch-ups of group fetched and wrote here since the
+// driver started (a replica moved here catches up through them).
+func (d *Driver) CatchupBytes(ctx context.Context, group uint64) (uint64, error) {
+	ch := make(chan uint64, 1)
+	if err := d.exec(ctx, func(e *engine) { ch <- e.fetched[group] }); err != nil {
+		return 0, fmt.Errorf("replica: catch-up bytes of group %d: %w", group, err)
+	}
+	return <-ch, nil
 }
 
 // runFetch runs one catch-up's fetch on its own goroutine: its spans (one per log) on up to

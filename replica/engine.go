@@ -41,6 +41,9 @@ type engine struct {
 	catchups    map[uint64]*catchup
 	fetches     []*catchup
 	nextCatchup uint64
+	// fetched counts, by group, the chunk bytes its catch-ups wrote here since the driver
+	// started (CatchupBytes).
+	fetched map[uint64]uint64
 	// reports are the snapshots sent and not yet reported to raft.
 	reports []snapReport
 	failed  error
@@ -161,6 +164,7 @@ func newEngine(cfg Config) *engine {
 		groups:   make(map[uint64]*group),
 		out:      make(map[uint64][]Message),
 		catchups: make(map[uint64]*catchup),
+		fetched:  make(map[uint64]uint64),
 	}
 }
 
