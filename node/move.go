@@ -31,7 +31,8 @@ import (
 //     metadata leader proposes it (as drains are, drain.go).
 //   - start: group G's replica on FROM moves to TO. Proposed by the metadata leader,
 //     at most Raft.Moves moves at a time in the region, to the up node holding the fewest
-//     groups (removals here; the replica balancer and replacements, balance.go). TO opens the group empty when it applies the record.
+//     groups (removals here; the replica balancer and replacements, balance.go). TO opens
+//     the group empty when it applies the record.
 //   - done: G's replica is on TO now, not FROM: the placement changes. Proposed by the
 //     metadata leader once G's leader reports in its gossip tag tagMovesDone that raft's
 //     configuration says so.
