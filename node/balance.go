@@ -146,6 +146,20 @@ func (r *replicated) planBalance(ctx context.Context) {
 	if ok, _ := r.n.RegionKnows(featMeta, moveVersion); !ok {
 		return
 	}
+	// A metadata leader newly elected may not have read the start records its predecessor
+	// committed: it plans once it has read everything committed (the moves in progress are
+	// then all counted, and Raft.Moves holds across the change).
+	st, err := r.d.Status(ctx, metaGroup)
+	if err != nil {
+		return
+	}
+	next, applied := r.meta.Next(metaGroup)
+	r.mu.Lock()
+	read := r.mu.read
+	r.mu.Unlock()
+	if applied < st.GetCommit() || read < next {
+		return
+	}
 	nodes, groups, moving, ids := r.balanceInputs()
 	plan := routing.PlanBalance(nodes, groups, moving, c.Moves)
 	if len(plan) == 0 {
