@@ -269,7 +269,7 @@ func TestConfigMirrorStreams(t *testing.T) {
 	}
 }
 
-// The keys of moves and replacement (operations.md, "Growing a region") reach the node's
+// The keys of moves and replacement (operations.md, "Growing the region") reach the node's
 // configuration; a negative --raft-moves, a negative --replace-after and one under a
 // minute are refused, named by key and flag.
 func TestConfigMovesAndReplaceAfter(t *testing.T) {
