@@ -504,9 +504,10 @@ func (r *replicated) balance(ctx context.Context) {
 	// An attempt, a transfer made or not, waits for the next interval: the counts in gossip
 	// lag the transfers, and a second move on stale counts would overshoot.
 	r.drain.lastBalance = time.Now()
+	moving := r.moves.movesCopy()
 	for _, g := range r.ledGroups() {
-		if g == metaGroup {
-			continue
+		if _, busy := moving[g]; g == metaGroup || busy {
+			continue // a group whose replica moves keeps its leader: the move drives it (move.go)
 		}
 		id, name, ok := r.transferee(ctx, g, counts, eligible)
 		if !ok || counts[name]+2 > counts[self] {

@@ -205,6 +205,13 @@ type loadGen struct {
 }
 
 func startLoad(t *testing.T, c *client.Conn, topics int) *loadGen {
+	return startLoadTimed(t, c, topics, nil)
+}
+
+// startLoadTimed is startLoad that also reports each acknowledged publish to acked (when
+// not nil): when it was sent, and how long its acknowledgement took (refusals retried
+// included).
+func startLoadTimed(t *testing.T, c *client.Conn, topics int, acked func(sent time.Time, took time.Duration)) *loadGen {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &loadGen{acked: make([]atomic.Uint64, topics), stop: cancel, errs: make(chan error, topics)}
 	for i := range topics {
@@ -212,6 +219,7 @@ func startLoad(t *testing.T, c *client.Conn, topics int) *loadGen {
 			topic := fmt.Sprintf("load.%d", i)
 			for seq := uint64(1); ; seq++ {
 				m := client.Message{Topic: topic, Payload: []byte(strconv.FormatUint(seq-1, 10)), ProducerID: "load-" + topic, Sequence: seq}
+				sent := time.Now()
 				for {
 					pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Second)
 					_, err := c.Publish(pctx, m)
@@ -222,10 +230,15 @@ func startLoad(t *testing.T, c *client.Conn, topics int) *loadGen {
 					if ctx.Err() != nil {
 						return
 					}
-					if g.refused.Add(1) > 200 {
+					// A publish stream that ends (its node's leader moved and answered
+					// nothing for a while) refuses every topic's publish in flight once.
+					if g.refused.Add(1) > uint64(max(200, 20*topics)) {
 						g.errs <- fmt.Errorf("%s: too many refusals, last: %w", topic, err)
 						return
 					}
+				}
+				if acked != nil {
+					acked(sent, time.Since(sent))
 				}
 				g.acked[i].Store(seq)
 				if ctx.Err() != nil {

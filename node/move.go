@@ -30,8 +30,9 @@ import (
 //     announces it in its gossip tag tagRemoveReq until the record applies, and the
 //     metadata leader proposes it (as drains are, drain.go).
 //   - start: group G's replica on FROM moves to TO. Proposed by the metadata leader,
-//     at most moveBatch moves at a time in the region, to the up node holding the fewest
-//     groups. TO opens the group empty when it applies the record.
+//     at most Raft.Moves moves at a time in the region, to the up node holding the fewest
+//     groups (removals here; the replica balancer and replacements, balance.go). TO opens
+//     the group empty when it applies the record.
 //   - done: G's replica is on TO now, not FROM: the placement changes. Proposed by the
 //     metadata leader once G's leader reports in its gossip tag tagMovesDone that raft's
 //     configuration says so.
@@ -53,9 +54,6 @@ const (
 	moveKindDone    = 3 // group | from str | to str | to raft ID
 	moveKindRemoved = 4 // name str
 )
-
-// moveBatch bounds the moves in progress in the region: each costs a catch-up.
-const moveBatch = 2
 
 // tagRemoveReq is the gossip tag of a node that asked for removals the metadata has not
 // applied yet: comma-separated name=L@T (live) or name=D@T (dead) items.
@@ -174,6 +172,7 @@ type mover struct {
 		moves    map[uint64]*groupMove // in progress, by group
 		want     map[string]removeReq  // this node's requests not yet applied
 		progress map[uint64][2]uint64  // group -> learner match, commit (on its leader: moveLoop)
+		fetched  map[uint64][2]uint64  // group moving here -> its catch-up bytes when the move started, counted since (balance.go)
 		state    map[uint64]string     // group -> MoveStep's last state here (on its leader)
 	}
 	wake chan struct{}
@@ -187,12 +186,14 @@ type moveMetrics struct {
 	inProgress prometheus.Gauge
 	done       prometheus.Counter
 	removing   prometheus.Gauge
+	bytes      prometheus.Counter
 }
 
 func (mv *mover) init(reg prometheus.Registerer) {
 	mv.mu.removing, mv.mu.removed, mv.mu.at = map[string]removeReq{}, map[string]bool{}, map[string]int64{}
 	mv.mu.moves, mv.mu.want = map[uint64]*groupMove{}, map[string]removeReq{}
 	mv.mu.progress, mv.mu.state = map[uint64][2]uint64{}, map[uint64]string{}
+	mv.mu.fetched = map[uint64][2]uint64{}
 	mv.wake = make(chan struct{}, 1)
 	mv.lastTry = map[uint64]time.Time{}
 	mv.m = &moveMetrics{
@@ -202,8 +203,10 @@ func (mv *mover) init(reg prometheus.Registerer) {
 			Help: "Moves of a group's replica this node applied as done from the region's metadata (every node counts every move)."}),
 		removing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quicmq_nodes_removing",
 			Help: "Nodes of the region being removed (quicmq nodes remove), as this node's copy of the metadata says."}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "quicmq_raft_move_bytes_total",
+			Help: "Bytes of records this node fetched from other replicas to catch up the group replicas moved onto it (the records its snapshot needed; the raft entries appended after it are not counted)."}),
 	}
-	reg.MustRegister(mv.m.inProgress, mv.m.done, mv.m.removing)
+	reg.MustRegister(mv.m.inProgress, mv.m.done, mv.m.removing, mv.m.bytes)
 }
 
 // gone reports whether name is being removed or was removed: it is given no new replica,
@@ -286,6 +289,7 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 		}
 		r.n.log.Info("region metadata: moving a group's replica", "group", g.label, "from", rec.from, "to", rec.to, "raft_id", rec.toID)
 		if rec.to == r.n.cfg.Name {
+			r.startMoveBytes(ctx, rec.group) // balance.go
 			// The group's leader adds this node as a learner; until then the group waits
 			// here, empty.
 			if err := r.d.JoinGroup(ctx, rec.group); err != nil && !strings.Contains(err.Error(), "already open") {
@@ -293,6 +297,9 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 			}
 		}
 	case moveKindDone:
+		if rec.to == r.n.cfg.Name {
+			r.countMoveBytes(ctx, rec.group) // balance.go: the last bytes, before the move ends
+		}
 		mv.mu.Lock()
 		cur := mv.mu.moves[rec.group]
 		ok := cur != nil && cur.from == rec.from && cur.to == rec.to
@@ -300,6 +307,7 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 			delete(mv.mu.moves, rec.group)
 			delete(mv.mu.progress, rec.group)
 			delete(mv.mu.state, rec.group)
+			delete(mv.mu.fetched, rec.group)
 			mv.m.done.Inc()
 		}
 		mv.metricsLocked()
@@ -386,6 +394,10 @@ func (r *replicated) moveLoop(ctx context.Context) {
 		if !formed || r.n.gossip == nil {
 			continue
 		}
+		now := time.Now()
+		r.noteDown(now) // balance.go
+		r.setReplicaImbalance()
+		r.countMovesBytes(ctx)
 		r.announceRemoveRequests()
 		done := r.driveMoves(ctx)
 		r.announceMovesDone(done)
@@ -394,6 +406,7 @@ func (r *replicated) moveLoop(ctx context.Context) {
 		if ro, ok := r.d.Role(metaGroup); ok && ro.Leader && !ro.Moving && !r.moves.gone(r.n.cfg.Name) {
 			r.recordRemoveRequests(ctx)
 			r.recordMovesDone(ctx, done)
+			r.replaceDown(ctx, now) // balance.go
 			r.planMoves(ctx)
 		}
 	}
@@ -595,7 +608,7 @@ func (r *replicated) recordMovesDone(ctx context.Context, local []groupMove) {
 }
 
 // planMoves, on the metadata leader, starts the next moves off the nodes being removed
-// (at most moveBatch in the region), and lets a node that holds nothing any more leave the
+// (at most Raft.Moves in the region), and lets a node that holds nothing any more leave the
 // metadata group.
 func (r *replicated) planMoves(ctx context.Context) {
 	mv := &r.moves
@@ -603,6 +616,7 @@ func (r *replicated) planMoves(ctx context.Context) {
 	removing := maps.Clone(mv.mu.removing)
 	mv.mu.Unlock()
 	if len(removing) == 0 {
+		r.planBalance(ctx) // balance.go: removals first, then balance
 		return
 	}
 	moves := mv.movesCopy()
@@ -644,7 +658,7 @@ func (r *replicated) planMoves(ctx context.Context) {
 				continue
 			}
 			holds = true
-			if _, busy := moves[g.id]; busy || active >= moveBatch {
+			if _, busy := moves[g.id]; busy || active >= r.n.cfg.Raft.Moves {
 				continue
 			}
 			to := ""

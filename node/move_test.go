@@ -65,12 +65,15 @@ func FuzzMoveRecord(f *testing.F) {
 
 // newMoveMesh is a replicated region of size nodes with --replicas 3 and the admin API,
 // whose groups hold topics and have leaders.
-func newMoveMesh(t *testing.T, size int) *drainMesh {
+func newMoveMesh(t *testing.T, size int, mod ...func(*Config)) *drainMesh {
 	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, size, func(c *Config) {
 		c.Replicas = 3
 		c.AdminAPI = true
 		c.Raft = TestRaftSettings()
 		c.Raft.GroupsPerNode = 2
+		for _, f := range mod {
+			f(c)
+		}
 	}), admin: map[string]*httptest.Server{}}
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()

@@ -62,6 +62,25 @@ type RaftSettings struct {
 	// up and not drained lead within one of each other (drain.go). Default 10 s; negative:
 	// the balancer is off (leaders stay where elections put them).
 	BalanceInterval time.Duration
+	// Moves bounds the replica moves in progress at once in the region: removals' (quicmq
+	// nodes remove), replacements' (ReplaceAfter) and the replica balancer's, each a catch-up
+	// of one group on its new node. The metadata leader's setting counts. Default 2.
+	Moves int
+	// DisableReplicaBalance turns the replica balancer off: by default the metadata leader
+	// moves replicas (learner, catch up, promote, then remove the old one; at most Moves at
+	// once) until every node that is up, not drained and not being removed holds within one
+	// of as many groups as the others, so a node that joins takes its share of the groups
+	// that exist. The metadata leader's setting counts. Default false.
+	DisableReplicaBalance bool
+	// ReplaceAfter: a node of the region that has been down (not alive in gossip) this long
+	// without a pause is removed as dead, as 'quicmq nodes remove --dead' does: its
+	// replicas are re-created on the other nodes from the survivors, and it leaves the
+	// region for good (it may come back only under another name, with an empty data
+	// directory). Only one node is replaced at a time, never a drained one (an operator
+	// drains a node before its maintenance), and never when the region would keep fewer
+	// nodes than Replicas. The metadata leader's setting and clock count. Default 0:
+	// off.
+	ReplaceAfter time.Duration
 	// StopHandOff bounds how long a graceful stop (SIGTERM, Run's context ending) waits for
 	// this node's leaderships to move to other replicas before it closes its sessions and
 	// links: publishes then see a leader change of one round trip instead of an election
@@ -85,6 +104,9 @@ func (r RaftSettings) withDefaults() RaftSettings {
 	if r.BalanceInterval == 0 {
 		r.BalanceInterval = 10 * time.Second
 	}
+	if r.Moves <= 0 {
+		r.Moves = 2
+	}
 	if r.StopHandOff == 0 {
 		r.StopHandOff = 3 * time.Second
 	}
@@ -95,11 +117,12 @@ func (r RaftSettings) withDefaults() RaftSettings {
 }
 
 // TestRaftSettings are fast raft timers for tests on loopback: 20 ms ticks, elections
-// after 200-400 ms. The leader balancer and the stop's hand-off are off, so that a test
-// knows who leads from elections alone; a test of them turns them on.
+// after 200-400 ms. The leader balancer, the replica balancer and the stop's hand-off are
+// off, so that a test knows who leads and holds what from elections and placement alone; a
+// test of them turns them on.
 func TestRaftSettings() RaftSettings {
 	return RaftSettings{TickInterval: 20 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1, QuorumTimeout: 5 * time.Second,
-		BalanceInterval: -1, StopHandOff: -1}
+		BalanceInterval: -1, StopHandOff: -1, DisableReplicaBalance: true}
 }
 
 func (c Config) validateReplicas() []error {
@@ -112,7 +135,7 @@ func (c Config) validateReplicas() []error {
 		bad("Replicas %d needs GossipLAN: the replicas of a topic are nodes of one region", c.Replicas)
 	}
 	r := c.Raft
-	if r.TickInterval < 0 || r.ElectionTicks < 0 || r.HeartbeatTicks < 0 || r.QuorumTimeout < 0 || r.ObserveInterval < 0 {
+	if r.TickInterval < 0 || r.ElectionTicks < 0 || r.HeartbeatTicks < 0 || r.QuorumTimeout < 0 || r.ObserveInterval < 0 || r.Moves < 0 || r.ReplaceAfter < 0 {
 		bad("Raft: no field may be negative")
 	}
 	if d := r.withDefaults(); d.ElectionTicks <= d.HeartbeatTicks {

@@ -81,6 +81,7 @@ type replicated struct {
 	rejoin    rejoinState      // owned by the observe goroutine
 	drain     drainer          // drain.go: drained nodes, leader hand-offs and balance
 	moves     mover            // move.go: nodes being removed and replica moves
+	bal       balancer         // balance.go: the replica balancer and replacements (moveLoop's goroutine)
 
 	mu struct {
 		sync.Mutex
@@ -196,6 +197,7 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r.rejoinM = newRejoinMetrics(n.reg)
 	r.drain.init(n.reg)
 	r.moves.init(n.reg)
+	r.bal.init(n.reg)
 	r.rejoin = rejoinState{silentSince: map[[2]uint64]time.Time{}, last: map[[2]uint64]replica.ReplaceState{}, learnerAt: map[[2]uint64]time.Time{}}
 	n.reg.MustRegister(&raftCollector{r: r})
 	return r, nil

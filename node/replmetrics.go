@@ -28,6 +28,7 @@ var (
 	raftCatchupActDesc  = prometheus.NewDesc("quicmq_raft_catchups_active", "Catch-ups in progress on this node.", nil, nil)
 	raftCatchupRecDesc  = prometheus.NewDesc("quicmq_raft_catchup_records_total", "Records this node fetched from peers' logs for catch-ups.", nil, nil)
 	raftCatchupByteDesc = prometheus.NewDesc("quicmq_raft_catchup_bytes_total", "Bytes of record chunks this node fetched from peers' logs for catch-ups.", nil, nil)
+	raftCatchupOthDesc  = prometheus.NewDesc("quicmq_raft_catchup_other_bytes_total", "Of quicmq_raft_catchup_bytes_total, the bytes fetched from a replica other than the group's leader that sent the snapshot (a catch-up reads from any replica that applied the records, the leader last).", nil, nil)
 
 	// Proposals batched into shared raft entries (replica/batch.go).
 	raftBatchedDesc      = prometheus.NewDesc("quicmq_raft_batched_entries_total", "Raft entries this node proposed carrying several proposals (publishes to any topics of one group, taken in one round).", nil, nil)
@@ -40,7 +41,7 @@ type raftCollector struct{ r *replicated }
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{raftLeaderDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLagDesc, raftBelowQuorumD, raftUnderReplD,
 		raftSnapSentDesc, raftSnapAppliedDesc, raftCatchupsDesc, raftCatchupActDesc, raftCatchupRecDesc, raftCatchupByteDesc,
-		raftBatchedDesc, raftBatchedPropsDesc} {
+		raftCatchupOthDesc, raftBatchedDesc, raftBatchedPropsDesc} {
 		ch <- d
 	}
 }
@@ -140,6 +141,7 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 		{raftCatchupActDesc, prometheus.GaugeValue, uint64(st.CatchupsActive), nil},
 		{raftCatchupRecDesc, prometheus.CounterValue, st.CatchupRecords, nil},
 		{raftCatchupByteDesc, prometheus.CounterValue, st.CatchupBytes, nil},
+		{raftCatchupOthDesc, prometheus.CounterValue, st.CatchupOtherBytes, nil},
 		{raftBatchedDesc, prometheus.CounterValue, st.Batched, nil},
 		{raftBatchedPropsDesc, prometheus.CounterValue, st.BatchedProps, nil},
 	} {

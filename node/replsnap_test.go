@@ -87,8 +87,8 @@ func TestReplicatedWipedReplicaCatchesUpThroughSnapshot(t *testing.T) {
 	if st.SnapshotsApplied == 0 || st.CatchupsDone == 0 || st.CatchupRecords < records {
 		t.Fatalf("%s caught up without a snapshot and a fetch of the %d records: %+v", victim, records, st)
 	}
-	t.Logf("%s rejoined: %d snapshots installed, %d catch-ups (%d failed), %d records and %d bytes fetched",
-		victim, st.SnapshotsApplied, st.CatchupsDone, st.CatchupsFailed, st.CatchupRecords, st.CatchupBytes)
+	t.Logf("%s rejoined: %d snapshots installed, %d catch-ups (%d failed), %d records and %d bytes fetched (%d from %s, not the leader)",
+		victim, st.SnapshotsApplied, st.CatchupsDone, st.CatchupsFailed, st.CatchupRecords, st.CatchupBytes, st.CatchupOtherBytes, other)
 	// The wiped node is a voter again (promoted once caught up) and serves the records.
 	testlog.WaitFor(t, 20*time.Second, victim+" a voter of "+topic, func() bool {
 		mctx, cancel := context.WithTimeout(ctx, time.Second)

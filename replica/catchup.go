@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -19,8 +20,13 @@ import (
 // intercepts each MsgSnap: when the state machine reports records missing (Missing), it
 // starts a catch-up of the group (once: a retransmitted or newer MsgSnap while one runs
 // only becomes the one to step when it ends) and drops the message; the driver fetches
-// the records from the sender's log through Config.Fetcher, paced, on a goroutine of its
-// own, and each chunk is written here (ImportChunk) on the driver's goroutine, unsynced
+// the records through Config.Fetcher, paced, on a goroutine of its own, from any replica
+// that has applied them: the group's other voters first (the snapshot's ConfState names
+// them; records are identical on every replica at the same offsets, I9, so any replica
+// that applied them serves the same bytes, and the leader is spared the bulk read), the
+// snapshot's sender last; a replica that has not applied them (behind, down, unreachable)
+// answers with an error, and the fetch goes on from where it stopped at the next. Each
+// chunk is written here (ImportChunk) on the driver's goroutine, unsynced
 // and unserved. When the fetch ends the engine steps the latest MsgSnap again; with
 // nothing missing raft restores it, and the round installs the snapshot (Restore) in its
 // synced batch, which also makes the fetched records durable and served. The raft log
@@ -42,13 +48,14 @@ type Fetcher interface {
 
 // catchup is one group's fetch of the records its latest snapshot needs.
 type catchup struct {
-	id     uint64
-	group  uint64
-	source uint64 // the node fetched from: the snapshot's sender
-	index  uint64 // the snapshot's index
-	spans  []Span
-	msg    *pb.Message // the latest MsgSnap received: stepped when the fetch ends
-	start  time.Time
+	id      uint64
+	group   uint64
+	source  uint64   // the snapshot's sender
+	sources []uint64 // the nodes to fetch from, in order: the other voters, the sender last
+	index   uint64   // the snapshot's index
+	spans   []Span
+	msg     *pb.Message // the latest MsgSnap received: stepped when the fetch ends
+	start   time.Time
 
 	records, bytes uint64 // fetched so far (driver's goroutine)
 }
@@ -89,7 +96,8 @@ func (e *engine) onSnap(g *group, m *pb.Message) {
 		return
 	}
 	e.nextCatchup++
-	cu := &catchup{id: e.nextCatchup, group: g.id, source: m.GetFrom(), index: idx, spans: spans, msg: m, start: e.cfg.Now()}
+	cu := &catchup{id: e.nextCatchup, group: g.id, source: m.GetFrom(), index: idx, spans: spans, msg: m, start: e.cfg.Now(),
+		sources: catchupSources(g.id, e.cfg.NodeID, m.GetFrom(), snap.GetMetadata().GetConfState().GetVoters())}
 	e.catchups[g.id] = cu
 	e.fetches = append(e.fetches, cu)
 	e.stats.CatchupsStarted++
@@ -99,6 +107,24 @@ func (e *engine) onSnap(g *group, m *pb.Message) {
 	}
 	e.cfg.Logger.Info("catch-up started: fetching the records a snapshot needs", "group", g.id, "from_node", m.GetFrom(),
 		"snapshot_index", idx, "logs", len(spans), "records", n)
+}
+
+// catchupSources orders the nodes a catch-up of group fetches from: the voters other than
+// self and the sender, rotated by the group's ID so that the catch-ups of many groups
+// spread over them, then the sender.
+func catchupSources(group, self, sender uint64, voters []uint64) []uint64 {
+	var others []uint64
+	for _, v := range voters {
+		if v != self && v != sender && v != 0 && !slices.Contains(others, v) {
+			others = append(others, v)
+		}
+	}
+	slices.Sort(others)
+	if len(others) > 0 {
+		k := int(group % uint64(len(others)))
+		others = append(others[k:], others[:k]...)
+	}
+	return append(others, sender)
 }
 
 // takeFetches returns the catch-ups started since the last call, for whoever runs
@@ -112,32 +138,37 @@ func (e *engine) takeFetches() []*catchup {
 // errStaleCatchup refuses a chunk of a catch-up that has ended.
 var errStaleCatchup = errors.New("replica: catch-up ended")
 
-// fetchChunk writes one fetched chunk of a span of catch-up id, in a batch of its own,
-// unsynced: the install's synced batch makes it durable.
-func (e *engine) fetchChunk(id uint64, span Span, chunk []byte) error {
+// fetchChunk writes one fetched chunk of a span of catch-up id, read from node src, in a
+// batch of its own, unsynced: the install's synced batch makes it durable. It returns the
+// records written.
+func (e *engine) fetchChunk(id uint64, span Span, chunk []byte, src uint64) (int, error) {
 	if e.failed != nil {
-		return e.failed
+		return 0, e.failed
 	}
 	cu := e.catchupByID(id)
 	if cu == nil {
-		return errStaleCatchup
+		return 0, errStaleCatchup
 	}
 	b := e.cfg.DB.NewBatchWithSize(len(chunk) + 256)
 	defer b.Close()
 	n, err := e.sm.(Snapshotter).ImportChunk(b, cu.group, span.Log, span.To, chunk)
 	if err != nil {
-		return fmt.Errorf("replica: group %d: catch-up of %q: %w", cu.group, span.Log, err)
+		return 0, fmt.Errorf("replica: group %d: catch-up of %q: %w", cu.group, span.Log, err)
 	}
 	if err := b.Commit(nil); err != nil {
 		err = fmt.Errorf("replica: group %d: catch-up commit: %w", cu.group, err)
 		e.fail(err)
-		return err
+		return 0, err
 	}
 	cu.records += uint64(n)
 	cu.bytes += uint64(len(chunk))
 	e.stats.CatchupRecords += uint64(n)
 	e.stats.CatchupBytes += uint64(len(chunk))
-	return nil
+	e.fetched[cu.group] += uint64(len(chunk))
+	if src != cu.source {
+		e.stats.CatchupOtherBytes += uint64(len(chunk))
+	}
+	return n, nil
 }
 
 func (e *engine) catchupByID(id uint64) *catchup {
@@ -251,8 +282,20 @@ func (d *Driver) ReadChunk(group uint64, log string, from, to, maxBytes uint64) 
 	return ss.ReadChunk(group, log, from, to, int(min(maxBytes, 1<<30)))
 }
 
-// runFetch runs one catch-up's fetch on its own goroutine: each span from the source
-// node, chunks paced to Config.CatchupBytesPerSecond and written on Run's goroutine.
+// CatchupBytes returns the chunk bytes catch-ups of group fetched and wrote here since the
+// driver started (a replica moved here catches up through them).
+func (d *Driver) CatchupBytes(ctx context.Context, group uint64) (uint64, error) {
+	ch := make(chan uint64, 1)
+	if err := d.exec(ctx, func(e *engine) { ch <- e.fetched[group] }); err != nil {
+		return 0, fmt.Errorf("replica: catch-up bytes of group %d: %w", group, err)
+	}
+	return <-ch, nil
+}
+
+// runFetch runs one catch-up's fetch on its own goroutine: its spans (one per log) on up to
+// Config.CatchupStreams goroutines of its own, each from the first of the catch-up's sources
+// that has the records (the next one taking over where one fails), chunks paced together to
+// Config.CatchupBytesPerSecond and written on Run's goroutine.
 func (d *Driver) runFetch(ctx context.Context, cu *catchup) {
 	err := d.fetch(ctx, cu)
 	_ = d.exec(ctx, func(e *engine) { e.fetchDone(cu.id, err) })
@@ -262,34 +305,110 @@ func (d *Driver) fetch(ctx context.Context, cu *catchup) error {
 	if d.cfg.Fetcher == nil {
 		return errors.New("replica: no Fetcher configured: records cannot be caught up")
 	}
-	start := time.Now()
-	var sent uint64
-	for _, span := range cu.spans {
-		err := d.cfg.Fetcher.Fetch(ctx, cu.source, cu.group, span.Log, span.From, span.To, d.cfg.CatchupChunkBytes, func(chunk []byte) error {
-			sent += uint64(len(chunk))
-			if rate := d.cfg.CatchupBytesPerSecond; rate > 0 {
-				due := start.Add(time.Duration(float64(sent) / float64(rate) * float64(time.Second)))
-				if wait := time.Until(due); wait > 0 {
-					t := time.NewTimer(wait)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	p := &fetchPace{start: time.Now(), rate: d.cfg.CatchupBytesPerSecond}
+	spans := make(chan Span)
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range min(d.cfg.CatchupStreams, len(cu.spans)) {
+		wg.Go(func() {
+			for span := range spans {
+				if err := d.fetchSpan(ctx, cu, span, p); err != nil {
 					select {
-					case <-t.C:
-					case <-ctx.Done():
-						t.Stop()
-						return ctx.Err()
+					case errc <- err:
+					default:
 					}
+					cancel() // the others stop: the catch-up fails as a whole
 				}
 			}
-			errc := make(chan error, 1)
-			if err := d.exec(ctx, func(e *engine) { errc <- e.fetchChunk(cu.id, span, chunk) }); err != nil {
+		})
+	}
+	for _, span := range cu.spans {
+		select {
+		case spans <- span:
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
+	close(spans)
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return ctx.Err()
+	}
+}
+
+// fetchPace paces a catch-up's fetch streams together to rate bytes per second (none when
+// rate is not positive).
+type fetchPace struct {
+	start time.Time
+	rate  int64
+	mu    sync.Mutex
+	sent  uint64
+}
+
+// wait counts n bytes fetched and waits until the pace allows them.
+func (p *fetchPace) wait(ctx context.Context, n int) error {
+	if p.rate <= 0 {
+		return nil
+	}
+	p.mu.Lock()
+	p.sent += uint64(n)
+	due := p.start.Add(time.Duration(float64(p.sent) / float64(p.rate) * float64(time.Second)))
+	p.mu.Unlock()
+	wait := time.Until(due)
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// fetchSpan fetches one log's records of a catch-up from the first of its sources that has
+// them, the next one going on from the record where one stopped.
+func (d *Driver) fetchSpan(ctx context.Context, cu *catchup, span Span, p *fetchPace) error {
+	next := span.From
+	for src := 0; ; src++ {
+		var chunkErr error // a chunk that could not be written: no other source helps
+		node := cu.sources[src]
+		err := d.cfg.Fetcher.Fetch(ctx, node, cu.group, span.Log, next, span.To, d.cfg.CatchupChunkBytes, func(chunk []byte) error {
+			if err := p.wait(ctx, len(chunk)); err != nil {
+				chunkErr = err
 				return err
 			}
-			return <-errc
+			type wrote struct {
+				n   int
+				err error
+			}
+			wc := make(chan wrote, 1)
+			if err := d.exec(ctx, func(e *engine) { n, err := e.fetchChunk(cu.id, span, chunk, node); wc <- wrote{n, err} }); err != nil {
+				chunkErr = err
+				return err
+			}
+			w := <-wc
+			next += uint64(w.n) // offsets are dense: the next record to fetch
+			chunkErr = w.err
+			return w.err
 		})
-		if err != nil {
-			return fmt.Errorf("replica: group %d: fetch of %q [%d, %d) from node %d: %w", cu.group, span.Log, span.From, span.To, cu.source, err)
+		if err == nil || next >= span.To && chunkErr == nil {
+			return nil
 		}
+		if chunkErr != nil || ctx.Err() != nil || src == len(cu.sources)-1 {
+			return fmt.Errorf("replica: group %d: fetch of %q [%d, %d) from node %d: %w", cu.group, span.Log, next, span.To, node, err)
+		}
+		d.cfg.Logger.Debug("catch-up: a replica could not serve the records; fetching from the next", "group", cu.group,
+			"log", span.Log, "from_node", node, "next", next, "err", err)
 	}
-	return nil
 }
 
 // stageRestore stages, in the round's batch, the installation of a snapshot raft hands

@@ -74,6 +74,11 @@ type Config struct {
 	// is one unsynced Pebble batch on the driver's goroutine). Default
 	// 256 KiB.
 	CatchupChunkBytes uint64
+	// CatchupStreams is how many of a catch-up's logs (topics) are fetched at
+	// once, each on a fetch stream of its own: a group holds many topics, and
+	// one at a time a catch-up would wait a round trip per topic. The pace
+	// (CatchupBytesPerSecond) is shared. Default 8.
+	CatchupStreams int
 	// SnapshotReportTicks is how long a leader waits for a follower to
 	// answer a snapshot (it may be fetching the records) before it reports
 	// the snapshot failed to raft, which then probes and sends a newer one
@@ -193,6 +198,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.CatchupChunkBytes == 0 {
 		c.CatchupChunkBytes = 256 << 10
+	}
+	if c.CatchupStreams <= 0 {
+		c.CatchupStreams = 8
 	}
 	if c.SnapshotReportTicks == 0 {
 		c.SnapshotReportTicks = 4 * c.ElectionTicks

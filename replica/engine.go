@@ -41,6 +41,9 @@ type engine struct {
 	catchups    map[uint64]*catchup
 	fetches     []*catchup
 	nextCatchup uint64
+	// fetched counts, by group, the chunk bytes its catch-ups wrote here since the driver
+	// started (CatchupBytes).
+	fetched map[uint64]uint64
 	// reports are the snapshots sent and not yet reported to raft.
 	reports []snapReport
 	// batch is the rounds' Pebble batch, reset after each round and reused (roundBatch).
@@ -116,6 +119,7 @@ type Stats struct {
 	CatchupsActive    int    // in progress now
 	CatchupRecords    uint64 // records fetched and written
 	CatchupBytes      uint64 // chunk bytes fetched
+	CatchupOtherBytes uint64 // of CatchupBytes, fetched from a replica other than the snapshot's sender
 }
 
 type group struct {
@@ -162,6 +166,7 @@ func newEngine(cfg Config) *engine {
 		groups:   make(map[uint64]*group),
 		out:      make(map[uint64][]Message),
 		catchups: make(map[uint64]*catchup),
+		fetched:  make(map[uint64]uint64),
 	}
 }
 

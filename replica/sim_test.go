@@ -150,6 +150,7 @@ type simFetch struct {
 	e    *engine // the engine that started it: gone when the node restarts
 	cu   *catchup
 	span int
+	src  int // index in cu.sources
 	next uint64
 	at   int
 }
@@ -169,6 +170,7 @@ type simStats struct {
 	compacted                                                               int // groups whose log was compacted on some node at the end
 	wipes, learners, promotions                                             int // with wipe: nodes wiped, learners added, promotions proposed
 	snapshots, catchups, catchupFails, fetchedRecords                       int // snapshots installed, catch-ups done and failed, records fetched
+	otherSource                                                             int // chunks fetched from a replica other than the snapshot's sender
 	cuts, startedPast0                                                      int // with truncate: cuts applied; logs checked with a start past 0
 	batches                                                                 int // with batch: entries proposed carrying several proposals
 }
@@ -189,6 +191,7 @@ func (a *simStats) add(b simStats) {
 	a.snapshots += b.snapshots
 	a.catchups += b.catchups
 	a.catchupFails += b.catchupFails
+	a.otherSource += b.otherSource
 	a.fetchedRecords += b.fetchedRecords
 	a.cuts += b.cuts
 	a.startedPast0 += b.startedPast0
@@ -1041,7 +1044,7 @@ func TestSimRejoin(t *testing.T) {
 		return cfg
 	})
 	if len(seeds) >= 20 && (total.wipes != runs || total.learners < runs || total.promotions < runs || acked == 0 ||
-		total.snapshots == 0 || total.catchups == 0 || total.cuts == 0) {
+		total.snapshots == 0 || total.catchups == 0 || total.cuts == 0 || total.otherSource == 0) {
 		t.Fatalf("the runs did not exercise what they claim to: %+v", total)
 	}
 }
@@ -1085,22 +1088,37 @@ func (s *sim) runFetches() error {
 	return nil
 }
 
+// fetchStep fetches one chunk from the catch-up's current source (f.src in its sources, as
+// the driver orders them); a source that is down, cut off or lacks the records hands over
+// to the next, and the last one's failure fails the catch-up.
 func (s *sim) fetchStep(f *simFetch) (done bool, err error) {
-	src := s.node(f.cu.source)
+	id := f.cu.sources[f.src]
+	src := s.node(id)
 	switch {
 	case src == nil || src.e == nil:
-		return false, fmt.Errorf("sim: fetch source %d is down", f.cu.source)
+		err = fmt.Errorf("sim: fetch source %d is down", id)
 	case s.cut[[2]uint64{src.id, f.n.id}] || s.cut[[2]uint64{f.n.id, src.id}]:
-		return false, fmt.Errorf("sim: fetch source %d is cut off", f.cu.source)
+		err = fmt.Errorf("sim: fetch source %d is cut off", id)
 	case s.rng.Float64() < s.cfg.dropRate/2:
-		return false, errors.New("sim: fetch stream reset")
+		err = errors.New("sim: fetch stream reset")
 	}
 	span := f.cu.spans[f.span]
-	chunk, next, err := src.e.sm.(Snapshotter).ReadChunk(f.cu.group, span.Log, f.next, span.To, 1+s.rng.IntN(200))
+	var chunk []byte
+	var next uint64
+	if err == nil {
+		chunk, next, err = src.e.sm.(Snapshotter).ReadChunk(f.cu.group, span.Log, f.next, span.To, 1+s.rng.IntN(200))
+	}
 	if err != nil {
+		if f.src < len(f.cu.sources)-1 {
+			f.src++
+			return false, nil
+		}
 		return false, err
 	}
-	if err := f.e.fetchChunk(f.cu.id, span, chunk); err != nil {
+	if id != f.cu.source {
+		s.stats.otherSource++
+	}
+	if _, err := f.e.fetchChunk(f.cu.id, span, chunk, id); err != nil {
 		return false, err
 	}
 	f.next = next

@@ -1,7 +1,8 @@
 // Package routing is QuicMQ's pure routing logic: the subject grammar (topics and
 // wildcard patterns), matching a pattern against a topic, the interest table that
 // answers "which subscriptions want this topic", and rendezvous placement of a
-// topic's log on one member of a region (Owner) or of its replica set (Place).
+// topic's log on one member of a region (Owner) or of its replica set (Place), and the
+// replica balancer's next moves of raft groups between a region's nodes (PlanBalance).
 //
 // It is a pure core in the sense of etcd raft's RawNode: it starts no goroutines,
 // opens no sockets, reads no clock and imports nothing else of QuicMQ. Everything it

@@ -17,6 +17,7 @@
 #   scripts/campaign.sh replica-faults             replicated region: leader cut off 30 s (root, nft), stopped 10 s, a replica wiped
 #   scripts/campaign.sh replica-broken             the replicated region's checkers against a build that acks before commit
 #   scripts/campaign.sh upgrade [RUNS]             rolling upgrade from the previous release (internal/release/RELEASES) to this build (default 1 run)
+#   scripts/campaign.sh grow [RUNS]                a replicated region of 3 node processes grows to 5 under 1,000 topics (default 1 run)
 #   scripts/campaign.sh all
 #
 # Each prints the tests' own figures and exits non-zero if any check failed. Seeds are
@@ -126,6 +127,11 @@ upgrade() {
     -timeout $((20 * ${1:-1}))m -count "${1:-1}" -run '^TestRollingUpgrade$' ./cmd/quicmq
 }
 
+grow() {
+  QUICMQ_GROW_CAMPAIGN=1 run "grow: a replicated region of 3 node processes grows to 5 under pipelined publishing into 1,000 topics, ${1:-1} run(s)" \
+    -timeout $((10 * ${1:-1}))m -count "${1:-1}" -run '^TestGrowCampaign$' ./cmd/quicmq
+}
+
 case "${1:-}" in
   powerloss) powerloss "${2:-}" ;;
   corruption) corruption "${2:-}" ;;
@@ -142,6 +148,7 @@ case "${1:-}" in
   replica-faults) replicafaults ;;
   replica-broken) replicabroken ;;
   upgrade) upgrade "${2:-}" ;;
+  grow) grow "${2:-}" ;;
   all)
     rc=0
     powerloss || rc=1
@@ -159,10 +166,11 @@ case "${1:-}" in
     replicafaults || rc=1
     replicabroken || rc=1
     upgrade || rc=1
+    grow || rc=1
     exit $rc
     ;;
   *)
-    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

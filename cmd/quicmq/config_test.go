@@ -269,3 +269,37 @@ func TestConfigMirrorStreams(t *testing.T) {
 		t.Fatalf("negative --mirror-streams: %v", err)
 	}
 }
+
+// The keys of moves and replacement (operations.md, "Growing the region") reach the node's
+// configuration; a negative --raft-moves, a negative --replace-after and one under a
+// minute are refused, named by key and flag.
+func TestConfigMovesAndReplaceAfter(t *testing.T) {
+	file := writeTemp(t, "node.hcl", "data = \"/d\"\nanonymous = true\nraft_moves = 3\nraft_no_replica_balance = true\nreplace_after = \"10m\"\n")
+	f, err := parseNode(t, "--config", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := f.config(&env{stderr: io.Discard})
+	if err != nil || cfg.Raft.Moves != 3 || !cfg.Raft.DisableReplicaBalance || cfg.Raft.ReplaceAfter != 10*time.Minute {
+		t.Fatalf("raft settings %+v, %v", cfg.Raft, err)
+	}
+	for _, c := range []struct{ args []string }{
+		{[]string{"--raft-moves", "-1"}},
+		{[]string{"--replace-after", "-1m"}},
+		{[]string{"--replace-after", "30s"}},
+	} {
+		f, err := parseNode(t, append([]string{"--config", file}, c.args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := strings.ReplaceAll(strings.TrimPrefix(c.args[0], "--"), "-", "_")
+		if _, err := f.config(&env{stderr: io.Discard}); err == nil || !strings.Contains(err.Error(), key+" ("+c.args[0]+")") {
+			t.Fatalf("%v: %v", c.args, err)
+		} else {
+			t.Logf("%v: %v", c.args, err)
+		}
+	}
+	if f, err = parseNode(t, "--config", file, "--replace-after", "bogus"); err == nil {
+		t.Fatalf("--replace-after bogus parsed: %+v", f.replaceAfter)
+	}
+}

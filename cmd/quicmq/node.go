@@ -44,6 +44,9 @@ type nodeFlags struct {
 	raftGroupPerTopic                   bool
 	raftBalance, raftStopHandOff        time.Duration
 	raftNoBalance                       bool
+	raftMoves                           int
+	raftNoReplicaBalance                bool
+	replaceAfter                        time.Duration
 	logLevel                            string
 	caDir, advertise                    string
 	gossipLAN, gossipWAN                string
@@ -105,6 +108,9 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.DurationVar(&f.raftTick, "raft-tick", 0, "with --replicas > 1: one raft tick; elections start 10-20 ticks after a leader's last heartbeat, heartbeats every tick (0: 50ms; raise it when the region's nodes are more than a few ms apart)")
 	fs.DurationVar(&f.raftBalance, "raft-balance-interval", 0, "with --replicas > 1: how often at most this node hands one of its raft group leaderships to a replica leading two or more fewer, keeping leaders within one of even over the nodes up and not drained (0: 10s)")
 	fs.BoolVar(&f.raftNoBalance, "raft-no-balance", false, "with --replicas > 1: turn this node's leader balancer off (leaders stay where elections and drains put them)")
+	fs.IntVar(&f.raftMoves, "raft-moves", 0, "with --replicas > 1: replica moves in progress at once in the region (removals, replacements, the replica balancer), each a catch-up of one group on its new node; the metadata leader's value counts (0: 2)")
+	fs.BoolVar(&f.raftNoReplicaBalance, "raft-no-replica-balance", false, "with --replicas > 1: turn the replica balancer off while this node leads the region's metadata (a node that joins then takes only new groups, not a share of those that exist)")
+	fs.DurationVar(&f.replaceAfter, "replace-after", 0, "with --replicas > 1: remove as dead a node of the region down this long, re-creating its replicas on the other nodes, as 'quicmq nodes remove --dead' does (0: off; at least 1m; the metadata leader's value counts)")
 	fs.DurationVar(&f.raftStopHandOff, "raft-stop-handoff", 0, "with --replicas > 1: how long a graceful stop (SIGTERM) waits for this node's raft leaderships to move to other replicas before it closes (0: 3s)")
 	fs.IntVar(&f.replicas, "replicas", 1, "replicas of each new topic in this node's region, kept in agreement by raft: 1 (one node holds a topic), or 2 to 7 (odd recommended; the same on every node of the region, which forms once that many nodes are up)")
 	fs.BoolVar(&f.ablationSharedLink, "ablation-shared-link", false, "measurement aid for benchmarks: carry all mirrors of each federation link on one shared stream, and accept that from peers (docs/benchmarks.md, scenario 6); never in production")
@@ -153,6 +159,12 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 	}
 	if f.raftGroupsPerNode < 0 {
 		probs.add("raft-groups-per-node", "must not be negative, got %d (%s places each topic in a group of its own)", f.raftGroupsPerNode, keyFlag("raft-group-per-topic"))
+	}
+	if f.raftMoves < 0 {
+		probs.add("raft-moves", "must not be negative, got %d (0: the default, 2)", f.raftMoves)
+	}
+	if f.replaceAfter < 0 || f.replaceAfter > 0 && f.replaceAfter < time.Minute {
+		probs.add("replace-after", "%v: want 0 (off) or at least 1m: a node restarting or rebooting is down for a while, and a node replaced leaves the region for good", f.replaceAfter)
 	}
 	if f.retentionInterval < 0 {
 		probs.add("retention-interval", "must not be negative, got %v", f.retentionInterval)
@@ -216,7 +228,8 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		MaxDurablesPerTenant: f.maxDurablesPerTenant,
 		Replicas:             f.replicas,
 		Raft: node.RaftSettings{DisableQuiescence: f.raftNoQuiesce, DisableLogCompaction: f.raftNoCompaction, TickInterval: f.raftTick, GroupsPerNode: groupsSetting(f.raftGroupsPerNode, f.raftGroupPerTopic),
-			BalanceInterval: balanceSetting(f.raftBalance, f.raftNoBalance), StopHandOff: f.raftStopHandOff},
+			BalanceInterval: balanceSetting(f.raftBalance, f.raftNoBalance), StopHandOff: f.raftStopHandOff,
+			Moves: f.raftMoves, DisableReplicaBalance: f.raftNoReplicaBalance, ReplaceAfter: f.replaceAfter},
 
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,

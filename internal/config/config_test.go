@@ -64,6 +64,9 @@ raft_group_per_topic = false
 raft_balance_interval = "30s"
 raft_no_balance = false
 raft_stop_handoff = "5s"
+raft_moves      = 3
+raft_no_replica_balance = false
+replace_after   = "30m"
 pprof           = true
 `
 	f, err := Parse("node.hcl", []byte(src))

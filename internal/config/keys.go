@@ -100,6 +100,9 @@ var Keys = []Key{
 	{"raft_group_per_topic", "raft-group-per-topic", Bool, "place each new topic in a raft group of its own, the layout before groups held many topics (for comparison)"},
 	{"raft_balance_interval", "raft-balance-interval", Duration, "how often at most a node moves one raft leadership to even leaders out (default 10s)"},
 	{"raft_no_balance", "raft-no-balance", Bool, "turn the node's leader balancer off"},
+	{"raft_moves", "raft-moves", Size, "replica moves in progress at once in the region, set by the metadata leader (0: 2)"},
+	{"raft_no_replica_balance", "raft-no-replica-balance", Bool, "turn the replica balancer off (a node that joins takes only new groups)"},
+	{"replace_after", "replace-after", Duration, "remove as dead a node down this long, re-creating its replicas elsewhere (0: off; at least 1m)"},
 	{"raft_stop_handoff", "raft-stop-handoff", Duration, "how long a graceful stop waits for the node's raft leaderships to move (default 3s)"},
 	{"replicas", "replicas", Positive, "replicas of each new topic in the region, kept in agreement by raft (1 to 7, odd recommended)"},
 }

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/client"
+)
+
+// TestGrowCampaign (issue 30, figure 1, with node processes): a region of three `quicmq
+// node` processes (--replicas 3) takes pipelined publishes at a fixed rate into many topics
+// through one client; two more processes start and join; the replica balancer moves groups
+// onto them and the leader balancer leaderships, until `quicmq nodes --format json` shows
+// every node holding and leading within one of even with no move in progress. It reports
+// the nodes after, the time it took and publish p99 before and during, then reads every
+// topic back from a node: every acknowledged record once, and each topic's next offset the
+// same on every replica.
+//
+// QUICMQ_GROW_CAMPAIGN=1 runs it; QUICMQ_GROW_TOPICS (default 1000) and QUICMQ_GROW_RATE
+// (publishes/s, default 1000) size it.
+func TestGrowCampaign(t *testing.T) {
+	if os.Getenv("QUICMQ_GROW_CAMPAIGN") == "" {
+		t.Skip("the grow campaign runs five node processes for about a minute: set QUICMQ_GROW_CAMPAIGN=1")
+	}
+	envInt := func(name string, def int) int {
+		v := os.Getenv(name)
+		if v == "" {
+			return def
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			t.Fatalf("%s=%q: want a positive integer", name, v)
+		}
+		return n
+	}
+	topics, rate := envInt("QUICMQ_GROW_TOPICS", 1000), envInt("QUICMQ_GROW_RATE", 1000)
+	bin := quicmqBinary(t)
+	var listen, admin []string
+	for range 5 {
+		listen, admin = append(listen, freeAddr(t)), append(admin, freeAddr(t))
+	}
+	r := &replicaRegion{t: t, bin: bin, caDir: t.TempDir(), region: "rc"}
+	for i := range 3 {
+		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
+	}
+	r.extra = func(i int) []string {
+		// --replicas 3 after the region's own (len(nodes)), which it overrides.
+		return []string{"--listen", listen[i], "--admin", admin[i], "--admin-api", "--replicas", "3", "--raft-balance-interval", "2s"}
+	}
+	r.startAll()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
+	c, err := client.Dial(dctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem"), Reconnect: true, Idempotent: true}, listen[:3]...)
+	dcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range topics {
+		for {
+			pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := c.Publish(pctx, client.Message{Topic: fmt.Sprintf("roll.t%d", i), Payload: []byte("w")})
+			pcancel()
+			if err == nil {
+				break
+			}
+		}
+	}
+	l := &rollLoad{acked: make([][]string, topics)}
+	l.phase.Store("before")
+	var wg sync.WaitGroup
+	wg.Go(func() { l.run(ctx, c, topics, rate) })
+	l.waitAcks(t, 5*rate)
+
+	l.phase.Store("grow")
+	start := time.Now()
+	for i := 3; i < 5; i++ {
+		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
+		r.start(i)
+	}
+	for i := 3; i < 5; i++ {
+		r.waitLinks(i)
+	}
+	type nodeRow struct {
+		Name  string            `json:"name"`
+		State string            `json:"state"`
+		Held  int               `json:"held"`
+		Led   int               `json:"led"`
+		Moves []json.RawMessage `json:"moves"`
+	}
+	var rows []nodeRow
+	last := ""
+	deadline := time.Now().Add(5 * time.Minute)
+	for {
+		code, out, errOut := runCLI(t, "", "nodes", "--admin", admin[0], "--format", "json")
+		if code == 0 && json.Unmarshal([]byte(out), &rows) == nil {
+			var held, led []int
+			moving := 0
+			for _, n := range rows {
+				held, led = append(held, n.Held), append(led, n.Led)
+				moving += len(n.Moves)
+			}
+			if s := fmt.Sprint(held, led, moving); s != last {
+				t.Logf("%v held %v led %v moves %d", time.Since(start).Round(time.Millisecond), held, led, moving)
+				last = s
+			}
+			if len(rows) == 5 && moving == 0 && slices.Max(held)-slices.Min(held) <= 1 && slices.Max(led)-slices.Min(led) <= 1 {
+				break
+			}
+		} else if code != 0 {
+			t.Logf("quicmq nodes: exit %d: %s", code, errOut)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not balanced within 5 min: %s", last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	took := time.Since(start)
+	l.phase.Store("after")
+	l.waitAcks(t, rate)
+	cancel()
+	wg.Wait()
+
+	before, during := l.latencies("before"), l.latencies("grow")
+	p99 := func(s []time.Duration) time.Duration {
+		if len(s) == 0 {
+			return 0
+		}
+		return s[min(len(s)-1, len(s)*99/100)].Round(10 * time.Microsecond)
+	}
+	var table []string
+	for _, n := range rows {
+		table = append(table, fmt.Sprintf("%s %d/%d", n.Name, n.Held, n.Led))
+	}
+	t.Logf("grow 3 -> 5 node processes, %d topics at %d publishes/s: balanced in %v; held/led: %s; publish p99 before %v (%d), during %v (%d), %.1fx; %d answers refused or of unknown outcome, published again: %s",
+		topics, rate, took.Round(time.Millisecond), strings.Join(table, ", "), p99(before), len(before), p99(during), len(during),
+		float64(p99(during))/float64(max(1, p99(before))), l.refused.Load(), l.refusals())
+
+	// Every acknowledged record once, read from rc1; every topic's next offset the same on
+	// each of its replicas.
+	rctx, rcancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer rcancel()
+	rc, err := client.Dial(rctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem")}, listen[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	lost, dup := 0, 0
+	for i := range topics {
+		topic := fmt.Sprintf("roll.t%d", i)
+		want := l.ackedOf(i)
+		var l0, d0 int
+		for attempt := 0; ; attempt++ {
+			sub, err := rc.Subscribe(rctx, topic, client.SubscribeOptions{NotifyCaughtUp: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]int{}
+			for {
+				rec, err := sub.Next(rctx)
+				if errors.Is(err, client.ErrCaughtUp) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("%s: read: %v", topic, err)
+				}
+				seen[string(rec.Payload)]++
+			}
+			sub.Close()
+			l0, d0 = 0, 0
+			for _, w := range want {
+				switch seen[w] {
+				case 0:
+					l0++
+				case 1:
+				default:
+					d0++
+				}
+			}
+			if l0 == 0 || attempt == 50 {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		lost, dup = lost+l0, dup+d0
+	}
+	nexts := map[string]map[uint64]bool{} // topic -> next offsets its replicas list
+	listed := 0
+	for i := range r.nodes {
+		rows, err := r.topics(rctx, i, "roll.>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, row := range rows {
+			if !slices.Contains(row.Replicas, r.nodes[i].name) {
+				// Not a replica: a node a group's replica moved off keeps the log it had
+				// then (and lists it); it answers for the topic no more.
+				continue
+			}
+			if nexts[row.Topic] == nil {
+				nexts[row.Topic] = map[uint64]bool{}
+			}
+			nexts[row.Topic][row.Next] = true
+			listed++
+		}
+	}
+	differ := 0
+	for topic, set := range nexts {
+		if len(set) > 1 {
+			differ++
+			if differ <= 5 {
+				t.Logf("%s: next offsets %v across the nodes", topic, set)
+			}
+		}
+	}
+	t.Logf("read back %d topics: %d acknowledged records lost, %d stored more than once; %d topics whose next offset differs between their replicas (%d replicas listed)", topics, lost, dup, differ, listed)
+	if lost > 0 || dup > 0 || differ > 0 || listed != 3*topics {
+		t.Errorf("%d lost, %d duplicated, %d topics with different next offsets", lost, dup, differ)
+	}
+	if l.gaveUp > 0 {
+		t.Errorf("%d publishes never acknowledged", l.gaveUp)
+	}
+}
