@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // growEnv reads a positive integer knob of TestGrowUnderLoad, def when unset.
@@ -138,7 +139,7 @@ func TestGrowUnderLoad(t *testing.T) {
 	m.addNode("eu-5")
 	stopWatch := watchMoves(t, m)
 	last := ""
-	waitFor(t, 300*time.Second, "groups and leaders within one of even over the five nodes, no move in progress", func() bool {
+	testlog.WaitFor(t, 300*time.Second, "groups and leaders within one of even over the five nodes, no move in progress", func() bool {
 		select {
 		case err := <-load.errs:
 			t.Fatal(err)
@@ -263,7 +264,7 @@ func TestGrowResumesAfterMetadataLeaderRestart(t *testing.T) {
 		c.Raft.Moves = 1
 	}), admin: map[string]*httptest.Server{}}
 	lead := ""
-	waitFor(t, 20*time.Second, "a metadata leader", func() bool {
+	testlog.WaitFor(t, 20*time.Second, "a metadata leader", func() bool {
 		for _, name := range m.names {
 			if ro, ok := m.nodes[name].rep.d.Role(metaGroup); ok && ro.Leader {
 				lead = name
@@ -280,7 +281,7 @@ func TestGrowResumesAfterMetadataLeaderRestart(t *testing.T) {
 	load := startLoad(t, c, 8)
 	load.waitMore(t, 300, nil)
 	m.addNode("eu-4")
-	waitFor(t, 60*time.Second, "a move onto eu-4 in progress", func() bool { return len(m.nodes[lead].rep.moves.movesCopy()) > 0 })
+	testlog.WaitFor(t, 60*time.Second, "a move onto eu-4 in progress", func() bool { return len(m.nodes[lead].rep.moves.movesCopy()) > 0 })
 	t.Logf("metadata leader %s stops with moves in progress %v", lead, m.nodes[lead].rep.moves.movesCopy())
 	if err := m.nodes[lead].Close(); err != nil {
 		t.Logf("close %s: %v", lead, err)
@@ -290,7 +291,7 @@ func TestGrowResumesAfterMetadataLeaderRestart(t *testing.T) {
 	m.cfgs[lead] = cfg
 	m.restart(lead)
 	last := ""
-	waitFor(t, 120*time.Second, "holdings within one of even over the four nodes, no move in progress", func() bool {
+	testlog.WaitFor(t, 120*time.Second, "holdings within one of even over the four nodes, no move in progress", func() bool {
 		held, _, moving := m.holdsAndLeads(via)
 		if s := fmt.Sprintf("held %v moving %d", held, moving); s != last {
 			t.Log(s)
