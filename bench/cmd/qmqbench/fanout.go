@@ -143,7 +143,7 @@ func runInNamespace(p runParams, slot *workerSlot) (*runResult, error) {
 	err := workerInNS(p.System, budget, func(ns *lossy.Namespace) ([]string, error) {
 		p.NS = ns.Name
 		if p.Idle.N > 0 {
-			idle, closeNS, err := idlePeerNet(ns, p.Idle.N)
+			idle, closeNS, err := idlePeerNet(ns, p.Idle)
 			if err != nil {
 				return nil, err
 			}

@@ -396,7 +396,7 @@ func hetOnce(p hetParams, slot *workerSlot, res *hetResult) error {
 	return workerInNS(p.System, budget, func(ns *lossy.Namespace) ([]string, error) {
 		p.NS = ns.Name
 		if p.Idle.N > 0 {
-			idle, closeNS, err := idlePeerNet(ns, p.Idle.N)
+			idle, closeNS, err := idlePeerNet(ns, p.Idle)
 			if err != nil {
 				return nil, err
 			}

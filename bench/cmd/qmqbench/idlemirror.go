@@ -113,19 +113,20 @@ func checkIdleSystems(idles []int, systems []string) error {
 }
 
 // idlePeerNet creates, in the host, the idle region's namespace joined to ns, the run's, by
-// a veth pair, for a run with n idle mirrored topics; closing it removes the namespace (and
-// the pair). The worker starts the idle region's node in it.
-func idlePeerNet(ns *lossy.Namespace, n int) (idleMirrors, func(), error) {
+// a veth pair, and returns m with their names and addresses; closing it removes the
+// namespace (and the pair). The worker starts the idle region's node in it.
+func idlePeerNet(ns *lossy.Namespace, m idleMirrors) (idleMirrors, func(), error) {
 	peer, err := lossy.New("idle")
 	if err != nil {
-		return idleMirrors{}, nil, err
+		return m, nil, err
 	}
 	l, err := lossy.Connect(ns, peer)
 	if err != nil {
 		peer.Close()
-		return idleMirrors{}, nil, err
+		return m, nil, err
 	}
-	return idleMirrors{N: n, NS: peer.Name, AddrA: l.AddrA, AddrB: l.AddrB}, func() { peer.Close() }, nil
+	m.NS, m.AddrA, m.AddrB = peer.Name, l.AddrA, l.AddrB
+	return m, func() { peer.Close() }, nil
 }
 
 // hotArgs are the broker flags of the node under test: a region of its own, federated

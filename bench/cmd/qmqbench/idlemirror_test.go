@@ -25,7 +25,7 @@ func TestFanoutIdleMirroredSmoke(t *testing.T) {
 	}
 	p := runParams{System: "quicmq", Loss: 0.01, Rate: 1000, Subs: 10, Size: 64,
 		Warmup: 300 * time.Millisecond, Duration: time.Second, Drain: 5 * time.Second, LossPath: "all",
-		Idle: idleMirrors{N: 300}}
+		Idle: idleMirrors{N: 300, Settle: 100 * time.Millisecond}}
 	res, err := runInNamespace(p, &workerSlot{})
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +33,7 @@ func TestFanoutIdleMirroredSmoke(t *testing.T) {
 	if res.Sent < 500 || res.Received != res.Sent || res.Missing != 0 {
 		t.Fatalf("sent %d, received %d, missing %d", res.Sent, res.Received, res.Missing)
 	}
-	if res.Idle.N != 300 || res.IdleSetupSeconds <= 0 || res.IdleStreamsEnd != 0 || res.DroppedPackets == 0 {
+	if res.Idle.N != 300 || res.Idle.Settle != 100*time.Millisecond || res.IdleSetupSeconds <= 0 || res.IdleStreamsEnd != 0 || res.DroppedPackets == 0 {
 		t.Fatalf("idle set-up %.1f s, %v streams open after, %d packets dropped: %+v", res.IdleSetupSeconds, res.IdleStreamsEnd, res.DroppedPackets, res.Idle)
 	}
 	t.Logf("p50 %.2f p99 %.2f ms, idle set-up %.1f s, %d packets dropped", res.P50, res.P99, res.IdleSetupSeconds, res.DroppedPackets)
