@@ -39,6 +39,16 @@ func runBroker(args []string) error {
 	syncAlways := fs.Bool("sync-always", false, "nats: JetStream fsyncs every write before acking")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the broker's life to this file")
 	metrics := fs.String("metrics", "", "quicmq: serve the node's Prometheus metrics on this address (host:port)")
+	// A node of a mesh (idlemirror.go); the defaults are the lone node every scenario measures.
+	listen := fs.String("listen", quicmqAddr, "quicmq: the node's QUIC address")
+	advertise := fs.String("advertise", "", "quicmq: the QUIC address other nodes dial (default --listen)")
+	name := fs.String("name", "bench", "quicmq: node name")
+	region := fs.String("region", "bench", "quicmq: region")
+	gossipLAN := fs.String("gossip", "", "quicmq: HOST:PORT of the region's gossip pool (empty: no gossip, no federation)")
+	gossipWAN := fs.String("wan", "", "quicmq: HOST:PORT of the gossip pool across regions")
+	wanJoin := fs.String("wan-join", "", "quicmq: WAN gossip address of a node of another region to join")
+	mirror := fs.String("mirror", "", "quicmq: a topic pattern mirrored from every other region")
+	caDir := fs.String("ca-dir", "", "quicmq: the mesh's CA directory, shared by its nodes (default DIR/tls)")
 	fs.Parse(args)
 	if *cpuProfile != "" {
 		stopProfile, err := startCPUProfile(*cpuProfile)
@@ -55,11 +65,19 @@ func runBroker(args []string) error {
 	}()
 	switch *kind {
 	case "quicmq":
-		n, err := node.New(node.Config{
-			DataDir: *dir, Listen: quicmqAddr, Name: "bench", Region: "bench",
+		cfg := node.Config{
+			DataDir: *dir, Listen: *listen, Advertise: *advertise, Name: *name, Region: *region,
+			GossipLAN: *gossipLAN, GossipWAN: *gossipWAN, CADir: *caDir,
 			AblationSharedStream: true, // the client decides per connection
 			Logger:               slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		})
+		}
+		if *wanJoin != "" {
+			cfg.WANJoin = []string{*wanJoin}
+		}
+		if *mirror != "" {
+			cfg.Mirror = []string{*mirror}
+		}
+		n, err := node.New(cfg)
 		if err != nil {
 			return err
 		}
@@ -130,11 +148,25 @@ func startBroker(kind string, extra ...string) (*brokerProc, error) {
 // startChild starts this binary with the arguments args returns for a new temporary
 // directory (removed by stop) as a broker child, and waits until it prints READY.
 func startChild(what string, args func(dir string) []string) (*brokerProc, error) {
+	return startChildIn("", what, args)
+}
+
+// startChildIn is startChild in the network namespace ns ("" is the caller's).
+func startChildIn(ns, what string, args func(dir string) []string) (*brokerProc, error) {
 	dir, err := os.MkdirTemp("", "qmqbench-broker-")
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("/proc/self/exe", args(dir)...)
+	a := args(dir)
+	cmd := exec.Command("/proc/self/exe", a...)
+	if ns != "" { // ip execs the command: the child is still this process's, Pdeathsig holds
+		self, err := os.Executable()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		cmd = exec.Command("ip", append([]string{"netns", "exec", ns, self}, a...)...)
+	}
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -33,7 +34,20 @@ func runFanout(args []string, slow bool) error {
 	systemsFlag := fs.String("systems", strings.Join(systemNames, ","), "systems, comma-separated: "+strings.Join(systemNames, ","))
 	repeat := fs.Int("repeat", 1, "repetitions of the whole set (medians are reported)")
 	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	idleFlag := fs.String("idle-mirrored", "0", "idle mirrored topics beside the hot ones, counts comma-separated (e.g. 0,10000): each repeat runs each system with each count, alternating; above 0 a second region's node creates that many topics, mirrored into the node under test and parked before the window (QuicMQ only; issue 34, idlemirror.go)")
+	idleSettle := fs.Duration("idle-settle", 30*time.Second, "with idle mirrored topics: how long they stay idle, every mirror parked, before the window (the catch-up's garbage collected and its writes compacted)")
 	fs.Parse(args)
+	idles, err := parseIdleCounts(*idleFlag)
+	if err != nil {
+		return fmt.Errorf("--idle-mirrored: %w", err)
+	}
+	systems := strings.Split(*systemsFlag, ",")
+	if err := checkIdleSystems(idles, systems); err != nil {
+		return err
+	}
+	if slow && (len(idles) > 1 || idles[0] > 0) {
+		return errors.New("--idle-mirrored: for the loss scenarios (fanout, hetero), not slow")
+	}
 	if err := lossy.Check(); err != nil {
 		return fmt.Errorf("%w; this scenario needs the lossy-network harness and is skipped", err)
 	}
@@ -42,12 +56,10 @@ func runFanout(args []string, slow bool) error {
 	}
 	losses := []float64{0}
 	if !slow {
-		var err error
 		if losses, err = parsePercents(*lossFlag); err != nil {
 			return fmt.Errorf("--loss: %w", err)
 		}
 	}
-	systems := strings.Split(*systemsFlag, ",")
 	slows := []int{0}
 	if slow {
 		slows = []int{0, 1}
@@ -57,28 +69,35 @@ func runFanout(args []string, slow bool) error {
 	defer stop()
 
 	var results []*runResult
-	total := *repeat * len(losses) * len(systems) * len(slows)
+	total := *repeat * len(losses) * len(systems) * len(idles) * len(slows)
 	started := time.Now()
 	for r := 1; r <= *repeat; r++ {
 		for _, loss := range losses {
 			for _, sys := range systems {
-				for _, sl := range slows {
-					q := p
-					q.System, q.Loss, q.Slow = sys, loss, sl
-					if slow {
-						q.Wild = 1 // the subscription that stalls takes every topic
+				for _, idle := range idleOrder(idles, r) {
+					for _, sl := range slows {
+						q := p
+						q.System, q.Loss, q.Slow, q.Idle.N = sys, loss, sl, idle
+						q.Idle.Settle = *idleSettle
+						if slow {
+							q.Wild = 1 // the subscription that stalls takes every topic
+						}
+						what := ""
+						if idle > 0 {
+							what = fmt.Sprintf(", %d idle mirrored topics", idle)
+						}
+						fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, loss %.1f%%, slow %d%s ...",
+							len(results)+1, total, time.Since(started).Round(time.Second), r, sys, loss*100, sl, what)
+						res, err := runInNamespace(q, slot)
+						if err != nil {
+							fmt.Fprintf(os.Stderr, " failed: %v\n", err)
+							continue
+						}
+						res.Repeat = r
+						fmt.Fprintf(os.Stderr, " p50 %.2f p99 %.1f p999 %.1f ms, longest stall %.0f ms, %d stalls>50ms, missing %d, load %.1f\n",
+							res.P50, res.P99, res.P999, res.LongestStall, res.Stalls, res.Missing, res.LoadAvg)
+						results = append(results, res)
 					}
-					fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, loss %.1f%%, slow %d ...",
-						len(results)+1, total, time.Since(started).Round(time.Second), r, sys, loss*100, sl)
-					res, err := runInNamespace(q, slot)
-					if err != nil {
-						fmt.Fprintf(os.Stderr, " failed: %v\n", err)
-						continue
-					}
-					res.Repeat = r
-					fmt.Fprintf(os.Stderr, " p50 %.2f p99 %.1f p999 %.1f ms, longest stall %.0f ms, %d stalls>50ms, missing %d\n",
-						res.P50, res.P99, res.P999, res.LongestStall, res.Stalls, res.Missing)
-					results = append(results, res)
 				}
 			}
 		}
@@ -94,6 +113,11 @@ func runFanout(args []string, slow bool) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "results: %s\n", jsonPath)
+	if len(idles) > 1 || idles[0] > 0 {
+		// The tables and plots below group by system: these runs differ in another dimension.
+		printIdle(results, losses, systems, idles)
+		return nil
+	}
 	if slow {
 		printSlow(results, systems)
 	} else {
@@ -111,9 +135,21 @@ func runFanout(args []string, slow bool) error {
 func runInNamespace(p runParams, slot *workerSlot) (*runResult, error) {
 	var res runResult
 	budget := p.Warmup + p.Duration + 3*p.Drain + 2*time.Minute
-	err := workerIn(p.System, budget, func(ns string) []string {
-		p.NS = ns
-		return append([]string{"worker"}, p.args()...)
+	if p.Idle.N > 0 {
+		budget += idleSetupTimeout
+	}
+	closeIdle := func() {}
+	defer func() { closeIdle() }()
+	err := workerInNS(p.System, budget, func(ns *lossy.Namespace) ([]string, error) {
+		p.NS = ns.Name
+		if p.Idle.N > 0 {
+			idle, closeNS, err := idlePeerNet(ns, p.Idle)
+			if err != nil {
+				return nil, err
+			}
+			p.Idle, closeIdle = idle, closeNS
+		}
+		return append([]string{"worker"}, p.args()...), nil
 	}, &res, slot)
 	if err != nil {
 		return nil, err
@@ -151,6 +187,11 @@ func (w *workerSlot) set(cmd *exec.Cmd) {
 // workerIn creates a namespace, runs this binary inside it with the arguments args returns
 // for the namespace's name, decodes its JSON output into out and removes the namespace.
 func workerIn(tag string, budget time.Duration, args func(ns string) []string, out any, slot *workerSlot) error {
+	return workerInNS(tag, budget, func(ns *lossy.Namespace) ([]string, error) { return args(ns.Name), nil }, out, slot)
+}
+
+// workerInNS is workerIn whose args may set up more around the namespace first (and fail).
+func workerInNS(tag string, budget time.Duration, args func(ns *lossy.Namespace) ([]string, error), out any, slot *workerSlot) error {
 	ns, err := lossy.New(tag)
 	if err != nil {
 		return err
@@ -162,7 +203,10 @@ func workerIn(tag string, budget time.Duration, args func(ns string) []string, o
 	if err != nil {
 		return err
 	}
-	a := args(ns.Name)
+	a, err := args(ns)
+	if err != nil {
+		return err
+	}
 	cmd := ns.Command(ctx, self, a...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	var stdout bytes.Buffer

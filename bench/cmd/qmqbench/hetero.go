@@ -34,6 +34,7 @@ type hetParams struct {
 	Warmup   time.Duration
 	Duration time.Duration
 	Drain    time.Duration
+	Idle     idleMirrors // idle mirrored topics of another region beside the hot one (idlemirror.go)
 }
 
 func (p *hetParams) flags(fs *flag.FlagSet) {
@@ -48,10 +49,11 @@ func (p *hetParams) flags(fs *flag.FlagSet) {
 }
 
 func (p hetParams) args() []string {
-	return []string{"hetworker", "--system", p.System, "--ns", p.NS, "--bad=" + fmt.Sprint(p.Bad),
+	a := []string{"hetworker", "--system", p.System, "--ns", p.NS, "--bad=" + fmt.Sprint(p.Bad),
 		"--conns", fmt.Sprint(p.Conns), "--bad-loss", fmt.Sprint(p.BadLoss), "--bad-rtt", p.BadRTT.String(),
 		"--rate", fmt.Sprint(p.Rate), "--size", fmt.Sprint(p.Size), "--warmup", p.Warmup.String(),
 		"--duration", p.Duration.String(), "--drain", p.Drain.String()}
+	return append(a, p.Idle.args()...)
 }
 
 type hetResult struct {
@@ -69,6 +71,10 @@ type hetResult struct {
 	BrokerCPUus        float64 // per delivery
 	Notes              []string
 	LoadAvg            float64
+	// With idle mirrored topics: their creation, listing and parking before the run, and
+	// the mirror streams open or waiting on the node's link after it.
+	IdleSetupSeconds float64 `json:",omitempty"`
+	IdleStreamsEnd   float64 `json:",omitempty"`
 }
 
 func finite(v float64) float64 {
@@ -86,6 +92,7 @@ func runHetWorker(args []string) error {
 	fs.StringVar(&p.NS, "ns", "", "network namespace of the loss rule")
 	fs.BoolVar(&p.Bad, "bad", false, "the last connection goes through the bad path")
 	p.flags(fs)
+	p.Idle.workerFlags(fs)
 	fs.Parse(args)
 	p.Size = max(p.Size, 17)
 	if p.Conns < 2 || p.Rate < 1 {
@@ -94,11 +101,20 @@ func runHetWorker(args []string) error {
 	if p.System != "quicmq" && p.System != "nats" {
 		return fmt.Errorf("system %q: want quicmq or nats", p.System)
 	}
-	b, sys, stop, err := startFan(p.System)
+	b, sys, stop, err := startFan(p.System, p.Idle.hotArgs()...)
 	if err != nil {
 		return err
 	}
 	defer stop()
+	var idleSecs float64
+	if p.Idle.N > 0 {
+		stopIdle, secs, err := p.Idle.start(b.dir)
+		if err != nil {
+			return err
+		}
+		defer stopIdle()
+		idleSecs = secs
+	}
 	conns := p.Conns - 1 // the clean ones
 	addr := func(int) string { return brokerAddr(p.System) }
 	if p.Bad {
@@ -150,11 +166,11 @@ func runHetWorker(args []string) error {
 		if p.System != "quicmq" {
 			match = lossy.TCPRelayHops
 		}
-		if err := ns.SetLossMatch(p.BadLoss, match); err != nil {
+		if err := ns.SetLossMatch(p.BadLoss, p.Idle.lossMatch(match)); err != nil {
 			return err
 		}
 	}
-	res := &hetResult{hetParams: p}
+	res := &hetResult{hetParams: p, IdleSetupSeconds: idleSecs}
 	start := time.Now()
 	winStart, winEnd := start.Add(p.Warmup), start.Add(p.Warmup+p.Duration)
 	cpu0 := brokerCPU(b.pid())
@@ -206,6 +222,13 @@ func runHetWorker(args []string) error {
 		ns.SetLoss(0)
 	}
 	res.LoadAvg = loadAvg()
+	if p.Idle.N > 0 {
+		g, err := p.Idle.hotGauges()
+		if err != nil {
+			res.Notes = append(res.Notes, err.Error())
+		}
+		res.IdleStreamsEnd = g.streams + g.waiting
+	}
 	sys.close()
 	res.Notes = append(res.Notes, sys.notes()...)
 	return json.NewEncoder(os.Stdout).Encode(res)
@@ -234,12 +257,21 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 	systemsFlag := fs.String("systems", "quicmq,nats", "systems, comma-separated: quicmq, nats")
 	repeat := fs.Int("repeat", 1, "repetitions (medians are reported)")
 	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	idleFlag := fs.String("idle-mirrored", "0", "idle mirrored topics beside the hot one, counts comma-separated (e.g. 0,10000): each repeat runs each system with each count, alternating; above 0 a second region's node creates that many topics, mirrored into the node under test and parked before the window (QuicMQ only; issue 34, idlemirror.go)")
+	idleSettle := fs.Duration("idle-settle", 30*time.Second, "with idle mirrored topics: how long they stay idle, every mirror parked, before the window (the catch-up's garbage collected and its writes compacted)")
 	fs.Parse(args)
 	systems := strings.Split(*systemsFlag, ",")
 	for _, s := range systems {
 		if s != "quicmq" && s != "nats" {
 			return fmt.Errorf("--systems: %q: want quicmq or nats", s)
 		}
+	}
+	idles, err := parseIdleCounts(*idleFlag)
+	if err != nil {
+		return fmt.Errorf("--idle-mirrored: %w", err)
+	}
+	if err := checkIdleSystems(idles, systems); err != nil {
+		return err
 	}
 	if p.Conns < 2 || p.Rate < 1 || p.BadLoss < 0 || p.BadLoss > 1 {
 		return fmt.Errorf("--conns %d --rate %d --bad-loss %v: want at least 2 connections, 1 record/s, a loss in [0, 1]", p.Conns, p.Rate, p.BadLoss)
@@ -253,31 +285,36 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 	slot, stop := killOnSignal()
 	defer stop()
 	var results []*hetResult
-	total := *repeat * len(systems) * 2
+	total := *repeat * len(systems) * len(idles) * 2
 	started := time.Now()
 	for r := 1; r <= *repeat; r++ {
 		for _, sys := range systems {
-			for _, badRun := range []bool{false, true} {
-				q := p
-				q.System, q.Bad = sys, badRun
-				what := fmt.Sprintf("%d clean connections", p.Conns-1)
-				if badRun {
-					what += fmt.Sprintf(" + 1 behind %.1f%% loss and %v", p.BadLoss*100, p.BadRTT)
+			for _, idle := range idleOrder(idles, r) {
+				for _, badRun := range []bool{false, true} {
+					q := p
+					q.System, q.Bad, q.Idle.N = sys, badRun, idle
+					q.Idle.Settle = *idleSettle
+					what := fmt.Sprintf("%d clean connections", p.Conns-1)
+					if badRun {
+						what += fmt.Sprintf(" + 1 behind %.1f%% loss and %v", p.BadLoss*100, p.BadRTT)
+					}
+					if idle > 0 {
+						what += fmt.Sprintf(", %d idle mirrored topics", idle)
+					}
+					fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, %s ...", len(results)+1, total, time.Since(started).Round(time.Second), r, sys, what)
+					var res hetResult
+					if err := hetOnce(q, slot, &res); err != nil {
+						fmt.Fprintf(os.Stderr, " failed: %v\n", err)
+						continue
+					}
+					res.Repeat = r
+					fmt.Fprintf(os.Stderr, " clean p50 %.2f p99 %.1f p999 %.1f ms (%d/%d)", res.CleanP50, res.CleanP99, res.CleanP999, res.CleanDelivered, res.CleanExpected)
+					if badRun {
+						fmt.Fprintf(os.Stderr, "; bad p50 %.1f p99 %.1f ms (%d/%d), %d packets dropped", res.BadP50, res.BadP99, res.BadDelivered, res.BadExpected, res.DroppedPackets)
+					}
+					fmt.Fprintf(os.Stderr, ", load %.1f %v\n", res.LoadAvg, res.Notes)
+					results = append(results, &res)
 				}
-				fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, %s ...", len(results)+1, total, time.Since(started).Round(time.Second), r, sys, what)
-				var res hetResult
-				budget := p.Warmup + p.Duration + p.Drain + 3*time.Minute
-				if err := workerIn(sys, budget, func(ns string) []string { q.NS = ns; return q.args() }, &res, slot); err != nil {
-					fmt.Fprintf(os.Stderr, " failed: %v\n", err)
-					continue
-				}
-				res.Repeat = r
-				fmt.Fprintf(os.Stderr, " clean p50 %.2f p99 %.1f p999 %.1f ms (%d/%d)", res.CleanP50, res.CleanP99, res.CleanP999, res.CleanDelivered, res.CleanExpected)
-				if badRun {
-					fmt.Fprintf(os.Stderr, "; bad p50 %.1f p99 %.1f ms (%d/%d), %d packets dropped", res.BadP50, res.BadP99, res.BadDelivered, res.BadExpected, res.DroppedPackets)
-				}
-				fmt.Fprintf(os.Stderr, " %v\n", res.Notes)
-				results = append(results, &res)
 			}
 		}
 	}
@@ -290,7 +327,7 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "results: %s\n", path)
-	labels, values := printHetero(results, systems)
+	labels, values := printHetero(results, systems, idles)
 	if len(values) > 0 {
 		png := strings.TrimSuffix(path, ".json") + ".png"
 		if err := barPlot(fmt.Sprintf("clean subscribers' p99 ms, without / with one bad path (%.0f%% loss, %v)", p.BadLoss*100, p.BadRTT), "p99 ms", labels, values, png); err != nil {
@@ -303,39 +340,107 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 
 // printHetero prints the table (medians over repeats, the ratio within each repeat) and
 // returns the plot's bars.
-func printHetero(rs []*hetResult, systems []string) ([]string, []float64) {
+func printHetero(rs []*hetResult, systems []string, idles []int) ([]string, []float64) {
 	var labels []string
 	var values []float64
 	fmt.Println("| system | clean p99 ms without the bad one | with it | with/without (goal <= 1.10) | clean p50 without / with | clean p999 without / with | bad one's p50 / p99 ms | bad one's records | packets dropped |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|")
 	for _, sys := range systems {
-		var without, with, ratios, p50a, p50b, p999a, p999b, badP50, badP99, badShare, dropped []float64
-		for _, a := range rs {
-			if a.System != sys || a.Bad {
-				continue
+		for _, idle := range idles {
+			label := sys
+			if idle > 0 {
+				label = fmt.Sprintf("%s, %d idle mirrored", sys, idle)
 			}
-			without, p50a, p999a = append(without, a.CleanP99), append(p50a, a.CleanP50), append(p999a, a.CleanP999)
-			for _, w := range rs {
-				if w.System == sys && w.Bad && w.Repeat == a.Repeat {
-					with, p50b, p999b = append(with, w.CleanP99), append(p50b, w.CleanP50), append(p999b, w.CleanP999)
-					if a.CleanP99 > 0 && w.CleanP99 >= 0 {
-						ratios = append(ratios, w.CleanP99/a.CleanP99)
+			var without, with, ratios, p50a, p50b, p999a, p999b, badP50, badP99, badShare, dropped []float64
+			for _, a := range rs {
+				if a.System != sys || a.Bad || a.Idle.N != idle {
+					continue
+				}
+				without, p50a, p999a = append(without, a.CleanP99), append(p50a, a.CleanP50), append(p999a, a.CleanP999)
+				for _, w := range rs {
+					if w.System == sys && w.Bad && w.Repeat == a.Repeat && w.Idle.N == idle {
+						with, p50b, p999b = append(with, w.CleanP99), append(p50b, w.CleanP50), append(p999b, w.CleanP999)
+						if a.CleanP99 > 0 && w.CleanP99 >= 0 {
+							ratios = append(ratios, w.CleanP99/a.CleanP99)
+						}
+						badP50, badP99 = append(badP50, w.BadP50), append(badP99, w.BadP99)
+						badShare = append(badShare, float64(w.BadDelivered)/float64(max(w.BadExpected, 1)))
+						dropped = append(dropped, float64(w.DroppedPackets))
 					}
-					badP50, badP99 = append(badP50, w.BadP50), append(badP99, w.BadP99)
-					badShare = append(badShare, float64(w.BadDelivered)/float64(max(w.BadExpected, 1)))
-					dropped = append(dropped, float64(w.DroppedPackets))
 				}
 			}
+			if len(without) == 0 {
+				continue
+			}
+			fmt.Printf("| %s | %v | %v | %v | %v / %v | %v / %v | %v / %v | %v | %v |\n", label, median(without), median(with), median(ratios),
+				median(p50a), median(p50b), median(p999a), median(p999b), median(badP50), median(badP99),
+				fmt.Sprintf("%.1f%%", 100*median(badShare).med), median(dropped))
+			labels = append(labels, label+" without", label+" with")
+			values = append(values, median(without).med, median(with).med)
 		}
-		if len(without) == 0 {
-			continue
-		}
-		fmt.Printf("| %s | %v | %v | %v | %v / %v | %v / %v | %v / %v | %v | %v |\n", sys, median(without), median(with), median(ratios),
-			median(p50a), median(p50b), median(p999a), median(p999b), median(badP50), median(badP99),
-			fmt.Sprintf("%.1f%%", 100*median(badShare).med), median(dropped))
-		labels = append(labels, sys+" without", sys+" with")
-		values = append(values, median(without).med, median(with).med)
 	}
 	fmt.Println("\n(-1: the quantile falls among records that never arrived within the drain)")
+	printHeteroIdle(rs, systems, idles)
 	return labels, values
+}
+
+// hetOnce runs one hetero measurement in a fresh namespace (and, with idle mirrored
+// topics, the idle region's beside it).
+func hetOnce(p hetParams, slot *workerSlot, res *hetResult) error {
+	budget := p.Warmup + p.Duration + p.Drain + 3*time.Minute
+	if p.Idle.N > 0 {
+		budget += idleSetupTimeout
+	}
+	closeIdle := func() {}
+	defer func() { closeIdle() }()
+	return workerInNS(p.System, budget, func(ns *lossy.Namespace) ([]string, error) {
+		p.NS = ns.Name
+		if p.Idle.N > 0 {
+			idle, closeNS, err := idlePeerNet(ns, p.Idle)
+			if err != nil {
+				return nil, err
+			}
+			p.Idle, closeIdle = idle, closeNS
+		}
+		return p.args(), nil
+	}, res, slot)
+}
+
+// printHeteroIdle prints, for each count of idle mirrored topics above 0, the clean
+// connections' figures over the same repeat's without idle mirrored topics (the hot topic's
+// figures: goal within 10%), with the bad connection and without it.
+func printHeteroIdle(rs []*hetResult, systems []string, idles []int) {
+	if len(idles) < 2 {
+		return
+	}
+	fmt.Println()
+	fmt.Println("| system | idle mirrored topics | bad connection | clean p50 with/without idle | clean p99 with/without idle (goal <= 1.10) | clean p999 with/without idle | repeats | idle set-up s | streams open after |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, sys := range systems {
+		for _, n := range idles {
+			if n == 0 {
+				continue
+			}
+			for _, bad := range []bool{false, true} {
+				var p50, p99, p999, setup, open []float64
+				for _, a := range rs {
+					if a.System != sys || a.Bad != bad || a.Idle.N != n {
+						continue
+					}
+					setup, open = append(setup, a.IdleSetupSeconds), append(open, a.IdleStreamsEnd)
+					for _, b := range rs {
+						if b.System == sys && b.Bad == bad && b.Idle.N == 0 && b.Repeat == a.Repeat && b.CleanP99 > 0 && a.CleanP99 > 0 {
+							p50 = append(p50, a.CleanP50/b.CleanP50)
+							p99 = append(p99, a.CleanP99/b.CleanP99)
+							p999 = append(p999, a.CleanP999/b.CleanP999)
+						}
+					}
+				}
+				if len(p99) == 0 {
+					continue
+				}
+				fmt.Printf("| %s | %d | %v | %v | %v | %v | %d | %v | %v |\n", sys, n, bad, median(p50), median(p99), median(p999), len(p99), median(setup), median(open))
+			}
+		}
+	}
 }

@@ -35,6 +35,8 @@
 // clients and broker and nothing else shares the namespace. A cross run instead joins two
 // namespaces with a veth pair and runs a quicmq node in each, with its publisher,
 // subscriber and relay as hidden commands ("crosspub", "crosssub", "crossrelay").
+// fanout and hetero also run beside N idle mirrored topics of a second region's node
+// (--idle-mirrored 0,N, idlemirror.go: issue 34's figure 3), in a namespace of its own.
 // It needs root and nftables; without them it says so and exits.
 package main
 

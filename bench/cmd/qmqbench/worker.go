@@ -40,6 +40,8 @@ type runParams struct {
 	// Delay is a one-way delay added each way on the subscriber's connection by a userspace
 	// UDP relay (lossy.Relay): QUIC systems only.
 	Delay time.Duration
+	// Idle are idle mirrored topics of another region beside the hot ones (idlemirror.go).
+	Idle idleMirrors
 }
 
 func (p *runParams) flags(fs *flag.FlagSet) {
@@ -55,11 +57,12 @@ func (p *runParams) flags(fs *flag.FlagSet) {
 }
 
 func (p runParams) args() []string {
-	return []string{"--system", p.System, "--ns", p.NS, "--loss", fmt.Sprint(p.Loss),
+	a := []string{"--system", p.System, "--ns", p.NS, "--loss", fmt.Sprint(p.Loss),
 		"--rate", fmt.Sprint(p.Rate), "--subs", fmt.Sprint(p.Subs), "--size", fmt.Sprint(p.Size),
 		"--warmup", p.Warmup.String(), "--duration", p.Duration.String(), "--drain", p.Drain.String(),
 		"--slow", fmt.Sprint(p.Slow), "--wild", fmt.Sprint(p.Wild), "--loss-path", p.LossPath, "--profile", p.Profile,
 		"--delay", p.Delay.String()}
+	return append(a, p.Idle.args()...)
 }
 
 // runResult is what a worker reports for one run (times in milliseconds).
@@ -91,6 +94,10 @@ type runResult struct {
 	LoadAvg          float64 // the machine's 1-minute load average at the end of the run
 	SetupSeconds     float64
 	SubscribeSeconds float64
+	// With idle mirrored topics: how long their creation, listing and parking took before
+	// the run, and the mirror streams open or waiting on the node's link after it.
+	IdleSetupSeconds float64 `json:",omitempty"`
+	IdleStreamsEnd   float64 `json:",omitempty"`
 	Late, LateMs     float64 // share of records above LateMs, the late threshold (fanoutlate.go)
 	// Every record's latency, ms, sorted, rounded to 10 µs: the late share is counted against
 	// a threshold shared with the other systems of the same loss rate and repeat.
@@ -110,6 +117,7 @@ func runWorker(args []string) error {
 	fs.IntVar(&p.Slow, "slow", 0, "subscriptions that stop reading")
 	fs.IntVar(&p.Wild, "wild", 0, "subscriptions to every topic")
 	p.flags(fs)
+	p.Idle.workerFlags(fs)
 	fs.Parse(args)
 	res, err := measure(p)
 	if err != nil {
@@ -130,11 +138,20 @@ func measure(p runParams) (*runResult, error) {
 	if p.Profile != "" {
 		extra = append(extra, "--cpuprofile", fmt.Sprintf("%s/%s-loss%.1f-slow%d.pprof", p.Profile, p.System, p.Loss*100, p.Slow))
 	}
-	b, err := startBroker(kind, extra...)
+	b, err := startBroker(kind, append(extra, p.Idle.hotArgs()...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer b.stop()
+	var idleSecs float64
+	if p.Idle.N > 0 {
+		stopIdle, secs, err := p.Idle.start(b.dir)
+		if err != nil {
+			return nil, err
+		}
+		defer stopIdle()
+		idleSecs = secs
+	}
 	sys, err := newSystem(p.System, b.dir)
 	if err != nil {
 		return nil, err
@@ -191,7 +208,7 @@ func measure(p runParams) (*runResult, error) {
 		close(release)
 		return nil, fmt.Errorf("%s: setup: %w", p.System, err)
 	}
-	res := &runResult{runParams: p, SubscribeSeconds: time.Since(subStart).Seconds()}
+	res := &runResult{runParams: p, SubscribeSeconds: time.Since(subStart).Seconds(), IdleSetupSeconds: idleSecs}
 	var ns *lossy.Namespace
 	if p.NS != "" {
 		ns = &lossy.Namespace{Name: p.NS}
@@ -207,7 +224,7 @@ func measure(p runParams) (*runResult, error) {
 		if p.Delay > 0 { // the relay is in this namespace: its hops meet the loss once
 			match = strings.TrimSpace(match + " " + lossy.ExceptRelays)
 		}
-		if err := ns.SetLossMatch(p.Loss, match); err != nil {
+		if err := ns.SetLossMatch(p.Loss, p.Idle.lossMatch(match)); err != nil {
 			close(release)
 			return nil, err
 		}
@@ -288,6 +305,13 @@ func measure(p runParams) (*runResult, error) {
 	close(stopRSS)
 	rssWG.Wait()
 	res.BrokerRSSEnd = rssMiB(b.pid())
+	if p.Idle.N > 0 {
+		g, err := p.Idle.hotGauges()
+		if err != nil {
+			res.Notes = append(res.Notes, err.Error())
+		}
+		res.IdleStreamsEnd = g.streams + g.waiting
+	}
 	res.LoadAvg = loadAvg()
 	if ns != nil {
 		res.DroppedPackets, _ = ns.Dropped()

@@ -1,0 +1,416 @@
+package main
+
+// Issue 34's figure 3: the loss scenarios (fanout, hetero) measured again with N idle
+// mirrored topics beside the hot ones (--idle-mirrored). With N > 0 a run's namespace (where
+// the worker, its clients and the node under test live) is joined by a veth pair to a second
+// namespace holding a second region of one node, "idle", and both nodes --mirror 'idle.>'.
+// Before the measured window the worker creates N topics idle.tNNNNNN at the idle region's
+// node by one publish each, waits until the node under test lists them all (mirrored into its
+// own log over the link) and until both nodes' links have parked every mirror (no mirror
+// stream open, none waiting). So the node serving the hot path also holds N mirrored topics,
+// their cursors, N parked mirrors of its link to the idle region (and the idle region's N
+// parked mirrors of its copies, served by it), the link's catalog stream and keep-alives,
+// and both gossip pools. The hot topics are then measured exactly as without them.
+//
+// The link's and gossip's packets reach the run's namespace on the veth, the clients' on lo:
+// the loss rule takes only packets arriving on lo, since the loss scenarios are about the
+// clients' network and a link between regions crosses another one. The one other difference
+// from a run without idle mirrors: the node under test listens on 0.0.0.0:7400 (clients still
+// dial 127.0.0.1:7400) so that the idle region's node can reach it.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quicmq/quicmq/bench/lossy"
+	"github.com/quicmq/quicmq/client"
+)
+
+const (
+	idlePattern = "idle.>"
+	// idleHotMetrics is where the node under test serves its metrics (inside the run's
+	// namespace, where nothing else listens) for the wait until its mirrors are parked.
+	idleHotMetrics = "127.0.0.1:7490"
+	// idleSetupTimeout bounds the creation, listing and parking of the idle topics.
+	idleSetupTimeout = 5 * time.Minute
+)
+
+func idleTopic(i int) string { return fmt.Sprintf("idle.t%06d", i) }
+
+// idleMirrors is a run's idle mirrored topics: what the worker needs to set them up.
+type idleMirrors struct {
+	N            int    // idle mirrored topics; 0: none, the scenario exactly as without the option
+	NS           string // the idle region's namespace, joined to the run's by a veth pair
+	AddrA, AddrB string // the veth pair's addresses: in the run's namespace, in the idle region's
+	// Settle is how long the worker waits after every mirror parked before the window: the
+	// catch-up's garbage collected and its writes compacted, the topics idle.
+	Settle time.Duration
+}
+
+func (m *idleMirrors) workerFlags(fs *flag.FlagSet) {
+	fs.IntVar(&m.N, "idle-mirrored", 0, "idle mirrored topics beside the hot ones")
+	fs.StringVar(&m.NS, "idle-ns", "", "the idle region's network namespace")
+	fs.StringVar(&m.AddrA, "idle-addr-a", "", "this namespace's address on the veth pair to the idle region")
+	fs.StringVar(&m.AddrB, "idle-addr-b", "", "the idle region's address on the veth pair")
+	fs.DurationVar(&m.Settle, "idle-settle", 0, "wait after every mirror parked, before the window")
+}
+
+func (m idleMirrors) args() []string {
+	if m.N == 0 {
+		return nil
+	}
+	return []string{"--idle-mirrored", strconv.Itoa(m.N), "--idle-ns", m.NS, "--idle-addr-a", m.AddrA,
+		"--idle-addr-b", m.AddrB, "--idle-settle", m.Settle.String()}
+}
+
+// parseIdleCounts parses --idle-mirrored: counts of idle mirrored topics, comma-separated.
+func parseIdleCounts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n > 1_000_000 {
+			return nil, fmt.Errorf("%q: want counts of topics from 0 to 1000000, comma-separated (e.g. 0,10000)", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// idleOrder is the order of the idle counts in repeat r: reversed every other repeat, so
+// that a drift of the machine's load over a run weighs on each count alike.
+func idleOrder(idles []int, r int) []int {
+	out := append([]int(nil), idles...)
+	if r%2 == 0 {
+		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+			out[i], out[j] = out[j], out[i]
+		}
+	}
+	return out
+}
+
+// checkIdleSystems refuses idle mirrored topics for a system without federation.
+func checkIdleSystems(idles []int, systems []string) error {
+	for _, n := range idles {
+		if n == 0 {
+			continue
+		}
+		for _, s := range systems {
+			if s != "quicmq" && s != "ablation" {
+				return fmt.Errorf("--idle-mirrored %d: idle mirrored topics are QuicMQ's federation (systems quicmq, ablation), not %s: run it with --systems quicmq", n, s)
+			}
+		}
+	}
+	return nil
+}
+
+// idlePeerNet creates, in the host, the idle region's namespace joined to ns, the run's, by
+// a veth pair, and returns m with their names and addresses; closing it removes the
+// namespace (and the pair). The worker starts the idle region's node in it.
+func idlePeerNet(ns *lossy.Namespace, m idleMirrors) (idleMirrors, func(), error) {
+	peer, err := lossy.New("idle")
+	if err != nil {
+		return m, nil, err
+	}
+	l, err := lossy.Connect(ns, peer)
+	if err != nil {
+		peer.Close()
+		return m, nil, err
+	}
+	m.NS, m.AddrA, m.AddrB = peer.Name, l.AddrA, l.AddrB
+	return m, func() { peer.Close() }, nil
+}
+
+// hotArgs are the broker flags of the node under test: a region of its own, federated
+// with the idle one, mirroring idle.>. None without idle mirrored topics.
+func (m idleMirrors) hotArgs() []string {
+	if m.N == 0 {
+		return nil
+	}
+	return []string{"--listen", "0.0.0.0:7400", "--advertise", m.AddrA + ":7400",
+		"--gossip", m.AddrA + ":7500", "--wan", m.AddrA + ":7600", "--mirror", idlePattern,
+		"--metrics", idleHotMetrics}
+}
+
+// lossMatch narrows a loss rule's nftables match to the clients' packets (those on lo)
+// when the link to the idle region is there.
+func (m idleMirrors) lossMatch(match string) string {
+	if m.N == 0 {
+		return match
+	}
+	return strings.TrimSpace(`iifname "lo" ` + match)
+}
+
+// start starts the idle region's node, creates the N topics there, and waits until the
+// node under test (started with hotArgs; hotDir is its broker directory) lists them all and
+// both nodes' links have parked every mirror. It returns the idle node's stop and the
+// seconds the whole took. Progress goes to stderr.
+func (m idleMirrors) start(hotDir string) (stop func(), secs float64, err error) {
+	if m.NS == "" || m.AddrA == "" || m.AddrB == "" {
+		return nil, 0, errors.New("idle mirrored topics: no namespace or addresses for the idle region")
+	}
+	t0 := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), idleSetupTimeout)
+	defer cancel()
+	caDir := filepath.Join(hotDir, "data", "tls") // the node under test made the mesh's CA
+	peer, err := startChildIn(m.NS, "idle region", func(dir string) []string {
+		return []string{"broker", "--kind", "quicmq", "--dir", filepath.Join(dir, "data"),
+			"--listen", m.AddrB + ":7400", "--name", "idle", "--region", "idle",
+			"--gossip", m.AddrB + ":7500", "--wan", m.AddrB + ":7600", "--wan-join", m.AddrA + ":7600",
+			"--mirror", idlePattern, "--ca-dir", caDir, "--metrics", m.AddrB + ":7490"}
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("idle mirrored topics: %w", err)
+	}
+	fail := func(err error) (func(), float64, error) {
+		peer.stop()
+		return nil, 0, fmt.Errorf("idle mirrored topics: %w", err)
+	}
+	ca := filepath.Join(caDir, "ca.pem")
+	if err := m.create(ctx, ca); err != nil {
+		return fail(err)
+	}
+	created := time.Since(t0)
+	if err := m.waitListed(ctx, ca); err != nil {
+		return fail(err)
+	}
+	listed := time.Since(t0)
+	if err := m.waitParked(ctx); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(os.Stderr, "\n  idle mirrored: %d topics created at the idle region in %.1f s, listed at the node under test after %.1f s, every mirror parked after %.1f s; settling %v\n",
+		m.N, created.Seconds(), listed.Seconds(), time.Since(t0).Seconds(), m.Settle)
+	secs = time.Since(t0).Seconds()
+	time.Sleep(m.Settle) // the state to measure beside is the topics idle: nothing to wait for
+	return peer.stop, secs, nil
+}
+
+// create publishes one record to each of the N topics at the idle region's node, pipelined.
+func (m idleMirrors) create(ctx context.Context, ca string) error {
+	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "idle-creator"}, m.AddrB+":7400")
+	if err != nil {
+		return fmt.Errorf("dial the idle region: %w", err)
+	}
+	defer c.Close()
+	futures := make(chan *client.Future, 4096)
+	acked := make(chan error, 1)
+	go func() {
+		var first error
+		for f := range futures {
+			if _, err := f.Wait(ctx); err != nil && first == nil {
+				first = err
+			}
+		}
+		acked <- first
+	}()
+	var pubErr error
+	for i := 0; i < m.N && pubErr == nil; i++ {
+		var f *client.Future
+		if f, pubErr = c.PublishAsync(ctx, client.Message{Topic: idleTopic(i), Payload: []byte("idle")}); pubErr == nil {
+			futures <- f
+		}
+	}
+	close(futures)
+	if err := <-acked; pubErr == nil {
+		pubErr = err
+	}
+	if pubErr != nil {
+		return fmt.Errorf("create the topics: %w", pubErr)
+	}
+	return nil
+}
+
+// waitListed waits until the node under test lists all N topics.
+func (m idleMirrors) waitListed(ctx context.Context, ca string) error {
+	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "idle-lister"}, quicmqAddr)
+	if err != nil {
+		return fmt.Errorf("dial the node under test: %w", err)
+	}
+	defer c.Close()
+	next := time.Now().Add(5 * time.Second)
+	for {
+		n := 0
+		if err := c.TopicsEach(ctx, idlePattern, func(client.TopicInfo) error { n++; return nil }); err != nil {
+			return fmt.Errorf("list %s at the node under test: %w", idlePattern, err)
+		}
+		if n >= m.N {
+			return nil
+		}
+		if time.Now().After(next) {
+			fmt.Fprintf(os.Stderr, "\n  idle mirrored: %d of %d listed at the node under test", n, m.N)
+			next = time.Now().Add(5 * time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d topics listed at the node under test: %w", n, m.N, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// linkGauges are a node's link gauges, summed over its links.
+type linkGauges struct{ streams, waiting, mirrored float64 }
+
+func (g linkGauges) String() string {
+	return fmt.Sprintf("%.0f mirrored, %.0f streams open, %.0f waiting", g.mirrored, g.streams, g.waiting)
+}
+
+// waitParked waits until both nodes mirror the N topics over their link with no mirror
+// stream open and none waiting for one: every mirror parked.
+func (m idleMirrors) waitParked(ctx context.Context) error {
+	next := time.Now().Add(5 * time.Second)
+	for {
+		hot, err1 := scrapeLinkGauges(ctx, idleHotMetrics)
+		idle, err2 := scrapeLinkGauges(ctx, m.AddrB+":7490")
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		parked := func(g linkGauges) bool { return g.mirrored >= float64(m.N) && g.streams == 0 && g.waiting == 0 }
+		if parked(hot) && parked(idle) {
+			return nil
+		}
+		if time.Now().After(next) {
+			fmt.Fprintf(os.Stderr, "\n  idle mirrored: node under test %v; idle region %v", hot, idle)
+			next = time.Now().Add(5 * time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("mirrors not all parked: node under test %v; idle region %v: %w", hot, idle, ctx.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// hotGauges reads the node under test's link gauges (after the measured window: mirror
+// streams the hot traffic opened would show here).
+func (m idleMirrors) hotGauges() (linkGauges, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return scrapeLinkGauges(ctx, idleHotMetrics)
+}
+
+// scrapeLinkGauges reads a node's /metrics at addr and sums its mirror gauges over links.
+func scrapeLinkGauges(ctx context.Context, addr string) (linkGauges, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return linkGauges{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return linkGauges{}, fmt.Errorf("metrics of %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	var g linkGauges
+	targets := map[string]*float64{
+		"quicmq_link_mirror_streams":  &g.streams,
+		"quicmq_link_mirrors_waiting": &g.waiting,
+		"quicmq_link_mirrored_topics": &g.mirrored,
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		name, _, _ := strings.Cut(line, "{")
+		name, _, _ = strings.Cut(name, " ")
+		dst := targets[name]
+		if dst == nil {
+			continue
+		}
+		fs := strings.Fields(line)
+		v, err := strconv.ParseFloat(fs[len(fs)-1], 64)
+		if err != nil {
+			return linkGauges{}, fmt.Errorf("metrics of %s: %q: %w", addr, line, err)
+		}
+		*dst += v
+	}
+	if err := sc.Err(); err != nil {
+		return linkGauges{}, fmt.Errorf("metrics of %s: %w", addr, err)
+	}
+	return g, nil
+}
+
+// printIdle prints a fanout run over idle mirrored topic counts: each count's
+// figures (medians over repeats), then each count's over the run without idle mirrored
+// topics, per repeat (the hot topics' figures: goal within 10%).
+func printIdle(rs []*runResult, losses []float64, systems []string, idles []int) {
+	fmt.Println("| loss | system | idle mirrored topics | p50 ms | p99 ms | p999 ms | longest stall ms | stalls > 50 ms | late % | missing | node RSS before the window MiB | idle set-up s | streams open after | load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, loss := range losses {
+		for _, sys := range systems {
+			for _, n := range idles {
+				g := pick(rs, func(r *runResult) bool { return r.System == sys && r.Loss == loss && r.Idle.N == n })
+				if len(g) == 0 {
+					continue
+				}
+				fmt.Printf("| %.1f%% | %s | %d | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v |\n", loss*100, sys, n,
+					field(g, func(r *runResult) float64 { return r.P50 }),
+					field(g, func(r *runResult) float64 { return r.P99 }),
+					field(g, func(r *runResult) float64 { return r.P999 }),
+					field(g, func(r *runResult) float64 { return r.LongestStall }),
+					field(g, func(r *runResult) float64 { return float64(r.Stalls) }),
+					field(g, func(r *runResult) float64 { return 100 * r.Late }),
+					field(g, func(r *runResult) float64 { return float64(r.Missing) }),
+					field(g, func(r *runResult) float64 { return r.BrokerRSSStart }),
+					field(g, func(r *runResult) float64 { return r.IdleSetupSeconds }),
+					field(g, func(r *runResult) float64 { return r.IdleStreamsEnd }),
+					field(g, func(r *runResult) float64 { return r.LoadAvg }))
+			}
+		}
+	}
+	fmt.Println()
+	fmt.Println("| loss | system | idle mirrored topics | p50 with/without | p99 with/without (goal <= 1.10) | p999 with/without | longest stall with/without | late with/without | repeats |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for _, loss := range losses {
+		for _, sys := range systems {
+			for _, n := range idles {
+				if n == 0 {
+					continue
+				}
+				cells := []string{}
+				k := 0
+				for _, f := range []func(*runResult) float64{
+					func(r *runResult) float64 { return r.P50 },
+					func(r *runResult) float64 { return r.P99 },
+					func(r *runResult) float64 { return r.P999 },
+					func(r *runResult) float64 { return r.LongestStall },
+					func(r *runResult) float64 { return r.Late },
+				} {
+					vs := idleRatios(rs, loss, sys, n, f)
+					k = len(vs)
+					if len(vs) == 0 {
+						cells = append(cells, "-")
+						continue
+					}
+					cells = append(cells, median(vs).String())
+				}
+				fmt.Printf("| %.1f%% | %s | %d | %s | %d |\n", loss*100, sys, n, strings.Join(cells, " | "), k)
+			}
+		}
+	}
+	fmt.Println("\nwith/without: a count's figure over the same repeat's run without idle mirrored topics, median (lowest-highest) over repeats")
+}
+
+// idleRatios are, per repeat, f of the run with n idle mirrored topics over f of the run
+// without (same loss rate, system and slow count).
+func idleRatios(rs []*runResult, loss float64, sys string, n int, f func(*runResult) float64) []float64 {
+	var vs []float64
+	for _, a := range rs {
+		if a.System != sys || a.Loss != loss || a.Idle.N != n {
+			continue
+		}
+		for _, b := range rs {
+			if b.System == sys && b.Loss == loss && b.Idle.N == 0 && b.Repeat == a.Repeat && b.Slow == a.Slow && f(b) > 0 {
+				vs = append(vs, f(a)/f(b))
+			}
+		}
+	}
+	return vs
+}
