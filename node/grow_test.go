@@ -263,15 +263,7 @@ func TestGrowResumesAfterMetadataLeaderRestart(t *testing.T) {
 		c.Raft.DisableReplicaBalance = false
 		c.Raft.Moves = 1
 	}), admin: map[string]*httptest.Server{}}
-	lead := ""
-	testlog.WaitFor(t, 20*time.Second, "a metadata leader", func() bool {
-		for _, name := range m.names {
-			if ro, ok := m.nodes[name].rep.d.Role(metaGroup); ok && ro.Leader {
-				lead = name
-			}
-		}
-		return lead != ""
-	})
+	lead := m.metaLeader()
 	via := "eu-2"
 	if lead == via {
 		via = "eu-3"

@@ -384,15 +384,7 @@ func TestRemoveDeadNode(t *testing.T) {
 // so the next leader (or it) carries the removal to its end, nothing acknowledged lost.
 func TestRemoveResumesAfterMetadataLeaderRestart(t *testing.T) {
 	m := newMoveMesh(t, 4)
-	lead := ""
-	testlog.WaitFor(t, 20*time.Second, "a metadata leader", func() bool {
-		for _, name := range m.names {
-			if ro, ok := m.nodes[name].rep.d.Role(metaGroup); ok && ro.Leader {
-				lead = name
-			}
-		}
-		return lead != ""
-	})
+	lead := m.metaLeader()
 	victim := "eu-4"
 	if lead == victim {
 		victim = "eu-3"
@@ -431,4 +423,19 @@ func TestRemoveResumesAfterMetadataLeaderRestart(t *testing.T) {
 	load.waitMore(t, 200, nil)
 	checkLoad(t, load, m, stayers)
 	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}
+
+// metaLeader waits for a node of m to lead the region's metadata group and names it.
+func (m *regionMesh) metaLeader() string {
+	m.t.Helper()
+	lead := ""
+	testlog.WaitFor(m.t, 20*time.Second, "a metadata leader", func() bool {
+		for _, name := range m.names {
+			if ro, ok := m.nodes[name].rep.d.Role(metaGroup); ok && ro.Leader {
+				lead = name
+			}
+		}
+		return lead != ""
+	})
+	return lead
 }

@@ -159,45 +159,7 @@ func TestGrowCampaign(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	lost, dup := 0, 0
-	for i := range topics {
-		topic := fmt.Sprintf("roll.t%d", i)
-		want := l.ackedOf(i)
-		var l0, d0 int
-		for attempt := 0; ; attempt++ {
-			sub, err := rc.Subscribe(rctx, topic, client.SubscribeOptions{NotifyCaughtUp: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen := map[string]int{}
-			for {
-				rec, err := sub.Next(rctx)
-				if errors.Is(err, client.ErrCaughtUp) {
-					break
-				}
-				if err != nil {
-					t.Fatalf("%s: read: %v", topic, err)
-				}
-				seen[string(rec.Payload)]++
-			}
-			sub.Close()
-			l0, d0 = 0, 0
-			for _, w := range want {
-				switch seen[w] {
-				case 0:
-					l0++
-				case 1:
-				default:
-					d0++
-				}
-			}
-			if l0 == 0 || attempt == 50 {
-				break
-			}
-			testlog.Pause(context.Background(), 100*time.Millisecond) // a retry's back-off: the replica read may lag its commit
-		}
-		lost, dup = lost+l0, dup+d0
-	}
+	lost, dup := l.readBack(t, rctx, rc, topics)
 	nexts := map[string]map[uint64]bool{} // topic -> next offsets its replicas list
 	listed := 0
 	for i := range r.nodes {

@@ -132,47 +132,7 @@ func TestRollingRestartCampaign(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	lost, dup := 0, 0
-	for i := range topics {
-		topic := fmt.Sprintf("roll.t%d", i)
-		want := l.ackedOf(i)
-		// Read to the head rc1 has applied; again while an acknowledged record is missing
-		// (rc1 may trail the leader by a round).
-		var l0, d0 int
-		for attempt := 0; ; attempt++ {
-			sub, err := rc.Subscribe(rctx, topic, client.SubscribeOptions{NotifyCaughtUp: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			seen := map[string]int{}
-			for {
-				rec, err := sub.Next(rctx)
-				if errors.Is(err, client.ErrCaughtUp) {
-					break
-				}
-				if err != nil {
-					t.Fatalf("%s: read: %v", topic, err)
-				}
-				seen[string(rec.Payload)]++
-			}
-			sub.Close()
-			l0, d0 = 0, 0
-			for _, w := range want {
-				switch seen[w] {
-				case 0:
-					l0++
-				case 1:
-				default:
-					d0++
-				}
-			}
-			if l0 == 0 || attempt == 50 {
-				break
-			}
-			testlog.Pause(context.Background(), 100*time.Millisecond) // a retry's back-off: the replica read may lag its commit
-		}
-		lost, dup = lost+l0, dup+d0
-	}
+	lost, dup := l.readBack(t, rctx, rc, topics)
 	t.Logf("read back %d topics: %d acknowledged records lost, %d stored more than once", topics, lost, dup)
 	if lost > 0 || dup > 0 {
 		t.Errorf("%d lost, %d duplicated", lost, dup)
@@ -396,4 +356,50 @@ func (l *rollLoad) refusals() string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")
+}
+
+// readBack reads each of the load's topics through rc to the head its node has applied, again
+// while an acknowledged record is missing (the node may trail the leader by a round), and
+// counts the acknowledged records it lacks and those it holds more than once.
+func (l *rollLoad) readBack(t *testing.T, ctx context.Context, rc *client.Conn, topics int) (lost, dup int) {
+	t.Helper()
+	for i := range topics {
+		topic := fmt.Sprintf("roll.t%d", i)
+		want := l.ackedOf(i)
+		var l0, d0 int
+		for attempt := 0; ; attempt++ {
+			sub, err := rc.Subscribe(ctx, topic, client.SubscribeOptions{NotifyCaughtUp: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]int{}
+			for {
+				rec, err := sub.Next(ctx)
+				if errors.Is(err, client.ErrCaughtUp) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("%s: read: %v", topic, err)
+				}
+				seen[string(rec.Payload)]++
+			}
+			sub.Close()
+			l0, d0 = 0, 0
+			for _, w := range want {
+				switch seen[w] {
+				case 0:
+					l0++
+				case 1:
+				default:
+					d0++
+				}
+			}
+			if l0 == 0 || attempt == 50 {
+				break
+			}
+			testlog.Pause(context.Background(), 100*time.Millisecond) // a retry's back-off: the replica read may lag its commit
+		}
+		lost, dup = lost+l0, dup+d0
+	}
+	return lost, dup
 }
