@@ -47,9 +47,9 @@ type engine struct {
 	// reports are the snapshots sent and not yet reported to raft.
 	reports []snapReport
 	// batch is the rounds' Pebble batch, reset after each round and reused (roundBatch).
-	batch *pebble.Batch
-	failed  error
-	stats   Stats
+	batch  *pebble.Batch
+	failed error
+	stats  Stats
 	// roles is each group's leader as of its last round, for readers on other
 	// goroutines (Driver.Role).
 	roles roleTable

@@ -123,7 +123,7 @@ type balanceGroup struct {
 	id       uint64
 	replicas []string // after the moves in progress and those planned
 	leader   string
-	movable  bool     // not moving, every replica up
+	movable  bool // not moving, every replica up
 }
 
 // nextBalanceMove finds the move PlanBalance makes next: the most loaded source first,

@@ -23,7 +23,7 @@ type fakeT struct {
 	msg string
 }
 
-func (f *fakeT) Helper() {}
+func (f *fakeT) Helper()                           {}
 func (f *fakeT) Fatalf(format string, args ...any) { f.msg = fmt.Sprintf(format, args...) }
 
 // TestWaitForErrFailsWithTheLastError: a condition that never holds fails the test after the
