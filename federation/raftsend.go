@@ -1,0 +1,50 @@
+package federation
+
+import (
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/replica"
+)
+
+// raftSender writes what one raft stream's queue held into RAFT_BATCH frames on the
+// stream's wire.Writer. The stream's writer goroutine (writeRaft) owns it.
+type raftSender struct {
+	w        *wire.Writer
+	from, to uint64
+	limit    int // of one batch: the frame limit less room for the batch's header
+	batch    []byte
+	msgs     []replica.Message
+}
+
+func newRaftSender(w *wire.Writer, from, to uint64, maxFrame int) *raftSender {
+	return &raftSender{w: w, from: from, to: to, limit: maxFrame - 64, msgs: make([]replica.Message, 0, 64)}
+}
+
+// send writes q as batches of at most limit bytes each (a single larger message alone:
+// Send dropped those over the frame limit) and flushes them, returning the messages and
+// batch bytes written.
+func (s *raftSender) send(q []raftQueued) (msgs, bytes int, err error) {
+	for len(q) > 0 {
+		s.msgs = s.msgs[:0]
+		size := 0
+		for len(q) > 0 && (len(s.msgs) == 0 || size+q[0].size <= s.limit) {
+			s.msgs = append(s.msgs, q[0].m)
+			size += q[0].size
+			q = q[1:]
+		}
+		if s.batch, err = replica.EncodeBatch(s.batch[:0], s.from, s.to, s.msgs); err != nil {
+			return msgs, bytes, err
+		}
+		if err := s.w.Write(&wire.RaftBatch{Batch: s.batch}); err != nil {
+			return msgs, bytes, err
+		}
+		msgs += len(s.msgs)
+		bytes += len(s.batch)
+	}
+	if err := s.w.Flush(); err != nil {
+		return msgs, bytes, err
+	}
+	if cap(s.batch) > 1<<20 {
+		s.batch = nil // do not keep a catch-up's buffer for the stream's life
+	}
+	return msgs, bytes, nil
+}
