@@ -1,9 +1,17 @@
 package federation
 
 import (
+	"slices"
+
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/replica"
 )
+
+// raftKeepBuffer bounds the buffer a raft stream keeps from one round to the next: a
+// loaded leader's round (appends of a few groups, each at most replica's MaxSizePerMsg of
+// 1 MiB plus an entry) is encoded into memory already faulted in, while a catch-up's
+// batches, up to the frame limit (16 MiB), are released once sent.
+const raftKeepBuffer = 4 << 20
 
 // raftSender writes what one raft stream's queue held into RAFT_BATCH frames on the
 // stream's wire.Writer. The stream's writer goroutine (writeRaft) owns it.
@@ -31,7 +39,10 @@ func (s *raftSender) send(q []raftQueued) (msgs, bytes int, err error) {
 			size += q[0].size
 			q = q[1:]
 		}
-		if s.batch, err = replica.EncodeBatch(s.batch[:0], s.from, s.to, s.msgs); err != nil {
+		// size bounds the encoding: growing once up front spares the marshaller's copies
+		// of the batch so far each time it outgrows its buffer.
+		s.batch = slices.Grow(s.batch[:0], size+64)
+		if s.batch, err = replica.EncodeBatch(s.batch, s.from, s.to, s.msgs); err != nil {
 			return msgs, bytes, err
 		}
 		if err := s.w.Write(&wire.RaftBatch{Batch: s.batch}); err != nil {
@@ -43,8 +54,8 @@ func (s *raftSender) send(q []raftQueued) (msgs, bytes int, err error) {
 	if err := s.w.Flush(); err != nil {
 		return msgs, bytes, err
 	}
-	if cap(s.batch) > 1<<20 {
-		s.batch = nil // do not keep a catch-up's buffer for the stream's life
+	if cap(s.batch) > raftKeepBuffer {
+		s.batch = nil
 	}
 	return msgs, bytes, nil
 }
