@@ -1,8 +1,6 @@
 package federation
 
 import (
-	"slices"
-
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/replica"
 )
@@ -18,13 +16,16 @@ const raftKeepBuffer = 4 << 20
 type raftSender struct {
 	w        *wire.Writer
 	from, to uint64
-	limit    int // of one batch: the frame limit less room for the batch's header
-	batch    []byte
+	limit    int                          // of one batch: the frame limit less room for the batch's header
+	encode   func([]byte) ([]byte, error) // s.msgs as a batch from from to to, appended
 	msgs     []replica.Message
 }
 
 func newRaftSender(w *wire.Writer, from, to uint64, maxFrame int) *raftSender {
-	return &raftSender{w: w, from: from, to: to, limit: maxFrame - 64, msgs: make([]replica.Message, 0, 64)}
+	w.KeepBuffer(raftKeepBuffer)
+	s := &raftSender{w: w, from: from, to: to, limit: maxFrame - 64, msgs: make([]replica.Message, 0, 64)}
+	s.encode = func(dst []byte) ([]byte, error) { return replica.EncodeBatch(dst, s.from, s.to, s.msgs) }
+	return s
 }
 
 // send writes q as batches of at most limit bytes each (a single larger message alone:
@@ -39,23 +40,18 @@ func (s *raftSender) send(q []raftQueued) (msgs, bytes int, err error) {
 			size += q[0].size
 			q = q[1:]
 		}
-		// size bounds the encoding: growing once up front spares the marshaller's copies
-		// of the batch so far each time it outgrows its buffer.
-		s.batch = slices.Grow(s.batch[:0], size+64)
-		if s.batch, err = replica.EncodeBatch(s.batch, s.from, s.to, s.msgs); err != nil {
-			return msgs, bytes, err
-		}
-		if err := s.w.Write(&wire.RaftBatch{Batch: s.batch}); err != nil {
+		// The batch is encoded straight into the stream's buffer, which size bounds:
+		// growing it once up front spares the marshaller's copies of the batch so far
+		// each time it outgrows its buffer.
+		n, err := s.w.WriteRaftBatch(size+64, s.encode)
+		if err != nil {
 			return msgs, bytes, err
 		}
 		msgs += len(s.msgs)
-		bytes += len(s.batch)
+		bytes += n
 	}
 	if err := s.w.Flush(); err != nil {
 		return msgs, bytes, err
-	}
-	if cap(s.batch) > raftKeepBuffer {
-		s.batch = nil
 	}
 	return msgs, bytes, nil
 }
