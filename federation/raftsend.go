@@ -5,11 +5,12 @@ import (
 	"github.com/quicmq/quicmq/replica"
 )
 
-// raftKeepBuffer bounds the buffer a raft stream keeps from one round to the next: a
-// loaded leader's round (appends of a few groups, each at most replica's MaxSizePerMsg of
-// 1 MiB plus an entry) is encoded into memory already faulted in, while a catch-up's
-// batches, up to the frame limit (16 MiB), are released once sent.
-const raftKeepBuffer = 4 << 20
+// raftKeepRounds is how many rounds a raft stream remembers its largest batch for: the
+// buffer it keeps from one round to the next holds twice the largest of the last 16 to 32
+// rounds (bounded by twice the frame limit), so a loaded leader's appends are encoded into
+// memory already faulted in, while a catch-up's large buffer is released once ordinary
+// rounds follow it.
+const raftKeepRounds = 16
 
 // raftSender writes what one raft stream's queue held into RAFT_BATCH frames on the
 // stream's wire.Writer. The stream's writer goroutine (writeRaft) owns it.
@@ -19,11 +20,13 @@ type raftSender struct {
 	limit    int                          // of one batch: the frame limit less room for the batch's header
 	encode   func([]byte) ([]byte, error) // s.msgs as a batch from from to to, appended
 	msgs     []replica.Message
+	maxKeep  int // twice the frame limit
+	rounds   int
+	peak     [2]int // the largest batch of this span of raftKeepRounds rounds, and of the span before
 }
 
 func newRaftSender(w *wire.Writer, from, to uint64, maxFrame int) *raftSender {
-	w.KeepBuffer(raftKeepBuffer)
-	s := &raftSender{w: w, from: from, to: to, limit: maxFrame - 64, msgs: make([]replica.Message, 0, 64)}
+	s := &raftSender{w: w, from: from, to: to, limit: maxFrame - 64, msgs: make([]replica.Message, 0, 64), maxKeep: 2 * maxFrame}
 	s.encode = func(dst []byte) ([]byte, error) { return replica.EncodeBatch(dst, s.from, s.to, s.msgs) }
 	return s
 }
@@ -49,6 +52,12 @@ func (s *raftSender) send(q []raftQueued) (msgs, bytes int, err error) {
 		}
 		msgs += len(s.msgs)
 		bytes += n
+		s.peak[0] = max(s.peak[0], n)
+	}
+	// Set before the Flush that may release the buffer.
+	s.w.KeepBuffer(min(2*max(s.peak[0], s.peak[1])+64<<10, s.maxKeep))
+	if s.rounds++; s.rounds%raftKeepRounds == 0 {
+		s.peak = [2]int{0, s.peak[0]}
 	}
 	if err := s.w.Flush(); err != nil {
 		return msgs, bytes, err

@@ -112,3 +112,26 @@ func BenchmarkRaftSend(b *testing.B) {
 	}
 	b.SetBytes(int64(total / b.N))
 }
+
+// TestRaftSenderKeepsBuffer checks that a stream under steady large rounds encodes them
+// without allocating (its buffer is kept), and that after a run of small rounds the large
+// buffer is released (the next large round allocates again).
+func TestRaftSenderKeepsBuffer(t *testing.T) {
+	large, small := raftSendRound(1, 2, 4, 1<<20), raftSendRound(1, 2, 1, 100)
+	s := newRaftSender(wire.NewWriter(&discard{}), 1, 2, 16<<20)
+	send := func(q []raftQueued) {
+		if _, _, err := s.send(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(large)
+	if a := testing.AllocsPerRun(20, func() { send(large) }); a != 0 {
+		t.Errorf("steady 4 MiB rounds: %.1f allocations a round, want 0 (the buffer kept)", a)
+	}
+	for range 2 * raftKeepRounds {
+		send(small)
+	}
+	if a := testing.AllocsPerRun(1, func() { send(large) }); a == 0 {
+		t.Error("a large round after 32 small ones did not allocate: the large buffer was kept through them")
+	}
+}
