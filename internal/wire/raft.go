@@ -1,9 +1,6 @@
 package wire
 
-import (
-	"encoding/binary"
-	"slices"
-)
+import "encoding/binary"
 
 // Raft streams (node-to-node, between nodes of one region): a stream opened with RAFT carries
 // RAFT_BATCH frames one way, from the node that opened it to the node that accepted it. The
@@ -58,7 +55,14 @@ func (f *RaftBatch) appendBody(e enc) enc { return append(e, f.Batch...) }
 func (w *Writer) WriteRaftBatch(size int, encode func(dst []byte) ([]byte, error)) (int, error) {
 	w.closeOpen()
 	start := len(w.buf)
-	buf := append(slices.Grow(w.buf, headerLen+size), byte(TypeRaftBatch), 0, 0, 0, 0)
+	if need := start + headerLen + size; need > cap(w.buf) {
+		// Not slices.Grow, which copies the old buffer's whole capacity: only what it
+		// holds, into room for a quarter more than this frame needs.
+		buf := make([]byte, start, need+need/4)
+		copy(buf, w.buf)
+		w.buf = buf
+	}
+	buf := append(w.buf, byte(TypeRaftBatch), 0, 0, 0, 0)
 	b, err := encode(buf)
 	if err != nil {
 		w.buf = buf[:start]
