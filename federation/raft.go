@@ -356,9 +356,7 @@ func (f *Federation) writeRaft(ctx context.Context, l *link, conn *quic.Conn, cl
 	c.setUp(true)
 	c.opened.Add(1)
 	defer c.setUp(false)
-	limit := f.cfg.Raft.MaxFrame - 64 // room for the batch's header
-	var batch []byte
-	msgs := make([]replica.Message, 0, 64)
+	s := newRaftSender(w, from, to, f.cfg.Raft.MaxFrame)
 	for {
 		select {
 		case <-ctx.Done():
@@ -368,29 +366,11 @@ func (f *Federation) writeRaft(ctx context.Context, l *link, conn *quic.Conn, cl
 			return fmt.Errorf("raft stream to %s: %w", l.peer.Name, err)
 		case <-c.wake:
 		}
-		q := c.take()
-		for len(q) > 0 {
-			msgs = msgs[:0]
-			size := 0
-			for len(q) > 0 && (len(msgs) == 0 || size+q[0].size <= limit) {
-				msgs = append(msgs, q[0].m)
-				size += q[0].size
-				q = q[1:]
-			}
-			if batch, err = replica.EncodeBatch(batch[:0], from, to, msgs); err != nil {
-				return fmt.Errorf("raft stream to %s: %w", l.peer.Name, err)
-			}
-			if err := w.Write(&wire.RaftBatch{Batch: batch}); err != nil {
-				return err
-			}
-			c.sentMsgs.Add(uint64(len(msgs)))
-			c.sentBytes.Add(uint64(len(batch)))
-		}
-		if err := w.Flush(); err != nil {
-			return err
-		}
-		if cap(batch) > 1<<20 {
-			batch = nil // do not keep a catch-up's buffer for the stream's life
+		msgs, bytes, err := s.send(c.take())
+		c.sentMsgs.Add(uint64(msgs))
+		c.sentBytes.Add(uint64(bytes))
+		if err != nil {
+			return fmt.Errorf("raft stream to %s: %w", l.peer.Name, err)
 		}
 	}
 }

@@ -1,5 +1,7 @@
 package wire
 
+import "encoding/binary"
+
 // Raft streams (node-to-node, between nodes of one region): a stream opened with RAFT carries
 // RAFT_BATCH frames one way, from the node that opened it to the node that accepted it. The
 // batch bytes are replica's codec (replica.EncodeBatch), opaque here; docs/protocol.md gives
@@ -45,6 +47,36 @@ type RaftBatch struct {
 func (*RaftBatch) Type() Type { return TypeRaftBatch }
 
 func (f *RaftBatch) appendBody(e enc) enc { return append(e, f.Batch...) }
+
+// WriteRaftBatch is Write(&RaftBatch{Batch: body}) for the body that encode appends to
+// the slice it is given, without the copy of a body built apart: encode appends the batch
+// to the Writer's buffer directly, with room for size bytes already made. It returns the
+// body's length. An error from encode leaves the buffer as it was.
+func (w *Writer) WriteRaftBatch(size int, encode func(dst []byte) ([]byte, error)) (int, error) {
+	w.closeOpen()
+	start := len(w.buf)
+	if need := start + headerLen + size; need > cap(w.buf) {
+		// Not slices.Grow, which copies the old buffer's whole capacity: only what it
+		// holds, into room for a quarter more than this frame needs.
+		buf := make([]byte, start, need+need/4)
+		copy(buf, w.buf)
+		w.buf = buf
+	}
+	buf := append(w.buf, byte(TypeRaftBatch), 0, 0, 0, 0)
+	b, err := encode(buf)
+	if err != nil {
+		w.buf = buf[:start]
+		return 0, err
+	}
+	n := len(b) - start - headerLen
+	binary.BigEndian.PutUint32(b[start+1:], uint32(n))
+	w.buf = b
+	if len(w.buf) >= 64<<10 {
+		return n, w.Flush()
+	}
+	return n, nil
+}
+
 func (f *RaftBatch) decodeBody(d *dec) {
 	if d.err == nil {
 		f.Batch, d.b = d.b, d.b[len(d.b):]

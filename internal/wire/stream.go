@@ -303,6 +303,8 @@ type Writer struct {
 	pubTopic  string     // of the open PUBLISH_BATCH frame
 	pubNext   uint64     // the seq its next entry must have
 	pubCount  int        // its entries
+
+	keep int // the buffer capacity Flush keeps (KeepBuffer); 0: 1 MiB
 }
 
 // NewWriter returns a Writer on w. Its buffer starts small and grows with what is written.
@@ -324,6 +326,11 @@ func (w *Writer) Buffer(f Frame) {
 	w.closeOpen()
 	w.buf = Append(w.buf, f)
 }
+
+// KeepBuffer sets the capacity of buffer Flush keeps for the frames that follow (default
+// 1 MiB; a larger one is released): for a stream whose large frames come all the time,
+// which would otherwise land on newly allocated memory each time.
+func (w *Writer) KeepBuffer(n int) { w.keep = n }
 
 // Buffered is the number of encoded bytes not yet flushed.
 func (w *Writer) Buffered() int { return len(w.buf) }
@@ -348,7 +355,7 @@ func (w *Writer) Flush() error {
 		return nil
 	}
 	_, err := w.w.Write(w.buf)
-	if cap(w.buf) > 1<<20 {
+	if cap(w.buf) > max(w.keep, 1<<20) {
 		w.buf = make([]byte, 0, 64<<10) // do not keep a large payload's buffer for the stream's life
 	} else {
 		w.buf = w.buf[:0]

@@ -1,0 +1,66 @@
+package federation
+
+import (
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/replica"
+)
+
+// raftKeepRounds is how many rounds a raft stream remembers its largest batch for: the
+// buffer it keeps from one round to the next holds twice the largest of the last 16 to 32
+// rounds (bounded by twice the frame limit), so a loaded leader's appends are encoded into
+// memory already faulted in, while a catch-up's large buffer is released once ordinary
+// rounds follow it.
+const raftKeepRounds = 16
+
+// raftSender writes what one raft stream's queue held into RAFT_BATCH frames on the
+// stream's wire.Writer. The stream's writer goroutine (writeRaft) owns it.
+type raftSender struct {
+	w        *wire.Writer
+	from, to uint64
+	limit    int                          // of one batch: the frame limit less room for the batch's header
+	encode   func([]byte) ([]byte, error) // s.msgs as a batch from from to to, appended
+	msgs     []replica.Message
+	maxKeep  int // twice the frame limit
+	rounds   int
+	peak     [2]int // the largest batch of this span of raftKeepRounds rounds, and of the span before
+}
+
+func newRaftSender(w *wire.Writer, from, to uint64, maxFrame int) *raftSender {
+	s := &raftSender{w: w, from: from, to: to, limit: maxFrame - 64, msgs: make([]replica.Message, 0, 64), maxKeep: 2 * maxFrame}
+	s.encode = func(dst []byte) ([]byte, error) { return replica.EncodeBatch(dst, s.from, s.to, s.msgs) }
+	return s
+}
+
+// send writes q as batches of at most limit bytes each (a single larger message alone:
+// Send dropped those over the frame limit) and flushes them, returning the messages and
+// batch bytes written.
+func (s *raftSender) send(q []raftQueued) (msgs, bytes int, err error) {
+	for len(q) > 0 {
+		s.msgs = s.msgs[:0]
+		size := 0
+		for len(q) > 0 && (len(s.msgs) == 0 || size+q[0].size <= s.limit) {
+			s.msgs = append(s.msgs, q[0].m)
+			size += q[0].size
+			q = q[1:]
+		}
+		// The batch is encoded straight into the stream's buffer, which size bounds:
+		// growing it once up front spares the marshaller's copies of the batch so far
+		// each time it outgrows its buffer.
+		n, err := s.w.WriteRaftBatch(size+64, s.encode)
+		if err != nil {
+			return msgs, bytes, err
+		}
+		msgs += len(s.msgs)
+		bytes += n
+		s.peak[0] = max(s.peak[0], n)
+	}
+	// Set before the Flush that may release the buffer.
+	s.w.KeepBuffer(min(2*max(s.peak[0], s.peak[1])+64<<10, s.maxKeep))
+	if s.rounds++; s.rounds%raftKeepRounds == 0 {
+		s.peak = [2]int{0, s.peak[0]}
+	}
+	if err := s.w.Flush(); err != nil {
+		return msgs, bytes, err
+	}
+	return msgs, bytes, nil
+}

@@ -1,0 +1,52 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+// TestWriteRaftBatch checks that a batch encoded into the Writer's buffer makes the bytes
+// Write(&RaftBatch{...}) makes, beside other frames, that a failed encoding leaves the
+// buffer as it was, and that KeepBuffer keeps a large buffer across flushes (and only up to
+// its bound).
+func TestWriteRaftBatch(t *testing.T) {
+	body := func(n int) []byte { return bytes.Repeat([]byte{0xab}, n) }
+	var got, want bytes.Buffer
+	w, ref := NewWriter(&got), NewWriter(&want)
+	w.KeepBuffer(4 << 20)
+	for _, n := range []int{1, 300, 70 << 10, 0, 2 << 20, 5} {
+		for _, wr := range []*Writer{w, ref} {
+			wr.Write(&Raft{Class: RaftBulk, From: 3, To: uint64(n)})
+		}
+		size := n / 2 // a short hint: encode may still grow the buffer
+		got, err := w.WriteRaftBatch(size, func(dst []byte) ([]byte, error) { return append(dst, body(n)...), nil })
+		if err != nil || got != n {
+			t.Fatalf("WriteRaftBatch of %d bytes: %d, %v", n, got, err)
+		}
+		if _, err := w.WriteRaftBatch(10, func(dst []byte) ([]byte, error) {
+			return nil, errors.New("encode failed")
+		}); err == nil {
+			t.Fatal("an encode error was not returned")
+		}
+		ref.Write(&RaftBatch{Batch: body(n)})
+	}
+	w.Flush()
+	ref.Flush()
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("%d bytes written, %d expected, not the same", got.Len(), want.Len())
+	}
+
+	kept := NewWriter(&got)
+	kept.KeepBuffer(4 << 20)
+	for _, c := range []struct {
+		n    int
+		keep bool
+	}{{2 << 20, true}, {5 << 20, false}} {
+		kept.WriteRaftBatch(c.n, func(dst []byte) ([]byte, error) { return append(dst, body(c.n)...), nil })
+		kept.Flush()
+		if big := cap(kept.buf) >= c.n; big != c.keep {
+			t.Errorf("after a flush of %d bytes with KeepBuffer(4 MiB): buffer capacity %d", c.n, cap(kept.buf))
+		}
+	}
+}
