@@ -125,8 +125,9 @@
 // topics, whatever their layout). The receiving engine intercepts the MsgSnap
 // (catchup.go): if its logs lack records up to the snapshot's next offsets
 // it starts one catch-up for the group and drops the message; Run starts a
-// goroutine that fetches the records from the sender through Config.Fetcher,
-// paced, and hands each chunk back to Run, which writes it unsynced and
+// goroutine that fetches the records through Config.Fetcher, paced, from any
+// replica that applied them (the group's other voters first, the snapshot's
+// sender last: catchup.go), and hands each chunk back to Run, which writes it unsynced and
 // unserved at the same offsets (ImportChunk). When the fetch ends the engine
 // steps the latest MsgSnap; the round installs it (Storage.stageSnapshot,
 // Snapshotter.Restore) in its synced batch, which makes the records durable
@@ -136,15 +137,21 @@
 // discards them before applying anything over them (settle), LogSM
 // overwrites them.
 //
+// # Membership
+//
+// A group is bootstrapped through RawNode.Bootstrap, so its log carries its
+// configuration from index 1, and a member joining empty (JoinGroup) rebuilds
+// it, through a snapshot once the log was compacted. A replica moves by
+// MoveStep (a node leaving, or removed as dead) and ReplaceStep (a replica
+// restarted empty under a new ID), membership.go: the new one joins as a
+// learner and, once caught up, one joint change makes it a voter and removes the
+// old one, so a group never has fewer voters than before (I8). The node's
+// metadata records drive the moves (node/move.go, node/balance.go).
+//
 // # Not built yet
 //
 //   - Quiescence with a dead follower (a group with a follower behind never
-//     quiesces). Membership changes exist as the means to replace a lost
-//     replica (membership.go: a group is bootstrapped through
-//     RawNode.Bootstrap, so its log carries its configuration from index 1
-//     and a member joining empty, JoinGroup, rebuilds it, through a snapshot
-//     once the log was compacted; ReplaceStep adds it as a learner and
-//     promotes it in one joint change once caught up), not as general moves.
-//   - A catch-up fetches from the snapshot's sender only, not from another
-//     replica.
+//     quiesces).
+//   - Records stored once: a committed entry's records are written to the raft
+//     log and again, at apply, in wal's keys.
 package replica
