@@ -1,14 +1,61 @@
-// Package node is a QuicMQ broker node: the QUIC listener, client sessions, publish and
-// subscription streams, and the wiring of the log (package wal), subject routing (package
-// routing) and metrics.
+// Package node is a QuicMQ broker node: the QUIC listener and client sessions, publishing,
+// subscriptions, consumer groups, management, and the placement of topics on the nodes of
+// a region, single-copy or replicated. It wires together the log (package wal), subject
+// routing (routing), the raft groups (replica), gossip (gossip) and the links to other
+// nodes and regions (federation); none of those imports node.
 //
-// Goroutines and what they own:
-//   - Run owns the accept loop, the topic watcher and one goroutine per connection (session).
-//   - A session's goroutine accepts streams; each stream gets its own goroutine, so a stream
-//     blocked on flow control holds up nothing else (one QUIC stream per subscription, I4).
-//   - A publish stream has a reader (submits group-committed appends to the log) and a writer
-//     (sends acks in order, after the synced commit: I2).
-//   - A subscription stream has a sender (owns its cursors, reads the log up to the durable
-//     high-watermark only: I3) and an ack reader. Its memory is its cursors plus a bounded
-//     read-ahead, whatever its lag (I5).
+// # Reading order
+//
+// The package is one directory today; these are its concerns, each in the files named,
+// in the order a newcomer reads them (issue 32 splits them into packages of their own).
+//
+//   - Assembly and lifecycle: config.go (every setting), node.go (New, Run, Close), tls.go,
+//     features.go (what a node announces, for rolling upgrades), metrics.go.
+//   - Client sessions: session.go (one goroutine per connection: HELLO, streams, limits),
+//     auth.go (credentials, tenants), clientpaths.go (clients whose address changed),
+//     substream.go (which QUIC stream a subscription gets).
+//   - Publishing: publish.go (the publish stream: group-committed appends, acks after the
+//     synced commit, I2), publishorder.go (order per topic across placements and leader
+//     moves), relay.go (a publish for a topic another node owns or leads).
+//   - Subscriptions: subscribe.go (the subscription stream: cursors, read-ahead, acks, I3
+//     and I5), commit.go (COMMIT: acknowledgements confirmed stored), sweep.go (a wildcard served from this node's logs as one sweep, RUNS frames),
+//     tail.go and fanout.go (the shared tail and its writer, for many subscribers of one
+//     topic), upstream.go (a wildcard over topics other nodes own), exclusive.go and
+//     holder.go (exclusive durables), vector.go (portable positions), ablation.go (the
+//     benchmark's shared-stream mode).
+//   - Consumer groups: group.go (shared groups), groupdispatch.go (which member gets which
+//     record), member.go (a member's stream), grouprelay.go (one holder per region),
+//     groupvector.go (a group's portable position), grouprepl.go (group state in raft).
+//   - Management: manage.go, manage_groups.go, manage_wire.go, manage_metrics.go (consumers
+//     and topics over the protocol), admin.go, manage_admin.go, nodes_admin.go (the admin
+//     HTTP API), topics.go (the TOPICS listing, streamed page by page).
+//   - Placement, single-copy: placement.go (each topic owned by one node of the region, for
+//     good), passthrough.go (a subscription passed on to another region for a direct replay).
+//   - Placement and the log, replicated: replicated.go (the raft driver, the metadata group,
+//     the replicated publish path), replmeta.go (metadata records), replgroups.go (raft
+//     groups hold many topics), replask.go and replcreate.go (creating topics in batches),
+//     replconfig.go, replmember.go (a node whose data was lost rejoins), replpos.go,
+//     replretain.go, replmetrics.go; drain.go (draining, leader balance), move.go
+//     (removing a node, moving replicas), balance.go (the replica balancer,
+//     --replace-after).
+//   - Deliberately broken builds: *_broken.go and *_ok.go pairs, each behind a
+//     quicmq_broken_* build tag; scripts/broken.sh lists them with the test that must catch
+//     each.
+//
+// # Goroutines and what they own
+//
+//   - Run owns the accept loop, the topic watcher and one goroutine per connection
+//     (session). A session's goroutine accepts streams; each stream gets its own
+//     goroutines, so a stream blocked on flow control holds up nothing else (one QUIC
+//     stream per subscription, I4).
+//   - A publish stream has a reader (submits group-committed appends to the log, or
+//     proposals to a raft group) and a writer (sends acks in order, after the synced commit
+//     or the quorum's: I2).
+//   - A subscription stream has a run goroutine (owns its cursors, reads the log up to the
+//     durable high-watermark only: I3) and an ack reader. Its memory is its cursors plus a
+//     bounded read-ahead, whatever its lag (I5). A subscription's state is also written by
+//     the topic watcher, the fanout and the shared-stream reader (subscribe.go says which
+//     fields each may touch): issue 32 asks for one owner.
+//   - In a replicated region, replica.Driver's one goroutine owns every raft group of the
+//     node; node talks to it through proposals and Status (replicated.go).
 package node
