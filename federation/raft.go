@@ -357,6 +357,9 @@ func (f *Federation) writeRaft(ctx context.Context, l *link, conn *quic.Conn, cl
 	c.opened.Add(1)
 	defer c.setUp(false)
 	s := newRaftSender(w, from, to, f.cfg.Raft.MaxFrame)
+	// Armed after each round, stopped once it fired: an idle stream has no timer running.
+	idle := time.NewTimer(raftIdleRelease)
+	defer idle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -364,6 +367,9 @@ func (f *Federation) writeRaft(ctx context.Context, l *link, conn *quic.Conn, cl
 		case err := <-ended:
 			ended <- err // for the deferred wait
 			return fmt.Errorf("raft stream to %s: %w", l.peer.Name, err)
+		case <-idle.C:
+			s.release()
+			continue
 		case <-c.wake:
 		}
 		msgs, bytes, err := s.send(c.take())
@@ -372,6 +378,7 @@ func (f *Federation) writeRaft(ctx context.Context, l *link, conn *quic.Conn, cl
 		if err != nil {
 			return fmt.Errorf("raft stream to %s: %w", l.peer.Name, err)
 		}
+		idle.Reset(raftIdleRelease)
 	}
 }
 

@@ -1,6 +1,8 @@
 package federation
 
 import (
+	"time"
+
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/replica"
 )
@@ -11,6 +13,10 @@ import (
 // memory already faulted in, while a catch-up's large buffer is released once ordinary
 // rounds follow it.
 const raftKeepRounds = 16
+
+// raftIdleRelease is how long a raft stream sends nothing before it gives its buffer back
+// (raftSender.release): a region gone quiet keeps no buffer sized for its busiest rounds.
+const raftIdleRelease = 2 * time.Second
 
 // raftSender writes what one raft stream's queue held into RAFT_BATCH frames on the
 // stream's wire.Writer. The stream's writer goroutine (writeRaft) owns it.
@@ -63,4 +69,11 @@ func (s *raftSender) send(q []raftQueued) (msgs, bytes int, err error) {
 		return msgs, bytes, err
 	}
 	return msgs, bytes, nil
+}
+
+// release forgets the rounds' sizes and gives the stream's buffer back: the stream has been
+// idle for raftIdleRelease. The next round sizes it again.
+func (s *raftSender) release() {
+	s.peak, s.rounds = [2]int{}, 0
+	s.w.Release()
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"errors"
+	"io"
 	"testing"
 )
 
@@ -48,5 +49,33 @@ func TestWriteRaftBatch(t *testing.T) {
 		if big := cap(kept.buf) >= c.n; big != c.keep {
 			t.Errorf("after a flush of %d bytes with KeepBuffer(4 MiB): buffer capacity %d", c.n, cap(kept.buf))
 		}
+	}
+}
+
+// TestWriterRelease: a stream gone idle gives back the large buffer KeepBuffer kept, and only
+// when nothing is buffered.
+func TestWriterRelease(t *testing.T) {
+	w := NewWriter(io.Discard)
+	big := bytes.Repeat([]byte{1}, 2<<20)
+	fill := func() {
+		t.Helper()
+		w.KeepBuffer(8 << 20)
+		w.Write(&RaftBatch{Batch: big})
+		w.Flush()
+		if cap(w.buf) < 2<<20 {
+			t.Fatalf("KeepBuffer(8 MiB) kept %d bytes of buffer after a 2 MiB frame", cap(w.buf))
+		}
+	}
+	fill()
+	w.Write(&RaftBatch{Batch: []byte{1}})
+	w.Release()
+	if cap(w.buf) < 2<<20 || w.Buffered() == 0 {
+		t.Fatal("Release gave back a buffer that held an unflushed frame")
+	}
+	w.Flush()
+	fill()
+	w.Release()
+	if cap(w.buf) > 64<<10 {
+		t.Fatalf("after Release the writer keeps %d bytes of buffer, want at most 64 KiB", cap(w.buf))
 	}
 }

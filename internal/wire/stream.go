@@ -332,6 +332,16 @@ func (w *Writer) Buffer(f Frame) {
 // which would otherwise land on newly allocated memory each time.
 func (w *Writer) KeepBuffer(n int) { w.keep = n }
 
+// Release gives back a large buffer when nothing is buffered, and keeps a small one (as
+// KeepBuffer(0) then Flush would): for a stream gone quiet, whose buffer sized for its
+// busiest rounds would otherwise stay with it for as long as it is idle.
+func (w *Writer) Release() {
+	w.keep = 0
+	if len(w.buf) == 0 && cap(w.buf) > 64<<10 {
+		w.buf = make([]byte, 0, 64<<10)
+	}
+}
+
 // Buffered is the number of encoded bytes not yet flushed.
 func (w *Writer) Buffered() int { return len(w.buf) }
 
