@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -62,27 +61,7 @@ func TestGrowCampaign(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
-	c, err := client.Dial(dctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem"), Reconnect: true, Idempotent: true}, listen[:3]...)
-	dcancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	for i := range topics {
-		for {
-			pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := c.Publish(pctx, client.Message{Topic: fmt.Sprintf("roll.t%d", i), Payload: []byte("w")})
-			pcancel()
-			if err == nil {
-				break
-			}
-		}
-	}
-	l := &rollLoad{acked: make([][]string, topics)}
-	l.phase.Store("before")
-	var wg sync.WaitGroup
-	wg.Go(func() { l.run(ctx, c, topics, rate) })
+	l, wg := startRollLoad(t, ctx, r, listen[:3], topics, rate)
 	l.waitAcks(t, 5*rate)
 
 	l.phase.Store("grow")

@@ -57,29 +57,7 @@ func TestRollingRestartCampaign(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
-	c, err := client.Dial(dctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem"), Reconnect: true, Idempotent: true}, listen...)
-	dcancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	// Create the topics before measuring (a topic's first publish places it).
-	for i := range topics {
-		for {
-			pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
-			_, err := c.Publish(pctx, client.Message{Topic: fmt.Sprintf("roll.t%d", i), Payload: []byte("w")})
-			pcancel()
-			if err == nil {
-				break
-			}
-		}
-	}
-
-	l := &rollLoad{acked: make([][]string, topics)}
-	l.phase.Store("before")
-	var wg sync.WaitGroup
-	wg.Go(func() { l.run(ctx, c, topics, rate) })
+	l, wg := startRollLoad(t, ctx, r, listen, topics, rate)
 	l.waitAcks(t, 5000)
 
 	l.phase.Store("roll")
@@ -402,4 +380,32 @@ func (l *rollLoad) readBack(t *testing.T, ctx context.Context, rc *client.Conn, 
 		lost, dup = lost+l0, dup+d0
 	}
 	return lost, dup
+}
+
+// startRollLoad dials addrs, creates the load's topics (a topic's first publish places it;
+// each retried for up to 30 s) and starts publishing into them at rate until ctx ends: the
+// start the rolling and grow campaigns share. Wait on wg after ending ctx.
+func startRollLoad(t *testing.T, ctx context.Context, r *replicaRegion, addrs []string, topics, rate int) (*rollLoad, *sync.WaitGroup) {
+	t.Helper()
+	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
+	c, err := client.Dial(dctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem"), Reconnect: true, Idempotent: true}, addrs...)
+	dcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	for i := range topics {
+		topic := fmt.Sprintf("roll.t%d", i)
+		testlog.WaitForErr(t, 30*time.Second, "the first publish to "+topic, func() error {
+			pctx, pcancel := context.WithTimeout(ctx, 10*time.Second)
+			defer pcancel()
+			_, err := c.Publish(pctx, client.Message{Topic: topic, Payload: []byte("w")})
+			return err
+		})
+	}
+	l := &rollLoad{acked: make([][]string, topics)}
+	l.phase.Store("before")
+	wg := &sync.WaitGroup{}
+	wg.Go(func() { l.run(ctx, c, topics, rate) })
+	return l, wg
 }
