@@ -18,6 +18,7 @@ import (
 	"github.com/quicmq/quicmq/internal/certs"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 )
 
 const (
@@ -31,7 +32,7 @@ func tenantNode(t *testing.T, mod ...func(*Config)) *Node {
 	t.Helper()
 	return newTestNode(t, append([]func(*Config){func(c *Config) {
 		c.Tokens = []string{opsToken}
-		c.Credentials = []Credential{
+		c.Credentials = []auth.Credential{
 			{Token: acmeToken, Tenant: "acme", Publish: []string{"orders.>"}},
 			{Token: readerToken, Tenant: "acme", Publish: []string{}, Subscribe: []string{"orders.*"}},
 			{Token: globexToken, Tenant: "globex"},
@@ -223,7 +224,7 @@ func TestClientCertificates(t *testing.T) {
 	caDir := t.TempDir()
 	n := newTestNode(t, func(c *Config) {
 		c.CADir = caDir
-		c.Credentials = []Credential{{Subject: "billing-svc", Tenant: "billing"}}
+		c.Credentials = []auth.Credential{{Subject: "billing-svc", Tenant: "billing"}}
 	})
 	ca, _, err := certs.EnsureCA(caDir)
 	if err != nil {

@@ -14,9 +14,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
+
+// Credential is what one client credential (a token, or a client certificate) may do: its
+// tenant and its publish and subscribe grants (node/auth).
+type Credential = auth.Credential
 
 // Config configures a Node. The zero value plus DataDir is a working single node on
 // 127.0.0.1:7400; every field documents its unit and default.
@@ -289,7 +294,7 @@ func (c Config) Validate() error {
 	}
 	seen := make(map[string]bool)
 	for i, cr := range c.Credentials {
-		if err := cr.validate(); err != nil {
+		if err := cr.Validate(); err != nil {
 			bad("Credentials[%d]: %v", i, err)
 		}
 		key := "token:" + cr.Token

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -100,12 +99,4 @@ func (n *Node) lockHere(node, client, name, shown string, standby bool, stop, go
 			close(h.released)
 		})
 	}, nil
-}
-
-// clientDurable is a stored durable or group name as the client named it.
-func (p *principal) clientDurable(name string) string {
-	if p.tenant == "" {
-		return name
-	}
-	return strings.TrimPrefix(name, "tenant/"+p.tenant+"/")
 }

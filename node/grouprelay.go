@@ -11,6 +11,7 @@ import (
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -79,12 +80,12 @@ func (n *Node) groupHome(ctx context.Context, pattern, name string) (string, *wi
 // the names of its messages and dead-letter headers: the session's principal, or for a
 // member relayed by a peer the tenant its namespaced name says (the relaying node checked
 // the grants).
-func (s *session) groupActor(name string) *principal {
+func (s *session) groupActor(name string) *auth.Principal {
 	if !s.peer {
 		return s.actor
 	}
 	if tenant, _ := splitConsumer(name); tenant != "" {
-		return newPrincipal(s.actor.name, Credential{Tenant: tenant})
+		return auth.NewPrincipal(s.actor.Name, auth.Credential{Tenant: tenant})
 	}
 	return s.actor
 }
@@ -125,7 +126,7 @@ func (s *session) relayMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	}
 	fwd := *req
 	g := *req.Group
-	g.Name, g.DeadLetter = s.actor.durable(g.Name), deadLetter
+	g.Name, g.DeadLetter = s.actor.Durable(g.Name), deadLetter
 	fwd.Group, fwd.Region = &g, ""
 	if _, err := up.Write(wire.Append(nil, &fwd)); err != nil {
 		up.CancelRead(wire.AppCancelled)
@@ -185,7 +186,7 @@ func (s *session) relayMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 			break
 		}
 		if t, ok := f.(*wire.Topic); ok {
-			t.Name = strings.Clone(s.actor.clientName(t.Name))
+			t.Name = strings.Clone(s.actor.ClientName(t.Name))
 		}
 		w.Buffer(f)
 		if !hr.FrameBuffered() || w.Buffered() >= n.cfg.ReadAhead {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -177,7 +178,7 @@ func standbyTakesOver(ctx context.Context, t *testing.T, first *client.Subscript
 // names (topics without the tenant's prefix), and the group is managed in the tenant's view.
 func TestGroupRelayTenantNames(t *testing.T) {
 	m := newRegionMesh(t, []string{"eu"}, 2, func(c *Config) {
-		c.Credentials = []Credential{{Token: acmeToken, Tenant: "acme"}}
+		c.Credentials = []auth.Credential{{Token: acmeToken, Tenant: "acme"}}
 	})
 	topic := ""
 	for i := 0; topic == ""; i++ {

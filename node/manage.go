@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -32,17 +33,6 @@ const endPoll = 2 * time.Millisecond
 
 // consumerPrefix is the position-name prefix of a's consumers ("" for a principal without a
 // tenant: it sees every consumer of the node but mirror cursors).
-func consumerPrefix(a *principal) string {
-	if a.tenant == "" {
-		return ""
-	}
-	return "tenant/" + a.tenant + "/"
-}
-
-// consumerView is the name a client of a sees for stored consumer name.
-func (a *principal) consumerView(name string) string {
-	return strings.TrimPrefix(name, consumerPrefix(a))
-}
 
 // consumerState is one consumer on this node, in the node's namespace.
 type consumerState struct {
@@ -63,9 +53,9 @@ type consumerState struct {
 // all of them (name empty), or those called name (stored: one, unless a durable and a group
 // share it). A consumer with a topic outside a's subscribe grant is left out of a listing
 // and refused by name.
-func (n *Node) consumers(a *principal, name string) ([]consumerState, *wire.Error) {
+func (n *Node) consumers(a *auth.Principal, name string) ([]consumerState, *wire.Error) {
 	byName := make(map[string]*consumerState)
-	f := wal.PositionFilter{Name: name, NamePrefix: consumerPrefix(a)}
+	f := wal.PositionFilter{Name: name, NamePrefix: auth.ConsumerPrefix(a)}
 	err := n.wal.Positions(f, func(p wal.PositionInfo) bool {
 		if strings.HasPrefix(p.Name, mirrorCursorPrefix) {
 			return true
@@ -106,14 +96,14 @@ func (n *Node) consumers(a *principal, name string) ([]consumerState, *wire.Erro
 
 // finishConsumers keeps of cs those a may manage (all but refusing one asked for by name),
 // sorted by name with their topics sorted; where says where none was found ("on this node").
-func finishConsumers(a *principal, name string, cs map[string]*consumerState, where string) ([]consumerState, *wire.Error) {
+func finishConsumers(a *auth.Principal, name string, cs map[string]*consumerState, where string) ([]consumerState, *wire.Error) {
 	out := make([]consumerState, 0, len(cs))
 	for _, c := range cs {
 		names := c.topicNames()
 		if c.kind == wire.KindGroup && c.pattern != "" {
 			names = append(names, c.pattern) // a group's pattern too: it may have no topic yet
 		}
-		if e := a.mayManageConsumer(names); e != nil {
+		if e := a.MayManageConsumer(names); e != nil {
 			if name != "" {
 				return nil, e
 			}
@@ -129,7 +119,7 @@ func finishConsumers(a *principal, name string, cs map[string]*consumerState, wh
 		return strings.Compare(x.kind, y.kind)
 	})
 	if name != "" && len(out) == 0 {
-		return nil, wire.Errorf(wire.CodeNotFound, "no consumer %q: no durable consumer position or group state of that name is stored %s", a.consumerView(name), where)
+		return nil, wire.Errorf(wire.CodeNotFound, "no consumer %q: no durable consumer position or group state of that name is stored %s", a.ConsumerView(name), where)
 	}
 	return out, nil
 }
@@ -142,34 +132,22 @@ func (c *consumerState) topicNames() []string {
 	return topics
 }
 
-// mayManageConsumer refuses a consumer op unless a may subscribe to every topic (node
-// names) the consumer has a position on: the grant that lets a client consume a topic lets
-// it see and move a consumer of it.
-func (a *principal) mayManageConsumer(topics []string) *wire.Error {
-	for _, t := range topics {
-		if e := a.maySubscribe(a.clientName(t)); e != nil {
-			return e
-		}
-	}
-	return nil
-}
-
 // info is c as a client of a sees it; topics only when withTopics.
-func (c consumerState) info(a *principal, withTopics bool) *wire.ConsumerInfo {
+func (c consumerState) info(a *auth.Principal, withTopics bool) *wire.ConsumerInfo {
 	ci := &wire.ConsumerInfo{
-		Name: a.consumerView(c.name), Kind: c.kind, Pending: c.pending,
+		Name: a.ConsumerView(c.name), Kind: c.kind, Pending: c.pending,
 		Members: uint64(c.members), LastAck: unixNano(c.lastAck),
 	}
 	if ci.Kind == "" {
 		ci.Kind = wire.KindDurable
 	}
 	if c.pattern != "" {
-		ci.Pattern = a.clientName(c.pattern)
+		ci.Pattern = a.ClientName(c.pattern)
 	}
 	if withTopics {
 		ci.Topics = make([]wire.ConsumerTopic, len(c.topics))
 		for i, t := range c.topics {
-			t.Topic = a.clientName(t.Topic)
+			t.Topic = a.ClientName(t.Topic)
 			ci.Topics[i] = t
 		}
 	}
@@ -211,11 +189,11 @@ func (n *Node) endMembers(ctx context.Context, name string, e *wire.Error) *wire
 
 // checkMembers refuses an operation on a consumer with connected members unless forced, in
 // which case it ends them first.
-func (n *Node) checkMembers(ctx context.Context, a *principal, c consumerState, op string, force bool) *wire.Error {
+func (n *Node) checkMembers(ctx context.Context, a *auth.Principal, c consumerState, op string, force bool) *wire.Error {
 	if c.members == 0 {
 		return nil
 	}
-	view := a.consumerView(c.name)
+	view := a.ConsumerView(c.name)
 	what := "consumer"
 	if c.kind == wire.KindGroup {
 		what = "consumer group"
@@ -224,7 +202,7 @@ func (n *Node) checkMembers(ctx context.Context, a *principal, c consumerState, 
 		return wire.Errorf(wire.CodeInUse, "%s %q has %d connected %s: stop %s first, or %s it with --force, which ends %s",
 			what, view, c.members, plural(c.members, "member", "members"), pronoun(c.members), op, pronoun(c.members))
 	}
-	e := wire.Errorf(wire.CodeInUse, "%s %q was %s by %s", what, view, pastTense(op), a.name)
+	e := wire.Errorf(wire.CodeInUse, "%s %q was %s by %s", what, view, pastTense(op), a.Name)
 	if c.kind == wire.KindGroup {
 		return n.endGroup(ctx, c.name, e)
 	}
@@ -249,7 +227,7 @@ func pastTense(op string) string {
 
 // resetConsumer moves every position of consumer name (stored) to start and returns the
 // consumer after it.
-func (n *Node) resetConsumer(ctx context.Context, a *principal, name string, kind wire.StartKind, value uint64, force bool) (consumerState, *wire.Error) {
+func (n *Node) resetConsumer(ctx context.Context, a *auth.Principal, name string, kind wire.StartKind, value uint64, force bool) (consumerState, *wire.Error) {
 	cs, e := n.consumers(a, name)
 	if e != nil {
 		return consumerState{}, e
@@ -285,8 +263,8 @@ func (n *Node) resetConsumer(ctx context.Context, a *principal, name string, kin
 }
 
 // resetDone logs a reset and returns the consumer after it.
-func (n *Node) resetDone(a *principal, name string, kind wire.StartKind, value uint64) (consumerState, *wire.Error) {
-	n.log.Info("consumer reset", "consumer", name, "to", kind.String(), "value", value, "by", a.name)
+func (n *Node) resetDone(a *auth.Principal, name string, kind wire.StartKind, value uint64) (consumerState, *wire.Error) {
+	n.log.Info("consumer reset", "consumer", name, "to", kind.String(), "value", value, "by", a.Name)
 	cs, e := n.consumers(a, name)
 	if e != nil {
 		return consumerState{}, e
@@ -310,7 +288,7 @@ func walStart(kind wire.StartKind, value uint64) (wal.Start, *wire.Error) {
 
 // deleteConsumer removes consumer name (stored) and returns how many positions it had (a
 // group: its topics' states). A durable and a group of one name are both removed.
-func (n *Node) deleteConsumer(ctx context.Context, a *principal, name string, force bool) (int, *wire.Error) {
+func (n *Node) deleteConsumer(ctx context.Context, a *auth.Principal, name string, force bool) (int, *wire.Error) {
 	cs, e := n.consumers(a, name)
 	if e != nil {
 		return 0, e
@@ -332,13 +310,13 @@ func (n *Node) deleteConsumer(ctx context.Context, a *principal, name string, fo
 			}
 		}
 		total += removed
-		n.log.Info("consumer removed", "consumer", name, "kind", c.kind, "positions", removed, "by", a.name)
+		n.log.Info("consumer removed", "consumer", name, "kind", c.kind, "positions", removed, "by", a.Name)
 	}
 	return total, nil
 }
 
 // createTopic creates topic (node name) with cfg, or changes its configuration (update).
-func (n *Node) createTopic(ctx context.Context, a *principal, topic string, cfg wal.TopicConfig, update bool) (wal.TopicInfo, *wire.Error) {
+func (n *Node) createTopic(ctx context.Context, a *auth.Principal, topic string, cfg wal.TopicConfig, update bool) (wal.TopicInfo, *wire.Error) {
 	var ti wal.TopicInfo
 	var err error
 	if update {
@@ -349,20 +327,20 @@ func (n *Node) createTopic(ctx context.Context, a *principal, topic string, cfg 
 	var exists *wal.TopicExistsError
 	if errors.As(err, &exists) {
 		return wal.TopicInfo{}, wire.Errorf(wire.CodeInvalidArgument, "topic %q exists with another configuration (%s): update it with --update",
-			a.clientName(topic), exists.Config)
+			a.ClientName(topic), exists.Config)
 	}
 	if err != nil {
 		return wal.TopicInfo{}, manageErr(err)
 	}
-	n.log.Info("topic created or configured", "topic", topic, "config", cfg.String(), "by", a.name)
+	n.log.Info("topic created or configured", "topic", topic, "config", cfg.String(), "by", a.Name)
 	return ti, nil
 }
 
 // removeTopic purges or deletes topic (node name), refused while consumers or mirror
 // cursors have positions on it unless forced. It returns the records deleted.
-func (n *Node) removeTopic(ctx context.Context, a *principal, topic string, op byte, force bool) (uint64, *wire.Error) {
+func (n *Node) removeTopic(ctx context.Context, a *auth.Principal, topic string, op byte, force bool) (uint64, *wire.Error) {
 	if _, _, ok := n.wal.Bounds(topic); !ok {
-		return 0, wire.Errorf(wire.CodeNotFound, "no topic %q on this node", a.clientName(topic))
+		return 0, wire.Errorf(wire.CodeNotFound, "no topic %q on this node", a.ClientName(topic))
 	}
 	what := "purge"
 	if op == wire.RemoveDelete {
@@ -375,7 +353,7 @@ func (n *Node) removeTopic(ctx context.Context, a *principal, topic string, op b
 				loses = "their positions on it would be deleted with it"
 			}
 			return 0, wire.Errorf(wire.CodeInUse, "topic %q has dependents: %s; %s. Remove them first, or %s with --force",
-				a.clientName(topic), strings.Join(deps, ", "), loses, what)
+				a.ClientName(topic), strings.Join(deps, ", "), loses, what)
 		}
 	}
 	var records uint64
@@ -397,19 +375,19 @@ func (n *Node) removeTopic(ctx context.Context, a *principal, topic string, op b
 	if err != nil {
 		return 0, manageErr(err)
 	}
-	n.log.Info("topic "+what+"d", "topic", topic, "records", records, "forced", force, "by", a.name)
+	n.log.Info("topic "+what+"d", "topic", topic, "records", records, "forced", force, "by", a.Name)
 	return records, nil
 }
 
 // dependents names what has a position on topic: durable consumers and consumer groups (as
 // a sees them) and mirror cursors (by region).
-func (n *Node) dependents(a *principal, topic string) []string {
+func (n *Node) dependents(a *auth.Principal, topic string) []string {
 	var deps []string
 	n.wal.Positions(wal.PositionFilter{Topic: topic}, func(p wal.PositionInfo) bool {
 		if region, ok := strings.CutPrefix(p.Name, mirrorCursorPrefix); ok {
 			deps = append(deps, fmt.Sprintf("the mirror cursor of region %q", region))
 		} else {
-			deps = append(deps, fmt.Sprintf("durable consumer %q", a.consumerView(p.Name)))
+			deps = append(deps, fmt.Sprintf("durable consumer %q", a.ConsumerView(p.Name)))
 		}
 		return true
 	})

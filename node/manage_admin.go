@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 )
 
 // ConsumerInfo is one consumer in the admin API (GET /v1/consumers).
@@ -117,13 +118,13 @@ func force(r *http.Request) bool { return r.URL.Query().Get("force") == "true" }
 // as JSON, or its error with the HTTP status of its code.
 func (n *Node) adminManage(h func(m *manager, r *http.Request) (any, *wire.Error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		a := &principal{name: "the admin API"}
+		a := &auth.Principal{Name: "the admin API"}
 		if t := r.URL.Query().Get("tenant"); t != "" {
-			if !tenantRE.MatchString(t) {
+			if !auth.ValidTenant(t) {
 				adminError(w, wire.Errorf(wire.CodeInvalidArgument, "tenant %q: want 1-64 characters of [A-Za-z0-9_-]", t))
 				return
 			}
-			a = newPrincipal("the admin API", Credential{Tenant: t})
+			a = auth.NewPrincipal("the admin API", auth.Credential{Tenant: t})
 		}
 		m := &manager{n: n, ctx: r.Context(), a: a, region: n.place != nil}
 		v, e := h(m, r)
@@ -157,13 +158,13 @@ func adminError(w http.ResponseWriter, e *wire.Error) {
 }
 
 // consumerJSON is cs as the admin API shows them to a.
-func consumerJSON(a *principal, cs []consumerState, withTopics bool) []ConsumerInfo {
+func consumerJSON(a *auth.Principal, cs []consumerState, withTopics bool) []ConsumerInfo {
 	out := make([]ConsumerInfo, 0, len(cs))
 	for _, c := range cs {
 		ci := c.info(a, withTopics)
-		j := ConsumerInfo{Tenant: a.tenant, Name: ci.Name, Kind: ci.Kind, Pattern: ci.Pattern,
+		j := ConsumerInfo{Tenant: a.Tenant, Name: ci.Name, Kind: ci.Kind, Pattern: ci.Pattern,
 			Pending: ci.Pending, Members: int(ci.Members), LastAck: timeOrNil(ci.LastAck)}
-		if a.tenant == "" {
+		if a.Tenant == "" {
 			j.Tenant, j.Name = splitConsumer(ci.Name)
 		}
 		g := ci.Group

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -41,8 +42,8 @@ func consumerKey(kind, name string) string {
 // called name (stored). A group is listed from its stored state, overlaid with its live
 // state where it is live here (liveGroupState), so a group whose members hold records they
 // have not acknowledged yet, and so have stored nothing, is listed as it is now.
-func (n *Node) groupConsumers(a *principal, name string, cs map[string]*consumerState) error {
-	prefix := consumerPrefix(a)
+func (n *Node) groupConsumers(a *auth.Principal, name string, cs map[string]*consumerState) error {
+	prefix := auth.ConsumerPrefix(a)
 	if name != "" {
 		prefix = name
 	}
@@ -151,13 +152,13 @@ func (g *group) liveState() map[string]liveTopicState {
 }
 
 // groupInfo is the group part of c's CONSUMER_INFO as a client of a sees it.
-func (c *consumerState) groupInfo(a *principal) *wire.ConsumerGroup {
+func (c *consumerState) groupInfo(a *auth.Principal) *wire.ConsumerGroup {
 	if c.group == nil {
 		return nil
 	}
 	g := *c.group
 	if g.DeadLetter != "" {
-		g.DeadLetter = a.clientName(g.DeadLetter)
+		g.DeadLetter = a.ClientName(g.DeadLetter)
 	}
 	g.TopicOutstanding = nil
 	for _, t := range c.topics {
@@ -244,7 +245,7 @@ func (n *Node) fenceGroup(name, op string) (unfence func(), e *wire.Error) {
 // resetGroup puts group c at start on each of its topics: a new floor and next offset, and
 // an empty window (the outstanding set is cleared in the same batch). Records handed out
 // before are delivered again if the reset moved before them.
-func (n *Node) resetGroup(ctx context.Context, a *principal, c consumerState, start wal.Start, force bool) *wire.Error {
+func (n *Node) resetGroup(ctx context.Context, a *auth.Principal, c consumerState, start wal.Start, force bool) *wire.Error {
 	unfence, e := n.fenceGroup(c.name, "reset")
 	if e != nil {
 		return e
@@ -284,7 +285,7 @@ func (n *Node) resetGroup(ctx context.Context, a *principal, c consumerState, st
 
 // removeGroup removes group c (its settings and every topic's state) and returns how many
 // topic states it had.
-func (n *Node) removeGroup(ctx context.Context, a *principal, c consumerState, force bool) (int, *wire.Error) {
+func (n *Node) removeGroup(ctx context.Context, a *auth.Principal, c consumerState, force bool) (int, *wire.Error) {
 	unfence, e := n.fenceGroup(c.name, "removed")
 	if e != nil {
 		return 0, e
@@ -327,13 +328,13 @@ func (n *Node) replicatedGroupTopic(topic string) bool {
 // replicated states: the node the request came to does, and so does a node it is passed on
 // to that serves the group (a forced operation ends its members there, and their last
 // stores, proposed meanwhile, must not outlive it). Called before the members are ended.
-func (n *Node) proposesGroupOp(a *principal, name string) bool {
-	return a != peerActor || n.liveGroup(name) != nil
+func (n *Node) proposesGroupOp(a *auth.Principal, name string) bool {
+	return a != auth.PeerActor || n.liveGroup(name) != nil
 }
 
 // groupDependents names the groups with state on topic, or live on this node and following
 // it, as a sees them.
-func (n *Node) groupDependents(a *principal, topic string) []string {
+func (n *Node) groupDependents(a *auth.Principal, topic string) []string {
 	names := make(map[string]bool)
 	err := n.wal.Groups("", func(g wal.GroupInfo) bool {
 		if g.States[topic] != nil && !isMirroredGroup(g.Name) {
@@ -353,7 +354,7 @@ func (n *Node) groupDependents(a *principal, topic string) []string {
 	}
 	deps := make([]string, 0, len(names))
 	for name := range names {
-		deps = append(deps, fmt.Sprintf("consumer group %q", a.consumerView(name)))
+		deps = append(deps, fmt.Sprintf("consumer group %q", a.ConsumerView(name)))
 	}
 	slices.Sort(deps)
 	return deps
@@ -434,12 +435,12 @@ func (g *group) purged(topic string, cut uint64) {
 
 // ambiguous refuses an operation on a name that is both a durable consumer and a group
 // (stored before names were kept apart).
-func ambiguous(a *principal, cs []consumerState) *wire.Error {
+func ambiguous(a *auth.Principal, cs []consumerState) *wire.Error {
 	if len(cs) < 2 {
 		return nil
 	}
 	return wire.Errorf(wire.CodeConflict, "%q names both a durable consumer and a consumer group: `quicmq consumers rm %s` removes both",
-		a.consumerView(cs[0].name), a.consumerView(cs[0].name))
+		a.ConsumerView(cs[0].name), a.ConsumerView(cs[0].name))
 }
 
 // groupNameTaken reports whether a group named name (stored) is stored: a durable of that
@@ -457,14 +458,14 @@ func (n *Node) durableNameTaken(name string) bool {
 
 // checkNewGroup refuses a group that is not stored yet when a durable consumer has its name
 // (stored) or when a's tenant is at MaxDurablesPerTenant.
-func (n *Node) checkNewGroup(a *principal, name string) *wire.Error {
+func (n *Node) checkNewGroup(a *auth.Principal, name string) *wire.Error {
 	if n.liveGroup(name) != nil || n.groupNameTaken(name) {
 		return nil
 	}
 	if n.durableNameTaken(name) {
-		return wire.Errorf(wire.CodeConflict, "%q is the name of a durable consumer: a consumer group needs a name of its own", a.consumerView(name))
+		return wire.Errorf(wire.CodeConflict, "%q is the name of a durable consumer: a consumer group needs a name of its own", a.ConsumerView(name))
 	}
-	if a.tenant != "" {
+	if a.Tenant != "" {
 		return n.checkDurables(a, name)
 	}
 	return nil
@@ -478,4 +479,21 @@ func (n *Node) groupCount(prefix, name string) (int, bool) {
 		n.log.Warn("counting groups failed", "prefix", prefix, "err", err)
 	}
 	return len(names), slices.Contains(names, name)
+}
+
+// checkDurables refuses a tenant's new durable consumer or consumer group past
+// MaxDurablesPerTenant (counting the durables with a position and the groups with state
+// stored on this node: both are stored state that only `consumers rm` removes).
+func (n *Node) checkDurables(a *auth.Principal, durable string) *wire.Error {
+	if durable == "" {
+		return nil
+	}
+	prefix := "tenant/" + a.Tenant + "/"
+	names := n.wal.PositionNames(prefix)
+	groups, isGroup := n.groupCount(prefix, durable)
+	if len(names)+groups < n.cfg.MaxDurablesPerTenant || slices.Contains(names, durable) || isGroup {
+		return nil
+	}
+	return wire.Errorf(wire.CodeLimit, "tenant %q has %d durable consumers and consumer groups on this node, the limit is %d (MaxDurablesPerTenant); reuse one, or remove one with `quicmq consumers rm NAME` (`quicmq consumers` lists them)",
+		a.Tenant, len(names)+groups, n.cfg.MaxDurablesPerTenant)
 }

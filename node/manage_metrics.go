@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quicmq/quicmq/node/auth"
 )
 
 // consumerCollector reports each consumer's backlog and the age of its last stored
@@ -46,7 +47,7 @@ func (c *consumerCollector) Collect(ch chan<- prometheus.Metric) {
 	if n.wal == nil {
 		return
 	}
-	cs, e := n.consumers(everything, "")
+	cs, e := n.consumers(auth.Everything, "")
 	if e != nil {
 		n.log.Warn("consumer metrics: listing failed", "err", e)
 		return

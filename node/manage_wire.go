@@ -13,6 +13,7 @@ import (
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -71,7 +72,7 @@ func (s *session) manage(str *quic.Stream, req wire.Frame) {
 type manager struct {
 	n      *Node
 	ctx    context.Context
-	a      *principal
+	a      *auth.Principal
 	peer   bool
 	from   string // the peer node's name, for a peer's request
 	region bool
@@ -81,13 +82,13 @@ type manager struct {
 // namespace.
 func (m *manager) stored(name string) (string, *wire.Error) {
 	ok := durableRE.MatchString
-	if m.peer || m.a.tenant == "" {
+	if m.peer || m.a.Tenant == "" {
 		ok = peerDurableRE.MatchString // a peer or an operator names a tenant's consumer with its prefix
 	}
 	if !ok(name) || strings.HasPrefix(name, mirrorCursorPrefix) {
 		return "", wire.Errorf(wire.CodeInvalidArgument, "consumer name %q: want 1-255 characters of [A-Za-z0-9_.-]", name)
 	}
-	return m.a.durable(name), nil
+	return m.a.Durable(name), nil
 }
 
 // consumers lists the principal's consumers (name empty) or finds one.
@@ -179,7 +180,7 @@ func (m *manager) gather(name string) ([]consumerState, *wire.Error) {
 	for _, c := range local {
 		add(c)
 	}
-	prefix := consumerPrefix(a)
+	prefix := auth.ConsumerPrefix(a)
 	err := n.askRegion(m.ctx, &wire.Consumers{Name: name}, func(f wire.Frame) error {
 		ci, ok := f.(*wire.ConsumerInfo)
 		if !ok {
@@ -283,13 +284,13 @@ func (m *manager) checkRegionMembers(name, op string, force bool) *wire.Error {
 // served: "" for this node, else the owner's name. stored is the topic in the node's
 // namespace.
 func (m *manager) topicTarget(topic string) (stored, owner string, e *wire.Error) {
-	if e := m.a.checkTopic(topic, false); e != nil {
+	if e := m.a.CheckTopic(topic, false); e != nil {
 		return "", "", e
 	}
-	if e := m.a.mayPublish(topic); e != nil {
+	if e := m.a.MayPublish(topic); e != nil {
 		return "", "", e
 	}
-	stored = m.a.topic(topic)
+	stored = m.a.Topic(topic)
 	if m.region {
 		o, e := m.n.place.owner(m.ctx, stored)
 		if e != nil {
@@ -341,7 +342,7 @@ func (m *manager) createTopic(f *wire.TopicCreate) (wire.TopicInfo, *wire.Error)
 			info.Leader, info.Replicas = m.n.topicHolders(ti.Name)
 		}
 	}
-	info.Name = m.a.clientName(info.Name)
+	info.Name = m.a.ClientName(info.Name)
 	return info, e
 }
 
@@ -352,13 +353,13 @@ func (m *manager) removeTopic(f *wire.TopicRemove) (uint64, *wire.Error) {
 	}
 	if m.n.rep != nil {
 		// A replicated region: the topic's group cuts it (replretain.go).
-		if e := m.a.checkTopic(f.Topic, false); e != nil {
+		if e := m.a.CheckTopic(f.Topic, false); e != nil {
 			return 0, e
 		}
-		if e := m.a.mayPublish(f.Topic); e != nil {
+		if e := m.a.MayPublish(f.Topic); e != nil {
 			return 0, e
 		}
-		if records, ok, e := m.removeReplicated(m.a.topic(f.Topic), f); ok {
+		if records, ok, e := m.removeReplicated(m.a.Topic(f.Topic), f); ok {
 			return records, e
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -25,7 +26,7 @@ import (
 // and the ones it holds are delivered again to others when their ack-wait passes.
 type member struct {
 	s      *session
-	view   *principal // whose names the dead-letter headers use: the client's (a relayed member's tenant)
+	view   *auth.Principal // whose names the dead-letter headers use: the client's (a relayed member's tenant)
 	g      *group
 	str    *quic.Stream
 	id     string // for the dead-letter headers: the client's address and the stream
@@ -76,12 +77,12 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	}
 	want := wal.GroupSettings{Pattern: req.Pattern, AckWait: gr.AckWait, MaxDeliver: gr.MaxDeliver, Order: gr.Order}
 	if gr.DeadLetter != "" {
-		if e := s.actor.checkTopic(gr.DeadLetter, false); e != nil {
+		if e := s.actor.CheckTopic(gr.DeadLetter, false); e != nil {
 			refuse(wire.Errorf(e.Code, "dead-letter topic: %s", e.Message))
 			return
 		}
-		want.DeadLetter = s.actor.topic(gr.DeadLetter)
-		if e := s.actor.mayPublish(gr.DeadLetter); e != nil { // the grant is in the client's names
+		want.DeadLetter = s.actor.Topic(gr.DeadLetter)
+		if e := s.actor.MayPublish(gr.DeadLetter); e != nil { // the grant is in the client's names
 			refuse(wire.Errorf(e.Code, "dead-letter topic: %s", e.Message))
 			return
 		}
@@ -91,7 +92,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		}
 	}
 	if n.place != nil && !s.peer {
-		home, e := n.groupHome(s.ctx, req.Pattern, s.actor.durable(gr.Name))
+		home, e := n.groupHome(s.ctx, req.Pattern, s.actor.Durable(gr.Name))
 		if e != nil {
 			refuse(e)
 			return
@@ -118,16 +119,16 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 			}
 			if o != n.cfg.Name {
 				refuse(wire.Errorf(wire.CodeUnavailable, "group %q: topic %q is owned by node %s of this region; a group is served by its home, which must hold its topics (the dead-letter topic too)",
-					gr.Name, s.actor.clientName(t), o))
+					gr.Name, s.actor.ClientName(t), o))
 				return
 			}
 		}
 	}
-	if e := n.checkNewGroup(s.groupActor(gr.Name), s.actor.durable(gr.Name)); e != nil {
+	if e := n.checkNewGroup(s.groupActor(gr.Name), s.actor.Durable(gr.Name)); e != nil {
 		refuse(e)
 		return
 	}
-	if e := n.groupBarrier(s.ctx, s.actor.durable(gr.Name), req.Pattern); e != nil { // grouprepl.go
+	if e := n.groupBarrier(s.ctx, s.actor.Durable(gr.Name), req.Pattern); e != nil { // grouprepl.go
 		refuse(e)
 		return
 	}
@@ -138,7 +139,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	m.w = wire.NewWriter(str)
 	m.mu.index = make(map[string]uint64)
 	m.view = s.groupActor(gr.Name)
-	g, e := n.joinGroup(s.actor.durable(gr.Name), m.view.clientDurable(s.actor.durable(gr.Name)), req, want, m)
+	g, e := n.joinGroup(s.actor.Durable(gr.Name), m.view.ClientDurable(s.actor.Durable(gr.Name)), req, want, m)
 	if e != nil {
 		refuse(e)
 		return
@@ -211,7 +212,7 @@ func (m *member) run() *wire.Error {
 		changed, due := g.waitCh() // before take: a change after it is not missed
 		got, dead := g.take(m, n.cfg.Groups.MemberBatch)
 		if len(dead) > 0 {
-			if err := g.deadLetter(m.ctx, dead, m.view.clientName); err != nil {
+			if err := g.deadLetter(m.ctx, dead, m.view.ClientName); err != nil {
 				n.log.Error("group dead-letter failed", "group", g.shown, "err", err)
 				return wire.Errorf(wire.CodeInternal, "group %q: %v", g.shown, err)
 			}
@@ -330,7 +331,7 @@ func (m *member) bind(topic string) uint64 {
 	i := uint64(len(m.mu.names))
 	m.mu.index[topic] = i
 	m.mu.names = append(m.mu.names, topic)
-	m.w.Buffer(&wire.Topic{Index: i, Name: m.s.actor.clientName(topic)})
+	m.w.Buffer(&wire.Topic{Index: i, Name: m.s.actor.ClientName(topic)})
 	return i
 }
 

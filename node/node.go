@@ -23,6 +23,7 @@ import (
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -42,8 +43,8 @@ type Node struct {
 	tr      *quic.Transport
 	ln      *quic.Listener
 	caFile  string
-	limits  wire.Limits  // for decoding what clients send
-	creds   []Credential // tokens and client certificates; empty: anonymous
+	limits  wire.Limits      // for decoding what clients send
+	creds   auth.Credentials // tokens and client certificates; empty: anonymous
 
 	// interest maps subscription patterns to the subscriptions that want to hear of new
 	// topics. Owned by no goroutine: routing.Table is safe for concurrent use.
@@ -106,7 +107,7 @@ func New(cfg Config) (*Node, error) {
 		n.gather = g
 	}
 	for _, t := range cfg.Tokens {
-		n.creds = append(n.creds, Credential{Token: t})
+		n.creds = append(n.creds, auth.Credential{Token: t})
 	}
 	n.creds = append(n.creds, cfg.Credentials...)
 	// The decoder lets payloads and headers up to the frame size through so that an

@@ -65,8 +65,8 @@ func (s *session) passThrough(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		defer wg.Done()
 		defer cancel()
 		var rename func(string) string
-		if s.actor.prefix != "" {
-			rename = s.actor.clientName
+		if s.actor.Prefix != "" {
+			rename = s.actor.ClientName
 		}
 		err := copyFrames(str, remote, n.limits.MaxFrame, rename)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, errDownstream) {

@@ -13,6 +13,7 @@ import (
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -446,7 +447,7 @@ func TestRegionPlacementConflict(t *testing.T) {
 // show the tenant's names, never the namespace.
 func TestRegionPlacementTenantRelay(t *testing.T) {
 	m := newRegionMesh(t, []string{"eu"}, 2, func(c *Config) {
-		c.Credentials = []Credential{{Token: acmeToken, Tenant: "acme"}}
+		c.Credentials = []auth.Credential{{Token: acmeToken, Tenant: "acme"}}
 	})
 	ctx := context.Background()
 	dial := func(name string) *client.Conn { return dialNode(t, m.nodes[name], client.Options{Token: acmeToken}) }

@@ -12,6 +12,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -218,13 +219,13 @@ func (p *publisher) acquire() bool {
 func (p *publisher) add(pub *wire.Publish) {
 	e := pub.Refused // over a per-publish limit the decoder checks (wire.Limits)
 	if e == nil {
-		e = p.s.actor.checkTopic(pub.Topic, false)
+		e = p.s.actor.CheckTopic(pub.Topic, false)
 	}
 	if e == nil {
-		e = p.s.actor.mayPublish(pub.Topic)
+		e = p.s.actor.MayPublish(pub.Topic)
 	}
 	if e == nil {
-		pub.Topic = p.s.actor.topic(pub.Topic)
+		pub.Topic = p.s.actor.Topic(pub.Topic)
 		e = p.s.n.checkPublish(pub)
 	}
 	if e != nil {
@@ -269,7 +270,7 @@ func (p *publisher) add(pub *wire.Publish) {
 // the wire limits: header count and key, producer id, topic length; see pub.Refused.)
 func (n *Node) checkPublish(pub *wire.Publish) *wire.Error {
 	if err := routing.ValidateTopic(pub.Topic); err != nil {
-		return &wire.Error{Code: wire.CodeInvalidTopic, Message: subjectMessage(err)}
+		return &wire.Error{Code: wire.CodeInvalidTopic, Message: auth.SubjectMessage(err)}
 	}
 	if len(pub.Payload) > n.cfg.MaxPayload {
 		return wire.Errorf(wire.CodeTooLarge, "payload of %d bytes is over the limit of %d bytes", len(pub.Payload), n.cfg.MaxPayload)

@@ -27,15 +27,15 @@ func (s *session) serveReplicatedCreate(str *quic.Stream, rd *wire.Reader, f *wi
 		s.servePlaceBatch(str, rd, f) // replask.go: an ask of many topics
 		return
 	case !s.peer:
-		if e := s.actor.checkTopic(topic, false); e != nil {
+		if e := s.actor.CheckTopic(topic, false); e != nil {
 			s.failStream(str, e)
 			return
 		}
-		if e := s.actor.mayPublish(topic); e != nil {
+		if e := s.actor.MayPublish(topic); e != nil {
 			s.failStream(str, e)
 			return
 		}
-		topic = s.actor.topic(topic)
+		topic = s.actor.Topic(topic)
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, n.cfg.ManageTimeout)
 	defer cancel()
@@ -49,7 +49,7 @@ func (s *session) serveReplicatedCreate(str *quic.Stream, rd *wire.Reader, f *wi
 	if want != 0 && len(t.replicas) != want {
 		// A topic's replica set is fixed when it is placed (no reassignment yet).
 		s.failStream(str, wire.Errorf(wire.CodeInvalidArgument, "topic %q exists with %d replicas (%s), %d asked: a topic's replica count is set when it is created",
-			s.actor.clientName(topic), len(t.replicas), strings.Join(t.names(), ", "), want))
+			s.actor.ClientName(topic), len(t.replicas), strings.Join(t.names(), ", "), want))
 		return
 	}
 	var ti wire.TopicInfo
@@ -68,7 +68,7 @@ func (s *session) serveReplicatedCreate(str *quic.Stream, rd *wire.Reader, f *wi
 	} else {
 		ti = n.replTopicInfo(topic)
 	}
-	ti.Name = s.actor.clientName(topic)
+	ti.Name = s.actor.ClientName(topic)
 	w := wire.NewWriter(str)
 	if w.Write(topicInfoFor(s.version, &ti)) == nil && w.Flush() == nil {
 		str.Close()

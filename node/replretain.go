@@ -11,6 +11,7 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -48,7 +49,7 @@ func (m *manager) removeReplicated(stored string, f *wire.TopicRemove) (records 
 		if n.wal.IsLocal(stored) {
 			return 0, false, nil
 		}
-		return 0, true, wire.Errorf(wire.CodeNotFound, "no topic %q in this region", m.a.clientName(stored))
+		return 0, true, wire.Errorf(wire.CodeNotFound, "no topic %q in this region", m.a.ClientName(stored))
 	}
 	lead, e := r.route(m.ctx, stored, m.peer, m.from)
 	if e != nil {
@@ -83,7 +84,7 @@ func (m *manager) relayRemove(node, stored string, f *wire.TopicRemove) (uint64,
 // every replica: a purge cuts every record below the next offset at apply; a delete
 // (EntryForget) also removes the topic's positions, group states and configuration, and
 // ends its subscriptions with CodeTopicDeleted. The topic stays placed: its offsets go on.
-func (n *Node) removeReplicatedHere(ctx context.Context, a *principal, t *repTopic, del, force bool) (uint64, *wire.Error) {
+func (n *Node) removeReplicatedHere(ctx context.Context, a *auth.Principal, t *repTopic, del, force bool) (uint64, *wire.Error) {
 	what := "purge"
 	if del {
 		what = "delete"
@@ -95,7 +96,7 @@ func (n *Node) removeReplicatedHere(ctx context.Context, a *principal, t *repTop
 				loses = "their positions on it would be deleted with it"
 			}
 			return 0, wire.Errorf(wire.CodeInUse, "topic %q has dependents: %s; %s. Remove them first, or %s with --force",
-				a.clientName(t.name), strings.Join(deps, ", "), loses, what)
+				a.ClientName(t.name), strings.Join(deps, ", "), loses, what)
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
@@ -116,7 +117,7 @@ func (n *Node) removeReplicatedHere(ctx context.Context, a *principal, t *repTop
 	} else {
 		n.topicRemoved(t.name, false, res.Cut)
 	}
-	n.log.Info("topic "+what+"d", "topic", t.name, "records", res.Cut-res.First, "first", res.Cut, "forced", force, "by", a.name)
+	n.log.Info("topic "+what+"d", "topic", t.name, "records", res.Cut-res.First, "first", res.Cut, "forced", force, "by", a.Name)
 	return res.Cut - res.First, nil
 }
 
@@ -175,7 +176,7 @@ func (s *session) configureReplicated(ctx context.Context, topic string, f *wire
 	case exists && cur == cfg:
 	case exists && f.Flags&wire.ManageUpdate == 0:
 		return wire.TopicInfo{}, wire.Errorf(wire.CodeInvalidArgument, "topic %q exists with another configuration (%s): update it with --update",
-			s.actor.clientName(topic), cur)
+			s.actor.ClientName(topic), cur)
 	default:
 		pctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
 		defer cancel()
@@ -183,7 +184,7 @@ func (s *session) configureReplicated(ctx context.Context, topic string, f *wire
 		if res.Err != nil {
 			return wire.TopicInfo{}, r.proposeErr(t, res.Err, "did not store the topic's configuration")
 		}
-		n.log.Info("topic configured", "topic", topic, "config", cfg.String(), "by", s.actor.name)
+		n.log.Info("topic configured", "topic", topic, "config", cfg.String(), "by", s.actor.Name)
 	}
 	return n.replTopicInfo(topic), nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 )
 
 // session is one client connection. Its run goroutine owns the control stream and accepts
@@ -28,9 +29,9 @@ type session struct {
 	cancel context.CancelFunc
 	ready  chan struct{} // closed after WELCOME: streams wait for it
 
-	peer     bool       // another node of the mesh (ALPN quicmq-peer/1, mutual TLS)
-	peerName string     // its name, from its certificate
-	actor    *principal // who the session acts for: set before ready closes
+	peer     bool            // another node of the mesh (ALPN quicmq-peer/1, mutual TLS)
+	peerName string          // its name, from its certificate
+	actor    *auth.Principal // who the session acts for: set before ready closes
 	// version is the client protocol version spoken on the connection: negotiated in HELLO
 	// (wire.Negotiate), wire.PeerVersion with a peer. Set before ready closes.
 	version uint64
@@ -68,7 +69,7 @@ func newSession(n *Node, conn *quic.Conn) *session {
 	if s.peer {
 		s.peerName = conn.ConnectionState().TLS.PeerCertificates[0].Subject.CommonName
 		s.log = s.log.With("peer", s.peerName)
-		s.actor = peerActor
+		s.actor = auth.PeerActor
 		s.version = wire.PeerVersion
 	}
 	return s
@@ -152,7 +153,7 @@ func (s *session) handshake(str *quic.Stream) error {
 	if certs := s.conn.ConnectionState().TLS.PeerCertificates; len(certs) > 0 {
 		subject = certs[0].Subject.CommonName // verified against the mesh CA by the handshake
 	}
-	actor := s.n.authenticate(hello.Token, subject)
+	actor := s.n.creds.Authenticate(hello.Token, subject)
 	if actor == nil {
 		what := "the token is missing or not valid on this node"
 		if subject != "" {
@@ -160,11 +161,11 @@ func (s *session) handshake(str *quic.Stream) error {
 		}
 		return s.refuse(str, wire.AppUnauthorized, wire.Errorf(wire.CodeUnauthorized, "%s", what))
 	}
-	if actor.tenant != "" {
-		if e := s.n.addTenantConn(actor.tenant); e != nil {
+	if actor.Tenant != "" {
+		if e := s.n.addTenantConn(actor.Tenant); e != nil {
 			return s.refuse(str, wire.AppLimit, e)
 		}
-		s.tenant = actor.tenant
+		s.tenant = actor.Tenant
 	}
 	s.actor = actor
 	c := s.n.cfg
@@ -177,7 +178,7 @@ func (s *session) handshake(str *quic.Stream) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	s.log = s.log.With("client", hello.Client, "as", actor.name)
+	s.log = s.log.With("client", hello.Client, "as", actor.Name)
 	close(s.ready)
 	// The client sends nothing more on the control stream, and nothing here reads it: an
 	// idle connection costs no goroutine of its own at the node beyond its streams' (a

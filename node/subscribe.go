@@ -143,10 +143,10 @@ type boundTopic struct {
 func (s *session) authorizeSubscribe(req *wire.Subscribe) (*wire.Subscribe, *wire.Error) {
 	n := s.n
 	a := s.actor
-	if e := a.checkTopic(req.Pattern, true); e != nil {
+	if e := a.CheckTopic(req.Pattern, true); e != nil {
 		return nil, e
 	}
-	if e := a.maySubscribe(req.Pattern); e != nil {
+	if e := a.MaySubscribe(req.Pattern); e != nil {
 		return nil, e
 	}
 	durableOK := durableRE.MatchString
@@ -162,9 +162,9 @@ func (s *session) authorizeSubscribe(req *wire.Subscribe) (*wire.Subscribe, *wir
 	if e := checkVector(a, n.cfg.Region, req); e != nil { // vector.go
 		return nil, e
 	}
-	if a.tenant != "" {
+	if a.Tenant != "" {
 		r := *req
-		r.Pattern, r.Durable = a.topic(req.Pattern), a.durable(req.Durable)
+		r.Pattern, r.Durable = a.Topic(req.Pattern), a.Durable(req.Durable)
 		r.Vector = namespaceVector(a, req.Vector)
 		req = &r
 		if e := n.checkDurables(a, req.Durable); e != nil {
@@ -212,7 +212,7 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 	}
 	var release func() // an exclusive durable's lock (exclusive.go)
 	if req.Durable != "" && !s.peer {
-		release, e = n.lockDurable(s, req.Durable, s.actor.clientDurable(req.Durable), req.Flags&wire.SubscribeStandby != 0, str.Context().Done())
+		release, e = n.lockDurable(s, req.Durable, s.actor.ClientDurable(req.Durable), req.Flags&wire.SubscribeStandby != 0, str.Context().Done())
 		if e != nil || release == nil {
 			if e != nil {
 				refuse(e)
@@ -683,7 +683,7 @@ func (sub *subscription) startOffset(topic string, created bool) (uint64, uint64
 	case wire.StartOffset:
 		if sub.req.StartValue > next {
 			return 0, 0, wire.Errorf(wire.CodeOffsetOutOfRange, "start offset %d of topic %q is past its head: the next record gets offset %d (start at most there)",
-				sub.req.StartValue, sub.s.actor.clientName(topic), next)
+				sub.req.StartValue, sub.s.actor.ClientName(topic), next)
 		}
 		return max(sub.req.StartValue, first), 0, nil
 	case wire.StartTime:
@@ -735,7 +735,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 			sent++
 		case errors.Is(err, wal.ErrUnknownTopic):
 		case errors.Is(err, wal.ErrTopicDeleted):
-			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.clientName(c.topic))
+			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.ClientName(c.topic))
 		case errors.Is(err, wal.ErrClosed):
 			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
 		default:
@@ -861,7 +861,7 @@ func (sub *subscription) bindIndex(c *cursor) string {
 	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next, floor: c.stored})
 	sub.mu.Unlock()
 	c.bound = true
-	return sub.s.actor.clientName(c.topic)
+	return sub.s.actor.ClientName(c.topic)
 }
 
 // bufferTopic buffers the TOPIC frame binding c's number to name.

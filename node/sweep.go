@@ -466,7 +466,7 @@ func (sub *subscription) sendSwept() (int, *wire.Error) {
 			more = false
 		case errors.Is(err, wal.ErrTopicDeleted):
 			keep = append(keep, st.active[i:]...)
-			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.clientName(c.topic))
+			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.ClientName(c.topic))
 		case errors.Is(err, wal.ErrClosed):
 			keep = append(keep, st.active[i:]...)
 			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -27,11 +28,11 @@ func (s *session) listTopics(str *quic.Stream, req *wire.Topics) {
 	if pattern == "" {
 		pattern = ">"
 	}
-	if e := s.actor.checkTopic(pattern, true); e != nil {
+	if e := s.actor.CheckTopic(pattern, true); e != nil {
 		s.failStream(str, e)
 		return
 	}
-	pattern = s.actor.topic(pattern)
+	pattern = s.actor.Topic(pattern)
 	w := &topicLister{w: wire.NewWriter(str), actor: s.actor, version: s.version}
 	if err := s.n.listLocalTopics(pattern, w.Write); err != nil {
 		if !errors.Is(err, wal.ErrClosed) {
@@ -105,18 +106,18 @@ func literalPrefix(pattern string) string {
 // single node, or a replicated region where every node holds every topic) holds no names.
 type topicLister struct {
 	w       *wire.Writer
-	actor   *principal
+	actor   *auth.Principal
 	version uint64 // the session's protocol version: what a TOPIC_INFO carries
 	remote  map[string]bool
 }
 
 func (l *topicLister) Write(t *wire.TopicInfo) error {
-	if l.actor.prefix != "" {
+	if l.actor.Prefix != "" {
 		c := *t
-		c.Name = l.actor.clientName(t.Name)
+		c.Name = l.actor.ClientName(t.Name)
 		t = &c
 	}
-	if l.actor.maySubscribe(t.Name) != nil && l.actor.mayPublish(t.Name) != nil {
+	if l.actor.MaySubscribe(t.Name) != nil && l.actor.MayPublish(t.Name) != nil {
 		return nil
 	}
 	return l.w.Write(topicInfoFor(l.version, t))

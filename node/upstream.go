@@ -269,7 +269,7 @@ func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
 		sub.mu.Unlock()
 		up.remote[f.Index] = idx
 		sub.upIndex[f.Name] = idx
-		sub.w.Buffer(&wire.Topic{Index: sub.out.index(idx), Name: sub.s.actor.clientName(f.Name)})
+		sub.w.Buffer(&wire.Topic{Index: sub.out.index(idx), Name: sub.s.actor.ClientName(f.Name)})
 	case *wire.Record:
 		if up.skip[f.Index] {
 			return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -70,7 +71,7 @@ type ackVector struct {
 // checkVector validates a SUBSCRIBE's vector block (client names) for principal p, on a node
 // of region: a subscription relayed by a sibling of the region (region set to its own) takes
 // one as a client's does.
-func checkVector(p *principal, region string, req *wire.Subscribe) *wire.Error {
+func checkVector(p *auth.Principal, region string, req *wire.Subscribe) *wire.Error {
 	if req.Vector == nil {
 		return nil
 	}
@@ -81,7 +82,7 @@ func checkVector(p *principal, region string, req *wire.Subscribe) *wire.Error {
 		return wire.Errorf(wire.CodeInvalidArgument, "a vector position applies to this region's log, not to a replay of region %q", req.Region)
 	}
 	for _, tv := range req.Vector {
-		if e := p.checkTopic(tv.Topic, false); e != nil {
+		if e := p.CheckTopic(tv.Topic, false); e != nil {
 			return wire.Errorf(e.Code, "vector position of topic %q: %s", tv.Topic, e.Message)
 		}
 		if !routing.Match(req.Pattern, tv.Topic) {
@@ -92,13 +93,13 @@ func checkVector(p *principal, region string, req *wire.Subscribe) *wire.Error {
 }
 
 // namespaceVector is v with p's namespace added to its topics.
-func namespaceVector(p *principal, v []wire.TopicVector) []wire.TopicVector {
+func namespaceVector(p *auth.Principal, v []wire.TopicVector) []wire.TopicVector {
 	if v == nil {
 		return nil
 	}
 	out := make([]wire.TopicVector, len(v))
 	for i, tv := range v {
-		out[i] = wire.TopicVector{Topic: p.topic(tv.Topic), Origins: tv.Origins}
+		out[i] = wire.TopicVector{Topic: p.Topic(tv.Topic), Origins: tv.Origins}
 	}
 	return out
 }
@@ -309,7 +310,7 @@ func (sub *subscription) vectorResume(topic string) (uint64, bool, *wire.Error) 
 			dok = dv != nil
 		}
 		if err != nil {
-			return 0, false, wire.Errorf(wire.CodeInternal, "read the positions of %q on %q: %v", d, sub.s.actor.clientName(topic), err)
+			return 0, false, wire.Errorf(wire.CodeInternal, "read the positions of %q on %q: %v", d, sub.s.actor.ClientName(topic), err)
 		}
 		switch {
 		case ok && dok:
@@ -332,7 +333,7 @@ func (sub *subscription) vectorResume(topic string) (uint64, bool, *wire.Error) 
 	sub.vec.want[topic] = v // the cursor skips what it covers
 	start, err := vectorStart(n.wal, n.cfg.Region, topic, v)
 	if err != nil {
-		return 0, false, wire.Errorf(wire.CodeInternal, "find the vector position of topic %q: %v", sub.s.actor.clientName(topic), err)
+		return 0, false, wire.Errorf(wire.CodeInternal, "find the vector position of topic %q: %v", sub.s.actor.ClientName(topic), err)
 	}
 	if sub.req.Durable != "" {
 		sub.vec.begin(topic, start, maps.Clone(v))

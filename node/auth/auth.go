@@ -1,10 +1,9 @@
-package node
+package auth
 
 import (
 	"crypto/subtle"
 	"fmt"
 	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/quicmq/quicmq/internal/wire"
@@ -33,7 +32,12 @@ type Credential struct {
 // tenantRE is the grammar of tenant names: one topic token, so "TENANT." prefixes a topic.
 var tenantRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-func (c Credential) validate() error {
+// ValidTenant reports whether name is a valid tenant name (one topic token of
+// [A-Za-z0-9_-], 1-64 characters).
+func ValidTenant(name string) bool { return tenantRE.MatchString(name) }
+
+// Validate says what is wrong with c, if anything.
+func (c Credential) Validate() error {
 	switch {
 	case c.Token == "" && c.Subject == "":
 		return fmt.Errorf("neither Token nor Subject set")
@@ -54,93 +58,96 @@ func (c Credential) validate() error {
 
 // principal is who a session acts for: its namespace and permissions. Peers and anonymous
 // clients have the whole namespace and every permission.
-type principal struct {
-	name   string // for logs: "tenant acme", "token #3", "certificate ops-1", "anonymous"
-	tenant string
-	prefix string // tenant + "." or ""
+type Principal struct {
+	Name   string // for logs: "tenant acme", "token #3", "certificate ops-1", "anonymous"
+	Tenant string
+	Prefix string // tenant + "." or ""
 	pub    []string
 	sub    []string
 }
 
 var (
-	everything = &principal{name: "anonymous"}
-	peerActor  = &principal{name: "peer"}
+	Everything = &Principal{Name: "anonymous"}
+	PeerActor  = &Principal{Name: "peer"}
 )
 
-func newPrincipal(name string, c Credential) *principal {
-	p := &principal{name: name, tenant: c.Tenant, pub: c.Publish, sub: c.Subscribe}
+func NewPrincipal(name string, c Credential) *Principal {
+	p := &Principal{Name: name, Tenant: c.Tenant, pub: c.Publish, sub: c.Subscribe}
 	if c.Tenant != "" {
-		p.prefix = c.Tenant + "."
-		p.name += " (tenant " + c.Tenant + ")"
+		p.Prefix = c.Tenant + "."
+		p.Name += " (tenant " + c.Tenant + ")"
 	}
 	return p
 }
 
+// credentials are the node's tokens and client certificates; empty: anonymous.
+type Credentials []Credential
+
 // authenticate finds the credential for a HELLO token or a client certificate's subject:
 // nil when neither is valid. Tokens are compared in constant time, all of them.
-func (n *Node) authenticate(token, subject string) *principal {
-	if len(n.creds) == 0 {
-		return everything
+func (creds Credentials) Authenticate(token, subject string) *Principal {
+	if len(creds) == 0 {
+		return Everything
 	}
-	var found *principal
-	for i, c := range n.creds {
+	var found *Principal
+	for i, c := range creds {
 		if c.Token != "" && subtle.ConstantTimeCompare([]byte(c.Token), []byte(token)) == 1 && found == nil {
-			found = newPrincipal(fmt.Sprintf("token #%d", i), c)
+			found = NewPrincipal(fmt.Sprintf("token #%d", i), c)
 		}
 	}
 	if found != nil || subject == "" {
 		return found
 	}
-	for _, c := range n.creds {
+	for _, c := range creds {
 		if c.Subject != "" && c.Subject == subject {
-			return newPrincipal("certificate "+subject, c)
+			return NewPrincipal("certificate "+subject, c)
 		}
 	}
 	return nil
 }
 
 // topic maps a client's topic or pattern to the node's namespace.
-func (p *principal) topic(name string) string { return p.prefix + name }
+func (p *Principal) Topic(name string) string { return p.Prefix + name }
 
 // clientName maps a stored topic name back to the client's view.
-func (p *principal) clientName(name string) string { return strings.TrimPrefix(name, p.prefix) }
+func (p *Principal) ClientName(name string) string { return strings.TrimPrefix(name, p.Prefix) }
 
 // durable maps a client's durable consumer name into the tenant's namespace. The "/" keeps
 // it apart from every name a client can choose (durableRE has none) and from mirror cursors.
-func (p *principal) durable(name string) string {
-	if p.tenant == "" || name == "" {
+func (p *Principal) Durable(name string) string {
+	if p.Tenant == "" || name == "" {
 		return name
 	}
-	return "tenant/" + p.tenant + "/" + name
+	return "tenant/" + p.Tenant + "/" + name
 }
 
 // subjectMessage is a routing error as an ERROR or PUBLISH_ERROR message: without the Go
 // package's prefix, which means nothing to a client (`invalid topic "a..b": empty token at
 // byte 2`).
-func subjectMessage(err error) string {
+func SubjectMessage(err error) string {
 	return strings.TrimPrefix(err.Error(), "routing: ")
 }
 
 // checkTopic validates a client's topic, as the client named it and with its namespace.
-func (p *principal) checkTopic(name string, pattern bool) *wire.Error {
+func (p *Principal) CheckTopic(name string, pattern bool) *wire.Error {
 	validate := routing.ValidateTopic
 	if pattern {
 		validate = routing.ValidatePattern
 	}
 	if err := validate(name); err != nil {
-		return &wire.Error{Code: wire.CodeInvalidTopic, Message: subjectMessage(err)}
+		return &wire.Error{Code: wire.CodeInvalidTopic, Message: SubjectMessage(err)}
 	}
-	if p.prefix != "" {
-		if err := validate(p.topic(name)); err != nil {
+	if p.Prefix != "" {
+		if err := validate(p.Topic(name)); err != nil {
 			return wire.Errorf(wire.CodeInvalidTopic, "%q is too long or has too many tokens inside tenant %q's namespace (%q): %v",
-				name, p.tenant, p.prefix, subjectMessage(err))
+				name, p.Tenant, p.Prefix, SubjectMessage(err))
 		}
 	}
 	return nil
 }
 
 // mayPublish refuses a publish to topic (the client's name) outside the grant.
-func (p *principal) mayPublish(topic string) *wire.Error {
+func (p *Principal) MayPublish(topic string) *wire.Error {
 	if p.pub == nil {
 		return nil
 	}
@@ -149,12 +156,12 @@ func (p *principal) mayPublish(topic string) *wire.Error {
 			return nil
 		}
 	}
-	return wire.Errorf(wire.CodeForbidden, "%s may not publish to %q (allowed: %s)", p.name, topic, grantList(p.pub))
+	return wire.Errorf(wire.CodeForbidden, "%s may not publish to %q (allowed: %s)", p.Name, topic, grantList(p.pub))
 }
 
 // maySubscribe refuses a subscription (or replay, or listing) whose pattern reaches beyond
 // the grant: every topic it can match must be allowed.
-func (p *principal) maySubscribe(pattern string) *wire.Error {
+func (p *Principal) MaySubscribe(pattern string) *wire.Error {
 	if p.sub == nil {
 		return nil
 	}
@@ -163,24 +170,7 @@ func (p *principal) maySubscribe(pattern string) *wire.Error {
 			return nil
 		}
 	}
-	return wire.Errorf(wire.CodeForbidden, "%s may not subscribe to %q (allowed: %s)", p.name, pattern, grantList(p.sub))
-}
-
-// checkDurables refuses a tenant's new durable consumer or consumer group past
-// MaxDurablesPerTenant (counting the durables with a position and the groups with state
-// stored on this node: both are stored state that only `consumers rm` removes).
-func (n *Node) checkDurables(a *principal, durable string) *wire.Error {
-	if durable == "" {
-		return nil
-	}
-	prefix := "tenant/" + a.tenant + "/"
-	names := n.wal.PositionNames(prefix)
-	groups, isGroup := n.groupCount(prefix, durable)
-	if len(names)+groups < n.cfg.MaxDurablesPerTenant || slices.Contains(names, durable) || isGroup {
-		return nil
-	}
-	return wire.Errorf(wire.CodeLimit, "tenant %q has %d durable consumers and consumer groups on this node, the limit is %d (MaxDurablesPerTenant); reuse one, or remove one with `quicmq consumers rm NAME` (`quicmq consumers` lists them)",
-		a.tenant, len(names)+groups, n.cfg.MaxDurablesPerTenant)
+	return wire.Errorf(wire.CodeForbidden, "%s may not subscribe to %q (allowed: %s)", p.Name, pattern, grantList(p.sub))
 }
 
 func grantList(ps []string) string {
@@ -188,4 +178,37 @@ func grantList(ps []string) string {
 		return "nothing"
 	}
 	return strings.Join(ps, ", ")
+}
+
+// clientDurable is a stored durable or group name as the client named it.
+func (p *Principal) ClientDurable(name string) string {
+	if p.Tenant == "" {
+		return name
+	}
+	return strings.TrimPrefix(name, "tenant/"+p.Tenant+"/")
+}
+
+// consumerPrefix is the prefix of a's stored durable and group names: "" or "tenant/T/".
+func ConsumerPrefix(a *Principal) string {
+	if a.Tenant == "" {
+		return ""
+	}
+	return "tenant/" + a.Tenant + "/"
+}
+
+// consumerView is the name a client of a sees for stored consumer name.
+func (a *Principal) ConsumerView(name string) string {
+	return strings.TrimPrefix(name, ConsumerPrefix(a))
+}
+
+// mayManageConsumer refuses a consumer op unless a may subscribe to every topic (node
+// names) the consumer has a position on: the grant that lets a client consume a topic lets
+// it see and move a consumer of it.
+func (a *Principal) MayManageConsumer(topics []string) *wire.Error {
+	for _, t := range topics {
+		if e := a.MaySubscribe(a.ClientName(t)); e != nil {
+			return e
+		}
+	}
+	return nil
 }
