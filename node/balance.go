@@ -226,7 +226,7 @@ func (r *replicated) noteDown(now time.Time) {
 			continue
 		}
 		seen[name] = true
-		if r.n.place.memberStatus(name) == gossip.StatusAlive {
+		if r.n.place.MemberStatus(name) == gossip.StatusAlive {
 			delete(r.bal.downSince, name)
 			delete(r.bal.refused, name)
 		} else if _, ok := r.bal.downSince[name]; !ok {

@@ -610,7 +610,7 @@ func (r *replicated) handOff(ctx context.Context) int {
 func (r *replicated) drainBlockers(name string) []string {
 	drained := r.drain.drainedSet()
 	up := func(n string) bool {
-		return n != name && !drained[n] && (n == r.n.cfg.Name || r.n.place.memberStatus(n) == gossip.StatusAlive)
+		return n != name && !drained[n] && (n == r.n.cfg.Name || r.n.place.MemberStatus(n) == gossip.StatusAlive)
 	}
 	var out []string
 	r.mu.Lock()

@@ -53,9 +53,9 @@ func (n *Node) consumerHome(name string) string {
 		return n.cfg.Name
 	}
 	var names []string
-	for _, m := range n.place.members() {
-		if m.status == gossip.StatusAlive {
-			names = append(names, m.name)
+	for _, m := range n.place.Members() {
+		if m.Status == gossip.StatusAlive {
+			names = append(names, m.Name)
 		}
 	}
 	return routing.Owner(homeKey(name), names)
@@ -71,7 +71,7 @@ func (n *Node) groupHome(ctx context.Context, pattern, name string) (string, *wi
 		return cmpOr(home, n.cfg.Name), e
 	}
 	if routing.IsLiteral(pattern) {
-		return n.place.owner(ctx, pattern)
+		return n.place.Owner(ctx, pattern)
 	}
 	return n.consumerHome(name), nil
 }

@@ -318,7 +318,7 @@ func (n *Node) placeChanged() <-chan struct{} {
 	if n.rep == nil || n.place == nil {
 		return nil
 	}
-	return n.place.changedCh()
+	return n.place.Changed()
 }
 
 // appendDeadLetter appends a group's dead-letter records to topic (stored) and returns once

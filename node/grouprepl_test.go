@@ -413,7 +413,7 @@ func TestReplicatedGroupManage(t *testing.T) {
 
 	m.nodes[down].Close()
 	testlog.WaitFor(t, 20*time.Second, down+" failed as "+entry+" sees it", func() bool {
-		return m.nodes[entry].place.memberStatus(down) != gossip.StatusAlive
+		return m.nodes[entry].place.MemberStatus(down) != gossip.StatusAlive
 	})
 	ac := m.dial(entry)
 	if _, err := ac.ResetConsumer(ctx, "g", client.AtOffset(3), client.ManageOptions{}); err != nil {
@@ -447,7 +447,7 @@ func TestReplicatedGroupManage(t *testing.T) {
 	mc.Close()
 
 	testlog.WaitFor(t, 20*time.Second, "every node alive as "+entry+" sees it", func() bool {
-		return m.nodes[entry].place.memberStatus(down) == gossip.StatusAlive && m.nodes[entry].place.memberStatus(lead) == gossip.StatusAlive
+		return m.nodes[entry].place.MemberStatus(down) == gossip.StatusAlive && m.nodes[entry].place.MemberStatus(lead) == gossip.StatusAlive
 	})
 	ac = m.dial(entry)
 	defer ac.Close()

@@ -292,7 +292,7 @@ func (m *manager) topicTarget(topic string) (stored, owner string, e *wire.Error
 	}
 	stored = m.a.Topic(topic)
 	if m.region {
-		o, e := m.n.place.owner(m.ctx, stored)
+		o, e := m.n.place.Owner(m.ctx, stored)
 		if e != nil {
 			return "", "", e
 		}
@@ -388,11 +388,11 @@ func topicInfo(t wal.TopicInfo) wire.TopicInfo {
 // fn. A node that cannot be asked fails the request (CodeUnavailable): a consumer's state
 // there would be missed or left unchanged.
 func (n *Node) askRegion(ctx context.Context, req wire.Frame, fn func(wire.Frame) error) *wire.Error {
-	for _, m := range n.place.members() {
-		if m.name == n.cfg.Name || m.status != gossip.StatusAlive {
+	for _, m := range n.place.Members() {
+		if m.Name == n.cfg.Name || m.Status != gossip.StatusAlive {
 			continue
 		}
-		if e := n.askNode(ctx, m.name, req, fn); e != nil && e.Code != wire.CodeNotFound {
+		if e := n.askNode(ctx, m.Name, req, fn); e != nil && e.Code != wire.CodeNotFound {
 			return e
 		}
 	}

@@ -112,7 +112,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 				// sent the member there), and dead-letter records go through raft.
 				continue
 			}
-			o, e := n.place.owner(s.ctx, t)
+			o, e := n.place.Owner(s.ctx, t)
 			if e != nil {
 				refuse(e)
 				return

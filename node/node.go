@@ -24,6 +24,7 @@ import (
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/placement"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -56,7 +57,7 @@ type Node struct {
 
 	gossip *gossip.Gossip         // nil without GossipLAN
 	fed    *federation.Federation // links to the other nodes of the mesh; nil without GossipLAN
-	place  *placement             // which node of the region owns which topic; nil without GossipLAN
+	place  *placement.Table       // which node of the region owns which topic; nil without GossipLAN
 	rep    *replicated            // replicated topics (Config.Replicas > 1); nil otherwise
 	raftID uint64                 // this node's raft ID, with Replicas > 1
 	// meshTags are the gossip tags the node announces (SetTags replaces them all); tagMu
@@ -197,7 +198,19 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		return fmt.Errorf("node: gossip: %w", err)
 	}
 	n.gossip = g
-	n.place = newPlacement(n)
+	n.place = placement.New(placement.Config{
+		Name: c.Name, Region: c.Region, Replicated: c.Replicas > 1,
+		Log: n.log, Gossip: g,
+		HasLog:           func(topic string) bool { _, _, ok := n.wal.Bounds(topic); return ok },
+		MirrorReplicated: func(topic string) bool { return n.rep.shouldMirror(topic) },
+		// The federation and the replicated path are made after placement, which they use.
+		Resync: func() {
+			if n.fed != nil {
+				n.fed.Resync()
+			}
+		},
+		Connected: func(name string) bool { return n.fed.Connected(name) },
+	}, n.reg)
 	n.fed, err = federation.New(federation.Config{
 		Region: c.Region, Name: c.Name,
 		Log:              n.wal,
@@ -207,9 +220,9 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		StallAfter:       c.MirrorStallAfter,
 		MaxMirrorStreams: c.MirrorStreams,
 		MaxMirrorSeries:  c.MaxSeriesPerMetric,
-		ShouldMirror:     n.place.shouldMirror,
-		OnCatalog:        n.place.onCatalog,
-		OnCatalogSynced:  n.place.onCatalogSynced,
+		ShouldMirror:     n.place.ShouldMirror,
+		OnCatalog:        n.place.OnCatalog,
+		OnCatalogSynced:  n.place.OnCatalogSynced,
 		Logger:           n.log,
 		Registerer:       n.reg,
 		Now:              c.Now,
@@ -531,7 +544,7 @@ func (n *Node) runMesh(ctx context.Context) *sync.WaitGroup {
 				return
 			case <-events:
 				n.fed.PeersChanged()
-				n.place.membersChanged()
+				n.place.MembersChanged()
 				if n.rep != nil {
 					n.rep.wakeFailed(ctx)
 				}
@@ -615,4 +628,13 @@ func statelessResetKey(dataDir string) (*quic.StatelessResetKey, error) {
 func (n *Node) closeSocket() {
 	n.tr.Close()
 	n.udp.Close()
+}
+
+// Conflicts returns the topics with a log on more than one node of this region, with their
+// holders.
+func (n *Node) Conflicts() map[string][]string {
+	if n.place == nil {
+		return nil
+	}
+	return n.place.Conflicts()
 }

@@ -215,7 +215,7 @@ func (r *replicated) nodeInfos(ctx context.Context) []NodeInfo {
 			ni.State, ni.Dead = "removing", q.dead
 		case drained[name]:
 			ni.State = "draining"
-		case name == n.cfg.Name || n.gossip != nil && n.place.memberStatus(name) == gossip.StatusAlive:
+		case name == n.cfg.Name || n.gossip != nil && n.place.MemberStatus(name) == gossip.StatusAlive:
 			ni.State = "up"
 		default:
 			ni.State = "down"

@@ -69,7 +69,7 @@ func (m *regionMesh) restart(name string) {
 func (m *regionMesh) waitReady() {
 	m.t.Helper()
 	waitLinksUp(m.t, m.nodes, 30*time.Second, func(n *Node) bool {
-		_, ready, _ := n.place.ownerNow("probe")
+		_, ready, _ := n.place.OwnerNow("probe")
 		return ready
 	})
 }
@@ -82,7 +82,7 @@ func (m *regionMesh) dial(name string) *client.Conn {
 // owner is topic's owner in region as the region's first node sees it.
 func (m *regionMesh) owner(region, topic string) string {
 	m.t.Helper()
-	o, ready, _ := m.nodes[region+"-1"].place.ownerNow(topic)
+	o, ready, _ := m.nodes[region+"-1"].place.OwnerNow(topic)
 	if !ready {
 		m.t.Fatalf("placement of %q in %s not ready", topic, region)
 	}
@@ -734,7 +734,7 @@ func TestRegionPlacementLiteralOwnerMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	testlog.WaitFor(t, 15*time.Second, fmt.Sprintf("eu-1 to place %s on eu-2 after eu-3 left", topic), func() bool {
-		o, ready, _ := m.nodes["eu-1"].place.ownerNow(topic)
+		o, ready, _ := m.nodes["eu-1"].place.OwnerNow(topic)
 		return ready && o == "eu-2"
 	})
 	c := m.dial("eu-1")

@@ -24,7 +24,7 @@ func (p *publisher) route(topic string) (string, *wire.Error) {
 	if n.rep != nil {
 		return n.rep.route(p.s.ctx, topic, p.s.peer, p.s.peerName)
 	}
-	owner, e := n.place.owner(p.s.ctx, topic)
+	owner, e := n.place.Owner(p.s.ctx, topic)
 	switch {
 	case e != nil:
 		return "", e
@@ -241,7 +241,7 @@ func (rs *relayStream) readAnswers() {
 		b.outcomes[i], b.errs[i] = wal.RecordOutcome{Offset: off, Time: t, Duplicate: dup}, e
 		if i+1 == len(b.seqs) {
 			if e == nil {
-				n.place.relayedPubs.Add(float64(len(b.seqs)))
+				n.place.RelayedPubs.Add(float64(len(b.seqs)))
 			}
 			p.attemptEnded(b, nil)
 			p.mu.Lock()

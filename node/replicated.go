@@ -359,7 +359,7 @@ func (r *replicated) form(ctx context.Context) {
 	retry := time.NewTicker(n.cfg.Raft.ObserveInterval)
 	defer retry.Stop()
 	for {
-		changed := n.place.changedCh()
+		changed := n.place.Changed()
 		if r.tryForm(ctx) {
 			return
 		}
@@ -824,7 +824,7 @@ func (r *replicated) askPlace(ctx context.Context, lead uint64, topic string, re
 // reachable reports whether node name of the region can be reached now.
 func (r *replicated) reachable(name string) bool {
 	n := r.n
-	return name == n.cfg.Name || (n.place.memberStatus(name) == gossip.StatusAlive && n.fed.Connected(name))
+	return name == n.cfg.Name || (n.place.MemberStatus(name) == gossip.StatusAlive && n.fed.Connected(name))
 }
 
 // lacking names t's replicas that this node cannot reach.
@@ -1301,7 +1301,7 @@ func (r *replicated) observe(ctx context.Context) {
 			}
 		}
 		if moved {
-			r.n.place.membersChanged()
+			r.n.place.MembersChanged()
 		}
 	}
 }

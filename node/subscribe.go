@@ -280,16 +280,16 @@ func (s *session) newSubscription(parent context.Context, req *wire.Subscribe, o
 			return nil, e
 		}
 		if o != "" {
-			n.place.relayedSubs.Inc()
+			n.place.RelayedSubs.Inc()
 			owner = o
 		}
 	} else if n.rep == nil && n.place != nil && !s.peer && routing.IsLiteral(req.Pattern) {
-		o, e := n.place.owner(s.ctx, req.Pattern)
+		o, e := n.place.Owner(s.ctx, req.Pattern)
 		if e != nil {
 			return nil, e
 		}
 		if o != n.cfg.Name {
-			n.place.relayedSubs.Inc()
+			n.place.RelayedSubs.Inc()
 			owner = o
 		}
 	}
@@ -459,7 +459,7 @@ func (sub *subscription) run() *wire.Error {
 		sub.upRetry = make(map[string]bool)
 		sub.upCh = make(chan upMsg)
 		defer sub.closeUpstreams()
-		placeChanged = n.place.changedCh()
+		placeChanged = n.place.Changed()
 		if err := sub.openUpstreams(); err != nil {
 			return err
 		}
@@ -531,7 +531,7 @@ func (sub *subscription) run() *wire.Error {
 			}
 		case <-placeChanged:
 			// A node joined or returned: it may own matching topics from now on.
-			placeChanged = n.place.changedCh()
+			placeChanged = n.place.Changed()
 			if err := sub.ownerMoved(); err != nil {
 				return err
 			}

@@ -61,7 +61,7 @@ func (n *Node) listLocalTopics(pattern string, fn func(*wire.TopicInfo) error) e
 			if !routing.Match(pattern, t.Name) {
 				continue
 			}
-			if n.place != nil && n.place.servedElsewhere(t.Name) {
+			if n.place != nil && n.place.ServedElsewhere(t.Name) {
 				continue // a conflict's other log: the listing shows the one that is served
 			}
 			ti := topicInfo(t)
@@ -139,12 +139,12 @@ func topicInfoFor(v uint64, t *wire.TopicInfo) *wire.TopicInfo {
 // asking each over its link. A node that cannot be asked is logged and left out.
 func (s *session) listRegionTopics(w *topicLister, pattern string) {
 	n := s.n
-	for _, m := range n.place.members() {
-		if m.name == n.cfg.Name || m.status != gossip.StatusAlive {
+	for _, m := range n.place.Members() {
+		if m.Name == n.cfg.Name || m.Status != gossip.StatusAlive {
 			continue
 		}
-		if err := s.copyTopics(w, m.name, pattern); err != nil {
-			n.log.Warn("topic listing: a node of the region could not be asked; its topics are left out", "node", m.name, "err", err)
+		if err := s.copyTopics(w, m.Name, pattern); err != nil {
+			n.log.Warn("topic listing: a node of the region could not be asked; its topics are left out", "node", m.Name, "err", err)
 		}
 	}
 }
@@ -158,7 +158,7 @@ func (s *session) copyTopics(w *topicLister, node, pattern string) error {
 		if !ok {
 			return fmt.Errorf("unexpected %s in a topic listing", f.Type())
 		}
-		if !keepListedRow(t, node, n.listedHere(t.Name) || w.remote[t.Name], n.place.holders(t.Name)) {
+		if !keepListedRow(t, node, n.listedHere(t.Name) || w.remote[t.Name], n.place.Holders(t.Name)) {
 			return nil
 		}
 		if w.remote == nil {
@@ -176,7 +176,7 @@ func (n *Node) listedHere(topic string) bool {
 	if _, _, ok := n.wal.Bounds(topic); !ok {
 		return false
 	}
-	return !n.place.servedElsewhere(topic)
+	return !n.place.ServedElsewhere(topic)
 }
 
 // keepListedRow decides whether a listing keeps the row that node, another node of the
@@ -228,7 +228,7 @@ func (n *Node) watchTopics() {
 			}
 			seen[name] = true
 			if n.place != nil {
-				n.place.localTopicCreated(name)
+				n.place.LocalTopicCreated(name)
 			}
 			for _, sub := range n.interest.Match(name) {
 				sub.notifyNewTopic(name)

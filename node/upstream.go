@@ -100,7 +100,7 @@ func (sub *subscription) ownerMoved() *wire.Error {
 		}
 		return nil
 	}
-	now, ready, _ := n.place.ownerNow(sub.req.Pattern)
+	now, ready, _ := n.place.OwnerNow(sub.req.Pattern)
 	if !ready || now == sub.owner {
 		return nil
 	}
@@ -113,22 +113,22 @@ func (sub *subscription) ownerMoved() *wire.Error {
 // the subscription cannot be served whole, and the error names the node.
 func (sub *subscription) openUpstreams() *wire.Error {
 	n := sub.s.n
-	if err := n.place.waitCatalogs(sub.ctx); err != nil {
+	if err := n.place.WaitCatalogs(sub.ctx); err != nil {
 		return err
 	}
-	for _, m := range n.place.members() {
-		if !sub.serves(m.name) || sub.ups[m.name] != nil {
+	for _, m := range n.place.Members() {
+		if !sub.serves(m.Name) || sub.ups[m.Name] != nil {
 			continue
 		}
-		if m.status != gossip.StatusAlive {
-			if t, ok := n.place.holdsMatching(m.name, sub.req.Pattern); ok {
+		if m.Status != gossip.StatusAlive {
+			if t, ok := n.place.HoldsMatching(m.Name, sub.req.Pattern); ok {
 				return wire.Errorf(wire.CodeUnavailable,
 					"node %q of region %q, which owns %q (matching %q), has failed: the subscription cannot be served until it returns",
-					m.name, n.cfg.Region, t, sub.req.Pattern)
+					m.Name, n.cfg.Region, t, sub.req.Pattern)
 			}
 			continue
 		}
-		if err := sub.openUpstream(m.name); err != nil {
+		if err := sub.openUpstream(m.Name); err != nil {
 			return err
 		}
 	}
@@ -353,7 +353,7 @@ func (sub *subscription) giveUp(up *upstream, err error) {
 // but could not be opened, which would otherwise wait for the next unrelated change.
 func (sub *subscription) retryLater() {
 	p := sub.s.n.place
-	t := time.AfterFunc(time.Second, p.membersChanged)
+	t := time.AfterFunc(time.Second, p.MembersChanged)
 	context.AfterFunc(sub.ctx, func() { t.Stop() })
 }
 
@@ -414,18 +414,18 @@ func (sub *subscription) takeUpstreams() (int, *wire.Error) {
 func (sub *subscription) addUpstreams() {
 	n := sub.s.n
 	failed := false
-	for _, m := range n.place.members() {
-		if !sub.serves(m.name) || sub.ups[m.name] != nil || m.status != gossip.StatusAlive || !n.fed.Connected(m.name) {
+	for _, m := range n.place.Members() {
+		if !sub.serves(m.Name) || sub.ups[m.Name] != nil || m.Status != gossip.StatusAlive || !n.fed.Connected(m.Name) {
 			continue
 		}
-		if err := sub.openUpstream(m.name); err != nil {
-			n.log.Debug("subscription: upstream not opened yet", "node", m.name, "pattern", sub.req.Pattern, "err", err)
+		if err := sub.openUpstream(m.Name); err != nil {
+			n.log.Debug("subscription: upstream not opened yet", "node", m.Name, "pattern", sub.req.Pattern, "err", err)
 			failed = true
 			continue
 		}
-		if sub.upRetry[m.name] {
-			delete(sub.upRetry, m.name)
-			n.log.Info("subscription: upstream node serves its topics again", "node", m.name, "pattern", sub.req.Pattern)
+		if sub.upRetry[m.Name] {
+			delete(sub.upRetry, m.Name)
+			n.log.Info("subscription: upstream node serves its topics again", "node", m.Name, "pattern", sub.req.Pattern)
 		}
 	}
 	if failed {

@@ -130,7 +130,7 @@ func TestListingNamesTopicBeforeItsCatalogs(t *testing.T) {
 	m.nodes[via].Close()
 	testlog.WaitFor(t, 10*time.Second, via+" seen down by the others", func() bool {
 		for _, name := range m.names {
-			if name != via && m.nodes[name].place.memberStatus(via) == gossip.StatusAlive {
+			if name != via && m.nodes[name].place.MemberStatus(via) == gossip.StatusAlive {
 				return false
 			}
 		}
@@ -166,13 +166,9 @@ func TestListingNamesTopicBeforeItsCatalogs(t *testing.T) {
 	m.restart(via)
 	p := m.nodes[via].place
 	testlog.WaitFor(t, 10*time.Second, "the catalogs of "+topic+"'s replicas on "+via, func() bool {
-		return len(p.holders(topic)) == len(replicas)
+		return len(p.Holders(topic)) == len(replicas)
 	})
-	p.mu.Lock()
-	for _, c := range p.mu.catalogs {
-		delete(c, topic) // as before they arrived
-	}
-	p.mu.Unlock()
+	p.ForgetCatalogs(topic) // as before they arrived
 
 	c := m.dial(via)
 	defer c.Close()
