@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/node/features"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -143,7 +144,7 @@ func (r *replicated) planBalance(ctx context.Context) {
 	}
 	// A node of an older build would skip the start record (meta=5, move.go) and hold
 	// another placement than the others.
-	if ok, _ := r.n.RegionKnows(featMeta, moveVersion); !ok {
+	if ok, _ := r.n.RegionKnows(features.Meta, moveVersion); !ok {
 		return
 	}
 	// A metadata leader newly elected may not have read the start records its predecessor
@@ -269,7 +270,7 @@ func (r *replicated) replaceDown(ctx context.Context, now time.Time) {
 	if after <= 0 {
 		return
 	}
-	if ok, _ := r.n.RegionKnows(featMeta, moveVersion); !ok {
+	if ok, _ := r.n.RegionKnows(features.Meta, moveVersion); !ok {
 		return // as planBalance
 	}
 	mv := &r.moves

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/node/features"
 )
 
 // Draining and leader balance (issue 30; docs/architecture.md, "Who moves leaderships").
@@ -355,7 +356,7 @@ func (r *replicated) proposeRequests(ctx context.Context) {
 	if len(reqs) == 0 {
 		return
 	}
-	if ok, _ := r.n.RegionKnows(featMeta, drainVersion); !ok {
+	if ok, _ := r.n.RegionKnows(features.Meta, drainVersion); !ok {
 		return
 	}
 	for _, name := range slices.Sorted(maps.Keys(reqs)) {

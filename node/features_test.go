@@ -10,26 +10,27 @@ import (
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/features"
 )
 
 func TestParseFeatures(t *testing.T) {
-	f := parseFeatures("proto=2, kind=9,ext,bad=x,neg=-1,=3,later=7,kind=4")
-	want := features{"proto": 2, "kind": 9, "ext": 1, "later": 7}
+	f := features.Parse("proto=2, kind=9,ext,bad=x,neg=-1,=3,later=7,kind=4")
+	want := features.Set{"proto": 2, "kind": 9, "ext": 1, "later": 7}
 	if f.String() != want.String() {
 		t.Errorf("parsed %v, want %v", f, want)
 	}
-	if got := parseFeatures(localFeatures().String()); got.String() != localFeatures().String() {
+	if got := features.Parse(localFeatures().String()); got.String() != localFeatures().String() {
 		t.Errorf("round trip: %v, want %v", got, localFeatures())
 	}
-	if localFeatures()[featProto] != wire.PeerVersion {
-		t.Errorf("this build announces proto=%d, speaks %d on peer links", localFeatures()[featProto], wire.PeerVersion)
+	if localFeatures()[features.Proto] != wire.PeerVersion {
+		t.Errorf("this build announces proto=%d, speaks %d on peer links", localFeatures()[features.Proto], wire.PeerVersion)
 	}
 	// A node without the tag runs a release from before it: taken to know v0.1.0's features.
-	if got := memberFeatures(gossip.Member{Name: "old", Tags: map[string]string{}}); got.String() != "entry=1,grouplayout=2,kind=9,meta=2,poslayout=2,proto=1" {
+	if got := features.Of(gossip.Member{Name: "old", Tags: map[string]string{}}); got.String() != "entry=1,grouplayout=2,kind=9,meta=2,poslayout=2,proto=1" {
 		t.Errorf("untagged member: %v", got)
 	}
 	// This build knows at least what every older one did.
-	for name, level := range untaggedFeatures {
+	for name, level := range features.Untagged {
 		if localFeatures()[name] < level {
 			t.Errorf("this build announces %s=%d, below v0.1.0's %d", name, localFeatures()[name], level)
 		}
@@ -40,7 +41,7 @@ func TestAllKnowCounts(t *testing.T) {
 	m := func(name, region string, st gossip.Status, feat string) gossip.Member {
 		tags := map[string]string{}
 		if feat != "-" {
-			tags[FeaturesTag] = feat
+			tags[features.Tag] = feat
 		}
 		return gossip.Member{Name: name, Region: region, Status: st, Tags: tags}
 	}
@@ -64,13 +65,13 @@ func TestAllKnowCounts(t *testing.T) {
 		{"b", "proto", 2, false, "b1 (proto=1)"},
 		{"c", "proto", 1, false, "no node of region c known"},
 	} {
-		ok, lacking := allKnow(members, c.region, "none", localFeatures(), c.name, c.level)
+		ok, lacking := features.AllKnow(members, c.region, "none", localFeatures(), c.name, c.level)
 		if ok != c.ok || strings.Join(lacking, " ") != c.lacking {
 			t.Errorf("%s knows %s=%d: %v %q, want %v %q", c.region, c.name, c.level, ok, lacking, c.ok, c.lacking)
 		}
 	}
 	// The node itself counts with what it knows, not with what gossip last heard.
-	if ok, _ := allKnow(members, "b", "b1", localFeatures(), "proto", 2); !ok {
+	if ok, _ := features.AllKnow(members, "b", "b1", localFeatures(), "proto", 2); !ok {
 		t.Error("b1 itself announces this build's features")
 	}
 }
@@ -103,39 +104,39 @@ func TestFeatureGateFollowsAnnouncements(t *testing.T) {
 	link := func(n *Node, peer, name string, level int) func() (bool, []string) {
 		return func() (bool, []string) { return n.LinkKnows(peer, name, level) }
 	}
-	waitGate("a knows proto 2", region(a1, featProto, 2), true)
-	waitGate("the link a-b knows proto 2", link(a1, "b", featProto, 2), true)
-	if ok, lacking := a1.RegionKnows(featProto, wire.PeerVersion+1); ok || len(lacking) != 2 {
+	waitGate("a knows proto 2", region(a1, features.Proto, 2), true)
+	waitGate("the link a-b knows proto 2", link(a1, "b", features.Proto, 2), true)
+	if ok, lacking := a1.RegionKnows(features.Proto, wire.PeerVersion+1); ok || len(lacking) != 2 {
 		t.Errorf("a knows a protocol newer than this build's: %v %v", ok, lacking)
 	}
 
 	// a2 runs v0.1.0's build: region a does not know protocol 2 any more, b still does.
-	if err := a2.setMeshTag(FeaturesTag, untaggedFeatures.String()); err != nil {
+	if err := a2.setMeshTag(features.Tag, features.Untagged.String()); err != nil {
 		t.Fatal(err)
 	}
-	if lacking := waitGate("a lacks proto 2", region(a1, featProto, 2), false); !slices.Equal(lacking, []string{"a-2 (proto=1)"}) {
+	if lacking := waitGate("a lacks proto 2", region(a1, features.Proto, 2), false); !slices.Equal(lacking, []string{"a-2 (proto=1)"}) {
 		t.Errorf("a lacks proto 2 at %v, want a-2", lacking)
 	}
-	waitGate("a still knows kind 9", region(a1, featKind, 9), true)
-	if ok, lacking := b2.RegionKnows(featProto, 2); !ok {
+	waitGate("a still knows kind 9", region(a1, features.Kind, 9), true)
+	if ok, lacking := b2.RegionKnows(features.Proto, 2); !ok {
 		t.Errorf("b lacks proto 2 at %v", lacking)
 	}
 	// b2 hears of a-2's announcement over the WAN pool, after a-1 did.
-	waitGate("the link b-a lacks proto 2 while a-2 does", link(b2, "a", featProto, 2), false)
+	waitGate("the link b-a lacks proto 2 while a-2 does", link(b2, "a", features.Proto, 2), false)
 
 	// a2 upgraded; b2 runs the old build: the link lacks it, region a knows it again.
-	if err := a2.setMeshTag(FeaturesTag, localFeatures().String()); err != nil {
+	if err := a2.setMeshTag(features.Tag, localFeatures().String()); err != nil {
 		t.Fatal(err)
 	}
-	if err := b2.setMeshTag(FeaturesTag, untaggedFeatures.String()); err != nil {
+	if err := b2.setMeshTag(features.Tag, features.Untagged.String()); err != nil {
 		t.Fatal(err)
 	}
-	waitGate("a knows proto 2 again", region(a1, featProto, 2), true)
-	if lacking := waitGate("the link a-b lacks proto 2", link(a1, "b", featProto, 2), false); !slices.Equal(lacking, []string{"b-2 (proto=1)"}) {
+	waitGate("a knows proto 2 again", region(a1, features.Proto, 2), true)
+	if lacking := waitGate("the link a-b lacks proto 2", link(a1, "b", features.Proto, 2), false); !slices.Equal(lacking, []string{"b-2 (proto=1)"}) {
 		t.Errorf("the link lacks proto 2 at %v, want b-2", lacking)
 	}
-	if err := b2.setMeshTag(FeaturesTag, localFeatures().String()); err != nil {
+	if err := b2.setMeshTag(features.Tag, localFeatures().String()); err != nil {
 		t.Fatal(err)
 	}
-	waitGate("the link a-b knows proto 2 again", link(a1, "b", featProto, 2), true)
+	waitGate("the link a-b knows proto 2 again", link(a1, "b", features.Proto, 2), true)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/features"
 	"github.com/quicmq/quicmq/node/placement"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
@@ -176,9 +177,9 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 	if c.GossipLAN == "" {
 		return nil
 	}
-	tags := map[string]string{tagQUIC: n.advertise(), FeaturesTag: localFeatures().String()}
+	tags := map[string]string{tagQUIC: n.advertise(), features.Tag: localFeatures().String()}
 	if c.noFeatures {
-		delete(tags, FeaturesTag) // a node of a release before the tag, for tests
+		delete(tags, features.Tag) // a node of a release before the tag, for tests
 	}
 	if n.raftID != 0 {
 		tags[tagRaft] = strconv.FormatUint(n.raftID, 10)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/features"
 )
 
 // NodeInfo is one node of the region in the admin API (GET /v1/nodes), as this node sees
@@ -107,7 +108,7 @@ func (n *Node) setDrained(ctx context.Context, name string, drained bool) *wire.
 	if !known {
 		return wire.Errorf(wire.CodeNotFound, "node %q is not a node of region %q with replicated topics (quicmq nodes lists them)", name, n.cfg.Region)
 	}
-	if ok, lacking := n.RegionKnows(featMeta, drainVersion); !ok {
+	if ok, lacking := n.RegionKnows(features.Meta, drainVersion); !ok {
 		return wire.Errorf(wire.CodeInUse, "draining is recorded in the region's metadata, which these nodes cannot read yet (an older build): %s; upgrade them first",
 			strings.Join(lacking, ", "))
 	}
@@ -281,7 +282,7 @@ func (n *Node) remove(ctx context.Context, name string, dead bool) *wire.Error {
 		}
 		return nil // asked again: the removal goes on
 	}
-	if ok, lacking := n.RegionKnows(featMeta, moveVersion); !ok {
+	if ok, lacking := n.RegionKnows(features.Meta, moveVersion); !ok {
 		return wire.Errorf(wire.CodeInUse, "removals are recorded in the region's metadata, which these nodes cannot read yet (an older build): %s; upgrade them first",
 			strings.Join(lacking, ", "))
 	}

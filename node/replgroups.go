@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quicmq/quicmq/node/features"
 	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/routing"
 )
@@ -174,7 +175,7 @@ func (r *replicated) manyGroups() bool {
 		return r.mu.many
 	}
 	r.mu.Unlock()
-	many, _ := r.n.RegionKnows(featMeta, groupsVersion)
+	many, _ := r.n.RegionKnows(features.Meta, groupsVersion)
 	r.mu.Lock()
 	r.mu.many, r.mu.manyAt = many, time.Now()
 	r.mu.Unlock()

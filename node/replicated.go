@@ -18,6 +18,7 @@ import (
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/features"
 	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
@@ -1156,7 +1157,7 @@ func (r *replicated) checkBatching() {
 	if now-last < int64(time.Second) || !r.batchCheck.CompareAndSwap(last, now) {
 		return
 	}
-	ok, _ := r.n.RegionKnows(featEnvelope, replica.EnvelopeFeature)
+	ok, _ := r.n.RegionKnows(features.Envelope, replica.EnvelopeFeature)
 	r.d.SetBatching(ok)
 }
 
