@@ -256,8 +256,12 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
+// CursorPrefix begins the name of every mirror cursor: "mirror/REGION", the position of the
+// mirror of REGION's topics in this region's log.
+const CursorPrefix = "mirror/"
+
 // cursorName is the wal position name of the mirror cursor of records from region.
-func cursorName(region string) string { return "mirror/" + region }
+func cursorName(region string) string { return CursorPrefix + region }
 
 // MirrorAppend is one append of mirrored records with its cursor (Config.MirrorAppend).
 type MirrorAppend struct {

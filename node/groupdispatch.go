@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/vector"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -156,7 +157,7 @@ func (g *group) dispatchLocked(t *gtopic, m *member, room int, now time.Time, go
 	if g.set.Order == wire.OrderKey || t.skip != nil {
 		g.n.wal.ReadFunc(t.name, t.next, int(count), 1<<30, func(r *wal.Record) error {
 			keys = append(keys, recordKey(r))
-			refs = append(refs, wal.OriginRef{Region: originOf(r, g.n.cfg.Region), Offset: r.OriginOffset})
+			refs = append(refs, wal.OriginRef{Region: vector.OriginOf(r, g.n.cfg.Region), Offset: r.OriginOffset})
 			return nil
 		})
 		count = uint64(len(keys))

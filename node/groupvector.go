@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/quicmq/quicmq/federation"
+	"github.com/quicmq/quicmq/node/vector"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -156,7 +157,7 @@ func (g *group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
 	for _, st := range newer {
 		d = union(d, stateDone(st))
 	}
-	start, err := vectorStart(n.wal, n.cfg.Region, t.name, d.through)
+	start, err := vector.Start(n.wal, n.cfg.Region, t.name, d.through)
 	if err != nil {
 		n.log.Warn("group not resumed from its mirrored position", "group", g.shown, "topic", t.name, "err", err)
 		return false
@@ -191,7 +192,7 @@ func (g *group) ownDone(topic string, own *wal.GroupState) (doneSet, error) {
 		return stateDone(own), nil
 	}
 	n := g.n
-	vec, err := prefixVector(n.wal, n.cfg.Region, topic, own.Next)
+	vec, err := vector.Prefix(n.wal, n.cfg.Region, topic, own.Next)
 	if err != nil {
 		return doneSet{}, err
 	}
@@ -212,8 +213,8 @@ var errNoRecord = errors.New("record not in the log")
 // readOrigin reads the origin of the record at off.
 func readOrigin(l *wal.Log, region, topic string, off uint64) (wal.OriginRef, error) {
 	var ref wal.OriginRef
-	n, err := l.ReadFunc(topic, off, 1, vectorReadBytes, func(r *wal.Record) error {
-		ref = wal.OriginRef{Region: originOf(r, region), Offset: r.OriginOffset}
+	n, err := l.ReadFunc(topic, off, 1, vector.ReadBytes, func(r *wal.Record) error {
+		ref = wal.OriginRef{Region: vector.OriginOf(r, region), Offset: r.OriginOffset}
 		return nil
 	})
 	if err == nil && n == 0 {
@@ -233,7 +234,7 @@ func locateOutstanding(l *wal.Log, region, topic string, start uint64, out map[w
 	if len(want) == 0 {
 		return located, nil
 	}
-	err := scanBack(l, topic, start, func(off uint64, origin string, originOff uint64) bool {
+	err := vector.ScanBack(l, topic, start, func(off uint64, origin string, originOff uint64) bool {
 		if origin == "" {
 			origin = region
 		}
@@ -366,7 +367,7 @@ func (g *group) addVectors(states map[string]*wal.GroupState) {
 // advance brings the tracker to st.Next and learns the origins of st's entries.
 func (tr *groupTrack) advance(l *wal.Log, region, topic string, st *wal.GroupState) error {
 	if tr.vec == nil || st.Next < tr.at {
-		vec, err := prefixVector(l, region, topic, min(tr.at, st.Next))
+		vec, err := vector.Prefix(l, region, topic, min(tr.at, st.Next))
 		if err != nil {
 			return err
 		}
@@ -380,8 +381,8 @@ func (tr *groupTrack) advance(l *wal.Log, region, topic string, st *wal.GroupSta
 		tr.origins = make(map[uint64]wal.OriginRef)
 	}
 	for from := tr.at; from < st.Next; {
-		got, err := l.ReadFunc(topic, from, int(min(st.Next-from, vectorChunkMax)), vectorReadBytes, func(r *wal.Record) error {
-			o := originOf(r, region)
+		got, err := l.ReadFunc(topic, from, int(min(st.Next-from, vector.ChunkMax)), vector.ReadBytes, func(r *wal.Record) error {
+			o := vector.OriginOf(r, region)
 			if last, ok := tr.vec[o]; !ok || r.OriginOffset > last {
 				tr.vec[o] = r.OriginOffset
 			}

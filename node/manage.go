@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/wal"
@@ -25,7 +26,7 @@ import (
 // as dependents of a topic.
 
 // mirrorCursorPrefix starts the position names of federation's mirror cursors.
-const mirrorCursorPrefix = "mirror/"
+const mirrorCursorPrefix = federation.CursorPrefix
 
 // endPoll is how often a forced reset or removal checks whether the members it ended are
 // gone (they end within one ack round trip).

@@ -8,6 +8,7 @@ import (
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/node/vector"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -191,7 +192,7 @@ func TestReplicatedFailoverRestartedResumesFromMirrored(t *testing.T) {
 			if _, ok := heldRef[r.OriginRegion][r.OriginOffset]; !ok && r.OriginRegion == "eu" {
 				continue // not in us: never delivered there
 			}
-			done := i == 0 && covered(vec, r.OriginRegion, "", r.OriginOffset) ||
+			done := i == 0 && vector.Covered(vec, r.OriginRegion, "", r.OriginOffset) ||
 				i == 1 && gd.done(wal.OriginRef{Region: r.OriginRegion, Offset: r.OriginOffset})
 			if !done {
 				bound[i]++

@@ -13,6 +13,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/vector"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -784,7 +785,7 @@ func (sub *subscription) encode(rec *wal.Record) {
 			sub.bind(c)
 		}
 	}
-	if c.skip != nil && covered(c.skip, rec.OriginRegion, sub.s.n.cfg.Region, rec.OriginOffset) {
+	if c.skip != nil && vector.Covered(c.skip, rec.OriginRegion, sub.s.n.cfg.Region, rec.OriginOffset) {
 		if bind != "" {
 			sub.bufferTopic(c, bind) // the topic is bound now: its later records carry no name
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/vector"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -96,20 +97,20 @@ func TestVectorResumeRule(t *testing.T) {
 				v[o] = uint64(rng.IntN(int(top) + 1))
 			}
 		}
-		start, err := vectorStart(l, "eu", "t", v)
+		start, err := vector.Start(l, "eu", "t", v)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var want, got []vecRec
 		for _, r := range recs {
-			cov := covered(v, r.origin, "eu", r.originOff)
+			cov := vector.Covered(v, r.origin, "eu", r.originOff)
 			if !cov {
 				want = append(want, r)
 			}
 			if r.off < start && !cov {
 				t.Fatalf("trial %d, vector %v: start %d is past record %+v, which it does not cover", trial, v, start, r)
 			}
-			if r.off >= start && !covered(v, rOrigin(r), "eu", r.originOff) {
+			if r.off >= start && !vector.Covered(v, rOrigin(r), "eu", r.originOff) {
 				got = append(got, r)
 			}
 		}
@@ -139,7 +140,7 @@ func TestVectorResumeRule(t *testing.T) {
 		for _, r := range recs[:upTo] {
 			wantVec[r.origin] = r.originOff
 		}
-		back, err := prefixVector(l, "eu", "t", upTo)
+		back, err := vector.Prefix(l, "eu", "t", upTo)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,11 +149,11 @@ func TestVectorResumeRule(t *testing.T) {
 		}
 		if upTo > 0 {
 			mid := uint64(rng.IntN(int(upTo)))
-			fwd, err := prefixVector(l, "eu", "t", mid)
+			fwd, err := vector.Prefix(l, "eu", "t", mid)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if at, err := advanceVector(l, "eu", "t", fwd, mid, upTo-1); err != nil || at != upTo {
+			if at, err := vector.Advance(l, "eu", "t", fwd, mid, upTo-1); err != nil || at != upTo {
 				t.Fatalf("advanceVector to %d: at %d, %v", upTo-1, at, err)
 			}
 			if !maps.Equal(fwd, wantVec) {
@@ -311,7 +312,7 @@ func BenchmarkVectorStart(b *testing.B) {
 			delete(v, tc.drop)
 			b.ResetTimer()
 			for range b.N {
-				if _, err := vectorStart(l, "eu", "t", v); err != nil {
+				if _, err := vector.Start(l, "eu", "t", v); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -326,7 +327,7 @@ func BenchmarkAdvanceVector(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		from := uint64(i%19) * 1024
-		if _, err := advanceVector(l, "eu", "t", vec, from, from+1023); err != nil {
+		if _, err := vector.Advance(l, "eu", "t", vec, from, from+1023); err != nil {
 			b.Fatal(err)
 		}
 	}
