@@ -15,9 +15,13 @@ import (
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
+
+// GroupConfig holds the node's consumer group defaults and bounds (node/groups).
+type GroupConfig = groups.Config
 
 // Credential is what one client credential (a token, or a client certificate) may do: its
 // tenant and its publish and subscribe grants (node/auth).
@@ -82,7 +86,7 @@ type Config struct {
 	// the bound on what a slow subscriber costs in memory beyond QUIC's send buffer.
 	// Default 256 KiB.
 	ReadAhead int
-	// Groups holds the consumer groups' defaults and bounds (node/group.go).
+	// Groups holds the consumer groups' defaults and bounds (node/groups).
 	Groups GroupConfig
 	// Replicas is the replication factor of new topics in the node's region: 1 (the
 	// default) keeps each topic's log on one node (its owner); 2 to 7 keep it on that many
@@ -230,7 +234,7 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.StreamWindow, 1<<20)
 	setDefault(&c.ConnWindow, 16<<20)
 	setDefault(&c.ReadAhead, 256<<10)
-	c.Groups.withDefaults()
+	c.Groups.WithDefaults()
 	setDefault(&c.Replicas, 1)
 	c.Raft = c.Raft.withDefaults()
 	setDefault(&c.TailRecords, 1024)
@@ -357,7 +361,7 @@ func (c Config) Validate() error {
 	if c.Retention.MaxAge < 0 || c.Retention.MaxBytes < 0 {
 		bad("Retention must not be negative")
 	}
-	errs = append(errs, c.Groups.validate()...)
+	errs = append(errs, c.Groups.Validate()...)
 	errs = append(errs, c.validateReplicas()...)
 	return errors.Join(errs...)
 }

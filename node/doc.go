@@ -6,14 +6,23 @@
 //
 // # Reading order
 //
-// The package is one directory today; these are its concerns, each in the files named,
-// in the order a newcomer reads them (issue 32 splits them into packages of their own).
+// The concerns that stand alone are packages of their own beneath this one (imports point
+// down only: internal/layering checks it), each with a doc.go saying what it owns and what it
+// must not touch:
+//
+//   - node/auth: credentials, the principal a session acts for, tenant namespaces, grants.
+//   - node/features: what a build knows, as gossip announces it, for rolling upgrades.
+//   - node/placement: which node of a single-copy region owns each topic.
+//   - node/vector: portable positions read from the log.
+//   - node/groups: live shared consumer groups (their state, dispatch, acks, dead letters).
+//
+// The rest is this package, in the files named, in the order a newcomer reads them:
 //
 //   - Assembly and lifecycle: config.go (every setting), node.go (New, Run, Close), tls.go,
-//     features.go (what a node announces, for rolling upgrades), metrics.go.
+//     mesh.go (the node's gossip tags and what its region knows), metrics.go.
 //   - Client sessions: session.go (one goroutine per connection: HELLO, streams, limits),
-//     auth.go (credentials, tenants), clientpaths.go (clients whose address changed),
-//     substream.go (which QUIC stream a subscription gets).
+//     clientpaths.go (clients whose address changed), substream.go (which QUIC stream a
+//     subscription gets).
 //   - Publishing: publish.go (the publish stream: group-committed appends, acks after the
 //     synced commit, I2), publishorder.go (order per topic across placements and leader
 //     moves), relay.go (a publish for a topic another node owns or leads).
@@ -23,14 +32,13 @@
 //     topic), upstream.go (a wildcard over topics other nodes own), exclusive.go and
 //     holder.go (exclusive durables), vector.go (portable positions), ablation.go (the
 //     benchmark's shared-stream mode).
-//   - Consumer groups: group.go (shared groups), groupdispatch.go (which member gets which
-//     record), member.go (a member's stream), grouprelay.go (one holder per region),
-//     groupvector.go (a group's portable position), grouprepl.go (group state in raft).
+//   - Consumer groups: groups.go (the table of live groups: join, leave, what a group needs
+//     of the node), member.go (a member's stream, driving its groups.Member), grouprelay.go
+//     (one holder per region), grouprepl.go (group state in raft).
 //   - Management: manage.go, manage_groups.go, manage_wire.go, manage_metrics.go (consumers
 //     and topics over the protocol), admin.go, manage_admin.go, nodes_admin.go (the admin
 //     HTTP API), topics.go (the TOPICS listing, streamed page by page).
-//   - Placement, single-copy: placement.go (each topic owned by one node of the region, for
-//     good), passthrough.go (a subscription passed on to another region for a direct replay).
+//   - Placement, single-copy: node/placement, and passthrough.go (a subscription passed on to another region for a direct replay).
 //   - Placement and the log, replicated: replicated.go (the raft driver, the metadata group,
 //     the replicated publish path), replmeta.go (metadata records), replgroups.go (raft
 //     groups hold many topics), replask.go and replcreate.go (creating topics in batches),

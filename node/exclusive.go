@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/groups"
 )
 
 // Exclusive durables: one active subscriber at a time per durable consumer name (with its
@@ -29,7 +30,7 @@ type consumers struct {
 	mu struct {
 		sync.Mutex
 		held   map[string]durableHolder // by durable name, with its tenant namespace
-		groups map[string]*group        // live groups by name, with its tenant namespace (group.go)
+		groups map[string]*groups.Group // live groups by name, with its tenant namespace (node/groups)
 		// fenced names the groups a reset or removal is working on (manage_groups.go): no
 		// member joins them meanwhile. The value says which operation.
 		fenced map[string]string

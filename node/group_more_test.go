@@ -208,25 +208,9 @@ func TestGroupSlowMember(t *testing.T) {
 
 // dumpGroups describes the node's live groups, for a failing test's message.
 func dumpGroups(n *Node) string {
-	n.cons.mu.Lock()
-	defer n.cons.mu.Unlock()
 	out := ""
-	for name, g := range n.cons.mu.groups {
-		g.mu.Lock()
-		out += fmt.Sprintf("%s: outstanding %d ready %d dead %d due %v;", name, g.mu.outstanding, len(g.mu.ready), len(g.mu.dead), time.Until(g.mu.nextDue))
-		for m := range g.mu.members {
-			out += fmt.Sprintf(" member %s pending %d reserved %d;", m.id, m.pending, len(m.reserved))
-		}
-		for _, t := range g.mu.list {
-			out += fmt.Sprintf(" topic %s floor %d next %d out %d;", t.name, t.floor, t.next, len(t.out))
-			i := 0
-			for _, f := range t.out {
-				if i++; i < 4 {
-					out += fmt.Sprintf(" [%d state %d deliveries %d last %s deadline %v]", f.off, f.state, f.deliveries, f.last, time.Until(f.deadline))
-				}
-			}
-		}
-		g.mu.Unlock()
+	for _, g := range n.liveGroups() {
+		out += g.Name + ": " + g.Stats().String()
 	}
 	return out
 }

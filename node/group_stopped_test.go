@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/node/groups"
 )
 
 // publishAsync publishes count records to topic (payload "i") with up to the client's
@@ -33,51 +36,31 @@ func publishAsync(t *testing.T, c *client.Conn, topic string, count int) {
 }
 
 // liveGroup returns the node's live group shown as name, or nil.
-func liveGroup(n *Node, name string) *group {
+func liveGroup(n *Node, name string) *groups.Group {
 	n.cons.mu.Lock()
 	defer n.cons.mu.Unlock()
 	for _, g := range n.cons.mu.groups {
-		if g.shown == name {
+		if g.Shown == name {
 			return g
 		}
 	}
 	return nil
 }
 
-// waitGroupState waits until cond holds of the live group name (checked under its mutex)
-// and fails after timeout, describing the group.
-func waitGroupState(t *testing.T, n *Node, name string, timeout time.Duration, what string, cond func(g *group) bool) {
+// waitGroupState waits until cond holds of a snapshot of the live group name and fails
+// after timeout, describing the group.
+func waitGroupState(t *testing.T, n *Node, name string, timeout time.Duration, what string, cond func(st groups.Stats) bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if g := liveGroup(n, name); g != nil {
-			g.mu.Lock()
-			ok := cond(g)
-			g.mu.Unlock()
-			if ok {
-				return
-			}
+	testlog.WaitForErr(t, timeout, what, func() error {
+		g := liveGroup(n, name)
+		if g == nil {
+			return fmt.Errorf("no live group %q", name)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; %s", what, timeout, dumpGroups(n))
+		if st := g.Stats(); !cond(st) {
+			return errors.New(st.String())
 		}
-		<-tick.C
-	}
-}
-
-// held returns the offsets of topic delivered to m and not done. Called with g.mu held.
-func held(g *group, m *member, topic string) map[uint64]bool {
-	out := map[uint64]bool{}
-	if t := g.mu.topics[topic]; t != nil {
-		for off, f := range t.out {
-			if f.state == fAssigned && f.m == m && !f.deadline.IsZero() {
-				out[off] = true
-			}
-		}
-	}
-	return out
+		return nil
+	})
 }
 
 // startMembers starts count members of the group of opts on pattern, reading until ctx
@@ -134,7 +117,7 @@ func TestGroupStoppedMemberDoesNotStall(t *testing.T) {
 func testStoppedMember(t *testing.T, restart bool) {
 	const total, fast, window, memberPending = 10_000, 4, 1024, 256
 	cfg := Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "n1", Region: "test", Logger: testLogger(t),
-		Groups: GroupConfig{Window: window, MemberPending: memberPending}}
+		Groups: groups.Config{Window: window, MemberPending: memberPending}}
 	n, stop := startStoppable(t, cfg)
 	publishAsync(t, dialNode(t, n, client.Options{}), "work", total)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // ack-wait is 1 h: no redelivery by it
@@ -149,10 +132,10 @@ func testStoppedMember(t *testing.T, restart bool) {
 			t.Fatal(err)
 		}
 		var offs map[uint64]bool
-		waitGroupState(t, n, "g", 20*time.Second, "the stopped member holds MemberPending records", func(g *group) bool {
-			for m := range g.mu.members {
-				if m.pending == memberPending {
-					offs = held(g, m, "work")
+		waitGroupState(t, n, "g", 20*time.Second, "the stopped member holds MemberPending records", func(st groups.Stats) bool {
+			for _, m := range st.Members {
+				if m.Pending == memberPending {
+					offs = m.Held["work"]
 					return len(offs) == memberPending
 				}
 			}
@@ -207,9 +190,9 @@ func testStoppedMember(t *testing.T, restart bool) {
 		await("before the restart")
 		dcancel()
 		wg.Wait()
-		waitGroupState(t, n, "g", 20*time.Second, "the floor held far below the next offset", func(g *group) bool {
-			tp := g.mu.topics["work"]
-			return tp.next-tp.floor > window && g.mu.outstanding <= window
+		waitGroupState(t, n, "g", 20*time.Second, "the floor held far below the next offset", func(st groups.Stats) bool {
+			tp := st.Topics["work"]
+			return tp.Next-tp.Floor > window && st.Outstanding <= window
 		})
 		slow.Close()
 		stop()
@@ -244,9 +227,9 @@ func testStoppedMember(t *testing.T, restart bool) {
 		}
 	}
 	mu.Unlock()
-	waitGroupState(t, n, "g", 20*time.Second, "the window bounds what the group holds", func(g *group) bool {
-		tp := g.mu.topics["work"]
-		return g.mu.outstanding == memberPending && len(tp.out) == memberPending && tp.next == total
+	waitGroupState(t, n, "g", 20*time.Second, "the window bounds what the group holds", func(st groups.Stats) bool {
+		tp := st.Topics["work"]
+		return st.Outstanding == memberPending && tp.Out == memberPending && tp.Next == total
 	})
 
 	// The stopped member closes its stream: its records go to the others.
@@ -256,9 +239,9 @@ func testStoppedMember(t *testing.T, restart bool) {
 	mu.Unlock()
 	slow.Close()
 	await("after the stopped member closed its stream")
-	waitGroupState(t, n, "g", 20*time.Second, "every record done", func(g *group) bool {
-		tp := g.mu.topics["work"]
-		return g.mu.outstanding == 0 && tp.floor == total
+	waitGroupState(t, n, "g", 20*time.Second, "every record done", func(st groups.Stats) bool {
+		tp := st.Topics["work"]
+		return st.Outstanding == 0 && tp.Floor == total
 	})
 	dcancel()
 	wg.Wait()
@@ -285,13 +268,11 @@ func TestGroupStoppedMemberOrderByTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	heldTopics := map[string]bool{}
-	waitGroupState(t, n, "g", 20*time.Second, "the stopped member holds MemberPending records", func(g *group) bool {
-		for m := range g.mu.members {
-			if m.pending == memberPending {
-				for name := range g.mu.topics {
-					if len(held(g, m, name)) > 0 {
-						heldTopics[name] = true
-					}
+	waitGroupState(t, n, "g", 20*time.Second, "the stopped member holds MemberPending records", func(st groups.Stats) bool {
+		for _, m := range st.Members {
+			if m.Pending == memberPending {
+				for name := range m.Held {
+					heldTopics[name] = true
 				}
 				return true
 			}
@@ -347,8 +328,8 @@ func TestGroupStoppedMemberOrderByTopic(t *testing.T) {
 	want = topics * perTopic
 	reached = make(chan struct{})
 	mu.Unlock()
-	waitGroupState(t, n, "g", 20*time.Second, "the group holds only the stopped member's records", func(g *group) bool {
-		return g.mu.outstanding == memberPending
+	waitGroupState(t, n, "g", 20*time.Second, "the group holds only the stopped member's records", func(st groups.Stats) bool {
+		return st.Outstanding == memberPending
 	})
 	slow.Close()
 	await("after the stopped member closed its stream")

@@ -10,6 +10,7 @@ import (
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -109,15 +110,15 @@ func TestGroupFailoverRestartedMemberResumesFromMirroredState(t *testing.T) {
 	c1.Close() // the member process ends without a word
 	m.stop("eu")
 	st := mirroredGroupState(t, us.Log(), "eu", "workers")
-	d := stateDone(st)
+	d := groups.StateDone(st)
 	expect := 0
 	for _, r := range received {
-		if !d.done(wal.OriginRef{Region: r.OriginRegion, Offset: r.OriginOffset}) {
+		if !d.Done(wal.OriginRef{Region: r.OriginRegion, Offset: r.OriginOffset}) {
 			expect++
 		}
 	}
 	t.Logf("the member received %d records in eu; the state us holds from eu (through %v, %d outstanding) counts all but %d of them done",
-		len(received), st.Vector.Through, len(d.out), expect)
+		len(received), st.Vector.Through, len(d.Out), expect)
 
 	c2 := dialNode(t, us, client.Options{Name: "member-2"})
 	sub, err = c2.Subscribe(ctx, "events", client.SubscribeOptions{Group: "workers"})

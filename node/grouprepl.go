@@ -10,6 +10,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
@@ -122,19 +123,18 @@ func (n *Node) groupBarrier(ctx context.Context, name, pattern string) *wire.Err
 	return nil
 }
 
-// groupMoved says why a live group must end here: its pattern is a replicated topic that
+// groupMoved says why live group g must end here: its pattern is a replicated topic that
 // another node leads now (members subscribe again and are sent there), or nil.
-func (g *group) groupMoved() *wire.Error {
-	n := g.n
+func (n *Node) groupMoved(g *groups.Group) *wire.Error {
 	r := n.rep
-	if r == nil || !routing.IsLiteral(g.set.Pattern) || !r.isReplicated(g.set.Pattern) {
+	if r == nil || !routing.IsLiteral(g.Set.Pattern) || !r.isReplicated(g.Set.Pattern) {
 		return nil
 	}
-	lead := r.leaderName(g.set.Pattern) // as observe last saw it: cheap, maybe behind
+	lead := r.leaderName(g.Set.Pattern) // as observe last saw it: cheap, maybe behind
 	if lead == "" || lead == n.cfg.Name {
 		return nil
 	}
-	if t := r.lookup(g.set.Pattern); t != nil {
+	if t := r.lookup(g.Set.Pattern); t != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Raft.ObserveInterval)
 		st, err := r.d.Status(ctx, t.group)
 		cancel()
@@ -144,7 +144,7 @@ func (g *group) groupMoved() *wire.Error {
 		lead = t.nameOf(st.Lead)
 	}
 	return wire.Errorf(wire.CodeUnavailable, "group %q: topic %q of region %q is now led by node %q, which serves the group from its replicated state: subscribe again",
-		g.shown, g.set.Pattern, n.cfg.Region, lead)
+		g.Shown, g.Set.Pattern, n.cfg.Region, lead)
 }
 
 // setGroup stores op (nil: a barrier) on group name's state of a replicated topic as a

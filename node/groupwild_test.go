@@ -26,7 +26,7 @@ func TestGroupOverWildcardLooksAtNewTopicsOnly(t *testing.T) {
 	if g == nil {
 		t.Fatal("group g is not live")
 	}
-	base := g.looked.Load() // its set-up lists the node's topics once
+	base := g.TopicsLooked() // its set-up lists the node's topics once
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	for i := range created {
@@ -43,7 +43,7 @@ func TestGroupOverWildcardLooksAtNewTopicsOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := g.looked.Load() - base; got > 2*created {
+	if got := g.TopicsLooked() - base; got > 2*created {
 		t.Fatalf("creating %d topics one at a time beside %d others: the group looked at %d topic names, want at most %d", created, old, got, 2*created)
 	}
 }

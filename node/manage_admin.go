@@ -9,6 +9,7 @@ import (
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/groups"
 )
 
 // ConsumerInfo is one consumer in the admin API (GET /v1/consumers).
@@ -194,4 +195,4 @@ func timeOrNil(ns int64) *time.Time {
 }
 
 // wireOrderName names a group's order as the CLI's --order takes it: none, topic or key.
-func wireOrderName(o byte) string { return strings.TrimPrefix(orderName(o), "by ") }
+func wireOrderName(o byte) string { return strings.TrimPrefix(groups.OrderName(o), "by ") }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -48,7 +49,7 @@ func (n *Node) groupConsumers(a *auth.Principal, name string, cs map[string]*con
 		prefix = name
 	}
 	err := n.wal.Groups(prefix, func(g wal.GroupInfo) bool {
-		if isMirroredGroup(g.Name) { // another region's, kept for a failover (groupvector.go)
+		if groups.IsMirroredGroup(g.Name) { // another region's, kept for a failover (groupvector.go)
 			return true
 		}
 		if name == "" || g.Name == name {
@@ -62,11 +63,11 @@ func (n *Node) groupConsumers(a *auth.Principal, name string, cs map[string]*con
 	}
 	// Live groups that stored nothing yet.
 	for _, g := range n.liveGroups() {
-		if !strings.HasPrefix(g.name, prefix) || isMirroredGroup(g.name) || name != "" && g.name != name {
+		if !strings.HasPrefix(g.Name, prefix) || groups.IsMirroredGroup(g.Name) || name != "" && g.Name != name {
 			continue
 		}
-		if _, ok := cs[consumerKey(wire.KindGroup, g.name)]; !ok {
-			c := n.groupState(wal.GroupInfo{Name: g.name, Settings: g.set, HasSettings: true})
+		if _, ok := cs[consumerKey(wire.KindGroup, g.Name)]; !ok {
+			c := n.groupState(wal.GroupInfo{Name: g.Name, Settings: g.Set, HasSettings: true})
 			cs[consumerKey(c.kind, c.name)] = c
 		}
 	}
@@ -82,9 +83,9 @@ func (n *Node) groupState(g wal.GroupInfo) *consumerState {
 		group: &wire.ConsumerGroup{AckWait: uint64(max(g.Settings.AckWait, 0)), MaxDeliver: g.Settings.MaxDeliver,
 			DeadLetter: g.Settings.DeadLetter, Order: g.Settings.Order},
 		outstanding: make(map[string]uint64, len(g.States))}
-	var live map[string]liveTopicState
+	var live map[string]groups.TopicState
 	if lg := n.liveGroup(g.Name); lg != nil {
-		live = lg.liveState()
+		live = lg.LiveState()
 	}
 	row := func(topic string, floor, next uint64, outstanding []uint64, updated time.Time) {
 		first, head, ok := n.wal.Bounds(topic)
@@ -112,7 +113,7 @@ func (n *Node) groupState(g wal.GroupInfo) *consumerState {
 	}
 	for topic, st := range g.States {
 		if lt, ok := live[topic]; ok {
-			row(topic, lt.floor, lt.next, lt.out, st.Updated)
+			row(topic, lt.Floor, lt.Next, lt.Out, st.Updated)
 			delete(live, topic)
 			continue
 		}
@@ -123,32 +124,10 @@ func (n *Node) groupState(g wal.GroupInfo) *consumerState {
 		row(topic, st.Floor, st.Next, offs, st.Updated)
 	}
 	for topic, lt := range live { // not stored yet
-		row(topic, lt.floor, lt.next, lt.out, time.Time{})
+		row(topic, lt.Floor, lt.Next, lt.Out, time.Time{})
 	}
 	c.members = n.groupMembers(g.Name)
 	return c
-}
-
-// liveTopicState is a live group's state of one topic, as its stored state would be if it
-// were stored now: floor, next offset to hand out, outstanding offsets.
-type liveTopicState struct {
-	floor, next uint64
-	out         []uint64
-}
-
-// liveState is g's state of each of its topics now.
-func (g *group) liveState() map[string]liveTopicState {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	states := make(map[string]liveTopicState, len(g.mu.list))
-	for _, t := range g.mu.list {
-		st := liveTopicState{floor: t.floor, next: t.next, out: make([]uint64, 0, len(t.out))}
-		for off := range t.out {
-			st.out = append(st.out, off)
-		}
-		states[t.name] = st
-	}
-	return states
 }
 
 // groupInfo is the group part of c's CONSUMER_INFO as a client of a sees it.
@@ -184,7 +163,7 @@ func (c *consumerState) groupFromPeer(ci *wire.ConsumerInfo) {
 }
 
 // liveGroup is the live group name (stored) on this node, or nil.
-func (n *Node) liveGroup(name string) *group {
+func (n *Node) liveGroup(name string) *groups.Group {
 	n.cons.mu.Lock()
 	defer n.cons.mu.Unlock()
 	return n.cons.mu.groups[name]
@@ -196,9 +175,7 @@ func (n *Node) groupMembers(name string) int {
 	if g == nil {
 		return 0
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.mu.members)
+	return g.MemberCount()
 }
 
 // endGroup ends the members of group name (stored) on this node with e and waits until the
@@ -208,17 +185,12 @@ func (n *Node) endGroup(ctx context.Context, name string, e *wire.Error) *wire.E
 	if g == nil {
 		return nil
 	}
-	g.mu.Lock()
-	for m := range g.mu.members {
-		m.ackErr.CompareAndSwap(nil, e)
-		m.cancel()
-	}
-	g.mu.Unlock()
+	g.EndMembers(e)
 	select {
-	case <-g.ended:
+	case <-g.Ended:
 		return nil
 	case <-ctx.Done():
-		return wire.Errorf(wire.CodeUnavailable, "group %q: its members did not end: %v", g.shown, ctx.Err())
+		return wire.Errorf(wire.CodeUnavailable, "group %q: its members did not end: %v", g.Shown, ctx.Err())
 	}
 }
 
@@ -337,7 +309,7 @@ func (n *Node) proposesGroupOp(a *auth.Principal, name string) bool {
 func (n *Node) groupDependents(a *auth.Principal, topic string) []string {
 	names := make(map[string]bool)
 	err := n.wal.Groups("", func(g wal.GroupInfo) bool {
-		if g.States[topic] != nil && !isMirroredGroup(g.Name) {
+		if g.States[topic] != nil && !groups.IsMirroredGroup(g.Name) {
 			names[g.Name] = true
 		}
 		return true
@@ -346,11 +318,9 @@ func (n *Node) groupDependents(a *auth.Principal, topic string) []string {
 		n.log.Warn("listing the groups of a topic failed", "topic", topic, "err", err)
 	}
 	for _, g := range n.liveGroups() {
-		g.mu.Lock()
-		if g.mu.topics[topic] != nil {
-			names[g.name] = true
+		if g.Follows(topic) {
+			names[g.Name] = true
 		}
-		g.mu.Unlock()
 	}
 	deps := make([]string, 0, len(names))
 	for name := range names {
@@ -361,10 +331,10 @@ func (n *Node) groupDependents(a *auth.Principal, topic string) []string {
 }
 
 // liveGroups are the groups live on this node.
-func (n *Node) liveGroups() []*group {
+func (n *Node) liveGroups() []*groups.Group {
 	n.cons.mu.Lock()
 	defer n.cons.mu.Unlock()
-	gs := make([]*group, 0, len(n.cons.mu.groups))
+	gs := make([]*groups.Group, 0, len(n.cons.mu.groups))
 	for _, g := range n.cons.mu.groups {
 		gs = append(gs, g)
 	}
@@ -376,61 +346,11 @@ func (n *Node) liveGroups() []*group {
 func (n *Node) topicRemoved(topic string, deleted bool, cut uint64) {
 	for _, g := range n.liveGroups() {
 		if deleted {
-			g.dropTopic(topic)
+			g.DropTopic(topic)
 		} else {
-			g.purged(topic, cut)
+			g.Purged(topic, cut)
 		}
 	}
-}
-
-// dropTopic forgets a deleted topic: its records are gone, so nothing of it is handed out
-// or stored again, and an ACK of one is ignored. A topic of the same name created later is
-// followed as a new one.
-func (g *group) dropTopic(topic string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	delete(g.mu.stored, topic)
-	t := g.mu.topics[topic]
-	if t == nil {
-		return
-	}
-	for off, f := range t.out {
-		g.moveLocked(f, fDone, nil)
-		delete(t.out, off)
-		g.mu.outstanding--
-	}
-	delete(g.mu.topics, topic)
-	g.mu.list = slices.DeleteFunc(g.mu.list, func(x *gtopic) bool { return x == t })
-	if g.mu.dropped == nil {
-		g.mu.dropped = make(map[string]bool)
-	}
-	g.mu.dropped[topic] = true
-	g.broadcastLocked()
-}
-
-// purged moves the group's floor on topic up to cut (the purge's new first offset): the
-// records below it are gone, done without a delivery.
-func (g *group) purged(topic string, cut uint64) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if st := g.mu.stored[topic]; st != nil && st.Floor < cut {
-		g.mu.stored[topic] = &wal.GroupState{Floor: cut, Next: max(st.Next, cut)}
-	}
-	t := g.mu.topics[topic]
-	if t == nil || t.floor >= cut {
-		return
-	}
-	for off, f := range t.out {
-		if off < cut {
-			g.moveLocked(f, fDone, nil)
-			delete(t.out, off)
-			g.mu.outstanding--
-		}
-	}
-	t.floor, t.next = cut, max(t.next, cut)
-	g.advanceLocked(t)
-	t.dirty = true
-	g.broadcastLocked()
 }
 
 // ambiguous refuses an operation on a name that is both a durable consumer and a group

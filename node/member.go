@@ -15,30 +15,24 @@ import (
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
 
-// member is one group member's subscription stream (group.go). Its run goroutine takes
+// member is one group member's subscription stream (node/groups). Its run goroutine takes
 // records from the group when the stream has room and writes them (the only writer of the
 // stream); its ack reader takes ACK, NAK and COMMIT frames. The stream's flow control
 // blocks only the run goroutine's write: a member that stops reading takes no more records,
 // and the ones it holds are delivered again to others when their ack-wait passes.
 type member struct {
-	s      *session
-	view   *auth.Principal // whose names the dead-letter headers use: the client's (a relayed member's tenant)
-	g      *group
-	str    *quic.Stream
-	id     string // for the dead-letter headers: the client's address and the stream
-	ctx    context.Context
-	cancel context.CancelFunc
-
-	reserved []*flight // records of its ordered keys, to deliver next; under g.mu
-	pending  int       // records delivered to it and not done; under g.mu
-	// stalled: a record delivered to it passed its ack-wait and it acknowledged nothing
-	// since; it takes no new records meanwhile (the others do), so a member that stopped
-	// reading does not take record after record to max-deliver. Under g.mu.
-	stalled bool
+	groups.Member // the group's side of it, under the group's mutex
+	s             *session
+	view          *auth.Principal // whose names the dead-letter headers use: the client's (a relayed member's tenant)
+	g             *groups.Group
+	str           *quic.Stream
+	ctx           context.Context
+	cancel        context.CancelFunc
 
 	commitAsked atomic.Uint64 // the highest COMMIT whose ACKs are stored
 	commitWake  chan struct{} // capacity 1: a COMMITTED is due
@@ -134,19 +128,25 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	m := &member{s: s, str: str, ctx: ctx, cancel: cancel, commitWake: make(chan struct{}, 1),
-		id: s.conn.RemoteAddr().String() + " stream " + strconv.FormatInt(int64(str.StreamID()), 10)}
+	m := &member{s: s, str: str, ctx: ctx, cancel: cancel, commitWake: make(chan struct{}, 1)}
+	m.Member = groups.Member{
+		ID: s.conn.RemoteAddr().String() + " stream " + strconv.FormatInt(int64(str.StreamID()), 10),
+		End: func(e *wire.Error) {
+			m.ackErr.CompareAndSwap(nil, e)
+			m.cancel()
+		},
+	}
 	m.w = wire.NewWriter(str)
 	m.mu.index = make(map[string]uint64)
 	m.view = s.groupActor(gr.Name)
-	g, e := n.joinGroup(s.actor.Durable(gr.Name), m.view.ClientDurable(s.actor.Durable(gr.Name)), req, want, m)
+	g, e := n.joinGroup(s.actor.Durable(gr.Name), m.view.ClientDurable(s.actor.Durable(gr.Name)), req, want, &m.Member)
 	if e != nil {
 		refuse(e)
 		return
 	}
 	m.g = g
 	if !s.track(m) {
-		n.leaveGroup(g, m)
+		n.leaveGroup(g, &m.Member)
 		refuse(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
 		return
 	}
@@ -155,7 +155,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	defer n.metrics.subscriptions.Dec()
 	m.w.Buffer(&wire.Subscribed{})
 	if m.w.Flush() != nil {
-		n.leaveGroup(g, m)
+		n.leaveGroup(g, &m.Member)
 		return
 	}
 	ackDone := make(chan struct{})
@@ -169,7 +169,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	err := m.run()
 	m.str.CancelRead(wire.AppCancelled)
 	<-ackDone
-	n.leaveGroup(g, m) // after the last ACKs are taken: what is left is handed out again
+	n.leaveGroup(g, &m.Member) // after the last ACKs are taken: what is left is handed out again
 	if e := m.ackErr.Load(); e != nil && err == nil {
 		err = e
 	}
@@ -205,16 +205,16 @@ func (m *member) run() *wire.Error {
 		if m.ctx.Err() != nil {
 			return nil
 		}
-		placed := n.placeChanged()         // before groupMoved: a leader change after it is not missed
-		if e := g.groupMoved(); e != nil { // grouprepl.go: its topic's leader serves it now
+		placed := n.placeChanged()          // before groupMoved: a leader change after it is not missed
+		if e := n.groupMoved(g); e != nil { // grouprepl.go: its topic's leader serves it now
 			return e
 		}
-		changed, due := g.waitCh() // before take: a change after it is not missed
-		got, dead := g.take(m, n.cfg.Groups.MemberBatch)
+		changed, due := g.WaitCh() // before take: a change after it is not missed
+		got, dead := g.Take(&m.Member, n.cfg.Groups.MemberBatch)
 		if len(dead) > 0 {
-			if err := g.deadLetter(m.ctx, dead, m.view.ClientName); err != nil {
-				n.log.Error("group dead-letter failed", "group", g.shown, "err", err)
-				return wire.Errorf(wire.CodeInternal, "group %q: %v", g.shown, err)
+			if err := g.DeadLetter(m.ctx, dead, m.view.ClientName); err != nil {
+				n.log.Error("group dead-letter failed", "group", g.Shown, "err", err)
+				return wire.Errorf(wire.CodeInternal, "group %q: %v", g.Shown, err)
 			}
 		}
 		if len(got) > 0 {
@@ -251,15 +251,11 @@ func (m *member) run() *wire.Error {
 		case <-placed:
 		case <-tick:
 		case <-m.commitWake:
-		case <-g.wake:
-			g.mu.Lock()
-			g.broadcastLocked() // the log advanced: every waiting member may take some
-			g.mu.Unlock()
-		case <-g.newTopics:
-			g.refreshTopics()
-			g.mu.Lock()
-			g.broadcastLocked()
-			g.mu.Unlock()
+		case <-g.Wake:
+			g.Poke() // the log advanced: every waiting member may take some
+		case <-g.NewTopics:
+			g.RefreshTopics()
+			g.Poke()
 		}
 		if timer != nil && tick != nil && !timer.Stop() {
 			select {
@@ -272,25 +268,19 @@ func (m *member) run() *wire.Error {
 
 // send reads the records of fs from the log (in runs of consecutive offsets) and buffers
 // their frames, flushing every ReadAhead bytes.
-func (m *member) send(fs []*flight) *wire.Error {
+func (m *member) send(fs []*groups.Flight) *wire.Error {
 	n := m.s.n
-	slices.SortFunc(fs, func(a, b *flight) int {
-		if a.t != b.t {
-			if a.t.name < b.t.name {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(a.off, b.off)
+	slices.SortFunc(fs, func(a, b *groups.Flight) int {
+		return cmp.Or(cmp.Compare(a.Topic(), b.Topic()), cmp.Compare(a.Offset(), b.Offset()))
 	})
 	for i := 0; i < len(fs); {
 		j := i + 1
-		for j < len(fs) && fs[j].t == fs[i].t && fs[j].off == fs[j-1].off+1 {
+		for j < len(fs) && fs[j].Topic() == fs[i].Topic() && fs[j].Offset() == fs[j-1].Offset()+1 {
 			j++
 		}
-		t, from := fs[i].t, fs[i].off
-		idx := m.bind(t.name)
-		got, err := n.wal.ReadFunc(t.name, from, j-i, 1<<30, func(rec *wal.Record) error {
+		topic, from := fs[i].Topic(), fs[i].Offset()
+		idx := m.bind(topic)
+		got, err := n.wal.ReadFunc(topic, from, j-i, 1<<30, func(rec *wal.Record) error {
 			m.rec = recordFrame(idx, rec, n.cfg.Region)
 			m.w.Buffer(&m.rec)
 			return nil
@@ -302,14 +292,14 @@ func (m *member) send(fs []*flight) *wire.Error {
 		case isOOR:
 			// Deleted by retention before it was delivered: nothing to deliver or redeliver.
 			for _, f := range fs[i+got : j] {
-				if f.off < oor.First {
-					m.g.ack(nil, t.name, f.off)
+				if f.Offset() < oor.First {
+					m.g.Ack(nil, topic, f.Offset())
 				}
 			}
 		case errors.Is(err, wal.ErrClosed):
 			return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
 		default:
-			return wire.Errorf(wire.CodeInternal, "read %q at offset %d: %v", t.name, from, err)
+			return wire.Errorf(wire.CodeInternal, "read %q at offset %d: %v", topic, from, err)
 		}
 		if m.w.Buffered() >= n.cfg.ReadAhead {
 			if m.w.Flush() != nil {
@@ -352,7 +342,7 @@ func (m *member) topicOf(i uint64) (string, bool) {
 func (m *member) readAcks(r *wire.Reader) *wire.Error {
 	g := m.g
 	store := func() *wire.Error {
-		if err := g.store(context.WithoutCancel(m.ctx)); err != nil {
+		if err := g.Store(context.WithoutCancel(m.ctx)); err != nil {
 			var we *wire.Error // a replicated store that did not commit (grouprepl.go)
 			if errors.As(err, &we) {
 				return we
@@ -360,7 +350,7 @@ func (m *member) readAcks(r *wire.Reader) *wire.Error {
 			if errors.Is(err, wal.ErrClosed) {
 				return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
 			}
-			return wire.Errorf(wire.CodeInternal, "store group %q: %v", g.shown, err)
+			return wire.Errorf(wire.CodeInternal, "store group %q: %v", g.Shown, err)
 		}
 		return nil
 	}
@@ -411,9 +401,9 @@ func (m *member) acked(i, off uint64, nak bool) *wire.Error {
 	topic, ok := m.topicOf(i)
 	var err error
 	if ok && nak {
-		err = m.g.nak(m, topic, off)
+		err = m.g.Nak(&m.Member, topic, off)
 	} else if ok {
-		err = m.g.ack(m, topic, off)
+		err = m.g.Ack(&m.Member, topic, off)
 	}
 	if !ok || err != nil {
 		return wire.Errorf(wire.CodeInvalidArgument, "%s of topic index %d offset %d: no such record was delivered on this stream", what, i, off)

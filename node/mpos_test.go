@@ -8,6 +8,7 @@ import (
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/node/vector"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -184,7 +185,7 @@ func TestReplicatedFailoverRestartedResumesFromMirrored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gd := stateDone(mirroredGroupState(t, us.Log(), "eu", "workers"))
+	gd := groups.StateDone(mirroredGroupState(t, us.Log(), "eu", "workers"))
 	heldRef := originCounts(t, us, "events")
 	bound := make([]int, 2)
 	for i, c := range cs {
@@ -193,7 +194,7 @@ func TestReplicatedFailoverRestartedResumesFromMirrored(t *testing.T) {
 				continue // not in us: never delivered there
 			}
 			done := i == 0 && vector.Covered(vec, r.OriginRegion, "", r.OriginOffset) ||
-				i == 1 && gd.done(wal.OriginRef{Region: r.OriginRegion, Offset: r.OriginOffset})
+				i == 1 && gd.Done(wal.OriginRef{Region: r.OriginRegion, Offset: r.OriginOffset})
 			if !done {
 				bound[i]++
 			}

@@ -25,6 +25,7 @@ import (
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/node/features"
+	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/node/placement"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
@@ -53,8 +54,9 @@ type Node struct {
 	interest *routing.Table[*subscription]
 	// wild is the wildcard subscriptions that read by sweep (sweep.go), told of every advance
 	// of the log's high-watermarks.
-	wild *wildSet
-	cons consumers // held exclusive durables and live consumer groups (exclusive.go, group.go)
+	wild   *wildSet
+	cons   consumers   // held exclusive durables and live consumer groups (exclusive.go, groups.go)
+	groups *groups.Env // what the live groups need of the node (groups.go)
 
 	gossip *gossip.Gossip         // nil without GossipLAN
 	fed    *federation.Federation // links to the other nodes of the mesh; nil without GossipLAN
@@ -143,6 +145,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.wal.OnAdvance(n.wild.advanced) // sweep.go
 	n.tails = newTailSet(n.wal, cfg.TailRecords, cfg.TailBytes)
+	n.groups = n.newGroupEnv()
 	n.tails.register(n.reg)
 	if cfg.Replicas > 1 {
 		if n.raftID, err = federation.RaftNodeID(cfg.DataDir); err != nil {

@@ -34,7 +34,7 @@ import (
 // Regions formed before groups held many topics (placement records of version 1: one group
 // per topic, named by replica.TopicGroup) keep their topics in their groups; their leader
 // writes groups records once every node of the region announces in gossip that it reads
-// metadata records of version 3 (features.go: meta=3), so a region upgraded one node at a
+// metadata records of version 3 (node/features: meta=3), so a region upgraded one node at a
 // time never has a node that skips a placement.
 
 // groupsVersion is the metadata record that declares groups and places topics on them:

@@ -208,7 +208,7 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 	}
 	defer s.subs.Add(-1)
 	if req.Group != nil {
-		s.serveMember(str, r, req, refuse) // group.go: a member of a shared consumer group
+		s.serveMember(str, r, req, refuse) // member.go: a member of a shared consumer group (node/groups)
 		return
 	}
 	var release func() // an exclusive durable's lock (exclusive.go)

@@ -24,6 +24,7 @@ var layers = map[string]int{
 	"federation": 30,
 	// The node's parts, by concern (node/doc.go): each imports only the parts below it.
 	"node/auth": 40, "node/features": 40, "node/placement": 40, "node/vector": 40,
+	"node/groups": 41,
 	// The node's assembly: sessions, the stream handlers and the replicated path.
 	"node": 50,
 	// Test helpers over the node and the SDK.

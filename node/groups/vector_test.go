@@ -1,4 +1,4 @@
-package node
+package groups
 
 import (
 	"testing"
@@ -19,16 +19,16 @@ func refs(rs ...wal.OriginRef) map[wal.OriginRef]bool {
 func TestGroupDoneUnion(t *testing.T) {
 	eu := func(o uint64) wal.OriginRef { return wal.OriginRef{Region: "eu", Offset: o} }
 	us := func(o uint64) wal.OriginRef { return wal.OriginRef{Region: "us", Offset: o} }
-	a := doneSet{through: map[string]uint64{"eu": 10, "us": 3}, out: refs(eu(4), eu(9), us(3))}
-	b := doneSet{through: map[string]uint64{"eu": 7}, out: refs(eu(4), eu(5))}
-	c := doneSet{through: map[string]uint64{}, out: refs()}
-	for _, pair := range [][2]doneSet{{a, b}, {b, a}, {a, c}, {c, b}} {
+	a := DoneSet{through: map[string]uint64{"eu": 10, "us": 3}, Out: refs(eu(4), eu(9), us(3))}
+	b := DoneSet{through: map[string]uint64{"eu": 7}, Out: refs(eu(4), eu(5))}
+	c := DoneSet{through: map[string]uint64{}, Out: refs()}
+	for _, pair := range [][2]DoneSet{{a, b}, {b, a}, {a, c}, {c, b}} {
 		u := union(pair[0], pair[1])
 		for _, region := range []string{"eu", "us", "ap"} {
 			for o := range uint64(14) {
 				r := wal.OriginRef{Region: region, Offset: o}
-				if want := pair[0].done(r) || pair[1].done(r); u.done(r) != want {
-					t.Errorf("union(%v, %v): %s@%d done %v, want %v", pair[0], pair[1], region, o, u.done(r), want)
+				if want := pair[0].Done(r) || pair[1].Done(r); u.Done(r) != want {
+					t.Errorf("union(%v, %v): %s@%d done %v, want %v", pair[0], pair[1], region, o, u.Done(r), want)
 				}
 			}
 		}

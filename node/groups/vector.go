@@ -1,4 +1,4 @@
-package node
+package groups
 
 import (
 	"cmp"
@@ -54,20 +54,20 @@ type groupSkip struct {
 	skipped uint64
 }
 
-// doneSet is a group's done records on one topic in origin terms.
-type doneSet struct {
+// DoneSet is a group's done records on one topic in origin terms.
+type DoneSet struct {
 	through map[string]uint64
-	out     map[wal.OriginRef]bool
+	Out     map[wal.OriginRef]bool
 }
 
-func (d doneSet) done(r wal.OriginRef) bool {
+func (d DoneSet) Done(r wal.OriginRef) bool {
 	last, ok := d.through[r.Region]
-	return ok && r.Offset <= last && !d.out[r]
+	return ok && r.Offset <= last && !d.Out[r]
 }
 
 // union is the records done in a or in b.
-func union(a, b doneSet) doneSet {
-	c := doneSet{through: maps.Clone(a.through), out: make(map[wal.OriginRef]bool)}
+func union(a, b DoneSet) DoneSet {
+	c := DoneSet{through: maps.Clone(a.through), Out: make(map[wal.OriginRef]bool)}
 	if c.through == nil {
 		c.through = make(map[string]uint64)
 	}
@@ -76,57 +76,33 @@ func union(a, b doneSet) doneSet {
 			c.through[o] = off
 		}
 	}
-	for r := range a.out {
-		if !b.done(r) {
-			c.out[r] = true
+	for r := range a.Out {
+		if !b.Done(r) {
+			c.Out[r] = true
 		}
 	}
-	for r := range b.out {
-		if !a.done(r) {
-			c.out[r] = true
+	for r := range b.Out {
+		if !a.Done(r) {
+			c.Out[r] = true
 		}
 	}
 	return c
 }
 
 // stateDone is the done set of a stored state with a vector.
-func stateDone(st *wal.GroupState) doneSet {
-	d := doneSet{through: maps.Clone(st.Vector.Through), out: make(map[wal.OriginRef]bool)}
+func StateDone(st *wal.GroupState) DoneSet {
+	d := DoneSet{through: maps.Clone(st.Vector.Through), Out: make(map[wal.OriginRef]bool)}
 	for _, e := range st.Entries {
-		d.out[e.Origin] = true
+		d.Out[e.Origin] = true
 	}
 	for _, r := range st.Vector.Elsewhere {
-		d.out[r] = true
+		d.Out[r] = true
 	}
 	return d
 }
 
-// mirroredStates loads the states of group name mirrored from other regions, by topic
-// (nothing when the build ignores them: gvec_broken.go).
-func (n *Node) mirroredStates(name string) map[string][]*wal.GroupState {
-	if ignoreMirroredGroups {
-		return nil
-	}
-	out := make(map[string][]*wal.GroupState)
-	err := n.wal.Groups(mirrorCursorPrefix, func(gi wal.GroupInfo) bool {
-		if _, g, ok := federation.ParseMirroredGroup(gi.Name); ok && g == name {
-			for topic, st := range gi.States {
-				if st.Vector != nil {
-					out[topic] = append(out[topic], st)
-				}
-			}
-		}
-		return true
-	})
-	if err != nil {
-		n.log.Warn("mirrored group states not read: the group resumes from its own", "group", name, "err", err)
-		return nil
-	}
-	return out
-}
-
 // isMirroredGroup reports whether a stored group name is another region's group mirrored here.
-func isMirroredGroup(name string) bool {
+func IsMirroredGroup(name string) bool {
 	_, _, ok := federation.ParseMirroredGroup(name)
 	return ok
 }
@@ -134,8 +110,8 @@ func isMirroredGroup(name string) bool {
 // resumeLocked starts t from the mirrored states of its topic newer than own (nil: none here)
 // and reports whether it did. It reads the log (with g.mu held: it runs when a group starts
 // following a topic, before members take from it).
-func (g *group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
-	n := g.n
+func (g *Group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
+	n := g.env
 	var newer []*wal.GroupState
 	for _, st := range g.mu.mirrored[t.name] {
 		if own == nil || st.Updated.After(own.Updated) {
@@ -146,63 +122,63 @@ func (g *group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
 	if len(newer) == 0 {
 		return false
 	}
-	d := doneSet{through: map[string]uint64{}, out: map[wal.OriginRef]bool{}}
+	d := DoneSet{through: map[string]uint64{}, Out: map[wal.OriginRef]bool{}}
 	if own != nil {
 		if od, err := g.ownDone(t.name, own); err == nil {
 			d = od
 		} else { // without it the union is smaller: more is delivered again, nothing skipped wrongly
-			n.log.Warn("group's own state has no vector: resuming from the mirrored ones alone", "group", g.shown, "topic", t.name, "err", err)
+			n.Log.Warn("group's own state has no vector: resuming from the mirrored ones alone", "group", g.Shown, "topic", t.name, "err", err)
 		}
 	}
 	for _, st := range newer {
-		d = union(d, stateDone(st))
+		d = union(d, StateDone(st))
 	}
-	start, err := vector.Start(n.wal, n.cfg.Region, t.name, d.through)
+	start, err := vector.Start(n.Wal, n.Region, t.name, d.through)
 	if err != nil {
-		n.log.Warn("group not resumed from its mirrored position", "group", g.shown, "topic", t.name, "err", err)
+		n.Log.Warn("group not resumed from its mirrored position", "group", g.Shown, "topic", t.name, "err", err)
 		return false
 	}
-	located, err := locateOutstanding(n.wal, n.cfg.Region, t.name, start, d.out)
+	located, err := locateOutstanding(n.Wal, n.Region, t.name, start, d.Out)
 	if err != nil {
-		n.log.Warn("group not resumed from its mirrored position", "group", g.shown, "topic", t.name, "err", err)
+		n.Log.Warn("group not resumed from its mirrored position", "group", g.Shown, "topic", t.name, "err", err)
 		return false
 	}
 	t.floor, t.next, t.dirty = start, start, true
 	t.track = &groupTrack{at: start, vec: maps.Clone(d.through), origins: make(map[uint64]wal.OriginRef, len(located))}
 	for _, off := range slices.Sorted(maps.Keys(located)) {
 		ref := located[off]
-		delete(d.out, ref)
+		delete(d.Out, ref)
 		t.track.origins[off] = ref
 		t.floor = min(t.floor, off)
 		g.restoreLocked(t, off, 1)
 		t.out[off].reason = "it was outstanding in another region"
 	}
-	t.skip = &groupSkip{through: maps.Clone(d.through), out: d.out, pending: make(map[string]bool, len(d.through))}
+	t.skip = &groupSkip{through: maps.Clone(d.through), out: d.Out, pending: make(map[string]bool, len(d.through))}
 	for o := range d.through {
 		t.skip.pending[o] = true
 	}
-	n.log.Info("group resumed from a position mirrored from another region", "group", g.shown, "topic", t.name,
-		"start", start, "outstanding", len(located), "outstanding_elsewhere", len(d.out), "mirrored_states", len(newer))
+	n.Log.Info("group resumed from a position mirrored from another region", "group", g.Shown, "topic", t.name,
+		"start", start, "outstanding", len(located), "outstanding_elsewhere", len(d.Out), "mirrored_states", len(newer))
 	return true
 }
 
 // ownDone is the done set of the group's own stored state of topic.
-func (g *group) ownDone(topic string, own *wal.GroupState) (doneSet, error) {
+func (g *Group) ownDone(topic string, own *wal.GroupState) (DoneSet, error) {
 	if own.Vector != nil {
-		return stateDone(own), nil
+		return StateDone(own), nil
 	}
-	n := g.n
-	vec, err := vector.Prefix(n.wal, n.cfg.Region, topic, own.Next)
+	n := g.env
+	vec, err := vector.Prefix(n.Wal, n.Region, topic, own.Next)
 	if err != nil {
-		return doneSet{}, err
+		return DoneSet{}, err
 	}
-	d := doneSet{through: vec, out: make(map[wal.OriginRef]bool, len(own.Entries))}
+	d := DoneSet{through: vec, Out: make(map[wal.OriginRef]bool, len(own.Entries))}
 	for _, e := range own.Entries {
-		ref, err := readOrigin(n.wal, n.cfg.Region, topic, e.Offset)
+		ref, err := readOrigin(n.Wal, n.Region, topic, e.Offset)
 		if err != nil {
-			return doneSet{}, err
+			return DoneSet{}, err
 		}
-		d.out[ref] = true
+		d.Out[ref] = true
 	}
 	return d, nil
 }
@@ -325,8 +301,8 @@ func (t *gtopic) beginTrack(l *wal.Log, st *wal.GroupState, start uint64) {
 // in Vector already), reading the records handed out since the last store. A state whose
 // vector cannot be read is stored without one (a resume elsewhere then finds none newer of it).
 // Called by store with g.storeMu held.
-func (g *group) addVectors(states map[string]*wal.GroupState) {
-	n := g.n
+func (g *Group) addVectors(states map[string]*wal.GroupState) {
+	n := g.env
 	tracks := make(map[string]*groupTrack, len(states))
 	g.mu.Lock()
 	for name := range states {
@@ -341,8 +317,8 @@ func (g *group) addVectors(states map[string]*wal.GroupState) {
 			st.Vector = nil
 			continue
 		}
-		if err := tr.advance(n.wal, n.cfg.Region, topic, st); err != nil {
-			n.log.Debug("group state stored without its vector", "group", g.shown, "topic", topic, "err", err)
+		if err := tr.advance(n.Wal, n.Region, topic, st); err != nil {
+			n.Log.Debug("group state stored without its vector", "group", g.Shown, "topic", topic, "err", err)
 			st.Vector = nil
 			continue
 		}

@@ -1,4 +1,4 @@
-package node
+package groups
 
 import (
 	"cmp"
@@ -15,7 +15,7 @@ import (
 // handed out again, and when it is done. Every function here runs with g.mu held (or takes
 // it) and never blocks.
 
-func (g *group) holdLocked(key string) *keyHold {
+func (g *Group) holdLocked(key string) *keyHold {
 	h := g.mu.holds[key]
 	if h == nil {
 		h = &keyHold{}
@@ -24,7 +24,7 @@ func (g *group) holdLocked(key string) *keyHold {
 	return h
 }
 
-func (g *group) releaseHoldLocked(key string, h *keyHold) {
+func (g *Group) releaseHoldLocked(key string, h *keyHold) {
 	if h.n == 0 {
 		h.m = nil
 		if h.ready == 0 {
@@ -33,8 +33,8 @@ func (g *group) releaseHoldLocked(key string, h *keyHold) {
 	}
 }
 
-func (g *group) sortReadyLocked() {
-	slices.SortStableFunc(g.mu.ready, func(a, b *flight) int {
+func (g *Group) sortReadyLocked() {
+	slices.SortStableFunc(g.mu.ready, func(a, b *Flight) int {
 		if c := cmp.Compare(a.t.name, b.t.name); c != 0 {
 			return c
 		}
@@ -43,16 +43,16 @@ func (g *group) sortReadyLocked() {
 }
 
 // broadcastLocked wakes every member waiting for something to do.
-func (g *group) broadcastLocked() {
+func (g *Group) broadcastLocked() {
 	close(g.mu.changed)
 	g.mu.changed = make(chan struct{})
 }
 
-// take hands member m up to max records: first those reserved for it (its ordered keys),
+// Take hands member m up to max records: first those reserved for it (its ordered keys),
 // then records given back, then new records of the log, while the window has room. It
 // also collects records due for the dead-letter topic (dead), which m writes. It never
 // blocks.
-func (g *group) take(m *member, max int) (got, dead []*flight) {
+func (g *Group) Take(m *Member, max int) (got, dead []*Flight) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -108,9 +108,9 @@ func (g *group) take(m *member, max int) (got, dead []*flight) {
 // member has f's key; without, when m is not the member f was last delivered to, unless no
 // other member took it within an ack-wait (a member that stopped reading keeps room on
 // its stream until its flow-control window fills: its records go to the others).
-func (g *group) mayTakeLocked(f *flight, m *member, now time.Time) bool {
-	if g.set.Order == wire.OrderNone {
-		return f.last != m.id || len(g.mu.members) == 1 || now.Sub(f.readySince) > g.set.AckWait
+func (g *Group) mayTakeLocked(f *Flight, m *Member, now time.Time) bool {
+	if g.Set.Order == wire.OrderNone {
+		return f.last != m.ID || len(g.mu.members) == 1 || now.Sub(f.readySince) > g.Set.AckWait
 	}
 	h := g.mu.holds[f.key]
 	return h == nil || h.m == nil || h.m == m
@@ -122,11 +122,11 @@ func (g *group) mayTakeLocked(f *flight, m *member, now time.Time) bool {
 // left in the log for that member to take when it has room, rather than held for it, so a
 // member that stopped reading holds its own topics only and none of the window beyond its
 // MemberPending.
-func (g *group) nextTopicLocked(m *member) *gtopic {
+func (g *Group) nextTopicLocked(m *Member) *gtopic {
 	for range len(g.mu.list) {
 		t := g.mu.list[g.mu.rr%len(g.mu.list)]
 		g.mu.rr++
-		first, head, ok := g.n.wal.Bounds(t.name)
+		first, head, ok := g.env.Wal.Bounds(t.name)
 		if !ok {
 			continue
 		}
@@ -138,7 +138,7 @@ func (g *group) nextTopicLocked(m *member) *gtopic {
 		if t.next >= head {
 			continue
 		}
-		if h := g.mu.holds[t.name]; g.set.Order == wire.OrderTopic && h != nil && (h.ready > 0 || (h.m != nil && h.m != m)) {
+		if h := g.mu.holds[t.name]; g.Set.Order == wire.OrderTopic && h != nil && (h.ready > 0 || (h.m != nil && h.m != m)) {
 			continue
 		}
 		return t
@@ -149,15 +149,15 @@ func (g *group) nextTopicLocked(m *member) *gtopic {
 // dispatchLocked hands out up to room new records of t from its next offset: to m, or, for
 // an ordered key another member has (or whose records wait in ready), to that member or to
 // ready.
-func (g *group) dispatchLocked(t *gtopic, m *member, room int, now time.Time, got []*flight) []*flight {
-	_, head, _ := g.n.wal.Bounds(t.name)
+func (g *Group) dispatchLocked(t *gtopic, m *Member, room int, now time.Time, got []*Flight) []*Flight {
+	_, head, _ := g.env.Wal.Bounds(t.name)
 	count := min(uint64(room), head-t.next)
 	var keys []string
-	var refs []wal.OriginRef // after a resume from another region's vector (groupvector.go)
-	if g.set.Order == wire.OrderKey || t.skip != nil {
-		g.n.wal.ReadFunc(t.name, t.next, int(count), 1<<30, func(r *wal.Record) error {
+	var refs []wal.OriginRef // after a resume from another region's vector (vector.go)
+	if g.Set.Order == wire.OrderKey || t.skip != nil {
+		g.env.Wal.ReadFunc(t.name, t.next, int(count), 1<<30, func(r *wal.Record) error {
 			keys = append(keys, recordKey(r))
-			refs = append(refs, wal.OriginRef{Region: vector.OriginOf(r, g.n.cfg.Region), Offset: r.OriginOffset})
+			refs = append(refs, wal.OriginRef{Region: vector.OriginOf(r, g.env.Region), Offset: r.OriginOffset})
 			return nil
 		})
 		count = uint64(len(keys))
@@ -174,18 +174,18 @@ func (g *group) dispatchLocked(t *gtopic, m *member, room int, now time.Time, go
 			t.dirty, skipped = true, true
 			continue
 		}
-		f := &flight{t: t, off: t.next}
+		f := &Flight{t: t, off: t.next}
 		t.out[t.next] = f
 		t.next++
 		t.dirty = true
 		g.mu.outstanding++
-		switch g.set.Order {
+		switch g.Set.Order {
 		case wire.OrderTopic:
 			f.key = t.name
 		case wire.OrderKey:
 			f.key = keys[i]
 		}
-		if h := g.mu.holds[f.key]; g.set.Order != wire.OrderNone && h != nil {
+		if h := g.mu.holds[f.key]; g.Set.Order != wire.OrderNone && h != nil {
 			switch {
 			case h.ready > 0:
 				g.moveLocked(f, fReady, nil)
@@ -207,11 +207,11 @@ func (g *group) dispatchLocked(t *gtopic, m *member, room int, now time.Time, go
 }
 
 // deliverLocked counts a delivery of f to m (assigned to m already).
-func (g *group) deliverLocked(f *flight, m *member, now time.Time) {
+func (g *Group) deliverLocked(f *Flight, m *Member, now time.Time) {
 	m.pending++
 	f.deliveries++
-	f.deadline = now.Add(g.set.AckWait)
-	f.last = m.id
+	f.deadline = now.Add(g.Set.AckWait)
+	f.last = m.ID
 	if g.mu.nextDue.IsZero() || f.deadline.Before(g.mu.nextDue) {
 		g.mu.nextDue = f.deadline
 	}
@@ -219,12 +219,12 @@ func (g *group) deliverLocked(f *flight, m *member, now time.Time) {
 
 // expireLocked handles records whose ack-wait has passed: dead-lettered at max-deliver,
 // else given back (to the same member, for an ordered key, so its order holds).
-func (g *group) expireLocked(now time.Time) {
+func (g *Group) expireLocked(now time.Time) {
 	if g.mu.nextDue.IsZero() || now.Before(g.mu.nextDue) {
 		return
 	}
 	g.mu.nextDue = time.Time{}
-	var back []*flight
+	var back []*Flight
 	for _, t := range g.mu.list {
 		for _, f := range t.out {
 			if f.state != fAssigned || f.deadline.IsZero() {
@@ -236,13 +236,13 @@ func (g *group) expireLocked(now time.Time) {
 				}
 				continue
 			}
-			f.reason = "its ack-wait of " + g.set.AckWait.String() + " passed"
+			f.reason = "its ack-wait of " + g.Set.AckWait.String() + " passed"
 			f.m.stalled = true
 			switch {
-			case uint64(f.deliveries) >= g.set.MaxDeliver:
+			case uint64(f.deliveries) >= g.Set.MaxDeliver:
 				g.moveLocked(f, fDead, nil)
 				g.mu.dead = append(g.mu.dead, f)
-			case g.set.Order != wire.OrderNone:
+			case g.Set.Order != wire.OrderNone:
 				g.undeliverLocked(f) // again to the same member: its key's order holds
 				f.m.reserved = append(f.m.reserved, f)
 			default:
@@ -260,8 +260,8 @@ func (g *group) expireLocked(now time.Time) {
 
 // giveBackLocked hands out again every record assigned to m (reserved, delivered, or being
 // dead-lettered by it), because of reason.
-func (g *group) giveBackLocked(m *member, reason string) {
-	var back []*flight
+func (g *Group) giveBackLocked(m *Member, reason string) {
+	var back []*Flight
 	for _, t := range g.mu.list {
 		for _, f := range t.out {
 			switch {
@@ -271,7 +271,7 @@ func (g *group) giveBackLocked(m *member, reason string) {
 			case f.state == fAssigned && f.m == m:
 				f.reason = reason
 				delivered := !f.deadline.IsZero()
-				if delivered && uint64(f.deliveries) >= g.set.MaxDeliver {
+				if delivered && uint64(f.deliveries) >= g.Set.MaxDeliver {
 					g.moveLocked(f, fDead, nil)
 					g.mu.dead = append(g.mu.dead, f)
 					continue
@@ -288,10 +288,10 @@ func (g *group) giveBackLocked(m *member, reason string) {
 	}
 }
 
-// ack marks the record at off of topic done, for member m. An ACK of a record never handed
+// Ack marks the record at off of topic done, for member m. An ACK of a record never handed
 // out is an error; one of a record done already is ignored (a late ACK of a record
 // redelivered meanwhile counts: the record was processed).
-func (g *group) ack(m *member, topic string, off uint64) error {
+func (g *Group) Ack(m *Member, topic string, off uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if m != nil {
@@ -317,9 +317,9 @@ func (g *group) ack(m *member, topic string, off uint64) error {
 	return nil
 }
 
-// nak gives the record at off of topic back (member m asked): delivered again at once, or
+// Nak gives the record at off of topic back (member m asked): delivered again at once, or
 // dead-lettered at max-deliver.
-func (g *group) nak(m *member, topic string, off uint64) error {
+func (g *Group) Nak(m *Member, topic string, off uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	t := g.mu.topics[topic]
@@ -335,10 +335,10 @@ func (g *group) nak(m *member, topic string, off uint64) error {
 	}
 	f.reason = "the member gave it back (NAK)"
 	switch {
-	case uint64(f.deliveries) >= g.set.MaxDeliver:
+	case uint64(f.deliveries) >= g.Set.MaxDeliver:
 		g.moveLocked(f, fDead, nil)
 		g.mu.dead = append(g.mu.dead, f)
-	case g.set.Order != wire.OrderNone:
+	case g.Set.Order != wire.OrderNone:
 		g.undeliverLocked(f)
 		m.reserved = append(m.reserved, f)
 	default:
@@ -352,7 +352,7 @@ func (g *group) nak(m *member, topic string, off uint64) error {
 }
 
 // doneLocked marks off of t done (acknowledged, dead-lettered or deleted).
-func (g *group) doneLocked(t *gtopic, off uint64) {
+func (g *Group) doneLocked(t *gtopic, off uint64) {
 	if f := t.out[off]; f != nil {
 		g.moveLocked(f, fDone, nil)
 		delete(t.out, off)
@@ -364,7 +364,7 @@ func (g *group) doneLocked(t *gtopic, off uint64) {
 // advanceLocked moves t's floor up to its lowest outstanding offset (next when none). It
 // steps over done offsets while that costs less than a pass over out, so that it is O(1)
 // per offset in the usual case and O(len(out)) at worst however far the floor moves.
-func (g *group) advanceLocked(t *gtopic) {
+func (g *Group) advanceLocked(t *gtopic) {
 	for steps := 0; t.floor < t.next && t.out[t.floor] == nil; steps++ {
 		if steps > len(t.out) {
 			low := t.next
@@ -379,7 +379,7 @@ func (g *group) advanceLocked(t *gtopic) {
 }
 
 // finishDead marks dead-lettered records done.
-func (g *group) finishDead(fs []*flight) {
+func (g *Group) finishDead(fs []*Flight) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, f := range fs {
@@ -392,7 +392,7 @@ func (g *group) finishDead(fs []*flight) {
 }
 
 // undeliverLocked ends f's delivery to its member, if it is delivered.
-func (g *group) undeliverLocked(f *flight) {
+func (g *Group) undeliverLocked(f *Flight) {
 	if f.state == fAssigned && !f.deadline.IsZero() {
 		f.m.pending--
 		f.deadline = time.Time{}
@@ -400,8 +400,8 @@ func (g *group) undeliverLocked(f *flight) {
 }
 
 // moveLocked moves f to state to (assigned: to m), keeping its key's hold in step.
-func (g *group) moveLocked(f *flight, to fstate, m *member) {
-	if g.set.Order != wire.OrderNone {
+func (g *Group) moveLocked(f *Flight, to fstate, m *Member) {
+	if g.Set.Order != wire.OrderNone {
 		h := g.holdLocked(f.key)
 		switch f.state {
 		case fReady:
@@ -432,4 +432,11 @@ func (g *group) moveLocked(f *flight, to fstate, m *member) {
 	if to == fAssigned {
 		f.m = m
 	}
+}
+
+// Poke wakes every waiting member: something may be there for them to take.
+func (g *Group) Poke() {
+	g.mu.Lock()
+	g.broadcastLocked()
+	g.mu.Unlock()
 }

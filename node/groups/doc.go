@@ -1,0 +1,38 @@
+// Package groups is a node's live shared consumer groups (docs/architecture.md, "Consumers";
+// docs/protocol.md, "Consumer groups"). Members of a group split the records of its pattern: each record is handed to
+// one member at a time, acknowledged per record, handed out again when its ack-wait passes,
+// when the member gives it back (NAK) or when the member's stream ends, and written to the
+// group's dead-letter topic once it was delivered MaxDeliver times.
+//
+// A live group (one with a member on this node) is a Group; its state is owned by its
+// mutex, reached only through its methods, and every member's goroutines take it for short, non-blocking steps: a member
+// takes records when it has room on its stream (so QUIC flow control on each member stream
+// is the only backpressure: a member that stops reading takes nothing more, and the others
+// go on), its ack reader marks records done. Nothing is read from the log for a member that
+// did not ask, so no queue grows on the node; what a group holds is bounded by its window
+// (Config.Window): at most Window outstanding records (handed out and not done, or
+// given back and waiting to be handed out again) over all its topics. Per topic it keeps
+// its floor, the next offset it hands out and the outstanding records between them; every
+// other offset between them is done, so however far a member that stopped reading holds
+// the floor back, the others go on while the group has fewer than Window outstanding.
+//
+// State in wal (wal/groups.go): the settings, and per topic the floor, the next offset and
+// the outstanding records with their delivery counts, stored in one synced batch after
+// each run of ACKs (and at a COMMIT), so that a node restart redelivers nothing
+// acknowledged. Delivery counts since the last store can be lost by a crash (a record may
+// then be delivered more than MaxDeliver times in all). On a replicated topic the state is
+// replicated state (node/grouprepl.go, through Env.Store): each store is a raft entry of the topic's group.
+//
+// A group is served by its home (node/grouprelay.go), from that node's log: in a region of
+// several nodes, the owner (replicated: the leader) of a literal pattern's topic, else the
+// rendezvous winner of its name; members connected to another node are relayed there. A
+// pattern is served from the topics its home holds.
+//
+// What this package owns: a group's state in memory (its topics, the records outstanding and
+// to whom, the ordered keys' holders), handing records out, acknowledgements, ack-waits,
+// dead-lettering and the state it stores; and resuming from a state mirrored from another
+// region (vector.go). What it must not touch: streams and sessions (a member's stream is the
+// node's: node/member.go drives a Member through Take, Ack, Nak and Store), the table of live
+// groups and who may join one (node/groups.go), and where state and dead letters are written
+// (Env's functions: the node's log, or the topic's raft group).
+package groups

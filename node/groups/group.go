@@ -1,0 +1,642 @@
+package groups
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/routing"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// Config holds the node's consumer group defaults and bounds.
+type Config struct {
+	// AckWait is a group's ack-wait when its first member does not set one: how long a
+	// delivered record may stay unacknowledged before it is delivered again. Default 30 s.
+	AckWait time.Duration
+	// MaxDeliver is a group's max-deliver when its first member does not set one: after that
+	// many deliveries a record goes to the dead-letter topic. Default 5.
+	MaxDeliver int
+	// Window caps a group's outstanding records over all its topics: those handed out and
+	// not yet acknowledged or dead-lettered, and those given back and waiting to be handed
+	// out again. It is the bound of a group's memory (a few hundred bytes per record) and of
+	// each stored state; the span between a topic's floor and the next record handed out is
+	// not bounded. Default 1024.
+	Window int
+	// MemberBatch is how many records a member takes at a time when it has room. Default 64.
+	MemberBatch int
+	// MemberPending caps the records one member holds delivered and not acknowledged: a
+	// member that stops reading keeps room on its stream until its flow-control window
+	// fills, and takes no more than this meanwhile. Default 256.
+	MemberPending int
+}
+
+func (c *Config) WithDefaults() {
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&c.MaxDeliver, 5}, {&c.Window, 1024}, {&c.MemberBatch, 64}, {&c.MemberPending, 256}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+}
+
+// Validate reports the problems of c, prefixed "Groups.".
+func (c Config) Validate() []error {
+	var errs []error
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxDeliver", c.MaxDeliver}, {"Window", c.Window}, {"MemberBatch", c.MemberBatch}, {"MemberPending", c.MemberPending}} {
+		if f.v < 0 {
+			errs = append(errs, fmt.Errorf("node: config: Groups.%s must not be negative, got %d", f.name, f.v))
+		}
+	}
+	if c.AckWait < 0 {
+		errs = append(errs, fmt.Errorf("node: config: Groups.AckWait must not be negative, got %v", c.AckWait))
+	}
+	return errs
+}
+
+// Env is what the groups need of their node: its log, its region and the node's group
+// settings, and where a group's state and dead-letter records are written (its own log, or
+// the topic's raft group: grouprepl.go). One per node, shared by its live groups.
+type Env struct {
+	Wal    *wal.Log
+	Log    *slog.Logger
+	Region string
+	Cfg    Config
+	// store writes a group's settings and the states of its topics that changed, durably.
+	Store func(ctx context.Context, name string, set *wal.GroupSettings, states map[string]*wal.GroupState) error
+	// appendDeadLetter appends records to a dead-letter topic, durably.
+	AppendDeadLetter func(ctx context.Context, topic string, recs []wal.Record) error
+	// mirrored loads the states of a group mirrored from other regions, by topic.
+	Mirrored func(name string) map[string][]*wal.GroupState
+}
+
+// Member is a member as its group sees it. Its fields are under the group's mutex.
+type Member struct {
+	ID string // for the dead-letter headers: the client's address and the stream
+	// end ends the member's stream with e (a management request's endGroup).
+	End func(e *wire.Error)
+
+	reserved []*Flight // records of its ordered keys, to deliver next
+	pending  int       // records delivered to it and not done
+	// stalled: a record delivered to it passed its ack-wait and it acknowledged nothing
+	// since; it takes no new records meanwhile (the others do), so a member that stopped
+	// reading does not take record after record to max-deliver.
+	stalled bool
+}
+
+// Group is a live consumer group on this node.
+type Group struct {
+	env    *Env
+	Name   string // with the tenant's namespace: the key of its state
+	Shown  string // as clients name it
+	Set    wal.GroupSettings
+	window int
+	// memberPending caps the records one member holds delivered and unacknowledged
+	// (Config.MemberPending), as JetStream's MaxAckPending does per consumer.
+	memberPending int
+	start         wire.Subscribe // the first member's start: for topics without state
+
+	Ended     chan struct{} // closed when its last member left: it is live no more
+	Wake      chan struct{} // its topics advanced (wal.Notify), capacity 1
+	NewTopics chan struct{} // a topic was created (wal.NotifyNewTopics), capacity 1
+	storeMu   sync.Mutex    // serialises stores: a later snapshot is never overwritten by an earlier one
+	lookedAt  atomic.Int64  // topic names refreshTopics looked at, in all (tests)
+
+	mu struct {
+		sync.Mutex
+		topics      map[string]*gtopic
+		list        []*gtopic // for round-robin dispatch
+		rr          int
+		outstanding int       // flights in all topics
+		ready       []*Flight // given back, sorted by (topic, offset)
+		dead        []*Flight // reached max-deliver, for the next member to dead-letter
+		holds       map[string]*keyHold
+		members     map[*Member]bool
+		changed     chan struct{} // closed and replaced when members may find something to do
+		nextDue     time.Time     // the earliest ack-wait deadline (zero: none)
+		stored      map[string]*wal.GroupState
+		mirrored    map[string][]*wal.GroupState // states of its topics mirrored from other regions (vector.go)
+		cancels     []func()
+		created     int // the log's creation mark (wal.Log.CreatedSince) refreshTopics has seen to
+		// dropped names topics deleted while the group was live (manage_groups.go): their
+		// records are gone, so an ACK of one is no error.
+		dropped map[string]bool
+	}
+}
+
+// gtopic is a group's position in one topic: every offset below floor is done; of [floor,
+// next), the flights (out) are outstanding and every other offset is done. floor is out's
+// lowest offset, or next when out is empty.
+type gtopic struct {
+	name        string
+	floor, next uint64
+	out         map[uint64]*Flight
+	dirty       bool
+	skip        *groupSkip  // after a resume from another region's vector (vector.go)
+	track       *groupTrack // the store's vector: set when added, then owned by g.storeMu
+}
+
+// Flight is an outstanding record: handed out, or given back, and not done.
+type Flight struct {
+	t          *gtopic
+	off        uint64
+	deliveries uint32
+	state      fstate
+	m          *Member   // fAssigned: the member it is reserved for (deadline zero) or delivered to
+	deadline   time.Time // fAssigned and delivered: when its ack-wait passes
+	dlqBy      *Member   // fDead: the member writing it to the dead-letter topic
+	key        string    // with ordering: the topic or the key header's value
+	reason     string    // why it was last given back
+	readySince time.Time // when it was last put in ready
+	last       string    // the member it was last delivered to
+}
+
+// Topic is the topic of f's record; offset its offset.
+func (f *Flight) Topic() string  { return f.t.name }
+func (f *Flight) Offset() uint64 { return f.off }
+
+// fstate is where a flight is. Lists (ready, reserved, dead) may keep a flight that has
+// moved on: its state says whether the entry is current.
+type fstate uint8
+
+const (
+	fNew      fstate = iota
+	fReady           // in ready: any member may take it (with ordering: its key's member)
+	fAssigned        // reserved for or delivered to m
+	fDead            // in dead, or being dead-lettered by dlqBy
+	fDone            // acknowledged, dead-lettered or deleted
+)
+
+// keyHold is an ordered key's member: records of the key go to m only while it has some of
+// them (n), and to nobody while some of them wait in ready (ready), so a key's records are
+// handed out in offset order to one member at a time.
+type keyHold struct {
+	m     *Member
+	n     int
+	ready int
+}
+
+// New starts a live group from its stored state (set and states, when stored), or
+// creates it with want (zero values replaced by the node's defaults) and stores its settings.
+func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettings) (*Group, *wire.Error) {
+	set, states, ok, err := env.Wal.Group(name)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeInternal, "load group %q: %v", shown, err)
+	}
+	g := &Group{env: env, Name: name, Shown: shown, window: env.Cfg.Window, memberPending: env.Cfg.MemberPending, start: *req,
+		Ended: make(chan struct{}), Wake: make(chan struct{}, 1), NewTopics: make(chan struct{}, 1)}
+	if ok {
+		g.Set = set
+		if e := g.Conflict(want); e != nil {
+			return nil, e
+		}
+	} else {
+		g.Set = want
+		if g.Set.AckWait == 0 {
+			g.Set.AckWait = env.Cfg.AckWait
+		}
+		if g.Set.MaxDeliver == 0 {
+			g.Set.MaxDeliver = uint64(env.Cfg.MaxDeliver)
+		}
+		if err := env.Wal.SetGroup(context.Background(), name, &g.Set, nil); err != nil {
+			return nil, wire.Errorf(wire.CodeInternal, "store group %q: %v", shown, err)
+		}
+	}
+	g.mu.topics = make(map[string]*gtopic)
+	g.mu.holds = make(map[string]*keyHold)
+	g.mu.members = make(map[*Member]bool)
+	g.mu.changed = make(chan struct{})
+	g.mu.stored = states
+	g.mu.mirrored = env.Mirrored(name)
+	g.mu.cancels = append(g.mu.cancels, env.Wal.NotifyNewTopics(g.NewTopics))
+	// The mark before the listing: a topic created meanwhile is in both, and added once.
+	_, g.mu.created = env.Wal.CreatedSince(-1)
+	for _, ti := range env.Wal.Topics() {
+		g.addIfMatches(ti.Name)
+	}
+	return g, nil
+}
+
+// Conflict names the first setting of want (non-zero) that differs from the group's.
+func (g *Group) Conflict(want wal.GroupSettings) *wire.Error {
+	diff := func(what, have, asked string) *wire.Error {
+		return wire.Errorf(wire.CodeConflict, "group %q has %s %s, this member asks for %s: every member of a group has its settings (set by its first member)", g.Shown, what, have, asked)
+	}
+	switch {
+	case want.Pattern != g.Set.Pattern:
+		return diff("pattern", strconv.Quote(g.Set.Pattern), strconv.Quote(want.Pattern))
+	case want.AckWait != 0 && want.AckWait != g.Set.AckWait:
+		return diff("ack-wait", g.Set.AckWait.String(), want.AckWait.String())
+	case want.MaxDeliver != 0 && want.MaxDeliver != g.Set.MaxDeliver:
+		return diff("max-deliver", strconv.FormatUint(g.Set.MaxDeliver, 10), strconv.FormatUint(want.MaxDeliver, 10))
+	case want.DeadLetter != "" && want.DeadLetter != g.Set.DeadLetter:
+		return diff("dead-letter topic", strconv.Quote(g.Set.DeadLetter), strconv.Quote(want.DeadLetter))
+	case want.Order != g.Set.Order:
+		return diff("order", OrderName(g.Set.Order), OrderName(want.Order))
+	}
+	return nil
+}
+
+func OrderName(o byte) string {
+	switch o {
+	case wire.OrderTopic:
+		return "by topic"
+	case wire.OrderKey:
+		return "by key"
+	}
+	return "none"
+}
+
+// Join adds m to the group.
+func (g *Group) Join(m *Member) {
+	g.mu.Lock()
+	g.mu.members[m] = true
+	g.mu.Unlock()
+}
+
+// Leave removes m from g: its records are handed out again (or dead-lettered when they
+// reached max-deliver). The last member's leave ends the live group, and leave says so.
+func (g *Group) Leave(m *Member) (last bool) {
+	g.mu.Lock()
+	delete(g.mu.members, m)
+	g.giveBackLocked(m, "the member's stream ended")
+	last = len(g.mu.members) == 0
+	cancels := g.mu.cancels
+	if last {
+		g.mu.cancels = nil
+	}
+	g.broadcastLocked()
+	g.mu.Unlock()
+	if last {
+		for _, cancel := range cancels {
+			cancel()
+		}
+		close(g.Ended)
+	}
+	return last
+}
+
+// RefreshTopics adds the topics created since it last looked that match the group's pattern
+// and that it does not follow yet. It looks only at those (wal.Log.CreatedSince), so a group
+// over a wildcard does not list every topic of the node at each new one.
+func (g *Group) RefreshTopics() {
+	g.mu.Lock()
+	mark := g.mu.created
+	g.mu.Unlock()
+	names, next := g.env.Wal.CreatedSince(mark)
+	g.mu.Lock()
+	g.mu.created = max(g.mu.created, next) // members refresh concurrently: never back
+	g.mu.Unlock()
+	for _, name := range names {
+		if _, _, ok := g.env.Wal.Bounds(name); ok { // else deleted since
+			g.addIfMatches(name)
+		}
+	}
+}
+
+// addIfMatches follows topic if it matches the group's pattern and is not followed yet.
+func (g *Group) addIfMatches(topic string) {
+	g.lookedAt.Add(1)
+	if !routing.Match(g.Set.Pattern, topic) {
+		return
+	}
+	g.mu.Lock()
+	if g.mu.topics[topic] == nil {
+		g.addTopicLocked(topic)
+	}
+	g.mu.Unlock()
+}
+
+// addTopicLocked follows topic from its stored state, or from the first member's start.
+func (g *Group) addTopicLocked(topic string) {
+	n := g.env
+	g.mu.cancels = append(g.mu.cancels, n.Wal.Notify(topic, g.Wake))
+	t := &gtopic{name: topic, out: make(map[uint64]*Flight)}
+	st, ok := g.mu.stored[topic]
+	delete(g.mu.stored, topic)
+	switch {
+	case g.resumeLocked(t, st): // a newer state of it was mirrored from another region
+		g.advanceLocked(t)
+	case ok:
+		t.beginTrack(n.Wal, st, 0)
+		t.floor, t.next = st.Floor, st.Next
+		for _, e := range st.Entries {
+			g.restoreLocked(t, e.Offset, e.Deliveries)
+		}
+		g.advanceLocked(t)
+	default:
+		first, next, _ := n.Wal.Bounds(topic)
+		start := first
+		switch g.start.Start {
+		case wire.StartLatest:
+			start = next
+		case wire.StartOffset:
+			start = min(max(g.start.StartValue, first), next)
+		case wire.StartTime:
+			if off, err := n.Wal.OffsetForTime(topic, int64(g.start.StartValue)); err == nil {
+				start = max(off, first)
+			}
+		}
+		t.floor, t.next, t.dirty = start, start, true
+		t.beginTrack(n.Wal, nil, start)
+	}
+	g.mu.topics[topic] = t
+	g.mu.list = append(g.mu.list, t)
+	g.sortReadyLocked()
+}
+
+// restoreLocked puts a stored outstanding record in ready.
+func (g *Group) restoreLocked(t *gtopic, off uint64, deliveries uint32) {
+	f := &Flight{t: t, off: off, deliveries: deliveries, reason: "the node restarted"}
+	switch g.Set.Order {
+	case wire.OrderTopic:
+		f.key = t.name
+	case wire.OrderKey:
+		f.key = g.readKey(t.name, off)
+	}
+	t.out[off] = f
+	g.mu.outstanding++
+	g.moveLocked(f, fReady, nil)
+	g.mu.ready = append(g.mu.ready, f)
+}
+
+// readKey reads the key header of a record (OrderKey).
+func (g *Group) readKey(topic string, off uint64) string {
+	key := ""
+	g.env.Wal.ReadFunc(topic, off, 1, 1<<30, func(r *wal.Record) error {
+		key = recordKey(r)
+		return nil
+	})
+	return key
+}
+
+func recordKey(r *wal.Record) string {
+	for _, h := range r.Headers {
+		if h.Key == wire.KeyHeader {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// Store writes the state of the topics that changed since the last store, in one synced
+// batch, and returns once it is durable.
+func (g *Group) Store(ctx context.Context) error {
+	g.storeMu.Lock()
+	defer g.storeMu.Unlock()
+	g.mu.Lock()
+	states := make(map[string]*wal.GroupState)
+	for _, t := range g.mu.list {
+		if !t.dirty {
+			continue
+		}
+		t.dirty = false
+		st := &wal.GroupState{Floor: t.floor, Next: t.next, Entries: make([]wal.GroupEntry, 0, len(t.out))}
+		for off, f := range t.out {
+			st.Entries = append(st.Entries, wal.GroupEntry{Offset: off, Deliveries: f.deliveries})
+		}
+		slices.SortFunc(st.Entries, func(a, b wal.GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) })
+		st.Vector = t.skipVectorLocked() // with the entries it snapshots (vector.go)
+		states[t.name] = st
+	}
+	g.mu.Unlock()
+	if len(states) == 0 {
+		return nil
+	}
+	g.addVectors(states)
+	// grouprepl.go: the settings go with a replicated topic's entry, so every replica has them.
+	set := g.Set
+	if err := g.env.Store(ctx, g.Name, &set, states); err != nil {
+		g.mu.Lock()
+		for name := range states {
+			g.mu.topics[name].dirty = true
+		}
+		g.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// WaitCh returns what a member waits on when it found nothing to do: the group's change
+// channel and the time of the next ack-wait deadline (zero: none).
+func (g *Group) WaitCh() (<-chan struct{}, time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.changed, g.mu.nextDue
+}
+
+// DeadLetter appends records that reached max-deliver to the group's dead-letter topic,
+// with headers saying why and from where, then marks them done. Without a dead-letter
+// topic they are dropped (logged). The append is synced; the group's state is stored after
+// it, so a crash in between can write a record to the dead-letter topic twice, never lose it.
+func (g *Group) DeadLetter(ctx context.Context, fs []*Flight, shown func(string) string) error {
+	n := g.env
+	if g.Set.DeadLetter == "" {
+		for _, f := range fs {
+			n.Log.Warn("group dropped a record after max-deliver (no dead-letter topic)", "group", g.Shown, "topic", f.t.name, "offset", f.off, "deliveries", f.deliveries)
+		}
+		g.finishDead(fs)
+		return nil
+	}
+	recs := make([]wal.Record, 0, len(fs))
+	for _, f := range fs {
+		_, err := n.Wal.ReadFunc(f.t.name, f.off, 1, 1<<30, func(r *wal.Record) error {
+			hs := make([]wire.Header, 0, len(r.Headers)+6)
+			hs = append(hs,
+				wire.Header{Key: "quicmq-dead-letter-topic", Value: []byte(shown(f.t.name))},
+				wire.Header{Key: "quicmq-dead-letter-offset", Value: strconv.AppendUint(nil, f.off, 10)},
+				wire.Header{Key: "quicmq-dead-letter-group", Value: []byte(g.Shown)},
+				wire.Header{Key: "quicmq-dead-letter-deliveries", Value: strconv.AppendUint(nil, uint64(f.deliveries), 10)},
+				wire.Header{Key: "quicmq-dead-letter-member", Value: []byte(f.last)},
+				wire.Header{Key: "quicmq-dead-letter-reason", Value: []byte(f.reason)})
+			for _, h := range r.Headers {
+				hs = append(hs, wire.Header{Key: h.Key, Value: append([]byte(nil), h.Value...)})
+			}
+			recs = append(recs, wal.Record{Headers: hs, Payload: append([]byte(nil), r.Payload...)})
+			return nil
+		})
+		if err != nil && !errors.Is(err, wal.ErrOffsetOutOfRange) {
+			return fmt.Errorf("read %q at offset %d: %w", f.t.name, f.off, err)
+		}
+	}
+	if len(recs) > 0 {
+		if err := n.AppendDeadLetter(context.WithoutCancel(ctx), g.Set.DeadLetter, recs); err != nil { // grouprepl.go
+			return fmt.Errorf("append to dead-letter topic %q: %w", shown(g.Set.DeadLetter), err)
+		}
+	}
+	g.finishDead(fs)
+	return g.Store(context.WithoutCancel(ctx))
+}
+
+// EndMembers ends every member's stream with e.
+func (g *Group) EndMembers(e *wire.Error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for m := range g.mu.members {
+		m.End(e)
+	}
+}
+
+// MemberCount is how many members the group has on this node.
+func (g *Group) MemberCount() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.mu.members)
+}
+
+// Follows reports whether the group follows topic.
+func (g *Group) Follows(topic string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.mu.topics[topic] != nil
+}
+
+// liveTopicState is a live group's state of one topic, as its stored state would be if it
+// were stored now: floor, next offset to hand out, outstanding offsets.
+type TopicState struct {
+	Floor, Next uint64
+	Out         []uint64
+}
+
+// LiveState is g's state of each of its topics now.
+func (g *Group) LiveState() map[string]TopicState {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	states := make(map[string]TopicState, len(g.mu.list))
+	for _, t := range g.mu.list {
+		st := TopicState{Floor: t.floor, Next: t.next, Out: make([]uint64, 0, len(t.out))}
+		for off := range t.out {
+			st.Out = append(st.Out, off)
+		}
+		states[t.name] = st
+	}
+	return states
+}
+
+// DropTopic forgets a deleted topic: its records are gone, so nothing of it is handed out
+// or stored again, and an ACK of one is ignored. A topic of the same name created later is
+// followed as a new one.
+func (g *Group) DropTopic(topic string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.mu.stored, topic)
+	t := g.mu.topics[topic]
+	if t == nil {
+		return
+	}
+	for off, f := range t.out {
+		g.moveLocked(f, fDone, nil)
+		delete(t.out, off)
+		g.mu.outstanding--
+	}
+	delete(g.mu.topics, topic)
+	g.mu.list = slices.DeleteFunc(g.mu.list, func(x *gtopic) bool { return x == t })
+	if g.mu.dropped == nil {
+		g.mu.dropped = make(map[string]bool)
+	}
+	g.mu.dropped[topic] = true
+	g.broadcastLocked()
+}
+
+// Purged moves the group's floor on topic up to cut (the purge's new first offset): the
+// records below it are gone, done without a delivery.
+func (g *Group) Purged(topic string, cut uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st := g.mu.stored[topic]; st != nil && st.Floor < cut {
+		g.mu.stored[topic] = &wal.GroupState{Floor: cut, Next: max(st.Next, cut)}
+	}
+	t := g.mu.topics[topic]
+	if t == nil || t.floor >= cut {
+		return
+	}
+	for off, f := range t.out {
+		if off < cut {
+			g.moveLocked(f, fDone, nil)
+			delete(t.out, off)
+			g.mu.outstanding--
+		}
+	}
+	t.floor, t.next = cut, max(t.next, cut)
+	g.advanceLocked(t)
+	t.dirty = true
+	g.broadcastLocked()
+}
+
+// Stats is a snapshot of a live group, for tests and for a failing test's message.
+type Stats struct {
+	Outstanding, ready, dead int
+	nextDue                  time.Time
+	Members                  []MemberStats
+	Topics                   map[string]TopicStats
+}
+
+// MemberStats is a member in a groupStats.
+type MemberStats struct {
+	id                string
+	Pending, reserved int
+	stalled           bool
+	Held              map[string]map[uint64]bool // topic -> offsets delivered to it and not done
+}
+
+// TopicStats is a topic in a groupStats.
+type TopicStats struct {
+	Floor, Next uint64
+	Out         int
+}
+
+func (g *Group) Stats() Stats {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := Stats{Outstanding: g.mu.outstanding, ready: len(g.mu.ready), dead: len(g.mu.dead), nextDue: g.mu.nextDue,
+		Topics: make(map[string]TopicStats, len(g.mu.list))}
+	byMember := make(map[*Member]int, len(g.mu.members))
+	for m := range g.mu.members {
+		byMember[m] = len(st.Members)
+		st.Members = append(st.Members, MemberStats{id: m.ID, Pending: m.pending, reserved: len(m.reserved), stalled: m.stalled,
+			Held: make(map[string]map[uint64]bool)})
+	}
+	for _, t := range g.mu.list {
+		st.Topics[t.name] = TopicStats{Floor: t.floor, Next: t.next, Out: len(t.out)}
+		for off, f := range t.out {
+			if i, ok := byMember[f.m]; ok && f.state == fAssigned && !f.deadline.IsZero() {
+				h := st.Members[i].Held
+				if h[t.name] == nil {
+					h[t.name] = make(map[uint64]bool)
+				}
+				h[t.name][off] = true
+			}
+		}
+	}
+	return st
+}
+
+func (st Stats) String() string {
+	out := fmt.Sprintf("outstanding %d ready %d dead %d due %v;", st.Outstanding, st.ready, st.dead, time.Until(st.nextDue))
+	for _, m := range st.Members {
+		out += fmt.Sprintf(" member %s pending %d reserved %d stalled %v;", m.id, m.Pending, m.reserved, m.stalled)
+	}
+	for name, t := range st.Topics {
+		out += fmt.Sprintf(" topic %s floor %d next %d out %d;", name, t.Floor, t.Next, t.Out)
+	}
+	return out
+}
+
+// TopicsLooked is how many topic names the group looked at to follow new topics, in all.
+func (g *Group) TopicsLooked() int64 { return g.lookedAt.Load() }
