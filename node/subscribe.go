@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
-	"io"
 	"regexp"
 	"strconv"
 	"sync"
@@ -13,7 +11,6 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
-	"github.com/quicmq/quicmq/node/vector"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -396,7 +393,33 @@ func (sub *subscription) markSetUp() {
 // run sets the subscription up and streams records until the client ends it, the
 // connection ends or the node drains. It returns an error to send, or nil.
 func (sub *subscription) run() *wire.Error {
+	placeChanged, undo, err := sub.prepare()
+	defer undo()
+	if err != nil {
+		return err
+	}
+	// SUBSCRIBED is written before the set-up counts as done, so that on a shared stream
+	// the answers come in the order of the SUBSCRIBE frames.
+	sub.w.Buffer(&wire.Subscribed{})
+	if sub.flush() != nil || sub.waitWrite() != nil {
+		return nil
+	}
+	sub.markSetUp()
+	return sub.stream(placeChanged)
+}
+
+// prepare registers the subscription (a sweep of this node's logs, or interest in new
+// topics), adds the topics that match now and, for one that spans the region, opens its
+// upstreams. placeChanged is closed at the next placement change when the subscription
+// follows them. undo undoes the set-up, last step first; it is set even with an error.
+func (sub *subscription) prepare() (placeChanged <-chan struct{}, undo func(), err *wire.Error) {
 	n := sub.s.n
+	var steps []func()
+	undo = func() {
+		for i := len(steps) - 1; i >= 0; i-- {
+			steps[i]()
+		}
+	}
 	if sub.caughtUp {
 		sub.catchUp = make(map[*cursor]uint64)
 		sub.upWait = make(map[string]bool)
@@ -406,24 +429,22 @@ func (sub *subscription) run() *wire.Error {
 	if sweep {
 		// A wildcard of this node's logs: no cursor per matching topic (sweep.go).
 		stop, err := sub.setUpSweep()
-		defer sub.releaseScans()
-		defer stop()
+		steps = append(steps, sub.releaseScans, stop)
 		if err != nil {
-			return err
+			return nil, undo, err
 		}
 	} else {
 		// Register interest before listing topics, so that no topic created in between is
 		// missed (a topic seen twice is ignored the second time).
 		if err := n.interest.Add(sub.req.Pattern, sub); err != nil {
-			return &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
+			return nil, undo, &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
 		}
-		defer n.interest.Remove(sub.req.Pattern, sub)
-		defer func() {
+		steps = append(steps, func() { n.interest.Remove(sub.req.Pattern, sub) }, func() {
 			sub.releaseScans()
 			for _, c := range sub.cursors {
 				c.cancel()
 			}
-		}()
+		})
 		if sub.req.Start == wire.StartLatest {
 			sub.latest = make(map[string]uint64)
 		}
@@ -445,7 +466,7 @@ func (sub *subscription) run() *wire.Error {
 				sub.latest[t.Name] = t.Next
 			}
 			if err := sub.addTopic(t.Name, false); err != nil {
-				return err
+				return nil, undo, err
 			}
 			if sub.caughtUp {
 				sub.catchUp[sub.byTopic[t.Name]] = t.Next
@@ -453,16 +474,15 @@ func (sub *subscription) run() *wire.Error {
 			}
 		}
 	}
-	var placeChanged <-chan struct{}
 	if !sweep && sub.spansRegion() {
 		sub.ups = make(map[string]*upstream)
 		sub.upIndex = make(map[string]uint64)
 		sub.upRetry = make(map[string]bool)
 		sub.upCh = make(chan upMsg)
-		defer sub.closeUpstreams()
+		steps = append(steps, sub.closeUpstreams)
 		placeChanged = n.place.Changed()
 		if err := sub.openUpstreams(); err != nil {
-			return err
+			return nil, undo, err
 		}
 		if sub.caughtUp {
 			for node := range sub.ups {
@@ -470,14 +490,12 @@ func (sub *subscription) run() *wire.Error {
 			}
 		}
 	}
-	// SUBSCRIBED is written before the set-up counts as done, so that on a shared stream
-	// the answers come in the order of the SUBSCRIBE frames.
-	sub.w.Buffer(&wire.Subscribed{})
-	if sub.flush() != nil || sub.waitWrite() != nil {
-		return nil
-	}
-	sub.markSetUp()
+	return placeChanged, undo, nil
+}
 
+// stream sends what the subscription's cursors and upstreams have, then waits for more,
+// until the subscription ends. It returns an error to send, or nil.
+func (sub *subscription) stream(placeChanged <-chan struct{}) *wire.Error {
 	for {
 		sent, err := sub.sendAvailable()
 		if err == errStreamGone {
@@ -520,19 +538,12 @@ func (sub *subscription) run() *wire.Error {
 		case <-sub.wake:
 			sub.unpark(fan) // the fanout handed it back, or something else happened
 		case m := <-sub.upCh:
-			if err := sub.takeUpstream(m); err != nil {
+			if gone, err := sub.takeUpstreamsNow(m); gone || err != nil {
 				return err
-			}
-			if _, err := sub.takeUpstreams(); err != nil {
-				return err
-			}
-			sub.checkCaughtUp()
-			if err := sub.flush(); err != nil {
-				return nil
 			}
 		case <-placeChanged:
 			// A node joined or returned: it may own matching topics from now on.
-			placeChanged = n.place.Changed()
+			placeChanged = sub.s.n.place.Changed()
 			if err := sub.ownerMoved(); err != nil {
 				return err
 			}
@@ -544,580 +555,15 @@ func (sub *subscription) run() *wire.Error {
 	}
 }
 
-// checkCaughtUp buffers CAUGHT_UP, once, when the client asked for it and every topic
-// matching at set-up has been sent up to its head at set-up (this node's cursors, and each
-// upstream's own CAUGHT_UP). It reports whether it buffered the frame. Run goroutine.
-func (sub *subscription) checkCaughtUp() bool {
-	if !sub.caughtUp || sub.caughtOK || sub.sweep.pending != nil {
-		return false // with a sweep: not before every cursor of set-up is made
+// takeUpstreamsNow takes m and whatever else the upstreams have sent, and writes it. gone
+// is true when the client is gone or reset the stream.
+func (sub *subscription) takeUpstreamsNow(m upMsg) (gone bool, err *wire.Error) {
+	if err := sub.takeUpstream(m); err != nil {
+		return false, err
 	}
-	for c, head := range sub.catchUp {
-		if c.next >= head {
-			delete(sub.catchUp, c)
-		}
+	if _, err := sub.takeUpstreams(); err != nil {
+		return false, err
 	}
-	if len(sub.catchUp) > 0 || len(sub.upWait) > 0 {
-		return false
-	}
-	sub.caughtOK = true
-	sub.w.Buffer(&wire.CaughtUp{Topics: sub.setupN + sub.upTopics})
-	return true
-}
-
-// notifyNewTopic is called by the node's topic watcher for a new topic matching the
-// pattern. It must not block.
-func (sub *subscription) notifyNewTopic(topic string) {
-	sub.mu.Lock()
-	sub.mu.newTopics = append(sub.mu.newTopics, topic)
-	sub.mu.Unlock()
-	sub.poke()
-}
-
-// poke wakes the run goroutine, if it is not already due to wake. It never blocks.
-func (sub *subscription) poke() {
-	select {
-	case sub.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (sub *subscription) takeNewTopics() *wire.Error {
-	if sub.sweep.on {
-		return nil // the node's advances name new topics too (sweep.go)
-	}
-	sub.mu.Lock()
-	topics := sub.mu.newTopics
-	sub.mu.newTopics = nil
-	sub.mu.Unlock()
-	for _, t := range topics {
-		if sub.owner != "" {
-			break // served by the owner's upstream, whatever this node holds
-		}
-		if _, up := sub.upIndex[t]; up {
-			continue // a replica created here of a topic an upstream serves already
-		}
-		if err := sub.addTopic(t, true); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// addTopic starts a cursor on topic, unless one exists. created says the topic appeared
-// after the subscription began: it is read from its start whatever the start position.
-func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
-	if _, ok := sub.byTopic[topic]; ok {
-		return nil
-	}
-	n := sub.s.n
-	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic), tail: n.tails.acquire(topic)}
-	_ = c.scan.Check() // bound to the topic as it is: a delete of it ends the cursor
-	// Register for wake-ups before reading the bounds, so no append is missed: with the
-	// shared tail, its (a connection's subscriptions woken one after the other).
-	var stop func()
-	if c.tail != nil {
-		stop = c.tail.watch(sub.s, sub.wake)
-	} else {
-		stop = n.wal.Notify(topic, sub.wake)
-	}
-	c.cancel = func() {
-		stop()
-		n.tails.release(c.tail)
-		c.tail = nil
-	}
-	next, stored, err := sub.startOffset(topic, created)
-	if err != nil {
-		c.cancel()
-		return err
-	}
-	c.next, c.stored, c.skip = next, stored, sub.vec.skip(topic)
-	sub.beginStored(topic, next, stored > 0) // vector.go
-	sub.mu.Lock()
-	c.pub = next
-	sub.mu.curs = append(sub.mu.curs, c)
-	sub.mu.Unlock()
-	sub.byTopic[topic] = c
-	sub.cursors = append(sub.cursors, c)
-	return nil
-}
-
-// startOffset is where the cursor on topic starts, and 1 + the durable consumer's stored
-// position there (0: none). An explicit offset past the topic's head (beyond the offset the
-// next record gets) is refused with CodeOffsetOutOfRange naming the head, for a topic that
-// exists at set-up; one below the first retained record is raised to it.
-func (sub *subscription) startOffset(topic string, created bool) (uint64, uint64, *wire.Error) {
-	n := sub.s.n
-	if sub.req.Durable != "" && n.rep != nil && n.rep.isReplicated(topic) {
-		// A new leader may not have applied all its term committed: read the durable's
-		// positions (its own, those mirrored here) only once it has.
-		if e := n.rep.positionBarrier(sub.ctx, sub.req.Durable, topic); e != nil { // replpos.go
-			return 0, 0, e
-		}
-	}
-	if next, ok, e := sub.vectorResume(topic); ok || e != nil { // vector.go
-		return next, next, e
-	}
-	if sub.req.Durable != "" {
-		// Resume, not Position + 1: a consumer reset to offset 0 has acknowledged nothing
-		// there, yet resumes at 0 rather than at its start position.
-		resume, ok, err := n.wal.Resume(sub.req.Durable, topic)
-		if err != nil {
-			return 0, 0, wire.Errorf(wire.CodeInternal, "read position of %q on %q: %v", sub.req.Durable, topic, err)
-		}
-		if ok {
-			return resume, resume, nil
-		}
-	}
-	first, next, _ := n.wal.Bounds(topic)
-	if created {
-		return first, 0, nil
-	}
-	switch sub.req.Start {
-	case wire.StartLatest:
-		if sub.sweep.on {
-			return sub.head, 0, nil
-		}
-		if v, ok := sub.latest[topic]; ok {
-			return v, 0, nil
-		}
-		return next, 0, nil
-	case wire.StartOffset:
-		if sub.req.StartValue > next {
-			return 0, 0, wire.Errorf(wire.CodeOffsetOutOfRange, "start offset %d of topic %q is past its head: the next record gets offset %d (start at most there)",
-				sub.req.StartValue, sub.s.actor.ClientName(topic), next)
-		}
-		return max(sub.req.StartValue, first), 0, nil
-	case wire.StartTime:
-		off, err := n.wal.OffsetForTime(topic, int64(sub.req.StartValue))
-		if err != nil && !errors.Is(err, wal.ErrUnknownTopic) {
-			return 0, 0, wire.Errorf(wire.CodeInternal, "find time %d in %q: %v", sub.req.StartValue, topic, err)
-		}
-		return max(off, first), 0, nil
-	}
-	return first, 0, nil
-}
-
-// errStreamGone is sendAvailable's report that a write to the stream failed: the client is
-// gone or reset it, so the subscription ends with no ERROR frame to send.
-var errStreamGone = &wire.Error{Code: wire.CodeInternal, Message: "subscription stream write failed"}
-
-// sendAvailable reads each cursor's available records (at most ReadAhead bytes per cursor
-// per round, so one busy topic cannot starve the others) and writes them to the stream.
-// Writes block when the client's flow-control window is full: that is the backpressure. A
-// failed write ends the round with errStreamGone.
-func (sub *subscription) sendAvailable() (int, *wire.Error) {
-	if sub.sweep.on {
-		return sub.sendSwept() // sweep.go
-	}
-	n := sub.s.n
-	sent := 0
-	for _, c := range sub.cursors {
-		got, bytes, err := sub.readCursor(c)
-		if got > 0 {
-			// Count the batch as delivered before it is written: the client may ACK a
-			// record as soon as it arrives.
-			sub.delivered(c)
-			sent += got
-			sub.series.records.Add(float64(got))
-			sub.series.bytes.Add(float64(bytes))
-			// Write this cursor's batch (at most ReadAhead bytes) before reading the next:
-			// the read-ahead bounds what a subscription holds, whatever its lag.
-			if sub.flush() != nil {
-				return sent, errStreamGone
-			}
-		}
-		// errors.AsType, not errors.As, here as everywhere in node: As's target escapes, an
-		// allocation per read.
-		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
-		switch {
-		case err == nil:
-		case isOOR:
-			sub.skipDeleted(c, oor.First)
-			sent++
-		case errors.Is(err, wal.ErrUnknownTopic):
-		case errors.Is(err, wal.ErrTopicDeleted):
-			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.ClientName(c.topic))
-		case errors.Is(err, wal.ErrClosed):
-			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
-		default:
-			n.log.Error("subscription read failed", "topic", c.topic, "offset", c.next, "err", err)
-			return sent, wire.Errorf(wire.CodeInternal, "read %q at offset %d: %v", c.topic, c.next, err)
-		}
-	}
-	return sent, nil
-}
-
-// maxReadRecords bounds the records of one read of a cursor, beside ReadAhead's bytes: 4096
-// records of 100 B are 400-500 KiB stored, so for small records the bytes bound comes first.
-const maxReadRecords = 4096
-
-// readCursor encodes c's available records (at most ReadAhead bytes) into the stream's
-// buffer, from the topic's shared tail when c is caught up (tail.go), else straight from the
-// log's memory with c's own scanner, with no copy and no blocking while the log's iterator is
-// open, and advances c. It returns the records and payload bytes encoded, and the log's
-// error, if any, about the record after them.
-func (sub *subscription) readCursor(c *cursor) (int, int, error) {
-	n := sub.s.n
-	sub.enc, sub.encBytes = c, 0 // for encode, during this read
-	if c.tail != nil {
-		if err := c.scan.Check(); err != nil {
-			return 0, 0, err // deleted (a replicated topic's delete keeps its log and tail)
-		}
-		got, ok, err := c.tail.read(c.next, maxReadRecords, n.cfg.ReadAhead, sub.encodeFn)
-		if ok || err != nil {
-			return got, sub.encBytes, err
-		}
-	}
-	sub.holding = true
-	got, err := c.scan.ReadFunc(c.next, maxReadRecords, n.cfg.ReadAhead, sub.scanFn)
-	return got, sub.encBytes, err
-}
-
-// encode buffers rec, the next record of the cursor readCursor reads (sub.enc), and advances
-// the cursor. It is a method, bound once (encodeFn), so that a read allocates no closure.
-func (sub *subscription) encode(rec *wal.Record) {
-	c := sub.enc
-	bind := ""
-	if !c.bound {
-		if sub.runs {
-			bind = sub.bindIndex(c) // in the record's RUNS entry
-		} else {
-			sub.bind(c)
-		}
-	}
-	if c.skip != nil && vector.Covered(c.skip, rec.OriginRegion, sub.s.n.cfg.Region, rec.OriginOffset) {
-		if bind != "" {
-			sub.bufferTopic(c, bind) // the topic is bound now: its later records carry no name
-		}
-		c.next = rec.Offset + 1 // the vector it resumed from covers it (vector.go)
-		return
-	}
-	sub.rec = recordFrame(sub.out.index(c.index), rec, sub.s.n.cfg.Region) // one value, reused: encoded at once
-	if sub.runs {
-		sub.rec.Bind = bind
-		sub.w.BufferRun(&sub.rec)
-	} else if sub.batch {
-		sub.w.BufferRecord(&sub.rec)
-	} else {
-		sub.w.Buffer(&sub.rec)
-	}
-	sub.encBytes += len(rec.Payload)
-	c.next = rec.Offset + 1
-}
-
-// encodeScanned is encode for a wal.Scanner's ReadFunc.
-func (sub *subscription) encodeScanned(rec *wal.Record) error {
-	sub.encode(rec)
-	return nil
-}
-
-// recordFrame is the RECORD a subscriber gets for rec of this node's log, under the stream's
-// topic index. Records published here carry no origin region in the log: it is region.
-func recordFrame(index uint64, rec *wal.Record, region string) wire.Record {
-	origin := rec.OriginRegion
-	if origin == "" {
-		origin = region
-	}
-	return wire.Record{
-		Index: index, Offset: rec.Offset, Time: rec.Time,
-		OriginRegion: origin, OriginOffset: rec.OriginOffset,
-		ProducerID: rec.ProducerID, Sequence: rec.Sequence,
-		Headers: rec.Headers, Payload: rec.Payload,
-	}
-}
-
-// skipDeleted buffers GAP for c's records from c.next to first, which retention or a purge
-// deleted before the subscription reached them, and moves c past them. The gap counts as
-// sent: an ACK inside it is right (protocol.md), so a durable whose remaining records were
-// all deleted can store a position past them.
-func (sub *subscription) skipDeleted(c *cursor, first uint64) {
-	sub.bind(c)
-	sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: first})
-	c.next = first
-	sub.delivered(c)
-}
-
-// delivered records that everything of c before c.next was sent (or skipped by a GAP): an
-// ACK up to it is right from now on, and the lag counts from it.
-func (sub *subscription) delivered(c *cursor) {
-	sub.mu.Lock()
-	sub.mu.bound[c.index].delivered = c.next
-	c.pub = c.next
-	sub.mu.Unlock()
-}
-
-// bind buffers the TOPIC frame for c before its first record or gap. It never blocks.
-func (sub *subscription) bind(c *cursor) {
-	if c.bound {
-		return
-	}
-	sub.bufferTopic(c, sub.bindIndex(c))
-}
-
-// bindIndex gives c the next topic number of the stream and returns the topic's name as the
-// client sees it, for a TOPIC frame or the RUNS entry of its first record. c is not bound.
-func (sub *subscription) bindIndex(c *cursor) string {
-	sub.mu.Lock()
-	c.index = uint64(len(sub.mu.bound))
-	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next, floor: c.stored})
-	sub.mu.Unlock()
-	c.bound = true
-	return sub.s.actor.ClientName(c.topic)
-}
-
-// bufferTopic buffers the TOPIC frame binding c's number to name.
-func (sub *subscription) bufferTopic(c *cursor, name string) {
-	sub.topicF = wire.Topic{Index: sub.out.index(c.index), Name: name}
-	sub.w.Buffer(&sub.topicF)
-}
-
-// flush hands the buffered frames to the subscription's writer goroutine, which writes
-// them, counting the time the write was blocked, and returns once the previous batch is
-// written: the run goroutine reads and encodes the next batch from the log while QUIC packs
-// this one, so a subscription holds at most two batches (2 x ReadAhead), whatever its lag.
-// The error is that of the previous batch: a failed write is seen one flush later. end
-// waits for the last batch and stops the writer.
-func (sub *subscription) flush() error {
-	if err := sub.waitWrite(); err != nil {
-		return err
-	}
-	if sub.w.Buffered() == 0 {
-		return nil
-	}
-	buf := sub.w.Swap(sub.spare)
-	sub.spare = nil
-	sub.handOver(buf)
-	return nil
-}
-
-// handOver has the writer goroutine write buf, whole frames already counted as delivered:
-// a batch flush took from the buffer, or the frames a fanout could not queue (unpark). The
-// writer is idle.
-func (sub *subscription) handOver(buf []byte) {
-	if sub.writeq == nil {
-		sub.writeq, sub.written = make(chan []byte), make(chan error, 1)
-		go sub.writer()
-	}
-	sub.writing = true
-	sub.writeq <- buf
-}
-
-// writer is the subscription's writer goroutine: one per subscription, for its life, so a
-// live tail does not start a goroutine per batch.
-func (sub *subscription) writer() {
-	for buf := range sub.writeq {
-		start := time.Now()
-		err := sub.out.write(buf)
-		if d := time.Since(start); d > 100*time.Microsecond {
-			sub.series.blocked.Add(d.Seconds())
-		}
-		if cap(buf) <= 1<<20 {
-			sub.spare = buf[:0] // read by the run goroutine only after it received from written
-		}
-		sub.written <- err
-	}
-}
-
-// scanHold is how long waitWrite keeps the cursors' log iterators open while the writer is
-// still busy: longer than writing one batch takes when the client keeps up, so a replay reads
-// the log with one iterator from batch to batch (wal.Scanner), and short enough that a stalled
-// subscriber pins nothing of the store.
-const scanHold = 5 * time.Millisecond
-
-// waitWrite waits until the batch flush handed over, if any, is written, and returns the
-// write's error. A wait longer than scanHold releases the log iterators first.
-func (sub *subscription) waitWrite() error {
-	if !sub.writing {
-		return nil
-	}
-	sub.writing = false
-	if sub.holding {
-		select {
-		case err := <-sub.written:
-			return err
-		default:
-		}
-		if sub.hold == nil {
-			sub.hold = time.NewTimer(scanHold)
-		} else {
-			sub.hold.Reset(scanHold) // stopped or fired: since Go 1.23 no stale tick is left
-		}
-		select {
-		case err := <-sub.written:
-			sub.hold.Stop()
-			return err
-		case <-sub.hold.C:
-			sub.releaseScans()
-		}
-	}
-	return <-sub.written
-}
-
-// releaseScans closes the log iterators the cursors' scanners hold.
-func (sub *subscription) releaseScans() {
-	if !sub.holding {
-		return
-	}
-	if sub.sweep.sw != nil {
-		sub.sweep.sw.Release()
-	}
-	for _, c := range sub.cursors {
-		if c.scan != nil {
-			c.scan.Release()
-		}
-	}
-	sub.holding = false
-}
-
-// lag is the number of durable records in the subscription's topics not yet handed to the
-// stream. Called by the metrics collector from any goroutine.
-func (sub *subscription) lag() uint64 {
-	sub.mu.Lock()
-	defer sub.mu.Unlock()
-	var lag uint64
-	var ins [lagChunk]wal.Instance
-	var heads [lagChunk]uint64
-	var at [lagChunk]*cursor
-	k := 0
-	sum := func() {
-		sub.s.n.wal.HeadsOf(ins[:k], heads[:k])
-		for i, c := range at[:k] {
-			if heads[i] > c.pub {
-				lag += heads[i] - c.pub
-			}
-		}
-		clear(ins[:k])
-		k = 0
-	}
-	for _, c := range sub.mu.curs {
-		if !c.inst.Valid() { // a cursor of its own (not a sweep's): by name
-			if _, head, ok := sub.s.n.wal.Bounds(c.topic); ok && head > c.pub {
-				lag += head - c.pub
-			}
-			continue
-		}
-		// A sweep's cursor (sweep.go) holds its topic's log: its head is read from it, many
-		// under one hold of the log's lock, instead of a lookup and a lock per topic.
-		ins[k], at[k] = c.inst, c
-		if k++; k == lagChunk {
-			sum()
-		}
-	}
-	sum()
-	return lag
-}
-
-// lagChunk is how many heads lag reads under one hold of the log's lock.
-const lagChunk = 512
-
-// readAcks is the ack goroutine of a subscription on its own stream: it reads ACK frames
-// and hands them to takeAck, storing a durable consumer's positions whenever no further
-// frame is buffered (ACKs that arrive together are stored together). It returns when the
-// client closes or resets its side; after the client's FIN, every ACK read before it is
-// stored when it returns, and only then does the subscription end and the node send FIN.
-func (sub *subscription) readAcks(r *wire.Reader) *wire.Error {
-	for {
-		f, err := r.Read()
-		switch {
-		case errors.Is(err, wire.ErrFrameTooLarge):
-			return &wire.Error{Code: wire.CodeTooLarge, Message: err.Error()} // as a first frame over the limit
-		case errors.Is(err, wire.ErrMalformed), errors.Is(err, io.ErrUnexpectedEOF):
-			return &wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
-		case err != nil:
-			return sub.storeAcks() // FIN, reset, or the connection ended: the subscription is over
-		}
-		if c, ok := f.(*wire.Commit); ok {
-			if e := sub.commit(c); e != nil { // commit.go
-				return e
-			}
-			continue
-		}
-		ack, ok := f.(*wire.Ack)
-		if !ok {
-			return wire.Errorf(wire.CodeProtocol, "unexpected %s on a subscription stream: only ACK and COMMIT may follow SUBSCRIBE", f.Type())
-		}
-		if e := sub.takeAck(ack.Index, ack.Index, ack.Offset); e != nil {
-			return e
-		}
-		if !r.FrameBuffered() {
-			if e := sub.storeAcks(); e != nil {
-				return e
-			}
-		}
-	}
-}
-
-// takeAck checks the client's ACK of the subscription's topic number n (wireIndex on the
-// wire) at offset against what was sent: the topic must be bound on the stream and the
-// record delivered on it, else the ACK is wrong and ends the subscription with
-// CodeInvalidArgument. A durable consumer's position only moves forward: an ACK at or below
-// the highest one stored (or staged) is accepted and ignored. An ACK of a topic another node
-// serves is forwarded to it. Ack reader.
-func (sub *subscription) takeAck(n, wireIndex, offset uint64) *wire.Error {
-	sub.mu.Lock()
-	if n >= uint64(len(sub.mu.bound)) || offset >= sub.mu.bound[n].delivered {
-		sub.mu.Unlock()
-		return wire.Errorf(wire.CodeInvalidArgument, "ACK of topic index %d offset %d: no such record was delivered on this stream", wireIndex, offset)
-	}
-	bt := &sub.mu.bound[n]
-	staged := false
-	if bt.up == nil && sub.req.Durable != "" && offset+1 > bt.floor {
-		bt.floor = offset + 1
-		staged = true
-	}
-	cur := *bt
-	sub.mu.Unlock()
-	sub.series.acks.Inc()
-	switch {
-	case cur.up != nil:
-		// The owner checks it again and stores a durable consumer's position.
-		sub.forwardAck(n, cur, offset)
-	case staged:
-		sub.pending[cur.name] = offset
-	}
-	return nil
-}
-
-// storeAcks stores (synced) the durable positions takeAck staged. A position read from the
-// client is stored even when the connection has ended meanwhile. The positions of this
-// node's log go to it all at once, so they share its synced batches: a wildcard that
-// acknowledges records of many topics at once waits for one fsync, not one per topic. Ack
-// reader.
-func (sub *subscription) storeAcks() *wire.Error {
-	n := sub.s.n
-	type stored struct {
-		topic string
-		err   error
-	}
-	var done chan stored
-	waiting := 0
-	for t, off := range sub.pending {
-		if n.rep != nil && n.rep.isReplicated(t) {
-			if e := n.rep.setPosition(context.WithoutCancel(sub.ctx), sub.req.Durable, t, off, sub.ackedVector(t, off)); e != nil {
-				return e
-			}
-			delete(sub.pending, t)
-			continue
-		}
-		if done == nil {
-			done = make(chan stored, len(sub.pending))
-		}
-		p := wal.Position{Name: sub.req.Durable, Topic: t, Value: off, Vector: sub.ackedVector(t, off)} // vector.go
-		waiting++
-		n.wal.AppendAsync(wal.AppendRequest{Position: &p}, func(res wal.AppendResult) { done <- stored{t, res.Err} })
-	}
-	var failed *wire.Error
-	for range waiting {
-		r := <-done
-		switch {
-		case r.err == nil:
-			delete(sub.pending, r.topic)
-		case failed != nil:
-		case errors.Is(r.err, wal.ErrClosed):
-			failed = wire.Errorf(wire.CodeShuttingDown, "node shutting down")
-		default:
-			failed = wire.Errorf(wire.CodeInternal, "store position of %q on %q: %v", sub.req.Durable, r.topic, r.err)
-		}
-	}
-	return failed
+	sub.checkCaughtUp()
+	return sub.flush() != nil, nil
 }

@@ -1,0 +1,286 @@
+package node
+
+import (
+	"errors"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/vector"
+	"github.com/quicmq/quicmq/wal"
+)
+
+// A subscription's reads: its cursors' records from the log or the shared tail, encoded
+// into the read-ahead buffer and handed to its writer goroutine (I3, I5). Run goroutine,
+// except writer.
+
+// sendAvailable reads each cursor's available records (at most ReadAhead bytes per cursor
+// per round, so one busy topic cannot starve the others) and writes them to the stream.
+// Writes block when the client's flow-control window is full: that is the backpressure. A
+// failed write ends the round with errStreamGone.
+func (sub *subscription) sendAvailable() (int, *wire.Error) {
+	if sub.sweep.on {
+		return sub.sendSwept() // sweep.go
+	}
+	n := sub.s.n
+	sent := 0
+	for _, c := range sub.cursors {
+		got, bytes, err := sub.readCursor(c)
+		if got > 0 {
+			// Count the batch as delivered before it is written: the client may ACK a
+			// record as soon as it arrives.
+			sub.delivered(c)
+			sent += got
+			sub.series.records.Add(float64(got))
+			sub.series.bytes.Add(float64(bytes))
+			// Write this cursor's batch (at most ReadAhead bytes) before reading the next:
+			// the read-ahead bounds what a subscription holds, whatever its lag.
+			if sub.flush() != nil {
+				return sent, errStreamGone
+			}
+		}
+		// errors.AsType, not errors.As, here as everywhere in node: As's target escapes, an
+		// allocation per read.
+		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
+		switch {
+		case err == nil:
+		case isOOR:
+			sub.skipDeleted(c, oor.First)
+			sent++
+		case errors.Is(err, wal.ErrUnknownTopic):
+		case errors.Is(err, wal.ErrTopicDeleted):
+			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.ClientName(c.topic))
+		case errors.Is(err, wal.ErrClosed):
+			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+		default:
+			n.log.Error("subscription read failed", "topic", c.topic, "offset", c.next, "err", err)
+			return sent, wire.Errorf(wire.CodeInternal, "read %q at offset %d: %v", c.topic, c.next, err)
+		}
+	}
+	return sent, nil
+}
+
+// readCursor encodes c's available records (at most ReadAhead bytes) into the stream's
+// buffer, from the topic's shared tail when c is caught up (tail.go), else straight from the
+// log's memory with c's own scanner, with no copy and no blocking while the log's iterator is
+// open, and advances c. It returns the records and payload bytes encoded, and the log's
+// error, if any, about the record after them.
+func (sub *subscription) readCursor(c *cursor) (int, int, error) {
+	n := sub.s.n
+	sub.enc, sub.encBytes = c, 0 // for encode, during this read
+	if c.tail != nil {
+		if err := c.scan.Check(); err != nil {
+			return 0, 0, err // deleted (a replicated topic's delete keeps its log and tail)
+		}
+		got, ok, err := c.tail.read(c.next, maxReadRecords, n.cfg.ReadAhead, sub.encodeFn)
+		if ok || err != nil {
+			return got, sub.encBytes, err
+		}
+	}
+	sub.holding = true
+	got, err := c.scan.ReadFunc(c.next, maxReadRecords, n.cfg.ReadAhead, sub.scanFn)
+	return got, sub.encBytes, err
+}
+
+// encode buffers rec, the next record of the cursor readCursor reads (sub.enc), and advances
+// the cursor. It is a method, bound once (encodeFn), so that a read allocates no closure.
+func (sub *subscription) encode(rec *wal.Record) {
+	c := sub.enc
+	bind := ""
+	if !c.bound {
+		if sub.runs {
+			bind = sub.bindIndex(c) // in the record's RUNS entry
+		} else {
+			sub.bind(c)
+		}
+	}
+	if c.skip != nil && vector.Covered(c.skip, rec.OriginRegion, sub.s.n.cfg.Region, rec.OriginOffset) {
+		if bind != "" {
+			sub.bufferTopic(c, bind) // the topic is bound now: its later records carry no name
+		}
+		c.next = rec.Offset + 1 // the vector it resumed from covers it (vector.go)
+		return
+	}
+	sub.rec = recordFrame(sub.out.index(c.index), rec, sub.s.n.cfg.Region) // one value, reused: encoded at once
+	if sub.runs {
+		sub.rec.Bind = bind
+		sub.w.BufferRun(&sub.rec)
+	} else if sub.batch {
+		sub.w.BufferRecord(&sub.rec)
+	} else {
+		sub.w.Buffer(&sub.rec)
+	}
+	sub.encBytes += len(rec.Payload)
+	c.next = rec.Offset + 1
+}
+
+// encodeScanned is encode for a wal.Scanner's ReadFunc.
+func (sub *subscription) encodeScanned(rec *wal.Record) error {
+	sub.encode(rec)
+	return nil
+}
+
+// recordFrame is the RECORD a subscriber gets for rec of this node's log, under the stream's
+// topic index. Records published here carry no origin region in the log: it is region.
+func recordFrame(index uint64, rec *wal.Record, region string) wire.Record {
+	origin := rec.OriginRegion
+	if origin == "" {
+		origin = region
+	}
+	return wire.Record{
+		Index: index, Offset: rec.Offset, Time: rec.Time,
+		OriginRegion: origin, OriginOffset: rec.OriginOffset,
+		ProducerID: rec.ProducerID, Sequence: rec.Sequence,
+		Headers: rec.Headers, Payload: rec.Payload,
+	}
+}
+
+// skipDeleted buffers GAP for c's records from c.next to first, which retention or a purge
+// deleted before the subscription reached them, and moves c past them. The gap counts as
+// sent: an ACK inside it is right (protocol.md), so a durable whose remaining records were
+// all deleted can store a position past them.
+func (sub *subscription) skipDeleted(c *cursor, first uint64) {
+	sub.bind(c)
+	sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: first})
+	c.next = first
+	sub.delivered(c)
+}
+
+// delivered records that everything of c before c.next was sent (or skipped by a GAP): an
+// ACK up to it is right from now on, and the lag counts from it.
+func (sub *subscription) delivered(c *cursor) {
+	sub.mu.Lock()
+	sub.mu.bound[c.index].delivered = c.next
+	c.pub = c.next
+	sub.mu.Unlock()
+}
+
+// bind buffers the TOPIC frame for c before its first record or gap. It never blocks.
+func (sub *subscription) bind(c *cursor) {
+	if c.bound {
+		return
+	}
+	sub.bufferTopic(c, sub.bindIndex(c))
+}
+
+// bindIndex gives c the next topic number of the stream and returns the topic's name as the
+// client sees it, for a TOPIC frame or the RUNS entry of its first record. c is not bound.
+func (sub *subscription) bindIndex(c *cursor) string {
+	sub.mu.Lock()
+	c.index = uint64(len(sub.mu.bound))
+	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next, floor: c.stored})
+	sub.mu.Unlock()
+	c.bound = true
+	return sub.s.actor.ClientName(c.topic)
+}
+
+// bufferTopic buffers the TOPIC frame binding c's number to name.
+func (sub *subscription) bufferTopic(c *cursor, name string) {
+	sub.topicF = wire.Topic{Index: sub.out.index(c.index), Name: name}
+	sub.w.Buffer(&sub.topicF)
+}
+
+// flush hands the buffered frames to the subscription's writer goroutine, which writes
+// them, counting the time the write was blocked, and returns once the previous batch is
+// written: the run goroutine reads and encodes the next batch from the log while QUIC packs
+// this one, so a subscription holds at most two batches (2 x ReadAhead), whatever its lag.
+// The error is that of the previous batch: a failed write is seen one flush later. end
+// waits for the last batch and stops the writer.
+func (sub *subscription) flush() error {
+	if err := sub.waitWrite(); err != nil {
+		return err
+	}
+	if sub.w.Buffered() == 0 {
+		return nil
+	}
+	buf := sub.w.Swap(sub.spare)
+	sub.spare = nil
+	sub.handOver(buf)
+	return nil
+}
+
+// handOver has the writer goroutine write buf, whole frames already counted as delivered:
+// a batch flush took from the buffer, or the frames a fanout could not queue (unpark). The
+// writer is idle.
+func (sub *subscription) handOver(buf []byte) {
+	if sub.writeq == nil {
+		sub.writeq, sub.written = make(chan []byte), make(chan error, 1)
+		go sub.writer()
+	}
+	sub.writing = true
+	sub.writeq <- buf
+}
+
+// writer is the subscription's writer goroutine: one per subscription, for its life, so a
+// live tail does not start a goroutine per batch.
+func (sub *subscription) writer() {
+	for buf := range sub.writeq {
+		start := time.Now()
+		err := sub.out.write(buf)
+		if d := time.Since(start); d > 100*time.Microsecond {
+			sub.series.blocked.Add(d.Seconds())
+		}
+		if cap(buf) <= 1<<20 {
+			sub.spare = buf[:0] // read by the run goroutine only after it received from written
+		}
+		sub.written <- err
+	}
+}
+
+// waitWrite waits until the batch flush handed over, if any, is written, and returns the
+// write's error. A wait longer than scanHold releases the log iterators first.
+func (sub *subscription) waitWrite() error {
+	if !sub.writing {
+		return nil
+	}
+	sub.writing = false
+	if sub.holding {
+		select {
+		case err := <-sub.written:
+			return err
+		default:
+		}
+		if sub.hold == nil {
+			sub.hold = time.NewTimer(scanHold)
+		} else {
+			sub.hold.Reset(scanHold) // stopped or fired: since Go 1.23 no stale tick is left
+		}
+		select {
+		case err := <-sub.written:
+			sub.hold.Stop()
+			return err
+		case <-sub.hold.C:
+			sub.releaseScans()
+		}
+	}
+	return <-sub.written
+}
+
+// releaseScans closes the log iterators the cursors' scanners hold.
+func (sub *subscription) releaseScans() {
+	if !sub.holding {
+		return
+	}
+	if sub.sweep.sw != nil {
+		sub.sweep.sw.Release()
+	}
+	for _, c := range sub.cursors {
+		if c.scan != nil {
+			c.scan.Release()
+		}
+	}
+	sub.holding = false
+}
+
+// errStreamGone is sendAvailable's report that a write to the stream failed: the client is
+// gone or reset it, so the subscription ends with no ERROR frame to send.
+var errStreamGone = &wire.Error{Code: wire.CodeInternal, Message: "subscription stream write failed"}
+
+// maxReadRecords bounds the records of one read of a cursor, beside ReadAhead's bytes: 4096
+// records of 100 B are 400-500 KiB stored, so for small records the bytes bound comes first.
+const maxReadRecords = 4096
+
+// scanHold is how long waitWrite keeps the cursors' log iterators open while the writer is
+// still busy: longer than writing one batch takes when the client keeps up, so a replay reads
+// the log with one iterator from batch to batch (wal.Scanner), and short enough that a stalled
+// subscriber pins nothing of the store.
+const scanHold = 5 * time.Millisecond
