@@ -54,36 +54,10 @@ type member struct {
 func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscribe, refuse func(*wire.Error)) {
 	n := s.n
 	gr := req.Group
-	nameOK := durableRE.MatchString
-	if s.peer {
-		nameOK = peerDurableRE.MatchString // relayed by a node of the region (grouprelay.go): namespaced
-	}
-	switch {
-	case s.peer && s.peerRegion() != n.cfg.Region:
-		refuse(wire.Errorf(wire.CodeInvalidArgument, "group members are served in their own region; a group cannot be relayed from another region"))
+	want, e := s.memberSettings(req)
+	if e != nil {
+		refuse(e)
 		return
-	case req.Durable != "" || (req.Region != "" && req.Region != n.cfg.Region):
-		refuse(wire.Errorf(wire.CodeInvalidArgument, "group %q: a group member names no durable consumer and no other region", gr.Name))
-		return
-	case !nameOK(gr.Name):
-		refuse(wire.Errorf(wire.CodeInvalidArgument, "group name %q: want 1-255 characters of [A-Za-z0-9_.-]", gr.Name))
-		return
-	}
-	want := wal.GroupSettings{Pattern: req.Pattern, AckWait: gr.AckWait, MaxDeliver: gr.MaxDeliver, Order: gr.Order}
-	if gr.DeadLetter != "" {
-		if e := s.actor.CheckTopic(gr.DeadLetter, false); e != nil {
-			refuse(wire.Errorf(e.Code, "dead-letter topic: %s", e.Message))
-			return
-		}
-		want.DeadLetter = s.actor.Topic(gr.DeadLetter)
-		if e := s.actor.MayPublish(gr.DeadLetter); e != nil { // the grant is in the client's names
-			refuse(wire.Errorf(e.Code, "dead-letter topic: %s", e.Message))
-			return
-		}
-		if routing.Match(req.Pattern, want.DeadLetter) {
-			refuse(wire.Errorf(wire.CodeInvalidArgument, "dead-letter topic %q matches the group's pattern: its records would come back to the group", gr.DeadLetter))
-			return
-		}
 	}
 	if n.place != nil && !s.peer {
 		home, e := n.groupHome(s.ctx, req.Pattern, s.actor.Durable(gr.Name))
@@ -96,27 +70,9 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 			return
 		}
 	}
-	if n.place != nil {
-		for _, t := range []string{req.Pattern, want.DeadLetter} {
-			switch {
-			case t == "" || !routing.IsLiteral(t):
-				continue
-			case n.rep != nil && (t == want.DeadLetter || n.rep.isReplicated(t)):
-				// grouprepl.go: a replicated topic's group is served by its leader (groupHome
-				// sent the member there), and dead-letter records go through raft.
-				continue
-			}
-			o, e := n.place.Owner(s.ctx, t)
-			if e != nil {
-				refuse(e)
-				return
-			}
-			if o != n.cfg.Name {
-				refuse(wire.Errorf(wire.CodeUnavailable, "group %q: topic %q is owned by node %s of this region; a group is served by its home, which must hold its topics (the dead-letter topic too)",
-					gr.Name, s.actor.ClientName(t), o))
-				return
-			}
-		}
+	if e := s.groupTopicsHere(gr.Name, req.Pattern, want.DeadLetter); e != nil {
+		refuse(e)
+		return
 	}
 	if e := n.checkNewGroup(s.groupActor(gr.Name), s.actor.Durable(gr.Name)); e != nil {
 		refuse(e)
@@ -180,6 +136,69 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		m.w.Flush() // Write alone only buffers a small frame
 	}
 	m.str.Close()
+}
+
+// memberSettings checks a member's SUBSCRIBE (its group's name, no durable, no other
+// region, its dead-letter topic) and returns the group settings it asks for.
+func (s *session) memberSettings(req *wire.Subscribe) (wal.GroupSettings, *wire.Error) {
+	n := s.n
+	gr := req.Group
+	nameOK := durableRE.MatchString
+	if s.peer {
+		nameOK = peerDurableRE.MatchString // relayed by a node of the region (grouprelay.go): namespaced
+	}
+	switch {
+	case s.peer && s.peerRegion() != n.cfg.Region:
+		return wal.GroupSettings{}, wire.Errorf(wire.CodeInvalidArgument, "group members are served in their own region; a group cannot be relayed from another region")
+	case req.Durable != "" || (req.Region != "" && req.Region != n.cfg.Region):
+		return wal.GroupSettings{}, wire.Errorf(wire.CodeInvalidArgument, "group %q: a group member names no durable consumer and no other region", gr.Name)
+	case !nameOK(gr.Name):
+		return wal.GroupSettings{}, wire.Errorf(wire.CodeInvalidArgument, "group name %q: want 1-255 characters of [A-Za-z0-9_.-]", gr.Name)
+	}
+	want := wal.GroupSettings{Pattern: req.Pattern, AckWait: gr.AckWait, MaxDeliver: gr.MaxDeliver, Order: gr.Order}
+	if gr.DeadLetter == "" {
+		return want, nil
+	}
+	if e := s.actor.CheckTopic(gr.DeadLetter, false); e != nil {
+		return want, wire.Errorf(e.Code, "dead-letter topic: %s", e.Message)
+	}
+	want.DeadLetter = s.actor.Topic(gr.DeadLetter)
+	if e := s.actor.MayPublish(gr.DeadLetter); e != nil { // the grant is in the client's names
+		return want, wire.Errorf(e.Code, "dead-letter topic: %s", e.Message)
+	}
+	if routing.Match(req.Pattern, want.DeadLetter) {
+		return want, wire.Errorf(wire.CodeInvalidArgument, "dead-letter topic %q matches the group's pattern: its records would come back to the group", gr.DeadLetter)
+	}
+	return want, nil
+}
+
+// groupTopicsHere refuses a group whose literal topics (its pattern's, its dead-letter
+// topic) another node of a single-copy region owns: a group is served by its home, which
+// must hold them.
+func (s *session) groupTopicsHere(group, pattern, deadLetter string) *wire.Error {
+	n := s.n
+	if n.place == nil {
+		return nil
+	}
+	for _, t := range []string{pattern, deadLetter} {
+		switch {
+		case t == "" || !routing.IsLiteral(t):
+			continue
+		case n.rep != nil && (t == deadLetter || n.rep.isReplicated(t)):
+			// grouprepl.go: a replicated topic's group is served by its leader (groupHome
+			// sent the member there), and dead-letter records go through raft.
+			continue
+		}
+		o, e := n.place.Owner(s.ctx, t)
+		if e != nil {
+			return e
+		}
+		if o != n.cfg.Name {
+			return wire.Errorf(wire.CodeUnavailable, "group %q: topic %q is owned by node %s of this region; a group is served by its home, which must hold its topics (the dead-letter topic too)",
+				group, s.actor.ClientName(t), o)
+		}
+	}
+	return nil
 }
 
 func (m *member) drain() {

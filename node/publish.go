@@ -366,16 +366,7 @@ func (p *publisher) signal() {
 // client went away) stops writing but not the bookkeeping: every submitted batch is still
 // waited for, so the stream's goroutines never outlive its appends.
 func (p *publisher) writeAnswers() {
-	w := wire.NewWriter(p.str)
-	m := p.s.n.metrics
-	writeFailed := false
-	var topic *topicSeries // of lastTopic, the topic of the last batch counted
-	lastTopic := ""
-	// One frame value of each kind, reused: Write encodes at once, and a new one per answer
-	// would be a heap allocation per record.
-	var ack wire.PublishAck
-	var acks wire.PublishAcks
-	var perr wire.PublishError
+	a := &answers{p: p, w: wire.NewWriter(p.str), m: p.s.n.metrics}
 	for {
 		p.mu.Lock()
 		var ready []*pendingBatch
@@ -388,104 +379,140 @@ func (p *publisher) writeAnswers() {
 		p.mu.Unlock()
 
 		for _, b := range ready {
-			if b.err == nil && b.res.Err != nil {
-				b.err = appendError(b.res.Err)
-			}
-			ok := 0
-			seqs := b.seqs // those still to answer one by one
-			// A batch with a duplicate or a refused sequence (wal dedup) is answered record by
-			// record: its offsets are not one run, and a duplicate's ack carries a flag.
-			if b.err == nil && b.outcomes == nil && p.ranges.Load() && len(b.res.Skipped) == 0 {
-				// Appended at consecutive offsets with one time: one PUBLISH_ACKS per run
-				// of consecutive seqs.
-				for i := 0; i < len(b.seqs); {
-					j := i + 1
-					for j < len(b.seqs) && b.seqs[j] == b.seqs[j-1]+1 {
-						j++
-					}
-					acks = wire.PublishAcks{Seq: b.seqs[i], Count: uint64(j - i), Offset: b.res.First + uint64(i), Time: b.res.Time}
-					if !writeFailed && w.Write(&acks) != nil {
-						writeFailed = true
-						p.str.CancelRead(wire.AppCancelled)
-					}
-					i = j
-				}
-				for range b.seqs {
-					<-p.window
-				}
-				ok, seqs = len(b.seqs), nil
-			}
-			skip := 0 // walks b.res.Skipped along with i
-			for i, seq := range seqs {
-				var f wire.Frame
-				e := b.err
-				if e == nil && b.errs != nil {
-					e = b.errs[i]
-				}
-				var o wal.RecordOutcome
-				switch {
-				case e != nil:
-				case b.outcomes != nil:
-					o = b.outcomes[i]
-				default:
-					if o = b.res.Outcome(i, &skip); o.Err != nil {
-						e = sequenceError(o.Err)
-					}
-				}
-				if e != nil && b.unknown && i >= b.answered {
-					// PUBLISH_ERROR would say nothing was appended, which the relay cannot
-					// know: end the stream, leaving this publish and every later one
-					// unanswered (outcome unknown; an idempotent retry learns it).
-					if !writeFailed {
-						w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
-						w.Flush()
-						p.str.Close()
-						p.str.CancelRead(wire.AppCancelled)
-						writeFailed = true
-					}
-					m.publishErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
-					<-p.window
-					continue
-				}
-				if e != nil {
-					perr = wire.PublishError{Seq: seq, Code: e.Code, Message: e.Message}
-					f = &perr
-					m.publishErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
-				} else {
-					ack = wire.PublishAck{Seq: seq, Offset: o.Offset, Time: o.Time}
-					if o.Duplicate {
-						ack.Flags = wire.AckDuplicate // stored by an earlier attempt: not counted again
-					} else {
-						ok++
-					}
-					f = &ack
-				}
-				if !writeFailed && w.Write(f) != nil {
-					writeFailed = true
-					p.str.CancelRead(wire.AppCancelled)
-				}
-				<-p.window
-			}
-			if ok > 0 && b.relayTo == "" { // relayed records count on their owner
-				if topic == nil || b.topic != lastTopic {
-					topic, lastTopic = m.topic.of(b.topic), b.topic
-				}
-				m.publishRecords.Add(float64(ok))
-				m.publishBytes.Add(float64(b.stored))
-				topic.records.Add(float64(ok))
-				topic.bytes.Add(float64(b.stored))
-				m.publishLatency.Observe(time.Since(b.read).Seconds())
-			}
+			a.answer(b)
 		}
-		if !writeFailed && len(ready) > 0 && w.Flush() != nil {
-			writeFailed = true
-			p.str.CancelRead(wire.AppCancelled)
+		if !a.failed && len(ready) > 0 && a.w.Flush() != nil {
+			a.fail()
 		}
 		if finished {
 			return
 		}
 		<-p.wake
 	}
+}
+
+// answers is the writer goroutine's state: the stream's writer, whether a write failed (the
+// answers after it are only counted), and the frames and series it reuses.
+type answers struct {
+	p      *publisher
+	w      *wire.Writer
+	m      *metrics
+	failed bool
+
+	topic     *topicSeries // of lastTopic, the topic of the last batch counted
+	lastTopic string
+	// One frame value of each kind, reused: Write encodes at once, and a new one per answer
+	// would be a heap allocation per record.
+	ack  wire.PublishAck
+	acks wire.PublishAcks
+	perr wire.PublishError
+}
+
+// write writes f unless a write failed already.
+func (a *answers) write(f wire.Frame) {
+	if !a.failed && a.w.Write(f) != nil {
+		a.fail()
+	}
+}
+
+// fail stops the writes: the client is gone or reset the stream.
+func (a *answers) fail() {
+	a.failed = true
+	a.p.str.CancelRead(wire.AppCancelled)
+}
+
+// answer writes the answers of batch b, freeing a window slot per publish, and counts what
+// was stored.
+func (a *answers) answer(b *pendingBatch) {
+	if b.err == nil && b.res.Err != nil {
+		b.err = appendError(b.res.Err)
+	}
+	var ok int
+	// A batch with a duplicate or a refused sequence (wal dedup) is answered record by
+	// record: its offsets are not one run, and a duplicate's ack carries a flag.
+	if b.err == nil && b.outcomes == nil && a.p.ranges.Load() && len(b.res.Skipped) == 0 {
+		ok = a.answerRuns(b)
+	} else {
+		ok = a.answerEach(b)
+	}
+	if ok > 0 && b.relayTo == "" { // relayed records count on their owner
+		if a.topic == nil || b.topic != a.lastTopic {
+			a.topic, a.lastTopic = a.m.topic.of(b.topic), b.topic
+		}
+		a.m.publishRecords.Add(float64(ok))
+		a.m.publishBytes.Add(float64(b.stored))
+		a.topic.records.Add(float64(ok))
+		a.topic.bytes.Add(float64(b.stored))
+		a.m.publishLatency.Observe(time.Since(b.read).Seconds())
+	}
+}
+
+// answerRuns answers a batch appended at consecutive offsets with one time: one
+// PUBLISH_ACKS per run of consecutive seqs. It returns how many were stored.
+func (a *answers) answerRuns(b *pendingBatch) int {
+	for i := 0; i < len(b.seqs); {
+		j := i + 1
+		for j < len(b.seqs) && b.seqs[j] == b.seqs[j-1]+1 {
+			j++
+		}
+		a.acks = wire.PublishAcks{Seq: b.seqs[i], Count: uint64(j - i), Offset: b.res.First + uint64(i), Time: b.res.Time}
+		a.write(&a.acks)
+		i = j
+	}
+	for range b.seqs {
+		<-a.p.window
+	}
+	return len(b.seqs)
+}
+
+// answerEach answers b's publishes one by one: an ack, a duplicate's ack or an error each.
+// It returns how many were stored by this batch.
+func (a *answers) answerEach(b *pendingBatch) (ok int) {
+	skip := 0 // walks b.res.Skipped along with i
+	for i, seq := range b.seqs {
+		e := b.err
+		if e == nil && b.errs != nil {
+			e = b.errs[i]
+		}
+		var o wal.RecordOutcome
+		switch {
+		case e != nil:
+		case b.outcomes != nil:
+			o = b.outcomes[i]
+		default:
+			if o = b.res.Outcome(i, &skip); o.Err != nil {
+				e = sequenceError(o.Err)
+			}
+		}
+		switch {
+		case e != nil && b.unknown && i >= b.answered:
+			// PUBLISH_ERROR would say nothing was appended, which the relay cannot know: end
+			// the stream, leaving this publish and every later one unanswered (outcome
+			// unknown; an idempotent retry learns it).
+			if !a.failed {
+				a.w.Write(&wire.ErrorFrame{Code: e.Code, Message: e.Message})
+				a.w.Flush()
+				a.p.str.Close()
+				a.p.str.CancelRead(wire.AppCancelled)
+				a.failed = true
+			}
+			a.m.publishErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
+		case e != nil:
+			a.perr = wire.PublishError{Seq: seq, Code: e.Code, Message: e.Message}
+			a.write(&a.perr)
+			a.m.publishErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
+		default:
+			a.ack = wire.PublishAck{Seq: seq, Offset: o.Offset, Time: o.Time}
+			if o.Duplicate {
+				a.ack.Flags = wire.AckDuplicate // stored by an earlier attempt: not counted again
+			} else {
+				ok++
+			}
+			a.write(&a.ack)
+		}
+		<-a.p.window
+	}
+	return ok
 }
 
 // sequenceError tells a publisher that its sequence is older than what the log remembers of
