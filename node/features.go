@@ -44,7 +44,7 @@ const (
 	featEnvelope = "envelope"
 	// featMeta is the highest version of a record of the region's metadata group the node
 	// applies (replmeta.go: 1 placement, 2 member; replgroups.go: 3 groups; drain.go: 4
-	// drain; move.go: 5 remove and move). A node skips a
+	// drain; move.go: 5 remove and move, 6 undo a move). A node skips a
 	// record it cannot decode, alike on every node of one build, so a new record waits until
 	// every node announces it.
 	featMeta = "meta"
@@ -55,7 +55,7 @@ type features map[string]int
 
 // localFeatures is what this build knows.
 func localFeatures() features {
-	f := features{featProto: wire.PeerVersion, featMeta: moveVersion}
+	f := features{featProto: wire.PeerVersion, featMeta: moveUndoVersion}
 	maps.Copy(f, replica.EntryFeatures())
 	return f
 }
