@@ -136,9 +136,13 @@ func (r *replicaRegion) waitLinks(i int) {
 }
 
 func (r *replicaRegion) dial(ctx context.Context, i int) (*client.Conn, error) {
+	p := r.nodes[i].proc()
+	if p == nil {
+		return nil, fmt.Errorf("%s not started yet", r.nodes[i].name) // a node a campaign starts later
+	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	return client.Dial(ctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem")}, r.nodes[i].proc().addr)
+	return client.Dial(ctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem")}, p.addr)
 }
 
 func (r *replicaRegion) index(name string) int {
