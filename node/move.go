@@ -79,6 +79,11 @@ const tagRemoveReq = "removereq"
 // group's earlier move when its next one starts, and that must not finish the next one.
 const tagMovesDone = "movesdone"
 
+// tagMoveBytes is the gossip tag of a node that replicas are moving onto: comma-separated
+// GROUP:BYTES items, the bytes of records it fetched for each so far, which 'quicmq nodes'
+// shows on every node (at most Raft.Moves items in the region).
+const tagMoveBytes = "movebytes"
+
 // moveRec is a decoded move record.
 type moveRec struct {
 	kind     byte
@@ -192,7 +197,7 @@ type mover struct {
 	}
 	wake chan struct{}
 	// Owned by moveLoop's goroutine.
-	reqTag, doneTag string
+	reqTag, doneTag, bytesTag string
 	lastTry         map[uint64]time.Time // group -> last leadership transfer asked (a source leading)
 	m               *moveMetrics
 }
@@ -445,6 +450,7 @@ func (r *replicated) moveLoop(ctx context.Context) {
 		r.noteDown(now) // balance.go
 		r.setReplicaImbalance()
 		r.countMovesBytes(ctx)
+		r.announceMoveBytes()
 		r.announceRemoveRequests()
 		done, undone := r.driveMoves(ctx)
 		r.announceMovesDone(done, undone)
@@ -654,6 +660,39 @@ func (r *replicated) undoStep(ctx context.Context, gm groupMove, m replica.Membe
 		r.n.log.Info("replica move being undone", "group", gm.group, "from", gm.from, "to", gm.to, "state", step)
 	}
 	return state
+}
+
+// announceMoveBytes sets tagMoveBytes to the bytes fetched so far for each move onto this
+// node.
+func (r *replicated) announceMoveBytes() {
+	mv := &r.moves
+	mv.mu.Lock()
+	var items []string
+	for _, g := range slices.Sorted(maps.Keys(mv.mu.fetched)) {
+		items = append(items, strconv.FormatUint(g, 10)+":"+strconv.FormatUint(mv.mu.fetched[g][1], 10))
+	}
+	mv.mu.Unlock()
+	if tag := strings.Join(items, ","); tag != mv.bytesTag {
+		if err := r.n.setMeshTag(tagMoveBytes, tag); err != nil {
+			r.n.log.Warn("announcing the bytes of replica moves in gossip", "err", err)
+			return
+		}
+		mv.bytesTag = tag
+	}
+}
+
+// parseMoveBytes reads a tagMoveBytes value into group -> bytes; malformed items are skipped.
+func parseMoveBytes(s string) map[uint64]uint64 {
+	out := map[uint64]uint64{}
+	for item := range strings.SplitSeq(s, ",") {
+		g, b, ok := strings.Cut(item, ":")
+		gi, err1 := strconv.ParseUint(g, 10, 64)
+		bi, err2 := strconv.ParseUint(b, 10, 64)
+		if ok && err1 == nil && err2 == nil {
+			out[gi] = bi
+		}
+	}
+	return out
 }
 
 func moveKey(gm groupMove) string {
@@ -873,17 +912,22 @@ func (r *replicated) nameToID(name string) uint64 {
 	return 0
 }
 
-// moveInfos lists the moves in progress, with their progress where this node leads the group.
-func (r *replicated) moveInfos() map[string][]MoveInfo {
+// moveInfos lists the moves in progress, with their progress where this node leads the
+// group, and their bytes as their destinations announce them (bytes: node name ->
+// tagMoveBytes, parsed; this node's own from its counts).
+func (r *replicated) moveInfos(bytes map[string]map[uint64]uint64) map[string][]MoveInfo {
 	mv := &r.moves
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
 	out := map[string][]MoveInfo{}
 	for _, g := range slices.Sorted(maps.Keys(mv.mu.moves)) {
 		gm := mv.mu.moves[g]
-		mi := MoveInfo{Group: "g" + strconv.FormatUint(g, 10), From: gm.from, To: gm.to, State: mv.mu.state[g]}
+		mi := MoveInfo{Group: "g" + strconv.FormatUint(g, 10), From: gm.from, To: gm.to, State: mv.mu.state[g], Bytes: bytes[gm.to][g]}
 		if p, ok := mv.mu.progress[g]; ok {
 			mi.Entries, mi.Of = p[0], p[1]
+		}
+		if f, ok := mv.mu.fetched[g]; ok && gm.to == r.n.cfg.Name {
+			mi.Bytes = f[1]
 		}
 		if mi.State == "" {
 			mi.State = "started"

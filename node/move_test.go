@@ -530,3 +530,18 @@ func TestMoveUndoneWhenDestinationDies(t *testing.T) {
 	checkLoad(t, load, m, stayers)
 	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
 }
+
+func TestParseMoveBytes(t *testing.T) {
+	got := parseMoveBytes("3:1024,x:1,7:,12:0,5:99999999999")
+	want := map[uint64]uint64{3: 1024, 12: 0, 5: 99999999999}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("parsed %v, want %v", got, want)
+	}
+	if got := parseMoveBytes(""); len(got) != 0 {
+		t.Fatalf("empty tag parsed as %v", got)
+	}
+	mi := NodeInfo{Name: "eu-4", State: "up", Held: 2, Moves: []MoveInfo{{Group: "g3", From: "eu-1", To: "eu-4", State: "catching up", Entries: 10, Of: 90, Bytes: 4096}}}
+	if s := mi.String(); !strings.Contains(s, "10/90 entries 4096 bytes") {
+		t.Fatalf("%q does not show the move's entries and bytes", s)
+	}
+}

@@ -47,13 +47,14 @@ type resizeRegion struct {
 	metrics map[string]string // node name -> its --metrics (and admin API) address
 	procs   []*meshProcess    // every process started, killed ones too: their log lines
 	extras  map[string]*replicaNode
+	seen    map[string]uint64 // "group from->to" -> the most bytes `quicmq nodes` showed for that move
 }
 
 // newResizeRegion names n nodes (rc1...), of which the first start start: the others are
 // started later (start) and dialed by the load only once they are (replicaRegion.dial).
 func newResizeRegion(t *testing.T, bin string, n, start int) *resizeRegion {
 	t.Helper()
-	rr := &resizeRegion{replicaRegion: newReplicaRegion(t, bin, n), metrics: map[string]string{}, extras: map[string]*replicaNode{}}
+	rr := &resizeRegion{replicaRegion: newReplicaRegion(t, bin, n), metrics: map[string]string{}, extras: map[string]*replicaNode{}, seen: map[string]uint64{}}
 	for _, nd := range rr.nodes {
 		rr.metrics[nd.name] = freeAddr(t)
 	}
@@ -138,7 +139,7 @@ type nodeRow struct {
 	MetaLeader bool   `json:"meta_leader"`
 	Moves      []struct {
 		Group, From, To, State string
-		Entries, Of            uint64
+		Entries, Of, Bytes     uint64
 	} `json:"moves"`
 }
 
@@ -152,6 +153,14 @@ func (rr *resizeRegion) listNodes(via string) ([]nodeRow, error) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		return nil, fmt.Errorf("quicmq nodes at %s: %w", via, err)
 	}
+	rr.mu.Lock()
+	for _, n := range rows {
+		for _, m := range n.Moves {
+			k := m.Group + " " + m.From + "->" + m.To
+			rr.seen[k] = max(rr.seen[k], m.Bytes)
+		}
+	}
+	rr.mu.Unlock()
 	return rows, nil
 }
 
@@ -255,10 +264,26 @@ func (rr *resizeRegion) moveEnds() (done, undone map[string]bool) {
 	return done, undone
 }
 
+// movesSeen reports the moves `quicmq nodes` showed in progress and the bytes it showed
+// them fetch.
+func (rr *resizeRegion) movesSeen() string {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	withBytes, most, sum := 0, uint64(0), uint64(0)
+	for _, b := range rr.seen {
+		if b > 0 {
+			withBytes++
+		}
+		most, sum = max(most, b), sum+b
+	}
+	return fmt.Sprintf("%d moves shown in progress by quicmq nodes, %d of them with bytes fetched (most %d, in all %d)", len(rr.seen), withBytes, most, sum)
+}
+
 // checkPromotions fails the test when a move promoted a replica before it caught up.
 func (rr *resizeRegion) checkPromotions() {
 	rr.t.Helper()
 	n, early := rr.movePromotions()
+	rr.t.Logf("%s", rr.movesSeen())
 	rr.t.Logf("promotions of a moving replica seen in the group leaders' logs: %d, made before the replica caught up: %d", n, len(early))
 	if len(early) > 0 {
 		rr.t.Errorf("a move removed the old replica before its new one had caught up (%d times):\n%s", len(early), strings.Join(early[:min(10, len(early))], "\n"))
