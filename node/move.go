@@ -198,8 +198,8 @@ type mover struct {
 	wake chan struct{}
 	// Owned by moveLoop's goroutine.
 	reqTag, doneTag, bytesTag string
-	lastTry         map[uint64]time.Time // group -> last leadership transfer asked (a source leading)
-	m               *moveMetrics
+	lastTry                   map[uint64]time.Time // group -> last leadership transfer asked (a source leading)
+	m                         *moveMetrics
 }
 
 type moveMetrics struct {
