@@ -293,6 +293,17 @@ func (rr *resizeRegion) checkPromotions() {
 	}
 }
 
+// countBytesLines counts the CLI's progress lines that show a move's bytes fetched.
+func countBytesLines(lines []string) int {
+	n := 0
+	for _, l := range lines {
+		if strings.Contains(l, " bytes") {
+			n++
+		}
+	}
+	return n
+}
+
 // publishP99 is the 99th percentile of the latency of the publishes acknowledged that
 // were invoked in [from, to) of the history's clock, and their number.
 func publishP99(h *linearize.History, from, to int64) (time.Duration, int) {
@@ -375,7 +386,7 @@ func TestShrinkCampaign(t *testing.T) {
 			t.Fatalf("quicmq nodes remove %s: exit %d\n%s", name, code, errOut)
 		}
 		lines := strings.Split(strings.TrimSpace(errOut), "\n")
-		t.Logf("quicmq nodes remove %s: %v (%d progress lines; last: %s)", name, time.Since(t0).Round(time.Millisecond), len(lines), lines[len(lines)-1])
+		t.Logf("quicmq nodes remove %s: %v (%d progress lines, %d showing bytes fetched; last: %s)", name, time.Since(t0).Round(time.Millisecond), len(lines), countBytesLines(lines), lines[len(lines)-1])
 		stopGracefully(t, rr.nodes[rr.index(name)].proc())
 	}
 	took := time.Since(start)
@@ -455,6 +466,7 @@ func TestReplaceCampaign(t *testing.T) {
 		t.Fatalf("quicmq nodes remove --dead rc3: exit %d\n%s", code, errOut)
 	}
 	removed := time.Since(start)
+	t.Logf("quicmq nodes remove --dead rc3: %d progress lines, %d showing bytes fetched", strings.Count(errOut, "\n"), countBytesLines(strings.Split(errOut, "\n")))
 	after := l.hist.Now()
 	rows := rr.settled("rc1", []string{"rc1", "rc2", "rc4"}, 2*time.Minute)
 	for _, n := range rows {
