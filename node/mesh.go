@@ -15,7 +15,7 @@ const FeaturesTag = features.Tag
 
 // localFeatures is what this build knows.
 func localFeatures() features.Set {
-	f := features.Set{features.Proto: wire.PeerVersion, features.Meta: moveVersion}
+	f := features.Set{features.Proto: wire.PeerVersion, features.Meta: moveUndoVersion}
 	maps.Copy(f, replica.EntryFeatures())
 	return f
 }

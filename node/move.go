@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/node/features"
 	"github.com/quicmq/quicmq/replica"
 )
 
@@ -38,6 +39,12 @@ import (
 //     configuration says so.
 //   - removed: NAME holds nothing and left the metadata group: no longer listed, never
 //     given a replica or a metadata membership again.
+//   - undo: G's move to TO is to be undone: TO is down (gossip no longer sees it alive)
+//     or being removed. Proposed by the metadata leader (undoMoves).
+//   - undone: G's leader reports in tagMovesDone (a "u" item) that TO is no member of G
+//     any more: the move ends with G on its old replicas, the placement unchanged. A move
+//     whose configuration already shows TO voting and FROM gone when the undo comes is
+//     finished instead (a done record): raft's configuration decides, never the record.
 //
 // G's leader drives the raft side from the start record and G's configuration alone
 // (replica.MoveStep): TO is added as a learner, catches up, and one joint change makes it a
@@ -47,12 +54,20 @@ import (
 // than before, and FROM is never removed before TO has caught up.
 const moveVersion = 5
 
+// moveUndoVersion is the features.Meta level of a build that applies the undo and undone
+// records (kinds 5 and 6 of version-5 records): a build of level 5 would skip them and keep
+// an undone move in progress forever, so the metadata leader undoes a move only once every
+// node of the region announces this level.
+const moveUndoVersion = 6
+
 // Kinds of move record.
 const (
 	moveKindRemove  = 1 // name str | dead u8 | requested uvarint (Unix nanoseconds)
 	moveKindStart   = 2 // group | from str | from raft ID | to str | to raft ID
 	moveKindDone    = 3 // group | from str | to str | to raft ID
 	moveKindRemoved = 4 // name str
+	moveKindUndo    = 5 // group | from str | to str | to raft ID
+	moveKindUndone  = 6 // group | from str | to str | to raft ID
 )
 
 // tagRemoveReq is the gossip tag of a node that asked for removals the metadata has not
@@ -64,6 +79,11 @@ const tagRemoveReq = "removereq"
 // The raft IDs name the move, not only the group: gossip may still carry the tag of a
 // group's earlier move when its next one starts, and that must not finish the next one.
 const tagMovesDone = "movesdone"
+
+// tagMoveBytes is the gossip tag of a node that replicas are moving onto: comma-separated
+// GROUP:BYTES items, the bytes of records it fetched for each so far, which 'quicmq nodes'
+// shows on every node (at most Raft.Moves items in the region).
+const tagMoveBytes = "movebytes"
 
 // moveRec is a decoded move record.
 type moveRec struct {
@@ -94,7 +114,7 @@ func encodeMove(m moveRec) []byte {
 		b = binary.AppendUvarint(b, m.fromID)
 		str(m.to)
 		b = binary.AppendUvarint(b, m.toID)
-	case moveKindDone:
+	case moveKindDone, moveKindUndo, moveKindUndone:
 		b = binary.AppendUvarint(b, m.group)
 		str(m.from)
 		str(m.to)
@@ -128,7 +148,7 @@ func decodeMove(p []byte) (moveRec, error) {
 		m.at = int64(at)
 	case moveKindStart:
 		m.group, m.from, m.fromID, m.to, m.toID = d.uv(), d.str(), d.uv(), d.str(), d.uv()
-	case moveKindDone:
+	case moveKindDone, moveKindUndo, moveKindUndone:
 		m.group, m.from, m.to, m.toID = d.uv(), d.str(), d.str(), d.uv()
 	case moveKindRemoved:
 		m.name = d.str()
@@ -153,6 +173,7 @@ type groupMove struct {
 	group        uint64
 	from, to     string
 	fromID, toID uint64
+	undo         bool // an undo record applied: the group's leader takes TO out of the group
 }
 
 // removeReq is a request to remove a node, made at time at (Unix nanoseconds).
@@ -177,14 +198,15 @@ type mover struct {
 	}
 	wake chan struct{}
 	// Owned by moveLoop's goroutine.
-	reqTag, doneTag string
-	lastTry         map[uint64]time.Time // group -> last leadership transfer asked (a source leading)
-	m               *moveMetrics
+	reqTag, doneTag, bytesTag string
+	lastTry                   map[uint64]time.Time // group -> last leadership transfer asked (a source leading)
+	m                         *moveMetrics
 }
 
 type moveMetrics struct {
 	inProgress prometheus.Gauge
 	done       prometheus.Counter
+	undone     prometheus.Counter
 	removing   prometheus.Gauge
 	bytes      prometheus.Counter
 }
@@ -201,12 +223,14 @@ func (mv *mover) init(reg prometheus.Registerer) {
 			Help: "Moves of a group's replica from one node to another in progress in the region, as this node's copy of the metadata says."}),
 		done: prometheus.NewCounter(prometheus.CounterOpts{Name: "quicmq_raft_moves_done_total",
 			Help: "Moves of a group's replica this node applied as done from the region's metadata (every node counts every move)."}),
+		undone: prometheus.NewCounter(prometheus.CounterOpts{Name: "quicmq_raft_moves_undone_total",
+			Help: "Moves of a group's replica this node applied as undone from the region's metadata: the new replica's node went down or was being removed before it was promoted, so it was taken out of the group and the group stayed on its old replicas (every node counts every move)."}),
 		removing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quicmq_nodes_removing",
 			Help: "Nodes of the region being removed (quicmq nodes remove), as this node's copy of the metadata says."}),
 		bytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "quicmq_raft_move_bytes_total",
 			Help: "Bytes of records this node fetched from other replicas to catch up the group replicas moved onto it (the records its snapshot needed; the raft entries appended after it are not counted)."}),
 	}
-	reg.MustRegister(mv.m.inProgress, mv.m.done, mv.m.removing, mv.m.bytes)
+	reg.MustRegister(mv.m.inProgress, mv.m.done, mv.m.undone, mv.m.removing, mv.m.bytes)
 }
 
 // gone reports whether name is being removed or was removed: it is given no new replica,
@@ -339,6 +363,35 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 		r.notifyLocked()
 		r.mu.Unlock()
 		r.n.log.Info("region metadata: a group's replica moved", "group", rec.group, "from", rec.from, "to", rec.to)
+	case moveKindUndo:
+		mv.mu.Lock()
+		cur := mv.mu.moves[rec.group]
+		ok := cur != nil && cur.from == rec.from && cur.to == rec.to && cur.toID == rec.toID && !cur.undo
+		if ok {
+			cur.undo = true
+		}
+		mv.mu.Unlock()
+		if ok {
+			r.n.log.Warn("region metadata: undoing a group's replica move: its new replica's node is down or being removed; the group stays on its old replicas",
+				"group", rec.group, "from", rec.from, "to", rec.to)
+		}
+	case moveKindUndone:
+		mv.mu.Lock()
+		cur := mv.mu.moves[rec.group]
+		ok := cur != nil && cur.from == rec.from && cur.to == rec.to && cur.toID == rec.toID && cur.undo
+		if ok {
+			delete(mv.mu.moves, rec.group)
+			delete(mv.mu.progress, rec.group)
+			delete(mv.mu.state, rec.group)
+			delete(mv.mu.fetched, rec.group)
+			mv.m.undone.Inc()
+		}
+		mv.metricsLocked()
+		mv.mu.Unlock()
+		if ok {
+			r.n.log.Warn("region metadata: a group's replica move was undone: the new replica left the group, which stays on its old replicas",
+				"group", rec.group, "from", rec.from, "to", rec.to)
+		}
 	case moveKindRemoved:
 		mv.mu.Lock()
 		delete(mv.mu.removing, rec.name)
@@ -398,14 +451,16 @@ func (r *replicated) moveLoop(ctx context.Context) {
 		r.noteDown(now) // balance.go
 		r.setReplicaImbalance()
 		r.countMovesBytes(ctx)
+		r.announceMoveBytes()
 		r.announceRemoveRequests()
-		done := r.driveMoves(ctx)
-		r.announceMovesDone(done)
+		done, undone := r.driveMoves(ctx)
+		r.announceMovesDone(done, undone)
 		// A metadata leader being removed hands its leadership away (drainLoop), and raft
 		// refuses its proposals while the transfer runs: its successor plans.
 		if ro, ok := r.d.Role(metaGroup); ok && ro.Leader && !ro.Moving && !r.moves.gone(r.n.cfg.Name) {
 			r.recordRemoveRequests(ctx)
-			r.recordMovesDone(ctx, done)
+			r.recordMovesDone(ctx, done, undone)
+			r.undoMoves(ctx)
 			r.replaceDown(ctx, now) // balance.go
 			r.planMoves(ctx)
 		}
@@ -499,16 +554,25 @@ func (r *replicated) proposeMove(ctx context.Context, rec moveRec) bool {
 }
 
 // driveMoves takes the next raft step of every move whose group this node leads, and
-// returns the groups whose configuration shows their move finished.
-func (r *replicated) driveMoves(ctx context.Context) []groupMove {
+// returns the groups whose configuration shows their move finished, and those whose move
+// being undone shows its new replica gone.
+func (r *replicated) driveMoves(ctx context.Context) (done, undone []groupMove) {
 	mv := &r.moves
-	var done []groupMove
 	for _, gm := range slices.SortedFunc(maps.Values(r.moves.movesCopy()), func(a, b groupMove) int { return int(a.group) - int(b.group) }) {
 		if ro, ok := r.d.Role(gm.group); !ok || !ro.Leader {
 			continue
 		}
 		m, err := r.d.Membership(ctx, gm.group)
 		if err != nil {
+			continue
+		}
+		if gm.undo {
+			switch r.undoStep(ctx, gm, m) {
+			case replica.ReplaceDone:
+				done = append(done, gm)
+			case replica.ReplaceNotMember:
+				undone = append(undone, gm)
+			}
 			continue
 		}
 		state, cc := replica.MoveStep(m, gm.fromID, gm.toID, rejoinMaxLag)
@@ -559,17 +623,94 @@ func (r *replicated) driveMoves(ctx context.Context) []groupMove {
 		r.rejoinM.changes.WithLabelValues(map[replica.ReplaceState]string{replica.ReplaceAddLearner: "add_learner",
 			replica.ReplacePromote: "promote", replica.ReplaceRemoveOld: "remove_old"}[state]).Inc()
 	}
-	return done
+	return done, undone
+}
+
+// undoStep takes the next raft step of undoing move gm on its group's leader, whose
+// configuration is m: ReplaceDone when the move finished after all (TO votes, FROM is
+// gone: it is recorded done), ReplaceNotMember when TO is no member any more (undone),
+// ReplaceBusy while a change is under way.
+func (r *replicated) undoStep(ctx context.Context, gm groupMove, m replica.Membership) replica.ReplaceState {
+	mv := &r.moves
+	state, step := replica.ReplaceBusy, "undoing"
+	toIn := m.IsVoter(gm.toID) || m.IsLearner(gm.toID)
+	switch {
+	case m.Joint():
+		// A promotion under way (or its end): wait for raft to leave the joint configuration.
+	case m.IsVoter(gm.toID) && !m.IsVoter(gm.fromID) && !m.IsLearner(gm.fromID):
+		state, step = replica.ReplaceDone, "done"
+	case !toIn:
+		state, step = replica.ReplaceNotMember, "undone"
+	case !m.IsVoter(gm.fromID) && !m.IsLearner(gm.fromID):
+		// TO in, FROM gone, not joint: the move is done in all but TO's vote (never made
+		// here): a group is never left with fewer replicas than it had, so it waits.
+	default:
+		// TO is a learner (or, never made here, a voter beside FROM): take it out.
+		if err := r.d.ProposeConfChange(ctx, gm.group, replica.RemoveMember(gm.toID)); err != nil {
+			r.n.log.Warn("undoing a replica move: membership change refused", "group", gm.group, "to", gm.to, "err", err)
+		} else {
+			r.rejoinM.changes.WithLabelValues("remove_moving").Inc()
+		}
+	}
+	mv.mu.Lock()
+	mv.mu.progress[gm.group] = [2]uint64{m.Match[gm.toID], m.Status.GetCommit()}
+	last := mv.mu.state[gm.group]
+	mv.mu.state[gm.group] = step
+	mv.mu.Unlock()
+	if last != step {
+		r.n.log.Info("replica move being undone", "group", gm.group, "from", gm.from, "to", gm.to, "state", step)
+	}
+	return state
+}
+
+// announceMoveBytes sets tagMoveBytes to the bytes fetched so far for each move onto this
+// node.
+func (r *replicated) announceMoveBytes() {
+	mv := &r.moves
+	mv.mu.Lock()
+	var items []string
+	for _, g := range slices.Sorted(maps.Keys(mv.mu.fetched)) {
+		items = append(items, strconv.FormatUint(g, 10)+":"+strconv.FormatUint(mv.mu.fetched[g][1], 10))
+	}
+	mv.mu.Unlock()
+	if tag := strings.Join(items, ","); tag != mv.bytesTag {
+		if err := r.n.setMeshTag(tagMoveBytes, tag); err != nil {
+			r.n.log.Warn("announcing the bytes of replica moves in gossip", "err", err)
+			return
+		}
+		mv.bytesTag = tag
+	}
+}
+
+// parseMoveBytes reads a tagMoveBytes value into group -> bytes; malformed items are skipped.
+func parseMoveBytes(s string) map[uint64]uint64 {
+	out := map[uint64]uint64{}
+	for item := range strings.SplitSeq(s, ",") {
+		g, b, ok := strings.Cut(item, ":")
+		gi, err1 := strconv.ParseUint(g, 10, 64)
+		bi, err2 := strconv.ParseUint(b, 10, 64)
+		if ok && err1 == nil && err2 == nil {
+			out[gi] = bi
+		}
+	}
+	return out
 }
 
 func moveKey(gm groupMove) string {
 	return fmt.Sprintf("%d:%d:%d", gm.group, gm.fromID, gm.toID)
 }
 
-func (r *replicated) announceMovesDone(done []groupMove) {
-	items := make([]string, len(done))
-	for i, gm := range done {
-		items[i] = moveKey(gm)
+// undoneKey is a tagMovesDone item of a move undone (a build that does not undo moves
+// matches no item of this form).
+func undoneKey(gm groupMove) string { return "u" + moveKey(gm) }
+
+func (r *replicated) announceMovesDone(done, undone []groupMove) {
+	items := make([]string, 0, len(done)+len(undone))
+	for _, gm := range done {
+		items = append(items, moveKey(gm))
+	}
+	for _, gm := range undone {
+		items = append(items, undoneKey(gm))
 	}
 	if tag := strings.Join(items, ","); tag != r.moves.doneTag {
 		if err := r.n.setMeshTag(tagMovesDone, tag); err != nil {
@@ -581,11 +722,14 @@ func (r *replicated) announceMovesDone(done []groupMove) {
 }
 
 // recordMovesDone, on the metadata leader, records the moves group leaders (this node
-// among them) report finished.
-func (r *replicated) recordMovesDone(ctx context.Context, local []groupMove) {
+// among them) report finished or undone.
+func (r *replicated) recordMovesDone(ctx context.Context, local, localUndone []groupMove) {
 	fin := map[string]bool{}
 	for _, gm := range local {
 		fin[moveKey(gm)] = true
+	}
+	for _, gm := range localUndone {
+		fin[undoneKey(gm)] = true
 	}
 	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
 		if m.Status != gossip.StatusAlive {
@@ -598,10 +742,37 @@ func (r *replicated) recordMovesDone(ctx context.Context, local []groupMove) {
 	moves := r.moves.movesCopy()
 	for _, g := range slices.Sorted(maps.Keys(moves)) {
 		gm := moves[g]
-		if !fin[moveKey(gm)] {
+		kind := byte(moveKindDone)
+		switch {
+		case fin[moveKey(gm)]:
+		case gm.undo && fin[undoneKey(gm)]:
+			kind = moveKindUndone
+		default:
 			continue
 		}
-		if !r.proposeMove(ctx, moveRec{kind: moveKindDone, group: g, from: gm.from, to: gm.to, toID: gm.toID}) {
+		if !r.proposeMove(ctx, moveRec{kind: kind, group: g, from: gm.from, to: gm.to, toID: gm.toID}) {
+			return
+		}
+	}
+}
+
+// undoMoves, on the metadata leader, records the undoing of every move in progress whose
+// new replica's node gossip no longer sees alive (its failure detection is the delay: a
+// node restarted faster keeps its moves), or which is being removed: its learner would
+// never catch up, and the group, which it does not vote in, would wait for it forever.
+func (r *replicated) undoMoves(ctx context.Context) {
+	if ok, _ := r.n.RegionKnows(features.Meta, moveUndoVersion); !ok {
+		return
+	}
+	moves := r.moves.movesCopy()
+	for _, g := range slices.Sorted(maps.Keys(moves)) {
+		gm := moves[g]
+		down := r.n.place.MemberStatus(gm.to) != gossip.StatusAlive
+		if gm.undo || !down && !r.moves.gone(gm.to) {
+			continue
+		}
+		r.n.log.Warn("undoing a replica move: the node its new replica is on is down or being removed", "group", g, "from", gm.from, "to", gm.to, "down", down)
+		if !r.proposeMove(ctx, moveRec{kind: moveKindUndo, group: g, from: gm.from, to: gm.to, toID: gm.toID}) {
 			return
 		}
 	}
@@ -651,7 +822,9 @@ func (r *replicated) planMoves(ctx context.Context) {
 	}
 	active := len(moves)
 	for _, name := range slices.Sorted(maps.Keys(removing)) {
-		holds := false
+		// A move onto name (begun before its removal) is undone first (undoMoves): until
+		// then name may still be given the group, and it stays.
+		holds := slices.ContainsFunc(slices.Collect(maps.Values(moves)), func(gm groupMove) bool { return gm.to == name })
 		for _, g := range groups {
 			i := slices.IndexFunc(g.replicas, func(m repMember) bool { return m.name == name })
 			if i < 0 {
@@ -740,20 +913,28 @@ func (r *replicated) nameToID(name string) uint64 {
 	return 0
 }
 
-// moveInfos lists the moves in progress, with their progress where this node leads the group.
-func (r *replicated) moveInfos() map[string][]MoveInfo {
+// moveInfos lists the moves in progress, with their progress where this node leads the
+// group, and their bytes as their destinations announce them (bytes: node name ->
+// tagMoveBytes, parsed; this node's own from its counts).
+func (r *replicated) moveInfos(bytes map[string]map[uint64]uint64) map[string][]MoveInfo {
 	mv := &r.moves
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
 	out := map[string][]MoveInfo{}
 	for _, g := range slices.Sorted(maps.Keys(mv.mu.moves)) {
 		gm := mv.mu.moves[g]
-		mi := MoveInfo{Group: "g" + strconv.FormatUint(g, 10), From: gm.from, To: gm.to, State: mv.mu.state[g]}
+		mi := MoveInfo{Group: "g" + strconv.FormatUint(g, 10), From: gm.from, To: gm.to, State: mv.mu.state[g], Bytes: bytes[gm.to][g]}
 		if p, ok := mv.mu.progress[g]; ok {
 			mi.Entries, mi.Of = p[0], p[1]
 		}
+		if f, ok := mv.mu.fetched[g]; ok && gm.to == r.n.cfg.Name {
+			mi.Bytes = f[1]
+		}
 		if mi.State == "" {
 			mi.State = "started"
+			if gm.undo {
+				mi.State = "undoing"
+			}
 		}
 		out[gm.from] = append(out[gm.from], mi)
 		out[gm.to] = append(out[gm.to], mi)

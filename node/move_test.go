@@ -25,6 +25,8 @@ func TestMoveRecordRoundTrip(t *testing.T) {
 		{kind: moveKindStart, group: 7, from: "eu-1", fromID: 99, to: "eu-5", toID: 1 << 60},
 		{kind: moveKindDone, group: 7, from: "eu-1", to: "eu-5", toID: 3},
 		{kind: moveKindRemoved, name: "eu-1"},
+		{kind: moveKindUndo, group: 7, from: "eu-1", to: "eu-5", toID: 3},
+		{kind: moveKindUndone, group: 7, from: "eu-1", to: "eu-5", toID: 3},
 	} {
 		got, err := decodeMove(encodeMove(rec))
 		if err != nil || !reflect.DeepEqual(got, rec) {
@@ -42,6 +44,8 @@ func TestMoveRecordRoundTrip(t *testing.T) {
 		{kind: moveKindStart, group: 5, from: "a", fromID: 1, to: "a", toID: 2},
 		{kind: moveKindDone, group: 5, from: "a", to: "b"},
 		{kind: moveKindRemoved},
+		{kind: moveKindUndo, group: 5, from: "a", to: "b"},
+		{kind: moveKindUndone, group: 5, from: "a", to: "a", toID: 2},
 	} {
 		if _, err := decodeMove(encodeMove(bad)); err == nil {
 			t.Fatalf("%+v decodes", bad)
@@ -438,4 +442,106 @@ func (m *regionMesh) metaLeader() string {
 		return lead != ""
 	})
 	return lead
+}
+
+// TestMoveUndoneWhenDestinationDies: a move's new replica's node stops just as the move
+// starts (the start record names it while gossip still sees it up): its learner can never
+// catch up, so the metadata leader undoes the move once gossip sees the node down. The
+// group's leader takes the learner out, the move ends undone (log line,
+// quicmq_raft_moves_undone_total), the group stays on its old replicas with exactly them
+// as voters, and nothing acknowledged is lost; the node started again takes no part in the
+// group.
+func TestMoveUndoneWhenDestinationDies(t *testing.T) {
+	m := newMoveMesh(t, 4, func(c *Config) { c.Raft.DisableReplicaBalance = true })
+	lead := m.metaLeader()
+	// The destination: a node other than the metadata leader and eu-1 (started with no one
+	// to join), and a group it holds no replica of.
+	var dest string
+	var g *repGroup
+	r := m.nodes[lead].rep
+	for _, name := range m.names[1:] {
+		if name == lead || dest != "" {
+			continue
+		}
+		r.pl.RLock()
+		for _, cand := range r.pl.groups {
+			if !slices.Contains(cand.names(), name) && (g == nil || cand.id < g.id) {
+				g, dest = cand, name
+			}
+		}
+		r.pl.RUnlock()
+	}
+	if g == nil {
+		t.Fatalf("no group that a node other than %s and eu-1 lacks", lead)
+	}
+	via := lead
+	c := dialNode(t, m.nodes[via], client.Options{})
+	defer c.Close()
+	load := startLoad(t, c, 8)
+	load.waitMore(t, 200, nil)
+	from := g.replicas[0]
+	destID := m.nodes[dest].rep.id
+	t.Logf("metadata leader %s; moving group %s's replica on %s to %s (raft ID %d), which stops at once; placement %v", lead, g.label, from.name, dest, destID, g.names())
+
+	if err := m.nodes[dest].Close(); err != nil {
+		t.Logf("close %s: %v", dest, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !r.proposeMove(ctx, moveRec{kind: moveKindStart, group: g.id, from: from.name, fromID: from.id, to: dest, toID: destID}) {
+		t.Fatal("the start record was not committed")
+	}
+	testlog.WaitForErr(t, 60*time.Second, "the move undone", func() error {
+		if metricWith(t, m.nodes[lead], "quicmq_raft_moves_undone_total", nil) >= 1 && len(r.moves.movesCopy()) == 0 {
+			return nil
+		}
+		return fmt.Errorf("moves %v, %s listed as %v", r.moves.movesCopy(), dest, m.nodeInfos(via))
+	})
+	// Every running node applied the undone record; the placement never changed.
+	for _, name := range m.names {
+		if name == dest {
+			continue
+		}
+		rr := m.nodes[name].rep
+		testlog.WaitFor(t, 10*time.Second, name+" to apply the undone record", func() bool {
+			return metricWith(t, m.nodes[name], "quicmq_raft_moves_undone_total", nil) == 1 && len(rr.moves.movesCopy()) == 0
+		})
+		rr.pl.RLock()
+		names := rr.pl.groups[g.id].names()
+		rr.pl.RUnlock()
+		if !slices.Equal(names, g.names()) {
+			t.Fatalf("%s places group %s on %v after the undo, want %v", name, g.label, names, g.names())
+		}
+	}
+	var stayers []string
+	for _, name := range m.names {
+		if name != dest {
+			stayers = append(stayers, name)
+		}
+	}
+	load.waitMore(t, 200, nil)
+	m.restart(dest)
+	stayers = append(stayers, dest)
+	m.checkFullyReplicated(stayers) // voters exactly the placement: the learner is gone
+	if done := metricWith(t, m.nodes[lead], "quicmq_raft_moves_done_total", nil); done != 0 {
+		t.Fatalf("%v moves done, want 0", done)
+	}
+	load.waitMore(t, 200, nil)
+	checkLoad(t, load, m, stayers)
+	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}
+
+func TestParseMoveBytes(t *testing.T) {
+	got := parseMoveBytes("3:1024,x:1,7:,12:0,5:99999999999")
+	want := map[uint64]uint64{3: 1024, 12: 0, 5: 99999999999}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("parsed %v, want %v", got, want)
+	}
+	if got := parseMoveBytes(""); len(got) != 0 {
+		t.Fatalf("empty tag parsed as %v", got)
+	}
+	mi := NodeInfo{Name: "eu-4", State: "up", Held: 2, Moves: []MoveInfo{{Group: "g3", From: "eu-1", To: "eu-4", State: "catching up", Entries: 10, Of: 90, Bytes: 4096}}}
+	if s := mi.String(); !strings.Contains(s, "10/90 entries 4096 bytes") {
+		t.Fatalf("%q does not show the move's entries and bytes", s)
+	}
 }

@@ -49,6 +49,9 @@ type MoveInfo struct {
 	// the answering node leads the group (0 otherwise).
 	Entries uint64 `json:"entries"`
 	Of      uint64 `json:"of"`
+	// Bytes is what the new replica's node fetched so far of the records its catch-up
+	// needed (as it announces it in gossip; quicmq_raft_move_bytes_total counts the same).
+	Bytes uint64 `json:"bytes"`
 }
 
 // nodesRoutes adds the region's node endpoints to the admin API: GET /v1/nodes, and POST
@@ -156,6 +159,7 @@ func (r *replicated) nodeInfos(ctx context.Context) []NodeInfo {
 		}
 	}
 	tags := map[string]string{}
+	bytes := map[string]map[uint64]uint64{}
 	for _, m := range r.raftMembers() {
 		info(m.name)
 	}
@@ -164,12 +168,13 @@ func (r *replicated) nodeInfos(ctx context.Context) []NodeInfo {
 			if v, ok := m.Tags[tagLeads]; ok {
 				tags[m.Name] = v
 			}
+			bytes[m.Name] = parseMoveBytes(m.Tags[tagMoveBytes])
 		}
 	}
 	for name := range drained {
 		info(name)
 	}
-	moves := r.moveInfos()
+	moves := r.moveInfos(bytes)
 	for name := range moves {
 		info(name)
 	}
@@ -243,6 +248,9 @@ func (ni NodeInfo) String() string {
 		s += fmt.Sprintf("; %s %s->%s %s", m.Group, m.From, m.To, m.State)
 		if m.Of > 0 {
 			s += fmt.Sprintf(" %d/%d entries", m.Entries, m.Of)
+		}
+		if m.Bytes > 0 {
+			s += fmt.Sprintf(" %d bytes", m.Bytes)
 		}
 	}
 	return s

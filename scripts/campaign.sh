@@ -18,6 +18,8 @@
 #   scripts/campaign.sh replica-broken             the replicated region's checkers against a build that acks before commit
 #   scripts/campaign.sh upgrade [RUNS]             rolling upgrade from the previous release (internal/release/RELEASES) to this build (default 1 run)
 #   scripts/campaign.sh grow [RUNS]                a replicated region of 3 node processes grows to 5 under 1,000 topics (default 1 run)
+#   scripts/campaign.sh shrink-replace             5 node processes back to 3 with nodes remove; a node killed, wiped and replaced (nodes remove --dead); porcupine
+#   scripts/campaign.sh move-faults [RUNS]         SIGKILL of a move's source, destination or the metadata leader, RUNS each (default 10); porcupine
 #   scripts/campaign.sh all
 #
 # Each prints the tests' own figures and exits non-zero if any check failed. Seeds are
@@ -132,6 +134,16 @@ grow() {
     -timeout $((10 * ${1:-1}))m -count "${1:-1}" -run '^TestGrowCampaign$' ./cmd/quicmq
 }
 
+shrinkreplace() {
+  QUICMQ_SHRINK_CAMPAIGN=1 QUICMQ_REPLACE_CAMPAIGN=1 run "shrink 5 -> 3 with nodes remove, and replace a killed, wiped node (nodes remove --dead), node processes under 1,000 topics" \
+    -timeout 40m -run '^(TestShrinkCampaign|TestReplaceCampaign)$' ./cmd/quicmq
+}
+
+movefaults() {
+  QUICMQ_MOVE_FAULTS_CAMPAIGN=1 QUICMQ_MOVE_FAULTS_RUNS=${1:-10} run "moves interrupted by the SIGKILL of their source, destination or the metadata leader, ${1:-10} runs each" \
+    -timeout 90m -run '^TestMoveFaultsCampaign$' ./cmd/quicmq
+}
+
 case "${1:-}" in
   powerloss) powerloss "${2:-}" ;;
   corruption) corruption "${2:-}" ;;
@@ -149,6 +161,8 @@ case "${1:-}" in
   replica-broken) replicabroken ;;
   upgrade) upgrade "${2:-}" ;;
   grow) grow "${2:-}" ;;
+  shrink-replace) shrinkreplace ;;
+  move-faults) movefaults "${2:-}" ;;
   all)
     rc=0
     powerloss || rc=1
@@ -167,10 +181,12 @@ case "${1:-}" in
     replicabroken || rc=1
     upgrade || rc=1
     grow || rc=1
+    shrinkreplace || rc=1
+    movefaults || rc=1
     exit $rc
     ;;
   *)
-    sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

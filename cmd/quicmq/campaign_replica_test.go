@@ -136,9 +136,13 @@ func (r *replicaRegion) waitLinks(i int) {
 }
 
 func (r *replicaRegion) dial(ctx context.Context, i int) (*client.Conn, error) {
+	p := r.nodes[i].proc()
+	if p == nil {
+		return nil, fmt.Errorf("%s not started yet", r.nodes[i].name) // a node a campaign starts later
+	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	return client.Dial(ctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem")}, r.nodes[i].proc().addr)
+	return client.Dial(ctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem")}, p.addr)
 }
 
 func (r *replicaRegion) index(name string) int {
@@ -718,10 +722,12 @@ func (l *replicaLoad) firstAck(ctx context.Context, topic int, skip ...int) (tim
 	}
 }
 
-// warmUp creates the topics (their first records, through node 0) before the load starts.
+// warmUp creates the topics (their first records, through node 0) before the load starts:
+// a minute, and a quarter of a second more per topic (1,000 topics one by one on a busy
+// machine took over a minute).
 func (l *replicaLoad) warmUp(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second+time.Duration(len(l.topics))*250*time.Millisecond)
 	defer cancel()
 	for ti := range l.topics {
 		if _, _, err := l.firstAck(ctx, ti); err != nil {

@@ -38,11 +38,15 @@ type meshProcess struct {
 	// snapshots counts the raft snapshots the node installed (its log lines), for the
 	// campaigns that show a replica catching up through one.
 	snapshots atomic.Int64
+	// moveLines keeps its log lines about replica moves (moveLineRE), for the campaigns
+	// that judge moves from what the nodes did (resize_campaign_test.go).
+	moveLines []string // guarded by tailMu
 }
 
 var (
 	linkUpRE   = regexp.MustCompile(`msg="link (up|reconnected)"`)
 	snapshotRE = regexp.MustCompile(`msg="snapshot installed"`)
+	moveLineRE = regexp.MustCompile(`msg="(replica move|region metadata: (moving a group|a group's replica mov)|undoing a replica move)`)
 )
 
 func startMeshProcess(t *testing.T, bin, name string, args ...string) *meshProcess {
@@ -65,6 +69,9 @@ func startMeshProcess(t *testing.T, bin, name string, args ...string) *meshProce
 			p.tailLog = append(p.tailLog, line)
 			if len(p.tailLog) > 40 {
 				p.tailLog = p.tailLog[1:]
+			}
+			if moveLineRE.MatchString(line) && len(p.moveLines) < 100000 {
+				p.moveLines = append(p.moveLines, line)
 			}
 			p.tailMu.Unlock()
 			if m := listeningRE.FindStringSubmatch(line); m != nil {

@@ -41,7 +41,7 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 	format := fs.String("format", "table", "output: table, or json: one JSON array of objects with the fields name, role (voter or learner;\n"+
 		"none while outside the metadata group), state (up, down, draining or removing), held (raft groups\n"+
 		"it holds a replica of), led (groups it leads), meta_leader (it leads the metadata group), moves\n"+
-		"(array of moves in progress involving it: group, from, to, state, entries, of), local (the node asked)")
+		"(array of moves in progress involving it: group, from, to, state, entries, of, bytes), local (the node asked)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "how long to wait: for the node's answer, and for a drain to complete")
 	noWait := fs.Bool("no-wait", false, "drain, undrain, remove: return once the region has taken the request")
 	dead := fs.Bool("dead", false, "remove: the node will not come back (it is down): re-replicate its groups from the other replicas")

@@ -35,7 +35,7 @@ const (
 	Envelope = "envelope"
 	// Meta is the highest version of a record of the region's metadata group the node
 	// applies (replmeta.go: 1 placement, 2 member; replgroups.go: 3 groups; drain.go: 4
-	// drain; move.go: 5 remove and move). A node skips a
+	// drain; move.go: 5 remove and move, 6 undo a move). A node skips a
 	// record it cannot decode, alike on every node of one build, so a new record waits until
 	// every node announces it.
 	Meta = "meta"
