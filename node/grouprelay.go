@@ -144,61 +144,9 @@ func (s *session) relayMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	upDone := make(chan struct{})
 	go func() { // client -> home: ACK, NAK, COMMIT, then the client's FIN
 		defer close(upDone)
-		for {
-			f, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				up.Close()
-				return
-			}
-			if err != nil {
-				rl.mu.Lock()
-				rl.gone = true
-				rl.mu.Unlock()
-				cancel()
-				return
-			}
-			switch f.(type) {
-			case *wire.Ack, *wire.Nak, *wire.Commit:
-			default:
-				rl.mu.Lock()
-				rl.err = wire.Errorf(wire.CodeProtocol, "unexpected %s on a group member's stream: only ACK, NAK and COMMIT may follow SUBSCRIBE", f.Type())
-				rl.mu.Unlock()
-				cancel()
-				return
-			}
-			if _, err := up.Write(wire.Append(nil, f)); err != nil {
-				cancel()
-				return
-			}
-		}
+		rl.toHome(r, up, cancel)
 	}()
-	// home -> client, one frame at a time.
-	w := wire.NewWriter(str)
-	hr := wire.NewReader(up, wire.Limits{})
-	ended := false // the home ended the stream (FIN after its last frame, or an ERROR)
-	for {
-		f, err := hr.Read()
-		if errors.Is(err, io.EOF) {
-			ended = true
-			break
-		}
-		if err != nil {
-			break
-		}
-		if t, ok := f.(*wire.Topic); ok {
-			t.Name = strings.Clone(s.actor.ClientName(t.Name))
-		}
-		w.Buffer(f)
-		if !hr.FrameBuffered() || w.Buffered() >= n.cfg.ReadAhead {
-			if w.Flush() != nil {
-				cancel()
-				break
-			}
-		}
-	}
-	if w.Flush() != nil {
-		ended = false
-	}
+	ended := s.relayFromHome(str, up, cancel)
 	cancel()
 	<-upDone
 	rl.mu.Lock()
@@ -212,4 +160,69 @@ func (s *session) relayMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	case !gone && s.ctx.Err() == nil:
 		s.failStream(str, wire.Errorf(wire.CodeUnavailable, "group %q: the link to node %s, which serves the group, failed: subscribe again", req.Group.Name, home))
 	}
+}
+
+// toHome copies the member's ACK, NAK and COMMIT frames to the home, then the client's FIN.
+// A client gone or a frame a member may not send ends the relay (cancel), said in rl.
+func (rl *memberRelay) toHome(r *wire.Reader, up *quic.Stream, cancel context.CancelFunc) {
+	for {
+		f, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			up.Close()
+			return
+		}
+		if err != nil {
+			rl.mu.Lock()
+			rl.gone = true
+			rl.mu.Unlock()
+			cancel()
+			return
+		}
+		switch f.(type) {
+		case *wire.Ack, *wire.Nak, *wire.Commit:
+		default:
+			rl.mu.Lock()
+			rl.err = wire.Errorf(wire.CodeProtocol, "unexpected %s on a group member's stream: only ACK, NAK and COMMIT may follow SUBSCRIBE", f.Type())
+			rl.mu.Unlock()
+			cancel()
+			return
+		}
+		if _, err := up.Write(wire.Append(nil, f)); err != nil {
+			cancel()
+			return
+		}
+	}
+}
+
+// relayFromHome copies the home's frames to the client, one frame at a time (a TOPIC's name
+// in the client's namespace), flushing when the home has nothing more buffered or a
+// read-ahead's worth waits. ended reports that the home ended the stream (FIN after its last
+// frame, or an ERROR) and that all of it reached the client's stream.
+func (s *session) relayFromHome(str, up *quic.Stream, cancel context.CancelFunc) (ended bool) {
+	w := wire.NewWriter(str)
+	hr := wire.NewReader(up, wire.Limits{})
+	for {
+		f, err := hr.Read()
+		if errors.Is(err, io.EOF) {
+			ended = true
+			break
+		}
+		if err != nil {
+			break
+		}
+		if t, ok := f.(*wire.Topic); ok {
+			t.Name = strings.Clone(s.actor.ClientName(t.Name))
+		}
+		w.Buffer(f)
+		if !hr.FrameBuffered() || w.Buffered() >= s.n.cfg.ReadAhead {
+			if w.Flush() != nil {
+				cancel()
+				break
+			}
+		}
+	}
+	if w.Flush() != nil {
+		ended = false
+	}
+	return ended
 }
