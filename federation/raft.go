@@ -427,9 +427,9 @@ func (f *Federation) serveRaft(ctx context.Context, conn *quic.Conn, str *quic.S
 }
 
 // raftReuseBody is the largest RAFT_BATCH body a raft stream's reader reads into the
-// buffer it keeps (wire.Reader.ReuseRaftBodies): a loaded leader's batches to one follower
-// run from KiB to the frame limit, mostly under a few MiB; a larger one gets a body of its own.
-const raftReuseBody = 8 << 20
+// buffer it keeps (wire.Reader.ReuseRaftBodies): what a sender puts in one frame
+// (raftBatchBytes); a single larger message gets a body of its own.
+const raftReuseBody = raftBatchBytes
 
 // readRaftStream reads RAFT_BATCH frames until the stream ends (nil: the sender's end of
 // the stream or of its connection) or breaks the protocol (the ERROR to answer), handing

@@ -17,6 +17,13 @@ import (
 // (on this project's VMs a first touch costs 20 µs a page, 70 times the copy).
 const raftKeepRounds = 128
 
+// raftBatchBytes bounds a RAFT_BATCH frame below the frame limit (a single larger message
+// still goes alone): a round of a loaded leader carries up to 256 appends of 1 MiB to a
+// follower, and frames of up to 16 MB then had the follower read each into a new body
+// (memory new to the process); frames of at most 4 MiB fit the body its reader keeps
+// (raftReuseBody). A frame header per 4 MiB costs nothing.
+const raftBatchBytes = 4 << 20
+
 // raftIdleRelease is how long a raft stream sends nothing before it gives its buffer back
 // (raftSender.release): a region gone quiet keeps no buffer sized for its busiest rounds.
 const raftIdleRelease = 2 * time.Second
@@ -26,7 +33,7 @@ const raftIdleRelease = 2 * time.Second
 type raftSender struct {
 	w        *wire.Writer
 	from, to uint64
-	limit    int                          // of one batch: the frame limit less room for the batch's header
+	limit    int                          // of one batch: raftBatchBytes or the frame limit if less, less room for the header
 	encode   func([]byte) ([]byte, error) // s.msgs as a batch from from to to, appended
 	msgs     []replica.Message
 	maxKeep  int // twice the frame limit
@@ -35,7 +42,7 @@ type raftSender struct {
 }
 
 func newRaftSender(w *wire.Writer, from, to uint64, maxFrame int) *raftSender {
-	s := &raftSender{w: w, from: from, to: to, limit: maxFrame - 64, msgs: make([]replica.Message, 0, 64), maxKeep: 2 * maxFrame}
+	s := &raftSender{w: w, from: from, to: to, limit: min(maxFrame, raftBatchBytes) - 64, msgs: make([]replica.Message, 0, 64), maxKeep: 2 * maxFrame}
 	s.encode = func(dst []byte) ([]byte, error) { return replica.EncodeBatch(dst, s.from, s.to, s.msgs) }
 	return s
 }
