@@ -780,9 +780,8 @@ func (e *engine) roundBatch(size int) (*pebble.Batch, func()) {
 		e.batchBigTicks = 0
 	}
 	if e.batch == nil || size > e.batchCap {
-		if e.batch != nil {
-			_ = e.batch.Close()
-		}
+		// The old batch is dropped, not closed: Close would put it, with its buffer of up
+		// to roundBatchMax, in Pebble's pool of batches for any other NewBatch to take.
 		e.batchCap = max(roundBatchBase, min(size+size/4, roundBatchMax))
 		e.batch = e.cfg.DB.NewBatch(pebble.WithInitialSizeBytes(e.batchCap), pebble.WithMaxRetainedSizeBytes(roundBatchMax))
 	}
@@ -803,8 +802,7 @@ func (e *engine) batchTick() {
 		return
 	}
 	if e.batchBigTicks++; e.batchBigTicks >= roundBatchKeepTicks {
-		_ = e.batch.Close()
-		e.batch, e.batchCap, e.batchBigTicks = nil, 0, 0
+		e.batch, e.batchCap, e.batchBigTicks = nil, 0, 0 // dropped, not closed: see roundBatch
 	}
 }
 
