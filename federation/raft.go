@@ -417,12 +417,19 @@ func (f *Federation) serveRaft(ctx context.Context, conn *quic.Conn, str *quic.S
 	stop := context.AfterFunc(ctx, func() { str.CancelRead(wire.AppCancelled) })
 	defer stop()
 	rr := wire.NewReader(r.Bytes(), wire.Limits{MaxFrame: f.cfg.Raft.MaxFrame})
+	// readRaftStream decodes each batch into messages of their own before the next Read.
+	rr.ReuseRaftBodies(raftReuseBody)
 	if e := readRaftStream(rr, open, c, f.cfg.Raft.Deliver); e != nil {
 		return fail(e)
 	}
 	str.Close()
 	return nil
 }
+
+// raftReuseBody is the largest RAFT_BATCH body a raft stream's reader reads into the
+// buffer it keeps (wire.Reader.ReuseRaftBodies): what a sender puts in one frame
+// (raftBatchBytes); a single larger message gets a body of its own.
+const raftReuseBody = raftBatchBytes
 
 // readRaftStream reads RAFT_BATCH frames until the stream ends (nil: the sender's end of
 // the stream or of its connection) or breaks the protocol (the ERROR to answer), handing

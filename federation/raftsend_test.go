@@ -2,6 +2,7 @@ package federation
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
 
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -131,7 +132,40 @@ func TestRaftSenderKeepsBuffer(t *testing.T) {
 	for range 2 * raftKeepRounds {
 		send(small)
 	}
-	if a := testing.AllocsPerRun(1, func() { send(large) }); a == 0 {
-		t.Error("a large round after 32 small ones did not allocate: the large buffer was kept through them")
+	// Not AllocsPerRun: its warm-up call is the one that allocates.
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	send(large)
+	runtime.ReadMemStats(&m1)
+	if m1.TotalAlloc-m0.TotalAlloc < 1<<20 {
+		t.Errorf("a large round after %d small ones allocated %d bytes: the large buffer was kept through them", 2*raftKeepRounds, m1.TotalAlloc-m0.TotalAlloc)
+	}
+	// Kept from then on: the round that grew the buffer grew it to what the next keeps.
+	if a := testing.AllocsPerRun(5, func() { send(large) }); a != 0 {
+		t.Errorf("large rounds after the one that grew the buffer: %.1f allocations a round, want 0", a)
+	}
+}
+
+// TestRaftSenderGrowsOnce checks that a round whose batch outgrows the kept buffer grows
+// it once, to a size the next rounds keep: before, the Flush of that round dropped the
+// buffer grown for it, and the next round grew another onto memory new to the process.
+func TestRaftSenderGrowsOnce(t *testing.T) {
+	s := newRaftSender(wire.NewWriter(&discard{}), 1, 2, 16<<20)
+	for _, entry := range []int{64 << 10, 256 << 10, 1 << 20, 3 << 20, 8 << 20} {
+		q := raftSendRound(1, 2, 1, entry)
+		send := func() {
+			if _, _, err := s.send(q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send()
+		// Not AllocsPerRun: its warm-up call would be the round measured.
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		send()
+		runtime.ReadMemStats(&m1)
+		if n := m1.TotalAlloc - m0.TotalAlloc; n > 64<<10 {
+			t.Errorf("the round after the first of one %d-byte entry allocated %d bytes, want the buffer kept", entry, n)
+		}
 	}
 }

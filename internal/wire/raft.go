@@ -57,8 +57,10 @@ func (w *Writer) WriteRaftBatch(size int, encode func(dst []byte) ([]byte, error
 	start := len(w.buf)
 	if need := start + headerLen + size; need > cap(w.buf) {
 		// Not slices.Grow, which copies the old buffer's whole capacity: only what it
-		// holds, into room for a quarter more than this frame needs.
-		buf := make([]byte, start, need+need/4)
+		// holds, into room for a quarter more than this frame needs, or into the capacity
+		// Flush is to keep (KeepBuffer) when that is more, so that the Flush below keeps
+		// the new buffer rather than drop it and grow another next time.
+		buf := make([]byte, start, max(need+need/4, w.keep))
 		copy(buf, w.buf)
 		w.buf = buf
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"runtime"
 	"testing"
 )
 
@@ -77,5 +78,52 @@ func TestWriterRelease(t *testing.T) {
 	w.Release()
 	if cap(w.buf) > 64<<10 {
 		t.Fatalf("after Release the writer keeps %d bytes of buffer, want at most 64 KiB", cap(w.buf))
+	}
+}
+
+// TestReaderReuseRaftBodies checks that a Reader told to reuse RAFT_BATCH bodies reads
+// each of them into the one buffer it keeps (no body allocated per frame once it is large
+// enough), that each batch still decodes to its own bytes, and that a body over the bound
+// gets one of its own.
+func TestReaderReuseRaftBodies(t *testing.T) {
+	var stream bytes.Buffer
+	w := NewWriter(&stream)
+	bodies := [][]byte{bytes.Repeat([]byte{1}, 300<<10), bytes.Repeat([]byte{2}, 100<<10), bytes.Repeat([]byte{3}, 300<<10), bytes.Repeat([]byte{4}, 2<<20)}
+	for _, b := range bodies {
+		if err := w.Write(&RaftBatch{Batch: b}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	r := NewReader(bytes.NewReader(stream.Bytes()), Limits{MaxFrame: 4 << 20})
+	r.ReuseRaftBodies(1 << 20)
+	var first *byte
+	for i, want := range bodies {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		f, err := r.Read()
+		runtime.ReadMemStats(&m1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := f.(*RaftBatch).Batch
+		if !bytes.Equal(got, want) {
+			t.Fatalf("batch %d: %d bytes read back differ from the %d written", i, len(got), len(want))
+		}
+		alloc := m1.TotalAlloc - m0.TotalAlloc
+		switch {
+		case i == 0:
+			first = &got[0]
+		case len(want) > 1<<20:
+			if &got[0] == first || alloc < uint64(len(want)) {
+				t.Errorf("batch %d of %d bytes, over the bound, was read into the kept buffer", i, len(want))
+			}
+		default:
+			if &got[0] != first || alloc > 64<<10 {
+				t.Errorf("batch %d of %d bytes: not read into the kept buffer (%d bytes allocated)", i, len(want), alloc)
+			}
+		}
 	}
 }

@@ -210,7 +210,20 @@ type Reader struct {
 	cache   strCache // repeated topics and producers are converted once
 	scratch []byte   // body of the last frame whose decoded value does not alias it
 	dc      dec      // decodeBody's state (no allocation per frame)
+	// reuse: RAFT_BATCH bodies of up to this many bytes are read into body, kept
+	// between Reads (ReuseRaftBodies); 0: each gets a body of its own.
+	reuse int
+	body  []byte
 }
+
+// ReuseRaftBodies makes the Reader read the body of each RAFT_BATCH frame of up to max
+// bytes into one buffer it keeps between Reads, instead of a new one per frame: for a raft
+// stream whose reader is done with a batch (it decodes it into messages of their own)
+// before its next Read. The RaftBatch a Read returns is then valid only until the next
+// Read. Why: a follower under load receives batches of up to 16 MB, 25-45 a second, and a
+// new body each time landed on memory new to the process (a page fault per 4 KiB, about
+// 20 µs each on this project's VMs).
+func (r *Reader) ReuseRaftBodies(max int) { r.reuse = max }
 
 // maxScratch bounds the body buffer a Reader keeps between frames.
 const maxScratch = 4 << 10
@@ -246,7 +259,12 @@ func (r *Reader) Read() (Frame, error) {
 		return nil, err
 	}
 	var body []byte
-	if aliasesBody(t) || n > maxScratch {
+	if t == TypeRaftBatch && n <= r.reuse {
+		if cap(r.body) < n {
+			r.body = make([]byte, max(n, min(2*cap(r.body), r.reuse)))
+		}
+		body = r.body[:n]
+	} else if aliasesBody(t) || n > maxScratch {
 		body = make([]byte, n)
 	} else {
 		if cap(r.scratch) < n {
