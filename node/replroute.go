@@ -1,0 +1,320 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/replica"
+	"github.com/quicmq/quicmq/routing"
+	"go.etcd.io/raft/v3"
+)
+
+// Where a request for a replicated topic goes: its group's leader, found from raft's status
+// or asked of a replica, with the errors that name what is missing (a quorum, a leader).
+
+// leaderID is the group's leader as this node knows it (0: none).
+func (r *replicated) leaderID(ctx context.Context, group uint64) uint64 {
+	if ro, ok := r.d.Role(group); ok {
+		return ro.Lead
+	}
+	st, err := r.d.Status(ctx, group)
+	if err != nil {
+		return 0
+	}
+	return st.Lead
+}
+
+// reachable reports whether node name of the region can be reached now.
+func (r *replicated) reachable(name string) bool {
+	n := r.n
+	return name == n.cfg.Name || (n.place.MemberStatus(name) == gossip.StatusAlive && n.fed.Connected(name))
+}
+
+// lacking names t's replicas that this node cannot reach.
+func (r *replicated) lacking(t *repTopic) []string {
+	var out []string
+	for _, m := range t.replicas {
+		if !r.reachable(m.name) {
+			out = append(out, m.name)
+		}
+	}
+	return out
+}
+
+func (r *replicated) noQuorum(t *repTopic, what string) *wire.Error {
+	lack := r.lacking(t)
+	missing := "none: the replicas are reachable but did not elect a leader in time"
+	if len(lack) > 0 {
+		missing = strings.Join(lack, ", ")
+	}
+	return wire.Errorf(wire.CodeUnavailable,
+		"topic %q (replicas %s of region %q) %s within %v: it needs a quorum of %d of its %d replicas; replicas this node cannot reach: %s",
+		t.name, strings.Join(t.names(), ", "), r.n.cfg.Region, what, r.n.cfg.Raft.QuorumTimeout, len(t.replicas)/2+1, len(t.replicas), missing)
+}
+
+// waitLeader returns the raft ID of t's leader, waiting up to QuorumTimeout for one.
+func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire.Error) {
+	n := r.n
+	if !t.local {
+		return 0, wire.Errorf(wire.CodeUnavailable, "topic %q: this node is not one of its replicas (%s)", t.name, strings.Join(t.names(), ", "))
+	}
+	// The leader as of the group's last round, without waiting for the driver (a round
+	// may be in its fsync): what every publish asks.
+	// A leader handing its leadership over (drain.go) refuses proposals: wait for the new one.
+	if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader && !ro.Moving &&
+		(ro.Lead == r.id || r.reachable(t.nameOf(ro.Lead))) {
+		return ro.Lead, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	poll := time.NewTicker(n.cfg.Raft.TickInterval)
+	defer poll.Stop()
+	woken := uint64(0)
+	for {
+		st, err := r.d.Status(ctx, t.group)
+		if err == nil && st.Lead != 0 && st.Lead != r.id && st.Lead != woken && !r.reachable(t.nameOf(st.Lead)) {
+			// A quiet group does not notice its leader's loss by itself.
+			woken = st.Lead
+			_ = r.d.WakeLedBy(ctx, st.Lead)
+		}
+		// A leader this node cannot reach (its node failed, its link is down) is as good as
+		// none: a new one is elected within an election timeout, or there is no quorum.
+		if err == nil && st.Lead != 0 && (st.Lead == r.id) == (st.RaftState == raft.StateLeader) && st.LeadTransferee == 0 &&
+			(st.Lead == r.id || r.reachable(t.nameOf(st.Lead))) {
+			return st.Lead, nil
+		}
+		if errors.Is(err, replica.ErrStopped) {
+			return 0, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
+		}
+		select {
+		case <-poll.C:
+		case <-ctx.Done():
+			return 0, r.noQuorum(t, "has no leader")
+		}
+	}
+}
+
+// route decides where a publish to a replicated topic goes: "" for this node (it leads the
+// topic's group), or the leader's node name. A publish relayed here goes on only to the
+// leader this node knows; one relayed by the node this one takes for the leader is refused,
+// with that node's name, for the publisher to route again (rerouteRoute).
+func (r *replicated) route(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
+	if !relayed {
+		if v, outside, e := r.viaVoter(topic); outside {
+			return v, e
+		}
+	}
+	t, e := r.ensure(ctx, topic, false)
+	if e != nil {
+		return "", e
+	}
+	if !t.local && !relayed {
+		// Placed on other nodes of the region (one larger than Replicas): a replica passes
+		// the publish on to its leader (below, on that replica).
+		return r.viaReplica(t)
+	}
+	lead, e := r.waitLeader(ctx, t)
+	switch {
+	case e != nil:
+		return "", e
+	case lead == r.id:
+		return "", nil
+	case relayed && t.nameOf(lead) == from:
+		// The sender took this node for the leader and this node takes the sender for it:
+		// the leadership just moved, most often to the sender, which by now knows it (it
+		// won the election before this node heard of it). The publisher routes the batch
+		// again off its reader (reroute); from is returned with the refusal for that.
+		return from, wire.Errorf(wire.CodeUnavailable,
+			"node %q was asked to append to %q but node %q leads its group as far as it knows: the leader just changed; nothing was appended; retry", r.n.cfg.Name, topic, t.nameOf(lead))
+	case relayed:
+		// Relayed by a node that holds no replica of the topic or has not read its placement
+		// yet (viaVoter, viaReplica), or whose view of the leader is older: passed on once
+		// more, never back to the sender.
+	}
+	return t.nameOf(lead), nil
+}
+
+// rerouteRoute is route for a batch a leadership move refused (publisher.reroute), or one
+// relayed here by the node this one takes for the leader: it may go back to that node.
+// Raft lets two nodes take each other for the leader only until the later term reaches
+// both (a round trip: the sender won an election this node heard of first, or the
+// reverse), so a batch goes back and forth at most a few times; a bound of
+// maxSentBack batches per topic and sender within QuorumTimeout keeps a region whose
+// views disagree longer (a bug) from passing batches round and round: past it they are
+// refused.
+func (r *replicated) rerouteRoute(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
+	owner, e := r.route(ctx, topic, relayed, from)
+	if e == nil || owner == "" || !relayed {
+		return owner, e
+	}
+	key := topic + "\x00" + from
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sb := r.mu.sentBack[key]
+	if now.Sub(sb.since) > r.n.cfg.Raft.QuorumTimeout {
+		sb = sentBack{since: now}
+	}
+	if sb.count >= maxSentBack {
+		return "", e
+	}
+	sb.count++
+	if r.mu.sentBack == nil || len(r.mu.sentBack) > 1024 {
+		r.mu.sentBack = map[string]sentBack{} // bounded: what a flapping region leaves here
+	}
+	r.mu.sentBack[key] = sb
+	return owner, nil
+}
+
+// maxSentBack bounds the batches of one topic relayed back to one sender within
+// QuorumTimeout (rerouteRoute).
+const maxSentBack = 256
+
+type sentBack struct {
+	since time.Time
+	count int
+}
+
+// viaVoter returns, on a node outside its region's metadata group (which holds no
+// replicated topic), a reachable metadata voter to relay a request for topic to; outside is
+// false on a voter or while the region forms.
+func (r *replicated) viaVoter(topic string) (voter string, outside bool, e *wire.Error) {
+	r.mu.Lock()
+	voters := slices.Clone(r.mu.outside)
+	r.mu.Unlock()
+	t := r.lookup(topic)
+	if voters == nil || t != nil && t.local {
+		return "", false, nil // a learner catching up serves the replicas it opened already
+	}
+	// Spread the region's outside nodes over the voters, the same voter for a topic.
+	for _, name := range rotate(voters, topic) {
+		if r.reachable(name) {
+			return name, true, nil
+		}
+	}
+	return "", true, wire.Errorf(wire.CodeUnavailable,
+		"topic %q: none of the nodes of region %q that hold its replicated topics (%s) can be reached from node %q",
+		topic, r.n.cfg.Region, strings.Join(voters, ", "), r.n.cfg.Name)
+}
+
+// viaReplica returns a reachable replica of t, a topic placed on other nodes of this region,
+// to relay a request to: the same one for a topic while it is reachable.
+func (r *replicated) viaReplica(t *repTopic) (string, *wire.Error) {
+	for _, name := range rotate(t.names(), t.name) {
+		if r.reachable(name) {
+			return name, nil
+		}
+	}
+	return "", wire.Errorf(wire.CodeUnavailable, "topic %q: none of its replicas (%s) can be reached from node %q",
+		t.name, strings.Join(t.names(), ", "), r.n.cfg.Name)
+}
+
+// remoteLeader asks t's replicas (a topic placed on other nodes of this region) which node
+// leads its group, over a peer stream (TOPICS, answered with TOPIC_INFO), the first answer
+// naming a leader winning.
+func (r *replicated) remoteLeader(ctx context.Context, t *repTopic) (string, *wire.Error) {
+	n := r.n
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
+	defer cancel()
+	var errs []string
+	for _, name := range rotate(t.names(), t.name) {
+		if !r.reachable(name) {
+			errs = append(errs, name+": unreachable")
+			continue
+		}
+		lead := ""
+		err := n.streamTo(ctx, name, &wire.Topics{Pattern: t.name}, func(f wire.Frame) error {
+			if ti, ok := f.(*wire.TopicInfo); ok && ti.Name == t.name {
+				lead = ti.Leader
+			}
+			return nil
+		})
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Sprintf("%s: %v", name, err))
+		case lead == "":
+			errs = append(errs, name+": knows no leader")
+		default:
+			return lead, nil
+		}
+	}
+	return "", wire.Errorf(wire.CodeUnavailable, "topic %q: no replica of it (%s) named its leader to node %q: %s",
+		t.name, strings.Join(t.names(), ", "), n.cfg.Name, strings.Join(errs, "; "))
+}
+
+// rotate orders names by rendezvous weight for topic.
+func rotate(names []string, topic string) []string {
+	first := routing.Owner(topic, names)
+	i := slices.Index(names, first)
+	return append(slices.Clone(names[i:]), names[:i]...)
+}
+
+// leaderName is the node leading topic's group as far as this node knows ("" if none).
+func (r *replicated) leaderName(topic string) string {
+	t := r.lookup(topic)
+	if t == nil {
+		return ""
+	}
+	r.mu.Lock()
+	st, ok := r.mu.status[t.group]
+	r.mu.Unlock()
+	if !ok {
+		return ""
+	}
+	return t.nameOf(st.Lead)
+}
+
+// subscribeOwner decides where a client's subscription to a replicated topic is served:
+// "" here (any replica serves reads up to what it applied), or the leader's node for a
+// durable consumer (its positions are proposed by the leader).
+func (r *replicated) subscribeOwner(ctx context.Context, topic string, durable bool) (string, *wire.Error) {
+	if v, outside, e := r.viaVoter(topic); outside {
+		return v, e
+	}
+	t, e := r.ensure(ctx, topic, false)
+	if e != nil {
+		return "", e
+	}
+	if !durable && t.local {
+		return "", nil
+	}
+	if !t.local {
+		// Placed on other nodes of the region: any replica serves reads, the leader a
+		// durable consumer (its positions are proposed there), which this node, outside
+		// the topic's group, learns from a replica.
+		if !durable {
+			return r.viaReplica(t)
+		}
+		return r.remoteLeader(ctx, t)
+	}
+	lead, e := r.waitLeader(ctx, t)
+	if e != nil {
+		return "", e
+	}
+	if lead == r.id {
+		return "", nil
+	}
+	return t.nameOf(lead), nil
+}
+
+// holders returns the leader and replicas of a topic for listings.
+func (r *replicated) holders(topic string) (leader string, replicas []string) {
+	t := r.lookup(topic)
+	if t == nil {
+		return "", nil
+	}
+	if t.local {
+		ctx, cancel := context.WithTimeout(context.Background(), r.n.cfg.Raft.ObserveInterval)
+		defer cancel()
+		if st, err := r.d.Status(ctx, t.group); err == nil {
+			return t.nameOf(st.Lead), t.names()
+		}
+	}
+	return r.leaderName(topic), t.names()
+}
