@@ -38,17 +38,18 @@
 //   - Management: manage.go, manage_groups.go, manage_wire.go, manage_metrics.go (consumers
 //     and topics over the protocol), admin.go, manage_admin.go, nodes_admin.go (the admin
 //     HTTP API), topics.go (the TOPICS listing, streamed page by page).
-//   - Placement, single-copy: node/placement, and passthrough.go (a subscription passed on to another region for a direct replay).
+//   - Placement, single-copy: node/placement, and passthrough.go (a subscription passed on
+//     to another region for a direct replay).
 //   - Placement and the log, replicated: replicated.go (the driver's start, the topics'
 //     groups, observing leaders), replsm.go (the state machine), replform.go (forming the
 //     metadata group), replplace.go (placing topics), replroute.go (finding a topic's
 //     leader), replpropose.go (the replicated publish path), replfed.go (raft over the
-//     links), replmeta.go (metadata records), replgroups.go (raft
-//     groups hold many topics), replask.go and replcreate.go (creating topics in batches),
-//     replconfig.go, replmember.go (a node whose data was lost rejoins), replpos.go,
-//     replretain.go, replmetrics.go; drain.go (draining, leader balance), move.go
-//     (removing a node, moving replicas), balance.go (the replica balancer,
-//     --replace-after).
+//     links), replmeta.go (metadata records), replgroups.go (raft groups hold many topics),
+//     replask.go and replcreate.go (creating topics in batches), replconfig.go,
+//     replmember.go (a node whose data was lost rejoins), replpos.go, replretain.go,
+//     replmetrics.go; drain.go (draining, leader balance), move.go (moving replicas),
+//     moveremove.go (removing a node), moveprogress.go (a move's progress, undoing one),
+//     balance.go (the replica balancer, --replace-after).
 //   - Deliberately broken builds: *_broken.go and *_ok.go pairs, each behind a
 //     quicmq_broken_* build tag; scripts/broken.sh lists them with the test that must catch
 //     each.

@@ -7,15 +7,12 @@ import (
 	"maps"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/quicmq/quicmq/gossip"
-	"github.com/quicmq/quicmq/node/features"
 	"github.com/quicmq/quicmq/replica"
 )
 
@@ -174,12 +171,6 @@ type groupMove struct {
 	from, to     string
 	fromID, toID uint64
 	undo         bool // an undo record applied: the group's leader takes TO out of the group
-}
-
-// removeReq is a request to remove a node, made at time at (Unix nanoseconds).
-type removeReq struct {
-	dead bool
-	at   int64
 }
 
 // mover is a node's view of the region's removals and moves (applied records), its own
@@ -406,28 +397,6 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 	}
 }
 
-// requestRemove asks the region to remove node name: at once when this node leads the
-// metadata group, and otherwise through tagRemoveReq. It returns once the request is made.
-func (r *replicated) requestRemove(ctx context.Context, name string, dead bool) {
-	mv := &r.moves
-	q := removeReq{dead: dead, at: time.Now().UnixNano()}
-	mv.mu.Lock()
-	q.at = max(q.at, mv.mu.at[name]+1)
-	mv.mu.want[name] = q
-	mv.mu.Unlock()
-	if ro, ok := r.d.Role(metaGroup); ok && ro.Leader {
-		pctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
-		defer cancel()
-		if _, err := r.d.Propose(pctx, metaGroup, encodeMove(moveRec{kind: moveKindRemove, name: name, dead: dead, at: q.at})); err == nil {
-			return
-		}
-	}
-	select {
-	case mv.wake <- struct{}{}:
-	default:
-	}
-}
-
 // moveLoop is the goroutine of removals and moves (see the top of this file): every node
 // announces its requests and the moves it saw finish; the metadata leader records them and
 // plans the next moves; each group's leader takes the next raft step of its group's move.
@@ -463,82 +432,6 @@ func (r *replicated) moveLoop(ctx context.Context) {
 			r.undoMoves(ctx)
 			r.replaceDown(ctx, now) // balance.go
 			r.planMoves(ctx)
-		}
-	}
-}
-
-func (r *replicated) announceRemoveRequests() {
-	mv := &r.moves
-	mv.mu.Lock()
-	var items []string
-	for _, name := range slices.Sorted(maps.Keys(mv.mu.want)) {
-		q := mv.mu.want[name]
-		if mv.mu.at[name] >= q.at {
-			delete(mv.mu.want, name)
-			continue
-		}
-		items = append(items, name+"="+map[bool]string{false: "L", true: "D"}[q.dead]+"@"+strconv.FormatInt(q.at, 10))
-	}
-	mv.mu.Unlock()
-	r.announceReqTag(tagRemoveReq, strings.Join(items, ","), &mv.reqTag, "remove requests")
-}
-
-// parseRemoveReq reads a tagRemoveReq value ("L": the node leaves, "D": it is dead);
-// malformed items are skipped.
-func parseRemoveReq(s string) map[string]removeReq {
-	out := map[string]removeReq{}
-	parseReqTag(s, "L", "D", func(name string, dead bool, at int64) { out[name] = removeReq{dead: dead, at: at} })
-	return out
-}
-
-// recordRemoveRequests, on the metadata leader, proposes a remove record for every request
-// a live node announces that the metadata does not show yet.
-func (r *replicated) recordRemoveRequests(ctx context.Context) {
-	reqs := map[string]removeReq{}
-	add := func(m map[string]removeReq) {
-		for name, q := range m {
-			if q.at > reqs[name].at {
-				reqs[name] = q
-			}
-		}
-	}
-	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
-		if m.Status == gossip.StatusAlive || m.Name == r.n.cfg.Name {
-			add(parseRemoveReq(m.Tags[tagRemoveReq]))
-		}
-	}
-	mv := &r.moves
-	mv.mu.Lock()
-	add(mv.mu.want)
-	applied := maps.Clone(mv.mu.at)
-	mv.mu.Unlock()
-	r.mu.Lock()
-	members := append(slices.Clone(r.mu.voters), r.mu.learners...)
-	names := maps.Clone(r.mu.names)
-	r.mu.Unlock()
-	for _, name := range slices.Sorted(maps.Keys(reqs)) {
-		q := reqs[name]
-		if q.at <= applied[name] {
-			continue
-		}
-		// The asking node checked this against what it knew; two nodes asked at once may
-		// each have counted the other's node as staying.
-		stays := 0
-		for _, id := range members {
-			nm := names[id]
-			if nm == "" {
-				nm = r.memberName(id) // a learner that holds no group yet
-			}
-			if nm != "" && nm != name && !mv.gone(nm) {
-				stays++
-			}
-		}
-		if _, ok := mv.removingReq(name); !ok && !mv.isRemoved(name) && stays < r.n.cfg.Replicas {
-			r.n.log.Warn("refusing a node's removal: the region would keep fewer nodes than its replicas", "node", name, "stays", stays, "replicas", r.n.cfg.Replicas)
-			continue
-		}
-		if !r.proposeMove(ctx, moveRec{kind: moveKindRemove, name: name, dead: q.dead, at: q.at}) {
-			return
 		}
 	}
 }
@@ -626,158 +519,6 @@ func (r *replicated) driveMoves(ctx context.Context) (done, undone []groupMove) 
 	return done, undone
 }
 
-// undoStep takes the next raft step of undoing move gm on its group's leader, whose
-// configuration is m: ReplaceDone when the move finished after all (TO votes, FROM is
-// gone: it is recorded done), ReplaceNotMember when TO is no member any more (undone),
-// ReplaceBusy while a change is under way.
-func (r *replicated) undoStep(ctx context.Context, gm groupMove, m replica.Membership) replica.ReplaceState {
-	mv := &r.moves
-	state, step := replica.ReplaceBusy, "undoing"
-	toIn := m.IsVoter(gm.toID) || m.IsLearner(gm.toID)
-	switch {
-	case m.Joint():
-		// A promotion under way (or its end): wait for raft to leave the joint configuration.
-	case m.IsVoter(gm.toID) && !m.IsVoter(gm.fromID) && !m.IsLearner(gm.fromID):
-		state, step = replica.ReplaceDone, "done"
-	case !toIn:
-		state, step = replica.ReplaceNotMember, "undone"
-	case !m.IsVoter(gm.fromID) && !m.IsLearner(gm.fromID):
-		// TO in, FROM gone, not joint: the move is done in all but TO's vote (never made
-		// here): a group is never left with fewer replicas than it had, so it waits.
-	default:
-		// TO is a learner (or, never made here, a voter beside FROM): take it out.
-		if err := r.d.ProposeConfChange(ctx, gm.group, replica.RemoveMember(gm.toID)); err != nil {
-			r.n.log.Warn("undoing a replica move: membership change refused", "group", gm.group, "to", gm.to, "err", err)
-		} else {
-			r.rejoinM.changes.WithLabelValues("remove_moving").Inc()
-		}
-	}
-	mv.mu.Lock()
-	mv.mu.progress[gm.group] = [2]uint64{m.Match[gm.toID], m.Status.GetCommit()}
-	last := mv.mu.state[gm.group]
-	mv.mu.state[gm.group] = step
-	mv.mu.Unlock()
-	if last != step {
-		r.n.log.Info("replica move being undone", "group", gm.group, "from", gm.from, "to", gm.to, "state", step)
-	}
-	return state
-}
-
-// announceMoveBytes sets tagMoveBytes to the bytes fetched so far for each move onto this
-// node.
-func (r *replicated) announceMoveBytes() {
-	mv := &r.moves
-	mv.mu.Lock()
-	var items []string
-	for _, g := range slices.Sorted(maps.Keys(mv.mu.fetched)) {
-		items = append(items, strconv.FormatUint(g, 10)+":"+strconv.FormatUint(mv.mu.fetched[g][1], 10))
-	}
-	mv.mu.Unlock()
-	if tag := strings.Join(items, ","); tag != mv.bytesTag {
-		if err := r.n.setMeshTag(tagMoveBytes, tag); err != nil {
-			r.n.log.Warn("announcing the bytes of replica moves in gossip", "err", err)
-			return
-		}
-		mv.bytesTag = tag
-	}
-}
-
-// parseMoveBytes reads a tagMoveBytes value into group -> bytes; malformed items are skipped.
-func parseMoveBytes(s string) map[uint64]uint64 {
-	out := map[uint64]uint64{}
-	for item := range strings.SplitSeq(s, ",") {
-		g, b, ok := strings.Cut(item, ":")
-		gi, err1 := strconv.ParseUint(g, 10, 64)
-		bi, err2 := strconv.ParseUint(b, 10, 64)
-		if ok && err1 == nil && err2 == nil {
-			out[gi] = bi
-		}
-	}
-	return out
-}
-
-func moveKey(gm groupMove) string {
-	return fmt.Sprintf("%d:%d:%d", gm.group, gm.fromID, gm.toID)
-}
-
-// undoneKey is a tagMovesDone item of a move undone (a build that does not undo moves
-// matches no item of this form).
-func undoneKey(gm groupMove) string { return "u" + moveKey(gm) }
-
-func (r *replicated) announceMovesDone(done, undone []groupMove) {
-	items := make([]string, 0, len(done)+len(undone))
-	for _, gm := range done {
-		items = append(items, moveKey(gm))
-	}
-	for _, gm := range undone {
-		items = append(items, undoneKey(gm))
-	}
-	if tag := strings.Join(items, ","); tag != r.moves.doneTag {
-		if err := r.n.setMeshTag(tagMovesDone, tag); err != nil {
-			r.n.log.Warn("announcing finished replica moves in gossip", "err", err)
-			return
-		}
-		r.moves.doneTag = tag
-	}
-}
-
-// recordMovesDone, on the metadata leader, records the moves group leaders (this node
-// among them) report finished or undone.
-func (r *replicated) recordMovesDone(ctx context.Context, local, localUndone []groupMove) {
-	fin := map[string]bool{}
-	for _, gm := range local {
-		fin[moveKey(gm)] = true
-	}
-	for _, gm := range localUndone {
-		fin[undoneKey(gm)] = true
-	}
-	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
-		if m.Status != gossip.StatusAlive {
-			continue
-		}
-		for s := range strings.SplitSeq(m.Tags[tagMovesDone], ",") {
-			fin[s] = true
-		}
-	}
-	moves := r.moves.movesCopy()
-	for _, g := range slices.Sorted(maps.Keys(moves)) {
-		gm := moves[g]
-		kind := byte(moveKindDone)
-		switch {
-		case fin[moveKey(gm)]:
-		case gm.undo && fin[undoneKey(gm)]:
-			kind = moveKindUndone
-		default:
-			continue
-		}
-		if !r.proposeMove(ctx, moveRec{kind: kind, group: g, from: gm.from, to: gm.to, toID: gm.toID}) {
-			return
-		}
-	}
-}
-
-// undoMoves, on the metadata leader, records the undoing of every move in progress whose
-// new replica's node gossip no longer sees alive (its failure detection is the delay: a
-// node restarted faster keeps its moves), or which is being removed: its learner would
-// never catch up, and the group, which it does not vote in, would wait for it forever.
-func (r *replicated) undoMoves(ctx context.Context) {
-	if ok, _ := r.n.RegionKnows(features.Meta, moveUndoVersion); !ok {
-		return
-	}
-	moves := r.moves.movesCopy()
-	for _, g := range slices.Sorted(maps.Keys(moves)) {
-		gm := moves[g]
-		down := r.n.place.MemberStatus(gm.to) != gossip.StatusAlive
-		if gm.undo || !down && !r.moves.gone(gm.to) {
-			continue
-		}
-		r.n.log.Warn("undoing a replica move: the node its new replica is on is down or being removed", "group", g, "from", gm.from, "to", gm.to, "down", down)
-		if !r.proposeMove(ctx, moveRec{kind: moveKindUndo, group: g, from: gm.from, to: gm.to, toID: gm.toID}) {
-			return
-		}
-	}
-}
-
 // planMoves, on the metadata leader, starts the next moves off the nodes being removed
 // (at most Raft.Moves in the region), and lets a node that holds nothing any more leave the
 // metadata group.
@@ -855,89 +596,4 @@ func (r *replicated) planMoves(ctx context.Context) {
 			r.leaveMeta(ctx, name, ids[name])
 		}
 	}
-}
-
-// leaveMeta takes the next step of node name (raft ID id) leaving the metadata group: a
-// voter hands its vote to a caught-up learner (one joint change), a learner is removed,
-// and a node outside the group is recorded removed.
-func (r *replicated) leaveMeta(ctx context.Context, name string, id uint64) {
-	m, err := r.d.Membership(ctx, metaGroup)
-	if err != nil || m.Match == nil || m.Joint() {
-		return
-	}
-	if id == 0 {
-		id = r.nameToID(name)
-	}
-	switch {
-	case id == r.id:
-		// This node leads the metadata group and leaves it: drainLoop hands the
-		// leadership away (a removing node is treated as drained).
-		return
-	case m.IsVoter(id):
-		var best uint64
-		for _, gm := range r.raftMembers() {
-			if gm.alive && m.IsLearner(gm.id) && !r.moves.gone(gm.name) && m.Match[gm.id]+rejoinMaxLag >= m.Status.GetCommit() {
-				best = gm.id
-				break
-			}
-		}
-		var cc = replica.RemoveMember(id)
-		if best != 0 {
-			cc = replica.PromoteAndRemove(best, id)
-		} else if len(m.Voters) <= r.n.cfg.Replicas {
-			r.n.log.Info("a node being removed votes in the metadata group and no learner is caught up to take its vote yet", "node", name)
-			return
-		}
-		if err := r.d.ProposeConfChange(ctx, metaGroup, cc); err != nil {
-			r.n.log.Warn("membership change of the metadata group refused", "node", name, "err", err)
-			return
-		}
-		r.n.log.Info("membership change: a node being removed leaves the metadata group's voters", "node", name, "raft_id", id, "promoted", best)
-	case m.IsLearner(id):
-		if err := r.d.ProposeConfChange(ctx, metaGroup, replica.RemoveMember(id)); err != nil {
-			r.n.log.Warn("membership change of the metadata group refused", "node", name, "err", err)
-			return
-		}
-		r.n.log.Info("membership change: a node being removed leaves the metadata group", "node", name, "raft_id", id)
-	default:
-		r.proposeMove(ctx, moveRec{kind: moveKindRemoved, name: name})
-	}
-}
-
-func (r *replicated) nameToID(name string) uint64 {
-	for _, gm := range r.raftMembers() {
-		if gm.name == name {
-			return gm.id
-		}
-	}
-	return 0
-}
-
-// moveInfos lists the moves in progress, with their progress where this node leads the
-// group, and their bytes as their destinations announce them (bytes: node name ->
-// tagMoveBytes, parsed; this node's own from its counts).
-func (r *replicated) moveInfos(bytes map[string]map[uint64]uint64) map[string][]MoveInfo {
-	mv := &r.moves
-	mv.mu.Lock()
-	defer mv.mu.Unlock()
-	out := map[string][]MoveInfo{}
-	for _, g := range slices.Sorted(maps.Keys(mv.mu.moves)) {
-		gm := mv.mu.moves[g]
-		mi := MoveInfo{Group: "g" + strconv.FormatUint(g, 10), From: gm.from, To: gm.to, State: mv.mu.state[g], Bytes: bytes[gm.to][g]}
-		if p, ok := mv.mu.progress[g]; ok {
-			mi.Entries, mi.Of = p[0], p[1]
-		}
-		if f, ok := mv.mu.fetched[g]; ok && gm.to == r.n.cfg.Name {
-			mi.Bytes = f[1]
-		}
-		if mi.State == "" {
-			mi.State = "started"
-			if gm.undo {
-				mi.State = "undoing"
-			}
-		}
-		out[gm.from] = append(out[gm.from], mi)
-		out[gm.to] = append(out[gm.to], mi)
-	}
-	return out
 }
