@@ -401,23 +401,56 @@ func DecodeEntry(p []byte) (*WalEntry, error) { return decodeWalEntry(p, false) 
 func decodeEntryView(p []byte) (*WalEntry, error) { return decodeWalEntry(p, true) }
 
 func decodeWalEntry(p []byte, view bool) (*WalEntry, error) {
-	if len(p) < entryHeaderLen {
-		return nil, fmt.Errorf("%w: %d bytes", errEntry, len(p))
-	}
-	if p[0] == 0 {
-		return nil, fmt.Errorf("%w: unknown version %d", errEntry, p[0])
-	}
-	if p[0] > entryVersion {
-		return nil, fmt.Errorf("%w: %w: version %d (this build knows up to %d)", errEntry, ErrEntryNewer, p[0], entryVersion)
-	}
-	if crc32.Checksum(p[5:], castagnoli) != binary.LittleEndian.Uint32(p[1:5]) {
-		return nil, fmt.Errorf("%w: checksum mismatch", errEntry)
-	}
-	if k := EntryKind(p[5]); k > maxEntryKind {
-		return nil, fmt.Errorf("%w: %w: kind %d (this build knows up to %d)", errEntry, ErrEntryNewer, k, maxEntryKind)
+	if err := checkEntryHeader(p); err != nil {
+		return nil, err
 	}
 	d := entryDecoder{b: p[entryHeaderLen:], view: view}
 	e := &WalEntry{Kind: EntryKind(p[5]), Topic: d.str()}
+	if !d.kindFields(e) {
+		return nil, fmt.Errorf("%w: unknown kind %d", errEntry, p[5])
+	}
+	if e.Kind.carriesRecords() {
+		d.records(e)
+	}
+	if d.bad == "" && len(d.b) > 0 {
+		d.fail(fmt.Sprintf("%d bytes after the end", len(d.b)))
+	}
+	if d.bad != "" {
+		if d.newer {
+			return nil, fmt.Errorf("%w: %w: %v of %q: %s", errEntry, ErrEntryNewer, e.Kind, e.Topic, d.bad)
+		}
+		return nil, fmt.Errorf("%w: %v of %q: %s", errEntry, e.Kind, e.Topic, d.bad)
+	}
+	if err := e.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errEntry, err)
+	}
+	return e, nil
+}
+
+// checkEntryHeader checks an entry's header: its length, a version this build reads, the
+// checksum of the rest and a kind it knows.
+func checkEntryHeader(p []byte) error {
+	if len(p) < entryHeaderLen {
+		return fmt.Errorf("%w: %d bytes", errEntry, len(p))
+	}
+	if p[0] == 0 {
+		return fmt.Errorf("%w: unknown version %d", errEntry, p[0])
+	}
+	if p[0] > entryVersion {
+		return fmt.Errorf("%w: %w: version %d (this build knows up to %d)", errEntry, ErrEntryNewer, p[0], entryVersion)
+	}
+	if crc32.Checksum(p[5:], castagnoli) != binary.LittleEndian.Uint32(p[1:5]) {
+		return fmt.Errorf("%w: checksum mismatch", errEntry)
+	}
+	if k := EntryKind(p[5]); k > maxEntryKind {
+		return fmt.Errorf("%w: %w: kind %d (this build knows up to %d)", errEntry, ErrEntryNewer, k, maxEntryKind)
+	}
+	return nil
+}
+
+// kindFields decodes the fields of e's kind, after its topic; false for a kind it does not
+// know.
+func (d *entryDecoder) kindFields(e *WalEntry) bool {
 	switch e.Kind {
 	case EntryAppend:
 	case EntryMirrorAppend:
@@ -467,65 +500,55 @@ func decodeWalEntry(p []byte, view bool) (*WalEntry, error) {
 		e.Config.Retention = wal.Retention{MaxAge: time.Duration(age), MaxBytes: int64(size)}
 	case EntryForget:
 	default:
-		return nil, fmt.Errorf("%w: unknown kind %d", errEntry, p[5])
+		return false
 	}
-	if e.Kind.carriesRecords() {
-		n := d.uvarint()
-		// A record takes at least two bytes (flags, payload length): bound
-		// the allocation by what the entry can hold.
-		if n > uint64(len(d.b))/2 {
-			d.fail("record count past the end")
+	return true
+}
+
+// records decodes the records of an entry that carries them.
+func (d *entryDecoder) records(e *WalEntry) {
+	n := d.uvarint()
+	// A record takes at least two bytes (flags, payload length): bound
+	// the allocation by what the entry can hold.
+	if n > uint64(len(d.b))/2 {
+		d.fail("record count past the end")
+	}
+	if d.bad == "" && n > 0 {
+		e.Records = make([]wal.Record, n)
+	}
+	for i := range e.Records {
+		if d.bad != "" {
+			break
 		}
-		if d.bad == "" && n > 0 {
-			e.Records = make([]wal.Record, n)
+		r := &e.Records[i]
+		flags := d.byte()
+		if flags&^knownRecFlags != 0 {
+			d.fail("unknown record flags")
 		}
-		for i := range e.Records {
-			if d.bad != "" {
+		if flags&recFlagProducer != 0 {
+			r.ProducerID = d.str()
+			r.Sequence = d.uvarint()
+			if d.bad == "" && r.ProducerID == "" && r.Sequence == 0 {
+				d.fail("empty producer")
+			}
+		}
+		if e.Kind == EntryMirrorAppend {
+			r.OriginOffset = d.uvarint()
+		}
+		if flags&recFlagHeaders != 0 {
+			hn := d.uvarint()
+			if hn == 0 || hn > uint64(len(d.b))/2 {
+				d.fail("bad header count")
 				break
 			}
-			r := &e.Records[i]
-			flags := d.byte()
-			if flags&^knownRecFlags != 0 {
-				d.fail("unknown record flags")
+			r.Headers = make([]wal.Header, hn)
+			for j := range r.Headers {
+				r.Headers[j].Key = d.longStr()
+				r.Headers[j].Value = d.bytes()
 			}
-			if flags&recFlagProducer != 0 {
-				r.ProducerID = d.str()
-				r.Sequence = d.uvarint()
-				if d.bad == "" && r.ProducerID == "" && r.Sequence == 0 {
-					d.fail("empty producer")
-				}
-			}
-			if e.Kind == EntryMirrorAppend {
-				r.OriginOffset = d.uvarint()
-			}
-			if flags&recFlagHeaders != 0 {
-				hn := d.uvarint()
-				if hn == 0 || hn > uint64(len(d.b))/2 {
-					d.fail("bad header count")
-					break
-				}
-				r.Headers = make([]wal.Header, hn)
-				for j := range r.Headers {
-					r.Headers[j].Key = d.longStr()
-					r.Headers[j].Value = d.bytes()
-				}
-			}
-			r.Payload = d.bytes()
 		}
+		r.Payload = d.bytes()
 	}
-	if d.bad == "" && len(d.b) > 0 {
-		d.fail(fmt.Sprintf("%d bytes after the end", len(d.b)))
-	}
-	if d.bad != "" {
-		if d.newer {
-			return nil, fmt.Errorf("%w: %w: %v of %q: %s", errEntry, ErrEntryNewer, e.Kind, e.Topic, d.bad)
-		}
-		return nil, fmt.Errorf("%w: %v of %q: %s", errEntry, e.Kind, e.Topic, d.bad)
-	}
-	if err := e.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", errEntry, err)
-	}
-	return e, nil
 }
 
 // entryDecoder reads an entry's fields; the first problem sticks in bad.

@@ -376,67 +376,14 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 	}
 	ts := max(e.Time, st.lastTime)
 	switch we.Kind {
-	case EntrySetPosition:
-		if err := s.w.SetPosition(b, wal.Position{Name: we.Name, Topic: we.Topic, Value: we.Value, Vector: entryVector(we.Vector)}, ts); err != nil {
+	case EntrySetPosition, EntryMirrorPosition, EntryMirrorGroup, EntrySetGroup, EntrySetConfig:
+		if err := s.applyState(b, we, ts); err != nil {
 			return Result{}, err
 		}
+		// Nothing appended: the answer is the topic's next offset.
 		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
-	case EntryMirrorPosition, EntryMirrorGroup:
-		if err := s.applyMirrored(b, we, ts); err != nil { // walsm_mirror.go
-			return Result{}, err
-		}
-		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
-	case EntrySetGroup:
-		// A consumer group's state of the topic (I10), stored as of the entry's time;
-		// nothing to store is a barrier.
-		var err error
-		switch op := we.Group; {
-		case op == nil:
-		case op.Remove:
-			err = s.w.RemoveGroup(b, we.Name, we.Topic)
-		case op.Settings != nil || op.State != nil:
-			err = s.w.SetGroup(b, we.Name, we.Topic, op.Settings, op.State, ts)
-		}
-		if err != nil {
-			return Result{}, err
-		}
-		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
-	case EntryTruncate:
-		// The same cut on every replica: the entry's offset (or the next one, a purge),
-		// never past what is applied.
-		cut := we.Value
-		if we.Purge {
-			cut = st.next
-		}
-		cr, err := s.w.Cut(b, we.Topic, min(cut, st.next), false)
-		if err != nil {
-			return Result{}, err
-		}
-		if cr.Cut > st.first {
-			st.first = cr.Cut
-			g.markDirty(we.Topic, st)
-		}
-		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime,
-			Detail: &TruncateResult{First: cr.First, Cut: cr.Cut, Next: st.next}}, nil
-	case EntryForget:
-		cr, err := s.w.Cut(b, we.Topic, st.next, false)
-		if err != nil {
-			return Result{}, err
-		}
-		if cr.Cut > st.first {
-			st.first = cr.Cut
-			g.markDirty(we.Topic, st)
-		}
-		if _, _, err := s.w.Forget(b, we.Topic); err != nil {
-			return Result{}, err
-		}
-		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime,
-			Detail: &TruncateResult{First: cr.First, Cut: cr.Cut, Next: st.next}}, nil
-	case EntrySetConfig:
-		if err := s.w.SetTopicConfig(b, we.Topic, we.Config); err != nil {
-			return Result{}, err
-		}
-		return Result{Index: e.Index, Offset: st.next, Time: st.lastTime, Detail: &wal.AppendResult{First: st.next}}, nil
+	case EntryTruncate, EntryForget:
+		return s.applyCut(b, g, e.Index, we, st)
 	case EntryMirrorAppend:
 		cur, ok := s.w.Position(we.Name, we.Topic)
 		if ok != we.HasExpected || ok && cur != we.Expected {
@@ -456,7 +403,64 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 		return Result{Index: e.Index, Offset: first, Time: ts,
 			Detail: &wal.AppendResult{First: first, Count: len(we.Records), Time: ts}}, nil
 	}
-	// EntryAppend: de-duplicate against the group's window, then append.
+	return s.applyAppend(b, g, e.Index, we, st, ts)
+}
+
+// applyState applies an entry that stores state beside the topic's records and appends
+// none: a durable position, a mirrored position or group, a consumer group's state (I10:
+// in the batch of the records it describes), the topic's configuration.
+func (s *WalSM) applyState(b *pebble.Batch, we *WalEntry, ts int64) error {
+	switch we.Kind {
+	case EntrySetPosition:
+		return s.w.SetPosition(b, wal.Position{Name: we.Name, Topic: we.Topic, Value: we.Value, Vector: entryVector(we.Vector)}, ts)
+	case EntryMirrorPosition, EntryMirrorGroup:
+		return s.applyMirrored(b, we, ts) // walsm_mirror.go
+	case EntrySetGroup:
+		// A consumer group's state of the topic, stored as of the entry's time; nothing to
+		// store is a barrier.
+		switch op := we.Group; {
+		case op == nil:
+			return nil
+		case op.Remove:
+			return s.w.RemoveGroup(b, we.Name, we.Topic)
+		case op.Settings != nil || op.State != nil:
+			return s.w.SetGroup(b, we.Name, we.Topic, op.Settings, op.State, ts)
+		}
+		return nil
+	case EntrySetConfig:
+		return s.w.SetTopicConfig(b, we.Topic, we.Config)
+	}
+	return fmt.Errorf("replica: applyState of a %v entry", we.Kind)
+}
+
+// applyCut applies a truncation (retention or a purge) or a forget: the same cut on every
+// replica, the entry's offset (the next one for a purge or a forget), never past what is
+// applied; a forget then drops the topic.
+func (s *WalSM) applyCut(b *pebble.Batch, g *walGroup, index uint64, we *WalEntry, st *walTopic) (Result, error) {
+	cut := st.next
+	if we.Kind == EntryTruncate && !we.Purge {
+		cut = we.Value
+	}
+	cr, err := s.w.Cut(b, we.Topic, min(cut, st.next), false)
+	if err != nil {
+		return Result{}, err
+	}
+	if cr.Cut > st.first {
+		st.first = cr.Cut
+		g.markDirty(we.Topic, st)
+	}
+	if we.Kind == EntryForget {
+		if _, _, err := s.w.Forget(b, we.Topic); err != nil {
+			return Result{}, err
+		}
+	}
+	return Result{Index: index, Offset: st.next, Time: st.lastTime,
+		Detail: &TruncateResult{First: cr.First, Cut: cr.Cut, Next: st.next}}, nil
+}
+
+// applyAppend applies publishes: de-duplicated against the group's window (the window's
+// changes stored in the same batch), then appended at the topic's next offsets (I9).
+func (s *WalSM) applyAppend(b *pebble.Batch, g *walGroup, index uint64, we *WalEntry, st *walTopic, ts int64) (Result, error) {
 	ar := &wal.AppendResult{First: st.next, Time: ts}
 	kept := we.Records[:0:0]
 	type fresh struct {
@@ -513,7 +517,7 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 		ts = st.lastTime
 		ar.Time = ts
 	}
-	return Result{Index: e.Index, Offset: first, Time: ts, Detail: ar}, nil
+	return Result{Index: index, Offset: first, Time: ts, Detail: ar}, nil
 }
 
 func (s *WalSM) appendRecords(b *pebble.Batch, g *walGroup, topic string, st *walTopic, recs []wal.Record, ts int64) (uint64, error) {
