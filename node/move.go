@@ -289,71 +289,9 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 		mv.mu.Unlock()
 		r.n.log.Info("region metadata: node being removed; its replicas move to other nodes", "node", rec.name, "dead", rec.dead)
 	case moveKindStart:
-		r.pl.RLock()
-		g := r.pl.groups[rec.group]
-		r.pl.RUnlock()
-		mv.mu.Lock()
-		ok := g != nil && mv.mu.moves[rec.group] == nil && slices.Contains(g.names(), rec.from) && !slices.Contains(g.names(), rec.to)
-		if ok {
-			mv.mu.moves[rec.group] = &groupMove{group: rec.group, from: rec.from, fromID: rec.fromID, to: rec.to, toID: rec.toID}
-		}
-		mv.metricsLocked()
-		mv.mu.Unlock()
-		if !ok {
-			return // a duplicate, or overtaken: the first record wins
-		}
-		r.n.log.Info("region metadata: moving a group's replica", "group", g.label, "from", rec.from, "to", rec.to, "raft_id", rec.toID)
-		if rec.to == r.n.cfg.Name {
-			r.startMoveBytes(ctx, rec.group) // balance.go
-			// The group's leader adds this node as a learner; until then the group waits
-			// here, empty.
-			if err := r.d.JoinGroup(ctx, rec.group); err != nil && !strings.Contains(err.Error(), "already open") {
-				r.n.log.Error("could not open a raft group whose replica moves here", "group", g.label, "err", err)
-			}
-		}
+		r.applyMoveStart(ctx, rec)
 	case moveKindDone:
-		if rec.to == r.n.cfg.Name {
-			r.countMoveBytes(ctx, rec.group) // balance.go: the last bytes, before the move ends
-		}
-		mv.mu.Lock()
-		cur := mv.mu.moves[rec.group]
-		ok := cur != nil && cur.from == rec.from && cur.to == rec.to
-		if ok {
-			delete(mv.mu.moves, rec.group)
-			delete(mv.mu.progress, rec.group)
-			delete(mv.mu.state, rec.group)
-			delete(mv.mu.fetched, rec.group)
-			mv.m.done.Inc()
-		}
-		mv.metricsLocked()
-		mv.mu.Unlock()
-		if !ok {
-			return
-		}
-		r.mu.Lock()
-		if _, ok := r.mu.ids[rec.to]; !ok {
-			r.mu.ids[rec.to] = rec.toID
-		}
-		if _, ok := r.mu.names[rec.toID]; !ok {
-			r.mu.names[rec.toID] = rec.to
-		}
-		r.pl.Lock() // r.mu, then r.pl, as applyMember
-		if g := r.pl.groups[rec.group]; g != nil {
-			c := *g // readers hold the old *repGroup and its replicas without the lock
-			c.replicas = slices.Clone(g.replicas)
-			c.local = false
-			for i, m := range c.replicas {
-				if m.name == rec.from {
-					c.replicas[i] = repMember{name: rec.to, id: r.mu.ids[rec.to]}
-				}
-				c.local = c.local || c.replicas[i].name == r.n.cfg.Name
-			}
-			r.pl.groups[rec.group] = &c
-		}
-		r.pl.Unlock()
-		r.notifyLocked()
-		r.mu.Unlock()
-		r.n.log.Info("region metadata: a group's replica moved", "group", rec.group, "from", rec.from, "to", rec.to)
+		r.applyMoveDone(ctx, rec)
 	case moveKindUndo:
 		mv.mu.Lock()
 		cur := mv.mu.moves[rec.group]
@@ -371,10 +309,7 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 		cur := mv.mu.moves[rec.group]
 		ok := cur != nil && cur.from == rec.from && cur.to == rec.to && cur.toID == rec.toID && cur.undo
 		if ok {
-			delete(mv.mu.moves, rec.group)
-			delete(mv.mu.progress, rec.group)
-			delete(mv.mu.state, rec.group)
-			delete(mv.mu.fetched, rec.group)
+			mv.endLocked(rec.group)
 			mv.m.undone.Inc()
 		}
 		mv.metricsLocked()
@@ -395,6 +330,87 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 	case mv.wake <- struct{}{}:
 	default:
 	}
+}
+
+// applyMoveStart records a move's start: the group's replica on rec.from moves to rec.to
+// (the first record for a group wins; a duplicate or an overtaken one is ignored). On the
+// destination it opens the group, empty, for its leader to add as a learner.
+func (r *replicated) applyMoveStart(ctx context.Context, rec moveRec) {
+	mv := &r.moves
+	r.pl.RLock()
+	g := r.pl.groups[rec.group]
+	r.pl.RUnlock()
+	mv.mu.Lock()
+	ok := g != nil && mv.mu.moves[rec.group] == nil && slices.Contains(g.names(), rec.from) && !slices.Contains(g.names(), rec.to)
+	if ok {
+		mv.mu.moves[rec.group] = &groupMove{group: rec.group, from: rec.from, fromID: rec.fromID, to: rec.to, toID: rec.toID}
+	}
+	mv.metricsLocked()
+	mv.mu.Unlock()
+	if !ok {
+		return // a duplicate, or overtaken: the first record wins
+	}
+	r.n.log.Info("region metadata: moving a group's replica", "group", g.label, "from", rec.from, "to", rec.to, "raft_id", rec.toID)
+	if rec.to == r.n.cfg.Name {
+		r.startMoveBytes(ctx, rec.group) // balance.go
+		// The group's leader adds this node as a learner; until then the group waits
+		// here, empty.
+		if err := r.d.JoinGroup(ctx, rec.group); err != nil && !strings.Contains(err.Error(), "already open") {
+			r.n.log.Error("could not open a raft group whose replica moves here", "group", g.label, "err", err)
+		}
+	}
+}
+
+// applyMoveDone records a move's end: the group's replicas name rec.to instead of rec.from.
+func (r *replicated) applyMoveDone(ctx context.Context, rec moveRec) {
+	mv := &r.moves
+	if rec.to == r.n.cfg.Name {
+		r.countMoveBytes(ctx, rec.group) // balance.go: the last bytes, before the move ends
+	}
+	mv.mu.Lock()
+	cur := mv.mu.moves[rec.group]
+	ok := cur != nil && cur.from == rec.from && cur.to == rec.to
+	if ok {
+		mv.endLocked(rec.group)
+		mv.m.done.Inc()
+	}
+	mv.metricsLocked()
+	mv.mu.Unlock()
+	if !ok {
+		return
+	}
+	r.mu.Lock()
+	if _, ok := r.mu.ids[rec.to]; !ok {
+		r.mu.ids[rec.to] = rec.toID
+	}
+	if _, ok := r.mu.names[rec.toID]; !ok {
+		r.mu.names[rec.toID] = rec.to
+	}
+	r.pl.Lock() // r.mu, then r.pl, as applyMember
+	if g := r.pl.groups[rec.group]; g != nil {
+		c := *g // readers hold the old *repGroup and its replicas without the lock
+		c.replicas = slices.Clone(g.replicas)
+		c.local = false
+		for i, m := range c.replicas {
+			if m.name == rec.from {
+				c.replicas[i] = repMember{name: rec.to, id: r.mu.ids[rec.to]}
+			}
+			c.local = c.local || c.replicas[i].name == r.n.cfg.Name
+		}
+		r.pl.groups[rec.group] = &c
+	}
+	r.pl.Unlock()
+	r.notifyLocked()
+	r.mu.Unlock()
+	r.n.log.Info("region metadata: a group's replica moved", "group", rec.group, "from", rec.from, "to", rec.to)
+}
+
+// endLocked forgets group's move in progress. Caller holds mu.
+func (mv *mover) endLocked(group uint64) {
+	delete(mv.mu.moves, group)
+	delete(mv.mu.progress, group)
+	delete(mv.mu.state, group)
+	delete(mv.mu.fetched, group)
 }
 
 // moveLoop is the goroutine of removals and moves (see the top of this file): every node
