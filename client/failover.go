@@ -117,10 +117,19 @@ func (c *Conn) goHome(l *link) bool {
 		return gone
 	}
 	c.mu.cur = nl
+	old := c.mu.pub
 	c.wg.Add(1)
 	c.mu.Unlock()
+	if old != nil {
+		old.retired.Store(true) // publishes from now on open a stream at home
+	}
 	c.failover.moves.Add(1)
 	go c.readControl(nl, r)
+	// A publish that took l's stream after the flush above and before it was retired is
+	// answered there before l closes: without this it would end with its outcome unknown.
+	fctx, fcancel = context.WithTimeout(context.Background(), failbackFlushTimeout)
+	c.Flush(fctx)
+	fcancel()
 	l.close(wire.AppNoError, "client back in its home region")
 	return true
 }

@@ -138,3 +138,54 @@ func TestFailbackWhenHomeReturns(t *testing.T) {
 	}
 	t.Logf("back home %v after eu returned", took.Round(time.Millisecond))
 }
+
+// TestFailbackLosesNoPublish: publishing goes on, pipelined, while the Conn moves home. A
+// publish that took the failover node's stream just before the move is answered there, and
+// the ones after it go home: none ends with its outcome unknown.
+func TestFailbackLosesNoPublish(t *testing.T) {
+	caDir, euData := t.TempDir(), t.TempDir()
+	euCfg := func(c *node.Config) { c.CADir, c.DataDir = caDir, euData }
+	eu, stopEU := nodetest.Start(t, euCfg)
+	euAddr := eu.Addr().String()
+	us, _ := nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Reconnect: true, Failover: []string{us.Addr().String()},
+		FailbackCheck: 50 * time.Millisecond}, euAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	stopEU()
+	if _, err := c.Publish(ctx, client.Message{Topic: "fb.y", Payload: []byte("away")}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Stats().Region != "us" {
+		t.Fatalf("on %s with eu down", c.Stats().Region)
+	}
+	nodetest.Start(t, euCfg, func(c *node.Config) { c.Listen = euAddr })
+	// Keep 64 publishes in flight until the Conn is home, then 64 more.
+	var futures []*client.Future
+	home := -1
+	for i := 0; home < 0 || i < home+64; i++ {
+		f, err := c.PublishAsync(ctx, client.Message{Topic: "fb.y", Payload: fmt.Appendf(nil, "%d", i)})
+		if err != nil {
+			t.Fatalf("publish %d: %v", i, err)
+		}
+		futures = append(futures, f)
+		if len(futures) > 64 {
+			if _, err := futures[len(futures)-65].Wait(ctx); err != nil {
+				t.Fatalf("publish %d (of %d) as the Conn moved home: %v", len(futures)-65, i, err)
+			}
+		}
+		if home < 0 && c.Stats().Region == "eu" {
+			home = i
+		}
+	}
+	for i, f := range futures {
+		if _, err := f.Wait(ctx); err != nil {
+			t.Fatalf("publish %d (the Conn was home from %d): %v", i, home, err)
+		}
+	}
+	t.Logf("%d publishes, the Conn home from publish %d", len(futures), home)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -278,7 +279,7 @@ func (c *Conn) currentPublisher() *publisher {
 	c.mu.Lock()
 	p := c.mu.pub
 	c.mu.Unlock()
-	if p != nil && p.failure() == nil {
+	if p != nil && p.failure() == nil && !p.retired.Load() {
 		return p
 	}
 	return nil
@@ -290,10 +291,13 @@ func (c *Conn) currentPublisher() *publisher {
 // owns the receiving side and resolves the futures in pending, which the node answers in
 // order. Both goroutines belong to the Conn.
 type publisher struct {
-	c    *Conn
-	s    *quic.Stream
-	kick chan struct{} // 1-buffered: the queue became non-empty
-	dead chan struct{} // closed by fail
+	c *Conn
+	s *quic.Stream
+	// retired: the Conn moved to another connection while this stream worked (failover.go):
+	// new publishes open a stream there, and this one answers those it took.
+	retired atomic.Bool
+	kick    chan struct{} // 1-buffered: the queue became non-empty
+	dead    chan struct{} // closed by fail
 	// writerDone is closed when writeLoop returned: from then on no goroutine of this stream
 	// touches a future's frame, so a resend may encode it again.
 	writerDone chan struct{}
