@@ -417,3 +417,22 @@ func idleRatios(rs []*runResult, loss float64, sys string, n int, f func(*runRes
 	}
 	return vs
 }
+
+// runTopics is the "topics" command: it creates N topics idle.tNNNNNN at the node listening
+// on HOST:7400 by one publish each, as a run with --idle-mirrored does at the idle region, to
+// measure by hand what they cost the nodes holding them (docs/benchmarks.md).
+func runTopics(args []string) error {
+	fs := flag.NewFlagSet("topics", flag.ExitOnError)
+	host := fs.String("host", "127.0.0.1", "the node's host (it listens on port 7400)")
+	ca := fs.String("ca", "", "the mesh's CA certificate (DIR/tls/ca.pem of the node that made it)")
+	n := fs.Int("n", 10000, "topics to create")
+	fs.Parse(args)
+	ctx, cancel := context.WithTimeout(context.Background(), idleSetupTimeout)
+	defer cancel()
+	t0 := time.Now()
+	if err := (idleMirrors{N: *n, AddrB: *host}).create(ctx, *ca); err != nil {
+		return err
+	}
+	fmt.Printf("%d topics created at %s:7400 in %.1f s\n", *n, *host, time.Since(t0).Seconds())
+	return nil
+}
