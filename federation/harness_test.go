@@ -263,7 +263,7 @@ func servePeerStreams(conn *quic.Conn, fedNow func() *Federation) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := wire.NewReaderSize(str, wire.Limits{}, 2<<10) // node's session reads a stream's first frame so
+			r := wire.NewReader(str, wire.Limits{})
 			f, err := r.Read()
 			if err != nil || !IsPeerFrame(f) {
 				str.CancelRead(wire.AppProtocol)
