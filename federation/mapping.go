@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"bufio"
 	"context"
 	"sync"
 
@@ -97,20 +98,35 @@ func (o topicStreams) open(ctx context.Context, topic string, from uint64) (mirr
 	if err != nil {
 		return nil, err
 	}
-	fd := &topicFeed{str: str, r: wire.NewReader(str, wire.Limits{MaxFrame: 8 << 20, MaxPayload: 8 << 20})}
+	br := feedBuffers.Get().(*bufio.Reader)
+	br.Reset(str)
+	// wire.NewReader reads through br itself (bufio returns a reader already as large as
+	// asked for), so the buffer goes back to the pool with the feed.
+	fd := &topicFeed{str: str, br: br, r: wire.NewReader(br, wire.Limits{MaxFrame: 8 << 20, MaxPayload: 8 << 20})}
 	fd.stop = context.AfterFunc(ctx, func() { str.CancelRead(wire.AppCancelled) })
-	w := wire.NewWriter(str)
-	w.Write(&wire.Mirror{Topic: topic, From: from})
-	if err := w.Flush(); err != nil {
+	// The request is the stream's only frame: written at once, with no Writer kept.
+	if _, err := str.Write(wire.Append(nil, &wire.Mirror{Topic: topic, From: from})); err != nil {
 		fd.close()
 		return nil, err
 	}
 	return fd, nil
 }
 
+// feedBufferSize is a mirror feed's read buffer: wire.NewReader's own size, so that it
+// reads through the pooled buffer rather than one of its own.
+const feedBufferSize = 16 << 10
+
+// feedBuffers holds the read buffers of ended mirror feeds. A link opens a stream for every
+// topic that moves and for every topic of a catch-up (100,000 of them when a region joins):
+// a buffer each, allocated anew, made most of the catch-up's garbage, and the heap it left
+// behind was what an idle node holding many mirrored topics cost beyond one holding as
+// many local topics (issue 34, figure 3).
+var feedBuffers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, feedBufferSize) }}
+
 // topicFeed is a mirror's stream of its own.
 type topicFeed struct {
 	str  *quic.Stream
+	br   *bufio.Reader // r's buffer, from feedBuffers
 	r    *wire.Reader
 	stop func() bool
 }
@@ -128,8 +144,15 @@ func (fd *topicFeed) next() (wire.Frame, error) {
 
 func (fd *topicFeed) idle() bool { return !fd.r.FrameBuffered() }
 
+// close ends the feed. The mirror's goroutine, its only reader, reads it no more: its buffer
+// goes back to the pool.
 func (fd *topicFeed) close() {
 	fd.stop()
 	fd.str.CancelWrite(wire.AppCancelled)
 	fd.str.CancelRead(wire.AppCancelled)
+	if fd.br != nil {
+		fd.br.Reset(nil)
+		feedBuffers.Put(fd.br)
+		fd.br, fd.r = nil, nil
+	}
 }

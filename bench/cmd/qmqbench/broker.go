@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	httppprof "net/http/pprof"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -82,7 +83,13 @@ func runBroker(args []string) error {
 			return err
 		}
 		if *metrics != "" {
-			go http.ListenAndServe(*metrics, n.MetricsHandler())
+			// The node's metrics, and Go's runtime profiles beside them (heap, goroutines:
+			// what idle mirrored topics cost the node, idlemirror.go).
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", n.MetricsHandler())
+			mux.HandleFunc("/debug/pprof/", httppprof.Index)
+			mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+			go http.ListenAndServe(*metrics, mux)
 		}
 		done := make(chan error, 1)
 		go func() { done <- n.Run(ctx) }()

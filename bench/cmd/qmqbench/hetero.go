@@ -108,11 +108,11 @@ func runHetWorker(args []string) error {
 	defer stop()
 	var idleSecs float64
 	if p.Idle.N > 0 {
-		stopIdle, secs, err := p.Idle.start(b.dir)
+		peer, secs, err := p.Idle.start(b.dir)
 		if err != nil {
 			return err
 		}
-		defer stopIdle()
+		defer peer.stop()
 		idleSecs = secs
 	}
 	conns := p.Conns - 1 // the clean ones

@@ -151,9 +151,9 @@ func (m idleMirrors) lossMatch(match string) string {
 
 // start starts the idle region's node, creates the N topics there, and waits until the
 // node under test (started with hotArgs; hotDir is its broker directory) lists them all and
-// both nodes' links have parked every mirror. It returns the idle node's stop and the
+// both nodes' links have parked every mirror. It returns the idle node (stop it) and the
 // seconds the whole took. Progress goes to stderr.
-func (m idleMirrors) start(hotDir string) (stop func(), secs float64, err error) {
+func (m idleMirrors) start(hotDir string) (peer *brokerProc, secs float64, err error) {
 	if m.NS == "" || m.AddrA == "" || m.AddrB == "" {
 		return nil, 0, errors.New("idle mirrored topics: no namespace or addresses for the idle region")
 	}
@@ -161,7 +161,7 @@ func (m idleMirrors) start(hotDir string) (stop func(), secs float64, err error)
 	ctx, cancel := context.WithTimeout(context.Background(), idleSetupTimeout)
 	defer cancel()
 	caDir := filepath.Join(hotDir, "data", "tls") // the node under test made the mesh's CA
-	peer, err := startChildIn(m.NS, "idle region", func(dir string) []string {
+	peer, err = startChildIn(m.NS, "idle region", func(dir string) []string {
 		return []string{"broker", "--kind", "quicmq", "--dir", filepath.Join(dir, "data"),
 			"--listen", m.AddrB + ":7400", "--name", "idle", "--region", "idle",
 			"--gossip", m.AddrB + ":7500", "--wan", m.AddrB + ":7600", "--wan-join", m.AddrA + ":7600",
@@ -170,7 +170,7 @@ func (m idleMirrors) start(hotDir string) (stop func(), secs float64, err error)
 	if err != nil {
 		return nil, 0, fmt.Errorf("idle mirrored topics: %w", err)
 	}
-	fail := func(err error) (func(), float64, error) {
+	fail := func(err error) (*brokerProc, float64, error) {
 		peer.stop()
 		return nil, 0, fmt.Errorf("idle mirrored topics: %w", err)
 	}
@@ -190,7 +190,7 @@ func (m idleMirrors) start(hotDir string) (stop func(), secs float64, err error)
 		m.N, created.Seconds(), listed.Seconds(), time.Since(t0).Seconds(), m.Settle)
 	secs = time.Since(t0).Seconds()
 	time.Sleep(m.Settle) // the state to measure beside is the topics idle: nothing to wait for
-	return peer.stop, secs, nil
+	return peer, secs, nil
 }
 
 // create publishes one record to each of the N topics at the idle region's node, pipelined.
@@ -341,8 +341,8 @@ func scrapeLinkGauges(ctx context.Context, addr string) (linkGauges, error) {
 // figures (medians over repeats), then each count's over the run without idle mirrored
 // topics, per repeat (the hot topics' figures: goal within 10%).
 func printIdle(rs []*runResult, losses []float64, systems []string, idles []int) {
-	fmt.Println("| loss | system | idle mirrored topics | p50 ms | p99 ms | p999 ms | longest stall ms | stalls > 50 ms | late % | missing | node RSS before the window MiB | idle set-up s | streams open after | load |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| loss | system | idle mirrored topics | p50 ms | p99 ms | p999 ms | longest stall ms | stalls > 50 ms | late % | missing | node RSS before the window MiB | node cpu-µs per record | idle node CPU ms | idle set-up s | streams open after | load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, loss := range losses {
 		for _, sys := range systems {
 			for _, n := range idles {
@@ -350,7 +350,7 @@ func printIdle(rs []*runResult, losses []float64, systems []string, idles []int)
 				if len(g) == 0 {
 					continue
 				}
-				fmt.Printf("| %.1f%% | %s | %d | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v |\n", loss*100, sys, n,
+				fmt.Printf("| %.1f%% | %s | %d | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v |\n", loss*100, sys, n,
 					field(g, func(r *runResult) float64 { return r.P50 }),
 					field(g, func(r *runResult) float64 { return r.P99 }),
 					field(g, func(r *runResult) float64 { return r.P999 }),
@@ -359,6 +359,8 @@ func printIdle(rs []*runResult, losses []float64, systems []string, idles []int)
 					field(g, func(r *runResult) float64 { return 100 * r.Late }),
 					field(g, func(r *runResult) float64 { return float64(r.Missing) }),
 					field(g, func(r *runResult) float64 { return r.BrokerRSSStart }),
+					field(g, func(r *runResult) float64 { return r.BrokerCPUus }),
+					field(g, func(r *runResult) float64 { return r.IdleNodeCPUms }),
 					field(g, func(r *runResult) float64 { return r.IdleSetupSeconds }),
 					field(g, func(r *runResult) float64 { return r.IdleStreamsEnd }),
 					field(g, func(r *runResult) float64 { return r.LoadAvg }))
@@ -366,8 +368,8 @@ func printIdle(rs []*runResult, losses []float64, systems []string, idles []int)
 		}
 	}
 	fmt.Println()
-	fmt.Println("| loss | system | idle mirrored topics | p50 with/without | p99 with/without (goal <= 1.10) | p999 with/without | longest stall with/without | late with/without | repeats |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| loss | system | idle mirrored topics | p50 with/without | p99 with/without (goal <= 1.10) | p999 with/without | longest stall with/without | late with/without | node cpu-µs per record with/without | repeats |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, loss := range losses {
 		for _, sys := range systems {
 			for _, n := range idles {
@@ -382,6 +384,7 @@ func printIdle(rs []*runResult, losses []float64, systems []string, idles []int)
 					func(r *runResult) float64 { return r.P999 },
 					func(r *runResult) float64 { return r.LongestStall },
 					func(r *runResult) float64 { return r.Late },
+					func(r *runResult) float64 { return r.BrokerCPUus },
 				} {
 					vs := idleRatios(rs, loss, sys, n, f)
 					k = len(vs)
@@ -413,4 +416,23 @@ func idleRatios(rs []*runResult, loss float64, sys string, n int, f func(*runRes
 		}
 	}
 	return vs
+}
+
+// runTopics is the "topics" command: it creates N topics idle.tNNNNNN at the node listening
+// on HOST:7400 by one publish each, as a run with --idle-mirrored does at the idle region, to
+// measure by hand what they cost the nodes holding them (docs/benchmarks.md).
+func runTopics(args []string) error {
+	fs := flag.NewFlagSet("topics", flag.ExitOnError)
+	host := fs.String("host", "127.0.0.1", "the node's host (it listens on port 7400)")
+	ca := fs.String("ca", "", "the mesh's CA certificate (DIR/tls/ca.pem of the node that made it)")
+	n := fs.Int("n", 10000, "topics to create")
+	fs.Parse(args)
+	ctx, cancel := context.WithTimeout(context.Background(), idleSetupTimeout)
+	defer cancel()
+	t0 := time.Now()
+	if err := (idleMirrors{N: *n, AddrB: *host}).create(ctx, *ca); err != nil {
+		return err
+	}
+	fmt.Printf("%d topics created at %s:7400 in %.1f s\n", *n, *host, time.Since(t0).Seconds())
+	return nil
 }

@@ -95,6 +95,8 @@ func main() {
 		err = runGrpWorker(os.Args[2:])
 	case "broker":
 		err = runBroker(os.Args[2:])
+	case "topics":
+		err = runTopics(os.Args[2:])
 	default:
 		usage()
 	}
@@ -120,6 +122,7 @@ func usage() {
            pull consumers; a member that stops reading, against the group without it
   report   tables and plots again from a fanout, slow or truefanout JSON file
   qlog     plot a QUIC connection's congestion window and losses from a qlog trace (QLOGDIR)
+  topics   create N topics at a node by one publish each (what idle mirrored topics cost, by hand)
 
 Run "qmqbench COMMAND -h" for the flags. Needs root and nftables (apt-get install -y nftables).
 `)

@@ -77,17 +77,23 @@ type runResult struct {
 	Max            float64
 	// Per subscription (reading ones): the longest gap between two records beyond the
 	// publish interval, and the number of such gaps over 50 ms.
-	LongestStall     float64
-	MedianLongest    float64
-	Stalls           int
-	SubsStalled      int
-	PerSubLongest    []float64
-	StallEvents      [][3]float64 // subscription, seconds into the window, stall ms
-	CDF              [][2]float64 // latency ms, quantile
-	DroppedPackets   int64
-	BrokerRSSStart   float64
-	BrokerRSSMax     float64
-	BrokerRSSEnd     float64
+	LongestStall   float64
+	MedianLongest  float64
+	Stalls         int
+	SubsStalled    int
+	PerSubLongest  []float64
+	StallEvents    [][3]float64 // subscription, seconds into the window, stall ms
+	CDF            [][2]float64 // latency ms, quantile
+	DroppedPackets int64
+	BrokerRSSStart float64
+	BrokerRSSMax   float64
+	BrokerRSSEnd   float64
+	// CPU time of the broker (utime+stime from /proc, 10 ms ticks) from the first publish
+	// to the end of the drain (warm-up included), and of the idle region's node over the same
+	// time (idlemirror.go).
+	BrokerCPUms      float64
+	BrokerCPUus      float64 // BrokerCPUms per record published (each goes to one subscription)
+	IdleNodeCPUms    float64 `json:",omitempty"`
 	SlowReceived     int     // records the stalled subscriptions took before stopping
 	ClientRSSMax     float64 // the worker (both clients) at its largest, MiB
 	Notes            []string
@@ -144,13 +150,14 @@ func measure(p runParams) (*runResult, error) {
 	}
 	defer b.stop()
 	var idleSecs float64
+	var idlePeer *brokerProc
 	if p.Idle.N > 0 {
-		stopIdle, secs, err := p.Idle.start(b.dir)
+		peer, secs, err := p.Idle.start(b.dir)
 		if err != nil {
 			return nil, err
 		}
-		defer stopIdle()
-		idleSecs = secs
+		defer peer.stop()
+		idleSecs, idlePeer = secs, peer
 	}
 	sys, err := newSystem(p.System, b.dir)
 	if err != nil {
@@ -231,8 +238,12 @@ func measure(p runParams) (*runResult, error) {
 	}
 	res.SetupSeconds = time.Since(setupStart).Seconds()
 
-	// Broker memory, sampled while publishing.
+	// Broker memory, sampled while publishing; CPU over the publishing and the drain.
 	res.BrokerRSSStart = rssMiB(b.pid())
+	cpu0, idleCPU0 := brokerCPU(b.pid()), time.Duration(0)
+	if idlePeer != nil {
+		idleCPU0 = brokerCPU(idlePeer.pid())
+	}
 	stopRSS := make(chan struct{})
 	var rssWG sync.WaitGroup
 	rssWG.Add(1)
@@ -305,6 +316,13 @@ func measure(p runParams) (*runResult, error) {
 	close(stopRSS)
 	rssWG.Wait()
 	res.BrokerRSSEnd = rssMiB(b.pid())
+	res.BrokerCPUms = float64(brokerCPU(b.pid())-cpu0) / float64(time.Millisecond)
+	if k > 0 {
+		res.BrokerCPUus = res.BrokerCPUms * 1000 / float64(k)
+	}
+	if idlePeer != nil {
+		res.IdleNodeCPUms = float64(brokerCPU(idlePeer.pid())-idleCPU0) / float64(time.Millisecond)
+	}
 	if p.Idle.N > 0 {
 		g, err := p.Idle.hotGauges()
 		if err != nil {
