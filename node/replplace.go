@@ -44,8 +44,7 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 		}
 	}()
 	asked, askedLead := false, uint64(0)
-	var notLeader time.Time // relayed: when this node first found it does not lead the metadata
-	var lastErr *wire.Error // the last refusal of a metadata leader asked, told at the timeout
+	pa := &placeAsk{topic: topic, relayed: relayed, replicas: replicas}
 	for {
 		r.mu.Lock()
 		formed, changed := r.mu.formed, r.mu.changed
@@ -63,38 +62,13 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 			asked = false // the leader asked lost its office before placing the topic: ask again
 		}
 		if formed && !asked {
-			switch lead := r.leaderID(ctx, metaGroup); {
-			case lead == r.id:
-				if e := r.place(ctx, topic, replicas); e != nil {
-					return nil, e
-				}
-				asked, askedLead = true, lead
-			case lead != 0 && relayed:
-				// Asked by a node that took this one for the metadata leader, or by one that
-				// has read the topic's placement and relays to this node as the leader of its
-				// group (a retention to store), which may not have read it yet: the placement
-				// is waited for a little, then the sender is told to ask again.
-				if notLeader.IsZero() {
-					notLeader = time.Now()
-				}
-				if time.Since(notLeader) > n.cfg.Raft.TickInterval*time.Duration(n.cfg.Raft.ElectionTicks) {
-					return nil, wire.Errorf(wire.CodeUnavailable, "topic %q: node %q no longer leads region %q's metadata; retry", topic, n.cfg.Name, n.cfg.Region)
-				}
-			case lead != 0 && replicas == 0:
-				askDone = r.askBatched(lead, topic) // many topics per stream to the leader
-				asked, askedLead = true, lead
-			case lead != 0:
-				e := r.askPlace(ctx, lead, topic, replicas)
-				switch {
-				case e == nil:
-					asked, askedLead = true, lead
-				case e.Code != wire.CodeUnavailable:
-					return nil, e
-				default:
-					// The leader changed (or is changing) under the request: asked again at
-					// the next poll, of the leader then known, until the timeout.
-					lastErr = e
-				}
+			var e *wire.Error
+			var answer <-chan *wire.Error
+			if asked, askedLead, answer, e = r.askToPlace(ctx, pa); e != nil {
+				return nil, e
+			}
+			if answer != nil {
+				askDone = answer
 			}
 		}
 		var wake <-chan struct{} = changed
@@ -114,12 +88,12 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 			case e.Code != wire.CodeUnavailable:
 				return nil, e
 			default:
-				lastErr, asked = e, false // asked again, of the leader then known
+				pa.lastErr, asked = e, false // asked again, of the leader then known
 			}
 		case <-poll.C:
 		case <-ctx.Done():
-			if lastErr != nil && r.lookup(topic) == nil {
-				return nil, lastErr
+			if pa.lastErr != nil && r.lookup(topic) == nil {
+				return nil, pa.lastErr
 			}
 			if !formed {
 				return nil, wire.Errorf(wire.CodeUnavailable,
@@ -131,6 +105,57 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 				topic, n.cfg.Region, n.cfg.Raft.QuorumTimeout, r.metaLacking())
 		}
 	}
+}
+
+// placeAsk is what ensureReplicas remembers of its requests to place a topic.
+type placeAsk struct {
+	topic    string
+	relayed  bool
+	replicas int
+	// notLeader: relayed, when this node first found it does not lead the metadata.
+	notLeader time.Time
+	// lastErr is the last refusal of a metadata leader asked, told at the timeout.
+	lastErr *wire.Error
+}
+
+// askToPlace asks the metadata leader to place the topic: this node, when it leads (placed
+// at once); the leader, in a batch of many topics (replicas 0) or alone. asked is true once
+// a request is under way, with the leader asked and, for a batched one, where its answer
+// comes. A non-nil error ends the wait; a leader that changed under the request is asked
+// again at the next poll.
+func (r *replicated) askToPlace(ctx context.Context, pa *placeAsk) (asked bool, lead uint64, answer <-chan *wire.Error, e *wire.Error) {
+	n := r.n
+	switch lead = r.leaderID(ctx, metaGroup); {
+	case lead == r.id:
+		if e := r.place(ctx, pa.topic, pa.replicas); e != nil {
+			return false, 0, nil, e
+		}
+		return true, lead, nil, nil
+	case lead != 0 && pa.relayed:
+		// Asked by a node that took this one for the metadata leader, or by one that has
+		// read the topic's placement and relays to this node as the leader of its group (a
+		// retention to store), which may not have read it yet: the placement is waited for
+		// a little, then the sender is told to ask again.
+		if pa.notLeader.IsZero() {
+			pa.notLeader = time.Now()
+		}
+		if time.Since(pa.notLeader) > n.cfg.Raft.TickInterval*time.Duration(n.cfg.Raft.ElectionTicks) {
+			return false, 0, nil, wire.Errorf(wire.CodeUnavailable, "topic %q: node %q no longer leads region %q's metadata; retry", pa.topic, n.cfg.Name, n.cfg.Region)
+		}
+	case lead != 0 && pa.replicas == 0:
+		return true, lead, r.askBatched(lead, pa.topic), nil // many topics per stream to the leader
+	case lead != 0:
+		e := r.askPlace(ctx, lead, pa.topic, pa.replicas)
+		switch {
+		case e == nil:
+			return true, lead, nil, nil
+		case e.Code != wire.CodeUnavailable:
+			return false, 0, nil, e
+		default:
+			pa.lastErr = e
+		}
+	}
+	return false, 0, nil, nil
 }
 
 // place decides topic's replica set on the metadata leader and proposes it.
