@@ -183,10 +183,33 @@ func (r *replicated) nodeInfos(ctx context.Context) []NodeInfo {
 			info(nm).MetaLeader = true
 		}
 	}
-	// Held from the placements; led from this node's view of its groups' leaders, exact
-	// when it holds every group.
+	seen, all := r.countGroups(info, nameOf)
+	for name, ni := range infos {
+		ni.Led = seen[name]
+		if c, err := strconv.Atoi(tags[name]); err == nil && !all && name != n.cfg.Name {
+			ni.Led = c
+		}
+		if mi := moves[name]; mi != nil {
+			ni.Moves = mi
+		}
+		ni.State, ni.Dead = r.nodeState(name, drained)
+	}
+	out := make([]NodeInfo, 0, len(infos))
+	for _, name := range slices.Sorted(maps.Keys(infos)) {
+		if r.moves.isRemoved(name) && infos[name].Held == 0 {
+			continue // removed: no longer a node of the region
+		}
+		out = append(out, *infos[name])
+	}
+	return out
+}
+
+// countGroups counts, per node, the groups it holds (from the placements) and those it leads
+// as this node sees its own groups' leaders (led), which is exact when this node holds every
+// group (all).
+func (r *replicated) countGroups(info func(string) *NodeInfo, nameOf func(uint64) string) (led map[string]int, all bool) {
 	r.pl.RLock()
-	all := true
+	all = true
 	var local []*repGroup
 	for _, g := range r.pl.groups {
 		for _, m := range g.replicas {
@@ -199,42 +222,31 @@ func (r *replicated) nodeInfos(ctx context.Context) []NodeInfo {
 		}
 	}
 	r.pl.RUnlock()
-	seen := map[string]int{}
+	led = map[string]int{}
 	for _, g := range local {
 		if ro, ok := r.d.Role(g.id); ok && ro.Lead != 0 {
 			if nm := nameOf(ro.Lead); nm != "" {
-				seen[nm]++
+				led[nm]++
 			}
 		}
 	}
-	for name, ni := range infos {
-		ni.Led = seen[name]
-		if c, err := strconv.Atoi(tags[name]); err == nil && !all && name != n.cfg.Name {
-			ni.Led = c
-		}
-		if mi := moves[name]; mi != nil {
-			ni.Moves = mi
-		}
-		q, removing := r.moves.removingReq(name)
-		switch {
-		case removing:
-			ni.State, ni.Dead = "removing", q.dead
-		case drained[name]:
-			ni.State = "draining"
-		case name == n.cfg.Name || n.gossip != nil && n.place.MemberStatus(name) == gossip.StatusAlive:
-			ni.State = "up"
-		default:
-			ni.State = "down"
-		}
+	return led, all
+}
+
+// nodeState is node name's state as `quicmq nodes` shows it, and whether it is being
+// removed as dead.
+func (r *replicated) nodeState(name string, drained map[string]bool) (state string, dead bool) {
+	n := r.n
+	q, removing := r.moves.removingReq(name)
+	switch {
+	case removing:
+		return "removing", q.dead
+	case drained[name]:
+		return "draining", false
+	case name == n.cfg.Name || n.gossip != nil && n.place.MemberStatus(name) == gossip.StatusAlive:
+		return "up", false
 	}
-	out := make([]NodeInfo, 0, len(infos))
-	for _, name := range slices.Sorted(maps.Keys(infos)) {
-		if r.moves.isRemoved(name) && infos[name].Held == 0 {
-			continue // removed: no longer a node of the region
-		}
-		out = append(out, *infos[name])
-	}
-	return out
+	return "down", false
 }
 
 // String is a node's one-line progress, for logs and the CLI's waiting.
