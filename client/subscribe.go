@@ -367,6 +367,9 @@ func checkSubscribe(pattern string, opts SubscribeOptions) error {
 // once as a *GapError, after which Next continues. Any other error ends the subscription:
 // ErrClosed after Close, the node's *Error, or the connection's failure. The record's
 // Payload and Headers are never reused by the client.
+//
+// Long by design: one switch over the frames a subscription stream carries, each case a
+// few lines, in the order of docs/protocol.md.
 func (s *Subscription) Next(ctx context.Context) (Record, error) {
 	s.readMu.Lock()
 	defer s.nextDone()

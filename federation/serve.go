@@ -52,6 +52,10 @@ const catalogPage = 1024
 // of this region move it, gathered for HeadReportInterval after the first move (park.go on the peer's side:
 // what reopens its parked mirrors). Head moves are learnt from the log's notifications, so
 // a catalog of idle topics costs nothing per topic.
+//
+// Long by design: one loop that owns the catalog stream's state (the patterns, the topics
+// announced, the heads to report) and selects over its inputs; splitting it would
+// share that state between functions.
 func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc, conn *quic.Conn, str *quic.Stream, r *wire.Reader, first *wire.Watch) error {
 	defer str.Close()
 	updates := make(chan []string, 1)

@@ -46,6 +46,8 @@ func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
+// Collect reads the raft groups' state once per scrape. Long by design: one series after
+// another, in Describe's order.
 func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	r := c.r
 	max := r.n.cfg.MaxSeriesPerMetric

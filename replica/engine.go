@@ -605,6 +605,10 @@ func (e *engine) process() error {
 	return nil
 }
 
+// round handles one round of Readys of every ready group: stage snapshots, entries, hard
+// states and committed entries into one batch, send what may leave before the sync, commit,
+// then send the rest and Advance. Long by design: the order of these steps is what etcd
+// raft's Ready contract and I2 rest on, and it reads top to bottom here in one place.
 func (e *engine) round(rds []*readyGroup) error {
 	e.stats.Rounds++
 	// Sized for the entries to store and the records they apply, so that

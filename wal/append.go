@@ -339,7 +339,9 @@ func (l *Log) commitAll(reqs []*request, closed bool) {
 
 // commitBatch assigns offsets and times, builds one Pebble batch, applies it
 // with a synced commit without waiting for the fsync, and hands it to the
-// completer.
+// completer. Long by design: it is the committer's one step, and offset
+// assignment, de-duplication and the batch's order in Pebble's WAL (I2) are
+// kept in the one function that the ordering argument is made about.
 func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 	f := &inflight{reqs: reqs}
 	b := l.pdb.NewBatchWithSize(nbytes + 8*nrec + 256*len(reqs) + 64)

@@ -17,6 +17,8 @@ func init() {
 	register("dev", "run a local mesh: three regions, one node each, in one process, data in a temporary directory", runDev)
 }
 
+// runDev starts the local mesh and prints its banner. Long by design: a start-up script,
+// step after step (flags, the regions and their nodes' configurations, the banner, serving).
 func runDev(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "dev", "[--regions eu,us,ap] [--nodes N] [--replicas R] [--listen HOST:PORT] [--metrics HOST:PORT] [--data DIR] [--keep]")
 	var f nodeFlags

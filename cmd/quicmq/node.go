@@ -117,6 +117,8 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.BoolVar(&f.ablationSharedStream, "ablation-shared-stream", false, "measurement aid for benchmarks: accept the shared-stream mapping, all of a connection's subscriptions on one stream, same authorization (docs/benchmarks.md); never in production")
 }
 
+// config is the node's Config from the flags and the QUICMQ_* environment. Long by design:
+// a table of flag-to-setting assignments, one line or two each, in the flags' order.
 func (f *nodeFlags) config(e *env) (node.Config, error) {
 	// Every problem is collected, each naming its config key and flag (nodecheck.go), so
 	// that 'quicmq config check' reports what 'quicmq node' would refuse, all at once.
