@@ -356,29 +356,22 @@ func (tr *groupTrack) advance(l *wal.Log, region, topic string, st *wal.GroupSta
 	if tr.origins == nil {
 		tr.origins = make(map[uint64]wal.OriginRef)
 	}
-	for from := tr.at; from < st.Next; {
-		got, err := l.ReadFunc(topic, from, int(min(st.Next-from, vector.ChunkMax)), vector.ReadBytes, func(r *wal.Record) error {
-			o := vector.OriginOf(r, region)
-			if last, ok := tr.vec[o]; !ok || r.OriginOffset > last {
-				tr.vec[o] = r.OriginOffset
-			}
-			if outstanding[r.Offset] {
-				tr.origins[r.Offset] = wal.OriginRef{Region: o, Offset: r.OriginOffset}
-			}
-			from = r.Offset + 1
-			return nil
-		})
-		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
-		switch {
-		case isOOR && oor.First > from:
-			from = oor.First
-		case err != nil:
-			tr.at = from
-			return err
-		case got == 0:
-			tr.at = from
-			return errNoRecord
+	next, short, err := vector.Forward(l, topic, tr.at, st.Next, func(r *wal.Record) {
+		o := vector.OriginOf(r, region)
+		if last, ok := tr.vec[o]; !ok || r.OriginOffset > last {
+			tr.vec[o] = r.OriginOffset
 		}
+		if outstanding[r.Offset] {
+			tr.origins[r.Offset] = wal.OriginRef{Region: o, Offset: r.OriginOffset}
+		}
+	})
+	switch {
+	case err != nil:
+		tr.at = next
+		return err
+	case short:
+		tr.at = next
+		return errNoRecord
 	}
 	tr.at = max(tr.at, st.Next)
 	maps.DeleteFunc(tr.origins, func(off uint64, _ wal.OriginRef) bool { return !outstanding[off] })

@@ -183,12 +183,23 @@ func Prefix(l *wal.Log, region, topic string, upTo uint64) (map[string]uint64, e
 // Advance raises vec (in place) over the records of topic from from to upTo, upTo
 // included, and returns the offset after the last record read.
 func Advance(l *wal.Log, region, topic string, vec map[string]uint64, from, upTo uint64) (uint64, error) {
-	for from <= upTo {
-		n, err := l.ReadFunc(topic, from, int(min(upTo-from+1, ChunkMax)), ReadBytes, func(r *wal.Record) error {
-			o := OriginOf(r, region)
-			if last, ok := vec[o]; !ok || r.OriginOffset > last {
-				vec[o] = r.OriginOffset
-			}
+	next, _, err := Forward(l, topic, from, upTo+1, func(r *wal.Record) {
+		o := OriginOf(r, region)
+		if last, ok := vec[o]; !ok || r.OriginOffset > last {
+			vec[o] = r.OriginOffset
+		}
+	})
+	return next, err
+}
+
+// Forward calls fn for the records of topic in [from, to), reading ChunkMax at a time and
+// stepping over what retention cut meanwhile, and returns the offset after the last record
+// read. short is true when a read found nothing before to (it cannot happen below the
+// high-watermark). fn must not keep the record.
+func Forward(l *wal.Log, topic string, from, to uint64, fn func(r *wal.Record)) (next uint64, short bool, err error) {
+	for from < to {
+		n, err := l.ReadFunc(topic, from, int(min(to-from, ChunkMax)), ReadBytes, func(r *wal.Record) error {
+			fn(r)
 			from = r.Offset + 1
 			return nil
 		})
@@ -197,12 +208,12 @@ func Advance(l *wal.Log, region, topic string, vec map[string]uint64, from, upTo
 		case isOOR && oor.First > from:
 			from = oor.First
 		case err != nil:
-			return from, err
+			return from, false, err
 		case n == 0:
-			return from, nil
+			return from, true, nil
 		}
 	}
-	return from, nil
+	return from, false, nil
 }
 
 // Mirrored is the vector a durable resumes after on topic when positions of it mirrored
