@@ -87,18 +87,9 @@ func twoRegions(t *testing.T) (eu *node.Node, stopEU func(), us *node.Node) {
 // Options.FailbackCheck, 500 ms by default): publishes go to the home region again, and the
 // subscription resumes there after its position.
 func TestFailbackWhenHomeReturns(t *testing.T) {
-	caDir, euData := t.TempDir(), t.TempDir()
-	euCfg := func(c *node.Config) { c.CADir, c.DataDir = caDir, euData }
-	eu, stopEU := nodetest.Start(t, euCfg)
-	euAddr := eu.Addr().String()
-	us, _ := nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Reconnect: true, Failover: []string{us.Addr().String()}}, euAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, stopEU, restartEU := homeAndFailover(ctx, t, client.Options{})
 	sub, err := c.Subscribe(ctx, "fb.x", client.SubscribeOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +110,7 @@ func TestFailbackWhenHomeReturns(t *testing.T) {
 	step(0, "eu")
 	stopEU()
 	step(1, "us")
-	nodetest.Start(t, euCfg, func(c *node.Config) { c.Listen = euAddr })
+	restartEU()
 	back := time.Now()
 	for c.Stats().Region != "eu" {
 		select {
@@ -143,19 +134,9 @@ func TestFailbackWhenHomeReturns(t *testing.T) {
 // publish that took the failover node's stream just before the move is answered there, and
 // the ones after it go home: none ends with its outcome unknown.
 func TestFailbackLosesNoPublish(t *testing.T) {
-	caDir, euData := t.TempDir(), t.TempDir()
-	euCfg := func(c *node.Config) { c.CADir, c.DataDir = caDir, euData }
-	eu, stopEU := nodetest.Start(t, euCfg)
-	euAddr := eu.Addr().String()
-	us, _ := nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := client.Dial(ctx, client.Options{CAFile: eu.CAFile(), Reconnect: true, Failover: []string{us.Addr().String()},
-		FailbackCheck: 50 * time.Millisecond}, euAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, stopEU, restartEU := homeAndFailover(ctx, t, client.Options{FailbackCheck: 50 * time.Millisecond})
 	stopEU()
 	if _, err := c.Publish(ctx, client.Message{Topic: "fb.y", Payload: []byte("away")}); err != nil {
 		t.Fatal(err)
@@ -163,7 +144,7 @@ func TestFailbackLosesNoPublish(t *testing.T) {
 	if c.Stats().Region != "us" {
 		t.Fatalf("on %s with eu down", c.Stats().Region)
 	}
-	nodetest.Start(t, euCfg, func(c *node.Config) { c.Listen = euAddr })
+	restartEU()
 	// Keep 64 publishes in flight until the Conn is home, then 64 more.
 	var futures []*client.Future
 	home := -1
@@ -188,4 +169,23 @@ func TestFailbackLosesNoPublish(t *testing.T) {
 		}
 	}
 	t.Logf("%d publishes, the Conn home from publish %d", len(futures), home)
+}
+
+// homeAndFailover starts node n1 of region eu (home) and u1 of region us (the failover), not
+// linked, and dials eu with Reconnect and us as the failover (opts adds to that). stopEU
+// stops eu; restartEU starts it again on its address and data.
+func homeAndFailover(ctx context.Context, t *testing.T, opts client.Options) (c *client.Conn, stopEU, restartEU func()) {
+	t.Helper()
+	caDir, euData := t.TempDir(), t.TempDir()
+	euCfg := func(c *node.Config) { c.CADir, c.DataDir = caDir, euData }
+	eu, stopEU := nodetest.Start(t, euCfg)
+	euAddr := eu.Addr().String()
+	us, _ := nodetest.Start(t, func(c *node.Config) { c.Name, c.Region, c.CADir = "u1", "us", caDir })
+	opts.CAFile, opts.Reconnect, opts.Failover = eu.CAFile(), true, []string{us.Addr().String()}
+	c, err := client.Dial(ctx, opts, euAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, stopEU, func() { nodetest.Start(t, euCfg, func(c *node.Config) { c.Listen = euAddr }) }
 }
