@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,11 +19,17 @@ import (
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
+// builds are this command built once per set of build tags per test process.
+var builds struct {
+	sync.Mutex
+	by map[string]*build
+}
+
+type build struct {
+	once sync.Once
+	bin  string
+	err  error
+}
 
 // testVersion is the version quicmqBinary stamps into the binary it builds.
 const testVersion = "v0.0.0-clitest"
@@ -34,22 +41,42 @@ const testCommit = "0123456789abcdef0123"
 // processes and kill them.
 func quicmqBinary(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	return quicmqBinaryTags(t, "")
+}
+
+// quicmqBinaryTags is quicmqBinary built with -tags tags (a deliberately broken build, for a
+// campaign that must catch it), once per tags.
+func quicmqBinaryTags(t *testing.T, tags string) string {
+	t.Helper()
+	builds.Lock()
+	if builds.by == nil {
+		builds.by = map[string]*build{}
+	}
+	b := builds.by[tags]
+	if b == nil {
+		b = &build{}
+		builds.by[tags] = b
+	}
+	builds.Unlock()
+	b.once.Do(func() {
 		dir, err := os.MkdirTemp("", "quicmq-bin-")
 		if err != nil {
-			buildErr = err
+			b.err = err
 			return
 		}
-		builtBin = filepath.Join(dir, "quicmq")
-		out, err := exec.Command("go", "build", "-buildvcs=auto", "-ldflags", "-X main.version="+testVersion+" -X main.commit="+testCommit, "-o", builtBin, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		b.bin = filepath.Join(dir, "quicmq")
+		args := []string{"build", "-buildvcs=auto", "-ldflags", "-X main.version=" + testVersion + " -X main.commit=" + testCommit}
+		if tags != "" {
+			args = append(args, "-tags", tags)
+		}
+		if out, err := exec.Command("go", append(args, "-o", b.bin, ".")...).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return builtBin
+	return b.bin
 }
 
 // nodeProcess is a `quicmq node` child process.

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -326,32 +324,12 @@ func publishP99(h *linearize.History, from, to int64) (time.Duration, int) {
 // campaign runs the build it is asked to judge.
 func moveTestBinary(t *testing.T) string {
 	t.Helper()
-	if moveBuildTags == "" {
-		return quicmqBinary(t)
+	bin := quicmqBinaryTags(t, moveBuildTags)
+	if moveBuildTags != "" {
+		t.Logf("node processes built with -tags %s", moveBuildTags)
 	}
-	moveBrokenOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "quicmq-move-")
-		if err != nil {
-			moveBrokenErr = err
-			return
-		}
-		moveBrokenBin = filepath.Join(dir, "quicmq")
-		if out, err := exec.Command("go", "build", "-tags", moveBuildTags, "-o", moveBrokenBin, ".").CombinedOutput(); err != nil {
-			moveBrokenErr = fmt.Errorf("go build -tags %s: %v\n%s", moveBuildTags, err, out)
-		}
-	})
-	if moveBrokenErr != nil {
-		t.Fatal(moveBrokenErr)
-	}
-	t.Logf("node processes built with -tags %s", moveBuildTags)
-	return moveBrokenBin
+	return bin
 }
-
-var (
-	moveBrokenOnce sync.Once
-	moveBrokenBin  string
-	moveBrokenErr  error
-)
 
 // TestShrinkCampaign (issue 30, figure 2): five node processes with --replicas 3 take
 // pipelined idempotent publishes into many topics through every node; `quicmq nodes
