@@ -346,11 +346,7 @@ func TestShrinkCampaign(t *testing.T) {
 		t.Skip("the shrink campaign runs five node processes for a few minutes: set QUICMQ_SHRINK_CAMPAIGN=1")
 	}
 	rr := newResizeRegion(t, moveTestBinary(t), 5, 5)
-	l := newReplicaLoad(rr.replicaRegion, envInt("QUICMQ_SHRINK_TOPICS", 1000), envInt("QUICMQ_SHRINK_RATE", 1000))
-	t.Logf("%d topics at %d publishes/s through 5 nodes", len(l.topics), l.rate)
-	l.warmUp(t)
-	l.run(2)
-	t.Cleanup(l.Stop)
+	l := startResizeLoad(t, rr, "SHRINK", "through 5 nodes")
 	rr.settled("rc1", []string{"rc1", "rc2", "rc3", "rc4", "rc5"}, 2*time.Minute)
 	before := l.hist.Now()
 	l.goesOn(t, 5*time.Second)
@@ -399,11 +395,7 @@ func TestReplaceCampaign(t *testing.T) {
 		t.Skip("the replace campaign runs four node processes for a few minutes: set QUICMQ_REPLACE_CAMPAIGN=1")
 	}
 	rr := newResizeRegion(t, moveTestBinary(t), 4, 3)
-	l := newReplicaLoad(rr.replicaRegion, envInt("QUICMQ_REPLACE_TOPICS", 1000), envInt("QUICMQ_REPLACE_RATE", 1000))
-	t.Logf("%d topics at %d publishes/s through 3 nodes (rc4 joins later)", len(l.topics), l.rate)
-	l.warmUp(t)
-	l.run(2)
-	t.Cleanup(l.Stop)
+	l := startResizeLoad(t, rr, "REPLACE", "through 3 nodes (rc4 joins later)")
 	before := l.hist.Now()
 	l.goesOn(t, 5*time.Second)
 
@@ -590,4 +582,17 @@ func TestMoveFaultsCampaign(t *testing.T) {
 	}
 	rr.checkPromotions()
 	checkReplicaCampaign(t, l, []int{0, 1, 2})
+}
+
+// startResizeLoad starts a campaign's pipelined load into QUICMQ_<name>_TOPICS topics
+// (default 1000) at QUICMQ_<name>_RATE publishes/s (default 1000), warmed up, stopped at
+// the test's end.
+func startResizeLoad(t *testing.T, rr *resizeRegion, name, through string) *replicaLoad {
+	t.Helper()
+	l := newReplicaLoad(rr.replicaRegion, envInt("QUICMQ_"+name+"_TOPICS", 1000), envInt("QUICMQ_"+name+"_RATE", 1000))
+	t.Logf("%d topics at %d publishes/s %s", len(l.topics), l.rate, through)
+	l.warmUp(t)
+	l.run(2)
+	t.Cleanup(l.Stop)
+	return l
 }
