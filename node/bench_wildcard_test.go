@@ -1,7 +1,6 @@
 package node_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/clienthook"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/wal"
@@ -174,7 +173,7 @@ func BenchmarkWildcardReplay(b *testing.B) {
 	c.Close()
 	n.stop()
 	p := startNodeProcess(b, dir)
-	pc, err := client.Dial(context.Background(), client.Options{CAFile: caFile, Name: "bench"}, p.addr)
+	pc, err := client.Dial(context.Background(), client.Options{CAFile: caFile, Name: "bench"}, p.Addr)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -182,7 +181,7 @@ func BenchmarkWildcardReplay(b *testing.B) {
 	// The SDK as a client of protocol version 2 (TOPIC and RECORD frames per topic of a
 	// wildcard, no RUNS): the wildcard before version 3, beside it in the same run.
 	v2opts := clienthook.OfferVersion(client.Options{CAFile: caFile, Name: "bench-v2"}, 2).(client.Options)
-	pc2, err := client.Dial(context.Background(), v2opts, p.addr)
+	pc2, err := client.Dial(context.Background(), v2opts, p.Addr)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -192,10 +191,10 @@ func BenchmarkWildcardReplay(b *testing.B) {
 			b.SetBytes(int64(topics) * replaySize)
 			var elapsed time.Duration
 			var rss float64
-			cpu, nodeCPU := processCPU(b), p.cpu(b)
+			cpu, nodeCPU := processCPU(b), processNodeCPU(b, p)
 			for range b.N {
 				b.StopTimer()
-				before := p.rss(b)
+				before := processRSS(b, p)
 				b.StartTimer()
 				start := time.Now()
 				sub, err := readN(pc, pattern, topics)
@@ -204,7 +203,7 @@ func BenchmarkWildcardReplay(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.StopTimer()
-				rss = max(rss, float64(int64(p.rss(b))-int64(before))/(1<<20))
+				rss = max(rss, float64(int64(processRSS(b, p))-int64(before))/(1<<20))
 				sub.Close()
 				b.StartTimer()
 			}
@@ -212,7 +211,7 @@ func BenchmarkWildcardReplay(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(rate, "records/s")
 			b.ReportMetric(rss, "node-rss-MiB")
-			b.ReportMetric(float64((p.cpu(b)-nodeCPU).Microseconds())/(float64(topics)*float64(b.N)), "node-cpu-µs/record")
+			b.ReportMetric(float64((processNodeCPU(b, p)-nodeCPU).Microseconds())/(float64(topics)*float64(b.N)), "node-cpu-µs/record")
 			reportCPU(b, cpu, float64(topics)*float64(b.N), "record")
 			medians.add("wild/process/"+key, b.N, rate)
 			if key == "one" {
@@ -229,14 +228,14 @@ func BenchmarkWildcardReplay(b *testing.B) {
 	// memory (a later replay reuses it), which would otherwise fall on whichever leaf comes
 	// first. What that first wildcard replay added to the node's resident memory is the
 	// memory figure of a subscription.
-	before := p.rss(b)
+	before := processRSS(b, p)
 	for _, pattern := range []string{"scale.>", "one.replay"} {
 		sub, err := readN(pc, pattern, topics)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if pattern == "scale.>" {
-			fmt.Fprintf(os.Stderr, "first wildcard replay of the node process: node RSS +%.1f MiB\n", float64(int64(p.rss(b))-int64(before))/(1<<20))
+			fmt.Fprintf(os.Stderr, "first wildcard replay of the node process: node RSS +%.1f MiB\n", float64(int64(processRSS(b, p))-int64(before))/(1<<20))
 		}
 		sub.Close()
 	}
@@ -245,83 +244,35 @@ func BenchmarkWildcardReplay(b *testing.B) {
 	procLeaf("process/one-topic", "one.replay", "one", pc)
 }
 
-// nodeProcess is a `quicmq node` child process (built from ../cmd/quicmq) serving a data
-// directory, for benchmarks that keep the node out of their own process.
-type nodeProcess struct {
-	cmd  *exec.Cmd
-	addr string
-}
-
 // startNodeProcess builds quicmq and runs `quicmq node` on dir (its TLS material included)
-// until b ends.
-func startNodeProcess(b *testing.B, dir string) *nodeProcess {
+// until b ends (internal/nodeproc), for benchmarks that keep the node out of their own process.
+func startNodeProcess(b *testing.B, dir string) *nodeproc.Process {
 	b.Helper()
 	bin := filepath.Join(b.TempDir(), "quicmq")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/quicmq/quicmq/cmd/quicmq").CombinedOutput(); err != nil {
 		b.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "node", "--anonymous", "--data", dir, "--listen", "127.0.0.1:0", "--name", "bench", "--region", "bench")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	listening := regexp.MustCompile(`msg="node listening".* addr=(\S+)`)
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-	}()
-	select {
-	case a := <-addr:
-		return &nodeProcess{cmd: cmd, addr: a}
-	case <-time.After(60 * time.Second):
-		b.Fatal("quicmq node did not listen within 60 s")
-		return nil
-	}
+	return nodeproc.Start(b, bin, "bench", "--anonymous", "--data", dir, "--listen", "127.0.0.1:0", "--name", "bench", "--region", "bench")
 }
 
-// rss is the process's resident memory in bytes (/proc/PID/status VmRSS).
-func (p *nodeProcess) rss(b *testing.B) uint64 {
+// processRSS is p's resident memory in bytes.
+func processRSS(b *testing.B, p *nodeproc.Process) uint64 {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	rss, err := p.RSS()
 	if err != nil {
 		b.Fatal(err)
 	}
-	for line := range strings.Lines(string(data)) {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmRSS in /proc status")
-	return 0
+	return rss
 }
 
-// cpu is the process's CPU time so far (utime+stime of /proc/PID/stat, at 100 ticks a second).
-func (p *nodeProcess) cpu(b *testing.B) time.Duration {
+// processNodeCPU is p's CPU time so far.
+func processNodeCPU(b *testing.B, p *nodeproc.Process) time.Duration {
 	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	d, err := p.CPU()
 	if err != nil {
 		b.Fatal(err)
 	}
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseUint(fields[11], 10, 64)
-	stime, _ := strconv.ParseUint(fields[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return d
 }
 
 // readRaw subscribes to pattern from earliest over a connection of its own, speaking the

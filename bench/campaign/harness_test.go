@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/quicmq/quicmq/bench/lossy"
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -92,121 +92,39 @@ func quicmqBinary(t *testing.T) string {
 	return builtBin
 }
 
-var (
-	listeningRE = regexp.MustCompile(`msg="node listening".* addr=(\S+)`)
-	linkUpRE    = regexp.MustCompile(`msg="link (up|reconnected)"`)
-)
+// liveCtx is the context of every node process: killAllNodes cancels it, which kills every
+// one still running (exec.CommandContext) and refuses to start more.
+var liveCtx, killAllNodes = context.WithCancel(context.Background())
 
-// live holds every node process started and not yet reaped, for killAllNodes.
-var live struct {
-	sync.Mutex
-	procs map[*exec.Cmd]struct{}
-}
-
-func killAllNodes() {
-	live.Lock()
-	defer live.Unlock()
-	for c := range live.procs {
-		c.Process.Kill()
-	}
-}
-
-// node is a `quicmq node` process inside a namespace. Its stderr is read by one goroutine,
-// which owns tailLog (under mu) and counts link-ups.
+// node is a `quicmq node` process inside a namespace (internal/nodeproc).
 type node struct {
+	*nodeproc.Process
 	name, region, addr, metrics string
 	ns                          *lossy.Namespace
-	cmd                         *exec.Cmd
-	exited                      chan struct{}
-	linkUp                      chan struct{}
-	mu                          sync.Mutex
-	tailLog                     []string
 }
 
-func (n *node) tail() string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return strings.Join(n.tailLog, "\n")
-}
+func (n *node) tail() string { return n.Tail() }
 
 // startNode starts a node in ns listening on addr (IP:PORT) for clients and with the given
 // extra flags, and waits until it listens.
 func startNode(t *testing.T, ns *lossy.Namespace, name, region, addr, metrics, caDir string, args ...string) *node {
 	t.Helper()
-	bin := quicmqBinary(t)
-	full := append([]string{"node", "--anonymous", "--insecure-gossip", "--name", name, "--region", region,
-		"--listen", addr, "--metrics", metrics, "--data", t.TempDir(), "--ca-dir", caDir}, args...)
-	cmd := ns.Command(context.Background(), bin, full...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
+	o := nodeproc.Options{
+		Command:      func(bin string, args ...string) *exec.Cmd { return ns.Command(liveCtx, bin, args...) },
+		StartTimeout: 30 * time.Second,
 	}
-	n := &node{name: name, region: region, addr: addr, metrics: metrics, ns: ns, cmd: cmd,
-		exited: make(chan struct{}), linkUp: make(chan struct{}, 64)}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	live.Lock()
-	if live.procs == nil {
-		live.procs = map[*exec.Cmd]struct{}{}
-	}
-	live.procs[cmd] = struct{}{}
-	live.Unlock()
-	listening := make(chan struct{}, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			n.mu.Lock()
-			n.tailLog = append(n.tailLog, line)
-			if len(n.tailLog) > 40 {
-				n.tailLog = n.tailLog[1:]
-			}
-			n.mu.Unlock()
-			if listeningRE.MatchString(line) {
-				select {
-				case listening <- struct{}{}:
-				default:
-				}
-			}
-			if linkUpRE.MatchString(line) {
-				select {
-				case n.linkUp <- struct{}{}:
-				default:
-				}
-			}
-		}
-		cmd.Wait()
-		live.Lock()
-		delete(live.procs, cmd)
-		live.Unlock()
-		close(n.exited)
-	}()
-	select {
-	case <-listening:
-	case <-n.exited:
-		t.Fatalf("%s exited before listening\n%s", name, n.tail())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not listen within 30 s\n%s", name, n.tail())
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-n.exited
-	})
-	return n
+	p := o.Start(t, quicmqBinary(t), name, append([]string{"--anonymous", "--insecure-gossip", "--name", name, "--region", region,
+		"--listen", addr, "--metrics", metrics, "--data", t.TempDir(), "--ca-dir", caDir}, args...)...)
+	return &node{Process: p, name: name, region: region, addr: addr, metrics: metrics, ns: ns}
 }
 
 // waitLinks waits until every node has reported want links up.
 func waitLinks(t *testing.T, nodes []*node, want int) {
 	t.Helper()
-	deadline := time.After(45 * time.Second)
+	deadline := time.Now().Add(45 * time.Second)
 	for _, n := range nodes {
-		for i := 0; i < want; i++ {
-			select {
-			case <-n.linkUp:
-			case <-deadline:
-				t.Fatalf("%s: %d of %d links up within 45 s\n%s", n.name, i, want, n.tail())
-			}
+		if err := n.WaitLinks(want, time.Until(deadline)); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

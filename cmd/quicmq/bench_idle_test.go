@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 )
 
 // BenchmarkIdleConnections measures what keeping idle client connections alive costs a real
@@ -56,7 +57,7 @@ func BenchmarkIdleConnections(b *testing.B) {
 }
 
 // idleRun dials n connections with opts, lets them settle, measures the window, closes them.
-func idleRun(b *testing.B, p *lagNode, ca string, n int, window time.Duration, opts client.Options) {
+func idleRun(b *testing.B, p *nodeproc.Process, ca string, n int, window time.Duration, opts client.Options) {
 	opts.CAFile, opts.Name, opts.MigrateCheck = ca, "idle", -1 // no route lookups in this process
 	cs := make([]*client.Conn, n)
 	var (
@@ -88,7 +89,7 @@ func idleRun(b *testing.B, p *lagNode, ca string, n int, window time.Duration, o
 				)
 				for range 3 { // a handshake can time out on a loaded machine: dial again
 					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-					c, err = client.Dial(ctx, opts, p.addr)
+					c, err = client.Dial(ctx, opts, p.Addr)
 					cancel()
 					if err == nil {
 						break
@@ -142,10 +143,10 @@ func idleRun(b *testing.B, p *lagNode, ca string, n int, window time.Duration, o
 		return total
 	}
 	silent0 := silentNodes() // taken as lost while the others dialed and settled
-	cpu0, pk0, t0, self0 := procCPU(b, p.pid()), packets(), time.Now(), procCPU(b, os.Getpid())
+	cpu0, pk0, t0, self0 := procCPU(b, p.Pid()), packets(), time.Now(), procCPU(b, os.Getpid())
 	timer := time.NewTimer(window)
 	<-timer.C
-	cpu1, pk1, t1, self1 := procCPU(b, p.pid()), packets(), time.Now(), procCPU(b, os.Getpid())
+	cpu1, pk1, t1, self1 := procCPU(b, p.Pid()), packets(), time.Now(), procCPU(b, os.Getpid())
 	elapsed := t1.Sub(t0).Seconds()
 	silent := silentNodes()
 	// Connections taken as lost although the node runs: on a machine short of CPU the node

@@ -1,25 +1,22 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
@@ -81,10 +78,10 @@ func lagRun(b *testing.B, bin string, stalled bool) float64 {
 	b.StopTimer()
 	data := b.TempDir()
 	p := startLagNode(b, bin, data)
-	defer p.stop()
+	defer p.Stop(10 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	pub := dialLag(b, p.addr, data)
+	pub := dialLag(b, p.Addr, data)
 	defer pub.Close()
 	payload := make([]byte, lagPayloadSize)
 	for i := range 10 { // create the topic, and the first records the subscriber reads
@@ -95,7 +92,7 @@ func lagRun(b *testing.B, bin string, stalled bool) float64 {
 	}
 	var sub *client.Subscription
 	if stalled {
-		sc := dialLag(b, p.addr, data)
+		sc := dialLag(b, p.Addr, data)
 		defer sc.Close()
 		var err error
 		if sub, err = sc.Subscribe(ctx, lagTopic, client.SubscribeOptions{From: client.Earliest}); err != nil {
@@ -109,9 +106,9 @@ func lagRun(b *testing.B, bin string, stalled bool) float64 {
 		}
 	}
 	testlog.Pause(context.Background(), 500*time.Millisecond) // a measurement: the node settles after startup and setup
-	before := procMemory(b, p.pid())
-	cpuBefore := procCPU(b, p.pid())
-	b.Logf("stalled=%v: node pid %d, VmRSS %.1f MiB before publishing %d records of %d B", stalled, p.pid(), before.rss, records, lagPayloadSize)
+	before := procMemory(b, p.Pid())
+	cpuBefore := procCPU(b, p.Pid())
+	b.Logf("stalled=%v: node pid %d, VmRSS %.1f MiB before publishing %d records of %d B", stalled, p.Pid(), before.rss, records, lagPayloadSize)
 
 	b.StartTimer()
 	start := time.Now()
@@ -121,9 +118,9 @@ func lagRun(b *testing.B, bin string, stalled bool) float64 {
 	elapsed := time.Since(start)
 	b.StopTimer()
 	testlog.Pause(context.Background(), time.Second) // a measurement: the subscription's sender runs into flow control, if it can
-	after := procMemory(b, p.pid())
-	cpu := procCPU(b, p.pid()) - cpuBefore
-	lag, err := scrapeLag(p.metrics)
+	after := procMemory(b, p.Pid())
+	cpu := procCPU(b, p.Pid()) - cpuBefore
+	lag, err := scrapeLag(p.Metrics)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -163,79 +160,13 @@ func lagBinary(b *testing.B) string {
 	return bin
 }
 
-// lagNode is a `quicmq node` child process with a metrics endpoint.
-type lagNode struct {
-	cmd     *exec.Cmd
-	addr    string // QUIC listener
-	metrics string // http://.../metrics
-	exited  chan struct{}
-	once    sync.Once
-}
-
-var lagMetricsRE = regexp.MustCompile(`metrics on (http://[^\s,]+/metrics)`)
-
-func startLagNode(b *testing.B, bin, data string) *lagNode {
+// startLagNode starts `quicmq node` on data (internal/nodeproc) with a metrics endpoint and
+// profiles, as node "lag" of region "bench".
+func startLagNode(b *testing.B, bin, data string) *nodeproc.Process {
 	b.Helper()
-	cmd := exec.Command(bin, "node", "--anonymous", "--data", data, "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
+	o := nodeproc.Options{StartTimeout: 30 * time.Second}
+	return o.Start(b, bin, "lag", "--anonymous", "--data", data, "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0",
 		"--name", "lag", "--region", "bench", "--log-level", "info", "--pprof")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	p := &lagNode{cmd: cmd, exited: make(chan struct{})}
-	addr, metrics := make(chan string, 1), make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-			if m := lagMetricsRE.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case metrics <- m[1]:
-				default:
-				}
-			}
-		}
-		io.Copy(io.Discard, stderr)
-		cmd.Wait()
-		close(p.exited)
-	}()
-	timeout := time.After(30 * time.Second)
-	for p.addr == "" || p.metrics == "" {
-		select {
-		case p.addr = <-addr:
-		case p.metrics = <-metrics:
-		case <-p.exited:
-			b.Fatalf("node exited before listening: %v", cmd.ProcessState)
-		case <-timeout:
-			p.stop()
-			b.Fatal("node did not start listening within 30 s")
-		}
-	}
-	b.Cleanup(p.stop)
-	return p
-}
-
-func (p *lagNode) pid() int { return p.cmd.Process.Pid }
-
-// stop ends the node with SIGTERM (a graceful stop), or SIGKILL after 10 s.
-func (p *lagNode) stop() {
-	p.once.Do(func() {
-		p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-		case <-time.After(10 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-	})
 }
 
 func dialLag(b *testing.B, addr, data string) *client.Conn {
@@ -251,52 +182,24 @@ func dialLag(b *testing.B, addr, data string) *client.Conn {
 
 type memory struct{ rss, hwm float64 } // MiB
 
-// procMemory reads VmRSS (resident now) and VmHWM (peak resident) of a process.
+// procMemory reads VmRSS (resident now) and VmHWM (peak resident) of a process, in MiB.
 func procMemory(b testing.TB, pid int) memory {
 	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	m, err := nodeproc.Memory(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var m memory
-	for _, line := range strings.Split(string(raw), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 3 || f[2] != "kB" {
-			continue
-		}
-		kb, err := strconv.ParseFloat(f[1], 64)
-		if err != nil {
-			continue
-		}
-		switch f[0] {
-		case "VmRSS:":
-			m.rss = kb / 1024
-		case "VmHWM:":
-			m.hwm = kb / 1024
-		}
-	}
-	if m.rss == 0 {
-		b.Fatalf("no VmRSS in /proc/%d/status", pid)
-	}
-	return m
+	return memory{rss: float64(m.RSS) / (1 << 20), hwm: float64(m.HWM) / (1 << 20)}
 }
 
 // procCPU is the user plus system CPU time a process used so far.
 func procCPU(b testing.TB, pid int) time.Duration {
 	b.Helper()
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := nodeproc.CPU(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
-	utime, err1 := strconv.ParseUint(f[11], 10, 64)
-	stime, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		b.Fatalf("/proc/%d/stat: %v", pid, err)
-	}
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / ticksPerSecond
+	return d
 }
 
 // scrapeLag sums quicmq_subscription_lag_records over every subscription of the node.

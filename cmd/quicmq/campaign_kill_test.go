@@ -17,6 +17,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/campaign"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/routing"
 )
@@ -102,7 +103,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 		return a
 	}
 	var procMu sync.Mutex // guards procs: the kill loop replaces entries, publishers read addresses
-	procs := make([]*meshProcess, len(specs))
+	procs := make([]*nodeproc.Process, len(specs))
 	for i, s := range specs {
 		procs[i] = startMeshProcess(t, bin, s.name, args(s)...)
 	}
@@ -112,9 +113,9 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 		deadline := time.After(30 * time.Second)
 		for n := 0; n < len(specs)-1; n++ {
 			select {
-			case <-p.linkUp:
+			case <-p.LinkUp():
 			case <-deadline:
-				t.Fatalf("%s: only %d of %d links up within 30 s\n%s", specs[i].name, n, len(specs)-1, p.tail())
+				t.Fatalf("%s: only %d of %d links up within 30 s\n%s", specs[i].name, n, len(specs)-1, p.Tail())
 			}
 		}
 	}
@@ -178,7 +179,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 	}
 	dial := func(i int) (*client.Conn, error) {
 		procMu.Lock()
-		addr := procs[i].addr
+		addr := procs[i].Addr
 		procMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
@@ -327,7 +328,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 		procMu.Lock()
 		victim := procs[i]
 		procMu.Unlock()
-		victim.kill()
+		victim.Kill()
 		killed := time.Now()
 		p := startMeshProcess(t, bin, s.name, args(s)...)
 		procMu.Lock()
@@ -341,7 +342,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 		testlog.WaitForErr(t, 60*time.Second, fmt.Sprintf("kill %d: %s serving %s", k, s.name, probeTopic), func() error {
 			conn, err := dial(i)
 			if err != nil {
-				return fmt.Errorf("%w\n%s", err, p.tail())
+				return fmt.Errorf("%w\n%s", err, p.Tail())
 			}
 			key := campaign.Key{Producer: "probe", Seq: seqs[producers].Add(1) - 1}
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
@@ -349,7 +350,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 			cancel()
 			conn.Close()
 			if err != nil {
-				return fmt.Errorf("%w\n%s", err, p.tail())
+				return fmt.Errorf("%w\n%s", err, p.Tail())
 			}
 			record(s.region, probeTopic, ack.Offset, key)
 			return nil
@@ -361,7 +362,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 			role = "a replica of every topic"
 		}
 		t.Logf("kill %d at %v: %s (%s) killed, restarted, serving its topics again %v after the kill (listening %v after exec)",
-			k, killed.Sub(meshUp).Round(time.Millisecond), s.name, role, rec.Round(time.Millisecond), p.listen.Round(time.Millisecond))
+			k, killed.Sub(meshUp).Round(time.Millisecond), s.name, role, rec.Round(time.Millisecond), p.Listen.Round(time.Millisecond))
 	}
 	testlog.Pause(context.Background(), 2*time.Second) // the schedule: 2 s of publishing after the last kill
 	stopPub()
@@ -376,7 +377,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 	for i, s := range specs {
 		if _, ok := conns[s.region]; !ok {
 			procMu.Lock()
-			conns[s.region] = dialCA(t, procs[i].addr, caDir)
+			conns[s.region] = dialCA(t, procs[i].Addr, caDir)
 			procMu.Unlock()
 		}
 	}

@@ -64,7 +64,7 @@ func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
 		var followers []int
 		for i, n := range r.nodes {
 			if i != leader {
-				n.proc().kill()
+				n.proc().Kill()
 				followers = append(followers, i)
 			}
 		}
@@ -73,7 +73,7 @@ func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
 		testlog.Until(wait, func() bool { return l.oks.Load() != acked }) // an acknowledgement no follower can have made (a correct build makes none)
 		cancel()
 		alone := l.oks.Load() - acked
-		r.nodes[leader].proc().kill()
+		r.nodes[leader].proc().Kill()
 		for _, i := range followers {
 			r.start(i)
 		}

@@ -130,7 +130,7 @@ func TestCampaignReplicaKillLeader(t *testing.T) {
 	var failovers []time.Duration
 	for k := range kills {
 		leader := l.leaderAfter(t, 500*time.Millisecond+time.Duration(rng.IntN(1000))*time.Millisecond)
-		r.nodes[leader].proc().kill()
+		r.nodes[leader].proc().Kill()
 		took, via, err := l.failover(t, leader, time.Now())
 		if err != nil {
 			t.Fatalf("kill %d: %v", k, err)
@@ -225,7 +225,7 @@ func TestCampaignReplicaWipeReplica(t *testing.T) {
 	leader := l.leaderAfter(t, time.Second)
 	victim := (leader + 1) % len(r.nodes)
 	n := r.nodes[victim]
-	n.proc().kill()
+	n.proc().Kill()
 	if err := os.RemoveAll(n.data); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestCampaignReplicaWipeReplica(t *testing.T) {
 	}) == nil
 	read := l.readEveryNode(t, 0)
 	t.Logf("after the wipe: %d of 3 nodes read back; %s caught up: %v after %v, through %d snapshots (metadata only, records fetched); its quicmq topics: %s",
-		read, n.name, caught, time.Since(wiped).Round(time.Millisecond), n.proc().snapshots.Load(), last)
+		read, n.name, caught, time.Since(wiped).Round(time.Millisecond), n.proc().Snapshots(), last)
 	if caught {
 		l.Stop()
 		checkReplicaCampaign(t, l, all(len(r.nodes)))

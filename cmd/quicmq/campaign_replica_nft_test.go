@@ -41,7 +41,7 @@ func (r *replicaRegion) isolateNode(i int) *isolation {
 	t := r.t
 	t.Helper()
 	fixed := func(n *replicaNode) []int {
-		return []int{addrPort(t, n.proc().addr), addrPort(t, n.lan)}
+		return []int{addrPort(t, n.proc().Addr), addrPort(t, n.lan)}
 	}
 	victim := fixed(r.nodes[i])
 	var peers []int
@@ -49,7 +49,7 @@ func (r *replicaRegion) isolateNode(i int) *isolation {
 	for j, n := range r.nodes {
 		if j != i {
 			peers = append(peers, fixed(n)...)
-			pids = append(pids, n.proc().cmd.Process.Pid)
+			pids = append(pids, n.proc().Pid())
 		}
 	}
 	return isolatePorts(t, victim, peers, pids)

@@ -22,6 +22,7 @@ import (
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/campaign"
 	"github.com/quicmq/quicmq/internal/linearize"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -49,10 +50,10 @@ type replicaNode struct {
 	name, data, lan string
 	bin             string     // the binary node runs, when not the region's (an upgrade)
 	mu              sync.Mutex // guards p: a fault replaces it while the load reads its address
-	p               *meshProcess
+	p               *nodeproc.Process
 }
 
-func (n *replicaNode) proc() *meshProcess {
+func (n *replicaNode) proc() *nodeproc.Process {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.p
@@ -128,9 +129,9 @@ func (r *replicaRegion) waitLinks(i int) {
 	deadline := time.After(30 * time.Second)
 	for n := 0; n < len(r.nodes)-1; n++ {
 		select {
-		case <-p.linkUp:
+		case <-p.LinkUp():
 		case <-deadline:
-			r.t.Fatalf("%s: %d of %d links up within 30 s\n%s", r.nodes[i].name, n, len(r.nodes)-1, p.tail())
+			r.t.Fatalf("%s: %d of %d links up within 30 s\n%s", r.nodes[i].name, n, len(r.nodes)-1, p.Tail())
 		}
 	}
 }
@@ -142,7 +143,7 @@ func (r *replicaRegion) dial(ctx context.Context, i int) (*client.Conn, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	return client.Dial(ctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem")}, p.addr)
+	return client.Dial(ctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem")}, p.Addr)
 }
 
 func (r *replicaRegion) index(name string) int {
@@ -161,7 +162,7 @@ type replicaTopic struct {
 func (r *replicaRegion) topics(ctx context.Context, i int, pattern string) ([]replicaTopic, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, r.bin, "topics", "--server", r.nodes[i].proc().addr, "--ca", filepath.Join(r.caDir, "ca.pem"), "--format", "json", "--pattern", pattern)
+	cmd := exec.CommandContext(ctx, r.bin, "topics", "--server", r.nodes[i].proc().Addr, "--ca", filepath.Join(r.caDir, "ca.pem"), "--format", "json", "--pattern", pattern)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -657,7 +658,7 @@ func checkReplicaCampaign(t *testing.T, l *replicaLoad, running []int) {
 // signal stops (SIGSTOP) or resumes (SIGCONT) node i's process.
 func (r *replicaRegion) signal(i int, sig syscall.Signal) {
 	r.t.Helper()
-	if err := r.nodes[i].proc().cmd.Process.Signal(sig); err != nil {
+	if err := r.nodes[i].proc().Signal(sig); err != nil {
 		r.t.Fatalf("%v to %s: %v", sig, r.nodes[i].name, err)
 	}
 }

@@ -1,21 +1,19 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -79,58 +77,12 @@ func quicmqBinaryTags(t *testing.T, tags string) string {
 	return b.bin
 }
 
-// nodeProcess is a `quicmq node` child process.
-type nodeProcess struct {
-	cmd     *exec.Cmd
-	addr    string
-	started time.Duration // from exec to "node listening"
-	exited  chan struct{}
-}
-
-var listeningRE = regexp.MustCompile(`msg="node listening".* addr=(\S+)`)
-
-func startNodeProcess(t *testing.T, bin, data string) *nodeProcess {
+// startNodeProcess starts `quicmq node` alone on data (internal/nodeproc), as node "crash"
+// of region "test" with anonymous clients on a free loopback port.
+func startNodeProcess(t *testing.T, bin, data string) *nodeproc.Process {
 	t.Helper()
-	cmd := exec.Command(bin, "node", "--anonymous", "--data", data, "--listen", "127.0.0.1:0", "--name", "crash", "--region", "test")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	begin := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &nodeProcess{cmd: cmd, exited: make(chan struct{})}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-		cmd.Wait()
-		close(p.exited)
-	}()
-	select {
-	case p.addr = <-addr:
-		p.started = time.Since(begin)
-	case <-p.exited:
-		t.Fatalf("node exited before listening: %v", cmd.ProcessState)
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatal("node did not start listening within 30 s")
-	}
-	t.Cleanup(func() { p.kill() })
-	return p
-}
-
-func (p *nodeProcess) kill() {
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
+	o := nodeproc.Options{StartTimeout: 30 * time.Second}
+	return o.Start(t, bin, "crash", "--anonymous", "--data", data, "--listen", "127.0.0.1:0", "--name", "crash", "--region", "test")
 }
 
 // Real node processes, killed with SIGKILL in the middle of pipelined publishing, 20 times:
@@ -150,8 +102,8 @@ func TestKill9LosesNoAckedRecord(t *testing.T) {
 
 	for cycle := 0; cycle < cycles; cycle++ {
 		p := startNodeProcess(t, bin, data)
-		startTimes = append(startTimes, p.started)
-		conn := dial(t, p.addr, data)
+		startTimes = append(startTimes, p.Listen)
+		conn := dial(t, p.Addr, data)
 
 		verifyLog(t, conn, acked, cycle)
 
@@ -177,7 +129,7 @@ func TestKill9LosesNoAckedRecord(t *testing.T) {
 		killed := make(chan struct{})
 		go func() {
 			testlog.Pause(context.Background(), killAt) // the seeded kill schedule
-			p.kill()
+			p.Kill()
 			// A killed peer sends nothing: QUIC would notice only at the idle timeout. The
 			// publisher gives up at once instead; acks not read by now were never received.
 			conn.Close()
@@ -201,11 +153,11 @@ func TestKill9LosesNoAckedRecord(t *testing.T) {
 		<-killed
 		conn.Close()
 		totalAcked += n
-		t.Logf("cycle %d: killed after %v with %d acks this cycle (start took %v)", cycle, killAt, n, p.started.Round(time.Millisecond))
+		t.Logf("cycle %d: killed after %v with %d acks this cycle (start took %v)", cycle, killAt, n, p.Listen.Round(time.Millisecond))
 	}
 
 	p := startNodeProcess(t, bin, data)
-	conn := dial(t, p.addr, data)
+	conn := dial(t, p.Addr, data)
 	verifyLog(t, conn, acked, cycles)
 	slices.Sort(startTimes)
 	t.Logf("%d cycles, %d acked records, all present at their offsets; restart to listening p50 %v max %v",

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -41,7 +42,7 @@ func TestCampaignFailoverDefaults(t *testing.T) {
 	for _, r := range regions {
 		data[r], listen[r], lan[r], wan[r] = t.TempDir(), freeAddr(t), freeAddr(t), freeAddr(t)
 	}
-	start := func(r string) *meshProcess {
+	start := func(r string) *nodeproc.Process {
 		other := "us"
 		if r == "us" {
 			other = "eu"
@@ -49,7 +50,7 @@ func TestCampaignFailoverDefaults(t *testing.T) {
 		return startMeshProcess(t, bin, r+"1", "--data", data[r], "--region", r, "--ca-dir", caDir, "--listen", listen[r],
 			"--gossip", lan[r], "--wan", wan[r], "--wan-join", wan[other], "--mirror", "x.t")
 	}
-	procs := map[string]*meshProcess{}
+	procs := map[string]*nodeproc.Process{}
 	for _, r := range regions {
 		procs[r] = start(r)
 	}
@@ -206,7 +207,7 @@ func TestCampaignFailoverDefaults(t *testing.T) {
 		run := time.Duration(300+rng.IntN(1200)) * time.Millisecond
 		until(30*time.Second, fmt.Sprintf("kill %d: records flowing", k), sentAfter("eu", time.Now().Add(run)))
 		killAt := time.Now()
-		procs["eu"].kill()
+		procs["eu"].Kill()
 		g := until(20*time.Second, fmt.Sprintf("kill %d: a record sent to us after the kill", k), sentAfter("us", killAt))
 		moves = append(moves, g.at.Sub(killAt))
 		if sc.Stats().Region != "us" {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 )
 
 // Three real node processes, regions eu, us and ap, each mirroring "events" from the others,
@@ -33,7 +34,7 @@ func TestKill9HomeRegionSubscriberFailsOver(t *testing.T) {
 	for _, r := range regions {
 		data[r], listen[r], lan[r], wan[r] = t.TempDir(), freeAddr(t), freeAddr(t), freeAddr(t)
 	}
-	start := func(r string) *meshProcess {
+	start := func(r string) *nodeproc.Process {
 		var join []string
 		for _, o := range regions {
 			if o != r {
@@ -43,7 +44,7 @@ func TestKill9HomeRegionSubscriberFailsOver(t *testing.T) {
 		return startMeshProcess(t, bin, r+"1", "--data", data[r], "--region", r, "--ca-dir", caDir, "--listen", listen[r],
 			"--gossip", lan[r], "--wan", wan[r], "--wan-join", strings.Join(join, ","), "--mirror", "events")
 	}
-	procs := map[string]*meshProcess{}
+	procs := map[string]*nodeproc.Process{}
 	for _, r := range regions {
 		procs[r] = start(r)
 	}
@@ -143,7 +144,7 @@ func TestKill9HomeRegionSubscriberFailsOver(t *testing.T) {
 	}
 	readUntil(map[string]int{"eu": 150, "us": 150, "ap": 150})
 	publish("eu", 300, 200)
-	procs["eu"].kill() // SIGKILL, with records on their way to the subscriber and to the mirrors
+	procs["eu"].Kill() // SIGKILL, with records on their way to the subscriber and to the mirrors
 	t.Logf("eu killed; the subscriber had printed %v", next)
 	for _, r := range []string{"us", "ap"} {
 		publish(r, 300, 300)

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,106 +13,25 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
-// meshProcess is a `quicmq node` child process of a mesh; it reports when it listens and
-// when its links come up, and keeps the tail of its log for failure messages.
-type meshProcess struct {
-	name    string
-	cmd     *exec.Cmd
-	addr    string
-	begin   time.Time
-	listen  time.Duration // exec -> "node listening"
-	linkUp  chan time.Duration
-	exited  chan struct{}
-	tailMu  sync.Mutex
-	tailLog []string
-	// snapshots counts the raft snapshots the node installed (its log lines), for the
-	// campaigns that show a replica catching up through one.
-	snapshots atomic.Int64
-	// moveLines keeps its log lines about replica moves (moveLineRE), for the campaigns
-	// that judge moves from what the nodes did (resize_campaign_test.go).
-	moveLines []string // guarded by tailMu
-}
+// moveLineRE matches a node's log lines about replica moves, which the resize campaigns
+// judge moves by (resize_campaign_test.go).
+var moveLineRE = regexp.MustCompile(`msg="(replica move|region metadata: (moving a group|a group's replica mov)|undoing a replica move)`)
 
-var (
-	linkUpRE   = regexp.MustCompile(`msg="link (up|reconnected)"`)
-	snapshotRE = regexp.MustCompile(`msg="snapshot installed"`)
-	moveLineRE = regexp.MustCompile(`msg="(replica move|region metadata: (moving a group|a group's replica mov)|undoing a replica move)`)
-)
-
-func startMeshProcess(t *testing.T, bin, name string, args ...string) *meshProcess {
+// startMeshProcess starts `quicmq node` as a node of a test mesh (internal/nodeproc):
+// anonymous clients, gossip in the clear, clients on a free loopback port unless args say
+// otherwise; it keeps the node's replica-move lines.
+func startMeshProcess(t *testing.T, bin, name string, args ...string) *nodeproc.Process {
 	t.Helper()
-	cmd := exec.Command(bin, append([]string{"node", "--anonymous", "--insecure-gossip", "--listen", "127.0.0.1:0", "--name", name}, args...)...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &meshProcess{name: name, cmd: cmd, begin: time.Now(), linkUp: make(chan time.Duration, 16), exited: make(chan struct{})}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			line := sc.Text()
-			p.tailMu.Lock()
-			p.tailLog = append(p.tailLog, line)
-			if len(p.tailLog) > 40 {
-				p.tailLog = p.tailLog[1:]
-			}
-			if moveLineRE.MatchString(line) && len(p.moveLines) < 100000 {
-				p.moveLines = append(p.moveLines, line)
-			}
-			p.tailMu.Unlock()
-			if m := listeningRE.FindStringSubmatch(line); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-			if snapshotRE.MatchString(line) {
-				p.snapshots.Add(1)
-			}
-			if linkUpRE.MatchString(line) {
-				select {
-				case p.linkUp <- time.Since(p.begin):
-				default:
-				}
-			}
-		}
-		cmd.Wait()
-		close(p.exited)
-	}()
-	select {
-	case p.addr = <-addr:
-		p.listen = time.Since(p.begin)
-	case <-p.exited:
-		t.Fatalf("%s exited before listening: %v\n%s", name, cmd.ProcessState, p.tail())
-	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
-		t.Fatalf("%s did not listen within 30 s\n%s", name, p.tail())
-	}
-	t.Cleanup(p.kill)
-	return p
-}
-
-func (p *meshProcess) kill() {
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
-}
-
-func (p *meshProcess) tail() string {
-	p.tailMu.Lock()
-	defer p.tailMu.Unlock()
-	return strings.Join(p.tailLog, "\n")
+	o := nodeproc.Options{Keep: []*regexp.Regexp{moveLineRE}, StartTimeout: 30 * time.Second}
+	return o.Start(t, bin, name, append([]string{"--anonymous", "--insecure-gossip", "--listen", "127.0.0.1:0", "--name", name}, args...)...)
 }
 
 // freeAddr returns a 127.0.0.1 address whose port is free for both TCP and UDP (serf uses
@@ -246,7 +163,7 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 	usLAN, usWAN := freeAddr(t), freeAddr(t)
 	eu := startMeshProcess(t, bin, "eu1", "--data", euData, "--region", "eu", "--ca-dir", caDir,
 		"--gossip", freeAddr(t), "--wan", euWAN)
-	startUS := func() *meshProcess {
+	startUS := func() *nodeproc.Process {
 		return startMeshProcess(t, bin, "us1", "--data", usData, "--region", "us", "--ca-dir", caDir,
 			"--gossip", usLAN, "--wan", usWAN, "--wan-join", euWAN, "--mirror", "k9.>")
 	}
@@ -256,7 +173,7 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 	// down before each kill in the middle of a catch-up. The records are sequence-numbered:
 	// with one publisher on one stream, record i lands at eu's offset i; acked counts the
 	// records eu acknowledged (in order).
-	pubConn := dialCA(t, eu.addr, caDir)
+	pubConn := dialCA(t, eu.Addr, caDir)
 	var acked atomic.Uint64
 	burst := make(chan int, 1)
 	pubCtx, stopPub := context.WithCancel(context.Background())
@@ -325,12 +242,12 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 		}
 		// Restart, verify what the last kill left, and kill again (a plain kill).
 		us := startUS()
-		usConn := dialCA(t, us.addr, caDir)
+		usConn := dialCA(t, us.Addr, caDir)
 		verified = append(verified, verifyMirror(t, usConn, topic, fmt.Sprintf("after kill %d", attempt)))
 		if n := len(figs); n > 0 && verified[len(verified)-1] < figs[n-1].atKill {
 			t.Fatalf("after kill %d: us holds %d records, but %d were durable before the kill", attempt, verified[len(verified)-1], figs[n-1].atKill)
 		}
-		us.kill()
+		us.Kill()
 		usConn.Close()
 		before := acked.Load()
 		burst <- 1500 // a backlog of several mirror batches (1024 records each) builds up at eu
@@ -338,7 +255,7 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 
 		// Restart and kill as soon as the catch-up is seen to make progress.
 		us = startUS()
-		usConn = dialCA(t, us.addr, caDir)
+		usConn = dialCA(t, us.Addr, caDir)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		recovered, err := topicNext(ctx, usConn, topic)
 		if err != nil {
@@ -351,29 +268,29 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 		var now uint64
 		testlog.Until(ctx, func() bool {
 			if now, err = topicNext(ctx, usConn, topic); err != nil {
-				t.Fatalf("us topics: %v\n%s", err, us.tail())
+				t.Fatalf("us topics: %v\n%s", err, us.Tail())
 			}
 			return now > recovered
 		})
-		progress := time.Since(us.begin)
+		progress := time.Since(us.Begin)
 		originAtKill := acked.Load()
 		mid := now < origin // eu's records of before the restart not all mirrored yet
-		us.kill()
+		us.Kill()
 		cancel()
 		usConn.Close()
 		var linkUp time.Duration
 		select {
-		case linkUp = <-us.linkUp:
+		case linkUp = <-us.LinkUp():
 		default:
 		}
 		f := killFigure{recovered: recovered, backlog: origin - min(origin, recovered), atKill: now, originAtKill: originAtKill,
-			listen: us.listen, linkUp: linkUp, firstProgress: progress}
+			listen: us.Listen, linkUp: linkUp, firstProgress: progress}
 		figs = append(figs, f)
 		if mid {
 			midCatchUp++
 		}
 		t.Logf("kill %d: recovered %d, backlog %d; killed %v after exec (listening %v, link up %v) with %d mirrored of %d at eu%s",
-			attempt, recovered, f.backlog, progress.Round(time.Millisecond), us.listen.Round(time.Millisecond),
+			attempt, recovered, f.backlog, progress.Round(time.Millisecond), us.Listen.Round(time.Millisecond),
 			linkUp.Round(time.Millisecond), now, originAtKill, map[bool]string{true: " (mid catch-up)", false: " (caught up: not counted)"}[mid])
 	}
 
@@ -393,7 +310,7 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 	}
 	total := acked.Load()
 	us := startUS()
-	usConn := dialCA(t, us.addr, caDir)
+	usConn := dialCA(t, us.Addr, caDir)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	recovered, _ := topicNext(ctx, usConn, topic)
@@ -401,12 +318,12 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 	testlog.Until(ctx, func() bool {
 		n, err := topicNext(ctx, usConn, topic)
 		if err != nil {
-			t.Fatalf("us topics: %v\n%s", err, us.tail())
+			t.Fatalf("us topics: %v\n%s", err, us.Tail())
 		}
 		return n >= total
 	})
 	catchUp := time.Since(start)
-	euNext, _ := topicNext(ctx, dialCA(t, eu.addr, caDir), topic)
+	euNext, _ := topicNext(ctx, dialCA(t, eu.Addr, caDir), topic)
 	if euNext != total {
 		t.Fatalf("eu's log has %d records, %d were acknowledged", euNext, total)
 	}

@@ -155,7 +155,7 @@ func groupLeaderKill(t *testing.T, bin string) error {
 	slices.Sort(unacked)
 	t.Logf("records per member %v; unacknowledged %v", per, unacked)
 
-	r.nodes[lead].proc().kill()
+	r.nodes[lead].proc().Kill()
 	stop()
 	for _, c := range conns {
 		c.Close()

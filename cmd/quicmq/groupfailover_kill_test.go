@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -45,7 +46,7 @@ type groupMesh struct {
 	bin, caDir             string
 	regions                []string
 	data, listen, lan, wan map[string]string
-	procs                  map[string]*meshProcess
+	procs                  map[string]*nodeproc.Process
 	pub                    map[string]*client.Conn
 	// homeMore are eu's nodes past its first when eu is a replicated region
 	// (newReplicatedGroupMesh): eu2, eu3, started and killed with eu1.
@@ -55,7 +56,7 @@ type groupMesh struct {
 // homeNode is one more node of the home region.
 type homeNode struct {
 	name, data, listen, lan, wan string
-	p                            *meshProcess
+	p                            *nodeproc.Process
 }
 
 // groupBinary is the quicmq binary the group failover tests run: the normal build, or the one
@@ -78,7 +79,7 @@ func newGroupMeshHome(t *testing.T, homeNodes int) *groupMesh {
 	t.Helper()
 	m := &groupMesh{t: t, bin: groupBinary(t), caDir: t.TempDir(), regions: []string{"eu", "us", "ap"},
 		data: map[string]string{}, listen: map[string]string{}, lan: map[string]string{}, wan: map[string]string{},
-		procs: map[string]*meshProcess{}, pub: map[string]*client.Conn{}}
+		procs: map[string]*nodeproc.Process{}, pub: map[string]*client.Conn{}}
 	for _, r := range m.regions {
 		m.data[r], m.listen[r], m.lan[r], m.wan[r] = t.TempDir(), freeAddr(t), freeAddr(t), freeAddr(t)
 	}
@@ -131,9 +132,9 @@ func (m *groupMesh) start(r string) {
 
 // killHome SIGKILLs every node of eu.
 func (m *groupMesh) killHome() {
-	m.procs["eu"].kill()
+	m.procs["eu"].Kill()
 	for _, n := range m.homeMore {
-		n.p.kill()
+		n.p.Kill()
 	}
 }
 
@@ -416,7 +417,7 @@ func TestKill9HomeRegionGroupRestartedMemberResumes(t *testing.T) {
 	c.readUntil(sub, map[string]int{"eu": 500, "us": 500, "ap": 500}, nil)
 	m.publishAll([]string{"eu"}, 500, 200, 0)
 	sub.cmd.Process.Signal(syscall.SIGKILL) // the member process ends without a word
-	m.procs["eu"].kill()
+	m.procs["eu"].Kill()
 	killed := time.Now()
 	sub.cmd.Wait()
 	c.drain(sub) // what it printed before it died
@@ -455,8 +456,8 @@ func TestKill9ReplicatedHomeRegionGroupFailsOver(t *testing.T) {
 	m := newReplicatedGroupMesh(t)
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, p := range append([]*meshProcess{m.procs["eu"], m.procs["us"], m.procs["ap"]}, m.homeMore[0].p, m.homeMore[1].p) {
-				t.Logf("%s's last lines:\n%s", p.name, p.tail())
+			for _, p := range append([]*nodeproc.Process{m.procs["eu"], m.procs["us"], m.procs["ap"]}, m.homeMore[0].p, m.homeMore[1].p) {
+				t.Logf("%s's last lines:\n%s", p.Name, p.Tail())
 			}
 		}
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -69,12 +70,12 @@ func TestKill9PeerHealsAtOnce(t *testing.T) {
 	const topic = "heal.t"
 	us := startMeshProcess(t, bin, "us1", "--data", usData, "--region", "us", "--ca-dir", caDir,
 		"--gossip", freeAddr(t), "--wan", usWAN, "--mirror", "heal.>")
-	startEU := func() *meshProcess {
+	startEU := func() *nodeproc.Process {
 		return startMeshProcess(t, bin, "eu1", "--data", euData, "--region", "eu", "--ca-dir", caDir,
 			"--gossip", euLAN, "--wan", euWAN, "--wan-join", usWAN, "--listen", euQUIC, "--mirror", "heal.>")
 	}
 
-	usConn := dialCA(t, us.addr, caDir)
+	usConn := dialCA(t, us.Addr, caDir)
 	usPub := startHealPublisher(usConn, topic, "us", 0)
 	defer usPub.stop()
 	// At us, one subscription for the whole test: eu's records arrive by mirroring.
@@ -96,7 +97,7 @@ func TestKill9PeerHealsAtOnce(t *testing.T) {
 			}
 		}
 	}()
-	nextFromEU := func(d time.Duration, what string, p *meshProcess) client.Record {
+	nextFromEU := func(d time.Duration, what string, p *nodeproc.Process) client.Record {
 		t.Helper()
 		select {
 		case rec, ok := <-fromEU:
@@ -105,18 +106,18 @@ func TestKill9PeerHealsAtOnce(t *testing.T) {
 			}
 			return rec
 		case <-time.After(d):
-			t.Fatalf("%s: nothing from eu at us within %v\nus:\n%s\neu:\n%s", what, d, us.tail(), p.tail())
+			t.Fatalf("%s: nothing from eu at us within %v\nus:\n%s\neu:\n%s", what, d, us.Tail(), p.Tail())
 		}
 		panic("unreachable")
 	}
 
 	var took []time.Duration
 	var euAcked int64
-	var eu *meshProcess
+	var eu *nodeproc.Process
 	for i := 0; ; i++ { // start 0 is the first; 1..cycles are restarts after a kill
 		eu = startEU()
-		listening := eu.begin.Add(eu.listen)
-		euConn := dialCA(t, eu.addr, caDir)
+		listening := eu.Begin.Add(eu.Listen)
+		euConn := dialCA(t, eu.Addr, caDir)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		ack, err := euConn.Publish(ctx, client.Message{Topic: topic, Payload: fmt.Appendf(nil, "eu-return-%d", i)})
 		cancel()
@@ -152,14 +153,14 @@ func TestKill9PeerHealsAtOnce(t *testing.T) {
 				rec, err := euSub.Next(ctx)
 				cancel()
 				if err != nil {
-					t.Fatalf("cycle %d: eu's subscription: %v\n%s", i, err, eu.tail())
+					t.Fatalf("cycle %d: eu's subscription: %v\n%s", i, err, eu.Tail())
 				}
 				if rec.OriginRegion == "us" {
 					fromUS++
 				}
 			}
 		}
-		eu.kill()
+		eu.Kill()
 		euPub.stop()
 		euAcked = euPub.acked.Load()
 		euConn.Close()
@@ -168,7 +169,7 @@ func TestKill9PeerHealsAtOnce(t *testing.T) {
 	usAcked := usPub.acked.Load()
 
 	// Every record acknowledged on either side is in the other's log once, in its order.
-	euConn := dialCA(t, eu.addr, caDir)
+	euConn := dialCA(t, eu.Addr, caDir)
 	readLog := func(conn *client.Conn, who string) (own, mirrored []client.Record) {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		defer cancel()

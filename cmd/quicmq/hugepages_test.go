@@ -42,11 +42,11 @@ func TestNodeProcessAsksForHugePages(t *testing.T) {
 	}
 	t.Setenv("QUICMQ_HUGEPAGES", "")
 	p := startNodeProcess(t, quicmqBinary(t), t.TempDir())
-	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.cmd.Process.Pid))
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", p.Pid()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(strings.Split(string(environ), "\x00"), "GLIBC_TUNABLES=glibc.malloc.hugetlb=1") {
-		t.Fatalf("the node process (pid %d) runs without GLIBC_TUNABLES=glibc.malloc.hugetlb=1: %q", p.cmd.Process.Pid, environ)
+		t.Fatalf("the node process (pid %d) runs without GLIBC_TUNABLES=glibc.malloc.hugetlb=1: %q", p.Pid(), environ)
 	}
 }

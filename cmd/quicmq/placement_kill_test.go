@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/routing"
 )
@@ -32,24 +33,24 @@ func TestKill9OwnerMakesItsTopicsUnavailable(t *testing.T) {
 	bin := quicmqBinary(t)
 	caDir, data1, data2 := t.TempDir(), t.TempDir(), t.TempDir()
 	g1, g2 := freeAddr(t), freeAddr(t)
-	startEU1 := func() *meshProcess {
+	startEU1 := func() *nodeproc.Process {
 		return startMeshProcess(t, bin, "eu1", "--data", data1, "--region", "eu", "--ca-dir", caDir, "--gossip", g1)
 	}
-	startEU2 := func() *meshProcess {
+	startEU2 := func() *nodeproc.Process {
 		return startMeshProcess(t, bin, "eu2", "--data", data2, "--region", "eu", "--ca-dir", caDir, "--gossip", g2, "--join", g1)
 	}
 	eu1 := startEU1()
 	eu2 := startEU2()
 	// Topics are placed over the members known when they are created: publish only once
 	// both nodes know each other (their links are up).
-	for _, p := range []*meshProcess{eu1, eu2} {
+	for _, p := range []*nodeproc.Process{eu1, eu2} {
 		select {
-		case <-p.linkUp:
+		case <-p.LinkUp():
 		case <-time.After(30 * time.Second):
-			t.Fatalf("%s: no link up within 30 s\n%s", p.name, p.tail())
+			t.Fatalf("%s: no link up within 30 s\n%s", p.Name, p.Tail())
 		}
 	}
-	conn := dialCA(t, eu1.addr, caDir)
+	conn := dialCA(t, eu1.Addr, caDir)
 
 	// One topic per owner, as both nodes compute it.
 	var onEU1, onEU2 string
@@ -75,7 +76,7 @@ func TestKill9OwnerMakesItsTopicsUnavailable(t *testing.T) {
 		took := testlog.WaitForErr(t, within, "a publish to "+topic+" accepted", func() error {
 			var err error
 			if ack, err = publish(topic, payload); err != nil {
-				return fmt.Errorf("%w\neu2 log:\n%s", err, eu2.tail())
+				return fmt.Errorf("%w\neu2 log:\n%s", err, eu2.Tail())
 			}
 			return nil
 		})
@@ -99,7 +100,7 @@ func TestKill9OwnerMakesItsTopicsUnavailable(t *testing.T) {
 	waitPublish(onEU1, "x", 10*time.Second)
 
 	for cycle := range cycles {
-		eu2.kill()
+		eu2.Kill()
 		killed := time.Now()
 		var firstErr, failedErr time.Duration
 		var lastErr error

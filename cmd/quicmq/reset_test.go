@@ -28,7 +28,7 @@ func TestRestartedNodeResetsOldConnections(t *testing.T) {
 	if _, err := conn.Publish(context.Background(), client.Message{Topic: "r", Payload: []byte("before")}); err != nil {
 		t.Fatal(err)
 	}
-	p.kill()
+	p.Kill()
 	startMeshProcess(t, bin, "reset", "--data", data, "--listen", addr)
 
 	start := time.Now()

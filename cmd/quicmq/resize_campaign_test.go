@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/internal/linearize"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -42,8 +43,8 @@ import (
 type resizeRegion struct {
 	*replicaRegion
 	mu      sync.Mutex
-	metrics map[string]string // node name -> its --metrics (and admin API) address
-	procs   []*meshProcess    // every process started, killed ones too: their log lines
+	metrics map[string]string   // node name -> its --metrics (and admin API) address
+	procs   []*nodeproc.Process // every process started, killed ones too: their log lines
 	extras  map[string]*replicaNode
 	seen    map[string]uint64 // "group from->to" -> the most bytes `quicmq nodes` showed for that move
 }
@@ -114,9 +115,9 @@ func (rr *resizeRegion) waitLinksN(n *replicaNode, k int) {
 	deadline := time.After(30 * time.Second)
 	for i := 0; i < k; i++ {
 		select {
-		case <-p.linkUp:
+		case <-p.LinkUp():
 		case <-deadline:
-			rr.t.Fatalf("%s: %d of %d links up within 30 s\n%s", n.name, i, k, p.tail())
+			rr.t.Fatalf("%s: %d of %d links up within 30 s\n%s", n.name, i, k, p.Tail())
 		}
 	}
 }
@@ -210,9 +211,7 @@ func (rr *resizeRegion) moveLines() []string {
 	rr.mu.Unlock()
 	var out []string
 	for _, p := range procs {
-		p.tailMu.Lock()
-		out = append(out, p.moveLines...)
-		p.tailMu.Unlock()
+		out = append(out, p.Kept(moveLineRE)...)
 	}
 	return out
 }
@@ -402,7 +401,7 @@ func TestReplaceCampaign(t *testing.T) {
 	during := l.hist.Now()
 	start := time.Now()
 	rc3 := rr.nodes[2]
-	rc3.proc().kill()
+	rc3.proc().Kill()
 	if err := os.RemoveAll(rc3.data); err != nil {
 		t.Fatal(err)
 	}
@@ -537,7 +536,7 @@ func TestMoveFaultsCampaign(t *testing.T) {
 		if victim != extra {
 			vn = rr.nodes[rr.index(victim)]
 		}
-		vn.proc().kill()
+		vn.proc().Kill()
 		t.Logf("run %d: move of %s %s -> %s; metadata leader %s; %s (%s) SIGKILLed", run+1, mv.group, mv.from, mv.to, meta, victim, kind)
 		testlog.Pause(context.Background(), downFor) // a step of the fault schedule
 		if victim == extra {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -71,7 +72,7 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 	}
 	// solo runs gossip (its own pool, no WAN) and a federation with no peer, as us and eu do.
 	solo := startMeshProcess(t, bin, "solo1", "--data", t.TempDir(), "--region", "solo", "--ca-dir", caDir, "--gossip", freeAddr(t))
-	usConn, euConn, soloConn := dialPatient(t, us.addr, caDir), dialPatient(t, eu.addr, caDir), dialPatient(t, solo.addr, caDir)
+	usConn, euConn, soloConn := dialPatient(t, us.Addr, caDir), dialPatient(t, eu.Addr, caDir), dialPatient(t, solo.Addr, caDir)
 	// The link is up once a topic created at us is listed at eu.
 	if _, err := usConn.Publish(context.Background(), client.Message{Topic: "m.hello", Payload: []byte("x")}); err != nil {
 		t.Fatal(err)
@@ -84,7 +85,7 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 		if err != nil {
 			t.Logf("listing: %v", err)
 			if c == euConn && strings.Contains(err.Error(), "lost") { // a node starved of CPU on a loaded machine: dial again
-				euConn = dialPatient(t, eu.addr, caDir)
+				euConn = dialPatient(t, eu.Addr, caDir)
 			}
 			return -1
 		}
@@ -94,7 +95,7 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 		if listed(euConn) >= 1 {
 			return nil
 		}
-		return fmt.Errorf("us:\n%s\neu:\n%s", us.tail(), eu.tail())
+		return fmt.Errorf("us:\n%s\neu:\n%s", us.Tail(), eu.Tail())
 	}))
 
 	name := func(i int) string { return fmt.Sprintf("m.t%06d", i) }
@@ -128,7 +129,7 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 	want := n + 1 // m.hello too
 	testlog.WaitForErr(t, 10*time.Minute, fmt.Sprintf("eu to list %d topics", want), atMost(250*time.Millisecond, func() error {
 		if got := listed(euConn); got < want {
-			return fmt.Errorf("eu lists %d\neu:\n%s", got, eu.tail())
+			return fmt.Errorf("eu lists %d\neu:\n%s", got, eu.Tail())
 		}
 		return nil
 	}))
@@ -139,18 +140,18 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 	t.Logf("the same %d topics created at solo (no mirroring) in %v", n, soloCreated.Round(time.Millisecond))
 
 	testlog.Pause(context.Background(), settle) // quiet, so that every mirror parks (MirrorParkAfter 5 s): not a wait for an event
-	procs := []*meshProcess{us, eu, solo}
+	procs := []*nodeproc.Process{us, eu, solo}
 	cpu0 := make([]time.Duration, len(procs))
 	for i, p := range procs {
-		cpu0[i] = procCPU(t, p.cmd.Process.Pid)
+		cpu0[i] = procCPU(t, p.Pid())
 	}
 	t0 := time.Now()
 	testlog.Pause(context.Background(), window) // the measurement window
 	elapsed := time.Since(t0).Seconds()
 	for i, p := range procs {
-		cpu := procCPU(t, p.cmd.Process.Pid) - cpu0[i]
-		mem := procMemory(t, p.cmd.Process.Pid)
-		t.Logf("%-5s idle CPU %.2f%% of a core over %.0f s; RSS %.0f MiB (peak %.0f MiB)", p.name, cpu.Seconds()/elapsed*100, elapsed, mem.rss, mem.hwm)
+		cpu := procCPU(t, p.Pid()) - cpu0[i]
+		mem := procMemory(t, p.Pid())
+		t.Logf("%-5s idle CPU %.2f%% of a core over %.0f s; RSS %.0f MiB (peak %.0f MiB)", p.Name, cpu.Seconds()/elapsed*100, elapsed, mem.rss, mem.hwm)
 	}
 	// A record published now to a parked topic reaches eu (the head notice reopens it).
 	late := name(n / 2)
@@ -170,14 +171,14 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 	switch f := os.Getenv("QUICMQ_SCALE_FAULT"); f {
 	case "":
 	case "kill-eu":
-		eu = killUnderLoad(t, f, us, eu, func() *meshProcess { return startMeshProcess(t, bin, "eu1", euArgs...) }, caDir, n, name)
+		eu = killUnderLoad(t, f, us, eu, func() *nodeproc.Process { return startMeshProcess(t, bin, "eu1", euArgs...) }, caDir, n, name)
 	case "kill-us":
-		us = killUnderLoad(t, f, us, eu, func() *meshProcess { return startMeshProcess(t, bin, "us1", usArgs...) }, caDir, n, name)
+		us = killUnderLoad(t, f, us, eu, func() *nodeproc.Process { return startMeshProcess(t, bin, "us1", usArgs...) }, caDir, n, name)
 	case "cut-eu":
 		cut := func() *isolation {
-			return isolatePorts(t, fixedPorts(eu.addr, euGossip, euWAN), fixedPorts(usListen, usGossip, usWAN), []int{us.cmd.Process.Pid})
+			return isolatePorts(t, fixedPorts(eu.Addr, euGossip, euWAN), fixedPorts(usListen, usGossip, usWAN), []int{us.Pid()})
 		}
-		killUnderLoad(t, f, us, eu, func() *meshProcess {
+		killUnderLoad(t, f, us, eu, func() *nodeproc.Process {
 			iso := cut()
 			t.Logf("eu cut off from us (nftables drops, both ways) under load")
 			testlog.Pause(context.Background(), 30*time.Second) // cut for 30 s
@@ -189,7 +190,7 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 		t.Fatalf("QUICMQ_SCALE_FAULT=%q: want kill-eu, kill-us or cut-eu", f)
 	}
 	if hold := envIntT("QUICMQ_SCALE_HOLD", 0); hold > 0 {
-		t.Logf("holding the nodes for %d s (pids us %d, eu %d, solo %d)", hold, us.cmd.Process.Pid, eu.cmd.Process.Pid, solo.cmd.Process.Pid)
+		t.Logf("holding the nodes for %d s (pids us %d, eu %d, solo %d)", hold, us.Pid(), eu.Pid(), solo.Pid())
 		testlog.Pause(context.Background(), time.Duration(hold)*time.Second) // for a profile by hand
 	}
 }
@@ -316,7 +317,7 @@ func mirrorUnderLoad(t *testing.T, usConn, euConn *client.Conn, n int, name func
 // and checks that it does: eu publishes nothing, so each topic's log at eu holds exactly us's
 // records (a mirror refuses a record out of order), and a next offset at eu above us's would
 // be a duplicate, below it a loss. It returns the restarted node.
-func killUnderLoad(t *testing.T, fault string, us, eu *meshProcess, restart func() *meshProcess, caDir string, n int, name func(int) string) *meshProcess {
+func killUnderLoad(t *testing.T, fault string, us, eu *nodeproc.Process, restart func() *nodeproc.Process, caDir string, n int, name func(int) string) *nodeproc.Process {
 	rng := testlog.Rand(t, "the topics published to around the kill")
 	ctx := context.Background()
 	heads := func(c *client.Conn) map[string]uint64 {
@@ -329,7 +330,7 @@ func killUnderLoad(t *testing.T, fault string, us, eu *meshProcess, restart func
 		return out
 	}
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	pub, err := client.Dial(dctx, client.Options{CAFile: filepath.Join(caDir, "ca.pem"), IdleTimeout: 30 * time.Second, Reconnect: true, Idempotent: true}, us.addr)
+	pub, err := client.Dial(dctx, client.Options{CAFile: filepath.Join(caDir, "ca.pem"), IdleTimeout: 30 * time.Second, Reconnect: true, Idempotent: true}, us.Addr)
 	cancel()
 	if err != nil {
 		t.Fatal(err)
@@ -357,18 +358,18 @@ func killUnderLoad(t *testing.T, fault string, us, eu *meshProcess, restart func
 		victim = us
 	}
 	testlog.Pause(context.Background(), 5*time.Second) // the fault schedule: the load's first 5 s
-	what := fmt.Sprintf("%s killed 5 s in and back 5 s later", victim.name)
+	what := fmt.Sprintf("%s killed 5 s in and back 5 s later", victim.Name)
 	if fault == "cut-eu" {
 		what = "the link cut 5 s in for 30 s"
 	} else {
-		victim.kill()
-		t.Logf("%s killed (SIGKILL) under load", victim.name)
+		victim.Kill()
+		t.Logf("%s killed (SIGKILL) under load", victim.Name)
 		testlog.Pause(context.Background(), 5*time.Second) // the fault schedule: down for 5 s
 	}
 	victim = restart() // cut-eu: the cut, healed
 	back := time.Now()
 	if fault != "cut-eu" {
-		t.Logf("%s restarted on its data (listening after %v)", victim.name, victim.listen.Round(time.Millisecond))
+		t.Logf("%s restarted on its data (listening after %v)", victim.Name, victim.Listen.Round(time.Millisecond))
 	}
 	if fault == "kill-us" {
 		us = victim
@@ -387,12 +388,12 @@ func killUnderLoad(t *testing.T, fault string, us, eu *meshProcess, restart func
 		}
 	}
 	acked := time.Since(back) // the publisher's backlog (it waited while us was down) is in by now
-	want := heads(dialPatient(t, us.addr, caDir))
+	want := heads(dialPatient(t, us.Addr, caDir))
 	if want == nil {
 		t.Fatal("us's listing failed after the load")
 	}
-	euConn := dialPatient(t, eu.addr, caDir)
-	testlog.WaitForErr(t, 5*time.Minute, fmt.Sprintf("eu's logs equal to us's after %s's restart", victim.name), atMost(500*time.Millisecond, func() error {
+	euConn := dialPatient(t, eu.Addr, caDir)
+	testlog.WaitForErr(t, 5*time.Minute, fmt.Sprintf("eu's logs equal to us's after %s's restart", victim.Name), atMost(500*time.Millisecond, func() error {
 		got := heads(euConn)
 		diff := ""
 		if got != nil {
@@ -409,7 +410,7 @@ func killUnderLoad(t *testing.T, fault string, us, eu *meshProcess, restart func
 		if got != nil && diff == "" {
 			return nil
 		}
-		return fmt.Errorf("%s\neu:\n%s", diff, eu.tail())
+		return fmt.Errorf("%s\neu:\n%s", diff, eu.Tail())
 	}))
 	t.Logf("20,000 records at 1,000/s with %s (%d publishes resent and found stored): every topic at eu equal to us's (none lost or duplicated) %v after the return; the last publish was acknowledged %v after it (load %s)",
 		what, dups, time.Since(back).Round(100*time.Millisecond), acked.Round(100*time.Millisecond), loadAvg())

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -114,7 +115,7 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	// single node: the latency of one creation, which bounds the pipelined client's rate
 	// (its window over the latency).
 	if probe := envInt("QUICMQ_SCALE_PROBE", 0); probe > 0 {
-		for _, p := range []struct{ name, addr string }{{"region", r.nodes[0].proc().addr}, {"single", solo.addr}} {
+		for _, p := range []struct{ name, addr string }{{"region", r.nodes[0].proc().Addr}, {"single", solo.Addr}} {
 			c := dialCA(t, p.addr, r.caDir)
 			var created, existing time.Duration
 			for i := range probe {
@@ -133,22 +134,22 @@ func TestScaleReplicatedTopics(t *testing.T) {
 				p.name, (created / time.Duration(probe)).Round(10*time.Microsecond), (existing / time.Duration(probe)).Round(10*time.Microsecond), probe)
 		}
 	}
-	regionNames := []string{r.nodes[0].proc().name, r.nodes[1].proc().name, r.nodes[2].proc().name}
+	regionNames := []string{r.nodes[0].proc().Name, r.nodes[1].proc().Name, r.nodes[2].proc().Name}
 	profiled := profile("create", regionNames, metrics, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
-	repl := create(r.nodes[0].proc().addr)
+	repl := create(r.nodes[0].proc().Addr)
 	profiled()
 	t.Logf("region of 3 (--replicas 3): %d topics created in %v: %.0f topics/s", n, repl.Round(time.Millisecond), float64(n)/repl.Seconds())
 	profiled = profile("create", []string{"solo"}, []string{soloMetrics}, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
-	single := create(solo.addr)
+	single := create(solo.Addr)
 	profiled()
 	t.Logf("single node: %d topics created in %v: %.0f topics/s", n, single.Round(time.Millisecond), float64(n)/single.Seconds())
 
 	testlog.Pause(context.Background(), settle) // quiet, so that idle groups quiesce: not a wait for an event
-	procs := []*meshProcess{r.nodes[0].proc(), r.nodes[1].proc(), r.nodes[2].proc(), solo}
+	procs := []*nodeproc.Process{r.nodes[0].proc(), r.nodes[1].proc(), r.nodes[2].proc(), solo}
 	addrs := append(metrics, soloMetrics)
 	cpu0 := make([]time.Duration, len(procs))
 	for i, p := range procs {
-		cpu0[i] = procCPU(t, p.cmd.Process.Pid)
+		cpu0[i] = procCPU(t, p.Pid())
 	}
 	t0 := time.Now()
 	profiled = profile("idle", append(regionNames, "solo"), addrs, window)
@@ -157,24 +158,24 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	elapsed := time.Since(t0).Seconds()
 	t.Logf("load average after the idle window: %s", loadAvg())
 	for i, p := range procs {
-		cpu := procCPU(t, p.cmd.Process.Pid) - cpu0[i]
-		mem := procMemory(t, p.cmd.Process.Pid)
+		cpu := procCPU(t, p.Pid()) - cpu0[i]
+		mem := procMemory(t, p.Pid())
 		lines, err := metricsLines(addrs[i])
 		if err != nil {
-			t.Errorf("%s /metrics: %v", p.name, err)
+			t.Errorf("%s /metrics: %v", p.Name, err)
 		}
 		t.Logf("%-6s idle CPU %.2f%% of a core over %.0f s; RSS %.0f MiB (peak %.0f MiB); /metrics %d lines",
-			p.name, cpu.Seconds()/elapsed*100, elapsed, mem.rss, mem.hwm, lines)
+			p.Name, cpu.Seconds()/elapsed*100, elapsed, mem.rss, mem.hwm, lines)
 	}
 	for _, p := range procs {
 		start := time.Now()
-		got, err := listTopics(bin, p.addr, r.caDir, "s.>")
+		got, err := listTopics(bin, p.Addr, r.caDir, "s.>")
 		if err != nil {
-			t.Fatalf("quicmq topics at %s: %v", p.name, err)
+			t.Fatalf("quicmq topics at %s: %v", p.Name, err)
 		}
-		t.Logf("quicmq topics at %s: %d topics listed in %v", p.name, got, time.Since(start).Round(time.Millisecond))
+		t.Logf("quicmq topics at %s: %d topics listed in %v", p.Name, got, time.Since(start).Round(time.Millisecond))
 		if got != n {
-			t.Errorf("quicmq topics at %s lists %d topics, want %d", p.name, got, n)
+			t.Errorf("quicmq topics at %s lists %d topics, want %d", p.Name, got, n)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 )
 
 // TestScaleTopicsListing times `quicmq topics` over many topics, on demand: one node
@@ -28,11 +29,11 @@ func TestScaleTopicsListing(t *testing.T) {
 	}
 	bin := quicmqBinary(t)
 	caDir, data := t.TempDir(), t.TempDir()
-	start := func(b string) *meshProcess {
+	start := func(b string) *nodeproc.Process {
 		return startMeshProcess(t, b, "list1", "--data", data, "--region", "eu", "--ca-dir", caDir)
 	}
 	p := start(bin)
-	conn := dialCA(t, p.addr, caDir)
+	conn := dialCA(t, p.Addr, caDir)
 	ctx := context.Background()
 	futures := make(chan *client.Future, 4096)
 	done := make(chan struct{})
@@ -56,7 +57,7 @@ func TestScaleTopicsListing(t *testing.T) {
 	<-done
 	t.Logf("%d topics created in %v", n, time.Since(begin).Round(time.Millisecond))
 	conn.Close()
-	p.kill()
+	p.Kill()
 
 	bins := []string{bin}
 	if old := os.Getenv("QUICMQ_LIST_OLD_BIN"); old != "" {
@@ -65,7 +66,7 @@ func TestScaleTopicsListing(t *testing.T) {
 	for _, b := range bins {
 		p := start(b)
 		for run := range 3 {
-			cmd := exec.Command(b, "topics", "--server", p.addr, "--ca", filepath.Join(caDir, "ca.pem"))
+			cmd := exec.Command(b, "topics", "--server", p.Addr, "--ca", filepath.Join(caDir, "ca.pem"))
 			out, err := os.Create(filepath.Join(t.TempDir(), "out"))
 			if err != nil {
 				t.Fatal(err)
@@ -77,13 +78,13 @@ func TestScaleTopicsListing(t *testing.T) {
 			st, _ := out.Stat()
 			out.Close()
 			if err != nil {
-				t.Fatalf("%s topics: %v\n%s", b, err, p.tail())
+				t.Fatalf("%s topics: %v\n%s", b, err, p.Tail())
 			}
 			ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 			load, _ := os.ReadFile("/proc/loadavg")
 			t.Logf("%s: run %d: quicmq topics over %d topics: %v wall, CLI max RSS %d MiB, %d bytes out; node RSS %.0f MiB; load %.4s",
-				b, run+1, n, wall.Round(time.Millisecond), ru.Maxrss>>10, st.Size(), procMemory(t, p.cmd.Process.Pid).rss, load)
+				b, run+1, n, wall.Round(time.Millisecond), ru.Maxrss>>10, st.Size(), procMemory(t, p.Pid()).rss, load)
 		}
-		p.kill()
+		p.Kill()
 	}
 }

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/release"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
@@ -78,7 +78,7 @@ func TestRollingUpgrade(t *testing.T) {
 		r.waitLinks(i)
 	}
 	usData, usLAN, usWAN, usListen := t.TempDir(), freeAddr(t), freeAddr(t), freeAddr(t)
-	var us, usBefore *meshProcess
+	var us, usBefore *nodeproc.Process
 	startUS := func(bin string) {
 		usBefore = us
 		us = startMeshProcess(t, bin, "us1", "--data", usData, "--region", "us", "--ca-dir", r.caDir, "--listen", usListen,
@@ -103,12 +103,12 @@ func TestRollingUpgrade(t *testing.T) {
 		t.Logf("what the live clients met:\n%s", strings.Join(live.notes, "\n"))
 		live.errMu.Unlock()
 		for _, n := range r.nodes {
-			t.Logf("%s's log ends:\n%s", n.name, n.proc().tail())
+			t.Logf("%s's log ends:\n%s", n.name, n.proc().Tail())
 		}
 		if usBefore != nil {
-			t.Logf("us1's log before its upgrade ends:\n%s", usBefore.tail())
+			t.Logf("us1's log before its upgrade ends:\n%s", usBefore.Tail())
 		}
-		t.Logf("us1's log ends:\n%s", us.tail())
+		t.Logf("us1's log ends:\n%s", us.Tail())
 	}
 	live.waitAcked(t, 100, 60*time.Second)
 
@@ -142,9 +142,9 @@ func TestRollingUpgrade(t *testing.T) {
 	}
 	upgrade("us1", func() { stopGracefully(t, us) }, func() { startUS(newBin) }, func() {
 		select {
-		case <-us.linkUp:
+		case <-us.LinkUp():
 		case <-time.After(30 * time.Second):
-			t.Fatalf("us1 on the head build: no link up within 30 s\n%s", us.tail())
+			t.Fatalf("us1 on the head build: no link up within 30 s\n%s", us.Tail())
 		}
 	})
 
@@ -217,15 +217,10 @@ func buildRelease(t *testing.T, rel release.Release) string {
 
 // stopGracefully stops a node as an operator does before replacing its binary (SIGTERM:
 // it leaves gossip and closes its links as a deliberate departure).
-func stopGracefully(t *testing.T, p *meshProcess) {
+func stopGracefully(t *testing.T, p *nodeproc.Process) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM to %s: %v", p.name, err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not stop within 30 s of SIGTERM\n%s", p.name, p.tail())
+	if !p.Stop(30 * time.Second) {
+		t.Fatalf("%s did not stop within 30 s of SIGTERM\n%s", p.Name, p.Tail())
 	}
 }
 
@@ -251,7 +246,7 @@ func waitCaughtUp(t *testing.T, l *replicaLoad, i int) {
 		}
 		return fmt.Errorf("%v (want above %v; %v)", next, want, err)
 	}); err != nil {
-		t.Fatalf("%s did not catch up within 60 s: %v\n%s", l.r.nodes[i].name, err, l.r.nodes[i].proc().tail())
+		t.Fatalf("%s did not catch up within 60 s: %v\n%s", l.r.nodes[i].name, err, l.r.nodes[i].proc().Tail())
 	}
 }
 

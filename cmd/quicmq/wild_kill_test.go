@@ -27,7 +27,7 @@ func TestKill9DurableWildcardResumesExactly(t *testing.T) {
 	data := t.TempDir()
 	rng := testlog.Rand(t, "the kill points")
 	p := startNodeProcess(t, bin, data)
-	conn := dial(t, p.addr, data)
+	conn := dial(t, p.Addr, data)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	futures := make(chan *client.Future, 1024)
@@ -102,10 +102,10 @@ func TestKill9DurableWildcardResumesExactly(t *testing.T) {
 			}
 		}
 		if killAfter >= 0 {
-			p.kill() // acknowledgements since the last commit may or may not be stored
+			p.Kill() // acknowledgements since the last commit may or may not be stored
 			conn.Close()
 			p = startNodeProcess(t, bin, data)
-			conn = dial(t, p.addr, data)
+			conn = dial(t, p.Addr, data)
 			return len(got)
 		}
 		if err := sub.Commit(ctx); err != nil {
