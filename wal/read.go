@@ -268,31 +268,8 @@ func (l *Log) scan(sc *Scanner, keep bool, from uint64, maxRecords int, maxBytes
 	if !keep {
 		defer sc.closeLocked()
 	}
-	if sc.it != nil && (sc.t != v.t || from < sc.lower || from >= sc.upper) {
-		sc.closeLocked()
-	}
-	switch {
-	case sc.it == nil:
-		// Bounded by the high-watermark, not by end: a Scanner goes on with it.
-		upper := v.hwm
-		if !keep {
-			upper = end
-		}
-		it, err := db.NewIter(&pebble.IterOptions{
-			LowerBound: recordKey(v.t.id, from),
-			UpperBound: recordKey(v.t.id, upper),
-		})
-		if err != nil {
-			return 0, fmt.Errorf("wal: read %q: %w", topic, err)
-		}
-		sc.it, sc.t, sc.lower, sc.upper = it, v.t, from, upper
-		sc.opens++
-		sc.valid = it.First()
-	case sc.valid && sc.at == from:
-	case sc.valid && sc.at+1 == from:
-		sc.valid = sc.it.Next()
-	default:
-		sc.valid = sc.it.SeekGE(recordKey(v.t.id, from))
+	if err := sc.position(db, v.t, v.hwm, from, end, keep); err != nil {
+		return 0, fmt.Errorf("wal: read %q: %w", topic, err)
 	}
 	end = min(end, sc.upper)
 
@@ -338,6 +315,39 @@ func (l *Log) scan(sc *Scanner, keep bool, from uint64, maxRecords int, maxBytes
 		return n, l.missing(v, next)
 	}
 	return n, nil
+}
+
+// position puts sc's iterator on offset from of topic t (under the log's read lock): the
+// iterator it has when from is within its bounds (where it stands, the next record, or a
+// seek), else a new one bounded by the high-watermark hwm when keep (a Scanner goes on with
+// it), by end when not.
+func (sc *Scanner) position(db *pebble.DB, t *topic, hwm, from, end uint64, keep bool) error {
+	if sc.it != nil && (sc.t != t || from < sc.lower || from >= sc.upper) {
+		sc.closeLocked()
+	}
+	switch {
+	case sc.it == nil:
+		upper := hwm
+		if !keep {
+			upper = end
+		}
+		it, err := db.NewIter(&pebble.IterOptions{
+			LowerBound: recordKey(t.id, from),
+			UpperBound: recordKey(t.id, upper),
+		})
+		if err != nil {
+			return err
+		}
+		sc.it, sc.t, sc.lower, sc.upper = it, t, from, upper
+		sc.opens++
+		sc.valid = it.First()
+	case sc.valid && sc.at == from:
+	case sc.valid && sc.at+1 == from:
+		sc.valid = sc.it.Next()
+	default:
+		sc.valid = sc.it.SeekGE(recordKey(t.id, from))
+	}
+	return nil
 }
 
 // missing explains a durable offset that Pebble did not return: retention

@@ -346,28 +346,7 @@ func (l *Log) buildAdmin(b *pebble.Batch, name string, op *adminOp, f *inflight)
 	t := l.c.topics[name]
 	switch op.kind {
 	case opCreate, opConfigure:
-		if t == nil {
-			var err error
-			if t, err = l.newLocalTopic(b, name); err != nil { // replicated.go
-				return err
-			}
-			putNextID(b, l.nextTopicID())
-			op.created = t
-			f.newTopics = append(f.newTopics, t)
-		} else if t.ccfg == op.cfg {
-			return nil // nothing to write
-		} else if op.kind == opCreate {
-			return &TopicExistsError{Topic: name, Config: t.ccfg}
-		}
-		t.ccfg = op.cfg
-		k := configKey(t.id)
-		if op.cfg == (TopicConfig{}) {
-			_ = b.Delete(k, nil)
-		} else {
-			_ = b.Set(k, sealMeta(k, encodeConfig(op.cfg)), nil)
-		}
-		op.t = t
-		return nil
+		return l.buildConfigure(b, name, t, op, f)
 	case opPositions:
 		now := l.opts.Now().UnixNano()
 		for i := range op.positions {
@@ -417,34 +396,67 @@ func (l *Log) buildAdmin(b *pebble.Batch, name string, op *adminOp, f *inflight)
 		op.t = t
 		return l.cutLocked(b, t, op, t.next, t.nextPos)
 	case opDelete:
-		if err := l.groupsOfTopicInto(b, name, true, 0); err != nil {
-			return fmt.Errorf("remove group states: %w", err)
-		}
-		if err := l.dropCloseMark(name); err != nil {
-			return fmt.Errorf("rewrite %s: %w", closeMarkFile, err)
-		}
-		_ = b.DeleteRange(recordKey(t.id, 0), recordKey(t.id, math.MaxUint64), nil)
-		_ = b.Delete(topicKey(name), nil)
-		_ = b.Delete(retentionKey(t.id), nil)
-		_ = b.Delete(configKey(t.id), nil)
-		pp := positionTopicPrefix(name)
-		_ = b.DeleteRange(pp, prefixEnd(pp), nil)
-		for _, p := range t.producers {
-			l.c.dedup.drop(p)
-		}
-		delete(l.c.topics, name)
-		l.c.deleted[name] = struct{}{}
-		op.gone = t
-		// Readers stop seeing the topic before Pebble shows the deletion.
-		l.mu.Lock()
-		op.goneBytes, op.goneRecs = t.hwmPos-t.firstPos, t.hwm-t.first
-		delete(l.mu.topics, name)
-		l.mu.deleted[name] = t.id
-		t.deleted = true
-		l.mu.Unlock()
-		return nil
+		return l.buildDelete(b, name, t, op)
 	}
 	return fmt.Errorf("%w: unknown operation", ErrInvalidRequest)
+}
+
+// buildConfigure writes into b the creation of topic name (t nil) or a change of its
+// configuration.
+func (l *Log) buildConfigure(b *pebble.Batch, name string, t *topic, op *adminOp, f *inflight) error {
+	if t == nil {
+		var err error
+		if t, err = l.newLocalTopic(b, name); err != nil { // replicated.go
+			return err
+		}
+		putNextID(b, l.nextTopicID())
+		op.created = t
+		f.newTopics = append(f.newTopics, t)
+	} else if t.ccfg == op.cfg {
+		return nil // nothing to write
+	} else if op.kind == opCreate {
+		return &TopicExistsError{Topic: name, Config: t.ccfg}
+	}
+	t.ccfg = op.cfg
+	k := configKey(t.id)
+	if op.cfg == (TopicConfig{}) {
+		_ = b.Delete(k, nil)
+	} else {
+		_ = b.Set(k, sealMeta(k, encodeConfig(op.cfg)), nil)
+	}
+	op.t = t
+	return nil
+}
+
+// buildDelete writes into b the deletion of topic t: its records, metadata, positions and
+// group states; readers stop seeing it before Pebble shows the deletion.
+func (l *Log) buildDelete(b *pebble.Batch, name string, t *topic, op *adminOp) error {
+	if err := l.groupsOfTopicInto(b, name, true, 0); err != nil {
+		return fmt.Errorf("remove group states: %w", err)
+	}
+	if err := l.dropCloseMark(name); err != nil {
+		return fmt.Errorf("rewrite %s: %w", closeMarkFile, err)
+	}
+	_ = b.DeleteRange(recordKey(t.id, 0), recordKey(t.id, math.MaxUint64), nil)
+	_ = b.Delete(topicKey(name), nil)
+	_ = b.Delete(retentionKey(t.id), nil)
+	_ = b.Delete(configKey(t.id), nil)
+	pp := positionTopicPrefix(name)
+	_ = b.DeleteRange(pp, prefixEnd(pp), nil)
+	for _, p := range t.producers {
+		l.c.dedup.drop(p)
+	}
+	delete(l.c.topics, name)
+	l.c.deleted[name] = struct{}{}
+	op.gone = t
+	// Readers stop seeing the topic before Pebble shows the deletion.
+	l.mu.Lock()
+	op.goneBytes, op.goneRecs = t.hwmPos-t.firstPos, t.hwm-t.first
+	delete(l.mu.topics, name)
+	l.mu.deleted[name] = t.id
+	t.deleted = true
+	l.mu.Unlock()
+	return nil
 }
 
 // cutLocked deletes t's records below cut and stores the new first offset in

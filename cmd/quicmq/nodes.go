@@ -94,13 +94,18 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "%s requested: %s\n", op, ni)
 		return printNodes(e, []node.NodeInfo{ni}, *format == "json")
 	}
-	// Wait for the metadata to show the request and, for a drain, for NAME to lead nothing.
+	return waitNodeOp(ctx, e, *admin, op, name, *format == "json", *timeout)
+}
+
+// waitNodeOp waits until the metadata shows op on node name done, printing each change of
+// its line: for a drain, name leads nothing; for a remove, name is no longer listed.
+func waitNodeOp(ctx context.Context, e *env, admin, op, name string, asJSON bool, timeout time.Duration) error {
 	poll := time.NewTicker(250 * time.Millisecond)
 	defer poll.Stop()
 	last := ""
 	for {
 		var ns []node.NodeInfo
-		if err := adminCall(ctx, http.MethodGet, *admin, "/v1/nodes", &ns); err != nil {
+		if err := adminCall(ctx, http.MethodGet, admin, "/v1/nodes", &ns); err != nil {
 			return err
 		}
 		listed := false
@@ -121,17 +126,17 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 				done = n.State == "draining" && n.Led == 0 && !n.MetaLeader
 			}
 			if done {
-				return printNodes(e, ns, *format == "json")
+				return printNodes(e, ns, asJSON)
 			}
 		}
 		if op == "remove" && !listed {
 			fmt.Fprintf(e.stderr, "%s removed: it holds no replica and left the region's metadata group; stop its process\n", name)
-			return printNodes(e, ns, *format == "json")
+			return printNodes(e, ns, asJSON)
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s %s: not done within --timeout %v (last seen: %s); the request stands: 'quicmq nodes' shows its progress",
-				op, name, *timeout, cmpOrDash(last))
+				op, name, timeout, cmpOrDash(last))
 		case <-poll.C:
 		}
 	}

@@ -173,76 +173,19 @@ const maxLine = 64<<20 + 1
 // pubLines publishes each line of standard input as one record, pipelined, and prints
 // "OFFSET\tLINE" per record in input order as soon as its ack arrives.
 func pubLines(ctx context.Context, e *env, conn *client.Conn, o pubOpts) error {
-	// The reader goroutine owns standard input. It ends at the end of the input, or at its
-	// next line once stop is closed. A read blocked on a terminal cannot be interrupted: after
-	// an interrupt it is left to the process exit.
-	lines := make(chan []byte)
-	stop := make(chan struct{})
-	defer close(stop)
-	var readErr error // written before lines is closed
-	go func() {
-		defer close(lines)
-		sc := bufio.NewScanner(e.stdin)
-		sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-		for sc.Scan() {
-			select {
-			case lines <- bytes.Clone(sc.Bytes()):
-			case <-stop:
-				return
-			}
-		}
-		readErr = sc.Err()
-	}()
-
-	// The printer goroutine owns standard output and the counters; it gets the records in
-	// input order, so failures are reported in order too.
-	type sent struct {
-		n    int
-		line []byte
-		f    *client.Future
-		err  error // PublishAsync's refusal
-	}
-	queue := make(chan sent, o.window)
-	var failed, unconfirmed, dups int
+	in := readLines(e.stdin)
+	defer close(in.stop)
+	queue := make(chan pubSent, o.window)
+	var pr pubPrinter
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		out := bufio.NewWriter(e.stdout)
-		defer out.Flush()
-		for s := range queue {
-			err := s.err
-			if err == nil {
-				select {
-				case <-s.f.Done():
-				default:
-					out.Flush() // about to wait: show what is acked so far
-				}
-				var a client.Ack
-				if a, err = s.f.Wait(ctx); err == nil {
-					if !o.quiet {
-						fmt.Fprintf(out, "%d\t%s\n", a.Offset, s.line)
-					}
-					if a.Duplicate {
-						dups++
-					}
-					continue
-				}
-			}
-			if ctx.Err() != nil {
-				unconfirmed++
-				continue
-			}
-			failed++
-			out.Flush()
-			fmt.Fprintf(e.stderr, "quicmq pub: line %d not published: %v\n", s.n, err)
-		}
-	})
+	wg.Go(func() { pr.run(ctx, e, o, queue) })
 
 	n := 0
 	var fatal error
 loop:
 	for {
 		select {
-		case line, ok := <-lines:
+		case line, ok := <-in.lines:
 			if !ok {
 				break loop
 			}
@@ -253,35 +196,108 @@ loop:
 				fatal = err // the connection is gone or ctx ended: later lines would fail alike
 				break loop
 			}
-			queue <- sent{n: n, line: line, f: f, err: err} // err: this line refused (too large)
+			queue <- pubSent{n: n, line: line, f: f, err: err} // err: this line refused (too large)
 		case <-ctx.Done():
 			break loop
 		}
 	}
 	close(queue)
 	wg.Wait()
-	reportDuplicates(e.stderr, dups)
+	reportDuplicates(e.stderr, pr.dups)
 	switch {
-	case ctx.Err() != nil && unconfirmed > 0:
-		return fmt.Errorf("interrupted: %s not confirmed", plural(unconfirmed, "published record"))
+	case ctx.Err() != nil && pr.unconfirmed > 0:
+		return fmt.Errorf("interrupted: %s not confirmed", plural(pr.unconfirmed, "published record"))
 	case ctx.Err() != nil:
 		return nil
 	case fatal != nil:
 		return fmt.Errorf("stopped at line %d: %w", n, fatal)
-	case failed > 0:
-		return fmt.Errorf("%d of %s failed (see above)", failed, plural(n, "record"))
+	case pr.failed > 0:
+		return fmt.Errorf("%d of %s failed (see above)", pr.failed, plural(n, "record"))
 	}
 	select {
-	case <-lines: // closed: readErr is set
-		if errors.Is(readErr, bufio.ErrTooLong) {
+	case <-in.lines: // closed: in.err is set
+		if errors.Is(in.err, bufio.ErrTooLong) {
 			return fmt.Errorf("standard input: line %d is longer than %d bytes", n+1, maxLine-1)
 		}
-		if readErr != nil {
-			return fmt.Errorf("standard input: %w", readErr)
+		if in.err != nil {
+			return fmt.Errorf("standard input: %w", in.err)
 		}
 	default:
 	}
 	return nil
+}
+
+// lineReader is standard input read line by line by a goroutine that owns it. It ends at the
+// end of the input, or at its next line once stop is closed. A read blocked on a terminal
+// cannot be interrupted: after an interrupt it is left to the process exit.
+type lineReader struct {
+	lines chan []byte   // closed at the end
+	stop  chan struct{} // closed by the reader's user
+	err   error         // the read's error, written before lines is closed
+}
+
+func readLines(in io.Reader) *lineReader {
+	r := &lineReader{lines: make(chan []byte), stop: make(chan struct{})}
+	go func() {
+		defer close(r.lines)
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+		for sc.Scan() {
+			select {
+			case r.lines <- bytes.Clone(sc.Bytes()):
+			case <-r.stop:
+				return
+			}
+		}
+		r.err = sc.Err()
+	}()
+	return r
+}
+
+// pubSent is a line handed to PublishAsync: its number, its bytes, its future or refusal.
+type pubSent struct {
+	n    int
+	line []byte
+	f    *client.Future
+	err  error // PublishAsync's refusal
+}
+
+// pubPrinter owns standard output and the counters while `quicmq pub` reads lines; it gets
+// the records in input order, so failures are reported in order too.
+type pubPrinter struct {
+	failed, unconfirmed, dups int
+}
+
+func (p *pubPrinter) run(ctx context.Context, e *env, o pubOpts, queue <-chan pubSent) {
+	out := bufio.NewWriter(e.stdout)
+	defer out.Flush()
+	for s := range queue {
+		err := s.err
+		if err == nil {
+			select {
+			case <-s.f.Done():
+			default:
+				out.Flush() // about to wait: show what is acked so far
+			}
+			var a client.Ack
+			if a, err = s.f.Wait(ctx); err == nil {
+				if !o.quiet {
+					fmt.Fprintf(out, "%d\t%s\n", a.Offset, s.line)
+				}
+				if a.Duplicate {
+					p.dups++
+				}
+				continue
+			}
+		}
+		if ctx.Err() != nil {
+			p.unconfirmed++
+			continue
+		}
+		p.failed++
+		out.Flush()
+		fmt.Fprintf(e.stderr, "quicmq pub: line %d not published: %v\n", s.n, err)
+	}
 }
 
 // pubGenerate publishes o.count generated records, paced by o.rate, and reports progress and

@@ -2,6 +2,7 @@ package campaign
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,15 +80,23 @@ func (r *Report) String() string {
 // (0 .. attempted-1). Every region is expected to hold every topic's records of every region.
 func Check(acks []Ack, logs map[string]map[string][]Rec, attempted map[string]uint64) *Report {
 	r := &Report{Acked: len(acks)}
-	regions := slices.Sorted(func(yield func(string) bool) {
-		for reg := range logs {
-			if !yield(reg) {
-				return
-			}
-		}
-	})
+	ackedKeys := r.checkAcks(acks)
+	index := r.indexLogs(logs, attempted, ackedKeys)
+	r.checkAcked(acks, index)
+	r.checkMirrors(index)
+	return r
+}
 
-	// Acks: one record per (region, topic, offset), one ack per attempt.
+// where is a record in a region's logs: its topic and the record, found count times.
+type where struct {
+	Topic string
+	rec   Rec
+	count int
+}
+
+// checkAcks checks the acknowledgements alone: one record per (region, topic, offset), one
+// ack per attempt. It returns each acknowledged attempt's ack.
+func (r *Report) checkAcks(acks []Ack) map[Key]Ack {
 	type slot struct {
 		region, topic string
 		offset        uint64
@@ -105,23 +114,16 @@ func Check(acks []Ack, logs map[string]map[string][]Rec, attempted map[string]ui
 		}
 		ackedKeys[a.Key] = a
 	}
+	return ackedKeys
+}
 
-	// Logs: dense, each record whole, each attempt at most once per region and topic.
-	type where struct {
-		Topic string
-		rec   Rec
-		count int
-	}
+// indexLogs checks each log alone (dense, each record whole, each attempt at most once per
+// region) and returns, per region, where each attempt is stored.
+func (r *Report) indexLogs(logs map[string]map[string][]Rec, attempted map[string]uint64, ackedKeys map[Key]Ack) map[string]map[Key]*where {
 	index := map[string]map[Key]*where{} // region -> key -> its record
-	for _, reg := range regions {
+	for _, reg := range slices.Sorted(maps.Keys(logs)) {
 		index[reg] = map[Key]*where{}
-		for _, topic := range slices.Sorted(func(yield func(string) bool) {
-			for tp := range logs[reg] {
-				if !yield(tp) {
-					return
-				}
-			}
-		}) {
+		for _, topic := range slices.Sorted(maps.Keys(logs[reg])) {
 			for i, rec := range logs[reg][topic] {
 				r.Records++
 				k := rec.Key()
@@ -147,8 +149,12 @@ func Check(acks []Ack, logs map[string]map[string][]Rec, attempted map[string]ui
 			}
 		}
 	}
+	return index
+}
 
-	// Every acknowledged record at its acknowledged offset in its region.
+// checkAcked checks that every acknowledged record is at its acknowledged offset in its
+// region.
+func (r *Report) checkAcked(acks []Ack, index map[string]map[Key]*where) {
 	for _, a := range acks {
 		w, ok := index[a.Region][a.Key]
 		switch {
@@ -158,32 +164,33 @@ func Check(acks []Ack, logs map[string]map[string][]Rec, attempted map[string]ui
 			r.problem(&r.Conflicts, "%v acknowledged at %s %s@%d is stored at %s@%d (origin %s)", a.Key, a.Region, a.Topic, a.Offset, w.Topic, w.rec.Offset, w.rec.OriginRegion)
 		}
 	}
+}
 
-	// Mirrors converged: every record that originated in a region (acknowledged or not) is in
-	// every other region once, with its origin region and offset; every mirrored record has
-	// its original in its origin region.
+// checkMirrors checks that the mirrors converged: every record that originated in a region
+// (acknowledged or not) is in every other region once, with its origin region and offset;
+// every mirrored record has its original in its origin region.
+func (r *Report) checkMirrors(index map[string]map[Key]*where) {
+	regions := slices.Sorted(maps.Keys(index))
 	for _, reg := range regions {
 		for k, w := range index[reg] {
-			if w.rec.OriginRegion == reg {
-				for _, other := range regions {
-					if other == reg {
-						continue
-					}
-					m, ok := index[other][k]
-					switch {
-					case !ok:
-						r.problem(&r.Unmirrored, "%v (%s %s@%d) not mirrored to %s", k, reg, w.Topic, w.rec.Offset, other)
-					case m.Topic != w.Topic || m.rec.OriginRegion != reg || m.rec.OriginOffset != w.rec.Offset:
-						r.problem(&r.Conflicts, "%v (%s %s@%d) mirrored to %s as %s@%d origin %s@%d", k, reg, w.Topic, w.rec.Offset, other, m.Topic, m.rec.Offset, m.rec.OriginRegion, m.rec.OriginOffset)
-					}
+			if w.rec.OriginRegion != reg {
+				if orig, ok := index[w.rec.OriginRegion][k]; !ok || orig.rec.OriginRegion != w.rec.OriginRegion {
+					r.problem(&r.Phantom, "%s %s@%d: mirrored %v has no original in %s", reg, w.Topic, w.rec.Offset, k, w.rec.OriginRegion)
 				}
 				continue
 			}
-			orig, ok := index[w.rec.OriginRegion][k]
-			if !ok || orig.rec.OriginRegion != w.rec.OriginRegion {
-				r.problem(&r.Phantom, "%s %s@%d: mirrored %v has no original in %s", reg, w.Topic, w.rec.Offset, k, w.rec.OriginRegion)
+			for _, other := range regions {
+				if other == reg {
+					continue
+				}
+				m, ok := index[other][k]
+				switch {
+				case !ok:
+					r.problem(&r.Unmirrored, "%v (%s %s@%d) not mirrored to %s", k, reg, w.Topic, w.rec.Offset, other)
+				case m.Topic != w.Topic || m.rec.OriginRegion != reg || m.rec.OriginOffset != w.rec.Offset:
+					r.problem(&r.Conflicts, "%v (%s %s@%d) mirrored to %s as %s@%d origin %s@%d", k, reg, w.Topic, w.rec.Offset, other, m.Topic, m.rec.Offset, m.rec.OriginRegion, m.rec.OriginOffset)
+				}
 			}
 		}
 	}
-	return r
 }
