@@ -385,80 +385,16 @@ func crossOnce(bin string, p runParams) (*crossResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	c := &crossRun{p: p, nsA: nsA, nsB: nsB, link: link, tmp: tmp, self: self}
+	defer c.stop()
 	setupStart := time.Now()
-	var procs []*proc
-	defer func() { // helpers first, nodes last
-		for i := len(procs) - 1; i >= 0; i-- {
-			grace := 10 * time.Second
-			if strings.HasPrefix(procs[i].name, "node ") {
-				grace = 0
-			}
-			procs[i].stop(grace)
-		}
-	}()
-	start := func(ns *lossy.Namespace, name, bin string, watch []*regexp.Regexp, args ...string) (*proc, error) {
-		pr, err := startProc(ns, name, bin, watch, args...)
-		if err == nil {
-			procs = append(procs, pr)
-		}
-		return pr, err
-	}
-
-	advertise := link.AddrA + ":7400"
-	if p.Delay > 0 {
-		relay, err := start(nsB, "relay", self, nil, "crossrelay", "--upstream", advertise, "--delay", p.Delay.String())
-		if err != nil {
-			return nil, err
-		}
-		if advertise, err = relay.line(10 * time.Second); err != nil {
-			return nil, err
-		}
-	}
-	caDir := filepath.Join(tmp, "ca")
-	nodeArgs := func(name, region, ip string) []string {
-		a := []string{"node", "--anonymous", "--insecure-gossip", "--name", name, "--region", region,
-			"--listen", ip + ":7400", "--gossip", ip + ":7500", "--wan", ip + ":7600",
-			"--data", filepath.Join(tmp, name), "--ca-dir", caDir}
-		if p.System == "ablation" {
-			a = append(a, "--ablation-shared-link")
-		}
-		return a
-	}
-	watch := []*regexp.Regexp{nodeListeningRE, nodeLinkUpRE}
-	nodeA, err := start(nsA, "node a1", bin, watch, append(nodeArgs("a1", "a", link.AddrA), "--advertise", advertise)...)
+	nodeB, caFile, err := c.startNodes(bin)
 	if err != nil {
 		return nil, err
 	}
-	m, err := nodeA.waitMatch(nodeListeningRE, 30*time.Second)
+	pub, sub, err := c.startClients(caFile)
 	if err != nil {
 		return nil, err
-	}
-	caFile := m[1]
-	nodeB, err := start(nsB, "node b1", bin, watch, append(nodeArgs("b1", "b", link.AddrB),
-		"--wan-join", link.AddrA+":7600", "--mirror", "cross.>")...)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := nodeB.waitMatch(nodeLinkUpRE, 30*time.Second); err != nil {
-		return nil, err
-	}
-
-	common := []string{"--ca", caFile, "--subs", strconv.Itoa(p.Subs)}
-	pub, err := start(nsA, "crosspub", self, nil, append([]string{"crosspub", "--addr", link.AddrA + ":7400",
-		"--rate", strconv.Itoa(p.Rate), "--size", strconv.Itoa(p.Size),
-		"--warmup", p.Warmup.String(), "--duration", p.Duration.String()}, common...)...)
-	if err != nil {
-		return nil, err
-	}
-	if l, err := pub.line(60 * time.Second); err != nil || l != "WARM" {
-		return nil, fmt.Errorf("crosspub: %q %v", l, err)
-	}
-	sub, err := start(nsB, "crosssub", self, nil, append([]string{"crosssub", "--addr", link.AddrB + ":7400"}, common...)...)
-	if err != nil {
-		return nil, err
-	}
-	if l, err := sub.line(60 * time.Second); err != nil || l != "READY" {
-		return nil, fmt.Errorf("crosssub (waiting for every topic's warm-up record to be mirrored): %q %v", l, err)
 	}
 	// Loss on the link only: packets arriving over the veth pair, in both namespaces.
 	for _, ns := range []*lossy.Namespace{nsA, nsB} {
@@ -475,26 +411,9 @@ func crossOnce(bin string, p runParams) (*crossResult, error) {
 	}
 	res := &runResult{runParams: p, SetupSeconds: time.Since(setupStart).Seconds()}
 	res.BrokerRSSStart = rssMiB(nodeB.cmd.Process.Pid)
-
-	fmt.Fprintln(pub.stdin, "GO")
-	l, err := pub.line(p.Warmup + p.Duration + p.Drain + 30*time.Second)
+	win, got, err := c.measure(pub, sub)
 	if err != nil {
 		return nil, err
-	}
-	var win crossWindow
-	if err := json.Unmarshal([]byte(l), &win); err != nil {
-		return nil, fmt.Errorf("crosspub output: %w", err)
-	}
-	win.Drain = p.Drain
-	wb, _ := json.Marshal(win)
-	fmt.Fprintf(sub.stdin, "%s\n", wb)
-	l, err = sub.line(p.Drain + 30*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	var got [][][2]int64
-	if err := json.Unmarshal([]byte(l), &got); err != nil {
-		return nil, fmt.Errorf("crosssub output: %w", err)
 	}
 	res.BrokerRSSEnd = rssMiB(nodeB.cmd.Process.Pid)
 	res.LoadAvg = loadAvg()
@@ -519,6 +438,129 @@ func crossOnce(bin string, p runParams) (*crossResult, error) {
 	}
 	analyse(res, samples, win.SentPerSub, time.Unix(0, win.WinStart), time.Unix(0, win.WinEnd))
 	return cr, nil
+}
+
+// crossRun is one run of the cross-region scenario: its two namespaces and the processes
+// started in them, stopped in reverse order (helpers first, nodes last).
+type crossRun struct {
+	p         runParams
+	nsA, nsB  *lossy.Namespace
+	link      *lossy.Link
+	tmp, self string // the run's directory; this binary, which runs the helpers
+	procs     []*proc
+}
+
+func (c *crossRun) start(ns *lossy.Namespace, name, bin string, watch []*regexp.Regexp, args ...string) (*proc, error) {
+	pr, err := startProc(ns, name, bin, watch, args...)
+	if err == nil {
+		c.procs = append(c.procs, pr)
+	}
+	return pr, err
+}
+
+func (c *crossRun) stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		grace := 10 * time.Second
+		if strings.HasPrefix(c.procs[i].name, "node ") {
+			grace = 0
+		}
+		c.procs[i].stop(grace)
+	}
+}
+
+// startNodes starts node a1 (region a, in nsA, advertised through the delay relay when
+// there is one) and node b1 (region b, in nsB, mirroring cross.>), and waits for b1's link.
+// It returns b1 and the CA file a1 made.
+func (c *crossRun) startNodes(bin string) (nodeB *proc, caFile string, err error) {
+	p, link := c.p, c.link
+	advertise := link.AddrA + ":7400"
+	if p.Delay > 0 {
+		relay, err := c.start(c.nsB, "relay", c.self, nil, "crossrelay", "--upstream", advertise, "--delay", p.Delay.String())
+		if err != nil {
+			return nil, "", err
+		}
+		if advertise, err = relay.line(10 * time.Second); err != nil {
+			return nil, "", err
+		}
+	}
+	caDir := filepath.Join(c.tmp, "ca")
+	nodeArgs := func(name, region, ip string) []string {
+		a := []string{"node", "--anonymous", "--insecure-gossip", "--name", name, "--region", region,
+			"--listen", ip + ":7400", "--gossip", ip + ":7500", "--wan", ip + ":7600",
+			"--data", filepath.Join(c.tmp, name), "--ca-dir", caDir}
+		if p.System == "ablation" {
+			a = append(a, "--ablation-shared-link")
+		}
+		return a
+	}
+	watch := []*regexp.Regexp{nodeListeningRE, nodeLinkUpRE}
+	nodeA, err := c.start(c.nsA, "node a1", bin, watch, append(nodeArgs("a1", "a", link.AddrA), "--advertise", advertise)...)
+	if err != nil {
+		return nil, "", err
+	}
+	m, err := nodeA.waitMatch(nodeListeningRE, 30*time.Second)
+	if err != nil {
+		return nil, "", err
+	}
+	nodeB, err = c.start(c.nsB, "node b1", bin, watch, append(nodeArgs("b1", "b", link.AddrB),
+		"--wan-join", link.AddrA+":7600", "--mirror", "cross.>")...)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := nodeB.waitMatch(nodeLinkUpRE, 30*time.Second); err != nil {
+		return nil, "", err
+	}
+	return nodeB, m[1], nil
+}
+
+// startClients starts the publisher in nsA and the subscriber in nsB, and waits until the
+// publisher has warmed every topic up and the subscriber has its warm-up records mirrored.
+func (c *crossRun) startClients(caFile string) (pub, sub *proc, err error) {
+	p := c.p
+	common := []string{"--ca", caFile, "--subs", strconv.Itoa(p.Subs)}
+	pub, err = c.start(c.nsA, "crosspub", c.self, nil, append([]string{"crosspub", "--addr", c.link.AddrA + ":7400",
+		"--rate", strconv.Itoa(p.Rate), "--size", strconv.Itoa(p.Size),
+		"--warmup", p.Warmup.String(), "--duration", p.Duration.String()}, common...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if l, err := pub.line(60 * time.Second); err != nil || l != "WARM" {
+		return nil, nil, fmt.Errorf("crosspub: %q %v", l, err)
+	}
+	sub, err = c.start(c.nsB, "crosssub", c.self, nil, append([]string{"crosssub", "--addr", c.link.AddrB + ":7400"}, common...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	if l, err := sub.line(60 * time.Second); err != nil || l != "READY" {
+		return nil, nil, fmt.Errorf("crosssub (waiting for every topic's warm-up record to be mirrored): %q %v", l, err)
+	}
+	return pub, sub, nil
+}
+
+// measure starts the publisher, hands its window to the subscriber, and returns the window
+// and, per topic, the (sent, received) times of the records the subscriber got.
+func (c *crossRun) measure(pub, sub *proc) (crossWindow, [][][2]int64, error) {
+	p := c.p
+	var win crossWindow
+	fmt.Fprintln(pub.stdin, "GO")
+	l, err := pub.line(p.Warmup + p.Duration + p.Drain + 30*time.Second)
+	if err != nil {
+		return win, nil, err
+	}
+	if err := json.Unmarshal([]byte(l), &win); err != nil {
+		return win, nil, fmt.Errorf("crosspub output: %w", err)
+	}
+	win.Drain = p.Drain
+	wb, _ := json.Marshal(win)
+	fmt.Fprintf(sub.stdin, "%s\n", wb)
+	if l, err = sub.line(p.Drain + 30*time.Second); err != nil {
+		return win, nil, err
+	}
+	var got [][][2]int64
+	if err := json.Unmarshal([]byte(l), &got); err != nil {
+		return win, nil, fmt.Errorf("crosssub output: %w", err)
+	}
+	return win, got, nil
 }
 
 // vethOf is the name of the namespace's end of its veth pair.
