@@ -123,22 +123,16 @@ func runCross(args []string) error {
 			}
 		}
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	jsonPath, err := saveResults(*out, "cross", results)
+	if err != nil {
 		return err
 	}
-	stamp := time.Now().UTC().Format("20060102-150405")
-	jsonPath := filepath.Join(*out, fmt.Sprintf("cross-%s.json", stamp))
-	b, _ := json.MarshalIndent(results, "", " ")
-	if err := os.WriteFile(jsonPath, b, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "results: %s\n", jsonPath)
 	rs := make([]*runResult, len(results))
 	for i, r := range results {
 		rs[i] = r.runResult
 	}
 	printCross(results, rs, losses, modes)
-	plots, err := plotCross(rs, stamp, *out, losses, modes)
+	plots, err := plotCross(rs, strings.TrimSuffix(jsonPath, ".json"), losses, modes)
 	for _, f := range plots {
 		fmt.Fprintf(os.Stderr, "plot: %s\n", f)
 	}
@@ -857,7 +851,7 @@ func crossLabel(mode string) string {
 
 // plotCross draws, per loss rate, the latency tails of both mappings and (above 0%) their
 // per-topic stall timelines.
-func plotCross(rs []*runResult, stamp, out string, losses []float64, modes []string) ([]string, error) {
+func plotCross(rs []*runResult, prefix string, losses []float64, modes []string) ([]string, error) {
 	var files []string
 	for _, loss := range losses {
 		var reps []*runResult
@@ -879,13 +873,13 @@ func plotCross(rs []*runResult, stamp, out string, losses []float64, modes []str
 		if len(reps) == 0 {
 			continue
 		}
-		f := filepath.Join(out, fmt.Sprintf("cross-%s-latency-loss%.1f.png", stamp, loss*100))
+		f := fmt.Sprintf("%s-latency-loss%.1f.png", prefix, loss*100)
 		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, f); err != nil {
 			return files, err
 		}
 		files = append(files, f)
 		if loss > 0 {
-			f := filepath.Join(out, fmt.Sprintf("cross-%s-stalls-loss%.1f.png", stamp, loss*100))
+			f := fmt.Sprintf("%s-stalls-loss%.1f.png", prefix, loss*100)
 			if err := stallTimeline(reps, fmt.Sprintf("%.1f%% loss on the link", loss*100), f); err != nil {
 				return files, err
 			}

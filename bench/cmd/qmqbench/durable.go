@@ -489,15 +489,23 @@ func runDurable(args []string, mode string) error {
 			}
 		}
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	path, err := saveResults(*out, mode, results)
+	if err != nil {
 		return err
 	}
-	path := filepath.Join(*out, fmt.Sprintf("%s-%s.json", mode, time.Now().UTC().Format("20060102-150405")))
-	b, _ := json.MarshalIndent(results, "", " ")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
+	if err := plotDurable(results, pubs, systems, mode, *size, *records, path); err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "results: %s\n", path)
+	printDurable(results, pubs, systems, mode, *records)
+	if mode == "publish" {
+		printRawPebble(results, pubs)
+	}
+	return nil
+}
+
+// plotDurable draws the median records/s of each system and publisher count beside the
+// results at path (same name, .png).
+func plotDurable(results []*durResult, pubs []int, systems []string, mode string, size, records int, path string) error {
 	var labels []string
 	var values []float64
 	for _, np := range pubs {
@@ -519,17 +527,16 @@ func runDurable(args []string, mode string) error {
 			values = append(values, median(rates).med)
 		}
 	}
-	if len(values) > 0 {
-		title := fmt.Sprintf("durable publish, %d B records (median records/s)", *size)
-		if mode == "replay" {
-			title = fmt.Sprintf("replay of %d records of %d B from offset 0 (median records/s)", *records, *size)
-		}
-		png := strings.TrimSuffix(path, ".json") + ".png"
-		if err := barPlot(title, "records/s", labels, values, png); err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "plot: %s\n", png)
+	title := fmt.Sprintf("durable publish, %d B records (median records/s)", size)
+	if mode == "replay" {
+		title = fmt.Sprintf("replay of %d records of %d B from offset 0 (median records/s)", records, size)
 	}
+	return plotBars(title, "records/s", labels, values, path)
+}
+
+// printDurable prints the Markdown table of the results: medians per system and publisher
+// count, and QuicMQ's rate over each system's in the same repeat.
+func printDurable(results []*durResult, pubs []int, systems []string, mode string, records int) {
 	if mode == "replay" {
 		fmt.Println("| system | records read from offset 0 | records/s | broker cpu-µs/record | quicmq/this |")
 		fmt.Println("|---|---|---|---|---|")
@@ -556,14 +563,10 @@ func runDurable(args []string, mode string) error {
 				continue
 			}
 			if mode == "replay" {
-				fmt.Printf("| %s | %d | %v | %v | %v |\n", sys, *records, median(rates), median(cpus), median(ratios))
+				fmt.Printf("| %s | %d | %v | %v | %v |\n", sys, records, median(rates), median(cpus), median(ratios))
 				continue
 			}
 			fmt.Printf("| %s | %s | %d | %v | %v | %v |\n", sys, durableMeaning[sys], np, median(rates), median(cpus), median(ratios))
 		}
 	}
-	if mode == "publish" {
-		printRawPebble(results, pubs)
-	}
-	return nil
 }

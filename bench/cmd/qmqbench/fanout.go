@@ -102,17 +102,11 @@ func runFanout(args []string, slow bool) error {
 			}
 		}
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
-	}
 	shareLateThresholds(results)
-	stamp := time.Now().UTC().Format("20060102-150405")
-	jsonPath := filepath.Join(*out, fmt.Sprintf("%s-%s.json", name, stamp))
-	b, _ := json.MarshalIndent(results, "", " ")
-	if err := os.WriteFile(jsonPath, b, 0o644); err != nil {
+	jsonPath, err := saveResults(*out, name, results)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "results: %s\n", jsonPath)
 	if len(idles) > 1 || idles[0] > 0 {
 		// The tables and plots below group by system: these runs differ in another dimension.
 		printIdle(results, losses, systems, idles)
@@ -124,7 +118,7 @@ func runFanout(args []string, slow bool) error {
 		printFanout(results, losses, systems)
 		printLate(results, losses, systems)
 	}
-	plots, err := plotAll(results, name, stamp, *out, losses, systems, slow)
+	plots, err := plotAll(results, strings.TrimSuffix(jsonPath, ".json"), losses, systems, slow)
 	for _, f := range plots {
 		fmt.Fprintf(os.Stderr, "plot: %s\n", f)
 	}
@@ -425,7 +419,7 @@ func runReport(args []string) error {
 		shareLateThresholds(rs)
 		printLate(rs, losses, systems)
 	}
-	plots, err := plotAll(rs, name, "report", *out, losses, systems, slow)
+	plots, err := plotAll(rs, filepath.Join(*out, name+"-report"), losses, systems, slow)
 	for _, f := range plots {
 		fmt.Fprintf(os.Stderr, "plot: %s\n", f)
 	}

@@ -752,15 +752,10 @@ broker's VmRSS. Each run has a network namespace of its own, no loss.
 			results = append(results, &res)
 		}
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	path, err := saveResults(*out, "groups", results)
+	if err != nil {
 		return err
 	}
-	path := filepath.Join(*out, fmt.Sprintf("groups-%s.json", time.Now().UTC().Format("20060102-150405")))
-	b, _ := json.MarshalIndent(results, "", " ")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "results: %s\n", path)
 	printGroups(results, systems, members, slowSys, *slowMembers)
 	var labels []string
 	var values []float64
@@ -772,12 +767,8 @@ broker's VmRSS. Each run has a network namespace of its own, no loss.
 			}
 		}
 	}
-	if len(values) > 0 {
-		png := strings.TrimSuffix(path, ".json") + ".png"
-		if err := barPlot("consumer group over one topic: records/s acked, acks confirmed (median)", "records/s", labels, values, png); err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "plot: %s\n", png)
+	if err := plotBars("consumer group over one topic: records/s acked, acks confirmed (median)", "records/s", labels, values, path); err != nil {
+		return err
 	}
 	if len(results) < total {
 		return errors.New("some runs failed (see above)")

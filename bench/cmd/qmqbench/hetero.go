@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -318,22 +317,13 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 			}
 		}
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	path, err := saveResults(*out, "hetero", results)
+	if err != nil {
 		return err
 	}
-	path := filepath.Join(*out, fmt.Sprintf("hetero-%s.json", time.Now().UTC().Format("20060102-150405")))
-	b, _ := json.MarshalIndent(results, "", " ")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "results: %s\n", path)
 	labels, values := printHetero(results, systems, idles)
-	if len(values) > 0 {
-		png := strings.TrimSuffix(path, ".json") + ".png"
-		if err := barPlot(fmt.Sprintf("clean subscribers' p99 ms, without / with one bad path (%.0f%% loss, %v)", p.BadLoss*100, p.BadRTT), "p99 ms", labels, values, png); err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "plot: %s\n", png)
+	if err := plotBars(fmt.Sprintf("clean subscribers' p99 ms, without / with one bad path (%.0f%% loss, %v)", p.BadLoss*100, p.BadRTT), "p99 ms", labels, values, path); err != nil {
+		return err
 	}
 	return nil
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"image/color"
 	"math"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -52,7 +55,7 @@ func representative(g []*runResult) *runResult {
 
 // plotAll writes the latency tail plots (one per loss rate, or per slow/baseline) and the
 // stall timelines (one per loss rate above zero), and returns their paths.
-func plotAll(rs []*runResult, name, stamp, out string, losses []float64, systems []string, slow bool) ([]string, error) {
+func plotAll(rs []*runResult, prefix string, losses []float64, systems []string, slow bool) ([]string, error) {
 	var files []string
 	if slow {
 		p := tailPlot("slow consumer: the other subscriptions' latency (dashed: one subscription stalled)")
@@ -71,7 +74,7 @@ func plotAll(rs []*runResult, name, stamp, out string, losses []float64, systems
 				}
 			}
 		}
-		f := filepath.Join(out, fmt.Sprintf("%s-%s-latency.png", name, stamp))
+		f := prefix + "-latency.png"
 		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, f); err != nil {
 			return files, err
 		}
@@ -83,7 +86,7 @@ func plotAll(rs []*runResult, name, stamp, out string, losses []float64, systems
 			}
 		}
 		if len(reps) > 0 {
-			f := filepath.Join(out, fmt.Sprintf("%s-%s-stalls.png", name, stamp))
+			f := prefix + "-stalls.png"
 			if err := stallTimeline(reps, "subscription 0 stalled", f); err != nil {
 				return files, err
 			}
@@ -104,13 +107,13 @@ func plotAll(rs []*runResult, name, stamp, out string, losses []float64, systems
 				return files, err
 			}
 		}
-		f := filepath.Join(out, fmt.Sprintf("%s-%s-latency-loss%.1f.png", name, stamp, loss*100))
+		f := fmt.Sprintf("%s-latency-loss%.1f.png", prefix, loss*100)
 		if err := p.Save(7*vg.Inch, 4.5*vg.Inch, f); err != nil {
 			return files, err
 		}
 		files = append(files, f)
 		if loss > 0 && len(reps) > 0 {
-			f := filepath.Join(out, fmt.Sprintf("%s-%s-stalls-loss%.1f.png", name, stamp, loss*100))
+			f := fmt.Sprintf("%s-stalls-loss%.1f.png", prefix, loss*100)
 			if err := stallTimeline(reps, fmt.Sprintf("%.1f%% loss", loss*100), f); err != nil {
 				return files, err
 			}
@@ -258,6 +261,36 @@ func groupedBarPlot(title, ylabel string, groups, series []string, values [][]fl
 	p.Legend.Left = true
 	w := max(7, 1.5+0.3*float64(len(groups)*len(series)))
 	return p.Save(vg.Length(w)*vg.Inch, 4*vg.Inch, file)
+}
+
+// saveResults writes a scenario's results as indented JSON to dir/NAME-STAMP.json (dir made
+// if need be) and says where on standard error; it returns the path, beside which the
+// scenario's plots go.
+func saveResults(dir, name string, results any) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%s-%s.json", name, time.Now().UTC().Format("20060102-150405")))
+	b, _ := json.MarshalIndent(results, "", " ")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(os.Stderr, "results: %s\n", path)
+	return path, nil
+}
+
+// plotBars draws barPlot beside the results at jsonPath (same name, .png) and says where;
+// nothing when there are no values.
+func plotBars(title, ylabel string, labels []string, values []float64, jsonPath string) error {
+	if len(values) == 0 {
+		return nil
+	}
+	png := strings.TrimSuffix(jsonPath, ".json") + ".png"
+	if err := barPlot(title, ylabel, labels, values, png); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "plot: %s\n", png)
+	return nil
 }
 
 // barPlot draws one bar per label (the median), for the publish and replay scenarios.

@@ -910,15 +910,10 @@ refused.
 			}
 		}
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	path, err := saveResults(*out, "replicated", results)
+	if err != nil {
 		return err
 	}
-	path := filepath.Join(*out, fmt.Sprintf("replicated-%s.json", time.Now().UTC().Format("20060102-150405")))
-	b, _ := json.MarshalIndent(results, "", " ")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "results: %s\n", path)
 	printReplicated(results, systems, clients, topicCounts)
 	var labels []string
 	var values []float64
@@ -936,12 +931,8 @@ refused.
 			}
 		}
 	}
-	if len(values) > 0 {
-		png := strings.TrimSuffix(path, ".json") + ".png"
-		if err := barPlot(fmt.Sprintf("replicated durable publish, %d B records (median records/s)", *size), "records/s", labels, values, png); err != nil {
-			return err
-		}
-		fmt.Fprintf(os.Stderr, "plot: %s\n", png)
+	if err := plotBars(fmt.Sprintf("replicated durable publish, %d B records (median records/s)", *size), "records/s", labels, values, path); err != nil {
+		return err
 	}
 	if len(results) < total {
 		return errors.New("some runs failed (see above)")

@@ -208,20 +208,14 @@ func runSetup(args []string) error {
 			}
 		}
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	path, err := saveResults(*out, "setup", results)
+	if err != nil {
 		return err
 	}
-	stamp := time.Now().UTC().Format("20060102-150405")
-	path := filepath.Join(*out, fmt.Sprintf("setup-%s.json", stamp))
-	b, _ := json.MarshalIndent(results, "", " ")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "results: %s\n", path)
 	printSetup(os.Stdout, results, losses, p.Parallel, systems)
 	for _, loss := range losses {
 		for _, par := range p.Parallel {
-			f := filepath.Join(*out, fmt.Sprintf("setup-%s-loss%.1f-par%d.png", stamp, loss*100, par))
+			f := fmt.Sprintf("%s-loss%.1f-par%d.png", strings.TrimSuffix(path, ".json"), loss*100, par)
 			if err := setupCDF(results, loss, par, systems, f); err != nil {
 				return err
 			}

@@ -326,16 +326,10 @@ machine it can bound every system.
 			}
 		}
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	path, err := saveResults(*out, "truefanout", results)
+	if err != nil {
 		return err
 	}
-	stamp := time.Now().UTC().Format("20060102-150405")
-	path := filepath.Join(*out, fmt.Sprintf("truefanout-%s.json", stamp))
-	b, _ := json.MarshalIndent(results, "", " ")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(os.Stderr, "results: %s\n", path)
 	printTrueFanout(results, systems)
 	if len(results) == 0 {
 		return nil
