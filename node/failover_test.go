@@ -16,7 +16,7 @@ import (
 // newFailoverMesh starts regions eu, us and ap, one node each, mirroring "events" from every
 // region, each node keeping its client port across a restart (so that a client's address
 // list stays right), and returns a publisher's connection to each.
-func newFailoverMesh(t *testing.T) (*testMesh, map[string]*client.Conn) {
+func newFailoverMesh(t *testing.T) (*regionMesh, map[string]*client.Conn) {
 	t.Helper()
 	m := newTestMeshWith(t, func(r string, c *Config) { c.Mirror = []string{"events"} }, "eu", "us", "ap")
 	pub := map[string]*client.Conn{}

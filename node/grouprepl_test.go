@@ -355,9 +355,6 @@ func testReplicatedGroupLeaderLoss(t *testing.T, pattern string, topics []string
 		gm.conn.Close()
 	}
 	readers.Wait()
-	cfg := m.cfgs[home]
-	cfg.Join = []string{survivors[0].Gossip().LANAddr()}
-	m.cfgs[home] = cfg
 	m.restart(home)
 	for _, topic := range topics {
 		waitSameState(t, []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}, topic, done, "every record done (the restarted replica too)")
@@ -423,9 +420,6 @@ func TestReplicatedGroupManage(t *testing.T) {
 	waitSameState(t, []*Node{m.nodes[lead], m.nodes[entry]}, "work", reset, "the reset (floor 3, none outstanding)")
 	ac.Close()
 
-	cfg := m.cfgs[down]
-	cfg.Join = []string{m.nodes[entry].Gossip().LANAddr()}
-	m.cfgs[down] = cfg
 	m.restart(down)
 	waitSameState(t, nodes(), "work", reset, "the reset, the replica that was down too")
 

@@ -35,13 +35,8 @@ func growEnv(t *testing.T, name string, def int) int {
 func (m *regionMesh) addNode(name string) {
 	m.t.Helper()
 	cfg := m.cfgs[m.names[0]]
-	cfg.Name, cfg.DataDir, cfg.Join = name, m.t.TempDir(), nil
-	for _, nm := range m.names {
-		cfg.Join = append(cfg.Join, m.nodes[nm].Gossip().LANAddr())
-	}
-	m.nodes[name] = startNode(m.t, cfg)
-	m.cfgs[name] = cfg
-	m.names = append(m.names, name)
+	cfg.Name, cfg.DataDir = name, m.t.TempDir()
+	m.add(name, cfg)
 	m.waitReady()
 }
 
@@ -278,9 +273,6 @@ func TestGrowResumesAfterMetadataLeaderRestart(t *testing.T) {
 	if err := m.nodes[lead].Close(); err != nil {
 		t.Logf("close %s: %v", lead, err)
 	}
-	cfg := m.cfgs[lead]
-	cfg.Join = []string{m.nodes[via].Gossip().LANAddr()}
-	m.cfgs[lead] = cfg
 	m.restart(lead)
 	last := ""
 	testlog.WaitFor(t, 120*time.Second, "holdings within one of even over the four nodes, no move in progress", func() bool {

@@ -44,9 +44,18 @@ func startNode(t testing.TB, cfg Config) *Node {
 // DataDir), else t.Cleanup does.
 func startStoppable(t testing.TB, cfg Config) (n *Node, stop func()) {
 	t.Helper()
-	n, err := New(cfg)
+	n, stop, err := startStoppableErr(t, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return n, stop
+}
+
+// startStoppableErr is startStoppable that returns New's error.
+func startStoppableErr(t testing.TB, cfg Config) (n *Node, stop func(), err error) {
+	t.Helper()
+	if n, err = New(cfg); err != nil {
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -66,7 +75,7 @@ func startStoppable(t testing.TB, cfg Config) (n *Node, stop func()) {
 		})
 	}
 	t.Cleanup(stop)
-	return n, stop
+	return n, stop, nil
 }
 
 // waitLinksUp waits until each of nodes has a connected link to every other one and ready

@@ -12,95 +12,154 @@ import (
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
-// testMesh is a mesh of regions with one node each, in this process, sharing one CA.
-type testMesh struct {
+// regionMesh is the node package's cluster harness: nodes of one or more regions in this
+// process, joined by gossip, sharing one CA, each known to the test by a key (m.nodes[key]).
+// newRegionMesh names them REGION-I (I from 1) and keys them by name; newTestMesh starts one
+// node per region named node-REGION and keys it by region. Processes are internal/nodeproc's.
+type regionMesh struct {
 	t      *testing.T
 	caDir  string
-	nodes  map[string]*Node
-	cfgs   map[string]Config
+	nodes  map[string]*Node  // running, by key (stop deletes; a test's own Close does not)
+	cfgs   map[string]Config // what each node was started with, for a restart
+	names  []string          // keys in start order
+	region []string          // the regions, in the order given
 	stops  map[string]func()
-	region []string
 }
 
-func newTestMesh(t *testing.T, regions ...string) *testMesh {
+func newMesh(t *testing.T, regions []string) *regionMesh {
+	return &regionMesh{t: t, caDir: t.TempDir(), nodes: map[string]*Node{}, cfgs: map[string]Config{},
+		stops: map[string]func(){}, region: regions}
+}
+
+// config is the settings of a mesh node named name in region r.
+func (m *regionMesh) config(name, r string) Config {
+	return Config{
+		DataDir: m.t.TempDir(), Listen: "127.0.0.1:0", Name: name, Region: r, CADir: m.caDir,
+		GossipLAN: "127.0.0.1:0", GossipWAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest,
+		Logger: testLogger(m.t),
+	}
+}
+
+// newRegionMesh starts perRegion nodes in each region after mod changed their settings and
+// waits until the mesh is ready (waitReady).
+func newRegionMesh(t *testing.T, regions []string, perRegion int, mod ...func(*Config)) *regionMesh {
+	t.Helper()
+	m := newMesh(t, regions)
+	for _, r := range regions {
+		for i := 1; i <= perRegion; i++ {
+			name := fmt.Sprintf("%s-%d", r, i)
+			cfg := m.config(name, r)
+			for _, f := range mod {
+				f(&cfg)
+			}
+			m.add(name, cfg)
+		}
+	}
+	m.waitReady()
+	return m
+}
+
+func newTestMesh(t *testing.T, regions ...string) *regionMesh {
 	t.Helper()
 	return newTestMeshWith(t, nil, regions...)
 }
 
-// newTestMeshWith starts the mesh after mod changed each region's configuration.
-func newTestMeshWith(t *testing.T, mod func(region string, c *Config), regions ...string) *testMesh {
+// newTestMeshWith starts one node per region, keyed by its region, after mod changed each
+// region's settings, and waits until every link is up.
+func newTestMeshWith(t *testing.T, mod func(region string, c *Config), regions ...string) *regionMesh {
 	t.Helper()
-	m := &testMesh{t: t, caDir: t.TempDir(), nodes: map[string]*Node{}, cfgs: map[string]Config{}, stops: map[string]func(){}, region: regions}
+	m := newMesh(t, regions)
 	for _, r := range regions {
-		m.cfgs[r] = Config{
-			DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "node-" + r, Region: r, CADir: m.caDir,
-			GossipLAN: "127.0.0.1:0", GossipWAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest,
-			Logger: testLogger(t),
-		}
+		cfg := m.config("node-"+r, r)
 		if mod != nil {
-			c := m.cfgs[r]
-			mod(r, &c)
-			m.cfgs[r] = c
+			mod(r, &cfg)
 		}
-		m.start(r)
+		m.add(r, cfg)
 	}
 	m.waitLinks()
 	return m
 }
 
-// start (re)starts region r's node, joining the WAN pool through the other running nodes.
-func (m *testMesh) start(r string) {
+// add starts a node keyed key with cfg, which joins the nodes running.
+func (m *regionMesh) add(key string, cfg Config) {
 	m.t.Helper()
-	cfg := m.cfgs[r]
-	cfg.WANJoin = nil
-	for other, n := range m.nodes {
-		if other != r {
+	m.cfgs[key] = cfg
+	m.names = append(m.names, key)
+	m.start(key)
+}
+
+// start (re)starts node key on its data directory, joining its region's running nodes
+// (LAN) and every running node (WAN), as a restarted node's gossip ports are new.
+func (m *regionMesh) start(key string) {
+	m.t.Helper()
+	cfg := m.cfgs[key]
+	cfg.Join, cfg.WANJoin = nil, nil
+	for _, other := range m.names {
+		if n := m.nodes[other]; n != nil && other != key && !stopped(n) {
+			if m.cfgs[other].Region == cfg.Region {
+				cfg.Join = append(cfg.Join, n.Gossip().LANAddr())
+			}
 			cfg.WANJoin = append(cfg.WANJoin, n.Gossip().WANAddr())
 		}
 	}
-	n, err := New(cfg)
+	n, stop, err := startStoppableErr(m.t, cfg)
 	// A restart binds the node's old ports again: an ephemeral socket of another test may
 	// hold one for a moment (seen once: "bind: address already in use").
 	for deadline := time.Now().Add(10 * time.Second); err != nil && strings.Contains(err.Error(), "address already in use") && time.Now().Before(deadline); {
-		m.t.Logf("restarting %s: %v; again", r, err)
+		m.t.Logf("starting %s: %v; again", key, err)
 		testlog.Pause(context.Background(), 100*time.Millisecond) // a retry's back-off
-		n, err = New(cfg)
+		n, stop, err = startStoppableErr(m.t, cfg)
 	}
 	if err != nil {
 		m.t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- n.Run(ctx) }()
-	m.nodes[r] = n
-	stopped := false
-	m.stops[r] = func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		cancel()
-		if err := <-done; err != nil {
-			m.t.Errorf("node %s: %v", r, err)
-		}
+	m.nodes[key], m.stops[key] = n, stop
+}
+
+// stopped reports whether n was closed or its Run ended (a test may Close a mesh's node).
+func stopped(n *Node) bool {
+	select {
+	case <-n.stop:
+		return true
+	default:
+		return false
 	}
-	m.t.Cleanup(m.stops[r])
 }
 
-func (m *testMesh) stop(r string) {
-	m.stops[r]()
-	delete(m.nodes, r)
+// stop stops node key and waits until it has; start brings it back.
+func (m *regionMesh) stop(key string) {
+	m.stops[key]()
+	delete(m.nodes, key)
 }
 
-// waitLinks waits until every node has a connected link to every other node.
-func (m *testMesh) waitLinks() {
+// restart starts node key again on its data directory (after Close), and waits until the
+// mesh is whole again.
+func (m *regionMesh) restart(key string) {
+	m.t.Helper()
+	delete(m.nodes, key)
+	m.start(key)
+	m.waitReady()
+}
+
+// waitLinks waits until every running node has a connected link to every other one.
+func (m *regionMesh) waitLinks() {
 	m.t.Helper()
 	waitLinksUp(m.t, m.nodes, 20*time.Second, nil)
 }
 
-func (m *testMesh) dial(r string) *client.Conn {
+// waitReady waits until every node has a connected link to every other node and has the
+// catalog of every node of its region.
+func (m *regionMesh) waitReady() {
 	m.t.Helper()
-	return dialNode(m.t, m.nodes[r], client.Options{})
+	waitLinksUp(m.t, m.nodes, 30*time.Second, func(n *Node) bool {
+		_, ready, _ := n.place.OwnerNow("probe")
+		return ready
+	})
+}
+
+func (m *regionMesh) dial(key string) *client.Conn {
+	m.t.Helper()
+	return dialNode(m.t, m.nodes[key], client.Options{})
 }
 
 // collect reads count records from sub and checks that each origin region's records arrive

@@ -412,9 +412,6 @@ func TestRemoveResumesAfterMetadataLeaderRestart(t *testing.T) {
 	if err := m.nodes[lead].Close(); err != nil {
 		t.Logf("close %s: %v", lead, err)
 	}
-	cfg := m.cfgs[lead]
-	cfg.Join = []string{m.nodes[via].Gossip().LANAddr()} // eu-1 started first, with no one to join
-	m.cfgs[lead] = cfg
 	m.restart(lead)
 	m.waitRemoved(via, victim, 180*time.Second)
 	var stayers []string

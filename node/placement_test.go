@@ -17,68 +17,6 @@ import (
 	"github.com/quicmq/quicmq/routing"
 )
 
-// regionMesh is a mesh of several regions with several nodes each, in this process, sharing
-// one CA. Nodes are named REGION-I (I from 1).
-type regionMesh struct {
-	t     *testing.T
-	nodes map[string]*Node
-	cfgs  map[string]Config // what each node was started with, for restart
-	names []string          // in start order
-}
-
-func newRegionMesh(t *testing.T, regions []string, perRegion int, mod ...func(*Config)) *regionMesh {
-	t.Helper()
-	m := &regionMesh{t: t, nodes: map[string]*Node{}, cfgs: map[string]Config{}}
-	caDir := t.TempDir()
-	var wanJoin []string
-	for _, r := range regions {
-		var lanJoin []string
-		for i := 1; i <= perRegion; i++ {
-			name := fmt.Sprintf("%s-%d", r, i)
-			cfg := Config{
-				DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: name, Region: r, CADir: caDir,
-				GossipLAN: "127.0.0.1:0", GossipWAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest,
-				Join: lanJoin, WANJoin: wanJoin,
-				Logger: testLogger(t),
-			}
-			for _, f := range mod {
-				f(&cfg)
-			}
-			n := startNode(t, cfg)
-			m.nodes[name] = n
-			m.cfgs[name] = cfg
-			m.names = append(m.names, name)
-			lanJoin = append(lanJoin, n.Gossip().LANAddr())
-			wanJoin = append(wanJoin, n.Gossip().WANAddr())
-		}
-	}
-	m.waitReady()
-	return m
-}
-
-// restart starts node name again on its data directory (after Close), and waits until the
-// mesh is whole again.
-func (m *regionMesh) restart(name string) {
-	m.t.Helper()
-	m.nodes[name] = startNode(m.t, m.cfgs[name])
-	m.waitReady()
-}
-
-// waitReady waits until every node has a connected link to every other node and has the
-// catalog of every node of its region.
-func (m *regionMesh) waitReady() {
-	m.t.Helper()
-	waitLinksUp(m.t, m.nodes, 30*time.Second, func(n *Node) bool {
-		_, ready, _ := n.place.OwnerNow("probe")
-		return ready
-	})
-}
-
-func (m *regionMesh) dial(name string) *client.Conn {
-	m.t.Helper()
-	return dialNode(m.t, m.nodes[name], client.Options{})
-}
-
 // owner is topic's owner in region as the region's first node sees it.
 func (m *regionMesh) owner(region, topic string) string {
 	m.t.Helper()

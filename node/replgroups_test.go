@@ -236,12 +236,6 @@ func TestUpgradeToGroupsOneNodeAtATime(t *testing.T) {
 		}
 		cfg := m.cfgs[name]
 		cfg.Raft.GroupsPerNode, cfg.noFeatures = 0, false
-		cfg.Join = nil // the first node joined no one when the region started
-		for _, other := range m.names {
-			if other != name {
-				cfg.Join = append(cfg.Join, m.nodes[other].Gossip().LANAddr())
-			}
-		}
 		m.cfgs[name] = cfg
 		m.restart(name)
 		if i < len(m.names)-1 {

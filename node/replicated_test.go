@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
-	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -276,27 +275,13 @@ func TestReplicatedNoQuorumRefuses(t *testing.T) {
 // one single-copy node, joined over WAN gossip.
 func newMixedMesh(t *testing.T) *regionMesh {
 	t.Helper()
-	m := &regionMesh{t: t, nodes: map[string]*Node{}, cfgs: map[string]Config{}}
-	caDir := t.TempDir()
-	var wanJoin, lanJoin []string
+	m := newMesh(t, []string{"eu", "us"})
 	for _, name := range []string{"eu-1", "eu-2", "eu-3", "us-1"} {
-		region := name[:2]
-		if region == "us" {
-			lanJoin = nil
-		}
-		cfg := Config{
-			DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: name, Region: region, CADir: caDir,
-			GossipLAN: "127.0.0.1:0", GossipWAN: "127.0.0.1:0", GossipProfile: gossip.ProfileTest,
-			Join: lanJoin, WANJoin: wanJoin, Logger: testLogger(t),
-		}
-		if region == "eu" {
+		cfg := m.config(name, name[:2])
+		if cfg.Region == "eu" {
 			cfg.Replicas, cfg.Raft = 3, TestRaftSettings()
 		}
-		n := startNode(t, cfg)
-		m.nodes[name], m.cfgs[name] = n, cfg
-		m.names = append(m.names, name)
-		lanJoin = append(lanJoin, n.Gossip().LANAddr())
-		wanJoin = append(wanJoin, n.Gossip().WANAddr())
+		m.add(name, cfg)
 	}
 	m.waitReady()
 	return m
