@@ -154,3 +154,51 @@ func TestGroupOverWildcardCostPerTopic(t *testing.T) {
 		lp50.Round(time.Microsecond), lp99.Round(time.Microsecond), wild.Round(time.Millisecond), float64(topics+100)/wild.Seconds(),
 		single.Round(time.Millisecond), single.Seconds()/wild.Seconds())
 }
+
+// A consumer group over a wildcard of many idle topics looks, for each publish, at the
+// topics that advanced, not at every topic it follows (issue 35): before, a member's every
+// wake asked the log for the bounds of each followed topic.
+func TestGroupOverWildcardWakeLooksAtAdvancedTopicsOnly(t *testing.T) {
+	const topics, publishes = 2000, 100
+	rng := testlog.Rand(t, "the topics published to")
+	n := newTestNode(t)
+	names := make([]string, topics)
+	for i := range names {
+		names[i] = fmt.Sprintf("gv.%d", i)
+	}
+	appendOne(t, n, names, func(string) string { return "x" })
+	c := dialNode(t, n, client.Options{})
+	sub := joinGroup(t, c, "gv.>", client.SubscribeOptions{Group: "g", From: client.Latest})
+	g := n.liveGroup("g")
+	if g == nil {
+		t.Fatal("group g is not live")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := g.TopicsVisited()
+	next := map[string]uint64{}
+	for range publishes {
+		tp := names[rng.IntN(topics)]
+		want := next[tp] + 1
+		next[tp] = want
+		if _, err := c.Publish(ctx, client.Message{Topic: tp, Payload: []byte("y")}); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Topic != tp || rec.Offset != want {
+			t.Fatalf("got %s@%d, want %s@%d", rec.Topic, rec.Offset, tp, want)
+		}
+		if err := sub.Ack(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each publish: its topic is looked at when it is handed out and once more when it has
+	// nothing left; a few more looks for wakes that find it again are fine, a pass over
+	// the 2,000 is not.
+	if got := g.TopicsVisited() - base; got > 10*publishes {
+		t.Fatalf("%d publishes to %d idle topics: the group looked at %d topics, want at most %d", publishes, topics, got, 10*publishes)
+	}
+}

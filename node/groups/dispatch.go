@@ -128,6 +128,7 @@ func (g *Group) nextTopicLocked(m *Member) *gtopic {
 	for tries := len(g.mu.active); tries > 0 && len(g.mu.active) > 0; tries-- {
 		i := g.mu.rr % len(g.mu.active)
 		t := g.mu.active[i]
+		g.visited.Add(1)
 		first, head, ok := g.env.Wal.Bounds(t.name)
 		gone := g.mu.topics[t.name] != t   // dropped
 		if ok && !gone && t.next < first { // deleted by retention: nothing to deliver, done

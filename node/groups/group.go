@@ -118,6 +118,7 @@ type Group struct {
 	NewTopics chan struct{} // a topic was created (wal.NotifyNewTopics), capacity 1
 	storeMu   sync.Mutex    // serialises stores: a later snapshot is never overwritten by an earlier one
 	lookedAt  atomic.Int64  // topic names refreshTopics looked at, in all (tests)
+	visited   atomic.Int64  // topics a dispatch looked at for records, in all (tests)
 	// wild: the pattern has a wildcard. Such a group learns which of its topics advanced
 	// from one registration for every topic of the log (wal.Log.WatchAdvances: noteAdvance,
 	// into notes), not from a watcher per topic, and looks only at its active topics.
@@ -736,6 +737,10 @@ func (t *gtopic) putOut(off uint64, f *Flight) {
 	}
 	t.out[off] = f
 }
+
+// TopicsVisited is how many topics the group's dispatch looked at for records to hand out,
+// in all.
+func (g *Group) TopicsVisited() int64 { return g.visited.Load() }
 
 // TopicsLooked is how many topic names the group looked at to follow new topics, in all.
 func (g *Group) TopicsLooked() int64 { return g.lookedAt.Load() }
