@@ -150,7 +150,8 @@ func (l *Log) advanceLocked(t *topic, from uint64, local bool) {
 
 // WatchAdvances has fn called with the topic's name after every advance of any topic's
 // high-watermark: a registration for every topic at once, for a reader that follows the
-// heads of many topics (the federation's catalog streams) without a watcher per topic.
+// heads of many topics (the federation's catalog streams, a consumer group over a
+// wildcard) without a watcher per topic.
 // local tells whether records first published in this region (OriginRegion "") are among
 // those the advance made durable, rather than only mirrored ones (always true for a
 // replicated topic, whose origins are not told apart here). Any

@@ -93,6 +93,7 @@ func (g *Group) Take(m *Member, max int) (got, dead []*Flight) {
 	}
 	clear(g.mu.ready[len(kept):])
 	g.mu.ready = kept
+	g.takeNotesLocked()
 	for len(got) < max && g.mu.outstanding < g.window {
 		t := g.nextTopicLocked(m)
 		if t == nil {
@@ -123,21 +124,31 @@ func (g *Group) mayTakeLocked(f *Flight, m *Member, now time.Time) bool {
 // member that stopped reading holds its own topics only and none of the window beyond its
 // MemberPending.
 func (g *Group) nextTopicLocked(m *Member) *gtopic {
-	for range len(g.mu.list) {
-		t := g.mu.list[g.mu.rr%len(g.mu.list)]
-		g.mu.rr++
+	// Each turn moves rr on or takes a topic out of active: at most one look per topic.
+	for tries := len(g.mu.active); tries > 0 && len(g.mu.active) > 0; tries-- {
+		i := g.mu.rr % len(g.mu.active)
+		t := g.mu.active[i]
+		g.visited.Add(1)
 		first, head, ok := g.env.Wal.Bounds(t.name)
-		if !ok {
-			continue
-		}
-		if t.next < first { // deleted by retention: nothing to deliver, done
+		gone := g.mu.topics[t.name] != t   // dropped
+		if ok && !gone && t.next < first { // deleted by retention: nothing to deliver, done
 			t.next = first
-			t.dirty = true
+			g.markDirtyLocked(t)
 			g.advanceLocked(t)
 		}
-		if t.next >= head {
+		if !ok || gone || t.next >= head {
+			if g.wild || gone { // out until it advances (noteAdvance)
+				t.active = false
+				last := len(g.mu.active) - 1
+				g.mu.active[i] = g.mu.active[last]
+				g.mu.active[last] = nil
+				g.mu.active = g.mu.active[:last]
+			} else {
+				g.mu.rr++
+			}
 			continue
 		}
+		g.mu.rr++
 		if h := g.mu.holds[t.name]; g.Set.Order == wire.OrderTopic && h != nil && (h.ready > 0 || (h.m != nil && h.m != m)) {
 			continue
 		}
@@ -171,13 +182,14 @@ func (g *Group) dispatchLocked(t *gtopic, m *Member, room int, now time.Time, go
 	for i := range count {
 		if t.skip != nil && t.skipLocked(refs[i]) { // done in another region
 			t.next++
-			t.dirty, skipped = true, true
+			skipped = true
+			g.markDirtyLocked(t)
 			continue
 		}
 		f := &Flight{t: t, off: t.next}
-		t.out[t.next] = f
+		t.putOut(t.next, f)
 		t.next++
-		t.dirty = true
+		g.markDirtyLocked(t)
 		g.mu.outstanding++
 		switch g.Set.Order {
 		case wire.OrderTopic:
@@ -346,7 +358,7 @@ func (g *Group) Nak(m *Member, topic string, off uint64) error {
 		g.mu.ready = append(g.mu.ready, f)
 		g.sortReadyLocked()
 	}
-	t.dirty = true
+	g.markDirtyLocked(t)
 	g.broadcastLocked()
 	return nil
 }
@@ -358,7 +370,7 @@ func (g *Group) doneLocked(t *gtopic, off uint64) {
 		delete(t.out, off)
 		g.mu.outstanding--
 	}
-	t.dirty = true
+	g.markDirtyLocked(t)
 }
 
 // advanceLocked moves t's floor up to its lowest outstanding offset (next when none). It

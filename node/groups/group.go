@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,12 +118,33 @@ type Group struct {
 	NewTopics chan struct{} // a topic was created (wal.NotifyNewTopics), capacity 1
 	storeMu   sync.Mutex    // serialises stores: a later snapshot is never overwritten by an earlier one
 	lookedAt  atomic.Int64  // topic names refreshTopics looked at, in all (tests)
+	visited   atomic.Int64  // topics a dispatch looked at for records, in all (tests)
+	// wild: the pattern has a wildcard. Such a group learns which of its topics advanced
+	// from one registration for every topic of the log (wal.Log.WatchAdvances: noteAdvance,
+	// into notes), not from a watcher per topic, and looks only at its active topics.
+	wild  bool
+	match routing.Matcher
+	// notes is what noteAdvance noted since Take last took it: the names of topics that
+	// advanced. noteAdvance runs on the log's completer with the log's lock held, so it
+	// takes only this mutex, never g.mu (whose holders call the log).
+	notes struct {
+		sync.Mutex
+		m map[string]struct{}
+	}
 
 	mu struct {
 		sync.Mutex
-		topics      map[string]*gtopic
-		list        []*gtopic // for round-robin dispatch
-		rr          int
+		topics map[string]*gtopic
+		list   []*gtopic // every followed topic
+		// active is the followed topics that may have records to hand out, for round-robin
+		// dispatch (rr): a topic of a wildcard group leaves it when it has none and comes
+		// back when it advances (notes), so that a dispatch or a wake costs the topics with
+		// records, not every topic that matches. A literal group's topic never leaves it.
+		active []*gtopic
+		rr     int
+		// dirty is the topics whose state changed since the last store (gtopic.dirty), so
+		// a store costs the topics that changed, not every topic followed.
+		dirty       []*gtopic
 		outstanding int       // flights in all topics
 		ready       []*Flight // given back, sorted by (topic, offset)
 		dead        []*Flight // reached max-deliver, for the next member to dead-letter
@@ -147,7 +169,8 @@ type gtopic struct {
 	name        string
 	floor, next uint64
 	out         map[uint64]*Flight
-	dirty       bool
+	dirty       bool        // in g.mu.dirty
+	active      bool        // in g.mu.active
 	skip        *groupSkip  // after a resume from another region's vector (vector.go)
 	track       *groupTrack // the store's vector: set when added, then owned by g.storeMu
 }
@@ -225,6 +248,11 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 	g.mu.stored = states
 	g.mu.mirrored = env.Mirrored(name)
 	g.mu.cancels = append(g.mu.cancels, env.Wal.NotifyNewTopics(g.NewTopics))
+	if m, err := routing.NewMatcher(g.Set.Pattern); err == nil && strings.ContainsAny(g.Set.Pattern, "*>") {
+		// Before the listing: an advance of a listed topic is noted or in the listing.
+		g.wild, g.match = true, m
+		g.mu.cancels = append(g.mu.cancels, env.Wal.WatchAdvances(g.noteAdvance))
+	}
 	// The mark before the listing: a topic created meanwhile is in both, and added once.
 	_, g.mu.created = env.Wal.CreatedSince(-1)
 	for _, ti := range env.Wal.Topics() {
@@ -326,8 +354,10 @@ func (g *Group) addIfMatches(topic string) {
 // addTopicLocked follows topic from its stored state, or from the first member's start.
 func (g *Group) addTopicLocked(topic string) {
 	n := g.env
-	g.mu.cancels = append(g.mu.cancels, n.Wal.Notify(topic, g.Wake))
-	t := &gtopic{name: topic, out: make(map[uint64]*Flight)}
+	if !g.wild {
+		g.mu.cancels = append(g.mu.cancels, n.Wal.Notify(topic, g.Wake))
+	}
+	t := &gtopic{name: topic}
 	st, ok := g.mu.stored[topic]
 	delete(g.mu.stored, topic)
 	switch {
@@ -353,11 +383,18 @@ func (g *Group) addTopicLocked(topic string) {
 				start = max(off, first)
 			}
 		}
-		t.floor, t.next, t.dirty = start, start, true
+		t.floor, t.next = start, start
+		g.markDirtyLocked(t)
 		t.beginTrack(n.Wal, nil, start)
 	}
 	g.mu.topics[topic] = t
 	g.mu.list = append(g.mu.list, t)
+	// A wildcard group's topic with nothing to hand out stays out of active until it
+	// advances: joining a group over many idle topics costs its first dispatch nothing
+	// per topic. (An advance after this Bounds is noted: noteAdvance was registered first.)
+	if _, head, ok := n.Wal.Bounds(topic); !g.wild || !ok || t.next < head {
+		g.activateLocked(t)
+	}
 	g.sortReadyLocked()
 }
 
@@ -370,7 +407,7 @@ func (g *Group) restoreLocked(t *gtopic, off uint64, deliveries uint32) {
 	case wire.OrderKey:
 		f.key = g.readKey(t.name, off)
 	}
-	t.out[off] = f
+	t.putOut(off, f)
 	g.mu.outstanding++
 	g.moveLocked(f, fReady, nil)
 	g.mu.ready = append(g.mu.ready, f)
@@ -401,12 +438,14 @@ func (g *Group) Store(ctx context.Context) error {
 	g.storeMu.Lock()
 	defer g.storeMu.Unlock()
 	g.mu.Lock()
-	states := make(map[string]*wal.GroupState)
-	for _, t := range g.mu.list {
-		if !t.dirty {
-			continue
-		}
+	states := make(map[string]*wal.GroupState, len(g.mu.dirty))
+	dirty := g.mu.dirty
+	g.mu.dirty = nil
+	for _, t := range dirty {
 		t.dirty = false
+		if g.mu.topics[t.name] != t {
+			continue // dropped (deleted) since it changed
+		}
 		st := &wal.GroupState{Floor: t.floor, Next: t.next, Entries: make([]wal.GroupEntry, 0, len(t.out))}
 		for off, f := range t.out {
 			st.Entries = append(st.Entries, wal.GroupEntry{Offset: off, Deliveries: f.deliveries})
@@ -425,7 +464,9 @@ func (g *Group) Store(ctx context.Context) error {
 	if err := g.env.Store(ctx, g.Name, &set, states); err != nil {
 		g.mu.Lock()
 		for name := range states {
-			g.mu.topics[name].dirty = true
+			if t := g.mu.topics[name]; t != nil {
+				g.markDirtyLocked(t)
+			}
 		}
 		g.mu.Unlock()
 		return err
@@ -575,7 +616,8 @@ func (g *Group) Purged(topic string, cut uint64) {
 	}
 	t.floor, t.next = cut, max(t.next, cut)
 	g.advanceLocked(t)
-	t.dirty = true
+	g.markDirtyLocked(t)
+	g.activateLocked(t)
 	g.broadcastLocked()
 }
 
@@ -637,6 +679,68 @@ func (st Stats) String() string {
 	}
 	return out
 }
+
+// markDirtyLocked notes that t's state changed: the next Store writes it.
+func (g *Group) markDirtyLocked(t *gtopic) {
+	if !t.dirty {
+		t.dirty = true
+		g.mu.dirty = append(g.mu.dirty, t)
+	}
+}
+
+// activateLocked puts t among the topics the next dispatch looks at.
+func (g *Group) activateLocked(t *gtopic) {
+	if !t.active {
+		t.active = true
+		g.mu.active = append(g.mu.active, t)
+	}
+}
+
+// noteAdvance is the group's wal.Log.WatchAdvances function (a wildcard group): it notes a
+// matching topic that advanced and wakes a member. It runs on the log's completer with the
+// log's lock held: it must not block, call the log or take g.mu.
+func (g *Group) noteAdvance(topic string, _ bool) {
+	if !g.match.Match(topic) {
+		return
+	}
+	g.notes.Lock()
+	if g.notes.m == nil {
+		g.notes.m = make(map[string]struct{})
+	}
+	g.notes.m[topic] = struct{}{}
+	g.notes.Unlock()
+	select {
+	case g.Wake <- struct{}{}:
+	default:
+	}
+}
+
+// takeNotesLocked makes the followed topics noteAdvance noted active. A noted topic the
+// group does not follow yet is left to RefreshTopics, which makes it active when it adds it.
+func (g *Group) takeNotesLocked() {
+	g.notes.Lock()
+	notes := g.notes.m
+	g.notes.m = nil
+	g.notes.Unlock()
+	for name := range notes {
+		if t := g.mu.topics[name]; t != nil {
+			g.activateLocked(t)
+		}
+	}
+}
+
+// putOut records f as outstanding at off (out is made at the first: a followed topic with
+// nothing outstanding holds no map).
+func (t *gtopic) putOut(off uint64, f *Flight) {
+	if t.out == nil {
+		t.out = make(map[uint64]*Flight)
+	}
+	t.out[off] = f
+}
+
+// TopicsVisited is how many topics the group's dispatch looked at for records to hand out,
+// in all.
+func (g *Group) TopicsVisited() int64 { return g.visited.Load() }
 
 // TopicsLooked is how many topic names the group looked at to follow new topics, in all.
 func (g *Group) TopicsLooked() int64 { return g.lookedAt.Load() }

@@ -143,7 +143,8 @@ func (g *Group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
 		n.Log.Warn("group not resumed from its mirrored position", "group", g.Shown, "topic", t.name, "err", err)
 		return false
 	}
-	t.floor, t.next, t.dirty = start, start, true
+	t.floor, t.next = start, start
+	g.markDirtyLocked(t)
 	t.track = &groupTrack{at: start, vec: maps.Clone(d.through), origins: make(map[uint64]wal.OriginRef, len(located))}
 	for _, off := range slices.Sorted(maps.Keys(located)) {
 		ref := located[off]
