@@ -61,10 +61,22 @@ func startMeshProcess(t *testing.T, bin, name string, args ...string) *meshProce
 		t.Fatal(err)
 	}
 	addr := make(chan string, 1)
+	var logFile *os.File // QUICMQ_NODE_LOGS: every line of every node's log, by name, for a campaign's post-mortem
+	if dir := os.Getenv("QUICMQ_NODE_LOGS"); dir != "" {
+		if f, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			logFile = f
+		}
+	}
 	go func() {
+		if logFile != nil {
+			defer logFile.Close()
+		}
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
 			line := sc.Text()
+			if logFile != nil {
+				fmt.Fprintln(logFile, line)
+			}
 			p.tailMu.Lock()
 			p.tailLog = append(p.tailLog, line)
 			if len(p.tailLog) > 40 {
