@@ -60,9 +60,12 @@ type Conn struct {
 	redialMu sync.Mutex // serialises reconnecting (Options.Reconnect)
 	mu       struct {
 		sync.Mutex
-		closed bool       // set with closing; after it no goroutine may be added to wg
-		cur    *link      // the current connection; replaced by redial after it was lost
-		pub    *publisher // the current publish stream; replaced when it failed
+		closed bool  // set with closing; after it no goroutine may be added to wg
+		cur    *link // the current connection; replaced by redial after it was lost
+		// away are connections replaced while still up (their node going away): each
+		// answers what it took until the node closes it; Close closes them.
+		away map[*link]struct{}
+		pub  *publisher // the current publish stream; replaced when it failed
 	}
 }
 
@@ -88,6 +91,12 @@ type link struct {
 	// (wire.Negotiate): version 1 with a node of an older build.
 	offer, version uint64
 
+	// goingAway: the node said on the control stream that it shuts down (ERROR 11). It
+	// answers what it read and then closes the connection; with Options.Reconnect and
+	// another node to go to, the next stream is opened on a new connection at once
+	// (live) instead of after the close: a rolling restart's publishes do not wait for it.
+	goingAway atomic.Bool
+
 	mu    sync.Mutex
 	cause error // why the node ended the connection (ERROR on the control stream)
 	// The sockets migrations moved the connection to (migrate.go), and the one in use. Every
@@ -108,6 +117,10 @@ func (l *link) close(code quic.ApplicationErrorCode, reason string) {
 // be meant to end).
 func (l *link) closeSockets() {
 	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return
+	}
 	paths := l.paths
 	l.paths, l.closed = nil, true
 	l.mu.Unlock()
@@ -333,12 +346,12 @@ func (c *Conn) current() *link {
 // Options.Reconnect, a new one when the current one was lost.
 func (c *Conn) live(ctx context.Context) (*link, error) {
 	l := c.current()
-	if !c.opts.Reconnect || l.qc.Context().Err() == nil {
+	if !c.opts.Reconnect || c.usable(l) {
 		return l, nil
 	}
 	c.redialMu.Lock()
 	defer c.redialMu.Unlock()
-	if l = c.current(); l.qc.Context().Err() == nil {
+	if l = c.current(); c.usable(l) {
 		return l, nil // another operation reconnected meanwhile
 	}
 	nl, r, err := c.dialAny(ctx, l.at+1)
@@ -359,8 +372,28 @@ func (c *Conn) live(ctx context.Context) (*link, error) {
 		c.failover.moves.Add(1) // to another region, or back (failover.go)
 	}
 	go c.readControl(nl, r)
-	old.closeSockets() // its connection is gone already; this frees the sockets
+	// Replaced while up (its node going away), the old connection answers what it took
+	// until the node closes it; its control reader then closes the sockets. One already
+	// gone (or whose reader ended before it was listed) has them closed here.
+	c.mu.Lock()
+	if c.mu.away == nil {
+		c.mu.away = map[*link]struct{}{}
+	}
+	c.mu.away[old] = struct{}{}
+	c.mu.Unlock()
+	if old.qc.Context().Err() != nil {
+		c.mu.Lock()
+		delete(c.mu.away, old)
+		c.mu.Unlock()
+		old.closeSockets()
+	}
 	return nl, nil
+}
+
+// usable reports whether new streams go on connection l: it is up, and its node did not
+// say it shuts down while there is another node to go to.
+func (c *Conn) usable(l *link) bool {
+	return l.qc.Context().Err() == nil && (!l.goingAway.Load() || len(c.addrs) < 2)
 }
 
 // retryReconnect is the Options.Reconnect policy, shared by subscriptions that resume and
@@ -487,6 +520,15 @@ func clampLimit(announced uint64, def int) int {
 // becomes the cause every later failure names.
 func (c *Conn) readControl(l *link, r *wire.Reader) {
 	defer c.wg.Done()
+	defer func() {
+		c.mu.Lock()
+		_, away := c.mu.away[l]
+		delete(c.mu.away, l)
+		c.mu.Unlock()
+		if away {
+			l.closeSockets() // replaced while up (live): nothing else closes them
+		}
+	}()
 	defer c.watch(l)()
 	if l.at >= c.home && c.opts.Reconnect && c.opts.FailbackCheck > 0 {
 		done := make(chan struct{})
@@ -500,6 +542,9 @@ func (c *Conn) readControl(l *link, r *wire.Reader) {
 		}
 		if e, ok := f.(*wire.ErrorFrame); ok {
 			l.setCause(fromWire(e.Code, e.Message))
+			if e.Code == wire.CodeShuttingDown {
+				l.goingAway.Store(true)
+			}
 			continue
 		}
 		l.setCause(errorf(CodeProtocol, "node sent %s on the control stream", f.Type()))
@@ -619,9 +664,16 @@ func (c *Conn) Close() error {
 		c.mu.closed = true
 		close(c.closing)
 		l := c.mu.cur
+		away := make([]*link, 0, len(c.mu.away))
+		for a := range c.mu.away {
+			away = append(away, a)
+		}
 		c.mu.Unlock()
 		c.stop()
 		l.qc.CloseWithError(wire.AppNoError, "client closed")
+		for _, a := range away {
+			a.qc.CloseWithError(wire.AppNoError, "client closed")
+		}
 		c.wg.Wait()
 		l.closeSockets()
 	})

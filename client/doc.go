@@ -61,7 +61,10 @@
 //     made again by its next Next, from where it was, delivering nothing twice. Given
 //     several nodes of one region (Dial(ctx, opts, "host:port", "host:port")), [Dial] takes
 //     the first that answers and a reconnect starts with the next, so the Conn outlives any
-//     one node; an address where nothing listens is skipped at once.
+//     one node; an address where nothing listens is skipped at once. A node that shuts down
+//     says so first (ERROR 11, or a publish stream it stops reading): with several
+//     addresses the next stream already goes to a new connection with another node, while
+//     the old one answers what it took until the node closes it.
 //   - With Options.Idempotent the Conn numbers its publishes (a random producer ID and one
 //     increasing sequence), and the node stores each (topic, producer, sequence) once: with
 //     Reconnect too, publishes in flight on a lost connection (or on a stream the node ended

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -232,11 +233,11 @@ func (c *Conn) publisher(ctx context.Context) (*publisher, error) {
 	if c.resending() {
 		return nil, nil // the resender makes the next stream
 	}
-	s, err := c.openStream(ctx)
+	s, l, err := c.openStreamOn(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := c.newPublisher(s)
+	p := c.newPublisher(s, l)
 	// A resend that began meanwhile goes first: this stream is not used.
 	c.rs.Lock()
 	defer c.rs.Unlock()
@@ -251,8 +252,8 @@ func (c *Conn) publisher(ctx context.Context) (*publisher, error) {
 	return p, nil
 }
 
-func (c *Conn) newPublisher(s *quic.Stream) *publisher {
-	return &publisher{c: c, s: s, kick: make(chan struct{}, 1), dead: make(chan struct{}), writerDone: make(chan struct{})}
+func (c *Conn) newPublisher(s *quic.Stream, l *link) *publisher {
+	return &publisher{c: c, s: s, l: l, kick: make(chan struct{}, 1), dead: make(chan struct{}), writerDone: make(chan struct{})}
 }
 
 // install makes p the Conn's publish stream and starts its goroutines. Called with pubMu
@@ -293,6 +294,7 @@ func (c *Conn) currentPublisher() *publisher {
 type publisher struct {
 	c *Conn
 	s *quic.Stream
+	l *link // the connection s is on
 	// retired: the Conn moved to another connection while this stream worked (failover.go):
 	// new publishes open a stream there, and this one answers those it took.
 	retired atomic.Bool
@@ -522,6 +524,12 @@ func (p *publisher) fail(err error) {
 		return
 	}
 	p.mu.err = err
+	if e := (*Error)(nil); errors.As(err, &e) && e.Code == CodeShuttingDown {
+		// The node stopped reading this stream because it shuts down: its connection
+		// goes next, and a resend goes to another node at once (live), ahead of the
+		// node's ERROR on the control stream.
+		p.l.goingAway.Store(true)
+	}
 	sent, queued := p.mu.pending, p.mu.queued
 	p.mu.pending, p.mu.queued = nil, nil
 	close(p.dead)

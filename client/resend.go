@@ -176,11 +176,11 @@ func (c *Conn) resendOnce(ctx context.Context) error {
 			}
 		}
 	}
-	s, err := c.openStream(ctx)
+	s, l, err := c.openStreamOn(ctx)
 	if err != nil {
 		return err
 	}
-	p := c.newPublisher(s)
+	p := c.newPublisher(s, l)
 	c.pubMu.Lock()
 	defer c.pubMu.Unlock()
 	c.rs.Lock()

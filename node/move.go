@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -188,6 +189,9 @@ type mover struct {
 		state    map[uint64]string     // group -> MoveStep's last state here (on its leader)
 	}
 	wake chan struct{}
+	// holdEnds, set by tests only, keeps the metadata leader from recording any move's end
+	// (recordMovesDone): a test orders an undo after a promotion with it.
+	holdEnds atomic.Bool
 	// Owned by moveLoop's goroutine.
 	reqTag, doneTag, bytesTag string
 	lastTry                   map[uint64]time.Time // group -> last leadership transfer asked (a source leading)

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -525,6 +526,108 @@ func TestMoveUndoneWhenDestinationDies(t *testing.T) {
 	}
 	load.waitMore(t, 200, nil)
 	checkLoad(t, load, m, stayers)
+	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
+}
+
+// TestMoveUndoAfterPromotionIsRecordedDone: an undo record that the metadata applies only
+// after raft promoted the move's new replica (its node was seen down just after the
+// promotion, say) does not take the new voter out: the group's leader sees TO voting and
+// FROM gone (undoStep), and the move is recorded done, the placement naming TO, the group's
+// voters exactly its placement, nothing acknowledged lost. The metadata leader's recording of
+// the move's end is held (mover.holdEnds) until the undo record is applied, so the undo is
+// ordered after the promotion.
+func TestMoveUndoAfterPromotionIsRecordedDone(t *testing.T) {
+	m := newMoveMesh(t, 4, func(c *Config) { c.Raft.DisableReplicaBalance = true })
+	for _, name := range m.names {
+		m.nodes[name].rep.moves.holdEnds.Store(true)
+	}
+	lead := m.metaLeader()
+	// The destination: a node other than the metadata leader and eu-1, and a group it holds
+	// no replica of.
+	var dest string
+	var g *repGroup
+	r := m.nodes[lead].rep
+	for _, name := range m.names[1:] {
+		if name == lead || dest != "" {
+			continue
+		}
+		r.pl.RLock()
+		for _, cand := range r.pl.groups {
+			if !slices.Contains(cand.names(), name) && (g == nil || cand.id < g.id) {
+				g, dest = cand, name
+			}
+		}
+		r.pl.RUnlock()
+	}
+	if g == nil {
+		t.Fatalf("no group that a node other than %s and eu-1 lacks", lead)
+	}
+	c := dialNode(t, m.nodes[lead], client.Options{})
+	defer c.Close()
+	load := startLoad(t, c, 8)
+	load.waitMore(t, 200, nil)
+	from := g.replicas[0]
+	destID := m.nodes[dest].rep.id
+	t.Logf("metadata leader %s; moving group %s's replica on %s to %s (raft ID %d); placement %v", lead, g.label, from.name, dest, destID, g.names())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if !r.proposeMove(ctx, moveRec{kind: moveKindStart, group: g.id, from: from.name, fromID: from.id, to: dest, toID: destID}) {
+		t.Fatal("the start record was not committed")
+	}
+	testlog.WaitForErr(t, 60*time.Second, "raft to promote "+dest+" and remove "+from.name, func() error {
+		for _, name := range m.names {
+			rr := m.nodes[name].rep
+			if ro, ok := rr.d.Role(g.id); !ok || !ro.Leader {
+				continue
+			}
+			mem, err := rr.d.Membership(ctx, g.id)
+			if err != nil {
+				return err
+			}
+			if !mem.Joint() && mem.IsVoter(destID) && !mem.IsVoter(from.id) && !mem.IsLearner(from.id) {
+				return nil
+			}
+			return fmt.Errorf("%s leads with voters %v, learners %v, joint %v", name, mem.Voters, mem.Learners, mem.Joint())
+		}
+		return errors.New("no leader")
+	})
+	if _, ok := r.moves.movesCopy()[g.id]; !ok {
+		t.Fatal("the move ended while the recording of its end was held")
+	}
+	if !r.proposeMove(ctx, moveRec{kind: moveKindUndo, group: g.id, from: from.name, to: dest, toID: destID}) {
+		t.Fatal("the undo record was not committed")
+	}
+	for _, name := range m.names {
+		rr := m.nodes[name].rep
+		testlog.WaitFor(t, 10*time.Second, name+" to apply the undo record", func() bool {
+			gm, ok := rr.moves.movesCopy()[g.id]
+			return ok && gm.undo
+		})
+	}
+	for _, name := range m.names {
+		m.nodes[name].rep.moves.holdEnds.Store(false)
+	}
+	for _, name := range m.names {
+		rr := m.nodes[name].rep
+		testlog.WaitForErr(t, 60*time.Second, name+" to apply the move's end", func() error {
+			if len(rr.moves.movesCopy()) == 0 {
+				return nil
+			}
+			return fmt.Errorf("moves %v", rr.moves.movesCopy())
+		})
+		if done, undone := metricWith(t, m.nodes[name], "quicmq_raft_moves_done_total", nil), metricWith(t, m.nodes[name], "quicmq_raft_moves_undone_total", nil); done != 1 || undone != 0 {
+			t.Fatalf("%s: %v moves done and %v undone, want 1 and 0", name, done, undone)
+		}
+		rr.pl.RLock()
+		names := rr.pl.groups[g.id].names()
+		rr.pl.RUnlock()
+		if !slices.Contains(names, dest) || slices.Contains(names, from.name) {
+			t.Fatalf("%s places group %s on %v after the move, want %s instead of %s", name, g.label, names, dest, from.name)
+		}
+	}
+	m.checkFullyReplicated(m.names) // voters exactly the placement: the new voter stayed
+	load.waitMore(t, 200, nil)
+	checkLoad(t, load, m, m.names)
 	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
 }
 

@@ -114,6 +114,9 @@ func (r *replicated) announceMovesDone(done, undone []groupMove) {
 // recordMovesDone, on the metadata leader, records the moves group leaders (this node
 // among them) report finished or undone.
 func (r *replicated) recordMovesDone(ctx context.Context, local, localUndone []groupMove) {
+	if r.moves.holdEnds.Load() {
+		return
+	}
 	fin := map[string]bool{}
 	for _, gm := range local {
 		fin[moveKey(gm)] = true

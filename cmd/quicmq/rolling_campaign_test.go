@@ -37,6 +37,9 @@ func TestRollingRestartCampaign(t *testing.T) {
 		rate   = 1000 // publishes/s
 	)
 	bin := quicmqBinary(t)
+	if b := os.Getenv("QUICMQ_ROLL_BIN"); b != "" { // another build's nodes, to compare in the same conditions
+		bin = b
+	}
 	var listen, admin []string
 	for range 3 {
 		listen, admin = append(listen, freeAddr(t)), append(admin, freeAddr(t))
@@ -46,7 +49,11 @@ func TestRollingRestartCampaign(t *testing.T) {
 		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
 	}
 	r.extra = func(i int) []string {
-		return []string{"--listen", listen[i], "--admin", admin[i], "--admin-api"}
+		args := []string{"--listen", listen[i], "--admin", admin[i], "--admin-api"}
+		if lvl := os.Getenv("QUICMQ_ROLL_LOG_LEVEL"); lvl != "" { // debug: raft's elections, with QUICMQ_NODE_LOGS
+			args = append(args, "--log-level", lvl)
+		}
+		return args
 	}
 	for i := range r.nodes {
 		r.start(i)
@@ -58,31 +65,60 @@ func TestRollingRestartCampaign(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	l, wg := startRollLoad(t, ctx, r, listen, topics, rate)
+	var sampler procSampler
+	timeline := os.Getenv("QUICMQ_ROLL_TIMELINE") != "" // a timeline of the machine beside the publishes
+	if timeline {
+		sctx, scancel := context.WithCancel(ctx)
+		var swg sync.WaitGroup
+		defer swg.Wait()
+		defer scancel()
+		swg.Go(func() {
+			sampler.run(sctx, func() map[string]int {
+				pids := map[string]int{"test": os.Getpid()}
+				for _, n := range r.nodes {
+					if p := n.proc(); p != nil {
+						pids[n.name] = p.Pid()
+					}
+				}
+				return pids
+			})
+		})
+	}
 	l.waitAcks(t, 5000)
 
 	l.phase.Store("roll")
 	rollStart := time.Now()
+	l.mu.Lock()
+	l.start = rollStart
+	l.mu.Unlock()
 	for i, n := range r.nodes {
 		other := admin[(i+1)%3]
 		t0 := time.Now()
+		l.event("drain " + n.name)
 		code, _, errOut := runCLI(t, "", "nodes", "drain", n.name, "--admin", other, "--timeout", "25s")
 		if code != 0 {
 			t.Fatalf("drain %s: exit %d\n%s", n.name, code, errOut)
 		}
 		drained := time.Since(t0)
+		l.event(n.name + " drained; SIGTERM")
 		stopGracefully(t, n.proc())
+		l.event(n.name + " exited")
 		r.start(i)
+		l.event(n.name + " listening")
 		r.waitLinks(i)
 		restarted := time.Since(t0)
+		l.event(n.name + " linked; undrain")
 		if code, _, errOut := runCLI(t, "", "nodes", "undrain", n.name, "--admin", other, "--timeout", "25s"); code != 0 {
 			t.Fatalf("undrain %s: exit %d\n%s", n.name, code, errOut)
 		}
+		l.event(n.name + " undrained")
 		t.Logf("%s: drained in %v, stopped, started and linked %v after the drain began, undrained %v after",
 			n.name, drained.Round(time.Millisecond), restarted.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 		l.waitAcks(t, 2000) // the load runs on before the next node goes
 	}
 	roll := time.Since(rollStart)
 	l.phase.Store("after")
+	l.event("the roll ends")
 	l.waitAcks(t, 1000)
 	cancel()
 	wg.Wait()
@@ -101,6 +137,11 @@ func TestRollingRestartCampaign(t *testing.T) {
 		roll.Round(time.Millisecond), len(before), len(during), l.refused.Load(), l.maxSilence("roll").Round(time.Millisecond))
 	t.Logf("publish latency before: p50 %v p99 %v; during the roll: p50 %v p99 %v (%.1fx)",
 		p(before, 0.5), p(before, 0.99), p(during, 0.5), p(during, 0.99), float64(p(during, 0.99))/float64(max(1, p(before, 0.99))))
+	t.Logf("where the roll's slow publishes (over 2x the p99 before, %v) come from:\n%s", 2*p(before, 0.99), l.slowReport(2*p(before, 0.99)))
+	if timeline {
+		t.Logf("the roll, every 250 ms (CPU of each process and of the machine, publishes sent then):\n%s",
+			sampler.timeline(l, rollStart.Add(-2*time.Second), rollStart.Add(roll), 250*time.Millisecond, 2*p(before, 0.99), []string{"rc1", "rc2", "rc3", "test"}))
+	}
 
 	// Every acknowledged record is in its topic's log once, read from a node that restarted.
 	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -162,6 +203,33 @@ type rollLoad struct {
 	errs    map[string]int
 	total   int
 	gaveUp  int // publishes never acknowledged after 50 attempts
+	// For the report of where slow publishes come from (slowReport).
+	samples []rollSample
+	events  []rollEvent
+	start   time.Time
+}
+
+// rollSample is one acknowledged publish: when it was first sent, how long until its
+// acknowledgement, the node the client was connected to at the send and at the
+// acknowledgement, and whether it was published again after an error.
+type rollSample struct {
+	sent          time.Time
+	lat           time.Duration
+	node, ackNode string
+	retried       bool
+	topic         int
+}
+
+// rollEvent is a step of the roll (a drain asked, a node stopped, started...), for the report.
+type rollEvent struct {
+	at   time.Time
+	what string
+}
+
+func (l *rollLoad) event(what string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, rollEvent{time.Now(), what})
 }
 
 type atomicString struct {
@@ -188,6 +256,7 @@ func (l *rollLoad) run(ctx context.Context, c *client.Conn, topics, rate int) {
 		pay   string
 		sent  time.Time
 		phase string
+		node  string
 	}
 	futs := make(chan pending, 8192)
 	var wg, retries sync.WaitGroup
@@ -207,7 +276,8 @@ func (l *rollLoad) run(ctx context.Context, c *client.Conn, topics, rate int) {
 						_, err := c.Publish(wctx, p.msg)
 						cancel()
 						if err == nil || attempt == 50 {
-							l.settle(p.topic, p.pay, p.sent, p.phase, err)
+							ackNode, _ := c.Node()
+							l.settle(p.topic, p.pay, p.sent, p.phase, err, p.node, ackNode, true)
 							return
 						}
 						l.noteErr(err)
@@ -216,7 +286,8 @@ func (l *rollLoad) run(ctx context.Context, c *client.Conn, topics, rate int) {
 				})
 				continue
 			}
-			l.settle(p.topic, p.pay, p.sent, p.phase, nil)
+			ackNode, _ := c.Node()
+			l.settle(p.topic, p.pay, p.sent, p.phase, nil, p.node, ackNode, false)
 		}
 	})
 	defer retries.Wait() // last: the waiter (wg) starts retries until it ends
@@ -245,7 +316,8 @@ func (l *rollLoad) run(ctx context.Context, c *client.Conn, topics, rate int) {
 				l.noteErr(err)
 				continue
 			}
-			futs <- pending{f, m, topic, pay, sent, l.phase.Load()}
+			node, _ := c.Node()
+			futs <- pending{f, m, topic, pay, sent, l.phase.Load(), node}
 		}
 	}
 }
@@ -266,7 +338,7 @@ func (l *rollLoad) noteErr(err error) {
 
 // settle records a publish's final outcome: acknowledged (err nil), with its latency from
 // its first send, or given up.
-func (l *rollLoad) settle(topic int, pay string, sent time.Time, phase string, err error) {
+func (l *rollLoad) settle(topic int, pay string, sent time.Time, phase string, err error, node, ackNode string, retried bool) {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -280,6 +352,7 @@ func (l *rollLoad) settle(topic int, pay string, sent time.Time, phase string, e
 	}
 	l.lat[phase] = append(l.lat[phase], now.Sub(sent))
 	l.ackAt[phase] = append(l.ackAt[phase], now)
+	l.samples = append(l.samples, rollSample{sent: sent, lat: now.Sub(sent), node: node, ackNode: ackNode, retried: retried, topic: topic})
 	l.total++
 }
 
@@ -408,4 +481,94 @@ func startRollLoad(t *testing.T, ctx context.Context, r *replicaRegion, addrs []
 	wg := &sync.WaitGroup{}
 	wg.Go(func() { l.run(ctx, c, topics, rate) })
 	return l, wg
+}
+
+// slowReport lists the roll's steps and the episodes of publishes slower than over: runs of
+// them sent less than 300 ms apart, each with its time from the roll's start, how many, the
+// slowest, how many were published again after an error, and the nodes the client was on
+// when it sent them and when they were acknowledged. It says where the roll's p99 comes from.
+func (l *rollLoad) slowReport(over time.Duration) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var b strings.Builder
+	off := func(at time.Time) string { return fmt.Sprintf("%6.2fs", at.Sub(l.start).Seconds()) }
+	for _, e := range l.events {
+		fmt.Fprintf(&b, "  %s  %s\n", off(e.at), e.what)
+	}
+	var slow []rollSample
+	rolled := 0
+	for _, s := range l.samples {
+		if s.sent.Before(l.start) || len(l.events) > 0 && s.sent.After(l.events[len(l.events)-1].at) {
+			continue
+		}
+		rolled++
+		if s.lat > over {
+			slow = append(slow, s)
+		}
+	}
+	slices.SortFunc(slow, func(a, b rollSample) int { return a.sent.Compare(b.sent) })
+	fmt.Fprintf(&b, "  %d of %d publishes of the roll slower than %v\n", len(slow), rolled, over)
+	// Latency by the region's state when a publish was sent: a node stopping or down (from
+	// its SIGTERM until its links are up again), the second after it is back (its replicas
+	// catch up, leaders move back), and all three up.
+	class := func(at time.Time) string {
+		state := "all up"
+		for _, e := range l.events {
+			if e.at.After(at) {
+				break
+			}
+			switch {
+			case strings.HasSuffix(e.what, "SIGTERM"):
+				state = "one stopping or down"
+			case strings.HasSuffix(e.what, "linked; undrain"):
+				state = "all up"
+				if at.Sub(e.at) < time.Second {
+					state = "back, first second"
+				}
+			}
+		}
+		return state
+	}
+	by := map[string][]time.Duration{}
+	for _, s := range l.samples {
+		if s.sent.Before(l.start) || len(l.events) > 0 && s.sent.After(l.events[len(l.events)-1].at) {
+			continue
+		}
+		c := class(s.sent)
+		by[c] = append(by[c], s.lat)
+	}
+	for _, c := range []string{"all up", "one stopping or down", "back, first second"} {
+		d := by[c]
+		slices.Sort(d)
+		if len(d) == 0 {
+			continue
+		}
+		q := func(f float64) time.Duration {
+			return d[min(len(d)-1, int(f*float64(len(d))))].Round(100 * time.Microsecond)
+		}
+		fmt.Fprintf(&b, "  sent while %s: %d publishes, p50 %v p99 %v max %v\n", c, len(d), q(0.5), q(0.99), d[len(d)-1].Round(time.Millisecond))
+	}
+	for i := 0; i < len(slow); {
+		j := i + 1
+		for j < len(slow) && slow[j].sent.Sub(slow[j-1].sent) < 300*time.Millisecond {
+			j++
+		}
+		ep := slow[i:j]
+		var worst time.Duration
+		retried := 0
+		nodes, acks, topics := map[string]int{}, map[string]int{}, map[int]bool{}
+		for _, s := range ep {
+			worst = max(worst, s.lat)
+			if s.retried {
+				retried++
+			}
+			nodes[s.node]++
+			acks[s.ackNode]++
+			topics[s.topic] = true
+		}
+		fmt.Fprintf(&b, "  %s..%s sent: %d slow (%d topics), worst %v, %d published again; client on %v when sent, %v when acknowledged\n",
+			off(ep[0].sent), off(ep[len(ep)-1].sent), len(ep), len(topics), worst.Round(time.Millisecond), retried, nodes, acks)
+		i = j
+	}
+	return b.String()
 }

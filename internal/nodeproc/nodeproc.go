@@ -9,6 +9,9 @@
 // SIGCONT pause and resume it). Its data directory and addresses are the caller's, so a node
 // restarts as itself by Start with the same flags.
 //
+// With QUICMQ_NODE_LOGS=DIR in the environment, every line of every node's log is also
+// appended to DIR/NAME.log, for a campaign's post-mortem.
+//
 // It imports nothing of the module: node's own tests and benchmarks, cmd/quicmq's and the
 // bench module's campaigns all use it.
 package nodeproc
@@ -19,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -130,10 +134,18 @@ func (o Options) Start(t testing.TB, bin, name string, args ...string) *Process 
 // node listens (the metrics line comes first).
 func (p *Process) readLog(stderr io.Reader, keep []*regexp.Regexp, listening chan<- [2]string) {
 	var metrics string
+	var logFile io.Writer = io.Discard
+	if dir := os.Getenv("QUICMQ_NODE_LOGS"); dir != "" {
+		if f, err := os.OpenFile(filepath.Join(dir, p.Name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			defer f.Close()
+			logFile = f
+		}
+	}
 	sc := bufio.NewScanner(stderr)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		fmt.Fprintln(logFile, line)
 		p.mu.Lock()
 		p.tail = append(p.tail, line)
 		if len(p.tail) > tailLines {
