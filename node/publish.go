@@ -430,9 +430,12 @@ func (a *answers) answer(b *pendingBatch) {
 	var ok int
 	// A batch with a duplicate or a refused sequence (wal dedup) is answered record by
 	// record: its offsets are not one run, and a duplicate's ack carries a flag.
-	if b.err == nil && b.outcomes == nil && a.p.ranges.Load() && len(b.res.Skipped) == 0 {
-		ok = a.answerRuns(b)
-	} else {
+	switch {
+	case b.err == nil && b.outcomes == nil && a.p.ranges.Load() && len(b.res.Skipped) == 0:
+		ok = a.answerRuns(b, b.res.First, b.res.Time)
+	case b.err == nil && b.outcomes != nil && a.p.ranges.Load() && relayedRun(b):
+		ok = a.answerRuns(b, b.outcomes[0].Offset, b.outcomes[0].Time)
+	default:
 		ok = a.answerEach(b)
 	}
 	if ok > 0 && b.relayTo == "" { // relayed records count on their owner
@@ -447,15 +450,31 @@ func (a *answers) answer(b *pendingBatch) {
 	}
 }
 
-// answerRuns answers a batch appended at consecutive offsets with one time: one
-// PUBLISH_ACKS per run of consecutive seqs. It returns how many were stored.
-func (a *answers) answerRuns(b *pendingBatch) int {
+// relayedRun says whether the owner stored every record of b, relayed to it, at
+// consecutive offsets with one time (none a duplicate), so that b is answered as a batch
+// appended here would be (answerRuns).
+func relayedRun(b *pendingBatch) bool {
+	if b.unknown || b.answered != len(b.seqs) {
+		return false
+	}
+	first := b.outcomes[0]
+	for i, o := range b.outcomes {
+		if b.errs[i] != nil || o.Duplicate || o.Err != nil || o.Offset != first.Offset+uint64(i) || o.Time != first.Time {
+			return false
+		}
+	}
+	return true
+}
+
+// answerRuns answers a batch appended at consecutive offsets from first with one time:
+// one PUBLISH_ACKS per run of consecutive seqs. It returns how many were stored.
+func (a *answers) answerRuns(b *pendingBatch, first uint64, at int64) int {
 	for i := 0; i < len(b.seqs); {
 		j := i + 1
 		for j < len(b.seqs) && b.seqs[j] == b.seqs[j-1]+1 {
 			j++
 		}
-		a.acks = wire.PublishAcks{Seq: b.seqs[i], Count: uint64(j - i), Offset: b.res.First + uint64(i), Time: b.res.Time}
+		a.acks = wire.PublishAcks{Seq: b.seqs[i], Count: uint64(j - i), Offset: first + uint64(i), Time: at}
 		a.write(&a.acks)
 		i = j
 	}

@@ -145,11 +145,14 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 	rs.mu.waiting = append(rs.mu.waiting, b)
 	rs.mu.Unlock()
 	for _, r := range b.records {
-		rs.w.Buffer(&wire.Publish{
+		// Runs of publishes go as PUBLISH_BATCH frames, which every build reads on a peer
+		// link (v0.1.0 on), answered with PUBLISH_ACKS: one frame each way per run rather
+		// than per record, the relay's cost on a follower.
+		rs.w.BufferPublish(&wire.Publish{
 			Seq: rs.seq, Topic: b.topic,
 			ProducerID: r.ProducerID, Sequence: r.Sequence,
 			Headers: r.Headers, Payload: r.Payload,
-		})
+		}, relayBatchBody)
 		rs.seq++
 	}
 	b.records = nil // the frames hold copies
@@ -192,11 +195,15 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 	return nil
 }
 
-// readAnswers matches the owner's PUBLISH_ACK / PUBLISH_ERROR frames, which come in the
-// order the publishes were sent, to the waiting batches. When the stream ends early, every
+// relayBatchBody bounds the body of a PUBLISH_BATCH frame the relay sends (the Go
+// client's size): within every node's frame limit (the payload limit plus 64 KiB).
+const relayBatchBody = 64 << 10
+
+// readAnswers matches the owner's PUBLISH_ACK, PUBLISH_ACKS and PUBLISH_ERROR frames, which
+// come in the order the publishes were sent, to the waiting batches. When the stream ends early, every
 // record still waiting is answered with an error naming the owner.
 func (rs *relayStream) readAnswers() {
-	p, n := rs.p, rs.p.s.n
+	n := rs.p.s.n
 	r := wire.NewReader(rs.str, wire.Limits{})
 	for {
 		f, err := r.Read()
@@ -206,15 +213,21 @@ func (rs *relayStream) readAnswers() {
 				rs.owner, n.cfg.Region, err))
 			return
 		}
-		var e *wire.Error
-		var off uint64
-		var t int64
-		var dup bool
 		switch f := f.(type) {
 		case *wire.PublishAck:
-			off, t, dup = f.Offset, f.Time, f.Flags&wire.AckDuplicate != 0
+			if !rs.answer(wal.RecordOutcome{Offset: f.Offset, Time: f.Time, Duplicate: f.Flags&wire.AckDuplicate != 0}, nil) {
+				return
+			}
+		case *wire.PublishAcks:
+			for k := range f.Count {
+				if !rs.answer(wal.RecordOutcome{Offset: f.Offset + k, Time: f.Time}, nil) {
+					return
+				}
+			}
 		case *wire.PublishError:
-			e = &wire.Error{Code: f.Code, Message: fmt.Sprintf("node %q (the topic's owner): %s", rs.owner, f.Message)}
+			if !rs.answer(wal.RecordOutcome{}, &wire.Error{Code: f.Code, Message: fmt.Sprintf("node %q (the topic's owner): %s", rs.owner, f.Message)}) {
+				return
+			}
 		case *wire.ErrorFrame:
 			rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
 				"the owner of the topic, node %q, ended the relay (%s): the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
@@ -224,32 +237,40 @@ func (rs *relayStream) readAnswers() {
 			rs.fail(wire.Errorf(wire.CodeInternal, "the owner of the topic, node %q, answered with %s", rs.owner, f.Type()))
 			return
 		}
-		rs.mu.Lock()
-		if len(rs.mu.waiting) == 0 {
-			rs.mu.Unlock()
-			rs.fail(wire.Errorf(wire.CodeInternal, "node %q answered a publish that was not sent", rs.owner))
-			return
-		}
-		b := rs.mu.waiting[0]
-		rs.mu.answeredAt = time.Now()
-		i := b.answered
-		b.answered++
-		if b.answered == len(b.seqs) {
-			rs.mu.waiting = rs.mu.waiting[1:]
-		}
-		rs.mu.Unlock()
-		b.outcomes[i], b.errs[i] = wal.RecordOutcome{Offset: off, Time: t, Duplicate: dup}, e
-		if i+1 == len(b.seqs) {
-			if e == nil {
-				n.place.RelayedPubs.Add(float64(len(b.seqs)))
-			}
-			p.attemptEnded(b, nil)
-			p.mu.Lock()
-			b.done = true
-			p.mu.Unlock()
-			p.signal()
-		}
 	}
+}
+
+// answer gives the oldest publish waiting on the stream the owner's answer (an outcome, or
+// e), completing its batch with its last record. False: the owner answered a publish that
+// was not sent, and the stream is failed.
+func (rs *relayStream) answer(o wal.RecordOutcome, e *wire.Error) bool {
+	p, n := rs.p, rs.p.s.n
+	rs.mu.Lock()
+	if len(rs.mu.waiting) == 0 {
+		rs.mu.Unlock()
+		rs.fail(wire.Errorf(wire.CodeInternal, "node %q answered a publish that was not sent", rs.owner))
+		return false
+	}
+	b := rs.mu.waiting[0]
+	rs.mu.answeredAt = time.Now()
+	i := b.answered
+	b.answered++
+	if b.answered == len(b.seqs) {
+		rs.mu.waiting = rs.mu.waiting[1:]
+	}
+	rs.mu.Unlock()
+	b.outcomes[i], b.errs[i] = o, e
+	if i+1 == len(b.seqs) {
+		if e == nil {
+			n.place.RelayedPubs.Add(float64(len(b.seqs)))
+		}
+		p.attemptEnded(b, nil)
+		p.mu.Lock()
+		b.done = true
+		p.mu.Unlock()
+		p.signal()
+	}
+	return true
 }
 
 // fail marks the stream dead and answers every waiting record with e.

@@ -52,8 +52,11 @@ type engine struct {
 	batch         *pebble.Batch
 	batchCap      int
 	batchBigTicks int
-	failed        error
-	stats         Stats
+	// envBuf is the buffer proposals are framed in (propose, proposeMany), reused: raft
+	// copies a leader's proposal into its log before Propose returns (keepEnvelope).
+	envBuf []byte
+	failed error
+	stats  Stats
 	// roles is each group's leader as of its last round, for readers on other
 	// goroutines (Driver.Role).
 	roles roleTable
@@ -453,14 +456,16 @@ func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) 
 		return
 	}
 	e.seq++
-	env := make([]byte, 0, envelopeSize+len(data))
+	env := e.envelopeBuf(envelopeSize + len(data))
 	env = append(env, envelopeVersion)
 	env = binary.BigEndian.AppendUint64(env, e.cfg.NodeID)
 	env = binary.BigEndian.AppendUint64(env, e.seq)
 	env = binary.BigEndian.AppendUint64(env, uint64(e.cfg.Now().UnixNano()))
 	env = append(env, data...)
 	e.touch(g)
-	if err := g.rn.Propose(env); err != nil {
+	err = g.rn.Propose(env)
+	e.keepEnvelope(env)
+	if err != nil {
 		done(Result{}, fmt.Errorf("replica: propose to group %d: %w", groupID, err))
 		return
 	}

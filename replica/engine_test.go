@@ -154,7 +154,7 @@ func TestEngineQuietGroupCostsNothing(t *testing.T) {
 // A batch envelope round-trips, and each kind of damage is refused by name.
 func TestBatchEnvelope(t *testing.T) {
 	subs := []subProposal{{seq: 5, time: 100, data: []byte("one")}, {seq: 6, time: 100, data: []byte{}}, {seq: 7, time: 101, data: []byte("three")}}
-	p := encodeBatch(42, subs)
+	p := encodeBatch(nil, 42, subs)
 	b, err := decodeBatch(p)
 	if err != nil || b.node != 42 || len(b.subs) != 3 || string(b.subs[2].data) != "three" || b.subs[1].seq != 6 {
 		t.Fatalf("decodeBatch(encodeBatch) = %+v, %v", b, err)
@@ -166,7 +166,7 @@ func TestBatchEnvelope(t *testing.T) {
 	}{
 		{"truncated", p[:len(p)-1], "past the end"},
 		{"trailing", append(slices.Clone(p), 0), "trailing bytes"},
-		{"no proposals", encodeBatch(42, nil), "0 proposals"},
+		{"no proposals", encodeBatch(nil, 42, nil), "0 proposals"},
 		{"a single envelope", []byte{envelopeVersion, 0}, "no batch header"},
 	} {
 		if _, err := decodeBatch(c.p); err == nil || !errors.Is(err, errCorrupt) || !strings.Contains(err.Error(), c.want) {

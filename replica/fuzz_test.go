@@ -35,14 +35,14 @@ func FuzzDecodeEnvelope(f *testing.F) {
 // never a panic, and a well-formed one round-trips.
 func FuzzDecodeBatchEnvelope(f *testing.F) {
 	f.Add([]byte{})
-	f.Add(encodeBatch(7, []subProposal{{seq: 1, time: 2, data: []byte("a")}, {seq: 2, time: 2, data: nil}}))
+	f.Add(encodeBatch(nil, 7, []subProposal{{seq: 1, time: 2, data: []byte("a")}, {seq: 2, time: 2, data: nil}}))
 	f.Add([]byte{envelopeBatch, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		b, err := decodeBatch(p)
 		if err != nil {
 			return
 		}
-		if again := encodeBatch(b.node, b.subs); !bytes.Equal(again, p) {
+		if again := encodeBatch(nil, b.node, b.subs); !bytes.Equal(again, p) {
 			t.Fatalf("%x decoded to %+v, which encodes as %x", p, b, again)
 		}
 	})

@@ -664,8 +664,14 @@ func runRepWorker(args []string) error {
 	// The first publish to each topic creates it (QuicMQ R3: places it on a raft group,
 	// electing the group's leader if new): retried until acked, so that the window
 	// measures publishing only.
+	created := time.Now()
 	if err := createTopics(ctx, pubs[0], len(topics), p.Size); err != nil {
 		return fmt.Errorf("%s: first publish: %w", p.System, err)
+	}
+	if len(topics) > 1 {
+		// Issue 29's first figure: topics created by their first publish, per second.
+		el := time.Since(created)
+		res.Notes = append(res.Notes, fmt.Sprintf("%d topics created in %v: %.0f topics/s", len(topics), el.Round(time.Millisecond), float64(len(topics))/el.Seconds()))
 	}
 	var hist latHist
 	var counting atomic.Bool
