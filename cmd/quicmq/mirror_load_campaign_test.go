@@ -22,7 +22,7 @@ import (
 // (default 2,000; the figure: 100,000) created at us by one publish each and listed at eu;
 // then a publisher writing QUICMQ_MIRROR_LOAD_RATE records/s (default 1,000) to random
 // topics of them (seeded) throughout a schedule of faults, QUICMQ_MIRROR_LOAD_FAULTS (a
-// comma list, default "kill-eu,kill-us,cut"): a SIGKILL of eu, then of us (each back on its
+// comma list, default "kill-eu,kill-us,cut"; "none" for steady load only): a SIGKILL of eu, then of us (each back on its
 // data after QUICMQ_MIRROR_LOAD_DOWN seconds, default 5), and a cut of the link for
 // QUICMQ_MIRROR_LOAD_CUT seconds (default 5; the figure: 30; nftables, root), each after
 // QUICMQ_MIRROR_LOAD_STEADY seconds of steady load (default 5) and followed by a wait until
@@ -53,8 +53,11 @@ func TestMirrorLoadCampaign(t *testing.T) {
 	down := time.Duration(envIntT("QUICMQ_MIRROR_LOAD_DOWN", 5)) * time.Second
 	cutFor := time.Duration(envIntT("QUICMQ_MIRROR_LOAD_CUT", 5)) * time.Second
 	faults := strings.Split(os.Getenv("QUICMQ_MIRROR_LOAD_FAULTS"), ",")
-	if os.Getenv("QUICMQ_MIRROR_LOAD_FAULTS") == "" {
+	switch os.Getenv("QUICMQ_MIRROR_LOAD_FAULTS") {
+	case "":
 		faults = []string{"kill-eu", "kill-us", "cut"}
+	case "none": // steady load only (a profile: QUICMQ_MIRROR_LOAD_PPROF)
+		faults = nil
 	}
 	var extra []string
 	if s := os.Getenv("QUICMQ_MIRROR_LOAD_STREAMS"); s != "" {
@@ -70,6 +73,15 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		"--gossip", usGossip, "--wan", usWAN, "--mirror", "m.>"}, extra...)
 	euArgs := append([]string{"--listen", euListen, "--data", t.TempDir(), "--region", "eu", "--ca-dir", caDir,
 		"--gossip", euGossip, "--wan", euWAN, "--wan-join", usWAN, "--mirror", "m.>"}, extra...)
+	// QUICMQ_MIRROR_LOAD_PPROF=DIR: a CPU profile of each node over the first steady phase,
+	// written to DIR (us.cpu, eu.cpu).
+	pprofDir := os.Getenv("QUICMQ_MIRROR_LOAD_PPROF")
+	var usMetrics, euMetrics string
+	if pprofDir != "" {
+		usMetrics, euMetrics = freeAddr(t), freeAddr(t)
+		usArgs = append(usArgs, "--metrics", usMetrics, "--pprof")
+		euArgs = append(euArgs, "--metrics", euMetrics, "--pprof")
+	}
 	us := startMeshProcess(t, bin, "us1", usArgs...)
 	eu := startMeshProcess(t, bin, "eu1", euArgs...)
 	usConn, euConn := dialPatient(t, us.addr, caDir), dialPatient(t, eu.addr, caDir)
@@ -91,7 +103,9 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		}
 	}
 	created := time.Since(start)
-	testlog.WaitForErr(t, 10*time.Minute, fmt.Sprintf("eu to hold the first record of each of %d topics", n), atMost(time.Second, func() error {
+	// Not fatal: a mirror that lost a record never gets there, and the read-back below says
+	// which (the broken build).
+	untilOr(t, 30*time.Second+time.Duration(n)*2*time.Millisecond, fmt.Sprintf("eu to hold the first record of each of %d topics", n), func() error {
 		heads, err := listHeads(euConn)
 		if err != nil {
 			return err
@@ -100,7 +114,7 @@ func TestMirrorLoadCampaign(t *testing.T) {
 			return fmt.Errorf("eu holds %d", held)
 		}
 		return nil
-	}))
+	})
 	t.Logf("%d topics created at us in %v; all mirrored at eu %v from the first publish (load %s)",
 		n, created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), loadAvg())
 
@@ -112,6 +126,16 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		pub.phase.Store(int32(len(phases) - 1))
 	}
 	phaseStart("steady")
+	if pprofDir != "" {
+		secs := max(int(steady.Seconds())-2, 1)
+		for node, addr := range map[string]string{"us": usMetrics, "eu": euMetrics} {
+			go func() { // the profile's own owner: it ends within secs, before any fault
+				if err := cpuProfile(addr, time.Duration(secs)*time.Second, filepath.Join(pprofDir, node+".cpu")); err != nil {
+					t.Logf("%s's profile: %v", node, err)
+				}
+			}()
+		}
+	}
 	for _, fault := range faults {
 		testlog.Pause(context.Background(), steady) // the schedule: steady load before each fault
 		phaseStart(fault)                           // from 1 s before the fault: records in flight at it are the fault's
@@ -144,8 +168,7 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		// Caught up: eu holds every record published before the return (their acks are in
 		// once us is back; then eu's heads must reach them).
 		need := pub.ackedBefore(t, ph.back)
-		wctx, wcancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		err := testlog.UntilErr(wctx, atMost(time.Second, func() error {
+		untilOr(t, 2*time.Minute, fmt.Sprintf("eu to hold every record published before the end of %s", fault), func() error {
 			heads, err := listHeads(euConn)
 			if err != nil {
 				return err
@@ -156,12 +179,8 @@ func TestMirrorLoadCampaign(t *testing.T) {
 				}
 			}
 			return nil
-		}))
-		wcancel()
+		})
 		ph.caught = time.Now()
-		if err != nil {
-			t.Errorf("%s: eu did not hold every record published before the return within 5 min: %v", fault, err)
-		}
 		t.Logf("%s: back at %v; eu held every record published before it %v later (%sload %s)", fault,
 			ph.back.Sub(start).Round(time.Millisecond), ph.caught.Sub(ph.back).Round(100*time.Millisecond), ph.note, loadAvg())
 		phaseStart("steady")
@@ -174,7 +193,7 @@ func TestMirrorLoadCampaign(t *testing.T) {
 	if err != nil {
 		t.Fatalf("us's heads: %v", err)
 	}
-	testlog.WaitForErr(t, 5*time.Minute, "eu's heads equal to us's", atMost(time.Second, func() error {
+	untilOr(t, 2*time.Minute, "eu's heads equal to us's", func() error {
 		heads, err := listHeads(euConn)
 		if err != nil {
 			return err
@@ -185,7 +204,7 @@ func TestMirrorLoadCampaign(t *testing.T) {
 			}
 		}
 		return nil
-	}))
+	})
 	checkMirrorLoad(t, dialPatient(t, eu.addr, caDir), usHeads, pub, phases)
 }
 
@@ -257,12 +276,21 @@ func newLoadPublisher(t *testing.T, addr, caDir string, rate, n int, name func(i
 		defer wg.Wait()
 		defer close(futures)
 		// Paced by the schedule, not by ticks: a tick the loaded machine skipped is made up
-		// at the next, so the rate holds on average.
+		// at the next, so the rate holds on average; but what a publish blocked for longer
+		// than 100 ms (us down) missed is dropped, not sent in a burst after it.
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
 		began := time.Now()
+		dropped := 0
 		for seq := 0; ; seq++ {
-			for seq >= int(time.Since(began).Seconds()*float64(rate)) {
+			for {
+				due := int(time.Since(began).Seconds()*float64(rate)) - dropped
+				if due-seq > rate/10 {
+					dropped += due - seq - rate/10
+				}
+				if seq < due {
+					break
+				}
 				select {
 				case <-ctx.Done():
 					return
@@ -325,8 +353,12 @@ func (p *loadPublisher) ackedBefore(t *testing.T, at time.Time) map[string]uint6
 // TestMirrorLoadCampaign), then reports the mirror delays.
 func checkMirrorLoad(t *testing.T, euConn *client.Conn, usHeads map[string]uint64, pub *loadPublisher, phases []loadPhase) {
 	t.Helper()
-	var total uint64
-	for _, next := range usHeads {
+	euHeads, err := listHeads(euConn)
+	if err != nil {
+		t.Fatalf("eu's heads: %v", err)
+	}
+	var total uint64 // what eu holds: its logs are read to their ends
+	for _, next := range euHeads {
 		total += next
 	}
 	ctx := context.Background()
@@ -453,6 +485,18 @@ func checkMirrorLoad(t *testing.T, euConn *client.Conn, usHeads map[string]uint6
 	}
 	slices.Sort(all)
 	t.Logf("steady phases together, %d records: mirror delay p50 %v, p99 %v, max %v (load %s)", len(all), q(all, 0.5), q(all, 0.99), q(all, 1), loadAvg())
+}
+
+// untilOr waits, looking at most every second, until cond holds; past timeout it reports
+// the failure (t.Errorf, naming what and cond's last word) and returns, so that the campaign
+// goes on to its read-back, which names the records at fault.
+func untilOr(t *testing.T, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := testlog.UntilErr(ctx, atMost(time.Second, cond)); err != nil {
+		t.Errorf("waiting for %s: not within %v: %v", what, timeout, err)
+	}
 }
 
 // listHeads lists the m.> topics a node holds with their next offsets.
