@@ -142,6 +142,9 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		testlog.Pause(context.Background(), time.Second)
 		ph := &phases[len(phases)-1]
 		ph.at = time.Now()
+		for len(eu.linkUp) > 0 { // eu's link up again after the fault: the first one from here
+			<-eu.linkUp
+		}
 		switch fault {
 		case "kill-eu", "kill-us":
 			victim := eu
@@ -173,6 +176,9 @@ func TestMirrorLoadCampaign(t *testing.T) {
 			if err != nil {
 				return err
 			}
+			if ph.linked.IsZero() && len(eu.linkUp) > 0 {
+				ph.linked = eu.begin.Add(<-eu.linkUp)
+			}
 			for topic, next := range need {
 				if heads[topic] < next {
 					return fmt.Errorf("%s: eu next %d, want %d", topic, heads[topic], next)
@@ -181,6 +187,9 @@ func TestMirrorLoadCampaign(t *testing.T) {
 			return nil
 		})
 		ph.caught = time.Now()
+		if !ph.linked.IsZero() {
+			ph.note += fmt.Sprintf("eu's link up %v after the return; ", ph.linked.Sub(ph.back).Round(100*time.Millisecond))
+		}
 		t.Logf("%s: back at %v; eu held every record published before it %v later (%sload %s)", fault,
 			ph.back.Sub(start).Round(time.Millisecond), ph.caught.Sub(ph.back).Round(100*time.Millisecond), ph.note, loadAvg())
 		phaseStart("steady")
@@ -214,6 +223,7 @@ type loadPhase struct {
 	kind           string
 	from, at, back time.Time
 	caught         time.Time
+	linked         time.Time // eu's link up again (its log line), when seen
 	note           string
 }
 
