@@ -187,6 +187,11 @@ func TestMirrorLoadCampaign(t *testing.T) {
 			return nil
 		})
 		ph.caught = time.Now()
+		// The nodes' memory after the catch-up: a restarted node's peak is its catch-up's.
+		for _, p := range []*meshProcess{us, eu} {
+			mem := procMemory(t, p.cmd.Process.Pid)
+			ph.note += fmt.Sprintf("%s RSS %.0f MiB, peak %.0f MiB; ", p.name, mem.rss, mem.hwm)
+		}
 		if !ph.linked.IsZero() {
 			ph.note += fmt.Sprintf("eu's link up %v after the return; ", ph.linked.Sub(ph.back).Round(100*time.Millisecond))
 		}
