@@ -174,6 +174,11 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		untilOr(t, 2*time.Minute, fmt.Sprintf("eu to hold every record published before the end of %s", fault), func() error {
 			heads, err := listHeads(euConn)
 			if err != nil {
+				// The cut drops the test's own packets to eu too: a connection idle through
+				// it is gone. Dial again.
+				if strings.Contains(err.Error(), "lost") {
+					euConn = dialPatient(t, eu.addr, caDir)
+				}
 				return err
 			}
 			if ph.linked.IsZero() && len(eu.linkUp) > 0 {
@@ -210,6 +215,9 @@ func TestMirrorLoadCampaign(t *testing.T) {
 	untilOr(t, 2*time.Minute, "eu's heads equal to us's", func() error {
 		heads, err := listHeads(euConn)
 		if err != nil {
+			if strings.Contains(err.Error(), "lost") { // as above
+				euConn = dialPatient(t, eu.addr, caDir)
+			}
 			return err
 		}
 		for topic, next := range usHeads {
