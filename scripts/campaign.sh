@@ -20,6 +20,7 @@
 #   scripts/campaign.sh grow [RUNS]                a replicated region of 3 node processes grows to 5 under 1,000 topics (default 1 run)
 #   scripts/campaign.sh shrink-replace             5 node processes back to 3 with nodes remove; a node killed, wiped and replaced (nodes remove --dead); porcupine
 #   scripts/campaign.sh move-faults [RUNS]         SIGKILL of a move's source, destination or the metadata leader, RUNS each (default 10); porcupine
+#   scripts/campaign.sh mirror-load [TOPICS] [CUT]  two regions mirroring TOPICS topics (default 2,000) under 1,000 records/s: kill -9 of each node, the link cut CUT s (default 5; root, nft)
 #   scripts/campaign.sh all
 #
 # Each prints the tests' own figures and exits non-zero if any check failed. Seeds are
@@ -144,6 +145,11 @@ movefaults() {
     -timeout 90m -run '^TestMoveFaultsCampaign$' ./cmd/quicmq
 }
 
+mirrorload() {
+  QUICMQ_MIRROR_LOAD_CAMPAIGN=1 QUICMQ_MIRROR_LOAD_TOPICS=${1:-2000} QUICMQ_MIRROR_LOAD_CUT=${2:-5} run "mirroring ${1:-2000} topics under 1,000 records/s to random topics: kill -9 of eu, of us, the link cut ${2:-5} s; read back from eu" \
+    -timeout 40m -run '^TestMirrorLoadCampaign$' ./cmd/quicmq
+}
+
 case "${1:-}" in
   powerloss) powerloss "${2:-}" ;;
   corruption) corruption "${2:-}" ;;
@@ -163,6 +169,7 @@ case "${1:-}" in
   grow) grow "${2:-}" ;;
   shrink-replace) shrinkreplace ;;
   move-faults) movefaults "${2:-}" ;;
+  mirror-load) mirrorload "${2:-}" "${3:-}" ;;
   all)
     rc=0
     powerloss || rc=1
@@ -183,10 +190,11 @@ case "${1:-}" in
     grow || rc=1
     shrinkreplace || rc=1
     movefaults || rc=1
+    mirrorload || rc=1
     exit $rc
     ;;
   *)
-    sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
