@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -84,7 +85,7 @@ func TestMirrorLoadCampaign(t *testing.T) {
 	}
 	us := startMeshProcess(t, bin, "us1", usArgs...)
 	eu := startMeshProcess(t, bin, "eu1", euArgs...)
-	usConn, euConn := dialPatient(t, us.addr, caDir), dialPatient(t, eu.addr, caDir)
+	usConn, euConn := dialPatient(t, us.Addr, caDir), dialPatient(t, eu.Addr, caDir)
 	name := func(i int) string { return fmt.Sprintf("m.t%06d", i) }
 
 	// The topics, created at us by a first publish each, all listed at eu.
@@ -118,7 +119,7 @@ func TestMirrorLoadCampaign(t *testing.T) {
 	t.Logf("%d topics created at us in %v; all mirrored at eu %v from the first publish (load %s)",
 		n, created.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), loadAvg())
 
-	pub := newLoadPublisher(t, us.addr, caDir, rate, n, name)
+	pub := newLoadPublisher(t, us.Addr, caDir, rate, n, name)
 	defer pub.stop()
 	var phases []loadPhase
 	phaseStart := func(kind string) {
@@ -142,8 +143,8 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		testlog.Pause(context.Background(), time.Second)
 		ph := &phases[len(phases)-1]
 		ph.at = time.Now()
-		for len(eu.linkUp) > 0 { // eu's link up again after the fault: the first one from here
-			<-eu.linkUp
+		for len(eu.LinkUp()) > 0 { // eu's link up again after the fault: the first one from here
+			<-eu.LinkUp()
 		}
 		switch fault {
 		case "kill-eu", "kill-us":
@@ -151,16 +152,16 @@ func TestMirrorLoadCampaign(t *testing.T) {
 			if fault == "kill-us" {
 				victim = us
 			}
-			victim.kill()
+			victim.Kill()
 			testlog.Pause(context.Background(), down) // the schedule: down for a while
 			if fault == "kill-us" {
 				us = startMeshProcess(t, bin, "us1", usArgs...)
 			} else {
 				eu = startMeshProcess(t, bin, "eu1", euArgs...)
-				euConn = dialPatient(t, eu.addr, caDir)
+				euConn = dialPatient(t, eu.Addr, caDir)
 			}
 		case "cut":
-			iso := isolatePorts(t, portsOf(t, euListen, euGossip, euWAN), portsOf(t, usListen, usGossip, usWAN), []int{us.cmd.Process.Pid})
+			iso := isolatePorts(t, portsOf(t, euListen, euGossip, euWAN), portsOf(t, usListen, usGossip, usWAN), []int{us.Pid()})
 			testlog.Pause(context.Background(), cutFor) // the schedule: the link cut
 			ph.note = fmt.Sprintf("%d packets dropped; ", iso.Dropped())
 			iso.Heal()
@@ -177,12 +178,12 @@ func TestMirrorLoadCampaign(t *testing.T) {
 				// The cut drops the test's own packets to eu too: a connection idle through
 				// it is gone. Dial again.
 				if strings.Contains(err.Error(), "lost") {
-					euConn = dialPatient(t, eu.addr, caDir)
+					euConn = dialPatient(t, eu.Addr, caDir)
 				}
 				return err
 			}
-			if ph.linked.IsZero() && len(eu.linkUp) > 0 {
-				ph.linked = eu.begin.Add(<-eu.linkUp)
+			if ph.linked.IsZero() && len(eu.LinkUp()) > 0 {
+				ph.linked = eu.Begin.Add(<-eu.LinkUp())
 			}
 			for topic, next := range need {
 				if heads[topic] < next {
@@ -193,9 +194,9 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		})
 		ph.caught = time.Now()
 		// The nodes' memory after the catch-up: a restarted node's peak is its catch-up's.
-		for _, p := range []*meshProcess{us, eu} {
-			mem := procMemory(t, p.cmd.Process.Pid)
-			ph.note += fmt.Sprintf("%s RSS %.0f MiB, peak %.0f MiB; ", p.name, mem.rss, mem.hwm)
+		for _, p := range []*nodeproc.Process{us, eu} {
+			mem := procMemory(t, p.Pid())
+			ph.note += fmt.Sprintf("%s RSS %.0f MiB, peak %.0f MiB; ", p.Name, mem.rss, mem.hwm)
 		}
 		if !ph.linked.IsZero() {
 			ph.note += fmt.Sprintf("eu's link up %v after the return; ", ph.linked.Sub(ph.back).Round(100*time.Millisecond))
@@ -208,7 +209,7 @@ func TestMirrorLoadCampaign(t *testing.T) {
 	pub.stop()
 
 	// The verdict, from what eu stores.
-	usHeads, err := listHeads(dialPatient(t, us.addr, caDir))
+	usHeads, err := listHeads(dialPatient(t, us.Addr, caDir))
 	if err != nil {
 		t.Fatalf("us's heads: %v", err)
 	}
@@ -216,7 +217,7 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		heads, err := listHeads(euConn)
 		if err != nil {
 			if strings.Contains(err.Error(), "lost") { // as above
-				euConn = dialPatient(t, eu.addr, caDir)
+				euConn = dialPatient(t, eu.Addr, caDir)
 			}
 			return err
 		}
@@ -227,7 +228,7 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		}
 		return nil
 	})
-	checkMirrorLoad(t, dialPatient(t, eu.addr, caDir), usHeads, pub, phases)
+	checkMirrorLoad(t, dialPatient(t, eu.Addr, caDir), usHeads, pub, phases)
 }
 
 // loadPhase is a part of the campaign's schedule: steady load, or a fault from 1 s before
