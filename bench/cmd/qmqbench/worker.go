@@ -149,21 +149,22 @@ func measure(p runParams) (*runResult, error) {
 		return nil, err
 	}
 	defer b.stop()
+	r := newFanoutRun(p, b)
 	var idleSecs float64
-	var idlePeer *brokerProc
 	if p.Idle.N > 0 {
 		peer, secs, err := p.Idle.start(b.dir)
 		if err != nil {
 			return nil, err
 		}
 		defer peer.stop()
-		idleSecs, idlePeer = secs, peer
+		idleSecs, r.idlePeer = secs, peer
 	}
 	sys, err := newSystem(p.System, b.dir)
 	if err != nil {
 		return nil, err
 	}
 	defer sys.close()
+	r.sys = sys
 	if p.Delay > 0 {
 		q, ok := sys.(*quicmqSys)
 		if !ok {
@@ -176,119 +177,179 @@ func measure(p runParams) (*runResult, error) {
 		defer relay.Close()
 		q.subAddr = relay.Addr()
 	}
-
-	samples := make([][]sample, p.Subs)
-	release := make(chan struct{})
-	var slowFrom atomic.Int64 // unix ns after which slow subscriptions stop; 0: not yet
-	slowGot := make([]int, p.Slow)
-	inWin := make([]atomic.Int64, p.Subs) // records of the window received, per subscription
-	var winFrom, winTo atomic.Int64
-	deliver := func(sub int, payload []byte) {
-		now := time.Now().UnixNano()
-		if len(payload) < 16 {
-			return // the warm-up record that created the topic
-		}
-		if sub < p.Slow {
-			if f := slowFrom.Load(); f != 0 && now > f {
-				<-release // the application stopped reading this subscription
-				return
-			}
-			slowGot[sub]++
-		}
-		sent := int64(binary.BigEndian.Uint64(payload))
-		samples[sub] = append(samples[sub], sample{sent, now})
-		if sent >= winFrom.Load() && sent < winTo.Load() {
-			inWin[sub].Add(1)
-		}
-	}
+	defer r.unblock() // slow subscriptions blocked in deliver, on every return
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	subStart := time.Now()
-	patterns := make([]string, p.Subs)
-	for i := range patterns {
-		patterns[i] = topicName(i)
-		if i < p.Wild {
-			patterns[i] = "fan.>"
-		}
+	res, err := r.subscribe(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if err := sys.setup(ctx, patterns, deliver); err != nil {
-		close(release)
-		return nil, fmt.Errorf("%s: setup: %w", p.System, err)
-	}
-	res := &runResult{runParams: p, SubscribeSeconds: time.Since(subStart).Seconds(), IdleSetupSeconds: idleSecs}
-	var ns *lossy.Namespace
-	if p.NS != "" {
-		ns = &lossy.Namespace{Name: p.NS}
-		match := ""
-		switch p.LossPath {
-		case "all", "":
-		case "delivery":
-			match = "th sport { 7400, 4222 }" // the brokers' ports: see quicmqAddr, natsAddr
-		default:
-			close(release)
-			return nil, fmt.Errorf("--loss-path %q: want all or delivery", p.LossPath)
-		}
-		if p.Delay > 0 { // the relay is in this namespace: its hops meet the loss once
-			match = strings.TrimSpace(match + " " + lossy.ExceptRelays)
-		}
-		if err := ns.SetLossMatch(p.Loss, p.Idle.lossMatch(match)); err != nil {
-			close(release)
-			return nil, err
-		}
+	res.IdleSetupSeconds = idleSecs
+	ns, err := r.setLoss()
+	if err != nil {
+		return nil, err
 	}
 	res.SetupSeconds = time.Since(setupStart).Seconds()
 
-	// Broker memory, sampled while publishing; CPU over the publishing and the drain.
-	res.BrokerRSSStart = rssMiB(b.pid())
-	cpu0, idleCPU0 := brokerCPU(b.pid()), time.Duration(0)
-	if idlePeer != nil {
-		idleCPU0 = brokerCPU(idlePeer.pid())
+	stopSampling := r.sampleMemory(res)
+	r.publish(ctx, res)
+	r.drain(ctx, res)
+	stopSampling()
+	r.finish(res, ns)
+	return res, nil
+}
+
+// fanoutRun is one run of the fan-out scenario against one broker: what its subscriptions
+// received, per subscription, and the window the publisher measures.
+type fanoutRun struct {
+	p        runParams
+	b        *brokerProc
+	idlePeer *brokerProc // the idle mirrored region's node, with --idle-mirrored
+	sys      system
+
+	samples  [][]sample     // per subscription, written only by its delivering goroutine
+	inWin    []atomic.Int64 // records of the window received, per subscription
+	slowGot  []int          // records each slow subscription took before it stopped
+	slowFrom atomic.Int64   // unix ns after which slow subscriptions stop; 0: not yet
+	release  chan struct{}  // closed at the end: slow subscriptions' deliver returns
+	released bool
+	winFrom  atomic.Int64
+	winTo    atomic.Int64
+
+	start, winStart, winEnd time.Time
+	sentPerSub              []int
+	k                       int // records published, warm-up included
+	cpu0, idleCPU0          time.Duration
+}
+
+func newFanoutRun(p runParams, b *brokerProc) *fanoutRun {
+	return &fanoutRun{p: p, b: b, samples: make([][]sample, p.Subs), inWin: make([]atomic.Int64, p.Subs),
+		slowGot: make([]int, p.Slow), release: make(chan struct{}), sentPerSub: make([]int, p.Subs)}
+}
+
+func (r *fanoutRun) unblock() {
+	if !r.released {
+		r.released = true
+		close(r.release)
 	}
-	stopRSS := make(chan struct{})
-	var rssWG sync.WaitGroup
-	rssWG.Add(1)
-	go func() {
-		defer rssWG.Done()
+}
+
+// deliver is every subscription's callback: a record's payload begins with its send time.
+func (r *fanoutRun) deliver(sub int, payload []byte) {
+	now := time.Now().UnixNano()
+	if len(payload) < 16 {
+		return // the warm-up record that created the topic
+	}
+	if sub < r.p.Slow {
+		if f := r.slowFrom.Load(); f != 0 && now > f {
+			<-r.release // the application stopped reading this subscription
+			return
+		}
+		r.slowGot[sub]++
+	}
+	sent := int64(binary.BigEndian.Uint64(payload))
+	r.samples[sub] = append(r.samples[sub], sample{sent, now})
+	if sent >= r.winFrom.Load() && sent < r.winTo.Load() {
+		r.inWin[sub].Add(1)
+	}
+}
+
+// subscribe sets up the subscriptions (the first --wild of them on fan.>) and starts the
+// result with the time that took.
+func (r *fanoutRun) subscribe(ctx context.Context) (*runResult, error) {
+	subStart := time.Now()
+	patterns := make([]string, r.p.Subs)
+	for i := range patterns {
+		patterns[i] = topicName(i)
+		if i < r.p.Wild {
+			patterns[i] = "fan.>"
+		}
+	}
+	if err := r.sys.setup(ctx, patterns, r.deliver); err != nil {
+		return nil, fmt.Errorf("%s: setup: %w", r.p.System, err)
+	}
+	return &runResult{runParams: r.p, SubscribeSeconds: time.Since(subStart).Seconds()}, nil
+}
+
+// setLoss sets the namespace's random drops on the path --loss-path names; nil without a
+// namespace.
+func (r *fanoutRun) setLoss() (*lossy.Namespace, error) {
+	p := r.p
+	if p.NS == "" {
+		return nil, nil
+	}
+	ns := &lossy.Namespace{Name: p.NS}
+	match := ""
+	switch p.LossPath {
+	case "all", "":
+	case "delivery":
+		match = "th sport { 7400, 4222 }" // the brokers' ports: see quicmqAddr, natsAddr
+	default:
+		return nil, fmt.Errorf("--loss-path %q: want all or delivery", p.LossPath)
+	}
+	if p.Delay > 0 { // the relay is in this namespace: its hops meet the loss once
+		match = strings.TrimSpace(match + " " + lossy.ExceptRelays)
+	}
+	if err := ns.SetLossMatch(p.Loss, p.Idle.lossMatch(match)); err != nil {
+		return nil, err
+	}
+	return ns, nil
+}
+
+// sampleMemory records the broker's and this process's peak RSS every 250 ms, and the CPU
+// counters the run's CPU is measured from, until the returned function is called.
+func (r *fanoutRun) sampleMemory(res *runResult) (stop func()) {
+	res.BrokerRSSStart = rssMiB(r.b.pid())
+	r.cpu0 = brokerCPU(r.b.pid())
+	if r.idlePeer != nil {
+		r.idleCPU0 = brokerCPU(r.idlePeer.pid())
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
 		t := time.NewTicker(250 * time.Millisecond)
 		defer t.Stop()
 		for {
 			select {
-			case <-stopRSS:
+			case <-done:
 				return
 			case <-t.C:
-				res.BrokerRSSMax = max(res.BrokerRSSMax, rssMiB(b.pid()))
+				res.BrokerRSSMax = max(res.BrokerRSSMax, rssMiB(r.b.pid()))
 				res.ClientRSSMax = max(res.ClientRSSMax, rssMiB(os.Getpid()))
 			}
 		}
-	}()
+	})
+	return func() { close(done); wg.Wait() }
+}
 
-	// Publish at the fixed rate: each millisecond, whatever is due.
-	start := time.Now()
-	winStart := start.Add(p.Warmup)
-	winEnd := winStart.Add(p.Duration)
-	slowFrom.Store(winStart.UnixNano())
-	winFrom.Store(winStart.UnixNano())
-	winTo.Store(winEnd.UnixNano())
-	sentPerSub := make([]int, p.Subs)
-	var k int
+// publish publishes at the fixed rate, each millisecond whatever is due, through the
+// warm-up and the window, then flushes.
+func (r *fanoutRun) publish(ctx context.Context, res *runResult) {
+	p := r.p
+	r.start = time.Now()
+	r.winStart = r.start.Add(p.Warmup)
+	r.winEnd = r.winStart.Add(p.Duration)
+	r.slowFrom.Store(r.winStart.UnixNano())
+	r.winFrom.Store(r.winStart.UnixNano())
+	r.winTo.Store(r.winEnd.UnixNano())
 	var pubErr error
 	for pubErr == nil {
 		now := time.Now()
-		if !now.Before(winEnd) {
+		if !now.Before(r.winEnd) {
 			break
 		}
-		due := int(now.Sub(start).Seconds() * float64(p.Rate))
-		for ; k < due && pubErr == nil; k++ {
+		due := int(now.Sub(r.start).Seconds() * float64(p.Rate))
+		for ; r.k < due && pubErr == nil; r.k++ {
 			payload := make([]byte, p.Size)
 			t := time.Now()
 			binary.BigEndian.PutUint64(payload, uint64(t.UnixNano()))
-			binary.BigEndian.PutUint64(payload[8:], uint64(k))
-			i := k % p.Subs
-			if !t.Before(winStart) && t.Before(winEnd) {
-				sentPerSub[i]++
+			binary.BigEndian.PutUint64(payload[8:], uint64(r.k))
+			i := r.k % p.Subs
+			if !t.Before(r.winStart) && t.Before(r.winEnd) {
+				r.sentPerSub[i]++
 				res.Sent++
 			}
-			pubErr = sys.publish(ctx, i, payload)
+			pubErr = r.sys.publish(ctx, i, payload)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -297,34 +358,40 @@ func measure(p runParams) (*runResult, error) {
 	}
 	res.PubRate = float64(res.Sent) / p.Duration.Seconds()
 	fctx, fcancel := context.WithTimeout(ctx, p.Drain)
-	if err := sys.flush(fctx); err != nil {
+	defer fcancel()
+	if err := r.sys.flush(fctx); err != nil {
 		res.Notes = append(res.Notes, fmt.Sprintf("flush: %v", err))
 	}
-	fcancel()
-	// Wait until every reading subscription has its window's records, or the drain ends.
-	drainEnd := time.Now().Add(p.Drain)
-	for time.Now().Before(drainEnd) {
+}
+
+// drain waits until every reading subscription has its window's records, or --drain ends.
+func (r *fanoutRun) drain(ctx context.Context, res *runResult) {
+	drainEnd := time.Now().Add(r.p.Drain)
+	for time.Now().Before(drainEnd) && ctx.Err() == nil {
 		done := true
-		for i := p.skip(); i < p.Subs && done; i++ {
-			done = inWin[i].Load() >= int64(sentPerSub[i])
+		for i := r.p.skip(); i < r.p.Subs && done; i++ {
+			done = r.inWin[i].Load() >= int64(r.sentPerSub[i])
 		}
 		if done {
-			break
+			return
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	close(stopRSS)
-	rssWG.Wait()
-	res.BrokerRSSEnd = rssMiB(b.pid())
-	res.BrokerCPUms = float64(brokerCPU(b.pid())-cpu0) / float64(time.Millisecond)
-	if k > 0 {
-		res.BrokerCPUus = res.BrokerCPUms * 1000 / float64(k)
+}
+
+// finish reads the broker's counters after the window, ends the loss and the
+// subscriptions, and analyses what arrived.
+func (r *fanoutRun) finish(res *runResult, ns *lossy.Namespace) {
+	res.BrokerRSSEnd = rssMiB(r.b.pid())
+	res.BrokerCPUms = float64(brokerCPU(r.b.pid())-r.cpu0) / float64(time.Millisecond)
+	if r.k > 0 {
+		res.BrokerCPUus = res.BrokerCPUms * 1000 / float64(r.k)
 	}
-	if idlePeer != nil {
-		res.IdleNodeCPUms = float64(brokerCPU(idlePeer.pid())-idleCPU0) / float64(time.Millisecond)
+	if r.idlePeer != nil {
+		res.IdleNodeCPUms = float64(brokerCPU(r.idlePeer.pid())-r.idleCPU0) / float64(time.Millisecond)
 	}
-	if p.Idle.N > 0 {
-		g, err := p.Idle.hotGauges()
+	if r.p.Idle.N > 0 {
+		g, err := r.p.Idle.hotGauges()
 		if err != nil {
 			res.Notes = append(res.Notes, err.Error())
 		}
@@ -335,14 +402,13 @@ func measure(p runParams) (*runResult, error) {
 		res.DroppedPackets, _ = ns.Dropped()
 		ns.SetLoss(0)
 	}
-	close(release)
-	sys.close()
-	res.Notes = append(res.Notes, sys.notes()...)
-	for _, n := range slowGot {
+	r.unblock()
+	r.sys.close()
+	res.Notes = append(res.Notes, r.sys.notes()...)
+	for _, n := range r.slowGot {
 		res.SlowReceived += n
 	}
-	analyse(res, samples, sentPerSub, winStart, winEnd)
-	return res, nil
+	analyse(res, r.samples, r.sentPerSub, r.winStart, r.winEnd)
 }
 
 // analyse computes latency quantiles and stalls over the reading subscriptions' records
