@@ -855,29 +855,11 @@ refused.
 		}
 	}
 	systems := strings.Split(*systemsFlag, ",")
-	var bin string
-	for _, s := range systems {
-		if !slices.Contains(repSystemNames, s) {
-			return fmt.Errorf("--systems: unknown system %q (want %v)", s, repSystemNames)
-		}
-		if strings.HasPrefix(s, "quicmq") && bin == "" {
-			if bin = *quicmqBin; bin == "" {
-				b, cleanup, err := buildQuicmq(".")
-				if err != nil {
-					return err
-				}
-				defer cleanup()
-				bin = b
-			} else if bin, err = filepath.Abs(bin); err != nil {
-				return err
-			}
-		}
-		if s == "quicmq-r3" {
-			if err := checkReplicasFlag(bin); err != nil {
-				return err
-			}
-		}
+	bin, cleanup, err := repBinary(systems, *quicmqBin)
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	if *size < 1 || *window < 1 || *dur <= 0 || *warmup < 0 || *repeat < 1 {
 		return fmt.Errorf("--size %d --window %d --duration %v --warmup %v --repeat %d: want positive sizes and durations", *size, *window, *dur, *warmup, *repeat)
 	}
@@ -921,6 +903,45 @@ refused.
 		return err
 	}
 	printReplicated(results, systems, clients, topicCounts)
+	if err := plotReplicated(results, systems, clients, topicCounts, *size, path); err != nil {
+		return err
+	}
+	if len(results) < total {
+		return errors.New("some runs failed (see above)")
+	}
+	return nil
+}
+
+// repBinary checks the systems named and returns the quicmq binary the QuicMQ ones run:
+// flagBin made absolute, or one built from ./cmd/quicmq (removed by cleanup). R3 needs a
+// binary with --replicas.
+func repBinary(systems []string, flagBin string) (bin string, cleanup func(), err error) {
+	cleanup = func() {}
+	for _, s := range systems {
+		if !slices.Contains(repSystemNames, s) {
+			return "", cleanup, fmt.Errorf("--systems: unknown system %q (want %v)", s, repSystemNames)
+		}
+		if strings.HasPrefix(s, "quicmq") && bin == "" {
+			if flagBin == "" {
+				if bin, cleanup, err = buildQuicmq("."); err != nil {
+					return "", func() {}, err
+				}
+			} else if bin, err = filepath.Abs(flagBin); err != nil {
+				return "", cleanup, err
+			}
+		}
+		if s == "quicmq-r3" {
+			if err := checkReplicasFlag(bin); err != nil {
+				return "", cleanup, err
+			}
+		}
+	}
+	return bin, cleanup, nil
+}
+
+// plotReplicated draws the median records/s of each system, client count and topic count
+// beside the results at path.
+func plotReplicated(results []*repResult, systems []string, clients, topicCounts []int, size int, path string) error {
 	var labels []string
 	var values []float64
 	for _, nc := range clients {
@@ -937,13 +958,7 @@ refused.
 			}
 		}
 	}
-	if err := plotBars(fmt.Sprintf("replicated durable publish, %d B records (median records/s)", *size), "records/s", labels, values, path); err != nil {
-		return err
-	}
-	if len(results) < total {
-		return errors.New("some runs failed (see above)")
-	}
-	return nil
+	return plotBars(fmt.Sprintf("replicated durable publish, %d B records (median records/s)", size), "records/s", labels, values, path)
 }
 
 func pickRep(rs []*repResult, sys string, clients, topics int) []*repResult {
