@@ -354,20 +354,13 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 				return err
 			}
 		}
-		served := false
 		paused := f.pause.changed()
-		for _, c := range cursors {
-			if f.pause.has(c.topic) || (!c.ready && !f.headMoved(c)) {
-				continue
-			}
-			served = true
-			e, err := f.serveBatch(w, c)
-			if e != nil {
-				return fail(e)
-			}
-			if err != nil {
-				return err
-			}
+		served, e, err := f.serveReady(w, cursors)
+		if e != nil {
+			return fail(e)
+		}
+		if err != nil {
+			return err
 		}
 		if served {
 			continue
@@ -380,6 +373,21 @@ func (f *Federation) serveMirror(ctx context.Context, cancel context.CancelFunc,
 			posDue = true
 		}
 	}
+}
+
+// serveReady writes a batch for each cursor with something to send (not paused, and ready
+// or its topic's head moved) and reports whether there was one.
+func (f *Federation) serveReady(w *wire.Writer, cursors []*serveCursor) (served bool, e *wire.Error, err error) {
+	for _, c := range cursors {
+		if f.pause.has(c.topic) || (!c.ready && !f.headMoved(c)) {
+			continue
+		}
+		served = true
+		if e, err = f.serveBatch(w, c); e != nil || err != nil {
+			return served, e, err
+		}
+	}
+	return served, nil, nil
 }
 
 // pauseSet is the set of topics whose mirror serving a test has paused (export_test.go),
