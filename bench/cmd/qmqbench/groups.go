@@ -757,6 +757,18 @@ broker's VmRSS. Each run has a network namespace of its own, no loss.
 		return err
 	}
 	printGroups(results, systems, members, slowSys, *slowMembers)
+	if err := plotGroups(results, systems, members, path); err != nil {
+		return err
+	}
+	if len(results) < total {
+		return errors.New("some runs failed (see above)")
+	}
+	return nil
+}
+
+// plotGroups draws the median records/s acked of each system and group size beside the
+// results at path.
+func plotGroups(results []*grpResult, systems []string, members []int, path string) error {
 	var labels []string
 	var values []float64
 	for _, m := range members {
@@ -767,13 +779,7 @@ broker's VmRSS. Each run has a network namespace of its own, no loss.
 			}
 		}
 	}
-	if err := plotBars("consumer group over one topic: records/s acked, acks confirmed (median)", "records/s", labels, values, path); err != nil {
-		return err
-	}
-	if len(results) < total {
-		return errors.New("some runs failed (see above)")
-	}
-	return nil
+	return plotBars("consumer group over one topic: records/s acked, acks confirmed (median)", "records/s", labels, values, path)
 }
 
 func pickGrp(rs []*grpResult, sys string, members int, slow bool) []*grpResult {
