@@ -114,33 +114,11 @@ func runHetWorker(args []string) error {
 		defer peer.stop()
 		idleSecs = secs
 	}
-	conns := p.Conns - 1 // the clean ones
-	addr := func(int) string { return brokerAddr(p.System) }
-	if p.Bad {
-		conns = p.Conns
-		var badAddr string
-		if p.System == "quicmq" {
-			r, err := lossy.NewRelay(quicmqAddr, p.BadRTT/2)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			badAddr = r.Addr()
-		} else {
-			r, err := lossy.NewTCPRelay(natsAddr, p.BadRTT/2)
-			if err != nil {
-				return err
-			}
-			defer r.Close()
-			badAddr = r.Addr()
-		}
-		addr = func(c int) string {
-			if c == 0 {
-				return badAddr
-			}
-			return brokerAddr(p.System)
-		}
+	conns, addr, closeRelay, err := hetPaths(p)
+	if err != nil {
+		return err
 	}
+	defer closeRelay()
 	var clean, bad latHist
 	deliver := func(conn, _ int, payload []byte) {
 		if len(payload) < 17 || payload[16] != 1 {
@@ -173,29 +151,7 @@ func runHetWorker(args []string) error {
 	start := time.Now()
 	winStart, winEnd := start.Add(p.Warmup), start.Add(p.Warmup+p.Duration)
 	cpu0 := brokerCPU(b.pid())
-	var k int
-	var pubErr error
-	for pubErr == nil {
-		now := time.Now()
-		if !now.Before(winEnd) {
-			break
-		}
-		for due := int(now.Sub(start).Seconds()*float64(p.Rate)) + 1; k < due && pubErr == nil; k++ {
-			payload := make([]byte, p.Size)
-			t := time.Now()
-			binary.BigEndian.PutUint64(payload, uint64(t.UnixNano()))
-			binary.BigEndian.PutUint64(payload[8:], uint64(k))
-			if !t.Before(winStart) && t.Before(winEnd) {
-				payload[16] = 1
-				res.Published++
-			}
-			pubErr = sys.publish(ctx, payload)
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if pubErr != nil {
-		res.Notes = append(res.Notes, fmt.Sprintf("publish failed: %v", pubErr))
-	}
+	hetPublish(ctx, sys, p, res, start, winStart, winEnd)
 	cleanConns := int64(p.Conns - 1)
 	res.CleanExpected = int64(res.Published) * cleanConns
 	if p.Bad {
@@ -231,6 +187,65 @@ func runHetWorker(args []string) error {
 	sys.close()
 	res.Notes = append(res.Notes, sys.notes()...)
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// hetPaths is how many connections the run subscribes with and the address each dials:
+// the broker's, except connection 0 on a bad run, which goes through a relay adding half
+// of --bad-rtt each way (UDP for QuicMQ, TCP for NATS). closeRelay closes that relay.
+func hetPaths(p hetParams) (conns int, addr func(int) string, closeRelay func(), err error) {
+	conns, closeRelay = p.Conns-1, func() {}
+	addr = func(int) string { return brokerAddr(p.System) }
+	if !p.Bad {
+		return conns, addr, closeRelay, nil
+	}
+	var badAddr string
+	if p.System == "quicmq" {
+		r, err := lossy.NewRelay(quicmqAddr, p.BadRTT/2)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		badAddr, closeRelay = r.Addr(), func() { r.Close() }
+	} else {
+		r, err := lossy.NewTCPRelay(natsAddr, p.BadRTT/2)
+		if err != nil {
+			return 0, nil, nil, err
+		}
+		badAddr, closeRelay = r.Addr(), func() { r.Close() }
+	}
+	return p.Conns, func(c int) string {
+		if c == 0 {
+			return badAddr
+		}
+		return brokerAddr(p.System)
+	}, closeRelay, nil
+}
+
+// hetPublish publishes at --rate, each millisecond whatever is due, until the window ends;
+// records sent in the window are marked (byte 16) and counted.
+func hetPublish(ctx context.Context, sys fanSys, p hetParams, res *hetResult, start, winStart, winEnd time.Time) {
+	var k int
+	var pubErr error
+	for pubErr == nil {
+		now := time.Now()
+		if !now.Before(winEnd) {
+			break
+		}
+		for due := int(now.Sub(start).Seconds()*float64(p.Rate)) + 1; k < due && pubErr == nil; k++ {
+			payload := make([]byte, p.Size)
+			t := time.Now()
+			binary.BigEndian.PutUint64(payload, uint64(t.UnixNano()))
+			binary.BigEndian.PutUint64(payload[8:], uint64(k))
+			if !t.Before(winStart) && t.Before(winEnd) {
+				payload[16] = 1
+				res.Published++
+			}
+			pubErr = sys.publish(ctx, payload)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if pubErr != nil {
+		res.Notes = append(res.Notes, fmt.Sprintf("publish failed: %v", pubErr))
+	}
 }
 
 // runHetero is the "hetero" command.
