@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -224,6 +225,37 @@ func (b *brokerProc) stop() {
 		<-done
 	}
 	os.RemoveAll(b.dir)
+}
+
+// rssPeaks samples the resident memory of the processes pids every interval from now until
+// stop, which returns each one's peak in MiB.
+func rssPeaks(every time.Duration, pids ...int) (stop func() []float64) {
+	peaks := make([]float64, len(pids))
+	sample := func() {
+		for i, pid := range pids {
+			peaks[i] = max(peaks[i], rssMiB(pid))
+		}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			sample()
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return func() []float64 {
+		close(done)
+		wg.Wait()
+		sample()
+		return peaks
+	}
 }
 
 // rssMiB reads a process's resident set size from /proc.

@@ -234,53 +234,11 @@ func runGrpWorker(args []string) error {
 	if err != nil {
 		return fmt.Errorf("%s: publisher: %w", p.System, err)
 	}
-	stopPub := make(chan struct{})
-	var pubWG sync.WaitGroup
-	var published atomic.Int64
-	if p.Rate > 0 {
-		pubWG.Go(func() {
-			start := time.Now()
-			pipeline(ctx, pub, payload, func() bool {
-				for {
-					select {
-					case <-stopPub:
-						return false
-					default:
-					}
-					if float64(published.Load()) < time.Since(start).Seconds()*p.Rate {
-						published.Add(1)
-						return true
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			}, func(_ time.Time, err error) {
-				if err != nil {
-					st.err("live publish", err)
-				}
-			})
-		})
-	}
+	stopPub := publishPaced(ctx, pub, payload, p.Rate, st)
 
 	// Memory every 100 ms from the members' start.
 	res.RSSStart = rssMiB(pid)
-	var rssMax atomic.Uint64
-	stopRSS := make(chan struct{})
-	var rssWG sync.WaitGroup
-	rssWG.Go(func() {
-		tk := time.NewTicker(100 * time.Millisecond)
-		defer tk.Stop()
-		for {
-			if v := uint64(rssMiB(pid) * 1024); v > rssMax.Load() {
-				rssMax.Store(v)
-			}
-			select {
-			case <-stopRSS:
-				return
-			case <-tk.C:
-			}
-		}
-	})
-
+	rssMax := rssPeaks(100*time.Millisecond, pid)
 	cpu0, start := brokerCPU(pid), time.Now()
 	st.last = start
 	if p.Slow {
@@ -306,9 +264,7 @@ func runGrpWorker(args []string) error {
 	st.gap(start.Add(el))
 	cpu1 := brokerCPU(pid)
 	res.RSSEnd = rssMiB(pid)
-	close(stopRSS)
-	rssWG.Wait()
-	res.RSSMax = max(float64(rssMax.Load())/1024, res.RSSStart, res.RSSEnd)
+	res.RSSMax = max(rssMax()[0], res.RSSStart, res.RSSEnd)
 	res.Acked = int(st.acked.Load())
 	st.gapMu.Lock()
 	res.LongestGap = float64(st.longestGap) / 1e6
@@ -328,10 +284,8 @@ func runGrpWorker(args []string) error {
 	if res.Acked > 0 {
 		res.BrokerCPUus = float64(cpu1-cpu0) / float64(time.Microsecond) / float64(res.Acked)
 	}
-	close(stopPub)
-	pubWG.Wait()
+	res.Published = stopPub()
 	pub.close()
-	res.Published = int(published.Load())
 	st.errMu.Lock()
 	for e, n := range st.errs {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d x %s", n, e))
@@ -340,6 +294,42 @@ func runGrpWorker(args []string) error {
 	slices.Sort(res.Notes)
 	res.LoadAvg = loadAvg()
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// publishPaced publishes payload() through pub at rate records/s (none at 0), paced in
+// 10 ms ticks, until stop, which returns how many it published.
+func publishPaced(ctx context.Context, pub asyncPub, payload func() []byte, rate float64, st *grpStats) (stop func() int) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var published atomic.Int64
+	if rate > 0 {
+		wg.Go(func() {
+			start := time.Now()
+			pipeline(ctx, pub, payload, func() bool {
+				for {
+					select {
+					case <-done:
+						return false
+					default:
+					}
+					if float64(published.Load()) < time.Since(start).Seconds()*rate {
+						published.Add(1)
+						return true
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+			}, func(_ time.Time, err error) {
+				if err != nil {
+					st.err("live publish", err)
+				}
+			})
+		})
+	}
+	return func() int {
+		close(done)
+		wg.Wait()
+		return int(published.Load())
+	}
 }
 
 // startGrpSys starts the broker of p.System, stores p.Backlog records of payload() and

@@ -10,7 +10,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -304,22 +303,11 @@ func (r *fanoutRun) sampleMemory(res *runResult) (stop func()) {
 	if r.idlePeer != nil {
 		r.idleCPU0 = brokerCPU(r.idlePeer.pid())
 	}
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(250 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				res.BrokerRSSMax = max(res.BrokerRSSMax, rssMiB(r.b.pid()))
-				res.ClientRSSMax = max(res.ClientRSSMax, rssMiB(os.Getpid()))
-			}
-		}
-	})
-	return func() { close(done); wg.Wait() }
+	peaks := rssPeaks(250*time.Millisecond, r.b.pid(), os.Getpid())
+	return func() {
+		p := peaks()
+		res.BrokerRSSMax, res.ClientRSSMax = p[0], p[1]
+	}
 }
 
 // publish publishes at the fixed rate, each millisecond whatever is due, through the
