@@ -156,55 +156,8 @@ func runTFWorker(args []string) error {
 	target := p.Start
 	retried := 0
 	for k := range attempts {
-		st := tfStep{Target: target}
-		rate := target / float64(p.Subs)
-		// Record j of the step is due j/rate after its start: total in the step.
-		total := max(int(math.Round(p.Step.Seconds()*rate)), 1)
-		bcpu0, ccpu0 := brokerCPU(b.pid()), brokerCPU(os.Getpid())
-		start := time.Now()
-		var pubErr error
-		for pubErr == nil && st.Published < total {
-			// At the step's end every record of it is due: a late wake-up of this loop (a
-			// loaded machine) sends the rest at once rather than fewer records.
-			due := total
-			if el := time.Since(start); el < p.Step {
-				due = min(total, int(el.Seconds()*rate)+1)
-			}
-			for ; st.Published < due && pubErr == nil; st.Published++ {
-				payload := make([]byte, p.Size)
-				binary.BigEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
-				binary.BigEndian.PutUint64(payload[8:], uint64(seq))
-				payload[16] = byte(k)
-				seq++
-				pubErr = sys.publish(ctx, payload)
-			}
-			time.Sleep(time.Millisecond)
-		}
-		st.PubRate = float64(st.Published) / time.Since(start).Seconds()
-		st.Expected = int64(st.Published) * int64(p.Subs)
-		drainStart := time.Now()
-		for hists[k].count() < st.Expected && time.Since(drainStart) < p.Drain {
-			time.Sleep(5 * time.Millisecond)
-		}
-		st.DrainSeconds = time.Since(drainStart).Seconds()
-		st.Delivered = hists[k].count()
-		if d := st.Delivered; d > 0 {
-			st.BrokerCPUus = float64(brokerCPU(b.pid())-bcpu0) / float64(time.Microsecond) / float64(d)
-			st.ClientCPUus = float64(brokerCPU(os.Getpid())-ccpu0) / float64(time.Microsecond) / float64(d)
-		}
-		st.Deliveries = float64(st.Delivered) / p.Step.Seconds()
-		st.P50, st.P99 = hists[k].quantile(0.5, st.Expected), hists[k].quantile(0.99, st.Expected)
-		switch {
-		case pubErr != nil:
-			st.Broke = fmt.Sprintf("publish failed: %v", pubErr)
-		case st.PubRate < pubShare*rate:
-			st.Broke = fmt.Sprintf("the publisher reached %.0f of %.0f records/s", st.PubRate, rate)
-		case float64(st.Delivered) < p.MinShare*float64(st.Expected):
-			st.Broke = fmt.Sprintf("%d of %d deliveries arrived", st.Delivered, st.Expected)
-		case st.P99 > p.P99Limit:
-			st.Broke = fmt.Sprintf("p99 %.1f ms over %.0f ms", st.P99, p.P99Limit)
-		default:
-			st.Held = true
+		st := tfRunStep(ctx, sys, b.pid(), p, k, target, &hists[k], &seq)
+		if st.Held {
 			res.Held, res.HeldP99, res.HeldCPUus = st.Deliveries, st.P99, st.BrokerCPUus
 		}
 		fmt.Fprintf(os.Stderr, "  %s S=%d C=%d step %d: target %.0f deliveries/s, got %.0f, p50 %.2f p99 %.1f ms, broker %.2f client %.2f cpu-µs/delivery %s\n",
@@ -232,6 +185,63 @@ func runTFWorker(args []string) error {
 	sys.close()
 	res.Notes = sys.notes()
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// tfRunStep runs step k of the ramp: it publishes at target deliveries/s (target/subs
+// records/s) for --step, waits up to --drain for the deliveries into h, and judges whether
+// the step held. seq numbers the records across steps. pid is the broker's.
+func tfRunStep(ctx context.Context, sys fanSys, pid int, p tfParams, k int, target float64, h *latHist, seq *int64) tfStep {
+	st := tfStep{Target: target}
+	rate := target / float64(p.Subs)
+	// Record j of the step is due j/rate after its start: total in the step.
+	total := max(int(math.Round(p.Step.Seconds()*rate)), 1)
+	bcpu0, ccpu0 := brokerCPU(pid), brokerCPU(os.Getpid())
+	start := time.Now()
+	var pubErr error
+	for pubErr == nil && st.Published < total {
+		// At the step's end every record of it is due: a late wake-up of this loop (a
+		// loaded machine) sends the rest at once rather than fewer records.
+		due := total
+		if el := time.Since(start); el < p.Step {
+			due = min(total, int(el.Seconds()*rate)+1)
+		}
+		for ; st.Published < due && pubErr == nil; st.Published++ {
+			payload := make([]byte, p.Size)
+			binary.BigEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
+			binary.BigEndian.PutUint64(payload[8:], uint64(*seq))
+			payload[16] = byte(k)
+			*seq++
+			pubErr = sys.publish(ctx, payload)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	st.PubRate = float64(st.Published) / time.Since(start).Seconds()
+	st.Expected = int64(st.Published) * int64(p.Subs)
+	drainStart := time.Now()
+	for h.count() < st.Expected && time.Since(drainStart) < p.Drain {
+		time.Sleep(5 * time.Millisecond)
+	}
+	st.DrainSeconds = time.Since(drainStart).Seconds()
+	st.Delivered = h.count()
+	if d := st.Delivered; d > 0 {
+		st.BrokerCPUus = float64(brokerCPU(pid)-bcpu0) / float64(time.Microsecond) / float64(d)
+		st.ClientCPUus = float64(brokerCPU(os.Getpid())-ccpu0) / float64(time.Microsecond) / float64(d)
+	}
+	st.Deliveries = float64(st.Delivered) / p.Step.Seconds()
+	st.P50, st.P99 = h.quantile(0.5, st.Expected), h.quantile(0.99, st.Expected)
+	switch {
+	case pubErr != nil:
+		st.Broke = fmt.Sprintf("publish failed: %v", pubErr)
+	case st.PubRate < pubShare*rate:
+		st.Broke = fmt.Sprintf("the publisher reached %.0f of %.0f records/s", st.PubRate, rate)
+	case float64(st.Delivered) < p.MinShare*float64(st.Expected):
+		st.Broke = fmt.Sprintf("%d of %d deliveries arrived", st.Delivered, st.Expected)
+	case st.P99 > p.P99Limit:
+		st.Broke = fmt.Sprintf("p99 %.1f ms over %.0f ms", st.P99, p.P99Limit)
+	default:
+		st.Held = true
+	}
+	return st
 }
 
 func brokerAddr(sys string) string {
