@@ -673,36 +673,7 @@ func runRepWorker(args []string) error {
 		el := time.Since(created)
 		res.Notes = append(res.Notes, fmt.Sprintf("%d topics created in %v: %.0f topics/s", len(topics), el.Round(time.Millisecond), float64(len(topics))/el.Seconds()))
 	}
-	var hist latHist
-	var counting atomic.Bool
-	var acked, errs atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	payload := make([]byte, p.Size)
-	for _, c := range pubs {
-		wg.Go(func() {
-			pipeline(ctx, c, func() []byte { return payload }, func() bool {
-				select {
-				case <-stop:
-					return false
-				default:
-					return true
-				}
-			}, func(sent time.Time, err error) {
-				if err != nil {
-					if errs.Add(1) == 1 {
-						firstErr.Store(err.Error())
-					}
-					return
-				}
-				if counting.Load() {
-					acked.Add(1)
-					hist.add(int64(time.Since(sent)))
-				}
-			})
-		})
-	}
+	load := startRepLoad(ctx, pubs, p.Size)
 	time.Sleep(p.Warmup)
 	var entries0 float64
 	if cl.metrics != "" {
@@ -711,19 +682,18 @@ func runRepWorker(args []string) error {
 		}
 	}
 	cpu0, t0 := clusterCPU(cl), time.Now()
-	counting.Store(true)
+	load.counting.Store(true)
 	profiled := profileNodes(cl, p, &res.Notes)
 	time.Sleep(p.Duration)
-	counting.Store(false)
+	load.counting.Store(false)
 	cpu1, el := clusterCPU(cl), time.Since(t0)
 	profiled()
 	if cl.metrics != "" {
 		if entries1, err := raftCommitted(cl.metrics); err == nil && entries1 > entries0 {
-			res.RecordsPerEntry = float64(acked.Load()) / (entries1 - entries0)
+			res.RecordsPerEntry = float64(load.acked.Load()) / (entries1 - entries0)
 		}
 	}
-	close(stop)
-	wg.Wait()
+	load.stop()
 	if len(cl.pids) > 1 && len(topics) == 1 { // many topics: leaders spread over the groups
 		var err error
 		if res.Leader, res.Replicas, err = cl.leader(ctx); err != nil {
@@ -735,11 +705,11 @@ func runRepWorker(args []string) error {
 			}
 		}
 	}
-	res.Records = int(acked.Load())
+	res.Records = int(load.acked.Load())
 	res.Rate = float64(res.Records) / el.Seconds()
-	res.P50, res.P99 = hist.quantile(0.5, 0), hist.quantile(0.99, 0)
-	res.Errors = int(errs.Load())
-	if e, ok := firstErr.Load().(string); ok {
+	res.P50, res.P99 = load.hist.quantile(0.5, 0), load.hist.quantile(0.99, 0)
+	res.Errors = int(load.errs.Load())
+	if e, ok := load.firstErr.Load().(string); ok {
 		res.Notes = append(res.Notes, "first error: "+e)
 	}
 	if res.Records > 0 {
@@ -753,6 +723,51 @@ func runRepWorker(args []string) error {
 	}
 	res.LoadAvg = loadAvg()
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// repLoad is the replicated run's publishers: each client publishes size-byte records
+// pipelined until stop; while counting, acknowledgements are counted and timed.
+type repLoad struct {
+	hist        latHist
+	counting    atomic.Bool
+	acked, errs atomic.Int64
+	firstErr    atomic.Value // string
+	done        chan struct{}
+	wg          sync.WaitGroup
+}
+
+func startRepLoad(ctx context.Context, pubs []asyncPub, size int) *repLoad {
+	l := &repLoad{done: make(chan struct{})}
+	payload := make([]byte, size)
+	for _, c := range pubs {
+		l.wg.Go(func() {
+			pipeline(ctx, c, func() []byte { return payload }, func() bool {
+				select {
+				case <-l.done:
+					return false
+				default:
+					return true
+				}
+			}, func(sent time.Time, err error) {
+				if err != nil {
+					if l.errs.Add(1) == 1 {
+						l.firstErr.Store(err.Error())
+					}
+					return
+				}
+				if l.counting.Load() {
+					l.acked.Add(1)
+					l.hist.add(int64(time.Since(sent)))
+				}
+			})
+		})
+	}
+	return l
+}
+
+func (l *repLoad) stop() {
+	close(l.done)
+	l.wg.Wait()
 }
 
 // createTopics publishes one record to each of n topics through p (which takes its topics
