@@ -124,88 +124,106 @@ func runDurWorker(args []string) error {
 	}
 	switch p.Mode {
 	case "publish":
-		var acked atomic.Int64
-		var counting atomic.Bool
-		var errs atomic.Int64
-		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		payload := make([]byte, p.Size)
-		for i := range p.Publishers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				d.publishUntil(ctx, i, payload, stop, func(err error) {
-					if err != nil {
-						errs.Add(1)
-					} else if counting.Load() {
-						acked.Add(1)
-					}
-				})
-			}()
-		}
-		time.Sleep(time.Second)
-		var recs0, commits0 float64
-		if raw {
-			if recs0, commits0, err = commitStats(nodeMetricsAddr); err != nil {
-				return err
-			}
-		}
-		cpu0, t0 := brokerCPU(b.pid()), time.Now()
-		counting.Store(true)
-		time.Sleep(p.Duration)
-		counting.Store(false)
-		cpu1, el := brokerCPU(b.pid()), time.Since(t0)
-		if raw {
-			recs1, commits1, err := commitStats(nodeMetricsAddr)
-			if err != nil {
-				return err
-			}
-			res.NodeRecordsPerCommit = (recs1 - recs0) / max(commits1-commits0, 1)
-		}
-		close(stop)
-		wg.Wait()
-		res.Records = int(acked.Load())
-		res.Rate = float64(res.Records) / el.Seconds()
-		if raw {
-			r, err := runRawChild(rawParams{Writers: p.Publishers, Batch: max(int(res.NodeRecordsPerCommit+0.5), 1),
-				Size: p.Size, Warmup: time.Second, Duration: p.Duration})
-			if err != nil {
-				return err
-			}
-			res.RawRate, res.RawCPUus, res.RawFsyncs = r.Rate, r.CPUus, r.Fsyncs
-			sk, err := measureSink(p.Publishers, p.Size, time.Second, p.Duration)
-			if err != nil {
-				return err
-			}
-			res.SinkRate, res.SinkCPUus = sk.Rate, sk.CPUus
-		}
-		res.Errors = int(errs.Load())
-		if res.Records > 0 {
-			res.BrokerCPUus = float64(cpu1-cpu0) / float64(time.Microsecond) / float64(res.Records)
-		}
+		err = durPublish(ctx, d, b.pid(), p, raw, res)
 	case "replay":
-		t0 := time.Now()
-		if err := d.load(ctx, p.Records, make([]byte, p.Size)); err != nil {
-			return err
-		}
-		res.LoadSeconds = time.Since(t0).Seconds()
-		cpu0, t1 := brokerCPU(b.pid()), time.Now()
-		n, err := d.replay(ctx, p.Records)
-		el := time.Since(t1)
-		cpu1 := brokerCPU(b.pid())
-		if err != nil {
-			res.Notes = append(res.Notes, err.Error())
-		}
-		res.Records = n
-		res.Rate = float64(n) / el.Seconds()
-		if n > 0 {
-			res.BrokerCPUus = float64(cpu1-cpu0) / float64(time.Microsecond) / float64(n)
-		}
+		err = durReplay(ctx, d, b.pid(), p, res)
 	default:
 		return fmt.Errorf("unknown mode %q", p.Mode)
 	}
+	if err != nil {
+		return err
+	}
 	res.LoadAvg = loadAvg()
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// durPublish measures publishing: p.Publishers connections publish pipelined for a second,
+// then for the window, counted; with raw, the node's records per commit, and a raw Pebble
+// writer and a bare QUIC sink measured after it with the same load. pid is the broker's.
+func durPublish(ctx context.Context, d durable, pid int, p durParams, raw bool, res *durResult) error {
+	var err error
+	var acked atomic.Int64
+	var counting atomic.Bool
+	var errs atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	payload := make([]byte, p.Size)
+	for i := range p.Publishers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.publishUntil(ctx, i, payload, stop, func(err error) {
+				if err != nil {
+					errs.Add(1)
+				} else if counting.Load() {
+					acked.Add(1)
+				}
+			})
+		}()
+	}
+	time.Sleep(time.Second)
+	var recs0, commits0 float64
+	if raw {
+		if recs0, commits0, err = commitStats(nodeMetricsAddr); err != nil {
+			return err
+		}
+	}
+	cpu0, t0 := brokerCPU(pid), time.Now()
+	counting.Store(true)
+	time.Sleep(p.Duration)
+	counting.Store(false)
+	cpu1, el := brokerCPU(pid), time.Since(t0)
+	if raw {
+		recs1, commits1, err := commitStats(nodeMetricsAddr)
+		if err != nil {
+			return err
+		}
+		res.NodeRecordsPerCommit = (recs1 - recs0) / max(commits1-commits0, 1)
+	}
+	close(stop)
+	wg.Wait()
+	res.Records = int(acked.Load())
+	res.Rate = float64(res.Records) / el.Seconds()
+	if raw {
+		r, err := runRawChild(rawParams{Writers: p.Publishers, Batch: max(int(res.NodeRecordsPerCommit+0.5), 1),
+			Size: p.Size, Warmup: time.Second, Duration: p.Duration})
+		if err != nil {
+			return err
+		}
+		res.RawRate, res.RawCPUus, res.RawFsyncs = r.Rate, r.CPUus, r.Fsyncs
+		sk, err := measureSink(p.Publishers, p.Size, time.Second, p.Duration)
+		if err != nil {
+			return err
+		}
+		res.SinkRate, res.SinkCPUus = sk.Rate, sk.CPUus
+	}
+	res.Errors = int(errs.Load())
+	if res.Records > 0 {
+		res.BrokerCPUus = float64(cpu1-cpu0) / float64(time.Microsecond) / float64(res.Records)
+	}
+	return nil
+}
+
+// durReplay stores p.Records records, then measures reading them back from offset 0.
+func durReplay(ctx context.Context, d durable, pid int, p durParams, res *durResult) error {
+	t0 := time.Now()
+	if err := d.load(ctx, p.Records, make([]byte, p.Size)); err != nil {
+		return err
+	}
+	res.LoadSeconds = time.Since(t0).Seconds()
+	cpu0, t1 := brokerCPU(pid), time.Now()
+	n, err := d.replay(ctx, p.Records)
+	el := time.Since(t1)
+	cpu1 := brokerCPU(pid)
+	if err != nil {
+		res.Notes = append(res.Notes, err.Error())
+	}
+	res.Records = n
+	res.Rate = float64(n) / el.Seconds()
+	if n > 0 {
+		res.BrokerCPUus = float64(cpu1-cpu0) / float64(time.Microsecond) / float64(n)
+	}
+	return nil
 }
 
 // durable is a system seen by scenarios 3 and 4.
