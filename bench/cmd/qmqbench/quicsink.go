@@ -127,6 +127,51 @@ type sinkResult struct {
 	CPUus   float64 // the sink process's CPU (user + system) per record, µs
 }
 
+// startSink starts the quicsink child (this binary) with a CA of its own and returns it,
+// its address and the roots that trust it; stop ends it and removes the CA.
+func startSink() (cmd *exec.Cmd, addr string, roots *x509.CertPool, stop func(), err error) {
+	caDir, err := os.MkdirTemp("", "qmqbench-quicsink-")
+	if err != nil {
+		return nil, "", nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(caDir)
+		}
+	}()
+	ca, _, err := certs.EnsureCA(caDir) // the sink issues its certificate from it
+	if err != nil {
+		return nil, "", nil, nil, fmt.Errorf("quicsink: CA: %w", err)
+	}
+	roots = x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	cmd = exec.Command("/proc/self/exe", "quicsink", "--ca", caDir)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, "", nil, nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", nil, nil, err
+	}
+	if err = cmd.Start(); err != nil {
+		return nil, "", nil, nil, fmt.Errorf("quicsink: %w", err)
+	}
+	stop = func() {
+		stdin.Close()
+		cmd.Wait()
+		os.RemoveAll(caDir)
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		stdin.Close()
+		cmd.Wait()
+		return nil, "", nil, nil, fmt.Errorf("quicsink: no address: %w", err)
+	}
+	return cmd, strings.TrimSpace(line), roots, stop, nil
+}
+
 // measureSink starts a sink process and sends it records of size bytes over conns
 // connections (one stream each) for warmup and then the window d, as fast as the sink takes
 // them, and returns the sink's CPU per record in the window. Like the benchmark's publishers
@@ -136,39 +181,11 @@ func measureSink(conns, size int, warmup, d time.Duration) (*sinkResult, error) 
 	if conns < 1 || size < 1 || size > sinkChunk {
 		return nil, fmt.Errorf("quicsink: %d connections, %d-byte records: want positive figures, records of at most %d bytes", conns, size, sinkChunk)
 	}
-	caDir, err := os.MkdirTemp("", "qmqbench-quicsink-")
+	cmd, addr, roots, stopSink, err := startSink()
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(caDir)
-	ca, _, err := certs.EnsureCA(caDir) // the sink issues its certificate from it
-	if err != nil {
-		return nil, fmt.Errorf("quicsink: CA: %w", err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	cmd := exec.Command("/proc/self/exe", "quicsink", "--ca", caDir)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("quicsink: %w", err)
-	}
-	defer func() {
-		stdin.Close()
-		cmd.Wait()
-	}()
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		return nil, fmt.Errorf("quicsink: no address: %w", err)
-	}
-	addr := strings.TrimSpace(line)
+	defer stopSink()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	clientTLS := &tls.Config{RootCAs: roots, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13, NextProtos: []string{"quicsink"}}
