@@ -28,10 +28,14 @@ func newReplicatedPair(t *testing.T) (*regionMesh, map[string]*client.Conn) {
 		c.Raft = TestRaftSettings()
 		c.Mirror = []string{"events"}
 	})
-	// Idempotent: a group's leader that changes under a publish (its first election racing
-	// another replica's, on a loaded machine) ends the stream with outcomes unknown, which
-	// the SDK learns by publishing them again, stored once.
-	dial := func(name string) *client.Conn { return dialNode(t, m.nodes[name], client.Options{Idempotent: true}) }
+	// Idempotent and Reconnect: a group's leader that changes under a publish (its first
+	// election racing another replica's, on a loaded machine) ends the stream with outcomes
+	// unknown, which the SDK learns by publishing them again, stored once. Without Reconnect
+	// it would hand that outcome to the test instead (seen in make test: "the leader of
+	// "events" moved ... answered nothing for 500ms").
+	dial := func(name string) *client.Conn {
+		return dialNode(t, m.nodes[name], client.Options{Idempotent: true, Reconnect: true})
+	}
 	return m, map[string]*client.Conn{"eu": dial("eu-2"), "us": dial("us-2")}
 }
 
