@@ -29,6 +29,9 @@ func (r *replicated) undoStep(ctx context.Context, gm groupMove, m replica.Membe
 		// A promotion under way (or its end): wait for raft to leave the joint configuration.
 	case m.IsVoter(gm.toID) && !m.IsVoter(gm.fromID) && !m.IsLearner(gm.fromID):
 		state, step = replica.ReplaceDone, "done"
+	case !toIn && m.ConfPending:
+		// Adding TO may be proposed and not applied yet (it would appear after the undo
+		// and stay): wait until it applies, then take TO out below.
 	case !toIn:
 		state, step = replica.ReplaceNotMember, "undone"
 	case !m.IsVoter(gm.fromID) && !m.IsLearner(gm.fromID):

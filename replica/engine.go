@@ -139,6 +139,12 @@ type group struct {
 	// compactAt is the applied index at which this node, leading, last
 	// proposed a log compaction.
 	compactAt uint64
+	// confAt is the index of the last membership change in the group's log as this node
+	// stored it, and confProposed is set from a membership change proposed here until the
+	// round that stores it: until both are applied, the configuration raft reports may not
+	// be the one coming (Membership.ConfPending).
+	confAt       uint64
+	confProposed bool
 	// leaderless counts the ticks this node has been a follower knowing no
 	// leader; it sends Wake every wakeEveryTicks of them (askWake).
 	leaderless int
@@ -557,6 +563,16 @@ const batchOverhead = 96
 
 // readyGroup is one group's Ready within a round, with what applying it
 // produced.
+// noteConfChanges records the membership changes among entries about to be stored.
+func (g *group) noteConfChanges(entries []*pb.Entry) {
+	g.confProposed = false
+	for _, ent := range entries {
+		if t := ent.GetType(); t == pb.EntryConfChange || t == pb.EntryConfChangeV2 {
+			g.confAt = max(g.confAt, ent.GetIndex())
+		}
+	}
+}
+
 type readyGroup struct {
 	g       *group
 	rd      raft.Ready
@@ -639,6 +655,7 @@ func (e *engine) round(rds []*readyGroup) error {
 	)
 	for _, r := range rds {
 		rd, g := r.rd, r.g
+		g.noteConfChanges(rd.Entries)
 		var snapIdx uint64
 		if !raft.IsEmptySnap(rd.Snapshot) {
 			fst, fsm, err := e.stageRestore(b, g, rd.Snapshot)

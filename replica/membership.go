@@ -21,6 +21,10 @@ type Membership struct {
 	// which CheckQuorum resets every election timeout).
 	Match  map[uint64]uint64
 	Active map[uint64]bool
+	// ConfPending: a membership change in this node's log (or proposed here) is not applied
+	// yet, so Voters and Learners may be about to change (a learner being added is not
+	// listed until its entry applies).
+	ConfPending bool
 }
 
 // Joint reports whether the group is in a joint configuration.
@@ -45,6 +49,7 @@ func (e *engine) membership(id uint64) (Membership, bool) {
 		Learners: append(sortedIDs(st.Config.Learners), sortedIDs(st.Config.LearnersNext)...),
 	}
 	slices.Sort(m.Learners)
+	m.ConfPending = g.confProposed || g.confAt > st.Applied
 	if st.RaftState == raft.StateLeader {
 		m.Match, m.Active = map[uint64]uint64{}, map[uint64]bool{}
 		g.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
@@ -79,7 +84,11 @@ func (e *engine) proposeConfChange(id uint64, cc *pb.ConfChangeV2) error {
 		return &NotLeaderError{Group: id, Leader: bs.Lead}
 	}
 	e.touch(g)
-	return g.rn.ProposeConfChange(cc)
+	if err := g.rn.ProposeConfChange(cc); err != nil {
+		return err
+	}
+	g.confProposed = true // in the leader's log now; stored, and confAt set, by the next round
+	return nil
 }
 
 // ReplaceState is where the replacement of one voter by a new member

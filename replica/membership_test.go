@@ -1,8 +1,12 @@
 package replica
 
 import (
+	"context"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/quicmq/quicmq/internal/testlog"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
@@ -52,4 +56,45 @@ func TestReplaceStep(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A membership change proposed on the leader is pending until it applies: until then the
+// configuration raft reports lacks it, and Membership says so (ConfPending), so that a
+// caller deciding from the configuration (a move being undone: "the learner is not in the
+// group") waits for it instead of acting on the configuration before it.
+func TestMembershipConfPendingUntilApplied(t *testing.T) {
+	rs, _ := startRegion(t, 3, []uint64{1})
+	leaderOf(t, rs, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	d := currentLeader(ctx, rs, 1)
+	type seen struct {
+		m   Membership
+		err error
+	}
+	ch := make(chan seen, 1)
+	if err := d.exec(ctx, func(e *engine) {
+		err := e.proposeConfChange(1, AddLearner(9))
+		m, _ := e.membership(1)
+		ch <- seen{m, err}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := <-ch
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	if got.m.IsLearner(9) || !got.m.ConfPending {
+		t.Fatalf("right after the proposal: learners %v, pending %v; want 9 not yet listed and the change pending", got.m.Learners, got.m.ConfPending)
+	}
+	testlog.WaitForErr(t, 20*time.Second, "the learner listed and nothing pending", func() error {
+		m, err := d.Membership(ctx, 1)
+		if err != nil {
+			return err
+		}
+		if !m.IsLearner(9) || m.ConfPending {
+			return fmt.Errorf("learners %v, pending %v", m.Learners, m.ConfPending)
+		}
+		return nil
+	})
 }
