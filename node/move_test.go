@@ -442,20 +442,11 @@ func (m *regionMesh) metaLeader() string {
 	return lead
 }
 
-// TestMoveUndoneWhenDestinationDies: a move's new replica's node stops just as the move
-// starts (the start record names it while gossip still sees it up): its learner can never
-// catch up, so the metadata leader undoes the move once gossip sees the node down. The
-// group's leader takes the learner out, the move ends undone (log line,
-// quicmq_raft_moves_undone_total), the group stays on its old replicas with exactly them
-// as voters, and nothing acknowledged is lost; the node started again takes no part in the
-// group.
-func TestMoveUndoneWhenDestinationDies(t *testing.T) {
-	m := newMoveMesh(t, 4, func(c *Config) { c.Raft.DisableReplicaBalance = true })
-	lead := m.metaLeader()
-	// The destination: a node other than the metadata leader and eu-1 (started with no one
-	// to join), and a group it holds no replica of.
-	var dest string
-	var g *repGroup
+// moveDestination picks, from the metadata leader lead's placement, a destination for a
+// move: the first node other than lead and eu-1 (started with no one to join), and the
+// lowest group it holds no replica of.
+func (m *regionMesh) moveDestination(lead string) (dest string, g *repGroup) {
+	m.t.Helper()
 	r := m.nodes[lead].rep
 	for _, name := range m.names[1:] {
 		if name == lead || dest != "" {
@@ -470,8 +461,23 @@ func TestMoveUndoneWhenDestinationDies(t *testing.T) {
 		r.pl.RUnlock()
 	}
 	if g == nil {
-		t.Fatalf("no group that a node other than %s and eu-1 lacks", lead)
+		m.t.Fatalf("no group that a node other than %s and eu-1 lacks", lead)
 	}
+	return dest, g
+}
+
+// TestMoveUndoneWhenDestinationDies: a move's new replica's node stops just as the move
+// starts (the start record names it while gossip still sees it up): its learner can never
+// catch up, so the metadata leader undoes the move once gossip sees the node down. The
+// group's leader takes the learner out, the move ends undone (log line,
+// quicmq_raft_moves_undone_total), the group stays on its old replicas with exactly them
+// as voters, and nothing acknowledged is lost; the node started again takes no part in the
+// group.
+func TestMoveUndoneWhenDestinationDies(t *testing.T) {
+	m := newMoveMesh(t, 4, func(c *Config) { c.Raft.DisableReplicaBalance = true })
+	lead := m.metaLeader()
+	dest, g := m.moveDestination(lead)
+	r := m.nodes[lead].rep
 	via := lead
 	c := dialNode(t, m.nodes[via], client.Options{})
 	defer c.Close()
@@ -542,26 +548,8 @@ func TestMoveUndoAfterPromotionIsRecordedDone(t *testing.T) {
 		m.nodes[name].rep.moves.holdEnds.Store(true)
 	}
 	lead := m.metaLeader()
-	// The destination: a node other than the metadata leader and eu-1, and a group it holds
-	// no replica of.
-	var dest string
-	var g *repGroup
+	dest, g := m.moveDestination(lead)
 	r := m.nodes[lead].rep
-	for _, name := range m.names[1:] {
-		if name == lead || dest != "" {
-			continue
-		}
-		r.pl.RLock()
-		for _, cand := range r.pl.groups {
-			if !slices.Contains(cand.names(), name) && (g == nil || cand.id < g.id) {
-				g, dest = cand, name
-			}
-		}
-		r.pl.RUnlock()
-	}
-	if g == nil {
-		t.Fatalf("no group that a node other than %s and eu-1 lacks", lead)
-	}
 	c := dialNode(t, m.nodes[lead], client.Options{})
 	defer c.Close()
 	load := startLoad(t, c, 8)
