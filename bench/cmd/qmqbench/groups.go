@@ -698,23 +698,7 @@ broker's VmRSS. Each run has a network namespace of its own, no loss.
 	if err := lossy.Check(); err != nil {
 		return fmt.Errorf("%w; this scenario runs each broker in a namespace of its own and is skipped", err)
 	}
-	type run struct {
-		sys     string
-		members int
-		slow    bool
-	}
-	var runs []run
-	for _, m := range members {
-		for _, s := range systems {
-			runs = append(runs, run{s, m, false})
-		}
-	}
-	for _, s := range slowSys {
-		if !slices.Contains(members, *slowMembers) || !slices.Contains(systems, s) {
-			runs = append(runs, run{s, *slowMembers, false})
-		}
-		runs = append(runs, run{s, *slowMembers, true})
-	}
+	runs := grpRuns(systems, members, slowSys, *slowMembers)
 	slot, stop := killOnSignal()
 	defer stop()
 	var results []*grpResult
@@ -754,6 +738,33 @@ broker's VmRSS. Each run has a network namespace of its own, no loss.
 		return errors.New("some runs failed (see above)")
 	}
 	return nil
+}
+
+// grpRun is one run of the groups scenario: a system, a group size, with or without the
+// member that stops reading.
+type grpRun struct {
+	sys     string
+	members int
+	slow    bool
+}
+
+// grpRuns lists the runs of one repeat: every system at every group size, then for each
+// slow-member system the group of slowMembers without (unless already run) and with the
+// member that stops reading.
+func grpRuns(systems []string, members []int, slowSys []string, slowMembers int) []grpRun {
+	var runs []grpRun
+	for _, m := range members {
+		for _, s := range systems {
+			runs = append(runs, grpRun{s, m, false})
+		}
+	}
+	for _, s := range slowSys {
+		if !slices.Contains(members, slowMembers) || !slices.Contains(systems, s) {
+			runs = append(runs, grpRun{s, slowMembers, false})
+		}
+		runs = append(runs, grpRun{s, slowMembers, true})
+	}
+	return runs
 }
 
 // plotGroups draws the median records/s acked of each system and group size beside the
