@@ -15,6 +15,7 @@ import (
 
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/node/manage"
 )
 
 // MemberInfo is one row of GET /v1/members.
@@ -66,7 +67,7 @@ func (n *Node) AdminHandler() http.Handler {
 		n.gossipKeys(w, op, key)
 	}))
 	mux.HandleFunc("GET /v1/members", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, n.Members())
+		manage.WriteJSON(w, n.Members())
 	})
 	mux.HandleFunc("GET /v1/links", func(w http.ResponseWriter, r *http.Request) {
 		o, err := linksOptions(r)
@@ -75,10 +76,10 @@ func (n *Node) AdminHandler() http.Handler {
 			return
 		}
 		if n.fed == nil {
-			writeJSON(w, []federation.LinkInfo{})
+			manage.WriteJSON(w, []federation.LinkInfo{})
 			return
 		}
-		writeJSON(w, n.fed.LinksPage(o))
+		manage.WriteJSON(w, n.fed.LinksPage(o))
 	})
 	mux.HandleFunc("POST /v1/links/migrate", n.stateChanging(func(w http.ResponseWriter, r *http.Request) {
 		if n.fed == nil {
@@ -91,10 +92,10 @@ func (n *Node) AdminHandler() http.Handler {
 			http.Error(w, err.Error(), http.StatusBadGateway)
 			return
 		}
-		writeJSON(w, n.fed.LinksPage(federation.LinksOptions{MaxMirrors: DefaultLinkMirrors}))
+		manage.WriteJSON(w, n.fed.LinksPage(federation.LinksOptions{MaxMirrors: DefaultLinkMirrors}))
 	}))
-	n.manageRoutes(mux) // manage_admin.go
-	n.nodesRoutes(mux)  // nodes_admin.go
+	manage.Routes(mux, manageLocal{n}, n.place != nil, n.stateChanging)
+	n.nodesRoutes(mux) // nodes_admin.go
 	return mux
 }
 
@@ -172,7 +173,7 @@ func (n *Node) gossipKeys(w http.ResponseWriter, op string, key []byte) {
 		json.NewEncoder(w).Encode(map[string]any{"error": err.Error(), "pools": out})
 		return
 	}
-	writeJSON(w, out)
+	manage.WriteJSON(w, out)
 }
 
 // Members is the gossip member table (empty for a standalone node).
@@ -195,13 +196,6 @@ func (n *Node) Members() []MemberInfo {
 		out = append(out, mi)
 	}
 	return out
-}
-
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	enc.Encode(v)
 }
 
 // DefaultLinkMirrors is how many of each link's mirrored topics GET /v1/links lists without

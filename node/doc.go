@@ -15,6 +15,8 @@
 //   - node/placement: which node of a single-copy region owns each topic.
 //   - node/vector: portable positions read from the log.
 //   - node/groups: live shared consumer groups (their state, dispatch, acks, dead letters).
+//   - node/manage: consumer and topic management over a node or a region (the management
+//     stream's requests, the admin API's /v1/consumers and /v1/topics), over manage.Local.
 //
 // The rest is this package, in the files named, in the order a newcomer reads them:
 //
@@ -35,9 +37,11 @@
 //   - Consumer groups: groups.go (the table of live groups: join, leave, what a group needs
 //     of the node), member.go (a member's stream, driving its groups.Member), grouprelay.go
 //     (one holder per region), grouprepl.go (group state in raft).
-//   - Management: manage.go, manage_groups.go, manage_wire.go, manage_metrics.go (consumers
-//     and topics over the protocol), admin.go, manage_admin.go, nodes_admin.go (the admin
-//     HTTP API), topics.go (the TOPICS listing, streamed page by page).
+//   - Management: manage_local.go (this node's side of node/manage), manage.go and
+//     manage_groups.go (a consumer's positions and group state on this node, topics created
+//     and removed), manage_wire.go (the management stream, and asking the region's other
+//     nodes), manage_metrics.go, admin.go and nodes_admin.go (the admin HTTP API), topics.go
+//     (the TOPICS listing, streamed page by page).
 //   - Placement, single-copy: node/placement, and passthrough.go (a subscription passed on
 //     to another region for a direct replay).
 //   - Placement and the log, replicated: replicated.go (the driver's start, the topics'

@@ -12,6 +12,7 @@ import (
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/routing"
 )
 
@@ -84,7 +85,7 @@ func (s *session) groupActor(name string) *auth.Principal {
 	if !s.peer {
 		return s.actor
 	}
-	if tenant, _ := splitConsumer(name); tenant != "" {
+	if tenant, _ := manage.SplitConsumer(name); tenant != "" {
 		return auth.NewPrincipal(s.actor.Name, auth.Credential{Tenant: tenant})
 	}
 	return s.actor

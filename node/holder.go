@@ -10,6 +10,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 )
 
 // Holder streams (docs/protocol.md "Holder streams"): the exclusive lock of a durable whose
@@ -140,7 +141,7 @@ func (s *session) serveHold(str *quic.Stream, r *wire.Reader, f *wire.Hold) {
 		s.failStream(str, wire.Errorf(wire.CodeForbidden, "HOLD is for the nodes of this region"))
 		return
 	}
-	if !peerDurableRE.MatchString(f.Name) {
+	if !auth.ValidConsumerName(f.Name, true) {
 		s.failStream(str, wire.Errorf(wire.CodeInvalidArgument, "durable name %q: want 1-400 characters of [A-Za-z0-9_./-]", f.Name))
 		return
 	}

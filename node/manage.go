@@ -11,14 +11,15 @@ import (
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/wal"
 )
 
 // Consumer and topic management (docs/operations.md "Managing consumers and topics"). The
 // operations here act on this node's log for a principal: a tenant sees and changes only
-// its own consumers and topics, and only within its grants (docs/security.md). The client
-// protocol (manage_wire.go) and the admin API (manage_admin.go) both call them; in a region
-// of several nodes manage_wire.go asks the other nodes too.
+// its own consumers and topics, and only within its grants (docs/security.md). They are
+// this node's side of node/manage (manage_local.go), which serves the client protocol and
+// the admin API and, in a region of several nodes, asks the other nodes too.
 //
 // A durable consumer is its stored positions: "NAME" for a client without a tenant,
 // "tenant/T/NAME" for tenant T. Mirror cursors ("mirror/REGION", federation's cursorName)
@@ -32,30 +33,12 @@ const mirrorCursorPrefix = federation.CursorPrefix
 // gone (they end within one ack round trip).
 const endPoll = 2 * time.Millisecond
 
-// consumerPrefix is the position-name prefix of a's consumers ("" for a principal without a
-// tenant: it sees every consumer of the node but mirror cursors).
-
-// consumerState is one consumer on this node, in the node's namespace.
-type consumerState struct {
-	name    string
-	kind    string // wire.KindDurable or wire.KindGroup
-	pattern string
-	pending uint64
-	members int
-	lastAck time.Time
-	topics  []wire.ConsumerTopic
-	// A group's settings (node names) and its outstanding records per topic
-	// (manage_groups.go); nil for a durable.
-	group       *wire.ConsumerGroup
-	outstanding map[string]uint64
-}
-
 // consumers returns the consumers of a on this node, durables and groups, sorted by name:
 // all of them (name empty), or those called name (stored: one, unless a durable and a group
 // share it). A consumer with a topic outside a's subscribe grant is left out of a listing
 // and refused by name.
-func (n *Node) consumers(a *auth.Principal, name string) ([]consumerState, *wire.Error) {
-	byName := make(map[string]*consumerState)
+func (n *Node) consumers(a *auth.Principal, name string) ([]manage.Consumer, *wire.Error) {
+	byName := make(map[string]*manage.Consumer)
 	f := wal.PositionFilter{Name: name, NamePrefix: auth.ConsumerPrefix(a)}
 	err := n.wal.Positions(f, func(p wal.PositionInfo) bool {
 		if strings.HasPrefix(p.Name, mirrorCursorPrefix) {
@@ -63,12 +46,12 @@ func (n *Node) consumers(a *auth.Principal, name string) ([]consumerState, *wire
 		}
 		c := byName[p.Name]
 		if c == nil {
-			c = &consumerState{name: p.Name, kind: wire.KindDurable}
+			c = &manage.Consumer{Name: p.Name, Kind: wire.KindDurable}
 			byName[p.Name] = c
 		}
-		c.topics = append(c.topics, wire.ConsumerTopic{Topic: p.Topic, Resume: p.Resume, Updated: unixNano(p.Updated)})
-		if p.Updated.After(c.lastAck) {
-			c.lastAck = p.Updated
+		c.Topics = append(c.Topics, wire.ConsumerTopic{Topic: p.Topic, Resume: p.Resume, Updated: manage.UnixNano(p.Updated)})
+		if p.Updated.After(c.LastAck) {
+			c.LastAck = p.Updated
 		}
 		return true
 	})
@@ -78,91 +61,21 @@ func (n *Node) consumers(a *auth.Principal, name string) ([]consumerState, *wire
 	// Members connected now, and the pattern they subscribe with.
 	for _, sub := range n.liveSubscriptions() {
 		if c := byName[sub.req.Durable]; c != nil {
-			c.members++
-			c.pattern = sub.req.Pattern
+			c.Members++
+			c.Pattern = sub.req.Pattern
 		}
 	}
 	for _, c := range byName {
-		total, per := n.wal.Pending(c.name, c.topicNames())
-		c.pending = total
-		for i := range c.topics {
-			c.topics[i].Next, c.topics[i].Pending = per[i].Next, per[i].Pending
+		total, per := n.wal.Pending(c.Name, c.TopicNames())
+		c.Pending = total
+		for i := range c.Topics {
+			c.Topics[i].Next, c.Topics[i].Pending = per[i].Next, per[i].Pending
 		}
 	}
 	if err := n.groupConsumers(a, name, byName); err != nil {
 		return nil, manageErr(err)
 	}
-	return finishConsumers(a, name, byName, "on this node")
-}
-
-// finishConsumers keeps of cs those a may manage (all but refusing one asked for by name),
-// sorted by name with their topics sorted; where says where none was found ("on this node").
-func finishConsumers(a *auth.Principal, name string, cs map[string]*consumerState, where string) ([]consumerState, *wire.Error) {
-	out := make([]consumerState, 0, len(cs))
-	for _, c := range cs {
-		names := c.topicNames()
-		if c.kind == wire.KindGroup && c.pattern != "" {
-			names = append(names, c.pattern) // a group's pattern too: it may have no topic yet
-		}
-		if e := a.MayManageConsumer(names); e != nil {
-			if name != "" {
-				return nil, e
-			}
-			continue
-		}
-		slices.SortFunc(c.topics, func(x, y wire.ConsumerTopic) int { return strings.Compare(x.Topic, y.Topic) })
-		out = append(out, *c)
-	}
-	slices.SortFunc(out, func(x, y consumerState) int {
-		if c := strings.Compare(x.name, y.name); c != 0 {
-			return c
-		}
-		return strings.Compare(x.kind, y.kind)
-	})
-	if name != "" && len(out) == 0 {
-		return nil, wire.Errorf(wire.CodeNotFound, "no consumer %q: no durable consumer position or group state of that name is stored %s", a.ConsumerView(name), where)
-	}
-	return out, nil
-}
-
-func (c *consumerState) topicNames() []string {
-	topics := make([]string, len(c.topics))
-	for i, t := range c.topics {
-		topics[i] = t.Topic
-	}
-	return topics
-}
-
-// info is c as a client of a sees it; topics only when withTopics.
-func (c consumerState) info(a *auth.Principal, withTopics bool) *wire.ConsumerInfo {
-	ci := &wire.ConsumerInfo{
-		Name: a.ConsumerView(c.name), Kind: c.kind, Pending: c.pending,
-		Members: uint64(c.members), LastAck: unixNano(c.lastAck),
-	}
-	if ci.Kind == "" {
-		ci.Kind = wire.KindDurable
-	}
-	if c.pattern != "" {
-		ci.Pattern = a.ClientName(c.pattern)
-	}
-	if withTopics {
-		ci.Topics = make([]wire.ConsumerTopic, len(c.topics))
-		for i, t := range c.topics {
-			t.Topic = a.ClientName(t.Topic)
-			ci.Topics[i] = t
-		}
-	}
-	if ci.Group = c.groupInfo(a); ci.Group != nil && !withTopics {
-		ci.Group.TopicOutstanding = nil
-	}
-	return ci
-}
-
-func unixNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
+	return manage.Finish(a, name, byName, "on this node")
 }
 
 // endMembers ends the subscriptions connected under consumer name (stored) with e and waits
@@ -190,24 +103,24 @@ func (n *Node) endMembers(ctx context.Context, name string, e *wire.Error) *wire
 
 // checkMembers refuses an operation on a consumer with connected members unless forced, in
 // which case it ends them first.
-func (n *Node) checkMembers(ctx context.Context, a *auth.Principal, c consumerState, op string, force bool) *wire.Error {
-	if c.members == 0 {
+func (n *Node) checkMembers(ctx context.Context, a *auth.Principal, c manage.Consumer, op string, force bool) *wire.Error {
+	if c.Members == 0 {
 		return nil
 	}
-	view := a.ConsumerView(c.name)
+	view := a.ConsumerView(c.Name)
 	what := "consumer"
-	if c.kind == wire.KindGroup {
+	if c.Kind == wire.KindGroup {
 		what = "consumer group"
 	}
 	if !force {
 		return wire.Errorf(wire.CodeInUse, "%s %q has %d connected %s: stop %s first, or %s it with --force, which ends %s",
-			what, view, c.members, plural(c.members, "member", "members"), pronoun(c.members), op, pronoun(c.members))
+			what, view, c.Members, plural(c.Members, "member", "members"), pronoun(c.Members), op, pronoun(c.Members))
 	}
 	e := wire.Errorf(wire.CodeInUse, "%s %q was %s by %s", what, view, pastTense(op), a.Name)
-	if c.kind == wire.KindGroup {
-		return n.endGroup(ctx, c.name, e)
+	if c.Kind == wire.KindGroup {
+		return n.endGroup(ctx, c.Name, e)
 	}
-	return n.endMembers(ctx, c.name, e)
+	return n.endMembers(ctx, c.Name, e)
 }
 
 func plural(n int, one, many string) string {
@@ -228,47 +141,47 @@ func pastTense(op string) string {
 
 // resetConsumer moves every position of consumer name (stored) to start and returns the
 // consumer after it.
-func (n *Node) resetConsumer(ctx context.Context, a *auth.Principal, name string, kind wire.StartKind, value uint64, force bool) (consumerState, *wire.Error) {
+func (n *Node) resetConsumer(ctx context.Context, a *auth.Principal, name string, kind wire.StartKind, value uint64, force bool) (manage.Consumer, *wire.Error) {
 	cs, e := n.consumers(a, name)
 	if e != nil {
-		return consumerState{}, e
+		return manage.Consumer{}, e
 	}
-	if e := ambiguous(a, cs); e != nil {
-		return consumerState{}, e
+	if e := manage.Ambiguous(a, cs); e != nil {
+		return manage.Consumer{}, e
 	}
 	start, e := walStart(kind, value)
 	if e != nil {
-		return consumerState{}, e
+		return manage.Consumer{}, e
 	}
-	if cs[0].kind == wire.KindGroup {
+	if cs[0].Kind == wire.KindGroup {
 		if e := n.resetGroup(ctx, a, cs[0], start, force); e != nil {
-			return consumerState{}, e
+			return manage.Consumer{}, e
 		}
 		return n.resetDone(a, name, kind, value)
 	}
 	if e := n.checkMembers(ctx, a, cs[0], "reset", force); e != nil {
-		return consumerState{}, e
+		return manage.Consumer{}, e
 	}
-	resume := make(map[string]uint64, len(cs[0].topics))
-	for _, t := range cs[0].topics {
+	resume := make(map[string]uint64, len(cs[0].Topics))
+	for _, t := range cs[0].Topics {
 		off, err := n.wal.ResolveStart(t.Topic, start)
 		if err != nil {
-			return consumerState{}, manageErr(err)
+			return manage.Consumer{}, manageErr(err)
 		}
 		resume[t.Topic] = off
 	}
 	if err := n.wal.ResetPositions(ctx, name, resume); err != nil {
-		return consumerState{}, manageErr(err)
+		return manage.Consumer{}, manageErr(err)
 	}
 	return n.resetDone(a, name, kind, value)
 }
 
 // resetDone logs a reset and returns the consumer after it.
-func (n *Node) resetDone(a *auth.Principal, name string, kind wire.StartKind, value uint64) (consumerState, *wire.Error) {
+func (n *Node) resetDone(a *auth.Principal, name string, kind wire.StartKind, value uint64) (manage.Consumer, *wire.Error) {
 	n.log.Info("consumer reset", "consumer", name, "to", kind.String(), "value", value, "by", a.Name)
 	cs, e := n.consumers(a, name)
 	if e != nil {
-		return consumerState{}, e
+		return manage.Consumer{}, e
 	}
 	return cs[0], nil
 }
@@ -297,7 +210,7 @@ func (n *Node) deleteConsumer(ctx context.Context, a *auth.Principal, name strin
 	total := 0
 	for _, c := range cs {
 		var removed int
-		if c.kind == wire.KindGroup {
+		if c.Kind == wire.KindGroup {
 			if removed, e = n.removeGroup(ctx, a, c, force); e != nil {
 				return total, e
 			}
@@ -311,7 +224,7 @@ func (n *Node) deleteConsumer(ctx context.Context, a *auth.Principal, name strin
 			}
 		}
 		total += removed
-		n.log.Info("consumer removed", "consumer", name, "kind", c.kind, "positions", removed, "by", a.Name)
+		n.log.Info("consumer removed", "consumer", name, "kind", c.Kind, "positions", removed, "by", a.Name)
 	}
 	return total, nil
 }

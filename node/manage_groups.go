@@ -11,6 +11,7 @@ import (
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/node/groups"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -31,19 +32,11 @@ import (
 // stream's ERROR 21) and waits until the live group has ended, after its members' last
 // stores.
 
-// consumerKey keys a consumer in a listing: a durable and a group may share a name.
-func consumerKey(kind, name string) string {
-	if kind == wire.KindGroup {
-		return "group:" + name // ":" is in no consumer name
-	}
-	return name
-}
-
 // groupConsumers adds to cs the groups of a on this node: every one (name empty) or the one
 // called name (stored). A group is listed from its stored state, overlaid with its live
 // state where it is live here (liveGroupState), so a group whose members hold records they
 // have not acknowledged yet, and so have stored nothing, is listed as it is now.
-func (n *Node) groupConsumers(a *auth.Principal, name string, cs map[string]*consumerState) error {
+func (n *Node) groupConsumers(a *auth.Principal, name string, cs map[string]*manage.Consumer) error {
 	prefix := auth.ConsumerPrefix(a)
 	if name != "" {
 		prefix = name
@@ -54,7 +47,7 @@ func (n *Node) groupConsumers(a *auth.Principal, name string, cs map[string]*con
 		}
 		if name == "" || g.Name == name {
 			c := n.groupState(g)
-			cs[consumerKey(c.kind, c.name)] = c
+			cs[manage.Key(c.Kind, c.Name)] = c
 		}
 		return true
 	})
@@ -66,9 +59,9 @@ func (n *Node) groupConsumers(a *auth.Principal, name string, cs map[string]*con
 		if !strings.HasPrefix(g.Name, prefix) || groups.IsMirroredGroup(g.Name) || name != "" && g.Name != name {
 			continue
 		}
-		if _, ok := cs[consumerKey(wire.KindGroup, g.Name)]; !ok {
+		if _, ok := cs[manage.Key(wire.KindGroup, g.Name)]; !ok {
 			c := n.groupState(wal.GroupInfo{Name: g.Name, Settings: g.Set, HasSettings: true})
-			cs[consumerKey(c.kind, c.name)] = c
+			cs[manage.Key(c.Kind, c.Name)] = c
 		}
 	}
 	return nil
@@ -78,11 +71,11 @@ func (n *Node) groupConsumers(a *auth.Principal, name string, cs map[string]*con
 // records not yet acknowledged, those never handed out (head - next) and those handed out
 // and not done (outstanding); records retention deleted count for neither. Where the group
 // is live on this node its live state of a topic stands for the stored one.
-func (n *Node) groupState(g wal.GroupInfo) *consumerState {
-	c := &consumerState{name: g.Name, kind: wire.KindGroup, pattern: g.Settings.Pattern,
-		group: &wire.ConsumerGroup{AckWait: uint64(max(g.Settings.AckWait, 0)), MaxDeliver: g.Settings.MaxDeliver,
+func (n *Node) groupState(g wal.GroupInfo) *manage.Consumer {
+	c := &manage.Consumer{Name: g.Name, Kind: wire.KindGroup, Pattern: g.Settings.Pattern,
+		Group: &wire.ConsumerGroup{AckWait: uint64(max(g.Settings.AckWait, 0)), MaxDeliver: g.Settings.MaxDeliver,
 			DeadLetter: g.Settings.DeadLetter, Order: g.Settings.Order},
-		outstanding: make(map[string]uint64, len(g.States))}
+		Outstanding: make(map[string]uint64, len(g.States))}
 	var live map[string]groups.TopicState
 	if lg := n.liveGroup(g.Name); lg != nil {
 		live = lg.LiveState()
@@ -103,12 +96,12 @@ func (n *Node) groupState(g wal.GroupInfo) *consumerState {
 		if from := max(next, first); head > from {
 			fresh = head - from
 		}
-		c.outstanding[topic] = out
-		c.group.Outstanding += out
-		c.pending += fresh + out
-		c.topics = append(c.topics, wire.ConsumerTopic{Topic: topic, Resume: floor, Next: head, Pending: fresh + out, Updated: unixNano(updated)})
-		if updated.After(c.lastAck) {
-			c.lastAck = updated
+		c.Outstanding[topic] = out
+		c.Group.Outstanding += out
+		c.Pending += fresh + out
+		c.Topics = append(c.Topics, wire.ConsumerTopic{Topic: topic, Resume: floor, Next: head, Pending: fresh + out, Updated: manage.UnixNano(updated)})
+		if updated.After(c.LastAck) {
+			c.LastAck = updated
 		}
 	}
 	for topic, st := range g.States {
@@ -126,40 +119,8 @@ func (n *Node) groupState(g wal.GroupInfo) *consumerState {
 	for topic, lt := range live { // not stored yet
 		row(topic, lt.Floor, lt.Next, lt.Out, time.Time{})
 	}
-	c.members = n.groupMembers(g.Name)
+	c.Members = n.groupMembers(g.Name)
 	return c
-}
-
-// groupInfo is the group part of c's CONSUMER_INFO as a client of a sees it.
-func (c *consumerState) groupInfo(a *auth.Principal) *wire.ConsumerGroup {
-	if c.group == nil {
-		return nil
-	}
-	g := *c.group
-	if g.DeadLetter != "" {
-		g.DeadLetter = a.ClientName(g.DeadLetter)
-	}
-	g.TopicOutstanding = nil
-	for _, t := range c.topics {
-		g.TopicOutstanding = append(g.TopicOutstanding, c.outstanding[t.Topic])
-	}
-	return &g
-}
-
-// groupFromPeer is the group part of a peer's CONSUMER_INFO in c.
-func (c *consumerState) groupFromPeer(ci *wire.ConsumerInfo) {
-	if ci.Group == nil {
-		return
-	}
-	g := *ci.Group
-	g.TopicOutstanding = nil
-	c.group = &g
-	c.outstanding = make(map[string]uint64, len(ci.Topics))
-	for i, t := range ci.Topics {
-		if i < len(ci.Group.TopicOutstanding) {
-			c.outstanding[t.Topic] = ci.Group.TopicOutstanding[i]
-		}
-	}
 }
 
 // liveGroup is the live group name (stored) on this node, or nil.
@@ -217,19 +178,19 @@ func (n *Node) fenceGroup(name, op string) (unfence func(), e *wire.Error) {
 // resetGroup puts group c at start on each of its topics: a new floor and next offset, and
 // an empty window (the outstanding set is cleared in the same batch). Records handed out
 // before are delivered again if the reset moved before them.
-func (n *Node) resetGroup(ctx context.Context, a *auth.Principal, c consumerState, start wal.Start, force bool) *wire.Error {
-	unfence, e := n.fenceGroup(c.name, "reset")
+func (n *Node) resetGroup(ctx context.Context, a *auth.Principal, c manage.Consumer, start wal.Start, force bool) *wire.Error {
+	unfence, e := n.fenceGroup(c.Name, "reset")
 	if e != nil {
 		return e
 	}
 	defer unfence()
-	c.members = n.groupMembers(c.name) // now that none can join
-	propose := n.proposesGroupOp(a, c.name)
+	c.Members = n.groupMembers(c.Name) // now that none can join
+	propose := n.proposesGroupOp(a, c.Name)
 	if e := n.checkMembers(ctx, a, c, "reset", force); e != nil {
 		return e
 	}
-	states := make(map[string]*wal.GroupState, len(c.topics))
-	for _, t := range c.topics {
+	states := make(map[string]*wal.GroupState, len(c.Topics))
+	for _, t := range c.Topics {
 		off, err := n.wal.ResolveStart(t.Topic, start)
 		if errors.Is(err, wal.ErrUnknownTopic) || errors.Is(err, wal.ErrTopicDeleted) {
 			continue // no records left to put it before
@@ -243,13 +204,13 @@ func (n *Node) resetGroup(ctx context.Context, a *auth.Principal, c consumerStat
 		if n.replicatedGroupTopic(topic) {
 			delete(states, topic)
 			if propose {
-				if _, e := n.rep.setGroup(ctx, c.name, topic, &replica.GroupOp{State: st}); e != nil { // grouprepl.go
+				if _, e := n.rep.setGroup(ctx, c.Name, topic, &replica.GroupOp{State: st}); e != nil { // grouprepl.go
 					return e
 				}
 			}
 		}
 	}
-	if err := n.wal.SetGroup(ctx, c.name, nil, states); err != nil {
+	if err := n.wal.SetGroup(ctx, c.Name, nil, states); err != nil {
 		return manageErr(err)
 	}
 	return nil
@@ -257,14 +218,14 @@ func (n *Node) resetGroup(ctx context.Context, a *auth.Principal, c consumerStat
 
 // removeGroup removes group c (its settings and every topic's state) and returns how many
 // topic states it had.
-func (n *Node) removeGroup(ctx context.Context, a *auth.Principal, c consumerState, force bool) (int, *wire.Error) {
-	unfence, e := n.fenceGroup(c.name, "removed")
+func (n *Node) removeGroup(ctx context.Context, a *auth.Principal, c manage.Consumer, force bool) (int, *wire.Error) {
+	unfence, e := n.fenceGroup(c.Name, "removed")
 	if e != nil {
 		return 0, e
 	}
 	defer unfence()
-	c.members = n.groupMembers(c.name)
-	propose := n.proposesGroupOp(a, c.name)
+	c.Members = n.groupMembers(c.Name)
+	propose := n.proposesGroupOp(a, c.Name)
 	if e := n.checkMembers(ctx, a, c, "remove", force); e != nil {
 		return 0, e
 	}
@@ -272,19 +233,19 @@ func (n *Node) removeGroup(ctx context.Context, a *auth.Principal, c consumerSta
 	// group, before anything here: a removal that does not commit leaves every replica as it
 	// was. The removed states are counted once in the region, by the node that proposed.
 	removed := 0
-	for _, t := range c.topics {
+	for _, t := range c.Topics {
 		if !n.replicatedGroupTopic(t.Topic) {
 			removed++
 			continue
 		}
 		if propose {
-			if _, e := n.rep.setGroup(ctx, c.name, t.Topic, &replica.GroupOp{Remove: true}); e != nil { // grouprepl.go
+			if _, e := n.rep.setGroup(ctx, c.Name, t.Topic, &replica.GroupOp{Remove: true}); e != nil { // grouprepl.go
 				return 0, e
 			}
 			removed++
 		}
 	}
-	if _, _, err := n.wal.DeleteGroup(ctx, c.name); err != nil {
+	if _, _, err := n.wal.DeleteGroup(ctx, c.Name); err != nil {
 		return 0, manageErr(err)
 	}
 	return removed, nil
@@ -351,16 +312,6 @@ func (n *Node) topicRemoved(topic string, deleted bool, cut uint64) {
 			g.Purged(topic, cut)
 		}
 	}
-}
-
-// ambiguous refuses an operation on a name that is both a durable consumer and a group
-// (stored before names were kept apart).
-func ambiguous(a *auth.Principal, cs []consumerState) *wire.Error {
-	if len(cs) < 2 {
-		return nil
-	}
-	return wire.Errorf(wire.CodeConflict, "%q names both a durable consumer and a consumer group: `quicmq consumers rm %s` removes both",
-		a.ConsumerView(cs[0].name), a.ConsumerView(cs[0].name))
 }
 
 // groupNameTaken reports whether a group named name (stored) is stored: a durable of that

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -227,7 +228,7 @@ func TestAdminGroupConsumer(t *testing.T) {
 	readAckGroup(t, member, 3, 2)
 	member.Close()
 
-	var one ConsumerInfo
+	var one manage.ConsumerInfo
 	if code := httpJSON(t, "GET", srv.URL+"/v1/consumers/workers?tenant=acme", &one); code != 200 || one.Kind != "group" ||
 		one.GroupJSON == nil || one.Order != "key" || one.MaxDeliver != 5 || one.AckWait != "30s" ||
 		len(one.Topics) != 1 || one.Topics[0].Floor == nil || *one.Topics[0].Floor != 2 || one.Pending != 1 {

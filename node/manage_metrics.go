@@ -1,10 +1,9 @@
 package node
 
 import (
-	"strings"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/manage"
 )
 
 // consumerCollector reports each consumer's backlog and the age of its last stored
@@ -56,22 +55,22 @@ func (c *consumerCollector) Collect(ch chan<- prometheus.Metric) {
 	var otherPending, otherAge float64
 	other, hasOther := 0, false
 	for i, cons := range cs {
-		age, aged := 0.0, !cons.lastAck.IsZero()
+		age, aged := 0.0, !cons.LastAck.IsZero()
 		if aged {
-			age = max(now.Sub(cons.lastAck).Seconds(), 0)
+			age = max(now.Sub(cons.LastAck).Seconds(), 0)
 		}
 		if i >= n.cfg.MaxSeriesPerMetric {
 			other++
-			otherPending += float64(cons.pending)
+			otherPending += float64(cons.Pending)
 			if aged {
 				otherAge, hasOther = max(otherAge, age), true
 			}
 			continue
 		}
-		tenant, name := splitConsumer(cons.name)
-		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(cons.pending), tenant, name, cons.kind)
+		tenant, name := manage.SplitConsumer(cons.Name)
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(cons.Pending), tenant, name, cons.Kind)
 		if aged {
-			ch <- prometheus.MustNewConstMetric(c.ackAge, prometheus.GaugeValue, age, tenant, name, cons.kind)
+			ch <- prometheus.MustNewConstMetric(c.ackAge, prometheus.GaugeValue, age, tenant, name, cons.Kind)
 		}
 	}
 	if other > 0 {
@@ -81,14 +80,4 @@ func (c *consumerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.overflw, prometheus.GaugeValue, float64(other))
-}
-
-// splitConsumer splits a stored consumer name into its tenant and its name there.
-func splitConsumer(stored string) (tenant, name string) {
-	if rest, ok := strings.CutPrefix(stored, "tenant/"); ok {
-		if t, nm, ok := strings.Cut(rest, "/"); ok {
-			return t, nm
-		}
-	}
-	return "", stored
 }

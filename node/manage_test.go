@@ -13,6 +13,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -331,12 +332,12 @@ func TestAdminConsumersAndTopics(t *testing.T) {
 			managePublish(t, acme, "orders.eu", 2)
 			consumeAndAck(t, acme, "orders.eu", "billing", 1)
 
-			var list []ConsumerInfo
+			var list []manage.ConsumerInfo
 			if code := httpJSON(t, "GET", srv.URL+"/v1/consumers", &list); code != 200 || len(list) != 1 ||
 				list[0].Tenant != "acme" || list[0].Name != "billing" || list[0].Pending != 1 || list[0].LastAck == nil {
 				t.Fatalf("GET /v1/consumers: %d %+v", code, list)
 			}
-			var one ConsumerInfo
+			var one manage.ConsumerInfo
 			if code := httpJSON(t, "GET", srv.URL+"/v1/consumers/billing?tenant=acme", &one); code != 200 || len(one.Topics) != 1 || one.Topics[0].Topic != "orders.eu" {
 				t.Fatalf("GET one: %d %+v", code, one)
 			}

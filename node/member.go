@@ -143,10 +143,8 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 func (s *session) memberSettings(req *wire.Subscribe) (wal.GroupSettings, *wire.Error) {
 	n := s.n
 	gr := req.Group
-	nameOK := durableRE.MatchString
-	if s.peer {
-		nameOK = peerDurableRE.MatchString // relayed by a node of the region (grouprelay.go): namespaced
-	}
+	// relayed by a node of the region (grouprelay.go): namespaced
+	nameOK := func(name string) bool { return auth.ValidConsumerName(name, s.peer) }
 	switch {
 	case s.peer && s.peerRegion() != n.cfg.Region:
 		return wal.GroupSettings{}, wire.Errorf(wire.CodeInvalidArgument, "group members are served in their own region; a group cannot be relayed from another region")

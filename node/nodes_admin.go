@@ -12,6 +12,7 @@ import (
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/features"
+	"github.com/quicmq/quicmq/node/manage"
 )
 
 // NodeInfo is one node of the region in the admin API (GET /v1/nodes), as this node sees
@@ -59,24 +60,24 @@ type MoveInfo struct {
 func (n *Node) nodesRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/nodes", func(w http.ResponseWriter, r *http.Request) {
 		if n.rep == nil {
-			adminError(w, wire.Errorf(wire.CodeInvalidArgument, "node %q keeps single-copy topics (--replicas 1): it has no raft groups, nothing to list", n.cfg.Name))
+			manage.WriteError(w, wire.Errorf(wire.CodeInvalidArgument, "node %q keeps single-copy topics (--replicas 1): it has no raft groups, nothing to list", n.cfg.Name))
 			return
 		}
-		writeJSON(w, n.rep.nodeInfos(r.Context()))
+		manage.WriteJSON(w, n.rep.nodeInfos(r.Context()))
 	})
 	drain := func(drained bool) http.HandlerFunc {
 		return n.stateChanging(func(w http.ResponseWriter, r *http.Request) {
 			if e := n.setDrained(r.Context(), r.PathValue("name"), drained); e != nil {
-				adminError(w, e)
+				manage.WriteError(w, e)
 				return
 			}
 			for _, ni := range n.rep.nodeInfos(r.Context()) {
 				if ni.Name == r.PathValue("name") {
-					writeJSON(w, ni)
+					manage.WriteJSON(w, ni)
 					return
 				}
 			}
-			writeJSON(w, NodeInfo{Name: r.PathValue("name"), Moves: []MoveInfo{}})
+			manage.WriteJSON(w, NodeInfo{Name: r.PathValue("name"), Moves: []MoveInfo{}})
 		})
 	}
 	mux.HandleFunc("POST /v1/nodes/{name}/drain", drain(true))
@@ -84,16 +85,16 @@ func (n *Node) nodesRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/nodes/{name}/remove", n.stateChanging(func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		if e := n.remove(r.Context(), name, r.URL.Query().Get("dead") == "1" || r.URL.Query().Get("dead") == "true"); e != nil {
-			adminError(w, e)
+			manage.WriteError(w, e)
 			return
 		}
 		for _, ni := range n.rep.nodeInfos(r.Context()) {
 			if ni.Name == name {
-				writeJSON(w, ni)
+				manage.WriteJSON(w, ni)
 				return
 			}
 		}
-		writeJSON(w, NodeInfo{Name: name, State: "removing", Moves: []MoveInfo{}})
+		manage.WriteJSON(w, NodeInfo{Name: name, State: "removing", Moves: []MoveInfo{}})
 	}))
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/replica"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -31,16 +32,18 @@ import (
 //     is still listed (empty) and a later publish or create goes on at its next offset.
 
 // removeReplicated purges or deletes a replicated topic of this region (node name stored)
-// through its group's leader. ok is false when the topic is not replicated
-// here (a local topic of this node, kept from before replication): the caller handles it.
-func (m *manager) removeReplicated(stored string, f *wire.TopicRemove) (records uint64, ok bool, e *wire.Error) {
-	n, r := m.n, m.n.rep
-	if !m.peer {
+// through its group's leader (manage.Local's RemoveReplicated). ok is false when the topic
+// is not replicated here (a local topic of this node, kept from before replication): the
+// caller handles it.
+func (n *Node) removeReplicated(req manage.Request, stored string, f *wire.TopicRemove) (records uint64, ok bool, e *wire.Error) {
+	r := n.rep
+	relay := (&manage.Manager{Request: req, Local: manageLocal{n}}).RelayRemove
+	if !req.Peer {
 		if v, outside, e := r.viaVoter(stored); outside {
 			if e != nil {
 				return 0, true, e
 			}
-			records, e := m.relayRemove(v, stored, f)
+			records, e := relay(v, stored, f)
 			return records, true, e
 		}
 	}
@@ -49,34 +52,18 @@ func (m *manager) removeReplicated(stored string, f *wire.TopicRemove) (records 
 		if n.wal.IsLocal(stored) {
 			return 0, false, nil
 		}
-		return 0, true, wire.Errorf(wire.CodeNotFound, "no topic %q in this region", m.a.ClientName(stored))
+		return 0, true, wire.Errorf(wire.CodeNotFound, "no topic %q in this region", req.A.ClientName(stored))
 	}
-	lead, e := r.route(m.ctx, stored, m.peer, m.from)
+	lead, e := r.route(req.Ctx, stored, req.Peer, req.From)
 	if e != nil {
 		return 0, true, e
 	}
 	if lead != "" {
-		records, e := m.relayRemove(lead, stored, f)
+		records, e := relay(lead, stored, f)
 		return records, true, e
 	}
-	records, e = n.removeReplicatedHere(m.ctx, m.a, t, f.Op == wire.RemoveDelete, f.Flags&wire.ManageForce != 0)
+	records, e = n.removeReplicatedHere(req.Ctx, req.A, t, f.Op == wire.RemoveDelete, f.Flags&wire.ManageForce != 0)
 	return records, true, e
-}
-
-// relayRemove passes a TOPIC_REMOVE on to node and returns its answer.
-func (m *manager) relayRemove(node, stored string, f *wire.TopicRemove) (uint64, *wire.Error) {
-	c := *f
-	c.Topic = stored
-	var records uint64
-	e := m.n.askNode(m.ctx, node, &c, func(fr wire.Frame) error {
-		d, ok := fr.(*wire.Done)
-		if !ok {
-			return fmt.Errorf("unexpected %s in the answer to TOPIC_REMOVE", fr.Type())
-		}
-		records = d.Count
-		return nil
-	})
-	return records, e
 }
 
 // removeReplicatedHere purges or deletes t on its leader (this node): refused while it has
@@ -193,7 +180,7 @@ func (s *session) configureReplicated(ctx context.Context, topic string, f *wire
 func (n *Node) replTopicInfo(topic string) wire.TopicInfo {
 	ti := wire.TopicInfo{Name: topic}
 	if info, ok := n.wal.TopicInfo(topic); ok {
-		ti = topicInfo(info)
+		ti = manage.TopicInfo(info)
 	}
 	ti.Leader, ti.Replicas = n.rep.holders(topic)
 	return ti

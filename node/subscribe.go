@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -11,15 +10,9 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
-)
-
-// durableRE is the grammar of durable consumer names; peerDurableRE that of the names a
-// sibling relays, which may carry a tenant's namespace ("tenant/T/NAME").
-var (
-	durableRE     = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,255}$`)
-	peerDurableRE = regexp.MustCompile(`^[A-Za-z0-9_./-]{1,400}$`)
 )
 
 // subscription is the subscription core: a cursor per matching topic over the durable log,
@@ -147,11 +140,8 @@ func (s *session) authorizeSubscribe(req *wire.Subscribe) (*wire.Subscribe, *wir
 	if e := a.MaySubscribe(req.Pattern); e != nil {
 		return nil, e
 	}
-	durableOK := durableRE.MatchString
-	if s.peer {
-		durableOK = peerDurableRE.MatchString
-	}
-	if req.Durable != "" && !durableOK(req.Durable) {
+	// A sibling relays names in a tenant's namespace.
+	if req.Durable != "" && !auth.ValidConsumerName(req.Durable, s.peer) {
 		return nil, wire.Errorf(wire.CodeInvalidArgument, "durable name %q: want 1-255 characters of [A-Za-z0-9_.-]", req.Durable)
 	}
 	if req.Start > wire.StartTime {

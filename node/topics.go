@@ -12,6 +12,7 @@ import (
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -64,7 +65,7 @@ func (n *Node) listLocalTopics(pattern string, fn func(*wire.TopicInfo) error) e
 			if n.place != nil && n.place.ServedElsewhere(t.Name) {
 				continue // a conflict's other log: the listing shows the one that is served
 			}
-			ti := topicInfo(t)
+			ti := manage.TopicInfo(t)
 			ti.Leader, ti.Replicas = n.topicHolders(t.Name)
 			if err := fn(&ti); err != nil {
 				return err

@@ -26,6 +26,8 @@ var layers = map[string]int{
 	// The node's parts, by concern (node/doc.go): each imports only the parts below it.
 	"node/auth": 40, "node/features": 40, "node/placement": 40, "node/vector": 40,
 	"node/groups": 41,
+	// Management over one node's operations (manage.Local), which the node implements.
+	"node/manage": 42,
 	// The node's assembly: sessions, the stream handlers and the replicated path.
 	"node": 50,
 	// Test helpers over the node and the SDK.

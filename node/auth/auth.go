@@ -36,6 +36,24 @@ var tenantRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 // [A-Za-z0-9_-], 1-64 characters).
 func ValidTenant(name string) bool { return tenantRE.MatchString(name) }
 
+// durableRE is the grammar of durable consumer and group names as a client gives them;
+// namespacedRE that of the names a node of the region relays or the operator gives, which
+// may carry a tenant's namespace ("tenant/T/NAME").
+var (
+	durableRE    = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,255}$`)
+	namespacedRE = regexp.MustCompile(`^[A-Za-z0-9_./-]{1,400}$`)
+)
+
+// ValidConsumerName reports whether name is a valid consumer name: 1-255 characters of
+// [A-Za-z0-9_.-] as a client gives it, or, namespaced (from a peer node or the operator),
+// 1-400 characters that may include "/".
+func ValidConsumerName(name string, namespaced bool) bool {
+	if namespaced {
+		return namespacedRE.MatchString(name)
+	}
+	return durableRE.MatchString(name)
+}
+
 // Validate says what is wrong with c, if anything.
 func (c Credential) Validate() error {
 	switch {

@@ -1,4 +1,4 @@
-package node
+package manage
 
 import (
 	"encoding/json"
@@ -45,38 +45,43 @@ type ConsumerTopic struct {
 	Updated     *time.Time `json:"updated"`
 }
 
-// manageRoutes adds the consumer and topic endpoints to the admin API. The operator sees
+// Routes adds the consumer and topic endpoints to an admin API (local is the node serving
+// it; region: its requests act on the whole region). The operator sees
 // every tenant: ?tenant=T scopes a request to tenant T's namespace (names as T's clients
 // give them), and without it names are the node's (a tenant's consumer is
-// "tenant/T/NAME", its topic "T.topic"). The state-changing ones need Config.AdminAPI.
-func (n *Node) manageRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET /v1/consumers", n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
-		cs, e := m.consumers("")
-		return consumerJSON(m.a, cs, false), e
+// "tenant/T/NAME", its topic "T.topic"). The state-changing ones go through stateChanging (the
+// node refuses them without --admin-api).
+func Routes(mux *http.ServeMux, local Local, region bool, stateChanging func(http.HandlerFunc) http.HandlerFunc) {
+	admin := func(h func(m *Manager, r *http.Request) (any, *wire.Error)) http.HandlerFunc {
+		return adminManage(local, region, h)
+	}
+	mux.HandleFunc("GET /v1/consumers", admin(func(m *Manager, r *http.Request) (any, *wire.Error) {
+		cs, e := m.Consumers("")
+		return consumerJSON(m.A, cs, false), e
 	}))
-	mux.HandleFunc("GET /v1/consumers/{name}", n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
-		cs, e := m.consumers(r.PathValue("name"))
+	mux.HandleFunc("GET /v1/consumers/{name}", admin(func(m *Manager, r *http.Request) (any, *wire.Error) {
+		cs, e := m.Consumers(r.PathValue("name"))
 		if e != nil {
 			return nil, e
 		}
-		return consumerJSON(m.a, cs, true)[0], nil
+		return consumerJSON(m.A, cs, true)[0], nil
 	}))
-	mux.HandleFunc("POST /v1/consumers/{name}/reset", n.stateChanging(n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
+	mux.HandleFunc("POST /v1/consumers/{name}/reset", stateChanging(admin(func(m *Manager, r *http.Request) (any, *wire.Error) {
 		kind, value, err := wire.ParseStart(r.URL.Query().Get("to"))
 		if err != nil {
 			return nil, wire.Errorf(wire.CodeInvalidArgument, "to: %v", err)
 		}
-		c, e := m.reset(r.PathValue("name"), kind, value, force(r))
+		c, e := m.Reset(r.PathValue("name"), kind, value, force(r))
 		if e != nil {
 			return nil, e
 		}
-		return consumerJSON(m.a, []consumerState{c}, true)[0], nil
+		return consumerJSON(m.A, []Consumer{c}, true)[0], nil
 	})))
-	mux.HandleFunc("DELETE /v1/consumers/{name}", n.stateChanging(n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
-		removed, e := m.remove(r.PathValue("name"), force(r))
+	mux.HandleFunc("DELETE /v1/consumers/{name}", stateChanging(admin(func(m *Manager, r *http.Request) (any, *wire.Error) {
+		removed, e := m.Remove(r.PathValue("name"), force(r))
 		return map[string]int{"positions_removed": removed}, e
 	})))
-	mux.HandleFunc("POST /v1/topics/{topic}", n.stateChanging(n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
+	mux.HandleFunc("POST /v1/topics/{topic}", stateChanging(admin(func(m *Manager, r *http.Request) (any, *wire.Error) {
 		req := &wire.TopicCreate{Topic: r.PathValue("topic")}
 		q := r.URL.Query()
 		if q.Get("update") == "true" {
@@ -96,16 +101,16 @@ func (n *Node) manageRoutes(mux *http.ServeMux) {
 			}
 			req.Flags, req.MaxBytes = req.Flags|wire.ManageRetention, uint64(b)
 		}
-		ti, e := m.createTopic(req)
+		ti, e := m.CreateTopic(req)
 		return ti, e
 	})))
 	remove := func(op byte) http.HandlerFunc {
-		return n.stateChanging(n.adminManage(func(m *manager, r *http.Request) (any, *wire.Error) {
+		return stateChanging(admin(func(m *Manager, r *http.Request) (any, *wire.Error) {
 			req := &wire.TopicRemove{Topic: r.PathValue("topic"), Op: op}
 			if force(r) {
 				req.Flags = wire.ManageForce
 			}
-			records, e := m.removeTopic(req)
+			records, e := m.RemoveTopic(req)
 			return map[string]uint64{"records_deleted": records}, e
 		}))
 	}
@@ -117,27 +122,28 @@ func force(r *http.Request) bool { return r.URL.Query().Get("force") == "true" }
 
 // adminManage runs h as the operator, in tenant ?tenant= when given, and writes its result
 // as JSON, or its error with the HTTP status of its code.
-func (n *Node) adminManage(h func(m *manager, r *http.Request) (any, *wire.Error)) http.HandlerFunc {
+func adminManage(local Local, region bool, h func(m *Manager, r *http.Request) (any, *wire.Error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		a := &auth.Principal{Name: "the admin API"}
 		if t := r.URL.Query().Get("tenant"); t != "" {
 			if !auth.ValidTenant(t) {
-				adminError(w, wire.Errorf(wire.CodeInvalidArgument, "tenant %q: want 1-64 characters of [A-Za-z0-9_-]", t))
+				WriteError(w, wire.Errorf(wire.CodeInvalidArgument, "tenant %q: want 1-64 characters of [A-Za-z0-9_-]", t))
 				return
 			}
 			a = auth.NewPrincipal("the admin API", auth.Credential{Tenant: t})
 		}
-		m := &manager{n: n, ctx: r.Context(), a: a, region: n.place != nil}
+		m := &Manager{Request: Request{Ctx: r.Context(), A: a}, Local: local, Region: region}
 		v, e := h(m, r)
 		if e != nil {
-			adminError(w, e)
+			WriteError(w, e)
 			return
 		}
-		writeJSON(w, v)
+		WriteJSON(w, v)
 	}
 }
 
-func adminError(w http.ResponseWriter, e *wire.Error) {
+// WriteError writes e as an admin API's JSON error, with the HTTP status of its code.
+func WriteError(w http.ResponseWriter, e *wire.Error) {
 	status := http.StatusInternalServerError
 	switch e.Code {
 	case wire.CodeNotFound:
@@ -159,14 +165,14 @@ func adminError(w http.ResponseWriter, e *wire.Error) {
 }
 
 // consumerJSON is cs as the admin API shows them to a.
-func consumerJSON(a *auth.Principal, cs []consumerState, withTopics bool) []ConsumerInfo {
+func consumerJSON(a *auth.Principal, cs []Consumer, withTopics bool) []ConsumerInfo {
 	out := make([]ConsumerInfo, 0, len(cs))
 	for _, c := range cs {
-		ci := c.info(a, withTopics)
+		ci := c.Info(a, withTopics)
 		j := ConsumerInfo{Tenant: a.Tenant, Name: ci.Name, Kind: ci.Kind, Pattern: ci.Pattern,
 			Pending: ci.Pending, Members: int(ci.Members), LastAck: timeOrNil(ci.LastAck)}
 		if a.Tenant == "" {
-			j.Tenant, j.Name = splitConsumer(ci.Name)
+			j.Tenant, j.Name = SplitConsumer(ci.Name)
 		}
 		g := ci.Group
 		if g != nil {
@@ -196,3 +202,11 @@ func timeOrNil(ns int64) *time.Time {
 
 // wireOrderName names a group's order as the CLI's --order takes it: none, topic or key.
 func wireOrderName(o byte) string { return strings.TrimPrefix(groups.OrderName(o), "by ") }
+
+// WriteJSON writes v as an admin API's indented JSON answer.
+func WriteJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
