@@ -40,7 +40,7 @@
 //   - Management: manage_local.go (this node's side of node/manage), manage.go and
 //     manage_groups.go (a consumer's positions and group state on this node, topics created
 //     and removed), manage_wire.go (the management stream, and asking the region's other
-//     nodes), manage_metrics.go, admin.go and nodes_admin.go (the admin HTTP API), topics.go
+//     nodes), admin.go and nodes_admin.go (the admin HTTP API), topics.go
 //     (the TOPICS listing, streamed page by page).
 //   - Placement, single-copy: node/placement, and passthrough.go (a subscription passed on
 //     to another region for a direct replay).

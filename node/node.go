@@ -26,6 +26,7 @@ import (
 	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/node/features"
 	"github.com/quicmq/quicmq/node/groups"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/node/placement"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
@@ -127,7 +128,13 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.metrics = newMetrics(n.reg, cfg.MaxSeriesPerMetric)
 	n.paths = newClientPaths(n.reg, cfg.ClientPathInterval, n.log)
-	n.reg.MustRegister(newLagCollector(n), newConsumerCollector(n)) // manage_metrics.go
+	consumers := func() ([]manage.Consumer, *wire.Error) {
+		if n.wal == nil {
+			return nil, nil
+		}
+		return n.consumers(auth.Everything, "")
+	}
+	n.reg.MustRegister(newLagCollector(n), manage.NewCollector(consumers, n.cfg.Now, n.cfg.MaxSeriesPerMetric, n.log))
 	n.wal, err = wal.Open(filepath.Join(cfg.DataDir, "log"), wal.Options{
 		FS:         cfg.FS,
 		Logger:     n.log,

@@ -7,7 +7,8 @@
 // listings of every node of a region into one row per consumer (a replicated topic's row
 // counted once), the order of a region-wide reset or removal (members checked everywhere
 // first, then each node changed), and how a consumer looks to a client (CONSUMER_INFO) and
-// to the operator (JSON). It holds no state of its own between requests.
+// to the operator (JSON), and the consumers' Prometheus series (NewCollector). It holds no
+// state of its own between requests.
 //
 // It must not touch a node's log, subscriptions or consumer groups: it reaches one node's
 // consumers and topics, and the other nodes of the region, only through Local, which the

@@ -1,9 +1,11 @@
-package node
+package manage
 
 import (
+	"log/slog"
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/quicmq/quicmq/node/auth"
-	"github.com/quicmq/quicmq/node/manage"
+	"github.com/quicmq/quicmq/internal/wire"
 )
 
 // consumerCollector reports each consumer's backlog and the age of its last stored
@@ -16,14 +18,20 @@ import (
 // over the stored positions (wal.Positions: about 2 ms for 10,000) and one over the stored
 // group states (bounded by each group's window).
 type consumerCollector struct {
-	n                        *Node
+	list                     func() ([]Consumer, *wire.Error)
+	now                      func() time.Time
+	maxSeries                int
+	log                      *slog.Logger
 	pending, ackAge, overflw *prometheus.Desc
 }
 
-func newConsumerCollector(n *Node) *consumerCollector {
+// NewCollector is the consumers' Prometheus collector: list lists every consumer of the
+// node (nil, nil while it has no log), now is the node's clock, maxSeries its
+// MaxSeriesPerMetric; a failed listing is logged to log and skips the scrape.
+func NewCollector(list func() ([]Consumer, *wire.Error), now func() time.Time, maxSeries int, log *slog.Logger) prometheus.Collector {
 	labels := []string{"tenant", "name", "kind"}
 	return &consumerCollector{
-		n: n,
+		list: list, now: now, maxSeries: maxSeries, log: log,
 		pending: prometheus.NewDesc("quicmq_consumer_pending_records",
 			"Records of its topics a consumer has not acknowledged, stored on this node (a durable: head - resume point; a group: records never handed out plus those outstanding); also while no member is connected.",
 			labels, nil),
@@ -42,16 +50,12 @@ func (c *consumerCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *consumerCollector) Collect(ch chan<- prometheus.Metric) {
-	n := c.n
-	if n.wal == nil {
-		return
-	}
-	cs, e := n.consumers(auth.Everything, "")
+	cs, e := c.list()
 	if e != nil {
-		n.log.Warn("consumer metrics: listing failed", "err", e)
+		c.log.Warn("consumer metrics: listing failed", "err", e)
 		return
 	}
-	now := n.cfg.Now()
+	now := c.now()
 	var otherPending, otherAge float64
 	other, hasOther := 0, false
 	for i, cons := range cs {
@@ -59,7 +63,7 @@ func (c *consumerCollector) Collect(ch chan<- prometheus.Metric) {
 		if aged {
 			age = max(now.Sub(cons.LastAck).Seconds(), 0)
 		}
-		if i >= n.cfg.MaxSeriesPerMetric {
+		if i >= c.maxSeries {
 			other++
 			otherPending += float64(cons.Pending)
 			if aged {
@@ -67,7 +71,7 @@ func (c *consumerCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			continue
 		}
-		tenant, name := manage.SplitConsumer(cons.Name)
+		tenant, name := SplitConsumer(cons.Name)
 		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(cons.Pending), tenant, name, cons.Kind)
 		if aged {
 			ch <- prometheus.MustNewConstMetric(c.ackAge, prometheus.GaugeValue, age, tenant, name, cons.Kind)
