@@ -68,18 +68,59 @@ func runFanout(args []string, slow bool) error {
 	slot, stop := killOnSignal()
 	defer stop()
 
+	plan := fanoutPlan{repeat: *repeat, losses: losses, systems: systems, idles: idles, slows: slows, idleSettle: *idleSettle, slow: slow}
+	results := plan.run(p, slot)
+	shareLateThresholds(results)
+	jsonPath, err := saveResults(*out, name, results)
+	if err != nil {
+		return err
+	}
+	if len(idles) > 1 || idles[0] > 0 {
+		// The tables and plots below group by system: these runs differ in another dimension.
+		printIdle(results, losses, systems, idles)
+		return nil
+	}
+	if slow {
+		printSlow(results, systems)
+	} else {
+		printFanout(results, losses, systems)
+		printLate(results, losses, systems)
+	}
+	plots, err := plotAll(results, strings.TrimSuffix(jsonPath, ".json"), losses, systems, slow)
+	for _, f := range plots {
+		fmt.Fprintf(os.Stderr, "plot: %s\n", f)
+	}
+	return err
+}
+
+// fanoutPlan is what one invocation of fanout or slow runs: every repeat runs each loss
+// rate, system, count of idle mirrored topics (in alternating order: idleOrder) and slow
+// setting, one after another.
+type fanoutPlan struct {
+	repeat     int
+	losses     []float64
+	systems    []string
+	idles      []int
+	slows      []int
+	idleSettle time.Duration
+	slow       bool
+}
+
+// run runs the plan's measurements with progress on stderr; a failed one is reported and
+// left out.
+func (pl fanoutPlan) run(p runParams, slot *workerSlot) []*runResult {
 	var results []*runResult
-	total := *repeat * len(losses) * len(systems) * len(idles) * len(slows)
+	total := pl.repeat * len(pl.losses) * len(pl.systems) * len(pl.idles) * len(pl.slows)
 	started := time.Now()
-	for r := 1; r <= *repeat; r++ {
-		for _, loss := range losses {
-			for _, sys := range systems {
-				for _, idle := range idleOrder(idles, r) {
-					for _, sl := range slows {
+	for r := 1; r <= pl.repeat; r++ {
+		for _, loss := range pl.losses {
+			for _, sys := range pl.systems {
+				for _, idle := range idleOrder(pl.idles, r) {
+					for _, sl := range pl.slows {
 						q := p
 						q.System, q.Loss, q.Slow, q.Idle.N = sys, loss, sl, idle
-						q.Idle.Settle = *idleSettle
-						if slow {
+						q.Idle.Settle = pl.idleSettle
+						if pl.slow {
 							q.Wild = 1 // the subscription that stalls takes every topic
 						}
 						what := ""
@@ -102,27 +143,7 @@ func runFanout(args []string, slow bool) error {
 			}
 		}
 	}
-	shareLateThresholds(results)
-	jsonPath, err := saveResults(*out, name, results)
-	if err != nil {
-		return err
-	}
-	if len(idles) > 1 || idles[0] > 0 {
-		// The tables and plots below group by system: these runs differ in another dimension.
-		printIdle(results, losses, systems, idles)
-		return nil
-	}
-	if slow {
-		printSlow(results, systems)
-	} else {
-		printFanout(results, losses, systems)
-		printLate(results, losses, systems)
-	}
-	plots, err := plotAll(results, strings.TrimSuffix(jsonPath, ".json"), losses, systems, slow)
-	for _, f := range plots {
-		fmt.Fprintf(os.Stderr, "plot: %s\n", f)
-	}
-	return err
+	return results
 }
 
 // runInNamespace runs one fan-out measurement in a fresh namespace.

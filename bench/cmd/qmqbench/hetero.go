@@ -136,16 +136,9 @@ func runHetWorker(args []string) error {
 	if err := sys.connect(ctx, conns, conns, addr, deliver); err != nil {
 		return fmt.Errorf("%s: connect: %w", p.System, err)
 	}
-	var ns *lossy.Namespace
-	if p.Bad && p.NS != "" && p.BadLoss > 0 {
-		ns = &lossy.Namespace{Name: p.NS}
-		match := lossy.UDPRelayHops
-		if p.System != "quicmq" {
-			match = lossy.TCPRelayHops
-		}
-		if err := ns.SetLossMatch(p.BadLoss, p.Idle.lossMatch(match)); err != nil {
-			return err
-		}
+	ns, err := hetBadPath(p)
+	if err != nil {
+		return err
 	}
 	res := &hetResult{hetParams: p, IdleSetupSeconds: idleSecs}
 	start := time.Now()
@@ -165,13 +158,7 @@ func runHetWorker(args []string) error {
 	if d := res.CleanDelivered + res.BadDelivered; d > 0 {
 		res.BrokerCPUus = float64(brokerCPU(b.pid())-cpu0) / float64(time.Microsecond) / float64(d)
 	}
-	res.CleanP50 = finite(clean.quantile(0.5, res.CleanExpected))
-	res.CleanP99 = finite(clean.quantile(0.99, res.CleanExpected))
-	res.CleanP999 = finite(clean.quantile(0.999, res.CleanExpected))
-	if p.Bad {
-		res.BadP50 = finite(bad.quantile(0.5, res.BadExpected))
-		res.BadP99 = finite(bad.quantile(0.99, res.BadExpected))
-	}
+	res.quantiles(&clean, &bad)
 	if ns != nil {
 		res.DroppedPackets, _ = ns.Dropped()
 		ns.SetLoss(0)
@@ -187,6 +174,35 @@ func runHetWorker(args []string) error {
 	sys.close()
 	res.Notes = append(res.Notes, sys.notes()...)
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// hetBadPath drops p.BadLoss of the bad path's packets (the relay's hops in namespace p.NS)
+// when the run has one; nil when it has none.
+func hetBadPath(p hetParams) (*lossy.Namespace, error) {
+	if !p.Bad || p.NS == "" || p.BadLoss <= 0 {
+		return nil, nil
+	}
+	ns := &lossy.Namespace{Name: p.NS}
+	match := lossy.UDPRelayHops
+	if p.System != "quicmq" {
+		match = lossy.TCPRelayHops
+	}
+	if err := ns.SetLossMatch(p.BadLoss, p.Idle.lossMatch(match)); err != nil {
+		return nil, err
+	}
+	return ns, nil
+}
+
+// quantiles sets the run's latency quantiles from what the clean and the bad connections
+// received, against what each was expected to.
+func (res *hetResult) quantiles(clean, bad *latHist) {
+	res.CleanP50 = finite(clean.quantile(0.5, res.CleanExpected))
+	res.CleanP99 = finite(clean.quantile(0.99, res.CleanExpected))
+	res.CleanP999 = finite(clean.quantile(0.999, res.CleanExpected))
+	if res.Bad {
+		res.BadP50 = finite(bad.quantile(0.5, res.BadExpected))
+		res.BadP99 = finite(bad.quantile(0.99, res.BadExpected))
+	}
 }
 
 // hetPaths is how many connections the run subscribes with and the address each dials:
