@@ -272,10 +272,12 @@ func (s *session) serveStream(str *quic.Stream) {
 			return
 		}
 		p := newPublisher(s, str, wire.NewReaderSize(r.Bytes(), s.n.limits, 32<<10))
-		if s.track(p) {
-			p.run(f)
-			s.untrack(p)
+		if !s.track(p) {
+			s.refusePublishes(str, f) // the session drains: the node shuts down
+			return
 		}
+		p.run(f)
+		s.untrack(p)
 	case *wire.Subscribe:
 		if f.Region == ablationSharedRegion {
 			s.serveShared(str, r, f) // node/ablation.go: a measurement aid, off by default
@@ -297,6 +299,27 @@ func (s *session) serveStream(str *quic.Stream) {
 	default:
 		s.failStream(str, wire.Errorf(wire.CodeProtocol, "a stream cannot start with %s", f.Type()))
 	}
+}
+
+// refusePublishes answers a publish stream opened while the session drains as a draining
+// publisher answers (docs/protocol.md "Connections"): the node stops reading (STOP_SENDING
+// 0x3), and each publish of what it read, the stream's first frame, is answered with
+// PUBLISH_ERROR 11 (nothing appended), so the client publishes them elsewhere at once
+// instead of learning it only when the connection closes.
+func (s *session) refusePublishes(str *quic.Stream, first wire.Frame) {
+	str.CancelRead(wire.AppShutdown)
+	e := wire.Errorf(wire.CodeShuttingDown, "node shutting down: nothing was appended")
+	w := wire.NewWriter(str)
+	switch f := first.(type) {
+	case *wire.Publish:
+		w.Write(&wire.PublishError{Seq: f.Seq, Code: e.Code, Message: e.Message})
+	case *wire.PublishBatch:
+		for k := range f.Publishes {
+			w.Write(&wire.PublishError{Seq: f.Seq + uint64(k), Code: e.Code, Message: e.Message})
+		}
+	}
+	w.Flush()
+	str.Close()
 }
 
 // track registers h to be drained at shutdown; false if the node is already draining.
