@@ -6,6 +6,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,9 +23,11 @@ import (
 // group-one-topic: a new consumer group over "gr1.one", a topic of as many records;
 // plain-wildcard: a plain subscription "gr.>"; group-wildcard: a new consumer group over
 // "gr.>". A group's member acknowledges every record and commits at the end (so its stores
-// are in the time). Each leaf reports records/s; the last reports its rate (the median of its
-// runs) against the other two: "group-wild/one" (the target for wildcards is >= 0.5)
-// and "group-wild/plain".
+// are in the time). Each leaf reports records/s and this process's CPU per record (node and
+// client: on a loaded machine the steadier figure); the last reports its rate and CPU (the
+// medians of the others' runs) against the other two: "group-wild/one" (the target
+// for wildcards is >= 0.5) and "group-wild/plain", "cpu-group-wild/one" (CPU per record,
+// wildcard over one topic's).
 func BenchmarkGroupWildcardReplay(b *testing.B) {
 	topics := 20_000
 	if v := os.Getenv("QUICMQ_BENCH_GROUP_WILD_TOPICS"); v != "" {
@@ -55,13 +58,14 @@ func BenchmarkGroupWildcardReplay(b *testing.B) {
 		}
 	}
 	c := dialNode(b, n, client.Options{})
-	rates := map[string][]float64{}
+	rates, cpus := map[string][]float64{}, map[string][]float64{}
 	groups := 0
 	for _, leaf := range []struct {
 		name, pattern string
 		group         bool
 	}{{"group-one-topic", "gr1.one", true}, {"plain-wildcard", "gr.>", false}, {"group-wildcard", "gr.>", true}} {
 		b.Run(leaf.name, func(b *testing.B) {
+			cpu0 := processCPU(b)
 			for b.Loop() {
 				opts := client.SubscribeOptions{From: client.Earliest}
 				if leaf.group {
@@ -71,8 +75,11 @@ func BenchmarkGroupWildcardReplay(b *testing.B) {
 				benchReadAll(b, c, leaf.pattern, opts, topics)
 			}
 			rate := float64(topics*b.N) / b.Elapsed().Seconds()
+			cpu := float64((processCPU(b) - cpu0).Microseconds()) / float64(topics*b.N)
 			b.ReportMetric(rate, "records/s")
+			b.ReportMetric(cpu, "cpu-µs/record")
 			rates[leaf.name] = append(rates[leaf.name], rate)
+			cpus[leaf.name] = append(cpus[leaf.name], cpu)
 			if leaf.name == "group-wildcard" && len(rates["group-one-topic"]) > 0 && len(rates["plain-wildcard"]) > 0 {
 				med := func(xs []float64) float64 {
 					xs = slices.Sorted(slices.Values(xs))
@@ -80,6 +87,7 @@ func BenchmarkGroupWildcardReplay(b *testing.B) {
 				}
 				b.ReportMetric(rate/med(rates["group-one-topic"]), "group-wild/one")
 				b.ReportMetric(rate/med(rates["plain-wildcard"]), "group-wild/plain")
+				b.ReportMetric(cpu/med(cpus["group-one-topic"]), "cpu-group-wild/one")
 			}
 		})
 	}
@@ -117,4 +125,13 @@ func benchReadAll(b *testing.B, c *client.Conn, pattern string, opts client.Subs
 			b.Fatal(err)
 		}
 	}
+}
+
+// processCPU is the user and system CPU this process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
