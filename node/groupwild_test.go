@@ -202,3 +202,59 @@ func TestGroupOverWildcardWakeLooksAtAdvancedTopicsOnly(t *testing.T) {
 		t.Fatalf("%d publishes to %d idle topics: the group looked at %d topics, want at most %d", publishes, topics, got, 10*publishes)
 	}
 }
+
+// A consumer group over a wildcard of many idle topics passes, at an ack-wait's expiry and at
+// a member's leave, over the topics with outstanding records only, not over every topic it
+// follows (issue 35): before, each was a pass over all of them.
+func TestGroupOverWildcardExpiryAndLeaveCostWhatIsOutstanding(t *testing.T) {
+	const topics, publishes = 2000, 5
+	rng := testlog.Rand(t, "the topics published to")
+	n := newTestNode(t)
+	names := make([]string, topics)
+	for i := range names {
+		names[i] = fmt.Sprintf("ge.%d", i)
+	}
+	appendOne(t, n, names, func(string) string { return "x" })
+	c := dialNode(t, n, client.Options{})
+	sub := joinGroup(t, c, "ge.>", client.SubscribeOptions{Group: "g", From: client.Latest, AckWait: 200 * time.Millisecond})
+	g := n.liveGroup("g")
+	if g == nil {
+		t.Fatal("group g is not live")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	want := map[string]int{} // topic@offset -> deliveries seen
+	for range publishes {
+		tp := names[rng.IntN(topics)]
+		ack, err := c.Publish(ctx, client.Message{Topic: tp, Payload: []byte("y")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[fmt.Sprintf("%s@%d", tp, ack.Offset)] = 0
+	}
+	// Nothing is acknowledged: each record comes once, then again after its ack-wait.
+	for again := 0; again < len(want); {
+		rec, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := fmt.Sprintf("%s@%d", rec.Topic, rec.Offset)
+		seen, ok := want[k]
+		if !ok {
+			t.Fatalf("got %s, not published", k)
+		}
+		if want[k] = seen + 1; seen == 1 {
+			again++
+		}
+	}
+	sub.Close()
+	select {
+	case <-g.Ended: // its only member left: its records were given back
+	case <-ctx.Done():
+		t.Fatal("group g did not end after its member left")
+	}
+	if got := g.TopicsPassed(); got == 0 || got > 40*publishes {
+		t.Fatalf("ack-wait expiries and a leave over %d topics, %d with outstanding records: the group looked at %d topics, want 1 to %d", topics, publishes, got, 40*publishes)
+	}
+	t.Logf("ack-wait expiries and the leave looked at %d topics", g.TopicsPassed())
+}

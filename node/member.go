@@ -42,6 +42,11 @@ type member struct {
 	w         *wire.Writer
 	rec       wire.Record
 	committed uint64 // the highest COMMITTED written
+	// sweep reads the records the member takes, many topics with one Pebble iterator
+	// (wal.Sweep): a wildcard group's batch is a record of each of many topics. Released
+	// before every write that may wait on flow control and when the member waits.
+	sweep *wal.Sweep
+	ins   map[string]wal.Instance // a batch's topics (send), reused
 
 	mu struct {
 		sync.Mutex
@@ -93,6 +98,8 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		},
 	}
 	m.w = wire.NewWriter(str)
+	m.sweep = n.wal.NewSweep()
+	m.ins = make(map[string]wal.Instance)
 	m.mu.index = make(map[string]uint64)
 	m.view = s.groupActor(gr.Name)
 	g, e := n.joinGroup(s.actor.Durable(gr.Name), m.view.ClientDurable(s.actor.Durable(gr.Name)), req, want, &m.Member)
@@ -214,6 +221,7 @@ func (m *member) run() *wire.Error {
 	defer stop()
 	var timer *time.Timer
 	defer func() {
+		m.sweep.Release()
 		if timer != nil {
 			timer.Stop()
 		}
@@ -243,6 +251,7 @@ func (m *member) run() *wire.Error {
 			m.committed = m.commitAsked.Load()
 			m.w.Buffer(&wire.Committed{Seq: m.committed})
 		}
+		m.sweep.Release() // before a write that may wait on flow control, or the wait below
 		if m.w.Buffered() > 0 {
 			if m.w.Flush() != nil {
 				return nil // the client is gone or reset the stream
@@ -283,12 +292,22 @@ func (m *member) run() *wire.Error {
 	}
 }
 
-// send reads the records of fs from the log (in runs of consecutive offsets) and buffers
-// their frames, flushing every ReadAhead bytes.
+// send reads the records of fs from the log (in runs of consecutive offsets, in the order
+// of their keys: topic ID, offset, with the member's Sweep) and buffers their frames,
+// flushing every ReadAhead bytes.
 func (m *member) send(fs []*groups.Flight) *wire.Error {
 	n := m.s.n
+	clear(m.ins)
+	for _, f := range fs {
+		if _, ok := m.ins[f.Topic()]; !ok {
+			m.ins[f.Topic()] = n.wal.Instance(f.Topic())
+		}
+	}
 	slices.SortFunc(fs, func(a, b *groups.Flight) int {
-		return cmp.Or(cmp.Compare(a.Topic(), b.Topic()), cmp.Compare(a.Offset(), b.Offset()))
+		if a.Topic() == b.Topic() {
+			return cmp.Compare(a.Offset(), b.Offset())
+		}
+		return cmp.Or(cmp.Compare(m.ins[a.Topic()].ID(), m.ins[b.Topic()].ID()), cmp.Compare(a.Topic(), b.Topic()))
 	})
 	for i := 0; i < len(fs); {
 		j := i + 1
@@ -297,7 +316,7 @@ func (m *member) send(fs []*groups.Flight) *wire.Error {
 		}
 		topic, from := fs[i].Topic(), fs[i].Offset()
 		idx := m.bind(topic)
-		got, err := n.wal.ReadFunc(topic, from, j-i, 1<<30, func(rec *wal.Record) error {
+		got, _, err := m.sweep.ReadFunc(m.ins[topic], from, j-i, 1<<30, func(rec *wal.Record) error {
 			m.rec = recordFrame(idx, rec, n.cfg.Region)
 			m.w.Buffer(&m.rec)
 			return nil
@@ -319,6 +338,7 @@ func (m *member) send(fs []*groups.Flight) *wire.Error {
 			return wire.Errorf(wire.CodeInternal, "read %q at offset %d: %v", topic, from, err)
 		}
 		if m.w.Buffered() >= n.cfg.ReadAhead {
+			m.sweep.Release()
 			if m.w.Flush() != nil {
 				return nil
 			}

@@ -187,7 +187,7 @@ func (g *Group) dispatchLocked(t *gtopic, m *Member, room int, now time.Time, go
 			continue
 		}
 		f := &Flight{t: t, off: t.next}
-		t.putOut(t.next, f)
+		g.putOutLocked(t, t.next, f)
 		t.next++
 		g.markDirtyLocked(t)
 		g.mu.outstanding++
@@ -237,7 +237,7 @@ func (g *Group) expireLocked(now time.Time) {
 	}
 	g.mu.nextDue = time.Time{}
 	var back []*Flight
-	for _, t := range g.mu.list {
+	for t := range g.withOutLocked() {
 		for _, f := range t.out {
 			if f.state != fAssigned || f.deadline.IsZero() {
 				continue
@@ -274,7 +274,7 @@ func (g *Group) expireLocked(now time.Time) {
 // dead-lettered by it), because of reason.
 func (g *Group) giveBackLocked(m *Member, reason string) {
 	var back []*Flight
-	for _, t := range g.mu.list {
+	for t := range g.withOutLocked() {
 		for _, f := range t.out {
 			switch {
 			case f.state == fDead && f.dlqBy == m:
@@ -367,7 +367,7 @@ func (g *Group) Nak(m *Member, topic string, off uint64) error {
 func (g *Group) doneLocked(t *gtopic, off uint64) {
 	if f := t.out[off]; f != nil {
 		g.moveLocked(f, fDone, nil)
-		delete(t.out, off)
+		g.dropOutLocked(t, off)
 		g.mu.outstanding--
 	}
 	g.markDirtyLocked(t)

@@ -119,6 +119,7 @@ type Group struct {
 	storeMu   sync.Mutex    // serialises stores: a later snapshot is never overwritten by an earlier one
 	lookedAt  atomic.Int64  // topic names refreshTopics looked at, in all (tests)
 	visited   atomic.Int64  // topics a dispatch looked at for records, in all (tests)
+	passed    atomic.Int64  // topics an ack-wait expiry or a member's leave looked at, in all (tests)
 	// wild: the pattern has a wildcard. Such a group learns which of its topics advanced
 	// from one registration for every topic of the log (wal.Log.WatchAdvances: noteAdvance,
 	// into notes), not from a watcher per topic, and looks only at its active topics.
@@ -142,6 +143,10 @@ type Group struct {
 		// records, not every topic that matches. A literal group's topic never leaves it.
 		active []*gtopic
 		rr     int
+		// withOut is the followed topics with outstanding records (gtopic.out not empty), so
+		// that an ack-wait expiry or a member's leave costs what is outstanding (at most
+		// the window), not every topic that matches.
+		withOut map[*gtopic]struct{}
 		// dirty is the topics whose state changed since the last store (gtopic.dirty), so
 		// a store costs the topics that changed, not every topic followed.
 		dirty       []*gtopic
@@ -242,6 +247,7 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 		}
 	}
 	g.mu.topics = make(map[string]*gtopic)
+	g.mu.withOut = make(map[*gtopic]struct{})
 	g.mu.holds = make(map[string]*keyHold)
 	g.mu.members = make(map[*Member]bool)
 	g.mu.changed = make(chan struct{})
@@ -407,7 +413,7 @@ func (g *Group) restoreLocked(t *gtopic, off uint64, deliveries uint32) {
 	case wire.OrderKey:
 		f.key = g.readKey(t.name, off)
 	}
-	t.putOut(off, f)
+	g.putOutLocked(t, off, f)
 	g.mu.outstanding++
 	g.moveLocked(f, fReady, nil)
 	g.mu.ready = append(g.mu.ready, f)
@@ -583,7 +589,7 @@ func (g *Group) DropTopic(topic string) {
 	}
 	for off, f := range t.out {
 		g.moveLocked(f, fDone, nil)
-		delete(t.out, off)
+		g.dropOutLocked(t, off)
 		g.mu.outstanding--
 	}
 	delete(g.mu.topics, topic)
@@ -610,7 +616,7 @@ func (g *Group) Purged(topic string, cut uint64) {
 	for off, f := range t.out {
 		if off < cut {
 			g.moveLocked(f, fDone, nil)
-			delete(t.out, off)
+			g.dropOutLocked(t, off)
 			g.mu.outstanding--
 		}
 	}
@@ -729,14 +735,34 @@ func (g *Group) takeNotesLocked() {
 	}
 }
 
-// putOut records f as outstanding at off (out is made at the first: a followed topic with
-// nothing outstanding holds no map).
-func (t *gtopic) putOut(off uint64, f *Flight) {
+// putOutLocked records f as outstanding at off of t (out is made at the first: a followed
+// topic with nothing outstanding holds no map, and is not in withOut).
+func (g *Group) putOutLocked(t *gtopic, off uint64, f *Flight) {
 	if t.out == nil {
 		t.out = make(map[uint64]*Flight)
 	}
 	t.out[off] = f
+	g.mu.withOut[t] = struct{}{}
 }
+
+// dropOutLocked forgets the outstanding record at off of t; t leaves withOut with its last.
+func (g *Group) dropOutLocked(t *gtopic, off uint64) {
+	delete(t.out, off)
+	if len(t.out) == 0 {
+		t.out = nil
+		delete(g.mu.withOut, t)
+	}
+}
+
+// withOutLocked is the topics with outstanding records, counted in passed (tests).
+func (g *Group) withOutLocked() map[*gtopic]struct{} {
+	g.passed.Add(int64(len(g.mu.withOut)))
+	return g.mu.withOut
+}
+
+// TopicsPassed is how many topics the group's ack-wait expiries and members' leaves looked
+// at, in all.
+func (g *Group) TopicsPassed() int64 { return g.passed.Load() }
 
 // TopicsVisited is how many topics the group's dispatch looked at for records to hand out,
 // in all.

@@ -312,13 +312,32 @@ func (g *Group) addVectors(states map[string]*wal.GroupState) {
 		}
 	}
 	g.mu.Unlock()
-	for topic, st := range states {
-		tr := tracks[topic]
+	// In the order of the topics' keys, with one iterator: a wildcard group's store holds a
+	// record or two of each of many topics.
+	type keyed struct {
+		id    uint32
+		topic string
+		in    wal.Instance
+	}
+	order := make([]keyed, 0, len(states))
+	for topic := range states {
+		in := n.Wal.Instance(topic)
+		order = append(order, keyed{in.ID(), topic, in})
+	}
+	slices.SortFunc(order, func(a, b keyed) int { return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.topic, b.topic)) })
+	sweep := n.Wal.NewSweep()
+	defer sweep.Release()
+	for _, k := range order {
+		topic, st, tr := k.topic, states[k.topic], tracks[k.topic]
 		if tr == nil {
 			st.Vector = nil
 			continue
 		}
-		if err := tr.advance(n.Wal, n.Region, topic, st); err != nil {
+		read := func(from uint64, max int, fn func(*wal.Record) error) (int, error) {
+			got, _, err := sweep.ReadFunc(k.in, from, max, vector.ReadBytes, fn)
+			return got, err
+		}
+		if err := tr.advance(n.Wal, read, n.Region, topic, st); err != nil {
 			n.Log.Debug("group state stored without its vector", "group", g.Shown, "topic", topic, "err", err)
 			st.Vector = nil
 			continue
@@ -341,8 +360,9 @@ func (g *Group) addVectors(states map[string]*wal.GroupState) {
 	}
 }
 
-// advance brings the tracker to st.Next and learns the origins of st's entries.
-func (tr *groupTrack) advance(l *wal.Log, region, topic string, st *wal.GroupState) error {
+// advance brings the tracker to st.Next (reading forward with read, topic's records) and
+// learns the origins of st's entries.
+func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Record) error) (int, error), region, topic string, st *wal.GroupState) error {
 	if tr.vec == nil || st.Next < tr.at {
 		vec, err := vector.Prefix(l, region, topic, min(tr.at, st.Next))
 		if err != nil {
@@ -357,7 +377,7 @@ func (tr *groupTrack) advance(l *wal.Log, region, topic string, st *wal.GroupSta
 	if tr.origins == nil {
 		tr.origins = make(map[uint64]wal.OriginRef)
 	}
-	next, short, err := vector.Forward(l, topic, tr.at, st.Next, func(r *wal.Record) {
+	next, short, err := vector.ForwardWith(read, tr.at, st.Next, func(r *wal.Record) {
 		o := vector.OriginOf(r, region)
 		if last, ok := tr.vec[o]; !ok || r.OriginOffset > last {
 			tr.vec[o] = r.OriginOffset

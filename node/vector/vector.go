@@ -197,8 +197,16 @@ func Advance(l *wal.Log, region, topic string, vec map[string]uint64, from, upTo
 // read. short is true when a read found nothing before to (it cannot happen below the
 // high-watermark). fn must not keep the record.
 func Forward(l *wal.Log, topic string, from, to uint64, fn func(r *wal.Record)) (next uint64, short bool, err error) {
+	return ForwardWith(func(from uint64, max int, fn func(*wal.Record) error) (int, error) {
+		return l.ReadFunc(topic, from, max, ReadBytes, fn)
+	}, from, to, fn)
+}
+
+// ForwardWith is Forward reading with read (a topic's Log.ReadFunc, or a wal.Sweep's read of
+// it, at most ReadBytes a read): a reader of many topics reads them with one iterator.
+func ForwardWith(read func(from uint64, max int, fn func(*wal.Record) error) (int, error), from, to uint64, fn func(r *wal.Record)) (next uint64, short bool, err error) {
 	for from < to {
-		n, err := l.ReadFunc(topic, from, int(min(to-from, ChunkMax)), ReadBytes, func(r *wal.Record) error {
+		n, err := read(from, int(min(to-from, ChunkMax)), func(r *wal.Record) error {
 			fn(r)
 			from = r.Offset + 1
 			return nil
