@@ -86,6 +86,12 @@ type RaftSettings struct {
 	// links: publishes then see a leader change of one round trip instead of an election
 	// timeout. Default 3 s; negative: no hand-off.
 	StopHandOff time.Duration
+	// WaitPlacement makes a node wait for a new topic's placement before it relays the
+	// topic's first publish to its group's leader, as builds before issue 29 did; by default
+	// the publish goes at once to the leader of the group the placement will most likely
+	// name, which waits for the placement itself (node/replpredict.go). For comparisons and
+	// tests. Default false.
+	WaitPlacement bool
 }
 
 func (r RaftSettings) withDefaults() RaftSettings {
