@@ -31,6 +31,8 @@ import (
 //
 //	QUICMQ_SCALE_TOPICS=100000 QUICMQ_SCALE_SETTLE=30 QUICMQ_SCALE_WINDOW=20 \
 //	  go test -run TestScaleReplicatedTopics -v -timeout 60m ./cmd/quicmq
+//
+// QUICMQ_SCALE_BIN runs another build's quicmq binary as the nodes (the same SDK client).
 func TestScaleReplicatedTopics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four node processes")
@@ -38,7 +40,11 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	n := envInt("QUICMQ_SCALE_TOPICS", 200)
 	settle := time.Duration(envInt("QUICMQ_SCALE_SETTLE", 5)) * time.Second
 	window := time.Duration(envInt("QUICMQ_SCALE_WINDOW", 5)) * time.Second
-	bin := quicmqBinary(t)
+	bin := os.Getenv("QUICMQ_SCALE_BIN") // another build's nodes, to compare in the same conditions
+	if bin == "" {
+		bin = quicmqBinary(t)
+	}
+	t.Logf("nodes: %s", bin)
 	r := newReplicaRegion(t, bin, 3)
 	metrics := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	// QUICMQ_SCALE_PPROF=DIR: the nodes serve pprof, and the test writes each node's CPU
