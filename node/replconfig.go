@@ -86,12 +86,12 @@ type RaftSettings struct {
 	// links: publishes then see a leader change of one round trip instead of an election
 	// timeout. Default 3 s; negative: no hand-off.
 	StopHandOff time.Duration
-	// WaitPlacement makes a node wait for a new topic's placement before it relays the
-	// topic's first publish to its group's leader, as builds before issue 29 did; by default
-	// the publish goes at once to the leader of the group the placement will most likely
-	// name, which waits for the placement itself (node/replpredict.go). For comparisons and
-	// tests. Default false.
-	WaitPlacement bool
+	// PredictPlacement has a node relay a new topic's first publish at once to the leader
+	// of the group its placement will most likely name, which waits for the placement
+	// itself (node/replpredict.go), instead of waiting for the placement before relaying.
+	// Off by default: on a loaded machine it measured no faster (docs/benchmarks.md, "With
+	// real processes"). Default false.
+	PredictPlacement bool
 }
 
 func (r RaftSettings) withDefaults() RaftSettings {

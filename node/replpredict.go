@@ -14,7 +14,8 @@ import (
 // one pipelined client keeps a fixed number of publishes in flight, so that chain bounded
 // the region's creation rate.
 //
-// Now the node asks for the placement and, at once, relays the publish to the leader of
+// With RaftSettings.PredictPlacement (off by default: it measured no faster on a loaded
+// machine) the node asks for the placement and, at once, relays the publish to the leader of
 // the group the metadata leader will most likely choose: the placer's own rule (the group
 // of the region's replica count picked by the topic's hash among those declared,
 // groupsFor), over the groups this node has read. The leader that receives it waits for the
@@ -32,7 +33,7 @@ import (
 // nothing to predict with, or would propose the publish itself (then it must wait for the
 // placement: ensure).
 func (r *replicated) predictRoute(ctx context.Context, topic string) (owner string, ok bool) {
-	if r.n.cfg.Raft.WaitPlacement || !r.manyGroups() {
+	if !r.n.cfg.Raft.PredictPlacement || !r.manyGroups() {
 		return "", false
 	}
 	r.mu.Lock()
@@ -107,4 +108,25 @@ func (r *replicated) relayedAskDelay(from string) time.Duration {
 		}
 	}
 	return 0 // a node outside the metadata group relays to a voter without asking (viaVoter)
+}
+
+// unplacedLed is, in the broken build only (proposeUnplaced), topic as placed on the group
+// this node predicts for it, when it leads that group: nil otherwise.
+func (r *replicated) unplacedLed(topic string) *repTopic {
+	if !proposeUnplaced || r.lookup(topic) != nil {
+		return nil
+	}
+	r.pl.RLock()
+	var g *repGroup
+	if gs := r.pl.many[r.n.cfg.Replicas]; len(gs) > 0 {
+		g = r.pl.groups[gs[topicHash(topic)%uint64(len(gs))]]
+	}
+	r.pl.RUnlock()
+	if g == nil || !g.local {
+		return nil
+	}
+	if ro, _ := r.d.Role(g.id); !ro.Leader {
+		return nil
+	}
+	return &repTopic{name: topic, group: g.id, replicas: g.replicas, boot: g.boot, local: true}
 }

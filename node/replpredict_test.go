@@ -15,7 +15,8 @@ import (
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
-// TestFirstPublishRacesExplicitPlacement: first publishes relayed to the leader of the
+// TestFirstPublishRacesExplicitPlacement: with RaftSettings.PredictPlacement, first
+// publishes relayed to the leader of the
 // group their node predicts (replpredict.go) race an explicit `topics create --replicas 2`
 // of the same topics from another node, at seeded offsets in time. Whichever placement
 // wins, every topic's acknowledged records are on its replicas and only there, at dense
@@ -33,6 +34,7 @@ func TestFirstPublishRacesExplicitPlacement(t *testing.T) {
 		c.Replicas = 3
 		c.Raft = TestRaftSettings()
 		c.Raft.GroupsPerNode = 2
+		c.Raft.PredictPlacement = true
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

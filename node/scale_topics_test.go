@@ -38,11 +38,11 @@ func TestScaleTopicCreation(t *testing.T) {
 		m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) { c.Replicas, c.GossipProfile = 3, gossip.ProfileDefault })
 		return []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
 	}
-	// The same region waiting for each new topic's placement before relaying its first
-	// publish, as builds before issue 29's prediction did (replpredict.go).
-	waiting := func(t *testing.T) []*Node {
+	// The same region relaying each new topic's first publish to its predicted group
+	// leader before the placement is read (RaftSettings.PredictPlacement, replpredict.go).
+	predicting := func(t *testing.T) []*Node {
 		m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
-			c.Replicas, c.GossipProfile, c.Raft.WaitPlacement = 3, gossip.ProfileDefault, true
+			c.Replicas, c.GossipProfile, c.Raft.PredictPlacement = 3, gossip.ProfileDefault, true
 		})
 		return []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
 	}
@@ -58,7 +58,7 @@ func TestScaleTopicCreation(t *testing.T) {
 		name  string
 		start func(*testing.T) []*Node
 		most  int
-	}{{"single", single, count}, {"replicated-3", region, count}, {"replicated-3-wait-placement", waiting, count}, {"replicated-3-group-per-topic", perTopic, min(count, 1000)}} {
+	}{{"single", single, count}, {"replicated-3", region, count}, {"replicated-3-predict", predicting, count}, {"replicated-3-group-per-topic", perTopic, min(count, 1000)}} {
 		t.Run(c.name, func(t *testing.T) {
 			count := c.most
 			nodes := c.start(t)
