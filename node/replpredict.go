@@ -91,6 +91,9 @@ func (r *replicated) askAhead(ctx context.Context, topic string) bool {
 // double what a creation costs, and is needed only when the first was lost (a metadata
 // leader change).
 func (r *replicated) relayedAskDelay(from string) time.Duration {
+	if !r.n.cfg.Raft.PredictPlacement {
+		return 0 // the senders of this region read a placement before relaying, as before
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	id, ok := r.mu.ids[from]
