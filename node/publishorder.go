@@ -217,7 +217,8 @@ func (p *publisher) awaiter(topic string) {
 		if b.reroutes > 0 || b.back {
 			owner, e = p.rerouteTo(b)
 		} else {
-			unplaced := p.s.n.rep != nil && p.s.n.rep.lookup(b.topic) == nil
+			rep := p.s.n.rep
+			unplaced := rep != nil && rep.n.cfg.Raft.PredictPlacement && rep.lookup(b.topic) == nil
 			owner, e = p.route(b.topic) // waits for the placement (ensure) and a leader
 			b.predicted = unplaced && e == nil && owner != ""
 			if e != nil && owner != "" && p.s.peer {
