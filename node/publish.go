@@ -85,6 +85,10 @@ type pendingBatch struct {
 	done    bool
 
 	await bool // submitted through awaitPlacement: its topic was not placed when it was read
+	// predicted: relayed before this node read its topic's placement, to the leader of the
+	// group it will most likely name (replpredict.go); a placement that names another group
+	// is no leader move (relayStream.watchLeader).
+	predicted bool
 	// A batch relayed to the topic's owner is answered record by record.
 	relayTo  string              // the owner node, or "" for this node's log
 	outcomes []wal.RecordOutcome // per record, from the owner's acks (offset, time, duplicate)

@@ -217,7 +217,10 @@ func (p *publisher) awaiter(topic string) {
 		if b.reroutes > 0 || b.back {
 			owner, e = p.rerouteTo(b)
 		} else {
+			rep := p.s.n.rep
+			unplaced := rep != nil && rep.n.cfg.Raft.PredictPlacement && rep.lookup(b.topic) == nil
 			owner, e = p.route(b.topic) // waits for the placement (ensure) and a leader
+			b.predicted = unplaced && e == nil && owner != ""
 			if e != nil && owner != "" && p.s.peer {
 				// Relayed here by the node this one takes for the leader (add).
 				b.back, b.rerouteUntil = true, time.Now().Add(p.s.n.cfg.Raft.QuorumTimeout)

@@ -22,7 +22,7 @@ func (p *publisher) route(topic string) (string, *wire.Error) {
 		return "", nil
 	}
 	if n.rep != nil {
-		return n.rep.route(p.s.ctx, topic, p.s.peer, p.s.peerName)
+		return n.rep.routePublish(p.s.ctx, topic, p.s.peer, p.s.peerName)
 	}
 	owner, e := n.place.Owner(p.s.ctx, topic)
 	switch {
@@ -335,13 +335,20 @@ func (rs *relayStream) watchLeader() {
 		case <-tick.C:
 		}
 		rs.mu.Lock()
-		topic := ""
+		topic, predicted := "", false
 		if len(rs.mu.waiting) > 0 {
-			topic = rs.mu.waiting[0].topic
+			topic, predicted = rs.mu.waiting[0].topic, rs.mu.waiting[0].predicted
 		}
 		last := rs.mu.answeredAt
 		rs.mu.Unlock()
 		now := r.leaderName(topic)
+		wait := grace
+		if predicted {
+			// Relayed before its placement was read here (replpredict.go): to a predicted
+			// leader, which passes it on when the placement named another group, or to a
+			// new group's first leader. Its answer may take a placement and a relay more.
+			wait = r.n.cfg.Raft.QuorumTimeout
+		}
 		if topic == "" || now == "" || now == rs.owner {
 			movedAt = time.Time{}
 			continue
@@ -349,11 +356,11 @@ func (rs *relayStream) watchLeader() {
 		if movedAt.IsZero() {
 			movedAt = time.Now()
 		}
-		if r.reachable(rs.owner) && time.Since(movedAt) < grace || time.Since(last) < grace {
+		if r.reachable(rs.owner) && time.Since(movedAt) < wait || time.Since(last) < wait {
 			continue
 		}
 		rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
 			"the leader of %q moved from node %q to node %q, and node %q answered nothing for %v: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
-			topic, rs.owner, now, rs.owner, grace))
+			topic, rs.owner, now, rs.owner, wait))
 	}
 }

@@ -86,6 +86,12 @@ type RaftSettings struct {
 	// links: publishes then see a leader change of one round trip instead of an election
 	// timeout. Default 3 s; negative: no hand-off.
 	StopHandOff time.Duration
+	// PredictPlacement has a node relay a new topic's first publish at once to the leader
+	// of the group its placement will most likely name, which waits for the placement
+	// itself (node/replpredict.go), instead of waiting for the placement before relaying.
+	// Off by default: on a loaded machine it measured no faster (docs/benchmarks.md, "With
+	// real processes"). Default false.
+	PredictPlacement bool
 }
 
 func (r RaftSettings) withDefaults() RaftSettings {

@@ -40,6 +40,9 @@ type replicated struct {
 	wake chan struct{} // capacity 1: a round committed (the metadata log may have grown)
 	// placeWake (capacity 1) wakes the placer goroutine: topics are queued (replgroups.go).
 	placeWake chan struct{}
+	// predicted counts first publishes relayed before their placement was read here
+	// (replpredict.go).
+	predicted atomic.Int64
 	// batchCheck is when checkBatching last asked the region (Unix nanoseconds).
 	batchCheck atomic.Int64
 	// appliedAt is, by group, when it last applied entries here (*atomic.Int64, Unix

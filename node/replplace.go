@@ -24,6 +24,12 @@ func (r *replicated) ensure(ctx context.Context, topic string, relayed bool) (*r
 // ensureReplicas is ensure placing a new topic on replicas nodes (0: the region's
 // --replicas). A topic placed already is returned whatever its count: the caller compares.
 func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed bool, replicas int) (*repTopic, *wire.Error) {
+	return r.ensurePlaced(ctx, &placeAsk{topic: topic, relayed: relayed, replicas: replicas})
+}
+
+// ensurePlaced is ensureReplicas for the request pa describes.
+func (r *replicated) ensurePlaced(ctx context.Context, pa *placeAsk) (*repTopic, *wire.Error) {
+	topic, relayed := pa.topic, pa.relayed
 	if t := r.lookup(topic); t != nil {
 		return t, nil // every publish asks: no context or timer for a topic placed
 	}
@@ -44,7 +50,6 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 		}
 	}()
 	asked, askedLead := false, uint64(0)
-	pa := &placeAsk{topic: topic, relayed: relayed, replicas: replicas}
 	for {
 		r.mu.Lock()
 		formed, changed := r.mu.formed, r.mu.changed
@@ -61,7 +66,8 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 		if asked && r.leaderID(ctx, metaGroup) != askedLead {
 			asked = false // the leader asked lost its office before placing the topic: ask again
 		}
-		if formed && !asked {
+		early := time.Until(pa.askAfter) // a relayed publish whose sender asked (replpredict.go)
+		if formed && !asked && early <= 0 {
 			var e *wire.Error
 			var answer <-chan *wire.Error
 			if asked, askedLead, answer, e = r.askToPlace(ctx, pa); e != nil {
@@ -73,10 +79,13 @@ func (r *replicated) ensureReplicas(ctx context.Context, topic string, relayed b
 		}
 		var wake <-chan struct{} = changed
 		every := n.cfg.Raft.TickInterval
-		if formed && (asked || relayed) {
+		if formed && (asked || relayed || early > 0) {
 			// relayed: the sender read the placement or asked this node as the leader; it
-			// is applied here soon
+			// is applied here soon. early: the sender asked for it.
 			wake, every, waited = r.placedCh(topic), r.slowPoll(), true
+			if !asked && early > 0 {
+				every = early
+			}
 		}
 		poll.Reset(every)
 		select {
@@ -116,6 +125,9 @@ type placeAsk struct {
 	notLeader time.Time
 	// lastErr is the last refusal of a metadata leader asked, told at the timeout.
 	lastErr *wire.Error
+	// askAfter: the placement is waited for until then before this node asks for it (a
+	// publish relayed by a node that asked: relayedAskDelay).
+	askAfter time.Time
 }
 
 // askToPlace asks the metadata leader to place the topic: this node, when it leads (placed

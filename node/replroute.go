@@ -110,14 +110,34 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool, from
 			return v, e
 		}
 	}
-	t, e := r.ensure(ctx, topic, false)
+	if relayed && r.unplacedLed(topic) != nil {
+		return "", nil // the broken build only (predict_broken.go)
+	}
+	pa := &placeAsk{topic: topic}
+	if relayed {
+		// The sender asked for the placement (or read it): asked here only if it does not come.
+		pa.askAfter = time.Now().Add(r.relayedAskDelay(from))
+	}
+	t, e := r.ensurePlaced(ctx, pa)
 	if e != nil {
 		return "", e
 	}
-	if !t.local && !relayed {
+	switch {
+	case !t.local && !relayed:
 		// Placed on other nodes of the region (one larger than Replicas): a replica passes
 		// the publish on to its leader (below, on that replica).
 		return r.viaReplica(t)
+	case !t.local:
+		// Relayed by a node that predicted this one leads the topic's group (replpredict.go),
+		// but the placement put it on a group this node holds no replica of: the batch is
+		// routed again off the reader (as when the leadership just moved) to one of its
+		// replicas, the sender included.
+		via, e := r.viaReplica(t)
+		if e != nil {
+			return "", e
+		}
+		return via, wire.Errorf(wire.CodeUnavailable, "node %q was asked to append to %q, which is placed on %s: nothing was appended; retry",
+			r.n.cfg.Name, topic, strings.Join(t.names(), ", "))
 	}
 	lead, e := r.waitLeader(ctx, t)
 	switch {
@@ -138,6 +158,20 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool, from
 		// more, never back to the sender.
 	}
 	return t.nameOf(lead), nil
+}
+
+// routePublish is route for a batch of publishes read from a client: one to a topic this
+// node has not read the placement of goes at once to the leader its group will most likely
+// have, which waits for the placement (replpredict.go).
+func (r *replicated) routePublish(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
+	if !relayed && r.lookup(topic) == nil {
+		if _, outside, _ := r.viaVoter(topic); !outside {
+			if owner, ok := r.predictRoute(ctx, topic); ok {
+				return owner, nil
+			}
+		}
+	}
+	return r.route(ctx, topic, relayed, from)
 }
 
 // rerouteRoute is route for a batch a leadership move refused (publisher.reroute), or one

@@ -38,6 +38,14 @@ func TestScaleTopicCreation(t *testing.T) {
 		m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) { c.Replicas, c.GossipProfile = 3, gossip.ProfileDefault })
 		return []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
 	}
+	// The same region relaying each new topic's first publish to its predicted group
+	// leader before the placement is read (RaftSettings.PredictPlacement, replpredict.go).
+	predicting := func(t *testing.T) []*Node {
+		m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+			c.Replicas, c.GossipProfile, c.Raft.PredictPlacement = 3, gossip.ProfileDefault, true
+		})
+		return []*Node{m.nodes["eu-1"], m.nodes["eu-2"], m.nodes["eu-3"]}
+	}
 	// The layout before groups held many topics, as the baseline: a group per topic, at
 	// most 1,000 topics (it takes minutes beyond).
 	perTopic := func(t *testing.T) []*Node {
@@ -50,7 +58,7 @@ func TestScaleTopicCreation(t *testing.T) {
 		name  string
 		start func(*testing.T) []*Node
 		most  int
-	}{{"single", single, count}, {"replicated-3", region, count}, {"replicated-3-group-per-topic", perTopic, min(count, 1000)}} {
+	}{{"single", single, count}, {"replicated-3", region, count}, {"replicated-3-predict", predicting, count}, {"replicated-3-group-per-topic", perTopic, min(count, 1000)}} {
 		t.Run(c.name, func(t *testing.T) {
 			count := c.most
 			nodes := c.start(t)
@@ -83,6 +91,9 @@ func TestScaleTopicCreation(t *testing.T) {
 			}
 			wait(len(futs))
 			took := time.Since(start)
+			if r := nodes[0].rep; r != nil {
+				t.Logf("%s: %d first publishes relayed before their placement was read", c.name, r.predicted.Load())
+			}
 			t.Logf("%s: %d topics created in %v: %.0f topics/s", c.name, count, took.Round(time.Millisecond), float64(count)/took.Seconds())
 			for _, n := range nodes {
 				testlog.WaitFor(t, 2*time.Minute, "every topic on "+n.Name(), func() bool {

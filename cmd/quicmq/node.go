@@ -42,6 +42,7 @@ type nodeFlags struct {
 	raftTick                            time.Duration
 	raftGroupsPerNode                   int
 	raftGroupPerTopic                   bool
+	raftPredictPlacement                bool
 	raftBalance, raftStopHandOff        time.Duration
 	raftNoBalance                       bool
 	raftMoves                           int
@@ -104,6 +105,7 @@ func (f *nodeFlags) register(fs *flag.FlagSet, withData bool) {
 	fs.BoolVar(&f.raftNoQuiesce, "raft-no-quiesce", false, "with --replicas > 1: keep idle raft groups heartbeating, so a leader's loss is noticed after the election timeout (1-2 s) rather than by gossip's failure detection (about 5 s), at one heartbeat per group per tick")
 	fs.BoolVar(&f.raftNoCompaction, "raft-no-compaction", false, "with --replicas > 1: keep every raft entry forever instead of compacting the raft logs (a fallback: each record is then stored twice, and the raft log grows without bound)")
 	fs.IntVar(&f.raftGroupsPerNode, "raft-groups-per-node", 0, "with --replicas > 1: raft groups per node holding the region's topics, many topics each; the metadata leader's value sizes the region's groups (0: two per core, at least 4)")
+	fs.BoolVar(&f.raftPredictPlacement, "raft-predict-placement", false, "with --replicas > 1: relay a new topic's first publish at once to the leader of the group it will most likely be placed on, which waits for the placement (off: the publish waits for it here; for comparison)")
 	fs.BoolVar(&f.raftGroupPerTopic, "raft-group-per-topic", false, "with --replicas > 1: place each new topic in a raft group of its own, the layout before groups held many topics (slower and costlier with many topics; for comparison)")
 	fs.DurationVar(&f.raftTick, "raft-tick", 0, "with --replicas > 1: one raft tick; elections start 10-20 ticks after a leader's last heartbeat, heartbeats every tick (0: 50ms; raise it when the region's nodes are more than a few ms apart)")
 	fs.DurationVar(&f.raftBalance, "raft-balance-interval", 0, "with --replicas > 1: how often at most this node hands one of its raft group leaderships to a replica leading two or more fewer, keeping leaders within one of even over the nodes up and not drained (0: 10s)")
@@ -229,7 +231,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 
 		MaxDurablesPerTenant: f.maxDurablesPerTenant,
 		Replicas:             f.replicas,
-		Raft: node.RaftSettings{DisableQuiescence: f.raftNoQuiesce, DisableLogCompaction: f.raftNoCompaction, TickInterval: f.raftTick, GroupsPerNode: groupsSetting(f.raftGroupsPerNode, f.raftGroupPerTopic),
+		Raft: node.RaftSettings{DisableQuiescence: f.raftNoQuiesce, DisableLogCompaction: f.raftNoCompaction, TickInterval: f.raftTick, GroupsPerNode: groupsSetting(f.raftGroupsPerNode, f.raftGroupPerTopic), PredictPlacement: f.raftPredictPlacement,
 			BalanceInterval: balanceSetting(f.raftBalance, f.raftNoBalance), StopHandOff: f.raftStopHandOff,
 			Moves: f.raftMoves, DisableReplicaBalance: f.raftNoReplicaBalance, ReplaceAfter: f.replaceAfter},
 

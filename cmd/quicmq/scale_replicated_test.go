@@ -31,6 +31,9 @@ import (
 //
 //	QUICMQ_SCALE_TOPICS=100000 QUICMQ_SCALE_SETTLE=30 QUICMQ_SCALE_WINDOW=20 \
 //	  go test -run TestScaleReplicatedTopics -v -timeout 60m ./cmd/quicmq
+//
+// QUICMQ_SCALE_BIN runs another build's quicmq binary as the nodes (the same SDK client);
+// QUICMQ_SCALE_NODE_FLAGS adds flags to the region's nodes.
 func TestScaleReplicatedTopics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four node processes")
@@ -38,7 +41,11 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	n := envInt("QUICMQ_SCALE_TOPICS", 200)
 	settle := time.Duration(envInt("QUICMQ_SCALE_SETTLE", 5)) * time.Second
 	window := time.Duration(envInt("QUICMQ_SCALE_WINDOW", 5)) * time.Second
-	bin := quicmqBinary(t)
+	bin := os.Getenv("QUICMQ_SCALE_BIN") // another build's nodes, to compare in the same conditions
+	if bin == "" {
+		bin = quicmqBinary(t)
+	}
+	t.Logf("nodes: %s", bin)
 	r := newReplicaRegion(t, bin, 3)
 	metrics := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	// QUICMQ_SCALE_PPROF=DIR: the nodes serve pprof, and the test writes each node's CPU
@@ -51,7 +58,9 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	if profDir != "" {
 		prof = []string{"--pprof"}
 	}
-	r.extra = func(i int) []string { return append([]string{"--metrics", metrics[i]}, prof...) }
+	// QUICMQ_SCALE_NODE_FLAGS: more flags for the region's nodes (--raft-predict-placement).
+	more := strings.Fields(os.Getenv("QUICMQ_SCALE_NODE_FLAGS"))
+	r.extra = func(i int) []string { return append(append([]string{"--metrics", metrics[i]}, prof...), more...) }
 	r.startAll()
 	soloMetrics := freeAddr(t)
 	solo := startMeshProcess(t, bin, "solo1", append([]string{"--data", t.TempDir(), "--region", "solo", "--ca-dir", r.caDir, "--gossip", freeAddr(t), "--metrics", soloMetrics}, prof...)...)

@@ -61,6 +61,7 @@ raft_no_compaction = false
 raft_tick       = "50ms"
 raft_groups_per_node = 4
 raft_group_per_topic = false
+raft_predict_placement = false
 raft_balance_interval = "30s"
 raft_no_balance = false
 raft_stop_handoff = "5s"

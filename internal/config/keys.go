@@ -98,6 +98,7 @@ var Keys = []Key{
 	{"raft_tick", "raft-tick", Duration, "one raft tick: elections after 10-20 ticks without a heartbeat (default 50ms)"},
 	{"raft_groups_per_node", "raft-groups-per-node", Size, "raft groups per node holding the region's topics, set by the metadata leader (0: two per core, at least 4)"},
 	{"raft_group_per_topic", "raft-group-per-topic", Bool, "place each new topic in a raft group of its own, the layout before groups held many topics (for comparison)"},
+	{"raft_predict_placement", "raft-predict-placement", Bool, "relay a new topic's first publish at once to its predicted group leader, which waits for the placement (for comparison)"},
 	{"raft_balance_interval", "raft-balance-interval", Duration, "how often at most a node moves one raft leadership to even leaders out (default 10s)"},
 	{"raft_no_balance", "raft-no-balance", Bool, "turn the node's leader balancer off"},
 	{"raft_moves", "raft-moves", Size, "replica moves in progress at once in the region, set by the metadata leader (0: 2)"},
