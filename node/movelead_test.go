@@ -77,6 +77,11 @@ func TestMovedReplicaLeadsBeforeTheMetadataSaysSo(t *testing.T) {
 			}
 			return fmt.Errorf("%s leads; its leadership asked to move to %s", name, dest)
 		}
+		// A quiet group's voters do not notice that their leader stepped down when the
+		// change removed it (from led): wake them to elect one.
+		for _, name := range m.names {
+			_ = m.nodes[name].rep.d.Wake(ctx, g.id)
+		}
 		return errors.New("no leader")
 	})
 	// No node has applied the move's end: every placement still names from, not dest.
