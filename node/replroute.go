@@ -64,10 +64,13 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 	if !t.local {
 		// A replica moved here votes, and may lead, before this node applies the move's
 		// done record (the metadata leader records it after raft's change; a learner of
-		// the metadata group applies it last): raft's own membership says this node leads,
-		// and a publish relayed here by a node that knows it is appended, not refused.
-		if ro, ok := r.d.Role(t.group); ok && ro.Leader && !ro.Moving {
-			return r.id, nil
+		// the metadata group applies it last): raft's own view decides. A publish relayed
+		// here by a node that takes this one for the leader is appended when raft says
+		// this node leads, and otherwise goes on to the leader raft names here (route),
+		// as on any replica, instead of being refused.
+		if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader && !ro.Moving &&
+			(ro.Lead == r.id || r.reachable(r.leadName(t, ro.Lead))) {
+			return ro.Lead, nil
 		}
 		return 0, wire.Errorf(wire.CodeUnavailable, "topic %q: this node is not one of its replicas (%s)", t.name, strings.Join(t.names(), ", "))
 	}
