@@ -62,13 +62,23 @@ func (r *replicated) noQuorum(t *repTopic, what string) *wire.Error {
 func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire.Error) {
 	n := r.n
 	if !t.local {
+		// A replica moved here votes, and may lead, before this node applies the move's
+		// done record (the metadata leader records it after raft's change; a learner of
+		// the metadata group applies it last): raft's own view decides. A publish relayed
+		// here by a node that takes this one for the leader is appended when raft says
+		// this node leads, and otherwise goes on to the leader raft names here (route),
+		// as on any replica, instead of being refused.
+		if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader && !ro.Moving &&
+			(ro.Lead == r.id || r.reachable(r.leadName(t, ro.Lead))) {
+			return ro.Lead, nil
+		}
 		return 0, wire.Errorf(wire.CodeUnavailable, "topic %q: this node is not one of its replicas (%s)", t.name, strings.Join(t.names(), ", "))
 	}
 	// The leader as of the group's last round, without waiting for the driver (a round
 	// may be in its fsync): what every publish asks.
 	// A leader handing its leadership over (drain.go) refuses proposals: wait for the new one.
 	if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader && !ro.Moving &&
-		(ro.Lead == r.id || r.reachable(t.nameOf(ro.Lead))) {
+		(ro.Lead == r.id || r.reachable(r.leadName(t, ro.Lead))) {
 		return ro.Lead, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
@@ -78,7 +88,7 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 	woken := uint64(0)
 	for {
 		st, err := r.d.Status(ctx, t.group)
-		if err == nil && st.Lead != 0 && st.Lead != r.id && st.Lead != woken && !r.reachable(t.nameOf(st.Lead)) {
+		if err == nil && st.Lead != 0 && st.Lead != r.id && st.Lead != woken && !r.reachable(r.leadName(t, st.Lead)) {
 			// A quiet group does not notice its leader's loss by itself.
 			woken = st.Lead
 			_ = r.d.WakeLedBy(ctx, st.Lead)
@@ -86,7 +96,7 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 		// A leader this node cannot reach (its node failed, its link is down) is as good as
 		// none: a new one is elected within an election timeout, or there is no quorum.
 		if err == nil && st.Lead != 0 && (st.Lead == r.id) == (st.RaftState == raft.StateLeader) && st.LeadTransferee == 0 &&
-			(st.Lead == r.id || r.reachable(t.nameOf(st.Lead))) {
+			(st.Lead == r.id || r.reachable(r.leadName(t, st.Lead))) {
 			return st.Lead, nil
 		}
 		if errors.Is(err, replica.ErrStopped) {
@@ -145,19 +155,30 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool, from
 		return "", e
 	case lead == r.id:
 		return "", nil
-	case relayed && t.nameOf(lead) == from:
+	case relayed && r.leadName(t, lead) == from:
 		// The sender took this node for the leader and this node takes the sender for it:
 		// the leadership just moved, most often to the sender, which by now knows it (it
 		// won the election before this node heard of it). The publisher routes the batch
 		// again off its reader (reroute); from is returned with the refusal for that.
 		return from, wire.Errorf(wire.CodeUnavailable,
-			"node %q was asked to append to %q but node %q leads its group as far as it knows: the leader just changed; nothing was appended; retry", r.n.cfg.Name, topic, t.nameOf(lead))
+			"node %q was asked to append to %q but node %q leads its group as far as it knows: the leader just changed; nothing was appended; retry", r.n.cfg.Name, topic, from)
 	case relayed:
 		// Relayed by a node that holds no replica of the topic or has not read its placement
 		// yet (viaVoter, viaReplica), or whose view of the leader is older: passed on once
 		// more, never back to the sender.
 	}
-	return t.nameOf(lead), nil
+	return r.leadName(t, lead), nil
+}
+
+// leadName is the name of the node with raft ID id, a leader of t's group: one of t's
+// replicas, or, when this node has not applied the record of a move that put id's replica
+// in the group yet (raft promotes it before the metadata leader records the move done),
+// the region member that announces id. "" when neither knows it (unreachable, then).
+func (r *replicated) leadName(t *repTopic, id uint64) string {
+	if name := t.nameOf(id); name != "" {
+		return name
+	}
+	return r.memberName(id)
 }
 
 // routePublish is route for a batch of publishes read from a client: one to a topic this

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,7 +28,9 @@ import (
 // same on every replica.
 //
 // QUICMQ_GROW_CAMPAIGN=1 runs it; QUICMQ_GROW_TOPICS (default 1000) and QUICMQ_GROW_RATE
-// (publishes/s, default 1000) size it.
+// (publishes/s, default 1000) size it; QUICMQ_GROW_BIN runs another build's node processes
+// (a base to compare with, in the same conditions); QUICMQ_GROW_TIMELINE=1 adds a timeline
+// of the nodes' CPU beside the publishes.
 func TestGrowCampaign(t *testing.T) {
 	if os.Getenv("QUICMQ_GROW_CAMPAIGN") == "" {
 		t.Skip("the grow campaign runs five node processes for about a minute: set QUICMQ_GROW_CAMPAIGN=1")
@@ -45,6 +48,9 @@ func TestGrowCampaign(t *testing.T) {
 	}
 	topics, rate := envInt("QUICMQ_GROW_TOPICS", 1000), envInt("QUICMQ_GROW_RATE", 1000)
 	bin := quicmqBinary(t)
+	if b := os.Getenv("QUICMQ_GROW_BIN"); b != "" { // another build's nodes, to compare in the same conditions
+		bin = b
+	}
 	var listen, admin []string
 	for range 5 {
 		listen, admin = append(listen, freeAddr(t)), append(admin, freeAddr(t))
@@ -62,10 +68,30 @@ func TestGrowCampaign(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	l, wg := startRollLoad(t, ctx, r, listen[:3], topics, rate)
+	var sampler procSampler
+	timeline := os.Getenv("QUICMQ_GROW_TIMELINE") != "" // a timeline of the machine beside the publishes
+	if timeline {
+		sctx, scancel := context.WithCancel(ctx)
+		var swg sync.WaitGroup
+		defer swg.Wait()
+		defer scancel()
+		swg.Go(func() {
+			sampler.run(sctx, func() map[string]int {
+				pids := map[string]int{"test": os.Getpid()}
+				for _, n := range r.nodes {
+					if p := n.proc(); p != nil {
+						pids[n.name] = p.Pid()
+					}
+				}
+				return pids
+			})
+		})
+	}
 	l.waitAcks(t, 5*rate)
 
 	l.phase.Store("grow")
 	start := time.Now()
+	l.event("start rc4, rc5")
 	for i := 3; i < 5; i++ {
 		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
 		r.start(i)
@@ -109,6 +135,7 @@ func TestGrowCampaign(t *testing.T) {
 		return errors.New(last)
 	})
 	took := time.Since(start)
+	l.event("balanced")
 	l.phase.Store("after")
 	l.waitAcks(t, rate)
 	cancel()
@@ -140,6 +167,7 @@ func TestGrowCampaign(t *testing.T) {
 	defer rc.Close()
 	lost, dup := l.readBack(t, rctx, rc, topics)
 	nexts := map[string]map[uint64]bool{} // topic -> next offsets its replicas list
+	replicasOf := map[int]string{}        // topic number -> its replicas after, for the slow report
 	listed := 0
 	for i := range r.nodes {
 		rows, err := r.topics(rctx, i, "roll.>")
@@ -151,6 +179,9 @@ func TestGrowCampaign(t *testing.T) {
 				// Not a replica: a node a group's replica moved off keeps the log it had
 				// then (and lists it); it answers for the topic no more.
 				continue
+			}
+			if n, err := strconv.Atoi(strings.TrimPrefix(row.Topic, "roll.t")); err == nil {
+				replicasOf[n] = strings.Join(slices.Sorted(slices.Values(row.Replicas)), "+")
 			}
 			if nexts[row.Topic] == nil {
 				nexts[row.Topic] = map[uint64]bool{}
@@ -168,6 +199,12 @@ func TestGrowCampaign(t *testing.T) {
 			}
 		}
 	}
+	if timeline {
+		t.Logf("the moves, every 250 ms (CPU of each process and of the machine, publishes sent then):\n%s",
+			sampler.timeline(l, start.Add(-time.Second), start.Add(took), 250*time.Millisecond, 3*p99(before), []string{"rc1", "rc2", "rc3", "rc4", "rc5", "test"}))
+	}
+	t.Logf("publishes of the moves slower than 3x the p99 before (%v), by when they were sent (from the first start, at %s):\n%s",
+		3*p99(before), start.Format("15:04:05.000"), l.growSlowReport(start, 3*p99(before), replicasOf))
 	t.Logf("read back %d topics: %d acknowledged records lost, %d stored more than once; %d topics whose next offset differs between their replicas (%d replicas listed)", topics, lost, dup, differ, listed)
 	if lost > 0 || dup > 0 || differ > 0 || listed != 3*topics {
 		t.Errorf("%d lost, %d duplicated, %d topics with different next offsets", lost, dup, differ)
@@ -175,4 +212,43 @@ func TestGrowCampaign(t *testing.T) {
 	if l.gaveUp > 0 {
 		t.Errorf("%d publishes never acknowledged", l.gaveUp)
 	}
+}
+
+// growSlowReport lists the episodes of the grow phase's publishes slower than over (runs of
+// them sent less than 300 ms apart, as slowReport): when they were sent from start, how
+// many, the slowest, how many were published again after an error, and the replica sets
+// (after the moves) of their topics, which name their groups. It says where the moves' p99
+// comes from, to be read beside the nodes' logs (QUICMQ_NODE_LOGS).
+func (l *rollLoad) growSlowReport(start time.Time, over time.Duration, replicasOf map[int]string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var slow []rollSample
+	for _, s := range l.samples {
+		if !s.sent.Before(start) && s.lat > over {
+			slow = append(slow, s)
+		}
+	}
+	slices.SortFunc(slow, func(a, b rollSample) int { return a.sent.Compare(b.sent) })
+	var b strings.Builder
+	for i := 0; i < len(slow); {
+		j := i + 1
+		for j < len(slow) && slow[j].sent.Sub(slow[j-1].sent) < 300*time.Millisecond {
+			j++
+		}
+		ep := slow[i:j]
+		var worst time.Duration
+		retried := 0
+		sets := map[string]int{}
+		for _, s := range ep {
+			worst = max(worst, s.lat)
+			if s.retried {
+				retried++
+			}
+			sets[replicasOf[s.topic]]++
+		}
+		fmt.Fprintf(&b, "  %6.2fs..%6.2fs sent: %d slow, worst %v, %d published again; client on %s; by replicas after: %v\n",
+			ep[0].sent.Sub(start).Seconds(), ep[len(ep)-1].sent.Sub(start).Seconds(), len(ep), worst.Round(time.Millisecond), retried, ep[0].node, sets)
+		i = j
+	}
+	return b.String()
 }
