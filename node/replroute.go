@@ -137,11 +137,12 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool, from
 		// Placed on other nodes of the region (one larger than Replicas): a replica passes
 		// the publish on to its leader (below, on that replica).
 		return r.viaReplica(t)
-	case !t.local:
+	case !t.local && !r.holdsGroup(t.group):
 		// Relayed by a node that predicted this one leads the topic's group (replpredict.go),
 		// but the placement put it on a group this node holds no replica of: the batch is
 		// routed again off the reader (as when the leadership just moved) to one of its
-		// replicas, the sender included.
+		// replicas, the sender included. (A replica moved here that this node's metadata
+		// does not list yet holds the group: waitLeader decides, below.)
 		via, e := r.viaReplica(t)
 		if e != nil {
 			return "", e
@@ -168,6 +169,13 @@ func (r *replicated) route(ctx context.Context, topic string, relayed bool, from
 		// more, never back to the sender.
 	}
 	return r.leadName(t, lead), nil
+}
+
+// holdsGroup reports whether this node's driver runs a replica of group: a replica moved
+// here does before its node applies the move's done record.
+func (r *replicated) holdsGroup(group uint64) bool {
+	_, ok := r.d.Role(group)
+	return ok
 }
 
 // leadName is the name of the node with raft ID id, a leader of t's group: one of t's
