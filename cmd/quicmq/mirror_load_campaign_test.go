@@ -77,8 +77,10 @@ func TestMirrorLoadCampaign(t *testing.T) {
 	// QUICMQ_MIRROR_LOAD_PPROF=DIR: a CPU profile of each node over the first steady phase,
 	// written to DIR (us.cpu, eu.cpu).
 	pprofDir := os.Getenv("QUICMQ_MIRROR_LOAD_PPROF")
+	// QUICMQ_MIRROR_LOAD_TIMELINE=1: each node's link gauges every second (mirrorTimeline).
+	timeline := os.Getenv("QUICMQ_MIRROR_LOAD_TIMELINE") != ""
 	var usMetrics, euMetrics string
-	if pprofDir != "" {
+	if pprofDir != "" || timeline {
 		usMetrics, euMetrics = freeAddr(t), freeAddr(t)
 		usArgs = append(usArgs, "--metrics", usMetrics, "--pprof")
 		euArgs = append(euArgs, "--metrics", euMetrics, "--pprof")
@@ -127,6 +129,9 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		pub.phase.Store(int32(len(phases) - 1))
 	}
 	phaseStart("steady")
+	if timeline {
+		defer mirrorTimeline(t, start, map[string]string{"us": usMetrics, "eu": euMetrics})()
+	}
 	if pprofDir != "" {
 		secs := max(int(steady.Seconds())-2, 1)
 		for node, addr := range map[string]string{"us": usMetrics, "eu": euMetrics} {
