@@ -62,10 +62,14 @@ type link struct {
 		announced map[string]bool // topics the peer announced on the catalog stream
 		patterns  []string        // the watched patterns mirrors are decided by
 		queue     []string        // topics waiting for a stream, in turn (stale entries are skipped)
-		queued    map[string]bool // the topics in queue
-		parkable  bool            // mirrors park (a stream per topic, to another region)
-		mostOpen  int             // the most mirrors ever open at once (tests check the bound)
-		opened    uint64          // mirrors opened since the link began (tests count them)
+		queued    map[string]bool // the topics waiting, in queue or moved
+		// moved is the live lane: topics whose head the peer reported moving on this
+		// connection, served ahead of queue (park.go); hurried is the set of them.
+		moved    []string
+		hurried  map[string]bool
+		parkable bool   // mirrors park (a stream per topic, to another region)
+		mostOpen int    // the most mirrors ever open at once (tests check the bound)
+		opened   uint64 // mirrors opened since the link began (tests count them)
 	}
 }
 
@@ -111,6 +115,7 @@ func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 	l.mu.stalled = make(map[string]bool)
 	l.mu.announced = make(map[string]bool)
 	l.mu.queued = make(map[string]bool)
+	l.mu.hurried = make(map[string]bool)
 	return l
 }
 
@@ -390,6 +395,7 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 // it held when the stream began, and the heads it reports.
 func (l *link) readCatalog(str *quic.Stream, local bool) error {
 	r := wire.NewReader(str, wire.Limits{})
+	announcing := "" // the topic of the TOPIC frame just read
 	for {
 		f, err := r.Read()
 		if err != nil {
@@ -403,21 +409,26 @@ func (l *link) readCatalog(str *quic.Stream, local bool) error {
 			if !local {
 				l.announce(f.Name)
 			}
+			announcing = f.Name
+			continue
 		case *wire.Subscribed:
 			if cb := l.f.cfg.OnCatalogSynced; cb != nil {
 				cb(l.peer)
 			}
 		case *wire.Head:
 			// The head of an announced topic: what reopens a parked mirror, and tells an
-			// open one it is behind while its own stream carries nothing.
+			// open one it is behind while its own stream carries nothing. One right after
+			// its topic's TOPIC is the announcement's (the head when the peer listed it);
+			// any other reports a move on this connection: a live topic (park.go).
 			if f.Topic != "" && !local {
-				l.headReported(f.Topic, f.Next, f.Time)
+				l.headReported(f.Topic, f.Next, f.Time, f.Topic != announcing)
 			}
 		case *wire.ErrorFrame:
 			return f.AsError()
 		default:
 			return fmt.Errorf("unexpected %s on the catalog stream", f.Type())
 		}
+		announcing = ""
 	}
 }
 
