@@ -488,21 +488,29 @@ func checkMirrorLoad(t *testing.T, euConn *client.Conn, usHeads map[string]uint6
 		return ds[int(p*float64(len(ds)-1))].Round(time.Millisecond)
 	}
 	for i, ph := range phases {
-		var ds []time.Duration
-		var lastBefore time.Time // the latest arrival of a record sent before the return
+		var ds, after []time.Duration // after: of the records sent after the return
+		var lastBefore time.Time      // the latest arrival of a record sent before the return
 		for seq, s := range pub.sent {
 			if int(s.phase) != i || found[seq].IsZero() {
 				continue
 			}
 			ds = append(ds, found[seq].Sub(s.at))
-			if !ph.back.IsZero() && s.at.Before(ph.back) && found[seq].After(lastBefore) {
+			if ph.back.IsZero() {
+				continue
+			}
+			if !s.at.Before(ph.back) {
+				after = append(after, found[seq].Sub(s.at))
+			} else if found[seq].After(lastBefore) {
 				lastBefore = found[seq]
 			}
 		}
 		slices.Sort(ds)
 		line := fmt.Sprintf("phase %d %-7s %6d records: mirror delay p50 %v, p99 %v, max %v", i, ph.kind, len(ds), q(ds, 0.5), q(ds, 0.99), q(ds, 1))
 		if !ph.back.IsZero() {
-			line += fmt.Sprintf("; the last record sent before the return appended at eu %v after it", lastBefore.Sub(ph.back).Round(time.Millisecond))
+			slices.Sort(after)
+			// The records published while eu caught up: what waits behind the catch-up.
+			line += fmt.Sprintf("; the last record sent before the return appended at eu %v after it; the %d sent after it (during the catch-up): p50 %v, p99 %v, max %v",
+				lastBefore.Sub(ph.back).Round(time.Millisecond), len(after), q(after, 0.5), q(after, 0.99), q(after, 1))
 		}
 		t.Log(line)
 	}
