@@ -101,7 +101,13 @@ func (l *link) headReported(topic string, next uint64, headTime int64, moved boo
 		return // not mirrored here
 	}
 	h.reported(next, headTime, l.f.cfg.Now())
-	if l.mu.mirrors[topic] != nil || !l.mu.announced[topic] || !h.needsStream() {
+	if m := l.mu.mirrors[topic]; m != nil {
+		// Left to the open mirror; if it parks before it has the move, its end queues the
+		// topic in the moved lane.
+		m.movedMeanwhile = m.movedMeanwhile || moved
+		return
+	}
+	if !l.mu.announced[topic] || !h.needsStream() {
 		return
 	}
 	if moved {
@@ -229,7 +235,11 @@ func (l *link) mirrorEnded(m *mirror) {
 		delete(l.mu.mirrors, m.topic)
 	}
 	if h := l.mu.health[m.topic]; h != nil && l.mu.announced[m.topic] && h.needsStream() {
-		l.enqueueLocked(m.topic)
+		if m.movedMeanwhile {
+			l.hurryLocked(m.topic)
+		} else {
+			l.enqueueLocked(m.topic)
+		}
 	}
 	l.poke() // a stream is free
 }
