@@ -265,7 +265,7 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 		closeTransport(tr)
 		return nil, err
 	}
-	l.counters.opened(conn)
+	l.counters.opened(conn, time.Now(), l.f.cfg.LinkIdleTimeout)
 	l.mu.Lock()
 	l.mu.conn = conn
 	l.mu.transports = []*quic.Transport{tr}
@@ -280,7 +280,7 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 // kept for it; its final figures go to the peer's counters.
 func (l *link) closeConn(conn *quic.Conn, code quic.ApplicationErrorCode, reason string) {
 	conn.CloseWithError(code, reason)
-	l.counters.ended(conn)
+	l.counters.ended(conn, time.Now())
 	l.mu.Lock()
 	trs := l.mu.transports
 	l.mu.conn, l.mu.transports, l.mu.local, l.mu.opener, l.mu.probe = nil, nil, "", nil, nil
@@ -396,6 +396,10 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 func (l *link) readCatalog(str *quic.Stream, local bool) error {
 	r := wire.NewReader(str, wire.Limits{})
 	announcing := "" // the topic of the TOPIC frame just read
+	// An announced head whose last record the origin appended after the links to it came
+	// back (by its clock: a skew only moves a few topics between the lanes) also moved
+	// since: a record published after the return, which the listing's head carries.
+	upSince := l.counters.since().UnixNano()
 	for {
 		f, err := r.Read()
 		if err != nil {
@@ -419,9 +423,10 @@ func (l *link) readCatalog(str *quic.Stream, local bool) error {
 			// The head of an announced topic: what reopens a parked mirror, and tells an
 			// open one it is behind while its own stream carries nothing. One right after
 			// its topic's TOPIC is the announcement's (the head when the peer listed it);
-			// any other reports a move on this connection: a live topic (park.go).
+			// any other reports a move on this connection: a live topic (park.go), as is
+			// one announced with a head appended since upSince.
 			if f.Topic != "" && !local {
-				l.headReported(f.Topic, f.Next, f.Time, f.Topic != announcing)
+				l.headReported(f.Topic, f.Next, f.Time, f.Topic != announcing || f.Time >= upSince)
 			}
 		case *wire.ErrorFrame:
 			return f.AsError()
