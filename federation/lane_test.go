@@ -53,3 +53,26 @@ func TestMovedTopicMirroredAheadOfBacklog(t *testing.T) {
 		}
 	}
 }
+
+// The backlog lane is served while the moved lane never empties: one pick in backlogShare.
+func TestBacklogNotStarvedByMovedLane(t *testing.T) {
+	l := &link{sched: make(chan struct{}, 1)}
+	l.mu.queued = make(map[string]bool)
+	l.mu.hurried = make(map[string]bool)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.enqueueLocked("backlog")
+	for i := range 100 {
+		l.hurryLocked(fmt.Sprintf("moved-%d", i))
+	}
+	for pick := 1; ; pick++ {
+		topic, ok := l.nextWaitingLocked()
+		if !ok || pick > 16 { // backlogShare (4) at the most
+			t.Fatalf("pick %d: %q, %v: the backlog waited past its share", pick, topic, ok)
+		}
+		if topic == "backlog" {
+			return
+		}
+		l.hurryLocked(topic) // the moved lane never empties
+	}
+}

@@ -67,6 +67,7 @@ type link struct {
 		// connection, served ahead of queue (park.go); hurried is the set of them.
 		moved    []string
 		hurried  map[string]bool
+		picks    uint64 // topics taken from the lanes (park.go: the backlog's share)
 		parkable bool   // mirrors park (a stream per topic, to another region)
 		mostOpen int    // the most mirrors ever open at once (tests check the bound)
 		opened   uint64 // mirrors opened since the link began (tests count them)

@@ -25,8 +25,10 @@ import (
 //     announced and whenever the head moves (serve.go). A parked topic whose reported head is
 //     past what it scanned, or one whose head was never reported, waits in the link's queue.
 //   - Waiting topics take one of two lanes. A topic whose head the origin reported moving
-//     on this connection (a HEAD on the catalog stream that is not its announcement's) is
-//     live: it waits in the moved lane, served ahead of the backlog lane, where topics wait
+//     on this connection (a HEAD on the catalog stream that is not its announcement's, or an
+//     announcement's with a last record appended since the links to the peer came back) is
+//     live: it waits in the moved lane, served ahead of the backlog lane (but one pick in
+//     backlogShare goes to the backlog while both wait, so it never starves), where topics wait
 //     that were behind when announced (a new link's or a reconnect's catch-up) or whose
 //     mirror parked before it caught up. So after a long cut, records published after the
 //     return are mirrored within the bound's turnover instead of behind every topic the cut
@@ -138,13 +140,21 @@ func (l *link) hurryLocked(topic string) {
 	l.poke()
 }
 
+// backlogShare is how often the backlog lane is served while both lanes wait: one pick in
+// backlogShare. Without it a moved lane that never empties (records to random topics at the
+// rate the streams turn over) starves the backlog: a topic parked before it caught up
+// waited minutes (issue 34's campaign at load 20).
+const backlogShare = 4
+
 // nextWaitingLocked takes the next waiting topic: the moved lane's first, else the
-// backlog's, skipping stale entries (topics taken from the other lane, or no longer
-// mirrored). It returns false when none waits.
+// backlog's (and the backlog's one pick in backlogShare while both wait), skipping stale
+// entries (topics taken from the other lane, or no longer mirrored). It returns false when
+// none waits.
 func (l *link) nextWaitingLocked() (string, bool) {
 	for len(l.mu.moved) > 0 || len(l.mu.queue) > 0 {
 		var t string
-		if len(l.mu.moved) > 0 {
+		l.mu.picks++
+		if len(l.mu.moved) > 0 && (len(l.mu.queue) == 0 || l.mu.picks%backlogShare != 0) {
 			t, l.mu.moved = l.mu.moved[0], l.mu.moved[1:]
 		} else {
 			t, l.mu.queue = l.mu.queue[0], l.mu.queue[1:]
