@@ -72,6 +72,13 @@ func (c *linkCounters) comeBackLocked(now time.Time, grace time.Duration) {
 	}
 }
 
+// connected reports whether a connection to the peer is open.
+func (c *linkCounters) connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.open) > 0
+}
+
 // since is when the peer's links last came back after an outage (zero: never connected).
 func (c *linkCounters) since() time.Time {
 	c.mu.Lock()
