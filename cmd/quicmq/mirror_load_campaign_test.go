@@ -480,7 +480,13 @@ func checkMirrorLoad(t *testing.T, euConn *client.Conn, usHeads map[string]uint6
 		t.Errorf("eu's logs do not hold us's records exactly once, in order:\n  %s", strings.Join(problems, "\n  "))
 	}
 
-	// The delays: publish's send to eu's append.
+	reportDelays(t, pub, found, phases)
+}
+
+// reportDelays logs the mirror delays (publish's send to eu's append, found by sequence
+// number) by phase, and over the steady phases together. The caller holds pub.mu.
+func reportDelays(t *testing.T, pub *loadPublisher, found []time.Time, phases []loadPhase) {
+	t.Helper()
 	q := func(ds []time.Duration, p float64) time.Duration {
 		if len(ds) == 0 {
 			return 0
