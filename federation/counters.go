@@ -2,6 +2,7 @@ package federation
 
 import (
 	"sync"
+	"time"
 
 	"github.com/quic-go/quic-go"
 )
@@ -44,21 +45,49 @@ type linkCounters struct {
 	mu     sync.Mutex
 	closed linkCounts
 	open   map[*quic.Conn]*linkCounts // the highest figures seen so far on each open connection
+	// upSince is when the peer's links last came back: the local time the first connection
+	// after an outage opened (park.go: records of a later origin time are live). A connection
+	// that opens within a grace of the last one's end, or beside an open one (a link
+	// replaced), keeps it. endedAt is when the last connection ended.
+	upSince, endedAt time.Time
 }
 
 func newLinkCounters() *linkCounters {
 	return &linkCounters{open: make(map[*quic.Conn]*linkCounts)}
 }
 
-// opened starts counting conn.
-func (c *linkCounters) opened(conn *quic.Conn) {
+// opened starts counting conn, opened at now; a connection that opens more than grace after
+// the peer's last one ended begins a new upSince.
+func (c *linkCounters) opened(conn *quic.Conn, now time.Time, grace time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.comeBackLocked(now, grace)
 	c.open[conn] = &linkCounts{}
 }
 
-// ended folds conn's final figures into the sum of closed connections.
-func (c *linkCounters) ended(conn *quic.Conn) {
+// comeBackLocked notes a connection opening at now, before it is counted as open.
+func (c *linkCounters) comeBackLocked(now time.Time, grace time.Duration) {
+	if len(c.open) == 0 && (c.upSince.IsZero() || now.Sub(c.endedAt) > grace) {
+		c.upSince = now
+	}
+}
+
+// connected reports whether a connection to the peer is open.
+func (c *linkCounters) connected() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.open) > 0
+}
+
+// since is when the peer's links last came back after an outage (zero: never connected).
+func (c *linkCounters) since() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.upSince
+}
+
+// ended folds conn's final figures, at its end at now, into the sum of closed connections.
+func (c *linkCounters) ended(conn *quic.Conn, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	seen, ok := c.open[conn]
@@ -68,6 +97,7 @@ func (c *linkCounters) ended(conn *quic.Conn) {
 	seen.raise(countsOf(conn.ConnectionStats()))
 	c.closed.add(*seen)
 	delete(c.open, conn)
+	c.endedAt = now
 }
 
 // total is the sum over every connection so far, never lower than a previous total.

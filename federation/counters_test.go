@@ -5,6 +5,7 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/testlog"
 )
@@ -102,4 +103,35 @@ func TestLinkCountersSurviveReconnects(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// A peer's links come back (upSince, park.go's live lane) when a connection opens after an
+// outage longer than the grace; a link replaced (its successor opening beside it or at
+// once after it) or a short blip keeps the earlier time.
+func TestLinkCountersUpSince(t *testing.T) {
+	c := newLinkCounters()
+	t0 := time.Unix(1000, 0)
+	const grace = 2 * time.Second
+	conn := func() *quic.Conn { return new(quic.Conn) } // keys only: never read
+	a := conn()
+	c.comeBackLocked(t0, grace)
+	c.open[a] = &linkCounts{}
+	if got := c.since(); !got.Equal(t0) {
+		t.Fatalf("first connection: since %v, want %v", got, t0)
+	}
+	c.comeBackLocked(t0.Add(8*time.Second), grace) // a successor beside it: replaced
+	b := conn()
+	c.open[b] = &linkCounts{}
+	delete(c.open, a)
+	delete(c.open, b)
+	c.endedAt = t0.Add(9 * time.Second)
+	c.comeBackLocked(t0.Add(10*time.Second), grace) // back 1 s later: a blip
+	if got := c.since(); !got.Equal(t0) {
+		t.Fatalf("after a replacement and a blip: since %v, want %v", got, t0)
+	}
+	back := t0.Add(40 * time.Second) // 31 s later: an outage
+	c.comeBackLocked(back, grace)
+	if got := c.since(); !got.Equal(back) {
+		t.Fatalf("after an outage: since %v, want %v", got, back)
+	}
 }

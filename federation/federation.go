@@ -140,8 +140,11 @@ func (f *Federation) reconcile(ctx context.Context) {
 	}
 	// A peer's counters outlive its links (a reconnect, a link replaced after an address
 	// change) and go with the peer: the series of a link that ended for good are dropped.
-	for key := range f.mu.counters {
-		if p, ok := want[key[1]]; !ok || p.Region != key[0] {
+	// Kept while a connection of the peer's is still open (its link is closing): a peer that
+	// gossip marked failed and alive again (its suspicion after a cut, seconds after the
+	// return) gets its link back with the same counters, and the same upSince (park.go).
+	for key, c := range f.mu.counters {
+		if p, ok := want[key[1]]; (!ok || p.Region != key[0]) && !c.connected() {
 			delete(f.mu.counters, key)
 		}
 	}

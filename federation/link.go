@@ -62,10 +62,15 @@ type link struct {
 		announced map[string]bool // topics the peer announced on the catalog stream
 		patterns  []string        // the watched patterns mirrors are decided by
 		queue     []string        // topics waiting for a stream, in turn (stale entries are skipped)
-		queued    map[string]bool // the topics in queue
-		parkable  bool            // mirrors park (a stream per topic, to another region)
-		mostOpen  int             // the most mirrors ever open at once (tests check the bound)
-		opened    uint64          // mirrors opened since the link began (tests count them)
+		queued    map[string]bool // the topics waiting, in queue or moved
+		// moved is the live lane: topics whose head the peer reported moving on this
+		// connection, served ahead of queue (park.go); hurried is the set of them.
+		moved    []string
+		hurried  map[string]bool
+		picks    uint64 // topics taken from the lanes (park.go: the backlog's share)
+		parkable bool   // mirrors park (a stream per topic, to another region)
+		mostOpen int    // the most mirrors ever open at once (tests check the bound)
+		opened   uint64 // mirrors opened since the link began (tests count them)
 	}
 }
 
@@ -111,6 +116,7 @@ func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 	l.mu.stalled = make(map[string]bool)
 	l.mu.announced = make(map[string]bool)
 	l.mu.queued = make(map[string]bool)
+	l.mu.hurried = make(map[string]bool)
 	return l
 }
 
@@ -260,7 +266,7 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 		closeTransport(tr)
 		return nil, err
 	}
-	l.counters.opened(conn)
+	l.counters.opened(conn, time.Now(), l.f.cfg.LinkIdleTimeout)
 	l.mu.Lock()
 	l.mu.conn = conn
 	l.mu.transports = []*quic.Transport{tr}
@@ -275,7 +281,7 @@ func (l *link) dial(ctx context.Context) (*quic.Conn, error) {
 // kept for it; its final figures go to the peer's counters.
 func (l *link) closeConn(conn *quic.Conn, code quic.ApplicationErrorCode, reason string) {
 	conn.CloseWithError(code, reason)
-	l.counters.ended(conn)
+	l.counters.ended(conn, time.Now())
 	l.mu.Lock()
 	trs := l.mu.transports
 	l.mu.conn, l.mu.transports, l.mu.local, l.mu.opener, l.mu.probe = nil, nil, "", nil, nil
@@ -390,6 +396,11 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 // it held when the stream began, and the heads it reports.
 func (l *link) readCatalog(str *quic.Stream, local bool) error {
 	r := wire.NewReader(str, wire.Limits{})
+	announcing := "" // the topic of the TOPIC frame just read
+	// An announced head whose last record the origin appended after the links to it came
+	// back (by its clock: a skew only moves a few topics between the lanes) also moved
+	// since: a record published after the return, which the listing's head carries.
+	upSince := l.counters.since().UnixNano()
 	for {
 		f, err := r.Read()
 		if err != nil {
@@ -403,21 +414,27 @@ func (l *link) readCatalog(str *quic.Stream, local bool) error {
 			if !local {
 				l.announce(f.Name)
 			}
+			announcing = f.Name
+			continue
 		case *wire.Subscribed:
 			if cb := l.f.cfg.OnCatalogSynced; cb != nil {
 				cb(l.peer)
 			}
 		case *wire.Head:
 			// The head of an announced topic: what reopens a parked mirror, and tells an
-			// open one it is behind while its own stream carries nothing.
+			// open one it is behind while its own stream carries nothing. One right after
+			// its topic's TOPIC is the announcement's (the head when the peer listed it);
+			// any other reports a move on this connection: a live topic (park.go), as is
+			// one announced with a head appended since upSince.
 			if f.Topic != "" && !local {
-				l.headReported(f.Topic, f.Next, f.Time)
+				l.headReported(f.Topic, f.Next, f.Time, f.Topic != announcing || f.Time >= upSince)
 			}
 		case *wire.ErrorFrame:
 			return f.AsError()
 		default:
 			return fmt.Errorf("unexpected %s on the catalog stream", f.Type())
 		}
+		announcing = ""
 	}
 }
 

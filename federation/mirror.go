@@ -47,6 +47,9 @@ type mirror struct {
 	// topic that moves, which keeps its stream while others wait (park.go). Written by the
 	// run goroutine, read by the link's.
 	live atomic.Bool
+	// movedMeanwhile is set, under link.mu, when the origin reported the topic's head moving
+	// while the mirror was open: if it ends behind, its topic waits in the moved lane.
+	movedMeanwhile bool
 }
 
 func newMirror(l *link, topic string, h *mirrorHealth) *mirror {

@@ -24,6 +24,16 @@ import (
 //   - The origin reports a head on the catalog stream for each announced topic as it is
 //     announced and whenever the head moves (serve.go). A parked topic whose reported head is
 //     past what it scanned, or one whose head was never reported, waits in the link's queue.
+//   - Waiting topics take one of two lanes. A topic whose head the origin reported moving
+//     on this connection (a HEAD on the catalog stream that is not its announcement's, or an
+//     announcement's with a last record appended since the links to the peer came back) is
+//     live: it waits in the moved lane, served ahead of the backlog lane (but one pick in
+//     backlogShare goes to the backlog while both wait, so it never starves), where topics wait
+//     that were behind when announced (a new link's or a reconnect's catch-up) or whose
+//     mirror parked before it caught up. So after a long cut, records published after the
+//     return are mirrored within the bound's turnover instead of behind every topic the cut
+//     touched, and the backlog gets every stream the live topics do not need (issue 34's
+//     figure 2: 21 s p99 after a 30 s cut, the backlog's catch-up, in the FIFO queue).
 //   - The link's goroutine opens streams for waiting topics, in turn, while fewer than the
 //     bound are open; when the bound is reached, the least recently active open mirrors park
 //     for them: caught-up ones first, then any that held its stream for MirrorSlice (it waits
@@ -47,6 +57,8 @@ func (l *link) resetForConn(patterns []string, parkable bool) {
 	l.mu.announced = make(map[string]bool)
 	l.mu.queue = nil
 	l.mu.queued = make(map[string]bool)
+	l.mu.moved = nil
+	l.mu.hurried = make(map[string]bool)
 	l.mu.patterns = patterns
 	l.mu.parkable = parkable
 }
@@ -81,8 +93,9 @@ func (l *link) considerLocked(topic string) {
 }
 
 // headReported notes a head the origin reported on the catalog stream, and queues the topic
-// for a stream when it is parked and behind.
-func (l *link) headReported(topic string, next uint64, headTime int64) {
+// for a stream when it is parked and behind: in the moved lane when the head moved on this
+// connection (moved), else in the backlog.
+func (l *link) headReported(topic string, next uint64, headTime int64, moved bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h := l.mu.health[topic]
@@ -90,7 +103,18 @@ func (l *link) headReported(topic string, next uint64, headTime int64) {
 		return // not mirrored here
 	}
 	h.reported(next, headTime, l.f.cfg.Now())
-	if l.mu.mirrors[topic] == nil && l.mu.announced[topic] && h.needsStream() {
+	if m := l.mu.mirrors[topic]; m != nil {
+		// Left to the open mirror; if it parks before it has the move, its end queues the
+		// topic in the moved lane.
+		m.movedMeanwhile = m.movedMeanwhile || moved
+		return
+	}
+	if !l.mu.announced[topic] || !h.needsStream() {
+		return
+	}
+	if moved {
+		l.hurryLocked(topic)
+	} else {
 		l.enqueueLocked(topic)
 	}
 }
@@ -102,6 +126,47 @@ func (l *link) enqueueLocked(topic string) {
 	l.mu.queued[topic] = true
 	l.mu.queue = append(l.mu.queue, topic)
 	l.poke()
+}
+
+// hurryLocked queues topic in the moved lane, also when it waits in the backlog already (its
+// entry there is then skipped as stale: a topic waits once, counted in queued).
+func (l *link) hurryLocked(topic string) {
+	if l.mu.hurried[topic] {
+		return
+	}
+	l.mu.hurried[topic] = true
+	l.mu.queued[topic] = true
+	l.mu.moved = append(l.mu.moved, topic)
+	l.poke()
+}
+
+// backlogShare is how often the backlog lane is served while both lanes wait: one pick in
+// backlogShare. Without it a moved lane that never empties (records to random topics at the
+// rate the streams turn over) starves the backlog: a topic parked before it caught up
+// waited minutes (issue 34's campaign at load 20).
+const backlogShare = 4
+
+// nextWaitingLocked takes the next waiting topic: the moved lane's first, else the
+// backlog's (and the backlog's one pick in backlogShare while both wait), skipping stale
+// entries (topics taken from the other lane, or no longer mirrored). It returns false when
+// none waits.
+func (l *link) nextWaitingLocked() (string, bool) {
+	for len(l.mu.moved) > 0 || len(l.mu.queue) > 0 {
+		var t string
+		l.mu.picks++
+		if len(l.mu.moved) > 0 && (len(l.mu.queue) == 0 || l.mu.picks%backlogShare != 0) {
+			t, l.mu.moved = l.mu.moved[0], l.mu.moved[1:]
+		} else {
+			t, l.mu.queue = l.mu.queue[0], l.mu.queue[1:]
+		}
+		if !l.mu.queued[t] {
+			continue
+		}
+		delete(l.mu.queued, t)
+		delete(l.mu.hurried, t)
+		return t, true
+	}
+	return "", false
 }
 
 // poke wakes the link's goroutine to open streams for waiting topics.
@@ -123,7 +188,7 @@ func (l *link) waiting() bool {
 func (l *link) waitingForStream() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.mu.parkable && len(l.mu.queue) > 0 && len(l.mu.mirrors) >= l.boundLocked()
+	return l.mu.parkable && len(l.mu.queued) > 0 && len(l.mu.mirrors) >= l.boundLocked()
 }
 
 func (l *link) boundLocked() int {
@@ -139,13 +204,11 @@ func (l *link) schedule(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	bound := l.boundLocked()
-	for len(l.mu.mirrors) < bound && len(l.mu.queue) > 0 {
-		t := l.mu.queue[0]
-		l.mu.queue = l.mu.queue[1:]
-		if !l.mu.queued[t] {
-			continue // no longer mirrored here
+	for len(l.mu.mirrors) < bound {
+		t, ok := l.nextWaitingLocked()
+		if !ok {
+			break
 		}
-		delete(l.mu.queued, t)
 		h := l.mu.health[t]
 		if h == nil || l.mu.mirrors[t] != nil || !l.mu.announced[t] || !h.needsStream() {
 			continue // caught up meanwhile (a head reported after it was queued)
@@ -161,11 +224,12 @@ func (l *link) schedule(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg
 			l.mirrorEnded(m)
 		}()
 	}
-	if len(l.mu.queue) == 0 && l.mu.queue != nil {
-		// Let the array and the map of a long catch-up go (a map keeps its largest size).
-		l.mu.queue = nil
+	if len(l.mu.queue) == 0 && len(l.mu.moved) == 0 && (l.mu.queue != nil || l.mu.moved != nil) {
+		// Let the arrays and the maps of a long catch-up go (a map keeps its largest size).
+		l.mu.queue, l.mu.moved = nil, nil
 		if len(l.mu.queued) == 0 {
 			l.mu.queued = make(map[string]bool)
+			l.mu.hurried = make(map[string]bool)
 		}
 	}
 }
@@ -181,7 +245,11 @@ func (l *link) mirrorEnded(m *mirror) {
 		delete(l.mu.mirrors, m.topic)
 	}
 	if h := l.mu.health[m.topic]; h != nil && l.mu.announced[m.topic] && h.needsStream() {
-		l.enqueueLocked(m.topic)
+		if m.movedMeanwhile {
+			l.hurryLocked(m.topic)
+		} else {
+			l.enqueueLocked(m.topic)
+		}
 	}
 	l.poke() // a stream is free
 }
@@ -279,6 +347,7 @@ func (l *link) repattern(patterns []string) {
 		if !l.f.mirrored(t, patterns) {
 			delete(l.mu.health, t) // a topic no longer mirrored here is not behind
 			delete(l.mu.queued, t)
+			delete(l.mu.hurried, t)
 		}
 	}
 	for t := range l.mu.announced {

@@ -89,7 +89,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		moved = newMovedSet()
 		defer f.cfg.Log.WatchAdvances(moved.add)()
 	}
-	var report <-chan time.Time // the pending report of moved heads (nil: none)
+	var reportDue <-chan time.Time // the pending report of moved heads (nil: none)
 
 	patterns := validPatterns(first.Patterns)
 	// announced holds the topics announced on the stream, with the head's next offset last
@@ -113,6 +113,21 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(name, next), Topic: name})
 		}
 	}
+	// report sends a HEAD for each announced topic whose head moved since its last report.
+	report := func() {
+		for _, t := range moved.take() {
+			last, ok := announced[t]
+			if !ok { // not announced (yet): its announcement carries its head
+				continue
+			}
+			_, next, _ := f.cfg.Log.Bounds(t)
+			if next == last || !f.wanted(t, patterns) {
+				continue
+			}
+			announced[t] = next
+			w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(t, next), Topic: t})
+		}
+	}
 	// Every topic is listed at the start and when the patterns change; in between, only the
 	// topics created since the last look (CreatedSince), so a catalog of many topics does not
 	// list them all at each creation.
@@ -132,6 +147,12 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 				}
 				for _, t := range page {
 					announce(t.Name)
+				}
+				if moved != nil {
+					// The moves of topics listed already, without waiting for the end of a
+					// listing of many topics (a reconnect's): the peer serves a topic that
+					// moves ahead of its backlog, which the listing's heads make.
+					report()
 				}
 				if err := w.Flush(); err != nil {
 					return err
@@ -158,7 +179,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			return err
 		}
 		var movedCh <-chan struct{}
-		if moved != nil && report == nil {
+		if moved != nil && reportDue == nil {
 			movedCh = moved.ch
 		}
 		select {
@@ -169,21 +190,10 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			patterns = validPatterns(p)
 			relist = true
 		case <-movedCh:
-			report = time.After(f.cfg.HeadReportInterval)
-		case <-report:
-			report = nil
-			for _, t := range moved.take() {
-				last, ok := announced[t]
-				if !ok { // not announced (yet): its announcement carries its head
-					continue
-				}
-				_, next, _ := f.cfg.Log.Bounds(t)
-				if next == last || !f.wanted(t, patterns) {
-					continue
-				}
-				announced[t] = next
-				w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(t, next), Topic: t})
-			}
+			reportDue = time.After(f.cfg.HeadReportInterval)
+		case <-reportDue:
+			reportDue = nil
+			report()
 		}
 	}
 }

@@ -77,8 +77,10 @@ func TestMirrorLoadCampaign(t *testing.T) {
 	// QUICMQ_MIRROR_LOAD_PPROF=DIR: a CPU profile of each node over the first steady phase,
 	// written to DIR (us.cpu, eu.cpu).
 	pprofDir := os.Getenv("QUICMQ_MIRROR_LOAD_PPROF")
+	// QUICMQ_MIRROR_LOAD_TIMELINE=1: each node's link gauges every second (mirrorTimeline).
+	timeline := os.Getenv("QUICMQ_MIRROR_LOAD_TIMELINE") != ""
 	var usMetrics, euMetrics string
-	if pprofDir != "" {
+	if pprofDir != "" || timeline {
 		usMetrics, euMetrics = freeAddr(t), freeAddr(t)
 		usArgs = append(usArgs, "--metrics", usMetrics, "--pprof")
 		euArgs = append(euArgs, "--metrics", euMetrics, "--pprof")
@@ -127,6 +129,9 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		pub.phase.Store(int32(len(phases) - 1))
 	}
 	phaseStart("steady")
+	if timeline {
+		defer mirrorTimeline(t, start, map[string]string{"us": usMetrics, "eu": euMetrics})()
+	}
 	if pprofDir != "" {
 		secs := max(int(steady.Seconds())-2, 1)
 		for node, addr := range map[string]string{"us": usMetrics, "eu": euMetrics} {
@@ -475,7 +480,13 @@ func checkMirrorLoad(t *testing.T, euConn *client.Conn, usHeads map[string]uint6
 		t.Errorf("eu's logs do not hold us's records exactly once, in order:\n  %s", strings.Join(problems, "\n  "))
 	}
 
-	// The delays: publish's send to eu's append.
+	reportDelays(t, pub, found, phases)
+}
+
+// reportDelays logs the mirror delays (publish's send to eu's append, found by sequence
+// number) by phase, and over the steady phases together. The caller holds pub.mu.
+func reportDelays(t *testing.T, pub *loadPublisher, found []time.Time, phases []loadPhase) {
+	t.Helper()
 	q := func(ds []time.Duration, p float64) time.Duration {
 		if len(ds) == 0 {
 			return 0
@@ -483,21 +494,29 @@ func checkMirrorLoad(t *testing.T, euConn *client.Conn, usHeads map[string]uint6
 		return ds[int(p*float64(len(ds)-1))].Round(time.Millisecond)
 	}
 	for i, ph := range phases {
-		var ds []time.Duration
-		var lastBefore time.Time // the latest arrival of a record sent before the return
+		var ds, after []time.Duration // after: of the records sent after the return
+		var lastBefore time.Time      // the latest arrival of a record sent before the return
 		for seq, s := range pub.sent {
 			if int(s.phase) != i || found[seq].IsZero() {
 				continue
 			}
 			ds = append(ds, found[seq].Sub(s.at))
-			if !ph.back.IsZero() && s.at.Before(ph.back) && found[seq].After(lastBefore) {
+			if ph.back.IsZero() {
+				continue
+			}
+			if !s.at.Before(ph.back) {
+				after = append(after, found[seq].Sub(s.at))
+			} else if found[seq].After(lastBefore) {
 				lastBefore = found[seq]
 			}
 		}
 		slices.Sort(ds)
 		line := fmt.Sprintf("phase %d %-7s %6d records: mirror delay p50 %v, p99 %v, max %v", i, ph.kind, len(ds), q(ds, 0.5), q(ds, 0.99), q(ds, 1))
 		if !ph.back.IsZero() {
-			line += fmt.Sprintf("; the last record sent before the return appended at eu %v after it", lastBefore.Sub(ph.back).Round(time.Millisecond))
+			slices.Sort(after)
+			// The records published while eu caught up: what waits behind the catch-up.
+			line += fmt.Sprintf("; the last record sent before the return appended at eu %v after it; the %d sent after it (during the catch-up): p50 %v, p99 %v, max %v",
+				lastBefore.Sub(ph.back).Round(time.Millisecond), len(after), q(after, 0.5), q(after, 0.99), q(after, 1))
 		}
 		t.Log(line)
 	}

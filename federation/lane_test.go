@@ -1,0 +1,78 @@
+package federation
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
+)
+
+// A topic that moves while a link catches up a backlog of many topics is mirrored ahead of
+// the backlog (park.go's live lane): a new region's link to an origin holding 400 topics
+// with records, through 2 streams, queues them in name order; a record published to the
+// last of them once every topic is announced arrives while topics before it in the queue
+// still wait. Without the lane it waits for its turn, after the whole backlog (issue 34's
+// figure 2: records published after a 30 s cut waited behind the cut's backlog).
+func TestMovedTopicMirroredAheadOfBacklog(t *testing.T) {
+	const topics, bound = 400, 2
+	m := newFedMesh(t)
+	b := m.addNode("b", nodeOpts{})
+	name := func(i int) string { return fmt.Sprintf("m.t%03d", i) }
+	for i := range topics {
+		b.publishSeq(t, name(i), 0, 3)
+	}
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}, maxStreams: bound,
+		parkAfter: 200 * time.Millisecond, slice: 100 * time.Millisecond})
+	testlog.WaitFor(t, 30*time.Second, "every topic announced on a's link", func() bool {
+		li, _ := a.link("b")
+		return li.MirroredTopics == topics
+	})
+	live := name(topics - 1) // last in the backlog's order
+	behind := func() (n int) {
+		for i := range topics - 1 {
+			if a.cursor(t, "b", name(i)) < int64(b.next(name(i)))-1 {
+				n++
+			}
+		}
+		return n
+	}
+	off := b.next(live)
+	b.publish(t, live, "live")
+	t.Logf("published to %s with %d of the other %d topics' backlogs behind", live, behind(), topics-1)
+	testlog.WaitFor(t, 60*time.Second, "the live topic's record mirrored", func() bool { return a.cursor(t, "b", live) >= int64(off) })
+	left := behind()
+	t.Logf("the live topic's record mirrored with %d of the other %d topics' backlogs still behind", left, topics-1)
+	if left == 0 {
+		t.Fatalf("the record published to %s during the catch-up waited for the whole backlog", live)
+	}
+	testlog.WaitFor(t, 60*time.Second, "every backlog mirrored", func() bool { return behind() == 0 })
+	for i := range topics {
+		if got, want := checkMirrored(t, a, b, name(i)), int(b.next(name(i))); got != want {
+			t.Fatalf("%s: %d records mirrored, want %d", name(i), got, want)
+		}
+	}
+}
+
+// The backlog lane is served while the moved lane never empties: one pick in backlogShare.
+func TestBacklogNotStarvedByMovedLane(t *testing.T) {
+	l := &link{sched: make(chan struct{}, 1)}
+	l.mu.queued = make(map[string]bool)
+	l.mu.hurried = make(map[string]bool)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.enqueueLocked("backlog")
+	for i := range 100 {
+		l.hurryLocked(fmt.Sprintf("moved-%d", i))
+	}
+	for pick := 1; ; pick++ {
+		topic, ok := l.nextWaitingLocked()
+		if !ok || pick > 16 { // backlogShare (4) at the most
+			t.Fatalf("pick %d: %q, %v: the backlog waited past its share", pick, topic, ok)
+		}
+		if topic == "backlog" {
+			return
+		}
+		l.hurryLocked(topic) // the moved lane never empties
+	}
+}
