@@ -35,7 +35,7 @@ type MemberInfo struct {
 // topics: linksOptions), POST /v1/links/migrate?region=R
 // (migrate the links to R, or all, to new local sockets), GET /v1/gossip/keys (the keyring,
 // as fingerprints) and POST /v1/gossip/keys/{install,use,remove} with the base64 key as the
-// body (a pool-wide key rotation step), and consumer and topic management (manage_admin.go:
+// body (a pool-wide key rotation step), and consumer and topic management (node/manage, admin.go:
 // GET /v1/consumers[/{name}], POST /v1/consumers/{name}/reset, DELETE /v1/consumers/{name},
 // POST /v1/topics/{topic}, POST /v1/topics/{topic}/purge, DELETE /v1/topics/{topic}), and the
 // region's nodes (nodes_admin.go: GET /v1/nodes, POST /v1/nodes/{name}/drain and /undrain). The
