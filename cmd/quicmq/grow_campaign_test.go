@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -71,21 +70,7 @@ func TestGrowCampaign(t *testing.T) {
 	var sampler procSampler
 	timeline := os.Getenv("QUICMQ_GROW_TIMELINE") != "" // a timeline of the machine beside the publishes
 	if timeline {
-		sctx, scancel := context.WithCancel(ctx)
-		var swg sync.WaitGroup
-		defer swg.Wait()
-		defer scancel()
-		swg.Go(func() {
-			sampler.run(sctx, func() map[string]int {
-				pids := map[string]int{"test": os.Getpid()}
-				for _, n := range r.nodes {
-					if p := n.proc(); p != nil {
-						pids[n.name] = p.Pid()
-					}
-				}
-				return pids
-			})
-		})
+		defer r.sample(ctx, &sampler)()
 	}
 	l.waitAcks(t, 5*rate)
 

@@ -68,21 +68,7 @@ func TestRollingRestartCampaign(t *testing.T) {
 	var sampler procSampler
 	timeline := os.Getenv("QUICMQ_ROLL_TIMELINE") != "" // a timeline of the machine beside the publishes
 	if timeline {
-		sctx, scancel := context.WithCancel(ctx)
-		var swg sync.WaitGroup
-		defer swg.Wait()
-		defer scancel()
-		swg.Go(func() {
-			sampler.run(sctx, func() map[string]int {
-				pids := map[string]int{"test": os.Getpid()}
-				for _, n := range r.nodes {
-					if p := n.proc(); p != nil {
-						pids[n.name] = p.Pid()
-					}
-				}
-				return pids
-			})
-		})
+		defer r.sample(ctx, &sampler)()
 	}
 	l.waitAcks(t, 5000)
 

@@ -29,6 +29,28 @@ type procSampler struct {
 	samples []procSample
 }
 
+// sample runs s over r's node processes and the test process until ctx ends or the
+// returned stop is called, which waits for the last sample.
+func (r *replicaRegion) sample(ctx context.Context, s *procSampler) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		s.run(ctx, func() map[string]int {
+			pids := map[string]int{"test": os.Getpid()}
+			for _, n := range r.nodes {
+				if p := n.proc(); p != nil {
+					pids[n.name] = p.Pid()
+				}
+			}
+			return pids
+		})
+	})
+	return func() {
+		cancel()
+		wg.Wait()
+	}
+}
+
 // run samples until ctx ends; pids gives the processes to sample by name (it is called at
 // each sample: a restarted node has a new pid).
 func (s *procSampler) run(ctx context.Context, pids func() map[string]int) {
