@@ -215,25 +215,14 @@ func (l *rollLoad) growSlowReport(start time.Time, over time.Duration, replicasO
 	}
 	slices.SortFunc(slow, func(a, b rollSample) int { return a.sent.Compare(b.sent) })
 	var b strings.Builder
-	for i := 0; i < len(slow); {
-		j := i + 1
-		for j < len(slow) && slow[j].sent.Sub(slow[j-1].sent) < 300*time.Millisecond {
-			j++
-		}
-		ep := slow[i:j]
-		var worst time.Duration
-		retried := 0
+	for _, ep := range slowEpisodes(slow) { // rolling_campaign_test.go
+		worst, retried := ep.worst()
 		sets := map[string]int{}
 		for _, s := range ep {
-			worst = max(worst, s.lat)
-			if s.retried {
-				retried++
-			}
 			sets[replicasOf[s.topic]]++
 		}
 		fmt.Fprintf(&b, "  %6.2fs..%6.2fs sent: %d slow, worst %v, %d published again; client on %s; by replicas after: %v\n",
 			ep[0].sent.Sub(start).Seconds(), ep[len(ep)-1].sent.Sub(start).Seconds(), len(ep), worst.Round(time.Millisecond), retried, ep[0].node, sets)
-		i = j
 	}
 	return b.String()
 }

@@ -534,27 +534,44 @@ func (l *rollLoad) slowReport(over time.Duration) string {
 		}
 		fmt.Fprintf(&b, "  sent while %s: %d publishes, p50 %v p99 %v max %v\n", c, len(d), q(0.5), q(0.99), d[len(d)-1].Round(time.Millisecond))
 	}
-	for i := 0; i < len(slow); {
-		j := i + 1
-		for j < len(slow) && slow[j].sent.Sub(slow[j-1].sent) < 300*time.Millisecond {
-			j++
-		}
-		ep := slow[i:j]
-		var worst time.Duration
-		retried := 0
+	for _, ep := range slowEpisodes(slow) {
+		worst, retried := ep.worst()
 		nodes, acks, topics := map[string]int{}, map[string]int{}, map[int]bool{}
 		for _, s := range ep {
-			worst = max(worst, s.lat)
-			if s.retried {
-				retried++
-			}
 			nodes[s.node]++
 			acks[s.ackNode]++
 			topics[s.topic] = true
 		}
 		fmt.Fprintf(&b, "  %s..%s sent: %d slow (%d topics), worst %v, %d published again; client on %v when sent, %v when acknowledged\n",
 			off(ep[0].sent), off(ep[len(ep)-1].sent), len(ep), len(topics), worst.Round(time.Millisecond), retried, nodes, acks)
-		i = j
 	}
 	return b.String()
+}
+
+// episode is a run of slow publishes sent less than 300 ms apart, in the order sent.
+type episode []rollSample
+
+// slowEpisodes splits slow (sorted by when sent) into episodes.
+func slowEpisodes(slow []rollSample) []episode {
+	var eps []episode
+	for i := 0; i < len(slow); {
+		j := i + 1
+		for j < len(slow) && slow[j].sent.Sub(slow[j-1].sent) < 300*time.Millisecond {
+			j++
+		}
+		eps = append(eps, slow[i:j])
+		i = j
+	}
+	return eps
+}
+
+// worst is the episode's longest latency and how many of its publishes were published again.
+func (ep episode) worst() (worst time.Duration, retried int) {
+	for _, s := range ep {
+		worst = max(worst, s.lat)
+		if s.retried {
+			retried++
+		}
+	}
+	return worst, retried
 }
