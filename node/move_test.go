@@ -70,6 +70,24 @@ func FuzzMoveRecord(f *testing.F) {
 
 // newMoveMesh is a replicated region of size nodes with --replicas 3 and the admin API,
 // whose groups hold topics and have leaders.
+// releaseMoveEnds lets every node record the end of the moves it held back (holdEnds) and
+// waits until each has applied it: no move in progress anywhere.
+func (m *drainMesh) releaseMoveEnds() {
+	m.t.Helper()
+	for _, name := range m.names {
+		m.nodes[name].rep.moves.holdEnds.Store(false)
+	}
+	for _, name := range m.names {
+		rr := m.nodes[name].rep
+		testlog.WaitForErr(m.t, 60*time.Second, name+" to apply the move's end", func() error {
+			if len(rr.moves.movesCopy()) == 0 {
+				return nil
+			}
+			return fmt.Errorf("moves %v", rr.moves.movesCopy())
+		})
+	}
+}
+
 func newMoveMesh(t *testing.T, size int, mod ...func(*Config)) *drainMesh {
 	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, size, func(c *Config) {
 		c.Replicas = 3
@@ -592,17 +610,9 @@ func TestMoveUndoAfterPromotionIsRecordedDone(t *testing.T) {
 			return ok && gm.undo
 		})
 	}
-	for _, name := range m.names {
-		m.nodes[name].rep.moves.holdEnds.Store(false)
-	}
+	m.releaseMoveEnds()
 	for _, name := range m.names {
 		rr := m.nodes[name].rep
-		testlog.WaitForErr(t, 60*time.Second, name+" to apply the move's end", func() error {
-			if len(rr.moves.movesCopy()) == 0 {
-				return nil
-			}
-			return fmt.Errorf("moves %v", rr.moves.movesCopy())
-		})
 		if done, undone := metricWith(t, m.nodes[name], "quicmq_raft_moves_done_total", nil), metricWith(t, m.nodes[name], "quicmq_raft_moves_undone_total", nil); done != 1 || undone != 0 {
 			t.Fatalf("%s: %v moves done and %v undone, want 1 and 0", name, done, undone)
 		}

@@ -108,17 +108,6 @@ func TestMovedReplicaLeadsBeforeTheMetadataSaysSo(t *testing.T) {
 		}
 		t.Logf("publish through %s acknowledged at offset %d in %v", name, ack.Offset, time.Since(start).Round(time.Millisecond))
 	}
-	for _, name := range m.names {
-		m.nodes[name].rep.moves.holdEnds.Store(false)
-	}
-	for _, name := range m.names {
-		rr := m.nodes[name].rep
-		testlog.WaitForErr(t, 60*time.Second, name+" to apply the move's end", func() error {
-			if len(rr.moves.movesCopy()) == 0 {
-				return nil
-			}
-			return fmt.Errorf("moves %v", rr.moves.movesCopy())
-		})
-	}
+	m.releaseMoveEnds() // move_test.go
 	m.checkFullyReplicated(m.names)
 }
