@@ -75,7 +75,9 @@
 //     QUIC connection migration ([Conn.Migrate]): a path on a new socket is probed and the
 //     connection switches to it, keeping every stream and the TLS session (no handshake). It
 //     does so on its own when the local address of the route to the node changes (checked
-//     every Options.MigrateCheck, 5 s). A migration that is refused leaves the connection as
+//     every Options.MigrateCheck, 5 s); such a migration whose new path goes unanswered is
+//     tried again three times, after 1, 2 and 4 Options.MigrateTimeout. A migration that is
+//     refused leaves the connection as
 //     it was, or with Options.Reconnect makes the Conn reconnect instead; [Conn.Stats] counts
 //     handshakes, migrations, failures and fallbacks. Every socket a connection used stays
 //     open until it ends (quic-go ends a connection with its first socket).

@@ -221,19 +221,32 @@ func (c *Conn) fallback(ctx context.Context, l *link, cause error) error {
 // watchRoute starts, with Options.MigrateCheck, the goroutine that migrates the connection
 // when the local address of the host's route to the node changes (an interface added or
 // removed, an address changed). It belongs to the Conn (wg) and ends with Close.
+//
+// A migration that fails (its probe unanswered within MigrateTimeout: the new network is
+// not up yet, or the host is too loaded to answer in time) is tried again after 1, 2 and 4
+// MigrateTimeout, then left until the route changes again: a failed attempt's socket stays
+// open for the connection's life, so attempts are bounded per change.
 func (c *Conn) watchRoute() {
 	if c.opts.MigrateCheck <= 0 {
 		return
+	}
+	var (
+		on    *link      // the connection last belongs to
+		last  string     // the source address of the route to its node when last seen
+		retry routeRetry // a failed migration to last, to try again
+	)
+	// The route the connection was dialed on is taken now, not when the goroutine first
+	// runs: a change in between would otherwise be taken for the first route.
+	if l := c.current(); l != nil {
+		if src, err := c.opts.routeSource(c.addrs[l.at].raddr); err == nil {
+			on, last = l, src
+		}
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		t := time.NewTicker(c.opts.MigrateCheck)
 		defer t.Stop()
-		var (
-			on   *link  // the connection src belongs to
-			last string // the source address of the route to its node when last seen
-		)
 		for {
 			l := c.current()
 			src, err := c.opts.routeSource(c.addrs[l.at].raddr)
@@ -241,15 +254,15 @@ func (c *Conn) watchRoute() {
 			case err != nil:
 				// No route now (the network is down): wait for one.
 			case l != on:
-				on, last = l, src // a new connection starts from the route it was dialed on
+				on, last, retry = l, src, routeRetry{} // a new connection starts from the route it was dialed on
 			case src != last:
-				// Tried once per change: a failed attempt's socket stays open for the
-				// connection's life, so retrying every tick would pile them up.
-				last = src
-				c.Migrate(c.stopCtx)
-				if c.current() != l {
-					on = nil // fell back to a new connection: take its route next time
-				}
+				last, retry = src, routeRetry{}
+				retry.attempt(c, l, c.opts.MigrateTimeout)
+			case retry.due(time.Now()):
+				retry.attempt(c, l, c.opts.MigrateTimeout)
+			}
+			if c.current() != l {
+				on = nil // fell back to a new connection: take its route next time
 			}
 			select {
 			case <-c.stopCtx.Done():
@@ -259,6 +272,31 @@ func (c *Conn) watchRoute() {
 		}
 	}()
 }
+
+// routeRetries is how many times a migration after a route change is tried again when it
+// failed: attempts per change are 1 + routeRetries.
+const routeRetries = 3
+
+// routeRetry is the state of the migration after one route change: the attempts made and
+// when the next is due (zero: none is).
+type routeRetry struct {
+	tries int
+	next  time.Time
+}
+
+// attempt migrates l's connection; when the migration fails and l is still the connection,
+// the next attempt is due after 2^(tries-1) backoff, up to routeRetries more.
+func (r *routeRetry) attempt(c *Conn, l *link, backoff time.Duration) {
+	r.tries++
+	r.next = time.Time{}
+	if c.Migrate(c.stopCtx) == nil || c.current() != l || r.tries > routeRetries {
+		return
+	}
+	r.next = time.Now().Add(backoff << (r.tries - 1))
+}
+
+// due reports whether a retry is due at now.
+func (r *routeRetry) due(now time.Time) bool { return !r.next.IsZero() && !now.Before(r.next) }
 
 // routeSource is the local address the host's routes choose to reach raddr: a connected UDP
 // socket is given one without sending anything.

@@ -164,7 +164,7 @@ func TestMigrateOnRouteChange(t *testing.T) {
 	publishN(t, c, "route.t", "a", 10)
 	nextN(t, sub, 10)
 	src.Store("198.51.100.7")
-	testlog.WaitFor(t, 20*time.Second, "a migration after the route changed", func() bool { return c.Stats().Migrations == 1 })
+	waitMigrations(t, c, 1)
 	publishN(t, c, "route.t", "b", 10)
 	for i, r := range nextN(t, sub, 10) {
 		if r.Offset != uint64(10+i) {
@@ -174,6 +174,46 @@ func TestMigrateOnRouteChange(t *testing.T) {
 	if st := c.Stats(); st.Handshakes != 1 || st.Migrations != 1 {
 		t.Errorf("Stats = %+v, want 1 handshake and 1 migration", st)
 	}
+}
+
+// TestMigrateOnRouteChangeRetries: a migration after a route change whose probe goes
+// unanswered (a relay that admits no new flow yet: the new network is not up) is tried
+// again, and completes once the new path answers.
+func TestMigrateOnRouteChangeRetries(t *testing.T) {
+	n := newTestNode(t)
+	relay := newNATRelay(t, n.Addr().String())
+	relay.refuseNew.Store(true)
+	var src atomic.Value
+	src.Store("192.0.2.1")
+	route := func(*net.UDPAddr) (string, error) { return src.Load().(string), nil }
+	c := dialAddr(t, n, relay.Addr(), func(o *client.Options) {
+		*o = client.WithRouteSource(*o, route)
+		o.MigrateCheck, o.MigrateTimeout = 5*time.Millisecond, 100*time.Millisecond
+	})
+	src.Store("198.51.100.7")
+	testlog.WaitForErr(t, 20*time.Second, "a failed migration after the route changed", func() error {
+		if st := c.Stats(); st.FailedMigrations == 0 {
+			return fmt.Errorf("Stats = %+v", st)
+		}
+		return nil
+	})
+	relay.refuseNew.Store(false)
+	waitMigrations(t, c, 1)
+	if st := c.Stats(); st.Handshakes != 1 || st.Fallbacks != 0 {
+		t.Errorf("Stats = %+v, want 1 handshake and no fallback", st)
+	}
+	publishN(t, c, "route.retry", "a", 3)
+}
+
+// waitMigrations waits until c counts want migrations, and says what it counts otherwise.
+func waitMigrations(t *testing.T, c *client.Conn, want uint64) {
+	t.Helper()
+	testlog.WaitForErr(t, 20*time.Second, "a migration after the route changed", func() error {
+		if st := c.Stats(); st.Migrations != want {
+			return fmt.Errorf("Stats = %+v", st)
+		}
+		return nil
+	})
 }
 
 // TestMigrateLostConnection: Migrate on a connection that was lost (its node stopped and
