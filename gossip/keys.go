@@ -19,7 +19,8 @@ import (
 //
 // Each step is a serf query to every member of the pool, answered by each; a step that
 // did not reach every member returns ErrKeyRotation with the per-member messages, and
-// may simply be repeated (each step is idempotent). No step ever leaves two members
+// may simply be repeated (each step is idempotent; a step some members did not answer in
+// time, reporting no failure, is asked again up to keyOpTries times before that). No step ever leaves two members
 // without a common key, which is why the pool does not flap. The operations act on this
 // node's LAN pool (its region) and on the WAN pool: the LAN pools of other regions are
 // rotated by calling them on a node of each region.
@@ -89,6 +90,13 @@ func (g *Gossip) keyOp(op string, key []byte, do func(*serf.KeyManager, string) 
 			continue
 		}
 		resp, err := do(p.s.KeyManager(), k)
+		// A member whose answer missed the query's deadline (a loaded host) reported no
+		// failure: the step is idempotent, so it is asked again, a few times.
+		for try := 1; err != nil && try < keyOpTries && silentOnly(resp); try++ {
+			g.log.Info("gossip: key operation: members did not answer in time, asking again",
+				"op", op, "pool", p.pool, "answered", resp.NumResp, "members", resp.NumNodes, "try", try+1)
+			resp, err = do(p.s.KeyManager(), k)
+		}
 		st := KeyStatus{Pool: p.pool}
 		if resp != nil {
 			st.Members, st.Responses = resp.NumNodes, resp.NumResp
@@ -111,4 +119,21 @@ func (g *Gossip) keyOp(op string, key []byte, do func(*serf.KeyManager, string) 
 		g.log.Info("gossip: key operation done", "op", op, "pools", len(out))
 	}
 	return out, errors.Join(errs...)
+}
+
+// keyOpTries is how many times a key operation asks a pool when members did not answer.
+const keyOpTries = 3
+
+// silentOnly reports whether a key operation's answer fell short only by members that did
+// not answer: none reported a failure.
+func silentOnly(resp *serf.KeyResponse) bool {
+	if resp == nil || resp.NumResp >= resp.NumNodes {
+		return false
+	}
+	for _, msg := range resp.Messages {
+		if msg != "" {
+			return false
+		}
+	}
+	return true
 }
