@@ -11,11 +11,10 @@ import (
 // (synced), then the run goroutine answers COMMITTED{Seq} in order with the stream's other
 // frames. Group members answer it the same way (member.go).
 
-// commits is a subscription's COMMIT state: the ack reader raises asked, the run goroutine
-// writes COMMITTED up to it.
+// commits is a subscription's COMMIT state shared by its goroutines: the ack reader raises
+// asked, the run goroutine writes COMMITTED up to it (subRun.committed).
 type commits struct {
-	asked    atomic.Uint64 // the highest COMMIT whose ACKs are stored
-	answered uint64        // the highest COMMITTED buffered; run goroutine
+	asked atomic.Uint64 // the highest COMMIT whose ACKs are stored
 }
 
 // commit stores the positions staged so far and has the run goroutine confirm seq. Ack
@@ -33,12 +32,12 @@ func (sub *subscription) commit(c *wire.Commit) *wire.Error {
 
 // checkCommitted buffers COMMITTED when a COMMIT was stored and not yet answered, and
 // reports whether it did. Run goroutine.
-func (sub *subscription) checkCommitted() bool {
+func (sub *subRun) checkCommitted() bool {
 	asked := sub.commits.asked.Load()
-	if asked <= sub.commits.answered {
+	if asked <= sub.committed {
 		return false
 	}
-	sub.commits.answered = asked
+	sub.committed = asked
 	sub.w.Buffer(&wire.Committed{Seq: asked})
 	return true
 }

@@ -68,10 +68,11 @@
 //     proposals to a raft group) and a writer (sends acks in order, after the synced commit
 //     or the quorum's: I2).
 //   - A subscription stream has a run goroutine (owns its cursors, reads the log up to the
-//     durable high-watermark only: I3) and an ack reader. Its memory is its cursors plus a
-//     bounded read-ahead, whatever its lag (I5). A subscription's state is also written by
-//     the topic watcher, the fanout and the shared-stream reader (subscribe.go says which
-//     fields each may touch): issue 32 asks for one owner.
+//     durable high-watermark only: I3), a writer and an ack reader. Its memory is its
+//     cursors plus a bounded read-ahead, whatever its lag (I5). The run goroutine's state is
+//     a type of its own (subRun), which only it holds, but for a fanout while the
+//     subscription is parked there; the others reach the shared subscription: its atomics,
+//     its mu, and the notes of the topic watcher and the log (subscribe.go).
 //   - In a replicated region, replica.Driver's one goroutine owns every raft group of the
 //     node; node talks to it through proposals and Status (replicated.go).
 package node

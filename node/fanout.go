@@ -44,8 +44,8 @@ type fanout struct {
 	// or handed back; guarded by t.wmu.
 	parked int
 
-	mu      sync.Mutex // held for a round; guards members and the members' handback
-	members []*subscription
+	mu      sync.Mutex    // held for a round; guards members and the members' handback
+	members []*subRun     // parked: their cursor and stream writes are the fanout's until unpark
 	encs    []fanEncoding // the runs encoded in the current round
 	evict   int           // the slot of encs a full round re-encodes next
 	w       *wire.Writer
@@ -78,7 +78,7 @@ const fanEncodings = 4
 
 // parkCursor is the cursor of a subscription that may park on a fanout, or nil. Run
 // goroutine, idle.
-func (sub *subscription) parkCursor() *cursor {
+func (sub *subRun) parkCursor() *cursor {
 	if sub.sweep.on || len(sub.cursors) != 1 || sub.upCh != nil || (sub.caughtUp && !sub.caughtOK) {
 		return nil
 	}
@@ -95,7 +95,7 @@ func (sub *subscription) parkCursor() *cursor {
 // park hands the subscription to its connection's fanout on its topic, when it can be
 // served by one, once its last batch is written. It returns the fanout to give to unpark
 // (nil: not parked) and the error of that last write. Run goroutine, idle.
-func (sub *subscription) park() (*fanout, error) {
+func (sub *subRun) park() (*fanout, error) {
 	c := sub.parkCursor()
 	if c == nil {
 		return nil, nil
@@ -133,7 +133,7 @@ func (sub *subscription) park() (*fanout, error) {
 
 // unpark takes the subscription back from f, if it is parked (f not nil), and has its
 // writer write what the fanout could not. Run goroutine, first thing after its select.
-func (sub *subscription) unpark(f *fanout) {
+func (sub *subRun) unpark(f *fanout) {
 	if f == nil {
 		return
 	}
@@ -261,7 +261,7 @@ func (f *fanout) round() (more bool) {
 // serve writes sub's available records. served is false when sub must go back to its run
 // goroutine (with sub.handback set to what it must write first); again is true when it has
 // more records than one read gave. in is the topic as the log held it when the round began.
-func (f *fanout) serve(sub *subscription, in wal.Instance) (served, again bool) {
+func (f *fanout) serve(sub *subRun, in wal.Instance) (served, again bool) {
 	c := sub.cursors[0]
 	if err := c.scan.CheckAt(in); err != nil {
 		return false, false // deleted: its own read reports it

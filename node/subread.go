@@ -17,7 +17,7 @@ import (
 // per round, so one busy topic cannot starve the others) and writes them to the stream.
 // Writes block when the client's flow-control window is full: that is the backpressure. A
 // failed write ends the round with errStreamGone.
-func (sub *subscription) sendAvailable() (int, *wire.Error) {
+func (sub *subRun) sendAvailable() (int, *wire.Error) {
 	if sub.sweep.on {
 		return sub.sendSwept() // sweep.go
 	}
@@ -64,7 +64,7 @@ func (sub *subscription) sendAvailable() (int, *wire.Error) {
 // log's memory with c's own scanner, with no copy and no blocking while the log's iterator is
 // open, and advances c. It returns the records and payload bytes encoded, and the log's
 // error, if any, about the record after them.
-func (sub *subscription) readCursor(c *cursor) (int, int, error) {
+func (sub *subRun) readCursor(c *cursor) (int, int, error) {
 	n := sub.s.n
 	sub.enc, sub.encBytes = c, 0 // for encode, during this read
 	if c.tail != nil {
@@ -83,7 +83,7 @@ func (sub *subscription) readCursor(c *cursor) (int, int, error) {
 
 // encode buffers rec, the next record of the cursor readCursor reads (sub.enc), and advances
 // the cursor. It is a method, bound once (encodeFn), so that a read allocates no closure.
-func (sub *subscription) encode(rec *wal.Record) {
+func (sub *subRun) encode(rec *wal.Record) {
 	c := sub.enc
 	bind := ""
 	if !c.bound {
@@ -114,7 +114,7 @@ func (sub *subscription) encode(rec *wal.Record) {
 }
 
 // encodeScanned is encode for a wal.Scanner's ReadFunc.
-func (sub *subscription) encodeScanned(rec *wal.Record) error {
+func (sub *subRun) encodeScanned(rec *wal.Record) error {
 	sub.encode(rec)
 	return nil
 }
@@ -138,7 +138,7 @@ func recordFrame(index uint64, rec *wal.Record, region string) wire.Record {
 // deleted before the subscription reached them, and moves c past them. The gap counts as
 // sent: an ACK inside it is right (protocol.md), so a durable whose remaining records were
 // all deleted can store a position past them.
-func (sub *subscription) skipDeleted(c *cursor, first uint64) {
+func (sub *subRun) skipDeleted(c *cursor, first uint64) {
 	sub.bind(c)
 	sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: first})
 	c.next = first
@@ -147,7 +147,7 @@ func (sub *subscription) skipDeleted(c *cursor, first uint64) {
 
 // delivered records that everything of c before c.next was sent (or skipped by a GAP): an
 // ACK up to it is right from now on, and the lag counts from it.
-func (sub *subscription) delivered(c *cursor) {
+func (sub *subRun) delivered(c *cursor) {
 	sub.mu.Lock()
 	sub.mu.bound[c.index].delivered = c.next
 	c.pub = c.next
@@ -155,7 +155,7 @@ func (sub *subscription) delivered(c *cursor) {
 }
 
 // bind buffers the TOPIC frame for c before its first record or gap. It never blocks.
-func (sub *subscription) bind(c *cursor) {
+func (sub *subRun) bind(c *cursor) {
 	if c.bound {
 		return
 	}
@@ -164,7 +164,7 @@ func (sub *subscription) bind(c *cursor) {
 
 // bindIndex gives c the next topic number of the stream and returns the topic's name as the
 // client sees it, for a TOPIC frame or the RUNS entry of its first record. c is not bound.
-func (sub *subscription) bindIndex(c *cursor) string {
+func (sub *subRun) bindIndex(c *cursor) string {
 	sub.mu.Lock()
 	c.index = uint64(len(sub.mu.bound))
 	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next, floor: c.stored})
@@ -174,7 +174,7 @@ func (sub *subscription) bindIndex(c *cursor) string {
 }
 
 // bufferTopic buffers the TOPIC frame binding c's number to name.
-func (sub *subscription) bufferTopic(c *cursor, name string) {
+func (sub *subRun) bufferTopic(c *cursor, name string) {
 	sub.topicF = wire.Topic{Index: sub.out.index(c.index), Name: name}
 	sub.w.Buffer(&sub.topicF)
 }
@@ -185,7 +185,7 @@ func (sub *subscription) bufferTopic(c *cursor, name string) {
 // this one, so a subscription holds at most two batches (2 x ReadAhead), whatever its lag.
 // The error is that of the previous batch: a failed write is seen one flush later. end
 // waits for the last batch and stops the writer.
-func (sub *subscription) flush() error {
+func (sub *subRun) flush() error {
 	if err := sub.waitWrite(); err != nil {
 		return err
 	}
@@ -201,42 +201,52 @@ func (sub *subscription) flush() error {
 // handOver has the writer goroutine write buf, whole frames already counted as delivered:
 // a batch flush took from the buffer, or the frames a fanout could not queue (unpark). The
 // writer is idle.
-func (sub *subscription) handOver(buf []byte) {
+func (sub *subRun) handOver(buf []byte) {
 	if sub.writeq == nil {
-		sub.writeq, sub.written = make(chan []byte), make(chan error, 1)
-		go sub.writer()
+		sub.writeq, sub.written = make(chan []byte), make(chan written, 1)
+		go writeBatches(sub.out, sub.series, sub.writeq, sub.written)
 	}
 	sub.writing = true
 	sub.writeq <- buf
 }
 
-// writer is the subscription's writer goroutine: one per subscription, for its life, so a
-// live tail does not start a goroutine per batch.
-func (sub *subscription) writer() {
-	for buf := range sub.writeq {
+// written is the writer goroutine's answer for one batch: the write's error, and the
+// batch's buffer to reuse (nil: too large to keep).
+type written struct {
+	err   error
+	spare []byte
+}
+
+// writeBatches is a subscription's writer goroutine: one per subscription, for its life, so
+// a live tail does not start a goroutine per batch. It holds nothing of the subscription but
+// the batch it was handed and gives the buffer back with the result, so the run goroutine
+// owns everything else.
+func writeBatches(out subStream, series *subSeries, in <-chan []byte, done chan<- written) {
+	for buf := range in {
 		start := time.Now()
-		err := sub.out.write(buf)
+		err := out.write(buf)
 		if d := time.Since(start); d > 100*time.Microsecond {
-			sub.series.blocked.Add(d.Seconds())
+			series.blocked.Add(d.Seconds())
 		}
+		w := written{err: err}
 		if cap(buf) <= 1<<20 {
-			sub.spare = buf[:0] // read by the run goroutine only after it received from written
+			w.spare = buf[:0]
 		}
-		sub.written <- err
+		done <- w
 	}
 }
 
 // waitWrite waits until the batch flush handed over, if any, is written, and returns the
 // write's error. A wait longer than scanHold releases the log iterators first.
-func (sub *subscription) waitWrite() error {
+func (sub *subRun) waitWrite() error {
 	if !sub.writing {
 		return nil
 	}
 	sub.writing = false
 	if sub.holding {
 		select {
-		case err := <-sub.written:
-			return err
+		case w := <-sub.written:
+			return sub.took(w)
 		default:
 		}
 		if sub.hold == nil {
@@ -245,18 +255,26 @@ func (sub *subscription) waitWrite() error {
 			sub.hold.Reset(scanHold) // stopped or fired: since Go 1.23 no stale tick is left
 		}
 		select {
-		case err := <-sub.written:
+		case w := <-sub.written:
 			sub.hold.Stop()
-			return err
+			return sub.took(w)
 		case <-sub.hold.C:
 			sub.releaseScans()
 		}
 	}
-	return <-sub.written
+	return sub.took(<-sub.written)
+}
+
+// took keeps a written batch's buffer for the next one and returns the write's error.
+func (sub *subRun) took(w written) error {
+	if w.spare != nil {
+		sub.spare = w.spare
+	}
+	return w.err
 }
 
 // releaseScans closes the log iterators the cursors' scanners hold.
-func (sub *subscription) releaseScans() {
+func (sub *subRun) releaseScans() {
 	if !sub.holding {
 		return
 	}

@@ -21,12 +21,16 @@ import (
 // stream mapping, out (substream.go): a stream of its own, or its part of a shared stream
 // (the ablation, ablation.go); nothing else differs between the two.
 //
-// Goroutines: the run goroutine owns the cursors and everything marked below, and encodes
-// frames; the writer goroutine is the only one writing to the mapping; the ack reader (the
-// own stream's ack goroutine, or a shared stream's reader) checks ACKs and stores
-// positions. They share only mu. When the client reads slowly, QUIC flow control blocks the
-// writer, then the run goroutine, and nothing else: no queue grows, no other stream waits
-// (invariants I4, I5).
+// Goroutines, and who owns what, in the types: the run goroutine owns a subRun (the cursors,
+// the frame buffer, the upstreams, the sweep), made by serve and reached by no other
+// goroutine but a fanout while the subscription is parked on it (fanout.go). What the others
+// may touch is this type: fields fixed before serve starts, atomics, mu (ACK checks and the
+// lag metric), dirty (the log's completer notes advances), handback (the fanout) and
+// pending (the ack reader: the own stream's ack goroutine, or a shared stream's reader,
+// which checks ACKs and stores positions). The writer goroutine (writeBatches) is handed
+// each batch and gives its buffer back. When the client reads slowly, QUIC flow control
+// blocks the writer, then the run goroutine, and nothing else: no queue grows, no other
+// stream waits (invariants I4, I5).
 type subscription struct {
 	s     *session
 	out   subStream
@@ -53,36 +57,7 @@ type subscription struct {
 	commits  commits                    // COMMIT frames answered (commit.go)
 	vec      vectorState                // vector positions: asked for, and a durable's acknowledged (vector.go)
 
-	// Owned by the run goroutine.
-	cursors  []*cursor
-	byTopic  map[string]*cursor
-	w        *wire.Writer
-	rec      wire.Record             // the frame being written, reused
-	topicF   wire.Topic              // the TOPIC frame bind writes, reused: none allocated per topic
-	enc      *cursor                 // the cursor readCursor reads, for encode
-	encBytes int                     // payload bytes encode buffered in this read
-	encodeFn func(*wal.Record)       // sub.encode, bound once
-	scanFn   func(*wal.Record) error // sub.encodeScanned, bound once
-	latest   map[string]uint64       // for start=latest: each topic's head when the subscription began
-	ups      map[string]*upstream    // by node: this region's other owners (upstream.go)
-	upIndex  map[string]uint64       // upstream topic name -> its number on the subscription
-	upRetry  map[string]bool         // nodes whose upstream failed and has not been opened again
-	upCh     chan upMsg              // upstream frames, handed over one at a time
-	upWG     sync.WaitGroup          // upstream readers
-	writeq   chan []byte             // batches for the writer goroutine (started by the first flush)
-	written  chan error              // the writer's result for each batch
-	writing  bool                    // a batch was handed over and its result not yet taken
-	spare    []byte                  // the buffer of the last batch written, reused for the next
-	holding  bool                    // a cursor's scanner may hold a log iterator (releaseScans)
-	hold     *time.Timer             // bounds how long waitWrite keeps them (scanHold)
-	isSetUp  bool                    // setUp is closed
-	catchUp  map[*cursor]uint64      // with caughtUp: cursors not yet at their head at set-up
-	upWait   map[string]bool         // with caughtUp: upstream nodes whose CAUGHT_UP has not come
-	upTopics uint64                  // with caughtUp: topics the upstreams' CAUGHT_UP frames counted
-	setupN   uint64                  // topics of this node's log matching at set-up
-	caughtOK bool                    // CAUGHT_UP buffered
-	sweep    sweepState              // a wildcard's reading by sweep (sweep.go)
-	head     uint64                  // with sweep, at set-up: the head of the topic startOffset is asked about
+	dirty sweepDirty // a sweep's topics advanced: written by the log's completer (sweep.go)
 
 	// Set by the fanout the subscription parked on (fanout.go), under its mu: the frames it
 	// counted as delivered and could not write, for the run goroutine to write first.
@@ -97,6 +72,47 @@ type subscription struct {
 		bound     []boundTopic // by topic number: for validating ACKs
 		curs      []*cursor    // every cursor, for the lag metric (cursor.pub)
 	}
+}
+
+// subRun is a subscription's state owned by its run goroutine. serve makes the one value and
+// hands it to run; no other goroutine holds it, except a fanout while the subscription is
+// parked on it (fanout.go: park hands the cursor and the stream's writes over, unpark takes
+// them back), so only subRun's methods, called on the run goroutine, touch these fields.
+// What other goroutines share is the embedded subscription: immutable after set-up,
+// atomic, or under its mu.
+type subRun struct {
+	*subscription
+
+	cursors   []*cursor
+	byTopic   map[string]*cursor
+	w         *wire.Writer
+	rec       wire.Record             // the frame being written, reused
+	topicF    wire.Topic              // the TOPIC frame bind writes, reused: none allocated per topic
+	enc       *cursor                 // the cursor readCursor reads, for encode
+	encBytes  int                     // payload bytes encode buffered in this read
+	encodeFn  func(*wal.Record)       // sub.encode, bound once
+	scanFn    func(*wal.Record) error // sub.encodeScanned, bound once
+	latest    map[string]uint64       // for start=latest: each topic's head when the subscription began
+	ups       map[string]*upstream    // by node: this region's other owners (upstream.go)
+	upIndex   map[string]uint64       // upstream topic name -> its number on the subscription
+	upRetry   map[string]bool         // nodes whose upstream failed and has not been opened again
+	upCh      chan upMsg              // upstream frames, handed over one at a time
+	upWG      sync.WaitGroup          // upstream readers
+	writeq    chan []byte             // batches for the writer goroutine (started by the first flush)
+	written   chan written            // the writer's result for each batch, and its buffer back
+	writing   bool                    // a batch was handed over and its result not yet taken
+	spare     []byte                  // the buffer of the last batch written, reused for the next
+	holding   bool                    // a cursor's scanner may hold a log iterator (releaseScans)
+	hold      *time.Timer             // bounds how long waitWrite keeps them (scanHold)
+	isSetUp   bool                    // setUp is closed
+	catchUp   map[*cursor]uint64      // with caughtUp: cursors not yet at their head at set-up
+	upWait    map[string]bool         // with caughtUp: upstream nodes whose CAUGHT_UP has not come
+	upTopics  uint64                  // with caughtUp: topics the upstreams' CAUGHT_UP frames counted
+	setupN    uint64                  // topics of this node's log matching at set-up
+	caughtOK  bool                    // CAUGHT_UP buffered
+	sweep     sweepState              // a wildcard's reading by sweep (sweep.go)
+	head      uint64                  // with sweep, at set-up: the head of the topic startOffset is asked about
+	committed uint64                  // the highest COMMITTED buffered (commit.go)
 }
 
 type cursor struct {
@@ -300,19 +316,26 @@ func (s *session) newSubscription(parent context.Context, req *wire.Subscribe, o
 		ctx: ctx, cancel: cancel,
 		wake:    make(chan struct{}, 1),
 		setUp:   make(chan struct{}),
-		byTopic: make(map[string]*cursor),
 		pending: make(map[string]uint64),
 		started: time.Now(),
 	}
-	sub.w = wire.NewWriter(writerFunc(out.write))
-	sub.encodeFn, sub.scanFn = sub.encode, sub.encodeScanned
 	sub.vec.want = wire.VectorMap(req.Vector)
 	return sub, nil
 }
 
+// newRun makes the run goroutine's state of sub (serve, and tests).
+func newRun(sub *subscription) *subRun {
+	r := &subRun{subscription: sub, byTopic: make(map[string]*cursor)}
+	r.w = wire.NewWriter(writerFunc(sub.out.write))
+	r.encodeFn, r.scanFn = r.encode, r.encodeScanned
+	return r
+}
+
 // serve registers the subscription with the node, runs it and ends it. Its goroutine is the
-// run goroutine.
-func (sub *subscription) serve() {
+// run goroutine: the subRun it makes is reached from it alone.
+func (sub *subscription) serve() { newRun(sub).serve() }
+
+func (sub *subRun) serve() {
 	s, n := sub.s, sub.s.n
 	defer sub.cancel()
 	if !s.track(sub) {
@@ -322,8 +345,8 @@ func (sub *subscription) serve() {
 	defer s.untrack(sub)
 	sub.series = n.metrics.sub.acquire(sub.req.Pattern, sub.label)
 	defer sub.series.release()
-	n.addSubscription(sub)
-	defer n.removeSubscription(sub)
+	n.addSubscription(sub.subscription)
+	defer n.removeSubscription(sub.subscription)
 	n.metrics.subscriptions.Inc()
 	defer n.metrics.subscriptions.Dec()
 	// A subscriber's pattern (local, or relayed by another node of this region) is interest
@@ -356,7 +379,7 @@ func (sub *subscription) drain() {
 
 // end ends the subscription's part of the stream, first sending e if not nil. Run
 // goroutine, last.
-func (sub *subscription) end(e *wire.Error) {
+func (sub *subRun) end(e *wire.Error) {
 	if e != nil && !sub.draining.Load() {
 		sub.s.n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
 	}
@@ -373,7 +396,7 @@ func (sub *subscription) end(e *wire.Error) {
 }
 
 // markSetUp closes setUp once. Run goroutine.
-func (sub *subscription) markSetUp() {
+func (sub *subRun) markSetUp() {
 	if !sub.isSetUp {
 		sub.isSetUp = true
 		close(sub.setUp)
@@ -382,7 +405,7 @@ func (sub *subscription) markSetUp() {
 
 // run sets the subscription up and streams records until the client ends it, the
 // connection ends or the node drains. It returns an error to send, or nil.
-func (sub *subscription) run() *wire.Error {
+func (sub *subRun) run() *wire.Error {
 	placeChanged, undo, err := sub.prepare()
 	defer undo()
 	if err != nil {
@@ -402,7 +425,7 @@ func (sub *subscription) run() *wire.Error {
 // topics), adds the topics that match now and, for one that spans the region, opens its
 // upstreams. placeChanged is closed at the next placement change when the subscription
 // follows them. undo undoes the set-up, last step first; it is set even with an error.
-func (sub *subscription) prepare() (placeChanged <-chan struct{}, undo func(), err *wire.Error) {
+func (sub *subRun) prepare() (placeChanged <-chan struct{}, undo func(), err *wire.Error) {
 	n := sub.s.n
 	var steps []func()
 	undo = func() {
@@ -426,10 +449,10 @@ func (sub *subscription) prepare() (placeChanged <-chan struct{}, undo func(), e
 	} else {
 		// Register interest before listing topics, so that no topic created in between is
 		// missed (a topic seen twice is ignored the second time).
-		if err := n.interest.Add(sub.req.Pattern, sub); err != nil {
+		if err := n.interest.Add(sub.req.Pattern, sub.subscription); err != nil {
 			return nil, undo, &wire.Error{Code: wire.CodeInvalidTopic, Message: err.Error()}
 		}
-		steps = append(steps, func() { n.interest.Remove(sub.req.Pattern, sub) }, func() {
+		steps = append(steps, func() { n.interest.Remove(sub.req.Pattern, sub.subscription) }, func() {
 			sub.releaseScans()
 			for _, c := range sub.cursors {
 				c.cancel()
@@ -485,7 +508,7 @@ func (sub *subscription) prepare() (placeChanged <-chan struct{}, undo func(), e
 
 // stream sends what the subscription's cursors and upstreams have, then waits for more,
 // until the subscription ends. It returns an error to send, or nil.
-func (sub *subscription) stream(placeChanged <-chan struct{}) *wire.Error {
+func (sub *subRun) stream(placeChanged <-chan struct{}) *wire.Error {
 	for {
 		sent, err := sub.sendAvailable()
 		if err == errStreamGone {
@@ -547,7 +570,7 @@ func (sub *subscription) stream(placeChanged <-chan struct{}) *wire.Error {
 
 // takeUpstreamsNow takes m and whatever else the upstreams have sent, and writes it. gone
 // is true when the client is gone or reset the stream.
-func (sub *subscription) takeUpstreamsNow(m upMsg) (gone bool, err *wire.Error) {
+func (sub *subRun) takeUpstreamsNow(m upMsg) (gone bool, err *wire.Error) {
 	if err := sub.takeUpstream(m); err != nil {
 		return false, err
 	}

@@ -13,7 +13,7 @@ import (
 // checkCaughtUp buffers CAUGHT_UP, once, when the client asked for it and every topic
 // matching at set-up has been sent up to its head at set-up (this node's cursors, and each
 // upstream's own CAUGHT_UP). It reports whether it buffered the frame. Run goroutine.
-func (sub *subscription) checkCaughtUp() bool {
+func (sub *subRun) checkCaughtUp() bool {
 	if !sub.caughtUp || sub.caughtOK || sub.sweep.pending != nil {
 		return false // with a sweep: not before every cursor of set-up is made
 	}
@@ -47,7 +47,7 @@ func (sub *subscription) poke() {
 	}
 }
 
-func (sub *subscription) takeNewTopics() *wire.Error {
+func (sub *subRun) takeNewTopics() *wire.Error {
 	if sub.sweep.on {
 		return nil // the node's advances name new topics too (sweep.go)
 	}
@@ -71,7 +71,7 @@ func (sub *subscription) takeNewTopics() *wire.Error {
 
 // addTopic starts a cursor on topic, unless one exists. created says the topic appeared
 // after the subscription began: it is read from its start whatever the start position.
-func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
+func (sub *subRun) addTopic(topic string, created bool) *wire.Error {
 	if _, ok := sub.byTopic[topic]; ok {
 		return nil
 	}
@@ -111,7 +111,7 @@ func (sub *subscription) addTopic(topic string, created bool) *wire.Error {
 // position there (0: none). An explicit offset past the topic's head (beyond the offset the
 // next record gets) is refused with CodeOffsetOutOfRange naming the head, for a topic that
 // exists at set-up; one below the first retained record is raised to it.
-func (sub *subscription) startOffset(topic string, created bool) (uint64, uint64, *wire.Error) {
+func (sub *subRun) startOffset(topic string, created bool) (uint64, uint64, *wire.Error) {
 	n := sub.s.n
 	if sub.req.Durable != "" && n.rep != nil && n.rep.isReplicated(topic) {
 		// A new leader may not have applied all its term committed: read the durable's

@@ -69,7 +69,7 @@ func (ws *wildSet) advanced(topic string, id uint32, from, to uint64) {
 const noMove = math.MaxUint64
 
 // sweepState is what a sweep subscription keeps beside its cursors. Owned by the run
-// goroutine, except dirty.
+// goroutine (subRun).
 type sweepState struct {
 	on     bool       // the subscription reads by sweep
 	sw     *wal.Sweep // its reads
@@ -85,14 +85,14 @@ type sweepState struct {
 	stored  []uint64          // beside pending: the cursor's stored (startOffset); nil: all 0
 	made    int
 	later   map[uint32]*cursor
+}
 
-	// dirty is what advanced noted since the run goroutine last took it: per topic ID, the
-	// name and the high-watermark before its first noted advance (noMove: changed without
-	// one).
-	dirty struct {
-		sync.Mutex
-		m map[uint32]note
-	}
+// sweepDirty is what advanced noted on a sweep subscription since its run goroutine last
+// took it: per topic ID, the name and the high-watermark before its first noted advance
+// (noMove: changed without one). The log's completer writes it, the run goroutine takes it.
+type sweepDirty struct {
+	sync.Mutex
+	m map[uint32]note
 }
 
 type note struct {
@@ -104,7 +104,7 @@ type note struct {
 const sweepChunk = 4096
 
 // sweepCursor returns the cursor on the topic with ID id, or nil. Run goroutine.
-func (sub *subscription) sweepCursor(id uint32) *cursor {
+func (sub *subRun) sweepCursor(id uint32) *cursor {
 	st := &sub.sweep
 	if i, ok := slices.BinarySearchFunc(st.setUp[:st.made], id, func(c cursor, id uint32) int { return cmp.Compare(c.id, id) }); ok {
 		return &st.setUp[i]
@@ -119,7 +119,7 @@ func (sub *subscription) sweepCursor(id uint32) *cursor {
 
 // makeSetUp makes the cursors of set-up up to (not including) setUp[upTo], in order, taking
 // the subscription's lock once for all of them. Run goroutine.
-func (sub *subscription) makeSetUp(upTo int) {
+func (sub *subRun) makeSetUp(upTo int) {
 	st := &sub.sweep
 	from := st.made
 	upTo = min(upTo, len(st.pending))
@@ -152,7 +152,7 @@ func (sub *subscription) makeSetUp(upTo int) {
 // noteAdvance notes that topic advanced from from (or changed, moved false) and wakes the
 // run goroutine. It never blocks: the log's completer calls it, with the log's lock held.
 func (sub *subscription) noteAdvance(topic string, id uint32, from uint64, changed bool) {
-	d := &sub.sweep.dirty
+	d := &sub.dirty
 	d.Lock()
 	if d.m == nil {
 		d.m = make(map[uint32]note)
@@ -171,20 +171,20 @@ func (sub *subscription) noteAdvance(topic string, id uint32, from uint64, chang
 // node's logs alone. Literal topics keep their cursor per topic with the shared tail and
 // the fanout (tail.go, fanout.go); a wildcard that gathers other nodes' topics too
 // (upstream.go) keeps it as well.
-func (sub *subscription) sweepable() bool {
+func (sub *subRun) sweepable() bool {
 	return !routing.IsLiteral(sub.req.Pattern) && sub.owner == "" && !sub.spansRegion()
 }
 
 // setUpSweep registers the subscription for advances and makes cursors for the matching
 // topics that have records to read from its start position; the others get none. It
 // returns a function that ends the registration. Run goroutine.
-func (sub *subscription) setUpSweep() (func(), *wire.Error) {
+func (sub *subRun) setUpSweep() (func(), *wire.Error) {
 	n := sub.s.n
 	sub.sweep.on = true
 	sub.sweep.sw = n.wal.NewSweep()
 	var addErr error
 	topics := n.wal.TopicsWhile(func() {
-		if addErr = n.wild.subs.Add(sub.req.Pattern, sub); addErr == nil {
+		if addErr = n.wild.subs.Add(sub.req.Pattern, sub.subscription); addErr == nil {
 			n.wild.n.Add(1)
 		}
 	})
@@ -192,7 +192,7 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 		return func() {}, &wire.Error{Code: wire.CodeInvalidTopic, Message: addErr.Error()}
 	}
 	stop := func() {
-		if n.wild.subs.Remove(sub.req.Pattern, sub) {
+		if n.wild.subs.Remove(sub.req.Pattern, sub.subscription) {
 			n.wild.n.Add(-1)
 		}
 		n.wild.cursors.Add(-int64(sub.sweep.opened))
@@ -204,9 +204,9 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 	// The listing was taken a chunk at a time after the registration: a topic that advanced
 	// meanwhile may show it, and is noted too. Its head as of the registration, where its
 	// start is taken from, is the high-watermark before its first noted advance.
-	sub.sweep.dirty.Lock()
-	notes := maps.Clone(sub.sweep.dirty.m)
-	sub.sweep.dirty.Unlock()
+	sub.dirty.Lock()
+	notes := maps.Clone(sub.dirty.m)
+	sub.dirty.Unlock()
 	if len(notes) > 0 {
 		for i := range topics {
 			if nt, ok := notes[topics[i].ID]; ok && nt.from != noMove && nt.topic == topics[i].Name {
@@ -281,7 +281,7 @@ func (sub *subscription) setUpSweep() (func(), *wire.Error) {
 
 // newSweepCursor makes an active cursor on topic, whose log is in, at next (stored as
 // startOffset returns it). Run goroutine.
-func (sub *subscription) newSweepCursor(topic string, in wal.Instance, next, stored uint64) *cursor {
+func (sub *subRun) newSweepCursor(topic string, in wal.Instance, next, stored uint64) *cursor {
 	c := new(cursor)
 	sub.fillSweepCursor(c, topic, in, in.ID(), next, stored)
 	sub.mu.Lock()
@@ -298,7 +298,7 @@ func (sub *subscription) newSweepCursor(topic string, in wal.Instance, next, sto
 
 // fillSweepCursor makes c, a cursor not yet used, an active cursor on topic; the caller
 // adds it to the subscription's mu.curs and counts it.
-func (sub *subscription) fillSweepCursor(c *cursor, topic string, in wal.Instance, id uint32, next, stored uint64) {
+func (sub *subRun) fillSweepCursor(c *cursor, topic string, in wal.Instance, id uint32, next, stored uint64) {
 	*c = cursor{topic: topic, inst: in, id: id, next: next, stored: stored, pub: next}
 	if sub.vec.want != nil {
 		c.skip = sub.vec.skip(topic)
@@ -378,7 +378,7 @@ func permute(ts []wal.ListedTopic, stored []uint64, idx []int32) []wal.ListedTop
 }
 
 // activate puts c among the cursors a round reads. Run goroutine.
-func (sub *subscription) activate(c *cursor) {
+func (sub *subRun) activate(c *cursor) {
 	if c.active {
 		return
 	}
@@ -392,8 +392,8 @@ func (sub *subscription) activate(c *cursor) {
 // takeDirty activates the cursors of the topics noted since the last call, and makes
 // cursors for the noted topics that have none, each at the high-watermark before its
 // first noted advance. Run goroutine.
-func (sub *subscription) takeDirty() {
-	d := &sub.sweep.dirty
+func (sub *subRun) takeDirty() {
+	d := &sub.dirty
 	d.Lock()
 	m := d.m
 	d.m = nil
@@ -426,7 +426,7 @@ func (sub *subscription) takeDirty() {
 // records through the subscription's Sweep, in topic ID order, at most ReadAhead bytes
 // of one topic per round, and writes them in batches of about ReadAhead bytes. A cursor
 // that reaches its topic's high-watermark leaves the active set.
-func (sub *subscription) sendSwept() (int, *wire.Error) {
+func (sub *subRun) sendSwept() (int, *wire.Error) {
 	n := sub.s.n
 	sub.makeSetUp(sub.sweep.made + sweepChunk)
 	sub.takeDirty()

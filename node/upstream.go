@@ -85,7 +85,7 @@ func (sub *subscription) serves(node string) bool {
 // another owner (the topic had no log yet and the region's membership changed, or two logs
 // were found and the other one wins): the client subscribes again and is sent to the new
 // owner. A failed or restarting owner is no move: its topics wait for it. Run goroutine.
-func (sub *subscription) ownerMoved() *wire.Error {
+func (sub *subRun) ownerMoved() *wire.Error {
 	if sub.owner == "" {
 		return nil
 	}
@@ -111,7 +111,7 @@ func (sub *subscription) ownerMoved() *wire.Error {
 // openUpstreams opens an upstream to every other node of the region that has not left. A
 // failed node is skipped only when none of the topics it is known to hold matches: otherwise
 // the subscription cannot be served whole, and the error names the node.
-func (sub *subscription) openUpstreams() *wire.Error {
+func (sub *subRun) openUpstreams() *wire.Error {
 	n := sub.s.n
 	if err := n.place.WaitCatalogs(sub.ctx); err != nil {
 		return err
@@ -136,7 +136,7 @@ func (sub *subscription) openUpstreams() *wire.Error {
 }
 
 // openUpstream opens the upstream to node and waits for its SUBSCRIBED.
-func (sub *subscription) openUpstream(node string) *wire.Error {
+func (sub *subRun) openUpstream(node string) *wire.Error {
 	n := sub.s.n
 	unavailable := func(err error) *wire.Error {
 		return wire.Errorf(wire.CodeUnavailable, "node %q of region %q (owner of some topics matching %q): %v", node, n.cfg.Region, sub.req.Pattern, err)
@@ -180,10 +180,12 @@ func (sub *subscription) openUpstream(node string) *wire.Error {
 		return unavailable(fmt.Errorf("answered SUBSCRIBE with %s", f.Type()))
 	}
 	sub.ups[node] = up
-	sub.upWG.Add(1)
+	// The reader gets what it uses, not the subscription: the run goroutine owns the rest.
+	wg, ctx, out := &sub.upWG, sub.ctx, sub.upCh
+	wg.Add(1)
 	go func() {
-		defer sub.upWG.Done()
-		up.read(sub.ctx, r, sub.upCh)
+		defer wg.Done()
+		up.read(ctx, r, out)
 	}()
 	return nil
 }
@@ -236,7 +238,7 @@ func (up *upstream) close() {
 
 // takeUpstream writes one upstream frame to the client's stream buffer, renumbering its
 // topic index. Called by the run goroutine.
-func (sub *subscription) takeUpstream(m upMsg) *wire.Error {
+func (sub *subRun) takeUpstream(m upMsg) *wire.Error {
 	n := sub.s.n
 	up := m.up
 	if m.err != nil {
@@ -324,7 +326,7 @@ const clockSkew = time.Second
 
 // resumes reports whether an upstream to node would resume topics of an earlier one. Run
 // goroutine.
-func (sub *subscription) resumes(node string) bool {
+func (sub *subRun) resumes(node string) bool {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	for _, bt := range sub.mu.bound {
@@ -337,7 +339,7 @@ func (sub *subscription) resumes(node string) bool {
 
 // giveUp ends a failed upstream without ending the subscription: its topics resume when
 // addUpstreams opens a new one to the node. Run goroutine.
-func (sub *subscription) giveUp(up *upstream, err error) {
+func (sub *subRun) giveUp(up *upstream, err error) {
 	up.gone.Store(true)
 	up.close()
 	if sub.ups[up.node] == up {
@@ -351,7 +353,7 @@ func (sub *subscription) giveUp(up *upstream, err error) {
 // retryLater makes addUpstreams run again in a second, by a placement change. The return
 // of a node is such a change; this is for an upstream to a node that is alive and linked
 // but could not be opened, which would otherwise wait for the next unrelated change.
-func (sub *subscription) retryLater() {
+func (sub *subRun) retryLater() {
 	p := sub.s.n.place
 	t := time.AfterFunc(time.Second, p.MembersChanged)
 	context.AfterFunc(sub.ctx, func() { t.Stop() })
@@ -359,7 +361,7 @@ func (sub *subscription) retryLater() {
 
 // rebind moves the client stream's topic idx to a new upstream (remote index remote) and
 // forwards the ACK the client made while it had none. Run goroutine.
-func (sub *subscription) rebind(idx uint64, up *upstream, remote uint64) {
+func (sub *subRun) rebind(idx uint64, up *upstream, remote uint64) {
 	up.remote[remote] = idx
 	sub.mu.Lock()
 	bt := &sub.mu.bound[idx]
@@ -395,7 +397,7 @@ func (sub *subscription) forwardAck(idx uint64, bt boundTopic, offset uint64) {
 
 // takeUpstreams takes the upstream frames that are ready, without waiting, and returns how
 // many it buffered. Run goroutine.
-func (sub *subscription) takeUpstreams() (int, *wire.Error) {
+func (sub *subRun) takeUpstreams() (int, *wire.Error) {
 	for i := 0; i < 1024; i++ {
 		select {
 		case m := <-sub.upCh:
@@ -411,7 +413,7 @@ func (sub *subscription) takeUpstreams() (int, *wire.Error) {
 
 // addUpstreams opens upstreams to nodes that joined or returned since the subscription
 // began. A node that cannot be reached yet is tried again at the next placement change.
-func (sub *subscription) addUpstreams() {
+func (sub *subRun) addUpstreams() {
 	n := sub.s.n
 	failed := false
 	for _, m := range n.place.Members() {
@@ -435,7 +437,7 @@ func (sub *subscription) addUpstreams() {
 
 // closeUpstreams ends the subscription's context and every upstream, and waits for their
 // readers. Run goroutine, at the end.
-func (sub *subscription) closeUpstreams() {
+func (sub *subRun) closeUpstreams() {
 	sub.cancel()
 	// FIN first, so that ACKs already forwarded reach the owners (a durable consumer's last
 	// positions); each owner then ends its side. Cut the streams only if that takes long.
@@ -444,8 +446,8 @@ func (sub *subscription) closeUpstreams() {
 		up.str.Close()
 		up.mu.Unlock()
 	}
-	done := make(chan struct{})
-	go func() { sub.upWG.Wait(); close(done) }()
+	done, wg := make(chan struct{}), &sub.upWG
+	go func() { wg.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(2 * time.Second):
