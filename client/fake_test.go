@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,7 +36,7 @@ type fakeNode struct {
 
 	// only1 makes it a node of a build that speaks protocol version 1 alone: a HELLO of
 	// another version gets ERROR 12 and a closed connection.
-	only1 bool
+	only1 atomic.Bool // set after the node accepts: a stray connection may already be served
 
 	mu     sync.Mutex
 	conns  []*quic.Conn
@@ -102,7 +103,7 @@ func (f *fakeNode) serve(c *quic.Conn) {
 	f.hellos = append(f.hellos, hello.Version)
 	f.mu.Unlock()
 	version := hello.Version
-	if f.only1 {
+	if f.only1.Load() {
 		if version != 1 {
 			ctrl.Write(wire.Append(nil, &wire.ErrorFrame{Code: wire.CodeVersion, Message: fmt.Sprintf("protocol version %d not supported; this node speaks 1", version)}))
 			ctrl.Close()
@@ -187,7 +188,7 @@ func dialFake(t *testing.T, f *fakeNode) *Conn {
 // connected. A node of this build answers version 2.
 func TestDialOlderNodeSaysHelloInVersion1(t *testing.T) {
 	old := newFakeNode(t, func(*quic.Stream, *wire.Reader, wire.Frame) {})
-	old.only1 = true
+	old.only1.Store(true)
 	c := dialFake(t, old)
 	old.mu.Lock()
 	hellos := slices.Clone(old.hellos)
