@@ -336,6 +336,18 @@ func (n *Node) CAFile() string { return n.caFile }
 func (n *Node) Name() string   { return n.cfg.Name }
 func (n *Node) Region() string { return n.cfg.Region }
 
+// Serving reports whether the node serves every kind of request: in a replicated region,
+// once its metadata group has a leader (before that a new topic cannot be placed: its
+// publishes and subscriptions answer unavailable, retry); a single-copy node serves once it
+// runs.
+func (n *Node) Serving() bool {
+	if n.rep == nil {
+		return true
+	}
+	ro, ok := n.rep.d.Role(metaGroup)
+	return ok && ro.Lead != 0
+}
+
 // Gatherer returns the registry the node's metrics are on, for serving /metrics; nil when
 // the configured Registerer is not also a Gatherer.
 func (n *Node) Gatherer() prometheus.Gatherer { return n.gather }

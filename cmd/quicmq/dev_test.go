@@ -71,7 +71,7 @@ func startDev(t *testing.T, args ...string) *devMesh {
 		})
 	}
 	t.Cleanup(d.stop)
-	testlog.WaitForErr(t, 30*time.Second, "dev to start", func() error {
+	testlog.WaitForErr(t, 90*time.Second, "dev to start", func() error {
 		if strings.Contains(d.stdout.String(), "Press Ctrl-C") {
 			return nil
 		}

@@ -352,12 +352,17 @@ func serveNodes(ctx context.Context, e *env, ready func([]served), nodes ...serv
 		}
 		nodes[i] = s
 	}
-	if ready != nil {
-		ready(nodes)
-	}
 	errs := make(chan error, len(nodes))
 	for _, s := range nodes {
 		go func() { errs <- s.node.Run(ctx) }()
+	}
+	if ready != nil {
+		// The banner says the mesh is ready: print it once every node serves (a replicated
+		// region's metadata group has a leader), so that its commands work as printed.
+		if !waitServing(ctx, nodes, devReadyTimeout) {
+			fmt.Fprintf(e.stderr, "not every node serves yet after %v (a replicated region still elects its metadata leader): commands may answer \"unavailable ... retry\" for a moment\n", devReadyTimeout)
+		}
+		ready(nodes)
 	}
 	usr1 := make(chan os.Signal, 1)
 	signal.Notify(usr1, syscall.SIGUSR1)
@@ -390,6 +395,32 @@ func serveNodes(ctx context.Context, e *env, ready func([]served), nodes ...serv
 		first = nil
 	}
 	return first
+}
+
+// devReadyTimeout bounds how long the dev banner waits for every node to serve.
+const devReadyTimeout = 30 * time.Second
+
+// waitServing waits until every node serves (node.Node.Serving), ctx ends or d passes, and
+// reports whether they all do.
+func waitServing(ctx context.Context, nodes []served, d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		all := true
+		for _, s := range nodes {
+			all = all && s.node.Serving()
+		}
+		if all {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
 }
 
 // balanceSetting is node.RaftSettings.BalanceInterval from its two flags: negative when the
