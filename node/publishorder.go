@@ -176,6 +176,25 @@ func (p *publisher) insertLocked(b *pendingBatch) {
 	p.awaiting.q = slices.Insert(p.awaiting.q, i, b)
 }
 
+// takeLocked takes the first queued batch of topic, nil when none is queued.
+func (p *publisher) takeLocked(topic string) *pendingBatch {
+	i := slices.IndexFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == topic })
+	if i < 0 {
+		if len(p.awaiting.q) == 0 {
+			p.awaiting.q = nil
+		}
+		return nil
+	}
+	b := p.awaiting.q[i]
+	p.awaiting.q = slices.Delete(p.awaiting.q, i, i+1)
+	return b
+}
+
+// queuedBeforeLocked reports whether a batch of b's topic read before b is queued.
+func (p *publisher) queuedBeforeLocked(b *pendingBatch) bool {
+	return slices.ContainsFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == b.topic && o.order < b.order })
+}
+
 // waitAwaiter waits until every awaiter goroutine has nothing queued and has ended.
 func (p *publisher) waitAwaiter() {
 	p.awaiting.Lock()
@@ -198,18 +217,13 @@ func (p *publisher) condLocked() *sync.Cond {
 func (p *publisher) awaiter(topic string) {
 	for {
 		p.awaiting.Lock()
-		i := slices.IndexFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == topic })
-		if i < 0 {
+		b := p.takeLocked(topic)
+		if b == nil {
 			delete(p.awaiting.workers, topic)
-			if len(p.awaiting.q) == 0 {
-				p.awaiting.q = nil
-			}
 			p.condLocked().Broadcast()
 			p.awaiting.Unlock()
 			return
 		}
-		b := p.awaiting.q[i]
-		p.awaiting.q = slices.Delete(p.awaiting.q, i, i+1)
 		p.awaiting.Unlock()
 
 		var owner string
@@ -265,7 +279,7 @@ func (p *publisher) waitTurn(b *pendingBatch, owner string) (bool, *wire.Error) 
 	p.awaiting.Lock()
 	defer p.awaiting.Unlock()
 	for {
-		if slices.ContainsFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == b.topic && o.order < b.order }) {
+		if p.queuedBeforeLocked(b) {
 			p.insertLocked(b) // still counted in topics
 			return false, nil
 		}
