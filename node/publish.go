@@ -60,9 +60,9 @@ type publisher struct {
 	// too, ahead of its topic's later batches (publishorder.go).
 	awaiting struct {
 		sync.Mutex
-		q       []*pendingBatch // in read order within a topic
-		topics  map[string]int  // batches queued per topic: a later batch of one queues too
-		workers map[string]bool // topics with an awaiter goroutine
+		q       map[string][]*pendingBatch // per topic, in read order
+		topics  map[string]int             // batches queued per topic: a later batch of one queues too
+		workers map[string]bool            // topics with an awaiter goroutine
 		// out: per topic, the batches dispatched and not answered, and where they went.
 		out map[string]*inFlight
 		// settled: per topic with batches queued, the latest read order of its batches

@@ -166,14 +166,40 @@ func (p *publisher) queueLocked(b *pendingBatch) {
 	go p.awaiter(b.topic) // waited for by run (waitAwaiter)
 }
 
-// insertLocked puts b in the queue before the first batch of its topic read after it.
+// insertLocked puts b in its topic's queue before the first batch read after it: at the
+// end, but for a batch rerouted after later ones of its topic were queued.
 func (p *publisher) insertLocked(b *pendingBatch) {
-	i := slices.IndexFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == b.topic && o.order > b.order })
-	if i < 0 {
-		p.awaiting.q = append(p.awaiting.q, b)
-		return
+	if p.awaiting.q == nil {
+		p.awaiting.q = make(map[string][]*pendingBatch)
 	}
-	p.awaiting.q = slices.Insert(p.awaiting.q, i, b)
+	q := p.awaiting.q[b.topic]
+	i := len(q)
+	for i > 0 && q[i-1].order > b.order {
+		i--
+	}
+	p.awaiting.q[b.topic] = slices.Insert(q, i, b)
+}
+
+// takeLocked takes the first queued batch of topic, nil when none is queued.
+func (p *publisher) takeLocked(topic string) *pendingBatch {
+	q := p.awaiting.q[topic]
+	if len(q) == 0 {
+		return nil
+	}
+	b := q[0]
+	if len(q) == 1 {
+		delete(p.awaiting.q, topic)
+	} else {
+		q[0] = nil
+		p.awaiting.q[topic] = q[1:]
+	}
+	return b
+}
+
+// queuedBeforeLocked reports whether a batch of b's topic read before b is queued.
+func (p *publisher) queuedBeforeLocked(b *pendingBatch) bool {
+	q := p.awaiting.q[b.topic]
+	return len(q) > 0 && q[0].order < b.order
 }
 
 // waitAwaiter waits until every awaiter goroutine has nothing queued and has ended.
@@ -198,18 +224,13 @@ func (p *publisher) condLocked() *sync.Cond {
 func (p *publisher) awaiter(topic string) {
 	for {
 		p.awaiting.Lock()
-		i := slices.IndexFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == topic })
-		if i < 0 {
+		b := p.takeLocked(topic)
+		if b == nil {
 			delete(p.awaiting.workers, topic)
-			if len(p.awaiting.q) == 0 {
-				p.awaiting.q = nil
-			}
 			p.condLocked().Broadcast()
 			p.awaiting.Unlock()
 			return
 		}
-		b := p.awaiting.q[i]
-		p.awaiting.q = slices.Delete(p.awaiting.q, i, i+1)
 		p.awaiting.Unlock()
 
 		var owner string
@@ -265,7 +286,7 @@ func (p *publisher) waitTurn(b *pendingBatch, owner string) (bool, *wire.Error) 
 	p.awaiting.Lock()
 	defer p.awaiting.Unlock()
 	for {
-		if slices.ContainsFunc(p.awaiting.q, func(o *pendingBatch) bool { return o.topic == b.topic && o.order < b.order }) {
+		if p.queuedBeforeLocked(b) {
 			p.insertLocked(b) // still counted in topics
 			return false, nil
 		}
