@@ -145,6 +145,9 @@ type group struct {
 	// be the one coming (Membership.ConfPending).
 	confAt       uint64
 	confProposed bool
+	// confTerm is the term in which this node, leading, last read confAt from its log
+	// (membership): a follower's confAt may be stale, its log is not.
+	confTerm uint64
 	// leaderless counts the ticks this node has been a follower knowing no
 	// leader; it sends Wake every wakeEveryTicks of them (askWake).
 	leaderless int

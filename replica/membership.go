@@ -49,6 +49,12 @@ func (e *engine) membership(id uint64) (Membership, bool) {
 		Learners: append(sortedIDs(st.Config.Learners), sortedIDs(st.Config.LearnersNext)...),
 	}
 	slices.Sort(m.Learners)
+	if st.RaftState == raft.StateLeader && g.confTerm != st.GetTerm() {
+		// First look as leader in this term: what this node noted as a follower may be
+		// gone (a restart) or overwritten (a leader that never had the entry), so the
+		// pending change is read from the log itself, as raft's own pendingConfIndex is.
+		g.confAt, g.confTerm = g.lastConfChange(st.Applied), st.GetTerm()
+	}
 	m.ConfPending = g.confProposed || g.confAt > st.Applied
 	if st.RaftState == raft.StateLeader {
 		m.Match, m.Active = map[uint64]uint64{}, map[uint64]bool{}
@@ -58,6 +64,30 @@ func (e *engine) membership(id uint64) (Membership, bool) {
 	}
 	return m, true
 }
+
+// lastConfChange returns the index of the last membership change stored in g's log past
+// applied (0: none). A log it cannot read counts as pending to its end: waiting for the
+// change to apply costs a moment, acting on a configuration about to change does not.
+func (g *group) lastConfChange(applied uint64) uint64 {
+	last, _ := g.st.LastIndex()
+	at := uint64(0)
+	for lo := applied + 1; lo <= last; {
+		ents, err := g.st.Entries(lo, last+1, confScanBytes)
+		if err != nil || len(ents) == 0 {
+			return last
+		}
+		for _, ent := range ents {
+			if t := ent.GetType(); t == pb.EntryConfChange || t == pb.EntryConfChangeV2 {
+				at = ent.GetIndex()
+			}
+		}
+		lo = ents[len(ents)-1].GetIndex() + 1
+	}
+	return at
+}
+
+// confScanBytes pages lastConfChange's reads of a long unapplied tail.
+const confScanBytes = 1 << 20
 
 func sortedIDs[V any](set map[uint64]V) []uint64 {
 	out := make([]uint64, 0, len(set))
