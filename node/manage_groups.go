@@ -13,6 +13,7 @@ import (
 	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/replica"
+	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -119,8 +120,31 @@ func (n *Node) groupState(g wal.GroupInfo) *manage.Consumer {
 	for topic, lt := range live { // not stored yet
 		row(topic, lt.Floor, lt.Next, lt.Out, time.Time{})
 	}
+	n.unreadTopics(g, c.Outstanding, row)
 	c.Members = n.groupMembers(g.Name)
 	return c
+}
+
+// unreadTopics lists with row the topics of this node's log that group g follows and has no
+// state of (neither stored nor live): a group with a stored start stores a state of a topic
+// only once it hands out a record of it (node/groups: lazy), so the others are at the group's
+// start, their pending records counted from there. listed holds the topics listed already.
+func (n *Node) unreadTopics(g wal.GroupInfo, listed map[string]uint64, row func(topic string, floor, next uint64, outstanding []uint64, updated time.Time)) {
+	if g.Settings.Start.Kind == wal.GroupStartUnknown {
+		return // a state of every topic it follows is stored
+	}
+	m, err := routing.NewMatcher(g.Settings.Pattern)
+	if err != nil {
+		return
+	}
+	for _, ti := range n.wal.Topics() {
+		if _, ok := listed[ti.Name]; ok || !m.Match(ti.Name) || !n.wal.IsLocal(ti.Name) {
+			continue
+		}
+		if start, ok := n.wal.StartOf(ti.Name, g.Settings.Start); ok {
+			row(ti.Name, start, start, nil, time.Time{})
+		}
+	}
 }
 
 // liveGroup is the live group name (stored) on this node, or nil.

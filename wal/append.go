@@ -345,7 +345,7 @@ func (l *Log) commitAll(reqs []*request, closed bool) {
 func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 	f := &inflight{reqs: reqs}
 	b := l.pdb.NewBatchWithSize(nbytes + 8*nrec + 256*len(reqs) + 64)
-	now := l.opts.Now().UnixNano()
+	now := max(l.opts.Now().UnixNano(), l.clockFloor.Load()) // clockmark.go
 	touched := l.c.slab[:0]
 	dedupUsed := false
 	newID := false
@@ -376,6 +376,7 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 			}
 			ts := max(now, t.lastTime)
 			t.lastTime = ts
+			l.c.lastStamp = max(l.c.lastStamp, ts)
 			r.res = AppendResult{First: t.next, Count: len(r.records), Time: ts}
 			if r.dedup {
 				dedupUsed = true

@@ -148,12 +148,18 @@
 // A shared consumer group's state (groups.go) has keys of its own:
 //
 //	's' | uvarint len(group) | group          -> settings: pattern, ack-wait, max-deliver, dead-letter topic, order
+//	                                             [, start kind (byte), start time (uvarint unix ns)]
 //	's' | uvarint len(group) | group | topic  -> state: floor, next, then per outstanding record
 //	                                             (offset - floor, deliveries << 1), then the time
 //	                                             of the store (unix ns), then the layout (1, or 2
 //	                                             followed by the vector: groupvector.go), all
 //	                                             uvarints
 //
+// A group stored with a start (GroupStart: the first record, or a time, which for "latest"
+// is a ClockMark, clockmark.go) has a state only of the topics it handed records out of: on
+// any other topic it is at StartOf(topic, start). A group stored without one (before the
+// start was kept; a replicated topic's entry carries none) has a state of every topic it
+// follows. An earlier build refuses settings with a start as malformed.
 // An offset of [floor, next) without an entry is done. Layout 2 adds the state's portable form
 // (a GroupVector: per origin region the last origin offset handed out, each entry's origin and
 // origin offset, the outstanding records not at an offset before next); a state without a vector

@@ -27,6 +27,47 @@ type GroupSettings struct {
 	MaxDeliver uint64
 	DeadLetter string // "" when records that reached MaxDeliver are dropped
 	Order      byte   // the wire's group order (0 none, 1 topic, 2 key)
+	// Start is where the group starts on a topic it has no state of (StartOf); zero for a
+	// group stored before it was kept, or one over replicated topics, whose raft entries carry
+	// none: such a group stores a state of every topic it follows.
+	Start GroupStart
+}
+
+// GroupStart is a group's start on the topics it has no state of.
+type GroupStart struct {
+	Kind GroupStartKind
+	Time int64 // GroupFromTime: unix ns on the log's clock (a time, or a ClockMark for "latest")
+}
+
+// GroupStartKind says how a group starts on a topic without state.
+type GroupStartKind byte
+
+const (
+	GroupStartUnknown GroupStartKind = iota // not stored: a state of every topic is
+	GroupFromFirst                          // the topic's first record
+	GroupFromTime                           // the first record at or after Time
+	GroupFromMark                           // the same, Time a ClockMark ("latest"): loading it raises the log's clock to it
+)
+
+// StartOf is where a group that starts at s starts on topic: its first offset, or the first
+// record at or after s.Time (the high-watermark when none is). ok is false for an unknown
+// start or topic.
+func (l *Log) StartOf(topic string, s GroupStart) (off uint64, ok bool) {
+	first, _, ok := l.Bounds(topic)
+	if !ok {
+		return 0, false
+	}
+	switch s.Kind {
+	case GroupFromFirst:
+		return first, true
+	case GroupFromTime, GroupFromMark:
+		off, err := l.OffsetForTime(topic, s.Time)
+		if err != nil {
+			return 0, false
+		}
+		return max(off, first), true
+	}
+	return 0, false
 }
 
 // GroupEntry is one outstanding record of a group: handed out (or given back, waiting to
@@ -96,7 +137,12 @@ func encodeGroupSettings(s *GroupSettings) []byte {
 	b = binary.AppendUvarint(b, s.MaxDeliver)
 	b = binary.AppendUvarint(b, uint64(len(s.DeadLetter)))
 	b = append(b, s.DeadLetter...)
-	return append(b, s.Order)
+	b = append(b, s.Order)
+	if s.Start.Kind == GroupStartUnknown {
+		return b // as stored before the start was kept
+	}
+	b = append(b, byte(s.Start.Kind))
+	return binary.AppendUvarint(b, uint64(s.Start.Time))
 }
 
 func encodeGroupState(s *GroupState) []byte {
@@ -244,10 +290,20 @@ func (r *groupReader) str() string {
 func decodeGroupSettings(p []byte) (GroupSettings, string) {
 	r := &groupReader{b: p}
 	s := GroupSettings{Pattern: r.str(), AckWait: time.Duration(r.uvarint()), MaxDeliver: r.uvarint(), DeadLetter: r.str()}
-	if r.bad || len(r.b) != 1 {
+	if r.bad || len(r.b) < 1 {
 		return s, "malformed settings"
 	}
 	s.Order = r.b[0]
+	r.b = r.b[1:]
+	if len(r.b) == 0 {
+		return s, "" // stored before the start was kept
+	}
+	s.Start.Kind = GroupStartKind(r.b[0])
+	r.b = r.b[1:]
+	s.Start.Time = int64(r.uvarint())
+	if r.bad || len(r.b) != 0 || s.Start.Kind == GroupStartUnknown || s.Start.Kind > GroupFromMark {
+		return s, "malformed settings: start"
+	}
 	return s, ""
 }
 

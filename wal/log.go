@@ -53,9 +53,12 @@ type Log struct {
 		// deleted names the topics deleted since Open and not created again:
 		// a position written alone for one of them is refused.
 		deleted map[string]struct{}
-		nextID  uint32   // the next topic ID to hand out (stored at nextIDKey)
-		slab    []*topic // scratch: topics touched by the batch being built
-		dedup   dedup    // producer windows (dedup.go)
+		nextID  uint32 // the next topic ID to hand out (stored at nextIDKey)
+		// lastStamp is the largest record time assigned since Open (recovered: the
+		// largest of the topics' last records), for ClockMark (clockmark.go).
+		lastStamp int64
+		slab      []*topic // scratch: topics touched by the batch being built
+		dedup     dedup    // producer windows (dedup.go)
 	}
 
 	// mu guards what readers see: only durable state.
@@ -77,6 +80,10 @@ type Log struct {
 	watch watchers
 
 	repl replState // which topics are replicated (replicated.go)
+
+	// clockFloor is the least time the committer gives a record from now on: raised by
+	// ClockMark and RaiseClock (clockmark.go), so that a mark stays below every later record.
+	clockFloor atomic.Int64
 
 	stats struct {
 		appends, records, bytes, commits           atomic.Uint64
@@ -316,6 +323,7 @@ func (l *Log) recover() error {
 			return err
 		}
 		t.rb.needed = true
+		l.c.lastStamp = max(l.c.lastStamp, t.lastTime)
 		l.c.topics[t.name] = t
 		l.mu.topics[t.name] = t
 		l.createdLocked(t.name)

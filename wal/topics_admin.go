@@ -129,6 +129,7 @@ const (
 	opDelete    adminKind = "delete topic"
 	opRetain    adminKind = "retention"
 	opPositions adminKind = "write positions of"
+	opMark      adminKind = "clock mark" // clockmark.go
 )
 
 // adminOp is one operation for the committer (request.admin). The committer
@@ -146,6 +147,7 @@ type adminOp struct {
 	positions []posWrite
 
 	// Results, set by the committer (before the batch is applied).
+	mark                int64  // clock mark: the mark
 	applied             bool   // something was written
 	created             *topic // create, configure: a new topic
 	prevFirst, prevPos  uint64 // purge, retention, delete: the first offset before
@@ -291,6 +293,11 @@ func (l *Log) commitAdmin(r *request) {
 	}
 	op := r.admin
 	f := &inflight{reqs: []*request{r}, admin: op}
+	if op.kind == opMark {
+		l.markLocked(op) // clockmark.go: nothing written; completed after every batch before it
+		l.inflight <- f
+		return
+	}
 	if op.kind == opPurge || op.kind == opDelete {
 		l.drain()
 		if p := l.failed.Load(); p != nil {

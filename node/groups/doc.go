@@ -19,7 +19,13 @@
 // State in wal (wal/groups.go): the settings, and per topic the floor, the next offset and
 // the outstanding records with their delivery counts, stored in one synced batch after
 // each run of ACKs (and at a COMMIT), so that a node restart redelivers nothing
-// acknowledged. Delivery counts since the last store can be lost by a crash (a record may
+// acknowledged. The settings hold the group's start (earliest, a time, or for "latest" a
+// wal.ClockMark taken when the group was made); a topic of the node's own log is stored
+// only once the group hands out a record of it, and until then it is at that start
+// (wal.Log.StartOf), the same after a restart, so a group over a wildcard of many topics
+// stores what it read, not what it follows. A start at an offset is not stored (it is
+// clamped to each topic's head when followed), nor does a replicated topic's raft entry
+// carry one: such topics get a state when followed, as before. Delivery counts since the last store can be lost by a crash (a record may
 // then be delivered more than MaxDeliver times in all). On a replicated topic the state is
 // replicated state (node/grouprepl.go, through Env.Store): each store is a raft entry of the topic's group.
 //

@@ -111,7 +111,7 @@ type Group struct {
 	// memberPending caps the records one member holds delivered and unacknowledged
 	// (Config.MemberPending), as JetStream's MaxAckPending does per consumer.
 	memberPending int
-	start         wire.Subscribe // the first member's start: for topics without state
+	start         wire.Subscribe // the first member's start: for topics without state when Set.Start is not stored
 
 	Ended     chan struct{} // closed when its last member left: it is live no more
 	Wake      chan struct{} // its topics advanced (wal.Notify), capacity 1
@@ -234,6 +234,9 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 		if e := g.Conflict(want); e != nil {
 			return nil, e
 		}
+		if set.Start.Kind == wal.GroupFromMark {
+			env.Wal.RaiseClock(set.Start.Time) // no record appended from now on is before it
+		}
 	} else {
 		g.Set = want
 		if g.Set.AckWait == 0 {
@@ -241,6 +244,9 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 		}
 		if g.Set.MaxDeliver == 0 {
 			g.Set.MaxDeliver = uint64(env.Cfg.MaxDeliver)
+		}
+		if g.Set.Start, err = storedStart(env.Wal, req); err != nil {
+			return nil, wire.Errorf(wire.CodeInternal, "start group %q: %v", shown, err)
 		}
 		if err := env.Wal.SetGroup(context.Background(), name, &g.Set, nil); err != nil {
 			return nil, wire.Errorf(wire.CodeInternal, "store group %q: %v", shown, err)
@@ -376,6 +382,12 @@ func (g *Group) addTopicLocked(topic string) {
 			g.restoreLocked(t, e.Offset, e.Deliveries)
 		}
 		g.advanceLocked(t)
+	case g.lazy(topic):
+		// No state stored until the group hands something out: the start is the group's,
+		// stored with its settings, the same after a restart.
+		start, _ := n.Wal.StartOf(topic, g.Set.Start)
+		t.floor, t.next = start, start
+		t.beginTrack(n.Wal, nil, start)
 	default:
 		first, next, _ := n.Wal.Bounds(topic)
 		start := first
@@ -402,6 +414,29 @@ func (g *Group) addTopicLocked(topic string) {
 		g.activateLocked(t)
 	}
 	g.sortReadyLocked()
+}
+
+// storedStart is the start a new group stores with its settings for the first member's
+// request req: a topic it has no state of starts there (lazy). A start at an offset is not
+// stored (every topic's state is: the offset is clamped to each topic's head when followed).
+func storedStart(l *wal.Log, req *wire.Subscribe) (wal.GroupStart, error) {
+	switch req.Start {
+	case wire.StartEarliest:
+		return wal.GroupStart{Kind: wal.GroupFromFirst}, nil
+	case wire.StartTime:
+		return wal.GroupStart{Kind: wal.GroupFromTime, Time: int64(req.StartValue)}, nil
+	case wire.StartLatest:
+		mark, err := l.ClockMark(context.Background())
+		return wal.GroupStart{Kind: wal.GroupFromMark, Time: mark}, err
+	}
+	return wal.GroupStart{}, nil
+}
+
+// lazy reports whether the group stores no state of topic until it hands out a record of
+// it: with a stored start, on a topic of this node's own log. A replicated topic's state
+// goes through its raft group, whose entries carry no start: it is stored when followed.
+func (g *Group) lazy(topic string) bool {
+	return g.Set.Start.Kind != wal.GroupStartUnknown && g.env.Wal.IsLocal(topic)
 }
 
 // restoreLocked puts a stored outstanding record in ready.
