@@ -65,7 +65,8 @@ type link struct {
 		// The current connection's mirror scheduling (park.go).
 		announced map[string]bool // topics the peer announced on the catalog stream
 		patterns  []string        // the watched patterns mirrors are decided by
-		queue     []string        // topics waiting for a stream, in turn (stale entries are skipped)
+		queue     backlog         // topics waiting for a stream, newest head first (stale entries are skipped; park.go)
+		seq       uint64          // entries pushed to queue
 		queued    map[string]bool // the topics waiting, in queue or moved
 		// moved is the live lane: topics whose head the peer reported moving on this
 		// connection, served ahead of queue (park.go); hurried is the set of them.
