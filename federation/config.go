@@ -23,6 +23,18 @@ type Peer struct {
 	Name   string // also the TLS server name its certificate is checked against
 	Addr   string // UDP address of its QUIC listener
 	RaftID uint64 // its raft node ID (gossip tag; 0: unknown), for a node of this region (raft.go)
+	// Failed: gossip declares the node failed (it stopped answering probes; it has not
+	// left). Its link is kept while the link's connection lives, since packets on it are a
+	// fresher sign than gossip's verdict, which can come seconds after a cut is over; a link
+	// is never dialed to it, and its link ends once the connection does (federation.go).
+	Failed bool
+}
+
+// same reports whether p and o are the same node at the same address: a link to one serves
+// the other (gossip's verdict on it aside).
+func (p Peer) same(o Peer) bool {
+	p.Failed, o.Failed = false, false
+	return p == o
 }
 
 // Config configures a Federation.
@@ -36,8 +48,8 @@ type Config struct {
 	// mesh CA as roots. The ALPN and server name are set per link. Required.
 	TLS *tls.Config
 	// Peers returns the nodes of the mesh that have not left, this region's included (this
-	// node itself is ignored). Required. It is called from the reconcile loop, after
-	// PeersChanged and every ReconcileInterval.
+	// node itself is ignored), those gossip declares failed marked so. Required. It is
+	// called from the reconcile loop, after PeersChanged and every ReconcileInterval.
 	Peers func() []Peer
 	// Mirror lists topic patterns mirrored from every region whether or not anyone here
 	// subscribes to them.

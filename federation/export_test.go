@@ -107,3 +107,15 @@ func (f *Federation) mirrorState(region, topic string) string {
 	}
 	return "no link"
 }
+
+// linkTo is this node's link to the node named name (nil: none), and whether gossip's
+// verdict that the peer failed is held against it (Peer.Failed).
+func (f *Federation) linkTo(name string) (l *link, failed bool) {
+	f.mu.Lock()
+	l = f.mu.links[name]
+	f.mu.Unlock()
+	if l == nil {
+		return nil, false
+	}
+	return l, l.failed.Load()
+}

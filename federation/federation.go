@@ -119,7 +119,11 @@ func (f *Federation) PeersChanged() {
 	}
 }
 
-// reconcile starts a link for each new peer and stops the links of peers that are gone.
+// reconcile starts a link for each new peer and stops the links of peers that are gone: a
+// peer that left or moved, or one gossip declares failed whose link's connection has ended
+// too. A failed peer whose connection lives keeps its link (Peer.Failed): after a cut,
+// gossip's verdict on it can come seconds after the link is back, and replacing a working
+// link would cost both sides a listing of every topic.
 func (f *Federation) reconcile(ctx context.Context) {
 	want := make(map[string]Peer)
 	for _, p := range f.cfg.Peers() {
@@ -133,28 +137,38 @@ func (f *Federation) reconcile(ctx context.Context) {
 		return
 	}
 	for name, l := range f.mu.links {
-		if p, ok := want[name]; !ok || p != l.peer {
+		p, ok := want[name]
+		switch {
+		case !ok || !p.same(l.peer):
 			l.stop()
-			delete(f.mu.links, name)
+		case l.ended():
+			// Its run returned (a failed peer's connection ended): replaced below if the
+			// peer is alive again.
+		case p.Failed && !l.connected():
+			l.stop()
+		default:
+			l.failed.Store(p.Failed)
+			continue
 		}
+		delete(f.mu.links, name)
 	}
 	// A peer's counters outlive its links (a reconnect, a link replaced after an address
 	// change) and go with the peer: the series of a link that ended for good are dropped.
-	// Kept while a connection of the peer's is still open (its link is closing): a peer that
-	// gossip marked failed and alive again (its suspicion after a cut, seconds after the
-	// return) gets its link back with the same counters, and the same upSince (park.go).
+	// Kept while a connection of the peer's is still open (its link is closing or kept
+	// through gossip's verdict), so a peer that gossip marked failed and alive again gets
+	// the same counters, and the same upSince (park.go).
 	for key, c := range f.mu.counters {
-		if p, ok := want[key[1]]; (!ok || p.Region != key[0]) && !c.connected() {
+		if p, ok := want[key[1]]; (!ok || p.Failed || p.Region != key[0]) && !c.connected() {
 			delete(f.mu.counters, key)
 		}
 	}
-	for name := range f.mu.accepted {
-		if _, ok := want[name]; !ok {
+	for name, a := range f.mu.accepted {
+		if p, ok := want[name]; !ok || p.Failed && a.conn.Context().Err() != nil {
 			delete(f.mu.accepted, name)
 		}
 	}
 	for name, p := range want {
-		if _, ok := f.mu.links[name]; ok {
+		if _, ok := f.mu.links[name]; ok || p.Failed {
 			continue
 		}
 		key := [2]string{p.Region, p.Name}

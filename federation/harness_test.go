@@ -82,7 +82,7 @@ func (m *fedMesh) peers() []Peer {
 			a = n.listed.Load()
 		}
 		if a != nil {
-			out = append(out, Peer{Region: n.region, Name: n.name, Addr: *a})
+			out = append(out, Peer{Region: n.region, Name: n.name, Addr: *a, Failed: n.failed.Load()})
 		}
 	}
 	return out
@@ -104,6 +104,7 @@ type fedNode struct {
 	ln     *quic.Listener
 	addr   atomic.Pointer[string] // nil while not listening
 	listed atomic.Pointer[string] // the address Peers gives while not listening (nil: none), as gossip lists a crashed node
+	failed atomic.Bool            // Peers marks the node failed, as gossip's verdict does (Peer.Failed)
 	listen string                 // the address to listen on again after a restart
 
 	serveCtx    context.Context

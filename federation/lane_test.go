@@ -76,3 +76,54 @@ func TestBacklogNotStarvedByMovedLane(t *testing.T) {
 		l.hurryLocked(topic) // the moved lane never empties
 	}
 }
+
+// The backlog lane serves the topic whose head moved last first (FIFO among heads of the
+// same time, or unknown): after a cut, the records published just before the link came
+// back (announced with heads older than the return) wait for the backlog's first picks,
+// not for their turn in name order behind every topic the cut touched.
+func TestBacklogServesNewestHeadFirst(t *testing.T) {
+	l := &link{f: &Federation{cfg: Config{Now: time.Now}}, sched: make(chan struct{}, 1)}
+	l.mu.queued = make(map[string]bool)
+	l.mu.hurried = make(map[string]bool)
+	l.mu.announced = make(map[string]bool)
+	l.mu.health = make(map[string]*mirrorHealth)
+	take := func() (order []string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		for {
+			topic, ok := l.nextWaitingLocked()
+			if !ok {
+				return order
+			}
+			order = append(order, topic)
+		}
+	}
+	// Announced in name order, each queued before its head is known; then the heads of
+	// the announcements (none moved on this connection).
+	heads := map[string]int64{"m.a": 10, "m.b": 40, "m.c": 20, "m.d": 30, "m.e": 20}
+	names := []string{"m.a", "m.b", "m.c", "m.d", "m.e"}
+	for _, n := range names {
+		l.mu.Lock()
+		l.mu.announced[n] = true
+		l.mu.health[n] = &mirrorHealth{}
+		l.enqueueLocked(n)
+		l.mu.Unlock()
+	}
+	for _, n := range names {
+		l.headReported(n, 5, heads[n], false)
+	}
+	if got, want := fmt.Sprint(take()), "[m.b m.d m.c m.e m.a]"; got != want {
+		t.Fatalf("backlog served %s, want the newest head first (FIFO among equals): %s", got, want)
+	}
+	// Heads not known: in the order queued.
+	for _, n := range []string{"m.z", "m.y", "m.x"} {
+		l.mu.Lock()
+		l.mu.announced[n] = true
+		l.mu.health[n] = &mirrorHealth{}
+		l.enqueueLocked(n)
+		l.mu.Unlock()
+	}
+	if got, want := fmt.Sprint(take()), "[m.z m.y m.x]"; got != want {
+		t.Fatalf("backlog of unknown heads served %s, want the order queued %s", got, want)
+	}
+}

@@ -40,6 +40,10 @@ type link struct {
 	migrations   atomic.Uint64
 	reconnects   atomic.Uint64
 	silent       atomic.Uint64 // connections ended after LinkIdleTimeout without a packet
+	// failed is gossip's verdict on the peer (Peer.Failed), set by reconcile while the
+	// connection lives: once it ends, run ends too instead of redialing.
+	failed atomic.Bool
+	done   chan struct{} // closed when run returns
 
 	mu struct {
 		sync.Mutex
@@ -61,7 +65,8 @@ type link struct {
 		// The current connection's mirror scheduling (park.go).
 		announced map[string]bool // topics the peer announced on the catalog stream
 		patterns  []string        // the watched patterns mirrors are decided by
-		queue     []string        // topics waiting for a stream, in turn (stale entries are skipped)
+		queue     backlog         // topics waiting for a stream, newest head first (stale entries are skipped; park.go)
+		seq       uint64          // entries pushed to queue
 		queued    map[string]bool // the topics waiting, in queue or moved
 		// moved is the live lane: topics whose head the peer reported moving on this
 		// connection, served ahead of queue (park.go); hurried is the set of them.
@@ -110,6 +115,7 @@ func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 		interestWake: make(chan struct{}, 1),
 		sched:        make(chan struct{}, 1),
 		redial:       make(chan struct{}, 1),
+		done:         make(chan struct{}),
 	}
 	l.mu.mirrors = make(map[string]*mirror)
 	l.mu.health = make(map[string]*mirrorHealth)
@@ -121,6 +127,25 @@ func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 }
 
 func (l *link) stop() { l.cancel() }
+
+// ended reports whether run has returned.
+func (l *link) ended() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// connected reports whether the link's connection is established and has not ended: the
+// liveness watch (serve) ends one whose peer was silent for LinkIdleTimeout.
+func (l *link) connected() bool {
+	l.mu.Lock()
+	conn := l.mu.conn
+	l.mu.Unlock()
+	return conn != nil && conn.Context().Err() == nil
+}
 
 func (l *link) interestChanged() {
 	select {
@@ -135,9 +160,21 @@ func (l *link) run(parent context.Context) {
 	defer cancel()
 	stop := context.AfterFunc(parent, cancel)
 	defer stop()
+	defer func() {
+		close(l.done)
+		if l.failed.Load() {
+			l.f.PeersChanged() // reconcile drops this link, or replaces it if the peer is back
+		}
+	}()
 
 	backoff := l.f.cfg.ReconnectMin
 	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if l.failed.Load() {
+			// Gossip declares the peer failed, and the connection kept through that verdict
+			// has ended: no dial to a peer gossip does not see.
+			l.log.Info("link closed: its connection ended while gossip declares the peer failed")
+			return
+		}
 		select { // a restart the peer announced before this attempt is the one it reaches
 		case <-l.redial:
 		default:

@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"math"
@@ -30,7 +31,7 @@ import (
 //     live: it waits in the moved lane, served ahead of the backlog lane (but one pick in
 //     backlogShare goes to the backlog while both wait, so it never starves), where topics wait
 //     that were behind when announced (a new link's or a reconnect's catch-up) or whose
-//     mirror parked before it caught up. So after a long cut, records published after the
+//     mirror parked before it caught up, newest head first (backlog). So after a long cut, records published after the
 //     return are mirrored within the bound's turnover instead of behind every topic the cut
 //     touched, and the backlog gets every stream the live topics do not need (issue 34's
 //     figure 2: 21 s p99 after a 30 s cut, the backlog's catch-up, in the FIFO queue).
@@ -112,20 +113,69 @@ func (l *link) headReported(topic string, next uint64, headTime int64, moved boo
 	if !l.mu.announced[topic] || !h.needsStream() {
 		return
 	}
-	if moved {
+	switch {
+	case moved:
 		l.hurryLocked(topic)
-	} else {
+	case l.mu.queued[topic] && !l.mu.hurried[topic]:
+		// Waiting in the backlog, queued before its head was known (announced, then the
+		// announcement's HEAD): its turn now follows this head's time. The earlier entry is
+		// skipped as stale once the topic is taken.
+		l.pushBacklogLocked(topic, headTime)
+	default:
 		l.enqueueLocked(topic)
 	}
 }
 
+// enqueueLocked queues topic in the backlog lane, at the time of its last reported head.
 func (l *link) enqueueLocked(topic string) {
 	if l.mu.queued[topic] {
 		return
 	}
 	l.mu.queued[topic] = true
-	l.mu.queue = append(l.mu.queue, topic)
+	var at int64
+	if h := l.mu.health[topic]; h != nil {
+		at = h.headAt()
+	}
+	l.pushBacklogLocked(topic, at)
 	l.poke()
+}
+
+func (l *link) pushBacklogLocked(topic string, at int64) {
+	l.mu.seq++
+	heap.Push(&l.mu.queue, backlogEntry{topic: topic, at: at, seq: l.mu.seq})
+}
+
+// backlog is the backlog lane: the topics whose head was behind when announced, or whose
+// mirror parked before it caught up, served newest head first (by the origin's time of the
+// last record, FIFO among equals). After a cut, the topics that moved last, just before the
+// link came back (records published after the return but before the reconnect, whose heads
+// the listing announces with a time before the link's return), go first instead of waiting
+// their turn in name order behind every topic the cut touched: issue 34's figure 2, where
+// the records sent in the 0.2 s before the reconnect made the p99 of those sent during the
+// catch-up (7.6 s; the median 1.3 s). Every entry is taken in the end: the lane is a
+// catch-up's, and gains entries only from announcements and mirrors parked behind.
+type backlog []backlogEntry
+
+type backlogEntry struct {
+	topic string
+	at    int64  // the origin's time of the topic's head when queued (unix ns; 0: unknown)
+	seq   uint64 // order of queueing, among equal times
+}
+
+func (b backlog) Len() int { return len(b) }
+func (b backlog) Less(i, j int) bool {
+	if b[i].at != b[j].at {
+		return b[i].at > b[j].at
+	}
+	return b[i].seq < b[j].seq
+}
+func (b backlog) Swap(i, j int) { b[i], b[j] = b[j], b[i] }
+func (b *backlog) Push(x any)   { *b = append(*b, x.(backlogEntry)) }
+func (b *backlog) Pop() any {
+	old := *b
+	e := old[len(old)-1]
+	*b = old[:len(old)-1]
+	return e
 }
 
 // hurryLocked queues topic in the moved lane, also when it waits in the backlog already (its
@@ -147,7 +197,7 @@ func (l *link) hurryLocked(topic string) {
 const backlogShare = 4
 
 // nextWaitingLocked takes the next waiting topic: the moved lane's first, else the
-// backlog's (and the backlog's one pick in backlogShare while both wait), skipping stale
+// backlog's newest (and the backlog's one pick in backlogShare while both wait), skipping stale
 // entries (topics taken from the other lane, or no longer mirrored). It returns false when
 // none waits.
 func (l *link) nextWaitingLocked() (string, bool) {
@@ -157,7 +207,7 @@ func (l *link) nextWaitingLocked() (string, bool) {
 		if len(l.mu.moved) > 0 && (len(l.mu.queue) == 0 || l.mu.picks%backlogShare != 0) {
 			t, l.mu.moved = l.mu.moved[0], l.mu.moved[1:]
 		} else {
-			t, l.mu.queue = l.mu.queue[0], l.mu.queue[1:]
+			t = heap.Pop(&l.mu.queue).(backlogEntry).topic
 		}
 		if !l.mu.queued[t] {
 			continue

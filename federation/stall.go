@@ -33,6 +33,13 @@ func (h *mirrorHealth) needsStream() bool {
 	return !h.known || h.headNext > h.reached
 }
 
+// headAt is the origin's time of the head last reported (unix ns; 0: none reported).
+func (h *mirrorHealth) headAt() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.headTime
+}
+
 // lagRecords is the reported head less the position scanned (an upper bound: the origin's
 // head also counts records it mirrored from other regions, which the mirror skips).
 func (h *mirrorHealth) lagRecords() uint64 {

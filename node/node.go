@@ -262,18 +262,25 @@ func (n *Node) advertise() string {
 	return n.Addr().String()
 }
 
-// peers lists the other live nodes of the mesh, for the federation's links: other regions'
-// nodes (mirroring) and this region's (placement catalogs and relays). A node gossip
-// declares failed loses its link at once, so that streams relayed to it end with an error
-// naming it instead of waiting for QUIC's idle timeout; the link is dialed again when the
-// node is back.
+// peers lists the other nodes of the mesh that have not left, for the federation's links:
+// other regions' nodes (mirroring) and this region's (placement catalogs and relays). A node
+// gossip declares failed is listed as such: its link is kept only while the link's QUIC
+// connection lives (a peer that died falls silent, and the link's liveness watch ends the
+// connection within LinkIdleTimeout; streams relayed to it then end with an error naming
+// it), and no link is dialed to it until gossip sees it alive again. So gossip's late
+// verdict after a cut (its suspicion outlasts the cut by seconds) does not replace a
+// working link, which would cost both sides a listing of every topic.
 func (n *Node) peers() []federation.Peer {
 	var out []federation.Peer
 	for _, m := range n.gossip.Members() {
-		if m.Name == n.cfg.Name || m.Region == "" || m.Status != gossip.StatusAlive || m.Tags[tagQUIC] == "" {
+		if m.Name == n.cfg.Name || m.Region == "" || m.Tags[tagQUIC] == "" {
 			continue
 		}
-		out = append(out, federation.Peer{Region: m.Region, Name: m.Name, Addr: m.Tags[tagQUIC], RaftID: raftPeerID(m)})
+		if m.Status != gossip.StatusAlive && m.Status != gossip.StatusFailed {
+			continue // left, leaving or unknown: gone
+		}
+		out = append(out, federation.Peer{Region: m.Region, Name: m.Name, Addr: m.Tags[tagQUIC], RaftID: raftPeerID(m),
+			Failed: m.Status == gossip.StatusFailed})
 	}
 	return out
 }

@@ -496,6 +496,7 @@ func reportDelays(t *testing.T, pub *loadPublisher, found []time.Time, phases []
 	for i, ph := range phases {
 		var ds, after []time.Duration // after: of the records sent after the return
 		var lastBefore time.Time      // the latest arrival of a record sent before the return
+		var sentAfter []lateSend      // the records sent after the return: when, and their delay
 		for seq, s := range pub.sent {
 			if int(s.phase) != i || found[seq].IsZero() {
 				continue
@@ -506,6 +507,7 @@ func reportDelays(t *testing.T, pub *loadPublisher, found []time.Time, phases []
 			}
 			if !s.at.Before(ph.back) {
 				after = append(after, found[seq].Sub(s.at))
+				sentAfter = append(sentAfter, lateSend{s.at.Sub(ph.back), found[seq].Sub(s.at)})
 			} else if found[seq].After(lastBefore) {
 				lastBefore = found[seq]
 			}
@@ -517,6 +519,7 @@ func reportDelays(t *testing.T, pub *loadPublisher, found []time.Time, phases []
 			// The records published while eu caught up: what waits behind the catch-up.
 			line += fmt.Sprintf("; the last record sent before the return appended at eu %v after it; the %d sent after it (during the catch-up): p50 %v, p99 %v, max %v",
 				lastBefore.Sub(ph.back).Round(time.Millisecond), len(after), q(after, 0.5), q(after, 0.99), q(after, 1))
+			line += slowestSent(sentAfter, q(after, 0.99), ph)
 		}
 		t.Log(line)
 	}
@@ -567,4 +570,29 @@ func portsOf(t *testing.T, addrs ...string) []int {
 		ps = append(ps, addrPort(t, a))
 	}
 	return ps
+}
+
+// lateSend is a record sent after a fault's return: how long after it, and its mirror delay.
+type lateSend struct{ sentAfter, delay time.Duration }
+
+// slowestSent says when the records sent after the return that waited p99 or more were
+// sent, from the return (and from eu's link coming back, when seen): where the tail of a
+// catch-up comes from.
+func slowestSent(sent []lateSend, p99 time.Duration, ph loadPhase) string {
+	var at []time.Duration
+	for _, s := range sent {
+		if s.delay >= p99 {
+			at = append(at, s.sentAfter)
+		}
+	}
+	if len(at) == 0 {
+		return ""
+	}
+	slices.Sort(at)
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Millisecond) }
+	line := fmt.Sprintf("; the %d at p99 or more were sent %v-%v after the return (median %v)", len(at), r(at[0]), r(at[len(at)-1]), r(at[len(at)/2]))
+	if !ph.linked.IsZero() {
+		line += fmt.Sprintf(", eu's link up %v after it", r(ph.linked.Sub(ph.back)))
+	}
+	return line
 }
