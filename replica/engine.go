@@ -152,6 +152,10 @@ type group struct {
 	// leader; it sends Wake every wakeEveryTicks of them (askWake).
 	leaderless int
 	dirty      bool // in engine.dirty
+	// removed: the configuration this replica applied last leaves this node out (its
+	// replica was moved off): it neither ticks nor asks to be woken (tick), so a moved
+	// replica costs nothing until it is dropped; a message of the group still wakes it.
+	removed bool
 }
 
 // touch marks g as possibly having a Ready: every change to its RawNode (Step, Tick,
@@ -242,6 +246,9 @@ func (e *engine) addGroup(id uint64, peers []uint64, join bool) (created bool, e
 		}
 	}
 	g := &group{id: id, rn: rn, st: st}
+	// Reopened after a restart with a configuration that leaves this node out: a replica
+	// moved off before it stopped.
+	g.removed = !empty && (len(cs.GetVoters()) > 0 || len(cs.GetLearners()) > 0) && !inConfState(cs, e.cfg.NodeID)
 	st.setBuild(func() (*pb.Snapshot, error) { return e.buildSnapshot(g) })
 	e.groups[id] = g
 	e.roles.set(g)
@@ -324,6 +331,12 @@ func (e *engine) tick() {
 		}
 		// Checked before the tick, when the last round has left nothing
 		// ready (a leader's tick readies heartbeats).
+		if g.removed {
+			// No member: raft would never let it campaign, and its leaderless ticks
+			// would ask the group to wake it every wakeEveryTicks, for ever.
+			e.setQuiet(g, true)
+			continue
+		}
 		if !e.cfg.DisableQuiescence && g.idle >= e.cfg.QuiesceAfterTicks {
 			if e.maybeQuiesce(g) {
 				continue
@@ -345,6 +358,17 @@ func (e *engine) tick() {
 			g.leaderless = 0
 		}
 	}
+}
+
+// inConfState reports whether node is a voter or learner of cs, in either half of a joint
+// configuration.
+func inConfState(cs *pb.ConfState, node uint64) bool {
+	for _, ids := range [][]uint64{cs.GetVoters(), cs.GetLearners(), cs.GetVotersOutgoing(), cs.GetLearnersNext()} {
+		if slices.Contains(ids, node) {
+			return true
+		}
+	}
+	return false
 }
 
 // maybeQuiesce quiets an idle group whose leader this node is and whose
@@ -668,6 +692,7 @@ func (e *engine) round(rds []*readyGroup) error {
 			restored = append(restored, fsm)
 			after = append(after, fst, func() { e.stats.SnapshotsApplied++ })
 			snapIdx = rd.Snapshot.GetMetadata().GetIndex()
+			g.removed = !inConfState(rd.Snapshot.GetMetadata().GetConfState(), e.cfg.NodeID)
 			sync = true
 		}
 		f, err := g.st.stageAppendAfter(b, rd.Entries, snapIdx)
@@ -899,10 +924,12 @@ func (e *engine) apply(b *pebble.Batch, r *readyGroup, ents []*pb.Entry, after *
 				}
 				cc = c
 			}
-			f, err := g.st.stageConfState(b, g.rn.ApplyConfChange(cc))
+			cs := g.rn.ApplyConfChange(cc)
+			f, err := g.st.stageConfState(b, cs)
 			if err != nil {
 				return err
 			}
+			g.removed = !inConfState(cs, e.cfg.NodeID)
 			*after = append(*after, f)
 		}
 	}

@@ -98,3 +98,49 @@ func TestMembershipConfPendingUntilApplied(t *testing.T) {
 		return nil
 	})
 }
+
+// TestRemovedReplicaGoesQuiet: a replica a configuration change removed, follower or
+// leader, stops ticking and asking the group to wake it: it goes quiet (a moved replica
+// costs nothing while its node keeps it), while the group goes on without it. Without that
+// a removed follower ticked for ever, and a removed leader, knowing no leader once it stepped
+// down, sent the others a wake every two ticks.
+func TestRemovedReplicaGoesQuiet(t *testing.T) {
+	for _, which := range []string{"follower", "leader"} {
+		t.Run(which, func(t *testing.T) {
+			rs, _ := startRegion(t, 4, []uint64{1})
+			proposeAll(t, rs, 1, 3, "a")
+			l := leaderOf(t, rs, 1)
+			gone := l
+			if which == "follower" {
+				for _, r := range rs {
+					if r != l {
+						gone = r
+						break
+					}
+				}
+			}
+			cc := &pb.ConfChangeV2{Changes: []*pb.ConfChangeSingle{{Type: pb.ConfChangeRemoveNode.Enum(), NodeId: new(gone.id)}}}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if err := l.d.ProposeConfChange(ctx, 1, cc); err != nil {
+				t.Fatalf("remove node %d: %v", gone.id, err)
+			}
+			testlog.WaitForErr(t, 20*time.Second, fmt.Sprintf("removed node %d to go quiet", gone.id), func() error {
+				st, err := gone.d.Stats(context.Background())
+				if err != nil || st.Quiesced != 1 {
+					return fmt.Errorf("stats %+v, %v", st, err)
+				}
+				return nil
+			})
+			var rest []*testReplica
+			for _, r := range rs {
+				if r != gone {
+					rest = append(rest, r)
+				}
+			}
+			if res := proposeAll(t, rest, 1, 1, "b"); res[0].Offset != 3 {
+				t.Fatalf("offset after the removal %d, want 3", res[0].Offset)
+			}
+		})
+	}
+}
