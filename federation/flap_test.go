@@ -56,26 +56,23 @@ func TestLinkKeptThroughGossipFlap(t *testing.T) {
 	infoB, _ := b.link("a")
 	upsA, upsB := linkUps(a), linkUps(b)
 
-	a.failed.Store(true)
-	b.failed.Store(true)
-	a.fedNow().PeersChanged()
-	b.fedNow().PeersChanged()
-	if got := waitVerdict(t, a, b, la, true); got != la {
-		t.Fatalf("a's link to b was dropped or replaced when gossip declared b failed while their connection was healthy")
+	// verdict has gossip on both sides declare the other failed (or alive again) and checks
+	// that each keeps its link; what says the verdict, with %s for the peer.
+	verdict := func(failed bool, what string) {
+		t.Helper()
+		a.failed.Store(failed)
+		b.failed.Store(failed)
+		a.fedNow().PeersChanged()
+		b.fedNow().PeersChanged()
+		if got := waitVerdict(t, a, b, la, failed); got != la {
+			t.Fatalf("a's link to b was dropped or replaced when gossip "+what, "b")
+		}
+		if got := waitVerdict(t, b, a, lb, failed); got != lb {
+			t.Fatalf("b's link to a was dropped or replaced when gossip "+what, "a")
+		}
 	}
-	if got := waitVerdict(t, b, a, lb, true); got != lb {
-		t.Fatalf("b's link to a was dropped or replaced when gossip declared a failed while their connection was healthy")
-	}
-	a.failed.Store(false)
-	b.failed.Store(false)
-	a.fedNow().PeersChanged()
-	b.fedNow().PeersChanged()
-	if got := waitVerdict(t, a, b, la, false); got != la {
-		t.Fatalf("a's link to b was replaced when gossip saw b alive again")
-	}
-	if got := waitVerdict(t, b, a, lb, false); got != lb {
-		t.Fatalf("b's link to a was replaced when gossip saw a alive again")
-	}
+	verdict(true, "declared %s failed while their connection was healthy")
+	verdict(false, "saw %s alive again")
 
 	for _, c := range []struct {
 		n    *fedNode
