@@ -94,7 +94,7 @@ func TestReplicatedFailoverExactlyOnceAcrossRegions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gsub, err := c.Subscribe(ctx, "events", client.SubscribeOptions{Group: "workers"})
+	gsub, err := c.Subscribe(ctx, "events", client.SubscribeOptions{Group: "workers", AckWait: failoverAckWait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestReplicatedFailoverRestartedResumesFromMirrored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gsub, err := c1.Subscribe(ctx, "events", client.SubscribeOptions{Group: "workers"})
+	gsub, err := c1.Subscribe(ctx, "events", client.SubscribeOptions{Group: "workers", AckWait: failoverAckWait})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestReplicatedFailoverRestartedResumesFromMirrored(t *testing.T) {
 	if cs[0].sub, err = c2.Subscribe(ctx, "events", client.SubscribeOptions{Durable: "audit"}); err != nil {
 		t.Fatal(err)
 	}
-	if cs[1].sub, err = c2.Subscribe(ctx, "events", client.SubscribeOptions{Group: "workers"}); err != nil {
+	if cs[1].sub, err = c2.Subscribe(ctx, "events", client.SubscribeOptions{Group: "workers", AckWait: failoverAckWait}); err != nil {
 		t.Fatal(err)
 	}
 	publishSeq(t, pub["us"], "events", "us", 100, 100)
