@@ -347,13 +347,7 @@ func (n *Node) Region() string { return n.cfg.Region }
 // once its metadata group has a leader (before that a new topic cannot be placed: its
 // publishes and subscriptions answer unavailable, retry); a single-copy node serves once it
 // runs.
-func (n *Node) Serving() bool {
-	if n.rep == nil {
-		return true
-	}
-	ro, ok := n.rep.d.Role(metaGroup)
-	return ok && ro.Lead != 0
-}
+func (n *Node) Serving() bool { return n.rep.serving() }
 
 // Gatherer returns the registry the node's metrics are on, for serving /metrics; nil when
 // the configured Registerer is not also a Gatherer.

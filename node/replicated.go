@@ -292,6 +292,16 @@ func (r *replicated) isLocal(topic string) bool {
 // isReplicated reports whether topic is a replicated topic of this region.
 func (r *replicated) isReplicated(topic string) bool { return r.lookup(topic) != nil }
 
+// serving reports whether the region's metadata group has a leader, which placing a new
+// topic needs (Node.Serving). A node without a replicated part (nil) serves as it runs.
+func (r *replicated) serving() bool {
+	if r == nil {
+		return true
+	}
+	ro, ok := r.d.Role(metaGroup)
+	return ok && ro.Lead != 0
+}
+
 // observe reads the raft status of every group this node holds, every ObserveInterval:
 // for the metrics, and to tell placement's waiters of a leader change (a subscription
 // relayed to an old leader then moves).
