@@ -432,16 +432,24 @@ func TestReplicatedMetrics(t *testing.T) {
 		}
 		return leaders == 1
 	})
-	fams, _ := m.nodes["eu-1"].Gatherer().Gather()
-	seen := map[string]bool{}
-	for _, f := range fams {
-		seen[f.GetName()] = true
-	}
-	for _, want := range []string{"quicmq_raft_group_term", "quicmq_raft_group_commit_index", "quicmq_raft_group_applied_index", "quicmq_raft_groups_below_quorum"} {
-		if !seen[want] {
-			t.Errorf("no %s series", want)
+	// eu-1's series come from its own observation of the groups, every ObserveInterval: the
+	// leader's may be in the metrics above before eu-1 first observed met's group.
+	testlog.WaitForErr(t, 10*time.Second, "eu-1's per-group raft series", func() error {
+		fams, err := m.nodes["eu-1"].Gatherer().Gather()
+		if err != nil {
+			return err
 		}
-	}
+		seen := map[string]bool{}
+		for _, f := range fams {
+			seen[f.GetName()] = true
+		}
+		for _, want := range []string{"quicmq_raft_group_term", "quicmq_raft_group_commit_index", "quicmq_raft_group_applied_index", "quicmq_raft_groups_below_quorum"} {
+			if !seen[want] {
+				return fmt.Errorf("no %s series", want)
+			}
+		}
+		return nil
+	})
 }
 
 // publishRetrying publishes records from..to-1 of topic as publishNumbered does, each with
