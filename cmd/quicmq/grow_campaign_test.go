@@ -30,6 +30,12 @@ import (
 // (publishes/s, default 1000) size it; QUICMQ_GROW_BIN runs another build's node processes
 // (a base to compare with, in the same conditions); QUICMQ_GROW_TIMELINE=1 adds a timeline
 // of the nodes' CPU beside the publishes.
+//
+// QUICMQ_GROW_CONTROL=1 runs the control: the same region, load and two joining processes,
+// with both balancers off, so nothing moves. Its "during" is the first QUICMQ_GROW_CONTROL_ACKS
+// publishes (default: six seconds' worth, about as long as the moves take) acknowledged after
+// the two joined. Run alternately with the campaign, it says how much of the p99 during the
+// moves is the machine's (two more processes starting on its cores) and how much the moves'.
 func TestGrowCampaign(t *testing.T) {
 	if os.Getenv("QUICMQ_GROW_CAMPAIGN") == "" {
 		t.Skip("the grow campaign runs five node processes for about a minute: set QUICMQ_GROW_CAMPAIGN=1")
@@ -58,9 +64,14 @@ func TestGrowCampaign(t *testing.T) {
 	for i := range 3 {
 		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
 	}
+	control := os.Getenv("QUICMQ_GROW_CONTROL") != ""
 	r.extra = func(i int) []string {
 		// --replicas 3 after the region's own (len(nodes)), which it overrides.
-		return []string{"--listen", listen[i], "--admin", admin[i], "--admin-api", "--replicas", "3", "--raft-balance-interval", "2s"}
+		flags := []string{"--listen", listen[i], "--admin", admin[i], "--admin-api", "--replicas", "3", "--raft-balance-interval", "2s"}
+		if control {
+			flags = append(flags, "--raft-no-replica-balance", "--raft-no-balance")
+		}
+		return flags
 	}
 	r.startAll()
 
@@ -84,41 +95,12 @@ func TestGrowCampaign(t *testing.T) {
 	for i := 3; i < 5; i++ {
 		r.waitLinks(i)
 	}
-	type nodeRow struct {
-		Name  string            `json:"name"`
-		State string            `json:"state"`
-		Held  int               `json:"held"`
-		Led   int               `json:"led"`
-		Moves []json.RawMessage `json:"moves"`
+	var rows []growNodeRow
+	if control {
+		rows = growControl(t, l, admin[0], envInt("QUICMQ_GROW_CONTROL_ACKS", 6*rate))
+	} else {
+		rows = growBalanced(t, admin[0], start)
 	}
-	var rows []nodeRow
-	last := ""
-	var asked time.Time
-	testlog.WaitForErr(t, 5*time.Minute, "the region balanced", func() error {
-		if time.Since(asked) < 100*time.Millisecond { // a CLI run per look: at most ten a second beside the load measured
-			return errors.New(last)
-		}
-		asked = time.Now()
-		code, out, errOut := runCLI(t, "", "nodes", "--admin", admin[0], "--format", "json")
-		if code == 0 && json.Unmarshal([]byte(out), &rows) == nil {
-			var held, led []int
-			moving := 0
-			for _, n := range rows {
-				held, led = append(held, n.Held), append(led, n.Led)
-				moving += len(n.Moves)
-			}
-			if s := fmt.Sprint(held, led, moving); s != last {
-				t.Logf("%v held %v led %v moves %d", time.Since(start).Round(time.Millisecond), held, led, moving)
-				last = s
-			}
-			if len(rows) == 5 && moving == 0 && slices.Max(held)-slices.Min(held) <= 1 && slices.Max(led)-slices.Min(led) <= 1 {
-				return nil
-			}
-		} else if code != 0 {
-			t.Logf("quicmq nodes: exit %d: %s", code, errOut)
-		}
-		return errors.New(last)
-	})
 	took := time.Since(start)
 	l.event("balanced")
 	l.phase.Store("after")
@@ -137,8 +119,12 @@ func TestGrowCampaign(t *testing.T) {
 	for _, n := range rows {
 		table = append(table, fmt.Sprintf("%s %d/%d", n.Name, n.Held, n.Led))
 	}
-	t.Logf("grow 3 -> 5 node processes, %d topics at %d publishes/s: balanced in %v; held/led: %s; publish p99 before %v (%d), during %v (%d), %.1fx; %d answers refused or of unknown outcome, published again: %s",
-		topics, rate, took.Round(time.Millisecond), strings.Join(table, ", "), p99(before), len(before), p99(during), len(during),
+	what := "grow 3 -> 5 node processes"
+	if control {
+		what = "control (3 + 2 node processes, nothing moved; \"balanced\": its window ended)"
+	}
+	t.Logf("%s, %d topics at %d publishes/s: balanced in %v; held/led: %s; publish p99 before %v (%d), during %v (%d), %.1fx; %d answers refused or of unknown outcome, published again: %s",
+		what, topics, rate, took.Round(time.Millisecond), strings.Join(table, ", "), p99(before), len(before), p99(during), len(during),
 		float64(p99(during))/float64(max(1, p99(before))), l.refused.Load(), l.refusals())
 
 	// Every acknowledged record once, read from rc1; every topic's next offset the same on
@@ -225,4 +211,76 @@ func (l *rollLoad) growSlowReport(start time.Time, over time.Duration, replicasO
 			ep[0].sent.Sub(start).Seconds(), ep[len(ep)-1].sent.Sub(start).Seconds(), len(ep), worst.Round(time.Millisecond), retried, ep[0].node, sets)
 	}
 	return b.String()
+}
+
+// growBalanced polls `quicmq nodes` until the five nodes hold and lead within one of even with
+// no move in progress, logging each change, and returns the nodes as listed then.
+func growBalanced(t *testing.T, admin string, start time.Time) []growNodeRow {
+	t.Helper()
+	var rows []growNodeRow
+	last := ""
+	var asked time.Time
+	testlog.WaitForErr(t, 5*time.Minute, "the region balanced", func() error {
+		if time.Since(asked) < 100*time.Millisecond { // a CLI run per look: at most ten a second beside the load measured
+			return errors.New(last)
+		}
+		asked = time.Now()
+		code, out, errOut := runCLI(t, "", "nodes", "--admin", admin, "--format", "json")
+		if code == 0 && json.Unmarshal([]byte(out), &rows) == nil {
+			var held, led []int
+			moving := 0
+			for _, n := range rows {
+				held, led = append(held, n.Held), append(led, n.Led)
+				moving += len(n.Moves)
+			}
+			if s := fmt.Sprint(held, led, moving); s != last {
+				t.Logf("%v held %v led %v moves %d", time.Since(start).Round(time.Millisecond), held, led, moving)
+				last = s
+			}
+			if len(rows) == 5 && moving == 0 && slices.Max(held)-slices.Min(held) <= 1 && slices.Max(led)-slices.Min(led) <= 1 {
+				return nil
+			}
+		} else if code != 0 {
+			t.Logf("quicmq nodes: exit %d: %s", code, errOut)
+		}
+		return errors.New(last)
+	})
+	return rows
+}
+
+// growNodeRow is a row of `quicmq nodes --format json`, as the campaign reads it.
+type growNodeRow struct {
+	Name  string            `json:"name"`
+	State string            `json:"state"`
+	Held  int               `json:"held"`
+	Led   int               `json:"led"`
+	Moves []json.RawMessage `json:"moves"`
+}
+
+// growControl is the control's "during": once `quicmq nodes` lists the two new nodes up, acks
+// more publishes acknowledged, nothing moving. It returns the nodes as listed then.
+func growControl(t *testing.T, l *rollLoad, admin string, acks int) []growNodeRow {
+	t.Helper()
+	var rows []growNodeRow
+	testlog.WaitForErr(t, time.Minute, "five nodes up", func() error {
+		code, out, errOut := runCLI(t, "", "nodes", "--admin", admin, "--format", "json")
+		if code != 0 {
+			return fmt.Errorf("quicmq nodes: exit %d: %s", code, errOut)
+		}
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			return err
+		}
+		up := 0
+		for _, n := range rows {
+			if n.State == "up" {
+				up++
+			}
+		}
+		if up < 5 {
+			return fmt.Errorf("%d of 5 nodes up: %s", up, out)
+		}
+		return nil
+	})
+	l.waitAcks(t, acks)
+	return rows
 }
