@@ -408,42 +408,13 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 		}
 		switch f := f.(type) {
 		case *wire.Record:
-			if f.Bind != "" { // a RUNS entry binding its topic's index, as a TOPIC frame would
-				s.bindTopic(f.Index, f.Bind)
+			rec, ok, err := s.record(f)
+			if err != nil {
+				return Record{}, err
 			}
-			name, ok := s.lastTopic, s.lastIndex == f.Index && s.lastTopic != ""
-			if !ok {
-				if name, ok = s.topics.name(f.Index); !ok {
-					return Record{}, s.end(errorf(CodeProtocol, "RECORD for topic index %d before its TOPIC", f.Index))
-				}
-				s.lastIndex, s.lastTopic = f.Index, name
-				if s.delivered != nil {
-					if s.lastNext = s.delivered[name]; s.lastNext == nil {
-						s.lastNext = new(uint64)
-						s.delivered[name] = s.lastNext
-					}
-				}
+			if ok {
+				return rec, nil
 			}
-			if s.lastNext != nil {
-				if f.Offset < *s.lastNext {
-					continue // delivered before the connection was lost
-				}
-				*s.lastNext = f.Offset + 1
-			}
-			rec := Record{Topic: name, Offset: f.Offset, OriginRegion: f.OriginRegion, OriginOffset: f.OriginOffset}
-			if s.pos != nil {
-				s.pos.deliver(&rec, f.Index) // position.go
-			}
-			if s.gm != nil && s.gm.deliver(&rec) { // acknowledged before a move (groupmove.go)
-				if err := s.Ack(rec); err != nil {
-					return Record{}, err
-				}
-				continue
-			}
-			rec.Time = time.Unix(0, f.Time)
-			rec.ProducerID, rec.Sequence = f.ProducerID, f.Sequence
-			rec.Headers, rec.Payload = s.slab.headers(f.Headers), s.slab.copy(f.Payload)
-			return rec, nil
 		case *wire.Topic:
 			s.bindTopic(f.Index, f.Name)
 		case *wire.Gap:
@@ -483,6 +454,45 @@ func (s *Subscription) Next(ctx context.Context) (Record, error) {
 			return Record{}, s.end(errorf(CodeProtocol, "the node sent %s on a subscription stream", f.Type()))
 		}
 	}
+}
+
+// record is the Record a RECORD frame delivers, with ok false when it is not delivered: one
+// delivered before the connection was lost, or one of a group acknowledged before the member
+// moved (acknowledged again here). Called by Next, with readMu held.
+func (s *Subscription) record(f *wire.Record) (rec Record, ok bool, err error) {
+	if f.Bind != "" { // a RUNS entry binding its topic's index, as a TOPIC frame would
+		s.bindTopic(f.Index, f.Bind)
+	}
+	name, known := s.lastTopic, s.lastIndex == f.Index && s.lastTopic != ""
+	if !known {
+		if name, known = s.topics.name(f.Index); !known {
+			return Record{}, false, s.end(errorf(CodeProtocol, "RECORD for topic index %d before its TOPIC", f.Index))
+		}
+		s.lastIndex, s.lastTopic = f.Index, name
+		if s.delivered != nil {
+			if s.lastNext = s.delivered[name]; s.lastNext == nil {
+				s.lastNext = new(uint64)
+				s.delivered[name] = s.lastNext
+			}
+		}
+	}
+	if s.lastNext != nil {
+		if f.Offset < *s.lastNext {
+			return Record{}, false, nil // delivered before the connection was lost
+		}
+		*s.lastNext = f.Offset + 1
+	}
+	rec = Record{Topic: name, Offset: f.Offset, OriginRegion: f.OriginRegion, OriginOffset: f.OriginOffset}
+	if s.pos != nil {
+		s.pos.deliver(&rec, f.Index) // position.go
+	}
+	if s.gm != nil && s.gm.deliver(&rec) { // acknowledged before a move (groupmove.go)
+		return Record{}, false, s.Ack(rec)
+	}
+	rec.Time = time.Unix(0, f.Time)
+	rec.ProducerID, rec.Sequence = f.ProducerID, f.Sequence
+	rec.Headers, rec.Payload = s.slab.headers(f.Headers), s.slab.copy(f.Payload)
+	return rec, true, nil
 }
 
 // bindTopic binds the stream's topic index to name: a TOPIC frame, or the RUNS entry that
