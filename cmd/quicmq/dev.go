@@ -86,30 +86,49 @@ func runDev(ctx context.Context, e *env, args []string) error {
 			return err
 		}
 	}
+	nodes, err := newDevNodes(base, names, *perRegion, *listen, *metrics, *data)
+	if err != nil {
+		return err
+	}
+
+	banner := func(nodes []served) {
+		printBanner(e.stdout, devBanner{
+			nodes: nodes, regions: names, perRegion: *perRegion, data: *data, dataNote: dataNote,
+			tokenFile: clientToken, tokenSource: f.tokenFile, bin: invocation(), replicas: replicas,
+		})
+	}
+	return serveNodes(ctx, e, banner, nodes...)
+}
+
+// newDevNodes makes the dev mesh's nodes from base: perRegion in each region of names, the
+// first node's QUIC and metrics addresses listen and metrics and the next nodes' the next
+// ports, each node's data under data/REGION[/N], gossip joined over loopback within each
+// region and across the regions made before it.
+func newDevNodes(base node.Config, names []string, perRegion int, listen, metrics, data string) ([]served, error) {
 	var nodes []served
 	var wan []string
 	for ri, r := range names {
 		var lan []string
-		for j := range *perRegion {
-			i := ri**perRegion + j
-			addr, err := nthPort(*listen, i)
+		for j := range perRegion {
+			i := ri*perRegion + j
+			addr, err := nthPort(listen, i)
 			if err != nil {
-				return usageError("--listen: %v", err)
+				return nil, usageError("--listen: %v", err)
 			}
 			maddr := ""
-			if *metrics != "" {
-				if maddr, err = nthPort(*metrics, i); err != nil {
-					return usageError("--metrics: %v", err)
+			if metrics != "" {
+				if maddr, err = nthPort(metrics, i); err != nil {
+					return nil, usageError("--metrics: %v", err)
 				}
 			}
 			cfg := base
-			cfg.DataDir = filepath.Join(*data, r)
+			cfg.DataDir = filepath.Join(data, r)
 			cfg.Name = "dev-" + r
-			if *perRegion > 1 {
-				cfg.DataDir = filepath.Join(*data, r, strconv.Itoa(j+1))
+			if perRegion > 1 {
+				cfg.DataDir = filepath.Join(data, r, strconv.Itoa(j+1))
 				cfg.Name = fmt.Sprintf("dev-%s-%d", r, j+1)
 			}
-			cfg.CADir = filepath.Join(*data, "ca")
+			cfg.CADir = filepath.Join(data, "ca")
 			cfg.Listen = addr
 			cfg.Region = r
 			cfg.GossipLAN = "127.0.0.1:0"
@@ -123,21 +142,14 @@ func runDev(ctx context.Context, e *env, args []string) error {
 				for _, s := range nodes {
 					s.node.Close()
 				}
-				return err
+				return nil, err
 			}
 			lan = append(lan, n.Gossip().LANAddr())
 			wan = append(wan, n.Gossip().WANAddr())
 			nodes = append(nodes, served{node: n, metrics: maddr})
 		}
 	}
-
-	banner := func(nodes []served) {
-		printBanner(e.stdout, devBanner{
-			nodes: nodes, regions: names, perRegion: *perRegion, data: *data, dataNote: dataNote,
-			tokenFile: clientToken, tokenSource: f.tokenFile, bin: invocation(), replicas: replicas,
-		})
-	}
-	return serveNodes(ctx, e, banner, nodes...)
+	return nodes, nil
 }
 
 // nthPort returns addr with its port increased by i (port 0 stays 0).

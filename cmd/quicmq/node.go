@@ -129,21 +129,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		probs.add("log-level", "%q: want debug, info, warn or error", f.logLevel)
 	}
-	tokens := splitList(f.tokens)
-	var creds []node.Credential
-	if f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
-		if err != nil {
-			probs.add("token-file", "%v", err)
-		}
-		parsed, bad := config.ParseCredentials(string(b))
-		if err == nil && len(bad) > 0 {
-			probs.add("token-file", "%s: %s", f.tokenFile, strings.Join(bad, "; "))
-		}
-		for _, c := range parsed {
-			creds = append(creds, node.Credential{Token: c.Token, Subject: c.Subject, Tenant: c.Tenant, Publish: c.Publish, Subscribe: c.Subscribe})
-		}
-	}
+	tokens, creds := f.credentials(&probs)
 	if f.gossipLAN != "" && f.gossipKey == "" && f.gossipKeyFile == "" && !f.insecureGossip {
 		probs.add("gossip-key", "%s is set without a gossip key: give %s or %s (the same 32-byte key on every node of the mesh), "+
 			"or %s to gossip in plaintext (development only)", keyFlag("gossip"), keyFlag("gossip-key"), keyFlag("gossip-key-file"), keyFlag("insecure-gossip"))
@@ -182,22 +168,7 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 	case f.replicas > 1 && f.gossipLAN == "":
 		probs.add("replicas", "%d needs %s: a topic's replicas are nodes of one region, found by its gossip pool", f.replicas, keyFlag("gossip"))
 	}
-	var key []byte
-	keySrc := "gossip-key"
-	if f.gossipKey == "" && f.gossipKeyFile != "" {
-		b, err := os.ReadFile(f.gossipKeyFile)
-		if err != nil {
-			probs.add("gossip-key-file", "%v", err)
-		}
-		f.gossipKey, keySrc = strings.TrimSpace(string(b)), "gossip-key-file"
-	}
-	if f.gossipKey != "" {
-		k, err := base64.StdEncoding.DecodeString(f.gossipKey)
-		if err != nil || len(k) != 32 {
-			probs.add(keySrc, "want the base64 of 32 bytes (e.g. from 'head -c32 /dev/urandom | base64')")
-		}
-		key = k
-	}
+	key := f.gossipKeyBytes(&probs)
 	if err := probs.err(); err != nil {
 		return node.Config{}, err
 	}
@@ -238,6 +209,48 @@ func (f *nodeFlags) config(e *env) (node.Config, error) {
 		AblationSharedStream: f.ablationSharedStream,
 		AblationSharedLink:   f.ablationSharedLink,
 	}, nil
+}
+
+// credentials reads the client credentials of --tokens and --token-file, noting each problem
+// in probs.
+func (f *nodeFlags) credentials(probs *problems) (tokens []string, creds []node.Credential) {
+	tokens = splitList(f.tokens)
+	if f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
+		if err != nil {
+			probs.add("token-file", "%v", err)
+		}
+		parsed, bad := config.ParseCredentials(string(b))
+		if err == nil && len(bad) > 0 {
+			probs.add("token-file", "%s: %s", f.tokenFile, strings.Join(bad, "; "))
+		}
+		for _, c := range parsed {
+			creds = append(creds, node.Credential{Token: c.Token, Subject: c.Subject, Tenant: c.Tenant, Publish: c.Publish, Subscribe: c.Subscribe})
+		}
+	}
+	return tokens, creds
+}
+
+// gossipKeyBytes is the gossip key of --gossip-key or --gossip-key-file (nil: none), noting
+// a problem in probs.
+func (f *nodeFlags) gossipKeyBytes(probs *problems) []byte {
+	var key []byte
+	keySrc := "gossip-key"
+	if f.gossipKey == "" && f.gossipKeyFile != "" {
+		b, err := os.ReadFile(f.gossipKeyFile)
+		if err != nil {
+			probs.add("gossip-key-file", "%v", err)
+		}
+		f.gossipKey, keySrc = strings.TrimSpace(string(b)), "gossip-key-file"
+	}
+	if f.gossipKey != "" {
+		k, err := base64.StdEncoding.DecodeString(f.gossipKey)
+		if err != nil || len(k) != 32 {
+			probs.add(keySrc, "want the base64 of 32 bytes (e.g. from 'head -c32 /dev/urandom | base64')")
+		}
+		key = k
+	}
+	return key
 }
 
 func splitList(s string) []string {
@@ -298,59 +311,14 @@ func withProfiles(h http.Handler) http.Handler {
 func serveNodes(ctx context.Context, e *env, ready func([]served), nodes ...served) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var servers []*http.Server
-	listen := func(flag, addr string, h http.Handler) (string, error) {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			for _, srv := range servers {
-				srv.Close()
-			}
-			for _, s := range nodes {
-				s.node.Close()
-			}
-			return "", fmt.Errorf("%s %s: %w", flag, addr, err)
-		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-		servers = append(servers, srv)
-		go srv.Serve(ln)
-		return ln.Addr().String(), nil
-	}
 	announce := func(format string, args ...any) {
 		if ready == nil {
 			fmt.Fprintf(e.stderr, format, args...)
 		}
 	}
-	for i, s := range nodes {
-		var err error
-		switch {
-		case s.admin != "":
-			if s.metrics != "" {
-				mux := http.NewServeMux()
-				mux.Handle("GET /metrics", s.node.MetricsHandler())
-				var h http.Handler = mux
-				if s.pprof {
-					h = withProfiles(mux)
-				}
-				if s.metrics, err = listen("--metrics", s.metrics, h); err != nil {
-					return err
-				}
-				announce("node %s: metrics on http://%s/metrics\n", s.node.Name(), s.metrics)
-			}
-			if s.admin, err = listen("--admin", s.admin, s.node.AdminHandler()); err != nil {
-				return err
-			}
-			announce("node %s: admin API on http://%s/v1/\n", s.node.Name(), s.admin)
-		case s.metrics != "":
-			h := s.node.AdminHandler()
-			if s.pprof {
-				h = withProfiles(h)
-			}
-			if s.metrics, err = listen("--metrics", s.metrics, h); err != nil {
-				return err
-			}
-			announce("node %s: metrics on http://%s/metrics, admin API on http://%s/v1/\n", s.node.Name(), s.metrics, s.metrics)
-		}
-		nodes[i] = s
+	servers, err := listenHTTP(nodes, announce)
+	if err != nil {
+		return err
 	}
 	errs := make(chan error, len(nodes))
 	for _, s := range nodes {
@@ -395,6 +363,62 @@ func serveNodes(ctx context.Context, e *env, ready func([]served), nodes ...serv
 		first = nil
 	}
 	return first
+}
+
+// listenHTTP serves each node's metrics and admin API on the addresses nodes name, writing
+// the addresses bound back into nodes and announcing each. On an error it closes what it
+// started and the nodes.
+func listenHTTP(nodes []served, announce func(format string, args ...any)) ([]*http.Server, error) {
+	var servers []*http.Server
+	listen := func(flag, addr string, h http.Handler) (string, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, srv := range servers {
+				srv.Close()
+			}
+			for _, s := range nodes {
+				s.node.Close()
+			}
+			return "", fmt.Errorf("%s %s: %w", flag, addr, err)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, srv)
+		go srv.Serve(ln)
+		return ln.Addr().String(), nil
+	}
+	for i, s := range nodes {
+		var err error
+		switch {
+		case s.admin != "":
+			if s.metrics != "" {
+				mux := http.NewServeMux()
+				mux.Handle("GET /metrics", s.node.MetricsHandler())
+				var h http.Handler = mux
+				if s.pprof {
+					h = withProfiles(mux)
+				}
+				if s.metrics, err = listen("--metrics", s.metrics, h); err != nil {
+					return nil, err
+				}
+				announce("node %s: metrics on http://%s/metrics\n", s.node.Name(), s.metrics)
+			}
+			if s.admin, err = listen("--admin", s.admin, s.node.AdminHandler()); err != nil {
+				return nil, err
+			}
+			announce("node %s: admin API on http://%s/v1/\n", s.node.Name(), s.admin)
+		case s.metrics != "":
+			h := s.node.AdminHandler()
+			if s.pprof {
+				h = withProfiles(h)
+			}
+			if s.metrics, err = listen("--metrics", s.metrics, h); err != nil {
+				return nil, err
+			}
+			announce("node %s: metrics on http://%s/metrics, admin API on http://%s/v1/\n", s.node.Name(), s.metrics, s.metrics)
+		}
+		nodes[i] = s
+	}
+	return servers, nil
 }
 
 // devReadyTimeout bounds how long the dev banner waits for every node to serve.
