@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -283,14 +284,18 @@ func TestDevMeshReplicated(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sub, err := d.dial(t, d.nodes[4].addr).Subscribe(ctx, "demo.r", client.SubscribeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A region's metadata leader can change while 6 nodes start on a loaded machine: the
+	// node then answers "unavailable ... retry", and a user retries (as this does).
+	var sub *client.Subscription
+	retryUnavailable(t, "subscribe demo.r in us", func() (err error) {
+		sub, err = d.dial(t, d.nodes[4].addr).Subscribe(ctx, "demo.r", client.SubscribeOptions{})
+		return err
+	})
 	for i, n := range d.nodes[:3] {
-		if _, err := d.dial(t, n.addr).Publish(ctx, client.Message{Topic: "demo.r", Payload: []byte{byte('0' + i)}}); err != nil {
-			t.Fatalf("publish through %s: %v\n%s", n.name, err, d.stderr.String())
-		}
+		retryUnavailable(t, "publish through "+n.name, func() error {
+			_, err := d.dial(t, n.addr).Publish(ctx, client.Message{Topic: "demo.r", Payload: []byte{byte('0' + i)}})
+			return err
+		})
 	}
 	got := ""
 	for range 3 {
@@ -307,4 +312,19 @@ func TestDevMeshReplicated(t *testing.T) {
 	if err != nil || len(list) != 1 || len(list[0].Replicas) != 3 || list[0].Leader == "" {
 		t.Fatalf("listing: %+v, %v", list, err)
 	}
+}
+
+// retryUnavailable runs op until it does not fail as unavailable (the answer a region gives
+// while it elects a leader, asking for a retry), for up to a minute; any other error fails
+// the test.
+func retryUnavailable(t *testing.T, what string, op func() error) {
+	t.Helper()
+	testlog.WaitForErr(t, time.Minute, what, func() error {
+		err := op()
+		var e *client.Error
+		if err != nil && (!errors.As(err, &e) || e.Code != client.CodeUnavailable) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return err
+	})
 }
