@@ -66,7 +66,7 @@ func TestBacklogNotStarvedByMovedLane(t *testing.T) {
 		l.hurryLocked(fmt.Sprintf("moved-%d", i))
 	}
 	for pick := 1; ; pick++ {
-		topic, ok := l.nextWaitingLocked()
+		topic, ok := l.nextWaitingLocked(true)
 		if !ok || pick > 16 { // backlogShare (4) at the most
 			t.Fatalf("pick %d: %q, %v: the backlog waited past its share", pick, topic, ok)
 		}
@@ -91,7 +91,7 @@ func TestBacklogServesNewestHeadFirst(t *testing.T) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for {
-			topic, ok := l.nextWaitingLocked()
+			topic, ok := l.nextWaitingLocked(true)
 			if !ok {
 				return order
 			}
@@ -125,5 +125,45 @@ func TestBacklogServesNewestHeadFirst(t *testing.T) {
 	}
 	if got, want := fmt.Sprint(take()), "[m.z m.y m.x]"; got != want {
 		t.Fatalf("backlog of unknown heads served %s, want the order queued %s", got, want)
+	}
+}
+
+// A topic that moves while the backlog holds streams that do not end (their origin serves
+// nothing) gets one of the streams kept for the moved lane (movedReserve) at once: a link
+// with a bound of 4 catches up 8 topics whose serving is paused at the origin, with a slice
+// of 10 minutes, and a record published meanwhile to a ninth is mirrored. Without the
+// reserve the backlog takes all 4 streams and the record waits for a slice to end.
+func TestMovedTopicGetsReservedStream(t *testing.T) {
+	const bound, stuck = 4, 8
+	m := newFedMesh(t)
+	b := m.addNode("b", nodeOpts{})
+	live := "m.live"
+	b.publish(t, live, "before") // the oldest head: last in the backlog
+	name := func(i int) string { return fmt.Sprintf("m.t%d", i) }
+	for i := range stuck {
+		b.fedNow().pauseServing(name(i), true)
+		b.publishSeq(t, name(i), 0, 2)
+	}
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}, maxStreams: bound, slice: 10 * time.Minute})
+	testlog.WaitFor(t, 30*time.Second, "the backlog's mirrors holding streams", func() bool {
+		open, _ := a.fedNow().mirrorStreams("b")
+		return open >= bound-bound/movedReserve
+	})
+	open, _ := a.fedNow().mirrorStreams("b")
+	t.Logf("%d streams open for the backlog, %q's cursor %d", open, live, a.cursor(t, "b", live))
+	b.publish(t, live, "moved")
+	testlog.WaitFor(t, 20*time.Second, "the moved topic's records mirrored while the backlog holds its streams", func() bool {
+		return a.cursor(t, "b", live) == 1
+	})
+	for i := range stuck {
+		b.fedNow().pauseServing(name(i), false)
+	}
+	for i := range stuck {
+		testlog.WaitFor(t, 30*time.Second, "the backlog mirrored", func() bool { return a.cursor(t, "b", name(i)) == 1 })
+	}
+	for _, topic := range append([]string{live}, name(0), name(stuck-1)) {
+		if got, want := checkMirrored(t, a, b, topic), int(b.next(topic)); got != want {
+			t.Fatalf("%s: %d records mirrored, want %d", topic, got, want)
+		}
 	}
 }
