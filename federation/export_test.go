@@ -119,3 +119,9 @@ func (f *Federation) linkTo(name string) (l *link, failed bool) {
 	}
 	return l, l.failed.Load()
 }
+
+// paceListing makes this node list its topics on catalog streams page topics at a time,
+// calling paged after each page is flushed (a test holds the listing there).
+func (f *Federation) paceListing(page int, paged func()) {
+	f.listing.Store(&listingHooks{page: page, paged: paged})
+}

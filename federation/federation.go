@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -40,6 +41,8 @@ type Federation struct {
 	}
 	pause pauseSet       // serving paused by a test (export_test.go); empty in the product
 	wg    sync.WaitGroup // link goroutines
+	// listing paces a catalog stream's listing in a test (export_test.go); nil in the product.
+	listing atomic.Pointer[listingHooks]
 }
 
 // New validates cfg. It starts nothing: Run does.

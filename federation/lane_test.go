@@ -167,3 +167,57 @@ func TestMovedTopicGetsReservedStream(t *testing.T) {
 		}
 	}
 }
+
+// A topic whose head moves while the origin is still listing its topics is announced with
+// the next page, ahead of its turn in the listing, and mirrored while the listing is held:
+// the origin lists 30 topics 10 a page and holds after each page; a record published to the
+// last of them while the first page is out is mirrored before the third page is listed.
+// Without it the topic waits for the listing to reach its name (issue 34's figure 2: a
+// reconnect's listing of 30,000 topics took up to 3 s on a loaded machine).
+func TestTopicMovedDuringListingAnnouncedAhead(t *testing.T) {
+	const topics, page = 30, 10
+	m := newFedMesh(t)
+	b := m.addNode("b", nodeOpts{})
+	name := func(i int) string { return fmt.Sprintf("m.t%02d", i) }
+	for i := range topics {
+		b.publish(t, name(i), "first")
+	}
+	next, release := make(chan struct{}), make(chan struct{})
+	b.fedNow().paceListing(page, func() {
+		select {
+		case <-next:
+		case <-release:
+		}
+	})
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}})
+	t.Cleanup(func() { close(release) }) // before the nodes' cleanups: a held listing ends
+	testlog.WaitFor(t, 30*time.Second, "the first page announced", func() bool {
+		li, _ := a.link("b")
+		return li.MirroredTopics == page
+	})
+	last := name(topics - 1)
+	b.publish(t, last, "moved")
+	next <- struct{}{} // the second page; the listing holds after it
+	testlog.WaitFor(t, 20*time.Second, "the moved topic mirrored while the listing holds after its second page", func() bool {
+		return a.cursor(t, "b", last) == 1
+	})
+	li, _ := a.link("b")
+	t.Logf("%s mirrored with %d of %d topics announced", last, li.MirroredTopics, topics)
+	if li.MirroredTopics > 2*page+1 {
+		t.Fatalf("%d topics announced while the listing held after its second page", li.MirroredTopics)
+	}
+	close(next) // the rest of the listing
+	for i := range topics {
+		want := int64(0)
+		if name(i) == last {
+			want = 1
+		}
+		testlog.WaitFor(t, 30*time.Second, "every topic mirrored", func() bool { return a.cursor(t, "b", name(i)) == want })
+		if got, want := checkMirrored(t, a, b, name(i)), int(b.next(name(i))); got != want {
+			t.Fatalf("%s: %d records mirrored, want %d", name(i), got, want)
+		}
+	}
+	if li, _ := a.link("b"); li.MirroredTopics != topics {
+		t.Fatalf("%d topics mirrored on the link, want %d", li.MirroredTopics, topics)
+	}
+}
