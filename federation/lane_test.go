@@ -2,6 +2,7 @@ package federation
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,10 +181,10 @@ func TestTopicMovedDuringListingAnnouncedAhead(t *testing.T) {
 	b := m.addNode("b", nodeOpts{})
 	name := func(i int) string { return fmt.Sprintf("m.t%02d", i) }
 	for i := range topics {
-		b.publish(t, name(i), "first")
+		b.publish(t, name(topics-1-i), "first") // the last to move is on the first page
 	}
 	next, release := make(chan struct{}), make(chan struct{})
-	b.fedNow().paceListing(page, func() {
+	b.fedNow().paceListing(page, 1, func() {
 		select {
 		case <-next:
 		case <-release:
@@ -219,5 +220,42 @@ func TestTopicMovedDuringListingAnnouncedAhead(t *testing.T) {
 	}
 	if li, _ := a.link("b"); li.MirroredTopics != topics {
 		t.Fatalf("%d topics mirrored on the link, want %d", li.MirroredTopics, topics)
+	}
+}
+
+// The topics that moved last before a catalog stream began are announced ahead of its
+// listing, and mirrored while the listing is held after its first page: the origin moves
+// the last of 30 topics by name before the link comes up, then lists 10 a page. Without it
+// the topic waits for the listing to reach its name (issue 34's figure 2: the records sent
+// between a cut's end and the reconnect made the p99 of the catch-up).
+func TestLastMovedTopicAnnouncedAheadOfListing(t *testing.T) {
+	const topics, page = 30, 10
+	m := newFedMesh(t)
+	b := m.addNode("b", nodeOpts{})
+	name := func(i int) string { return fmt.Sprintf("m.t%02d", i) }
+	for i := range topics {
+		b.publish(t, name(i), "first")
+	}
+	last := name(topics - 1)
+	b.publish(t, last, "moved")
+	release := make(chan struct{})
+	b.fedNow().paceListing(page, 1, func() { <-release })
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}})
+	end := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(end) // before the nodes' cleanups: a held listing ends
+	testlog.WaitFor(t, 20*time.Second, "the last moved topic mirrored while the listing holds after its first page", func() bool {
+		return a.cursor(t, "b", last) == 1
+	})
+	if li, _ := a.link("b"); li.MirroredTopics != page+1 {
+		t.Fatalf("%d topics announced while the listing held after its first page, want %d", li.MirroredTopics, page+1)
+	}
+	end()
+	for i := range topics - 1 {
+		testlog.WaitFor(t, 30*time.Second, "every topic mirrored", func() bool { return a.cursor(t, "b", name(i)) == 0 })
+	}
+	for i := range topics {
+		if got, want := checkMirrored(t, a, b, name(i)), int(b.next(name(i))); got != want {
+			t.Fatalf("%s: %d records mirrored, want %d", name(i), got, want)
+		}
 	}
 }

@@ -138,9 +138,17 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	// list them all at each creation.
 	var mark int
 	relist := true
-	pageSize, paged := catalogPage, func() {}
+	pageSize, paged, recent := catalogPage, func() {}, recentMovesBound
 	if h := f.listing.Load(); h != nil {
-		pageSize, paged = h.page, h.paged
+		pageSize, paged, recent = h.page, h.paged, h.recent
+	}
+	if moved != nil {
+		// The topics that moved last first, the most recent first (recent.go): after a cut,
+		// those published just before the link came back, which would otherwise wait for
+		// the listing to reach their names. The listing skips them (each topic once).
+		for _, t := range f.recent.newest(recent) {
+			announce(t)
+		}
 	}
 	synced := false
 	for {
@@ -208,11 +216,12 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	}
 }
 
-// listingHooks pace a catalog stream's listing in a test: page topics a page, and paged
-// called after each page is flushed.
+// listingHooks pace a catalog stream's listing in a test: page topics a page, paged
+// called after each page is flushed, and at most recent topics announced ahead of it.
 type listingHooks struct {
-	page  int
-	paged func()
+	page   int
+	paged  func()
+	recent int
 }
 
 // movedSet is the set of topics whose head moved since a catalog stream's last report. The
