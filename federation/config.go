@@ -140,7 +140,8 @@ type Config struct {
 	// (parks), and the origin's HEAD on the catalog stream opens it again from its cursor.
 	// When more topics need a stream than the bound allows, they wait in order and the
 	// least recently active open mirrors park for them (caught-up ones at once, others after
-	// MirrorSlice), so every topic is mirrored in turn. Default 1024 (a peer accepts 2048
+	// MirrorSlice), so every topic is mirrored in turn; a quarter of the bound is kept for
+	// topics that move during a catch-up (park.go). Default 1024 (a peer accepts 2048
 	// streams per connection by default, node.Config.MaxStreamsPerConn). Not applied to the
 	// shared-link ablation, whose mirrors share one stream and never park.
 	MaxMirrorStreams int

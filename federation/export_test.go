@@ -119,3 +119,10 @@ func (f *Federation) linkTo(name string) (l *link, failed bool) {
 	}
 	return l, l.failed.Load()
 }
+
+// paceListing makes this node list its topics on catalog streams page topics at a time,
+// calling paged after each page is flushed (a test holds the listing there), with at most
+// recent of the topics that moved last announced ahead of the listing.
+func (f *Federation) paceListing(page, recent int, paged func()) {
+	f.listing.Store(&listingHooks{page: page, paged: paged, recent: recent})
+}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -40,6 +41,9 @@ type Federation struct {
 	}
 	pause pauseSet       // serving paused by a test (export_test.go); empty in the product
 	wg    sync.WaitGroup // link goroutines
+	// listing paces a catalog stream's listing in a test (export_test.go); nil in the product.
+	listing atomic.Pointer[listingHooks]
+	recent  *recentMoves // the topics that moved last, announced ahead of a listing (recent.go)
 }
 
 // New validates cfg. It starts nothing: Run does.
@@ -53,6 +57,7 @@ func New(cfg Config) (*Federation, error) {
 		log:     cfg.Logger.With("component", "federation"),
 		mapping: cfg.mapping(),
 		wake:    make(chan struct{}, 1),
+		recent:  newRecentMoves(recentMovesBound),
 	}
 	f.mu.interest = make(map[string]int)
 	f.mu.mirrorLocks = make(map[[2]string]*mirrorLock)
@@ -67,6 +72,7 @@ func New(cfg Config) (*Federation, error) {
 // Run keeps one link to every peer until ctx ends, then closes them all and returns when
 // every link goroutine has exited.
 func (f *Federation) Run(ctx context.Context) error {
+	defer f.cfg.Log.WatchAdvances(f.recent.add)()
 	t := time.NewTicker(f.cfg.ReconcileInterval)
 	defer t.Stop()
 	var addrTick <-chan time.Time

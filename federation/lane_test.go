@@ -2,6 +2,7 @@ package federation
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,7 +67,7 @@ func TestBacklogNotStarvedByMovedLane(t *testing.T) {
 		l.hurryLocked(fmt.Sprintf("moved-%d", i))
 	}
 	for pick := 1; ; pick++ {
-		topic, ok := l.nextWaitingLocked()
+		topic, ok := l.nextWaitingLocked(true)
 		if !ok || pick > 16 { // backlogShare (4) at the most
 			t.Fatalf("pick %d: %q, %v: the backlog waited past its share", pick, topic, ok)
 		}
@@ -91,7 +92,7 @@ func TestBacklogServesNewestHeadFirst(t *testing.T) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		for {
-			topic, ok := l.nextWaitingLocked()
+			topic, ok := l.nextWaitingLocked(true)
 			if !ok {
 				return order
 			}
@@ -125,5 +126,136 @@ func TestBacklogServesNewestHeadFirst(t *testing.T) {
 	}
 	if got, want := fmt.Sprint(take()), "[m.z m.y m.x]"; got != want {
 		t.Fatalf("backlog of unknown heads served %s, want the order queued %s", got, want)
+	}
+}
+
+// A topic that moves while the backlog holds streams that do not end (their origin serves
+// nothing) gets one of the streams kept for the moved lane (movedReserve) at once: a link
+// with a bound of 4 catches up 8 topics whose serving is paused at the origin, with a slice
+// of 10 minutes, and a record published meanwhile to a ninth is mirrored. Without the
+// reserve the backlog takes all 4 streams and the record waits for a slice to end.
+func TestMovedTopicGetsReservedStream(t *testing.T) {
+	const bound, stuck = 4, 8
+	m := newFedMesh(t)
+	b := m.addNode("b", nodeOpts{})
+	live := "m.live"
+	b.publish(t, live, "before") // the oldest head: last in the backlog
+	name := func(i int) string { return fmt.Sprintf("m.t%d", i) }
+	for i := range stuck {
+		b.fedNow().pauseServing(name(i), true)
+		b.publishSeq(t, name(i), 0, 2)
+	}
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}, maxStreams: bound, slice: 10 * time.Minute})
+	testlog.WaitFor(t, 30*time.Second, "the backlog's mirrors holding streams", func() bool {
+		open, _ := a.fedNow().mirrorStreams("b")
+		return open >= bound-bound/movedReserve
+	})
+	open, _ := a.fedNow().mirrorStreams("b")
+	t.Logf("%d streams open for the backlog, %q's cursor %d", open, live, a.cursor(t, "b", live))
+	b.publish(t, live, "moved")
+	testlog.WaitFor(t, 20*time.Second, "the moved topic's records mirrored while the backlog holds its streams", func() bool {
+		return a.cursor(t, "b", live) == 1
+	})
+	for i := range stuck {
+		b.fedNow().pauseServing(name(i), false)
+	}
+	for i := range stuck {
+		testlog.WaitFor(t, 30*time.Second, "the backlog mirrored", func() bool { return a.cursor(t, "b", name(i)) == 1 })
+	}
+	for _, topic := range append([]string{live}, name(0), name(stuck-1)) {
+		if got, want := checkMirrored(t, a, b, topic), int(b.next(topic)); got != want {
+			t.Fatalf("%s: %d records mirrored, want %d", topic, got, want)
+		}
+	}
+}
+
+// A topic whose head moves while the origin is still listing its topics is announced with
+// the next page, ahead of its turn in the listing, and mirrored while the listing is held:
+// the origin lists 30 topics 10 a page and holds after each page; a record published to the
+// last of them while the first page is out is mirrored before the third page is listed.
+// Without it the topic waits for the listing to reach its name (issue 34's figure 2: a
+// reconnect's listing of 30,000 topics took up to 3 s on a loaded machine).
+func TestTopicMovedDuringListingAnnouncedAhead(t *testing.T) {
+	const topics, page = 30, 10
+	m := newFedMesh(t)
+	b := m.addNode("b", nodeOpts{})
+	name := func(i int) string { return fmt.Sprintf("m.t%02d", i) }
+	for i := range topics {
+		b.publish(t, name(topics-1-i), "first") // the last to move is on the first page
+	}
+	next, release := make(chan struct{}), make(chan struct{})
+	b.fedNow().paceListing(page, 1, func() {
+		select {
+		case <-next:
+		case <-release:
+		}
+	})
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}})
+	t.Cleanup(func() { close(release) }) // before the nodes' cleanups: a held listing ends
+	testlog.WaitFor(t, 30*time.Second, "the first page announced", func() bool {
+		li, _ := a.link("b")
+		return li.MirroredTopics == page
+	})
+	last := name(topics - 1)
+	b.publish(t, last, "moved")
+	next <- struct{}{} // the second page; the listing holds after it
+	testlog.WaitFor(t, 20*time.Second, "the moved topic mirrored while the listing holds after its second page", func() bool {
+		return a.cursor(t, "b", last) == 1
+	})
+	li, _ := a.link("b")
+	t.Logf("%s mirrored with %d of %d topics announced", last, li.MirroredTopics, topics)
+	if li.MirroredTopics > 2*page+1 {
+		t.Fatalf("%d topics announced while the listing held after its second page", li.MirroredTopics)
+	}
+	close(next) // the rest of the listing
+	for i := range topics {
+		want := int64(0)
+		if name(i) == last {
+			want = 1
+		}
+		testlog.WaitFor(t, 30*time.Second, "every topic mirrored", func() bool { return a.cursor(t, "b", name(i)) == want })
+		if got, want := checkMirrored(t, a, b, name(i)), int(b.next(name(i))); got != want {
+			t.Fatalf("%s: %d records mirrored, want %d", name(i), got, want)
+		}
+	}
+	if li, _ := a.link("b"); li.MirroredTopics != topics {
+		t.Fatalf("%d topics mirrored on the link, want %d", li.MirroredTopics, topics)
+	}
+}
+
+// The topics that moved last before a catalog stream began are announced ahead of its
+// listing, and mirrored while the listing is held after its first page: the origin moves
+// the last of 30 topics by name before the link comes up, then lists 10 a page. Without it
+// the topic waits for the listing to reach its name (issue 34's figure 2: the records sent
+// between a cut's end and the reconnect made the p99 of the catch-up).
+func TestLastMovedTopicAnnouncedAheadOfListing(t *testing.T) {
+	const topics, page = 30, 10
+	m := newFedMesh(t)
+	b := m.addNode("b", nodeOpts{})
+	name := func(i int) string { return fmt.Sprintf("m.t%02d", i) }
+	for i := range topics {
+		b.publish(t, name(i), "first")
+	}
+	last := name(topics - 1)
+	b.publish(t, last, "moved")
+	release := make(chan struct{})
+	b.fedNow().paceListing(page, 1, func() { <-release })
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}})
+	end := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(end) // before the nodes' cleanups: a held listing ends
+	testlog.WaitFor(t, 20*time.Second, "the last moved topic mirrored while the listing holds after its first page", func() bool {
+		return a.cursor(t, "b", last) == 1
+	})
+	if li, _ := a.link("b"); li.MirroredTopics != page+1 {
+		t.Fatalf("%d topics announced while the listing held after its first page, want %d", li.MirroredTopics, page+1)
+	}
+	end()
+	for i := range topics - 1 {
+		testlog.WaitFor(t, 30*time.Second, "every topic mirrored", func() bool { return a.cursor(t, "b", name(i)) == 0 })
+	}
+	for i := range topics {
+		if got, want := checkMirrored(t, a, b, name(i)), int(b.next(name(i))); got != want {
+			t.Fatalf("%s: %d records mirrored, want %d", name(i), got, want)
+		}
 	}
 }

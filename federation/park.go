@@ -31,15 +31,18 @@ import (
 //     live: it waits in the moved lane, served ahead of the backlog lane (but one pick in
 //     backlogShare goes to the backlog while both wait, so it never starves), where topics wait
 //     that were behind when announced (a new link's or a reconnect's catch-up) or whose
-//     mirror parked before it caught up, newest head first (backlog). So after a long cut, records published after the
-//     return are mirrored within the bound's turnover instead of behind every topic the cut
-//     touched, and the backlog gets every stream the live topics do not need (issue 34's
-//     figure 2: 21 s p99 after a 30 s cut, the backlog's catch-up, in the FIFO queue).
+//     mirror parked before it caught up, newest head first (backlog). So after a long cut,
+//     records published after the return are mirrored within the bound's turnover instead
+//     of behind every topic the cut touched (issue 34's figure 2: 21 s p99 after a 30 s cut,
+//     the backlog's catch-up, in the FIFO queue).
 //   - The link's goroutine opens streams for waiting topics, in turn, while fewer than the
-//     bound are open; when the bound is reached, the least recently active open mirrors park
-//     for them: caught-up ones first, then any that held its stream for MirrorSlice (it waits
-//     again at the back, from its cursor). So catching up many topics at once is paced by
-//     the bound and finishes, and no topic waits forever.
+//     bound are open; for the backlog lane only while fewer than the bound less a quarter
+//     (movedReserve) are, so a topic that moves during a catch-up finds a stream free at
+//     once instead of waiting for a backlog mirror to end. When the bound is reached, the
+//     least recently active open mirrors park for them: caught-up ones first, then any that
+//     held its stream for MirrorSlice (it waits again at the back, from its cursor). So
+//     catching up many topics at once is paced by the bound and finishes, and no topic
+//     waits forever.
 //
 // Each step holds link.mu: a head reported while a mirror is open (or parking) is left to
 // the mirror, and the mirror's end (mirrorEnded) queues it again when a head past its scan
@@ -196,15 +199,34 @@ func (l *link) hurryLocked(topic string) {
 // waited minutes (issue 34's campaign at load 20).
 const backlogShare = 4
 
+// movedReserve sets the part of the bound kept for the moved lane: the backlog lane opens a
+// stream only while more than bound/movedReserve of the bound's streams are free. Without it
+// a catch-up's backlog takes every stream, and a topic that moves meanwhile waits until one
+// of them reaches its head or holds its stream for MirrorSlice: the p99 of the records
+// published during a catch-up after a 30 s cut was 2-3 s on a quiet machine (issue 34's
+// figure 2), while every stream of the bound served the backlog.
+const movedReserve = 4
+
+// backlogBoundLocked is how many streams may be open for the backlog lane to open one more:
+// the bound less its reserve for the moved lane.
+func (l *link) backlogBoundLocked() int {
+	b := l.boundLocked()
+	if b == math.MaxInt {
+		return b
+	}
+	return b - b/movedReserve
+}
+
 // nextWaitingLocked takes the next waiting topic: the moved lane's first, else the
 // backlog's newest (and the backlog's one pick in backlogShare while both wait), skipping stale
-// entries (topics taken from the other lane, or no longer mirrored). It returns false when
-// none waits.
-func (l *link) nextWaitingLocked() (string, bool) {
-	for len(l.mu.moved) > 0 || len(l.mu.queue) > 0 {
+// entries (topics taken from the other lane, or no longer mirrored). The backlog is served
+// only if backlogOK (streams free beyond the moved lane's reserve). It returns false when
+// none waits that may be served.
+func (l *link) nextWaitingLocked(backlogOK bool) (string, bool) {
+	for len(l.mu.moved) > 0 || (backlogOK && len(l.mu.queue) > 0) {
 		var t string
 		l.mu.picks++
-		if len(l.mu.moved) > 0 && (len(l.mu.queue) == 0 || l.mu.picks%backlogShare != 0) {
+		if len(l.mu.moved) > 0 && (!backlogOK || len(l.mu.queue) == 0 || l.mu.picks%backlogShare != 0) {
 			t, l.mu.moved = l.mu.moved[0], l.mu.moved[1:]
 		} else {
 			t = heap.Pop(&l.mu.queue).(backlogEntry).topic
@@ -234,11 +256,21 @@ func (l *link) waiting() bool {
 	return l.mu.parkable && len(l.mu.queued) > 0
 }
 
-// waitingForStream reports whether topics wait while every stream of the bound is taken.
+// waitingForStream reports whether topics wait while every stream they may take is taken:
+// the bound's for the moved lane, the bound's less the moved lane's reserve for the backlog.
 func (l *link) waitingForStream() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.mu.parkable && len(l.mu.queued) > 0 && len(l.mu.mirrors) >= l.boundLocked()
+	return l.mu.parkable && len(l.mu.queued) > 0 && l.freeLocked() == 0
+}
+
+// freeLocked is how many streams the waiting topics may open now: the bound's free ones when
+// topics wait in the moved lane, else those beyond the moved lane's reserve.
+func (l *link) freeLocked() int {
+	if len(l.mu.hurried) > 0 {
+		return max(l.boundLocked()-len(l.mu.mirrors), 0)
+	}
+	return max(l.backlogBoundLocked()-len(l.mu.mirrors), 0)
 }
 
 func (l *link) boundLocked() int {
@@ -255,7 +287,7 @@ func (l *link) schedule(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg
 	defer l.mu.Unlock()
 	bound := l.boundLocked()
 	for len(l.mu.mirrors) < bound {
-		t, ok := l.nextWaitingLocked()
+		t, ok := l.nextWaitingLocked(len(l.mu.mirrors) < l.backlogBoundLocked())
 		if !ok {
 			break
 		}
@@ -344,8 +376,7 @@ func (l *link) parkIdle() {
 			cands = append(cands, cand{m, caught, active})
 		}
 	}
-	free := max(l.boundLocked()-len(l.mu.mirrors), 0)
-	need := len(l.mu.queued) - free - parking
+	need := len(l.mu.queued) - l.freeLocked() - parking
 	if need <= 0 || len(cands) == 0 {
 		return
 	}

@@ -113,11 +113,16 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(name, next), Topic: name})
 		}
 	}
-	// report sends a HEAD for each announced topic whose head moved since its last report.
+	// report sends a HEAD for each announced topic whose head moved since its last report,
+	// and announces a moved topic the listing has not reached yet now, with its head, ahead
+	// of its turn: a topic that moves while a reconnect lists many topics is mirrored at once
+	// instead of after the listing reaches its name (issue 34's figure 2: up to 3 s for
+	// 30,000 topics on a loaded machine, the p99 of the records sent during the catch-up).
 	report := func() {
 		for _, t := range moved.take() {
 			last, ok := announced[t]
-			if !ok { // not announced (yet): its announcement carries its head
+			if !ok {
+				announce(t)
 				continue
 			}
 			_, next, _ := f.cfg.Log.Bounds(t)
@@ -133,6 +138,18 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	// list them all at each creation.
 	var mark int
 	relist := true
+	pageSize, paged, recent := catalogPage, func() {}, recentMovesBound
+	if h := f.listing.Load(); h != nil {
+		pageSize, paged, recent = h.page, h.paged, h.recent
+	}
+	if moved != nil {
+		// The topics that moved last first, the most recent first (recent.go): after a cut,
+		// those published just before the link came back, which would otherwise wait for
+		// the listing to reach their names. The listing skips them (each topic once).
+		for _, t := range f.recent.newest(recent) {
+			announce(t)
+		}
+	}
 	synced := false
 	for {
 		if relist {
@@ -141,7 +158,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			// Page by page in name order (the log's own), flushing each: a catalog of
 			// 100,000 topics is never built as one list, and flow control paces it.
 			for after := ""; ; {
-				page, more, err := f.cfg.Log.TopicsPage("", after, catalogPage)
+				page, more, err := f.cfg.Log.TopicsPage("", after, pageSize)
 				if err != nil {
 					return err
 				}
@@ -157,6 +174,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 				if err := w.Flush(); err != nil {
 					return err
 				}
+				paged()
 				if !more || len(page) == 0 {
 					break
 				}
@@ -196,6 +214,14 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			report()
 		}
 	}
+}
+
+// listingHooks pace a catalog stream's listing in a test: page topics a page, paged
+// called after each page is flushed, and at most recent topics announced ahead of it.
+type listingHooks struct {
+	page   int
+	paged  func()
+	recent int
 }
 
 // movedSet is the set of topics whose head moved since a catalog stream's last report. The
