@@ -47,7 +47,7 @@ type Fanout struct {
 
 	mu      sync.Mutex        // held for a round; guards members and back
 	members []Member          // parked: their cursor and stream writes are the fanout's until Unpark
-	back    map[Member][]byte // the frames a member handed back was counted as delivered for and not written
+	back    map[Member][]byte // a handed-back member's frames: counted as delivered, not written
 	encs    []fanEncoding     // the runs encoded in the current round
 	evict   int               // the slot of encs a full round re-encodes next
 	w       *wire.Writer
