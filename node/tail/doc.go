@@ -22,8 +22,9 @@
 //     encodings, its estimate of the connection's unsent bytes), and while a subscription is
 //     parked, its cursor and its stream's writes.
 //   - Everything else runs on the callers' goroutines: Acquire, Release and Watch on a
-//     subscription's run goroutine when it adds or ends a cursor, Read on it (the first
-//     reader behind the log fills the tail for all), Park and Unpark on it while it is idle.
+//     subscription's run goroutine when it adds or ends a cursor, Read on it and on a
+//     fanout's (the first reader behind the log fills the tail for all, under the tail's
+//     lock), Park and Unpark on the run goroutine while it is idle.
 //
 // Invariants: the tail is filled by wal.Log.ReadFunc, which returns nothing past the durable
 // high-watermark (I3); a fanout never blocks on a stream, and hands a slow subscription back
