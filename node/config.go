@@ -97,7 +97,7 @@ type Config struct {
 	// Raft holds the timers and bounds of replicated topics (used when Replicas > 1).
 	Raft RaftSettings
 	// TailRecords is how many of a topic's last appended records the node keeps in memory
-	// for the subscriptions that are caught up on it (the shared tail, node/tail.go): they
+	// for the subscriptions that are caught up on it (the shared tail, node/tail): they
 	// are read from the log once per append batch for all of them. A topic has a tail only
 	// while a subscription of this node reads it. Default 1024; negative: no shared tail
 	// (every subscription reads the log itself).

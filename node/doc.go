@@ -14,6 +14,8 @@
 //   - node/features: what a build knows, as gossip announces it, for rolling upgrades.
 //   - node/placement: which node of a single-copy region owns each topic.
 //   - node/vector: portable positions read from the log.
+//   - node/tail: what the subscriptions of one topic share: its shared tail and the fanouts
+//     (one writer per connection for its caught-up subscriptions), over tail.Member.
 //   - node/groups: live shared consumer groups (their state, dispatch, acks, dead letters).
 //   - node/manage: consumer and topic management over a node or a region (the management
 //     stream's requests, the admin API's /v1/consumers and /v1/topics), over manage.Local.
@@ -30,9 +32,9 @@
 //     moves), relay.go (a publish for a topic another node owns or leads).
 //   - Subscriptions: subscribe.go (the subscription stream: cursors, read-ahead, acks, I3
 //     and I5), commit.go (COMMIT: acknowledgements confirmed stored), sweep.go (a wildcard served from this node's logs as one sweep, RUNS frames),
-//     tail.go and fanout.go (the shared tail and its writer, for many subscribers of one
-//     topic), upstream.go (a wildcard over topics other nodes own), exclusive.go and
-//     holder.go (exclusive durables), vector.go (portable positions), ablation.go (the
+//     subpark.go (a caught-up subscription parked on its connection's fanout, node/tail,
+//     which shares the topic's tail among many subscribers), upstream.go (a wildcard over
+//     topics other nodes own), exclusive.go and holder.go (exclusive durables), vector.go (portable positions), ablation.go (the
 //     benchmark's shared-stream mode).
 //   - Consumer groups: groups.go (the table of live groups: join, leave, what a group needs
 //     of the node), member.go (a member's stream, driving its groups.Member), grouprelay.go
@@ -70,9 +72,10 @@
 //   - A subscription stream has a run goroutine (owns its cursors, reads the log up to the
 //     durable high-watermark only: I3), a writer and an ack reader. Its memory is its
 //     cursors plus a bounded read-ahead, whatever its lag (I5). The run goroutine's state is
-//     a type of its own (subRun), which only it holds, but for a fanout while the
-//     subscription is parked there; the others reach the shared subscription: its atomics,
-//     its mu, and the notes of the topic watcher and the log (subscribe.go).
+//     a type of its own (subRun), which only it holds, but for a fanout (node/tail) while
+//     the subscription is parked there, which calls only its tail.Member methods; the
+//     others reach the shared subscription: its atomics, its mu, and the notes of the topic
+//     watcher and the log (subscribe.go).
 //   - In a replicated region, replica.Driver's one goroutine owns every raft group of the
 //     node; node talks to it through proposals and Status (replicated.go).
 package node

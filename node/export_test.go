@@ -20,18 +20,20 @@ func (n *Node) PacketsSent() (packets, bytes uint64) {
 // TailStats are the shared tails' counters: reads of the log into a tail, and records
 // served from one.
 func (n *Node) TailStats() (fills, served uint64) {
-	return n.tails.fills.Load(), n.tails.served.Load()
+	st := n.tails.Stats()
+	return st.Fills, st.Served
 }
 
-// FanoutStats are the fanouts' counters (fanout.go): subscriptions parked on one, handed
+// FanoutStats are the fanouts' counters (node/tail): subscriptions parked on one, handed
 // back to their run goroutine, and records a fanout wrote.
 func (n *Node) FanoutStats() (parks, handbacks, records uint64) {
-	return n.tails.parks.Load(), n.tails.handbacks.Load(), n.tails.fanned.Load()
+	st := n.tails.Stats()
+	return st.Parks, st.Handbacks, st.Fanned
 }
 
 // FanoutWaits is the number of rounds a fanout held back for its connection to send what it
-// had queued (fanout.go, waitSent).
-func (n *Node) FanoutWaits() uint64 { return n.tails.waits.Load() }
+// had queued (node/tail's fanout.go, waitSent).
+func (n *Node) FanoutWaits() uint64 { return n.tails.Stats().Waits }
 
 // OnPark has f called each time a subscription parks on a fanout, from its run goroutine.
-func (n *Node) OnPark(f func()) { n.tails.onPark.Store(&f) }
+func (n *Node) OnPark(f func()) { n.tails.OnPark(f) }

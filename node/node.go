@@ -28,6 +28,7 @@ import (
 	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/node/placement"
+	"github.com/quicmq/quicmq/node/tail"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -42,7 +43,7 @@ type Node struct {
 	metrics *metrics
 	paths   *clientPaths // client connections whose address changed (clientpaths.go)
 	wal     *wal.Log
-	tails   *tailSet // the topics' shared tails (tail.go)
+	tails   *tail.Set // the topics' shared tails and their fanouts (node/tail)
 	udp     *net.UDPConn
 	tr      *quic.Transport
 	ln      *quic.Listener
@@ -151,9 +152,10 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: open log: %w", err)
 	}
 	n.wal.OnAdvance(n.wild.advanced) // sweep.go
-	n.tails = newTailSet(n.wal, cfg.TailRecords, cfg.TailBytes)
+	n.tails = tail.NewSet(n.wal, tail.Config{Records: cfg.TailRecords, Bytes: cfg.TailBytes,
+		ReadAhead: cfg.ReadAhead, MaxRead: maxReadRecords, Region: cfg.Region})
 	n.groups = n.newGroupEnv()
-	n.tails.register(n.reg)
+	n.tails.Register(n.reg)
 	if cfg.Replicas > 1 {
 		if n.raftID, err = federation.RaftNodeID(cfg.DataDir); err != nil {
 			n.wal.Close()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/tail"
 	"github.com/quicmq/quicmq/node/vector"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -60,7 +61,7 @@ func (sub *subRun) sendAvailable() (int, *wire.Error) {
 }
 
 // readCursor encodes c's available records (at most ReadAhead bytes) into the stream's
-// buffer, from the topic's shared tail when c is caught up (tail.go), else straight from the
+// buffer, from the topic's shared tail when c is caught up (node/tail), else straight from the
 // log's memory with c's own scanner, with no copy and no blocking while the log's iterator is
 // open, and advances c. It returns the records and payload bytes encoded, and the log's
 // error, if any, about the record after them.
@@ -71,7 +72,7 @@ func (sub *subRun) readCursor(c *cursor) (int, int, error) {
 		if err := c.scan.Check(); err != nil {
 			return 0, 0, err // deleted (a replicated topic's delete keeps its log and tail)
 		}
-		got, ok, err := c.tail.read(c.next, maxReadRecords, n.cfg.ReadAhead, sub.encodeFn)
+		got, ok, err := c.tail.Read(c.next, maxReadRecords, n.cfg.ReadAhead, sub.encodeFn)
 		if ok || err != nil {
 			return got, sub.encBytes, err
 		}
@@ -121,17 +122,9 @@ func (sub *subRun) encodeScanned(rec *wal.Record) error {
 
 // recordFrame is the RECORD a subscriber gets for rec of this node's log, under the stream's
 // topic index. Records published here carry no origin region in the log: it is region.
+// The fanout writes the same frames (tail.Frame).
 func recordFrame(index uint64, rec *wal.Record, region string) wire.Record {
-	origin := rec.OriginRegion
-	if origin == "" {
-		origin = region
-	}
-	return wire.Record{
-		Index: index, Offset: rec.Offset, Time: rec.Time,
-		OriginRegion: origin, OriginOffset: rec.OriginOffset,
-		ProducerID: rec.ProducerID, Sequence: rec.Sequence,
-		Headers: rec.Headers, Payload: rec.Payload,
-	}
+	return tail.Frame(index, rec, region)
 }
 
 // skipDeleted buffers GAP for c's records from c.next to first, which retention or a purge

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/tail"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -23,9 +24,9 @@ import (
 //
 // Goroutines, and who owns what, in the types: the run goroutine owns a subRun (the cursors,
 // the frame buffer, the upstreams, the sweep), made by serve and reached by no other
-// goroutine but a fanout while the subscription is parked on it (fanout.go). What the others
+// goroutine but a fanout while the subscription is parked on it (subpark.go). What the others
 // may touch is this type: fields fixed before serve starts, atomics, mu (ACK checks and the
-// lag metric), dirty (the log's completer notes advances), handback (the fanout) and
+// lag metric), dirty (the log's completer notes advances) and
 // pending (the ack reader: the own stream's ack goroutine, or a shared stream's reader,
 // which checks ACKs and stores positions). The writer goroutine (writeBatches) is handed
 // each batch and gives its buffer back. When the client reads slowly, QUIC flow control
@@ -59,10 +60,6 @@ type subscription struct {
 
 	dirty sweepDirty // a sweep's topics advanced: written by the log's completer (sweep.go)
 
-	// Set by the fanout the subscription parked on (fanout.go), under its mu: the frames it
-	// counted as delivered and could not write, for the run goroutine to write first.
-	handback []byte
-
 	// Owned by the ack reader.
 	pending map[string]uint64 // durable positions read, not yet stored
 
@@ -76,8 +73,9 @@ type subscription struct {
 
 // subRun is a subscription's state owned by its run goroutine. serve makes the one value and
 // hands it to run; no other goroutine holds it, except a fanout while the subscription is
-// parked on it (fanout.go: park hands the cursor and the stream's writes over, unpark takes
-// them back), so only subRun's methods, called on the run goroutine, touch these fields.
+// parked on it (subpark.go: park hands the cursor and the stream's writes over, unpark takes
+// them back; meanwhile the fanout calls subRun's tail.Member methods), so only subRun's
+// methods, called on the run goroutine or a parked subscription's fanout, touch these fields.
 // What other goroutines share is the embedded subscription: immutable after set-up,
 // atomic, or under its mu.
 type subRun struct {
@@ -123,7 +121,7 @@ type cursor struct {
 	stored uint64       // 1 + the durable consumer's stored position at the start; 0: none
 	cancel func()       // stops the log's notifications
 	scan   *wal.Scanner // keeps the log's iterator between reads while the cursor catches up
-	tail   *topicTail   // the topic's shared tail, nil when tails are off (tail.go)
+	tail   *tail.Topic  // the topic's shared tail, nil when tails are off (node/tail)
 
 	skip map[string]uint64 // a vector whose covered records are skipped (vector.go); nil: none
 
@@ -539,7 +537,7 @@ func (sub *subRun) stream(placeChanged <-chan struct{}) *wire.Error {
 		}
 		sub.releaseScans() // caught up: hold no iterator while idle
 		// A simple caught-up subscription waits on its connection's fanout, which writes
-		// the topic's new records to all of them (fanout.go).
+		// the topic's new records to all of them (subpark.go, node/tail).
 		fan, werr := sub.park()
 		if werr != nil {
 			return nil // the client is gone or reset the stream

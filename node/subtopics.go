@@ -76,19 +76,19 @@ func (sub *subRun) addTopic(topic string, created bool) *wire.Error {
 		return nil
 	}
 	n := sub.s.n
-	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic), tail: n.tails.acquire(topic)}
+	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic), tail: n.tails.Acquire(topic)}
 	_ = c.scan.Check() // bound to the topic as it is: a delete of it ends the cursor
 	// Register for wake-ups before reading the bounds, so no append is missed: with the
 	// shared tail, its (a connection's subscriptions woken one after the other).
 	var stop func()
 	if c.tail != nil {
-		stop = c.tail.watch(sub.s, sub.wake)
+		stop = c.tail.Watch(sub.s, sub.wake)
 	} else {
 		stop = n.wal.Notify(topic, sub.wake)
 	}
 	c.cancel = func() {
 		stop()
-		n.tails.release(c.tail)
+		n.tails.Release(c.tail)
 		c.tail = nil
 	}
 	next, stored, err := sub.startOffset(topic, created)

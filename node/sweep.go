@@ -169,7 +169,7 @@ func (sub *subscription) noteAdvance(topic string, id uint32, from uint64, chang
 
 // sweepable reports whether the subscription reads by sweep: a wildcard served from this
 // node's logs alone. Literal topics keep their cursor per topic with the shared tail and
-// the fanout (tail.go, fanout.go); a wildcard that gathers other nodes' topics too
+// the fanout (node/tail); a wildcard that gathers other nodes' topics too
 // (upstream.go) keeps it as well.
 func (sub *subRun) sweepable() bool {
 	return !routing.IsLiteral(sub.req.Pattern) && sub.owner == "" && !sub.spansRegion()

@@ -24,7 +24,7 @@ var layers = map[string]int{
 	// Links between nodes: never node.
 	"federation": 30,
 	// The node's parts, by concern (node/doc.go): each imports only the parts below it.
-	"node/auth": 40, "node/features": 40, "node/placement": 40, "node/vector": 40,
+	"node/auth": 40, "node/features": 40, "node/placement": 40, "node/vector": 40, "node/tail": 40,
 	"node/groups": 41,
 	// Management over one node's operations (manage.Local), which the node implements.
 	"node/manage": 42,

@@ -5,7 +5,7 @@ package main
 // quic-only") takes records on one publisher stream and writes each to every subscription's
 // stream, one QUIC stream per subscription as QuicMQ has, one writer goroutine per subscriber
 // connection that writes a run of records to each of its streams in turn, as the node's
-// fanout writer (node/fanout.go) does. It stores nothing, acknowledges nothing and sends no
+// fanout writer (node/tail/fanout.go) does. It stores nothing, acknowledges nothing and sends no
 // header but a length: what it costs per delivery is what quic-go's one-stream-per-
 // subscription costs on this machine, which no broker built on it avoids.
 //

@@ -1,11 +1,9 @@
-package node
+package tail
 
 import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/wal"
@@ -33,27 +31,31 @@ import (
 // (at most fanoutMaxWait) while the connection has not yet sent what the last ones queued,
 // so that under load records wait in the tail, not in the streams' send buffers.
 //
-// Locks: park and unpark take the tail's wmu and the fanout's mu one after the other, never
+// The fanout reaches a parked subscription only through Member, on its own goroutine, while
+// the subscription's run goroutine waits.
+//
+// Locks: Park and Unpark take the tail's wmu and the fanout's mu one after the other, never
 // one inside the other; a round holds mu and takes the tail's and the subscriptions' locks
 // inside it.
-type fanout struct {
-	t    *topicTail
+type Fanout struct {
+	t    *Topic
 	wake chan struct{} // the tail's append wake-up, or a new member
 	done chan struct{} // closed by the last member's unpark: the goroutine ends
 	// parked is the number of subscriptions between their park and their unpark, members
 	// or handed back; guarded by t.wmu.
 	parked int
 
-	mu      sync.Mutex    // held for a round; guards members and the members' handback
-	members []*subRun     // parked: their cursor and stream writes are the fanout's until unpark
-	encs    []fanEncoding // the runs encoded in the current round
-	evict   int           // the slot of encs a full round re-encodes next
+	mu      sync.Mutex        // held for a round; guards members and back
+	members []Member          // parked: their cursor and stream writes are the fanout's until Unpark
+	back    map[Member][]byte // a handed-back member's frames: counted as delivered, not written
+	encs    []fanEncoding     // the runs encoded in the current round
+	evict   int               // the slot of encs a full round re-encodes next
 	w       *wire.Writer
-	fanned  uint64 // records written in the current round, added to tailSet.fanned once at its end
+	fanned  uint64 // records written in the current round, added to Set.fanned once at its end
 
 	// The fanout goroutine's estimate of the bytes it queued on the connection that the
 	// connection has not sent yet (waitSent).
-	conn     *quic.Conn
+	conn     Conn
 	backlog  uint64
 	lastSent uint64 // the connection's BytesSent when backlog was last brought up to date
 }
@@ -68,7 +70,7 @@ type fanEncoding struct {
 	records  int
 	bytes    int // payload bytes
 	err      error
-	ok       bool // the run is in the tail (topicTail.read's ok)
+	ok       bool // the run is in the tail (Topic.Read's ok)
 	more     bool // the log has records after to
 }
 
@@ -76,91 +78,82 @@ type fanEncoding struct {
 // one round share fewer encodings, and are still served.
 const fanEncodings = 4
 
-// parkCursor is the cursor of a subscription that may park on a fanout, or nil. Run
-// goroutine, idle.
-func (sub *subRun) parkCursor() *cursor {
-	if sub.sweep.on || len(sub.cursors) != 1 || sub.upCh != nil || (sub.caughtUp && !sub.caughtOK) {
-		return nil
-	}
-	if _, own := sub.out.(ownStream); !own {
-		return nil
-	}
-	c := sub.cursors[0]
-	if c.tail == nil || !c.bound || c.skip != nil {
-		return nil
-	}
-	return c
+// Member is a subscription parked on a fanout. Between Park and Unpark the fanout owns its
+// cursor and its stream's writes, and calls these on the fanout's goroutine while the
+// subscription's run goroutine waits; it is one cursor on the fanout's topic, bound, with
+// RECORD frames of its own stream.
+type Member interface {
+	// Position is the cursor: the offset it reads next, its topic's index on the stream, and
+	// whether the client takes RECORDS frames.
+	Position() (next, index uint64, batch bool)
+	// CheckAt is the cursor's wal.Scanner.CheckAt: an error when the topic it reads is not in.
+	CheckAt(in wal.Instance) error
+	// Delivered counts the records before offset to as delivered (records of them, payload
+	// bytes), before they are written, and moves the cursor to to.
+	Delivered(to uint64, records, bytes int)
+	// TryWrite queues buf on the stream if its flow-control windows take it, never blocking
+	// (quic.Stream.TryWriteAll).
+	TryWrite(buf []byte) error
+	// Poke wakes the run goroutine: the fanout handed the member back.
+	Poke()
 }
 
-// park hands the subscription to its connection's fanout on its topic, when it can be
-// served by one, once its last batch is written. It returns the fanout to give to unpark
-// (nil: not parked) and the error of that last write. Run goroutine, idle.
-func (sub *subRun) park() (*fanout, error) {
-	c := sub.parkCursor()
-	if c == nil {
-		return nil, nil
-	}
-	if err := sub.waitWrite(); err != nil {
-		return nil, err
-	}
-	t := c.tail
+// Park hands m, a subscription of connection conn whose writes are all done, to conn's
+// fanout on the topic: from now on the tail's appends wake the fanout instead of wake, m's
+// wake-up channel. It returns the fanout to give to Unpark. m's run goroutine, idle.
+func (t *Topic) Park(conn Conn, m Member, wake chan struct{}) *Fanout {
 	t.wmu.Lock()
-	f := t.fans[sub.s]
+	f := t.fans[conn]
 	if f == nil {
-		f = &fanout{t: t, wake: make(chan struct{}, 1), done: make(chan struct{}), w: wire.NewWriter(nil), conn: sub.s.conn}
+		f = &Fanout{t: t, wake: make(chan struct{}, 1), done: make(chan struct{}), w: wire.NewWriter(nil), conn: conn}
 		f.lastSent = f.conn.ConnectionStats().BytesSent
 		if t.fans == nil {
-			t.fans = make(map[*session]*fanout)
+			t.fans = make(map[Conn]*Fanout)
 		}
-		t.fans[sub.s] = f
-		t.addWaiter(sub.s, f.wake)
+		t.fans[conn] = f
+		t.addWaiter(conn, f.wake)
 		go f.run()
 	}
 	f.parked++
-	t.removeWaiter(sub.wake) // the fanout is woken for it
+	t.removeWaiter(wake) // the fanout is woken for it
 	t.wmu.Unlock()
 
 	f.mu.Lock()
-	f.members = append(f.members, sub)
+	f.members = append(f.members, m)
 	f.mu.Unlock()
 	t.set.parks.Add(1)
 	if h := t.set.onPark.Load(); h != nil {
 		(*h)()
 	}
 	f.kick() // an append between the subscription's last read and now
-	return f, nil
+	return f
 }
 
-// unpark takes the subscription back from f, if it is parked (f not nil), and has its
-// writer write what the fanout could not. Run goroutine, first thing after its select.
-func (sub *subRun) unpark(f *fanout) {
-	if f == nil {
-		return
-	}
+// Unpark takes m back from f, its tail's appends waking wake again, and returns the frames
+// the fanout counted as delivered and could not write, which m's writer must write first.
+// m's run goroutine, first thing after its select.
+func (f *Fanout) Unpark(conn Conn, m Member, wake chan struct{}) (back []byte) {
 	f.mu.Lock()
-	if i := slices.Index(f.members, sub); i >= 0 {
+	if i := slices.Index(f.members, m); i >= 0 {
 		f.members = slices.Delete(f.members, i, i+1)
 	}
-	back := sub.handback
-	sub.handback = nil
+	back = f.back[m]
+	delete(f.back, m)
 	f.mu.Unlock()
 
 	t := f.t
 	t.wmu.Lock()
-	t.addWaiter(sub.s, sub.wake) // before the next read: no append is missed
+	t.addWaiter(conn, wake) // before the next read: no append is missed
 	if f.parked--; f.parked == 0 {
-		delete(t.fans, sub.s)
+		delete(t.fans, conn)
 		t.removeWaiter(f.wake)
 		close(f.done)
 	}
 	t.wmu.Unlock()
-
-	if len(back) > 0 {
-		sub.handOver(back)
-	}
+	return back
 }
 
-func (f *fanout) kick() {
+func (f *Fanout) kick() {
 	select {
 	case f.wake <- struct{}{}:
 	default:
@@ -180,7 +173,7 @@ const (
 )
 
 // run is the fanout's goroutine: a round per wake-up, and more while a member has more.
-func (f *fanout) run() {
+func (f *Fanout) run() {
 	poll := time.NewTimer(time.Hour)
 	poll.Stop()
 	defer poll.Stop()
@@ -206,7 +199,7 @@ func (f *fanout) run() {
 // counts every stream's bytes and QUIC's own, so the estimate falls at least as fast as this
 // fanout's bytes leave: it never waits for bytes already sent. Bytes that never leave (a
 // stream reset) are forgotten after one fanoutMaxWait.
-func (f *fanout) waitSent(poll *time.Timer) bool {
+func (f *Fanout) waitSent(poll *time.Timer) bool {
 	for waited := time.Duration(0); ; waited += fanoutPoll {
 		sent := f.conn.ConnectionStats().BytesSent
 		f.backlog -= min(f.backlog, sent-f.lastSent)
@@ -232,7 +225,7 @@ func (f *fanout) waitSent(poll *time.Timer) bool {
 
 // round writes each member's available records (at most one read of the tail's bounds per
 // member, as a subscription's own round) and reports whether a member has more.
-func (f *fanout) round() (more bool) {
+func (f *Fanout) round() (more bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for i := range f.encs {
@@ -242,11 +235,11 @@ func (f *fanout) round() (more bool) {
 	// Scanner.Check, which would take the log's lock once per member.
 	in := f.t.set.log.Instance(f.t.topic)
 	for i := 0; i < len(f.members); {
-		sub := f.members[i]
-		served, again := f.serve(sub, in)
+		m := f.members[i]
+		served, again := f.serve(m, in)
 		if !served {
 			f.members = slices.Delete(f.members, i, i+1)
-			sub.poke() // its run goroutine unparks it
+			m.Poke() // its run goroutine unparks it
 			f.t.set.handbacks.Add(1)
 			continue
 		}
@@ -258,32 +251,29 @@ func (f *fanout) round() (more bool) {
 	return more
 }
 
-// serve writes sub's available records. served is false when sub must go back to its run
-// goroutine (with sub.handback set to what it must write first); again is true when it has
+// serve writes m's available records. served is false when m must go back to its run
+// goroutine (with f.back[m] set to what it must write first); again is true when it has
 // more records than one read gave. in is the topic as the log held it when the round began.
-func (f *fanout) serve(sub *subRun, in wal.Instance) (served, again bool) {
-	c := sub.cursors[0]
-	if err := c.scan.CheckAt(in); err != nil {
+func (f *Fanout) serve(m Member, in wal.Instance) (served, again bool) {
+	if err := m.CheckAt(in); err != nil {
 		return false, false // deleted: its own read reports it
 	}
-	e := f.encoding(c.next, sub.out.index(c.index), sub.batch, sub.s.n)
+	next, index, batch := m.Position()
+	e := f.encoding(next, index, batch)
 	if e.err != nil || !e.ok {
 		return false, false // behind the tail, or an error its own read will meet
 	}
 	if e.records == 0 {
 		return true, false
 	}
-	// Count the run as delivered before it is written, as sendAvailable does.
-	sub.mu.Lock()
-	sub.mu.bound[c.index].delivered = e.to
-	c.pub = e.to
-	sub.mu.Unlock()
-	c.next = e.to
-	sub.series.records.Add(float64(e.records))
-	sub.series.bytes.Add(float64(e.bytes))
+	// Count the run as delivered before it is written, as the subscription's own read does.
+	m.Delivered(e.to, e.records, e.bytes)
 	// quic.ErrWouldBlock, or the stream's error, which the writer meets again and ends on.
-	if err := sub.out.(ownStream).str.TryWriteAll(e.buf); err != nil {
-		sub.handback = slices.Clone(e.buf)
+	if err := m.TryWrite(e.buf); err != nil {
+		if f.back == nil {
+			f.back = make(map[Member][]byte)
+		}
+		f.back[m] = slices.Clone(e.buf)
 		return false, false
 	}
 	f.fanned += uint64(e.records)
@@ -293,7 +283,7 @@ func (f *fanout) serve(sub *subRun, in wal.Instance) (served, again bool) {
 
 // encoding is the run of records from offset from for topic index index and framing batch,
 // encoded in this round already or now.
-func (f *fanout) encoding(from, index uint64, batch bool, n *Node) *fanEncoding {
+func (f *Fanout) encoding(from, index uint64, batch bool) *fanEncoding {
 	for i := range f.encs {
 		if e := &f.encs[i]; e.records >= 0 && e.from == from && e.index == index && e.batch == batch {
 			return e
@@ -308,10 +298,10 @@ func (f *fanout) encoding(from, index uint64, batch bool, n *Node) *fanEncoding 
 		f.evict = (f.evict + 1) % fanEncodings
 	}
 	e.from, e.to, e.index, e.batch, e.bytes, e.records, e.more = from, from, index, batch, 0, 0, false
-	region := n.cfg.Region
+	cfg := &f.t.set.cfg
 	var rec wire.Record
-	got, ok, err := f.t.read(from, maxReadRecords, n.cfg.ReadAhead, func(r *wal.Record) {
-		rec = recordFrame(index, r, region)
+	got, ok, err := f.t.Read(from, cfg.MaxRead, cfg.ReadAhead, func(r *wal.Record) {
+		rec = Frame(index, r, cfg.Region)
 		if batch {
 			f.w.BufferRecord(&rec)
 		} else {
@@ -327,4 +317,19 @@ func (f *fanout) encoding(from, index uint64, batch bool, n *Node) *fanEncoding 
 		e.more = e.to < hwm
 	}
 	return e
+}
+
+// Frame is the RECORD frame of rec for topic index index: a record that names no origin
+// region is region's, the node's own.
+func Frame(index uint64, rec *wal.Record, region string) wire.Record {
+	origin := rec.OriginRegion
+	if origin == "" {
+		origin = region
+	}
+	return wire.Record{
+		Index: index, Offset: rec.Offset, Time: rec.Time,
+		OriginRegion: origin, OriginOffset: rec.OriginOffset,
+		ProducerID: rec.ProducerID, Sequence: rec.Sequence,
+		Headers: rec.Headers, Payload: rec.Payload,
+	}
 }

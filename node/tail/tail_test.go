@@ -1,4 +1,4 @@
-package node
+package tail
 
 import (
 	"bytes"
@@ -8,13 +8,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/quic-go/quic-go"
 
-	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -36,12 +33,12 @@ func openTailLog(t *testing.T, r ...wal.Retention) *wal.Log {
 
 // newTestTail opens a log and returns it, a tail set over it and topic's tail (released by
 // t.Cleanup).
-func newTestTail(t *testing.T, records, maxBytes int, topic string) (*wal.Log, *tailSet, *topicTail) {
+func newTestTail(t *testing.T, records, maxBytes int, topic string) (*wal.Log, *Set, *Topic) {
 	t.Helper()
 	l := openTailLog(t)
-	ts := newTailSet(l, records, maxBytes)
-	tl := ts.acquire(topic)
-	t.Cleanup(func() { ts.release(tl) })
+	ts := NewSet(l, Config{Records: records, Bytes: maxBytes})
+	tl := ts.Acquire(topic)
+	t.Cleanup(func() { ts.Release(tl) })
 	return l, ts, tl
 }
 
@@ -61,11 +58,11 @@ func appendN(t *testing.T, l *wal.Log, topic string, first, count int, size int)
 }
 
 // tailRead reads from the tail and returns the offsets and payloads it got (copied).
-func tailRead(t *testing.T, tl *topicTail, from uint64, maxRecords, maxBytes int) ([]uint64, [][]byte, bool) {
+func tailRead(t *testing.T, tl *Topic, from uint64, maxRecords, maxBytes int) ([]uint64, [][]byte, bool) {
 	t.Helper()
 	var offs []uint64
 	var pays [][]byte
-	got, ok, err := tl.read(from, maxRecords, maxBytes, func(r *wal.Record) {
+	got, ok, err := tl.Read(from, maxRecords, maxBytes, func(r *wal.Record) {
 		offs = append(offs, r.Offset)
 		pays = append(pays, r.Payload) // kept on purpose: the tail's bytes must never change
 	})
@@ -96,9 +93,9 @@ func checkRun(t *testing.T, offs []uint64, pays [][]byte, from uint64, want int)
 func TestTailReadsOnceForAll(t *testing.T) {
 	l := openTailLog(t)
 	appendN(t, l, "a", 0, 10, 0)
-	ts := newTailSet(l, 8, 1<<20)
-	tl := ts.acquire("a")
-	if ts.acquire("a") != tl {
+	ts := NewSet(l, Config{Records: 8, Bytes: 1 << 20})
+	tl := ts.Acquire("a")
+	if ts.Acquire("a") != tl {
 		t.Fatal("a second acquire made a second tail")
 	}
 	if offs, _, ok := tailRead(t, tl, 10, 100, 1<<20); !ok || len(offs) != 0 {
@@ -142,8 +139,8 @@ func TestTailReadsOnceForAll(t *testing.T) {
 			t.Fatalf("a payload handed out earlier changed to %q, want %q", p, want)
 		}
 	}
-	ts.release(tl)
-	ts.release(tl)
+	ts.Release(tl)
+	ts.Release(tl)
 	ts.mu.Lock()
 	left := len(ts.mu.byTopic)
 	ts.mu.Unlock()
@@ -157,8 +154,8 @@ func TestTailReadsOnceForAll(t *testing.T) {
 func TestTailBytesAndRetention(t *testing.T) {
 	l := openTailLog(t, wal.Retention{MaxBytes: 1})
 	appendN(t, l, "b", 0, 1, 100)
-	ts := newTailSet(l, 64, 250)
-	tl := ts.acquire("b")
+	ts := NewSet(l, Config{Records: 64, Bytes: 250})
+	tl := ts.Acquire("b")
 	appendN(t, l, "b", 1, 10, 100)
 	offs, pays, ok := tailRead(t, tl, 1, 100, 1<<20)
 	if !ok || len(offs) == 0 {
@@ -182,225 +179,17 @@ func TestTailBytesAndRetention(t *testing.T) {
 	}
 }
 
-// Many subscriptions on one topic, through the node: caught up from the start, joining
-// mid-stream at the latest offset, and replaying from the earliest while records keep
-// coming (they lag, read the log with their own cursor, and move to the tail). Every one
-// gets every record from its start exactly once, in order, and the tail served most of them.
-func TestTailManySubscriptions(t *testing.T) {
-	n := newTestNode(t, func(c *Config) { c.TailRecords = 64 })
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c := dialNode(t, n, client.Options{})
-	const topic, total = "tail.many", 2000
-	payload := func(i int) []byte { return []byte(fmt.Sprintf("r%d", i)) }
-	if _, err := c.Publish(ctx, client.Message{Topic: topic, Payload: payload(0)}); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		name string
-		err  error
-	}
-	results := make(chan result, 64)
-	var wg sync.WaitGroup
-	subscribe := func(name string, from client.Start, start uint64) {
-		conn := dialNode(t, n, client.Options{})
-		sub, err := conn.Subscribe(ctx, topic, client.SubscribeOptions{From: from})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer sub.Close()
-			want := start
-			for want < total {
-				rec, err := sub.Next(ctx)
-				if err != nil {
-					results <- result{name, fmt.Errorf("at %d: %w", want, err)}
-					return
-				}
-				if rec.Offset != want || string(rec.Payload) != string(payload(int(rec.Offset))) {
-					results <- result{name, fmt.Errorf("got offset %d %q, want offset %d", rec.Offset, rec.Payload, want)}
-					return
-				}
-				want++
-			}
-			results <- result{name, nil}
-		}()
-	}
-	for i := range 10 {
-		subscribe(fmt.Sprintf("caught-up-%d", i), client.AtOffset(1), 1)
-	}
-	for i := 1; i < total; i++ {
-		if _, err := c.PublishAsync(ctx, client.Message{Topic: topic, Payload: payload(i)}); err != nil {
-			t.Fatal(err)
-		}
-		if i%50 == 0 { // a paced publisher: batches of 50
-			if err := c.Flush(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		switch i {
-		case 500, 1000, 1500:
-			subscribe(fmt.Sprintf("earliest-at-%d", i), client.Earliest, 0)
-			subscribe(fmt.Sprintf("latest-at-%d", i), client.Latest, uint64(i+1)) // all before it are durable
-		}
-	}
-	if err := c.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	wg.Wait()
-	close(results)
-	for r := range results {
-		if r.err != nil {
-			t.Errorf("%s: %v", r.name, r.err)
-		}
-	}
-	// The 16 subscriptions get about 29,000 records; the tail must have served most of them.
-	if got := n.tails.served.Load(); got < 15000 {
-		t.Fatalf("the shared tail served %d records, want most of about 29,000", got)
-	}
-	t.Logf("tail: %d fills, %d records served", n.tails.fills.Load(), n.tails.served.Load())
-}
-
-// gateFS holds every sync of Pebble's WAL files while it is closed, so a commit is applied
-// (visible to Pebble's readers) but not durable, and the log's high-watermark stays behind it.
-type gateFS struct {
-	vfs.FS
-	mu      sync.Mutex
-	closed  bool
-	open    chan struct{} // closed when the gate opens
-	blocked chan struct{} // gets a value when a sync waits at the gate
-}
-
-func newGateFS() *gateFS { return &gateFS{FS: vfs.Default, blocked: make(chan struct{}, 16)} }
-
-func (g *gateFS) close() {
-	g.mu.Lock()
-	g.closed, g.open = true, make(chan struct{})
-	g.mu.Unlock()
-}
-
-func (g *gateFS) release() {
-	g.mu.Lock()
-	if g.closed {
-		g.closed = false
-		close(g.open)
-	}
-	g.mu.Unlock()
-}
-
-func (g *gateFS) wait() {
-	g.mu.Lock()
-	closed, open := g.closed, g.open
-	g.mu.Unlock()
-	if closed {
-		select {
-		case g.blocked <- struct{}{}:
-		default:
-		}
-		<-open
-	}
-}
-
-func (g *gateFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if err != nil || !strings.HasSuffix(name, ".log") {
-		return f, err
-	}
-	return gateFile{File: f, g: g}, nil
-}
-
-func (g *gateFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := g.FS.Create(name, c)
-	return g.wrap(name, f, err)
-}
-
-func (g *gateFS) ReuseForWrite(old, name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	f, err := g.FS.ReuseForWrite(old, name, c)
-	return g.wrap(name, f, err)
-}
-
-type gateFile struct {
-	vfs.File
-	g *gateFS
-}
-
-func (f gateFile) Sync() error     { f.g.wait(); return f.File.Sync() }
-func (f gateFile) SyncData() error { f.g.wait(); return f.File.SyncData() }
-func (f gateFile) SyncTo(n int64) (bool, error) {
-	f.g.wait()
-	return f.File.SyncTo(n)
-}
-
-// I3: a record applied to Pebble but not yet synced is in neither the tail nor a
-// subscription; once its sync returns, both have it.
-func TestTailNeverPastHighWatermark(t *testing.T) {
-	gate := newGateFS()
-	n := newTestNode(t, func(c *Config) { c.FS = gate })
-	defer gate.release() // before the node's cleanup stops it
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c := dialNode(t, n, client.Options{})
-	const topic = "tail.hwm"
-	if _, err := c.Publish(ctx, client.Message{Topic: topic, Payload: []byte("r0")}); err != nil {
-		t.Fatal(err)
-	}
-	sub, err := c.Subscribe(ctx, topic, client.SubscribeOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	if rec, err := sub.Next(ctx); err != nil || rec.Offset != 0 {
-		t.Fatalf("first record: %v %v", rec.Offset, err)
-	}
-	tl := n.tails.acquire(topic)
-	defer n.tails.release(tl)
-
-	gate.close()
-	fut, err := c.PublishAsync(ctx, client.Message{Topic: topic, Payload: []byte("r1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-gate.blocked:
-	case <-ctx.Done():
-		t.Fatal("no WAL sync reached the gate")
-	}
-	// The commit is applied (or about to be) while its sync waits: however often it is asked,
-	// the tail has nothing past the high-watermark, which has not moved.
-	for range 1000 {
-		if offs, _, ok := tailRead(t, tl, 1, 100, 1<<20); !ok || len(offs) != 0 {
-			t.Fatalf("the tail served %v (ok=%v) before the record's sync returned", offs, ok)
-		}
-		runtime.Gosched()
-	}
-	if _, hwm, _ := n.wal.Bounds(topic); hwm != 1 {
-		t.Fatalf("high-watermark %d before the sync returned, want 1", hwm)
-	}
-	gate.release()
-	if _, err := fut.Wait(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if rec, err := sub.Next(ctx); err != nil || rec.Offset != 1 || string(rec.Payload) != "r1" {
-		t.Fatalf("after the sync: offset %d %q %v, want offset 1", rec.Offset, rec.Payload, err)
-	}
-	offs, pays, ok := tailRead(t, tl, 1, 100, 1<<20)
-	if !ok || len(offs) != 1 || string(pays[0]) != "r1" {
-		t.Fatalf("the tail after the sync: %v %q ok=%v, want offset 1", offs, pays, ok)
-	}
-}
-
 // A connection's subscriptions are woken one after the other, whatever order they came in,
 // and a cancelled one is not woken.
 func TestTailWakesByConnection(t *testing.T) {
 	l, _, tl := newTestTail(t, 8, 1<<20, "w")
-	s1, s2 := &session{}, &session{}
+	s1, s2 := &testConn{}, &testConn{}
 	order := make(chan string, 8)
 	chans := map[chan struct{}]string{}
-	add := func(s *session, name string) func() {
+	add := func(s *testConn, name string) func() {
 		ch := make(chan struct{}, 1)
 		chans[ch] = name
-		return tl.watch(s, ch)
+		return tl.Watch(s, ch)
 	}
 	add(s1, "a")
 	add(s2, "b")
@@ -478,4 +267,11 @@ func TestTailSmallRecordsHoldLittle(t *testing.T) {
 	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16<<20 {
 		t.Fatalf("the heap grew by %d MiB for a tail of 1,000 records of 10 B", grew>>20)
 	}
+}
+
+// testConn is a connection for the tail's wake-ups (not zero-sized: two must differ).
+type testConn struct{ sent uint64 }
+
+func (c *testConn) ConnectionStats() quic.ConnectionStats {
+	return quic.ConnectionStats{BytesSent: c.sent}
 }

@@ -1,4 +1,4 @@
-package node
+package tail
 
 import (
 	"slices"
@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/wal"
 )
@@ -29,11 +30,28 @@ import (
 // readers encode them into their own frame buffers, under the read lock, so no frame aliases
 // a buffer that changes.
 
-// tailSet is the node's shared tails, by topic. Safe for concurrent use.
-type tailSet struct {
+// Config is what a Set needs of the node's configuration.
+type Config struct {
+	Records   int    // the node's TailRecords: the records a tail holds; <= 0: no tails
+	Bytes     int    // the node's TailBytes: the payload and header bytes a tail holds
+	ReadAhead int    // the node's ReadAhead: the payload bytes of one run a fanout writes
+	MaxRead   int    // the records of one read of the tail by a fanout
+	Region    string // this node's region: the origin of records that name none (Frame)
+}
+
+// Conn is a client connection: the tail wakes the subscriptions of one connection one after
+// the other, and a connection has one fanout per topic, which asks it what it has sent. Its
+// dynamic value is compared, so it must be a pointer (the node's session).
+type Conn interface {
+	ConnectionStats() quic.ConnectionStats
+}
+
+// Set is the node's shared tails, by topic. Safe for concurrent use.
+type Set struct {
 	log      *wal.Log
-	records  int // Config.TailRecords; <= 0: no tails
-	maxBytes int // Config.TailBytes
+	cfg      Config
+	records  int // cfg.Records; <= 0: no tails
+	maxBytes int // cfg.Bytes
 
 	fills     atomic.Uint64          // reads of the log into a tail
 	served    atomic.Uint64          // records handed to subscriptions from a tail
@@ -45,18 +63,46 @@ type tailSet struct {
 
 	mu struct {
 		sync.Mutex
-		byTopic map[string]*topicTail
+		byTopic map[string]*Topic
 	}
 }
 
-func newTailSet(l *wal.Log, records, maxBytes int) *tailSet {
-	ts := &tailSet{log: l, records: records, maxBytes: maxBytes}
-	ts.mu.byTopic = make(map[string]*topicTail)
+// NewSet makes the node's tails over its log l.
+func NewSet(l *wal.Log, cfg Config) *Set {
+	ts := &Set{log: l, cfg: cfg, records: cfg.Records, maxBytes: cfg.Bytes}
+	ts.mu.byTopic = make(map[string]*Topic)
 	return ts
 }
 
-// register exports the tails' and the fanouts' counters on reg, read when scraped.
-func (ts *tailSet) register(reg prometheus.Registerer) {
+// Stats are the tails' and the fanouts' counters since the Set was made.
+type Stats struct {
+	Fills     uint64 // reads of the log into a tail
+	Served    uint64 // records handed to subscriptions from a tail
+	Parks     uint64 // subscriptions handed to a fanout
+	Handbacks uint64 // subscriptions a fanout handed back to their run goroutine
+	Fanned    uint64 // records a fanout wrote to a subscription's stream
+	Waits     uint64 // rounds a fanout held back for its connection to send
+}
+
+// Stats reads the counters.
+func (ts *Set) Stats() Stats {
+	return Stats{Fills: ts.fills.Load(), Served: ts.served.Load(), Parks: ts.parks.Load(),
+		Handbacks: ts.handbacks.Load(), Fanned: ts.fanned.Load(), Waits: ts.waits.Load()}
+}
+
+// OnPark has f called after each park, from the parking subscription's run goroutine
+// (tests).
+func (ts *Set) OnPark(f func()) { ts.onPark.Store(&f) }
+
+// Topics is the number of topics that have a tail.
+func (ts *Set) Topics() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	return len(ts.mu.byTopic)
+}
+
+// Register exports the tails' and the fanouts' counters on reg, read when scraped.
+func (ts *Set) Register(reg prometheus.Registerer) {
 	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
 			func() float64 { return float64(v.Load()) })
@@ -70,9 +116,9 @@ func (ts *tailSet) register(reg prometheus.Registerer) {
 	)
 }
 
-// acquire returns topic's tail, making it if this is its first user, or nil when tails are
-// off. The caller gives it back with release.
-func (ts *tailSet) acquire(topic string) *topicTail {
+// Acquire returns topic's tail, making it if this is its first user, or nil when tails are
+// off. The caller gives it back with Release.
+func (ts *Set) Acquire(topic string) *Topic {
 	if ts == nil || ts.records <= 0 {
 		return nil
 	}
@@ -80,7 +126,7 @@ func (ts *tailSet) acquire(topic string) *topicTail {
 	defer ts.mu.Unlock()
 	t := ts.mu.byTopic[topic]
 	if t == nil {
-		t = &topicTail{set: ts, topic: topic, ring: make([]wal.Record, min(ts.records, minTailRing))}
+		t = &Topic{set: ts, topic: topic, ring: make([]wal.Record, min(ts.records, minTailRing))}
 		t.stopNotify = ts.log.NotifyFunc(topic, t.wake)
 		_, t.first, _ = ts.log.Bounds(topic) // starts empty at the high-watermark
 		t.next = t.first
@@ -90,8 +136,8 @@ func (ts *tailSet) acquire(topic string) *topicTail {
 	return t
 }
 
-// release gives back a tail acquire returned; the last user's release drops it.
-func (ts *tailSet) release(t *topicTail) {
+// Release gives back a tail Acquire returned; the last user's release drops it.
+func (ts *Set) Release(t *Topic) {
 	if t == nil {
 		return
 	}
@@ -103,10 +149,10 @@ func (ts *tailSet) release(t *topicTail) {
 	}
 }
 
-// topicTail is one topic's tail: a ring of its records [first, next), and the wake-up
+// Topic is one topic's tail: a ring of its records [first, next), and the wake-up
 // channels of the subscriptions reading the topic.
-type topicTail struct {
-	set        *tailSet
+type Topic struct {
+	set        *Set
 	topic      string
 	users      int    // guarded by set.mu
 	stopNotify func() // ends the log's calls of wake
@@ -116,7 +162,7 @@ type topicTail struct {
 	// leave in as few packets as possible.
 	wmu     sync.Mutex
 	waiters []tailWaiter
-	fans    map[*session]*fanout // a connection's caught-up subscriptions' writer (fanout.go)
+	fans    map[Conn]*Fanout // a connection's caught-up subscriptions' writer (fanout.go)
 
 	mu    sync.RWMutex // the fill writes, readers read
 	ring  []wal.Record // grows up to TailRecords; offset o is at ring[o%len]
@@ -126,14 +172,14 @@ type topicTail struct {
 }
 
 type tailWaiter struct {
-	s  *session
+	s  Conn
 	ch chan struct{}
 }
 
-// watch makes a non-blocking send on ch, as wal.Log.Notify does, whenever the topic's
-// high-watermark advances, ch's subscription being one of session s. cancel stops it; it is
-// safe to call more than once.
-func (t *topicTail) watch(s *session, ch chan struct{}) (cancel func()) {
+// Watch makes a non-blocking send on ch, as wal.Log.Notify does, whenever the topic's
+// high-watermark advances, ch's subscription being one of connection s. cancel stops it; it
+// is safe to call more than once.
+func (t *Topic) Watch(s Conn, ch chan struct{}) (cancel func()) {
 	t.wmu.Lock()
 	t.addWaiter(s, ch)
 	t.wmu.Unlock()
@@ -144,12 +190,12 @@ func (t *topicTail) watch(s *session, ch chan struct{}) (cancel func()) {
 	}
 }
 
-// addWaiter adds ch, of session s, after the last waiter of s. Caller holds wmu.
-func (t *topicTail) addWaiter(s *session, ch chan struct{}) {
+// addWaiter adds ch, of connection s, after the last waiter of s. Caller holds wmu.
+func (t *Topic) addWaiter(s Conn, ch chan struct{}) {
 	at := len(t.waiters)
 	for i := len(t.waiters) - 1; i >= 0; i-- {
 		if t.waiters[i].s == s {
-			at = i + 1 // after the last of its session
+			at = i + 1 // after the last of its connection
 			break
 		}
 	}
@@ -157,13 +203,13 @@ func (t *topicTail) addWaiter(s *session, ch chan struct{}) {
 }
 
 // removeWaiter removes ch, if it waits. Caller holds wmu.
-func (t *topicTail) removeWaiter(ch chan struct{}) {
+func (t *Topic) removeWaiter(ch chan struct{}) {
 	t.waiters = slices.DeleteFunc(t.waiters, func(w tailWaiter) bool { return w.ch == ch })
 }
 
 // wake wakes the waiters, a connection's one after the other. The log's completer calls it;
 // it never blocks.
-func (t *topicTail) wake() {
+func (t *Topic) wake() {
 	t.wmu.Lock()
 	defer t.wmu.Unlock()
 	for _, w := range t.waiters {
@@ -174,12 +220,12 @@ func (t *topicTail) wake() {
 	}
 }
 
-// read calls fn for the tail's records from offset from on, at most maxRecords records and
+// Read calls fn for the tail's records from offset from on, at most maxRecords records and
 // maxBytes payload bytes (at least one record if any is there), filling the tail from the log
 // first when from is at its end and the log has more. fn must not block or keep the record.
 // ok is false when from is not in the tail (before it, or cut off by retention): the caller
 // reads the log itself. got is the number of records fn was given.
-func (t *topicTail) read(from uint64, maxRecords, maxBytes int, fn func(*wal.Record)) (got int, ok bool, err error) {
+func (t *Topic) Read(from uint64, maxRecords, maxBytes int, fn func(*wal.Record)) (got int, ok bool, err error) {
 	first, hwm, known := t.set.log.Bounds(t.topic)
 	if !known || from < first {
 		return 0, false, nil // the log's own read reports the unknown topic or the gap
@@ -217,7 +263,7 @@ func (t *topicTail) read(from uint64, maxRecords, maxBytes int, fn func(*wal.Rec
 // that find the tail behind the high-watermark, evicting the oldest records beyond
 // TailRecords and TailBytes. A tail further behind than it can hold starts again, empty, at
 // from: the readers it held were slower than the log, and read it themselves from now on.
-func (t *topicTail) fill(from, hwm uint64) error {
+func (t *Topic) fill(from, hwm uint64) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.next >= hwm || from < t.next {
@@ -258,7 +304,7 @@ func (t *topicTail) fill(from, hwm uint64) error {
 const minTailRing = 16
 
 // grow doubles the ring, at most to TailRecords. Caller holds mu.
-func (t *topicTail) grow() {
+func (t *Topic) grow() {
 	ring := make([]wal.Record, min(2*len(t.ring), t.set.records))
 	for off := t.first; off < t.next; off++ {
 		ring[off%uint64(len(ring))] = t.ring[off%uint64(len(t.ring))]
@@ -267,7 +313,7 @@ func (t *topicTail) grow() {
 }
 
 // evict drops the oldest record. Caller holds mu.
-func (t *topicTail) evict() {
+func (t *Topic) evict() {
 	slot := &t.ring[t.first%uint64(len(t.ring))]
 	t.bytes -= recordBytes(slot)
 	*slot = wal.Record{} // lets its chunk go
@@ -275,7 +321,7 @@ func (t *topicTail) evict() {
 }
 
 // reset empties the ring and starts it at off. Caller holds mu.
-func (t *topicTail) reset(off uint64) {
+func (t *Topic) reset(off uint64) {
 	for t.first < t.next {
 		t.evict()
 	}
