@@ -180,6 +180,9 @@ func (g *Group) dispatchLocked(t *gtopic, m *Member, room int, now time.Time, go
 		}
 	}()
 	for i := range count {
+		if refs != nil { // read here: the store's vector need not read it again
+			t.learned = append(t.learned, originAt{off: t.next, ref: refs[i]})
+		}
 		if t.skip != nil && t.skipLocked(refs[i]) { // done in another region
 			t.next++
 			skipped = true
@@ -189,7 +192,11 @@ func (g *Group) dispatchLocked(t *gtopic, m *Member, room int, now time.Time, go
 		f := &Flight{t: t, off: t.next}
 		g.putOutLocked(t, t.next, f)
 		t.next++
-		g.markDirtyLocked(t)
+		if refs != nil {
+			g.markDirtyLocked(t)
+		} else {
+			f.fresh = true // marked dirty by Learned, once its member has read it
+		}
 		g.mu.outstanding++
 		switch g.Set.Order {
 		case wire.OrderTopic:

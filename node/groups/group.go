@@ -178,6 +178,10 @@ type gtopic struct {
 	active      bool        // in g.mu.active
 	skip        *groupSkip  // after a resume from another region's vector (vector.go)
 	track       *groupTrack // the store's vector: set when added, then owned by g.storeMu
+	// learned is the origins of its records the members read as they handed them out (or
+	// dispatch read), since the last store took them: the store's vector needs no second
+	// read of those (vector.go).
+	learned []originAt
 }
 
 // Flight is an outstanding record: handed out, or given back, and not done.
@@ -193,6 +197,10 @@ type Flight struct {
 	reason     string    // why it was last given back
 	readySince time.Time // when it was last put in ready
 	last       string    // the member it was last delivered to
+	// fresh: dispatched without its topic marked dirty; the member's Learned marks it once
+	// it has read the record, so that a store rarely finds a record handed out whose origin
+	// is not known yet (it would read it again).
+	fresh bool
 }
 
 // Topic is the topic of f's record; offset its offset.
@@ -480,6 +488,7 @@ func (g *Group) Store(ctx context.Context) error {
 	defer g.storeMu.Unlock()
 	g.mu.Lock()
 	states := make(map[string]*wal.GroupState, len(g.mu.dirty))
+	learned := make(map[string][]originAt, len(g.mu.dirty))
 	dirty := g.mu.dirty
 	g.mu.dirty = nil
 	for _, t := range dirty {
@@ -494,12 +503,16 @@ func (g *Group) Store(ctx context.Context) error {
 		slices.SortFunc(st.Entries, func(a, b wal.GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) })
 		st.Vector = t.skipVectorLocked() // with the entries it snapshots (vector.go)
 		states[t.name] = st
+		if len(t.learned) > 0 {
+			learned[t.name] = t.learned
+			t.learned = nil
+		}
 	}
 	g.mu.Unlock()
 	if len(states) == 0 {
 		return nil
 	}
-	g.addVectors(states)
+	g.addVectors(states, learned)
 	// grouprepl.go: the settings go with a replicated topic's entry, so every replica has them.
 	set := g.Set
 	if err := g.env.Store(ctx, g.Name, &set, states); err != nil {
