@@ -42,10 +42,16 @@ func (g *Group) sortReadyLocked() {
 	})
 }
 
-// broadcastLocked wakes every member waiting for something to do.
+// broadcastLocked wakes every member waiting for something to do. A channel no member was
+// given (WaitCh) since the last broadcast has nobody to wake: it is kept, so that a run of
+// ACKs between two looks of a member makes one channel, not one a record.
 func (g *Group) broadcastLocked() {
+	if !g.mu.changedOut {
+		return
+	}
 	close(g.mu.changed)
 	g.mu.changed = make(chan struct{})
+	g.mu.changedOut = false
 }
 
 // Take hands member m up to max records: first those reserved for it (its ordered keys),

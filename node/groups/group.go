@@ -156,6 +156,7 @@ type Group struct {
 		holds       map[string]*keyHold
 		members     map[*Member]bool
 		changed     chan struct{} // closed and replaced when members may find something to do
+		changedOut  bool          // changed was given to a member (WaitCh) since it was made
 		nextDue     time.Time     // the earliest ack-wait deadline (zero: none)
 		stored      map[string]*wal.GroupState
 		mirrored    map[string][]*wal.GroupState // states of its topics mirrored from other regions (vector.go)
@@ -488,7 +489,7 @@ func (g *Group) Store(ctx context.Context) error {
 	defer g.storeMu.Unlock()
 	g.mu.Lock()
 	states := make(map[string]*wal.GroupState, len(g.mu.dirty))
-	learned := make(map[string][]originAt, len(g.mu.dirty))
+	items := make([]vectorItem, 0, len(g.mu.dirty))
 	dirty := g.mu.dirty
 	g.mu.dirty = nil
 	for _, t := range dirty {
@@ -503,16 +504,14 @@ func (g *Group) Store(ctx context.Context) error {
 		slices.SortFunc(st.Entries, func(a, b wal.GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) })
 		st.Vector = t.skipVectorLocked() // with the entries it snapshots (vector.go)
 		states[t.name] = st
-		if len(t.learned) > 0 {
-			learned[t.name] = t.learned
-			t.learned = nil
-		}
+		items = append(items, vectorItem{topic: t.name, st: st, tr: t.track, learned: t.learned})
+		t.learned = nil
 	}
 	g.mu.Unlock()
 	if len(states) == 0 {
 		return nil
 	}
-	g.addVectors(states, learned)
+	g.addVectors(items)
 	// grouprepl.go: the settings go with a replicated topic's entry, so every replica has them.
 	set := g.Set
 	if err := g.env.Store(ctx, g.Name, &set, states); err != nil {
@@ -533,6 +532,7 @@ func (g *Group) Store(ctx context.Context) error {
 func (g *Group) WaitCh() (<-chan struct{}, time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.mu.changedOut = true
 	return g.mu.changed, g.mu.nextDue
 }
 

@@ -330,46 +330,46 @@ func (t *gtopic) beginTrack(l *wal.Log, st *wal.GroupState, start uint64) {
 	}
 }
 
+// vectorItem is a state a store took, with its topic's tracker and the origins learned
+// since the last store (taken with the state, under g.mu).
+type vectorItem struct {
+	topic   string
+	st      *wal.GroupState
+	tr      *groupTrack
+	learned []originAt
+}
+
 // addVectors sets the vector of each state the store took (their topics' skipping, if any, is
-// in Vector already), from the origins learned with the state (learned, by topic) and, for
-// the records those miss, a read of them. A state whose vector cannot be read is stored
-// without one (a resume elsewhere then finds none newer of it). Called by store with
-// g.storeMu held.
-func (g *Group) addVectors(states map[string]*wal.GroupState, learned map[string][]originAt) {
+// in Vector already), from the origins learned with the state and, for the records those
+// miss, a read of them. A state whose vector cannot be read is stored without one (a resume
+// elsewhere then finds none newer of it). Called by store with g.storeMu held.
+func (g *Group) addVectors(items []vectorItem) {
 	n := g.env
-	tracks := make(map[string]*groupTrack, len(states))
-	g.mu.Lock()
-	for name := range states {
-		if t := g.mu.topics[name]; t != nil {
-			tracks[name] = t.track
-		}
-	}
-	g.mu.Unlock()
 	// Those whose records the learned origins cover need no read; the others are read in
 	// the order of the topics' keys, with one iterator: a wildcard group's store holds a
 	// record or two of each of many topics.
 	type keyed struct {
-		id    uint32
-		topic string
-		in    wal.Instance
+		id uint32
+		in wal.Instance
+		it *vectorItem
 	}
 	var order []keyed
-	for topic, st := range states {
-		tr := tracks[topic]
+	for i := range items {
+		it := &items[i]
 		switch {
-		case tr == nil:
-			st.Vector = nil
-		case tr.covered(st, learned[topic]):
-			g.setVector(tr, topic, st, learned[topic], nil)
+		case it.tr == nil:
+			it.st.Vector = nil
+		case it.tr.covered(it.st, it.learned):
+			g.setVector(it, nil)
 		default:
-			in := n.Wal.Instance(topic)
-			order = append(order, keyed{in.ID(), topic, in})
+			in := n.Wal.Instance(it.topic)
+			order = append(order, keyed{in.ID(), in, it})
 		}
 	}
 	if len(order) == 0 {
 		return
 	}
-	slices.SortFunc(order, func(a, b keyed) int { return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.topic, b.topic)) })
+	slices.SortFunc(order, func(a, b keyed) int { return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.it.topic, b.it.topic)) })
 	sweep := n.Wal.NewSweep()
 	defer sweep.Release()
 	for _, k := range order {
@@ -377,15 +377,16 @@ func (g *Group) addVectors(states map[string]*wal.GroupState, learned map[string
 			got, _, err := sweep.ReadFunc(k.in, from, max, vector.ReadBytes, fn)
 			return got, err
 		}
-		g.setVector(tracks[k.topic], k.topic, states[k.topic], learned[k.topic], read)
+		g.setVector(k.it, read)
 	}
 }
 
-// setVector advances tr to st (with the learned origins, reading the rest with read) and sets
-// st's vector and its entries' origins.
-func (g *Group) setVector(tr *groupTrack, topic string, st *wal.GroupState, learned []originAt, read func(uint64, int, func(*wal.Record) error) (int, error)) {
+// setVector advances it's tracker to its state (with the learned origins, reading the rest
+// with read) and sets the state's vector and its entries' origins.
+func (g *Group) setVector(it *vectorItem, read func(uint64, int, func(*wal.Record) error) (int, error)) {
 	n := g.env
-	if err := tr.advance(n.Wal, read, n.Region, topic, st, learned); err != nil {
+	tr, topic, st := it.tr, it.topic, it.st
+	if err := tr.advance(n.Wal, read, n.Region, topic, st, it.learned); err != nil {
 		n.Log.Debug("group state stored without its vector", "group", g.Shown, "topic", topic, "err", err)
 		st.Vector = nil
 		return
@@ -442,12 +443,15 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 		}
 		tr.vec, tr.at = vec, min(tr.at, st.Next)
 	}
-	outstanding := make(map[uint64]bool, len(st.Entries))
+	var outstanding map[uint64]bool // nil when none: most of a wildcard group's states
+	if len(st.Entries) > 0 {
+		outstanding = make(map[uint64]bool, len(st.Entries))
+		if tr.origins == nil {
+			tr.origins = make(map[uint64]wal.OriginRef, len(st.Entries))
+		}
+	}
 	for _, e := range st.Entries {
 		outstanding[e.Offset] = true
-	}
-	if tr.origins == nil {
-		tr.origins = make(map[uint64]wal.OriginRef)
 	}
 	note := func(off uint64, ref wal.OriginRef) {
 		if last, ok := tr.vec[ref.Region]; !ok || ref.Offset > last {
@@ -503,13 +507,15 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 		tr.origins[off] = ref
 	}
 	// Entries of one origin must ascend in its order: a log that breaks I7 gets no vector.
-	last := make(map[string]uint64)
-	for _, off := range slices.Sorted(maps.Keys(outstanding)) {
-		r := tr.origins[off]
-		if l, ok := last[r.Region]; ok && cmp.Compare(r.Offset, l) <= 0 {
-			return errors.New("outstanding records out of their origin's order")
+	if len(st.Entries) > 1 {
+		last := make(map[string]uint64, 2)
+		for _, e := range st.Entries { // sorted by offset (store)
+			r := tr.origins[e.Offset]
+			if l, ok := last[r.Region]; ok && r.Offset <= l {
+				return errors.New("outstanding records out of their origin's order")
+			}
+			last[r.Region] = r.Offset
 		}
-		last[r.Region] = r.Offset
 	}
 	return nil
 }
