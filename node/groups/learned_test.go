@@ -31,6 +31,14 @@ type learnedRig struct {
 	out    []*Flight                  // handed out, not acknowledged
 	late   [][]*Flight                // handed out, origins noted only after a store (a member slower than the store)
 	stores int
+	// kept is each stored vector's Through with a copy of it when stored: one taken for a
+	// store must not change after it (a replicated store may encode it later).
+	kept []keptVector
+}
+
+type keptVector struct {
+	topic     string
+	have, was map[string]uint64
 }
 
 func (r *learnedRig) open() {
@@ -46,6 +54,7 @@ func (r *learnedRig) open() {
 		r.stores++
 		for topic, st := range states {
 			r.check(topic, st)
+			r.kept = append(r.kept, keptVector{topic, st.Vector.Through, maps.Clone(st.Vector.Through)})
 		}
 		return l.SetGroup(ctx, name, set, states)
 	}
@@ -195,6 +204,11 @@ func TestGroupVectorFromLearnedOrigins(t *testing.T) {
 			r.restart()
 			if r.stores == 0 {
 				t.Fatal("nothing stored")
+			}
+			for i, k := range r.kept {
+				if !maps.Equal(k.have, k.was) {
+					t.Fatalf("the vector of %s stored %d-th changed after its store: %v, stored %v", k.topic, i, k.have, k.was)
+				}
 			}
 			r.g.Leave(r.m)
 			r.l.Close()

@@ -48,6 +48,9 @@ type groupTrack struct {
 	at      uint64                   // every record below at is accounted for in vec
 	vec     map[string]uint64        // nil: not known yet (computed at the next store)
 	origins map[uint64]wal.OriginRef // origins of outstanding offsets known to the tracker
+	// shared: vec is also a stored state's Through (setVector), so it is copied before it
+	// changes: a topic read once (a wildcard's many) costs its store one map, not two.
+	shared bool
 }
 
 // originAt is the origin of the record at off of a topic, as a read of it found it.
@@ -395,13 +398,17 @@ func (g *Group) setVector(it *vectorItem, read func(uint64, int, func(*wal.Recor
 	if v == nil {
 		v = &wal.GroupVector{}
 	}
-	through := maps.Clone(tr.vec)
-	for o, off := range v.Through {
-		if last, ok := through[o]; !ok || off > last {
-			through[o] = off
+	if len(v.Through) == 0 { // no skipping's vector to raise it with
+		v.Through, tr.shared = tr.vec, true
+	} else {
+		through := maps.Clone(tr.vec)
+		for o, off := range v.Through {
+			if last, ok := through[o]; !ok || off > last {
+				through[o] = off
+			}
 		}
+		v.Through = through
 	}
-	v.Through = through
 	st.Vector = v
 	for i := range st.Entries {
 		st.Entries[i].Origin = tr.origins[st.Entries[i].Offset]
@@ -441,7 +448,10 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 		if err != nil {
 			return err
 		}
-		tr.vec, tr.at = vec, min(tr.at, st.Next)
+		tr.vec, tr.at, tr.shared = vec, min(tr.at, st.Next), false
+	}
+	if tr.shared && tr.at < st.Next { // it changes below
+		tr.vec, tr.shared = maps.Clone(tr.vec), false
 	}
 	var outstanding map[uint64]bool // nil when none: most of a wildcard group's states
 	if len(st.Entries) > 0 {
