@@ -16,6 +16,7 @@ import (
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/node/groups"
+	"github.com/quicmq/quicmq/node/vector"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -47,6 +48,7 @@ type member struct {
 	// before every write that may wait on flow control and when the member waits.
 	sweep *wal.Sweep
 	ins   map[string]wal.Instance // a batch's topics (send), reused
+	refs  []wal.OriginRef         // the origins of a batch's records as send read them, reused (groups.Group.Learned)
 
 	mu struct {
 		sync.Mutex
@@ -294,8 +296,20 @@ func (m *member) run() *wire.Error {
 
 // send reads the records of fs from the log (in runs of consecutive offsets, in the order
 // of their keys: topic ID, offset, with the member's Sweep) and buffers their frames,
-// flushing every ReadAhead bytes.
+// flushing every ReadAhead bytes. It tells the group the origins it read (Learned): the
+// group's store needs no second read of them for its vector.
 func (m *member) send(fs []*groups.Flight) *wire.Error {
+	m.refs = slices.Grow(m.refs[:0], len(fs))[:len(fs)]
+	clear(m.refs)
+	e := m.sendRead(fs)
+	if e == nil {
+		m.g.Learned(fs, m.refs)
+	}
+	return e
+}
+
+// sendRead is send's reading and buffering, noting each record's origin in m.refs.
+func (m *member) sendRead(fs []*groups.Flight) *wire.Error {
 	n := m.s.n
 	clear(m.ins)
 	for _, f := range fs {
@@ -319,6 +333,9 @@ func (m *member) send(fs []*groups.Flight) *wire.Error {
 		got, _, err := m.sweep.ReadFunc(m.ins[topic], from, j-i, 1<<30, func(rec *wal.Record) error {
 			m.rec = recordFrame(idx, rec, n.cfg.Region)
 			m.w.Buffer(&m.rec)
+			if k := i + int(rec.Offset-from); rec.Offset >= from && k < j {
+				m.refs[k] = wal.OriginRef{Region: vector.OriginOf(rec, n.cfg.Region), Offset: rec.OriginOffset}
+			}
 			return nil
 		})
 		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)

@@ -42,10 +42,16 @@ func (g *Group) sortReadyLocked() {
 	})
 }
 
-// broadcastLocked wakes every member waiting for something to do.
+// broadcastLocked wakes every member waiting for something to do. A channel no member was
+// given (WaitCh) since the last broadcast has nobody to wake: it is kept, so that a run of
+// ACKs between two looks of a member makes one channel, not one a record.
 func (g *Group) broadcastLocked() {
+	if !g.mu.changedOut {
+		return
+	}
 	close(g.mu.changed)
 	g.mu.changed = make(chan struct{})
+	g.mu.changedOut = false
 }
 
 // Take hands member m up to max records: first those reserved for it (its ordered keys),
@@ -180,6 +186,9 @@ func (g *Group) dispatchLocked(t *gtopic, m *Member, room int, now time.Time, go
 		}
 	}()
 	for i := range count {
+		if refs != nil { // read here: the store's vector need not read it again
+			t.learned = append(t.learned, originAt{off: t.next, ref: refs[i]})
+		}
 		if t.skip != nil && t.skipLocked(refs[i]) { // done in another region
 			t.next++
 			skipped = true
@@ -189,7 +198,11 @@ func (g *Group) dispatchLocked(t *gtopic, m *Member, room int, now time.Time, go
 		f := &Flight{t: t, off: t.next}
 		g.putOutLocked(t, t.next, f)
 		t.next++
-		g.markDirtyLocked(t)
+		if refs != nil {
+			g.markDirtyLocked(t)
+		} else {
+			f.fresh = true // marked dirty by Learned, once its member has read it
+		}
 		g.mu.outstanding++
 		switch g.Set.Order {
 		case wire.OrderTopic:

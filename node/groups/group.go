@@ -156,6 +156,7 @@ type Group struct {
 		holds       map[string]*keyHold
 		members     map[*Member]bool
 		changed     chan struct{} // closed and replaced when members may find something to do
+		changedOut  bool          // changed was given to a member (WaitCh) since it was made
 		nextDue     time.Time     // the earliest ack-wait deadline (zero: none)
 		stored      map[string]*wal.GroupState
 		mirrored    map[string][]*wal.GroupState // states of its topics mirrored from other regions (vector.go)
@@ -178,6 +179,10 @@ type gtopic struct {
 	active      bool        // in g.mu.active
 	skip        *groupSkip  // after a resume from another region's vector (vector.go)
 	track       *groupTrack // the store's vector: set when added, then owned by g.storeMu
+	// learned is the origins of its records the members read as they handed them out (or
+	// dispatch read), since the last store took them: the store's vector needs no second
+	// read of those (vector.go).
+	learned []originAt
 }
 
 // Flight is an outstanding record: handed out, or given back, and not done.
@@ -193,6 +198,10 @@ type Flight struct {
 	reason     string    // why it was last given back
 	readySince time.Time // when it was last put in ready
 	last       string    // the member it was last delivered to
+	// fresh: dispatched without its topic marked dirty; the member's Learned marks it once
+	// it has read the record, so that a store rarely finds a record handed out whose origin
+	// is not known yet (it would read it again).
+	fresh bool
 }
 
 // Topic is the topic of f's record; offset its offset.
@@ -480,6 +489,7 @@ func (g *Group) Store(ctx context.Context) error {
 	defer g.storeMu.Unlock()
 	g.mu.Lock()
 	states := make(map[string]*wal.GroupState, len(g.mu.dirty))
+	items := make([]vectorItem, 0, len(g.mu.dirty))
 	dirty := g.mu.dirty
 	g.mu.dirty = nil
 	for _, t := range dirty {
@@ -494,12 +504,14 @@ func (g *Group) Store(ctx context.Context) error {
 		slices.SortFunc(st.Entries, func(a, b wal.GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) })
 		st.Vector = t.skipVectorLocked() // with the entries it snapshots (vector.go)
 		states[t.name] = st
+		items = append(items, vectorItem{topic: t.name, st: st, tr: t.track, learned: t.learned})
+		t.learned = nil
 	}
 	g.mu.Unlock()
 	if len(states) == 0 {
 		return nil
 	}
-	g.addVectors(states)
+	g.addVectors(items)
 	// grouprepl.go: the settings go with a replicated topic's entry, so every replica has them.
 	set := g.Set
 	if err := g.env.Store(ctx, g.Name, &set, states); err != nil {
@@ -520,6 +532,7 @@ func (g *Group) Store(ctx context.Context) error {
 func (g *Group) WaitCh() (<-chan struct{}, time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.mu.changedOut = true
 	return g.mu.changed, g.mu.nextDue
 }
 
@@ -660,65 +673,6 @@ func (g *Group) Purged(topic string, cut uint64) {
 	g.markDirtyLocked(t)
 	g.activateLocked(t)
 	g.broadcastLocked()
-}
-
-// Stats is a snapshot of a live group, for tests and for a failing test's message.
-type Stats struct {
-	Outstanding, ready, dead int
-	nextDue                  time.Time
-	Members                  []MemberStats
-	Topics                   map[string]TopicStats
-}
-
-// MemberStats is a member in a groupStats.
-type MemberStats struct {
-	id                string
-	Pending, reserved int
-	stalled           bool
-	Held              map[string]map[uint64]bool // topic -> offsets delivered to it and not done
-}
-
-// TopicStats is a topic in a groupStats.
-type TopicStats struct {
-	Floor, Next uint64
-	Out         int
-}
-
-func (g *Group) Stats() Stats {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	st := Stats{Outstanding: g.mu.outstanding, ready: len(g.mu.ready), dead: len(g.mu.dead), nextDue: g.mu.nextDue,
-		Topics: make(map[string]TopicStats, len(g.mu.list))}
-	byMember := make(map[*Member]int, len(g.mu.members))
-	for m := range g.mu.members {
-		byMember[m] = len(st.Members)
-		st.Members = append(st.Members, MemberStats{id: m.ID, Pending: m.pending, reserved: len(m.reserved), stalled: m.stalled,
-			Held: make(map[string]map[uint64]bool)})
-	}
-	for _, t := range g.mu.list {
-		st.Topics[t.name] = TopicStats{Floor: t.floor, Next: t.next, Out: len(t.out)}
-		for off, f := range t.out {
-			if i, ok := byMember[f.m]; ok && f.state == fAssigned && !f.deadline.IsZero() {
-				h := st.Members[i].Held
-				if h[t.name] == nil {
-					h[t.name] = make(map[uint64]bool)
-				}
-				h[t.name][off] = true
-			}
-		}
-	}
-	return st
-}
-
-func (st Stats) String() string {
-	out := fmt.Sprintf("outstanding %d ready %d dead %d due %v;", st.Outstanding, st.ready, st.dead, time.Until(st.nextDue))
-	for _, m := range st.Members {
-		out += fmt.Sprintf(" member %s pending %d reserved %d stalled %v;", m.id, m.Pending, m.reserved, m.stalled)
-	}
-	for name, t := range st.Topics {
-		out += fmt.Sprintf(" topic %s floor %d next %d out %d;", name, t.Floor, t.Next, t.Out)
-	}
-	return out
 }
 
 // markDirtyLocked notes that t's state changed: the next Store writes it.

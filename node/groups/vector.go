@@ -19,9 +19,13 @@ import (
 // region. Three things are done with it here:
 //
 //   - Each store of a group's state carries it (addVectors, called by store): a tracker per
-//     topic, owned by the store (g.storeMu), reads the records handed out since the last store
-//     once more (as a durable's store does) to raise Through and to learn the origins of the
-//     outstanding records.
+//     topic, owned by the store (g.storeMu), raises Through over the records handed out since
+//     the last store and learns the origins of the outstanding records. Their origins come
+//     from the reads that handed them out: a member notes each record's origin as it sends
+//     it (Learned), dispatch those it read itself (an ordered key's, a resumed topic's), into
+//     the topic's learned list (g.mu), which the store takes with the state it snapshots. Only
+//     a record no read noted yet (the store ran between its hand-out and its member's
+//     Learned), or one that was handed out before a restart, is read again.
 //   - Federation mirrors it to the other regions (federation/groups.go), where it is stored
 //     under federation.MirroredGroupName.
 //   - A group that starts following a topic on a node where a mirrored state of it is newer
@@ -44,6 +48,37 @@ type groupTrack struct {
 	at      uint64                   // every record below at is accounted for in vec
 	vec     map[string]uint64        // nil: not known yet (computed at the next store)
 	origins map[uint64]wal.OriginRef // origins of outstanding offsets known to the tracker
+	// shared: vec is also a stored state's Through (setVector), so it is copied before it
+	// changes: a topic read once (a wildcard's many) costs its store one map, not two.
+	shared bool
+}
+
+// originAt is the origin of the record at off of a topic, as a read of it found it.
+type originAt struct {
+	off uint64
+	ref wal.OriginRef
+}
+
+// Learned notes the origins of records a member read to send them: fs[i]'s is refs[i]
+// (Region "": not read). A record handed out and read, not yet stored, marks its topic dirty
+// here rather than at its dispatch (Flight.fresh), so a store meanwhile leaves it out instead
+// of reading it again.
+func (g *Group) Learned(fs []*Flight, refs []wal.OriginRef) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, f := range fs {
+		t := f.t
+		if g.mu.topics[t.name] != t {
+			continue // dropped (deleted)
+		}
+		if refs[i].Region != "" {
+			t.learned = append(t.learned, originAt{off: f.off, ref: refs[i]})
+		}
+		if f.fresh {
+			f.fresh = false
+			g.markDirtyLocked(t)
+		}
+	}
 }
 
 // groupSkip is a topic's skipping after a resume from another region's vector (g.mu).
@@ -298,54 +333,74 @@ func (t *gtopic) beginTrack(l *wal.Log, st *wal.GroupState, start uint64) {
 	}
 }
 
+// vectorItem is a state a store took, with its topic's tracker and the origins learned
+// since the last store (taken with the state, under g.mu).
+type vectorItem struct {
+	topic   string
+	st      *wal.GroupState
+	tr      *groupTrack
+	learned []originAt
+}
+
 // addVectors sets the vector of each state the store took (their topics' skipping, if any, is
-// in Vector already), reading the records handed out since the last store. A state whose
-// vector cannot be read is stored without one (a resume elsewhere then finds none newer of it).
-// Called by store with g.storeMu held.
-func (g *Group) addVectors(states map[string]*wal.GroupState) {
+// in Vector already), from the origins learned with the state and, for the records those
+// miss, a read of them. A state whose vector cannot be read is stored without one (a resume
+// elsewhere then finds none newer of it). Called by store with g.storeMu held.
+func (g *Group) addVectors(items []vectorItem) {
 	n := g.env
-	tracks := make(map[string]*groupTrack, len(states))
-	g.mu.Lock()
-	for name := range states {
-		if t := g.mu.topics[name]; t != nil {
-			tracks[name] = t.track
-		}
-	}
-	g.mu.Unlock()
-	// In the order of the topics' keys, with one iterator: a wildcard group's store holds a
+	// Those whose records the learned origins cover need no read; the others are read in
+	// the order of the topics' keys, with one iterator: a wildcard group's store holds a
 	// record or two of each of many topics.
 	type keyed struct {
-		id    uint32
-		topic string
-		in    wal.Instance
+		id uint32
+		in wal.Instance
+		it *vectorItem
 	}
-	order := make([]keyed, 0, len(states))
-	for topic := range states {
-		in := n.Wal.Instance(topic)
-		order = append(order, keyed{in.ID(), topic, in})
+	var order []keyed
+	for i := range items {
+		it := &items[i]
+		switch {
+		case it.tr == nil:
+			it.st.Vector = nil
+		case it.tr.covered(it.st, it.learned):
+			g.setVector(it, nil)
+		default:
+			in := n.Wal.Instance(it.topic)
+			order = append(order, keyed{in.ID(), in, it})
+		}
 	}
-	slices.SortFunc(order, func(a, b keyed) int { return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.topic, b.topic)) })
+	if len(order) == 0 {
+		return
+	}
+	slices.SortFunc(order, func(a, b keyed) int { return cmp.Or(cmp.Compare(a.id, b.id), cmp.Compare(a.it.topic, b.it.topic)) })
 	sweep := n.Wal.NewSweep()
 	defer sweep.Release()
 	for _, k := range order {
-		topic, st, tr := k.topic, states[k.topic], tracks[k.topic]
-		if tr == nil {
-			st.Vector = nil
-			continue
-		}
 		read := func(from uint64, max int, fn func(*wal.Record) error) (int, error) {
 			got, _, err := sweep.ReadFunc(k.in, from, max, vector.ReadBytes, fn)
 			return got, err
 		}
-		if err := tr.advance(n.Wal, read, n.Region, topic, st); err != nil {
-			n.Log.Debug("group state stored without its vector", "group", g.Shown, "topic", topic, "err", err)
-			st.Vector = nil
-			continue
-		}
-		v := st.Vector
-		if v == nil {
-			v = &wal.GroupVector{}
-		}
+		g.setVector(k.it, read)
+	}
+}
+
+// setVector advances it's tracker to its state (with the learned origins, reading the rest
+// with read) and sets the state's vector and its entries' origins.
+func (g *Group) setVector(it *vectorItem, read func(uint64, int, func(*wal.Record) error) (int, error)) {
+	n := g.env
+	tr, topic, st := it.tr, it.topic, it.st
+	if err := tr.advance(n.Wal, read, n.Region, topic, st, it.learned); err != nil {
+		n.Log.Debug("group state stored without its vector", "group", g.Shown, "topic", topic, "err", err)
+		st.Vector = nil
+		return
+	}
+	v := st.Vector
+	if v == nil {
+		v = &wal.GroupVector{}
+	}
+	if len(v.Through) == 0 { // no skipping's vector to raise it with
+		v.Through, tr.shared = tr.vec, true
+	} else {
 		through := maps.Clone(tr.vec)
 		for o, off := range v.Through {
 			if last, ok := through[o]; !ok || off > last {
@@ -353,48 +408,103 @@ func (g *Group) addVectors(states map[string]*wal.GroupState) {
 			}
 		}
 		v.Through = through
-		st.Vector = v
-		for i := range st.Entries {
-			st.Entries[i].Origin = tr.origins[st.Entries[i].Offset]
-		}
+	}
+	st.Vector = v
+	for i := range st.Entries {
+		st.Entries[i].Origin = tr.origins[st.Entries[i].Offset]
 	}
 }
 
-// advance brings the tracker to st.Next (reading forward with read, topic's records) and
-// learns the origins of st's entries.
-func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Record) error) (int, error), region, topic string, st *wal.GroupState) error {
+// covered reports whether advancing tr to st needs no read of the log: learned holds every
+// record from tr.at to st.Next.
+func (tr *groupTrack) covered(st *wal.GroupState, learned []originAt) bool {
+	if tr.vec == nil || st.Next < tr.at {
+		return false
+	}
+	sortLearned(learned)
+	at := tr.at
+	for _, o := range learned {
+		if o.off == at {
+			at++
+		}
+	}
+	return at >= st.Next
+}
+
+// sortLearned sorts learned by offset (members' reads of one topic may note out of order).
+func sortLearned(learned []originAt) {
+	byOff := func(a, b originAt) int { return cmp.Compare(a.off, b.off) }
+	if !slices.IsSortedFunc(learned, byOff) {
+		slices.SortStableFunc(learned, byOff)
+	}
+}
+
+// advance brings the tracker to st.Next and learns the origins of st's entries: from learned
+// (the origins reads of the records noted, sorted by offset), reading forward with read what
+// learned misses (read is not called when learned covers it all: covered).
+func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Record) error) (int, error), region, topic string, st *wal.GroupState, learned []originAt) error {
 	if tr.vec == nil || st.Next < tr.at {
 		vec, err := vector.Prefix(l, region, topic, min(tr.at, st.Next))
 		if err != nil {
 			return err
 		}
-		tr.vec, tr.at = vec, min(tr.at, st.Next)
+		tr.vec, tr.at, tr.shared = vec, min(tr.at, st.Next), false
 	}
-	outstanding := make(map[uint64]bool, len(st.Entries))
+	if tr.shared && tr.at < st.Next { // it changes below
+		tr.vec, tr.shared = maps.Clone(tr.vec), false
+	}
+	var outstanding map[uint64]bool // nil when none: most of a wildcard group's states
+	if len(st.Entries) > 0 {
+		outstanding = make(map[uint64]bool, len(st.Entries))
+		if tr.origins == nil {
+			tr.origins = make(map[uint64]wal.OriginRef, len(st.Entries))
+		}
+	}
 	for _, e := range st.Entries {
 		outstanding[e.Offset] = true
 	}
-	if tr.origins == nil {
-		tr.origins = make(map[uint64]wal.OriginRef)
-	}
-	next, short, err := vector.ForwardWith(read, tr.at, st.Next, func(r *wal.Record) {
-		o := vector.OriginOf(r, region)
-		if last, ok := tr.vec[o]; !ok || r.OriginOffset > last {
-			tr.vec[o] = r.OriginOffset
+	note := func(off uint64, ref wal.OriginRef) {
+		if last, ok := tr.vec[ref.Region]; !ok || ref.Offset > last {
+			tr.vec[ref.Region] = ref.Offset
 		}
-		if outstanding[r.Offset] {
-			tr.origins[r.Offset] = wal.OriginRef{Region: o, Offset: r.OriginOffset}
+		if outstanding[off] {
+			tr.origins[off] = ref
 		}
-	})
-	switch {
-	case err != nil:
-		tr.at = next
-		return err
-	case short:
-		tr.at = next
-		return errNoRecord
 	}
-	tr.at = max(tr.at, st.Next)
+	sortLearned(learned)
+	for i := 0; tr.at < st.Next; {
+		for ; i < len(learned) && learned[i].off < tr.at; i++ { // accounted for: its origin may be wanted
+			if o := learned[i]; outstanding[o.off] {
+				tr.origins[o.off] = o.ref
+			}
+		}
+		if i < len(learned) && learned[i].off == tr.at {
+			note(learned[i].off, learned[i].ref)
+			tr.at++
+			continue
+		}
+		to := st.Next
+		if i < len(learned) {
+			to = min(to, learned[i].off)
+		}
+		next, short, err := vector.ForwardWith(read, tr.at, to, func(r *wal.Record) {
+			note(r.Offset, wal.OriginRef{Region: vector.OriginOf(r, region), Offset: r.OriginOffset})
+		})
+		switch {
+		case err != nil:
+			tr.at = next
+			return err
+		case short:
+			tr.at = next
+			return errNoRecord
+		}
+		tr.at = to
+	}
+	for _, o := range learned { // those below where the tracker was
+		if _, ok := tr.origins[o.off]; !ok && outstanding[o.off] {
+			tr.origins[o.off] = o.ref
+		}
+	}
 	maps.DeleteFunc(tr.origins, func(off uint64, _ wal.OriginRef) bool { return !outstanding[off] })
 	for off := range outstanding {
 		if _, ok := tr.origins[off]; ok {
@@ -407,13 +517,15 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 		tr.origins[off] = ref
 	}
 	// Entries of one origin must ascend in its order: a log that breaks I7 gets no vector.
-	last := make(map[string]uint64)
-	for _, off := range slices.Sorted(maps.Keys(outstanding)) {
-		r := tr.origins[off]
-		if l, ok := last[r.Region]; ok && cmp.Compare(r.Offset, l) <= 0 {
-			return errors.New("outstanding records out of their origin's order")
+	if len(st.Entries) > 1 {
+		last := make(map[string]uint64, 2)
+		for _, e := range st.Entries { // sorted by offset (store)
+			r := tr.origins[e.Offset]
+			if l, ok := last[r.Region]; ok && r.Offset <= l {
+				return errors.New("outstanding records out of their origin's order")
+			}
+			last[r.Region] = r.Offset
 		}
-		last[r.Region] = r.Offset
 	}
 	return nil
 }
