@@ -20,7 +20,7 @@ type watchers struct {
 
 type watcher struct {
 	ch chan<- struct{}
-	fn func() // instead of ch: NotifyFunc (tail.go)
+	fn func() // instead of ch: NotifyFunc (node/tail's shared tail)
 }
 
 func (w *watchers) init() {
