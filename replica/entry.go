@@ -368,6 +368,10 @@ func EncodeEntry(dst []byte, e *WalEntry) ([]byte, error) {
 	return dst, nil
 }
 
+// EncodedBound is at least the bytes EncodeEntry appends for an append or mirror append (a
+// guess for the other kinds): a buffer with that much room takes the entry without growing.
+func EncodedBound(e *WalEntry) int { return recordsBound(e) }
+
 // recordsBound is at least the bytes of an append's or mirror append's encoding (a guess for
 // the other kinds, whose appends grow past it if short), for EncodeEntry to grow its buffer
 // once.

@@ -14,7 +14,9 @@ import (
 // while this node leads, so a publisher's pipelined batches keep their
 // order. done must not block. The queue is not bounded: callers bound what
 // they have in flight (a leader refuses proposals past
-// Config.MaxUncommittedBytes).
+// Config.MaxUncommittedBytes). The driver reads data only until it calls
+// done (a leader's engine copies it into its envelope, and raft clones
+// that): the caller may reuse data's buffer from done on.
 func (d *Driver) ProposeAsync(ctx context.Context, group uint64, data []byte, done func(Result, error)) {
 	if err := ctx.Err(); err != nil {
 		done(Result{}, fmt.Errorf("replica: propose to group %d: %w", group, err))
