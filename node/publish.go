@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -49,6 +50,14 @@ type publisher struct {
 	batch   *pendingBatch           // being built by the reader; not yet submitted
 	relays  map[string]*relayStream // by owner node: under dispatchMu
 	relayWG sync.WaitGroup          // relay answer readers
+
+	// inbox: the topics this stream parked until their placement (publishpark.go), and
+	// parkWG its releaser goroutine.
+	inbox struct {
+		sync.Mutex
+		parkInbox
+	}
+	parkWG sync.WaitGroup
 
 	// dispatchMu serializes handing batches to the log or a relay: the reader goroutine
 	// and the placement awaiter (awaitPlacement) both do.
@@ -132,6 +141,13 @@ func (p *publisher) run(first wire.Frame) {
 		p.writeAnswers()
 	}()
 
+	// A topic parked until its placement is given up when the session ends, as the
+	// awaiter's wait for it would be (publishpark.go).
+	stopParks := context.AfterFunc(p.s.ctx, func() {
+		p.cancelParks(wire.Errorf(wire.CodeUnavailable, "the session ended before the topic was placed: nothing was appended"))
+	})
+	defer stopParks()
+
 	streamErr := p.readLoop(first)
 
 	p.submit()
@@ -143,6 +159,7 @@ func (p *publisher) run(first wire.Frame) {
 	<-writerDone
 	// Every batch is answered, so none is rerouted now: no relay opens after this.
 	p.waitAwaiter()
+	p.parkWG.Wait() // its releaser: every topic it held is answered (waitAwaiter)
 	for _, rs := range p.relays {
 		rs.str.Close() // the owner has answered everything; it ends its side
 	}

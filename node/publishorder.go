@@ -163,7 +163,18 @@ func (p *publisher) queueLocked(b *pendingBatch) {
 		p.awaiting.workers = map[string]bool{}
 	}
 	p.awaiting.workers[b.topic] = true
-	go p.awaiter(b.topic) // waited for by run (waitAwaiter)
+	if p.parkLocked(b) {
+		return // publishpark.go: released by the placement's apply, no goroutine meanwhile
+	}
+	p.startAwaiter(b.topic)
+}
+
+// startAwaiter starts topic's awaiter goroutine, waited for by run (waitAwaiter).
+func (p *publisher) startAwaiter(topic string) {
+	if r := p.s.n.rep; r != nil {
+		r.awaiters.Add(1)
+	}
+	go p.awaiter(topic)
 }
 
 // insertLocked puts b in its topic's queue before the first batch read after it: at the
@@ -222,57 +233,117 @@ func (p *publisher) condLocked() *sync.Cond {
 // queued: one goroutine per topic with batches queued, so that one topic waiting for its
 // placement or its new leader holds up no other.
 func (p *publisher) awaiter(topic string) {
-	for {
-		p.awaiting.Lock()
-		b := p.takeLocked(topic)
-		if b == nil {
-			delete(p.awaiting.workers, topic)
-			p.condLocked().Broadcast()
-			p.awaiting.Unlock()
-			return
-		}
-		p.awaiting.Unlock()
-
-		var owner string
-		var e *wire.Error
-		if b.reroutes > 0 || b.back {
-			owner, e = p.rerouteTo(b)
-		} else {
-			rep := p.s.n.rep
-			unplaced := rep != nil && rep.n.cfg.Raft.PredictPlacement && rep.lookup(b.topic) == nil
-			owner, e = p.route(b.topic) // waits for the placement (ensure) and a leader
-			b.predicted = unplaced && e == nil && owner != ""
-			if e != nil && owner != "" && p.s.peer {
-				// Relayed here by the node this one takes for the leader (add).
-				b.back, b.rerouteUntil = true, time.Now().Add(p.s.n.cfg.Raft.QuorumTimeout)
-				owner, e = p.rerouteTo(b)
-			}
-		}
-		if e == nil {
-			var ok bool
-			if ok, e = p.waitTurn(b, owner); !ok && e == nil {
-				continue // an earlier batch of its topic came back to the queue: b goes after it
-			}
-		}
-		if e != nil {
-			p.mu.Lock()
-			b.err, b.done, b.records = e, true, nil
-			p.mu.Unlock()
-			p.signal()
-		} else {
-			b.relayTo = owner
-			p.dispatchMu.Lock()
-			p.dispatch(b)
-			p.dispatchMu.Unlock()
-		}
-		p.awaiting.Lock()
-		if p.awaiting.topics[b.topic]--; p.awaiting.topics[b.topic] <= 0 {
-			delete(p.awaiting.topics, b.topic)
-			delete(p.awaiting.settled, b.topic)
-		}
-		p.awaiting.Unlock()
+	for p.awaitStep(topic, true) != stepEnded {
 	}
 }
+
+// stepResult says what awaitStep did.
+type stepResult int
+
+const (
+	stepEnded   stepResult = iota // nothing queued: topic's worker ended
+	stepNext                      // a batch was handled (or queued again behind an earlier one)
+	stepBlocked                   // !wait: the first batch would wait, and is queued again
+)
+
+// awaitStep routes and dispatches topic's first queued batch. With wait false (the
+// releaser, publishpark.go) it does only what needs no waiting: a batch that would wait
+// (routed again, its group's leader unknown, an earlier batch in flight elsewhere) is
+// queued again and stepBlocked returned, for an awaiter goroutine to take over.
+func (p *publisher) awaitStep(topic string, wait bool) stepResult {
+	p.awaiting.Lock()
+	b := p.takeLocked(topic)
+	if b == nil {
+		delete(p.awaiting.workers, topic)
+		p.condLocked().Broadcast()
+		p.awaiting.Unlock()
+		return stepEnded
+	}
+	if !wait && (b.reroutes > 0 || b.back) {
+		p.insertLocked(b)
+		p.awaiting.Unlock()
+		return stepBlocked
+	}
+	p.awaiting.Unlock()
+
+	var owner string
+	var e *wire.Error
+	switch {
+	case b.reroutes > 0 || b.back:
+		owner, e = p.rerouteTo(b)
+	case !wait:
+		var ok bool
+		if owner, e, ok = p.s.n.rep.routeNow(p.s.ctx, b.topic, p.s.peer, p.s.peerName); !ok {
+			p.requeue(b)
+			return stepBlocked
+		}
+		if e != nil && owner != "" && p.s.peer {
+			p.requeue(b) // relayed here by the node this one takes for the leader: rerouted
+			return stepBlocked
+		}
+	default:
+		rep := p.s.n.rep
+		unplaced := rep != nil && rep.n.cfg.Raft.PredictPlacement && rep.lookup(b.topic) == nil
+		owner, e = p.route(b.topic) // waits for the placement (ensure) and a leader
+		b.predicted = unplaced && e == nil && owner != ""
+		if e != nil && owner != "" && p.s.peer {
+			// Relayed here by the node this one takes for the leader (add).
+			b.back, b.rerouteUntil = true, time.Now().Add(p.s.n.cfg.Raft.QuorumTimeout)
+			owner, e = p.rerouteTo(b)
+		}
+	}
+	if e == nil {
+		switch p.waitTurn(b, owner, wait) {
+		case turnQueued:
+			return stepNext // an earlier batch of its topic came back to the queue: b goes after it
+		case turnBlocked:
+			return stepBlocked
+		case turnRefused:
+			e = b.moveErr
+		}
+	}
+	p.finishStep(b, owner, e)
+	return stepNext
+}
+
+// requeue puts b, taken by awaitStep, back at its place in its topic's queue.
+func (p *publisher) requeue(b *pendingBatch) {
+	p.awaiting.Lock()
+	p.insertLocked(b)
+	p.awaiting.Unlock()
+}
+
+// finishStep answers b with e, or dispatches it to owner, and counts it off its topic's
+// queue.
+func (p *publisher) finishStep(b *pendingBatch, owner string, e *wire.Error) {
+	if e != nil {
+		p.mu.Lock()
+		b.err, b.done, b.records = e, true, nil
+		p.mu.Unlock()
+		p.signal()
+	} else {
+		b.relayTo = owner
+		p.dispatchMu.Lock()
+		p.dispatch(b)
+		p.dispatchMu.Unlock()
+	}
+	p.awaiting.Lock()
+	if p.awaiting.topics[b.topic]--; p.awaiting.topics[b.topic] <= 0 {
+		delete(p.awaiting.topics, b.topic)
+		delete(p.awaiting.settled, b.topic)
+	}
+	p.awaiting.Unlock()
+}
+
+// turn says whether a batch may be dispatched now (waitTurn).
+type turn int
+
+const (
+	turnGo      turn = iota // counted as dispatched: dispatch it
+	turnQueued              // queued again behind an earlier batch of its topic
+	turnRefused             // refused with b.moveErr
+	turnBlocked             // !wait: it would wait, and is queued again
+)
 
 // waitTurn waits until b, routed to owner, may be dispatched: no earlier batch of its topic
 // is in flight elsewhere. It returns false, b queued again, when an earlier batch of the
@@ -282,21 +353,25 @@ func (p *publisher) awaiter(topic string) {
 // the error that refused it (nothing was appended). That happens only when a leader lost
 // its leadership with b uncommitted and won it back before b's loss was known (raft
 // drops b, ErrDropped, and keeps what the new term took).
-func (p *publisher) waitTurn(b *pendingBatch, owner string) (bool, *wire.Error) {
+func (p *publisher) waitTurn(b *pendingBatch, owner string, wait bool) turn {
 	p.awaiting.Lock()
 	defer p.awaiting.Unlock()
 	for {
 		if p.queuedBeforeLocked(b) {
 			p.insertLocked(b) // still counted in topics
-			return false, nil
+			return turnQueued
 		}
 		f := p.awaiting.out[b.topic]
 		switch {
 		case b.reroutes > 0 && f != nil && f.n > 0 && !rerouteUnordered:
 		case b.reroutes > 0 && p.awaiting.settled[b.topic] > b.order && !rerouteUnordered:
-			return false, b.moveErr
+			return turnRefused
 		case p.dispatchingLocked(b, owner):
-			return true, nil
+			return turnGo
+		}
+		if !wait {
+			p.insertLocked(b)
+			return turnBlocked
 		}
 		// Answered within the relay's or the proposal's bound, or refused.
 		p.condLocked().Wait()

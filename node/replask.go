@@ -43,12 +43,33 @@ type askReq struct {
 	lead  uint64
 	topic string
 	done  chan *wire.Error
+	then  func(*wire.Error) // instead of done: called with the answer (a parked topic)
+}
+
+// answer gives a its answer.
+func (a *askReq) answer(e *wire.Error) {
+	if a.then != nil {
+		a.then(e)
+		return
+	}
+	a.done <- e
 }
 
 // askBatched queues topic to be asked of the metadata leader lead by the asker goroutine
 // and returns the channel its answer comes on.
 func (r *replicated) askBatched(lead uint64, topic string) <-chan *wire.Error {
 	q := &askReq{lead: lead, topic: topic, done: make(chan *wire.Error, 1)}
+	r.queueAsk(q)
+	return q.done
+}
+
+// askBatchedThen is askBatched calling then with the answer, on the goroutine that has it
+// (replpark.go).
+func (r *replicated) askBatchedThen(lead uint64, topic string, then func(*wire.Error)) {
+	r.queueAsk(&askReq{lead: lead, topic: topic, then: then})
+}
+
+func (r *replicated) queueAsk(q *askReq) {
 	r.ask.Lock()
 	r.ask.q = append(r.ask.q, q)
 	r.ask.Unlock()
@@ -56,7 +77,6 @@ func (r *replicated) askBatched(lead uint64, topic string) <-chan *wire.Error {
 	case r.ask.wake <- struct{}{}:
 	default:
 	}
-	return q.done
 }
 
 // asker is the goroutine that sends queued asks to the metadata leader, many per stream.
@@ -119,7 +139,7 @@ func (r *replicated) failAsks(err error) {
 	r.ask.q = nil
 	r.ask.Unlock()
 	for _, a := range q {
-		a.done <- wire.Errorf(wire.CodeUnavailable, "topic %q: %v", a.topic, err)
+		a.answer(wire.Errorf(wire.CodeUnavailable, "topic %q: %v", a.topic, err))
 	}
 }
 
@@ -142,13 +162,13 @@ func (r *replicated) sendAsks(ctx context.Context, batch []*askReq) {
 	for _, a := range batch {
 		switch {
 		case answered[a.topic]:
-			a.done <- nil
+			a.answer(nil)
 		case errors.As(err, &we) && we.Code == wire.CodeInvalidArgument:
-			a.done <- we // the region cannot give its replica count: as the leader said it
+			a.answer(we) // the region cannot give its replica count: as the leader said it
 		case err == nil:
-			a.done <- wire.Errorf(wire.CodeUnavailable, "topic %q: the leader of region %q's metadata, node %q, did not answer for it; retry", a.topic, n.cfg.Region, name)
+			a.answer(wire.Errorf(wire.CodeUnavailable, "topic %q: the leader of region %q's metadata, node %q, did not answer for it; retry", a.topic, n.cfg.Region, name))
 		default:
-			a.done <- wire.Errorf(wire.CodeUnavailable, "topic %q: the leader of region %q's metadata, node %q, did not place it: %v", a.topic, n.cfg.Region, name, err)
+			a.answer(wire.Errorf(wire.CodeUnavailable, "topic %q: the leader of region %q's metadata, node %q, did not place it: %v", a.topic, n.cfg.Region, name, err))
 		}
 	}
 }

@@ -232,6 +232,7 @@ func (r *replicated) applyPlacement(ctx context.Context, data []byte) {
 	if g.local {
 		r.openGroup(ctx, g)
 	}
+	r.unparkPlaced([]string{t.name}) // replpark.go
 }
 
 // metaLacking names the metadata voters this node cannot reach.

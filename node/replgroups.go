@@ -415,6 +415,11 @@ func (r *replicated) applyGroups(ctx context.Context, data []byte) {
 	for _, g := range open {
 		r.openGroup(ctx, g)
 	}
+	placed := make([]string, len(rec.topics))
+	for i, p := range rec.topics {
+		placed[i] = p.topic
+	}
+	r.unparkPlaced(placed) // replpark.go
 }
 
 // nameReplicas records the names and raft IDs a placement gives g's replicas, and gives

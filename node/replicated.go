@@ -43,6 +43,9 @@ type replicated struct {
 	// predicted counts first publishes relayed before their placement was read here
 	// (replpredict.go).
 	predicted atomic.Int64
+	// awaiters counts the publish batches that waited on a goroutine of their own (the
+	// publisher's awaiter) rather than parked (replpark.go): for tests.
+	awaiters atomic.Int64
 	// batchCheck is when checkBatching last asked the region (Unix nanoseconds).
 	batchCheck atomic.Int64
 	// appliedAt is, by group, when it last applied entries here (*atomic.Int64, Unix
@@ -62,6 +65,16 @@ type replicated struct {
 		narrow int
 		// waiting: topics creations wait for, each closed when it is placed (placedCh)
 		waiting map[string]chan struct{}
+	}
+
+	// parked: topics publish streams wait for the placement of, released by its apply
+	// (replpark.go); a lock of its own, taken after any other of the node's.
+	parked struct {
+		sync.Mutex
+		m       map[string]*parkedTopic
+		order   []*parkedTopic // in the order parked (their deadlines' order)
+		stopped bool
+		wake    chan struct{} // capacity 1: parkWatch has a topic to look after
 	}
 
 	// ask: topics to ask the metadata leader to place, for the asker goroutine (replask.go).
@@ -167,6 +180,7 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r.pl.groups = make(map[uint64]*repGroup)
 	r.pl.many = make(map[int][]uint64)
 	r.ask.wake = make(chan struct{}, 1)
+	r.parked.wake = make(chan struct{}, 1)
 	r.mu.ids = make(map[string]uint64)
 	r.mu.names = make(map[uint64]string)
 	r.mu.status = make(map[uint64]raft.BasicStatus)
@@ -206,6 +220,7 @@ func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
 	starts := []func(context.Context){
 		r.placer,    // replgroups.go
 		r.asker,     // replask.go
+		r.parkWatch, // replpark.go
 		r.drainLoop, // drain.go
 		r.moveLoop,  // move.go
 		r.retain,    // replretain.go

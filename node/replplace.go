@@ -109,11 +109,17 @@ func (r *replicated) ensurePlaced(ctx context.Context, pa *placeAsk) (*repTopic,
 					"topic %q: region %q keeps %d replicas of each topic and has %d node(s) with raft IDs alive (%s): its replicated topics are unavailable until %d are",
 					topic, n.cfg.Region, n.cfg.Replicas, len(forming), strings.Join(forming, ", "), n.cfg.Replicas)
 			}
-			return nil, wire.Errorf(wire.CodeUnavailable,
-				"topic %q: region %q's metadata group did not place it within %v (no quorum of its nodes: %s); retry",
-				topic, n.cfg.Region, n.cfg.Raft.QuorumTimeout, r.metaLacking())
+			return nil, r.notPlacedError(topic)
 		}
 	}
+}
+
+// notPlacedError is the refusal of a publish or creation whose topic the formed region's
+// metadata group did not place within QuorumTimeout.
+func (r *replicated) notPlacedError(topic string) *wire.Error {
+	return wire.Errorf(wire.CodeUnavailable,
+		"topic %q: region %q's metadata group did not place it within %v (no quorum of its nodes: %s); retry",
+		topic, r.n.cfg.Region, r.n.cfg.Raft.QuorumTimeout, r.metaLacking())
 }
 
 // placeAsk is what ensureReplicas remembers of its requests to place a topic.

@@ -68,18 +68,16 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 		// here by a node that takes this one for the leader is appended when raft says
 		// this node leads, and otherwise goes on to the leader raft names here (route),
 		// as on any replica, instead of being refused.
-		if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader && !ro.Moving &&
-			(ro.Lead == r.id || r.reachable(r.leadName(t, ro.Lead))) {
-			return ro.Lead, nil
+		if lead, ok := r.leadNow(t); ok {
+			return lead, nil
 		}
 		return 0, wire.Errorf(wire.CodeUnavailable, "topic %q: this node is not one of its replicas (%s)", t.name, strings.Join(t.names(), ", "))
 	}
 	// The leader as of the group's last round, without waiting for the driver (a round
 	// may be in its fsync): what every publish asks.
 	// A leader handing its leadership over (drain.go) refuses proposals: wait for the new one.
-	if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader && !ro.Moving &&
-		(ro.Lead == r.id || r.reachable(r.leadName(t, ro.Lead))) {
-		return ro.Lead, nil
+	if lead, ok := r.leadNow(t); ok {
+		return lead, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
 	defer cancel()
@@ -110,11 +108,49 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 	}
 }
 
+// leadNow is t's leader as of its group's last round, without waiting for the driver (a
+// round may be in its fsync): what every publish asks. ok is false when there is none a
+// publish may go to now: none known, one handing its leadership over (drain.go: it
+// refuses proposals), or one this node cannot reach.
+func (r *replicated) leadNow(t *repTopic) (uint64, bool) {
+	if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader && !ro.Moving &&
+		(ro.Lead == r.id || r.reachable(r.leadName(t, ro.Lead))) {
+		return ro.Lead, true
+	}
+	return 0, false
+}
+
 // route decides where a publish to a replicated topic goes: "" for this node (it leads the
 // topic's group), or the leader's node name. A publish relayed here goes on only to the
 // leader this node knows; one relayed by the node this one takes for the leader is refused,
 // with that node's name, for the publisher to route again (rerouteRoute).
 func (r *replicated) route(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
+	owner, e, _ := r.routeWith(ctx, topic, relayed, from, false)
+	return owner, e
+}
+
+// routeNow is route when it answers without waiting: ok is false when topic is not placed
+// here yet or its group's leader is not known now (route would wait for them).
+func (r *replicated) routeNow(ctx context.Context, topic string, relayed bool, from string) (owner string, e *wire.Error, ok bool) {
+	return r.routeWith(ctx, topic, relayed, from, true)
+}
+
+// routeWith is route, or routeNow when noWait.
+func (r *replicated) routeWith(ctx context.Context, topic string, relayed bool, from string, noWait bool) (string, *wire.Error, bool) {
+	if noWait {
+		t := r.lookup(topic)
+		if t == nil {
+			return "", nil, false
+		}
+		if _, ok := r.leadNow(t); t.local && !ok {
+			return "", nil, false
+		}
+	}
+	owner, e := r.routeOnce(ctx, topic, relayed, from)
+	return owner, e, true
+}
+
+func (r *replicated) routeOnce(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
 	if !relayed {
 		if v, outside, e := r.viaVoter(topic); outside {
 			return v, e
