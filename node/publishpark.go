@@ -35,9 +35,13 @@ type parkRelease struct {
 // wait on an awaiter goroutine.
 func (p *publisher) parkLocked(b *pendingBatch) bool {
 	rep := p.s.n.rep
-	if rep == nil || b.reroutes > 0 || b.back || parkOff || rep.lookup(b.topic) != nil {
+	if rep == nil || b.reroutes > 0 || b.back || rep.lookup(b.topic) != nil {
 		// A placed topic's batches wait here only behind its earlier ones (in flight
 		// elsewhere, rerouted after a leadership move): on an awaiter, as before.
+		return false
+	}
+	if parkOff {
+		rep.unparked.Add(1)
 		return false
 	}
 	topic := b.topic
@@ -57,6 +61,7 @@ func (p *publisher) parkLocked(b *pendingBatch) bool {
 	p.inbox.Lock()
 	delete(p.inbox.parked, topic)
 	p.inbox.Unlock()
+	rep.unparked.Add(1)
 	return false
 }
 

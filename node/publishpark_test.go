@@ -12,9 +12,11 @@ import (
 
 // TestParkedCreationsHoldNoGoroutines: a client creating many topics through a replicated
 // region by their first publish parks them until their placement instead of starting a
-// goroutine per topic (publishpark.go); only the few whose group had no leader yet when
-// placed (the groups the first record declares) go on on an awaiter goroutine. It fails
-// with parkOff set to true (every new topic then starts one).
+// goroutine per topic (publishpark.go). What it counts is the batches of topics not placed
+// yet that went to an awaiter goroutine: none. A placed topic's batch may still wait on an
+// awaiter behind its earlier ones or a leadership move (more of them on a loaded machine:
+// 90 of 400 in one run); those are logged, not judged. It fails with parkOff set to true
+// (every new topic then waits on one).
 func TestParkedCreationsHoldNoGoroutines(t *testing.T) {
 	m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
 		c.Replicas = 3
@@ -30,21 +32,24 @@ func TestParkedCreationsHoldNoGoroutines(t *testing.T) {
 		c.Close()
 	}
 	for i, via := range []string{m.metaLeader(), "eu-1", "eu-3"} {
-		var before int64
+		var before, unparkedBefore int64
 		for _, name := range m.names {
 			before += m.nodes[name].rep.awaiters.Load()
+			unparkedBefore += m.nodes[name].rep.unparked.Load()
 		}
 		c := m.dial(via)
 		const topics = 400
 		publishTopics(ctx, t, c, fmt.Sprintf("park%d.%s", i, via), topics)
 		c.Close()
-		var after int64
+		var after, unparked int64
 		for _, name := range m.names {
 			after += m.nodes[name].rep.awaiters.Load()
+			unparked += m.nodes[name].rep.unparked.Load()
 		}
-		t.Logf("through %s: %d topics created, %d batches waited on a goroutine of their own", via, topics, after-before)
-		if after-before > topics/10 {
-			t.Errorf("through %s: %d of %d new topics waited on a goroutine of their own, want parked", via, after-before, topics)
+		unparked -= unparkedBefore
+		t.Logf("through %s: %d topics created, %d batches waited on a goroutine of their own, %d of them of a topic not placed yet", via, topics, after-before, unparked)
+		if unparked > 0 {
+			t.Errorf("through %s: %d batches of %d new topics waited on a goroutine of their own, want parked", via, unparked, topics)
 		}
 	}
 }

@@ -46,6 +46,11 @@ type replicated struct {
 	// awaiters counts the publish batches that waited on a goroutine of their own (the
 	// publisher's awaiter) rather than parked (replpark.go): for tests.
 	awaiters atomic.Int64
+	// unparked counts the batches of topics not placed here that waited on an awaiter
+	// because park refused them (or parking was off): for tests. A placed topic's batches
+	// still wait on one behind its earlier batches or a leadership move, which a loaded
+	// machine makes more often; they are not counted here.
+	unparked atomic.Int64
 	// batchCheck is when checkBatching last asked the region (Unix nanoseconds).
 	batchCheck atomic.Int64
 	// appliedAt is, by group, when it last applied entries here (*atomic.Int64, Unix

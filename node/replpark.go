@@ -47,7 +47,8 @@ const (
 // park parks topic until its placement is applied here: release is called once, with nil
 // when it is placed, or with the error that ends the wait. It refuses what ensurePlaced
 // must decide with the region's whole state (a region forming, a node outside its metadata
-// group, predicted placements, one group per topic, no metadata leader known).
+// group, predicted placements, one group per topic). With no metadata leader known (an
+// election), the topic is parked and asked for at a sweep once one is (parkAsk).
 func (r *replicated) park(topic string, relayed bool, release func(*wire.Error)) parkResult {
 	if r.lookup(topic) != nil {
 		return parkPlaced
@@ -55,7 +56,7 @@ func (r *replicated) park(topic string, relayed bool, release func(*wire.Error))
 	if r.n.cfg.Raft.PredictPlacement || !r.manyGroups() {
 		return parkRefused
 	}
-	if ro, ok := r.d.Role(metaGroup); !ok || ro.Lead == 0 {
+	if _, ok := r.d.Role(metaGroup); !ok {
 		return parkRefused
 	}
 	r.mu.Lock()
