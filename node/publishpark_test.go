@@ -27,7 +27,7 @@ func TestParkedCreationsHoldNoGoroutines(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	for _, via := range []string{m.metaLeader(), "eu-2"} {
-		c := m.dial(via)
+		c := dialNode(t, m.nodes[via], resendingOptions)
 		publishTopics(ctx, t, c, "warm."+via, 30) // the groups declared, their leaders known
 		c.Close()
 	}
@@ -37,7 +37,7 @@ func TestParkedCreationsHoldNoGoroutines(t *testing.T) {
 			before += m.nodes[name].rep.awaiters.Load()
 			unparkedBefore += m.nodes[name].rep.unparked.Load()
 		}
-		c := m.dial(via)
+		c := dialNode(t, m.nodes[via], resendingOptions)
 		const topics = 400
 		publishTopics(ctx, t, c, fmt.Sprintf("park%d.%s", i, via), topics)
 		c.Close()
