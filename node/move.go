@@ -187,6 +187,9 @@ type mover struct {
 		progress map[uint64][2]uint64  // group -> learner match, commit (on its leader: moveLoop)
 		fetched  map[uint64][2]uint64  // group moving here -> its catch-up bytes when the move started, counted since (balance.go)
 		state    map[uint64]string     // group -> MoveStep's last state here (on its leader)
+		// promoted: group -> the learner's match and the commit index when this node
+		// proposed its promotion (what TestRemoveTwoNodesUnderLoad's checker judges).
+		promoted map[uint64][2]uint64
 	}
 	wake chan struct{}
 	// holdEnds, set by tests only, keeps the metadata leader from recording any move's end
@@ -209,7 +212,7 @@ type moveMetrics struct {
 func (mv *mover) init(reg prometheus.Registerer) {
 	mv.mu.removing, mv.mu.removed, mv.mu.at = map[string]removeReq{}, map[string]bool{}, map[string]int64{}
 	mv.mu.moves, mv.mu.want = map[uint64]*groupMove{}, map[string]removeReq{}
-	mv.mu.progress, mv.mu.state = map[uint64][2]uint64{}, map[uint64]string{}
+	mv.mu.progress, mv.mu.state, mv.mu.promoted = map[uint64][2]uint64{}, map[uint64]string{}, map[uint64][2]uint64{}
 	mv.mu.fetched = map[uint64][2]uint64{}
 	mv.wake = make(chan struct{}, 1)
 	mv.lastTry = map[uint64]time.Time{}
@@ -532,6 +535,11 @@ func (r *replicated) driveMoves(ctx context.Context) (done, undone []groupMove) 
 		if err := r.d.ProposeConfChange(ctx, gm.group, cc); err != nil {
 			log.Warn("membership change refused", "step", state.String(), "err", err)
 			continue
+		}
+		if state == replica.ReplacePromote {
+			mv.mu.Lock()
+			mv.mu.promoted[gm.group] = [2]uint64{m.Match[gm.toID], m.Status.GetCommit()}
+			mv.mu.Unlock()
 		}
 		r.rejoinM.changes.WithLabelValues(map[replica.ReplaceState]string{replica.ReplaceAddLearner: "add_learner",
 			replica.ReplacePromote: "promote", replica.ReplaceRemoveOld: "remove_old"}[state]).Inc()

@@ -238,10 +238,12 @@ func checkLoad(t *testing.T, g *loadGen, m *drainMesh, stayers []string) {
 // watchMoves samples, every few milliseconds until stopped, the configuration of every
 // group with a move in progress on its leader, and fails the test when a move's new replica
 // votes, with the old one removed, while it trails the commit index by more than twice the
-// lag a promotion allows, or, on a leader that saw it a learner in its term, has
-// acknowledged nothing, in five samples running (a leader elected after the promotion knows
-// no match until each replica answers it, so only the leader that promoted it is judged on
-// that): the old replica was removed before its replacement caught up.
+// lag a promotion allows in five samples running, or when the leader that promoted it did so
+// knowing a match of 0 or one further behind than that lag (moves.mu.promoted): the old
+// replica was removed before its replacement caught up. (The promotion used to be judged by
+// any leader's match of 0 while it knew the replica a learner in its term; that failed on
+// base when a leader elected while the promotion was in flight sampled the new voter
+// before the replica had answered it: a fresh leader knows no match.)
 func watchMoves(t *testing.T, m *drainMesh) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan []string, 1)
@@ -249,11 +251,25 @@ func watchMoves(t *testing.T, m *drainMesh) (stop func()) {
 	nodes := m.all()
 	go func() {
 		var bad []string
-		behind := map[[2]uint64]int{}      // (node's raft ID, group) -> bad samples running
-		sawLearner := map[[3]uint64]bool{} // (node's raft ID, group, term): it led with the new replica a learner
+		behind := map[[2]uint64]int{} // (node's raft ID, group) -> bad samples running
 		tick := time.NewTicker(2 * time.Millisecond)
 		defer tick.Stop()
+		promotions := func() {
+			for _, n := range nodes {
+				r := n.rep
+				r.moves.mu.Lock()
+				for g, p := range r.moves.mu.promoted {
+					if (p[0] == 0 || p[0]+rejoinMaxLag < p[1]) && len(bad) < 10 {
+						bad = append(bad, fmt.Sprintf("group %d: %s promoted a new replica (removing the old one) knowing it had %d of %d entries",
+							g, n.Name(), p[0], p[1]))
+					}
+				}
+				clear(r.moves.mu.promoted)
+				r.moves.mu.Unlock()
+			}
+		}
 		for ctx.Err() == nil {
+			promotions()
 			for _, n := range nodes {
 				r := n.rep
 				for g, gm := range r.moves.movesCopy() {
@@ -267,12 +283,8 @@ func watchMoves(t *testing.T, m *drainMesh) (stop func()) {
 						continue
 					}
 					key := [2]uint64{r.id, g}
-					termKey := [3]uint64{r.id, g, mb.Status.GetTerm()}
-					if mb.IsLearner(gm.toID) {
-						sawLearner[termKey] = true
-					}
 					match := mb.Match[gm.toID]
-					if mb.IsVoter(gm.toID) && !mb.IsVoter(gm.fromID) && (match+2*rejoinMaxLag < mb.Status.GetCommit() || match == 0 && sawLearner[termKey]) {
+					if mb.IsVoter(gm.toID) && !mb.IsVoter(gm.fromID) && match+2*rejoinMaxLag < mb.Status.GetCommit() {
 						behind[key]++
 					} else {
 						behind[key] = 0
@@ -288,6 +300,7 @@ func watchMoves(t *testing.T, m *drainMesh) (stop func()) {
 			case <-tick.C:
 			}
 		}
+		promotions() // those since the last sample
 		done <- bad
 	}()
 	return func() {
