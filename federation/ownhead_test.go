@@ -107,9 +107,9 @@ func TestCopiesScannedFromOriginWithoutOwnHeads(t *testing.T) {
 	}
 }
 
-// ownHead finds the origin's own head among a topic's last records: after the last own
-// record, at the first retained offset with none, and next (unknown) when the window ends
-// before the last own record.
+// ownHead finds the origin's own head among a topic's last records: next when the last is
+// its own, after the last own record, at the first retained offset with none, and next
+// (unknown) when the window ends before the last own record.
 func TestOwnHeadReadsTheLastRecords(t *testing.T) {
 	m := newFedMesh(t)
 	a := m.addNode("a", nodeOpts{})
@@ -127,10 +127,12 @@ func TestOwnHeadReadsTheLastRecords(t *testing.T) {
 	mirrored("m.copies", 3) // c c c: 0
 	a.publish(t, "m.far", "o")
 	mirrored("m.far", ownHeadWindow+1) // o, then more copies than the window: unknown, next
+	mirrored("m.last", 1)
+	a.publish(t, "m.last", "o") // c o: the last record is own, next
 	for _, c := range []struct {
 		topic string
 		want  uint64
-	}{{"m.own", 2}, {"m.copies", 0}, {"m.far", ownHeadWindow + 2}} {
+	}{{"m.own", 2}, {"m.copies", 0}, {"m.far", ownHeadWindow + 2}, {"m.last", 2}} {
 		first, next, _ := a.log.Bounds(c.topic)
 		tm, own := a.fedNow().ownHead(c.topic, first, next)
 		if own != c.want || tm == 0 {

@@ -320,7 +320,8 @@ const (
 // mirror stream would skip: a peer whose mirror has scanned to own needs no stream (issue
 // 34's figure 2: after a cut, us opened a stream for each of eu's 100,000 copies of its own
 // topics, held up to 1,024 streams at eu for thousands of them, and scanned each to learn
-// that it holds nothing of eu's). It reads only the last ownHeadWindow records; when none of
+// that it holds nothing of eu's). It reads the last record, and when that is a copy the
+// last ownHeadWindow records; when none of
 // them is this region's and records before them are retained, the own head is not known
 // here and is next, as a HEAD without it says. With no own record retained it is the first
 // retained offset: a peer whose cursor is before it still opens a stream, and learns of the
@@ -328,6 +329,16 @@ const (
 func (f *Federation) ownHead(topic string, first, next uint64) (t int64, own uint64) {
 	if next == 0 {
 		return 0, 0
+	}
+	// The last record first, as headTime reads it: a topic whose last record is this
+	// region's own (every topic published here) costs its announcement no more than before,
+	// however large its records.
+	lastOwn := false
+	if _, err := f.cfg.Log.ReadFunc(topic, next-1, 1, 0, func(rec *wal.Record) error {
+		t, lastOwn = rec.Time, rec.OriginRegion == ""
+		return nil
+	}); err != nil || lastOwn {
+		return t, next
 	}
 	from := max(first, next-min(next, ownHeadWindow))
 	found := false
