@@ -420,9 +420,16 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 				continue
 			}
 			patterns = l.f.patterns()
-			w.Write(&wire.Watch{Patterns: l.f.watchPatterns(patterns)})
-			if err := w.Flush(); err != nil {
-				return err
+			// A WATCH only when what is watched changed: the peer lists every topic again on
+			// each WATCH, and Resync (every gossip event, every placement change) asks only
+			// that the mirrors be compared with what is wanted now (repattern). Before, each
+			// gossip event around a cut cost the origin a listing of its 100,000 topics.
+			if next := l.f.watchPatterns(patterns); !slices.Equal(next, watch) {
+				watch = next
+				w.Write(&wire.Watch{Patterns: watch})
+				if err := w.Flush(); err != nil {
+					return err
+				}
 			}
 			l.repattern(patterns)
 		}
