@@ -80,6 +80,14 @@ type Config struct {
 	// subscribers use), and links then ask other regions to announce every topic. Called
 	// from link goroutines; it must not block.
 	MirrorWanted func(topic string) bool
+	// OwnHeads reports whether every node of peerRegion reads a catalog HEAD's position as
+	// the offset after this region's own last record (node/features.Catalog 1: docs/protocol.md,
+	// "Catalog stream"), so that the catalog streams to it may send that position, and a
+	// peer whose copy of a topic holds only records it mirrored from here opens no stream to
+	// learn so (serve.go, ownHead). Called on the catalog stream's goroutine, once per page
+	// of its listing and per report of moved heads; it must not block. Nil: never (position
+	// equal to next, as before).
+	OwnHeads func(peerRegion string) bool
 	// OnCatalog is told of each topic whose log a node of this region holds, as that node
 	// announces it; OnCatalogSynced when a node has announced every topic it held when the
 	// link came up. Both are called from the link's goroutines and must not block.

@@ -55,6 +55,7 @@ type nodeOpts struct {
 	maxStreams int                        // Config.MaxMirrorStreams (0: the default)
 	parkAfter  time.Duration              // Config.MirrorParkAfter (0: the default)
 	slice      time.Duration              // Config.MirrorSlice (0: the default)
+	ownHeads   bool                       // Config.OwnHeads: every peer region reads own heads
 }
 
 func newFedMesh(t *testing.T) *fedMesh {
@@ -347,6 +348,7 @@ func (n *fedNode) startFed() {
 		MirrorParkAfter:    n.opts.parkAfter,
 		MirrorSlice:        n.opts.slice,
 		HeadReportInterval: 20 * time.Millisecond,
+		OwnHeads:           func(string) bool { return n.opts.ownHeads },
 		Logger:             slog.New(n.logs.handler(testLogger(t).Handler())).With("node", n.name),
 		Registerer:         reg,
 

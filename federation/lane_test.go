@@ -111,7 +111,7 @@ func TestBacklogServesNewestHeadFirst(t *testing.T) {
 		l.mu.Unlock()
 	}
 	for _, n := range names {
-		l.headReported(n, 5, heads[n], false)
+		l.headReported(n, &catalogHead{next: 5, own: 5, time: heads[n]})
 	}
 	if got, want := fmt.Sprint(take()), "[m.b m.d m.c m.e m.a]"; got != want {
 		t.Fatalf("backlog served %s, want the newest head first (FIFO among equals): %s", got, want)

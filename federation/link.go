@@ -420,9 +420,16 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 				continue
 			}
 			patterns = l.f.patterns()
-			w.Write(&wire.Watch{Patterns: l.f.watchPatterns(patterns)})
-			if err := w.Flush(); err != nil {
-				return err
+			// A WATCH only when what is watched changed: the peer lists every topic again on
+			// each WATCH, and Resync (every gossip event, every placement change) asks only
+			// that the mirrors be compared with what is wanted now (repattern). Before, each
+			// gossip event around a cut cost the origin a listing of its 100,000 topics.
+			if next := l.f.watchPatterns(patterns); !slices.Equal(next, watch) {
+				watch = next
+				w.Write(&wire.Watch{Patterns: watch})
+				if err := w.Flush(); err != nil {
+					return err
+				}
 			}
 			l.repattern(patterns)
 		}
@@ -433,7 +440,18 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 // it held when the stream began, and the heads it reports.
 func (l *link) readCatalog(str *quic.Stream, local bool) error {
 	r := wire.NewReader(str, wire.Limits{})
-	announcing := "" // the topic of the TOPIC frame just read
+	// announcing is the topic of the TOPIC frame just read, whose mirror waits for the HEAD
+	// that may follow: announced with it, the topic is queued for a stream only if that head
+	// needs one (a topic that is caught up, or whose copy at the peer holds only records
+	// mirrored from here, takes no place among the waiting), and never opened in between
+	// with its head unknown. Any other frame announces it without a head.
+	announcing := ""
+	flush := func() {
+		if announcing != "" && !local {
+			l.announce(announcing, nil)
+		}
+		announcing = ""
+	}
 	// An announced head whose last record the origin appended after the links to it came
 	// back (by its clock: a skew only moves a few topics between the lanes) also moved
 	// since: a record published after the return, which the listing's head carries.
@@ -445,15 +463,14 @@ func (l *link) readCatalog(str *quic.Stream, local bool) error {
 		}
 		switch f := f.(type) {
 		case *wire.Topic:
+			flush()
 			if cb := l.f.cfg.OnCatalog; cb != nil {
 				cb(l.peer, f.Name)
-			}
-			if !local {
-				l.announce(f.Name)
 			}
 			announcing = f.Name
 			continue
 		case *wire.Subscribed:
+			flush()
 			if cb := l.f.cfg.OnCatalogSynced; cb != nil {
 				cb(l.peer)
 			}
@@ -462,10 +479,20 @@ func (l *link) readCatalog(str *quic.Stream, local bool) error {
 			// open one it is behind while its own stream carries nothing. One right after
 			// its topic's TOPIC is the announcement's (the head when the peer listed it);
 			// any other reports a move on this connection: a live topic (park.go), as is
-			// one announced with a head appended since upSince.
-			if f.Topic != "" && !local {
-				l.headReported(f.Topic, f.Next, f.Time, f.Topic != announcing || f.Time >= upSince)
+			// one announced with a head appended since upSince. Its position is the
+			// origin's own head (Config.OwnHeads; next from a peer that does not send it).
+			if f.Topic == "" || local {
+				flush()
+				break
 			}
+			hd := &catalogHead{next: f.Next, own: min(f.Position, f.Next), time: f.Time, moved: f.Topic != announcing || f.Time >= upSince}
+			if f.Topic == announcing {
+				announcing = ""
+				l.announce(f.Topic, hd)
+				break
+			}
+			flush()
+			l.headReported(f.Topic, hd)
 		case *wire.ErrorFrame:
 			return f.AsError()
 		default:

@@ -67,19 +67,35 @@ func (l *link) resetForConn(patterns []string, parkable bool) {
 	l.mu.parkable = parkable
 }
 
-// announce notes a topic the peer announced on the catalog stream (its reader goroutine).
-func (l *link) announce(topic string) {
+// announce notes a topic the peer announced on the catalog stream (its reader goroutine),
+// with the HEAD that came with the announcement (nil: none).
+func (l *link) announce(topic string, hd *catalogHead) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.mu.announced[topic] = true
-	l.considerLocked(topic)
+	if hd == nil {
+		l.considerLocked(topic)
+		return
+	}
+	if l.healthLocked(topic) != nil {
+		l.headReportedLocked(topic, hd)
+	}
 }
 
 // considerLocked makes an announced topic one of the link's mirrors if it is wanted, and
 // queues it for a stream if it needs one.
 func (l *link) considerLocked(topic string) {
+	h := l.healthLocked(topic)
+	if h != nil && l.mu.mirrors[topic] == nil && h.needsStream() {
+		l.enqueueLocked(topic)
+	}
+}
+
+// healthLocked is the health of topic, made from its cursor if the topic is one of the
+// link's mirrors now; nil when it is not mirrored here.
+func (l *link) healthLocked(topic string) *mirrorHealth {
 	if !l.f.mirrored(topic, l.mu.patterns) {
-		return
+		return nil
 	}
 	h := l.mu.health[topic]
 	if h == nil {
@@ -91,39 +107,59 @@ func (l *link) considerLocked(topic string) {
 			h.scanned(pos+1, 0, l.f.cfg.Now())
 		}
 	}
-	if l.mu.mirrors[topic] == nil && h.needsStream() {
-		l.enqueueLocked(topic)
-	}
+	return h
+}
+
+// catalogHead is a HEAD the origin sent on the catalog stream.
+type catalogHead struct {
+	next  uint64 // the origin log's next offset
+	own   uint64 // the origin's own head: the records from it to next are copies (<= next)
+	time  int64  // the origin's time of its last record
+	moved bool   // it reports a move on this connection (the moved lane), not a listing's head
 }
 
 // headReported notes a head the origin reported on the catalog stream, and queues the topic
 // for a stream when it is parked and behind: in the moved lane when the head moved on this
 // connection (moved), else in the backlog.
-func (l *link) headReported(topic string, next uint64, headTime int64, moved bool) {
+func (l *link) headReported(topic string, hd *catalogHead) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := l.mu.health[topic]
-	if h == nil {
+	if l.mu.health[topic] == nil {
 		return // not mirrored here
 	}
-	h.reported(next, headTime, l.f.cfg.Now())
+	l.headReportedLocked(topic, hd)
+}
+
+func (l *link) headReportedLocked(topic string, hd *catalogHead) {
+	h := l.mu.health[topic]
+	now := l.f.cfg.Now()
+	h.reported(hd.next, hd.time, now)
+	// Everything of the origin's own is scanned: the rest are copies a stream would skip.
+	h.copiesAfter(hd.own, hd.next, hd.time, now)
 	if m := l.mu.mirrors[topic]; m != nil {
 		// Left to the open mirror; if it parks before it has the move, its end queues the
 		// topic in the moved lane.
-		m.movedMeanwhile = m.movedMeanwhile || moved
+		m.movedMeanwhile = m.movedMeanwhile || hd.moved
 		return
 	}
-	if !l.mu.announced[topic] || !h.needsStream() {
+	if !l.mu.announced[topic] {
+		return
+	}
+	if !h.needsStream() {
+		// Caught up, on this report: it waits no more (its entries in the lanes are
+		// skipped as stale), so it neither counts among the waiting nor parks others.
+		delete(l.mu.queued, topic)
+		delete(l.mu.hurried, topic)
 		return
 	}
 	switch {
-	case moved:
+	case hd.moved:
 		l.hurryLocked(topic)
 	case l.mu.queued[topic] && !l.mu.hurried[topic]:
 		// Waiting in the backlog, queued before its head was known (announced, then the
 		// announcement's HEAD): its turn now follows this head's time. The earlier entry is
 		// skipped as stale once the topic is taken.
-		l.pushBacklogLocked(topic, headTime)
+		l.pushBacklogLocked(topic, hd.time)
 	default:
 		l.enqueueLocked(topic)
 	}

@@ -96,11 +96,17 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	// reported (0: none).
 	announced := make(map[string]uint64)
 	w := wire.NewWriter(str)
+	// ownHeads: the peer's region reads an announcement's HEAD position as this region's own
+	// head (Config.OwnHeads), asked again at each page and report.
+	ownHeads := false
+	askOwnHeads := func() {
+		ownHeads = moved != nil && f.cfg.OwnHeads != nil && f.cfg.OwnHeads(f.peerRegion(peerName(conn)))
+	}
 	announce := func(name string) {
 		if _, ok := announced[name]; ok || !f.wanted(name, patterns) {
 			return
 		}
-		_, next, ok := f.cfg.Log.Bounds(name)
+		first, next, ok := f.cfg.Log.Bounds(name)
 		if !ok {
 			return // deleted since it was created
 		}
@@ -110,7 +116,11 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			// Its head, with the announcement: the peer decides at once whether its mirror
 			// is behind.
 			announced[name] = next
-			w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(name, next), Topic: name})
+			t, own := f.headTime(name, next), next
+			if ownHeads {
+				t, own = f.ownHead(name, first, next)
+			}
+			w.Write(&wire.Head{Next: next, Position: own, Time: t, Topic: name})
 		}
 	}
 	// report sends a HEAD for each announced topic whose head moved since its last report,
@@ -119,6 +129,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	// instead of after the listing reaches its name (issue 34's figure 2: up to 3 s for
 	// 30,000 topics on a loaded machine, the p99 of the records sent during the catch-up).
 	report := func() {
+		askOwnHeads()
 		for _, t := range moved.take() {
 			last, ok := announced[t]
 			if !ok {
@@ -142,6 +153,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	if h := f.listing.Load(); h != nil {
 		pageSize, paged, recent = h.page, h.paged, h.recent
 	}
+	askOwnHeads()
 	if moved != nil {
 		// The topics that moved last first, the most recent first (recent.go): after a cut,
 		// those published just before the link came back, which would otherwise wait for
@@ -162,6 +174,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 				if err != nil {
 					return err
 				}
+				askOwnHeads()
 				for _, t := range page {
 					announce(t.Name)
 				}
@@ -291,6 +304,61 @@ func (f *Federation) headTime(topic string, next uint64) int64 {
 		return 0
 	}
 	return t
+}
+
+// ownHeadWindow bounds what an announcement reads to find this region's own head: the
+// topic's last ownHeadWindow records, and no more than ownHeadBytes of them.
+const (
+	ownHeadWindow = 16
+	ownHeadBytes  = 64 << 10
+)
+
+// ownHead is, for a topic announced to a peer of another region whose region reads it
+// (Config.OwnHeads), the time of its last record before next (0 when none) and its own head:
+// the offset after the last record first published in this region, the HEAD's position.
+// The records from own to next are all copies mirrored here from other regions, which a
+// mirror stream would skip: a peer whose mirror has scanned to own needs no stream (issue
+// 34's figure 2: after a cut, us opened a stream for each of eu's 100,000 copies of its own
+// topics, held up to 1,024 streams at eu for thousands of them, and scanned each to learn
+// that it holds nothing of eu's). It reads the last record, and when that is a copy the
+// last ownHeadWindow records; when none of
+// them is this region's and records before them are retained, the own head is not known
+// here and is next, as a HEAD without it says. With no own record retained it is the first
+// retained offset: a peer whose cursor is before it still opens a stream, and learns of the
+// gap there.
+func (f *Federation) ownHead(topic string, first, next uint64) (t int64, own uint64) {
+	if next == 0 {
+		return 0, 0
+	}
+	// The last record first, as headTime reads it: a topic whose last record is this
+	// region's own (every topic published here) costs its announcement no more than before,
+	// however large its records.
+	lastOwn := false
+	if _, err := f.cfg.Log.ReadFunc(topic, next-1, 1, 0, func(rec *wal.Record) error {
+		t, lastOwn = rec.Time, rec.OriginRegion == ""
+		return nil
+	}); err != nil || lastOwn {
+		return t, next
+	}
+	from := max(first, next-min(next, ownHeadWindow))
+	found := false
+	n, err := f.cfg.Log.ReadFunc(topic, from, ownHeadWindow, ownHeadBytes, func(rec *wal.Record) error {
+		t = rec.Time
+		if rec.OriginRegion == "" {
+			own, found = rec.Offset+1, true
+		}
+		return nil
+	})
+	switch {
+	case err != nil || from+uint64(n) < next:
+		// Not read to the head (retention, a byte bound): the time only if the head was read.
+		return f.headTime(topic, next), next
+	case found:
+		return t, own
+	case from == first:
+		return t, first
+	}
+	return t, next
 }
 
 func validPatterns(ps []string) []string {

@@ -77,6 +77,24 @@ func (h *mirrorHealth) scanned(reached uint64, t int64, now time.Time) {
 	h.updateLocked(now)
 }
 
+// copiesAfter notes that the origin's records from own to next are all copies it mirrored
+// from other regions (a catalog HEAD's position, serve.go ownHead): a mirror that has scanned
+// to own has scanned to next, the last of it at origin time t, as a stream would have found by
+// skipping them.
+func (h *mirrorHealth) copiesAfter(own, next uint64, t int64, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if own >= next || own > h.reached || next <= h.reached {
+		return
+	}
+	h.reached = next
+	h.progressAt = now
+	if t > 0 {
+		h.reachedTime = max(h.reachedTime, t)
+	}
+	h.updateLocked(now)
+}
+
 func (h *mirrorHealth) updateLocked(now time.Time) {
 	switch {
 	case h.headNext <= h.reached:

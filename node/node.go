@@ -244,6 +244,10 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		MirrorPosition:   n.mirrorPosition(), // replpos.go
 		MirrorGroup:      n.mirrorGroup(),
 		MirrorWanted:     n.mirrorWanted(),
+		OwnHeads: func(peerRegion string) bool {
+			ok, _ := n.LinkKnows(peerRegion, features.Catalog, 1)
+			return ok
+		},
 
 		AblationSharedLink: c.AblationSharedLink,
 	})

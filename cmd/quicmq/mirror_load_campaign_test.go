@@ -129,8 +129,13 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		pub.phase.Store(int32(len(phases) - 1))
 	}
 	phaseStart("steady")
+	var procs sync.Mutex // us and eu as the timeline reads them: a kill's restart changes them
 	if timeline {
-		defer mirrorTimeline(t, start, map[string]string{"us": usMetrics, "eu": euMetrics})()
+		defer mirrorTimeline(t, start, map[string]string{"us": usMetrics, "eu": euMetrics}, func() map[string]int {
+			procs.Lock()
+			defer procs.Unlock()
+			return map[string]int{"us": us.Pid(), "eu": eu.Pid()}
+		})()
 	}
 	if pprofDir != "" {
 		secs := max(int(steady.Seconds())-2, 1)
@@ -160,9 +165,15 @@ func TestMirrorLoadCampaign(t *testing.T) {
 			victim.Kill()
 			testlog.Pause(context.Background(), down) // the schedule: down for a while
 			if fault == "kill-us" {
-				us = startMeshProcess(t, bin, "us1", usArgs...)
+				p := startMeshProcess(t, bin, "us1", usArgs...)
+				procs.Lock()
+				us = p
+				procs.Unlock()
 			} else {
-				eu = startMeshProcess(t, bin, "eu1", euArgs...)
+				p := startMeshProcess(t, bin, "eu1", euArgs...)
+				procs.Lock()
+				eu = p
+				procs.Unlock()
 				euConn = dialPatient(t, eu.Addr, caDir)
 			}
 		case "cut":

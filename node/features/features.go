@@ -39,6 +39,11 @@ const (
 	// record it cannot decode, alike on every node of one build, so a new record waits until
 	// every node announces it.
 	Meta = "meta"
+	// Catalog is the level of the federation's catalog stream a node reads: 1, a HEAD that
+	// follows its topic's TOPIC carries in position the serving region's own head, the
+	// offset after its last record first published there (federation Config.OwnHeads;
+	// docs/protocol.md, "Catalog stream"). Absent: position equal to next.
+	Catalog = "catalog"
 )
 
 // Set maps a feature's name to the level a node knows; an absent name is level 0.
