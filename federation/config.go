@@ -93,6 +93,14 @@ type Config struct {
 	// link came up. Both are called from the link's goroutines and must not block.
 	OnCatalog       func(peer Peer, topic string)
 	OnCatalogSynced func(peer Peer)
+	// NoLocalCatalog makes a link to another node of this region watch no topic pattern
+	// instead of `>`: that node then announces none of its topics (OnCatalog is not called
+	// for it), and its catalog stream still carries the SUBSCRIBED that OnCatalogSynced
+	// reports, and this node's incarnation. For a replicated region, whose metadata group
+	// places every topic (no reader there needs a sibling's holdings), so that each creation
+	// is not streamed to every other node of the region. Default false: a sibling's
+	// catalog is watched, as single-copy placement needs.
+	NoLocalCatalog bool
 	// BindHost is the local host of the UDP sockets links dial from (and migrate to).
 	// Default: all interfaces.
 	BindHost string

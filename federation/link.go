@@ -359,12 +359,16 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 	}
 	defer str.CancelRead(wire.AppCancelled)
 	w := wire.NewWriter(str)
-	// A node of this region announces every topic it holds (placement needs them all) and
-	// is never mirrored from: its records reach this node's clients by relay.
+	// A node of this region announces every topic it holds (single-copy placement needs
+	// them all; a replicated region's raft needs none) and is never mirrored from: its
+	// records reach this node's clients by relay.
 	local := l.peer.Region == l.f.cfg.Region
 	patterns := []string{">"}
-	if !local {
+	switch {
+	case !local:
 		patterns = l.f.patterns()
+	case l.f.cfg.NoLocalCatalog:
+		patterns = nil // a replicated region: raft places its topics (Config.NoLocalCatalog)
 	}
 	var opener mirrorOpener
 	if !local {

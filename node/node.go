@@ -250,6 +250,10 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		},
 
 		AblationSharedLink: c.AblationSharedLink,
+		// A replicated region's metadata group places its topics: no reader here needs the
+		// topics a sibling holds (conflicts, ShouldMirror and the listing's rows go by
+		// raft's placement), and each creation is no longer streamed to every other node.
+		NoLocalCatalog: c.Replicas > 1,
 	})
 	if err != nil {
 		g.Close()
