@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -201,9 +202,11 @@ func (l *Log) SetGroup(ctx context.Context, group string, settings *GroupSetting
 		_ = b.Set(k, sealMeta(k, encodeGroupSettings(settings)), nil)
 	}
 	// One key and one value buffer for every state (the batch copies them): a wildcard
-	// group's store holds a state of each of many topics.
+	// group's store holds a state of each of many topics. In key order: the memtable's
+	// inserts of a batch's ascending keys each start where the last one ended.
 	var k, v []byte
-	for topic, s := range states {
+	for _, topic := range slices.Sorted(maps.Keys(states)) {
+		s := states[topic]
 		if err := checkName("group topic", topic); err != nil {
 			return fmt.Errorf("wal: set group %q: %w", group, err)
 		}

@@ -275,9 +275,13 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 	}
 	// The mark before the listing: a topic created meanwhile is in both, and added once.
 	_, g.mu.created = env.Wal.CreatedSince(-1)
-	// Unsorted, under one hold of g.mu (no member has g yet): joining a wildcard over many
-	// topics costs a look at each name, not a sort of them all.
+	// The names alone, under one hold of g.mu (no member has g yet). Sorted: the first pass
+	// of dispatch goes through the topics in this order, and the group's states are keyed
+	// by topic name, so that each store writes keys next to those of the one before (in
+	// Pebble's memtable, an insert next to the last is cheap, one anywhere is a search from
+	// the top of its skiplist: twice the store's cost over 100,000 topics in map order).
 	names := env.Wal.TopicNames()
+	slices.Sort(names)
 	g.lookedAt.Add(int64(len(names)))
 	g.mu.Lock()
 	for _, name := range names {
