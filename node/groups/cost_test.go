@@ -19,8 +19,10 @@ import (
 // of many topics of one record each (issue 35): its join, then handing out, noting, acknowledging
 // and storing every record, as a member does. The bounds are per topic, with room for the
 // log's own work; before the compact per-topic state (outSet, the tracker in the gtopic, a
-// shared empty vector, the store's states in one array, the encoding into reused buffers) the
-// join took 3.0 and the replay 17.3 a topic (aadcccf); with them 1.0 and 5.4.
+// shared empty vector, the store's states in one array, the learned origins in a shared
+// array, the encoding into reused buffers) the
+// join took 3.0 and the replay 17.3 a topic (aadcccf); with them 1.0 and 4.6 (5.6 with a
+// slice allocated per topic for its learned origins).
 func TestWildcardGroupAllocationsPerTopic(t *testing.T) {
 	const topics = 3000
 	l, err := wal.Open(t.TempDir(), wal.Options{Logger: slog.New(slog.DiscardHandler), RetentionInterval: -1})
@@ -83,8 +85,8 @@ func TestWildcardGroupAllocationsPerTopic(t *testing.T) {
 	if join > 2 {
 		t.Errorf("joining a group over %d topics allocated %.1f times a topic, want at most 2", topics, join)
 	}
-	if replay > 9 {
-		t.Errorf("handing out, acknowledging and storing a record of each of %d topics allocated %.1f times a topic, want at most 9", topics, replay)
+	if replay > 5 {
+		t.Errorf("handing out, acknowledging and storing a record of each of %d topics allocated %.1f times a topic, want at most 5", topics, replay)
 	}
 	_, states, _, err := l.Group("g")
 	if err != nil {

@@ -186,7 +186,7 @@ func (g *Group) dispatchLocked(t *gtopic, head uint64, m *Member, room int, now 
 	}()
 	for i := range count {
 		if refs != nil { // read here: the store's vector need not read it again
-			t.learned = append(t.learned, originAt{off: t.next, ref: refs[i]})
+			g.learnLocked(t, originAt{off: t.next, ref: refs[i]})
 		}
 		if t.skip != nil && t.skipLocked(refs[i]) { // done in another region
 			t.next++

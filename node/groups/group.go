@@ -157,6 +157,7 @@ type Group struct {
 		changed     chan struct{} // closed and replaced when members may find something to do
 		changedOut  bool          // changed was given to a member (WaitCh) since it was made
 		nextDue     time.Time     // the earliest ack-wait deadline (zero: none)
+		learnArena  []originAt    // the slots of topics' first learned origins (learnLocked)
 		stored      map[string]*wal.GroupState
 		mirrored    map[string][]*wal.GroupState // states of its topics mirrored from other regions (vector.go)
 		cancels     []func()

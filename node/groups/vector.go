@@ -72,13 +72,34 @@ func (g *Group) Learned(fs []*Flight, refs []wal.OriginRef) {
 			continue // dropped (deleted)
 		}
 		if refs[i].Region != "" {
-			t.learned = append(t.learned, originAt{off: f.off, ref: refs[i]})
+			g.learnLocked(t, originAt{off: f.off, ref: refs[i]})
 		}
 		if f.fresh {
 			f.fresh = false
 			g.markDirtyLocked(t)
 		}
 	}
+}
+
+// learnLocked adds o to t's learned origins. A topic's first note since the last store (a
+// wildcard group's usual one) takes the next slot of a shared array (g.mu.learnArena),
+// capped to that slot, so that noting a record of each of many topics does not allocate a
+// slice per topic; a second note copies it out (append over the cap). The store takes a
+// topic's slice and reads it after g.mu; a later note writes only slots past every slice
+// handed out, never one of them.
+func (g *Group) learnLocked(t *gtopic, o originAt) {
+	if t.learned != nil {
+		t.learned = append(t.learned, o)
+		return
+	}
+	a := g.mu.learnArena
+	if len(a) == cap(a) {
+		a = make([]originAt, 0, 256)
+	}
+	a = append(a, o)
+	g.mu.learnArena = a
+	n := len(a)
+	t.learned = a[n-1 : n : n]
 }
 
 // groupSkip is a topic's skipping after a resume from another region's vector (g.mu).
