@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -123,7 +124,10 @@ const groupStateVector = 2
 
 // groupKey is 's' | uvarint len(group) | group | topic; the settings use topic "".
 func groupKey(group, topic string) []byte {
-	k := make([]byte, 0, 1+binary.MaxVarintLen64+len(group)+len(topic))
+	return appendGroupKey(make([]byte, 0, 1+binary.MaxVarintLen64+len(group)+len(topic)), group, topic)
+}
+
+func appendGroupKey(k []byte, group, topic string) []byte {
 	k = append(k, prefixGroup)
 	k = binary.AppendUvarint(k, uint64(len(group)))
 	k = append(k, group...)
@@ -145,8 +149,11 @@ func encodeGroupSettings(s *GroupSettings) []byte {
 	return binary.AppendUvarint(b, uint64(s.Start.Time))
 }
 
-func encodeGroupState(s *GroupState) []byte {
-	b := binary.AppendUvarint(nil, s.Floor)
+func encodeGroupState(s *GroupState) []byte { return appendGroupState(nil, s) }
+
+// appendGroupState appends s's encoding to b.
+func appendGroupState(b []byte, s *GroupState) []byte {
+	b = binary.AppendUvarint(b, s.Floor)
 	b = binary.AppendUvarint(b, s.Next)
 	b = binary.AppendUvarint(b, uint64(len(s.Entries)))
 	for _, e := range s.Entries {
@@ -194,7 +201,12 @@ func (l *Log) SetGroup(ctx context.Context, group string, settings *GroupSetting
 		k := groupKey(group, "")
 		_ = b.Set(k, sealMeta(k, encodeGroupSettings(settings)), nil)
 	}
-	for topic, s := range states {
+	// One key and one value buffer for every state (the batch copies them): a wildcard
+	// group's store holds a state of each of many topics. In key order: the memtable's
+	// inserts of a batch's ascending keys each start where the last one ended.
+	var k, v []byte
+	for _, topic := range slices.Sorted(maps.Keys(states)) {
+		s := states[topic]
 		if err := checkName("group topic", topic); err != nil {
 			return fmt.Errorf("wal: set group %q: %w", group, err)
 		}
@@ -203,8 +215,9 @@ func (l *Log) SetGroup(ctx context.Context, group string, settings *GroupSetting
 		}
 		st := *s
 		st.Updated = now
-		k := groupKey(group, topic)
-		_ = b.Set(k, sealMeta(k, encodeGroupState(&st)), nil)
+		k = appendGroupKey(k[:0], group, topic)
+		v = appendGroupState(append(v[:0], metaHeader[:]...), &st)
+		_ = b.Set(k, sealMetaInPlace(k, v), nil)
 	}
 	if b.Empty() {
 		return nil

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -74,24 +73,39 @@ func appendGroupVector(b []byte, s *GroupState) []byte {
 		flags |= groupVectorSkipping
 	}
 	b = binary.AppendUvarint(b, flags)
-	regions := slices.Sorted(maps.Keys(v.Through))
-	index := make(map[string]uint64, len(regions))
+	// A state's vector names one origin or a few (one per region): their sorted names are
+	// kept in a small array and an origin's index found by a linear look, so that a store of
+	// many states (a wildcard group's) allocates nothing here per state.
+	var arr [8]string
+	regions := arr[:0]
+	for r := range v.Through {
+		regions = append(regions, r)
+	}
+	slices.Sort(regions)
+	index := func(region string) uint64 { // 0 for a region not named, as before
+		if i, ok := slices.BinarySearch(regions, region); ok {
+			return uint64(i)
+		}
+		return 0
+	}
 	b = binary.AppendUvarint(b, uint64(len(regions)))
-	for i, r := range regions {
-		index[r] = uint64(i)
+	for _, r := range regions {
 		b = binary.AppendUvarint(b, uint64(len(r)))
 		b = append(b, r...)
 		b = binary.AppendUvarint(b, v.Through[r])
 	}
 	for _, e := range s.Entries {
-		b = binary.AppendUvarint(b, index[e.Origin.Region])
+		b = binary.AppendUvarint(b, index(e.Origin.Region))
 		b = binary.AppendUvarint(b, e.Origin.Offset)
 	}
-	els := slices.Clone(v.Elsewhere)
-	slices.SortFunc(els, compareRef)
+	els := v.Elsewhere
+	if !slices.IsSortedFunc(els, compareRef) {
+		els = slices.Clone(els)
+		slices.SortFunc(els, compareRef)
+	}
 	b = binary.AppendUvarint(b, uint64(len(els)))
 	for _, o := range els {
-		b = binary.AppendUvarint(b, index[o.Region])
+		b = binary.AppendUvarint(b, index(o.Region))
 		b = binary.AppendUvarint(b, o.Offset)
 	}
 	return b

@@ -68,6 +68,19 @@ func (l *Log) TopicInfo(name string) (info TopicInfo, ok bool) {
 	return t.infoLocked(), true
 }
 
+// TopicNames lists the names of the durable topics, in no order: for a reader that looks at
+// each (a consumer group joining a wildcard over many topics), without Topics' sort and
+// per-topic details.
+func (l *Log) TopicNames() []string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	names := make([]string, 0, len(l.mu.topics))
+	for name := range l.mu.topics {
+		names = append(names, name)
+	}
+	return names
+}
+
 // Topics lists the durable topics, sorted by name.
 func (l *Log) Topics() []TopicInfo {
 	l.mu.RLock()

@@ -101,12 +101,12 @@ func (g *Group) Take(m *Member, max int) (got, dead []*Flight) {
 	g.mu.ready = kept
 	g.takeNotesLocked()
 	for len(got) < max && g.mu.outstanding < g.window {
-		t := g.nextTopicLocked(m)
+		t, head := g.nextTopicLocked(m)
 		if t == nil {
 			break
 		}
 		room := min(max-len(got), g.window-g.mu.outstanding)
-		got = g.dispatchLocked(t, m, room, now, got)
+		got = g.dispatchLocked(t, head, m, room, now, got)
 	}
 	return got, dead
 }
@@ -123,13 +123,13 @@ func (g *Group) mayTakeLocked(f *Flight, m *Member, now time.Time) bool {
 	return h == nil || h.m == nil || h.m == m
 }
 
-// nextTopicLocked is the next topic (round robin) with records the group has not handed
+// nextTopicLocked is the next topic (round robin), with its head, with records the group has not handed
 // out that m may take; it skips records retention deleted meanwhile. Ordered by topic, a
 // topic another member holds (or whose records wait in ready) is skipped: its records are
 // left in the log for that member to take when it has room, rather than held for it, so a
 // member that stopped reading holds its own topics only and none of the window beyond its
 // MemberPending.
-func (g *Group) nextTopicLocked(m *Member) *gtopic {
+func (g *Group) nextTopicLocked(m *Member) (*gtopic, uint64) {
 	// Each turn moves rr on or takes a topic out of active: at most one look per topic.
 	for tries := len(g.mu.active); tries > 0 && len(g.mu.active) > 0; tries-- {
 		i := g.mu.rr % len(g.mu.active)
@@ -158,16 +158,15 @@ func (g *Group) nextTopicLocked(m *Member) *gtopic {
 		if h := g.mu.holds[t.name]; g.Set.Order == wire.OrderTopic && h != nil && (h.ready > 0 || (h.m != nil && h.m != m)) {
 			continue
 		}
-		return t
+		return t, head
 	}
-	return nil
+	return nil, 0
 }
 
-// dispatchLocked hands out up to room new records of t from its next offset: to m, or, for
-// an ordered key another member has (or whose records wait in ready), to that member or to
-// ready.
-func (g *Group) dispatchLocked(t *gtopic, m *Member, room int, now time.Time, got []*Flight) []*Flight {
-	_, head, _ := g.env.Wal.Bounds(t.name)
+// dispatchLocked hands out up to room new records of t from its next offset up to head (as
+// nextTopicLocked found it): to m, or, for an ordered key another member has (or whose
+// records wait in ready), to that member or to ready.
+func (g *Group) dispatchLocked(t *gtopic, head uint64, m *Member, room int, now time.Time, got []*Flight) []*Flight {
 	count := min(uint64(room), head-t.next)
 	var keys []string
 	var refs []wal.OriginRef // after a resume from another region's vector (vector.go)
@@ -187,7 +186,7 @@ func (g *Group) dispatchLocked(t *gtopic, m *Member, room int, now time.Time, go
 	}()
 	for i := range count {
 		if refs != nil { // read here: the store's vector need not read it again
-			t.learned = append(t.learned, originAt{off: t.next, ref: refs[i]})
+			g.learnLocked(t, originAt{off: t.next, ref: refs[i]})
 		}
 		if t.skip != nil && t.skipLocked(refs[i]) { // done in another region
 			t.next++
@@ -251,7 +250,7 @@ func (g *Group) expireLocked(now time.Time) {
 	g.mu.nextDue = time.Time{}
 	var back []*Flight
 	for t := range g.withOutLocked() {
-		for _, f := range t.out {
+		for _, f := range t.out.all() {
 			if f.state != fAssigned || f.deadline.IsZero() {
 				continue
 			}
@@ -288,7 +287,7 @@ func (g *Group) expireLocked(now time.Time) {
 func (g *Group) giveBackLocked(m *Member, reason string) {
 	var back []*Flight
 	for t := range g.withOutLocked() {
-		for _, f := range t.out {
+		for _, f := range t.out.all() {
 			switch {
 			case f.state == fDead && f.dlqBy == m:
 				f.dlqBy = nil
@@ -329,7 +328,7 @@ func (g *Group) Ack(m *Member, topic string, off uint64) error {
 	if t == nil || off >= t.next {
 		return fmt.Errorf("no record at offset %d was delivered", off)
 	}
-	f := t.out[off]
+	f := t.out.get(off)
 	if f == nil {
 		return nil // done
 	}
@@ -354,7 +353,7 @@ func (g *Group) Nak(m *Member, topic string, off uint64) error {
 	if t == nil || off >= t.next {
 		return fmt.Errorf("no record at offset %d was delivered", off)
 	}
-	f := t.out[off]
+	f := t.out.get(off)
 	if f == nil || f.state != fAssigned || f.m != m || f.deadline.IsZero() {
 		return nil // done, or not this member's any more
 	}
@@ -378,7 +377,7 @@ func (g *Group) Nak(m *Member, topic string, off uint64) error {
 
 // doneLocked marks off of t done (acknowledged, dead-lettered or deleted).
 func (g *Group) doneLocked(t *gtopic, off uint64) {
-	if f := t.out[off]; f != nil {
+	if f := t.out.get(off); f != nil {
 		g.moveLocked(f, fDone, nil)
 		g.dropOutLocked(t, off)
 		g.mu.outstanding--
@@ -386,21 +385,16 @@ func (g *Group) doneLocked(t *gtopic, off uint64) {
 	g.markDirtyLocked(t)
 }
 
-// advanceLocked moves t's floor up to its lowest outstanding offset (next when none). It
-// steps over done offsets while that costs less than a pass over out, so that it is O(1)
-// per offset in the usual case and O(len(out)) at worst however far the floor moves.
+// advanceLocked moves t's floor up to its lowest outstanding offset (next when none).
 func (g *Group) advanceLocked(t *gtopic) {
-	for steps := 0; t.floor < t.next && t.out[t.floor] == nil; steps++ {
-		if steps > len(t.out) {
-			low := t.next
-			for off := range t.out {
-				low = min(low, off)
-			}
-			t.floor = low
-			return
-		}
-		t.floor++
+	if t.floor >= t.next {
+		return
 	}
+	if off, ok := t.out.from(t.floor); ok && off < t.next {
+		t.floor = off
+		return
+	}
+	t.floor = t.next
 }
 
 // finishDead marks dead-lettered records done.

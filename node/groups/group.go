@@ -1,7 +1,6 @@
 package groups
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -158,6 +157,7 @@ type Group struct {
 		changed     chan struct{} // closed and replaced when members may find something to do
 		changedOut  bool          // changed was given to a member (WaitCh) since it was made
 		nextDue     time.Time     // the earliest ack-wait deadline (zero: none)
+		learnArena  []originAt    // the slots of topics' first learned origins (learnLocked)
 		stored      map[string]*wal.GroupState
 		mirrored    map[string][]*wal.GroupState // states of its topics mirrored from other regions (vector.go)
 		cancels     []func()
@@ -174,11 +174,11 @@ type Group struct {
 type gtopic struct {
 	name        string
 	floor, next uint64
-	out         map[uint64]*Flight
-	dirty       bool        // in g.mu.dirty
-	active      bool        // in g.mu.active
-	skip        *groupSkip  // after a resume from another region's vector (vector.go)
-	track       *groupTrack // the store's vector: set when added, then owned by g.storeMu
+	out         outSet     // ascending by offset (outset.go)
+	dirty       bool       // in g.mu.dirty
+	active      bool       // in g.mu.active
+	skip        *groupSkip // after a resume from another region's vector (vector.go)
+	track       groupTrack // the store's vector: set when added, then owned by g.storeMu (in the gtopic: no allocation per topic followed)
 	// learned is the origins of its records the members read as they handed them out (or
 	// dispatch read), since the last store took them: the store's vector needs no second
 	// read of those (vector.go).
@@ -276,9 +276,21 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 	}
 	// The mark before the listing: a topic created meanwhile is in both, and added once.
 	_, g.mu.created = env.Wal.CreatedSince(-1)
-	for _, ti := range env.Wal.Topics() {
-		g.addIfMatches(ti.Name)
+	// The names alone, under one hold of g.mu (no member has g yet). Sorted: the first pass
+	// of dispatch goes through the topics in this order, and the group's states are keyed
+	// by topic name, so that each store writes keys next to those of the one before (in
+	// Pebble's memtable, an insert next to the last is cheap, one anywhere is a search from
+	// the top of its skiplist: twice the store's cost over 100,000 topics in map order).
+	names := env.Wal.TopicNames()
+	slices.Sort(names)
+	g.lookedAt.Add(int64(len(names)))
+	g.mu.Lock()
+	for _, name := range names {
+		if g.matches(name) && g.mu.topics[name] == nil {
+			g.addTopicLocked(name)
+		}
 	}
+	g.mu.Unlock()
 	return g, nil
 }
 
@@ -359,10 +371,18 @@ func (g *Group) RefreshTopics() {
 	}
 }
 
+// matches reports whether topic matches the group's pattern.
+func (g *Group) matches(topic string) bool {
+	if g.wild {
+		return g.match.Match(topic)
+	}
+	return routing.Match(g.Set.Pattern, topic)
+}
+
 // addIfMatches follows topic if it matches the group's pattern and is not followed yet.
 func (g *Group) addIfMatches(topic string) {
 	g.lookedAt.Add(1)
-	if !routing.Match(g.Set.Pattern, topic) {
+	if !g.matches(topic) {
 		return
 	}
 	g.mu.Lock()
@@ -381,24 +401,34 @@ func (g *Group) addTopicLocked(topic string) {
 	t := &gtopic{name: topic}
 	st, ok := g.mu.stored[topic]
 	delete(g.mu.stored, topic)
+	// One look at its bounds serves the start, the tracker and whether it is active: a
+	// wildcard group follows many topics. (An advance after it is noted: noteAdvance was
+	// registered before the listing.)
+	first, head, exists := n.Wal.Bounds(topic)
 	switch {
 	case g.resumeLocked(t, st): // a newer state of it was mirrored from another region
 		g.advanceLocked(t)
+		g.sortReadyLocked()
+		_, head, exists = n.Wal.Bounds(topic)
 	case ok:
-		t.beginTrack(n.Wal, st, 0)
+		t.beginTrack(st, 0, first)
 		t.floor, t.next = st.Floor, st.Next
 		for _, e := range st.Entries {
 			g.restoreLocked(t, e.Offset, e.Deliveries)
 		}
 		g.advanceLocked(t)
-	case g.lazy(topic):
+		g.sortReadyLocked()
+	case exists && g.lazy(topic):
 		// No state stored until the group hands something out: the start is the group's,
 		// stored with its settings, the same after a restart.
-		start, _ := n.Wal.StartOf(topic, g.Set.Start)
+		start := first
+		if g.Set.Start.Kind != wal.GroupFromFirst {
+			start, _ = n.Wal.StartOf(topic, g.Set.Start)
+		}
 		t.floor, t.next = start, start
-		t.beginTrack(n.Wal, nil, start)
+		t.beginTrack(nil, start, first)
 	default:
-		first, next, _ := n.Wal.Bounds(topic)
+		next := head
 		start := first
 		switch g.start.Start {
 		case wire.StartLatest:
@@ -412,17 +442,16 @@ func (g *Group) addTopicLocked(topic string) {
 		}
 		t.floor, t.next = start, start
 		g.markDirtyLocked(t)
-		t.beginTrack(n.Wal, nil, start)
+		t.beginTrack(nil, start, first)
 	}
 	g.mu.topics[topic] = t
 	g.mu.list = append(g.mu.list, t)
 	// A wildcard group's topic with nothing to hand out stays out of active until it
 	// advances: joining a group over many idle topics costs its first dispatch nothing
-	// per topic. (An advance after this Bounds is noted: noteAdvance was registered first.)
-	if _, head, ok := n.Wal.Bounds(topic); !g.wild || !ok || t.next < head {
+	// per topic.
+	if !g.wild || !exists || t.next < head {
 		g.activateLocked(t)
 	}
-	g.sortReadyLocked()
 }
 
 // storedStart is the start a new group stores with its settings for the first member's
@@ -490,21 +519,28 @@ func (g *Group) Store(ctx context.Context) error {
 	g.mu.Lock()
 	states := make(map[string]*wal.GroupState, len(g.mu.dirty))
 	items := make([]vectorItem, 0, len(g.mu.dirty))
+	// The states and their vectors in one allocation each, not one a topic: a wildcard
+	// group's store holds a state of each of many topics.
+	sts := make([]wal.GroupState, len(g.mu.dirty))
+	vecs := make([]wal.GroupVector, len(g.mu.dirty))
 	dirty := g.mu.dirty
 	g.mu.dirty = nil
-	for _, t := range dirty {
+	for i, t := range dirty {
 		t.dirty = false
 		if g.mu.topics[t.name] != t {
 			continue // dropped (deleted) since it changed
 		}
-		st := &wal.GroupState{Floor: t.floor, Next: t.next, Entries: make([]wal.GroupEntry, 0, len(t.out))}
-		for off, f := range t.out {
-			st.Entries = append(st.Entries, wal.GroupEntry{Offset: off, Deliveries: f.deliveries})
+		st := &sts[i]
+		st.Floor, st.Next = t.floor, t.next
+		if n := t.out.len(); n > 0 {
+			st.Entries = make([]wal.GroupEntry, 0, n)
 		}
-		slices.SortFunc(st.Entries, func(a, b wal.GroupEntry) int { return cmp.Compare(a.Offset, b.Offset) })
+		for _, f := range t.out.all() { // ascending
+			st.Entries = append(st.Entries, wal.GroupEntry{Offset: f.off, Deliveries: f.deliveries})
+		}
 		st.Vector = t.skipVectorLocked() // with the entries it snapshots (vector.go)
 		states[t.name] = st
-		items = append(items, vectorItem{topic: t.name, st: st, tr: t.track, learned: t.learned})
+		items = append(items, vectorItem{topic: t.name, st: st, tr: &t.track, learned: t.learned, vec: &vecs[i]})
 		t.learned = nil
 	}
 	g.mu.Unlock()
@@ -615,9 +651,9 @@ func (g *Group) LiveState() map[string]TopicState {
 	defer g.mu.Unlock()
 	states := make(map[string]TopicState, len(g.mu.list))
 	for _, t := range g.mu.list {
-		st := TopicState{Floor: t.floor, Next: t.next, Out: make([]uint64, 0, len(t.out))}
-		for off := range t.out {
-			st.Out = append(st.Out, off)
+		st := TopicState{Floor: t.floor, Next: t.next, Out: make([]uint64, 0, t.out.len())}
+		for _, f := range t.out.all() {
+			st.Out = append(st.Out, f.off)
 		}
 		states[t.name] = st
 	}
@@ -635,9 +671,9 @@ func (g *Group) DropTopic(topic string) {
 	if t == nil {
 		return
 	}
-	for off, f := range t.out {
+	for _, f := range slices.Clone(t.out.all()) {
 		g.moveLocked(f, fDone, nil)
-		g.dropOutLocked(t, off)
+		g.dropOutLocked(t, f.off)
 		g.mu.outstanding--
 	}
 	delete(g.mu.topics, topic)
@@ -661,12 +697,11 @@ func (g *Group) Purged(topic string, cut uint64) {
 	if t == nil || t.floor >= cut {
 		return
 	}
-	for off, f := range t.out {
-		if off < cut {
-			g.moveLocked(f, fDone, nil)
-			g.dropOutLocked(t, off)
-			g.mu.outstanding--
-		}
+	for t.out.len() > 0 && t.out.all()[0].off < cut { // ascending: those below cut come first
+		f := t.out.all()[0]
+		g.moveLocked(f, fDone, nil)
+		g.dropOutLocked(t, f.off)
+		g.mu.outstanding--
 	}
 	t.floor, t.next = cut, max(t.next, cut)
 	g.advanceLocked(t)
@@ -724,21 +759,18 @@ func (g *Group) takeNotesLocked() {
 	}
 }
 
-// putOutLocked records f as outstanding at off of t (out is made at the first: a followed
-// topic with nothing outstanding holds no map, and is not in withOut).
+// putOutLocked records f as outstanding at off of t (a followed topic with nothing
+// outstanding holds nothing for it, and is not in withOut).
 func (g *Group) putOutLocked(t *gtopic, off uint64, f *Flight) {
-	if t.out == nil {
-		t.out = make(map[uint64]*Flight)
-	}
-	t.out[off] = f
+	f.off = off
+	t.out.put(f)
 	g.mu.withOut[t] = struct{}{}
 }
 
 // dropOutLocked forgets the outstanding record at off of t; t leaves withOut with its last.
 func (g *Group) dropOutLocked(t *gtopic, off uint64) {
-	delete(t.out, off)
-	if len(t.out) == 0 {
-		t.out = nil
+	t.out.del(off)
+	if t.out.len() == 0 {
 		delete(g.mu.withOut, t)
 	}
 }

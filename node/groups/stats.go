@@ -39,8 +39,9 @@ func (g *Group) Stats() Stats {
 			Held: make(map[string]map[uint64]bool)})
 	}
 	for _, t := range g.mu.list {
-		st.Topics[t.name] = TopicStats{Floor: t.floor, Next: t.next, Out: len(t.out)}
-		for off, f := range t.out {
+		st.Topics[t.name] = TopicStats{Floor: t.floor, Next: t.next, Out: t.out.len()}
+		for _, f := range t.out.all() {
+			off := f.off
 			if i, ok := byMember[f.m]; ok && f.state == fAssigned && !f.deadline.IsZero() {
 				h := st.Members[i].Held
 				if h[t.name] == nil {

@@ -72,13 +72,34 @@ func (g *Group) Learned(fs []*Flight, refs []wal.OriginRef) {
 			continue // dropped (deleted)
 		}
 		if refs[i].Region != "" {
-			t.learned = append(t.learned, originAt{off: f.off, ref: refs[i]})
+			g.learnLocked(t, originAt{off: f.off, ref: refs[i]})
 		}
 		if f.fresh {
 			f.fresh = false
 			g.markDirtyLocked(t)
 		}
 	}
+}
+
+// learnLocked adds o to t's learned origins. A topic's first note since the last store (a
+// wildcard group's usual one) takes the next slot of a shared array (g.mu.learnArena),
+// capped to that slot, so that noting a record of each of many topics does not allocate a
+// slice per topic; a second note copies it out (append over the cap). The store takes a
+// topic's slice and reads it after g.mu; a later note writes only slots past every slice
+// handed out, never one of them.
+func (g *Group) learnLocked(t *gtopic, o originAt) {
+	if t.learned != nil {
+		t.learned = append(t.learned, o)
+		return
+	}
+	a := g.mu.learnArena
+	if len(a) == cap(a) {
+		a = make([]originAt, 0, 256)
+	}
+	a = append(a, o)
+	g.mu.learnArena = a
+	n := len(a)
+	t.learned = a[n-1 : n : n]
 }
 
 // groupSkip is a topic's skipping after a resume from another region's vector (g.mu).
@@ -180,14 +201,14 @@ func (g *Group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
 	}
 	t.floor, t.next = start, start
 	g.markDirtyLocked(t)
-	t.track = &groupTrack{at: start, vec: maps.Clone(d.through), origins: make(map[uint64]wal.OriginRef, len(located))}
+	t.track = groupTrack{at: start, vec: maps.Clone(d.through), origins: make(map[uint64]wal.OriginRef, len(located))}
 	for _, off := range slices.Sorted(maps.Keys(located)) {
 		ref := located[off]
 		delete(d.Out, ref)
 		t.track.origins[off] = ref
 		t.floor = min(t.floor, off)
 		g.restoreLocked(t, off, 1)
-		t.out[off].reason = "it was outstanding in another region"
+		t.out.get(off).reason = "it was outstanding in another region"
 	}
 	t.skip = &groupSkip{through: maps.Clone(d.through), out: d.Out, pending: make(map[string]bool, len(d.through))}
 	for o := range d.through {
@@ -305,12 +326,17 @@ func (t *gtopic) skipVectorLocked() *wal.GroupVector {
 	return v
 }
 
+// emptyVec is the vector of a topic the group starts on at its first record: shared by every
+// such tracker (groupTrack.shared), never written, so that following many topics costs no
+// map per topic until one is read.
+var emptyVec = map[string]uint64{}
+
 // beginTrack starts t's tracker from its stored state (nil: a topic the group starts on at
-// start).
-func (t *gtopic) beginTrack(l *wal.Log, st *wal.GroupState, start uint64) {
+// start; first is the topic's first offset).
+func (t *gtopic) beginTrack(st *wal.GroupState, start, first uint64) {
 	switch {
 	case st != nil && st.Vector != nil:
-		t.track = &groupTrack{at: st.Next, vec: maps.Clone(st.Vector.Through), origins: make(map[uint64]wal.OriginRef, len(st.Entries))}
+		t.track = groupTrack{at: st.Next, vec: maps.Clone(st.Vector.Through), origins: make(map[uint64]wal.OriginRef, len(st.Entries))}
 		for _, e := range st.Entries {
 			t.track.origins[e.Offset] = e.Origin
 		}
@@ -324,11 +350,11 @@ func (t *gtopic) beginTrack(l *wal.Log, st *wal.GroupState, start uint64) {
 			}
 		}
 	case st != nil:
-		t.track = &groupTrack{at: st.Next}
+		t.track = groupTrack{at: st.Next}
 	default:
-		t.track = &groupTrack{at: start}
-		if first, _, _ := l.Bounds(t.name); start <= first {
-			t.track.vec = map[string]uint64{} // nothing before it
+		t.track = groupTrack{at: start}
+		if start <= first {
+			t.track.vec, t.track.shared = emptyVec, true // nothing before it
 		}
 	}
 }
@@ -339,6 +365,7 @@ type vectorItem struct {
 	topic   string
 	st      *wal.GroupState
 	tr      *groupTrack
+	vec     *wal.GroupVector // room for st's vector when it has none (skipping's)
 	learned []originAt
 }
 
@@ -360,8 +387,6 @@ func (g *Group) addVectors(items []vectorItem) {
 	for i := range items {
 		it := &items[i]
 		switch {
-		case it.tr == nil:
-			it.st.Vector = nil
 		case it.tr.covered(it.st, it.learned):
 			g.setVector(it, nil)
 		default:
@@ -396,7 +421,7 @@ func (g *Group) setVector(it *vectorItem, read func(uint64, int, func(*wal.Recor
 	}
 	v := st.Vector
 	if v == nil {
-		v = &wal.GroupVector{}
+		v = it.vec
 	}
 	if len(v.Through) == 0 { // no skipping's vector to raise it with
 		v.Through, tr.shared = tr.vec, true
@@ -451,7 +476,9 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 		tr.vec, tr.at, tr.shared = vec, min(tr.at, st.Next), false
 	}
 	if tr.shared && tr.at < st.Next { // it changes below
-		tr.vec, tr.shared = maps.Clone(tr.vec), false
+		vec := make(map[string]uint64, len(tr.vec)+1) // room for the origin it is about to note
+		maps.Copy(vec, tr.vec)
+		tr.vec, tr.shared = vec, false
 	}
 	var outstanding map[uint64]bool // nil when none: most of a wildcard group's states
 	if len(st.Entries) > 0 {
@@ -463,14 +490,6 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 	for _, e := range st.Entries {
 		outstanding[e.Offset] = true
 	}
-	note := func(off uint64, ref wal.OriginRef) {
-		if last, ok := tr.vec[ref.Region]; !ok || ref.Offset > last {
-			tr.vec[ref.Region] = ref.Offset
-		}
-		if outstanding[off] {
-			tr.origins[off] = ref
-		}
-	}
 	sortLearned(learned)
 	for i := 0; tr.at < st.Next; {
 		for ; i < len(learned) && learned[i].off < tr.at; i++ { // accounted for: its origin may be wanted
@@ -479,7 +498,7 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 			}
 		}
 		if i < len(learned) && learned[i].off == tr.at {
-			note(learned[i].off, learned[i].ref)
+			tr.note(learned[i].off, learned[i].ref, outstanding)
 			tr.at++
 			continue
 		}
@@ -487,8 +506,9 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 		if i < len(learned) {
 			to = min(to, learned[i].off)
 		}
+		outstanding := outstanding // captured by value: advance's own is not moved to the heap
 		next, short, err := vector.ForwardWith(read, tr.at, to, func(r *wal.Record) {
-			note(r.Offset, wal.OriginRef{Region: vector.OriginOf(r, region), Offset: r.OriginOffset})
+			tr.note(r.Offset, wal.OriginRef{Region: vector.OriginOf(r, region), Offset: r.OriginOffset}, outstanding)
 		})
 		switch {
 		case err != nil:
@@ -528,4 +548,16 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 		}
 	}
 	return nil
+}
+
+// note accounts for the record at off, of origin ref, in tr's vector, and keeps its origin
+// if it is outstanding. (A method, not a closure of advance: a closure would be allocated at
+// every store of every topic, read or not.)
+func (tr *groupTrack) note(off uint64, ref wal.OriginRef, outstanding map[uint64]bool) {
+	if last, ok := tr.vec[ref.Region]; !ok || ref.Offset > last {
+		tr.vec[ref.Region] = ref.Offset
+	}
+	if outstanding[off] {
+		tr.origins[off] = ref
+	}
 }
