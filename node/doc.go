@@ -16,6 +16,8 @@
 //   - node/vector: portable positions read from the log.
 //   - node/tail: what the subscriptions of one topic share: its shared tail and the fanouts
 //     (one writer per connection for its caught-up subscriptions), over tail.Member.
+//   - node/subscriptions: the subscription side, as far as it is cut out of this package:
+//     exclusive durables (the held durables of their home node, holder streams).
 //   - node/groups: live shared consumer groups (their state, dispatch, acks, dead letters).
 //   - node/manage: consumer and topic management over a node or a region (the management
 //     stream's requests, the admin API's /v1/consumers and /v1/topics), over manage.Local.
@@ -34,7 +36,8 @@
 //     and I5), commit.go (COMMIT: acknowledgements confirmed stored), sweep.go (a wildcard served from this node's logs as one sweep, RUNS frames),
 //     subpark.go (a caught-up subscription parked on its connection's fanout, node/tail,
 //     which shares the topic's tail among many subscribers), upstream.go (a wildcard over
-//     topics other nodes own), exclusive.go and holder.go (exclusive durables), vector.go (portable positions), ablation.go (the
+//     topics other nodes own), durables.go (where an exclusive durable's lock is taken,
+//     node/subscriptions), vector.go (portable positions), ablation.go (the
 //     benchmark's shared-stream mode).
 //   - Consumer groups: groups.go (the table of live groups: join, leave, what a group needs
 //     of the node), member.go (a member's stream, driving its groups.Member), grouprelay.go

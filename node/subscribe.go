@@ -212,7 +212,7 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		s.serveMember(str, r, req, refuse) // member.go: a member of a shared consumer group (node/groups)
 		return
 	}
-	var release func() // an exclusive durable's lock (exclusive.go)
+	var release func() // an exclusive durable's lock (durables.go, node/subscriptions)
 	if req.Durable != "" && !s.peer {
 		release, e = n.lockDurable(s, req.Durable, s.actor.ClientDurable(req.Durable), req.Flags&wire.SubscribeStandby != 0, str.Context().Done())
 		if e != nil || release == nil {
