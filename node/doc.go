@@ -17,7 +17,9 @@
 //   - node/tail: what the subscriptions of one topic share: its shared tail and the fanouts
 //     (one writer per connection for its caught-up subscriptions), over tail.Member.
 //   - node/subscriptions: the subscription side, as far as it is cut out of this package:
-//     exclusive durables (the held durables of their home node, holder streams).
+//     a subscription's stream (its mapping, subscriptions.Stream: which QUIC stream it gets;
+//     its writer goroutine, subscriptions.Writer) and exclusive durables (the held durables
+//     of their home node, holder streams).
 //   - node/groups: live shared consumer groups (their state, dispatch, acks, dead letters).
 //   - node/manage: consumer and topic management over a node or a region (the management
 //     stream's requests, the admin API's /v1/consumers and /v1/topics), over manage.Local.
@@ -27,8 +29,7 @@
 //   - Assembly and lifecycle: config.go (every setting), node.go (New, Run, Close), tls.go,
 //     mesh.go (the node's gossip tags and what its region knows), metrics.go.
 //   - Client sessions: session.go (one goroutine per connection: HELLO, streams, limits),
-//     clientpaths.go (clients whose address changed), substream.go (which QUIC stream a
-//     subscription gets).
+//     clientpaths.go (clients whose address changed).
 //   - Publishing: publish.go (the publish stream: group-committed appends, acks after the
 //     synced commit, I2), publishorder.go (order per topic across placements and leader
 //     moves), relay.go (a publish for a topic another node owns or leads).
