@@ -5,7 +5,7 @@ package node
 // QuicMQ's claim is that one QUIC stream per subscription keeps a lossy or slow subscription
 // from stalling the others on the same connection. To measure that claim against the same
 // node, client and transport, this mapping carries all of a connection's subscriptions on
-// ONE stream, as a TCP broker carries them on one socket. It is a stream mapping (subStream)
+// ONE stream, as a TCP broker carries them on one socket. It is a stream mapping (subscriptions.Stream)
 // beneath the one subscription core and nothing more: each subscription on a shared stream
 // is set up, authorized (authorizeSubscribe: tenant namespace and subscribe grants, the same
 // errors), read from the log, batched, written by its own writer goroutine and acknowledged
@@ -76,11 +76,11 @@ type sharedPart struct {
 	no uint64
 }
 
-func (p sharedPart) write(b []byte) error         { return p.ss.write(b) }
-func (p sharedPart) index(n uint64) uint64        { return p.no<<sharedIndexBits | n }
-func (p sharedPart) setWriteDeadline(t time.Time) { p.ss.str.SetWriteDeadline(t) }
-func (p sharedPart) stopReading()                 {} // the stream's reader serves the others
-func (p sharedPart) finish(e *wire.Error) {
+func (p sharedPart) Write(b []byte) error         { return p.ss.write(b) }
+func (p sharedPart) Index(n uint64) uint64        { return p.no<<sharedIndexBits | n }
+func (p sharedPart) SetWriteDeadline(t time.Time) { p.ss.str.SetWriteDeadline(t) }
+func (p sharedPart) StopReading()                 {} // the stream's reader serves the others
+func (p sharedPart) Finish(e *wire.Error) {
 	if e != nil {
 		p.ss.end(e) // one subscription's ERROR ends them all: there is no frame to end one
 	}

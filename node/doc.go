@@ -16,6 +16,10 @@
 //   - node/vector: portable positions read from the log.
 //   - node/tail: what the subscriptions of one topic share: its shared tail and the fanouts
 //     (one writer per connection for its caught-up subscriptions), over tail.Member.
+//   - node/subscriptions: the subscription side, as far as it is cut out of this package:
+//     a subscription's stream (its mapping, subscriptions.Stream: which QUIC stream it gets;
+//     its writer goroutine, subscriptions.Writer) and exclusive durables (the held durables
+//     of their home node, holder streams).
 //   - node/groups: live shared consumer groups (their state, dispatch, acks, dead letters).
 //   - node/manage: consumer and topic management over a node or a region (the management
 //     stream's requests, the admin API's /v1/consumers and /v1/topics), over manage.Local.
@@ -25,8 +29,7 @@
 //   - Assembly and lifecycle: config.go (every setting), node.go (New, Run, Close), tls.go,
 //     mesh.go (the node's gossip tags and what its region knows), metrics.go.
 //   - Client sessions: session.go (one goroutine per connection: HELLO, streams, limits),
-//     clientpaths.go (clients whose address changed), substream.go (which QUIC stream a
-//     subscription gets).
+//     clientpaths.go (clients whose address changed).
 //   - Publishing: publish.go (the publish stream: group-committed appends, acks after the
 //     synced commit, I2), publishorder.go (order per topic across placements and leader
 //     moves), relay.go (a publish for a topic another node owns or leads).
@@ -34,7 +37,8 @@
 //     and I5), commit.go (COMMIT: acknowledgements confirmed stored), sweep.go (a wildcard served from this node's logs as one sweep, RUNS frames),
 //     subpark.go (a caught-up subscription parked on its connection's fanout, node/tail,
 //     which shares the topic's tail among many subscribers), upstream.go (a wildcard over
-//     topics other nodes own), exclusive.go and holder.go (exclusive durables), vector.go (portable positions), ablation.go (the
+//     topics other nodes own), durables.go (where an exclusive durable's lock is taken,
+//     node/subscriptions), vector.go (portable positions), ablation.go (the
 //     benchmark's shared-stream mode).
 //   - Consumer groups: groups.go (the table of live groups: join, leave, what a group needs
 //     of the node), member.go (a member's stream, driving its groups.Member), grouprelay.go

@@ -25,7 +25,7 @@ import (
 //     any other group on the rendezvous winner of its name among the region's live nodes
 //     (routing.Owner, as topics are placed), served from the topics that node holds;
 //   - an exclusive durable's lock lives on the rendezvous winner of its name
-//     (holder.go); the subscription itself is served as before by the node the client
+//     (node/subscriptions, holder.go); the subscription itself is served as before by the node the client
 //     connects to.
 //
 // A member connected to another node is relayed to the home over the region's peer link,

@@ -8,7 +8,7 @@ import (
 )
 
 // The node's side of consumer groups (group.go is a group itself): the table of live groups
-// (consumers, exclusive.go), which members join and leave, and what a group needs of the node.
+// (consumers, durables.go), which members join and leave, and what a group needs of the node.
 
 // joinGroup finds or starts the live group name (namespaced; shown to clients as shown)
 // with the member's settings, and adds m to it. A member whose settings differ from the

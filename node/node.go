@@ -28,6 +28,7 @@ import (
 	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/node/placement"
+	"github.com/quicmq/quicmq/node/subscriptions"
 	"github.com/quicmq/quicmq/node/tail"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
@@ -57,8 +58,9 @@ type Node struct {
 	// wild is the wildcard subscriptions that read by sweep (sweep.go), told of every advance
 	// of the log's high-watermarks.
 	wild   *wildSet
-	cons   consumers   // held exclusive durables and live consumer groups (exclusive.go, groups.go)
-	groups *groups.Env // what the live groups need of the node (groups.go)
+	cons   consumers            // live consumer groups (durables.go, groups.go)
+	locks  *subscriptions.Locks // exclusive durables held here, or at their home (durables.go)
+	groups *groups.Env          // what the live groups need of the node (groups.go)
 
 	gossip *gossip.Gossip         // nil without GossipLAN
 	fed    *federation.Federation // links to the other nodes of the mesh; nil without GossipLAN
@@ -103,6 +105,7 @@ func New(cfg Config) (*Node, error) {
 		stop:     make(chan struct{}),
 		runDone:  make(chan struct{}),
 	}
+	n.locks = n.newLocks()
 	n.mu.sessions = make(map[*session]struct{})
 	n.mu.subs = make(map[*subscription]struct{})
 	n.mu.tenants = make(map[string]int)

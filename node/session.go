@@ -293,7 +293,7 @@ func (s *session) serveStream(str *quic.Stream) {
 		}
 		s.manage(str, f) // manage_wire.go
 	case *wire.Hold:
-		s.serveHold(str, r, f) // holder.go
+		s.serveHold(str, r, f) // durables.go, node/subscriptions
 	case *wire.GroupStore:
 		s.serveGroupStore(str, f) // grouprepl.go
 	default:

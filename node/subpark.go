@@ -3,6 +3,7 @@ package node
 import (
 	"github.com/quic-go/quic-go"
 
+	"github.com/quicmq/quicmq/node/subscriptions"
 	"github.com/quicmq/quicmq/node/tail"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -20,7 +21,7 @@ func (sub *subRun) parkCursor() *cursor {
 	if sub.sweep.on || len(sub.cursors) != 1 || sub.upCh != nil || (sub.caughtUp && !sub.caughtOK) {
 		return nil
 	}
-	if _, own := sub.out.(ownStream); !own {
+	if _, own := sub.out.(subscriptions.OwnStream); !own {
 		return nil
 	}
 	c := sub.cursors[0]
@@ -51,7 +52,7 @@ func (sub *subRun) unpark(f *tail.Fanout) {
 		return
 	}
 	if back := f.Unpark(sub.s, sub, sub.wake); len(back) > 0 {
-		sub.handOver(back)
+		sub.wr.HandOver(back)
 	}
 }
 
@@ -61,7 +62,7 @@ func (sub *subRun) unpark(f *tail.Fanout) {
 // Position is the cursor's next offset, its topic's index on the stream, and the framing.
 func (sub *subRun) Position() (next, index uint64, batch bool) {
 	c := sub.cursors[0]
-	return c.next, sub.out.index(c.index), sub.batch
+	return c.next, sub.out.Index(c.index), sub.batch
 }
 
 // CheckAt reports whether the cursor's topic is still the one it reads (in: the log's).
@@ -82,7 +83,9 @@ func (sub *subRun) Delivered(to uint64, records, bytes int) {
 
 // TryWrite queues buf on the subscription's own stream without blocking: quic.ErrWouldBlock,
 // or the stream's error, which the writer meets again and ends on.
-func (sub *subRun) TryWrite(buf []byte) error { return sub.out.(ownStream).str.TryWriteAll(buf) }
+func (sub *subRun) TryWrite(buf []byte) error {
+	return sub.out.(subscriptions.OwnStream).Str.TryWriteAll(buf)
+}
 
 // Poke wakes the run goroutine: the fanout handed the subscription back.
 func (sub *subRun) Poke() { sub.poke() }

@@ -2,7 +2,6 @@ package node
 
 import (
 	"errors"
-	"time"
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/tail"
@@ -101,7 +100,7 @@ func (sub *subRun) encode(rec *wal.Record) {
 		c.next = rec.Offset + 1 // the vector it resumed from covers it (vector.go)
 		return
 	}
-	sub.rec = recordFrame(sub.out.index(c.index), rec, sub.s.n.cfg.Region) // one value, reused: encoded at once
+	sub.rec = recordFrame(sub.out.Index(c.index), rec, sub.s.n.cfg.Region) // one value, reused: encoded at once
 	if sub.runs {
 		sub.rec.Bind = bind
 		sub.w.BufferRun(&sub.rec)
@@ -133,7 +132,7 @@ func recordFrame(index uint64, rec *wal.Record, region string) wire.Record {
 // all deleted can store a position past them.
 func (sub *subRun) skipDeleted(c *cursor, first uint64) {
 	sub.bind(c)
-	sub.w.Buffer(&wire.Gap{Index: sub.out.index(c.index), From: c.next, To: first})
+	sub.w.Buffer(&wire.Gap{Index: sub.out.Index(c.index), From: c.next, To: first})
 	c.next = first
 	sub.delivered(c)
 }
@@ -168,103 +167,21 @@ func (sub *subRun) bindIndex(c *cursor) string {
 
 // bufferTopic buffers the TOPIC frame binding c's number to name.
 func (sub *subRun) bufferTopic(c *cursor, name string) {
-	sub.topicF = wire.Topic{Index: sub.out.index(c.index), Name: name}
+	sub.topicF = wire.Topic{Index: sub.out.Index(c.index), Name: name}
 	sub.w.Buffer(&sub.topicF)
 }
 
-// flush hands the buffered frames to the subscription's writer goroutine, which writes
-// them, counting the time the write was blocked, and returns once the previous batch is
-// written: the run goroutine reads and encodes the next batch from the log while QUIC packs
-// this one, so a subscription holds at most two batches (2 x ReadAhead), whatever its lag.
-// The error is that of the previous batch: a failed write is seen one flush later. end
-// waits for the last batch and stops the writer.
-func (sub *subRun) flush() error {
-	if err := sub.waitWrite(); err != nil {
-		return err
-	}
-	if sub.w.Buffered() == 0 {
-		return nil
-	}
-	buf := sub.w.Swap(sub.spare)
-	sub.spare = nil
-	sub.handOver(buf)
-	return nil
-}
-
-// handOver has the writer goroutine write buf, whole frames already counted as delivered:
-// a batch flush took from the buffer, or the frames a fanout could not queue (unpark). The
-// writer is idle.
-func (sub *subRun) handOver(buf []byte) {
-	if sub.writeq == nil {
-		sub.writeq, sub.written = make(chan []byte), make(chan written, 1)
-		go writeBatches(sub.out, sub.series, sub.writeq, sub.written)
-	}
-	sub.writing = true
-	sub.writeq <- buf
-}
-
-// written is the writer goroutine's answer for one batch: the write's error, and the
-// batch's buffer to reuse (nil: too large to keep).
-type written struct {
-	err   error
-	spare []byte
-}
-
-// writeBatches is a subscription's writer goroutine: one per subscription, for its life, so
-// a live tail does not start a goroutine per batch. It holds nothing of the subscription but
-// the batch it was handed and gives the buffer back with the result, so the run goroutine
-// owns everything else.
-func writeBatches(out subStream, series *subSeries, in <-chan []byte, done chan<- written) {
-	for buf := range in {
-		start := time.Now()
-		err := out.write(buf)
-		if d := time.Since(start); d > 100*time.Microsecond {
-			series.blocked.Add(d.Seconds())
-		}
-		w := written{err: err}
-		if cap(buf) <= 1<<20 {
-			w.spare = buf[:0]
-		}
-		done <- w
-	}
-}
+// flush hands the buffered frames to the subscription's writer goroutine and returns once
+// the previous batch is written (subscriptions.Writer.Flush): the run goroutine reads and
+// encodes the next batch from the log while QUIC packs this one, so a subscription holds at
+// most two batches (2 x ReadAhead), whatever its lag. The error is that of the previous
+// batch: a failed write is seen one flush later. end waits for the last batch and stops the
+// writer.
+func (sub *subRun) flush() error { return sub.wr.Flush(sub.w, sub.holding, sub.releaseScans) }
 
 // waitWrite waits until the batch flush handed over, if any, is written, and returns the
-// write's error. A wait longer than scanHold releases the log iterators first.
-func (sub *subRun) waitWrite() error {
-	if !sub.writing {
-		return nil
-	}
-	sub.writing = false
-	if sub.holding {
-		select {
-		case w := <-sub.written:
-			return sub.took(w)
-		default:
-		}
-		if sub.hold == nil {
-			sub.hold = time.NewTimer(scanHold)
-		} else {
-			sub.hold.Reset(scanHold) // stopped or fired: since Go 1.23 no stale tick is left
-		}
-		select {
-		case w := <-sub.written:
-			sub.hold.Stop()
-			return sub.took(w)
-		case <-sub.hold.C:
-			sub.releaseScans()
-		}
-	}
-	return sub.took(<-sub.written)
-}
-
-// took keeps a written batch's buffer for the next one and returns the write's error.
-func (sub *subRun) took(w written) error {
-	if w.spare != nil {
-		sub.spare = w.spare
-	}
-	return w.err
-}
+// write's error. A long wait releases the log iterators first (subscriptions.Writer.Wait).
+func (sub *subRun) waitWrite() error { return sub.wr.Wait(sub.holding, sub.releaseScans) }
 
 // releaseScans closes the log iterators the cursors' scanners hold.
 func (sub *subRun) releaseScans() {
@@ -289,9 +206,3 @@ var errStreamGone = &wire.Error{Code: wire.CodeInternal, Message: "subscription 
 // maxReadRecords bounds the records of one read of a cursor, beside ReadAhead's bytes: 4096
 // records of 100 B are 400-500 KiB stored, so for small records the bytes bound comes first.
 const maxReadRecords = 4096
-
-// scanHold is how long waitWrite keeps the cursors' log iterators open while the writer is
-// still busy: longer than writing one batch takes when the client keeps up, so a replay reads
-// the log with one iterator from batch to batch (wal.Scanner), and short enough that a stalled
-// subscriber pins nothing of the store.
-const scanHold = 5 * time.Millisecond

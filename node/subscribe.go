@@ -11,6 +11,7 @@ import (
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/subscriptions"
 	"github.com/quicmq/quicmq/node/tail"
 	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
@@ -19,7 +20,7 @@ import (
 // subscription is the subscription core: a cursor per matching topic over the durable log,
 // plus a bounded read-ahead (Config.ReadAhead), the frames it sends, the checks of the ACKs
 // it gets and a durable consumer's positions. How its frames reach the client is its
-// stream mapping, out (substream.go): a stream of its own, or its part of a shared stream
+// stream mapping, out (subscriptions.Stream): a stream of its own, or its part of a shared stream
 // (the ablation, ablation.go); nothing else differs between the two.
 //
 // Goroutines, and who owns what, in the types: the run goroutine owns a subRun (the cursors,
@@ -28,13 +29,13 @@ import (
 // may touch is this type: fields fixed before serve starts, atomics, mu (ACK checks and the
 // lag metric), dirty (the log's completer notes advances) and
 // pending (the ack reader: the own stream's ack goroutine, or a shared stream's reader,
-// which checks ACKs and stores positions). The writer goroutine (writeBatches) is handed
-// each batch and gives its buffer back. When the client reads slowly, QUIC flow control
+// which checks ACKs and stores positions). The writer goroutine (subscriptions.Writer) is
+// handed each batch and gives its buffer back. When the client reads slowly, QUIC flow control
 // blocks the writer, then the run goroutine, and nothing else: no queue grows, no other
 // stream waits (invariants I4, I5).
 type subscription struct {
 	s     *session
-	out   subStream
+	out   subscriptions.Stream
 	req   *wire.Subscribe
 	label string // subscription label for metrics: the durable name or "-"
 	batch bool   // the client accepts RECORDS frames (wire.SubscribeRecords)
@@ -96,12 +97,8 @@ type subRun struct {
 	upRetry   map[string]bool         // nodes whose upstream failed and has not been opened again
 	upCh      chan upMsg              // upstream frames, handed over one at a time
 	upWG      sync.WaitGroup          // upstream readers
-	writeq    chan []byte             // batches for the writer goroutine (started by the first flush)
-	written   chan written            // the writer's result for each batch, and its buffer back
-	writing   bool                    // a batch was handed over and its result not yet taken
-	spare     []byte                  // the buffer of the last batch written, reused for the next
+	wr        *subscriptions.Writer   // the writer goroutine and the batches handed to it
 	holding   bool                    // a cursor's scanner may hold a log iterator (releaseScans)
-	hold      *time.Timer             // bounds how long waitWrite keeps them (scanHold)
 	isSetUp   bool                    // setUp is closed
 	catchUp   map[*cursor]uint64      // with caughtUp: cursors not yet at their head at set-up
 	upWait    map[string]bool         // with caughtUp: upstream nodes whose CAUGHT_UP has not come
@@ -212,7 +209,7 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		s.serveMember(str, r, req, refuse) // member.go: a member of a shared consumer group (node/groups)
 		return
 	}
-	var release func() // an exclusive durable's lock (exclusive.go)
+	var release func() // an exclusive durable's lock (durables.go, node/subscriptions)
 	if req.Durable != "" && !s.peer {
 		release, e = n.lockDurable(s, req.Durable, s.actor.ClientDurable(req.Durable), req.Flags&wire.SubscribeStandby != 0, str.Context().Done())
 		if e != nil || release == nil {
@@ -227,7 +224,7 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 		s.passThrough(str, r, req, n.regionTarget(req.Region), refuse)
 		return
 	}
-	sub, e := s.newSubscription(s.ctx, req, ownStream{str})
+	sub, e := s.newSubscription(s.ctx, req, subscriptions.OwnStream{Str: str})
 	if e != nil {
 		refuse(e)
 		return
@@ -269,7 +266,7 @@ func (s *session) subscribe(str *quic.Stream, r *wire.Reader, req *wire.Subscrib
 
 // newSubscription makes the core of a subscription authorized by authorizeSubscribe, on
 // mapping out, its context a child of parent. It resolves the owner of a literal topic.
-func (s *session) newSubscription(parent context.Context, req *wire.Subscribe, out subStream) (*subscription, *wire.Error) {
+func (s *session) newSubscription(parent context.Context, req *wire.Subscribe, out subscriptions.Stream) (*subscription, *wire.Error) {
 	n := s.n
 	// A subscription relayed by another node of this region is served from this node's log
 	// alone; a client's subscription to a topic another node owns is served from an upstream
@@ -324,7 +321,8 @@ func (s *session) newSubscription(parent context.Context, req *wire.Subscribe, o
 // newRun makes the run goroutine's state of sub (serve, and tests).
 func newRun(sub *subscription) *subRun {
 	r := &subRun{subscription: sub, byTopic: make(map[string]*cursor)}
-	r.w = wire.NewWriter(writerFunc(sub.out.write))
+	r.w = wire.NewWriter(subscriptions.WriterFunc(sub.out.Write))
+	r.wr = subscriptions.NewWriter(sub.out)
 	r.encodeFn, r.scanFn = r.encode, r.encodeScanned
 	return r
 }
@@ -342,6 +340,7 @@ func (sub *subRun) serve() {
 	}
 	defer s.untrack(sub)
 	sub.series = n.metrics.sub.acquire(sub.req.Pattern, sub.label)
+	sub.wr.CountBlocked(sub.series.blocked)
 	defer sub.series.release()
 	n.addSubscription(sub.subscription)
 	defer n.removeSubscription(sub.subscription)
@@ -372,8 +371,12 @@ func (sub *subscription) drain() {
 	sub.draining.Store(true)
 	sub.cancel()
 	// A write blocked on flow control must give up so the ERROR frame can be attempted.
-	sub.out.setWriteDeadline(time.Now().Add(endWriteTimeout))
+	sub.out.SetWriteDeadline(time.Now().Add(endWriteTimeout))
 }
+
+// endWriteTimeout bounds the write of a stream's last frames (its ERROR) to a client that
+// does not read (subscriptions.EndWriteTimeout).
+const endWriteTimeout = subscriptions.EndWriteTimeout
 
 // end ends the subscription's part of the stream, first sending e if not nil. Run
 // goroutine, last.
@@ -381,15 +384,12 @@ func (sub *subRun) end(e *wire.Error) {
 	if e != nil && !sub.draining.Load() {
 		sub.s.n.metrics.subscribeErrors.WithLabelValues(strconv.FormatUint(uint64(e.Code), 10)).Inc()
 	}
-	sub.out.stopReading() // stops the ack reader if it still runs
-	sub.waitWrite()
-	if sub.writeq != nil {
-		close(sub.writeq) // the writer goroutine ends
-	}
+	sub.out.StopReading() // stops the ack reader if it still runs
+	sub.wr.Close(sub.holding, sub.releaseScans)
 	if sub.beforeEnd != nil {
 		sub.beforeEnd()
 	}
-	sub.out.finish(e)
+	sub.out.Finish(e)
 	sub.markSetUp()
 }
 

@@ -271,7 +271,7 @@ func (sub *subRun) takeUpstream(m upMsg) *wire.Error {
 		sub.mu.Unlock()
 		up.remote[f.Index] = idx
 		sub.upIndex[f.Name] = idx
-		sub.w.Buffer(&wire.Topic{Index: sub.out.index(idx), Name: sub.s.actor.ClientName(f.Name)})
+		sub.w.Buffer(&wire.Topic{Index: sub.out.Index(idx), Name: sub.s.actor.ClientName(f.Name)})
 	case *wire.Record:
 		if up.skip[f.Index] {
 			return nil
@@ -280,7 +280,7 @@ func (sub *subRun) takeUpstream(m upMsg) *wire.Error {
 		if !ok {
 			return bad(f.Index)
 		}
-		f.Index = sub.out.index(idx)
+		f.Index = sub.out.Index(idx)
 		sub.mu.Lock()
 		if f.Offset < sub.mu.bound[idx].delivered {
 			sub.mu.Unlock()
@@ -299,7 +299,7 @@ func (sub *subRun) takeUpstream(m upMsg) *wire.Error {
 		if !ok {
 			return bad(f.Index)
 		}
-		f.Index = sub.out.index(idx)
+		f.Index = sub.out.Index(idx)
 		sub.mu.Lock()
 		if f.To <= sub.mu.bound[idx].delivered {
 			sub.mu.Unlock()

@@ -1,4 +1,4 @@
-package node
+package subscriptions
 
 import (
 	"context"
@@ -10,28 +10,31 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
-	"github.com/quicmq/quicmq/node/auth"
 )
 
 // Holder streams (docs/protocol.md "Holder streams"): the exclusive lock of a durable whose
-// home (grouprelay.go) is another node of the region is taken there. The node the client is
+// home (node/grouprelay.go) is another node of the region is taken there. The node the client is
 // connected to opens a stream to the home and sends HOLD; the home takes the lock for it
 // (a standby's HOLD waits) and answers HELD, or ERROR 15 naming the holder, and keeps it
 // until the stream ends: the asker's FIN when the subscription ends, or the stream's or
 // link's loss. A lost stream releases the lock at the home, so the asker ends its
 // subscription too, with ERROR 9 (subscribe again): one that went on would hold the durable
 // without its lock. Between the loss and that end a second subscriber can take the lock, as
-// in the brief window of a membership change (grouprelay.go).
+// in the brief window of a membership change (node/grouprelay.go).
 
-// lockAt takes durable name's lock at node home for the client of s: as lockDurable.
-func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <-chan struct{}) (release func(), e *wire.Error) {
-	ctx, cancel := context.WithCancel(s.ctx)
-	str, err := n.fed.OpenStreamTo(ctx, home)
+// At takes durable name's lock at node home, another node of the region, for a client
+// (address client) of this node whose session's context is ctx: as Here, with the session
+// gone when ctx is done. lost runs, on the holder stream's reader, when the stream ends
+// without release: the caller ends the subscriptions that held the lock.
+func (l *Locks) At(ctx context.Context, home, client, name, shown string, standby bool, stop <-chan struct{}, lost func()) (release func(), e *wire.Error) {
+	sessionDone := ctx.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	str, err := l.cfg.Open(ctx, home)
 	if err != nil {
 		cancel()
 		return nil, wire.Errorf(wire.CodeUnavailable, "durable consumer %q: its lock is kept by node %s of this region, which cannot be reached now: %v", shown, home, err)
 	}
-	req := &wire.Hold{Name: name, Shown: shown, Client: s.conn.RemoteAddr().String()}
+	req := &wire.Hold{Name: name, Shown: shown, Client: client}
 	if standby {
 		req.Flags = wire.HoldStandby
 	}
@@ -59,7 +62,7 @@ func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <
 		for {
 			if _, err := r.Read(); err != nil {
 				if !released.Load() {
-					n.lockLost(s, name, shown, home)
+					l.lost(lost)
 				}
 				return
 			}
@@ -77,14 +80,14 @@ func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <
 	}
 	var timeout <-chan time.Time // a standby waits for the holder; anyone else for an answer
 	if !standby {
-		t := time.NewTimer(n.cfg.ManageTimeout)
+		t := time.NewTimer(l.cfg.Timeout)
 		defer t.Stop()
 		timeout = t.C
 	}
 	select {
 	case <-timeout:
 		end()
-		return nil, wire.Errorf(wire.CodeUnavailable, "durable consumer %q: node %s, which keeps its lock, did not answer within %v", shown, home, n.cfg.ManageTimeout)
+		return nil, wire.Errorf(wire.CodeUnavailable, "durable consumer %q: node %s, which keeps its lock, did not answer within %v", shown, home, l.cfg.Timeout)
 	case err := <-answer:
 		var we *wire.Error
 		switch {
@@ -99,10 +102,10 @@ func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <
 	case <-stop:
 		end()
 		return nil, nil
-	case <-s.ctx.Done():
+	case <-sessionDone:
 		end()
 		return nil, nil
-	case <-n.stop:
+	case <-l.cfg.Stop:
 		end()
 		return nil, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
 	}
@@ -116,35 +119,21 @@ func (n *Node) lockAt(s *session, home, name, shown string, standby bool, stop <
 	}, nil
 }
 
-// lockLost ends the subscriptions of session s under durable name (stored): the stream that
-// held its lock at home ended without them letting go.
-func (n *Node) lockLost(s *session, name, shown, home string) {
+// lost runs lost, the end of the subscriptions whose lock's holder stream ended without
+// them letting go, unless this node is shutting down: its subscriptions end with ERROR 11.
+func (l *Locks) lost(lost func()) {
 	select {
-	case <-n.stop:
-		return // this node is shutting down: its subscriptions end with ERROR 11
+	case <-l.cfg.Stop:
+		return
 	default:
 	}
-	e := wire.Errorf(wire.CodeUnavailable, "durable consumer %q: its lock at node %s of this region was lost (the node or the link to it went away): subscribe again", shown, home)
-	for _, sub := range n.liveSubscriptions() {
-		if sub.s == s && sub.req.Durable == name {
-			sub.ackErr.CompareAndSwap(nil, e)
-			sub.cancel()
-		}
-	}
+	lost()
 }
 
-// serveHold serves a HOLD from a node of this region: it takes the lock here and keeps it
-// until the stream ends.
-func (s *session) serveHold(str *quic.Stream, r *wire.Reader, f *wire.Hold) {
-	n := s.n
-	if !s.peer || s.peerRegion() != n.cfg.Region {
-		s.failStream(str, wire.Errorf(wire.CodeForbidden, "HOLD is for the nodes of this region"))
-		return
-	}
-	if !auth.ValidConsumerName(f.Name, true) {
-		s.failStream(str, wire.Errorf(wire.CodeInvalidArgument, "durable name %q: want 1-400 characters of [A-Za-z0-9_./-]", f.Name))
-		return
-	}
+// ServeHold serves a HOLD, f, read by r from str, a stream of node peer of this region
+// (the caller checked that and f's name) whose session's context is ctx: it takes the lock
+// here and keeps it until the stream ends. fail answers the stream with an error.
+func (l *Locks) ServeHold(ctx context.Context, str *quic.Stream, r *wire.Reader, f *wire.Hold, peer string, fail func(*quic.Stream, *wire.Error)) {
 	gone := make(chan struct{}) // the asker's FIN or reset
 	go func() {
 		defer close(gone)
@@ -158,9 +147,9 @@ func (s *session) serveHold(str *quic.Stream, r *wire.Reader, f *wire.Hold) {
 		str.CancelRead(wire.AppCancelled)
 		<-gone
 	}()
-	release, e := n.lockHere(s.peerName, f.Client, f.Name, f.Shown, f.Flags&wire.HoldStandby != 0, gone, s.ctx.Done())
+	release, e := l.Here(peer, f.Client, f.Name, f.Shown, f.Flags&wire.HoldStandby != 0, gone, ctx.Done())
 	if e != nil {
-		s.failStream(str, e)
+		fail(str, e)
 		return
 	}
 	if release == nil {
@@ -175,7 +164,7 @@ func (s *session) serveHold(str *quic.Stream, r *wire.Reader, f *wire.Hold) {
 	}
 	select {
 	case <-gone:
-	case <-s.ctx.Done():
+	case <-ctx.Done():
 	}
 	str.Close()
 }
