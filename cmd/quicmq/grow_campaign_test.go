@@ -115,7 +115,7 @@ func TestGrowCampaign(t *testing.T) {
 	}
 	for i := 3; i < 5; i++ {
 		r.waitLinks(i)
-		growProfile(t, &profs, profDir, metrics[i], r.nodes[i].name, profSeconds-1)
+		growProfile(t, &profs, profDir, metrics[i], r.nodes[i].name, max(1, profSeconds-1))
 	}
 	defer profs.Wait()
 	var rows []growNodeRow
