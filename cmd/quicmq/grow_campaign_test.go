@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +32,10 @@ import (
 // QUICMQ_GROW_CAMPAIGN=1 runs it; QUICMQ_GROW_TOPICS (default 1000) and QUICMQ_GROW_RATE
 // (publishes/s, default 1000) size it; QUICMQ_GROW_BIN runs another build's node processes
 // (a base to compare with, in the same conditions); QUICMQ_GROW_TIMELINE=1 adds a timeline
-// of the nodes' CPU beside the publishes.
+// of the nodes' CPU beside the publishes; QUICMQ_GROW_PROFILE=DIR writes a CPU profile of
+// each node over the moves (QUICMQ_GROW_PROFILE_SECONDS, default 6) to DIR/NAME.pprof;
+// QUICMQ_GROW_LOG_LEVEL=debug logs each raft step (with QUICMQ_NODE_LOGS);
+// QUICMQ_GROW_NODE_FLAGS adds flags to every node (a setting to try).
 //
 // QUICMQ_GROW_CONTROL=1 runs the control: the same region, load and two joining processes,
 // with both balancers off, so nothing moves. Its "during" is the first QUICMQ_GROW_CONTROL_ACKS
@@ -56,10 +62,11 @@ func TestGrowCampaign(t *testing.T) {
 	if b := os.Getenv("QUICMQ_GROW_BIN"); b != "" { // another build's nodes, to compare in the same conditions
 		bin = b
 	}
-	var listen, admin []string
+	var listen, admin, metrics []string
 	for range 5 {
-		listen, admin = append(listen, freeAddr(t)), append(admin, freeAddr(t))
+		listen, admin, metrics = append(listen, freeAddr(t)), append(admin, freeAddr(t)), append(metrics, freeAddr(t))
 	}
+	profDir := os.Getenv("QUICMQ_GROW_PROFILE") // a CPU profile of each node over the moves (or the control's window)
 	r := &replicaRegion{t: t, bin: bin, caDir: t.TempDir(), region: "rc"}
 	for i := range 3 {
 		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
@@ -70,6 +77,15 @@ func TestGrowCampaign(t *testing.T) {
 		flags := []string{"--listen", listen[i], "--admin", admin[i], "--admin-api", "--replicas", "3", "--raft-balance-interval", "2s"}
 		if control {
 			flags = append(flags, "--raft-no-replica-balance", "--raft-no-balance")
+		}
+		if extra := os.Getenv("QUICMQ_GROW_NODE_FLAGS"); extra != "" { // e.g. "--raft-moves 1", to try a setting
+			flags = append(flags, strings.Fields(extra)...)
+		}
+		if profDir != "" {
+			flags = append(flags, "--metrics", metrics[i], "--pprof")
+		}
+		if lvl := os.Getenv("QUICMQ_GROW_LOG_LEVEL"); lvl != "" { // debug: each leadership hand-off, with QUICMQ_NODE_LOGS
+			flags = append(flags, "--log-level", lvl)
 		}
 		return flags
 	}
@@ -87,6 +103,11 @@ func TestGrowCampaign(t *testing.T) {
 
 	l.phase.Store("grow")
 	start := time.Now()
+	var profs sync.WaitGroup
+	profSeconds := envInt("QUICMQ_GROW_PROFILE_SECONDS", 6)
+	for i := range 3 {
+		growProfile(t, &profs, profDir, metrics[i], r.nodes[i].name, profSeconds)
+	}
 	l.event("start rc4, rc5")
 	for i := 3; i < 5; i++ {
 		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
@@ -94,7 +115,9 @@ func TestGrowCampaign(t *testing.T) {
 	}
 	for i := 3; i < 5; i++ {
 		r.waitLinks(i)
+		growProfile(t, &profs, profDir, metrics[i], r.nodes[i].name, max(1, profSeconds-1))
 	}
+	defer profs.Wait()
 	var rows []growNodeRow
 	if control {
 		rows = growControl(t, l, admin[0], envInt("QUICMQ_GROW_CONTROL_ACKS", 6*rate))
@@ -207,10 +230,40 @@ func (l *rollLoad) growSlowReport(start time.Time, over time.Duration, replicasO
 		for _, s := range ep {
 			sets[replicasOf[s.topic]]++
 		}
-		fmt.Fprintf(&b, "  %6.2fs..%6.2fs sent: %d slow, worst %v, %d published again; client on %s; by replicas after: %v\n",
-			ep[0].sent.Sub(start).Seconds(), ep[len(ep)-1].sent.Sub(start).Seconds(), len(ep), worst.Round(time.Millisecond), retried, ep[0].node, sets)
+		// The head of the line: answers on the one publish stream go in order, so the first
+		// slow publish is the one whose group stalled; the others waited behind it.
+		head := ep[0]
+		fmt.Fprintf(&b, "  %6.2fs..%6.2fs sent: %d slow, worst %v, %d published again; client on %s; head roll.t%d (replicas after %s, %v, acknowledged at %.2fs); by replicas after: %v\n",
+			ep[0].sent.Sub(start).Seconds(), ep[len(ep)-1].sent.Sub(start).Seconds(), len(ep), worst.Round(time.Millisecond), retried, ep[0].node,
+			head.topic, replicasOf[head.topic], head.lat.Round(time.Millisecond), head.sent.Add(head.lat).Sub(start).Seconds(), sets)
 	}
 	return b.String()
+}
+
+// growProfile, with dir set, fetches a CPU profile of secs seconds from the node whose
+// metrics listener (with --pprof) is at addr into dir/NAME.pprof, on a goroutine wg waits for.
+func growProfile(t *testing.T, wg *sync.WaitGroup, dir, addr, name string, secs int) {
+	if dir == "" {
+		return
+	}
+	wg.Go(func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs))
+		if err != nil {
+			t.Errorf("%s: profile: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s: %s", resp.Status, body)
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+".pprof"), body, 0o644)
+		}
+		if err != nil {
+			t.Errorf("%s: profile: %v", name, err)
+		}
+	})
 }
 
 // growBalanced polls `quicmq nodes` until the five nodes hold and lead within one of even with
