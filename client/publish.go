@@ -156,6 +156,18 @@ func (c *Conn) PublishAsync(ctx context.Context, m Message) (*Future, error) {
 		return nil, err
 	}
 	f := c.newFuture(m)
+	if p.retired.Load() {
+		// The Conn moved home while this publish waited for a slot (failover.go, goHome). Its
+		// Flush count was taken after goHome's last Flush sealed the old stream's publishes
+		// (goHome retires the stream before that Flush, so a count taken after it sees the
+		// stream retired), so the old stream may close before answering it: it goes home.
+		np, err := c.publisher(ctx)
+		if err != nil {
+			f.abandon()
+			return nil, wrap(publishOp(m.Topic), err)
+		}
+		p = np
+	}
 	if err := p.queue(f); err != nil {
 		f.abandon()
 		return nil, wrap(publishOp(m.Topic), err)
