@@ -1,4 +1,4 @@
-package node
+package subscriptions
 
 import (
 	"sync/atomic"
@@ -19,7 +19,7 @@ type commits struct {
 
 // commit stores the positions staged so far and has the run goroutine confirm seq. Ack
 // reader.
-func (sub *subscription) commit(c *wire.Commit) *wire.Error {
+func (sub *Subscription) commit(c *wire.Commit) *wire.Error {
 	if e := sub.storeAcks(); e != nil {
 		return e
 	}
