@@ -23,7 +23,7 @@ func (sub *Subscription) Cancel() { sub.cancel() }
 
 // End ends the subscription with e, unless an error already ends it.
 func (sub *Subscription) End(e *wire.Error) {
-	sub.ackErr.CompareAndSwap(nil, e)
+	sub.in.fail(e)
 	sub.cancel()
 }
 
@@ -48,7 +48,7 @@ func (sub *Subscription) ServeAcks(r *wire.Reader) {
 	}
 	defer sub.cancel() // the client's FIN ends the subscription, after its ACKs are stored
 	if e := sub.readAcks(r); e != nil {
-		sub.ackErr.Store(e)
+		sub.in.err.Store(e) // the ack reader's protocol error is the one the client gets
 	}
 }
 
@@ -67,7 +67,7 @@ func (sub *Subscription) Lag() uint64 { return sub.lag() }
 
 // NotifyNewTopic tells the subscription of a new topic that matches its pattern (the node's
 // topic watcher, through HostConfig.Interest). It never blocks.
-func (sub *Subscription) NotifyNewTopic(topic string) { sub.notifyNewTopic(topic) }
+func (sub *Subscription) NotifyNewTopic(topic string) { sub.in.newTopic(topic) }
 
 // MaxReadRecords bounds the records of one read of a cursor, beside ReadAhead's bytes: 4096
 // records of 100 B are 400-500 KiB stored, so for small records the bytes bound comes first.

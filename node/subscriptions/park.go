@@ -39,7 +39,7 @@ func (sub *subRun) park() (*tail.Fanout, error) {
 	if err := sub.waitWrite(); err != nil {
 		return nil, err
 	}
-	return c.tail.Park(sub.conn, sub, sub.wake), nil
+	return c.tail.Park(sub.conn, sub, sub.in.wake), nil
 }
 
 // unpark takes the subscription back from f, if it is parked (f not nil), and has its
@@ -48,7 +48,7 @@ func (sub *subRun) unpark(f *tail.Fanout) {
 	if f == nil {
 		return
 	}
-	if back := f.Unpark(sub.conn, sub, sub.wake); len(back) > 0 {
+	if back := f.Unpark(sub.conn, sub, sub.in.wake); len(back) > 0 {
 		sub.wr.HandOver(back)
 	}
 }
@@ -85,4 +85,4 @@ func (sub *subRun) TryWrite(buf []byte) error {
 }
 
 // Poke wakes the run goroutine: the fanout handed the subscription back.
-func (sub *subRun) Poke() { sub.poke() }
+func (sub *subRun) Poke() { sub.in.poke() }

@@ -21,16 +21,26 @@ import (
 // stream mapping, out (Stream): a stream of its own, or its part of a shared stream
 // (the ablation, ablation.go); nothing else differs between the two.
 //
-// Goroutines, and who owns what, in the types: the run goroutine owns a subRun (the cursors,
-// the frame buffer, the upstreams, the sweep), made by serve and reached by no other
-// goroutine but a fanout while the subscription is parked on it (subpark.go). What the others
-// may touch is this type: fields fixed before serve starts, atomics, mu (ACK checks and the
-// lag metric), dirty (the log's completer notes advances) and
-// pending (the ack reader: the own stream's ack goroutine, or a shared stream's reader,
-// which checks ACKs and stores positions). The writer goroutine (Writer) is
-// handed each batch and gives its buffer back. When the client reads slowly, QUIC flow control
-// blocks the writer, then the run goroutine, and nothing else: no queue grows, no other
-// stream waits (invariants I4, I5).
+// Goroutines, and who owns what, in the types:
+//   - the run goroutine owns a subRun (the cursors, the frame buffer, the upstreams, the
+//     sweep), made by Serve and reached by no other goroutine but a fanout while the
+//     subscription is parked on it (park.go);
+//   - every other goroutine that tells the run goroutine something (the topic watcher, the
+//     log's completer, the ack reader's COMMIT and errors, the node ending it) writes only
+//     to its inbox (inbox.go), which the run goroutine alone takes from;
+//   - the ack reader (its own stream's, or a shared stream's reader) owns pending and the
+//     acknowledged vectors (vec), and checks ACKs against mu;
+//   - mu is the one piece with several writers: what was delivered per topic number (the
+//     run goroutine, or the fanout while parked), the durable's floor and the ACKs waiting
+//     for an upstream (the ack reader), read by the lag metric's collector too. An ACK must
+//     be checked against what was delivered before it is stored, on the ack reader, without
+//     waiting for a run goroutine blocked on flow control: so it stays a small struct under
+//     its mutex rather than a message;
+//   - the rest is fixed before Serve starts, or atomic (draining).
+//
+// The writer goroutine (Writer) is handed each batch and gives its buffer back. When the
+// client reads slowly, QUIC flow control blocks the writer, then the run goroutine, and
+// nothing else: no queue grows, no other stream waits (invariants I4, I5).
 type Subscription struct {
 	h     *Host
 	conn  tail.Conn       // the session's connection (tail.Conn groups wake-ups and fanouts)
@@ -49,33 +59,28 @@ type Subscription struct {
 	series   *subSeries
 	ctx      context.Context
 	cancel   context.CancelFunc
-	wake     chan struct{} // a matching topic advanced, a new topic matched, or the stream ended
 	setUp    chan struct{} // closed once SUBSCRIBED is written, or the subscription failed first
 	started  time.Time
 	// beforeEnd, if set, runs in end before the node's last frame and FIN (run goroutine).
 	beforeEnd func()
 
-	draining atomic.Bool
-	ackErr   atomic.Pointer[wire.Error] // a protocol error found by the ack reader
-	commits  commits                    // COMMIT frames answered (commit.go)
-	vec      vectorState                // vector positions: asked for, and a durable's acknowledged (vector.go)
-
-	dirty sweepDirty // a sweep's topics advanced: written by the log's completer (sweep.go)
+	in       inbox       // what the other goroutines tell the run goroutine, and its wake-up
+	draining atomic.Bool // the node drains: the stream ends with CodeShuttingDown
+	vec      vectorState // vector positions: asked for, and a durable's acknowledged (vector.go)
 
 	// Owned by the ack reader.
 	pending map[string]uint64 // durable positions read, not yet stored
 
 	mu struct {
 		sync.Mutex
-		newTopics []string     // pushed by the node's topic watcher
-		bound     []boundTopic // by topic number: for validating ACKs
-		curs      []*cursor    // every cursor, for the lag metric (cursor.pub)
+		bound []boundTopic // by topic number: for validating ACKs
+		curs  []*cursor    // every cursor, for the lag metric (cursor.pub)
 	}
 }
 
 // subRun is a subscription's state owned by its run goroutine. serve makes the one value and
 // hands it to run; no other goroutine holds it, except a fanout while the subscription is
-// parked on it (subpark.go: park hands the cursor and the stream's writes over, unpark takes
+// parked on it (park.go: park hands the cursor and the stream's writes over, unpark takes
 // them back; meanwhile the fanout calls subRun's tail.Member methods), so only subRun's
 // methods, called on the run goroutine or a parked subscription's fanout, touch these fields.
 // What other goroutines share is the embedded subscription: immutable after set-up,
@@ -199,11 +204,11 @@ func New(h *Host, p Params) (*Subscription, *wire.Error) {
 		h: h, conn: p.Conn, actor: p.Actor, peer: p.Peer,
 		out: p.Out, req: req, label: label, batch: batch, runs: batch && p.Runs, caughtUp: caughtUp, owner: owner,
 		ctx: ctx, cancel: cancel,
-		wake:    make(chan struct{}, 1),
 		setUp:   make(chan struct{}),
 		pending: make(map[string]uint64),
 		started: time.Now(),
 	}
+	sub.in.init()
 	sub.vec.want = wire.VectorMap(req.Vector)
 	return sub, nil
 }
@@ -411,7 +416,7 @@ func (sub *subRun) stream(placeChanged <-chan struct{}) *wire.Error {
 			n, err = sub.takeUpstreams()
 			sent += n
 		}
-		if e := sub.ackErr.Load(); e != nil {
+		if e := sub.in.err.Load(); e != nil {
 			return e
 		}
 		if err != nil || sub.ctx.Err() != nil {
@@ -431,7 +436,7 @@ func (sub *subRun) stream(placeChanged <-chan struct{}) *wire.Error {
 		}
 		sub.releaseScans() // caught up: hold no iterator while idle
 		// A simple caught-up subscription waits on its connection's fanout, which writes
-		// the topic's new records to all of them (subpark.go, node/tail).
+		// the topic's new records to all of them (park.go, node/tail).
 		fan, werr := sub.park()
 		if werr != nil {
 			return nil // the client is gone or reset the stream
@@ -439,8 +444,8 @@ func (sub *subRun) stream(placeChanged <-chan struct{}) *wire.Error {
 		select {
 		case <-sub.ctx.Done():
 			sub.unpark(fan)
-			return sub.ackErr.Load()
-		case <-sub.wake:
+			return sub.in.err.Load()
+		case <-sub.in.wake:
 			sub.unpark(fan) // the fanout handed it back, or something else happened
 		case m := <-sub.upCh:
 			if gone, err := sub.takeUpstreamsNow(m); gone || err != nil {

@@ -3,10 +3,8 @@ package subscriptions
 import (
 	"cmp"
 	"errors"
-	"maps"
 	"math"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/quicmq/quicmq/internal/wire"
@@ -21,7 +19,7 @@ import (
 //     advance of every topic's high-watermark from the log (wal.Log.OnAdvance: one function
 //     for the node, no registration per topic) and passes it to the wildcard subscriptions
 //     whose pattern matches (wildSet, a routing.Table), which note the topic and the
-//     high-watermark before the advance (sub.dirty) and wake. The subscription registers
+//     high-watermark before the advance (the subscription's inbox) and wake. The subscription registers
 //     itself right before it lists the topics (wal.Log.TopicsWhile, which lets appends
 //     through between chunks of the listing), so every advance after the registration is
 //     noted, and the high-watermark before a topic's first noted advance is the topic's at
@@ -64,7 +62,7 @@ func (ws *WildSet) Advanced(topic string, id uint32, from, to uint64) {
 		return
 	}
 	for _, sub := range ws.subs.Match(topic) {
-		sub.noteAdvance(topic, id, from, from == to)
+		sub.in.advanced(topic, id, from, from == to)
 	}
 }
 
@@ -91,14 +89,8 @@ type sweepState struct {
 	later   map[uint32]*cursor
 }
 
-// sweepDirty is what advanced noted on a sweep subscription since its run goroutine last
-// took it: per topic ID, the name and the high-watermark before its first noted advance
-// (noMove: changed without one). The log's completer writes it, the run goroutine takes it.
-type sweepDirty struct {
-	sync.Mutex
-	m map[uint32]note
-}
-
+// note is what the inbox keeps of a sweep's topic that advanced: its name and the
+// high-watermark before its first noted advance (noMove: changed without one).
 type note struct {
 	topic string
 	from  uint64
@@ -153,24 +145,6 @@ func (sub *subRun) makeSetUp(upTo int) {
 	}
 }
 
-// noteAdvance notes that topic advanced from from (or changed, moved false) and wakes the
-// run goroutine. It never blocks: the log's completer calls it, with the log's lock held.
-func (sub *Subscription) noteAdvance(topic string, id uint32, from uint64, changed bool) {
-	d := &sub.dirty
-	d.Lock()
-	if d.m == nil {
-		d.m = make(map[uint32]note)
-	}
-	if old, ok := d.m[id]; !ok || (old.from == noMove && !changed) {
-		if changed {
-			from = noMove
-		}
-		d.m[id] = note{topic, from}
-	}
-	d.Unlock()
-	sub.poke()
-}
-
 // sweepable reports whether the subscription reads by sweep: a wildcard served from this
 // node's logs alone. Literal topics keep their cursor per topic with the shared tail and
 // the fanout (node/tail); a wildcard that gathers other nodes' topics too
@@ -208,9 +182,7 @@ func (sub *subRun) setUpSweep() (func(), *wire.Error) {
 	// The listing was taken a chunk at a time after the registration: a topic that advanced
 	// meanwhile may show it, and is noted too. Its head as of the registration, where its
 	// start is taken from, is the high-watermark before its first noted advance.
-	sub.dirty.Lock()
-	notes := maps.Clone(sub.dirty.m)
-	sub.dirty.Unlock()
+	notes := sub.in.peekAdvances()
 	if len(notes) > 0 {
 		for i := range topics {
 			if nt, ok := notes[topics[i].ID]; ok && nt.from != noMove && nt.topic == topics[i].Name {
@@ -397,12 +369,7 @@ func (sub *subRun) activate(c *cursor) {
 // cursors for the noted topics that have none, each at the high-watermark before its
 // first noted advance. Run goroutine.
 func (sub *subRun) takeDirty() {
-	d := &sub.dirty
-	d.Lock()
-	m := d.m
-	d.m = nil
-	d.Unlock()
-	for id, nt := range m {
+	for id, nt := range sub.in.takeAdvances() {
 		if c := sub.sweepCursor(id); c != nil {
 			sub.activate(c)
 			continue

@@ -30,32 +30,11 @@ func (sub *subRun) checkCaughtUp() bool {
 	return true
 }
 
-// notifyNewTopic is called by the node's topic watcher for a new topic matching the
-// pattern. It must not block.
-func (sub *Subscription) notifyNewTopic(topic string) {
-	sub.mu.Lock()
-	sub.mu.newTopics = append(sub.mu.newTopics, topic)
-	sub.mu.Unlock()
-	sub.poke()
-}
-
-// poke wakes the run goroutine, if it is not already due to wake. It never blocks.
-func (sub *Subscription) poke() {
-	select {
-	case sub.wake <- struct{}{}:
-	default:
-	}
-}
-
 func (sub *subRun) takeNewTopics() *wire.Error {
 	if sub.sweep.on {
 		return nil // the node's advances name new topics too (sweep.go)
 	}
-	sub.mu.Lock()
-	topics := sub.mu.newTopics
-	sub.mu.newTopics = nil
-	sub.mu.Unlock()
-	for _, t := range topics {
+	for _, t := range sub.in.takeNewTopics() {
 		if sub.owner != "" {
 			break // served by the owner's upstream, whatever this node holds
 		}
@@ -82,9 +61,9 @@ func (sub *subRun) addTopic(topic string, created bool) *wire.Error {
 	// shared tail, its (a connection's subscriptions woken one after the other).
 	var stop func()
 	if c.tail != nil {
-		stop = c.tail.Watch(sub.conn, sub.wake)
+		stop = c.tail.Watch(sub.conn, sub.in.wake)
 	} else {
-		stop = n.wal.Notify(topic, sub.wake)
+		stop = n.wal.Notify(topic, sub.in.wake)
 	}
 	c.cancel = func() {
 		stop()
