@@ -14,6 +14,11 @@ import (
 	"github.com/quicmq/quicmq/wal"
 )
 
+// The session's side of a subscription stream: a SUBSCRIBE authorized (the tenant's
+// namespace, grants, a vector's topics), counted against the connection's limit, and sent to
+// a group member, a durable's lock, a pass-through replay, or else made and served by
+// node/subscriptions, which owns everything about it from there on.
+
 // authorizeSubscribe checks a SUBSCRIBE for the session's principal and returns the request
 // as the node serves it (a tenant's namespace added). Every mapping goes through it, so the
 // ablation can never skip a tenant or grant check.
