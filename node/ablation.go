@@ -39,6 +39,7 @@ import (
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/subscriptions"
 )
 
 // ablationSharedRegion marks a SUBSCRIBE that opens a shared stream (bench/sharedstream
@@ -63,7 +64,7 @@ type sharedStream struct {
 	wg     sync.WaitGroup // the subscriptions' run goroutines
 
 	draining atomic.Bool
-	subs     []*subscription // by number; reader goroutine only
+	subs     []*subscriptions.Subscription // by number; reader goroutine only
 
 	wmu    sync.Mutex // held across a write, so batches never interleave; guards ended
 	ended  bool
@@ -170,7 +171,7 @@ func (ss *sharedStream) read(f wire.Frame) *wire.Error {
 			if no >= uint64(len(ss.subs)) {
 				return wire.Errorf(wire.CodeInvalidArgument, "ACK of topic index %d offset %d: no such record was delivered on this stream", f.Index, f.Offset)
 			}
-			if e := ss.subs[no].takeAck(f.Index&(1<<sharedIndexBits-1), f.Index, f.Offset); e != nil {
+			if e := ss.subs[no].TakeAck(f.Index&(1<<sharedIndexBits-1), f.Index, f.Offset); e != nil {
 				return e
 			}
 		default:
@@ -196,7 +197,7 @@ func (ss *sharedStream) read(f wire.Frame) *wire.Error {
 
 func (ss *sharedStream) storeAcks() *wire.Error {
 	for _, sub := range ss.subs {
-		if e := sub.storeAcks(); e != nil {
+		if e := sub.StoreAcks(); e != nil {
 			return e
 		}
 	}
@@ -226,7 +227,7 @@ func (ss *sharedStream) add(req *wire.Subscribe) *wire.Error {
 	if e := s.countSubscription(); e != nil {
 		return e
 	}
-	sub, e := s.newSubscription(ss.ctx, auth, sharedPart{ss: ss, no: uint64(len(ss.subs))})
+	sub, e := s.newSubscription(ss.ctx, auth, sharedPart{ss: ss, no: uint64(len(ss.subs))}, false)
 	if e != nil {
 		s.subs.Add(-1)
 		return e
@@ -236,10 +237,10 @@ func (ss *sharedStream) add(req *wire.Subscribe) *wire.Error {
 	go func() {
 		defer ss.wg.Done()
 		defer s.subs.Add(-1)
-		sub.serve()
+		s.serveSubscription(sub)
 	}()
 	select {
-	case <-sub.setUp:
+	case <-sub.SetUp():
 	case <-ss.ctx.Done():
 	}
 	return nil

@@ -16,10 +16,10 @@
 //   - node/vector: portable positions read from the log.
 //   - node/tail: what the subscriptions of one topic share: its shared tail and the fanouts
 //     (one writer per connection for its caught-up subscriptions), over tail.Member.
-//   - node/subscriptions: the subscription side, as far as it is cut out of this package:
-//     a subscription's stream (its mapping, subscriptions.Stream: which QUIC stream it gets;
-//     its writer goroutine, subscriptions.Writer) and exclusive durables (the held durables
-//     of their home node, holder streams).
+//   - node/subscriptions: subscriptions: a subscription's cursors, reads, sweep, acks,
+//     upstreams and vectors, its run loop and its inbox, its stream and writer goroutine,
+//     the table of live subscriptions, and exclusive durables (the held durables of their
+//     home node, holder streams). It sees the node as a subscriptions.Host.
 //   - node/groups: live shared consumer groups (their state, dispatch, acks, dead letters).
 //   - node/manage: consumer and topic management over a node or a region (the management
 //     stream's requests, the admin API's /v1/consumers and /v1/topics), over manage.Local.
@@ -33,13 +33,12 @@
 //   - Publishing: publish.go (the publish stream: group-committed appends, acks after the
 //     synced commit, I2), publishorder.go (order per topic across placements and leader
 //     moves), relay.go (a publish for a topic another node owns or leads).
-//   - Subscriptions: subscribe.go (the subscription stream: cursors, read-ahead, acks, I3
-//     and I5), commit.go (COMMIT: acknowledgements confirmed stored), sweep.go (a wildcard served from this node's logs as one sweep, RUNS frames),
-//     subpark.go (a caught-up subscription parked on its connection's fanout, node/tail,
-//     which shares the topic's tail among many subscribers), upstream.go (a wildcard over
-//     topics other nodes own), durables.go (where an exclusive durable's lock is taken,
-//     node/subscriptions), vector.go (portable positions), ablation.go (the
-//     benchmark's shared-stream mode).
+//   - Subscriptions, the session's side (the rest is node/subscriptions): subscribe.go (a
+//     SUBSCRIBE authorized, counted, sent to a group member, a durable's lock or a
+//     pass-through, else made and served by node/subscriptions), subhost.go (the node as
+//     subscriptions.Host; the replicated path as subscriptions.Replicated), durables.go
+//     (where an exclusive durable's lock is taken), ablation.go (the benchmark's
+//     shared-stream mode).
 //   - Consumer groups: groups.go (the table of live groups: join, leave, what a group needs
 //     of the node), member.go (a member's stream, driving its groups.Member), grouprelay.go
 //     (one holder per region), grouprepl.go (group state in raft).
@@ -75,11 +74,9 @@
 //     or the quorum's: I2).
 //   - A subscription stream has a run goroutine (owns its cursors, reads the log up to the
 //     durable high-watermark only: I3), a writer and an ack reader. Its memory is its
-//     cursors plus a bounded read-ahead, whatever its lag (I5). The run goroutine's state is
-//     a type of its own (subRun), which only it holds, but for a fanout (node/tail) while
-//     the subscription is parked there, which calls only its tail.Member methods; the
-//     others reach the shared subscription: its atomics, its mu, and the notes of the topic
-//     watcher and the log (subscribe.go).
+//     cursors plus a bounded read-ahead, whatever its lag (I5). node/subscriptions/doc.go
+//     says which goroutine owns what: others tell the run goroutine things through its
+//     inbox; only the ACK checks' small struct has several writers.
 //   - In a replicated region, replica.Driver's one goroutine owns every raft group of the
 //     node; node talks to it through proposals and Status (replicated.go).
 package node

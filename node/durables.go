@@ -56,9 +56,8 @@ func (n *Node) lockDurable(s *session, name, shown string, standby bool, stop <-
 func (n *Node) lockLost(s *session, name, shown, home string) {
 	e := wire.Errorf(wire.CodeUnavailable, "durable consumer %q: its lock at node %s of this region was lost (the node or the link to it went away): subscribe again", shown, home)
 	for _, sub := range n.liveSubscriptions() {
-		if sub.s == s && sub.req.Durable == name {
-			sub.ackErr.CompareAndSwap(nil, e)
-			sub.cancel()
+		if sub.Conn() == s && sub.Request().Durable == name {
+			sub.End(e)
 		}
 	}
 }

@@ -60,9 +60,9 @@ func (n *Node) consumers(a *auth.Principal, name string) ([]manage.Consumer, *wi
 	}
 	// Members connected now, and the pattern they subscribe with.
 	for _, sub := range n.liveSubscriptions() {
-		if c := byName[sub.req.Durable]; c != nil {
+		if c := byName[sub.Request().Durable]; c != nil {
 			c.Members++
-			c.Pattern = sub.req.Pattern
+			c.Pattern = sub.Request().Pattern
 		}
 	}
 	for _, c := range byName {
@@ -84,10 +84,9 @@ func (n *Node) endMembers(ctx context.Context, name string, e *wire.Error) *wire
 	for {
 		left := 0
 		for _, sub := range n.liveSubscriptions() {
-			if sub.req.Durable == name {
+			if sub.Request().Durable == name {
 				left++
-				sub.ackErr.CompareAndSwap(nil, e)
-				sub.cancel()
+				sub.End(e)
 			}
 		}
 		if left == 0 {

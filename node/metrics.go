@@ -4,6 +4,8 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quicmq/quicmq/node/subscriptions"
 )
 
 // metrics are the node's own series (the log's are registered by package wal on the same
@@ -19,7 +21,7 @@ type metrics struct {
 	subscriptions   prometheus.Gauge
 	subscribeErrors *prometheus.CounterVec
 
-	sub   subMetrics
+	sub   *subscriptions.Metrics // per subscription stream (node/subscriptions)
 	topic topicMetrics
 }
 
@@ -44,22 +46,7 @@ type topicSeries struct {
 	bytes   prometheus.Counter
 }
 
-type subMetrics struct {
-	records *prometheus.CounterVec
-	bytes   *prometheus.CounterVec
-	acks    *prometheus.CounterVec
-	blocked *prometheus.CounterVec
-	streams *prometheus.GaugeVec
-
-	max int
-	mu  struct {
-		sync.Mutex
-		refs map[[2]string]int
-	}
-}
-
 func newMetrics(reg prometheus.Registerer, maxSeries int) *metrics {
-	labels := []string{"pattern", "subscription"}
 	m := &metrics{
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "quicmq_connections", Help: "Open client connections."}),
@@ -79,22 +66,8 @@ func newMetrics(reg prometheus.Registerer, maxSeries int) *metrics {
 		subscribeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "quicmq_subscribe_errors_total", Help: "Subscriptions refused or ended by an error, by error code."},
 			[]string{"code"}),
-		sub: subMetrics{
-			max: maxSeries,
-			records: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "quicmq_subscription_records_total", Help: "Records delivered on subscription streams."}, labels),
-			bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "quicmq_subscription_bytes_total", Help: "Payload bytes delivered on subscription streams."}, labels),
-			acks: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "quicmq_subscription_acks_total", Help: "ACK frames received on subscription streams."}, labels),
-			blocked: prometheus.NewCounterVec(prometheus.CounterOpts{
-				Name: "quicmq_subscription_blocked_seconds_total",
-				Help: "Time subscription streams spent waiting to write: QUIC flow control from a slow reader."}, labels),
-			streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-				Name: "quicmq_subscription_streams", Help: "Open subscription streams with these labels."}, labels),
-		},
 	}
-	m.sub.mu.refs = make(map[[2]string]int)
+	m.sub = subscriptions.NewMetrics(reg, maxSeries, m.subscriptions, m.subscribeErrors)
 	m.topic = topicMetrics{
 		max: maxSeries,
 		records: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -109,7 +82,6 @@ func newMetrics(reg prometheus.Registerer, maxSeries int) *metrics {
 	m.topic.mu.series = make(map[string]*topicSeries)
 	reg.MustRegister(m.connections, m.publishRecords, m.publishBytes, m.publishErrors, m.publishLatency,
 		m.subscriptions, m.subscribeErrors,
-		m.sub.records, m.sub.bytes, m.sub.acks, m.sub.blocked, m.sub.streams,
 		m.topic.records, m.topic.bytes)
 	return m
 }
@@ -132,55 +104,6 @@ func (t *topicMetrics) of(topic string) *topicSeries {
 	return ts
 }
 
-// subSeries are one subscription stream's handles on its (possibly shared) series.
-type subSeries struct {
-	owner   *subMetrics
-	key     [2]string
-	records prometheus.Counter
-	bytes   prometheus.Counter
-	acks    prometheus.Counter
-	blocked prometheus.Counter
-}
-
-// acquire returns handles for a subscription's series, creating them if needed. Past the cap
-// of distinct label sets, the stream is counted under pattern and subscription "_other".
-func (s *subMetrics) acquire(pattern, name string) *subSeries {
-	key := [2]string{pattern, name}
-	s.mu.Lock()
-	if _, ok := s.mu.refs[key]; !ok && len(s.mu.refs) >= s.max {
-		key = [2]string{"_other", "_other"}
-	}
-	s.mu.refs[key]++
-	s.mu.Unlock()
-	s.streams.WithLabelValues(key[0], key[1]).Inc()
-	return &subSeries{
-		owner:   s,
-		key:     key,
-		records: s.records.WithLabelValues(key[0], key[1]),
-		bytes:   s.bytes.WithLabelValues(key[0], key[1]),
-		acks:    s.acks.WithLabelValues(key[0], key[1]),
-		blocked: s.blocked.WithLabelValues(key[0], key[1]),
-	}
-}
-
-// release drops the stream's share; the series are deleted with the last stream.
-func (ss *subSeries) release() {
-	s := ss.owner
-	s.streams.WithLabelValues(ss.key[0], ss.key[1]).Dec()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.mu.refs[ss.key]--
-	if s.mu.refs[ss.key] > 0 {
-		return
-	}
-	delete(s.mu.refs, ss.key)
-	l := prometheus.Labels{"pattern": ss.key[0], "subscription": ss.key[1]}
-	for _, v := range []*prometheus.MetricVec{s.records.MetricVec, s.bytes.MetricVec, s.acks.MetricVec,
-		s.blocked.MetricVec, s.streams.MetricVec} {
-		v.Delete(l)
-	}
-}
-
 // lagCollector computes each subscription's lag when scraped: head minus delivered, summed
 // over its topics and over the streams sharing its labels. Computing it at scrape time keeps it
 // true while a stream is blocked on flow control, which is exactly when it matters.
@@ -200,7 +123,7 @@ func (c *lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	sums := make(map[[2]string]float64)
 	for _, sub := range c.n.liveSubscriptions() {
-		sums[sub.series.key] += float64(sub.lag())
+		sums[sub.SeriesKey()] += float64(sub.Lag())
 	}
 	for k, v := range sums {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, k[0], k[1])

@@ -54,10 +54,11 @@ type Node struct {
 
 	// interest maps subscription patterns to the subscriptions that want to hear of new
 	// topics. Owned by no goroutine: routing.Table is safe for concurrent use.
-	interest *routing.Table[*subscription]
-	// wild is the wildcard subscriptions that read by sweep (sweep.go), told of every advance
-	// of the log's high-watermarks.
-	wild   *wildSet
+	interest *routing.Table[*subscriptions.Subscription]
+	// wild is the wildcard subscriptions that read by sweep (node/subscriptions), told of
+	// every advance of the log's high-watermarks.
+	wild   *subscriptions.WildSet
+	subs   *subscriptions.Host  // the node as its subscriptions see it, and the live ones (subhost.go)
 	cons   consumers            // live consumer groups (durables.go, groups.go)
 	locks  *subscriptions.Locks // exclusive durables held here, or at their home (durables.go)
 	groups *groups.Env          // what the live groups need of the node (groups.go)
@@ -84,7 +85,6 @@ type Node struct {
 	mu struct {
 		sync.Mutex
 		sessions map[*session]struct{}
-		subs     map[*subscription]struct{}
 		tenants  map[string]int // open client connections per tenant
 	}
 }
@@ -100,14 +100,13 @@ func New(cfg Config) (*Node, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("node", cfg.Name, "region", cfg.Region),
 		reg:      cfg.Registerer,
-		interest: routing.NewTable[*subscription](),
-		wild:     newWildSet(),
+		interest: routing.NewTable[*subscriptions.Subscription](),
+		wild:     subscriptions.NewWildSet(),
 		stop:     make(chan struct{}),
 		runDone:  make(chan struct{}),
 	}
 	n.locks = n.newLocks()
 	n.mu.sessions = make(map[*session]struct{})
-	n.mu.subs = make(map[*subscription]struct{})
 	n.mu.tenants = make(map[string]int)
 	if n.reg == nil {
 		r := prometheus.NewRegistry()
@@ -154,7 +153,7 @@ func New(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: open log: %w", err)
 	}
-	n.wal.OnAdvance(n.wild.advanced) // sweep.go
+	n.wal.OnAdvance(n.wild.Advanced) // node/subscriptions: sweeps
 	n.tails = tail.NewSet(n.wal, tail.Config{Records: cfg.TailRecords, Bytes: cfg.TailBytes,
 		ReadAhead: cfg.ReadAhead, MaxRead: maxReadRecords, Region: cfg.Region})
 	n.groups = n.newGroupEnv()
@@ -182,6 +181,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.subs = n.newSubHost()
 	return n, nil
 }
 
@@ -604,28 +604,6 @@ func (n *Node) MetricsHandler() http.Handler {
 		return http.NotFoundHandler()
 	}
 	return promhttp.HandlerFor(n.gather, promhttp.HandlerOpts{EnableOpenMetrics: true})
-}
-
-func (n *Node) addSubscription(s *subscription) {
-	n.mu.Lock()
-	n.mu.subs[s] = struct{}{}
-	n.mu.Unlock()
-}
-
-func (n *Node) removeSubscription(s *subscription) {
-	n.mu.Lock()
-	delete(n.mu.subs, s)
-	n.mu.Unlock()
-}
-
-func (n *Node) liveSubscriptions() []*subscription {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]*subscription, 0, len(n.mu.subs))
-	for s := range n.mu.subs {
-		out = append(out, s)
-	}
-	return out
 }
 
 // statelessResetKey loads the node's stateless reset key from DATA/reset.key, creating it

@@ -86,7 +86,7 @@ func TestWildcardOverIdleTopicsHoldsNothingPerTopic(t *testing.T) {
 	goroutines := runtime.NumGoroutine()
 
 	live := subscribe(t, rc, &wire.Subscribe{Pattern: "idle.>", Start: wire.StartLatest})
-	if got := n.wild.cursors.Load(); got != 0 {
+	if got := n.wild.Cursors(); got != 0 {
 		t.Fatalf("a live wildcard over %d idle topics made %d cursors, want 0", topics, got)
 	}
 	if got := tailsHeld(n); got != 0 {
@@ -115,7 +115,7 @@ func TestWildcardOverIdleTopicsHoldsNothingPerTopic(t *testing.T) {
 		t.Fatalf("earliest wildcard got %s, want idle.7@1=m0", got)
 	}
 	// The live one made one cursor (idle.7), the other one per topic it read.
-	if got := n.wild.cursors.Load(); got != topics+1 {
+	if got := n.wild.Cursors(); got != topics+1 {
 		t.Fatalf("cursors: %d, want %d", got, topics+1)
 	}
 }
@@ -235,7 +235,7 @@ func TestWildcardDurableResumesAfterRestart(t *testing.T) {
 		}
 		delete(want, r)
 	}
-	if got := n.wild.cursors.Load(); got != 10 {
+	if got := n.wild.Cursors(); got != 10 {
 		t.Fatalf("the resumed durable made %d cursors, want 10 (the topics with records to read)", got)
 	}
 	publishN(t, rc, "dw.400", 0, 1)
@@ -422,7 +422,7 @@ func TestWildcardSweepPurgeAndDelete(t *testing.T) {
 	if got := r.read(t, 1)[0]; got != "pd.read@1=m1" {
 		t.Fatalf("got %s, want pd.read@1=m1", got)
 	}
-	if got := n.wild.cursors.Load(); got != 1 {
+	if got := n.wild.Cursors(); got != 1 {
 		t.Fatalf("cursors after a purge of a quiet topic: %d, want 1 (pd.read)", got)
 	}
 	publishN(t, rc, "pd.quiet", 3, 1)

@@ -9,6 +9,7 @@ import (
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/subscriptions"
 )
 
 // The lag of a wildcard read by sweep, whose cursors hold their topics' logs, is what it was
@@ -16,7 +17,7 @@ import (
 // to the stream, here while a client that reads nothing holds the stream (flow control).
 func TestWildcardLagReadsHeadsFromCursors(t *testing.T) {
 	n := newTestNode(t)
-	const topics = 2*lagChunk + 100 // several holds of the log's lock
+	const topics = 2*512 + 100 // several holds of the log's lock (node/subscriptions' lagChunk)
 	c := dialNode(t, n, client.Options{})
 	payload := make([]byte, 4<<10)
 	for i := range topics {
@@ -27,27 +28,16 @@ func TestWildcardLagReadsHeadsFromCursors(t *testing.T) {
 	rc := mustDial(t, n)
 	s := subscribe(t, rc, &wire.Subscribe{Pattern: "lg.>", Durable: "lagged"}) // read no further
 	defer s.str.Close()
-	byName := func(sub *subscription) uint64 {
-		sub.mu.Lock()
-		defer sub.mu.Unlock()
-		var lag uint64
-		for _, c := range sub.mu.curs {
-			if _, head, ok := n.wal.Bounds(c.topic); ok && head > c.pub {
-				lag += head - c.pub
-			}
-		}
-		return lag
-	}
 	testlog.WaitFor(t, 20*time.Second, "the stalled wildcard's lag to settle above 0 and equal its heads by name", func() bool {
-		var sub *subscription
+		var sub *subscriptions.Subscription
 		for _, s := range n.liveSubscriptions() {
-			if s.label == "lagged" {
+			if s.Request().Durable == "lagged" {
 				sub = s
 			}
 		}
 		if sub != nil {
-			got, want := sub.lag(), byName(sub)
-			again := byName(sub) // the run goroutine is blocked on the stream: no change
+			got, want := sub.Lag(), sub.LagByName()
+			again := sub.LagByName() // the run goroutine is blocked on the stream: no change
 			// The metric, read last, is the same sum (unless the stream moved meanwhile:
 			// then again).
 			if got == want && want == again && got > 0 && got < topics &&

@@ -232,7 +232,7 @@ func (n *Node) watchTopics() {
 				n.place.LocalTopicCreated(name)
 			}
 			for _, sub := range n.interest.Match(name) {
-				sub.notifyNewTopic(name)
+				sub.NotifyNewTopic(name)
 			}
 		}
 	}

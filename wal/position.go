@@ -23,7 +23,7 @@ import (
 //
 // v3 (written only for a position with a vector, regions sorted) adds the
 // portable position: per origin region, the last origin offset the consumer
-// acknowledged in the topic (the node computes it, node/vector.go). v1 and v2
+// acknowledged in the topic (the node computes it, node/subscriptions/vector.go). v1 and v2
 // values read as positions without a vector.
 //
 // flagNext (v2 only) marks a position set by a reset: nothing at or after

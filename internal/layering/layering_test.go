@@ -25,10 +25,13 @@ var layers = map[string]int{
 	"federation": 30,
 	// The node's parts, by concern (node/doc.go): each imports only the parts below it.
 	"node/auth": 40, "node/features": 40, "node/placement": 40, "node/vector": 40, "node/tail": 40,
+	// Consumer groups; subscriptions (cursors, reads, acks, upstreams over placement, the
+	// links and the tails; the replicated path only behind subscriptions.Replicated).
 	"node/groups": 41, "node/subscriptions": 41,
 	// Management over one node's operations (manage.Local), which the node implements.
 	"node/manage": 42,
-	// The node's assembly: sessions, the stream handlers and the replicated path.
+	// The node's assembly: sessions, the session side of the stream handlers, publishing
+	// and the replicated path.
 	"node": 50,
 	// Test helpers over the node and the SDK.
 	"node/nodetest": 60,

@@ -1,45 +1,73 @@
-// Package subscriptions is the subscription side of a node cut out of package node, one
-// part at a time (node/doc.go says which parts are still there). Today it holds:
+// Package subscriptions is a node's subscription side: a subscription's core (its cursors
+// over the durable log, its reads, its acknowledgements), the stream it is written to, and
+// exclusive durables. node/doc.go says where the session side of a subscription stays.
 //
-//   - a subscription's stream: its mapping (stream.go: Stream, how its frames reach the
-//     client and how its topics are numbered there; OwnStream, a QUIC stream of its own, I4)
-//     and its writer (writer.go: Writer, the writer goroutine and the hand-over of batches
-//     to it, so that a subscription holds at most two batches whatever its lag, I5, and lets
-//     go of its log iterators while a slow write blocks);
-//   - exclusive durables: the table of durable consumers held on this node, their home
-//     (exclusive.go: Locks.Here, one subscriber at a time, standbys waiting their turn), and
-//     the holder streams (holder.go, docs/protocol.md "Holder streams"): Locks.At takes a
-//     lock at another home of the region for a client of this node, Locks.ServeHold keeps
-//     one here for another node's client until its stream ends.
+// Files, in reading order:
 //
-// What it owns: a subscription's writer goroutine and the batch handed to it (Writer, whose
-// methods only the subscription's run goroutine calls); the held durables (Locks, one mutex
-// inside the type: who holds which name, from which node and client, since when) and the
-// holder streams it opens or serves.
+//   - subscription.go: Subscription (what other goroutines may touch) and subRun (the run
+//     goroutine's state), New, Serve, the set-up (prepare) and the run loop (stream);
+//     api.go: what the node's other goroutines may ask or tell a subscription;
+//     host.go: Host, the node as subscriptions see it (HostConfig: the log, tails,
+//     placement, links, the replicated path behind Replicated, metrics, the live table).
+//   - inbox.go: everything other goroutines tell the run goroutine, and its wake-up.
+//   - read.go: a cursor's reads from the log or the shared tail, encoded into the read-ahead
+//     and handed to the writer (I3, I5); topics.go: adding a topic as it appears, where its
+//     cursor starts, CAUGHT_UP; sweep.go: a wildcard of this node's logs read as one sweep
+//     (WildSet, wal.Sweep); park.go: a caught-up subscription parked on its connection's
+//     fanout (node/tail), through tail.Member.
+//   - acks.go: the ack reader (ACK, COMMIT, a durable's stored positions) and the lag;
+//     commit.go: COMMITTED; vector.go: portable positions (node/vector) of a subscription.
+//   - upstream.go: a subscription that spans the region, one upstream per other node.
+//   - stream.go: Stream, how its frames reach the client (OwnStream: a QUIC stream of its
+//     own, I4; the ablation's shared stream is node's); writer.go: Writer, the writer
+//     goroutine and the hand-over of batches, so that a subscription holds at most two
+//     batches whatever its lag (I5), and lets go of its log iterators while a write blocks.
+//   - metrics.go: the per-stream series.
+//   - exclusive.go, holder.go: exclusive durables, Locks (Here: one subscriber at a time at
+//     the durable's home, standbys waiting their turn; At and ServeHold: the holder streams
+//     of docs/protocol.md "Holder streams").
 //
-// What it must not touch: the node, its sessions and a subscription's state (cursors, reads,
-// acks: node/subscribe.go). It never imports node. A Writer is handed bytes, the
-// subscription's Stream and a function that releases its log iterators. The locks' needs
-// come as a LockConfig (the node's name and region, the management timeout, how to open a
-// stream to a node of the region, the node's stop) and as arguments (the session's context,
-// the client's address, the function that ends the subscriptions whose lock was lost, the
-// function that fails a stream). Which node is a durable's home (node/grouprelay.go),
-// whether a group already has the name, and who may send HOLD stay with the node
-// (node/durables.go).
+// What it owns: every subscription's state (cursors, read-ahead, upstreams, sweep,
+// acknowledged positions not yet stored), the table of live subscriptions (Host.Live), the
+// wildcard sweeps' registration (WildSet), the per-stream series, the held durables.
 //
-// Goroutines:
-//   - One writer goroutine per subscription (writeBatches), from its first batch to
-//     Writer.Close: it writes the batch it was handed to the Stream, counts the time the
-//     write was blocked on flow control, and hands the buffer back. Flush, HandOver, Wait
-//     and Close run on the subscription's run goroutine.
+// What it must not touch: the node, its sessions and streams other than the subscription's
+// own, consumer groups, publishing. It never imports node. What it needs of a session comes
+// in Params (the connection as a tail.Conn, the principal, whether it is a peer, the
+// authorized SUBSCRIBE, the Stream); what it needs of the node in HostConfig, built once at
+// the end of node.New; the replicated path only through Replicated's six methods. The
+// session side stays in node/subscribe.go: authorization and the tenant's namespace,
+// limits, a durable's lock (node/durables.go), group members, pass-through replays, the
+// ablation's shared stream (node/ablation.go), and tracking for a drain.
+//
+// Goroutines and what each owns:
+//   - The run goroutine (Serve, on the session's stream goroutine): the subRun, reached by
+//     no other goroutine, except a fanout while the subscription is parked on it (park
+//     hands the cursor and the stream's writes over, unpark takes them back).
+//   - The ack reader (ServeAcks on a goroutine the session starts; for the ablation, the
+//     shared stream's reader through TakeAck and StoreAcks): the staged positions (pending)
+//     and the acknowledged vectors.
+//   - The writer goroutine (Writer), from a subscription's first batch to Writer.Close: the
+//     batch it was handed.
+//   - One reader goroutine per upstream, for its life: the upstream's reading side; it hands
+//     each frame to the run goroutine over an unbuffered channel.
+//   - Others write only to a subscription's inbox: the node's topic watcher
+//     (NotifyNewTopic), the log's completer (WildSet.Advanced), the ack reader (COMMIT, its
+//     protocol error), the node (End, Drain).
+//   - Writers that remain on shared state, and why: Subscription.mu (what was delivered
+//     per topic number, written by the run goroutine or the parked fanout, never both at
+//     once; the durable's floor and an upstream's unsent ACK, written by the ack reader;
+//     the lag collector reads it): an ACK is checked against what was delivered on the ack
+//     reader, which must not wait for a run goroutine blocked on flow control. Host's live
+//     table and the metrics' reference counts are small structs under their mutexes.
 //   - Locks.Here runs on the subscribing session's stream goroutine (or a holder stream's,
-//     through ServeHold), and blocks only while a standby waits.
-//   - Locks.At starts one reader per holder stream it opens, for the lock's life: it reads
-//     HELD or the refusal, then waits for the stream's end, and runs lost if the stream ends
-//     before release. release waits for it.
-//   - Locks.ServeHold starts one reader per holder stream it serves, which notices the
-//     asker's FIN or reset; ServeHold waits for it before it returns.
+//     through ServeHold), and blocks only while a standby waits. Locks.At starts one reader
+//     per holder stream it opens, for the lock's life; Locks.ServeHold one per stream it
+//     serves, and waits for it before it returns.
 //
-// Invariants: a durable's records never go to two subscribers at once; a lock whose holder
-// stream is lost ends the subscriptions that held it (lost), so none goes on without it.
+// Invariants: nothing past the durable high-watermark is read (I3: the log's Scanner and
+// Sweep stop there, the tail holds nothing past it); a subscription holds its cursors and at
+// most two batches whatever its lag (I5); a durable's position only moves forward and is
+// stored synced before COMMITTED; a durable's records never go to two subscribers at once; a
+// lock whose holder stream is lost ends the subscriptions that held it.
 package subscriptions

@@ -49,7 +49,7 @@ func (wr *Writer) Flush(w *wire.Writer, holding bool, release func()) error {
 }
 
 // HandOver has the writer goroutine write buf, whole frames already counted as delivered:
-// a batch Flush took from the buffer, or the frames a fanout could not queue (node/subpark.go).
+// a batch Flush took from the buffer, or the frames a fanout could not queue (park.go).
 // The writer is idle.
 func (wr *Writer) HandOver(buf []byte) {
 	if wr.q == nil {

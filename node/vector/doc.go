@@ -26,6 +26,6 @@
 // first store of a durable whose position has no vector yet (stored before vectors, or
 // starting past the first retained record) reads backwards like a resume.
 //
-// It is functions of a wal.Log and owns no state: subscriptions (node/vector.go) and consumer
+// It is functions of a wal.Log and owns no state: subscriptions (node/subscriptions, vector.go) and consumer
 // groups use it alike.
 package vector

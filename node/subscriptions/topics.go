@@ -1,4 +1,4 @@
-package node
+package subscriptions
 
 import (
 	"errors"
@@ -30,32 +30,11 @@ func (sub *subRun) checkCaughtUp() bool {
 	return true
 }
 
-// notifyNewTopic is called by the node's topic watcher for a new topic matching the
-// pattern. It must not block.
-func (sub *subscription) notifyNewTopic(topic string) {
-	sub.mu.Lock()
-	sub.mu.newTopics = append(sub.mu.newTopics, topic)
-	sub.mu.Unlock()
-	sub.poke()
-}
-
-// poke wakes the run goroutine, if it is not already due to wake. It never blocks.
-func (sub *subscription) poke() {
-	select {
-	case sub.wake <- struct{}{}:
-	default:
-	}
-}
-
 func (sub *subRun) takeNewTopics() *wire.Error {
 	if sub.sweep.on {
 		return nil // the node's advances name new topics too (sweep.go)
 	}
-	sub.mu.Lock()
-	topics := sub.mu.newTopics
-	sub.mu.newTopics = nil
-	sub.mu.Unlock()
-	for _, t := range topics {
+	for _, t := range sub.in.takeNewTopics() {
 		if sub.owner != "" {
 			break // served by the owner's upstream, whatever this node holds
 		}
@@ -75,16 +54,16 @@ func (sub *subRun) addTopic(topic string, created bool) *wire.Error {
 	if _, ok := sub.byTopic[topic]; ok {
 		return nil
 	}
-	n := sub.s.n
+	n := sub.h
 	c := &cursor{topic: topic, scan: n.wal.NewScanner(topic), tail: n.tails.Acquire(topic)}
 	_ = c.scan.Check() // bound to the topic as it is: a delete of it ends the cursor
 	// Register for wake-ups before reading the bounds, so no append is missed: with the
 	// shared tail, its (a connection's subscriptions woken one after the other).
 	var stop func()
 	if c.tail != nil {
-		stop = c.tail.Watch(sub.s, sub.wake)
+		stop = c.tail.Watch(sub.conn, sub.in.wake)
 	} else {
-		stop = n.wal.Notify(topic, sub.wake)
+		stop = n.wal.Notify(topic, sub.in.wake)
 	}
 	c.cancel = func() {
 		stop()
@@ -112,11 +91,11 @@ func (sub *subRun) addTopic(topic string, created bool) *wire.Error {
 // next record gets) is refused with CodeOffsetOutOfRange naming the head, for a topic that
 // exists at set-up; one below the first retained record is raised to it.
 func (sub *subRun) startOffset(topic string, created bool) (uint64, uint64, *wire.Error) {
-	n := sub.s.n
-	if sub.req.Durable != "" && n.rep != nil && n.rep.isReplicated(topic) {
+	n := sub.h
+	if sub.req.Durable != "" && n.rep != nil && n.rep.IsReplicated(topic) {
 		// A new leader may not have applied all its term committed: read the durable's
 		// positions (its own, those mirrored here) only once it has.
-		if e := n.rep.positionBarrier(sub.ctx, sub.req.Durable, topic); e != nil { // replpos.go
+		if e := n.rep.PositionBarrier(sub.ctx, sub.req.Durable, topic); e != nil { // replpos.go
 			return 0, 0, e
 		}
 	}
@@ -150,7 +129,7 @@ func (sub *subRun) startOffset(topic string, created bool) (uint64, uint64, *wir
 	case wire.StartOffset:
 		if sub.req.StartValue > next {
 			return 0, 0, wire.Errorf(wire.CodeOffsetOutOfRange, "start offset %d of topic %q is past its head: the next record gets offset %d (start at most there)",
-				sub.req.StartValue, sub.s.actor.ClientName(topic), next)
+				sub.req.StartValue, sub.actor.ClientName(topic), next)
 		}
 		return max(sub.req.StartValue, first), 0, nil
 	case wire.StartTime:

@@ -1,4 +1,4 @@
-package node
+package subscriptions
 
 import (
 	"context"
@@ -66,19 +66,19 @@ type upMsg struct {
 // spansRegion reports whether the subscription must gather topics from other nodes: a
 // client's wildcard subscription on a node of a multi-node region, or its subscription to a
 // topic another node of the region owns (sub.owner).
-func (sub *subscription) spansRegion() bool {
-	s := sub.s
+func (sub *Subscription) spansRegion() bool {
+	n := sub.h
 	// In a replicated region of Replicas nodes every node holds every topic: a wildcard is
 	// served from this node's own logs. In a larger one (wide) topics are spread: a wildcard
 	// gathers the others' topics too, a topic held here served from here (takeUpstream).
-	wildcard := !routing.IsLiteral(sub.req.Pattern) && (s.n.rep == nil || s.n.rep.wide())
-	return s.n.place != nil && !s.peer && (sub.owner != "" || wildcard)
+	wildcard := !routing.IsLiteral(sub.req.Pattern) && (n.rep == nil || n.rep.Wide())
+	return n.place != nil && !sub.peer && (sub.owner != "" || wildcard)
 }
 
 // serves reports whether node may hold topics of the subscription: any other node of the
 // region for a wildcard, the owner alone for a topic another node owns.
-func (sub *subscription) serves(node string) bool {
-	return node != sub.s.n.cfg.Name && (sub.owner == "" || node == sub.owner)
+func (sub *Subscription) serves(node string) bool {
+	return node != sub.h.cfg.Name && (sub.owner == "" || node == sub.owner)
 }
 
 // ownerMoved ends a subscription to a topic another node owns when placement now names
@@ -89,12 +89,12 @@ func (sub *subRun) ownerMoved() *wire.Error {
 	if sub.owner == "" {
 		return nil
 	}
-	n := sub.s.n
+	n := sub.h
 	if n.rep != nil { // a durable consumer of a replicated topic follows its leader
 		if sub.req.Durable == "" {
 			return nil // any replica serves a plain subscription
 		}
-		if now := n.rep.leaderName(sub.req.Pattern); now != "" && now != sub.owner {
+		if now := n.rep.LeaderName(sub.req.Pattern); now != "" && now != sub.owner {
 			return wire.Errorf(wire.CodeUnavailable, "topic %q of region %q is now led by node %q, no longer by %q: subscribe again",
 				sub.req.Pattern, n.cfg.Region, now, sub.owner)
 		}
@@ -112,7 +112,7 @@ func (sub *subRun) ownerMoved() *wire.Error {
 // failed node is skipped only when none of the topics it is known to hold matches: otherwise
 // the subscription cannot be served whole, and the error names the node.
 func (sub *subRun) openUpstreams() *wire.Error {
-	n := sub.s.n
+	n := sub.h
 	if err := n.place.WaitCatalogs(sub.ctx); err != nil {
 		return err
 	}
@@ -137,7 +137,7 @@ func (sub *subRun) openUpstreams() *wire.Error {
 
 // openUpstream opens the upstream to node and waits for its SUBSCRIBED.
 func (sub *subRun) openUpstream(node string) *wire.Error {
-	n := sub.s.n
+	n := sub.h
 	unavailable := func(err error) *wire.Error {
 		return wire.Errorf(wire.CodeUnavailable, "node %q of region %q (owner of some topics matching %q): %v", node, n.cfg.Region, sub.req.Pattern, err)
 	}
@@ -239,7 +239,7 @@ func (up *upstream) close() {
 // takeUpstream writes one upstream frame to the client's stream buffer, renumbering its
 // topic index. Called by the run goroutine.
 func (sub *subRun) takeUpstream(m upMsg) *wire.Error {
-	n := sub.s.n
+	n := sub.h
 	up := m.up
 	if m.err != nil {
 		if sub.ctx.Err() != nil {
@@ -271,7 +271,7 @@ func (sub *subRun) takeUpstream(m upMsg) *wire.Error {
 		sub.mu.Unlock()
 		up.remote[f.Index] = idx
 		sub.upIndex[f.Name] = idx
-		sub.w.Buffer(&wire.Topic{Index: sub.out.Index(idx), Name: sub.s.actor.ClientName(f.Name)})
+		sub.w.Buffer(&wire.Topic{Index: sub.out.Index(idx), Name: sub.actor.ClientName(f.Name)})
 	case *wire.Record:
 		if up.skip[f.Index] {
 			return nil
@@ -346,7 +346,7 @@ func (sub *subRun) giveUp(up *upstream, err error) {
 		delete(sub.ups, up.node)
 	}
 	sub.upRetry[up.node] = true
-	sub.s.n.log.Warn("subscription: upstream node stopped serving its topics; they resume when it is back",
+	sub.h.log.Warn("subscription: upstream node stopped serving its topics; they resume when it is back",
 		"node", up.node, "pattern", sub.req.Pattern, "err", err)
 }
 
@@ -354,7 +354,7 @@ func (sub *subRun) giveUp(up *upstream, err error) {
 // of a node is such a change; this is for an upstream to a node that is alive and linked
 // but could not be opened, which would otherwise wait for the next unrelated change.
 func (sub *subRun) retryLater() {
-	p := sub.s.n.place
+	p := sub.h.place
 	t := time.AfterFunc(time.Second, p.MembersChanged)
 	context.AfterFunc(sub.ctx, func() { t.Stop() })
 }
@@ -377,7 +377,7 @@ func (sub *subRun) rebind(idx uint64, up *upstream, remote uint64) {
 // forwardAck sends the client's ACK of topic idx (bound as bt) to its upstream. If that
 // upstream failed, the ACK waits in the topic's unsentAck for the next one (rebind), unless
 // the topic was rebound meanwhile: then it goes to the new upstream.
-func (sub *subscription) forwardAck(idx uint64, bt boundTopic, offset uint64) {
+func (sub *Subscription) forwardAck(idx uint64, bt boundTopic, offset uint64) {
 	for {
 		if !bt.up.gone.Load() && bt.up.ack(bt.remoteIndex, offset) == nil {
 			return
@@ -414,7 +414,7 @@ func (sub *subRun) takeUpstreams() (int, *wire.Error) {
 // addUpstreams opens upstreams to nodes that joined or returned since the subscription
 // began. A node that cannot be reached yet is tried again at the next placement change.
 func (sub *subRun) addUpstreams() {
-	n := sub.s.n
+	n := sub.h
 	failed := false
 	for _, m := range n.place.Members() {
 		if !sub.serves(m.Name) || sub.ups[m.Name] != nil || m.Status != gossip.StatusAlive || !n.fed.Connected(m.Name) {

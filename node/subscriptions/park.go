@@ -1,9 +1,6 @@
-package node
+package subscriptions
 
 import (
-	"github.com/quic-go/quic-go"
-
-	"github.com/quicmq/quicmq/node/subscriptions"
 	"github.com/quicmq/quicmq/node/tail"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -21,7 +18,7 @@ func (sub *subRun) parkCursor() *cursor {
 	if sub.sweep.on || len(sub.cursors) != 1 || sub.upCh != nil || (sub.caughtUp && !sub.caughtOK) {
 		return nil
 	}
-	if _, own := sub.out.(subscriptions.OwnStream); !own {
+	if _, own := sub.out.(OwnStream); !own {
 		return nil
 	}
 	c := sub.cursors[0]
@@ -42,7 +39,7 @@ func (sub *subRun) park() (*tail.Fanout, error) {
 	if err := sub.waitWrite(); err != nil {
 		return nil, err
 	}
-	return c.tail.Park(sub.s, sub, sub.wake), nil
+	return c.tail.Park(sub.conn, sub, sub.in.wake), nil
 }
 
 // unpark takes the subscription back from f, if it is parked (f not nil), and has its
@@ -51,7 +48,7 @@ func (sub *subRun) unpark(f *tail.Fanout) {
 	if f == nil {
 		return
 	}
-	if back := f.Unpark(sub.s, sub, sub.wake); len(back) > 0 {
+	if back := f.Unpark(sub.conn, sub, sub.in.wake); len(back) > 0 {
 		sub.wr.HandOver(back)
 	}
 }
@@ -84,12 +81,8 @@ func (sub *subRun) Delivered(to uint64, records, bytes int) {
 // TryWrite queues buf on the subscription's own stream without blocking: quic.ErrWouldBlock,
 // or the stream's error, which the writer meets again and ends on.
 func (sub *subRun) TryWrite(buf []byte) error {
-	return sub.out.(subscriptions.OwnStream).Str.TryWriteAll(buf)
+	return sub.out.(OwnStream).Str.TryWriteAll(buf)
 }
 
 // Poke wakes the run goroutine: the fanout handed the subscription back.
-func (sub *subRun) Poke() { sub.poke() }
-
-// ConnectionStats are the connection's, for a fanout's estimate of what it has sent: the
-// session is the tail.Conn its subscriptions' wake-ups and fanouts are grouped by.
-func (s *session) ConnectionStats() quic.ConnectionStats { return s.conn.ConnectionStats() }
+func (sub *subRun) Poke() { sub.in.poke() }

@@ -1,12 +1,10 @@
-package node
+package subscriptions
 
 import (
 	"cmp"
 	"errors"
-	"maps"
 	"math"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/quicmq/quicmq/internal/wire"
@@ -21,7 +19,7 @@ import (
 //     advance of every topic's high-watermark from the log (wal.Log.OnAdvance: one function
 //     for the node, no registration per topic) and passes it to the wildcard subscriptions
 //     whose pattern matches (wildSet, a routing.Table), which note the topic and the
-//     high-watermark before the advance (sub.dirty) and wake. The subscription registers
+//     high-watermark before the advance (the subscription's inbox) and wake. The subscription registers
 //     itself right before it lists the topics (wal.Log.TopicsWhile, which lets appends
 //     through between chunks of the listing), so every advance after the registration is
 //     noted, and the high-watermark before a topic's first noted advance is the topic's at
@@ -42,25 +40,29 @@ import (
 // order in which the node first stored them), at most ReadAhead bytes of one topic per
 // round.
 
-// wildSet is the node's wildcard subscriptions that read by sweep, by pattern. Safe for
-// concurrent use; its function advanced runs on the log's completer with the log's lock
+// WildSet is the node's wildcard subscriptions that read by sweep, by pattern. Safe for
+// concurrent use; its function Advanced runs on the log's completer with the log's lock
 // held, so it only notes and wakes.
-type wildSet struct {
-	subs    *routing.Table[*subscription]
+type WildSet struct {
+	subs    *routing.Table[*Subscription]
 	n       atomic.Int64 // subscriptions in subs: advanced does nothing when there are none
 	cursors atomic.Int64 // the cursors of the sweep subscriptions, all together (tests)
 }
 
-func newWildSet() *wildSet { return &wildSet{subs: routing.NewTable[*subscription]()} }
+// NewWildSet makes an empty set.
+func NewWildSet() *WildSet { return &WildSet{subs: routing.NewTable[*Subscription]()} }
 
-// advanced is the log's OnAdvance function: it notes the advance (from == to: a purge, cut
+// Cursors is the cursors of the sweep subscriptions, all together (tests).
+func (ws *WildSet) Cursors() int64 { return ws.cursors.Load() }
+
+// Advanced is the log's OnAdvance function: it notes the advance (from == to: a purge, cut
 // or delete) on every sweep subscription whose pattern matches topic.
-func (ws *wildSet) advanced(topic string, id uint32, from, to uint64) {
+func (ws *WildSet) Advanced(topic string, id uint32, from, to uint64) {
 	if ws.n.Load() == 0 {
 		return
 	}
 	for _, sub := range ws.subs.Match(topic) {
-		sub.noteAdvance(topic, id, from, from == to)
+		sub.in.advanced(topic, id, from, from == to)
 	}
 }
 
@@ -87,14 +89,8 @@ type sweepState struct {
 	later   map[uint32]*cursor
 }
 
-// sweepDirty is what advanced noted on a sweep subscription since its run goroutine last
-// took it: per topic ID, the name and the high-watermark before its first noted advance
-// (noMove: changed without one). The log's completer writes it, the run goroutine takes it.
-type sweepDirty struct {
-	sync.Mutex
-	m map[uint32]note
-}
-
+// note is what the inbox keeps of a sweep's topic that advanced: its name and the
+// high-watermark before its first noted advance (noMove: changed without one).
 type note struct {
 	topic string
 	from  uint64
@@ -142,29 +138,11 @@ func (sub *subRun) makeSetUp(upTo int) {
 		}
 		sub.mu.Unlock()
 		st.opened += upTo - from
-		sub.s.n.wild.cursors.Add(int64(upTo - from))
+		sub.h.wild.cursors.Add(int64(upTo - from))
 	}
 	if st.made >= len(st.pending) {
 		st.pending, st.stored = nil, nil // all made (none at all: an empty pending is nil too)
 	}
-}
-
-// noteAdvance notes that topic advanced from from (or changed, moved false) and wakes the
-// run goroutine. It never blocks: the log's completer calls it, with the log's lock held.
-func (sub *subscription) noteAdvance(topic string, id uint32, from uint64, changed bool) {
-	d := &sub.dirty
-	d.Lock()
-	if d.m == nil {
-		d.m = make(map[uint32]note)
-	}
-	if old, ok := d.m[id]; !ok || (old.from == noMove && !changed) {
-		if changed {
-			from = noMove
-		}
-		d.m[id] = note{topic, from}
-	}
-	d.Unlock()
-	sub.poke()
 }
 
 // sweepable reports whether the subscription reads by sweep: a wildcard served from this
@@ -179,12 +157,12 @@ func (sub *subRun) sweepable() bool {
 // topics that have records to read from its start position; the others get none. It
 // returns a function that ends the registration. Run goroutine.
 func (sub *subRun) setUpSweep() (func(), *wire.Error) {
-	n := sub.s.n
+	n := sub.h
 	sub.sweep.on = true
 	sub.sweep.sw = n.wal.NewSweep()
 	var addErr error
 	topics := n.wal.TopicsWhile(func() {
-		if addErr = n.wild.subs.Add(sub.req.Pattern, sub.subscription); addErr == nil {
+		if addErr = n.wild.subs.Add(sub.req.Pattern, sub.Subscription); addErr == nil {
 			n.wild.n.Add(1)
 		}
 	})
@@ -192,7 +170,7 @@ func (sub *subRun) setUpSweep() (func(), *wire.Error) {
 		return func() {}, &wire.Error{Code: wire.CodeInvalidTopic, Message: addErr.Error()}
 	}
 	stop := func() {
-		if n.wild.subs.Remove(sub.req.Pattern, sub.subscription) {
+		if n.wild.subs.Remove(sub.req.Pattern, sub.Subscription) {
 			n.wild.n.Add(-1)
 		}
 		n.wild.cursors.Add(-int64(sub.sweep.opened))
@@ -204,9 +182,7 @@ func (sub *subRun) setUpSweep() (func(), *wire.Error) {
 	// The listing was taken a chunk at a time after the registration: a topic that advanced
 	// meanwhile may show it, and is noted too. Its head as of the registration, where its
 	// start is taken from, is the high-watermark before its first noted advance.
-	sub.dirty.Lock()
-	notes := maps.Clone(sub.dirty.m)
-	sub.dirty.Unlock()
+	notes := sub.in.peekAdvances()
 	if len(notes) > 0 {
 		for i := range topics {
 			if nt, ok := notes[topics[i].ID]; ok && nt.from != noMove && nt.topic == topics[i].Name {
@@ -288,7 +264,7 @@ func (sub *subRun) newSweepCursor(topic string, in wal.Instance, next, stored ui
 	sub.mu.curs = append(sub.mu.curs, c)
 	sub.mu.Unlock()
 	sub.sweep.opened++
-	sub.s.n.wild.cursors.Add(1)
+	sub.h.wild.cursors.Add(1)
 	if sub.sweep.later == nil {
 		sub.sweep.later = make(map[uint32]*cursor)
 	}
@@ -393,12 +369,7 @@ func (sub *subRun) activate(c *cursor) {
 // cursors for the noted topics that have none, each at the high-watermark before its
 // first noted advance. Run goroutine.
 func (sub *subRun) takeDirty() {
-	d := &sub.dirty
-	d.Lock()
-	m := d.m
-	d.m = nil
-	d.Unlock()
-	for id, nt := range m {
+	for id, nt := range sub.in.takeAdvances() {
 		if c := sub.sweepCursor(id); c != nil {
 			sub.activate(c)
 			continue
@@ -406,7 +377,7 @@ func (sub *subRun) takeDirty() {
 		if nt.from == noMove {
 			continue // a topic with nothing unread was purged, cut or deleted
 		}
-		in := sub.s.n.wal.Instance(nt.topic)
+		in := sub.h.wal.Instance(nt.topic)
 		if !in.Valid() || in.ID() != id {
 			continue // deleted since: a topic created under its name has notes of its own
 		}
@@ -414,7 +385,7 @@ func (sub *subRun) takeDirty() {
 		if sub.req.Durable != "" {
 			// Its stored position, if any, is where it was at the start: nothing of the
 			// topic was delivered since, so nothing was acknowledged.
-			if resume, ok, err := sub.s.n.wal.Resume(sub.req.Durable, nt.topic); err == nil && ok {
+			if resume, ok, err := sub.h.wal.Resume(sub.req.Durable, nt.topic); err == nil && ok {
 				stored = resume
 			}
 		}
@@ -427,7 +398,7 @@ func (sub *subRun) takeDirty() {
 // of one topic per round, and writes them in batches of about ReadAhead bytes. A cursor
 // that reaches its topic's high-watermark leaves the active set.
 func (sub *subRun) sendSwept() (int, *wire.Error) {
-	n := sub.s.n
+	n := sub.h
 	sub.makeSetUp(sub.sweep.made + sweepChunk)
 	sub.takeDirty()
 	st := &sub.sweep
@@ -466,7 +437,7 @@ func (sub *subRun) sendSwept() (int, *wire.Error) {
 			more = false
 		case errors.Is(err, wal.ErrTopicDeleted):
 			keep = append(keep, st.active[i:]...)
-			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.ClientName(c.topic))
+			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.actor.ClientName(c.topic))
 		case errors.Is(err, wal.ErrClosed):
 			keep = append(keep, st.active[i:]...)
 			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")

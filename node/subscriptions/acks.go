@@ -1,4 +1,4 @@
-package node
+package subscriptions
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 // lag is the number of durable records in the subscription's topics not yet handed to the
 // stream. Called by the metrics collector from any goroutine.
-func (sub *subscription) lag() uint64 {
+func (sub *Subscription) lag() uint64 {
 	sub.mu.Lock()
 	defer sub.mu.Unlock()
 	var lag uint64
@@ -23,7 +23,7 @@ func (sub *subscription) lag() uint64 {
 	var at [lagChunk]*cursor
 	k := 0
 	sum := func() {
-		sub.s.n.wal.HeadsOf(ins[:k], heads[:k])
+		sub.h.wal.HeadsOf(ins[:k], heads[:k])
 		for i, c := range at[:k] {
 			if heads[i] > c.pub {
 				lag += heads[i] - c.pub
@@ -34,7 +34,7 @@ func (sub *subscription) lag() uint64 {
 	}
 	for _, c := range sub.mu.curs {
 		if !c.inst.Valid() { // a cursor of its own (not a sweep's): by name
-			if _, head, ok := sub.s.n.wal.Bounds(c.topic); ok && head > c.pub {
+			if _, head, ok := sub.h.wal.Bounds(c.topic); ok && head > c.pub {
 				lag += head - c.pub
 			}
 			continue
@@ -55,7 +55,7 @@ func (sub *subscription) lag() uint64 {
 // frame is buffered (ACKs that arrive together are stored together). It returns when the
 // client closes or resets its side; after the client's FIN, every ACK read before it is
 // stored when it returns, and only then does the subscription end and the node send FIN.
-func (sub *subscription) readAcks(r *wire.Reader) *wire.Error {
+func (sub *Subscription) readAcks(r *wire.Reader) *wire.Error {
 	for {
 		f, err := r.Read()
 		switch {
@@ -93,7 +93,7 @@ func (sub *subscription) readAcks(r *wire.Reader) *wire.Error {
 // CodeInvalidArgument. A durable consumer's position only moves forward: an ACK at or below
 // the highest one stored (or staged) is accepted and ignored. An ACK of a topic another node
 // serves is forwarded to it. Ack reader.
-func (sub *subscription) takeAck(n, wireIndex, offset uint64) *wire.Error {
+func (sub *Subscription) takeAck(n, wireIndex, offset uint64) *wire.Error {
 	sub.mu.Lock()
 	if n >= uint64(len(sub.mu.bound)) || offset >= sub.mu.bound[n].delivered {
 		sub.mu.Unlock()
@@ -123,8 +123,8 @@ func (sub *subscription) takeAck(n, wireIndex, offset uint64) *wire.Error {
 // node's log go to it all at once, so they share its synced batches: a wildcard that
 // acknowledges records of many topics at once waits for one fsync, not one per topic. Ack
 // reader.
-func (sub *subscription) storeAcks() *wire.Error {
-	n := sub.s.n
+func (sub *Subscription) storeAcks() *wire.Error {
+	n := sub.h
 	type stored struct {
 		topic string
 		err   error
@@ -132,8 +132,8 @@ func (sub *subscription) storeAcks() *wire.Error {
 	var done chan stored
 	waiting := 0
 	for t, off := range sub.pending {
-		if n.rep != nil && n.rep.isReplicated(t) {
-			if e := n.rep.setPosition(context.WithoutCancel(sub.ctx), sub.req.Durable, t, off, sub.ackedVector(t, off)); e != nil {
+		if n.rep != nil && n.rep.IsReplicated(t) {
+			if e := n.rep.SetPosition(context.WithoutCancel(sub.ctx), sub.req.Durable, t, off, sub.ackedVector(t, off)); e != nil {
 				return e
 			}
 			delete(sub.pending, t)

@@ -1,4 +1,4 @@
-package node
+package subscriptions
 
 import (
 	"errors"
@@ -21,7 +21,7 @@ func (sub *subRun) sendAvailable() (int, *wire.Error) {
 	if sub.sweep.on {
 		return sub.sendSwept() // sweep.go
 	}
-	n := sub.s.n
+	n := sub.h
 	sent := 0
 	for _, c := range sub.cursors {
 		got, bytes, err := sub.readCursor(c)
@@ -48,7 +48,7 @@ func (sub *subRun) sendAvailable() (int, *wire.Error) {
 			sent++
 		case errors.Is(err, wal.ErrUnknownTopic):
 		case errors.Is(err, wal.ErrTopicDeleted):
-			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.s.actor.ClientName(c.topic))
+			return sent, wire.Errorf(wire.CodeTopicDeleted, "topic %q was deleted (quicmq topics delete); subscribe again to read a topic created under its name", sub.actor.ClientName(c.topic))
 		case errors.Is(err, wal.ErrClosed):
 			return sent, wire.Errorf(wire.CodeShuttingDown, "node shutting down")
 		default:
@@ -65,7 +65,7 @@ func (sub *subRun) sendAvailable() (int, *wire.Error) {
 // open, and advances c. It returns the records and payload bytes encoded, and the log's
 // error, if any, about the record after them.
 func (sub *subRun) readCursor(c *cursor) (int, int, error) {
-	n := sub.s.n
+	n := sub.h
 	sub.enc, sub.encBytes = c, 0 // for encode, during this read
 	if c.tail != nil {
 		if err := c.scan.Check(); err != nil {
@@ -93,14 +93,14 @@ func (sub *subRun) encode(rec *wal.Record) {
 			sub.bind(c)
 		}
 	}
-	if c.skip != nil && vector.Covered(c.skip, rec.OriginRegion, sub.s.n.cfg.Region, rec.OriginOffset) {
+	if c.skip != nil && vector.Covered(c.skip, rec.OriginRegion, sub.h.cfg.Region, rec.OriginOffset) {
 		if bind != "" {
 			sub.bufferTopic(c, bind) // the topic is bound now: its later records carry no name
 		}
 		c.next = rec.Offset + 1 // the vector it resumed from covers it (vector.go)
 		return
 	}
-	sub.rec = recordFrame(sub.out.Index(c.index), rec, sub.s.n.cfg.Region) // one value, reused: encoded at once
+	sub.rec = tail.Frame(sub.out.Index(c.index), rec, sub.h.cfg.Region) // one value, reused: encoded at once
 	if sub.runs {
 		sub.rec.Bind = bind
 		sub.w.BufferRun(&sub.rec)
@@ -117,13 +117,6 @@ func (sub *subRun) encode(rec *wal.Record) {
 func (sub *subRun) encodeScanned(rec *wal.Record) error {
 	sub.encode(rec)
 	return nil
-}
-
-// recordFrame is the RECORD a subscriber gets for rec of this node's log, under the stream's
-// topic index. Records published here carry no origin region in the log: it is region.
-// The fanout writes the same frames (tail.Frame).
-func recordFrame(index uint64, rec *wal.Record, region string) wire.Record {
-	return tail.Frame(index, rec, region)
 }
 
 // skipDeleted buffers GAP for c's records from c.next to first, which retention or a purge
@@ -162,7 +155,7 @@ func (sub *subRun) bindIndex(c *cursor) string {
 	sub.mu.bound = append(sub.mu.bound, boundTopic{name: c.topic, delivered: c.next, floor: c.stored})
 	sub.mu.Unlock()
 	c.bound = true
-	return sub.s.actor.ClientName(c.topic)
+	return sub.actor.ClientName(c.topic)
 }
 
 // bufferTopic buffers the TOPIC frame binding c's number to name.
@@ -172,7 +165,7 @@ func (sub *subRun) bufferTopic(c *cursor, name string) {
 }
 
 // flush hands the buffered frames to the subscription's writer goroutine and returns once
-// the previous batch is written (subscriptions.Writer.Flush): the run goroutine reads and
+// the previous batch is written (Writer.Flush): the run goroutine reads and
 // encodes the next batch from the log while QUIC packs this one, so a subscription holds at
 // most two batches (2 x ReadAhead), whatever its lag. The error is that of the previous
 // batch: a failed write is seen one flush later. end waits for the last batch and stops the
@@ -180,7 +173,7 @@ func (sub *subRun) bufferTopic(c *cursor, name string) {
 func (sub *subRun) flush() error { return sub.wr.Flush(sub.w, sub.holding, sub.releaseScans) }
 
 // waitWrite waits until the batch flush handed over, if any, is written, and returns the
-// write's error. A long wait releases the log iterators first (subscriptions.Writer.Wait).
+// write's error. A long wait releases the log iterators first (Writer.Wait).
 func (sub *subRun) waitWrite() error { return sub.wr.Wait(sub.holding, sub.releaseScans) }
 
 // releaseScans closes the log iterators the cursors' scanners hold.
