@@ -14,7 +14,7 @@ import (
 
 // Mirrored positions (docs/architecture.md, "Portable positions").
 //
-// A durable consumer's position is stored with its vector (node/vector.go): per origin region,
+// A durable consumer's position is stored with its vector (node/subscriptions/vector.go): per origin region,
 // the last origin offset it acknowledged, which means the same in every region. The node
 // serving a mirror stream of a topic sends, every PositionInterval, a POSITION frame for each
 // position of that topic stored in its region whose update time changed since it last sent
@@ -23,7 +23,7 @@ import (
 // MirroredPositionName(origin region, durable), its value the time its origin stored it, so a
 // late frame (a link superseded) never replaces a newer one. A consumer that subscribes under
 // that name in this region with no position of its own newer than it resumes after it
-// (node/vector.go): at least once, within the mirroring lag of the position.
+// (node/subscriptions/vector.go): at least once, within the mirroring lag of the position.
 //
 // Only a mirror stream of its own carries POSITION (not the shared-link ablation's). A node
 // that does not know POSITION ends the mirror stream on it: the nodes of a mesh are upgraded
