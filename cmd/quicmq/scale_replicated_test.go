@@ -155,12 +155,28 @@ func TestScaleReplicatedTopics(t *testing.T) {
 		}
 		return sum
 	}
+	// And how long the nodes' threads waited for a CPU: when it is many times what they ran,
+	// a creation's latency is the machine's queue for its cores, not the region's work.
+	schedOf := func(ps []*nodeproc.Process) (ran, waited time.Duration) {
+		for _, p := range ps {
+			r, w, err := nodeproc.Sched(p.Pid())
+			if err != nil {
+				t.Logf("%s: %v", p.Name, err)
+			}
+			ran, waited = ran+r, waited+w
+		}
+		return ran, waited
+	}
 	before := cpuOf(regionProcs)
+	ran0, waited0 := schedOf(regionProcs)
 	repl := create(r.nodes[0].proc().Addr)
 	replCPU := cpuOf(regionProcs) - before
+	ran1, waited1 := schedOf(regionProcs)
 	profiled()
 	t.Logf("region of 3 (--replicas 3): %d topics created in %v: %.0f topics/s; %.0f cpu-µs a topic over the three nodes (load %s)",
 		n, repl.Round(time.Millisecond), float64(n)/repl.Seconds(), float64(replCPU.Microseconds())/float64(n), loadAvg())
+	t.Logf("  the three nodes' threads ran %.2f s and waited %.2f s for a CPU while creating (%.2f and %.2f a second)",
+		(ran1 - ran0).Seconds(), (waited1 - waited0).Seconds(), (ran1-ran0).Seconds()/repl.Seconds(), (waited1-waited0).Seconds()/repl.Seconds())
 	profiled = profile("create", []string{"solo"}, []string{soloMetrics}, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
 	before = cpuOf([]*nodeproc.Process{solo})
 	single := create(solo.Addr)
