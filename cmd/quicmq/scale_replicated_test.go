@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -176,16 +178,37 @@ func TestScaleReplicatedTopics(t *testing.T) {
 		}
 		return ran, waited
 	}
+	// And each node's raft engine: how long it waited for its rounds' syncs.
+	syncsOf := func() (waits, syncs []float64) {
+		for _, addr := range metrics {
+			w, err1 := metricSum(addr, "quicmq_raft_sync_wait_seconds_total")
+			n, err2 := metricSum(addr, "quicmq_raft_syncs_total")
+			if err := errors.Join(err1, err2); err != nil {
+				t.Logf("raft sync counters at %s: %v", addr, err)
+			}
+			waits, syncs = append(waits, w), append(syncs, n)
+		}
+		return waits, syncs
+	}
 	before := cpuOf(regionProcs)
 	ran0, waited0 := schedOf(regionProcs)
+	waits0, syncs0 := syncsOf()
 	repl := create(r.nodes[0].proc().Addr)
 	replCPU := cpuOf(regionProcs) - before
 	ran1, waited1 := schedOf(regionProcs)
+	waits1, syncs1 := syncsOf()
 	profiled()
 	t.Logf("region of 3 (--replicas 3): %d topics created in %v: %.0f topics/s; %.0f cpu-µs a topic over the three nodes (load %s)",
 		n, repl.Round(time.Millisecond), float64(n)/repl.Seconds(), float64(replCPU.Microseconds())/float64(n), loadAvg())
 	t.Logf("  the three nodes' threads ran %.2f s and waited %.2f s for a CPU while creating (%.2f and %.2f a second)",
 		(ran1 - ran0).Seconds(), (waited1 - waited0).Seconds(), (ran1-ran0).Seconds()/repl.Seconds(), (waited1-waited0).Seconds()/repl.Seconds())
+	for i, name := range regionNames {
+		if syncs := syncs1[i] - syncs0[i]; syncs > 0 {
+			wait := waits1[i] - waits0[i]
+			t.Logf("  %s's raft engine waited for its syncs %.0f%% of the creation: %.0f syncs a second, %.2f ms each",
+				name, wait/repl.Seconds()*100, syncs/repl.Seconds(), wait/syncs*1000)
+		}
+	}
 	profiled = profile("create", []string{"solo"}, []string{soloMetrics}, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
 	before = cpuOf([]*nodeproc.Process{solo})
 	single := create(solo.Addr)
@@ -256,6 +279,32 @@ func loadAvg() string {
 		return strings.TrimSpace(string(raw))
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// metricSum sums the samples of the series named name (any labels) on a node's /metrics.
+func metricSum(addr, name string) (float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %q: %w", name, line, err)
+		}
+		sum += v
+	}
+	return sum, sc.Err()
 }
 
 // metricsLines counts the lines of a node's /metrics.
