@@ -283,7 +283,12 @@ func loadAvg() string {
 
 // metricSum sums the samples of the series named name (any labels) on a node's /metrics.
 func metricSum(addr, name string) (float64, error) {
-	resp, err := http.Get("http://" + addr + "/metrics")
+	return metricSumURL("http://"+addr+"/metrics", name)
+}
+
+// metricSumURL is metricSum of the metrics served at url.
+func metricSumURL(url, name string) (float64, error) {
+	resp, err := http.Get(url)
 	if err != nil {
 		return 0, err
 	}
