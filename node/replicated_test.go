@@ -443,7 +443,8 @@ func TestReplicatedMetrics(t *testing.T) {
 		for _, f := range fams {
 			seen[f.GetName()] = true
 		}
-		for _, want := range []string{"quicmq_raft_group_term", "quicmq_raft_group_commit_index", "quicmq_raft_group_applied_index", "quicmq_raft_groups_below_quorum"} {
+		for _, want := range []string{"quicmq_raft_group_term", "quicmq_raft_group_commit_index", "quicmq_raft_group_applied_index", "quicmq_raft_groups_below_quorum",
+			"quicmq_raft_rounds_total", "quicmq_raft_syncs_total", "quicmq_raft_sync_wait_seconds_total"} {
 			if !seen[want] {
 				return fmt.Errorf("no %s series", want)
 			}

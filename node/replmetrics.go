@@ -32,6 +32,9 @@ var (
 
 	// Proposals batched into shared raft entries (replica/batch.go).
 	raftBatchedDesc      = prometheus.NewDesc("quicmq_raft_batched_entries_total", "Raft entries this node proposed carrying several proposals (publishes to any topics of one group, taken in one round).", nil, nil)
+	raftRoundsDesc       = prometheus.NewDesc("quicmq_raft_rounds_total", "Rounds of this node's raft engine that handled at least one Ready (every group's Readys of a round share one Pebble batch).", nil, nil)
+	raftSyncsDesc        = prometheus.NewDesc("quicmq_raft_syncs_total", "Synced Pebble commits and syncs of this node's raft rounds.", nil, nil)
+	raftSyncWaitDesc     = prometheus.NewDesc("quicmq_raft_sync_wait_seconds_total", "Time this node's raft engine spent waiting for its rounds' syncs, during which it handles nothing else: its rate is the share of the engine the disk holds, over the rate of quicmq_raft_syncs_total a sync's mean latency.", nil, nil)
 	raftBatchedPropsDesc = prometheus.NewDesc("quicmq_raft_batched_proposals_total", "Proposals carried by those entries: over quicmq_raft_batched_entries_total, the proposals per shared entry.", nil, nil)
 )
 
@@ -41,7 +44,7 @@ type raftCollector struct{ r *replicated }
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{raftLeaderDesc, raftTermDesc, raftCommitDesc, raftAppliedDesc, raftLagDesc, raftBelowQuorumD, raftUnderReplD,
 		raftSnapSentDesc, raftSnapAppliedDesc, raftCatchupsDesc, raftCatchupActDesc, raftCatchupRecDesc, raftCatchupByteDesc,
-		raftCatchupOthDesc, raftBatchedDesc, raftBatchedPropsDesc} {
+		raftCatchupOthDesc, raftBatchedDesc, raftBatchedPropsDesc, raftRoundsDesc, raftSyncsDesc, raftSyncWaitDesc} {
 		ch <- d
 	}
 }
@@ -146,9 +149,12 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 		{raftCatchupOthDesc, prometheus.CounterValue, st.CatchupOtherBytes, nil},
 		{raftBatchedDesc, prometheus.CounterValue, st.Batched, nil},
 		{raftBatchedPropsDesc, prometheus.CounterValue, st.BatchedProps, nil},
+		{raftRoundsDesc, prometheus.CounterValue, st.Rounds, nil},
+		{raftSyncsDesc, prometheus.CounterValue, st.SyncCommits, nil},
 	} {
 		ch <- prometheus.MustNewConstMetric(m.d, m.t, float64(m.v), m.l...)
 	}
+	ch <- prometheus.MustNewConstMetric(raftSyncWaitDesc, prometheus.CounterValue, st.SyncWait.Seconds())
 }
 
 // memberName is the region node advertising raft ID id ("" if none).

@@ -298,6 +298,26 @@ func TestDriverReplicatesWithDenseOffsets(t *testing.T) {
 	}
 }
 
+// TestDriverCountsSyncWait: every synced round's wait is counted (Stats.SyncWait, exported as
+// quicmq_raft_sync_wait_seconds_total), on the leader and on the followers alike.
+func TestDriverCountsSyncWait(t *testing.T) {
+	rs, _ := startRegion(t, 3, []uint64{1})
+	leaderOf(t, rs, 1)
+	proposeAll(t, rs, 1, 20, "w")
+	for _, r := range rs {
+		testlog.WaitForErr(t, 20*time.Second, fmt.Sprintf("node %d to count its syncs", r.id), func() error {
+			st, err := r.d.Stats(context.Background())
+			if err != nil {
+				return err
+			}
+			if st.SyncCommits == 0 || st.SyncWait <= 0 || st.Rounds == 0 {
+				return fmt.Errorf("rounds %d, syncs %d, wait %v", st.Rounds, st.SyncCommits, st.SyncWait)
+			}
+			return nil
+		})
+	}
+}
+
 func TestDriverNotLeaderNamesTheLeader(t *testing.T) {
 	rs, _ := startRegion(t, 3, []uint64{1})
 	l := leaderOf(t, rs, 1)

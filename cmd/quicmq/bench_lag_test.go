@@ -3,14 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -204,26 +201,9 @@ func procCPU(b testing.TB, pid int) time.Duration {
 
 // scrapeLag sums quicmq_subscription_lag_records over every subscription of the node.
 func scrapeLag(url string) (float64, error) {
-	resp, err := http.Get(url)
+	lag, err := metricSumURL(url, "quicmq_subscription_lag_records")
 	if err != nil {
 		return 0, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	var lag float64
-	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.HasPrefix(line, "quicmq_subscription_lag_records") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("scrape %s: %q: %w", url, line, err)
-		}
-		lag += v
 	}
 	return lag, nil
 }

@@ -283,6 +283,36 @@ func CPU(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / ticksPerSecond, nil
 }
 
+// Sched is what the scheduler says of process pid's threads now (/proc/PID/task/*/schedstat,
+// summed): the time they ran and the time they were runnable but waited for a CPU. On a
+// shared machine the second tells a process held up by its own work (a lock, the disk, a
+// peer) from one waiting for a core: a node that uses a fifth of a core while its threads
+// wait seconds a second is short of CPU, not of work. Threads that exited are not counted.
+func Sched(pid int) (ran, waited time.Duration, err error) {
+	paths, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(paths) == 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/task: no schedstat (%v)", pid, err)
+	}
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread exited
+		}
+		f := strings.Fields(string(raw))
+		if len(f) < 2 {
+			return 0, 0, fmt.Errorf("%s: %d fields", p, len(f))
+		}
+		r, err1 := strconv.ParseUint(f[0], 10, 64)
+		w, err2 := strconv.ParseUint(f[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return 0, 0, fmt.Errorf("%s: %q", p, raw)
+		}
+		ran += time.Duration(r)
+		waited += time.Duration(w)
+	}
+	return ran, waited, nil
+}
+
 // Mem is a process's memory from /proc/PID/status, in bytes.
 type Mem struct {
 	RSS uint64 // VmRSS: resident now
