@@ -26,6 +26,25 @@ type Member struct {
 	// since; it takes no new records meanwhile (the others do), so a member that stopped
 	// reading does not take record after record to max-deliver.
 	stalled bool
+	// The member's stream indexes (each bound once on its stream, bindLocked): topics[i]
+	// is the topic of index i. A topic's index for this member is in the topic's slot
+	// (gtopic.bound) while the slot is this member's, else in more: a group of one member,
+	// the usual case, binds each of many topics with no map.
+	topics []*gtopic
+	more   map[*gtopic]uint64
+	// taken is what the last Take returned (reused by the next): only the member's own
+	// goroutine calls Take for it.
+	taken []Taken
+	got   []*Flight
+}
+
+// Taken is a record Take handed to a member, with its topic's index on the member's stream.
+type Taken struct {
+	*Flight
+	Index uint64
+	// Bind: this Take bound Index to the topic; the member sends the binding (a TOPIC frame)
+	// before the record.
+	Bind bool
 }
 
 // Group is a live consumer group on this node.
@@ -72,8 +91,9 @@ type Group struct {
 		rr     int
 		// withOut is the followed topics with outstanding records (gtopic.out not empty), so
 		// that an ack-wait expiry or a member's leave costs what is outstanding (at most
-		// the window), not every topic that matches.
-		withOut map[*gtopic]struct{}
+		// the window), not every topic that matches. A topic knows its place in it
+		// (gtopic.withOutAt): joining and leaving it cost no hashing.
+		withOut []*gtopic
 		// dirty is the topics whose state changed since the last store (gtopic.dirty), so
 		// a store costs the topics that changed, not every topic followed.
 		dirty       []*gtopic
@@ -100,11 +120,18 @@ type Group struct {
 // next), the flights (out) are outstanding and every other offset is done. floor is out's
 // lowest offset, or next when out is empty.
 type gtopic struct {
-	name        string
+	name string
+	// in is its log as the group found it (wal.Instance): the group looks at its bounds,
+	// and its members read it, with no lookup by name. Replaced by the log of its name when
+	// that one is deleted (nextTopicLocked).
+	in          wal.Instance
 	floor, next uint64
 	out         outSet     // ascending by offset (outset.go)
 	dirty       bool       // in g.mu.dirty
 	active      bool       // in g.mu.active
+	dropped     bool       // deleted while followed (DropTopic): no longer in g.mu.topics
+	withOutAt   int        // its place in g.mu.withOut plus one; 0: not in it
+	bound       streamSlot // a member's stream index of it (Member.topics)
 	skip        *groupSkip // after a resume from another region's vector (vector.go)
 	track       groupTrack // the store's vector: set when added, then owned by g.storeMu (in the gtopic: no allocation per topic followed)
 	// learned is the origins of its records the members read as they handed them out (or
@@ -113,9 +140,16 @@ type gtopic struct {
 	learned []originAt
 }
 
+// streamSlot is one member's stream index of a topic (bindLocked).
+type streamSlot struct {
+	m *Member
+	i uint64
+}
+
 // Flight is an outstanding record: handed out, or given back, and not done.
 type Flight struct {
 	t          *gtopic
+	in         wal.Instance // its topic's log when it was handed out or restored (gtopic.in)
 	off        uint64
 	deliveries uint32
 	state      fstate
@@ -135,6 +169,11 @@ type Flight struct {
 // Topic is the topic of f's record; offset its offset.
 func (f *Flight) Topic() string  { return f.t.name }
 func (f *Flight) Offset() uint64 { return f.off }
+
+// Instance is the log of f's topic that f was handed out from: a reader of f's record
+// reads it with no lookup by name (and, should it be deleted since, looks up the log of the
+// name now, as wal.Log.Instance).
+func (f *Flight) Instance() wal.Instance { return f.in }
 
 // fstate is where a flight is. Lists (ready, reserved, dead) may keep a flight that has
 // moved on: its state says whether the entry is current.
@@ -189,8 +228,6 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 			return nil, wire.Errorf(wire.CodeInternal, "store group %q: %v", shown, err)
 		}
 	}
-	g.mu.topics = make(map[string]*gtopic)
-	g.mu.withOut = make(map[*gtopic]struct{})
 	g.mu.holds = make(map[string]*keyHold)
 	g.mu.members = make(map[*Member]bool)
 	g.mu.changed = make(chan struct{})
@@ -204,19 +241,31 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 	}
 	// The mark before the listing: a topic created meanwhile is in both, and added once.
 	_, g.mu.created = env.Wal.CreatedSince(-1)
-	// The names alone, under one hold of g.mu (no member has g yet). Sorted: the first pass
-	// of dispatch goes through the topics in this order, and the group's states are keyed
-	// by topic name, so that each store writes keys next to those of the one before (in
-	// Pebble's memtable, an insert next to the last is cheap, one anywhere is a search from
-	// the top of its skiplist: twice the store's cost over 100,000 topics in map order).
-	names := env.Wal.TopicNames()
-	slices.Sort(names)
-	g.lookedAt.Add(int64(len(names)))
-	g.mu.Lock()
-	for _, name := range names {
-		if g.matches(name) && g.mu.topics[name] == nil {
-			g.addTopicLocked(name)
+	// The topics as the log's Instances (the group keeps each: no later look at one is a
+	// lookup by name), under one hold of g.mu (no member has g yet). Those that match,
+	// sorted by name: the first pass of dispatch goes through the topics in this order,
+	// and the group's states are keyed by topic name, so that each store writes keys next
+	// to those of the one before (in Pebble's memtable, an insert next to the last is
+	// cheap, one anywhere is a search from the top of its skiplist: twice the store's cost
+	// over 100,000 topics in map order).
+	all := env.Wal.TopicInstances()
+	g.lookedAt.Add(int64(len(all)))
+	type named struct {
+		name string
+		in   wal.Instance
+	}
+	matching := make([]named, 0, len(all))
+	for _, in := range all {
+		if name := in.Name(); g.matches(name) {
+			matching = append(matching, named{name, in})
 		}
+	}
+	slices.SortFunc(matching, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	g.mu.Lock()
+	g.mu.topics = make(map[string]*gtopic, len(matching))
+	g.mu.list = make([]*gtopic, 0, len(matching))
+	for _, t := range matching {
+		g.addTopicLocked(t.name, t.in)
 	}
 	g.mu.Unlock()
 	return g, nil
@@ -264,6 +313,7 @@ func (g *Group) Join(m *Member) {
 func (g *Group) Leave(m *Member) (last bool) {
 	g.mu.Lock()
 	delete(g.mu.members, m)
+	g.unbindLocked(m)
 	g.giveBackLocked(m, "the member's stream ended")
 	last = len(g.mu.members) == 0
 	cancels := g.mu.cancels

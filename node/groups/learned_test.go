@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,8 +29,8 @@ type learnedRig struct {
 	m      *Member
 	recs   map[string][]wal.OriginRef // topic -> the origin of each offset
 	next   map[string]uint64          // origin -> its next origin offset
-	out    []*Flight                  // handed out, not acknowledged
-	late   [][]*Flight                // handed out, origins noted only after a store (a member slower than the store)
+	out    []Taken                    // handed out, not acknowledged
+	late   [][]Taken                  // handed out, origins noted only after a store (a member slower than the store)
 	stores int
 	// kept is each stored vector's Through with a copy of it when stored: one taken for a
 	// store must not change after it (a replicated store may encode it later).
@@ -113,13 +114,13 @@ func (r *learnedRig) take() {
 	got, _ := r.g.Take(r.m, 1+r.rng.IntN(8))
 	r.out = append(r.out, got...)
 	if r.rng.IntN(5) == 0 {
-		r.late = append(r.late, got)
+		r.late = append(r.late, slices.Clone(got)) // got is Take's until its next call
 		return
 	}
 	r.learn(got)
 }
 
-func (r *learnedRig) learn(fs []*Flight) {
+func (r *learnedRig) learn(fs []Taken) {
 	refs := make([]wal.OriginRef, len(fs))
 	for i, f := range fs {
 		if r.rng.IntN(6) > 0 {

@@ -29,7 +29,7 @@ func (g *Group) Store(ctx context.Context) error {
 	g.mu.dirty = nil
 	for i, t := range dirty {
 		t.dirty = false
-		if g.mu.topics[t.name] != t {
+		if t.dropped {
 			continue // dropped (deleted) since it changed
 		}
 		st := &sts[i]

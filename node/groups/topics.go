@@ -25,8 +25,8 @@ func (g *Group) RefreshTopics() {
 	g.mu.created = max(g.mu.created, next) // members refresh concurrently: never back
 	g.mu.Unlock()
 	for _, name := range names {
-		if _, _, ok := g.env.Wal.Bounds(name); ok { // else deleted since
-			g.addIfMatches(name)
+		if in := g.env.Wal.Instance(name); in.Valid() { // else deleted since
+			g.addIfMatches(name, in)
 		}
 	}
 }
@@ -39,37 +39,39 @@ func (g *Group) matches(topic string) bool {
 	return routing.Match(g.Set.Pattern, topic)
 }
 
-// addIfMatches follows topic if it matches the group's pattern and is not followed yet.
-func (g *Group) addIfMatches(topic string) {
+// addIfMatches follows topic (its log in) if it matches the group's pattern and is not
+// followed yet.
+func (g *Group) addIfMatches(topic string, in wal.Instance) {
 	g.lookedAt.Add(1)
 	if !g.matches(topic) {
 		return
 	}
 	g.mu.Lock()
 	if g.mu.topics[topic] == nil {
-		g.addTopicLocked(topic)
+		g.addTopicLocked(topic, in)
 	}
 	g.mu.Unlock()
 }
 
-// addTopicLocked follows topic from its stored state, or from the first member's start.
-func (g *Group) addTopicLocked(topic string) {
+// addTopicLocked follows topic, whose log is in, from its stored state, or from the first
+// member's start.
+func (g *Group) addTopicLocked(topic string, in wal.Instance) {
 	n := g.env
 	if !g.wild {
 		g.mu.cancels = append(g.mu.cancels, n.Wal.Notify(topic, g.Wake))
 	}
-	t := &gtopic{name: topic}
+	t := &gtopic{name: topic, in: in}
 	st, ok := g.mu.stored[topic]
 	delete(g.mu.stored, topic)
 	// One look at its bounds serves the start, the tracker and whether it is active: a
 	// wildcard group follows many topics. (An advance after it is noted: noteAdvance was
 	// registered before the listing.)
-	first, head, exists := n.Wal.Bounds(topic)
+	first, head, exists := n.Wal.BoundsAt(in)
 	switch {
 	case g.resumeLocked(t, st): // a newer state of it was mirrored from another region
 		g.advanceLocked(t)
 		g.sortReadyLocked()
-		_, head, exists = n.Wal.Bounds(topic)
+		_, head, exists = n.Wal.BoundsAt(in)
 	case ok:
 		t.beginTrack(st, 0, first)
 		t.floor, t.next = st.Floor, st.Next
@@ -78,7 +80,7 @@ func (g *Group) addTopicLocked(topic string) {
 		}
 		g.advanceLocked(t)
 		g.sortReadyLocked()
-	case exists && g.lazy(topic):
+	case exists && g.lazy(in):
 		// No state stored until the group hands something out: the start is the group's,
 		// stored with its settings, the same after a restart.
 		start := first
@@ -133,13 +135,13 @@ func storedStart(l *wal.Log, req *wire.Subscribe) (wal.GroupStart, error) {
 // lazy reports whether the group stores no state of topic until it hands out a record of
 // it: with a stored start, on a topic of this node's own log. A replicated topic's state
 // goes through its raft group, whose entries carry no start: it is stored when followed.
-func (g *Group) lazy(topic string) bool {
-	return g.Set.Start.Kind != wal.GroupStartUnknown && g.env.Wal.IsLocal(topic)
+func (g *Group) lazy(in wal.Instance) bool {
+	return g.Set.Start.Kind != wal.GroupStartUnknown && g.env.Wal.IsLocalAt(in)
 }
 
 // restoreLocked puts a stored outstanding record in ready.
 func (g *Group) restoreLocked(t *gtopic, off uint64, deliveries uint32) {
-	f := &Flight{t: t, off: off, deliveries: deliveries, reason: "the node restarted"}
+	f := &Flight{t: t, in: t.in, off: off, deliveries: deliveries, reason: "the node restarted"}
 	switch g.Set.Order {
 	case wire.OrderTopic:
 		f.key = t.name
@@ -195,6 +197,7 @@ func (g *Group) DropTopic(topic string) {
 		g.mu.outstanding--
 	}
 	delete(g.mu.topics, topic)
+	t.dropped = true
 	g.mu.list = slices.DeleteFunc(g.mu.list, func(x *gtopic) bool { return x == t })
 	if g.mu.dropped == nil {
 		g.mu.dropped = make(map[string]bool)
@@ -282,19 +285,30 @@ func (g *Group) takeNotesLocked() {
 func (g *Group) putOutLocked(t *gtopic, off uint64, f *Flight) {
 	f.off = off
 	t.out.put(f)
-	g.mu.withOut[t] = struct{}{}
-}
-
-// dropOutLocked forgets the outstanding record at off of t; t leaves withOut with its last.
-func (g *Group) dropOutLocked(t *gtopic, off uint64) {
-	t.out.del(off)
-	if t.out.len() == 0 {
-		delete(g.mu.withOut, t)
+	if t.withOutAt == 0 {
+		g.mu.withOut = append(g.mu.withOut, t)
+		t.withOutAt = len(g.mu.withOut)
 	}
 }
 
-// withOutLocked is the topics with outstanding records, counted in passed (tests).
-func (g *Group) withOutLocked() map[*gtopic]struct{} {
+// dropOutLocked forgets the outstanding record at off of t; t leaves withOut with its last
+// (the last of withOut takes its place).
+func (g *Group) dropOutLocked(t *gtopic, off uint64) {
+	t.out.del(off)
+	if t.out.len() > 0 || t.withOutAt == 0 {
+		return
+	}
+	i, last := t.withOutAt-1, len(g.mu.withOut)-1
+	moved := g.mu.withOut[last]
+	g.mu.withOut[i], moved.withOutAt = moved, i+1
+	g.mu.withOut[last] = nil
+	g.mu.withOut = g.mu.withOut[:last]
+	t.withOutAt = 0
+}
+
+// withOutLocked is the topics with outstanding records, counted in passed (tests). The
+// caller does not add or remove outstanding records while it ranges over them.
+func (g *Group) withOutLocked() []*gtopic {
 	g.passed.Add(int64(len(g.mu.withOut)))
 	return g.mu.withOut
 }

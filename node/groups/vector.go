@@ -63,13 +63,13 @@ type originAt struct {
 // (Region "": not read). A record handed out and read, not yet stored, marks its topic dirty
 // here rather than at its dispatch (Flight.fresh), so a store meanwhile leaves it out instead
 // of reading it again.
-func (g *Group) Learned(fs []*Flight, refs []wal.OriginRef) {
+func (g *Group) Learned(fs []Taken, refs []wal.OriginRef) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, f := range fs {
 		t := f.t
-		if g.mu.topics[t.name] != t {
-			continue // dropped (deleted)
+		if t.dropped {
+			continue // deleted
 		}
 		if refs[i].Region != "" {
 			g.learnLocked(t, originAt{off: f.off, ref: refs[i]})
