@@ -63,6 +63,7 @@ type Group struct {
 	Wake      chan struct{} // its topics advanced (wal.Notify), capacity 1
 	NewTopics chan struct{} // a topic was created (wal.NotifyNewTopics), capacity 1
 	storeMu   sync.Mutex    // serialises stores: a later snapshot is never overwritten by an earlier one
+	vecs      vecCache      // vectors of one origin, shared by its topics' trackers (vector.go; g.storeMu)
 	lookedAt  atomic.Int64  // topic names refreshTopics looked at, in all (tests)
 	visited   atomic.Int64  // topics a dispatch looked at for records, in all (tests)
 	passed    atomic.Int64  // topics an ack-wait expiry or a member's leave looked at, in all (tests)

@@ -42,7 +42,7 @@ func (g *Group) Store(ctx context.Context) error {
 		}
 		st.Vector = t.skipVectorLocked() // with the entries it snapshots (vector.go)
 		states[t.name] = st
-		items = append(items, vectorItem{topic: t.name, st: st, tr: &t.track, learned: t.learned, vec: &vecs[i]})
+		items = append(items, vectorItem{topic: t.name, in: t.in, st: st, tr: &t.track, learned: t.learned, vec: &vecs[i]})
 		t.learned = nil
 	}
 	g.mu.Unlock()
