@@ -73,7 +73,8 @@ type Env struct {
 	Region string
 	Cfg    Config
 	// store writes a group's settings and the states of its topics that changed, durably.
-	Store func(ctx context.Context, name string, set *wal.GroupSettings, states map[string]*wal.GroupState) error
+	// Its states are one per topic, in the order of the topics' names mostly.
+	Store func(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error
 	// appendDeadLetter appends records to a dead-letter topic, durably.
 	AppendDeadLetter func(ctx context.Context, topic string, recs []wal.Record) error
 	// mirrored loads the states of a group mirrored from other regions, by topic.

@@ -51,13 +51,13 @@ func (r *learnedRig) open() {
 	r.l = l
 	env := &Env{Wal: l, Log: slog.New(slog.DiscardHandler), Region: "eu", Cfg: Config{Window: 64}}
 	env.Cfg.WithDefaults()
-	env.Store = func(ctx context.Context, name string, set *wal.GroupSettings, states map[string]*wal.GroupState) error {
+	env.Store = func(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error {
 		r.stores++
-		for topic, st := range states {
-			r.check(topic, st)
-			r.kept = append(r.kept, keptVector{topic, st.Vector.Through, maps.Clone(st.Vector.Through)})
+		for _, ts := range states {
+			r.check(ts.Topic, ts.State)
+			r.kept = append(r.kept, keptVector{ts.Topic, ts.State.Vector.Through, maps.Clone(ts.State.Vector.Through)})
 		}
-		return l.SetGroup(ctx, name, set, states)
+		return l.SetGroupStates(ctx, name, set, states)
 	}
 	env.Mirrored = func(string) map[string][]*wal.GroupState { return nil }
 	g, e := New(env, "g", "g", &wire.Subscribe{Pattern: "t.>", Start: wire.StartEarliest}, wal.GroupSettings{Pattern: "t.>", AckWait: time.Hour})

@@ -19,7 +19,7 @@ func (g *Group) Store(ctx context.Context) error {
 	g.storeMu.Lock()
 	defer g.storeMu.Unlock()
 	g.mu.Lock()
-	states := make(map[string]*wal.GroupState, len(g.mu.dirty))
+	states := make([]wal.TopicGroupState, 0, len(g.mu.dirty))
 	items := make([]vectorItem, 0, len(g.mu.dirty))
 	// The states and their vectors in one allocation each, not one a topic: a wildcard
 	// group's store holds a state of each of many topics.
@@ -41,7 +41,7 @@ func (g *Group) Store(ctx context.Context) error {
 			st.Entries = append(st.Entries, wal.GroupEntry{Offset: f.off, Deliveries: f.deliveries})
 		}
 		st.Vector = t.skipVectorLocked() // with the entries it snapshots (vector.go)
-		states[t.name] = st
+		states = append(states, wal.TopicGroupState{Topic: t.name, State: st})
 		items = append(items, vectorItem{topic: t.name, in: t.in, st: st, tr: &t.track, learned: t.learned, vec: &vecs[i]})
 		t.learned = nil
 	}
@@ -54,8 +54,8 @@ func (g *Group) Store(ctx context.Context) error {
 	set := g.Set
 	if err := g.env.Store(ctx, g.Name, &set, states); err != nil {
 		g.mu.Lock()
-		for name := range states {
-			if t := g.mu.topics[name]; t != nil {
+		for _, t := range dirty {
+			if !t.dropped {
 				g.markDirtyLocked(t)
 			}
 		}
