@@ -25,7 +25,8 @@ import (
 // shared empty vector, the store's states in one array, the learned origins in a shared
 // array, the encoding into reused buffers) the
 // join took 3.0 and the replay 17.3 a topic (aadcccf); with them 1.0 and 4.6 (5.6 with a
-// slice allocated per topic for its learned origins).
+// slice allocated per topic for its learned origins); with the one-origin vectors shared
+// (vecCache) and the origins of outstanding records in slices, 1.0 and 3.5 (be81b61: 4.6).
 func TestWildcardGroupAllocationsPerTopic(t *testing.T) {
 	const topics = 3000
 	env := newWildEnv(t, topics)
@@ -45,8 +46,8 @@ func TestWildcardGroupAllocationsPerTopic(t *testing.T) {
 	if join > 2 {
 		t.Errorf("joining a group over %d topics allocated %.1f times a topic, want at most 2", topics, join)
 	}
-	if replay > 5 {
-		t.Errorf("handing out, acknowledging and storing a record of each of %d topics allocated %.1f times a topic, want at most 5", topics, replay)
+	if replay > 4 {
+		t.Errorf("handing out, acknowledging and storing a record of each of %d topics allocated %.1f times a topic, want at most 4", topics, replay)
 	}
 	_, states, _, err := env.Wal.Group("g")
 	if err != nil {
