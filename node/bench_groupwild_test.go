@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"syscall"
@@ -27,7 +29,8 @@ import (
 // client: on a loaded machine the steadier figure); the last reports its rate and CPU (the
 // medians of the others' runs) against the other two: "group-wild/one" (the target
 // for wildcards is >= 0.5) and "group-wild/plain", "cpu-group-wild/one" (CPU per record,
-// wildcard over one topic's).
+// wildcard over one topic's). With QUICMQ_BENCH_PROFILE_DIR set, each leaf writes a CPU profile
+// of its own runs alone (not the set-up's) to DIR/<leaf>.prof.
 func BenchmarkGroupWildcardReplay(b *testing.B) {
 	topics := 20_000
 	if v := os.Getenv("QUICMQ_BENCH_GROUP_WILD_TOPICS"); v != "" {
@@ -65,6 +68,7 @@ func BenchmarkGroupWildcardReplay(b *testing.B) {
 		group         bool
 	}{{"group-one-topic", "gr1.one", true}, {"plain-wildcard", "gr.>", false}, {"group-wildcard", "gr.>", true}} {
 		b.Run(leaf.name, func(b *testing.B) {
+			defer profileLeaf(b, leaf.name)()
 			cpu0 := processCPU(b)
 			for b.Loop() {
 				opts := client.SubscribeOptions{From: client.Earliest}
@@ -124,6 +128,26 @@ func benchReadAll(b *testing.B, c *client.Conn, pattern string, opts client.Subs
 		if err := sub.Commit(ctx); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// profileLeaf starts a CPU profile of leaf into $QUICMQ_BENCH_PROFILE_DIR/<leaf>.prof, if set,
+// and returns what stops it.
+func profileLeaf(b *testing.B, leaf string) (stop func()) {
+	dir := os.Getenv("QUICMQ_BENCH_PROFILE_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, leaf+".prof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
 	}
 }
 

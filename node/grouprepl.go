@@ -43,33 +43,33 @@ var groupStateLocalOnly bool
 // topics this node leads through their raft groups, the rest in one synced batch of the
 // local log. It returns once all are stored; the error is a *wire.Error for a replicated
 // store that did not commit.
-func (n *Node) storeGroup(ctx context.Context, name string, set *wal.GroupSettings, states map[string]*wal.GroupState) error {
+func (n *Node) storeGroup(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error {
 	local := states
-	var repl []string
+	var repl []wal.TopicGroupState
 	if r := n.rep; r != nil && !groupStateLocalOnly {
-		local = make(map[string]*wal.GroupState, len(states))
-		for topic, st := range states {
-			if r.isReplicated(topic) {
-				repl = append(repl, topic)
+		local = make([]wal.TopicGroupState, 0, len(states))
+		for _, ts := range states {
+			if r.isReplicated(ts.Topic) {
+				repl = append(repl, ts)
 			} else {
-				local[topic] = st
+				local = append(local, ts)
 			}
 		}
 	}
 	errs := make([]error, len(repl))
 	var wg sync.WaitGroup
-	for i, topic := range repl {
+	for i, ts := range repl {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if e := n.rep.storeGroupState(ctx, name, topic, &replica.GroupOp{Settings: set, State: states[topic]}, set != nil && set.Pattern == topic); e != nil {
+			if e := n.rep.storeGroupState(ctx, name, ts.Topic, &replica.GroupOp{Settings: set, State: ts.State}, set != nil && set.Pattern == ts.Topic); e != nil {
 				errs[i] = e
 			}
 		}()
 	}
 	var err error
 	if len(local) > 0 {
-		err = n.wal.SetGroup(ctx, name, nil, local) // the settings are stored here when the group is made
+		err = n.wal.SetGroupStates(ctx, name, nil, local) // the settings are stored here when the group is made
 	}
 	wg.Wait()
 	for _, e := range errs {

@@ -7,7 +7,6 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -47,14 +46,7 @@ type member struct {
 	// (wal.Sweep): a wildcard group's batch is a record of each of many topics. Released
 	// before every write that may wait on flow control and when the member waits.
 	sweep *wal.Sweep
-	ins   map[string]wal.Instance // a batch's topics (send), reused
-	refs  []wal.OriginRef         // the origins of a batch's records as send read them, reused (groups.Group.Learned)
-
-	mu struct {
-		sync.Mutex
-		index map[string]uint64 // topic -> its index on the stream (TOPIC sent)
-		names []string          // index -> topic
-	}
+	refs  []wal.OriginRef // the origins of a batch's records as send read them, reused (groups.Group.Learned)
 }
 
 // serveMember serves a SUBSCRIBE naming a group (authorized and counted by subscribe).
@@ -101,8 +93,6 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	}
 	m.w = wire.NewWriter(str)
 	m.sweep = n.wal.NewSweep()
-	m.ins = make(map[string]wal.Instance)
-	m.mu.index = make(map[string]uint64)
 	m.view = s.groupActor(gr.Name)
 	g, e := n.joinGroup(s.actor.Durable(gr.Name), m.view.ClientDurable(s.actor.Durable(gr.Name)), req, want, &m.Member)
 	if e != nil {
@@ -296,9 +286,10 @@ func (m *member) run() *wire.Error {
 
 // send reads the records of fs from the log (in runs of consecutive offsets, in the order
 // of their keys: topic ID, offset, with the member's Sweep) and buffers their frames,
-// flushing every ReadAhead bytes. It tells the group the origins it read (Learned): the
-// group's store needs no second read of them for its vector.
-func (m *member) send(fs []*groups.Flight) *wire.Error {
+// flushing every ReadAhead bytes; a topic's TOPIC frame goes before its first record (the
+// group bound its index: groups.Taken). It tells the group the origins it read (Learned):
+// the group's store needs no second read of them for its vector.
+func (m *member) send(fs []groups.Taken) *wire.Error {
 	m.refs = slices.Grow(m.refs[:0], len(fs))[:len(fs)]
 	clear(m.refs)
 	e := m.sendRead(fs)
@@ -309,35 +300,43 @@ func (m *member) send(fs []*groups.Flight) *wire.Error {
 }
 
 // sendRead is send's reading and buffering, noting each record's origin in m.refs.
-func (m *member) sendRead(fs []*groups.Flight) *wire.Error {
+func (m *member) sendRead(fs []groups.Taken) *wire.Error {
 	n := m.s.n
-	clear(m.ins)
-	for _, f := range fs {
-		if _, ok := m.ins[f.Topic()]; !ok {
-			m.ins[f.Topic()] = n.wal.Instance(f.Topic())
-		}
-	}
-	slices.SortFunc(fs, func(a, b *groups.Flight) int {
-		if a.Topic() == b.Topic() {
+	slices.SortFunc(fs, func(a, b groups.Taken) int {
+		if a.Index == b.Index {
 			return cmp.Compare(a.Offset(), b.Offset())
 		}
-		return cmp.Or(cmp.Compare(m.ins[a.Topic()].ID(), m.ins[b.Topic()].ID()), cmp.Compare(a.Topic(), b.Topic()))
+		return cmp.Or(cmp.Compare(a.Instance().ID(), b.Instance().ID()), cmp.Compare(a.Index, b.Index))
 	})
 	for i := 0; i < len(fs); {
 		j := i + 1
-		for j < len(fs) && fs[j].Topic() == fs[i].Topic() && fs[j].Offset() == fs[j-1].Offset()+1 {
+		for j < len(fs) && fs[j].Index == fs[i].Index && fs[j].Offset() == fs[j-1].Offset()+1 {
 			j++
 		}
-		topic, from := fs[i].Topic(), fs[i].Offset()
-		idx := m.bind(topic)
-		got, _, err := m.sweep.ReadFunc(m.ins[topic], from, j-i, 1<<30, func(rec *wal.Record) error {
-			m.rec = recordFrame(idx, rec, n.cfg.Region)
-			m.w.Buffer(&m.rec)
-			if k := i + int(rec.Offset-from); rec.Offset >= from && k < j {
-				m.refs[k] = wal.OriginRef{Region: vector.OriginOf(rec, n.cfg.Region), Offset: rec.OriginOffset}
+		topic, from, idx := fs[i].Topic(), fs[i].Offset(), fs[i].Index
+		if fs[i].Bind {
+			m.w.Buffer(&wire.Topic{Index: idx, Name: m.s.actor.ClientName(topic)})
+		}
+		read := func(in wal.Instance) (int, error) {
+			got, _, err := m.sweep.ReadFunc(in, from, j-i, 1<<30, func(rec *wal.Record) error {
+				m.rec = recordFrame(idx, rec, n.cfg.Region)
+				m.w.Buffer(&m.rec)
+				if k := i + int(rec.Offset-from); rec.Offset >= from && k < j {
+					m.refs[k] = wal.OriginRef{Region: vector.OriginOf(rec, n.cfg.Region), Offset: rec.OriginOffset}
+				}
+				return nil
+			})
+			return got, err
+		}
+		in := fs[i].Instance()
+		got, err := read(in)
+		if errors.Is(err, wal.ErrTopicDeleted) || errors.Is(err, wal.ErrUnknownTopic) {
+			// The log it was handed out from is gone: read the log of its name now, if
+			// another, as a lookup by name at this read would.
+			if now := n.wal.Instance(topic); now.Valid() && now != in {
+				got, err = read(now)
 			}
-			return nil
-		})
+		}
 		oor, isOOR := errors.AsType[*wal.OffsetOutOfRangeError](err)
 		switch {
 		case err == nil || errors.Is(err, wal.ErrUnknownTopic) || errors.Is(err, wal.ErrTopicDeleted):
@@ -363,30 +362,6 @@ func (m *member) sendRead(fs []*groups.Flight) *wire.Error {
 		i = j
 	}
 	return nil
-}
-
-// bind returns topic's index on the stream, buffering its TOPIC frame the first time.
-func (m *member) bind(topic string) uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if i, ok := m.mu.index[topic]; ok {
-		return i
-	}
-	i := uint64(len(m.mu.names))
-	m.mu.index[topic] = i
-	m.mu.names = append(m.mu.names, topic)
-	m.w.Buffer(&wire.Topic{Index: i, Name: m.s.actor.ClientName(topic)})
-	return i
-}
-
-// topicOf is the topic of index i on the stream, if bound.
-func (m *member) topicOf(i uint64) (string, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if i >= uint64(len(m.mu.names)) {
-		return "", false
-	}
-	return m.mu.names[i], true
 }
 
 // readAcks is the member's ack reader: ACK marks one record done, NAK gives one back,
@@ -452,14 +427,13 @@ func (m *member) acked(i, off uint64, nak bool) *wire.Error {
 	if nak {
 		what = "NAK"
 	}
-	topic, ok := m.topicOf(i)
 	var err error
-	if ok && nak {
-		err = m.g.Nak(&m.Member, topic, off)
-	} else if ok {
-		err = m.g.Ack(&m.Member, topic, off)
+	if nak {
+		err = m.g.NakAt(&m.Member, i, off)
+	} else {
+		err = m.g.AckAt(&m.Member, i, off)
 	}
-	if !ok || err != nil {
+	if err != nil {
 		return wire.Errorf(wire.CodeInvalidArgument, "%s of topic index %d offset %d: no such record was delivered on this stream", what, i, off)
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -175,12 +176,29 @@ func appendGroupState(b []byte, s *GroupState) []byte {
 	return appendGroupVector(b, s)
 }
 
+// TopicGroupState is a group's state of one topic, as SetGroupStates takes it.
+type TopicGroupState struct {
+	Topic string
+	State *GroupState
+}
+
 // SetGroup stores a group's settings (when not nil) and its state in the topics of states,
+// in one synced batch, and returns once it is durable: SetGroupStates of them.
+func (l *Log) SetGroup(ctx context.Context, group string, settings *GroupSettings, states map[string]*GroupState) error {
+	list := make([]TopicGroupState, 0, len(states))
+	for _, topic := range slices.Sorted(maps.Keys(states)) {
+		list = append(list, TopicGroupState{topic, states[topic]})
+	}
+	return l.SetGroupStates(ctx, group, settings, list)
+}
+
+// SetGroupStates stores a group's settings (when not nil) and its states (one per topic),
 // in one synced batch, and returns once it is durable. Each state is stored with the log's
 // time. A state of a topic deleted since Open (and not created again) is not written: the
 // delete removed the group's state of it, and a store that raced the delete must not bring
-// it back (l.groupMu orders the two).
-func (l *Log) SetGroup(ctx context.Context, group string, settings *GroupSettings, states map[string]*GroupState) error {
+// it back (l.groupMu orders the two). States in topic order cost the least (sorted here
+// otherwise, in place).
+func (l *Log) SetGroupStates(ctx context.Context, group string, settings *GroupSettings, states []TopicGroupState) error {
 	if err := checkName("group name", group); err != nil {
 		return fmt.Errorf("wal: set group %q: %w", group, err)
 	}
@@ -205,8 +223,12 @@ func (l *Log) SetGroup(ctx context.Context, group string, settings *GroupSetting
 	// group's store holds a state of each of many topics. In key order: the memtable's
 	// inserts of a batch's ascending keys each start where the last one ended.
 	var k, v []byte
-	for _, topic := range slices.Sorted(maps.Keys(states)) {
-		s := states[topic]
+	byTopic := func(a, b TopicGroupState) int { return strings.Compare(a.Topic, b.Topic) }
+	if !slices.IsSortedFunc(states, byTopic) {
+		slices.SortFunc(states, byTopic)
+	}
+	for _, ts := range states {
+		topic, s := ts.Topic, ts.State
 		if err := checkName("group topic", topic); err != nil {
 			return fmt.Errorf("wal: set group %q: %w", group, err)
 		}

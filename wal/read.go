@@ -68,17 +68,33 @@ func (l *Log) TopicInfo(name string) (info TopicInfo, ok bool) {
 	return t.infoLocked(), true
 }
 
-// TopicNames lists the names of the durable topics, in no order: for a reader that looks at
-// each (a consumer group joining a wildcard over many topics), without Topics' sort and
+// TopicInstances lists the durable topics as Instances, in no order: for a reader that
+// looks at each (a consumer group joining a wildcard over many topics) and keeps a handle of
+// it, so that its later looks (BoundsAt) cost no lookup by name, without Topics' sort and
 // per-topic details.
-func (l *Log) TopicNames() []string {
+func (l *Log) TopicInstances() []Instance {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	names := make([]string, 0, len(l.mu.topics))
-	for name := range l.mu.topics {
-		names = append(names, name)
+	ins := make([]Instance, 0, len(l.mu.topics))
+	for _, t := range l.mu.topics {
+		ins = append(ins, Instance{t})
 	}
-	return names
+	return ins
+}
+
+// BoundsAt is Bounds of the log in (an Instance the caller kept), with no lookup by name;
+// ok is false for the zero Instance and for a log deleted since (a topic of the same name
+// created again is another Instance).
+func (l *Log) BoundsAt(in Instance) (first, next uint64, ok bool) {
+	if in.t == nil {
+		return 0, 0, false
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if in.t.deleted {
+		return 0, 0, false
+	}
+	return in.t.first, in.t.hwm, true
 }
 
 // Topics lists the durable topics, sorted by name.

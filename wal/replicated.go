@@ -419,3 +419,12 @@ func (l *Log) IsLocal(topic string) bool {
 	}
 	return l.refuseReplicated(topic) == nil
 }
+
+// IsLocalAt is IsLocal of the log in (an Instance the caller kept): false for the zero
+// Instance and a log deleted since.
+func (l *Log) IsLocalAt(in Instance) bool {
+	if _, _, ok := l.BoundsAt(in); !ok {
+		return false
+	}
+	return l.refuseReplicated(in.t.name) == nil
+}

@@ -47,6 +47,14 @@ func (in Instance) ID() uint32 {
 	return in.t.id
 }
 
+// Name is the topic's name; "" for the zero Instance.
+func (in Instance) Name() string {
+	if in.t == nil {
+		return ""
+	}
+	return in.t.name
+}
+
 // Valid reports whether in names a log (it is not the zero Instance).
 func (in Instance) Valid() bool { return in.t != nil }
 

@@ -55,12 +55,65 @@ func (g *Group) broadcastLocked() {
 }
 
 // Take hands member m up to max records: first those reserved for it (its ordered keys),
-// then records given back, then new records of the log, while the window has room. It
-// also collects records due for the dead-letter topic (dead), which m writes. It never
-// blocks.
-func (g *Group) Take(m *Member, max int) (got, dead []*Flight) {
+// then records given back, then new records of the log, while the window has room, each
+// with its topic's index on m's stream (bound by this Take, if m had none). It also
+// collects records due for the dead-letter topic (dead), which m writes. It never blocks.
+// Only m's own goroutine calls Take for m: what it returns is valid until its next call.
+func (g *Group) Take(m *Member, max int) (taken []Taken, dead []*Flight) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	got, dead := g.takeLocked(m, max)
+	taken = m.taken[:0]
+	for _, f := range got {
+		i, bind := g.bindLocked(m, f.t)
+		taken = append(taken, Taken{Flight: f, Index: i, Bind: bind})
+	}
+	clear(got)
+	m.got, m.taken = got[:0], taken
+	return taken, dead
+}
+
+// bindLocked is t's index on m's stream, and whether it was bound now (m had none).
+func (g *Group) bindLocked(m *Member, t *gtopic) (uint64, bool) {
+	if t.bound.m == m {
+		return t.bound.i, false
+	}
+	if i, ok := m.more[t]; ok {
+		return i, false
+	}
+	i := uint64(len(m.topics))
+	m.topics = append(m.topics, t)
+	if o := t.bound.m; o != nil { // the slot is another member's: it keeps its index in its map
+		if o.more == nil {
+			o.more = make(map[*gtopic]uint64)
+		}
+		o.more[t] = t.bound.i
+	}
+	t.bound = streamSlot{m: m, i: i}
+	return i, true
+}
+
+// unbindLocked forgets m's stream indexes (m left).
+func (g *Group) unbindLocked(m *Member) {
+	for _, t := range m.topics {
+		if t.bound.m == m {
+			t.bound = streamSlot{}
+		}
+	}
+	m.topics, m.more = nil, nil
+}
+
+// topicAtLocked is the topic of index i on m's stream, if bound.
+func (g *Group) topicAtLocked(m *Member, i uint64) *gtopic {
+	if i >= uint64(len(m.topics)) {
+		return nil
+	}
+	return m.topics[i]
+}
+
+// takeLocked is Take's choice of records (into m.got's array) and of dead letters.
+func (g *Group) takeLocked(m *Member, max int) (got, dead []*Flight) {
+	got = m.got[:0]
 	now := time.Now()
 	g.expireLocked(now)
 	for _, f := range g.mu.dead {
@@ -135,8 +188,16 @@ func (g *Group) nextTopicLocked(m *Member) (*gtopic, uint64) {
 		i := g.mu.rr % len(g.mu.active)
 		t := g.mu.active[i]
 		g.visited.Add(1)
-		first, head, ok := g.env.Wal.Bounds(t.name)
-		gone := g.mu.topics[t.name] != t   // dropped
+		first, head, ok := g.env.Wal.BoundsAt(t.in)
+		if !ok && !t.dropped {
+			// Its log was deleted (or a replica's renewed): it follows the log of its name
+			// now, if there is one, as a lookup by name would.
+			if in := g.env.Wal.Instance(t.name); in.Valid() {
+				t.in = in
+				first, head, ok = g.env.Wal.BoundsAt(in)
+			}
+		}
+		gone := t.dropped
 		if ok && !gone && t.next < first { // deleted by retention: nothing to deliver, done
 			t.next = first
 			g.markDirtyLocked(t)
@@ -194,7 +255,7 @@ func (g *Group) dispatchLocked(t *gtopic, head uint64, m *Member, room int, now 
 			g.markDirtyLocked(t)
 			continue
 		}
-		f := &Flight{t: t, off: t.next}
+		f := &Flight{t: t, in: t.in, off: t.next}
 		g.putOutLocked(t, t.next, f)
 		t.next++
 		if refs != nil {
@@ -249,7 +310,7 @@ func (g *Group) expireLocked(now time.Time) {
 	}
 	g.mu.nextDue = time.Time{}
 	var back []*Flight
-	for t := range g.withOutLocked() {
+	for _, t := range g.withOutLocked() {
 		for _, f := range t.out.all() {
 			if f.state != fAssigned || f.deadline.IsZero() {
 				continue
@@ -286,7 +347,7 @@ func (g *Group) expireLocked(now time.Time) {
 // dead-lettered by it), because of reason.
 func (g *Group) giveBackLocked(m *Member, reason string) {
 	var back []*Flight
-	for t := range g.withOutLocked() {
+	for _, t := range g.withOutLocked() {
 		for _, f := range t.out.all() {
 			switch {
 			case f.state == fDead && f.dlqBy == m:
@@ -321,11 +382,45 @@ func (g *Group) Ack(m *Member, topic string, off uint64) error {
 	if m != nil {
 		m.stalled = false
 	}
+	t, err := g.namedLocked(topic, off)
+	if t == nil {
+		return err
+	}
+	return g.ackLocked(t, off)
+}
+
+// AckAt is Ack of the record at off of the topic of index i on m's stream (Take): no
+// lookup by name.
+func (g *Group) AckAt(m *Member, i, off uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	m.stalled = false
+	t := g.topicAtLocked(m, i)
+	if t == nil {
+		return fmt.Errorf("no record at offset %d was delivered", off)
+	}
+	return g.ackLocked(t, off)
+}
+
+// namedLocked is the followed topic of that name; nil with a nil error for one deleted
+// while the group was live (an ACK or NAK of its records is ignored), nil with an error
+// for one never followed.
+func (g *Group) namedLocked(topic string, off uint64) (*gtopic, error) {
 	t := g.mu.topics[topic]
-	if t == nil && g.mu.dropped[topic] {
+	switch {
+	case t != nil:
+		return t, nil
+	case g.mu.dropped[topic]:
+		return nil, nil // its topic was deleted
+	}
+	return nil, fmt.Errorf("no record at offset %d was delivered", off)
+}
+
+func (g *Group) ackLocked(t *gtopic, off uint64) error {
+	if t.dropped {
 		return nil // its topic was deleted
 	}
-	if t == nil || off >= t.next {
+	if off >= t.next {
 		return fmt.Errorf("no record at offset %d was delivered", off)
 	}
 	f := t.out.get(off)
@@ -346,11 +441,29 @@ func (g *Group) Ack(m *Member, topic string, off uint64) error {
 func (g *Group) Nak(m *Member, topic string, off uint64) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	t := g.mu.topics[topic]
-	if t == nil && g.mu.dropped[topic] {
+	t, err := g.namedLocked(topic, off)
+	if t == nil {
+		return err
+	}
+	return g.nakLocked(m, t, off)
+}
+
+// NakAt is Nak of the record at off of the topic of index i on m's stream (Take).
+func (g *Group) NakAt(m *Member, i, off uint64) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.topicAtLocked(m, i)
+	if t == nil {
+		return fmt.Errorf("no record at offset %d was delivered", off)
+	}
+	return g.nakLocked(m, t, off)
+}
+
+func (g *Group) nakLocked(m *Member, t *gtopic, off uint64) error {
+	if t.dropped {
 		return nil // its topic was deleted
 	}
-	if t == nil || off >= t.next {
+	if off >= t.next {
 		return fmt.Errorf("no record at offset %d was delivered", off)
 	}
 	f := t.out.get(off)

@@ -38,7 +38,7 @@
 // to whom, the ordered keys' holders), handing records out, acknowledgements, ack-waits,
 // dead-lettering and the state it stores; and resuming from a state mirrored from another
 // region (vector.go). What it must not touch: streams and sessions (a member's stream is the
-// node's: node/member.go drives a Member through Take, Ack, Nak and Store), the table of live
+// node's: node/member.go drives a Member through Take, AckAt, NakAt and Store; the group binds a member's stream indexes as it hands records out, so that over many topics neither keeps a map by name), the table of live
 // groups and who may join one (node/groups.go), and where state and dead letters are written
 // (Env's functions: the node's log, or the topic's raft group).
 package groups

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,8 +29,8 @@ type learnedRig struct {
 	m      *Member
 	recs   map[string][]wal.OriginRef // topic -> the origin of each offset
 	next   map[string]uint64          // origin -> its next origin offset
-	out    []*Flight                  // handed out, not acknowledged
-	late   [][]*Flight                // handed out, origins noted only after a store (a member slower than the store)
+	out    []Taken                    // handed out, not acknowledged
+	late   [][]Taken                  // handed out, origins noted only after a store (a member slower than the store)
 	stores int
 	// kept is each stored vector's Through with a copy of it when stored: one taken for a
 	// store must not change after it (a replicated store may encode it later).
@@ -50,13 +51,13 @@ func (r *learnedRig) open() {
 	r.l = l
 	env := &Env{Wal: l, Log: slog.New(slog.DiscardHandler), Region: "eu", Cfg: Config{Window: 64}}
 	env.Cfg.WithDefaults()
-	env.Store = func(ctx context.Context, name string, set *wal.GroupSettings, states map[string]*wal.GroupState) error {
+	env.Store = func(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error {
 		r.stores++
-		for topic, st := range states {
-			r.check(topic, st)
-			r.kept = append(r.kept, keptVector{topic, st.Vector.Through, maps.Clone(st.Vector.Through)})
+		for _, ts := range states {
+			r.check(ts.Topic, ts.State)
+			r.kept = append(r.kept, keptVector{ts.Topic, ts.State.Vector.Through, maps.Clone(ts.State.Vector.Through)})
 		}
-		return l.SetGroup(ctx, name, set, states)
+		return l.SetGroupStates(ctx, name, set, states)
 	}
 	env.Mirrored = func(string) map[string][]*wal.GroupState { return nil }
 	g, e := New(env, "g", "g", &wire.Subscribe{Pattern: "t.>", Start: wire.StartEarliest}, wal.GroupSettings{Pattern: "t.>", AckWait: time.Hour})
@@ -113,13 +114,13 @@ func (r *learnedRig) take() {
 	got, _ := r.g.Take(r.m, 1+r.rng.IntN(8))
 	r.out = append(r.out, got...)
 	if r.rng.IntN(5) == 0 {
-		r.late = append(r.late, got)
+		r.late = append(r.late, slices.Clone(got)) // got is Take's until its next call
 		return
 	}
 	r.learn(got)
 }
 
-func (r *learnedRig) learn(fs []*Flight) {
+func (r *learnedRig) learn(fs []Taken) {
 	refs := make([]wal.OriginRef, len(fs))
 	for i, f := range fs {
 		if r.rng.IntN(6) > 0 {

@@ -45,12 +45,73 @@ import (
 // groupTrack is the store's vector of one topic of a group (owned under g.storeMu once the
 // topic is added).
 type groupTrack struct {
-	at      uint64                   // every record below at is accounted for in vec
-	vec     map[string]uint64        // nil: not known yet (computed at the next store)
-	origins map[uint64]wal.OriginRef // origins of outstanding offsets known to the tracker
-	// shared: vec is also a stored state's Through (setVector), so it is copied before it
-	// changes: a topic read once (a wildcard's many) costs its store one map, not two.
+	at      uint64            // every record below at is accounted for in vec
+	vec     map[string]uint64 // nil: not known yet (computed at the next store)
+	origins originSet         // origins of outstanding offsets known to the tracker
+	// shared: vec is also a stored state's Through (setVector), or the group's vector of
+	// one origin (vecCache), so it is copied before it changes: a topic read once (a
+	// wildcard's many) costs its store no map of its own.
 	shared bool
+}
+
+// originSet is the origins of a topic's outstanding records known to its tracker, ascending
+// by offset: those of one topic's outstanding records, most often none or one (no map).
+type originSet []originAt
+
+func (s originSet) search(off uint64) (int, bool) {
+	return slices.BinarySearchFunc(s, off, func(o originAt, off uint64) int { return cmp.Compare(o.off, off) })
+}
+
+func (s originSet) get(off uint64) (wal.OriginRef, bool) {
+	if i, ok := s.search(off); ok {
+		return s[i].ref, true
+	}
+	return wal.OriginRef{}, false
+}
+
+func (s *originSet) set(off uint64, ref wal.OriginRef) {
+	i, ok := s.search(off)
+	if ok {
+		(*s)[i].ref = ref
+		return
+	}
+	*s = slices.Insert(*s, i, originAt{off, ref})
+}
+
+// keep drops the origins of offsets that are not entries (ascending by offset).
+func (s *originSet) keep(entries []wal.GroupEntry) {
+	*s = slices.DeleteFunc(*s, func(o originAt) bool { return !isEntry(entries, o.off) })
+	if len(*s) == 0 {
+		*s = nil
+	}
+}
+
+// isEntry reports whether off is one of entries (ascending by offset).
+func isEntry(entries []wal.GroupEntry, off uint64) bool {
+	_, ok := slices.BinarySearchFunc(entries, off, func(e wal.GroupEntry, off uint64) int { return cmp.Compare(e.Offset, off) })
+	return ok
+}
+
+// vecCache interns a group's vectors of one origin ({region: offset}): the trackers and
+// stored states that have one share it (groupTrack.shared), so that a wildcard group's
+// topics, each read from one region, cost no map of their own. Owned by g.storeMu; bounded
+// (started again past vecCacheMax).
+type vecCache struct {
+	m map[wal.OriginRef]map[string]uint64
+}
+
+const vecCacheMax = 4096
+
+func (c *vecCache) one(ref wal.OriginRef) map[string]uint64 {
+	if v, ok := c.m[ref]; ok {
+		return v
+	}
+	if c.m == nil || len(c.m) >= vecCacheMax {
+		c.m = make(map[wal.OriginRef]map[string]uint64)
+	}
+	v := map[string]uint64{ref.Region: ref.Offset}
+	c.m[ref] = v
+	return v
 }
 
 // originAt is the origin of the record at off of a topic, as a read of it found it.
@@ -63,13 +124,13 @@ type originAt struct {
 // (Region "": not read). A record handed out and read, not yet stored, marks its topic dirty
 // here rather than at its dispatch (Flight.fresh), so a store meanwhile leaves it out instead
 // of reading it again.
-func (g *Group) Learned(fs []*Flight, refs []wal.OriginRef) {
+func (g *Group) Learned(fs []Taken, refs []wal.OriginRef) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, f := range fs {
 		t := f.t
-		if g.mu.topics[t.name] != t {
-			continue // dropped (deleted)
+		if t.dropped {
+			continue // deleted
 		}
 		if refs[i].Region != "" {
 			g.learnLocked(t, originAt{off: f.off, ref: refs[i]})
@@ -201,11 +262,11 @@ func (g *Group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
 	}
 	t.floor, t.next = start, start
 	g.markDirtyLocked(t)
-	t.track = groupTrack{at: start, vec: maps.Clone(d.through), origins: make(map[uint64]wal.OriginRef, len(located))}
+	t.track = groupTrack{at: start, vec: maps.Clone(d.through), origins: make(originSet, 0, len(located))}
 	for _, off := range slices.Sorted(maps.Keys(located)) {
 		ref := located[off]
 		delete(d.Out, ref)
-		t.track.origins[off] = ref
+		t.track.origins.set(off, ref)
 		t.floor = min(t.floor, off)
 		g.restoreLocked(t, off, 1)
 		t.out.get(off).reason = "it was outstanding in another region"
@@ -336,9 +397,9 @@ var emptyVec = map[string]uint64{}
 func (t *gtopic) beginTrack(st *wal.GroupState, start, first uint64) {
 	switch {
 	case st != nil && st.Vector != nil:
-		t.track = groupTrack{at: st.Next, vec: maps.Clone(st.Vector.Through), origins: make(map[uint64]wal.OriginRef, len(st.Entries))}
+		t.track = groupTrack{at: st.Next, vec: maps.Clone(st.Vector.Through)}
 		for _, e := range st.Entries {
-			t.track.origins[e.Offset] = e.Origin
+			t.track.origins.set(e.Offset, e.Origin)
 		}
 		if st.Vector.Skipping {
 			t.skip = &groupSkip{through: maps.Clone(st.Vector.Through), out: make(map[wal.OriginRef]bool, len(st.Vector.Elsewhere)), pending: make(map[string]bool)}
@@ -363,6 +424,7 @@ func (t *gtopic) beginTrack(st *wal.GroupState, start, first uint64) {
 // since the last store (taken with the state, under g.mu).
 type vectorItem struct {
 	topic   string
+	in      wal.Instance // its log (gtopic.in)
 	st      *wal.GroupState
 	tr      *groupTrack
 	vec     *wal.GroupVector // room for st's vector when it has none (skipping's)
@@ -390,8 +452,7 @@ func (g *Group) addVectors(items []vectorItem) {
 		case it.tr.covered(it.st, it.learned):
 			g.setVector(it, nil)
 		default:
-			in := n.Wal.Instance(it.topic)
-			order = append(order, keyed{in.ID(), in, it})
+			order = append(order, keyed{it.in.ID(), it.in, it})
 		}
 	}
 	if len(order) == 0 {
@@ -414,7 +475,7 @@ func (g *Group) addVectors(items []vectorItem) {
 func (g *Group) setVector(it *vectorItem, read func(uint64, int, func(*wal.Record) error) (int, error)) {
 	n := g.env
 	tr, topic, st := it.tr, it.topic, it.st
-	if err := tr.advance(n.Wal, read, n.Region, topic, st, it.learned); err != nil {
+	if err := tr.advance(n.Wal, read, n.Region, topic, st, it.learned, &g.vecs); err != nil {
 		n.Log.Debug("group state stored without its vector", "group", g.Shown, "topic", topic, "err", err)
 		st.Vector = nil
 		return
@@ -436,7 +497,7 @@ func (g *Group) setVector(it *vectorItem, read func(uint64, int, func(*wal.Recor
 	}
 	st.Vector = v
 	for i := range st.Entries {
-		st.Entries[i].Origin = tr.origins[st.Entries[i].Offset]
+		st.Entries[i].Origin, _ = tr.origins.get(st.Entries[i].Offset)
 	}
 }
 
@@ -466,8 +527,9 @@ func sortLearned(learned []originAt) {
 
 // advance brings the tracker to st.Next and learns the origins of st's entries: from learned
 // (the origins reads of the records noted, sorted by offset), reading forward with read what
-// learned misses (read is not called when learned covers it all: covered).
-func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Record) error) (int, error), region, topic string, st *wal.GroupState, learned []originAt) error {
+// learned misses (read is not called when learned covers it all: covered). A shared vector
+// raised to one origin's record becomes vecs' vector of it; otherwise it is copied first.
+func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Record) error) (int, error), region, topic string, st *wal.GroupState, learned []originAt, vecs *vecCache) error {
 	if tr.vec == nil || st.Next < tr.at {
 		vec, err := vector.Prefix(l, region, topic, min(tr.at, st.Next))
 		if err != nil {
@@ -475,30 +537,16 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 		}
 		tr.vec, tr.at, tr.shared = vec, min(tr.at, st.Next), false
 	}
-	if tr.shared && tr.at < st.Next { // it changes below
-		vec := make(map[string]uint64, len(tr.vec)+1) // room for the origin it is about to note
-		maps.Copy(vec, tr.vec)
-		tr.vec, tr.shared = vec, false
-	}
-	var outstanding map[uint64]bool // nil when none: most of a wildcard group's states
-	if len(st.Entries) > 0 {
-		outstanding = make(map[uint64]bool, len(st.Entries))
-		if tr.origins == nil {
-			tr.origins = make(map[uint64]wal.OriginRef, len(st.Entries))
-		}
-	}
-	for _, e := range st.Entries {
-		outstanding[e.Offset] = true
-	}
+	r := raise{tr: tr, entries: st.Entries}
 	sortLearned(learned)
 	for i := 0; tr.at < st.Next; {
 		for ; i < len(learned) && learned[i].off < tr.at; i++ { // accounted for: its origin may be wanted
-			if o := learned[i]; outstanding[o.off] {
-				tr.origins[o.off] = o.ref
+			if o := learned[i]; isEntry(st.Entries, o.off) {
+				tr.origins.set(o.off, o.ref)
 			}
 		}
 		if i < len(learned) && learned[i].off == tr.at {
-			tr.note(learned[i].off, learned[i].ref, outstanding)
+			r.note(learned[i].off, learned[i].ref)
 			tr.at++
 			continue
 		}
@@ -506,41 +554,43 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 		if i < len(learned) {
 			to = min(to, learned[i].off)
 		}
-		outstanding := outstanding // captured by value: advance's own is not moved to the heap
-		next, short, err := vector.ForwardWith(read, tr.at, to, func(r *wal.Record) {
-			tr.note(r.Offset, wal.OriginRef{Region: vector.OriginOf(r, region), Offset: r.OriginOffset}, outstanding)
+		next, short, err := vector.ForwardWith(read, tr.at, to, func(rec *wal.Record) {
+			r.note(rec.Offset, wal.OriginRef{Region: vector.OriginOf(rec, region), Offset: rec.OriginOffset})
 		})
 		switch {
 		case err != nil:
 			tr.at = next
+			r.apply(vecs)
 			return err
 		case short:
 			tr.at = next
+			r.apply(vecs)
 			return errNoRecord
 		}
 		tr.at = to
 	}
+	r.apply(vecs)
 	for _, o := range learned { // those below where the tracker was
-		if _, ok := tr.origins[o.off]; !ok && outstanding[o.off] {
-			tr.origins[o.off] = o.ref
+		if _, ok := tr.origins.get(o.off); !ok && isEntry(st.Entries, o.off) {
+			tr.origins.set(o.off, o.ref)
 		}
 	}
-	maps.DeleteFunc(tr.origins, func(off uint64, _ wal.OriginRef) bool { return !outstanding[off] })
-	for off := range outstanding {
-		if _, ok := tr.origins[off]; ok {
+	tr.origins.keep(st.Entries)
+	for _, e := range st.Entries {
+		if _, ok := tr.origins.get(e.Offset); ok {
 			continue
 		}
-		ref, err := readOrigin(l, region, topic, off)
+		ref, err := readOrigin(l, region, topic, e.Offset)
 		if err != nil {
 			return err
 		}
-		tr.origins[off] = ref
+		tr.origins.set(e.Offset, ref)
 	}
 	// Entries of one origin must ascend in its order: a log that breaks I7 gets no vector.
 	if len(st.Entries) > 1 {
 		last := make(map[string]uint64, 2)
 		for _, e := range st.Entries { // sorted by offset (store)
-			r := tr.origins[e.Offset]
+			r, _ := tr.origins.get(e.Offset)
 			if l, ok := last[r.Region]; ok && r.Offset <= l {
 				return errors.New("outstanding records out of their origin's order")
 			}
@@ -550,14 +600,65 @@ func (tr *groupTrack) advance(l *wal.Log, read func(uint64, int, func(*wal.Recor
 	return nil
 }
 
-// note accounts for the record at off, of origin ref, in tr's vector, and keeps its origin
-// if it is outstanding. (A method, not a closure of advance: a closure would be allocated at
-// every store of every topic, read or not.)
-func (tr *groupTrack) note(off uint64, ref wal.OriginRef, outstanding map[uint64]bool) {
-	if last, ok := tr.vec[ref.Region]; !ok || ref.Offset > last {
-		tr.vec[ref.Region] = ref.Offset
+// raise is an advance's raising of its tracker's vector: the records it accounts for, of
+// one origin as long as they are (one, with no map), then written into the tracker's own
+// copy of its vector.
+type raise struct {
+	tr      *groupTrack
+	entries []wal.GroupEntry // the state's: whose origins the tracker keeps
+	one     wal.OriginRef    // the highest record of the one origin noted so far
+	n       int              // records noted
+	many    bool             // of several origins: written into tr.vec as noted
+}
+
+// note accounts for the record at off, of origin ref, and keeps its origin if it is
+// outstanding.
+func (r *raise) note(off uint64, ref wal.OriginRef) {
+	switch {
+	case r.many:
+		r.tr.raiseOwn(ref)
+	case r.n == 0 || ref.Region == r.one.Region:
+		if r.n == 0 || ref.Offset > r.one.Offset {
+			r.one = ref
+		}
+	default:
+		r.many = true
+		r.tr.raiseOwn(r.one)
+		r.tr.raiseOwn(ref)
 	}
-	if outstanding[off] {
-		tr.origins[off] = ref
+	r.n++
+	if isEntry(r.entries, off) {
+		r.tr.origins.set(off, ref)
 	}
+}
+
+// apply raises the tracker's vector to what was noted: a shared vector of at most that one
+// origin becomes vecs' vector of it, with no copy.
+func (r *raise) apply(vecs *vecCache) {
+	if r.many || r.n == 0 {
+		return
+	}
+	tr := r.tr
+	last, ok := tr.vec[r.one.Region]
+	switch {
+	case ok && r.one.Offset <= last:
+	case tr.shared && len(tr.vec) == 0, tr.shared && ok && len(tr.vec) == 1:
+		tr.vec = vecs.one(r.one)
+	default:
+		tr.raiseOwn(r.one)
+	}
+}
+
+// raiseOwn raises tr's vector to ref, in a copy of its own if it is shared.
+func (tr *groupTrack) raiseOwn(ref wal.OriginRef) {
+	last, ok := tr.vec[ref.Region]
+	if ok && ref.Offset <= last {
+		return
+	}
+	if tr.shared {
+		vec := make(map[string]uint64, len(tr.vec)+1)
+		maps.Copy(vec, tr.vec)
+		tr.vec, tr.shared = vec, false
+	}
+	tr.vec[ref.Region] = ref.Offset
 }
