@@ -245,7 +245,9 @@ func (m idleMirrors) start(hotDir string) (peer *brokerProc, secs float64, err e
 
 // create publishes one record to each of the N topics at the idle region's node, pipelined.
 func (m idleMirrors) create(ctx context.Context, ca string) error {
-	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "idle-creator"}, m.AddrB+":7400")
+	// A 30 s idle timeout: at load 15-25 on two cores the default 2 s ended the creator's
+	// connection mid-creation (the set-up's, not what the run measures).
+	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "idle-creator", IdleTimeout: 30 * time.Second}, m.AddrB+":7400")
 	if err != nil {
 		return fmt.Errorf("dial the idle region: %w", err)
 	}
@@ -280,7 +282,7 @@ func (m idleMirrors) create(ctx context.Context, ca string) error {
 
 // waitListed waits until the node under test lists all N topics.
 func (m idleMirrors) waitListed(ctx context.Context, ca string) error {
-	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "idle-lister"}, quicmqAddr)
+	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "idle-lister", IdleTimeout: 30 * time.Second}, quicmqAddr)
 	if err != nil {
 		return fmt.Errorf("dial the node under test: %w", err)
 	}
