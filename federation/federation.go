@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
-
-	"github.com/quicmq/quicmq/routing"
 )
 
 // ErrNoLink is returned for a region this node has no established link to.
@@ -212,7 +210,7 @@ func (f *Federation) changeInterest(pattern string, d int) {
 	f.mu.Unlock()
 	if changed {
 		for _, l := range links {
-			l.interestChanged()
+			l.interestChanged(false)
 		}
 	}
 }
@@ -230,8 +228,8 @@ func (f *Federation) patterns() []string {
 }
 
 // mirrored reports whether topic is wanted and this node is its region's mirror of it.
-func (f *Federation) mirrored(topic string, patterns []string) bool {
-	wanted := f.wanted(topic, patterns) || f.cfg.MirrorWanted != nil && f.cfg.MirrorWanted(topic)
+func (f *Federation) mirrored(topic string, patterns *patternSet) bool {
+	wanted := patterns.match(topic) || f.cfg.MirrorWanted != nil && f.cfg.MirrorWanted(topic)
 	return wanted && (f.cfg.ShouldMirror == nil || f.cfg.ShouldMirror(topic))
 }
 
@@ -242,16 +240,6 @@ func (f *Federation) watchPatterns(patterns []string) []string {
 		return []string{">"}
 	}
 	return patterns
-}
-
-// wanted reports whether topic matches any watched pattern.
-func (f *Federation) wanted(topic string, patterns []string) bool {
-	for _, p := range patterns {
-		if routing.Match(p, topic) {
-			return true
-		}
-	}
-	return false
 }
 
 func (f *Federation) linksLocked() []*link {
@@ -372,7 +360,7 @@ func (f *Federation) Connected(name string) bool {
 // placement change made this node the owner of a topic).
 func (f *Federation) Resync() {
 	for _, l := range f.links() {
-		l.interestChanged()
+		l.interestChanged(true)
 	}
 }
 

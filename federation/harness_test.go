@@ -56,6 +56,8 @@ type nodeOpts struct {
 	parkAfter  time.Duration              // Config.MirrorParkAfter (0: the default)
 	slice      time.Duration              // Config.MirrorSlice (0: the default)
 	ownHeads   bool                       // Config.OwnHeads: every peer region reads own heads
+	// shouldMirror is Config.ShouldMirror (nil: none, every wanted topic is mirrored here).
+	shouldMirror func(topic string) bool
 }
 
 func newFedMesh(t *testing.T) *fedMesh {
@@ -349,6 +351,7 @@ func (n *fedNode) startFed() {
 		MirrorSlice:        n.opts.slice,
 		HeadReportInterval: 20 * time.Millisecond,
 		OwnHeads:           func(string) bool { return n.opts.ownHeads },
+		ShouldMirror:       n.opts.shouldMirror,
 		Logger:             slog.New(n.logs.handler(testLogger(t).Handler())).With("node", n.name),
 		Registerer:         reg,
 

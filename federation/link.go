@@ -34,6 +34,7 @@ type link struct {
 	cancel context.CancelFunc
 
 	interestWake chan struct{}
+	resync       atomic.Bool   // a Resync since the link's goroutine last applied the patterns (interestChanged)
 	sched        chan struct{} // topics wait for a stream, or one was given back (park.go)
 	redial       chan struct{} // the peer restarted: cut a back-off short (peerRestarted)
 	counters     *linkCounters // the peer's, shared with the links to it before and after this one
@@ -64,10 +65,13 @@ type link struct {
 
 		// The current connection's mirror scheduling (park.go).
 		announced map[string]bool // topics the peer announced on the catalog stream
-		patterns  []string        // the watched patterns mirrors are decided by
-		queue     backlog         // topics waiting for a stream, newest head first (stale entries are skipped; park.go)
-		seq       uint64          // entries pushed to queue
-		queued    map[string]bool // the topics waiting, in queue or moved
+		// unwanted are the announced topics this link does not mirror (considerLocked): the
+		// only ones a pattern added to the watched set can make mirrored (repattern).
+		unwanted map[string]bool
+		patterns *patternSet     // the watched patterns mirrors are decided by
+		queue    backlog         // topics waiting for a stream, newest head first (stale entries are skipped; park.go)
+		seq      uint64          // entries pushed to queue
+		queued   map[string]bool // the topics waiting, in queue or moved
 		// moved is the live lane: topics whose head the peer reported moving on this
 		// connection, served ahead of queue (park.go); hurried is the set of them.
 		moved    []string
@@ -121,6 +125,7 @@ func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 	l.mu.health = make(map[string]*mirrorHealth)
 	l.mu.stalled = make(map[string]bool)
 	l.mu.announced = make(map[string]bool)
+	l.mu.unwanted = make(map[string]bool)
 	l.mu.queued = make(map[string]bool)
 	l.mu.hurried = make(map[string]bool)
 	return l
@@ -147,7 +152,13 @@ func (l *link) connected() bool {
 	return conn != nil && conn.Context().Err() == nil
 }
 
-func (l *link) interestChanged() {
+// interestChanged asks the link's goroutine to apply the watched patterns now; with all, to
+// look at every announced and mirrored topic again too (a Resync: whether this node mirrors
+// a topic may have changed for reasons other than the patterns, Config.ShouldMirror).
+func (l *link) interestChanged(all bool) {
+	if all {
+		l.resync.Store(true)
+	}
 	select {
 	case l.interestWake <- struct{}{}:
 	default:
@@ -435,7 +446,7 @@ func (l *link) serve(ctx context.Context, conn *quic.Conn) error {
 					return err
 				}
 			}
-			l.repattern(patterns)
+			l.repattern(patterns, l.resync.Swap(false))
 		}
 	}
 }

@@ -91,7 +91,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	}
 	var reportDue <-chan time.Time // the pending report of moved heads (nil: none)
 
-	patterns := validPatterns(first.Patterns)
+	patterns := newPatternSet(validPatterns(first.Patterns))
 	// announced holds the topics announced on the stream, with the head's next offset last
 	// reported (0: none).
 	announced := make(map[string]uint64)
@@ -103,7 +103,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		ownHeads = moved != nil && f.cfg.OwnHeads != nil && f.cfg.OwnHeads(f.peerRegion(peerName(conn)))
 	}
 	announce := func(name string) {
-		if _, ok := announced[name]; ok || !f.wanted(name, patterns) {
+		if _, ok := announced[name]; ok || !patterns.match(name) {
 			return
 		}
 		first, next, ok := f.cfg.Log.Bounds(name)
@@ -137,18 +137,21 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 				continue
 			}
 			_, next, _ := f.cfg.Log.Bounds(t)
-			if next == last || !f.wanted(t, patterns) {
+			if next == last || !patterns.match(t) {
 				continue
 			}
 			announced[t] = next
 			w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(t, next), Topic: t})
 		}
 	}
-	// Every topic is listed at the start and when the patterns change; in between, only the
-	// topics created since the last look (CreatedSince), so a catalog of many topics does not
-	// list them all at each creation.
+	// Every topic is listed at the start; when the patterns change, the topics under the
+	// patterns added (listPrefixes: a WATCH that adds a subscription's topic lists that
+	// topic, not the 10,000 others the peer mirrors); in between, only the topics created
+	// since the last look (CreatedSince), so a catalog of many topics does not list them all
+	// at each creation or change of interest.
 	var mark int
 	relist := true
+	var prefixes []string // to list after the topics created since the last look
 	pageSize, paged, recent := catalogPage, func() {}, recentMovesBound
 	if h := f.listing.Load(); h != nil {
 		pageSize, paged, recent = h.page, h.paged, h.recent
@@ -167,10 +170,21 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		if relist {
 			relist = false
 			_, mark = f.cfg.Log.CreatedSince(-1) // before the listing: a topic created meanwhile is in one or the other
+			prefixes = []string{""}
+		} else {
+			var names []string
+			names, mark = f.cfg.Log.CreatedSince(mark)
+			for _, name := range names {
+				announce(name)
+			}
+		}
+		for _, prefix := range prefixes {
 			// Page by page in name order (the log's own), flushing each: a catalog of
-			// 100,000 topics is never built as one list, and flow control paces it.
+			// 100,000 topics is never built as one list, and flow control paces it. The
+			// mark was taken before: a topic created meanwhile is listed, or announced at
+			// the next look.
 			for after := ""; ; {
-				page, more, err := f.cfg.Log.TopicsPage("", after, pageSize)
+				page, more, err := f.cfg.Log.TopicsPage(prefix, after, pageSize)
 				if err != nil {
 					return err
 				}
@@ -193,13 +207,8 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 				}
 				after = page[len(page)-1].Name
 			}
-		} else {
-			var names []string
-			names, mark = f.cfg.Log.CreatedSince(mark)
-			for _, name := range names {
-				announce(name)
-			}
 		}
+		prefixes = nil
 		if !synced {
 			// Every topic held when the stream began is announced: the peer may now decide
 			// that a topic it has not heard of is not held here.
@@ -218,8 +227,11 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			return nil
 		case <-newTopics:
 		case p := <-updates:
-			patterns = validPatterns(p)
-			relist = true
+			next := newPatternSet(validPatterns(p))
+			added, _ := next.addedTo(patterns)
+			patterns = next
+			// A pattern removed needs no listing: what was announced stays announced.
+			prefixes = listPrefixes(added)
 		case <-movedCh:
 			reportDue = time.After(f.cfg.HeadReportInterval)
 		case <-reportDue:

@@ -39,7 +39,9 @@ const endPoll = 2 * time.Millisecond
 // and refused by name.
 func (n *Node) consumers(a *auth.Principal, name string) ([]manage.Consumer, *wire.Error) {
 	byName := make(map[string]*manage.Consumer)
-	f := wal.PositionFilter{Name: name, NamePrefix: auth.ConsumerPrefix(a)}
+	// Mirror cursors and mirrored positions are skipped by name, unread: a listing (each
+	// metrics scrape makes one) costs nothing per mirrored topic.
+	f := wal.PositionFilter{Name: name, NamePrefix: auth.ConsumerPrefix(a), SkipPrefix: mirrorCursorPrefix}
 	err := n.wal.Positions(f, func(p wal.PositionInfo) bool {
 		if strings.HasPrefix(p.Name, mirrorCursorPrefix) {
 			return true

@@ -535,9 +535,9 @@ func (l *Log) publish(f *inflight) {
 	}
 	for _, p := range f.positions {
 		if p.del {
-			delete(l.mu.positions, p.key)
+			l.deletePositionLocked(p.key)
 		} else {
-			l.mu.positions[p.key] = p.val
+			l.setPositionLocked(p.key, p.val)
 		}
 	}
 	if f.admin != nil {

@@ -272,3 +272,77 @@ func BenchmarkPositions(b *testing.B) {
 		})
 	}
 }
+
+// A listing of positions by name looks only at the names' positions, not at every position
+// (issue 34: a node mirroring 10,000 topics holds a mirror cursor for each, and each metrics
+// scrape listed the consumers over all of them): with 3,000 cursors of one name beside a few
+// consumers, listing a tenant's allocates the same whatever the cursors (base: two strings per
+// stored key), and every filter lists what the full walk lists, in the same order.
+func TestPositionsByNameLookOnlyAtTheirNames(t *testing.T) {
+	l := openTestLog(t, t.TempDir(), Options{})
+	setPositions(t, l, 3000, func(i int) Position {
+		return Position{Name: "mirror/eu", Topic: fmt.Sprintf("m.t%05d", i), Value: uint64(i)}
+	})
+	setPositions(t, l, 1, func(int) Position { return Position{Name: "d1", Topic: "m.t00007", Value: 1} })
+	setPositions(t, l, 3, func(i int) Position {
+		return Position{Name: "tenant/x/w", Topic: fmt.Sprintf("m.t%05d", 10*i), Value: 2}
+	})
+	// The cost, measured before the correctness checks below build the full walk.
+	tenant := PositionFilter{NamePrefix: "tenant/x/"}
+	allocs := testing.AllocsPerRun(5, func() {
+		_ = l.Positions(tenant, func(PositionInfo) bool { return true })
+	})
+	if allocs > 100 {
+		t.Errorf("listing a tenant's 3 positions beside 3,000 cursors allocates %.0f times: a walk of every position", allocs)
+	}
+	all := collectPositions(t, l, PositionFilter{})
+	for _, f := range []PositionFilter{tenant, {Name: "d1"}, {SkipPrefix: "mirror/"}, {NamePrefix: "mirror/"}, {Name: "mirror/eu", SkipPrefix: "mirror/"}} {
+		var want []PositionInfo
+		for _, p := range all {
+			if f.matchName(p.Name) {
+				want = append(want, p)
+			}
+		}
+		if got := collectPositions(t, l, f); !slices.Equal(positionKeys(got), positionKeys(want)) {
+			t.Errorf("Positions(%+v) = %d positions %v..., want %d (the full walk's, in its order)", f, len(got), firstFew(positionKeys(got)), len(want))
+		}
+	}
+	if got := l.PositionNames(""); !slices.Equal(got, []string{"d1", "mirror/eu", "tenant/x/w"}) {
+		t.Errorf("PositionNames = %v", got)
+	}
+	if n, err := l.DeletePosition(t.Context(), "tenant/x/w"); err != nil || n != 3 {
+		t.Fatalf("DeletePosition = %d, %v; want 3", n, err)
+	}
+	if got := collectPositions(t, l, PositionFilter{SkipPrefix: "mirror/"}); !slices.Equal(positionKeys(got), []string{"d1@m.t00007"}) {
+		t.Errorf("after the delete: %v", positionKeys(got))
+	}
+}
+
+// setPositions stores n positions made by pos, 32 at a time (the log's group commit).
+func setPositions(t *testing.T, l *Log, n int, pos func(i int) Position) {
+	t.Helper()
+	next := make(chan int)
+	errs := make(chan error, 32)
+	for range 32 {
+		go func() {
+			var first error
+			for i := range next {
+				if err := l.SetPosition(t.Context(), pos(i)); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	for range 32 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func firstFew(s []string) []string { return s[:min(len(s), 5)] }

@@ -93,11 +93,13 @@
 //
 // # Consumers
 //
-// Named positions live in memory (every durable one, loaded at Open) and in
-// Pebble. Positions lists them by walking a Pebble iterator and taking each
-// durable value from memory, so its memory does not grow with their number;
-// DeletePosition and Pending cost one pass over the positions in memory and
-// over the topics asked about respectively. ResolveStart and ResetPositions
+// Named positions live in memory (every durable one, loaded at Open, indexed
+// by name too) and in Pebble. Positions selects by name from memory, looking
+// only at the names selected (a listing of consumers costs nothing per mirror
+// cursor); with no name filter it walks a Pebble iterator and takes each
+// durable value from memory, so its memory does not grow with their number.
+// DeletePosition and PositionNames cost a pass over the name's positions and
+// over the names; Pending one over the topics asked about. ResolveStart and ResetPositions
 // are what a reset needs; Pending is the backlog (high-watermark less the
 // resume offset, per topic).
 //

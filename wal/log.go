@@ -72,6 +72,11 @@ type Log struct {
 		created     []string
 		createdBase int
 		positions   map[posName]posValue
+		// posTopics indexes positions by name (name -> topics): a listing by name or name
+		// prefix (Positions, PositionNames, DeletePosition) looks at the names, then at the
+		// selected names' positions only, not at every position (a mirroring node holds a
+		// cursor per mirrored topic). Written with positions (setPositionLocked).
+		posTopics map[string]map[string]struct{}
 		// deleted maps the names of topics deleted since Open (and not created
 		// again) to their old IDs, so that a reader learns why a topic is gone.
 		deleted map[string]uint32
@@ -164,6 +169,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.c.dedup.init(opts)
 	l.mu.topics = make(map[string]*topic)
 	l.mu.positions = make(map[posName]posValue)
+	l.mu.posTopics = make(map[string]map[string]struct{})
 	l.mu.deleted = make(map[string]uint32)
 	l.watch.init()
 
@@ -426,7 +432,7 @@ func (l *Log) recoverPositions() error {
 		if reason != "" {
 			return &CorruptError{Reason: fmt.Sprintf("position %q of %q: %s", name, topic, reason)}
 		}
-		l.mu.positions[posName{name: name, topic: topic}] = pv
+		l.setPositionLocked(posName{name: name, topic: topic}, pv)
 	}
 	if err := it.Error(); err != nil {
 		return fmt.Errorf("wal: recover positions: %w", err)

@@ -389,10 +389,10 @@ func (w *ReplicaWriter) Published() {
 	}
 	for _, p := range w.positions {
 		if p.del {
-			delete(l.mu.positions, p.key)
+			l.deletePositionLocked(p.key)
 			continue
 		}
-		l.mu.positions[p.key] = p.val
+		l.setPositionLocked(p.key, p.val)
 	}
 	l.mu.Unlock()
 	l.stats.records.Add(records)

@@ -535,7 +535,7 @@ func (l *Log) publishAdminLocked(op *adminOp) {
 	case opDelete:
 		for k := range l.mu.positions {
 			if k.topic == op.gone.name {
-				delete(l.mu.positions, k)
+				l.deletePositionLocked(k)
 			}
 		}
 	}

@@ -41,11 +41,19 @@ func runFanout(args []string, slow bool) error {
 	if err != nil {
 		return fmt.Errorf("--idle-mirrored: %w", err)
 	}
+	if p.WindowProfile != "" {
+		if p.WindowProfile, err = filepath.Abs(p.WindowProfile); err == nil {
+			err = os.MkdirAll(p.WindowProfile, 0o755)
+		}
+		if err != nil {
+			return fmt.Errorf("--window-profile: %w", err)
+		}
+	}
 	systems := strings.Split(*systemsFlag, ",")
 	if err := checkIdleSystems(idles, systems); err != nil {
 		return err
 	}
-	if slow && (len(idles) > 1 || idles[0] > 0) {
+	if slow && (len(idles) > 1 || idles[0].Mesh) {
 		return errors.New("--idle-mirrored: for the loss scenarios (fanout, hetero), not slow")
 	}
 	if err := lossy.Check(); err != nil {
@@ -75,7 +83,7 @@ func runFanout(args []string, slow bool) error {
 	if err != nil {
 		return err
 	}
-	if len(idles) > 1 || idles[0] > 0 {
+	if len(idles) > 1 || idles[0].Mesh {
 		// The tables and plots below group by system: these runs differ in another dimension.
 		printIdle(results, losses, systems, idles)
 		return nil
@@ -100,7 +108,7 @@ type fanoutPlan struct {
 	repeat     int
 	losses     []float64
 	systems    []string
-	idles      []int
+	idles      []idleArm
 	slows      []int
 	idleSettle time.Duration
 	slow       bool
@@ -118,14 +126,16 @@ func (pl fanoutPlan) run(p runParams, slot *workerSlot) []*runResult {
 				for _, idle := range idleOrder(pl.idles, r) {
 					for _, sl := range pl.slows {
 						q := p
-						q.System, q.Loss, q.Slow, q.Idle.N = sys, loss, sl, idle
+						q.System, q.Loss, q.Slow = sys, loss, sl
+						q.Idle.set(idle)
 						q.Idle.Settle = pl.idleSettle
+						q.ProfileName = fmt.Sprintf("%s-loss%.1f-idle%v-r%d", sys, loss*100, idle, r)
 						if pl.slow {
 							q.Wild = 1 // the subscription that stalls takes every topic
 						}
 						what := ""
-						if idle > 0 {
-							what = fmt.Sprintf(", %d idle mirrored topics", idle)
+						if idle.Mesh {
+							what = fmt.Sprintf(", %d idle mirrored topics (idle region's node running)", idle.N)
 						}
 						fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, loss %.1f%%, slow %d%s ...",
 							len(results)+1, total, time.Since(started).Round(time.Second), r, sys, loss*100, sl, what)
@@ -150,14 +160,14 @@ func (pl fanoutPlan) run(p runParams, slot *workerSlot) []*runResult {
 func runInNamespace(p runParams, slot *workerSlot) (*runResult, error) {
 	var res runResult
 	budget := p.Warmup + p.Duration + 3*p.Drain + 2*time.Minute
-	if p.Idle.N > 0 {
+	if p.Idle.on() {
 		budget += idleSetupTimeout
 	}
 	closeIdle := func() {}
 	defer func() { closeIdle() }()
 	err := workerInNS(p.System, budget, func(ns *lossy.Namespace) ([]string, error) {
 		p.NS = ns.Name
-		if p.Idle.N > 0 {
+		if p.Idle.on() {
 			idle, closeNS, err := idlePeerNet(ns, p.Idle)
 			if err != nil {
 				return nil, err

@@ -106,7 +106,7 @@ func runHetWorker(args []string) error {
 	}
 	defer stop()
 	var idleSecs float64
-	if p.Idle.N > 0 {
+	if p.Idle.on() {
 		peer, secs, err := p.Idle.start(b.dir)
 		if err != nil {
 			return err
@@ -164,7 +164,7 @@ func runHetWorker(args []string) error {
 		ns.SetLoss(0)
 	}
 	res.LoadAvg = loadAvg()
-	if p.Idle.N > 0 {
+	if p.Idle.on() {
 		g, err := p.Idle.hotGauges()
 		if err != nil {
 			res.Notes = append(res.Notes, err.Error())
@@ -322,14 +322,15 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 			for _, idle := range idleOrder(idles, r) {
 				for _, badRun := range []bool{false, true} {
 					q := p
-					q.System, q.Bad, q.Idle.N = sys, badRun, idle
+					q.System, q.Bad = sys, badRun
+					q.Idle.set(idle)
 					q.Idle.Settle = *idleSettle
 					what := fmt.Sprintf("%d clean connections", p.Conns-1)
 					if badRun {
 						what += fmt.Sprintf(" + 1 behind %.1f%% loss and %v", p.BadLoss*100, p.BadRTT)
 					}
-					if idle > 0 {
-						what += fmt.Sprintf(", %d idle mirrored topics", idle)
+					if idle.Mesh {
+						what += fmt.Sprintf(", %d idle mirrored topics (idle region's node running)", idle.N)
 					}
 					fmt.Fprintf(os.Stderr, "[%d/%d %s] repeat %d: %s, %s ...", len(results)+1, total, time.Since(started).Round(time.Second), r, sys, what)
 					var res hetResult
@@ -361,7 +362,7 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 
 // printHetero prints the table (medians over repeats, the ratio within each repeat) and
 // returns the plot's bars.
-func printHetero(rs []*hetResult, systems []string, idles []int) ([]string, []float64) {
+func printHetero(rs []*hetResult, systems []string, idles []idleArm) ([]string, []float64) {
 	var labels []string
 	var values []float64
 	fmt.Println("| system | clean p99 ms without the bad one | with it | with/without (goal <= 1.10) | clean p50 without / with | clean p999 without / with | bad one's p50 / p99 ms | bad one's records | packets dropped |")
@@ -369,17 +370,17 @@ func printHetero(rs []*hetResult, systems []string, idles []int) ([]string, []fl
 	for _, sys := range systems {
 		for _, idle := range idles {
 			label := sys
-			if idle > 0 {
-				label = fmt.Sprintf("%s, %d idle mirrored", sys, idle)
+			if idle.Mesh {
+				label = fmt.Sprintf("%s, %v idle mirrored", sys, idle)
 			}
 			var without, with, ratios, p50a, p50b, p999a, p999b, badP50, badP99, badShare, dropped []float64
 			for _, a := range rs {
-				if a.System != sys || a.Bad || a.Idle.N != idle {
+				if a.System != sys || a.Bad || a.Idle.arm() != idle {
 					continue
 				}
 				without, p50a, p999a = append(without, a.CleanP99), append(p50a, a.CleanP50), append(p999a, a.CleanP999)
 				for _, w := range rs {
-					if w.System == sys && w.Bad && w.Repeat == a.Repeat && w.Idle.N == idle {
+					if w.System == sys && w.Bad && w.Repeat == a.Repeat && w.Idle.arm() == idle {
 						with, p50b, p999b = append(with, w.CleanP99), append(p50b, w.CleanP50), append(p999b, w.CleanP999)
 						if a.CleanP99 > 0 && w.CleanP99 >= 0 {
 							ratios = append(ratios, w.CleanP99/a.CleanP99)
@@ -409,14 +410,14 @@ func printHetero(rs []*hetResult, systems []string, idles []int) ([]string, []fl
 // topics, the idle region's beside it).
 func hetOnce(p hetParams, slot *workerSlot, res *hetResult) error {
 	budget := p.Warmup + p.Duration + p.Drain + 3*time.Minute
-	if p.Idle.N > 0 {
+	if p.Idle.on() {
 		budget += idleSetupTimeout
 	}
 	closeIdle := func() {}
 	defer func() { closeIdle() }()
 	return workerInNS(p.System, budget, func(ns *lossy.Namespace) ([]string, error) {
 		p.NS = ns.Name
-		if p.Idle.N > 0 {
+		if p.Idle.on() {
 			idle, closeNS, err := idlePeerNet(ns, p.Idle)
 			if err != nil {
 				return nil, err
@@ -427,41 +428,45 @@ func hetOnce(p hetParams, slot *workerSlot, res *hetResult) error {
 	}, res, slot)
 }
 
-// printHeteroIdle prints, for each count of idle mirrored topics above 0, the clean
-// connections' figures over the same repeat's without idle mirrored topics (the hot topic's
-// figures: goal within 10%), with the bad connection and without it.
-func printHeteroIdle(rs []*hetResult, systems []string, idles []int) {
+// printHeteroIdle prints, for each idle arm, the clean connections' figures over the same
+// repeat's without idle mirrored topics and, for a count of topics when the run has a mesh
+// arm, over the mesh's (the hot topic's figures: goal within 10%), with the bad connection and
+// without it.
+func printHeteroIdle(rs []*hetResult, systems []string, idles []idleArm) {
 	if len(idles) < 2 {
 		return
 	}
 	fmt.Println()
-	fmt.Println("| system | idle mirrored topics | bad connection | clean p50 with/without idle | clean p99 with/without idle (goal <= 1.10) | clean p999 with/without idle | repeats | idle set-up s | streams open after |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| system | idle mirrored topics | over | bad connection | clean p50 | clean p99 (goal <= 1.10) | clean p999 | node cpu-µs per delivery | repeats | idle set-up s | streams open after |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, sys := range systems {
 		for _, n := range idles {
-			if n == 0 {
-				continue
-			}
-			for _, bad := range []bool{false, true} {
-				var p50, p99, p999, setup, open []float64
-				for _, a := range rs {
-					if a.System != sys || a.Bad != bad || a.Idle.N != n {
-						continue
-					}
-					setup, open = append(setup, a.IdleSetupSeconds), append(open, a.IdleStreamsEnd)
-					for _, b := range rs {
-						if b.System == sys && b.Bad == bad && b.Idle.N == 0 && b.Repeat == a.Repeat && b.CleanP99 > 0 && a.CleanP99 > 0 {
-							p50 = append(p50, a.CleanP50/b.CleanP50)
-							p99 = append(p99, a.CleanP99/b.CleanP99)
-							p999 = append(p999, a.CleanP999/b.CleanP999)
+			for _, base := range n.bases(idles) {
+				for _, bad := range []bool{false, true} {
+					var p50, p99, p999, cpu, setup, open []float64
+					for _, a := range rs {
+						if a.System != sys || a.Bad != bad || a.Idle.arm() != n {
+							continue
+						}
+						setup, open = append(setup, a.IdleSetupSeconds), append(open, a.IdleStreamsEnd)
+						for _, b := range rs {
+							if b.System == sys && b.Bad == bad && b.Idle.arm() == base && b.Repeat == a.Repeat && b.CleanP99 > 0 && a.CleanP99 > 0 {
+								p50 = append(p50, a.CleanP50/b.CleanP50)
+								p99 = append(p99, a.CleanP99/b.CleanP99)
+								p999 = append(p999, a.CleanP999/b.CleanP999)
+								if b.BrokerCPUus > 0 {
+									cpu = append(cpu, a.BrokerCPUus/b.BrokerCPUus)
+								}
+							}
 						}
 					}
+					if len(p99) == 0 {
+						continue
+					}
+					fmt.Printf("| %s | %v | %v | %v | %v | %v | %v | %v | %d | %v | %v |\n", sys, n, base, bad, median(p50), median(p99), median(p999), median(cpu), len(p99), median(setup), median(open))
 				}
-				if len(p99) == 0 {
-					continue
-				}
-				fmt.Printf("| %s | %d | %v | %v | %v | %v | %d | %v | %v |\n", sys, n, bad, median(p50), median(p99), median(p999), len(p99), median(setup), median(open))
 			}
 		}
 	}
+	fmt.Println("\nover: the run with the count named (0: no idle region; mesh: the idle region's node and no topic), same repeat; median (lowest-highest) over repeats")
 }

@@ -27,6 +27,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,7 +49,10 @@ func idleTopic(i int) string { return fmt.Sprintf("idle.t%06d", i) }
 
 // idleMirrors is a run's idle mirrored topics: what the worker needs to set them up.
 type idleMirrors struct {
-	N            int    // idle mirrored topics; 0: none, the scenario exactly as without the option
+	N int // idle mirrored topics; 0: none, the scenario exactly as without the option (unless Mesh)
+	// Mesh: the idle region's node runs and federates with the node under test also with N
+	// 0 (--idle-mirrored mesh): what the mesh costs apart from the topics.
+	Mesh         bool
 	NS           string // the idle region's namespace, joined to the run's by a veth pair
 	AddrA, AddrB string // the veth pair's addresses: in the run's namespace, in the idle region's
 	// Settle is how long the worker waits after every mirror parked before the window: the
@@ -58,6 +62,7 @@ type idleMirrors struct {
 
 func (m *idleMirrors) workerFlags(fs *flag.FlagSet) {
 	fs.IntVar(&m.N, "idle-mirrored", 0, "idle mirrored topics beside the hot ones")
+	fs.BoolVar(&m.Mesh, "idle-mesh", false, "the idle region's node runs also with no idle mirrored topic")
 	fs.StringVar(&m.NS, "idle-ns", "", "the idle region's network namespace")
 	fs.StringVar(&m.AddrA, "idle-addr-a", "", "this namespace's address on the veth pair to the idle region")
 	fs.StringVar(&m.AddrB, "idle-addr-b", "", "the idle region's address on the veth pair")
@@ -65,30 +70,75 @@ func (m *idleMirrors) workerFlags(fs *flag.FlagSet) {
 }
 
 func (m idleMirrors) args() []string {
-	if m.N == 0 {
+	if !m.on() {
 		return nil
 	}
-	return []string{"--idle-mirrored", strconv.Itoa(m.N), "--idle-ns", m.NS, "--idle-addr-a", m.AddrA,
-		"--idle-addr-b", m.AddrB, "--idle-settle", m.Settle.String()}
+	return []string{"--idle-mirrored", strconv.Itoa(m.N), "--idle-mesh=" + strconv.FormatBool(m.Mesh), "--idle-ns", m.NS,
+		"--idle-addr-a", m.AddrA, "--idle-addr-b", m.AddrB, "--idle-settle", m.Settle.String()}
 }
 
-// parseIdleCounts parses --idle-mirrored: counts of idle mirrored topics, comma-separated.
-func parseIdleCounts(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 0 || n > 1_000_000 {
-			return nil, fmt.Errorf("%q: want counts of topics from 0 to 1000000, comma-separated (e.g. 0,10000)", f)
+// on reports whether the run has the idle region's node beside the node under test.
+func (m idleMirrors) on() bool { return m.N > 0 || m.Mesh }
+
+// arm is the run's configuration of --idle-mirrored.
+func (m idleMirrors) arm() idleArm { return idleArm{N: m.N, Mesh: m.on()} }
+
+// set makes m the configuration a.
+func (m *idleMirrors) set(a idleArm) { m.N, m.Mesh = a.N, a.Mesh }
+
+// idleArm is one configuration of --idle-mirrored: N idle mirrored topics of a second
+// region (Mesh: that region's node runs, always with N > 0). "0" is the scenario as
+// without the option; "mesh" the second region's node federated with the node under test
+// and no topic, which tells what the mesh costs (gossip, the link, a second process on the
+// cores) from what the topics cost.
+type idleArm struct {
+	N    int
+	Mesh bool
+}
+
+func (a idleArm) String() string {
+	if a.N == 0 && a.Mesh {
+		return "mesh"
+	}
+	return strconv.Itoa(a.N)
+}
+
+// bases are the arms of arms a's figures are compared with: "0", and "mesh" for an arm with
+// topics (what the topics cost beyond the mesh).
+func (a idleArm) bases(arms []idleArm) []idleArm {
+	var out []idleArm
+	none, mesh := idleArm{}, idleArm{Mesh: true}
+	for _, b := range []idleArm{none, mesh} {
+		if a != b && slices.Contains(arms, b) && (b == none || a.N > 0) {
+			out = append(out, b)
 		}
-		out = append(out, n)
+	}
+	return out
+}
+
+// parseIdleCounts parses --idle-mirrored: counts of idle mirrored topics, comma-separated,
+// and "mesh" (the idle region's node with no topic).
+func parseIdleCounts(s string) ([]idleArm, error) {
+	var out []idleArm
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "mesh" {
+			out = append(out, idleArm{Mesh: true})
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 0 || n > 1_000_000 {
+			return nil, fmt.Errorf("%q: want counts of topics from 0 to 1000000 or mesh, comma-separated (e.g. 0,mesh,10000)", f)
+		}
+		out = append(out, idleArm{N: n, Mesh: n > 0})
 	}
 	return out, nil
 }
 
 // idleOrder is the order of the idle counts in repeat r: reversed every other repeat, so
 // that a drift of the machine's load over a run weighs on each count alike.
-func idleOrder(idles []int, r int) []int {
-	out := append([]int(nil), idles...)
+func idleOrder(idles []idleArm, r int) []idleArm {
+	out := slices.Clone(idles)
 	if r%2 == 0 {
 		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
 			out[i], out[j] = out[j], out[i]
@@ -98,14 +148,14 @@ func idleOrder(idles []int, r int) []int {
 }
 
 // checkIdleSystems refuses idle mirrored topics for a system without federation.
-func checkIdleSystems(idles []int, systems []string) error {
+func checkIdleSystems(idles []idleArm, systems []string) error {
 	for _, n := range idles {
-		if n == 0 {
+		if !n.Mesh {
 			continue
 		}
 		for _, s := range systems {
 			if s != "quicmq" && s != "ablation" {
-				return fmt.Errorf("--idle-mirrored %d: idle mirrored topics are QuicMQ's federation (systems quicmq, ablation), not %s: run it with --systems quicmq", n, s)
+				return fmt.Errorf("--idle-mirrored %v: idle mirrored topics are QuicMQ's federation (systems quicmq, ablation), not %s: run it with --systems quicmq", n, s)
 			}
 		}
 	}
@@ -132,7 +182,7 @@ func idlePeerNet(ns *lossy.Namespace, m idleMirrors) (idleMirrors, func(), error
 // hotArgs are the broker flags of the node under test: a region of its own, federated
 // with the idle one, mirroring idle.>. None without idle mirrored topics.
 func (m idleMirrors) hotArgs() []string {
-	if m.N == 0 {
+	if !m.on() {
 		return nil
 	}
 	return []string{"--listen", "0.0.0.0:7400", "--advertise", m.AddrA + ":7400",
@@ -143,7 +193,7 @@ func (m idleMirrors) hotArgs() []string {
 // lossMatch narrows a loss rule's nftables match to the clients' packets (those on lo)
 // when the link to the idle region is there.
 func (m idleMirrors) lossMatch(match string) string {
-	if m.N == 0 {
+	if !m.on() {
 		return match
 	}
 	return strings.TrimSpace(`iifname "lo" ` + match)
@@ -195,7 +245,9 @@ func (m idleMirrors) start(hotDir string) (peer *brokerProc, secs float64, err e
 
 // create publishes one record to each of the N topics at the idle region's node, pipelined.
 func (m idleMirrors) create(ctx context.Context, ca string) error {
-	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "idle-creator"}, m.AddrB+":7400")
+	// A 30 s idle timeout: at load 15-25 on two cores the default 2 s ended the creator's
+	// connection mid-creation (the set-up's, not what the run measures).
+	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "idle-creator", IdleTimeout: 30 * time.Second}, m.AddrB+":7400")
 	if err != nil {
 		return fmt.Errorf("dial the idle region: %w", err)
 	}
@@ -230,7 +282,7 @@ func (m idleMirrors) create(ctx context.Context, ca string) error {
 
 // waitListed waits until the node under test lists all N topics.
 func (m idleMirrors) waitListed(ctx context.Context, ca string) error {
-	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "idle-lister"}, quicmqAddr)
+	c, err := client.Dial(ctx, client.Options{CAFile: ca, Name: "idle-lister", IdleTimeout: 30 * time.Second}, quicmqAddr)
 	if err != nil {
 		return fmt.Errorf("dial the node under test: %w", err)
 	}
@@ -257,13 +309,13 @@ func (m idleMirrors) waitListed(ctx context.Context, ca string) error {
 }
 
 // linkGauges are a node's link gauges, summed over its links.
-type linkGauges struct{ streams, waiting, mirrored float64 }
+type linkGauges struct{ streams, waiting, mirrored, up float64 }
 
 func (g linkGauges) String() string {
-	return fmt.Sprintf("%.0f mirrored, %.0f streams open, %.0f waiting", g.mirrored, g.streams, g.waiting)
+	return fmt.Sprintf("%.0f links up, %.0f mirrored, %.0f streams open, %.0f waiting", g.up, g.mirrored, g.streams, g.waiting)
 }
 
-// waitParked waits until both nodes mirror the N topics over their link with no mirror
+// waitParked waits until both nodes' links are up and mirror the N topics with no mirror
 // stream open and none waiting for one: every mirror parked.
 func (m idleMirrors) waitParked(ctx context.Context) error {
 	next := time.Now().Add(5 * time.Second)
@@ -273,7 +325,9 @@ func (m idleMirrors) waitParked(ctx context.Context) error {
 		if err := errors.Join(err1, err2); err != nil {
 			return err
 		}
-		parked := func(g linkGauges) bool { return g.mirrored >= float64(m.N) && g.streams == 0 && g.waiting == 0 }
+		parked := func(g linkGauges) bool {
+			return g.up >= 1 && g.mirrored >= float64(m.N) && g.streams == 0 && g.waiting == 0
+		}
 		if parked(hot) && parked(idle) {
 			return nil
 		}
@@ -313,6 +367,7 @@ func scrapeLinkGauges(ctx context.Context, addr string) (linkGauges, error) {
 		"quicmq_link_mirror_streams":  &g.streams,
 		"quicmq_link_mirrors_waiting": &g.waiting,
 		"quicmq_link_mirrored_topics": &g.mirrored,
+		"quicmq_link_up":              &g.up,
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -338,19 +393,20 @@ func scrapeLinkGauges(ctx context.Context, addr string) (linkGauges, error) {
 }
 
 // printIdle prints a fanout run over idle mirrored topic counts: each count's
-// figures (medians over repeats), then each count's over the run without idle mirrored
-// topics, per repeat (the hot topics' figures: goal within 10%).
-func printIdle(rs []*runResult, losses []float64, systems []string, idles []int) {
-	fmt.Println("| loss | system | idle mirrored topics | p50 ms | p99 ms | p999 ms | longest stall ms | stalls > 50 ms | late % | missing | node RSS before the window MiB | node cpu-µs per record | idle node CPU ms | idle set-up s | streams open after | load |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+// figures (medians over repeats), then each count's over the same repeat's run without idle
+// mirrored topics and, for a count of topics when the run has a mesh arm, over the mesh's
+// (the hot topics' figures: goal within 10%).
+func printIdle(rs []*runResult, losses []float64, systems []string, idles []idleArm) {
+	fmt.Println("| loss | system | idle mirrored topics | p50 ms | p99 ms | p999 ms | longest stall ms | stalls > 50 ms | late % | missing | node RSS before the window MiB | node cpu-µs per record | idle node cpu-µs per record | both nodes cpu-µs per record | idle node CPU ms | idle set-up s | streams open after | load | repeats |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, loss := range losses {
 		for _, sys := range systems {
 			for _, n := range idles {
-				g := pick(rs, func(r *runResult) bool { return r.System == sys && r.Loss == loss && r.Idle.N == n })
+				g := pick(rs, func(r *runResult) bool { return r.System == sys && r.Loss == loss && r.Idle.arm() == n })
 				if len(g) == 0 {
 					continue
 				}
-				fmt.Printf("| %.1f%% | %s | %d | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v |\n", loss*100, sys, n,
+				fmt.Printf("| %.1f%% | %s | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %v | %d |\n", loss*100, sys, n,
 					field(g, func(r *runResult) float64 { return r.P50 }),
 					field(g, func(r *runResult) float64 { return r.P99 }),
 					field(g, func(r *runResult) float64 { return r.P999 }),
@@ -360,57 +416,62 @@ func printIdle(rs []*runResult, losses []float64, systems []string, idles []int)
 					field(g, func(r *runResult) float64 { return float64(r.Missing) }),
 					field(g, func(r *runResult) float64 { return r.BrokerRSSStart }),
 					field(g, func(r *runResult) float64 { return r.BrokerCPUus }),
+					field(g, func(r *runResult) float64 { return r.IdleNodeCPUus }),
+					field(g, bothNodesCPU),
 					field(g, func(r *runResult) float64 { return r.IdleNodeCPUms }),
 					field(g, func(r *runResult) float64 { return r.IdleSetupSeconds }),
 					field(g, func(r *runResult) float64 { return r.IdleStreamsEnd }),
-					field(g, func(r *runResult) float64 { return r.LoadAvg }))
+					field(g, func(r *runResult) float64 { return r.LoadAvg }), len(g))
 			}
 		}
 	}
 	fmt.Println()
-	fmt.Println("| loss | system | idle mirrored topics | p50 with/without | p99 with/without (goal <= 1.10) | p999 with/without | longest stall with/without | late with/without | node cpu-µs per record with/without | repeats |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| loss | system | idle mirrored topics | over | p50 | p99 (goal <= 1.10) | p999 | longest stall | late | node cpu-µs per record | both nodes cpu-µs per record | repeats |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, loss := range losses {
 		for _, sys := range systems {
 			for _, n := range idles {
-				if n == 0 {
-					continue
-				}
-				cells := []string{}
-				k := 0
-				for _, f := range []func(*runResult) float64{
-					func(r *runResult) float64 { return r.P50 },
-					func(r *runResult) float64 { return r.P99 },
-					func(r *runResult) float64 { return r.P999 },
-					func(r *runResult) float64 { return r.LongestStall },
-					func(r *runResult) float64 { return r.Late },
-					func(r *runResult) float64 { return r.BrokerCPUus },
-				} {
-					vs := idleRatios(rs, loss, sys, n, f)
-					k = len(vs)
-					if len(vs) == 0 {
-						cells = append(cells, "-")
-						continue
+				for _, base := range n.bases(idles) {
+					cells := []string{}
+					k := 0
+					for _, f := range []func(*runResult) float64{
+						func(r *runResult) float64 { return r.P50 },
+						func(r *runResult) float64 { return r.P99 },
+						func(r *runResult) float64 { return r.P999 },
+						func(r *runResult) float64 { return r.LongestStall },
+						func(r *runResult) float64 { return r.Late },
+						func(r *runResult) float64 { return r.BrokerCPUus },
+						bothNodesCPU,
+					} {
+						vs := idleRatios(rs, loss, sys, n, base, f)
+						k = max(k, len(vs))
+						if len(vs) == 0 {
+							cells = append(cells, "-")
+							continue
+						}
+						cells = append(cells, median(vs).String())
 					}
-					cells = append(cells, median(vs).String())
+					fmt.Printf("| %.1f%% | %s | %v | %v | %s | %d |\n", loss*100, sys, n, base, strings.Join(cells, " | "), k)
 				}
-				fmt.Printf("| %.1f%% | %s | %d | %s | %d |\n", loss*100, sys, n, strings.Join(cells, " | "), k)
 			}
 		}
 	}
-	fmt.Println("\nwith/without: a count's figure over the same repeat's run without idle mirrored topics, median (lowest-highest) over repeats")
+	fmt.Println("\nover: a count's figure over the same repeat's run with the count named (0: no idle region; mesh: the idle region's node and no topic), median (lowest-highest) over repeats")
 }
 
-// idleRatios are, per repeat, f of the run with n idle mirrored topics over f of the run
-// without (same loss rate, system and slow count).
-func idleRatios(rs []*runResult, loss float64, sys string, n int, f func(*runResult) float64) []float64 {
+// bothNodesCPU is the CPU of the node under test and of the idle region's node per record.
+func bothNodesCPU(r *runResult) float64 { return r.BrokerCPUus + r.IdleNodeCPUus }
+
+// idleRatios are, per repeat, f of the run with the idle arm n over f of the run with base
+// (same loss rate, system and slow count).
+func idleRatios(rs []*runResult, loss float64, sys string, n, base idleArm, f func(*runResult) float64) []float64 {
 	var vs []float64
 	for _, a := range rs {
-		if a.System != sys || a.Loss != loss || a.Idle.N != n {
+		if a.System != sys || a.Loss != loss || a.Idle.arm() != n {
 			continue
 		}
 		for _, b := range rs {
-			if b.System == sys && b.Loss == loss && b.Idle.N == 0 && b.Repeat == a.Repeat && b.Slow == a.Slow && f(b) > 0 {
+			if b.System == sys && b.Loss == loss && b.Idle.arm() == base && b.Repeat == a.Repeat && b.Slow == a.Slow && f(b) > 0 {
 				vs = append(vs, f(a)/f(b))
 			}
 		}

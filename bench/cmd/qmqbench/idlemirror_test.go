@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -47,26 +48,57 @@ func TestFanoutIdleMirroredSmoke(t *testing.T) {
 }
 
 func TestIdleFlags(t *testing.T) {
-	got, err := parseIdleCounts("0, 10000")
-	if err != nil || !slices.Equal(got, []int{0, 10000}) {
+	none, mesh, tenK := idleArm{}, idleArm{Mesh: true}, idleArm{N: 10000, Mesh: true}
+	got, err := parseIdleCounts("0, mesh,10000")
+	if err != nil || !slices.Equal(got, []idleArm{none, mesh, tenK}) {
 		t.Fatalf("parseIdleCounts: %v %v", got, err)
 	}
-	for _, bad := range []string{"", "x", "-1", "0,,1", "2000000"} {
+	for _, bad := range []string{"", "x", "-1", "0,,1", "2000000", "meshes"} {
 		if _, err := parseIdleCounts(bad); err == nil {
 			t.Errorf("parseIdleCounts(%q): no error", bad)
 		}
 	}
-	if o := idleOrder([]int{0, 10000}, 1); !slices.Equal(o, []int{0, 10000}) {
+	if o := idleOrder([]idleArm{none, tenK}, 1); !slices.Equal(o, []idleArm{none, tenK}) {
 		t.Errorf("repeat 1: %v", o)
 	}
-	if o := idleOrder([]int{0, 10000}, 2); !slices.Equal(o, []int{10000, 0}) {
+	if o := idleOrder([]idleArm{none, mesh, tenK}, 2); !slices.Equal(o, []idleArm{tenK, mesh, none}) {
 		t.Errorf("repeat 2: %v", o)
 	}
-	if err := checkIdleSystems([]int{0, 10}, []string{"quicmq", "nats"}); err == nil {
+	if err := checkIdleSystems([]idleArm{none, {N: 10, Mesh: true}}, []string{"quicmq", "nats"}); err == nil {
 		t.Error("nats with idle mirrored topics accepted")
 	}
-	if err := checkIdleSystems([]int{0}, []string{"quicmq", "nats"}); err != nil {
+	if err := checkIdleSystems([]idleArm{mesh}, []string{"quicmq", "nats"}); err == nil {
+		t.Error("nats with the idle region's node accepted")
+	}
+	if err := checkIdleSystems([]idleArm{none}, []string{"quicmq", "nats"}); err != nil {
 		t.Errorf("nats without idle mirrored topics: %v", err)
+	}
+	// A count of topics is compared with none and with the mesh alone; the mesh with none.
+	all := []idleArm{none, mesh, tenK}
+	if b := tenK.bases(all); !slices.Equal(b, []idleArm{none, mesh}) {
+		t.Errorf("10000's bases: %v", b)
+	}
+	if b := mesh.bases(all); !slices.Equal(b, []idleArm{none}) {
+		t.Errorf("mesh's bases: %v", b)
+	}
+	if b := tenK.bases([]idleArm{none, tenK}); !slices.Equal(b, []idleArm{none}) {
+		t.Errorf("10000's bases without a mesh arm: %v", b)
+	}
+	if b := none.bases(all); len(b) != 0 {
+		t.Errorf("0's bases: %v", b)
+	}
+	// The worker's flags carry the arm.
+	m := idleMirrors{NS: "ns", AddrA: "a", AddrB: "b", Settle: time.Second}
+	m.set(mesh)
+	var w idleMirrors
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	w.workerFlags(fs)
+	if err := fs.Parse(m.args()); err != nil || w.arm() != mesh || !w.on() {
+		t.Errorf("mesh through the worker's flags: %+v %v", w, err)
+	}
+	m.set(none)
+	if m.on() || m.args() != nil || m.hotArgs() != nil {
+		t.Errorf("0: %+v %v %v", m, m.args(), m.hotArgs())
 	}
 }
 

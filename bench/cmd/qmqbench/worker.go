@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +38,13 @@ type runParams struct {
 	LossPath string
 	// Profile, when not empty, is a directory for a CPU profile of the broker.
 	Profile string
+	// WindowProfile, when not empty, is a directory for CPU profiles of the QuicMQ node under
+	// test and, with idle mirrored topics, of the idle region's node, over the publishing
+	// (warm-up and window), fetched from each node's /debug/pprof/profile: what the node
+	// spends while the hot topics flow, without its start or the idle topics' catch-up
+	// (idlemirror.go). ProfileName names the files: ProfileName-node.pprof, -idle.pprof.
+	WindowProfile string
+	ProfileName   string
 	// Delay is a one-way delay added each way on the subscriber's connection by a userspace
 	// UDP relay (lossy.Relay): QUIC systems only.
 	Delay time.Duration
@@ -51,6 +60,7 @@ func (p *runParams) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&p.Duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&p.Drain, "drain", 10*time.Second, "how long to wait after the window for records in flight")
 	fs.StringVar(&p.Profile, "profile", "", "directory for CPU profiles of the brokers (SYSTEM-lossL-slowS.pprof)")
+	fs.StringVar(&p.WindowProfile, "window-profile", "", "directory for CPU profiles of the QuicMQ node under test and of the idle region's node (--idle-mirrored) over each run's publishing, warm-up and window (SYSTEM-lossL-idleN-rR-node.pprof, ...-idle.pprof; read with 'go tool pprof -top FILE')")
 	fs.DurationVar(&p.Delay, "delay", 0, "one-way delay added each way on the subscriber's connection by a userspace UDP relay (QuicMQ and its ablation only; loss also applies to the relay's hops)")
 	fs.StringVar(&p.LossPath, "loss-path", "all", `which packets may be lost: "all" (both directions of both connections) or "delivery" (only packets the broker sends: records to the subscriber, acks to the publisher)`)
 }
@@ -60,7 +70,7 @@ func (p runParams) args() []string {
 		"--rate", fmt.Sprint(p.Rate), "--subs", fmt.Sprint(p.Subs), "--size", fmt.Sprint(p.Size),
 		"--warmup", p.Warmup.String(), "--duration", p.Duration.String(), "--drain", p.Drain.String(),
 		"--slow", fmt.Sprint(p.Slow), "--wild", fmt.Sprint(p.Wild), "--loss-path", p.LossPath, "--profile", p.Profile,
-		"--delay", p.Delay.String()}
+		"--delay", p.Delay.String(), "--window-profile", p.WindowProfile, "--profile-name", p.ProfileName}
 	return append(a, p.Idle.args()...)
 }
 
@@ -93,6 +103,7 @@ type runResult struct {
 	BrokerCPUms      float64
 	BrokerCPUus      float64 // BrokerCPUms per record published (each goes to one subscription)
 	IdleNodeCPUms    float64 `json:",omitempty"`
+	IdleNodeCPUus    float64 `json:",omitempty"` // IdleNodeCPUms per record published
 	SlowReceived     int     // records the stalled subscriptions took before stopping
 	ClientRSSMax     float64 // the worker (both clients) at its largest, MiB
 	Notes            []string
@@ -121,6 +132,7 @@ func runWorker(args []string) error {
 	fs.Float64Var(&p.Loss, "loss", 0, "packet loss, fraction")
 	fs.IntVar(&p.Slow, "slow", 0, "subscriptions that stop reading")
 	fs.IntVar(&p.Wild, "wild", 0, "subscriptions to every topic")
+	fs.StringVar(&p.ProfileName, "profile-name", "run", "--window-profile's file names: NAME-node.pprof, NAME-idle.pprof")
 	p.flags(fs)
 	p.Idle.workerFlags(fs)
 	fs.Parse(args)
@@ -143,14 +155,18 @@ func measure(p runParams) (*runResult, error) {
 	if p.Profile != "" {
 		extra = append(extra, "--cpuprofile", fmt.Sprintf("%s/%s-loss%.1f-slow%d.pprof", p.Profile, p.System, p.Loss*100, p.Slow))
 	}
-	b, err := startBroker(kind, append(extra, p.Idle.hotArgs()...)...)
+	hotArgs := p.Idle.hotArgs()
+	if p.WindowProfile != "" && kind == "quicmq" && len(hotArgs) == 0 {
+		extra = append(extra, "--metrics", idleHotMetrics) // its /debug/pprof/ for the profile
+	}
+	b, err := startBroker(kind, append(extra, hotArgs...)...)
 	if err != nil {
 		return nil, err
 	}
 	defer b.stop()
 	r := newFanoutRun(p, b)
 	var idleSecs float64
-	if p.Idle.N > 0 {
+	if p.Idle.on() {
 		peer, secs, err := p.Idle.start(b.dir)
 		if err != nil {
 			return nil, err
@@ -191,7 +207,9 @@ func measure(p runParams) (*runResult, error) {
 	res.SetupSeconds = time.Since(setupStart).Seconds()
 
 	stopSampling := r.sampleMemory(res)
+	profiled := r.profileWindow(kind, res)
 	r.publish(ctx, res)
+	profiled()
 	r.drain(ctx, res)
 	stopSampling()
 	r.finish(res, ns)
@@ -310,6 +328,34 @@ func (r *fanoutRun) sampleMemory(res *runResult) (stop func()) {
 	}
 }
 
+// profileWindow starts fetching, with --window-profile, a CPU profile of the QuicMQ node
+// under test and of the idle region's node over the publishing about to begin (warm-up and
+// window), and returns the function that waits for them; a failure is a note.
+func (r *fanoutRun) profileWindow(kind string, res *runResult) (wait func()) {
+	p := r.p
+	if p.WindowProfile == "" || kind != "quicmq" {
+		return func() {}
+	}
+	nodes := map[string]string{"node": idleHotMetrics}
+	if r.idlePeer != nil {
+		nodes["idle"] = p.Idle.AddrB + ":7490"
+	}
+	secs := max(1, int(math.Round((p.Warmup + p.Duration).Seconds())))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for which, addr := range nodes {
+		wg.Go(func() {
+			file := filepath.Join(p.WindowProfile, fmt.Sprintf("%s-%s.pprof", p.ProfileName, which))
+			if err := fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), file); err != nil {
+				mu.Lock()
+				res.Notes = append(res.Notes, fmt.Sprintf("profile of the %s: %v", which, err))
+				mu.Unlock()
+			}
+		})
+	}
+	return wg.Wait
+}
+
 // publish publishes at the fixed rate, each millisecond whatever is due, through the
 // warm-up and the window, then flushes.
 func (r *fanoutRun) publish(ctx context.Context, res *runResult) {
@@ -377,8 +423,11 @@ func (r *fanoutRun) finish(res *runResult, ns *lossy.Namespace) {
 	}
 	if r.idlePeer != nil {
 		res.IdleNodeCPUms = float64(brokerCPU(r.idlePeer.pid())-r.idleCPU0) / float64(time.Millisecond)
+		if r.k > 0 {
+			res.IdleNodeCPUus = res.IdleNodeCPUms * 1000 / float64(r.k)
+		}
 	}
-	if r.p.Idle.N > 0 {
+	if r.p.Idle.on() {
 		g, err := r.p.Idle.hotGauges()
 		if err != nil {
 			res.Notes = append(res.Notes, err.Error())
