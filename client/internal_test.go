@@ -144,6 +144,7 @@ func TestPublishProtocolErrors(t *testing.T) {
 		s.Write(wire.Append(nil, &wire.PublishAck{Seq: seqs[0], Offset: 0}))
 		io.Copy(io.Discard, s)
 	})
+	f.maxVersion.Store(3) // answers in order: an answer out of order is a protocol error
 	c := dialFake(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
