@@ -137,8 +137,11 @@ func (c *Conn) Publish(ctx context.Context, m Message) (Ack, error) {
 
 // PublishAsync sends m without waiting for the acknowledgement; the Future resolves when it
 // arrives. Publishes of one Conn travel on one stream, so records to one topic are appended
-// in the order of PublishAsync calls (calls that do not overlap in time). It blocks only
-// while MaxPendingPublishes publishes are unanswered; ctx bounds that wait.
+// in the order of PublishAsync calls (calls that do not overlap in time). A node of protocol
+// version 4 or later answers each publish once it is durable, so Futures of different topics
+// may resolve in any order (one topic's stalled group holds back no other); a topic's own
+// acknowledgements still come in the order of its records. It blocks only while
+// MaxPendingPublishes publishes are unanswered; ctx bounds that wait.
 //
 // m.Payload and m.Headers must not be modified until the Future is done. Limits the node
 // announced are checked first: a payload over them fails at once with CodeTooLarge.

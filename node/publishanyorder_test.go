@@ -10,6 +10,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/clienthook"
+	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node/features"
 )
 
@@ -138,16 +139,19 @@ func TestAnyOrderRelayPassesAStalledTopic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// Place the topics (and their groups) first.
-	c0 := dialNode(t, m.nodes["eu-1"], client.Options{Idempotent: true})
+	c0 := dialNode(t, m.nodes["eu-1"], client.Options{Idempotent: true, Reconnect: true})
 	const candidates = 40
 	topics := []string{"stall.held"}
 	for i := range candidates {
 		topics = append(topics, fmt.Sprintf("stall.c%d", i))
 	}
 	for _, topic := range topics {
-		if _, err := c0.Publish(ctx, client.Message{Topic: topic, Payload: []byte("w")}); err != nil {
-			t.Fatal(err)
-		}
+		// A new group may find no leader in time on a loaded machine: published again
+		// (Idempotent: stored once).
+		testlog.WaitForErr(t, 30*time.Second, "the first publish to "+topic, func() error {
+			_, err := c0.Publish(ctx, client.Message{Topic: topic, Payload: []byte("w")})
+			return err
+		})
 	}
 	leader := m.nodes["eu-1"].rep.leaderName("stall.held")
 	var entry string
