@@ -25,13 +25,9 @@ func TestAnyOrderAnswersResolveBySeq(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	const n = 200
 	f := newFakeNode(t, func(s *quic.Stream, r *wire.Reader, first wire.Frame) {
-		seqs := publishSeqs(first)
-		for len(seqs) < n {
-			fr, err := r.Read()
-			if err != nil {
-				return
-			}
-			seqs = append(seqs, publishSeqs(fr)...)
+		seqs := readPublishSeqs(r, first, n)
+		if seqs == nil {
+			return
 		}
 		// The offset of a publish is its seq - 1: Publish k gets offset k.
 		rng.Shuffle(len(seqs), func(i, j int) { seqs[i], seqs[j] = seqs[j], seqs[i] })
@@ -70,13 +66,9 @@ func TestAnyOrderBadAnswers(t *testing.T) {
 	for _, bad := range []string{"unsent", "twice"} {
 		t.Run(bad, func(t *testing.T) {
 			f := newFakeNode(t, func(s *quic.Stream, r *wire.Reader, first wire.Frame) {
-				seqs := publishSeqs(first)
-				for len(seqs) < 2 {
-					fr, err := r.Read()
-					if err != nil {
-						return
-					}
-					seqs = append(seqs, publishSeqs(fr)...)
+				seqs := readPublishSeqs(r, first, 2)
+				if seqs == nil {
+					return
 				}
 				w := wire.NewWriter(s)
 				w.Write(&wire.PublishAck{Seq: seqs[1], Offset: 1})
