@@ -37,6 +37,12 @@ type fakeNode struct {
 	// only1 makes it a node of a build that speaks protocol version 1 alone: a HELLO of
 	// another version gets ERROR 12 and a closed connection.
 	only1 atomic.Bool // set after the node accepts: a stray connection may already be served
+	// maxVersion, when set, is the highest version it speaks (a node of an older build);
+	// 0: wire.Version.
+	maxVersion atomic.Uint64
+	// opens counts the publish streams that began with PUBLISH_OPEN (any order), which it
+	// reads before handing the stream on with its next frame as the first.
+	opens atomic.Int32
 
 	mu     sync.Mutex
 	conns  []*quic.Conn
@@ -116,6 +122,9 @@ func (f *fakeNode) serve(c *quic.Conn) {
 		}
 	} else {
 		version = min(version, wire.Version)
+		if m := f.maxVersion.Load(); m != 0 {
+			version = min(version, m)
+		}
 	}
 	ctrl.Write(wire.Append(nil, &wire.Welcome{Version: version, Node: "fake", Region: "test", MaxPayload: 200 << 10, MaxFrame: 256 << 10}))
 	for {
@@ -130,6 +139,12 @@ func (f *fakeNode) serve(c *quic.Conn) {
 			fr, err := r.Read()
 			if err != nil {
 				return
+			}
+			if _, ok := fr.(*wire.PublishOpen); ok {
+				f.opens.Add(1)
+				if fr, err = r.Read(); err != nil {
+					return
+				}
 			}
 			f.handle(s, r, fr)
 		}()

@@ -131,19 +131,16 @@ func TestPublishProtocolErrors(t *testing.T) {
 	f := newFakeNode(t, func(s *quic.Stream, r *wire.Reader, first wire.Frame) {
 		streams <- s
 		// The two publishes come in one PUBLISH_BATCH or in two frames.
-		seqs := publishSeqs(first)
-		for len(seqs) < 2 {
-			f, err := r.Read()
-			if err != nil {
-				return
-			}
-			seqs = append(seqs, publishSeqs(f)...)
+		seqs := readPublishSeqs(r, first, 2)
+		if seqs == nil {
+			return
 		}
 		// Answer the second publish first.
 		s.Write(wire.Append(nil, &wire.PublishAck{Seq: seqs[1], Offset: 1}))
 		s.Write(wire.Append(nil, &wire.PublishAck{Seq: seqs[0], Offset: 0}))
 		io.Copy(io.Discard, s)
 	})
+	f.maxVersion.Store(3) // answers in order: an answer out of order is a protocol error
 	c := dialFake(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -343,6 +340,20 @@ func TestDeliveredRecordsOwnTheirBytes(t *testing.T) {
 }
 
 // publishSeqs returns the seqs of the publishes a PUBLISH or PUBLISH_BATCH frame carries.
+// readPublishSeqs reads the publishes of a stream from its first frame until it has n seqs
+// (PUBLISH or PUBLISH_BATCH frames); nil if the stream ends first.
+func readPublishSeqs(r *wire.Reader, first wire.Frame, n int) []uint64 {
+	seqs := publishSeqs(first)
+	for len(seqs) < n {
+		f, err := r.Read()
+		if err != nil {
+			return nil
+		}
+		seqs = append(seqs, publishSeqs(f)...)
+	}
+	return seqs
+}
+
 func publishSeqs(f wire.Frame) []uint64 {
 	switch f := f.(type) {
 	case *wire.Publish:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,8 +137,11 @@ func (c *Conn) Publish(ctx context.Context, m Message) (Ack, error) {
 
 // PublishAsync sends m without waiting for the acknowledgement; the Future resolves when it
 // arrives. Publishes of one Conn travel on one stream, so records to one topic are appended
-// in the order of PublishAsync calls (calls that do not overlap in time). It blocks only
-// while MaxPendingPublishes publishes are unanswered; ctx bounds that wait.
+// in the order of PublishAsync calls (calls that do not overlap in time). A node of protocol
+// version 4 or later answers each publish once it is durable, so Futures of different topics
+// may resolve in any order (one topic's stalled group holds back no other); a topic's own
+// acknowledgements still come in the order of its records. It blocks only while
+// MaxPendingPublishes publishes are unanswered; ctx bounds that wait.
 //
 // m.Payload and m.Headers must not be modified until the Future is done. Limits the node
 // announced are checked first: a payload over them fails at once with CodeTooLarge.
@@ -301,8 +305,10 @@ func (c *Conn) currentPublisher() *publisher {
 // publisher is one publish stream. PublishAsync queues futures under the mutex and kicks the
 // writer goroutine, which owns the sending side (sequence numbers, encoding, batching) and
 // takes everything queued at once: no goroutine hand-off per publish. The reader goroutine
-// owns the receiving side and resolves the futures in pending, which the node answers in
-// order. Both goroutines belong to the Conn.
+// owns the receiving side and resolves the futures in pending by seq: a node of protocol
+// version 4 or later is asked (PUBLISH_OPEN) to answer each publish once it is durable, in
+// any order, so that one topic group's stall holds back only that group's publishes; an
+// older node answers in order. Both goroutines belong to the Conn.
 type publisher struct {
 	c *Conn
 	s *quic.Stream
@@ -317,10 +323,14 @@ type publisher struct {
 	writerDone chan struct{}
 	mu         struct {
 		sync.Mutex
-		queued  []*Future // from PublishAsync, not yet taken by the writer, in call order
-		pending []*Future // taken by the writer (sent or being encoded), unanswered, in seq order
-		err     error     // why the stream failed; set once
-		resent  bool      // its futures went to the resender (Idempotent and Reconnect)
+		queued []*Future // from PublishAsync, not yet taken by the writer, in call order
+		// pending are the futures taken by the writer (sent or being encoded), in seq order
+		// from pending[0], which is unanswered: pending[k] is the publish of pending[0].seq+k,
+		// nil once answered (out of order). unanswered counts those not nil.
+		pending    []*Future
+		unanswered int
+		err        error // why the stream failed; set once
+		resent     bool  // its futures went to the resender (Idempotent and Reconnect)
 	}
 }
 
@@ -363,6 +373,7 @@ func (p *publisher) take(seq *uint64, spare []*Future) (taken []*Future, ok bool
 		f.seq, f.frame.Seq = *seq, *seq
 		p.mu.pending = append(p.mu.pending, f)
 	}
+	p.mu.unanswered += len(taken)
 	return taken, true
 }
 
@@ -385,6 +396,10 @@ func (p *publisher) writeLoop() {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
+	if p.l.version >= 4 {
+		// Answers in any order (resolve matches them by seq); sent with the first publish.
+		w.Write(&wire.PublishOpen{Flags: wire.PublishAnyOrder})
+	}
 	var seq uint64
 	var taken []*Future
 	for {
@@ -439,7 +454,7 @@ func (p *publisher) linger(w *wire.Writer, t *time.Timer) bool {
 		wait       = 200 * time.Microsecond
 	)
 	p.mu.Lock()
-	pending := len(p.mu.pending)
+	pending := p.mu.unanswered
 	p.mu.Unlock()
 	if pending < minPending || w.Buffered() >= maxBuffer {
 		return false
@@ -502,20 +517,30 @@ func (p *publisher) readLoop() {
 	}
 }
 
-// resolve completes the oldest pending future, which must be the one seq names.
+// resolve completes the pending future seq names: the oldest one on a stream answered in
+// order (a connection of a version before 4), any unanswered one on a stream that asked for
+// answers in any order.
 func (p *publisher) resolve(seq, offset uint64, t time.Time, dup bool, perr error) error {
 	p.mu.Lock()
-	if len(p.mu.pending) == 0 || p.mu.pending[0].seq != seq {
+	pend := p.mu.pending
+	var f *Future
+	if len(pend) > 0 && seq >= pend[0].seq && seq-pend[0].seq < uint64(len(pend)) && (seq == pend[0].seq || p.l.version >= 4) {
+		f = pend[seq-pend[0].seq]
+	}
+	if f == nil {
 		want := "none"
-		if len(p.mu.pending) > 0 {
-			want = fmt.Sprint(p.mu.pending[0].seq)
+		if len(pend) > 0 {
+			want = fmt.Sprint(pend[0].seq)
 		}
 		p.mu.Unlock()
 		return errorf(CodeProtocol, "the node answered publish %d, expected %s", seq, want)
 	}
-	f := p.mu.pending[0]
-	p.mu.pending[0] = nil
-	p.mu.pending = p.mu.pending[1:]
+	pend[seq-pend[0].seq] = nil
+	for len(pend) > 0 && pend[0] == nil {
+		pend = pend[1:]
+	}
+	p.mu.pending = pend
+	p.mu.unanswered--
 	p.mu.Unlock()
 	if perr != nil {
 		f.complete(Ack{}, wrap(publishOp(f.topic), perr))
@@ -542,8 +567,8 @@ func (p *publisher) fail(err error) {
 		// node's ERROR on the control stream.
 		p.l.goingAway.Store(true)
 	}
-	sent, queued := p.mu.pending, p.mu.queued
-	p.mu.pending, p.mu.queued = nil, nil
+	sent, queued := slices.DeleteFunc(p.mu.pending, func(f *Future) bool { return f == nil }), p.mu.queued
+	p.mu.pending, p.mu.queued, p.mu.unanswered = nil, nil, 0
 	close(p.dead)
 	startResender := false
 	if p.c.mayResend(err) {

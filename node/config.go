@@ -202,6 +202,10 @@ type Config struct {
 	// noFeatures, for tests, has the node announce no features in gossip (FeaturesTag), as
 	// a build older than them does.
 	noFeatures bool
+	// holdAppend, for tests, may return a channel for a batch of publishes to topic whose
+	// append completed: its answer waits until the channel closes, as if the topic's group
+	// stalled (a leadership hand-off).
+	holdAppend func(topic string) <-chan struct{}
 }
 
 // nameRE is the grammar of node, region and durable consumer names: the topic token grammar.

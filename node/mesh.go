@@ -15,7 +15,7 @@ const FeaturesTag = features.Tag
 
 // localFeatures is what this build knows.
 func localFeatures() features.Set {
-	f := features.Set{features.Proto: wire.PeerVersion, features.Meta: moveUndoVersion, features.Catalog: 1}
+	f := features.Set{features.Proto: wire.PeerVersion, features.Meta: moveUndoVersion, features.Catalog: 1, features.PublishOpen: 1}
 	maps.Copy(f, replica.EntryFeatures())
 	return f
 }
@@ -52,6 +52,21 @@ func (n *Node) LinkKnows(peerRegion, name string, level int) (bool, []string) {
 	}
 	peerOK, peerLacking := features.AllKnow(n.gossip.RegionMembers(peerRegion), peerRegion, n.cfg.Name, n.ownFeatures(), name, level)
 	return ok && peerOK, append(lacking, peerLacking...)
+}
+
+// peerKnows reports whether node name of this node's region announces feature name at
+// level or above, and this node knows it too (a test's node standing for an older build
+// does not: Config.noFeatures). A node gossip does not know is taken not to.
+func (n *Node) peerKnows(name, feature string, level int) bool {
+	if n.gossip == nil || n.ownFeatures()[feature] < level {
+		return false
+	}
+	for _, m := range n.gossip.RegionMembers(n.cfg.Region) {
+		if m.Name == name {
+			return features.Of(m)[feature] >= level
+		}
+	}
+	return false
 }
 
 // setMeshTag sets one of the node's gossip tags and broadcasts it (no-op when unchanged).

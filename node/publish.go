@@ -25,7 +25,8 @@ const (
 )
 
 // publisher serves one publish stream. Its run goroutine reads frames and submits appends;
-// its writer goroutine sends the answers in the order the publishes were read. Between them
+// its writer goroutine sends the answers in the order the publishes were read, or, on a
+// stream opened with PUBLISH_OPEN's any-order flag, as each batch completes. Between them
 // is a FIFO of pending batches (mu) and a window of unanswered publishes: when the window is
 // full the reader stops reading, and QUIC flow control stops the client.
 type publisher struct {
@@ -36,6 +37,11 @@ type publisher struct {
 	wake   chan struct{} // a batch completed, or reading ended
 
 	draining atomic.Bool
+	// anyOrder: the stream began with PUBLISH_OPEN's any-order flag, so its sender matches
+	// answers by seq, and each batch is answered once it completes, not after every batch
+	// read before it: one group's stall (a leadership hand-off) holds back only its own
+	// topics' answers. Set before run.
+	anyOrder bool
 	// ranges is set once the stream carried a PUBLISH_BATCH: its client then understands
 	// PUBLISH_ACKS, and the writer answers runs of successes with one.
 	ranges atomic.Bool
@@ -102,9 +108,12 @@ type pendingBatch struct {
 	relayTo  string              // the owner node, or "" for this node's log
 	outcomes []wal.RecordOutcome // per record, from the owner's acks (offset, time, duplicate)
 	errs     []*wire.Error       // per record, from the owner's refusals
-	answered int
-	// unknown marks errs[answered:] as outcomes the relay cannot tell (the owner went away
-	// after the records were sent): they end the client's stream instead of being refused.
+	got      []bool              // per record, the owner answered it (in any order: relay.go)
+	answered int                 // records the owner answered
+	relaySeq uint64              // the seq of its first record on the relay stream
+	// unknown marks the errs of records the owner did not answer (not got) as outcomes the
+	// relay cannot tell (the owner went away after the records were sent): they end the
+	// client's stream instead of being refused.
 	unknown bool
 	order   uint64 // read order on the stream (enqueue)
 	// A batch refused by a leadership move before raft appended it is routed again to the
@@ -357,6 +366,16 @@ func (p *publisher) dispatch(b *pendingBatch) {
 		p.mu.Unlock()
 		p.signal()
 	}
+	if hold := p.s.n.cfg.holdAppend; hold != nil {
+		answer := done
+		done = func(res wal.AppendResult) {
+			if ch := hold(b.topic); ch != nil {
+				go func() { <-ch; answer(res) }()
+				return
+			}
+			answer(res)
+		}
+	}
 	if r := p.s.n.rep; r != nil {
 		r.propose(b.topic, b.records, done) // replicated.go: through the topic's raft group
 		return
@@ -383,18 +402,35 @@ func (p *publisher) signal() {
 }
 
 // writeAnswers sends PUBLISH_ACK / PUBLISH_ERROR for completed batches, strictly in read
-// order, and returns once reading has ended and every batch is answered. A write error (the
-// client went away) stops writing but not the bookkeeping: every submitted batch is still
-// waited for, so the stream's goroutines never outlive its appends.
+// order (or, anyOrder, every completed batch, in the order of the queue), and returns once
+// reading has ended and every batch is answered. A write error (the client went away) stops
+// writing but not the bookkeeping: every submitted batch is still waited for, so the
+// stream's goroutines never outlive its appends.
 func (p *publisher) writeAnswers() {
 	a := &answers{p: p, w: wire.NewWriter(p.str), m: p.s.n.metrics}
+	var ready []*pendingBatch
 	for {
+		clear(ready)
+		ready = ready[:0]
 		p.mu.Lock()
-		var ready []*pendingBatch
 		for len(p.mu.queue) > 0 && p.mu.queue[0].done {
 			ready = append(ready, p.mu.queue[0])
 			p.mu.queue[0] = nil
 			p.mu.queue = p.mu.queue[1:]
+		}
+		if p.anyOrder {
+			// The rest of the queue: completed batches leave it, the others keep their
+			// order (a short scan: the queue holds what the window lets the client send).
+			kept := p.mu.queue[:0]
+			for _, b := range p.mu.queue {
+				if b.done {
+					ready = append(ready, b)
+				} else {
+					kept = append(kept, b)
+				}
+			}
+			clear(p.mu.queue[len(kept):])
+			p.mu.queue = kept
 		}
 		finished := p.mu.readDone && len(p.mu.queue) == 0
 		p.mu.Unlock()
@@ -525,7 +561,7 @@ func (a *answers) answerEach(b *pendingBatch) (ok int) {
 			}
 		}
 		switch {
-		case e != nil && b.unknown && i >= b.answered:
+		case e != nil && b.unknown && (b.got == nil || !b.got[i]):
 			// PUBLISH_ERROR would say nothing was appended, which the relay cannot know: end
 			// the stream, leaving this publish and every later one unanswered (outcome
 			// unknown; an idempotent retry learns it).

@@ -3,12 +3,15 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sort"
 	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/features"
 	"github.com/quicmq/quicmq/wal"
 )
 
@@ -65,18 +68,22 @@ func (p *publisher) rerouteTo(b *pendingBatch) (string, *wire.Error) {
 
 // relayStream carries one publish stream's records for the topics one other node of the
 // region owns: the publisher's reader goroutine writes PUBLISH frames, the stream's own
-// reader goroutine matches the owner's answers (in order) to the waiting batches.
+// reader goroutine matches the owner's answers to the waiting batches by seq. An owner that
+// announces the publishopen feature is asked (PUBLISH_OPEN) to answer each publish once it
+// is durable, in any order, so that a stall of one of its groups holds back only that
+// group's answers; an older owner answers in order, which matching by seq reads alike.
 type relayStream struct {
-	p     *publisher
-	owner string
-	str   *quic.Stream
-	w     *wire.Writer
-	seq   uint64        // owned by the publisher's reader goroutine
-	ended chan struct{} // closed when readAnswers returns
+	p        *publisher
+	owner    string
+	str      *quic.Stream
+	w        *wire.Writer
+	seq      uint64        // owned by the publisher's reader goroutine
+	anyOrder bool          // the stream began with PUBLISH_OPEN's any-order flag
+	ended    chan struct{} // closed when readAnswers returns
 
 	mu struct {
 		sync.Mutex
-		waiting    []*pendingBatch // sent, not fully answered, in order
+		waiting    []*pendingBatch // sent, not fully answered, in the order sent (relaySeq)
 		dead       *wire.Error     // the stream failed: no more batches
 		answeredAt time.Time       // the owner's last answer (watchLeader, send's timer)
 	}
@@ -87,12 +94,13 @@ type relayStream struct {
 func (p *publisher) relay(b *pendingBatch) {
 	b.outcomes = make([]wal.RecordOutcome, len(b.seqs))
 	b.errs = make([]*wire.Error, len(b.seqs))
+	b.got = make([]bool, len(b.seqs))
 	rs, e := p.relayTo(b.relayTo)
 	if e == nil {
 		e = rs.send(b)
 	}
 	if e != nil {
-		p.failBatch(b, 0, e)
+		p.failBatch(b, e)
 	}
 }
 
@@ -115,6 +123,10 @@ func (p *publisher) relayTo(owner string) (*relayStream, *wire.Error) {
 		return nil, wire.Errorf(wire.CodeUnavailable, "the owner of the topic, node %q of region %q, cannot be reached: %v; nothing was appended", owner, n.cfg.Region, err)
 	}
 	rs := &relayStream{p: p, owner: owner, str: str, w: wire.NewWriter(str), ended: make(chan struct{})}
+	if n.peerKnows(owner, features.PublishOpen, 1) {
+		rs.anyOrder = true
+		rs.w.Write(&wire.PublishOpen{Flags: wire.PublishAnyOrder}) // flushed with the first batch
+	}
 	if p.relays == nil {
 		p.relays = make(map[string]*relayStream)
 	}
@@ -142,6 +154,7 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 		rs.mu.Unlock()
 		return e
 	}
+	b.relaySeq = rs.seq
 	rs.mu.waiting = append(rs.mu.waiting, b)
 	rs.mu.Unlock()
 	for _, r := range b.records {
@@ -200,7 +213,8 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 const relayBatchBody = 64 << 10
 
 // readAnswers matches the owner's PUBLISH_ACK, PUBLISH_ACKS and PUBLISH_ERROR frames, which
-// come in the order the publishes were sent, to the waiting batches. When the stream ends early, every
+// come in the order the publishes were sent (or, anyOrder, as they complete), to the
+// waiting batches by seq. When the stream ends early, every
 // record still waiting is answered with an error naming the owner.
 func (rs *relayStream) readAnswers() {
 	n := rs.p.s.n
@@ -215,17 +229,17 @@ func (rs *relayStream) readAnswers() {
 		}
 		switch f := f.(type) {
 		case *wire.PublishAck:
-			if !rs.answer(wal.RecordOutcome{Offset: f.Offset, Time: f.Time, Duplicate: f.Flags&wire.AckDuplicate != 0}, nil) {
+			if !rs.answer(f.Seq, wal.RecordOutcome{Offset: f.Offset, Time: f.Time, Duplicate: f.Flags&wire.AckDuplicate != 0}, nil) {
 				return
 			}
 		case *wire.PublishAcks:
 			for k := range f.Count {
-				if !rs.answer(wal.RecordOutcome{Offset: f.Offset + k, Time: f.Time}, nil) {
+				if !rs.answer(f.Seq+k, wal.RecordOutcome{Offset: f.Offset + k, Time: f.Time}, nil) {
 					return
 				}
 			}
 		case *wire.PublishError:
-			if !rs.answer(wal.RecordOutcome{}, &wire.Error{Code: f.Code, Message: fmt.Sprintf("node %q (the topic's owner): %s", rs.owner, f.Message)}) {
+			if !rs.answer(f.Seq, wal.RecordOutcome{}, &wire.Error{Code: f.Code, Message: fmt.Sprintf("node %q (the topic's owner): %s", rs.owner, f.Message)}) {
 				return
 			}
 		case *wire.ErrorFrame:
@@ -240,27 +254,33 @@ func (rs *relayStream) readAnswers() {
 	}
 }
 
-// answer gives the oldest publish waiting on the stream the owner's answer (an outcome, or
-// e), completing its batch with its last record. False: the owner answered a publish that
-// was not sent, and the stream is failed.
-func (rs *relayStream) answer(o wal.RecordOutcome, e *wire.Error) bool {
+// answer gives the publish of seq waiting on the stream the owner's answer (an outcome, or
+// e), completing its batch with its last record answered. False: the owner answered a
+// publish that was not sent, or one twice, and the stream is failed.
+func (rs *relayStream) answer(seq uint64, o wal.RecordOutcome, e *wire.Error) bool {
 	p, n := rs.p, rs.p.s.n
 	rs.mu.Lock()
-	if len(rs.mu.waiting) == 0 {
+	w := rs.mu.waiting
+	// The batch holding seq: the last one sent from a seq at or below it.
+	k := sort.Search(len(w), func(k int) bool { return w[k].relaySeq > seq }) - 1
+	if k < 0 || seq-w[k].relaySeq >= uint64(len(w[k].seqs)) || w[k].got[seq-w[k].relaySeq] ||
+		!rs.anyOrder && (k != 0 || seq-w[k].relaySeq != uint64(w[k].answered)) {
 		rs.mu.Unlock()
-		rs.fail(wire.Errorf(wire.CodeInternal, "node %q answered a publish that was not sent", rs.owner))
+		rs.fail(wire.Errorf(wire.CodeInternal, "node %q answered publish %d, which was not sent, was answered already or is out of order", rs.owner, seq))
 		return false
 	}
-	b := rs.mu.waiting[0]
+	b := w[k]
 	rs.mu.answeredAt = time.Now()
-	i := b.answered
+	i := int(seq - b.relaySeq)
+	b.got[i] = true
 	b.answered++
-	if b.answered == len(b.seqs) {
-		rs.mu.waiting = rs.mu.waiting[1:]
+	complete := b.answered == len(b.seqs)
+	if complete {
+		rs.mu.waiting = slices.Delete(w, k, k+1)
 	}
 	rs.mu.Unlock()
 	b.outcomes[i], b.errs[i] = o, e
-	if i+1 == len(b.seqs) {
+	if complete {
 		if e == nil {
 			n.place.RelayedPubs.Add(float64(len(b.seqs)))
 		}
@@ -293,14 +313,16 @@ func (rs *relayStream) end(e *wire.Error, unknown bool) {
 	rs.str.CancelWrite(wire.AppCancelled)
 	for _, b := range waiting {
 		b.unknown = unknown
-		rs.p.failBatch(b, b.answered, e)
+		rs.p.failBatch(b, e)
 	}
 }
 
-// failBatch answers b's records from index from on with e.
-func (p *publisher) failBatch(b *pendingBatch, from int, e *wire.Error) {
-	for i := from; i < len(b.seqs); i++ {
-		b.errs[i] = e
+// failBatch answers b's records the owner did not answer with e.
+func (p *publisher) failBatch(b *pendingBatch, e *wire.Error) {
+	for i := range b.seqs {
+		if !b.got[i] {
+			b.errs[i] = e
+		}
 	}
 	b.records = nil
 	p.attemptEnded(b, nil)

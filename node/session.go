@@ -266,12 +266,34 @@ func (s *session) serveStream(str *quic.Stream) {
 		return
 	}
 	switch f := f.(type) {
-	case *wire.Publish, *wire.PublishBatch:
+	case *wire.PublishOpen, *wire.Publish, *wire.PublishBatch:
 		if s.peer && s.peerRegion() != s.n.cfg.Region {
 			s.failStream(str, wire.Errorf(wire.CodeForbidden, "nodes of other regions do not publish here; records cross regions by mirroring"))
 			return
 		}
-		p := newPublisher(s, str, wire.NewReaderSize(r.Bytes(), s.n.limits, 32<<10))
+		pr := wire.NewReaderSize(r.Bytes(), s.n.limits, 32<<10)
+		var anyOrder bool
+		if o, ok := f.(*wire.PublishOpen); ok {
+			if !s.peer && s.version < 4 {
+				s.failStream(str, wire.Errorf(wire.CodeProtocol, "PUBLISH_OPEN is a frame of protocol version 4; this connection speaks %d", s.version))
+				return
+			}
+			anyOrder = o.Flags&wire.PublishAnyOrder != 0
+			next, err := pr.Read()
+			if err != nil {
+				s.streamError(str, err)
+				return
+			}
+			switch next.(type) {
+			case *wire.Publish, *wire.PublishBatch:
+				f = next
+			default:
+				s.failStream(str, wire.Errorf(wire.CodeProtocol, "PUBLISH_OPEN is followed by PUBLISH or PUBLISH_BATCH, got %s", next.Type()))
+				return
+			}
+		}
+		p := newPublisher(s, str, pr)
+		p.anyOrder = anyOrder
 		if !s.track(p) {
 			s.refusePublishes(str, f) // the session drains: the node shuts down
 			return

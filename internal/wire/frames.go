@@ -14,7 +14,7 @@ import "fmt"
 // is a client stream's frame, and a node passes a region replay's stream through to its
 // client unchanged, which must then carry only frames of every client version above 1.
 const (
-	Version     = 3
+	Version     = 4
 	MinVersion  = 1
 	PeerVersion = 2
 )
@@ -70,7 +70,7 @@ const (
 var typeNames = map[Type]string{
 	TypeHello: "HELLO", TypeWelcome: "WELCOME", TypeError: "ERROR",
 	TypePublish: "PUBLISH", TypePublishAck: "PUBLISH_ACK", TypePublishError: "PUBLISH_ERROR",
-	TypePublishBatch: "PUBLISH_BATCH", TypePublishAcks: "PUBLISH_ACKS",
+	TypePublishBatch: "PUBLISH_BATCH", TypePublishAcks: "PUBLISH_ACKS", TypePublishOpen: "PUBLISH_OPEN",
 	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeRuns: "RUNS", TypeCaughtUp: "CAUGHT_UP",
 	TypeNak: "NAK", TypeCommit: "COMMIT", TypeCommitted: "COMMITTED",
@@ -355,6 +355,8 @@ func newFrame(t Type) Frame {
 		return new(PublishBatch)
 	case TypePublishAcks:
 		return new(PublishAcks)
+	case TypePublishOpen:
+		return new(PublishOpen)
 	case TypeSubscribe:
 		return new(Subscribe)
 	case TypeSubscribed:

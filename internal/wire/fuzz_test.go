@@ -26,6 +26,7 @@ func addSeeds(f *testing.F) {
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Flags: SubscribeRecords}))
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Start: 9, Flags: SubscribeRecords | SubscribeCaughtUp}))
 	f.Add([]byte{byte(TypeCaughtUp), 0, 0, 0, 1, 0x80}) // a varint cut short
+	f.Add(Append(nil, &PublishOpen{Flags: PublishAnyOrder}))
 	f.Add(groupSeed())
 	f.Add(vectorSeed())
 	f.Add(groupPositionSeed())

@@ -40,6 +40,8 @@ func sampleFrames() []Frame {
 		&Gap{Index: 3, From: 10, To: 20},
 		&CaughtUp{Topics: 3},
 		&CaughtUp{},
+		&PublishOpen{Flags: PublishAnyOrder},
+		&PublishOpen{},
 		&Topics{Pattern: ">"},
 		&TopicInfo{Name: "a.b", First: 1, Next: 10, Bytes: 4096},
 		&Watch{Patterns: []string{"orders.>", "a.*.c"}},
@@ -156,12 +158,13 @@ func TestLimitsAndMalformed(t *testing.T) {
 	}
 
 	bad := map[string][]byte{
-		"unknown type":     {0x7f, 0, 0, 0, 0},
-		"trailing":         frameBytes(TypeAck, []byte{1, 2, 3}),
-		"varint overflow":  frameBytes(TypeAck, bytes.Repeat([]byte{0xff}, 11)),
-		"string past body": frameBytes(TypeTopics, []byte{4, 'a'}),
-		"caught_up extra":  frameBytes(TypeCaughtUp, []byte{1, 0}),
-		"header count big": frameBytes(TypePublish, []byte{0, 1, 'a', 0, 0, 60}),
+		"unknown type":       {0x7f, 0, 0, 0, 0},
+		"trailing":           frameBytes(TypeAck, []byte{1, 2, 3}),
+		"varint overflow":    frameBytes(TypeAck, bytes.Repeat([]byte{0xff}, 11)),
+		"string past body":   frameBytes(TypeTopics, []byte{4, 'a'}),
+		"caught_up extra":    frameBytes(TypeCaughtUp, []byte{1, 0}),
+		"publish_open extra": frameBytes(TypePublishOpen, []byte{1, 0}),
+		"header count big":   frameBytes(TypePublish, []byte{0, 1, 'a', 0, 0, 60}),
 	}
 	for name, b := range bad {
 		if _, _, err := Decode(b, Limits{}); !errors.Is(err, ErrMalformed) {

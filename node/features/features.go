@@ -44,6 +44,11 @@ const (
 	// offset after its last record first published there (federation Config.OwnHeads;
 	// docs/protocol.md, "Catalog stream"). Absent: position equal to next.
 	Catalog = "catalog"
+	// PublishOpen is the level of the publish stream a node reads: 1, a PUBLISH_OPEN
+	// frame may open it, and its any-order flag makes the node answer each publish once it
+	// is durable, in any order (docs/protocol.md, "Publish stream"). A relaying node sends
+	// it only to a node that announces it.
+	PublishOpen = "publishopen"
 )
 
 // Set maps a feature's name to the level a node knows; an absent name is level 0.
