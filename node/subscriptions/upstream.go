@@ -252,8 +252,17 @@ func (sub *subRun) takeUpstream(m upMsg) *wire.Error {
 		sub.giveUp(up, m.err)
 		return nil
 	}
-	bad := func(i uint64) *wire.Error {
-		return wire.Errorf(wire.CodeInternal, "node %q sent a record of topic index %d before its TOPIC", up.node, i)
+	// local gives the subscription's number for up's topic index i; skip for a topic served
+	// from this node's log.
+	local := func(i uint64) (idx uint64, skip bool, err *wire.Error) {
+		if up.skip[i] {
+			return 0, true, nil
+		}
+		idx, ok := up.remote[i]
+		if !ok {
+			return 0, false, wire.Errorf(wire.CodeInternal, "node %q sent a record of topic index %d before its TOPIC", up.node, i)
+		}
+		return idx, false, nil
 	}
 	switch f := m.frame.(type) {
 	case *wire.Topic:
@@ -273,12 +282,9 @@ func (sub *subRun) takeUpstream(m upMsg) *wire.Error {
 		sub.upIndex[f.Name] = idx
 		sub.w.Buffer(&wire.Topic{Index: sub.out.Index(idx), Name: sub.actor.ClientName(f.Name)})
 	case *wire.Record:
-		if up.skip[f.Index] {
-			return nil
-		}
-		idx, ok := up.remote[f.Index]
-		if !ok {
-			return bad(f.Index)
+		idx, skip, err := local(f.Index)
+		if skip || err != nil {
+			return err
 		}
 		f.Index = sub.out.Index(idx)
 		sub.mu.Lock()
@@ -292,12 +298,9 @@ func (sub *subRun) takeUpstream(m upMsg) *wire.Error {
 		sub.series.bytes.Add(float64(len(f.Payload)))
 		sub.w.Buffer(f)
 	case *wire.Gap:
-		if up.skip[f.Index] {
-			return nil
-		}
-		idx, ok := up.remote[f.Index]
-		if !ok {
-			return bad(f.Index)
+		idx, skip, err := local(f.Index)
+		if skip || err != nil {
+			return err
 		}
 		f.Index = sub.out.Index(idx)
 		sub.mu.Lock()
