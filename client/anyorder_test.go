@@ -83,22 +83,28 @@ func TestAnyOrderBadAnswers(t *testing.T) {
 			c := dialFake(t, f)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			f1, err := c.PublishAsync(ctx, Message{Topic: "t", Payload: []byte("1")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			f2, err := c.PublishAsync(ctx, Message{Topic: "t", Payload: []byte("2")})
-			if err != nil {
-				t.Fatal(err)
-			}
+			f1, f2 := publishTwo(ctx, t, c)
 			if a, err := f2.Wait(ctx); err != nil || a.Offset != 1 {
 				t.Fatalf("the second publish, answered first: %+v, %v", a, err)
 			}
-			_, err = f1.Wait(ctx)
+			_, err := f1.Wait(ctx)
 			var e *Error
 			if !errors.As(err, &e) || e.Code != CodeProtocol || !strings.Contains(err.Error(), "the node answered publish") {
 				t.Fatalf("the first publish after a bad answer: %v, want a protocol error", err)
 			}
 		})
 	}
+}
+
+// publishTwo publishes records "1" and "2" to topic t, pipelined, and returns their Futures.
+func publishTwo(ctx context.Context, t *testing.T, c *Conn) (f1, f2 *Future) {
+	t.Helper()
+	var err error
+	if f1, err = c.PublishAsync(ctx, Message{Topic: "t", Payload: []byte("1")}); err != nil {
+		t.Fatal(err)
+	}
+	if f2, err = c.PublishAsync(ctx, Message{Topic: "t", Payload: []byte("2")}); err != nil {
+		t.Fatal(err)
+	}
+	return f1, f2
 }

@@ -144,14 +144,7 @@ func TestPublishProtocolErrors(t *testing.T) {
 	c := dialFake(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	f1, err := c.PublishAsync(ctx, Message{Topic: "t", Payload: []byte("1")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f2, err := c.PublishAsync(ctx, Message{Topic: "t", Payload: []byte("2")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	f1, f2 := publishTwo(ctx, t, c)
 	for _, fut := range []*Future{f1, f2} {
 		_, err := fut.Wait(ctx)
 		var e *Error
@@ -170,7 +163,7 @@ func TestPublishProtocolErrors(t *testing.T) {
 		t.Fatal("no new publish stream")
 	}
 	// Limits from WELCOME are enforced before sending.
-	_, err = c.PublishAsync(ctx, Message{Topic: "t", Payload: make([]byte, 200<<10+1)})
+	_, err := c.PublishAsync(ctx, Message{Topic: "t", Payload: make([]byte, 200<<10+1)})
 	var e *Error
 	if !errors.As(err, &e) || e.Code != CodeTooLarge || !strings.Contains(err.Error(), "limit of 204800") {
 		t.Fatalf("payload over WELCOME's max: %v", err)
