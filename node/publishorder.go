@@ -41,7 +41,7 @@ func (p *publisher) mustAwait(topic string) bool {
 	if p.awaits(topic) {
 		return true
 	}
-	return r.lookup(topic) == nil
+	return !r.placed(topic)
 }
 
 // awaits reports whether batches of topic wait in the awaiting queue.
@@ -283,7 +283,7 @@ func (p *publisher) awaitStep(topic string, wait bool) stepResult {
 		}
 	default:
 		rep := p.s.n.rep
-		unplaced := rep != nil && rep.n.cfg.Raft.PredictPlacement && rep.lookup(b.topic) == nil
+		unplaced := rep != nil && rep.n.cfg.Raft.PredictPlacement && !rep.placed(b.topic)
 		owner, e = p.route(b.topic) // waits for the placement (ensure) and a leader
 		b.predicted = unplaced && e == nil && owner != ""
 		if e != nil && owner != "" && p.s.peer {

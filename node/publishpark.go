@@ -35,7 +35,7 @@ type parkRelease struct {
 // wait on an awaiter goroutine.
 func (p *publisher) parkLocked(b *pendingBatch) bool {
 	rep := p.s.n.rep
-	if rep == nil || b.reroutes > 0 || b.back || rep.lookup(b.topic) != nil {
+	if rep == nil || b.reroutes > 0 || b.back || rep.placed(b.topic) {
 		// A placed topic's batches wait here only behind its earlier ones (in flight
 		// elsewhere, rerouted after a leadership move): on an awaiter, as before.
 		return false

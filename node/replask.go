@@ -253,7 +253,7 @@ func (s *session) servePlaceBatch(str *quic.Stream, rd *wire.Reader, first *wire
 	close(done)
 	w := wire.NewWriter(str)
 	for _, topic := range topics {
-		if n.rep.lookup(topic) == nil {
+		if !n.rep.placed(topic) {
 			continue
 		}
 		ti := n.rep.placedInfo(topic)
@@ -328,7 +328,7 @@ func (r *replicated) placeAll(ctx context.Context, topics []string) (e *wire.Err
 	defer cancel()
 	var q []placeReq
 	for _, topic := range topics {
-		if r.lookup(topic) == nil {
+		if !r.placed(topic) {
 			q = append(q, placeReq{topic, n.cfg.Replicas})
 		}
 	}

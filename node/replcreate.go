@@ -39,7 +39,7 @@ func (s *session) serveReplicatedCreate(str *quic.Stream, rd *wire.Reader, f *wi
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, n.cfg.ManageTimeout)
 	defer cancel()
-	existed := n.rep.lookup(topic) != nil
+	existed := n.rep.placed(topic)
 	want := int(min(f.Replicas, 1<<16))
 	t, e := n.rep.ensureReplicas(ctx, topic, s.peer, want)
 	if e != nil {

@@ -108,7 +108,9 @@ func decodeGroups(p []byte) (*groupsRecord, error) {
 	if len(p) == 0 || p[0] != groupsVersion {
 		return nil, fmt.Errorf("%w: not a groups record", errPlacement)
 	}
-	d := &metaDecoder{p: p[1:]}
+	// The topics' names are cut from one copy of the record: one allocation for the
+	// record, not one per topic on every node (issue 29).
+	d := &metaDecoder{p: p[1:], whole: string(p[1:])}
 	rec := &groupsRecord{}
 	ng := d.uv()
 	if d.bad || ng > uint64(len(d.p)) {

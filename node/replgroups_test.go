@@ -42,6 +42,35 @@ func TestGroupsRecordRoundTrip(t *testing.T) {
 	}
 }
 
+// Decoding a groups record allocates per record, not per topic (issue 29): every node
+// decodes each record that places thousands of new topics, and each topic's name and
+// uvarints were allocated apart (3 allocations a topic before).
+func TestDecodeGroupsAllocatesPerRecord(t *testing.T) {
+	rec := &groupsRecord{groups: []*repGroup{
+		{id: 2, many: true, label: "g2", replicas: []repMember{{"eu-1", 11}, {"eu-2", 12}, {"eu-3", 13}}, boot: []uint64{11, 12, 13}},
+	}}
+	const topics = 4096
+	for i := range topics {
+		rec.topics = append(rec.topics, groupPlacement{fmt.Sprintf("orders.eu.%d", i), 2 + uint64(i%2)*300})
+	}
+	b := encodeGroups(rec)
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, err := decodeGroups(b); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 16 {
+		t.Errorf("decoding a groups record of %d topics allocates %.0f times, want at most 16", topics, allocs)
+	}
+	got, err := decodeGroups(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, rec) {
+		t.Fatal("the record did not decode to what was encoded")
+	}
+}
+
 // FuzzGroupsRecord: a groups record comes from raft entries: any bytes decode to an error
 // or to a record that encodes back to the same bytes.
 func FuzzGroupsRecord(f *testing.F) {

@@ -270,6 +270,15 @@ func (r *replicated) lookup(topic string) *repTopic {
 	return &repTopic{name: topic, group: id, replicas: g.replicas, boot: g.boot, local: g.local}
 }
 
+// placed reports whether topic is placed (what lookup(topic) != nil says, without building
+// the placement: the publish path asks it several times for each new topic, on every node).
+func (r *replicated) placed(topic string) bool {
+	r.pl.RLock()
+	defer r.pl.RUnlock()
+	_, ok := r.pl.topics[topic]
+	return ok
+}
+
 // localGroups returns the groups this node holds a replica of.
 func (r *replicated) localGroups() []*repGroup {
 	r.pl.RLock()
@@ -310,7 +319,7 @@ func (r *replicated) isLocal(topic string) bool {
 }
 
 // isReplicated reports whether topic is a replicated topic of this region.
-func (r *replicated) isReplicated(topic string) bool { return r.lookup(topic) != nil }
+func (r *replicated) isReplicated(topic string) bool { return r.placed(topic) }
 
 // serving reports whether the region's metadata group has a leader, which placing a new
 // topic needs (Node.Serving). A node without a replicated part (nil) serves as it runs.

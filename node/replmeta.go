@@ -56,7 +56,8 @@ func decodeMember(p []byte) (name string, id uint64, err error) {
 // encoding only, so every replica that decodes it would write it back the same.
 func uvarint(p []byte) (uint64, int) {
 	x, n := binary.Uvarint(p)
-	if n > 0 && n != len(binary.AppendUvarint(nil, x)) {
+	var shortest [binary.MaxVarintLen64]byte // on the stack: every uvarint of a groups record is read here
+	if n > 0 && n != binary.PutUvarint(shortest[:], x) {
 		return 0, 0
 	}
 	return x, n
@@ -81,10 +82,13 @@ func encodePlacement(t *repTopic) []byte {
 var errPlacement = errors.New("node: malformed placement record")
 
 // metaDecoder reads a metadata record's uvarints and strings; bad is set by the first
-// malformed one, after which every read returns zero.
+// malformed one, after which every read returns zero. With whole set (the record's bytes
+// from p on, as one string), strings are cut from it rather than each copied: a groups
+// record names thousands of topics, which live as long as the node does.
 type metaDecoder struct {
-	p   []byte
-	bad bool
+	p     []byte
+	whole string
+	bad   bool
 }
 
 func (d *metaDecoder) uv() uint64 {
@@ -106,7 +110,13 @@ func (d *metaDecoder) str() string {
 		d.bad = true
 		return ""
 	}
-	s := string(d.p[:l])
+	var s string
+	if d.whole != "" {
+		at := len(d.whole) - len(d.p)
+		s = d.whole[at : at+int(l)]
+	} else {
+		s = string(d.p[:l])
+	}
 	d.p = d.p[l:]
 	return s
 }

@@ -50,7 +50,7 @@ const (
 // group, predicted placements, one group per topic). With no metadata leader known (an
 // election), the topic is parked and asked for at a sweep once one is (parkAsk).
 func (r *replicated) park(topic string, relayed bool, release func(*wire.Error)) parkResult {
-	if r.lookup(topic) != nil {
+	if r.placed(topic) {
 		return parkPlaced
 	}
 	if r.n.cfg.Raft.PredictPlacement || !r.manyGroups() {
@@ -86,7 +86,7 @@ func (r *replicated) park(topic string, relayed bool, release func(*wire.Error))
 	case r.parked.wake <- struct{}{}:
 	default:
 	}
-	if r.lookup(topic) != nil {
+	if r.placed(topic) {
 		// Placed between the first look and the registration: its apply may have looked
 		// for parked topics before this one was.
 		r.unparkPlaced([]string{topic})
@@ -274,7 +274,7 @@ func (r *replicated) sweepParked(now time.Time) {
 	for _, d := range done {
 		e := d.e
 		switch {
-		case r.lookup(d.pt.topic) != nil:
+		case r.placed(d.pt.topic):
 			e = nil // placed at the deadline: routed as any
 		case d.timeout:
 			e = r.notPlacedError(d.pt.topic)

@@ -45,7 +45,7 @@ func (r *replicated) ensurePlaced(ctx context.Context, pa *placeAsk) (*repTopic,
 	var askDone <-chan *wire.Error // the batched ask's answer (replask.go)
 	waited := false                // placedCh made for topic: forgotten when this gives up
 	defer func() {
-		if waited && r.lookup(topic) == nil {
+		if waited && !r.placed(topic) {
 			r.unwaitPlaced(topic)
 		}
 	}()
@@ -101,7 +101,7 @@ func (r *replicated) ensurePlaced(ctx context.Context, pa *placeAsk) (*repTopic,
 			}
 		case <-poll.C:
 		case <-ctx.Done():
-			if pa.lastErr != nil && r.lookup(topic) == nil {
+			if pa.lastErr != nil && !r.placed(topic) {
 				return nil, pa.lastErr
 			}
 			if !formed {

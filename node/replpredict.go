@@ -116,7 +116,7 @@ func (r *replicated) relayedAskDelay(from string) time.Duration {
 // unplacedLed is, in the broken build only (proposeUnplaced), topic as placed on the group
 // this node predicts for it, when it leads that group: nil otherwise.
 func (r *replicated) unplacedLed(topic string) *repTopic {
-	if !proposeUnplaced || r.lookup(topic) != nil {
+	if !proposeUnplaced || r.placed(topic) {
 		return nil
 	}
 	r.pl.RLock()

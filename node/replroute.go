@@ -229,7 +229,7 @@ func (r *replicated) leadName(t *repTopic, id uint64) string {
 // node has not read the placement of goes at once to the leader its group will most likely
 // have, which waits for the placement (replpredict.go).
 func (r *replicated) routePublish(ctx context.Context, topic string, relayed bool, from string) (string, *wire.Error) {
-	if !relayed && r.lookup(topic) == nil {
+	if !relayed && !r.placed(topic) {
 		if _, outside, _ := r.viaVoter(topic); !outside {
 			if owner, ok := r.predictRoute(ctx, topic); ok {
 				return owner, nil

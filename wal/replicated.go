@@ -180,6 +180,18 @@ func replicatedKey(name string) []byte {
 	return k
 }
 
+// setMetaDeferred sets key prefix|name to payload sealed as sealMeta seals it, building both
+// in b's buffer (what topicKey or replicatedKey and sealMeta would allocate).
+func setMetaDeferred(b *pebble.Batch, prefix byte, name string, payload []byte) error {
+	op := b.SetDeferred(1+len(name), len(metaHeader)+len(payload))
+	op.Key[0] = prefix
+	copy(op.Key[1:], name)
+	copy(op.Value, metaHeader[:])
+	copy(op.Value[len(metaHeader):], payload)
+	sealMetaInPlace(op.Key, op.Value)
+	return op.Finish()
+}
+
 // ReplicaWriter writes replicated topics into batches that their caller
 // commits (the raft driver's round batch), and publishes what it wrote once
 // told the batch is committed. One goroutine owns it: the one that applies
@@ -263,12 +275,17 @@ func (w *ReplicaWriter) Bind(b *pebble.Batch, name string, group uint64) error {
 	}
 	t := &topic{name: name, id: l.c.nextID, dedupReady: true}
 	l.c.nextID++
-	k := topicKey(name)
-	if err := b.Set(k, sealMeta(k, binary.BigEndian.AppendUint32(nil, t.id)), nil); err != nil {
+	// Both keys are built in the batch's own buffer: a region creating topics in bulk
+	// binds each on every replica, and four allocations a topic here were a tenth of what
+	// a creation allocated over the region (TestBindAllocatesOnlyItsTopic).
+	var id [4]byte
+	binary.BigEndian.PutUint32(id[:], t.id)
+	if err := setMetaDeferred(b, prefixTopic, name, id[:]); err != nil {
 		return fmt.Errorf("wal: bind %q: %w", name, err)
 	}
-	rk := replicatedKey(name)
-	if err := b.Set(rk, sealMeta(rk, binary.LittleEndian.AppendUint64(nil, group)), nil); err != nil {
+	var g [8]byte
+	binary.LittleEndian.PutUint64(g[:], group)
+	if err := setMetaDeferred(b, prefixReplicated, name, g[:]); err != nil {
 		return fmt.Errorf("wal: bind %q: %w", name, err)
 	}
 	l.repl.topics[name] = group

@@ -3,8 +3,10 @@ package wal
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -229,4 +231,54 @@ func TestReplicatedBindRacesLocalCreate(t *testing.T) {
 		ids[id] = true
 	}
 	_ = it.Close()
+}
+
+// Binding a topic allocates its topic and nothing per key (issue 29: a region creating
+// topics binds each on every replica; the keys and sealed values it built apart were a
+// tenth of a creation's allocations over the region), and writes exactly the keys and
+// values topicKey, replicatedKey and sealMeta describe.
+func TestBindAllocatesOnlyItsTopic(t *testing.T) {
+	l, _ := newTestLog(t, Options{})
+	w, err := l.ReplicaWriter()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 4000
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("bind.t%06d", i)
+	}
+	b := l.DB().NewBatch()
+	defer b.Close()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for _, name := range names {
+		if err := w.Bind(b, name, 9); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	// The topic itself, and the amortized growth of the two maps and the batch.
+	per := float64(after.Mallocs-before.Mallocs) / n
+	t.Logf("%.2f allocations a bound topic", per)
+	if per > 2 {
+		t.Errorf("binding a topic allocates %.2f times, want at most 2", per)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	id := binary.BigEndian.AppendUint32(nil, w.bound[names[7]].id)
+	for _, kv := range []struct{ key, payload []byte }{
+		{topicKey(names[7]), id},
+		{replicatedKey(names[7]), binary.LittleEndian.AppendUint64(nil, 9)},
+	} {
+		v, closer, err := l.DB().Get(kv.key)
+		if err != nil {
+			t.Fatalf("key %q: %v", kv.key, err)
+		}
+		if want := sealMeta(kv.key, kv.payload); !bytes.Equal(v, want) {
+			t.Errorf("key %q holds %x, want %x", kv.key, v, want)
+		}
+		closer.Close()
+	}
 }

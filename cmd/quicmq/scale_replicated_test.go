@@ -209,6 +209,18 @@ func TestScaleReplicatedTopics(t *testing.T) {
 				name, wait/repl.Seconds()*100, syncs/repl.Seconds(), wait/syncs*1000)
 		}
 	}
+	// QUICMQ_SCALE_AGAIN=1: then one more publish to every topic, now placed: what a
+	// publish costs the region apart from its topic's creation, so that the difference is
+	// what creating a topic costs (profiled as DIR/again-NAME.pprof).
+	if os.Getenv("QUICMQ_SCALE_AGAIN") != "" {
+		profiled := profile("again", regionNames, metrics, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
+		before := cpuOf(regionProcs)
+		again := create(r.nodes[0].proc().Addr)
+		againCPU := cpuOf(regionProcs) - before
+		profiled()
+		t.Logf("region of 3, again: %d publishes to topics that exist in %v: %.0f/s; %.0f cpu-µs a publish over the three nodes (load %s)",
+			n, again.Round(time.Millisecond), float64(n)/again.Seconds(), float64(againCPU.Microseconds())/float64(n), loadAvg())
+	}
 	profiled = profile("create", []string{"solo"}, []string{soloMetrics}, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
 	before = cpuOf([]*nodeproc.Process{solo})
 	single := create(solo.Addr)
