@@ -8,14 +8,18 @@ package main
 // the bad one within 10% of their p99 without it.
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
+	"net/http"
 	"os"
+	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/quicmq/quicmq/bench/lossy"
@@ -34,6 +38,11 @@ type hetParams struct {
 	Duration time.Duration
 	Drain    time.Duration
 	Idle     idleMirrors // idle mirrored topics of another region beside the hot one (idlemirror.go)
+	// WindowProfile, when not empty, is a directory for CPU profiles of the QuicMQ node under
+	// test and, with idle mirrored topics, of the idle region's node over the publishing
+	// (warm-up and window): ProfileName-node.pprof, ProfileName-idle.pprof (as fanout's).
+	WindowProfile string
+	ProfileName   string
 }
 
 func (p *hetParams) flags(fs *flag.FlagSet) {
@@ -45,13 +54,15 @@ func (p *hetParams) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&p.Warmup, "warmup", time.Second, "publishing before the measured window")
 	fs.DurationVar(&p.Duration, "duration", 10*time.Second, "measured window")
 	fs.DurationVar(&p.Drain, "drain", 10*time.Second, "longest wait after the window for the clean connections' records")
+	fs.StringVar(&p.WindowProfile, "window-profile", "", "directory for CPU profiles of the QuicMQ node under test and of the idle region's node (--idle-mirrored) over each run's publishing, warm-up and window (SYSTEM-badB-idleN-rR-node.pprof, ...-idle.pprof; read with 'go tool pprof -top FILE')")
 }
 
 func (p hetParams) args() []string {
 	a := []string{"hetworker", "--system", p.System, "--ns", p.NS, "--bad=" + fmt.Sprint(p.Bad),
 		"--conns", fmt.Sprint(p.Conns), "--bad-loss", fmt.Sprint(p.BadLoss), "--bad-rtt", p.BadRTT.String(),
 		"--rate", fmt.Sprint(p.Rate), "--size", fmt.Sprint(p.Size), "--warmup", p.Warmup.String(),
-		"--duration", p.Duration.String(), "--drain", p.Drain.String()}
+		"--duration", p.Duration.String(), "--drain", p.Drain.String(),
+		"--window-profile", p.WindowProfile, "--profile-name", p.ProfileName}
 	return append(a, p.Idle.args()...)
 }
 
@@ -68,6 +79,24 @@ type hetResult struct {
 	BadP50, BadP99     float64
 	DroppedPackets     int64
 	BrokerCPUus        float64 // per delivery
+	// The idle region's node's CPU per delivery over the same time (with --idle-mirrored).
+	IdleNodeCPUus float64 `json:",omitempty"`
+	// The QuicMQ node under test's Go heap when the publishing starts and its garbage
+	// collections from then to the end of the window (warm-up included), from its
+	// /debug/pprof/heap: a GC in the window is one of the things that move the p99.
+	NodeHeapStartMiB float64 `json:",omitempty"`
+	NodeGCs          int64   `json:",omitempty"`
+	// The worker's own (the clients', which time every record) GCs and their pauses over the
+	// same time.
+	WorkerGCs       int64
+	WorkerGCPauseMs float64
+	// Per second of the window: records published, and the clean connections' p99 of the
+	// records sent in it (ms; -1 when it falls among missing records); CleanP99SecMedian is
+	// the median of those p99s, CleanP99SecMax the worst.
+	PublishedPerSecond []int     `json:",omitempty"`
+	CleanP99PerSecond  []float64 `json:",omitempty"`
+	CleanP99SecMedian  float64
+	CleanP99SecMax     float64
 	Notes              []string
 	LoadAvg            float64
 	// With idle mirrored topics: their creation, listing and parking before the run, and
@@ -90,6 +119,7 @@ func runHetWorker(args []string) error {
 	fs.StringVar(&p.System, "system", "quicmq", "quicmq or nats")
 	fs.StringVar(&p.NS, "ns", "", "network namespace of the loss rule")
 	fs.BoolVar(&p.Bad, "bad", false, "the last connection goes through the bad path")
+	fs.StringVar(&p.ProfileName, "profile-name", "run", "--window-profile's file names: NAME-node.pprof, NAME-idle.pprof")
 	p.flags(fs)
 	p.Idle.workerFlags(fs)
 	fs.Parse(args)
@@ -100,15 +130,22 @@ func runHetWorker(args []string) error {
 	if p.System != "quicmq" && p.System != "nats" {
 		return fmt.Errorf("system %q: want quicmq or nats", p.System)
 	}
-	b, sys, stop, err := startFan(p.System, p.Idle.hotArgs()...)
+	hotArgs := p.Idle.hotArgs()
+	if p.System == "quicmq" && len(hotArgs) == 0 {
+		// Its /debug/pprof/ for the heap and GC count (and --window-profile), as with idle
+		// mirrored topics, so that every arm serves it.
+		hotArgs = []string{"--metrics", idleHotMetrics}
+	}
+	b, sys, stop, err := startFan(p.System, hotArgs...)
 	if err != nil {
 		return err
 	}
 	defer stop()
 	var idleSecs float64
+	var peer *brokerProc
 	if p.Idle.on() {
-		peer, secs, err := p.Idle.start(b.dir)
-		if err != nil {
+		var secs float64
+		if peer, secs, err = p.Idle.start(b.dir); err != nil {
 			return err
 		}
 		defer peer.stop()
@@ -120,6 +157,11 @@ func runHetWorker(args []string) error {
 	}
 	defer closeRelay()
 	var clean, bad latHist
+	// The clean connections' latencies by second of the window their record was sent in:
+	// a p99 over the whole window is set by its worst second or two (a GC, a stall), the
+	// median of the seconds' p99s by what the window does most of the time.
+	perSec := make([]latHist, max(1, int(math.Ceil(p.Duration.Seconds()))))
+	var winFrom atomic.Int64
 	deliver := func(conn, _ int, payload []byte) {
 		if len(payload) < 17 || payload[16] != 1 {
 			return // the topic's first record, or published outside the window
@@ -129,6 +171,10 @@ func runHetWorker(args []string) error {
 			bad.add(lat)
 		} else {
 			clean.add(lat)
+			sent := int64(binary.BigEndian.Uint64(payload))
+			if i := int((sent - winFrom.Load()) / int64(time.Second)); i >= 0 && i < len(perSec) {
+				perSec[i].add(lat)
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -143,8 +189,37 @@ func runHetWorker(args []string) error {
 	res := &hetResult{hetParams: p, IdleSetupSeconds: idleSecs}
 	start := time.Now()
 	winStart, winEnd := start.Add(p.Warmup), start.Add(p.Warmup+p.Duration)
+	winFrom.Store(winStart.UnixNano())
+	res.PublishedPerSecond = make([]int, len(perSec))
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	cpu0 := brokerCPU(b.pid())
+	var idleCPU0 time.Duration
+	if peer != nil {
+		idleCPU0 = brokerCPU(peer.pid())
+	}
+	var gc0 int64
+	if p.System == "quicmq" {
+		var heap float64
+		if gc0, heap, err = nodeHeap(idleHotMetrics); err != nil {
+			res.Notes = append(res.Notes, err.Error())
+		}
+		res.NodeHeapStartMiB = heap
+	}
+	profiled := func() []string { return nil }
+	if p.WindowProfile != "" && p.System == "quicmq" {
+		profiled = windowProfiles(p.WindowProfile, p.ProfileName, p.Idle, peer != nil, p.Warmup+p.Duration)
+	}
 	hetPublish(ctx, sys, p, res, start, winStart, winEnd)
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+	res.WorkerGCs, res.WorkerGCPauseMs = int64(ms1.NumGC-ms0.NumGC), float64(ms1.PauseTotalNs-ms0.PauseTotalNs)/1e6
+	if p.System == "quicmq" {
+		if gc1, _, err := nodeHeap(idleHotMetrics); err == nil {
+			res.NodeGCs = gc1 - gc0
+		}
+	}
+	res.Notes = append(res.Notes, profiled()...)
 	cleanConns := int64(p.Conns - 1)
 	res.CleanExpected = int64(res.Published) * cleanConns
 	if p.Bad {
@@ -157,8 +232,12 @@ func runHetWorker(args []string) error {
 	res.CleanDelivered, res.BadDelivered = clean.count(), bad.count()
 	if d := res.CleanDelivered + res.BadDelivered; d > 0 {
 		res.BrokerCPUus = float64(brokerCPU(b.pid())-cpu0) / float64(time.Microsecond) / float64(d)
+		if peer != nil {
+			res.IdleNodeCPUus = float64(brokerCPU(peer.pid())-idleCPU0) / float64(time.Microsecond) / float64(d)
+		}
 	}
 	res.quantiles(&clean, &bad)
+	res.perSecond(perSec)
 	if ns != nil {
 		res.DroppedPackets, _ = ns.Dropped()
 		ns.SetLoss(0)
@@ -174,6 +253,28 @@ func runHetWorker(args []string) error {
 	sys.close()
 	res.Notes = append(res.Notes, sys.notes()...)
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// perSecond sets the clean connections' p99 of each second of the window, their median and
+// their worst.
+func (res *hetResult) perSecond(perSec []latHist) {
+	clean := int64(res.Conns - 1)
+	res.CleanP99PerSecond = make([]float64, len(perSec))
+	for i := range perSec {
+		if i >= len(res.PublishedPerSecond) || res.PublishedPerSecond[i] == 0 {
+			continue
+		}
+		res.CleanP99PerSecond[i] = finite(perSec[i].quantile(0.99, int64(res.PublishedPerSecond[i])*clean))
+	}
+	var vs []float64
+	for _, v := range res.CleanP99PerSecond {
+		if v < 0 {
+			v = math.Inf(1)
+		}
+		vs = append(vs, v)
+	}
+	m := median(vs)
+	res.CleanP99SecMedian, res.CleanP99SecMax = finite(m.med), finite(m.hi)
 }
 
 // hetBadPath drops p.BadLoss of the bad path's packets (the relay's hops in namespace p.NS)
@@ -254,6 +355,9 @@ func hetPublish(ctx context.Context, sys fanSys, p hetParams, res *hetResult, st
 			if !t.Before(winStart) && t.Before(winEnd) {
 				payload[16] = 1
 				res.Published++
+				if i := int(t.Sub(winStart) / time.Second); i < len(res.PublishedPerSecond) {
+					res.PublishedPerSecond[i]++
+				}
 			}
 			pubErr = sys.publish(ctx, payload)
 		}
@@ -303,6 +407,9 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 	if err := checkIdleSystems(idles, systems); err != nil {
 		return err
 	}
+	if p.WindowProfile, err = profileDir(p.WindowProfile); err != nil {
+		return err
+	}
 	if p.Conns < 2 || p.Rate < 1 || p.BadLoss < 0 || p.BadLoss > 1 {
 		return fmt.Errorf("--conns %d --rate %d --bad-loss %v: want at least 2 connections, 1 record/s, a loss in [0, 1]", p.Conns, p.Rate, p.BadLoss)
 	}
@@ -325,6 +432,7 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 					q.System, q.Bad = sys, badRun
 					q.Idle.set(idle)
 					q.Idle.Settle = *idleSettle
+					q.ProfileName = fmt.Sprintf("%s-bad%v-idle%v-r%d", sys, badRun, idle, r)
 					what := fmt.Sprintf("%d clean connections", p.Conns-1)
 					if badRun {
 						what += fmt.Sprintf(" + 1 behind %.1f%% loss and %v", p.BadLoss*100, p.BadRTT)
@@ -339,9 +447,13 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 						continue
 					}
 					res.Repeat = r
-					fmt.Fprintf(os.Stderr, " clean p50 %.2f p99 %.1f p999 %.1f ms (%d/%d)", res.CleanP50, res.CleanP99, res.CleanP999, res.CleanDelivered, res.CleanExpected)
+					fmt.Fprintf(os.Stderr, " clean p50 %.2f p99 %.1f p999 %.1f ms (%d/%d), p99 by second median %.1f max %.1f ms", res.CleanP50, res.CleanP99, res.CleanP999, res.CleanDelivered, res.CleanExpected, res.CleanP99SecMedian, res.CleanP99SecMax)
 					if badRun {
 						fmt.Fprintf(os.Stderr, "; bad p50 %.1f p99 %.1f ms (%d/%d), %d packets dropped", res.BadP50, res.BadP99, res.BadDelivered, res.BadExpected, res.DroppedPackets)
+					}
+					if sys == "quicmq" {
+						fmt.Fprintf(os.Stderr, ", node %.0f cpu-µs a delivery, heap %.0f MiB, %d GCs", res.BrokerCPUus, res.NodeHeapStartMiB, res.NodeGCs)
+						fmt.Fprintf(os.Stderr, ", worker %d GCs", res.WorkerGCs)
 					}
 					fmt.Fprintf(os.Stderr, ", load %.1f %v\n", res.LoadAvg, res.Notes)
 					results = append(results, &res)
@@ -403,7 +515,42 @@ func printHetero(rs []*hetResult, systems []string, idles []idleArm) ([]string, 
 	}
 	fmt.Println("\n(-1: the quantile falls among records that never arrived within the drain)")
 	printHeteroIdle(rs, systems, idles)
+	printHeteroRepeats(rs, systems, idles)
 	return labels, values
+}
+
+// printHeteroRepeats prints, with more than one idle arm, every run of each repeat in the
+// order it ran, with its clean p99 and node CPU over the same repeat's run without idle
+// mirrored topics (the ratios printHeteroIdle takes the median of), its node's heap when the
+// publishing started and its GCs to the end of the window.
+func printHeteroRepeats(rs []*hetResult, systems []string, idles []idleArm) {
+	if len(idles) < 2 {
+		return
+	}
+	fmt.Println()
+	fmt.Println("| repeat | system | bad connection | idle mirrored topics | clean p50 ms | clean p99 ms | p99 over 0 | clean p99 by second: median / max ms | median second over 0 | node cpu-µs per delivery | cpu over 0 | idle node cpu-µs per delivery | node heap at start MiB | node GCs in warm-up and window | worker GCs | load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	over := func(a *hetResult, f func(*hetResult) float64) string {
+		for _, b := range rs {
+			if b.System == a.System && b.Bad == a.Bad && b.Repeat == a.Repeat && b.Idle.arm() == (idleArm{}) && f(b) > 0 && f(a) > 0 {
+				return fmtNum(f(a) / f(b))
+			}
+		}
+		return "-"
+	}
+	for _, sys := range systems {
+		for _, a := range rs {
+			if a.System != sys {
+				continue
+			}
+			fmt.Printf("| %d | %s | %v | %v | %s | %s | %s | %s / %s | %s | %s | %s | %s | %s | %d | %d | %.1f |\n", a.Repeat, sys, a.Bad, a.Idle.arm(),
+				fmtNum(a.CleanP50), fmtNum(a.CleanP99), over(a, func(r *hetResult) float64 { return r.CleanP99 }),
+				fmtNum(a.CleanP99SecMedian), fmtNum(a.CleanP99SecMax), over(a, func(r *hetResult) float64 { return r.CleanP99SecMedian }),
+				fmtNum(a.BrokerCPUus), over(a, func(r *hetResult) float64 { return r.BrokerCPUus }),
+				fmtNum(a.IdleNodeCPUus), fmtNum(a.NodeHeapStartMiB), a.NodeGCs, a.WorkerGCs, a.LoadAvg)
+		}
+	}
+	fmt.Println("\nin the order run; over 0: the same repeat's run with no idle region, same bad connection")
 }
 
 // hetOnce runs one hetero measurement in a fresh namespace (and, with idle mirrored
@@ -437,13 +584,13 @@ func printHeteroIdle(rs []*hetResult, systems []string, idles []idleArm) {
 		return
 	}
 	fmt.Println()
-	fmt.Println("| system | idle mirrored topics | over | bad connection | clean p50 | clean p99 (goal <= 1.10) | clean p999 | node cpu-µs per delivery | repeats | idle set-up s | streams open after |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| system | idle mirrored topics | over | bad connection | clean p50 | clean p99 (goal <= 1.10) | clean p999 | clean p99, median second | node cpu-µs per delivery | repeats | idle set-up s | streams open after |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, sys := range systems {
 		for _, n := range idles {
 			for _, base := range n.bases(idles) {
 				for _, bad := range []bool{false, true} {
-					var p50, p99, p999, cpu, setup, open []float64
+					var p50, p99, p999, p99sec, cpu, setup, open []float64
 					for _, a := range rs {
 						if a.System != sys || a.Bad != bad || a.Idle.arm() != n {
 							continue
@@ -454,6 +601,9 @@ func printHeteroIdle(rs []*hetResult, systems []string, idles []idleArm) {
 								p50 = append(p50, a.CleanP50/b.CleanP50)
 								p99 = append(p99, a.CleanP99/b.CleanP99)
 								p999 = append(p999, a.CleanP999/b.CleanP999)
+								if a.CleanP99SecMedian > 0 && b.CleanP99SecMedian > 0 {
+									p99sec = append(p99sec, a.CleanP99SecMedian/b.CleanP99SecMedian)
+								}
 								if b.BrokerCPUus > 0 {
 									cpu = append(cpu, a.BrokerCPUus/b.BrokerCPUus)
 								}
@@ -463,10 +613,44 @@ func printHeteroIdle(rs []*hetResult, systems []string, idles []idleArm) {
 					if len(p99) == 0 {
 						continue
 					}
-					fmt.Printf("| %s | %v | %v | %v | %v | %v | %v | %v | %d | %v | %v |\n", sys, n, base, bad, median(p50), median(p99), median(p999), median(cpu), len(p99), median(setup), median(open))
+					fmt.Printf("| %s | %v | %v | %v | %v | %v | %v | %v | %v | %d | %v | %v |\n", sys, n, base, bad, median(p50), median(p99), median(p999), median(p99sec), median(cpu), len(p99), median(setup), median(open))
 				}
 			}
 		}
 	}
 	fmt.Println("\nover: the run with the count named (0: no idle region; mesh: the idle region's node and no topic), same repeat; median (lowest-highest) over repeats")
+}
+
+// nodeHeap reads a node's garbage collections so far and its heap in use (MiB) from
+// /debug/pprof/heap?debug=1 at addr (the broker serves Go's profiles beside --metrics).
+func nodeHeap(addr string) (numGC int64, heapMiB float64, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/debug/pprof/heap?debug=1", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0, fmt.Errorf("heap of %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	var seen int
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var v float64
+		if _, err := fmt.Sscanf(sc.Text(), "# NumGC = %g", &v); err == nil {
+			numGC, seen = int64(v), seen+1
+		} else if _, err := fmt.Sscanf(sc.Text(), "# HeapAlloc = %g", &v); err == nil {
+			heapMiB, seen = v/(1<<20), seen+1
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, fmt.Errorf("heap of %s: %w", addr, err)
+	}
+	if seen < 2 {
+		return 0, 0, fmt.Errorf("heap of %s: no NumGC or HeapAlloc line", addr)
+	}
+	return numGC, heapMiB, nil
 }
