@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -90,6 +92,10 @@ type hetResult struct {
 	// same time.
 	WorkerGCs       int64
 	WorkerGCPauseMs float64
+	// The seconds of the window in which a GC of the node, or of the worker, ended (-1: in
+	// the warm-up), to set against CleanP99PerSecond.
+	NodeGCSeconds   []int `json:",omitempty"`
+	WorkerGCSeconds []int `json:",omitempty"`
 	// Per second of the window: records published, and the clean connections' p99 of the
 	// records sent in it (ms; -1 when it falls among missing records); CleanP99SecMedian is
 	// the median of those p99s, CleanP99SecMax the worst.
@@ -201,7 +207,7 @@ func runHetWorker(args []string) error {
 	var gc0 int64
 	if p.System == "quicmq" {
 		var heap float64
-		if gc0, heap, err = nodeHeap(idleHotMetrics); err != nil {
+		if gc0, heap, _, err = nodeHeap(idleHotMetrics); err != nil {
 			res.Notes = append(res.Notes, err.Error())
 		}
 		res.NodeHeapStartMiB = heap
@@ -214,9 +220,11 @@ func runHetWorker(args []string) error {
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
 	res.WorkerGCs, res.WorkerGCPauseMs = int64(ms1.NumGC-ms0.NumGC), float64(ms1.PauseTotalNs-ms0.PauseTotalNs)/1e6
+	res.WorkerGCSeconds = gcSeconds(ms1.PauseEnd[:], start, winStart, winEnd)
 	if p.System == "quicmq" {
-		if gc1, _, err := nodeHeap(idleHotMetrics); err == nil {
+		if gc1, _, ends, err := nodeHeap(idleHotMetrics); err == nil {
 			res.NodeGCs = gc1 - gc0
+			res.NodeGCSeconds = gcSeconds(ends, start, winStart, winEnd)
 		}
 	}
 	res.Notes = append(res.Notes, profiled()...)
@@ -253,6 +261,27 @@ func runHetWorker(args []string) error {
 	sys.close()
 	res.Notes = append(res.Notes, sys.notes()...)
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// gcSplit is the median p99 of the window's seconds in which the node or the worker ended a
+// GC, and of those in which neither did (0 when there are none).
+func (res *hetResult) gcSplit() (withGC, without float64) {
+	gc := make(map[int]bool)
+	for _, i := range append(slices.Clone(res.NodeGCSeconds), res.WorkerGCSeconds...) {
+		gc[i] = true
+	}
+	var a, b []float64
+	for i, v := range res.CleanP99PerSecond {
+		if v <= 0 {
+			continue
+		}
+		if gc[i] {
+			a = append(a, v)
+		} else {
+			b = append(b, v)
+		}
+	}
+	return median(a).med, median(b).med
 }
 
 // perSecond sets the clean connections' p99 of each second of the window, their median and
@@ -453,7 +482,7 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 					}
 					if sys == "quicmq" {
 						fmt.Fprintf(os.Stderr, ", node %.0f cpu-µs a delivery, heap %.0f MiB, %d GCs", res.BrokerCPUus, res.NodeHeapStartMiB, res.NodeGCs)
-						fmt.Fprintf(os.Stderr, ", worker %d GCs", res.WorkerGCs)
+						fmt.Fprintf(os.Stderr, ", worker %d GCs; node GCs in seconds %v, worker's %v", res.WorkerGCs, res.NodeGCSeconds, res.WorkerGCSeconds)
 					}
 					fmt.Fprintf(os.Stderr, ", load %.1f %v\n", res.LoadAvg, res.Notes)
 					results = append(results, &res)
@@ -519,17 +548,13 @@ func printHetero(rs []*hetResult, systems []string, idles []idleArm) ([]string, 
 	return labels, values
 }
 
-// printHeteroRepeats prints, with more than one idle arm, every run of each repeat in the
-// order it ran, with its clean p99 and node CPU over the same repeat's run without idle
+// printHeteroRepeats prints every run of each repeat in the order it ran, with its clean p99 and node CPU over the same repeat's run without idle
 // mirrored topics (the ratios printHeteroIdle takes the median of), its node's heap when the
 // publishing started and its GCs to the end of the window.
 func printHeteroRepeats(rs []*hetResult, systems []string, idles []idleArm) {
-	if len(idles) < 2 {
-		return
-	}
 	fmt.Println()
-	fmt.Println("| repeat | system | bad connection | idle mirrored topics | clean p50 ms | clean p99 ms | p99 over 0 | clean p99 by second: median / max ms | median second over 0 | node cpu-µs per delivery | cpu over 0 | idle node cpu-µs per delivery | node heap at start MiB | node GCs in warm-up and window | worker GCs | load |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| repeat | system | bad connection | idle mirrored topics | clean p50 ms | clean p99 ms | p99 over 0 | clean p99 by second: median / max ms | median second over 0 | node cpu-µs per delivery | cpu over 0 | idle node cpu-µs per delivery | node heap at start MiB | node GCs in warm-up and window | worker GCs | median second's p99 with a GC / without ms | load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	over := func(a *hetResult, f func(*hetResult) float64) string {
 		for _, b := range rs {
 			if b.System == a.System && b.Bad == a.Bad && b.Repeat == a.Repeat && b.Idle.arm() == (idleArm{}) && f(b) > 0 && f(a) > 0 {
@@ -543,11 +568,12 @@ func printHeteroRepeats(rs []*hetResult, systems []string, idles []idleArm) {
 			if a.System != sys {
 				continue
 			}
-			fmt.Printf("| %d | %s | %v | %v | %s | %s | %s | %s / %s | %s | %s | %s | %s | %s | %d | %d | %.1f |\n", a.Repeat, sys, a.Bad, a.Idle.arm(),
+			withGC, without := a.gcSplit()
+			fmt.Printf("| %d | %s | %v | %v | %s | %s | %s | %s / %s | %s | %s | %s | %s | %s | %d | %d | %s / %s | %.1f |\n", a.Repeat, sys, a.Bad, a.Idle.arm(),
 				fmtNum(a.CleanP50), fmtNum(a.CleanP99), over(a, func(r *hetResult) float64 { return r.CleanP99 }),
 				fmtNum(a.CleanP99SecMedian), fmtNum(a.CleanP99SecMax), over(a, func(r *hetResult) float64 { return r.CleanP99SecMedian }),
 				fmtNum(a.BrokerCPUus), over(a, func(r *hetResult) float64 { return r.BrokerCPUus }),
-				fmtNum(a.IdleNodeCPUus), fmtNum(a.NodeHeapStartMiB), a.NodeGCs, a.WorkerGCs, a.LoadAvg)
+				fmtNum(a.IdleNodeCPUus), fmtNum(a.NodeHeapStartMiB), a.NodeGCs, a.WorkerGCs, fmtNum(withGC), fmtNum(without), a.LoadAvg)
 		}
 	}
 	fmt.Println("\nin the order run; over 0: the same repeat's run with no idle region, same bad connection")
@@ -621,18 +647,35 @@ func printHeteroIdle(rs []*hetResult, systems []string, idles []idleArm) {
 	fmt.Println("\nover: the run with the count named (0: no idle region; mesh: the idle region's node and no topic), same repeat; median (lowest-highest) over repeats")
 }
 
-// nodeHeap reads a node's garbage collections so far and its heap in use (MiB) from
-// /debug/pprof/heap?debug=1 at addr (the broker serves Go's profiles beside --metrics).
-func nodeHeap(addr string) (numGC int64, heapMiB float64, err error) {
+// gcSeconds are the seconds of the window [winStart, winEnd) in which the GCs ending at
+// pauseEnd (unix ns, runtime.MemStats.PauseEnd's ring: 0 for none) ended; -1 for one in the
+// warm-up, from start. In order.
+func gcSeconds(pauseEnd []uint64, start, winStart, winEnd time.Time) []int {
+	var out []int
+	for _, e := range pauseEnd {
+		t := time.Unix(0, int64(e))
+		if e == 0 || t.Before(start) || !t.Before(winEnd) {
+			continue
+		}
+		out = append(out, max(-1, int(math.Floor(t.Sub(winStart).Seconds()))))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// nodeHeap reads a node's garbage collections so far, its heap in use (MiB) and the end
+// times of its last GCs (runtime.MemStats.PauseEnd) from /debug/pprof/heap?debug=1 at addr
+// (the broker serves Go's profiles beside --metrics).
+func nodeHeap(addr string) (numGC int64, heapMiB float64, pauseEnd []uint64, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/debug/pprof/heap?debug=1", nil)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0, fmt.Errorf("heap of %s: %w", addr, err)
+		return 0, 0, nil, fmt.Errorf("heap of %s: %w", addr, err)
 	}
 	defer resp.Body.Close()
 	var seen int
@@ -644,13 +687,19 @@ func nodeHeap(addr string) (numGC int64, heapMiB float64, err error) {
 			numGC, seen = int64(v), seen+1
 		} else if _, err := fmt.Sscanf(sc.Text(), "# HeapAlloc = %g", &v); err == nil {
 			heapMiB, seen = v/(1<<20), seen+1
+		} else if list, ok := strings.CutPrefix(sc.Text(), "# PauseEnd = ["); ok {
+			for _, f := range strings.Fields(strings.TrimSuffix(list, "]")) {
+				if e, err := strconv.ParseUint(f, 10, 64); err == nil {
+					pauseEnd = append(pauseEnd, e)
+				}
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("heap of %s: %w", addr, err)
+		return 0, 0, nil, fmt.Errorf("heap of %s: %w", addr, err)
 	}
 	if seen < 2 {
-		return 0, 0, fmt.Errorf("heap of %s: no NumGC or HeapAlloc line", addr)
+		return 0, 0, nil, fmt.Errorf("heap of %s: no NumGC or HeapAlloc line", addr)
 	}
-	return numGC, heapMiB, nil
+	return numGC, heapMiB, pauseEnd, nil
 }

@@ -1,0 +1,23 @@
+package main
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// GC end times fall in the warm-up (-1), in a second of the window, or outside the run
+// (left out); a run's seconds with a GC are told from those without.
+func TestHeteroGCSeconds(t *testing.T) {
+	start := time.Unix(1000, 0)
+	winStart, winEnd := start.Add(time.Second), start.Add(4*time.Second)
+	at := func(d time.Duration) uint64 { return uint64(start.Add(d).UnixNano()) }
+	ends := []uint64{0, at(-time.Millisecond), at(500 * time.Millisecond), at(2500 * time.Millisecond), at(1100 * time.Millisecond), at(4 * time.Second)}
+	if got := gcSeconds(ends, start, winStart, winEnd); !slices.Equal(got, []int{-1, 0, 1}) {
+		t.Fatalf("gcSeconds: %v, want [-1 0 1]", got)
+	}
+	res := hetResult{CleanP99PerSecond: []float64{9, 2, 3, 4, -1}, NodeGCSeconds: []int{-1, 0}, WorkerGCSeconds: []int{0}}
+	if with, without := res.gcSplit(); with != 9 || without != 3 {
+		t.Fatalf("gcSplit: %v with a GC, %v without; want 9 and 3", with, without)
+	}
+}
