@@ -92,6 +92,9 @@ type hetResult struct {
 	// same time.
 	WorkerGCs       int64
 	WorkerGCPauseMs float64
+	// The whole machine's cores over the warm-up and window (/proc/stat): the share busy
+	// (this run's processes and anything else), and the share stolen by the hypervisor.
+	MachineBusyPct, MachineStealPct float64
 	// The seconds of the window in which a GC of the node, or of the worker, ended (-1: in
 	// the warm-up), to set against CleanP99PerSecond.
 	NodeGCSeconds   []int `json:",omitempty"`
@@ -199,6 +202,7 @@ func runHetWorker(args []string) error {
 	res.PublishedPerSecond = make([]int, len(perSec))
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	mach0 := readMachineTicks()
 	cpu0 := brokerCPU(b.pid())
 	var idleCPU0 time.Duration
 	if peer != nil {
@@ -219,6 +223,7 @@ func runHetWorker(args []string) error {
 	hetPublish(ctx, sys, p, res, start, winStart, winEnd)
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
+	res.MachineBusyPct, res.MachineStealPct = mach0.to(readMachineTicks())
 	res.WorkerGCs, res.WorkerGCPauseMs = int64(ms1.NumGC-ms0.NumGC), float64(ms1.PauseTotalNs-ms0.PauseTotalNs)/1e6
 	res.WorkerGCSeconds = gcSeconds(ms1.PauseEnd[:], start, winStart, winEnd)
 	if p.System == "quicmq" {
@@ -482,7 +487,7 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 					}
 					if sys == "quicmq" {
 						fmt.Fprintf(os.Stderr, ", node %.0f cpu-µs a delivery, heap %.0f MiB, %d GCs", res.BrokerCPUus, res.NodeHeapStartMiB, res.NodeGCs)
-						fmt.Fprintf(os.Stderr, ", worker %d GCs; node GCs in seconds %v, worker's %v", res.WorkerGCs, res.NodeGCSeconds, res.WorkerGCSeconds)
+						fmt.Fprintf(os.Stderr, ", worker %d GCs; node GCs in seconds %v, worker's %v; machine %.0f%% busy, %.1f%% stolen", res.WorkerGCs, res.NodeGCSeconds, res.WorkerGCSeconds, res.MachineBusyPct, res.MachineStealPct)
 					}
 					fmt.Fprintf(os.Stderr, ", load %.1f %v\n", res.LoadAvg, res.Notes)
 					results = append(results, &res)
@@ -553,8 +558,8 @@ func printHetero(rs []*hetResult, systems []string, idles []idleArm) ([]string, 
 // publishing started and its GCs to the end of the window.
 func printHeteroRepeats(rs []*hetResult, systems []string, idles []idleArm) {
 	fmt.Println()
-	fmt.Println("| repeat | system | bad connection | idle mirrored topics | clean p50 ms | clean p99 ms | p99 over 0 | clean p99 by second: median / max ms | median second over 0 | node cpu-µs per delivery | cpu over 0 | idle node cpu-µs per delivery | node heap at start MiB | node GCs in warm-up and window | worker GCs | median second's p99 with a GC / without ms | load |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| repeat | system | bad connection | idle mirrored topics | clean p50 ms | clean p99 ms | p99 over 0 | clean p99 by second: median / max ms | median second over 0 | node cpu-µs per delivery | cpu over 0 | idle node cpu-µs per delivery | node heap at start MiB | node GCs in warm-up and window | worker GCs | median second's p99 with a GC / without ms | machine busy / stolen % | load |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	over := func(a *hetResult, f func(*hetResult) float64) string {
 		for _, b := range rs {
 			if b.System == a.System && b.Bad == a.Bad && b.Repeat == a.Repeat && b.Idle.arm() == (idleArm{}) && f(b) > 0 && f(a) > 0 {
@@ -569,11 +574,11 @@ func printHeteroRepeats(rs []*hetResult, systems []string, idles []idleArm) {
 				continue
 			}
 			withGC, without := a.gcSplit()
-			fmt.Printf("| %d | %s | %v | %v | %s | %s | %s | %s / %s | %s | %s | %s | %s | %s | %d | %d | %s / %s | %.1f |\n", a.Repeat, sys, a.Bad, a.Idle.arm(),
+			fmt.Printf("| %d | %s | %v | %v | %s | %s | %s | %s / %s | %s | %s | %s | %s | %s | %d | %d | %s / %s | %.0f / %.1f | %.1f |\n", a.Repeat, sys, a.Bad, a.Idle.arm(),
 				fmtNum(a.CleanP50), fmtNum(a.CleanP99), over(a, func(r *hetResult) float64 { return r.CleanP99 }),
 				fmtNum(a.CleanP99SecMedian), fmtNum(a.CleanP99SecMax), over(a, func(r *hetResult) float64 { return r.CleanP99SecMedian }),
 				fmtNum(a.BrokerCPUus), over(a, func(r *hetResult) float64 { return r.BrokerCPUus }),
-				fmtNum(a.IdleNodeCPUus), fmtNum(a.NodeHeapStartMiB), a.NodeGCs, a.WorkerGCs, fmtNum(withGC), fmtNum(without), a.LoadAvg)
+				fmtNum(a.IdleNodeCPUus), fmtNum(a.NodeHeapStartMiB), a.NodeGCs, a.WorkerGCs, fmtNum(withGC), fmtNum(without), a.MachineBusyPct, a.MachineStealPct, a.LoadAvg)
 		}
 	}
 	fmt.Println("\nin the order run; over 0: the same repeat's run with no idle region, same bad connection")
@@ -645,6 +650,38 @@ func printHeteroIdle(rs []*hetResult, systems []string, idles []idleArm) {
 		}
 	}
 	fmt.Println("\nover: the run with the count named (0: no idle region; mesh: the idle region's node and no topic), same repeat; median (lowest-highest) over repeats")
+}
+
+// machineTicks are /proc/stat's first line: all cores' time, in ticks, by state.
+type machineTicks struct{ total, idle, steal uint64 }
+
+func readMachineTicks() machineTicks {
+	b, _ := os.ReadFile("/proc/stat")
+	line, _, _ := strings.Cut(string(b), "\n")
+	var m machineTicks
+	for i, f := range strings.Fields(line) {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if i == 0 || err != nil || i > 8 { // cpu user nice system idle iowait irq softirq steal
+			continue
+		}
+		m.total += v
+		switch i {
+		case 4, 5: // idle, iowait
+			m.idle += v
+		case 8:
+			m.steal += v
+		}
+	}
+	return m
+}
+
+// to is the share of the machine's time from m to n that was busy, and stolen, in percent.
+func (m machineTicks) to(n machineTicks) (busy, steal float64) {
+	d := float64(n.total - m.total)
+	if d <= 0 {
+		return 0, 0
+	}
+	return 100 * (d - float64(n.idle-m.idle)) / d, 100 * float64(n.steal-m.steal) / d
 }
 
 // gcSeconds are the seconds of the window [winStart, winEnd) in which the GCs ending at

@@ -21,3 +21,14 @@ func TestHeteroGCSeconds(t *testing.T) {
 		t.Fatalf("gcSplit: %v with a GC, %v without; want 9 and 3", with, without)
 	}
 }
+
+// The machine's busy and stolen shares come from the ticks between two reads of /proc/stat.
+func TestHeteroMachineShares(t *testing.T) {
+	a, b := machineTicks{total: 1000, idle: 400, steal: 10}, machineTicks{total: 1200, idle: 450, steal: 30}
+	if busy, steal := a.to(b); busy != 75 || steal != 10 {
+		t.Fatalf("busy %v%%, stolen %v%%; want 75 and 10", busy, steal)
+	}
+	if m := readMachineTicks(); m.total == 0 || m.idle > m.total {
+		t.Fatalf("/proc/stat: %+v", m)
+	}
+}

@@ -117,6 +117,9 @@ func TestHeteroSmoke(t *testing.T) {
 			if res.CleanP99 <= 0 || res.BadP50 < 25 {
 				t.Fatalf("figures: clean p99 %v, bad p50 %v", res.CleanP99, res.BadP50)
 			}
+			if res.MachineBusyPct <= 0 || res.MachineBusyPct > 100 {
+				t.Fatalf("machine %v%% busy", res.MachineBusyPct)
+			}
 			if len(res.CleanP99PerSecond) != 1 || res.CleanP99SecMedian != res.CleanP99PerSecond[0] || res.CleanP99SecMedian <= 0 {
 				t.Fatalf("p99 by second %v, median %v", res.CleanP99PerSecond, res.CleanP99SecMedian)
 			}
