@@ -658,6 +658,11 @@ type machineTicks struct{ total, idle, steal uint64 }
 func readMachineTicks() machineTicks {
 	b, _ := os.ReadFile("/proc/stat")
 	line, _, _ := strings.Cut(string(b), "\n")
+	return parseMachineTicks(line)
+}
+
+// parseMachineTicks reads /proc/stat's "cpu" line.
+func parseMachineTicks(line string) machineTicks {
 	var m machineTicks
 	for i, f := range strings.Fields(line) {
 		v, err := strconv.ParseUint(f, 10, 64)

@@ -28,6 +28,9 @@ func TestHeteroMachineShares(t *testing.T) {
 	if busy, steal := a.to(b); busy != 75 || steal != 10 {
 		t.Fatalf("busy %v%%, stolen %v%%; want 75 and 10", busy, steal)
 	}
+	if m := parseMachineTicks("cpu  100 0 50 800 20 0 10 20 0 0"); m != (machineTicks{total: 1000, idle: 820, steal: 20}) {
+		t.Fatalf("parsed %+v, want total 1000, idle 820, steal 20", m)
+	}
 	if m := readMachineTicks(); m.total == 0 || m.idle > m.total {
 		t.Fatalf("/proc/stat: %+v", m)
 	}
