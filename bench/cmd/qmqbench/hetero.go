@@ -103,6 +103,7 @@ type hetResult struct {
 	// records sent in it (ms; -1 when it falls among missing records); CleanP99SecMedian is
 	// the median of those p99s, CleanP99SecMax the worst.
 	PublishedPerSecond []int     `json:",omitempty"`
+	CleanPerSecond     []int64   `json:",omitempty"` // of those, received by the clean connections
 	CleanP99PerSecond  []float64 `json:",omitempty"`
 	CleanP99SecMedian  float64
 	CleanP99SecMax     float64
@@ -180,10 +181,7 @@ func runHetWorker(args []string) error {
 			bad.add(lat)
 		} else {
 			clean.add(lat)
-			sent := int64(binary.BigEndian.Uint64(payload))
-			if i := int((sent - winFrom.Load()) / int64(time.Second)); i >= 0 && i < len(perSec) {
-				perSec[i].add(lat)
-			}
+			perSec[secondOf(int64(binary.BigEndian.Uint64(payload)), winFrom.Load(), len(perSec))].add(lat)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -289,11 +287,25 @@ func (res *hetResult) gcSplit() (withGC, without float64) {
 	return median(a).med, median(b).med
 }
 
+// secondOf is the second of the window, from 0 to n-1, of a record of the window sent at
+// sentNs (its payload's wall-clock time) in a window from winFromNs. The publisher and the
+// subscribers both place a record with it, from the same numbers. With the publisher placing
+// by time.Time.Sub (the monotonic reading) and the subscribers by the wall clock, runs at
+// load 15-20 had seconds short of records while the window's total was complete (a
+// time.Time's two readings are two reads of two clocks).
+func secondOf(sentNs, winFromNs int64, n int) int {
+	return min(max(int((sentNs-winFromNs)/int64(time.Second)), 0), n-1)
+}
+
 // perSecond sets the clean connections' p99 of each second of the window, their median and
 // their worst.
 func (res *hetResult) perSecond(perSec []latHist) {
 	clean := int64(res.Conns - 1)
 	res.CleanP99PerSecond = make([]float64, len(perSec))
+	res.CleanPerSecond = make([]int64, len(perSec))
+	for i := range perSec {
+		res.CleanPerSecond[i] = perSec[i].count()
+	}
 	for i := range perSec {
 		if i >= len(res.PublishedPerSecond) || res.PublishedPerSecond[i] == 0 {
 			continue
@@ -389,9 +401,7 @@ func hetPublish(ctx context.Context, sys fanSys, p hetParams, res *hetResult, st
 			if !t.Before(winStart) && t.Before(winEnd) {
 				payload[16] = 1
 				res.Published++
-				if i := int(t.Sub(winStart) / time.Second); i < len(res.PublishedPerSecond) {
-					res.PublishedPerSecond[i]++
-				}
+				res.PublishedPerSecond[secondOf(t.UnixNano(), winStart.UnixNano(), len(res.PublishedPerSecond))]++
 			}
 			pubErr = sys.publish(ctx, payload)
 		}

@@ -35,3 +35,17 @@ func TestHeteroMachineShares(t *testing.T) {
 		t.Fatalf("/proc/stat: %+v", m)
 	}
 }
+
+// A record is placed in the window's seconds by its send time alone, clamped to the window.
+func TestHeteroSecondOf(t *testing.T) {
+	const s = int64(time.Second)
+	from := int64(5 * s)
+	for _, c := range []struct {
+		sent int64
+		want int
+	}{{from, 0}, {from + s - 1, 0}, {from + s, 1}, {from + 19*s + s/2, 19}, {from + 20*s, 19}, {from - 1, 0}} {
+		if got := secondOf(c.sent, from, 20); got != c.want {
+			t.Errorf("secondOf(from%+d ns): %d, want %d", c.sent-from, got, c.want)
+		}
+	}
+}
