@@ -41,13 +41,8 @@ func runFanout(args []string, slow bool) error {
 	if err != nil {
 		return fmt.Errorf("--idle-mirrored: %w", err)
 	}
-	if p.WindowProfile != "" {
-		if p.WindowProfile, err = filepath.Abs(p.WindowProfile); err == nil {
-			err = os.MkdirAll(p.WindowProfile, 0o755)
-		}
-		if err != nil {
-			return fmt.Errorf("--window-profile: %w", err)
-		}
+	if p.WindowProfile, err = profileDir(p.WindowProfile); err != nil {
+		return err
 	}
 	systems := strings.Split(*systemsFlag, ",")
 	if err := checkIdleSystems(idles, systems); err != nil {
@@ -99,6 +94,22 @@ func runFanout(args []string, slow bool) error {
 		fmt.Fprintf(os.Stderr, "plot: %s\n", f)
 	}
 	return err
+}
+
+// profileDir makes --window-profile's directory dir absolute (the worker runs elsewhere) and
+// creates it; "" stays "".
+func profileDir(dir string) (string, error) {
+	if dir == "" {
+		return "", nil
+	}
+	dir, err := filepath.Abs(dir)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		return "", fmt.Errorf("--window-profile: %w", err)
+	}
+	return dir, nil
 }
 
 // fanoutPlan is what one invocation of fanout or slow runs: every repeat runs each loss

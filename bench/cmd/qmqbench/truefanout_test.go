@@ -87,7 +87,8 @@ func TestTrueFanoutSmoke(t *testing.T) {
 }
 
 // One bad connection of three (5% loss, 50 ms round trip through the relay): the clean ones
-// get every record, and so does the bad one in the end (QUIC recovers its losses).
+// get every record, and so does the bad one in the end (QUIC recovers its losses). QuicMQ's
+// run also profiles its node over the window (--window-profile) and reads its heap and GCs.
 func TestHeteroSmoke(t *testing.T) {
 	needHarness(t)
 	systems := []string{"quicmq", "nats"}
@@ -98,6 +99,9 @@ func TestHeteroSmoke(t *testing.T) {
 		t.Run(sys, func(t *testing.T) {
 			p := hetParams{System: sys, Conns: 3, Bad: true, BadLoss: 0.05, BadRTT: 50 * time.Millisecond,
 				Rate: 200, Size: 64, Warmup: 200 * time.Millisecond, Duration: time.Second, Drain: 5 * time.Second}
+			if sys == "quicmq" {
+				p.WindowProfile, p.ProfileName = t.TempDir(), "smoke"
+			}
 			var res hetResult
 			err := workerIn(sys, 2*time.Minute, func(ns string) []string { p.NS = ns; return p.args() }, &res, &workerSlot{})
 			if err != nil {
@@ -113,7 +117,21 @@ func TestHeteroSmoke(t *testing.T) {
 			if res.CleanP99 <= 0 || res.BadP50 < 25 {
 				t.Fatalf("figures: clean p99 %v, bad p50 %v", res.CleanP99, res.BadP50)
 			}
-			t.Logf("%s: clean p99 %.1f ms, bad p50 %.1f p99 %.1f ms, %d packets dropped", sys, res.CleanP99, res.BadP50, res.BadP99, res.DroppedPackets)
+			if res.MachineBusyPct <= 0 || res.MachineBusyPct > 100 {
+				t.Fatalf("machine %v%% busy", res.MachineBusyPct)
+			}
+			if len(res.CleanP99PerSecond) != 1 || res.CleanP99SecMedian != res.CleanP99PerSecond[0] || res.CleanP99SecMedian <= 0 {
+				t.Fatalf("p99 by second %v, median %v", res.CleanP99PerSecond, res.CleanP99SecMedian)
+			}
+			if sys == "quicmq" {
+				if fi, err := os.Stat(filepath.Join(p.WindowProfile, "smoke-node.pprof")); err != nil || fi.Size() == 0 {
+					t.Fatalf("window profile: %v (notes %v)", err, res.Notes)
+				}
+				if res.NodeHeapStartMiB <= 0 {
+					t.Fatalf("node heap %v MiB at the start (notes %v)", res.NodeHeapStartMiB, res.Notes)
+				}
+			}
+			t.Logf("%s: clean p99 %.1f ms, bad p50 %.1f p99 %.1f ms, %d packets dropped, node %d GCs, worker %d", sys, res.CleanP99, res.BadP50, res.BadP99, res.DroppedPackets, res.NodeGCs, res.WorkerGCs)
 		})
 	}
 }

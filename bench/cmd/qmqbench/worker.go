@@ -336,24 +336,37 @@ func (r *fanoutRun) profileWindow(kind string, res *runResult) (wait func()) {
 	if p.WindowProfile == "" || kind != "quicmq" {
 		return func() {}
 	}
+	profiled := windowProfiles(p.WindowProfile, p.ProfileName, p.Idle, r.idlePeer != nil, p.Warmup+p.Duration)
+	return func() { res.Notes = append(res.Notes, profiled()...) }
+}
+
+// windowProfiles fetches, over d from now, a CPU profile of the node under test (serving
+// /debug/pprof/ at idleHotMetrics) into dir/NAME-node.pprof and, with idlePeer, of the idle
+// region's node into dir/NAME-idle.pprof. wait waits for both and returns a note for each
+// that failed.
+func windowProfiles(dir, name string, idle idleMirrors, idlePeer bool, d time.Duration) (wait func() []string) {
 	nodes := map[string]string{"node": idleHotMetrics}
-	if r.idlePeer != nil {
-		nodes["idle"] = p.Idle.AddrB + ":7490"
+	if idlePeer {
+		nodes["idle"] = idle.AddrB + ":7490"
 	}
-	secs := max(1, int(math.Round((p.Warmup + p.Duration).Seconds())))
+	secs := max(1, int(math.Round(d.Seconds())))
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	var notes []string
 	for which, addr := range nodes {
 		wg.Go(func() {
-			file := filepath.Join(p.WindowProfile, fmt.Sprintf("%s-%s.pprof", p.ProfileName, which))
+			file := filepath.Join(dir, fmt.Sprintf("%s-%s.pprof", name, which))
 			if err := fetchProfile(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, secs), file); err != nil {
 				mu.Lock()
-				res.Notes = append(res.Notes, fmt.Sprintf("profile of the %s: %v", which, err))
+				notes = append(notes, fmt.Sprintf("profile of the %s: %v", which, err))
 				mu.Unlock()
 			}
 		})
 	}
-	return wg.Wait
+	return func() []string {
+		wg.Wait()
+		return notes
+	}
 }
 
 // publish publishes at the fixed rate, each millisecond whatever is due, through the
