@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -85,7 +84,7 @@ type relayStream struct {
 
 	mu struct {
 		sync.Mutex
-		waiting    []*pendingBatch // sent, not fully answered, in the order sent (relaySeq)
+		waiting    []*pendingBatch // sent, in the order sent (relaySeq), from the first not fully answered
 		dead       *wire.Error     // the stream failed: no more batches
 		answeredAt time.Time       // the owner's last answer (watchLeader, send's timer)
 	}
@@ -320,7 +319,14 @@ func (rs *relayStream) answer(seq uint64, o wal.RecordOutcome, e *wire.Error) bo
 	b.answered++
 	complete := b.answered == len(b.seqs)
 	if complete {
-		rs.mu.waiting = slices.Delete(w, k, k+1)
+		// A complete batch stays in waiting (answered, skipped) until those before it
+		// complete too: removing each from the middle moved every batch behind it, one per
+		// record over many topics (thousands), per answer (issue 29).
+		for len(w) > 0 && w[0].answered == len(w[0].seqs) {
+			w[0] = nil
+			w = w[1:]
+		}
+		rs.mu.waiting = w
 		if b.relayWatch != nil {
 			b.relayWatch.cancel()
 		}
@@ -359,6 +365,9 @@ func (rs *relayStream) end(e *wire.Error, unknown bool) {
 	rs.str.CancelRead(wire.AppCancelled)
 	rs.str.CancelWrite(wire.AppCancelled)
 	for _, b := range waiting {
+		if b.answered == len(b.seqs) {
+			continue // answered in full (answer)
+		}
 		if b.relayWatch != nil {
 			b.relayWatch.cancel()
 		}
