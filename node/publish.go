@@ -53,9 +53,11 @@ type publisher struct {
 		read     uint64 // batches enqueued (pendingBatch.order)
 	}
 
-	batch   *pendingBatch           // being built by the reader; not yet submitted
-	relays  map[string]*relayStream // by owner node: under dispatchMu
-	relayWG sync.WaitGroup          // relay answer readers
+	batch  *pendingBatch           // being built by the reader; not yet submitted
+	relays map[string]*relayStream // by owner node: under dispatchMu
+	// unflushed: relays with frames buffered, under dispatchMu (flushRelays).
+	unflushed []*relayStream
+	relayWG   sync.WaitGroup // relay answer readers
 
 	// inbox: the topics this stream parked until their placement (publishpark.go), and
 	// parkWG its releaser goroutine.
@@ -111,6 +113,9 @@ type pendingBatch struct {
 	got      []bool              // per record, the owner answered it (in any order: relay.go)
 	answered int                 // records the owner answered
 	relaySeq uint64              // the seq of its first record on the relay stream
+	// relayWatch: the relay's check that its owner answers (relayStream.watch), set and
+	// cancelled under the relay's mu.
+	relayWatch *watch
 	// unknown marks the errs of records the owner did not answer (not got) as outcomes the
 	// relay cannot tell (the owner went away after the records were sent): they end the
 	// client's stream instead of being refused.
@@ -160,6 +165,7 @@ func (p *publisher) run(first wire.Frame) {
 	streamErr := p.readLoop(first)
 
 	p.submit()
+	p.flushRelays()
 	p.waitAwaiter() // every batch read is dispatched
 	p.mu.Lock()
 	p.mu.readDone = true
@@ -205,6 +211,7 @@ func (p *publisher) readLoop(f wire.Frame) *wire.Error {
 		// Keep building the batch while frames are already buffered; submit before blocking.
 		if !p.r.FrameBuffered() {
 			p.submit()
+			p.flushRelays()
 		}
 		var err error
 		f, err = p.r.Read()
@@ -236,6 +243,7 @@ func (p *publisher) acquire() bool {
 	default:
 	}
 	p.submit()
+	p.flushRelays()
 	select {
 	case p.window <- struct{}{}:
 		return true

@@ -325,6 +325,7 @@ func (p *publisher) finishStep(b *pendingBatch, owner string, e *wire.Error) {
 		b.relayTo = owner
 		p.dispatchMu.Lock()
 		p.dispatch(b)
+		p.flushRelaysLocked()
 		p.dispatchMu.Unlock()
 	}
 	p.awaiting.Lock()

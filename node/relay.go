@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -73,17 +72,19 @@ func (p *publisher) rerouteTo(b *pendingBatch) (string, *wire.Error) {
 // is durable, in any order, so that a stall of one of its groups holds back only that
 // group's answers; an older owner answers in order, which matching by seq reads alike.
 type relayStream struct {
-	p        *publisher
-	owner    string
-	str      *quic.Stream
-	w        *wire.Writer
-	seq      uint64        // owned by the publisher's reader goroutine
-	anyOrder bool          // the stream began with PUBLISH_OPEN's any-order flag
-	ended    chan struct{} // closed when readAnswers returns
+	p     *publisher
+	owner string
+	str   *quic.Stream
+	w     *wire.Writer
+	seq   uint64 // owned by the publisher's reader goroutine
+	// unflushed: w holds frames not written yet (under the publisher's dispatchMu).
+	unflushed bool
+	anyOrder  bool          // the stream began with PUBLISH_OPEN's any-order flag
+	ended     chan struct{} // closed when readAnswers returns
 
 	mu struct {
 		sync.Mutex
-		waiting    []*pendingBatch // sent, not fully answered, in the order sent (relaySeq)
+		waiting    []*pendingBatch // sent, in the order sent (relaySeq), from the first not fully answered
 		dead       *wire.Error     // the stream failed: no more batches
 		answeredAt time.Time       // the owner's last answer (watchLeader, send's timer)
 	}
@@ -155,6 +156,7 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 		return e
 	}
 	b.relaySeq = rs.seq
+	b.relayWatch = rs.watch(b)
 	rs.mu.waiting = append(rs.mu.waiting, b)
 	rs.mu.Unlock()
 	for _, r := range b.records {
@@ -169,43 +171,84 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 		rs.seq++
 	}
 	b.records = nil // the frames hold copies
-	if r := rs.p.s.n.rep; r != nil {
-		// A replicated topic's leader answers within QuorumTimeout of its group's last
-		// progress (or refuses: propose), and a leader that moves ends this stream
-		// (watchLeader). One that has not answered for that long (and a half) while
-		// neither answering others nor reachable has failed or lost its link, before this
-		// node's failure detector says so; one still reachable is committing what its
-		// clients queued before these, and is waited for (up to maxQueuedPublish).
-		q := r.n.cfg.Raft.QuorumTimeout
-		wait, start := q+q/2, time.Now()
-		var check func()
-		check = func() {
-			rs.p.mu.Lock()
-			done := b.done
-			rs.p.mu.Unlock()
-			if done {
-				return
-			}
-			now := time.Now()
-			rs.mu.Lock()
-			answered := rs.mu.answeredAt
-			rs.mu.Unlock()
-			progress := now.Sub(answered) < wait || r.reachable(rs.owner)
-			if progress && now.Sub(start) < r.maxQueuedPublish() {
-				time.AfterFunc(wait, check)
-				return
-			}
-			rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
-				"the leader of the topic, node %q of region %q, did not answer within %v: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
-				rs.owner, r.n.cfg.Region, now.Sub(start).Round(time.Millisecond)))
-		}
-		time.AfterFunc(wait, check)
+	// Flushed when the publisher's reader has no frame left to read (flushRelays), so
+	// that a client's publishes over many topics, one batch each, leave in one stream
+	// write rather than one each; sooner once this much is buffered.
+	if !rs.unflushed {
+		rs.unflushed = true
+		rs.p.unflushed = append(rs.p.unflushed, rs)
 	}
+	if rs.w.Buffered() >= relayFlushBytes {
+		rs.flush()
+	}
+	return nil
+}
+
+// relayFlushBytes is how much a relay stream buffers before it writes without waiting for
+// its publisher's reader to run out of frames.
+const relayFlushBytes = 256 << 10
+
+// flush writes what rs buffered (dispatchMu held).
+func (rs *relayStream) flush() {
+	rs.unflushed = false
 	if err := rs.w.Flush(); err != nil {
 		// The reader sees the stream fail too and answers every waiting record.
 		rs.str.CancelRead(wire.AppCancelled)
 	}
-	return nil
+}
+
+// flushRelays writes what the relays buffered (dispatchMu held): called before the
+// publisher's reader may wait (for a frame, a window slot or the end) and after each
+// dispatch off the reader.
+func (p *publisher) flushRelaysLocked() {
+	for _, rs := range p.unflushed {
+		if rs.unflushed {
+			rs.flush()
+		}
+	}
+	clear(p.unflushed)
+	p.unflushed = p.unflushed[:0]
+}
+
+func (p *publisher) flushRelays() {
+	p.dispatchMu.Lock()
+	p.flushRelaysLocked()
+	p.dispatchMu.Unlock()
+}
+
+// watch has the node's relay watchdog check b until it is answered (replicated topics;
+// nil otherwise). A replicated topic's leader answers within QuorumTimeout of its group's
+// last progress (or refuses: propose), and a leader that moves ends this stream
+// (watchLeader). One that has not answered for that long (and a half) while neither
+// answering others nor reachable has failed or lost its link, before this node's failure
+// detector says so; one still reachable is committing what its clients queued before
+// these, and is waited for (up to maxQueuedPublish).
+func (rs *relayStream) watch(b *pendingBatch) *watch {
+	r := rs.p.s.n.rep
+	if r == nil {
+		return nil
+	}
+	q := r.n.cfg.Raft.QuorumTimeout
+	wait, start := q+q/2, time.Now()
+	return r.relays.add(func(now time.Time) bool {
+		rs.p.mu.Lock()
+		done := b.done
+		rs.p.mu.Unlock()
+		if done {
+			return false
+		}
+		rs.mu.Lock()
+		answered := rs.mu.answeredAt
+		rs.mu.Unlock()
+		progress := now.Sub(answered) < wait || r.reachable(rs.owner)
+		if progress && now.Sub(start) < r.maxQueuedPublish() {
+			return true
+		}
+		rs.failUnknown(wire.Errorf(wire.CodeUnavailable,
+			"the leader of the topic, node %q of region %q, did not answer within %v: the outcome of every publish not yet answered on this stream is unknown; publish them again with their producer_id and sequence to learn it",
+			rs.owner, r.n.cfg.Region, now.Sub(start).Round(time.Millisecond)))
+		return false
+	})
 }
 
 // relayBatchBody bounds the body of a PUBLISH_BATCH frame the relay sends (the Go
@@ -276,7 +319,17 @@ func (rs *relayStream) answer(seq uint64, o wal.RecordOutcome, e *wire.Error) bo
 	b.answered++
 	complete := b.answered == len(b.seqs)
 	if complete {
-		rs.mu.waiting = slices.Delete(w, k, k+1)
+		// A complete batch stays in waiting (answered, skipped) until those before it
+		// complete too: removing each from the middle moved every batch behind it, one per
+		// record over many topics (thousands), per answer (issue 29).
+		for len(w) > 0 && w[0].answered == len(w[0].seqs) {
+			w[0] = nil
+			w = w[1:]
+		}
+		rs.mu.waiting = w
+		if b.relayWatch != nil {
+			b.relayWatch.cancel()
+		}
 	}
 	rs.mu.Unlock()
 	b.outcomes[i], b.errs[i] = o, e
@@ -312,6 +365,12 @@ func (rs *relayStream) end(e *wire.Error, unknown bool) {
 	rs.str.CancelRead(wire.AppCancelled)
 	rs.str.CancelWrite(wire.AppCancelled)
 	for _, b := range waiting {
+		if b.answered == len(b.seqs) {
+			continue // answered in full (answer)
+		}
+		if b.relayWatch != nil {
+			b.relayWatch.cancel()
+		}
 		b.unknown = unknown
 		rs.p.failBatch(b, e)
 	}

@@ -56,6 +56,10 @@ type replicated struct {
 	// appliedAt is, by group, when it last applied entries here (*atomic.Int64, Unix
 	// nanoseconds): a publish waiting in a group that progresses is not timed out (propose).
 	appliedAt sync.Map
+	// proposals and relays check, one timer each for all, a publish proposed here or
+	// relayed to a leader that has not been answered within QuorumTimeout (or one and a
+	// half): propose, relayStream.send.
+	proposals, relays *watchdog
 
 	// pl is the placement index: which group holds each topic and each group's replicas,
 	// as the metadata records applied so far say. Under a lock of its own, never held while
@@ -181,6 +185,8 @@ func (t *repTopic) nameOf(id uint64) string {
 // newReplicated builds the driver and state machines; nothing runs until start.
 func newReplicated(n *Node, id uint64) (*replicated, error) {
 	r := &replicated{n: n, id: id, wake: make(chan struct{}, 1), placeWake: make(chan struct{}, 1)}
+	q := n.cfg.Raft.QuorumTimeout
+	r.proposals, r.relays = newWatchdog(q), newWatchdog(q+q/2)
 	r.pl.topics = make(map[string]uint64)
 	r.pl.groups = make(map[uint64]*repGroup)
 	r.pl.many = make(map[int][]uint64)

@@ -43,7 +43,6 @@ func (e *replicatedError) Error() string { return e.e.Message }
 // an error within QuorumTimeout. Proposals made one after another by one goroutine enter
 // the log in that order.
 func (r *replicated) propose(topic string, recs []wal.Record, done func(wal.AppendResult)) {
-	n := r.n
 	r.checkBatching()
 	t := r.lookup(topic)
 	if t == nil {
@@ -61,46 +60,39 @@ func (r *replicated) propose(topic string, recs []wal.Record, done func(wal.Appe
 		fail(wire.Errorf(wire.CodeInvalidArgument, "%v", err))
 		return
 	}
-	var (
-		once    sync.Once
-		settled atomic.Bool
-	)
-	finish := func(res wal.AppendResult) {
-		once.Do(func() {
-			settled.Store(true)
-			done(res)
-		})
-	}
 	// The publish fails when its group stops making progress for QuorumTimeout, not when it
 	// has waited that long: a leader short of CPU or disk queues the publishes its clients
 	// keep in flight, and one behind thousands of others waits its turn (the clients'
 	// windows bound the queue) rather than failing with an unknown outcome. Progress is an
 	// entry applied here, or this node still leading the group: raft's CheckQuorum makes a
 	// leader that hears from no quorum for an election timeout step down, which fails its
-	// pending proposals (ErrDropped) at once.
-	q := n.cfg.Raft.QuorumTimeout
-	start := time.Now()
-	var check func()
-	check = func() {
-		if settled.Load() {
-			return
+	// pending proposals (ErrDropped) at once. One watchdog checks every publish proposed
+	// here (replwatch.go): a timer each was one per record over many topics.
+	var settled atomic.Bool
+	finish := func(res wal.AppendResult) {
+		if settled.CompareAndSwap(false, true) {
+			done(res)
 		}
-		now := time.Now()
+	}
+	start := time.Now()
+	w := r.proposals.add(func(now time.Time) bool {
+		if settled.Load() {
+			return false
+		}
 		role, _ := r.d.Role(t.group)
-		if (role.Leader || r.appliedSince(t.group, now.Add(-q))) && now.Sub(start) < r.maxQueuedPublish() {
-			time.AfterFunc(q, check)
-			return
+		if (role.Leader || r.appliedSince(t.group, now.Add(-r.n.cfg.Raft.QuorumTimeout))) && now.Sub(start) < r.maxQueuedPublish() {
+			return true
 		}
 		finish(wal.AppendResult{Err: &replicatedError{e: wire.Errorf(wire.CodeUnavailable,
 			"%s; the outcome of every publish not yet answered on this stream is unknown: publish them again with their producer_id and sequence to learn it",
 			r.noQuorum(t, "did not commit the publish").Message), unknown: true}})
-	}
-	timer := time.AfterFunc(q, check)
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Raft.QuorumTimeout)
-	defer cancel()
-	r.d.ProposeAsync(ctx, t.group, data, func(res replica.Result, err error) {
+		return false
+	})
+	// ProposeAsync takes its context only for the hand-over, which the queue does not wait
+	// for: no deadline (a timer each) is needed.
+	r.d.ProposeAsync(context.Background(), t.group, data, func(res replica.Result, err error) {
 		putEntryBuf(data) // the driver reads data no more (ProposeAsync)
-		timer.Stop()
+		w.cancel()
 		if err != nil {
 			e, unknown := proposeError(t, err)
 			var nl *replica.NotLeaderError
