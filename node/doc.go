@@ -36,7 +36,8 @@
 //   - Subscriptions, the session's side (the rest is node/subscriptions): subscribe.go (a
 //     SUBSCRIBE authorized, counted, sent to a group member, a durable's lock or a
 //     pass-through, else made and served by node/subscriptions), subhost.go (the node as
-//     subscriptions.Host; the replicated path as subscriptions.Replicated), durables.go
+//     subscriptions.Host; n.topics, where the region keeps a topic, chosen once in New:
+//     subscriptions.SingleCopy or the replicated topics, as subscriptions.Region), durables.go
 //     (where an exclusive durable's lock is taken), ablation.go (the benchmark's
 //     shared-stream mode).
 //   - Consumer groups: groups.go (the table of live groups: join, leave, what a group needs
