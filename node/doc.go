@@ -21,6 +21,9 @@
 //     the table of live subscriptions, and exclusive durables (the held durables of their
 //     home node, holder streams). It sees the node as a subscriptions.Host.
 //   - node/groups: live shared consumer groups (their state, dispatch, acks, dead letters).
+//   - node/sharedstream: the benchmark's shared-stream ablation (all of a connection's
+//     subscriptions on one stream), over the subscription core; it sees the session as a
+//     sharedstream.Session (node/ablation.go).
 //   - node/manage: consumer and topic management over a node or a region (the management
 //     stream's requests, the admin API's /v1/consumers and /v1/topics), over manage.Local.
 //
@@ -38,8 +41,8 @@
 //     pass-through, else made and served by node/subscriptions), subhost.go (the node as
 //     subscriptions.Host; n.topics, where the region keeps a topic, chosen once in New:
 //     subscriptions.SingleCopy or the replicated topics, as subscriptions.Region), durables.go
-//     (where an exclusive durable's lock is taken), ablation.go (the benchmark's
-//     shared-stream mode).
+//     (where an exclusive durable's lock is taken), ablation.go (the session's side
+//     of the benchmark's shared-stream mode, node/sharedstream).
 //   - Consumer groups: groups.go (the table of live groups: join, leave, what a group needs
 //     of the node), member.go (a member's stream, driving its groups.Member), grouprelay.go
 //     (one holder per region), grouprepl.go (group state in raft).

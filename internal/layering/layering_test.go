@@ -28,6 +28,8 @@ var layers = map[string]int{
 	// Consumer groups; subscriptions (cursors, reads, acks, upstreams over placement, the
 	// links and the tails; single-copy or replicated topics only behind subscriptions.Region).
 	"node/groups": 41, "node/subscriptions": 41,
+	// The ablation's shared stream, over the subscription core (sharedstream.Session).
+	"node/sharedstream": 42,
 	// Management over one node's operations (manage.Local), which the node implements.
 	"node/manage": 42,
 	// The node's assembly: sessions, the session side of the stream handlers, publishing

@@ -21,7 +21,7 @@
 //     commit.go: COMMITTED; vector.go: portable positions (node/vector) of a subscription.
 //   - upstream.go: a subscription that spans the region, one upstream per other node.
 //   - stream.go: Stream, how its frames reach the client (OwnStream: a QUIC stream of its
-//     own, I4; the ablation's shared stream is node's); writer.go: Writer, the writer
+//     own, I4; the ablation's shared stream is node/sharedstream's); writer.go: Writer, the writer
 //     goroutine and the hand-over of batches, so that a subscription holds at most two
 //     batches whatever its lag (I5), and lets go of its log iterators while a write blocks.
 //   - metrics.go: the per-stream series.
@@ -41,7 +41,7 @@
 // Region, whose implementation the node picks once (no code here asks which it has). The
 // session side stays in node/subscribe.go: authorization and the tenant's namespace,
 // limits, a durable's lock (node/durables.go), group members, pass-through replays, the
-// ablation's shared stream (node/ablation.go), and tracking for a drain.
+// ablation's shared stream (node/sharedstream), and tracking for a drain.
 //
 // Goroutines and what each owns:
 //   - The run goroutine (Serve, on the session's stream goroutine): the subRun, reached by

@@ -19,7 +19,7 @@ import (
 // plus a bounded read-ahead (Config.ReadAhead), the frames it sends, the checks of the ACKs
 // it gets and a durable consumer's positions. How its frames reach the client is its
 // stream mapping, out (Stream): a stream of its own, or its part of a shared stream
-// (the ablation, ablation.go); nothing else differs between the two.
+// (the ablation, node/sharedstream); nothing else differs between the two.
 //
 // Goroutines, and who owns what, in the types:
 //   - the run goroutine owns a subRun (the cursors, the frame buffer, the upstreams, the
