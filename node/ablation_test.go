@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/quicmq/quicmq/internal/wire"
+	"github.com/quicmq/quicmq/node/sharedstream"
 )
 
 // A node that did not opt in refuses a shared stream instead of treating the marker as a
@@ -62,7 +63,7 @@ func TestSharedStreamDeliversEverySubscription(t *testing.T) {
 			if !ok {
 				t.Fatalf("record with unbound index %d", f.Index)
 			}
-			k := key{f.Index >> sharedIndexBits, name}
+			k := key{f.Index >> sharedstream.IndexBits, name}
 			if _, ok := want[k]; !ok {
 				t.Fatalf("subscription %d got a record of %s", k.sub, name)
 			}

@@ -148,7 +148,7 @@ type Config struct {
 	// moves; quiet ones park, and the origin's head reopens them. Default 1024.
 	MirrorStreams int
 
-	// AblationSharedStream accepts the shared-stream mapping (node/ablation.go): a client that
+	// AblationSharedStream accepts the shared-stream mapping (node/sharedstream): a client that
 	// asks for it (the bench module, through bench/sharedstream; the SDK has no such API)
 	// carries all its subscriptions on ONE stream instead of one stream each. Only the stream
 	// mapping differs: the subscriptions are authorized, read, batched and acknowledged as

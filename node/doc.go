@@ -20,7 +20,11 @@
 //     upstreams and vectors, its run loop and its inbox, its stream and writer goroutine,
 //     the table of live subscriptions, and exclusive durables (the held durables of their
 //     home node, holder streams). It sees the node as a subscriptions.Host.
-//   - node/groups: live shared consumer groups (their state, dispatch, acks, dead letters).
+//   - node/groups: live shared consumer groups (their state, dispatch, acks, dead letters)
+//     and their members' streams (run loop and ack reader).
+//   - node/sharedstream: the benchmark's shared-stream ablation (all of a connection's
+//     subscriptions on one stream), over the subscription core; it sees the session as a
+//     sharedstream.Session (node/ablation.go).
 //   - node/manage: consumer and topic management over a node or a region (the management
 //     stream's requests, the admin API's /v1/consumers and /v1/topics), over manage.Local.
 //
@@ -36,12 +40,14 @@
 //   - Subscriptions, the session's side (the rest is node/subscriptions): subscribe.go (a
 //     SUBSCRIBE authorized, counted, sent to a group member, a durable's lock or a
 //     pass-through, else made and served by node/subscriptions), subhost.go (the node as
-//     subscriptions.Host; the replicated path as subscriptions.Replicated), durables.go
-//     (where an exclusive durable's lock is taken), ablation.go (the benchmark's
-//     shared-stream mode).
+//     subscriptions.Host; n.topics, where the region keeps a topic, chosen once in New:
+//     subscriptions.SingleCopy or the replicated topics, as subscriptions.Region), durables.go
+//     (where an exclusive durable's lock is taken), ablation.go (the session's side
+//     of the benchmark's shared-stream mode, node/sharedstream).
 //   - Consumer groups: groups.go (the table of live groups: join, leave, what a group needs
-//     of the node), member.go (a member's stream, driving its groups.Member), grouprelay.go
-//     (one holder per region), grouprepl.go (group state in raft).
+//     of the node), member.go (a member's SUBSCRIBE: its settings, its home, then its
+//     groups.Stream), grouprelay.go (one holder per region), grouprepl.go (group state in
+//     raft).
 //   - Management: manage_local.go (this node's side of node/manage), manage.go and
 //     manage_groups.go (a consumer's positions and group state on this node, topics created
 //     and removed), manage_wire.go (the management stream, and asking the region's other

@@ -65,14 +65,11 @@ func (n *Node) consumerHome(name string) string {
 // groupHome is the node that serves group name (stored) with pattern (stored): the owner of
 // a literal pattern's topic, else the consumer's home.
 func (n *Node) groupHome(ctx context.Context, pattern, name string) (string, *wire.Error) {
-	if n.rep != nil && routing.IsLiteral(pattern) {
-		// A replicated topic's group lives on its leader, which proposes its state
-		// (grouprepl.go); the leader's node, or "" for this one.
-		home, e := n.rep.subscribeOwner(ctx, pattern, true)
-		return cmpOr(home, n.cfg.Name), e
-	}
 	if routing.IsLiteral(pattern) {
-		return n.place.Owner(ctx, pattern)
+		// A replicated topic's group lives on its leader, which proposes its state
+		// (grouprepl.go); a single-copy topic's on its owner. "" is this node.
+		home, e := n.topics.Owner(ctx, pattern, true)
+		return cmpOr(home, n.cfg.Name), e
 	}
 	return n.consumerHome(name), nil
 }

@@ -54,6 +54,9 @@ func (n *Node) newGroupEnv() *groups.Env {
 		Store:            n.storeGroup,       // grouprepl.go
 		AppendDeadLetter: n.appendDeadLetter, // grouprepl.go
 		Mirrored:         n.mirroredStates,
+		ReadAhead:        n.cfg.ReadAhead,
+		Placed:           n.placeChanged, // grouprepl.go
+		Moved:            n.groupMoved,
 	}
 }
 

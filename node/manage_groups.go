@@ -278,7 +278,7 @@ func (n *Node) removeGroup(ctx context.Context, a *auth.Principal, c manage.Cons
 // replicatedGroupTopic reports whether a group's state of topic is replicated state
 // (grouprepl.go), which a reset or removal changes through the topic's raft group.
 func (n *Node) replicatedGroupTopic(topic string) bool {
-	return n.rep != nil && !groupStateLocalOnly && n.rep.isReplicated(topic)
+	return !groupStateLocalOnly && n.topics.IsReplicated(topic)
 }
 
 // proposesGroupOp reports whether this node proposes a reset or removal of group name's

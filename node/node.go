@@ -67,6 +67,7 @@ type Node struct {
 	fed    *federation.Federation // links to the other nodes of the mesh; nil without GossipLAN
 	place  *placement.Table       // which node of the region owns which topic; nil without GossipLAN
 	rep    *replicated            // replicated topics (Config.Replicas > 1); nil otherwise
+	topics subscriptions.Region   // where the region keeps a topic (subhost.go): chosen once in New, never nil after it
 	raftID uint64                 // this node's raft ID, with Replicas > 1
 	// meshTags are the gossip tags the node announces (SetTags replaces them all); tagMu
 	// serializes their changes (setMeshTag).
@@ -181,6 +182,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.topics = n.newRegion()
 	n.subs = n.newSubHost()
 	return n, nil
 }

@@ -43,7 +43,7 @@ func (n *Node) mirrorWanted() func(string) bool {
 	if n.raftID == 0 {
 		return nil
 	}
-	return func(topic string) bool { return n.rep != nil && n.rep.isReplicated(topic) }
+	return func(topic string) bool { return n.topics.IsReplicated(topic) }
 }
 
 // mirrorAppend is federation's Config.MirrorAppend in a replicated region (nil otherwise):

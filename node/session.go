@@ -302,7 +302,7 @@ func (s *session) serveStream(str *quic.Stream) {
 		s.untrack(p)
 	case *wire.Subscribe:
 		if f.Region == ablationSharedRegion {
-			s.serveShared(str, r, f) // node/ablation.go: a measurement aid, off by default
+			s.serveShared(str, r, f) // node/ablation.go, node/sharedstream: a measurement aid, off by default
 			return
 		}
 		s.subscribe(str, r, f)

@@ -9,9 +9,7 @@ import (
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/node/subscriptions"
-	"github.com/quicmq/quicmq/node/tail"
 	"github.com/quicmq/quicmq/routing"
-	"github.com/quicmq/quicmq/wal"
 )
 
 // The session's side of a subscription stream: a SUBSCRIBE authorized (the tenant's
@@ -197,12 +195,6 @@ func (h subHandler) drain() { h.sub.Drain() }
 // ConnectionStats are the connection's, for a fanout's estimate of what it has sent: the
 // session is the tail.Conn its subscriptions' wake-ups and fanouts are grouped by.
 func (s *session) ConnectionStats() quic.ConnectionStats { return s.conn.ConnectionStats() }
-
-// recordFrame is the RECORD a subscriber gets for rec of this node's log, under the stream's
-// topic index (tail.Frame); a group member's stream writes it (member.go).
-func recordFrame(index uint64, rec *wal.Record, region string) wire.Record {
-	return tail.Frame(index, rec, region)
-}
 
 // endWriteTimeout bounds the write of a stream's last frames (its ERROR) to a client that
 // does not read (subscriptions.EndWriteTimeout).

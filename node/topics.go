@@ -241,7 +241,7 @@ func (n *Node) watchTopics() {
 // topicHolders is what a listing says of a topic this node holds: the leader and replicas
 // of a replicated topic, or this node as the one holder of a single-copy one.
 func (n *Node) topicHolders(topic string) (leader string, replicas []string) {
-	if n.rep != nil && n.rep.isReplicated(topic) {
+	if n.topics.IsReplicated(topic) {
 		return n.rep.holders(topic)
 	}
 	return n.cfg.Name, []string{n.cfg.Name}

@@ -1,5 +1,5 @@
 // Package sharedstream is the client side of the shared-stream ablation, a measurement aid
-// (node/ablation.go; docs/protocol.md, appendix "Shared-stream ablation"): all subscriptions
+// (node/sharedstream; docs/protocol.md, appendix "Shared-stream ablation"): all subscriptions
 // of a Stream travel on ONE QUIC stream of a client.Conn, so that benchmarks (bench/) can
 // compare stream-per-subscription against the one-socket mapping of a TCP broker with the
 // node, SDK connection and transport unchanged. It lives in the bench module so that it never

@@ -26,8 +26,10 @@ var layers = map[string]int{
 	// The node's parts, by concern (node/doc.go): each imports only the parts below it.
 	"node/auth": 40, "node/features": 40, "node/placement": 40, "node/vector": 40, "node/tail": 40,
 	// Consumer groups; subscriptions (cursors, reads, acks, upstreams over placement, the
-	// links and the tails; the replicated path only behind subscriptions.Replicated).
+	// links and the tails; single-copy or replicated topics only behind subscriptions.Region).
 	"node/groups": 41, "node/subscriptions": 41,
+	// The ablation's shared stream, over the subscription core (sharedstream.Session).
+	"node/sharedstream": 42,
 	// Management over one node's operations (manage.Local), which the node implements.
 	"node/manage": 42,
 	// The node's assembly: sessions, the session side of the stream handlers, publishing

@@ -3,6 +3,7 @@ package groups
 import (
 	"context"
 	"fmt"
+	"github.com/quicmq/quicmq/internal/wire"
 	"log/slog"
 	"time"
 
@@ -79,4 +80,12 @@ type Env struct {
 	AppendDeadLetter func(ctx context.Context, topic string, recs []wal.Record) error
 	// mirrored loads the states of a group mirrored from other regions, by topic.
 	Mirrored func(name string) map[string][]*wal.GroupState
+	// ReadAhead is how many bytes a member's stream buffers before it writes them
+	// (node.Config.ReadAhead).
+	ReadAhead int
+	// Placed is closed at the next placement change (a leader change among them), or nil
+	// when none can move a group; Moved is the error that ends a member whose group is now
+	// served by another node (its topic's new leader), or nil.
+	Placed func() <-chan struct{}
+	Moved  func(g *Group) *wire.Error
 }

@@ -37,8 +37,18 @@
 // What this package owns: a group's state in memory (its topics, the records outstanding and
 // to whom, the ordered keys' holders), handing records out, acknowledgements, ack-waits,
 // dead-lettering and the state it stores; and resuming from a state mirrored from another
-// region (vector.go). What it must not touch: streams and sessions (a member's stream is the
-// node's: node/member.go drives a Member through Take, AckAt, NakAt and Store; the group binds a member's stream indexes as it hands records out, so that over many topics neither keeps a map by name), the table of live
-// groups and who may join one (node/groups.go), and where state and dead letters are written
-// (Env's functions: the node's log, or the topic's raft group).
+// region (vector.go); a member's stream (stream.go: Stream, its run loop, which takes
+// records and writes them, and its ack reader, which takes ACK, NAK and COMMIT), driving
+// its Member through Take, AckAt, NakAt and Store; the group binds a member's stream
+// indexes as it hands records out, so that over many topics neither keeps a map by name.
+// What it must not touch: sessions (the node sets a member up, node/member.go: its
+// settings, its home, relaying it there, tracking it for a drain), the table of live
+// groups and who may join one (node/groups.go), and where state and dead letters are
+// written and whether a member's group moved (Env's functions: the node's log, or the
+// topic's raft group).
+//
+// Goroutines: a Group has none; its mutex owns its state. A Stream has a run goroutine
+// (Serve's caller, the session's stream goroutine), the only writer of the stream, owning
+// its writer, its sweep and its reused buffers; and an ack reader, which Serve starts and
+// waits for, handing COMMIT to the run goroutine through commitAsked and commitWake.
 package groups

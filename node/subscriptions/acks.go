@@ -132,8 +132,8 @@ func (sub *Subscription) storeAcks() *wire.Error {
 	var done chan stored
 	waiting := 0
 	for t, off := range sub.pending {
-		if n.rep != nil && n.rep.IsReplicated(t) {
-			if e := n.rep.SetPosition(context.WithoutCancel(sub.ctx), sub.req.Durable, t, off, sub.ackedVector(t, off)); e != nil {
+		if n.topics.IsReplicated(t) {
+			if e := n.topics.SetPosition(context.WithoutCancel(sub.ctx), sub.req.Durable, t, off, sub.ackedVector(t, off)); e != nil {
 				return e
 			}
 			delete(sub.pending, t)

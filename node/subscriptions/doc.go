@@ -8,7 +8,9 @@
 //     goroutine's state), New, Serve, the set-up (prepare) and the run loop (stream);
 //     api.go: what the node's other goroutines may ask or tell a subscription;
 //     host.go: Host, the node as subscriptions see it (HostConfig: the log, tails,
-//     placement, links, the replicated path behind Replicated, metrics, the live table).
+//     placement, links, where the region keeps a topic behind Region, metrics, the live
+//     table); singlecopy.go: SingleCopy, the Region of single-copy topics (the replicated
+//     one is node's, node/subhost.go).
 //   - inbox.go: everything other goroutines tell the run goroutine, and its wake-up.
 //   - read.go: a cursor's reads from the log or the shared tail, encoded into the read-ahead
 //     and handed to the writer (I3, I5); topics.go: adding a topic as it appears, where its
@@ -19,7 +21,7 @@
 //     commit.go: COMMITTED; vector.go: portable positions (node/vector) of a subscription.
 //   - upstream.go: a subscription that spans the region, one upstream per other node.
 //   - stream.go: Stream, how its frames reach the client (OwnStream: a QUIC stream of its
-//     own, I4; the ablation's shared stream is node's); writer.go: Writer, the writer
+//     own, I4; the ablation's shared stream is node/sharedstream's); writer.go: Writer, the writer
 //     goroutine and the hand-over of batches, so that a subscription holds at most two
 //     batches whatever its lag (I5), and lets go of its log iterators while a write blocks.
 //   - metrics.go: the per-stream series.
@@ -35,10 +37,11 @@
 // own, consumer groups, publishing. It never imports node. What it needs of a session comes
 // in Params (the connection as a tail.Conn, the principal, whether it is a peer, the
 // authorized SUBSCRIBE, the Stream); what it needs of the node in HostConfig, built once at
-// the end of node.New; the replicated path only through Replicated's six methods. The
+// the end of node.New; who serves a topic and where a durable's positions go only through
+// Region, whose implementation the node picks once (no code here asks which it has). The
 // session side stays in node/subscribe.go: authorization and the tenant's namespace,
 // limits, a durable's lock (node/durables.go), group members, pass-through replays, the
-// ablation's shared stream (node/ablation.go), and tracking for a drain.
+// ablation's shared stream (node/sharedstream), and tracking for a drain.
 //
 // Goroutines and what each owns:
 //   - The run goroutine (Serve, on the session's stream goroutine): the subRun, reached by

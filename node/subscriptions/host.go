@@ -16,29 +16,37 @@ import (
 	"github.com/quicmq/quicmq/wal"
 )
 
-// Replicated is what a subscription needs of the node's replicated topics (Config.Replicas >
-// 1): where a durable reads and stores its positions, and who serves a topic. The node
-// implements it over its raft groups; a region of single copies has none (HostConfig.Rep nil).
-type Replicated interface {
-	// SubscribeOwner is the node a client's subscription to the literal topic is served
-	// by: "" for this node (any replica serves reads; a durable is served by the leader).
-	SubscribeOwner(ctx context.Context, topic string, durable bool) (string, *wire.Error)
-	// IsReplicated reports whether topic's log is a replicated one.
+// Region is where the node's region keeps a topic, as a subscription needs it: which node
+// serves a client's subscription to it, whether that has changed, and where a durable
+// stores its positions. The node picks one implementation at start-up (node/subhost.go):
+// SingleCopy (Config.Replicas 1: one owner per topic, placement's rendezvous hashing) or
+// the replicated one over its raft groups (Replicas > 1). No call site here asks which.
+type Region interface {
+	// Owner is the node a client's subscription to the literal topic is served by: "" for
+	// this node. A replicated topic is read from any replica and a durable consumer served
+	// by its leader; a single-copy topic by its owner.
+	Owner(ctx context.Context, topic string, durable bool) (string, *wire.Error)
+	// Moved is nil while owner (from Owner) still serves such a subscription to topic, else
+	// the error that ends it, so that the client subscribes again and is sent to the new one.
+	Moved(topic, owner string, durable bool) *wire.Error
+	// Spread reports whether topics are spread over the region's nodes, so that a client's
+	// wildcard gathers the other nodes' topics too: false without gossip, and in a
+	// replicated region whose every node holds every topic.
+	Spread() bool
+	// IsReplicated reports whether topic's log is a replicated one: a durable's position
+	// there is stored through raft (SetPosition), not in this node's log.
 	IsReplicated(topic string) bool
-	// PositionBarrier returns once this node has applied what its topic's group committed
-	// before, so that durable's positions read here are current.
+	// PositionBarrier returns once this node has applied what topic's group committed
+	// before, so that durable's positions read here are current; at once for a topic that
+	// is not replicated.
 	PositionBarrier(ctx context.Context, durable, topic string) *wire.Error
-	// SetPosition stores durable's position on topic (with its vector) through raft.
+	// SetPosition stores durable's position on the replicated topic (with its vector)
+	// through raft.
 	SetPosition(ctx context.Context, durable, topic string, off uint64, vec map[string]uint64) *wire.Error
-	// LeaderName is the node leading topic's group now, "" if none is known.
-	LeaderName(topic string) string
-	// Wide reports whether the region has more nodes than replicas: topics are spread, so a
-	// wildcard gathers the other nodes' topics too.
-	Wide() bool
 }
 
 // HostConfig is what the node hands the subscriptions: its settings, its log, the shared
-// tails, and (in a mesh) placement, the links and the replicated topics.
+// tails, where the region keeps its topics, and (in a mesh) placement and the links.
 type HostConfig struct {
 	Name, Region string
 	ReadAhead    int         // bytes a subscription reads ahead per cursor and round (node.Config.ReadAhead)
@@ -48,7 +56,7 @@ type HostConfig struct {
 	Tails        *tail.Set
 	Place        *placement.Table       // nil without gossip
 	Fed          *federation.Federation // nil without gossip
-	Rep          Replicated             // nil unless replicated
+	Topics       Region                 // where the region keeps a topic: SingleCopy, or its replicated topics
 	Metrics      *Metrics
 	// Interest maps patterns to the subscriptions that want to hear of new topics (the node's
 	// topic watcher calls NotifyNewTopic on them); Wild, the wildcard subscriptions that
@@ -70,7 +78,7 @@ type Host struct {
 	tails    *tail.Set
 	place    *placement.Table
 	fed      *federation.Federation
-	rep      Replicated
+	topics   Region
 	metrics  *Metrics
 	interest *routing.Table[*Subscription]
 	wild     *WildSet
@@ -83,7 +91,7 @@ type Host struct {
 
 // NewHost makes the subscriptions' view of a node from c.
 func NewHost(c HostConfig) *Host {
-	h := &Host{limits: c.Limits, log: c.Log, wal: c.WAL, tails: c.Tails, place: c.Place, fed: c.Fed, rep: c.Rep,
+	h := &Host{limits: c.Limits, log: c.Log, wal: c.WAL, tails: c.Tails, place: c.Place, fed: c.Fed, topics: c.Topics,
 		metrics: c.Metrics, interest: c.Interest, wild: c.Wild}
 	h.cfg.Name, h.cfg.Region, h.cfg.ReadAhead = c.Name, c.Region, c.ReadAhead
 	h.mu.live = make(map[*Subscription]struct{})

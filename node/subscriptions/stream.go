@@ -10,7 +10,7 @@ import (
 
 // Stream is a subscription's stream mapping: how its frames reach the client and how its
 // topics are numbered there. It is the only piece the shared-stream ablation
-// (node/ablation.go) swaps: reading the log, the read-ahead, building frames, out-of-range
+// (node/sharedstream) swaps: reading the log, the read-ahead, building frames, out-of-range
 // handling, authorization, ACK checks and durable positions are the subscription core's
 // (node/subscribe.go), whichever mapping carries them.
 //

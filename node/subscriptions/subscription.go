@@ -19,7 +19,7 @@ import (
 // plus a bounded read-ahead (Config.ReadAhead), the frames it sends, the checks of the ACKs
 // it gets and a durable consumer's positions. How its frames reach the client is its
 // stream mapping, out (Stream): a stream of its own, or its part of a shared stream
-// (the ablation, ablation.go); nothing else differs between the two.
+// (the ablation, node/sharedstream); nothing else differs between the two.
 //
 // Goroutines, and who owns what, in the types:
 //   - the run goroutine owns a subRun (the cursors, the frame buffer, the upstreams, the
@@ -166,22 +166,14 @@ func New(h *Host, p Params) (*Subscription, *wire.Error) {
 	// alone; a client's subscription to a topic another node owns is served from an upstream
 	// to that node (upstream.go), which resumes where it was when the owner fails or restarts.
 	owner := ""
-	if n.rep != nil && !p.Peer && routing.IsLiteral(req.Pattern) {
-		// Any replica serves reads; a durable consumer is served by the leader.
-		o, e := n.rep.SubscribeOwner(p.Parent, req.Pattern, req.Durable != "")
+	if !p.Peer && routing.IsLiteral(req.Pattern) {
+		// Replicated: any replica serves reads, a durable consumer the leader. Single copy:
+		// the owner.
+		o, e := n.topics.Owner(p.Parent, req.Pattern, req.Durable != "")
 		if e != nil {
 			return nil, e
 		}
 		if o != "" {
-			n.place.RelayedSubs.Inc()
-			owner = o
-		}
-	} else if n.rep == nil && n.place != nil && !p.Peer && routing.IsLiteral(req.Pattern) {
-		o, e := n.place.Owner(p.Parent, req.Pattern)
-		if e != nil {
-			return nil, e
-		}
-		if o != n.cfg.Name {
 			n.place.RelayedSubs.Inc()
 			owner = o
 		}

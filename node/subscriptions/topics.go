@@ -92,10 +92,10 @@ func (sub *subRun) addTopic(topic string, created bool) *wire.Error {
 // exists at set-up; one below the first retained record is raised to it.
 func (sub *subRun) startOffset(topic string, created bool) (uint64, uint64, *wire.Error) {
 	n := sub.h
-	if sub.req.Durable != "" && n.rep != nil && n.rep.IsReplicated(topic) {
-		// A new leader may not have applied all its term committed: read the durable's
-		// positions (its own, those mirrored here) only once it has.
-		if e := n.rep.PositionBarrier(sub.ctx, sub.req.Durable, topic); e != nil { // replpos.go
+	if sub.req.Durable != "" {
+		// A replicated topic's new leader may not have applied all its term committed: read
+		// the durable's positions (its own, those mirrored here) only once it has.
+		if e := n.topics.PositionBarrier(sub.ctx, sub.req.Durable, topic); e != nil {
 			return 0, 0, e
 		}
 	}

@@ -67,12 +67,12 @@ type upMsg struct {
 // client's wildcard subscription on a node of a multi-node region, or its subscription to a
 // topic another node of the region owns (sub.owner).
 func (sub *Subscription) spansRegion() bool {
-	n := sub.h
 	// In a replicated region of Replicas nodes every node holds every topic: a wildcard is
 	// served from this node's own logs. In a larger one (wide) topics are spread: a wildcard
 	// gathers the others' topics too, a topic held here served from here (takeUpstream).
-	wildcard := !routing.IsLiteral(sub.req.Pattern) && (n.rep == nil || n.rep.Wide())
-	return n.place != nil && !sub.peer && (sub.owner != "" || wildcard)
+	// A topic another node serves (sub.owner) is only ever set in a mesh.
+	wildcard := !routing.IsLiteral(sub.req.Pattern) && sub.h.topics.Spread()
+	return !sub.peer && (sub.owner != "" || wildcard)
 }
 
 // serves reports whether node may hold topics of the subscription: any other node of the
@@ -81,31 +81,15 @@ func (sub *Subscription) serves(node string) bool {
 	return node != sub.h.cfg.Name && (sub.owner == "" || node == sub.owner)
 }
 
-// ownerMoved ends a subscription to a topic another node owns when placement now names
-// another owner (the topic had no log yet and the region's membership changed, or two logs
-// were found and the other one wins): the client subscribes again and is sent to the new
-// owner. A failed or restarting owner is no move: its topics wait for it. Run goroutine.
+// ownerMoved ends a subscription to a topic another node serves when that node no longer
+// does (Region.Moved: a single-copy topic placed elsewhere, a replicated topic's durable
+// now led by another node): the client subscribes again and is sent to the new one. A
+// failed or restarting owner is no move: its topics wait for it. Run goroutine.
 func (sub *subRun) ownerMoved() *wire.Error {
 	if sub.owner == "" {
 		return nil
 	}
-	n := sub.h
-	if n.rep != nil { // a durable consumer of a replicated topic follows its leader
-		if sub.req.Durable == "" {
-			return nil // any replica serves a plain subscription
-		}
-		if now := n.rep.LeaderName(sub.req.Pattern); now != "" && now != sub.owner {
-			return wire.Errorf(wire.CodeUnavailable, "topic %q of region %q is now led by node %q, no longer by %q: subscribe again",
-				sub.req.Pattern, n.cfg.Region, now, sub.owner)
-		}
-		return nil
-	}
-	now, ready, _ := n.place.OwnerNow(sub.req.Pattern)
-	if !ready || now == sub.owner {
-		return nil
-	}
-	return wire.Errorf(wire.CodeUnavailable, "topic %q of region %q is now served by node %q, no longer by %q: subscribe again",
-		sub.req.Pattern, n.cfg.Region, now, sub.owner)
+	return sub.h.topics.Moved(sub.req.Pattern, sub.owner, sub.req.Durable != "")
 }
 
 // openUpstreams opens an upstream to every other node of the region that has not left. A

@@ -34,7 +34,7 @@ type system interface {
 
 // Systems by name. "quicmq" is stream-per-subscription, "ablation" the same node and
 // SDK connection with all subscriptions on one shared stream: the stream mapping of
-// node/ablation.go, driven by bench/sharedstream (a measurement aid outside the SDK's API).
+// node/sharedstream, driven by bench/sharedstream (a measurement aid outside the SDK's API).
 var systemNames = []string{"quicmq", "ablation", "nats", "jetstream"}
 
 func brokerKind(sys string) (string, []string) {
