@@ -111,17 +111,7 @@ func TestGrowCampaign(t *testing.T) {
 	if episode {
 		sctx, scancel := context.WithCancel(ctx)
 		var swg sync.WaitGroup
-		swg.Go(func() {
-			io.run(sctx, func() map[string]int {
-				pids := map[string]int{"test": os.Getpid()}
-				for _, n := range r.nodes {
-					if p := n.proc(); p != nil {
-						pids[n.name] = p.Pid()
-					}
-				}
-				return pids
-			})
-		})
+		swg.Go(func() { io.run(sctx, r.pids) })
 		defer func() { scancel(); swg.Wait() }()
 	}
 	l.waitAcks(t, 5*rate)
