@@ -164,6 +164,12 @@ func (n nodeSpan) summary(width time.Duration) string {
 // leaderOf and replicasOf name each topic's group (after the moves).
 func (l *rollLoad) episodeTimeline(start time.Time, over time.Duration, evs map[string][]timeline.Event, io *ioSampler, names []string, replicasOf map[int]string, leaderOf map[int]string) string {
 	l.mu.Lock()
+	var blocked []timeline.Event // the client's PublishAsync calls over 2 ms
+	for _, b := range l.blocked {
+		if d, err := time.ParseDuration(b.what); err == nil {
+			blocked = append(blocked, timeline.Event{Kind: timeline.Round, Start: b.at.UnixNano(), Dur: int64(d)})
+		}
+	}
 	var slow, all []rollSample
 	for _, s := range l.samples {
 		if !s.sent.Before(start) {
@@ -201,8 +207,8 @@ func (l *rollLoad) episodeTimeline(start time.Time, over time.Duration, evs map[
 	}
 	fmt.Fprintf(&b, "  worst episode: sent %.3fs..%.3fs after the first start, %d slow (worst %v); client on %v; by leader after the moves %v; by replicas after %v\n",
 		ep[0].sent.Sub(start).Seconds(), ep[len(ep)-1].sent.Sub(start).Seconds(), len(ep), worst.Round(time.Millisecond), byNode, byLeader, bySet)
-	fmt.Fprintf(&b, "  per 10 ms: publishes sent (slow)/acknowledged; the disk's KiB written, cache flushes/ms flushing, I/Os in flight, page cache dirty/writeback MiB; per node: KiB its process wrote, rounds, syncs/ms syncing, longest round ms, catch-up KiB written/read, F flush K compaction T stall G GC I install\n")
-	fmt.Fprintf(&b, "  %7s %14s %24s", "ms", "sent/acked", "disk")
+	fmt.Fprintf(&b, "  per 10 ms: publishes sent (slow)/acknowledged; ms the client was held in PublishAsync (calls over 2 ms); the disk's KiB written, cache flushes/ms flushing, I/Os in flight, page cache dirty/writeback MiB; per node: KiB its process wrote, rounds, syncs/ms syncing, longest round ms, catch-up KiB written/read, F flush K compaction T stall G GC I install\n")
+	fmt.Fprintf(&b, "  %7s %14s %4s %24s", "ms", "sent/acked", "held", "disk")
 	for _, n := range names {
 		fmt.Fprintf(&b, " | %-35s", n)
 	}
@@ -222,7 +228,7 @@ func (l *rollLoad) episodeTimeline(start time.Time, over time.Duration, evs map[
 			}
 		}
 		disk, wrote := io.between(at, at.Add(step), names)
-		fmt.Fprintf(&b, "  %7.0f %3d(%3d)/%3d %24s", float64(at.Sub(start))/1e6, sent, slowSent, acked, disk)
+		fmt.Fprintf(&b, "  %7.0f %3d(%3d)/%3d %4.1f %24s", float64(at.Sub(start))/1e6, sent, slowSent, acked, float64(span(blocked, f, t).longestRound)/1e6, disk)
 		for _, n := range names {
 			fmt.Fprintf(&b, " | %5d %s", wrote[n], span(evs[n], f, t).cell())
 		}
