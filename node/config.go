@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/internal/timeline"
 	"github.com/quicmq/quicmq/node/auth"
 	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/routing"
@@ -198,6 +199,11 @@ type Config struct {
 	FS vfs.FS
 	// Now is the clock; nil is time.Now.
 	Now func() time.Time
+	// Timeline, if not nil, records the store's and the raft engine's events (syncs,
+	// rounds, a catch-up's chunks, Pebble's flushes, compactions and stalls) for laying a
+	// latency episode beside them (internal/timeline; `quicmq node --pprof` serves it).
+	// nil: nothing recorded.
+	Timeline *timeline.Recorder
 
 	// noFeatures, for tests, has the node announce no features in gossip (FeaturesTag), as
 	// a build older than them does.

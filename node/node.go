@@ -150,6 +150,7 @@ func New(cfg Config) (*Node, error) {
 		DedupWindow: cfg.MaxPendingPublishes,
 		// How often retention runs (docs/protocol.md, retention's schedule).
 		RetentionInterval: cfg.RetentionInterval,
+		Timeline:          cfg.Timeline,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: open log: %w", err)

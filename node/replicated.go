@@ -208,7 +208,7 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 		TickInterval: c.TickInterval, ElectionTicks: c.ElectionTicks, HeartbeatTicks: c.HeartbeatTicks,
 		DisableQuiescence: c.DisableQuiescence,
 		LogCompaction:     !c.DisableLogCompaction, Fetcher: n.fed,
-		Now: n.cfg.Now, Logger: n.log.With("raft_id", id),
+		Now: n.cfg.Now, Logger: n.log.With("raft_id", id), Timeline: n.cfg.Timeline,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node: replicated topics: %w", err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicmq/quicmq/internal/timeline"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -158,11 +159,13 @@ func (e *engine) fetchChunk(id uint64, span Span, chunk []byte, src uint64) (int
 	// pebble.NoSync, never nil: Pebble reads a nil WriteOptions as Sync, and a synced
 	// chunk here holds up every group of this node for an fsync
 	// (TestCatchupChunksAreNotSynced).
+	start := time.Now()
 	if err := b.Commit(pebble.NoSync); err != nil {
 		err = fmt.Errorf("replica: group %d: catch-up commit: %w", cu.group, err)
 		e.fail(err)
 		return 0, err
 	}
+	e.cfg.Timeline.Add(timeline.CatchupWrite, start, time.Since(start), int64(len(chunk)))
 	cu.records += uint64(n)
 	cu.bytes += uint64(len(chunk))
 	e.stats.CatchupRecords += uint64(n)
@@ -282,7 +285,10 @@ func (d *Driver) ReadChunk(group uint64, log string, from, to, maxBytes uint64) 
 	if !ok {
 		return nil, 0, fmt.Errorf("replica: group %d: the state machine keeps no snapshots", group)
 	}
-	return ss.ReadChunk(group, log, from, to, int(min(maxBytes, 1<<30)))
+	start := time.Now()
+	chunk, next, err = ss.ReadChunk(group, log, from, to, int(min(maxBytes, 1<<30)))
+	d.cfg.Timeline.Add(timeline.CatchupRead, start, time.Since(start), int64(len(chunk)))
+	return chunk, next, err
 }
 
 // CatchupBytes returns the chunk bytes catch-ups of group fetched and wrote here since the

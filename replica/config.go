@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicmq/quicmq/internal/timeline"
 )
 
 // Config configures a Driver. Fields left zero take the defaults named on
@@ -99,6 +100,9 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives the driver's and raft's logs. Default: discarded.
 	Logger *slog.Logger
+	// Timeline, if not nil, records the engine's rounds and the syncs it waits for, and
+	// a catch-up's chunks written and served (internal/timeline). Default: nothing.
+	Timeline *timeline.Recorder
 
 	// handOverProposals, benchmark only, hands each proposal to Run and
 	// waits until Run takes it (the driver before the proposal queue).

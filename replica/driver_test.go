@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/raft/v3"
 
 	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/internal/timeline"
 )
 
 // netTransport delivers between drivers of one process, encoding every
@@ -580,4 +581,21 @@ func ticksOf(t *testing.T, r *testReplica) uint64 {
 		t.Fatal(err)
 	}
 	return st.GroupTicks
+}
+
+// A driver with a timeline records each round and each sync it waited for there (the grow
+// campaign's episode timeline, internal/timeline).
+func TestDriverRecordsTimeline(t *testing.T) {
+	tl := timeline.New(1 << 12)
+	net := &testNet{drivers: map[uint64]*Driver{}, down: map[uint64]bool{}}
+	rs := []*testReplica{startReplicaWith(t, net, 1, vfs.NewMem(), []uint64{1}, []uint64{1}, func(c *Config) { c.Timeline = tl })}
+	leaderOf(t, rs, 1)
+	proposeAll(t, rs, 1, 5, "w")
+	kinds := map[timeline.Kind]int{}
+	for _, ev := range tl.Since(time.Time{}) {
+		kinds[ev.Kind]++
+	}
+	if kinds[timeline.Round] == 0 || kinds[timeline.Sync] == 0 {
+		t.Fatalf("timeline kinds %v: want rounds and syncs", kinds)
+	}
 }

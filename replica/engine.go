@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/quicmq/quicmq/internal/timeline"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"go.etcd.io/raft/v3/tracker"
@@ -665,6 +666,10 @@ func (e *engine) process() error {
 // raft's Ready contract and I2 rest on, and it reads top to bottom here in one place.
 func (e *engine) round(rds []*readyGroup) error {
 	e.stats.Rounds++
+	if tl := e.cfg.Timeline; tl != nil {
+		start := time.Now()
+		defer func() { tl.Add(timeline.Round, start, time.Since(start), int64(len(rds))) }()
+	}
 	// Sized for the entries to store and the records they apply, so that
 	// the batch does not grow (copying itself) record by record.
 	size := 0
@@ -767,6 +772,7 @@ func (e *engine) round(rds []*readyGroup) error {
 		}
 		if opt == pebble.Sync {
 			e.stats.SyncWait += time.Since(start)
+			e.cfg.Timeline.Add(timeline.Sync, start, time.Since(start), 0)
 		}
 		e.stats.Commits++
 	}
@@ -777,6 +783,9 @@ func (e *engine) round(rds []*readyGroup) error {
 		if err := f(); err != nil {
 			return err
 		}
+	}
+	if len(restored) > 0 {
+		e.cfg.Timeline.Add(timeline.Restore, time.Now(), 0, int64(len(restored)))
 	}
 	e.sm.Committed()
 	if ackEarly {
@@ -789,6 +798,7 @@ func (e *engine) round(rds []*readyGroup) error {
 		}
 		e.stats.SyncWait += time.Since(start)
 		e.stats.SyncCommits++
+		e.cfg.Timeline.Add(timeline.Sync, start, time.Since(start), 0)
 	}
 	for _, r := range rds {
 		msgs := r.rd.Messages

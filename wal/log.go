@@ -183,10 +183,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		// which would take the whole node down for one damaged block. The
 		// read that found it gets the error (naming the file) anyway; the
 		// node stays up for every topic that is intact.
-		EventListener: &pebble.EventListener{DataCorruption: func(info pebble.DataCorruptionInfo) {
-			l.log.Error("on-disk corruption: reads of the damaged range fail; restore this store from a replica or backup",
-				"file", info.Path, "err", info.Details)
-		}},
+		EventListener: storeEvents(l.log, opts.Timeline),
 	}
 	// Reads are scans of one topic's dense keys, which read-triggered compactions do not
 	// help; sampling them cost 6% of a replay's log read.

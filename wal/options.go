@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quicmq/quicmq/internal/timeline"
 )
 
 // Defaults filled in by Open for zero fields of Options.
@@ -81,6 +82,11 @@ type Options struct {
 	// DedupRebuildRecords bounds the records of a topic's tail scanned to
 	// rebuild its producer states after Open. 0: 65,536.
 	DedupRebuildRecords int
+
+	// Timeline, if not nil, records Pebble's flushes, compactions and write stalls, for
+	// laying a latency episode beside what the store did then (internal/timeline). nil:
+	// nothing recorded.
+	Timeline *timeline.Recorder
 
 	// testHooks is set by internal tests only.
 	testHooks *testHooks

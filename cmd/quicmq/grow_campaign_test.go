@@ -18,6 +18,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/internal/timeline"
 )
 
 // TestGrowCampaign (issue 30, figure 1, with node processes): a region of three `quicmq
@@ -30,10 +31,17 @@ import (
 // same on every replica.
 //
 // QUICMQ_GROW_CAMPAIGN=1 runs it; QUICMQ_GROW_TOPICS (default 1000) and QUICMQ_GROW_RATE
-// (publishes/s, default 1000) size it; QUICMQ_GROW_BIN runs another build's node processes
+// (publishes/s, default 1000) size it; QUICMQ_GROW_AFTER_ACKS (default a second's worth) is
+// how many publishes after the moves it times (the p99 after); QUICMQ_GROW_BIN runs another build's node processes
 // (a base to compare with, in the same conditions); QUICMQ_GROW_TIMELINE=1 adds a timeline
 // of the nodes' CPU beside the publishes; QUICMQ_GROW_PROFILE=DIR writes a CPU profile of
 // each node over the moves (QUICMQ_GROW_PROFILE_SECONDS, default 6) to DIR/NAME.pprof;
+// QUICMQ_GROW_EPISODE=1 lays the moves' worst episode of slow publishes beside each node's
+// syncs, rounds, catch-up chunks, Pebble flushes, compactions and stalls and GC pauses, per
+// 10 ms (grow_episode_test.go; the nodes run with --pprof, which keeps those events);
+// QUICMQ_GROW_DATA=DIR keeps the nodes' data under DIR (e.g. /dev/shm, a tmpfs: syncs then
+// cost no disk, which tells the moves' own cost apart from the machine's disk, shared by the
+// five nodes and whatever else runs);
 // QUICMQ_GROW_LOG_LEVEL=debug logs each raft step (with QUICMQ_NODE_LOGS);
 // QUICMQ_GROW_NODE_FLAGS adds flags to every node (a setting to try).
 //
@@ -67,9 +75,10 @@ func TestGrowCampaign(t *testing.T) {
 		listen, admin, metrics = append(listen, freeAddr(t)), append(admin, freeAddr(t)), append(metrics, freeAddr(t))
 	}
 	profDir := os.Getenv("QUICMQ_GROW_PROFILE") // a CPU profile of each node over the moves (or the control's window)
+	episode := os.Getenv("QUICMQ_GROW_EPISODE") != ""
 	r := &replicaRegion{t: t, bin: bin, caDir: t.TempDir(), region: "rc"}
 	for i := range 3 {
-		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
+		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: growDataDir(t), lan: freeAddr(t)})
 	}
 	control := os.Getenv("QUICMQ_GROW_CONTROL") != ""
 	r.extra = func(i int) []string {
@@ -81,7 +90,7 @@ func TestGrowCampaign(t *testing.T) {
 		if extra := os.Getenv("QUICMQ_GROW_NODE_FLAGS"); extra != "" { // e.g. "--raft-moves 1", to try a setting
 			flags = append(flags, strings.Fields(extra)...)
 		}
-		if profDir != "" {
+		if profDir != "" || episode {
 			flags = append(flags, "--metrics", metrics[i], "--pprof")
 		}
 		if lvl := os.Getenv("QUICMQ_GROW_LOG_LEVEL"); lvl != "" { // debug: each leadership hand-off, with QUICMQ_NODE_LOGS
@@ -95,13 +104,24 @@ func TestGrowCampaign(t *testing.T) {
 	defer cancel()
 	l, wg := startRollLoad(t, ctx, r, listen[:3], topics, rate)
 	var sampler procSampler
-	timeline := os.Getenv("QUICMQ_GROW_TIMELINE") != "" // a timeline of the machine beside the publishes
-	if timeline {
+	cpuTimeline := os.Getenv("QUICMQ_GROW_TIMELINE") != "" // a timeline of the machine beside the publishes
+	if cpuTimeline {
 		defer r.sample(ctx, &sampler)()
+	}
+	var io ioSampler // the disk and page cache every 10 ms, for the episode timeline
+	if episode {
+		sctx, scancel := context.WithCancel(ctx)
+		var swg sync.WaitGroup
+		swg.Go(func() { io.run(sctx, r.pids) })
+		defer func() { scancel(); swg.Wait() }()
 	}
 	l.waitAcks(t, 5*rate)
 
 	l.phase.Store("grow")
+	var wrote map[string]int64 // every process's writes, for the episode's report
+	if episode {
+		wrote = writers()
+	}
 	start := time.Now()
 	var profs sync.WaitGroup
 	profSeconds := envInt("QUICMQ_GROW_PROFILE_SECONDS", 6)
@@ -110,7 +130,7 @@ func TestGrowCampaign(t *testing.T) {
 	}
 	l.event("start rc4, rc5")
 	for i := 3; i < 5; i++ {
-		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
+		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: growDataDir(t), lan: freeAddr(t)})
 		r.start(i)
 	}
 	for i := 3; i < 5; i++ {
@@ -127,9 +147,19 @@ func TestGrowCampaign(t *testing.T) {
 	took := time.Since(start)
 	l.event("balanced")
 	l.phase.Store("after")
-	l.waitAcks(t, rate)
+	// After the moves (QUICMQ_GROW_AFTER_ACKS publishes, default a second's worth): five
+	// processes sync now where three did before, so on a machine whose disk they share the
+	// p99 after says how much of the p99 during is the larger region's and not the moves'.
+	l.waitAcks(t, envInt("QUICMQ_GROW_AFTER_ACKS", rate))
 	cancel()
 	wg.Wait()
+	var events map[string][]timeline.Event
+	if episode {
+		events = fetchTimelines(t, []string{"rc1", "rc2", "rc3", "rc4", "rc5"}, metrics, start.Add(-5*time.Second))
+		disk, _ := io.between(start, start.Add(took), nil)
+		t.Logf("written to storage during the moves (%v): the disk (KiB written, flushes/ms, in flight, dirty/writeback MiB at the end) %s; %s",
+			took.Round(time.Millisecond), disk, topWriters(wrote, writers(), 8))
+	}
 
 	before, during := l.latencies("before"), l.latencies("grow")
 	p99 := func(s []time.Duration) time.Duration {
@@ -146,9 +176,10 @@ func TestGrowCampaign(t *testing.T) {
 	if control {
 		what = "control (3 + 2 node processes, nothing moved; \"balanced\": its window ended)"
 	}
-	t.Logf("%s, %d topics at %d publishes/s: balanced in %v; held/led: %s; publish p99 before %v (%d), during %v (%d), %.1fx; %d answers refused or of unknown outcome, published again: %s",
+	after := l.latencies("after")
+	t.Logf("%s, %d topics at %d publishes/s: balanced in %v; held/led: %s; publish p99 before %v (%d), during %v (%d), %.1fx; after %v (%d); %d answers refused or of unknown outcome, published again: %s",
 		what, topics, rate, took.Round(time.Millisecond), strings.Join(table, ", "), p99(before), len(before), p99(during), len(during),
-		float64(p99(during))/float64(max(1, p99(before))), l.refused.Load(), l.refusals())
+		float64(p99(during))/float64(max(1, p99(before))), p99(after), len(after), l.refused.Load(), l.refusals())
 
 	// Every acknowledged record once, read from rc1; every topic's next offset the same on
 	// each of its replicas.
@@ -162,6 +193,7 @@ func TestGrowCampaign(t *testing.T) {
 	lost, dup := l.readBack(t, rctx, rc, topics)
 	nexts := map[string]map[uint64]bool{} // topic -> next offsets its replicas list
 	replicasOf := map[int]string{}        // topic number -> its replicas after, for the slow report
+	leaderOf := map[int]string{}          // topic number -> its leader after, for the episode
 	listed := 0
 	for i := range r.nodes {
 		rows, err := r.topics(rctx, i, "roll.>")
@@ -176,6 +208,7 @@ func TestGrowCampaign(t *testing.T) {
 			}
 			if n, err := strconv.Atoi(strings.TrimPrefix(row.Topic, "roll.t")); err == nil {
 				replicasOf[n] = strings.Join(slices.Sorted(slices.Values(row.Replicas)), "+")
+				leaderOf[n] = row.Leader
 			}
 			if nexts[row.Topic] == nil {
 				nexts[row.Topic] = map[uint64]bool{}
@@ -193,12 +226,17 @@ func TestGrowCampaign(t *testing.T) {
 			}
 		}
 	}
-	if timeline {
+	if cpuTimeline {
 		t.Logf("the moves, every 250 ms (CPU of each process and of the machine, publishes sent then):\n%s",
 			sampler.timeline(l, start.Add(-time.Second), start.Add(took), 250*time.Millisecond, 3*p99(before), []string{"rc1", "rc2", "rc3", "rc4", "rc5", "test"}))
 	}
 	t.Logf("publishes of the moves slower than 3x the p99 before (%v), by when they were sent (from the first start, at %s):\n%s",
 		3*p99(before), start.Format("15:04:05.000"), l.growSlowReport(start, 3*p99(before), replicasOf))
+	if episode {
+		// The publishes that make the p99 during the moves, whether or not over 3x before.
+		t.Logf("the moves' worst episode of publishes at their p99 (%v) or slower, beside the nodes' store and raft events:\n%s",
+			p99(during), l.episodeTimeline(start, p99(during)-1, events, &io, []string{"rc1", "rc2", "rc3", "rc4", "rc5", "test"}, replicasOf, leaderOf))
+	}
 	t.Logf("read back %d topics: %d acknowledged records lost, %d stored more than once; %d topics whose next offset differs between their replicas (%d replicas listed)", topics, lost, dup, differ, listed)
 	if lost > 0 || dup > 0 || differ > 0 || listed != 3*topics {
 		t.Errorf("%d lost, %d duplicated, %d topics with different next offsets", lost, dup, differ)
@@ -336,4 +374,19 @@ func growControl(t *testing.T, l *rollLoad, admin string, acks int) []growNodeRo
 	})
 	l.waitAcks(t, acks)
 	return rows
+}
+
+// growDataDir is a node's data directory: a test temporary directory, or one under
+// QUICMQ_GROW_DATA, removed at the end.
+func growDataDir(t *testing.T) string {
+	root := os.Getenv("QUICMQ_GROW_DATA")
+	if root == "" {
+		return t.TempDir()
+	}
+	dir, err := os.MkdirTemp(root, "quicmq-grow-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/internal/config"
+	"github.com/quicmq/quicmq/internal/timeline"
 	"github.com/quicmq/quicmq/node"
 	"github.com/quicmq/quicmq/wal"
 )
@@ -277,11 +278,14 @@ func runNode(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if f.pprof {
+		cfg.Timeline = timeline.New(timelineEvents)
+	}
 	n, err := node.New(cfg)
 	if err != nil {
 		return err
 	}
-	return serveNodes(ctx, e, nil, served{node: n, metrics: f.metrics, admin: f.admin, pprof: f.pprof})
+	return serveNodes(ctx, e, nil, served{node: n, metrics: f.metrics, admin: f.admin, pprof: f.pprof, timeline: cfg.Timeline})
 }
 
 // served is a node with the addresses of its metrics and admin endpoints ("" for none).
@@ -290,12 +294,22 @@ type served struct {
 	node           *node.Node
 	metrics, admin string
 	pprof          bool // /debug/pprof/ on the metrics address
+	// timeline, with pprof, is served at /debug/quicmq/timeline beside the profiles.
+	timeline *timeline.Recorder
 }
 
-// withProfiles serves Go's runtime profiles at /debug/pprof/ beside h.
-func withProfiles(h http.Handler) http.Handler {
+// timelineEvents is how many of the store's and raft's last events a node with --pprof
+// keeps for /debug/quicmq/timeline (about 40 bytes each: a few seconds of a busy node).
+const timelineEvents = 1 << 17
+
+// withProfiles serves Go's runtime profiles at /debug/pprof/ beside h, and with tl the
+// node's recent store and raft events at /debug/quicmq/timeline (JSON; ?since=Unix ns).
+func withProfiles(h http.Handler, tl *timeline.Recorder) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
+	if tl != nil {
+		mux.Handle("/debug/quicmq/timeline", tl)
+	}
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -395,7 +409,7 @@ func listenHTTP(nodes []served, announce func(format string, args ...any)) ([]*h
 				mux.Handle("GET /metrics", s.node.MetricsHandler())
 				var h http.Handler = mux
 				if s.pprof {
-					h = withProfiles(mux)
+					h = withProfiles(mux, s.timeline)
 				}
 				if s.metrics, err = listen("--metrics", s.metrics, h); err != nil {
 					return nil, err
@@ -409,7 +423,7 @@ func listenHTTP(nodes []served, announce func(format string, args ...any)) ([]*h
 		case s.metrics != "":
 			h := s.node.AdminHandler()
 			if s.pprof {
-				h = withProfiles(h)
+				h = withProfiles(h, s.timeline)
 			}
 			if s.metrics, err = listen("--metrics", s.metrics, h); err != nil {
 				return nil, err

@@ -193,6 +193,10 @@ type rollLoad struct {
 	samples []rollSample
 	events  []rollEvent
 	start   time.Time
+	// blocked are the PublishAsync calls that took over 2 ms (the SDK waiting for a slot or
+	// its stream), by when they began: the grow campaign's episode timeline tells a client
+	// held by its connection from one not scheduled.
+	blocked []rollEvent
 }
 
 // rollSample is one acknowledged publish: when it was first sent, how long until its
@@ -295,6 +299,11 @@ func (l *rollLoad) run(ctx context.Context, c *client.Conn, topics, rate int) {
 			sent := time.Now()
 			m := client.Message{Topic: fmt.Sprintf("roll.t%d", topic), Payload: []byte(pay), ProducerID: "roll", Sequence: uint64(seq)}
 			f, err := c.PublishAsync(context.Background(), m)
+			if took := time.Since(sent); took > 2*time.Millisecond {
+				l.mu.Lock()
+				l.blocked = append(l.blocked, rollEvent{at: sent, what: took.String()})
+				l.mu.Unlock()
+			}
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
 					return

@@ -34,21 +34,22 @@ type procSampler struct {
 func (r *replicaRegion) sample(ctx context.Context, s *procSampler) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		s.run(ctx, func() map[string]int {
-			pids := map[string]int{"test": os.Getpid()}
-			for _, n := range r.nodes {
-				if p := n.proc(); p != nil {
-					pids[n.name] = p.Pid()
-				}
-			}
-			return pids
-		})
-	})
+	wg.Go(func() { s.run(ctx, r.pids) })
 	return func() {
 		cancel()
 		wg.Wait()
 	}
+}
+
+// pids names r's running node processes and the test process ("test"), by name.
+func (r *replicaRegion) pids() map[string]int {
+	pids := map[string]int{"test": os.Getpid()}
+	for _, n := range r.nodes {
+		if p := n.proc(); p != nil {
+			pids[n.name] = p.Pid()
+		}
+	}
+	return pids
 }
 
 // run samples until ctx ends; pids gives the processes to sample by name (it is called at
