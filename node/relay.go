@@ -315,6 +315,9 @@ func (rs *relayStream) answer(seq uint64, o wal.RecordOutcome, e *wire.Error) bo
 	b := w[k]
 	rs.mu.answeredAt = time.Now()
 	i := int(seq - b.relaySeq)
+	// The outcome is written before the lock is let go: once it is, end may fail the rest of
+	// the batch and mark it done, and the client's answers are written from outcomes.
+	b.outcomes[i], b.errs[i] = o, e
 	b.got[i] = true
 	b.answered++
 	complete := b.answered == len(b.seqs)
@@ -332,7 +335,6 @@ func (rs *relayStream) answer(seq uint64, o wal.RecordOutcome, e *wire.Error) bo
 		}
 	}
 	rs.mu.Unlock()
-	b.outcomes[i], b.errs[i] = o, e
 	if complete {
 		if e == nil {
 			n.place.RelayedPubs.Add(float64(len(b.seqs)))
