@@ -287,27 +287,41 @@ func (s *ioSampler) run(ctx context.Context, pids func() map[string]int) {
 
 // diskWrites reads the disk with the most sectors written from /proc/diskstats.
 func diskWrites() (sectors, flushes, flushMs, inflight int64) {
-	b, err := os.ReadFile("/proc/diskstats")
-	if err != nil {
-		return
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 14 || strings.HasPrefix(f[2], "loop") {
-			continue
-		}
+	for _, f := range diskstats() {
 		n := func(i int) int64 {
 			if i >= len(f) {
 				return 0
 			}
-			x, _ := strconv.ParseInt(f[i], 10, 64)
-			return x
+			return f[i]
 		}
 		if n(9) > sectors {
 			sectors, flushes, flushMs, inflight = n(9), n(18), n(19), n(11)
 		}
 	}
 	return
+}
+
+// diskstats reads /proc/diskstats: each disk's line but loop devices', its fields as numbers
+// at the kernel's column numbers counted from 0 (the name, field 2, reads as 0). Lines of
+// fewer than 14 fields (partitions on older kernels) are left out.
+func diskstats() [][]int64 {
+	b, err := os.ReadFile("/proc/diskstats")
+	if err != nil {
+		return nil
+	}
+	var disks [][]int64
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 14 || strings.HasPrefix(f[2], "loop") {
+			continue
+		}
+		d := make([]int64, len(f))
+		for i, x := range f {
+			d[i], _ = strconv.ParseInt(x, 10, 64)
+		}
+		disks = append(disks, d)
+	}
+	return disks
 }
 
 // pageCache reads Dirty and Writeback (KiB) from /proc/meminfo.

@@ -115,20 +115,11 @@ func machineCPU() (busy, iowait, total float64) {
 
 // diskBusy is the busiest disk's time doing I/O (/proc/diskstats, field 13, ms).
 func diskBusy() float64 {
-	b, err := os.ReadFile("/proc/diskstats")
-	if err != nil {
-		return 0
+	var m int64
+	for _, f := range diskstats() {
+		m = max(m, f[12])
 	}
-	var m float64
-	for line := range strings.SplitSeq(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 13 || strings.HasPrefix(f[2], "loop") {
-			continue
-		}
-		x, _ := strconv.ParseFloat(f[12], 64)
-		m = max(m, x)
-	}
-	return m / 1000
+	return float64(m) / 1000
 }
 
 // timeline prints, per step of the roll from start to end, the publishes sent in it (how
