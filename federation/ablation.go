@@ -2,7 +2,7 @@ package federation
 
 // The shared-link ablation: a measurement aid, off by default (Config.AblationSharedLink,
 // `quicmq node --ablation-shared-link`), the federation's counterpart of the client
-// shared-stream ablation (node/ablation.go).
+// shared-stream ablation (node/sharedstream, wired to the session in node/ablation.go).
 //
 // QuicMQ's claim is that one QUIC stream per remote subscription keeps a lossy link from
 // stalling every mirrored topic behind one lost packet. To measure that claim against the
