@@ -301,6 +301,22 @@ func (r *replicated) unwaitPlaced(topic string) {
 
 var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
+// placementChanged is nil when topic is placed, else a channel closed by the next
+// placement of any topic. placeAll waits on it for a whole batch of topics: a channel and
+// a waiting entry per topic, made and dropped on the metadata leader for every creation
+// asked of it, were most of what its asks allocated besides their answers (issue 29).
+func (r *replicated) placementChanged(topic string) <-chan struct{} {
+	r.pl.Lock()
+	defer r.pl.Unlock()
+	if _, ok := r.pl.topics[topic]; ok {
+		return nil
+	}
+	if r.pl.changed == nil {
+		r.pl.changed = make(chan struct{})
+	}
+	return r.pl.changed
+}
+
 // slowPoll is how often a creation that asked for its placement looks again whether the
 // metadata leader changed under it: an election takes that long.
 func (r *replicated) slowPoll() time.Duration {
@@ -310,7 +326,8 @@ func (r *replicated) slowPoll() time.Duration {
 
 // placeAll places topics, asked by another node, on this node, the metadata leader, placing
 // on groups of many topics: queued for the placer together, then waited for together, with
-// one timer, not a goroutine and timers per topic. ok is false when this node cannot take
+// one timer and one channel (placementChanged), not a goroutine, timers or a channel per
+// topic. ok is false when this node cannot take
 // that path (it does not lead the metadata group, or places a group per topic).
 func (r *replicated) placeAll(ctx context.Context, topics []string) (e *wire.Error, ok bool) {
 	r.mu.Lock()
@@ -342,19 +359,18 @@ func (r *replicated) placeAll(ctx context.Context, topics []string) (e *wire.Err
 	poll := time.NewTicker(r.slowPoll())
 	defer poll.Stop()
 	for _, topic := range topics {
-		placed := r.placedCh(topic)
-	wait:
 		for {
+			changed := r.placementChanged(topic)
+			if changed == nil {
+				break
+			}
 			select {
-			case <-placed:
-				break wait
+			case <-changed:
 			case <-poll.C:
 				if r.leaderID(ctx, metaGroup) != r.id {
-					r.unwaitPlaced(topic)
 					return wire.Errorf(wire.CodeUnavailable, "topic %q: node %q no longer leads region %q's metadata; retry", topic, n.cfg.Name, n.cfg.Region), true
 				}
 			case <-ctx.Done():
-				r.unwaitPlaced(topic)
 				return wire.Errorf(wire.CodeUnavailable, "topic %q: region %q's metadata group did not place it within %v (no quorum of its nodes: %s); retry",
 					topic, n.cfg.Region, n.cfg.Raft.QuorumTimeout, r.metaLacking()), true
 			}

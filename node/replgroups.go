@@ -457,6 +457,10 @@ func (r *replicated) placeLocked(topic string, g *repGroup) bool {
 		return false
 	}
 	r.pl.topics[topic] = g.id
+	if r.pl.changed != nil {
+		close(r.pl.changed) // placeAll's asks look again (placementChanged)
+		r.pl.changed = nil
+	}
 	if ch := r.pl.waiting[topic]; ch != nil {
 		close(ch) // a creation waits for it (placedCh)
 		delete(r.pl.waiting, topic)

@@ -327,3 +327,43 @@ func TestUpgradeToGroupsOneNodeAtATime(t *testing.T) {
 	}
 	checkIdentical(t, m.all(), "new.4", 2)
 }
+
+// The metadata leader's batched asks wait for their topics on one channel, closed by the
+// next placement, not on a channel and a waiting entry per topic (placeAll; issue 29:
+// those were made and dropped for every creation asked of the leader).
+func TestPlacementChangedIsOneChannelForEveryTopic(t *testing.T) {
+	r := &replicated{n: &Node{}}
+	r.n.cfg.Replicas = 1
+	r.pl.topics = map[string]uint64{}
+	g := &repGroup{id: 7, replicas: []repMember{{name: "a"}}}
+	const n = 1000
+	chans := map[<-chan struct{}]bool{}
+	for i := range n {
+		ch := r.placementChanged(fmt.Sprintf("wait.%d", i))
+		if ch == nil {
+			t.Fatalf("wait.%d: placed before any placement", i)
+		}
+		chans[ch] = true
+	}
+	if len(chans) != 1 || len(r.pl.waiting) != 0 {
+		t.Fatalf("%d channels and %d waiting entries for %d topics, want one channel and none", len(chans), len(r.pl.waiting), n)
+	}
+	var ch <-chan struct{}
+	for c := range chans {
+		ch = c
+	}
+	r.pl.Lock()
+	r.placeLocked("wait.3", g)
+	r.pl.Unlock()
+	select {
+	case <-ch:
+	default:
+		t.Fatal("a placement did not close the channel its waiters wait on")
+	}
+	if r.placementChanged("wait.3") != nil {
+		t.Error("a placed topic still waits")
+	}
+	if next := r.placementChanged("wait.4"); next == nil || next == ch {
+		t.Error("after a placement, an unplaced topic waits on a new channel")
+	}
+}

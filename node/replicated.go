@@ -74,6 +74,9 @@ type replicated struct {
 		narrow int
 		// waiting: topics creations wait for, each closed when it is placed (placedCh)
 		waiting map[string]chan struct{}
+		// changed, when not nil, is closed by the next placement: the metadata leader's
+		// batched asks wait on it (placeAll), one channel for every topic they wait for.
+		changed chan struct{}
 	}
 
 	// parked: topics publish streams wait for the placement of, released by its apply

@@ -20,7 +20,7 @@ func (w *ReplicaWriter) SetGroup(b *pebble.Batch, group, topic string, settings 
 	if err := errors.Join(checkName("group name", group), checkName("group topic", topic)); err != nil {
 		return fmt.Errorf("wal: replicated group %q of %q: %w", group, topic, err)
 	}
-	if w.bound[topic] == nil {
+	if w.bound(topic) == nil {
 		return fmt.Errorf("wal: replicated group %q of %q: %w: topic not bound", group, topic, ErrInvalidRequest)
 	}
 	if settings != nil {
@@ -50,7 +50,7 @@ func (w *ReplicaWriter) RemoveGroup(b *pebble.Batch, group, topic string) error 
 	if err := errors.Join(checkName("group name", group), checkName("group topic", topic)); err != nil {
 		return fmt.Errorf("wal: remove replicated group %q of %q: %w", group, topic, err)
 	}
-	if w.bound[topic] == nil {
+	if w.bound(topic) == nil {
 		return fmt.Errorf("wal: remove replicated group %q of %q: %w: topic not bound", group, topic, ErrInvalidRequest)
 	}
 	if err := errors.Join(b.Delete(groupKey(group, ""), nil), b.Delete(groupKey(group, topic), nil)); err != nil {
@@ -77,7 +77,7 @@ func (w *ReplicaWriter) SetMirroredGroup(b *pebble.Batch, name, topic string, s 
 	if err := errors.Join(checkName("group name", name), checkName("group topic", topic)); err != nil {
 		return false, fmt.Errorf("wal: replicated mirrored group %q of %q: %w", name, topic, err)
 	}
-	if w.bound[topic] == nil {
+	if w.bound(topic) == nil {
 		return false, fmt.Errorf("wal: replicated mirrored group %q of %q: %w: topic not bound", name, topic, ErrInvalidRequest)
 	}
 	if s.Vector == nil || s.Updated.IsZero() {

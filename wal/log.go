@@ -108,23 +108,30 @@ type Log struct {
 	closeErr  error
 }
 
-// topic is one topic's log.
+// topic is one topic's log. Its four flags sit beside id, in what would otherwise be
+// padding, so that the struct fits the allocator's 176-byte class rather than 192: a
+// region holds one per topic on every replica (TestTopicStructSize).
 type topic struct {
 	name string
 	id   uint32
+
+	touched bool // in the batch being built (committer scratch)
+	// stagedLocal: the batch being built appends to the topic a record first published in
+	// this region (OriginRegion ""), not only mirrored ones (committer scratch, WatchAdvances).
+	stagedLocal bool
+	// dedupReady: the de-duplication windows (producers) were rebuilt from the log since
+	// Open (dedup.go); committer-owned.
+	dedupReady bool
+	// deleted: the topic was deleted (readers that hold the *topic then get a
+	// *TopicDeletedError); guarded by Log.mu.
+	deleted bool
 
 	// Owned by the committer: the next offset to assign, its byte position,
 	// and the Time of the last assigned record.
 	next, nextPos uint64
 	lastTime      int64
-	touched       bool // in the batch being built (committer scratch)
-	// stagedLocal: the batch being built appends to the topic a record first published in
-	// this region (OriginRegion ""), not only mirrored ones (committer scratch, WatchAdvances).
-	stagedLocal bool
-	// Owned by the committer: the de-duplication windows by producer ID, and
-	// whether they were rebuilt from the log since Open (dedup.go).
-	producers  map[string]*producerState
-	dedupReady bool
+	// Owned by the committer: the de-duplication windows by producer ID (dedup.go).
+	producers map[string]*producerState
 
 	// The read of a recovered topic's tail for its de-duplication windows,
 	// made by the first caller that needs them (dedup.go).
@@ -135,13 +142,15 @@ type topic struct {
 	ccfg TopicConfig
 
 	// Guarded by Log.mu: the first retained offset and the high-watermark
-	// (next durable offset), each with its byte position; the durable
-	// configuration; and whether the topic was deleted (readers that hold
-	// the *topic then get a *TopicDeletedError).
+	// (next durable offset), each with its byte position; and the durable
+	// configuration.
 	first, firstPos uint64
 	hwm, hwmPos     uint64
 	cfg             TopicConfig
-	deleted         bool
+
+	// group is the raft group of a replicated topic (Log.repl.topics holds it): set when
+	// it is bound or loaded, before the topic is shared, then read-only.
+	group uint64
 }
 
 type posName struct{ name, topic string }

@@ -73,15 +73,20 @@ type replState struct {
 	once    sync.Once
 	loadErr error
 	mu      sync.RWMutex
-	topics  map[string]uint64   // replicated topic -> group (stored, or staged by a Bind)
-	local   map[string]struct{} // local topics the committer created since Open
-	writer  bool                // a ReplicaWriter exists
+	// topics: replicated topic -> its log (whose group field says its raft group), stored or
+	// staged by a Bind. Written only by loadReplicated and then by the ReplicaWriter's
+	// goroutine (with mu held), which therefore reads it without mu (ReplicaWriter.bound):
+	// one map serves both the refusals and the writer, since a topic's name and group are
+	// what a replica holds per topic beyond a single node's log.
+	topics map[string]*topic
+	local  map[string]struct{} // local topics the committer created since Open
+	writer bool                // a ReplicaWriter exists
 }
 
 // loadReplicated reads the stored markers once (the first time anything asks).
 func (l *Log) loadReplicated() error {
 	l.repl.once.Do(func() {
-		l.repl.topics = make(map[string]uint64)
+		l.repl.topics = make(map[string]*topic)
 		l.repl.local = make(map[string]struct{})
 		db, err := l.readDB()
 		if err != nil {
@@ -94,14 +99,23 @@ func (l *Log) loadReplicated() error {
 			l.repl.loadErr = fmt.Errorf("wal: load replicated topics: %w", err)
 			return
 		}
+		l.mu.RLock() // recover filled l.mu.topics in Open: every topic with an ID
 		for ok := it.First(); ok; ok = it.Next() {
 			p, reason := openMeta(it.Key(), it.Value(), 8)
+			name := string(it.Key()[1:])
 			if reason != "" {
-				l.repl.loadErr = &CorruptError{Topic: string(it.Key()[1:]), Reason: "replicated topic marker: " + reason}
+				l.repl.loadErr = &CorruptError{Topic: name, Reason: "replicated topic marker: " + reason}
 				break
 			}
-			l.repl.topics[string(it.Key()[1:])] = binary.LittleEndian.Uint64(p)
+			t := l.mu.topics[name]
+			if t == nil {
+				l.repl.loadErr = &CorruptError{Topic: name, Reason: "replicated topic marker without its topic ID"}
+				break
+			}
+			t.group = binary.LittleEndian.Uint64(p) // before the topic is shared with a writer
+			l.repl.topics[name] = t
 		}
+		l.mu.RUnlock()
 		if err := errors.Join(it.Error(), it.Close()); err != nil && l.repl.loadErr == nil {
 			l.repl.loadErr = fmt.Errorf("wal: load replicated topics: %w", err)
 		}
@@ -118,10 +132,10 @@ func (l *Log) refuseReplicated(topic string) error {
 		return err
 	}
 	l.repl.mu.RLock()
-	g, ok := l.repl.topics[topic]
+	t := l.repl.topics[topic]
 	l.repl.mu.RUnlock()
-	if ok {
-		return &ReplicatedError{Topic: topic, Group: g}
+	if t != nil {
+		return &ReplicatedError{Topic: topic, Group: t.group}
 	}
 	return nil
 }
@@ -134,8 +148,8 @@ func (l *Log) newLocalTopic(b *pebble.Batch, name string) (*topic, error) {
 	}
 	l.repl.mu.Lock()
 	defer l.repl.mu.Unlock()
-	if g, ok := l.repl.topics[name]; ok {
-		return nil, &ReplicatedError{Topic: name, Group: g}
+	if t := l.repl.topics[name]; t != nil {
+		return nil, &ReplicatedError{Topic: name, Group: t.group}
 	}
 	t, err := l.newTopic(b, name)
 	if err != nil {
@@ -198,8 +212,7 @@ func setMetaDeferred(b *pebble.Batch, prefix byte, name string, payload []byte) 
 // committed entries. For its topics it owns what the committer owns for a
 // local topic (next offset, byte position, last time).
 type ReplicaWriter struct {
-	l     *Log
-	bound map[string]*topic
+	l *Log
 
 	// Staged since the last Published.
 	touched   []*topic
@@ -228,18 +241,9 @@ func (l *Log) ReplicaWriter() (*ReplicaWriter, error) {
 	if l.repl.writer {
 		return nil, fmt.Errorf("wal: replica writer: %w: the log has one already", ErrInvalidRequest)
 	}
-	w := &ReplicaWriter{l: l, bound: make(map[string]*topic), staged: make(map[posName]uint64),
+	w := &ReplicaWriter{l: l, staged: make(map[posName]uint64),
 		spos: make(map[*topic]*stagedPositions), compact: make(chan compactJob, 64),
 		stagedGroups: make(map[string]map[string]bool)}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	for name := range l.repl.topics {
-		t := l.mu.topics[name]
-		if t == nil {
-			return nil, &CorruptError{Topic: name, Reason: "replicated topic marker without its topic ID"}
-		}
-		w.bound[name] = t
-	}
 	l.repl.writer = true
 	if l.ctx != nil { // started by Open: stopped by Close
 		l.wg.Add(1)
@@ -258,9 +262,9 @@ func (w *ReplicaWriter) Bind(b *pebble.Batch, name string, group uint64) error {
 	}
 	l.repl.mu.Lock()
 	defer l.repl.mu.Unlock()
-	if g, ok := l.repl.topics[name]; ok {
-		if g != group {
-			return fmt.Errorf("wal: bind %q to raft group %d: %w: it is replicated by group %d", name, group, ErrInvalidRequest, g)
+	if t := l.repl.topics[name]; t != nil {
+		if t.group != group {
+			return fmt.Errorf("wal: bind %q to raft group %d: %w: it is replicated by group %d", name, group, ErrInvalidRequest, t.group)
 		}
 		return nil
 	}
@@ -273,7 +277,7 @@ func (w *ReplicaWriter) Bind(b *pebble.Batch, name string, group uint64) error {
 	if l.c.nextID == math.MaxUint32 {
 		return fmt.Errorf("wal: bind %q: %w: every topic ID was used once", name, ErrInvalidRequest)
 	}
-	t := &topic{name: name, id: l.c.nextID, dedupReady: true}
+	t := &topic{name: name, id: l.c.nextID, dedupReady: true, group: group}
 	l.c.nextID++
 	// Both keys are built in the batch's own buffer: a region creating topics in bulk
 	// binds each on every replica, and four allocations a topic here were a tenth of what
@@ -288,16 +292,19 @@ func (w *ReplicaWriter) Bind(b *pebble.Batch, name string, group uint64) error {
 	if err := setMetaDeferred(b, prefixReplicated, name, g[:]); err != nil {
 		return fmt.Errorf("wal: bind %q: %w", name, err)
 	}
-	l.repl.topics[name] = group
-	w.bound[name] = t
+	l.repl.topics[name] = t
 	w.newTopics = append(w.newTopics, t)
 	return nil
 }
 
+// bound is the log of a bound topic, nil for another. Only the writer's goroutine writes
+// l.repl.topics after loadReplicated, so it reads the map without l.repl.mu.
+func (w *ReplicaWriter) bound(name string) *topic { return w.l.repl.topics[name] }
+
 // Next returns the next offset of a bound topic and the time of the record
 // before it, as written (published or not); ok is false for a topic not bound.
 func (w *ReplicaWriter) Next(topic string) (next uint64, lastTime int64, ok bool) {
-	t := w.bound[topic]
+	t := w.bound(topic)
 	if t == nil {
 		return 0, 0, false
 	}
@@ -310,7 +317,7 @@ func (w *ReplicaWriter) Next(topic string) (next uint64, lastTime int64, ok bool
 // ts must not be below the topic's last time: the caller clamps, so that
 // every replica assigns the same times.
 func (w *ReplicaWriter) Append(b *pebble.Batch, topic string, recs []Record, ts int64) (uint64, error) {
-	t := w.bound[topic]
+	t := w.bound(topic)
 	if t == nil {
 		return 0, fmt.Errorf("wal: replicated append %q: %w: topic not bound", topic, ErrInvalidRequest)
 	}
@@ -347,7 +354,7 @@ func (w *ReplicaWriter) SetPosition(b *pebble.Batch, p Position, updated int64) 
 	if err := errors.Join(checkName("position name", p.Name), checkName("position topic", p.Topic)); err != nil {
 		return fmt.Errorf("wal: replicated position %q of %q: %w", p.Name, p.Topic, err)
 	}
-	if w.bound[p.Topic] == nil {
+	if w.bound(p.Topic) == nil {
 		return fmt.Errorf("wal: replicated position %q of %q: %w: topic not bound", p.Name, p.Topic, ErrInvalidRequest)
 	}
 	if err := checkVector(p.Vector); err != nil { // position.go: stored as SetPosition stores it (v3)

@@ -267,7 +267,7 @@ func TestBindAllocatesOnlyItsTopic(t *testing.T) {
 	if err := b.Commit(pebble.Sync); err != nil {
 		t.Fatal(err)
 	}
-	id := binary.BigEndian.AppendUint32(nil, w.bound[names[7]].id)
+	id := binary.BigEndian.AppendUint32(nil, w.bound(names[7]).id)
 	for _, kv := range []struct{ key, payload []byte }{
 		{topicKey(names[7]), id},
 		{replicatedKey(names[7]), binary.LittleEndian.AppendUint64(nil, 9)},

@@ -26,7 +26,7 @@ type CutResult struct {
 
 // First returns the first offset a bound topic keeps, as written (published or not).
 func (w *ReplicaWriter) First(topic string) (uint64, bool) {
-	t := w.bound[topic]
+	t := w.bound(topic)
 	if t == nil {
 		return 0, false
 	}
@@ -41,7 +41,7 @@ func (w *ReplicaWriter) First(topic string) (uint64, bool) {
 // moves the next offset to it, the log being empty. A cut at or below the first offset
 // deletes nothing.
 func (w *ReplicaWriter) Cut(b *pebble.Batch, topic string, cut uint64, jump bool) (CutResult, error) {
-	t := w.bound[topic]
+	t := w.bound(topic)
 	if t == nil {
 		return CutResult{}, fmt.Errorf("wal: cut %q: %w: topic not bound", topic, ErrInvalidRequest)
 	}
@@ -125,7 +125,7 @@ type cutDone struct {
 // SetTopicConfig stores cfg as the configuration of a bound topic in b (as
 // Log.SetTopicConfig stores a local topic's); readers see it at the next Published.
 func (w *ReplicaWriter) SetTopicConfig(b *pebble.Batch, topic string, cfg TopicConfig) error {
-	t := w.bound[topic]
+	t := w.bound(topic)
 	if t == nil {
 		return fmt.Errorf("wal: configure %q: %w: topic not bound", topic, ErrInvalidRequest)
 	}
@@ -222,9 +222,11 @@ func (w *ReplicaWriter) publishCuts() {
 	clear(w.spos)
 	clear(w.stagedGroups)
 	if len(w.forgotten) > 0 {
+		l.repl.mu.Lock() // renew writes l.repl.topics, which refusals read under it
 		l.mu.Lock()
 		w.renewForgottenLocked()
 		l.mu.Unlock()
+		l.repl.mu.Unlock()
 		for _, t := range w.forgotten {
 			l.watch.wakeTopic(t.name, t.id) // its readers learn of the delete now
 		}
@@ -239,7 +241,7 @@ func (w *ReplicaWriter) publishCuts() {
 // how many positions and group states it removed. What it removes is the same on every
 // replica at the same entry: the stored keys and those staged in b alike.
 func (w *ReplicaWriter) Forget(b *pebble.Batch, topic string) (positions, groups int, err error) {
-	t := w.bound[topic]
+	t := w.bound(topic)
 	if t == nil {
 		return 0, 0, fmt.Errorf("wal: forget %q: %w: topic not bound", topic, ErrInvalidRequest)
 	}
@@ -298,16 +300,16 @@ func (w *ReplicaWriter) Forget(b *pebble.Batch, topic string) (positions, groups
 // renewForgotten gives each topic forgotten since the last Published a new *topic with the
 // same ID and bounds, so that readers bound to the old one (Scanners, subscriptions) get a
 // *TopicDeletedError, as after the delete of a local topic, and new readers read on.
-// Published, with l.mu held.
+// Published, with l.repl.mu and l.mu held.
 func (w *ReplicaWriter) renewForgottenLocked() {
 	for _, old := range w.forgotten {
-		if w.bound[old.name] != old {
+		if w.bound(old.name) != old {
 			continue // forgotten twice in one batch
 		}
 		nt := &topic{name: old.name, id: old.id, next: old.next, nextPos: old.nextPos, lastTime: old.lastTime,
 			dedupReady: true, ccfg: old.ccfg, first: old.first, firstPos: old.firstPos,
-			hwm: old.hwm, hwmPos: old.hwmPos, cfg: old.cfg}
-		w.bound[old.name] = nt
+			hwm: old.hwm, hwmPos: old.hwmPos, cfg: old.cfg, group: old.group}
+		w.l.repl.topics[old.name] = nt
 		w.l.mu.topics[old.name] = nt
 		old.deleted = true // its readers (a Sweep's) learn of the delete
 	}

@@ -81,7 +81,7 @@ func (w *ReplicaWriter) TopicMeta(topic string) ([]MetaKV, error) {
 // another replica): each key must be one of the topic's, and each value must pass its
 // CRC. Positions become visible to readers at the next Published.
 func (w *ReplicaWriter) RestoreTopicMeta(b *pebble.Batch, topic string, kvs []MetaKV) error {
-	if w.bound[topic] == nil {
+	if w.bound(topic) == nil {
 		return fmt.Errorf("wal: restore metadata of %q: %w: topic not bound", topic, ErrInvalidRequest)
 	}
 	prefix := metaFamilies(topic)
@@ -155,7 +155,7 @@ func checkNameReason(name string) string {
 // caught up to: records fetched from there on are written after a gap, which the
 // snapshot's installation closes by cutting the log at jumpFrom.
 func (w *ReplicaWriter) AppendFetched(b *pebble.Batch, topic string, recs []Record, jumpFrom uint64) error {
-	t := w.bound[topic]
+	t := w.bound(topic)
 	if t == nil {
 		return fmt.Errorf("wal: fetched append %q: %w: topic not bound", topic, ErrInvalidRequest)
 	}
@@ -191,7 +191,7 @@ func (w *ReplicaWriter) AppendFetched(b *pebble.Batch, topic string, recs []Reco
 // Installed makes the bound topic's records up to its next offset visible at the next
 // Published: replica calls it when a snapshot whose records were fetched is installed.
 func (w *ReplicaWriter) Installed(topic string) {
-	if t := w.bound[topic]; t != nil && !t.touched {
+	if t := w.bound(topic); t != nil && !t.touched {
 		t.touched = true
 		w.touched = append(w.touched, t)
 	}
@@ -203,7 +203,7 @@ func (w *ReplicaWriter) Installed(topic string) {
 // records of the group, fetched again or applied again identically). A high-watermark
 // past next is lowered to it.
 func (w *ReplicaWriter) Truncate(b *pebble.Batch, topic string, next uint64, lastTime int64) error {
-	t := w.bound[topic]
+	t := w.bound(topic)
 	if t == nil {
 		return fmt.Errorf("wal: truncate %q: %w: topic not bound", topic, ErrInvalidRequest)
 	}

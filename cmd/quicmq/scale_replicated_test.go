@@ -53,7 +53,8 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	metrics := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	// QUICMQ_SCALE_PPROF=DIR: the nodes serve pprof, and the test writes each node's CPU
 	// profile while it creates the topics (DIR/create-NAME.pprof) and over the idle window
-	// (DIR/idle-NAME.pprof), for `go tool pprof`; QUICMQ_SCALE_PPROF_CREATE sets the
+	// (DIR/idle-NAME.pprof), and its heap after that window (DIR/heap-NAME.pprof), for
+	// `go tool pprof`; QUICMQ_SCALE_PPROF_CREATE sets the
 	// creation profile's seconds (default 5), QUICMQ_SCALE_PPROF_DELAY how far into the
 	// creation it starts (default 0).
 	profDir := os.Getenv("QUICMQ_SCALE_PPROF")
@@ -242,6 +243,15 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	profiled()
 	elapsed := time.Since(t0).Seconds()
 	t.Logf("load average after the idle window: %s", loadAvg())
+	// With QUICMQ_SCALE_PPROF, each node's heap after the window (DIR/heap-NAME.pprof, taken
+	// after a GC): what a topic costs each node, structure by structure.
+	if profDir != "" {
+		for i, name := range append(regionNames, "solo") {
+			if err := heapProfile(addrs[i], filepath.Join(profDir, "heap-"+name+".pprof")); err != nil {
+				t.Logf("heap profile of %s: %v", name, err)
+			}
+		}
+	}
 	for i, p := range procs {
 		cpu := procCPU(t, p.Pid()) - cpu0[i]
 		mem := procMemory(t, p.Pid())
@@ -378,9 +388,22 @@ func listTopics(bin, addr, caDir, pattern string) (int, error) {
 	return rows, nil
 }
 
+// heapProfile writes the heap profile of the node serving pprof at addr, taken after a GC.
+// Beside it, path with .txt for .pprof is the text form, which ends with the runtime's
+// MemStats (heap in use and idle, released to the OS, stacks): what the RSS is made of.
+func heapProfile(addr, path string) error {
+	return errors.Join(saveURL(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", addr), path),
+		saveURL(fmt.Sprintf("http://%s/debug/pprof/heap?debug=1", addr), strings.TrimSuffix(path, ".pprof")+".txt"))
+}
+
 // cpuProfile writes the CPU profile of d seconds that the node serving pprof at addr takes.
 func cpuProfile(addr string, d time.Duration, path string) error {
-	resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())))
+	return saveURL(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", addr, int(d.Seconds())), path)
+}
+
+// saveURL writes what a GET of url answers to path.
+func saveURL(url, path string) error {
+	resp, err := http.Get(url)
 	if err != nil {
 		return err
 	}
