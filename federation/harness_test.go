@@ -56,6 +56,7 @@ type nodeOpts struct {
 	parkAfter  time.Duration              // Config.MirrorParkAfter (0: the default)
 	slice      time.Duration              // Config.MirrorSlice (0: the default)
 	ownHeads   bool                       // Config.OwnHeads: every peer region reads own heads
+	ownAsked   *atomic.Int64              // counts the calls of Config.OwnHeads (nil: not counted)
 	// shouldMirror is Config.ShouldMirror (nil: none, every wanted topic is mirrored here).
 	shouldMirror func(topic string) bool
 }
@@ -350,10 +351,15 @@ func (n *fedNode) startFed() {
 		MirrorParkAfter:    n.opts.parkAfter,
 		MirrorSlice:        n.opts.slice,
 		HeadReportInterval: 20 * time.Millisecond,
-		OwnHeads:           func(string) bool { return n.opts.ownHeads },
-		ShouldMirror:       n.opts.shouldMirror,
-		Logger:             slog.New(n.logs.handler(testLogger(t).Handler())).With("node", n.name),
-		Registerer:         reg,
+		OwnHeads: func(string) bool {
+			if n.opts.ownAsked != nil {
+				n.opts.ownAsked.Add(1)
+			}
+			return n.opts.ownHeads
+		},
+		ShouldMirror: n.opts.shouldMirror,
+		Logger:       slog.New(n.logs.handler(testLogger(t).Handler())).With("node", n.name),
+		Registerer:   reg,
 
 		AblationSharedLink: n.opts.sharedLink,
 	})

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	rtmetrics "runtime/metrics"
 	"runtime/pprof"
 	"sync"
 	"testing"
@@ -26,6 +27,7 @@ import (
 // which Go never frees, and maps kept at their largest) does not count as a per-topic cost.
 func TestParkedMirrorsCostWhatLocalTopicsCost(t *testing.T) {
 	const topics = 1000
+	const maxScanBeyond = 800 // bytes
 	// QUICMQ_IDLECOST_HEAP=FILE writes the heap profile of the parked state there, every
 	// allocation sampled: where a mirrored topic's bytes are.
 	profile := os.Getenv("QUICMQ_IDLECOST_HEAP")
@@ -51,7 +53,7 @@ func TestParkedMirrorsCostWhatLocalTopicsCost(t *testing.T) {
 	best := math.Inf(1)
 	var local float64
 	for attempt := range 3 {
-		heap0 := liveHeap()
+		heap0, scan0 := liveHeap(), scanHeap()
 		alloc0 := totalAlloc()
 		prefix := fmt.Sprintf("m.a%d", attempt) // under the mirrored pattern m.>
 		createTopics(t, b, prefix, topics)
@@ -78,13 +80,13 @@ func TestParkedMirrorsCostWhatLocalTopicsCost(t *testing.T) {
 			}
 			return nil
 		})
-		heap1, logs1 := liveHeap(), len(a.logs.find(-8, ""))+len(b.logs.find(-8, ""))
+		heap1, scan1, logs1 := liveHeap(), scanHeap(), len(a.logs.find(-8, ""))+len(b.logs.find(-8, ""))
 		if profile != "" && attempt == 0 {
 			writeHeapProfile(t, profile)
 		}
 
 		createTopics(t, b, fmt.Sprintf("x%d", attempt), topics) // nothing mirrors x*: local topics only
-		heap2 := liveHeap()
+		heap2, scan2 := liveHeap(), scanHeap()
 		if !idle() {
 			t.Fatal("a topic nothing mirrors opened a mirror stream")
 		}
@@ -92,6 +94,9 @@ func TestParkedMirrorsCostWhatLocalTopicsCost(t *testing.T) {
 		lc := float64(int64(heap2)-int64(heap1)) / topics
 		mirrored := float64(int64(heap1)-int64(heap0)) / topics // the origin's topic, its copy, both sides' federation state
 		perMirror := mirrored - lc
+		lscan := float64(int64(scan2)-int64(scan1)) / topics
+		mscan := float64(int64(scan1)-int64(scan0)) / topics
+		t.Logf("attempt %d: scannable heap per topic: local %.0f B; mirrored %.0f B in both nodes, so %.0f B beyond the origin's local topic", attempt, lscan, mscan, mscan-lscan)
 		t.Logf("attempt %d: live heap per topic: local %.0f B; mirrored %.0f B in both nodes, so %.0f B beyond the origin's local topic (%.2fx a local topic); goroutines %d -> %d; %.2f log lines per mirrored topic; %.0f B allocated per topic created, mirrored and parked",
 			attempt, lc, mirrored, perMirror, perMirror/lc, g0, g1, float64(logs1-logs0)/float64((attempt+1)*topics), caughtUp)
 		if lc <= 0 || mirrored <= 0 {
@@ -104,6 +109,15 @@ func TestParkedMirrorsCostWhatLocalTopicsCost(t *testing.T) {
 		// a parked mirror (what the origin reported, what was scanned, ~150 B), the link's and
 		// the catalog's entries for the announced topic (~50 B each) are a few hundred bytes
 		// more (measured 2026-12-06: 570-590 B beyond a local topic's ~400).
+		// What the GC scans for pointers at every cycle beside a hot topic's work (issue 34's
+		// figure 3: 5-8% more CPU a delivery with 10,000 idle mirrored topics): a parked
+		// mirror's state beyond its origin's topic, both sides (the copy in the mirroring log
+		// with its cursor, both links' states, both catalogs' entries). Measured 2026-12-07:
+		// 871-883 B before the mirror's health held no pointer and a topic's pointers led its
+		// struct, 716-735 B after.
+		if scanBeyond := mscan - lscan; scanBeyond > maxScanBeyond && lscan > 0 {
+			t.Errorf("attempt %d: a parked mirrored topic adds %.0f B the GC scans beyond its origin's local topic, want at most %d", attempt, scanBeyond, maxScanBeyond)
+		}
 		if best <= local+1024 {
 			return
 		}
@@ -158,6 +172,16 @@ func liveHeap() uint64 {
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// scanHeap is the part of the heap the last collection found scannable (what it reads for
+// pointers), after two collections.
+func scanHeap() uint64 {
+	runtime.GC()
+	runtime.GC()
+	s := []rtmetrics.Sample{{Name: "/gc/scan/heap:bytes"}}
+	rtmetrics.Read(s)
+	return s[0].Value.Uint64()
 }
 
 func totalAlloc() uint64 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,5 +139,31 @@ func TestOwnHeadReadsTheLastRecords(t *testing.T) {
 		if own != c.want || tm == 0 {
 			t.Errorf("ownHead(%s) = %d (time %d), want %d and the last record's time", c.topic, own, tm, c.want)
 		}
+	}
+}
+
+// A catalog stream's head report asks Config.OwnHeads (gossip's members and their feature
+// lists) only when it announces a topic with its head: the moves of topics the peer's
+// patterns do not match, and of topics announced already, report no announcement, so they
+// ask nothing (they asked at every report, every HeadReportInterval while any topic of the
+// origin moved).
+func TestHeadReportAsksOwnHeadsOnlyToAnnounce(t *testing.T) {
+	m := newFedMesh(t)
+	var asked atomic.Int64
+	b := m.addNode("b", nodeOpts{mirror: []string{"m.>"}, ownHeads: true, ownAsked: &asked})
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}, ownHeads: true})
+	b.publish(t, "m.t", "r0")
+	testlog.WaitFor(t, 30*time.Second, "m.t mirrored into a", func() bool { return a.cursor(t, "b", "m.t") == 0 })
+	before := asked.Load()
+	for i := range 5 {
+		// Moves of a topic a does not mirror, each in a report of its own (20 ms apart), then
+		// a move of the announced one: reports without an announcement.
+		b.publish(t, "x.t", fmt.Sprint(i))
+		testlog.Pause(context.Background(), 30*time.Millisecond)
+	}
+	b.publish(t, "m.t", "r1")
+	testlog.WaitFor(t, 30*time.Second, "m.t's second record mirrored into a", func() bool { return a.cursor(t, "b", "m.t") == 1 })
+	if n := asked.Load() - before; n != 0 {
+		t.Fatalf("the head reports of moves that announce nothing asked OwnHeads %d times, want 0", n)
 	}
 }

@@ -97,10 +97,18 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	announced := make(map[string]uint64)
 	w := wire.NewWriter(str)
 	// ownHeads: the peer's region reads an announcement's HEAD position as this region's own
-	// head (Config.OwnHeads), asked again at each page and report.
-	ownHeads := false
-	askOwnHeads := func() {
-		ownHeads = moved != nil && f.cfg.OwnHeads != nil && f.cfg.OwnHeads(f.peerRegion(peerName(conn)))
+	// head (Config.OwnHeads), asked again at each page and report, but only when one of them
+	// announces a topic with its head (ownHeadsNow): asking looks up gossip's members and
+	// their features, which a report of moves the peer's patterns do not match (every 50 ms
+	// on a node whose other topics are busy) or of announced topics does not need.
+	ownHeads, ownHeadsAsked := false, false
+	askOwnHeads := func() { ownHeadsAsked = false }
+	ownHeadsNow := func() bool {
+		if !ownHeadsAsked {
+			ownHeads = moved != nil && f.cfg.OwnHeads != nil && f.cfg.OwnHeads(f.peerRegion(peerName(conn)))
+			ownHeadsAsked = true
+		}
+		return ownHeads
 	}
 	announce := func(name string) {
 		if _, ok := announced[name]; ok || !patterns.match(name) {
@@ -117,7 +125,7 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 			// is behind.
 			announced[name] = next
 			t, own := f.headTime(name, next), next
-			if ownHeads {
+			if ownHeadsNow() {
 				t, own = f.ownHead(name, first, next)
 			}
 			w.Write(&wire.Head{Next: next, Position: own, Time: t, Topic: name})

@@ -3,6 +3,7 @@ package federation
 import (
 	"fmt"
 	"log/slog"
+	"reflect"
 	"testing"
 	"time"
 
@@ -186,4 +187,33 @@ func TestManyStallsOneLinePerCheck(t *testing.T) {
 		checkMirrored(t, a, b, name(i))
 	}
 	t.Logf("%d stalls in %d WARN lines: %s", n, len(warns), fmtRecords(warns))
+}
+
+// A link keeps a mirrorHealth for every topic it mirrors, parked or not: with no pointer in
+// it, the GC marks it without scanning it (issue 34's figure 3). time.Time holds one (its
+// location), so local times are unix nanoseconds.
+func TestMirrorHealthHoldsNoPointer(t *testing.T) {
+	if p := pointerField(reflect.TypeFor[mirrorHealth](), "mirrorHealth"); p != "" {
+		t.Fatalf("mirrorHealth holds a pointer: %s", p)
+	}
+}
+
+// pointerField names a field of typ that holds a pointer ("" when none does).
+func pointerField(typ reflect.Type, path string) string {
+	switch typ.Kind() {
+	case reflect.Struct:
+		for i := range typ.NumField() {
+			if p := pointerField(typ.Field(i).Type, path+"."+typ.Field(i).Name); p != "" {
+				return p
+			}
+		}
+		return ""
+	case reflect.Array:
+		return pointerField(typ.Elem(), path+"[]")
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return ""
+	}
+	return path + " (" + typ.String() + ")"
 }

@@ -272,12 +272,13 @@ type scannedRecord struct {
 }
 
 // rebuildGate is a recovered topic's tail scan (guarded by its mutex).
+// Its pointers come first, so that a topic's (whose pointers also lead, log.go) end early.
 type rebuildGate struct {
-	sync.Mutex
-	needed  bool          // recovered at Open: set before the log is shared, then read-only
-	done    atomic.Bool   // scan is set, or the windows were rebuilt by the committer
 	running chan struct{} // closed when the scan that runs ends
 	scan    *tailScan
+	sync.Mutex
+	needed bool        // recovered at Open: set before the log is shared, then read-only
+	done   atomic.Bool // scan is set, or the windows were rebuilt by the committer
 }
 
 // awaitRebuild makes sure the tail of topic name was read before a record with

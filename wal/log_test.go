@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -658,4 +659,41 @@ func TestAppendContextCancelWithdraws(t *testing.T) {
 	if len(recs) != 3 || string(recs[1].Payload) != "1" {
 		t.Errorf("log after cancellations: %+v", recs)
 	}
+}
+
+// A log holds a topic struct per topic, most of them idle (a node mirroring 10,000 idle
+// topics holds 10,000 more): its pointers lead the struct, so the GC, which scans an object
+// up to its last pointer, reads 40 of its bytes at every cycle, not 104 (issue 34's figure 3).
+func TestTopicPointersLead(t *testing.T) {
+	const most = 40
+	if end := pointersEnd(reflect.TypeFor[topic](), 0); end > most {
+		t.Fatalf("topic's last pointer ends at byte %d, want at most %d: fields with pointers first", end, most)
+	}
+}
+
+// pointersEnd is the end of the last word of typ (at offset off) that holds a pointer (0
+// when none does).
+func pointersEnd(typ reflect.Type, off uintptr) uintptr {
+	switch typ.Kind() {
+	case reflect.Struct:
+		var end uintptr
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			end = max(end, pointersEnd(f.Type, off+f.Offset))
+		}
+		return end
+	case reflect.Array:
+		var end uintptr
+		for i := range typ.Len() {
+			end = max(end, pointersEnd(typ.Elem(), off+uintptr(i)*typ.Elem().Size()))
+		}
+		return end
+	case reflect.Pointer, reflect.Map, reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		return off + typ.Size()
+	case reflect.String, reflect.Slice:
+		return off + reflect.TypeFor[uintptr]().Size() // the data pointer is the first word
+	case reflect.Interface:
+		return off + typ.Size()
+	}
+	return 0
 }
