@@ -38,7 +38,9 @@ func benchTopics(b *testing.B, payload []byte, topics, perProposal, inflight int
 	peers := []uint64{1, 2, 3}
 	var rs []*walReplica
 	for _, id := range peers {
-		r := startWalReplicaSM(b, net, id, b.TempDir(), []uint64{g}, peers, func(string) uint64 { return g })
+		r := startWalReplicaSM(b, net, id, b.TempDir(), []uint64{g}, peers, func(string) uint64 { return g }, func(c *Config) {
+			c.TickInterval, c.LogCompaction = 100*time.Millisecond, true // the node's: no election under load
+		})
 		r.d.SetBatching(true)
 		rs = append(rs, r)
 	}
@@ -83,28 +85,4 @@ func benchTopics(b *testing.B, payload []byte, topics, perProposal, inflight int
 	runtime.ReadMemStats(&ms1)
 	// The whole process: three replicas, so about what a region's three nodes allocate.
 	b.ReportMetric(float64(ms1.Mallocs-ms0.Mallocs)/float64(b.N), "allocs/record")
-}
-
-// startWalReplicaSM is startWalReplicaWith with groupOf mapping topics to groups.
-func startWalReplicaSM(t testing.TB, net *testNet, id uint64, dir string, groups, peers []uint64, groupOf func(string) uint64) *walReplica {
-	t.Helper()
-	l, err := wal.Open(dir, wal.Options{RetentionInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sm, err := NewWalSM(WalSMConfig{Log: l, GroupOf: groupOf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := New(Config{
-		NodeID: id, DB: l.DB(), StateMachine: sm, Transport: netTransport{id, net},
-		TickInterval: 100 * time.Millisecond, ElectionTicks: 10, HeartbeatTicks: 1, LogCompaction: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &walReplica{id: id, dir: dir, log: l, sm: sm, d: d, done: make(chan error, 1)}
-	r.cancel = runDriver(t, net, id, d, groups, peers, r.done)
-	t.Cleanup(func() { r.stop(t, net) })
-	return r
 }
