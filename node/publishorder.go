@@ -318,7 +318,8 @@ func (p *publisher) requeue(b *pendingBatch) {
 func (p *publisher) finishStep(b *pendingBatch, owner string, e *wire.Error) {
 	if e != nil {
 		p.mu.Lock()
-		b.err, b.done, b.records = e, true, nil
+		b.err, b.done = e, true
+		b.dropRecords()
 		p.mu.Unlock()
 		p.signal()
 	} else {

@@ -93,9 +93,14 @@ type relayStream struct {
 // relay sends b to its owner. b is already queued for answering; every record of it gets
 // an answer: the owner's, or an error saying the owner could not be reached.
 func (p *publisher) relay(b *pendingBatch) {
-	b.outcomes = make([]wal.RecordOutcome, len(b.seqs))
-	b.errs = make([]*wire.Error, len(b.seqs))
-	b.got = make([]bool, len(b.seqs))
+	if len(b.seqs) == 1 { // a publish over many topics: kept in the batch (pendingBatch.one)
+		b.one.outcome, b.one.err, b.one.got = [1]wal.RecordOutcome{}, [1]*wire.Error{}, [1]bool{}
+		b.outcomes, b.errs, b.got = b.one.outcome[:], b.one.err[:], b.one.got[:]
+	} else {
+		b.outcomes = make([]wal.RecordOutcome, len(b.seqs))
+		b.errs = make([]*wire.Error, len(b.seqs))
+		b.got = make([]bool, len(b.seqs))
+	}
 	rs, e := p.relayTo(b.relayTo)
 	if e == nil {
 		e = rs.send(b)
@@ -170,7 +175,7 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 		}, relayBatchBody)
 		rs.seq++
 	}
-	b.records = nil // the frames hold copies
+	b.dropRecords() // the frames hold copies
 	// Flushed when the publisher's reader has no frame left to read (flushRelays), so
 	// that a client's publishes over many topics, one batch each, leave in one stream
 	// write rather than one each; sooner once this much is buffered.
@@ -385,7 +390,7 @@ func (p *publisher) failBatch(b *pendingBatch, e *wire.Error) {
 			b.errs[i] = e
 		}
 	}
-	b.records = nil
+	b.dropRecords()
 	p.attemptEnded(b, nil)
 	p.mu.Lock()
 	b.done = true

@@ -405,13 +405,31 @@ func DecodeEntry(p []byte) (*WalEntry, error) { return decodeWalEntry(p, false) 
 func decodeEntryView(p []byte) (*WalEntry, error) { return decodeWalEntry(p, true) }
 
 func decodeWalEntry(p []byte, view bool) (*WalEntry, error) {
-	if err := checkEntryHeader(p); err != nil {
+	e := &WalEntry{}
+	if err := decodeWalEntryTo(p, e, entryDecoder{view: view}); err != nil {
 		return nil, err
 	}
-	d := entryDecoder{b: p[entryHeaderLen:], view: view}
-	e := &WalEntry{Kind: EntryKind(p[5]), Topic: d.str()}
+	return e, nil
+}
+
+// decodeEntryInto is decodeEntryView into e, which it overwrites: e's Records (their
+// backing array) are reused when large enough, and a topic named in names takes that
+// key's string. WalSM's apply decodes every entry into one WalEntry: a one-record
+// publish over many topics was an entry each, and a new WalEntry, topic string and
+// records slice for each were a third of what a region's replicas allocated per record
+// (issue 29, BenchmarkProposeTopics).
+func decodeEntryInto(p []byte, e *WalEntry, names map[string]*walTopic) error {
+	return decodeWalEntryTo(p, e, entryDecoder{view: true, names: names})
+}
+
+func decodeWalEntryTo(p []byte, e *WalEntry, d entryDecoder) error {
+	if err := checkEntryHeader(p); err != nil {
+		return err
+	}
+	d.b = p[entryHeaderLen:]
+	*e = WalEntry{Kind: EntryKind(p[5]), Topic: d.name(), Records: e.Records[:0]}
 	if !d.kindFields(e) {
-		return nil, fmt.Errorf("%w: unknown kind %d", errEntry, p[5])
+		return fmt.Errorf("%w: unknown kind %d", errEntry, p[5])
 	}
 	if e.Kind.carriesRecords() {
 		d.records(e)
@@ -421,14 +439,14 @@ func decodeWalEntry(p []byte, view bool) (*WalEntry, error) {
 	}
 	if d.bad != "" {
 		if d.newer {
-			return nil, fmt.Errorf("%w: %w: %v of %q: %s", errEntry, ErrEntryNewer, e.Kind, e.Topic, d.bad)
+			return fmt.Errorf("%w: %w: %v of %q: %s", errEntry, ErrEntryNewer, e.Kind, e.Topic, d.bad)
 		}
-		return nil, fmt.Errorf("%w: %v of %q: %s", errEntry, e.Kind, e.Topic, d.bad)
+		return fmt.Errorf("%w: %v of %q: %s", errEntry, e.Kind, e.Topic, d.bad)
 	}
 	if err := e.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", errEntry, err)
+		return fmt.Errorf("%w: %w", errEntry, err)
 	}
-	return e, nil
+	return nil
 }
 
 // checkEntryHeader checks an entry's header: its length, a version this build reads, the
@@ -518,7 +536,12 @@ func (d *entryDecoder) records(e *WalEntry) {
 		d.fail("record count past the end")
 	}
 	if d.bad == "" && n > 0 {
-		e.Records = make([]wal.Record, n)
+		if uint64(cap(e.Records)) >= n {
+			e.Records = e.Records[:n] // decodeEntryInto's: every field is set below
+			clear(e.Records)
+		} else {
+			e.Records = make([]wal.Record, n)
+		}
 	}
 	for i := range e.Records {
 		if d.bad != "" {
@@ -561,6 +584,9 @@ type entryDecoder struct {
 	bad   string
 	newer bool // bad is a body layout past this build's (ErrEntryNewer)
 	view  bool // bytes aliases b instead of copying (decodeEntryView)
+	// names: the topic's name is this map's key string when it holds one with the name
+	// (decodeEntryInto), not a new string.
+	names map[string]*walTopic
 }
 
 // failNewer fails on a body layout this build does not know yet.
@@ -617,6 +643,15 @@ func (d *entryDecoder) raw(limit uint64) []byte {
 
 // str reads a name (at most wal.MaxNameLen bytes).
 func (d *entryDecoder) str() string { return string(d.raw(maxEntryStrBytes)) }
+
+// name reads the entry's topic: names' string for it when known (decodeEntryInto).
+func (d *entryDecoder) name() string {
+	raw := d.raw(maxEntryStrBytes)
+	if st := d.names[string(raw)]; st != nil && st.name != "" {
+		return st.name
+	}
+	return string(raw)
+}
 
 // longStr reads a string of any length the entry holds (a header key).
 func (d *entryDecoder) longStr() string { return string(d.raw(uint64(len(d.b)))) }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/quicmq/quicmq/wal"
 )
@@ -162,11 +163,28 @@ func checkDecode(t *testing.T, p []byte) {
 	if (err == nil) != (verr == nil) || err != nil && err.Error() != verr.Error() {
 		t.Fatalf("DecodeEntry: %v; decodeEntryView: %v", err, verr)
 	}
+	// ... and so does WalSM's, into one entry reused from a decode with more records, each
+	// with a producer and headers, and the topic's name from its group's map.
+	into := dirtyEntry(t)
+	names := map[string]*walTopic{}
+	if e != nil {
+		names[e.Topic] = &walTopic{name: strings.Clone(e.Topic)}
+	}
+	ierr := decodeEntryInto(p, into, names)
+	if (err == nil) != (ierr == nil) || err != nil && err.Error() != ierr.Error() {
+		t.Fatalf("DecodeEntry: %v; decodeEntryInto: %v", err, ierr)
+	}
 	if err != nil {
 		if !errors.Is(err, errEntry) {
 			t.Fatalf("error %v does not wrap errEntry", err)
 		}
 		return
+	}
+	if iq, err := EncodeEntry(nil, into); err != nil || !bytes.Equal(p, iq) {
+		t.Fatalf("the reused entry re-encodes differently (%v):\n%x\n%x", err, p, iq)
+	}
+	if unsafe.StringData(into.Topic) != unsafe.StringData(names[e.Topic].name) {
+		t.Fatalf("decodeEntryInto made a new string of topic %q, which its map holds", e.Topic)
 	}
 	if vq, err := EncodeEntry(nil, v); err != nil || !bytes.Equal(p, vq) {
 		t.Fatalf("the view re-encodes differently (%v):\n%x\n%x", err, p, vq)
@@ -179,6 +197,26 @@ func checkDecode(t *testing.T, p []byte) {
 	if !bytes.Equal(p, q) {
 		t.Fatalf("re-encoding differs:\n%x\n%x", p, q)
 	}
+}
+
+// dirtyEntry is an entry decoded (decodeEntryInto) from an append of 16 records, each with
+// every optional field set, for a decode into it to overwrite.
+func dirtyEntry(t *testing.T) *WalEntry {
+	t.Helper()
+	recs := make([]wal.Record, 16)
+	for i := range recs {
+		recs[i] = wal.Record{ProducerID: "dirty", Sequence: uint64(i + 1), Offset: 9, Time: 9, OriginRegion: "x", OriginOffset: 9,
+			Headers: []wal.Header{{Key: "k", Value: []byte("v")}}, Payload: []byte("dirty payload")}
+	}
+	p, err := EncodeEntry(nil, &WalEntry{Kind: EntryMirrorAppend, Topic: "dirty.topic", Region: "r", Name: "n", Records: recs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &WalEntry{}
+	if err := decodeEntryInto(p, e, nil); err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 func sameGroupOp(a, b *GroupOp) bool {

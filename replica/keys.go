@@ -37,11 +37,14 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 var errCorrupt = errors.New("replica: corrupt value")
 
 func groupKey(prefix, kind byte, group uint64) []byte {
-	k := make([]byte, 10, 18)
-	k[0] = prefix
-	binary.BigEndian.PutUint64(k[1:9], group)
-	k[9] = kind
-	return k
+	return appendGroupKey(make([]byte, 0, 18), prefix, kind, group)
+}
+
+// appendGroupKey appends groupKey's key to k.
+func appendGroupKey(k []byte, prefix, kind byte, group uint64) []byte {
+	k = append(k, prefix)
+	k = binary.BigEndian.AppendUint64(k, group)
+	return append(k, kind)
 }
 
 func indexKey(prefix, kind byte, group, index uint64) []byte {

@@ -41,6 +41,30 @@ type WalSM struct {
 	window  int
 	groupOf func(topic string) uint64
 	groups  map[uint64]*walGroup
+	// entry is what applyEntry decodes each entry into, and stateKey and stateVal the
+	// buffers Apply builds a topic's state key and value in (Batch.Set copies both): one
+	// of each per entry and per topic was most of what applying a one-record publish
+	// allocated (issue 29, BenchmarkProposeTopics).
+	entry              WalEntry
+	stateKey, stateVal []byte
+	// results: the rest of a block of appends' results, handed out one by one (newResult).
+	results []wal.AppendResult
+}
+
+// resultBlock is how many appends' results newResult allocates at once.
+const resultBlock = 64
+
+// newResult returns an append's result, zero, from a block allocated for that many: one
+// allocation each was a third of what a replica's apply allocated per one-record publish
+// (issue 29, BenchmarkProposeTopics). Each is handed out once; a block lives while one of
+// its results does.
+func (s *WalSM) newResult() *wal.AppendResult {
+	if len(s.results) == 0 {
+		s.results = make([]wal.AppendResult, resultBlock)
+	}
+	r := &s.results[0]
+	s.results = s.results[1:]
+	return r
 }
 
 // WalSMConfig configures a WalSM.
@@ -106,6 +130,7 @@ func (g *walGroup) markDirty(name string, st *walTopic) {
 }
 
 type walTopic struct {
+	name     string // its key in walGroup.topics (decodeEntryInto reuses it)
 	next     uint64
 	lastTime int64
 	first    uint64 // the log start: records below it were cut (EntryTruncate)
@@ -114,10 +139,12 @@ type walTopic struct {
 
 // encodeTopicState is a topic's applied state: 16 bytes while its log starts at 0 (the
 // layout before cuts existed), 24 with its log start.
-func encodeTopicState(st *walTopic) []byte {
-	p := make([]byte, 16, 24)
-	binary.BigEndian.PutUint64(p[0:8], st.next)
-	binary.BigEndian.PutUint64(p[8:16], uint64(st.lastTime))
+func encodeTopicState(st *walTopic) []byte { return appendTopicState(make([]byte, 0, 24), st) }
+
+// appendTopicState appends encodeTopicState's layout to p.
+func appendTopicState(p []byte, st *walTopic) []byte {
+	p = binary.BigEndian.AppendUint64(p, st.next)
+	p = binary.BigEndian.AppendUint64(p, uint64(st.lastTime))
 	if st.first > 0 {
 		p = binary.BigEndian.AppendUint64(p, st.first)
 	}
@@ -246,6 +273,7 @@ func (s *WalSM) loadTopics(g *walGroup) error {
 		}
 		name := string(k)
 		st := &ts
+		st.name = name
 		// The records and this state are written in one batch: they agree
 		// unless the store is damaged, or a catch-up left records past the
 		// state (fetched for a snapshot not installed: settleLoaded discards them).
@@ -316,8 +344,12 @@ func (s *WalSM) Apply(b *pebble.Batch, group, applied uint64, ents []Entry) ([]R
 			continue // forgotten since, or stored already (noted twice)
 		}
 		st.dirty = false
-		k := append(groupKey(prefixLog, kindWalTopic, group), name...)
-		if err := b.Set(k, seal(k, encodeTopicState(st)), nil); err != nil {
+		k := appendGroupKey(s.stateKey[:0], prefixLog, kindWalTopic, group)
+		k = append(k, name...)
+		v := appendTopicState(append(s.stateVal[:0], 0, 0, 0, 0, 0), st)
+		sealHeader(k, v)
+		s.stateKey, s.stateVal = k, v
+		if err := b.Set(k, v, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -342,8 +374,9 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 		return Result{Index: e.Index, Detail: &wal.AppendResult{Err: err}}, nil
 	}
 	// The records alias the entry: appendRecords encodes them into b, and nothing of we
-	// outlives this call.
-	we, err := decodeEntryView(e.Data)
+	// outlives this call, so every entry is decoded into the one s.entry.
+	we := &s.entry
+	err := decodeEntryInto(e.Data, we, g.topics)
 	if errors.Is(err, ErrEntryNewer) {
 		// Newer replicas apply it: skipping it here would make this one diverge.
 		return Result{}, fmt.Errorf("replica: group %d cannot apply entry %d: %w; upgrade this node to the version of the region's other nodes", g.id, e.Index, err)
@@ -368,7 +401,7 @@ func (s *WalSM) applyEntry(b *pebble.Batch, g *walGroup, e Entry) (Result, error
 	st := g.topics[we.Topic]
 	if st == nil {
 		// No record of the topic applied yet: any stored are a catch-up's.
-		st = &walTopic{}
+		st = &walTopic{name: we.Topic}
 		g.topics[we.Topic] = st
 	}
 	if err := s.settle(b, we.Topic, st); err != nil {
@@ -461,7 +494,8 @@ func (s *WalSM) applyCut(b *pebble.Batch, g *walGroup, index uint64, we *WalEntr
 // applyAppend applies publishes: de-duplicated against the group's window (the window's
 // changes stored in the same batch), then appended at the topic's next offsets (I9).
 func (s *WalSM) applyAppend(b *pebble.Batch, g *walGroup, index uint64, we *WalEntry, st *walTopic, ts int64) (Result, error) {
-	ar := &wal.AppendResult{First: st.next, Time: ts}
+	ar := s.newResult()
+	*ar = wal.AppendResult{First: st.next, Time: ts}
 	// Filtered in place: the entry was decoded for this apply alone (applyEntry already
 	// writes into its records), and a slice grown record by record cost a leader 1% of its
 	// CPU under 16 publishers (issue 29's profile), reallocating an entry's 512 records.

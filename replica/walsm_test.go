@@ -34,11 +34,18 @@ func startWalReplica(t testing.TB, net *testNet, id uint64, dir string, groups, 
 // driver's configuration.
 func startWalReplicaWith(t testing.TB, net *testNet, id uint64, dir string, groups, peers []uint64, tune func(*Config)) *walReplica {
 	t.Helper()
+	return startWalReplicaSM(t, net, id, dir, groups, peers, nil, tune)
+}
+
+// startWalReplicaSM is startWalReplicaWith with groupOf mapping topics to groups (nil:
+// WalSMConfig's default, a group per topic).
+func startWalReplicaSM(t testing.TB, net *testNet, id uint64, dir string, groups, peers []uint64, groupOf func(string) uint64, tune func(*Config)) *walReplica {
+	t.Helper()
 	l, err := wal.Open(dir, wal.Options{RetentionInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sm, err := NewWalSM(WalSMConfig{Log: l})
+	sm, err := NewWalSM(WalSMConfig{Log: l, GroupOf: groupOf})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -223,6 +223,7 @@ type ReplicaWriter struct {
 	cuts      []cutDone                   // replretain.go
 	configs   []*topic                    // topics whose configuration was written
 	spos      map[*topic]*stagedPositions // byte positions of records appended
+	freeSpos  []*stagedPositions          // emptied, for stagePos (recycleSpos)
 	compact   chan compactJob             // to compactLoop
 	// stagedGroups: per topic, the groups whose state of it was written since the last
 	// Published (Forget removes those too).

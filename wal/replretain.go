@@ -105,10 +105,35 @@ func (w *ReplicaWriter) stagedPos(t *topic, off uint64) (uint64, bool) {
 func (w *ReplicaWriter) stagePos(t *topic, off, pos uint64) {
 	sp := w.spos[t]
 	if sp == nil || sp.from+uint64(len(sp.pos)) != off {
-		sp = &stagedPositions{from: off}
+		if n := len(w.freeSpos); n > 0 {
+			sp = w.freeSpos[n-1]
+			w.freeSpos[n-1] = nil
+			w.freeSpos = w.freeSpos[:n-1]
+			sp.from, sp.pos = off, sp.pos[:0]
+		} else {
+			sp = &stagedPositions{from: off}
+		}
 		w.spos[t] = sp
 	}
 	sp.pos = append(sp.pos, pos)
+}
+
+// Bounds of what recycleSpos keeps for the next rounds.
+const (
+	maxFreeSpos    = 4096 // staged positions kept
+	maxFreeSposLen = 1024 // positions each
+)
+
+// recycleSpos empties spos, keeping its staged positions for stagePos to reuse: one topic's
+// new ones (a struct and a slice) per round were two allocations per record on a replica
+// taking one-record publishes over many topics (issue 29).
+func (w *ReplicaWriter) recycleSpos() {
+	for _, sp := range w.spos {
+		if len(w.freeSpos) < maxFreeSpos && cap(sp.pos) <= maxFreeSposLen {
+			w.freeSpos = append(w.freeSpos, sp)
+		}
+	}
+	clear(w.spos)
 }
 
 type stagedPositions struct {
@@ -219,7 +244,7 @@ func (w *ReplicaWriter) publishCuts() {
 		}
 	}
 	w.cuts = w.cuts[:0]
-	clear(w.spos)
+	w.recycleSpos()
 	clear(w.stagedGroups)
 	if len(w.forgotten) > 0 {
 		l.repl.mu.Lock() // renew writes l.repl.topics, which refusals read under it
