@@ -41,28 +41,28 @@ import (
 // resizeRegion is a replicated region whose nodes also serve the admin API (on their
 // --metrics address), so the campaign drives it with the CLI as an operator does.
 type resizeRegion struct {
-	*replicaRegion
+	*nodeproc.Region
 	mu      sync.Mutex
 	metrics map[string]string   // node name -> its --metrics (and admin API) address
 	procs   []*nodeproc.Process // every process started, killed ones too: their log lines
-	extras  map[string]*replicaNode
+	extras  map[string]*nodeproc.Node
 	seen    map[string]uint64 // "group from->to" -> the most bytes `quicmq nodes` showed for that move
 }
 
 // newResizeRegion names n nodes (rc1...), of which the first start start: the others are
-// started later (start) and dialed by the load only once they are (replicaRegion.dial).
+// started later (start) and dialed by the load only once they are (dialNode).
 func newResizeRegion(t *testing.T, bin string, n, start int) *resizeRegion {
 	t.Helper()
-	rr := &resizeRegion{replicaRegion: newReplicaRegion(t, bin, n), metrics: map[string]string{}, extras: map[string]*replicaNode{}, seen: map[string]uint64{}}
-	for _, nd := range rr.nodes {
-		rr.metrics[nd.name] = freeAddr(t)
+	rr := &resizeRegion{Region: newReplicaRegion(t, bin, n), metrics: map[string]string{}, extras: map[string]*nodeproc.Node{}, seen: map[string]uint64{}}
+	for _, nd := range rr.Nodes {
+		rr.metrics[nd.Name] = freeAddr(t)
 	}
-	rr.extra = func(i int) []string { return rr.flags(rr.nodes[i].name) }
+	rr.Flags = func(n *nodeproc.Node) []string { return rr.flags(n.Name) }
 	for i := range start {
 		rr.startNode(i)
 	}
 	for i := range start {
-		rr.waitLinksN(rr.nodes[i], start-1)
+		rr.waitLinksN(rr.Nodes[i], start-1)
 	}
 	return rr
 }
@@ -74,34 +74,26 @@ func (rr *resizeRegion) flags(name string) []string {
 }
 
 func (rr *resizeRegion) startNode(i int) {
-	rr.t.Helper()
-	rr.start(i)
+	rr.T.Helper()
+	rr.Start(i)
 	rr.mu.Lock()
-	rr.procs = append(rr.procs, rr.nodes[i].proc())
+	rr.procs = append(rr.procs, rr.Nodes[i].Proc())
 	rr.mu.Unlock()
 }
 
 // startExtra starts node name, not one of the load's nodes (the load never dials it), on
 // data, joining the region's nodes: a node that only holds replicas (TestMoveFaultsCampaign).
-func (rr *resizeRegion) startExtra(name string) *replicaNode {
-	rr.t.Helper()
+func (rr *resizeRegion) startExtra(name string) *nodeproc.Node {
+	rr.T.Helper()
 	rr.mu.Lock()
 	n := rr.extras[name]
 	if n == nil {
-		n = &replicaNode{name: name, data: rr.t.TempDir(), lan: freeAddr(rr.t)}
+		n = &nodeproc.Node{Name: name, Data: rr.T.TempDir(), LAN: freeAddr(rr.T)}
 		rr.extras[name] = n
-		rr.metrics[name] = freeAddr(rr.t)
+		rr.metrics[name] = freeAddr(rr.T)
 	}
 	rr.mu.Unlock()
-	var join []string
-	for _, o := range rr.nodes {
-		join = append(join, o.lan)
-	}
-	args := append([]string{"--data", n.data, "--region", rr.region, "--ca-dir", rr.caDir, "--gossip", n.lan, "--join", strings.Join(join, ",")}, rr.flags(name)...)
-	p := startMeshProcess(rr.t, rr.bin, name, args...)
-	n.mu.Lock()
-	n.p = p
-	n.mu.Unlock()
+	p := rr.StartNode(n)
 	rr.mu.Lock()
 	rr.procs = append(rr.procs, p)
 	rr.mu.Unlock()
@@ -109,15 +101,15 @@ func (rr *resizeRegion) startExtra(name string) *replicaNode {
 }
 
 // waitLinksN waits until node n has k links up.
-func (rr *resizeRegion) waitLinksN(n *replicaNode, k int) {
-	rr.t.Helper()
-	p := n.proc()
+func (rr *resizeRegion) waitLinksN(n *nodeproc.Node, k int) {
+	rr.T.Helper()
+	p := n.Proc()
 	deadline := time.After(30 * time.Second)
 	for i := 0; i < k; i++ {
 		select {
 		case <-p.LinkUp():
 		case <-deadline:
-			rr.t.Fatalf("%s: %d of %d links up within 30 s\n%s", n.name, i, k, p.Tail())
+			rr.T.Fatalf("%s: %d of %d links up within 30 s\n%s", n.Name, i, k, p.Tail())
 		}
 	}
 }
@@ -144,7 +136,7 @@ type nodeRow struct {
 
 // listNodes runs `quicmq nodes --format json` against via's admin API.
 func (rr *resizeRegion) listNodes(via string) ([]nodeRow, error) {
-	code, out, errOut := runCLI(rr.t, "", "nodes", "--admin", rr.admin(via), "--format", "json", "--timeout", "5s")
+	code, out, errOut := runCLI(rr.T, "", "nodes", "--admin", rr.admin(via), "--format", "json", "--timeout", "5s")
 	if code != 0 {
 		return nil, fmt.Errorf("quicmq nodes at %s: exit %d: %s", via, code, strings.TrimSpace(errOut))
 	}
@@ -167,11 +159,11 @@ func (rr *resizeRegion) listNodes(via string) ([]nodeRow, error) {
 // holding groups*3 replicas between them, each within one of the others (every group back
 // to three replicas, on these nodes); it returns the rows.
 func (rr *resizeRegion) settled(via string, names []string, within time.Duration) []nodeRow {
-	rr.t.Helper()
+	rr.T.Helper()
 	var rows []nodeRow
 	last := ""
 	start := time.Now()
-	testlog.WaitForErr(rr.t, within, fmt.Sprintf("%v listed, up, balanced, no move in progress", names), func() error {
+	testlog.WaitForErr(rr.T, within, fmt.Sprintf("%v listed, up, balanced, no move in progress", names), func() error {
 		var err error
 		if rows, err = rr.listNodes(via); err != nil {
 			return err
@@ -192,7 +184,7 @@ func (rr *resizeRegion) settled(via string, names []string, within time.Duration
 		}
 		s := fmt.Sprintf("%v, %d moves in progress", held, moving)
 		if s != last {
-			rr.t.Logf("%v at %s: %s", time.Since(start).Round(time.Millisecond), via, s)
+			rr.T.Logf("%v at %s: %s", time.Since(start).Round(time.Millisecond), via, s)
 			last = s
 		}
 		slices.Sort(got)
@@ -278,15 +270,15 @@ func (rr *resizeRegion) movesSeen() string {
 
 // checkPromotions fails the test when a move promoted a replica before it caught up.
 func (rr *resizeRegion) checkPromotions() {
-	rr.t.Helper()
+	rr.T.Helper()
 	n, early := rr.movePromotions()
-	rr.t.Logf("%s", rr.movesSeen())
-	rr.t.Logf("promotions of a moving replica seen in the group leaders' logs: %d, made before the replica caught up: %d", n, len(early))
+	rr.T.Logf("%s", rr.movesSeen())
+	rr.T.Logf("promotions of a moving replica seen in the group leaders' logs: %d, made before the replica caught up: %d", n, len(early))
 	if len(early) > 0 {
-		rr.t.Errorf("a move removed the old replica before its new one had caught up (%d times):\n%s", len(early), strings.Join(early[:min(10, len(early))], "\n"))
+		rr.T.Errorf("a move removed the old replica before its new one had caught up (%d times):\n%s", len(early), strings.Join(early[:min(10, len(early))], "\n"))
 	}
 	if n == 0 {
-		rr.t.Errorf("no promotion seen in the group leaders' logs: the check of moves judged nothing")
+		rr.T.Errorf("no promotion seen in the group leaders' logs: the check of moves judged nothing")
 	}
 }
 
@@ -360,7 +352,7 @@ func TestShrinkCampaign(t *testing.T) {
 		}
 		lines := strings.Split(strings.TrimSpace(errOut), "\n")
 		t.Logf("quicmq nodes remove %s: %v (%d progress lines, %d showing bytes fetched; last: %s)", name, time.Since(t0).Round(time.Millisecond), len(lines), countBytesLines(lines), lines[len(lines)-1])
-		stopGracefully(t, rr.nodes[rr.index(name)].proc())
+		stopGracefully(t, rr.Nodes[rr.Index(name)].Proc())
 	}
 	took := time.Since(start)
 	after := l.hist.Now()
@@ -400,9 +392,9 @@ func TestReplaceCampaign(t *testing.T) {
 
 	during := l.hist.Now()
 	start := time.Now()
-	rc3 := rr.nodes[2]
-	rc3.proc().Kill()
-	if err := os.RemoveAll(rc3.data); err != nil {
+	rc3 := rr.Nodes[2]
+	rc3.Proc().Kill()
+	if err := os.RemoveAll(rc3.Data); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("rc3 SIGKILLed, its data directory deleted")
@@ -417,7 +409,7 @@ func TestReplaceCampaign(t *testing.T) {
 	})
 	down := time.Since(start)
 	rr.startNode(3)
-	rr.waitLinksN(rr.nodes[3], 2)
+	rr.waitLinksN(rr.Nodes[3], 2)
 	// rc4 must be a member of the metadata group before rc3 can go: the region keeps
 	// --replicas nodes.
 	testlog.WaitForErr(t, 60*time.Second, "rc4 listed as a member of the metadata group", func() error {
@@ -475,7 +467,7 @@ func TestMoveFaultsCampaign(t *testing.T) {
 	runs := envInt("QUICMQ_MOVE_FAULTS_RUNS", 10)
 	rng := testlog.Rand(t, "victims' order, when each is killed, how long each stays down")
 	rr := newResizeRegion(t, moveTestBinary(t), 3, 3)
-	l := newReplicaLoad(rr.replicaRegion, envInt("QUICMQ_MOVE_FAULTS_TOPICS", 200), envInt("QUICMQ_MOVE_FAULTS_RATE", 500))
+	l := newReplicaLoad(rr.Region, envInt("QUICMQ_MOVE_FAULTS_TOPICS", 200), envInt("QUICMQ_MOVE_FAULTS_RATE", 500))
 	t.Logf("%d topics at %d publishes/s through rc1-rc3; %d runs per victim", len(l.topics), l.rate, runs)
 	l.warmUp(t)
 	l.run(2)
@@ -534,15 +526,15 @@ func TestMoveFaultsCampaign(t *testing.T) {
 		victim := map[string]string{"source": mv.from, "destination": mv.to, "metadata leader": meta}[kind]
 		vn := x
 		if victim != extra {
-			vn = rr.nodes[rr.index(victim)]
+			vn = rr.Nodes[rr.Index(victim)]
 		}
-		vn.proc().Kill()
+		vn.Proc().Kill()
 		t.Logf("run %d: move of %s %s -> %s; metadata leader %s; %s (%s) SIGKILLed", run+1, mv.group, mv.from, mv.to, meta, victim, kind)
 		testlog.Pause(context.Background(), downFor) // a step of the fault schedule
 		if victim == extra {
 			rr.startExtra(extra)
 		} else {
-			rr.startNode(rr.index(victim))
+			rr.startNode(rr.Index(victim))
 		}
 		if phase == "grow" {
 			rr.settled("rc1", append(slices.Clone(base), extra), 3*time.Minute)
@@ -552,7 +544,7 @@ func TestMoveFaultsCampaign(t *testing.T) {
 			}
 		}
 		rr.settled("rc1", base, 3*time.Minute)
-		stopGracefully(t, x.proc())
+		stopGracefully(t, x.Proc())
 		done, undone := rr.moveEnds()
 		key := strings.TrimPrefix(mv.group, "g") + ":" + mv.from + ":" + mv.to
 		o := outcomes[kind]
@@ -588,7 +580,7 @@ func TestMoveFaultsCampaign(t *testing.T) {
 // the test's end.
 func startResizeLoad(t *testing.T, rr *resizeRegion, name, through string) *replicaLoad {
 	t.Helper()
-	l := newReplicaLoad(rr.replicaRegion, envInt("QUICMQ_"+name+"_TOPICS", 1000), envInt("QUICMQ_"+name+"_RATE", 1000))
+	l := newReplicaLoad(rr.Region, envInt("QUICMQ_"+name+"_TOPICS", 1000), envInt("QUICMQ_"+name+"_RATE", 1000))
 	t.Logf("%d topics at %d publishes/s %s", len(l.topics), l.rate, through)
 	l.warmUp(t)
 	l.run(2)
