@@ -57,6 +57,9 @@ type Node struct {
 	Name, Data, LAN string
 	// Bin is the binary this node runs, when not the region's (a rolling upgrade).
 	Bin string
+	// Metrics, when set, is the node's fixed --metrics address (its admin API too, with
+	// --admin-api), passed on every start.
+	Metrics string
 
 	mu sync.Mutex // guards p: a start replaces it while a load reads its address
 	p  *Process
@@ -92,6 +95,16 @@ func (r *Region) Index(name string) int {
 	return slices.IndexFunc(r.Nodes, func(n *Node) bool { return n.Name == name })
 }
 
+// Node is the node named name, of Nodes or an Extra; nil if there is none.
+func (r *Region) Node(name string) *Node {
+	if i := r.Index(name); i >= 0 {
+		return r.Nodes[i]
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.extras[name]
+}
+
 // Extra is the node named name that is not one of Nodes (a load that dials Nodes never
 // dials it), made on the first call with its own data directory and gossip address, and
 // joining Nodes when started (StartNode).
@@ -110,7 +123,7 @@ func (r *Region) Extra(name string) *Node {
 }
 
 // Args are node n's flags: the region's (data, region, CA, gossip, the other Nodes to join,
-// --replicas), then Flags'.
+// --replicas, --metrics), then Flags'.
 func (r *Region) Args(n *Node) []string {
 	var join []string
 	for _, o := range r.Nodes {
@@ -121,6 +134,9 @@ func (r *Region) Args(n *Node) []string {
 	args := []string{"--data", n.Data, "--region", r.Name, "--ca-dir", r.CADir, "--gossip", n.LAN, "--join", strings.Join(join, ",")}
 	if r.Replicas > 0 {
 		args = append(args, "--replicas", fmt.Sprint(r.Replicas))
+	}
+	if n.Metrics != "" {
+		args = append(args, "--metrics", n.Metrics)
 	}
 	if r.Flags != nil {
 		args = append(args, r.Flags(n)...)
