@@ -14,7 +14,9 @@
 // `quicmq topics`, as an operator would); and the faults by node: Kill, Stop, Pause and
 // Resume, Wipe, Restart, and Isolate (an nftables cut of one node from the others, both
 // ways, silently; root and nft, or the test is skipped). A Region can also hold nodes that
-// are not among its Nodes (Extra): a node that joins later under another name.
+// are not among its Nodes (Extra): a node that joins later under another name. A Mesh is
+// regions sharing a CA, joined over the WAN pool, each node on fixed client and WAN
+// addresses, so that clients and the other regions reach a restarted node again.
 //
 // FreeAddr hands out loopback addresses free for TCP and UDP, below the ephemeral range, for
 // a node that must come back on the same address after a kill; every harness in a test

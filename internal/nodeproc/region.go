@@ -41,6 +41,8 @@ type Region struct {
 	Nodes []*Node
 	// Replicas is --replicas; 0 leaves it out (a single-copy region).
 	Replicas int
+	// WANJoin are the other regions' WAN gossip addresses a node with a WAN address joins.
+	WANJoin []string
 	// Flags, when set, gives a node's flags beyond the region's, on every start.
 	Flags func(n *Node) []string
 	// Options are how a process is started (the log lines to keep, the start timeout).
@@ -60,6 +62,11 @@ type Node struct {
 	// Metrics, when set, is the node's fixed --metrics address (its admin API too, with
 	// --admin-api), passed on every start.
 	Metrics string
+	// Listen, when set, is the node's fixed client address (--listen), so that a client
+	// given it reaches the node again after a restart; otherwise a free port each start.
+	Listen string
+	// WAN, when set, is the node's WAN gossip address (--wan); it joins Region.WANJoin.
+	WAN string
 
 	mu sync.Mutex // guards p: a start replaces it while a load reads its address
 	p  *Process
@@ -72,15 +79,18 @@ func (n *Node) Proc() *Process {
 	return n.p
 }
 
-// NewRegion names n nodes of region (REGION1, REGION2, ...), with --replicas n, their data
-// directories and gossip addresses, and starts none (StartAll, Start). It skips the test,
-// saying why, when bin's node has no --replicas flag and n > 1.
+// NewRegion names n nodes of region (REGION1, REGION2, ...), with --replicas n when n > 1,
+// their data directories and gossip addresses, and starts none (StartAll, Start). It skips
+// the test, saying why, when n > 1 and bin's node has no --replicas flag.
 func NewRegion(t testing.TB, bin, region string, n int) *Region {
 	t.Helper()
-	if out, _ := exec.Command(bin, "node", "-h").CombinedOutput(); n > 1 && !bytes.Contains(out, []byte("-replicas")) {
-		t.Skip("this build's quicmq node has no --replicas flag: replicated topics are not wired into the node")
+	r := &Region{T: t, Bin: bin, Name: region, CADir: t.TempDir()}
+	if n > 1 {
+		if out, _ := exec.Command(bin, "node", "-h").CombinedOutput(); !bytes.Contains(out, []byte("-replicas")) {
+			t.Skip("this build's quicmq node has no --replicas flag: replicated topics are not wired into the node")
+		}
+		r.Replicas = n
 	}
-	r := &Region{T: t, Bin: bin, Name: region, CADir: t.TempDir(), Replicas: n}
 	for i := range n {
 		r.Nodes = append(r.Nodes, &Node{Name: fmt.Sprintf("%s%d", region, i+1), Data: t.TempDir(), LAN: FreeAddr(t)})
 	}
@@ -123,7 +133,7 @@ func (r *Region) Extra(name string) *Node {
 }
 
 // Args are node n's flags: the region's (data, region, CA, gossip, the other Nodes to join,
-// --replicas, --metrics), then Flags'.
+// --replicas, the node's fixed addresses and the WAN pool to join), then Flags'.
 func (r *Region) Args(n *Node) []string {
 	var join []string
 	for _, o := range r.Nodes {
@@ -131,12 +141,21 @@ func (r *Region) Args(n *Node) []string {
 			join = append(join, o.LAN)
 		}
 	}
-	args := []string{"--data", n.Data, "--region", r.Name, "--ca-dir", r.CADir, "--gossip", n.LAN, "--join", strings.Join(join, ",")}
+	args := []string{"--data", n.Data, "--region", r.Name, "--ca-dir", r.CADir, "--gossip", n.LAN}
+	if len(join) > 0 {
+		args = append(args, "--join", strings.Join(join, ","))
+	}
 	if r.Replicas > 0 {
 		args = append(args, "--replicas", fmt.Sprint(r.Replicas))
 	}
 	if n.Metrics != "" {
 		args = append(args, "--metrics", n.Metrics)
+	}
+	if n.Listen != "" {
+		args = append(args, "--listen", n.Listen)
+	}
+	if n.WAN != "" {
+		args = append(args, "--wan", n.WAN, "--wan-join", strings.Join(r.WANJoin, ","))
 	}
 	if r.Flags != nil {
 		args = append(args, r.Flags(n)...)
