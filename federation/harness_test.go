@@ -31,11 +31,12 @@ import (
 // accepted streams go to ServeStream exactly as node's sessions hand them over, and a
 // Federation whose Peers are the other regions' listeners. Fault controls: cut a link's
 // connection (export_test.go), drop the packets a listener receives (packetFilter), stop and
-// restart a node's Federation or the whole node on its data directory and address.
+// restart a node's Federation or the whole node on its data directory and address. The same
+// mesh also runs raft nodes, several per region with raft IDs (addRaft, raft_test.go).
 
 func testLogger(t testing.TB) *slog.Logger { return testlog.New(t) }
 
-// fedMesh is a set of regions with one node each, sharing a test CA.
+// fedMesh is a set of regions with one node each (and raft nodes), sharing a test CA.
 type fedMesh struct {
 	t    *testing.T
 	ca   *certs.CA
@@ -43,6 +44,7 @@ type fedMesh struct {
 
 	mu    sync.Mutex
 	nodes map[string]*fedNode // by region
+	raft  []*raftNode         // the raft nodes (raft_test.go), several per region, in start order
 }
 
 // nodeOpts adjusts one node.

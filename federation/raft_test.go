@@ -24,20 +24,13 @@ import (
 	"github.com/quicmq/quicmq/wal"
 )
 
-// The raft harness: nodes of one or more regions in this process, each a QUIC listener whose
-// streams go to ServeStream (as node's sessions hand them over), a
-// wal.Log (the Federation requires one) and a Federation whose Peers are all the others, with
-// their raft IDs. Deliver goes to a function the test sets.
-
-type raftMesh struct {
-	*fedMesh // its CA, and the leak check at cleanup; its nodes (one per region) stay unused
-
-	mu    sync.Mutex
-	nodes []*raftNode
-}
+// The raft nodes of the federation harness (fedMesh.addRaft): nodes of one or more regions in
+// this process, each a QUIC listener whose streams go to ServeStream (as node's sessions hand
+// them over), a wal.Log (the Federation requires one) and a Federation whose Peers are the
+// mesh's other raft nodes, with their raft IDs. Deliver goes to a function the test sets.
 
 type raftNode struct {
-	m            *raftMesh
+	m            *fedMesh
 	region, name string
 	id           uint64
 	cert         tls.Certificate
@@ -56,18 +49,16 @@ type raftNode struct {
 	serveWG sync.WaitGroup
 }
 
-func newRaftMesh(t *testing.T) *raftMesh { return &raftMesh{fedMesh: newFedMesh(t)} }
-
 func testRaftConfig() RaftConfig {
 	return RaftConfig{RetryInterval: 50 * time.Millisecond}
 }
 
-// add starts a node of region with raft ID id.
-func (m *raftMesh) add(region string, id uint64, cfg RaftConfig) *raftNode {
+// addRaft starts a raft node of region with raft ID id.
+func (m *fedMesh) addRaft(region string, id uint64, cfg RaftConfig) *raftNode {
 	t := m.t
 	t.Helper()
 	m.mu.Lock()
-	name := fmt.Sprintf("node-%s-%d", region, len(m.nodes))
+	name := fmt.Sprintf("node-%s-%d", region, len(m.raft))
 	m.mu.Unlock()
 	cert, err := m.ca.Issue(name, []string{name, "127.0.0.1"})
 	if err != nil {
@@ -93,11 +84,11 @@ func (m *raftMesh) add(region string, id uint64, cfg RaftConfig) *raftNode {
 	n.serveWG.Add(1)
 	go n.acceptLoop()
 	m.mu.Lock()
-	m.nodes = append(m.nodes, n)
+	m.raft = append(m.raft, n)
 	m.mu.Unlock()
 	n.startFed()
 	t.Cleanup(n.stop)
-	for _, o := range m.all() {
+	for _, o := range m.raftNodes() {
 		if f := o.fedNow(); f != nil {
 			f.PeersChanged()
 		}
@@ -105,15 +96,15 @@ func (m *raftMesh) add(region string, id uint64, cfg RaftConfig) *raftNode {
 	return n
 }
 
-func (m *raftMesh) all() []*raftNode {
+func (m *fedMesh) raftNodes() []*raftNode {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]*raftNode(nil), m.nodes...)
+	return append([]*raftNode(nil), m.raft...)
 }
 
-func (m *raftMesh) peers() []Peer {
+func (m *fedMesh) raftPeers() []Peer {
 	var out []Peer
-	for _, n := range m.all() {
+	for _, n := range m.raftNodes() {
 		out = append(out, Peer{Region: n.region, Name: n.name, Addr: n.addr, RaftID: n.id})
 	}
 	return out
@@ -148,7 +139,7 @@ func (n *raftNode) startFed() {
 	f, err := New(Config{
 		Region: n.region, Name: n.name, Log: n.log,
 		TLS:   &tls.Config{Certificates: []tls.Certificate{n.cert}, RootCAs: n.m.pool},
-		Peers: n.m.peers, BindHost: "127.0.0.1", Raft: cfg,
+		Peers: n.m.raftPeers, BindHost: "127.0.0.1", Raft: cfg,
 		ReconnectMin: 20 * time.Millisecond, ReconnectMax: 200 * time.Millisecond, ReconcileInterval: 100 * time.Millisecond,
 		AddrWatchInterval: -1, Logger: testLogger(t).With("node", n.name), Registerer: reg,
 	})
@@ -198,7 +189,7 @@ func (n *raftNode) onDeliver(f func([]replica.Message)) { n.deliver.Store(&f) }
 
 // waitRaftUp waits until every node's raft streams of both classes to every other node of
 // its region are open and served at the other end.
-func (m *raftMesh) waitRaftUp(nodes ...*raftNode) {
+func (m *fedMesh) waitRaftUp(nodes ...*raftNode) {
 	m.t.Helper()
 	testlog.WaitFor(m.t, 20*time.Second, "raft streams up", func() bool {
 		for _, a := range nodes {
@@ -234,10 +225,10 @@ func appendMsg(from, to, seq uint64, data []byte) replica.Message {
 // TestRaftDeliversInOrderPerClass: three nodes of one region send each other heartbeats
 // and appends in several Sends; each receiver gets all of them, each class in order.
 func TestRaftDeliversInOrderPerClass(t *testing.T) {
-	m := newRaftMesh(t)
+	m := newFedMesh(t)
 	var nodes []*raftNode
 	for i := range 3 {
-		nodes = append(nodes, m.add("eu", uint64(100+i), testRaftConfig()))
+		nodes = append(nodes, m.addRaft("eu", uint64(100+i), testRaftConfig()))
 	}
 	type key struct {
 		from, to uint64
@@ -323,8 +314,8 @@ func TestRaftDeliversInOrderPerClass(t *testing.T) {
 // heartbeatBehind sends 32 MiB of appends and then, in the same Send, one heartbeat, and
 // returns how many appends had been delivered when the heartbeat was, of how many.
 func heartbeatBehind(t *testing.T, cfg RaftConfig) (before, total int) {
-	m := newRaftMesh(t)
-	a, b := m.add("eu", 1, cfg), m.add("eu", 2, cfg)
+	m := newFedMesh(t)
+	a, b := m.addRaft("eu", 1, cfg), m.addRaft("eu", 2, cfg)
 	const n = 64
 	var appends atomic.Int64
 	hb := make(chan int64, 1)
@@ -446,9 +437,9 @@ func dialRaft(t *testing.T, from, dst *raftNode, open *wire.Raft) *wire.Error {
 // a raft stream (ERROR forbidden, naming the regions), as is a node of the region naming the
 // wrong raft IDs; the right opener is accepted.
 func TestRaftRefusesOthers(t *testing.T) {
-	m := newRaftMesh(t)
-	eu1, eu2 := m.add("eu", 1, testRaftConfig()), m.add("eu", 2, testRaftConfig())
-	us := m.add("us", 3, testRaftConfig())
+	m := newFedMesh(t)
+	eu1, eu2 := m.addRaft("eu", 1, testRaftConfig()), m.addRaft("eu", 2, testRaftConfig())
+	us := m.addRaft("us", 3, testRaftConfig())
 	testlog.WaitFor(t, 20*time.Second, "eu-0's links", func() bool { return len(eu1.fedNow().Links()) == 2 })
 	for _, c := range []struct {
 		name string
@@ -484,8 +475,8 @@ func TestRaftRefusesOthers(t *testing.T) {
 // TestRaftReconnect: when a link's connection is cut, its raft streams are opened again on
 // the new connection, messages flow again, and the counters go on from where they were.
 func TestRaftReconnect(t *testing.T) {
-	m := newRaftMesh(t)
-	a, b := m.add("eu", 1, testRaftConfig()), m.add("eu", 2, testRaftConfig())
+	m := newFedMesh(t)
+	a, b := m.addRaft("eu", 1, testRaftConfig()), m.addRaft("eu", 2, testRaftConfig())
 	var got atomic.Int64
 	b.onDeliver(func(msgs []replica.Message) { got.Add(int64(len(msgs))) })
 	m.waitRaftUp(a, b)
@@ -551,7 +542,7 @@ func (t fedTransport) Send(to uint64, msgs []replica.Message) {
 // (a new leader is elected by the other two, and commits go on), then started again (the
 // old leader catches up); every node ends with the same log.
 func TestRaftDriversOverQUIC(t *testing.T) {
-	m := newRaftMesh(t)
+	m := newFedMesh(t)
 	const group = 7
 	ids := []uint64{11, 12, 13}
 	type rep struct {
@@ -561,7 +552,7 @@ func TestRaftDriversOverQUIC(t *testing.T) {
 	}
 	var reps []*rep
 	for _, id := range ids {
-		n := m.add("eu", id, testRaftConfig())
+		n := m.addRaft("eu", id, testRaftConfig())
 		db, err := pebble.Open(t.TempDir(), &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quietPebble{}})
 		if err != nil {
 			t.Fatal(err)
@@ -625,7 +616,7 @@ func TestRaftDriversOverQUIC(t *testing.T) {
 	t.Logf("stopped the federation of the leader, raft node %d", old.n.id)
 	propose(old, 20, 40) // led by one of the other two
 	old.n.startFed()
-	for _, o := range m.all() {
+	for _, o := range m.raftNodes() {
 		o.fedNow().PeersChanged()
 	}
 	propose(nil, 40, 60)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // startMesh starts regions x perRegion nodes (all in the WAN pool), joins each region's LAN
@@ -37,12 +39,12 @@ func startMesh(t *testing.T, key []byte, regions, perRegion int) []*testNode {
 	return nodes
 }
 
-// converged reports what n's table still lacks: every node of nodes alive, with its region,
-// tags, and the pools it should be known in.
-func converged(n *testNode, nodes []*testNode) string {
+// converged says what n's table still lacks (nil once nothing): every node of nodes alive,
+// with its region, tags, and the pools it should be known in.
+func converged(n *testNode, nodes []*testNode) error {
 	ms := n.Members()
 	if len(ms) != len(nodes) {
-		return fmt.Sprintf("%s knows %d members, want %d: %s", n.cfg.Name, len(ms), len(nodes), describe(ms))
+		return fmt.Errorf("%s knows %d members, want %d: %s", n.cfg.Name, len(ms), len(nodes), describe(ms))
 	}
 	for _, want := range nodes {
 		var m Member
@@ -57,25 +59,25 @@ func converged(n *testNode, nodes []*testNode) string {
 		}
 		switch {
 		case m.Name == "":
-			return fmt.Sprintf("%s does not know %s", n.cfg.Name, want.cfg.Name)
+			return fmt.Errorf("%s does not know %s", n.cfg.Name, want.cfg.Name)
 		case m.Status != StatusAlive || m.Region != want.cfg.Region || m.Pools != pools:
-			return fmt.Sprintf("%s sees %s as %s/%s/%s, want alive/%s/%s", n.cfg.Name, m.Name, m.Status, m.Region, m.Pools, want.cfg.Region, pools)
+			return fmt.Errorf("%s sees %s as %s/%s/%s, want alive/%s/%s", n.cfg.Name, m.Name, m.Status, m.Region, m.Pools, want.cfg.Region, pools)
 		case m.Tags["quic"] != want.cfg.Tags["quic"] || m.Tags[TagRole] != RoleNode || m.Tags[TagRegion] != want.cfg.Region:
-			return fmt.Sprintf("%s sees tags of %s as %v", n.cfg.Name, m.Name, m.Tags)
+			return fmt.Errorf("%s sees tags of %s as %v", n.cfg.Name, m.Name, m.Tags)
 		}
 	}
-	return ""
+	return nil
 }
 
 func TestMeshConvergesAndTagsPropagate(t *testing.T) {
 	nodes := startMesh(t, newKey(t), 3, 2)
-	took := waitFor(t, 15*time.Second, "mesh converges", func() string {
+	took := testlog.WaitForErr(t, 15*time.Second, "mesh converges", func() error {
 		for _, n := range nodes {
-			if msg := converged(n, nodes); msg != "" {
-				return msg
+			if err := converged(n, nodes); err != nil {
+				return err
 			}
 		}
-		return ""
+		return nil
 	})
 	t.Logf("3 regions x 2 nodes converged in %v", took)
 
@@ -99,13 +101,13 @@ func TestMeshConvergesAndTagsPropagate(t *testing.T) {
 		t.Fatalf("a other region's member has Addr %s, want its WAN address %s", m.Addr, nodes[2].WANAddr())
 	}
 	// The metrics say the same as the table (a's own view: 2 in its LAN pool, 6 in the WAN).
-	waitFor(t, 5*time.Second, "member gauges", func() string {
+	testlog.WaitForErr(t, 5*time.Second, "member gauges", func() error {
 		lan := a.metric("quicmq_gossip_members", map[string]string{"pool": "lan", "status": "alive"})
 		wan := a.metric("quicmq_gossip_members", map[string]string{"pool": "wan", "status": "alive"})
 		if lan != 2 || wan != 6 {
-			return fmt.Sprintf("gauges lan=%v wan=%v", lan, wan)
+			return fmt.Errorf("gauges lan=%v wan=%v", lan, wan)
 		}
-		return ""
+		return nil
 	})
 	if v := a.metric("quicmq_gossip_events_total", map[string]string{"pool": "wan", "kind": "join"}); v < 6 {
 		t.Fatalf("wan join events = %v, want >= 6", v)
@@ -123,12 +125,12 @@ func TestMeshConvergesAndTagsPropagate(t *testing.T) {
 		t.Fatalf("Local after SetTags = %+v", l)
 	}
 	for _, n := range nodes {
-		waitFor(t, 5*time.Second, "tags propagate", func() string {
+		testlog.WaitForErr(t, 5*time.Second, "tags propagate", func() error {
 			m := n.member(src.cfg.Name)
 			if m.Tags["quic"] != "10.0.0.9:4433" || m.Tags["peer"] != "10.0.0.9:4434" || m.Tags[TagRegion] != "r2" {
-				return fmt.Sprintf("%s sees %v", n.cfg.Name, m.Tags)
+				return fmt.Errorf("%s sees %v", n.cfg.Name, m.Tags)
 			}
-			return ""
+			return nil
 		})
 	}
 	t.Logf("tag update seen by all 6 nodes after %v", time.Since(start))
@@ -178,11 +180,11 @@ func TestWrongKeyCannotJoin(t *testing.T) {
 	if _, err := good.JoinLAN([]string{a.LANAddr()}); err != nil {
 		t.Fatalf("JoinLAN with the right key: %v", err)
 	}
-	waitFor(t, 5*time.Second, "good joins a", func() string {
+	testlog.WaitForErr(t, 5*time.Second, "good joins a", func() error {
 		if m := a.member("good"); m.Status != StatusAlive {
-			return "a does not see good alive: " + describe(a.Members())
+			return errors.New("a does not see good alive: " + describe(a.Members()))
 		}
-		return ""
+		return nil
 	})
 	for _, n := range []*testNode{a, good} {
 		if m := n.member("b"); m.Name != "" {
@@ -228,18 +230,18 @@ func TestLabelsIsolatePools(t *testing.T) {
 	if _, err := a2.JoinLAN([]string{a.LANAddr()}); err != nil {
 		t.Fatalf("JoinLAN same region: %v", err)
 	}
-	waitFor(t, 5*time.Second, "b in WAN, a2 in LAN", func() string {
+	testlog.WaitForErr(t, 5*time.Second, "b in WAN, a2 in LAN", func() error {
 		if m := a.member("b"); m.Status != StatusAlive || m.Pools != PoolWAN {
-			return fmt.Sprintf("a sees b as %+v", m)
+			return fmt.Errorf("a sees b as %+v", m)
 		}
 		if m := a.member("a2"); m.Status != StatusAlive || m.Pools&PoolLAN == 0 {
-			return fmt.Sprintf("a sees a2 as %+v", m)
+			return fmt.Errorf("a sees a2 as %+v", m)
 		}
 		// b learns of a through its own event loop, which may lag a's view of b.
 		if rm := b.RegionMembers("r1"); len(rm) != 1 || rm[0].Name != "a" || rm[0].Pools != PoolWAN {
-			return fmt.Sprintf("b's view of r1: %s", describe(rm))
+			return fmt.Errorf("b's view of r1: %s", describe(rm))
 		}
-		return ""
+		return nil
 	})
 	// a2 is not in the WAN pool (it never joined it): b knows only a of r1, and goes on so.
 	// A later WAN join through a is the barrier: by the time b hears of c from a, anything
@@ -249,11 +251,11 @@ func TestLabelsIsolatePools(t *testing.T) {
 	if _, err := c.JoinWAN([]string{a.WANAddr()}); err != nil {
 		t.Fatalf("JoinWAN: %v", err)
 	}
-	waitFor(t, 5*time.Second, "b to hear of c through the WAN pool", func() string {
+	testlog.WaitForErr(t, 5*time.Second, "b to hear of c through the WAN pool", func() error {
 		if rm := b.RegionMembers("r3"); len(rm) != 1 || rm[0].Status != StatusAlive {
-			return fmt.Sprintf("b's view of r3: %s", describe(rm))
+			return fmt.Errorf("b's view of r3: %s", describe(rm))
 		}
-		return ""
+		return nil
 	})
 	if rm := b.RegionMembers("r1"); len(rm) != 1 || rm[0].Name != "a" {
 		t.Fatalf("b's view of r1: %s", describe(rm))
@@ -286,13 +288,13 @@ func TestLeaveFailRestartReap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 10*time.Second, "converge", func() string {
+	testlog.WaitForErr(t, 10*time.Second, "converge", func() error {
 		for _, n := range all {
-			if msg := converged(n, all); msg != "" {
-				return msg
+			if err := converged(n, all); err != nil {
+				return err
 			}
 		}
-		return ""
+		return nil
 	})
 
 	// Graceful: c closes -> a sees Leave in the LAN pool and StatusLeft, d in the WAN pool.
@@ -348,19 +350,19 @@ func TestLeaveFailRestartReap(t *testing.T) {
 		t.Fatalf("restarted JoinWAN: %v", err)
 	}
 	for _, n := range []*testNode{a, d} {
-		waitFor(t, 10*time.Second, "restarted b alive", func() string {
+		testlog.WaitForErr(t, 10*time.Second, "restarted b alive", func() error {
 			m := n.member("b")
 			if m.Status != StatusAlive {
-				return fmt.Sprintf("%s sees b as %s at %s", n.cfg.Name, m.Status, m.Addr)
+				return fmt.Errorf("%s sees b as %s at %s", n.cfg.Name, m.Status, m.Addr)
 			}
 			want := b2.WANAddr()
 			if n == a {
 				want = b2.LANAddr()
 			}
 			if m.Addr != want {
-				return fmt.Sprintf("%s sees b at %s, want %s", n.cfg.Name, m.Addr, want)
+				return fmt.Errorf("%s sees b at %s, want %s", n.cfg.Name, m.Addr, want)
 			}
-			return ""
+			return nil
 		})
 	}
 	if ev, _ := a.waitEvent(markA, time.Second, EventJoin, PoolLAN, "b"); ev.Member.Addr != b2.LANAddr() {
@@ -370,11 +372,11 @@ func TestLeaveFailRestartReap(t *testing.T) {
 
 	// c's tombstone is reaped (TombstoneTimeout 6 s with ProfileTest).
 	_, reapedAt := a.waitEvent(0, 6*time.Second+failWindow-time.Since(leftAt), EventReap, PoolLAN, "c")
-	waitFor(t, 3*time.Second, "c reaped from both pools", func() string {
+	testlog.WaitForErr(t, 3*time.Second, "c reaped from both pools", func() error {
 		if m := a.member("c"); m.Name != "" {
-			return fmt.Sprintf("a still has c: %+v", m)
+			return fmt.Errorf("a still has c: %+v", m)
 		}
-		return ""
+		return nil
 	})
 	t.Logf("c reaped %v after its leave", reapedAt.Sub(leftAt))
 }
@@ -389,7 +391,7 @@ func TestCloseBoundedAndNoGoroutinesLeft(t *testing.T) {
 	if _, err := b.JoinWAN([]string{a.WANAddr()}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "converge", func() string { return converged(a, []*testNode{a, b}) })
+	testlog.WaitForErr(t, 5*time.Second, "converge", func() error { return converged(a, []*testNode{a, b}) })
 
 	start := time.Now()
 	stopAll(t, a, b)
@@ -406,11 +408,11 @@ func TestCloseBoundedAndNoGoroutinesLeft(t *testing.T) {
 	}
 	// serf's and memberlist's own goroutines stop with Shutdown, except connection handlers
 	// that finish within the TCP timeout (1 s with ProfileTest).
-	lingered := waitFor(t, 5*time.Second, "serf and memberlist goroutines exit", func() string {
+	lingered := testlog.WaitForErr(t, 5*time.Second, "serf and memberlist goroutines exit", func() error {
 		if gs := goroutines("github.com/hashicorp/"); len(gs) != 0 {
-			return fmt.Sprintf("%d left, first:\n%s", len(gs), gs[0])
+			return fmt.Errorf("%d left, first:\n%s", len(gs), gs[0])
 		}
-		return ""
+		return nil
 	})
 	t.Logf("last serf/memberlist goroutine gone %v after Close returned", lingered)
 }
@@ -501,14 +503,14 @@ func TestSubscribeDropsWhenFullAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.waitEvent(0, 5*time.Second, EventJoin, PoolLAN, "b") // the test subscription still works
-	waitFor(t, 2*time.Second, "drop counted", func() string {
+	testlog.WaitForErr(t, 2*time.Second, "drop counted", func() error {
 		if s := a.Stats(); s.Dropped == 0 {
-			return "no drop counted"
+			return errors.New("no drop counted")
 		}
 		if v := a.metric("quicmq_gossip_subscriber_drops_total", nil); v < 1 {
-			return fmt.Sprintf("drops metric %v", v)
+			return fmt.Errorf("drops metric %v", v)
 		}
-		return ""
+		return nil
 	})
 	cancelFull()
 	if m := a.member("b"); m.Status != StatusAlive {

@@ -212,18 +212,6 @@ func stopAll(t testing.TB, nodes ...*testNode) {
 	wg.Wait()
 }
 
-// waitFor is testlog.WaitForErr for a condition that describes what is missing ("" once it
-// holds), as this package's tests write them.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() string) time.Duration {
-	t.Helper()
-	return testlog.WaitForErr(t, timeout, what, func() error {
-		if msg := cond(); msg != "" {
-			return errors.New(msg)
-		}
-		return nil
-	})
-}
-
 func (n *testNode) member(name string) Member {
 	for _, m := range n.Members() {
 		if m.Name == name {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // TestKeyRotationWhileRunning rotates the gossip key of a running three-node region (LAN
@@ -18,13 +20,13 @@ import (
 func TestKeyRotationWhileRunning(t *testing.T) {
 	oldKey, newKey := newKey(t), newKey(t)
 	nodes := startMesh(t, oldKey, 1, 3)
-	waitFor(t, 10*time.Second, "mesh converges", func() string {
+	testlog.WaitForErr(t, 10*time.Second, "mesh converges", func() error {
 		for _, n := range nodes {
-			if msg := converged(n, nodes); msg != "" {
-				return msg
+			if err := converged(n, nodes); err != nil {
+				return err
 			}
 		}
-		return ""
+		return nil
 	})
 	marks := make([]int, len(nodes))
 	for i, n := range nodes {
@@ -85,13 +87,13 @@ func TestKeyRotationWhileRunning(t *testing.T) {
 		t.Logf("%s: %d pools, every member answered, in %v", what, len(st), time.Since(start).Round(time.Millisecond))
 		// Traffic under the new state: three more of n1's tag updates reach every member.
 		want := seq.Load() + 3
-		waitFor(t, 10*time.Second, what+": n1's tag updates gossiped under the new state", func() string {
+		testlog.WaitForErr(t, 10*time.Second, what+": n1's tag updates gossiped under the new state", func() error {
 			for _, n := range nodes {
 				if v, _ := strconv.ParseInt(n.member(nodes[0].cfg.Name).Tags["seq"], 10, 64); v < want {
-					return fmt.Sprintf("%s has n1's update %d of %d", n.cfg.Name, v, want)
+					return fmt.Errorf("%s has n1's update %d of %d", n.cfg.Name, v, want)
 				}
 			}
-			return ""
+			return nil
 		})
 	}
 	listKeys := func(what string, keys, primary map[string]int) {
@@ -132,13 +134,13 @@ func TestKeyRotationWhileRunning(t *testing.T) {
 		nd.hist.Unlock()
 	}
 	last := strconv.FormatInt(seq.Load(), 10)
-	waitFor(t, 5*time.Second, "the last tag update reaches everyone", func() string {
+	testlog.WaitForErr(t, 5*time.Second, "the last tag update reaches everyone", func() error {
 		for _, nd := range nodes[1:] {
 			if got := nd.member(nodes[0].cfg.Name).Tags["seq"]; got != last {
-				return fmt.Sprintf("%s sees seq %s, want %s", nd.cfg.Name, got, last)
+				return fmt.Errorf("%s sees seq %s, want %s", nd.cfg.Name, got, last)
 			}
 		}
-		return ""
+		return nil
 	})
 	t.Logf("%s tag updates during the rotation, no member ever seen failed", last)
 
@@ -161,13 +163,13 @@ func TestKeyOpsNeedEncryption(t *testing.T) {
 	plain := startTestNode(t, testNodeConfig(t, "plain", "r1", nil, false))
 	defer stopAll(t, plain)
 	// Stopping a node before its Run has started makes Run report an error: wait.
-	waitFor(t, 5*time.Second, "Run starts", func() string {
+	testlog.WaitForErr(t, 5*time.Second, "Run starts", func() error {
 		plain.mu.Lock()
 		defer plain.mu.Unlock()
 		if !plain.mu.running {
-			return "not running"
+			return errors.New("not running")
 		}
-		return ""
+		return nil
 	})
 	if _, err := plain.InstallKey(newKey(t)); !errors.Is(err, ErrNotEncrypted) {
 		t.Fatalf("InstallKey without encryption: %v", err)

@@ -2,11 +2,8 @@ package node
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,15 +59,10 @@ func FuzzDrainRecord(f *testing.F) {
 	})
 }
 
-// drainMesh is a replicated region of three nodes with the admin API, whose raft groups
-// (six, two first-placed on each node) hold topics already.
-type drainMesh struct {
-	*regionMesh
-	admin map[string]*httptest.Server
-}
-
-func newDrainMesh(t *testing.T, balance time.Duration, mod ...func(*Config)) *drainMesh {
-	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+// newDrainMesh starts a replicated region of three nodes with the admin API, whose raft
+// groups (six, two first-placed on each node) hold topics already.
+func newDrainMesh(t *testing.T, balance time.Duration, mod ...func(*Config)) *regionMesh {
+	m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
 		c.Replicas = 3
 		c.AdminAPI = true
 		c.Raft = TestRaftSettings()
@@ -79,7 +71,7 @@ func newDrainMesh(t *testing.T, balance time.Duration, mod ...func(*Config)) *dr
 		for _, f := range mod {
 			f(c)
 		}
-	}), admin: map[string]*httptest.Server{}}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c := m.dial("eu-1")
@@ -104,44 +96,8 @@ func newDrainMesh(t *testing.T, balance time.Duration, mod ...func(*Config)) *dr
 	return m
 }
 
-// adminURL serves name's admin API (again after a restart) and returns its base URL.
-func (m *drainMesh) adminURL(name string) string {
-	if s := m.admin[name]; s != nil {
-		s.Close()
-	}
-	s := httptest.NewServer(m.nodes[name].AdminHandler())
-	m.t.Cleanup(s.Close)
-	m.admin[name] = s
-	return s.URL
-}
-
-func (m *drainMesh) post(via, path string) (int, string) {
-	m.t.Helper()
-	resp, err := http.Post(m.adminURL(via)+path, "", nil)
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
-func (m *drainMesh) nodeInfos(via string) []NodeInfo {
-	m.t.Helper()
-	resp, err := http.Get(m.adminURL(via) + "/v1/nodes")
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var out []NodeInfo
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		m.t.Fatal(err)
-	}
-	return out
-}
-
 // leads counts, on every running node, the groups (the metadata group included) it leads.
-func (m *drainMesh) leads() map[string]int {
+func (m *regionMesh) leads() map[string]int {
 	out := map[string]int{}
 	for _, name := range m.names {
 		if n := m.nodes[name]; n != nil {
@@ -152,7 +108,7 @@ func (m *drainMesh) leads() map[string]int {
 }
 
 // allLed reports whether every group of via's has a leader, none of them node.
-func (m *drainMesh) allLedBut(via, node string) bool {
+func (m *regionMesh) allLedBut(via, node string) bool {
 	r := m.nodes[via].rep
 	id := m.nodes[node].rep.id
 	for _, g := range append([]uint64{metaGroup}, groupIDs(r.localGroups())...) {
@@ -337,7 +293,7 @@ func TestDrainMovesLeadershipsOffUnderLoad(t *testing.T) {
 		return !m.nodes["eu-1"].rep.drain.isDrained("eu-1") && m.leads()["eu-1"] > 0
 	})
 	load.waitMore(t, 200, nil)
-	load.check(t, m.regionMesh)
+	load.check(t, m)
 	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
 }
 
@@ -440,10 +396,10 @@ func TestStopHandsLeadershipsOff(t *testing.T) {
 // TestDrainWaitsForEveryNodeToReadIt: while a node of the region does not announce that it
 // reads drain records (an older build), a drain is refused, naming it.
 func TestDrainWaitsForEveryNodeToReadIt(t *testing.T) {
-	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+	m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
 		c.Replicas, c.AdminAPI, c.Raft = 3, true, TestRaftSettings()
 		c.noFeatures = c.Name == "eu-3"
-	}), admin: map[string]*httptest.Server{}}
+	})
 	testlog.WaitFor(t, 20*time.Second, "the metadata group formed on eu-1", func() bool {
 		ro, _ := m.nodes["eu-1"].rep.d.Role(metaGroup)
 		return ro.Lead != 0 && len(m.nodeInfos("eu-1")) == 3

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strconv"
@@ -100,7 +99,7 @@ func TestGrowUnderLoad(t *testing.T) {
 	topics := growEnv(t, "QUICMQ_GROW_TOPICS", 40)
 	perNode := growEnv(t, "QUICMQ_GROW_GROUPS_PER_NODE", 4)
 	moves := growEnv(t, "QUICMQ_GROW_MOVES", 2)
-	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+	m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
 		c.Replicas = 3
 		c.AdminAPI = true
 		c.Raft = TestRaftSettings()
@@ -108,7 +107,7 @@ func TestGrowUnderLoad(t *testing.T) {
 		c.Raft.BalanceInterval = 200 * time.Millisecond
 		c.Raft.DisableReplicaBalance = false
 		c.Raft.Moves = moves
-	}), admin: map[string]*httptest.Server{}}
+	})
 	c := dialNode(t, m.nodes["eu-1"], client.Options{})
 	defer c.Close()
 	type sample struct {
@@ -250,14 +249,14 @@ func TestRaftSettingsMovesValidate(t *testing.T) {
 // it) carries the balancing to its end without repeating a recorded move, every group's
 // raft configuration matching its placement, nothing acknowledged lost.
 func TestGrowResumesAfterMetadataLeaderRestart(t *testing.T) {
-	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
+	m := newRegionMesh(t, []string{"eu"}, 3, func(c *Config) {
 		c.Replicas = 3
 		c.AdminAPI = true
 		c.Raft = TestRaftSettings()
 		c.Raft.GroupsPerNode = 4
 		c.Raft.DisableReplicaBalance = false
 		c.Raft.Moves = 1
-	}), admin: map[string]*httptest.Server{}}
+	})
 	lead := m.metaLeader()
 	via := "eu-2"
 	if lead == via {

@@ -2,7 +2,11 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +28,7 @@ type regionMesh struct {
 	names  []string          // keys in start order
 	region []string          // the regions, in the order given
 	stops  map[string]func()
+	admin  map[string]*httptest.Server // the admin API served for a node (adminURL), by key
 }
 
 func newMesh(t *testing.T, regions []string) *regionMesh {
@@ -355,4 +360,43 @@ func TestMeshPassThroughReplay(t *testing.T) {
 	if _, _, ok := m.nodes["us"].Log().Bounds("local.only"); ok {
 		t.Fatal("a pass-through replay stored the topic locally")
 	}
+}
+
+// adminURL serves name's admin API (again after a restart) and returns its base URL.
+func (m *regionMesh) adminURL(name string) string {
+	if s := m.admin[name]; s != nil {
+		s.Close()
+	}
+	s := httptest.NewServer(m.nodes[name].AdminHandler())
+	m.t.Cleanup(s.Close)
+	if m.admin == nil {
+		m.admin = map[string]*httptest.Server{}
+	}
+	m.admin[name] = s
+	return s.URL
+}
+
+func (m *regionMesh) post(via, path string) (int, string) {
+	m.t.Helper()
+	resp, err := http.Post(m.adminURL(via)+path, "", nil)
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (m *regionMesh) nodeInfos(via string) []NodeInfo {
+	m.t.Helper()
+	resp, err := http.Get(m.adminURL(via) + "/v1/nodes")
+	if err != nil {
+		m.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out []NodeInfo
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		m.t.Fatal(err)
+	}
+	return out
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"reflect"
 	"slices"
@@ -72,7 +71,7 @@ func FuzzMoveRecord(f *testing.F) {
 // whose groups hold topics and have leaders.
 // releaseMoveEnds lets every node record the end of the moves it held back (holdEnds) and
 // waits until each has applied it: no move in progress anywhere.
-func (m *drainMesh) releaseMoveEnds() {
+func (m *regionMesh) releaseMoveEnds() {
 	m.t.Helper()
 	for _, name := range m.names {
 		m.nodes[name].rep.moves.holdEnds.Store(false)
@@ -88,8 +87,8 @@ func (m *drainMesh) releaseMoveEnds() {
 	}
 }
 
-func newMoveMesh(t *testing.T, size int, mod ...func(*Config)) *drainMesh {
-	m := &drainMesh{regionMesh: newRegionMesh(t, []string{"eu"}, size, func(c *Config) {
+func newMoveMesh(t *testing.T, size int, mod ...func(*Config)) *regionMesh {
+	m := newRegionMesh(t, []string{"eu"}, size, func(c *Config) {
 		c.Replicas = 3
 		c.AdminAPI = true
 		c.Raft = TestRaftSettings()
@@ -97,7 +96,7 @@ func newMoveMesh(t *testing.T, size int, mod ...func(*Config)) *drainMesh {
 		for _, f := range mod {
 			f(c)
 		}
-	}), admin: map[string]*httptest.Server{}}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
 	c := m.dial("eu-3")
@@ -125,7 +124,7 @@ func newMoveMesh(t *testing.T, size int, mod ...func(*Config)) *drainMesh {
 }
 
 // waitRemoved waits until via no longer lists name, logging the progress it shows.
-func (m *drainMesh) waitRemoved(via, name string, timeout time.Duration) {
+func (m *regionMesh) waitRemoved(via, name string, timeout time.Duration) {
 	m.t.Helper()
 	last := ""
 	start := time.Now()
@@ -147,7 +146,7 @@ func (m *drainMesh) waitRemoved(via, name string, timeout time.Duration) {
 // checkFullyReplicated checks, on the stayers, that every group is placed on three of them
 // and that its leader's raft configuration is exactly that placement (three voters, no
 // learner, no joint configuration).
-func (m *drainMesh) checkFullyReplicated(stayers []string) {
+func (m *regionMesh) checkFullyReplicated(stayers []string) {
 	m.t.Helper()
 	why := ""
 	defer func() {
@@ -202,7 +201,7 @@ func (m *drainMesh) checkFullyReplicated(stayers []string) {
 
 // checkLoad stops the load and verifies every topic on every stayer holding it: the
 // acknowledged records, at dense offsets, once each, identical on every replica.
-func checkLoad(t *testing.T, g *loadGen, m *drainMesh, stayers []string) {
+func checkLoad(t *testing.T, g *loadGen, m *regionMesh, stayers []string) {
 	t.Helper()
 	g.stop()
 	g.wg.Wait()
@@ -244,7 +243,7 @@ func checkLoad(t *testing.T, g *loadGen, m *drainMesh, stayers []string) {
 // any leader's match of 0 while it knew the replica a learner in its term; that failed on
 // base when a leader elected while the promotion was in flight sampled the new voter
 // before the replica had answered it: a fresh leader knows no match.)
-func watchMoves(t *testing.T, m *drainMesh) (stop func()) {
+func watchMoves(t *testing.T, m *regionMesh) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan []string, 1)
 	t.Cleanup(cancel)

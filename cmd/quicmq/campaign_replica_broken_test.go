@@ -62,9 +62,9 @@ func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
 	for k := range kills {
 		leader := l.leaderAfter(t, time.Second)
 		var followers []int
-		for i, n := range r.nodes {
+		for i, n := range r.Nodes {
 			if i != leader {
-				n.proc().Kill()
+				n.Proc().Kill()
 				followers = append(followers, i)
 			}
 		}
@@ -73,21 +73,21 @@ func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
 		testlog.Until(wait, func() bool { return l.oks.Load() != acked }) // an acknowledgement no follower can have made (a correct build makes none)
 		cancel()
 		alone := l.oks.Load() - acked
-		r.nodes[leader].proc().Kill()
+		r.Nodes[leader].Proc().Kill()
 		for _, i := range followers {
-			r.start(i)
+			r.Start(i)
 		}
 		t.Logf("kill %d: the leader acknowledged %d publishes with its followers down", k, alone)
 		if _, _, err := l.failover(t, leader, time.Now()); err != nil {
 			t.Fatalf("kill %d: %v", k, err)
 		}
-		r.start(leader)
-		r.waitLinks(leader)
-		t.Logf("kill %d: %s (leader of %s) killed right after an acknowledgement, restarted after its followers", k, r.nodes[leader].name, l.topics[0])
+		r.Start(leader)
+		r.WaitLinks(r.Nodes[leader], len(r.Nodes)-1)
+		t.Logf("kill %d: %s (leader of %s) killed right after an acknowledgement, restarted after its followers", k, r.Nodes[leader].Name, l.topics[0])
 	}
 	l.goesOn(t, time.Second)
 	l.Stop()
-	rep := l.judge(t, all(len(r.nodes)), false)
+	rep := l.judge(t, all(len(r.Nodes)), false)
 	t.Logf("load: %s", l.summary())
 	t.Logf("checker on the broken build: %v", rep)
 	if rep.OK() {

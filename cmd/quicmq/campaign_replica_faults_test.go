@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -34,7 +34,7 @@ import (
 
 // replicaCampaign starts the region on bin ("": QUICMQ_REPLICA_BIN, else this package
 // built) and the load, the topics created.
-func replicaCampaign(t *testing.T, bin string) (*replicaRegion, *replicaLoad) {
+func replicaCampaign(t *testing.T, bin string) (*nodeproc.Region, *replicaLoad) {
 	t.Helper()
 	if bin == "" {
 		bin = os.Getenv("QUICMQ_REPLICA_BIN")
@@ -44,10 +44,10 @@ func replicaCampaign(t *testing.T, bin string) (*replicaRegion, *replicaLoad) {
 	}
 	r := newReplicaRegion(t, bin, 3)
 	perNode, flags := groupsFlag(t, bin)
-	r.extra = func(int) []string { return flags }
-	r.startAll()
+	r.Flags = func(*nodeproc.Node) []string { return flags }
+	r.StartAll()
 	l := newReplicaLoad(r, envInt("QUICMQ_REPLICA_TOPICS", 30), envInt("QUICMQ_REPLICA_RATE", 600))
-	layout := newReplicaLayout(perNode, len(r.nodes), len(r.nodes), l.topics)
+	layout := newReplicaLayout(perNode, len(r.Nodes), len(r.Nodes), l.topics)
 	t.Logf("%d topics at %d records/s, at least %d on each group: %v", len(l.topics), l.rate, layout.minPerGroup(), layout)
 	l.warmUp(t)
 	layout.check(t, r, l.topics)
@@ -81,7 +81,7 @@ func (l *replicaLoad) goesOn(t *testing.T, d time.Duration) {
 func (l *replicaLoad) leaderAfter(t *testing.T, d time.Duration) int {
 	t.Helper()
 	l.goesOn(t, d)
-	leader, err := l.r.leader(context.Background(), l.topics[0])
+	leader, err := l.r.Leader(context.Background(), l.topics[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func (l *replicaLoad) failover(t *testing.T, leader int, from time.Time) (time.D
 	t.Helper()
 	at, via, err := l.firstAck(context.Background(), 0, leader)
 	if err != nil {
-		return 0, "", fmt.Errorf("%s down: %w", l.r.nodes[leader].name, err)
+		return 0, "", fmt.Errorf("%s down: %w", l.r.Nodes[leader].Name, err)
 	}
 	return at.Sub(from), via, nil
 }
@@ -105,7 +105,7 @@ func (l *replicaLoad) failover(t *testing.T, leader int, from time.Time) (time.D
 func (l *replicaLoad) readEveryNode(t *testing.T, topic int, skip ...int) int {
 	t.Helper()
 	ok := 0
-	for i := range l.r.nodes {
+	for i := range l.r.Nodes {
 		if !slices.Contains(skip, i) && l.readOnce(context.Background(), i, topic, 0) {
 			ok++
 		}
@@ -130,22 +130,22 @@ func TestCampaignReplicaKillLeader(t *testing.T) {
 	var failovers []time.Duration
 	for k := range kills {
 		leader := l.leaderAfter(t, 500*time.Millisecond+time.Duration(rng.IntN(1000))*time.Millisecond)
-		r.nodes[leader].proc().Kill()
+		r.Nodes[leader].Proc().Kill()
 		took, via, err := l.failover(t, leader, time.Now())
 		if err != nil {
 			t.Fatalf("kill %d: %v", k, err)
 		}
 		failovers = append(failovers, took)
-		r.start(leader)
-		r.waitLinks(leader)
+		r.Start(leader)
+		r.WaitLinks(r.Nodes[leader], len(r.Nodes)-1)
 		read := l.readEveryNode(t, k%len(l.topics))
 		t.Logf("kill %d: %s (leader of %s) killed; first ack through %s %v later; restarted; %d of 3 nodes read back",
-			k, r.nodes[leader].name, l.topics[0], via, failovers[k].Round(time.Millisecond), read)
+			k, r.Nodes[leader].Name, l.topics[0], via, failovers[k].Round(time.Millisecond), read)
 	}
 	l.goesOn(t, time.Second)
 	l.Stop()
 	logFailovers(t, failovers)
-	checkReplicaCampaign(t, l, all(len(r.nodes)))
+	checkReplicaCampaign(t, l, all(len(r.Nodes)))
 }
 
 func logFailovers(t *testing.T, d []time.Duration) {
@@ -169,7 +169,7 @@ func TestCampaignReplicaIsolateLeader(t *testing.T) {
 	}
 	r, l := replicaCampaign(t, "")
 	leader := l.leaderAfter(t, time.Second)
-	iso := r.isolateNode(leader)
+	iso := r.Isolate(leader)
 	cut := time.Now()
 	took, via, err := l.failover(t, leader, cut)
 	if err != nil {
@@ -181,13 +181,13 @@ func TestCampaignReplicaIsolateLeader(t *testing.T) {
 	dropped := iso.Dropped()
 	iso.Heal()
 	t.Logf("%s (leader of %s) cut off for %v (%d packets dropped); first ack through %s %v after the cut; %d of 2 others read back",
-		r.nodes[leader].name, l.topics[0], hold, dropped, via, took.Round(time.Millisecond), others)
+		r.Nodes[leader].Name, l.topics[0], hold, dropped, via, took.Round(time.Millisecond), others)
 	if dropped <= 0 {
 		t.Fatalf("the isolation dropped %d packets: it cut nothing off", dropped)
 	}
 	l.goesOn(t, 3*time.Second) // the load goes on with the old leader back
 	l.Stop()
-	checkReplicaCampaign(t, l, all(len(r.nodes)))
+	checkReplicaCampaign(t, l, all(len(r.Nodes)))
 }
 
 // TestCampaignReplicaPauseLeader: the leader stopped with SIGSTOP, then resumed: it comes
@@ -196,22 +196,22 @@ func TestCampaignReplicaPauseLeader(t *testing.T) {
 	hold := time.Duration(envInt("QUICMQ_REPLICA_PAUSE", 3)) * time.Second
 	r, l := replicaCampaign(t, "")
 	leader := l.leaderAfter(t, time.Second)
-	r.signal(leader, syscall.SIGSTOP)
+	r.Pause(leader)
 	stopped := time.Now()
 	took, via, err := l.failover(t, leader, stopped)
 	if err != nil {
-		r.signal(leader, syscall.SIGCONT)
+		r.Resume(leader)
 		t.Fatal(err)
 	}
 	logFailovers(t, []time.Duration{took})
 	testlog.Pause(l.ctx, time.Until(stopped.Add(hold))) // the pause's length
-	r.signal(leader, syscall.SIGCONT)
-	t.Logf("%s (leader of %s) stopped for %v; first ack through %s %v after SIGSTOP", r.nodes[leader].name, l.topics[0], hold, via, took.Round(time.Millisecond))
+	r.Resume(leader)
+	t.Logf("%s (leader of %s) stopped for %v; first ack through %s %v after SIGSTOP", r.Nodes[leader].Name, l.topics[0], hold, via, took.Round(time.Millisecond))
 	l.goesOn(t, 3*time.Second)
 	read := l.readEveryNode(t, 0)
 	t.Logf("after SIGCONT: %d of 3 nodes read back", read)
 	l.Stop()
-	checkReplicaCampaign(t, l, all(len(r.nodes)))
+	checkReplicaCampaign(t, l, all(len(r.Nodes)))
 }
 
 // TestCampaignReplicaWipeReplica: a follower killed, its data directory wiped, and restarted
@@ -223,25 +223,20 @@ func TestCampaignReplicaWipeReplica(t *testing.T) {
 	r, l := replicaCampaign(t, "")
 	ctx := context.Background()
 	leader := l.leaderAfter(t, time.Second)
-	victim := (leader + 1) % len(r.nodes)
-	n := r.nodes[victim]
-	n.proc().Kill()
-	if err := os.RemoveAll(n.data); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(n.data, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	r.start(victim)
-	r.waitLinks(victim)
+	victim := (leader + 1) % len(r.Nodes)
+	n := r.Nodes[victim]
+	r.Kill(victim)
+	r.Wipe(victim)
+	r.Start(victim)
+	r.WaitLinks(r.Nodes[victim], len(r.Nodes)-1)
 	wiped := time.Now()
-	t.Logf("%s (a follower of %s) killed, its data directory wiped, restarted empty", n.name, l.topics[0])
+	t.Logf("%s (a follower of %s) killed, its data directory wiped, restarted empty", n.Name, l.topics[0])
 	var last string
 	catchUp := time.Duration(envInt("QUICMQ_REPLICA_CATCHUP", 15)) * time.Second
 	wait, cancel := context.WithDeadline(ctx, wiped.Add(catchUp))
 	defer cancel()
 	caught := testlog.Until(wait, func() bool {
-		rows, err := r.topics(ctx, victim, "rc.>")
+		rows, err := r.Topics(ctx, victim, "rc.>")
 		last = fmt.Sprintf("%+v %v", rows, err)
 		next := map[string]uint64{}
 		for _, row := range rows {
@@ -255,13 +250,13 @@ func TestCampaignReplicaWipeReplica(t *testing.T) {
 	}) == nil
 	read := l.readEveryNode(t, 0)
 	t.Logf("after the wipe: %d of 3 nodes read back; %s caught up: %v after %v, through %d snapshots (metadata only, records fetched); its quicmq topics: %s",
-		read, n.name, caught, time.Since(wiped).Round(time.Millisecond), n.proc().Snapshots(), last)
+		read, n.Name, caught, time.Since(wiped).Round(time.Millisecond), n.Proc().Snapshots(), last)
 	if caught {
 		l.Stop()
-		checkReplicaCampaign(t, l, all(len(r.nodes)))
+		checkReplicaCampaign(t, l, all(len(r.Nodes)))
 		return
 	}
-	conn, err := r.dial(ctx, victim)
+	conn, err := dialNode(ctx, r, victim)
 	if err == nil {
 		sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 		sub, err := conn.Subscribe(sctx, l.topics[0], client.SubscribeOptions{From: client.Earliest})
@@ -271,15 +266,15 @@ func TestCampaignReplicaWipeReplica(t *testing.T) {
 		}
 		cancel()
 		conn.Close()
-		t.Logf("%s, subscribed to %s from offset 0: %v", n.name, l.topics[0], err)
+		t.Logf("%s, subscribed to %s from offset 0: %v", n.Name, l.topics[0], err)
 	}
 	l.Stop()
 	var intact []int
-	for i := range r.nodes {
+	for i := range r.Nodes {
 		if i != victim {
 			intact = append(intact, i)
 		}
 	}
 	checkReplicaCampaign(t, l, intact)
-	t.Fatalf("%s, restarted empty, did not catch up within %v (the two intact replicas passed the checker): it must rejoin as a learner under its new raft ID", n.name, catchUp)
+	t.Fatalf("%s, restarted empty, did not catch up within %v (the two intact replicas passed the checker): it must rejoin as a learner under its new raft ID", n.Name, catchUp)
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -83,7 +84,7 @@ func (l *replicaLayout) String() string {
 // check compares the prediction with the leaders node 0 reports: topics of one group have
 // one leader. It retries for up to 10 s while a group's leadership settles; a topic led by
 // someone else than the rest of its predicted group then fails the test.
-func (l *replicaLayout) check(t *testing.T, r *replicaRegion, topics []string) {
+func (l *replicaLayout) check(t *testing.T, r *nodeproc.Region, topics []string) {
 	t.Helper()
 	if l.perNode == 0 {
 		return
@@ -92,7 +93,7 @@ func (l *replicaLayout) check(t *testing.T, r *replicaRegion, topics []string) {
 	defer cancel()
 	var leaders map[string]int
 	err := testlog.UntilErr(ctx, func() error {
-		rows, err := r.topics(ctx, 0, "rc.>")
+		rows, err := r.Topics(ctx, 0, "rc.>")
 		if err != nil {
 			return err
 		}

@@ -1,21 +1,15 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,193 +27,41 @@ import (
 // log read back; the whole history is judged by internal/linearize (porcupine and the
 // campaign judge). This file is the harness: the region, the load, the final reads.
 
-// replicaRegion is the region's node processes; names, data directories and gossip
-// addresses are fixed for the whole run, so a node restarts as itself.
-type replicaRegion struct {
-	t      *testing.T
-	bin    string
-	caDir  string
-	region string
-	nodes  []*replicaNode
-	// extra, when set, gives node i's flags beyond the region's (the rolling-upgrade
-	// campaign's fixed client address and WAN pool).
-	extra func(i int) []string
-}
-
-type replicaNode struct {
-	name, data, lan string
-	bin             string     // the binary node runs, when not the region's (an upgrade)
-	mu              sync.Mutex // guards p: a fault replaces it while the load reads its address
-	p               *nodeproc.Process
-}
-
-func (n *replicaNode) proc() *nodeproc.Process {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.p
-}
+// The region is a nodeproc.Region of node processes (rc1, rc2, ...); names, data
+// directories and gossip addresses are fixed for the whole run, so a node restarts as itself.
 
 // startReplicaRegion starts n nodes with --replicas n and waits until every node has its
 // links to the others up.
-func startReplicaRegion(t *testing.T, bin string, n int) *replicaRegion {
+func startReplicaRegion(t *testing.T, bin string, n int) *nodeproc.Region {
 	t.Helper()
 	r := newReplicaRegion(t, bin, n)
-	r.startAll()
+	r.StartAll()
 	return r
 }
 
 // newReplicaRegion names n nodes with --replicas n, their data directories and gossip
-// addresses, and starts none (startAll does).
-func newReplicaRegion(t *testing.T, bin string, n int) *replicaRegion {
+// addresses, and starts none (StartAll does); they run as startMeshProcess starts them.
+func newReplicaRegion(t *testing.T, bin string, n int) *nodeproc.Region {
 	t.Helper()
-	if out, _ := exec.Command(bin, "node", "-h").CombinedOutput(); !bytes.Contains(out, []byte("-replicas")) {
-		t.Skip("this build's quicmq node has no --replicas flag: replicated topics are not wired into the node")
-	}
-	r := &replicaRegion{t: t, bin: bin, caDir: t.TempDir(), region: "rc"}
-	for i := range n {
-		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
-	}
+	r := nodeproc.NewRegion(t, bin, "rc", n)
+	r.Options = meshOptions
 	return r
 }
 
-// startAll starts every node and waits until each has its links to the others up.
-func (r *replicaRegion) startAll() {
-	r.t.Helper()
-	for i := range r.nodes {
-		r.start(i)
-	}
-	for i := range r.nodes {
-		r.waitLinks(i)
-	}
-}
-
-func (r *replicaRegion) args(i int) []string {
-	var join []string
-	for j, o := range r.nodes {
-		if j != i {
-			join = append(join, o.lan)
-		}
-	}
-	args := []string{"--data", r.nodes[i].data, "--region", r.region, "--ca-dir", r.caDir, "--gossip", r.nodes[i].lan,
-		"--join", strings.Join(join, ","), "--replicas", fmt.Sprint(len(r.nodes))}
-	if r.extra != nil {
-		args = append(args, r.extra(i)...)
-	}
-	return args
-}
-
-// start starts node i's process (again, after a kill) on its data directory.
-func (r *replicaRegion) start(i int) {
-	r.t.Helper()
-	n := r.nodes[i]
-	bin := r.bin
-	if n.bin != "" {
-		bin = n.bin
-	}
-	p := startMeshProcess(r.t, bin, n.name, r.args(i)...)
-	n.mu.Lock()
-	n.p = p
-	n.mu.Unlock()
-}
-
-// waitLinks waits until node i has its links to every other node up.
-func (r *replicaRegion) waitLinks(i int) {
-	r.t.Helper()
-	p := r.nodes[i].proc()
-	deadline := time.After(30 * time.Second)
-	for n := 0; n < len(r.nodes)-1; n++ {
-		select {
-		case <-p.LinkUp():
-		case <-deadline:
-			r.t.Fatalf("%s: %d of %d links up within 30 s\n%s", r.nodes[i].name, n, len(r.nodes)-1, p.Tail())
-		}
-	}
-}
-
-func (r *replicaRegion) dial(ctx context.Context, i int) (*client.Conn, error) {
-	p := r.nodes[i].proc()
+// dialNode dials node i of r.
+func dialNode(ctx context.Context, r *nodeproc.Region, i int) (*client.Conn, error) {
+	p := r.Nodes[i].Proc()
 	if p == nil {
-		return nil, fmt.Errorf("%s not started yet", r.nodes[i].name) // a node a campaign starts later
+		return nil, fmt.Errorf("%s not started yet", r.Nodes[i].Name) // a node a campaign starts later
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	return client.Dial(ctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem")}, p.Addr)
-}
-
-func (r *replicaRegion) index(name string) int {
-	return slices.IndexFunc(r.nodes, func(n *replicaNode) bool { return n.name == name })
-}
-
-// replicaTopic is a row of `quicmq topics --format json` with replicas.
-type replicaTopic struct {
-	Topic    string   `json:"topic"`
-	Next     uint64   `json:"next"`
-	Leader   string   `json:"leader"`
-	Replicas []string `json:"replicas"`
-}
-
-// topics runs `quicmq topics --format json` against node i, as an operator would.
-func (r *replicaRegion) topics(ctx context.Context, i int, pattern string) ([]replicaTopic, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, r.bin, "topics", "--server", r.nodes[i].proc().Addr, "--ca", filepath.Join(r.caDir, "ca.pem"), "--format", "json", "--pattern", pattern)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("quicmq topics at %s: %v: %s", r.nodes[i].name, err, strings.TrimSpace(stderr.String()))
-	}
-	var rows []replicaTopic
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		var row replicaTopic
-		if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
-			return nil, fmt.Errorf("quicmq topics at %s: %q: %w", r.nodes[i].name, sc.Text(), err)
-		}
-		rows = append(rows, row)
-	}
-	return rows, nil
-}
-
-// leader returns the index of the node that leads topic, as the nodes other than skip
-// report it, waiting up to 20 s for one to report a leader that is not skip.
-func (r *replicaRegion) leader(ctx context.Context, topic string, skip ...int) (int, error) {
-	wait, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	leader := -1
-	err := testlog.UntilErr(wait, func() error {
-		var last error
-		for i := range r.nodes {
-			if slices.Contains(skip, i) {
-				continue
-			}
-			rows, err := r.topics(wait, i, topic)
-			if err != nil {
-				last = err
-				continue
-			}
-			for _, row := range rows {
-				if l := r.index(row.Leader); row.Topic == topic && l >= 0 && !slices.Contains(skip, l) {
-					leader = l
-					return nil
-				}
-				last = fmt.Errorf("%s reports %s led by %q (replicas %v)", r.nodes[i].name, topic, row.Leader, row.Replicas)
-			}
-		}
-		if last == nil {
-			last = errors.New("no node answered")
-		}
-		return last
-	})
-	if err != nil {
-		return -1, fmt.Errorf("no leader of %s within 20 s: %w", topic, err)
-	}
-	return leader, nil
+	return client.Dial(ctx, client.Options{CAFile: r.CAFile()}, p.Addr)
 }
 
 // replicaLoad is the campaign's traffic, every operation recorded in hist.
 type replicaLoad struct {
-	r         *replicaRegion
+	r         *nodeproc.Region
 	hist      *linearize.History
 	topics    []string
 	rate      int // records/s over all producers
@@ -248,7 +90,7 @@ type replicaLoad struct {
 // by default: a producer does not wait for it).
 const answerWithin = 3 * time.Second
 
-func newReplicaLoad(r *replicaRegion, nTopics, rate int) *replicaLoad {
+func newReplicaLoad(r *nodeproc.Region, nTopics, rate int) *replicaLoad {
 	l := &replicaLoad{r: r, hist: linearize.NewHistory(), rate: rate, producers: 6, acked: make([]atomic.Int64, nTopics), seen: make([]atomic.Int64, nTopics), errs: map[string]int{}, refusedCodes: map[client.Code]int{}}
 	for i := range nTopics {
 		l.topics = append(l.topics, fmt.Sprintf("rc.t%d", i))
@@ -336,7 +178,7 @@ func (l *replicaLoad) settle(op linearize.PublishOp, topic int, ack client.Ack, 
 
 // publishOne publishes one record through conn and waits for its answer.
 func (l *replicaLoad) publishOne(ctx context.Context, conn *client.Conn, node, topic int, k campaign.Key, within time.Duration) (client.Ack, error) {
-	op := l.hist.Publish(int(l.clientIDs.Add(1)), l.r.nodes[node].name, l.topics[topic], k)
+	op := l.hist.Publish(int(l.clientIDs.Add(1)), l.r.Nodes[node].Name, l.topics[topic], k)
 	wctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
 	f, err := conn.PublishAsync(wctx, client.Message{Topic: l.topics[topic], Payload: []byte(campaign.Payload(k)), ProducerID: k.Producer, Sequence: k.Seq})
@@ -390,8 +232,8 @@ func (l *replicaLoad) produce(p int) {
 	var retryMu sync.Mutex
 	var retry []replicaPending
 	for l.ctx.Err() == nil {
-		node := rng.IntN(len(l.r.nodes))
-		conn, err := l.r.dial(l.ctx, node)
+		node := rng.IntN(len(l.r.Nodes))
+		conn, err := dialNode(l.ctx, l.r, node)
 		if err != nil {
 			testlog.Pause(l.ctx, 50*time.Millisecond) // a retry's back-off
 			continue
@@ -419,7 +261,7 @@ func (l *replicaLoad) produce(p int) {
 			}
 		}()
 		send := func(topic int, k campaign.Key) bool {
-			op := l.hist.Publish(cid, l.r.nodes[node].name, l.topics[topic], k)
+			op := l.hist.Publish(cid, l.r.Nodes[node].Name, l.topics[topic], k)
 			// Not l.ctx: stopping the load lets the publishes in flight be answered.
 			f, err := conn.PublishAsync(context.Background(), client.Message{Topic: l.topics[topic], Payload: []byte(campaign.Payload(k)), ProducerID: k.Producer, Sequence: k.Seq})
 			if err != nil {
@@ -467,7 +309,7 @@ func (l *replicaLoad) produce(p int) {
 func (l *replicaLoad) read(i int) {
 	rng := rand.New(rand.NewPCG(uint64(i), 7))
 	for l.ctx.Err() == nil {
-		node, topic := rng.IntN(len(l.r.nodes)), rng.IntN(len(l.topics))
+		node, topic := rng.IntN(len(l.r.Nodes)), rng.IntN(len(l.topics))
 		l.readOnce(l.ctx, node, topic, rng.IntN(20))
 		select {
 		case <-l.ctx.Done():
@@ -486,12 +328,12 @@ func (l *replicaLoad) read(i int) {
 func (l *replicaLoad) readOnce(ctx context.Context, node, topic, extra int) bool {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := l.r.dial(ctx, node)
+	conn, err := dialNode(ctx, l.r, node)
 	if err != nil {
 		return false
 	}
 	defer conn.Close()
-	op := l.hist.Read(int(l.clientIDs.Add(1)), l.r.nodes[node].name, l.topics[topic])
+	op := l.hist.Read(int(l.clientIDs.Add(1)), l.r.Nodes[node].Name, l.topics[topic])
 	need := int(max(l.acked[topic].Load()+1, l.seen[topic].Load())) // after the invocation: every answer before it counts
 	sub, err := conn.Subscribe(ctx, l.topics[topic], client.SubscribeOptions{From: client.Earliest})
 	if err != nil {
@@ -540,11 +382,11 @@ func (l *replicaLoad) judge(t *testing.T, running []int, agree bool) *linearize.
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	conns := make([]*client.Conn, len(l.r.nodes))
+	conns := make([]*client.Conn, len(l.r.Nodes))
 	for _, i := range running {
-		c, err := l.r.dial(ctx, i)
+		c, err := dialNode(ctx, l.r, i)
 		if err != nil {
-			t.Fatalf("dial %s for the final reads: %v", l.r.nodes[i].name, err)
+			t.Fatalf("dial %s for the final reads: %v", l.r.Nodes[i].Name, err)
 		}
 		defer c.Close()
 		conns[i] = c
@@ -553,10 +395,10 @@ func (l *replicaLoad) judge(t *testing.T, running []int, agree bool) *linearize.
 	var counts [][]uint64
 	var putSince time.Time
 	testlog.UntilErr(ctx, func() error {
-		counts = make([][]uint64, len(l.r.nodes))
+		counts = make([][]uint64, len(l.r.Nodes))
 		equal := true
 		for _, i := range running {
-			rows, err := l.r.topics(ctx, i, "rc.>")
+			rows, err := l.r.Topics(ctx, i, "rc.>")
 			if err != nil && ctx.Err() != nil {
 				t.Fatalf("the replicas did not converge within 120 s (records per node and topic, acknowledged up to %v): %v; then %v", l.ackedOffsets(), last, err)
 			}
@@ -586,16 +428,16 @@ func (l *replicaLoad) judge(t *testing.T, running []int, agree bool) *linearize.
 	}
 	for _, i := range running {
 		for ti, tp := range l.topics {
-			op := l.hist.Read(int(l.clientIDs.Add(1)), l.r.nodes[i].name, tp)
+			op := l.hist.Read(int(l.clientIDs.Add(1)), l.r.Nodes[i].Name, tp)
 			recs := readLog(t, ctx, conns[i], tp, counts[i][ti])
 			for j := range recs {
-				recs[j].OriginRegion = cmpOr(recs[j].OriginRegion, l.r.region)
+				recs[j].OriginRegion = cmpOr(recs[j].OriginRegion, l.r.Name)
 			}
 			op.Final(recs)
 		}
 	}
 	start := time.Now()
-	cfg := linearize.Config{Region: l.r.region, VisualizeDir: os.TempDir()}
+	cfg := linearize.Config{Region: l.r.Name, VisualizeDir: os.TempDir()}
 	if !agree {
 		// A broken build's diverged history can keep porcupine searching for its whole
 		// bound (2 minutes a topic); the judge's counts of lost and conflicting records
@@ -655,14 +497,6 @@ func checkReplicaCampaign(t *testing.T, l *replicaLoad, running []int) {
 	}
 }
 
-// signal stops (SIGSTOP) or resumes (SIGCONT) node i's process.
-func (r *replicaRegion) signal(i int, sig syscall.Signal) {
-	r.t.Helper()
-	if err := r.nodes[i].proc().Signal(sig); err != nil {
-		r.t.Fatalf("%v to %s: %v", sig, r.nodes[i].name, err)
-	}
-}
-
 // firstAck publishes a probe record to topic every 20 ms, each on a connection of its own
 // (answers on one connection come in the order sent, so one probe stuck behind a dead leader
 // would hold back the next) through the nodes other than skip in turn, until one is
@@ -671,7 +505,7 @@ func (r *replicaRegion) signal(i int, sig syscall.Signal) {
 // is acknowledged are given up on (outcome unknown).
 func (l *replicaLoad) firstAck(ctx context.Context, topic int, skip ...int) (time.Time, string, error) {
 	var others []int
-	for i := range l.r.nodes {
+	for i := range l.r.Nodes {
 		if !slices.Contains(skip, i) {
 			others = append(others, i)
 		}
@@ -704,14 +538,14 @@ func (l *replicaLoad) firstAck(ctx context.Context, topic int, skip ...int) (tim
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := l.r.dial(pctx, i)
+			c, err := dialNode(pctx, l.r, i)
 			if err == nil {
 				defer c.Close()
 				_, err = l.publishOne(pctx, c, i, topic, campaign.Key{Producer: "probe", Seq: l.nextSeq("probe")}, answerWithin)
 			}
 			if err == nil {
 				select {
-				case first <- win{time.Now(), l.r.nodes[i].name}:
+				case first <- win{time.Now(), l.r.Nodes[i].Name}:
 				default:
 				}
 				return

@@ -27,13 +27,13 @@ func (n *cliNode) conn() []string { return []string{"--server", n.addr, "--ca", 
 
 // runCLI runs quicmq in-process with stdin as standard input and an empty environment,
 // bounded to 30 s.
-func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+func runCLI(t testing.TB, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	return runCLIEnv(t, nil, stdin, args...)
 }
 
 // runCLIEnv is runCLI with the environment vars (the client commands' QUICMQ_* settings).
-func runCLIEnv(t *testing.T, vars map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
+func runCLIEnv(t testing.TB, vars map[string]string, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

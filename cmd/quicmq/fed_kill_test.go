@@ -3,15 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,52 +22,20 @@ import (
 // judge moves by (resize_campaign_test.go).
 var moveLineRE = regexp.MustCompile(`msg="(replica move|region metadata: (moving a group|a group's replica mov)|undoing a replica move)`)
 
+// meshOptions are how a test mesh's node processes start: keeping their replica-move lines.
+var meshOptions = nodeproc.Options{Keep: []*regexp.Regexp{moveLineRE}, StartTimeout: 30 * time.Second}
+
 // startMeshProcess starts `quicmq node` as a node of a test mesh (internal/nodeproc):
 // anonymous clients, gossip in the clear, clients on a free loopback port unless args say
-// otherwise; it keeps the node's replica-move lines.
+// otherwise (nodeproc.MeshFlags); it keeps the node's replica-move lines.
 func startMeshProcess(t *testing.T, bin, name string, args ...string) *nodeproc.Process {
 	t.Helper()
-	o := nodeproc.Options{Keep: []*regexp.Regexp{moveLineRE}, StartTimeout: 30 * time.Second}
-	return o.Start(t, bin, name, append([]string{"--anonymous", "--insecure-gossip", "--listen", "127.0.0.1:0", "--name", name}, args...)...)
+	return meshOptions.Start(t, bin, name, append(nodeproc.MeshFlags(name), args...)...)
 }
 
-// freeAddr returns a 127.0.0.1 address whose port is free for both TCP and UDP (serf uses
-// both), for a node that must come back on the same gossip address after a kill. The port is
-// taken below the kernel's ephemeral range, so that no socket bound to port 0 meanwhile (the
-// links' dialing sockets) can take it while the node is down. The probe holds no port, so the
-// ports handed out are remembered: a mesh asks for a dozen, and two of them the same port
-// would fail its start (as it once did, "us2 exited before listening").
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	givenMu.Lock()
-	defer givenMu.Unlock()
-	for i := 0; i < 200; i++ {
-		port := 20000 + rand.IntN(12000)
-		if given[port] {
-			continue
-		}
-		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		tl, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		ul, err := net.ListenPacket("udp", addr)
-		tl.Close()
-		if err == nil {
-			ul.Close()
-			given[port] = true
-			return addr
-		}
-	}
-	t.Fatal("no free port for TCP and UDP")
-	return ""
-}
-
-// given holds the ports freeAddr returned in this process.
-var (
-	givenMu sync.Mutex
-	given   = map[int]bool{}
-)
+// freeAddr is nodeproc.FreeAddr: a loopback address free for TCP and UDP that no other
+// harness of this test process is given.
+func freeAddr(t testing.TB) string { return nodeproc.FreeAddr(t) }
 
 // k9Payload is the payload of the record published with sequence number i: the origin
 // offset it must land at (one publisher, one stream, one topic) plus padding.

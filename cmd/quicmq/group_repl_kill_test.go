@@ -55,7 +55,7 @@ func groupLeaderKill(t *testing.T, bin string) error {
 	r := startReplicaRegion(t, bin, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	pc, err := r.dial(ctx, 0)
+	pc, err := dialNode(ctx, r, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,22 +63,22 @@ func groupLeaderKill(t *testing.T, bin string) error {
 	if _, err := pc.Publish(ctx, client.Message{Topic: "work", Payload: []byte("0")}); err != nil {
 		t.Fatal(err)
 	}
-	lead, err := r.leader(ctx, "work")
+	lead, err := r.Leader(ctx, "work")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var others []int
-	for i := range r.nodes {
+	for i := range r.Nodes {
 		if i != lead {
 			others = append(others, i)
 		}
 	}
-	t.Logf("work led by %s; members through %s and %s", r.nodes[lead].name, r.nodes[others[0]].name, r.nodes[others[1]].name)
+	t.Logf("work led by %s; members through %s and %s", r.Nodes[lead].Name, r.Nodes[others[0]].Name, r.Nodes[others[1]].Name)
 
 	var readers sync.WaitGroup
 	join := func(mctx context.Context, member, node int, out chan<- groupRec) *client.Conn {
 		for attempt := 0; ; attempt++ {
-			c, err := r.dial(mctx, node)
+			c, err := dialNode(mctx, r, node)
 			if err == nil {
 				var sub *client.Subscription
 				sub, err = c.Subscribe(mctx, "work", client.SubscribeOptions{Group: "g", AckWait: time.Minute, MaxDeliver: 10})
@@ -103,7 +103,7 @@ func groupLeaderKill(t *testing.T, bin string) error {
 				c.Close()
 			}
 			if attempt > 200 || !testlog.Pause(mctx, 100*time.Millisecond) { // a retry's back-off
-				t.Fatalf("member %d through %s: %v", member, r.nodes[node].name, err)
+				t.Fatalf("member %d through %s: %v", member, r.Nodes[node].Name, err)
 			}
 		}
 	}
@@ -155,13 +155,13 @@ func groupLeaderKill(t *testing.T, bin string) error {
 	slices.Sort(unacked)
 	t.Logf("records per member %v; unacknowledged %v", per, unacked)
 
-	r.nodes[lead].proc().Kill()
+	r.Nodes[lead].Proc().Kill()
 	stop()
 	for _, c := range conns {
 		c.Close()
 	}
 	readers.Wait()
-	if _, err := r.leader(ctx, "work", lead); err != nil {
+	if _, err := r.Leader(ctx, "work", lead); err != nil {
 		t.Fatal(err)
 	}
 
@@ -180,7 +180,7 @@ func groupLeaderKill(t *testing.T, bin string) error {
 		case g := <-recs:
 			off := g.rec.Offset
 			if off%3 != 0 {
-				return fmt.Errorf("offset %d, whose ACK was confirmed before %s was killed, was delivered again", off, r.nodes[lead].name)
+				return fmt.Errorf("offset %d, whose ACK was confirmed before %s was killed, was delivered again", off, r.Nodes[lead].Name)
 			}
 			if _, dup := again[off]; dup {
 				return fmt.Errorf("offset %d delivered twice after the kill while no other node failed", off)
@@ -204,7 +204,7 @@ func groupLeaderKill(t *testing.T, bin string) error {
 	}
 	// Nothing left: on each survivor the group has no pending record.
 	for _, i := range others {
-		c, err := r.dial(ctx, i)
+		c, err := dialNode(ctx, r, i)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,10 +216,10 @@ func groupLeaderKill(t *testing.T, bin string) error {
 		}
 		c.Close()
 		if err != nil {
-			t.Fatalf("%s: consumer info: %v", r.nodes[i].name, err)
+			t.Fatalf("%s: consumer info: %v", r.Nodes[i].Name, err)
 		}
 		if info.Pending != 0 {
-			return fmt.Errorf("%s: group g has %d records pending after every record was acknowledged", r.nodes[i].name, info.Pending)
+			return fmt.Errorf("%s: group g has %d records pending after every record was acknowledged", r.Nodes[i].Name, info.Pending)
 		}
 	}
 	return nil

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -40,23 +39,14 @@ import (
 // after it is stored; the rest is slack for two shared cores.
 const groupLagBound = 3 * time.Second
 
-// groupMesh is the three-region mesh of the group failover tests.
+// groupMesh is the three-region mesh of the group failover tests (nodeproc.Mesh: eu1, us1,
+// ap1, and eu2, eu3 when eu is a replicated region), with a publisher in each region.
 type groupMesh struct {
-	t                      *testing.T
-	bin, caDir             string
-	regions                []string
-	data, listen, lan, wan map[string]string
-	procs                  map[string]*nodeproc.Process
-	pub                    map[string]*client.Conn
-	// homeMore are eu's nodes past its first when eu is a replicated region
-	// (newReplicatedGroupMesh): eu2, eu3, started and killed with eu1.
-	homeMore []*homeNode
-}
-
-// homeNode is one more node of the home region.
-type homeNode struct {
-	name, data, listen, lan, wan string
-	p                            *nodeproc.Process
+	*nodeproc.Mesh
+	t       *testing.T
+	bin     string
+	regions []string
+	pub     map[string]*client.Conn
 }
 
 // groupBinary is the quicmq binary the group failover tests run: the normal build, or the one
@@ -77,72 +67,38 @@ func newReplicatedGroupMesh(t *testing.T) *groupMesh { return newGroupMeshHome(t
 
 func newGroupMeshHome(t *testing.T, homeNodes int) *groupMesh {
 	t.Helper()
-	m := &groupMesh{t: t, bin: groupBinary(t), caDir: t.TempDir(), regions: []string{"eu", "us", "ap"},
-		data: map[string]string{}, listen: map[string]string{}, lan: map[string]string{}, wan: map[string]string{},
-		procs: map[string]*nodeproc.Process{}, pub: map[string]*client.Conn{}}
-	for _, r := range m.regions {
-		m.data[r], m.listen[r], m.lan[r], m.wan[r] = t.TempDir(), freeAddr(t), freeAddr(t), freeAddr(t)
+	regions := []string{"eu", "us", "ap"}
+	bin := groupBinary(t)
+	m := &groupMesh{t: t, bin: bin, regions: regions, pub: map[string]*client.Conn{},
+		Mesh: nodeproc.NewMesh(t, bin, regions, func(r string) int {
+			if r == "eu" {
+				return homeNodes // a replicated eu: --replicas 3, as the Terraform modules deploy
+			}
+			return 1
+		})}
+	for _, r := range m.Regions {
+		r.Options = meshOptions
+		r.Flags = func(*nodeproc.Node) []string { return []string{"--mirror", "events"} }
 	}
-	for i := 2; i <= homeNodes; i++ {
-		m.homeMore = append(m.homeMore, &homeNode{name: "eu" + strconv.Itoa(i), data: t.TempDir(),
-			listen: freeAddr(t), lan: freeAddr(t), wan: freeAddr(t)})
+	for _, r := range m.regions {
+		m.Start(r)
 	}
 	for _, r := range m.regions {
-		m.start(r)
-	}
-	for _, r := range m.regions {
-		m.pub[r] = dialCA(t, m.listen[r], m.caDir)
+		m.pub[r] = dialCA(t, m.listen(r), m.caDir())
 	}
 	return m
 }
 
-func (m *groupMesh) start(r string) {
-	var join []string
-	for _, o := range m.regions {
-		if o != r {
-			join = append(join, m.wan[o])
-		}
-	}
-	if r != "eu" || len(m.homeMore) == 0 {
-		m.procs[r] = startMeshProcess(m.t, m.bin, r+"1", "--data", m.data[r], "--region", r, "--ca-dir", m.caDir, "--listen", m.listen[r],
-			"--gossip", m.lan[r], "--wan", m.wan[r], "--wan-join", strings.Join(join, ","), "--mirror", "events")
-		return
-	}
-	// A replicated eu: every node of it at once (a region of three forms its metadata group
-	// once they see each other), each joining the others' LAN addresses.
-	nodes := append([]*homeNode{{name: "eu1", data: m.data[r], listen: m.listen[r], lan: m.lan[r], wan: m.wan[r]}}, m.homeMore...)
-	replicas := strconv.Itoa(len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		var lan []string
-		for j, o := range nodes {
-			if j != i {
-				lan = append(lan, o.lan)
-			}
-		}
-		wg.Go(func() {
-			n.p = startMeshProcess(m.t, m.bin, n.name, "--data", n.data, "--region", r, "--ca-dir", m.caDir, "--listen", n.listen,
-				"--gossip", n.lan, "--join", strings.Join(lan, ","), "--wan", n.wan, "--wan-join", strings.Join(join, ","),
-				"--mirror", "events", "--replicas", replicas)
-		})
-	}
-	wg.Wait()
-	m.procs[r] = nodes[0].p
-}
+// listen is region r's first node's client address.
+func (m *groupMesh) listen(r string) string { return m.Region(r).Nodes[0].Listen }
 
-// killHome SIGKILLs every node of eu.
-func (m *groupMesh) killHome() {
-	m.procs["eu"].Kill()
-	for _, n := range m.homeMore {
-		n.p.Kill()
-	}
-}
+func (m *groupMesh) caDir() string { return m.Regions[0].CADir }
 
 // homeServers is eu's node list, for --server.
 func (m *groupMesh) homeServers() string {
-	s := []string{m.listen["eu"]}
-	for _, n := range m.homeMore {
-		s = append(s, n.listen)
+	var s []string
+	for _, n := range m.Region("eu").Nodes {
+		s = append(s, n.Listen)
 	}
 	return strings.Join(s, ",")
 }
@@ -226,7 +182,7 @@ func (l *lockedBuilder) String() string {
 
 func (m *groupMesh) startSub(args ...string) *subProcess {
 	m.t.Helper()
-	cmd := exec.Command(m.bin, append([]string{"sub", "--topic", "events", "--group", "workers", "--ca", filepath.Join(m.caDir, "ca.pem"), "--idle-timeout", "2s"}, args...)...)
+	cmd := exec.Command(m.bin, append([]string{"sub", "--topic", "events", "--group", "workers", "--ca", m.CAFile(), "--idle-timeout", "2s"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		m.t.Fatal(err)
@@ -369,22 +325,22 @@ func TestKill9HomeRegionGroupFailsOver(t *testing.T) {
 // groupFailsOver is the first test on mesh m: the member at home in eu with --failover us,ap;
 // every node of eu SIGKILLed with records on their way; eu restarted.
 func groupFailsOver(t *testing.T, m *groupMesh) {
-	sub := m.startSub("--server", m.homeServers(), "--failover", m.listen["us"]+","+m.listen["ap"])
+	sub := m.startSub("--server", m.homeServers(), "--failover", m.listen("us")+","+m.listen("ap"))
 	c := newGroupCheck(t)
 	m.publishAll(m.regions, 0, 300, 0)
 	c.readUntil(sub, map[string]int{"eu": 150, "us": 150, "ap": 150}, nil)
 	m.publishAll(m.regions, 300, 200, 30*time.Millisecond) // printed over seconds
 	c.readUntil(sub, map[string]int{"eu": 500, "us": 500, "ap": 500}, nil)
 	m.publishAll([]string{"eu"}, 500, 200, 0)
-	m.killHome() // SIGKILL, with records on their way to the member and to the mirrors
+	m.Kill("eu") // SIGKILL, with records on their way to the member and to the mirrors
 	killed := time.Now()
 	t.Logf("eu killed; the member had printed %v", c.next)
 	m.publishAll([]string{"us", "ap"}, 500, 300, 0)
 	c.readUntil(sub, map[string]int{"us": 800, "ap": 800}, nil)
-	m.start("eu")
+	m.Start("eu")
 	c.readUntil(sub, map[string]int{"eu": 700, "us": 800, "ap": 800}, nil)
 	// One more record of each region: a duplicate of anything earlier would come before it.
-	m.pub["eu"] = dialCA(t, m.listen["eu"], m.caDir)
+	m.pub["eu"] = dialCA(t, m.listen("eu"), m.caDir())
 	for _, r := range m.regions {
 		m.publishAll([]string{r}, c.next[r], 1, 0)
 	}
@@ -409,7 +365,7 @@ func TestKill9HomeRegionGroupRestartedMemberResumes(t *testing.T) {
 		t.Skip("starts and kills node processes")
 	}
 	m := newGroupMesh(t)
-	sub := m.startSub("--server", m.listen["eu"])
+	sub := m.startSub("--server", m.listen("eu"))
 	c := newGroupCheck(t)
 	m.publishAll(m.regions, 0, 300, 0)
 	c.readUntil(sub, map[string]int{"eu": 150, "us": 150, "ap": 150}, nil)
@@ -417,13 +373,13 @@ func TestKill9HomeRegionGroupRestartedMemberResumes(t *testing.T) {
 	c.readUntil(sub, map[string]int{"eu": 500, "us": 500, "ap": 500}, nil)
 	m.publishAll([]string{"eu"}, 500, 200, 0)
 	sub.cmd.Process.Signal(syscall.SIGKILL) // the member process ends without a word
-	m.procs["eu"].Kill()
+	m.Kill("eu")
 	killed := time.Now()
 	sub.cmd.Wait()
 	c.drain(sub) // what it printed before it died
 	t.Logf("eu and the member killed; the member had printed %v", c.next)
 
-	sub = m.startSub("--server", m.listen["us"])
+	sub = m.startSub("--server", m.listen("us"))
 	var oldest time.Duration // of the duplicates: the longest before the kill one was first printed
 	recent := func(first time.Time) bool {
 		oldest = max(oldest, killed.Sub(first))
@@ -431,9 +387,9 @@ func TestKill9HomeRegionGroupRestartedMemberResumes(t *testing.T) {
 	}
 	m.publishAll([]string{"us", "ap"}, 500, 300, 0)
 	c.readUntil(sub, map[string]int{"us": 800, "ap": 800}, recent)
-	m.start("eu")
+	m.Start("eu")
 	c.readUntil(sub, map[string]int{"eu": 700, "us": 800, "ap": 800}, recent)
-	m.pub["eu"] = dialCA(t, m.listen["eu"], m.caDir)
+	m.pub["eu"] = dialCA(t, m.listen("eu"), m.caDir())
 	for _, r := range m.regions {
 		m.publishAll([]string{r}, c.next[r], 1, 0)
 	}
@@ -456,8 +412,10 @@ func TestKill9ReplicatedHomeRegionGroupFailsOver(t *testing.T) {
 	m := newReplicatedGroupMesh(t)
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, p := range append([]*nodeproc.Process{m.procs["eu"], m.procs["us"], m.procs["ap"]}, m.homeMore[0].p, m.homeMore[1].p) {
-				t.Logf("%s's last lines:\n%s", p.Name, p.Tail())
+			for _, r := range m.Regions {
+				for _, n := range r.Nodes {
+					t.Logf("%s's last lines:\n%s", n.Name, n.Proc().Tail())
+				}
 			}
 		}
 	})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/internal/timeline"
 )
@@ -76,13 +77,13 @@ func TestGrowCampaign(t *testing.T) {
 	}
 	profDir := os.Getenv("QUICMQ_GROW_PROFILE") // a CPU profile of each node over the moves (or the control's window)
 	episode := os.Getenv("QUICMQ_GROW_EPISODE") != ""
-	r := &replicaRegion{t: t, bin: bin, caDir: t.TempDir(), region: "rc"}
+	r := &nodeproc.Region{T: t, Bin: bin, CADir: t.TempDir(), Name: "rc", Replicas: 3, Options: meshOptions}
 	for i := range 3 {
-		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: growDataDir(t), lan: freeAddr(t)})
+		r.Nodes = append(r.Nodes, &nodeproc.Node{Name: fmt.Sprintf("rc%d", i+1), Data: growDataDir(t), LAN: freeAddr(t)})
 	}
 	control := os.Getenv("QUICMQ_GROW_CONTROL") != ""
-	r.extra = func(i int) []string {
-		// --replicas 3 after the region's own (len(nodes)), which it overrides.
+	r.Flags = func(n *nodeproc.Node) []string {
+		i := r.Index(n.Name)
 		flags := []string{"--listen", listen[i], "--admin", admin[i], "--admin-api", "--replicas", "3", "--raft-balance-interval", "2s"}
 		if control {
 			flags = append(flags, "--raft-no-replica-balance", "--raft-no-balance")
@@ -98,7 +99,7 @@ func TestGrowCampaign(t *testing.T) {
 		}
 		return flags
 	}
-	r.startAll()
+	r.StartAll()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -106,13 +107,13 @@ func TestGrowCampaign(t *testing.T) {
 	var sampler procSampler
 	cpuTimeline := os.Getenv("QUICMQ_GROW_TIMELINE") != "" // a timeline of the machine beside the publishes
 	if cpuTimeline {
-		defer r.sample(ctx, &sampler)()
+		defer sampleRegion(ctx, r, &sampler)()
 	}
 	var io ioSampler // the disk and page cache every 10 ms, for the episode timeline
 	if episode {
 		sctx, scancel := context.WithCancel(ctx)
 		var swg sync.WaitGroup
-		swg.Go(func() { io.run(sctx, r.pids) })
+		swg.Go(func() { io.run(sctx, regionPids(r)) })
 		defer func() { scancel(); swg.Wait() }()
 	}
 	l.waitAcks(t, 5*rate)
@@ -126,16 +127,16 @@ func TestGrowCampaign(t *testing.T) {
 	var profs sync.WaitGroup
 	profSeconds := envInt("QUICMQ_GROW_PROFILE_SECONDS", 6)
 	for i := range 3 {
-		growProfile(t, &profs, profDir, metrics[i], r.nodes[i].name, profSeconds)
+		growProfile(t, &profs, profDir, metrics[i], r.Nodes[i].Name, profSeconds)
 	}
 	l.event("start rc4, rc5")
 	for i := 3; i < 5; i++ {
-		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: growDataDir(t), lan: freeAddr(t)})
-		r.start(i)
+		r.Nodes = append(r.Nodes, &nodeproc.Node{Name: fmt.Sprintf("rc%d", i+1), Data: growDataDir(t), LAN: freeAddr(t)})
+		r.Start(i)
 	}
 	for i := 3; i < 5; i++ {
-		r.waitLinks(i)
-		growProfile(t, &profs, profDir, metrics[i], r.nodes[i].name, max(1, profSeconds-1))
+		r.WaitLinks(r.Nodes[i], len(r.Nodes)-1)
+		growProfile(t, &profs, profDir, metrics[i], r.Nodes[i].Name, max(1, profSeconds-1))
 	}
 	defer profs.Wait()
 	var rows []growNodeRow
@@ -185,7 +186,7 @@ func TestGrowCampaign(t *testing.T) {
 	// each of its replicas.
 	rctx, rcancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer rcancel()
-	rc, err := client.Dial(rctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem")}, listen[0])
+	rc, err := client.Dial(rctx, client.Options{CAFile: filepath.Join(r.CADir, "ca.pem")}, listen[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,13 +196,13 @@ func TestGrowCampaign(t *testing.T) {
 	replicasOf := map[int]string{}        // topic number -> its replicas after, for the slow report
 	leaderOf := map[int]string{}          // topic number -> its leader after, for the episode
 	listed := 0
-	for i := range r.nodes {
-		rows, err := r.topics(rctx, i, "roll.>")
+	for i := range r.Nodes {
+		rows, err := r.Topics(rctx, i, "roll.>")
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, row := range rows {
-			if !slices.Contains(row.Replicas, r.nodes[i].name) {
+			if !slices.Contains(row.Replicas, r.Nodes[i].Name) {
 				// Not a replica: a node a group's replica moved off keeps the log it had
 				// then (and lists it); it answers for the topic no more.
 				continue

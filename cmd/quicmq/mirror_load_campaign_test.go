@@ -177,7 +177,7 @@ func TestMirrorLoadCampaign(t *testing.T) {
 				euConn = dialPatient(t, eu.Addr, caDir)
 			}
 		case "cut":
-			iso := isolatePorts(t, portsOf(t, euListen, euGossip, euWAN), portsOf(t, usListen, usGossip, usWAN), []int{us.Pid()})
+			iso := nodeproc.Isolate(t, portsOf(t, euListen, euGossip, euWAN), portsOf(t, usListen, usGossip, usWAN), []int{us.Pid()})
 			testlog.Pause(context.Background(), cutFor) // the schedule: the link cut
 			ph.note = fmt.Sprintf("%d packets dropped; ", iso.Dropped())
 			iso.Heal()
@@ -578,7 +578,7 @@ func countAtLeast(heads map[string]uint64, next uint64) int {
 func portsOf(t *testing.T, addrs ...string) []int {
 	var ps []int
 	for _, a := range addrs {
-		ps = append(ps, addrPort(t, a))
+		ps = append(ps, nodeproc.AddrPort(t, a))
 	}
 	return ps
 }

@@ -38,95 +38,51 @@ import (
 // while raft's progress showed it far behind the commit index fails the campaign; that is
 // what the build tagged quicmq_broken_move does.
 
-// resizeRegion is a replicated region whose nodes also serve the admin API (on their
-// --metrics address), so the campaign drives it with the CLI as an operator does.
-type resizeRegion struct {
-	*replicaRegion
-	mu      sync.Mutex
-	metrics map[string]string   // node name -> its --metrics (and admin API) address
-	procs   []*nodeproc.Process // every process started, killed ones too: their log lines
-	extras  map[string]*replicaNode
-	seen    map[string]uint64 // "group from->to" -> the most bytes `quicmq nodes` showed for that move
-}
-
-// newResizeRegion names n nodes (rc1...), of which the first start start: the others are
-// started later (start) and dialed by the load only once they are (replicaRegion.dial).
-func newResizeRegion(t *testing.T, bin string, n, start int) *resizeRegion {
+// newResizeRegion names n nodes (rc1...) with --replicas 3 whose nodes also serve the admin
+// API (on their --metrics address), so the campaign drives the region with the CLI as an
+// operator does, and starts the first start: the others are started later (Start) and dialed
+// by the load only once they are (dialNode). The moveWatch reads the moves.
+func newResizeRegion(t *testing.T, bin string, n, start int) (*nodeproc.Region, *moveWatch) {
 	t.Helper()
-	rr := &resizeRegion{replicaRegion: newReplicaRegion(t, bin, n), metrics: map[string]string{}, extras: map[string]*replicaNode{}, seen: map[string]uint64{}}
-	for _, nd := range rr.nodes {
-		rr.metrics[nd.name] = freeAddr(t)
+	r := newReplicaRegion(t, bin, n)
+	for _, nd := range r.Nodes {
+		nd.Metrics = freeAddr(t)
 	}
-	rr.extra = func(i int) []string { return rr.flags(rr.nodes[i].name) }
+	r.Flags = func(*nodeproc.Node) []string {
+		return []string{"--replicas", "3", "--admin-api", "--raft-balance-interval", "2s"}
+	}
 	for i := range start {
-		rr.startNode(i)
+		r.Start(i)
 	}
 	for i := range start {
-		rr.waitLinksN(rr.nodes[i], start-1)
+		r.WaitLinks(r.Nodes[i], start-1)
 	}
-	return rr
-}
-
-func (rr *resizeRegion) flags(name string) []string {
-	rr.mu.Lock()
-	defer rr.mu.Unlock()
-	return []string{"--replicas", "3", "--metrics", rr.metrics[name], "--admin-api", "--raft-balance-interval", "2s"}
-}
-
-func (rr *resizeRegion) startNode(i int) {
-	rr.t.Helper()
-	rr.start(i)
-	rr.mu.Lock()
-	rr.procs = append(rr.procs, rr.nodes[i].proc())
-	rr.mu.Unlock()
+	return r, &moveWatch{r: r, seen: map[string]uint64{}}
 }
 
 // startExtra starts node name, not one of the load's nodes (the load never dials it), on
-// data, joining the region's nodes: a node that only holds replicas (TestMoveFaultsCampaign).
-func (rr *resizeRegion) startExtra(name string) *replicaNode {
-	rr.t.Helper()
-	rr.mu.Lock()
-	n := rr.extras[name]
-	if n == nil {
-		n = &replicaNode{name: name, data: rr.t.TempDir(), lan: freeAddr(rr.t)}
-		rr.extras[name] = n
-		rr.metrics[name] = freeAddr(rr.t)
+// its data, joining the region's nodes: a node that only holds replicas
+// (TestMoveFaultsCampaign).
+func startExtra(r *nodeproc.Region, name string) *nodeproc.Node {
+	r.T.Helper()
+	n := r.Extra(name)
+	if n.Metrics == "" {
+		n.Metrics = freeAddr(r.T)
 	}
-	rr.mu.Unlock()
-	var join []string
-	for _, o := range rr.nodes {
-		join = append(join, o.lan)
-	}
-	args := append([]string{"--data", n.data, "--region", rr.region, "--ca-dir", rr.caDir, "--gossip", n.lan, "--join", strings.Join(join, ",")}, rr.flags(name)...)
-	p := startMeshProcess(rr.t, rr.bin, name, args...)
-	n.mu.Lock()
-	n.p = p
-	n.mu.Unlock()
-	rr.mu.Lock()
-	rr.procs = append(rr.procs, p)
-	rr.mu.Unlock()
+	r.StartNode(n)
 	return n
 }
 
-// waitLinksN waits until node n has k links up.
-func (rr *resizeRegion) waitLinksN(n *replicaNode, k int) {
-	rr.t.Helper()
-	p := n.proc()
-	deadline := time.After(30 * time.Second)
-	for i := 0; i < k; i++ {
-		select {
-		case <-p.LinkUp():
-		case <-deadline:
-			rr.t.Fatalf("%s: %d of %d links up within 30 s\n%s", n.name, i, k, p.Tail())
-		}
-	}
+// moveWatch is what a resize campaign learns of the moves: from `quicmq nodes` (the bytes
+// each move showed fetched) and from the region's node logs (promotions, ends).
+type moveWatch struct {
+	r    *nodeproc.Region
+	mu   sync.Mutex
+	seen map[string]uint64 // "group from->to" -> the most bytes `quicmq nodes` showed for that move
 }
 
-func (rr *resizeRegion) admin(name string) string {
-	rr.mu.Lock()
-	defer rr.mu.Unlock()
-	return rr.metrics[name]
-}
+// admin is node name's admin API address.
+func (w *moveWatch) admin(name string) string { return w.r.Node(name).Metrics }
 
 // nodeRow is a row of `quicmq nodes --format json`.
 type nodeRow struct {
@@ -143,8 +99,8 @@ type nodeRow struct {
 }
 
 // listNodes runs `quicmq nodes --format json` against via's admin API.
-func (rr *resizeRegion) listNodes(via string) ([]nodeRow, error) {
-	code, out, errOut := runCLI(rr.t, "", "nodes", "--admin", rr.admin(via), "--format", "json", "--timeout", "5s")
+func (w *moveWatch) listNodes(via string) ([]nodeRow, error) {
+	code, out, errOut := runCLI(w.r.T, "", "nodes", "--admin", w.admin(via), "--format", "json", "--timeout", "5s")
 	if code != 0 {
 		return nil, fmt.Errorf("quicmq nodes at %s: exit %d: %s", via, code, strings.TrimSpace(errOut))
 	}
@@ -152,28 +108,28 @@ func (rr *resizeRegion) listNodes(via string) ([]nodeRow, error) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		return nil, fmt.Errorf("quicmq nodes at %s: %w", via, err)
 	}
-	rr.mu.Lock()
+	w.mu.Lock()
 	for _, n := range rows {
 		for _, m := range n.Moves {
 			k := m.Group + " " + m.From + "->" + m.To
-			rr.seen[k] = max(rr.seen[k], m.Bytes)
+			w.seen[k] = max(w.seen[k], m.Bytes)
 		}
 	}
-	rr.mu.Unlock()
+	w.mu.Unlock()
 	return rows, nil
 }
 
 // settled waits until via lists exactly names, every one up, none with a move in progress,
 // holding groups*3 replicas between them, each within one of the others (every group back
 // to three replicas, on these nodes); it returns the rows.
-func (rr *resizeRegion) settled(via string, names []string, within time.Duration) []nodeRow {
-	rr.t.Helper()
+func (w *moveWatch) settled(via string, names []string, within time.Duration) []nodeRow {
+	w.r.T.Helper()
 	var rows []nodeRow
 	last := ""
 	start := time.Now()
-	testlog.WaitForErr(rr.t, within, fmt.Sprintf("%v listed, up, balanced, no move in progress", names), func() error {
+	testlog.WaitForErr(w.r.T, within, fmt.Sprintf("%v listed, up, balanced, no move in progress", names), func() error {
 		var err error
-		if rows, err = rr.listNodes(via); err != nil {
+		if rows, err = w.listNodes(via); err != nil {
 			return err
 		}
 		var got, held []string
@@ -192,7 +148,7 @@ func (rr *resizeRegion) settled(via string, names []string, within time.Duration
 		}
 		s := fmt.Sprintf("%v, %d moves in progress", held, moving)
 		if s != last {
-			rr.t.Logf("%v at %s: %s", time.Since(start).Round(time.Millisecond), via, s)
+			w.r.T.Logf("%v at %s: %s", time.Since(start).Round(time.Millisecond), via, s)
 			last = s
 		}
 		slices.Sort(got)
@@ -205,12 +161,9 @@ func (rr *resizeRegion) settled(via string, names []string, within time.Duration
 }
 
 // moveLines is every replica-move log line of every process the campaign started.
-func (rr *resizeRegion) moveLines() []string {
-	rr.mu.Lock()
-	procs := slices.Clone(rr.procs)
-	rr.mu.Unlock()
+func (w *moveWatch) moveLines() []string {
 	var out []string
-	for _, p := range procs {
+	for _, p := range w.r.Started() {
 		out = append(out, p.Kept(moveLineRE)...)
 	}
 	return out
@@ -228,8 +181,8 @@ const moveLag = 64
 // movePromotions reads the group leaders' "replica move" lines: every promotion (the new
 // replica made a voter, the old one removed) and those made while the new replica trailed
 // the commit index by more than moveLag entries, or had acknowledged nothing.
-func (rr *resizeRegion) movePromotions() (promotions int, early []string) {
-	for _, line := range rr.moveLines() {
+func (w *moveWatch) movePromotions() (promotions int, early []string) {
+	for _, line := range w.moveLines() {
 		m := promoteRE.FindStringSubmatch(line)
 		if m == nil {
 			continue
@@ -246,9 +199,9 @@ func (rr *resizeRegion) movePromotions() (promotions int, early []string) {
 
 // moveEnds counts, by "group:from:to", the moves the nodes' metadata recorded done and
 // undone (each node logs each record it applies: a move counts once).
-func (rr *resizeRegion) moveEnds() (done, undone map[string]bool) {
+func (w *moveWatch) moveEnds() (done, undone map[string]bool) {
 	done, undone = map[string]bool{}, map[string]bool{}
-	for _, line := range rr.moveLines() {
+	for _, line := range w.moveLines() {
 		if m := moveEndRE.FindStringSubmatch(line); m != nil {
 			key := m[2] + ":" + m[3] + ":" + m[4]
 			if m[1] == "moved" {
@@ -263,30 +216,30 @@ func (rr *resizeRegion) moveEnds() (done, undone map[string]bool) {
 
 // movesSeen reports the moves `quicmq nodes` showed in progress and the bytes it showed
 // them fetch.
-func (rr *resizeRegion) movesSeen() string {
-	rr.mu.Lock()
-	defer rr.mu.Unlock()
+func (w *moveWatch) movesSeen() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	withBytes, most, sum := 0, uint64(0), uint64(0)
-	for _, b := range rr.seen {
+	for _, b := range w.seen {
 		if b > 0 {
 			withBytes++
 		}
 		most, sum = max(most, b), sum+b
 	}
-	return fmt.Sprintf("%d moves shown in progress by quicmq nodes, %d of them with bytes fetched (most %d, in all %d)", len(rr.seen), withBytes, most, sum)
+	return fmt.Sprintf("%d moves shown in progress by quicmq nodes, %d of them with bytes fetched (most %d, in all %d)", len(w.seen), withBytes, most, sum)
 }
 
 // checkPromotions fails the test when a move promoted a replica before it caught up.
-func (rr *resizeRegion) checkPromotions() {
-	rr.t.Helper()
-	n, early := rr.movePromotions()
-	rr.t.Logf("%s", rr.movesSeen())
-	rr.t.Logf("promotions of a moving replica seen in the group leaders' logs: %d, made before the replica caught up: %d", n, len(early))
+func (w *moveWatch) checkPromotions() {
+	w.r.T.Helper()
+	n, early := w.movePromotions()
+	w.r.T.Logf("%s", w.movesSeen())
+	w.r.T.Logf("promotions of a moving replica seen in the group leaders' logs: %d, made before the replica caught up: %d", n, len(early))
 	if len(early) > 0 {
-		rr.t.Errorf("a move removed the old replica before its new one had caught up (%d times):\n%s", len(early), strings.Join(early[:min(10, len(early))], "\n"))
+		w.r.T.Errorf("a move removed the old replica before its new one had caught up (%d times):\n%s", len(early), strings.Join(early[:min(10, len(early))], "\n"))
 	}
 	if n == 0 {
-		rr.t.Errorf("no promotion seen in the group leaders' logs: the check of moves judged nothing")
+		w.r.T.Errorf("no promotion seen in the group leaders' logs: the check of moves judged nothing")
 	}
 }
 
@@ -344,9 +297,9 @@ func TestShrinkCampaign(t *testing.T) {
 	if os.Getenv("QUICMQ_SHRINK_CAMPAIGN") == "" {
 		t.Skip("the shrink campaign runs five node processes for a few minutes: set QUICMQ_SHRINK_CAMPAIGN=1")
 	}
-	rr := newResizeRegion(t, moveTestBinary(t), 5, 5)
-	l := startResizeLoad(t, rr, "SHRINK", "through 5 nodes")
-	rr.settled("rc1", []string{"rc1", "rc2", "rc3", "rc4", "rc5"}, 2*time.Minute)
+	r, w := newResizeRegion(t, moveTestBinary(t), 5, 5)
+	l := startResizeLoad(t, r, "SHRINK", "through 5 nodes")
+	w.settled("rc1", []string{"rc1", "rc2", "rc3", "rc4", "rc5"}, 2*time.Minute)
 	before := l.hist.Now()
 	l.goesOn(t, 5*time.Second)
 
@@ -354,17 +307,17 @@ func TestShrinkCampaign(t *testing.T) {
 	start := time.Now()
 	for _, name := range []string{"rc5", "rc4"} {
 		t0 := time.Now()
-		code, _, errOut := runCLI(t, "", "nodes", "remove", name, "--admin", rr.admin("rc1"), "--timeout", "10m")
+		code, _, errOut := runCLI(t, "", "nodes", "remove", name, "--admin", w.admin("rc1"), "--timeout", "10m")
 		if code != 0 {
 			t.Fatalf("quicmq nodes remove %s: exit %d\n%s", name, code, errOut)
 		}
 		lines := strings.Split(strings.TrimSpace(errOut), "\n")
 		t.Logf("quicmq nodes remove %s: %v (%d progress lines, %d showing bytes fetched; last: %s)", name, time.Since(t0).Round(time.Millisecond), len(lines), countBytesLines(lines), lines[len(lines)-1])
-		stopGracefully(t, rr.nodes[rr.index(name)].proc())
+		stopGracefully(t, r.Nodes[r.Index(name)].Proc())
 	}
 	took := time.Since(start)
 	after := l.hist.Now()
-	rows := rr.settled("rc1", []string{"rc1", "rc2", "rc3"}, 2*time.Minute)
+	rows := w.settled("rc1", []string{"rc1", "rc2", "rc3"}, 2*time.Minute)
 	l.goesOn(t, 2*time.Second)
 	l.Stop()
 	pb, nb := publishP99(l.hist, before, during)
@@ -373,10 +326,10 @@ func TestShrinkCampaign(t *testing.T) {
 	for _, n := range rows {
 		table = append(table, fmt.Sprintf("%s %d/%d", n.Name, n.Held, n.Led))
 	}
-	done, undone := rr.moveEnds()
+	done, undone := w.moveEnds()
 	t.Logf("shrink 5 -> 3 (nodes remove rc5, rc4) with %d topics at %d publishes/s: %v; %d moves done, %d undone; held/led after: %s; publish p99 before %v (%d), during %v (%d), %.1fx",
 		len(l.topics), l.rate, took.Round(time.Millisecond), len(done), len(undone), strings.Join(table, ", "), pb, nb, pd, nd, float64(pd)/float64(max(1, pb)))
-	rr.checkPromotions()
+	w.checkPromotions()
 	checkReplicaCampaign(t, l, []int{0, 1, 2})
 }
 
@@ -393,21 +346,18 @@ func TestReplaceCampaign(t *testing.T) {
 	if os.Getenv("QUICMQ_REPLACE_CAMPAIGN") == "" {
 		t.Skip("the replace campaign runs four node processes for a few minutes: set QUICMQ_REPLACE_CAMPAIGN=1")
 	}
-	rr := newResizeRegion(t, moveTestBinary(t), 4, 3)
-	l := startResizeLoad(t, rr, "REPLACE", "through 3 nodes (rc4 joins later)")
+	r, w := newResizeRegion(t, moveTestBinary(t), 4, 3)
+	l := startResizeLoad(t, r, "REPLACE", "through 3 nodes (rc4 joins later)")
 	before := l.hist.Now()
 	l.goesOn(t, 5*time.Second)
 
 	during := l.hist.Now()
 	start := time.Now()
-	rc3 := rr.nodes[2]
-	rc3.proc().Kill()
-	if err := os.RemoveAll(rc3.data); err != nil {
-		t.Fatal(err)
-	}
+	r.Kill(2)
+	r.Wipe(2)
 	t.Logf("rc3 SIGKILLed, its data directory deleted")
 	testlog.WaitForErr(t, 60*time.Second, "rc3 listed down", func() error {
-		rows, err := rr.listNodes("rc1")
+		rows, err := w.listNodes("rc1")
 		for _, n := range rows {
 			if n.Name == "rc3" && n.State == "down" {
 				return nil
@@ -416,12 +366,12 @@ func TestReplaceCampaign(t *testing.T) {
 		return fmt.Errorf("%+v %v", rows, err)
 	})
 	down := time.Since(start)
-	rr.startNode(3)
-	rr.waitLinksN(rr.nodes[3], 2)
+	r.Start(3)
+	r.WaitLinks(r.Nodes[3], 2)
 	// rc4 must be a member of the metadata group before rc3 can go: the region keeps
 	// --replicas nodes.
 	testlog.WaitForErr(t, 60*time.Second, "rc4 listed as a member of the metadata group", func() error {
-		rows, err := rr.listNodes("rc1")
+		rows, err := w.listNodes("rc1")
 		for _, n := range rows {
 			if n.Name == "rc4" && n.Role != "none" {
 				return nil
@@ -430,14 +380,14 @@ func TestReplaceCampaign(t *testing.T) {
 		return fmt.Errorf("%+v %v", rows, err)
 	})
 	joined := time.Since(start)
-	code, _, errOut := runCLI(t, "", "nodes", "remove", "rc3", "--dead", "--admin", rr.admin("rc1"), "--timeout", "10m")
+	code, _, errOut := runCLI(t, "", "nodes", "remove", "rc3", "--dead", "--admin", w.admin("rc1"), "--timeout", "10m")
 	if code != 0 {
 		t.Fatalf("quicmq nodes remove --dead rc3: exit %d\n%s", code, errOut)
 	}
 	removed := time.Since(start)
 	t.Logf("quicmq nodes remove --dead rc3: %d progress lines, %d showing bytes fetched", strings.Count(errOut, "\n"), countBytesLines(strings.Split(errOut, "\n")))
 	after := l.hist.Now()
-	rows := rr.settled("rc1", []string{"rc1", "rc2", "rc4"}, 2*time.Minute)
+	rows := w.settled("rc1", []string{"rc1", "rc2", "rc4"}, 2*time.Minute)
 	for _, n := range rows {
 		if n.Held != rows[0].Held {
 			t.Errorf("after the replacement %s holds %d groups, %s %d: not every group on all three", n.Name, n.Held, rows[0].Name, rows[0].Held)
@@ -447,10 +397,10 @@ func TestReplaceCampaign(t *testing.T) {
 	l.Stop()
 	pb, nb := publishP99(l.hist, before, during)
 	pd, nd := publishP99(l.hist, during, after)
-	done, undone := rr.moveEnds()
+	done, undone := w.moveEnds()
 	t.Logf("replace rc3 by rc4: rc3 seen down %v after the kill, rc4 a member at %v, nodes remove --dead returned at %v; %d moves done, %d undone; every node holds %d groups; publish p99 before %v (%d), from the kill to the end of the removal %v (%d), %.1fx",
 		down.Round(time.Millisecond), joined.Round(time.Millisecond), removed.Round(time.Millisecond), len(done), len(undone), rows[0].Held, pb, nb, pd, nd, float64(pd)/float64(max(1, pb)))
-	rr.checkPromotions()
+	w.checkPromotions()
 	checkReplicaCampaign(t, l, []int{0, 1, 3})
 }
 
@@ -474,8 +424,8 @@ func TestMoveFaultsCampaign(t *testing.T) {
 	}
 	runs := envInt("QUICMQ_MOVE_FAULTS_RUNS", 10)
 	rng := testlog.Rand(t, "victims' order, when each is killed, how long each stays down")
-	rr := newResizeRegion(t, moveTestBinary(t), 3, 3)
-	l := newReplicaLoad(rr.replicaRegion, envInt("QUICMQ_MOVE_FAULTS_TOPICS", 200), envInt("QUICMQ_MOVE_FAULTS_RATE", 500))
+	r, w := newResizeRegion(t, moveTestBinary(t), 3, 3)
+	l := newReplicaLoad(r, envInt("QUICMQ_MOVE_FAULTS_TOPICS", 200), envInt("QUICMQ_MOVE_FAULTS_RATE", 500))
 	t.Logf("%d topics at %d publishes/s through rc1-rc3; %d runs per victim", len(l.topics), l.rate, runs)
 	l.warmUp(t)
 	l.run(2)
@@ -499,10 +449,10 @@ func TestMoveFaultsCampaign(t *testing.T) {
 		delay := time.Duration(rng.IntN(300)) * time.Millisecond
 		downFor := time.Duration(rng.IntN(10000)) * time.Millisecond
 		t.Logf("run %d: %s kills the %s of a move while %s %s, %v after the move is seen, down %v", run+1, extra, kind, extra, map[string]string{"grow": "joins", "remove": "is removed"}[phase], delay, downFor)
-		x := rr.startExtra(extra)
+		x := startExtra(r, extra)
 		if phase == "remove" {
-			rr.settled("rc1", append(slices.Clone(base), extra), 3*time.Minute)
-			code, out, errOut := runCLI(t, "", "nodes", "remove", extra, "--no-wait", "--admin", rr.admin("rc1"))
+			w.settled("rc1", append(slices.Clone(base), extra), 3*time.Minute)
+			code, out, errOut := runCLI(t, "", "nodes", "remove", extra, "--no-wait", "--admin", w.admin("rc1"))
 			if code != 0 {
 				t.Fatalf("run %d: quicmq nodes remove %s: exit %d\n%s%s", run+1, extra, code, out, errOut)
 			}
@@ -511,7 +461,7 @@ func TestMoveFaultsCampaign(t *testing.T) {
 		var mv struct{ group, from, to string }
 		var meta string
 		testlog.WaitForErr(t, 3*time.Minute, "a move in progress", func() error {
-			rows, err := rr.listNodes("rc1")
+			rows, err := w.listNodes("rc1")
 			if err != nil {
 				return err
 			}
@@ -534,26 +484,26 @@ func TestMoveFaultsCampaign(t *testing.T) {
 		victim := map[string]string{"source": mv.from, "destination": mv.to, "metadata leader": meta}[kind]
 		vn := x
 		if victim != extra {
-			vn = rr.nodes[rr.index(victim)]
+			vn = r.Nodes[r.Index(victim)]
 		}
-		vn.proc().Kill()
+		vn.Proc().Kill()
 		t.Logf("run %d: move of %s %s -> %s; metadata leader %s; %s (%s) SIGKILLed", run+1, mv.group, mv.from, mv.to, meta, victim, kind)
 		testlog.Pause(context.Background(), downFor) // a step of the fault schedule
 		if victim == extra {
-			rr.startExtra(extra)
+			startExtra(r, extra)
 		} else {
-			rr.startNode(rr.index(victim))
+			r.Start(r.Index(victim))
 		}
 		if phase == "grow" {
-			rr.settled("rc1", append(slices.Clone(base), extra), 3*time.Minute)
-			code, out, errOut := runCLI(t, "", "nodes", "remove", extra, "--no-wait", "--admin", rr.admin("rc1"))
+			w.settled("rc1", append(slices.Clone(base), extra), 3*time.Minute)
+			code, out, errOut := runCLI(t, "", "nodes", "remove", extra, "--no-wait", "--admin", w.admin("rc1"))
 			if code != 0 {
 				t.Fatalf("run %d: quicmq nodes remove %s: exit %d\n%s%s", run+1, extra, code, out, errOut)
 			}
 		}
-		rr.settled("rc1", base, 3*time.Minute)
-		stopGracefully(t, x.proc())
-		done, undone := rr.moveEnds()
+		w.settled("rc1", base, 3*time.Minute)
+		stopGracefully(t, x.Proc())
+		done, undone := w.moveEnds()
 		key := strings.TrimPrefix(mv.group, "g") + ":" + mv.from + ":" + mv.to
 		o := outcomes[kind]
 		if o == nil {
@@ -579,16 +529,16 @@ func TestMoveFaultsCampaign(t *testing.T) {
 			t.Logf("%s killed mid-move, %d runs: %d moves finished, %d undone, %d neither", kind, o.done+o.undone+o.unknown, o.done, o.undone, o.unknown)
 		}
 	}
-	rr.checkPromotions()
+	w.checkPromotions()
 	checkReplicaCampaign(t, l, []int{0, 1, 2})
 }
 
 // startResizeLoad starts a campaign's pipelined load into QUICMQ_<name>_TOPICS topics
 // (default 1000) at QUICMQ_<name>_RATE publishes/s (default 1000), warmed up, stopped at
 // the test's end.
-func startResizeLoad(t *testing.T, rr *resizeRegion, name, through string) *replicaLoad {
+func startResizeLoad(t *testing.T, r *nodeproc.Region, name, through string) *replicaLoad {
 	t.Helper()
-	l := newReplicaLoad(rr.replicaRegion, envInt("QUICMQ_"+name+"_TOPICS", 1000), envInt("QUICMQ_"+name+"_RATE", 1000))
+	l := newReplicaLoad(r, envInt("QUICMQ_"+name+"_TOPICS", 1000), envInt("QUICMQ_"+name+"_RATE", 1000))
 	t.Logf("%d topics at %d publishes/s %s", len(l.topics), l.rate, through)
 	l.warmUp(t)
 	l.run(2)

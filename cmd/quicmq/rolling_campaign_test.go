@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -44,22 +45,23 @@ func TestRollingRestartCampaign(t *testing.T) {
 	for range 3 {
 		listen, admin = append(listen, freeAddr(t)), append(admin, freeAddr(t))
 	}
-	r := &replicaRegion{t: t, bin: bin, caDir: t.TempDir(), region: "rc"}
+	r := &nodeproc.Region{T: t, Bin: bin, CADir: t.TempDir(), Name: "rc", Replicas: 3, Options: meshOptions}
 	for i := range 3 {
-		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
+		r.Nodes = append(r.Nodes, &nodeproc.Node{Name: fmt.Sprintf("rc%d", i+1), Data: t.TempDir(), LAN: freeAddr(t)})
 	}
-	r.extra = func(i int) []string {
+	r.Flags = func(n *nodeproc.Node) []string {
+		i := r.Index(n.Name)
 		args := []string{"--listen", listen[i], "--admin", admin[i], "--admin-api"}
 		if lvl := os.Getenv("QUICMQ_ROLL_LOG_LEVEL"); lvl != "" { // debug: raft's elections, with QUICMQ_NODE_LOGS
 			args = append(args, "--log-level", lvl)
 		}
 		return args
 	}
-	for i := range r.nodes {
-		r.start(i)
+	for i := range r.Nodes {
+		r.Start(i)
 	}
-	for i := range r.nodes {
-		r.waitLinks(i)
+	for i := range r.Nodes {
+		r.WaitLinks(r.Nodes[i], len(r.Nodes)-1)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -68,7 +70,7 @@ func TestRollingRestartCampaign(t *testing.T) {
 	var sampler procSampler
 	timeline := os.Getenv("QUICMQ_ROLL_TIMELINE") != "" // a timeline of the machine beside the publishes
 	if timeline {
-		defer r.sample(ctx, &sampler)()
+		defer sampleRegion(ctx, r, &sampler)()
 	}
 	l.waitAcks(t, 5000)
 
@@ -77,29 +79,29 @@ func TestRollingRestartCampaign(t *testing.T) {
 	l.mu.Lock()
 	l.start = rollStart
 	l.mu.Unlock()
-	for i, n := range r.nodes {
+	for i, n := range r.Nodes {
 		other := admin[(i+1)%3]
 		t0 := time.Now()
-		l.event("drain " + n.name)
-		code, _, errOut := runCLI(t, "", "nodes", "drain", n.name, "--admin", other, "--timeout", "25s")
+		l.event("drain " + n.Name)
+		code, _, errOut := runCLI(t, "", "nodes", "drain", n.Name, "--admin", other, "--timeout", "25s")
 		if code != 0 {
-			t.Fatalf("drain %s: exit %d\n%s", n.name, code, errOut)
+			t.Fatalf("drain %s: exit %d\n%s", n.Name, code, errOut)
 		}
 		drained := time.Since(t0)
-		l.event(n.name + " drained; SIGTERM")
-		stopGracefully(t, n.proc())
-		l.event(n.name + " exited")
-		r.start(i)
-		l.event(n.name + " listening")
-		r.waitLinks(i)
+		l.event(n.Name + " drained; SIGTERM")
+		stopGracefully(t, n.Proc())
+		l.event(n.Name + " exited")
+		r.Start(i)
+		l.event(n.Name + " listening")
+		r.WaitLinks(r.Nodes[i], len(r.Nodes)-1)
 		restarted := time.Since(t0)
-		l.event(n.name + " linked; undrain")
-		if code, _, errOut := runCLI(t, "", "nodes", "undrain", n.name, "--admin", other, "--timeout", "25s"); code != 0 {
-			t.Fatalf("undrain %s: exit %d\n%s", n.name, code, errOut)
+		l.event(n.Name + " linked; undrain")
+		if code, _, errOut := runCLI(t, "", "nodes", "undrain", n.Name, "--admin", other, "--timeout", "25s"); code != 0 {
+			t.Fatalf("undrain %s: exit %d\n%s", n.Name, code, errOut)
 		}
-		l.event(n.name + " undrained")
+		l.event(n.Name + " undrained")
 		t.Logf("%s: drained in %v, stopped, started and linked %v after the drain began, undrained %v after",
-			n.name, drained.Round(time.Millisecond), restarted.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+			n.Name, drained.Round(time.Millisecond), restarted.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
 		l.waitAcks(t, 2000) // the load runs on before the next node goes
 	}
 	roll := time.Since(rollStart)
@@ -132,7 +134,7 @@ func TestRollingRestartCampaign(t *testing.T) {
 	// Every acknowledged record is in its topic's log once, read from a node that restarted.
 	rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer rcancel()
-	rc, err := client.Dial(rctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem")}, listen[0])
+	rc, err := client.Dial(rctx, client.Options{CAFile: filepath.Join(r.CADir, "ca.pem")}, listen[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,10 +455,10 @@ func (l *rollLoad) readBack(t *testing.T, ctx context.Context, rc *client.Conn, 
 // startRollLoad dials addrs, creates the load's topics (a topic's first publish places it;
 // each retried for up to 30 s) and starts publishing into them at rate until ctx ends: the
 // start the rolling and grow campaigns share. Wait on wg after ending ctx.
-func startRollLoad(t *testing.T, ctx context.Context, r *replicaRegion, addrs []string, topics, rate int) (*rollLoad, *sync.WaitGroup) {
+func startRollLoad(t *testing.T, ctx context.Context, r *nodeproc.Region, addrs []string, topics, rate int) (*rollLoad, *sync.WaitGroup) {
 	t.Helper()
 	dctx, dcancel := context.WithTimeout(ctx, 20*time.Second)
-	c, err := client.Dial(dctx, client.Options{CAFile: filepath.Join(r.caDir, "ca.pem"), Reconnect: true, Idempotent: true}, addrs...)
+	c, err := client.Dial(dctx, client.Options{CAFile: filepath.Join(r.CADir, "ca.pem"), Reconnect: true, Idempotent: true}, addrs...)
 	dcancel()
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/nodeproc"
 )
 
 // A timeline of a campaign's machine, for finding where slow publishes come from
@@ -29,27 +31,25 @@ type procSampler struct {
 	samples []procSample
 }
 
-// sample runs s over r's node processes and the test process until ctx ends or the
+// sampleRegion runs s over r's node processes and the test process until ctx ends or the
 // returned stop is called, which waits for the last sample.
-func (r *replicaRegion) sample(ctx context.Context, s *procSampler) (stop func()) {
+func sampleRegion(ctx context.Context, r *nodeproc.Region, s *procSampler) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	wg.Go(func() { s.run(ctx, r.pids) })
+	wg.Go(func() { s.run(ctx, regionPids(r)) })
 	return func() {
 		cancel()
 		wg.Wait()
 	}
 }
 
-// pids names r's running node processes and the test process ("test"), by name.
-func (r *replicaRegion) pids() map[string]int {
-	pids := map[string]int{"test": os.Getpid()}
-	for _, n := range r.nodes {
-		if p := n.proc(); p != nil {
-			pids[n.name] = p.Pid()
-		}
+// regionPids names r's running node processes and the test process ("test"), by name.
+func regionPids(r *nodeproc.Region) func() map[string]int {
+	return func() map[string]int {
+		pids := r.Pids()
+		pids["test"] = os.Getpid()
+		return pids
 	}
-	return pids
 }
 
 // run samples until ctx ends; pids gives the processes to sample by name (it is called at

@@ -62,11 +62,11 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 	euArgs := append([]string{"--data", t.TempDir(), "--region", "eu", "--ca-dir", caDir,
 		"--gossip", euGossip, "--wan", euWAN, "--wan-join", usWAN, "--mirror", "m.>"}, extra...)
 	eu := startMeshProcess(t, bin, "eu1", euArgs...)
-	// The ports that stay a node's own for its life (cut-eu: isolatePorts).
+	// The ports that stay a node's own for its life (cut-eu: nodeproc.Isolate).
 	fixedPorts := func(addrs ...string) []int {
 		var ps []int
 		for _, a := range addrs {
-			ps = append(ps, addrPort(t, a))
+			ps = append(ps, nodeproc.AddrPort(t, a))
 		}
 		return ps
 	}
@@ -175,8 +175,8 @@ func TestScaleMirrorManyTopics(t *testing.T) {
 	case "kill-us":
 		us = killUnderLoad(t, f, us, eu, func() *nodeproc.Process { return startMeshProcess(t, bin, "us1", usArgs...) }, caDir, n, name)
 	case "cut-eu":
-		cut := func() *isolation {
-			return isolatePorts(t, fixedPorts(eu.Addr, euGossip, euWAN), fixedPorts(usListen, usGossip, usWAN), []int{us.Pid()})
+		cut := func() *nodeproc.Isolation {
+			return nodeproc.Isolate(t, fixedPorts(eu.Addr, euGossip, euWAN), fixedPorts(usListen, usGossip, usWAN), []int{us.Pid()})
 		}
 		killUnderLoad(t, f, us, eu, func() *nodeproc.Process {
 			iso := cut()

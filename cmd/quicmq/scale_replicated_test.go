@@ -64,10 +64,12 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	}
 	// QUICMQ_SCALE_NODE_FLAGS: more flags for the region's nodes (--raft-predict-placement).
 	more := strings.Fields(os.Getenv("QUICMQ_SCALE_NODE_FLAGS"))
-	r.extra = func(i int) []string { return append(append([]string{"--metrics", metrics[i]}, prof...), more...) }
-	r.startAll()
+	r.Flags = func(n *nodeproc.Node) []string {
+		return append(append([]string{"--metrics", metrics[r.Index(n.Name)]}, prof...), more...)
+	}
+	r.StartAll()
 	soloMetrics := freeAddr(t)
-	solo := startMeshProcess(t, bin, "solo1", append([]string{"--data", t.TempDir(), "--region", "solo", "--ca-dir", r.caDir, "--gossip", freeAddr(t), "--metrics", soloMetrics}, prof...)...)
+	solo := startMeshProcess(t, bin, "solo1", append([]string{"--data", t.TempDir(), "--region", "solo", "--ca-dir", r.CADir, "--gossip", freeAddr(t), "--metrics", soloMetrics}, prof...)...)
 	profile := func(phase string, names, addrs []string, d time.Duration) (wait func()) {
 		if profDir == "" {
 			return func() {}
@@ -92,7 +94,7 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	name := func(i int) string { return fmt.Sprintf("s.t%06d", i) }
 	create := func(addr string) time.Duration {
 		t.Helper()
-		c := dialCA(t, addr, r.caDir)
+		c := dialCA(t, addr, r.CADir)
 		ctx := context.Background()
 		futures := make(chan *client.Future, 8192)
 		var wg sync.WaitGroup
@@ -128,8 +130,8 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	// single node: the latency of one creation, which bounds the pipelined client's rate
 	// (its window over the latency).
 	if probe := envInt("QUICMQ_SCALE_PROBE", 0); probe > 0 {
-		for _, p := range []struct{ name, addr string }{{"region", r.nodes[0].proc().Addr}, {"single", solo.Addr}} {
-			c := dialCA(t, p.addr, r.caDir)
+		for _, p := range []struct{ name, addr string }{{"region", r.Nodes[0].Proc().Addr}, {"single", solo.Addr}} {
+			c := dialCA(t, p.addr, r.CADir)
 			// The region's first creation also declares its raft groups and elects their
 			// leaders: timed apart, so that it does not weigh on the average.
 			first := time.Now()
@@ -155,11 +157,11 @@ func TestScaleReplicatedTopics(t *testing.T) {
 				p.name, firstTook.Round(10*time.Microsecond), meanP50Max(created), meanP50Max(existing), probe)
 		}
 	}
-	regionNames := []string{r.nodes[0].proc().Name, r.nodes[1].proc().Name, r.nodes[2].proc().Name}
+	regionNames := []string{r.Nodes[0].Proc().Name, r.Nodes[1].Proc().Name, r.Nodes[2].Proc().Name}
 	profiled := profile("create", regionNames, metrics, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
 	// CPU per topic created, summed over the nodes that create it: on a shared machine the
 	// rate follows the load, the CPU a creation costs much less.
-	regionProcs := []*nodeproc.Process{r.nodes[0].proc(), r.nodes[1].proc(), r.nodes[2].proc()}
+	regionProcs := []*nodeproc.Process{r.Nodes[0].Proc(), r.Nodes[1].Proc(), r.Nodes[2].Proc()}
 	cpuOf := func(ps []*nodeproc.Process) time.Duration {
 		var sum time.Duration
 		for _, p := range ps {
@@ -194,7 +196,7 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	before := cpuOf(regionProcs)
 	ran0, waited0 := schedOf(regionProcs)
 	waits0, syncs0 := syncsOf()
-	repl := create(r.nodes[0].proc().Addr)
+	repl := create(r.Nodes[0].Proc().Addr)
 	replCPU := cpuOf(regionProcs) - before
 	ran1, waited1 := schedOf(regionProcs)
 	waits1, syncs1 := syncsOf()
@@ -216,7 +218,7 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	if os.Getenv("QUICMQ_SCALE_AGAIN") != "" {
 		profiled := profile("again", regionNames, metrics, time.Duration(envInt("QUICMQ_SCALE_PPROF_CREATE", 5))*time.Second)
 		before := cpuOf(regionProcs)
-		again := create(r.nodes[0].proc().Addr)
+		again := create(r.Nodes[0].Proc().Addr)
 		againCPU := cpuOf(regionProcs) - before
 		profiled()
 		t.Logf("region of 3, again: %d publishes to topics that exist in %v: %.0f/s; %.0f cpu-µs a publish over the three nodes (load %s)",
@@ -231,7 +233,7 @@ func TestScaleReplicatedTopics(t *testing.T) {
 		n, single.Round(time.Millisecond), float64(n)/single.Seconds(), float64(soloCPU.Microseconds())/float64(n))
 
 	testlog.Pause(context.Background(), settle) // quiet, so that idle groups quiesce: not a wait for an event
-	procs := []*nodeproc.Process{r.nodes[0].proc(), r.nodes[1].proc(), r.nodes[2].proc(), solo}
+	procs := []*nodeproc.Process{r.Nodes[0].Proc(), r.Nodes[1].Proc(), r.Nodes[2].Proc(), solo}
 	addrs := append(metrics, soloMetrics)
 	cpu0 := make([]time.Duration, len(procs))
 	for i, p := range procs {
@@ -264,7 +266,7 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	}
 	for _, p := range procs {
 		start := time.Now()
-		got, err := listTopics(bin, p.Addr, r.caDir, "s.>")
+		got, err := listTopics(bin, p.Addr, r.CADir, "s.>")
 		if err != nil {
 			t.Fatalf("quicmq topics at %s: %v", p.Name, err)
 		}

@@ -56,13 +56,14 @@ func TestRollingUpgrade(t *testing.T) {
 
 	// Region rc: three replicas, each with a fixed client address (a client given the three
 	// keeps reaching a node that restarted) and a WAN address for the mirror region.
-	r := &replicaRegion{t: t, bin: oldBin, caDir: t.TempDir(), region: "rc"}
+	r := &nodeproc.Region{T: t, Bin: oldBin, CADir: t.TempDir(), Name: "rc", Replicas: 3, Options: meshOptions}
 	var listen, wan []string
 	for i := range 3 {
-		r.nodes = append(r.nodes, &replicaNode{name: fmt.Sprintf("rc%d", i+1), data: t.TempDir(), lan: freeAddr(t)})
+		r.Nodes = append(r.Nodes, &nodeproc.Node{Name: fmt.Sprintf("rc%d", i+1), Data: t.TempDir(), LAN: freeAddr(t)})
 		listen, wan = append(listen, freeAddr(t)), append(wan, freeAddr(t))
 	}
-	r.extra = func(i int) []string {
+	r.Flags = func(n *nodeproc.Node) []string {
+		i := r.Index(n.Name)
 		var join []string
 		for j := range wan {
 			if j != i {
@@ -71,17 +72,17 @@ func TestRollingUpgrade(t *testing.T) {
 		}
 		return []string{"--listen", listen[i], "--wan", wan[i], "--wan-join", strings.Join(join, ",")}
 	}
-	for i := range r.nodes {
-		r.start(i)
+	for i := range r.Nodes {
+		r.Start(i)
 	}
-	for i := range r.nodes {
-		r.waitLinks(i)
+	for i := range r.Nodes {
+		r.WaitLinks(r.Nodes[i], len(r.Nodes)-1)
 	}
 	usData, usLAN, usWAN, usListen := t.TempDir(), freeAddr(t), freeAddr(t), freeAddr(t)
 	var us, usBefore *nodeproc.Process
 	startUS := func(bin string) {
 		usBefore = us
-		us = startMeshProcess(t, bin, "us1", "--data", usData, "--region", "us", "--ca-dir", r.caDir, "--listen", usListen,
+		us = startMeshProcess(t, bin, "us1", "--data", usData, "--region", "us", "--ca-dir", r.CADir, "--listen", usListen,
 			"--gossip", usLAN, "--wan", usWAN, "--wan-join", strings.Join(wan, ","), "--mirror", "rc.>")
 	}
 	startUS(oldBin)
@@ -96,14 +97,14 @@ func TestRollingUpgrade(t *testing.T) {
 	l.run(2)
 
 	// The clients connected before the upgrade, kept for the whole run.
-	live := startLiveClients(t, r.caDir, listen, usListen)
+	live := startLiveClients(t, r.CADir, listen, usListen)
 	defer live.stop()
 	live.dump = func() {
 		live.errMu.Lock()
 		t.Logf("what the live clients met:\n%s", strings.Join(live.notes, "\n"))
 		live.errMu.Unlock()
-		for _, n := range r.nodes {
-			t.Logf("%s's log ends:\n%s", n.name, n.proc().Tail())
+		for _, n := range r.Nodes {
+			t.Logf("%s's log ends:\n%s", n.Name, n.Proc().Tail())
 		}
 		if usBefore != nil {
 			t.Logf("us1's log before its upgrade ends:\n%s", usBefore.Tail())
@@ -131,12 +132,12 @@ func TestRollingUpgrade(t *testing.T) {
 		// Let the load run on the new mix before the next node goes.
 		live.waitAcked(t, live.acked.Load()+200, 60*time.Second)
 	}
-	for i, n := range r.nodes {
-		upgrade(n.name, func() { stopGracefully(t, n.proc()) }, func() {
-			n.bin = newBin
-			r.start(i)
+	for i, n := range r.Nodes {
+		upgrade(n.Name, func() { stopGracefully(t, n.Proc()) }, func() {
+			n.Bin = newBin
+			r.Start(i)
 		}, func() {
-			r.waitLinks(i)
+			r.WaitLinks(r.Nodes[i], len(r.Nodes)-1)
 			waitCaughtUp(t, l, i)
 		})
 	}
@@ -232,7 +233,7 @@ func waitCaughtUp(t *testing.T, l *replicaLoad, i int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := testlog.UntilErr(ctx, func() error {
-		rows, err := l.r.topics(ctx, i, "rc.>")
+		rows, err := l.r.Topics(ctx, i, "rc.>")
 		next := map[string]uint64{}
 		for _, row := range rows {
 			next[row.Topic] = row.Next
@@ -246,7 +247,7 @@ func waitCaughtUp(t *testing.T, l *replicaLoad, i int) {
 		}
 		return fmt.Errorf("%v (want above %v; %v)", next, want, err)
 	}); err != nil {
-		t.Fatalf("%s did not catch up within 60 s: %v\n%s", l.r.nodes[i].name, err, l.r.nodes[i].proc().Tail())
+		t.Fatalf("%s did not catch up within 60 s: %v\n%s", l.r.Nodes[i].Name, err, l.r.Nodes[i].Proc().Tail())
 	}
 }
 
@@ -454,9 +455,9 @@ func (lc *liveClients) summary() string {
 // checkMirrored checks that us's log of each topic holds rc's records once each, in rc's
 // order: at us offset k, rc's record of origin offset k, the same payload, once us has them
 // all.
-func checkMirrored(t *testing.T, r *replicaRegion, rcAddr, usAddr string, topics []string) {
+func checkMirrored(t *testing.T, r *nodeproc.Region, rcAddr, usAddr string, topics []string) {
 	t.Helper()
-	rc, usc := dialCA(t, rcAddr, r.caDir), dialCA(t, usAddr, r.caDir)
+	rc, usc := dialCA(t, rcAddr, r.CADir), dialCA(t, usAddr, r.CADir)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	for _, tp := range topics {

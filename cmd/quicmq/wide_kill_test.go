@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -22,8 +23,8 @@ func TestWideRegionWildcardAfterKill(t *testing.T) {
 		t.Skip("starts and kills node processes")
 	}
 	r := newReplicaRegion(t, quicmqBinary(t), 4)
-	r.extra = func(int) []string { return []string{"--replicas", "3"} } // the last --replicas wins
-	r.startAll()
+	r.Flags = func(*nodeproc.Node) []string { return []string{"--replicas", "3"} } // the last --replicas wins
+	r.StartAll()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -44,11 +45,11 @@ func TestWideRegionWildcardAfterKill(t *testing.T) {
 
 	// The victim: a node other than rc1 holding a replica of some of the topics (each node
 	// holds about three quarters of them).
-	rows, err := r.topics(ctx, 0, "wk.>")
+	rows, err := r.Topics(ctx, 0, "wk.>")
 	if err != nil || len(rows) != len(topics) {
 		t.Fatalf("listing wk.>: %d rows, %v", len(rows), err)
 	}
-	victim := r.nodes[1].name
+	victim := r.Nodes[1].Name
 	held := 0
 	for _, row := range rows {
 		if slices.Contains(row.Replicas, victim) {
@@ -59,14 +60,14 @@ func TestWideRegionWildcardAfterKill(t *testing.T) {
 		t.Fatalf("%s holds none of %d topics: %+v", victim, len(topics), rows)
 	}
 	t.Logf("killing %s, which holds %d of %d topics", victim, held, len(topics))
-	r.nodes[1].proc().Kill()
+	r.Nodes[1].Proc().Kill()
 
 	for _, i := range []int{0, 2, 3} {
-		via := r.nodes[i].name
+		via := r.Nodes[i].Name
 		seen := map[string][]uint64{}
 		testlog.WaitForErr(t, 60*time.Second, "wk.> served whole via "+via, func() error {
 			clear(seen)
-			wc, err := r.dial(ctx, i)
+			wc, err := dialNode(ctx, r, i)
 			if err != nil {
 				return err
 			}
@@ -96,12 +97,12 @@ func TestWideRegionWildcardAfterKill(t *testing.T) {
 }
 
 // dialRetrying dials node i of r until it answers.
-func dialRetrying(ctx context.Context, t *testing.T, r *replicaRegion, i int) *client.Conn {
+func dialRetrying(ctx context.Context, t *testing.T, r *nodeproc.Region, i int) *client.Conn {
 	t.Helper()
 	var c *client.Conn
-	testlog.WaitFor(t, 30*time.Second, "a connection to "+r.nodes[i].name, func() bool {
+	testlog.WaitFor(t, 30*time.Second, "a connection to "+r.Nodes[i].Name, func() bool {
 		var err error
-		c, err = r.dial(ctx, i)
+		c, err = dialNode(ctx, r, i)
 		return err == nil
 	})
 	return c

@@ -16,7 +16,9 @@ var layers = map[string]int{
 	// Leaves: pure or self-contained.
 	"routing": 0, "gossip": 0, "internal/wire": 0, "internal/testlog": 0, "internal/certs": 0,
 	"internal/campaign": 0, "internal/layering": 0, "internal/liveness": 0, "internal/release": 0,
-	"internal/nodeproc": 0, "internal/timeline": 0,
+	"internal/timeline": 0,
+	// The node-process harness waits with testlog.
+	"internal/nodeproc": 5,
 	// Over the leaves.
 	"wal": 10, "internal/config": 10, "internal/clienthook": 10, "internal/linearize": 10,
 	// The SDK links no broker code; replica uses wal and routing, never node.

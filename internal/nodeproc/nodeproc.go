@@ -1,19 +1,3 @@
-// Package nodeproc runs `quicmq node` child processes for tests, campaigns and benchmarks:
-// the node processes of the one cluster harness, beside node/nodetest's nodes in process.
-//
-// A Process is started from a built binary and returns once the node says it listens. One
-// goroutine reads its log (stderr) for its whole life and owns what is learnt from it: the
-// addresses it bound, its links coming up, the raft snapshots it installed, the lines a
-// caller asked to keep and the last lines for failure messages. The faults a test needs of a
-// process are methods: Kill (SIGKILL), Stop (SIGTERM, then SIGKILL), Signal (SIGSTOP and
-// SIGCONT pause and resume it). Its data directory and addresses are the caller's, so a node
-// restarts as itself by Start with the same flags.
-//
-// With QUICMQ_NODE_LOGS=DIR in the environment, every line of every node's log is also
-// appended to DIR/NAME.log, for a campaign's post-mortem.
-//
-// It imports nothing of the module: node's own tests and benchmarks, cmd/quicmq's and the
-// bench module's campaigns all use it.
 package nodeproc
 
 import (

@@ -1,4 +1,4 @@
-package main
+package nodeproc
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// isolation cuts one node process off from every other process on loopback with nftables,
+// Isolation cuts one node process off from every other process on loopback with nftables,
 // both ways, silently (drops on the input hook, which every packet on lo passes once: a drop
 // on output would be reported to the sender as an error instead of being lost).
 //
@@ -29,36 +29,17 @@ import (
 // through. Only packets with one of the region's fixed ports at one end are touched: other
 // processes on the machine are not. The table is created in the host's namespace, named with
 // this process's id, and deleted by Heal and by the test's cleanup.
-type isolation struct {
+type Isolation struct {
 	table string
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
 }
 
-// isolateNode cuts node i off. It skips the test, saying why, without root or nft.
-func (r *replicaRegion) isolateNode(i int) *isolation {
-	t := r.t
-	t.Helper()
-	fixed := func(n *replicaNode) []int {
-		return []int{addrPort(t, n.proc().Addr), addrPort(t, n.lan)}
-	}
-	victim := fixed(r.nodes[i])
-	var peers []int
-	var pids []int
-	for j, n := range r.nodes {
-		if j != i {
-			peers = append(peers, fixed(n)...)
-			pids = append(pids, n.proc().Pid())
-		}
-	}
-	return isolatePorts(t, victim, peers, pids)
-}
-
-// isolatePorts cuts off the node process whose fixed ports are victim from the processes
-// pids (whose fixed ports are peers) and from this test's process, as isolateNode says. It
+// Isolate cuts off the node process whose fixed ports are victim from the processes pids
+// (whose fixed ports are peers) and from this test's process, as Isolation says. It
 // skips the test, saying why, without root or nft.
-func isolatePorts(t *testing.T, victim, peers, pids []int) *isolation {
+func Isolate(t testing.TB, victim, peers, pids []int) *Isolation {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("isolating a node needs root (nftables rules on lo)")
@@ -67,7 +48,7 @@ func isolatePorts(t *testing.T, victim, peers, pids []int) *isolation {
 		t.Skip("isolating a node needs nft (nftables): not on PATH")
 	}
 	pids = append(slices.Clone(pids), os.Getpid())
-	iso := &isolation{table: fmt.Sprintf("qmqrepcheck%d", os.Getpid()), stop: make(chan struct{}), done: make(chan struct{})}
+	iso := &Isolation{table: fmt.Sprintf("qmqrepcheck%d", os.Getpid()), stop: make(chan struct{}), done: make(chan struct{})}
 	allowed := map[int]bool{}
 	for _, p := range peers {
 		allowed[p] = true
@@ -121,7 +102,7 @@ func isolatePorts(t *testing.T, victim, peers, pids []int) *isolation {
 }
 
 // Heal deletes the table; safe twice.
-func (iso *isolation) Heal() {
+func (iso *Isolation) Heal() {
 	iso.once.Do(func() {
 		close(iso.stop)
 		<-iso.done
@@ -130,7 +111,7 @@ func (iso *isolation) Heal() {
 }
 
 // Dropped is the number of packets the table dropped so far.
-func (iso *isolation) Dropped() int64 {
+func (iso *Isolation) Dropped() int64 {
 	out, err := exec.Command("nft", "list", "table", "inet", iso.table).CombinedOutput()
 	if err != nil {
 		return -1
@@ -152,7 +133,8 @@ func nft(script string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
-func addrPort(t *testing.T, addr string) int {
+// AddrPort is the port of addr ("host:port").
+func AddrPort(t testing.TB, addr string) int {
 	t.Helper()
 	_, p, err := net.SplitHostPort(addr)
 	if err != nil {
