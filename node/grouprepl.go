@@ -127,14 +127,14 @@ func (n *Node) groupBarrier(ctx context.Context, name, pattern string) *wire.Err
 // another node leads now (members subscribe again and are sent there), or nil.
 func (n *Node) groupMoved(g *groups.Group) *wire.Error {
 	r := n.rep
-	if r == nil || !routing.IsLiteral(g.Set.Pattern) || !r.isReplicated(g.Set.Pattern) {
+	if r == nil || !routing.IsLiteral(g.Settings().Pattern) || !r.isReplicated(g.Settings().Pattern) {
 		return nil
 	}
-	lead := r.leaderName(g.Set.Pattern) // as observe last saw it: cheap, maybe behind
+	lead := r.leaderName(g.Settings().Pattern) // as observe last saw it: cheap, maybe behind
 	if lead == "" || lead == n.cfg.Name {
 		return nil
 	}
-	if t := r.lookup(g.Set.Pattern); t != nil {
+	if t := r.lookup(g.Settings().Pattern); t != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Raft.ObserveInterval)
 		st, err := r.d.Status(ctx, t.group)
 		cancel()
@@ -144,7 +144,7 @@ func (n *Node) groupMoved(g *groups.Group) *wire.Error {
 		lead = t.nameOf(st.Lead)
 	}
 	return wire.Errorf(wire.CodeUnavailable, "group %q: topic %q of region %q is now led by node %q, which serves the group from its replicated state: subscribe again",
-		g.Shown, g.Set.Pattern, n.cfg.Region, lead)
+		g.Shown(), g.Settings().Pattern, n.cfg.Region, lead)
 }
 
 // setGroup stores op (nil: a barrier) on group name's state of a replicated topic as a

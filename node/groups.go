@@ -43,7 +43,7 @@ func (n *Node) leaveGroup(g *groups.Group, m *groups.Member) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if g.Leave(m) {
-		delete(c.mu.groups, g.Name)
+		delete(c.mu.groups, g.Name())
 	}
 }
 

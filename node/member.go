@@ -47,14 +47,14 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	view := s.groupActor(gr.Name)
 	m := groups.NewStream(n.groups, s.ctx, str, s.conn.RemoteAddr().String()+" stream "+strconv.FormatInt(int64(str.StreamID()), 10), s.actor, view)
 	defer m.Close()
-	g, e := n.joinGroup(s.actor.Durable(gr.Name), view.ClientDurable(s.actor.Durable(gr.Name)), req, want, &m.Member)
+	g, e := n.joinGroup(s.actor.Durable(gr.Name), view.ClientDurable(s.actor.Durable(gr.Name)), req, want, m.Member())
 	if e != nil {
 		refuse(e)
 		return
 	}
 	h := memberHandler{m}
 	if !s.track(h) {
-		n.leaveGroup(g, &m.Member)
+		n.leaveGroup(g, m.Member())
 		refuse(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
 		return
 	}
@@ -62,7 +62,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	n.metrics.subscriptions.Inc()
 	defer n.metrics.subscriptions.Dec()
 	err, ok := m.Serve(g, r)
-	n.leaveGroup(g, &m.Member) // after the last ACKs are taken: what is left is handed out again
+	n.leaveGroup(g, m.Member()) // after the last ACKs are taken: what is left is handed out again
 	if !ok {
 		return
 	}

@@ -136,7 +136,7 @@ func joinWild(tb testing.TB, env *Env, name string) (*Group, *Member) {
 	if e != nil {
 		tb.Fatal(e)
 	}
-	m := &Member{ID: "m", End: func(*wire.Error) {}}
+	m := &Member{id: "m", end: func(*wire.Error) {}}
 	g.Join(m)
 	return g, m
 }

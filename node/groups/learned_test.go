@@ -64,7 +64,7 @@ func (r *learnedRig) open() {
 	if e != nil {
 		r.t.Fatal(e)
 	}
-	r.g, r.m = g, &Member{ID: "m", End: func(*wire.Error) {}}
+	r.g, r.m = g, &Member{id: "m", end: func(*wire.Error) {}}
 	g.Join(r.m)
 }
 
