@@ -21,7 +21,7 @@ import (
 // connect to:
 //
 //   - a group whose pattern is one topic lives on that topic's owner (it reads the log
-//     there; a replicated topic's leader, which proposes the group's state: grouprepl.go);
+//     there; a replicated topic's leader, which proposes the group's state: node/groups.Replicated);
 //     any other group on the rendezvous winner of its name among the region's live nodes
 //     (routing.Owner, as topics are placed), served from the topics that node holds;
 //   - an exclusive durable's lock lives on the rendezvous winner of its name
@@ -67,7 +67,7 @@ func (n *Node) consumerHome(name string) string {
 func (n *Node) groupHome(ctx context.Context, pattern, name string) (string, *wire.Error) {
 	if routing.IsLiteral(pattern) {
 		// A replicated topic's group lives on its leader, which proposes its state
-		// (grouprepl.go); a single-copy topic's on its owner. "" is this node.
+		// (node/groups.Replicated); a single-copy topic's on its owner. "" is this node.
 		home, e := n.topics.Owner(ctx, pattern, true)
 		return cmpOr(home, n.cfg.Name), e
 	}

@@ -40,7 +40,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		refuse(e)
 		return
 	}
-	if e := n.groupBarrier(s.ctx, s.actor.Durable(gr.Name), req.Pattern); e != nil { // grouprepl.go
+	if e := n.groups.Where.Barrier(s.ctx, s.actor.Durable(gr.Name), req.Pattern); e != nil { // node/groups.Replicated
 		refuse(e)
 		return
 	}
@@ -122,7 +122,7 @@ func (s *session) groupTopicsHere(group, pattern, deadLetter string) *wire.Error
 		case t == "" || !routing.IsLiteral(t):
 			continue
 		case n.rep != nil && (t == deadLetter || n.rep.isReplicated(t)):
-			// grouprepl.go: a replicated topic's group is served by its leader (groupHome
+			// node/groups.Replicated: a replicated topic's group is served by its leader (groupHome
 			// sent the member there), and dead-letter records go through raft.
 			continue
 		}

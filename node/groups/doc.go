@@ -27,7 +27,7 @@
 // clamped to each topic's head when followed), nor does a replicated topic's raft entry
 // carry one: such topics get a state when followed, as before. Delivery counts since the last store can be lost by a crash (a record may
 // then be delivered more than MaxDeliver times in all). On a replicated topic the state is
-// replicated state (node/grouprepl.go, through Env.Store): each store is a raft entry of the topic's group.
+// replicated state (Replicated, where.go, through Env.Where): each store is a raft entry of the topic's group.
 //
 // A group is served by its home (node/grouprelay.go), from that node's log: in a region of
 // several nodes, the owner (replicated: the leader) of a literal pattern's topic, else the

@@ -50,9 +50,9 @@ func (g *Group) Store(ctx context.Context) error {
 		return nil
 	}
 	g.addVectors(items)
-	// grouprepl.go: the settings go with a replicated topic's entry, so every replica has them.
+	// Replicated (where.go): the settings go with a replicated topic's entry, so every replica has them.
 	set := g.set
-	if err := g.env.Store(ctx, g.name, &set, states); err != nil {
+	if err := g.env.Where.Store(ctx, g.name, &set, states); err != nil {
 		g.mu.Lock()
 		for _, t := range dirty {
 			if !t.dropped {
@@ -100,7 +100,7 @@ func (g *Group) DeadLetter(ctx context.Context, fs []*Flight, shown func(string)
 		}
 	}
 	if len(recs) > 0 {
-		if err := n.AppendDeadLetter(context.WithoutCancel(ctx), g.set.DeadLetter, recs); err != nil { // grouprepl.go
+		if err := n.Where.AppendDeadLetter(context.WithoutCancel(ctx), g.set.DeadLetter, recs); err != nil { // where.go
 			return fmt.Errorf("append to dead-letter topic %q: %w", shown(g.set.DeadLetter), err)
 		}
 	}

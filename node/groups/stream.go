@@ -141,8 +141,8 @@ func (m *Stream) run() *wire.Error {
 		if m.ctx.Err() != nil {
 			return nil
 		}
-		placed := env.Placed()           // before Moved: a leader change after it is not missed
-		if e := env.Moved(g); e != nil { // node/grouprepl.go: its topic's leader serves it now
+		placed := env.Where.Placed()           // before Moved: a leader change after it is not missed
+		if e := env.Where.Moved(g); e != nil { // Replicated: its topic's leader serves it now
 			return e
 		}
 		changed, due := g.WaitCh() // before take: a change after it is not missed
@@ -291,7 +291,7 @@ func (m *Stream) readAcks(r *wire.Reader) *wire.Error {
 	g := m.g
 	store := func() *wire.Error {
 		if err := g.Store(context.WithoutCancel(m.ctx)); err != nil {
-			var we *wire.Error // a replicated store that did not commit (node/grouprepl.go)
+			var we *wire.Error // a replicated store that did not commit (Replicated, where.go)
 			if errors.As(err, &we) {
 				return we
 			}
