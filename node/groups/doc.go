@@ -31,7 +31,8 @@
 //
 // A group is served by its home (node/grouprelay.go), from that node's log: in a region of
 // several nodes, the owner (replicated: the leader) of a literal pattern's topic, else the
-// rendezvous winner of its name; members connected to another node are relayed there. A
+// rendezvous winner of its name; members connected to another node are relayed there, their
+// frames passed by a Relay (relay.go), which holds no group state. A
 // pattern is served from the topics its home holds.
 //
 // What this package owns: a group's state in memory (its topics, the records outstanding and
@@ -40,12 +41,14 @@
 // region (vector.go); a member's stream (stream.go: Stream, its run loop, which takes
 // records and writes them, and its ack reader, which takes ACK, NAK and COMMIT), driving
 // its Member through Take, AckAt, NakAt and Store; the group binds a member's stream
-// indexes as it hands records out, so that over many topics neither keeps a map by name.
-// What it must not touch: sessions (the node sets a member up, node/member.go: its
+// indexes as it hands records out, so that over many topics neither keeps a map by name;
+// where a group's state and dead letters go (Where, where.go: SingleCopy, the node's log, or
+// Replicated, its split between the log and the topics' raft groups, barriers and moves);
+// a relayed member's frames (Relay, relay.go). What it must not touch: sessions (the node sets a member up, node/member.go: its
 // settings, its home, relaying it there, tracking it for a drain), the table of live
-// groups and who may join one (node/groups.go), and where state and dead letters are
-// written and whether a member's group moved (Env's functions: the node's log, or the
-// topic's raft group).
+// groups and who may join one (node/groups.go), which Where the node has (chosen once in
+// node.New), and the raft groups themselves: proposals, leaders, appends (Raft, which the
+// node implements in node/grouprepl.go).
 //
 // Who writes a group's state: the Group alone. Its fields, its topics' (gtopic), its
 // flights' and its members' (Member) are unexported, none embedded, and only the Group's
