@@ -45,9 +45,11 @@
 //     (where an exclusive durable's lock is taken), ablation.go (the session's side
 //     of the benchmark's shared-stream mode, node/sharedstream).
 //   - Consumer groups: groups.go (the table of live groups: join, leave, what a group needs
-//     of the node), member.go (a member's SUBSCRIBE: its settings, its home, then its
-//     groups.Stream), grouprelay.go (one holder per region), grouprepl.go (group state in
-//     raft).
+//     of the node; groups.Where, chosen once in New: the node's log, or groups.Replicated),
+//     member.go (a member's SUBSCRIBE: its settings, its home, then its groups.Stream),
+//     grouprelay.go (one holder per region: the home, and a relay's stream there, whose
+//     frames groups.Relay passes), grouprepl.go (groupRaft, what
+//     groups.Replicated needs of the raft groups, and the group entries' proposals).
 //   - Management: manage_local.go (this node's side of node/manage), manage.go and
 //     manage_groups.go (a consumer's positions and group state on this node, topics created
 //     and removed), manage_wire.go (the management stream, and asking the region's other

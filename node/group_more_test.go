@@ -210,7 +210,7 @@ func TestGroupSlowMember(t *testing.T) {
 func dumpGroups(n *Node) string {
 	out := ""
 	for _, g := range n.liveGroups() {
-		out += g.Name + ": " + g.Stats().String()
+		out += g.Name() + ": " + g.Stats().String()
 	}
 	return out
 }

@@ -40,7 +40,7 @@ func liveGroup(n *Node, name string) *groups.Group {
 	n.cons.mu.Lock()
 	defer n.cons.mu.Unlock()
 	for _, g := range n.cons.mu.groups {
-		if g.Shown == name {
+		if g.Shown() == name {
 			return g
 		}
 	}

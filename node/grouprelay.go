@@ -2,16 +2,13 @@ package node
 
 import (
 	"context"
-	"errors"
-	"io"
-	"strings"
-	"sync"
 
 	"github.com/quic-go/quic-go"
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/auth"
+	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/routing"
 )
@@ -21,7 +18,7 @@ import (
 // connect to:
 //
 //   - a group whose pattern is one topic lives on that topic's owner (it reads the log
-//     there; a replicated topic's leader, which proposes the group's state: grouprepl.go);
+//     there; a replicated topic's leader, which proposes the group's state: node/groups.Replicated);
 //     any other group on the rendezvous winner of its name among the region's live nodes
 //     (routing.Owner, as topics are placed), served from the topics that node holds;
 //   - an exclusive durable's lock lives on the rendezvous winner of its name
@@ -31,7 +28,8 @@ import (
 // A member connected to another node is relayed to the home over the region's peer link,
 // one stream per member as for an upstream: the home serves it as a member of its live
 // group, so every member of the region shares one dispatch and a record goes to one member.
-// The relay passes frames on as they are (the client's ACK, NAK and COMMIT up; the home's
+// The relay (node/groups.Relay; this file picks the home, opens the stream and forwards the
+// SUBSCRIBE) passes frames on as they are (the client's ACK, NAK and COMMIT up; the home's
 // SUBSCRIBED, TOPIC, RECORD, COMMITTED and ERROR down, TOPIC names mapped to the client's
 // view); it holds one frame at a time, so the client's flow control reaches the home's
 // member stream (I5).
@@ -67,7 +65,7 @@ func (n *Node) consumerHome(name string) string {
 func (n *Node) groupHome(ctx context.Context, pattern, name string) (string, *wire.Error) {
 	if routing.IsLiteral(pattern) {
 		// A replicated topic's group lives on its leader, which proposes its state
-		// (grouprepl.go); a single-copy topic's on its owner. "" is this node.
+		// (node/groups.Replicated); a single-copy topic's on its owner. "" is this node.
 		home, e := n.topics.Owner(ctx, pattern, true)
 		return cmpOr(home, n.cfg.Name), e
 	}
@@ -88,22 +86,10 @@ func (s *session) groupActor(name string) *auth.Principal {
 	return s.actor
 }
 
-// memberRelay is one member relayed to its group's home.
-type memberRelay struct {
-	cancel context.CancelFunc
-	mu     sync.Mutex
-	err    *wire.Error // set by drain or a bad client frame: sent to the client instead of the home's end
-	gone   bool        // the client reset its stream: nothing more to tell it
-}
+// relayHandler is a relayed member as the session's streamHandler.
+type relayHandler struct{ *groups.Relay }
 
-func (m *memberRelay) drain() {
-	m.mu.Lock()
-	if m.err == nil {
-		m.err = wire.Errorf(wire.CodeShuttingDown, "node shutting down")
-	}
-	m.mu.Unlock()
-	m.cancel()
-}
+func (h relayHandler) drain() { h.Drain() }
 
 // relayMember serves a member (req authorized, in the node's names; deadLetter stored) by
 // relaying its stream to home, which serves the group.
@@ -111,7 +97,7 @@ func (s *session) relayMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	n := s.n
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
-	rl := &memberRelay{cancel: cancel}
+	rl := relayHandler{groups.NewRelay(cancel)}
 	if !s.track(rl) {
 		refuse(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
 		return
@@ -139,17 +125,7 @@ func (s *session) relayMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		str.CancelRead(wire.AppCancelled)
 	})
 	defer stop()
-	upDone := make(chan struct{})
-	go func() { // client -> home: ACK, NAK, COMMIT, then the client's FIN
-		defer close(upDone)
-		rl.toHome(r, up, cancel)
-	}()
-	ended := s.relayFromHome(str, up, cancel)
-	cancel()
-	<-upDone
-	rl.mu.Lock()
-	e, gone := rl.err, rl.gone
-	rl.mu.Unlock()
+	e, ended, gone := rl.Serve(str, up, r, s.actor.ClientName, n.cfg.ReadAhead) // node/groups, relay.go
 	switch {
 	case e != nil:
 		s.failStream(str, e)
@@ -158,69 +134,4 @@ func (s *session) relayMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	case !gone && s.ctx.Err() == nil:
 		s.failStream(str, wire.Errorf(wire.CodeUnavailable, "group %q: the link to node %s, which serves the group, failed: subscribe again", req.Group.Name, home))
 	}
-}
-
-// toHome copies the member's ACK, NAK and COMMIT frames to the home, then the client's FIN.
-// A client gone or a frame a member may not send ends the relay (cancel), said in rl.
-func (rl *memberRelay) toHome(r *wire.Reader, up *quic.Stream, cancel context.CancelFunc) {
-	for {
-		f, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			up.Close()
-			return
-		}
-		if err != nil {
-			rl.mu.Lock()
-			rl.gone = true
-			rl.mu.Unlock()
-			cancel()
-			return
-		}
-		switch f.(type) {
-		case *wire.Ack, *wire.Nak, *wire.Commit:
-		default:
-			rl.mu.Lock()
-			rl.err = wire.Errorf(wire.CodeProtocol, "unexpected %s on a group member's stream: only ACK, NAK and COMMIT may follow SUBSCRIBE", f.Type())
-			rl.mu.Unlock()
-			cancel()
-			return
-		}
-		if _, err := up.Write(wire.Append(nil, f)); err != nil {
-			cancel()
-			return
-		}
-	}
-}
-
-// relayFromHome copies the home's frames to the client, one frame at a time (a TOPIC's name
-// in the client's namespace), flushing when the home has nothing more buffered or a
-// read-ahead's worth waits. ended reports that the home ended the stream (FIN after its last
-// frame, or an ERROR) and that all of it reached the client's stream.
-func (s *session) relayFromHome(str, up *quic.Stream, cancel context.CancelFunc) (ended bool) {
-	w := wire.NewWriter(str)
-	hr := wire.NewReader(up, wire.Limits{})
-	for {
-		f, err := hr.Read()
-		if errors.Is(err, io.EOF) {
-			ended = true
-			break
-		}
-		if err != nil {
-			break
-		}
-		if t, ok := f.(*wire.Topic); ok {
-			t.Name = strings.Clone(s.actor.ClientName(t.Name))
-		}
-		w.Buffer(f)
-		if !hr.FrameBuffered() || w.Buffered() >= s.n.cfg.ReadAhead {
-			if w.Flush() != nil {
-				cancel()
-				break
-			}
-		}
-	}
-	if w.Flush() != nil {
-		ended = false
-	}
-	return ended
 }

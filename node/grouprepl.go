@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -12,26 +11,14 @@ import (
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/groups"
 	"github.com/quicmq/quicmq/replica"
-	"github.com/quicmq/quicmq/routing"
 	"github.com/quicmq/quicmq/wal"
 )
 
-// Consumer group state on replicated topics is replicated state (I10): a group's state of a
-// replicated topic is stored as a set group entry of that topic's raft group
-// (replica.EntrySetGroup), proposed by the node serving the group, which leads the topic's
-// group (a group whose pattern is one replicated topic lives on that topic's leader:
-// groupHome), and applied by every replica under the keys wal.Log.SetGroup writes. So the
-// node that serves the group next (the new leader, after a failure or a leader change)
-// loads what was committed, once a barrier entry of its own has applied everything before
-// it. A store, and so a COMMIT's COMMITTED, returns only once every topic's entry is
-// committed and applied here.
-//
-// A group spanning several topics proposes one entry per topic that changed, each to its
-// topic's group, concurrently: each topic's state is atomic, the stores of several topics
-// are not (a crash between two of them leaves one topic's state newer than the other's,
-// each consistent, which redelivers at worst, never skips). A wildcard group is served by
-// its rendezvous home, which asks each topic's leader to propose that topic's entry
-// (GROUP_STORE) when it does not lead it itself.
+// What the replicated groups (node/groups.Replicated: a group's state on a replicated topic
+// is replicated state, I10) need of the node's raft groups: groupRaft, over the replicated
+// path; and the proposals it makes (setGroup, proposeEntry, storeGroupState), also used for
+// durable positions (replpos.go) and management (manage_groups.go), and their peer side
+// (serveGroupStore).
 
 // groupStateLocalOnly is true only in a binary built with -tags quicmq_broken_group
 // (broken_group.go): group state is then stored in the serving node's own log alone, as
@@ -39,113 +26,61 @@ import (
 // fail on it. No release is built with the tag.
 var groupStateLocalOnly bool
 
-// storeGroup stores a group's settings (set, when not nil) and states: those of replicated
-// topics this node leads through their raft groups, the rest in one synced batch of the
-// local log. It returns once all are stored; the error is a *wire.Error for a replicated
-// store that did not commit.
-func (n *Node) storeGroup(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error {
-	local := states
-	var repl []wal.TopicGroupState
-	if r := n.rep; r != nil && !groupStateLocalOnly {
-		local = make([]wal.TopicGroupState, 0, len(states))
-		for _, ts := range states {
-			if r.isReplicated(ts.Topic) {
-				repl = append(repl, ts)
-			} else {
-				local = append(local, ts)
-			}
-		}
-	}
-	errs := make([]error, len(repl))
-	var wg sync.WaitGroup
-	for i, ts := range repl {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if e := n.rep.storeGroupState(ctx, name, ts.Topic, &replica.GroupOp{Settings: set, State: ts.State}, set != nil && set.Pattern == ts.Topic); e != nil {
-				errs[i] = e
-			}
-		}()
-	}
-	var err error
-	if len(local) > 0 {
-		err = n.wal.SetGroupStates(ctx, name, nil, local) // the settings are stored here when the group is made
-	}
-	wg.Wait()
-	for _, e := range errs {
-		if e != nil {
-			return e // a *wire.Error: the client is told why (a leader change, no quorum)
-		}
-	}
-	return err
+// groupRaft is the node's raft groups as groups.Replicated sees them.
+type groupRaft struct{ r *replicated }
+
+func (g groupRaft) IsReplicated(topic string) bool { return g.r.isReplicated(topic) }
+
+func (g groupRaft) StoreState(ctx context.Context, name, topic string, op *replica.GroupOp, home bool) *wire.Error {
+	return g.r.storeGroupState(ctx, name, topic, op, home)
 }
 
-// groupBarrier makes sure, before group name goes live on this node, that every entry of
-// its replicated topics' groups committed before is applied here, so that loading its state
-// reads the last committed one: a new leader may not have applied all it has committed yet,
-// and a follower serving a wildcard group may lag. Nothing to do for other groups.
-func (n *Node) groupBarrier(ctx context.Context, name, pattern string) *wire.Error {
-	r := n.rep
-	if r == nil || groupStateLocalOnly || n.liveGroup(name) != nil {
-		return nil
+func (g groupRaft) Barrier(ctx context.Context, name, topic string) *wire.Error {
+	index, e := g.r.setGroup(ctx, name, topic, nil)
+	if e == nil {
+		e = g.r.waitApplied(ctx, g.r.lookup(topic), index)
 	}
-	var topics []string
-	if routing.IsLiteral(pattern) {
-		if r.isReplicated(pattern) {
-			topics = append(topics, pattern)
-		}
-	} else {
-		for _, ti := range n.wal.Topics() {
-			if routing.Match(pattern, ti.Name) && r.isReplicated(ti.Name) {
-				topics = append(topics, ti.Name)
-			}
-		}
-	}
-	errs := make([]*wire.Error, len(topics))
-	var wg sync.WaitGroup
-	for i, topic := range topics {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			index, e := r.setGroup(ctx, name, topic, nil)
-			if e == nil {
-				e = r.waitApplied(ctx, r.lookup(topic), index)
-			}
-			errs[i] = e
-		}()
-	}
-	wg.Wait()
-	for _, e := range errs {
-		if e != nil {
-			return e
-		}
-	}
-	return nil
+	return e
 }
 
-// groupMoved says why live group g must end here: its pattern is a replicated topic that
-// another node leads now (members subscribe again and are sent there), or nil.
-func (n *Node) groupMoved(g *groups.Group) *wire.Error {
-	r := n.rep
-	if r == nil || !routing.IsLiteral(g.Set.Pattern) || !r.isReplicated(g.Set.Pattern) {
-		return nil
+func (g groupRaft) LeadsElsewhere(topic string) string {
+	r := g.r
+	lead := r.leaderName(topic) // as observe last saw it: cheap, maybe behind
+	if lead == "" || lead == r.n.cfg.Name {
+		return ""
 	}
-	lead := r.leaderName(g.Set.Pattern) // as observe last saw it: cheap, maybe behind
-	if lead == "" || lead == n.cfg.Name {
-		return nil
-	}
-	if t := r.lookup(g.Set.Pattern); t != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Raft.ObserveInterval)
+	if t := r.lookup(topic); t != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), r.n.cfg.Raft.ObserveInterval)
 		st, err := r.d.Status(ctx, t.group)
 		cancel()
 		if err != nil || st.Lead == 0 || st.Lead == r.id {
-			return nil // this node leads it (observe has not seen it yet), or nobody does yet
+			return "" // this node leads it (observe has not seen it yet), or nobody does yet
 		}
 		lead = t.nameOf(st.Lead)
 	}
-	return wire.Errorf(wire.CodeUnavailable, "group %q: topic %q of region %q is now led by node %q, which serves the group from its replicated state: subscribe again",
-		g.Shown, g.Set.Pattern, n.cfg.Region, lead)
+	return lead
 }
+
+func (g groupRaft) Append(ctx context.Context, topic string, recs []wal.Record) *wire.Error {
+	return g.r.appendReplicated(ctx, topic, recs)
+}
+
+func (g groupRaft) Placed() <-chan struct{} {
+	if g.r.n.place == nil {
+		return nil
+	}
+	return g.r.n.place.Changed()
+}
+
+// groupsLocalOnly is the groups' Where of a replicated node built with quicmq_broken_group:
+// state and dead letters in the serving node's own log, moves as with Replicated.
+type groupsLocalOnly struct {
+	groups.SingleCopy
+	moves groups.Replicated
+}
+
+func (l groupsLocalOnly) Placed() <-chan struct{}           { return l.moves.Placed() }
+func (l groupsLocalOnly) Moved(g *groups.Group) *wire.Error { return l.moves.Moved(g) }
 
 // setGroup stores op (nil: a barrier) on group name's state of a replicated topic as a
 // set group entry of the topic's raft group: proposed here when this node leads it, else
@@ -310,28 +245,6 @@ func (s *session) serveGroupStore(str *quic.Stream, f *wire.GroupStore) {
 	if e != nil {
 		s.failStream(str, e)
 	}
-}
-
-// placeChanged is closed at the next placement change (a leader change among them) when
-// the node has replicated topics; nil, which never fires, otherwise.
-func (n *Node) placeChanged() <-chan struct{} {
-	if n.rep == nil || n.place == nil {
-		return nil
-	}
-	return n.place.Changed()
-}
-
-// appendDeadLetter appends a group's dead-letter records to topic (stored) and returns once
-// they are durable: in this node's own log, or in a replicated region through the topic's
-// raft group (the topic is placed if it is new), committed and applied on its leader.
-func (n *Node) appendDeadLetter(ctx context.Context, topic string, recs []wal.Record) error {
-	if n.rep == nil || groupStateLocalOnly || n.wal.IsLocal(topic) {
-		return n.wal.Append(ctx, wal.AppendRequest{Topic: topic, Records: recs}).Err
-	}
-	if e := n.rep.appendReplicated(ctx, topic, recs); e != nil {
-		return e
-	}
-	return nil
 }
 
 // appendReplicated appends recs to a replicated topic: proposed here when this node leads

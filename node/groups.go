@@ -43,7 +43,7 @@ func (n *Node) leaveGroup(g *groups.Group, m *groups.Member) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if g.Leave(m) {
-		delete(c.mu.groups, g.Name)
+		delete(c.mu.groups, g.Name())
 	}
 }
 
@@ -51,13 +51,24 @@ func (n *Node) leaveGroup(g *groups.Group, m *groups.Member) {
 func (n *Node) newGroupEnv() *groups.Env {
 	return &groups.Env{
 		Wal: n.wal, Log: n.log, Region: n.cfg.Region, Cfg: n.cfg.Groups,
-		Store:            n.storeGroup,       // grouprepl.go
-		AppendDeadLetter: n.appendDeadLetter, // grouprepl.go
-		Mirrored:         n.mirroredStates,
-		ReadAhead:        n.cfg.ReadAhead,
-		Placed:           n.placeChanged, // grouprepl.go
-		Moved:            n.groupMoved,
+		Where:     groups.SingleCopy{Wal: n.wal}, // newGroupWhere, once the replicated path exists
+		Mirrored:  n.mirroredStates,
+		ReadAhead: n.cfg.ReadAhead,
 	}
+}
+
+// newGroupWhere picks, once (New, with n.topics), where the node's groups keep their state
+// and dead letters: its own log, or the raft groups of its replicated topics (grouprepl.go).
+func (n *Node) newGroupWhere() groups.Where {
+	if n.rep == nil {
+		return groups.SingleCopy{Wal: n.wal}
+	}
+	rw := groups.Replicated{Wal: n.wal, Raft: groupRaft{n.rep}, Region: n.cfg.Region,
+		Live: func(name string) bool { return n.liveGroup(name) != nil }}
+	if groupStateLocalOnly {
+		return groupsLocalOnly{groups.SingleCopy{Wal: n.wal}, rw}
+	}
+	return rw
 }
 
 // mirroredStates loads the states of group name mirrored from other regions, by topic

@@ -249,7 +249,7 @@ func TestGroupOverWildcardExpiryAndLeaveCostWhatIsOutstanding(t *testing.T) {
 	}
 	sub.Close()
 	select {
-	case <-g.Ended: // its only member left: its records were given back
+	case <-g.Ended(): // its only member left: its records were given back
 	case <-ctx.Done():
 		t.Fatal("group g did not end after its member left")
 	}

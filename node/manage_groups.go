@@ -57,11 +57,11 @@ func (n *Node) groupConsumers(a *auth.Principal, name string, cs map[string]*man
 	}
 	// Live groups that stored nothing yet.
 	for _, g := range n.liveGroups() {
-		if !strings.HasPrefix(g.Name, prefix) || groups.IsMirroredGroup(g.Name) || name != "" && g.Name != name {
+		if !strings.HasPrefix(g.Name(), prefix) || groups.IsMirroredGroup(g.Name()) || name != "" && g.Name() != name {
 			continue
 		}
-		if _, ok := cs[manage.Key(wire.KindGroup, g.Name)]; !ok {
-			c := n.groupState(wal.GroupInfo{Name: g.Name, Settings: g.Set, HasSettings: true})
+		if _, ok := cs[manage.Key(wire.KindGroup, g.Name())]; !ok {
+			c := n.groupState(wal.GroupInfo{Name: g.Name(), Settings: g.Settings(), HasSettings: true})
 			cs[manage.Key(c.Kind, c.Name)] = c
 		}
 	}
@@ -172,10 +172,10 @@ func (n *Node) endGroup(ctx context.Context, name string, e *wire.Error) *wire.E
 	}
 	g.EndMembers(e)
 	select {
-	case <-g.Ended:
+	case <-g.Ended():
 		return nil
 	case <-ctx.Done():
-		return wire.Errorf(wire.CodeUnavailable, "group %q: its members did not end: %v", g.Shown, ctx.Err())
+		return wire.Errorf(wire.CodeUnavailable, "group %q: its members did not end: %v", g.Shown(), ctx.Err())
 	}
 }
 
@@ -304,7 +304,7 @@ func (n *Node) groupDependents(a *auth.Principal, topic string) []string {
 	}
 	for _, g := range n.liveGroups() {
 		if g.Follows(topic) {
-			names[g.Name] = true
+			names[g.Name()] = true
 		}
 	}
 	deps := make([]string, 0, len(names))

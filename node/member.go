@@ -40,21 +40,21 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		refuse(e)
 		return
 	}
-	if e := n.groupBarrier(s.ctx, s.actor.Durable(gr.Name), req.Pattern); e != nil { // grouprepl.go
+	if e := n.groups.Where.Barrier(s.ctx, s.actor.Durable(gr.Name), req.Pattern); e != nil { // node/groups.Replicated
 		refuse(e)
 		return
 	}
 	view := s.groupActor(gr.Name)
 	m := groups.NewStream(n.groups, s.ctx, str, s.conn.RemoteAddr().String()+" stream "+strconv.FormatInt(int64(str.StreamID()), 10), s.actor, view)
 	defer m.Close()
-	g, e := n.joinGroup(s.actor.Durable(gr.Name), view.ClientDurable(s.actor.Durable(gr.Name)), req, want, &m.Member)
+	g, e := n.joinGroup(s.actor.Durable(gr.Name), view.ClientDurable(s.actor.Durable(gr.Name)), req, want, m.Member())
 	if e != nil {
 		refuse(e)
 		return
 	}
 	h := memberHandler{m}
 	if !s.track(h) {
-		n.leaveGroup(g, &m.Member)
+		n.leaveGroup(g, m.Member())
 		refuse(wire.Errorf(wire.CodeShuttingDown, "node shutting down"))
 		return
 	}
@@ -62,7 +62,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 	n.metrics.subscriptions.Inc()
 	defer n.metrics.subscriptions.Dec()
 	err, ok := m.Serve(g, r)
-	n.leaveGroup(g, &m.Member) // after the last ACKs are taken: what is left is handed out again
+	n.leaveGroup(g, m.Member()) // after the last ACKs are taken: what is left is handed out again
 	if !ok {
 		return
 	}
@@ -122,7 +122,7 @@ func (s *session) groupTopicsHere(group, pattern, deadLetter string) *wire.Error
 		case t == "" || !routing.IsLiteral(t):
 			continue
 		case n.rep != nil && (t == deadLetter || n.rep.isReplicated(t)):
-			// grouprepl.go: a replicated topic's group is served by its leader (groupHome
+			// node/groups.Replicated: a replicated topic's group is served by its leader (groupHome
 			// sent the member there), and dead-letter records go through raft.
 			continue
 		}

@@ -184,6 +184,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 	n.topics = n.newRegion()
+	n.groups.Where = n.newGroupWhere()
 	n.subs = n.newSubHost()
 	return n, nil
 }

@@ -27,7 +27,8 @@ var layers = map[string]int{
 	"federation": 30,
 	// The node's parts, by concern (node/doc.go): each imports only the parts below it.
 	"node/auth": 40, "node/features": 40, "node/placement": 40, "node/vector": 40, "node/tail": 40,
-	// Consumer groups; subscriptions (cursors, reads, acks, upstreams over placement, the
+	// Consumer groups (their state in the node's log or the topics' raft groups only behind
+	// groups.Where); subscriptions (cursors, reads, acks, upstreams over placement, the
 	// links and the tails; single-copy or replicated topics only behind subscriptions.Region).
 	"node/groups": 41, "node/subscriptions": 41,
 	// The ablation's shared stream, over the subscription core (sharedstream.Session).

@@ -1,9 +1,7 @@
 package groups
 
 import (
-	"context"
 	"fmt"
-	"github.com/quicmq/quicmq/internal/wire"
 	"log/slog"
 	"time"
 
@@ -66,26 +64,19 @@ func (c Config) Validate() []error {
 }
 
 // Env is what the groups need of their node: its log, its region and the node's group
-// settings, and where a group's state and dead-letter records are written (its own log, or
-// the topic's raft group: grouprepl.go). One per node, shared by its live groups.
+// settings, and where a group's state and dead-letter records are written (Where: its own
+// log, or the topic's raft group). One per node, shared by its live groups.
 type Env struct {
 	Wal    *wal.Log
 	Log    *slog.Logger
 	Region string
 	Cfg    Config
-	// store writes a group's settings and the states of its topics that changed, durably.
-	// Its states are one per topic, in the order of the topics' names mostly.
-	Store func(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error
-	// appendDeadLetter appends records to a dead-letter topic, durably.
-	AppendDeadLetter func(ctx context.Context, topic string, recs []wal.Record) error
+	// Where is where the groups keep their state and dead letters, and whether a group
+	// moved: the node's own log, or its replicated topics' raft groups (where.go).
+	Where Where
 	// mirrored loads the states of a group mirrored from other regions, by topic.
 	Mirrored func(name string) map[string][]*wal.GroupState
 	// ReadAhead is how many bytes a member's stream buffers before it writes them
 	// (node.Config.ReadAhead).
 	ReadAhead int
-	// Placed is closed at the next placement change (a leader change among them), or nil
-	// when none can move a group; Moved is the error that ends a member whose group is now
-	// served by another node (its topic's new leader), or nil.
-	Placed func() <-chan struct{}
-	Moved  func(g *Group) *wire.Error
 }

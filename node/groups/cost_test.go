@@ -122,9 +122,7 @@ func newWildEnv(tb testing.TB, topics int) *Env {
 	}
 	env := &Env{Wal: l, Log: slog.New(slog.DiscardHandler), Region: "eu", Cfg: Config{Window: 1024, MemberPending: 1024}}
 	env.Cfg.WithDefaults()
-	env.Store = func(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error {
-		return l.SetGroupStates(ctx, name, nil, states)
-	}
+	env.Where = SingleCopy{Wal: l}
 	env.Mirrored = func(string) map[string][]*wal.GroupState { return nil }
 	return env
 }
@@ -136,7 +134,7 @@ func joinWild(tb testing.TB, env *Env, name string) (*Group, *Member) {
 	if e != nil {
 		tb.Fatal(e)
 	}
-	m := &Member{ID: "m", End: func(*wire.Error) {}}
+	m := &Member{id: "m", end: func(*wire.Error) {}}
 	g.Join(m)
 	return g, m
 }

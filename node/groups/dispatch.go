@@ -169,8 +169,8 @@ func (g *Group) takeLocked(m *Member, max int) (got, dead []*Flight) {
 // other member took it within an ack-wait (a member that stopped reading keeps room on
 // its stream until its flow-control window fills: its records go to the others).
 func (g *Group) mayTakeLocked(f *Flight, m *Member, now time.Time) bool {
-	if g.Set.Order == wire.OrderNone {
-		return f.last != m.ID || len(g.mu.members) == 1 || now.Sub(f.readySince) > g.Set.AckWait
+	if g.set.Order == wire.OrderNone {
+		return f.last != m.id || len(g.mu.members) == 1 || now.Sub(f.readySince) > g.set.AckWait
 	}
 	h := g.mu.holds[f.key]
 	return h == nil || h.m == nil || h.m == m
@@ -216,7 +216,7 @@ func (g *Group) nextTopicLocked(m *Member) (*gtopic, uint64) {
 			continue
 		}
 		g.mu.rr++
-		if h := g.mu.holds[t.name]; g.Set.Order == wire.OrderTopic && h != nil && (h.ready > 0 || (h.m != nil && h.m != m)) {
+		if h := g.mu.holds[t.name]; g.set.Order == wire.OrderTopic && h != nil && (h.ready > 0 || (h.m != nil && h.m != m)) {
 			continue
 		}
 		return t, head
@@ -231,7 +231,7 @@ func (g *Group) dispatchLocked(t *gtopic, head uint64, m *Member, room int, now 
 	count := min(uint64(room), head-t.next)
 	var keys []string
 	var refs []wal.OriginRef // after a resume from another region's vector (vector.go)
-	if g.Set.Order == wire.OrderKey || t.skip != nil {
+	if g.set.Order == wire.OrderKey || t.skip != nil {
 		g.env.Wal.ReadFunc(t.name, t.next, int(count), 1<<30, func(r *wal.Record) error {
 			keys = append(keys, recordKey(r))
 			refs = append(refs, wal.OriginRef{Region: vector.OriginOf(r, g.env.Region), Offset: r.OriginOffset})
@@ -264,13 +264,13 @@ func (g *Group) dispatchLocked(t *gtopic, head uint64, m *Member, room int, now 
 			f.fresh = true // marked dirty by Learned, once its member has read it
 		}
 		g.mu.outstanding++
-		switch g.Set.Order {
+		switch g.set.Order {
 		case wire.OrderTopic:
 			f.key = t.name
 		case wire.OrderKey:
 			f.key = keys[i]
 		}
-		if h := g.mu.holds[f.key]; g.Set.Order != wire.OrderNone && h != nil {
+		if h := g.mu.holds[f.key]; g.set.Order != wire.OrderNone && h != nil {
 			switch {
 			case h.ready > 0:
 				g.moveLocked(f, fReady, nil)
@@ -295,8 +295,8 @@ func (g *Group) dispatchLocked(t *gtopic, head uint64, m *Member, room int, now 
 func (g *Group) deliverLocked(f *Flight, m *Member, now time.Time) {
 	m.pending++
 	f.deliveries++
-	f.deadline = now.Add(g.Set.AckWait)
-	f.last = m.ID
+	f.deadline = now.Add(g.set.AckWait)
+	f.last = m.id
 	if g.mu.nextDue.IsZero() || f.deadline.Before(g.mu.nextDue) {
 		g.mu.nextDue = f.deadline
 	}
@@ -321,13 +321,13 @@ func (g *Group) expireLocked(now time.Time) {
 				}
 				continue
 			}
-			f.reason = "its ack-wait of " + g.Set.AckWait.String() + " passed"
+			f.reason = "its ack-wait of " + g.set.AckWait.String() + " passed"
 			f.m.stalled = true
 			switch {
-			case uint64(f.deliveries) >= g.Set.MaxDeliver:
+			case uint64(f.deliveries) >= g.set.MaxDeliver:
 				g.moveLocked(f, fDead, nil)
 				g.mu.dead = append(g.mu.dead, f)
-			case g.Set.Order != wire.OrderNone:
+			case g.set.Order != wire.OrderNone:
 				g.undeliverLocked(f) // again to the same member: its key's order holds
 				f.m.reserved = append(f.m.reserved, f)
 			default:
@@ -356,7 +356,7 @@ func (g *Group) giveBackLocked(m *Member, reason string) {
 			case f.state == fAssigned && f.m == m:
 				f.reason = reason
 				delivered := !f.deadline.IsZero()
-				if delivered && uint64(f.deliveries) >= g.Set.MaxDeliver {
+				if delivered && uint64(f.deliveries) >= g.set.MaxDeliver {
 					g.moveLocked(f, fDead, nil)
 					g.mu.dead = append(g.mu.dead, f)
 					continue
@@ -472,10 +472,10 @@ func (g *Group) nakLocked(m *Member, t *gtopic, off uint64) error {
 	}
 	f.reason = "the member gave it back (NAK)"
 	switch {
-	case uint64(f.deliveries) >= g.Set.MaxDeliver:
+	case uint64(f.deliveries) >= g.set.MaxDeliver:
 		g.moveLocked(f, fDead, nil)
 		g.mu.dead = append(g.mu.dead, f)
-	case g.Set.Order != wire.OrderNone:
+	case g.set.Order != wire.OrderNone:
 		g.undeliverLocked(f)
 		m.reserved = append(m.reserved, f)
 	default:
@@ -533,7 +533,7 @@ func (g *Group) undeliverLocked(f *Flight) {
 
 // moveLocked moves f to state to (assigned: to m), keeping its key's hold in step.
 func (g *Group) moveLocked(f *Flight, to fstate, m *Member) {
-	if g.Set.Order != wire.OrderNone {
+	if g.set.Order != wire.OrderNone {
 		h := g.holdLocked(f.key)
 		switch f.state {
 		case fReady:

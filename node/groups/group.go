@@ -14,11 +14,12 @@ import (
 	"github.com/quicmq/quicmq/wal"
 )
 
-// Member is a member as its group sees it. Its fields are under the group's mutex.
+// Member is a member as its group sees it: made by NewStream (a Stream's), its fields set
+// once there (id, end) or under the group's mutex, which only the group's methods take.
 type Member struct {
-	ID string // for the dead-letter headers: the client's address and the stream
+	id string // for the dead-letter headers: the client's address and the stream
 	// end ends the member's stream with e (a management request's endGroup).
-	End func(e *wire.Error)
+	end func(e *wire.Error)
 
 	reserved []*Flight // records of its ordered keys, to deliver next
 	pending  int       // records delivered to it and not done
@@ -50,18 +51,18 @@ type Taken struct {
 // Group is a live consumer group on this node.
 type Group struct {
 	env    *Env
-	Name   string // with the tenant's namespace: the key of its state
-	Shown  string // as clients name it
-	Set    wal.GroupSettings
+	name   string            // with the tenant's namespace: the key of its state
+	shown  string            // as clients name it
+	set    wal.GroupSettings // set by New, never changed after
 	window int
 	// memberPending caps the records one member holds delivered and unacknowledged
 	// (Config.MemberPending), as JetStream's MaxAckPending does per consumer.
 	memberPending int
 	start         wire.Subscribe // the first member's start: for topics without state when Set.Start is not stored
 
-	Ended     chan struct{} // closed when its last member left: it is live no more
-	Wake      chan struct{} // its topics advanced (wal.Notify), capacity 1
-	NewTopics chan struct{} // a topic was created (wal.NotifyNewTopics), capacity 1
+	ended     chan struct{} // closed when its last member left: it is live no more
+	wake      chan struct{} // its topics advanced (wal.Notify), capacity 1
+	newTopics chan struct{} // a topic was created (wal.NotifyNewTopics), capacity 1
 	storeMu   sync.Mutex    // serialises stores: a later snapshot is never overwritten by an earlier one
 	vecs      vecCache      // vectors of one origin, shared by its topics' trackers (vector.go; g.storeMu)
 	lookedAt  atomic.Int64  // topic names refreshTopics looked at, in all (tests)
@@ -204,10 +205,10 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 	if err != nil {
 		return nil, wire.Errorf(wire.CodeInternal, "load group %q: %v", shown, err)
 	}
-	g := &Group{env: env, Name: name, Shown: shown, window: env.Cfg.Window, memberPending: env.Cfg.MemberPending, start: *req,
-		Ended: make(chan struct{}), Wake: make(chan struct{}, 1), NewTopics: make(chan struct{}, 1)}
+	g := &Group{env: env, name: name, shown: shown, window: env.Cfg.Window, memberPending: env.Cfg.MemberPending, start: *req,
+		ended: make(chan struct{}), wake: make(chan struct{}, 1), newTopics: make(chan struct{}, 1)}
 	if ok {
-		g.Set = set
+		g.set = set
 		if e := g.Conflict(want); e != nil {
 			return nil, e
 		}
@@ -215,17 +216,17 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 			env.Wal.RaiseClock(set.Start.Time) // no record appended from now on is before it
 		}
 	} else {
-		g.Set = want
-		if g.Set.AckWait == 0 {
-			g.Set.AckWait = env.Cfg.AckWait
+		g.set = want
+		if g.set.AckWait == 0 {
+			g.set.AckWait = env.Cfg.AckWait
 		}
-		if g.Set.MaxDeliver == 0 {
-			g.Set.MaxDeliver = uint64(env.Cfg.MaxDeliver)
+		if g.set.MaxDeliver == 0 {
+			g.set.MaxDeliver = uint64(env.Cfg.MaxDeliver)
 		}
-		if g.Set.Start, err = storedStart(env.Wal, req); err != nil {
+		if g.set.Start, err = storedStart(env.Wal, req); err != nil {
 			return nil, wire.Errorf(wire.CodeInternal, "start group %q: %v", shown, err)
 		}
-		if err := env.Wal.SetGroup(context.Background(), name, &g.Set, nil); err != nil {
+		if err := env.Wal.SetGroup(context.Background(), name, &g.set, nil); err != nil {
 			return nil, wire.Errorf(wire.CodeInternal, "store group %q: %v", shown, err)
 		}
 	}
@@ -234,8 +235,8 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 	g.mu.changed = make(chan struct{})
 	g.mu.stored = states
 	g.mu.mirrored = env.Mirrored(name)
-	g.mu.cancels = append(g.mu.cancels, env.Wal.NotifyNewTopics(g.NewTopics))
-	if m, err := routing.NewMatcher(g.Set.Pattern); err == nil && strings.ContainsAny(g.Set.Pattern, "*>") {
+	g.mu.cancels = append(g.mu.cancels, env.Wal.NotifyNewTopics(g.newTopics))
+	if m, err := routing.NewMatcher(g.set.Pattern); err == nil && strings.ContainsAny(g.set.Pattern, "*>") {
 		// Before the listing: an advance of a listed topic is noted or in the listing.
 		g.wild, g.match = true, m
 		g.mu.cancels = append(g.mu.cancels, env.Wal.WatchAdvances(g.noteAdvance))
@@ -272,22 +273,31 @@ func New(env *Env, name, shown string, req *wire.Subscribe, want wal.GroupSettin
 	return g, nil
 }
 
+// Name is the group's name with its tenant's namespace (the key of its state); Shown as
+// clients name it; Settings its settings (fixed when it went live).
+func (g *Group) Name() string                { return g.name }
+func (g *Group) Shown() string               { return g.shown }
+func (g *Group) Settings() wal.GroupSettings { return g.set }
+
+// Ended is closed when the group's last member left: it is live no more.
+func (g *Group) Ended() <-chan struct{} { return g.ended }
+
 // Conflict names the first setting of want (non-zero) that differs from the group's.
 func (g *Group) Conflict(want wal.GroupSettings) *wire.Error {
 	diff := func(what, have, asked string) *wire.Error {
-		return wire.Errorf(wire.CodeConflict, "group %q has %s %s, this member asks for %s: every member of a group has its settings (set by its first member)", g.Shown, what, have, asked)
+		return wire.Errorf(wire.CodeConflict, "group %q has %s %s, this member asks for %s: every member of a group has its settings (set by its first member)", g.shown, what, have, asked)
 	}
 	switch {
-	case want.Pattern != g.Set.Pattern:
-		return diff("pattern", strconv.Quote(g.Set.Pattern), strconv.Quote(want.Pattern))
-	case want.AckWait != 0 && want.AckWait != g.Set.AckWait:
-		return diff("ack-wait", g.Set.AckWait.String(), want.AckWait.String())
-	case want.MaxDeliver != 0 && want.MaxDeliver != g.Set.MaxDeliver:
-		return diff("max-deliver", strconv.FormatUint(g.Set.MaxDeliver, 10), strconv.FormatUint(want.MaxDeliver, 10))
-	case want.DeadLetter != "" && want.DeadLetter != g.Set.DeadLetter:
-		return diff("dead-letter topic", strconv.Quote(g.Set.DeadLetter), strconv.Quote(want.DeadLetter))
-	case want.Order != g.Set.Order:
-		return diff("order", OrderName(g.Set.Order), OrderName(want.Order))
+	case want.Pattern != g.set.Pattern:
+		return diff("pattern", strconv.Quote(g.set.Pattern), strconv.Quote(want.Pattern))
+	case want.AckWait != 0 && want.AckWait != g.set.AckWait:
+		return diff("ack-wait", g.set.AckWait.String(), want.AckWait.String())
+	case want.MaxDeliver != 0 && want.MaxDeliver != g.set.MaxDeliver:
+		return diff("max-deliver", strconv.FormatUint(g.set.MaxDeliver, 10), strconv.FormatUint(want.MaxDeliver, 10))
+	case want.DeadLetter != "" && want.DeadLetter != g.set.DeadLetter:
+		return diff("dead-letter topic", strconv.Quote(g.set.DeadLetter), strconv.Quote(want.DeadLetter))
+	case want.Order != g.set.Order:
+		return diff("order", OrderName(g.set.Order), OrderName(want.Order))
 	}
 	return nil
 }
@@ -327,7 +337,7 @@ func (g *Group) Leave(m *Member) (last bool) {
 		for _, cancel := range cancels {
 			cancel()
 		}
-		close(g.Ended)
+		close(g.ended)
 	}
 	return last
 }
@@ -346,7 +356,7 @@ func (g *Group) EndMembers(e *wire.Error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for m := range g.mu.members {
-		m.End(e)
+		m.end(e)
 	}
 }
 

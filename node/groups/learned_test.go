@@ -51,20 +51,20 @@ func (r *learnedRig) open() {
 	r.l = l
 	env := &Env{Wal: l, Log: slog.New(slog.DiscardHandler), Region: "eu", Cfg: Config{Window: 64}}
 	env.Cfg.WithDefaults()
-	env.Store = func(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error {
+	env.Where = storeFunc{SingleCopy{Wal: l}, func(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error {
 		r.stores++
 		for _, ts := range states {
 			r.check(ts.Topic, ts.State)
 			r.kept = append(r.kept, keptVector{ts.Topic, ts.State.Vector.Through, maps.Clone(ts.State.Vector.Through)})
 		}
 		return l.SetGroupStates(ctx, name, set, states)
-	}
+	}}
 	env.Mirrored = func(string) map[string][]*wal.GroupState { return nil }
 	g, e := New(env, "g", "g", &wire.Subscribe{Pattern: "t.>", Start: wire.StartEarliest}, wal.GroupSettings{Pattern: "t.>", AckWait: time.Hour})
 	if e != nil {
 		r.t.Fatal(e)
 	}
-	r.g, r.m = g, &Member{ID: "m", End: func(*wire.Error) {}}
+	r.g, r.m = g, &Member{id: "m", end: func(*wire.Error) {}}
 	g.Join(r.m)
 }
 
@@ -215,4 +215,14 @@ func TestGroupVectorFromLearnedOrigins(t *testing.T) {
 			r.l.Close()
 		})
 	}
+}
+
+// storeFunc is SingleCopy with its Store replaced by store.
+type storeFunc struct {
+	SingleCopy
+	store func(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error
+}
+
+func (s storeFunc) Store(ctx context.Context, name string, set *wal.GroupSettings, states []wal.TopicGroupState) error {
+	return s.store(ctx, name, set, states)
 }

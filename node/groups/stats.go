@@ -35,7 +35,7 @@ func (g *Group) Stats() Stats {
 	byMember := make(map[*Member]int, len(g.mu.members))
 	for m := range g.mu.members {
 		byMember[m] = len(st.Members)
-		st.Members = append(st.Members, MemberStats{id: m.ID, Pending: m.pending, reserved: len(m.reserved), stalled: m.stalled,
+		st.Members = append(st.Members, MemberStats{id: m.id, Pending: m.pending, reserved: len(m.reserved), stalled: m.stalled,
 			Held: make(map[string]map[uint64]bool)})
 	}
 	for _, t := range g.mu.list {

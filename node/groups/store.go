@@ -50,9 +50,9 @@ func (g *Group) Store(ctx context.Context) error {
 		return nil
 	}
 	g.addVectors(items)
-	// grouprepl.go: the settings go with a replicated topic's entry, so every replica has them.
-	set := g.Set
-	if err := g.env.Store(ctx, g.Name, &set, states); err != nil {
+	// Replicated (where.go): the settings go with a replicated topic's entry, so every replica has them.
+	set := g.set
+	if err := g.env.Where.Store(ctx, g.name, &set, states); err != nil {
 		g.mu.Lock()
 		for _, t := range dirty {
 			if !t.dropped {
@@ -71,9 +71,9 @@ func (g *Group) Store(ctx context.Context) error {
 // it, so a crash in between can write a record to the dead-letter topic twice, never lose it.
 func (g *Group) DeadLetter(ctx context.Context, fs []*Flight, shown func(string) string) error {
 	n := g.env
-	if g.Set.DeadLetter == "" {
+	if g.set.DeadLetter == "" {
 		for _, f := range fs {
-			n.Log.Warn("group dropped a record after max-deliver (no dead-letter topic)", "group", g.Shown, "topic", f.t.name, "offset", f.off, "deliveries", f.deliveries)
+			n.Log.Warn("group dropped a record after max-deliver (no dead-letter topic)", "group", g.shown, "topic", f.t.name, "offset", f.off, "deliveries", f.deliveries)
 		}
 		g.finishDead(fs)
 		return nil
@@ -85,7 +85,7 @@ func (g *Group) DeadLetter(ctx context.Context, fs []*Flight, shown func(string)
 			hs = append(hs,
 				wire.Header{Key: "quicmq-dead-letter-topic", Value: []byte(shown(f.t.name))},
 				wire.Header{Key: "quicmq-dead-letter-offset", Value: strconv.AppendUint(nil, f.off, 10)},
-				wire.Header{Key: "quicmq-dead-letter-group", Value: []byte(g.Shown)},
+				wire.Header{Key: "quicmq-dead-letter-group", Value: []byte(g.shown)},
 				wire.Header{Key: "quicmq-dead-letter-deliveries", Value: strconv.AppendUint(nil, uint64(f.deliveries), 10)},
 				wire.Header{Key: "quicmq-dead-letter-member", Value: []byte(f.last)},
 				wire.Header{Key: "quicmq-dead-letter-reason", Value: []byte(f.reason)})
@@ -100,8 +100,8 @@ func (g *Group) DeadLetter(ctx context.Context, fs []*Flight, shown func(string)
 		}
 	}
 	if len(recs) > 0 {
-		if err := n.AppendDeadLetter(context.WithoutCancel(ctx), g.Set.DeadLetter, recs); err != nil { // grouprepl.go
-			return fmt.Errorf("append to dead-letter topic %q: %w", shown(g.Set.DeadLetter), err)
+		if err := n.Where.AppendDeadLetter(context.WithoutCancel(ctx), g.set.DeadLetter, recs); err != nil { // where.go
+			return fmt.Errorf("append to dead-letter topic %q: %w", shown(g.set.DeadLetter), err)
 		}
 	}
 	g.finishDead(fs)

@@ -29,7 +29,7 @@ const EndWriteTimeout = time.Second
 // member that stops reading takes no more records, and the ones it holds are delivered
 // again to others when their ack-wait passes.
 type Stream struct {
-	Member // the group's side of it, under the group's mutex
+	member Member // the group's side of it: only the group's methods touch it
 	g      *Group
 	str    *quic.Stream
 	actor  *auth.Principal // whose names the TOPIC frames show: the session's
@@ -60,9 +60,9 @@ type Stream struct {
 func NewStream(env *Env, parent context.Context, str *quic.Stream, id string, actor, view *auth.Principal) *Stream {
 	ctx, cancel := context.WithCancel(parent)
 	m := &Stream{str: str, actor: actor, view: view, ctx: ctx, cancel: cancel, commitWake: make(chan struct{}, 1)}
-	m.Member = Member{
-		ID: id,
-		End: func(e *wire.Error) {
+	m.member = Member{
+		id: id,
+		end: func(e *wire.Error) {
 			m.ackErr.CompareAndSwap(nil, e)
 			m.cancel()
 		},
@@ -98,6 +98,9 @@ func (m *Stream) Serve(g *Group, r *wire.Reader) (*wire.Error, bool) {
 	}
 	return err, true
 }
+
+// Member is the group's side of the stream, which node.joinGroup adds to its group.
+func (m *Stream) Member() *Member { return &m.member }
 
 // Close lets go of the stream's context: for a member that never served (its group refused
 // it). Safe after Serve, and twice.
@@ -138,16 +141,16 @@ func (m *Stream) run() *wire.Error {
 		if m.ctx.Err() != nil {
 			return nil
 		}
-		placed := env.Placed()           // before Moved: a leader change after it is not missed
-		if e := env.Moved(g); e != nil { // node/grouprepl.go: its topic's leader serves it now
+		placed := env.Where.Placed()           // before Moved: a leader change after it is not missed
+		if e := env.Where.Moved(g); e != nil { // Replicated: its topic's leader serves it now
 			return e
 		}
 		changed, due := g.WaitCh() // before take: a change after it is not missed
-		got, dead := g.Take(&m.Member, env.Cfg.MemberBatch)
+		got, dead := g.Take(&m.member, env.Cfg.MemberBatch)
 		if len(dead) > 0 {
 			if err := g.DeadLetter(m.ctx, dead, m.view.ClientName); err != nil {
-				env.Log.Error("group dead-letter failed", "group", g.Shown, "err", err)
-				return wire.Errorf(wire.CodeInternal, "group %q: %v", g.Shown, err)
+				env.Log.Error("group dead-letter failed", "group", g.shown, "err", err)
+				return wire.Errorf(wire.CodeInternal, "group %q: %v", g.shown, err)
 			}
 		}
 		if len(got) > 0 {
@@ -185,9 +188,9 @@ func (m *Stream) run() *wire.Error {
 		case <-placed:
 		case <-tick:
 		case <-m.commitWake:
-		case <-g.Wake:
+		case <-g.wake:
 			g.Poke() // the log advanced: every waiting member may take some
-		case <-g.NewTopics:
+		case <-g.newTopics:
 			g.RefreshTopics()
 			g.Poke()
 		}
@@ -288,14 +291,14 @@ func (m *Stream) readAcks(r *wire.Reader) *wire.Error {
 	g := m.g
 	store := func() *wire.Error {
 		if err := g.Store(context.WithoutCancel(m.ctx)); err != nil {
-			var we *wire.Error // a replicated store that did not commit (node/grouprepl.go)
+			var we *wire.Error // a replicated store that did not commit (Replicated, where.go)
 			if errors.As(err, &we) {
 				return we
 			}
 			if errors.Is(err, wal.ErrClosed) {
 				return wire.Errorf(wire.CodeShuttingDown, "node shutting down")
 			}
-			return wire.Errorf(wire.CodeInternal, "store group %q: %v", g.Shown, err)
+			return wire.Errorf(wire.CodeInternal, "store group %q: %v", g.shown, err)
 		}
 		return nil
 	}
@@ -345,9 +348,9 @@ func (m *Stream) acked(i, off uint64, nak bool) *wire.Error {
 	}
 	var err error
 	if nak {
-		err = m.g.NakAt(&m.Member, i, off)
+		err = m.g.NakAt(&m.member, i, off)
 	} else {
-		err = m.g.AckAt(&m.Member, i, off)
+		err = m.g.AckAt(&m.member, i, off)
 	}
 	if err != nil {
 		return wire.Errorf(wire.CodeInvalidArgument, "%s of topic index %d offset %d: no such record was delivered on this stream", what, i, off)

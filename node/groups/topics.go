@@ -36,7 +36,7 @@ func (g *Group) matches(topic string) bool {
 	if g.wild {
 		return g.match.Match(topic)
 	}
-	return routing.Match(g.Set.Pattern, topic)
+	return routing.Match(g.set.Pattern, topic)
 }
 
 // addIfMatches follows topic (its log in) if it matches the group's pattern and is not
@@ -58,7 +58,7 @@ func (g *Group) addIfMatches(topic string, in wal.Instance) {
 func (g *Group) addTopicLocked(topic string, in wal.Instance) {
 	n := g.env
 	if !g.wild {
-		g.mu.cancels = append(g.mu.cancels, n.Wal.Notify(topic, g.Wake))
+		g.mu.cancels = append(g.mu.cancels, n.Wal.Notify(topic, g.wake))
 	}
 	t := &gtopic{name: topic, in: in}
 	st, ok := g.mu.stored[topic]
@@ -84,8 +84,8 @@ func (g *Group) addTopicLocked(topic string, in wal.Instance) {
 		// No state stored until the group hands something out: the start is the group's,
 		// stored with its settings, the same after a restart.
 		start := first
-		if g.Set.Start.Kind != wal.GroupFromFirst {
-			start, _ = n.Wal.StartOf(topic, g.Set.Start)
+		if g.set.Start.Kind != wal.GroupFromFirst {
+			start, _ = n.Wal.StartOf(topic, g.set.Start)
 		}
 		t.floor, t.next = start, start
 		t.beginTrack(nil, start, first)
@@ -136,13 +136,13 @@ func storedStart(l *wal.Log, req *wire.Subscribe) (wal.GroupStart, error) {
 // it: with a stored start, on a topic of this node's own log. A replicated topic's state
 // goes through its raft group, whose entries carry no start: it is stored when followed.
 func (g *Group) lazy(in wal.Instance) bool {
-	return g.Set.Start.Kind != wal.GroupStartUnknown && g.env.Wal.IsLocalAt(in)
+	return g.set.Start.Kind != wal.GroupStartUnknown && g.env.Wal.IsLocalAt(in)
 }
 
 // restoreLocked puts a stored outstanding record in ready.
 func (g *Group) restoreLocked(t *gtopic, off uint64, deliveries uint32) {
 	f := &Flight{t: t, in: t.in, off: off, deliveries: deliveries, reason: "the node restarted"}
-	switch g.Set.Order {
+	switch g.set.Order {
 	case wire.OrderTopic:
 		f.key = t.name
 	case wire.OrderKey:
@@ -261,7 +261,7 @@ func (g *Group) noteAdvance(topic string, _ bool) {
 	g.notes.m[topic] = struct{}{}
 	g.notes.Unlock()
 	select {
-	case g.Wake <- struct{}{}:
+	case g.wake <- struct{}{}:
 	default:
 	}
 }

@@ -244,7 +244,7 @@ func (g *Group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
 		if od, err := g.ownDone(t.name, own); err == nil {
 			d = od
 		} else { // without it the union is smaller: more is delivered again, nothing skipped wrongly
-			n.Log.Warn("group's own state has no vector: resuming from the mirrored ones alone", "group", g.Shown, "topic", t.name, "err", err)
+			n.Log.Warn("group's own state has no vector: resuming from the mirrored ones alone", "group", g.shown, "topic", t.name, "err", err)
 		}
 	}
 	for _, st := range newer {
@@ -252,12 +252,12 @@ func (g *Group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
 	}
 	start, err := vector.Start(n.Wal, n.Region, t.name, d.through)
 	if err != nil {
-		n.Log.Warn("group not resumed from its mirrored position", "group", g.Shown, "topic", t.name, "err", err)
+		n.Log.Warn("group not resumed from its mirrored position", "group", g.shown, "topic", t.name, "err", err)
 		return false
 	}
 	located, err := locateOutstanding(n.Wal, n.Region, t.name, start, d.Out)
 	if err != nil {
-		n.Log.Warn("group not resumed from its mirrored position", "group", g.Shown, "topic", t.name, "err", err)
+		n.Log.Warn("group not resumed from its mirrored position", "group", g.shown, "topic", t.name, "err", err)
 		return false
 	}
 	t.floor, t.next = start, start
@@ -275,7 +275,7 @@ func (g *Group) resumeLocked(t *gtopic, own *wal.GroupState) bool {
 	for o := range d.through {
 		t.skip.pending[o] = true
 	}
-	n.Log.Info("group resumed from a position mirrored from another region", "group", g.Shown, "topic", t.name,
+	n.Log.Info("group resumed from a position mirrored from another region", "group", g.shown, "topic", t.name,
 		"start", start, "outstanding", len(located), "outstanding_elsewhere", len(d.Out), "mirrored_states", len(newer))
 	return true
 }
@@ -476,7 +476,7 @@ func (g *Group) setVector(it *vectorItem, read func(uint64, int, func(*wal.Recor
 	n := g.env
 	tr, topic, st := it.tr, it.topic, it.st
 	if err := tr.advance(n.Wal, read, n.Region, topic, st, it.learned, &g.vecs); err != nil {
-		n.Log.Debug("group state stored without its vector", "group", g.Shown, "topic", topic, "err", err)
+		n.Log.Debug("group state stored without its vector", "group", g.shown, "topic", topic, "err", err)
 		st.Vector = nil
 		return
 	}
