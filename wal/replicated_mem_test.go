@@ -71,6 +71,9 @@ func TestBoundTopicHeapBytes(t *testing.T) {
 	// replicated set's), 25-50 bytes each by how full the maps' tables are: 290-345 seen
 	// here, 290-380 with the writer's own second map. A bound that catches a structure
 	// added per topic (the live heap moves by tens of bytes a topic between runs).
+	if raceEnabled {
+		return // 1,001 bytes a topic under the race detector, 1,352 allocated (2026-12-07)
+	}
 	if per > 420 {
 		t.Errorf("a bound topic holds %.0f heap bytes, want at most 420", per)
 	}
