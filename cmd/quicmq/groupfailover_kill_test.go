@@ -69,16 +69,12 @@ func newGroupMeshHome(t *testing.T, homeNodes int) *groupMesh {
 	regions := []string{"eu", "us", "ap"}
 	bin := groupBinary(t)
 	m := &groupMesh{t: t, bin: bin, regions: regions, pub: map[string]*client.Conn{},
-		Mesh: nodeproc.NewMesh(t, bin, regions, func(r string) int {
+		Mesh: newTestMesh(t, bin, regions, func(r string) int {
 			if r == "eu" {
 				return homeNodes // a replicated eu: --replicas 3, as the Terraform modules deploy
 			}
 			return 1
-		})}
-	for _, r := range m.Regions {
-		r.Options = meshOptions
-		r.Flags = func(*nodeproc.Node) []string { return []string{"--mirror", "events"} }
-	}
+		}, func(string) []string { return []string{"--mirror", "events"} })}
 	for _, r := range m.regions {
 		m.Start(r)
 	}
