@@ -191,14 +191,7 @@ func (c *Child) Kill() {
 // Stop interrupts the process (SIGINT, Ctrl-C) and waits up to grace for it to exit; then it
 // kills it. It reports whether the process exited by itself.
 func (c *Child) Stop(grace time.Duration) bool {
-	c.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-c.done:
-		return true
-	case <-time.After(grace):
-		c.Kill()
-		return false
-	}
+	return signalThenKill(c.cmd.Process, syscall.SIGINT, c.done, grace)
 }
 
 // String names the child and its state, for messages.
