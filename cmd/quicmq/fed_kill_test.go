@@ -35,7 +35,7 @@ func startMeshProcess(t *testing.T, bin, name string, args ...string) *nodeproc.
 
 // newTestMesh is a nodeproc.Mesh of regions, nodes(region) nodes each (nodes nil: one),
 // started as startMeshProcess starts a node (meshOptions), each with flags(region) after the
-// mesh's (flags nil: none). It starts none (Mesh.Start, Region.Start).
+// mesh's, asked at each start (flags nil: none). It starts none (Mesh.Start, Region.Start).
 func newTestMesh(t *testing.T, bin string, regions []string, nodes func(region string) int, flags func(region string) []string) *nodeproc.Mesh {
 	t.Helper()
 	if nodes == nil {
@@ -45,8 +45,8 @@ func newTestMesh(t *testing.T, bin string, regions []string, nodes func(region s
 	for _, r := range m.Regions {
 		r.Options = meshOptions
 		if flags != nil {
-			f := flags(r.Name)
-			r.Flags = func(*nodeproc.Node) []string { return f }
+			name := r.Name
+			r.Flags = func(*nodeproc.Node) []string { return flags(name) } // at each start
 		}
 	}
 	return m
