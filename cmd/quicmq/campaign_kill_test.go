@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,9 +54,6 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 	kills := envInt("QUICMQ_CAMPAIGN_KILLS", 3)
 	nTopics := envInt("QUICMQ_CAMPAIGN_TOPICS", 8)
 	const producers = 8
-	bin := quicmqBinary(t)
-	caDir := t.TempDir()
-
 	// The mesh: names, data directories and gossip addresses fixed for the whole run.
 	regions, perRegion := []string{"eu", "us", "ap"}, 2
 	switch replicas {
@@ -75,37 +71,31 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 		}
 		return names
 	}
+	m := newTestMesh(t, quicmqBinary(t), regions, func(string) int { return perRegion }, func(string) []string { return []string{"--mirror", "c2.>"} })
+	for _, r := range m.Regions {
+		r.Replicas = 0
+		if replicas > 1 {
+			r.Replicas = replicas
+		}
+	}
+	caDir := m.Regions[0].CADir
+	// specs are the nodes of every region in one list, the kill loop's choice; a node's
+	// current process is its Proc (a restart replaces it while the publishers read it).
 	type nodeSpec struct {
-		name, region, data, lan, wan string
+		name, region string
+		r            *nodeproc.Region
+		i            int // in r.Nodes
 	}
 	var specs []*nodeSpec
-	for _, r := range regions {
-		for i := 1; i <= perRegion; i++ {
-			specs = append(specs, &nodeSpec{name: fmt.Sprintf("%s%d", r, i), region: r, data: t.TempDir(), lan: freeAddr(t), wan: freeAddr(t)})
+	for _, r := range m.Regions {
+		for i, n := range r.Nodes {
+			specs = append(specs, &nodeSpec{name: n.Name, region: r.Name, r: r, i: i})
 		}
 	}
-	args := func(s *nodeSpec) []string {
-		var join, wanJoin []string
-		for _, o := range specs {
-			if o == s {
-				continue
-			}
-			if o.region == s.region {
-				join = append(join, o.lan)
-			}
-			wanJoin = append(wanJoin, o.wan)
-		}
-		a := []string{"--data", s.data, "--region", s.region, "--ca-dir", caDir, "--gossip", s.lan, "--wan", s.wan,
-			"--join", strings.Join(join, ","), "--wan-join", strings.Join(wanJoin, ","), "--mirror", "c2.>"}
-		if replicas > 1 {
-			a = append(a, "--replicas", strconv.Itoa(replicas))
-		}
-		return a
-	}
-	var procMu sync.Mutex // guards procs: the kill loop replaces entries, publishers read addresses
+	proc := func(i int) *nodeproc.Process { return specs[i].r.Nodes[specs[i].i].Proc() }
 	procs := make([]*nodeproc.Process, len(specs))
 	for i, s := range specs {
-		procs[i] = startMeshProcess(t, bin, s.name, args(s)...)
+		procs[i] = s.r.Start(s.i)
 	}
 	// Topics are placed over the members known when they are created: wait until every node
 	// has its links up (to its sibling and to the other regions) before publishing.
@@ -178,9 +168,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 		errMu.Unlock()
 	}
 	dial := func(i int) (*client.Conn, error) {
-		procMu.Lock()
-		addr := procs[i].Addr
-		procMu.Unlock()
+		addr := proc(i).Addr
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
 		return client.Dial(ctx, client.Options{CAFile: filepath.Join(caDir, "ca.pem")}, addr)
@@ -325,15 +313,9 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 		testlog.Pause(context.Background(), time.Second+time.Duration(rng.IntN(2000))*time.Millisecond) // the kill schedule
 		i := rng.IntN(len(specs))
 		s := specs[i]
-		procMu.Lock()
-		victim := procs[i]
-		procMu.Unlock()
-		victim.Kill()
+		proc(i).Kill()
 		killed := time.Now()
-		p := startMeshProcess(t, bin, s.name, args(s)...)
-		procMu.Lock()
-		procs[i] = p
-		procMu.Unlock()
+		p := s.r.Start(s.i)
 		killCount[s.name]++
 		probeTopic := topics[0]
 		if len(owned[s.name]) > 0 {
@@ -376,9 +358,7 @@ func campaignKill9(t *testing.T, replicas, rate int) {
 	conns := map[string]*client.Conn{}
 	for i, s := range specs {
 		if _, ok := conns[s.region]; !ok {
-			procMu.Lock()
-			conns[s.region] = dialCA(t, procs[i].Addr, caDir)
-			procMu.Unlock()
+			conns[s.region] = dialCA(t, proc(i).Addr, caDir)
 		}
 	}
 	counts := func(ctx context.Context) (map[string]map[string]uint64, error) {

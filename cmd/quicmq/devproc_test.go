@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -22,65 +22,15 @@ func runBinary(bin string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// devProcess is `quicmq dev` as a real process, started the way a user starts it.
-type devProcess struct {
-	cmd    *osexec.Cmd
-	banner string      // standard output up to "Press Ctrl-C to stop."
-	stderr *syncBuffer // all of standard error
-	exited chan error
-}
-
-func startDevProcess(t *testing.T, args ...string) *devProcess {
+// startDevProcess starts `quicmq dev ARGS...` as a real process, the way a user starts it,
+// from a directory of its own, and returns it with its banner: its standard output up to
+// "Press Ctrl-C to stop.". The test's cleanup interrupts it.
+func startDevProcess(t *testing.T, args ...string) (dev *nodeproc.Child, banner string) {
 	t.Helper()
-	bin := quicmqBinary(t)
-	d := &devProcess{stderr: &syncBuffer{}, exited: make(chan error, 1)}
-	d.cmd = osexec.Command(bin, append([]string{"dev"}, args...)...)
-	d.cmd.Dir = t.TempDir()
-	d.cmd.Stderr = d.stderr
-	stdout, err := d.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := make(chan string)
-	go func() { // owned: ends at the process's end of output
-		defer close(lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-	}()
-	var b strings.Builder
-	timeout := time.After(60 * time.Second)
-	for !strings.Contains(b.String(), "Press Ctrl-C to stop.") {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("dev ended before its banner:\n%s\n%s", b.String(), d.stderr.String())
-			}
-			b.WriteString(l + "\n")
-		case <-timeout:
-			d.cmd.Process.Kill()
-			t.Fatalf("no banner within 60 s:\n%s\n%s", b.String(), d.stderr.String())
-		}
-	}
-	d.banner = b.String()
-	go func() {
-		for range lines { // drain what dev prints later
-		}
-		d.exited <- d.cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		d.cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-d.exited:
-		case <-time.After(30 * time.Second):
-			d.cmd.Process.Kill()
-		}
-	})
-	return d
+	cmd := osexec.Command(quicmqBinary(t), append([]string{"dev"}, args...)...)
+	cmd.Dir = t.TempDir()
+	dev = nodeproc.StartChild(t, "quicmq dev", cmd)
+	return dev, dev.WaitOutput(t, "Press Ctrl-C to stop.", 60*time.Second)
 }
 
 // bannerCommands returns the export lines and the suggested commands of the banner.
@@ -101,6 +51,27 @@ func bannerCommands(banner string) (exports, commands []string) {
 		}
 	}
 	return exports, commands
+}
+
+// startShell starts line in sh (exec'd, so that a signal reaches the command) with the
+// test's environment less its client settings, as a user pasting it would.
+func startShell(t *testing.T, line string) *nodeproc.Child {
+	t.Helper()
+	cmd := osexec.Command("sh", "-c", "exec "+line)
+	cmd.Env = cleanEnv()
+	return nodeproc.StartChild(t, line, cmd)
+}
+
+// waitChild waits until c exits and returns how (Err); if ctx ends first it kills c and
+// returns ctx's error.
+func waitChild(ctx context.Context, c *nodeproc.Child) error {
+	select {
+	case <-c.Done():
+		return c.Err()
+	case <-ctx.Done():
+		c.Kill()
+		return ctx.Err()
+	}
 }
 
 // shell runs line in sh as a user pasting it would, from a directory of its own.
@@ -140,10 +111,10 @@ func TestDevBannerCommandsRun(t *testing.T) {
 		{"token-file", []string{"--token-file", tokens}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d := startDevProcess(t, append([]string{"--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--regions", "eu,us"}, c.args...)...)
-			exports, cmds := bannerCommands(d.banner)
+			d, banner := startDevProcess(t, append([]string{"--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--regions", "eu,us"}, c.args...)...)
+			exports, cmds := bannerCommands(banner)
 			if len(exports) != 2 || len(cmds) != 5 {
-				t.Fatalf("want 2 export lines and 5 commands in:\n%s", d.banner)
+				t.Fatalf("want 2 export lines and 5 commands in:\n%s", banner)
 			}
 			bin := quicmqBinary(t)
 			for _, cmd := range cmds {
@@ -166,30 +137,20 @@ func TestDevBannerCommandsRun(t *testing.T) {
 			}
 			// sub first, in the background: the record published in the other region
 			// reaches it once interest has travelled.
-			sub := osexec.Command("sh", "-c", "exec "+cmds[0])
-			sub.Env = cleanEnv()
-			subOut := &syncBuffer{}
-			sub.Stdout, sub.Stderr = subOut, subOut
-			if err := sub.Start(); err != nil {
-				t.Fatal(err)
-			}
-			subDone := make(chan error, 1)
-			go func() { subDone <- sub.Wait() }()
+			sub := startShell(t, cmds[0])
 			for _, cmd := range cmds[1:] {
 				if out, err := shell(t, ctx, cmd); err != nil {
 					t.Errorf("%s: %v\n%s", cmd, err, out)
 				}
 			}
-			t.Cleanup(func() { sub.Process.Kill() })
 			testlog.WaitForErr(t, 30*time.Second, cmds[0]+" to print the record", func() error {
-				if strings.Contains(subOut.String(), "\tdemo.hello\thello\n") {
+				if strings.Contains(sub.Stdout(), "\tdemo.hello\thello\n") {
 					return nil
 				}
-				return fmt.Errorf("its output:\n%s\ndev:\n%s", subOut.String(), d.stderr.String())
+				return fmt.Errorf("its output:\n%s%s\ndev:\n%s", sub.Stdout(), sub.Stderr(), d.Stderr())
 			})
-			sub.Process.Signal(os.Interrupt)
-			if err := <-subDone; err != nil {
-				t.Errorf("%s: interrupted: %v\n%s", cmds[0], err, subOut.String())
+			if !sub.Stop(30*time.Second) || sub.Err() != nil {
+				t.Errorf("%s: interrupted: %v\n%s%s", cmds[0], sub.Err(), sub.Stdout(), sub.Stderr())
 			}
 		})
 	}
@@ -203,37 +164,33 @@ func TestDevStopsFastAndQuietly(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real processes")
 	}
-	d := startDevProcess(t, "--listen", "127.0.0.1:0", "--metrics", "", "--log-level", "info")
-	_, cmds := bannerCommands(d.banner)
+	d, banner := startDevProcess(t, "--listen", "127.0.0.1:0", "--metrics", "", "--log-level", "info")
+	_, cmds := bannerCommands(banner)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// A subscription in the last region and a record from the first: the links carry it.
-	sub := osexec.CommandContext(ctx, "sh", "-c", "exec "+cmds[0]+" --count 1")
-	sub.Env = cleanEnv()
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
+	sub := startShell(t, cmds[0]+" --count 1")
 	if out, err := shell(t, ctx, cmds[1]); err != nil {
 		t.Fatalf("%s: %v\n%s", cmds[1], err, out)
 	}
-	if err := sub.Wait(); err != nil {
-		t.Fatalf("%s: %v", cmds[0], err)
+	if err := waitChild(ctx, sub); err != nil {
+		t.Fatalf("%s: %v\n%s", cmds[0], err, sub.Stderr())
 	}
 	t.Logf("the record crossed regions")
-	before := len(d.stderr.String())
+	before := len(d.Stderr())
 	start := time.Now()
-	if err := d.cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := d.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	var err error
 	select {
-	case err = <-d.exited:
+	case <-d.Done():
 	case <-time.After(10 * time.Second):
-		d.cmd.Process.Kill()
-		t.Fatalf("dev still running 10 s after SIGINT:\n%s", d.stderr.String()[before:])
+		d.Kill()
+		t.Fatalf("dev still running 10 s after SIGINT:\n%s", d.Stderr()[before:])
 	}
 	took := time.Since(start)
-	after := d.stderr.String()[before:]
+	err := d.Err()
+	after := d.Stderr()[before:]
 	t.Logf("dev exited %v after SIGINT", took)
 	if err != nil {
 		t.Errorf("dev exited with %v:\n%s", err, after)
@@ -347,8 +304,8 @@ func TestReadmeUsingItRuns(t *testing.T) {
 	} else {
 		ln.Close()
 	}
-	d := startDevProcess(t)
-	ca := regexp.MustCompile(`CA\s+(\S+)`).FindStringSubmatch(d.banner)[1]
+	_, banner := startDevProcess(t)
+	ca := regexp.MustCompile(`CA\s+(\S+)`).FindStringSubmatch(banner)[1]
 	xxxx := regexp.MustCompile(`quicmq-dev-([^/]+)/ca`).FindStringSubmatch(ca)[1]
 	bin := quicmqBinary(t)
 	fill := func(l string) string {
@@ -358,25 +315,19 @@ func TestReadmeUsingItRuns(t *testing.T) {
 	defer cancel()
 	// The export line is one dev prints (but for the comment's spacing) and works.
 	export := fill(lines[0])
-	if !strings.Contains(d.banner, strings.SplitN(export, "   #", 2)[0]) {
-		t.Errorf("dev does not print %q:\n%s", export, d.banner)
+	if !strings.Contains(banner, strings.SplitN(export, "   #", 2)[0]) {
+		t.Errorf("dev does not print %q:\n%s", export, banner)
 	}
 	if out, err := shell(t, ctx, export+"; "+bin+" topics"); err != nil {
 		t.Errorf("%s: %v\n%s", export, err, out)
 	}
-	sub := osexec.CommandContext(ctx, "sh", "-c", "exec "+fill(lines[1])+" --count 1")
-	sub.Env = cleanEnv()
-	subOut := &syncBuffer{}
-	sub.Stdout, sub.Stderr = subOut, subOut
-	if err := sub.Start(); err != nil {
-		t.Fatal(err)
-	}
+	sub := startShell(t, fill(lines[1])+" --count 1")
 	for _, l := range lines[2:] {
 		if out, err := shell(t, ctx, fill(l)); err != nil {
 			t.Errorf("%s: %v\n%s", l, err, out)
 		}
 	}
-	if err := sub.Wait(); err != nil || !strings.Contains(subOut.String(), "\tdemo.hello\thello\n") {
-		t.Errorf("%s: %v\n%s", lines[1], err, subOut.String())
+	if err := waitChild(ctx, sub); err != nil || !strings.Contains(sub.Stdout(), "\tdemo.hello\thello\n") {
+		t.Errorf("%s: %v\n%s%s", lines[1], err, sub.Stdout(), sub.Stderr())
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/client"
-	"github.com/quicmq/quicmq/internal/nodeproc"
 	"github.com/quicmq/quicmq/internal/testlog"
 )
 
@@ -35,26 +34,16 @@ func TestCampaignFailoverDefaults(t *testing.T) {
 	kills := envInt("QUICMQ_FAILOVER_KILLS", 2)
 	const downFor = 4 * time.Second
 	rng := testlog.Rand(t, "the publishing time before each kill")
-	bin := quicmqBinary(t)
-	caDir := t.TempDir()
 	regions := []string{"eu", "us"}
-	data, listen, lan, wan := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
+	m := newTestMesh(t, quicmqBinary(t), regions, nil, func(string) []string { return []string{"--mirror", "x.t"} })
+	listen := map[string]string{}
+	for _, r := range m.Regions {
+		listen[r.Name] = r.Nodes[0].Listen
+	}
 	for _, r := range regions {
-		data[r], listen[r], lan[r], wan[r] = t.TempDir(), freeAddr(t), freeAddr(t), freeAddr(t)
+		m.Start(r)
 	}
-	start := func(r string) *nodeproc.Process {
-		other := "us"
-		if r == "us" {
-			other = "eu"
-		}
-		return startMeshProcess(t, bin, r+"1", "--data", data[r], "--region", r, "--ca-dir", caDir, "--listen", listen[r],
-			"--gossip", lan[r], "--wan", wan[r], "--wan-join", wan[other], "--mirror", "x.t")
-	}
-	procs := map[string]*nodeproc.Process{}
-	for _, r := range regions {
-		procs[r] = start(r)
-	}
-	ca := caDir + "/ca.pem"
+	ca := m.CAFile()
 
 	// The publishers: one record at a time, "REGION-i"; what was acknowledged is recorded,
 	// with when each record was sent.
@@ -207,14 +196,14 @@ func TestCampaignFailoverDefaults(t *testing.T) {
 		run := time.Duration(300+rng.IntN(1200)) * time.Millisecond
 		until(30*time.Second, fmt.Sprintf("kill %d: records flowing", k), sentAfter("eu", time.Now().Add(run)))
 		killAt := time.Now()
-		procs["eu"].Kill()
+		m.Kill("eu")
 		g := until(20*time.Second, fmt.Sprintf("kill %d: a record sent to us after the kill", k), sentAfter("us", killAt))
 		moves = append(moves, g.at.Sub(killAt))
 		if sc.Stats().Region != "us" {
 			t.Fatalf("kill %d: a record us's publisher sent after the kill arrived while the consumer is on %s", k, sc.Stats().Region)
 		}
 		until(20*time.Second, fmt.Sprintf("kill %d: eu's restart is due", k), func(got) bool { return time.Since(killAt) >= downFor })
-		procs["eu"] = start("eu")
+		m.Start("eu")
 		returned := time.Now()
 		backAt := region("eu", 20*time.Second, fmt.Sprintf("kill %d: back home", k))
 		backs = append(backs, backAt.Sub(returned))

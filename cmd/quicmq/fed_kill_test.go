@@ -33,6 +33,25 @@ func startMeshProcess(t *testing.T, bin, name string, args ...string) *nodeproc.
 	return meshOptions.Start(t, bin, name, append(nodeproc.MeshFlags(name), args...)...)
 }
 
+// newTestMesh is a nodeproc.Mesh of regions, nodes(region) nodes each (nodes nil: one),
+// started as startMeshProcess starts a node (meshOptions), each with flags(region) after the
+// mesh's, asked at each start (flags nil: none). It starts none (Mesh.Start, Region.Start).
+func newTestMesh(t *testing.T, bin string, regions []string, nodes func(region string) int, flags func(region string) []string) *nodeproc.Mesh {
+	t.Helper()
+	if nodes == nil {
+		nodes = func(string) int { return 1 }
+	}
+	m := nodeproc.NewMesh(t, bin, regions, nodes)
+	for _, r := range m.Regions {
+		r.Options = meshOptions
+		if flags != nil {
+			name := r.Name
+			r.Flags = func(*nodeproc.Node) []string { return flags(name) } // at each start
+		}
+	}
+	return m
+}
+
 // freeAddr is nodeproc.FreeAddr: a loopback address free for TCP and UDP that no other
 // harness of this test process is given.
 func freeAddr(t testing.TB) string { return nodeproc.FreeAddr(t) }
@@ -122,16 +141,15 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("QUICMQ_FED_KILL_CYCLES")); err == nil && v > 0 {
 		cycles = v
 	}
-	bin := quicmqBinary(t)
-	caDir, euData, usData := t.TempDir(), t.TempDir(), t.TempDir()
-	euWAN := freeAddr(t)
-	usLAN, usWAN := freeAddr(t), freeAddr(t)
-	eu := startMeshProcess(t, bin, "eu1", "--data", euData, "--region", "eu", "--ca-dir", caDir,
-		"--gossip", freeAddr(t), "--wan", euWAN)
-	startUS := func() *nodeproc.Process {
-		return startMeshProcess(t, bin, "us1", "--data", usData, "--region", "us", "--ca-dir", caDir,
-			"--gossip", usLAN, "--wan", usWAN, "--wan-join", euWAN, "--mirror", "k9.>")
-	}
+	m := newTestMesh(t, quicmqBinary(t), []string{"eu", "us"}, nil, func(r string) []string {
+		if r == "us" {
+			return []string{"--mirror", "k9.>"}
+		}
+		return nil
+	})
+	caDir := m.Regions[0].CADir
+	eu := m.Region("eu").Start(0)
+	startUS := func() *nodeproc.Process { return m.Region("us").Start(0) }
 	const topic = "k9.t"
 
 	// The publisher: one stream, pipelined, a steady 100 records/s plus a burst while us is

@@ -1,16 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/client"
+	"github.com/quicmq/quicmq/internal/nodeproc"
 )
 
 // TestSubGroupKilledMemberLosesNothing: a `quicmq sub --group` process killed with SIGKILL
@@ -26,26 +24,21 @@ func TestSubGroupKilledMemberLosesNothing(t *testing.T) {
 	}
 	publishLines(t, n, "work", lines...)
 
-	cmd := exec.Command(bin, append([]string{"sub", "--topic", "work", "--group", "g", "--ack-wait", "500ms"}, n.conn()...)...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	member := nodeproc.Run(t, bin, append([]string{"sub", "--topic", "work", "--group", "g", "--ack-wait", "500ms"}, n.conn()...)...)
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(stdout)
-	for len(seen) < 100 && sc.Scan() { // mid-stream: it holds records it has not acknowledged
-		f := strings.Split(sc.Text(), "\t")
-		seen[f[len(f)-1]] = true
+	take := func() bool {
+		l, err := member.Next(context.Background())
+		if err == nil {
+			f := strings.Split(l.Text, "\t")
+			seen[f[len(f)-1]] = true
+		}
+		return err == nil
 	}
-	cmd.Process.Signal(syscall.SIGKILL)
-	for sc.Scan() { // what it printed before the kill (and may have acknowledged)
-		f := strings.Split(sc.Text(), "\t")
-		seen[f[len(f)-1]] = true
+	for len(seen) < 100 && take() { // mid-stream: it holds records it has not acknowledged
 	}
-	cmd.Wait()
+	member.Kill()
+	for take() { // what it printed before the kill (and may have acknowledged)
+	}
 	if len(seen) < 100 {
 		t.Fatalf("the member printed %d records before it was killed", len(seen))
 	}

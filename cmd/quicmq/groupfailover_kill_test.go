@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -70,16 +69,12 @@ func newGroupMeshHome(t *testing.T, homeNodes int) *groupMesh {
 	regions := []string{"eu", "us", "ap"}
 	bin := groupBinary(t)
 	m := &groupMesh{t: t, bin: bin, regions: regions, pub: map[string]*client.Conn{},
-		Mesh: nodeproc.NewMesh(t, bin, regions, func(r string) int {
+		Mesh: newTestMesh(t, bin, regions, func(r string) int {
 			if r == "eu" {
 				return homeNodes // a replicated eu: --replicas 3, as the Terraform modules deploy
 			}
 			return 1
-		})}
-	for _, r := range m.Regions {
-		r.Options = meshOptions
-		r.Flags = func(*nodeproc.Node) []string { return []string{"--mirror", "events"} }
-	}
+		}, func(string) []string { return []string{"--mirror", "events"} })}
 	for _, r := range m.regions {
 		m.Start(r)
 	}
@@ -151,63 +146,17 @@ func publishRetryingNoFatal(t *testing.T, c *client.Conn, region string, from, c
 	}
 }
 
-// subProcess is a running `quicmq sub`, its lines read with the time they arrived.
-type subProcess struct {
-	cmd    *exec.Cmd
-	lines  chan timedLine
-	stderr *lockedBuilder
-}
-
-type timedLine struct {
-	text string
-	at   time.Time
-}
-
-type lockedBuilder struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuilder) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuilder) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (m *groupMesh) startSub(args ...string) *subProcess {
+// startSub starts `quicmq sub --topic events ARGS...` trusting the mesh's CA, with a short
+// idle timeout: a member of the group "workers" with startSub("--group", "workers", ...).
+func (m *groupMesh) startSub(args ...string) *nodeproc.Child {
 	m.t.Helper()
-	cmd := exec.Command(m.bin, append([]string{"sub", "--topic", "events", "--group", "workers", "--ca", m.CAFile(), "--idle-timeout", "2s"}, args...)...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		m.t.Fatal(err)
-	}
-	p := &subProcess{cmd: cmd, lines: make(chan timedLine, 8192), stderr: &lockedBuilder{}}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		m.t.Fatal(err)
-	}
-	go func() {
-		defer close(p.lines)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- timedLine{sc.Text(), time.Now()}
-		}
-	}()
-	m.t.Cleanup(func() { p.cmd.Process.Kill(); p.cmd.Wait() })
-	return p
+	return nodeproc.Run(m.t, m.bin, append([]string{"sub", "--topic", "events", "--ca", m.CAFile(), "--idle-timeout", "2s"}, args...)...)
 }
 
-// stop interrupts the process and returns its standard error once it exited.
-func (p *subProcess) stop() string {
-	p.cmd.Process.Signal(syscall.SIGINT)
-	p.cmd.Wait()
-	return p.stderr.String()
+// stopSub interrupts p and returns its standard error once it exited.
+func stopSub(p *nodeproc.Child) string {
+	p.Stop(30 * time.Second)
+	return p.Stderr()
 }
 
 var redeliveredRE = regexp.MustCompile(`(\d+) records? redelivered by the group after a move`)
@@ -225,6 +174,7 @@ func redelivered(stderr string) int {
 // when each was first printed.
 type groupCheck struct {
 	t       *testing.T
+	within  time.Duration // what readUntil waits at most
 	next    map[string]int
 	at      map[string][]time.Time // region -> i -> when REGION-i was first printed
 	printed int
@@ -232,14 +182,15 @@ type groupCheck struct {
 }
 
 func newGroupCheck(t *testing.T) *groupCheck {
-	return &groupCheck{t: t, next: map[string]int{}, at: map[string][]time.Time{}}
+	return &groupCheck{t: t, within: 90 * time.Second, next: map[string]int{}, at: map[string][]time.Time{}}
 }
 
 // readUntil takes p's lines until each region of want has printed that many records, failing
 // on a gap or a reorder of any region, and on a duplicate unless dupOK allows it.
-func (c *groupCheck) readUntil(p *subProcess, want map[string]int, dupOK func(first time.Time) bool) {
+func (c *groupCheck) readUntil(p *nodeproc.Child, want map[string]int, dupOK func(first time.Time) bool) {
 	c.t.Helper()
-	timeout := time.After(90 * time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), c.within)
+	defer cancel()
 	for {
 		done := true
 		for r, n := range want {
@@ -248,46 +199,49 @@ func (c *groupCheck) readUntil(p *subProcess, want map[string]int, dupOK func(fi
 		if done {
 			return
 		}
-		select {
-		case l, ok := <-p.lines:
-			if !ok {
-				c.t.Fatalf("quicmq sub ended after %d records (%v)\n%s", c.printed, c.next, p.stderr.String())
-			}
-			c.take(l, dupOK)
-		case <-timeout:
-			c.t.Fatalf("after 90 s: printed %v, want %v\n%s", c.next, want, p.stderr.String())
+		l, err := p.Next(ctx)
+		switch {
+		case errors.Is(err, io.EOF):
+			c.t.Fatalf("quicmq sub ended after %d records (%v)\n%s", c.printed, c.next, p.Stderr())
+		case err != nil:
+			c.t.Fatalf("after %v: printed %v, want %v\n%s", c.within, c.next, want, p.Stderr())
 		}
+		c.take(l, dupOK)
 	}
 }
 
 // drain takes the lines of a process that ended.
-func (c *groupCheck) drain(p *subProcess) {
+func (c *groupCheck) drain(p *nodeproc.Child) {
 	c.t.Helper()
-	for l := range p.lines {
+	for {
+		l, err := p.Next(context.Background())
+		if err != nil {
+			return
+		}
 		c.take(l, nil)
 	}
 }
 
-func (c *groupCheck) take(l timedLine, dupOK func(first time.Time) bool) {
+func (c *groupCheck) take(l nodeproc.Line, dupOK func(first time.Time) bool) {
 	c.t.Helper()
-	f := strings.SplitN(l.text, "\t", 3)
+	f := strings.SplitN(l.Text, "\t", 3)
 	if len(f) != 3 {
-		c.t.Fatalf("line %q: want OFFSET<TAB>TOPIC<TAB>PAYLOAD", l.text)
+		c.t.Fatalf("line %q: want OFFSET<TAB>TOPIC<TAB>PAYLOAD", l.Text)
 	}
 	r, seq, _ := strings.Cut(f[2], "-")
 	i, err := strconv.Atoi(seq)
 	if err != nil {
-		c.t.Fatalf("line %q: payload not REGION-N", l.text)
+		c.t.Fatalf("line %q: payload not REGION-N", l.Text)
 	}
 	switch {
 	case i == c.next[r]:
 		c.next[r]++
-		c.at[r] = append(c.at[r], l.at)
+		c.at[r] = append(c.at[r], l.At)
 		c.printed++
 	case i > c.next[r]:
 		c.t.Fatalf("record %q printed after %s-%d: records of %s skipped (%d printed)", f[2], r, c.next[r]-1, r, c.printed)
 	case dupOK == nil || !dupOK(c.at[r][i]):
-		c.t.Fatalf("record %q printed again (first printed %v before): a duplicate not allowed (%d printed)", f[2], l.at.Sub(c.at[r][i]).Round(time.Millisecond), c.printed)
+		c.t.Fatalf("record %q printed again (first printed %v before): a duplicate not allowed (%d printed)", f[2], l.At.Sub(c.at[r][i]).Round(time.Millisecond), c.printed)
 	default:
 		c.dups = append(c.dups, f[2])
 	}
@@ -325,7 +279,7 @@ func TestKill9HomeRegionGroupFailsOver(t *testing.T) {
 // groupFailsOver is the first test on mesh m: the member at home in eu with --failover us,ap;
 // every node of eu SIGKILLed with records on their way; eu restarted.
 func groupFailsOver(t *testing.T, m *groupMesh) {
-	sub := m.startSub("--server", m.homeServers(), "--failover", m.listen("us")+","+m.listen("ap"))
+	sub := m.startSub("--group", "workers", "--server", m.homeServers(), "--failover", m.listen("us")+","+m.listen("ap"))
 	c := newGroupCheck(t)
 	m.publishAll(m.regions, 0, 300, 0)
 	c.readUntil(sub, map[string]int{"eu": 150, "us": 150, "ap": 150}, nil)
@@ -345,7 +299,7 @@ func groupFailsOver(t *testing.T, m *groupMesh) {
 		m.publishAll([]string{r}, c.next[r], 1, 0)
 	}
 	c.readUntil(sub, map[string]int{"eu": 701, "us": 801, "ap": 801}, nil)
-	stderr := sub.stop()
+	stderr := stopSub(sub)
 	recent := c.printedSince(killed.Add(-groupLagBound))
 	n := redelivered(stderr)
 	t.Logf("printed %v, every record once, each region in order; the SDK dropped %d redeliveries of records acknowledged in eu (bound: %d records printed within %v before the kill)",
@@ -365,21 +319,21 @@ func TestKill9HomeRegionGroupRestartedMemberResumes(t *testing.T) {
 		t.Skip("starts and kills node processes")
 	}
 	m := newGroupMesh(t)
-	sub := m.startSub("--server", m.listen("eu"))
+	sub := m.startSub("--group", "workers", "--server", m.listen("eu"))
 	c := newGroupCheck(t)
 	m.publishAll(m.regions, 0, 300, 0)
 	c.readUntil(sub, map[string]int{"eu": 150, "us": 150, "ap": 150}, nil)
 	m.publishAll(m.regions, 300, 200, 30*time.Millisecond)
 	c.readUntil(sub, map[string]int{"eu": 500, "us": 500, "ap": 500}, nil)
 	m.publishAll([]string{"eu"}, 500, 200, 0)
-	sub.cmd.Process.Signal(syscall.SIGKILL) // the member process ends without a word
+	sub.Signal(syscall.SIGKILL) // the member process ends without a word
 	m.Kill("eu")
 	killed := time.Now()
-	sub.cmd.Wait()
+	<-sub.Done()
 	c.drain(sub) // what it printed before it died
 	t.Logf("eu and the member killed; the member had printed %v", c.next)
 
-	sub = m.startSub("--server", m.listen("us"))
+	sub = m.startSub("--group", "workers", "--server", m.listen("us"))
 	var oldest time.Duration // of the duplicates: the longest before the kill one was first printed
 	recent := func(first time.Time) bool {
 		oldest = max(oldest, killed.Sub(first))
@@ -394,7 +348,7 @@ func TestKill9HomeRegionGroupRestartedMemberResumes(t *testing.T) {
 		m.publishAll([]string{r}, c.next[r], 1, 0)
 	}
 	c.readUntil(sub, map[string]int{"eu": 701, "us": 801, "ap": 801}, recent)
-	sub.stop()
+	stopSub(sub)
 	t.Logf("restarted in us without state: printed %v, %d duplicates, the oldest first printed %v before the kill (bound %v, within which %d records were printed)",
 		c.next, len(c.dups), oldest.Round(time.Millisecond), groupLagBound, c.printedSince(killed.Add(-groupLagBound)))
 }

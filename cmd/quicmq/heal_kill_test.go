@@ -64,16 +64,13 @@ func TestKill9PeerHealsAtOnce(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("QUICMQ_HEAL_CYCLES")); err == nil && v > 0 {
 		cycles = v
 	}
-	bin := quicmqBinary(t)
-	caDir, euData, usData := t.TempDir(), t.TempDir(), t.TempDir()
-	euLAN, euWAN, euQUIC, usWAN := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	// eu's client address stays across its restarts (nodeproc.Mesh): us's links must
+	// notice the new process at once.
+	m := newTestMesh(t, quicmqBinary(t), []string{"eu", "us"}, nil, func(string) []string { return []string{"--mirror", "heal.>"} })
+	caDir := m.Regions[0].CADir
 	const topic = "heal.t"
-	us := startMeshProcess(t, bin, "us1", "--data", usData, "--region", "us", "--ca-dir", caDir,
-		"--gossip", freeAddr(t), "--wan", usWAN, "--mirror", "heal.>")
-	startEU := func() *nodeproc.Process {
-		return startMeshProcess(t, bin, "eu1", "--data", euData, "--region", "eu", "--ca-dir", caDir,
-			"--gossip", euLAN, "--wan", euWAN, "--wan-join", usWAN, "--listen", euQUIC, "--mirror", "heal.>")
-	}
+	us := m.Region("us").Start(0)
+	startEU := func() *nodeproc.Process { return m.Region("eu").Start(0) }
 
 	usConn := dialCA(t, us.Addr, caDir)
 	usPub := startHealPublisher(usConn, topic, "us", 0)

@@ -1,12 +1,15 @@
 package main
 
 import (
-	"bufio"
-	"os/exec"
+	"context"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/nodeproc"
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // TestSubMigratesOnSIGUSR1 runs a real `quicmq sub` process: SIGUSR1 moves its connection to
@@ -17,60 +20,36 @@ func TestSubMigratesOnSIGUSR1(t *testing.T) {
 	n := startCLINode(t)
 	publishLines(t, n, "mig.t", "r0")
 
-	cmd := exec.Command(bin, append([]string{"sub", "--topic", "mig.t", "--count", "2"}, n.conn()...)...)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := make(chan string, 4)
-	go func() {
-		for sc := bufio.NewScanner(stdout); sc.Scan(); {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	notes := make(chan string, 16)
-	go func() {
-		for sc := bufio.NewScanner(stderr); sc.Scan(); {
-			notes <- sc.Text()
-		}
-		close(notes)
-	}()
-	next := func(ch chan string, what string) string {
+	sub := nodeproc.Run(t, bin, append([]string{"sub", "--topic", "mig.t", "--count", "2"}, n.conn()...)...)
+	next := func(what string) string {
 		t.Helper()
-		select {
-		case l, ok := <-ch:
-			if !ok {
-				t.Fatalf("sub ended before %s", what)
-			}
-			return l
-		case <-time.After(30 * time.Second):
-			t.Fatalf("no %s within 30 s", what)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		l, err := sub.Next(ctx)
+		if err != nil {
+			t.Fatalf("no %s: %v\n%s", what, err, sub.Stderr())
 		}
-		return ""
+		return l.Text
 	}
-	if l := next(lines, "the first record"); l != "0\tmig.t\tr0" {
+	if l := next("first record"); l != "0\tmig.t\tr0" {
 		t.Fatalf("first line %q", l)
 	}
-	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+	if err := sub.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
-	if l := next(notes, "a migration notice"); !strings.HasPrefix(l, "quicmq: migrated to ") {
-		t.Fatalf("stderr after SIGUSR1: %q", l)
-	}
+	testlog.WaitForErr(t, 30*time.Second, "a migration notice", func() error {
+		if strings.HasPrefix(sub.Stderr(), "quicmq: migrated to ") {
+			return nil
+		}
+		return fmt.Errorf("stderr after SIGUSR1: %q", sub.Stderr())
+	})
 	publishLines(t, n, "mig.t", "r1")
-	if l := next(lines, "the record published after the move"); l != "1\tmig.t\tr1" {
+	if l := next("the record published after the move"); l != "1\tmig.t\tr1" {
 		t.Fatalf("second line %q", l)
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("sub exited with %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := waitChild(ctx, sub); err != nil {
+		t.Fatalf("sub exited with %v\n%s", err, sub.Stderr())
 	}
 }

@@ -65,15 +65,11 @@ func TestMirrorLoadCampaign(t *testing.T) {
 		extra = []string{"--mirror-streams", s}
 	}
 	bin := quicmqBinaryTags(t, mirrorBuildTags)
-	caDir := t.TempDir()
-	usListen, usGossip, usWAN := freeAddr(t), freeAddr(t), freeAddr(t)
-	euListen, euGossip, euWAN := freeAddr(t), freeAddr(t), freeAddr(t)
-	// Fixed ports (the later --listen wins), so that clients reconnect to a restarted node
-	// and the cut can name every port of each side.
-	usArgs := append([]string{"--listen", usListen, "--data", t.TempDir(), "--region", "us", "--ca-dir", caDir,
-		"--gossip", usGossip, "--wan", usWAN, "--mirror", "m.>"}, extra...)
-	euArgs := append([]string{"--listen", euListen, "--data", t.TempDir(), "--region", "eu", "--ca-dir", caDir,
-		"--gossip", euGossip, "--wan", euWAN, "--wan-join", usWAN, "--mirror", "m.>"}, extra...)
+	// Fixed client, gossip and WAN addresses (nodeproc.Mesh), so that clients reconnect to
+	// a restarted node and the cut can name every port of each side.
+	m := newTestMesh(t, bin, []string{"us", "eu"}, nil, func(string) []string { return append([]string{"--mirror", "m.>"}, extra...) })
+	caDir := m.Regions[0].CADir
+	usNode, euNode := m.Region("us").Nodes[0], m.Region("eu").Nodes[0]
 	// QUICMQ_MIRROR_LOAD_PPROF=DIR: a CPU profile of each node over the first steady phase,
 	// written to DIR (us.cpu, eu.cpu).
 	pprofDir := os.Getenv("QUICMQ_MIRROR_LOAD_PPROF")
@@ -82,11 +78,11 @@ func TestMirrorLoadCampaign(t *testing.T) {
 	var usMetrics, euMetrics string
 	if pprofDir != "" || timeline {
 		usMetrics, euMetrics = freeAddr(t), freeAddr(t)
-		usArgs = append(usArgs, "--metrics", usMetrics, "--pprof")
-		euArgs = append(euArgs, "--metrics", euMetrics, "--pprof")
+		usNode.Metrics, euNode.Metrics = usMetrics, euMetrics
+		extra = append(extra, "--pprof")
 	}
-	us := startMeshProcess(t, bin, "us1", usArgs...)
-	eu := startMeshProcess(t, bin, "eu1", euArgs...)
+	us := m.Region("us").Start(0)
+	eu := m.Region("eu").Start(0)
 	usConn, euConn := dialPatient(t, us.Addr, caDir), dialPatient(t, eu.Addr, caDir)
 	name := func(i int) string { return fmt.Sprintf("m.t%06d", i) }
 
@@ -165,19 +161,19 @@ func TestMirrorLoadCampaign(t *testing.T) {
 			victim.Kill()
 			testlog.Pause(context.Background(), down) // the schedule: down for a while
 			if fault == "kill-us" {
-				p := startMeshProcess(t, bin, "us1", usArgs...)
+				p := m.Region("us").Start(0)
 				procs.Lock()
 				us = p
 				procs.Unlock()
 			} else {
-				p := startMeshProcess(t, bin, "eu1", euArgs...)
+				p := m.Region("eu").Start(0)
 				procs.Lock()
 				eu = p
 				procs.Unlock()
 				euConn = dialPatient(t, eu.Addr, caDir)
 			}
 		case "cut":
-			iso := nodeproc.Isolate(t, portsOf(t, euListen, euGossip, euWAN), portsOf(t, usListen, usGossip, usWAN), []int{us.Pid()})
+			iso := nodeproc.Isolate(t, portsOf(t, euNode.Listen, euNode.LAN, euNode.WAN), portsOf(t, usNode.Listen, usNode.LAN, usNode.WAN), []int{us.Pid()})
 			testlog.Pause(context.Background(), cutFor) // the schedule: the link cut
 			ph.note = fmt.Sprintf("%d packets dropped; ", iso.Dropped())
 			iso.Heal()

@@ -30,15 +30,12 @@ func TestKill9OwnerMakesItsTopicsUnavailable(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("QUICMQ_PLACEMENT_KILL_CYCLES")); err == nil && v > 0 {
 		cycles = v
 	}
-	bin := quicmqBinary(t)
-	caDir, data1, data2 := t.TempDir(), t.TempDir(), t.TempDir()
-	g1, g2 := freeAddr(t), freeAddr(t)
-	startEU1 := func() *nodeproc.Process {
-		return startMeshProcess(t, bin, "eu1", "--data", data1, "--region", "eu", "--ca-dir", caDir, "--gossip", g1)
-	}
-	startEU2 := func() *nodeproc.Process {
-		return startMeshProcess(t, bin, "eu2", "--data", data2, "--region", "eu", "--ca-dir", caDir, "--gossip", g2, "--join", g1)
-	}
+	// One region of two single-copy nodes (no --replicas): each topic has one owner.
+	r := nodeproc.NewRegion(t, quicmqBinary(t), "eu", 2)
+	r.Replicas, r.Options = 0, meshOptions
+	caDir := r.CADir
+	startEU1 := func() *nodeproc.Process { return r.Start(0) }
+	startEU2 := func() *nodeproc.Process { return r.Start(1) }
 	eu1 := startEU1()
 	eu2 := startEU2()
 	// Topics are placed over the members known when they are created: publish only once

@@ -18,6 +18,12 @@
 // regions sharing a CA, joined over the WAN pool, each node on fixed client and WAN
 // addresses, so that clients and the other regions reach a restarted node again.
 //
+// A Child is any other quicmq command a test runs as a process: a `quicmq sub` client, a
+// `quicmq dev`, a command line of a banner through sh. One goroutine reads its standard output
+// to the end and then reaps it; every line is kept with the time it arrived and taken in order
+// with Next (nothing lost when the reader falls behind or comes after the exit), standard error
+// whole; Stop interrupts it (SIGINT), Kill kills it.
+//
 // FreeAddr hands out loopback addresses free for TCP and UDP, below the ephemeral range, for
 // a node that must come back on the same address after a kill; every harness in a test
 // process takes them from it, so two never get the same port.

@@ -6,7 +6,8 @@ import (
 )
 
 // Mesh is regions of node processes sharing one CA, joined by the WAN pool: each node has a
-// fixed client address and a WAN address, and joins the first node of every other region.
+// fixed client address and a WAN address, and joins every node of every other region (so
+// that a node restarting while some of them are down still finds the pool).
 type Mesh struct {
 	T       testing.TB
 	Regions []*Region
@@ -29,7 +30,9 @@ func NewMesh(t testing.TB, bin string, regions []string, nodes func(region strin
 	for _, r := range m.Regions {
 		for _, o := range m.Regions {
 			if o != r {
-				r.WANJoin = append(r.WANJoin, o.Nodes[0].WAN)
+				for _, n := range o.Nodes {
+					r.WANJoin = append(r.WANJoin, n.WAN)
+				}
 			}
 		}
 	}

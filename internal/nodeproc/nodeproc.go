@@ -191,12 +191,19 @@ func (p *Process) Kill() {
 // Stop asks the process to stop with SIGTERM (a graceful stop) and waits up to grace for
 // it; then it kills it. It reports whether the process stopped by itself.
 func (p *Process) Stop(grace time.Duration) bool {
-	p.cmd.Process.Signal(syscall.SIGTERM)
+	return signalThenKill(p.cmd.Process, syscall.SIGTERM, p.exited, grace)
+}
+
+// signalThenKill sends proc sig and waits up to grace for exited to close; then it kills
+// proc (SIGKILL) and waits for exited. It reports whether proc exited by itself.
+func signalThenKill(proc *os.Process, sig os.Signal, exited <-chan struct{}, grace time.Duration) bool {
+	proc.Signal(sig)
 	select {
-	case <-p.exited:
+	case <-exited:
 		return true
 	case <-time.After(grace):
-		p.Kill()
+		proc.Signal(syscall.SIGKILL)
+		<-exited
 		return false
 	}
 }

@@ -1,9 +1,15 @@
 package nodeproc
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A node's flags name its own data and gossip address, join every other node of its region
@@ -41,5 +47,34 @@ func TestRegionArgs(t *testing.T) {
 	}
 	if args := strings.Join(r.Args(x), " "); !strings.Contains(args, "--join 127.0.0.1:20001,127.0.0.1:20002,127.0.0.1:20003 ") {
 		t.Errorf("an extra node joins every node of Nodes: %s", args)
+	}
+}
+
+// A Child's lines come in order with nothing lost, also those read only after it exited
+// (a reader that falls behind); then Next says io.EOF; standard error is kept apart.
+func TestChildKeepsEveryLine(t *testing.T) {
+	c := StartChild(t, "sh", exec.Command("sh", "-c", `for i in $(seq 1 2000); do echo "line $i"; done; echo oops >&2; exit 3`))
+	<-c.Done()
+	for i := 1; i <= 2000; i++ {
+		l, err := c.Next(context.Background())
+		if err != nil || l.Text != fmt.Sprintf("line %d", i) {
+			t.Fatalf("line %d: %q, %v", i, l.Text, err)
+		}
+	}
+	if _, err := c.Next(context.Background()); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the last line: %v, want io.EOF", err)
+	}
+	var ee *exec.ExitError
+	if !errors.As(c.Err(), &ee) || ee.ExitCode() != 3 || c.Stderr() != "oops\n" || !strings.HasSuffix(c.Stdout(), "line 2000\n") {
+		t.Fatalf("exit %v, stderr %q", c.Err(), c.Stderr())
+	}
+
+	// WaitOutput returns the lines up to the one awaited; Stop interrupts the process.
+	c = StartChild(t, "sh", exec.Command("sh", "-c", `echo one; echo "banner: ready"; exec sleep 60`))
+	if got := c.WaitOutput(t, "ready", time.Minute); got != "one\nbanner: ready\n" {
+		t.Fatalf("WaitOutput: %q", got)
+	}
+	if !c.Stop(10 * time.Second) {
+		t.Fatal("sleep did not end on SIGINT")
 	}
 }
