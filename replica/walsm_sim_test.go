@@ -36,11 +36,12 @@ func logGroup(l uint64) uint64 {
 }
 
 // simTopic names a log's topic: "g<group>", or "g<group>.<t>" in a group of several.
+// (strconv, not fmt: the checker names every log of every node at every step.)
 func simTopic(l uint64) string {
 	if l >= 100*simTopicsMax {
-		return fmt.Sprintf("g%d.%d", l/simTopicsMax, l%simTopicsMax)
+		return "g" + strconv.FormatUint(l/simTopicsMax, 10) + "." + strconv.FormatUint(l%simTopicsMax, 10)
 	}
-	return fmt.Sprintf("g%d", l)
+	return "g" + strconv.FormatUint(l, 10)
 }
 
 func simGroupOf(topic string) uint64 {
