@@ -65,7 +65,11 @@ func encodeBatch(dst []byte, node uint64, subs []subProposal) []byte {
 
 // decodeBatch reads a batch envelope; the subs' data alias p. Anything malformed (a count
 // or length past the end, trailing bytes, no proposal) is errCorrupt.
-func decodeBatch(p []byte) (batchEnvelope, error) {
+func decodeBatch(p []byte) (batchEnvelope, error) { return decodeBatchInto(p, nil) }
+
+// decodeBatchInto is decodeBatch appending the proposals to subs (its subs are subs grown,
+// or subs itself, empty, on an error), for a caller that reuses that buffer.
+func decodeBatchInto(p []byte, subs []subProposal) (batchEnvelope, error) {
 	bad := func(why string) (batchEnvelope, error) {
 		return batchEnvelope{}, fmt.Errorf("%w: batch entry of %d bytes: %s", errCorrupt, len(p), why)
 	}
@@ -77,7 +81,7 @@ func decodeBatch(p []byte) (batchEnvelope, error) {
 	if count == 0 || uint64(count)*envelopeBatchSub > uint64(len(p)-envelopeBatchHeader) {
 		return bad(fmt.Sprintf("%d proposals", count))
 	}
-	b.subs = make([]subProposal, 0, count)
+	b.subs = slices.Grow(subs[:0], int(count))
 	rest := p[envelopeBatchHeader:]
 	for range count {
 		if len(rest) < envelopeBatchSub {
