@@ -151,8 +151,10 @@ type group struct {
 	quiet   bool
 	idle    int // ticks since the last proposal or non-heartbeat message
 	// compactAt is the applied index at which this node, leading, last
-	// proposed a log compaction.
-	compactAt uint64
+	// proposed a log compaction, and compactBytes the bytes of entries applied since
+	// then or since the last compaction applied (LogCompactBytes).
+	compactAt    uint64
+	compactBytes uint64
 	// confAt is the index of the last membership change in the group's log as this node
 	// stored it, and confProposed is set from a membership change proposed here until the
 	// round that stores it: until both are applied, the configuration raft reports may not
@@ -560,7 +562,7 @@ func (e *engine) maybeCompact(g *group) {
 		return
 	}
 	bs := g.rn.BasicStatus()
-	if bs.RaftState != raft.StateLeader || bs.Applied < g.compactAt+e.cfg.LogCompactEvery {
+	if bs.RaftState != raft.StateLeader || bs.Applied < g.compactAt+e.cfg.LogCompactEvery && g.compactBytes < e.cfg.LogCompactBytes {
 		return
 	}
 	upTo := bs.Applied
@@ -573,7 +575,7 @@ func (e *engine) maybeCompact(g *group) {
 	if first, _ := g.st.FirstIndex(); upTo < first {
 		return
 	}
-	g.compactAt = bs.Applied
+	g.compactAt, g.compactBytes = bs.Applied, 0
 	data := binary.BigEndian.AppendUint64([]byte{envelopeCompact}, upTo)
 	e.touch(g)
 	_ = g.rn.Propose(data) // refused only when raft drops proposals: the next round tries again
@@ -922,6 +924,7 @@ func (e *engine) apply(b *pebble.Batch, r *readyGroup, ents []*pb.Entry, after *
 	recs := e.recBuf[:0]
 	mine := len(e.mineBuf)
 	for _, ent := range ents {
+		g.compactBytes += uint64(len(ent.GetData()))
 		switch ent.GetType() {
 		case pb.EntryNormal:
 			if len(ent.GetData()) == 0 {
@@ -989,6 +992,7 @@ func (e *engine) apply(b *pebble.Batch, r *readyGroup, ents []*pb.Entry, after *
 	}
 	r.applied, r.results, r.mine = ents, res, e.mineBuf[mine:len(e.mineBuf):len(e.mineBuf)]
 	if compactTo > 0 {
+		g.compactBytes = 0 // whoever leads next counts from this compaction
 		if err := e.compact(b, r, ents, compactTo, after); err != nil {
 			return err
 		}
