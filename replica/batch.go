@@ -133,14 +133,16 @@ func (e *engine) proposeMany(groupID uint64, qs []queuedProposal) {
 		return
 	}
 	now := e.cfg.Now().UnixNano()
-	subs := make([]subProposal, len(qs))
+	subs := e.propSubs[:0] // encodeBatch copies their data: the buffer is the engine's
 	first := e.seq + 1
-	for i, q := range qs {
+	for _, q := range qs {
 		e.seq++
-		subs[i] = subProposal{seq: e.seq, time: now, data: q.data}
+		subs = append(subs, subProposal{seq: e.seq, time: now, data: q.data})
 	}
 	e.touch(g)
 	env := encodeBatch(e.envelopeBuf(0), e.cfg.NodeID, subs)
+	clear(subs)
+	e.propSubs = subs[:0]
 	err = g.rn.Propose(env)
 	e.keepEnvelope(env)
 	if err != nil {
@@ -148,7 +150,7 @@ func (e *engine) proposeMany(groupID uint64, qs []queuedProposal) {
 		return
 	}
 	for i, q := range qs {
-		g.pending = append(g.pending, &proposal{seq: first + uint64(i), term: bs.GetTerm(), done: e.predictOffsets(groupID, q.data, q.done)})
+		g.pending = append(g.pending, proposal{seq: first + uint64(i), term: bs.GetTerm(), done: e.predictOffsets(groupID, q.data, q.done)})
 	}
 	e.stats.Batched++
 	e.stats.BatchedProps += uint64(len(qs))

@@ -48,16 +48,16 @@ func TestApplyAndCompleteAllocateNothingPerProposal(t *testing.T) {
 	}
 	mine := int(seq)
 	var got []uint64 // the offset each proposal was answered with, by seq
-	props := make([]*proposal, mine)
+	props := make([]proposal, mine)
 	for i := range props {
-		props[i] = &proposal{seq: uint64(i + 1), term: 1, done: func(r Result, err error) {
+		props[i] = proposal{seq: uint64(i + 1), term: 1, done: func(r Result, err error) {
 			if err != nil {
 				t.Fatalf("proposal %d: %v", i+1, err)
 			}
 			got[i] = r.Offset
 		}}
 	}
-	pending := make([]*proposal, 0, mine)
+	pending := make([]proposal, 0, mine)
 	r := &readyGroup{g: g}
 	round := func() {
 		g.pending = append(pending[:0], props...)

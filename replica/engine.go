@@ -64,8 +64,10 @@ type engine struct {
 	recBuf  []Entry
 	subBuf  []subProposal
 	mineBuf []mineProposal
-	failed  error
-	stats   Stats
+	// propSubs is proposeMany's buffer of a batch entry's proposals, reused.
+	propSubs []subProposal
+	failed   error
+	stats    Stats
 	// roles is each group's leader as of its last round, for readers on other
 	// goroutines (Driver.Role).
 	roles roleTable
@@ -147,7 +149,7 @@ type group struct {
 	id      uint64
 	rn      *raft.RawNode
 	st      *Storage
-	pending []*proposal // in proposal order, so terms ascend
+	pending []proposal // in proposal order, so terms ascend; values: a pointer each was an allocation per proposal
 	quiet   bool
 	idle    int // ticks since the last proposal or non-heartbeat message
 	// compactAt is the applied index at which this node, leading, last
@@ -518,7 +520,7 @@ func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) 
 		done(Result{}, fmt.Errorf("replica: propose to group %d: %w", groupID, err))
 		return
 	}
-	g.pending = append(g.pending, &proposal{seq: e.seq, term: bs.GetTerm(), done: e.predictOffsets(groupID, data, done)})
+	g.pending = append(g.pending, proposal{seq: e.seq, term: bs.GetTerm(), done: e.predictOffsets(groupID, data, done)})
 }
 
 // leading returns group groupID, woken, and its status when this node leads it and may
@@ -1053,6 +1055,7 @@ func (e *engine) complete(r *readyGroup) {
 	for _, ent := range r.applied {
 		for len(g.pending) > 0 && g.pending[0].term < ent.GetTerm() {
 			p := g.pending[0]
+			g.pending[0] = proposal{}
 			g.pending = g.pending[1:]
 			p.done(Result{}, fmt.Errorf("%w (group %d)", ErrDropped, g.id))
 		}
@@ -1101,7 +1104,7 @@ func (e *engine) completeOne(g *group, seq uint64, ent *pb.Entry, x *Result) {
 				// The usual case: proposals commit in order. slices.Delete moved every
 				// proposal still pending, per proposal: thousands of one-record proposals
 				// over many topics (issue 29).
-				g.pending[0] = nil
+				g.pending[0] = proposal{}
 				g.pending = g.pending[1:]
 			} else {
 				g.pending = slices.Delete(g.pending, i, i+1)
