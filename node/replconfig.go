@@ -41,7 +41,7 @@ type RaftSettings struct {
 	// Default false: idle groups are quiet.
 	DisableQuiescence bool
 	// DisableLogCompaction keeps every raft entry of every group forever. By default each
-	// group's leader discards, every 64 applied entries, the log up to what every replica
+	// group's leader discards, every 64 applied entries or 4 MiB, the log up to what every replica
 	// has stored (keeping at most 10,000 applied entries for a replica behind), so a record
 	// is stored once on disk (in its topic's log) rather than twice; a replica further
 	// behind than that, or restarted with an empty disk, catches up through a snapshot

@@ -65,7 +65,11 @@ func encodeBatch(dst []byte, node uint64, subs []subProposal) []byte {
 
 // decodeBatch reads a batch envelope; the subs' data alias p. Anything malformed (a count
 // or length past the end, trailing bytes, no proposal) is errCorrupt.
-func decodeBatch(p []byte) (batchEnvelope, error) {
+func decodeBatch(p []byte) (batchEnvelope, error) { return decodeBatchInto(p, nil) }
+
+// decodeBatchInto is decodeBatch appending the proposals to subs (its subs are subs grown,
+// or subs itself, empty, on an error), for a caller that reuses that buffer.
+func decodeBatchInto(p []byte, subs []subProposal) (batchEnvelope, error) {
 	bad := func(why string) (batchEnvelope, error) {
 		return batchEnvelope{}, fmt.Errorf("%w: batch entry of %d bytes: %s", errCorrupt, len(p), why)
 	}
@@ -77,7 +81,7 @@ func decodeBatch(p []byte) (batchEnvelope, error) {
 	if count == 0 || uint64(count)*envelopeBatchSub > uint64(len(p)-envelopeBatchHeader) {
 		return bad(fmt.Sprintf("%d proposals", count))
 	}
-	b.subs = make([]subProposal, 0, count)
+	b.subs = slices.Grow(subs[:0], int(count))
 	rest := p[envelopeBatchHeader:]
 	for range count {
 		if len(rest) < envelopeBatchSub {
@@ -129,14 +133,16 @@ func (e *engine) proposeMany(groupID uint64, qs []queuedProposal) {
 		return
 	}
 	now := e.cfg.Now().UnixNano()
-	subs := make([]subProposal, len(qs))
+	subs := e.propSubs[:0] // encodeBatch copies their data: the buffer is the engine's
 	first := e.seq + 1
-	for i, q := range qs {
+	for _, q := range qs {
 		e.seq++
-		subs[i] = subProposal{seq: e.seq, time: now, data: q.data}
+		subs = append(subs, subProposal{seq: e.seq, time: now, data: q.data})
 	}
 	e.touch(g)
 	env := encodeBatch(e.envelopeBuf(0), e.cfg.NodeID, subs)
+	clear(subs)
+	e.propSubs = subs[:0]
 	err = g.rn.Propose(env)
 	e.keepEnvelope(env)
 	if err != nil {
@@ -144,7 +150,7 @@ func (e *engine) proposeMany(groupID uint64, qs []queuedProposal) {
 		return
 	}
 	for i, q := range qs {
-		g.pending = append(g.pending, &proposal{seq: first + uint64(i), term: bs.GetTerm(), done: e.predictOffsets(groupID, q.data, q.done)})
+		g.pending = append(g.pending, proposal{seq: first + uint64(i), term: bs.GetTerm(), done: e.predictOffsets(groupID, q.data, q.done)})
 	}
 	e.stats.Batched++
 	e.stats.BatchedProps += uint64(len(qs))

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"fmt"
 	"reflect"
 	"testing"
 	"time"
@@ -103,5 +104,31 @@ func TestDriverLogCompactionWaitsForFollowersWithinTheTail(t *testing.T) {
 	case err := <-rs[0].done:
 		t.Fatalf("the leader's driver stopped: %v", err)
 	default:
+	}
+}
+
+// A leader compacts by bytes too (LogCompactBytes), long before LogCompactEvery entries
+// when the entries are large: a busy group's raft log then dies in Pebble's memtable
+// instead of being flushed (BenchmarkProposeBigEntries).
+func TestDriverLogCompactionByBytes(t *testing.T) {
+	net := &testNet{drivers: map[uint64]*Driver{}, down: map[uint64]bool{}}
+	peers := []uint64{1, 2, 3}
+	tune := func(c *Config) { c.LogCompaction, c.LogCompactEvery, c.LogCompactBytes = true, 1000, 32<<10 }
+	var rs []*testReplica
+	for _, id := range peers {
+		rs = append(rs, startReplicaWith(t, net, id, vfs.NewMem(), []uint64{7}, peers, tune))
+	}
+	l := leaderOf(t, rs, 7)
+	big := make([]byte, 8<<10)
+	for i := range 12 { // 96 KiB in 12 entries, far fewer than LogCompactEvery
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		_, err := l.d.Propose(ctx, 7, big)
+		cancel()
+		if err != nil {
+			t.Fatalf("proposal %d: %v", i, err)
+		}
+	}
+	for _, r := range rs {
+		testlog.WaitFor(t, 20*time.Second, fmt.Sprintf("node %d to compact its log by bytes", r.id), func() bool { f, _ := logBounds(t, r, 7); return f > 1 })
 	}
 }

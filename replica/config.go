@@ -89,6 +89,12 @@ type Config struct {
 	// compactions a leader proposes (each is one small raft entry).
 	// Default 64.
 	LogCompactEvery uint64
+	// LogCompactBytes is how many bytes of applied entries pass between two compactions a
+	// leader proposes, whichever of it and LogCompactEvery comes first. A busy group's
+	// entries carry up to 1 MiB each: 64 of them outlived Pebble's memtable (64 MiB,
+	// shared with the records they apply), so the raft copy of a record was flushed to
+	// disk and compacted away later instead of dying in the memtable. Default 4 MiB.
+	LogCompactBytes uint64
 	// LogTailEntries is the most applied entries a log keeps for a
 	// follower that is behind, with LogCompaction. Default 10,000.
 	LogTailEntries uint64
@@ -193,6 +199,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.LogCompactEvery == 0 {
 		c.LogCompactEvery = 64
+	}
+	if c.LogCompactBytes == 0 {
+		c.LogCompactBytes = 4 << 20
 	}
 	if c.LogTailEntries == 0 {
 		c.LogTailEntries = 10_000

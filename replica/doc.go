@@ -114,9 +114,10 @@
 // # Log compaction, snapshots and catch-up
 //
 // With Config.LogCompaction (the node turns it on) a group's leader proposes,
-// every LogCompactEvery applied entries, an entry of the driver's own (no
-// offset) that every replica applies by discarding its log up to the index
-// every replica had stored, in the apply batch; a follower behind keeps at
+// every LogCompactEvery applied entries or LogCompactBytes of them, whichever comes
+// first (so that a busy group's raft log dies in Pebble's memtable), an entry of the
+// driver's own (no offset) that every replica applies by discarding its log
+// up to the index every replica had stored, in the apply batch; a follower behind keeps at
 // most LogTailEntries applied entries for it. A replica further behind is
 // sent a snapshot (Storage.Snapshot builds it at the state machine's applied
 // index when raft asks) whose data is metadata only: the Snapshotter's state

@@ -36,7 +36,15 @@ type Driver struct {
 		// all enter the next round (one fsync for all of them).
 		props []queuedProposal
 	}
+	// spare is the queue's other buffer, empty, owned by Run's goroutine between rounds:
+	// takeProposals swaps it in, so that a busy queue does not regrow from nothing every
+	// round. byGroup is takeProposals' map, kept too.
+	spare   []queuedProposal
+	byGroup map[uint64][]queuedProposal
 }
+
+// maxSpareProposals bounds the queue buffer kept between rounds.
+const maxSpareProposals = 1 << 16
 
 type queuedProposal struct {
 	group uint64
@@ -183,15 +191,21 @@ func (d *Driver) takeProposals() {
 	}
 	if n < len(props) {
 		d.mu.props = slices.Clone(props[n:])
-		props = props[:n]
 		select { // the next round takes the rest
 		case d.propc <- struct{}{}:
 		default:
 		}
 	} else {
-		d.mu.props = nil
+		d.mu.props, d.spare = d.spare, nil
 	}
 	d.mu.Unlock()
+	defer func() {
+		if cap(props) <= maxSpareProposals {
+			clear(props) // their data and done: not held past the round
+			d.spare = props[:0]
+		}
+	}()
+	props = props[:n]
 	if !d.batching.Load() || len(props) < 2 {
 		for _, p := range props {
 			d.e.propose(p.group, p.data, p.done)
@@ -200,8 +214,16 @@ func (d *Driver) takeProposals() {
 	}
 	// batch.go: one entry per group for what this round takes, groups in the order of
 	// their first proposal, each group's proposals in theirs.
+	if oneGroup(props) {
+		d.e.proposeBatch(props[0].group, props)
+		return
+	}
 	var order []uint64
-	byGroup := make(map[uint64][]queuedProposal)
+	if d.byGroup == nil {
+		d.byGroup = make(map[uint64][]queuedProposal)
+	}
+	byGroup := d.byGroup
+	defer clear(byGroup)
 	for _, p := range props {
 		if _, ok := byGroup[p.group]; !ok {
 			order = append(order, p.group)
@@ -211,6 +233,16 @@ func (d *Driver) takeProposals() {
 	for _, g := range order {
 		d.e.proposeBatch(g, byGroup[g])
 	}
+}
+
+// oneGroup reports whether every proposal of props is to the same group.
+func oneGroup(props []queuedProposal) bool {
+	for _, p := range props[1:] {
+		if p.group != props[0].group {
+			return false
+		}
+	}
+	return true
 }
 
 // exec runs f on Run's goroutine.

@@ -57,8 +57,17 @@ type engine struct {
 	// envBuf is the buffer proposals are framed in (propose, proposeMany), reused: raft
 	// copies a leader's proposal into its log before Propose returns (keepEnvelope).
 	envBuf []byte
-	failed error
-	stats  Stats
+	// recBuf, subBuf and mineBuf are apply's buffers, reused across groups and rounds: the
+	// records handed to the state machine, a batch entry's proposals, and this node's
+	// proposals among the round's applied entries (readyGroup.mine slices it until the
+	// next round). Made afresh, they were allocations per entry and per round.
+	recBuf  []Entry
+	subBuf  []subProposal
+	mineBuf []mineProposal
+	// propSubs is proposeMany's buffer of a batch entry's proposals, reused.
+	propSubs []subProposal
+	failed   error
+	stats    Stats
 	// roles is each group's leader as of its last round, for readers on other
 	// goroutines (Driver.Role).
 	roles roleTable
@@ -140,12 +149,14 @@ type group struct {
 	id      uint64
 	rn      *raft.RawNode
 	st      *Storage
-	pending []*proposal // in proposal order, so terms ascend
+	pending []proposal // in proposal order, so terms ascend; values: a pointer each was an allocation per proposal
 	quiet   bool
 	idle    int // ticks since the last proposal or non-heartbeat message
 	// compactAt is the applied index at which this node, leading, last
-	// proposed a log compaction.
-	compactAt uint64
+	// proposed a log compaction, and compactBytes the bytes of entries applied since
+	// then or since the last compaction applied (LogCompactBytes).
+	compactAt    uint64
+	compactBytes uint64
 	// confAt is the index of the last membership change in the group's log as this node
 	// stored it, and confProposed is set from a membership change proposed here until the
 	// round that stores it: until both are applied, the configuration raft reports may not
@@ -509,7 +520,7 @@ func (e *engine) propose(groupID uint64, data []byte, done func(Result, error)) 
 		done(Result{}, fmt.Errorf("replica: propose to group %d: %w", groupID, err))
 		return
 	}
-	g.pending = append(g.pending, &proposal{seq: e.seq, term: bs.GetTerm(), done: e.predictOffsets(groupID, data, done)})
+	g.pending = append(g.pending, proposal{seq: e.seq, term: bs.GetTerm(), done: e.predictOffsets(groupID, data, done)})
 }
 
 // leading returns group groupID, woken, and its status when this node leads it and may
@@ -553,7 +564,7 @@ func (e *engine) maybeCompact(g *group) {
 		return
 	}
 	bs := g.rn.BasicStatus()
-	if bs.RaftState != raft.StateLeader || bs.Applied < g.compactAt+e.cfg.LogCompactEvery {
+	if bs.RaftState != raft.StateLeader || bs.Applied < g.compactAt+e.cfg.LogCompactEvery && g.compactBytes < e.cfg.LogCompactBytes {
 		return
 	}
 	upTo := bs.Applied
@@ -566,7 +577,7 @@ func (e *engine) maybeCompact(g *group) {
 	if first, _ := g.st.FirstIndex(); upTo < first {
 		return
 	}
-	g.compactAt = bs.Applied
+	g.compactAt, g.compactBytes = bs.Applied, 0
 	data := binary.BigEndian.AppendUint64([]byte{envelopeCompact}, upTo)
 	e.touch(g)
 	_ = g.rn.Propose(data) // refused only when raft drops proposals: the next round tries again
@@ -612,8 +623,12 @@ type readyGroup struct {
 	rd      raft.Ready
 	applied []*pb.Entry // entries applied in this round
 	results []Result
-	early   bool          // the appends were sent before the round's commit
-	later   []*pb.Message // then the messages left to send after it
+	// mine are this node's proposals among applied, in raft index order, as apply decoded
+	// them: complete matches them to pending proposals without a map of the results or a
+	// second decode of every entry.
+	mine  []mineProposal
+	early bool          // the appends were sent before the round's commit
+	later []*pb.Message // then the messages left to send after it
 }
 
 // process handles the Ready of every group that has one, in rounds. A
@@ -666,6 +681,7 @@ func (e *engine) process() error {
 // raft's Ready contract and I2 rest on, and it reads top to bottom here in one place.
 func (e *engine) round(rds []*readyGroup) error {
 	e.stats.Rounds++
+	e.roundStart()
 	if tl := e.cfg.Timeline; tl != nil {
 		start := time.Now()
 		defer func() { tl.Add(timeline.Round, start, time.Since(start), int64(len(rds))) }()
@@ -828,6 +844,13 @@ func (e *engine) round(rds []*readyGroup) error {
 	return nil
 }
 
+// roundStart readies apply's buffers for a round: the last round's readyGroups are done
+// with mineBuf.
+func (e *engine) roundStart() {
+	clear(e.mineBuf)
+	e.mineBuf = e.mineBuf[:0]
+}
+
 // The rounds' reused batch (roundBatch) starts at roundBatchBase bytes of buffer and grows
 // to fit the largest round (a quarter more), up to roundBatchMax; a round larger than that
 // gets a batch of its own. It shrinks back to roundBatchBase once roundBatchKeepTicks ticks
@@ -899,11 +922,11 @@ func (e *engine) apply(b *pebble.Batch, r *readyGroup, ents []*pb.Entry, after *
 		return nil
 	}
 	g := r.g
-	var (
-		recs      []Entry
-		compactTo uint64
-	)
+	var compactTo uint64
+	recs := e.recBuf[:0]
+	mine := len(e.mineBuf)
 	for _, ent := range ents {
+		g.compactBytes += uint64(len(ent.GetData()))
 		switch ent.GetType() {
 		case pb.EntryNormal:
 			if len(ent.GetData()) == 0 {
@@ -917,13 +940,18 @@ func (e *engine) apply(b *pebble.Batch, r *readyGroup, ents []*pb.Entry, after *
 				continue
 			}
 			if d := ent.GetData(); d[0] == envelopeBatch { // batch.go: many proposals, applied in order
-				be, err := decodeBatch(d)
+				be, err := decodeBatchInto(d, e.subBuf)
 				if err != nil {
 					return fmt.Errorf("replica: group %d: entry %d: %w", g.id, ent.GetIndex(), err)
 				}
 				for _, sp := range be.subs {
 					recs = append(recs, Entry{Index: ent.GetIndex(), Time: sp.time, Data: sp.data})
+					if be.node == e.cfg.NodeID {
+						e.mineBuf = append(e.mineBuf, mineProposal{index: ent.GetIndex(), seq: sp.seq})
+					}
 				}
+				clear(be.subs) // their data alias the entry: not kept by the buffer
+				e.subBuf = be.subs[:0]
 				continue
 			}
 			env, err := decodeEnvelope(ent.GetData())
@@ -931,6 +959,9 @@ func (e *engine) apply(b *pebble.Batch, r *readyGroup, ents []*pb.Entry, after *
 				return fmt.Errorf("replica: group %d: entry %d: %w", g.id, ent.GetIndex(), err)
 			}
 			recs = append(recs, Entry{Index: ent.GetIndex(), Time: env.time, Data: env.data})
+			if env.node == e.cfg.NodeID {
+				e.mineBuf = append(e.mineBuf, mineProposal{index: ent.GetIndex(), seq: env.seq})
+			}
 		case pb.EntryConfChange, pb.EntryConfChangeV2:
 			var cc pb.ConfChangeI
 			if ent.GetType() == pb.EntryConfChange {
@@ -956,11 +987,14 @@ func (e *engine) apply(b *pebble.Batch, r *readyGroup, ents []*pb.Entry, after *
 		}
 	}
 	res, err := e.sm.Apply(b, g.id, ents[len(ents)-1].GetIndex(), recs)
+	clear(recs) // the entries' data, which the kept buffer must not hold past the round
+	e.recBuf = recs[:0]
 	if err != nil {
 		return fmt.Errorf("replica: group %d: apply: %w", g.id, err)
 	}
-	r.applied, r.results = ents, res
+	r.applied, r.results, r.mine = ents, res, e.mineBuf[mine:len(e.mineBuf):len(e.mineBuf)]
 	if compactTo > 0 {
+		g.compactBytes = 0 // whoever leads next counts from this compaction
 		if err := e.compact(b, r, ents, compactTo, after); err != nil {
 			return err
 		}
@@ -1015,13 +1049,13 @@ func (e *engine) complete(r *readyGroup) {
 	if len(g.pending) == 0 {
 		return
 	}
-	res := make(map[uint64][]Result, len(r.results)) // by raft index: a batch entry's in order
-	for _, x := range r.results {
-		res[x.Index] = append(res[x.Index], x)
-	}
+	// Both in raft index order (StateMachine.Apply's results, apply's mine): each entry's
+	// are the run at the front once those of earlier entries are passed.
+	res, mine := r.results, r.mine
 	for _, ent := range r.applied {
 		for len(g.pending) > 0 && g.pending[0].term < ent.GetTerm() {
 			p := g.pending[0]
+			g.pending[0] = proposal{}
 			g.pending = g.pending[1:]
 			p.done(Result{}, fmt.Errorf("%w (group %d)", ErrDropped, g.id))
 		}
@@ -1031,31 +1065,34 @@ func (e *engine) complete(r *readyGroup) {
 		if ent.GetType() != pb.EntryNormal || len(ent.GetData()) == 0 {
 			continue
 		}
-		xs := res[ent.GetIndex()]
-		if d := ent.GetData(); d[0] == envelopeBatch {
-			be, err := decodeBatch(d)
-			if err != nil || be.node != e.cfg.NodeID {
-				continue
+		var xs []Result
+		xs, res = runOf(res, ent.GetIndex(), func(x Result) uint64 { return x.Index })
+		var ps []mineProposal
+		ps, mine = runOf(mine, ent.GetIndex(), func(p mineProposal) uint64 { return p.index })
+		for k, p := range ps {
+			var x *Result // a result each, or the state machine gave none (applied before)
+			if len(xs) == len(ps) {
+				x = &xs[k]
 			}
-			for k, sp := range be.subs {
-				var x *Result
-				if len(xs) == len(be.subs) {
-					x = &xs[k]
-				}
-				e.completeOne(g, sp.seq, ent, x)
-			}
-			continue
+			e.completeOne(g, p.seq, ent, x)
 		}
-		env, err := decodeEnvelope(ent.GetData())
-		if err != nil || env.node != e.cfg.NodeID {
-			continue
-		}
-		var x *Result
-		if len(xs) == 1 {
-			x = &xs[0]
-		}
-		e.completeOne(g, env.seq, ent, x)
 	}
+}
+
+// mineProposal is a proposal of this node's in an applied entry (a batch entry holds many).
+type mineProposal struct{ index, seq uint64 }
+
+// runOf splits s, ascending by index, into the run of items of index i (after skipping
+// those below it) and what follows.
+func runOf[T any](s []T, i uint64, index func(T) uint64) (run, rest []T) {
+	for len(s) > 0 && index(s[0]) < i {
+		s = s[1:]
+	}
+	n := 0
+	for n < len(s) && index(s[n]) == i {
+		n++
+	}
+	return s[:n], s[n:]
 }
 
 // completeOne completes the pending proposal seq of ent's term, if any, with x (nil: the
@@ -1067,7 +1104,7 @@ func (e *engine) completeOne(g *group, seq uint64, ent *pb.Entry, x *Result) {
 				// The usual case: proposals commit in order. slices.Delete moved every
 				// proposal still pending, per proposal: thousands of one-record proposals
 				// over many topics (issue 29).
-				g.pending[0] = nil
+				g.pending[0] = proposal{}
 				g.pending = g.pending[1:]
 			} else {
 				g.pending = slices.Delete(g.pending, i, i+1)
