@@ -357,6 +357,12 @@ func publishSeqs(f wire.Frame) []uint64 {
 			seqs = append(seqs, p.Seq)
 		}
 		return seqs
+	case *wire.PublishMulti:
+		var seqs []uint64
+		for _, p := range f.Publishes {
+			seqs = append(seqs, p.Seq)
+		}
+		return seqs
 	}
 	return nil
 }

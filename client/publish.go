@@ -385,7 +385,8 @@ func (p *publisher) failure() error {
 
 // writeLoop sends queued publishes. It takes every publish already waiting before it flushes,
 // so under load many publishes share one stream write, and consecutive publishes to one topic
-// share one PUBLISH_BATCH frame (at most batchBody bytes; the node answers them with
+// share one PUBLISH_BATCH frame, or, with a node of version 5, consecutive publishes to any
+// topics one PUBLISH_MULTI frame (at most batchBody bytes; the node answers them with
 // PUBLISH_ACKS); when idle each publish goes out at once.
 func (p *publisher) writeLoop() {
 	defer p.c.wg.Done()
@@ -399,6 +400,12 @@ func (p *publisher) writeLoop() {
 	if p.l.version >= 4 {
 		// Answers in any order (resolve matches them by seq); sent with the first publish.
 		w.Write(&wire.PublishOpen{Flags: wire.PublishAnyOrder})
+	}
+	// A node of version 5 reads PUBLISH_MULTI: publishes to many topics share a frame, where
+	// one taken topic by topic would make a PUBLISH_BATCH of each (issue 29).
+	buffer := w.BufferPublish
+	if p.l.version >= wire.MultiVersion {
+		buffer = w.BufferPublishMulti
 	}
 	var seq uint64
 	var taken []*Future
@@ -416,7 +423,7 @@ func (p *publisher) writeLoop() {
 				return // fail resolved every future
 			}
 			for _, f := range taken {
-				w.BufferPublish(&f.frame, batchBody)
+				buffer(&f.frame, batchBody)
 				if !p.c.resend {
 					f.frame = wire.Publish{} // encoded: drop the references to the caller's buffers
 				}
@@ -439,7 +446,7 @@ func (p *publisher) writeLoop() {
 }
 
 const (
-	maxBatchBody = 64 << 10 // body bytes of one PUBLISH_BATCH frame
+	maxBatchBody = 64 << 10 // body bytes of one PUBLISH_BATCH or PUBLISH_MULTI frame
 	maxWrite     = 64 << 10 // buffered bytes that are written without waiting for more
 )
 

@@ -25,7 +25,7 @@ func TestIdempotentResendAfterStreamEndedUnknown(t *testing.T) {
 	}
 	var mu sync.Mutex
 	stored := map[seen]uint64{} // what the fake node "appended", at which offset
-	// publishes flattens a PUBLISH or PUBLISH_BATCH (whose publishes take Seq, Seq+1, ...).
+	// publishes flattens a PUBLISH, PUBLISH_BATCH or PUBLISH_MULTI (whose publishes take Seq, Seq+1, ...).
 	publishes := func(fr wire.Frame) []wire.Publish {
 		switch f := fr.(type) {
 		case *wire.Publish:
@@ -37,6 +37,8 @@ func TestIdempotentResendAfterStreamEndedUnknown(t *testing.T) {
 				out[i] = p
 			}
 			return out
+		case *wire.PublishMulti:
+			return f.Publishes // decoding numbered them
 		}
 		return nil
 	}

@@ -212,6 +212,10 @@ type Config struct {
 	// append completed: its answer waits until the channel closes, as if the topic's group
 	// stalled (a leadership hand-off).
 	holdAppend func(topic string) <-chan struct{}
+	// maxVersion, for tests, caps the client protocol version the node answers HELLO with
+	// (0: wire.Version), so a test can stand for a node of an older build (one before version
+	// 5 reads no PUBLISH_MULTI).
+	maxVersion uint64
 }
 
 // nameRE is the grammar of node, region and durable consumer names: the topic token grammar.

@@ -44,7 +44,7 @@ import (
 // confFrames are the frame types of docs/protocol.md's table.
 var confFrames = map[string]byte{
 	"HELLO": 0x01, "WELCOME": 0x02, "ERROR": 0x03,
-	"PUBLISH": 0x10, "PUBLISH_ACK": 0x11, "PUBLISH_ERROR": 0x12, "PUBLISH_OPEN": 0x15,
+	"PUBLISH": 0x10, "PUBLISH_ACK": 0x11, "PUBLISH_ERROR": 0x12, "PUBLISH_BATCH": 0x13, "PUBLISH_ACKS": 0x14, "PUBLISH_OPEN": 0x15, "PUBLISH_MULTI": 0x16,
 	"SUBSCRIBE": 0x20, "SUBSCRIBED": 0x21, "TOPIC": 0x22, "RECORD": 0x23, "ACK": 0x24, "GAP": 0x25, "RECORDS": 0x26, "RUNS": 0x2b,
 	"CAUGHT_UP": 0x27, "COMMIT": 0x29, "COMMITTED": 0x2a,
 	"TOPICS": 0x30, "TOPIC_INFO": 0x31,

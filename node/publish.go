@@ -224,8 +224,21 @@ func (p *publisher) readLoop(f wire.Frame) *wire.Error {
 				}
 				p.add(&f.Publishes[i])
 			}
+		case *wire.PublishMulti:
+			if !p.s.peer && p.s.version < wire.MultiVersion {
+				return wire.Errorf(wire.CodeProtocol, "PUBLISH_MULTI is a frame of protocol version %d; this connection speaks %d", wire.MultiVersion, p.s.version)
+			}
+			// Each run goes on as a PUBLISH_BATCH of its topic would: add starts a new batch
+			// at each change of topic, and refuses a run's publishes one by one.
+			p.ranges.Store(true)
+			for i := range f.Publishes {
+				if !p.acquire() {
+					return nil
+				}
+				p.add(&f.Publishes[i])
+			}
 		default:
-			return wire.Errorf(wire.CodeProtocol, "a publish stream carries only PUBLISH and PUBLISH_BATCH frames, got %s", f.Type())
+			return wire.Errorf(wire.CodeProtocol, "a publish stream carries only PUBLISH, PUBLISH_BATCH and PUBLISH_MULTI frames, got %s", f.Type())
 		}
 		// Keep building the batch while frames are already buffered; submit before blocking.
 		if !p.r.FrameBuffered() {

@@ -79,8 +79,11 @@ type relayStream struct {
 	seq   uint64 // owned by the publisher's reader goroutine
 	// unflushed: w holds frames not written yet (under the publisher's dispatchMu).
 	unflushed bool
-	anyOrder  bool          // the stream began with PUBLISH_OPEN's any-order flag
-	ended     chan struct{} // closed when readAnswers returns
+	anyOrder  bool // the stream began with PUBLISH_OPEN's any-order flag
+	// buffer encodes a publish into w: BufferPublishMulti when the owner announces
+	// publishmulti (batches of many topics share a frame), else BufferPublish.
+	buffer func(p *wire.Publish, maxBody int)
+	ended  chan struct{} // closed when readAnswers returns
 
 	mu struct {
 		sync.Mutex
@@ -129,6 +132,10 @@ func (p *publisher) relayTo(owner string) (*relayStream, *wire.Error) {
 		return nil, wire.Errorf(wire.CodeUnavailable, "the owner of the topic, node %q of region %q, cannot be reached: %v; nothing was appended", owner, n.cfg.Region, err)
 	}
 	rs := &relayStream{p: p, owner: owner, str: str, w: wire.NewWriter(str), ended: make(chan struct{})}
+	rs.buffer = rs.w.BufferPublish
+	if n.peerKnows(owner, features.PublishMulti, 1) {
+		rs.buffer = rs.w.BufferPublishMulti
+	}
 	if n.peerKnows(owner, features.PublishOpen, 1) {
 		rs.anyOrder = true
 		rs.w.Write(&wire.PublishOpen{Flags: wire.PublishAnyOrder}) // flushed with the first batch
@@ -167,8 +174,10 @@ func (rs *relayStream) send(b *pendingBatch) *wire.Error {
 	for _, r := range b.records {
 		// Runs of publishes go as PUBLISH_BATCH frames, which every build reads on a peer
 		// link (v0.1.0 on), answered with PUBLISH_ACKS: one frame each way per run rather
-		// than per record, the relay's cost on a follower.
-		rs.w.BufferPublish(&wire.Publish{
+		// than per record, the relay's cost on a follower. To an owner that reads them,
+		// as PUBLISH_MULTI frames: the batches of a client's publishes over many topics,
+		// one record each, then share a frame too.
+		rs.buffer(&wire.Publish{
 			Seq: rs.seq, Topic: b.topic,
 			ProducerID: r.ProducerID, Sequence: r.Sequence,
 			Headers: r.Headers, Payload: r.Payload,

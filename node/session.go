@@ -148,6 +148,9 @@ func (s *session) handshake(str *quic.Stream) error {
 	if !ok {
 		return s.refuse(str, wire.AppProtocol, wire.Errorf(wire.CodeVersion, "protocol version %d not supported; this node speaks %d to %d", hello.Version, wire.MinVersion, wire.Version))
 	}
+	if c := s.n.cfg.maxVersion; c != 0 {
+		version = min(version, c)
+	}
 	s.version = version
 	subject := ""
 	if certs := s.conn.ConnectionState().TLS.PeerCertificates; len(certs) > 0 {
@@ -266,7 +269,7 @@ func (s *session) serveStream(str *quic.Stream) {
 		return
 	}
 	switch f := f.(type) {
-	case *wire.PublishOpen, *wire.Publish, *wire.PublishBatch:
+	case *wire.PublishOpen, *wire.Publish, *wire.PublishBatch, *wire.PublishMulti:
 		if s.peer && s.peerRegion() != s.n.cfg.Region {
 			s.failStream(str, wire.Errorf(wire.CodeForbidden, "nodes of other regions do not publish here; records cross regions by mirroring"))
 			return
@@ -285,10 +288,10 @@ func (s *session) serveStream(str *quic.Stream) {
 				return
 			}
 			switch next.(type) {
-			case *wire.Publish, *wire.PublishBatch:
+			case *wire.Publish, *wire.PublishBatch, *wire.PublishMulti:
 				f = next
 			default:
-				s.failStream(str, wire.Errorf(wire.CodeProtocol, "PUBLISH_OPEN is followed by PUBLISH or PUBLISH_BATCH, got %s", next.Type()))
+				s.failStream(str, wire.Errorf(wire.CodeProtocol, "PUBLISH_OPEN is followed by PUBLISH, PUBLISH_BATCH or PUBLISH_MULTI, got %s", next.Type()))
 				return
 			}
 		}
@@ -338,6 +341,12 @@ func (s *session) refusePublishes(str *quic.Stream, first wire.Frame) {
 	case *wire.PublishBatch:
 		for k := range f.Publishes {
 			w.Write(&wire.PublishError{Seq: f.Seq + uint64(k), Code: e.Code, Message: e.Message})
+		}
+	case *wire.PublishMulti:
+		if s.peer || s.version >= wire.MultiVersion { // else not a frame of this connection: no answer
+			for k := range f.Publishes {
+				w.Write(&wire.PublishError{Seq: f.Seq + uint64(k), Code: e.Code, Message: e.Message})
+			}
 		}
 	}
 	w.Flush()

@@ -14,7 +14,7 @@ import "fmt"
 // is a client stream's frame, and a node passes a region replay's stream through to its
 // client unchanged, which must then carry only frames of every client version above 1.
 const (
-	Version     = 4
+	Version     = 5
 	MinVersion  = 1
 	PeerVersion = 2
 )
@@ -71,7 +71,8 @@ var typeNames = map[Type]string{
 	TypeHello: "HELLO", TypeWelcome: "WELCOME", TypeError: "ERROR",
 	TypePublish: "PUBLISH", TypePublishAck: "PUBLISH_ACK", TypePublishError: "PUBLISH_ERROR",
 	TypePublishBatch: "PUBLISH_BATCH", TypePublishAcks: "PUBLISH_ACKS", TypePublishOpen: "PUBLISH_OPEN",
-	TypeSubscribe: "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
+	TypePublishMulti: "PUBLISH_MULTI",
+	TypeSubscribe:    "SUBSCRIBE", TypeSubscribed: "SUBSCRIBED", TypeTopic: "TOPIC",
 	TypeRecord: "RECORD", TypeAck: "ACK", TypeGap: "GAP", TypeRecords: "RECORDS", TypeRuns: "RUNS", TypeCaughtUp: "CAUGHT_UP",
 	TypeNak: "NAK", TypeCommit: "COMMIT", TypeCommitted: "COMMITTED",
 	TypeTopics: "TOPICS", TypeTopicInfo: "TOPIC_INFO",
@@ -357,6 +358,8 @@ func newFrame(t Type) Frame {
 		return new(PublishAcks)
 	case TypePublishOpen:
 		return new(PublishOpen)
+	case TypePublishMulti:
+		return new(PublishMulti)
 	case TypeSubscribe:
 		return new(Subscribe)
 	case TypeSubscribed:

@@ -23,6 +23,7 @@ func addSeeds(f *testing.F) {
 	f.Add(recordsSeed())
 	f.Add(runsSeed())
 	f.Add(publishBatchSeed())
+	f.Add(publishMultiSeed())
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Flags: SubscribeRecords}))
 	f.Add(Append(nil, &Subscribe{Pattern: "a.>", Start: 9, Flags: SubscribeRecords | SubscribeCaughtUp}))
 	f.Add([]byte{byte(TypeCaughtUp), 0, 0, 0, 1, 0x80}) // a varint cut short
@@ -37,6 +38,7 @@ func addSeeds(f *testing.F) {
 	refused = Append(refused, &Publish{Seq: 2, Topic: "a", Headers: make([]Header, 9)})
 	refused = Append(refused, &Publish{Seq: 3, Topic: "a", Headers: []Header{{Key: strings.Repeat("k", 301)}}})
 	refused = Append(refused, &PublishBatch{Seq: 4, Topic: "a", Publishes: []Publish{{}, {ProducerID: strings.Repeat("p", 301)}, {}}})
+	refused = Append(refused, &PublishMulti{Seq: 7, Publishes: []Publish{{Topic: "a"}, {Topic: strings.Repeat("t", 41)}, {Topic: "b", ProducerID: strings.Repeat("p", 301)}, {Topic: "b"}}})
 	f.Add(refused)
 	f.Add([]byte{})
 }
@@ -84,6 +86,8 @@ func checkPublishLimits(t *testing.T, fr Frame, lim Limits) {
 	case *Publish:
 		ps = []Publish{*v}
 	case *PublishBatch:
+		ps = v.Publishes
+	case *PublishMulti:
 		ps = v.Publishes
 	}
 	for _, p := range ps {
@@ -194,6 +198,12 @@ func normalize(f Frame) Frame {
 			c.Publishes[i] = *normalize(&v.Publishes[i]).(*Publish)
 		}
 		return &c
+	case *PublishMulti:
+		c := PublishMulti{Seq: v.Seq, Publishes: make([]Publish, len(v.Publishes))}
+		for i := range v.Publishes {
+			c.Publishes[i] = *normalize(&v.Publishes[i]).(*Publish)
+		}
+		return &c
 	case *Records:
 		c := Records{Index: v.Index, Records: make([]Record, len(v.Records))}
 		for i := range v.Records {
@@ -259,6 +269,20 @@ func runsSeed() []byte {
 
 // publishBatchSeed is a stream of PUBLISH_BATCH frames as a client's Writer builds them (a
 // topic change and a seq gap start new frames), then a PUBLISH_ACKS.
+func publishMultiSeed() []byte {
+	var buf bytes.Buffer
+	w := NewWriter(&buf)
+	hs := []Header{{Key: "k", Value: []byte("v")}}
+	w.BufferPublishMulti(&Publish{Seq: 1, Topic: "a.b", Payload: []byte("x")}, 1<<10)
+	w.BufferPublishMulti(&Publish{Seq: 2, Topic: "a.c", ProducerID: "p", Sequence: 9, Headers: hs, Payload: []byte("yz")}, 1<<10)
+	w.BufferPublishMulti(&Publish{Seq: 3, Topic: "a.c"}, 1<<10)
+	w.BufferPublishMulti(&Publish{Seq: 4, Topic: "a.b", Payload: []byte("w")}, 1<<10)
+	w.BufferPublishMulti(&Publish{Seq: 6, Topic: "a.d", Payload: []byte("v")}, 1<<10)
+	w.Buffer(&PublishAcks{Seq: 1, Count: 4, Offset: 10, Time: 99})
+	w.Flush()
+	return buf.Bytes()
+}
+
 func publishBatchSeed() []byte {
 	var buf bytes.Buffer
 	w := NewWriter(&buf)

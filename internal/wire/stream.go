@@ -232,7 +232,7 @@ const maxScratch = 4 << 10
 // header values: every frame type whose decoder calls bytesMax or headers), which then needs
 // a body of its own per frame. A new frame type with a bytes field must be added here.
 func aliasesBody(t Type) bool {
-	return t == TypePublish || t == TypePublishBatch || t == TypeRecord || t == TypeRecords || t == TypeRuns || t == TypeRaftBatch || t == TypeRaftChunk
+	return t == TypePublish || t == TypePublishBatch || t == TypePublishMulti || t == TypeRecord || t == TypeRecords || t == TypeRuns || t == TypeRaftBatch || t == TypeRaftChunk
 }
 
 // NewReader returns a Reader enforcing lim (zero fields take defaults), buffering 16 KiB.
@@ -311,7 +311,8 @@ type Writer struct {
 	w   io.Writer
 	buf []byte
 
-	// The RECORDS (BufferRecord), RUNS (BufferRun) or PUBLISH_BATCH (BufferPublish) frame being built: open is
+	// The RECORDS (BufferRecord), RUNS (BufferRun), PUBLISH_BATCH (BufferPublish) or PUBLISH_MULTI
+	// (BufferPublishMulti) frame being built: open is
 	// its type (0: none), it starts at buf[openStart], and its length is written when it is
 	// closed (by any other method).
 	open      Type
@@ -321,6 +322,10 @@ type Writer struct {
 	pubTopic  string     // of the open PUBLISH_BATCH frame
 	pubNext   uint64     // the seq its next entry must have
 	pubCount  int        // its entries
+	// Of the open PUBLISH_MULTI frame (BufferPublishMulti): pubTopic is its last run's topic,
+	// whose count varint is at buf[pubRunAt] and holds pubRunCount.
+	pubRunAt    int
+	pubRunCount int
 
 	keep int // the buffer capacity Flush keeps (KeepBuffer); 0: 1 MiB
 }

@@ -49,6 +49,11 @@ const (
 	// is durable, in any order (docs/protocol.md, "Publish stream"). A relaying node sends
 	// it only to a node that announces it.
 	PublishOpen = "publishopen"
+	// PublishMulti is the level of the publish stream a node reads on a peer link: 1, a
+	// relayed stream may carry PUBLISH_MULTI, publishes to many topics in one frame
+	// (docs/protocol.md, "Node-to-node links"). A relaying node sends it only to a node that
+	// announces it, and PUBLISH_BATCH to any other.
+	PublishMulti = "publishmulti"
 )
 
 // Set maps a feature's name to the level a node knows; an absent name is level 0.
