@@ -373,7 +373,7 @@ func (w *ReplicaWriter) Position(name, topic string) (uint64, bool) {
 		return v, true
 	}
 	w.l.mu.RLock()
-	pv, ok := w.l.mu.positions[posName{name: name, topic: topic}]
+	pv, ok := w.l.mu.positions.get(posName{name: name, topic: topic})
 	w.l.mu.RUnlock()
 	return pv.v, ok
 }
