@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"runtime"
-	rtmetrics "runtime/metrics"
 	"runtime/pprof"
 	"sync"
 	"testing"
@@ -53,7 +52,7 @@ func TestParkedMirrorsCostWhatLocalTopicsCost(t *testing.T) {
 	best := math.Inf(1)
 	var local float64
 	for attempt := range 3 {
-		heap0, scan0 := liveHeap(), scanHeap()
+		heap0, scan0 := liveHeap(), testlog.ScanHeap()
 		alloc0 := totalAlloc()
 		prefix := fmt.Sprintf("m.a%d", attempt) // under the mirrored pattern m.>
 		createTopics(t, b, prefix, topics)
@@ -80,13 +79,13 @@ func TestParkedMirrorsCostWhatLocalTopicsCost(t *testing.T) {
 			}
 			return nil
 		})
-		heap1, scan1, logs1 := liveHeap(), scanHeap(), len(a.logs.find(-8, ""))+len(b.logs.find(-8, ""))
+		heap1, scan1, logs1 := liveHeap(), testlog.ScanHeap(), len(a.logs.find(-8, ""))+len(b.logs.find(-8, ""))
 		if profile != "" && attempt == 0 {
 			writeHeapProfile(t, profile)
 		}
 
 		createTopics(t, b, fmt.Sprintf("x%d", attempt), topics) // nothing mirrors x*: local topics only
-		heap2, scan2 := liveHeap(), scanHeap()
+		heap2, scan2 := liveHeap(), testlog.ScanHeap()
 		if !idle() {
 			t.Fatal("a topic nothing mirrors opened a mirror stream")
 		}
@@ -174,16 +173,6 @@ func liveHeap() uint64 {
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
-}
-
-// scanHeap is the part of the heap the last collection found scannable (what it reads for
-// pointers), after two collections.
-func scanHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	s := []rtmetrics.Sample{{Name: "/gc/scan/heap:bytes"}}
-	rtmetrics.Read(s)
-	return s[0].Value.Uint64()
 }
 
 func totalAlloc() uint64 {

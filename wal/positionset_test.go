@@ -2,21 +2,11 @@ package wal
 
 import (
 	"fmt"
-	"runtime"
-	rtmetrics "runtime/metrics"
 	"sync"
 	"testing"
-)
 
-// scanHeap is the part of the heap the GC scans for pointers, after two collections (so
-// that what sync.Pools keep is gone too).
-func scanHeap() uint64 {
-	runtime.GC()
-	runtime.GC()
-	s := []rtmetrics.Sample{{Name: "/gc/scan/heap:bytes"}}
-	rtmetrics.Read(s)
-	return s[0].Value.Uint64()
-}
+	"github.com/quicmq/quicmq/internal/testlog"
+)
 
 // TestPositionSetScansLessPerCursor bounds what a mirror cursor (one position of one name
 // on each of many topics, as federation stores with each mirrored record) adds to the heap
@@ -52,9 +42,9 @@ func TestPositionSetScansLessPerCursor(t *testing.T) {
 	}
 	write("warm", true, true) // the cursor's name and the log's own buffers in place
 	write("m", true, false)
-	s0 := scanHeap()
+	s0 := testlog.ScanHeap()
 	write("m", false, true)
-	s1 := scanHeap()
+	s1 := testlog.ScanHeap()
 	cursor := (float64(s1) - float64(s0)) / n
 	t.Logf("a cursor adds %.0f B to the scanned heap (%d topics)", cursor, n)
 	if got, ok, err := l.Position("mirror/us", "m.t00007"); err != nil || !ok || got != 0 {
