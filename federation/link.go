@@ -130,6 +130,7 @@ func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 	l.mu.unwanted = make(map[string]bool)
 	l.mu.queued = make(map[string]bool)
 	l.mu.hurried = make(map[string]bool)
+	l.mu.conns = 1 // a health's zero announcedOn never reads as announced
 	return l
 }
 
