@@ -102,7 +102,7 @@ func (f *Federation) mirrorState(region, topic string) string {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return fmt.Sprintf("open %v queued %v announced %v known %v headNext %d reached %d; link: %d open, %d waiting",
-			l.mu.mirrors[topic] != nil, l.mu.queued[topic], l.mu.announced[topic], h.known, h.headNext, h.reached,
+			l.mu.mirrors[topic] != nil, l.mu.queued[topic], l.announcedLocked(topic), h.known, h.headNext, h.reached,
 			len(l.mu.mirrors), len(l.mu.queued))
 	}
 	return "no link"

@@ -86,7 +86,7 @@ func TestBacklogServesNewestHeadFirst(t *testing.T) {
 	l := &link{f: &Federation{cfg: Config{Now: time.Now}}, sched: make(chan struct{}, 1)}
 	l.mu.queued = make(map[string]bool)
 	l.mu.hurried = make(map[string]bool)
-	l.mu.announced = make(map[string]bool)
+	l.mu.conns = 1
 	l.mu.health = make(map[string]*mirrorHealth)
 	take := func() (order []string) {
 		l.mu.Lock()
@@ -105,8 +105,7 @@ func TestBacklogServesNewestHeadFirst(t *testing.T) {
 	names := []string{"m.a", "m.b", "m.c", "m.d", "m.e"}
 	for _, n := range names {
 		l.mu.Lock()
-		l.mu.announced[n] = true
-		l.mu.health[n] = &mirrorHealth{}
+		l.mu.health[n] = &mirrorHealth{announcedOn: 1}
 		l.enqueueLocked(n)
 		l.mu.Unlock()
 	}
@@ -119,8 +118,7 @@ func TestBacklogServesNewestHeadFirst(t *testing.T) {
 	// Heads not known: in the order queued.
 	for _, n := range []string{"m.z", "m.y", "m.x"} {
 		l.mu.Lock()
-		l.mu.announced[n] = true
-		l.mu.health[n] = &mirrorHealth{}
+		l.mu.health[n] = &mirrorHealth{announcedOn: 1}
 		l.enqueueLocked(n)
 		l.mu.Unlock()
 	}

@@ -64,9 +64,12 @@ type link struct {
 		stalled map[string]bool // topics reported stalled (stall.go)
 
 		// The current connection's mirror scheduling (park.go).
-		announced map[string]bool // topics the peer announced on the catalog stream
-		// unwanted are the announced topics this link does not mirror (considerLocked): the
-		// only ones a pattern added to the watched set can make mirrored (repattern).
+		// conns numbers the link's connections (resetForConn): a mirrored topic the peer
+		// announced on the current one has its health's announcedOn at conns.
+		conns uint32
+		// unwanted are the topics the peer announced on the current connection that this
+		// link does not mirror (considerLocked): the only ones a pattern added to the
+		// watched set can make mirrored (repattern).
 		unwanted map[string]bool
 		patterns *patternSet     // the watched patterns mirrors are decided by
 		queue    backlog         // topics waiting for a stream, newest head first (stale entries are skipped; park.go)
@@ -124,10 +127,10 @@ func newLink(f *Federation, p Peer, counters *linkCounters) *link {
 	l.mu.mirrors = make(map[string]*mirror)
 	l.mu.health = make(map[string]*mirrorHealth)
 	l.mu.stalled = make(map[string]bool)
-	l.mu.announced = make(map[string]bool)
 	l.mu.unwanted = make(map[string]bool)
 	l.mu.queued = make(map[string]bool)
 	l.mu.hurried = make(map[string]bool)
+	l.mu.conns = 1 // a health's zero announcedOn never reads as announced
 	return l
 }
 

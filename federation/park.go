@@ -58,7 +58,7 @@ var errParked = errors.New("mirror parked")
 func (l *link) resetForConn(patterns []string, parkable bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.mu.announced = make(map[string]bool)
+	l.mu.conns++ // nothing is announced on the new connection yet
 	l.mu.unwanted = make(map[string]bool)
 	l.mu.queue = nil
 	l.mu.queued = make(map[string]bool)
@@ -73,24 +73,20 @@ func (l *link) resetForConn(patterns []string, parkable bool) {
 func (l *link) announce(topic string, hd *catalogHead) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.mu.announced[topic] = true
 	if hd == nil {
 		l.considerLocked(topic)
 		return
 	}
-	if l.healthLocked(topic) != nil {
+	if l.announcedHealthLocked(topic) != nil {
 		l.headReportedLocked(topic, hd)
-	} else {
-		l.mu.unwanted[topic] = true
 	}
 }
 
 // considerLocked makes an announced topic one of the link's mirrors if it is wanted, and
 // queues it for a stream if it needs one.
 func (l *link) considerLocked(topic string) {
-	h := l.healthLocked(topic)
+	h := l.announcedHealthLocked(topic)
 	if h == nil {
-		l.mu.unwanted[topic] = true
 		return
 	}
 	if l.mu.mirrors[topic] == nil && h.needsStream() {
@@ -116,6 +112,26 @@ func (l *link) healthLocked(topic string) *mirrorHealth {
 		}
 	}
 	return h
+}
+
+// announcedHealthLocked is healthLocked for a topic the peer announced on the current
+// connection, noted as announced; nil (the topic noted unwanted) when it is not mirrored.
+func (l *link) announcedHealthLocked(topic string) *mirrorHealth {
+	h := l.healthLocked(topic)
+	if h == nil {
+		l.mu.unwanted[topic] = true
+		return nil
+	}
+	h.announcedOn = l.mu.conns
+	return h
+}
+
+// announcedLocked reports whether the peer announced topic on the current connection.
+func (l *link) announcedLocked(topic string) bool {
+	if h := l.mu.health[topic]; h != nil {
+		return h.announcedOn == l.mu.conns
+	}
+	return l.mu.unwanted[topic]
 }
 
 // catalogHead is a HEAD the origin sent on the catalog stream.
@@ -150,7 +166,7 @@ func (l *link) headReportedLocked(topic string, hd *catalogHead) {
 		m.movedMeanwhile = m.movedMeanwhile || hd.moved
 		return
 	}
-	if !l.mu.announced[topic] {
+	if h.announcedOn != l.mu.conns {
 		return
 	}
 	if !h.needsStream() {
@@ -336,7 +352,7 @@ func (l *link) schedule(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg
 			break
 		}
 		h := l.mu.health[t]
-		if h == nil || l.mu.mirrors[t] != nil || !l.mu.announced[t] || !h.needsStream() {
+		if h == nil || l.mu.mirrors[t] != nil || h.announcedOn != l.mu.conns || !h.needsStream() {
 			continue // caught up meanwhile (a head reported after it was queued)
 		}
 		m := newMirror(l, t, h)
@@ -370,7 +386,7 @@ func (l *link) mirrorEnded(m *mirror) {
 	if l.mu.mirrors[m.topic] == m {
 		delete(l.mu.mirrors, m.topic)
 	}
-	if h := l.mu.health[m.topic]; h != nil && l.mu.announced[m.topic] && h.needsStream() {
+	if h := l.mu.health[m.topic]; h != nil && h.announcedOn == l.mu.conns && h.needsStream() {
 		if m.movedMeanwhile {
 			l.hurryLocked(m.topic)
 		} else {
@@ -475,6 +491,16 @@ func (l *link) repattern(patterns []string, all bool) {
 		}
 		return
 	}
+	// The announced topics, before the health of those no longer mirrored goes.
+	announced := make([]string, 0, len(l.mu.unwanted))
+	for t, h := range l.mu.health {
+		if h.announcedOn == l.mu.conns {
+			announced = append(announced, t)
+		}
+	}
+	for t := range l.mu.unwanted {
+		announced = append(announced, t)
+	}
 	for t, m := range l.mu.mirrors {
 		if !l.f.mirrored(t, next) {
 			m.stop() // it stays in mirrors until it ended, so a successor never overlaps it
@@ -488,7 +514,7 @@ func (l *link) repattern(patterns []string, all bool) {
 		}
 	}
 	clear(l.mu.unwanted)
-	for t := range l.mu.announced {
+	for _, t := range announced {
 		l.considerLocked(t)
 	}
 }

@@ -92,9 +92,12 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	var reportDue <-chan time.Time // the pending report of moved heads (nil: none)
 
 	patterns := newPatternSet(validPatterns(first.Patterns))
-	// announced holds the topics announced on the stream, with the head's next offset last
-	// reported (0: none).
-	announced := make(map[string]uint64)
+	// announced holds the topics announced on the stream, by the log's topic ID, with the
+	// head's next offset last reported (0: none). Keyed by the ID, not the name, it holds no
+	// pointer: a node keeps one per topic a peer mirrors, and the GC scanned each entry at
+	// every cycle beside the hot topics' work (issue 34's figure 3). A topic deleted and
+	// created again has another ID: it is announced again.
+	announced := make(map[uint32]uint64)
 	w := wire.NewWriter(str)
 	// ownHeads: the peer's region reads an announcement's HEAD position as this region's own
 	// head (Config.OwnHeads), asked again at each page and report, but only when one of them
@@ -111,19 +114,22 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 		return ownHeads
 	}
 	announce := func(name string) {
-		if _, ok := announced[name]; ok || !patterns.match(name) {
+		if !patterns.match(name) {
 			return
 		}
-		first, next, ok := f.cfg.Log.Bounds(name)
+		id, first, next, ok := f.cfg.Log.BoundsID(name)
 		if !ok {
 			return // deleted since it was created
 		}
+		if _, ok := announced[id]; ok {
+			return
+		}
 		w.Write(&wire.Topic{Name: name})
-		announced[name] = 0
+		announced[id] = 0
 		if moved != nil && next > 0 {
 			// Its head, with the announcement: the peer decides at once whether its mirror
 			// is behind.
-			announced[name] = next
+			announced[id] = next
 			t, own := f.headTime(name, next), next
 			if ownHeadsNow() {
 				t, own = f.ownHead(name, first, next)
@@ -139,16 +145,19 @@ func (f *Federation) serveCatalog(ctx context.Context, cancel context.CancelFunc
 	report := func() {
 		askOwnHeads()
 		for _, t := range moved.take() {
-			last, ok := announced[t]
+			id, _, next, ok := f.cfg.Log.BoundsID(t)
+			if !ok {
+				continue // deleted since it moved
+			}
+			last, ok := announced[id]
 			if !ok {
 				announce(t)
 				continue
 			}
-			_, next, _ := f.cfg.Log.Bounds(t)
 			if next == last || !patterns.match(t) {
 				continue
 			}
-			announced[t] = next
+			announced[id] = next
 			w.Write(&wire.Head{Next: next, Position: next, Time: f.headTime(t, next), Topic: t})
 		}
 	}

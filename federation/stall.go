@@ -28,6 +28,11 @@ type mirrorHealth struct {
 	behindSince int64  // local time (unix ns) since which the reported head is past reached (0: caught up)
 	stalled     bool
 	known       bool // the origin has reported a head (else whether the mirror is behind is unknown)
+	// announcedOn is guarded by link.mu, not mu: the link's connection (link.mu.conns) on
+	// which the peer announced the topic; another (0: none) means not announced on the
+	// current one. Kept here rather than in a set of the announced names, whose entries the
+	// GC would scan at every cycle for each mirrored topic (issue 34's figure 3).
+	announcedOn uint32
 }
 
 // unixNano is t in unix nanoseconds, 0 for the zero time.

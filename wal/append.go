@@ -544,6 +544,9 @@ func (l *Log) publish(f *inflight) {
 		l.publishAdminLocked(f.admin)
 	}
 	l.mu.Unlock()
+	if len(f.newTopics) > 0 {
+		l.localDurable(f.newTopics)
+	}
 	if f.admin != nil {
 		l.afterAdmin(f.admin)
 		return

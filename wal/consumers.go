@@ -65,31 +65,18 @@ func (f PositionFilter) byName() bool {
 	return f.Topic == "" && (f.Name != "" || f.NamePrefix != "" || f.SkipPrefix != "")
 }
 
-// setPositionLocked stores a durable position, indexed by name. Callers hold mu.
+// setPositionLocked stores a durable position. Callers hold mu. The topic's name is the
+// log's own string when the topic is known, not another copy of it.
 func (l *Log) setPositionLocked(k posName, v posValue) {
-	if _, ok := l.mu.positions[k]; !ok {
-		ts := l.mu.posTopics[k.name]
-		if ts == nil {
-			ts = make(map[string]struct{})
-			l.mu.posTopics[k.name] = ts
-		}
-		ts[k.topic] = struct{}{}
+	if t := l.mu.topics[k.topic]; t != nil {
+		k.topic = t.name
 	}
-	l.mu.positions[k] = v
+	l.mu.positions.set(k, v)
 }
 
-// deletePositionLocked removes a durable position and its index entry. Callers hold mu.
+// deletePositionLocked removes a durable position. Callers hold mu.
 func (l *Log) deletePositionLocked(k posName) {
-	if _, ok := l.mu.positions[k]; !ok {
-		return
-	}
-	delete(l.mu.positions, k)
-	if ts := l.mu.posTopics[k.name]; ts != nil {
-		delete(ts, k.topic)
-		if len(ts) == 0 {
-			delete(l.mu.posTopics, k.name)
-		}
-	}
+	l.mu.positions.del(k)
 }
 
 // positionsByName is Positions for a filter that selects by name: the durable positions of
@@ -101,13 +88,12 @@ func (l *Log) positionsByName(f PositionFilter, fn func(PositionInfo) bool) {
 	}
 	var out []sel
 	l.mu.RLock()
-	for name, ts := range l.mu.posTopics {
+	for name, ts := range l.mu.positions {
 		if !f.matchName(name) {
 			continue
 		}
-		for topic := range ts {
-			k := posName{name: name, topic: topic}
-			out = append(out, sel{key: positionKey(topic, name), pi: positionInfo(k, l.mu.positions[k])})
+		for topic, v := range ts {
+			out = append(out, sel{key: positionKey(topic, name), pi: positionInfo(posName{name: name, topic: topic}, v)})
 		}
 	}
 	l.mu.RUnlock()
@@ -164,7 +150,7 @@ func (l *Log) Positions(f PositionFilter, fn func(PositionInfo) bool) error {
 			continue
 		}
 		l.mu.RLock()
-		v, durable := l.mu.positions[k]
+		v, durable := l.mu.positions.get(k)
 		l.mu.RUnlock()
 		if durable && !fn(positionInfo(k, v)) {
 			return nil
@@ -186,7 +172,7 @@ func (l *Log) DeletePosition(ctx context.Context, name string) (int, error) {
 	}
 	var ws []posWrite
 	l.mu.RLock()
-	for topic := range l.mu.posTopics[name] {
+	for topic := range l.mu.positions[name] {
 		ws = append(ws, posWrite{key: posName{name: name, topic: topic}, del: true})
 	}
 	l.mu.RUnlock()
@@ -296,7 +282,7 @@ func (l *Log) Pending(name string, topics []string) (uint64, []TopicPending) {
 		t := l.mu.topics[topic]
 		if t != nil {
 			tp.Known, tp.Next, tp.Resume = true, t.hwm, t.first
-			if pv, ok := l.mu.positions[posName{name: name, topic: topic}]; ok {
+			if pv, ok := l.mu.positions.get(posName{name: name, topic: topic}); ok {
 				tp.HasPosition, tp.Resume = true, pv.resume()
 			}
 			if from := max(tp.Resume, t.first); from < t.hwm {

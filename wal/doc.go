@@ -93,8 +93,8 @@
 //
 // # Consumers
 //
-// Named positions live in memory (every durable one, loaded at Open, indexed
-// by name too) and in Pebble. Positions selects by name from memory, looking
+// Named positions live in memory (every durable one, loaded at Open, by name
+// and then by topic: positionSet) and in Pebble. Positions selects by name from memory, looking
 // only at the names selected (a listing of consumers costs nothing per mirror
 // cursor); with no name filter it walks a Pebble iterator and takes each
 // durable value from memory, so its memory does not grow with their number.

@@ -71,12 +71,11 @@ type Log struct {
 		// created and deleted over and over (createdLocked).
 		created     []string
 		createdBase int
-		positions   map[posName]posValue
-		// posTopics indexes positions by name (name -> topics): a listing by name or name
-		// prefix (Positions, PositionNames, DeletePosition) looks at the names, then at the
-		// selected names' positions only, not at every position (a mirroring node holds a
-		// cursor per mirrored topic). Written with positions (setPositionLocked).
-		posTopics map[string]map[string]struct{}
+		// positions are the durable positions by name, then by topic (positionSet): a
+		// listing by name or name prefix (Positions, PositionNames, DeletePosition) looks
+		// at the names, then at the selected names' positions only, not at every position
+		// (a mirroring node holds a cursor per mirrored topic).
+		positions positionSet
 		// deleted maps the names of topics deleted since Open (and not created
 		// again) to their old IDs, so that a reader learns why a topic is gone.
 		deleted map[string]uint32
@@ -182,8 +181,7 @@ func Open(dir string, opts Options) (*Log, error) {
 	l.c.deleted = make(map[string]struct{})
 	l.c.dedup.init(opts)
 	l.mu.topics = make(map[string]*topic)
-	l.mu.positions = make(map[posName]posValue)
-	l.mu.posTopics = make(map[string]map[string]struct{})
+	l.mu.positions = make(positionSet)
 	l.mu.deleted = make(map[string]uint32)
 	l.watch.init()
 
@@ -254,7 +252,7 @@ func Open(dir string, opts Options) (*Log, error) {
 		l.wg.Add(1)
 		go l.retentionLoop()
 	}
-	l.log.Info("opened", "dir", dir, "topics", len(l.mu.topics), "positions", len(l.mu.positions))
+	l.log.Info("opened", "dir", dir, "topics", len(l.mu.topics), "positions", l.mu.positions.count())
 	return l, nil
 }
 

@@ -10,7 +10,7 @@ import (
 func (l *Log) PositionNames(prefix string) []string {
 	l.mu.RLock()
 	var out []string
-	for name := range l.mu.posTopics {
+	for name := range l.mu.positions {
 		if strings.HasPrefix(name, prefix) {
 			out = append(out, name)
 		}

@@ -223,7 +223,7 @@ func (l *Log) position(name, topic string) (posValue, bool, error) {
 		return posValue{}, false, fmt.Errorf("wal: position %q of %q: %w", name, topic, ErrClosed)
 	}
 	l.mu.RLock()
-	v, ok := l.mu.positions[posName{name: name, topic: topic}]
+	v, ok := l.mu.positions.get(posName{name: name, topic: topic})
 	l.mu.RUnlock()
 	return v, ok, nil
 }

@@ -57,6 +57,18 @@ func (l *Log) Bounds(topic string) (first, next uint64, ok bool) {
 	return v.first, v.hwm, ok
 }
 
+// BoundsID is Bounds with the topic's ID in the log: never handed out twice, so a topic
+// deleted and created again has another. A caller that keeps state for many topics can key
+// it by the ID, a map the GC need not scan, instead of by the name (federation's catalog
+// stream: issue 34's figure 3).
+func (l *Log) BoundsID(topic string) (id uint32, first, next uint64, ok bool) {
+	v, ok := l.view(topic)
+	if !ok {
+		return 0, 0, 0, false
+	}
+	return v.t.id, v.first, v.hwm, true
+}
+
 // TopicInfo returns what Topics says of one topic; ok is false for an unknown topic.
 func (l *Log) TopicInfo(name string) (info TopicInfo, ok bool) {
 	l.mu.RLock()

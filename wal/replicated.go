@@ -79,15 +79,19 @@ type replState struct {
 	// one map serves both the refusals and the writer, since a topic's name and group are
 	// what a replica holds per topic beyond a single node's log.
 	topics map[string]*topic
-	local  map[string]struct{} // local topics the committer created since Open
-	writer bool                // a ReplicaWriter exists
+	// local is the local topics the committer created that are not durable yet (Bind
+	// refuses them, and the durable ones in Log.mu.topics): each leaves it once its batch is
+	// durable (localDurable), and the map goes once empty, so a node does not keep an
+	// entry the GC scans for every topic created since Open (issue 34's figure 3). Nil
+	// when empty.
+	local  map[string]struct{}
+	writer bool // a ReplicaWriter exists
 }
 
 // loadReplicated reads the stored markers once (the first time anything asks).
 func (l *Log) loadReplicated() error {
 	l.repl.once.Do(func() {
 		l.repl.topics = make(map[string]*topic)
-		l.repl.local = make(map[string]struct{})
 		db, err := l.readDB()
 		if err != nil {
 			l.repl.loadErr = err
@@ -155,8 +159,24 @@ func (l *Log) newLocalTopic(b *pebble.Batch, name string) (*topic, error) {
 	if err != nil {
 		return nil, err
 	}
+	if l.repl.local == nil {
+		l.repl.local = make(map[string]struct{})
+	}
 	l.repl.local[name] = struct{}{}
 	return t, nil
+}
+
+// localDurable drops the topics of a durable batch (in Log.mu.topics now) from the ones
+// created but not durable yet. Completer goroutine, holding no lock.
+func (l *Log) localDurable(ts []*topic) {
+	l.repl.mu.Lock()
+	defer l.repl.mu.Unlock()
+	for _, t := range ts {
+		delete(l.repl.local, t.name)
+	}
+	if len(l.repl.local) == 0 {
+		l.repl.local = nil // a map keeps its largest size
+	}
 }
 
 // nextTopicID reads the topic ID counter for putNextID.
@@ -373,7 +393,7 @@ func (w *ReplicaWriter) Position(name, topic string) (uint64, bool) {
 		return v, true
 	}
 	w.l.mu.RLock()
-	pv, ok := w.l.mu.positions[posName{name: name, topic: topic}]
+	pv, ok := w.l.mu.positions.get(posName{name: name, topic: topic})
 	w.l.mu.RUnlock()
 	return pv.v, ok
 }

@@ -276,10 +276,8 @@ func (w *ReplicaWriter) Forget(b *pebble.Batch, topic string) (positions, groups
 	}
 	names := map[string]bool{}
 	w.l.mu.RLock()
-	for k := range w.l.mu.positions {
-		if k.topic == topic {
-			names[k.name] = true
-		}
+	for _, name := range w.l.mu.positions.namesOn(topic) {
+		names[name] = true
 	}
 	w.l.mu.RUnlock()
 	for k := range w.staged {

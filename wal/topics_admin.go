@@ -533,10 +533,8 @@ func (l *Log) publishAdminLocked(op *adminOp) {
 			op.t.cfg = op.cfg
 		}
 	case opDelete:
-		for k := range l.mu.positions {
-			if k.topic == op.gone.name {
-				l.deletePositionLocked(k)
-			}
+		for _, name := range l.mu.positions.namesOn(op.gone.name) {
+			l.deletePositionLocked(posName{name: name, topic: op.gone.name})
 		}
 	}
 }

@@ -1,7 +1,7 @@
-// Package testlog gives tests a logger and seeded random sources (Rand). The logger writes to
-// t.Log when QUICMQ_TEST_LOG is set and nowhere otherwise, and it stops writing when the test
-// ends, so that a goroutine finishing late cannot log after its test (which the testing
-// package reports as a failure).
+// Package testlog gives tests a logger, seeded random sources (Rand) and heap readings
+// (ScanHeap). The logger writes to t.Log when QUICMQ_TEST_LOG is set and nowhere otherwise,
+// and it stops writing when the test ends, so that a goroutine finishing late cannot log after
+// its test (which the testing package reports as a failure).
 package testlog
 
 import (
