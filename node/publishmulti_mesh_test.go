@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -42,9 +41,7 @@ func TestPublishMultiRegion(t *testing.T) {
 			defer setup.Close()
 			publishTopics(ctx, t, setup, "pm", topics) // placed, so the feature checks have run
 			waitMultiFeatures(t, m, c.older)
-			var mu sync.Mutex
-			acked := map[string]map[uint64]string{} // topic -> offset -> payload
-			unavailable, sent := 0, 0
+			tally := newPipeTally()
 			var wg sync.WaitGroup
 			for i := range clients {
 				opts := client.Options{}
@@ -53,45 +50,15 @@ func TestPublishMultiRegion(t *testing.T) {
 				}
 				conn := dialNode(t, m.nodes[m.names[i%len(m.names)]], opts)
 				wg.Go(func() {
-					n := topics * perTopic
-					futs := make([]*client.Future, 0, n)
-					msgs := make([]client.Message, 0, n)
-					for k := range n {
-						msg := client.Message{Topic: fmt.Sprintf("pm.%d", (k+i*7)%topics), Payload: fmt.Appendf(nil, "c%d-%04d", i, k)}
-						f, err := conn.PublishAsync(ctx, msg)
-						if err != nil {
-							t.Errorf("client %d publish %d: %v", i, k, err)
-							return
-						}
-						futs, msgs = append(futs, f), append(msgs, msg)
+					msgs := make([]client.Message, topics*perTopic)
+					for k := range msgs {
+						msgs[k] = client.Message{Topic: fmt.Sprintf("pm.%d", (k+i*7)%topics), Payload: fmt.Appendf(nil, "c%d-%04d", i, k)}
 					}
-					for k, f := range futs {
-						ack, err := f.Wait(ctx)
-						mu.Lock()
-						sent++
-						var ce *client.Error
-						switch {
-						case errors.As(err, &ce) && ce.Code == client.CodeUnavailable:
-							unavailable++
-						case err != nil:
-							t.Errorf("client %d publish %d to %s: %v", i, k, msgs[k].Topic, err)
-						case acked[msgs[k].Topic][ack.Offset] != "":
-							t.Errorf("%s: offset %d acknowledged twice", msgs[k].Topic, ack.Offset)
-						default:
-							if acked[msgs[k].Topic] == nil {
-								acked[msgs[k].Topic] = map[uint64]string{}
-							}
-							acked[msgs[k].Topic][ack.Offset] = string(msgs[k].Payload)
-						}
-						mu.Unlock()
-					}
+					tally.publish(ctx, t, conn, i, msgs)
 				})
 			}
 			wg.Wait()
-			t.Logf("%d publishes, %d refused or unanswered while a leader moved", sent, unavailable)
-			if unavailable > sent/4 {
-				t.Fatalf("%d of %d publishes unavailable", unavailable, sent)
-			}
+			acked, unavailable := tally.check(t)
 			for i := range topics {
 				topic := fmt.Sprintf("pm.%d", i)
 				var recs []string

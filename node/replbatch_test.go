@@ -40,53 +40,21 @@ func TestPublishesShareRaftEntries(t *testing.T) {
 			setup := m.dial("eu-1")
 			defer setup.Close()
 			publishTopics(ctx, t, setup, "bat", topics)
-			var mu sync.Mutex
-			acked := map[string]map[uint64]string{} // topic -> offset -> payload
-			unavailable, sent := 0, 0
+			tally := newPipeTally()
 			var wg sync.WaitGroup
 			for i := range clients {
 				conn := m.dial(m.names[i%len(m.names)])
 				defer conn.Close()
 				wg.Go(func() {
-					n := topics * c.perTopic
-					futs := make([]*client.Future, 0, n)
-					msgs := make([]client.Message, 0, n)
-					for k := range n {
-						msg := client.Message{Topic: fmt.Sprintf("bat.%d", (k+i*topics/clients)%topics), Payload: fmt.Appendf(nil, "c%d-%d", i, k)}
-						f, err := conn.PublishAsync(ctx, msg)
-						if err != nil {
-							t.Errorf("client %d publish %d: %v", i, k, err)
-							return
-						}
-						futs, msgs = append(futs, f), append(msgs, msg)
+					msgs := make([]client.Message, topics*c.perTopic)
+					for k := range msgs {
+						msgs[k] = client.Message{Topic: fmt.Sprintf("bat.%d", (k+i*topics/clients)%topics), Payload: fmt.Appendf(nil, "c%d-%d", i, k)}
 					}
-					for k, f := range futs {
-						ack, err := f.Wait(ctx)
-						mu.Lock()
-						sent++
-						var ce *client.Error
-						switch {
-						case errors.As(err, &ce) && ce.Code == client.CodeUnavailable:
-							unavailable++
-						case err != nil:
-							t.Errorf("client %d publish %d to %s: %v", i, k, msgs[k].Topic, err)
-						case acked[msgs[k].Topic][ack.Offset] != "":
-							t.Errorf("%s: offset %d acknowledged twice", msgs[k].Topic, ack.Offset)
-						default:
-							if acked[msgs[k].Topic] == nil {
-								acked[msgs[k].Topic] = map[uint64]string{}
-							}
-							acked[msgs[k].Topic][ack.Offset] = string(msgs[k].Payload)
-						}
-						mu.Unlock()
-					}
+					tally.publish(ctx, t, conn, i, msgs)
 				})
 			}
 			wg.Wait()
-			t.Logf("%d publishes, %d refused or unanswered while a leader moved", sent, unavailable)
-			if unavailable > sent/4 {
-				t.Fatalf("%d of %d publishes unavailable", unavailable, sent)
-			}
+			acked, unavailable := tally.check(t)
 			for _, topic := range []string{"bat.0", "bat.31", "bat.59"} {
 				want := 1 + clients*c.perTopic // the placing publish, then every client's
 				// Some outcomes unknown: as many as the furthest replica holds.
@@ -121,4 +89,63 @@ func TestPublishesShareRaftEntries(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pipeTally keeps what pipelined publishes over many topics were answered, for the tests
+// that publish from several clients at once and then read every topic's log: each topic's
+// acknowledged offsets with their payloads, and how many were answered Unavailable (a
+// leader moved under the load: counted, not retried).
+type pipeTally struct {
+	mu                sync.Mutex
+	acked             map[string]map[uint64]string // topic -> offset -> payload
+	sent, unavailable int
+}
+
+func newPipeTally() *pipeTally { return &pipeTally{acked: map[string]map[uint64]string{}} }
+
+// publish sends msgs pipelined on conn (client number i), then waits for every answer.
+func (p *pipeTally) publish(ctx context.Context, t *testing.T, conn *client.Conn, i int, msgs []client.Message) {
+	futs := make([]*client.Future, 0, len(msgs))
+	for k, msg := range msgs {
+		f, err := conn.PublishAsync(ctx, msg)
+		if err != nil {
+			t.Errorf("client %d publish %d: %v", i, k, err)
+			return
+		}
+		futs = append(futs, f)
+	}
+	for k, f := range futs {
+		ack, err := f.Wait(ctx)
+		topic := msgs[k].Topic
+		p.mu.Lock()
+		p.sent++
+		var ce *client.Error
+		switch {
+		case errors.As(err, &ce) && ce.Code == client.CodeUnavailable:
+			p.unavailable++
+		case err != nil:
+			t.Errorf("client %d publish %d to %s: %v", i, k, topic, err)
+		case p.acked[topic][ack.Offset] != "":
+			t.Errorf("%s: offset %d acknowledged twice", topic, ack.Offset)
+		default:
+			if p.acked[topic] == nil {
+				p.acked[topic] = map[uint64]string{}
+			}
+			p.acked[topic][ack.Offset] = string(msgs[k].Payload)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// check fails the test when more than a quarter of the publishes were unavailable, and
+// returns what was acknowledged and how many were not, once every publish is answered.
+func (p *pipeTally) check(t *testing.T) (acked map[string]map[uint64]string, unavailable int) {
+	t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t.Logf("%d publishes, %d refused or unanswered while a leader moved", p.sent, p.unavailable)
+	if p.unavailable > p.sent/4 {
+		t.Fatalf("%d of %d publishes unavailable", p.unavailable, p.sent)
+	}
+	return p.acked, p.unavailable
 }
