@@ -237,6 +237,7 @@ func (b *backlog) Push(x any)   { *b = append(*b, x.(backlogEntry)) }
 func (b *backlog) Pop() any {
 	old := *b
 	e := old[len(old)-1]
+	old[len(old)-1] = backlogEntry{} // the slot keeps no topic name alive past its turn
 	*b = old[:len(old)-1]
 	return e
 }
