@@ -206,6 +206,20 @@ func (p *publisher) run(first wire.Frame) {
 	p.str.Close()
 }
 
+// addRun adds the publishes of a PUBLISH_BATCH or a PUBLISH_MULTI, each when a place among
+// the unanswered is free; from then on the stream's answers go by seq range. It reports false
+// when the stream ended while waiting for a place.
+func (p *publisher) addRun(ps []wire.Publish) bool {
+	p.ranges.Store(true)
+	for i := range ps {
+		if !p.acquire() {
+			return false
+		}
+		p.add(&ps[i])
+	}
+	return true
+}
+
 // readLoop reads and batches publishes. It returns a protocol error to send, or nil when the
 // stream ended (FIN, reset, drain or connection loss).
 func (p *publisher) readLoop(f wire.Frame) *wire.Error {
@@ -217,12 +231,8 @@ func (p *publisher) readLoop(f wire.Frame) *wire.Error {
 			}
 			p.add(f)
 		case *wire.PublishBatch:
-			p.ranges.Store(true)
-			for i := range f.Publishes {
-				if !p.acquire() {
-					return nil
-				}
-				p.add(&f.Publishes[i])
+			if !p.addRun(f.Publishes) {
+				return nil
 			}
 		case *wire.PublishMulti:
 			if !p.s.peer && p.s.version < wire.MultiVersion {
@@ -230,12 +240,8 @@ func (p *publisher) readLoop(f wire.Frame) *wire.Error {
 			}
 			// Each run goes on as a PUBLISH_BATCH of its topic would: add starts a new batch
 			// at each change of topic, and refuses a run's publishes one by one.
-			p.ranges.Store(true)
-			for i := range f.Publishes {
-				if !p.acquire() {
-					return nil
-				}
-				p.add(&f.Publishes[i])
+			if !p.addRun(f.Publishes) {
+				return nil
 			}
 		default:
 			return wire.Errorf(wire.CodeProtocol, "a publish stream carries only PUBLISH, PUBLISH_BATCH and PUBLISH_MULTI frames, got %s", f.Type())
