@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 	stop()
 	killAllNodes()
 	lossy.CloseAll()
+	if builtDir != "" {
+		_ = os.RemoveAll(builtDir) // the 39 MB binary, built once per run
+	}
 	os.Exit(code)
 }
 
@@ -65,6 +68,7 @@ func needHarness(t *testing.T) {
 
 var (
 	buildOnce sync.Once
+	builtDir  string // removed by TestMain when the tests are over
 	builtBin  string
 	buildErr  error
 )
@@ -78,7 +82,7 @@ func quicmqBinary(t *testing.T) string {
 			buildErr = err
 			return
 		}
-		builtBin = filepath.Join(dir, "quicmq")
+		builtDir, builtBin = dir, filepath.Join(dir, "quicmq")
 		// Built in the main module (../..), whose go.sum has the binary's dependencies.
 		cmd := exec.Command("go", "build", "-o", builtBin, "./cmd/quicmq")
 		cmd.Dir = filepath.Join("..", "..")

@@ -2,43 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quicmq/quicmq/internal/testlog"
 )
-
-var (
-	brokenOnce sync.Once
-	brokenBin  string
-	brokenErr  error
-)
-
-// brokenBinary builds quicmq with -tags quicmq_broken_ack (replica/broken_ack.go): leaders
-// acknowledge a publish once their own log has it synced, before a quorum does.
-func brokenBinary(t *testing.T) string {
-	t.Helper()
-	brokenOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "quicmq-broken-")
-		if err != nil {
-			brokenErr = err
-			return
-		}
-		brokenBin = filepath.Join(dir, "quicmq")
-		if out, err := exec.Command("go", "build", "-tags", "quicmq_broken_ack", "-o", brokenBin, ".").CombinedOutput(); err != nil {
-			brokenErr = fmt.Errorf("go build -tags quicmq_broken_ack: %v\n%s", err, out)
-		}
-	})
-	if brokenErr != nil {
-		t.Fatal(brokenErr)
-	}
-	return brokenBin
-}
 
 // TestCampaignReplicaCatchesBrokenAck runs the kill campaign on the broken build and passes
 // only if the checker fails it: the leader, killed right after acknowledging records that
@@ -56,7 +25,7 @@ func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
 	kills := envInt("QUICMQ_REPLICA_BROKEN_KILLS", 3)
 	bin := os.Getenv("QUICMQ_REPLICA_BROKEN_BIN") // a broken build made elsewhere
 	if bin == "" {
-		bin = brokenBinary(t)
+		bin = quicmqBinaryTags(t, "quicmq_broken_ack") // replica/broken_ack.go: a leader acknowledges once its own log has a publish synced, before a quorum does
 	}
 	r, l := replicaCampaign(t, bin)
 	for k := range kills {

@@ -25,8 +25,27 @@ var builds struct {
 
 type build struct {
 	once sync.Once
+	dir  string // removed by TestMain when the tests are over
 	bin  string
 	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	removeBuilds()
+	os.Exit(code)
+}
+
+// removeBuilds deletes every binary quicmqBinaryTags built (39 MB each), which would
+// otherwise stay in the system's temporary directory after every run of this package.
+func removeBuilds() {
+	builds.Lock()
+	defer builds.Unlock()
+	for _, b := range builds.by {
+		if b.dir != "" {
+			_ = os.RemoveAll(b.dir)
+		}
+	}
 }
 
 // testVersion is the version quicmqBinary stamps into the binary it builds.
@@ -62,7 +81,7 @@ func quicmqBinaryTags(t *testing.T, tags string) string {
 			b.err = err
 			return
 		}
-		b.bin = filepath.Join(dir, "quicmq")
+		b.dir, b.bin = dir, filepath.Join(dir, "quicmq")
 		args := []string{"build", "-buildvcs=auto", "-ldflags", "-X main.version=" + testVersion + " -X main.commit=" + testCommit}
 		if tags != "" {
 			args = append(args, "-tags", tags)
