@@ -102,10 +102,14 @@ type repResult struct {
 	// RecordsPerEntry (QuicMQ R3): records acked in the window per raft entry committed in it,
 	// from the first node's quicmq_raft_group_commit_index (summed over its groups).
 	RecordsPerEntry float64
-	Errors          int
-	AckMeans        string
-	Notes           []string
-	LoadAvg         float64
+	// Hops (QuicMQ R3): QUIC packets and bytes a record on each hop over the window, and
+	// UDPDatagrams, every UDP datagram of the run's namespace a record (rephops.go).
+	Hops         []repHop
+	UDPDatagrams float64
+	Errors       int
+	AckMeans     string
+	Notes        []string
+	LoadAvg      float64
 }
 
 // asyncPub is one publishing connection of the replicated and groups scenarios.
@@ -276,14 +280,15 @@ func (p *procNode) stop() {
 // repCluster is the brokers of one run: the processes, the address each client dials and the
 // CA file QuicMQ clients trust.
 type repCluster struct {
-	pids    []int
-	addrs   []string
-	metrics string   // QuicMQ R3: the first node's metrics address
-	profile []string // with profiles: each node's metrics address, serving /debug/pprof/
-	names   []string // server names, as leader reports them
-	ca      string
-	stop    func()
-	leader  func(ctx context.Context) (leader string, replicas []string, err error)
+	pids        []int
+	addrs       []string
+	metrics     string   // QuicMQ R3: the first node's metrics address
+	nodeMetrics []string // QuicMQ R3: each node's metrics address (rephops.go)
+	profile     []string // with profiles: each node's metrics address, serving /debug/pprof/
+	names       []string // server names, as leader reports them
+	ca          string
+	stop        func()
+	leader      func(ctx context.Context) (leader string, replicas []string, err error)
 }
 
 // startQuicmqRegion starts n `quicmq node` processes of one region (n > 1: joined by gossip,
@@ -326,6 +331,7 @@ func startQuicmqRegion(bin string, n, replicas int, profile bool) (*repCluster, 
 			if i == 0 {
 				cl.metrics = metrics
 			}
+			cl.nodeMetrics = append(cl.nodeMetrics, metrics)
 		}
 		if replicas > 1 || profile {
 			args = append(args, "--metrics", metrics)
@@ -681,12 +687,15 @@ func runRepWorker(args []string) error {
 			res.Notes = append(res.Notes, err.Error())
 		}
 	}
+	hops0, hopsErr := readHops(pubs, cl.names, cl.nodeMetrics)
 	cpu0, t0 := clusterCPU(cl), time.Now()
 	load.counting.Store(true)
 	profiled := profileNodes(cl, p, &res.Notes)
 	time.Sleep(p.Duration)
 	load.counting.Store(false)
 	cpu1, el := clusterCPU(cl), time.Since(t0)
+	hops1, err := readHops(pubs, cl.names, cl.nodeMetrics)
+	acked := int(load.acked.Load())
 	profiled()
 	if cl.metrics != "" {
 		if entries1, err := raftCommitted(cl.metrics); err == nil && entries1 > entries0 {
@@ -706,6 +715,13 @@ func runRepWorker(args []string) error {
 		}
 	}
 	res.Records = int(load.acked.Load())
+	switch {
+	case len(cl.nodeMetrics) == 0:
+	case hopsErr != nil || err != nil:
+		res.Notes = append(res.Notes, fmt.Sprintf("hop counters: %v", errors.Join(hopsErr, err)))
+	default:
+		res.Hops, res.UDPDatagrams = hopsPerRecord(hops0, hops1, acked)
+	}
 	res.Rate = float64(res.Records) / el.Seconds()
 	res.P50, res.P99 = load.hist.quantile(0.5, 0), load.hist.quantile(0.99, 0)
 	res.Errors = int(load.errs.Load())
@@ -908,6 +924,9 @@ refused.
 					res.Repeat = r
 					fmt.Fprintf(os.Stderr, " %.0f records/s, ack p50 %.2f p99 %.1f ms, %.1f broker cpu-µs/record %.1f, leader %q (%d clients on it), %.1f records/raft entry, %d errors %v\n",
 						res.Rate, res.P50, res.P99, res.BrokerCPUus, res.NodeCPUus, res.Leader, res.ClientsOnLeader, res.RecordsPerEntry, res.Errors, res.Notes)
+					if res.Hops != nil {
+						fmt.Fprintf(os.Stderr, "    %s\n", formatHops(res.Hops, res.UDPDatagrams))
+					}
 					results = append(results, &res)
 				}
 			}
