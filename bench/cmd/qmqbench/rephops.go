@@ -23,7 +23,7 @@ import (
 	"strings"
 )
 
-// repHop is one direction of one hop, per record acked in the window.
+// repHop is one direction of one hop, per record the nodes stored in the window.
 type repHop struct {
 	Hop     string  // "clients->nodes", "nodes->clients", or "n1->n2" (on n1's link to n2)
 	Packets float64 // QUIC packets per record
@@ -34,6 +34,10 @@ type repHop struct {
 type hopCounts struct {
 	packets, bytes map[string]float64
 	udpIn          float64
+	// stored is the records the nodes stored (quicmq_publish_records_total, counted by the
+	// node that appended them): the hops' denominator. Not the records acked in the window,
+	// which lag the traffic by an ack's latency (seconds, with 16 windows of 1,024).
+	stored float64
 }
 
 // readHops reads the counters: the clients' connections (QuicMQ ones), each node's links
@@ -80,6 +84,14 @@ func readLinkCounters(name, addr string, h *hopCounts) error {
 			into, sent = h.bytes, true
 		case strings.HasPrefix(line, "quicmq_link_received_bytes_total{"):
 			into = h.bytes
+		case strings.HasPrefix(line, "quicmq_publish_records_total "):
+			fs := strings.Fields(line)
+			v, err := strconv.ParseFloat(fs[len(fs)-1], 64)
+			if err != nil {
+				return fmt.Errorf("node %s metrics: %q", name, line)
+			}
+			h.stored += v
+			continue
 		default:
 			continue
 		}
@@ -133,13 +145,13 @@ func udpInDatagrams() (float64, error) {
 	return 0, fmt.Errorf("/proc/net/snmp: no Udp InDatagrams")
 }
 
-// hopsPerRecord is what moved between two readings, per record, busiest hops first; hops
-// under 0.01 packets a record are left out.
-func hopsPerRecord(before, after hopCounts, records int) (hops []repHop, udp float64) {
-	if records == 0 {
+// hopsPerRecord is what moved between two readings, per record stored between them,
+// busiest hops first; hops under 0.01 packets a record are left out.
+func hopsPerRecord(before, after hopCounts) (hops []repHop, udp float64) {
+	r := after.stored - before.stored
+	if r <= 0 {
 		return nil, 0
 	}
-	r := float64(records)
 	for hop, p := range after.packets {
 		pk := (p - before.packets[hop]) / r
 		if pk < 0.01 {
@@ -154,7 +166,7 @@ func hopsPerRecord(before, after hopCounts, records int) (hops []repHop, udp flo
 // formatHops is the hops as one line: "udp 2.71 datagrams; n2->n1 0.76 pk 1094 B, ...".
 func formatHops(hops []repHop, udp float64) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "a record: %.2f UDP datagrams in the namespace", udp)
+	fmt.Fprintf(&b, "a record stored: %.2f UDP datagrams in the namespace", udp)
 	for _, h := range hops {
 		fmt.Fprintf(&b, "; %s %.2f packets", h.Hop, h.Packets)
 		if h.Bytes > 0 {

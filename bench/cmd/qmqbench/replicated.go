@@ -102,8 +102,9 @@ type repResult struct {
 	// RecordsPerEntry (QuicMQ R3): records acked in the window per raft entry committed in it,
 	// from the first node's quicmq_raft_group_commit_index (summed over its groups).
 	RecordsPerEntry float64
-	// Hops (QuicMQ R3): QUIC packets and bytes a record on each hop over the window, and
-	// UDPDatagrams, every UDP datagram of the run's namespace a record (rephops.go).
+	// Hops (QuicMQ R3): QUIC packets and bytes on each hop over the window per record the
+	// nodes stored in it, and UDPDatagrams, every UDP datagram of the run's namespace per
+	// record stored (rephops.go).
 	Hops         []repHop
 	UDPDatagrams float64
 	Errors       int
@@ -695,7 +696,6 @@ func runRepWorker(args []string) error {
 	load.counting.Store(false)
 	cpu1, el := clusterCPU(cl), time.Since(t0)
 	hops1, err := readHops(pubs, cl.names, cl.nodeMetrics)
-	acked := int(load.acked.Load())
 	profiled()
 	if cl.metrics != "" {
 		if entries1, err := raftCommitted(cl.metrics); err == nil && entries1 > entries0 {
@@ -720,7 +720,7 @@ func runRepWorker(args []string) error {
 	case hopsErr != nil || err != nil:
 		res.Notes = append(res.Notes, fmt.Sprintf("hop counters: %v", errors.Join(hopsErr, err)))
 	default:
-		res.Hops, res.UDPDatagrams = hopsPerRecord(hops0, hops1, acked)
+		res.Hops, res.UDPDatagrams = hopsPerRecord(hops0, hops1)
 	}
 	res.Rate = float64(res.Records) / el.Seconds()
 	res.P50, res.P99 = load.hist.quantile(0.5, 0), load.hist.quantile(0.99, 0)
