@@ -44,3 +44,33 @@ func TestHopsPerRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestShareOf classes a traces listing: crypto under packing is crypto, a labelled sample is
+// read past its label line, and what matches no quic-go frame falls to its own class.
+func TestShareOf(t *testing.T) {
+	traces := `File: quicmq
+-----------+-------------------------------------------------------
+      10ms   crypto/internal/fips140/aes/gcm.gcmAesEnc
+             github.com/quic-go/quic-go.(*packetPacker).appendPacket
+-----------+-------------------------------------------------------
+         pebble:[flush]
+      30ms   runtime.memmove
+             github.com/cockroachdb/pebble/v2.(*memTable).apply
+-----------+-------------------------------------------------------
+     1.5s   internal/runtime/syscall/linux.Syscall6
+             syscall.sendmsg
+             github.com/quic-go/quic-go.(*sendQueue).Run
+-----------+-------------------------------------------------------
+     500µs   github.com/quic-go/quic-go.(*packetPacker).appendPacket
+`
+	got := shareOf(traces)
+	want := map[string]float64{
+		"quic: crypto (AEAD seal/open, header protection)": 10000,
+		"pebble": 30000,
+		"quic: UDP send (sendmsg with GSO, send queue)": 1.5e6,
+		"quic: packing and stream framing (send)":       500,
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("shareOf: %v, want %v", got, want)
+	}
+}
