@@ -683,10 +683,12 @@ func runRepWorker(args []string) error {
 	load := startRepLoad(ctx, pubs, p.Size)
 	time.Sleep(p.Warmup)
 	var entries0 float64
+	read0 := false // entries0 was read: without it the window's entries are unknown
 	if cl.metrics != "" {
 		if entries0, err = raftCommitted(cl.metrics); err != nil {
 			res.Notes = append(res.Notes, err.Error())
 		}
+		read0 = err == nil
 	}
 	hops0, hopsErr := readHops(pubs, cl.names, cl.nodeMetrics)
 	cpu0, t0 := clusterCPU(cl), time.Now()
@@ -697,7 +699,7 @@ func runRepWorker(args []string) error {
 	cpu1, el := clusterCPU(cl), time.Since(t0)
 	hops1, err := readHops(pubs, cl.names, cl.nodeMetrics)
 	profiled()
-	if cl.metrics != "" {
+	if read0 {
 		if entries1, err := raftCommitted(cl.metrics); err == nil && entries1 > entries0 {
 			res.RecordsPerEntry = float64(load.acked.Load()) / (entries1 - entries0)
 		}
