@@ -76,12 +76,16 @@ type repParams struct {
 	// measured window (`quicmq node --pprof`), NAME-cCLIENTS-rREPEAT-nI.pprof.
 	Profile string `json:",omitempty"`
 	Repeat  int    `json:"-"` // for the profiles' names
+	// FirstServer is the server client 0 dials (client i dials server (i + FirstServer) mod
+	// the servers): 1 puts a single client on n2, the node that leads the one topic in
+	// these runs, to measure a record without the relay hop.
+	FirstServer int `json:",omitempty"`
 }
 
 func (p repParams) args() []string {
 	return []string{"repworker", "--system", p.System, "--clients", fmt.Sprint(p.Clients), "--topics", fmt.Sprint(max(p.Topics, 1)), "--size", fmt.Sprint(p.Size),
 		"--window", fmt.Sprint(p.Window), "--warmup", p.Warmup.String(), "--duration", p.Duration.String(), "--quicmq", p.Quicmq,
-		"--profile", p.Profile, "--repeat", fmt.Sprint(p.Repeat)}
+		"--profile", p.Profile, "--repeat", fmt.Sprint(p.Repeat), "--first-server", fmt.Sprint(p.FirstServer)}
 }
 
 type repResult struct {
@@ -581,8 +585,8 @@ func startRepCluster(sys, quicmqBin string, profile bool) (*repCluster, error) {
 // dialRepClient connects client i of a run to broker i % len(addrs): clients are spread
 // over the servers, as a client list of a region would spread them. It publishes over
 // topics in turn, starting where client i's share of them begins.
-func dialRepClient(ctx context.Context, sys string, cl *repCluster, i, clients, window int, topics []string) (asyncPub, error) {
-	addr := cl.addrs[i%len(cl.addrs)]
+func dialRepClient(ctx context.Context, sys string, cl *repCluster, i, first, clients, window int, topics []string) (asyncPub, error) {
+	addr := cl.addrs[(i+first)%len(cl.addrs)]
 	turn := topicTurn{topics: topics, next: i * len(topics) / max(clients, 1)}
 	if strings.HasPrefix(sys, "quicmq") {
 		return dialQuicmqPub(ctx, cl.ca, addr, turn, window)
@@ -645,6 +649,7 @@ func runRepWorker(args []string) error {
 	fs.StringVar(&p.Quicmq, "quicmq", "", "the quicmq binary")
 	fs.StringVar(&p.Profile, "profile", "", "directory for the QuicMQ nodes' CPU profiles of the window")
 	fs.IntVar(&p.Repeat, "repeat", 1, "the repeat this run is (names the profiles)")
+	fs.IntVar(&p.FirstServer, "first-server", 0, "the server client 0 dials")
 	fs.Parse(args)
 	cl, err := startRepCluster(p.System, p.Quicmq, p.Profile != "")
 	if err != nil {
@@ -662,7 +667,7 @@ func runRepWorker(args []string) error {
 	}()
 	topics := repTopics(p.Topics)
 	for i := range p.Clients {
-		c, err := dialRepClient(ctx, p.System, cl, i, p.Clients, p.Window, topics)
+		c, err := dialRepClient(ctx, p.System, cl, i, p.FirstServer, p.Clients, p.Window, topics)
 		if err != nil {
 			return fmt.Errorf("%s: client %d: %w", p.System, i, err)
 		}
@@ -711,7 +716,7 @@ func runRepWorker(args []string) error {
 			res.Notes = append(res.Notes, "leader unknown: "+err.Error())
 		}
 		for i := range p.Clients {
-			if res.Leader != "" && cl.names[i%len(cl.names)] == res.Leader {
+			if res.Leader != "" && cl.names[(i+p.FirstServer)%len(cl.names)] == res.Leader {
 				res.ClientsOnLeader++
 			}
 		}
@@ -870,6 +875,7 @@ refused.
 	warmup := fs.Duration("warmup", time.Second, "publishing before the measured window")
 	dur := fs.Duration("duration", 10*time.Second, "measured window")
 	repeat := fs.Int("repeat", 1, "repetitions (medians are reported)")
+	firstServer := fs.Int("first-server", 0, "the server client 0 dials (client i dials server i+N mod the servers): 1 puts one client on n2, the one topic's leader in these runs")
 	quicmqBin := fs.String("quicmq", "", "the quicmq binary (default: built from ./cmd/quicmq, so run from the repository root)")
 	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
 	profile := fs.String("profile", "", "directory for a CPU profile of each QuicMQ node over each measured window (NAME-cCLIENTS-rREPEAT-nI.pprof; read with 'go tool pprof -top QUICMQ FILE')")
@@ -908,7 +914,7 @@ refused.
 		for _, nc := range clients {
 			for _, nt := range topicCounts {
 				for _, sys := range systems {
-					p := repParams{System: sys, Clients: nc, Topics: nt, Size: *size, Window: *window, Warmup: *warmup, Duration: *dur, Quicmq: bin, Repeat: r}
+					p := repParams{System: sys, Clients: nc, Topics: nt, Size: *size, Window: *window, Warmup: *warmup, Duration: *dur, Quicmq: bin, Repeat: r, FirstServer: *firstServer}
 					if *profile != "" && strings.HasPrefix(sys, "quicmq") {
 						if p.Profile, err = filepath.Abs(*profile); err != nil {
 							return err
