@@ -28,6 +28,8 @@
 //	qmqbench report  tables and plots again from a fanout, slow or truefanout JSON file
 //	qmqbench qlog    a connection's congestion window, losses and sending rate from a qlog
 //	                 trace (QLOGDIR=DIR on a node, a link or the SDK)
+//	qmqbench quicshare  a node's CPU profile by class, quic-go's part split by what it did
+//	                 (crypto, acks, UDP send and receive, packing ...), cpu-µs a record
 //
 // Every run starts a fresh network namespace (bench/lossy), a worker process inside it
 // (this binary's hidden "worker", "durworker", "tfworker", "hetworker" or "setup worker" command) and the broker as
@@ -67,6 +69,8 @@ func main() {
 		err = runReport(os.Args[2:])
 	case "qlog":
 		err = runQlog(os.Args[2:])
+	case "quicshare":
+		err = runQUICShare(os.Args[2:])
 	case "worker":
 		err = runWorker(os.Args[2:])
 	case "durworker":
@@ -122,6 +126,7 @@ func usage() {
            pull consumers; a member that stops reading, against the group without it
   report   tables and plots again from a fanout, slow or truefanout JSON file
   qlog     plot a QUIC connection's congestion window and losses from a qlog trace (QLOGDIR)
+  quicshare  a node's CPU profile by class, quic-go's part by what it did, cpu-µs a record
   topics   create N topics at a node by one publish each (what idle mirrored topics cost, by hand)
 
 Run "qmqbench COMMAND -h" for the flags. Needs root and nftables (apt-get install -y nftables).

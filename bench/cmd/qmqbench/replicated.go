@@ -76,12 +76,16 @@ type repParams struct {
 	// measured window (`quicmq node --pprof`), NAME-cCLIENTS-rREPEAT-nI.pprof.
 	Profile string `json:",omitempty"`
 	Repeat  int    `json:"-"` // for the profiles' names
+	// FirstServer is the server client 0 dials (client i dials server (i + FirstServer) mod
+	// the servers): 1 puts a single client on n2, the node that leads the one topic in
+	// these runs, to measure a record without the relay hop.
+	FirstServer int `json:",omitempty"`
 }
 
 func (p repParams) args() []string {
 	return []string{"repworker", "--system", p.System, "--clients", fmt.Sprint(p.Clients), "--topics", fmt.Sprint(max(p.Topics, 1)), "--size", fmt.Sprint(p.Size),
 		"--window", fmt.Sprint(p.Window), "--warmup", p.Warmup.String(), "--duration", p.Duration.String(), "--quicmq", p.Quicmq,
-		"--profile", p.Profile, "--repeat", fmt.Sprint(p.Repeat)}
+		"--profile", p.Profile, "--repeat", fmt.Sprint(p.Repeat), "--first-server", fmt.Sprint(p.FirstServer)}
 }
 
 type repResult struct {
@@ -102,10 +106,15 @@ type repResult struct {
 	// RecordsPerEntry (QuicMQ R3): records acked in the window per raft entry committed in it,
 	// from the first node's quicmq_raft_group_commit_index (summed over its groups).
 	RecordsPerEntry float64
-	Errors          int
-	AckMeans        string
-	Notes           []string
-	LoadAvg         float64
+	// Hops (QuicMQ R3): QUIC packets and bytes on each hop over the window per record the
+	// nodes stored in it, and UDPDatagrams, every UDP datagram of the run's namespace per
+	// record stored (rephops.go).
+	Hops         []repHop
+	UDPDatagrams float64
+	Errors       int
+	AckMeans     string
+	Notes        []string
+	LoadAvg      float64
 }
 
 // asyncPub is one publishing connection of the replicated and groups scenarios.
@@ -276,14 +285,15 @@ func (p *procNode) stop() {
 // repCluster is the brokers of one run: the processes, the address each client dials and the
 // CA file QuicMQ clients trust.
 type repCluster struct {
-	pids    []int
-	addrs   []string
-	metrics string   // QuicMQ R3: the first node's metrics address
-	profile []string // with profiles: each node's metrics address, serving /debug/pprof/
-	names   []string // server names, as leader reports them
-	ca      string
-	stop    func()
-	leader  func(ctx context.Context) (leader string, replicas []string, err error)
+	pids        []int
+	addrs       []string
+	metrics     string   // QuicMQ R3: the first node's metrics address
+	nodeMetrics []string // QuicMQ R3: each node's metrics address (rephops.go)
+	profile     []string // with profiles: each node's metrics address, serving /debug/pprof/
+	names       []string // server names, as leader reports them
+	ca          string
+	stop        func()
+	leader      func(ctx context.Context) (leader string, replicas []string, err error)
 }
 
 // startQuicmqRegion starts n `quicmq node` processes of one region (n > 1: joined by gossip,
@@ -326,6 +336,7 @@ func startQuicmqRegion(bin string, n, replicas int, profile bool) (*repCluster, 
 			if i == 0 {
 				cl.metrics = metrics
 			}
+			cl.nodeMetrics = append(cl.nodeMetrics, metrics)
 		}
 		if replicas > 1 || profile {
 			args = append(args, "--metrics", metrics)
@@ -574,8 +585,8 @@ func startRepCluster(sys, quicmqBin string, profile bool) (*repCluster, error) {
 // dialRepClient connects client i of a run to broker i % len(addrs): clients are spread
 // over the servers, as a client list of a region would spread them. It publishes over
 // topics in turn, starting where client i's share of them begins.
-func dialRepClient(ctx context.Context, sys string, cl *repCluster, i, clients, window int, topics []string) (asyncPub, error) {
-	addr := cl.addrs[i%len(cl.addrs)]
+func dialRepClient(ctx context.Context, sys string, cl *repCluster, i, first, clients, window int, topics []string) (asyncPub, error) {
+	addr := cl.addrs[(i+first)%len(cl.addrs)]
 	turn := topicTurn{topics: topics, next: i * len(topics) / max(clients, 1)}
 	if strings.HasPrefix(sys, "quicmq") {
 		return dialQuicmqPub(ctx, cl.ca, addr, turn, window)
@@ -638,6 +649,7 @@ func runRepWorker(args []string) error {
 	fs.StringVar(&p.Quicmq, "quicmq", "", "the quicmq binary")
 	fs.StringVar(&p.Profile, "profile", "", "directory for the QuicMQ nodes' CPU profiles of the window")
 	fs.IntVar(&p.Repeat, "repeat", 1, "the repeat this run is (names the profiles)")
+	fs.IntVar(&p.FirstServer, "first-server", 0, "the server client 0 dials")
 	fs.Parse(args)
 	cl, err := startRepCluster(p.System, p.Quicmq, p.Profile != "")
 	if err != nil {
@@ -655,7 +667,7 @@ func runRepWorker(args []string) error {
 	}()
 	topics := repTopics(p.Topics)
 	for i := range p.Clients {
-		c, err := dialRepClient(ctx, p.System, cl, i, p.Clients, p.Window, topics)
+		c, err := dialRepClient(ctx, p.System, cl, i, p.FirstServer, p.Clients, p.Window, topics)
 		if err != nil {
 			return fmt.Errorf("%s: client %d: %w", p.System, i, err)
 		}
@@ -676,19 +688,23 @@ func runRepWorker(args []string) error {
 	load := startRepLoad(ctx, pubs, p.Size)
 	time.Sleep(p.Warmup)
 	var entries0 float64
+	read0 := false // entries0 was read: without it the window's entries are unknown
 	if cl.metrics != "" {
 		if entries0, err = raftCommitted(cl.metrics); err != nil {
 			res.Notes = append(res.Notes, err.Error())
 		}
+		read0 = err == nil
 	}
+	hops0, hopsErr := readHops(pubs, cl.names, cl.nodeMetrics)
 	cpu0, t0 := clusterCPU(cl), time.Now()
 	load.counting.Store(true)
 	profiled := profileNodes(cl, p, &res.Notes)
 	time.Sleep(p.Duration)
 	load.counting.Store(false)
 	cpu1, el := clusterCPU(cl), time.Since(t0)
+	hops1, err := readHops(pubs, cl.names, cl.nodeMetrics)
 	profiled()
-	if cl.metrics != "" {
+	if read0 {
 		if entries1, err := raftCommitted(cl.metrics); err == nil && entries1 > entries0 {
 			res.RecordsPerEntry = float64(load.acked.Load()) / (entries1 - entries0)
 		}
@@ -700,12 +716,19 @@ func runRepWorker(args []string) error {
 			res.Notes = append(res.Notes, "leader unknown: "+err.Error())
 		}
 		for i := range p.Clients {
-			if res.Leader != "" && cl.names[i%len(cl.names)] == res.Leader {
+			if res.Leader != "" && cl.names[(i+p.FirstServer)%len(cl.names)] == res.Leader {
 				res.ClientsOnLeader++
 			}
 		}
 	}
 	res.Records = int(load.acked.Load())
+	switch {
+	case len(cl.nodeMetrics) == 0:
+	case hopsErr != nil || err != nil:
+		res.Notes = append(res.Notes, fmt.Sprintf("hop counters: %v", errors.Join(hopsErr, err)))
+	default:
+		res.Hops, res.UDPDatagrams = hopsPerRecord(hops0, hops1)
+	}
 	res.Rate = float64(res.Records) / el.Seconds()
 	res.P50, res.P99 = load.hist.quantile(0.5, 0), load.hist.quantile(0.99, 0)
 	res.Errors = int(load.errs.Load())
@@ -852,6 +875,7 @@ refused.
 	warmup := fs.Duration("warmup", time.Second, "publishing before the measured window")
 	dur := fs.Duration("duration", 10*time.Second, "measured window")
 	repeat := fs.Int("repeat", 1, "repetitions (medians are reported)")
+	firstServer := fs.Int("first-server", 0, "the server client 0 dials (client i dials server i+N mod the servers): 1 puts one client on n2, the one topic's leader in these runs")
 	quicmqBin := fs.String("quicmq", "", "the quicmq binary (default: built from ./cmd/quicmq, so run from the repository root)")
 	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
 	profile := fs.String("profile", "", "directory for a CPU profile of each QuicMQ node over each measured window (NAME-cCLIENTS-rREPEAT-nI.pprof; read with 'go tool pprof -top QUICMQ FILE')")
@@ -890,7 +914,7 @@ refused.
 		for _, nc := range clients {
 			for _, nt := range topicCounts {
 				for _, sys := range systems {
-					p := repParams{System: sys, Clients: nc, Topics: nt, Size: *size, Window: *window, Warmup: *warmup, Duration: *dur, Quicmq: bin, Repeat: r}
+					p := repParams{System: sys, Clients: nc, Topics: nt, Size: *size, Window: *window, Warmup: *warmup, Duration: *dur, Quicmq: bin, Repeat: r, FirstServer: *firstServer}
 					if *profile != "" && strings.HasPrefix(sys, "quicmq") {
 						if p.Profile, err = filepath.Abs(*profile); err != nil {
 							return err
@@ -908,6 +932,9 @@ refused.
 					res.Repeat = r
 					fmt.Fprintf(os.Stderr, " %.0f records/s, ack p50 %.2f p99 %.1f ms, %.1f broker cpu-µs/record %.1f, leader %q (%d clients on it), %.1f records/raft entry, %d errors %v\n",
 						res.Rate, res.P50, res.P99, res.BrokerCPUus, res.NodeCPUus, res.Leader, res.ClientsOnLeader, res.RecordsPerEntry, res.Errors, res.Notes)
+					if res.Hops != nil {
+						fmt.Fprintf(os.Stderr, "    %s\n", formatHops(res.Hops, res.UDPDatagrams))
+					}
 					results = append(results, &res)
 				}
 			}

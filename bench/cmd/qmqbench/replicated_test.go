@@ -55,6 +55,9 @@ func TestReplicatedSmoke(t *testing.T) {
 			if res.P50 <= 0 || res.P99 < res.P50 || res.BrokerCPUus <= 0 || res.AckMeans == "" {
 				t.Fatalf("figures not filled in: %+v", res)
 			}
+			if sys == "quicmq-r3" && (len(res.Hops) == 0 || res.UDPDatagrams <= 0) {
+				t.Fatalf("no hop counters: %v, %.2f datagrams a record, notes %v", res.Hops, res.UDPDatagrams, res.Notes)
+			}
 			t.Logf("%s: %.0f records/s, ack p50 %.2f p99 %.1f ms", sys, res.Rate, res.P50, res.P99)
 		})
 	}
