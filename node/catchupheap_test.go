@@ -70,8 +70,8 @@ func TestCatchupLeavesNoHeap(t *testing.T) {
 	// A parked mirrored topic costs about 1.1 KiB over both nodes (TestIdleMirroredTopicHeap),
 	// and a catch-up over 1,024 streams leaves Go's goroutine records (never freed) and maps
 	// sized for its streams: 1.7-2.4 KiB a topic of 3,000 after two collections, 1.8-3.6 after
-	// one (quic-go's own pools); with a sync.Pool of feed buffers, 6.2 after one.
-	const bound = 4096
+	// one (quic-go's own pools); with a sync.Pool of feed buffers, 5.0-8.9 after one.
+	const bound = 4300
 	if perTopic > bound {
 		t.Fatalf("the first collection after the catch-up kept %.0f B per topic over both nodes (bound %d): the catch-up's streams left heap behind", perTopic, bound)
 	}
