@@ -2,7 +2,6 @@ package wal
 
 import (
 	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/quicmq/quicmq/internal/testlog"
@@ -21,17 +20,9 @@ func TestTopicScansOneMapEntry(t *testing.T) {
 	const n = 8000
 	l, _ := newTestLog(t, Options{})
 	create := func(prefix string) {
-		var wg sync.WaitGroup
-		for i := range n {
-			wg.Add(1)
-			l.AppendAsync(AppendRequest{Topic: fmt.Sprintf("%s.t%05d", prefix, i), Records: []Record{{Payload: []byte("x")}}}, func(r AppendResult) {
-				if r.Err != nil {
-					t.Error(r.Err)
-				}
-				wg.Done()
-			})
-		}
-		wg.Wait()
+		appendEach(t, l, n, func(i int) AppendRequest {
+			return AppendRequest{Topic: fmt.Sprintf("%s.t%05d", prefix, i), Records: []Record{{Payload: []byte("x")}}}
+		})
 	}
 	create("warm") // the log's own buffers in place, and maps grown past n once
 	s0 := testlog.ScanHeap()
