@@ -42,6 +42,7 @@ type Federation struct {
 	// listing paces a catalog stream's listing in a test (export_test.go); nil in the product.
 	listing atomic.Pointer[listingHooks]
 	recent  *recentMoves // the topics that moved last, announced ahead of a listing (recent.go)
+	feeds   *feedBuffers // the read buffers of the mirror feeds (mapping.go)
 }
 
 // New validates cfg. It starts nothing: Run does.
@@ -50,10 +51,12 @@ func New(cfg Config) (*Federation, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
+	feeds := &feedBuffers{}
 	f := &Federation{
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "federation"),
-		mapping: cfg.mapping(),
+		feeds:   feeds,
+		mapping: cfg.mapping(feeds),
 		wake:    make(chan struct{}, 1),
 		recent:  newRecentMoves(recentMovesBound),
 	}

@@ -68,51 +68,12 @@ func TestIdleMirroredTopicHeap(t *testing.T) {
 		c.Mirror, c.MirrorStreams = []string{"idle.>"}, 32
 	}, "hot", "idle")
 	hot, idle := m.nodes["hot"], m.nodes["idle"]
-	parked := func(nd *Node) bool {
-		for _, l := range nd.Federation().Links() {
-			if l.MirrorStreams != 0 || l.MirrorsWaiting != 0 {
-				return false
-			}
-		}
-		return true
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	create := func(nd *Node, prefix string) {
-		c := dialNode(t, nd, client.Options{IdleTimeout: 30 * time.Second})
-		futures := make([]*client.Future, 0, n)
-		for i := range n {
-			f, err := c.PublishAsync(ctx, client.Message{Topic: fmt.Sprintf("%s.t%06d", prefix, i), Payload: []byte("idle")})
-			if err != nil {
-				t.Fatal(err)
-			}
-			futures = append(futures, f)
-		}
-		for _, f := range futures {
-			if _, err := f.Wait(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
-		c.Close()
-	}
-	count := func(nd *Node, prefix string) int {
-		k := 0
-		for _, tp := range nd.Log().Topics() {
-			if strings.HasPrefix(tp.Name, prefix) {
-				k++
-			}
-		}
-		return k
-	}
 
 	s0 := readHeapState()
-	create(idle, "idle")
-	testlog.WaitForErr(t, 5*time.Minute, "every idle topic mirrored into hot and every mirror parked", func() error {
-		if k := count(hot, "idle."); k != n || !parked(hot) || !parked(idle) {
-			return fmt.Errorf("%d of %d mirrored; hot's links %+v; idle's %+v", k, n, hot.Federation().Links(), idle.Federation().Links())
-		}
-		return nil
-	})
+	createIdleTopics(ctx, t, idle, "idle", n)
+	waitIdleMirrored(t, hot, idle, n)
 	s1 := readHeapState()
 	if profile != "" {
 		f, err := os.Create(profile)
@@ -122,14 +83,72 @@ func TestIdleMirroredTopicHeap(t *testing.T) {
 		_ = pprof.Lookup("heap").WriteTo(f, 0)
 		f.Close()
 	}
-	create(hot, "local")
-	testlog.WaitFor(t, time.Minute, "every local topic created", func() bool { return count(hot, "local.") == n })
+	createIdleTopics(ctx, t, hot, "local", n)
+	testlog.WaitFor(t, time.Minute, "every local topic created", func() bool { return countTopics(hot, "local.") == n })
 	s2 := readHeapState()
-	if !parked(hot) || !parked(idle) {
+	if !linksParked(hot) || !linksParked(idle) {
 		t.Fatal("a topic nothing mirrors opened a mirror stream")
 	}
 	ma, ms, mo := s1.per(s0, n)
 	la, ls, lo := s2.per(s1, n)
 	t.Logf("%d topics; per mirrored topic over both nodes (origin's topic, its copy, both sides' federation state): live %.0f B, scannable %.0f B, %.1f objects; per local topic: live %.0f B, scannable %.0f B, %.1f objects",
 		n, ma, ms, mo, la, ls, lo)
+}
+
+// createIdleTopics creates n topics PREFIX.tNNNNNN at nd by one publish each, pipelined from
+// one client.
+func createIdleTopics(ctx context.Context, t *testing.T, nd *Node, prefix string, n int) {
+	t.Helper()
+	c := dialNode(t, nd, client.Options{IdleTimeout: 30 * time.Second})
+	defer c.Close()
+	futures := make([]*client.Future, 0, n)
+	for i := range n {
+		f, err := c.PublishAsync(ctx, client.Message{Topic: fmt.Sprintf("%s.t%06d", prefix, i), Payload: []byte("idle")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		if _, err := f.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// countTopics counts nd's topics whose names begin with prefix.
+func countTopics(nd *Node, prefix string) int {
+	k := 0
+	for _, tp := range nd.Log().Topics() {
+		if strings.HasPrefix(tp.Name, prefix) {
+			k++
+		}
+	}
+	return k
+}
+
+// linksParked reports whether every link of nd has no mirror stream open and none waiting.
+func linksParked(nd *Node) bool {
+	for _, l := range nd.Federation().Links() {
+		if l.MirrorStreams != 0 || l.MirrorsWaiting != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// waitIdleMirrored waits until hot holds the n topics idle.* mirrored from idle and both
+// nodes' links parked every mirror. It returns the most mirror streams it saw open at hot.
+func waitIdleMirrored(t *testing.T, hot, idle *Node, n int) (mostStreams int) {
+	t.Helper()
+	testlog.WaitForErr(t, 5*time.Minute, "every idle topic mirrored into hot and every mirror parked", func() error {
+		for _, l := range hot.Federation().Links() {
+			mostStreams = max(mostStreams, l.MirrorStreams)
+		}
+		if k := countTopics(hot, "idle."); k != n || !linksParked(hot) || !linksParked(idle) {
+			return fmt.Errorf("%d of %d mirrored; hot's links %+v; idle's %+v", k, n, hot.Federation().Links(), idle.Federation().Links())
+		}
+		return nil
+	})
+	return mostStreams
 }

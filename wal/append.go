@@ -360,7 +360,7 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 			continue
 		}
 		if len(r.records) > 0 {
-			t := l.c.topics[r.topic]
+			t := l.committerTopic(r.topic)
 			if t == nil {
 				var err error
 				if t, err = l.newLocalTopic(b, r.topic); err != nil { // replicated.go
@@ -409,7 +409,7 @@ func (l *Log) commitBatch(reqs []*request, nrec, nbytes int) {
 			}
 			f.records += r.res.Count
 			f.bytes += r.size - skippedBytes
-		} else if t := l.c.topics[r.topic]; t != nil {
+		} else if t := l.committerTopic(r.topic); t != nil {
 			r.res.First = t.next
 		}
 		if r.hasPos {

@@ -63,7 +63,11 @@
 //     (waits until every batch applied before it is durable and published),
 //     so it never races a batch in flight; a retention pass computes its cut
 //     on its own goroutine and has the committer apply it, so a first offset
-//     never moves back.
+//     never moves back. The log holds one map of its topics, the readers'
+//     (durable ones, Log.mu): the committer finds a topic there or among the
+//     topics it created whose batch is not durable yet (Log.repl.local), in
+//     that order, since a topic leaves the second only after it entered the
+//     first (committerTopic).
 //   - The completer takes applied batches in the same order, waits for each
 //     batch's sync, then advances the topics' high-watermarks, publishes
 //     positions, wakes Notify watchers and calls the done callbacks. Since it

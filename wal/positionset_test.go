@@ -20,8 +20,7 @@ func TestPositionSetScansLessPerCursor(t *testing.T) {
 	const n = 4000
 	l, _ := newTestLog(t, Options{})
 	write := func(prefix string, records, cursor bool) {
-		var wg sync.WaitGroup
-		for i := range n {
+		appendEach(t, l, n, func(i int) AppendRequest {
 			topic := fmt.Sprintf("%s.t%05d", prefix, i)
 			req := AppendRequest{Topic: topic}
 			if records {
@@ -30,15 +29,8 @@ func TestPositionSetScansLessPerCursor(t *testing.T) {
 			if cursor {
 				req.Position = &Position{Name: "mirror/us", Topic: topic, Value: 0}
 			}
-			wg.Add(1)
-			l.AppendAsync(req, func(r AppendResult) {
-				if r.Err != nil {
-					t.Error(r.Err)
-				}
-				wg.Done()
-			})
-		}
-		wg.Wait()
+			return req
+		})
 	}
 	write("warm", true, true) // the cursor's name and the log's own buffers in place
 	write("m", true, false)
@@ -53,4 +45,20 @@ func TestPositionSetScansLessPerCursor(t *testing.T) {
 	if cursor > 130 {
 		t.Errorf("a cursor adds %.0f B the GC scans, want at most 130", cursor)
 	}
+}
+
+// appendEach appends req(i) for i in [0, n) at once (AppendAsync) and waits for every one.
+func appendEach(t *testing.T, l *Log, n int, req func(i int) AppendRequest) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		l.AppendAsync(req(i), func(r AppendResult) {
+			if r.Err != nil {
+				t.Error(r.Err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
 }

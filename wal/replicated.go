@@ -80,11 +80,12 @@ type replState struct {
 	// what a replica holds per topic beyond a single node's log.
 	topics map[string]*topic
 	// local is the local topics the committer created that are not durable yet (Bind
-	// refuses them, and the durable ones in Log.mu.topics): each leaves it once its batch is
-	// durable (localDurable), and the map goes once empty, so a node does not keep an
-	// entry the GC scans for every topic created since Open (issue 34's figure 3). Nil
-	// when empty.
-	local  map[string]struct{}
+	// refuses them, and the durable ones in Log.mu.topics; the committer finds them here,
+	// committerTopic): each leaves it once its batch is durable (localDurable), after it
+	// entered Log.mu.topics, and the map goes once empty, so a node does not keep an entry
+	// the GC scans for every topic created since Open (issue 34's figure 3). Nil when
+	// empty.
+	local  map[string]*topic
 	writer bool // a ReplicaWriter exists
 }
 
@@ -160,10 +161,48 @@ func (l *Log) newLocalTopic(b *pebble.Batch, name string) (*topic, error) {
 		return nil, err
 	}
 	if l.repl.local == nil {
-		l.repl.local = make(map[string]struct{})
+		l.repl.local = make(map[string]*topic)
 	}
-	l.repl.local[name] = struct{}{}
+	l.repl.local[name] = t
 	return t, nil
+}
+
+// committerTopic is the local topic name as the committer sees it: created by it (durable
+// or not yet), or recovered; nil when the log holds no local topic of that name (a
+// replicated topic is not one: appending to it is refused as before, by newLocalTopic).
+// It looks in repl.local before Log.mu.topics: a topic leaves repl.local only after it
+// entered Log.mu.topics (publish, then localDurable), so no topic is missed between the
+// two. Committer goroutine; it takes repl.mu then Log.mu for reading (the lock order).
+func (l *Log) committerTopic(name string) *topic {
+	if l.loadReplicated() != nil {
+		// The markers could not be read: every append fails in newLocalTopic, and no
+		// topic is told apart as replicated here.
+		l.mu.RLock()
+		defer l.mu.RUnlock()
+		return l.mu.topics[name]
+	}
+	l.repl.mu.RLock()
+	defer l.repl.mu.RUnlock()
+	if t := l.repl.local[name]; t != nil {
+		return t
+	}
+	if l.repl.topics[name] != nil {
+		return nil
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.mu.topics[name]
+}
+
+// forgetLocal drops a deleted topic from the created ones not durable yet (a delete drains
+// the completer first, so only a failed batch's topic could be there). Committer goroutine.
+func (l *Log) forgetLocal(name string) {
+	l.repl.mu.Lock()
+	defer l.repl.mu.Unlock()
+	delete(l.repl.local, name)
+	if len(l.repl.local) == 0 {
+		l.repl.local = nil
+	}
 }
 
 // localDurable drops the topics of a durable batch (in Log.mu.topics now) from the ones

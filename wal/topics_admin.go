@@ -350,7 +350,7 @@ func (l *Log) drain() {
 // buildAdmin writes op's batch and moves what readers must see before Pebble
 // shows the batch (first offsets, deleted topics). Committer goroutine.
 func (l *Log) buildAdmin(b *pebble.Batch, name string, op *adminOp, f *inflight) error {
-	t := l.c.topics[name]
+	t := l.committerTopic(name)
 	switch op.kind {
 	case opCreate, opConfigure:
 		return l.buildConfigure(b, name, t, op, f)
@@ -453,7 +453,7 @@ func (l *Log) buildDelete(b *pebble.Batch, name string, t *topic, op *adminOp) e
 	for _, p := range t.producers {
 		l.c.dedup.drop(p)
 	}
-	delete(l.c.topics, name)
+	l.forgetLocal(name)
 	l.c.deleted[name] = struct{}{}
 	op.gone = t
 	// Readers stop seeing the topic before Pebble shows the deletion.
@@ -494,7 +494,6 @@ func (l *Log) newTopic(b *pebble.Batch, name string) (*topic, error) {
 	}
 	t := &topic{name: name, id: l.c.nextID, dedupReady: true}
 	l.c.nextID++
-	l.c.topics[name] = t
 	delete(l.c.deleted, name)
 	k := topicKey(name)
 	_ = b.Set(k, sealMeta(k, binary.BigEndian.AppendUint32(nil, t.id)), nil)
@@ -509,7 +508,7 @@ func putNextID(b *pebble.Batch, next uint32) {
 // again. Committer goroutine.
 func (l *Log) deletedLocked(topic string) bool {
 	_, gone := l.c.deleted[topic]
-	return gone && l.c.topics[topic] == nil
+	return gone && l.committerTopic(topic) == nil
 }
 
 // goneLocked explains a topic that readers do not see: deleted since Open, or
