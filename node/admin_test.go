@@ -11,6 +11,7 @@ import (
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
 
@@ -61,7 +62,7 @@ func TestAdminStateChangingNeedsFlag(t *testing.T) {
 					t.Errorf("without AdminAPI: %d %q, want 403 naming --admin-api and admin_api", r.code, r.body)
 				}
 			}
-			if _, keys := adminRequest(t, srv, http.MethodGet, "/v1/gossip/keys", ""); strings.Contains(keys, node.KeyFingerprint(bytes.Repeat([]byte{2}, 32))) {
+			if _, keys := adminRequest(t, srv, http.MethodGet, "/v1/gossip/keys", ""); strings.Contains(keys, manage.KeyFingerprint(bytes.Repeat([]byte{2}, 32))) {
 				t.Errorf("a refused install changed the keyring: %s", keys)
 			}
 			continue
@@ -69,7 +70,7 @@ func TestAdminStateChangingNeedsFlag(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("with AdminAPI: install: %d %s", code, body)
 		}
-		if _, keys := adminRequest(t, srv, http.MethodGet, "/v1/gossip/keys", ""); !strings.Contains(keys, node.KeyFingerprint(bytes.Repeat([]byte{2}, 32))) {
+		if _, keys := adminRequest(t, srv, http.MethodGet, "/v1/gossip/keys", ""); !strings.Contains(keys, manage.KeyFingerprint(bytes.Repeat([]byte{2}, 32))) {
 			t.Errorf("with AdminAPI: the installed key is not in the keyring: %s", keys)
 		}
 		// A standalone link table: served (not refused), and says why nothing migrated.

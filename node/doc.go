@@ -25,8 +25,11 @@
 //   - node/sharedstream: the benchmark's shared-stream ablation (all of a connection's
 //     subscriptions on one stream), over the subscription core; it sees the session as a
 //     sharedstream.Session (node/ablation.go).
-//   - node/manage: consumer and topic management over a node or a region (the management
-//     stream's requests, the admin API's /v1/consumers and /v1/topics), over manage.Local.
+//   - node/manage: management: consumer and topic management over a node or a region (the
+//     management stream's requests, the admin API's /v1/consumers and /v1/topics), this
+//     node's side of it (manage.Here: its log's consumers, group states and topics, given
+//     the live subscriptions and groups), and the whole admin HTTP API (members, links,
+//     gossip keys, the region's nodes).
 //
 // The rest is this package, in the files named, in the order a newcomer reads them:
 //
@@ -50,11 +53,12 @@
 //     grouprelay.go (one holder per region: the home, and a relay's stream there, whose
 //     frames groups.Relay passes), grouprepl.go (groupRaft, what
 //     groups.Replicated needs of the raft groups, and the group entries' proposals).
-//   - Management: manage_local.go (this node's side of node/manage), manage.go and
-//     manage_groups.go (a consumer's positions and group state on this node, topics created
-//     and removed), manage_wire.go (the management stream, and asking the region's other
-//     nodes), admin.go and nodes_admin.go (the admin HTTP API), topics.go
-//     (the TOPICS listing, streamed page by page).
+//   - Management (the rest is node/manage): manage.go (what manage.Here and the admin API
+//     are given: the log, the live subscriptions and groups, the replicated path's
+//     functions; the management stream handed to manage.Here.Serve; AdminHandler),
+//     nodeinfo.go (the region's nodes as the replicated path knows them, and the checks of
+//     a drain or a removal: manage.Nodes), peerask.go (asking another node over its link),
+//     topics.go (the TOPICS listing, streamed page by page).
 //   - Placement, single-copy: node/placement, and passthrough.go (a subscription passed on
 //     to another region for a direct replay).
 //   - Placement and the log, replicated: replicated.go (the driver's start, the topics'

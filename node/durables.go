@@ -22,7 +22,7 @@ type consumers struct {
 	mu struct {
 		sync.Mutex
 		groups map[string]*groups.Group // live groups by name, with its tenant namespace (node/groups)
-		// fenced names the groups a reset or removal is working on (manage_groups.go): no
+		// fenced names the groups a reset or removal is working on (node/manage): no
 		// member joins them meanwhile. The value says which operation.
 		fenced map[string]string
 	}
@@ -41,7 +41,7 @@ func (n *Node) newLocks() *subscriptions.Locks {
 // Locks.At over a holder stream when not). The caller calls release when the subscription
 // ends.
 func (n *Node) lockDurable(s *session, name, shown string, standby bool, stop <-chan struct{}) (release func(), e *wire.Error) {
-	if n.groupNameTaken(name) {
+	if n.here.GroupNameTaken(name) {
 		return nil, wire.Errorf(wire.CodeConflict, "%q is the name of a consumer group: a durable consumer needs a name of its own (subscribe as a member with the group's settings, or use another name)", shown)
 	}
 	client := s.conn.RemoteAddr().String()

@@ -17,7 +17,7 @@ import (
 // What the replicated groups (node/groups.Replicated: a group's state on a replicated topic
 // is replicated state, I10) need of the node's raft groups: groupRaft, over the replicated
 // path; and the proposals it makes (setGroup, proposeEntry, storeGroupState), also used for
-// durable positions (replpos.go) and management (manage_groups.go), and their peer side
+// durable positions (replpos.go) and management (node/manage/here_groups.go), and their peer side
 // (serveGroupStore).
 
 // groupStateLocalOnly is true only in a binary built with -tags quicmq_broken_group

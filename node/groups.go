@@ -47,6 +47,50 @@ func (n *Node) leaveGroup(g *groups.Group, m *groups.Member) {
 	}
 }
 
+// Group is the live group name (stored) on this node, or nil (manage.LiveGroups).
+func (c *consumers) Group(name string) *groups.Group {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mu.groups[name]
+}
+
+// All are the groups live on this node (manage.LiveGroups).
+func (c *consumers) All() []*groups.Group {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	gs := make([]*groups.Group, 0, len(c.mu.groups))
+	for _, g := range c.mu.groups {
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+// Fence keeps members from joining group name (stored) until the returned func is called;
+// op ("reset", "removed") says why to a member refused meanwhile (manage.LiveGroups: a
+// reset or removal of the group).
+func (c *consumers) Fence(name, op string) (unfence func(), e *wire.Error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if prev, ok := c.mu.fenced[name]; ok {
+		return nil, wire.Errorf(wire.CodeInUse, "group %q is being %s by another request: try again once it is done", name, prev)
+	}
+	if c.mu.fenced == nil {
+		c.mu.fenced = make(map[string]string)
+	}
+	c.mu.fenced[name] = op
+	return func() {
+		c.mu.Lock()
+		delete(c.mu.fenced, name)
+		c.mu.Unlock()
+	}, nil
+}
+
+// liveGroup is the live group name (stored) on this node, or nil.
+func (n *Node) liveGroup(name string) *groups.Group { return n.cons.Group(name) }
+
+// liveGroups are the groups live on this node.
+func (n *Node) liveGroups() []*groups.Group { return n.cons.All() }
+
 // newGroupEnv is what the node's live groups need of it (New makes it once the log is open).
 func (n *Node) newGroupEnv() *groups.Env {
 	return &groups.Env{
@@ -70,6 +114,10 @@ func (n *Node) newGroupWhere() groups.Where {
 	}
 	return rw
 }
+
+// mirrorCursorPrefix starts the position names of federation's mirror cursors (and of the
+// group states mirrored from other regions).
+const mirrorCursorPrefix = federation.CursorPrefix
 
 // mirroredStates loads the states of group name mirrored from other regions, by topic
 // (nothing when the build ignores them: gvec_broken.go).

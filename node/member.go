@@ -36,7 +36,7 @@ func (s *session) serveMember(str *quic.Stream, r *wire.Reader, req *wire.Subscr
 		refuse(e)
 		return
 	}
-	if e := n.checkNewGroup(s.groupActor(gr.Name), s.actor.Durable(gr.Name)); e != nil {
+	if e := n.here.CheckNewGroup(s.groupActor(gr.Name), s.actor.Durable(gr.Name)); e != nil {
 		refuse(e)
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/node/manage"
 )
 
 // regionMesh is the node package's cluster harness: nodes of one or more regions in this
@@ -387,14 +388,14 @@ func (m *regionMesh) post(via, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func (m *regionMesh) nodeInfos(via string) []NodeInfo {
+func (m *regionMesh) nodeInfos(via string) []manage.NodeInfo {
 	m.t.Helper()
 	resp, err := http.Get(m.adminURL(via) + "/v1/nodes")
 	if err != nil {
 		m.t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var out []NodeInfo
+	var out []manage.NodeInfo
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
 		m.t.Fatal(err)
 	}

@@ -104,6 +104,19 @@ func (t *topicMetrics) of(topic string) *topicSeries {
 	return ts
 }
 
+// forget deletes a deleted topic's publish series; a topic of the same name created later
+// starts them again.
+func (t *topicMetrics) forget(topic string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.mu.series[topic]; !ok {
+		return
+	}
+	delete(t.mu.series, topic)
+	t.records.DeleteLabelValues(topic)
+	t.bytes.DeleteLabelValues(topic)
+}
+
 // lagCollector computes each subscription's lag when scraped: head minus delivered, summed
 // over its topics and over the streams sharing its labels. Computing it at scrape time keeps it
 // true while a stream is blocked on flow control, which is exactly when it matters.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/node/features"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/replica"
 )
 
@@ -177,14 +178,14 @@ func (r *replicated) undoMoves(ctx context.Context) {
 // moveInfos lists the moves in progress, with their progress where this node leads the
 // group, and their bytes as their destinations announce them (bytes: node name ->
 // tagMoveBytes, parsed; this node's own from its counts).
-func (r *replicated) moveInfos(bytes map[string]map[uint64]uint64) map[string][]MoveInfo {
+func (r *replicated) moveInfos(bytes map[string]map[uint64]uint64) map[string][]manage.MoveInfo {
 	mv := &r.moves
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
-	out := map[string][]MoveInfo{}
+	out := map[string][]manage.MoveInfo{}
 	for _, g := range slices.Sorted(maps.Keys(mv.mu.moves)) {
 		gm := mv.mu.moves[g]
-		mi := MoveInfo{Group: "g" + strconv.FormatUint(g, 10), From: gm.from, To: gm.to, State: mv.mu.state[g], Bytes: bytes[gm.to][g]}
+		mi := manage.MoveInfo{Group: "g" + strconv.FormatUint(g, 10), From: gm.from, To: gm.to, State: mv.mu.state[g], Bytes: bytes[gm.to][g]}
 		if p, ok := mv.mu.progress[g]; ok {
 			mi.Entries, mi.Of = p[0], p[1]
 		}

@@ -62,6 +62,7 @@ type Node struct {
 	cons   consumers            // live consumer groups (durables.go, groups.go)
 	locks  *subscriptions.Locks // exclusive durables held here, or at their home (durables.go)
 	groups *groups.Env          // what the live groups need of the node (groups.go)
+	here   *manage.Here         // this node's side of management (manage.go)
 
 	gossip *gossip.Gossip         // nil without GossipLAN
 	fed    *federation.Federation // links to the other nodes of the mesh; nil without GossipLAN
@@ -133,10 +134,10 @@ func New(cfg Config) (*Node, error) {
 	n.metrics = newMetrics(n.reg, cfg.MaxSeriesPerMetric)
 	n.paths = newClientPaths(n.reg, cfg.ClientPathInterval, n.log)
 	consumers := func() ([]manage.Consumer, *wire.Error) {
-		if n.wal == nil {
-			return nil, nil
+		if n.here == nil {
+			return nil, nil // New failed before it made it; a scrape may still come
 		}
-		return n.consumers(auth.Everything, "")
+		return n.here.Consumers(auth.Everything, "")
 	}
 	n.reg.MustRegister(newLagCollector(n), manage.NewCollector(consumers, n.cfg.Now, n.cfg.MaxSeriesPerMetric, n.log))
 	n.wal, err = wal.Open(filepath.Join(cfg.DataDir, "log"), wal.Options{
@@ -186,6 +187,7 @@ func New(cfg Config) (*Node, error) {
 	n.topics = n.newRegion()
 	n.groups.Where = n.newGroupWhere()
 	n.subs = n.newSubHost()
+	n.here = n.newHere()
 	return n, nil
 }
 

@@ -37,7 +37,7 @@ import (
 // caller handles it.
 func (n *Node) removeReplicated(req manage.Request, stored string, f *wire.TopicRemove) (records uint64, ok bool, e *wire.Error) {
 	r := n.rep
-	relay := (&manage.Manager{Request: req, Local: manageLocal{n}}).RelayRemove
+	relay := n.here.Manager(req).RelayRemove
 	if !req.Peer {
 		if v, outside, e := r.viaVoter(stored); outside {
 			if e != nil {
@@ -76,15 +76,8 @@ func (n *Node) removeReplicatedHere(ctx context.Context, a *auth.Principal, t *r
 	if del {
 		what = "delete"
 	}
-	if !force {
-		if deps := n.dependents(a, t.name); len(deps) > 0 {
-			loses := "they would skip every record not yet read"
-			if del {
-				loses = "their positions on it would be deleted with it"
-			}
-			return 0, wire.Errorf(wire.CodeInUse, "topic %q has dependents: %s; %s. Remove them first, or %s with --force",
-				a.ClientName(t.name), strings.Join(deps, ", "), loses, what)
-		}
+	if e := n.here.CheckDependents(a, t.name, del, force); e != nil {
+		return 0, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Raft.QuorumTimeout)
 	defer cancel()
@@ -98,12 +91,7 @@ func (n *Node) removeReplicatedHere(ctx context.Context, a *auth.Principal, t *r
 	if err != nil {
 		return 0, n.rep.proposeErr(t, err, "did not "+what+" the topic")
 	}
-	if del {
-		n.metrics.topic.forget(t.name)
-		n.topicRemoved(t.name, true, 0)
-	} else {
-		n.topicRemoved(t.name, false, res.Cut)
-	}
+	n.here.Removed(t.name, del, res.Cut)
 	n.log.Info("topic "+what+"d", "topic", t.name, "records", res.Cut-res.First, "first", res.Cut, "forced", force, "by", a.Name)
 	return res.Cut - res.First, nil
 }

@@ -316,7 +316,7 @@ func (s *session) serveStream(str *quic.Stream) {
 			s.failStream(str, wire.Errorf(wire.CodeForbidden, "nodes of other regions do not manage this region's consumers or topics"))
 			return
 		}
-		s.manage(str, f) // manage_wire.go
+		s.manage(str, f) // manage.go, node/manage
 	case *wire.Hold:
 		s.serveHold(str, r, f) // durables.go, node/subscriptions
 	case *wire.GroupStore:

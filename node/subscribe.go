@@ -44,7 +44,7 @@ func (s *session) authorizeSubscribe(req *wire.Subscribe) (*wire.Subscribe, *wir
 		r.Pattern, r.Durable = a.Topic(req.Pattern), a.Durable(req.Durable)
 		r.Vector = namespaceVector(a, req.Vector)
 		req = &r
-		if e := n.checkDurables(a, req.Durable); e != nil {
+		if e := n.here.CheckDurables(a, req.Durable); e != nil {
 			return nil, e
 		}
 	}

@@ -124,17 +124,9 @@ func (l *topicLister) Write(t *wire.TopicInfo) error {
 	return l.w.Write(topicInfoFor(l.version, t))
 }
 
-// topicInfoFor is t as protocol version v carries it: version 1's TOPIC_INFO has no flags,
-// leader or replicas, and its retention fields only for a topic with retention of its own
-// (the encoder writes them so when Leader and Replicas are empty); version 2 has them all.
-func topicInfoFor(v uint64, t *wire.TopicInfo) *wire.TopicInfo {
-	if v >= 2 || t.Leader == "" && len(t.Replicas) == 0 {
-		return t
-	}
-	c := *t
-	c.Leader, c.Replicas = "", nil
-	return &c
-}
+// topicInfoFor is t as protocol version v carries it (a listing's rows, a creation's
+// answer); node/manage answers a management stream's TOPIC_CREATE by the same rule.
+var topicInfoFor = manage.TopicInfoFor
 
 // listRegionTopics adds the topics the region's other live nodes own to a client's listing,
 // asking each over its link. A node that cannot be asked is logged and left out.

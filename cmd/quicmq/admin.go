@@ -14,6 +14,7 @@ import (
 
 	"github.com/quicmq/quicmq/federation"
 	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/manage"
 )
 
 func init() {
@@ -91,7 +92,7 @@ func runMembers(ctx context.Context, e *env, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	var ms []node.MemberInfo
+	var ms []manage.MemberInfo
 	if err := adminCall(ctx, http.MethodGet, *admin, "/v1/members", &ms); err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/manage"
 )
 
 func init() {
@@ -75,10 +75,10 @@ func runGossipKeys(ctx context.Context, e *env, args []string) error {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var pools []node.KeyringStatus
+	var pools []manage.KeyringStatus
 	var failed struct {
-		Error string               `json:"error"`
-		Pools []node.KeyringStatus `json:"pools"`
+		Error string                 `json:"error"`
+		Pools []manage.KeyringStatus `json:"pools"`
 	}
 	switch resp.StatusCode {
 	case http.StatusOK:
@@ -116,7 +116,7 @@ func runGossipKeys(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%s did not reach every member (repeat it; each step is idempotent): %s", op, failed.Error)
 	}
 	if op != "list" {
-		fmt.Fprintf(e.stderr, "%s: key %s done on every member\n", op, node.KeyFingerprint(mustB64(*key)))
+		fmt.Fprintf(e.stderr, "%s: key %s done on every member\n", op, manage.KeyFingerprint(mustB64(*key)))
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
 
@@ -46,7 +47,7 @@ func TestGossipKeyRotationCLI(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("list: exit %d: %s", code, errOut)
 	}
-	if want := node.KeyFingerprint(newKey) + "*:2"; !strings.Contains(out, want) || strings.Contains(out, node.KeyFingerprint(oldKey)) {
+	if want := manage.KeyFingerprint(newKey) + "*:2"; !strings.Contains(out, want) || strings.Contains(out, manage.KeyFingerprint(oldKey)) {
 		t.Fatalf("list after the rotation, want only %s:\n%s", want, out)
 	}
 	if strings.Contains(out, b64(newKey)) {

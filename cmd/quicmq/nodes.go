@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/manage"
 )
 
 func init() {
@@ -76,13 +76,13 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	if op == "ls" {
-		var ns []node.NodeInfo
+		var ns []manage.NodeInfo
 		if err := adminCall(ctx, http.MethodGet, *admin, "/v1/nodes", &ns); err != nil {
 			return err
 		}
 		return printNodes(e, ns, *format == "json")
 	}
-	var ni node.NodeInfo
+	var ni manage.NodeInfo
 	path := "/v1/nodes/" + url.PathEscape(name) + "/" + op
 	if *dead {
 		path += "?dead=1"
@@ -92,7 +92,7 @@ func runNodes(ctx context.Context, e *env, args []string) error {
 	}
 	if *noWait {
 		fmt.Fprintf(e.stderr, "%s requested: %s\n", op, ni)
-		return printNodes(e, []node.NodeInfo{ni}, *format == "json")
+		return printNodes(e, []manage.NodeInfo{ni}, *format == "json")
 	}
 	return waitNodeOp(ctx, e, *admin, op, name, *format == "json", *timeout)
 }
@@ -104,7 +104,7 @@ func waitNodeOp(ctx context.Context, e *env, admin, op, name string, asJSON bool
 	defer poll.Stop()
 	last := ""
 	for {
-		var ns []node.NodeInfo
+		var ns []manage.NodeInfo
 		if err := adminCall(ctx, http.MethodGet, admin, "/v1/nodes", &ns); err != nil {
 			return err
 		}
@@ -149,11 +149,11 @@ func cmpOrDash(s string) string {
 	return s
 }
 
-func printNodes(e *env, ns []node.NodeInfo, asJSON bool) error {
+func printNodes(e *env, ns []manage.NodeInfo, asJSON bool) error {
 	if asJSON {
 		for i := range ns {
 			if ns[i].Moves == nil {
-				ns[i].Moves = []node.MoveInfo{}
+				ns[i].Moves = []manage.MoveInfo{}
 			}
 		}
 		return writeJSON(e, ns)

@@ -13,6 +13,7 @@ import (
 	"github.com/quicmq/quicmq/gossip"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node"
+	"github.com/quicmq/quicmq/node/manage"
 	"github.com/quicmq/quicmq/node/nodetest"
 )
 
@@ -100,7 +101,7 @@ func TestNodesCLI(t *testing.T) {
 	if !strings.Contains(errOut, "eu-2: draining, leads 0") {
 		t.Errorf("drain's progress does not end with eu-2 leading nothing:\n%s", errOut)
 	}
-	var after []node.NodeInfo
+	var after []manage.NodeInfo
 	if err := json.Unmarshal([]byte(out), &after); err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,9 @@ var layers = map[string]int{
 	"node/groups": 41, "node/subscriptions": 41,
 	// The ablation's shared stream, over the subscription core (sharedstream.Session).
 	"node/sharedstream": 42,
-	// Management over one node's operations (manage.Local), which the node implements.
+	// Management: requests over a node or a region, this node's side of them over the log
+	// and the live subscriptions and groups (manage.Here), and the admin API; the replicated
+	// path only through the functions and interfaces the node gives it.
 	"node/manage": 42,
 	// The node's assembly: sessions, the session side of the stream handlers, publishing
 	// and the replicated path.

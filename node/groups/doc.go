@@ -62,7 +62,7 @@
 //     letters), Learned, Ack (a record retention deleted first), DeadLetter, Store, Poke
 //     and RefreshTopics (when wake or newTopics fires);
 //   - a member's ack reader (Stream.readAcks): AckAt, NakAt, Store;
-//   - management requests (node/manage_groups.go, on the request's goroutine): DropTopic
+//   - management requests (node/manage/here_groups.go and here_topics.go, on the request's goroutine): DropTopic
 //     and Purged after a delete or purge of a topic (local, or committed through raft:
 //     called once the proposal returns, not from raft's apply), EndMembers; and reads
 //     (LiveState, MemberCount, Follows, Stats);

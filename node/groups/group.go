@@ -112,7 +112,7 @@ type Group struct {
 		mirrored    map[string][]*wal.GroupState // states of its topics mirrored from other regions (vector.go)
 		cancels     []func()
 		created     int // the log's creation mark (wal.Log.CreatedSince) refreshTopics has seen to
-		// dropped names topics deleted while the group was live (manage_groups.go): their
+		// dropped names topics deleted while the group was live (node/manage: Here.Removed): their
 		// records are gone, so an ACK of one is no error.
 		dropped map[string]bool
 	}
