@@ -52,7 +52,7 @@ type Gossip struct {
 		sync.Mutex
 		running bool // Run started, or Close took the teardown over
 		closed  bool // teardown started: no more Join or SetTags
-		hard    bool // test hook: shut down without leaving
+		hard    bool // CloseAbruptly: shut down without leaving
 		// lan and wan are the pools' tables: written only by the goroutine that drains the
 		// event channels (Run, or Close when Run never started), read by anyone.
 		lan, wan map[string]Member
@@ -190,9 +190,12 @@ func (g *Gossip) Close() error {
 	return g.closeErr
 }
 
-// hardStop is a test hook: it stops like a crashed node, shutting serf down without
-// leaving, so that peers see a failure instead of a leave.
-func (g *Gossip) hardStop() error {
+// CloseAbruptly is Close without the leave: serf shuts down at once, as a crashed node's
+// would, so peers see a failure instead of a leave (after their failure detection). It
+// saves the leave's wait (up to Config.LeaveTimeout), which is what a test's teardown
+// wants when every node is stopping anyway; a node that stops in service leaves with Close.
+// Like Close it is safe to call more than once and concurrently with Run.
+func (g *Gossip) CloseAbruptly() error {
 	g.mu.Lock()
 	g.mu.hard = true
 	g.mu.Unlock()

@@ -320,8 +320,8 @@ func TestLeaveFailRestartReap(t *testing.T) {
 
 	// Hard stop: b's serf shuts down without leaving -> a and d see a failure.
 	start = time.Now()
-	if err := b.hardStop(); err != nil {
-		t.Fatalf("hardStop: %v", err)
+	if err := b.CloseAbruptly(); err != nil {
+		t.Fatalf("CloseAbruptly: %v", err)
 	}
 	b.stop(t) // collects Run's result
 	_, atA := a.waitEvent(0, failWindow+2*time.Second, EventFail, PoolLAN, "b")

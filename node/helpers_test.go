@@ -40,8 +40,8 @@ func startNode(t testing.TB, cfg Config) *Node {
 	return n
 }
 
-// startStoppable starts a node with cfg; stop ends it (a restart may follow on the same
-// DataDir), else t.Cleanup does.
+// startStoppable starts a node with cfg; stop ends it gracefully (a restart may follow on
+// the same DataDir), else t.Cleanup ends it abruptly (StopAbruptly).
 func startStoppable(t testing.TB, cfg Config) (n *Node, stop func()) {
 	t.Helper()
 	n, stop, err := startStoppableErr(t, cfg)
@@ -74,7 +74,8 @@ func startStoppableErr(t testing.TB, cfg Config) (n *Node, stop func(), err erro
 			}
 		})
 	}
-	t.Cleanup(stop)
+	// At the test's end every node stops: none needs the others to see it leave gracefully.
+	t.Cleanup(func() { n.StopAbruptly(); stop() })
 	return n, stop, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,6 +83,7 @@ type Node struct {
 	running   bool
 	closeOnce sync.Once
 	closeErr  error
+	abrupt    atomic.Bool    // StopAbruptly: the next stop skips the hand-off and gossip's leave
 	wg        sync.WaitGroup // sessions and the topic watcher
 
 	mu struct {
@@ -409,7 +411,7 @@ func (n *Node) Run(ctx context.Context) error {
 	case <-n.stop:
 	case err = <-acceptErr:
 	}
-	if n.rep != nil && err == nil {
+	if n.rep != nil && err == nil && !n.abrupt.Load() {
 		// Leaderships move first (drain.go), bounded by Raft.StopHandOff: publishes then wait
 		// a round trip for a new leader instead of an election timeout.
 		if left := n.rep.handOff(context.Background()); left > 0 {
@@ -420,6 +422,9 @@ func (n *Node) Run(ctx context.Context) error {
 	// topic's owner in the region is answered by the owner, not refused for a link that
 	// shutting down took away. Then the links stop and gossip leaves gracefully.
 	n.shutdown()
+	if n.gossip != nil && n.abrupt.Load() {
+		n.gossip.CloseAbruptly() // its Run, under runMesh, then returns at once
+	}
 	stopMesh()
 	meshDone.Wait()
 	if e := <-acceptErr; err == nil && !errors.Is(e, quic.ErrServerClosed) && !errors.Is(e, net.ErrClosed) {
@@ -511,7 +516,9 @@ func (n *Node) Close() error {
 			return
 		}
 		n.ln.Close()
-		if n.gossip != nil {
+		if n.gossip != nil && n.abrupt.Load() {
+			n.gossip.CloseAbruptly()
+		} else if n.gossip != nil {
 			n.gossip.Close()
 		}
 		n.closeErr = n.wal.Close()
@@ -519,6 +526,15 @@ func (n *Node) Close() error {
 	})
 	return n.closeErr
 }
+
+// StopAbruptly makes the node's stop (Run's context ending, or Close), now or later, skip
+// what a graceful stop does only for the peers that keep running: raft leaderships are not
+// handed off first, and the node leaves gossip as a crashed one would (peers notice a
+// failure). Sessions still drain, every goroutine is joined and the log is closed. It is
+// for a test's teardown, where every node stops and the leave would cost up to
+// gossip.Config.LeaveTimeout per node; nothing in the CLI calls it. It does not stop the
+// node itself. Safe from any goroutine.
+func (n *Node) StopAbruptly() { n.abrupt.Store(true) }
 
 // joinPool joins a gossip pool through addrs, and when none answers keeps trying in the
 // background (1 s, doubling up to 30 s) until one does: a node started before every node it

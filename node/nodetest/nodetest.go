@@ -19,7 +19,8 @@ import (
 )
 
 // Start starts a node named n1 in region eu; mod may change its configuration. stop stops it
-// and waits for Run (it is also run by t.Cleanup; calling it twice is fine).
+// gracefully and waits for Run; t.Cleanup stops it abruptly (node.StopAbruptly) unless stop
+// ran first (calling stop twice is fine).
 func Start(t testing.TB, mod ...func(*node.Config)) (n *node.Node, stop func()) {
 	t.Helper()
 	cfg := node.Config{DataDir: t.TempDir(), Listen: "127.0.0.1:0", Name: "n1", Region: "eu", Logger: testlog.New(t)}
@@ -47,7 +48,9 @@ func Start(t testing.TB, mod ...func(*node.Config)) (n *node.Node, stop func()) 
 			}
 		})
 	}
-	t.Cleanup(stop)
+	// At the test's end every node stops: none needs the others to see it leave gracefully
+	// (node.StopAbruptly). stop, called by the test, stays graceful.
+	t.Cleanup(func() { n.StopAbruptly(); stop() })
 	return n, stop
 }
 
