@@ -36,6 +36,7 @@ func TestCampaignKill9Loop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills six node processes")
 	}
+	t.Parallel()
 	campaignKill9(t, 1, envInt("QUICMQ_CAMPAIGN_RATE", 2000))
 }
 
@@ -47,6 +48,7 @@ func TestCampaignKill9LoopReplicated(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills six node processes")
 	}
+	t.Parallel()
 	campaignKill9(t, 3, envInt("QUICMQ_CAMPAIGN_RATE", 1000))
 }
 

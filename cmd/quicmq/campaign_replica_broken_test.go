@@ -22,6 +22,7 @@ import (
 // they took them on SIGCONT, so the records it acknowledged alone survived; one run of four
 // such campaigns passed the broken build that way.)
 func TestCampaignReplicaCatchesBrokenAck(t *testing.T) {
+	t.Parallel()
 	kills := envInt("QUICMQ_REPLICA_BROKEN_KILLS", 3)
 	bin := os.Getenv("QUICMQ_REPLICA_BROKEN_BIN") // a broken build made elsewhere
 	if bin == "" {

@@ -124,6 +124,7 @@ func all(n int) []int {
 // TestCampaignReplicaKillLeader: the current leader SIGKILLed again and again under pipelined
 // idempotent publishing, restarted at once on its data directory.
 func TestCampaignReplicaKillLeader(t *testing.T) {
+	t.Parallel()
 	kills := envInt("QUICMQ_REPLICA_KILLS", 3)
 	r, l := replicaCampaign(t, "")
 	rng := testlog.Rand(t, "the kill times")
@@ -163,6 +164,7 @@ func logFailovers(t *testing.T, d []time.Duration) {
 // TestCampaignReplicaIsolateLeader: the leader cut off from the other nodes and from the
 // clients by nftables, both ways, then healed.
 func TestCampaignReplicaIsolateLeader(t *testing.T) {
+	t.Parallel()
 	hold := time.Duration(envInt("QUICMQ_REPLICA_ISOLATE", 5)) * time.Second
 	if os.Geteuid() != 0 {
 		t.Skip("isolating a node needs root (nftables rules on lo)")
@@ -193,6 +195,7 @@ func TestCampaignReplicaIsolateLeader(t *testing.T) {
 // TestCampaignReplicaPauseLeader: the leader stopped with SIGSTOP, then resumed: it comes
 // back believing it leads, with clients' publishes in its sockets.
 func TestCampaignReplicaPauseLeader(t *testing.T) {
+	t.Parallel()
 	hold := time.Duration(envInt("QUICMQ_REPLICA_PAUSE", 3)) * time.Second
 	r, l := replicaCampaign(t, "")
 	leader := l.leaderAfter(t, time.Second)
@@ -220,6 +223,7 @@ func TestCampaignReplicaPauseLeader(t *testing.T) {
 // the two intact replicas are judged as strictly as ever (and everything the wiped node
 // served is checked too), and the test fails.
 func TestCampaignReplicaWipeReplica(t *testing.T) {
+	t.Parallel()
 	r, l := replicaCampaign(t, "")
 	ctx := context.Background()
 	leader := l.leaderAfter(t, time.Second)

@@ -30,6 +30,13 @@ type build struct {
 	err  error
 }
 
+// The longest tests here run node processes and spend most of their time waiting on them
+// (starts, kills, gossip's failure detection, campaigns' fault windows and settles), so they
+// call t.Parallel(): go test runs them after the serial tests, -parallel (GOMAXPROCS) at a
+// time. Each has its own ports (nodeproc.FreeAddr hands a port out once per test process)
+// and t.TempDir(), sets no environment and shares nothing but the builds below; a test that
+// does any of that (t.Setenv, a fixed port, a package variable it writes), or bounds how long
+// a failover may take (TestCampaignFailoverDefaults), stays serial.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	removeBuilds()
@@ -111,6 +118,7 @@ func TestKill9LosesNoAckedRecord(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills 20 node processes")
 	}
+	t.Parallel()
 	bin := quicmqBinary(t)
 	data := t.TempDir()
 	rng := testlog.Rand(t, "the kill times")

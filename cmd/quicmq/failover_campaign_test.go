@@ -26,7 +26,8 @@ import (
 //
 // At the end every acknowledged record of both regions has been received exactly once,
 // each region's records in order. QUICMQ_FAILOVER_KILLS sets the number of kills (default
-// 2, CI's short version; 20 for docs/benchmarks.md).
+// 2, CI's short version; 20 for docs/benchmarks.md). It stays serial (no t.Parallel): it
+// bounds the failover's time, which the parallel process tests' load pushed past 5 s.
 func TestCampaignFailoverDefaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills node processes")

@@ -20,6 +20,7 @@ func TestKill9HomeRegionSubscriberFailsOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills node processes")
 	}
+	t.Parallel()
 	m := newGroupMesh(t) // the same mesh as the group failover tests
 	regions, pub := m.regions, m.pub
 	sub := m.startSub("--durable", "audit", "--server", m.listen("eu"), "--failover", m.listen("us")+","+m.listen("ap"))

@@ -137,6 +137,7 @@ func TestKill9MirroringNodeDuringCatchUp(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills node processes")
 	}
+	t.Parallel()
 	cycles := 10
 	if v, err := strconv.Atoi(os.Getenv("QUICMQ_FED_KILL_CYCLES")); err == nil && v > 0 {
 		cycles = v

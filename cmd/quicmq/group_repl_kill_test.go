@@ -22,6 +22,7 @@ import (
 // (TestGroupReplicatedCatchesBrokenBuild).
 
 func TestGroupReplicatedLeaderKill9(t *testing.T) {
+	t.Parallel()
 	if err := groupLeaderKill(t, quicmqBinary(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +32,7 @@ func TestGroupReplicatedCatchesBrokenBuild(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a second binary")
 	}
+	t.Parallel()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "quicmq")
 	if out, err := exec.Command("go", "build", "-tags", "quicmq_broken_group", "-o", bin, ".").CombinedOutput(); err != nil {

@@ -273,6 +273,7 @@ func TestKill9HomeRegionGroupFailsOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills node processes")
 	}
+	t.Parallel()
 	groupFailsOver(t, newGroupMesh(t))
 }
 
@@ -318,6 +319,7 @@ func TestKill9HomeRegionGroupRestartedMemberResumes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills node processes")
 	}
+	t.Parallel()
 	m := newGroupMesh(t)
 	sub := m.startSub("--group", "workers", "--server", m.listen("eu"))
 	c := newGroupCheck(t)
@@ -363,6 +365,7 @@ func TestKill9ReplicatedHomeRegionGroupFailsOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills node processes")
 	}
+	t.Parallel()
 	m := newReplicatedGroupMesh(t)
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -60,6 +60,7 @@ func TestKill9PeerHealsAtOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills node processes")
 	}
+	t.Parallel()
 	cycles := 20
 	if v, err := strconv.Atoi(os.Getenv("QUICMQ_HEAL_CYCLES")); err == nil && v > 0 {
 		cycles = v

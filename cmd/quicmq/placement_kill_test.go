@@ -26,6 +26,7 @@ func TestKill9OwnerMakesItsTopicsUnavailable(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills node processes")
 	}
+	t.Parallel()
 	cycles := 2
 	if v, err := strconv.Atoi(os.Getenv("QUICMQ_PLACEMENT_KILL_CYCLES")); err == nil && v > 0 {
 		cycles = v

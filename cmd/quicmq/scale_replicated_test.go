@@ -41,6 +41,7 @@ func TestScaleReplicatedTopics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts four node processes")
 	}
+	t.Parallel()
 	n := envInt("QUICMQ_SCALE_TOPICS", 200)
 	settle := time.Duration(envInt("QUICMQ_SCALE_SETTLE", 5)) * time.Second
 	window := time.Duration(envInt("QUICMQ_SCALE_WINDOW", 5)) * time.Second

@@ -22,6 +22,7 @@ func TestWideRegionWildcardAfterKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills node processes")
 	}
+	t.Parallel()
 	r := newReplicaRegion(t, quicmqBinary(t), 4)
 	r.Flags = func(*nodeproc.Node) []string { return []string{"--replicas", "3"} } // the last --replicas wins
 	r.StartAll()
