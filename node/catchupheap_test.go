@@ -20,6 +20,21 @@ func liveAfterOneGC() uint64 {
 	return s[0].Value.Uint64()
 }
 
+// catchUpIdleTopics starts two regions of one node each mirroring idle.> with the default
+// stream bound, creates n topics at "idle" and waits until "hot" holds them and every mirror
+// parked. It returns the live heap after one collection before the topics, and the most
+// mirror streams seen open at hot.
+func catchUpIdleTopics(t *testing.T, n int) (before uint64, most int) {
+	t.Helper()
+	m := newTestMeshWith(t, func(_ string, c *Config) { c.Mirror = []string{"idle.>"} }, "hot", "idle")
+	hot, idle := m.nodes["hot"], m.nodes["idle"]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	before = liveAfterOneGC()
+	createIdleTopics(ctx, t, idle, "idle", n)
+	return before, waitIdleMirrored(t, hot, idle, n)
+}
+
 // TestCatchupLeavesNoHeap: once a catch-up of many topics ends (every mirror parked), the
 // next collection keeps what the parked topics cost and not the catch-up's streams. Two
 // regions of one node each mirror idle.> with the default stream bound (1,024): N topics
@@ -50,13 +65,7 @@ func TestCatchupLeavesNoHeap(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := newTestMeshWith(t, func(_ string, c *Config) { c.Mirror = []string{"idle.>"} }, "hot", "idle")
-	hot, idle := m.nodes["hot"], m.nodes["idle"]
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	before := liveAfterOneGC()
-	createIdleTopics(ctx, t, idle, "idle", n)
-	most := waitIdleMirrored(t, hot, idle, n)
+	before, most := catchUpIdleTopics(t, n)
 	one := liveAfterOneGC()
 	writeProfile(profile + ".1")
 	two := liveAfterOneGC()
@@ -93,13 +102,7 @@ func TestCatchupReleasesItsHeap(t *testing.T) {
 		t.Skip("a heap measurement: the race detector's shadow memory and slower catch-up blur it")
 	}
 	const n = 3000
-	m := newTestMeshWith(t, func(_ string, c *Config) { c.Mirror = []string{"idle.>"} }, "hot", "idle")
-	hot, idle := m.nodes["hot"], m.nodes["idle"]
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	before := liveAfterOneGC()
-	createIdleTopics(ctx, t, idle, "idle", n)
-	most := waitIdleMirrored(t, hot, idle, n)
+	before, most := catchUpIdleTopics(t, n)
 	if most < 64 {
 		t.Fatalf("the catch-up held at most %d streams at once (as polled): too few to show what it leaves", most)
 	}
