@@ -161,6 +161,14 @@ type Config struct {
 	// streams per connection by default, node.Config.MaxStreamsPerConn). Not applied to the
 	// shared-link ablation, whose mirrors share one stream and never park.
 	MaxMirrorStreams int
+	// CatchupEnded, when set, is called once a link's catch-up ends: its mirrors all parked
+	// with no topic waiting for a stream, after at least a quarter of MaxMirrorStreams were
+	// opened since they were last all parked (a new link's, or a reconnect's, or many topics
+	// created at once). It runs on the goroutine of the mirror that parked last, holding no
+	// lock. The node gives the catch-up's garbage back there (node.releaseHeap): an idle
+	// node allocates too little for Go to collect it before its forced collection two
+	// minutes later. Nil: nothing.
+	CatchupEnded func()
 	// MirrorParkAfter is how long a caught-up mirror keeps its stream without records
 	// before it parks. Default 5 s.
 	MirrorParkAfter time.Duration

@@ -61,6 +61,7 @@ type nodeOpts struct {
 	ownAsked   *atomic.Int64              // counts the calls of Config.OwnHeads (nil: not counted)
 	// shouldMirror is Config.ShouldMirror (nil: none, every wanted topic is mirrored here).
 	shouldMirror func(topic string) bool
+	catchupEnded func() // Config.CatchupEnded
 }
 
 func newFedMesh(t *testing.T) *fedMesh {
@@ -360,6 +361,7 @@ func (n *fedNode) startFed() {
 			return n.opts.ownHeads
 		},
 		ShouldMirror: n.opts.shouldMirror,
+		CatchupEnded: n.opts.catchupEnded,
 		Logger:       slog.New(n.logs.handler(testLogger(t).Handler())).With("node", n.name),
 		Registerer:   reg,
 

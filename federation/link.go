@@ -83,6 +83,9 @@ type link struct {
 		parkable bool   // mirrors park (a stream per topic, to another region)
 		mostOpen int    // the most mirrors ever open at once (tests check the bound)
 		opened   uint64 // mirrors opened since the link began (tests count them)
+		// burst counts the mirrors opened since the link's mirrors were last all parked
+		// with none waiting: a catch-up when it reaches catchupOpened (mirrorEnded).
+		burst int
 	}
 }
 

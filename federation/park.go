@@ -360,6 +360,7 @@ func (l *link) schedule(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg
 		l.mu.mirrors[t] = m
 		l.mu.mostOpen = max(l.mu.mostOpen, len(l.mu.mirrors))
 		l.mu.opened++
+		l.mu.burst++
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -380,10 +381,11 @@ func (l *link) schedule(ctx context.Context, conn *quic.Conn, o mirrorOpener, wg
 // mirrorEnded drops an ended mirror from the open set and queues its topic again if the
 // origin reported a head past what it scanned (a move noticed while it was open or parking,
 // or a mirror parked for another before it caught up).
+//
+// The last mirror of a catch-up to end calls Config.CatchupEnded (catchupEndedLocked).
 func (l *link) mirrorEnded(m *mirror) {
 	m.cancel() // a parked mirror's context would stay among the link's children
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.mu.mirrors[m.topic] == m {
 		delete(l.mu.mirrors, m.topic)
 	}
@@ -395,7 +397,29 @@ func (l *link) mirrorEnded(m *mirror) {
 		}
 	}
 	l.poke() // a stream is free
+	ended := l.catchupEndedLocked()
+	l.mu.Unlock()
+	if ended && l.f.cfg.CatchupEnded != nil {
+		l.f.cfg.CatchupEnded()
+	}
 }
+
+// catchupEndedLocked reports whether the link's catch-up just ended: no mirror open, none
+// waiting, and at least a quarter of the bound's streams opened since that was last so
+// (catchupOpenedLocked). A few topics that move now and then never count as one: their
+// streams' garbage is what Go's pacing collects anyway.
+func (l *link) catchupEndedLocked() bool {
+	if len(l.mu.mirrors) > 0 || len(l.mu.queued) > 0 {
+		return false
+	}
+	ended := l.mu.burst >= l.catchupOpenedLocked()
+	l.mu.burst = 0
+	return ended
+}
+
+// catchupOpenedLocked is how many mirrors a link opens between two moments with none open
+// for it to count as a catch-up: a quarter of the bound (at least one).
+func (l *link) catchupOpenedLocked() int { return max(l.boundLocked()/4, 1) }
 
 // parkIdle parks the open mirrors that are caught up and quiet for MirrorParkAfter and, while
 // topics wait for a stream with none free, the least recently active others: caught-up

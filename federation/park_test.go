@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,4 +238,55 @@ func TestParkedMirrorKeepsItsScanAcrossRestart(t *testing.T) {
 		t.Fatalf("b opened %d mirrors from a after its restart for %d copies of its own records and one record of a's; want 1 (the record's); %d link(s) to a; sentinel: %s; copies:\n%s",
 			opened, topics, links, b.fedNow().mirrorState("a", "m.zz"), strings.Join(states, "\n"))
 	}
+}
+
+// A catch-up's end is reported (Config.CatchupEnded: the node gives its garbage back
+// there) once the link's mirrors have all parked with none waiting, and a topic that moves
+// now and then is no catch-up: 60 topics with a backlog caught up through 8 streams, then
+// one record to one parked topic at a time.
+func TestCatchupEndedAfterEveryMirrorParked(t *testing.T) {
+	const topics, bound = 60, 8
+	m := newFedMesh(t)
+	b := m.addNode("b", nodeOpts{})
+	name := func(i int) string { return fmt.Sprintf("m.t%03d", i) }
+	for i := range topics {
+		b.publishSeq(t, name(i), 0, 3)
+	}
+	var ended, openAtEnd atomic.Int64
+	var node atomic.Pointer[fedNode] // set once addNode returns: the catch-up may end before
+	a := m.addNode("a", nodeOpts{mirror: []string{"m.>"}, maxStreams: bound,
+		parkAfter: 100 * time.Millisecond, slice: 50 * time.Millisecond,
+		catchupEnded: func() {
+			if a := node.Load(); a != nil {
+				open, _ := a.fedNow().mirrorStreams("b")
+				openAtEnd.Add(int64(open))
+			}
+			ended.Add(1)
+		}})
+	node.Store(a)
+	testlog.WaitFor(t, 60*time.Second, "every topic mirrored and its mirror parked, and the catch-up's end reported", func() bool {
+		for i := range topics {
+			if a.cursor(t, "b", name(i)) != 2 {
+				return false
+			}
+		}
+		open, _ := a.fedNow().mirrorStreams("b")
+		return open == 0 && ended.Load() > 0
+	})
+	if n := openAtEnd.Load(); n != 0 {
+		t.Fatalf("the catch-up's end was reported with %d mirror streams open", n)
+	}
+	after := ended.Load()
+	for i := range 5 {
+		topic := name(i * 7)
+		b.publish(t, topic, "late")
+		testlog.WaitFor(t, 10*time.Second, "a late record mirrored and its mirror parked", func() bool {
+			open, _ := a.fedNow().mirrorStreams("b")
+			return a.cursor(t, "b", topic) == 3 && open == 0
+		})
+	}
+	if n := ended.Load(); n != after {
+		t.Fatalf("one record to one parked topic at a time was reported as %d catch-ups ending", n-after)
+	}
+	t.Logf("a catch-up of %d topics through %d streams reported ended %d times", topics, bound, after)
 }

@@ -255,6 +255,7 @@ func (n *Node) setupMesh(t *tlsSetup) error {
 		MirrorPosition:   n.mirrorPosition(), // replpos.go
 		MirrorGroup:      n.mirrorGroup(),
 		MirrorWanted:     n.mirrorWanted(),
+		CatchupEnded:     n.releaseHeap, // heaprelease.go
 		OwnHeads: func(peerRegion string) bool {
 			ok, _ := n.LinkKnows(peerRegion, features.Catalog, 1)
 			return ok

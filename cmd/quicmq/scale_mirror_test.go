@@ -23,8 +23,8 @@ import (
 // (solo, its own gossip pool, no mirroring) that is published the same topics. QUICMQ_SCALE_TOPICS
 // topics are created at us (and at solo) by one publish each, pipelined from one SDK
 // client; the test reports the time until eu lists them all, then, after
-// QUICMQ_SCALE_SETTLE seconds (default 10: mirrors park after 5 s of quiet; 150 lets Go's
-// forced GC and scavenger return the catch-up's garbage), each node's CPU over
+// QUICMQ_SCALE_SETTLE seconds (default 10: mirrors park after 5 s of quiet, and eu collects
+// the catch-up's garbage and returns it to the OS as its last mirror parks), each node's CPU over
 // QUICMQ_SCALE_WINDOW seconds (default 10, /proc/PID/stat) and its RSS; then a record to a
 // parked topic, and a publisher under load (mirrorUnderLoad).
 //
