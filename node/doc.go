@@ -30,6 +30,12 @@
 //     node's side of it (manage.Here: its log's consumers, group states and topics, given
 //     the live subscriptions and groups), and the whole admin HTTP API (members, links,
 //     gossip keys, the region's nodes).
+//   - node/relocate: a replicated region's placement changes as this node takes part in
+//     them: drains and leader balance, removals, replica moves and their undoing, the
+//     replica balancer and replacements (their metadata records, its two goroutines), and
+//     the region's nodes as the admin API shows and changes them (manage.Nodes). It sees the
+//     raft driver, the node's copy of the metadata and the region through three interfaces
+//     (relocate.Raft, Meta, Mesh), which node/relocate.go implements.
 //
 // The rest is this package, in the files named, in the order a newcomer reads them:
 //
@@ -55,9 +61,8 @@
 //     groups.Replicated needs of the raft groups, and the group entries' proposals).
 //   - Management (the rest is node/manage): manage.go (what manage.Here and the admin API
 //     are given: the log, the live subscriptions and groups, the replicated path's
-//     functions; the management stream handed to manage.Here.Serve; AdminHandler),
-//     nodeinfo.go (the region's nodes as the replicated path knows them, and the checks of
-//     a drain or a removal: manage.Nodes), peerask.go (asking another node over its link),
+//     functions, the region's nodes from node/relocate; the management stream handed to
+//     manage.Here.Serve; AdminHandler), peerask.go (asking another node over its link),
 //     topics.go (the TOPICS listing, streamed page by page).
 //   - Placement, single-copy: node/placement, and passthrough.go (a subscription passed on
 //     to another region for a direct replay).
@@ -68,9 +73,8 @@
 //     links), replmeta.go (metadata records), replgroups.go (raft groups hold many topics),
 //     replask.go and replcreate.go (creating topics in batches), replconfig.go,
 //     replmember.go (a node whose data was lost rejoins), replpos.go, replretain.go,
-//     replmetrics.go; drain.go (draining, leader balance), move.go (moving replicas),
-//     moveremove.go (removing a node), moveprogress.go (a move's progress, undoing one),
-//     balance.go (the replica balancer, --replace-after).
+//     replmetrics.go; relocate.go (what node/relocate is given: the driver, the metadata as
+//     relocate.Meta, the region as relocate.Mesh; a move's end applied to the placement).
 //   - Deliberately broken builds: *_broken.go and *_ok.go pairs, each behind a
 //     quicmq_broken_* build tag; scripts/broken.sh lists them with the test that must catch
 //     each.
@@ -90,5 +94,8 @@
 //     says which goroutine owns what: others tell the run goroutine things through its
 //     inbox; only the ACK checks' small struct has several writers.
 //   - In a replicated region, replica.Driver's one goroutine owns every raft group of the
-//     node; node talks to it through proposals and Status (replicated.go).
+//     node; node talks to it through proposals and Status (replicated.go). Beside it run
+//     node/relocate's DrainLoop and MoveLoop (leaderships; removals and moves), started
+//     and stopped with the replicated path's other goroutines (replicated.start);
+//     node/relocate/doc.go says what each owns.
 package node

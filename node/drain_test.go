@@ -11,53 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
-
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/node/relocate"
 )
-
-func TestDrainRecordRoundTrip(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		q    drainReq
-	}{{"eu-1", drainReq{true, 1}}, {"a-much-longer-node-name", drainReq{false, time.Now().UnixNano()}}} {
-		name, q, err := decodeDrain(encodeDrain(c.name, c.q))
-		if err != nil || name != c.name || q != c.q {
-			t.Fatalf("%q %v: decoded %q %v %v", c.name, c.q, name, q, err)
-		}
-	}
-	for _, bad := range [][]byte{nil, {drainVersion}, {drainVersion, 0, 1, 0}, {drainVersion, 1, 'a'}, {drainVersion, 1, 'a', 1},
-		{drainVersion, 1, 'a', 2, 0}, {drainVersion, 1, 'a', 1, 0, 0}, {drainVersion, 1, 'a', 1, 0x80, 0}, {groupsVersion, 1, 'a', 1, 0}} {
-		if _, _, err := decodeDrain(bad); err == nil {
-			t.Errorf("%v decoded", bad)
-		}
-	}
-	got := parseDrainReq("a=1@5,b=0@7,,c=2@1,=1@1,d,e=1,f=1@x,g=0@-3")
-	if len(got) != 2 || got["a"] != (drainReq{true, 5}) || got["b"] != (drainReq{false, 7}) {
-		t.Errorf("parseDrainReq: %v", got)
-	}
-	reqs := map[string]drainReq{"a": {true, 5}}
-	newest(reqs, map[string]drainReq{"a": {false, 4}, "b": {true, 1}})
-	newest(reqs, map[string]drainReq{"a": {false, 6}})
-	if reqs["a"] != (drainReq{false, 6}) || reqs["b"] != (drainReq{true, 1}) {
-		t.Errorf("newest: %v", reqs)
-	}
-}
-
-func FuzzDrainRecord(f *testing.F) {
-	f.Add(encodeDrain("eu-1", drainReq{true, 1}))
-	f.Add([]byte{drainVersion, 0})
-	f.Fuzz(func(t *testing.T, p []byte) {
-		name, q, err := decodeDrain(p)
-		if err != nil {
-			return
-		}
-		if b := encodeDrain(name, q); string(b) != string(p) {
-			t.Fatalf("%x decoded to %q %v, which encodes as %x", p, name, q, b)
-		}
-	})
-}
 
 // newDrainMesh starts a replicated region of three nodes with the admin API, whose raft
 // groups (six, two first-placed on each node) hold topics already.
@@ -101,7 +58,7 @@ func (m *regionMesh) leads() map[string]int {
 	out := map[string]int{}
 	for _, name := range m.names {
 		if n := m.nodes[name]; n != nil {
-			out[name] = len(n.rep.ledGroups())
+			out[name] = len(n.rep.reloc.LedGroups())
 		}
 	}
 	return out
@@ -276,7 +233,7 @@ func TestDrainMovesLeadershipsOffUnderLoad(t *testing.T) {
 		t.Fatalf("drain: %d %s", code, body)
 	}
 	testlog.WaitFor(t, 20*time.Second, "eu-1 drained and leading nothing", func() bool {
-		return m.nodes["eu-1"].rep.drain.isDrained("eu-1") && m.leads()["eu-1"] == 0 && m.allLedBut("eu-2", "eu-1")
+		return m.nodes["eu-1"].rep.reloc.Drained("eu-1") && m.leads()["eu-1"] == 0 && m.allLedBut("eu-2", "eu-1")
 	})
 	// It stays off while publishing goes on and the balancer runs.
 	load.waitMore(t, 400, func() bool { return m.leads()["eu-1"] == 0 })
@@ -290,7 +247,7 @@ func TestDrainMovesLeadershipsOffUnderLoad(t *testing.T) {
 		t.Fatalf("undrain: %d %s", code, body)
 	}
 	testlog.WaitFor(t, 30*time.Second, "eu-1 undrained and leading again", func() bool {
-		return !m.nodes["eu-1"].rep.drain.isDrained("eu-1") && m.leads()["eu-1"] > 0
+		return !m.nodes["eu-1"].rep.reloc.Drained("eu-1") && m.leads()["eu-1"] > 0
 	})
 	load.waitMore(t, 200, nil)
 	load.check(t, m)
@@ -305,14 +262,14 @@ func TestDrainSurvivesRestart(t *testing.T) {
 		t.Fatalf("drain: %d %s", code, body)
 	}
 	testlog.WaitFor(t, 20*time.Second, "eu-2 drained and leading nothing", func() bool {
-		return m.nodes["eu-2"].rep.drain.isDrained("eu-2") && m.leads()["eu-2"] == 0
+		return m.nodes["eu-2"].rep.reloc.Drained("eu-2") && m.leads()["eu-2"] == 0
 	})
 	if err := m.nodes["eu-2"].Close(); err != nil {
 		t.Fatal(err)
 	}
 	m.restart("eu-2")
 	r := m.nodes["eu-2"].rep
-	testlog.WaitFor(t, 20*time.Second, "the restarted eu-2 to read that it is drained", func() bool { return r.drain.isDrained("eu-2") })
+	testlog.WaitFor(t, 20*time.Second, "the restarted eu-2 to read that it is drained", func() bool { return r.reloc.Drained("eu-2") })
 	c := m.dial("eu-2")
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -380,12 +337,12 @@ func TestStopHandsLeadershipsOff(t *testing.T) {
 	m := newDrainMesh(t, 100*time.Millisecond, func(c *Config) { c.Raft.StopHandOff = 10 * time.Second })
 	testlog.WaitFor(t, 20*time.Second, "eu-1 to lead some groups (balanced)", func() bool { return m.leads()["eu-1"] > 0 })
 	n := m.nodes["eu-1"]
-	before := len(n.rep.ledGroups())
+	before := len(n.rep.reloc.LedGroups())
 	start := time.Now()
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if left := n.rep.ledGroups(); len(left) != 0 {
+	if left := n.rep.reloc.LedGroups(); len(left) != 0 {
 		t.Fatalf("eu-1 stopped still leading groups %v (it led %d)", left, before)
 	}
 	closed := time.Since(start)
@@ -435,16 +392,12 @@ func TestDrainThenUndrainFromTwoNodes(t *testing.T) {
 	}
 	testlog.WaitFor(t, 20*time.Second, "both requests settled: neither asker announces one", func() bool {
 		for _, a := range askers {
-			d := &m.nodes[a].rep.drain
-			d.mu.Lock()
-			pending := len(d.mu.want)
-			d.mu.Unlock()
-			if pending > 0 {
+			if pending, _ := m.nodes[a].rep.reloc.DrainRequests(); pending > 0 {
 				return false
 			}
 			for _, name := range m.names { // and every node's gossip shows the tag cleared
 				for _, mem := range m.nodes[name].Gossip().RegionMembers("eu") {
-					if mem.Name == a && mem.Tags[tagDrainReq] != "" {
+					if mem.Name == a && mem.Tags[relocate.TagDrainReq] != "" {
 						return false
 					}
 				}
@@ -453,11 +406,9 @@ func TestDrainThenUndrainFromTwoNodes(t *testing.T) {
 		return true
 	})
 	for _, name := range m.names {
-		d := &m.nodes[name].rep.drain
-		testlog.WaitFor(t, 10*time.Second, name+" to read the undrain", func() bool { return !d.isDrained(lead) })
-		d.mu.Lock()
-		changes := d.mu.changes
-		d.mu.Unlock()
+		rl := m.nodes[name].rep.reloc
+		testlog.WaitFor(t, 10*time.Second, name+" to read the undrain", func() bool { return !rl.Drained(lead) })
+		_, changes := rl.DrainRequests()
 		if changes > 2 {
 			t.Errorf("%s applied %d drain state changes of %s, want at most 2 (drain, undrain)", name, changes, lead)
 		}
@@ -473,7 +424,7 @@ func TestDrainedNodeHandsOnWhatItWins(t *testing.T) {
 	}
 	r2 := m.nodes["eu-2"].rep
 	testlog.WaitFor(t, 20*time.Second, "eu-2 drained and leading nothing", func() bool {
-		return r2.drain.isDrained("eu-2") && m.leads()["eu-2"] == 0
+		return r2.reloc.Drained("eu-2") && m.leads()["eu-2"] == 0
 	})
 	g := r2.localGroups()[0].id
 	lead := ""
@@ -482,11 +433,11 @@ func TestDrainedNodeHandsOnWhatItWins(t *testing.T) {
 			lead = name
 		}
 	}
-	before := testutil.ToFloat64(r2.drain.m.transfers.WithLabelValues("drain"))
+	before := metricWith(t, m.nodes["eu-2"], "quicmq_raft_leadership_transfers_total", map[string]string{"reason": "drain"})
 	if err := m.nodes[lead].rep.d.TransferLeadership(context.Background(), g, r2.id); err != nil {
 		t.Fatal(err)
 	}
 	testlog.WaitFor(t, 20*time.Second, "eu-2 to hand on the leadership it was given", func() bool {
-		return testutil.ToFloat64(r2.drain.m.transfers.WithLabelValues("drain")) > before && m.allLedBut("eu-1", "eu-2")
+		return metricWith(t, m.nodes["eu-2"], "quicmq_raft_leadership_transfers_total", map[string]string{"reason": "drain"}) > before && m.allLedBut("eu-1", "eu-2")
 	})
 }

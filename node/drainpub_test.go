@@ -141,14 +141,14 @@ func TestDrainUnderPipelinedPublishingRefusesNothing(t *testing.T) {
 			other = "eu-1"
 		}
 		testlog.WaitFor(t, 20*time.Second, name+" drained and leading nothing", func() bool {
-			return m.nodes[name].rep.drain.isDrained(name) && m.leads()[name] == 0 && m.allLedBut(other, name)
+			return m.nodes[name].rep.reloc.Drained(name) && m.leads()[name] == 0 && m.allLedBut(other, name)
 		})
 		load.waitMore(t, 300)
 		if code, body := m.post("eu-1", "/v1/nodes/"+name+"/undrain"); code != http.StatusOK {
 			t.Fatalf("undrain %s: %d %s", name, code, body)
 		}
 		testlog.WaitFor(t, 20*time.Second, name+" undrained and leading again", func() bool {
-			return !m.nodes[name].rep.drain.isDrained(name) && m.leads()[name] > 0
+			return !m.nodes[name].rep.reloc.Drained(name) && m.leads()[name] > 0
 		})
 		load.waitMore(t, 300)
 		t.Logf("round %d (%s): %d publishes acknowledged so far", round, name, load.acked())
@@ -179,7 +179,7 @@ func TestDrainUnderPipelinedPublishingRefusesNothing(t *testing.T) {
 	}
 	rerouted := 0.0
 	for _, n := range m.all() {
-		rerouted += testutil.ToFloat64(n.rep.drain.m.rerouted)
+		rerouted += testutil.ToFloat64(n.rep.rerouted)
 	}
 	t.Logf("%d pipelined publishes into %d topics, each acknowledged once, none refused; %v routed again by a node after a leadership move refused them",
 		load.mu.total, topics, rerouted)

@@ -46,7 +46,7 @@ func (m *regionMesh) holdsAndLeads(via string) (held, led map[string]int, moving
 	held, led = map[string]int{}, map[string]int{}
 	for _, name := range m.names {
 		held[name], led[name] = 0, 0
-		for _, g := range m.nodes[name].rep.ledGroups() {
+		for _, g := range m.nodes[name].rep.reloc.LedGroups() {
 			if g != metaGroup {
 				led[name]++
 			}
@@ -60,7 +60,7 @@ func (m *regionMesh) holdsAndLeads(via string) (held, led map[string]int, moving
 		}
 	}
 	r.pl.RUnlock()
-	return held, led, len(r.moves.movesCopy())
+	return held, led, len(r.reloc.Moves())
 }
 
 func spreadOf(counts map[string]int) int {
@@ -267,8 +267,8 @@ func TestGrowResumesAfterMetadataLeaderRestart(t *testing.T) {
 	load := startLoad(t, c, 8)
 	load.waitMore(t, 300, nil)
 	m.addNode("eu-4")
-	testlog.WaitFor(t, 60*time.Second, "a move onto eu-4 in progress", func() bool { return len(m.nodes[lead].rep.moves.movesCopy()) > 0 })
-	t.Logf("metadata leader %s stops with moves in progress %v", lead, m.nodes[lead].rep.moves.movesCopy())
+	testlog.WaitFor(t, 60*time.Second, "a move onto eu-4 in progress", func() bool { return len(m.nodes[lead].rep.reloc.Moves()) > 0 })
+	t.Logf("metadata leader %s stops with moves in progress %v", lead, m.nodes[lead].rep.reloc.Moves())
 	if err := m.nodes[lead].Close(); err != nil {
 		t.Logf("close %s: %v", lead, err)
 	}

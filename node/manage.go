@@ -85,7 +85,7 @@ func (n *Node) AdminHandler() http.Handler {
 		cfg.Links = n.fed
 	}
 	if n.rep != nil {
-		cfg.Nodes = regionNodes{n.rep}
+		cfg.Nodes = n.rep.reloc.Nodes()
 	}
 	return manage.Admin(cfg)
 }

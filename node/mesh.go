@@ -5,6 +5,7 @@ import (
 
 	"github.com/quicmq/quicmq/internal/wire"
 	"github.com/quicmq/quicmq/node/features"
+	"github.com/quicmq/quicmq/node/relocate"
 	"github.com/quicmq/quicmq/replica"
 )
 
@@ -15,7 +16,7 @@ const FeaturesTag = features.Tag
 
 // localFeatures is what this build knows.
 func localFeatures() features.Set {
-	f := features.Set{features.Proto: wire.PeerVersion, features.Meta: moveUndoVersion, features.Catalog: 1, features.PublishOpen: 1, features.PublishMulti: 1}
+	f := features.Set{features.Proto: wire.PeerVersion, features.Meta: relocate.MoveUndoVersion, features.Catalog: 1, features.PublishOpen: 1, features.PublishMulti: 1}
 	maps.Copy(f, replica.EntryFeatures())
 	return f
 }

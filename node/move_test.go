@@ -17,56 +17,8 @@ import (
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/testlog"
 	"github.com/quicmq/quicmq/node/manage"
+	"github.com/quicmq/quicmq/node/relocate"
 )
-
-func TestMoveRecordRoundTrip(t *testing.T) {
-	for _, rec := range []moveRec{
-		{kind: moveKindRemove, name: "eu-4", dead: true, at: 12345},
-		{kind: moveKindRemove, name: "eu-4", at: 1},
-		{kind: moveKindStart, group: 7, from: "eu-1", fromID: 99, to: "eu-5", toID: 1 << 60},
-		{kind: moveKindDone, group: 7, from: "eu-1", to: "eu-5", toID: 3},
-		{kind: moveKindRemoved, name: "eu-1"},
-		{kind: moveKindUndo, group: 7, from: "eu-1", to: "eu-5", toID: 3},
-		{kind: moveKindUndone, group: 7, from: "eu-1", to: "eu-5", toID: 3},
-	} {
-		got, err := decodeMove(encodeMove(rec))
-		if err != nil || !reflect.DeepEqual(got, rec) {
-			t.Fatalf("%+v: decoded %+v, %v", rec, got, err)
-		}
-		b := encodeMove(rec)
-		for i := range b {
-			if _, err := decodeMove(b[:i]); err == nil {
-				t.Fatalf("%+v cut at %d decodes", rec, i)
-			}
-		}
-	}
-	for _, bad := range []moveRec{
-		{kind: moveKindStart, group: metaGroup, from: "a", fromID: 1, to: "b", toID: 2},
-		{kind: moveKindStart, group: 5, from: "a", fromID: 1, to: "a", toID: 2},
-		{kind: moveKindDone, group: 5, from: "a", to: "b"},
-		{kind: moveKindRemoved},
-		{kind: moveKindUndo, group: 5, from: "a", to: "b"},
-		{kind: moveKindUndone, group: 5, from: "a", to: "a", toID: 2},
-	} {
-		if _, err := decodeMove(encodeMove(bad)); err == nil {
-			t.Fatalf("%+v decodes", bad)
-		}
-	}
-}
-
-func FuzzMoveRecord(f *testing.F) {
-	f.Add(encodeMove(moveRec{kind: moveKindStart, group: 7, from: "eu-1", fromID: 99, to: "eu-5", toID: 4}))
-	f.Add(encodeMove(moveRec{kind: moveKindRemove, name: "eu-4", dead: true, at: 12345}))
-	f.Fuzz(func(t *testing.T, p []byte) {
-		rec, err := decodeMove(p)
-		if err != nil {
-			return
-		}
-		if again := encodeMove(rec); !reflect.DeepEqual(again, p) {
-			t.Fatalf("%x decodes to %+v, which encodes to %x", p, rec, again)
-		}
-	})
-}
 
 // newMoveMesh is a replicated region of size nodes with --replicas 3 and the admin API,
 // whose groups hold topics and have leaders.
@@ -75,15 +27,15 @@ func FuzzMoveRecord(f *testing.F) {
 func (m *regionMesh) releaseMoveEnds() {
 	m.t.Helper()
 	for _, name := range m.names {
-		m.nodes[name].rep.moves.holdEnds.Store(false)
+		m.nodes[name].rep.reloc.HoldMoveEnds(false)
 	}
 	for _, name := range m.names {
 		rr := m.nodes[name].rep
 		testlog.WaitForErr(m.t, 60*time.Second, name+" to apply the move's end", func() error {
-			if len(rr.moves.movesCopy()) == 0 {
+			if len(rr.reloc.Moves()) == 0 {
 				return nil
 			}
-			return fmt.Errorf("moves %v", rr.moves.movesCopy())
+			return fmt.Errorf("moves %v", rr.reloc.Moves())
 		})
 	}
 }
@@ -257,22 +209,19 @@ func watchMoves(t *testing.T, m *regionMesh) (stop func()) {
 		promotions := func() {
 			for _, n := range nodes {
 				r := n.rep
-				r.moves.mu.Lock()
-				for g, p := range r.moves.mu.promoted {
+				for g, p := range r.reloc.TakePromotions() {
 					if (p[0] == 0 || p[0]+rejoinMaxLag < p[1]) && len(bad) < 10 {
 						bad = append(bad, fmt.Sprintf("group %d: %s promoted a new replica (removing the old one) knowing it had %d of %d entries",
 							g, n.Name(), p[0], p[1]))
 					}
 				}
-				clear(r.moves.mu.promoted)
-				r.moves.mu.Unlock()
 			}
 		}
 		for ctx.Err() == nil {
 			promotions()
 			for _, n := range nodes {
 				r := n.rep
-				for g, gm := range r.moves.movesCopy() {
+				for g, gm := range r.reloc.Moves() {
 					if ro, ok := r.d.Role(g); !ok || !ro.Leader {
 						continue
 					}
@@ -283,15 +232,15 @@ func watchMoves(t *testing.T, m *regionMesh) (stop func()) {
 						continue
 					}
 					key := [2]uint64{r.id, g}
-					match := mb.Match[gm.toID]
-					if mb.IsVoter(gm.toID) && !mb.IsVoter(gm.fromID) && match+2*rejoinMaxLag < mb.Status.GetCommit() {
+					match := mb.Match[gm.ToID]
+					if mb.IsVoter(gm.ToID) && !mb.IsVoter(gm.FromID) && match+2*rejoinMaxLag < mb.Status.GetCommit() {
 						behind[key]++
 					} else {
 						behind[key] = 0
 					}
 					if behind[key] == 5 && len(bad) < 10 {
 						bad = append(bad, fmt.Sprintf("group %d: %s's replica removed while the one on %s has %d of %d entries",
-							g, gm.from, gm.to, mb.Match[gm.toID], mb.Status.GetCommit()))
+							g, gm.From, gm.To, mb.Match[gm.ToID], mb.Status.GetCommit()))
 					}
 				}
 			}
@@ -331,8 +280,8 @@ func TestRemoveTwoNodesUnderLoad(t *testing.T) {
 		}
 	}
 	testlog.WaitFor(t, 30*time.Second, "both removals recorded", func() bool {
-		_, ok1 := m.nodes["eu-2"].rep.moves.removingReq("eu-1")
-		_, ok5 := m.nodes["eu-2"].rep.moves.removingReq("eu-5")
+		_, ok1 := m.nodes["eu-2"].rep.reloc.Removing("eu-1")
+		_, ok5 := m.nodes["eu-2"].rep.reloc.Removing("eu-5")
 		return ok1 && ok5
 	})
 	if code, body := m.post("eu-2", "/v1/nodes/eu-4/remove"); code != http.StatusConflict {
@@ -439,8 +388,8 @@ func TestRemoveResumesAfterMetadataLeaderRestart(t *testing.T) {
 	if code, body := m.post(via, "/v1/nodes/"+victim+"/remove"); code != http.StatusOK {
 		t.Fatalf("remove %s: %d %s", victim, code, body)
 	}
-	testlog.WaitFor(t, 30*time.Second, "a move in progress", func() bool { return len(m.nodes[lead].rep.moves.movesCopy()) > 0 })
-	t.Logf("moves in progress when %s stops: %v", lead, m.nodes[lead].rep.moves.movesCopy())
+	testlog.WaitFor(t, 30*time.Second, "a move in progress", func() bool { return len(m.nodes[lead].rep.reloc.Moves()) > 0 })
+	t.Logf("moves in progress when %s stops: %v", lead, m.nodes[lead].rep.reloc.Moves())
 	if err := m.nodes[lead].Close(); err != nil {
 		t.Logf("close %s: %v", lead, err)
 	}
@@ -523,14 +472,14 @@ func TestMoveUndoneWhenDestinationDies(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if !r.proposeMove(ctx, moveRec{kind: moveKindStart, group: g.id, from: from.name, fromID: from.id, to: dest, toID: destID}) {
+	if !r.reloc.StartMove(ctx, relocate.Move{Group: g.id, From: from.name, FromID: from.id, To: dest, ToID: destID}) {
 		t.Fatal("the start record was not committed")
 	}
 	testlog.WaitForErr(t, 60*time.Second, "the move undone", func() error {
-		if metricWith(t, m.nodes[lead], "quicmq_raft_moves_undone_total", nil) >= 1 && len(r.moves.movesCopy()) == 0 {
+		if metricWith(t, m.nodes[lead], "quicmq_raft_moves_undone_total", nil) >= 1 && len(r.reloc.Moves()) == 0 {
 			return nil
 		}
-		return fmt.Errorf("moves %v, %s listed as %v", r.moves.movesCopy(), dest, m.nodeInfos(via))
+		return fmt.Errorf("moves %v, %s listed as %v", r.reloc.Moves(), dest, m.nodeInfos(via))
 	})
 	// Every running node applied the undone record; the placement never changed.
 	for _, name := range m.names {
@@ -539,7 +488,7 @@ func TestMoveUndoneWhenDestinationDies(t *testing.T) {
 		}
 		rr := m.nodes[name].rep
 		testlog.WaitFor(t, 10*time.Second, name+" to apply the undone record", func() bool {
-			return metricWith(t, m.nodes[name], "quicmq_raft_moves_undone_total", nil) == 1 && len(rr.moves.movesCopy()) == 0
+			return metricWith(t, m.nodes[name], "quicmq_raft_moves_undone_total", nil) == 1 && len(rr.reloc.Moves()) == 0
 		})
 		rr.pl.RLock()
 		names := rr.pl.groups[g.id].names()
@@ -576,7 +525,7 @@ func TestMoveUndoneWhenDestinationDies(t *testing.T) {
 func TestMoveUndoAfterPromotionIsRecordedDone(t *testing.T) {
 	m := newMoveMesh(t, 4, func(c *Config) { c.Raft.DisableReplicaBalance = true })
 	for _, name := range m.names {
-		m.nodes[name].rep.moves.holdEnds.Store(true)
+		m.nodes[name].rep.reloc.HoldMoveEnds(true)
 	}
 	lead := m.metaLeader()
 	dest, g := m.moveDestination(lead)
@@ -590,7 +539,7 @@ func TestMoveUndoAfterPromotionIsRecordedDone(t *testing.T) {
 	t.Logf("metadata leader %s; moving group %s's replica on %s to %s (raft ID %d); placement %v", lead, g.label, from.name, dest, destID, g.names())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if !r.proposeMove(ctx, moveRec{kind: moveKindStart, group: g.id, from: from.name, fromID: from.id, to: dest, toID: destID}) {
+	if !r.reloc.StartMove(ctx, relocate.Move{Group: g.id, From: from.name, FromID: from.id, To: dest, ToID: destID}) {
 		t.Fatal("the start record was not committed")
 	}
 	testlog.WaitForErr(t, 60*time.Second, "raft to promote "+dest+" and remove "+from.name, func() error {
@@ -610,17 +559,17 @@ func TestMoveUndoAfterPromotionIsRecordedDone(t *testing.T) {
 		}
 		return errors.New("no leader")
 	})
-	if _, ok := r.moves.movesCopy()[g.id]; !ok {
+	if _, ok := r.reloc.Moves()[g.id]; !ok {
 		t.Fatal("the move ended while the recording of its end was held")
 	}
-	if !r.proposeMove(ctx, moveRec{kind: moveKindUndo, group: g.id, from: from.name, to: dest, toID: destID}) {
+	if !r.reloc.UndoMove(ctx, relocate.Move{Group: g.id, From: from.name, To: dest, ToID: destID}) {
 		t.Fatal("the undo record was not committed")
 	}
 	for _, name := range m.names {
 		rr := m.nodes[name].rep
 		testlog.WaitFor(t, 10*time.Second, name+" to apply the undo record", func() bool {
-			gm, ok := rr.moves.movesCopy()[g.id]
-			return ok && gm.undo
+			gm, ok := rr.reloc.Moves()[g.id]
+			return ok && gm.Undo
 		})
 	}
 	m.releaseMoveEnds()
@@ -640,15 +589,4 @@ func TestMoveUndoAfterPromotionIsRecordedDone(t *testing.T) {
 	load.waitMore(t, 200, nil)
 	checkLoad(t, load, m, m.names)
 	t.Logf("publishes acknowledged %d, refused and retried %d", load.total(), load.refused.Load())
-}
-
-func TestParseMoveBytes(t *testing.T) {
-	got := parseMoveBytes("3:1024,x:1,7:,12:0,5:99999999999")
-	want := map[uint64]uint64{3: 1024, 12: 0, 5: 99999999999}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("parsed %v, want %v", got, want)
-	}
-	if got := parseMoveBytes(""); len(got) != 0 {
-		t.Fatalf("empty tag parsed as %v", got)
-	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quicmq/quicmq/client"
 	"github.com/quicmq/quicmq/internal/testlog"
+	"github.com/quicmq/quicmq/node/relocate"
 )
 
 // TestMovedReplicaLeadsBeforeTheMetadataSaysSo: raft promotes a moved replica before the
@@ -29,7 +30,7 @@ func TestMovedReplicaLeadsBeforeTheMetadataSaysSo(t *testing.T) {
 		c.Raft.BalanceInterval = -1 // the leadership goes where the test hands it
 	})
 	for _, name := range m.names {
-		m.nodes[name].rep.moves.holdEnds.Store(true)
+		m.nodes[name].rep.reloc.HoldMoveEnds(true)
 	}
 	lead := m.metaLeader()
 	dest, g := m.moveDestination(lead)
@@ -48,7 +49,7 @@ func TestMovedReplicaLeadsBeforeTheMetadataSaysSo(t *testing.T) {
 	t.Logf("moving group %s (topic %s) from %s to %s (raft ID %d); placement %v", g.label, topic, from.name, dest, destID, g.names())
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if !m.nodes[lead].rep.proposeMove(ctx, moveRec{kind: moveKindStart, group: g.id, from: from.name, fromID: from.id, to: dest, toID: destID}) {
+	if !m.nodes[lead].rep.reloc.StartMove(ctx, relocate.Move{Group: g.id, From: from.name, FromID: from.id, To: dest, ToID: destID}) {
 		t.Fatal("the start record was not committed")
 	}
 	// Raft promotes dest and removes from; then dest is handed the leadership.

@@ -413,9 +413,9 @@ func (n *Node) Run(ctx context.Context) error {
 	case err = <-acceptErr:
 	}
 	if n.rep != nil && err == nil && !n.abrupt.Load() {
-		// Leaderships move first (drain.go), bounded by Raft.StopHandOff: publishes then wait
-		// a round trip for a new leader instead of an election timeout.
-		if left := n.rep.handOff(context.Background()); left > 0 {
+		// Leaderships move first (node/relocate), bounded by Raft.StopHandOff: publishes then
+		// wait a round trip for a new leader instead of an election timeout.
+		if left := n.rep.reloc.HandOff(context.Background()); left > 0 {
 			n.log.Warn("stopping while still leading raft groups: no other replica could take them in time", "groups", left)
 		}
 	}

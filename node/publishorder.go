@@ -136,7 +136,7 @@ func (p *publisher) rerouteLocked(b *pendingBatch, e *wire.Error) bool {
 	}
 	b.reroutes++
 	b.moveErr = e
-	p.s.n.rep.drain.m.rerouted.Add(float64(len(b.seqs)))
+	p.s.n.rep.rerouted.Add(float64(len(b.seqs)))
 	p.queueLocked(b)
 	return true
 }

@@ -51,7 +51,7 @@ func (p *publisher) rerouteTo(b *pendingBatch) (string, *wire.Error) {
 	}
 	if b.back && b.reroutes == 0 {
 		b.reroutes = 1 // routed again from now on, like a batch a move refused (waitTurn)
-		n.rep.drain.m.rerouted.Add(float64(len(b.seqs)))
+		n.rep.rerouted.Add(float64(len(b.seqs)))
 	}
 	if b.reroutes > 1 {
 		wait := time.Duration(b.reroutes) * n.cfg.Raft.TickInterval

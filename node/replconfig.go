@@ -59,7 +59,7 @@ type RaftSettings struct {
 	GroupsPerNode int
 	// BalanceInterval is how often at most a node hands one of its data groups' leaderships
 	// to a replica that leads two or more groups fewer, so that the region's nodes that are
-	// up and not drained lead within one of each other (drain.go). Default 10 s; negative:
+	// up and not drained lead within one of each other (node/relocate). Default 10 s; negative:
 	// the balancer is off (leaders stay where elections put them).
 	BalanceInterval time.Duration
 	// Moves bounds the replica moves in progress at once in the region: removals' (quicmq

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quicmq/quicmq/gossip"
+	"github.com/quicmq/quicmq/node/relocate"
 )
 
 // Forming the region's metadata group once enough nodes are known, and applying what it
@@ -175,10 +176,10 @@ func (r *replicated) watchMeta(ctx context.Context) {
 					r.applyMember(rec.Data)
 				case len(rec.Data) > 0 && rec.Data[0] == groupsVersion:
 					r.applyGroups(ctx, rec.Data) // replgroups.go
-				case len(rec.Data) > 0 && rec.Data[0] == drainVersion:
-					r.applyDrain(rec.Data) // drain.go
-				case len(rec.Data) > 0 && rec.Data[0] == moveVersion:
-					r.applyMove(ctx, rec.Data) // move.go
+				case len(rec.Data) > 0 && rec.Data[0] == relocate.DrainVersion:
+					r.reloc.ApplyDrain(rec.Data) // node/relocate
+				case len(rec.Data) > 0 && rec.Data[0] == relocate.MoveVersion:
+					r.reloc.ApplyMove(ctx, rec.Data)
 				default:
 					r.applyPlacement(ctx, rec.Data)
 				}

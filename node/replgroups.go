@@ -300,7 +300,7 @@ func (r *replicated) groupsFor(reqs []placeReq) (*groupsRecord, error) {
 	for _, m := range r.raftMembers() {
 		if slices.Contains(members, m.id) {
 			ids[m.name] = m.id
-			eligible = append(eligible, routing.PlacementMember{ID: m.name, Eligible: m.alive && !r.moves.gone(m.name)}) // move.go
+			eligible = append(eligible, routing.PlacementMember{ID: m.name, Eligible: m.alive && !r.reloc.Gone(m.name)}) // node/relocate
 		}
 	}
 	if len(eligible) == 0 {

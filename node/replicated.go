@@ -10,8 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/raft/v3"
 
+	"github.com/quicmq/quicmq/node/relocate"
 	"github.com/quicmq/quicmq/replica"
 )
 
@@ -99,9 +101,11 @@ type replicated struct {
 	elections *electionCounter // metrics (replmetrics.go)
 	rejoinM   *rejoinMetrics   // replmember.go
 	rejoin    rejoinState      // owned by the observe goroutine
-	drain     drainer          // drain.go: drained nodes, leader hand-offs and balance
-	moves     mover            // move.go: nodes being removed and replica moves
-	bal       balancer         // balance.go: the replica balancer and replacements (moveLoop's goroutine)
+	// reloc: drained nodes, leader hand-offs and balance, nodes being removed, replica
+	// moves, the replica balancer and replacements (node/relocate; relocate.go).
+	reloc *relocate.Relocator
+	// rerouted counts publishes routed again to a group's new leader (publishorder.go).
+	rerouted prometheus.Counter
 
 	mu struct {
 		sync.Mutex
@@ -218,9 +222,10 @@ func newReplicated(n *Node, id uint64) (*replicated, error) {
 	}
 	r.elections = newElectionCounter(n.reg, n.cfg.MaxSeriesPerMetric)
 	r.rejoinM = newRejoinMetrics(n.reg)
-	r.drain.init(n.reg)
-	r.moves.init(n.reg)
-	r.bal.init(n.reg)
+	r.reloc = newRelocator(r)
+	r.rerouted = prometheus.NewCounter(prometheus.CounterOpts{Name: "quicmq_publish_rerouted_total",
+		Help: "Publishes routed again by this node to a raft group's new leader instead of being refused to the client: the group refused them before appending them because its leadership moved (a drain, the balancer, a stop, an election), or the node that relayed them here leads the group now."})
+	n.reg.MustRegister(r.rerouted)
 	r.rejoin = rejoinState{silentSince: map[[2]uint64]time.Time{}, last: map[[2]uint64]replica.ReplaceState{}, learnerAt: map[[2]uint64]time.Time{}}
 	n.reg.MustRegister(&raftCollector{r: r})
 	return r, nil
@@ -232,12 +237,12 @@ func (r *replicated) start(ctx context.Context, wg *sync.WaitGroup) {
 	r.mu.ctx, r.mu.wg = ctx, wg
 	r.mu.Unlock()
 	starts := []func(context.Context){
-		r.placer,    // replgroups.go
-		r.asker,     // replask.go
-		r.parkWatch, // replpark.go
-		r.drainLoop, // drain.go
-		r.moveLoop,  // move.go
-		r.retain,    // replretain.go
+		r.placer,          // replgroups.go
+		r.asker,           // replask.go
+		r.parkWatch,       // replpark.go
+		r.reloc.DrainLoop, // node/relocate
+		r.reloc.MoveLoop,
+		r.retain, // replretain.go
 		r.runDriver,
 		r.form,
 		r.watchMeta,

@@ -233,7 +233,7 @@ func (r *replicated) addRegionLearners(ctx context.Context, m replica.Membership
 	}
 	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		gm := byName[name]
-		if !gm.alive || m.IsVoter(gm.id) || m.IsLearner(gm.id) || voterNames[name] || r.moves.gone(name) {
+		if !gm.alive || m.IsVoter(gm.id) || m.IsLearner(gm.id) || voterNames[name] || r.reloc.Gone(name) {
 			continue
 		}
 		if err := r.d.ProposeConfChange(ctx, metaGroup, replica.AddLearner(gm.id)); err != nil {

@@ -75,7 +75,7 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 	}
 	// The leader as of the group's last round, without waiting for the driver (a round
 	// may be in its fsync): what every publish asks.
-	// A leader handing its leadership over (drain.go) refuses proposals: wait for the new one.
+	// A leader handing its leadership over (node/relocate) refuses proposals: wait for the new one.
 	if lead, ok := r.leadNow(t); ok {
 		return lead, nil
 	}
@@ -110,7 +110,7 @@ func (r *replicated) waitLeader(ctx context.Context, t *repTopic) (uint64, *wire
 
 // leadNow is t's leader as of its group's last round, without waiting for the driver (a
 // round may be in its fsync): what every publish asks. ok is false when there is none a
-// publish may go to now: none known, one handing its leadership over (drain.go: it
+// publish may go to now: none known, one handing its leadership over (node/relocate: it
 // refuses proposals), or one this node cannot reach.
 func (r *replicated) leadNow(t *repTopic) (uint64, bool) {
 	if ro, ok := r.d.Role(t.group); ok && ro.Lead != 0 && (ro.Lead == r.id) == ro.Leader && !ro.Moving &&

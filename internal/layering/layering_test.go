@@ -37,6 +37,10 @@ var layers = map[string]int{
 	// and the live subscriptions and groups (manage.Here), and the admin API; the replicated
 	// path only through the functions and interfaces the node gives it.
 	"node/manage": 42,
+	// Placement changes of a replicated region: drains, leader balance, removals, replica
+	// moves, the replica balancer, replacements; the raft driver, the metadata and the
+	// region only through relocate.Raft, Meta and Mesh; the region's nodes as manage.Nodes.
+	"node/relocate": 43,
 	// The node's assembly: sessions, the session side of the stream handlers, publishing
 	// and the replicated path.
 	"node": 50,

@@ -31,7 +31,7 @@ type NodeInfo struct {
 	Local      bool       `json:"local"`          // the node answering
 }
 
-// MoveInfo is a move of a group's replica in progress (node/move.go).
+// MoveInfo is a move of a group's replica in progress (node/relocate/move.go).
 type MoveInfo struct {
 	Group string `json:"group"`
 	From  string `json:"from"`
@@ -49,7 +49,7 @@ type MoveInfo struct {
 }
 
 // Nodes is the region's nodes with replicated topics, as the node's replicated path knows
-// them (node/nodeinfo.go): it lists them and checks and records a drain or a removal.
+// them (node/relocate/nodes.go): it lists them and checks and records a drain or a removal.
 type Nodes interface {
 	// Infos lists the region's nodes with replicated topics, by name.
 	Infos(ctx context.Context) []NodeInfo

@@ -1,4 +1,4 @@
-package node
+package relocate
 
 import (
 	"context"
@@ -17,11 +17,13 @@ import (
 // (manage.Nodes: GET /v1/nodes, POST /v1/nodes/{name}/drain, /undrain and /remove): read from
 // the replicated path's own state (the metadata group's members, the placements, the
 // drains and moves in progress, the gossip tags), and checked against it before a drain or
-// a removal is recorded (drain.go, moveremove.go). So it stays with the replicated path;
-// node/manage serves the endpoints.
+// a removal is recorded (drain.go, moveremove.go). node/manage serves the endpoints.
 
-// regionNodes is the replicated path as manage.Nodes.
-type regionNodes struct{ r *replicated }
+// Nodes is the region's nodes as the admin API reads and changes them.
+func (r *Relocator) Nodes() manage.Nodes { return regionNodes{r} }
+
+// regionNodes is the Relocator as manage.Nodes.
+type regionNodes struct{ r *Relocator }
 
 // Infos lists the region's nodes with replicated topics, by name.
 func (a regionNodes) Infos(ctx context.Context) []manage.NodeInfo { return a.r.nodeInfos(ctx) }
@@ -29,15 +31,15 @@ func (a regionNodes) Infos(ctx context.Context) []manage.NodeInfo { return a.r.n
 // SetDrained asks the region to drain or undrain node name, refusing with the reason what
 // cannot be done.
 func (a regionNodes) SetDrained(ctx context.Context, name string, drained bool) *wire.Error {
-	r, n := a.r, a.r.n
+	r := a.r
 	known := false
 	for _, ni := range r.nodeInfos(ctx) {
 		known = known || ni.Name == name
 	}
 	if !known {
-		return wire.Errorf(wire.CodeNotFound, "node %q is not a node of region %q with replicated topics (quicmq nodes lists them)", name, n.cfg.Region)
+		return wire.Errorf(wire.CodeNotFound, "node %q is not a node of region %q with replicated topics (quicmq nodes lists them)", name, r.cfg.Region)
 	}
-	if ok, lacking := n.RegionKnows(features.Meta, drainVersion); !ok {
+	if ok, lacking := r.mesh.RegionKnows(features.Meta, DrainVersion); !ok {
 		return wire.Errorf(wire.CodeInUse, "draining is recorded in the region's metadata, which these nodes cannot read yet (an older build): %s; upgrade them first",
 			strings.Join(lacking, ", "))
 	}
@@ -58,7 +60,7 @@ func (a regionNodes) SetDrained(ctx context.Context, name string, drained bool) 
 // state does not match dead (a node that is down cannot hand its replicas over; one that
 // is up is not dead).
 func (a regionNodes) Remove(ctx context.Context, name string, dead bool) *wire.Error {
-	r, n := a.r, a.r.n
+	r := a.r
 	var target *manage.NodeInfo
 	infos := r.nodeInfos(ctx)
 	stays, staysUp := 0, 0
@@ -76,7 +78,7 @@ func (a regionNodes) Remove(ctx context.Context, name string, dead bool) *wire.E
 		}
 	}
 	if target == nil || r.moves.isRemoved(name) {
-		return wire.Errorf(wire.CodeNotFound, "node %q is not a node of region %q with replicated topics (quicmq nodes lists them)", name, n.cfg.Region)
+		return wire.Errorf(wire.CodeNotFound, "node %q is not a node of region %q with replicated topics (quicmq nodes lists them)", name, r.cfg.Region)
 	}
 	if q, ok := r.moves.removingReq(name); ok {
 		if q.dead != dead {
@@ -84,17 +86,17 @@ func (a regionNodes) Remove(ctx context.Context, name string, dead bool) *wire.E
 		}
 		return nil // asked again: the removal goes on
 	}
-	if ok, lacking := n.RegionKnows(features.Meta, moveVersion); !ok {
+	if ok, lacking := r.mesh.RegionKnows(features.Meta, MoveVersion); !ok {
 		return wire.Errorf(wire.CodeInUse, "removals are recorded in the region's metadata, which these nodes cannot read yet (an older build): %s; upgrade them first",
 			strings.Join(lacking, ", "))
 	}
-	if stays < n.cfg.Replicas {
+	if stays < r.cfg.Replicas {
 		return wire.Errorf(wire.CodeInUse, "node %q cannot be removed: region %q would be left with %d nodes, fewer than its %d replicas (--replicas); start another node first",
-			name, n.cfg.Region, stays, n.cfg.Replicas)
+			name, r.cfg.Region, stays, r.cfg.Replicas)
 	}
-	if staysUp < n.cfg.Replicas {
+	if staysUp < r.cfg.Replicas {
 		return wire.Errorf(wire.CodeUnavailable, "node %q cannot be removed now: only %d of the nodes that would stay are up, fewer than the %d replicas its groups need (--replicas)",
-			name, staysUp, n.cfg.Replicas)
+			name, staysUp, r.cfg.Replicas)
 	}
 	switch down := target.State == "down"; {
 	case down && !dead:
@@ -107,22 +109,19 @@ func (a regionNodes) Remove(ctx context.Context, name string, dead bool) *wire.E
 }
 
 // nodeInfos lists the region's nodes with replicated topics, by name.
-func (r *replicated) nodeInfos(ctx context.Context) []manage.NodeInfo {
-	n := r.n
-	r.mu.Lock()
-	voters, learners := slices.Clone(r.mu.voters), slices.Clone(r.mu.learners)
-	names := maps.Clone(r.mu.names)
-	r.mu.Unlock()
+func (r *Relocator) nodeInfos(ctx context.Context) []manage.NodeInfo {
+	mm := r.meta.Members()
+	voters, learners, names := mm.Voters, mm.Learners, mm.Names
 	drained := r.drain.drainedSet()
 	infos := map[string]*manage.NodeInfo{}
 	info := func(name string) *manage.NodeInfo {
 		if infos[name] == nil {
-			infos[name] = &manage.NodeInfo{Name: name, Role: "none", Moves: []manage.MoveInfo{}, Local: name == n.cfg.Name}
+			infos[name] = &manage.NodeInfo{Name: name, Role: "none", Moves: []manage.MoveInfo{}, Local: name == r.cfg.Name}
 		}
 		return infos[name]
 	}
 	nameOf := func(id uint64) string {
-		if nm := r.memberName(id); nm != "" {
+		if nm := r.mesh.MemberName(id); nm != "" {
 			return nm
 		}
 		return names[id]
@@ -139,11 +138,11 @@ func (r *replicated) nodeInfos(ctx context.Context) []manage.NodeInfo {
 	}
 	tags := map[string]string{}
 	bytes := map[string]map[uint64]uint64{}
-	for _, m := range r.raftMembers() {
-		info(m.name)
+	for _, m := range r.mesh.RaftMembers() {
+		info(m.Name)
 	}
-	if n.gossip != nil {
-		for _, m := range n.gossip.RegionMembers(n.cfg.Region) {
+	if r.mesh.Gossip() {
+		for _, m := range r.mesh.RegionMembers() {
 			if v, ok := m.Tags[tagLeads]; ok {
 				tags[m.Name] = v
 			}
@@ -157,7 +156,7 @@ func (r *replicated) nodeInfos(ctx context.Context) []manage.NodeInfo {
 	for name := range moves {
 		info(name)
 	}
-	if ro, ok := r.d.Role(metaGroup); ok && ro.Lead != 0 {
+	if ro, ok := r.d.Role(MetaGroup); ok && ro.Lead != 0 {
 		if nm := nameOf(ro.Lead); nm != "" {
 			info(nm).MetaLeader = true
 		}
@@ -165,7 +164,7 @@ func (r *replicated) nodeInfos(ctx context.Context) []manage.NodeInfo {
 	seen, all := r.countGroups(info, nameOf)
 	for name, ni := range infos {
 		ni.Led = seen[name]
-		if c, err := strconv.Atoi(tags[name]); err == nil && !all && name != n.cfg.Name {
+		if c, err := strconv.Atoi(tags[name]); err == nil && !all && name != r.cfg.Name {
 			ni.Led = c
 		}
 		if mi := moves[name]; mi != nil {
@@ -186,24 +185,22 @@ func (r *replicated) nodeInfos(ctx context.Context) []manage.NodeInfo {
 // countGroups counts, per node, the groups it holds (from the placements) and those it leads
 // as this node sees its own groups' leaders (led), which is exact when this node holds every
 // group (all).
-func (r *replicated) countGroups(info func(string) *manage.NodeInfo, nameOf func(uint64) string) (led map[string]int, all bool) {
-	r.pl.RLock()
+func (r *Relocator) countGroups(info func(string) *manage.NodeInfo, nameOf func(uint64) string) (led map[string]int, all bool) {
 	all = true
-	var local []*repGroup
-	for _, g := range r.pl.groups {
-		for _, m := range g.replicas {
-			info(m.name).Held++
+	var local []uint64
+	for _, g := range r.meta.Groups() {
+		for _, m := range g.Replicas {
+			info(m.Name).Held++
 		}
-		if g.local {
-			local = append(local, g)
+		if g.Local {
+			local = append(local, g.ID)
 		} else {
 			all = false
 		}
 	}
-	r.pl.RUnlock()
 	led = map[string]int{}
 	for _, g := range local {
-		if ro, ok := r.d.Role(g.id); ok && ro.Lead != 0 {
+		if ro, ok := r.d.Role(g); ok && ro.Lead != 0 {
 			if nm := nameOf(ro.Lead); nm != "" {
 				led[nm]++
 			}
@@ -214,15 +211,14 @@ func (r *replicated) countGroups(info func(string) *manage.NodeInfo, nameOf func
 
 // nodeState is node name's state as `quicmq nodes` shows it, and whether it is being
 // removed as dead.
-func (r *replicated) nodeState(name string, drained map[string]bool) (state string, dead bool) {
-	n := r.n
+func (r *Relocator) nodeState(name string, drained map[string]bool) (state string, dead bool) {
 	q, removing := r.moves.removingReq(name)
 	switch {
 	case removing:
 		return "removing", q.dead
 	case drained[name]:
 		return "draining", false
-	case name == n.cfg.Name || n.gossip != nil && n.place.MemberStatus(name) == gossip.StatusAlive:
+	case name == r.cfg.Name || r.mesh.Gossip() && r.mesh.MemberStatus(name) == gossip.StatusAlive:
 		return "up", false
 	}
 	return "down", false

@@ -1,4 +1,4 @@
-package node
+package relocate
 
 import (
 	"context"
@@ -50,13 +50,13 @@ import (
 // new leader of G (or of the metadata group) reads the same records and configuration and
 // takes the next step, so a crash mid-move resumes it; the group never has fewer voters
 // than before, and FROM is never removed before TO has caught up.
-const moveVersion = 5
+const MoveVersion = 5
 
-// moveUndoVersion is the features.Meta level of a build that applies the undo and undone
+// MoveUndoVersion is the features.Meta level of a build that applies the undo and undone
 // records (kinds 5 and 6 of version-5 records): a build of level 5 would skip them and keep
 // an undone move in progress forever, so the metadata leader undoes a move only once every
 // node of the region announces this level.
-const moveUndoVersion = 6
+const MoveUndoVersion = 6
 
 // Kinds of move record.
 const (
@@ -96,7 +96,7 @@ type moveRec struct {
 }
 
 func encodeMove(m moveRec) []byte {
-	b := []byte{moveVersion, m.kind}
+	b := []byte{MoveVersion, m.kind}
 	str := func(s string) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
@@ -126,16 +126,16 @@ func encodeMove(m moveRec) []byte {
 // decodeMove decodes a move record (its bytes come from raft entries: every length is
 // checked).
 func decodeMove(p []byte) (moveRec, error) {
-	if len(p) < 2 || p[0] != moveVersion {
-		return moveRec{}, fmt.Errorf("%w: not a move record", errPlacement)
+	if len(p) < 2 || p[0] != MoveVersion {
+		return moveRec{}, fmt.Errorf("%w: not a move record", errRecord)
 	}
 	m := moveRec{kind: p[1]}
-	d := &metaDecoder{p: p[2:]}
+	d := &reader{p: p[2:]}
 	switch m.kind {
 	case moveKindRemove:
 		m.name = d.str()
 		if d.bad || len(d.p) < 1 || d.p[0] > 1 {
-			return moveRec{}, fmt.Errorf("%w: remove record", errPlacement)
+			return moveRec{}, fmt.Errorf("%w: remove record", errRecord)
 		}
 		m.dead = d.p[0] == 1
 		d.p = d.p[1:]
@@ -151,17 +151,17 @@ func decodeMove(p []byte) (moveRec, error) {
 	case moveKindRemoved:
 		m.name = d.str()
 	default:
-		return moveRec{}, fmt.Errorf("%w: move record of kind %d", errPlacement, m.kind)
+		return moveRec{}, fmt.Errorf("%w: move record of kind %d", errRecord, m.kind)
 	}
 	bad := d.bad || len(d.p) > 0
 	switch m.kind {
 	case moveKindRemove, moveKindRemoved:
 		bad = bad || m.name == ""
 	default:
-		bad = bad || m.group <= metaGroup || m.from == "" || m.to == "" || m.from == m.to || m.toID == 0 || m.kind == moveKindStart && m.fromID == 0
+		bad = bad || m.group <= MetaGroup || m.from == "" || m.to == "" || m.from == m.to || m.toID == 0 || m.kind == moveKindStart && m.fromID == 0
 	}
 	if bad {
-		return moveRec{}, fmt.Errorf("%w: move record of kind %d", errPlacement, m.kind)
+		return moveRec{}, fmt.Errorf("%w: move record of kind %d", errRecord, m.kind)
 	}
 	return m, nil
 }
@@ -175,7 +175,7 @@ type groupMove struct {
 }
 
 // mover is a node's view of the region's removals and moves (applied records), its own
-// requests not yet applied, and what its moveLoop goroutine remembers.
+// requests not yet applied, and what its MoveLoop goroutine remembers.
 type mover struct {
 	mu struct {
 		sync.Mutex
@@ -184,7 +184,7 @@ type mover struct {
 		at       map[string]int64      // the time of the last remove request applied, by name
 		moves    map[uint64]*groupMove // in progress, by group
 		want     map[string]removeReq  // this node's requests not yet applied
-		progress map[uint64][2]uint64  // group -> learner match, commit (on its leader: moveLoop)
+		progress map[uint64][2]uint64  // group -> learner match, commit (on its leader: MoveLoop)
 		fetched  map[uint64][2]uint64  // group moving here -> its catch-up bytes when the move started, counted since (balance.go)
 		state    map[uint64]string     // group -> MoveStep's last state here (on its leader)
 		// promoted: group -> the learner's match and the commit index when this node
@@ -195,7 +195,7 @@ type mover struct {
 	// holdEnds, set by tests only, keeps the metadata leader from recording any move's end
 	// (recordMovesDone): a test orders an undo after a promotion with it.
 	holdEnds atomic.Bool
-	// Owned by moveLoop's goroutine.
+	// Owned by MoveLoop's goroutine.
 	reqTag, doneTag, bytesTag string
 	lastTry                   map[uint64]time.Time // group -> last leadership transfer asked (a source leading)
 	m                         *moveMetrics
@@ -276,12 +276,13 @@ func (mv *mover) metricsLocked() {
 	mv.m.removing.Set(float64(len(mv.mu.removing)))
 }
 
-// applyMove applies a move record (watchMeta's goroutine). Every check reads state that
-// earlier records alone decided, so every node applies a record alike.
-func (r *replicated) applyMove(ctx context.Context, data []byte) {
+// ApplyMove applies a move record (the node's metadata reader, watchMeta, calls it). Every
+// check reads state that earlier records alone decided, so every node applies a record
+// alike.
+func (r *Relocator) ApplyMove(ctx context.Context, data []byte) {
 	rec, err := decodeMove(data)
 	if err != nil {
-		r.n.log.Error("a metadata record could not be decoded; it is skipped on every node alike", "err", err)
+		r.log.Error("a metadata record could not be decoded; it is skipped on every node alike", "err", err)
 		return
 	}
 	mv := &r.moves
@@ -294,7 +295,7 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 		}
 		mv.metricsLocked()
 		mv.mu.Unlock()
-		r.n.log.Info("region metadata: node being removed; its replicas move to other nodes", "node", rec.name, "dead", rec.dead)
+		r.log.Info("region metadata: node being removed; its replicas move to other nodes", "node", rec.name, "dead", rec.dead)
 	case moveKindStart:
 		r.applyMoveStart(ctx, rec)
 	case moveKindDone:
@@ -308,7 +309,7 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 		}
 		mv.mu.Unlock()
 		if ok {
-			r.n.log.Warn("region metadata: undoing a group's replica move: its new replica's node is down or being removed; the group stays on its old replicas",
+			r.log.Warn("region metadata: undoing a group's replica move: its new replica's node is down or being removed; the group stays on its old replicas",
 				"group", rec.group, "from", rec.from, "to", rec.to)
 		}
 	case moveKindUndone:
@@ -322,7 +323,7 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 		mv.metricsLocked()
 		mv.mu.Unlock()
 		if ok {
-			r.n.log.Warn("region metadata: a group's replica move was undone: the new replica left the group, which stays on its old replicas",
+			r.log.Warn("region metadata: a group's replica move was undone: the new replica left the group, which stays on its old replicas",
 				"group", rec.group, "from", rec.from, "to", rec.to)
 		}
 	case moveKindRemoved:
@@ -331,7 +332,7 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 		mv.mu.removed[rec.name] = true
 		mv.metricsLocked()
 		mv.mu.Unlock()
-		r.n.log.Info("region metadata: node removed from the region", "node", rec.name)
+		r.log.Info("region metadata: node removed from the region", "node", rec.name)
 	}
 	select {
 	case mv.wake <- struct{}{}:
@@ -342,13 +343,11 @@ func (r *replicated) applyMove(ctx context.Context, data []byte) {
 // applyMoveStart records a move's start: the group's replica on rec.from moves to rec.to
 // (the first record for a group wins; a duplicate or an overtaken one is ignored). On the
 // destination it opens the group, empty, for its leader to add as a learner.
-func (r *replicated) applyMoveStart(ctx context.Context, rec moveRec) {
+func (r *Relocator) applyMoveStart(ctx context.Context, rec moveRec) {
 	mv := &r.moves
-	r.pl.RLock()
-	g := r.pl.groups[rec.group]
-	r.pl.RUnlock()
+	g, placed := r.meta.Group(rec.group)
 	mv.mu.Lock()
-	ok := g != nil && mv.mu.moves[rec.group] == nil && slices.Contains(g.names(), rec.from) && !slices.Contains(g.names(), rec.to)
+	ok := placed && mv.mu.moves[rec.group] == nil && slices.Contains(g.Names(), rec.from) && !slices.Contains(g.Names(), rec.to)
 	if ok {
 		mv.mu.moves[rec.group] = &groupMove{group: rec.group, from: rec.from, fromID: rec.fromID, to: rec.to, toID: rec.toID}
 	}
@@ -357,21 +356,21 @@ func (r *replicated) applyMoveStart(ctx context.Context, rec moveRec) {
 	if !ok {
 		return // a duplicate, or overtaken: the first record wins
 	}
-	r.n.log.Info("region metadata: moving a group's replica", "group", g.label, "from", rec.from, "to", rec.to, "raft_id", rec.toID)
-	if rec.to == r.n.cfg.Name {
+	r.log.Info("region metadata: moving a group's replica", "group", g.Label, "from", rec.from, "to", rec.to, "raft_id", rec.toID)
+	if rec.to == r.cfg.Name {
 		r.startMoveBytes(ctx, rec.group) // balance.go
 		// The group's leader adds this node as a learner; until then the group waits
 		// here, empty.
 		if err := r.d.JoinGroup(ctx, rec.group); err != nil && !strings.Contains(err.Error(), "already open") {
-			r.n.log.Error("could not open a raft group whose replica moves here", "group", g.label, "err", err)
+			r.log.Error("could not open a raft group whose replica moves here", "group", g.Label, "err", err)
 		}
 	}
 }
 
 // applyMoveDone records a move's end: the group's replicas name rec.to instead of rec.from.
-func (r *replicated) applyMoveDone(ctx context.Context, rec moveRec) {
+func (r *Relocator) applyMoveDone(ctx context.Context, rec moveRec) {
 	mv := &r.moves
-	if rec.to == r.n.cfg.Name {
+	if rec.to == r.cfg.Name {
 		r.countMoveBytes(ctx, rec.group) // balance.go: the last bytes, before the move ends
 	}
 	mv.mu.Lock()
@@ -386,30 +385,8 @@ func (r *replicated) applyMoveDone(ctx context.Context, rec moveRec) {
 	if !ok {
 		return
 	}
-	r.mu.Lock()
-	if _, ok := r.mu.ids[rec.to]; !ok {
-		r.mu.ids[rec.to] = rec.toID
-	}
-	if _, ok := r.mu.names[rec.toID]; !ok {
-		r.mu.names[rec.toID] = rec.to
-	}
-	r.pl.Lock() // r.mu, then r.pl, as applyMember
-	if g := r.pl.groups[rec.group]; g != nil {
-		c := *g // readers hold the old *repGroup and its replicas without the lock
-		c.replicas = slices.Clone(g.replicas)
-		c.local = false
-		for i, m := range c.replicas {
-			if m.name == rec.from {
-				c.replicas[i] = repMember{name: rec.to, id: r.mu.ids[rec.to]}
-			}
-			c.local = c.local || c.replicas[i].name == r.n.cfg.Name
-		}
-		r.pl.groups[rec.group] = &c
-	}
-	r.pl.Unlock()
-	r.notifyLocked()
-	r.mu.Unlock()
-	r.n.log.Info("region metadata: a group's replica moved", "group", rec.group, "from", rec.from, "to", rec.to)
+	r.meta.Moved(rec.group, rec.from, rec.to, rec.toID)
+	r.log.Info("region metadata: a group's replica moved", "group", rec.group, "from", rec.from, "to", rec.to)
 }
 
 // endLocked forgets group's move in progress. Caller holds mu.
@@ -420,11 +397,11 @@ func (mv *mover) endLocked(group uint64) {
 	delete(mv.mu.fetched, group)
 }
 
-// moveLoop is the goroutine of removals and moves (see the top of this file): every node
+// MoveLoop is the goroutine of removals and moves (see the top of this file): every node
 // announces its requests and the moves it saw finish; the metadata leader records them and
 // plans the next moves; each group's leader takes the next raft step of its group's move.
-func (r *replicated) moveLoop(ctx context.Context) {
-	tick := time.NewTicker(r.n.cfg.Raft.ObserveInterval)
+func (r *Relocator) MoveLoop(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.Settings.ObserveInterval)
 	defer tick.Stop()
 	for {
 		select {
@@ -433,10 +410,7 @@ func (r *replicated) moveLoop(ctx context.Context) {
 		case <-tick.C:
 		case <-r.moves.wake:
 		}
-		r.mu.Lock()
-		formed := r.mu.formed
-		r.mu.Unlock()
-		if !formed || r.n.gossip == nil {
+		if !r.meta.Formed() || !r.mesh.Gossip() {
 			continue
 		}
 		now := time.Now()
@@ -447,9 +421,9 @@ func (r *replicated) moveLoop(ctx context.Context) {
 		r.announceRemoveRequests()
 		done, undone := r.driveMoves(ctx)
 		r.announceMovesDone(done, undone)
-		// A metadata leader being removed hands its leadership away (drainLoop), and raft
+		// A metadata leader being removed hands its leadership away (DrainLoop), and raft
 		// refuses its proposals while the transfer runs: its successor plans.
-		if ro, ok := r.d.Role(metaGroup); ok && ro.Leader && !ro.Moving && !r.moves.gone(r.n.cfg.Name) {
+		if ro, ok := r.d.Role(MetaGroup); ok && ro.Leader && !ro.Moving && !r.moves.gone(r.cfg.Name) {
 			r.recordRemoveRequests(ctx)
 			r.recordMovesDone(ctx, done, undone)
 			r.undoMoves(ctx)
@@ -459,11 +433,11 @@ func (r *replicated) moveLoop(ctx context.Context) {
 	}
 }
 
-func (r *replicated) proposeMove(ctx context.Context, rec moveRec) bool {
-	pctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
+func (r *Relocator) proposeMove(ctx context.Context, rec moveRec) bool {
+	pctx, cancel := context.WithTimeout(ctx, r.cfg.Settings.QuorumTimeout)
 	defer cancel()
-	if _, err := r.d.Propose(pctx, metaGroup, encodeMove(rec)); err != nil {
-		r.n.log.Warn("recording a replica move in the region's metadata", "kind", rec.kind, "group", rec.group, "node", rec.name+rec.from, "err", err)
+	if _, err := r.d.Propose(pctx, MetaGroup, encodeMove(rec)); err != nil {
+		r.log.Warn("recording a replica move in the region's metadata", "kind", rec.kind, "group", rec.group, "node", rec.name+rec.from, "err", err)
 		return false
 	}
 	return true
@@ -472,7 +446,7 @@ func (r *replicated) proposeMove(ctx context.Context, rec moveRec) bool {
 // driveMoves takes the next raft step of every move whose group this node leads, and
 // returns the groups whose configuration shows their move finished, and those whose move
 // being undone shows its new replica gone.
-func (r *replicated) driveMoves(ctx context.Context) (done, undone []groupMove) {
+func (r *Relocator) driveMoves(ctx context.Context) (done, undone []groupMove) {
 	mv := &r.moves
 	for _, gm := range slices.SortedFunc(maps.Values(r.moves.movesCopy()), func(a, b groupMove) int { return int(a.group) - int(b.group) }) {
 		if ro, ok := r.d.Role(gm.group); !ok || !ro.Leader {
@@ -491,7 +465,7 @@ func (r *replicated) driveMoves(ctx context.Context) (done, undone []groupMove) 
 			}
 			continue
 		}
-		state, cc := replica.MoveStep(m, gm.fromID, gm.toID, rejoinMaxLag)
+		state, cc := replica.MoveStep(m, gm.fromID, gm.toID, r.cfg.Settings.CaughtUp)
 		if movePromotesEarly && state == replica.ReplaceCatchingUp { // move_broken.go
 			state, cc = replica.ReplacePromote, replica.PromoteAndRemove(gm.toID, gm.fromID)
 		}
@@ -500,7 +474,7 @@ func (r *replicated) driveMoves(ctx context.Context) (done, undone []groupMove) 
 		last := mv.mu.state[gm.group]
 		mv.mu.state[gm.group] = state.String()
 		mv.mu.Unlock()
-		log := r.n.log.With("group", gm.group, "from", gm.from, "to", gm.to, "learner_match", m.Match[gm.toID], "commit", m.Status.GetCommit())
+		log := r.log.With("group", gm.group, "from", gm.from, "to", gm.to, "learner_match", m.Match[gm.toID], "commit", m.Status.GetCommit())
 		if last != state.String() {
 			log.Info("replica move", "state", state.String())
 		}
@@ -514,7 +488,7 @@ func (r *replicated) driveMoves(ctx context.Context) (done, undone []groupMove) 
 			continue
 		case replica.ReplaceOldAlive:
 			// The source leads: hand the leadership to a caught-up voter first.
-			if time.Since(mv.lastTry[gm.group]) < time.Duration(r.n.cfg.Raft.ElectionTicks)*r.n.cfg.Raft.TickInterval {
+			if time.Since(mv.lastTry[gm.group]) < time.Duration(r.cfg.Settings.ElectionTicks)*r.cfg.Settings.TickInterval {
 				continue
 			}
 			counts, eligible := r.leadCounts()
@@ -541,7 +515,7 @@ func (r *replicated) driveMoves(ctx context.Context) (done, undone []groupMove) 
 			mv.mu.promoted[gm.group] = [2]uint64{m.Match[gm.toID], m.Status.GetCommit()}
 			mv.mu.Unlock()
 		}
-		r.rejoinM.changes.WithLabelValues(map[replica.ReplaceState]string{replica.ReplaceAddLearner: "add_learner",
+		r.cfg.Changes.WithLabelValues(map[replica.ReplaceState]string{replica.ReplaceAddLearner: "add_learner",
 			replica.ReplacePromote: "promote", replica.ReplaceRemoveOld: "remove_old"}[state]).Inc()
 	}
 	return done, undone
@@ -550,7 +524,7 @@ func (r *replicated) driveMoves(ctx context.Context) (done, undone []groupMove) 
 // planMoves, on the metadata leader, starts the next moves off the nodes being removed
 // (at most Raft.Moves in the region), and lets a node that holds nothing any more leave the
 // metadata group.
-func (r *replicated) planMoves(ctx context.Context) {
+func (r *Relocator) planMoves(ctx context.Context) {
 	mv := &r.moves
 	mv.mu.Lock()
 	removing := maps.Clone(mv.mu.removing)
@@ -560,31 +534,25 @@ func (r *replicated) planMoves(ctx context.Context) {
 		return
 	}
 	moves := mv.movesCopy()
-	r.mu.Lock()
-	metaMembers := append(slices.Clone(r.mu.voters), r.mu.learners...)
-	ids := maps.Clone(r.mu.ids)
-	r.mu.Unlock()
+	mm := r.meta.Members()
+	metaMembers, ids := mm.All(), mm.IDs
 	// Destinations: up members of the metadata group not being removed; held counts the
 	// groups each holds, moves in progress included.
 	var dests []string
 	destIDs := map[string]uint64{}
-	for _, m := range r.raftMembers() {
-		if m.alive && slices.Contains(metaMembers, m.id) && !mv.gone(m.name) {
-			dests = append(dests, m.name)
-			destIDs[m.name] = m.id
+	for _, m := range r.mesh.RaftMembers() {
+		if m.Alive && slices.Contains(metaMembers, m.ID) && !mv.gone(m.Name) {
+			dests = append(dests, m.Name)
+			destIDs[m.Name] = m.ID
 		}
 	}
 	held := map[string]int{}
-	r.pl.RLock()
-	groups := make([]*repGroup, 0, len(r.pl.groups))
-	for _, g := range r.pl.groups {
-		groups = append(groups, g)
-		for _, m := range g.replicas {
-			held[m.name]++
+	groups := r.meta.Groups() // by ID
+	for _, g := range groups {
+		for _, m := range g.Replicas {
+			held[m.Name]++
 		}
 	}
-	r.pl.RUnlock()
-	slices.SortFunc(groups, func(a, b *repGroup) int { return int(a.id) - int(b.id) })
 	for _, gm := range moves {
 		held[gm.to]++
 		held[gm.from]--
@@ -595,30 +563,30 @@ func (r *replicated) planMoves(ctx context.Context) {
 		// then name may still be given the group, and it stays.
 		holds := slices.ContainsFunc(slices.Collect(maps.Values(moves)), func(gm groupMove) bool { return gm.to == name })
 		for _, g := range groups {
-			i := slices.IndexFunc(g.replicas, func(m repMember) bool { return m.name == name })
+			i := slices.IndexFunc(g.Replicas, func(m Replica) bool { return m.Name == name })
 			if i < 0 {
 				continue
 			}
 			holds = true
-			if _, busy := moves[g.id]; busy || active >= r.n.cfg.Raft.Moves {
+			if _, busy := moves[g.ID]; busy || active >= r.cfg.Settings.Moves {
 				continue
 			}
 			to := ""
 			for _, d := range dests {
-				if !slices.Contains(g.names(), d) && (to == "" || held[d] < held[to]) {
+				if !slices.Contains(g.Names(), d) && (to == "" || held[d] < held[to]) {
 					to = d
 				}
 			}
 			if to == "" {
-				r.n.log.Warn("no node to move a group's replica to: every node that is up and stays holds it already", "group", g.label, "from", name)
+				r.log.Warn("no node to move a group's replica to: every node that is up and stays holds it already", "group", g.Label, "from", name)
 				continue
 			}
-			if !r.proposeMove(ctx, moveRec{kind: moveKindStart, group: g.id, from: name, fromID: g.replicas[i].id, to: to, toID: destIDs[to]}) {
+			if !r.proposeMove(ctx, moveRec{kind: moveKindStart, group: g.ID, from: name, fromID: g.Replicas[i].ID, to: to, toID: destIDs[to]}) {
 				return
 			}
 			held[to]++
 			active++
-			moves[g.id] = groupMove{}
+			moves[g.ID] = groupMove{}
 		}
 		if !holds {
 			r.leaveMeta(ctx, name, ids[name])

@@ -1,6 +1,6 @@
 //go:build !quicmq_broken_move
 
-package node
+package relocate
 
 // movePromotesEarly is true only in the build that shows the move checker failing
 // (move_broken.go).

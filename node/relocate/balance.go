@@ -1,4 +1,4 @@
-package node
+package relocate
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // The replica balancer and the replacement of nodes down too long (issue 30;
 // docs/architecture.md, "Moving replicas").
 //
-// Both run on the metadata leader in moveLoop's goroutine and only start moves, as
+// Both run on the metadata leader in MoveLoop's goroutine and only start moves, as
 // removals do (move.go): a start record names the group, its old and its new node, and
 // the group's leader carries it out (learner, catch up, promote with the old one removed,
 // replica.MoveStep). Neither needs a record kind of its own.
@@ -35,7 +35,7 @@ import (
 //     operator does before maintenance; the request is the one 'quicmq nodes remove
 //     --dead' makes, recorded by recordRemoveRequests).
 
-// balancer is what moveLoop's goroutine keeps for balancing and replacement.
+// balancer is what MoveLoop's goroutine keeps for balancing and replacement.
 type balancer struct {
 	downSince map[string]time.Time // metadata member name -> first seen down, this run
 	refused   map[string]bool      // a replacement refused (too few nodes would stay): logged once
@@ -63,32 +63,28 @@ func (b *balancer) init(reg prometheus.Registerer) {
 
 // balanceInputs gathers PlanBalance's arguments: the region's nodes with a raft ID, the
 // groups as placed, the moves in progress; ids maps a node's name to its raft ID.
-func (r *replicated) balanceInputs() (nodes []routing.BalanceNode, groups []routing.GroupHolding, moving []routing.Move, ids map[string]uint64) {
-	r.mu.Lock()
-	members := append(slices.Clone(r.mu.voters), r.mu.learners...)
-	r.mu.Unlock()
+func (r *Relocator) balanceInputs() (nodes []routing.BalanceNode, groups []routing.GroupHolding, moving []routing.Move, ids map[string]uint64) {
+	members := r.meta.Members().All()
 	drained := r.drain.drainedSet()
 	ids = map[string]uint64{}
-	for _, m := range r.raftMembers() {
-		member := slices.Contains(members, m.id)
-		nodes = append(nodes, routing.BalanceNode{ID: m.name, Up: m.alive, Balanced: member && !drained[m.name] && !r.moves.gone(m.name)})
-		ids[m.name] = m.id
+	for _, m := range r.mesh.RaftMembers() {
+		member := slices.Contains(members, m.ID)
+		nodes = append(nodes, routing.BalanceNode{ID: m.Name, Up: m.Alive, Balanced: member && !drained[m.Name] && !r.moves.gone(m.Name)})
+		ids[m.Name] = m.ID
 	}
 	byID := map[uint64]string{}
 	for _, n := range nodes {
 		byID[ids[n.ID]] = n.ID
 	}
-	r.pl.RLock()
-	for _, g := range r.pl.groups {
+	for _, g := range r.meta.Groups() {
 		// The leader as this node's raft knows it, for the groups it holds (a hint: the
 		// planner moves a replica that does not lead first).
 		lead := ""
-		if ro, ok := r.d.Role(g.id); ok && ro.Lead != 0 {
+		if ro, ok := r.d.Role(g.ID); ok && ro.Lead != 0 {
 			lead = byID[ro.Lead]
 		}
-		groups = append(groups, routing.GroupHolding{ID: g.id, Replicas: g.names(), Leader: lead})
+		groups = append(groups, routing.GroupHolding{ID: g.ID, Replicas: g.Names(), Leader: lead})
 	}
-	r.pl.RUnlock()
 	moves := r.moves.movesCopy()
 	for _, g := range slices.Sorted(maps.Keys(moves)) {
 		gm := moves[g]
@@ -99,7 +95,7 @@ func (r *replicated) balanceInputs() (nodes []routing.BalanceNode, groups []rout
 
 // setReplicaImbalance sets quicmq_raft_replica_imbalance from the metadata (every node, every
 // round).
-func (r *replicated) setReplicaImbalance() {
+func (r *Relocator) setReplicaImbalance() {
 	nodes, groups, moving, _ := r.balanceInputs()
 	held := map[string]int{}
 	for _, n := range nodes {
@@ -137,28 +133,20 @@ func (r *replicated) setReplicaImbalance() {
 
 // planBalance, on the metadata leader, starts the moves routing.PlanBalance asks for, and
 // waits until this node has applied their records, so that its next round counts them.
-func (r *replicated) planBalance(ctx context.Context) {
-	c := r.n.cfg.Raft
+func (r *Relocator) planBalance(ctx context.Context) {
+	c := r.cfg.Settings
 	if c.DisableReplicaBalance {
 		return
 	}
 	// A node of an older build would skip the start record (meta=5, move.go) and hold
 	// another placement than the others.
-	if ok, _ := r.n.RegionKnows(features.Meta, moveVersion); !ok {
+	if ok, _ := r.mesh.RegionKnows(features.Meta, MoveVersion); !ok {
 		return
 	}
 	// A metadata leader newly elected may not have read the start records its predecessor
 	// committed: it plans once it has read everything committed (the moves in progress are
 	// then all counted, and Raft.Moves holds across the change).
-	st, err := r.d.Status(ctx, metaGroup)
-	if err != nil {
-		return
-	}
-	next, applied := r.meta.Next(metaGroup)
-	r.mu.Lock()
-	read := r.mu.read
-	r.mu.Unlock()
-	if applied < st.GetCommit() || read < next {
+	if !r.meta.ReadAll(ctx) {
 		return
 	}
 	nodes, groups, moving, ids := r.balanceInputs()
@@ -166,16 +154,14 @@ func (r *replicated) planBalance(ctx context.Context) {
 	if len(plan) == 0 {
 		return
 	}
-	r.pl.RLock()
 	fromIDs := make([]uint64, len(plan))
 	for i, mv := range plan {
-		if g := r.pl.groups[mv.Group]; g != nil {
-			if j := slices.IndexFunc(g.replicas, func(m repMember) bool { return m.name == mv.From }); j >= 0 {
-				fromIDs[i] = g.replicas[j].id
+		if g, ok := r.meta.Group(mv.Group); ok {
+			if j := slices.IndexFunc(g.Replicas, func(m Replica) bool { return m.Name == mv.From }); j >= 0 {
+				fromIDs[i] = g.Replicas[j].ID
 			}
 		}
 	}
-	r.pl.RUnlock()
 	var last uint64
 	proposed := false
 	for i, mv := range plan {
@@ -183,51 +169,33 @@ func (r *replicated) planBalance(ctx context.Context) {
 			continue
 		}
 		pctx, cancel := context.WithTimeout(ctx, c.QuorumTimeout)
-		res, err := r.d.Propose(pctx, metaGroup, encodeMove(moveRec{kind: moveKindStart, group: mv.Group, from: mv.From, fromID: fromIDs[i], to: mv.To, toID: ids[mv.To]}))
+		res, err := r.d.Propose(pctx, MetaGroup, encodeMove(moveRec{kind: moveKindStart, group: mv.Group, from: mv.From, fromID: fromIDs[i], to: mv.To, toID: ids[mv.To]}))
 		cancel()
 		if err != nil {
-			r.n.log.Warn("recording a replica move of the balancer in the region's metadata", "group", mv.Group, "from", mv.From, "to", mv.To, "err", err)
+			r.log.Warn("recording a replica move of the balancer in the region's metadata", "group", mv.Group, "from", mv.From, "to", mv.To, "err", err)
 			break
 		}
-		r.n.log.Info("balancing replicas: moving a group's replica to a node that holds fewer", "group", mv.Group, "from", mv.From, "to", mv.To)
+		r.log.Info("balancing replicas: moving a group's replica to a node that holds fewer", "group", mv.Group, "from", mv.From, "to", mv.To)
 		r.bal.m.planned.Inc()
 		last, proposed = res.Offset, true
 	}
 	if proposed {
 		wctx, cancel := context.WithTimeout(ctx, c.QuorumTimeout)
-		r.waitMetaRead(wctx, last)
+		r.meta.WaitRead(wctx, last)
 		cancel()
-	}
-}
-
-// waitMetaRead waits until this node has applied the region's metadata record at offset
-// (or ctx ends).
-func (r *replicated) waitMetaRead(ctx context.Context, offset uint64) {
-	for {
-		r.mu.Lock()
-		read, ch := r.mu.read, r.mu.changed
-		r.mu.Unlock()
-		if read > offset {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-ch:
-		}
 	}
 }
 
 // noteDown records since when each member of the metadata group has been seen down (every
 // node, every round, so that a node that becomes the metadata leader knows it already).
-func (r *replicated) noteDown(now time.Time) {
+func (r *Relocator) noteDown(now time.Time) {
 	seen := map[string]bool{}
 	for _, name := range r.metaMemberNames() {
-		if name == "" || name == r.n.cfg.Name {
+		if name == "" || name == r.cfg.Name {
 			continue
 		}
 		seen[name] = true
-		if r.n.place.MemberStatus(name) == gossip.StatusAlive {
+		if r.mesh.MemberStatus(name) == gossip.StatusAlive {
 			delete(r.bal.downSince, name)
 			delete(r.bal.refused, name)
 		} else if _, ok := r.bal.downSince[name]; !ok {
@@ -243,16 +211,14 @@ func (r *replicated) noteDown(now time.Time) {
 
 // metaMemberNames names the members of the metadata group: by the metadata's names, or
 // gossip's for a learner that holds no group yet; a member named by neither is left out.
-func (r *replicated) metaMemberNames() []string {
-	r.mu.Lock()
-	members := append(slices.Clone(r.mu.voters), r.mu.learners...)
-	names := maps.Clone(r.mu.names)
-	r.mu.Unlock()
+func (r *Relocator) metaMemberNames() []string {
+	mm := r.meta.Members()
+	members, names := mm.All(), mm.Names
 	var out []string
 	for _, id := range members {
 		nm := names[id]
 		if nm == "" {
-			nm = r.memberName(id)
+			nm = r.mesh.MemberName(id)
 		}
 		if nm != "" {
 			out = append(out, nm)
@@ -265,12 +231,12 @@ func (r *replicated) metaMemberNames() []string {
 // replaceDown, on the metadata leader, asks the removal as dead of the node down longest,
 // when that is longer than Raft.ReplaceAfter, it is not drained and no node is being
 // removed.
-func (r *replicated) replaceDown(ctx context.Context, now time.Time) {
-	after := r.n.cfg.Raft.ReplaceAfter
+func (r *Relocator) replaceDown(ctx context.Context, now time.Time) {
+	after := r.cfg.Settings.ReplaceAfter
 	if after <= 0 {
 		return
 	}
-	if ok, _ := r.n.RegionKnows(features.Meta, moveVersion); !ok {
+	if ok, _ := r.mesh.RegionKnows(features.Meta, MoveVersion); !ok {
 		return // as planBalance
 	}
 	mv := &r.moves
@@ -298,23 +264,23 @@ func (r *replicated) replaceDown(ctx context.Context, now time.Time) {
 		}
 	}
 	down := now.Sub(r.bal.downSince[victim]).Round(time.Second)
-	if stays < r.n.cfg.Replicas {
+	if stays < r.cfg.Replicas {
 		if !r.bal.refused[victim] {
-			r.n.log.Warn("a node has been down longer than --replace-after, but the region would keep fewer nodes than its replicas without it: not replaced",
-				"node", victim, "down", down, "stays", stays, "replicas", r.n.cfg.Replicas)
+			r.log.Warn("a node has been down longer than --replace-after, but the region would keep fewer nodes than its replicas without it: not replaced",
+				"node", victim, "down", down, "stays", stays, "replicas", r.cfg.Replicas)
 			r.bal.refused[victim] = true
 		}
 		return
 	}
-	r.n.log.Warn("a node has been down longer than --replace-after: removing it as dead, its replicas re-created on the other nodes",
+	r.log.Warn("a node has been down longer than --replace-after: removing it as dead, its replicas re-created on the other nodes",
 		"node", victim, "down", down, "replace_after", after)
 	r.bal.m.replaced.Inc()
 	r.requestRemove(ctx, victim, true)
 }
 
 // startMoveBytes notes group's catch-up bytes when a move of its replica onto this node
-// starts (watchMeta's goroutine, before the group opens here).
-func (r *replicated) startMoveBytes(ctx context.Context, group uint64) {
+// starts (the node's metadata reader, before the group opens here).
+func (r *Relocator) startMoveBytes(ctx context.Context, group uint64) {
 	b, err := r.d.CatchupBytes(ctx, group)
 	if err != nil {
 		return
@@ -327,7 +293,7 @@ func (r *replicated) startMoveBytes(ctx context.Context, group uint64) {
 
 // countMoveBytes adds to quicmq_raft_move_bytes_total what group's catch-ups fetched since
 // they were last counted, while its replica moves onto this node.
-func (r *replicated) countMoveBytes(ctx context.Context, group uint64) {
+func (r *Relocator) countMoveBytes(ctx context.Context, group uint64) {
 	b, err := r.d.CatchupBytes(ctx, group)
 	if err != nil {
 		return
@@ -343,8 +309,8 @@ func (r *replicated) countMoveBytes(ctx context.Context, group uint64) {
 	mv.mu.fetched[group] = [2]uint64{f[0], b - f[0]}
 }
 
-// countMovesBytes counts the catch-up bytes of every move onto this node (moveLoop).
-func (r *replicated) countMovesBytes(ctx context.Context) {
+// countMovesBytes counts the catch-up bytes of every move onto this node (MoveLoop).
+func (r *Relocator) countMovesBytes(ctx context.Context) {
 	r.moves.mu.Lock()
 	groups := slices.Collect(maps.Keys(r.moves.mu.fetched))
 	r.moves.mu.Unlock()

@@ -1,4 +1,4 @@
-package node
+package relocate
 
 import (
 	"context"
@@ -21,7 +21,7 @@ import (
 // configuration is m: ReplaceDone when the move finished after all (TO votes, FROM is
 // gone: it is recorded done), ReplaceNotMember when TO is no member any more (undone),
 // ReplaceBusy while a change is under way.
-func (r *replicated) undoStep(ctx context.Context, gm groupMove, m replica.Membership) replica.ReplaceState {
+func (r *Relocator) undoStep(ctx context.Context, gm groupMove, m replica.Membership) replica.ReplaceState {
 	mv := &r.moves
 	state, step := replica.ReplaceBusy, "undoing"
 	toIn := m.IsVoter(gm.toID) || m.IsLearner(gm.toID)
@@ -41,9 +41,9 @@ func (r *replicated) undoStep(ctx context.Context, gm groupMove, m replica.Membe
 	default:
 		// TO is a learner (or, never made here, a voter beside FROM): take it out.
 		if err := r.d.ProposeConfChange(ctx, gm.group, replica.RemoveMember(gm.toID)); err != nil {
-			r.n.log.Warn("undoing a replica move: membership change refused", "group", gm.group, "to", gm.to, "err", err)
+			r.log.Warn("undoing a replica move: membership change refused", "group", gm.group, "to", gm.to, "err", err)
 		} else {
-			r.rejoinM.changes.WithLabelValues("remove_moving").Inc()
+			r.cfg.Changes.WithLabelValues("remove_moving").Inc()
 		}
 	}
 	mv.mu.Lock()
@@ -52,14 +52,14 @@ func (r *replicated) undoStep(ctx context.Context, gm groupMove, m replica.Membe
 	mv.mu.state[gm.group] = step
 	mv.mu.Unlock()
 	if last != step {
-		r.n.log.Info("replica move being undone", "group", gm.group, "from", gm.from, "to", gm.to, "state", step)
+		r.log.Info("replica move being undone", "group", gm.group, "from", gm.from, "to", gm.to, "state", step)
 	}
 	return state
 }
 
 // announceMoveBytes sets tagMoveBytes to the bytes fetched so far for each move onto this
 // node.
-func (r *replicated) announceMoveBytes() {
+func (r *Relocator) announceMoveBytes() {
 	mv := &r.moves
 	mv.mu.Lock()
 	var items []string
@@ -68,8 +68,8 @@ func (r *replicated) announceMoveBytes() {
 	}
 	mv.mu.Unlock()
 	if tag := strings.Join(items, ","); tag != mv.bytesTag {
-		if err := r.n.setMeshTag(tagMoveBytes, tag); err != nil {
-			r.n.log.Warn("announcing the bytes of replica moves in gossip", "err", err)
+		if err := r.mesh.SetTag(tagMoveBytes, tag); err != nil {
+			r.log.Warn("announcing the bytes of replica moves in gossip", "err", err)
 			return
 		}
 		mv.bytesTag = tag
@@ -98,7 +98,7 @@ func moveKey(gm groupMove) string {
 // matches no item of this form).
 func undoneKey(gm groupMove) string { return "u" + moveKey(gm) }
 
-func (r *replicated) announceMovesDone(done, undone []groupMove) {
+func (r *Relocator) announceMovesDone(done, undone []groupMove) {
 	items := make([]string, 0, len(done)+len(undone))
 	for _, gm := range done {
 		items = append(items, moveKey(gm))
@@ -107,8 +107,8 @@ func (r *replicated) announceMovesDone(done, undone []groupMove) {
 		items = append(items, undoneKey(gm))
 	}
 	if tag := strings.Join(items, ","); tag != r.moves.doneTag {
-		if err := r.n.setMeshTag(tagMovesDone, tag); err != nil {
-			r.n.log.Warn("announcing finished replica moves in gossip", "err", err)
+		if err := r.mesh.SetTag(tagMovesDone, tag); err != nil {
+			r.log.Warn("announcing finished replica moves in gossip", "err", err)
 			return
 		}
 		r.moves.doneTag = tag
@@ -117,7 +117,7 @@ func (r *replicated) announceMovesDone(done, undone []groupMove) {
 
 // recordMovesDone, on the metadata leader, records the moves group leaders (this node
 // among them) report finished or undone.
-func (r *replicated) recordMovesDone(ctx context.Context, local, localUndone []groupMove) {
+func (r *Relocator) recordMovesDone(ctx context.Context, local, localUndone []groupMove) {
 	if r.moves.holdEnds.Load() {
 		return
 	}
@@ -128,7 +128,7 @@ func (r *replicated) recordMovesDone(ctx context.Context, local, localUndone []g
 	for _, gm := range localUndone {
 		fin[undoneKey(gm)] = true
 	}
-	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
+	for _, m := range r.mesh.RegionMembers() {
 		if m.Status != gossip.StatusAlive {
 			continue
 		}
@@ -157,18 +157,18 @@ func (r *replicated) recordMovesDone(ctx context.Context, local, localUndone []g
 // new replica's node gossip no longer sees alive (its failure detection is the delay: a
 // node restarted faster keeps its moves), or which is being removed: its learner would
 // never catch up, and the group, which it does not vote in, would wait for it forever.
-func (r *replicated) undoMoves(ctx context.Context) {
-	if ok, _ := r.n.RegionKnows(features.Meta, moveUndoVersion); !ok {
+func (r *Relocator) undoMoves(ctx context.Context) {
+	if ok, _ := r.mesh.RegionKnows(features.Meta, MoveUndoVersion); !ok {
 		return
 	}
 	moves := r.moves.movesCopy()
 	for _, g := range slices.Sorted(maps.Keys(moves)) {
 		gm := moves[g]
-		down := r.n.place.MemberStatus(gm.to) != gossip.StatusAlive
+		down := r.mesh.MemberStatus(gm.to) != gossip.StatusAlive
 		if gm.undo || !down && !r.moves.gone(gm.to) {
 			continue
 		}
-		r.n.log.Warn("undoing a replica move: the node its new replica is on is down or being removed", "group", g, "from", gm.from, "to", gm.to, "down", down)
+		r.log.Warn("undoing a replica move: the node its new replica is on is down or being removed", "group", g, "from", gm.from, "to", gm.to, "down", down)
 		if !r.proposeMove(ctx, moveRec{kind: moveKindUndo, group: g, from: gm.from, to: gm.to, toID: gm.toID}) {
 			return
 		}
@@ -178,7 +178,7 @@ func (r *replicated) undoMoves(ctx context.Context) {
 // moveInfos lists the moves in progress, with their progress where this node leads the
 // group, and their bytes as their destinations announce them (bytes: node name ->
 // tagMoveBytes, parsed; this node's own from its counts).
-func (r *replicated) moveInfos(bytes map[string]map[uint64]uint64) map[string][]manage.MoveInfo {
+func (r *Relocator) moveInfos(bytes map[string]map[uint64]uint64) map[string][]manage.MoveInfo {
 	mv := &r.moves
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
@@ -189,7 +189,7 @@ func (r *replicated) moveInfos(bytes map[string]map[uint64]uint64) map[string][]
 		if p, ok := mv.mu.progress[g]; ok {
 			mi.Entries, mi.Of = p[0], p[1]
 		}
-		if f, ok := mv.mu.fetched[g]; ok && gm.to == r.n.cfg.Name {
+		if f, ok := mv.mu.fetched[g]; ok && gm.to == r.cfg.Name {
 			mi.Bytes = f[1]
 		}
 		if mi.State == "" {

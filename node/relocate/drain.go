@@ -1,4 +1,4 @@
-package node
+package relocate
 
 import (
 	"context"
@@ -27,17 +27,17 @@ import (
 // node is drained is region state: a drain record of the metadata group (version 4 below),
 // so a drained node restarted is still drained. Only the metadata leader proposes
 // records, and any node's admin API may ask: the asking node announces what it wants in
-// its gossip tag tagDrainReq until the metadata shows it, and the metadata leader, which
+// its gossip tag TagDrainReq until the metadata shows it, and the metadata leader, which
 // reads every live node's tag, proposes the record (gossip is a hint, and a lost hint is
 // only a delay: the tag stays until the record is applied). So no peer frame changes.
 //
-// Every node runs the same loop (drainLoop, every Raft.ObserveInterval): the metadata leader
+// Every node runs the same loop (DrainLoop, every Raft.ObserveInterval): the metadata leader
 // turns requests into records; a drained node transfers its leaderships; an undrained one
 // balances (at most one transfer per Raft.BalanceInterval, when it leads two or more groups
 // more than a replica of one of them that is up and undrained); every node announces in
 // tagLeads how many data groups it leads, which the balancer and 'quicmq nodes' read.
 
-// drainVersion is the metadata record that drains or undrains a node:
+// DrainVersion is the metadata record that drains or undrains a node:
 //
 //	version u8 = 4 | node name str | drained u8 (0 or 1) | requested uvarint
 //
@@ -47,12 +47,12 @@ import (
 // undone by an earlier drain request whose tag gossip still carries. A node writes it only once every node
 // of the region announces meta=4 (RegionKnows): an older build would skip it as a
 // malformed placement (harmless, but it would not know the node is drained).
-const drainVersion = 4
+const DrainVersion = 4
 
-// tagDrainReq is the gossip tag of a node that asked for drains or undrains the metadata
+// TagDrainReq is the gossip tag of a node that asked for drains or undrains the metadata
 // has not applied yet: comma-separated name=1@T (drain) or name=0@T (undrain) items, T the
 // request's time in Unix nanoseconds.
-const tagDrainReq = "drainreq"
+const TagDrainReq = "drainreq"
 
 // tagLeads is the gossip tag holding the number of data groups a node leads, or "stop"
 // while it stops (it is then never given a leadership).
@@ -65,7 +65,7 @@ type drainReq struct {
 }
 
 func encodeDrain(name string, q drainReq) []byte {
-	b := []byte{drainVersion}
+	b := []byte{DrainVersion}
 	b = binary.AppendUvarint(b, uint64(len(name)))
 	b = append(b, name...)
 	if q.drained {
@@ -77,19 +77,19 @@ func encodeDrain(name string, q drainReq) []byte {
 }
 
 func decodeDrain(p []byte) (name string, q drainReq, err error) {
-	if len(p) == 0 || p[0] != drainVersion {
-		return "", q, fmt.Errorf("%w: not a drain record", errPlacement)
+	if len(p) == 0 || p[0] != DrainVersion {
+		return "", q, fmt.Errorf("%w: not a drain record", errRecord)
 	}
-	d := &metaDecoder{p: p[1:]}
+	d := &reader{p: p[1:]}
 	name = d.str()
 	if d.bad || name == "" || len(d.p) < 1 || d.p[0] > 1 {
-		return "", q, fmt.Errorf("%w: drain record", errPlacement)
+		return "", q, fmt.Errorf("%w: drain record", errRecord)
 	}
 	q.drained = d.p[0] == 1
 	d.p = d.p[1:]
 	at := d.uv()
 	if d.bad || at > math.MaxInt64 || len(d.p) > 0 {
-		return "", q, fmt.Errorf("%w: drain record's time", errPlacement)
+		return "", q, fmt.Errorf("%w: drain record's time", errRecord)
 	}
 	q.at = int64(at)
 	return name, q, nil
@@ -101,13 +101,13 @@ type drainer struct {
 		sync.Mutex
 		drained map[string]bool     // as the metadata says (applied records)
 		at      map[string]int64    // the time of the last request applied, by name
-		want    map[string]drainReq // this node's requests not yet applied (announced in tagDrainReq)
+		want    map[string]drainReq // this node's requests not yet applied (announced in TagDrainReq)
 		changed chan struct{}       // closed and replaced when drained changes
 		changes int                 // drained changed by applied records (for tests)
 	}
 	wake     chan struct{} // capacity 1: a request was made, or the node stops
-	stopping atomic.Bool   // a graceful stop is handing the leaderships away (handOff)
-	// Owned by drainLoop's goroutine.
+	stopping atomic.Bool   // a graceful stop is handing the leaderships away (HandOff)
+	// Owned by DrainLoop's goroutine.
 	lastTry     map[uint64]time.Time // group -> last transfer asked while drained or stopping
 	lastBalance time.Time
 	leadsTag    string
@@ -120,7 +120,6 @@ type drainMetrics struct {
 	draining  prometheus.Gauge
 	imbalance prometheus.Gauge
 	leading   prometheus.Gauge
-	rerouted  prometheus.Counter
 }
 
 func newDrainMetrics(reg prometheus.Registerer) *drainMetrics {
@@ -133,13 +132,11 @@ func newDrainMetrics(reg prometheus.Registerer) *drainMetrics {
 			Help: "The most data groups a node leads minus the fewest, over the region's nodes that are up and not drained, as gossip tells this node (0 or 1: balanced)."}),
 		leading: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quicmq_raft_groups_led",
 			Help: "Data raft groups (not the metadata group) this node leads."}),
-		rerouted: prometheus.NewCounter(prometheus.CounterOpts{Name: "quicmq_publish_rerouted_total",
-			Help: "Publishes routed again by this node to a raft group's new leader instead of being refused to the client: the group refused them before appending them because its leadership moved (a drain, the balancer, a stop, an election), or the node that relayed them here leads the group now."}),
 	}
 	for _, reason := range []string{"drain", "balance", "stop"} {
 		m.transfers.WithLabelValues(reason) // served at 0 before the first transfer
 	}
-	reg.MustRegister(m.transfers, m.draining, m.imbalance, m.leading, m.rerouted)
+	reg.MustRegister(m.transfers, m.draining, m.imbalance, m.leading)
 	return m
 }
 
@@ -165,12 +162,12 @@ func (d *drainer) drainedSet() map[string]bool {
 	return maps.Clone(d.mu.drained)
 }
 
-// applyDrain applies a drain record (watchMeta's goroutine).
-func (r *replicated) applyDrain(data []byte) {
+// ApplyDrain applies a drain record (the node's metadata reader, watchMeta, calls it).
+func (r *Relocator) ApplyDrain(data []byte) {
 	name, q, err := decodeDrain(data)
 	drained := q.drained
 	if err != nil {
-		r.n.log.Error("a metadata record could not be decoded; it is skipped on every node alike", "err", err)
+		r.log.Error("a metadata record could not be decoded; it is skipped on every node alike", "err", err)
 		return
 	}
 	d := &r.drain
@@ -188,27 +185,27 @@ func (r *replicated) applyDrain(data []byte) {
 	}
 	d.m.draining.Set(float64(len(d.mu.drained)))
 	d.mu.Unlock()
-	r.n.log.Info("region metadata: node drain state", "node", name, "drained", drained)
+	r.log.Info("region metadata: node drain state", "node", name, "drained", drained)
 }
 
 // requestDrain asks the region to drain (or undrain) node name: at once when this node
-// leads the metadata group, and otherwise through tagDrainReq. It returns once the request
+// leads the metadata group, and otherwise through TagDrainReq. It returns once the request
 // is made, not applied (drainedCh and isDrained tell that).
-func (r *replicated) requestDrain(ctx context.Context, name string, drained bool) error {
+func (r *Relocator) requestDrain(ctx context.Context, name string, drained bool) error {
 	d := &r.drain
 	q := drainReq{drained: drained, at: time.Now().UnixNano()}
 	d.mu.Lock()
 	q.at = max(q.at, d.mu.at[name]+1) // later than what was applied, whatever this clock says
 	d.mu.want[name] = q
 	d.mu.Unlock()
-	if ro, ok := r.d.Role(metaGroup); ok && ro.Leader {
-		pctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
+	if ro, ok := r.d.Role(MetaGroup); ok && ro.Leader {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.Settings.QuorumTimeout)
 		defer cancel()
-		if _, err := r.d.Propose(pctx, metaGroup, encodeDrain(name, q)); err == nil {
+		if _, err := r.d.Propose(pctx, MetaGroup, encodeDrain(name, q)); err == nil {
 			return nil
 		}
 	}
-	// drainLoop announces it, and the metadata leader proposes it.
+	// DrainLoop announces it, and the metadata leader proposes it.
 	select {
 	case d.wake <- struct{}{}:
 	default:
@@ -222,9 +219,9 @@ func (d *drainer) changedCh() <-chan struct{} {
 	return d.mu.changed
 }
 
-// announceRequests sets tagDrainReq to this node's pending requests, dropping those the
+// announceRequests sets TagDrainReq to this node's pending requests, dropping those the
 // metadata shows applied.
-func (r *replicated) announceRequests() {
+func (r *Relocator) announceRequests() {
 	d := &r.drain
 	d.mu.Lock()
 	for name, q := range d.mu.want {
@@ -245,24 +242,24 @@ func (r *replicated) announceRequests() {
 		items = append(items, name+"="+v+"@"+strconv.FormatInt(q.at, 10))
 	}
 	d.mu.Unlock()
-	r.announceReqTag(tagDrainReq, strings.Join(items, ","), &d.reqTag, "drain requests")
+	r.announceReqTag(TagDrainReq, strings.Join(items, ","), &d.reqTag, "drain requests")
 }
 
 // announceReqTag sets the gossip tag key to tag when it changed since *last, which it then
 // records (what names the requests in the log line when gossip refuses it; drain and remove
 // requests, move.go).
-func (r *replicated) announceReqTag(key, tag string, last *string, what string) {
-	if tag == *last || r.n.gossip == nil {
+func (r *Relocator) announceReqTag(key, tag string, last *string, what string) {
+	if tag == *last || !r.mesh.Gossip() {
 		return
 	}
-	if err := r.n.setMeshTag(key, tag); err != nil {
-		r.n.log.Warn("announcing "+what+" in gossip", "err", err)
+	if err := r.mesh.SetTag(key, tag); err != nil {
+		r.log.Warn("announcing "+what+" in gossip", "err", err)
 		return
 	}
 	*last = tag
 }
 
-// parseDrainReq reads a tagDrainReq value; malformed items are skipped.
+// parseDrainReq reads a TagDrainReq value; malformed items are skipped.
 func parseDrainReq(s string) map[string]drainReq {
 	out := map[string]drainReq{}
 	parseReqTag(s, "0", "1", func(name string, on bool, at int64) { out[name] = drainReq{drained: on, at: at} })
@@ -293,9 +290,9 @@ func newest(reqs, more map[string]drainReq) {
 	}
 }
 
-// drainLoop is the goroutine of draining and balancing (see the top of this file).
-func (r *replicated) drainLoop(ctx context.Context) {
-	tick := time.NewTicker(r.n.cfg.Raft.ObserveInterval)
+// DrainLoop is the goroutine of draining and balancing (see the top of this file).
+func (r *Relocator) DrainLoop(ctx context.Context) {
+	tick := time.NewTicker(r.cfg.Settings.ObserveInterval)
 	defer tick.Stop()
 	// The first balancing move waits an interval after the start: the groups' first
 	// elections (a region forming, a node rejoining) settle before their counts are judged,
@@ -309,19 +306,16 @@ func (r *replicated) drainLoop(ctx context.Context) {
 		case <-r.drain.changedCh():
 		case <-r.drain.wake:
 		}
-		r.mu.Lock()
-		formed := r.mu.formed
-		r.mu.Unlock()
-		if !formed {
+		if !r.meta.Formed() {
 			continue
 		}
 		r.announceRequests()
 		r.proposeRequests(ctx)
-		self := r.n.cfg.Name
+		self := r.cfg.Name
 		switch {
 		case r.drain.stopping.Load():
-			if r.drain.leadsTag != "stop" && r.n.gossip != nil {
-				_ = r.n.setMeshTag(tagLeads, "stop") // no balancer hands this node a leadership now
+			if r.drain.leadsTag != "stop" && r.mesh.Gossip() {
+				_ = r.mesh.SetTag(tagLeads, "stop") // no balancer hands this node a leadership now
 				r.drain.leadsTag = "stop"
 				clear(r.drain.lastTry)
 			}
@@ -338,16 +332,16 @@ func (r *replicated) drainLoop(ctx context.Context) {
 
 // proposeRequests, on the metadata leader, proposes a drain record for every request a
 // live node of the region announces that the metadata does not show yet.
-func (r *replicated) proposeRequests(ctx context.Context) {
-	if ro, ok := r.d.Role(metaGroup); !ok || !ro.Leader || r.n.gossip == nil {
+func (r *Relocator) proposeRequests(ctx context.Context) {
+	if ro, ok := r.d.Role(MetaGroup); !ok || !ro.Leader || !r.mesh.Gossip() {
 		return
 	}
 	reqs := map[string]drainReq{}
-	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
-		if m.Status != gossip.StatusAlive && m.Name != r.n.cfg.Name {
+	for _, m := range r.mesh.RegionMembers() {
+		if m.Status != gossip.StatusAlive && m.Name != r.cfg.Name {
 			continue
 		}
-		newest(reqs, parseDrainReq(m.Tags[tagDrainReq]))
+		newest(reqs, parseDrainReq(m.Tags[TagDrainReq]))
 	}
 	r.drain.mu.Lock()
 	newest(reqs, r.drain.mu.want)
@@ -356,7 +350,7 @@ func (r *replicated) proposeRequests(ctx context.Context) {
 	if len(reqs) == 0 {
 		return
 	}
-	if ok, _ := r.n.RegionKnows(features.Meta, drainVersion); !ok {
+	if ok, _ := r.mesh.RegionKnows(features.Meta, DrainVersion); !ok {
 		return
 	}
 	for _, name := range slices.Sorted(maps.Keys(reqs)) {
@@ -366,26 +360,26 @@ func (r *replicated) proposeRequests(ctx context.Context) {
 		}
 		// Proposed even when it changes nothing: its record settles it (announceRequests)
 		// and keeps an earlier request still in flight from being applied after it.
-		pctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
-		_, err := r.d.Propose(pctx, metaGroup, encodeDrain(name, q))
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.Settings.QuorumTimeout)
+		_, err := r.d.Propose(pctx, MetaGroup, encodeDrain(name, q))
 		cancel()
 		if err != nil {
-			r.n.log.Warn("recording a node's drain state in the region's metadata", "node", name, "drained", q.drained, "err", err)
+			r.log.Warn("recording a node's drain state in the region's metadata", "node", name, "drained", q.drained, "err", err)
 			return
 		}
 	}
 }
 
-// ledGroups returns the groups this node leads now (the metadata group included), as of
+// LedGroups returns the groups this node leads now (the metadata group included), as of
 // their last round.
-func (r *replicated) ledGroups() []uint64 {
+func (r *Relocator) LedGroups() []uint64 {
 	var out []uint64
-	if ro, ok := r.d.Role(metaGroup); ok && ro.Leader {
-		out = append(out, metaGroup)
+	if ro, ok := r.d.Role(MetaGroup); ok && ro.Leader {
+		out = append(out, MetaGroup)
 	}
-	for _, g := range r.localGroups() {
-		if ro, ok := r.d.Role(g.id); ok && ro.Leader {
-			out = append(out, g.id)
+	for _, g := range r.meta.LocalGroups() {
+		if ro, ok := r.d.Role(g); ok && ro.Leader {
+			out = append(out, g)
 		}
 	}
 	return out
@@ -394,22 +388,22 @@ func (r *replicated) ledGroups() []uint64 {
 // leadCounts is how many data groups each node of the region leads: this node's from its
 // own groups, the others' from their tagLeads; eligible are the nodes that are up, not
 // drained, not stopping and announce a count (a leadership may go to them).
-func (r *replicated) leadCounts() (counts map[string]int, eligible map[string]bool) {
+func (r *Relocator) leadCounts() (counts map[string]int, eligible map[string]bool) {
 	counts, eligible = map[string]int{}, map[string]bool{}
 	drained := r.drain.drainedSet()
-	self := r.n.cfg.Name
+	self := r.cfg.Name
 	led := 0
-	for _, g := range r.ledGroups() {
-		if g != metaGroup {
+	for _, g := range r.LedGroups() {
+		if g != MetaGroup {
 			led++
 		}
 	}
 	counts[self] = led
 	eligible[self] = !drained[self] && !r.drain.stopping.Load() && !r.moves.gone(self)
-	if r.n.gossip == nil {
+	if !r.mesh.Gossip() {
 		return counts, eligible
 	}
-	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
+	for _, m := range r.mesh.RegionMembers() {
 		if m.Name == self {
 			continue
 		}
@@ -429,7 +423,7 @@ func (r *replicated) leadCounts() (counts map[string]int, eligible map[string]bo
 // transferee picks the replica of group (which this node leads) that should take its
 // leadership: a voter other than this node that is reachable, eligible and caught up to the
 // commit index, the one leading the fewest groups; ok is false when there is none.
-func (r *replicated) transferee(ctx context.Context, group uint64, counts map[string]int, eligible map[string]bool) (id uint64, name string, ok bool) {
+func (r *Relocator) transferee(ctx context.Context, group uint64, counts map[string]int, eligible map[string]bool) (id uint64, name string, ok bool) {
 	m, err := r.d.Membership(ctx, group)
 	if err != nil || m.Match == nil || m.Joint() {
 		return 0, "", false
@@ -439,8 +433,8 @@ func (r *replicated) transferee(ctx context.Context, group uint64, counts map[st
 		if v == r.id {
 			continue
 		}
-		nm := r.memberName(v)
-		if nm == "" || !eligible[nm] || !r.reachable(nm) || m.Match[v] < m.Status.GetCommit() {
+		nm := r.mesh.MemberName(v)
+		if nm == "" || !eligible[nm] || !r.mesh.Reachable(nm) || m.Match[v] < m.Status.GetCommit() {
 			continue
 		}
 		if best < 0 || counts[nm] < best || counts[nm] == best && nm < name {
@@ -453,13 +447,13 @@ func (r *replicated) transferee(ctx context.Context, group uint64, counts map[st
 // transferAll asks for every leadership this node holds to move (a drained or stopping
 // node), each group at most once per election timeout (raft gives up a transfer that has
 // not completed by then). It returns how many groups it still leads.
-func (r *replicated) transferAll(ctx context.Context, reason string) int {
-	led := r.ledGroups()
+func (r *Relocator) transferAll(ctx context.Context, reason string) int {
+	led := r.LedGroups()
 	if len(led) == 0 {
 		return 0
 	}
 	counts, eligible := r.leadCounts()
-	c := r.n.cfg.Raft
+	c := r.cfg.Settings
 	retry := c.TickInterval * time.Duration(c.ElectionTicks)
 	for _, g := range led {
 		if time.Since(r.drain.lastTry[g]) < retry {
@@ -473,11 +467,11 @@ func (r *replicated) transferAll(ctx context.Context, reason string) int {
 			continue
 		}
 		r.drain.lastTry[g] = time.Now()
-		if g != metaGroup {
+		if g != MetaGroup {
 			counts[name]++ // spread this round's transfers
 		}
 		r.drain.m.transfers.WithLabelValues(reason).Inc()
-		r.n.log.Debug("handing a raft group's leadership to another replica", "group", r.groupLabel(g), "to", name, "reason", reason)
+		r.log.Debug("handing a raft group's leadership to another replica", "group", r.meta.GroupLabel(g), "to", name, "reason", reason)
 	}
 	return len(led)
 }
@@ -485,14 +479,14 @@ func (r *replicated) transferAll(ctx context.Context, reason string) int {
 // balance moves at most one of this node's data group leaderships per BalanceInterval to a
 // replica of that group that leads two or more groups fewer, so that the nodes that are up
 // and not drained lead within one of each other.
-func (r *replicated) balance(ctx context.Context) {
-	c := r.n.cfg.Raft
+func (r *Relocator) balance(ctx context.Context) {
+	c := r.cfg.Settings
 	counts, eligible := r.leadCounts()
 	r.setImbalance(counts, eligible)
 	if c.BalanceInterval < 0 || time.Since(r.drain.lastBalance) < c.BalanceInterval {
 		return
 	}
-	self := r.n.cfg.Name
+	self := r.cfg.Name
 	lo := counts[self]
 	for name, ok := range eligible {
 		if ok {
@@ -506,8 +500,8 @@ func (r *replicated) balance(ctx context.Context) {
 	// lag the transfers, and a second move on stale counts would overshoot.
 	r.drain.lastBalance = time.Now()
 	moving := r.moves.movesCopy()
-	for _, g := range r.ledGroups() {
-		if _, busy := moving[g]; g == metaGroup || busy {
+	for _, g := range r.LedGroups() {
+		if _, busy := moving[g]; g == MetaGroup || busy {
 			continue // a group whose replica moves keeps its leader: the move drives it (move.go)
 		}
 		id, name, ok := r.transferee(ctx, g, counts, eligible)
@@ -518,13 +512,13 @@ func (r *replicated) balance(ctx context.Context) {
 			continue
 		}
 		r.drain.m.transfers.WithLabelValues("balance").Inc()
-		r.n.log.Info("balancing leaders: handing a raft group's leadership to a replica that leads fewer",
-			"group", r.groupLabel(g), "to", name, "leads_here", counts[self], "leads_there", counts[name])
+		r.log.Info("balancing leaders: handing a raft group's leadership to a replica that leads fewer",
+			"group", r.meta.GroupLabel(g), "to", name, "leads_here", counts[self], "leads_there", counts[name])
 		return
 	}
 }
 
-func (r *replicated) setImbalance(counts map[string]int, eligible map[string]bool) {
+func (r *Relocator) setImbalance(counts map[string]int, eligible map[string]bool) {
 	lo, hi, seen := 0, 0, false
 	for name, ok := range eligible {
 		if !ok {
@@ -544,13 +538,13 @@ func (r *replicated) setImbalance(counts map[string]int, eligible map[string]boo
 
 // announceLeads sets tagLeads to the number of data groups this node leads (unless it is
 // stopping).
-func (r *replicated) announceLeads() {
-	if r.n.gossip == nil || r.drain.leadsTag == "stop" {
+func (r *Relocator) announceLeads() {
+	if !r.mesh.Gossip() || r.drain.leadsTag == "stop" {
 		return
 	}
 	led := 0
-	for _, g := range r.ledGroups() {
-		if g != metaGroup {
+	for _, g := range r.LedGroups() {
+		if g != MetaGroup {
 			led++
 		}
 	}
@@ -559,19 +553,19 @@ func (r *replicated) announceLeads() {
 	if v == r.drain.leadsTag {
 		return
 	}
-	if err := r.n.setMeshTag(tagLeads, v); err == nil {
+	if err := r.mesh.SetTag(tagLeads, v); err == nil {
 		r.drain.leadsTag = v
 	}
 }
 
-// handOff moves this node's leaderships to other replicas before it stops (drainLoop does
+// HandOff moves this node's leaderships to other replicas before it stops (DrainLoop does
 // the transfers), waiting at most Raft.StopHandOff; it returns how many groups it still
-// leads. Run calls it before client sessions close: publishes go on, relayed to the new
+// leads. The node's Run calls it before client sessions close: publishes go on, relayed to the new
 // leaders.
-func (r *replicated) handOff(ctx context.Context) int {
-	bound := r.n.cfg.Raft.StopHandOff
+func (r *Relocator) HandOff(ctx context.Context) int {
+	bound := r.cfg.Settings.StopHandOff
 	if bound < 0 {
-		return len(r.ledGroups())
+		return len(r.LedGroups())
 	}
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
@@ -580,10 +574,10 @@ func (r *replicated) handOff(ctx context.Context) int {
 	case r.drain.wake <- struct{}{}:
 	default:
 	}
-	poll := time.NewTicker(r.n.cfg.Raft.TickInterval)
+	poll := time.NewTicker(r.cfg.Settings.TickInterval)
 	defer poll.Stop()
 	for {
-		led := r.ledGroups()
+		led := r.LedGroups()
 		if len(led) == 0 {
 			return 0
 		}
@@ -599,7 +593,7 @@ func (r *replicated) handOff(ctx context.Context) int {
 		}
 		select {
 		case <-ctx.Done():
-			return len(r.ledGroups())
+			return len(r.LedGroups())
 		case <-poll.C:
 		}
 	}
@@ -608,18 +602,16 @@ func (r *replicated) handOff(ctx context.Context) int {
 // drainBlockers names, for a drain of node name, the groups it holds that no other replica
 // could lead: every other voter of the group is drained, down or unknown. Empty: a drain
 // can proceed.
-func (r *replicated) drainBlockers(name string) []string {
+func (r *Relocator) drainBlockers(name string) []string {
 	drained := r.drain.drainedSet()
 	up := func(n string) bool {
-		return n != name && !drained[n] && (n == r.n.cfg.Name || r.n.place.MemberStatus(n) == gossip.StatusAlive)
+		return n != name && !drained[n] && (n == r.cfg.Name || r.mesh.MemberStatus(n) == gossip.StatusAlive)
 	}
 	var out []string
-	r.mu.Lock()
-	voters := slices.Clone(r.mu.voters)
-	r.mu.Unlock()
+	voters := r.meta.Members().Voters
 	holdsMeta, metaOK := false, false
 	for _, id := range voters {
-		nm := r.memberName(id)
+		nm := r.mesh.MemberName(id)
 		if nm == name {
 			holdsMeta = true
 		} else if nm != "" && up(nm) {
@@ -629,19 +621,16 @@ func (r *replicated) drainBlockers(name string) []string {
 	if holdsMeta && !metaOK {
 		out = append(out, "the region's metadata group (no other voter is up and undrained)")
 	}
-	r.pl.RLock()
-	defer r.pl.RUnlock()
-	for _, id := range slices.Sorted(maps.Keys(r.pl.groups)) {
-		g := r.pl.groups[id]
-		if !slices.Contains(g.names(), name) {
+	for _, g := range r.meta.Groups() { // by ID
+		if !slices.Contains(g.Names(), name) {
 			continue
 		}
 		ok := false
-		for _, nm := range g.names() {
+		for _, nm := range g.Names() {
 			ok = ok || up(nm)
 		}
 		if !ok {
-			out = append(out, fmt.Sprintf("%s (replicas %s)", g.label, strings.Join(g.names(), ", ")))
+			out = append(out, fmt.Sprintf("%s (replicas %s)", g.Label, strings.Join(g.Names(), ", ")))
 		}
 	}
 	return out

@@ -1,6 +1,6 @@
 //go:build quicmq_broken_move
 
-package node
+package relocate
 
 // movePromotesEarly, in the build tagged quicmq_broken_move, promotes a moving replica's
 // learner and removes the old replica as soon as the learner is added, before it has caught

@@ -1,4 +1,4 @@
-package node
+package relocate
 
 import (
 	"context"
@@ -24,17 +24,17 @@ type removeReq struct {
 
 // requestRemove asks the region to remove node name: at once when this node leads the
 // metadata group, and otherwise through tagRemoveReq. It returns once the request is made.
-func (r *replicated) requestRemove(ctx context.Context, name string, dead bool) {
+func (r *Relocator) requestRemove(ctx context.Context, name string, dead bool) {
 	mv := &r.moves
 	q := removeReq{dead: dead, at: time.Now().UnixNano()}
 	mv.mu.Lock()
 	q.at = max(q.at, mv.mu.at[name]+1)
 	mv.mu.want[name] = q
 	mv.mu.Unlock()
-	if ro, ok := r.d.Role(metaGroup); ok && ro.Leader {
-		pctx, cancel := context.WithTimeout(ctx, r.n.cfg.Raft.QuorumTimeout)
+	if ro, ok := r.d.Role(MetaGroup); ok && ro.Leader {
+		pctx, cancel := context.WithTimeout(ctx, r.cfg.Settings.QuorumTimeout)
 		defer cancel()
-		if _, err := r.d.Propose(pctx, metaGroup, encodeMove(moveRec{kind: moveKindRemove, name: name, dead: dead, at: q.at})); err == nil {
+		if _, err := r.d.Propose(pctx, MetaGroup, encodeMove(moveRec{kind: moveKindRemove, name: name, dead: dead, at: q.at})); err == nil {
 			return
 		}
 	}
@@ -44,7 +44,7 @@ func (r *replicated) requestRemove(ctx context.Context, name string, dead bool) 
 	}
 }
 
-func (r *replicated) announceRemoveRequests() {
+func (r *Relocator) announceRemoveRequests() {
 	mv := &r.moves
 	mv.mu.Lock()
 	var items []string
@@ -70,7 +70,7 @@ func parseRemoveReq(s string) map[string]removeReq {
 
 // recordRemoveRequests, on the metadata leader, proposes a remove record for every request
 // a live node announces that the metadata does not show yet.
-func (r *replicated) recordRemoveRequests(ctx context.Context) {
+func (r *Relocator) recordRemoveRequests(ctx context.Context) {
 	reqs := map[string]removeReq{}
 	add := func(m map[string]removeReq) {
 		for name, q := range m {
@@ -79,8 +79,8 @@ func (r *replicated) recordRemoveRequests(ctx context.Context) {
 			}
 		}
 	}
-	for _, m := range r.n.gossip.RegionMembers(r.n.cfg.Region) {
-		if m.Status == gossip.StatusAlive || m.Name == r.n.cfg.Name {
+	for _, m := range r.mesh.RegionMembers() {
+		if m.Status == gossip.StatusAlive || m.Name == r.cfg.Name {
 			add(parseRemoveReq(m.Tags[tagRemoveReq]))
 		}
 	}
@@ -89,10 +89,8 @@ func (r *replicated) recordRemoveRequests(ctx context.Context) {
 	add(mv.mu.want)
 	applied := maps.Clone(mv.mu.at)
 	mv.mu.Unlock()
-	r.mu.Lock()
-	members := append(slices.Clone(r.mu.voters), r.mu.learners...)
-	names := maps.Clone(r.mu.names)
-	r.mu.Unlock()
+	mm := r.meta.Members()
+	members, names := mm.All(), mm.Names
 	for _, name := range slices.Sorted(maps.Keys(reqs)) {
 		q := reqs[name]
 		if q.at <= applied[name] {
@@ -104,14 +102,14 @@ func (r *replicated) recordRemoveRequests(ctx context.Context) {
 		for _, id := range members {
 			nm := names[id]
 			if nm == "" {
-				nm = r.memberName(id) // a learner that holds no group yet
+				nm = r.mesh.MemberName(id) // a learner that holds no group yet
 			}
 			if nm != "" && nm != name && !mv.gone(nm) {
 				stays++
 			}
 		}
-		if _, ok := mv.removingReq(name); !ok && !mv.isRemoved(name) && stays < r.n.cfg.Replicas {
-			r.n.log.Warn("refusing a node's removal: the region would keep fewer nodes than its replicas", "node", name, "stays", stays, "replicas", r.n.cfg.Replicas)
+		if _, ok := mv.removingReq(name); !ok && !mv.isRemoved(name) && stays < r.cfg.Replicas {
+			r.log.Warn("refusing a node's removal: the region would keep fewer nodes than its replicas", "node", name, "stays", stays, "replicas", r.cfg.Replicas)
 			continue
 		}
 		if !r.proposeMove(ctx, moveRec{kind: moveKindRemove, name: name, dead: q.dead, at: q.at}) {
@@ -123,8 +121,8 @@ func (r *replicated) recordRemoveRequests(ctx context.Context) {
 // leaveMeta takes the next step of node name (raft ID id) leaving the metadata group: a
 // voter hands its vote to a caught-up learner (one joint change), a learner is removed,
 // and a node outside the group is recorded removed.
-func (r *replicated) leaveMeta(ctx context.Context, name string, id uint64) {
-	m, err := r.d.Membership(ctx, metaGroup)
+func (r *Relocator) leaveMeta(ctx context.Context, name string, id uint64) {
+	m, err := r.d.Membership(ctx, MetaGroup)
 	if err != nil || m.Match == nil || m.Joint() {
 		return
 	}
@@ -133,44 +131,44 @@ func (r *replicated) leaveMeta(ctx context.Context, name string, id uint64) {
 	}
 	switch {
 	case id == r.id:
-		// This node leads the metadata group and leaves it: drainLoop hands the
+		// This node leads the metadata group and leaves it: DrainLoop hands the
 		// leadership away (a removing node is treated as drained).
 		return
 	case m.IsVoter(id):
 		var best uint64
-		for _, gm := range r.raftMembers() {
-			if gm.alive && m.IsLearner(gm.id) && !r.moves.gone(gm.name) && m.Match[gm.id]+rejoinMaxLag >= m.Status.GetCommit() {
-				best = gm.id
+		for _, gm := range r.mesh.RaftMembers() {
+			if gm.Alive && m.IsLearner(gm.ID) && !r.moves.gone(gm.Name) && m.Match[gm.ID]+r.cfg.Settings.CaughtUp >= m.Status.GetCommit() {
+				best = gm.ID
 				break
 			}
 		}
 		var cc = replica.RemoveMember(id)
 		if best != 0 {
 			cc = replica.PromoteAndRemove(best, id)
-		} else if len(m.Voters) <= r.n.cfg.Replicas {
-			r.n.log.Info("a node being removed votes in the metadata group and no learner is caught up to take its vote yet", "node", name)
+		} else if len(m.Voters) <= r.cfg.Replicas {
+			r.log.Info("a node being removed votes in the metadata group and no learner is caught up to take its vote yet", "node", name)
 			return
 		}
-		if err := r.d.ProposeConfChange(ctx, metaGroup, cc); err != nil {
-			r.n.log.Warn("membership change of the metadata group refused", "node", name, "err", err)
+		if err := r.d.ProposeConfChange(ctx, MetaGroup, cc); err != nil {
+			r.log.Warn("membership change of the metadata group refused", "node", name, "err", err)
 			return
 		}
-		r.n.log.Info("membership change: a node being removed leaves the metadata group's voters", "node", name, "raft_id", id, "promoted", best)
+		r.log.Info("membership change: a node being removed leaves the metadata group's voters", "node", name, "raft_id", id, "promoted", best)
 	case m.IsLearner(id):
-		if err := r.d.ProposeConfChange(ctx, metaGroup, replica.RemoveMember(id)); err != nil {
-			r.n.log.Warn("membership change of the metadata group refused", "node", name, "err", err)
+		if err := r.d.ProposeConfChange(ctx, MetaGroup, replica.RemoveMember(id)); err != nil {
+			r.log.Warn("membership change of the metadata group refused", "node", name, "err", err)
 			return
 		}
-		r.n.log.Info("membership change: a node being removed leaves the metadata group", "node", name, "raft_id", id)
+		r.log.Info("membership change: a node being removed leaves the metadata group", "node", name, "raft_id", id)
 	default:
 		r.proposeMove(ctx, moveRec{kind: moveKindRemoved, name: name})
 	}
 }
 
-func (r *replicated) nameToID(name string) uint64 {
-	for _, gm := range r.raftMembers() {
-		if gm.name == name {
-			return gm.id
+func (r *Relocator) nameToID(name string) uint64 {
+	for _, gm := range r.mesh.RaftMembers() {
+		if gm.Name == name {
+			return gm.ID
 		}
 	}
 	return 0
