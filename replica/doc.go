@@ -64,7 +64,9 @@
 // a leader's fsync carries about 30 of them instead of one). Each group's
 // Storage keeps its newest durable entries in memory
 // (Config.EntryCacheBytes), from which a leader reads its entries back when
-// they commit and when it sends them, instead of reading Pebble.
+// they commit and when it sends them, instead of reading Pebble; a group
+// going quiet drops its cache, and a node whose groups are all quiet drops
+// its rounds' batch too, so an idle node holds neither.
 //
 // Proposals are framed (node, sequence, time, payload) and answered when
 // their entry is applied here, with the offset and time it was given; a

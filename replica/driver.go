@@ -142,6 +142,7 @@ func (d *Driver) Run(ctx context.Context) error {
 			paused = false
 		case !need && !paused:
 			t.Stop()
+			e.sleep()
 			paused = true
 		}
 	}
@@ -441,7 +442,11 @@ func (d *Driver) Membership(ctx context.Context, group uint64) (Membership, erro
 // Stats returns a snapshot of the driver's counters.
 func (d *Driver) Stats(ctx context.Context) (Stats, error) {
 	ch := make(chan Stats, 1)
-	if err := d.exec(ctx, func(e *engine) { s := e.stats; s.CatchupsActive = len(e.catchups); ch <- s }); err != nil {
+	if err := d.exec(ctx, func(e *engine) {
+		s := e.stats
+		s.CatchupsActive, s.Asleep = len(e.catchups), !e.needsTicks()
+		ch <- s
+	}); err != nil {
 		return Stats{}, fmt.Errorf("replica: stats: %w", err)
 	}
 	s := <-ch

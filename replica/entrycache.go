@@ -1,6 +1,10 @@
 package replica
 
-import pb "go.etcd.io/raft/v3/raftpb"
+import (
+	"slices"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
 
 // entryCache holds a group's newest durable raft entries, contiguous, up to
 // max bytes of their protobuf size, so that Storage answers Entries and
@@ -13,6 +17,9 @@ type entryCache struct {
 	ents  []*pb.Entry
 	sizes []uint64
 	bytes uint64
+	// dropped counts the entries dropped from the front of ents' array since it was
+	// allocated: still reachable through it (dropFront).
+	dropped int
 }
 
 // add caches ents (contiguous), replacing any cached suffix from ents'
@@ -36,6 +43,9 @@ func (c *entryCache) add(ents []*pb.Entry, sizes []uint64) {
 				c.ents, c.sizes = c.ents[:n:n], c.sizes[:n:n]
 			}
 		}
+	}
+	if len(c.ents)+len(ents) > cap(c.ents) {
+		c.dropped = 0 // append moves what is kept to a new array
 	}
 	c.ents = append(c.ents, ents...)
 	c.sizes = append(c.sizes, sizes...)
@@ -62,18 +72,28 @@ func (c *entryCache) dropThrough(i uint64) {
 	c.dropFront(n)
 }
 
+// dropFront forgets the n oldest entries. A slice past them keeps its array, and through it
+// every entry dropped from it, alive (a quiet group held its compacted entries; issue 29):
+// once more were dropped from the array than it still holds, what is kept moves to arrays
+// of its own, so that the dropped ones never outnumber the kept ones (and a copy costs,
+// amortized, one pointer per entry dropped). The old array is not cleared: raft may still
+// hold slices of it.
 func (c *entryCache) dropFront(n int) {
 	if n == 0 {
 		return
 	}
 	c.ents, c.sizes = c.ents[n:], c.sizes[n:]
-	if len(c.ents) == 0 {
-		c.ents, c.sizes = nil, nil
+	c.dropped += n
+	switch {
+	case len(c.ents) == 0:
+		c.ents, c.sizes, c.dropped = nil, nil, 0
+	case c.dropped > len(c.ents):
+		c.ents, c.sizes, c.dropped = slices.Clone(c.ents), slices.Clone(c.sizes), 0
 	}
 }
 
 func (c *entryCache) reset() {
-	c.ents, c.sizes, c.bytes = nil, nil, 0
+	c.ents, c.sizes, c.bytes, c.dropped = nil, nil, 0, 0
 }
 
 // slice returns entries [lo, hi) under raft's size rule (the first always,

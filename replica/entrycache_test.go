@@ -1,7 +1,9 @@
 package replica
 
 import (
+	"runtime"
 	"testing"
+	"weak"
 
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -64,4 +66,32 @@ func TestEntryCacheBound(t *testing.T) {
 		t.Fatalf("after a gap the cache holds %d entries (%d bytes), want entry 9 only", len(c.ents), c.bytes)
 	}
 	(&entryCache{}).add(ents(1, 2, 1), []uint64{1, 1}) // max 0: caches nothing, no panic
+}
+
+// Entries dropped from the cache's front (a compaction, the bound) do not stay reachable
+// through the array the kept ones still sit in: once more were dropped than are kept, the
+// kept ones move. Before, a group holding a few entries kept every entry dropped since its
+// array was last grown (issue 29: a quiet region's groups held their compacted entries).
+func TestEntryCacheLetsDroppedEntriesGo(t *testing.T) {
+	c := &entryCache{max: 1 << 30}
+	cacheAdd(c, ents(1, 64, 1))
+	dropped := make([]weak.Pointer[pb.Entry], 60)
+	for i, e := range c.ents[:60] {
+		dropped[i] = weak.Make(e)
+	}
+	c.dropThrough(60)
+	if len(c.ents) != 4 || c.ents[0].GetIndex() != 61 {
+		t.Fatalf("after dropThrough(60) the cache holds %d entries from %d, want 4 from 61", len(c.ents), c.ents[0].GetIndex())
+	}
+	runtime.GC()
+	alive := 0
+	for _, w := range dropped {
+		if w.Value() != nil {
+			alive++
+		}
+	}
+	if alive > 0 {
+		t.Fatalf("%d of the 60 dropped entries are still reachable after a collection: the cache's array holds them", alive)
+	}
+	runtime.KeepAlive(c)
 }

@@ -539,6 +539,16 @@ func (s *Storage) stageCompact(b *pebble.Batch, i, term, staged uint64) (func(),
 	}, nil
 }
 
+// dropCache forgets the cached entries (they stay in Pebble, where Entries reads them
+// should it need them): a group going quiet has everything applied and every follower
+// caught up, so its cache would only hold memory while it sleeps; it fills again from
+// the next entry stored.
+func (s *Storage) dropCache() {
+	s.mu.Lock()
+	s.mu.cache.reset()
+	s.mu.Unlock()
+}
+
 // encodeEntry frames an entry as term u64 BE | protobuf, so that Term reads
 // eight bytes instead of decoding the entry, sealed for key k.
 func encodeEntry(k []byte, e *pb.Entry) ([]byte, error) {

@@ -67,7 +67,9 @@
 //     (durable ones, Log.mu): the committer finds a topic there or among the
 //     topics it created whose batch is not durable yet (Log.repl.local), in
 //     that order, since a topic leaves the second only after it entered the
-//     first (committerTopic).
+//     first (committerTopic). Replicated topics are in the same map, told apart
+//     by their raft group (topic.group, 0 for a local topic); a ReplicaWriter's
+//     topics bound but not published yet wait in Log.repl.staged likewise.
 //   - The completer takes applied batches in the same order, waits for each
 //     batch's sync, then advances the topics' high-watermarks, publishes
 //     positions, wakes Notify watchers and calls the done callbacks. Since it

@@ -157,7 +157,7 @@ type topic struct {
 	hwm, hwmPos     uint64
 	cfg             TopicConfig
 
-	// group is the raft group of a replicated topic (Log.repl.topics holds it): set when
+	// group is the raft group of a replicated topic (0: a local topic): set when
 	// it is bound or loaded, before the topic is shared, then read-only.
 	group uint64
 }

@@ -247,7 +247,7 @@ func (w *ReplicaWriter) publishCuts() {
 	w.recycleSpos()
 	clear(w.stagedGroups)
 	if len(w.forgotten) > 0 {
-		l.repl.mu.Lock() // renew writes l.repl.topics, which refusals read under it
+		l.repl.mu.Lock() // the refusals see a forgotten topic's old or new *topic, not neither
 		l.mu.Lock()
 		w.renewForgottenLocked()
 		l.mu.Unlock()
@@ -326,13 +326,12 @@ func (w *ReplicaWriter) Forget(b *pebble.Batch, topic string) (positions, groups
 // Published, with l.repl.mu and l.mu held.
 func (w *ReplicaWriter) renewForgottenLocked() {
 	for _, old := range w.forgotten {
-		if w.bound(old.name) != old {
+		if w.boundLocked(old.name) != old {
 			continue // forgotten twice in one batch
 		}
 		nt := &topic{name: old.name, id: old.id, next: old.next, nextPos: old.nextPos, lastTime: old.lastTime,
 			dedupReady: true, ccfg: old.ccfg, first: old.first, firstPos: old.firstPos,
 			hwm: old.hwm, hwmPos: old.hwmPos, cfg: old.cfg, group: old.group}
-		w.l.repl.topics[old.name] = nt
 		w.l.mu.topics[old.name] = nt
 		old.deleted = true // its readers (a Sweep's) learn of the delete
 	}
