@@ -62,7 +62,7 @@ func runCross(args []string) error {
 	lossFlag := fs.String("loss", "0,1,2,5", "packet loss rates on the link in percent, comma-separated")
 	modesFlag := fs.String("modes", strings.Join(crossModes, ","), "link stream mappings: quicmq (a stream per mirrored topic), ablation (one shared stream)")
 	repeat := fs.Int("repeat", 1, "repetitions of the whole set (medians are reported)")
-	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	out := fs.String("out", defaultOut, "directory for JSON results and PNG plots")
 	bin := fs.String("quicmq", "", "the quicmq binary (default: built from ./cmd/quicmq, run from the repository root)")
 	fs.Parse(args)
 	if p.Profile != "" || p.LossPath != "all" {

@@ -455,7 +455,7 @@ func runDurable(args []string, mode string) error {
 	dur := fs.Duration("duration", 10*time.Second, "publish: measured window")
 	records := fs.Int("records", 1000000, "replay: records stored and read back")
 	repeat := fs.Int("repeat", 1, "repetitions")
-	out := fs.String("out", "bench/results", "directory for the JSON results")
+	out := fs.String("out", defaultOut, "directory for the JSON results")
 	rawPebble := fs.Bool("raw-pebble", true, "publish: after each quicmq run, in the same namespace, a raw Pebble writer in a process of its own (as many writers as publishers, synced batches of the node's measured records per commit, the log's keys, value sizes and Pebble options): its CPU per record beside the node process's (goal: node at most 2x); then a bare QUIC sink in a process of its own (the node's listener settings) taking the same records from as many connections: the transport's share, which bounds node/raw from below")
 	fs.Parse(args)
 	if err := lossy.Check(); err != nil {

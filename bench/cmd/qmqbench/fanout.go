@@ -33,7 +33,7 @@ func runFanout(args []string, slow bool) error {
 	lossFlag := fs.String("loss", "0,0.5,1,2,5", "packet loss rates in percent, comma-separated")
 	systemsFlag := fs.String("systems", strings.Join(systemNames, ","), "systems, comma-separated: "+strings.Join(systemNames, ","))
 	repeat := fs.Int("repeat", 1, "repetitions of the whole set (medians are reported)")
-	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	out := fs.String("out", defaultOut, "directory for JSON results and PNG plots")
 	idleFlag := fs.String("idle-mirrored", "0", "idle mirrored topics beside the hot ones, counts comma-separated (e.g. 0,10000): each repeat runs each system with each count, alternating; above 0 a second region's node creates that many topics, mirrored into the node under test and parked before the window (QuicMQ only; issue 34, idlemirror.go)")
 	idleSettle := fs.Duration("idle-settle", 30*time.Second, "with idle mirrored topics: how long they stay idle, every mirror parked, before the window (the catch-up's garbage collected and its writes compacted)")
 	fs.Parse(args)

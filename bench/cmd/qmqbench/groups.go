@@ -671,7 +671,7 @@ broker's VmRSS. Each run has a network namespace of its own, no loss.
 	slowMembers := fs.Int("slow-members", 4, "the slow-member comparison: this many reading members with and without one that stops reading (0: none)")
 	slowSystems := fs.String("slow-systems", "quicmq,jetstream", "systems of the slow-member comparison")
 	repeat := fs.Int("repeat", 1, "repetitions (medians are reported)")
-	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	out := fs.String("out", defaultOut, "directory for JSON results and PNG plots")
 	fs.Parse(args)
 	members, err := parseInts(*membersFlag)
 	if err != nil {

@@ -434,7 +434,7 @@ loopback TCP (an RTO of at least 200 ms or a fast retransmit), not a 50 ms round
 	p.flags(fs)
 	systemsFlag := fs.String("systems", "quicmq,nats", "systems, comma-separated: quicmq, nats")
 	repeat := fs.Int("repeat", 1, "repetitions (medians are reported)")
-	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	out := fs.String("out", defaultOut, "directory for JSON results and PNG plots")
 	idleFlag := fs.String("idle-mirrored", "0", "idle mirrored topics beside the hot one, counts comma-separated (e.g. 0,10000): each repeat runs each system with each count, alternating; above 0 a second region's node creates that many topics, mirrored into the node under test and parked before the window (QuicMQ only; issue 34, idlemirror.go)")
 	idleSettle := fs.Duration("idle-settle", 30*time.Second, "with idle mirrored topics: how long they stay idle, every mirror parked, before the window (the catch-up's garbage collected and its writes compacted)")
 	fs.Parse(args)

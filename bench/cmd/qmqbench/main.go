@@ -1,6 +1,6 @@
 // Command qmqbench runs QuicMQ's side-by-side scenarios against NATS over lossy networks
 // (issue 4; docs/benchmarks.md). Each scenario is one command; progress goes to stderr,
-// JSON results and PNG plots to --out (default bench/results).
+// JSON results and PNG plots to --out (default the tree's bench/results, from wherever in it qmqbench runs).
 //
 //	qmqbench fanout  scenario 1: 1 publisher, 100 subscriptions on one connection, loss rates
 //	                 (quicmq, ablation, nats, jetstream; --delay adds a round trip, QuicMQ only)

@@ -877,7 +877,7 @@ refused.
 	repeat := fs.Int("repeat", 1, "repetitions (medians are reported)")
 	firstServer := fs.Int("first-server", 0, "the server client 0 dials (client i dials server i+N mod the servers): 1 puts one client on n2, the one topic's leader in these runs")
 	quicmqBin := fs.String("quicmq", "", "the quicmq binary (default: built from ./cmd/quicmq, so run from the repository root)")
-	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	out := fs.String("out", defaultOut, "directory for JSON results and PNG plots")
 	profile := fs.String("profile", "", "directory for a CPU profile of each QuicMQ node over each measured window (NAME-cCLIENTS-rREPEAT-nI.pprof; read with 'go tool pprof -top QUICMQ FILE')")
 	fs.Parse(args)
 	clients, err := parseInts(*clientsFlag)

@@ -148,7 +148,7 @@ func runSetup(args []string) error {
 	delay := fs.Duration("delay", 0, "one-way delay each way on QuicMQ's subscriber connection (userspace UDP relay); the NATS systems are skipped: no TCP delay emulation here")
 	size := fs.Int("size", 128, "payload bytes of each subscription's first record")
 	repeat := fs.Int("repeat", 3, "repetitions (medians are reported)")
-	out := fs.String("out", "bench/results", "directory for the JSON results and PNG plots")
+	out := fs.String("out", defaultOut, "directory for the JSON results and PNG plots")
 	fs.Parse(args)
 	p := setupParams{Subs: *subs, Size: *size, Delay: *delay}
 	var err error

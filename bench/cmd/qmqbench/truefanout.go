@@ -276,7 +276,7 @@ machine it can bound every system.
 	subsFlag := fs.String("subs", "10,100,1000", "subscription counts S, comma-separated")
 	connsFlag := fs.String("conns", "1,10,100", "subscriber connection counts C, comma-separated (runs with C > S are skipped)")
 	repeat := fs.Int("repeat", 1, "repetitions of the whole set (medians are reported)")
-	out := fs.String("out", "bench/results", "directory for JSON results and PNG plots")
+	out := fs.String("out", defaultOut, "directory for JSON results and PNG plots")
 	fs.Parse(args)
 	subs, err := parseInts(*subsFlag)
 	if err != nil {
