@@ -8,6 +8,8 @@ import (
 	"runtime/pprof"
 	"testing"
 	"time"
+
+	"github.com/quicmq/quicmq/internal/testlog"
 )
 
 // liveAfterOneGC is the live heap that one collection keeps: what a node's next collection
@@ -112,10 +114,9 @@ func TestCatchupReleasesItsHeap(t *testing.T) {
 	perTopic := func() float64 { return (float64(heapAllocated()) - float64(before)) / n }
 	parked := perTopic()
 	var last float64
-	deadline := time.Now().Add(5 * time.Second)
-	for last = perTopic(); last > bound && time.Now().Before(deadline); last = perTopic() {
-		time.Sleep(50 * time.Millisecond) // a measurement over time: nothing to wait for but the heap
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = testlog.Until(ctx, func() bool { last = perTopic(); return last <= bound })
 	t.Logf("%d topics caught up over at most %d streams at once; heap allocated per topic over both nodes: %.0f B as every mirror parked, %.0f B after", n, most, parked, last)
 	if last > bound {
 		t.Fatalf("5 s after every mirror parked, the heap held %.0f B per topic over both nodes, live or not yet collected (bound %d): the catch-up's garbage was not given back", last, bound)
