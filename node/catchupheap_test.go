@@ -51,22 +51,7 @@ func TestCatchupLeavesNoHeap(t *testing.T) {
 	}
 	const n = 3000
 	profile := os.Getenv("QUICMQ_CATCHUP_HEAP") // FILE: heap profiles after one and two collections, FILE.1 and FILE.2
-	if profile != "" {
-		runtime.MemProfileRate = 4096
-	}
-	writeProfile := func(name string) {
-		if profile == "" {
-			return
-		}
-		f, err := os.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeProfile := heapProfileWriter(t, profile)
 	before, most := catchUpIdleTopics(t, n)
 	one := liveAfterOneGC()
 	writeProfile(profile + ".1")
@@ -120,5 +105,26 @@ func TestCatchupReleasesItsHeap(t *testing.T) {
 	t.Logf("%d topics caught up over at most %d streams at once; heap allocated per topic over both nodes: %.0f B as every mirror parked, %.0f B after", n, most, parked, last)
 	if last > bound {
 		t.Fatalf("5 s after every mirror parked, the heap held %.0f B per topic over both nodes, live or not yet collected (bound %d): the catch-up's garbage was not given back", last, bound)
+	}
+}
+
+// heapProfileWriter samples the heap finely when path is set (a test's profile variable) and
+// returns what writes the heap profile to a file then; with no path it writes nothing.
+func heapProfileWriter(t *testing.T, path string) func(name string) {
+	if path != "" {
+		runtime.MemProfileRate = 4096
+	}
+	return func(name string) {
+		if path == "" {
+			return
+		}
+		f, err := os.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

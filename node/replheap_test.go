@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"os"
-	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -33,22 +31,7 @@ func TestReplicatedTopicHeap(t *testing.T) {
 		n = v
 	}
 	profile := os.Getenv("QUICMQ_REPL_HEAP_PROFILE")
-	if profile != "" {
-		runtime.MemProfileRate = 4096
-	}
-	writeProfile := func(name string) {
-		if profile == "" {
-			return
-		}
-		f, err := os.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeProfile := heapProfileWriter(t, profile)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// created creates n topics PREFIX.tNNNNNN through via and waits until every node of
